@@ -1,0 +1,211 @@
+//! What can be restored: the restore model shared by the planner, `tidemark ls` and the
+//! invariant tests.
+//!
+//! # The model
+//! - A restorable backup (completed, with every ancestor completed and present) restores to
+//!   its `completedAt`.
+//! - From there, replay starts at the first segment (by sequence) whose `lastEventAt` is
+//!   known and not before that instant, and continues while sequence numbers are
+//!   contiguous. It reaches the latest known `lastEventAt` of that contiguous run.
+//! - Segments whose events all precede a backup's completion are not needed by it.
+//!
+//! So each restorable backup contributes one closed interval `[completedAt, replayEnd]`
+//! (a single instant when no segment reaches past it), and the recoverable set is their
+//! union.
+
+use jiff::Timestamp;
+use serde::Serialize;
+
+use crate::inventory::Segment;
+
+/// A closed interval of instants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Interval {
+    pub from: Timestamp,
+    pub to: Timestamp,
+}
+
+/// A union of closed intervals, kept sorted and merged (touching intervals merge).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Coverage {
+    intervals: Vec<Interval>,
+}
+
+impl Coverage {
+    pub fn from_intervals(mut v: Vec<Interval>) -> Self {
+        v.sort();
+        let mut out: Vec<Interval> = Vec::with_capacity(v.len());
+        for i in v {
+            match out.last_mut() {
+                Some(last) if i.from <= last.to => last.to = last.to.max(i.to),
+                _ => out.push(i),
+            }
+        }
+        Coverage { intervals: out }
+    }
+
+    pub fn intervals(&self) -> &[Interval] {
+        &self.intervals
+    }
+
+    /// Adds one interval, keeping the set merged.
+    pub fn insert(&mut self, i: Interval) {
+        // First interval that could touch `i`: the last one starting at or before i.to.
+        let end = self.intervals.partition_point(|x| x.from <= i.to);
+        let start = self.intervals[..end].partition_point(|x| x.to < i.from);
+        let mut merged = i;
+        for x in &self.intervals[start..end] {
+            merged.from = merged.from.min(x.from);
+            merged.to = merged.to.max(x.to);
+        }
+        self.intervals.splice(start..end, [merged]);
+    }
+
+    /// Whether every instant of the half-open `(from, to]` is covered.
+    pub fn covers_open_closed(&self, from: Timestamp, to: Timestamp) -> bool {
+        if to <= from {
+            return true;
+        }
+        let idx = self.intervals.partition_point(|x| x.from <= from);
+        idx > 0 && self.intervals[idx - 1].to >= to
+    }
+
+    pub fn first(&self) -> Option<Timestamp> {
+        self.intervals.first().map(|i| i.from)
+    }
+
+    pub fn last(&self) -> Option<Timestamp> {
+        self.intervals.last().map(|i| i.to)
+    }
+
+    /// The holes between covered intervals.
+    pub fn gaps(&self) -> Vec<Interval> {
+        self.intervals
+            .windows(2)
+            .map(|w| Interval {
+                from: w[0].to,
+                to: w[1].from,
+            })
+            .collect()
+    }
+}
+
+/// Segments prepared for replay queries: sorted by sequence, with contiguous runs.
+#[derive(Debug, Clone)]
+pub struct Replay {
+    /// Running maximum of known `lastEventAt`, by sequence order. Monotone, so a binary
+    /// search finds the first segment reaching a given instant.
+    prefix_max_last: Vec<Option<Timestamp>>,
+    /// For each position, the latest known `lastEventAt` from there to the end of its run.
+    run_end_from: Vec<Option<Timestamp>>,
+}
+
+impl Replay {
+    /// Builds the replay index over the segments that exist in the store.
+    pub fn new<'a>(segments: impl IntoIterator<Item = &'a Segment>) -> Self {
+        let mut segs: Vec<&Segment> = segments.into_iter().filter(|s| s.present).collect();
+        segs.sort_by(|a, b| (a.sequence, &a.name).cmp(&(b.sequence, &b.name)));
+        segs.dedup_by_key(|s| s.sequence);
+        let mut prefix_max_last = Vec::with_capacity(segs.len());
+        let mut running: Option<Timestamp> = None;
+        for s in &segs {
+            running = running.max(s.last_event_at);
+            prefix_max_last.push(running);
+        }
+        let mut run_end_from = vec![None; segs.len()];
+        let mut acc: Option<Timestamp> = None;
+        for i in (0..segs.len()).rev() {
+            let contiguous_with_next =
+                i + 1 < segs.len() && segs[i + 1].sequence == segs[i].sequence + 1;
+            if !contiguous_with_next {
+                acc = None;
+            }
+            acc = acc.max(segs[i].last_event_at);
+            run_end_from[i] = acc;
+        }
+        Replay {
+            prefix_max_last,
+            run_end_from,
+        }
+    }
+
+    /// The latest instant reachable by replaying from a backup completed at `completed`.
+    pub fn replay_end(&self, completed: Timestamp) -> Timestamp {
+        // `None < Some(_)`, so this finds the first position with a known time ≥ completed.
+        let start = self
+            .prefix_max_last
+            .partition_point(|m| *m < Some(completed));
+        match self.run_end_from.get(start).copied().flatten() {
+            Some(end) => end.max(completed),
+            None => completed,
+        }
+    }
+
+    /// The interval a restorable backup completed at `completed` contributes.
+    pub fn interval(&self, completed: Timestamp) -> Interval {
+        Interval {
+            from: completed,
+            to: self.replay_end(completed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ts(s: &str) -> Timestamp {
+        format!("2026-11-{s}:00Z").parse().unwrap()
+    }
+
+    fn seg(seq: u64, first: &str, last: Option<&str>) -> Segment {
+        Segment {
+            name: format!("mysql-bin.{seq:06}"),
+            sequence: seq,
+            first_event_at: Some(ts(first)),
+            last_event_at: last.map(ts),
+            size: 1,
+            indexed: true,
+            present: true,
+        }
+    }
+
+    #[test]
+    fn replay_runs_stop_at_sequence_gaps() {
+        let segs = [
+            seg(1, "01T00:00", Some("01T06:00")),
+            seg(2, "01T06:00", Some("01T12:00")),
+            // 3 is missing
+            seg(4, "01T18:00", Some("02T00:00")),
+            seg(5, "02T00:00", None),
+        ];
+        let r = Replay::new(&segs);
+        assert_eq!(r.replay_end(ts("01T01:00")), ts("01T12:00"));
+        assert_eq!(r.replay_end(ts("01T13:00")), ts("02T00:00"));
+        assert_eq!(r.replay_end(ts("02T01:00")), ts("02T01:00"));
+    }
+
+    #[test]
+    fn coverage_merges_and_answers() {
+        let mut c = Coverage::from_intervals(vec![
+            Interval {
+                from: ts("01T00:00"),
+                to: ts("01T02:00"),
+            },
+            Interval {
+                from: ts("01T05:00"),
+                to: ts("01T06:00"),
+            },
+        ]);
+        assert!(c.covers_open_closed(ts("01T00:30"), ts("01T02:00")));
+        assert!(!c.covers_open_closed(ts("01T01:00"), ts("01T05:30")));
+        assert_eq!(c.gaps().len(), 1);
+        c.insert(Interval {
+            from: ts("01T02:00"),
+            to: ts("01T05:00"),
+        });
+        assert_eq!(c.intervals().len(), 1);
+        assert!(c.covers_open_closed(ts("01T01:00"), ts("01T05:30")));
+    }
+}

@@ -1,0 +1,159 @@
+//! What the planner sees: the backups and log segments of one cluster, as read from the
+//! store (and, in the operator, enriched with holds and in-progress state from Kubernetes).
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use crate::duration::RetentionDuration;
+
+/// `<UTC start YYYYMMDDTHHMMSSZ>-<8 lowercase hex or alphanumeric chars>` (DESIGN.md §3).
+pub type BackupId = String;
+
+/// Whether `s` has the backup-id form. Directories named otherwise are foreign.
+pub fn is_backup_id(s: &str) -> bool {
+    let b = s.as_bytes();
+    if b.len() != 25 {
+        return false;
+    }
+    let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
+    digits(0..8)
+        && b[8] == b'T'
+        && digits(9..15)
+        && b[15] == b'Z'
+        && b[16] == b'-'
+        && b[17..]
+            .iter()
+            .all(|c| c.is_ascii_digit() || c.is_ascii_lowercase())
+}
+
+/// Full or incremental; an incremental names its parent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "type", content = "parentId")]
+pub enum BackupKind {
+    Full,
+    Incremental(BackupId),
+}
+
+impl BackupKind {
+    pub fn parent(&self) -> Option<&BackupId> {
+        match self {
+            BackupKind::Full => None,
+            BackupKind::Incremental(p) => Some(p),
+        }
+    }
+}
+
+/// Where an attempt stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Phase {
+    /// Committed with `phase: completed`: a recovery point.
+    Completed,
+    /// Committed with `phase: failed`: never a recovery point, never counted.
+    Failed,
+    /// Known to be running (from Kubernetes status): kept, with its ancestors.
+    InProgress,
+    /// Payload objects without `metadata.json`: a crashed or interrupted attempt, or one
+    /// whose deletion was interrupted. Never a recovery point.
+    Uncommitted,
+}
+
+/// One backup attempt (one `<backup-id>` directory).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Backup {
+    pub id: BackupId,
+    /// The `<backup-name>` directory it lives under.
+    pub name: String,
+    pub kind: BackupKind,
+    pub phase: Phase,
+    pub started_at: Timestamp,
+    pub completed_at: Option<Timestamp>,
+    /// Newest last-modified time of its objects: the age of an uncommitted attempt.
+    pub last_modified: Timestamp,
+    /// Object lock (seed 002 "immutable backups").
+    pub immutable_until: Option<Timestamp>,
+    /// Per-backup time to live, counted from `started_at` (seed 004).
+    pub ttl: Option<RetentionDuration>,
+    /// A hold: the `tidemark.io/protect` annotation or label, a restore that uses it, or a
+    /// `--protect` flag.
+    pub protected: bool,
+    /// Its `metadata.json` has a `formatVersion` newer than this Tidemark understands; it is
+    /// counted like any recovery point but never deleted.
+    pub newer_format: bool,
+    /// The last deletion pass meant to delete it but was interrupted: it is finished off
+    /// whatever `failedBackupsTTL` says.
+    pub interrupted_delete: bool,
+    /// Binlog file that holds the backup's consistent point, when recorded.
+    pub log_file: Option<String>,
+    /// Total payload size in bytes, for reports.
+    pub size: u64,
+}
+
+impl Backup {
+    pub fn is_successful(&self) -> bool {
+        self.phase == Phase::Completed
+    }
+
+    /// The instant it restores to: completion, or start when completion is unknown.
+    pub fn restore_point(&self) -> Timestamp {
+        self.completed_at.unwrap_or(self.started_at)
+    }
+}
+
+/// One archived binlog segment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Segment {
+    /// Object name inside `binlogs/`, e.g. `mysql-bin.000041`.
+    pub name: String,
+    pub sequence: u64,
+    pub first_event_at: Option<Timestamp>,
+    /// `None` is the seed's "zero" time: unknown, so the segment is never deleted by time.
+    pub last_event_at: Option<Timestamp>,
+    pub size: u64,
+    /// Whether `_index.json` lists it. An unindexed segment has no event times.
+    pub indexed: bool,
+    /// Whether the object exists in the store (an index entry may outlive its object).
+    pub present: bool,
+}
+
+/// Everything one planning pass looks at.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Inventory {
+    pub backups: Vec<Backup>,
+    pub segments: Vec<Segment>,
+}
+
+/// The sequence number of a binlog file name: the digits after its last dot
+/// (`mysql-bin.000041` → 41).
+pub fn segment_sequence(name: &str) -> Option<u64> {
+    let (_, digits) = name.rsplit_once('.')?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backup_id_form() {
+        assert!(is_backup_id("20261120T020000Z-3f2a9c1d"));
+        assert!(!is_backup_id("20261120T020000Z-3f2a9c1"));
+        assert!(!is_backup_id("20261120T020000-3f2a9c1d0"));
+        assert!(!is_backup_id("20261120T020000Z-3F2A9C1D"));
+        assert!(!is_backup_id("latest"));
+    }
+
+    #[test]
+    fn segment_sequences() {
+        assert_eq!(segment_sequence("mysql-bin.000041"), Some(41));
+        assert_eq!(segment_sequence("mariadb-bin.1000000"), Some(1_000_000));
+        assert_eq!(segment_sequence("mysql-bin.index"), None);
+        assert_eq!(segment_sequence("nodot"), None);
+    }
+}

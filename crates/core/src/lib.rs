@@ -1,0 +1,19 @@
+//! Tidemark's pure domain: retention durations and policy, the inventory model, the
+//! restore model and the retention planner. No I/O, no clock: `now` is always passed in.
+
+pub mod coverage;
+pub mod duration;
+pub mod inventory;
+pub mod plan;
+pub mod policy;
+pub mod reason;
+
+pub use coverage::{Coverage, Interval, Replay};
+pub use duration::{DURATION_FORM, DurationError, RetentionDuration};
+pub use inventory::{Backup, BackupId, BackupKind, Inventory, Phase, Segment};
+pub use plan::{
+    Action, BackupDecision, Plan, RecoveryWindow, SegmentDeletion, SegmentPlan, SegmentReason,
+    current_window, plan, restorable_ids,
+};
+pub use policy::{Policy, PolicyError, PolicyInput};
+pub use reason::Reason;

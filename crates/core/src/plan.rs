@@ -1,0 +1,685 @@
+//! The retention planner (DESIGN.md §5.2): a pure function of policy, inventory and `now`.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+
+use jiff::Timestamp;
+use serde::Serialize;
+
+use crate::coverage::{Coverage, Interval, Replay};
+use crate::inventory::{Backup, BackupId, BackupKind, Inventory, Phase, Segment};
+use crate::policy::Policy;
+use crate::reason::Reason;
+
+/// What happens to one backup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Action {
+    Keep,
+    Delete,
+    /// Merged into a synthetic full (seed 002); planned by a later version of the planner.
+    Consolidate,
+}
+
+/// The decision for one backup, with every reason for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupDecision {
+    pub backup: Backup,
+    pub action: Action,
+    pub reasons: Vec<Reason>,
+}
+
+/// Why a segment is deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SegmentReason {
+    /// Its last event precedes the horizon.
+    BehindHorizon,
+    /// Not in the index, and a later segment is behind the horizon (an orphan left by an
+    /// interrupted archiver or deletion).
+    UnindexedBehindHorizon,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SegmentDeletion {
+    pub name: String,
+    pub sequence: u64,
+    pub size: u64,
+    pub reason: SegmentReason,
+}
+
+/// What happens to the log archive.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SegmentPlan {
+    /// Segment objects to delete, in sequence order.
+    pub delete: Vec<SegmentDeletion>,
+    /// Index entries whose object is already gone: dropped when the index is rewritten.
+    pub drop_from_index: Vec<String>,
+    /// Segments that stay.
+    pub keep: usize,
+    /// Segments kept only because their last event time is unknown.
+    pub kept_unknown_last_event: usize,
+}
+
+impl SegmentPlan {
+    /// Whether `_index.json` must be rewritten.
+    pub fn changes_index(&self) -> bool {
+        !self.drop_from_index.is_empty()
+            || self
+                .delete
+                .iter()
+                .any(|d| d.reason == SegmentReason::BehindHorizon)
+    }
+}
+
+/// The recoverable instants after the pass.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoveryWindow {
+    /// Earliest restorable instant.
+    pub from: Timestamp,
+    /// Latest restorable instant (a backup's completion or the last replayable event).
+    pub to: Timestamp,
+    /// Holes inside `[from, to]`: no backup plus contiguous segments reaches them.
+    pub gaps: Vec<Interval>,
+}
+
+/// A complete, explained retention plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    pub now: Timestamp,
+    /// Every backup, oldest first (by start, then id).
+    pub backups: Vec<BackupDecision>,
+    pub segments: SegmentPlan,
+    /// Start of the oldest retained successful backup: segments whose last event precedes
+    /// it cannot be replayed onto any retained backup.
+    pub horizon: Option<Timestamp>,
+    pub recovery_window: Option<RecoveryWindow>,
+}
+
+impl Plan {
+    pub fn deletions(&self) -> impl Iterator<Item = &BackupDecision> {
+        self.backups.iter().filter(|d| d.action == Action::Delete)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.deletions().next().is_none()
+            && self.segments.delete.is_empty()
+            && !self.segments.changes_index()
+    }
+}
+
+/// Plans one retention pass.
+///
+/// # Guarantees
+/// The invariants of DESIGN.md §5.4 (property-tested in `tests/invariants.rs`): the newest
+/// successful backup and its chain are kept; every kept incremental keeps its ancestors; no
+/// hole is opened in the point-in-time window; nothing locked, protected, in progress or
+/// written by a newer format is deleted; the result does not depend on input order.
+///
+/// # Assumptions
+/// Binlog event times grow with sequence numbers, as MariaDB writes them.
+pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
+    let backups = sorted(inventory);
+    let n = backups.len();
+    let parent = parents(&backups);
+    let restorable = restorable(&backups, &parent);
+
+    let mut reasons: Vec<Vec<Reason>> = vec![Vec::new(); n];
+    apply_rules(policy, &backups, &restorable, now, &mut reasons);
+
+    // Per-backup TTL overrides the retention rules (not floor, locks, holds, chains).
+    let mut ttl_expired = vec![false; n];
+    for (i, b) in backups.iter().enumerate() {
+        if b.phase == Phase::InProgress {
+            continue;
+        }
+        if let Some(ttl) = b.ttl {
+            if now >= ttl.after(b.started_at) {
+                ttl_expired[i] = true;
+                reasons[i].retain(|r| !r.is_policy_rule());
+            } else {
+                reasons[i].push(Reason::Ttl);
+            }
+        }
+    }
+
+    close_chains(&backups, &parent, &mut reasons);
+    bridge_gaps(
+        &backups,
+        &parent,
+        &restorable,
+        &inventory.segments,
+        &mut reasons,
+    );
+
+    let mut deletes: Vec<Option<Reason>> = backups
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            if !reasons[i].is_empty() {
+                return None;
+            }
+            Some(match b.phase {
+                _ if ttl_expired[i] => Reason::TtlExpired,
+                Phase::Uncommitted if b.interrupted_delete => Reason::InterruptedDelete,
+                Phase::Uncommitted => Reason::Uncommitted,
+                Phase::Failed => Reason::Failed,
+                Phase::Completed | Phase::InProgress => Reason::Expired,
+            })
+        })
+        .collect();
+    if policy.max_deletions_per_pass > 0 {
+        defer_beyond_cap(
+            policy.max_deletions_per_pass as usize,
+            &backups,
+            &parent,
+            &mut deletes,
+            &mut reasons,
+        );
+    }
+
+    let horizon = backups
+        .iter()
+        .enumerate()
+        .filter(|(i, b)| b.is_successful() && deletes[*i].is_none())
+        .map(|(_, b)| b.started_at)
+        .min();
+    let segments = plan_segments(&inventory.segments, horizon);
+
+    let recovery_window = {
+        let kept_segments = kept_segments(&inventory.segments, &segments);
+        let replay = Replay::new(kept_segments.iter().copied());
+        let cov = Coverage::from_intervals(
+            (0..n)
+                .filter(|&i| restorable[i] && deletes[i].is_none())
+                .map(|i| replay.interval(backups[i].restore_point()))
+                .collect(),
+        );
+        match (cov.first(), cov.last()) {
+            (Some(from), Some(to)) => Some(RecoveryWindow {
+                from,
+                to,
+                gaps: cov.gaps(),
+            }),
+            _ => None,
+        }
+    };
+
+    let decisions = backups
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let (action, mut rs) = match deletes[i].take() {
+                Some(r) => (Action::Delete, vec![r]),
+                None => (Action::Keep, std::mem::take(&mut reasons[i])),
+            };
+            rs.sort();
+            rs.dedup();
+            BackupDecision {
+                backup: (*b).clone(),
+                action,
+                reasons: rs,
+            }
+        })
+        .collect();
+
+    Plan {
+        now,
+        backups: decisions,
+        segments,
+        horizon,
+        recovery_window,
+    }
+}
+
+/// Completed with every ancestor completed and present (cycles are not restorable).
+fn restorable(backups: &[&Backup], parent: &[Option<usize>]) -> Vec<bool> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum S {
+        Unknown,
+        Visiting,
+        Yes,
+        No,
+    }
+    let n = backups.len();
+    let mut state = vec![S::Unknown; n];
+    for start in 0..n {
+        let mut path = Vec::new();
+        let mut cur = start;
+        // Walk up until a known answer, a root, or a cycle.
+        let verdict = loop {
+            match state[cur] {
+                S::Yes => break true,
+                S::No | S::Visiting => break false,
+                S::Unknown => {}
+            }
+            let b = backups[cur];
+            if !b.is_successful() {
+                state[cur] = S::No;
+                break false;
+            }
+            match (&b.kind, parent[cur]) {
+                (BackupKind::Full, _) => {
+                    state[cur] = S::Yes;
+                    break true;
+                }
+                (BackupKind::Incremental(_), None) => {
+                    state[cur] = S::No;
+                    break false;
+                }
+                (BackupKind::Incremental(_), Some(p)) => {
+                    state[cur] = S::Visiting;
+                    path.push(cur);
+                    cur = p;
+                }
+            }
+        };
+        for i in path {
+            state[i] = if verdict { S::Yes } else { S::No };
+        }
+    }
+    state.into_iter().map(|s| s == S::Yes).collect()
+}
+
+/// The retention rules proper, plus the reasons that no rule may override.
+fn apply_rules(
+    policy: &Policy,
+    backups: &[&Backup],
+    restorable: &[bool],
+    now: Timestamp,
+    reasons: &mut [Vec<Reason>],
+) {
+    // Successful backups, newest restore point first.
+    let mut successful: Vec<usize> = (0..backups.len())
+        .filter(|&i| backups[i].is_successful())
+        .collect();
+    successful.sort_by(|&a, &b| {
+        (backups[b].restore_point(), &backups[b].id)
+            .cmp(&(backups[a].restore_point(), &backups[a].id))
+    });
+
+    if let Some(window) = policy.window {
+        let cutoff = window.before(now);
+        for &i in &successful {
+            if backups[i].restore_point() >= cutoff {
+                reasons[i].push(Reason::Window);
+            }
+        }
+        if policy.cover_window
+            && let Some(&i) = successful
+                .iter()
+                .find(|&&i| restorable[i] && backups[i].restore_point() <= cutoff)
+        {
+            reasons[i].push(Reason::CoverWindow);
+        }
+    }
+    for &i in successful.iter().take(policy.keep_last as usize) {
+        reasons[i].push(Reason::KeepLast);
+    }
+    let gfs: [(u32, fn(&jiff::Zoned) -> String, fn(String) -> Reason); 4] = [
+        (policy.keep_daily, |z| z.date().to_string(), Reason::Daily),
+        (
+            policy.keep_weekly,
+            |z| {
+                let w = z.date().iso_week_date();
+                format!("{:04}-W{:02}", w.year(), w.week())
+            },
+            Reason::Weekly,
+        ),
+        (
+            policy.keep_monthly,
+            |z| format!("{:04}-{:02}", z.year(), z.month()),
+            Reason::Monthly,
+        ),
+        (
+            policy.keep_yearly,
+            |z| format!("{:04}", z.year()),
+            Reason::Yearly,
+        ),
+    ];
+    for (count, key_of, reason) in gfs {
+        if count == 0 {
+            continue;
+        }
+        let mut taken = 0;
+        let mut last_key: Option<String> = None;
+        for &i in &successful {
+            let key = key_of(
+                &backups[i]
+                    .restore_point()
+                    .to_zoned(policy.time_zone.clone()),
+            );
+            if last_key.as_deref() == Some(key.as_str()) {
+                continue;
+            }
+            last_key = Some(key.clone());
+            reasons[i].push(reason(key));
+            taken += 1;
+            if taken == count {
+                break;
+            }
+        }
+    }
+    // Floor: the newest successful backup, and the newest restorable one if that differs.
+    if let Some(&i) = successful.first() {
+        reasons[i].push(Reason::Floor);
+    }
+    if let Some(&i) = successful.iter().find(|&&i| restorable[i])
+        && !reasons[i].contains(&Reason::Floor)
+    {
+        reasons[i].push(Reason::Floor);
+    }
+    for (i, b) in backups.iter().enumerate() {
+        if let Some(until) = b.immutable_until
+            && until > now
+        {
+            reasons[i].push(Reason::Locked(until));
+        }
+        if b.protected {
+            reasons[i].push(Reason::Protected);
+        }
+        if b.newer_format {
+            reasons[i].push(Reason::NewerFormat);
+        }
+        match b.phase {
+            Phase::InProgress => reasons[i].push(Reason::InProgress),
+            Phase::Failed | Phase::Uncommitted => {
+                let age_from = if b.phase == Phase::Failed {
+                    b.restore_point()
+                } else {
+                    b.last_modified
+                };
+                let expired = b.interrupted_delete
+                    || policy
+                        .failed_backups_ttl
+                        .is_some_and(|ttl| now >= ttl.after(age_from));
+                if !expired {
+                    reasons[i].push(Reason::FailedBackupsTtl);
+                }
+            }
+            Phase::Completed => {}
+        }
+    }
+}
+
+/// Keeps every ancestor of a kept backup, naming the kept child in `chain:<id>`. A chain's
+/// lock expiry is that of its last increment, so locks also flow to ancestors.
+fn close_chains(backups: &[&Backup], parent: &[Option<usize>], reasons: &mut [Vec<Reason>]) {
+    let mut queue: VecDeque<usize> = (0..backups.len())
+        .filter(|&i| !reasons[i].is_empty())
+        .collect();
+    let mut seen: Vec<bool> = reasons.iter().map(|r| !r.is_empty()).collect();
+    while let Some(i) = queue.pop_front() {
+        let Some(p) = parent[i] else { continue };
+        reasons[p].push(Reason::Chain(backups[i].id.clone()));
+        if !seen[p] {
+            seen[p] = true;
+            queue.push_back(p);
+        }
+    }
+    // Locks: an ancestor is locked at least as long as any locked descendant.
+    for i in 0..backups.len() {
+        let Some(until) = reasons[i].iter().find_map(|r| match r {
+            Reason::Locked(t) => Some(*t),
+            _ => None,
+        }) else {
+            continue;
+        };
+        let mut cur = parent[i];
+        let mut steps = 0;
+        while let Some(p) = cur {
+            if steps > backups.len() {
+                break; // a parent cycle in corrupt metadata
+            }
+            steps += 1;
+            let has_later = reasons[p]
+                .iter()
+                .any(|r| matches!(r, Reason::Locked(t) if *t >= until));
+            if !has_later {
+                reasons[p].retain(|r| !matches!(r, Reason::Locked(_)));
+                reasons[p].push(Reason::Locked(until));
+            }
+            cur = parent[p];
+        }
+    }
+}
+
+/// Keeps backups whose deletion would open a hole in the point-in-time window: the
+/// instants a deleted backup could restore (by replay) that lie between the oldest retained
+/// restore point and the last restorable instant must stay restorable.
+fn bridge_gaps(
+    backups: &[&Backup],
+    parent: &[Option<usize>],
+    restorable: &[bool],
+    segments: &[Segment],
+    reasons: &mut [Vec<Reason>],
+) {
+    let n = backups.len();
+    if segments.is_empty() {
+        return;
+    }
+    let replay = Replay::new(segments);
+    let intervals: Vec<Option<Interval>> = (0..n)
+        .map(|i| restorable[i].then(|| replay.interval(backups[i].restore_point())))
+        .collect();
+    let Some(t_end) = intervals.iter().flatten().map(|i| i.to).max() else {
+        return;
+    };
+    loop {
+        let kept = |i: usize| !reasons[i].is_empty();
+        let mut cov = Coverage::from_intervals(
+            (0..n)
+                .filter(|&i| kept(i))
+                .filter_map(|i| intervals[i])
+                .collect(),
+        );
+        let Some(mut t0) = cov.first() else { return };
+        let mut added = Vec::new();
+        let mut candidates: Vec<usize> = (0..n)
+            .filter(|&i| !kept(i) && intervals[i].is_some_and(|iv| iv.to > iv.from))
+            .collect();
+        candidates.sort_by_key(|&i| (backups[i].restore_point(), &backups[i].id));
+        for i in candidates {
+            let Some(iv) = intervals[i] else { continue };
+            let lo = iv.from.max(t0);
+            let hi = iv.to.min(t_end);
+            if !cov.covers_open_closed(lo, hi) {
+                added.push(i);
+                cov.insert(iv);
+                t0 = t0.min(iv.from);
+            }
+        }
+        if added.is_empty() {
+            return;
+        }
+        for &i in &added {
+            reasons[i].push(Reason::Gap);
+        }
+        // Chains of the newly kept backups, then check again: an ancestor may have moved
+        // the oldest retained restore point earlier.
+        let mut changed = false;
+        for &i in &added {
+            let mut cur = i;
+            while let Some(p) = parent[cur] {
+                let was_kept = !reasons[p].is_empty();
+                reasons[p].push(Reason::Chain(backups[cur].id.clone()));
+                if was_kept {
+                    break;
+                }
+                changed = true;
+                cur = p;
+            }
+        }
+        if !changed {
+            return;
+        }
+    }
+}
+
+/// Caps deletions at `cap`, deferring the rest so that the kept set stays closed under
+/// ancestry: descendants go before their ancestors, oldest removal units first.
+fn defer_beyond_cap(
+    cap: usize,
+    backups: &[&Backup],
+    parent: &[Option<usize>],
+    deletes: &mut [Option<Reason>],
+    reasons: &mut [Vec<Reason>],
+) {
+    let candidates: Vec<usize> = (0..backups.len())
+        .filter(|&i| deletes[i].is_some())
+        .collect();
+    if candidates.len() <= cap {
+        return;
+    }
+    // A candidate's unit is its topmost candidate ancestor: chains are closed, so every
+    // descendant of a candidate is a candidate too.
+    let mut unit_root = vec![usize::MAX; backups.len()];
+    let mut depth = vec![0usize; backups.len()];
+    for &i in &candidates {
+        let mut root = i;
+        let mut d = 0;
+        while let Some(p) = parent[root] {
+            if deletes[p].is_none() || d > backups.len() {
+                break;
+            }
+            root = p;
+            d += 1;
+        }
+        unit_root[i] = root;
+        depth[i] = d;
+    }
+    let unit_start: BTreeMap<usize, (Timestamp, &str)> = candidates
+        .iter()
+        .map(|&i| {
+            let r = unit_root[i];
+            (r, (backups[r].started_at, backups[r].id.as_str()))
+        })
+        .collect();
+    let mut order = candidates.clone();
+    order.sort_by(|&a, &b| {
+        let ka = (
+            unit_start[&unit_root[a]],
+            std::cmp::Reverse(depth[a]),
+            backups[a].started_at,
+            &backups[a].id,
+        );
+        let kb = (
+            unit_start[&unit_root[b]],
+            std::cmp::Reverse(depth[b]),
+            backups[b].started_at,
+            &backups[b].id,
+        );
+        ka.cmp(&kb)
+    });
+    for &i in &order[cap..] {
+        deletes[i] = None;
+        reasons[i].push(Reason::Deferred);
+    }
+}
+
+fn plan_segments(segments: &[Segment], horizon: Option<Timestamp>) -> SegmentPlan {
+    let mut segs: Vec<&Segment> = segments.iter().collect();
+    segs.sort_by(|a, b| (a.sequence, &a.name).cmp(&(b.sequence, &b.name)));
+    let mut out = SegmentPlan::default();
+    let behind = |s: &Segment| match (horizon, s.last_event_at) {
+        (Some(h), Some(last)) => last < h,
+        _ => false,
+    };
+    // Highest sequence provably behind the horizon: unindexed segments below it are orphans.
+    let cut = segs
+        .iter()
+        .filter(|s| s.indexed && behind(s))
+        .map(|s| s.sequence)
+        .max();
+    for s in segs {
+        if s.indexed && !s.present {
+            out.drop_from_index.push(s.name.clone());
+            continue;
+        }
+        let reason = if s.indexed && behind(s) {
+            Some(SegmentReason::BehindHorizon)
+        } else if !s.indexed && cut.is_some_and(|c| s.sequence < c) {
+            Some(SegmentReason::UnindexedBehindHorizon)
+        } else {
+            None
+        };
+        match reason {
+            Some(reason) => out.delete.push(SegmentDeletion {
+                name: s.name.clone(),
+                sequence: s.sequence,
+                size: s.size,
+                reason,
+            }),
+            None => {
+                out.keep += 1;
+                if s.indexed && s.last_event_at.is_none() {
+                    out.kept_unknown_last_event += 1;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The segments that remain after `plan` is carried out.
+pub fn kept_segments<'a>(segments: &'a [Segment], plan: &SegmentPlan) -> Vec<&'a Segment> {
+    let gone: HashSet<&str> = plan.delete.iter().map(|d| d.name.as_str()).collect();
+    segments
+        .iter()
+        .filter(|s| s.present && !gone.contains(s.name.as_str()))
+        .collect()
+}
+
+/// Each backup's parent position, when the parent is in the inventory. The first backup
+/// with a given id wins, so duplicates cannot make the answer depend on input order beyond
+/// the sort callers apply.
+fn parents(backups: &[&Backup]) -> Vec<Option<usize>> {
+    let mut index: HashMap<&str, usize> = HashMap::with_capacity(backups.len());
+    for (i, b) in backups.iter().enumerate() {
+        index.entry(b.id.as_str()).or_insert(i);
+    }
+    backups
+        .iter()
+        .map(|b| b.kind.parent().and_then(|p| index.get(p.as_str()).copied()))
+        .collect()
+}
+
+/// Inventory backups sorted as the planner sees them.
+fn sorted(inventory: &Inventory) -> Vec<&Backup> {
+    let mut backups: Vec<&Backup> = inventory.backups.iter().collect();
+    backups.sort_by(|a, b| (a.started_at, &a.id, &a.name).cmp(&(b.started_at, &b.id, &b.name)));
+    backups
+}
+
+/// The recovery window of an inventory as it stands (no pass applied): for `tidemark ls`.
+pub fn current_window(inventory: &Inventory) -> Option<RecoveryWindow> {
+    let backups = sorted(inventory);
+    let ok = restorable(&backups, &parents(&backups));
+    let replay = Replay::new(&inventory.segments);
+    let cov = Coverage::from_intervals(
+        (0..backups.len())
+            .filter(|&i| ok[i])
+            .map(|i| replay.interval(backups[i].restore_point()))
+            .collect(),
+    );
+    Some(RecoveryWindow {
+        from: cov.first()?,
+        to: cov.last()?,
+        gaps: cov.gaps(),
+    })
+}
+
+/// Which backups are restorable (completed with a complete chain), by id.
+pub fn restorable_ids(inventory: &Inventory) -> HashSet<BackupId> {
+    let backups = sorted(inventory);
+    restorable(&backups, &parents(&backups))
+        .into_iter()
+        .zip(&backups)
+        .filter(|(ok, _)| *ok)
+        .map(|(_, b)| b.id.clone())
+        .collect()
+}

@@ -1,0 +1,214 @@
+//! A validated retention policy (DESIGN.md §5.1). Construction is the only place input is
+//! checked; a `Policy` value is always usable by the planner.
+
+use jiff::tz::TimeZone;
+use serde::Serialize;
+
+use crate::duration::RetentionDuration;
+
+/// The accepted form of a count, quoted in errors.
+pub const COUNT_FORM: &str = "a whole number from 0 to 100000";
+
+/// Upper bound for counts: far beyond any real policy, small enough for any arithmetic.
+const MAX_COUNT: i64 = 100_000;
+
+/// A policy that is checked and ready for [`crate::plan`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Policy {
+    pub window: Option<RetentionDuration>,
+    pub keep_last: u32,
+    pub keep_daily: u32,
+    pub keep_weekly: u32,
+    pub keep_monthly: u32,
+    pub keep_yearly: u32,
+    #[serde(rename = "failedBackupsTTL")]
+    pub failed_backups_ttl: Option<RetentionDuration>,
+    pub cover_window: bool,
+    pub consolidate: bool,
+    /// 0 = no cap.
+    pub max_deletions_per_pass: u32,
+    /// GFS buckets are calendar days/weeks/months/years in this zone.
+    #[serde(serialize_with = "serialize_tz")]
+    pub time_zone: TimeZone,
+}
+
+fn serialize_tz<S: serde::Serializer>(tz: &TimeZone, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(tz.iana_name().unwrap_or("UTC"))
+}
+
+/// Unvalidated policy input, as written in YAML or given as flags. Counts are signed so a
+/// negative value gets a message of ours rather than a parser's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PolicyInput {
+    pub window: Option<String>,
+    pub keep_last: Option<i64>,
+    pub keep_daily: Option<i64>,
+    pub keep_weekly: Option<i64>,
+    pub keep_monthly: Option<i64>,
+    pub keep_yearly: Option<i64>,
+    pub failed_backups_ttl: Option<String>,
+    pub cover_window: Option<bool>,
+    pub consolidate: Option<bool>,
+    pub max_deletions_per_pass: Option<i64>,
+    pub time_zone: Option<String>,
+}
+
+/// Why a policy was refused. Each variant names the field, the value and the accepted form.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    #[error("{field}: {source}")]
+    Duration {
+        field: &'static str,
+        #[source]
+        source: crate::duration::DurationError,
+    },
+    #[error("{field}: invalid count {value}: expected {COUNT_FORM}")]
+    Count { field: &'static str, value: i64 },
+    #[error(
+        "timeZone: unknown time zone {value:?}: expected an IANA name such as UTC, Europe/Paris or America/New_York"
+    )]
+    TimeZone { value: String },
+    #[error(
+        "the policy has no retention rule, so it would keep only the newest backup: set at least one of window, keepLast, keepDaily, keepWeekly, keepMonthly or keepYearly"
+    )]
+    NoRule,
+    #[error("coverWindow: needs a window to cover; set window (e.g. 30d) or remove coverWindow")]
+    CoverWithoutWindow,
+}
+
+impl PolicyInput {
+    /// Checks every field and builds a [`Policy`].
+    ///
+    /// # Errors
+    /// The first invalid field, named with its value and accepted form; or
+    /// [`PolicyError::NoRule`] when nothing would be kept but the floor.
+    pub fn validate(&self) -> Result<Policy, PolicyError> {
+        let duration = |field: &'static str, v: &Option<String>| {
+            v.as_deref()
+                .map(|s| {
+                    s.parse::<RetentionDuration>()
+                        .map_err(|source| PolicyError::Duration { field, source })
+                })
+                .transpose()
+        };
+        let count = |field: &'static str, v: Option<i64>| match v {
+            None => Ok(0),
+            Some(n) if (0..=MAX_COUNT).contains(&n) => Ok(n as u32),
+            Some(n) => Err(PolicyError::Count { field, value: n }),
+        };
+        let time_zone = match self.time_zone.as_deref() {
+            None | Some("") => TimeZone::UTC,
+            Some(name) => TimeZone::get(name).map_err(|_| PolicyError::TimeZone {
+                value: name.to_owned(),
+            })?,
+        };
+        let policy = Policy {
+            window: duration("window", &self.window)?,
+            keep_last: count("keepLast", self.keep_last)?,
+            keep_daily: count("keepDaily", self.keep_daily)?,
+            keep_weekly: count("keepWeekly", self.keep_weekly)?,
+            keep_monthly: count("keepMonthly", self.keep_monthly)?,
+            keep_yearly: count("keepYearly", self.keep_yearly)?,
+            failed_backups_ttl: duration("failedBackupsTTL", &self.failed_backups_ttl)?,
+            cover_window: self.cover_window.unwrap_or(false),
+            consolidate: self.consolidate.unwrap_or(false),
+            max_deletions_per_pass: count("maxDeletionsPerPass", self.max_deletions_per_pass)?,
+            time_zone,
+        };
+        if policy.cover_window && policy.window.is_none() {
+            return Err(PolicyError::CoverWithoutWindow);
+        }
+        if !policy.has_rule() {
+            return Err(PolicyError::NoRule);
+        }
+        Ok(policy)
+    }
+}
+
+impl Policy {
+    /// Whether some rule keeps backups beyond the floor.
+    pub fn has_rule(&self) -> bool {
+        self.window.is_some()
+            || self.keep_last > 0
+            || self.keep_daily > 0
+            || self.keep_weekly > 0
+            || self.keep_monthly > 0
+            || self.keep_yearly > 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_policy_without_rules_is_refused() {
+        assert_eq!(
+            PolicyInput::default().validate().unwrap_err(),
+            PolicyError::NoRule
+        );
+        let only_failed = PolicyInput {
+            failed_backups_ttl: Some("7d".into()),
+            keep_last: Some(0),
+            ..Default::default()
+        };
+        assert_eq!(only_failed.validate().unwrap_err(), PolicyError::NoRule);
+    }
+
+    #[test]
+    fn errors_name_field_value_and_form() {
+        let neg = PolicyInput {
+            keep_last: Some(-1),
+            ..Default::default()
+        };
+        let msg = neg.validate().unwrap_err().to_string();
+        assert_eq!(
+            msg,
+            "keepLast: invalid count -1: expected a whole number from 0 to 100000"
+        );
+
+        let tz = PolicyInput {
+            keep_last: Some(3),
+            time_zone: Some("Mars/Olympus".into()),
+            ..Default::default()
+        };
+        let msg = tz.validate().unwrap_err().to_string();
+        assert!(
+            msg.contains("\"Mars/Olympus\"") && msg.contains("IANA"),
+            "{msg}"
+        );
+
+        let win = PolicyInput {
+            window: Some("30".into()),
+            ..Default::default()
+        };
+        let msg = win.validate().unwrap_err().to_string();
+        assert!(
+            msg.starts_with("window: invalid duration \"30\": it has no unit"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn cover_window_needs_a_window() {
+        let p = PolicyInput {
+            keep_last: Some(1),
+            cover_window: Some(true),
+            ..Default::default()
+        };
+        assert_eq!(p.validate().unwrap_err(), PolicyError::CoverWithoutWindow);
+    }
+
+    #[test]
+    fn zones_resolve() {
+        let p = PolicyInput {
+            keep_daily: Some(7),
+            time_zone: Some("Europe/Paris".into()),
+            ..Default::default()
+        }
+        .validate()
+        .unwrap();
+        assert_eq!(p.time_zone.iana_name(), Some("Europe/Paris"));
+    }
+}

@@ -1,0 +1,125 @@
+//! Why a backup is kept or deleted. The string forms are part of the `--output json`
+//! contract (`backups[].reasons`) and are documented in `docs/retention.md`.
+
+use std::fmt;
+
+use jiff::Timestamp;
+use serde::{Serialize, Serializer};
+
+use crate::inventory::BackupId;
+
+/// One recorded reason. Keep reasons and delete reasons never mix on one backup.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Reason {
+    // --- keep ---
+    /// Completed inside the time window.
+    Window,
+    /// The newest backup completed before the window, so the whole window restores.
+    CoverWindow,
+    /// Among the newest `keepLast` successful backups.
+    KeepLast,
+    /// Newest backup of its calendar day (in the policy's zone), e.g. `daily:2026-11-20`.
+    Daily(String),
+    /// Newest of its ISO week, e.g. `weekly:2026-W47`.
+    Weekly(String),
+    /// Newest of its month, e.g. `monthly:2026-11`.
+    Monthly(String),
+    /// Newest of its year, e.g. `yearly:2026`.
+    Yearly(String),
+    /// The newest successful (or newest restorable) backup: always kept.
+    Floor,
+    /// A retained backup (named) is built on this one.
+    Chain(BackupId),
+    /// Object-locked until then (a chain's lock is that of its last increment).
+    Locked(Timestamp),
+    /// A hold: `tidemark.io/protect`, a restore, or `--protect`.
+    Protected,
+    /// Its own `ttl` has not expired.
+    Ttl,
+    /// Still running.
+    InProgress,
+    /// A failed or uncommitted attempt younger than `failedBackupsTTL` (or none is set).
+    FailedBackupsTtl,
+    /// Written by a newer Tidemark (`formatVersion` above ours): never deleted by us.
+    NewerFormat,
+    /// Deleting it would open a hole in the point-in-time window (the log archive has a gap
+    /// that only this backup bridges).
+    Gap,
+    /// Would be deleted, but `maxDeletionsPerPass` was reached; a later pass takes it.
+    Deferred,
+    // --- delete ---
+    /// No rule keeps it.
+    Expired,
+    /// Its own `ttl` has expired.
+    TtlExpired,
+    /// A failed attempt older than `failedBackupsTTL`.
+    Failed,
+    /// Payload without `metadata.json`, older than `failedBackupsTTL`.
+    Uncommitted,
+    /// A previous pass un-committed it for deletion and was interrupted.
+    InterruptedDelete,
+}
+
+impl Reason {
+    pub fn is_keep(&self) -> bool {
+        !matches!(
+            self,
+            Reason::Expired
+                | Reason::TtlExpired
+                | Reason::Failed
+                | Reason::Uncommitted
+                | Reason::InterruptedDelete
+        )
+    }
+
+    /// Reasons granted by the retention rules, which an expired per-backup `ttl` overrides.
+    pub fn is_policy_rule(&self) -> bool {
+        matches!(
+            self,
+            Reason::Window
+                | Reason::CoverWindow
+                | Reason::KeepLast
+                | Reason::Daily(_)
+                | Reason::Weekly(_)
+                | Reason::Monthly(_)
+                | Reason::Yearly(_)
+                | Reason::Ttl
+                | Reason::FailedBackupsTtl
+        )
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::Window => f.write_str("window"),
+            Reason::CoverWindow => f.write_str("coverWindow"),
+            Reason::KeepLast => f.write_str("keepLast"),
+            Reason::Daily(k) => write!(f, "daily:{k}"),
+            Reason::Weekly(k) => write!(f, "weekly:{k}"),
+            Reason::Monthly(k) => write!(f, "monthly:{k}"),
+            Reason::Yearly(k) => write!(f, "yearly:{k}"),
+            Reason::Floor => f.write_str("floor"),
+            Reason::Chain(id) => write!(f, "chain:{id}"),
+            Reason::Locked(t) => write!(f, "locked:{t}"),
+            Reason::Protected => f.write_str("protected"),
+            Reason::Ttl => f.write_str("ttl"),
+            Reason::InProgress => f.write_str("inProgress"),
+            Reason::FailedBackupsTtl => f.write_str("failedBackupsTTL"),
+            Reason::NewerFormat => f.write_str("newerFormat"),
+            Reason::Gap => f.write_str("gap"),
+            Reason::Deferred => f.write_str("deferred"),
+            Reason::Expired => f.write_str("expired"),
+            Reason::TtlExpired => f.write_str("ttlExpired"),
+            Reason::Failed => f.write_str("failed"),
+            Reason::Uncommitted => f.write_str("uncommitted"),
+            Reason::InterruptedDelete => f.write_str("interruptedDelete"),
+        }
+    }
+}
+
+impl Serialize for Reason {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}

@@ -5,7 +5,8 @@
 //! - A restorable backup (completed, with every ancestor completed and present) restores to
 //!   its `completedAt`.
 //! - From there, replay starts at the first segment (by sequence) whose `lastEventAt` is
-//!   known and not before that instant, and continues while sequence numbers are
+//!   known and not before that instant — provided that segment began at or before it, or
+//!   the segment before it is archived — and continues while sequence numbers are
 //!   contiguous. It reaches the latest known `lastEventAt` of that contiguous run.
 //! - Segments whose events all precede a backup's completion are not needed by it.
 //!
@@ -94,6 +95,8 @@ impl Coverage {
 /// Segments prepared for replay queries: sorted by sequence, with contiguous runs.
 #[derive(Debug, Clone)]
 pub struct Replay {
+    sequences: Vec<u64>,
+    first_event: Vec<Option<Timestamp>>,
     /// Running maximum of known `lastEventAt`, by sequence order. Monotone, so a binary
     /// search finds the first segment reaching a given instant.
     prefix_max_last: Vec<Option<Timestamp>>,
@@ -125,18 +128,44 @@ impl Replay {
             run_end_from[i] = acc;
         }
         Replay {
+            sequences: segs.iter().map(|s| s.sequence).collect(),
+            first_event: segs.iter().map(|s| s.first_event_at).collect(),
             prefix_max_last,
             run_end_from,
         }
     }
 
-    /// The latest instant reachable by replaying from a backup completed at `completed`.
-    pub fn replay_end(&self, completed: Timestamp) -> Timestamp {
+    /// Position of the segment replay starts from for a backup completed at `completed`:
+    /// the first (by sequence) whose last event is known and not before `completed`.
+    fn start(&self, completed: Timestamp) -> Option<usize> {
         // `None < Some(_)`, so this finds the first position with a known time ≥ completed.
-        let start = self
+        let i = self
             .prefix_max_last
             .partition_point(|m| *m < Some(completed));
-        match self.run_end_from.get(start).copied().flatten() {
+        (i < self.sequences.len()).then_some(i)
+    }
+
+    /// Sequence number of the segment just before the replay start of a backup completed
+    /// at `completed`: the planner keeps it, so that whether replay may begin is judged the
+    /// same before and after a pass.
+    pub fn predecessor_of_start(&self, completed: Timestamp) -> Option<u64> {
+        let i = self.start(completed)?;
+        self.sequences[i].checked_sub(1)
+    }
+
+    /// The latest instant reachable by replaying from a backup completed at `completed`.
+    /// Replay may begin at the start segment only if that segment began at or before
+    /// `completed`, or its predecessor is archived (else events may be missing between).
+    pub fn replay_end(&self, completed: Timestamp) -> Timestamp {
+        let Some(i) = self.start(completed) else {
+            return completed;
+        };
+        let began_in_time = self.first_event[i].is_some_and(|f| f <= completed);
+        let predecessor_archived = i > 0 && self.sequences[i - 1] + 1 == self.sequences[i];
+        if !(began_in_time || predecessor_archived) {
+            return completed;
+        }
+        match self.run_end_from[i] {
             Some(end) => end.max(completed),
             None => completed,
         }
@@ -182,7 +211,9 @@ mod tests {
         ];
         let r = Replay::new(&segs);
         assert_eq!(r.replay_end(ts("01T01:00")), ts("01T12:00"));
-        assert_eq!(r.replay_end(ts("01T13:00")), ts("02T00:00"));
+        // Segment 4 began after 13:00 and segment 3 is missing: events may be lost.
+        assert_eq!(r.replay_end(ts("01T13:00")), ts("01T13:00"));
+        assert_eq!(r.replay_end(ts("01T19:00")), ts("02T00:00"));
         assert_eq!(r.replay_end(ts("02T01:00")), ts("02T01:00"));
     }
 

@@ -156,22 +156,7 @@ pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
         &mut reasons,
     );
 
-    let mut deletes: Vec<Option<Reason>> = backups
-        .iter()
-        .enumerate()
-        .map(|(i, b)| {
-            if !reasons[i].is_empty() {
-                return None;
-            }
-            Some(match b.phase {
-                _ if ttl_expired[i] => Reason::TtlExpired,
-                Phase::Uncommitted if b.interrupted_delete => Reason::InterruptedDelete,
-                Phase::Uncommitted => Reason::Uncommitted,
-                Phase::Failed => Reason::Failed,
-                Phase::Completed | Phase::InProgress => Reason::Expired,
-            })
-        })
-        .collect();
+    let mut deletes = delete_reasons(&backups, &reasons, &ttl_expired);
     if policy.max_deletions_per_pass > 0 {
         defer_beyond_cap(
             policy.max_deletions_per_pass as usize,
@@ -180,6 +165,19 @@ pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
             &mut deletes,
             &mut reasons,
         );
+        // Deferred backups are kept: their chains must be too (a deferred increment may
+        // hang below a failed attempt that pins nothing), and they may move the oldest
+        // retained restore point earlier, bringing a planned deletion inside the window.
+        // Both only shrink the deletions, so the cap still holds.
+        close_chains(&backups, &parent, &mut reasons);
+        bridge_gaps(
+            &backups,
+            &parent,
+            &restorable,
+            &inventory.segments,
+            &mut reasons,
+        );
+        deletes = delete_reasons(&backups, &reasons, &ttl_expired);
     }
 
     let horizon = backups
@@ -188,7 +186,24 @@ pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
         .filter(|(i, b)| b.is_successful() && deletes[*i].is_none())
         .map(|(_, b)| b.started_at)
         .min();
-    let segments = plan_segments(&inventory.segments, horizon);
+    // Segments a retained backup's replay depends on beyond the time rule: the one just
+    // before its start segment, and the one holding its recorded binlog position.
+    let pinned: HashSet<(Option<u64>, Option<&str>)> = {
+        let replay = Replay::new(&inventory.segments);
+        (0..n)
+            .filter(|&i| restorable[i] && deletes[i].is_none())
+            .flat_map(|i| {
+                let b = backups[i];
+                [
+                    (replay.predecessor_of_start(b.restore_point()), None),
+                    (None, b.log_file.as_deref()),
+                ]
+            })
+            .collect()
+    };
+    let segments = plan_segments(&inventory.segments, horizon, |s| {
+        pinned.contains(&(Some(s.sequence), None)) || pinned.contains(&(None, Some(&s.name)))
+    });
 
     let recovery_window = {
         let kept_segments = kept_segments(&inventory.segments, &segments);
@@ -234,6 +249,30 @@ pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
         horizon,
         recovery_window,
     }
+}
+
+/// The delete reason of every backup no rule keeps.
+fn delete_reasons(
+    backups: &[&Backup],
+    reasons: &[Vec<Reason>],
+    ttl_expired: &[bool],
+) -> Vec<Option<Reason>> {
+    backups
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            if !reasons[i].is_empty() {
+                return None;
+            }
+            Some(match b.phase {
+                _ if ttl_expired[i] => Reason::TtlExpired,
+                Phase::Uncommitted if b.interrupted_delete => Reason::InterruptedDelete,
+                Phase::Uncommitted => Reason::Uncommitted,
+                Phase::Failed => Reason::Failed,
+                Phase::Completed | Phase::InProgress => Reason::Expired,
+            })
+        })
+        .collect()
 }
 
 /// Completed with every ancestor completed and present (cycles are not restorable).
@@ -406,13 +445,18 @@ fn apply_rules(
     }
 }
 
-/// Keeps every ancestor of a kept backup, naming the kept child in `chain:<id>`. A chain's
+/// Keeps every ancestor of a kept (not failed) backup, naming the kept child in `chain:<id>`. A chain's
 /// lock expiry is that of its last increment, so locks also flow to ancestors.
 fn close_chains(backups: &[&Backup], parent: &[Option<usize>], reasons: &mut [Vec<Reason>]) {
+    // A failed attempt is never part of a chain (seed 002): keeping it for
+    // `failedBackupsTTL` does not pin its ancestors.
     let mut queue: VecDeque<usize> = (0..backups.len())
-        .filter(|&i| !reasons[i].is_empty())
+        .filter(|&i| !reasons[i].is_empty() && backups[i].phase != Phase::Failed)
         .collect();
-    let mut seen: Vec<bool> = reasons.iter().map(|r| !r.is_empty()).collect();
+    let mut seen = vec![false; backups.len()];
+    for &i in &queue {
+        seen[i] = true;
+    }
     while let Some(i) = queue.pop_front() {
         let Some(p) = parent[i] else { continue };
         reasons[p].push(Reason::Chain(backups[i].id.clone()));
@@ -581,7 +625,11 @@ fn defer_beyond_cap(
     }
 }
 
-fn plan_segments(segments: &[Segment], horizon: Option<Timestamp>) -> SegmentPlan {
+fn plan_segments(
+    segments: &[Segment],
+    horizon: Option<Timestamp>,
+    pinned: impl Fn(&Segment) -> bool,
+) -> SegmentPlan {
     let mut segs: Vec<&Segment> = segments.iter().collect();
     segs.sort_by(|a, b| (a.sequence, &a.name).cmp(&(b.sequence, &b.name)));
     let mut out = SegmentPlan::default();
@@ -600,7 +648,9 @@ fn plan_segments(segments: &[Segment], horizon: Option<Timestamp>) -> SegmentPla
             out.drop_from_index.push(s.name.clone());
             continue;
         }
-        let reason = if s.indexed && behind(s) {
+        let reason = if pinned(s) {
+            None
+        } else if s.indexed && behind(s) {
             Some(SegmentReason::BehindHorizon)
         } else if !s.indexed && cut.is_some_and(|c| s.sequence < c) {
             Some(SegmentReason::UnindexedBehindHorizon)

@@ -1,0 +1,68 @@
+//! Builders shared by the planner's table and property tests.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use jiff::{SignedDuration, Timestamp};
+use tidemark_core::{Backup, BackupKind, Phase, PolicyInput, Segment};
+
+pub fn ts(s: &str) -> Timestamp {
+    s.parse().unwrap()
+}
+
+/// A completed full backup started at `start`, taking five minutes.
+pub fn full(id: &str, start: &str) -> Backup {
+    let started_at = ts(start);
+    Backup {
+        id: id.to_owned(),
+        name: format!("b-{id}"),
+        kind: BackupKind::Full,
+        phase: Phase::Completed,
+        started_at,
+        completed_at: Some(started_at + SignedDuration::from_mins(5)),
+        last_modified: started_at + SignedDuration::from_mins(5),
+        immutable_until: None,
+        ttl: None,
+        protected: false,
+        newer_format: false,
+        interrupted_delete: false,
+        log_file: None,
+        size: 100,
+    }
+}
+
+pub fn incr(id: &str, parent: &str, start: &str) -> Backup {
+    Backup {
+        kind: BackupKind::Incremental(parent.to_owned()),
+        ..full(id, start)
+    }
+}
+
+pub fn failed(mut b: Backup) -> Backup {
+    b.phase = Phase::Failed;
+    b
+}
+
+pub fn segment(seq: u64, first: Timestamp, last: Option<Timestamp>) -> Segment {
+    Segment {
+        name: format!("mysql-bin.{seq:06}"),
+        sequence: seq,
+        first_event_at: Some(first),
+        last_event_at: last,
+        size: 1000,
+        indexed: true,
+        present: true,
+    }
+}
+
+pub fn keep_last(n: i64) -> PolicyInput {
+    PolicyInput {
+        keep_last: Some(n),
+        ..Default::default()
+    }
+}
+
+pub fn window(w: &str) -> PolicyInput {
+    PolicyInput {
+        window: Some(w.to_owned()),
+        ..Default::default()
+    }
+}

@@ -1,0 +1,463 @@
+//! Property tests of DESIGN.md §5.4 over random histories and policies. Restorability is
+//! recomputed here naively (quadratic, no shared code with the planner) so a bug in the
+//! planner's restore model cannot hide itself.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+
+use jiff::{SignedDuration, Timestamp};
+use proptest::prelude::*;
+use tidemark_core::{
+    Action, Backup, BackupKind, Inventory, Phase, Plan, PolicyInput, RetentionDuration, Segment,
+    plan,
+};
+
+const HOUR: i64 = 3600;
+
+fn base_time() -> Timestamp {
+    common::ts("2026-06-01T00:00:00Z")
+}
+
+fn at(hours: i64) -> Timestamp {
+    base_time() + SignedDuration::from_secs(hours * HOUR)
+}
+
+#[derive(Debug, Clone)]
+struct Spec {
+    start_h: i64,
+    parent: Option<usize>,
+    phase: u8,
+    lock_h: Option<i64>,
+    protected: bool,
+    ttl_days: Option<u32>,
+    newer: bool,
+}
+
+fn backup_spec() -> impl Strategy<Value = Spec> {
+    (
+        0i64..2400,
+        prop::option::weighted(0.6, 0usize..64),
+        0u8..20,
+        prop::option::weighted(0.1, 0i64..3000),
+        prop::bool::weighted(0.05),
+        prop::option::weighted(0.15, 0u32..60),
+        prop::bool::weighted(0.03),
+    )
+        .prop_map(
+            |(start_h, parent, phase, lock_h, protected, ttl_days, newer)| Spec {
+                start_h,
+                parent,
+                phase,
+                lock_h,
+                protected,
+                ttl_days,
+                newer,
+            },
+        )
+}
+
+fn build_backups(specs: &[Spec]) -> Vec<Backup> {
+    let mut sorted = specs.to_vec();
+    sorted.sort_by_key(|s| s.start_h);
+    let mut out: Vec<Backup> = Vec::new();
+    for (i, s) in sorted.iter().enumerate() {
+        let started_at = at(s.start_h);
+        let id = format!("b{i:03}");
+        // Parents are earlier backups only (as real incrementals are).
+        let kind = match s.parent {
+            Some(p) if i > 0 => BackupKind::Incremental(format!("b{:03}", p % i)),
+            _ => BackupKind::Full,
+        };
+        let phase = match s.phase {
+            0..=15 => Phase::Completed,
+            16 | 17 => Phase::Failed,
+            18 => Phase::InProgress,
+            _ => Phase::Uncommitted,
+        };
+        let completed_at = match phase {
+            Phase::Completed | Phase::Failed => Some(started_at + SignedDuration::from_mins(20)),
+            _ => None,
+        };
+        out.push(Backup {
+            id,
+            name: "nightly".into(),
+            kind,
+            phase,
+            started_at,
+            completed_at,
+            last_modified: started_at + SignedDuration::from_mins(20),
+            immutable_until: s.lock_h.map(at),
+            ttl: s.ttl_days.map(|d| {
+                RetentionDuration::new(d, tidemark_core::duration::DurationUnit::Days).unwrap()
+            }),
+            protected: s.protected,
+            newer_format: s.newer,
+            interrupted_delete: false,
+            log_file: None,
+            size: 10,
+        });
+    }
+    out
+}
+
+/// Segments covering [0, 2600] hours in 6-hour pieces, with random holes, unknown last
+/// events and unindexed or index-only entries.
+fn segments() -> impl Strategy<Value = Vec<Segment>> {
+    prop::collection::vec((0u8..40, 0u8..30, 0u8..40), 430..=440).prop_map(|flags| {
+        flags
+            .into_iter()
+            .enumerate()
+            .filter(|(_, (hole, _, _))| *hole != 0)
+            .map(|(k, (_, unknown, odd))| {
+                let k = k as i64;
+                Segment {
+                    name: format!("mysql-bin.{:06}", k + 1),
+                    sequence: (k + 1) as u64,
+                    first_event_at: Some(at(k * 6)),
+                    last_event_at: (unknown != 0).then(|| at(k * 6 + 6)),
+                    size: 100,
+                    indexed: odd != 1,
+                    present: odd != 2,
+                }
+            })
+            .collect()
+    })
+}
+
+fn policy() -> impl Strategy<Value = PolicyInput> {
+    (
+        prop::option::of(0u32..120),
+        prop::option::of(0i64..10),
+        prop::option::of(0i64..10),
+        prop::option::of(0i64..6),
+        prop::option::of(0i64..6),
+        prop::option::of(0i64..3),
+        prop::option::of(0u32..30),
+        any::<bool>(),
+        prop::option::weighted(0.3, 0i64..8),
+        prop::sample::select(vec![
+            "UTC",
+            "Europe/Paris",
+            "Asia/Kolkata",
+            "America/New_York",
+        ]),
+    )
+        .prop_map(|(w, last, d, wk, m, y, ft, cover, cap, tz)| PolicyInput {
+            window: w.map(|n| format!("{n}d")),
+            keep_last: last,
+            keep_daily: d,
+            keep_weekly: wk,
+            keep_monthly: m,
+            keep_yearly: y,
+            failed_backups_ttl: ft.map(|n| format!("{n}d")),
+            cover_window: Some(cover && w.is_some()),
+            consolidate: None,
+            max_deletions_per_pass: cap,
+            time_zone: Some(tz.to_owned()),
+        })
+}
+
+// ------------------------------------------------------------ naive restore model
+
+fn naive_restorable(backups: &[Backup]) -> HashSet<String> {
+    let by_id: HashMap<&str, &Backup> = backups.iter().map(|b| (b.id.as_str(), b)).collect();
+    backups
+        .iter()
+        .filter(|b| {
+            let mut cur = *b;
+            for _ in 0..=backups.len() {
+                if cur.phase != Phase::Completed {
+                    return false;
+                }
+                match &cur.kind {
+                    BackupKind::Full => return true,
+                    BackupKind::Incremental(p) => match by_id.get(p.as_str()) {
+                        Some(pb) => cur = pb,
+                        None => return false,
+                    },
+                }
+            }
+            false
+        })
+        .map(|b| b.id.clone())
+        .collect()
+}
+
+/// `[completed, replay end]` of each restorable backup, by a linear scan of the segments.
+fn naive_intervals(backups: &[Backup], segments: &[&Segment]) -> Vec<(Timestamp, Timestamp)> {
+    let mut segs: Vec<&Segment> = segments.iter().copied().filter(|s| s.present).collect();
+    segs.sort_by_key(|s| s.sequence);
+    let ok = naive_restorable(backups);
+    backups
+        .iter()
+        .filter(|b| ok.contains(&b.id))
+        .map(|b| {
+            let c = b.completed_at.unwrap();
+            let mut end = c;
+            if let Some(start) = segs
+                .iter()
+                .position(|s| s.last_event_at.is_some_and(|l| l >= c))
+                .filter(|&k| {
+                    segs[k].first_event_at.is_some_and(|f| f <= c)
+                        || (k > 0 && segs[k - 1].sequence + 1 == segs[k].sequence)
+                })
+            {
+                let mut prev = segs[start].sequence - 1;
+                for s in &segs[start..] {
+                    if s.sequence != prev + 1 {
+                        break;
+                    }
+                    prev = s.sequence;
+                    if let Some(l) = s.last_event_at {
+                        end = end.max(l);
+                    }
+                }
+            }
+            (c, end)
+        })
+        .collect()
+}
+
+fn covered(intervals: &[(Timestamp, Timestamp)], t: Timestamp) -> bool {
+    intervals.iter().any(|(a, b)| *a <= t && t <= *b)
+}
+
+fn kept<'a>(inv: &'a Inventory, p: &Plan) -> (Vec<Backup>, Vec<&'a Segment>) {
+    let deleted: HashSet<&str> = p.deletions().map(|d| d.backup.id.as_str()).collect();
+    let gone: HashSet<&str> = p.segments.delete.iter().map(|d| d.name.as_str()).collect();
+    (
+        inv.backups
+            .iter()
+            .filter(|b| !deleted.contains(b.id.as_str()))
+            .cloned()
+            .collect(),
+        inv.segments
+            .iter()
+            .filter(|s| !gone.contains(s.name.as_str()))
+            .collect(),
+    )
+}
+
+fn check_invariants(
+    inv: &Inventory,
+    input: &PolicyInput,
+    now: Timestamp,
+) -> Result<(), TestCaseError> {
+    let policy = match input.validate() {
+        Ok(p) => p,
+        Err(_) => return Ok(()),
+    };
+    let p = plan(&policy, inv, now);
+    let by_id: HashMap<&str, &Backup> = inv.backups.iter().map(|b| (b.id.as_str(), b)).collect();
+    let action: HashMap<&str, Action> = p
+        .backups
+        .iter()
+        .map(|d| (d.backup.id.as_str(), d.action))
+        .collect();
+    prop_assert_eq!(p.backups.len(), inv.backups.len());
+
+    // Every decision carries reasons; deletions exactly one delete reason.
+    for d in &p.backups {
+        prop_assert!(!d.reasons.is_empty(), "{} has no reason", d.backup.id);
+        let keep = d.action == Action::Keep;
+        prop_assert!(d.reasons.iter().all(|r| r.is_keep() == keep), "{:?}", d);
+    }
+
+    // 1. The newest successful backup, and its chain, is never deleted.
+    if let Some(newest) = inv
+        .backups
+        .iter()
+        .filter(|b| b.phase == Phase::Completed)
+        .max_by_key(|b| (b.completed_at, &b.id))
+    {
+        let mut cur = Some(newest);
+        while let Some(b) = cur {
+            prop_assert_eq!(action[b.id.as_str()], Action::Keep, "floor chain {}", b.id);
+            cur = b.kind.parent().and_then(|p| by_id.get(p.as_str()).copied());
+        }
+    }
+
+    // 2. Every retained successful incremental keeps its whole (present) chain.
+    let (after_backups, after_segments) = kept(inv, &p);
+    for b in &after_backups {
+        if b.phase != Phase::Completed {
+            continue;
+        }
+        let mut cur = b;
+        for _ in 0..inv.backups.len() {
+            let Some(parent) = cur.kind.parent().and_then(|p| by_id.get(p.as_str())) else {
+                break;
+            };
+            prop_assert_eq!(
+                action[parent.id.as_str()],
+                Action::Keep,
+                "{} needs {}: {:?}",
+                b.id,
+                parent.id,
+                p.backups
+                    .iter()
+                    .map(|d| (
+                        d.backup.id.as_str(),
+                        d.backup.kind.parent(),
+                        d.backup.phase,
+                        d.action,
+                        d.reasons.iter().map(|r| r.to_string()).collect::<Vec<_>>()
+                    ))
+                    .collect::<Vec<_>>()
+            );
+            cur = parent;
+        }
+    }
+
+    // 4. Nothing locked, protected, in progress or of a newer format is deleted.
+    for d in p.deletions() {
+        let b = &d.backup;
+        prop_assert!(
+            b.immutable_until.is_none_or(|u| u <= now),
+            "locked {}",
+            b.id
+        );
+        prop_assert!(
+            !b.protected && !b.newer_format && b.phase != Phase::InProgress,
+            "{}",
+            b.id
+        );
+    }
+    // Segments: only behind the horizon; an indexed segment with unknown last event stays.
+    for s in &p.segments.delete {
+        let seg = inv.segments.iter().find(|x| x.name == s.name).unwrap();
+        if seg.indexed {
+            prop_assert!(
+                seg.last_event_at.is_some()
+                    && Some(seg.last_event_at.unwrap()) < p.horizon.map(Some).unwrap_or(None)
+            );
+        }
+    }
+    if policy.max_deletions_per_pass > 0 {
+        prop_assert!(p.deletions().count() <= policy.max_deletions_per_pass as usize);
+    }
+
+    // 3. No gap inside the retained range.
+    let all_segments: Vec<&Segment> = inv.segments.iter().collect();
+    let before = naive_intervals(&inv.backups, &all_segments);
+    let after = naive_intervals(&after_backups, &after_segments);
+    let t_end = before.iter().filter(|(a, b)| b > a).map(|(_, b)| *b).max();
+    let t0 = after.iter().map(|(a, _)| *a).min();
+    let mut probes: Vec<Timestamp> = before
+        .iter()
+        .flat_map(|(a, b)| {
+            [
+                *a,
+                *b,
+                *a + SignedDuration::from_secs(1),
+                *b - SignedDuration::from_secs(1),
+            ]
+        })
+        .collect();
+    for s in &inv.segments {
+        probes.extend(s.last_event_at);
+        probes.extend(s.first_event_at);
+    }
+    if let (Some(t0), Some(t_end)) = (t0, t_end) {
+        for &t in &probes {
+            if t > t0 && t <= t_end && before.iter().any(|(a, b)| b > a && *a < t && t <= *b) {
+                prop_assert!(
+                    covered(&after, t),
+                    "instant {t} lost (window {t0}..{t_end}); before {:?}; after {:?}; decisions {:?}; segs {:?}",
+                    before
+                        .iter()
+                        .filter(|(a, b)| *a < t && t <= *b)
+                        .collect::<Vec<_>>(),
+                    after,
+                    p.backups
+                        .iter()
+                        .map(|d| (
+                            d.backup.id.as_str(),
+                            d.backup.kind.parent(),
+                            d.backup.phase,
+                            d.backup.completed_at.map(|c| c.to_string()),
+                            d.action,
+                            d.reasons.iter().map(|r| r.to_string()).collect::<Vec<_>>()
+                        ))
+                        .collect::<Vec<_>>(),
+                    inv.segments
+                        .iter()
+                        .filter(|s| s
+                            .last_event_at
+                            .is_none_or(|l| l >= t0 - SignedDuration::from_hours(48)
+                                && l <= t + SignedDuration::from_hours(48)))
+                        .map(|s| (
+                            s.sequence,
+                            s.first_event_at.map(|x| x.to_string()),
+                            s.last_event_at.map(|x| x.to_string()),
+                            s.indexed,
+                            s.present
+                        ))
+                        .collect::<Vec<_>>(),
+                );
+            }
+        }
+    }
+    // With coverWindow, every restorable instant of [now - window, now] stays restorable.
+    if policy.cover_window
+        && let Some(w) = policy.window
+    {
+        // A backup deleted by its own expired `ttl` takes its restore point with it (the
+        // user asked for that); instants reached by replay stay protected by the gap rule.
+        let ttl_expired: HashSet<&str> = p
+            .deletions()
+            .filter(|d| d.reasons == [tidemark_core::Reason::TtlExpired])
+            .map(|d| d.backup.id.as_str())
+            .collect();
+        let others: Vec<Backup> = inv
+            .backups
+            .iter()
+            .filter(|b| !ttl_expired.contains(b.id.as_str()))
+            .cloned()
+            .collect();
+        let before_cover = naive_intervals(&others, &all_segments);
+        let from = w.before(now);
+        for &t in &probes {
+            if t >= from && t <= now && covered(&before_cover, t) {
+                prop_assert!(
+                    covered(&after, t),
+                    "window instant {t} lost; {:?}",
+                    p.backups
+                        .iter()
+                        .map(|d| (
+                            d.backup.id.as_str(),
+                            d.backup.completed_at.map(|c| c.to_string()),
+                            d.action,
+                            d.reasons.iter().map(|r| r.to_string()).collect::<Vec<_>>()
+                        ))
+                        .collect::<Vec<_>>()
+                );
+            }
+        }
+    }
+
+    // 5. Deterministic whatever the listing order.
+    let mut shuffled = inv.clone();
+    shuffled.backups.reverse();
+    shuffled.segments.reverse();
+    let p2 = plan(&policy, &shuffled, now);
+    prop_assert_eq!(&p, &p2);
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(600))]
+
+    #[test]
+    fn planner_invariants(
+        specs in prop::collection::vec(backup_spec(), 0..48),
+        segs in segments(),
+        policy in policy(),
+        now_h in 2400i64..3200,
+    ) {
+        let inv = Inventory { backups: build_backups(&specs), segments: segs };
+        check_invariants(&inv, &policy, at(now_h))?;
+    }
+}

@@ -1,0 +1,652 @@
+//! Table tests: each worked example of seeds 000 and 002, and each rule of DESIGN.md §5.2.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::*;
+use tidemark_core::{Action, Inventory, Phase, PolicyInput, Reason, SegmentReason, plan};
+
+/// `(id, action, reasons as strings)` for every backup in the plan, oldest first.
+fn decisions(p: &tidemark_core::Plan) -> Vec<(String, Action, Vec<String>)> {
+    p.backups
+        .iter()
+        .map(|d| {
+            (
+                d.backup.id.clone(),
+                d.action,
+                d.reasons.iter().map(ToString::to_string).collect(),
+            )
+        })
+        .collect()
+}
+
+fn row(id: &str, action: Action, reasons: &[&str]) -> (String, Action, Vec<String>) {
+    (
+        id.to_owned(),
+        action,
+        reasons.iter().map(|s| (*s).to_owned()).collect(),
+    )
+}
+
+use Action::{Delete, Keep};
+
+// ---------------------------------------------------------------- seed 000
+
+#[test]
+fn seed000_time_window_expires_old_base_backups() {
+    let inv = Inventory {
+        backups: vec![
+            full("d40", "2026-10-11T02:00:00Z"),
+            full("d35", "2026-10-16T02:00:00Z"),
+            full("d20", "2026-10-31T02:00:00Z"),
+            full("d05", "2026-11-15T02:00:00Z"),
+        ],
+        segments: vec![],
+    };
+    let policy = window("30d").validate().unwrap();
+    let p = plan(&policy, &inv, ts("2026-11-20T02:00:00Z"));
+    assert_eq!(
+        decisions(&p),
+        vec![
+            row("d40", Delete, &["expired"]),
+            row("d35", Delete, &["expired"]),
+            row("d20", Keep, &["window"]),
+            row("d05", Keep, &["window", "floor"]),
+        ]
+    );
+}
+
+#[test]
+fn seed000_window_boundary_is_completed_at_not_older_than_now_minus_window() {
+    // completedAt = started + 5 min. Exactly now - window is kept; one second older is not.
+    let inv = Inventory {
+        backups: vec![
+            full("edge", "2026-10-21T01:55:00Z"),
+            full("older", "2026-10-21T01:54:59Z"),
+            full("new", "2026-11-19T01:55:00Z"),
+        ],
+        segments: vec![],
+    };
+    let p = plan(
+        &window("30d").validate().unwrap(),
+        &inv,
+        ts("2026-11-20T02:00:00Z"),
+    );
+    let d = decisions(&p);
+    assert_eq!(d[0], row("older", Delete, &["expired"]));
+    assert_eq!(d[1], row("edge", Keep, &["window"]));
+}
+
+#[test]
+fn seed000_newest_backup_is_a_floor_even_outside_the_window() {
+    let inv = Inventory {
+        backups: vec![
+            full("a", "2026-08-01T02:00:00Z"),
+            full("b", "2026-09-01T02:00:00Z"),
+            full("c", "2026-09-20T02:00:00Z"),
+        ],
+        segments: vec![],
+    };
+    let p = plan(
+        &window("30d").validate().unwrap(),
+        &inv,
+        ts("2026-11-20T02:00:00Z"),
+    );
+    assert_eq!(
+        decisions(&p),
+        vec![
+            row("a", Delete, &["expired"]),
+            row("b", Delete, &["expired"]),
+            row("c", Keep, &["floor"]),
+        ]
+    );
+}
+
+#[test]
+fn seed000_binlog_horizon_is_the_oldest_retained_start_and_unknown_times_are_kept() {
+    let inv = Inventory {
+        backups: vec![
+            full("old", "2026-10-01T02:00:00Z"),
+            full("kept", "2026-11-10T02:00:00Z"),
+        ],
+        segments: vec![
+            segment(
+                1,
+                ts("2026-10-01T00:00:00Z"),
+                Some(ts("2026-10-20T00:00:00Z")),
+            ),
+            segment(2, ts("2026-10-20T00:00:00Z"), None), // "zero" last event: kept
+            segment(
+                3,
+                ts("2026-10-25T00:00:00Z"),
+                Some(ts("2026-11-10T01:59:59Z")),
+            ),
+            segment(
+                4,
+                ts("2026-11-10T01:59:59Z"),
+                Some(ts("2026-11-10T02:00:00Z")),
+            ),
+            segment(
+                5,
+                ts("2026-11-10T02:00:00Z"),
+                Some(ts("2026-11-19T00:00:00Z")),
+            ),
+        ],
+    };
+    let p = plan(
+        &window("30d").validate().unwrap(),
+        &inv,
+        ts("2026-11-20T02:00:00Z"),
+    );
+    assert_eq!(p.horizon, Some(ts("2026-11-10T02:00:00Z")));
+    let deleted: Vec<_> = p.segments.delete.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(deleted, ["mysql-bin.000001", "mysql-bin.000003"]);
+    assert!(
+        p.segments
+            .delete
+            .iter()
+            .all(|d| d.reason == SegmentReason::BehindHorizon)
+    );
+    assert_eq!(p.segments.keep, 3);
+    assert_eq!(p.segments.kept_unknown_last_event, 1);
+    assert!(p.segments.changes_index());
+}
+
+#[test]
+fn seed000_no_successful_backup_means_no_binlog_is_deleted() {
+    let inv = Inventory {
+        backups: vec![failed(full("f", "2026-10-01T02:00:00Z"))],
+        segments: vec![segment(
+            1,
+            ts("2026-09-01T00:00:00Z"),
+            Some(ts("2026-09-02T00:00:00Z")),
+        )],
+    };
+    let p = plan(
+        &window("7d").validate().unwrap(),
+        &inv,
+        ts("2026-11-20T00:00:00Z"),
+    );
+    assert_eq!(p.horizon, None);
+    assert!(p.segments.delete.is_empty());
+    // Without failedBackupsTTL, a failed attempt is retained (retain by default).
+    assert_eq!(decisions(&p), vec![row("f", Keep, &["failedBackupsTTL"])]);
+}
+
+// ---------------------------------------------------------------- seed 002
+
+#[test]
+fn seed002_retain_three_forever_incremental_day_by_day() {
+    let days = [
+        full("day1", "2026-11-01T02:00:00Z"),
+        incr("day2", "day1", "2026-11-02T02:00:00Z"),
+        incr("day3", "day2", "2026-11-03T02:00:00Z"),
+        incr("day4", "day3", "2026-11-04T02:00:00Z"),
+    ];
+    let policy = keep_last(3).validate().unwrap();
+    let expected: [Vec<_>; 4] = [
+        vec![row("day1", Keep, &["keepLast", "floor"])],
+        vec![
+            row("day1", Keep, &["keepLast", "chain:day2"]),
+            row("day2", Keep, &["keepLast", "floor"]),
+        ],
+        vec![
+            row("day1", Keep, &["keepLast", "chain:day2"]),
+            row("day2", Keep, &["keepLast", "chain:day3"]),
+            row("day3", Keep, &["keepLast", "floor"]),
+        ],
+        // Day 4: day1 is beyond the count but day2 is built on it: kept for the chain
+        // (consolidation into a synthetic full comes with `consolidate: true`).
+        vec![
+            row("day1", Keep, &["chain:day2"]),
+            row("day2", Keep, &["keepLast", "chain:day3"]),
+            row("day3", Keep, &["keepLast", "chain:day4"]),
+            row("day4", Keep, &["keepLast", "floor"]),
+        ],
+    ];
+    for (day, want) in expected.iter().enumerate() {
+        let inv = Inventory {
+            backups: days[..=day].to_vec(),
+            segments: vec![],
+        };
+        let p = plan(&policy, &inv, ts("2026-11-05T00:00:00Z"));
+        assert_eq!(&decisions(&p), want, "day {}", day + 1);
+    }
+}
+
+#[test]
+fn seed002_retain_three_with_a_full_after_every_two_backups() {
+    let days = [
+        full("day1", "2026-11-01T02:00:00Z"),
+        incr("day2", "day1", "2026-11-02T02:00:00Z"),
+        full("day3", "2026-11-03T02:00:00Z"),
+        incr("day4", "day3", "2026-11-04T02:00:00Z"),
+        full("day5", "2026-11-05T02:00:00Z"),
+    ];
+    let policy = keep_last(3).validate().unwrap();
+    let now = ts("2026-11-06T00:00:00Z");
+    let day4 = plan(
+        &policy,
+        &Inventory {
+            backups: days[..4].to_vec(),
+            segments: vec![],
+        },
+        now,
+    );
+    assert_eq!(
+        decisions(&day4),
+        vec![
+            row("day1", Keep, &["chain:day2"]),
+            row("day2", Keep, &["keepLast"]),
+            row("day3", Keep, &["keepLast", "chain:day4"]),
+            row("day4", Keep, &["keepLast", "floor"]),
+        ]
+    );
+    let day5 = plan(
+        &policy,
+        &Inventory {
+            backups: days.to_vec(),
+            segments: vec![],
+        },
+        now,
+    );
+    assert_eq!(
+        decisions(&day5),
+        vec![
+            row("day1", Delete, &["expired"]),
+            row("day2", Delete, &["expired"]),
+            row("day3", Keep, &["keepLast", "chain:day4"]),
+            row("day4", Keep, &["keepLast"]),
+            row("day5", Keep, &["keepLast", "floor"]),
+        ]
+    );
+}
+
+#[test]
+fn seed002_full_after_every_three_backups_f_i_i() {
+    // F ← I ← I  F ← I ← I  F ← I ← I, retain 3: only the last chain survives.
+    let mut backups = Vec::new();
+    for k in 0..9 {
+        let id = format!("b{k}");
+        let start = format!("2026-11-{:02}T02:00:00Z", k + 1);
+        backups.push(if k % 3 == 0 {
+            full(&id, &start)
+        } else {
+            incr(&id, &format!("b{}", k - 1), &start)
+        });
+    }
+    let p = plan(
+        &keep_last(3).validate().unwrap(),
+        &Inventory {
+            backups,
+            segments: vec![],
+        },
+        ts("2026-11-10T00:00:00Z"),
+    );
+    let kept: Vec<_> = p
+        .backups
+        .iter()
+        .filter(|d| d.action == Keep)
+        .map(|d| d.backup.id.as_str())
+        .collect();
+    assert_eq!(kept, ["b6", "b7", "b8"]);
+}
+
+#[test]
+fn seed002_errored_backups_are_not_counted_and_break_no_chain() {
+    let backups = vec![
+        full("day1", "2026-11-01T02:00:00Z"),
+        incr("day2", "day1", "2026-11-02T02:00:00Z"),
+        failed(incr("day3", "day2", "2026-11-03T02:00:00Z")),
+        // The next backup is taken against the last known good one.
+        incr("day4", "day2", "2026-11-04T02:00:00Z"),
+    ];
+    let policy = PolicyInput {
+        keep_last: Some(3),
+        failed_backups_ttl: Some("7d".into()),
+        ..Default::default()
+    }
+    .validate()
+    .unwrap();
+    let inv = Inventory {
+        backups,
+        segments: vec![],
+    };
+    let soon = plan(&policy, &inv, ts("2026-11-05T00:00:00Z"));
+    assert_eq!(
+        decisions(&soon),
+        vec![
+            row("day1", Keep, &["keepLast", "chain:day2"]),
+            row("day2", Keep, &["keepLast", "chain:day4"]),
+            row("day3", Keep, &["failedBackupsTTL"]),
+            row("day4", Keep, &["keepLast", "floor"]),
+        ]
+    );
+    let later = plan(&policy, &inv, ts("2026-11-20T00:00:00Z"));
+    assert_eq!(decisions(&later)[2], row("day3", Delete, &["failed"]));
+}
+
+#[test]
+fn seed002_immutable_chain_expires_with_its_last_increment() {
+    let mut f1 = full("f1", "2026-11-01T02:00:00Z");
+    f1.immutable_until = Some(ts("2026-11-11T00:00:00Z"));
+    let mut i2 = incr("i2", "f1", "2026-11-02T02:00:00Z");
+    i2.immutable_until = Some(ts("2026-11-12T00:00:00Z"));
+    let mut i3 = incr("i3", "i2", "2026-11-03T02:00:00Z");
+    i3.immutable_until = Some(ts("2026-11-13T00:00:00Z"));
+    let f4 = full("f4", "2026-11-04T02:00:00Z");
+    let inv = Inventory {
+        backups: vec![f1, i2, i3, f4],
+        segments: vec![],
+    };
+    let policy = keep_last(1).validate().unwrap();
+
+    // Past f1's and i2's own locks, before i3's: the whole chain is still locked.
+    let p = plan(&policy, &inv, ts("2026-11-12T12:00:00Z"));
+    assert_eq!(
+        decisions(&p),
+        vec![
+            row("f1", Keep, &["chain:i2", "locked:2026-11-13T00:00:00Z"]),
+            row("i2", Keep, &["chain:i3", "locked:2026-11-13T00:00:00Z"]),
+            row("i3", Keep, &["locked:2026-11-13T00:00:00Z"]),
+            row("f4", Keep, &["keepLast", "floor"]),
+        ]
+    );
+    // After the last increment's lock: the chain goes at once.
+    let p = plan(&policy, &inv, ts("2026-11-13T00:00:01Z"));
+    let deleted: Vec<_> = p.deletions().map(|d| d.backup.id.as_str()).collect();
+    assert_eq!(deleted, ["f1", "i2", "i3"]);
+}
+
+// ---------------------------------------------------------------- DESIGN §5.2 rules
+
+#[test]
+fn gfs_buckets_use_the_policy_time_zone() {
+    // 23:30 UTC on the 19th is already the 20th in Europe/Paris (UTC+1 in November).
+    let backups = vec![
+        full("a", "2026-11-19T20:00:00Z"),
+        full("b", "2026-11-19T23:30:00Z"),
+        full("c", "2026-11-20T20:00:00Z"),
+    ];
+    let inv = Inventory {
+        backups,
+        segments: vec![],
+    };
+    let now = ts("2026-11-21T00:00:00Z");
+    let utc = PolicyInput {
+        keep_daily: Some(2),
+        ..Default::default()
+    };
+    let p = plan(&utc.clone().validate().unwrap(), &inv, now);
+    assert_eq!(
+        decisions(&p),
+        vec![
+            row("a", Delete, &["expired"]),
+            row("b", Keep, &["daily:2026-11-19"]),
+            row("c", Keep, &["daily:2026-11-20", "floor"]),
+        ]
+    );
+    let paris = PolicyInput {
+        time_zone: Some("Europe/Paris".into()),
+        ..utc
+    };
+    let p = plan(&paris.validate().unwrap(), &inv, now);
+    assert_eq!(
+        decisions(&p),
+        vec![
+            row("a", Keep, &["daily:2026-11-19"]),
+            row("b", Delete, &["expired"]),
+            row("c", Keep, &["daily:2026-11-20", "floor"]),
+        ]
+    );
+}
+
+#[test]
+fn gfs_weekly_monthly_yearly_keys() {
+    let inv = Inventory {
+        backups: vec![
+            full("y25", "2025-06-01T00:00:00Z"),
+            full("m10", "2026-10-15T00:00:00Z"),
+            full("w46", "2026-11-10T00:00:00Z"),
+            full("w47", "2026-11-17T00:00:00Z"),
+        ],
+        segments: vec![],
+    };
+    let policy = PolicyInput {
+        keep_weekly: Some(2),
+        keep_monthly: Some(2),
+        keep_yearly: Some(2),
+        ..Default::default()
+    }
+    .validate()
+    .unwrap();
+    let p = plan(&policy, &inv, ts("2026-11-20T00:00:00Z"));
+    assert_eq!(
+        decisions(&p),
+        vec![
+            row("y25", Keep, &["yearly:2025"]),
+            row("m10", Keep, &["monthly:2026-10"]),
+            row("w46", Keep, &["weekly:2026-W46"]),
+            row(
+                "w47",
+                Keep,
+                &["weekly:2026-W47", "monthly:2026-11", "yearly:2026", "floor"]
+            ),
+        ]
+    );
+}
+
+#[test]
+fn cover_window_keeps_the_newest_backup_before_the_window() {
+    let inv = Inventory {
+        backups: vec![
+            full("a", "2026-10-10T00:00:00Z"),
+            full("b", "2026-10-15T00:00:00Z"),
+            full("c", "2026-11-01T00:00:00Z"),
+        ],
+        segments: vec![],
+    };
+    let policy = PolicyInput {
+        window: Some("30d".into()),
+        cover_window: Some(true),
+        ..Default::default()
+    }
+    .validate()
+    .unwrap();
+    let p = plan(&policy, &inv, ts("2026-11-20T00:00:00Z"));
+    assert_eq!(
+        decisions(&p),
+        vec![
+            row("a", Delete, &["expired"]),
+            row("b", Keep, &["coverWindow"]),
+            row("c", Keep, &["window", "floor"]),
+        ]
+    );
+}
+
+#[test]
+fn per_backup_ttl_overrides_rules_but_not_floor_holds_or_chains() {
+    let ttl = |mut b: tidemark_core::Backup| {
+        b.ttl = Some("7d".parse().unwrap());
+        b
+    };
+    let mut held = ttl(full("held", "2026-11-01T00:00:00Z"));
+    held.protected = true;
+    let inv = Inventory {
+        backups: vec![
+            held,
+            ttl(full("base", "2026-11-02T00:00:00Z")),
+            incr("inc", "base", "2026-11-03T00:00:00Z"),
+            ttl(full("expired", "2026-11-04T00:00:00Z")),
+            ttl(full("young", "2026-11-15T00:00:00Z")),
+            ttl(full("newest", "2026-11-05T00:00:00Z")),
+        ],
+        segments: vec![],
+    };
+    // The window would keep everything; the 7-day TTLs say otherwise.
+    let p = plan(
+        &window("30d").validate().unwrap(),
+        &inv,
+        ts("2026-11-20T00:00:00Z"),
+    );
+    let got = decisions(&p);
+    assert_eq!(
+        got,
+        vec![
+            row("held", Keep, &["protected"]),
+            row("base", Keep, &["chain:inc"]),
+            row("inc", Keep, &["window"]),
+            row("expired", Delete, &["ttlExpired"]),
+            row("newest", Delete, &["ttlExpired"]),
+            row("young", Keep, &["window", "floor", "ttl"]),
+        ]
+    );
+}
+
+#[test]
+fn in_progress_newer_format_and_protected_are_never_deleted() {
+    let mut running = incr("running", "base", "2026-11-19T00:00:00Z");
+    running.phase = Phase::InProgress;
+    running.completed_at = None;
+    let mut newer = full("newer", "2026-01-02T00:00:00Z");
+    newer.newer_format = true;
+    let inv = Inventory {
+        backups: vec![
+            full("base", "2026-01-01T00:00:00Z"),
+            newer,
+            full("latest", "2026-11-18T00:00:00Z"),
+            running,
+        ],
+        segments: vec![],
+    };
+    let p = plan(
+        &keep_last(1).validate().unwrap(),
+        &inv,
+        ts("2026-11-20T00:00:00Z"),
+    );
+    assert_eq!(
+        decisions(&p),
+        vec![
+            row("base", Keep, &["chain:running"]),
+            row("newer", Keep, &["newerFormat"]),
+            row("latest", Keep, &["keepLast", "floor"]),
+            row("running", Keep, &["inProgress"]),
+        ]
+    );
+}
+
+#[test]
+fn uncommitted_attempts_age_from_last_modified() {
+    let mut stale = full("stale", "2026-11-01T00:00:00Z");
+    stale.phase = Phase::Uncommitted;
+    stale.completed_at = None;
+    let mut fresh = stale.clone();
+    fresh.id = "fresh".into();
+    fresh.last_modified = ts("2026-11-19T00:00:00Z");
+    let mut interrupted = stale.clone();
+    interrupted.id = "interrupted".into();
+    interrupted.last_modified = ts("2026-11-19T23:00:00Z");
+    interrupted.interrupted_delete = true;
+    let inv = Inventory {
+        backups: vec![
+            stale,
+            fresh,
+            interrupted,
+            full("ok", "2026-11-19T00:00:00Z"),
+        ],
+        segments: vec![],
+    };
+    let policy = PolicyInput {
+        keep_last: Some(1),
+        failed_backups_ttl: Some("7d".into()),
+        ..Default::default()
+    }
+    .validate()
+    .unwrap();
+    let p = plan(&policy, &inv, ts("2026-11-20T00:00:00Z"));
+    let got: Vec<_> = decisions(&p)
+        .into_iter()
+        .map(|(id, a, r)| (id, a, r.join(",")))
+        .collect();
+    assert!(got.contains(&("stale".into(), Delete, "uncommitted".into())));
+    assert!(got.contains(&("fresh".into(), Keep, "failedBackupsTTL".into())));
+    assert!(got.contains(&("interrupted".into(), Delete, "interruptedDelete".into())));
+}
+
+#[test]
+fn max_deletions_defers_descendants_before_ancestors() {
+    // Oldest chain a ← a1 ← a2 expires with b; cap 2 deletes a2 and a1 first (leaves first),
+    // so the kept remainder stays a valid chain.
+    let inv = Inventory {
+        backups: vec![
+            full("a", "2026-11-01T00:00:00Z"),
+            incr("a1", "a", "2026-11-02T00:00:00Z"),
+            incr("a2", "a1", "2026-11-03T00:00:00Z"),
+            full("b", "2026-11-04T00:00:00Z"),
+            full("c", "2026-11-05T00:00:00Z"),
+        ],
+        segments: vec![],
+    };
+    let policy = PolicyInput {
+        keep_last: Some(1),
+        max_deletions_per_pass: Some(2),
+        ..Default::default()
+    }
+    .validate()
+    .unwrap();
+    let p = plan(&policy, &inv, ts("2026-11-20T00:00:00Z"));
+    assert_eq!(
+        decisions(&p),
+        vec![
+            row("a", Keep, &["deferred"]),
+            row("a1", Delete, &["expired"]),
+            row("a2", Delete, &["expired"]),
+            row("b", Keep, &["deferred"]),
+            row("c", Keep, &["keepLast", "floor"]),
+        ]
+    );
+}
+
+#[test]
+fn a_backup_that_bridges_a_hole_in_the_log_archive_is_kept() {
+    // Segment 3 is missing: only backup "bridge" (completed inside segment 4) can restore
+    // the instants after the hole. keepMonthly keeps "old"; keepLast keeps "new".
+    let h = |s: &str| ts(&format!("2026-11-{s}:00Z"));
+    let inv = Inventory {
+        backups: vec![
+            full("old", "2026-11-01T00:00:00Z"),
+            full("bridge", "2026-11-03T01:00:00Z"),
+            full("mid", "2026-11-03T12:00:00Z"),
+            full("new", "2026-11-05T00:00:00Z"),
+        ],
+        segments: vec![
+            segment(1, h("01T00:00"), Some(h("02T00:00"))),
+            segment(2, h("02T00:00"), Some(h("03T00:00"))),
+            segment(4, h("03T00:10"), Some(h("04T00:00"))),
+            segment(5, h("04T00:00"), Some(h("05T06:00"))),
+        ],
+    };
+    let policy = PolicyInput {
+        keep_last: Some(1),
+        keep_monthly: Some(1),
+        keep_yearly: Some(1),
+        ..Default::default()
+    }
+    .validate()
+    .unwrap();
+    // keepMonthly/Yearly keep "new" only (same month); make "old" kept via protect.
+    let mut inv2 = inv.clone();
+    inv2.backups[0].protected = true;
+    let p = plan(&policy, &inv2, ts("2026-11-20T00:00:00Z"));
+    let d = decisions(&p);
+    assert_eq!(d[1], row("bridge", Keep, &["gap"]));
+    assert_eq!(d[2], row("mid", Delete, &["expired"]));
+    assert!(p.recovery_window.as_ref().unwrap().gaps.len() == 1);
+    // Without the hole (segment 3 present) "bridge" is not needed.
+    let mut inv3 = inv2.clone();
+    inv3.segments
+        .push(segment(3, h("03T00:00"), Some(h("03T00:10"))));
+    let p = plan(&policy, &inv3, ts("2026-11-20T00:00:00Z"));
+    assert_eq!(decisions(&p)[1], row("bridge", Delete, &["expired"]));
+    let _ = Reason::Gap;
+}

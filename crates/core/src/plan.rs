@@ -324,6 +324,14 @@ fn restorable(backups: &[&Backup], parent: &[Option<usize>]) -> Vec<bool> {
     state.into_iter().map(|s| s == S::Yes).collect()
 }
 
+/// One grandfather-father-son rule: keep the newest backup of each of `count` buckets.
+struct GfsRule {
+    count: u32,
+    /// The calendar bucket of an instant, e.g. `2026-W47`.
+    key: fn(&jiff::Zoned) -> String,
+    reason: fn(String) -> Reason,
+}
+
 /// The retention rules proper, plus the reasons that no rule may override.
 fn apply_rules(
     policy: &Policy,
@@ -359,35 +367,41 @@ fn apply_rules(
     for &i in successful.iter().take(policy.keep_last as usize) {
         reasons[i].push(Reason::KeepLast);
     }
-    let gfs: [(u32, fn(&jiff::Zoned) -> String, fn(String) -> Reason); 4] = [
-        (policy.keep_daily, |z| z.date().to_string(), Reason::Daily),
-        (
-            policy.keep_weekly,
-            |z| {
+    let gfs = [
+        GfsRule {
+            count: policy.keep_daily,
+            key: |z| z.date().to_string(),
+            reason: Reason::Daily,
+        },
+        GfsRule {
+            count: policy.keep_weekly,
+            key: |z| {
                 let w = z.date().iso_week_date();
                 format!("{:04}-W{:02}", w.year(), w.week())
             },
-            Reason::Weekly,
-        ),
-        (
-            policy.keep_monthly,
-            |z| format!("{:04}-{:02}", z.year(), z.month()),
-            Reason::Monthly,
-        ),
-        (
-            policy.keep_yearly,
-            |z| format!("{:04}", z.year()),
-            Reason::Yearly,
-        ),
+            reason: Reason::Weekly,
+        },
+        GfsRule {
+            count: policy.keep_monthly,
+            key: |z| format!("{:04}-{:02}", z.year(), z.month()),
+            reason: Reason::Monthly,
+        },
+        GfsRule {
+            count: policy.keep_yearly,
+            key: |z| format!("{:04}", z.year()),
+            reason: Reason::Yearly,
+        },
     ];
-    for (count, key_of, reason) in gfs {
-        if count == 0 {
+    for rule in gfs {
+        if rule.count == 0 {
             continue;
         }
+        // Restic/borg semantics: the newest backup of each of the newest `count` buckets
+        // that hold a backup (not calendar buckets counted back from now).
         let mut taken = 0;
         let mut last_key: Option<String> = None;
         for &i in &successful {
-            let key = key_of(
+            let key = (rule.key)(
                 &backups[i]
                     .restore_point()
                     .to_zoned(policy.time_zone.clone()),
@@ -396,9 +410,9 @@ fn apply_rules(
                 continue;
             }
             last_key = Some(key.clone());
-            reasons[i].push(reason(key));
+            reasons[i].push((rule.reason)(key));
             taken += 1;
-            if taken == count {
+            if taken == rule.count {
                 break;
             }
         }

@@ -1,0 +1,539 @@
+//! Listing a cluster's prefix into the planner's inventory. Foreign objects and malformed
+//! metadata are reported with their keys and never become deletable.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use futures::{StreamExt, TryStreamExt, stream};
+use jiff::Timestamp;
+use object_store::path::Path;
+use object_store::{ObjectMeta, ObjectStoreExt};
+use tidemark_core::{Backup, BackupKind, Inventory, Phase, Segment};
+
+use crate::error::{StoreError, is_not_found};
+use crate::format::{AuditRecord, BackupType, FORMAT_VERSION, IndexFile, Metadata, MetadataPhase};
+use crate::layout::{self, KeyKind};
+use crate::open::ClusterStore;
+use crate::progress::Progress;
+
+/// Metadata documents fetched at once.
+const METADATA_FETCH_CONCURRENCY: usize = 32;
+
+/// The label (in `metadata.json`) or annotation (on a Backup) that places a hold.
+pub const PROTECT_LABEL: &str = "tidemark.io/protect";
+
+/// One backup directory as found in the store.
+#[derive(Debug, Clone)]
+pub struct StoredBackup {
+    pub backup: Backup,
+    /// `metadata.json`, when the attempt is committed.
+    pub metadata_key: Option<Path>,
+    /// Every other object directly in the directory.
+    pub payload_keys: Vec<Path>,
+    pub metadata: Option<Metadata>,
+}
+
+/// A `metadata.json` (or audit record) that could not be used: reported, never deleted.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Malformed {
+    /// Key relative to the store URL.
+    pub key: String,
+    pub problem: String,
+}
+
+/// The index as read, with the version needed for a conditional rewrite.
+#[derive(Debug)]
+pub struct LoadedIndex {
+    pub file: IndexFile,
+    pub e_tag: Option<String>,
+    pub version: Option<String>,
+}
+
+/// A listed segment object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentObject {
+    pub name: String,
+    pub sequence: u64,
+    pub size: u64,
+}
+
+/// The part of `binlogs/` that was listed.
+#[derive(Debug, Clone, Default)]
+pub struct SegmentListing {
+    pub objects: Vec<SegmentObject>,
+    /// Segments with a sequence below this were listed; `None`: nothing was listed.
+    pub listed_below: Option<u64>,
+    /// Non-segment objects under `binlogs/` (besides the index).
+    pub foreign: Vec<String>,
+}
+
+/// Everything the store says about one cluster.
+#[derive(Debug)]
+pub struct Catalog {
+    pub backups: Vec<StoredBackup>,
+    pub foreign: Vec<String>,
+    pub malformed: Vec<Malformed>,
+    pub index: Option<LoadedIndex>,
+    /// Objects listed (for progress and reports).
+    pub objects_listed: usize,
+}
+
+impl Catalog {
+    /// Lists every backup directory, fetches each `metadata.json`, reads `_index.json` and
+    /// the latest audit record. Segment objects are listed separately
+    /// ([`list_segments`]), only as far as a pass needs.
+    ///
+    /// # Errors
+    /// A failed store request, a malformed or newer `_index.json`. Malformed metadata is
+    /// not an error: it is reported in [`Catalog::malformed`].
+    pub async fn load(store: &ClusterStore, progress: &dyn Progress) -> Result<Self, StoreError> {
+        let objects = list_outside_binlogs(store, progress).await?;
+        let objects_listed = objects.len();
+        let mut foreign = Vec::new();
+        let mut dirs: BTreeMap<(String, String), Dir> = BTreeMap::new();
+        let mut audits = Vec::new();
+        for meta in objects {
+            let key = meta.location.as_ref().to_owned();
+            match layout::classify(&key) {
+                KeyKind::Metadata { name, id } => {
+                    dirs.entry((name.to_owned(), id.to_owned()))
+                        .or_default()
+                        .metadata = Some(meta);
+                }
+                KeyKind::Payload { name, id } => {
+                    dirs.entry((name.to_owned(), id.to_owned()))
+                        .or_default()
+                        .payload
+                        .push(meta);
+                }
+                KeyKind::Audit => audits.push(meta.location),
+                KeyKind::State => {}
+                KeyKind::Segment { .. } | KeyKind::Index | KeyKind::Foreign => {
+                    foreign.push(store.display_key(&meta.location));
+                }
+            }
+        }
+
+        let interrupted = latest_audit_deletions(store, audits).await;
+        let (interrupted, audit_problem) = match interrupted {
+            Ok(ids) => (ids, None),
+            Err(m) => (HashSet::new(), Some(m)),
+        };
+
+        let fetched: Vec<Result<(usize, Fetched), StoreError>> = stream::iter(
+            dirs.iter()
+                .enumerate()
+                .filter_map(|(i, (_, d))| d.metadata.as_ref().map(|m| (i, m.location.clone()))),
+        )
+        .map(|(i, key)| async move {
+            let got = store.inner.get(&key).await;
+            let fetched = match got {
+                Ok(r) => match r.bytes().await {
+                    Ok(b) => Fetched::Bytes(b.to_vec()),
+                    Err(e) if is_not_found(&e) => Fetched::Gone,
+                    Err(source) => return Err(request(store, "reading", &key, source)),
+                },
+                // Deleted between listing and reading: another pass got there first.
+                Err(e) if is_not_found(&e) => Fetched::Gone,
+                Err(source) => return Err(request(store, "reading", &key, source)),
+            };
+            Ok((i, fetched))
+        })
+        .buffer_unordered(METADATA_FETCH_CONCURRENCY)
+        .collect()
+        .await;
+        let mut bodies: HashMap<usize, Fetched> = HashMap::new();
+        for r in fetched {
+            let (i, f) = r?;
+            progress.metadata_read(1);
+            bodies.insert(i, f);
+        }
+
+        let mut backups = Vec::with_capacity(dirs.len());
+        let mut malformed: Vec<Malformed> = audit_problem.into_iter().collect();
+        for (i, ((name, id), dir)) in dirs.into_iter().enumerate() {
+            let last_modified = dir
+                .payload
+                .iter()
+                .chain(dir.metadata.iter())
+                .map(|m| to_ts(m.last_modified))
+                .max()
+                .unwrap_or(Timestamp::UNIX_EPOCH);
+            let size: u64 = dir.payload.iter().map(|m| m.size).sum();
+            let payload_keys: Vec<Path> = dir.payload.into_iter().map(|m| m.location).collect();
+            let body = bodies.remove(&i);
+            let committed = match (&dir.metadata, body) {
+                (Some(meta), Some(Fetched::Bytes(bytes))) => match parse_metadata(&bytes, &id) {
+                    Ok(m) => Some((meta.location.clone(), m)),
+                    Err(problem) => {
+                        malformed.push(Malformed {
+                            key: store.display_key(&meta.location),
+                            problem,
+                        });
+                        continue;
+                    }
+                },
+                _ => None,
+            };
+            let backup = match &committed {
+                Some((_, m)) => backup_from_metadata(m, &name, last_modified, size),
+                None => Backup {
+                    id: id.clone(),
+                    name: name.clone(),
+                    kind: BackupKind::Full,
+                    phase: Phase::Uncommitted,
+                    started_at: id_time(&id).unwrap_or(last_modified),
+                    completed_at: None,
+                    last_modified,
+                    immutable_until: None,
+                    ttl: None,
+                    protected: false,
+                    newer_format: false,
+                    interrupted_delete: interrupted.contains(&id),
+                    log_file: None,
+                    size,
+                },
+            };
+            let (metadata_key, metadata) = match committed {
+                Some((k, m)) => (Some(k), Some(m)),
+                None => (None, None),
+            };
+            backups.push(StoredBackup {
+                backup,
+                metadata_key,
+                payload_keys,
+                metadata,
+            });
+        }
+
+        let index = load_index(store).await?;
+        foreign.sort();
+        Ok(Catalog {
+            backups,
+            foreign,
+            malformed,
+            index,
+            objects_listed,
+        })
+    }
+
+    /// The planner's view. Index entries at or above `listing.listed_below` were not
+    /// listed and are taken as present (deleting a missing object is harmless).
+    pub fn inventory(&self, listing: &SegmentListing) -> Inventory {
+        let listed: HashMap<&str, &SegmentObject> = listing
+            .objects
+            .iter()
+            .map(|o| (o.name.as_str(), o))
+            .collect();
+        let below = listing.listed_below.unwrap_or(0);
+        let mut segments = Vec::new();
+        let mut indexed = HashSet::new();
+        if let Some(idx) = &self.index {
+            for e in &idx.file.entries {
+                indexed.insert(e.name.as_str());
+                segments.push(Segment {
+                    name: e.name.clone(),
+                    sequence: e.sequence,
+                    first_event_at: e.first_event_at,
+                    last_event_at: e.last_event_at,
+                    size: e.size,
+                    indexed: true,
+                    present: e.sequence >= below || listed.contains_key(e.name.as_str()),
+                });
+            }
+        }
+        for o in &listing.objects {
+            if !indexed.contains(o.name.as_str()) {
+                segments.push(Segment {
+                    name: o.name.clone(),
+                    sequence: o.sequence,
+                    first_event_at: None,
+                    last_event_at: None,
+                    size: o.size,
+                    indexed: false,
+                    present: true,
+                });
+            }
+        }
+        Inventory {
+            backups: self.backups.iter().map(|b| b.backup.clone()).collect(),
+            segments,
+        }
+    }
+
+    pub fn backup(&self, id: &str) -> Option<&StoredBackup> {
+        self.backups.iter().find(|b| b.backup.id == id)
+    }
+}
+
+#[derive(Default)]
+struct Dir {
+    metadata: Option<ObjectMeta>,
+    payload: Vec<ObjectMeta>,
+}
+
+enum Fetched {
+    Bytes(Vec<u8>),
+    Gone,
+}
+
+fn request(
+    store: &ClusterStore,
+    verb: &str,
+    key: &Path,
+    source: object_store::Error,
+) -> StoreError {
+    StoreError::Request {
+        url: store.url.clone(),
+        action: format!("{verb} {}", store.display_key(key)),
+        source,
+    }
+}
+
+/// object_store reports times as chrono values.
+pub(crate) fn to_ts(t: chrono::DateTime<chrono::Utc>) -> Timestamp {
+    Timestamp::new(t.timestamp(), t.timestamp_subsec_nanos() as i32)
+        .unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+/// `YYYYMMDDTHHMMSSZ` at the start of a backup-id.
+pub fn id_time(id: &str) -> Option<Timestamp> {
+    let s = id.get(..16)?;
+    let text = format!(
+        "{}-{}-{}T{}:{}:{}Z",
+        &s[0..4],
+        &s[4..6],
+        &s[6..8],
+        &s[9..11],
+        &s[11..13],
+        &s[13..15]
+    );
+    text.parse().ok()
+}
+
+fn parse_metadata(bytes: &[u8], id: &str) -> Result<Metadata, String> {
+    let m: Metadata = serde_json::from_slice(bytes).map_err(|e| {
+        format!(
+            "not valid metadata: {e}; expected the metadata.json format of DESIGN.md §3 (formatVersion, backupId, backupName, cluster, type, method, phase, startedAt, …)"
+        )
+    })?;
+    m.check(id).map_err(|e| e.to_string())?;
+    Ok(m)
+}
+
+fn backup_from_metadata(m: &Metadata, name: &str, last_modified: Timestamp, size: u64) -> Backup {
+    let payload_size: u64 = m.payload.iter().map(|p| p.size).sum();
+    Backup {
+        id: m.backup_id.clone(),
+        name: name.to_owned(),
+        kind: match (m.kind, &m.parent_id) {
+            (BackupType::Incremental, Some(p)) => BackupKind::Incremental(p.clone()),
+            _ => BackupKind::Full,
+        },
+        phase: match m.phase {
+            MetadataPhase::Completed => Phase::Completed,
+            MetadataPhase::Failed => Phase::Failed,
+        },
+        started_at: m.started_at,
+        completed_at: m.completed_at,
+        last_modified,
+        immutable_until: m.immutable_until,
+        ttl: m.ttl,
+        protected: m.labels.get(PROTECT_LABEL).is_some_and(|v| v == "true"),
+        newer_format: m.format_version > FORMAT_VERSION,
+        interrupted_delete: false,
+        log_file: m.log_position.as_ref().map(|p| p.file.clone()),
+        size: if payload_size > 0 { payload_size } else { size },
+    }
+}
+
+/// Lists every object of the cluster except `binlogs/`, which can hold millions of
+/// segments. Ordered backends skip it with a start-after listing; a local directory is
+/// walked one top-level directory at a time.
+async fn list_outside_binlogs(
+    store: &ClusterStore,
+    progress: &dyn Progress,
+) -> Result<Vec<ObjectMeta>, StoreError> {
+    let err = |source| StoreError::Request {
+        url: store.url.clone(),
+        action: format!("listing {}/", store.cluster),
+        source,
+    };
+    let mut out = Vec::new();
+    if store.backend.lists_in_order() {
+        let binlogs_start = format!("{}/", layout::BINLOGS);
+        let mut before = store.inner.list(None);
+        while let Some(meta) = before.try_next().await.map_err(err)? {
+            if meta.location.as_ref() >= binlogs_start.as_str() {
+                break;
+            }
+            progress.listed(1);
+            out.push(meta);
+        }
+        // '0' is the byte after '/', so this resumes right after every `binlogs/` key.
+        let after = Path::from(format!("{}0", layout::BINLOGS));
+        let mut rest = store.inner.list_with_offset(None, &after);
+        while let Some(meta) = rest.try_next().await.map_err(err)? {
+            progress.listed(1);
+            out.push(meta);
+        }
+    } else {
+        let top = store.inner.list_with_delimiter(None).await;
+        let top = match top {
+            Ok(t) => t,
+            Err(e) if is_not_found(&e) => return Ok(out),
+            Err(e) => return Err(err(e)),
+        };
+        out.extend(top.objects);
+        for dir in top.common_prefixes {
+            if dir.as_ref() == layout::BINLOGS {
+                continue;
+            }
+            let mut s = store.inner.list(Some(&dir));
+            while let Some(meta) = s.try_next().await.map_err(err)? {
+                progress.listed(1);
+                out.push(meta);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Lists segment objects with a sequence below `below` (all of them when `None` is given
+/// as `Some(u64::MAX)`). On ordered backends the listing stops at the first key past the
+/// bound, so a pass costs what it deletes, not the archive's size — provided segment
+/// names sort in sequence order (same digit count), which is checked first.
+pub async fn list_segments(
+    store: &ClusterStore,
+    below: u64,
+    same_width_names: bool,
+    progress: &dyn Progress,
+) -> Result<SegmentListing, StoreError> {
+    let prefix = Path::from(layout::BINLOGS);
+    let mut listing = SegmentListing {
+        listed_below: Some(below),
+        ..Default::default()
+    };
+    let can_stop = store.backend.lists_in_order() && same_width_names;
+    let mut s = store.inner.list(Some(&prefix));
+    loop {
+        let next = s.try_next().await;
+        let meta = match next {
+            Ok(Some(m)) => m,
+            Ok(None) => break,
+            Err(e) if is_not_found(&e) => break,
+            Err(source) => {
+                return Err(StoreError::Request {
+                    url: store.url.clone(),
+                    action: format!("listing {}/{}/", store.cluster, layout::BINLOGS),
+                    source,
+                });
+            }
+        };
+        progress.listed(1);
+        let key = meta.location.as_ref().to_owned();
+        match layout::classify(&key) {
+            KeyKind::Segment { name } => {
+                let Some(sequence) = tidemark_core::inventory::segment_sequence(name) else {
+                    continue;
+                };
+                if sequence < below {
+                    listing.objects.push(SegmentObject {
+                        name: name.to_owned(),
+                        sequence,
+                        size: meta.size,
+                    });
+                } else if can_stop {
+                    break;
+                }
+            }
+            KeyKind::Index => {}
+            _ => listing.foreign.push(store.display_key(&meta.location)),
+        }
+    }
+    Ok(listing)
+}
+
+async fn load_index(store: &ClusterStore) -> Result<Option<LoadedIndex>, StoreError> {
+    let key = layout::index_key();
+    let got = match store.inner.get(&key).await {
+        Ok(g) => g,
+        Err(e) if is_not_found(&e) => return Ok(None),
+        Err(source) => return Err(request(store, "reading", &key, source)),
+    };
+    let e_tag = got.meta.e_tag.clone();
+    let version = got.meta.version.clone();
+    let bytes = match got.bytes().await {
+        Ok(b) => b,
+        Err(e) if is_not_found(&e) => return Ok(None),
+        Err(source) => return Err(request(store, "reading", &key, source)),
+    };
+    let file = IndexFile::parse(&bytes).map_err(|source| StoreError::MalformedIndex {
+        url: store.url.clone(),
+        key: store.display_key(&key),
+        source,
+    })?;
+    if file.format_version > FORMAT_VERSION {
+        return Err(StoreError::NewerIndex {
+            url: store.url.clone(),
+            key: store.display_key(&key),
+            version: file.format_version,
+            supported: FORMAT_VERSION,
+        });
+    }
+    Ok(Some(LoadedIndex {
+        file,
+        e_tag,
+        version,
+    }))
+}
+
+/// Backup-ids the newest audit record meant to delete: an uncommitted directory among
+/// them is the remains of an interrupted deletion.
+async fn latest_audit_deletions(
+    store: &ClusterStore,
+    mut audits: Vec<Path>,
+) -> Result<HashSet<String>, Malformed> {
+    audits.sort();
+    let Some(latest) = audits.pop() else {
+        return Ok(HashSet::new());
+    };
+    let malformed = |problem: String| Malformed {
+        key: store.display_key(&latest),
+        problem,
+    };
+    let bytes = match store.inner.get(&latest).await {
+        Ok(r) => r.bytes().await.map_err(|e| malformed(e.to_string()))?,
+        Err(e) if is_not_found(&e) => return Ok(HashSet::new()),
+        Err(e) => return Err(malformed(e.to_string())),
+    };
+    let record: AuditRecord = serde_json::from_slice(&bytes)
+        .map_err(|e| malformed(format!("not a valid audit record: {e}")))?;
+    Ok(record
+        .backups
+        .into_iter()
+        .filter(|b| b.action == "delete")
+        .map(|b| b.backup_id)
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::open::Backend;
+
+    #[test]
+    fn id_times_parse() {
+        assert_eq!(
+            id_time("20261120T020000Z-3f2a9c1d").unwrap().to_string(),
+            "2026-11-20T02:00:00Z"
+        );
+    }
+
+    #[test]
+    fn backend_order() {
+        assert!(!Backend::Local.lists_in_order());
+        assert!(Backend::S3.lists_in_order());
+    }
+}

@@ -1,0 +1,105 @@
+//! Errors of the store edge. Each names the store or key it concerns; `category` gives
+//! the bounded class the CLI maps to exit codes (and the operator to event reasons).
+
+use std::path::PathBuf;
+
+use crate::open::URL_FORMS;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("invalid store URL {url:?}: {problem}; expected {URL_FORMS}")]
+    InvalidUrl { url: String, problem: String },
+    #[error(
+        "invalid endpoint {endpoint:?}: {problem}; expected a URL such as http://127.0.0.1:8333"
+    )]
+    InvalidEndpoint { endpoint: String, problem: String },
+    #[error(
+        "invalid cluster name {cluster:?}: expected letters, digits, '-', '_' or '.', not starting with '_' or '.'"
+    )]
+    InvalidCluster { cluster: String },
+    #[error("store {url}: directory {} does not exist", dir.display())]
+    MissingDirectory { url: String, dir: PathBuf },
+    #[error(
+        "store {url}: no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or use web-identity or container credentials; TIDEMARK_S3_USE_INSTANCE_METADATA=1 allows the EC2 metadata service)"
+    )]
+    NoCredentials { url: String },
+    #[error("cannot open store {url}")]
+    Open {
+        url: String,
+        #[source]
+        source: object_store::Error,
+    },
+    #[error("store {url}: {action} failed")]
+    Request {
+        url: String,
+        action: String,
+        #[source]
+        source: object_store::Error,
+    },
+    #[error("store {url}: {key} is malformed")]
+    MalformedIndex {
+        url: String,
+        key: String,
+        #[source]
+        source: crate::format::IndexError,
+    },
+    #[error(
+        "store {url}: {key} has formatVersion {version}, newer than this Tidemark understands ({supported}); upgrade Tidemark"
+    )]
+    NewerIndex {
+        url: String,
+        key: String,
+        version: u32,
+        supported: u32,
+    },
+    #[error(
+        "store {url}: {key} was changed by another writer {attempts} times in a row; try again"
+    )]
+    IndexContention {
+        url: String,
+        key: String,
+        attempts: u32,
+    },
+    #[error("store {url}: could not serialise {what}")]
+    Encode {
+        url: String,
+        what: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// The bounded class of a store error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCategory {
+    /// The user's input (URL, cluster, credentials setup) is wrong.
+    Input,
+    /// The store could not be reached or refused a request.
+    Store,
+    /// Data in the store is not in a form this Tidemark can act on safely.
+    Data,
+}
+
+impl StoreError {
+    pub fn category(&self) -> ErrorCategory {
+        match self {
+            StoreError::InvalidUrl { .. }
+            | StoreError::InvalidEndpoint { .. }
+            | StoreError::InvalidCluster { .. }
+            | StoreError::MissingDirectory { .. }
+            | StoreError::NoCredentials { .. } => ErrorCategory::Input,
+            StoreError::Open { .. }
+            | StoreError::Request { .. }
+            | StoreError::IndexContention { .. }
+            | StoreError::Encode { .. } => ErrorCategory::Store,
+            StoreError::MalformedIndex { .. } | StoreError::NewerIndex { .. } => {
+                ErrorCategory::Data
+            }
+        }
+    }
+}
+
+/// Whether an object_store error means "it is not there" (success for a delete).
+pub fn is_not_found(e: &object_store::Error) -> bool {
+    matches!(e, object_store::Error::NotFound { .. })
+}

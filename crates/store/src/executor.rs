@@ -1,0 +1,433 @@
+//! Carries out a plan, in the crash-safe order of DESIGN.md §5.3.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use futures::{StreamExt, stream};
+use jiff::Timestamp;
+use object_store::path::Path;
+use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
+use tidemark_core::{Action, Plan, SegmentReason};
+
+use crate::catalog::LoadedIndex;
+use crate::error::{StoreError, is_not_found};
+use crate::format::{AuditBackup, AuditRecord, FORMAT_VERSION, IndexFile};
+use crate::layout;
+use crate::open::ClusterStore;
+use crate::progress::Progress;
+use crate::survey::Survey;
+
+/// Rounds of retries for keys a batch failed to delete; object_store already retries each
+/// request with backoff on 5xx/429, so these cover whole-batch failures.
+const DELETE_ROUNDS: u32 = 4;
+/// Concurrent single-key deletes in a retry round.
+const RETRY_CONCURRENCY: usize = 16;
+/// First pause before retrying failed deletions one by one.
+const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_millis(200);
+/// Attempts to rewrite `_index.json` when another writer changes it under us.
+const INDEX_ATTEMPTS: u32 = 8;
+
+/// Settings of one execution.
+#[derive(Debug, Clone)]
+pub struct ExecOptions {
+    /// Wall-clock start of the pass (names the audit record).
+    pub started_at: Timestamp,
+    /// The policy as the user gave it, recorded in the audit record.
+    pub policy: serde_json::Value,
+    /// First backoff between retry rounds of failed deletions (doubles each round).
+    pub retry_backoff: Duration,
+}
+
+impl ExecOptions {
+    pub fn new(started_at: Timestamp, policy: serde_json::Value) -> Self {
+        ExecOptions {
+            started_at,
+            policy,
+            retry_backoff: DEFAULT_RETRY_BACKOFF,
+        }
+    }
+}
+
+/// A key that could not be deleted.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeleteFailure {
+    pub key: String,
+    pub error: String,
+}
+
+/// What a pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutionReport {
+    pub pass_id: String,
+    /// Relative to the store URL; `None` when the pass had nothing to do.
+    pub audit_key: Option<String>,
+    pub backups_deleted: Vec<String>,
+    pub objects_deleted: usize,
+    pub segments_deleted: usize,
+    pub index_entries_removed: usize,
+    pub failures: Vec<DeleteFailure>,
+}
+
+/// Executes `survey.plan` against `store`.
+///
+/// # Guarantees
+/// - The audit record (the whole plan with its reasons) is written before anything is
+///   deleted; if it cannot be written, nothing is deleted.
+/// - A backup's `metadata.json` is deleted before its payload, so a half-deleted backup is
+///   never offered for restore; a backup whose metadata could not be deleted keeps its
+///   payload.
+/// - Segments are deleted before `_index.json` is rewritten, and the rewrite removes only
+///   entries whose objects are confirmed gone; it is a conditional write that re-reads and
+///   re-applies when another writer (an archiver) changed the index meanwhile.
+/// - An object already gone counts as deleted. Running the same pass again converges.
+///
+/// # Assumptions
+/// `survey` was taken from this store; it is not re-validated.
+///
+/// # Errors
+/// Writing the audit record or the index failed. Individual deletions that still fail
+/// after retries do not abort the pass: they are listed in [`ExecutionReport::failures`].
+pub async fn execute(
+    store: &ClusterStore,
+    survey: &Survey,
+    options: &ExecOptions,
+    progress: &dyn Progress,
+) -> Result<ExecutionReport, StoreError> {
+    let plan = &survey.plan;
+    let mut report = ExecutionReport {
+        pass_id: pass_id(),
+        ..Default::default()
+    };
+    if plan.is_empty() {
+        return Ok(report);
+    }
+
+    // 1. Audit record first.
+    let audit_key = layout::audit_key(options.started_at, &report.pass_id);
+    let record = audit_record(store, plan, options, &report.pass_id);
+    let body = serde_json::to_vec_pretty(&record).map_err(|source| StoreError::Encode {
+        url: store.url.clone(),
+        what: "the audit record",
+        source,
+    })?;
+    put_new(store, &audit_key, body).await?;
+    report.audit_key = Some(store.display_key(&audit_key));
+
+    // 2. Un-commit: every deleted backup's metadata.json, then the payloads of those whose
+    //    metadata is gone.
+    let doomed: Vec<&crate::catalog::StoredBackup> = survey.deletions().collect();
+    let metadata_keys: Vec<Path> = doomed
+        .iter()
+        .filter_map(|b| b.metadata_key.clone())
+        .collect();
+    progress.step("deleting metadata", metadata_keys.len());
+    let backoff = options.retry_backoff;
+    let failed_meta = delete_keys(store, metadata_keys, backoff, progress, &mut report).await;
+    let payload_keys: Vec<Path> = doomed
+        .iter()
+        .filter(|b| {
+            b.metadata_key
+                .as_ref()
+                .is_none_or(|k| !failed_meta.contains(k))
+        })
+        .flat_map(|b| b.payload_keys.iter().cloned())
+        .collect();
+    progress.step("deleting payloads", payload_keys.len());
+    let failed_payload = delete_keys(store, payload_keys, backoff, progress, &mut report).await;
+    for b in &doomed {
+        let meta_ok = b
+            .metadata_key
+            .as_ref()
+            .is_none_or(|k| !failed_meta.contains(k));
+        let payload_ok = b.payload_keys.iter().all(|k| !failed_payload.contains(k));
+        if meta_ok && payload_ok {
+            report.backups_deleted.push(b.backup.id.clone());
+        }
+    }
+
+    // 3. Segments.
+    let segment_keys: Vec<Path> = plan
+        .segments
+        .delete
+        .iter()
+        .map(|d| layout::segment_key(&d.name))
+        .collect();
+    progress.step("deleting segments", segment_keys.len());
+    let failed_segments = delete_keys(store, segment_keys, backoff, progress, &mut report).await;
+    let gone: HashSet<String> = plan
+        .segments
+        .delete
+        .iter()
+        .filter(|d| !failed_segments.contains(&layout::segment_key(&d.name)))
+        .inspect(|_| report.segments_deleted += 1)
+        .filter(|d| d.reason == SegmentReason::BehindHorizon)
+        .map(|d| d.name.clone())
+        .chain(plan.segments.drop_from_index.iter().cloned())
+        .collect();
+
+    // 4. The index, last.
+    if let Some(index) = &survey.catalog.index
+        && !gone.is_empty()
+    {
+        progress.step("rewriting the segment index", 1);
+        report.index_entries_removed = rewrite_index(store, index, &gone).await?;
+    }
+    Ok(report)
+}
+
+fn pass_id() -> String {
+    format!("{:08x}", rand::random::<u32>())
+}
+
+fn audit_record(
+    store: &ClusterStore,
+    plan: &Plan,
+    options: &ExecOptions,
+    pass_id: &str,
+) -> AuditRecord {
+    AuditRecord {
+        format_version: FORMAT_VERSION,
+        pass_id: pass_id.to_owned(),
+        tidemark_version: env!("CARGO_PKG_VERSION").to_owned(),
+        cluster: store.cluster.clone(),
+        started_at: options.started_at,
+        evaluated_at: plan.now,
+        policy: options.policy.clone(),
+        horizon: plan.horizon,
+        backups: plan
+            .backups
+            .iter()
+            .map(|d| AuditBackup {
+                backup_id: d.backup.id.clone(),
+                backup_name: d.backup.name.clone(),
+                action: match d.action {
+                    Action::Keep => "keep",
+                    Action::Delete => "delete",
+                    Action::Consolidate => "consolidate",
+                }
+                .to_owned(),
+                reasons: d.reasons.iter().map(ToString::to_string).collect(),
+            })
+            .collect(),
+        segments_deleted: plan
+            .segments
+            .delete
+            .iter()
+            .map(|d| d.name.clone())
+            .collect(),
+        index_entries_dropped: plan.segments.drop_from_index.clone(),
+        extra: serde_json::Map::new(),
+    }
+}
+
+/// Writes an object that must not exist yet; where the backend cannot refuse overwrites,
+/// the unique key makes a plain write equivalent.
+async fn put_new(store: &ClusterStore, key: &Path, body: Vec<u8>) -> Result<(), StoreError> {
+    let payload = PutPayload::from(body);
+    let create = PutOptions {
+        mode: PutMode::Create,
+        ..Default::default()
+    };
+    match store.inner.put_opts(key, payload.clone(), create).await {
+        Ok(_) => Ok(()),
+        Err(object_store::Error::NotImplemented { .. }) => store
+            .inner
+            .put(key, payload)
+            .await
+            .map(|_| ())
+            .map_err(|source| write_err(store, key, source)),
+        Err(source) => Err(write_err(store, key, source)),
+    }
+}
+
+fn write_err(store: &ClusterStore, key: &Path, source: object_store::Error) -> StoreError {
+    StoreError::Request {
+        url: store.url.clone(),
+        action: format!("writing {}", store.display_key(key)),
+        source,
+    }
+}
+
+/// Deletes `keys` in batches (S3 DeleteObjects, 1,000 keys a request, several requests in
+/// flight), then retries what is left one key at a time with backoff. Missing objects are
+/// success. Returns the keys that could not be deleted, recording them in the report.
+async fn delete_keys(
+    store: &ClusterStore,
+    keys: Vec<Path>,
+    backoff: Duration,
+    progress: &dyn Progress,
+    report: &mut ExecutionReport,
+) -> HashSet<Path> {
+    if keys.is_empty() {
+        return HashSet::new();
+    }
+    let mut pending: HashSet<Path> = keys.iter().cloned().collect();
+    let results: Vec<_> = store
+        .inner
+        .delete_stream(stream::iter(keys.into_iter().map(Ok)).boxed())
+        .collect()
+        .await;
+    for r in results {
+        if let Ok(p) = r
+            && pending.remove(&p)
+        {
+            report.objects_deleted += 1;
+            progress.deleted(1);
+        }
+    }
+    let mut last_error: std::collections::HashMap<Path, String> = Default::default();
+    for round in 0..DELETE_ROUNDS {
+        if pending.is_empty() {
+            break;
+        }
+        if round > 0 {
+            let pause = backoff * (1 << (round - 1));
+            let jitter = pause.mul_f64(rand::random::<f64>() * 0.5);
+            tokio::time::sleep(pause + jitter).await;
+        }
+        let outcomes: Vec<(Path, Result<(), object_store::Error>)> =
+            stream::iter(pending.iter().cloned())
+                .map(|key| async move {
+                    let r = match store.inner.delete(&key).await {
+                        Err(e) if is_not_found(&e) => Ok(()),
+                        other => other,
+                    };
+                    (key, r)
+                })
+                .buffer_unordered(RETRY_CONCURRENCY)
+                .collect()
+                .await;
+        for (key, r) in outcomes {
+            match r {
+                Ok(()) => {
+                    pending.remove(&key);
+                    report.objects_deleted += 1;
+                    progress.deleted(1);
+                }
+                Err(e) => {
+                    last_error.insert(key, error_chain(&e));
+                }
+            }
+        }
+    }
+    let mut failed: Vec<&Path> = pending.iter().collect();
+    failed.sort();
+    for key in failed {
+        report.failures.push(DeleteFailure {
+            key: store.display_key(key),
+            error: last_error.get(key).cloned().unwrap_or_default(),
+        });
+    }
+    pending
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+/// Removes `gone` from `_index.json` with a compare-and-swap on the version read.
+async fn rewrite_index(
+    store: &ClusterStore,
+    loaded: &LoadedIndex,
+    gone: &HashSet<String>,
+) -> Result<usize, StoreError> {
+    let key = layout::index_key();
+    let mut current = loaded.file.clone();
+    let mut version = UpdateVersion {
+        e_tag: loaded.e_tag.clone(),
+        version: loaded.version.clone(),
+    };
+    for _ in 0..INDEX_ATTEMPTS {
+        let mut next = current.clone();
+        let removed = next.remove_where(|e| gone.contains(&e.name));
+        if removed == 0 {
+            return Ok(0);
+        }
+        let payload = PutPayload::from(next.to_bytes());
+        let conditional = version.e_tag.is_some() || version.version.is_some();
+        let result = if conditional {
+            let opts = PutOptions {
+                mode: PutMode::Update(version.clone()),
+                ..Default::default()
+            };
+            match store.inner.put_opts(&key, payload.clone(), opts).await {
+                Err(object_store::Error::NotImplemented { .. }) => {
+                    // No conditional writes here (a local directory): check the version
+                    // just before writing. The window is the two requests' gap.
+                    unconditional_if_unchanged(store, &key, &version, payload).await
+                }
+                other => other.map(|_| ()),
+            }
+        } else {
+            unconditional_if_unchanged(store, &key, &version, payload).await
+        };
+        match result {
+            Ok(()) => return Ok(removed),
+            Err(
+                object_store::Error::Precondition { .. }
+                | object_store::Error::AlreadyExists { .. },
+            ) => {
+                let (file, v) = reload_index(store, &key).await?;
+                current = file;
+                version = v;
+            }
+            Err(source) => return Err(write_err(store, &key, source)),
+        }
+    }
+    Err(StoreError::IndexContention {
+        url: store.url.clone(),
+        key: store.display_key(&key),
+        attempts: INDEX_ATTEMPTS,
+    })
+}
+
+async fn unconditional_if_unchanged(
+    store: &ClusterStore,
+    key: &Path,
+    expected: &UpdateVersion,
+    payload: PutPayload,
+) -> Result<(), object_store::Error> {
+    let head = store.inner.head(key).await?;
+    let same = head.e_tag == expected.e_tag && head.version == expected.version;
+    if !same {
+        return Err(object_store::Error::Precondition {
+            path: key.to_string(),
+            source: "the index changed since it was read".into(),
+        });
+    }
+    store.inner.put(key, payload).await.map(|_| ())
+}
+
+async fn reload_index(
+    store: &ClusterStore,
+    key: &Path,
+) -> Result<(IndexFile, UpdateVersion), StoreError> {
+    let got = store
+        .inner
+        .get(key)
+        .await
+        .map_err(|source| write_err(store, key, source))?;
+    let version = UpdateVersion {
+        e_tag: got.meta.e_tag.clone(),
+        version: got.meta.version.clone(),
+    };
+    let bytes = got
+        .bytes()
+        .await
+        .map_err(|source| write_err(store, key, source))?;
+    let file = IndexFile::parse(&bytes).map_err(|source| StoreError::MalformedIndex {
+        url: store.url.clone(),
+        key: store.display_key(key),
+        source,
+    })?;
+    Ok((file, version))
+}

@@ -1,0 +1,390 @@
+//! The on-store formats of DESIGN.md §3: `metadata.json`, `_index.json` and audit records.
+//! All camelCase and versioned. Unknown fields are preserved on rewrite, and a file with a
+//! newer `formatVersion` is never deleted by this version.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::value::RawValue;
+use tidemark_core::RetentionDuration;
+
+/// The format version this Tidemark writes and fully understands.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// `type` of a backup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum BackupType {
+    Full,
+    Incremental,
+}
+
+/// `phase` of a committed backup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum MetadataPhase {
+    Completed,
+    Failed,
+}
+
+/// One payload object inside the backup directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PayloadObject {
+    pub name: String,
+    pub size: u64,
+    pub sha256: String,
+}
+
+/// Where the binlog stood at the backup's consistent point.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LogPosition {
+    pub file: String,
+    pub position: u64,
+    #[serde(default)]
+    pub gtid: Option<String>,
+}
+
+/// `metadata.json`: written last, its presence commits the backup.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Metadata {
+    pub format_version: u32,
+    pub backup_id: String,
+    pub backup_name: String,
+    pub cluster: String,
+    #[serde(rename = "type")]
+    pub kind: BackupType,
+    #[serde(default)]
+    pub parent_id: Option<String>,
+    pub method: String,
+    pub phase: MetadataPhase,
+    pub started_at: Timestamp,
+    #[serde(default)]
+    pub completed_at: Option<Timestamp>,
+    #[serde(default)]
+    pub payload: Vec<PayloadObject>,
+    #[serde(default)]
+    pub log_position: Option<LogPosition>,
+    #[serde(default)]
+    pub immutable_until: Option<Timestamp>,
+    #[serde(default)]
+    pub ttl: Option<RetentionDuration>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub error: Option<String>,
+    /// Fields from newer versions, kept verbatim.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+/// What is wrong with a `metadata.json`, beyond JSON syntax.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MetadataProblem {
+    #[error("backupId {found:?} does not match its directory {expected:?}")]
+    IdMismatch { expected: String, found: String },
+    #[error("type is incremental but parentId is missing")]
+    IncrementalWithoutParent,
+    #[error("phase is completed but completedAt is missing")]
+    CompletedWithoutTime,
+}
+
+impl Metadata {
+    /// Checks the rules JSON syntax cannot express, for the directory `expected_id`.
+    pub fn check(&self, expected_id: &str) -> Result<(), MetadataProblem> {
+        if self.backup_id != expected_id {
+            return Err(MetadataProblem::IdMismatch {
+                expected: expected_id.to_owned(),
+                found: self.backup_id.clone(),
+            });
+        }
+        if self.kind == BackupType::Incremental && self.parent_id.is_none() {
+            return Err(MetadataProblem::IncrementalWithoutParent);
+        }
+        if self.phase == MetadataPhase::Completed && self.completed_at.is_none() {
+            return Err(MetadataProblem::CompletedWithoutTime);
+        }
+        Ok(())
+    }
+}
+
+/// One entry of `_index.json`, as the planner reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IndexEntry {
+    pub name: String,
+    pub sequence: u64,
+    #[serde(default, deserialize_with = "zero_time_is_unknown")]
+    pub first_event_at: Option<Timestamp>,
+    /// `null` (or the zero time) means unknown: the segment is never deleted by time.
+    #[serde(default, deserialize_with = "zero_time_is_unknown")]
+    pub last_event_at: Option<Timestamp>,
+    #[serde(default)]
+    pub size: u64,
+    #[serde(default)]
+    pub sha256: Option<String>,
+}
+
+/// `null`, `""` and a zero time (`0001-01-01T00:00:00Z` as Go writes it, or the Unix
+/// epoch) all mean "unknown" (seed 000).
+fn zero_time_is_unknown<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Timestamp>, D::Error> {
+    let s: Option<String> = Option::deserialize(d)?;
+    match s.as_deref() {
+        None | Some("") => Ok(None),
+        Some(text) => {
+            let t: Timestamp = text.parse().map_err(serde::de::Error::custom)?;
+            // No binlog event predates the Unix epoch; anything at or before it is a writer's
+            // "zero" (Go's year 1, or epoch 0).
+            Ok((t > Timestamp::UNIX_EPOCH).then_some(t))
+        }
+    }
+}
+
+/// `_index.json`, parsed lazily: entries stay raw so a rewrite preserves every field of
+/// every kept entry, and parsing a million entries stays cheap.
+#[derive(Debug, Clone)]
+pub struct IndexFile {
+    /// Top-level fields, verbatim (`formatVersion`, `segments`, and any newer ones).
+    fields: BTreeMap<String, Box<RawValue>>,
+    pub format_version: u32,
+    raw_entries: Vec<Box<RawValue>>,
+    pub entries: Vec<IndexEntry>,
+}
+
+/// Why `_index.json` could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    #[error(
+        "not a valid segment index: {0}; expected {{\"formatVersion\": 1, \"segments\": [{{\"name\", \"sequence\", \"firstEventAt\", \"lastEventAt\", \"size\", \"sha256\"}}, …]}}"
+    )]
+    Syntax(#[source] serde_json::Error),
+    #[error("segments[{position}] is not a valid segment entry: {source}")]
+    Entry {
+        position: usize,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl IndexFile {
+    pub fn parse(bytes: &[u8]) -> Result<Self, IndexError> {
+        let fields: BTreeMap<String, Box<RawValue>> =
+            serde_json::from_slice(bytes).map_err(IndexError::Syntax)?;
+        let format_version = match fields.get("formatVersion") {
+            Some(v) => serde_json::from_str(v.get()).map_err(IndexError::Syntax)?,
+            None => {
+                return Err(IndexError::Syntax(serde::de::Error::missing_field(
+                    "formatVersion",
+                )));
+            }
+        };
+        let raw_entries: Vec<Box<RawValue>> = match fields.get("segments") {
+            Some(v) => serde_json::from_str(v.get()).map_err(IndexError::Syntax)?,
+            None => {
+                return Err(IndexError::Syntax(serde::de::Error::missing_field(
+                    "segments",
+                )));
+            }
+        };
+        let entries = raw_entries
+            .iter()
+            .enumerate()
+            .map(|(position, r)| {
+                serde_json::from_str(r.get())
+                    .map_err(|source| IndexError::Entry { position, source })
+            })
+            .collect::<Result<Vec<IndexEntry>, _>>()?;
+        Ok(IndexFile {
+            fields,
+            format_version,
+            raw_entries,
+            entries,
+        })
+    }
+
+    /// A new, empty index.
+    pub fn empty() -> Self {
+        IndexFile {
+            fields: BTreeMap::new(),
+            format_version: FORMAT_VERSION,
+            raw_entries: Vec::new(),
+            entries: Vec::new(),
+        }
+    }
+
+    /// Adds entries (the archiver's job; tests and examples use it too).
+    pub fn push(&mut self, entry: IndexEntry) -> Result<(), serde_json::Error> {
+        self.raw_entries
+            .push(RawValue::from_string(serde_json::to_string(&entry)?)?);
+        self.entries.push(entry);
+        Ok(())
+    }
+
+    /// Removes the entries whose names `drop` says, keeping all other entries verbatim.
+    /// Returns how many were removed.
+    pub fn remove_where(&mut self, drop: impl Fn(&IndexEntry) -> bool) -> usize {
+        let before = self.entries.len();
+        let mut keep_raw = Vec::with_capacity(before);
+        let mut keep = Vec::with_capacity(before);
+        for (e, r) in self.entries.drain(..).zip(self.raw_entries.drain(..)) {
+            if !drop(&e) {
+                keep.push(e);
+                keep_raw.push(r);
+            }
+        }
+        self.entries = keep;
+        self.raw_entries = keep_raw;
+        before - self.entries.len()
+    }
+
+    /// Serialises, preserving unknown top-level fields and every kept entry as it was.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = String::with_capacity(
+            64 + self
+                .raw_entries
+                .iter()
+                .map(|r| r.get().len() + 1)
+                .sum::<usize>(),
+        );
+        out.push_str("{\"formatVersion\":");
+        out.push_str(&self.format_version.to_string());
+        out.push_str(",\"segments\":[");
+        for (i, r) in self.raw_entries.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(r.get());
+        }
+        out.push(']');
+        for (k, v) in &self.fields {
+            if k == "formatVersion" || k == "segments" {
+                continue;
+            }
+            out.push(',');
+            // Keys came from valid JSON, so re-encoding them cannot fail.
+            out.push_str(&serde_json::to_string(k).unwrap_or_else(|_| "\"\"".into()));
+            out.push(':');
+            out.push_str(v.get());
+        }
+        out.push('}');
+        out.into_bytes()
+    }
+}
+
+/// One backup line of an audit record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditBackup {
+    pub backup_id: String,
+    pub backup_name: String,
+    pub action: String,
+    pub reasons: Vec<String>,
+}
+
+/// `_audit/<RFC3339>-<pass-id>.json`: written before a pass deletes anything.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditRecord {
+    pub format_version: u32,
+    pub pass_id: String,
+    pub tidemark_version: String,
+    pub cluster: String,
+    /// Wall-clock time the pass started.
+    pub started_at: Timestamp,
+    /// The `now` the plan was evaluated at (differs from `startedAt` under `--now`).
+    pub evaluated_at: Timestamp,
+    pub policy: serde_json::Value,
+    pub horizon: Option<Timestamp>,
+    pub backups: Vec<AuditBackup>,
+    pub segments_deleted: Vec<String>,
+    pub index_entries_dropped: Vec<String>,
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    const DESIGN_METADATA: &str = r#"{
+  "formatVersion": 1,
+  "backupId": "20261120T020000Z-3f2a9c1d",
+  "backupName": "cluster-sample-daily-20261120020000",
+  "cluster": "cluster-sample",
+  "type": "incremental",
+  "parentId": "20261119T020000Z-8b1e0a77",
+  "method": "mariabackup",
+  "phase": "completed",
+  "startedAt": "2026-11-20T02:00:00Z",
+  "completedAt": "2026-11-20T02:04:31Z",
+  "payload": [{"name": "backup.xbstream", "size": 73400320, "sha256": "9f86d0"}],
+  "logPosition": {"file": "mysql-bin.000042", "position": 1337, "gtid": "0-1-4242"},
+  "immutableUntil": null,
+  "ttl": null,
+  "labels": {"tidemark.io/scheduled-backup": "cluster-sample-daily"},
+  "error": null,
+  "futureField": {"x": 1}
+}"#;
+
+    #[test]
+    fn metadata_round_trips_the_design_example_and_keeps_unknown_fields() {
+        let m: Metadata = serde_json::from_str(DESIGN_METADATA).unwrap();
+        assert_eq!(m.kind, BackupType::Incremental);
+        assert_eq!(m.parent_id.as_deref(), Some("20261119T020000Z-8b1e0a77"));
+        assert_eq!(m.log_position.as_ref().unwrap().position, 1337);
+        m.check("20261120T020000Z-3f2a9c1d").unwrap();
+        let out = serde_json::to_value(&m).unwrap();
+        assert_eq!(out["futureField"]["x"], 1);
+        assert_eq!(out["immutableUntil"], serde_json::Value::Null);
+        assert_eq!(out["type"], "incremental");
+    }
+
+    #[test]
+    fn metadata_problems_are_named() {
+        let m: Metadata = serde_json::from_str(DESIGN_METADATA).unwrap();
+        assert!(matches!(
+            m.check("20261120T020000Z-00000000"),
+            Err(MetadataProblem::IdMismatch { .. })
+        ));
+        let mut m2 = m.clone();
+        m2.parent_id = None;
+        assert_eq!(
+            m2.check(&m.backup_id),
+            Err(MetadataProblem::IncrementalWithoutParent)
+        );
+    }
+
+    #[test]
+    fn index_keeps_unknown_fields_and_treats_zero_time_as_unknown() {
+        let text = r#"{"formatVersion":1,"segments":[
+            {"name":"mysql-bin.000041","sequence":41,"firstEventAt":"2026-11-19T23:00:00Z","lastEventAt":"2026-11-20T01:59:58Z","size":1048576,"sha256":"2c26b4","server":"db-0"},
+            {"name":"mysql-bin.000042","sequence":42,"firstEventAt":"2026-11-20T01:59:58Z","lastEventAt":"0001-01-01T00:00:00Z","size":5,"sha256":"aa"},
+            {"name":"mysql-bin.000043","sequence":43,"firstEventAt":null,"lastEventAt":null,"size":5,"sha256":"bb"}
+        ],"writer":"archiver-1"}"#;
+        let mut idx = IndexFile::parse(text.as_bytes()).unwrap();
+        assert_eq!(idx.entries[1].last_event_at, None);
+        assert_eq!(idx.entries[2].last_event_at, None);
+        assert!(idx.entries[0].last_event_at.is_some());
+        assert_eq!(idx.remove_where(|e| e.sequence == 42), 1);
+        let v: serde_json::Value = serde_json::from_slice(&idx.to_bytes()).unwrap();
+        assert_eq!(v["writer"], "archiver-1");
+        assert_eq!(v["segments"].as_array().unwrap().len(), 2);
+        assert_eq!(v["segments"][0]["server"], "db-0");
+    }
+
+    #[test]
+    fn malformed_index_says_what_is_expected() {
+        let e = IndexFile::parse(b"{\"formatVersion\":1}").unwrap_err();
+        assert!(e.to_string().contains("missing field `segments`"), "{e}");
+        assert!(
+            e.to_string().contains("expected {\"formatVersion\": 1"),
+            "{e}"
+        );
+        let e = IndexFile::parse(br#"{"formatVersion":1,"segments":[{"name":"x"}]}"#).unwrap_err();
+        assert!(e.to_string().starts_with("segments[0]"), "{e}");
+    }
+}

@@ -1,0 +1,20 @@
+//! Progress of long store work, reported to whoever drives it (a terminal bar in the CLI,
+//! nothing in JSON mode or CI logs).
+
+/// Receives counts as work proceeds. Every method defaults to doing nothing.
+pub trait Progress: Send + Sync {
+    /// Objects listed.
+    fn listed(&self, _n: usize) {}
+    /// `metadata.json` documents read.
+    fn metadata_read(&self, _n: usize) {}
+    /// Objects deleted (or found already gone).
+    fn deleted(&self, _n: usize) {}
+    /// A new step began, e.g. "deleting segments", with the number of items it will handle.
+    fn step(&self, _name: &str, _total: usize) {}
+}
+
+/// Reports nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoProgress;
+
+impl Progress for NoProgress {}

@@ -1,0 +1,666 @@
+//! One conformance suite, run against a local directory and a real S3 server (SeaweedFS on
+//! 127.0.0.1, started here). Each backend runs the cases in sequence inside one test so the
+//! server is started once and stopped when the test ends.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use jiff::{SignedDuration, Timestamp};
+use object_store::ObjectStoreExt;
+use object_store::path::Path;
+use tidemark_core::{Action, PolicyInput, Reason};
+use tidemark_store::fault::{FaultMode, FaultStore};
+use tidemark_store::format::{AuditRecord, IndexFile};
+use tidemark_store::synth::{self, SynthBackup};
+use tidemark_store::testkit::{SeaweedFs, local_store};
+use tidemark_store::{
+    ClusterStore, ExecOptions, NoProgress, StoreError, SurveyOptions, execute, survey,
+};
+
+fn ts(s: &str) -> Timestamp {
+    s.parse().unwrap()
+}
+
+fn now() -> Timestamp {
+    ts("2026-11-20T12:00:00Z")
+}
+
+fn day(d: i64) -> Timestamp {
+    ts("2026-11-01T02:00:00Z") + SignedDuration::from_hours(24 * d)
+}
+
+fn policy() -> tidemark_core::Policy {
+    PolicyInput {
+        window: Some("7d".into()),
+        failed_backups_ttl: Some("2d".into()),
+        ..Default::default()
+    }
+    .validate()
+    .unwrap()
+}
+
+fn exec_options() -> ExecOptions {
+    ExecOptions {
+        // Injected faults fail every retry; keep the pauses short.
+        retry_backoff: std::time::Duration::from_millis(1),
+        ..ExecOptions::new(
+            now(),
+            serde_json::json!({"window": "7d", "failedBackupsTTL": "2d"}),
+        )
+    }
+}
+
+/// A fresh store for one case.
+trait Backing {
+    fn fresh(&self, case: &str) -> (Option<tempfile::TempDir>, ClusterStore);
+    fn name(&self) -> &'static str;
+}
+
+struct Local;
+impl Backing for Local {
+    fn fresh(&self, case: &str) -> (Option<tempfile::TempDir>, ClusterStore) {
+        let (dir, store) = local_store(case);
+        (Some(dir), store)
+    }
+    fn name(&self) -> &'static str {
+        "local"
+    }
+}
+
+impl Backing for SeaweedFs {
+    fn fresh(&self, case: &str) -> (Option<tempfile::TempDir>, ClusterStore) {
+        let unique = format!("{case}-{:08x}", rand::random::<u32>());
+        (None, self.cluster_store(&unique))
+    }
+    fn name(&self) -> &'static str {
+        "seaweedfs"
+    }
+}
+
+/// The same store behind a fault-injecting wrapper.
+fn faulty(store: &ClusterStore, mode: FaultMode) -> (Arc<FaultStore>, ClusterStore) {
+    let fault = Arc::new(FaultStore::new(Arc::clone(store.object_store()), mode));
+    let wrapped = store.map_inner(|_| fault.clone());
+    (fault, wrapped)
+}
+
+/// The standard history: a week of daily fulls (days 0–12, an incremental chain on days
+/// 10–12), a failed and an uncommitted attempt, segments for the whole span, one foreign
+/// object, one malformed metadata.json.
+async fn standard_history(store: &ClusterStore) -> Vec<SynthBackup> {
+    let mut backups = Vec::new();
+    for d in 0..10 {
+        backups.push(SynthBackup::full(
+            &format!("daily-{d:02}"),
+            day(d),
+            d as u32,
+        ));
+    }
+    let base = SynthBackup::full("chain", day(10), 100);
+    let i1 = SynthBackup::incremental("chain", &base.id, day(11), 101);
+    let i2 = SynthBackup::incremental("chain", &i1.id, day(12), 102);
+    backups.extend([base, i1, i2]);
+    let mut failed = SynthBackup::full("failed", day(5), 200);
+    failed.failed = true;
+    let mut uncommitted = SynthBackup::full("crashed", day(4), 201);
+    uncommitted.uncommitted = true;
+    backups.extend([failed, uncommitted]);
+    synth::write_backups(store, &backups).await.unwrap();
+
+    let entries = synth::segments("mysql-bin", 1, 60, day(0), SignedDuration::from_hours(6));
+    synth::write_segments(store, &entries).await.unwrap();
+    synth::write_index(store, &entries).await.unwrap();
+    synth::write_raw(store, "README.txt", b"not ours")
+        .await
+        .unwrap();
+    synth::write_raw(
+        store,
+        "manual/20261101T000000Z-deadbeef/metadata.json",
+        b"{\"formatVersion\": 1, \"backupId\": ",
+    )
+    .await
+    .unwrap();
+    synth::write_raw(store, "manual/20261101T000000Z-deadbeef/backup.tar", b"x")
+        .await
+        .unwrap();
+    backups
+}
+
+type Case = for<'a> fn(&'a ClusterStore) -> Pin<Box<dyn Future<Output = ()> + 'a>>;
+
+fn cases() -> Vec<(&'static str, Case)> {
+    vec![
+        ("collects-exactly-the-plan", |s| {
+            Box::pin(collects_exactly_the_plan(s))
+        }),
+        ("second-pass-is-a-no-op", |s| {
+            Box::pin(second_pass_is_a_no_op(s))
+        }),
+        ("orphans-are-reconciled", |s| {
+            Box::pin(orphans_are_reconciled(s))
+        }),
+        ("interrupted-deletion-is-finished", |s| {
+            Box::pin(interrupted_deletion_is_finished(s))
+        }),
+        ("index-rewrite-keeps-concurrent-appends", |s| {
+            Box::pin(index_rewrite_keeps_concurrent_appends(s))
+        }),
+        ("malformed-index-stops-the-pass", |s| {
+            Box::pin(malformed_index_stops_the_pass(s))
+        }),
+        ("newer-format-is-never-deleted", |s| {
+            Box::pin(newer_format_is_never_deleted(s))
+        }),
+    ]
+}
+
+fn run_suite(backing: &dyn Backing) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for (name, case) in cases() {
+        let (_guard, store) = backing.fresh(name);
+        eprintln!("[{}] {name}", backing.name());
+        rt.block_on(case(&store));
+    }
+    rt.block_on(crash_at_every_request_converges(backing));
+}
+
+#[test]
+fn conformance_local_directory() {
+    run_suite(&Local);
+}
+
+#[test]
+fn conformance_seaweedfs() {
+    let server = SeaweedFs::start();
+    run_suite(&server);
+}
+
+// ------------------------------------------------------------------ cases
+
+async fn collects_exactly_the_plan(store: &ClusterStore) {
+    let history = standard_history(store).await;
+    let before: BTreeSet<String> = synth::all_keys(store).await.unwrap().into_iter().collect();
+    let s = survey(
+        store,
+        &policy(),
+        now(),
+        &SurveyOptions::default(),
+        &NoProgress,
+    )
+    .await
+    .unwrap();
+
+    assert_eq!(
+        s.catalog.foreign,
+        vec![format!("{}/README.txt", store.cluster)]
+    );
+    assert_eq!(s.catalog.malformed.len(), 1);
+    assert!(
+        s.catalog.malformed[0]
+            .key
+            .ends_with("manual/20261101T000000Z-deadbeef/metadata.json")
+    );
+    assert!(
+        s.catalog.malformed[0]
+            .problem
+            .contains("not valid metadata")
+    );
+
+    // Window 7d at Nov 20 12:00 keeps completions from Nov 13 12:00: none, so the floor
+    // keeps day 12 (i2) and its chain days 10 and 11. Days 0–9 expire, as does the failed
+    // attempt (its completion is old).
+    let decided: Vec<(String, Action, Vec<String>)> = s
+        .plan
+        .backups
+        .iter()
+        .map(|d| {
+            (
+                d.backup.name.clone(),
+                d.action,
+                d.reasons.iter().map(ToString::to_string).collect(),
+            )
+        })
+        .collect();
+    let kept: Vec<&str> = decided
+        .iter()
+        .filter(|d| d.1 == Action::Keep)
+        .map(|d| d.0.as_str())
+        .collect();
+    // The crashed attempt ages from its objects' last-modified time (just written), so it
+    // is still within failedBackupsTTL.
+    assert_eq!(kept, ["crashed", "chain", "chain", "chain"], "{decided:?}");
+    let crashed = decided.iter().find(|d| d.0 == "crashed").unwrap();
+    assert_eq!(crashed.2, ["failedBackupsTTL"]);
+    assert_eq!(s.plan.horizon, Some(day(10)));
+    // 6-hour segments from day 0: those ending strictly before day 10 02:00 go (1–39;
+    // segment 40 ends exactly at the horizon).
+    assert_eq!(s.plan.segments.delete.len(), 39);
+
+    let report = execute(store, &s, &exec_options(), &NoProgress)
+        .await
+        .unwrap();
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    assert_eq!(report.backups_deleted.len(), 11);
+    assert_eq!(report.segments_deleted, 39);
+    assert_eq!(report.index_entries_removed, 39);
+
+    let after: BTreeSet<String> = synth::all_keys(store).await.unwrap().into_iter().collect();
+    let audit_key = report.audit_key.clone().unwrap();
+    let audit_rel = audit_key
+        .strip_prefix(&format!("{}/", store.cluster))
+        .unwrap()
+        .to_owned();
+    let mut expected: BTreeSet<String> = before
+        .iter()
+        .filter(|k| {
+            let deleted_backup = history.iter().any(|b| {
+                b.name != "chain"
+                    && b.name != "crashed"
+                    && k.starts_with(&format!("{}/{}/", b.name, b.id))
+            });
+            let deleted_segment = k
+                .strip_prefix("binlogs/mysql-bin.")
+                .and_then(|n| n.parse::<u64>().ok())
+                .is_some_and(|n| n <= 39);
+            !deleted_backup && !deleted_segment
+        })
+        .cloned()
+        .collect();
+    expected.insert(audit_rel.clone());
+    assert_eq!(after, expected);
+
+    // The audit record carries the plan with its reasons.
+    let body = store
+        .object_store()
+        .get(&Path::from(audit_rel))
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let record: AuditRecord = serde_json::from_slice(&body).unwrap();
+    assert_eq!(record.backups.len(), 15);
+    assert_eq!(record.segments_deleted.len(), 39);
+    assert!(
+        record
+            .backups
+            .iter()
+            .any(|b| b.action == "keep" && b.reasons.iter().any(|r| r.starts_with("chain:")))
+    );
+
+    // The index lists exactly the remaining segments.
+    let idx = read_index(store).await;
+    let names: Vec<u64> = idx.entries.iter().map(|e| e.sequence).collect();
+    assert_eq!(names, (40..=60).collect::<Vec<_>>());
+}
+
+async fn second_pass_is_a_no_op(store: &ClusterStore) {
+    standard_history(store).await;
+    let s = survey(
+        store,
+        &policy(),
+        now(),
+        &SurveyOptions::default(),
+        &NoProgress,
+    )
+    .await
+    .unwrap();
+    execute(store, &s, &exec_options(), &NoProgress)
+        .await
+        .unwrap();
+    let keys = synth::all_keys(store).await.unwrap();
+    let again = survey(
+        store,
+        &policy(),
+        now(),
+        &SurveyOptions::default(),
+        &NoProgress,
+    )
+    .await
+    .unwrap();
+    assert!(
+        again.plan.is_empty(),
+        "{:?}",
+        again.plan.deletions().collect::<Vec<_>>()
+    );
+    let report = execute(store, &again, &exec_options(), &NoProgress)
+        .await
+        .unwrap();
+    assert_eq!(report.audit_key, None);
+    assert_eq!(synth::all_keys(store).await.unwrap(), keys);
+}
+
+async fn orphans_are_reconciled(store: &ClusterStore) {
+    let keeper = SynthBackup::full("daily", day(15), 1);
+    synth::write_backups(store, &[keeper]).await.unwrap();
+    let entries = synth::segments("mysql-bin", 1, 80, day(0), SignedDuration::from_hours(6));
+    // Indexed 1..=70; 71..=80 archived but not yet indexed (an archiver died between).
+    synth::write_segments(store, &entries).await.unwrap();
+    synth::write_index(store, &entries[..70]).await.unwrap();
+    // Segment 5's object is already gone (an earlier pass died before the index rewrite),
+    // and segment 2 was never indexed.
+    store
+        .object_store()
+        .delete(&Path::from("binlogs/mysql-bin.000005"))
+        .await
+        .unwrap();
+    let mut idx = read_index(store).await;
+    idx.remove_where(|e| e.sequence == 2);
+    store
+        .object_store()
+        .put(&Path::from("binlogs/_index.json"), idx.to_bytes().into())
+        .await
+        .unwrap();
+
+    let s = survey(
+        store,
+        &policy(),
+        now(),
+        &SurveyOptions::default(),
+        &NoProgress,
+    )
+    .await
+    .unwrap();
+    assert_eq!(s.plan.segments.drop_from_index, ["mysql-bin.000005"]);
+    let unindexed: Vec<&str> = s
+        .plan
+        .segments
+        .delete
+        .iter()
+        .filter(|d| d.reason == tidemark_core::SegmentReason::UnindexedBehindHorizon)
+        .map(|d| d.name.as_str())
+        .collect();
+    assert_eq!(unindexed, ["mysql-bin.000002"]);
+    execute(store, &s, &exec_options(), &NoProgress)
+        .await
+        .unwrap();
+    let keys = synth::all_keys(store).await.unwrap();
+    assert!(!keys.iter().any(|k| k == "binlogs/mysql-bin.000002"));
+    // Unindexed segments ahead of the horizon are left for the archiver.
+    assert!(keys.iter().any(|k| k == "binlogs/mysql-bin.000080"));
+    let idx = read_index(store).await;
+    assert!(idx.entries.iter().all(|e| e.sequence > 5));
+}
+
+async fn interrupted_deletion_is_finished(store: &ClusterStore) {
+    // A pass un-committed `old` (deleted its metadata), recorded it in its audit record,
+    // then died. With no failedBackupsTTL the leftover payload is still removed.
+    let old = SynthBackup::full("daily", day(1), 1);
+    let new = SynthBackup::full("daily", day(15), 2);
+    synth::write_backups(store, &[old.clone(), new])
+        .await
+        .unwrap();
+    let p = PolicyInput {
+        keep_last: Some(1),
+        ..Default::default()
+    }
+    .validate()
+    .unwrap();
+    let s = survey(store, &p, now(), &SurveyOptions::default(), &NoProgress)
+        .await
+        .unwrap();
+    // Request 0 writes the audit record, 1 deletes the metadata, 2 (the payload) fails
+    // and so does everything after: the process "died" there.
+    let (fault, crashing) = faulty(store, FaultMode::From(2));
+    let _ = execute(&crashing, &s, &exec_options(), &NoProgress).await;
+    assert!(fault.requests() >= 2);
+    let keys = synth::all_keys(store).await.unwrap();
+    assert!(
+        !keys.contains(&format!("daily/{}/metadata.json", old.id)),
+        "{keys:?}"
+    );
+    assert!(keys.contains(&format!("daily/{}/backup.tar", old.id)));
+    let s2 = survey(store, &p, now(), &SurveyOptions::default(), &NoProgress)
+        .await
+        .unwrap();
+    let d = s2
+        .plan
+        .backups
+        .iter()
+        .find(|d| d.backup.id == old.id)
+        .unwrap();
+    assert_eq!(d.reasons, [Reason::InterruptedDelete]);
+    execute(store, &s2, &exec_options(), &NoProgress)
+        .await
+        .unwrap();
+    let keys = synth::all_keys(store).await.unwrap();
+    assert!(!keys.iter().any(|k| k.contains(&old.id)), "{keys:?}");
+}
+
+async fn index_rewrite_keeps_concurrent_appends(store: &ClusterStore) {
+    synth::write_backups(store, &[SynthBackup::full("daily", day(15), 1)])
+        .await
+        .unwrap();
+    let entries = synth::segments("mysql-bin", 1, 70, day(0), SignedDuration::from_hours(6));
+    synth::write_segments(store, &entries).await.unwrap();
+    synth::write_index(store, &entries[..69]).await.unwrap();
+    let s = survey(
+        store,
+        &policy(),
+        now(),
+        &SurveyOptions::default(),
+        &NoProgress,
+    )
+    .await
+    .unwrap();
+    // An archiver appends segment 70 after the survey read the index.
+    let mut idx = read_index(store).await;
+    idx.push(entries[69].clone()).unwrap();
+    store
+        .object_store()
+        .put(&Path::from("binlogs/_index.json"), idx.to_bytes().into())
+        .await
+        .unwrap();
+    execute(store, &s, &exec_options(), &NoProgress)
+        .await
+        .unwrap();
+    let idx = read_index(store).await;
+    assert!(
+        idx.entries.iter().any(|e| e.sequence == 70),
+        "concurrent append lost"
+    );
+    assert!(idx.entries.iter().all(|e| e.sequence > 56));
+}
+
+async fn malformed_index_stops_the_pass(store: &ClusterStore) {
+    synth::write_backups(
+        store,
+        &[
+            SynthBackup::full("daily", day(1), 1),
+            SynthBackup::full("daily", day(15), 2),
+        ],
+    )
+    .await
+    .unwrap();
+    synth::write_raw(
+        store,
+        "binlogs/_index.json",
+        b"{\"formatVersion\": 1, \"segments\": {}}",
+    )
+    .await
+    .unwrap();
+    let e = survey(
+        store,
+        &policy(),
+        now(),
+        &SurveyOptions::default(),
+        &NoProgress,
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(e, StoreError::MalformedIndex { .. }), "{e}");
+    let msg = format!("{e}: {}", std::error::Error::source(&e).unwrap());
+    assert!(
+        msg.contains("binlogs/_index.json") && msg.contains("expected {\"formatVersion\": 1"),
+        "{msg}"
+    );
+    assert_eq!(synth::all_keys(store).await.unwrap().len(), 5);
+}
+
+async fn newer_format_is_never_deleted(store: &ClusterStore) {
+    let old = SynthBackup::full("daily", day(1), 1);
+    synth::write_backups(
+        store,
+        &[old.clone(), SynthBackup::full("daily", day(15), 2)],
+    )
+    .await
+    .unwrap();
+    let mut m = serde_json::to_value(old.metadata(&store.cluster)).unwrap();
+    m["formatVersion"] = 2.into();
+    m["shinyNewField"] = "x".into();
+    synth::write_raw(
+        store,
+        &format!("daily/{}/metadata.json", old.id),
+        &serde_json::to_vec(&m).unwrap(),
+    )
+    .await
+    .unwrap();
+    let s = survey(
+        store,
+        &policy(),
+        now(),
+        &SurveyOptions::default(),
+        &NoProgress,
+    )
+    .await
+    .unwrap();
+    let d = s
+        .plan
+        .backups
+        .iter()
+        .find(|d| d.backup.id == old.id)
+        .unwrap();
+    assert_eq!(d.action, Action::Keep);
+    assert_eq!(d.reasons, [Reason::NewerFormat]);
+}
+
+/// Crash (every request from the k-th fails) or a single transient failure at the k-th
+/// request, for every k of a pass; then a clean pass. The store must end exactly as after
+/// one clean pass, never expose a half-deleted backup, and keep a valid index.
+async fn crash_at_every_request_converges(backing: &dyn Backing) {
+    let small_history = |store: ClusterStore| async move {
+        let a = SynthBackup::full("daily", day(1), 1);
+        let b = SynthBackup::incremental("daily", &a.id, day(2), 2);
+        let c = SynthBackup::full("daily", day(14), 3);
+        let mut f = SynthBackup::full("failed", day(3), 4);
+        f.failed = true;
+        synth::write_backups(&store, &[a, b, c, f]).await.unwrap();
+        let entries = synth::segments("mysql-bin", 1, 12, day(0), SignedDuration::from_hours(36));
+        synth::write_segments(&store, &entries).await.unwrap();
+        synth::write_index(&store, &entries).await.unwrap();
+        store
+    };
+    let clean_pass = |store: ClusterStore| async move {
+        let s = survey(
+            &store,
+            &policy(),
+            now(),
+            &SurveyOptions::default(),
+            &NoProgress,
+        )
+        .await
+        .unwrap();
+        execute(&store, &s, &exec_options(), &NoProgress)
+            .await
+            .unwrap();
+        store
+    };
+    let without_audit = |keys: Vec<String>| -> Vec<String> {
+        keys.into_iter()
+            .filter(|k| !k.starts_with("_audit/"))
+            .collect()
+    };
+
+    let (_g, reference) = backing.fresh("crash-reference");
+    let reference = clean_pass(small_history(reference).await).await;
+    let expected = without_audit(synth::all_keys(&reference).await.unwrap());
+
+    // Requests a whole clean pass makes (survey + execute).
+    let (_g0, counted) = backing.fresh("crash-count");
+    let counted = small_history(counted).await;
+    let (counter, through) = faulty(&counted, FaultMode::Never);
+    clean_pass(through).await;
+    let total = counter.requests();
+    assert!(
+        total > 10,
+        "a pass should make more than 10 requests, made {total}"
+    );
+
+    for k in 0..total {
+        for mode in [FaultMode::From(k), FaultMode::Once(k)] {
+            let (_g, store) = backing.fresh("crash");
+            let store = small_history(store).await;
+            let (_, broken) = faulty(&store, mode);
+            if let Ok(s) = survey(
+                &broken,
+                &policy(),
+                now(),
+                &SurveyOptions::default(),
+                &NoProgress,
+            )
+            .await
+            {
+                let _ = execute(&broken, &s, &exec_options(), &NoProgress).await;
+            }
+            // In between: no committed backup is missing its payload.
+            let keys = synth::all_keys(&store).await.unwrap();
+            for k2 in keys.iter().filter(|k| k.ends_with("/metadata.json")) {
+                let dir = k2.trim_end_matches("metadata.json");
+                assert!(
+                    keys.iter()
+                        .any(|o| o.starts_with(dir) && o.ends_with("backup.tar")),
+                    "{mode:?}: {k2} committed without payload"
+                );
+            }
+            IndexFile::parse(
+                &store
+                    .object_store()
+                    .get(&Path::from("binlogs/_index.json"))
+                    .await
+                    .unwrap()
+                    .bytes()
+                    .await
+                    .unwrap(),
+            )
+            .unwrap_or_else(|e| panic!("{mode:?}: index invalid after the fault: {e}"));
+            let store = clean_pass(store).await;
+            let got = without_audit(synth::all_keys(&store).await.unwrap());
+            assert_eq!(got, expected, "{mode:?} did not converge");
+            let idx = read_index(&store).await;
+            let mut idx_names: Vec<String> = idx
+                .entries
+                .iter()
+                .map(|e| format!("binlogs/{}", e.name))
+                .collect();
+            idx_names.sort();
+            let seg_keys: Vec<String> = got
+                .iter()
+                .filter(|k| k.starts_with("binlogs/mysql-bin."))
+                .cloned()
+                .collect();
+            assert_eq!(idx_names, seg_keys, "{mode:?}: index and segments disagree");
+        }
+    }
+    eprintln!(
+        "[{}] crash/transient fault at each of {total} requests: converged",
+        backing.name()
+    );
+}
+
+async fn read_index(store: &ClusterStore) -> IndexFile {
+    let body = store
+        .object_store()
+        .get(&Path::from("binlogs/_index.json"))
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    IndexFile::parse(&body).unwrap()
+}

@@ -1,1 +1,9 @@
+//! Tidemark's resource types (`tidemark.io/v1alpha1`), shared by the command line and the
+//! operator so the same YAML serves both. No I/O.
 
+pub mod policy;
+
+pub use policy::{BackupPolicy, BackupPolicySpec, DeletionPolicy, ObjectStoreSpec, RetentionSpec};
+
+/// API group and version of every Tidemark kind.
+pub const API_VERSION: &str = "tidemark.io/v1alpha1";

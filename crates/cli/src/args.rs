@@ -1,0 +1,147 @@
+//! Command-line arguments (clap derive). Validation into a usable configuration happens in
+//! `resolve.rs`, so every refusal carries our own message and exit code.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Tidemark: backup lifecycle for object storage. Plans retention, explains every
+/// keep/delete decision, and deletes crash-safely without shrinking the recovery window.
+#[derive(Debug, Parser)]
+#[command(name = "tidemark", version, propagate_version = true)]
+#[command(after_help = "Exit codes: 0 success; 1 internal error; 2 invalid input; \
+3 store unreachable or a request failed; 4 data in the store blocks the pass (malformed or \
+newer metadata.json/_index.json); 5 gc finished but some objects could not be deleted \
+(run it again). See docs/cli.md.")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show what a retention pass would keep and delete, with every reason. Deletes nothing.
+    Plan(PassArgs),
+    /// Run a retention pass: write an audit record, then delete what the plan says.
+    Gc(GcArgs),
+    /// List recovery points, the point-in-time window, and gaps in the log archive.
+    Ls(LsArgs),
+}
+
+/// Where the backups are.
+#[derive(Debug, Args)]
+pub struct StoreArgs {
+    /// Store URL: file:///dir, s3://bucket[/prefix], gs://bucket[/prefix],
+    /// az://container[/prefix] or memory://. S3 reads the usual AWS_* variables.
+    #[arg(long, value_name = "URL", env = "TIDEMARK_STORE")]
+    pub store: Option<String>,
+    /// The cluster directory inside the store.
+    #[arg(long, value_name = "NAME", env = "TIDEMARK_CLUSTER")]
+    pub cluster: Option<String>,
+    /// S3-compatible endpoint, e.g. http://127.0.0.1:8333 (plain HTTP allowed when given).
+    #[arg(long, value_name = "URL")]
+    pub endpoint: Option<String>,
+}
+
+/// The retention policy: a BackupPolicy file, or flags.
+#[derive(Debug, Args)]
+pub struct PolicyArgs {
+    /// A BackupPolicy YAML file (its objectStore and name give --store and --cluster when
+    /// those are not set). Not combinable with the policy flags below.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// Keep backups completed within this span: <n>d, <n>w or <n>m (month = 30 days).
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
+    pub window: Option<String>,
+    /// Keep the newest N successful backups (failed ones never count).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub keep_last: Option<i64>,
+    /// Keep the newest backup of each of the last N days that have one.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub keep_daily: Option<i64>,
+    /// Keep the newest backup of each of the last N ISO weeks that have one.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub keep_weekly: Option<i64>,
+    /// Keep the newest backup of each of the last N months that have one.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub keep_monthly: Option<i64>,
+    /// Keep the newest backup of each of the last N years that have one.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub keep_yearly: Option<i64>,
+    /// Delete failed and never-committed attempts older than this (<n>d|<n>w|<n>m).
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
+    pub failed_ttl: Option<String>,
+    /// Also keep the newest backup completed before the window, so the whole window
+    /// restores.
+    #[arg(long)]
+    pub cover_window: bool,
+    /// IANA time zone for the calendar buckets of --keep-daily and friends (default UTC).
+    #[arg(long, value_name = "ZONE")]
+    pub time_zone: Option<String>,
+    /// Delete at most N backups in one pass (0 = no cap); the rest wait for the next.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub max_deletions: Option<i64>,
+}
+
+impl PolicyArgs {
+    /// Whether any policy flag (besides --policy) was given.
+    pub fn any_flag(&self) -> bool {
+        self.window.is_some()
+            || self.keep_last.is_some()
+            || self.keep_daily.is_some()
+            || self.keep_weekly.is_some()
+            || self.keep_monthly.is_some()
+            || self.keep_yearly.is_some()
+            || self.failed_ttl.is_some()
+            || self.cover_window
+            || self.time_zone.is_some()
+            || self.max_deletions.is_some()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// For people.
+    Table,
+    /// The stable contract of docs/cli.md.
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct PassArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// Evaluate at this instant instead of the current time (RFC 3339, e.g.
+    /// 2026-11-20T02:00:00Z).
+    #[arg(long, value_name = "TIME")]
+    pub now: Option<String>,
+    /// Place a hold on this backup-id for this pass (repeatable), e.g. one a runbook or a
+    /// restore still needs.
+    #[arg(long, value_name = "BACKUP_ID")]
+    pub protect: Vec<String>,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct GcArgs {
+    #[command(flatten)]
+    pub pass: PassArgs,
+    /// Go ahead although some metadata.json files are malformed: those backups are left
+    /// untouched (they are never deleted) and everything else is collected.
+    #[arg(long)]
+    pub ignore_malformed: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct LsArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// A BackupPolicy file to take --store and --cluster from.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+}

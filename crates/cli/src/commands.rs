@@ -1,0 +1,453 @@
+//! The commands: observe → plan → (execute) → report.
+
+use std::collections::HashSet;
+use std::io::Write;
+
+use jiff::Timestamp;
+use tidemark_core::{Action, Policy, current_window, restorable_ids};
+use tidemark_store::catalog::SegmentListing;
+use tidemark_store::{
+    Catalog, ExecOptions, NoProgress, Progress, SurveyOptions, execute, survey as take_survey,
+};
+
+use crate::args::{Cli, Command, LsArgs, OutputFormat, PassArgs};
+use crate::exit::{CliError, Exit};
+use crate::output::{
+    ArchiveOut, BackupOut, LsOut, MissingRange, PlanOut, human_bytes, table, window_line,
+    JSON_FORMAT_VERSION,
+};
+use crate::progress::TerminalProgress;
+use crate::resolve;
+
+pub fn run(cli: Cli) -> Result<Exit, CliError> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::new(Exit::Internal, e))?;
+    match cli.command {
+        Command::Plan(a) => rt.block_on(pass(&a, None)),
+        Command::Gc(a) => rt.block_on(pass(&a.pass, Some(a.ignore_malformed))),
+        Command::Ls(a) => rt.block_on(ls(&a)),
+    }
+}
+
+/// Writes to stdout; a closed pipe (`| head`) ends quietly with success.
+fn emit(text: &str) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(CliError::new(Exit::Internal, e)),
+    }
+}
+
+fn emit_json(value: &impl serde::Serialize) -> Result<(), CliError> {
+    let mut text = serde_json::to_string_pretty(value).map_err(|e| CliError::new(Exit::Internal, e))?;
+    text.push('\n');
+    emit(&text)
+}
+
+/// `plan` (gc = None) and `gc` (gc = Some(ignore_malformed)).
+async fn pass(args: &PassArgs, gc: Option<bool>) -> Result<Exit, CliError> {
+    let file = args
+        .policy
+        .policy
+        .as_deref()
+        .map(resolve::read_policy_file)
+        .transpose()?;
+    let policy = resolve::policy(&args.policy, file.as_ref())?;
+    let target = resolve::target(&args.store, file.as_ref(), args.policy.policy.as_deref())?;
+    let now = resolve::now(args.now.as_deref())?;
+    let started_at = Timestamp::now();
+    let json = args.output == OutputFormat::Json;
+
+    let bar = TerminalProgress::for_humans(json);
+    let progress: &dyn Progress = match &bar {
+        Some(b) => b,
+        None => &NoProgress,
+    };
+    let options = SurveyOptions {
+        protect: args.protect.iter().cloned().collect(),
+    };
+    let survey = take_survey(&target.store, &policy.policy, now, &options, progress).await;
+    let survey = survey.inspect_err(|_| {
+        if let Some(b) = &bar {
+            b.finish();
+        }
+    })?;
+    for id in &args.protect {
+        if survey.catalog.backup(id).is_none() {
+            eprintln!(
+                "warning: --protect {id}: no backup with that id in {}/{}",
+                target.store.url, target.store.cluster
+            );
+        }
+    }
+    let malformed = survey.catalog.malformed.len();
+    let blocked = gc == Some(false) && malformed > 0;
+    let executed = match gc {
+        Some(_) if !blocked => {
+            let opts = ExecOptions::new(started_at, policy.as_given.clone());
+            Some(execute(&target.store, &survey, &opts, progress).await?)
+        }
+        _ => None,
+    };
+    if let Some(b) = &bar {
+        b.finish();
+    }
+
+    let out = PlanOut::new(&target.store, &survey, policy.as_given.clone(), executed);
+    if json {
+        emit_json(&out)?;
+    } else {
+        emit(&plan_table(&out, &policy.policy))?;
+    }
+
+    if malformed > 0 {
+        let verb = if blocked {
+            "nothing was deleted"
+        } else if gc.is_some() {
+            "they were left untouched"
+        } else {
+            "gc will refuse to run until they are fixed or --ignore-malformed is given"
+        };
+        eprintln!(
+            "error: {malformed} malformed metadata.json file(s) in {}/{} ({}); {verb}",
+            target.store.url,
+            target.store.cluster,
+            survey
+                .catalog
+                .malformed
+                .iter()
+                .map(|m| format!("{}: {}", m.key, m.problem))
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+        if blocked || gc.is_none() {
+            return Ok(Exit::Data);
+        }
+    }
+    if let Some(report) = &out.executed
+        && !report.failures.is_empty()
+    {
+        eprintln!(
+            "error: {} object(s) could not be deleted; run gc again to finish (first: {}: {})",
+            report.failures.len(),
+            report.failures[0].key,
+            report.failures[0].error
+        );
+        return Ok(Exit::Partial);
+    }
+    Ok(Exit::Success)
+}
+
+fn describe_policy(p: &Policy) -> String {
+    let mut parts = Vec::new();
+    if let Some(w) = p.window {
+        parts.push(format!("window {w}"));
+    }
+    for (name, n) in [
+        ("keepLast", p.keep_last),
+        ("keepDaily", p.keep_daily),
+        ("keepWeekly", p.keep_weekly),
+        ("keepMonthly", p.keep_monthly),
+        ("keepYearly", p.keep_yearly),
+    ] {
+        if n > 0 {
+            parts.push(format!("{name} {n}"));
+        }
+    }
+    if let Some(t) = p.failed_backups_ttl {
+        parts.push(format!("failedBackupsTTL {t}"));
+    }
+    if p.cover_window {
+        parts.push("coverWindow".into());
+    }
+    if p.max_deletions_per_pass > 0 {
+        parts.push(format!("maxDeletionsPerPass {}", p.max_deletions_per_pass));
+    }
+    parts.push(format!(
+        "time zone {}",
+        p.time_zone.iana_name().unwrap_or("UTC")
+    ));
+    parts.join(", ")
+}
+
+fn plan_table(out: &PlanOut, policy: &Policy) -> String {
+    let mut s = format!(
+        "Retention plan for cluster {:?} in {} at {}{}\nPolicy: {}\n\n",
+        out.cluster,
+        out.store,
+        out.now,
+        if out.dry_run { " (dry run)" } else { "" },
+        describe_policy(policy)
+    );
+    let rows: Vec<Vec<String>> = out
+        .backups
+        .iter()
+        .map(|b| {
+            vec![
+                b.action
+                    .map(|a| match a {
+                        Action::Keep => "keep",
+                        Action::Delete => "DELETE",
+                        Action::Consolidate => "consolidate",
+                    })
+                    .unwrap_or("")
+                    .to_owned(),
+                b.backup_id.clone(),
+                b.backup_name.clone(),
+                b.kind.to_owned(),
+                b.phase.to_owned(),
+                b.completed_at.map(|t| t.to_string()).unwrap_or_else(|| "-".into()),
+                human_bytes(b.size),
+                b.reasons.clone().unwrap_or_default().join(", "),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        s.push_str("No backups in this cluster.\n");
+    } else {
+        s.push_str(&table(
+            &["ACTION", "BACKUP-ID", "NAME", "TYPE", "PHASE", "COMPLETED", "SIZE", "REASONS"],
+            &rows,
+        ));
+    }
+    s.push('\n');
+    s.push_str(&format!(
+        "Backups: keep {}, delete {} ({})\n",
+        out.summary.keep,
+        out.summary.delete,
+        human_bytes(out.summary.delete_bytes)
+    ));
+    s.push_str(&format!(
+        "Segments: delete {} ({}){}; keep {}{}{}\n",
+        out.segments.delete.len(),
+        human_bytes(out.segments.delete_bytes),
+        out.horizon
+            .map(|h| format!(" behind the horizon {h}"))
+            .unwrap_or_else(|| " (no horizon: no successful backup is kept)".into()),
+        out.segments.keep,
+        if out.segments.kept_unknown_last_event > 0 {
+            let n = out.segments.kept_unknown_last_event;
+            format!(
+                " ({n} kept because {} last event time is unknown)",
+                if n == 1 { "its" } else { "their" }
+            )
+        } else {
+            String::new()
+        },
+        if out.segments.drop_from_index.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; {} index entries whose object is gone will be dropped",
+                out.segments.drop_from_index.len()
+            )
+        },
+    ));
+    s.push_str(&format!(
+        "Recovery window after this pass: {}\n",
+        window_line(&out.recovery_window)
+    ));
+    if !out.foreign.is_empty() {
+        s.push_str(&format!(
+            "Foreign objects (not Tidemark's layout, never deleted): {}\n",
+            list_some(&out.foreign)
+        ));
+    }
+    if !out.malformed.is_empty() {
+        let items: Vec<String> = out
+            .malformed
+            .iter()
+            .map(|m| format!("{} ({})", m.key, m.problem))
+            .collect();
+        s.push_str(&format!(
+            "Malformed (never deleted): {}\n",
+            list_some(&items)
+        ));
+    }
+    match &out.executed {
+        None => s.push_str(
+            "\nDry run: nothing was deleted. `tidemark gc` with the same arguments carries out this plan.\n",
+        ),
+        Some(r) if r.audit_key.is_none() => s.push_str("\nNothing to do.\n"),
+        Some(r) => {
+            s.push_str(&format!(
+                "\nDeleted {} backup(s) and {} segment(s) ({} objects); removed {} index entries.\nAudit record: {}\n",
+                r.backups_deleted.len(),
+                r.segments_deleted,
+                r.objects_deleted,
+                r.index_entries_removed,
+                r.audit_key.as_deref().unwrap_or("-"),
+            ));
+            for f in &r.failures {
+                s.push_str(&format!("Could not delete {}: {}\n", f.key, f.error));
+            }
+        }
+    }
+    s
+}
+
+/// The first few items and a count of the rest.
+fn list_some(items: &[String]) -> String {
+    const SHOWN: usize = 10;
+    let mut s = items.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", ");
+    if items.len() > SHOWN {
+        s.push_str(&format!(" … and {} more", items.len() - SHOWN));
+    }
+    format!("{} — {s}", items.len())
+}
+
+async fn ls(args: &LsArgs) -> Result<Exit, CliError> {
+    let file = args
+        .policy
+        .as_deref()
+        .map(resolve::read_policy_file)
+        .transpose()?;
+    let target = resolve::target(&args.store, file.as_ref(), args.policy.as_deref())?;
+    let json = args.output == OutputFormat::Json;
+    let bar = TerminalProgress::for_humans(json);
+    let progress: &dyn Progress = match &bar {
+        Some(b) => b,
+        None => &NoProgress,
+    };
+    let catalog = Catalog::load(&target.store, progress).await;
+    if let Some(b) = &bar {
+        b.finish();
+    }
+    let catalog = catalog?;
+    let inventory = catalog.inventory(&SegmentListing::default());
+    let ok: HashSet<String> = restorable_ids(&inventory);
+    let mut backups: Vec<BackupOut> = inventory
+        .backups
+        .iter()
+        .map(|b| BackupOut {
+            restorable: Some(ok.contains(&b.id)),
+            ..BackupOut::from_backup(b)
+        })
+        .collect();
+    backups.sort_by(|a, b| (a.started_at, &a.backup_id).cmp(&(b.started_at, &b.backup_id)));
+
+    let mut entries: Vec<&tidemark_store::format::IndexEntry> = catalog
+        .index
+        .as_ref()
+        .map(|i| i.file.entries.iter().collect())
+        .unwrap_or_default();
+    entries.sort_by_key(|e| e.sequence);
+    let missing = entries
+        .windows(2)
+        .filter(|w| w[1].sequence > w[0].sequence + 1)
+        .map(|w| MissingRange {
+            from: w[0].sequence + 1,
+            to: w[1].sequence - 1,
+        })
+        .collect();
+    let out = LsOut {
+        format_version: JSON_FORMAT_VERSION,
+        store: target.store.url.clone(),
+        cluster: target.store.cluster.clone(),
+        backups,
+        recovery_window: current_window(&inventory),
+        archive: ArchiveOut {
+            segments: entries.len(),
+            first: entries.first().map(|e| e.name.clone()),
+            last: entries.last().map(|e| e.name.clone()),
+            bytes: entries.iter().map(|e| e.size).sum(),
+            missing,
+            unknown_last_event: entries.iter().filter(|e| e.last_event_at.is_none()).count(),
+        },
+        foreign: catalog.foreign.clone(),
+        malformed: catalog.malformed.clone(),
+    };
+    if json {
+        emit_json(&out)?;
+    } else {
+        emit(&ls_table(&out))?;
+    }
+    if !out.malformed.is_empty() {
+        eprintln!(
+            "error: {} malformed metadata.json file(s); see the list above",
+            out.malformed.len()
+        );
+        return Ok(Exit::Data);
+    }
+    Ok(Exit::Success)
+}
+
+fn ls_table(out: &LsOut) -> String {
+    let mut s = format!("Cluster {:?} in {}\n\n", out.cluster, out.store);
+    let rows: Vec<Vec<String>> = out
+        .backups
+        .iter()
+        .map(|b| {
+            vec![
+                b.backup_id.clone(),
+                b.backup_name.clone(),
+                b.kind.to_owned(),
+                b.phase.to_owned(),
+                b.completed_at.map(|t| t.to_string()).unwrap_or_else(|| "-".into()),
+                human_bytes(b.size),
+                if b.restorable == Some(true) { "yes" } else { "no" }.to_owned(),
+                b.parent_id.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        s.push_str("No backups.\n");
+    } else {
+        s.push_str(&table(
+            &["BACKUP-ID", "NAME", "TYPE", "PHASE", "COMPLETED", "SIZE", "RESTORABLE", "PARENT"],
+            &rows,
+        ));
+    }
+    s.push('\n');
+    s.push_str(&format!(
+        "Point-in-time window: {}\n",
+        window_line(&out.recovery_window)
+    ));
+    let a = &out.archive;
+    match (&a.first, &a.last) {
+        (Some(first), Some(last)) => {
+            s.push_str(&format!(
+                "Log archive: {} segments ({}), {first} … {last}",
+                a.segments,
+                human_bytes(a.bytes)
+            ));
+            if a.missing.is_empty() {
+                s.push_str(", no missing sequence numbers");
+            } else {
+                let gaps: Vec<String> = a
+                    .missing
+                    .iter()
+                    .map(|m| {
+                        if m.from == m.to {
+                            m.from.to_string()
+                        } else {
+                            format!("{}–{}", m.from, m.to)
+                        }
+                    })
+                    .collect();
+                s.push_str(&format!(", MISSING sequence numbers: {}", gaps.join(", ")));
+            }
+            if a.unknown_last_event > 0 {
+                s.push_str(&format!(
+                    ", {} with unknown last event time",
+                    a.unknown_last_event
+                ));
+            }
+            s.push('\n');
+        }
+        _ => s.push_str("Log archive: empty\n"),
+    }
+    if !out.foreign.is_empty() {
+        s.push_str(&format!(
+            "Foreign objects (never deleted): {}\n",
+            list_some(&out.foreign)
+        ));
+    }
+    for m in &out.malformed {
+        s.push_str(&format!("Malformed: {}: {}\n", m.key, m.problem));
+    }
+    s
+}

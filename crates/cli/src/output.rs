@@ -1,0 +1,252 @@
+//! The `--output json` contract (docs/cli.md). Fields are added, never renamed or removed;
+//! `formatVersion` changes only if a field's meaning would.
+
+use jiff::Timestamp;
+use serde::Serialize;
+use tidemark_core::{Action, BackupDecision, BackupKind, Phase, Plan, RecoveryWindow};
+use tidemark_store::{ExecutionReport, Malformed, Survey};
+
+/// Version of this JSON contract.
+pub const JSON_FORMAT_VERSION: u32 = 1;
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupOut {
+    pub backup_id: String,
+    pub backup_name: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub parent_id: Option<String>,
+    pub phase: &'static str,
+    pub started_at: Timestamp,
+    pub completed_at: Option<Timestamp>,
+    pub size: u64,
+    /// `keep`, `delete` or `consolidate` (plan and gc only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub action: Option<Action>,
+    /// Every reason for the action (plan and gc only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasons: Option<Vec<String>>,
+    /// Whether it can be restored: completed with a complete chain (ls only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restorable: Option<bool>,
+}
+
+pub fn phase_name(p: Phase) -> &'static str {
+    match p {
+        Phase::Completed => "completed",
+        Phase::Failed => "failed",
+        Phase::InProgress => "inProgress",
+        Phase::Uncommitted => "uncommitted",
+    }
+}
+
+impl BackupOut {
+    pub fn from_backup(b: &tidemark_core::Backup) -> Self {
+        BackupOut {
+            backup_id: b.id.clone(),
+            backup_name: b.name.clone(),
+            kind: match b.kind {
+                BackupKind::Full => "full",
+                BackupKind::Incremental(_) => "incremental",
+            },
+            parent_id: b.kind.parent().cloned(),
+            phase: phase_name(b.phase),
+            started_at: b.started_at,
+            completed_at: b.completed_at,
+            size: b.size,
+            action: None,
+            reasons: None,
+            restorable: None,
+        }
+    }
+
+    fn from_decision(d: &BackupDecision) -> Self {
+        BackupOut {
+            action: Some(d.action),
+            reasons: Some(d.reasons.iter().map(ToString::to_string).collect()),
+            ..BackupOut::from_backup(&d.backup)
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SegmentsOut {
+    /// Keys relative to the store URL, e.g. `<cluster>/binlogs/mysql-bin.000041`.
+    pub delete: Vec<String>,
+    /// Index entries whose object is already gone.
+    pub drop_from_index: Vec<String>,
+    pub delete_bytes: u64,
+    pub keep: usize,
+    pub kept_unknown_last_event: usize,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SummaryOut {
+    pub backups: usize,
+    pub keep: usize,
+    pub delete: usize,
+    pub delete_bytes: u64,
+    pub segments_delete: usize,
+}
+
+/// `tidemark plan` / `tidemark gc` output.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanOut {
+    pub format_version: u32,
+    pub store: String,
+    pub cluster: String,
+    pub now: Timestamp,
+    pub dry_run: bool,
+    pub policy: serde_json::Value,
+    pub backups: Vec<BackupOut>,
+    pub segments: SegmentsOut,
+    pub horizon: Option<Timestamp>,
+    /// After the pass.
+    pub recovery_window: Option<RecoveryWindow>,
+    pub foreign: Vec<String>,
+    pub malformed: Vec<Malformed>,
+    pub summary: SummaryOut,
+    /// What gc did (absent for plan).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub executed: Option<ExecutionReport>,
+}
+
+impl PlanOut {
+    pub fn new(
+        store: &tidemark_store::ClusterStore,
+        survey: &Survey,
+        policy: serde_json::Value,
+        executed: Option<ExecutionReport>,
+    ) -> Self {
+        let plan: &Plan = &survey.plan;
+        let seg_key = |name: &str| format!("{}/binlogs/{name}", store.cluster);
+        let deletions: Vec<&BackupDecision> = plan.deletions().collect();
+        PlanOut {
+            format_version: JSON_FORMAT_VERSION,
+            store: store.url.clone(),
+            cluster: store.cluster.clone(),
+            now: plan.now,
+            dry_run: executed.is_none(),
+            policy,
+            backups: plan.backups.iter().map(BackupOut::from_decision).collect(),
+            segments: SegmentsOut {
+                delete: plan.segments.delete.iter().map(|d| seg_key(&d.name)).collect(),
+                drop_from_index: plan.segments.drop_from_index.clone(),
+                delete_bytes: plan.segments.delete.iter().map(|d| d.size).sum(),
+                keep: plan.segments.keep,
+                kept_unknown_last_event: plan.segments.kept_unknown_last_event,
+            },
+            horizon: plan.horizon,
+            recovery_window: plan.recovery_window.clone(),
+            foreign: survey.catalog.foreign.clone(),
+            malformed: survey.catalog.malformed.clone(),
+            summary: SummaryOut {
+                backups: plan.backups.len(),
+                keep: plan.backups.len() - deletions.len(),
+                delete: deletions.len(),
+                delete_bytes: deletions.iter().map(|d| d.backup.size).sum(),
+                segments_delete: plan.segments.delete.len(),
+            },
+            executed,
+        }
+    }
+}
+
+/// A run of missing segment sequence numbers.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MissingRange {
+    pub from: u64,
+    pub to: u64,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchiveOut {
+    pub segments: usize,
+    pub first: Option<String>,
+    pub last: Option<String>,
+    pub bytes: u64,
+    /// Sequence numbers absent from the index between the first and the last segment.
+    pub missing: Vec<MissingRange>,
+    pub unknown_last_event: usize,
+}
+
+/// `tidemark ls` output.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LsOut {
+    pub format_version: u32,
+    pub store: String,
+    pub cluster: String,
+    pub backups: Vec<BackupOut>,
+    pub recovery_window: Option<RecoveryWindow>,
+    pub archive: ArchiveOut,
+    pub foreign: Vec<String>,
+    pub malformed: Vec<Malformed>,
+}
+
+/// `1.5 GiB`.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// Renders rows as aligned columns.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            widths[i] = widths[i].max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                s.push_str(c);
+            } else {
+                s.push_str(&format!("{c:<w$}  ", w = widths[i]));
+            }
+        }
+        s.trim_end().to_owned()
+    };
+    let mut out = line(header.to_vec());
+    out.push('\n');
+    for r in rows {
+        out.push_str(&line(r.iter().map(String::as_str).collect()));
+        out.push('\n');
+    }
+    out
+}
+
+pub fn window_line(w: &Option<RecoveryWindow>) -> String {
+    match w {
+        None => "no restorable backup".to_owned(),
+        Some(w) if w.gaps.is_empty() => format!("{} → {} (no gaps)", w.from, w.to),
+        Some(w) => {
+            let gaps: Vec<String> = w.gaps.iter().map(|g| format!("{} → {}", g.from, g.to)).collect();
+            format!(
+                "{} → {} with {} gap(s): {}",
+                w.from,
+                w.to,
+                w.gaps.len(),
+                gaps.join(", ")
+            )
+        }
+    }
+}

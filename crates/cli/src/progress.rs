@@ -1,0 +1,65 @@
+//! Progress on a terminal: a spinner while listing, a bar while deleting. Silent when
+//! stderr is not a terminal (CI logs, pipes) and in JSON mode.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use tidemark_store::Progress;
+
+/// Draws progress on stderr.
+#[derive(Debug)]
+pub struct TerminalProgress {
+    bar: ProgressBar,
+}
+
+impl TerminalProgress {
+    /// A progress display if a person is watching, else `None`.
+    pub fn for_humans(json: bool) -> Option<Self> {
+        let watching = !json && std::io::stderr().is_terminal() && std::env::var_os("CI").is_none();
+        watching.then(|| {
+            let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+            bar.set_style(spinner());
+            bar.enable_steady_tick(Duration::from_millis(120));
+            bar.set_message("listing the store");
+            TerminalProgress { bar }
+        })
+    }
+
+    pub fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+fn spinner() -> ProgressStyle {
+    ProgressStyle::with_template("{spinner} {msg} ({pos} objects, {elapsed})")
+        .unwrap_or_else(|_| ProgressStyle::default_spinner())
+}
+
+impl Progress for TerminalProgress {
+    fn listed(&self, n: usize) {
+        self.bar.inc(n as u64);
+    }
+
+    fn metadata_read(&self, n: usize) {
+        if self.bar.length().is_none() {
+            self.bar.set_message("reading metadata");
+        }
+        self.bar.inc(n as u64);
+    }
+
+    fn deleted(&self, n: usize) {
+        self.bar.inc(n as u64);
+    }
+
+    fn step(&self, name: &str, total: usize) {
+        self.bar.set_position(0);
+        self.bar.set_length(total as u64);
+        self.bar.set_style(
+            ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} ({per_sec}, eta {eta})")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        self.bar.set_message(name.to_owned());
+    }
+}

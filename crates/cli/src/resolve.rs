@@ -1,0 +1,174 @@
+//! Turns arguments into a validated configuration: which store, which cluster, which
+//! policy. Every refusal names the offending value and the accepted form.
+
+use std::path::Path;
+
+use jiff::Timestamp;
+use tidemark_api::BackupPolicy;
+use tidemark_core::{Policy, PolicyInput};
+use tidemark_store::{ClusterStore, StoreOptions};
+
+use crate::args::{PolicyArgs, StoreArgs};
+use crate::exit::CliError;
+
+/// Where to work.
+#[derive(Debug)]
+pub struct Target {
+    pub store: ClusterStore,
+}
+
+/// A validated policy and how the user wrote it (for the audit record).
+#[derive(Debug)]
+pub struct ResolvedPolicy {
+    pub policy: Policy,
+    pub as_given: serde_json::Value,
+}
+
+/// Reads and checks a BackupPolicy file.
+pub fn read_policy_file(path: &Path) -> Result<BackupPolicy, CliError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CliError::input(format!("cannot read policy file {}: {e}", path.display())))?;
+    BackupPolicy::from_yaml(&text).map_err(|e| CliError::input(format!("{}: {e}", path.display())))
+}
+
+/// `file://relative/dir` (or `file://./dir`) → an absolute file URL under `base`; other
+/// URLs unchanged. Config files can then name a store next to themselves.
+pub fn absolutize_file_url(url: &str, base: &Path) -> String {
+    match url.strip_prefix("file://") {
+        Some(rest) if !rest.starts_with('/') => {
+            let joined = base.join(rest.trim_start_matches("./"));
+            format!("file://{}", joined.display())
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// Opens the store named by flags, or else by the policy file (`policy_path` is where the
+/// file is, for relative `file://` URLs).
+pub fn target(
+    args: &StoreArgs,
+    file: Option<&BackupPolicy>,
+    policy_path: Option<&Path>,
+) -> Result<Target, CliError> {
+    let os = file.and_then(|p| p.spec.object_store.as_ref());
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let url = match (&args.store, os) {
+        (Some(u), _) => absolutize_file_url(u, &cwd),
+        (None, Some(os)) => {
+            let dir = policy_path
+                .and_then(Path::parent)
+                .map(|d| cwd.join(d))
+                .unwrap_or(cwd);
+            absolutize_file_url(&os.store_url().map_err(CliError::input)?, &dir)
+        }
+        (None, None) => {
+            return Err(CliError::input(
+                "no store given: pass --store URL (e.g. file:///var/backups or s3://bucket/prefix) or a --policy file with spec.objectStore",
+            ));
+        }
+    };
+    let cluster = match (&args.cluster, file) {
+        (Some(c), _) => c.clone(),
+        (None, Some(p)) => p.cluster().to_owned(),
+        (None, None) => {
+            return Err(CliError::input(
+                "no cluster given: pass --cluster NAME (the directory under the store URL)",
+            ));
+        }
+    };
+    let endpoint = args
+        .endpoint
+        .clone()
+        .or_else(|| os.and_then(|o| o.endpoint.clone()));
+    let options = StoreOptions {
+        endpoint,
+        ..Default::default()
+    };
+    Ok(Target {
+        store: ClusterStore::open(&url, &cluster, &options)?,
+    })
+}
+
+/// The retention policy from the file or the flags (not both).
+pub fn policy(args: &PolicyArgs, file: Option<&BackupPolicy>) -> Result<ResolvedPolicy, CliError> {
+    let (input, from_flags) = match file {
+        Some(p) => {
+            if args.any_flag() {
+                return Err(CliError::input(
+                    "give the policy either as --policy FILE or as flags (--window, --keep-last, …), not both",
+                ));
+            }
+            let Some(r) = &p.spec.retention else {
+                return Err(CliError::input(format!(
+                    "{}: spec.retention is missing, so there is nothing to plan; add e.g. `retention: {{window: 30d}}`",
+                    args.policy.as_deref().unwrap_or(Path::new("policy")).display()
+                )));
+            };
+            (r.to_input(p.spec.time_zone.as_deref()), false)
+        }
+        None => (
+            PolicyInput {
+                window: args.window.clone(),
+                keep_last: args.keep_last,
+                keep_daily: args.keep_daily,
+                keep_weekly: args.keep_weekly,
+                keep_monthly: args.keep_monthly,
+                keep_yearly: args.keep_yearly,
+                failed_backups_ttl: args.failed_ttl.clone(),
+                cover_window: args.cover_window.then_some(true),
+                consolidate: None,
+                max_deletions_per_pass: args.max_deletions,
+                time_zone: args.time_zone.clone(),
+            },
+            true,
+        ),
+    };
+    let policy = input.validate().map_err(|e| {
+        let msg = e.to_string();
+        let msg = if from_flags { flagify(&msg) } else { msg };
+        match file {
+            Some(_) => CliError::input(format!(
+                "{}: spec.retention.{msg}",
+                args.policy.as_deref().unwrap_or(Path::new("policy")).display()
+            )),
+            None => CliError::input(format!("invalid policy: {msg}")),
+        }
+    })?;
+    let as_given = serde_json::to_value(&policy).unwrap_or(serde_json::Value::Null);
+    Ok(ResolvedPolicy { policy, as_given })
+}
+
+/// Field names in policy errors → the flags that set them.
+fn flagify(msg: &str) -> String {
+    const FLAGS: [(&str, &str); 10] = [
+        ("window:", "--window:"),
+        ("keepLast:", "--keep-last:"),
+        ("keepDaily:", "--keep-daily:"),
+        ("keepWeekly:", "--keep-weekly:"),
+        ("keepMonthly:", "--keep-monthly:"),
+        ("keepYearly:", "--keep-yearly:"),
+        ("failedBackupsTTL:", "--failed-ttl:"),
+        ("maxDeletionsPerPass:", "--max-deletions:"),
+        ("timeZone:", "--time-zone:"),
+        ("coverWindow:", "--cover-window:"),
+    ];
+    for (field, flag) in FLAGS {
+        if let Some(rest) = msg.strip_prefix(field) {
+            return format!("{flag}{rest}");
+        }
+    }
+    msg.replace("set at least one of window, keepLast, keepDaily, keepWeekly, keepMonthly or keepYearly",
+        "give at least one of --window, --keep-last, --keep-daily, --keep-weekly, --keep-monthly or --keep-yearly (or --policy FILE)")
+}
+
+/// `--now`, or the clock.
+pub fn now(arg: Option<&str>) -> Result<Timestamp, CliError> {
+    match arg {
+        None => Ok(Timestamp::now()),
+        Some(s) => s.parse().map_err(|_| {
+            CliError::input(format!(
+                "invalid --now {s:?}: expected an RFC 3339 time such as 2026-11-20T02:00:00Z"
+            ))
+        }),
+    }
+}

@@ -207,7 +207,8 @@ impl BackupPolicy {
         if self.spec.retention.is_some() && self.spec.object_store.is_none() {
             return Err(PolicyFileError::Invalid {
                 field: "spec.retention",
-                problem: "a retention policy requires spec.objectStore (where the backups are)".into(),
+                problem: "a retention policy requires spec.objectStore (where the backups are)"
+                    .into(),
             });
         }
         if let Some(os) = &self.spec.object_store {
@@ -270,7 +271,10 @@ spec:
     fn unknown_fields_are_refused_with_their_place() {
         let typo = EXAMPLE.replace("keepLast", "keeplast");
         let e = BackupPolicy::from_yaml(&typo).unwrap_err().to_string();
-        assert!(e.contains("unknown field `keeplast`") && e.contains("line"), "{e}");
+        assert!(
+            e.contains("unknown field `keeplast`") && e.contains("line"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -278,7 +282,10 @@ spec:
         let text = EXAMPLE
             .replace("  objectStore:\n    bucket: my-backups\n    path: prod\n    endpoint: http://127.0.0.1:8333\n", "");
         let e = BackupPolicy::from_yaml(&text).unwrap_err().to_string();
-        assert!(e.starts_with("spec.retention: a retention policy requires spec.objectStore"), "{e}");
+        assert!(
+            e.starts_with("spec.retention: a retention policy requires spec.objectStore"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -9,10 +9,12 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// keep/delete decision, and deletes crash-safely without shrinking the recovery window.
 #[derive(Debug, Parser)]
 #[command(name = "tidemark", version, propagate_version = true)]
-#[command(after_help = "Exit codes: 0 success; 1 internal error; 2 invalid input; \
+#[command(
+    after_help = "Exit codes: 0 success; 1 internal error; 2 invalid input; \
 3 store unreachable or a request failed; 4 data in the store blocks the pass (malformed or \
 newer metadata.json/_index.json); 5 gc finished but some objects could not be deleted \
-(run it again). See docs/cli.md.")]
+(run it again). See docs/cli.md."
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

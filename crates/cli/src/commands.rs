@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::io::Write;
 
 use jiff::Timestamp;
-use tidemark_core::{Action, Policy, current_window, restorable_ids};
+use tidemark_core::{Action, Policy, Replay, current_window, restorable_ids};
 use tidemark_store::catalog::SegmentListing;
 use tidemark_store::{
     Catalog, ExecOptions, NoProgress, Progress, SurveyOptions, execute, survey as take_survey,
@@ -13,8 +13,8 @@ use tidemark_store::{
 use crate::args::{Cli, Command, LsArgs, OutputFormat, PassArgs};
 use crate::exit::{CliError, Exit};
 use crate::output::{
-    ArchiveOut, BackupOut, LsOut, MissingRange, PlanOut, human_bytes, table, window_line,
-    JSON_FORMAT_VERSION,
+    ArchiveOut, BackupOut, JSON_FORMAT_VERSION, LsOut, MissingRange, PlanOut, human_bytes, table,
+    window_line,
 };
 use crate::progress::TerminalProgress;
 use crate::resolve;
@@ -42,7 +42,8 @@ fn emit(text: &str) -> Result<(), CliError> {
 }
 
 fn emit_json(value: &impl serde::Serialize) -> Result<(), CliError> {
-    let mut text = serde_json::to_string_pretty(value).map_err(|e| CliError::new(Exit::Internal, e))?;
+    let mut text =
+        serde_json::to_string_pretty(value).map_err(|e| CliError::new(Exit::Internal, e))?;
     text.push('\n');
     emit(&text)
 }
@@ -199,7 +200,9 @@ fn plan_table(out: &PlanOut, policy: &Policy) -> String {
                 b.backup_name.clone(),
                 b.kind.to_owned(),
                 b.phase.to_owned(),
-                b.completed_at.map(|t| t.to_string()).unwrap_or_else(|| "-".into()),
+                b.completed_at
+                    .map(|t| t.to_string())
+                    .unwrap_or_else(|| "-".into()),
                 human_bytes(b.size),
                 b.reasons.clone().unwrap_or_default().join(", "),
             ]
@@ -209,7 +212,16 @@ fn plan_table(out: &PlanOut, policy: &Policy) -> String {
         s.push_str("No backups in this cluster.\n");
     } else {
         s.push_str(&table(
-            &["ACTION", "BACKUP-ID", "NAME", "TYPE", "PHASE", "COMPLETED", "SIZE", "REASONS"],
+            &[
+                "ACTION",
+                "BACKUP-ID",
+                "NAME",
+                "TYPE",
+                "PHASE",
+                "COMPLETED",
+                "SIZE",
+                "REASONS",
+            ],
             &rows,
         ));
     }
@@ -292,7 +304,12 @@ fn plan_table(out: &PlanOut, policy: &Policy) -> String {
 /// The first few items and a count of the rest.
 fn list_some(items: &[String]) -> String {
     const SHOWN: usize = 10;
-    let mut s = items.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", ");
+    let mut s = items
+        .iter()
+        .take(SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
     if items.len() > SHOWN {
         s.push_str(&format!(" … and {} more", items.len() - SHOWN));
     }
@@ -335,12 +352,21 @@ async fn ls(args: &LsArgs) -> Result<Exit, CliError> {
         .map(|i| i.file.entries.iter().collect())
         .unwrap_or_default();
     entries.sort_by_key(|e| e.sequence);
+    // The earliest segment any restorable backup replays from: holes before it are harmless.
+    let replay = Replay::new(&inventory.segments);
+    let earliest_start = inventory
+        .backups
+        .iter()
+        .filter(|b| ok.contains(&b.id))
+        .filter_map(|b| replay.start_sequence(b.restore_point()))
+        .min();
     let missing = entries
         .windows(2)
         .filter(|w| w[1].sequence > w[0].sequence + 1)
         .map(|w| MissingRange {
             from: w[0].sequence + 1,
             to: w[1].sequence - 1,
+            affects_recovery: earliest_start.is_some_and(|s| w[1].sequence > s),
         })
         .collect();
     let out = LsOut {
@@ -386,9 +412,16 @@ fn ls_table(out: &LsOut) -> String {
                 b.backup_name.clone(),
                 b.kind.to_owned(),
                 b.phase.to_owned(),
-                b.completed_at.map(|t| t.to_string()).unwrap_or_else(|| "-".into()),
+                b.completed_at
+                    .map(|t| t.to_string())
+                    .unwrap_or_else(|| "-".into()),
                 human_bytes(b.size),
-                if b.restorable == Some(true) { "yes" } else { "no" }.to_owned(),
+                if b.restorable == Some(true) {
+                    "yes"
+                } else {
+                    "no"
+                }
+                .to_owned(),
                 b.parent_id.clone().unwrap_or_default(),
             ]
         })
@@ -397,7 +430,16 @@ fn ls_table(out: &LsOut) -> String {
         s.push_str("No backups.\n");
     } else {
         s.push_str(&table(
-            &["BACKUP-ID", "NAME", "TYPE", "PHASE", "COMPLETED", "SIZE", "RESTORABLE", "PARENT"],
+            &[
+                "BACKUP-ID",
+                "NAME",
+                "TYPE",
+                "PHASE",
+                "COMPLETED",
+                "SIZE",
+                "RESTORABLE",
+                "PARENT",
+            ],
             &rows,
         ));
     }
@@ -414,21 +456,27 @@ fn ls_table(out: &LsOut) -> String {
                 a.segments,
                 human_bytes(a.bytes)
             ));
-            if a.missing.is_empty() {
-                s.push_str(", no missing sequence numbers");
+            let span = |m: &MissingRange| {
+                if m.from == m.to {
+                    m.from.to_string()
+                } else {
+                    format!("{}–{}", m.from, m.to)
+                }
+            };
+            let (bad, harmless): (Vec<&MissingRange>, Vec<&MissingRange>) =
+                a.missing.iter().partition(|m| m.affects_recovery);
+            if bad.is_empty() {
+                s.push_str(", no missing sequence numbers that recovery needs");
             } else {
-                let gaps: Vec<String> = a
-                    .missing
-                    .iter()
-                    .map(|m| {
-                        if m.from == m.to {
-                            m.from.to_string()
-                        } else {
-                            format!("{}–{}", m.from, m.to)
-                        }
-                    })
-                    .collect();
+                let gaps: Vec<String> = bad.iter().map(|m| span(m)).collect();
                 s.push_str(&format!(", MISSING sequence numbers: {}", gaps.join(", ")));
+            }
+            if !harmless.is_empty() {
+                let gaps: Vec<String> = harmless.iter().map(|m| span(m)).collect();
+                s.push_str(&format!(
+                    " (absent before every backup's replay start, harmless: {})",
+                    gaps.join(", ")
+                ));
             }
             if a.unknown_last_event > 0 {
                 s.push_str(&format!(

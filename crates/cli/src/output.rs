@@ -134,7 +134,12 @@ impl PlanOut {
             policy,
             backups: plan.backups.iter().map(BackupOut::from_decision).collect(),
             segments: SegmentsOut {
-                delete: plan.segments.delete.iter().map(|d| seg_key(&d.name)).collect(),
+                delete: plan
+                    .segments
+                    .delete
+                    .iter()
+                    .map(|d| seg_key(&d.name))
+                    .collect(),
                 drop_from_index: plan.segments.drop_from_index.clone(),
                 delete_bytes: plan.segments.delete.iter().map(|d| d.size).sum(),
                 keep: plan.segments.keep,
@@ -162,6 +167,10 @@ impl PlanOut {
 pub struct MissingRange {
     pub from: u64,
     pub to: u64,
+    /// Whether a restorable backup's replay would need these segments (a hole before
+    /// every backup's replay start is harmless, e.g. next to an old segment kept because
+    /// its last event time is unknown).
+    pub affects_recovery: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -239,7 +248,11 @@ pub fn window_line(w: &Option<RecoveryWindow>) -> String {
         None => "no restorable backup".to_owned(),
         Some(w) if w.gaps.is_empty() => format!("{} → {} (no gaps)", w.from, w.to),
         Some(w) => {
-            let gaps: Vec<String> = w.gaps.iter().map(|g| format!("{} → {}", g.from, g.to)).collect();
+            let gaps: Vec<String> = w
+                .gaps
+                .iter()
+                .map(|g| format!("{} → {}", g.from, g.to))
+                .collect();
             format!(
                 "{} → {} with {} gap(s): {}",
                 w.from,

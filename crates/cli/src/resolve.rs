@@ -101,7 +101,10 @@ pub fn policy(args: &PolicyArgs, file: Option<&BackupPolicy>) -> Result<Resolved
             let Some(r) = &p.spec.retention else {
                 return Err(CliError::input(format!(
                     "{}: spec.retention is missing, so there is nothing to plan; add e.g. `retention: {{window: 30d}}`",
-                    args.policy.as_deref().unwrap_or(Path::new("policy")).display()
+                    args.policy
+                        .as_deref()
+                        .unwrap_or(Path::new("policy"))
+                        .display()
                 )));
             };
             (r.to_input(p.spec.time_zone.as_deref()), false)
@@ -129,7 +132,10 @@ pub fn policy(args: &PolicyArgs, file: Option<&BackupPolicy>) -> Result<Resolved
         match file {
             Some(_) => CliError::input(format!(
                 "{}: spec.retention.{msg}",
-                args.policy.as_deref().unwrap_or(Path::new("policy")).display()
+                args.policy
+                    .as_deref()
+                    .unwrap_or(Path::new("policy"))
+                    .display()
             )),
             None => CliError::input(format!("invalid policy: {msg}")),
         }

@@ -145,6 +145,12 @@ impl Replay {
         (i < self.sequences.len()).then_some(i)
     }
 
+    /// Sequence number of the segment replay starts from for a backup completed at
+    /// `completed`, if any segment reaches that instant.
+    pub fn start_sequence(&self, completed: Timestamp) -> Option<u64> {
+        self.start(completed).map(|i| self.sequences[i])
+    }
+
     /// Sequence number of the segment just before the replay start of a backup completed
     /// at `completed`: the planner keeps it, so that whether replay may begin is judged the
     /// same before and after a pass.

@@ -18,9 +18,16 @@ async fn main() -> anyhow::Result<()> {
     std::fs::create_dir_all(&dir)?;
     let dir = std::fs::canonicalize(&dir)?;
     if dir.join("demo").exists() {
-        anyhow::bail!("{} already holds a demo cluster; remove it first", dir.display());
+        anyhow::bail!(
+            "{} already holds a demo cluster; remove it first",
+            dir.display()
+        );
     }
-    let store = ClusterStore::open(&format!("file://{}", dir.display()), "demo", &StoreOptions::default())?;
+    let store = ClusterStore::open(
+        &format!("file://{}", dir.display()),
+        "demo",
+        &StoreOptions::default(),
+    )?;
 
     // Sunday 1 November 2026 02:00 UTC.
     let first: Timestamp = "2026-11-01T02:00:00Z".parse()?;
@@ -31,7 +38,11 @@ async fn main() -> anyhow::Result<()> {
         let b = if d % 7 == 0 {
             SynthBackup::full("nightly", at, 0x1000 + d)
         } else {
-            let parent = backups.iter().rev().find(|b| !b.failed).map(|b| b.id.clone());
+            let parent = backups
+                .iter()
+                .rev()
+                .find(|b| !b.failed)
+                .map(|b| b.id.clone());
             SynthBackup::incremental("nightly", &parent.unwrap_or_default(), at, 0x1000 + d)
         };
         backups.push(b);
@@ -48,16 +59,38 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     // A manual full taken before an upgrade, on hold.
-    let mut manual = SynthBackup::full("pre-upgrade", first + day * 4 + SignedDuration::from_hours(9), 0x3000);
-    manual.labels.push(("tidemark.io/protect".into(), "true".into()));
+    let mut manual = SynthBackup::full(
+        "pre-upgrade",
+        first + day * 4 + SignedDuration::from_hours(9),
+        0x3000,
+    );
+    manual
+        .labels
+        .push(("tidemark.io/protect".into(), "true".into()));
     backups.push(manual);
     synth::write_backups(&store, &backups).await?;
 
-    let mut segments = synth::segments("mysql-bin", 1, 20 * 6, first - SignedDuration::from_hours(2), SignedDuration::from_hours(4));
+    let mut segments = synth::segments(
+        "mysql-bin",
+        1,
+        20 * 6,
+        first - SignedDuration::from_hours(2),
+        SignedDuration::from_hours(4),
+    );
     segments[3].last_event_at = None;
     synth::write_segments(&store, &segments).await?;
     synth::write_index(&store, &segments).await?;
-    synth::write_raw(&store, "NOTES.txt", b"Left here by a person: Tidemark reports it and never deletes it.\n").await?;
-    println!("wrote {} backups and {} segments to {}/demo", backups.len(), segments.len(), dir.display());
+    synth::write_raw(
+        &store,
+        "NOTES.txt",
+        b"Left here by a person: Tidemark reports it and never deletes it.\n",
+    )
+    .await?;
+    println!(
+        "wrote {} backups and {} segments to {}/demo",
+        backups.len(),
+        segments.len(),
+        dir.display()
+    );
     Ok(())
 }

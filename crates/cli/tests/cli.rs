@@ -1,0 +1,451 @@
+//! The real `tidemark` binary against the example store (copied), a local directory, and a
+//! real S3 server (SeaweedFS on 127.0.0.1).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use jiff::SignedDuration;
+use serde_json::Value;
+use tidemark_store::synth::{self, SynthBackup};
+use tidemark_store::testkit::SeaweedFs;
+
+const NOW: &str = "2026-11-20T12:00:00Z";
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tidemark"));
+    c.env_remove("TIDEMARK_STORE")
+        .env_remove("TIDEMARK_CLUSTER")
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .env_remove("AWS_ENDPOINT_URL")
+        .env_remove("AWS_ENDPOINT");
+    c
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().expect("run tidemark")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn json(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            stderr(o)
+        )
+    })
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            } else {
+                out.push(e.path().strip_prefix(dir).unwrap().to_path_buf());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A private copy of `examples/store`.
+fn example_store() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/store");
+    copy_dir(&src, dir.path());
+    let url = format!("file://{}", dir.path().display());
+    (dir, url)
+}
+
+const POLICY: [&str; 7] = [
+    "--window",
+    "7d",
+    "--keep-weekly",
+    "2",
+    "--failed-ttl",
+    "3d",
+    "--cover-window",
+];
+
+fn pass_args<'a>(cmd: &'a str, url: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec![cmd, "--store", url, "--cluster", "demo", "--now", NOW];
+    v.extend(POLICY);
+    v.extend(extra);
+    v
+}
+
+#[test]
+fn plan_json_follows_the_documented_contract() {
+    let (dir, url) = example_store();
+    let before = files(dir.path());
+    let o = run(&pass_args("plan", &url, &["--output", "json"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o);
+    let backups = v["backups"].as_array().unwrap();
+    assert_eq!(backups.len(), 22);
+    for b in backups {
+        assert!(b["backupId"].is_string());
+        assert!(matches!(b["action"].as_str(), Some("keep" | "delete")));
+        assert!(!b["reasons"].as_array().unwrap().is_empty(), "{b}");
+    }
+    let deleted: Vec<&str> = backups
+        .iter()
+        .filter(|b| b["action"] == "delete")
+        .map(|b| b["backupId"].as_str().unwrap())
+        .collect();
+    assert_eq!(deleted.len(), 8);
+    let held = backups
+        .iter()
+        .find(|b| b["backupName"] == "pre-upgrade")
+        .unwrap();
+    assert_eq!(held["reasons"], serde_json::json!(["protected"]));
+    let seg = v["segments"]["delete"].as_array().unwrap();
+    assert_eq!(seg[0], "demo/binlogs/mysql-bin.000001");
+    assert_eq!(v["horizon"], "2026-11-05T11:00:00Z");
+    assert!(v["recoveryWindow"]["from"].is_string());
+    assert_eq!(v["foreign"], serde_json::json!(["demo/NOTES.txt"]));
+    assert_eq!(v["dryRun"], true);
+    // A dry run deletes nothing.
+    assert_eq!(files(dir.path()), before);
+}
+
+#[test]
+fn gc_deletes_what_plan_showed_then_has_nothing_to_do() {
+    let (dir, url) = example_store();
+    let plan = json(&run(&pass_args("plan", &url, &["--output", "json"])));
+    let o = run(&pass_args("gc", &url, &["--output", "json"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o);
+    let executed = &v["executed"];
+    assert_eq!(executed["backupsDeleted"].as_array().unwrap().len(), 8);
+    assert_eq!(
+        executed["segmentsDeleted"],
+        plan["segments"]["delete"].as_array().unwrap().len()
+    );
+    let audit = executed["auditKey"].as_str().unwrap();
+    assert!(
+        dir.path().join(audit).is_file(),
+        "audit record {audit} missing"
+    );
+
+    let remaining = files(dir.path());
+    for b in plan["backups"].as_array().unwrap() {
+        let id = b["backupId"].as_str().unwrap();
+        let present = remaining.iter().any(|p| p.to_string_lossy().contains(id));
+        assert_eq!(present, b["action"] == "keep", "{id}");
+    }
+    for k in plan["segments"]["delete"].as_array().unwrap() {
+        assert!(!dir.path().join(k.as_str().unwrap()).exists(), "{k}");
+    }
+    assert!(dir.path().join("demo/NOTES.txt").is_file());
+
+    let again = run(&pass_args("gc", &url, &[]));
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert!(String::from_utf8_lossy(&again.stdout).contains("Nothing to do."));
+
+    let ls = run(&[
+        "ls",
+        "--store",
+        &url,
+        "--cluster",
+        "demo",
+        "--output",
+        "json",
+    ]);
+    assert!(ls.status.success(), "{}", stderr(&ls));
+    let v = json(&ls);
+    assert_eq!(v["backups"].as_array().unwrap().len(), 14);
+    assert!(
+        v["backups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|b| b["restorable"] == true)
+    );
+    // Segment 4 (unknown last event) is kept by rule, so 5–25 are absent, harmlessly.
+    assert_eq!(
+        v["archive"]["missing"],
+        serde_json::json!([{"from": 5, "to": 25, "affectsRecovery": false}])
+    );
+}
+
+#[test]
+fn bad_input_is_refused_with_value_form_and_exit_code_and_nothing_is_deleted() {
+    let (dir, url) = example_store();
+    let before = files(dir.path());
+    let base = |extra: &[&str]| {
+        let mut v = vec!["gc", "--store", url.as_str(), "--cluster", "demo"];
+        v.extend(extra);
+        v.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+    };
+    let cases: Vec<(Vec<String>, i32, Vec<&str>)> = vec![
+        (
+            base(&["--window", "30"]),
+            2,
+            vec!["\"30\"", "it has no unit", "<n>d, <n>w or <n>m"],
+        ),
+        (
+            base(&["--window", "30h"]),
+            2,
+            vec!["\"30h\"", "unit is not d, w or m"],
+        ),
+        (
+            base(&["--keep-last", "-1"]),
+            2,
+            vec!["--keep-last", "-1", "whole number"],
+        ),
+        (
+            base(&["--keep-daily", "3", "--time-zone", "Mars/Olympus"]),
+            2,
+            vec!["\"Mars/Olympus\"", "IANA"],
+        ),
+        (base(&[]), 2, vec!["no retention rule", "--keep-last"]),
+        (
+            base(&["--keep-last", "1", "--now", "noon"]),
+            2,
+            vec!["\"noon\"", "RFC 3339"],
+        ),
+        (
+            vec![
+                "gc",
+                "--store",
+                "ftp://x",
+                "--cluster",
+                "demo",
+                "--keep-last",
+                "1",
+            ]
+            .into_iter()
+            .map(String::from)
+            .collect(),
+            2,
+            vec!["\"ftp://x\"", "s3://bucket"],
+        ),
+        (
+            vec![
+                "gc",
+                "--store",
+                "s3://b",
+                "--endpoint",
+                "http://127.0.0.1:9",
+                "--cluster",
+                "demo",
+                "--keep-last",
+                "1",
+            ]
+            .into_iter()
+            .map(String::from)
+            .collect(),
+            2,
+            vec!["no S3 credentials", "AWS_ACCESS_KEY_ID"],
+        ),
+    ];
+    for (args, code, needles) in cases {
+        let o = bin().args(&args).output().unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
+        for n in needles {
+            assert!(err.contains(n), "{args:?}: {err:?} lacks {n:?}");
+        }
+    }
+    assert_eq!(files(dir.path()), before);
+}
+
+#[test]
+fn unreachable_store_exits_3() {
+    let o = bin()
+        .args([
+            "plan",
+            "--store",
+            "s3://b",
+            "--endpoint",
+            "http://127.0.0.1:9",
+            "--cluster",
+            "demo",
+            "--keep-last",
+            "1",
+        ])
+        .env("AWS_ACCESS_KEY_ID", "x")
+        .env("AWS_SECRET_ACCESS_KEY", "y")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(stderr(&o).contains("Connection refused"), "{}", stderr(&o));
+}
+
+#[test]
+fn malformed_metadata_blocks_gc_unless_told_and_is_never_deleted() {
+    let (dir, url) = example_store();
+    let bad = dir
+        .path()
+        .join("demo/nightly/20261101T020000Z-00001000/metadata.json");
+    std::fs::write(&bad, b"{\"formatVersion\": 1,").unwrap();
+    let before = files(dir.path());
+
+    let plan = run(&pass_args("plan", &url, &[]));
+    assert_eq!(plan.status.code(), Some(4), "{}", stderr(&plan));
+    assert!(stderr(&plan).contains("20261101T020000Z-00001000/metadata.json"));
+
+    let gc = run(&pass_args("gc", &url, &[]));
+    assert_eq!(gc.status.code(), Some(4));
+    assert!(
+        stderr(&gc).contains("nothing was deleted"),
+        "{}",
+        stderr(&gc)
+    );
+    assert_eq!(files(dir.path()), before);
+
+    let gc = run(&pass_args("gc", &url, &["--ignore-malformed"]));
+    assert_eq!(gc.status.code(), Some(0), "{}", stderr(&gc));
+    assert!(bad.is_file(), "malformed metadata must never be deleted");
+    assert!(
+        dir.path()
+            .join("demo/nightly/20261101T020000Z-00001000/backup.tar")
+            .is_file()
+    );
+}
+
+#[test]
+fn malformed_index_exits_4_and_deletes_nothing() {
+    let (dir, url) = example_store();
+    std::fs::write(dir.path().join("demo/binlogs/_index.json"), b"[1, 2").unwrap();
+    let before = files(dir.path());
+    let o = run(&pass_args("gc", &url, &[]));
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("demo/binlogs/_index.json") && err.contains("expected {\"formatVersion\": 1"),
+        "{err}"
+    );
+    assert_eq!(files(dir.path()), before);
+}
+
+#[test]
+fn policy_file_supplies_store_cluster_and_rules() {
+    let (dir, _url) = example_store();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: tidemark.io/v1alpha1\nkind: BackupPolicy\nmetadata: {name: demo}\nspec:\n  objectStore: {url: file://.}\n  retention: {window: 7d, keepWeekly: 2, failedBackupsTTL: 3d, coverWindow: true}\n",
+    )
+    .unwrap();
+    let p = policy.to_str().unwrap();
+    let o = run(&["plan", "--policy", p, "--now", NOW, "--output", "json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let from_file = json(&o);
+    let (_d2, url) = example_store();
+    let from_flags = json(&run(&pass_args("plan", &url, &["--output", "json"])));
+    assert_eq!(from_file["backups"], from_flags["backups"]);
+
+    let both = run(&["plan", "--policy", p, "--keep-last", "3"]);
+    assert_eq!(both.status.code(), Some(2));
+    assert!(stderr(&both).contains("not both"));
+
+    std::fs::write(&policy, "apiVersion: tidemark.io/v1alpha1\nkind: BackupPolicy\nmetadata: {name: demo}\nspec:\n  objectStore: {url: file://.}\n  retention: {keeplast: 3}\n").unwrap();
+    let typo = run(&["plan", "--policy", p]);
+    assert_eq!(typo.status.code(), Some(2));
+    assert!(
+        stderr(&typo).contains("unknown field `keeplast`"),
+        "{}",
+        stderr(&typo)
+    );
+}
+
+#[test]
+fn closed_pipe_exits_quietly() {
+    let (_dir, url) = example_store();
+    let mut child = bin()
+        .args(pass_args("plan", &url, &[]))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
+#[test]
+fn plan_and_gc_against_a_real_s3_server() {
+    let server = SeaweedFs::start();
+    let store = server.cluster_store("prod");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let start: jiff::Timestamp = "2026-11-01T02:00:00Z".parse().unwrap();
+    let backups: Vec<SynthBackup> = (0..10)
+        .map(|d| {
+            SynthBackup::full(
+                "nightly",
+                start + SignedDuration::from_hours(24 * d),
+                d as u32,
+            )
+        })
+        .collect();
+    let segments = synth::segments("mysql-bin", 1, 40, start, SignedDuration::from_hours(6));
+    rt.block_on(async {
+        synth::write_backups(&store, &backups).await.unwrap();
+        synth::write_segments(&store, &segments).await.unwrap();
+        synth::write_index(&store, &segments).await.unwrap();
+    });
+    let url = server.url();
+    let args = [
+        "--store",
+        url.as_str(),
+        "--cluster",
+        "prod",
+        "--keep-last",
+        "3",
+        "--now",
+        NOW,
+        "--output",
+        "json",
+    ];
+    let mut plan = bin();
+    plan.arg("plan").args(args).envs(server.env());
+    let o = plan.output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["summary"]["delete"], 7);
+    assert_eq!(v["horizon"], "2026-11-08T02:00:00Z");
+
+    let mut gc = bin();
+    gc.arg("gc").args(args).envs(server.env());
+    let o = gc.output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let keys = rt.block_on(synth::all_keys(&store)).unwrap();
+    assert_eq!(
+        keys.iter().filter(|k| k.ends_with("metadata.json")).count(),
+        3
+    );
+    let segs = keys
+        .iter()
+        .filter(|k| k.starts_with("binlogs/mysql-bin."))
+        .count();
+    assert_eq!(segs, 40 - v["segments"]["delete"].as_array().unwrap().len());
+    assert_eq!(keys.iter().filter(|k| k.starts_with("_audit/")).count(), 1);
+}

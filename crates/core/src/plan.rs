@@ -148,13 +148,8 @@ pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
     }
 
     close_chains(&backups, &parent, &mut reasons);
-    bridge_gaps(
-        &backups,
-        &parent,
-        &restorable,
-        &inventory.segments,
-        &mut reasons,
-    );
+    let replay = Replay::new(&inventory.segments);
+    bridge_gaps(&backups, &parent, &restorable, &replay, &mut reasons);
 
     let mut deletes = delete_reasons(&backups, &reasons, &ttl_expired);
     if policy.max_deletions_per_pass > 0 {
@@ -170,13 +165,7 @@ pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
         // retained restore point earlier, bringing a planned deletion inside the window.
         // Both only shrink the deletions, so the cap still holds.
         close_chains(&backups, &parent, &mut reasons);
-        bridge_gaps(
-            &backups,
-            &parent,
-            &restorable,
-            &inventory.segments,
-            &mut reasons,
-        );
+        bridge_gaps(&backups, &parent, &restorable, &replay, &mut reasons);
         deletes = delete_reasons(&backups, &reasons, &ttl_expired);
     }
 
@@ -188,21 +177,18 @@ pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
         .min();
     // Segments a retained backup's replay depends on beyond the time rule: the one just
     // before its start segment, and the one holding its recorded binlog position.
-    let pinned: HashSet<(Option<u64>, Option<&str>)> = {
-        let replay = Replay::new(&inventory.segments);
-        (0..n)
-            .filter(|&i| restorable[i] && deletes[i].is_none())
-            .flat_map(|i| {
-                let b = backups[i];
-                [
-                    (replay.predecessor_of_start(b.restore_point()), None),
-                    (None, b.log_file.as_deref()),
-                ]
-            })
-            .collect()
-    };
+    let retained = (0..n).filter(|&i| restorable[i] && deletes[i].is_none());
+    let mut pinned_sequences: Vec<u64> = retained
+        .clone()
+        .filter_map(|i| replay.predecessor_of_start(backups[i].restore_point()))
+        .collect();
+    pinned_sequences.sort_unstable();
+    let pinned_files: HashSet<&str> = retained
+        .filter_map(|i| backups[i].log_file.as_deref())
+        .collect();
     let segments = plan_segments(&inventory.segments, horizon, |s| {
-        pinned.contains(&(Some(s.sequence), None)) || pinned.contains(&(None, Some(&s.name)))
+        pinned_sequences.binary_search(&s.sequence).is_ok()
+            || pinned_files.contains(s.name.as_str())
     });
 
     let recovery_window = {
@@ -513,14 +499,10 @@ fn bridge_gaps(
     backups: &[&Backup],
     parent: &[Option<usize>],
     restorable: &[bool],
-    segments: &[Segment],
+    replay: &Replay,
     reasons: &mut [Vec<Reason>],
 ) {
     let n = backups.len();
-    if segments.is_empty() {
-        return;
-    }
-    let replay = Replay::new(segments);
     let intervals: Vec<Option<Interval>> = (0..n)
         .map(|i| restorable[i].then(|| replay.interval(backups[i].restore_point())))
         .collect();
@@ -691,10 +673,15 @@ fn plan_segments(
 
 /// The segments that remain after `plan` is carried out.
 pub fn kept_segments<'a>(segments: &'a [Segment], plan: &SegmentPlan) -> Vec<&'a Segment> {
-    let gone: HashSet<&str> = plan.delete.iter().map(|d| d.name.as_str()).collect();
+    // Deletions are in sequence order; a binary search beats hashing a million names.
+    let gone: Vec<(u64, &str)> = plan
+        .delete
+        .iter()
+        .map(|d| (d.sequence, d.name.as_str()))
+        .collect();
     segments
         .iter()
-        .filter(|s| s.present && !gone.contains(s.name.as_str()))
+        .filter(|s| s.present && gone.binary_search(&(s.sequence, s.name.as_str())).is_err())
         .collect()
 }
 

@@ -53,6 +53,19 @@ fn exec_options() -> ExecOptions {
     }
 }
 
+/// A survey with the standard policy at the standard `now`.
+async fn standard_survey(store: &ClusterStore) -> tidemark_store::Survey {
+    survey(
+        store,
+        &policy(),
+        now(),
+        &SurveyOptions::default(),
+        &NoProgress,
+    )
+    .await
+    .unwrap()
+}
+
 /// A fresh store for one case.
 trait Backing {
     fn fresh(&self, case: &str) -> (Option<tempfile::TempDir>, ClusterStore);
@@ -186,15 +199,7 @@ fn conformance_seaweedfs() {
 async fn collects_exactly_the_plan(store: &ClusterStore) {
     let history = standard_history(store).await;
     let before: BTreeSet<String> = synth::all_keys(store).await.unwrap().into_iter().collect();
-    let s = survey(
-        store,
-        &policy(),
-        now(),
-        &SurveyOptions::default(),
-        &NoProgress,
-    )
-    .await
-    .unwrap();
+    let s = standard_survey(store).await;
 
     assert_eq!(
         s.catalog.foreign,
@@ -302,28 +307,12 @@ async fn collects_exactly_the_plan(store: &ClusterStore) {
 
 async fn second_pass_is_a_no_op(store: &ClusterStore) {
     standard_history(store).await;
-    let s = survey(
-        store,
-        &policy(),
-        now(),
-        &SurveyOptions::default(),
-        &NoProgress,
-    )
-    .await
-    .unwrap();
+    let s = standard_survey(store).await;
     execute(store, &s, &exec_options(), &NoProgress)
         .await
         .unwrap();
     let keys = synth::all_keys(store).await.unwrap();
-    let again = survey(
-        store,
-        &policy(),
-        now(),
-        &SurveyOptions::default(),
-        &NoProgress,
-    )
-    .await
-    .unwrap();
+    let again = standard_survey(store).await;
     assert!(
         again.plan.is_empty(),
         "{:?}",
@@ -358,15 +347,7 @@ async fn orphans_are_reconciled(store: &ClusterStore) {
         .await
         .unwrap();
 
-    let s = survey(
-        store,
-        &policy(),
-        now(),
-        &SurveyOptions::default(),
-        &NoProgress,
-    )
-    .await
-    .unwrap();
+    let s = standard_survey(store).await;
     assert_eq!(s.plan.segments.drop_from_index, ["mysql-bin.000005"]);
     let unindexed: Vec<&str> = s
         .plan
@@ -440,15 +421,7 @@ async fn index_rewrite_keeps_concurrent_appends(store: &ClusterStore) {
     let entries = synth::segments("mysql-bin", 1, 70, day(0), SignedDuration::from_hours(6));
     synth::write_segments(store, &entries).await.unwrap();
     synth::write_index(store, &entries[..69]).await.unwrap();
-    let s = survey(
-        store,
-        &policy(),
-        now(),
-        &SurveyOptions::default(),
-        &NoProgress,
-    )
-    .await
-    .unwrap();
+    let s = standard_survey(store).await;
     // An archiver appends segment 70 after the survey read the index.
     let mut idx = read_index(store).await;
     idx.push(entries[69].clone()).unwrap();
@@ -521,15 +494,7 @@ async fn newer_format_is_never_deleted(store: &ClusterStore) {
     )
     .await
     .unwrap();
-    let s = survey(
-        store,
-        &policy(),
-        now(),
-        &SurveyOptions::default(),
-        &NoProgress,
-    )
-    .await
-    .unwrap();
+    let s = standard_survey(store).await;
     let d = s
         .plan
         .backups
@@ -557,15 +522,7 @@ async fn crash_at_every_request_converges(backing: &dyn Backing) {
         store
     };
     let clean_pass = |store: ClusterStore| async move {
-        let s = survey(
-            &store,
-            &policy(),
-            now(),
-            &SurveyOptions::default(),
-            &NoProgress,
-        )
-        .await
-        .unwrap();
+        let s = standard_survey(&store).await;
         execute(&store, &s, &exec_options(), &NoProgress)
             .await
             .unwrap();

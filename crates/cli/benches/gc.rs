@@ -167,6 +167,9 @@ async fn barman_dataset(server: &SeaweedFs, prefix: &str, backups: usize, wals: 
     n
 }
 
+/// Builds a peer's delete command for a prefix, or `None` when the tool is not installed.
+type PeerCommand<'a> = Box<dyn Fn(&str) -> Option<Command> + 'a>;
+
 struct Row {
     tool: &'static str,
     objects: usize,
@@ -225,7 +228,7 @@ fn peers(rt: &tokio::runtime::Runtime, server: &SeaweedFs) {
         },
     });
 
-    let bare: Vec<(&'static str, Box<dyn Fn(&str) -> Option<Command>>)> = vec![
+    let bare: Vec<(&'static str, PeerCommand)> = vec![
         (
             "s3rm-rs 1.6.5",
             Box::new(|p: &str| {

@@ -6,7 +6,9 @@
 //!     cargo bench -p tidemark --bench gc -- peers   # or: steady
 //!
 //! Sizes (environment): TIDEMARK_BENCH_BACKUPS (10000), TIDEMARK_BENCH_SEGMENTS (80000),
-//! TIDEMARK_BENCH_ARCHIVE (1000000), TIDEMARK_BENCH_EXPIRE (3000).
+//! TIDEMARK_BENCH_ARCHIVE (1000000), TIDEMARK_BENCH_EXPIRE (3000), and
+//! TIDEMARK_BENCH_PEER_TIMEOUT (300 s: a tool still running then is stopped and what it
+//! deleted so far counts over that time).
 //!
 //! Scenario "peers": each tool gets its own copy of the same dataset under its own prefix —
 //! N backups (payload + metadata.json) and M segments — and deletes it. Tidemark runs a
@@ -143,7 +145,7 @@ async fn barman_dataset(server: &SeaweedFs, prefix: &str, backups: usize, wals: 
         let id = at.strftime("%Y%m%dT%H%M%S").to_string();
         let begin = (i * per_backup).min(wals.saturating_sub(1) + 1);
         let info = format!(
-            "backup_id={id}\nbackup_name=None\nbegin_offset=40\nbegin_time={begin_time}\nbegin_wal={bw}\nbegin_xlog=0/{bx:X}\nbackup_label=None\nconfig_file=/etc/postgresql/postgresql.conf\ncopy_stats=None\ndeduplicated_size=None\nend_offset=312\nend_time={end_time}\nend_wal={bw}\nend_xlog=0/{bx:X}\nerror=None\nhba_file=/etc/postgresql/pg_hba.conf\nident_file=/etc/postgresql/pg_ident.conf\nincluded_files=None\nmode=concurrent\npgdata=/var/lib/postgresql/data\nserver_name=pg\nsize=64\nstatus=DONE\nsystemid=7000000000000000000\ntablespaces=None\ntimeline=1\nversion=150000\nxlog_segment_size=16777216\nbackup_type=full\ncompression=None\n",
+            "backup_id={id}\nbackup_name=None\nbegin_offset=40\nbegin_time={begin_time}\nbegin_wal={bw}\nbegin_xlog=0/{bx:X}\nbackup_label=None\nconfig_file=/etc/postgresql/postgresql.conf\ncopy_stats=None\ndeduplicated_size=None\nend_offset=312\nend_time={end_time}\nend_wal={bw}\nend_xlog=0/{bx:X}\nerror=None\nhba_file=/etc/postgresql/pg_hba.conf\nident_file=/etc/postgresql/pg_ident.conf\nincluded_files=None\nmode=concurrent\npgdata=/var/lib/postgresql/data\nserver_name=pg\nsize=64\nstatus=DONE\nsystemid=7000000000000000000\ntablespaces=None\ntimeline=1\nversion=150000\nxlog_segment_size=16777216\n",
             begin_time = at.strftime("%Y-%m-%d %H:%M:%S+00:00"),
             end_time = (at + SignedDuration::from_mins(5)).strftime("%Y-%m-%d %H:%M:%S+00:00"),
             bw = wal_name(begin),
@@ -178,13 +180,34 @@ struct Row {
     note: String,
 }
 
+/// Runs a tool, stopping it after `TIDEMARK_BENCH_PEER_TIMEOUT` seconds (default 300):
+/// what it deleted by then still counts, over the time it had.
 fn timed(mut cmd: Command) -> (f64, bool, String) {
+    let limit = Duration::from_secs(env_usize("TIDEMARK_BENCH_PEER_TIMEOUT", 300) as u64);
+    let stderr_file = tempfile::NamedTempFile::new().unwrap();
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(stderr_file.reopen().unwrap());
     let t = Instant::now();
-    let out = cmd.output().unwrap();
+    let mut child = cmd.spawn().unwrap();
+    let (ok, stopped) = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break (status.success(), false);
+        }
+        if t.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break (false, true);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     let secs = t.elapsed().as_secs_f64();
-    let mut note = String::from_utf8_lossy(&out.stderr).into_owned();
-    note.truncate(300);
-    (secs, out.status.success(), note)
+    let mut note = std::fs::read_to_string(stderr_file.path()).unwrap_or_default();
+    if stopped {
+        note = format!("stopped after {:.0} s (time cap)", limit.as_secs_f64());
+    } else if std::env::var_os("TIDEMARK_LOG").is_none() {
+        note.truncate(300);
+    }
+    (secs, ok, note)
 }
 
 fn peers(rt: &tokio::runtime::Runtime, server: &SeaweedFs) {
@@ -213,6 +236,9 @@ fn peers(rt: &tokio::runtime::Runtime, server: &SeaweedFs) {
     ])
     .envs(aws_env.clone());
     let (secs, ok, note) = timed(cmd);
+    if std::env::var_os("TIDEMARK_LOG").is_some() {
+        eprintln!("{note}");
+    }
     let after = rt.block_on(count(raw.as_ref(), "tm"));
     // Left: the kept backup (2), the index, the audit record.
     let deleted = before - after;
@@ -306,6 +332,7 @@ fn peers(rt: &tokio::runtime::Runtime, server: &SeaweedFs) {
     ];
     for (name, make) in bare {
         let prefix = name.split_whitespace().next().unwrap().replace('.', "");
+        let drop_ca_bundle = name.starts_with("rclone");
         let Some(mut cmd) = make(&prefix) else {
             rows.push(Row {
                 tool: name,
@@ -320,6 +347,11 @@ fn peers(rt: &tokio::runtime::Runtime, server: &SeaweedFs) {
         let _ = n;
         let before = rt.block_on(count(raw.as_ref(), &prefix));
         cmd.envs(aws_env.clone());
+        if drop_ca_bundle {
+            // rclone's S3 SDK cannot apply a custom CA bundle to its transport; the
+            // endpoint is plain HTTP anyway.
+            cmd.env_remove("AWS_CA_BUNDLE");
+        }
         let (secs, ok, note) = timed(cmd);
         let after = rt.block_on(count(raw.as_ref(), &prefix));
         rows.push(Row {
@@ -447,6 +479,9 @@ fn steady(rt: &tokio::runtime::Runtime, server: &SeaweedFs) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    if std::env::var_os("TIDEMARK_LOG").is_some() {
+        eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    }
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let deleted = v["executed"]["segmentsDeleted"].as_u64().unwrap();
     println!("\nSteady state: {archive} archived segments, {expire} behind the horizon");

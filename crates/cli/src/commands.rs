@@ -77,7 +77,7 @@ async fn pass(args: &PassArgs, gc: Option<bool>) -> Result<Exit, CliError> {
         }
     })?;
     for id in &args.protect {
-        if survey.catalog.backup(id).is_none() {
+        if !survey.catalog.has_id(id) {
             eprintln!(
                 "warning: --protect {id}: no backup with that id in {}/{}",
                 target.store.url, target.store.cluster

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use futures::{StreamExt, TryStreamExt, stream};
+use futures::{StreamExt, TryStreamExt};
 use jiff::Timestamp;
 use object_store::path::Path;
 use object_store::{ObjectMeta, ObjectStoreExt};
@@ -15,8 +15,8 @@ use crate::layout::{self, KeyKind};
 use crate::open::ClusterStore;
 use crate::progress::Progress;
 
-/// Metadata documents fetched at once.
-const METADATA_FETCH_CONCURRENCY: usize = 32;
+/// Metadata documents fetched at once (the store-wide limit still applies).
+const METADATA_FETCH_CONCURRENCY: usize = 64;
 
 /// The label (in `metadata.json`) or annotation (on a Backup) that places a hold.
 pub const PROTECT_LABEL: &str = "tidemark.io/protect";
@@ -87,7 +87,25 @@ impl Catalog {
     /// A failed store request, a malformed or newer `_index.json`. Malformed metadata is
     /// not an error: it is reported in [`Catalog::malformed`].
     pub async fn load(store: &ClusterStore, progress: &dyn Progress) -> Result<Self, StoreError> {
-        let objects = list_outside_binlogs(store, progress).await?;
+        // Listing, metadata reads and the index read overlap: each metadata.json is fetched
+        // as soon as the listing yields it.
+        let (tx, rx) = futures::channel::mpsc::unbounded::<Path>();
+        let listing = async move {
+            let r = list_outside_binlogs(store, progress, &tx).await;
+            drop(tx);
+            r
+        };
+        let fetching = rx
+            .map(|key| async move {
+                let fetched = fetch(store, &key).await?;
+                progress.metadata_read(1);
+                Ok::<_, StoreError>((key, fetched))
+            })
+            .buffer_unordered(METADATA_FETCH_CONCURRENCY)
+            .try_collect::<HashMap<Path, Fetched>>();
+        let (objects, bodies, index) = futures::join!(listing, fetching, load_index(store));
+        let (objects, mut bodies, index) = (objects?, bodies?, index?);
+
         let objects_listed = objects.len();
         let mut foreign = Vec::new();
         let mut dirs: BTreeMap<(String, String), Dir> = BTreeMap::new();
@@ -120,38 +138,9 @@ impl Catalog {
             Err(m) => (HashSet::new(), Some(m)),
         };
 
-        let fetched: Vec<Result<(usize, Fetched), StoreError>> = stream::iter(
-            dirs.iter()
-                .enumerate()
-                .filter_map(|(i, (_, d))| d.metadata.as_ref().map(|m| (i, m.location.clone()))),
-        )
-        .map(|(i, key)| async move {
-            let got = store.inner.get(&key).await;
-            let fetched = match got {
-                Ok(r) => match r.bytes().await {
-                    Ok(b) => Fetched::Bytes(b.to_vec()),
-                    Err(e) if is_not_found(&e) => Fetched::Gone,
-                    Err(source) => return Err(request(store, "reading", &key, source)),
-                },
-                // Deleted between listing and reading: another pass got there first.
-                Err(e) if is_not_found(&e) => Fetched::Gone,
-                Err(source) => return Err(request(store, "reading", &key, source)),
-            };
-            Ok((i, fetched))
-        })
-        .buffer_unordered(METADATA_FETCH_CONCURRENCY)
-        .collect()
-        .await;
-        let mut bodies: HashMap<usize, Fetched> = HashMap::new();
-        for r in fetched {
-            let (i, f) = r?;
-            progress.metadata_read(1);
-            bodies.insert(i, f);
-        }
-
         let mut backups = Vec::with_capacity(dirs.len());
         let mut malformed: Vec<Malformed> = audit_problem.into_iter().collect();
-        for (i, ((name, id), dir)) in dirs.into_iter().enumerate() {
+        for ((name, id), dir) in dirs {
             let last_modified = dir
                 .payload
                 .iter()
@@ -161,7 +150,10 @@ impl Catalog {
                 .unwrap_or(Timestamp::UNIX_EPOCH);
             let size: u64 = dir.payload.iter().map(|m| m.size).sum();
             let payload_keys: Vec<Path> = dir.payload.into_iter().map(|m| m.location).collect();
-            let body = bodies.remove(&i);
+            let body = dir
+                .metadata
+                .as_ref()
+                .and_then(|m| bodies.remove(&m.location));
             let committed = match (&dir.metadata, body) {
                 (Some(meta), Some(Fetched::Bytes(bytes))) => match parse_metadata(&bytes, &id) {
                     Ok(m) => Some((meta.location.clone(), m)),
@@ -206,7 +198,6 @@ impl Catalog {
             });
         }
 
-        let index = load_index(store).await?;
         foreign.sort();
         Ok(Catalog {
             backups,
@@ -261,8 +252,17 @@ impl Catalog {
         }
     }
 
-    pub fn backup(&self, id: &str) -> Option<&StoredBackup> {
-        self.backups.iter().find(|b| b.backup.id == id)
+    /// The stored backup `<name>/<id>/`. Both parts: a directory copied under another
+    /// name keeps its id, and must not be mistaken for the original.
+    pub fn backup(&self, name: &str, id: &str) -> Option<&StoredBackup> {
+        self.backups
+            .iter()
+            .find(|b| b.backup.id == id && b.backup.name == name)
+    }
+
+    /// Whether any backup has this id (for `--protect`).
+    pub fn has_id(&self, id: &str) -> bool {
+        self.backups.iter().any(|b| b.backup.id == id)
     }
 }
 
@@ -275,6 +275,20 @@ struct Dir {
 enum Fetched {
     Bytes(Vec<u8>),
     Gone,
+}
+
+/// Reads one object; one deleted since it was listed (another pass got there first) is
+/// [`Fetched::Gone`].
+async fn fetch(store: &ClusterStore, key: &Path) -> Result<Fetched, StoreError> {
+    match store.inner.get(key).await {
+        Ok(r) => match r.bytes().await {
+            Ok(b) => Ok(Fetched::Bytes(b.to_vec())),
+            Err(e) if is_not_found(&e) => Ok(Fetched::Gone),
+            Err(source) => Err(request(store, "reading", key, source)),
+        },
+        Err(e) if is_not_found(&e) => Ok(Fetched::Gone),
+        Err(source) => Err(request(store, "reading", key, source)),
+    }
 }
 
 fn request(
@@ -353,7 +367,17 @@ fn backup_from_metadata(m: &Metadata, name: &str, last_modified: Timestamp, size
 async fn list_outside_binlogs(
     store: &ClusterStore,
     progress: &dyn Progress,
+    metadata_keys: &futures::channel::mpsc::UnboundedSender<Path>,
 ) -> Result<Vec<ObjectMeta>, StoreError> {
+    let announce = |meta: &ObjectMeta| {
+        if matches!(
+            layout::classify(meta.location.as_ref()),
+            KeyKind::Metadata { .. }
+        ) {
+            // The receiver lives as long as the load; a send can only fail after it ended.
+            let _ = metadata_keys.unbounded_send(meta.location.clone());
+        }
+    };
     let err = |source| StoreError::Request {
         url: store.url.clone(),
         action: format!("listing {}/", store.cluster),
@@ -368,6 +392,7 @@ async fn list_outside_binlogs(
                 break;
             }
             progress.listed(1);
+            announce(&meta);
             out.push(meta);
         }
         // '0' is the byte after '/', so this resumes right after every `binlogs/` key.
@@ -375,6 +400,7 @@ async fn list_outside_binlogs(
         let mut rest = store.inner.list_with_offset(None, &after);
         while let Some(meta) = rest.try_next().await.map_err(err)? {
             progress.listed(1);
+            announce(&meta);
             out.push(meta);
         }
     } else {
@@ -392,6 +418,7 @@ async fn list_outside_binlogs(
             let mut s = store.inner.list(Some(&dir));
             while let Some(meta) = s.try_next().await.map_err(err)? {
                 progress.listed(1);
+                announce(&meta);
                 out.push(meta);
             }
         }
@@ -399,26 +426,71 @@ async fn list_outside_binlogs(
     Ok(out)
 }
 
-/// Lists segment objects with a sequence below `below` (all of them when `None` is given
-/// as `Some(u64::MAX)`). On ordered backends the listing stops at the first key past the
-/// bound, so a pass costs what it deletes, not the archive's size — provided segment
-/// names sort in sequence order (same digit count), which is checked first.
+/// Concurrent listings of the segment range on ordered backends.
+const SEGMENT_LIST_RANGES: usize = 8;
+
+/// Lists segment objects with a sequence below `below`. On ordered backends, when segment
+/// names sort in sequence order (same digit count, checked by the caller), the listing
+/// stops at the first key past the bound — so a pass costs what it deletes, not the
+/// archive's size — and runs as several concurrent range listings split at `split_names`
+/// (names of indexed segments below the bound, ascending).
 pub async fn list_segments(
     store: &ClusterStore,
     below: u64,
     same_width_names: bool,
+    split_names: &[&str],
     progress: &dyn Progress,
 ) -> Result<SegmentListing, StoreError> {
-    let prefix = Path::from(layout::BINLOGS);
+    let can_stop = store.backend.lists_in_order() && same_width_names;
+    let ranges: Vec<(Option<&str>, Option<&str>)> = if can_stop && split_names.len() > 1 {
+        let step = split_names.len().div_ceil(SEGMENT_LIST_RANGES);
+        let cuts: Vec<&str> = split_names.iter().step_by(step).skip(1).copied().collect();
+        let mut starts: Vec<Option<&str>> = vec![None];
+        starts.extend(cuts.iter().map(|c| Some(*c)));
+        let mut ends: Vec<Option<&str>> = cuts.iter().map(|c| Some(*c)).collect();
+        ends.push(None);
+        starts.into_iter().zip(ends).collect()
+    } else {
+        vec![(None, None)]
+    };
+    let parts = futures::future::try_join_all(ranges.into_iter().map(|(after, through)| {
+        list_segment_range(store, after, through, below, can_stop, progress)
+    }))
+    .await?;
     let mut listing = SegmentListing {
         listed_below: Some(below),
         ..Default::default()
     };
-    let can_stop = store.backend.lists_in_order() && same_width_names;
-    let mut s = store.inner.list(Some(&prefix));
+    for mut part in parts {
+        listing.objects.append(&mut part.objects);
+        listing.foreign.append(&mut part.foreign);
+    }
+    listing.objects.sort_by_key(|o| o.sequence);
+    listing.objects.dedup_by(|a, b| a.name == b.name);
+    Ok(listing)
+}
+
+/// One range of [`list_segments`]: segment keys after `after` (exclusive) up to `through`
+/// (inclusive), or to the bound when `through` is `None`.
+async fn list_segment_range(
+    store: &ClusterStore,
+    after: Option<&str>,
+    through: Option<&str>,
+    below: u64,
+    can_stop: bool,
+    progress: &dyn Progress,
+) -> Result<SegmentListing, StoreError> {
+    let prefix = Path::from(layout::BINLOGS);
+    let mut listing = SegmentListing::default();
+    let through_key = through.map(layout::segment_key);
+    let mut s = match after {
+        None => store.inner.list(Some(&prefix)),
+        Some(name) => store
+            .inner
+            .list_with_offset(Some(&prefix), &layout::segment_key(name)),
+    };
     loop {
-        let next = s.try_next().await;
-        let meta = match next {
+        let meta = match s.try_next().await {
             Ok(Some(m)) => m,
             Ok(None) => break,
             Err(e) if is_not_found(&e) => break,
@@ -430,6 +502,9 @@ pub async fn list_segments(
                 });
             }
         };
+        if through_key.as_ref().is_some_and(|t| meta.location > *t) {
+            break;
+        }
         progress.listed(1);
         let key = meta.location.as_ref().to_owned();
         match layout::classify(&key) {
@@ -468,7 +543,14 @@ async fn load_index(store: &ClusterStore) -> Result<Option<LoadedIndex>, StoreEr
         Err(e) if is_not_found(&e) => return Ok(None),
         Err(source) => return Err(request(store, "reading", &key, source)),
     };
-    let file = IndexFile::parse(&bytes).map_err(|source| StoreError::MalformedIndex {
+    let t = std::time::Instant::now();
+    let parsed = IndexFile::parse(&bytes);
+    tracing::info!(
+        bytes = bytes.len(),
+        parse_ms = t.elapsed().as_millis() as u64,
+        "segment index read"
+    );
+    let file = parsed.map_err(|source| StoreError::MalformedIndex {
         url: store.url.clone(),
         key: store.display_key(&key),
         source,

@@ -112,50 +112,65 @@ pub async fn execute(
         what: "the audit record",
         source,
     })?;
+    let t = std::time::Instant::now();
     put_new(store, &audit_key, body).await?;
+    tracing::info!(
+        elapsed_ms = t.elapsed().as_millis() as u64,
+        "audit record written"
+    );
     report.audit_key = Some(store.display_key(&audit_key));
 
-    // 2. Un-commit: every deleted backup's metadata.json, then the payloads of those whose
-    //    metadata is gone.
+    // 2. Backups — un-commit (metadata.json), then the payloads of those whose metadata is
+    //    gone — and 3. segments. The two are independent, so they run side by side; the
+    //    orders that matter (metadata before payload, segments before the index) hold.
+    let backoff = options.retry_backoff;
     let doomed: Vec<&crate::catalog::StoredBackup> = survey.deletions().collect();
     let metadata_keys: Vec<Path> = doomed
         .iter()
         .filter_map(|b| b.metadata_key.clone())
         .collect();
-    progress.step("deleting metadata", metadata_keys.len());
-    let backoff = options.retry_backoff;
-    let failed_meta = delete_keys(store, metadata_keys, backoff, progress, &mut report).await;
-    let payload_keys: Vec<Path> = doomed
-        .iter()
-        .filter(|b| {
-            b.metadata_key
-                .as_ref()
-                .is_none_or(|k| !failed_meta.contains(k))
-        })
-        .flat_map(|b| b.payload_keys.iter().cloned())
-        .collect();
-    progress.step("deleting payloads", payload_keys.len());
-    let failed_payload = delete_keys(store, payload_keys, backoff, progress, &mut report).await;
-    for b in &doomed {
-        let meta_ok = b
-            .metadata_key
-            .as_ref()
-            .is_none_or(|k| !failed_meta.contains(k));
-        let payload_ok = b.payload_keys.iter().all(|k| !failed_payload.contains(k));
-        if meta_ok && payload_ok {
-            report.backups_deleted.push(b.backup.id.clone());
-        }
-    }
-
-    // 3. Segments.
     let segment_keys: Vec<Path> = plan
         .segments
         .delete
         .iter()
         .map(|d| layout::segment_key(&d.name))
         .collect();
-    progress.step("deleting segments", segment_keys.len());
-    let failed_segments = delete_keys(store, segment_keys, backoff, progress, &mut report).await;
+    let payload_total: usize = doomed.iter().map(|b| b.payload_keys.len()).sum();
+    progress.step(
+        "deleting",
+        metadata_keys.len() + payload_total + segment_keys.len(),
+    );
+    let backups_side = async {
+        let meta = delete_keys(store, metadata_keys, backoff, progress).await;
+        let payload_keys: Vec<Path> = doomed
+            .iter()
+            .filter(|b| {
+                b.metadata_key
+                    .as_ref()
+                    .is_none_or(|k| !meta.failed.contains(k))
+            })
+            .flat_map(|b| b.payload_keys.iter().cloned())
+            .collect();
+        let payload = delete_keys(store, payload_keys, backoff, progress).await;
+        (meta, payload)
+    };
+    let segments_side = delete_keys(store, segment_keys, backoff, progress);
+    let ((meta, payload), segments) = futures::join!(backups_side, segments_side);
+    for b in &doomed {
+        let meta_ok = b
+            .metadata_key
+            .as_ref()
+            .is_none_or(|k| !meta.failed.contains(k));
+        let payload_ok = b.payload_keys.iter().all(|k| !payload.failed.contains(k));
+        if meta_ok && payload_ok {
+            report.backups_deleted.push(b.backup.id.clone());
+        }
+    }
+    let failed_segments = segments.failed.clone();
+    for outcome in [meta, payload, segments] {
+        report.objects_deleted += outcome.deleted;
+        report.failures.extend(outcome.failures);
+    }
     let gone: HashSet<String> = plan
         .segments
         .delete
@@ -172,7 +187,14 @@ pub async fn execute(
         && !gone.is_empty()
     {
         progress.step("rewriting the segment index", 1);
+        let t = std::time::Instant::now();
         report.index_entries_removed = rewrite_index(store, index, &gone).await?;
+        tracing::info!(
+            entries = index.file.entries.len(),
+            removed = report.index_entries_removed,
+            elapsed_ms = t.elapsed().as_millis() as u64,
+            "segment index rewritten"
+        );
     }
     Ok(report)
 }
@@ -250,19 +272,29 @@ fn write_err(store: &ClusterStore, key: &Path, source: object_store::Error) -> S
     }
 }
 
+/// What one batch of deletions came to.
+#[derive(Debug, Default)]
+struct Outcome {
+    deleted: usize,
+    failed: HashSet<Path>,
+    failures: Vec<DeleteFailure>,
+}
+
 /// Deletes `keys` in batches (S3 DeleteObjects, 1,000 keys a request, several requests in
 /// flight), then retries what is left one key at a time with backoff. Missing objects are
-/// success. Returns the keys that could not be deleted, recording them in the report.
+/// success.
 async fn delete_keys(
     store: &ClusterStore,
     keys: Vec<Path>,
     backoff: Duration,
     progress: &dyn Progress,
-    report: &mut ExecutionReport,
-) -> HashSet<Path> {
+) -> Outcome {
+    let mut outcome = Outcome::default();
     if keys.is_empty() {
-        return HashSet::new();
+        return outcome;
     }
+    let started = std::time::Instant::now();
+    let total = keys.len();
     let mut pending: HashSet<Path> = keys.iter().cloned().collect();
     let results: Vec<_> = store
         .inner
@@ -273,7 +305,7 @@ async fn delete_keys(
         if let Ok(p) = r
             && pending.remove(&p)
         {
-            report.objects_deleted += 1;
+            outcome.deleted += 1;
             progress.deleted(1);
         }
     }
@@ -303,7 +335,7 @@ async fn delete_keys(
             match r {
                 Ok(()) => {
                     pending.remove(&key);
-                    report.objects_deleted += 1;
+                    outcome.deleted += 1;
                     progress.deleted(1);
                 }
                 Err(e) => {
@@ -312,15 +344,22 @@ async fn delete_keys(
             }
         }
     }
+    tracing::info!(
+        keys = total,
+        failed = pending.len(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "deleted"
+    );
     let mut failed: Vec<&Path> = pending.iter().collect();
     failed.sort();
     for key in failed {
-        report.failures.push(DeleteFailure {
+        outcome.failures.push(DeleteFailure {
             key: store.display_key(key),
             error: last_error.get(key).cloned().unwrap_or_default(),
         });
     }
-    pending
+    outcome.failed = pending;
+    outcome
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {

@@ -42,7 +42,14 @@ pub async fn survey(
     options: &SurveyOptions,
     progress: &dyn Progress,
 ) -> Result<Survey, StoreError> {
+    let t = std::time::Instant::now();
     let mut catalog = Catalog::load(store, progress).await?;
+    tracing::info!(
+        backups = catalog.backups.len(),
+        objects = catalog.objects_listed,
+        elapsed_ms = t.elapsed().as_millis() as u64,
+        "catalog loaded"
+    );
     for b in &mut catalog.backups {
         if options.protect.contains(&b.backup.id) {
             b.backup.protected = true;
@@ -65,7 +72,27 @@ pub async fn survey(
                 let first = lens.next();
                 lens.all(|l| Some(l) == first)
             });
-            let mut listing = list_segments(store, below, same_width, progress).await?;
+            let t = std::time::Instant::now();
+            let mut split: Vec<&str> = catalog
+                .index
+                .as_ref()
+                .map(|i| {
+                    i.file
+                        .entries
+                        .iter()
+                        .filter(|e| e.sequence < below)
+                        .map(|e| e.name.as_str())
+                        .collect()
+                })
+                .unwrap_or_default();
+            split.sort_unstable();
+            let mut listing = list_segments(store, below, same_width, &split, progress).await?;
+            tracing::info!(
+                below,
+                listed = listing.objects.len(),
+                elapsed_ms = t.elapsed().as_millis() as u64,
+                "segments listed"
+            );
             catalog.foreign.append(&mut listing.foreign);
             catalog.foreign.sort();
             listing
@@ -88,6 +115,6 @@ impl Survey {
             .backups
             .iter()
             .filter(|d| d.action == Action::Delete)
-            .filter_map(|d| self.catalog.backup(&d.backup.id))
+            .filter_map(|d| self.catalog.backup(&d.backup.name, &d.backup.id))
     }
 }

@@ -16,10 +16,6 @@ pub const STATE: &str = "_state";
 /// The commit marker of a backup.
 pub const METADATA: &str = "metadata.json";
 
-pub fn backup_dir(name: &str, id: &str) -> Path {
-    Path::from_iter([name, id])
-}
-
 pub fn metadata_key(name: &str, id: &str) -> Path {
     Path::from_iter([name, id, METADATA])
 }

@@ -449,3 +449,45 @@ fn plan_and_gc_against_a_real_s3_server() {
     assert_eq!(segs, 40 - v["segments"]["delete"].as_array().unwrap().len());
     assert_eq!(keys.iter().filter(|k| k.starts_with("_audit/")).count(), 1);
 }
+
+#[test]
+fn ls_reports_a_hole_that_recovery_needs() {
+    let (dir, url) = example_store();
+    // Remove segment 100 (object and index entry): replay from every backup before it
+    // stops there, so the window gets a gap and the hole affects recovery.
+    let index_path = dir.path().join("demo/binlogs/_index.json");
+    let mut index: Value = serde_json::from_slice(&std::fs::read(&index_path).unwrap()).unwrap();
+    index["segments"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|e| e["sequence"] != 100);
+    std::fs::write(&index_path, serde_json::to_vec(&index).unwrap()).unwrap();
+    std::fs::remove_file(dir.path().join("demo/binlogs/mysql-bin.000100")).unwrap();
+
+    let o = run(&[
+        "ls",
+        "--store",
+        &url,
+        "--cluster",
+        "demo",
+        "--output",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(
+        v["archive"]["missing"],
+        serde_json::json!([{"from": 100, "to": 100, "affectsRecovery": true}])
+    );
+    assert_eq!(
+        v["recoveryWindow"]["gaps"].as_array().unwrap().len(),
+        1,
+        "{}",
+        v["recoveryWindow"]
+    );
+
+    let table = run(&["ls", "--store", &url, "--cluster", "demo"]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(text.contains("MISSING sequence numbers: 100"), "{text}");
+    assert!(text.contains("1 gap(s)"), "{text}");
+}

@@ -147,6 +147,24 @@ pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
         }
     }
 
+    // coverWindow after TTLs: the backup that covers the window's start must be one whose
+    // own TTL has not expired, or the cover would be stripped with its other reasons.
+    if policy.cover_window
+        && let Some(window) = policy.window
+    {
+        let cutoff = window.before(now);
+        if let Some(i) = (0..n)
+            .filter(|&i| restorable[i] && !ttl_expired[i])
+            .filter(|&i| backups[i].restore_point() <= cutoff)
+            .max_by(|&a, &b| {
+                (backups[a].restore_point(), &backups[a].id)
+                    .cmp(&(backups[b].restore_point(), &backups[b].id))
+            })
+        {
+            reasons[i].push(Reason::CoverWindow);
+        }
+    }
+
     close_chains(&backups, &parent, &mut reasons);
     let replay = Replay::new(&inventory.segments);
     bridge_gaps(&backups, &parent, &restorable, &replay, &mut reasons);
@@ -341,13 +359,6 @@ fn apply_rules(
             if backups[i].restore_point() >= cutoff {
                 reasons[i].push(Reason::Window);
             }
-        }
-        if policy.cover_window
-            && let Some(&i) = successful
-                .iter()
-                .find(|&&i| restorable[i] && backups[i].restore_point() <= cutoff)
-        {
-            reasons[i].push(Reason::CoverWindow);
         }
     }
     for &i in successful.iter().take(policy.keep_last as usize) {

@@ -447,8 +447,16 @@ fn check_invariants(
     Ok(())
 }
 
+/// 600 cases by default; `PROPTEST_CASES=N` for a longer hunt.
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(600)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(600))]
+    #![proptest_config(ProptestConfig::with_cases(cases()))]
 
     #[test]
     fn planner_invariants(

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::io::Write;
 
 use jiff::Timestamp;
-use tidemark_core::{Action, Policy, Replay, current_window, restorable_ids};
+use tidemark_core::{Action, Policy, standing};
 use tidemark_store::catalog::SegmentListing;
 use tidemark_store::{
     Catalog, ExecOptions, NoProgress, Progress, SurveyOptions, execute, survey as take_survey,
@@ -335,7 +335,8 @@ async fn ls(args: &LsArgs) -> Result<Exit, CliError> {
     }
     let catalog = catalog?;
     let inventory = catalog.inventory(&SegmentListing::default());
-    let ok: HashSet<String> = restorable_ids(&inventory);
+    let standing = standing(&inventory);
+    let ok: &HashSet<String> = &standing.restorable;
     let mut backups: Vec<BackupOut> = inventory
         .backups
         .iter()
@@ -352,14 +353,8 @@ async fn ls(args: &LsArgs) -> Result<Exit, CliError> {
         .map(|i| i.file.entries.iter().collect())
         .unwrap_or_default();
     entries.sort_by_key(|e| e.sequence);
-    // The earliest segment any restorable backup replays from: holes before it are harmless.
-    let replay = Replay::new(&inventory.segments);
-    let earliest_start = inventory
-        .backups
-        .iter()
-        .filter(|b| ok.contains(&b.id))
-        .filter_map(|b| replay.start_sequence(b.restore_point()))
-        .min();
+    // Holes before every backup's replay start are harmless.
+    let earliest_start = standing.earliest_replay_start;
     let missing = entries
         .windows(2)
         .filter(|w| w[1].sequence > w[0].sequence + 1)
@@ -374,7 +369,7 @@ async fn ls(args: &LsArgs) -> Result<Exit, CliError> {
         store: target.store.url.clone(),
         cluster: target.store.cluster.clone(),
         backups,
-        recovery_window: current_window(&inventory),
+        recovery_window: standing.window.clone(),
         archive: ArchiveOut {
             segments: entries.len(),
             first: entries.first().map(|e| e.name.clone()),

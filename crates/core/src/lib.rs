@@ -13,7 +13,7 @@ pub use duration::{DURATION_FORM, DurationError, RetentionDuration};
 pub use inventory::{Backup, BackupId, BackupKind, Inventory, Phase, Segment};
 pub use plan::{
     Action, BackupDecision, Plan, RecoveryWindow, SegmentDeletion, SegmentPlan, SegmentReason,
-    current_window, plan, restorable_ids,
+    Standing, plan, standing,
 };
 pub use policy::{Policy, PolicyError, PolicyInput};
 pub use reason::Reason;

@@ -212,20 +212,7 @@ pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
     let recovery_window = {
         let kept_segments = kept_segments(&inventory.segments, &segments);
         let replay = Replay::new(kept_segments.iter().copied());
-        let cov = Coverage::from_intervals(
-            (0..n)
-                .filter(|&i| restorable[i] && deletes[i].is_none())
-                .map(|i| replay.interval(backups[i].restore_point()))
-                .collect(),
-        );
-        match (cov.first(), cov.last()) {
-            (Some(from), Some(to)) => Some(RecoveryWindow {
-                from,
-                to,
-                gaps: cov.gaps(),
-            }),
-            _ => None,
-        }
+        window_of(&backups, &replay, |i| restorable[i] && deletes[i].is_none())
     };
 
     let decisions = backups
@@ -717,14 +704,15 @@ fn sorted(inventory: &Inventory) -> Vec<&Backup> {
     backups
 }
 
-/// The recovery window of an inventory as it stands (no pass applied): for `tidemark ls`.
-pub fn current_window(inventory: &Inventory) -> Option<RecoveryWindow> {
-    let backups = sorted(inventory);
-    let ok = restorable(&backups, &parents(&backups));
-    let replay = Replay::new(&inventory.segments);
+/// The recovery window over the backups `include` selects, replaying `replay`.
+fn window_of(
+    backups: &[&Backup],
+    replay: &Replay,
+    include: impl Fn(usize) -> bool,
+) -> Option<RecoveryWindow> {
     let cov = Coverage::from_intervals(
         (0..backups.len())
-            .filter(|&i| ok[i])
+            .filter(|&i| include(i))
             .map(|i| replay.interval(backups[i].restore_point()))
             .collect(),
     );
@@ -735,13 +723,31 @@ pub fn current_window(inventory: &Inventory) -> Option<RecoveryWindow> {
     })
 }
 
-/// Which backups are restorable (completed with a complete chain), by id.
-pub fn restorable_ids(inventory: &Inventory) -> HashSet<BackupId> {
+/// What an inventory can restore as it stands (no pass applied): for `tidemark ls`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Standing {
+    /// Backups that are completed with a complete chain.
+    pub restorable: HashSet<BackupId>,
+    pub window: Option<RecoveryWindow>,
+    /// The earliest segment any restorable backup replays from: holes in the archive
+    /// before it do not affect recovery.
+    pub earliest_replay_start: Option<u64>,
+}
+
+/// Assesses an inventory as it stands, in one pass over it.
+pub fn standing(inventory: &Inventory) -> Standing {
     let backups = sorted(inventory);
-    restorable(&backups, &parents(&backups))
-        .into_iter()
-        .zip(&backups)
-        .filter(|(ok, _)| *ok)
-        .map(|(_, b)| b.id.clone())
-        .collect()
+    let ok = restorable(&backups, &parents(&backups));
+    let replay = Replay::new(&inventory.segments);
+    let restorable_idx = (0..backups.len()).filter(|&i| ok[i]);
+    Standing {
+        restorable: restorable_idx
+            .clone()
+            .map(|i| backups[i].id.clone())
+            .collect(),
+        window: window_of(&backups, &replay, |i| ok[i]),
+        earliest_replay_start: restorable_idx
+            .filter_map(|i| replay.start_sequence(backups[i].restore_point()))
+            .min(),
+    }
 }

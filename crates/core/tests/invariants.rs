@@ -220,6 +220,25 @@ fn naive_intervals(backups: &[Backup], segments: &[&Segment]) -> Vec<(Timestamp,
         .collect()
 }
 
+/// Every decision, compactly, for failure messages.
+fn dump(p: &Plan) -> Vec<String> {
+    p.backups
+        .iter()
+        .map(|d| {
+            let reasons: Vec<String> = d.reasons.iter().map(ToString::to_string).collect();
+            format!(
+                "{} parent={:?} {:?} completed={:?} {:?} [{}]",
+                d.backup.id,
+                d.backup.kind.parent(),
+                d.backup.phase,
+                d.backup.completed_at.map(|c| c.to_string()),
+                d.action,
+                reasons.join(", ")
+            )
+        })
+        .collect()
+}
+
 fn covered(intervals: &[(Timestamp, Timestamp)], t: Timestamp) -> bool {
     intervals.iter().any(|(a, b)| *a <= t && t <= *b)
 }
@@ -296,16 +315,7 @@ fn check_invariants(
                 "{} needs {}: {:?}",
                 b.id,
                 parent.id,
-                p.backups
-                    .iter()
-                    .map(|d| (
-                        d.backup.id.as_str(),
-                        d.backup.kind.parent(),
-                        d.backup.phase,
-                        d.action,
-                        d.reasons.iter().map(|r| r.to_string()).collect::<Vec<_>>()
-                    ))
-                    .collect::<Vec<_>>()
+                dump(&p)
             );
             cur = parent;
         }
@@ -371,17 +381,7 @@ fn check_invariants(
                         .filter(|(a, b)| *a < t && t <= *b)
                         .collect::<Vec<_>>(),
                     after,
-                    p.backups
-                        .iter()
-                        .map(|d| (
-                            d.backup.id.as_str(),
-                            d.backup.kind.parent(),
-                            d.backup.phase,
-                            d.backup.completed_at.map(|c| c.to_string()),
-                            d.action,
-                            d.reasons.iter().map(|r| r.to_string()).collect::<Vec<_>>()
-                        ))
-                        .collect::<Vec<_>>(),
+                    dump(&p),
                     inv.segments
                         .iter()
                         .filter(|s| s
@@ -424,15 +424,7 @@ fn check_invariants(
                 prop_assert!(
                     covered(&after, t),
                     "window instant {t} lost; {:?}",
-                    p.backups
-                        .iter()
-                        .map(|d| (
-                            d.backup.id.as_str(),
-                            d.backup.completed_at.map(|c| c.to_string()),
-                            d.action,
-                            d.reasons.iter().map(|r| r.to_string()).collect::<Vec<_>>()
-                        ))
-                        .collect::<Vec<_>>()
+                    dump(&p)
                 );
             }
         }

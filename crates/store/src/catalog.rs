@@ -529,7 +529,8 @@ async fn list_segment_range(
     Ok(listing)
 }
 
-async fn load_index(store: &ClusterStore) -> Result<Option<LoadedIndex>, StoreError> {
+/// Reads and checks `_index.json`; `None` when there is none.
+pub(crate) async fn load_index(store: &ClusterStore) -> Result<Option<LoadedIndex>, StoreError> {
     let key = layout::index_key();
     let got = match store.inner.get(&key).await {
         Ok(g) => g,

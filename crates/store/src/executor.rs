@@ -9,9 +9,9 @@ use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
 use tidemark_core::{Action, Plan, SegmentReason};
 
-use crate::catalog::LoadedIndex;
+use crate::catalog::{LoadedIndex, load_index};
 use crate::error::{StoreError, is_not_found};
-use crate::format::{AuditBackup, AuditRecord, FORMAT_VERSION, IndexFile};
+use crate::format::{AuditBackup, AuditRecord, FORMAT_VERSION};
 use crate::layout;
 use crate::open::ClusterStore;
 use crate::progress::Progress;
@@ -415,9 +415,16 @@ async fn rewrite_index(
                 object_store::Error::Precondition { .. }
                 | object_store::Error::AlreadyExists { .. },
             ) => {
-                let (file, v) = reload_index(store, &key).await?;
-                current = file;
-                version = v;
+                // Re-read with the catalog's reader (so a newer formatVersion still stops
+                // us); an index deleted meanwhile has nothing left to clean.
+                let Some(fresh) = load_index(store).await? else {
+                    return Ok(0);
+                };
+                current = fresh.file;
+                version = UpdateVersion {
+                    e_tag: fresh.e_tag,
+                    version: fresh.version,
+                };
             }
             Err(source) => return Err(write_err(store, &key, source)),
         }
@@ -444,29 +451,4 @@ async fn unconditional_if_unchanged(
         });
     }
     store.inner.put(key, payload).await.map(|_| ())
-}
-
-async fn reload_index(
-    store: &ClusterStore,
-    key: &Path,
-) -> Result<(IndexFile, UpdateVersion), StoreError> {
-    let got = store
-        .inner
-        .get(key)
-        .await
-        .map_err(|source| write_err(store, key, source))?;
-    let version = UpdateVersion {
-        e_tag: got.meta.e_tag.clone(),
-        version: got.meta.version.clone(),
-    };
-    let bytes = got
-        .bytes()
-        .await
-        .map_err(|source| write_err(store, key, source))?;
-    let file = IndexFile::parse(&bytes).map_err(|source| StoreError::MalformedIndex {
-        url: store.url.clone(),
-        key: store.display_key(key),
-        source,
-    })?;
-    Ok((file, version))
 }

@@ -347,21 +347,21 @@ async fn ls(args: &LsArgs) -> Result<Exit, CliError> {
         .collect();
     backups.sort_by(|a, b| (a.started_at, &a.backup_id).cmp(&(b.started_at, &b.backup_id)));
 
-    let mut entries: Vec<&tidemark_store::format::IndexEntry> = catalog
+    // Unread index shards count by their summaries (the catalog read those that have holes).
+    let runs = catalog
         .index
         .as_ref()
-        .map(|i| i.file.entries.iter().collect())
+        .map(tidemark_store::index::SegmentIndex::runs)
         .unwrap_or_default();
-    entries.sort_by_key(|e| e.sequence);
     // Holes before every backup's replay start are harmless.
     let earliest_start = standing.earliest_replay_start;
-    let missing = entries
+    let missing = runs
         .windows(2)
-        .filter(|w| w[1].sequence > w[0].sequence + 1)
+        .filter(|w| w[1].first_sequence > w[0].last_sequence + 1)
         .map(|w| MissingRange {
-            from: w[0].sequence + 1,
-            to: w[1].sequence - 1,
-            affects_recovery: earliest_start.is_some_and(|s| w[1].sequence > s),
+            from: w[0].last_sequence + 1,
+            to: w[1].first_sequence - 1,
+            affects_recovery: earliest_start.is_some_and(|s| w[1].first_sequence > s),
         })
         .collect();
     let out = LsOut {
@@ -371,12 +371,12 @@ async fn ls(args: &LsArgs) -> Result<Exit, CliError> {
         backups,
         recovery_window: standing.window.clone(),
         archive: ArchiveOut {
-            segments: entries.len(),
-            first: entries.first().map(|e| e.name.clone()),
-            last: entries.last().map(|e| e.name.clone()),
-            bytes: entries.iter().map(|e| e.size).sum(),
+            segments: runs.iter().map(|r| r.count as usize).sum(),
+            first: runs.first().map(|r| r.first_name.clone()),
+            last: runs.last().map(|r| r.last_name.clone()),
+            bytes: runs.iter().map(|r| r.size).sum(),
             missing,
-            unknown_last_event: entries.iter().filter(|e| e.last_event_at.is_none()).count(),
+            unknown_last_event: runs.iter().map(|r| r.unknown_last_event as usize).sum(),
         },
         foreign: catalog.foreign.clone(),
         malformed: catalog.malformed.clone(),

@@ -53,6 +53,7 @@ impl From<StoreError> for CliError {
             ErrorCategory::Input => Exit::Input,
             ErrorCategory::Store => Exit::Store,
             ErrorCategory::Data => Exit::Data,
+            ErrorCategory::Internal => Exit::Internal,
         };
         CliError::new(exit, e)
     }

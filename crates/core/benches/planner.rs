@@ -57,15 +57,13 @@ fn history(n: usize) -> (Inventory, Timestamp) {
     let segments = (0..m)
         .map(|k| {
             let first = start + every * (k as i32);
-            Segment {
-                name: format!("mysql-bin.{:07}", k + 1),
-                sequence: k as u64 + 1,
-                first_event_at: Some(first),
-                last_event_at: Some(first + every),
-                size: 1 << 20,
-                indexed: true,
-                present: true,
-            }
+            Segment::new(
+                format!("mysql-bin.{:07}", k + 1),
+                k as u64 + 1,
+                Some(first),
+                Some(first + every),
+                1 << 20,
+            )
         })
         .collect();
     let now = start + SignedDuration::from_hours(n as i64);

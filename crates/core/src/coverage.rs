@@ -96,6 +96,8 @@ impl Coverage {
 #[derive(Debug, Clone)]
 pub struct Replay {
     sequences: Vec<u64>,
+    /// Last sequence each entry stands for (itself, or the end of a summary's run).
+    last_sequences: Vec<u64>,
     first_event: Vec<Option<Timestamp>>,
     /// Running maximum of known `lastEventAt`, by sequence order. Monotone, so a binary
     /// search finds the first segment reaching a given instant.
@@ -120,7 +122,7 @@ impl Replay {
         let mut acc: Option<Timestamp> = None;
         for i in (0..segs.len()).rev() {
             let contiguous_with_next =
-                i + 1 < segs.len() && segs[i + 1].sequence == segs[i].sequence + 1;
+                i + 1 < segs.len() && segs[i + 1].sequence == segs[i].last_sequence() + 1;
             if !contiguous_with_next {
                 acc = None;
             }
@@ -129,6 +131,7 @@ impl Replay {
         }
         Replay {
             sequences: segs.iter().map(|s| s.sequence).collect(),
+            last_sequences: segs.iter().map(|s| s.last_sequence()).collect(),
             first_event: segs.iter().map(|s| s.first_event_at).collect(),
             prefix_max_last,
             run_end_from,
@@ -152,11 +155,19 @@ impl Replay {
     }
 
     /// Sequence number of the segment just before the replay start of a backup completed
-    /// at `completed`: the planner keeps it, so that whether replay may begin is judged the
-    /// same before and after a pass.
-    pub fn predecessor_of_start(&self, completed: Timestamp) -> Option<u64> {
+    /// at `completed`, when replay may begin only because that segment is archived (the
+    /// start segment began after `completed`): the planner keeps it, so that whether replay
+    /// may begin is judged the same before and after a pass.
+    pub fn predecessor_needed(&self, completed: Timestamp) -> Option<u64> {
         let i = self.start(completed)?;
+        if self.began_by(i, completed) {
+            return None;
+        }
         self.sequences[i].checked_sub(1)
+    }
+
+    fn began_by(&self, i: usize, completed: Timestamp) -> bool {
+        self.first_event[i].is_some_and(|f| f <= completed)
     }
 
     /// The latest instant reachable by replaying from a backup completed at `completed`.
@@ -166,8 +177,8 @@ impl Replay {
         let Some(i) = self.start(completed) else {
             return completed;
         };
-        let began_in_time = self.first_event[i].is_some_and(|f| f <= completed);
-        let predecessor_archived = i > 0 && self.sequences[i - 1] + 1 == self.sequences[i];
+        let began_in_time = self.began_by(i, completed);
+        let predecessor_archived = i > 0 && self.last_sequences[i - 1] + 1 == self.sequences[i];
         if !(began_in_time || predecessor_archived) {
             return completed;
         }
@@ -195,15 +206,13 @@ mod tests {
     }
 
     fn seg(seq: u64, first: &str, last: Option<&str>) -> Segment {
-        Segment {
-            name: format!("mysql-bin.{seq:06}"),
-            sequence: seq,
-            first_event_at: Some(ts(first)),
-            last_event_at: last.map(ts),
-            size: 1,
-            indexed: true,
-            present: true,
-        }
+        Segment::new(
+            format!("mysql-bin.{seq:06}"),
+            seq,
+            Some(ts(first)),
+            last.map(ts),
+            1,
+        )
     }
 
     #[test]

@@ -116,6 +116,49 @@ pub struct Segment {
     pub indexed: bool,
     /// Whether the object exists in the store (an index entry may outlive its object).
     pub present: bool,
+    /// How many consecutive sequence numbers this entry stands for, from `sequence`: 1 for
+    /// a segment, more for a [`summary`](Segment::summary).
+    #[serde(default = "one")]
+    pub span: u64,
+    /// The entry stands for an index shard that was not read: `span` segments with
+    /// contiguous sequences whose event times grow with the sequence (`first_event_at` is
+    /// the first segment's, `last_event_at` the last one's), so replay over it is the same
+    /// as over its segments. A summary is never deleted: when a plan's horizon reaches it,
+    /// the store reads the shard and plans again ([`crate::Plan::summaries_to_read`]).
+    #[serde(default)]
+    pub summary: bool,
+}
+
+fn one() -> u64 {
+    1
+}
+
+impl Segment {
+    /// A segment object with its index entry (or without, when `indexed` is false).
+    pub fn new(
+        name: impl Into<String>,
+        sequence: u64,
+        first_event_at: Option<Timestamp>,
+        last_event_at: Option<Timestamp>,
+        size: u64,
+    ) -> Self {
+        Segment {
+            name: name.into(),
+            sequence,
+            first_event_at,
+            last_event_at,
+            size,
+            indexed: true,
+            present: true,
+            span: 1,
+            summary: false,
+        }
+    }
+
+    /// The last sequence number it stands for.
+    pub fn last_sequence(&self) -> u64 {
+        self.sequence + self.span.max(1) - 1
+    }
 }
 
 /// Everything one planning pass looks at.

@@ -105,6 +105,20 @@ impl Plan {
         self.backups.iter().filter(|d| d.action == Action::Delete)
     }
 
+    /// Summaries of unread index shards that this plan's horizon reaches: some of their
+    /// segments may be behind it. The store reads those shards and plans again; a plan in
+    /// which this is empty is the plan of the fully read index (the summaries' runs are
+    /// contiguous and ordered, so replay over them is the same — property-tested).
+    pub fn summaries_to_read<'a>(&self, segments: &'a [Segment]) -> Vec<&'a Segment> {
+        let Some(horizon) = self.horizon else {
+            return Vec::new();
+        };
+        segments
+            .iter()
+            .filter(|s| s.summary && s.first_event_at.is_none_or(|f| f < horizon))
+            .collect()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.deletions().next().is_none()
             && self.segments.delete.is_empty()
@@ -198,7 +212,7 @@ pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
     let retained = (0..n).filter(|&i| restorable[i] && deletes[i].is_none());
     let mut pinned_sequences: Vec<u64> = retained
         .clone()
-        .filter_map(|i| replay.predecessor_of_start(backups[i].restore_point()))
+        .filter_map(|i| replay.predecessor_needed(backups[i].restore_point()))
         .collect();
     pinned_sequences.sort_unstable();
     let pinned_files: HashSet<&str> = retained
@@ -642,7 +656,7 @@ fn plan_segments(
             out.drop_from_index.push(s.name.clone());
             continue;
         }
-        let reason = if pinned(s) {
+        let reason = if s.summary || pinned(s) {
             None
         } else if s.indexed && behind(s) {
             Some(SegmentReason::BehindHorizon)
@@ -659,7 +673,7 @@ fn plan_segments(
                 reason,
             }),
             None => {
-                out.keep += 1;
+                out.keep += s.span.max(1) as usize;
                 if s.indexed && s.last_event_at.is_none() {
                     out.kept_unknown_last_event += 1;
                 }

@@ -113,13 +113,15 @@ fn segments() -> impl Strategy<Value = Vec<Segment>> {
             .map(|(k, (_, unknown, odd))| {
                 let k = k as i64;
                 Segment {
-                    name: format!("mysql-bin.{:06}", k + 1),
-                    sequence: (k + 1) as u64,
-                    first_event_at: Some(at(k * 6)),
-                    last_event_at: (unknown != 0).then(|| at(k * 6 + 6)),
-                    size: 100,
                     indexed: odd != 1,
                     present: odd != 2,
+                    ..Segment::new(
+                        format!("mysql-bin.{:06}", k + 1),
+                        (k + 1) as u64,
+                        Some(at(k * 6)),
+                        (unknown != 0).then(|| at(k * 6 + 6)),
+                        100,
+                    )
                 }
             })
             .collect()
@@ -259,10 +261,92 @@ fn kept<'a>(inv: &'a Inventory, p: &Plan) -> (Vec<Backup>, Vec<&'a Segment>) {
     )
 }
 
+/// The index cut into shards of `size` entries (by sequence), as the store keeps it; each
+/// shard that qualifies for a summary (contiguous, present, times known and growing) is
+/// replaced by one. Returns the summarised inventory and each summary's segments.
+fn summarise(inv: &Inventory, size: usize) -> (Inventory, HashMap<u64, Vec<Segment>>) {
+    let mut indexed: Vec<&Segment> = inv.segments.iter().filter(|s| s.indexed).collect();
+    indexed.sort_by_key(|s| s.sequence);
+    let mut out = Inventory {
+        backups: inv.backups.clone(),
+        segments: inv
+            .segments
+            .iter()
+            .filter(|s| !s.indexed)
+            .cloned()
+            .collect(),
+    };
+    let mut members = HashMap::new();
+    for chunk in indexed.chunks(size) {
+        let ordered = chunk.iter().all(|s| {
+            s.present
+                && s.first_event_at.is_some()
+                && s.last_event_at.is_some()
+                && s.first_event_at <= s.last_event_at
+        }) && chunk.windows(2).all(|w| {
+            w[1].sequence == w[0].sequence + 1 && w[0].last_event_at <= w[1].first_event_at
+        });
+        if !ordered {
+            out.segments.extend(chunk.iter().map(|s| (*s).clone()));
+            continue;
+        }
+        let (first, last) = (chunk[0], chunk[chunk.len() - 1]);
+        out.segments.push(Segment {
+            span: chunk.len() as u64,
+            summary: true,
+            ..Segment::new(
+                first.name.clone(),
+                first.sequence,
+                first.first_event_at,
+                last.last_event_at,
+                chunk.iter().map(|s| s.size).sum(),
+            )
+        });
+        members.insert(first.sequence, chunk.iter().map(|s| (*s).clone()).collect());
+    }
+    (out, members)
+}
+
+/// Plans over summaries the way the store does — read the shards a plan's horizon
+/// reaches, plan again — and checks the result is the plan of the fully read index.
+fn check_summaries_plan_like_the_full_index(
+    inv: &Inventory,
+    policy: &tidemark_core::Policy,
+    now: Timestamp,
+    full: &Plan,
+    shard_size: usize,
+) -> Result<(), TestCaseError> {
+    let (mut summarised, mut members) = summarise(inv, shard_size);
+    let mut p = plan(policy, &summarised, now);
+    loop {
+        let read: Vec<u64> = p
+            .summaries_to_read(&summarised.segments)
+            .iter()
+            .map(|s| s.sequence)
+            .collect();
+        if read.is_empty() {
+            break;
+        }
+        summarised
+            .segments
+            .retain(|s| !(s.summary && read.contains(&s.sequence)));
+        for seq in read {
+            summarised.segments.extend(members.remove(&seq).unwrap());
+        }
+        p = plan(policy, &summarised, now);
+    }
+    prop_assert_eq!(&p.backups, &full.backups);
+    prop_assert_eq!(p.horizon, full.horizon);
+    prop_assert_eq!(&p.recovery_window, &full.recovery_window);
+    prop_assert_eq!(&p.segments, &full.segments);
+    Ok(())
+}
+
 fn check_invariants(
     inv: &Inventory,
     input: &PolicyInput,
     now: Timestamp,
+    shard_size: usize,
 ) -> Result<(), TestCaseError> {
     let policy = match input.validate() {
         Ok(p) => p,
@@ -436,7 +520,9 @@ fn check_invariants(
     shuffled.segments.reverse();
     let p2 = plan(&policy, &shuffled, now);
     prop_assert_eq!(&p, &p2);
-    Ok(())
+
+    // 6. Planning over index shard summaries gives the same plan.
+    check_summaries_plan_like_the_full_index(inv, &policy, now, &p, shard_size)
 }
 
 /// 600 cases by default; `PROPTEST_CASES=N` for a longer hunt.
@@ -456,8 +542,9 @@ proptest! {
         segs in segments(),
         policy in policy(),
         now_h in 2400i64..3200,
+        shard_size in 1usize..48,
     ) {
         let inv = Inventory { backups: build_backups(&specs), segments: segs };
-        check_invariants(&inv, &policy, at(now_h))?;
+        check_invariants(&inv, &policy, at(now_h), shard_size)?;
     }
 }

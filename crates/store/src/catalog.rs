@@ -10,7 +10,8 @@ use object_store::{ObjectMeta, ObjectStoreExt};
 use tidemark_core::{Backup, BackupKind, Inventory, Phase, Segment};
 
 use crate::error::{StoreError, is_not_found};
-use crate::format::{AuditRecord, BackupType, FORMAT_VERSION, IndexFile, Metadata, MetadataPhase};
+use crate::format::{AuditRecord, BackupType, FORMAT_VERSION, Metadata, MetadataPhase};
+use crate::index::SegmentIndex;
 use crate::layout::{self, KeyKind};
 use crate::open::ClusterStore;
 use crate::progress::Progress;
@@ -41,14 +42,6 @@ pub struct Malformed {
     pub problem: String,
 }
 
-/// The index as read, with the version needed for a conditional rewrite.
-#[derive(Debug)]
-pub struct LoadedIndex {
-    pub file: IndexFile,
-    pub e_tag: Option<String>,
-    pub version: Option<String>,
-}
-
 /// A listed segment object.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SegmentObject {
@@ -73,7 +66,9 @@ pub struct Catalog {
     pub backups: Vec<StoredBackup>,
     pub foreign: Vec<String>,
     pub malformed: Vec<Malformed>,
-    pub index: Option<LoadedIndex>,
+    pub index: Option<SegmentIndex>,
+    /// Objects under `binlogs/_index/` (index shards, referenced or not).
+    pub shard_objects: Vec<ObjectMeta>,
     /// Objects listed (for progress and reports).
     pub objects_listed: usize,
 }
@@ -103,8 +98,14 @@ impl Catalog {
             })
             .buffer_unordered(METADATA_FETCH_CONCURRENCY)
             .try_collect::<HashMap<Path, Fetched>>();
-        let (objects, bodies, index) = futures::join!(listing, fetching, load_index(store));
-        let (objects, mut bodies, index) = (objects?, bodies?, index?);
+        let (objects, bodies, index, shard_objects) = futures::join!(
+            listing,
+            fetching,
+            SegmentIndex::load(store),
+            list_shard_objects(store)
+        );
+        let (objects, mut bodies, index, shard_objects) =
+            (objects?, bodies?, index?, shard_objects?);
 
         let objects_listed = objects.len();
         let mut foreign = Vec::new();
@@ -126,7 +127,10 @@ impl Catalog {
                 }
                 KeyKind::Audit => audits.push(meta.location),
                 KeyKind::State => {}
-                KeyKind::Segment { .. } | KeyKind::Index | KeyKind::Foreign => {
+                KeyKind::Segment { .. }
+                | KeyKind::Index
+                | KeyKind::IndexShard
+                | KeyKind::Foreign => {
                     foreign.push(store.display_key(&meta.location));
                 }
             }
@@ -204,8 +208,20 @@ impl Catalog {
             foreign,
             malformed,
             index,
+            shard_objects,
             objects_listed,
         })
+    }
+
+    /// Unread index shards that a listing below `below` reaches (whose segments must be
+    /// known one by one to be matched with listed objects).
+    pub fn shards_below(&self, below: u64) -> Vec<String> {
+        self.index
+            .iter()
+            .flat_map(|i| i.unread())
+            .filter(|s| s.first_sequence < below)
+            .map(|s| s.key.clone())
+            .collect()
     }
 
     /// The planner's view. Index entries at or above `listing.listed_below` were not
@@ -219,30 +235,47 @@ impl Catalog {
         let below = listing.listed_below.unwrap_or(0);
         let mut segments = Vec::new();
         let mut indexed = HashSet::new();
+        // Sequence ranges of unread shards: a listed object inside one is indexed there.
+        let mut summarised: Vec<(u64, u64)> = Vec::new();
         if let Some(idx) = &self.index {
-            for e in &idx.file.entries {
+            for e in idx.entries() {
                 indexed.insert(e.name.as_str());
                 segments.push(Segment {
-                    name: e.name.clone(),
-                    sequence: e.sequence,
-                    first_event_at: e.first_event_at,
-                    last_event_at: e.last_event_at,
-                    size: e.size,
-                    indexed: true,
                     present: e.sequence >= below || listed.contains_key(e.name.as_str()),
+                    ..Segment::new(
+                        e.name.clone(),
+                        e.sequence,
+                        e.first_event_at,
+                        e.last_event_at,
+                        e.size,
+                    )
+                });
+            }
+            for s in idx.unread() {
+                summarised.push((s.first_sequence, s.last_sequence));
+                segments.push(Segment {
+                    span: s.last_sequence - s.first_sequence + 1,
+                    summary: true,
+                    ..Segment::new(
+                        s.key.clone(),
+                        s.first_sequence,
+                        s.first_event_at,
+                        s.last_event_at,
+                        s.size,
+                    )
                 });
             }
         }
+        summarised.sort_unstable();
+        let in_summary = |seq: u64| {
+            let k = summarised.partition_point(|r| r.1 < seq);
+            k < summarised.len() && summarised[k].0 <= seq
+        };
         for o in &listing.objects {
-            if !indexed.contains(o.name.as_str()) {
+            if !indexed.contains(o.name.as_str()) && !in_summary(o.sequence) {
                 segments.push(Segment {
-                    name: o.name.clone(),
-                    sequence: o.sequence,
-                    first_event_at: None,
-                    last_event_at: None,
-                    size: o.size,
                     indexed: false,
-                    present: true,
+                    ..Segment::new(o.name.clone(), o.sequence, None, None, o.size)
                 });
             }
         }
@@ -522,53 +555,30 @@ async fn list_segment_range(
                     break;
                 }
             }
-            KeyKind::Index => {}
+            KeyKind::Index | KeyKind::IndexShard => {}
             _ => listing.foreign.push(store.display_key(&meta.location)),
         }
     }
     Ok(listing)
 }
 
-/// Reads and checks `_index.json`; `None` when there is none.
-pub(crate) async fn load_index(store: &ClusterStore) -> Result<Option<LoadedIndex>, StoreError> {
-    let key = layout::index_key();
-    let got = match store.inner.get(&key).await {
-        Ok(g) => g,
-        Err(e) if is_not_found(&e) => return Ok(None),
-        Err(source) => return Err(request(store, "reading", &key, source)),
-    };
-    let e_tag = got.meta.e_tag.clone();
-    let version = got.meta.version.clone();
-    let bytes = match got.bytes().await {
-        Ok(b) => b,
-        Err(e) if is_not_found(&e) => return Ok(None),
-        Err(source) => return Err(request(store, "reading", &key, source)),
-    };
-    let t = std::time::Instant::now();
-    let parsed = IndexFile::parse(&bytes);
-    tracing::info!(
-        bytes = bytes.len(),
-        parse_ms = t.elapsed().as_millis() as u64,
-        "segment index read"
-    );
-    let file = parsed.map_err(|source| StoreError::MalformedIndex {
-        url: store.url.clone(),
-        key: store.display_key(&key),
-        source,
-    })?;
-    if file.format_version > FORMAT_VERSION {
-        return Err(StoreError::NewerIndex {
+/// Lists `binlogs/_index/` (index shards).
+async fn list_shard_objects(store: &ClusterStore) -> Result<Vec<ObjectMeta>, StoreError> {
+    let prefix = layout::index_shards_prefix();
+    match store
+        .inner
+        .list(Some(&prefix))
+        .try_collect::<Vec<_>>()
+        .await
+    {
+        Ok(v) => Ok(v),
+        Err(e) if is_not_found(&e) => Ok(Vec::new()),
+        Err(source) => Err(StoreError::Request {
             url: store.url.clone(),
-            key: store.display_key(&key),
-            version: file.format_version,
-            supported: FORMAT_VERSION,
-        });
+            action: format!("listing {}/{}/", store.cluster, prefix),
+            source,
+        }),
     }
-    Ok(Some(LoadedIndex {
-        file,
-        e_tag,
-        version,
-    }))
 }
 
 /// Backup-ids the newest audit record meant to delete: an uncommitted directory among

@@ -53,6 +53,10 @@ pub enum StoreError {
         supported: u32,
     },
     #[error(
+        "store {url}: binlogs/_index.json names the shard {key}, which does not exist; if another pass rewrote the index meanwhile, run again, otherwise the index is damaged"
+    )]
+    MissingShard { url: String, key: String },
+    #[error(
         "store {url}: {key} was changed by another writer {attempts} times in a row; try again"
     )]
     IndexContention {
@@ -60,6 +64,8 @@ pub enum StoreError {
         key: String,
         attempts: u32,
     },
+    #[error("store {url}: internal error: {problem}")]
+    Internal { url: String, problem: String },
     #[error("store {url}: could not serialise {what}")]
     Encode {
         url: String,
@@ -78,6 +84,8 @@ pub enum ErrorCategory {
     Store,
     /// Data in the store is not in a form this Tidemark can act on safely.
     Data,
+    /// A bug in Tidemark.
+    Internal,
 }
 
 impl StoreError {
@@ -92,9 +100,10 @@ impl StoreError {
             | StoreError::Request { .. }
             | StoreError::IndexContention { .. }
             | StoreError::Encode { .. } => ErrorCategory::Store,
-            StoreError::MalformedIndex { .. } | StoreError::NewerIndex { .. } => {
-                ErrorCategory::Data
-            }
+            StoreError::Internal { .. } => ErrorCategory::Internal,
+            StoreError::MalformedIndex { .. }
+            | StoreError::NewerIndex { .. }
+            | StoreError::MissingShard { .. } => ErrorCategory::Data,
         }
     }
 }

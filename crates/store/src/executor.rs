@@ -6,10 +6,9 @@ use std::time::Duration;
 use futures::{StreamExt, stream};
 use jiff::Timestamp;
 use object_store::path::Path;
-use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
+use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use tidemark_core::{Action, Plan, SegmentReason};
 
-use crate::catalog::{LoadedIndex, load_index};
 use crate::error::{StoreError, is_not_found};
 use crate::format::{AuditBackup, AuditRecord, FORMAT_VERSION};
 use crate::layout;
@@ -24,8 +23,9 @@ const DELETE_ROUNDS: u32 = 4;
 const RETRY_CONCURRENCY: usize = 16;
 /// First pause before retrying failed deletions one by one.
 const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_millis(200);
-/// Attempts to rewrite `_index.json` when another writer changes it under us.
-const INDEX_ATTEMPTS: u32 = 8;
+/// How old an index shard that `_index.json` does not name must be before a pass deletes
+/// it: younger ones may belong to a writer about to commit them.
+const ORPHAN_SHARD_AGE: Duration = Duration::from_secs(3600);
 
 /// Settings of one execution.
 #[derive(Debug, Clone)]
@@ -36,6 +36,10 @@ pub struct ExecOptions {
     pub policy: serde_json::Value,
     /// First backoff between retry rounds of failed deletions (doubles each round).
     pub retry_backoff: Duration,
+    /// Entries per index shard when the index is rewritten.
+    pub index_shard_size: usize,
+    /// Age after which an index shard `_index.json` does not name is deleted.
+    pub orphan_shard_age: Duration,
 }
 
 impl ExecOptions {
@@ -44,6 +48,8 @@ impl ExecOptions {
             started_at,
             policy,
             retry_backoff: DEFAULT_RETRY_BACKOFF,
+            index_shard_size: crate::index::SHARD_SIZE,
+            orphan_shard_age: ORPHAN_SHARD_AGE,
         }
     }
 }
@@ -67,6 +73,9 @@ pub struct ExecutionReport {
     pub objects_deleted: usize,
     pub segments_deleted: usize,
     pub index_entries_removed: usize,
+    /// Index shards no longer named by `_index.json` (left by an interrupted pass) that
+    /// were deleted.
+    pub orphan_shards_deleted: usize,
     pub failures: Vec<DeleteFailure>,
 }
 
@@ -101,6 +110,7 @@ pub async fn execute(
         ..Default::default()
     };
     if plan.is_empty() {
+        report.orphan_shards_deleted = delete_orphan_shards(store, survey, options).await;
         return Ok(report);
     }
 
@@ -188,15 +198,60 @@ pub async fn execute(
     {
         progress.step("rewriting the segment index", 1);
         let t = std::time::Instant::now();
-        report.index_entries_removed = rewrite_index(store, index, &gone).await?;
+        report.index_entries_removed =
+            crate::index::remove_entries(store, index, &gone, options.index_shard_size).await?;
         tracing::info!(
-            entries = index.file.entries.len(),
+            head_entries = index.head.entries.len(),
+            shards = index.head.shards.len(),
             removed = report.index_entries_removed,
             elapsed_ms = t.elapsed().as_millis() as u64,
             "segment index rewritten"
         );
     }
+    report.orphan_shards_deleted = delete_orphan_shards(store, survey, options).await;
     Ok(report)
+}
+
+/// Deletes index shards that the surveyed `_index.json` does not name and that are older
+/// than `options.orphan_shard_age` (debris of an interrupted index rewrite). Best effort.
+async fn delete_orphan_shards(
+    store: &ClusterStore,
+    survey: &Survey,
+    options: &ExecOptions,
+) -> usize {
+    let named: HashSet<&str> = survey
+        .catalog
+        .index
+        .iter()
+        .flat_map(|i| i.head.shards.iter().map(|s| s.key.as_str()))
+        .collect();
+    let age = jiff::SignedDuration::try_from(options.orphan_shard_age)
+        .unwrap_or(jiff::SignedDuration::MAX);
+    let cutoff = Timestamp::now().checked_sub(age).unwrap_or(Timestamp::MIN);
+    let orphans: Vec<String> = survey
+        .catalog
+        .shard_objects
+        .iter()
+        .filter(|m| {
+            let ts = Timestamp::from_second(m.last_modified.timestamp()).unwrap_or(Timestamp::MAX);
+            ts <= cutoff
+        })
+        .filter_map(|m| {
+            let rel = m
+                .location
+                .as_ref()
+                .strip_prefix(&format!("{}/", layout::BINLOGS))?;
+            (!named.contains(rel)).then(|| rel.to_owned())
+        })
+        .collect();
+    if orphans.is_empty() {
+        return 0;
+    }
+    tracing::info!(
+        count = orphans.len(),
+        "deleting index shards no index names"
+    );
+    crate::index::delete_shards(store, orphans.iter()).await
 }
 
 fn pass_id() -> String {
@@ -371,84 +426,4 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         cur = c.source();
     }
     s
-}
-
-/// Removes `gone` from `_index.json` with a compare-and-swap on the version read.
-async fn rewrite_index(
-    store: &ClusterStore,
-    loaded: &LoadedIndex,
-    gone: &HashSet<String>,
-) -> Result<usize, StoreError> {
-    let key = layout::index_key();
-    let mut current = loaded.file.clone();
-    let mut version = UpdateVersion {
-        e_tag: loaded.e_tag.clone(),
-        version: loaded.version.clone(),
-    };
-    for _ in 0..INDEX_ATTEMPTS {
-        let mut next = current.clone();
-        let removed = next.remove_where(|e| gone.contains(&e.name));
-        if removed == 0 {
-            return Ok(0);
-        }
-        let payload = PutPayload::from(next.to_bytes());
-        let conditional = version.e_tag.is_some() || version.version.is_some();
-        let result = if conditional {
-            let opts = PutOptions {
-                mode: PutMode::Update(version.clone()),
-                ..Default::default()
-            };
-            match store.inner.put_opts(&key, payload.clone(), opts).await {
-                Err(object_store::Error::NotImplemented { .. }) => {
-                    // No conditional writes here (a local directory): check the version
-                    // just before writing. The window is the two requests' gap.
-                    unconditional_if_unchanged(store, &key, &version, payload).await
-                }
-                other => other.map(|_| ()),
-            }
-        } else {
-            unconditional_if_unchanged(store, &key, &version, payload).await
-        };
-        match result {
-            Ok(()) => return Ok(removed),
-            Err(
-                object_store::Error::Precondition { .. }
-                | object_store::Error::AlreadyExists { .. },
-            ) => {
-                // Re-read with the catalog's reader (so a newer formatVersion still stops
-                // us); an index deleted meanwhile has nothing left to clean.
-                let Some(fresh) = load_index(store).await? else {
-                    return Ok(0);
-                };
-                current = fresh.file;
-                version = UpdateVersion {
-                    e_tag: fresh.e_tag,
-                    version: fresh.version,
-                };
-            }
-            Err(source) => return Err(write_err(store, &key, source)),
-        }
-    }
-    Err(StoreError::IndexContention {
-        url: store.url.clone(),
-        key: store.display_key(&key),
-        attempts: INDEX_ATTEMPTS,
-    })
-}
-
-async fn unconditional_if_unchanged(
-    store: &ClusterStore,
-    key: &Path,
-    expected: &UpdateVersion,
-    payload: PutPayload,
-) -> Result<(), object_store::Error> {
-    let head = store.inner.head(key).await?;
-    let same = head.e_tag == expected.e_tag && head.version == expected.version;
-    if !same {
-        return Err(object_store::Error::Precondition {
-            path: key.to_string(),
-            source: "the index changed since it was read".into(),
-        });
-    }
-    store.inner.put(key, payload).await.map(|_| ())
 }

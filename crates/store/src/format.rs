@@ -12,6 +12,10 @@ use tidemark_core::RetentionDuration;
 /// The format version this Tidemark writes and fully understands.
 pub const FORMAT_VERSION: u32 = 1;
 
+/// The newest `_index.json` version this Tidemark understands: 2 adds `shards`. An index
+/// without shards is still written as version 1.
+pub const INDEX_FORMAT_VERSION: u32 = 2;
+
 /// `type` of a backup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -152,6 +156,65 @@ pub struct IndexFile {
     pub format_version: u32,
     raw_entries: Vec<Box<RawValue>>,
     pub entries: Vec<IndexEntry>,
+    /// Summaries of the shard objects holding older entries (`_index.json` only).
+    pub shards: Vec<ShardSummary>,
+}
+
+/// One shard of the segment index, as `_index.json` summarises it: the planner uses the
+/// summary instead of reading the shard unless a pass may delete some of its segments.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardSummary {
+    /// Object key relative to `binlogs/`, e.g. `_index/00000000000000000001-00000000000000004096-1a2b3c4d.json`.
+    pub key: String,
+    pub first_sequence: u64,
+    pub last_sequence: u64,
+    pub count: u64,
+    pub first_name: String,
+    pub last_name: String,
+    /// First event of the first segment.
+    #[serde(default, deserialize_with = "zero_time_is_unknown")]
+    pub first_event_at: Option<Timestamp>,
+    /// Last event of the last segment.
+    #[serde(default, deserialize_with = "zero_time_is_unknown")]
+    pub last_event_at: Option<Timestamp>,
+    /// Total bytes of its segments.
+    pub size: u64,
+    /// Sequences contiguous, every event time known, times growing with the sequence:
+    /// only then can the summary stand for the segments.
+    pub ordered: bool,
+    /// Entries whose last event time is unknown.
+    pub unknown_last_event: u64,
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+impl ShardSummary {
+    /// Summarises `entries`, which must be sorted by sequence and not empty.
+    pub fn of(key: String, entries: &[IndexEntry]) -> Option<Self> {
+        let (first, last) = (entries.first()?, entries.last()?);
+        let ordered = entries.iter().all(|e| {
+            e.first_event_at.is_some()
+                && e.last_event_at.is_some()
+                && e.first_event_at <= e.last_event_at
+        }) && entries.windows(2).all(|w| {
+            w[1].sequence == w[0].sequence + 1 && w[0].last_event_at <= w[1].first_event_at
+        });
+        Some(ShardSummary {
+            key,
+            first_sequence: first.sequence,
+            last_sequence: last.sequence,
+            count: entries.len() as u64,
+            first_name: first.name.clone(),
+            last_name: last.name.clone(),
+            first_event_at: first.first_event_at,
+            last_event_at: last.last_event_at,
+            size: entries.iter().map(|e| e.size).sum(),
+            ordered,
+            unknown_last_event: entries.iter().filter(|e| e.last_event_at.is_none()).count() as u64,
+            extra: serde_json::Map::new(),
+        })
+    }
 }
 
 /// Why `_index.json` could not be used.
@@ -161,6 +224,12 @@ pub enum IndexError {
         "not a valid segment index: {0}; expected {{\"formatVersion\": 1, \"segments\": [{{\"name\", \"sequence\", \"firstEventAt\", \"lastEventAt\", \"size\", \"sha256\"}}, …]}}"
     )]
     Syntax(#[source] serde_json::Error),
+    #[error(
+        "`shards` is not a list of shard summaries: {0}; expected [{{\"key\", \"firstSequence\", \"lastSequence\", \"count\", \"firstName\", \"lastName\", \"firstEventAt\", \"lastEventAt\", \"size\", \"ordered\", \"unknownLastEvent\"}}, …]"
+    )]
+    Shards(#[source] serde_json::Error),
+    #[error("shard key {0:?} is not of the form _index/<name>.json")]
+    ShardKey(String),
     #[error("segments[{position}] is not a valid segment entry: {source}")]
     Entry {
         position: usize,
@@ -197,11 +266,16 @@ impl IndexFile {
                     .map_err(|source| IndexError::Entry { position, source })
             })
             .collect::<Result<Vec<IndexEntry>, _>>()?;
+        let shards = match fields.get("shards") {
+            Some(v) => serde_json::from_str(v.get()).map_err(IndexError::Shards)?,
+            None => Vec::new(),
+        };
         Ok(IndexFile {
             fields,
             format_version,
             raw_entries,
             entries,
+            shards,
         })
     }
 
@@ -212,7 +286,44 @@ impl IndexFile {
             format_version: FORMAT_VERSION,
             raw_entries: Vec::new(),
             entries: Vec::new(),
+            shards: Vec::new(),
         }
+    }
+
+    /// Moves out the `n` entries with the lowest sequences (verbatim), as a new file
+    /// without top-level extras.
+    pub fn take_lowest(&mut self, n: usize) -> IndexFile {
+        let mut order: Vec<usize> = (0..self.entries.len()).collect();
+        order.sort_by_key(|&i| (self.entries[i].sequence, i));
+        let mut taken = vec![false; self.entries.len()];
+        for &i in order.iter().take(n) {
+            taken[i] = true;
+        }
+        let mut out = IndexFile::empty();
+        let mut keep = Vec::with_capacity(self.entries.len());
+        let mut keep_raw = Vec::with_capacity(self.entries.len());
+        let mut moved: Vec<(IndexEntry, Box<RawValue>)> = Vec::with_capacity(n);
+        for (i, (e, r)) in self
+            .entries
+            .drain(..)
+            .zip(self.raw_entries.drain(..))
+            .enumerate()
+        {
+            if taken[i] {
+                moved.push((e, r));
+            } else {
+                keep.push(e);
+                keep_raw.push(r);
+            }
+        }
+        moved.sort_by_key(|(e, _)| e.sequence);
+        for (e, r) in moved {
+            out.entries.push(e);
+            out.raw_entries.push(r);
+        }
+        self.entries = keep;
+        self.raw_entries = keep_raw;
+        out
     }
 
     /// Adds entries (the archiver's job; tests and examples use it too).
@@ -249,8 +360,14 @@ impl IndexFile {
                 .map(|r| r.get().len() + 1)
                 .sum::<usize>(),
         );
+        // Shards are what version 2 adds: an index without them stays readable by version 1.
+        let version = if self.shards.is_empty() {
+            self.format_version
+        } else {
+            self.format_version.max(2)
+        };
         out.push_str("{\"formatVersion\":");
-        out.push_str(&self.format_version.to_string());
+        out.push_str(&version.to_string());
         out.push_str(",\"segments\":[");
         for (i, r) in self.raw_entries.iter().enumerate() {
             if i > 0 {
@@ -259,8 +376,13 @@ impl IndexFile {
             out.push_str(r.get());
         }
         out.push(']');
+        if !self.shards.is_empty() {
+            out.push_str(",\"shards\":");
+            // Plain data with string keys: serialising cannot fail.
+            out.push_str(&serde_json::to_string(&self.shards).unwrap_or_else(|_| "[]".into()));
+        }
         for (k, v) in &self.fields {
-            if k == "formatVersion" || k == "segments" {
+            if k == "formatVersion" || k == "segments" || k == "shards" {
                 continue;
             }
             out.push(',');
@@ -374,6 +496,31 @@ mod tests {
         assert_eq!(v["writer"], "archiver-1");
         assert_eq!(v["segments"].as_array().unwrap().len(), 2);
         assert_eq!(v["segments"][0]["server"], "db-0");
+    }
+
+    #[test]
+    fn shards_make_version_two_and_round_trip() {
+        let text = r#"{"formatVersion":1,"segments":[
+            {"name":"mysql-bin.000003","sequence":3,"firstEventAt":"2026-11-20T02:00:00Z","lastEventAt":"2026-11-20T03:00:00Z","size":5}
+        ]}"#;
+        let mut head = IndexFile::parse(text.as_bytes()).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&head.to_bytes()).unwrap();
+        assert_eq!(v["formatVersion"], 1, "no shards: still version 1");
+        let mut shard = IndexFile::parse(text.as_bytes()).unwrap();
+        let taken = shard.take_lowest(1);
+        assert!(shard.entries.is_empty());
+        let mut summary = ShardSummary::of("_index/x.json".into(), &taken.entries).unwrap();
+        assert!(summary.ordered);
+        summary.extra.insert("future".into(), 7.into());
+        head.shards.push(summary.clone());
+        let bytes = head.to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(v["formatVersion"], 2);
+        assert_eq!(v["shards"][0]["firstName"], "mysql-bin.000003");
+        let back = IndexFile::parse(&bytes).unwrap();
+        assert_eq!(back.shards, [summary]);
+        let e = IndexFile::parse(br#"{"formatVersion":2,"segments":[],"shards":{}}"#).unwrap_err();
+        assert!(e.to_string().contains("`shards`"), "{e}");
     }
 
     #[test]

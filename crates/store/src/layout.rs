@@ -9,6 +9,8 @@ use tidemark_core::inventory::is_backup_id;
 pub const BINLOGS: &str = "binlogs";
 /// The segment index inside [`BINLOGS`].
 pub const INDEX: &str = "_index.json";
+/// Directory of index shards inside [`BINLOGS`].
+pub const INDEX_SHARDS: &str = "_index";
 /// Audit records, one per deleting pass.
 pub const AUDIT: &str = "_audit";
 /// Durable state of standalone mode (reserved).
@@ -28,6 +30,32 @@ pub fn index_key() -> Path {
     Path::from_iter([BINLOGS, INDEX])
 }
 
+/// The key of an index shard named in `_index.json` (relative to `binlogs/`, of the form
+/// `_index/<file>.json`); `None` for anything else, which makes the index malformed.
+pub fn shard_key(relative: &str) -> Option<Path> {
+    let file = relative.strip_prefix("_index/")?;
+    let ok = file.ends_with(".json")
+        && !file.contains('/')
+        && !file.starts_with('.')
+        && file
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+    ok.then(|| Path::from_iter([BINLOGS, INDEX_SHARDS, file]))
+}
+
+/// A fresh shard name (relative to `binlogs/`) for entries `first..=last`: sortable by
+/// range, unique per write, so a shard object is never overwritten.
+pub fn new_shard_name(first: u64, last: u64) -> String {
+    format!(
+        "{INDEX_SHARDS}/{first:020}-{last:020}-{:08x}.json",
+        rand::random::<u32>()
+    )
+}
+
+pub fn index_shards_prefix() -> Path {
+    Path::from_iter([BINLOGS, INDEX_SHARDS])
+}
+
 pub fn audit_key(at: jiff::Timestamp, pass_id: &str) -> Path {
     // Whole seconds keep keys short and sortable; the pass id makes them unique.
     let stamp = jiff::Timestamp::from_second(at.as_second()).unwrap_or(at);
@@ -45,6 +73,8 @@ pub enum KeyKind<'a> {
     Segment { name: &'a str },
     /// `binlogs/_index.json`
     Index,
+    /// `binlogs/_index/<shard>.json`
+    IndexShard,
     /// `_audit/<record>`
     Audit,
     /// `_state/...`
@@ -58,6 +88,9 @@ pub fn classify(key: &str) -> KeyKind<'_> {
     let parts: Vec<&str> = key.split('/').collect();
     match parts.as_slice() {
         [BINLOGS, INDEX] => KeyKind::Index,
+        [BINLOGS, INDEX_SHARDS, file] if shard_key(&format!("{INDEX_SHARDS}/{file}")).is_some() => {
+            KeyKind::IndexShard
+        }
         [BINLOGS, seg] if tidemark_core::inventory::segment_sequence(seg).is_some() => {
             KeyKind::Segment { name: seg }
         }
@@ -97,6 +130,15 @@ mod tests {
             }
         );
         assert_eq!(classify("binlogs/_index.json"), KeyKind::Index);
+        let shard = new_shard_name(1, 4096);
+        assert_eq!(classify(&format!("binlogs/{shard}")), KeyKind::IndexShard);
+        assert_eq!(
+            shard_key(&shard).unwrap().as_ref(),
+            format!("binlogs/{shard}")
+        );
+        assert_eq!(shard_key("../x.json"), None);
+        assert_eq!(shard_key("_index/a/b.json"), None);
+        assert_eq!(classify("binlogs/_index/notes.txt"), KeyKind::Foreign);
         assert_eq!(classify("binlogs/notes.txt"), KeyKind::Foreign);
         assert_eq!(classify("daily/latest/backup.xbstream"), KeyKind::Foreign);
         assert_eq!(classify(&format!("daily/{id}/sub/x")), KeyKind::Foreign);

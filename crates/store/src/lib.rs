@@ -6,6 +6,7 @@ pub mod error;
 pub mod executor;
 pub mod fault;
 pub mod format;
+pub mod index;
 pub mod layout;
 pub mod open;
 pub mod progress;

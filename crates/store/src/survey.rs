@@ -55,20 +55,51 @@ pub async fn survey(
             b.backup.protected = true;
         }
     }
+    // Plan from the index, summaries standing for unread shards; read the shards the plan
+    // reaches (its horizon, or the listing it needs) and plan again, until none is left.
+    // Each round reads at least one shard, so this ends.
     let unlisted = SegmentListing::default();
-    let first = plan(policy, &catalog.inventory(&unlisted), now);
-    let below = first
-        .segments
-        .delete
-        .iter()
-        .map(|d| d.sequence)
-        .max()
-        .map(|s| s + 1);
+    let mut first;
+    let mut rounds = 0;
+    let below = loop {
+        let inventory = catalog.inventory(&unlisted);
+        first = plan(policy, &inventory, now);
+        let below = first
+            .segments
+            .delete
+            .iter()
+            .map(|d| d.sequence)
+            .max()
+            .map(|s| s + 1);
+        let mut read: Vec<String> = first
+            .summaries_to_read(&inventory.segments)
+            .iter()
+            .map(|s| s.name.clone())
+            .collect();
+        if let Some(below) = below {
+            read.extend(catalog.shards_below(below));
+        }
+        match (&mut catalog.index, read.is_empty()) {
+            (Some(index), false) => {
+                rounds += 1;
+                index.read_shards(store, read).await?;
+            }
+            _ => break below,
+        }
+    };
+    tracing::info!(
+        rounds,
+        shards_unread = catalog.index.as_ref().map_or(0, |i| i.unread().count()),
+        "planned over the index"
+    );
     let segments = match below {
         None => unlisted,
         Some(below) => {
             let same_width = catalog.index.as_ref().is_some_and(|i| {
-                let mut lens = i.file.entries.iter().map(|e| e.name.len());
+                let runs = i.runs();
+                let mut lens = runs
+                    .iter()
+                    .flat_map(|r| [r.first_name.len(), r.last_name.len()]);
                 let first = lens.next();
                 lens.all(|l| Some(l) == first)
             });
@@ -77,9 +108,7 @@ pub async fn survey(
                 .index
                 .as_ref()
                 .map(|i| {
-                    i.file
-                        .entries
-                        .iter()
+                    i.entries()
                         .filter(|e| e.sequence < below)
                         .map(|e| e.name.as_str())
                         .collect()
@@ -100,6 +129,17 @@ pub async fn survey(
     };
     let inventory = catalog.inventory(&segments);
     let plan = plan(policy, &inventory, now);
+    // The listing can only move the horizon earlier, so no unread shard is reached now;
+    // checked, because a plan over a shard's summary cannot delete its segments.
+    if let Some(s) = plan.summaries_to_read(&inventory.segments).first() {
+        return Err(StoreError::Internal {
+            url: store.url.clone(),
+            problem: format!(
+                "the final plan reaches the unread index shard {}; nothing was deleted",
+                s.name
+            ),
+        });
+    }
     Ok(Survey {
         catalog,
         segments,

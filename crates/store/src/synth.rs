@@ -10,8 +10,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::StoreError;
 use crate::format::{
-    BackupType, FORMAT_VERSION, IndexEntry, IndexFile, LogPosition, Metadata, MetadataPhase,
-    PayloadObject,
+    BackupType, FORMAT_VERSION, IndexEntry, LogPosition, Metadata, MetadataPhase, PayloadObject,
 };
 use crate::layout;
 use crate::open::ClusterStore;
@@ -201,17 +200,19 @@ pub async fn write_segments(
     .await
 }
 
-/// Writes `_index.json` listing `entries`.
+/// Writes the segment index listing `entries`, in shards of the standard size beyond
+/// it (a single `_index.json` up to 4,096 entries).
 pub async fn write_index(store: &ClusterStore, entries: &[IndexEntry]) -> Result<(), StoreError> {
-    let mut idx = IndexFile::empty();
-    for e in entries {
-        idx.push(e.clone()).map_err(|source| StoreError::Encode {
-            url: store.url.clone(),
-            what: "_index.json",
-            source,
-        })?;
-    }
-    put_all(store, vec![(layout::index_key(), idx.to_bytes())]).await
+    crate::index::write_new(store, entries, crate::index::SHARD_SIZE).await
+}
+
+/// Writes the segment index listing `entries` in shards of `shard_size`.
+pub async fn write_index_sharded(
+    store: &ClusterStore,
+    entries: &[IndexEntry],
+    shard_size: usize,
+) -> Result<(), StoreError> {
+    crate::index::write_new(store, entries, shard_size).await
 }
 
 /// Writes an arbitrary object (foreign files, corrupt metadata in tests).

@@ -14,6 +14,7 @@ use object_store::path::Path;
 use tidemark_core::{Action, PolicyInput, Reason};
 use tidemark_store::fault::{FaultMode, FaultStore};
 use tidemark_store::format::{AuditRecord, IndexFile};
+use tidemark_store::index::SegmentIndex;
 use tidemark_store::synth::{self, SynthBackup};
 use tidemark_store::testkit::{SeaweedFs, local_store};
 use tidemark_store::{
@@ -42,10 +43,16 @@ fn policy() -> tidemark_core::Policy {
     .unwrap()
 }
 
+/// Index shards this small make every pass read, rewrite, seal and drop shards.
+const SHARD: usize = 8;
+
 fn exec_options() -> ExecOptions {
     ExecOptions {
         // Injected faults fail every retry; keep the pauses short.
         retry_backoff: std::time::Duration::from_millis(1),
+        index_shard_size: SHARD,
+        // No other writer runs here: shard debris may go at once.
+        orphan_shard_age: std::time::Duration::ZERO,
         ..ExecOptions::new(
             now(),
             serde_json::json!({"window": "7d", "failedBackupsTTL": "2d"}),
@@ -125,7 +132,9 @@ async fn standard_history(store: &ClusterStore) -> Vec<SynthBackup> {
 
     let entries = synth::segments("mysql-bin", 1, 60, day(0), SignedDuration::from_hours(6));
     synth::write_segments(store, &entries).await.unwrap();
-    synth::write_index(store, &entries).await.unwrap();
+    synth::write_index_sharded(store, &entries, SHARD)
+        .await
+        .unwrap();
     synth::write_raw(store, "README.txt", b"not ours")
         .await
         .unwrap();
@@ -166,6 +175,9 @@ fn cases() -> Vec<(&'static str, Case)> {
         }),
         ("newer-format-is-never-deleted", |s| {
             Box::pin(newer_format_is_never_deleted(s))
+        }),
+        ("sharded-index-is-read-where-the-pass-reaches", |s| {
+            Box::pin(sharded_index_is_read_where_the_pass_reaches(s))
         }),
     ]
 }
@@ -255,13 +267,15 @@ async fn collects_exactly_the_plan(store: &ClusterStore) {
     assert_eq!(report.segments_deleted, 39);
     assert_eq!(report.index_entries_removed, 39);
 
-    let after: BTreeSet<String> = synth::all_keys(store).await.unwrap().into_iter().collect();
+    let after: BTreeSet<String> = without_shards(synth::all_keys(store).await.unwrap())
+        .into_iter()
+        .collect();
     let audit_key = report.audit_key.clone().unwrap();
     let audit_rel = audit_key
         .strip_prefix(&format!("{}/", store.cluster))
         .unwrap()
         .to_owned();
-    let mut expected: BTreeSet<String> = before
+    let mut expected: BTreeSet<String> = without_shards(before.into_iter().collect())
         .iter()
         .filter(|k| {
             let deleted_backup = history.iter().any(|b| {
@@ -300,8 +314,11 @@ async fn collects_exactly_the_plan(store: &ClusterStore) {
     );
 
     // The index lists exactly the remaining segments.
-    let idx = read_index(store).await;
-    let names: Vec<u64> = idx.entries.iter().map(|e| e.sequence).collect();
+    let names: Vec<u64> = index_entries(store)
+        .await
+        .iter()
+        .map(|e| e.sequence)
+        .collect();
     assert_eq!(names, (40..=60).collect::<Vec<_>>());
 }
 
@@ -365,8 +382,7 @@ async fn orphans_are_reconciled(store: &ClusterStore) {
     assert!(!keys.iter().any(|k| k == "binlogs/mysql-bin.000002"));
     // Unindexed segments ahead of the horizon are left for the archiver.
     assert!(keys.iter().any(|k| k == "binlogs/mysql-bin.000080"));
-    let idx = read_index(store).await;
-    assert!(idx.entries.iter().all(|e| e.sequence > 5));
+    assert!(index_entries(store).await.iter().all(|e| e.sequence > 5));
 }
 
 async fn interrupted_deletion_is_finished(store: &ClusterStore) {
@@ -433,12 +449,12 @@ async fn index_rewrite_keeps_concurrent_appends(store: &ClusterStore) {
     execute(store, &s, &exec_options(), &NoProgress)
         .await
         .unwrap();
-    let idx = read_index(store).await;
+    let entries = index_entries(store).await;
     assert!(
-        idx.entries.iter().any(|e| e.sequence == 70),
+        entries.iter().any(|e| e.sequence == 70),
         "concurrent append lost"
     );
-    assert!(idx.entries.iter().all(|e| e.sequence > 56));
+    assert!(entries.iter().all(|e| e.sequence > 56));
 }
 
 async fn malformed_index_stops_the_pass(store: &ClusterStore) {
@@ -518,7 +534,11 @@ async fn crash_at_every_request_converges(backing: &dyn Backing) {
         synth::write_backups(&store, &[a, b, c, f]).await.unwrap();
         let entries = synth::segments("mysql-bin", 1, 12, day(0), SignedDuration::from_hours(36));
         synth::write_segments(&store, &entries).await.unwrap();
-        synth::write_index(&store, &entries).await.unwrap();
+        // Two shards of four and four entries in the head: the pass drops one shard,
+        // rewrites the other and re-seals the head.
+        synth::write_index_sharded(&store, &entries, 4)
+            .await
+            .unwrap();
         store
     };
     let clean_pass = |store: ClusterStore| async move {
@@ -528,8 +548,10 @@ async fn crash_at_every_request_converges(backing: &dyn Backing) {
             .unwrap();
         store
     };
+    // Audit records and shard names carry random ids; the index is compared by content.
     let without_audit = |keys: Vec<String>| -> Vec<String> {
-        keys.into_iter()
+        without_shards(keys)
+            .into_iter()
             .filter(|k| !k.starts_with("_audit/"))
             .collect()
     };
@@ -575,23 +597,16 @@ async fn crash_at_every_request_converges(backing: &dyn Backing) {
                     "{mode:?}: {k2} committed without payload"
                 );
             }
-            IndexFile::parse(
-                &store
-                    .object_store()
-                    .get(&Path::from("binlogs/_index.json"))
-                    .await
-                    .unwrap()
-                    .bytes()
-                    .await
-                    .unwrap(),
-            )
-            .unwrap_or_else(|e| panic!("{mode:?}: index invalid after the fault: {e}"));
+            // The index, shards included, is whole after the fault.
+            try_index_entries(&store)
+                .await
+                .unwrap_or_else(|e| panic!("{mode:?}: index invalid after the fault: {e}"));
             let store = clean_pass(store).await;
             let got = without_audit(synth::all_keys(&store).await.unwrap());
             assert_eq!(got, expected, "{mode:?} did not converge");
-            let idx = read_index(&store).await;
-            let mut idx_names: Vec<String> = idx
-                .entries
+            assert_shards_all_named(&store).await;
+            let mut idx_names: Vec<String> = index_entries(&store)
+                .await
                 .iter()
                 .map(|e| format!("binlogs/{}", e.name))
                 .collect();
@@ -608,6 +623,112 @@ async fn crash_at_every_request_converges(backing: &dyn Backing) {
         "[{}] crash/transient fault at each of {total} requests: converged",
         backing.name()
     );
+}
+
+async fn sharded_index_is_read_where_the_pass_reaches(store: &ClusterStore) {
+    // 400 six-hourly segments in shards of eight (50 shards, from day 0 to day 100), one
+    // with a hole; backups on days 20 and 95: the window drops day 20, so segments before
+    // day 95 go.
+    synth::write_backups(
+        store,
+        &[
+            SynthBackup::full("daily", day(20), 1),
+            SynthBackup::full("daily", day(95), 2),
+        ],
+    )
+    .await
+    .unwrap();
+    let mut entries = synth::segments("mysql-bin", 1, 400, day(0), SignedDuration::from_hours(6));
+    entries.retain(|e| e.sequence != 390);
+    synth::write_segments(store, &entries).await.unwrap();
+    synth::write_index_sharded(store, &entries, SHARD)
+        .await
+        .unwrap();
+    let now = day(101);
+    let p = PolicyInput {
+        window: Some("7d".into()),
+        ..Default::default()
+    }
+    .validate()
+    .unwrap();
+    let s = survey(store, &p, now, &SurveyOptions::default(), &NoProgress)
+        .await
+        .unwrap();
+    let index = s.catalog.index.as_ref().unwrap();
+    // Read: the shards up to the horizon (day 95 = segment 380) and the one with the hole.
+    let read: Vec<u64> = index
+        .head
+        .shards
+        .iter()
+        .filter(|sh| index.is_read(&sh.key))
+        .map(|sh| sh.first_sequence)
+        .collect();
+    let expected_read: Vec<u64> = (0..49u64).map(|k| k * 8 + 1).collect();
+    assert_eq!(read, expected_read, "shards read");
+    assert_eq!(s.plan.horizon, Some(day(95)));
+    assert_eq!(s.plan.segments.delete.len(), 379);
+    // Replay stops at the hole: the window ends with segment 389.
+    let window = s.plan.recovery_window.clone().unwrap();
+    assert_eq!(window.to, day(0) + SignedDuration::from_hours(389 * 6));
+
+    execute(store, &s, &exec_options(), &NoProgress)
+        .await
+        .unwrap();
+    let left: Vec<u64> = index_entries(store)
+        .await
+        .iter()
+        .map(|e| e.sequence)
+        .collect();
+    let want: Vec<u64> = (380..=400).filter(|&q| q != 390).collect();
+    assert_eq!(left, want);
+    assert_shards_all_named(store).await;
+    // The next pass has nothing to do and reads no shard beyond the head's reach.
+    let again = survey(store, &p, now, &SurveyOptions::default(), &NoProgress)
+        .await
+        .unwrap();
+    assert!(again.plan.is_empty());
+}
+
+fn without_shards(keys: Vec<String>) -> Vec<String> {
+    keys.into_iter()
+        .filter(|k| !k.starts_with("binlogs/_index/"))
+        .collect()
+}
+
+/// Every index entry, head and shards, by sequence; an error when a named shard is
+/// missing or anything is malformed.
+async fn try_index_entries(
+    store: &ClusterStore,
+) -> Result<Vec<tidemark_store::format::IndexEntry>, StoreError> {
+    let Some(mut index) = SegmentIndex::load(store).await? else {
+        return Ok(Vec::new());
+    };
+    let unread: Vec<String> = index.unread().map(|s| s.key.clone()).collect();
+    index.read_shards(store, unread).await?;
+    let mut entries: Vec<_> = index.entries().cloned().collect();
+    entries.sort_by_key(|e| e.sequence);
+    Ok(entries)
+}
+
+async fn index_entries(store: &ClusterStore) -> Vec<tidemark_store::format::IndexEntry> {
+    try_index_entries(store).await.unwrap()
+}
+
+/// Every shard object is named by the head (no debris), and every named one exists.
+async fn assert_shards_all_named(store: &ClusterStore) {
+    let index = SegmentIndex::load(store).await.unwrap();
+    let mut named: Vec<String> = index
+        .iter()
+        .flat_map(|i| i.head.shards.iter().map(|s| format!("binlogs/{}", s.key)))
+        .collect();
+    named.sort();
+    let present: Vec<String> = synth::all_keys(store)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|k| k.starts_with("binlogs/_index/"))
+        .collect();
+    assert_eq!(present, named, "shard objects and the head disagree");
 }
 
 async fn read_index(store: &ClusterStore) -> IndexFile {

@@ -42,15 +42,7 @@ pub fn failed(mut b: Backup) -> Backup {
 }
 
 pub fn segment(seq: u64, first: Timestamp, last: Option<Timestamp>) -> Segment {
-    Segment {
-        name: format!("mysql-bin.{seq:06}"),
-        sequence: seq,
-        first_event_at: Some(first),
-        last_event_at: last,
-        size: 1000,
-        indexed: true,
-        present: true,
-    }
+    Segment::new(format!("mysql-bin.{seq:06}"), seq, Some(first), last, 1000)
 }
 
 pub fn keep_last(n: i64) -> PolicyInput {

@@ -1,0 +1,578 @@
+//! The segment index: `binlogs/_index.json` and the shards it names.
+//!
+//! One document listing a million segments is about 200 MB, and a pass that read and
+//! rewrote it would cost in proportion to the archive, not to what it deletes. So the index
+//! is split: `_index.json` (the *head*) holds the newest entries in `segments` and, in
+//! `shards`, a summary of each *shard* — an immutable object
+//! `binlogs/_index/<first>-<last>-<nonce>.json` holding up to [`SHARD_SIZE`] older
+//! entries. A pass reads the head, plans with the summaries standing for unread shards,
+//! reads only the shards its horizon reaches (and those a summary cannot stand for), and
+//! rewrites only those.
+//!
+//! # Crash safety
+//! A shard is never overwritten: a changed shard is written under a new key, then the head
+//! is replaced by a conditional write, then the shards it no longer names are deleted. A
+//! crash leaves either the old head (whose shards all exist) or the new one (likewise); the
+//! only debris is unreferenced shard objects, which a later pass deletes once they are old
+//! enough that no writer can still be about to commit them.
+
+use std::collections::{HashMap, HashSet};
+
+use futures::{StreamExt, TryStreamExt};
+use object_store::path::Path;
+use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
+
+use crate::error::{StoreError, is_not_found};
+use crate::format::{INDEX_FORMAT_VERSION, IndexEntry, IndexFile, ShardSummary};
+use crate::layout;
+use crate::open::ClusterStore;
+
+/// Entries per shard; the head keeps at most this many before sealing a shard.
+pub const SHARD_SIZE: usize = 4096;
+/// Shards read at once.
+const SHARD_READ_CONCURRENCY: usize = 16;
+/// Attempts to replace the head when another writer changes it under us.
+const INDEX_ATTEMPTS: u32 = 8;
+
+/// The index as read: the head with the version a conditional rewrite needs, and the
+/// shards read so far.
+#[derive(Debug, Clone)]
+pub struct SegmentIndex {
+    pub head: IndexFile,
+    pub version: UpdateVersion,
+    read: HashMap<String, IndexFile>,
+}
+
+/// A run of consecutive index entries: one entry, or an unread shard's summary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Run {
+    pub first_sequence: u64,
+    pub last_sequence: u64,
+    pub first_name: String,
+    pub last_name: String,
+    pub count: u64,
+    pub size: u64,
+    pub unknown_last_event: u64,
+}
+
+impl SegmentIndex {
+    /// Reads the head, and the shards whose summaries cannot stand for them (not ordered,
+    /// or overlapping other entries). `None` when there is no index.
+    ///
+    /// # Errors
+    /// A failed request; a malformed or newer head or shard; a shard the head names that
+    /// does not exist.
+    pub async fn load(store: &ClusterStore) -> Result<Option<Self>, StoreError> {
+        let key = layout::index_key();
+        let got = match store.inner.get(&key).await {
+            Ok(g) => g,
+            Err(e) if is_not_found(&e) => return Ok(None),
+            Err(source) => return Err(request(store, "reading", &key, source)),
+        };
+        let version = UpdateVersion {
+            e_tag: got.meta.e_tag.clone(),
+            version: got.meta.version.clone(),
+        };
+        let bytes = match got.bytes().await {
+            Ok(b) => b,
+            Err(e) if is_not_found(&e) => return Ok(None),
+            Err(source) => return Err(request(store, "reading", &key, source)),
+        };
+        let t = std::time::Instant::now();
+        let head = parse(store, &key, &bytes)?;
+        for s in &head.shards {
+            if layout::shard_key(&s.key).is_none() {
+                return Err(StoreError::MalformedIndex {
+                    url: store.url.clone(),
+                    key: store.display_key(&key),
+                    source: crate::format::IndexError::ShardKey(s.key.clone()),
+                });
+            }
+        }
+        tracing::info!(
+            bytes = bytes.len(),
+            entries = head.entries.len(),
+            shards = head.shards.len(),
+            parse_ms = t.elapsed().as_millis() as u64,
+            "segment index read"
+        );
+        let mut index = SegmentIndex {
+            head,
+            version,
+            read: HashMap::new(),
+        };
+        let must_read = index.unsummarisable();
+        index.read_shards(store, must_read).await?;
+        Ok(Some(index))
+    }
+
+    /// Shards whose summary cannot stand for them: not ordered, or sharing sequence
+    /// numbers with another shard or with the head's entries.
+    fn unsummarisable(&self) -> Vec<String> {
+        let mut heads: Vec<u64> = self.head.entries.iter().map(|e| e.sequence).collect();
+        heads.sort_unstable();
+        let mut ranges: Vec<&ShardSummary> = self.head.shards.iter().collect();
+        ranges.sort_by_key(|s| (s.first_sequence, s.last_sequence));
+        let mut out = Vec::new();
+        for (i, s) in ranges.iter().enumerate() {
+            let touches_head = {
+                let k = heads.partition_point(|&q| q < s.first_sequence);
+                k < heads.len() && heads[k] <= s.last_sequence
+            };
+            let overlaps_prev = i > 0 && ranges[i - 1].last_sequence >= s.first_sequence;
+            let overlaps_next =
+                i + 1 < ranges.len() && ranges[i + 1].first_sequence <= s.last_sequence;
+            if !s.ordered || touches_head || overlaps_prev || overlaps_next {
+                out.push(s.key.clone());
+            }
+        }
+        out
+    }
+
+    /// Reads the named shards (those not read yet), concurrently.
+    ///
+    /// # Errors
+    /// A failed request; a malformed shard; a shard that does not exist (the index changed
+    /// under this pass).
+    pub async fn read_shards(
+        &mut self,
+        store: &ClusterStore,
+        keys: impl IntoIterator<Item = String>,
+    ) -> Result<(), StoreError> {
+        let wanted: Vec<String> = keys
+            .into_iter()
+            .filter(|k| !self.read.contains_key(k))
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let t = std::time::Instant::now();
+        let got: Vec<(String, IndexFile)> = futures::stream::iter(wanted)
+            .map(|rel| async move {
+                let key = layout::shard_key(&rel).ok_or_else(|| StoreError::MalformedIndex {
+                    url: store.url.clone(),
+                    key: store.display_key(&layout::index_key()),
+                    source: crate::format::IndexError::ShardKey(rel.clone()),
+                })?;
+                let body = match store.inner.get(&key).await {
+                    Ok(g) => g.bytes().await,
+                    Err(e) => Err(e),
+                };
+                let body = match body {
+                    Ok(b) => b,
+                    Err(e) if is_not_found(&e) => {
+                        return Err(StoreError::MissingShard {
+                            url: store.url.clone(),
+                            key: store.display_key(&key),
+                        });
+                    }
+                    Err(source) => return Err(request(store, "reading", &key, source)),
+                };
+                let file = parse(store, &key, &body)?;
+                Ok((rel, file))
+            })
+            .buffer_unordered(SHARD_READ_CONCURRENCY)
+            .try_collect()
+            .await?;
+        let n = got.len();
+        for (rel, file) in got {
+            if let Some(s) = self.head.shards.iter().find(|s| s.key == rel) {
+                let mut sorted = file.entries.clone();
+                sorted.sort_by_key(|e| e.sequence);
+                let actual = ShardSummary::of(rel.clone(), &sorted);
+                if actual.as_ref().is_none_or(|a| !same_facts(a, s)) {
+                    tracing::warn!(
+                        shard = rel,
+                        "index shard differs from its summary in _index.json; using the shard's entries"
+                    );
+                }
+            }
+            self.read.insert(rel, file);
+        }
+        tracing::info!(
+            shards = n,
+            elapsed_ms = t.elapsed().as_millis() as u64,
+            "index shards read"
+        );
+        Ok(())
+    }
+
+    /// Whether the shard has been read.
+    pub fn is_read(&self, key: &str) -> bool {
+        self.read.contains_key(key)
+    }
+
+    /// Every entry known one by one: the head's and those of the shards read.
+    pub fn entries(&self) -> impl Iterator<Item = &IndexEntry> {
+        let read = &self.read;
+        self.head.entries.iter().chain(
+            self.head
+                .shards
+                .iter()
+                .filter_map(move |s| read.get(&s.key))
+                .flat_map(|f| f.entries.iter()),
+        )
+    }
+
+    /// Summaries of the shards not read.
+    pub fn unread(&self) -> impl Iterator<Item = &ShardSummary> {
+        self.head
+            .shards
+            .iter()
+            .filter(|s| !self.read.contains_key(&s.key))
+    }
+
+    /// The whole index as runs, in sequence order: one per entry known one by one, one
+    /// per unread shard.
+    pub fn runs(&self) -> Vec<Run> {
+        let mut runs: Vec<Run> = self
+            .entries()
+            .map(|e| Run {
+                first_sequence: e.sequence,
+                last_sequence: e.sequence,
+                first_name: e.name.clone(),
+                last_name: e.name.clone(),
+                count: 1,
+                size: e.size,
+                unknown_last_event: u64::from(e.last_event_at.is_none()),
+            })
+            .chain(self.unread().map(|s| Run {
+                first_sequence: s.first_sequence,
+                last_sequence: s.last_sequence,
+                first_name: s.first_name.clone(),
+                last_name: s.last_name.clone(),
+                count: s.count,
+                size: s.size,
+                unknown_last_event: s.unknown_last_event,
+            }))
+            .collect();
+        runs.sort_by(|a, b| {
+            (a.first_sequence, &a.first_name).cmp(&(b.first_sequence, &b.first_name))
+        });
+        runs
+    }
+
+    /// Unread shards that may hold one of `sequences`.
+    fn shards_holding(&self, sequences: &[u64]) -> Vec<String> {
+        self.unread()
+            .filter(|s| {
+                let k = sequences.partition_point(|&q| q < s.first_sequence);
+                k < sequences.len() && sequences[k] <= s.last_sequence
+            })
+            .map(|s| s.key.clone())
+            .collect()
+    }
+
+    /// The new head and shards after removing the entries named in `gone` and sealing
+    /// head entries beyond `shard_size` into new shards.
+    fn edit(&self, gone: &HashSet<String>, shard_size: usize) -> Edit {
+        let mut head = self.head.clone();
+        let mut removed = head.remove_where(|e| gone.contains(&e.name));
+        let mut write = Vec::new();
+        let mut replaced = Vec::new();
+        let mut shards = Vec::with_capacity(head.shards.len());
+        for s in std::mem::take(&mut head.shards) {
+            let Some(file) = self.read.get(&s.key) else {
+                shards.push(s);
+                continue;
+            };
+            let mut rest = file.clone();
+            let n = rest.remove_where(|e| gone.contains(&e.name));
+            if n == 0 {
+                shards.push(s);
+                continue;
+            }
+            removed += n;
+            replaced.push(s.key.clone());
+            if !rest.entries.is_empty() {
+                let count = rest.entries.len();
+                let (summary, body) = seal(rest.take_lowest(count));
+                shards.push(summary);
+                write.push(body);
+            }
+        }
+        let shard_size = shard_size.max(1);
+        while head.entries.len() > shard_size {
+            let (summary, body) = seal(head.take_lowest(shard_size));
+            shards.push(summary);
+            write.push(body);
+        }
+        shards.sort_by_key(|s| (s.first_sequence, s.last_sequence));
+        head.shards = shards;
+        Edit {
+            head,
+            write,
+            replaced,
+            removed,
+        }
+    }
+}
+
+/// A new shard: its summary and (key, body).
+fn seal(entries: IndexFile) -> (ShardSummary, (String, Vec<u8>)) {
+    let mut file = entries;
+    file.format_version = INDEX_FORMAT_VERSION;
+    let first = file.entries.first().map_or(0, |e| e.sequence);
+    let last = file.entries.last().map_or(0, |e| e.sequence);
+    let key = layout::new_shard_name(first, last);
+    let summary = ShardSummary::of(key.clone(), &file.entries).unwrap_or_else(|| ShardSummary {
+        key: key.clone(),
+        first_sequence: first,
+        last_sequence: last,
+        count: 0,
+        first_name: String::new(),
+        last_name: String::new(),
+        first_event_at: None,
+        last_event_at: None,
+        size: 0,
+        ordered: false,
+        unknown_last_event: 0,
+        extra: serde_json::Map::new(),
+    });
+    (summary, (key, file.to_bytes()))
+}
+
+fn same_facts(a: &ShardSummary, b: &ShardSummary) -> bool {
+    (
+        a.first_sequence,
+        a.last_sequence,
+        a.count,
+        a.first_event_at,
+        a.last_event_at,
+        a.ordered,
+    ) == (
+        b.first_sequence,
+        b.last_sequence,
+        b.count,
+        b.first_event_at,
+        b.last_event_at,
+        b.ordered,
+    )
+}
+
+struct Edit {
+    head: IndexFile,
+    /// New shards: (key relative to `binlogs/`, body).
+    write: Vec<(String, Vec<u8>)>,
+    /// Shards the new head no longer names.
+    replaced: Vec<String>,
+    removed: usize,
+}
+
+fn parse(store: &ClusterStore, key: &Path, bytes: &[u8]) -> Result<IndexFile, StoreError> {
+    let file = IndexFile::parse(bytes).map_err(|source| StoreError::MalformedIndex {
+        url: store.url.clone(),
+        key: store.display_key(key),
+        source,
+    })?;
+    if file.format_version > INDEX_FORMAT_VERSION {
+        return Err(StoreError::NewerIndex {
+            url: store.url.clone(),
+            key: store.display_key(key),
+            version: file.format_version,
+            supported: INDEX_FORMAT_VERSION,
+        });
+    }
+    Ok(file)
+}
+
+fn request(
+    store: &ClusterStore,
+    verb: &str,
+    key: &Path,
+    source: object_store::Error,
+) -> StoreError {
+    StoreError::Request {
+        url: store.url.clone(),
+        action: format!("{verb} {}", store.display_key(key)),
+        source,
+    }
+}
+
+/// Removes the entries named in `gone` (segments confirmed deleted) from the index, and
+/// seals head entries beyond `shard_size` into shards. New shards are written first, the
+/// head is replaced by a conditional write (re-reading and re-applying when another writer
+/// changed it), then replaced shards are deleted. Returns how many entries were removed.
+///
+/// # Errors
+/// A failed request, a malformed index met on re-reading, or a head that kept changing.
+pub async fn remove_entries(
+    store: &ClusterStore,
+    loaded: &SegmentIndex,
+    gone: &HashSet<String>,
+    shard_size: usize,
+) -> Result<usize, StoreError> {
+    let key = layout::index_key();
+    let mut index = loaded.clone();
+    let mut sequences: Vec<u64> = gone
+        .iter()
+        .filter_map(|n| tidemark_core::inventory::segment_sequence(n))
+        .collect();
+    sequences.sort_unstable();
+    for _ in 0..INDEX_ATTEMPTS {
+        let holding = index.shards_holding(&sequences);
+        index.read_shards(store, holding).await?;
+        let edit = index.edit(gone, shard_size);
+        if edit.removed == 0 {
+            return Ok(0);
+        }
+        if let Err(e) = put_shards(store, &edit.write).await {
+            delete_shards(store, edit.write.iter().map(|(k, _)| k)).await;
+            return Err(e);
+        }
+        match replace_head(store, &key, &index.version, edit.head.to_bytes()).await {
+            Ok(()) => {
+                delete_shards(store, edit.replaced.iter()).await;
+                return Ok(edit.removed);
+            }
+            Err(
+                object_store::Error::Precondition { .. }
+                | object_store::Error::AlreadyExists { .. },
+            ) => {
+                delete_shards(store, edit.write.iter().map(|(k, _)| k)).await;
+                // Re-read with the same reader (so a newer formatVersion still stops us);
+                // shards are immutable, so those already read stay valid.
+                let Some(mut fresh) = SegmentIndex::load(store).await? else {
+                    return Ok(0);
+                };
+                for (k, f) in std::mem::take(&mut index.read) {
+                    if fresh.head.shards.iter().any(|s| s.key == k) {
+                        fresh.read.entry(k).or_insert(f);
+                    }
+                }
+                index = fresh;
+            }
+            Err(source) => {
+                delete_shards(store, edit.write.iter().map(|(k, _)| k)).await;
+                return Err(write_err(store, &key, source));
+            }
+        }
+    }
+    Err(StoreError::IndexContention {
+        url: store.url.clone(),
+        key: store.display_key(&key),
+        attempts: INDEX_ATTEMPTS,
+    })
+}
+
+/// Writes an index of `entries` from scratch, sealed into shards of `shard_size` (the
+/// archiver's first write; tests and benchmarks).
+///
+/// # Errors
+/// A failed request.
+pub async fn write_new(
+    store: &ClusterStore,
+    entries: &[IndexEntry],
+    shard_size: usize,
+) -> Result<(), StoreError> {
+    let mut head = IndexFile::empty();
+    for e in entries {
+        head.push(e.clone()).map_err(|source| StoreError::Encode {
+            url: store.url.clone(),
+            what: "_index.json",
+            source,
+        })?;
+    }
+    let index = SegmentIndex {
+        head,
+        version: UpdateVersion {
+            e_tag: None,
+            version: None,
+        },
+        read: HashMap::new(),
+    };
+    let edit = index.edit(&HashSet::new(), shard_size);
+    put_shards(store, &edit.write).await?;
+    let key = layout::index_key();
+    store
+        .inner
+        .put(&key, PutPayload::from(edit.head.to_bytes()))
+        .await
+        .map(|_| ())
+        .map_err(|source| write_err(store, &key, source))
+}
+
+async fn put_shards(store: &ClusterStore, shards: &[(String, Vec<u8>)]) -> Result<(), StoreError> {
+    futures::stream::iter(shards.iter().map(|(rel, body)| async move {
+        let key = layout::shard_key(rel).unwrap_or_else(|| Path::from(rel.as_str()));
+        store
+            .inner
+            .put(&key, PutPayload::from(body.clone()))
+            .await
+            .map(|_| ())
+            .map_err(|source| write_err(store, &key, source))
+    }))
+    .buffer_unordered(SHARD_READ_CONCURRENCY)
+    .try_collect::<Vec<()>>()
+    .await
+    .map(|_| ())
+}
+
+/// Deletes shard objects, best effort: one left behind is an unreferenced shard, which a
+/// later pass deletes. Returns how many are gone.
+pub(crate) async fn delete_shards<'a>(
+    store: &ClusterStore,
+    keys: impl Iterator<Item = &'a String>,
+) -> usize {
+    let paths: Vec<Path> = keys.filter_map(|k| layout::shard_key(k)).collect();
+    if paths.is_empty() {
+        return 0;
+    }
+    let mut gone = 0;
+    let results: Vec<_> = store
+        .inner
+        .delete_stream(futures::stream::iter(paths.into_iter().map(Ok)).boxed())
+        .collect()
+        .await;
+    for r in results {
+        match r {
+            Err(e) if !is_not_found(&e) => {
+                tracing::warn!(error = %e, "could not delete an index shard; a later pass will");
+            }
+            _ => gone += 1,
+        }
+    }
+    gone
+}
+
+/// Replaces the head if it is still at `version`.
+async fn replace_head(
+    store: &ClusterStore,
+    key: &Path,
+    version: &UpdateVersion,
+    body: Vec<u8>,
+) -> Result<(), object_store::Error> {
+    let payload = PutPayload::from(body);
+    let conditional = version.e_tag.is_some() || version.version.is_some();
+    if conditional {
+        let opts = PutOptions {
+            mode: PutMode::Update(version.clone()),
+            ..Default::default()
+        };
+        match store.inner.put_opts(key, payload.clone(), opts).await {
+            // No conditional writes here (a local directory): check the version just
+            // before writing. The window is the two requests' gap.
+            Err(object_store::Error::NotImplemented { .. }) => {}
+            other => return other.map(|_| ()),
+        }
+    }
+    let head = store.inner.head(key).await?;
+    let same = head.e_tag == version.e_tag && head.version == version.version;
+    if !same {
+        return Err(object_store::Error::Precondition {
+            path: key.to_string(),
+            source: "the index changed since it was read".into(),
+        });
+    }
+    store.inner.put(key, payload).await.map(|_| ())
+}
+
+fn write_err(store: &ClusterStore, key: &Path, source: object_store::Error) -> StoreError {
+    StoreError::Request {
+        url: store.url.clone(),
+        action: format!("writing {}", store.display_key(key)),
+        source,
+    }
+}

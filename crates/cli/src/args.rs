@@ -13,7 +13,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     after_help = "Exit codes: 0 success; 1 internal error; 2 invalid input; \
 3 store unreachable or a request failed; 4 data in the store blocks the pass (malformed or \
 newer metadata.json/_index.json); 5 gc finished but some objects could not be deleted \
-(run it again). See docs/cli.md."
+(run it again); 6 push: the backup command failed (recorded as failed). See docs/cli.md."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -28,6 +28,77 @@ pub enum Command {
     Gc(GcArgs),
     /// List recovery points, the point-in-time window, and gaps in the log archive.
     Ls(LsArgs),
+    /// Stream a backup into the store: stdin, or the stdout of the command after `--`.
+    /// metadata.json is written last; prints the backup-id.
+    Push(PushArgs),
+    /// Stream a committed backup's payload back out (stdout or --out FILE), checking its
+    /// size and sha256.
+    Fetch(FetchArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackupKindArg {
+    Full,
+    Incremental,
+}
+
+#[derive(Debug, Args)]
+pub struct PushArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// A BackupPolicy file to take --store and --cluster from.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// The backup's name (its directory in the store), e.g. nightly or
+    /// cluster-sample-daily-20261120020000.
+    #[arg(long, value_name = "NAME")]
+    pub backup_name: String,
+    /// The attempt's id, <YYYYMMDDTHHMMSSZ>-<8 hex> (generated from the start time when
+    /// absent).
+    #[arg(long, value_name = "ID")]
+    pub backup_id: Option<String>,
+    #[arg(long = "type", value_enum, default_value_t = BackupKindArg::Full)]
+    pub kind: BackupKindArg,
+    /// The backup-id an incremental builds on (must be committed in the store).
+    #[arg(long, value_name = "ID")]
+    pub parent: Option<String>,
+    /// Recorded as `method` in metadata.json (default: exec with a command, stdin without).
+    #[arg(long, value_name = "NAME")]
+    pub method: Option<String>,
+    /// Payload file extension: the object is backup.<EXT>.
+    #[arg(long, value_name = "EXT", default_value = "bin")]
+    pub ext: String,
+    /// A label for metadata.json, KEY=VALUE (repeatable).
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub label: Vec<String>,
+    /// Delete this backup once it is this old, whatever the policy (<n>d|<n>w|<n>m), except
+    /// when it is the newest or a kept backup depends on it.
+    #[arg(long, value_name = "DURATION")]
+    pub ttl: Option<String>,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+    /// The command whose stdout is the backup, e.g. -- tar -C /data -cf - .
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct FetchArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// A BackupPolicy file to take --store and --cluster from.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// The backup to fetch.
+    #[arg(long, value_name = "ID")]
+    pub backup_id: String,
+    /// Its backup name (found by searching when absent).
+    #[arg(long, value_name = "NAME")]
+    pub backup_name: Option<String>,
+    /// Write to this file (created only when the whole payload checks out) instead of
+    /// stdout.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
 }
 
 /// Where the backups are.

@@ -28,11 +28,13 @@ pub fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Plan(a) => rt.block_on(pass(&a, None)),
         Command::Gc(a) => rt.block_on(pass(&a.pass, Some(a.ignore_malformed))),
         Command::Ls(a) => rt.block_on(ls(&a)),
+        Command::Push(a) => rt.block_on(crate::transfer::push(&a)),
+        Command::Fetch(a) => rt.block_on(crate::transfer::fetch(&a)),
     }
 }
 
 /// Writes to stdout; a closed pipe (`| head`) ends quietly with success.
-fn emit(text: &str) -> Result<(), CliError> {
+pub(crate) fn emit(text: &str) -> Result<(), CliError> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Ok(()) => Ok(()),
@@ -41,7 +43,7 @@ fn emit(text: &str) -> Result<(), CliError> {
     }
 }
 
-fn emit_json(value: &impl serde::Serialize) -> Result<(), CliError> {
+pub(crate) fn emit_json(value: &impl serde::Serialize) -> Result<(), CliError> {
     let mut text =
         serde_json::to_string_pretty(value).map_err(|e| CliError::new(Exit::Internal, e))?;
     text.push('\n');

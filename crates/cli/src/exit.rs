@@ -19,6 +19,9 @@ pub enum Exit {
     Data = 4,
     /// gc ran, but some objects could not be deleted; running it again finishes the job.
     Partial = 5,
+    /// push: the backup source failed (the command exited non-zero, or reading its stream
+    /// failed); the attempt is recorded as failed.
+    SourceFailed = 6,
 }
 
 impl From<Exit> for ExitCode {

@@ -26,6 +26,24 @@ impl TerminalProgress {
         })
     }
 
+    /// A byte counter for push and fetch, if a person is watching.
+    pub fn for_bytes(quiet: bool, what: &str) -> Option<Self> {
+        let watching =
+            !quiet && std::io::stderr().is_terminal() && std::env::var_os("CI").is_none();
+        watching.then(|| {
+            let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{spinner} {msg} {bytes} ({binary_bytes_per_sec}, {elapsed})",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            );
+            bar.enable_steady_tick(Duration::from_millis(120));
+            bar.set_message(what.to_owned());
+            TerminalProgress { bar }
+        })
+    }
+
     pub fn finish(&self) {
         self.bar.finish_and_clear();
     }
@@ -50,6 +68,10 @@ impl Progress for TerminalProgress {
 
     fn deleted(&self, n: usize) {
         self.bar.inc(n as u64);
+    }
+
+    fn bytes(&self, n: u64) {
+        self.bar.inc(n);
     }
 
     fn step(&self, name: &str, total: usize) {

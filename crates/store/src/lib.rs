@@ -14,6 +14,7 @@ pub mod survey;
 pub mod synth;
 #[cfg(feature = "test-support")]
 pub mod testkit;
+pub mod transfer;
 
 pub use catalog::{Catalog, Malformed, PROTECT_LABEL, SegmentListing, StoredBackup};
 pub use error::{ErrorCategory, StoreError};

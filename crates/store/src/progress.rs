@@ -11,6 +11,8 @@ pub trait Progress: Send + Sync {
     fn deleted(&self, _n: usize) {}
     /// A new step began, e.g. "deleting segments", with the number of items it will handle.
     fn step(&self, _name: &str, _total: usize) {}
+    /// Payload bytes moved (push, fetch).
+    fn bytes(&self, _n: u64) {}
 }
 
 /// Reports nothing.

@@ -1,0 +1,411 @@
+//! `tidemark push` and `tidemark fetch`: backup bytes in and out of the store.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Stdio;
+
+use jiff::Timestamp;
+use object_store::ObjectStoreExt;
+use serde::Serialize;
+use tidemark_core::RetentionDuration;
+use tidemark_store::format::{BackupType, Metadata, MetadataPhase};
+use tidemark_store::transfer::{
+    self, BackupSpec, Outcome, TransferError, new_backup_id, valid_backup_name,
+};
+use tidemark_store::{ClusterStore, NoProgress, Progress};
+use tokio::io::AsyncRead;
+
+use crate::args::{BackupKindArg, FetchArgs, OutputFormat, PushArgs};
+use crate::exit::{CliError, Exit};
+use crate::progress::TerminalProgress;
+use crate::resolve;
+
+/// What `push --output json` prints.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PushOut {
+    pub backup_id: String,
+    pub backup_name: String,
+    pub cluster: String,
+    pub phase: MetadataPhase,
+    /// The payload's key relative to the store URL.
+    pub key: Option<String>,
+    pub size: u64,
+    pub sha256: Option<String>,
+    pub started_at: Timestamp,
+    pub completed_at: Option<Timestamp>,
+    pub error: Option<String>,
+}
+
+impl PushOut {
+    fn from_metadata(store: &ClusterStore, m: &Metadata) -> Self {
+        let p = m.payload.first();
+        PushOut {
+            backup_id: m.backup_id.clone(),
+            backup_name: m.backup_name.clone(),
+            cluster: m.cluster.clone(),
+            phase: m.phase,
+            key: p.map(|p| {
+                format!(
+                    "{}/{}/{}/{}",
+                    store.cluster, m.backup_name, m.backup_id, p.name
+                )
+            }),
+            size: p.map_or(0, |p| p.size),
+            sha256: p.map(|p| p.sha256.clone()),
+            started_at: m.started_at,
+            completed_at: m.completed_at,
+            error: m.error.clone(),
+        }
+    }
+}
+
+fn transfer_error(e: TransferError) -> CliError {
+    let exit = match &e {
+        TransferError::InvalidName(_)
+        | TransferError::InvalidId(_)
+        | TransferError::AlreadyCommitted { .. }
+        | TransferError::NotFound { .. } => Exit::Input,
+        TransferError::Source { .. } => Exit::SourceFailed,
+        TransferError::Failed { .. }
+        | TransferError::MissingPayload { .. }
+        | TransferError::Checksum { .. }
+        | TransferError::Metadata { .. } => Exit::Data,
+        TransferError::Sink(_) => Exit::Internal,
+        TransferError::Store(_) => Exit::Store,
+    };
+    match e {
+        TransferError::Store(s) => CliError::from(s),
+        other => CliError::new(exit, other),
+    }
+}
+
+/// Parses the push flags into a backup spec.
+fn spec(args: &PushArgs, started_at: Timestamp) -> Result<BackupSpec, CliError> {
+    if !valid_backup_name(&args.backup_name) {
+        return Err(transfer_error(TransferError::InvalidName(
+            args.backup_name.clone(),
+        )));
+    }
+    let backup_id = match &args.backup_id {
+        Some(id) if tidemark_core::inventory::is_backup_id(id) => id.clone(),
+        Some(id) => return Err(transfer_error(TransferError::InvalidId(id.clone()))),
+        None => new_backup_id(started_at),
+    };
+    let kind = match (args.kind, &args.parent) {
+        (BackupKindArg::Full, None) => BackupType::Full,
+        (BackupKindArg::Full, Some(p)) => {
+            return Err(CliError::input(format!(
+                "--parent {p} given for a full backup; use --type incremental --parent ID"
+            )));
+        }
+        (BackupKindArg::Incremental, Some(_)) => BackupType::Incremental,
+        (BackupKindArg::Incremental, None) => {
+            return Err(CliError::input(
+                "--type incremental needs --parent ID, the backup-id it builds on",
+            ));
+        }
+    };
+    let ext = &args.ext;
+    if ext.is_empty()
+        || !ext
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-' || b == b'_')
+        || ext.starts_with('.')
+    {
+        return Err(CliError::input(format!(
+            "invalid --ext {ext:?}: expected letters, digits, '.', '-' or '_', e.g. xbstream or tar.gz"
+        )));
+    }
+    let mut labels = BTreeMap::new();
+    for l in &args.label {
+        let Some((k, v)) = l.split_once('=').filter(|(k, _)| !k.is_empty()) else {
+            return Err(CliError::input(format!(
+                "invalid --label {l:?}: expected KEY=VALUE, e.g. team=payments"
+            )));
+        };
+        labels.insert(k.to_owned(), v.to_owned());
+    }
+    let ttl = args
+        .ttl
+        .as_deref()
+        .map(|t| {
+            t.parse::<RetentionDuration>()
+                .map_err(|e| CliError::input(format!("--ttl: {e}")))
+        })
+        .transpose()?;
+    let method = args.method.clone().unwrap_or_else(|| {
+        if args.command.is_empty() {
+            "stdin".into()
+        } else {
+            "exec".into()
+        }
+    });
+    Ok(BackupSpec {
+        backup_name: args.backup_name.clone(),
+        backup_id,
+        kind,
+        parent_id: args.parent.clone(),
+        method,
+        payload_name: format!("backup.{ext}"),
+        started_at,
+        labels,
+        ttl,
+    })
+}
+
+pub async fn push(args: &PushArgs) -> Result<Exit, CliError> {
+    let started_at = Timestamp::now();
+    let spec = spec(args, started_at)?;
+    let file = args
+        .policy
+        .as_deref()
+        .map(resolve::read_policy_file)
+        .transpose()?;
+    let target = resolve::target(&args.store, file.as_ref(), args.policy.as_deref())?;
+    let store = &target.store;
+    if let Some(parent) = &spec.parent_id {
+        let p = transfer::find_backup(store, None, parent)
+            .await
+            .map_err(|e| match e {
+                TransferError::NotFound { .. } => CliError::input(format!(
+                    "--parent {parent}: no committed backup with this id in {} (cluster {})",
+                    store.url, store.cluster
+                )),
+                other => transfer_error(other),
+            })?;
+        if p.phase != MetadataPhase::Completed {
+            return Err(CliError::input(format!(
+                "--parent {parent} is a failed backup; an incremental needs a completed parent"
+            )));
+        }
+    }
+    let json = args.output == OutputFormat::Json;
+    let bar = TerminalProgress::for_bytes(json, "uploading");
+    let progress: &dyn Progress = match &bar {
+        Some(b) => b,
+        None => &NoProgress,
+    };
+    let result = stream_source(store, &spec, &args.command, progress).await;
+    if let Some(b) = &bar {
+        b.finish();
+    }
+    let (outcome, failure) = match result {
+        Ok(payload) => (
+            Outcome {
+                payload: vec![payload],
+                ..Default::default()
+            },
+            None,
+        ),
+        Err(e) => {
+            let text = crate::exit::render(&e.error);
+            let text = text.trim_start_matches("error: ").to_owned();
+            (
+                Outcome {
+                    error: Some(text),
+                    ..Default::default()
+                },
+                Some(e),
+            )
+        }
+    };
+    let committed = transfer::commit(store, &spec, outcome).await;
+    let m = match (committed, failure) {
+        (Ok(m), None) => m,
+        (Ok(m), Some(e)) => {
+            report(store, &m, json)?;
+            eprintln!(
+                "recorded {}/{} as failed; failedBackupsTTL collects it",
+                spec.backup_name, spec.backup_id
+            );
+            return Err(e);
+        }
+        (Err(commit_err), None) => return Err(commit_err.into()),
+        (Err(commit_err), Some(e)) => {
+            eprintln!(
+                "error: could not record the failed attempt either: {}",
+                crate::exit::render(&anyhow::Error::new(commit_err))
+            );
+            return Err(e);
+        }
+    };
+    report(store, &m, json)?;
+    Ok(Exit::Success)
+}
+
+fn report(store: &ClusterStore, m: &Metadata, json: bool) -> Result<(), CliError> {
+    if json {
+        crate::commands::emit_json(&PushOut::from_metadata(store, m))
+    } else {
+        if m.phase == MetadataPhase::Completed {
+            let p = m.payload.first();
+            eprintln!(
+                "committed {}/{}/{}: {} bytes, sha256 {}",
+                store.cluster,
+                m.backup_name,
+                m.backup_id,
+                p.map_or(0, |p| p.size),
+                p.map_or("-", |p| p.sha256.as_str())
+            );
+        }
+        crate::commands::emit(&format!("{}\n", m.backup_id))
+    }
+}
+
+/// Uploads stdin, or the stdout of `command`; a command that exits non-zero fails the
+/// push (and its upload is aborted).
+async fn stream_source(
+    store: &ClusterStore,
+    spec: &BackupSpec,
+    command: &[String],
+    progress: &dyn Progress,
+) -> Result<tidemark_store::format::PayloadObject, CliError> {
+    let Some((program, rest)) = command.split_first() else {
+        let mut stdin = tokio::io::stdin();
+        return transfer::upload(store, spec, &mut stdin, progress)
+            .await
+            .map_err(transfer_error);
+    };
+    let mut child = tokio::process::Command::new(program)
+        .args(rest)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| {
+            CliError::new(
+                Exit::SourceFailed,
+                anyhow::anyhow!("cannot run {program:?}: {e}"),
+            )
+        })?;
+    let Some(stdout) = child.stdout.take() else {
+        return Err(CliError::new(
+            Exit::Internal,
+            anyhow::anyhow!("no stdout pipe from {program:?}"),
+        ));
+    };
+    let mut source: Box<dyn AsyncRead + Unpin + Send> = Box::new(stdout);
+    let uploaded = transfer::upload(store, spec, &mut source, progress).await;
+    drop(source);
+    let status = match &uploaded {
+        // The stream ended: the command's verdict decides.
+        Ok(_) => child.wait().await,
+        // The upload failed first: stop the command.
+        Err(_) => {
+            let _ = child.start_kill();
+            child.wait().await
+        }
+    }
+    .map_err(|e| CliError::new(Exit::Internal, e))?;
+    match uploaded {
+        Err(e) => Err(transfer_error(e)),
+        Ok(payload) if status.success() => Ok(payload),
+        Ok(payload) => {
+            // The bytes are of a failed run: remove them now rather than after the TTL.
+            let key = object_store::path::Path::from_iter([
+                spec.backup_name.as_str(),
+                spec.backup_id.as_str(),
+                payload.name.as_str(),
+            ]);
+            let _ = store.object_store().delete(&key).await;
+            Err(CliError::new(
+                Exit::SourceFailed,
+                anyhow::anyhow!(
+                    "{} {} after writing {} bytes",
+                    shell_words(command),
+                    describe_exit(status),
+                    payload.size
+                ),
+            ))
+        }
+    }
+}
+
+fn describe_exit(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(sig)) => format!("was killed by signal {sig}"),
+        (None, None) => format!("ended with {status}"),
+    }
+}
+
+fn shell_words(command: &[String]) -> String {
+    command
+        .iter()
+        .map(|w| {
+            if w.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,@%+".contains(&b))
+            {
+                w.clone()
+            } else {
+                format!("'{}'", w.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+pub async fn fetch(args: &FetchArgs) -> Result<Exit, CliError> {
+    if !tidemark_core::inventory::is_backup_id(&args.backup_id) {
+        return Err(transfer_error(TransferError::InvalidId(
+            args.backup_id.clone(),
+        )));
+    }
+    let file = args
+        .policy
+        .as_deref()
+        .map(resolve::read_policy_file)
+        .transpose()?;
+    let target = resolve::target(&args.store, file.as_ref(), args.policy.as_deref())?;
+    let store = &target.store;
+    let m = transfer::find_backup(store, args.backup_name.as_deref(), &args.backup_id)
+        .await
+        .map_err(transfer_error)?;
+    let bar = TerminalProgress::for_bytes(args.out.is_none(), "downloading");
+    let progress: &dyn Progress = match &bar {
+        Some(b) => b,
+        None => &NoProgress,
+    };
+    let result = match &args.out {
+        None => {
+            let mut out = tokio::io::stdout();
+            transfer::download(store, &m, &mut out, progress)
+                .await
+                .map(|_| ())
+        }
+        Some(path) => fetch_to_file(store, &m, path, progress).await,
+    };
+    if let Some(b) = &bar {
+        b.finish();
+    }
+    result.map_err(transfer_error)?;
+    Ok(Exit::Success)
+}
+
+/// Downloads into a temporary file beside `path` and renames it into place only when the
+/// checksum matches: a failed fetch leaves no file.
+async fn fetch_to_file(
+    store: &ClusterStore,
+    m: &Metadata,
+    path: &Path,
+    progress: &dyn Progress,
+) -> Result<(), TransferError> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    let tmp = tempfile::Builder::new()
+        .prefix(".tidemark-fetch-")
+        .tempfile_in(&dir)
+        .map_err(TransferError::Sink)?;
+    let std_file = tmp.reopen().map_err(TransferError::Sink)?;
+    let mut file = tokio::fs::File::from_std(std_file);
+    transfer::download(store, m, &mut file, progress).await?;
+    file.sync_all().await.map_err(TransferError::Sink)?;
+    tmp.persist(path)
+        .map_err(|e| TransferError::Sink(e.error))?;
+    Ok(())
+}

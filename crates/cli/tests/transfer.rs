@@ -1,0 +1,421 @@
+//! `tidemark push` and `tidemark fetch` with the real binary, against a local directory
+//! and a real S3 server (SeaweedFS on 127.0.0.1).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use tidemark_store::testkit::SeaweedFs;
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tidemark"));
+    c.env_remove("TIDEMARK_STORE")
+        .env_remove("TIDEMARK_CLUSTER")
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY");
+    c
+}
+
+/// Runs tidemark with `stdin` fed in.
+fn run_with_input(args: &[&str], env: &[(&str, String)], stdin: &[u8]) -> Output {
+    let mut child = bin()
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let data = stdin.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = input.write_all(&data);
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    out
+}
+
+fn run(args: &[&str], env: &[(&str, String)]) -> Output {
+    run_with_input(args, env, b"")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn json(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            stderr(o)
+        )
+    })
+}
+
+/// Deterministic pseudo-random bytes (incompressible enough, no RNG dependency).
+fn bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+fn sha(b: &[u8]) -> String {
+    hex::encode(Sha256::digest(b))
+}
+
+/// push (stdin) → metadata as documented → fetch (stdout and file) gives the same bytes.
+fn round_trip(url: &str, env: &[(&str, String)], size: usize) {
+    let data = bytes(size, 7);
+    let out = run_with_input(
+        &[
+            "push",
+            "--store",
+            url,
+            "--cluster",
+            "db1",
+            "--backup-name",
+            "nightly",
+            "--ext",
+            "xbstream",
+            "--label",
+            "team=payments",
+            "--ttl",
+            "30d",
+            "--output",
+            "json",
+        ],
+        env,
+        &data,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v = json(&out);
+    let id = v["backupId"].as_str().unwrap().to_owned();
+    assert!(tidemark_core::inventory::is_backup_id(&id), "{id}");
+    assert_eq!(v["phase"], "completed");
+    assert_eq!(v["size"], size as u64);
+    assert_eq!(v["sha256"], sha(&data));
+    assert_eq!(
+        v["key"],
+        format!("db1/nightly/{id}/backup.xbstream").as_str()
+    );
+
+    // stdout
+    let out = run(
+        &[
+            "fetch",
+            "--store",
+            url,
+            "--cluster",
+            "db1",
+            "--backup-id",
+            &id,
+        ],
+        env,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.stdout == data, "fetched bytes differ");
+
+    // a file, with the backup name given
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("restore.xbstream");
+    let out = run(
+        &[
+            "fetch",
+            "--store",
+            url,
+            "--cluster",
+            "db1",
+            "--backup-id",
+            &id,
+            "--backup-name",
+            "nightly",
+            "--out",
+            file.to_str().unwrap(),
+        ],
+        env,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(std::fs::read(&file).unwrap() == data);
+
+    // An incremental on top, from a command's stdout; table mode prints only the id.
+    let out = run(
+        &[
+            "push",
+            "--store",
+            url,
+            "--cluster",
+            "db1",
+            "--backup-name",
+            "nightly",
+            "--type",
+            "incremental",
+            "--parent",
+            &id,
+            "--",
+            "sh",
+            "-c",
+            "printf increment",
+        ],
+        env,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let inc = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        tidemark_core::inventory::is_backup_id(inc.trim()),
+        "{inc:?}"
+    );
+    let ls = run(
+        &["ls", "--store", url, "--cluster", "db1", "--output", "json"],
+        env,
+    );
+    let v = json(&ls);
+    let backups = v["backups"].as_array().unwrap();
+    assert_eq!(backups.len(), 2);
+    assert!(backups.iter().all(|b| b["restorable"] == true), "{v}");
+    assert!(backups.iter().any(|b| b["parentId"] == id.as_str()), "{v}");
+}
+
+#[test]
+fn push_and_fetch_round_trip_on_a_local_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().display());
+    round_trip(&url, &[], 3 << 20);
+    let meta = find(dir.path(), "metadata.json");
+    let m: Value = serde_json::from_slice(&std::fs::read(&meta[0]).unwrap()).unwrap();
+    assert_eq!(m["formatVersion"], 1);
+    assert_eq!(m["labels"]["team"], "payments");
+    assert_eq!(m["ttl"], "30d");
+    assert_eq!(m["method"], "stdin");
+}
+
+#[test]
+fn push_and_fetch_round_trip_on_s3_with_multipart() {
+    let server = SeaweedFs::start();
+    // 40 MiB: three parts of 16 MiB.
+    round_trip(&server.url(), &server.env(), 40 << 20);
+}
+
+fn find(dir: &Path, name: &str) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            } else if e.file_name() == name {
+                out.push(e.path());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn a_failing_command_is_recorded_as_failed_and_leaves_no_payload() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().display());
+    let out = run(
+        &[
+            "push",
+            "--store",
+            &url,
+            "--cluster",
+            "db1",
+            "--backup-name",
+            "nightly",
+            "--output",
+            "json",
+            "--",
+            "sh",
+            "-c",
+            "echo half a backup; exit 3",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(6), "{}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(v["phase"], "failed");
+    let err = v["error"].as_str().unwrap();
+    assert!(err.contains("exited with status 3"), "{err}");
+    assert!(err.contains("sh -c 'echo half a backup; exit 3'"), "{err}");
+    let id = v["backupId"].as_str().unwrap();
+    let backup_dir = dir.path().join("db1/nightly").join(id);
+    let names: Vec<String> = std::fs::read_dir(&backup_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["metadata.json"], "the payload is cleaned up");
+
+    // A command that cannot start is a failure too.
+    let out = run(
+        &[
+            "push",
+            "--store",
+            &url,
+            "--cluster",
+            "db1",
+            "--backup-name",
+            "nightly",
+            "--",
+            "/nonexistent/backup-tool",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(6), "{}", stderr(&out));
+    assert!(stderr(&out).contains("cannot run \"/nonexistent/backup-tool\""));
+
+    // Fetching a failed backup is refused.
+    let out = run(
+        &[
+            "fetch",
+            "--store",
+            &url,
+            "--cluster",
+            "db1",
+            "--backup-id",
+            id,
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("recorded as failed"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_corrupt_payload_is_an_error_and_leaves_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().display());
+    let data = bytes(100_000, 3);
+    let out = run_with_input(
+        &[
+            "push",
+            "--store",
+            &url,
+            "--cluster",
+            "db1",
+            "--backup-name",
+            "nightly",
+        ],
+        &[],
+        &data,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let id = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let payload = dir.path().join("db1/nightly").join(&id).join("backup.bin");
+    let mut bad = data.clone();
+    bad[5000] ^= 1;
+    std::fs::write(&payload, &bad).unwrap();
+
+    let target = dir.path().join("out.bin");
+    let out = run(
+        &[
+            "fetch",
+            "--store",
+            &url,
+            "--cluster",
+            "db1",
+            "--backup-id",
+            &id,
+            "--out",
+            target.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(stderr(&out).contains("sha256"), "{}", stderr(&out));
+    assert!(!target.exists(), "no partial file");
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().starts_with(".tidemark-fetch"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+
+    // A missing payload is an error too.
+    std::fs::remove_file(&payload).unwrap();
+    let out = run(
+        &[
+            "fetch",
+            "--store",
+            &url,
+            "--cluster",
+            "db1",
+            "--backup-id",
+            &id,
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("its payload is gone"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn bad_push_input_names_the_value_and_the_form() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().display());
+    let base = ["push", "--store", url.as_str(), "--cluster", "db1"];
+    let cases: &[(&[&str], &str)] = &[
+        (&["--backup-name", "_x"], "invalid backup name \"_x\""),
+        (&["--backup-name", "a/b"], "invalid backup name \"a/b\""),
+        (
+            &["--backup-name", "n", "--backup-id", "yesterday"],
+            "invalid backup-id \"yesterday\": expected <UTC start YYYYMMDDTHHMMSSZ>-<8 lowercase hex>",
+        ),
+        (
+            &["--backup-name", "n", "--type", "incremental"],
+            "--type incremental needs --parent ID",
+        ),
+        (
+            &[
+                "--backup-name",
+                "n",
+                "--type",
+                "incremental",
+                "--parent",
+                "20261120T020000Z-3f2a9c1d",
+            ],
+            "--parent 20261120T020000Z-3f2a9c1d: no committed backup with this id",
+        ),
+        (&["--backup-name", "n", "--ttl", "7"], "--ttl"),
+        (
+            &["--backup-name", "n", "--label", "novalue"],
+            "expected KEY=VALUE",
+        ),
+        (
+            &["--backup-name", "n", "--ext", "../x"],
+            "invalid --ext \"../x\"",
+        ),
+    ];
+    for (extra, want) in cases {
+        let mut args: Vec<&str> = base.to_vec();
+        args.extend_from_slice(extra);
+        let out = run_with_input(&args, &[], b"data");
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(want), "{extra:?}: {}", stderr(&out));
+    }
+    assert!(
+        find(dir.path(), "metadata.json").is_empty(),
+        "nothing written"
+    );
+}

@@ -1,0 +1,489 @@
+//! Moving backup bytes: a stream into `<name>/<id>/backup.<ext>` with a multipart upload
+//! (size and sha256 computed on the way, memory bounded whatever the stream's length), the
+//! commit (`metadata.json`, written last), and the way back out with the checksum verified.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use jiff::Timestamp;
+use object_store::ObjectStoreExt;
+use object_store::buffered::BufWriter;
+use object_store::path::Path;
+use sha2::{Digest, Sha256};
+use tidemark_core::RetentionDuration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::error::{StoreError, is_not_found};
+use crate::format::{
+    BackupType, FORMAT_VERSION, LogPosition, Metadata, MetadataPhase, PayloadObject,
+};
+use crate::layout;
+use crate::open::ClusterStore;
+use crate::progress::Progress;
+
+/// Bytes per multipart part (S3 needs at least 5 MiB) and parts in flight: a push holds at
+/// most about `PART_SIZE * (PARTS_IN_FLIGHT + 1)` in memory.
+pub const PART_SIZE: usize = 16 << 20;
+pub const PARTS_IN_FLIGHT: usize = 6;
+/// Bytes read from the source at a time.
+const READ_CHUNK: usize = 1 << 20;
+
+/// What a backup is, besides its bytes.
+#[derive(Debug, Clone)]
+pub struct BackupSpec {
+    pub backup_name: String,
+    pub backup_id: String,
+    pub kind: BackupType,
+    pub parent_id: Option<String>,
+    pub method: String,
+    /// Payload object name, e.g. `backup.xbstream`.
+    pub payload_name: String,
+    pub started_at: Timestamp,
+    pub labels: BTreeMap<String, String>,
+    pub ttl: Option<RetentionDuration>,
+}
+
+/// Errors of a push or fetch.
+#[derive(Debug, thiserror::Error)]
+pub enum TransferError {
+    #[error(
+        "invalid backup name {0:?}: expected letters, digits, '-', '_' or '.', not starting with '_' or '.'"
+    )]
+    InvalidName(String),
+    #[error(
+        "invalid backup-id {0:?}: expected <UTC start YYYYMMDDTHHMMSSZ>-<8 lowercase hex>, e.g. 20261120T020000Z-3f2a9c1d"
+    )]
+    InvalidId(String),
+    #[error("backup {name}/{id} is already committed in {url}; a backup-id names one attempt")]
+    AlreadyCommitted {
+        url: String,
+        name: String,
+        id: String,
+    },
+    #[error("reading the backup stream failed after {bytes} bytes")]
+    Source {
+        bytes: u64,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("no committed backup {what} in {url}")]
+    NotFound { url: String, what: String },
+    #[error("{key} is missing: the backup is committed but its payload is gone")]
+    MissingPayload { key: String },
+    #[error("backup {name}/{id} is recorded as failed: {error}")]
+    Failed {
+        name: String,
+        id: String,
+        error: String,
+    },
+    #[error(
+        "{key}: the payload is {actual_size} bytes with sha256 {actual_sha256}, but metadata.json records {expected_size} bytes with sha256 {expected_sha256}"
+    )]
+    Checksum {
+        key: String,
+        expected_size: u64,
+        expected_sha256: String,
+        actual_size: u64,
+        actual_sha256: String,
+    },
+    #[error("writing the fetched bytes failed")]
+    Sink(#[source] std::io::Error),
+    #[error("{key} is not valid metadata: {problem}")]
+    Metadata { key: String, problem: String },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A new backup-id for an attempt started at `at`: `<YYYYMMDDTHHMMSSZ>-<8 random hex>`.
+pub fn new_backup_id(at: Timestamp) -> String {
+    format!(
+        "{}-{:08x}",
+        at.strftime("%Y%m%dT%H%M%SZ"),
+        rand::random::<u32>()
+    )
+}
+
+/// Whether `name` may be a backup name (one path segment of the layout).
+pub fn valid_backup_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('_')
+        && !name.starts_with('.')
+        && name != layout::BINLOGS
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// An upload in progress: bytes go in, size and sha256 are kept.
+#[derive(Debug)]
+pub struct Upload {
+    key: Path,
+    writer: BufWriter,
+    hasher: Sha256,
+    size: u64,
+    payload_name: String,
+}
+
+impl Upload {
+    /// Starts the payload upload of `spec` (nothing is sent until the first part fills).
+    ///
+    /// # Errors
+    /// An invalid name or id; the backup is already committed; the store is unreachable.
+    pub async fn start(store: &ClusterStore, spec: &BackupSpec) -> Result<Self, TransferError> {
+        if !valid_backup_name(&spec.backup_name) {
+            return Err(TransferError::InvalidName(spec.backup_name.clone()));
+        }
+        if !tidemark_core::inventory::is_backup_id(&spec.backup_id) {
+            return Err(TransferError::InvalidId(spec.backup_id.clone()));
+        }
+        let meta_key = layout::metadata_key(&spec.backup_name, &spec.backup_id);
+        match store.inner.head(&meta_key).await {
+            Ok(_) => {
+                return Err(TransferError::AlreadyCommitted {
+                    url: store.url.clone(),
+                    name: spec.backup_name.clone(),
+                    id: spec.backup_id.clone(),
+                });
+            }
+            Err(e) if is_not_found(&e) => {}
+            Err(source) => {
+                return Err(StoreError::Request {
+                    url: store.url.clone(),
+                    action: format!("checking {}", store.display_key(&meta_key)),
+                    source,
+                }
+                .into());
+            }
+        }
+        let key = Path::from_iter([
+            spec.backup_name.as_str(),
+            spec.backup_id.as_str(),
+            spec.payload_name.as_str(),
+        ]);
+        let writer = BufWriter::with_capacity(store.inner.clone(), key.clone(), PART_SIZE)
+            .with_max_concurrency(PARTS_IN_FLIGHT);
+        Ok(Upload {
+            key,
+            writer,
+            hasher: Sha256::new(),
+            size: 0,
+            payload_name: spec.payload_name.clone(),
+        })
+    }
+
+    /// Sends one chunk.
+    ///
+    /// # Errors
+    /// The store refused a part.
+    pub async fn put(&mut self, store: &ClusterStore, chunk: Bytes) -> Result<(), StoreError> {
+        self.hasher.update(&chunk);
+        self.size += chunk.len() as u64;
+        self.writer
+            .put(chunk)
+            .await
+            .map_err(|source| write_err(store, &self.key, source))
+    }
+
+    /// Bytes sent so far.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Completes the upload: the payload object exists, uncommitted.
+    ///
+    /// # Errors
+    /// The store refused the last part or the completion.
+    pub async fn finish(mut self, store: &ClusterStore) -> Result<PayloadObject, StoreError> {
+        self.writer.shutdown().await.map_err(|e| {
+            write_err(
+                store,
+                &self.key,
+                object_store::Error::Generic {
+                    store: "upload",
+                    source: Box::new(e),
+                },
+            )
+        })?;
+        Ok(PayloadObject {
+            name: self.payload_name,
+            size: self.size,
+            sha256: hex::encode(self.hasher.finalize()),
+        })
+    }
+
+    /// Abandons the upload, removing what was sent (best effort: a leftover is an
+    /// uncommitted payload, collected after `failedBackupsTTL`).
+    pub async fn abort(mut self, store: &ClusterStore) {
+        if let Err(e) = self.writer.abort().await {
+            tracing::warn!(error = %e, key = %store.display_key(&self.key), "could not abort the upload");
+        }
+        let _ = store.inner.delete(&self.key).await;
+    }
+}
+
+/// Streams `source` to the payload of `spec`, reporting bytes to `progress`. Returns the
+/// payload description; nothing is committed.
+///
+/// # Errors
+/// Reading the source or writing the store failed; the upload was aborted.
+pub async fn upload(
+    store: &ClusterStore,
+    spec: &BackupSpec,
+    source: &mut (dyn AsyncRead + Unpin + Send),
+    progress: &dyn Progress,
+) -> Result<PayloadObject, TransferError> {
+    let mut up = Upload::start(store, spec).await?;
+    loop {
+        let mut buf = Vec::with_capacity(READ_CHUNK);
+        let read = (&mut *source)
+            .take(READ_CHUNK as u64)
+            .read_to_end(&mut buf)
+            .await;
+        match read {
+            Ok(0) => break,
+            Ok(n) => {
+                progress.bytes(n as u64);
+                if let Err(e) = up.put(store, Bytes::from(buf)).await {
+                    up.abort(store).await;
+                    return Err(e.into());
+                }
+            }
+            Err(source) => {
+                let bytes = up.size();
+                up.abort(store).await;
+                return Err(TransferError::Source { bytes, source });
+            }
+        }
+    }
+    Ok(up.finish(store).await?)
+}
+
+/// What a committed (or failed) attempt records besides the spec.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    pub payload: Vec<PayloadObject>,
+    pub log_position: Option<LogPosition>,
+    /// `None`: completed; `Some(error)`: failed.
+    pub error: Option<String>,
+    /// Method-specific fields (e.g. `mariabackup`'s LSNs), kept in `metadata.json`.
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Writes `metadata.json` for `spec`: this commits a completed backup, or records a
+/// failed attempt. Returns the metadata written.
+///
+/// # Errors
+/// The store refused the write.
+pub async fn commit(
+    store: &ClusterStore,
+    spec: &BackupSpec,
+    outcome: Outcome,
+) -> Result<Metadata, StoreError> {
+    let now = Timestamp::now();
+    let phase = if outcome.error.is_some() {
+        MetadataPhase::Failed
+    } else {
+        MetadataPhase::Completed
+    };
+    let m = Metadata {
+        format_version: FORMAT_VERSION,
+        backup_id: spec.backup_id.clone(),
+        backup_name: spec.backup_name.clone(),
+        cluster: store.cluster.clone(),
+        kind: spec.kind,
+        parent_id: spec.parent_id.clone(),
+        method: spec.method.clone(),
+        phase,
+        started_at: spec.started_at,
+        completed_at: Some(now),
+        payload: outcome.payload,
+        log_position: outcome.log_position,
+        immutable_until: None,
+        ttl: spec.ttl,
+        labels: spec.labels.clone(),
+        error: outcome.error,
+        extra: outcome.extra,
+    };
+    let key = layout::metadata_key(&spec.backup_name, &spec.backup_id);
+    let body = serde_json::to_vec_pretty(&m).map_err(|source| StoreError::Encode {
+        url: store.url.clone(),
+        what: "metadata.json",
+        source,
+    })?;
+    store
+        .inner
+        .put(&key, body.into())
+        .await
+        .map_err(|source| write_err(store, &key, source))?;
+    Ok(m)
+}
+
+/// Reads the `metadata.json` of backup `id` (under any backup name when `name` is `None`).
+///
+/// # Errors
+/// No such committed backup; malformed metadata; a failed request.
+pub async fn find_backup(
+    store: &ClusterStore,
+    name: Option<&str>,
+    id: &str,
+) -> Result<Metadata, TransferError> {
+    let key = match name {
+        Some(n) => layout::metadata_key(n, id),
+        None => {
+            // The id is unique per attempt; find its directory by listing backup names.
+            let listed = store
+                .inner
+                .list_with_delimiter(None)
+                .await
+                .map_err(|source| StoreError::Request {
+                    url: store.url.clone(),
+                    action: "listing backup names".into(),
+                    source,
+                })?;
+            let mut found = None;
+            for dir in listed.common_prefixes {
+                let Some(n) = dir.filename() else { continue };
+                if n.starts_with('_') || n == layout::BINLOGS {
+                    continue;
+                }
+                let k = layout::metadata_key(n, id);
+                match store.inner.head(&k).await {
+                    Ok(_) => {
+                        found = Some(k);
+                        break;
+                    }
+                    Err(e) if is_not_found(&e) => {}
+                    Err(source) => {
+                        return Err(StoreError::Request {
+                            url: store.url.clone(),
+                            action: format!("checking {}", store.display_key(&k)),
+                            source,
+                        }
+                        .into());
+                    }
+                }
+            }
+            found.ok_or_else(|| TransferError::NotFound {
+                url: store.url.clone(),
+                what: format!("with backup-id {id}"),
+            })?
+        }
+    };
+    let bytes = match store.inner.get(&key).await {
+        Ok(g) => g.bytes().await,
+        Err(e) => Err(e),
+    };
+    let bytes = match bytes {
+        Ok(b) => b,
+        Err(e) if is_not_found(&e) => {
+            return Err(TransferError::NotFound {
+                url: store.url.clone(),
+                what: store.display_key(&key),
+            });
+        }
+        Err(source) => {
+            return Err(StoreError::Request {
+                url: store.url.clone(),
+                action: format!("reading {}", store.display_key(&key)),
+                source,
+            }
+            .into());
+        }
+    };
+    let m: Metadata = serde_json::from_slice(&bytes).map_err(|e| TransferError::Metadata {
+        key: store.display_key(&key),
+        problem: e.to_string(),
+    })?;
+    m.check(id).map_err(|e| TransferError::Metadata {
+        key: store.display_key(&key),
+        problem: e.to_string(),
+    })?;
+    Ok(m)
+}
+
+/// Streams the payload of the committed backup `m` into `sink`, verifying its size and
+/// sha256 against `metadata.json`. On a mismatch the error says so after the bytes were
+/// written: a caller writing a file must remove it (the CLI writes to a temporary file and
+/// renames it only on success).
+///
+/// # Errors
+/// The backup failed or has no payload; the payload is missing; the checksum or size
+/// differs; a request or the sink failed.
+pub async fn download(
+    store: &ClusterStore,
+    m: &Metadata,
+    sink: &mut (dyn AsyncWrite + Unpin + Send),
+    progress: &dyn Progress,
+) -> Result<PayloadObject, TransferError> {
+    if m.phase == MetadataPhase::Failed {
+        return Err(TransferError::Failed {
+            name: m.backup_name.clone(),
+            id: m.backup_id.clone(),
+            error: m.error.clone().unwrap_or_default(),
+        });
+    }
+    let Some(expected) = m.payload.first() else {
+        return Err(TransferError::MissingPayload {
+            key: format!(
+                "{}/{}/{}/backup.*",
+                store.cluster, m.backup_name, m.backup_id
+            ),
+        });
+    };
+    let key = Path::from_iter([
+        m.backup_name.as_str(),
+        m.backup_id.as_str(),
+        expected.name.as_str(),
+    ]);
+    let got = match store.inner.get(&key).await {
+        Ok(g) => g,
+        Err(e) if is_not_found(&e) => {
+            return Err(TransferError::MissingPayload {
+                key: store.display_key(&key),
+            });
+        }
+        Err(source) => {
+            return Err(StoreError::Request {
+                url: store.url.clone(),
+                action: format!("reading {}", store.display_key(&key)),
+                source,
+            }
+            .into());
+        }
+    };
+    let mut stream = got.into_stream();
+    let mut hasher = Sha256::new();
+    let mut size = 0u64;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|source| StoreError::Request {
+            url: store.url.clone(),
+            action: format!("reading {}", store.display_key(&key)),
+            source,
+        })?;
+        hasher.update(&chunk);
+        size += chunk.len() as u64;
+        progress.bytes(chunk.len() as u64);
+        sink.write_all(&chunk).await.map_err(TransferError::Sink)?;
+    }
+    sink.flush().await.map_err(TransferError::Sink)?;
+    let sha256 = hex::encode(hasher.finalize());
+    if size != expected.size || sha256 != expected.sha256 {
+        return Err(TransferError::Checksum {
+            key: store.display_key(&key),
+            expected_size: expected.size,
+            expected_sha256: expected.sha256.clone(),
+            actual_size: size,
+            actual_sha256: sha256,
+        });
+    }
+    Ok(expected.clone())
+}
+
+fn write_err(store: &ClusterStore, key: &Path, source: object_store::Error) -> StoreError {
+    StoreError::Request {
+        url: store.url.clone(),
+        action: format!("writing {}", store.display_key(key)),
+        source,
+    }
+}

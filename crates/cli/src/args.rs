@@ -34,6 +34,30 @@ pub enum Command {
     /// Stream a committed backup's payload back out (stdout or --out FILE), checking its
     /// size and sha256.
     Fetch(FetchArgs),
+    /// Ship closed binlog files (named by the server's binlog index file) to
+    /// <cluster>/binlogs/ and index them with their event times. Re-runs upload nothing
+    /// twice. Keeps watching unless --once.
+    ArchiveBinlogs(ArchiveArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ArchiveArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// A BackupPolicy file to take --store and --cluster from.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// The server's binlog index file, e.g. /var/lib/mysql/mysql-bin.index.
+    #[arg(long, value_name = "FILE")]
+    pub binlog_index: PathBuf,
+    /// One pass, then exit.
+    #[arg(long)]
+    pub once: bool,
+    /// Pause between passes when watching, e.g. 10s, 1m.
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub interval: String,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

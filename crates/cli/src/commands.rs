@@ -30,6 +30,7 @@ pub fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Ls(a) => rt.block_on(ls(&a)),
         Command::Push(a) => rt.block_on(crate::transfer::push(&a)),
         Command::Fetch(a) => rt.block_on(crate::transfer::fetch(&a)),
+        Command::ArchiveBinlogs(a) => rt.block_on(crate::transfer::archive_binlogs(&a)),
     }
 }
 

@@ -409,3 +409,91 @@ async fn fetch_to_file(
         .map_err(|e| TransferError::Sink(e.error))?;
     Ok(())
 }
+
+fn archive_error(e: tidemark_store::archive::ArchiveError) -> CliError {
+    use tidemark_store::archive::ArchiveError as A;
+    match e {
+        A::Store(s) => CliError::from(s),
+        A::Upload { source, .. } if matches!(*source, TransferError::Store(_)) => match *source {
+            TransferError::Store(s) => CliError::from(s),
+            other => CliError::new(Exit::SourceFailed, other),
+        },
+        e @ (A::IndexFile { .. } | A::NotBinlogName { .. }) => CliError::new(Exit::Input, e),
+        e @ (A::Binlog { .. } | A::Upload { .. } | A::Vanished(_)) => {
+            CliError::new(Exit::SourceFailed, e)
+        }
+    }
+}
+
+pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, CliError> {
+    let interval: jiff::SignedDuration = args.interval.parse().map_err(|_| {
+        CliError::input(format!(
+            "invalid --interval {:?}: expected a duration such as 10s, 1m or 500ms",
+            args.interval
+        ))
+    })?;
+    let interval = interval
+        .try_into()
+        .ok()
+        .filter(|d: &std::time::Duration| !d.is_zero())
+        .ok_or_else(|| {
+            CliError::input(format!(
+                "invalid --interval {:?}: expected a positive duration such as 10s",
+                args.interval
+            ))
+        })?;
+    let file = args
+        .policy
+        .as_deref()
+        .map(resolve::read_policy_file)
+        .transpose()?;
+    let target = resolve::target(&args.store, file.as_ref(), args.policy.as_deref())?;
+    let store = &target.store;
+    let json = args.output == OutputFormat::Json;
+    loop {
+        let report = tidemark_store::archive::archive_pass(store, &args.binlog_index, &NoProgress)
+            .await
+            .map_err(archive_error);
+        match report {
+            Ok(r) if json => crate::commands::emit_json(&r)?,
+            Ok(r) => {
+                let mut line = format!(
+                    "archived {} binlog(s) ({} bytes)",
+                    r.uploaded.len() + r.adopted.len(),
+                    r.bytes
+                );
+                if !r.adopted.is_empty() {
+                    line.push_str(&format!(
+                        ", {} of them found already uploaded",
+                        r.adopted.len()
+                    ));
+                }
+                line.push_str(&format!("; {} already archived", r.already_indexed));
+                if !r.vanished.is_empty() {
+                    line.push_str(&format!(
+                        "; purged by the server before they could be archived: {}",
+                        r.vanished.join(", ")
+                    ));
+                }
+                if let Some(open) = &r.open {
+                    line.push_str(&format!("; {open} is still being written"));
+                }
+                if args.once {
+                    crate::commands::emit(&format!("{line}\n"))?;
+                } else if !r.uploaded.is_empty() || !r.adopted.is_empty() {
+                    eprintln!("{} {line}", jiff::Timestamp::now());
+                }
+            }
+            // Watching: a failed pass is retried at the next tick.
+            Err(e) if !args.once => eprintln!("{}", crate::exit::render(&e.error)),
+            Err(e) => return Err(e),
+        }
+        if args.once {
+            return Ok(Exit::Success);
+        }
+        tokio::select! {
+            () = tokio::time::sleep(interval) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(Exit::Success),
+        }
+    }
+}

@@ -419,3 +419,95 @@ fn bad_push_input_names_the_value_and_the_form() {
         "nothing written"
     );
 }
+
+#[test]
+fn archive_binlogs_once_ships_closed_files_and_ls_shows_them() {
+    let store_dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", store_dir.path().display());
+    let server = tempfile::tempdir().unwrap();
+    let t0 = 1_763_600_000i64;
+    let mut index = String::new();
+    for k in 1..=4i64 {
+        let name = format!("mysql-bin.{k:06}");
+        let start = t0 + (k - 1) * 600;
+        std::fs::write(
+            server.path().join(&name),
+            tidemark_store::binlog::synthetic(&[start, start + 599], 32),
+        )
+        .unwrap();
+        index.push_str(&format!("{}\n", server.path().join(&name).display()));
+    }
+    let index_path = server.path().join("mysql-bin.index");
+    std::fs::write(&index_path, index).unwrap();
+    let args = [
+        "archive-binlogs",
+        "--store",
+        url.as_str(),
+        "--cluster",
+        "db1",
+        "--binlog-index",
+        index_path.to_str().unwrap(),
+        "--once",
+    ];
+    let out = run(&args, &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("archived 3 binlog(s)")
+            && text.contains("mysql-bin.000004 is still being written"),
+        "{text}"
+    );
+    let mut again: Vec<&str> = args.to_vec();
+    again.extend(["--output", "json"]);
+    let v = json(&run(&again, &[]));
+    assert_eq!(v["uploaded"].as_array().unwrap().len(), 0);
+    assert_eq!(v["alreadyIndexed"], 3);
+
+    let ls = json(&run(
+        &[
+            "ls",
+            "--store",
+            &url,
+            "--cluster",
+            "db1",
+            "--output",
+            "json",
+        ],
+        &[],
+    ));
+    assert_eq!(ls["archive"]["segments"], 3);
+    assert_eq!(ls["archive"]["last"], "mysql-bin.000003");
+
+    // Bad input: a missing index file, a bad interval.
+    let out = run(
+        &[
+            "archive-binlogs",
+            "--store",
+            &url,
+            "--cluster",
+            "db1",
+            "--binlog-index",
+            "/nonexistent/mysql-bin.index",
+            "--once",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("/nonexistent/mysql-bin.index"));
+    let out = run(
+        &[
+            "archive-binlogs",
+            "--store",
+            &url,
+            "--cluster",
+            "db1",
+            "--binlog-index",
+            index_path.to_str().unwrap(),
+            "--interval",
+            "often",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("invalid --interval \"often\""));
+}

@@ -41,6 +41,8 @@ pub struct SegmentIndex {
     pub head: IndexFile,
     pub version: UpdateVersion,
     read: HashMap<String, IndexFile>,
+    /// Whether `_index.json` exists (an absent one is created, not replaced).
+    exists: bool,
 }
 
 /// A run of consecutive index entries: one entry, or an unread shard's summary.
@@ -56,6 +58,19 @@ pub struct Run {
 }
 
 impl SegmentIndex {
+    /// The index of a store that has none yet.
+    fn absent() -> Self {
+        SegmentIndex {
+            head: IndexFile::empty(),
+            version: UpdateVersion {
+                e_tag: None,
+                version: None,
+            },
+            read: HashMap::new(),
+            exists: false,
+        }
+    }
+
     /// Reads the head, and the shards whose summaries cannot stand for them (not ordered,
     /// or overlapping other entries). `None` when there is no index.
     ///
@@ -100,6 +115,7 @@ impl SegmentIndex {
             head,
             version,
             read: HashMap::new(),
+            exists: true,
         };
         let must_read = index.unsummarisable();
         index.read_shards(store, must_read).await?;
@@ -265,11 +281,23 @@ impl SegmentIndex {
             .collect()
     }
 
-    /// The new head and shards after removing the entries named in `gone` and sealing
-    /// head entries beyond `shard_size` into new shards.
-    fn edit(&self, gone: &HashSet<String>, shard_size: usize) -> Edit {
+    /// The new head and shards after removing the entries named in `gone`, adding those of
+    /// `add` not indexed yet (by name; the shards that could hold them must have been
+    /// read), and sealing head entries beyond `shard_size` into new shards.
+    fn edit(&self, gone: &HashSet<String>, add: &[IndexEntry], shard_size: usize) -> Edit {
         let mut head = self.head.clone();
         let mut removed = head.remove_where(|e| gone.contains(&e.name));
+        let known: HashSet<&str> = self.entries().map(|e| e.name.as_str()).collect();
+        let mut added = 0;
+        for e in add {
+            if !known.contains(e.name.as_str()) && !gone.contains(&e.name) {
+                // Plain data: serialising cannot fail; an entry that did would be skipped and
+                // added by the next run.
+                if head.push(e.clone()).is_ok() {
+                    added += 1;
+                }
+            }
+        }
         let mut write = Vec::new();
         let mut replaced = Vec::new();
         let mut shards = Vec::with_capacity(head.shards.len());
@@ -306,6 +334,7 @@ impl SegmentIndex {
             write,
             replaced,
             removed,
+            added,
         }
     }
 }
@@ -359,6 +388,7 @@ struct Edit {
     /// Shards the new head no longer names.
     replaced: Vec<String>,
     removed: usize,
+    added: usize,
 }
 
 fn parse(store: &ClusterStore, key: &Path, bytes: &[u8]) -> Result<IndexFile, StoreError> {
@@ -392,40 +422,80 @@ fn request(
 }
 
 /// Removes the entries named in `gone` (segments confirmed deleted) from the index, and
-/// seals head entries beyond `shard_size` into shards. New shards are written first, the
-/// head is replaced by a conditional write (re-reading and re-applying when another writer
-/// changed it), then replaced shards are deleted. Returns how many entries were removed.
+/// seals head entries beyond `shard_size` into shards. Returns how many were removed.
 ///
 /// # Errors
-/// A failed request, a malformed index met on re-reading, or a head that kept changing.
+/// As [`update`].
 pub async fn remove_entries(
     store: &ClusterStore,
     loaded: &SegmentIndex,
     gone: &HashSet<String>,
     shard_size: usize,
 ) -> Result<usize, StoreError> {
+    update(store, Some(loaded), gone, &[], shard_size)
+        .await
+        .map(|c| c.removed)
+}
+
+/// What an index update changed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Change {
+    pub removed: usize,
+    pub added: usize,
+}
+
+/// Removes the entries named in `gone`, adds the entries of `add` whose names are not
+/// indexed yet, and seals head entries beyond `shard_size` into shards. New shards are
+/// written first, the head is replaced by a conditional write (re-reading and re-applying
+/// when another writer — an archiver, a pass — changed it), then replaced shards are
+/// deleted. `loaded` is the index as already read (`None`: read it here, or create it).
+///
+/// # Errors
+/// A failed request, a malformed or newer index, or a head that kept changing.
+pub async fn update(
+    store: &ClusterStore,
+    loaded: Option<&SegmentIndex>,
+    gone: &HashSet<String>,
+    add: &[IndexEntry],
+    shard_size: usize,
+) -> Result<Change, StoreError> {
     let key = layout::index_key();
-    let mut index = loaded.clone();
+    let mut index = match loaded {
+        Some(l) => l.clone(),
+        None => SegmentIndex::load(store)
+            .await?
+            .unwrap_or_else(SegmentIndex::absent),
+    };
     let mut sequences: Vec<u64> = gone
         .iter()
         .filter_map(|n| tidemark_core::inventory::segment_sequence(n))
+        .chain(add.iter().map(|e| e.sequence))
         .collect();
     sequences.sort_unstable();
     for _ in 0..INDEX_ATTEMPTS {
         let holding = index.shards_holding(&sequences);
         index.read_shards(store, holding).await?;
-        let edit = index.edit(gone, shard_size);
-        if edit.removed == 0 {
-            return Ok(0);
+        let edit = index.edit(gone, add, shard_size);
+        let change = Change {
+            removed: edit.removed,
+            added: edit.added,
+        };
+        if change == Change::default() {
+            return Ok(change);
         }
         if let Err(e) = put_shards(store, &edit.write).await {
             delete_shards(store, edit.write.iter().map(|(k, _)| k)).await;
             return Err(e);
         }
-        match replace_head(store, &key, &index.version, edit.head.to_bytes()).await {
+        let written = if index.exists {
+            replace_head(store, &key, &index.version, edit.head.to_bytes()).await
+        } else {
+            create_head(store, &key, edit.head.to_bytes()).await
+        };
+        match written {
             Ok(()) => {
                 delete_shards(store, edit.replaced.iter()).await;
-                return Ok(edit.removed);
+                return Ok(change);
             }
             Err(
                 object_store::Error::Precondition { .. }
@@ -434,8 +504,11 @@ pub async fn remove_entries(
                 delete_shards(store, edit.write.iter().map(|(k, _)| k)).await;
                 // Re-read with the same reader (so a newer formatVersion still stops us);
                 // shards are immutable, so those already read stay valid.
-                let Some(mut fresh) = SegmentIndex::load(store).await? else {
-                    return Ok(0);
+                let mut fresh = match SegmentIndex::load(store).await? {
+                    Some(f) => f,
+                    // Deleted meanwhile: nothing left to remove; additions start a new one.
+                    None if add.is_empty() => return Ok(Change::default()),
+                    None => SegmentIndex::absent(),
                 };
                 for (k, f) in std::mem::take(&mut index.read) {
                     if fresh.head.shards.iter().any(|s| s.key == k) {
@@ -455,6 +528,31 @@ pub async fn remove_entries(
         key: store.display_key(&key),
         attempts: INDEX_ATTEMPTS,
     })
+}
+
+/// Creates the head where there was none; `AlreadyExists` when another writer did first
+/// (where the backend can tell).
+async fn create_head(
+    store: &ClusterStore,
+    key: &Path,
+    body: Vec<u8>,
+) -> Result<(), object_store::Error> {
+    let payload = PutPayload::from(body);
+    let create = PutOptions {
+        mode: PutMode::Create,
+        ..Default::default()
+    };
+    match store.inner.put_opts(key, payload.clone(), create).await {
+        Err(object_store::Error::NotImplemented { .. }) => match store.inner.head(key).await {
+            Ok(_) => Err(object_store::Error::AlreadyExists {
+                path: key.to_string(),
+                source: "the index was created meanwhile".into(),
+            }),
+            Err(e) if is_not_found(&e) => store.inner.put(key, payload).await.map(|_| ()),
+            Err(e) => Err(e),
+        },
+        other => other.map(|_| ()),
+    }
 }
 
 /// Writes an index of `entries` from scratch, sealed into shards of `shard_size` (the
@@ -477,13 +575,9 @@ pub async fn write_new(
     }
     let index = SegmentIndex {
         head,
-        version: UpdateVersion {
-            e_tag: None,
-            version: None,
-        },
-        read: HashMap::new(),
+        ..SegmentIndex::absent()
     };
-    let edit = index.edit(&HashSet::new(), shard_size);
+    let edit = index.edit(&HashSet::new(), &[], shard_size);
     put_shards(store, &edit.write).await?;
     let key = layout::index_key();
     store

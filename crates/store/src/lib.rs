@@ -1,6 +1,8 @@
 //! Tidemark's object-store edge: store URLs, the layout and formats of DESIGN.md §3, the
 //! catalog (listing → inventory) and the executor that carries out a retention plan.
 
+pub mod archive;
+pub mod binlog;
 pub mod catalog;
 pub mod error;
 pub mod executor;

@@ -161,15 +161,21 @@ impl Upload {
             spec.backup_id.as_str(),
             spec.payload_name.as_str(),
         ]);
+        Ok(Upload::to_key(store, key, &spec.payload_name))
+    }
+
+    /// An upload to any key of the cluster (segments, payloads); `name` is what the
+    /// returned [`PayloadObject`] calls it.
+    pub fn to_key(store: &ClusterStore, key: Path, name: &str) -> Self {
         let writer = BufWriter::with_capacity(store.inner.clone(), key.clone(), PART_SIZE)
             .with_max_concurrency(PARTS_IN_FLIGHT);
-        Ok(Upload {
+        Upload {
             key,
             writer,
             hasher: Sha256::new(),
             size: 0,
-            payload_name: spec.payload_name.clone(),
-        })
+            payload_name: name.to_owned(),
+        }
     }
 
     /// Sends one chunk.
@@ -233,7 +239,20 @@ pub async fn upload(
     source: &mut (dyn AsyncRead + Unpin + Send),
     progress: &dyn Progress,
 ) -> Result<PayloadObject, TransferError> {
-    let mut up = Upload::start(store, spec).await?;
+    let up = Upload::start(store, spec).await?;
+    send(store, up, source, progress).await
+}
+
+/// Streams `source` through `up` and completes it; aborts it on any failure.
+///
+/// # Errors
+/// Reading the source or writing the store failed.
+pub async fn send(
+    store: &ClusterStore,
+    mut up: Upload,
+    source: &mut (dyn AsyncRead + Unpin + Send),
+    progress: &dyn Progress,
+) -> Result<PayloadObject, TransferError> {
     loop {
         let mut buf = Vec::with_capacity(READ_CHUNK);
         let read = (&mut *source)

@@ -24,8 +24,11 @@ use crate::open::ClusterStore;
 use crate::progress::Progress;
 use crate::transfer::{self, TransferError, Upload};
 
-/// Files shipped at once.
-const UPLOAD_CONCURRENCY: usize = 16;
+/// Small files (below one multipart part, sent in one request) shipped at once.
+const SMALL_CONCURRENCY: usize = 32;
+/// Large files shipped at once: each holds up to `PART_SIZE * (PARTS_IN_FLIGHT + 1)` bytes
+/// of memory, so this bounds the archiver's memory near 250 MiB.
+const LARGE_CONCURRENCY: usize = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ArchiveError {
@@ -169,12 +172,21 @@ pub async fn archive_pass(
             !done
         })
         .collect();
-    let results: Vec<Result<Option<(IndexEntry, bool)>, ArchiveError>> =
-        futures::stream::iter(todo)
+    let (large, small): (Vec<Local>, Vec<Local>) = todo.into_iter().partition(|f| {
+        std::fs::metadata(&f.path).is_ok_and(|m| m.len() >= transfer::PART_SIZE as u64)
+    });
+    let ship_all = |files: Vec<Local>, concurrency: usize| {
+        futures::stream::iter(files)
             .map(|f| async move { ship(store, &f, progress).await })
-            .buffer_unordered(UPLOAD_CONCURRENCY)
-            .collect()
-            .await;
+            .buffer_unordered(concurrency)
+            .collect::<Vec<_>>()
+    };
+    let (small, large) = futures::join!(
+        ship_all(small, SMALL_CONCURRENCY),
+        ship_all(large, LARGE_CONCURRENCY)
+    );
+    let results: Vec<Result<Option<(IndexEntry, bool)>, ArchiveError>> =
+        small.into_iter().chain(large).collect();
     let mut entries = Vec::new();
     let mut first_error = None;
     for r in results {

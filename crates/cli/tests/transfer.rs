@@ -191,8 +191,12 @@ fn push_and_fetch_round_trip_on_a_local_directory() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("file://{}", dir.path().display());
     round_trip(&url, &[], 3 << 20);
-    let meta = find(dir.path(), "metadata.json");
-    let m: Value = serde_json::from_slice(&std::fs::read(&meta[0]).unwrap()).unwrap();
+    // The full backup's metadata (the incremental's id may sort first within a second).
+    let metas: Vec<Value> = find(dir.path(), "metadata.json")
+        .iter()
+        .map(|p| serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap())
+        .collect();
+    let m = metas.iter().find(|m| m["type"] == "full").unwrap();
     assert_eq!(m["formatVersion"], 1);
     assert_eq!(m["labels"]["team"], "payments");
     assert_eq!(m["ttl"], "30d");

@@ -9,7 +9,7 @@ use object_store::path::Path;
 use object_store::{ObjectMeta, ObjectStoreExt};
 use tidemark_core::{Backup, BackupKind, Inventory, Phase, Segment};
 
-use crate::error::{StoreError, is_not_found};
+use crate::error::{StoreError, is_not_found, request};
 use crate::format::{AuditRecord, BackupType, FORMAT_VERSION, Metadata, MetadataPhase};
 use crate::index::SegmentIndex;
 use crate::layout::{self, KeyKind};
@@ -321,19 +321,6 @@ async fn fetch(store: &ClusterStore, key: &Path) -> Result<Fetched, StoreError> 
         },
         Err(e) if is_not_found(&e) => Ok(Fetched::Gone),
         Err(source) => Err(request(store, "reading", key, source)),
-    }
-}
-
-fn request(
-    store: &ClusterStore,
-    verb: &str,
-    key: &Path,
-    source: object_store::Error,
-) -> StoreError {
-    StoreError::Request {
-        url: store.url.clone(),
-        action: format!("{verb} {}", store.display_key(key)),
-        source,
     }
 }
 

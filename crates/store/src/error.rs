@@ -108,6 +108,29 @@ impl StoreError {
     }
 }
 
+/// A failed request on `key`, e.g. `request(store, "reading", key, e)`.
+pub(crate) fn request(
+    store: &crate::open::ClusterStore,
+    verb: &str,
+    key: &object_store::path::Path,
+    source: object_store::Error,
+) -> StoreError {
+    StoreError::Request {
+        url: store.url.clone(),
+        action: format!("{verb} {}", store.display_key(key)),
+        source,
+    }
+}
+
+/// A failed write of `key`.
+pub(crate) fn write_err(
+    store: &crate::open::ClusterStore,
+    key: &object_store::path::Path,
+    source: object_store::Error,
+) -> StoreError {
+    request(store, "writing", key, source)
+}
+
 /// Whether an object_store error means "it is not there" (success for a delete).
 pub fn is_not_found(e: &object_store::Error) -> bool {
     matches!(e, object_store::Error::NotFound { .. })

@@ -9,7 +9,7 @@ use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use tidemark_core::{Action, Plan, SegmentReason};
 
-use crate::error::{StoreError, is_not_found};
+use crate::error::{StoreError, is_not_found, write_err};
 use crate::format::{AuditBackup, AuditRecord, FORMAT_VERSION};
 use crate::layout;
 use crate::open::ClusterStore;
@@ -316,14 +316,6 @@ async fn put_new(store: &ClusterStore, key: &Path, body: Vec<u8>) -> Result<(), 
             .map(|_| ())
             .map_err(|source| write_err(store, key, source)),
         Err(source) => Err(write_err(store, key, source)),
-    }
-}
-
-fn write_err(store: &ClusterStore, key: &Path, source: object_store::Error) -> StoreError {
-    StoreError::Request {
-        url: store.url.clone(),
-        action: format!("writing {}", store.display_key(key)),
-        source,
     }
 }
 

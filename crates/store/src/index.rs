@@ -22,7 +22,7 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
 
-use crate::error::{StoreError, is_not_found};
+use crate::error::{StoreError, is_not_found, request, write_err};
 use crate::format::{INDEX_FORMAT_VERSION, IndexEntry, IndexFile, ShardSummary};
 use crate::layout;
 use crate::open::ClusterStore;
@@ -408,19 +408,6 @@ fn parse(store: &ClusterStore, key: &Path, bytes: &[u8]) -> Result<IndexFile, St
     Ok(file)
 }
 
-fn request(
-    store: &ClusterStore,
-    verb: &str,
-    key: &Path,
-    source: object_store::Error,
-) -> StoreError {
-    StoreError::Request {
-        url: store.url.clone(),
-        action: format!("{verb} {}", store.display_key(key)),
-        source,
-    }
-}
-
 /// Removes the entries named in `gone` (segments confirmed deleted) from the index, and
 /// seals head entries beyond `shard_size` into shards. Returns how many were removed.
 ///
@@ -661,12 +648,4 @@ async fn replace_head(
         });
     }
     store.inner.put(key, payload).await.map(|_| ())
-}
-
-fn write_err(store: &ClusterStore, key: &Path, source: object_store::Error) -> StoreError {
-    StoreError::Request {
-        url: store.url.clone(),
-        action: format!("writing {}", store.display_key(key)),
-        source,
-    }
 }

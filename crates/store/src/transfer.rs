@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 use tidemark_core::RetentionDuration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::error::{StoreError, is_not_found};
+use crate::error::{StoreError, is_not_found, write_err};
 use crate::format::{
     BackupType, FORMAT_VERSION, LogPosition, Metadata, MetadataPhase, PayloadObject,
 };
@@ -497,12 +497,4 @@ pub async fn download(
         });
     }
     Ok(expected.clone())
-}
-
-fn write_err(store: &ClusterStore, key: &Path, source: object_store::Error) -> StoreError {
-    StoreError::Request {
-        url: store.url.clone(),
-        action: format!("writing {}", store.display_key(key)),
-        source,
-    }
 }

@@ -494,6 +494,17 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
         tokio::select! {
             () = tokio::time::sleep(interval) => {}
             _ = tokio::signal::ctrl_c() => return Ok(Exit::Success),
+            () = terminated() => return Ok(Exit::Success),
         }
+    }
+}
+
+/// Resolves on SIGTERM (never, if the handler cannot be installed).
+async fn terminated() {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut s) => {
+            s.recv().await;
+        }
+        Err(_) => std::future::pending::<()>().await,
     }
 }

@@ -320,12 +320,7 @@ fn list_some(items: &[String]) -> String {
 }
 
 async fn ls(args: &LsArgs) -> Result<Exit, CliError> {
-    let file = args
-        .policy
-        .as_deref()
-        .map(resolve::read_policy_file)
-        .transpose()?;
-    let target = resolve::target(&args.store, file.as_ref(), args.policy.as_deref())?;
+    let target = resolve::store_target(&args.store, args.policy.as_deref())?;
     let json = args.output == OutputFormat::Json;
     let bar = TerminalProgress::for_humans(json);
     let progress: &dyn Progress = match &bar {

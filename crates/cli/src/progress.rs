@@ -16,8 +16,7 @@ pub struct TerminalProgress {
 impl TerminalProgress {
     /// A progress display if a person is watching, else `None`.
     pub fn for_humans(json: bool) -> Option<Self> {
-        let watching = !json && std::io::stderr().is_terminal() && std::env::var_os("CI").is_none();
-        watching.then(|| {
+        watching(json).then(|| {
             let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
             bar.set_style(spinner());
             bar.enable_steady_tick(Duration::from_millis(120));
@@ -28,9 +27,7 @@ impl TerminalProgress {
 
     /// A byte counter for push and fetch, if a person is watching.
     pub fn for_bytes(quiet: bool, what: &str) -> Option<Self> {
-        let watching =
-            !quiet && std::io::stderr().is_terminal() && std::env::var_os("CI").is_none();
-        watching.then(|| {
+        watching(quiet).then(|| {
             let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
             bar.set_style(
                 ProgressStyle::with_template(
@@ -47,6 +44,11 @@ impl TerminalProgress {
     pub fn finish(&self) {
         self.bar.finish_and_clear();
     }
+}
+
+/// Whether a person watches stderr (and output is not asked to be quiet).
+fn watching(quiet: bool) -> bool {
+    !quiet && std::io::stderr().is_terminal() && std::env::var_os("CI").is_none()
 }
 
 fn spinner() -> ProgressStyle {

@@ -31,6 +31,13 @@ pub fn read_policy_file(path: &Path) -> Result<BackupPolicy, CliError> {
     BackupPolicy::from_yaml(&text).map_err(|e| CliError::input(format!("{}: {e}", path.display())))
 }
 
+/// Opens the store named by flags, or else by the BackupPolicy file at `policy` (for the
+/// commands that take a policy file only for its store and cluster).
+pub fn store_target(args: &StoreArgs, policy: Option<&Path>) -> Result<Target, CliError> {
+    let file = policy.map(read_policy_file).transpose()?;
+    target(args, file.as_ref(), policy)
+}
+
 /// `file://relative/dir` (or `file://./dir`) → an absolute file URL under `base`; other
 /// URLs unchanged. Config files can then name a store next to themselves.
 pub fn absolutize_file_url(url: &str, base: &Path) -> String {

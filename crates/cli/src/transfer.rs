@@ -157,12 +157,7 @@ fn spec(args: &PushArgs, started_at: Timestamp) -> Result<BackupSpec, CliError> 
 pub async fn push(args: &PushArgs) -> Result<Exit, CliError> {
     let started_at = Timestamp::now();
     let spec = spec(args, started_at)?;
-    let file = args
-        .policy
-        .as_deref()
-        .map(resolve::read_policy_file)
-        .transpose()?;
-    let target = resolve::target(&args.store, file.as_ref(), args.policy.as_deref())?;
+    let target = resolve::store_target(&args.store, args.policy.as_deref())?;
     let store = &target.store;
     if let Some(parent) = &spec.parent_id {
         let p = transfer::find_backup(store, None, parent)
@@ -354,12 +349,7 @@ pub async fn fetch(args: &FetchArgs) -> Result<Exit, CliError> {
             args.backup_id.clone(),
         )));
     }
-    let file = args
-        .policy
-        .as_deref()
-        .map(resolve::read_policy_file)
-        .transpose()?;
-    let target = resolve::target(&args.store, file.as_ref(), args.policy.as_deref())?;
+    let target = resolve::store_target(&args.store, args.policy.as_deref())?;
     let store = &target.store;
     let m = transfer::find_backup(store, args.backup_name.as_deref(), &args.backup_id)
         .await
@@ -442,12 +432,7 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
                 args.interval
             ))
         })?;
-    let file = args
-        .policy
-        .as_deref()
-        .map(resolve::read_policy_file)
-        .transpose()?;
-    let target = resolve::target(&args.store, file.as_ref(), args.policy.as_deref())?;
+    let target = resolve::store_target(&args.store, args.policy.as_deref())?;
     let store = &target.store;
     let json = args.output == OutputFormat::Json;
     loop {

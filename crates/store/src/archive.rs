@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 use tokio::io::AsyncReadExt;
 
 use crate::binlog;
-use crate::error::{StoreError, is_not_found};
+use crate::error::StoreError;
 use crate::format::IndexEntry;
 use crate::index::{self, SegmentIndex};
 use crate::layout;
@@ -150,14 +150,7 @@ pub async fn archive_pass(
             let mut idx = idx.clone();
             let mut seqs: Vec<u64> = files.iter().map(|f| f.sequence).collect();
             seqs.sort_unstable();
-            let holding: Vec<String> = idx
-                .unread()
-                .filter(|s| {
-                    let k = seqs.partition_point(|&q| q < s.first_sequence);
-                    k < seqs.len() && seqs[k] <= s.last_sequence
-                })
-                .map(|s| s.key.clone())
-                .collect();
+            let holding = idx.shards_holding(&seqs);
             idx.read_shards(store, holding).await?;
             idx.entries().map(|e| e.name.clone()).collect()
         }
@@ -185,13 +178,13 @@ pub async fn archive_pass(
         ship_all(small, SMALL_CONCURRENCY),
         ship_all(large, LARGE_CONCURRENCY)
     );
-    let results: Vec<Result<Option<(IndexEntry, bool)>, ArchiveError>> =
+    let results: Vec<Result<(IndexEntry, bool), ArchiveError>> =
         small.into_iter().chain(large).collect();
     let mut entries = Vec::new();
     let mut first_error = None;
     for r in results {
         match r {
-            Ok(Some((entry, adopted))) => {
+            Ok((entry, adopted)) => {
                 report.bytes += entry.size;
                 if adopted {
                     report.adopted.push(entry.name.clone());
@@ -200,7 +193,6 @@ pub async fn archive_pass(
                 }
                 entries.push(entry);
             }
-            Ok(None) => {}
             Err(ArchiveError::Vanished(name)) => report.vanished.push(name),
             Err(e) => {
                 first_error.get_or_insert(e);
@@ -228,12 +220,12 @@ pub async fn archive_pass(
 }
 
 /// Uploads one closed file (or adopts its object), returning its index entry and whether
-/// it was adopted. `None`: the file vanished (purged by the server) before it was read.
+/// it was adopted. [`ArchiveError::Vanished`]: the server purged it before it was read.
 async fn ship(
     store: &ClusterStore,
     f: &Local,
     progress: &dyn Progress,
-) -> Result<Option<(IndexEntry, bool)>, ArchiveError> {
+) -> Result<(IndexEntry, bool), ArchiveError> {
     let path = f.path.clone();
     let times = match tokio::task::spawn_blocking(move || {
         let mut file = std::fs::File::open(&path)?;
@@ -275,18 +267,7 @@ async fn ship(
         })?
         .len();
     // Already uploaded by a run that died before indexing?
-    let existing = match store.inner.head(&key).await {
-        Ok(m) => Some(m.size),
-        Err(e) if is_not_found(&e) => None,
-        Err(source) => {
-            return Err(StoreError::Request {
-                url: store.url.clone(),
-                action: format!("checking {}", store.display_key(&key)),
-                source,
-            }
-            .into());
-        }
-    };
+    let existing = store.head(&key).await?.map(|m| m.size);
     let entry = |size: u64, sha256: String| IndexEntry {
         name: f.name.clone(),
         sequence: f.sequence,
@@ -299,7 +280,7 @@ async fn ship(
         && let Some(local_sha) = local_sha256(&f.path).await
         && stored_sha256(store, &key).await.as_deref() == Some(local_sha.as_str())
     {
-        return Ok(Some((entry(local_size, local_sha), true)));
+        return Ok((entry(local_size, local_sha), true));
     }
     let mut file = match tokio::fs::File::open(&f.path).await {
         Ok(file) => file,
@@ -320,7 +301,7 @@ async fn ship(
             path: f.path.clone(),
             source: Box::new(source),
         })?;
-    Ok(Some((entry(sent.size, sent.sha256), false)))
+    Ok((entry(sent.size, sent.sha256), false))
 }
 
 async fn local_sha256(path: &FsPath) -> Option<String> {

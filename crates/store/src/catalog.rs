@@ -9,7 +9,7 @@ use object_store::path::Path;
 use object_store::{ObjectMeta, ObjectStoreExt};
 use tidemark_core::{Backup, BackupKind, Inventory, Phase, Segment};
 
-use crate::error::{StoreError, is_not_found, request};
+use crate::error::{StoreError, is_not_found};
 use crate::format::{AuditRecord, BackupType, FORMAT_VERSION, Metadata, MetadataPhase};
 use crate::index::SegmentIndex;
 use crate::layout::{self, KeyKind};
@@ -92,12 +92,13 @@ impl Catalog {
         };
         let fetching = rx
             .map(|key| async move {
-                let fetched = fetch(store, &key).await?;
+                // One deleted since it was listed (another pass got there first) is `None`.
+                let fetched = store.read(&key).await?;
                 progress.metadata_read(1);
                 Ok::<_, StoreError>((key, fetched))
             })
             .buffer_unordered(METADATA_FETCH_CONCURRENCY)
-            .try_collect::<HashMap<Path, Fetched>>();
+            .try_collect::<HashMap<Path, Option<bytes::Bytes>>>();
         let (objects, bodies, index, shard_objects) = futures::join!(
             listing,
             fetching,
@@ -159,7 +160,7 @@ impl Catalog {
                 .as_ref()
                 .and_then(|m| bodies.remove(&m.location));
             let committed = match (&dir.metadata, body) {
-                (Some(meta), Some(Fetched::Bytes(bytes))) => match parse_metadata(&bytes, &id) {
+                (Some(meta), Some(Some(bytes))) => match parse_metadata(&bytes, &id) {
                     Ok(m) => Some((meta.location.clone(), m)),
                     Err(problem) => {
                         malformed.push(Malformed {
@@ -303,25 +304,6 @@ impl Catalog {
 struct Dir {
     metadata: Option<ObjectMeta>,
     payload: Vec<ObjectMeta>,
-}
-
-enum Fetched {
-    Bytes(Vec<u8>),
-    Gone,
-}
-
-/// Reads one object; one deleted since it was listed (another pass got there first) is
-/// [`Fetched::Gone`].
-async fn fetch(store: &ClusterStore, key: &Path) -> Result<Fetched, StoreError> {
-    match store.inner.get(key).await {
-        Ok(r) => match r.bytes().await {
-            Ok(b) => Ok(Fetched::Bytes(b.to_vec())),
-            Err(e) if is_not_found(&e) => Ok(Fetched::Gone),
-            Err(source) => Err(request(store, "reading", key, source)),
-        },
-        Err(e) if is_not_found(&e) => Ok(Fetched::Gone),
-        Err(source) => Err(request(store, "reading", key, source)),
-    }
 }
 
 /// object_store reports times as chrono values.

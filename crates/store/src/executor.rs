@@ -232,10 +232,7 @@ async fn delete_orphan_shards(
         .catalog
         .shard_objects
         .iter()
-        .filter(|m| {
-            let ts = Timestamp::from_second(m.last_modified.timestamp()).unwrap_or(Timestamp::MAX);
-            ts <= cutoff
-        })
+        .filter(|m| crate::catalog::to_ts(m.last_modified) <= cutoff)
         .filter_map(|m| {
             let rel = m
                 .location

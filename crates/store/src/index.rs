@@ -172,20 +172,13 @@ impl SegmentIndex {
                     key: store.display_key(&layout::index_key()),
                     source: crate::format::IndexError::ShardKey(rel.clone()),
                 })?;
-                let body = match store.inner.get(&key).await {
-                    Ok(g) => g.bytes().await,
-                    Err(e) => Err(e),
-                };
-                let body = match body {
-                    Ok(b) => b,
-                    Err(e) if is_not_found(&e) => {
-                        return Err(StoreError::MissingShard {
-                            url: store.url.clone(),
-                            key: store.display_key(&key),
-                        });
-                    }
-                    Err(source) => return Err(request(store, "reading", &key, source)),
-                };
+                let body = store
+                    .read(&key)
+                    .await?
+                    .ok_or_else(|| StoreError::MissingShard {
+                        url: store.url.clone(),
+                        key: store.display_key(&key),
+                    })?;
                 let file = parse(store, &key, &body)?;
                 Ok((rel, file))
             })
@@ -270,8 +263,8 @@ impl SegmentIndex {
         runs
     }
 
-    /// Unread shards that may hold one of `sequences`.
-    fn shards_holding(&self, sequences: &[u64]) -> Vec<String> {
+    /// Unread shards that may hold one of `sequences` (sorted).
+    pub fn shards_holding(&self, sequences: &[u64]) -> Vec<String> {
         self.unread()
             .filter(|s| {
                 let k = sequences.partition_point(|&q| q < s.first_sequence);
@@ -314,18 +307,18 @@ impl SegmentIndex {
             }
             removed += n;
             replaced.push(s.key.clone());
-            if !rest.entries.is_empty() {
-                let count = rest.entries.len();
-                let (summary, body) = seal(rest.take_lowest(count));
+            let count = rest.entries.len();
+            if let Some((summary, body)) = seal(rest.take_lowest(count)) {
                 shards.push(summary);
                 write.push(body);
             }
         }
         let shard_size = shard_size.max(1);
         while head.entries.len() > shard_size {
-            let (summary, body) = seal(head.take_lowest(shard_size));
-            shards.push(summary);
-            write.push(body);
+            if let Some((summary, body)) = seal(head.take_lowest(shard_size)) {
+                shards.push(summary);
+                write.push(body);
+            }
         }
         shards.sort_by_key(|s| (s.first_sequence, s.last_sequence));
         head.shards = shards;
@@ -339,28 +332,18 @@ impl SegmentIndex {
     }
 }
 
-/// A new shard: its summary and (key, body).
-fn seal(entries: IndexFile) -> (ShardSummary, (String, Vec<u8>)) {
+/// A new shard of `entries` (sorted by sequence): its summary and (key, body); `None` for
+/// no entries.
+fn seal(entries: IndexFile) -> Option<(ShardSummary, (String, Vec<u8>))> {
     let mut file = entries;
     file.format_version = INDEX_FORMAT_VERSION;
-    let first = file.entries.first().map_or(0, |e| e.sequence);
-    let last = file.entries.last().map_or(0, |e| e.sequence);
+    let (first, last) = (
+        file.entries.first()?.sequence,
+        file.entries.last()?.sequence,
+    );
     let key = layout::new_shard_name(first, last);
-    let summary = ShardSummary::of(key.clone(), &file.entries).unwrap_or_else(|| ShardSummary {
-        key: key.clone(),
-        first_sequence: first,
-        last_sequence: last,
-        count: 0,
-        first_name: String::new(),
-        last_name: String::new(),
-        first_event_at: None,
-        last_event_at: None,
-        size: 0,
-        ordered: false,
-        unknown_last_event: 0,
-        extra: serde_json::Map::new(),
-    });
-    (summary, (key, file.to_bytes()))
+    let summary = ShardSummary::of(key.clone(), &file.entries)?;
+    Some((summary, (key, file.to_bytes())))
 }
 
 fn same_facts(a: &ShardSummary, b: &ShardSummary) -> bool {

@@ -123,6 +123,39 @@ impl ClusterStore {
     pub fn display_key(&self, key: &Path) -> String {
         format!("{}/{}", self.cluster, key)
     }
+
+    /// An object's metadata; `None` when it does not exist.
+    ///
+    /// # Errors
+    /// The request failed after retries.
+    pub(crate) async fn head(
+        &self,
+        key: &Path,
+    ) -> Result<Option<object_store::ObjectMeta>, StoreError> {
+        use object_store::ObjectStoreExt;
+        match self.inner.head(key).await {
+            Ok(m) => Ok(Some(m)),
+            Err(e) if crate::error::is_not_found(&e) => Ok(None),
+            Err(source) => Err(crate::error::request(self, "checking", key, source)),
+        }
+    }
+
+    /// Reads a whole object; `None` when it does not exist (or vanished while being read).
+    ///
+    /// # Errors
+    /// The request failed after retries.
+    pub(crate) async fn read(&self, key: &Path) -> Result<Option<bytes::Bytes>, StoreError> {
+        use object_store::ObjectStoreExt;
+        let got = match self.inner.get(key).await {
+            Ok(g) => g.bytes().await,
+            Err(e) => Err(e),
+        };
+        match got {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if crate::error::is_not_found(&e) => Ok(None),
+            Err(source) => Err(crate::error::request(self, "reading", key, source)),
+        }
+    }
 }
 
 fn check_cluster(cluster: &str) -> Result<(), StoreError> {

@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 use tidemark_core::RetentionDuration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::error::{StoreError, is_not_found, write_err};
+use crate::error::{StoreError, is_not_found, request, write_err};
 use crate::format::{
     BackupType, FORMAT_VERSION, LogPosition, Metadata, MetadataPhase, PayloadObject,
 };
@@ -138,23 +138,12 @@ impl Upload {
             return Err(TransferError::InvalidId(spec.backup_id.clone()));
         }
         let meta_key = layout::metadata_key(&spec.backup_name, &spec.backup_id);
-        match store.inner.head(&meta_key).await {
-            Ok(_) => {
-                return Err(TransferError::AlreadyCommitted {
-                    url: store.url.clone(),
-                    name: spec.backup_name.clone(),
-                    id: spec.backup_id.clone(),
-                });
-            }
-            Err(e) if is_not_found(&e) => {}
-            Err(source) => {
-                return Err(StoreError::Request {
-                    url: store.url.clone(),
-                    action: format!("checking {}", store.display_key(&meta_key)),
-                    source,
-                }
-                .into());
-            }
+        if store.head(&meta_key).await?.is_some() {
+            return Err(TransferError::AlreadyCommitted {
+                url: store.url.clone(),
+                name: spec.backup_name.clone(),
+                id: spec.backup_id.clone(),
+            });
         }
         let key = Path::from_iter([
             spec.backup_name.as_str(),
@@ -357,7 +346,7 @@ pub async fn find_backup(
                 .await
                 .map_err(|source| StoreError::Request {
                     url: store.url.clone(),
-                    action: "listing backup names".into(),
+                    action: format!("listing {}/", store.cluster),
                     source,
                 })?;
             let mut found = None;
@@ -367,20 +356,9 @@ pub async fn find_backup(
                     continue;
                 }
                 let k = layout::metadata_key(n, id);
-                match store.inner.head(&k).await {
-                    Ok(_) => {
-                        found = Some(k);
-                        break;
-                    }
-                    Err(e) if is_not_found(&e) => {}
-                    Err(source) => {
-                        return Err(StoreError::Request {
-                            url: store.url.clone(),
-                            action: format!("checking {}", store.display_key(&k)),
-                            source,
-                        }
-                        .into());
-                    }
+                if store.head(&k).await?.is_some() {
+                    found = Some(k);
+                    break;
                 }
             }
             found.ok_or_else(|| TransferError::NotFound {
@@ -389,27 +367,13 @@ pub async fn find_backup(
             })?
         }
     };
-    let bytes = match store.inner.get(&key).await {
-        Ok(g) => g.bytes().await,
-        Err(e) => Err(e),
-    };
-    let bytes = match bytes {
-        Ok(b) => b,
-        Err(e) if is_not_found(&e) => {
-            return Err(TransferError::NotFound {
-                url: store.url.clone(),
-                what: store.display_key(&key),
-            });
-        }
-        Err(source) => {
-            return Err(StoreError::Request {
-                url: store.url.clone(),
-                action: format!("reading {}", store.display_key(&key)),
-                source,
-            }
-            .into());
-        }
-    };
+    let bytes = store
+        .read(&key)
+        .await?
+        .ok_or_else(|| TransferError::NotFound {
+            url: store.url.clone(),
+            what: store.display_key(&key),
+        })?;
     let m: Metadata = serde_json::from_slice(&bytes).map_err(|e| TransferError::Metadata {
         key: store.display_key(&key),
         problem: e.to_string(),
@@ -462,24 +426,13 @@ pub async fn download(
                 key: store.display_key(&key),
             });
         }
-        Err(source) => {
-            return Err(StoreError::Request {
-                url: store.url.clone(),
-                action: format!("reading {}", store.display_key(&key)),
-                source,
-            }
-            .into());
-        }
+        Err(source) => return Err(request(store, "reading", &key, source).into()),
     };
     let mut stream = got.into_stream();
     let mut hasher = Sha256::new();
     let mut size = 0u64;
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|source| StoreError::Request {
-            url: store.url.clone(),
-            action: format!("reading {}", store.display_key(&key)),
-            source,
-        })?;
+        let chunk = chunk.map_err(|source| request(store, "reading", &key, source))?;
         hasher.update(&chunk);
         size += chunk.len() as u64;
         progress.bytes(chunk.len() as u64);

@@ -87,11 +87,15 @@ pub struct PushArgs {
     #[arg(long, value_name = "ID")]
     pub parent: Option<String>,
     /// Recorded as `method` in metadata.json (default: exec with a command, stdin without).
+    /// `mariabackup` runs the command (default `mariabackup`) with `--backup
+    /// --stream=xbstream` appended, incremental from the parent's LSN, and records the LSNs
+    /// and binlog position.
     #[arg(long, value_name = "NAME")]
     pub method: Option<String>,
-    /// Payload file extension: the object is backup.<EXT>.
-    #[arg(long, value_name = "EXT", default_value = "bin")]
-    pub ext: String,
+    /// Payload file extension: the object is backup.<EXT> (default: xbstream for
+    /// --method mariabackup, bin otherwise).
+    #[arg(long, value_name = "EXT")]
+    pub ext: Option<String>,
     /// A label for metadata.json, KEY=VALUE (repeatable).
     #[arg(long, value_name = "KEY=VALUE")]
     pub label: Vec<String>,
@@ -101,7 +105,9 @@ pub struct PushArgs {
     pub ttl: Option<String>,
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
-    /// The command whose stdout is the backup, e.g. -- tar -C /data -cf - .
+    /// The command whose stdout is the backup, e.g. -- tar -C /data -cf - . With
+    /// --method mariabackup: the mariabackup program and its connection options, e.g.
+    /// -- mariabackup --user=root --socket=/run/mysqld/mysqld.sock
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }

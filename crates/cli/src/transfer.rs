@@ -9,6 +9,7 @@ use object_store::ObjectStoreExt;
 use serde::Serialize;
 use tidemark_core::RetentionDuration;
 use tidemark_store::format::{BackupType, Metadata, MetadataPhase};
+use tidemark_store::mariadb;
 use tidemark_store::transfer::{
     self, BackupSpec, Outcome, TransferError, new_backup_id, valid_backup_name,
 };
@@ -106,7 +107,11 @@ fn spec(args: &PushArgs, started_at: Timestamp) -> Result<BackupSpec, CliError> 
             ));
         }
     };
-    let ext = &args.ext;
+    let mariabackup = args.method.as_deref() == Some(mariadb::METHOD);
+    let ext = args
+        .ext
+        .as_deref()
+        .unwrap_or(if mariabackup { mariadb::EXT } else { "bin" });
     if ext.is_empty()
         || !ext
             .bytes()
@@ -159,6 +164,7 @@ pub async fn push(args: &PushArgs) -> Result<Exit, CliError> {
     let spec = spec(args, started_at)?;
     let target = resolve::store_target(&args.store, args.policy.as_deref())?;
     let store = &target.store;
+    let mut parent_meta = None;
     if let Some(parent) = &spec.parent_id {
         let p = transfer::find_backup(store, None, parent)
             .await
@@ -174,21 +180,46 @@ pub async fn push(args: &PushArgs) -> Result<Exit, CliError> {
                 "--parent {parent} is a failed backup; an incremental needs a completed parent"
             )));
         }
+        parent_meta = Some(p);
     }
+    let mariabackup = if spec.method == mariadb::METHOD {
+        Some(MariabackupRun::new(&args.command, parent_meta.as_ref())?)
+    } else {
+        None
+    };
+    let command = match &mariabackup {
+        Some(run) => run.command.clone(),
+        None => args.command.clone(),
+    };
     let json = args.output == OutputFormat::Json;
     let bar = TerminalProgress::for_bytes(json, "uploading");
     let progress: &dyn Progress = match &bar {
         Some(b) => b,
         None => &NoProgress,
     };
-    let result = stream_source(store, &spec, &args.command, progress).await;
+    let result = stream_source(store, &spec, &command, progress).await;
     if let Some(b) = &bar {
         b.finish();
     }
+    // What mariabackup recorded beside the stream; without it the backup is unusable as a
+    // parent, so its absence fails the attempt.
+    let result = match (result, &mariabackup) {
+        (Ok(payload), Some(run)) => match run.recorded() {
+            Ok((extra, position)) => Ok((payload, extra, position)),
+            Err(e) => {
+                remove_payload(store, &spec, &payload.name).await;
+                Err(CliError::new(Exit::SourceFailed, e))
+            }
+        },
+        (Ok(payload), None) => Ok((payload, serde_json::Map::new(), None)),
+        (Err(e), _) => Err(e),
+    };
     let (outcome, failure) = match result {
-        Ok(payload) => (
+        Ok((payload, extra, log_position)) => (
             Outcome {
                 payload: vec![payload],
+                log_position,
+                extra,
                 ..Default::default()
             },
             None,
@@ -299,12 +330,7 @@ async fn stream_source(
         Ok(payload) if status.success() => Ok(payload),
         Ok(payload) => {
             // The bytes are of a failed run: remove them now rather than after the TTL.
-            let key = object_store::path::Path::from_iter([
-                spec.backup_name.as_str(),
-                spec.backup_id.as_str(),
-                payload.name.as_str(),
-            ]);
-            let _ = store.object_store().delete(&key).await;
+            remove_payload(store, spec, &payload.name).await;
             Err(CliError::new(
                 Exit::SourceFailed,
                 anyhow::anyhow!(
@@ -315,6 +341,61 @@ async fn stream_source(
                 ),
             ))
         }
+    }
+}
+
+/// Removes the payload of a failed attempt now rather than after `failedBackupsTTL`
+/// (best effort: the TTL collects it if this fails).
+async fn remove_payload(store: &ClusterStore, spec: &BackupSpec, name: &str) {
+    let key = object_store::path::Path::from_iter([
+        spec.backup_name.as_str(),
+        spec.backup_id.as_str(),
+        name,
+    ]);
+    let _ = store.object_store().delete(&key).await;
+}
+
+/// A `push --method mariabackup`: the command line Tidemark completes, and the directory
+/// where mariabackup leaves its LSNs and binlog position.
+struct MariabackupRun {
+    command: Vec<String>,
+    lsndir: tempfile::TempDir,
+}
+
+impl MariabackupRun {
+    fn new(user_command: &[String], parent: Option<&Metadata>) -> Result<Self, CliError> {
+        let incremental_lsn = parent
+            .map(|p| mariadb::lsns_of(p).map(|l| l.to_lsn))
+            .transpose()
+            .map_err(|e| CliError::input(format!("--parent: {e}")))?;
+        let lsndir = tempfile::Builder::new()
+            .prefix("tidemark-lsn-")
+            .tempdir()
+            .map_err(|e| CliError::new(Exit::Internal, e))?;
+        let mut command = if user_command.is_empty() {
+            vec![mariadb::METHOD.to_owned()]
+        } else {
+            user_command.to_vec()
+        };
+        command.extend(mariadb::backup_args(lsndir.path(), incremental_lsn));
+        Ok(MariabackupRun { command, lsndir })
+    }
+
+    /// The `metadata.json` fields of a finished run.
+    fn recorded(
+        &self,
+    ) -> Result<
+        (
+            serde_json::Map<String, serde_json::Value>,
+            Option<tidemark_store::format::LogPosition>,
+        ),
+        mariadb::MariaDbError,
+    > {
+        let (lsns, position) = mariadb::read_lsndir(self.lsndir.path())?;
+        let mut extra = serde_json::Map::new();
+        let (k, v) = mariadb::lsns_field(&lsns);
+        extra.insert(k, v);
+        Ok((extra, position))
     }
 }
 

@@ -10,6 +10,7 @@ pub mod fault;
 pub mod format;
 pub mod index;
 pub mod layout;
+pub mod mariadb;
 pub mod open;
 pub mod progress;
 pub mod survey;

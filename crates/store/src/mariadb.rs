@@ -1,0 +1,233 @@
+//! MariaDB physical backups with `mariabackup`: the command line of a streamed backup, and
+//! what it leaves in `--extra-lsndir` (LSNs and the binlog position) for `metadata.json`.
+//!
+//! An incremental starts from its parent's `toLsn`, read from the parent's
+//! `metadata.json`, so a backup needs no local state from the previous one.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::format::{LogPosition, Metadata};
+
+/// The `method` of backups taken with `mariabackup`.
+pub const METHOD: &str = "mariabackup";
+/// The payload extension of a mariabackup stream.
+pub const EXT: &str = "xbstream";
+/// The `metadata.json` field that holds [`Lsns`].
+pub const EXTRA_FIELD: &str = "mariabackup";
+/// Files `mariabackup --extra-lsndir` writes.
+pub const CHECKPOINTS_FILE: &str = "xtrabackup_checkpoints";
+pub const INFO_FILE: &str = "xtrabackup_info";
+
+/// The LSN range a backup covers, from `xtrabackup_checkpoints`; recorded in
+/// `metadata.json` as `"mariabackup": {"fromLsn", "toLsn", "lastLsn"}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Lsns {
+    pub from_lsn: u64,
+    /// The checkpoint LSN: an incremental on top of this backup starts here.
+    pub to_lsn: u64,
+    pub last_lsn: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MariaDbError {
+    #[error("{file}: {problem}")]
+    Malformed { file: String, problem: String },
+    #[error("cannot read {file}")]
+    Read {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "backup {id} has no mariabackup LSNs in its metadata.json (method {method:?}); an incremental with --method mariabackup needs a parent taken with --method mariabackup"
+    )]
+    NoLsns { id: String, method: String },
+}
+
+/// The arguments Tidemark appends to the user's `mariabackup` command line: a streamed
+/// backup whose LSNs and binlog position land in `lsndir`, incremental from
+/// `incremental_lsn` when given.
+pub fn backup_args(lsndir: &Path, incremental_lsn: Option<u64>) -> Vec<String> {
+    let dir = lsndir.display();
+    let mut args = vec![
+        "--backup".to_owned(),
+        "--stream=xbstream".to_owned(),
+        // mariabackup wants a target dir even when streaming; nothing large is written.
+        format!("--target-dir={dir}"),
+        format!("--extra-lsndir={dir}"),
+    ];
+    if let Some(lsn) = incremental_lsn {
+        args.push(format!("--incremental-lsn={lsn}"));
+    }
+    args
+}
+
+/// The LSNs recorded in a backup's `metadata.json`.
+///
+/// # Errors
+/// The backup was not taken with `--method mariabackup` (or its field is malformed).
+pub fn lsns_of(m: &Metadata) -> Result<Lsns, MariaDbError> {
+    m.extra
+        .get(EXTRA_FIELD)
+        .and_then(|v| serde_json::from_value(v.clone()).ok())
+        .ok_or_else(|| MariaDbError::NoLsns {
+            id: m.backup_id.clone(),
+            method: m.method.clone(),
+        })
+}
+
+/// The `metadata.json` field for `lsns`.
+pub fn lsns_field(lsns: &Lsns) -> (String, serde_json::Value) {
+    (
+        EXTRA_FIELD.to_owned(),
+        serde_json::json!({
+            "fromLsn": lsns.from_lsn,
+            "toLsn": lsns.to_lsn,
+            "lastLsn": lsns.last_lsn,
+        }),
+    )
+}
+
+/// Parses `xtrabackup_checkpoints` (`key = value` lines).
+///
+/// # Errors
+/// A missing or non-numeric LSN.
+pub fn parse_checkpoints(text: &str) -> Result<Lsns, MariaDbError> {
+    let get = |key: &str| -> Result<u64, MariaDbError> {
+        let value = key_values(text)
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v)
+            .ok_or_else(|| MariaDbError::Malformed {
+                file: CHECKPOINTS_FILE.into(),
+                problem: format!("no {key} line"),
+            })?;
+        value.parse().map_err(|_| MariaDbError::Malformed {
+            file: CHECKPOINTS_FILE.into(),
+            problem: format!("{key} = {value:?} is not a number"),
+        })
+    };
+    Ok(Lsns {
+        from_lsn: get("from_lsn")?,
+        to_lsn: get("to_lsn")?,
+        last_lsn: get("last_lsn")?,
+    })
+}
+
+fn key_values(text: &str) -> impl Iterator<Item = (&str, &str)> {
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim(), v.trim()))
+}
+
+/// The binlog position in `xtrabackup_info`'s `binlog_pos` line, e.g.
+/// `filename 'mysql-bin.000002', position '1032', GTID of the last change '0-1-4'`.
+/// `None` when binary logging is off (no such line, or an empty one).
+///
+/// # Errors
+/// A `binlog_pos` line of another shape.
+pub fn parse_binlog_pos(info: &str) -> Result<Option<LogPosition>, MariaDbError> {
+    let Some(value) = key_values(info)
+        .find(|(k, _)| *k == "binlog_pos")
+        .map(|(_, v)| v)
+        .filter(|v| !v.is_empty())
+    else {
+        return Ok(None);
+    };
+    let malformed = || MariaDbError::Malformed {
+        file: INFO_FILE.into(),
+        problem: format!(
+            "binlog_pos = {value:?}: expected filename 'F', position 'N'[, GTID of the last change 'G']"
+        ),
+    };
+    // The quoted fields in order: file, position, GTID (GTIDs and file names hold no quote).
+    let quoted: Vec<&str> = value.split('\'').skip(1).step_by(2).collect();
+    let (file, position) = match quoted.as_slice() {
+        [file, position, ..] => (*file, *position),
+        _ => return Err(malformed()),
+    };
+    let position = position.parse().map_err(|_| malformed())?;
+    if file.is_empty() {
+        return Err(malformed());
+    }
+    let gtid = quoted
+        .get(2)
+        .filter(|g| !g.is_empty())
+        .map(|g| (*g).to_owned());
+    Ok(Some(LogPosition {
+        file: file.to_owned(),
+        position,
+        gtid,
+    }))
+}
+
+/// Reads what `mariabackup --extra-lsndir=dir` left: the LSNs and the binlog position.
+///
+/// # Errors
+/// A file is missing or malformed.
+pub fn read_lsndir(dir: &Path) -> Result<(Lsns, Option<LogPosition>), MariaDbError> {
+    let read = |name: &str| {
+        let path = dir.join(name);
+        std::fs::read_to_string(&path).map_err(|source| MariaDbError::Read {
+            file: path.display().to_string(),
+            source,
+        })
+    };
+    let lsns = parse_checkpoints(&read(CHECKPOINTS_FILE)?)?;
+    let position = parse_binlog_pos(&read(INFO_FILE)?)?;
+    Ok((lsns, position))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checkpoints_parse() {
+        let text = "backup_type = incremental\nfrom_lsn = 44404\nto_lsn = 44410\nlast_lsn = 48630\nrecover_binlog_info = 0\n";
+        assert_eq!(
+            parse_checkpoints(text).unwrap(),
+            Lsns {
+                from_lsn: 44404,
+                to_lsn: 44410,
+                last_lsn: 48630
+            }
+        );
+        let e = parse_checkpoints("from_lsn = 1\nto_lsn = x\nlast_lsn = 2").unwrap_err();
+        assert!(e.to_string().contains("to_lsn = \"x\""), "{e}");
+        assert!(parse_checkpoints("from_lsn = 1\n").is_err());
+    }
+
+    #[test]
+    fn binlog_position_parses() {
+        let info = "tool_name = mariabackup\nbinlog_pos = filename 'mysql-bin.000001', position '826', GTID of the last change '0-1-3,1-2-9'\ninnodb_from_lsn = 0\n";
+        assert_eq!(
+            parse_binlog_pos(info).unwrap(),
+            Some(LogPosition {
+                file: "mysql-bin.000001".into(),
+                position: 826,
+                gtid: Some("0-1-3,1-2-9".into()),
+            })
+        );
+        let no_gtid = "binlog_pos = filename 'b.000002', position '4', GTID of the last change ''";
+        assert_eq!(parse_binlog_pos(no_gtid).unwrap().unwrap().gtid, None);
+        assert_eq!(parse_binlog_pos("tool_name = mariabackup\n").unwrap(), None);
+        assert_eq!(parse_binlog_pos("binlog_pos = \n").unwrap(), None);
+        assert!(parse_binlog_pos("binlog_pos = filename 'x', position 'y'").is_err());
+    }
+
+    #[test]
+    fn incremental_args_carry_the_lsn() {
+        let args = backup_args(Path::new("/tmp/l"), Some(44404));
+        assert!(args.contains(&"--stream=xbstream".to_owned()));
+        assert!(args.contains(&"--extra-lsndir=/tmp/l".to_owned()));
+        assert_eq!(args.last().unwrap(), "--incremental-lsn=44404");
+        assert!(
+            !backup_args(Path::new("/tmp/l"), None)
+                .iter()
+                .any(|a| a.starts_with("--incremental"))
+        );
+    }
+}

@@ -38,6 +38,46 @@ pub enum Command {
     /// <cluster>/binlogs/ and index them with their event times. Re-runs upload nothing
     /// twice. Keeps watching unless --once.
     ArchiveBinlogs(ArchiveArgs),
+    /// Build a MariaDB data directory at a point in time: the newest mariabackup chain
+    /// completed by then, prepared, plus the binlogs replayed up to the target.
+    /// --dry-run lists what it would use.
+    Restore(RestoreArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RestoreArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// A BackupPolicy file to take --store and --cluster from.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// The instant to restore to, RFC 3339 (e.g. 2026-11-20T14:05:00Z); binlog events are
+    /// replayed through that second.
+    #[arg(long, value_name = "TIME")]
+    pub to: String,
+    /// The data directory to create (it must not exist or be empty).
+    #[arg(long, value_name = "DIR", required_unless_present = "dry_run")]
+    pub datadir: Option<PathBuf>,
+    /// List the backups and binlogs the restore would use, and stop.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+    /// The mariabackup program.
+    #[arg(long, value_name = "PATH", default_value = "mariabackup")]
+    pub mariabackup: PathBuf,
+    /// The mbstream program.
+    #[arg(long, value_name = "PATH", default_value = "mbstream")]
+    pub mbstream: PathBuf,
+    /// The server started on the restored directory to replay binlogs.
+    #[arg(long, value_name = "PATH", default_value = "mariadbd")]
+    pub mariadbd: PathBuf,
+    /// The binlog decoder.
+    #[arg(long, value_name = "PATH", default_value = "mariadb-binlog")]
+    pub mariadb_binlog: PathBuf,
+    /// The client that applies the decoded events.
+    #[arg(long, value_name = "PATH", default_value = "mariadb")]
+    pub mariadb: PathBuf,
 }
 
 #[derive(Debug, Args)]

@@ -31,6 +31,7 @@ pub fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Push(a) => rt.block_on(crate::transfer::push(&a)),
         Command::Fetch(a) => rt.block_on(crate::transfer::fetch(&a)),
         Command::ArchiveBinlogs(a) => rt.block_on(crate::transfer::archive_binlogs(&a)),
+        Command::Restore(a) => rt.block_on(crate::restore::restore(&a)),
     }
 }
 

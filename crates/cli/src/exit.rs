@@ -22,6 +22,12 @@ pub enum Exit {
     /// push: the backup source failed (the command exited non-zero, or reading its stream
     /// failed); the attempt is recorded as failed.
     SourceFailed = 6,
+    /// restore: the target cannot be restored (outside the recovery window, in a gap, or
+    /// past an unarchived binlog); nothing was written.
+    NotRestorable = 7,
+    /// restore: a MariaDB tool failed (the error shows the end of its output); the data
+    /// directory was removed again.
+    RestoreFailed = 8,
 }
 
 impl From<Exit> for ExitCode {

@@ -6,6 +6,7 @@ mod exit;
 mod output;
 mod progress;
 mod resolve;
+mod restore;
 mod transfer;
 
 use std::process::ExitCode;

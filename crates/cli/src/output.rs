@@ -263,3 +263,36 @@ pub fn window_line(w: &Option<RecoveryWindow>) -> String {
         }
     }
 }
+
+/// What `restore --output json` prints (with `--dry-run`, before anything is written).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreOut {
+    pub format_version: u32,
+    pub target: Timestamp,
+    pub recovery_window: RecoveryWindow,
+    /// The chain, base full first; the last one is the backup restored.
+    pub backups: Vec<RestoreBackupOut>,
+    /// Binlog segments replayed, in order.
+    pub segments: Vec<tidemark_store::restore::ReplaySegment>,
+    /// Replay starts in the first segment at this position.
+    pub start_position: Option<tidemark_store::format::LogPosition>,
+    /// Events stamped at or after this instant are not replayed.
+    pub stop_datetime: Option<Timestamp>,
+    pub dry_run: bool,
+    /// The data directory written (absent with --dry-run).
+    pub datadir: Option<std::path::PathBuf>,
+    pub bytes_downloaded: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreBackupOut {
+    pub backup_id: String,
+    pub backup_name: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub completed_at: Option<Timestamp>,
+    pub size: u64,
+    pub log_position: Option<tidemark_store::format::LogPosition>,
+}

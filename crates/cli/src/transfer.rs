@@ -70,6 +70,7 @@ fn transfer_error(e: TransferError) -> CliError {
         TransferError::Source { .. } => Exit::SourceFailed,
         TransferError::Failed { .. }
         | TransferError::MissingPayload { .. }
+        | TransferError::MissingSegment { .. }
         | TransferError::Checksum { .. }
         | TransferError::Metadata { .. } => Exit::Data,
         TransferError::Sink(_) => Exit::Internal,

@@ -7,6 +7,7 @@ pub mod inventory;
 pub mod plan;
 pub mod policy;
 pub mod reason;
+pub mod restore;
 
 pub use coverage::{Coverage, Interval, Replay};
 pub use duration::{DURATION_FORM, DurationError, RetentionDuration};
@@ -17,3 +18,4 @@ pub use plan::{
 };
 pub use policy::{Policy, PolicyError, PolicyInput};
 pub use reason::Reason;
+pub use restore::{RestoreChoice, RestoreRefusal, choose_restore};

@@ -281,7 +281,7 @@ fn delete_reasons(
 }
 
 /// Completed with every ancestor completed and present (cycles are not restorable).
-fn restorable(backups: &[&Backup], parent: &[Option<usize>]) -> Vec<bool> {
+pub(crate) fn restorable(backups: &[&Backup], parent: &[Option<usize>]) -> Vec<bool> {
     #[derive(Clone, Copy, PartialEq)]
     enum S {
         Unknown,
@@ -700,7 +700,7 @@ pub fn kept_segments<'a>(segments: &'a [Segment], plan: &SegmentPlan) -> Vec<&'a
 /// Each backup's parent position, when the parent is in the inventory. The first backup
 /// with a given id wins, so duplicates cannot make the answer depend on input order beyond
 /// the sort callers apply.
-fn parents(backups: &[&Backup]) -> Vec<Option<usize>> {
+pub(crate) fn parents(backups: &[&Backup]) -> Vec<Option<usize>> {
     let mut index: HashMap<&str, usize> = HashMap::with_capacity(backups.len());
     for (i, b) in backups.iter().enumerate() {
         index.entry(b.id.as_str()).or_insert(i);
@@ -712,14 +712,14 @@ fn parents(backups: &[&Backup]) -> Vec<Option<usize>> {
 }
 
 /// Inventory backups sorted as the planner sees them.
-fn sorted(inventory: &Inventory) -> Vec<&Backup> {
+pub(crate) fn sorted(inventory: &Inventory) -> Vec<&Backup> {
     let mut backups: Vec<&Backup> = inventory.backups.iter().collect();
     backups.sort_by(|a, b| (a.started_at, &a.id, &a.name).cmp(&(b.started_at, &b.id, &b.name)));
     backups
 }
 
 /// The recovery window over the backups `include` selects, replaying `replay`.
-fn window_of(
+pub(crate) fn window_of(
     backups: &[&Backup],
     replay: &Replay,
     include: impl Fn(usize) -> bool,

@@ -13,6 +13,7 @@ pub mod layout;
 pub mod mariadb;
 pub mod open;
 pub mod progress;
+pub mod restore;
 pub mod survey;
 pub mod synth;
 #[cfg(feature = "test-support")]

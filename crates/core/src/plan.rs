@@ -141,14 +141,24 @@ pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
     let n = backups.len();
     let parent = parents(&backups);
     let restorable = restorable(&backups, &parent);
+    // A backup a synthetic full replaced is no recovery point of its own any more: the
+    // rules see the full in its place.
+    let superseded = superseded_by(&backups);
 
     let mut reasons: Vec<Vec<Reason>> = vec![Vec::new(); n];
-    apply_rules(policy, &backups, &restorable, now, &mut reasons);
+    apply_rules(
+        policy,
+        &backups,
+        &restorable,
+        &superseded,
+        now,
+        &mut reasons,
+    );
 
     // Per-backup TTL overrides the retention rules (not floor, locks, holds, chains).
     let mut ttl_expired = vec![false; n];
     for (i, b) in backups.iter().enumerate() {
-        if b.phase == Phase::InProgress {
+        if b.phase == Phase::InProgress || superseded[i].is_some() {
             continue;
         }
         if let Some(ttl) = b.ttl {
@@ -168,7 +178,7 @@ pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
     {
         let cutoff = window.before(now);
         if let Some(i) = (0..n)
-            .filter(|&i| restorable[i] && !ttl_expired[i])
+            .filter(|&i| restorable[i] && !ttl_expired[i] && superseded[i].is_none())
             .filter(|&i| backups[i].restore_point() <= cutoff)
             .max_by(|&a, &b| {
                 (backups[a].restore_point(), &backups[a].id)
@@ -181,9 +191,16 @@ pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
 
     close_chains(&backups, &parent, &mut reasons);
     let replay = Replay::new(&inventory.segments);
-    bridge_gaps(&backups, &parent, &restorable, &replay, &mut reasons);
+    bridge_gaps(
+        &backups,
+        &parent,
+        &restorable,
+        &superseded,
+        &replay,
+        &mut reasons,
+    );
 
-    let mut deletes = delete_reasons(&backups, &reasons, &ttl_expired);
+    let mut deletes = delete_reasons(&backups, &reasons, &ttl_expired, &superseded);
     if policy.max_deletions_per_pass > 0 {
         defer_beyond_cap(
             policy.max_deletions_per_pass as usize,
@@ -197,8 +214,15 @@ pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
         // retained restore point earlier, bringing a planned deletion inside the window.
         // Both only shrink the deletions, so the cap still holds.
         close_chains(&backups, &parent, &mut reasons);
-        bridge_gaps(&backups, &parent, &restorable, &replay, &mut reasons);
-        deletes = delete_reasons(&backups, &reasons, &ttl_expired);
+        bridge_gaps(
+            &backups,
+            &parent,
+            &restorable,
+            &superseded,
+            &replay,
+            &mut reasons,
+        );
+        deletes = delete_reasons(&backups, &reasons, &ttl_expired, &superseded);
     }
 
     let horizon = backups
@@ -229,13 +253,33 @@ pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
         window_of(&backups, &replay, |i| restorable[i] && deletes[i].is_none())
     };
 
+    let mut merged: Vec<Option<&BackupId>> = vec![None; n];
+    let mut targets = vec![false; n];
+    if policy.consolidate {
+        let groups = consolidations(&backups, &parent, &reasons, &deletes);
+        for (target, members) in without_gaps(groups, &backups, &restorable, &replay, |i| {
+            deletes[i].is_none()
+        }) {
+            targets[target] = true;
+            for m in members {
+                merged[m] = Some(&backups[target].id);
+            }
+        }
+    }
     let decisions = backups
         .iter()
         .enumerate()
         .map(|(i, b)| {
-            let (action, mut rs) = match deletes[i].take() {
-                Some(r) => (Action::Delete, vec![r]),
-                None => (Action::Keep, std::mem::take(&mut reasons[i])),
+            let (action, mut rs) = match (deletes[i].take(), merged[i]) {
+                (Some(r), _) => (Action::Delete, vec![r]),
+                (None, Some(target)) => (
+                    Action::Consolidate,
+                    vec![Reason::ConsolidateInto(target.clone())],
+                ),
+                (None, None) if targets[i] => {
+                    (Action::Consolidate, std::mem::take(&mut reasons[i]))
+                }
+                (None, None) => (Action::Keep, std::mem::take(&mut reasons[i])),
             };
             rs.sort();
             rs.dedup();
@@ -261,6 +305,7 @@ fn delete_reasons(
     backups: &[&Backup],
     reasons: &[Vec<Reason>],
     ttl_expired: &[bool],
+    superseded: &[Option<usize>],
 ) -> Vec<Option<Reason>> {
     backups
         .iter()
@@ -270,6 +315,9 @@ fn delete_reasons(
                 return None;
             }
             Some(match b.phase {
+                _ if superseded[i].is_some() => {
+                    Reason::Consolidated(superseded[i].map(|s| backups[s].id.clone())?)
+                }
                 _ if ttl_expired[i] => Reason::TtlExpired,
                 Phase::Uncommitted if b.interrupted_delete => Reason::InterruptedDelete,
                 Phase::Uncommitted => Reason::Uncommitted,
@@ -342,12 +390,13 @@ fn apply_rules(
     policy: &Policy,
     backups: &[&Backup],
     restorable: &[bool],
+    superseded: &[Option<usize>],
     now: Timestamp,
     reasons: &mut [Vec<Reason>],
 ) {
     // Successful backups, newest restore point first.
     let mut successful: Vec<usize> = (0..backups.len())
-        .filter(|&i| backups[i].is_successful())
+        .filter(|&i| backups[i].is_successful() && superseded[i].is_none())
         .collect();
     successful.sort_by(|&a, &b| {
         (backups[b].restore_point(), &backups[b].id)
@@ -511,6 +560,7 @@ fn bridge_gaps(
     backups: &[&Backup],
     parent: &[Option<usize>],
     restorable: &[bool],
+    superseded: &[Option<usize>],
     replay: &Replay,
     reasons: &mut [Vec<Reason>],
 ) {
@@ -531,7 +581,9 @@ fn bridge_gaps(
         );
         let Some(mut t0) = cov.first() else { return };
         let mut added = Vec::new();
+        // A replaced backup's synthetic full restores the same instants: it bridges instead.
         let mut candidates: Vec<usize> = (0..n)
+            .filter(|&i| superseded[i].is_none())
             .filter(|&i| !kept(i) && intervals[i].is_some_and(|iv| iv.to > iv.from))
             .collect();
         candidates.sort_by_key(|&i| (backups[i].restore_point(), &backups[i].id));
@@ -570,6 +622,139 @@ fn bridge_gaps(
             return;
         }
     }
+}
+
+/// Chains to merge into a synthetic full (seed 002, `consolidate: true`): for the oldest
+/// retained increment of a chain, the ancestors kept only for that chain. Returns
+/// (target, merged ancestors); the target is replaced by the full, the ancestors deleted,
+/// once the full is committed — until then everything stays.
+///
+/// A target must be a completed, consolidatable increment kept in its own right (not only
+/// for a chain), with nothing pinning it as it is (lock, hold, newer format), and every
+/// ancestor completed and consolidatable. Merged ancestors are the run above it whose
+/// every reason is `chain` through this line; an ancestor kept for anything else (or for
+/// another branch) stays, and so does everything above it.
+fn consolidations(
+    backups: &[&Backup],
+    parent: &[Option<usize>],
+    reasons: &[Vec<Reason>],
+    deletes: &[Option<Reason>],
+) -> Vec<(usize, Vec<usize>)> {
+    let own_right = |i: usize| reasons[i].iter().any(|r| !matches!(r, Reason::Chain(_)));
+    let pinned = |i: usize| {
+        reasons[i].iter().any(|r| {
+            matches!(
+                r,
+                Reason::Locked(_) | Reason::Protected | Reason::NewerFormat | Reason::InProgress
+            )
+        })
+    };
+    let mut out = Vec::new();
+    for (r, b) in backups.iter().enumerate() {
+        if deletes[r].is_some()
+            || !b.is_successful()
+            || !b.consolidatable
+            || b.kind == BackupKind::Full
+            || !own_right(r)
+            || pinned(r)
+        {
+            continue;
+        }
+        // The whole line up to its base full must be mergeable, and no ancestor may be an
+        // increment retained in its own right (that one is the oldest retained).
+        let mut line = Vec::new();
+        let mut cur = parent[r];
+        let mut ok = true;
+        while let Some(a) = cur {
+            if line.len() > backups.len() {
+                ok = false; // a parent cycle in corrupt metadata
+                break;
+            }
+            let ab = backups[a];
+            if deletes[a].is_some() || !ab.is_successful() || !ab.consolidatable {
+                ok = false;
+                break;
+            }
+            if ab.kind != BackupKind::Full && own_right(a) {
+                ok = false;
+                break;
+            }
+            line.push(a);
+            cur = parent[a];
+        }
+        if !ok
+            || line
+                .last()
+                .is_none_or(|&root| backups[root].kind != BackupKind::Full)
+        {
+            continue;
+        }
+        let mut members = Vec::new();
+        let mut child = r;
+        for &a in &line {
+            let only_this_line = reasons[a]
+                .iter()
+                .all(|x| matches!(x, Reason::Chain(c) if *c == backups[child].id));
+            if !only_this_line {
+                break;
+            }
+            members.push(a);
+            child = a;
+        }
+        if !members.is_empty() {
+            out.push((r, members));
+        }
+    }
+    out
+}
+
+/// Trims each consolidation so that deleting its merged ancestors opens no hole in the
+/// point-in-time window (the gap rule's criterion: every instant a removed backup reaches
+/// by replay, after the oldest backup still kept, stays covered). The replaced target keeps
+/// its instants through the synthetic full, which restores to the same point. Ancestors
+/// are tried from the target upwards; the first one that must stay ends the merge (those
+/// above it are its chain).
+fn without_gaps(
+    mut groups: Vec<(usize, Vec<usize>)>,
+    backups: &[&Backup],
+    restorable: &[bool],
+    replay: &Replay,
+    kept: impl Fn(usize) -> bool,
+) -> Vec<(usize, Vec<usize>)> {
+    let n = backups.len();
+    let intervals: Vec<Option<Interval>> = (0..n)
+        .map(|i| restorable[i].then(|| replay.interval(backups[i].restore_point())))
+        .collect();
+    let Some(t_end) = intervals.iter().flatten().map(|i| i.to).max() else {
+        return Vec::new();
+    };
+    let mut removed = vec![false; n];
+    for (_, members) in &mut groups {
+        let mut take = 0;
+        for &m in members.iter() {
+            removed[m] = true;
+            let cov = Coverage::from_intervals(
+                (0..n)
+                    .filter(|&i| kept(i) && !removed[i])
+                    .filter_map(|i| intervals[i])
+                    .collect(),
+            );
+            let holds = (0..n).filter(|&i| removed[i]).all(|i| {
+                let (Some(iv), Some(t0)) = (intervals[i], cov.first()) else {
+                    return true;
+                };
+                iv.to <= iv.from || cov.covers_open_closed(iv.from.max(t0), iv.to.min(t_end))
+            });
+            if !holds {
+                removed[m] = false;
+                break;
+            }
+            take += 1;
+        }
+        members.truncate(take);
+    }
+    groups.retain(|(_, members)| !members.is_empty());
+    groups
 }
 
 /// Caps deletions at `cap`, deferring the rest so that the kept set stays closed under
@@ -697,17 +882,48 @@ pub fn kept_segments<'a>(segments: &'a [Segment], plan: &SegmentPlan) -> Vec<&'a
         .collect()
 }
 
-/// Each backup's parent position, when the parent is in the inventory. The first backup
-/// with a given id wins, so duplicates cannot make the answer depend on input order beyond
-/// the sort callers apply.
+/// Each backup's parent position, when the parent is in the inventory. A committed
+/// synthetic full stands in for the backup it replaced (the last of its
+/// `consolidatedFrom`), so that backup's descendants build on the full from then on. The
+/// first backup with a given id wins, so duplicates cannot make the answer depend on input
+/// order beyond the sort callers apply.
 pub(crate) fn parents(backups: &[&Backup]) -> Vec<Option<usize>> {
     let mut index: HashMap<&str, usize> = HashMap::with_capacity(backups.len());
     for (i, b) in backups.iter().enumerate() {
         index.entry(b.id.as_str()).or_insert(i);
     }
+    let stand_in = stand_ins(backups);
     backups
         .iter()
-        .map(|b| b.kind.parent().and_then(|p| index.get(p.as_str()).copied()))
+        .map(|b| {
+            let p = b.kind.parent()?.as_str();
+            stand_in.get(p).or_else(|| index.get(p)).copied()
+        })
+        .collect()
+}
+
+/// Replaced backup-id → the committed synthetic full that took its place.
+fn stand_ins<'a>(backups: &[&'a Backup]) -> HashMap<&'a str, usize> {
+    let mut out = HashMap::new();
+    for (i, b) in backups.iter().enumerate() {
+        if b.is_successful()
+            && b.kind == BackupKind::Full
+            && let Some(last) = b.consolidated_from.last()
+            && *last != b.id
+        {
+            out.entry(last.as_str()).or_insert(i);
+        }
+    }
+    out
+}
+
+/// For each backup, the synthetic full that replaced it, if one is committed.
+fn superseded_by(backups: &[&Backup]) -> Vec<Option<usize>> {
+    let stand_in = stand_ins(backups);
+    backups
+        .iter()
+        .enumerate()
+        .map(|(i, b)| stand_in.get(b.id.as_str()).copied().filter(|&s| s != i))
         .collect()
 }
 

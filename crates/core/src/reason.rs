@@ -47,6 +47,9 @@ pub enum Reason {
     Gap,
     /// Would be deleted, but `maxDeletionsPerPass` was reached; a later pass takes it.
     Deferred,
+    /// `consolidate`: merged into a synthetic full that takes the place of the named
+    /// retained increment; deleted once that full is committed.
+    ConsolidateInto(BackupId),
     // --- delete ---
     /// No rule keeps it.
     Expired,
@@ -58,6 +61,8 @@ pub enum Reason {
     Uncommitted,
     /// A previous pass un-committed it for deletion and was interrupted.
     InterruptedDelete,
+    /// A committed synthetic full (named) took its place.
+    Consolidated(BackupId),
 }
 
 impl Reason {
@@ -69,6 +74,7 @@ impl Reason {
                 | Reason::Failed
                 | Reason::Uncommitted
                 | Reason::InterruptedDelete
+                | Reason::Consolidated(_)
         )
     }
 
@@ -109,11 +115,13 @@ impl fmt::Display for Reason {
             Reason::NewerFormat => f.write_str("newerFormat"),
             Reason::Gap => f.write_str("gap"),
             Reason::Deferred => f.write_str("deferred"),
+            Reason::ConsolidateInto(id) => write!(f, "consolidateInto:{id}"),
             Reason::Expired => f.write_str("expired"),
             Reason::TtlExpired => f.write_str("ttlExpired"),
             Reason::Failed => f.write_str("failed"),
             Reason::Uncommitted => f.write_str("uncommitted"),
             Reason::InterruptedDelete => f.write_str("interruptedDelete"),
+            Reason::Consolidated(id) => write!(f, "consolidated:{id}"),
         }
     }
 }

@@ -246,6 +246,8 @@ mod tests {
             interrupted_delete: false,
             log_file: Some(log.into()),
             size: 1,
+            consolidated_from: Vec::new(),
+            consolidatable: false,
         }
     }
 

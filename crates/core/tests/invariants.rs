@@ -97,6 +97,9 @@ fn build_backups(specs: &[Spec]) -> Vec<Backup> {
             interrupted_delete: false,
             log_file: None,
             size: 10,
+            consolidated_from: Vec::new(),
+            // Mixed methods: some chains can be merged, some cannot.
+            consolidatable: s.start_h % 3 != 0,
         });
     }
     out
@@ -137,7 +140,7 @@ fn policy() -> impl Strategy<Value = PolicyInput> {
         prop::option::of(0i64..6),
         prop::option::of(0i64..3),
         prop::option::of(0u32..30),
-        any::<bool>(),
+        (any::<bool>(), any::<bool>()),
         prop::option::weighted(0.3, 0i64..8),
         prop::sample::select(vec![
             "UTC",
@@ -146,19 +149,21 @@ fn policy() -> impl Strategy<Value = PolicyInput> {
             "America/New_York",
         ]),
     )
-        .prop_map(|(w, last, d, wk, m, y, ft, cover, cap, tz)| PolicyInput {
-            window: w.map(|n| format!("{n}d")),
-            keep_last: last,
-            keep_daily: d,
-            keep_weekly: wk,
-            keep_monthly: m,
-            keep_yearly: y,
-            failed_backups_ttl: ft.map(|n| format!("{n}d")),
-            cover_window: Some(cover && w.is_some()),
-            consolidate: None,
-            max_deletions_per_pass: cap,
-            time_zone: Some(tz.to_owned()),
-        })
+        .prop_map(
+            |(w, last, d, wk, m, y, ft, (cover, consolidate), cap, tz)| PolicyInput {
+                window: w.map(|n| format!("{n}d")),
+                keep_last: last,
+                keep_daily: d,
+                keep_weekly: wk,
+                keep_monthly: m,
+                keep_yearly: y,
+                failed_backups_ttl: ft.map(|n| format!("{n}d")),
+                cover_window: Some(cover && w.is_some()),
+                consolidate: Some(consolidate),
+                max_deletions_per_pass: cap,
+                time_zone: Some(tz.to_owned()),
+            },
+        )
 }
 
 // ------------------------------------------------------------ naive restore model
@@ -364,7 +369,8 @@ fn check_invariants(
     // Every decision carries reasons; deletions exactly one delete reason.
     for d in &p.backups {
         prop_assert!(!d.reasons.is_empty(), "{} has no reason", d.backup.id);
-        let keep = d.action == Action::Keep;
+        // `consolidate` keeps a backup until its synthetic full is committed.
+        let keep = d.action != Action::Delete;
         prop_assert!(d.reasons.iter().all(|r| r.is_keep() == keep), "{:?}", d);
     }
 
@@ -377,7 +383,12 @@ fn check_invariants(
     {
         let mut cur = Some(newest);
         while let Some(b) = cur {
-            prop_assert_eq!(action[b.id.as_str()], Action::Keep, "floor chain {}", b.id);
+            prop_assert_ne!(
+                action[b.id.as_str()],
+                Action::Delete,
+                "floor chain {}",
+                b.id
+            );
             cur = b.kind.parent().and_then(|p| by_id.get(p.as_str()).copied());
         }
     }
@@ -393,9 +404,9 @@ fn check_invariants(
             let Some(parent) = cur.kind.parent().and_then(|p| by_id.get(p.as_str())) else {
                 break;
             };
-            prop_assert_eq!(
+            prop_assert_ne!(
                 action[parent.id.as_str()],
-                Action::Keep,
+                Action::Delete,
                 "{} needs {}: {:?}",
                 b.id,
                 parent.id,
@@ -509,6 +520,127 @@ fn check_invariants(
                     covered(&after, t),
                     "window instant {t} lost; {:?}",
                     dump(&p)
+                );
+            }
+        }
+    }
+
+    // 7. Carrying out the consolidations opens no hole and strands no increment: each
+    // target is replaced by a full with its times, its merged ancestors are deleted.
+    let mut merged: HashMap<&str, &str> = HashMap::new();
+    let mut targets: Vec<&Backup> = Vec::new();
+    for d in p.backups.iter().filter(|d| d.action == Action::Consolidate) {
+        match d.reasons.as_slice() {
+            [tidemark_core::Reason::ConsolidateInto(t)] => {
+                merged.insert(d.backup.id.as_str(), t.as_str());
+            }
+            _ => targets.push(&d.backup),
+        }
+    }
+    prop_assert_eq!(
+        merged.values().collect::<HashSet<_>>().len(),
+        targets.len(),
+        "every merge names a target: {:?}",
+        dump(&p)
+    );
+    if !targets.is_empty() {
+        let synthetic = |id: &str| format!("{id}-s");
+        let mut next: Vec<Backup> = after_backups
+            .iter()
+            .filter(|b| !merged.contains_key(b.id.as_str()))
+            .cloned()
+            .collect();
+        for t in &targets {
+            prop_assert!(t.consolidatable && t.phase == Phase::Completed);
+            next.retain(|b| b.id != t.id);
+            next.push(Backup {
+                id: synthetic(&t.id),
+                kind: BackupKind::Full,
+                ..(*t).clone()
+            });
+        }
+        for b in &mut next {
+            // A failed attempt is never part of a chain (seed 002).
+            if b.phase == Phase::Failed {
+                continue;
+            }
+            if let BackupKind::Incremental(parent) = &b.kind {
+                prop_assert!(
+                    !merged.contains_key(parent.as_str()),
+                    "{} builds on merged {parent}: {:?}",
+                    b.id,
+                    dump(&p)
+                );
+                if targets.iter().any(|t| t.id == *parent) {
+                    b.kind = BackupKind::Incremental(synthetic(parent));
+                }
+            }
+        }
+        let consolidated = naive_intervals(&next, &after_segments);
+        let t_end = after.iter().filter(|(a, b)| b > a).map(|(_, b)| *b).max();
+        let t0 = consolidated.iter().map(|(a, _)| *a).min();
+        if let (Some(t0), Some(t_end)) = (t0, t_end) {
+            for &t in &probes {
+                // As in 3: instants reached by replay (a backup's own restore point is the
+                // policy's to keep or not).
+                if t > t0 && t <= t_end && after.iter().any(|(a, b)| b > a && *a < t && t <= *b) {
+                    prop_assert!(
+                        covered(&consolidated, t),
+                        "consolidation loses {t}: {:?}",
+                        dump(&p)
+                    );
+                }
+            }
+        }
+        // The store after a crash between the commit of the fulls and the deletions: the
+        // next pass deletes the replaced targets, and no chain holds a merged ancestor any
+        // more (a rule may still keep one: this pass's deletions free keepLast places).
+        let mut crashed = inv.clone();
+        crashed
+            .backups
+            .retain(|b| !p.deletions().any(|d| d.backup.id == b.id));
+        for t in &targets {
+            let mut line = vec![t.id.clone()];
+            let mut cur = t.kind.parent().cloned();
+            while let Some(id) = cur {
+                cur = by_id
+                    .get(id.as_str())
+                    .and_then(|b| b.kind.parent().cloned());
+                line.push(id);
+            }
+            line.reverse();
+            crashed.backups.push(Backup {
+                id: synthetic(&t.id),
+                kind: BackupKind::Full,
+                consolidated_from: line,
+                ..(*t).clone()
+            });
+        }
+        let p2 = plan(&policy, &crashed, now);
+        // (With a deletion cap, a replaced target may be deferred, holding its line.)
+        for d in p2
+            .backups
+            .iter()
+            .filter(|_| policy.max_deletions_per_pass == 0)
+        {
+            let id = d.backup.id.as_str();
+            if targets.iter().any(|t| t.id == id) {
+                prop_assert_eq!(
+                    &d.reasons,
+                    &vec![tidemark_core::Reason::Consolidated(synthetic(id))],
+                    "{} after the commit: {:?}",
+                    id,
+                    dump(&p2)
+                );
+            }
+            if merged.contains_key(id) {
+                prop_assert!(
+                    !d.reasons
+                        .iter()
+                        .any(|r| matches!(r, tidemark_core::Reason::Chain(_))),
+                    "{} after the commit: {:?}",
+                    id,
+                    dump(&p2)
                 );
             }
         }

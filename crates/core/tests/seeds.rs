@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use tidemark_core::{Action, Inventory, Phase, PolicyInput, Reason, SegmentReason, plan};
+use tidemark_core::{Action, Backup, Inventory, Phase, PolicyInput, Reason, SegmentReason, plan};
 
 /// `(id, action, reasons as strings)` for every backup in the plan, oldest first.
 fn decisions(p: &tidemark_core::Plan) -> Vec<(String, Action, Vec<String>)> {
@@ -28,7 +28,7 @@ fn row(id: &str, action: Action, reasons: &[&str]) -> (String, Action, Vec<Strin
     )
 }
 
-use Action::{Delete, Keep};
+use Action::{Consolidate, Delete, Keep};
 
 // ---------------------------------------------------------------- seed 000
 
@@ -212,6 +212,128 @@ fn seed002_retain_three_forever_incremental_day_by_day() {
         let p = plan(&policy, &inv, ts("2026-11-05T00:00:00Z"));
         assert_eq!(&decisions(&p), want, "day {}", day + 1);
     }
+}
+
+/// Seed 002's synthetic full: with `consolidate: true`, day1 (kept only for day2's chain)
+/// is merged with day2 into a full that takes day2's place; once that full is committed,
+/// day1 and day2 go, and day3 builds on the full.
+#[test]
+fn seed002_consolidate_merges_the_chain_only_ancestors_into_a_synthetic_full() {
+    let mergeable = |mut b: Backup| {
+        b.consolidatable = true;
+        b
+    };
+    let days = vec![
+        mergeable(full("day1", "2026-11-01T02:00:00Z")),
+        mergeable(incr("day2", "day1", "2026-11-02T02:00:00Z")),
+        mergeable(incr("day3", "day2", "2026-11-03T02:00:00Z")),
+        mergeable(incr("day4", "day3", "2026-11-04T02:00:00Z")),
+    ];
+    let policy = PolicyInput {
+        consolidate: Some(true),
+        ..keep_last(3)
+    }
+    .validate()
+    .unwrap();
+    let now = ts("2026-11-05T00:00:00Z");
+    let before = plan(
+        &policy,
+        &Inventory {
+            backups: days.clone(),
+            segments: vec![],
+        },
+        now,
+    );
+    assert_eq!(
+        decisions(&before),
+        vec![
+            row("day1", Consolidate, &["consolidateInto:day2"]),
+            row("day2", Consolidate, &["keepLast", "chain:day3"]),
+            row("day3", Keep, &["keepLast", "chain:day4"]),
+            row("day4", Keep, &["keepLast", "floor"]),
+        ]
+    );
+    assert!(
+        before.deletions().next().is_none(),
+        "nothing goes before the full exists"
+    );
+
+    // The executor committed the synthetic full (day2's times, a new id) and was
+    // interrupted before deleting the merged backups: the next pass finishes the job.
+    let synthetic = Backup {
+        name: "b-day2".into(),
+        consolidated_from: vec!["day1".into(), "day2".into()],
+        ..mergeable(full("day2s", "2026-11-02T02:00:00Z"))
+    };
+    let mut after_commit = days.clone();
+    after_commit.push(synthetic.clone());
+    let after = plan(
+        &policy,
+        &Inventory {
+            backups: after_commit,
+            segments: vec![],
+        },
+        now,
+    );
+    assert_eq!(
+        decisions(&after),
+        vec![
+            row("day1", Delete, &["expired"]),
+            row("day2", Delete, &["consolidated:day2s"]),
+            row("day2s", Keep, &["keepLast", "chain:day3"]),
+            row("day3", Keep, &["keepLast", "chain:day4"]),
+            row("day4", Keep, &["keepLast", "floor"]),
+        ]
+    );
+    // Without consolidate, a committed synthetic full is honoured the same way.
+    let plain = keep_last(3).validate().unwrap();
+    let mut inv = days.clone();
+    inv.push(synthetic);
+    let p = plan(
+        &plain,
+        &Inventory {
+            backups: inv,
+            segments: vec![],
+        },
+        now,
+    );
+    assert_eq!(p.deletions().count(), 2);
+
+    // An ancestor kept for its own sake (here: a hold) stays, and stops the merge above it.
+    let mut held = days.clone();
+    held[0].protected = true;
+    let p = plan(
+        &policy,
+        &Inventory {
+            backups: held,
+            segments: vec![],
+        },
+        now,
+    );
+    assert_eq!(
+        decisions(&p)[..2],
+        [
+            row("day1", Keep, &["chain:day2", "protected"]),
+            row("day2", Keep, &["keepLast", "chain:day3"]),
+        ]
+    );
+    // Backups of a method that cannot merge are never consolidated.
+    let tar: Vec<Backup> = days
+        .iter()
+        .map(|b| Backup {
+            consolidatable: false,
+            ..b.clone()
+        })
+        .collect();
+    let p = plan(
+        &policy,
+        &Inventory {
+            backups: tar,
+            segments: vec![],
+        },
+        now,
+    );
+    assert!(p.backups.iter().all(|d| d.action == Keep));
 }
 
 #[test]

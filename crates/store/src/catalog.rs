@@ -189,6 +189,8 @@ impl Catalog {
                     interrupted_delete: interrupted.contains(&id),
                     log_file: None,
                     size,
+                    consolidated_from: Vec::new(),
+                    consolidatable: false,
                 },
             };
             let (metadata_key, metadata) = match committed {
@@ -312,6 +314,9 @@ pub(crate) fn to_ts(t: chrono::DateTime<chrono::Utc>) -> Timestamp {
         .unwrap_or(Timestamp::UNIX_EPOCH)
 }
 
+/// The `metadata.json` field of a synthetic full: the backup-ids it merged, base first.
+pub const CONSOLIDATED_FROM: &str = "consolidatedFrom";
+
 /// `YYYYMMDDTHHMMSSZ` at the start of a backup-id.
 pub fn id_time(id: &str) -> Option<Timestamp> {
     let s = id.get(..16)?;
@@ -360,6 +365,12 @@ fn backup_from_metadata(m: &Metadata, name: &str, last_modified: Timestamp, size
         interrupted_delete: false,
         log_file: m.log_position.as_ref().map(|p| p.file.clone()),
         size: if payload_size > 0 { payload_size } else { size },
+        consolidated_from: m
+            .extra
+            .get(CONSOLIDATED_FROM)
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+            .unwrap_or_default(),
+        consolidatable: m.method == crate::mariadb::METHOD,
     }
 }
 

@@ -26,6 +26,8 @@ pub fn full(id: &str, start: &str) -> Backup {
         interrupted_delete: false,
         log_file: None,
         size: 100,
+        consolidated_from: Vec::new(),
+        consolidatable: false,
     }
 }
 

@@ -224,6 +224,10 @@ pub struct PolicyArgs {
     /// Delete at most N backups in one pass (0 = no cap); the rest wait for the next.
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_deletions: Option<i64>,
+    /// Merge ancestors kept only for a chain into a synthetic full that takes the place of
+    /// the oldest retained increment (mariabackup chains), then delete them.
+    #[arg(long)]
+    pub consolidate: bool,
 }
 
 impl PolicyArgs {
@@ -239,6 +243,7 @@ impl PolicyArgs {
             || self.cover_window
             || self.time_zone.is_some()
             || self.max_deletions.is_some()
+            || self.consolidate
     }
 }
 
@@ -276,6 +281,10 @@ pub struct GcArgs {
     /// untouched (they are never deleted) and everything else is collected.
     #[arg(long)]
     pub ignore_malformed: bool,
+    /// Where consolidation prepares a chain into a full data directory (default: the
+    /// system temporary directory); it needs room for one full backup, unpacked.
+    #[arg(long, value_name = "DIR")]
+    pub work_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -25,8 +25,12 @@ pub fn run(cli: Cli) -> Result<Exit, CliError> {
         .build()
         .map_err(|e| CliError::new(Exit::Internal, e))?;
     match cli.command {
-        Command::Plan(a) => rt.block_on(pass(&a, None)),
-        Command::Gc(a) => rt.block_on(pass(&a.pass, Some(a.ignore_malformed))),
+        Command::Plan(a) => rt.block_on(pass(&a, None, None)),
+        Command::Gc(a) => rt.block_on(pass(
+            &a.pass,
+            Some(a.ignore_malformed),
+            a.work_dir.as_deref(),
+        )),
         Command::Ls(a) => rt.block_on(ls(&a)),
         Command::Push(a) => rt.block_on(crate::transfer::push(&a)),
         Command::Fetch(a) => rt.block_on(crate::transfer::fetch(&a)),
@@ -53,7 +57,11 @@ pub(crate) fn emit_json(value: &impl serde::Serialize) -> Result<(), CliError> {
 }
 
 /// `plan` (gc = None) and `gc` (gc = Some(ignore_malformed)).
-async fn pass(args: &PassArgs, gc: Option<bool>) -> Result<Exit, CliError> {
+async fn pass(
+    args: &PassArgs,
+    gc: Option<bool>,
+    work_dir: Option<&std::path::Path>,
+) -> Result<Exit, CliError> {
     let file = args
         .policy
         .policy
@@ -92,7 +100,10 @@ async fn pass(args: &PassArgs, gc: Option<bool>) -> Result<Exit, CliError> {
     let blocked = gc == Some(false) && malformed > 0;
     let executed = match gc {
         Some(_) if !blocked => {
-            let opts = ExecOptions::new(started_at, policy.as_given.clone());
+            let mut opts = ExecOptions::new(started_at, policy.as_given.clone());
+            if let Some(dir) = work_dir {
+                opts.work_dir = dir.to_path_buf();
+            }
             Some(execute(&target.store, &survey, &opts, progress).await?)
         }
         _ => None,
@@ -289,6 +300,15 @@ fn plan_table(out: &PlanOut, policy: &Policy) -> String {
         ),
         Some(r) if r.audit_key.is_none() => s.push_str("\nNothing to do.\n"),
         Some(r) => {
+            for c in &r.consolidated {
+                s.push_str(&format!(
+                    "\nConsolidated {} into the synthetic full {} ({}; replaces {})",
+                    c.consolidated_from.join(" + "),
+                    c.synthetic,
+                    human_bytes(c.size),
+                    c.target
+                ));
+            }
             s.push_str(&format!(
                 "\nDeleted {} backup(s) and {} segment(s) ({} objects); removed {} index entries.\nAudit record: {}\n",
                 r.backups_deleted.len(),

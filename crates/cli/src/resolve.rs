@@ -126,7 +126,7 @@ pub fn policy(args: &PolicyArgs, file: Option<&BackupPolicy>) -> Result<Resolved
                 keep_yearly: args.keep_yearly,
                 failed_backups_ttl: args.failed_ttl.clone(),
                 cover_window: args.cover_window.then_some(true),
-                consolidate: None,
+                consolidate: args.consolidate.then_some(true),
                 max_deletions_per_pass: args.max_deletions,
                 time_zone: args.time_zone.clone(),
             },

@@ -198,4 +198,76 @@ fn backups_binlogs_retention_and_point_in_time_restores() {
     ]);
     assert_eq!(again.status.code(), Some(2), "{again:?}");
     assert!(Path::new(&taken).join("shop").exists());
+
+    // Consolidation: keeping only the newest, the full is kept just for the chain; it is
+    // merged with the incremental into a synthetic full that takes the incremental's
+    // place, and both go once the full is committed.
+    let plan = env.json(&["plan", "--keep-last", "1", "--consolidate"]);
+    let actions: Vec<(&str, &str)> = plan["backups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            (
+                b["backupId"].as_str().unwrap(),
+                b["action"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        actions,
+        vec![
+            (full.as_str(), "consolidate"),
+            (incremental.as_str(), "consolidate")
+        ],
+        "{plan:#}"
+    );
+    let gc = env.json(&["gc", "--keep-last", "1", "--consolidate"]);
+    let done = &gc["executed"]["consolidated"][0];
+    assert_eq!(done["target"], incremental.as_str(), "{gc:#}");
+    assert_eq!(
+        done["consolidatedFrom"],
+        serde_json::json!([full, incremental])
+    );
+    let synthetic = done["synthetic"].as_str().unwrap().to_owned();
+    let mut deleted = gc["executed"]["backupsDeleted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect::<Vec<_>>();
+    deleted.sort();
+    assert_eq!(deleted, vec![full.clone(), incremental.clone()], "{gc:#}");
+    let ls = env.json(&["ls"]);
+    assert_eq!(backup_ids(&ls), vec![synthetic.clone()], "{ls:#}");
+    assert_eq!(ls["backups"][0]["type"], "full");
+
+    // The synthetic full restores by itself, to the same instants.
+    let plan = env.json(&["restore", "--to", &after.to_string(), "--dry-run"]);
+    assert_eq!(backup_ids(&plan), vec![synthetic.clone()], "{plan:#}");
+    assert_eq!(env.restored_rows(between, "synthetic-between"), "18");
+    assert_eq!(env.restored_rows(after, "synthetic-after"), "20");
+    // Before it: refused now that the full it came from is gone.
+    let refused = env.tidemark(&[
+        "restore",
+        "--to",
+        &before_incremental.to_string(),
+        "--dry-run",
+    ]);
+    assert_eq!(refused.status.code(), Some(7), "{refused:?}");
+
+    // An incremental on top of the synthetic full starts from its LSN and restores.
+    env.insert(4); // 24
+    let on_top = env.backup(Some(&synthetic));
+    let latest = pause_and_mark();
+    db.sql("FLUSH BINARY LOGS");
+    env.ok(&[
+        "archive-binlogs",
+        "--once",
+        "--binlog-index",
+        db.binlog_index().to_str().unwrap(),
+    ]);
+    let plan = env.json(&["restore", "--to", &latest.to_string(), "--dry-run"]);
+    assert_eq!(backup_ids(&plan), vec![synthetic, on_top]);
+    assert_eq!(env.restored_rows(latest, "on-top"), "24");
 }

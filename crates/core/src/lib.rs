@@ -14,7 +14,7 @@ pub use duration::{DURATION_FORM, DurationError, RetentionDuration};
 pub use inventory::{Backup, BackupId, BackupKind, Inventory, Phase, Segment};
 pub use plan::{
     Action, BackupDecision, Plan, RecoveryWindow, SegmentDeletion, SegmentPlan, SegmentReason,
-    Standing, plan, standing,
+    Standing, chain_of, plan, standing,
 };
 pub use policy::{Policy, PolicyError, PolicyInput};
 pub use reason::Reason;

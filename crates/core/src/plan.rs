@@ -16,7 +16,8 @@ use crate::reason::Reason;
 pub enum Action {
     Keep,
     Delete,
-    /// Merged into a synthetic full (seed 002); planned by a later version of the planner.
+    /// Merged into a synthetic full (seed 002): kept until the full is committed, then
+    /// deleted (the target increment is replaced by the full).
     Consolidate,
 }
 
@@ -121,6 +122,7 @@ impl Plan {
 
     pub fn is_empty(&self) -> bool {
         self.deletions().next().is_none()
+            && !self.backups.iter().any(|d| d.action == Action::Consolidate)
             && self.segments.delete.is_empty()
             && !self.segments.changes_index()
     }
@@ -925,6 +927,25 @@ fn superseded_by(backups: &[&Backup]) -> Vec<Option<usize>> {
         .enumerate()
         .map(|(i, b)| stand_in.get(b.id.as_str()).copied().filter(|&s| s != i))
         .collect()
+}
+
+/// The chain of backup `id` as the planner resolves it (a synthetic full standing in for
+/// the backup it replaced), base first; `None` when `id` is unknown or its chain is broken
+/// or cyclic.
+pub fn chain_of(inventory: &Inventory, id: &str) -> Option<Vec<Backup>> {
+    let backups = sorted(inventory);
+    let parent = parents(&backups);
+    let mut cur = backups.iter().position(|b| b.id == id)?;
+    let mut out = vec![backups[cur].clone()];
+    while let BackupKind::Incremental(_) = backups[cur].kind {
+        cur = parent[cur]?;
+        if out.len() > backups.len() {
+            return None;
+        }
+        out.push(backups[cur].clone());
+    }
+    out.reverse();
+    Some(out)
 }
 
 /// Inventory backups sorted as the planner sees them.

@@ -7,7 +7,7 @@ use futures::{StreamExt, stream};
 use jiff::Timestamp;
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
-use tidemark_core::{Action, Plan, SegmentReason};
+use tidemark_core::{Action, Plan, Reason, SegmentReason};
 
 use crate::error::{StoreError, is_not_found, write_err};
 use crate::format::{AuditBackup, AuditRecord, FORMAT_VERSION};
@@ -40,6 +40,10 @@ pub struct ExecOptions {
     pub index_shard_size: usize,
     /// Age after which an index shard `_index.json` does not name is deleted.
     pub orphan_shard_age: Duration,
+    /// The MariaDB programs consolidation runs.
+    pub tools: crate::restore::Tools,
+    /// Where consolidation prepares a chain (it needs room for one full data directory).
+    pub work_dir: std::path::PathBuf,
 }
 
 impl ExecOptions {
@@ -50,6 +54,8 @@ impl ExecOptions {
             retry_backoff: DEFAULT_RETRY_BACKOFF,
             index_shard_size: crate::index::SHARD_SIZE,
             orphan_shard_age: ORPHAN_SHARD_AGE,
+            tools: crate::restore::Tools::default(),
+            work_dir: std::env::temp_dir(),
         }
     }
 }
@@ -76,6 +82,8 @@ pub struct ExecutionReport {
     /// Index shards no longer named by `_index.json` (left by an interrupted pass) that
     /// were deleted.
     pub orphan_shards_deleted: usize,
+    /// Synthetic fulls committed by this pass (`consolidate`).
+    pub consolidated: Vec<crate::consolidate::Consolidation>,
     pub failures: Vec<DeleteFailure>,
 }
 
@@ -130,11 +138,54 @@ pub async fn execute(
     );
     report.audit_key = Some(store.display_key(&audit_key));
 
+    // Consolidations: each synthetic full is committed before the chain it replaces is
+    // deleted with the other backups below; a failed one deletes nothing of its chain.
+    let mut doomed: Vec<&crate::catalog::StoredBackup> = survey.deletions().collect();
+    for target in consolidation_targets(plan) {
+        progress.step(&format!("consolidating the chain of {}", target.id), 0);
+        let done = crate::consolidate::consolidate(
+            store,
+            &survey.catalog,
+            &survey.inventory,
+            &target.id,
+            &options.tools,
+            &options.work_dir,
+            progress,
+        )
+        .await;
+        match done {
+            Ok(c) => {
+                tracing::info!(target = %c.target, synthetic = %c.synthetic, "synthetic full committed");
+                let merged = plan.backups.iter().filter(|d| {
+                    d.backup.id == target.id
+                        || d.reasons
+                            .iter()
+                            .any(|r| matches!(r, Reason::ConsolidateInto(t) if *t == target.id))
+                });
+                doomed.extend(
+                    merged.filter_map(|d| survey.catalog.backup(&d.backup.name, &d.backup.id)),
+                );
+                report.consolidated.push(c);
+            }
+            Err(e) => {
+                let mut text = e.to_string();
+                let mut source = std::error::Error::source(&e);
+                while let Some(s) = source {
+                    text.push_str(&format!(": {s}"));
+                    source = s.source();
+                }
+                report.failures.push(DeleteFailure {
+                    key: store.display_key(&layout::metadata_key(&target.name, &target.id)),
+                    error: format!("consolidation failed, the chain stays: {text}"),
+                });
+            }
+        }
+    }
+
     // 2. Backups — un-commit (metadata.json), then the payloads of those whose metadata is
     //    gone — and 3. segments. The two are independent, so they run side by side; the
     //    orders that matter (metadata before payload, segments before the index) hold.
     let backoff = options.retry_backoff;
-    let doomed: Vec<&crate::catalog::StoredBackup> = survey.deletions().collect();
     let metadata_keys: Vec<Path> = doomed
         .iter()
         .filter_map(|b| b.metadata_key.clone())
@@ -249,6 +300,20 @@ async fn delete_orphan_shards(
         "deleting index shards no index names"
     );
     crate::index::delete_shards(store, orphans.iter()).await
+}
+
+/// The increments a plan replaces by synthetic fulls: `consolidate` actions that are not
+/// themselves merged into another.
+fn consolidation_targets(plan: &Plan) -> impl Iterator<Item = &tidemark_core::Backup> {
+    plan.backups
+        .iter()
+        .filter(|d| d.action == Action::Consolidate)
+        .filter(|d| {
+            !d.reasons
+                .iter()
+                .any(|r| matches!(r, Reason::ConsolidateInto(_)))
+        })
+        .map(|d| &d.backup)
 }
 
 fn pass_id() -> String {

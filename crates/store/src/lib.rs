@@ -4,6 +4,7 @@
 pub mod archive;
 pub mod binlog;
 pub mod catalog;
+pub mod consolidate;
 pub mod error;
 pub mod executor;
 pub mod fault;

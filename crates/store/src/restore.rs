@@ -293,48 +293,7 @@ async fn restore_into(
             source,
         })?;
     let work = work.path();
-    let mut bytes = 0u64;
-    for (i, m) in plan.backups.iter().enumerate() {
-        let dir = if i == 0 {
-            datadir.to_path_buf()
-        } else {
-            work.join(format!("increment-{i}"))
-        };
-        progress.step(
-            &format!("downloading {} into {}", m.backup_id, dir.display()),
-            0,
-        );
-        bytes += extract(store, m, &dir, tools, progress).await?;
-    }
-    let log = work.join("tools.log");
-    progress.step("preparing the base backup", 0);
-    let datadir_arg = format!("--target-dir={}", datadir.display());
-    run_logged(
-        &tools.mariabackup,
-        &["--prepare".into(), datadir_arg.clone()],
-        &log,
-        "mariabackup --prepare",
-    )
-    .await?;
-    for (i, m) in plan.backups.iter().enumerate().skip(1) {
-        progress.step(&format!("applying increment {}", m.backup_id), 0);
-        let inc = work.join(format!("increment-{i}"));
-        run_logged(
-            &tools.mariabackup,
-            &[
-                "--prepare".into(),
-                datadir_arg.clone(),
-                format!("--incremental-dir={}", inc.display()),
-            ],
-            &log,
-            &format!(
-                "mariabackup --prepare --incremental-dir (backup {})",
-                m.backup_id
-            ),
-        )
-        .await?;
-        let _ = tokio::fs::remove_dir_all(&inc).await;
-    }
+    let mut bytes = build_prepared(store, &plan.backups, datadir, work, tools, progress).await?;
     if let Some(stop) = plan.stop_datetime {
         let binlogs = work.join("binlogs");
         tokio::fs::create_dir_all(&binlogs)
@@ -375,6 +334,65 @@ async fn restore_into(
         backups_applied: plan.backups.len(),
         segments_replayed: plan.segments.len(),
     })
+}
+
+/// Downloads a mariabackup chain (base full first), extracts the base into `datadir` and
+/// the increments under `work`, and prepares them into one consistent data directory.
+/// Returns the bytes downloaded.
+///
+/// # Errors
+/// A download fails its checksum, or a tool fails (with the end of its output).
+pub(crate) async fn build_prepared(
+    store: &ClusterStore,
+    chain: &[Metadata],
+    datadir: &Path,
+    work: &Path,
+    tools: &Tools,
+    progress: &dyn Progress,
+) -> Result<u64, RestoreError> {
+    let mut bytes = 0u64;
+    for (i, m) in chain.iter().enumerate() {
+        let dir = if i == 0 {
+            datadir.to_path_buf()
+        } else {
+            work.join(format!("increment-{i}"))
+        };
+        progress.step(
+            &format!("downloading {} into {}", m.backup_id, dir.display()),
+            0,
+        );
+        bytes += extract(store, m, &dir, tools, progress).await?;
+    }
+    let log = work.join("tools.log");
+    progress.step("preparing the base backup", 0);
+    let datadir_arg = format!("--target-dir={}", datadir.display());
+    run_logged(
+        &tools.mariabackup,
+        &["--prepare".into(), datadir_arg.clone()],
+        &log,
+        "mariabackup --prepare",
+    )
+    .await?;
+    for (i, m) in chain.iter().enumerate().skip(1) {
+        progress.step(&format!("applying increment {}", m.backup_id), 0);
+        let inc = work.join(format!("increment-{i}"));
+        run_logged(
+            &tools.mariabackup,
+            &[
+                "--prepare".into(),
+                datadir_arg.clone(),
+                format!("--incremental-dir={}", inc.display()),
+            ],
+            &log,
+            &format!(
+                "mariabackup --prepare --incremental-dir (backup {})",
+                m.backup_id
+            ),
+        )
+        .await?;
+        let _ = tokio::fs::remove_dir_all(&inc).await;
+    }
+    Ok(bytes)
 }
 
 /// Streams a backup's payload through `mbstream -x` into `dir`; returns the bytes read.
@@ -600,7 +618,7 @@ fn running_as_root() -> bool {
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }
 
-fn spawn(cmd: &mut Command, program: &OsString) -> Result<Child, RestoreError> {
+pub(crate) fn spawn(cmd: &mut Command, program: &OsString) -> Result<Child, RestoreError> {
     cmd.kill_on_drop(true)
         .spawn()
         .map_err(|source| RestoreError::Spawn {
@@ -655,7 +673,7 @@ async fn run_logged(
 }
 
 /// The last lines of a tool's output, for an error message.
-fn tail(text: &str) -> String {
+pub(crate) fn tail(text: &str) -> String {
     const LINES: usize = 15;
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(LINES)..].join("\n")

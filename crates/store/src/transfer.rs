@@ -280,6 +280,9 @@ pub struct Outcome {
     pub error: Option<String>,
     /// Method-specific fields (e.g. `mariabackup`'s LSNs), kept in `metadata.json`.
     pub extra: serde_json::Map<String, serde_json::Value>,
+    /// The instant the backup restores to, when it is not the commit time (a synthetic
+    /// full restores to the increment it replaces).
+    pub completed_at: Option<Timestamp>,
 }
 
 /// Writes `metadata.json` for `spec`: this commits a completed backup, or records a
@@ -308,7 +311,7 @@ pub async fn commit(
         method: spec.method.clone(),
         phase,
         started_at: spec.started_at,
-        completed_at: Some(now),
+        completed_at: Some(outcome.completed_at.unwrap_or(now)),
         payload: outcome.payload,
         log_position: outcome.log_position,
         immutable_until: None,

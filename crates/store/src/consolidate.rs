@@ -1,0 +1,242 @@
+//! Consolidation (seed 002's synthetic full) for mariabackup chains: the base and its
+//! increments up to a target are fetched, prepared into one full data directory, and that
+//! directory is streamed back as a new full backup that takes the target's place.
+//!
+//! # Crash safety
+//! The synthetic full is committed (its `metadata.json` written last) before anything of
+//! the old chain is deleted, and its `consolidatedFrom` names the chain. Interrupted before
+//! the commit, the store holds the old chain and an uncommitted payload that
+//! `failedBackupsTTL` collects; after it, the planner treats the full as standing in for
+//! the target, so the next pass deletes the merged backups and the target.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use serde::Serialize;
+use tokio::process::Command;
+
+use crate::catalog::{CONSOLIDATED_FROM, Catalog};
+use crate::format::{BackupType, Metadata};
+use crate::mariadb::{self, Lsns};
+use crate::open::ClusterStore;
+use crate::progress::Progress;
+use crate::restore::{RestoreError, Tools, build_prepared, spawn, tail};
+use crate::transfer::{self, BackupSpec, Outcome, TransferError, new_backup_id};
+
+impl From<RestoreError> for ConsolidateError {
+    fn from(e: RestoreError) -> Self {
+        ConsolidateError::Restore(Box::new(e))
+    }
+}
+
+/// One synthetic full written by a pass.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Consolidation {
+    /// The increment the full replaces.
+    pub target: String,
+    /// The new full's backup-id (same backup name as the target).
+    pub synthetic: String,
+    /// The chain merged into it, base first (the target last).
+    pub consolidated_from: Vec<String>,
+    pub size: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConsolidateError {
+    #[error("backup {id}: its chain cannot be resolved in the store")]
+    NoChain { id: String },
+    #[error("backup {id} has no readable metadata.json")]
+    NoMetadata { id: String },
+    #[error(transparent)]
+    Mariadb(#[from] mariadb::MariaDbError),
+    #[error("{0}")]
+    Restore(Box<RestoreError>),
+    #[error(transparent)]
+    Transfer(#[from] TransferError),
+}
+
+/// Builds and commits the synthetic full that replaces `target` (a mariabackup
+/// increment), in a scratch directory under `work_parent`.
+///
+/// # Guarantees
+/// Deletes nothing. The new full is committed only when its whole payload is uploaded;
+/// on failure its partial upload is aborted.
+///
+/// # Errors
+/// The chain is incomplete; a download fails its checksum; a MariaDB tool fails; the
+/// upload or commit fails.
+pub async fn consolidate(
+    store: &ClusterStore,
+    catalog: &Catalog,
+    inventory: &tidemark_core::Inventory,
+    target: &str,
+    tools: &Tools,
+    work_parent: &Path,
+    progress: &dyn Progress,
+) -> Result<Consolidation, ConsolidateError> {
+    let chain =
+        tidemark_core::chain_of(inventory, target).ok_or_else(|| ConsolidateError::NoChain {
+            id: target.to_owned(),
+        })?;
+    let metas: Vec<Metadata> = chain
+        .iter()
+        .map(|b| {
+            catalog
+                .backup(&b.name, &b.id)
+                .and_then(|s| s.metadata.clone())
+                .ok_or_else(|| ConsolidateError::NoMetadata { id: b.id.clone() })
+        })
+        .collect::<Result<_, _>>()?;
+    let Some(last) = metas.last() else {
+        return Err(ConsolidateError::NoChain {
+            id: target.to_owned(),
+        });
+    };
+    let lsns = mariadb::lsns_of(last)?;
+    let work = tempfile::Builder::new()
+        .prefix(".tidemark-consolidate-")
+        .tempdir_in(work_parent)
+        .map_err(|source| RestoreError::Io {
+            action: "creating a scratch directory".into(),
+            dir: work_parent.to_path_buf(),
+            source,
+        })?;
+    let datadir = work.path().join("full");
+    build_prepared(store, &metas, &datadir, work.path(), tools, progress).await?;
+
+    let spec = BackupSpec {
+        backup_name: last.backup_name.clone(),
+        backup_id: new_backup_id(last.started_at),
+        kind: BackupType::Full,
+        parent_id: None,
+        method: mariadb::METHOD.to_owned(),
+        payload_name: format!("backup.{}", mariadb::EXT),
+        started_at: last.started_at,
+        labels: last.labels.clone(),
+        ttl: last.ttl,
+    };
+    progress.step(
+        &format!("uploading the synthetic full {}", spec.backup_id),
+        0,
+    );
+    let payload = stream_directory(store, &spec, &datadir, tools, progress).await?;
+    let consolidated_from: Vec<String> = metas.iter().map(|m| m.backup_id.clone()).collect();
+    let mut extra = serde_json::Map::new();
+    let (k, v) = mariadb::lsns_field(&Lsns {
+        from_lsn: 0,
+        ..lsns
+    });
+    extra.insert(k, v);
+    extra.insert(
+        CONSOLIDATED_FROM.to_owned(),
+        serde_json::json!(consolidated_from),
+    );
+    extra.insert(
+        "consolidatedAt".to_owned(),
+        serde_json::json!(jiff::Timestamp::now()),
+    );
+    let size = payload.size;
+    let committed = transfer::commit(
+        store,
+        &spec,
+        Outcome {
+            payload: vec![payload],
+            log_position: last.log_position.clone(),
+            error: None,
+            extra,
+            // It restores to exactly the target's point.
+            completed_at: last.completed_at,
+        },
+    )
+    .await
+    .map_err(TransferError::from)?;
+    Ok(Consolidation {
+        target: target.to_owned(),
+        synthetic: committed.backup_id,
+        consolidated_from,
+        size,
+    })
+}
+
+/// Streams a prepared data directory as an xbstream (`mbstream -c`) into a new backup.
+async fn stream_directory(
+    store: &ClusterStore,
+    spec: &BackupSpec,
+    dir: &Path,
+    tools: &Tools,
+    progress: &dyn Progress,
+) -> Result<crate::format::PayloadObject, ConsolidateError> {
+    let files = relative_files(dir).map_err(|source| RestoreError::Io {
+        action: "listing the prepared directory".into(),
+        dir: dir.to_path_buf(),
+        source,
+    })?;
+    let mut child = spawn(
+        Command::new(&tools.mbstream)
+            .arg("-c")
+            .args(&files)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+        &tools.mbstream,
+    )?;
+    let Some(mut stdout) = child.stdout.take() else {
+        return Err(RestoreError::Tool {
+            step: "mbstream -c".into(),
+            status: "no stdout pipe".into(),
+            tail: String::new(),
+        }
+        .into());
+    };
+    let uploaded = transfer::upload(store, spec, &mut stdout, progress).await;
+    drop(stdout);
+    if uploaded.is_err() {
+        let _ = child.start_kill();
+    }
+    let out = child
+        .wait_with_output()
+        .await
+        .map_err(|source| RestoreError::Spawn {
+            program: "mbstream".into(),
+            source,
+        })?;
+    let payload = uploaded?;
+    if !out.status.success() {
+        // The bytes are of a failed stream: remove them rather than leave them for the TTL.
+        let key = object_store::path::Path::from_iter([
+            spec.backup_name.as_str(),
+            spec.backup_id.as_str(),
+            payload.name.as_str(),
+        ]);
+        let _ = object_store::ObjectStoreExt::delete(store.object_store().as_ref(), &key).await;
+        return Err(RestoreError::Tool {
+            step: "mbstream -c of the synthetic full".into(),
+            status: out.status.to_string(),
+            tail: tail(&String::from_utf8_lossy(&out.stderr)),
+        }
+        .into());
+    }
+    Ok(payload)
+}
+
+/// Every regular file under `dir`, relative to it, sorted.
+fn relative_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        for entry in std::fs::read_dir(dir.join(&rel))? {
+            let entry = entry?;
+            let path = rel.join(entry.file_name());
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                stack.push(path);
+            } else if kind.is_file() {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}

@@ -164,10 +164,7 @@ fn main() {
         results.push((tool.name, mib as f64 / median));
         eprintln!("{}: {:?}", tool.name, secs);
     }
-    let fastest_peer = results[1..]
-        .iter()
-        .map(|r| r.1)
-        .fold(f64::MIN, f64::max);
+    let fastest_peer = results[1..].iter().map(|r| r.1).fold(f64::MIN, f64::max);
     println!("\nstdin → S3 (SeaweedFS on 127.0.0.1), {mib} MiB, median of {rounds}");
     for (name, mibs) in &results {
         println!(

@@ -222,6 +222,26 @@ fn backups_binlogs_retention_and_point_in_time_restores() {
         ],
         "{plan:#}"
     );
+    // A consolidation that cannot run deletes nothing of its chain (exit 5).
+    let failed = env.tidemark(&[
+        "gc",
+        "--keep-last",
+        "1",
+        "--consolidate",
+        "--work-dir",
+        "/nonexistent/tidemark",
+    ]);
+    assert_eq!(failed.status.code(), Some(5), "{failed:?}");
+    let msg = String::from_utf8_lossy(&failed.stderr);
+    assert!(
+        msg.contains("consolidation failed, the chain stays"),
+        "{msg}"
+    );
+    assert_eq!(
+        backup_ids(&env.json(&["ls"])),
+        vec![full.clone(), incremental.clone()]
+    );
+
     let gc = env.json(&["gc", "--keep-last", "1", "--consolidate"]);
     let done = &gc["executed"]["consolidated"][0];
     assert_eq!(done["target"], incremental.as_str(), "{gc:#}");

@@ -19,38 +19,18 @@
 //! every run: a tool that exits 0 having deleted nothing is reported, not timed as fast.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::{Path, PathBuf};
+mod common;
+
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::{env_usize, tool};
 use futures::{StreamExt, TryStreamExt, stream};
 use jiff::{SignedDuration, Timestamp};
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use tidemark_store::synth::{self, SynthBackup};
 use tidemark_store::testkit::{ACCESS_KEY, BUCKET, SECRET_KEY, SeaweedFs};
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn tools_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.bench-tools")
-}
-
-fn tool(name: &str) -> Option<PathBuf> {
-    let t = tools_dir();
-    [t.join("bin").join(name), t.join("venv/bin").join(name)]
-        .into_iter()
-        .chain(
-            std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-                .map(|d| d.join(name)),
-        )
-        .find(|p| p.is_file())
-}
 
 const START: &str = "2025-01-01T00:00:00Z";
 

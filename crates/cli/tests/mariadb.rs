@@ -72,6 +72,17 @@ impl Env {
         v["backupId"].as_str().unwrap().to_owned()
     }
 
+    /// Closes the current binlog and ships every closed one.
+    fn archive(&self) {
+        self.db.sql("FLUSH BINARY LOGS");
+        self.ok(&[
+            "archive-binlogs",
+            "--once",
+            "--binlog-index",
+            self.db.binlog_index().to_str().unwrap(),
+        ]);
+    }
+
     fn insert(&self, n: usize) {
         let values: Vec<String> = (0..n).map(|i| format!("({i})")).collect();
         self.db.sql(&format!(
@@ -136,13 +147,7 @@ fn backups_binlogs_retention_and_point_in_time_restores() {
     let between = pause_and_mark();
     env.insert(2); // 20
     let after = pause_and_mark();
-    db.sql("FLUSH BINARY LOGS");
-    env.ok(&[
-        "archive-binlogs",
-        "--once",
-        "--binlog-index",
-        db.binlog_index().to_str().unwrap(),
-    ]);
+    env.archive();
 
     // The metadata records what an incremental and a restore need.
     let ls = env.json(&["ls"]);
@@ -280,13 +285,7 @@ fn backups_binlogs_retention_and_point_in_time_restores() {
     env.insert(4); // 24
     let on_top = env.backup(Some(&synthetic));
     let latest = pause_and_mark();
-    db.sql("FLUSH BINARY LOGS");
-    env.ok(&[
-        "archive-binlogs",
-        "--once",
-        "--binlog-index",
-        db.binlog_index().to_str().unwrap(),
-    ]);
+    env.archive();
     let plan = env.json(&["restore", "--to", &latest.to_string(), "--dry-run"]);
     assert_eq!(backup_ids(&plan), vec![synthetic, on_top]);
     assert_eq!(env.restored_rows(latest, "on-top"), "24");

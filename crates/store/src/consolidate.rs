@@ -20,7 +20,7 @@ use crate::format::{BackupType, Metadata};
 use crate::mariadb::{self, Lsns};
 use crate::open::ClusterStore;
 use crate::progress::Progress;
-use crate::restore::{RestoreError, Tools, build_prepared, spawn, tail};
+use crate::restore::{RestoreError, Tools, build_prepared, finish_piped, no_pipe, spawn};
 use crate::transfer::{self, BackupSpec, Outcome, TransferError, new_backup_id};
 
 impl From<RestoreError> for ConsolidateError {
@@ -183,42 +183,27 @@ async fn stream_directory(
         &tools.mbstream,
     )?;
     let Some(mut stdout) = child.stdout.take() else {
-        return Err(RestoreError::Tool {
-            step: "mbstream -c".into(),
-            status: "no stdout pipe".into(),
-            tail: String::new(),
-        }
-        .into());
+        return Err(no_pipe("mbstream -c").into());
     };
     let uploaded = transfer::upload(store, spec, &mut stdout, progress).await;
     drop(stdout);
-    if uploaded.is_err() {
-        let _ = child.start_kill();
-    }
-    let out = child
-        .wait_with_output()
-        .await
-        .map_err(|source| RestoreError::Spawn {
-            program: "mbstream".into(),
-            source,
-        })?;
-    let payload = uploaded?;
-    if !out.status.success() {
+    let finished = finish_piped(
+        child,
+        uploaded,
+        &tools.mbstream,
+        "mbstream -c of the synthetic full",
+    )
+    .await;
+    if let Err(RestoreError::Tool { .. }) = &finished {
         // The bytes are of a failed stream: remove them rather than leave them for the TTL.
         let key = object_store::path::Path::from_iter([
             spec.backup_name.as_str(),
             spec.backup_id.as_str(),
-            payload.name.as_str(),
+            spec.payload_name.as_str(),
         ]);
         let _ = object_store::ObjectStoreExt::delete(store.object_store().as_ref(), &key).await;
-        return Err(RestoreError::Tool {
-            step: "mbstream -c of the synthetic full".into(),
-            status: out.status.to_string(),
-            tail: tail(&String::from_utf8_lossy(&out.stderr)),
-        }
-        .into());
     }
-    Ok(payload)
+    Ok(finished?)
 }
 
 /// Every regular file under `dir`, relative to it, sorted.

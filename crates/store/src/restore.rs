@@ -421,33 +421,56 @@ async fn extract(
         &tools.mbstream,
     )?;
     let Some(mut stdin) = child.stdin.take() else {
-        return Err(RestoreError::Tool {
-            step: "mbstream -x".into(),
-            status: "no stdin pipe".into(),
-            tail: String::new(),
-        });
+        return Err(no_pipe("mbstream -x"));
     };
     let copied = transfer::download(store, m, &mut stdin, progress).await;
     drop(stdin);
-    if copied.is_err() {
+    let payload = finish_piped(
+        child,
+        copied,
+        &tools.mbstream,
+        &format!("mbstream -x of backup {}", m.backup_id),
+    )
+    .await?;
+    Ok(payload.size)
+}
+
+pub(crate) fn no_pipe(step: &str) -> RestoreError {
+    RestoreError::Tool {
+        step: step.into(),
+        status: "no pipe to the process".into(),
+        tail: String::new(),
+    }
+}
+
+/// Waits for a tool whose pipe the caller fed or drained, stopping it when the transfer
+/// failed. The transfer's error comes first, then the tool's exit status (with the end of
+/// its stderr).
+pub(crate) async fn finish_piped<T>(
+    mut child: Child,
+    moved: Result<T, TransferError>,
+    program: &OsString,
+    step: &str,
+) -> Result<T, RestoreError> {
+    if moved.is_err() {
         let _ = child.start_kill();
     }
     let out = child
         .wait_with_output()
         .await
         .map_err(|source| RestoreError::Spawn {
-            program: "mbstream".into(),
+            program: program.to_string_lossy().into_owned(),
             source,
         })?;
-    let payload = copied?;
+    let value = moved?;
     if !out.status.success() {
         return Err(RestoreError::Tool {
-            step: format!("mbstream -x of backup {}", m.backup_id),
+            step: step.into(),
             status: out.status.to_string(),
             tail: tail(&String::from_utf8_lossy(&out.stderr)),
         });
     }
-    Ok(payload.size)
+    Ok(value)
 }
 
 /// Starts a private server on the prepared directory (no network, no binlog, no grant

@@ -646,6 +646,38 @@ fn check_invariants(
         }
     }
 
+    // 8. A restore to any instant of the window (outside its gaps) finds a chain and the
+    // contiguous segments up to it; any other instant is refused.
+    let standing = tidemark_core::standing(inv);
+    // About 40 probes a case: each restore choice reads the whole inventory.
+    for &t in probes.iter().step_by((probes.len() / 40).max(1)) {
+        let inside = standing.window.as_ref().is_some_and(|w| {
+            w.from <= t && t <= w.to && !w.gaps.iter().any(|g| g.from < t && t < g.to)
+        });
+        match tidemark_core::choose_restore(inv, t) {
+            Ok(c) => {
+                prop_assert!(
+                    inside,
+                    "restore to {t} outside the window: {:?}",
+                    standing.window
+                );
+                let last = c.chain.last().unwrap();
+                prop_assert!(last.restore_point() <= t);
+                prop_assert_eq!(&c.chain[0].kind, &BackupKind::Full);
+                prop_assert!(c.chain.iter().all(|b| b.phase == Phase::Completed));
+                prop_assert!(standing.restorable.contains(&last.id));
+                for w in c.segments.windows(2) {
+                    prop_assert_eq!(w[1].sequence, w[0].last_sequence() + 1);
+                }
+                prop_assert!(c.segments.iter().all(|s| s.present));
+                if t > last.restore_point() {
+                    prop_assert!(!c.segments.is_empty(), "replay to {t} needs segments");
+                }
+            }
+            Err(e) => prop_assert!(!inside, "{t} is inside the window but refused: {e}"),
+        }
+    }
+
     // 5. Deterministic whatever the listing order.
     let mut shuffled = inv.clone();
     shuffled.backups.reverse();

@@ -8,6 +8,7 @@ pub mod plan;
 pub mod policy;
 pub mod reason;
 pub mod restore;
+pub mod schedule;
 
 pub use coverage::{Coverage, Interval, Replay};
 pub use duration::{DURATION_FORM, DurationError, RetentionDuration};

@@ -1,0 +1,581 @@
+//! Scheduling decisions (seed 001, DESIGN.md §4): pure functions of the schedule, its
+//! existing children and `now`. The operator and `tidemark run` carry them out.
+//!
+//! - Six-field cron, seconds first; five- and seven-field expressions are refused with the
+//!   six-field form in the message.
+//! - Child names are `<schedule>-<YYYYMMDDHHMMSS>` of the UTC slot, so a retry finds (and
+//!   adopts) the child an earlier attempt created.
+//! - `immediate`: one child at the first evaluation, found again by its label if the
+//!   status update was lost (the adoption guard).
+//! - No new child while one is neither completed nor failed (the concurrency guard).
+//! - A deterministic name taken by a backup that is not this schedule's: skip that slot
+//!   with a warning and resume at the next.
+//! - After downtime, at most one catch-up run: the latest missed slot, never a burst.
+//! - Slots are evaluated in an IANA time zone (default UTC); names use the UTC instant.
+
+use std::str::FromStr;
+
+use jiff::Timestamp;
+use jiff::tz::TimeZone;
+use serde::Serialize;
+
+/// The accepted form, shown in errors.
+pub const CRON_FORM: &str = "six fields, seconds first: second minute hour day-of-month month day-of-week, e.g. \"0 0 2 * * *\"";
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScheduleError {
+    #[error(
+        "schedule {expr:?} has {found} fields; Tidemark needs {CRON_FORM}{}",
+        suggestion(expr, *found)
+    )]
+    FieldCount { expr: String, found: usize },
+    #[error("schedule {expr:?} is not a valid cron expression ({problem}); expected {CRON_FORM}")]
+    Invalid { expr: String, problem: String },
+}
+
+fn suggestion(expr: &str, found: usize) -> String {
+    let fields: Vec<&str> = expr.split_whitespace().collect();
+    match found {
+        5 => format!(" — for this one, \"0 {}\"", fields.join(" ")),
+        7 => format!(" — without the year field, \"{}\"", fields[..6].join(" ")),
+        _ => String::new(),
+    }
+}
+
+/// A parsed six-field cron expression.
+#[derive(Debug, Clone)]
+pub struct Cron {
+    expr: String,
+    inner: cron::Schedule,
+}
+
+impl PartialEq for Cron {
+    fn eq(&self, other: &Self) -> bool {
+        self.expr == other.expr
+    }
+}
+
+impl FromStr for Cron {
+    type Err = ScheduleError;
+
+    fn from_str(expr: &str) -> Result<Self, Self::Err> {
+        let found = expr.split_whitespace().count();
+        if found != 6 {
+            return Err(ScheduleError::FieldCount {
+                expr: expr.to_owned(),
+                found,
+            });
+        }
+        let inner = cron::Schedule::from_str(expr).map_err(|e| ScheduleError::Invalid {
+            expr: expr.to_owned(),
+            problem: e.to_string(),
+        })?;
+        Ok(Cron {
+            expr: expr.to_owned(),
+            inner,
+        })
+    }
+}
+
+/// Most candidates examined for one answer: a DST gap or fold can repeat or skip a civil
+/// time, never this many times in a row.
+const MAX_CANDIDATES: usize = 1000;
+
+impl Cron {
+    pub fn as_str(&self) -> &str {
+        &self.expr
+    }
+
+    /// The first slot strictly after `after`, evaluated on the wall clock of `tz`. A civil
+    /// time that a DST gap skips fires at the instant after the gap; one that a fold repeats
+    /// fires once, at its first occurrence.
+    pub fn next_after(&self, after: Timestamp, tz: &TimeZone) -> Option<Timestamp> {
+        let civil = after.to_zoned(tz.clone()).datetime();
+        let start = to_chrono(civil)?;
+        // The iterator yields civil times (carried as UTC) after `civil`; a candidate can map
+        // to an instant at or before `after` around a fold, so skip those.
+        for candidate in self.inner.after(&start).take(MAX_CANDIDATES) {
+            let c = from_chrono(candidate)?;
+            let at = tz.to_ambiguous_zoned(c).compatible().ok()?.timestamp();
+            if at > after {
+                return Some(at);
+            }
+        }
+        None
+    }
+
+    /// The latest slot in `(after, upto]`, if any: the one catch-up run after downtime.
+    pub fn latest_in(&self, after: Timestamp, upto: Timestamp, tz: &TimeZone) -> Option<Timestamp> {
+        if upto <= after {
+            return None;
+        }
+        // Look back in growing windows so that a per-second schedule after a week of
+        // downtime does not walk every missed second.
+        let mut back = jiff::SignedDuration::from_secs(60);
+        loop {
+            let from = upto
+                .checked_sub(back)
+                .ok()
+                .filter(|f| *f > after)
+                .unwrap_or(after);
+            let mut latest = None;
+            let mut cur = from;
+            while let Some(next) = self.next_after(cur, tz) {
+                if next > upto {
+                    break;
+                }
+                latest = Some(next);
+                cur = next;
+            }
+            if latest.is_some() || from == after {
+                return latest;
+            }
+            back = back.checked_mul(8)?;
+        }
+    }
+}
+
+fn to_chrono(c: jiff::civil::DateTime) -> Option<chrono::DateTime<chrono::Utc>> {
+    Some(
+        chrono::NaiveDate::from_ymd_opt(c.year().into(), c.month() as u32, c.day() as u32)?
+            .and_hms_opt(c.hour() as u32, c.minute() as u32, c.second() as u32)?
+            .and_utc(),
+    )
+}
+
+fn from_chrono(c: chrono::DateTime<chrono::Utc>) -> Option<jiff::civil::DateTime> {
+    use chrono::{Datelike, Timelike};
+    jiff::civil::DateTime::new(
+        i16::try_from(c.year()).ok()?,
+        i8::try_from(c.month()).ok()?,
+        i8::try_from(c.day()).ok()?,
+        i8::try_from(c.hour()).ok()?,
+        i8::try_from(c.minute()).ok()?,
+        i8::try_from(c.second()).ok()?,
+        0,
+    )
+    .ok()
+}
+
+/// A schedule as the decisions see it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScheduleSpec {
+    /// The schedule's name: children are `<name>-<YYYYMMDDHHMMSS>`.
+    pub name: String,
+    pub cron: Cron,
+    pub time_zone: TimeZone,
+    /// One run at the first evaluation, besides the cron cadence.
+    pub immediate: bool,
+    /// No new runs (existing ones are left alone).
+    pub suspend: bool,
+    /// When the schedule was created: slots before it are not owed.
+    pub created_at: Timestamp,
+}
+
+/// One existing backup whose name or labels concern this schedule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Child {
+    pub name: String,
+    /// Labelled `tidemark.io/scheduled-backup=<this schedule>`.
+    pub ours: bool,
+    /// Labelled `tidemark.io/immediate-backup=true`.
+    pub immediate: bool,
+    /// Completed or failed.
+    pub done: bool,
+    /// The slot it was created for (from its name or labels), if known.
+    pub slot: Option<Timestamp>,
+}
+
+/// What the schedule records between evaluations (seed 001's status fields).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduleStatus {
+    /// The last time the schedule was evaluated.
+    pub last_check_time: Option<Timestamp>,
+    /// The last slot that produced or adopted a backup (or was skipped by a collision).
+    pub last_schedule_time: Option<Timestamp>,
+    /// The next expected slot.
+    pub next_schedule_time: Option<Timestamp>,
+}
+
+/// What to do now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "action")]
+pub enum Decision {
+    /// Create this backup for this slot.
+    Create {
+        name: String,
+        slot: Timestamp,
+        immediate: bool,
+    },
+    /// The backup for this slot already exists and is ours: record it, create nothing.
+    Adopt { name: String, slot: Timestamp },
+    /// A backup of this schedule is still running: no new slot until it is done.
+    Wait { running: String },
+    /// The slot's name is taken by a backup that is not this schedule's: skip the slot
+    /// (a warning), resume at the next.
+    SkipCollision { name: String, slot: Timestamp },
+    /// Suspended: nothing new.
+    Suspended,
+    /// No slot is due.
+    Idle,
+}
+
+/// A decision and the status to record with it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Evaluation {
+    pub decision: Decision,
+    pub status: ScheduleStatus,
+}
+
+/// The deterministic name of the child for `slot`: `<schedule>-<YYYYMMDDHHMMSS>` (UTC).
+pub fn child_name(schedule: &str, slot: Timestamp) -> String {
+    format!("{schedule}-{}", slot.strftime("%Y%m%d%H%M%S"))
+}
+
+/// Decides what a schedule does at `now`.
+pub fn evaluate(
+    spec: &ScheduleSpec,
+    status: &ScheduleStatus,
+    children: &[Child],
+    now: Timestamp,
+) -> Evaluation {
+    let mut out = ScheduleStatus {
+        last_check_time: Some(now),
+        last_schedule_time: status.last_schedule_time,
+        next_schedule_time: None,
+    };
+    let decision = decide(spec, status, children, now, &mut out);
+    let base = out.last_schedule_time.map_or(now, |l| l.max(now));
+    out.next_schedule_time = spec.cron.next_after(base, &spec.time_zone);
+    Evaluation {
+        decision,
+        status: out,
+    }
+}
+
+fn decide(
+    spec: &ScheduleSpec,
+    status: &ScheduleStatus,
+    children: &[Child],
+    now: Timestamp,
+    out: &mut ScheduleStatus,
+) -> Decision {
+    if spec.suspend {
+        return Decision::Suspended;
+    }
+    let ours = || children.iter().filter(|c| c.ours);
+    // The immediate run, once: at the first evaluation — or adopted, if an earlier attempt
+    // created it but its status update was lost.
+    if spec.immediate && status.last_schedule_time.is_none() {
+        if let Some(c) = ours().find(|c| c.immediate) {
+            let slot = c.slot.unwrap_or(now);
+            out.last_schedule_time = Some(slot);
+            return Decision::Adopt {
+                name: c.name.clone(),
+                slot,
+            };
+        }
+        if let Some(running) = ours().find(|c| !c.done) {
+            return Decision::Wait {
+                running: running.name.clone(),
+            };
+        }
+        let slot = Timestamp::from_second(now.as_second()).unwrap_or(now);
+        out.last_schedule_time = Some(slot);
+        return Decision::Create {
+            name: child_name(&spec.name, slot),
+            slot,
+            immediate: true,
+        };
+    }
+    if let Some(running) = ours().find(|c| !c.done) {
+        return Decision::Wait {
+            running: running.name.clone(),
+        };
+    }
+    // The latest slot owed: after the last one handled (or the schedule's creation), at or
+    // before now. Earlier missed slots are not replayed.
+    let since = status.last_schedule_time.unwrap_or(spec.created_at);
+    let Some(slot) = spec.cron.latest_in(since, now, &spec.time_zone) else {
+        return Decision::Idle;
+    };
+    let name = child_name(&spec.name, slot);
+    out.last_schedule_time = Some(slot);
+    match children.iter().find(|c| c.name == name) {
+        Some(c) if c.ours => Decision::Adopt { name, slot },
+        Some(_) => Decision::SkipCollision { name, slot },
+        None => Decision::Create {
+            name,
+            slot,
+            immediate: false,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn cron(s: &str) -> Cron {
+        s.parse().unwrap()
+    }
+
+    fn spec(schedule: &str) -> ScheduleSpec {
+        ScheduleSpec {
+            name: "cluster-sample-daily".into(),
+            cron: cron(schedule),
+            time_zone: TimeZone::UTC,
+            immediate: false,
+            suspend: false,
+            created_at: ts("2026-11-20T00:00:00Z"),
+        }
+    }
+
+    fn child(name: &str, ours: bool, done: bool) -> Child {
+        Child {
+            name: name.into(),
+            ours,
+            immediate: false,
+            done,
+            slot: None,
+        }
+    }
+
+    #[test]
+    fn six_fields_parse_and_others_are_refused_with_the_form() {
+        for ok in ["0 0 2 * * *", "0 */15 * * * *", "30 0 */6 * * *"] {
+            assert!(ok.parse::<Cron>().is_ok(), "{ok}");
+        }
+        let e = "*/5 * * * *".parse::<Cron>().unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("has 5 fields"), "{msg}");
+        assert!(msg.contains("seconds first"), "{msg}");
+        assert!(msg.contains("\"0 */5 * * * *\""), "{msg}");
+        let e = "0 0 2 * * * 2027".parse::<Cron>().unwrap_err().to_string();
+        assert!(
+            e.contains("has 7 fields") && e.contains("\"0 0 2 * * *\""),
+            "{e}"
+        );
+        let e = "0 0 25 * * *".parse::<Cron>().unwrap_err();
+        assert!(matches!(e, ScheduleError::Invalid { .. }), "{e}");
+    }
+
+    #[test]
+    fn seed_examples_fire_when_the_seed_says() {
+        let tz = TimeZone::UTC;
+        let at = ts("2026-11-20T01:00:00Z");
+        assert_eq!(
+            cron("0 0 2 * * *").next_after(at, &tz),
+            Some(ts("2026-11-20T02:00:00Z"))
+        );
+        assert_eq!(
+            cron("0 */15 * * * *").next_after(at, &tz),
+            Some(ts("2026-11-20T01:15:00Z"))
+        );
+        assert_eq!(
+            cron("30 0 */6 * * *").next_after(at, &tz),
+            Some(ts("2026-11-20T06:00:30Z"))
+        );
+    }
+
+    #[test]
+    fn slots_follow_the_wall_clock_of_the_time_zone() {
+        let paris = TimeZone::get("Europe/Paris").unwrap();
+        // 02:00 in Paris is 01:00 UTC in winter.
+        assert_eq!(
+            cron("0 0 2 * * *").next_after(ts("2026-11-20T00:00:00Z"), &paris),
+            Some(ts("2026-11-20T01:00:00Z"))
+        );
+        // 2027-03-28: 02:00–03:00 does not exist in Paris; the slot fires after the gap.
+        assert_eq!(
+            cron("0 30 2 * * *").next_after(ts("2027-03-27T12:00:00Z"), &paris),
+            Some(ts("2027-03-28T01:30:00Z"))
+        );
+    }
+
+    #[test]
+    fn deterministic_names_use_the_utc_slot() {
+        assert_eq!(
+            child_name("cluster-sample-daily", ts("2026-11-20T02:00:00Z")),
+            "cluster-sample-daily-20261120020000"
+        );
+    }
+
+    #[test]
+    fn first_check_stamps_status_and_due_slot_creates() {
+        let s = spec("0 0 2 * * *");
+        let e = evaluate(
+            &s,
+            &ScheduleStatus::default(),
+            &[],
+            ts("2026-11-20T01:00:00Z"),
+        );
+        assert_eq!(e.decision, Decision::Idle);
+        assert_eq!(e.status.last_check_time, Some(ts("2026-11-20T01:00:00Z")));
+        assert_eq!(e.status.last_schedule_time, None);
+        assert_eq!(
+            e.status.next_schedule_time,
+            Some(ts("2026-11-20T02:00:00Z"))
+        );
+
+        let e = evaluate(&s, &e.status, &[], ts("2026-11-20T02:00:03Z"));
+        assert_eq!(
+            e.decision,
+            Decision::Create {
+                name: "cluster-sample-daily-20261120020000".into(),
+                slot: ts("2026-11-20T02:00:00Z"),
+                immediate: false
+            }
+        );
+        assert_eq!(
+            e.status.last_schedule_time,
+            Some(ts("2026-11-20T02:00:00Z"))
+        );
+        assert_eq!(
+            e.status.next_schedule_time,
+            Some(ts("2026-11-21T02:00:00Z"))
+        );
+        // The same slot is not created twice.
+        let again = evaluate(&s, &e.status, &[], ts("2026-11-20T02:00:09Z"));
+        assert_eq!(again.decision, Decision::Idle);
+    }
+
+    #[test]
+    fn immediate_creates_once_and_adopts_after_a_lost_status_update() {
+        let s = ScheduleSpec {
+            immediate: true,
+            ..spec("0 0 2 * * *")
+        };
+        let now = ts("2026-11-20T10:15:42.5Z");
+        let e = evaluate(&s, &ScheduleStatus::default(), &[], now);
+        assert_eq!(
+            e.decision,
+            Decision::Create {
+                name: "cluster-sample-daily-20261120101542".into(),
+                slot: ts("2026-11-20T10:15:42Z"),
+                immediate: true
+            }
+        );
+        // The status update was lost: the labelled child is adopted, not created again.
+        let created = Child {
+            immediate: true,
+            slot: Some(ts("2026-11-20T10:15:42Z")),
+            ..child("cluster-sample-daily-20261120101542", true, false)
+        };
+        let e = evaluate(&s, &ScheduleStatus::default(), &[created], now);
+        assert!(matches!(e.decision, Decision::Adopt { .. }), "{e:?}");
+        assert_eq!(
+            e.status.last_schedule_time,
+            Some(ts("2026-11-20T10:15:42Z"))
+        );
+    }
+
+    #[test]
+    fn no_new_slot_while_a_child_runs() {
+        let s = spec("0 */15 * * * *");
+        let status = ScheduleStatus {
+            last_schedule_time: Some(ts("2026-11-20T10:00:00Z")),
+            ..Default::default()
+        };
+        let running = child("cluster-sample-daily-20261120100000", true, false);
+        let e = evaluate(&s, &status, &[running], ts("2026-11-20T10:15:01Z"));
+        assert_eq!(
+            e.decision,
+            Decision::Wait {
+                running: "cluster-sample-daily-20261120100000".into()
+            }
+        );
+        assert_eq!(e.status.last_schedule_time, status.last_schedule_time);
+        // Someone else's running backup does not hold this schedule.
+        let foreign = child("other-20261120100000", false, false);
+        let e = evaluate(&s, &status, &[foreign], ts("2026-11-20T10:15:01Z"));
+        assert!(matches!(e.decision, Decision::Create { .. }), "{e:?}");
+    }
+
+    #[test]
+    fn a_taken_name_skips_the_slot_and_resumes_at_the_next() {
+        let s = spec("0 */15 * * * *");
+        let status = ScheduleStatus {
+            last_schedule_time: Some(ts("2026-11-20T10:00:00Z")),
+            ..Default::default()
+        };
+        let squatter = child("cluster-sample-daily-20261120101500", false, true);
+        let e = evaluate(
+            &s,
+            &status,
+            std::slice::from_ref(&squatter),
+            ts("2026-11-20T10:15:01Z"),
+        );
+        assert_eq!(
+            e.decision,
+            Decision::SkipCollision {
+                name: "cluster-sample-daily-20261120101500".into(),
+                slot: ts("2026-11-20T10:15:00Z")
+            }
+        );
+        let next = evaluate(&s, &e.status, &[squatter], ts("2026-11-20T10:30:00Z"));
+        assert!(
+            matches!(&next.decision, Decision::Create { name, .. } if name.ends_with("103000")),
+            "{next:?}"
+        );
+        // Our own child under the name (created, status lost): adopted.
+        let ours = child("cluster-sample-daily-20261120101500", true, true);
+        let e = evaluate(&s, &status, &[ours], ts("2026-11-20T10:15:01Z"));
+        assert!(matches!(e.decision, Decision::Adopt { .. }), "{e:?}");
+    }
+
+    #[test]
+    fn after_downtime_one_catch_up_run_not_a_burst() {
+        let s = spec("0 */15 * * * *");
+        let status = ScheduleStatus {
+            last_schedule_time: Some(ts("2026-11-20T10:00:00Z")),
+            ..Default::default()
+        };
+        // Down from 10:05 to 16:07: 24 slots missed; only the latest runs.
+        let e = evaluate(&s, &status, &[], ts("2026-11-20T16:07:00Z"));
+        assert_eq!(
+            e.decision,
+            Decision::Create {
+                name: "cluster-sample-daily-20261120160000".into(),
+                slot: ts("2026-11-20T16:00:00Z"),
+                immediate: false
+            }
+        );
+        let e = evaluate(&s, &e.status, &[], ts("2026-11-20T16:08:00Z"));
+        assert_eq!(e.decision, Decision::Idle);
+        // A per-second schedule after a week away still answers at once.
+        let fast = spec("* * * * * *");
+        let e = evaluate(&fast, &status, &[], ts("2026-11-27T10:00:00Z"));
+        assert!(
+            matches!(&e.decision, Decision::Create { slot, .. } if *slot == ts("2026-11-27T10:00:00Z")),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn suspended_creates_nothing_but_keeps_status() {
+        let s = ScheduleSpec {
+            suspend: true,
+            immediate: true,
+            ..spec("0 0 2 * * *")
+        };
+        let e = evaluate(
+            &s,
+            &ScheduleStatus::default(),
+            &[],
+            ts("2026-11-21T03:00:00Z"),
+        );
+        assert_eq!(e.decision, Decision::Suspended);
+        assert_eq!(e.status.last_check_time, Some(ts("2026-11-21T03:00:00Z")));
+        assert_eq!(
+            e.status.next_schedule_time,
+            Some(ts("2026-11-22T02:00:00Z"))
+        );
+    }
+}

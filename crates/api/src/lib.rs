@@ -2,8 +2,10 @@
 //! operator so the same YAML serves both. No I/O.
 
 pub mod policy;
+pub mod schedule;
 
 pub use policy::{BackupPolicy, BackupPolicySpec, DeletionPolicy, ObjectStoreSpec, RetentionSpec};
+pub use schedule::{Backup, BackupSpec, OwnerReferenceMode, ScheduledBackup, ScheduledBackupSpec};
 
 /// API group and version of every Tidemark kind.
 pub const API_VERSION: &str = "tidemark.io/v1alpha1";

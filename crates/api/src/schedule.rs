@@ -1,0 +1,421 @@
+//! `ScheduledBackup` and `Backup` (DESIGN.md §4, §6; seed 001): a schedule creates ordinary
+//! Backups on a cron cadence, and generated Backups inherit its policy, method, target,
+//! online setting and command.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use tidemark_core::schedule::{Cron, ScheduleSpec};
+
+use crate::policy::ObjectMeta;
+
+/// Label on every generated Backup: the schedule that owns it.
+pub const SCHEDULED_BACKUP_LABEL: &str = "tidemark.io/scheduled-backup";
+/// Label on the Backup of an `immediate` run.
+pub const IMMEDIATE_BACKUP_LABEL: &str = "tidemark.io/immediate-backup";
+
+/// A reference to a BackupPolicy by name (same namespace).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PolicyRef {
+    pub name: String,
+}
+
+/// Who owns a generated Backup (seed 001).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum OwnerReferenceMode {
+    /// Owned by the ScheduledBackup: deleting the schedule can garbage-collect its Backups.
+    #[default]
+    #[serde(rename = "self")]
+    SelfOwned,
+    /// Owned by the protected cluster.
+    Cluster,
+    /// No owner: Backups outlive the schedule.
+    None,
+}
+
+/// `full` or `incremental`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum BackupType {
+    #[default]
+    Full,
+    Incremental,
+}
+
+/// What a Backup runs; shared by Backup and ScheduledBackup.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BackupTemplate {
+    /// The BackupPolicy that says where backups go and how long they are kept.
+    pub policy: PolicyRef,
+    /// `mariabackup`, `xtrabackup`, `exec` or `job` (default `mariabackup`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    /// `primary` or `prefer-standby`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub online: Option<bool>,
+    /// In standalone mode: the local command whose stdout is the backup (for
+    /// `mariabackup`, the program and its connection options).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<String>,
+}
+
+/// The methods a Backup may name.
+pub const METHODS: [&str; 4] = ["mariabackup", "xtrabackup", "exec", "job"];
+
+/// A `ScheduledBackup` document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ScheduledBackup {
+    pub api_version: String,
+    pub kind: String,
+    pub metadata: ObjectMeta,
+    pub spec: ScheduledBackupSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ScheduledBackupSpec {
+    /// Six-field cron, seconds first: `second minute hour day-of-month month day-of-week`.
+    pub schedule: String,
+    /// One backup at the first evaluation, besides the cadence.
+    #[serde(default)]
+    pub immediate: bool,
+    /// No new backups while true (running ones finish, completed ones stay).
+    #[serde(default)]
+    pub suspend: bool,
+    #[serde(default)]
+    pub backup_owner_reference: OwnerReferenceMode,
+    /// IANA zone the cron is read in (default: the policy's `timeZone`, else UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_zone: Option<String>,
+    #[serde(flatten)]
+    pub template: BackupTemplate,
+}
+
+/// A `Backup` document: one backup attempt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Backup {
+    pub api_version: String,
+    pub kind: String,
+    pub metadata: ObjectMeta,
+    pub spec: BackupSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BackupSpec {
+    #[serde(flatten)]
+    pub template: BackupTemplate,
+    #[serde(default, rename = "type")]
+    pub kind: BackupType,
+    /// Delete this backup once this old (`<n>d|<n>w|<n>m`), whatever the policy says,
+    /// except the floor, locks, holds and chains.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<String>,
+}
+
+/// Why a ScheduledBackup was refused: the field, the value and the accepted form.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScheduleFileError {
+    #[error("not a ScheduledBackup document: {0}")]
+    Syntax(String),
+    #[error("kind is {found:?}; expected ScheduledBackup")]
+    Kind { found: String },
+    #[error("apiVersion is {found:?}; expected {}", crate::API_VERSION)]
+    ApiVersion { found: String },
+    #[error("{field}: {problem}")]
+    Invalid {
+        field: &'static str,
+        problem: String,
+    },
+}
+
+impl ScheduledBackup {
+    /// Parses one YAML document and validates it.
+    ///
+    /// # Errors
+    /// YAML syntax or an unknown field, another kind or version, or an invalid field.
+    pub fn from_yaml(text: &str) -> Result<Self, ScheduleFileError> {
+        let s: ScheduledBackup =
+            serde_yaml::from_str(text).map_err(|e| ScheduleFileError::Syntax(e.to_string()))?;
+        if s.kind != "ScheduledBackup" {
+            return Err(ScheduleFileError::Kind { found: s.kind });
+        }
+        if s.api_version != crate::API_VERSION {
+            return Err(ScheduleFileError::ApiVersion {
+                found: s.api_version,
+            });
+        }
+        s.validate()?;
+        Ok(s)
+    }
+
+    /// Single-object validation.
+    ///
+    /// # Errors
+    /// The schedule is not six-field cron; the time zone is unknown; the method is not
+    /// one Tidemark knows; the policy reference is empty.
+    pub fn validate(&self) -> Result<(), ScheduleFileError> {
+        self.spec
+            .schedule
+            .parse::<Cron>()
+            .map_err(|e| ScheduleFileError::Invalid {
+                field: "spec.schedule",
+                problem: e.to_string(),
+            })?;
+        if let Some(tz) = &self.spec.time_zone {
+            zone(tz, "spec.timeZone")?;
+        }
+        validate_template(&self.spec.template)
+    }
+
+    /// The schedule as the core decisions see it. `policy_zone` is the policy's
+    /// `timeZone`, used when the schedule names none.
+    ///
+    /// # Errors
+    /// As [`ScheduledBackup::validate`].
+    pub fn schedule_spec(
+        &self,
+        policy_zone: Option<&str>,
+        created_at: jiff::Timestamp,
+    ) -> Result<ScheduleSpec, ScheduleFileError> {
+        let cron = self
+            .spec
+            .schedule
+            .parse::<Cron>()
+            .map_err(|e| ScheduleFileError::Invalid {
+                field: "spec.schedule",
+                problem: e.to_string(),
+            })?;
+        let time_zone = match (&self.spec.time_zone, policy_zone) {
+            (Some(tz), _) => zone(tz, "spec.timeZone")?,
+            (None, Some(tz)) => zone(tz, "BackupPolicy spec.timeZone")?,
+            (None, None) => jiff::tz::TimeZone::UTC,
+        };
+        Ok(ScheduleSpec {
+            name: self.metadata.name.clone(),
+            cron,
+            time_zone,
+            immediate: self.spec.immediate,
+            suspend: self.spec.suspend,
+            created_at,
+        })
+    }
+
+    /// The Backup this schedule creates under `name`: it inherits the policy, method,
+    /// target, online setting and command, and carries the ownership labels.
+    pub fn child(&self, name: &str, immediate: bool) -> Backup {
+        let mut labels = BTreeMap::new();
+        labels.insert(
+            SCHEDULED_BACKUP_LABEL.to_owned(),
+            self.metadata.name.clone(),
+        );
+        if immediate {
+            labels.insert(IMMEDIATE_BACKUP_LABEL.to_owned(), "true".to_owned());
+        }
+        Backup {
+            api_version: crate::API_VERSION.to_owned(),
+            kind: "Backup".to_owned(),
+            metadata: ObjectMeta {
+                name: name.to_owned(),
+                namespace: self.metadata.namespace.clone(),
+                labels,
+                annotations: BTreeMap::new(),
+            },
+            spec: BackupSpec {
+                template: self.spec.template.clone(),
+                kind: BackupType::Full,
+                ttl: None,
+            },
+            status: None,
+        }
+    }
+}
+
+fn zone(name: &str, field: &'static str) -> Result<jiff::tz::TimeZone, ScheduleFileError> {
+    jiff::tz::TimeZone::get(name).map_err(|_| ScheduleFileError::Invalid {
+        field,
+        problem: format!(
+            "unknown time zone {name:?}; expected an IANA name such as UTC or Europe/Paris"
+        ),
+    })
+}
+
+fn validate_template(t: &BackupTemplate) -> Result<(), ScheduleFileError> {
+    if t.policy.name.is_empty() {
+        return Err(ScheduleFileError::Invalid {
+            field: "spec.policy.name",
+            problem: "empty; name the BackupPolicy that says where backups go".into(),
+        });
+    }
+    if let Some(m) = &t.method
+        && !METHODS.contains(&m.as_str())
+    {
+        return Err(ScheduleFileError::Invalid {
+            field: "spec.method",
+            problem: format!(
+                "unknown method {m:?}; expected one of {}",
+                METHODS.join(", ")
+            ),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = r#"
+apiVersion: tidemark.io/v1alpha1
+kind: ScheduledBackup
+metadata:
+  name: cluster-sample-daily
+spec:
+  schedule: "0 0 2 * * *"
+  policy:
+    name: cluster-sample
+  immediate: true
+  backupOwnerReference: self
+  method: mariabackup
+  target: prefer-standby
+  online: true
+"#;
+
+    #[test]
+    fn seed_example_parses_with_its_fields() {
+        let s = ScheduledBackup::from_yaml(EXAMPLE).unwrap();
+        assert_eq!(s.spec.schedule, "0 0 2 * * *");
+        assert!(s.spec.immediate);
+        assert_eq!(s.spec.backup_owner_reference, OwnerReferenceMode::SelfOwned);
+        assert_eq!(s.spec.template.target.as_deref(), Some("prefer-standby"));
+    }
+
+    #[test]
+    fn defaults() {
+        let minimal = r#"
+apiVersion: tidemark.io/v1alpha1
+kind: ScheduledBackup
+metadata: {name: nightly}
+spec: {schedule: "0 0 2 * * *", policy: {name: db}}
+"#;
+        let s = ScheduledBackup::from_yaml(minimal).unwrap();
+        assert!(!s.spec.immediate);
+        assert!(!s.spec.suspend);
+        assert_eq!(s.spec.backup_owner_reference, OwnerReferenceMode::SelfOwned);
+        let spec = s
+            .schedule_spec(None, "2026-11-20T00:00:00Z".parse().unwrap())
+            .unwrap();
+        assert_eq!(spec.time_zone, jiff::tz::TimeZone::UTC);
+        // The policy's zone applies when the schedule names none.
+        let paris = s
+            .schedule_spec(
+                Some("Europe/Paris"),
+                "2026-11-20T00:00:00Z".parse().unwrap(),
+            )
+            .unwrap();
+        assert_eq!(
+            paris.time_zone,
+            jiff::tz::TimeZone::get("Europe/Paris").unwrap()
+        );
+    }
+
+    #[test]
+    fn owner_reference_modes() {
+        for (text, mode) in [
+            ("self", OwnerReferenceMode::SelfOwned),
+            ("cluster", OwnerReferenceMode::Cluster),
+            ("none", OwnerReferenceMode::None),
+        ] {
+            let s = ScheduledBackup::from_yaml(&EXAMPLE.replace(
+                "backupOwnerReference: self",
+                &format!("backupOwnerReference: {text}"),
+            ))
+            .unwrap();
+            assert_eq!(s.spec.backup_owner_reference, mode);
+        }
+        let e = ScheduledBackup::from_yaml(
+            &EXAMPLE.replace("backupOwnerReference: self", "backupOwnerReference: parent"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("parent") && e.contains("self") && e.contains("none"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn generated_backups_inherit_fields_and_carry_labels() {
+        let s = ScheduledBackup::from_yaml(EXAMPLE).unwrap();
+        let b = s.child("cluster-sample-daily-20261120020000", false);
+        assert_eq!(b.spec.template, s.spec.template);
+        assert_eq!(
+            b.metadata
+                .labels
+                .get(SCHEDULED_BACKUP_LABEL)
+                .map(String::as_str),
+            Some("cluster-sample-daily")
+        );
+        assert!(!b.metadata.labels.contains_key(IMMEDIATE_BACKUP_LABEL));
+        let i = s.child("cluster-sample-daily-20261120101542", true);
+        assert_eq!(
+            i.metadata
+                .labels
+                .get(IMMEDIATE_BACKUP_LABEL)
+                .map(String::as_str),
+            Some("true")
+        );
+    }
+
+    #[test]
+    fn bad_fields_are_named_with_the_accepted_form() {
+        let e = ScheduledBackup::from_yaml(&EXAMPLE.replace("\"0 0 2 * * *\"", "\"0 2 * * *\""))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("spec.schedule: "), "{e}");
+        assert!(e.contains("\"0 0 2 * * *\""), "{e}");
+        let e = ScheduledBackup::from_yaml(&format!("{EXAMPLE}  timeZone: Mars/Olympus\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("spec.timeZone: ") && e.contains("Europe/Paris"),
+            "{e}"
+        );
+        let e =
+            ScheduledBackup::from_yaml(&EXAMPLE.replace("method: mariabackup", "method: rsync"))
+                .unwrap_err()
+                .to_string();
+        assert!(
+            e.contains("spec.method") && e.contains("mariabackup, xtrabackup"),
+            "{e}"
+        );
+        let e =
+            ScheduledBackup::from_yaml(&EXAMPLE.replace("kind: ScheduledBackup", "kind: Schedule"))
+                .unwrap_err()
+                .to_string();
+        assert_eq!(e, "kind is \"Schedule\"; expected ScheduledBackup");
+    }
+
+    #[test]
+    fn a_misspelt_field_is_refused_with_its_name() {
+        let text = r#"
+apiVersion: tidemark.io/v1alpha1
+kind: ScheduledBackup
+metadata: {name: nightly}
+spec: {schedule: "0 0 2 * * *", policy: {name: db}, imediate: true}
+"#;
+        let e = ScheduledBackup::from_yaml(text).unwrap_err().to_string();
+        assert!(e.contains("imediate"), "{e}");
+    }
+}

@@ -42,6 +42,37 @@ pub enum Command {
     /// completed by then, prepared, plus the binlogs replayed up to the target.
     /// --dry-run lists what it would use.
     Restore(RestoreArgs),
+    /// What a schedule and a retention policy keep over time: recovery points kept each
+    /// day, the recovery window and the storage, as a table (or JSON) and an SVG chart.
+    /// Touches no store.
+    Simulate(SimulateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    /// Six-field cron, seconds first, e.g. "0 0 2 * * *" (every day at 02:00:00).
+    #[arg(long, value_name = "CRON")]
+    pub schedule: String,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// How many days to simulate.
+    #[arg(long, value_name = "N", default_value_t = 30)]
+    pub days: u32,
+    /// Size of one backup, e.g. 20GiB, 500MiB or 1.5TB.
+    #[arg(long, value_name = "SIZE", default_value = "10GiB")]
+    pub backup_size: String,
+    /// How long one backup takes (its restore point is its end), e.g. 5m, 1h.
+    #[arg(long, value_name = "DURATION", default_value = "5m")]
+    pub backup_duration: String,
+    /// Start of the simulation (RFC 3339; default: now).
+    #[arg(long, value_name = "TIME")]
+    pub now: Option<String>,
+    /// Write an SVG chart here: one row per backup, one column per day, a mark while it
+    /// is kept; the stored size below.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
 }
 
 #[derive(Debug, Args)]

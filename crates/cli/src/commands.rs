@@ -36,6 +36,7 @@ pub fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Fetch(a) => rt.block_on(crate::transfer::fetch(&a)),
         Command::ArchiveBinlogs(a) => rt.block_on(crate::transfer::archive_binlogs(&a)),
         Command::Restore(a) => rt.block_on(crate::restore::restore(&a)),
+        Command::Simulate(a) => crate::simulate::run(&a),
     }
 }
 

@@ -9,6 +9,7 @@ pub mod policy;
 pub mod reason;
 pub mod restore;
 pub mod schedule;
+pub mod simulate;
 
 pub use coverage::{Coverage, Interval, Replay};
 pub use duration::{DURATION_FORM, DurationError, RetentionDuration};

@@ -1,0 +1,85 @@
+//! `tidemark simulate` with the real binary.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::process::{Command, Output};
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tidemark"))
+        .arg("simulate")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn keep_last_over_ten_days_as_json_table_and_svg() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("chart.svg");
+    let common = [
+        "--schedule",
+        "0 0 2 * * *",
+        "--keep-last",
+        "3",
+        "--days",
+        "10",
+        "--backup-size",
+        "2GiB",
+        "--now",
+        "2026-11-01T00:00:00Z",
+    ];
+    let out = run(&[
+        &common[..],
+        &["--output", "json", "--svg", svg.to_str().unwrap()],
+    ]
+    .concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let days = v["days"].as_array().unwrap();
+    assert_eq!(days.len(), 10);
+    let kept: Vec<usize> = days
+        .iter()
+        .map(|d| d["kept"].as_array().unwrap().len())
+        .collect();
+    assert_eq!(kept, vec![1, 2, 3, 3, 3, 3, 3, 3, 3, 3]);
+    assert_eq!(days[9]["storedBytes"], 3u64 * (2 << 30));
+    assert_eq!(days[9]["windowFrom"], "2026-11-08T02:05:00Z");
+    let chart = std::fs::read_to_string(&svg).unwrap();
+    assert!(chart.starts_with("<svg"), "{chart}");
+    // One mark per kept backup per day.
+    assert_eq!(
+        chart.matches("fill=\"#2b6cb0\"").count(),
+        kept.iter().sum::<usize>()
+    );
+
+    let table = run(&common);
+    assert!(table.status.success());
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(text.contains("After 10 days: 3 recovery points"), "{text}");
+}
+
+#[test]
+fn bad_input_names_the_flag_and_the_form() {
+    let out = run(&["--schedule", "0 2 * * *", "--keep-last", "3"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--schedule") && err.contains("\"0 0 2 * * *\""),
+        "{err}"
+    );
+    let out = run(&[
+        "--schedule",
+        "0 0 2 * * *",
+        "--keep-last",
+        "3",
+        "--backup-size",
+        "lots",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("20GiB"));
+    let out = run(&["--schedule", "0 0 2 * * *"]);
+    assert_eq!(out.status.code(), Some(2));
+}

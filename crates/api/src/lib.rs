@@ -1,6 +1,7 @@
 //! Tidemark's resource types (`tidemark.io/v1alpha1`), shared by the command line and the
 //! operator so the same YAML serves both. No I/O.
 
+pub mod config;
 pub mod policy;
 pub mod schedule;
 

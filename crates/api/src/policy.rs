@@ -185,17 +185,33 @@ impl BackupPolicy {
     /// YAML syntax or an unknown field (with line and column), another kind or version, or
     /// a retention policy without an object store.
     pub fn from_yaml(text: &str) -> Result<Self, PolicyFileError> {
-        let p: BackupPolicy = serde_yaml::from_str(text).map_err(PolicyFileError::Syntax)?;
-        if p.kind != "BackupPolicy" {
-            return Err(PolicyFileError::Kind { found: p.kind });
+        serde_yaml::from_str::<BackupPolicy>(text)
+            .map_err(PolicyFileError::Syntax)?
+            .checked()
+    }
+
+    /// [`BackupPolicy::from_yaml`] for a document already read as YAML (one of several in
+    /// a file).
+    ///
+    /// # Errors
+    /// As [`BackupPolicy::from_yaml`].
+    pub fn from_value(value: serde_yaml::Value) -> Result<Self, PolicyFileError> {
+        serde_yaml::from_value::<BackupPolicy>(value)
+            .map_err(PolicyFileError::Syntax)?
+            .checked()
+    }
+
+    fn checked(self) -> Result<Self, PolicyFileError> {
+        if self.kind != "BackupPolicy" {
+            return Err(PolicyFileError::Kind { found: self.kind });
         }
-        if p.api_version != crate::API_VERSION {
+        if self.api_version != crate::API_VERSION {
             return Err(PolicyFileError::ApiVersion {
-                found: p.api_version,
+                found: self.api_version,
             });
         }
-        p.validate()?;
-        Ok(p)
+        self.validate()?;
+        Ok(self)
     }
 
     /// Single-object validation (the operator's CRD carries the same rules).

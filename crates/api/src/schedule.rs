@@ -146,18 +146,32 @@ impl ScheduledBackup {
     /// # Errors
     /// YAML syntax or an unknown field, another kind or version, or an invalid field.
     pub fn from_yaml(text: &str) -> Result<Self, ScheduleFileError> {
-        let s: ScheduledBackup =
-            serde_yaml::from_str(text).map_err(|e| ScheduleFileError::Syntax(e.to_string()))?;
-        if s.kind != "ScheduledBackup" {
-            return Err(ScheduleFileError::Kind { found: s.kind });
+        serde_yaml::from_str::<ScheduledBackup>(text)
+            .map_err(|e| ScheduleFileError::Syntax(e.to_string()))?
+            .checked()
+    }
+
+    /// [`ScheduledBackup::from_yaml`] for a document already read as YAML.
+    ///
+    /// # Errors
+    /// As [`ScheduledBackup::from_yaml`].
+    pub fn from_value(value: serde_yaml::Value) -> Result<Self, ScheduleFileError> {
+        serde_yaml::from_value::<ScheduledBackup>(value)
+            .map_err(|e| ScheduleFileError::Syntax(e.to_string()))?
+            .checked()
+    }
+
+    fn checked(self) -> Result<Self, ScheduleFileError> {
+        if self.kind != "ScheduledBackup" {
+            return Err(ScheduleFileError::Kind { found: self.kind });
         }
-        if s.api_version != crate::API_VERSION {
+        if self.api_version != crate::API_VERSION {
             return Err(ScheduleFileError::ApiVersion {
-                found: s.api_version,
+                found: self.api_version,
             });
         }
-        s.validate()?;
-        Ok(s)
+        self.validate()?;
+        Ok(self)
     }
 
     /// Single-object validation.

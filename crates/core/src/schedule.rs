@@ -17,7 +17,7 @@ use std::str::FromStr;
 
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The accepted form, shown in errors.
 pub const CRON_FORM: &str = "six fields, seconds first: second minute hour day-of-month month day-of-week, e.g. \"0 0 2 * * *\"";
@@ -187,7 +187,7 @@ pub struct Child {
 }
 
 /// What the schedule records between evaluations (seed 001's status fields).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ScheduleStatus {
     /// The last time the schedule was evaluated.

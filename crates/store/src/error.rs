@@ -64,6 +64,16 @@ pub enum StoreError {
         key: String,
         attempts: u32,
     },
+    #[error("store {url}: {key} is malformed: {problem}")]
+    MalformedState {
+        url: String,
+        key: String,
+        problem: String,
+    },
+    #[error(
+        "store {url}: {key} was changed by another writer; is another `tidemark run` using this cluster?"
+    )]
+    StateContention { url: String, key: String },
     #[error("store {url}: internal error: {problem}")]
     Internal { url: String, problem: String },
     #[error("store {url}: could not serialise {what}")]
@@ -99,11 +109,13 @@ impl StoreError {
             StoreError::Open { .. }
             | StoreError::Request { .. }
             | StoreError::IndexContention { .. }
+            | StoreError::StateContention { .. }
             | StoreError::Encode { .. } => ErrorCategory::Store,
             StoreError::Internal { .. } => ErrorCategory::Internal,
             StoreError::MalformedIndex { .. }
             | StoreError::NewerIndex { .. }
-            | StoreError::MissingShard { .. } => ErrorCategory::Data,
+            | StoreError::MissingShard { .. }
+            | StoreError::MalformedState { .. } => ErrorCategory::Data,
         }
     }
 }

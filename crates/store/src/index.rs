@@ -502,7 +502,7 @@ pub async fn update(
 
 /// Creates the head where there was none; `AlreadyExists` when another writer did first
 /// (where the backend can tell).
-async fn create_head(
+pub(crate) async fn create_head(
     store: &ClusterStore,
     key: &Path,
     body: Vec<u8>,
@@ -602,7 +602,7 @@ pub(crate) async fn delete_shards<'a>(
 }
 
 /// Replaces the head if it is still at `version`.
-async fn replace_head(
+pub(crate) async fn replace_head(
     store: &ClusterStore,
     key: &Path,
     version: &UpdateVersion,

@@ -15,6 +15,7 @@ pub mod mariadb;
 pub mod open;
 pub mod progress;
 pub mod restore;
+pub mod state;
 pub mod survey;
 pub mod synth;
 #[cfg(feature = "test-support")]

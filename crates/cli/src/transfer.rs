@@ -183,32 +183,75 @@ pub async fn push(args: &PushArgs) -> Result<Exit, CliError> {
         }
         parent_meta = Some(p);
     }
-    let mariabackup = if spec.method == mariadb::METHOD {
-        Some(MariabackupRun::new(&args.command, parent_meta.as_ref())?)
-    } else {
-        None
-    };
-    let command = match &mariabackup {
-        Some(run) => run.command.clone(),
-        None => args.command.clone(),
-    };
     let json = args.output == OutputFormat::Json;
     let bar = TerminalProgress::for_bytes(json, "uploading");
     let progress: &dyn Progress = match &bar {
         Some(b) => b,
         None => &NoProgress,
     };
-    let result = stream_source(store, &spec, &command, progress).await;
+    let taken = take_backup(store, &spec, &args.command, parent_meta.as_ref(), progress).await;
     if let Some(b) = &bar {
         b.finish();
     }
+    match taken {
+        Ok(m) => {
+            report(store, &m, json)?;
+            Ok(Exit::Success)
+        }
+        Err(Failed { recorded, error }) => {
+            if let Some(m) = recorded {
+                report(store, &m, json)?;
+                eprintln!(
+                    "recorded {}/{} as failed; failedBackupsTTL collects it",
+                    spec.backup_name, spec.backup_id
+                );
+            }
+            Err(error)
+        }
+    }
+}
+
+/// A backup attempt that did not complete: the error, and the failed record if it could
+/// be written.
+#[derive(Debug)]
+pub(crate) struct Failed {
+    pub recorded: Option<Metadata>,
+    pub error: CliError,
+}
+
+/// Takes one backup: streams the command's stdout (stdin without one; with `mariabackup`
+/// the completed mariabackup command line) into the store and commits it, or records the
+/// attempt as failed. Shared by `push` and `run`.
+pub(crate) async fn take_backup(
+    store: &ClusterStore,
+    spec: &BackupSpec,
+    user_command: &[String],
+    parent: Option<&Metadata>,
+    progress: &dyn Progress,
+) -> Result<Metadata, Failed> {
+    // A parent without LSNs is bad input: refused before anything is recorded.
+    let mariabackup = if spec.method == mariadb::METHOD {
+        Some(
+            MariabackupRun::new(user_command, parent).map_err(|error| Failed {
+                recorded: None,
+                error,
+            })?,
+        )
+    } else {
+        None
+    };
+    let command = match &mariabackup {
+        Some(run) => run.command.clone(),
+        None => user_command.to_vec(),
+    };
+    let streamed = stream_source(store, spec, &command, progress).await;
     // What mariabackup recorded beside the stream; without it the backup is unusable as a
     // parent, so its absence fails the attempt.
-    let result = match (result, &mariabackup) {
+    let result = match (streamed, &mariabackup) {
         (Ok(payload), Some(run)) => match run.recorded() {
             Ok((extra, position)) => Ok((payload, extra, position)),
             Err(e) => {
-                remove_payload(store, &spec, &payload.name).await;
+                remove_payload(store, spec, &payload.name).await;
                 Err(CliError::new(Exit::SourceFailed, e))
             }
         },
@@ -237,28 +280,28 @@ pub async fn push(args: &PushArgs) -> Result<Exit, CliError> {
             )
         }
     };
-    let committed = transfer::commit(store, &spec, outcome).await;
-    let m = match (committed, failure) {
-        (Ok(m), None) => m,
-        (Ok(m), Some(e)) => {
-            report(store, &m, json)?;
-            eprintln!(
-                "recorded {}/{} as failed; failedBackupsTTL collects it",
-                spec.backup_name, spec.backup_id
-            );
-            return Err(e);
-        }
-        (Err(commit_err), None) => return Err(commit_err.into()),
-        (Err(commit_err), Some(e)) => {
+    let committed = transfer::commit(store, spec, outcome).await;
+    match (committed, failure) {
+        (Ok(m), None) => Ok(m),
+        (Ok(m), Some(error)) => Err(Failed {
+            recorded: Some(m),
+            error,
+        }),
+        (Err(commit_err), None) => Err(Failed {
+            recorded: None,
+            error: commit_err.into(),
+        }),
+        (Err(commit_err), Some(error)) => {
             eprintln!(
                 "error: could not record the failed attempt either: {}",
                 crate::exit::render(&anyhow::Error::new(commit_err))
             );
-            return Err(e);
+            Err(Failed {
+                recorded: None,
+                error,
+            })
         }
-    };
-    report(store, &m, json)?;
-    Ok(Exit::Success)
+    }
 }
 
 fn report(store: &ClusterStore, m: &Metadata, json: bool) -> Result<(), CliError> {

@@ -43,7 +43,8 @@ pub struct BackupPolicySpec {
     /// What to keep. Rules are a union: a backup is kept if any rule keeps it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<RetentionSpec>,
-    /// How often the retention pass runs (`<n>d|<n>w|<n>m`, or `1h`), default `1h`.
+    /// How often the retention pass runs under `tidemark run`: `<n>s`, `<n>m` (minutes) or
+    /// `<n>h`; default `1h`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention_interval: Option<String>,
     /// What deleting a Backup object does to its remote data. Default `Retain`.
@@ -52,6 +53,20 @@ pub struct BackupPolicySpec {
     /// IANA time zone for calendar buckets (keepDaily…) and schedules. Default `UTC`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_zone: Option<String>,
+    /// Ship the server's binlogs (standalone `tidemark run`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binlog_archive: Option<BinlogArchiveSpec>,
+}
+
+/// Where the server's binlogs are, and how often to look for closed ones.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BinlogArchiveSpec {
+    /// The server's binlog index file, e.g. `/var/lib/mysql/mysql-bin.index`.
+    pub binlog_index: String,
+    /// Pause between passes, e.g. `10s`, `1m` (default `10s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<String>,
 }
 
 /// `Retain` keeps remote data when a Backup object is deleted; `Delete` removes it.

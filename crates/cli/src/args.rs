@@ -46,6 +46,21 @@ pub enum Command {
     /// day, the recovery window and the storage, as a table (or JSON) and an SVG chart.
     /// Touches no store.
     Simulate(SimulateArgs),
+    /// Standalone mode: run the ScheduledBackups, binlog archiving and retention of every
+    /// BackupPolicy in DIR's YAML files, with all state in the store. Ctrl-C or SIGTERM
+    /// stops it (a running backup gets --grace to finish).
+    Run(RunArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Directory of YAML files holding BackupPolicy and ScheduledBackup documents.
+    #[arg(long, value_name = "DIR")]
+    pub config: PathBuf,
+    /// On Ctrl-C or SIGTERM, how long a running backup may take to finish before it is
+    /// stopped and recorded as failed, e.g. 30s, 5m.
+    #[arg(long, value_name = "DURATION", default_value = "60s")]
+    pub grace: String,
 }
 
 #[derive(Debug, Args)]

@@ -37,6 +37,7 @@ pub fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::ArchiveBinlogs(a) => rt.block_on(crate::transfer::archive_binlogs(&a)),
         Command::Restore(a) => rt.block_on(crate::restore::restore(&a)),
         Command::Simulate(a) => crate::simulate::run(&a),
+        Command::Run(a) => rt.block_on(crate::run::run(&a)),
     }
 }
 

@@ -7,6 +7,7 @@ mod output;
 mod progress;
 mod resolve;
 mod restore;
+mod run;
 mod simulate;
 mod transfer;
 

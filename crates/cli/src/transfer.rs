@@ -189,7 +189,16 @@ pub async fn push(args: &PushArgs) -> Result<Exit, CliError> {
         Some(b) => b,
         None => &NoProgress,
     };
-    let taken = take_backup(store, &spec, &args.command, parent_meta.as_ref(), progress).await;
+    // In the terminal's process group: Ctrl-C stops the command with tidemark.
+    let taken = take_backup(
+        store,
+        &spec,
+        &args.command,
+        parent_meta.as_ref(),
+        Detach::No,
+        progress,
+    )
+    .await;
     if let Some(b) = &bar {
         b.finish();
     }
@@ -211,6 +220,14 @@ pub async fn push(args: &PushArgs) -> Result<Exit, CliError> {
     }
 }
 
+/// Whether the backup command runs in its own process group: `run` detaches it so that a
+/// Ctrl-C meant for tidemark does not kill a backup that is given a grace period.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Detach {
+    No,
+    Yes,
+}
+
 /// A backup attempt that did not complete: the error, and the failed record if it could
 /// be written.
 #[derive(Debug)]
@@ -227,6 +244,7 @@ pub(crate) async fn take_backup(
     spec: &BackupSpec,
     user_command: &[String],
     parent: Option<&Metadata>,
+    detach: Detach,
     progress: &dyn Progress,
 ) -> Result<Metadata, Failed> {
     // A parent without LSNs is bad input: refused before anything is recorded.
@@ -244,7 +262,7 @@ pub(crate) async fn take_backup(
         Some(run) => run.command.clone(),
         None => user_command.to_vec(),
     };
-    let streamed = stream_source(store, spec, &command, progress).await;
+    let streamed = stream_source(store, spec, &command, detach, progress).await;
     // What mariabackup recorded beside the stream; without it the backup is unusable as a
     // parent, so its absence fails the attempt.
     let result = match (streamed, &mariabackup) {
@@ -329,6 +347,7 @@ async fn stream_source(
     store: &ClusterStore,
     spec: &BackupSpec,
     command: &[String],
+    detach: Detach,
     progress: &dyn Progress,
 ) -> Result<tidemark_store::format::PayloadObject, CliError> {
     let Some((program, rest)) = command.split_first() else {
@@ -337,19 +356,21 @@ async fn stream_source(
             .await
             .map_err(transfer_error);
     };
-    let mut child = tokio::process::Command::new(program)
-        .args(rest)
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(rest)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| {
-            CliError::new(
-                Exit::SourceFailed,
-                anyhow::anyhow!("cannot run {program:?}: {e}"),
-            )
-        })?;
+        .kill_on_drop(true);
+    if detach == Detach::Yes {
+        cmd.process_group(0);
+    }
+    let mut child = cmd.spawn().map_err(|e| {
+        CliError::new(
+            Exit::SourceFailed,
+            anyhow::anyhow!("cannot run {program:?}: {e}"),
+        )
+    })?;
     let Some(stdout) = child.stdout.take() else {
         return Err(CliError::new(
             Exit::Internal,
@@ -603,18 +624,23 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
         }
         tokio::select! {
             () = tokio::time::sleep(interval) => {}
-            _ = tokio::signal::ctrl_c() => return Ok(Exit::Success),
-            () = terminated() => return Ok(Exit::Success),
+            () = shutdown_signal() => return Ok(Exit::Success),
         }
     }
 }
 
-/// Resolves on SIGTERM (never, if the handler cannot be installed).
-async fn terminated() {
-    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(mut s) => {
-            s.recv().await;
+/// Resolves on Ctrl-C (SIGINT) or SIGTERM.
+pub(crate) async fn shutdown_signal() {
+    let terminated = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
         }
-        Err(_) => std::future::pending::<()>().await,
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminated => {}
     }
 }

@@ -29,9 +29,25 @@ pub struct RunState {
     /// When the retention pass last ran.
     #[serde(default)]
     pub last_retention_run_time: Option<Timestamp>,
+    /// Backups started and not yet finished, by schedule: written before a backup starts,
+    /// so a run that dies during one leaves a record the next run finds (even when no
+    /// byte reached the store) and records the attempt as failed.
+    #[serde(default)]
+    pub running: BTreeMap<String, Attempt>,
     /// Fields of newer versions, kept on rewrite.
     #[serde(flatten)]
     pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+/// One backup attempt in flight.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Attempt {
+    pub backup_name: String,
+    pub backup_id: String,
+    pub started_at: Timestamp,
+    #[serde(default)]
+    pub immediate: bool,
 }
 
 /// The state and the version it was read at.
@@ -46,6 +62,17 @@ fn key() -> Path {
 }
 
 impl StoredState {
+    /// A state never written (saving it creates the file, and fails if one exists).
+    pub fn empty() -> Self {
+        StoredState {
+            state: RunState {
+                format_version: STATE_FORMAT_VERSION,
+                ..Default::default()
+            },
+            version: None,
+        }
+    }
+
     /// Reads `_state/run.json` (empty state when absent).
     ///
     /// # Errors
@@ -54,15 +81,7 @@ impl StoredState {
         let key = key();
         let got = match store.inner.get(&key).await {
             Ok(g) => g,
-            Err(e) if is_not_found(&e) => {
-                return Ok(StoredState {
-                    state: RunState {
-                        format_version: STATE_FORMAT_VERSION,
-                        ..Default::default()
-                    },
-                    version: None,
-                });
-            }
+            Err(e) if is_not_found(&e) => return Ok(Self::empty()),
             Err(source) => return Err(request(store, "reading", &key, source)),
         };
         let version = UpdateVersion {

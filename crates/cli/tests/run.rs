@@ -1,0 +1,318 @@
+//! `tidemark run` (standalone mode) with the real binary: schedules, retention, a restart
+//! after SIGKILL in the middle of a backup, and bad configurations.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::HashMap;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tidemark"));
+    c.env_remove("TIDEMARK_STORE")
+        .env_remove("TIDEMARK_CLUSTER");
+    c
+}
+
+fn config(dir: &Path, schedule: &str, command: &str, retention: &str) -> PathBuf {
+    let cfg = dir.join("config");
+    std::fs::create_dir_all(&cfg).unwrap();
+    std::fs::write(
+        cfg.join("policy.yaml"),
+        format!(
+            r#"apiVersion: tidemark.io/v1alpha1
+kind: BackupPolicy
+metadata: {{name: local}}
+spec:
+  objectStore: {{url: "file://../store"}}
+  retention: {retention}
+  retentionInterval: 1s
+"#
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        cfg.join("schedule.yaml"),
+        format!(
+            r#"apiVersion: tidemark.io/v1alpha1
+kind: ScheduledBackup
+metadata: {{name: data}}
+spec:
+  schedule: "{schedule}"
+  immediate: true
+  policy: {{name: local}}
+  command: [sh, -c, "{command}"]
+"#
+        ),
+    )
+    .unwrap();
+    cfg
+}
+
+/// Starts `tidemark run` in its own process group, its log in `log`.
+fn start(cfg: &Path, log: &Path) -> Child {
+    bin()
+        .args(["run", "--config", cfg.to_str().unwrap(), "--grace", "20s"])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .process_group(0)
+        .spawn()
+        .unwrap()
+}
+
+fn signal(child: &Child, sig: &str) {
+    let group = format!("-{}", child.id());
+    let ok = Command::new("kill")
+        .args([sig, "--", &group])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig} {group}");
+}
+
+fn wait_for(log: &Path, text: &str, secs: u64) -> String {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let s = std::fs::read_to_string(log).unwrap_or_default();
+        if s.contains(text) {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "no {text:?} in the log:\n{s}");
+        sleep(Duration::from_millis(100));
+    }
+}
+
+fn ls(store: &Path) -> Value {
+    let out = bin()
+        .args(["ls", "--store", &format!("file://{}", store.display())])
+        .args(["--cluster", "local", "--output", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn phases(v: &Value) -> HashMap<String, String> {
+    v["backups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            (
+                b["backupId"].as_str().unwrap().to_owned(),
+                b["phase"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn schedules_back_up_and_retention_collects() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "*/2 * * * * *", "date +%s%N", "{keepLast: 2}");
+    let log = dir.path().join("run.log");
+    let mut run = start(&cfg, &log);
+    wait_for(&log, "retention: deleted", 30);
+    signal(&run, "-TERM");
+    let status = run.wait().unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{status}\n{text}");
+    assert!(text.contains("(immediate) → backup data-"), "{text}");
+    assert!(text.contains("stopping: no new backups"), "{text}");
+    let v = ls(&dir.path().join("store"));
+    let completed = phases(&v).values().filter(|p| *p == "completed").count();
+    // keepLast 2, plus at most one taken after the last pass.
+    assert!((2..=3).contains(&completed), "{v:#}");
+    let state: Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join("store/local/_state/run.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        state["schedules"]["data"]["lastScheduleTime"].is_string(),
+        "{state:#}"
+    );
+    assert!(state["lastRetentionRunTime"].is_string(), "{state:#}");
+    assert_eq!(state["running"], serde_json::json!({}), "{state:#}");
+}
+
+#[test]
+fn sigkill_during_a_backup_then_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(
+        dir.path(),
+        "*/5 * * * * *",
+        "sleep 2; echo payload",
+        "{keepLast: 5, failedBackupsTTL: 1d}",
+    );
+    let log1 = dir.path().join("run1.log");
+    let mut first = start(&cfg, &log1);
+    let text = wait_for(&log1, "(immediate) → backup ", 30);
+    signal(&first, "-KILL");
+    let _ = first.wait();
+    // The attempt's id, from "→ backup <name>/<id> started".
+    let line = text.lines().find(|l| l.contains("(immediate)")).unwrap();
+    let id = line
+        .split("→ backup ")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .split('/')
+        .nth(1)
+        .unwrap()
+        .to_owned();
+
+    let log2 = dir.path().join("run2.log");
+    let mut second = start(&cfg, &log2);
+    wait_for(&log2, "recorded as failed", 30);
+    wait_for(&log2, "completed", 30);
+    signal(&second, "-TERM");
+    assert!(second.wait().unwrap().success());
+    let text = std::fs::read_to_string(&log2).unwrap();
+    // Not repeated: the immediate run happened; the restart does not take it again.
+    assert!(!text.contains("(immediate)"), "{text}");
+
+    let v = ls(&dir.path().join("store"));
+    let p = phases(&v);
+    assert_eq!(p[&id], "failed", "{v:#}");
+    // One attempt per slot name: no duplicate.
+    let mut names: Vec<&str> = v["backups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["backupName"].as_str().unwrap())
+        .collect();
+    let n = names.len();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), n, "{v:#}");
+
+    // failedBackupsTTL collects the interrupted attempt later; what restores stays.
+    let later = jiff::Timestamp::now() + jiff::SignedDuration::from_hours(48);
+    let gc = bin()
+        .args([
+            "gc",
+            "--store",
+            &format!("file://{}", dir.path().join("store").display()),
+        ])
+        .args([
+            "--cluster",
+            "local",
+            "--keep-last",
+            "5",
+            "--failed-ttl",
+            "1d",
+        ])
+        .args(["--now", &later.to_string(), "--output", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        gc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&gc.stderr)
+    );
+    let gc: Value = serde_json::from_slice(&gc.stdout).unwrap();
+    let deleted: Vec<&str> = gc["backups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["action"] == "delete")
+        .map(|b| b["backupId"].as_str().unwrap())
+        .collect();
+    assert!(deleted.contains(&id.as_str()), "{gc:#}");
+    assert!(
+        !phases(&ls(&dir.path().join("store")))
+            .values()
+            .all(|p| p != "completed"),
+        "a completed backup stays"
+    );
+}
+
+fn refused(files: &[(&str, &str)]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text) in files {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let out: Output = bin()
+        .args(["run", "--config", dir.path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+const POLICY: &str = r#"apiVersion: tidemark.io/v1alpha1
+kind: BackupPolicy
+metadata: {name: local}
+spec:
+  objectStore: {url: "file:///tmp"}
+  retention: {keepLast: 2}
+"#;
+
+const SCHEDULE: &str = r#"apiVersion: tidemark.io/v1alpha1
+kind: ScheduledBackup
+metadata: {name: data}
+spec:
+  schedule: "0 */5 * * * *"
+  policy: {name: local}
+  command: ["true"]
+"#;
+
+#[test]
+fn bad_configuration_stops_at_start_up_naming_file_field_and_form() {
+    let e = refused(&[
+        ("p.yaml", POLICY),
+        ("s.yaml", &SCHEDULE.replace("0 */5 * * * *", "*/5 * * * *")),
+    ]);
+    assert!(e.contains("s.yaml") && e.contains("spec.schedule"), "{e}");
+    assert!(e.contains("\"0 */5 * * * *\""), "{e}");
+
+    let e = refused(&[(
+        "p.yaml",
+        &POLICY.replace("kind: BackupPolicy", "kind: BackupPolcy"),
+    )]);
+    assert!(
+        e.contains("p.yaml") && e.contains("unknown kind \"BackupPolcy\""),
+        "{e}"
+    );
+    assert!(e.contains("BackupPolicy, ScheduledBackup"), "{e}");
+
+    let e = refused(&[(
+        "p.yaml",
+        &POLICY.replace("  objectStore: {url: \"file:///tmp\"}\n", ""),
+    )]);
+    assert!(e.contains("p.yaml") && e.contains("spec.retention"), "{e}");
+    assert!(e.contains("spec.objectStore"), "{e}");
+
+    let e = refused(&[
+        ("p.yaml", POLICY),
+        ("s.yaml", &format!("{SCHEDULE}  timeZone: Europe/Pariss\n")),
+    ]);
+    assert!(e.contains("s.yaml") && e.contains("spec.timeZone"), "{e}");
+    assert!(e.contains("IANA name such as UTC or Europe/Paris"), "{e}");
+
+    let e = refused(&[
+        ("p.yaml", POLICY),
+        (
+            "s.yaml",
+            &SCHEDULE.replace("name: local}", "name: elsewhere}"),
+        ),
+    ]);
+    assert!(
+        e.contains("spec.policy.name") && e.contains("\"elsewhere\""),
+        "{e}"
+    );
+    assert!(e.contains("found: local"), "{e}");
+
+    let e = refused(&[("empty.yaml", "")]);
+    assert!(e.contains("no BackupPolicy"), "{e}");
+}

@@ -290,3 +290,130 @@ fn backups_binlogs_retention_and_point_in_time_restores() {
     assert_eq!(backup_ids(&plan), vec![synthetic, on_top]);
     assert_eq!(env.restored_rows(latest, "on-top"), "24");
 }
+
+/// `tidemark run` against a real server: a mariabackup schedule every 10 seconds, binlog
+/// archiving and retention for most of a minute, then a point-in-time restore.
+#[test]
+fn standalone_run_with_mariadb_then_point_in_time_restore() {
+    let db = MariaDb::start();
+    db.sql(
+        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT)",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("config");
+    std::fs::create_dir_all(&cfg).unwrap();
+    let client: Vec<String> = db.client_args();
+    std::fs::write(
+        cfg.join("tidemark.yaml"),
+        format!(
+            r#"apiVersion: tidemark.io/v1alpha1
+kind: BackupPolicy
+metadata: {{name: shop}}
+spec:
+  objectStore: {{url: "file://{store}"}}
+  retention: {{keepLast: 3}}
+  retentionInterval: 5s
+  binlogArchive: {{binlogIndex: "{index}", interval: 2s}}
+---
+apiVersion: tidemark.io/v1alpha1
+kind: ScheduledBackup
+metadata: {{name: shop-10s}}
+spec:
+  schedule: "*/10 * * * * *"
+  immediate: true
+  policy: {{name: shop}}
+  method: mariabackup
+  command: [mariabackup, "{c0}", "{c1}"]
+"#,
+            store = dir.path().join("store").display(),
+            index = db.binlog_index().display(),
+            c0 = client[0],
+            c1 = client[1],
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("run.log");
+    let mut run = Command::new(env!("CARGO_BIN_EXE_tidemark"))
+        .args(["run", "--config", cfg.to_str().unwrap(), "--grace", "60s"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+
+    // A row every ~2.4 s; marks sit 1.2 s away from any write (binlog times are seconds).
+    let mut marks: Vec<(Timestamp, usize)> = Vec::new();
+    let started = std::time::Instant::now();
+    let mut rows = 0;
+    while started.elapsed() < Duration::from_secs(50) {
+        db.sql("INSERT INTO shop.orders (v) VALUES (1)");
+        rows += 1;
+        if rows % 3 == 0 {
+            db.sql("FLUSH BINARY LOGS");
+        }
+        sleep(Duration::from_millis(1200));
+        marks.push((Timestamp::now(), rows));
+        sleep(Duration::from_millis(1200));
+    }
+    db.sql("FLUSH BINARY LOGS");
+    // Let the archiver and the last retention pass see everything, then stop.
+    sleep(Duration::from_secs(6));
+    let ok = Command::new("kill")
+        .args(["-TERM", &run.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let status = run.wait().unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{status}\n{text}");
+    assert!(text.contains("retention: deleted"), "{text}");
+    assert!(text.contains("binlogs: archived"), "{text}");
+
+    let store = format!("file://{}", dir.path().join("store").display());
+    let tidemark = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_tidemark"))
+            .args(args)
+            .args(["--store", &store, "--cluster", "shop"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    };
+    let ls: Value = serde_json::from_slice(&tidemark(&["ls", "--output", "json"]).stdout).unwrap();
+    let completed = ls["backups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["phase"] == "completed")
+        .count();
+    assert!(
+        (3..=4).contains(&completed),
+        "keepLast 3 (plus one since the pass): {ls:#}"
+    );
+
+    // A mark inside the window: the newest whose instant the archive reaches.
+    let window = &ls["recoveryWindow"];
+    let window_from: Timestamp = window["from"].as_str().unwrap().parse().unwrap();
+    let window_to: Timestamp = window["to"].as_str().unwrap().parse().unwrap();
+    let (target, expected) = *marks
+        .iter()
+        .rev()
+        .find(|(t, _)| window_from < *t && *t <= window_to)
+        .unwrap_or_else(|| panic!("no mark after {window_from}: {ls:#}"));
+    let datadir = dir.path().join("restored");
+    tidemark(&[
+        "restore",
+        "--to",
+        &target.to_string(),
+        "--datadir",
+        datadir.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        query_restored(&datadir, "SELECT COUNT(*) FROM shop.orders"),
+        expected.to_string()
+    );
+}

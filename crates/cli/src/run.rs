@@ -301,19 +301,7 @@ async fn recover_interrupted(job: &mut Job) -> Result<(), CliError> {
             a.started_at,
             a.immediate,
         );
-        transfer::commit(
-            &job.store,
-            &spec,
-            Outcome {
-                error: Some(INTERRUPTED.into()),
-                ..Default::default()
-            },
-        )
-        .await?;
-        log(format!(
-            "{schedule}: backup {}/{} was interrupted by a previous run; recorded as failed",
-            a.backup_name, a.backup_id
-        ));
+        record_interrupted(&job.store, schedule, &spec).await?;
     }
     if !journal.is_empty() {
         job.state.save(&job.store).await?;
@@ -338,21 +326,31 @@ async fn recover_interrupted(job: &mut Job) -> Result<(), CliError> {
                 started_at: started,
                 ..spec
             };
-            transfer::commit(
-                &job.store,
-                &spec,
-                Outcome {
-                    error: Some(INTERRUPTED.into()),
-                    ..Default::default()
-                },
-            )
-            .await?;
-            log(format!(
-                "{}: backup {}/{} was interrupted by a previous run; recorded as failed",
-                sched.spec.name, b.backup.name, b.backup.id
-            ));
+            record_interrupted(&job.store, &sched.spec.name, &spec).await?;
         }
     }
+    Ok(())
+}
+
+/// Records an attempt a previous run died during as failed.
+async fn record_interrupted(
+    store: &ClusterStore,
+    schedule: &str,
+    spec: &BackupSpec,
+) -> Result<(), CliError> {
+    transfer::commit(
+        store,
+        spec,
+        Outcome {
+            error: Some(INTERRUPTED.into()),
+            ..Default::default()
+        },
+    )
+    .await?;
+    log(format!(
+        "{schedule}: backup {}/{} was interrupted by a previous run; recorded as failed",
+        spec.backup_name, spec.backup_id
+    ));
     Ok(())
 }
 

@@ -446,19 +446,15 @@ async fn step(job: &mut Job) -> Result<(), CliError> {
         .enumerate()
         .filter(|(_, s)| s.running.is_none())
         .filter(|(_, s)| {
-            job.state
-                .state
-                .schedules
-                .get(&s.spec.name)
-                .and_then(|st| st.next_schedule_time)
-                .is_none_or(|next| next <= now)
-                || changed
+            // Never evaluated (no status, so no next slot) counts as due.
+            changed
                 || job
                     .state
                     .state
                     .schedules
                     .get(&s.spec.name)
-                    .is_none_or(|st| st.last_check_time.is_none())
+                    .and_then(|st| st.next_schedule_time)
+                    .is_none_or(|next| next <= now)
         })
         .map(|(i, _)| i)
         .collect();

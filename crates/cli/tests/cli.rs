@@ -2,8 +2,12 @@
 //! real S3 server (SeaweedFS on 127.0.0.1).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
+use common::{bin, json, stderr};
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 
 use jiff::SignedDuration;
 use serde_json::Value;
@@ -12,33 +16,8 @@ use tidemark_store::testkit::SeaweedFs;
 
 const NOW: &str = "2026-11-20T12:00:00Z";
 
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tidemark"));
-    c.env_remove("TIDEMARK_STORE")
-        .env_remove("TIDEMARK_CLUSTER")
-        .env_remove("AWS_ACCESS_KEY_ID")
-        .env_remove("AWS_SECRET_ACCESS_KEY")
-        .env_remove("AWS_ENDPOINT_URL")
-        .env_remove("AWS_ENDPOINT");
-    c
-}
-
 fn run(args: &[&str]) -> Output {
     bin().args(args).output().expect("run tidemark")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn json(o: &Output) -> Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {}\n{}",
-            String::from_utf8_lossy(&o.stdout),
-            stderr(o)
-        )
-    })
 }
 
 fn copy_dir(from: &Path, to: &Path) {

@@ -3,6 +3,10 @@
 //! point-in-time restores with exact row counts, and a consolidated chain.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
+use common::bin;
+
 use std::path::Path;
 use std::process::{Command, Output};
 use std::thread::sleep;
@@ -19,7 +23,7 @@ struct Env {
 
 impl Env {
     fn tidemark(&self, args: &[&str]) -> Output {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_tidemark"));
+        let mut c = bin();
         // The subcommand, the store flags, then the rest (which may end in `-- COMMAND`).
         let (sub, rest) = args.split_first().unwrap();
         c.envs(self.s3.env())
@@ -333,7 +337,7 @@ spec:
     )
     .unwrap();
     let log = dir.path().join("run.log");
-    let mut run = Command::new(env!("CARGO_BIN_EXE_tidemark"))
+    let mut run = bin()
         .args(["run", "--config", cfg.to_str().unwrap(), "--grace", "60s"])
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
@@ -371,7 +375,7 @@ spec:
 
     let store = format!("file://{}", dir.path().join("store").display());
     let tidemark = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_tidemark"))
+        let out = bin()
             .args(args)
             .args(["--store", &store, "--cluster", "shop"])
             .output()

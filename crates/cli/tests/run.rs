@@ -2,6 +2,10 @@
 //! after SIGKILL in the middle of a backup, and bad configurations.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
+use common::bin;
+
 use std::collections::HashMap;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -10,13 +14,6 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tidemark"));
-    c.env_remove("TIDEMARK_STORE")
-        .env_remove("TIDEMARK_CLUSTER");
-    c
-}
 
 fn config(dir: &Path, schedule: &str, command: &str, retention: &str) -> PathBuf {
     let cfg = dir.join("config");

@@ -1,14 +1,14 @@
 //! `tidemark simulate` with the real binary.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::process::{Command, Output};
+mod common;
+
+use common::bin;
+
+use std::process::Output;
 
 fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tidemark"))
-        .arg("simulate")
-        .args(args)
-        .output()
-        .unwrap()
+    bin().arg("simulate").args(args).output().unwrap()
 }
 
 #[test]

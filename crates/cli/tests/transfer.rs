@@ -2,22 +2,17 @@
 //! and a real S3 server (SeaweedFS on 127.0.0.1).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
+use common::{bin, json, stderr};
+
 use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tidemark_store::testkit::SeaweedFs;
-
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tidemark"));
-    c.env_remove("TIDEMARK_STORE")
-        .env_remove("TIDEMARK_CLUSTER")
-        .env_remove("AWS_ACCESS_KEY_ID")
-        .env_remove("AWS_SECRET_ACCESS_KEY");
-    c
-}
 
 /// Runs tidemark with `stdin` fed in.
 fn run_with_input(args: &[&str], env: &[(&str, String)], stdin: &[u8]) -> Output {
@@ -41,20 +36,6 @@ fn run_with_input(args: &[&str], env: &[(&str, String)], stdin: &[u8]) -> Output
 
 fn run(args: &[&str], env: &[(&str, String)]) -> Output {
     run_with_input(args, env, b"")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn json(o: &Output) -> Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {}\n{}",
-            String::from_utf8_lossy(&o.stdout),
-            stderr(o)
-        )
-    })
 }
 
 /// Deterministic pseudo-random bytes (incompressible enough, no RNG dependency).

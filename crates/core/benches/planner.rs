@@ -29,26 +29,19 @@ fn history(n: usize) -> (Inventory, Timestamp) {
             _ => BackupKind::Full,
         };
         backups.push(Backup {
-            id: id.clone(),
-            name: "nightly".into(),
             kind,
             phase: if failed {
                 Phase::Failed
             } else {
                 Phase::Completed
             },
-            started_at,
-            completed_at: Some(started_at + SignedDuration::from_mins(10)),
-            last_modified: started_at + SignedDuration::from_mins(10),
-            immutable_until: None,
-            ttl: None,
-            protected: false,
-            newer_format: false,
-            interrupted_delete: false,
-            log_file: None,
-            size: 1 << 30,
-            consolidated_from: Vec::new(),
-            consolidatable: false,
+            ..Backup::completed_full(
+                id.clone(),
+                "nightly",
+                started_at,
+                started_at + SignedDuration::from_mins(10),
+                1 << 30,
+            )
         });
         if !failed {
             last_good = Some(id);

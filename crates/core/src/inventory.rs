@@ -98,6 +98,35 @@ pub struct Backup {
 }
 
 impl Backup {
+    /// A completed full backup with nothing special about it (no lock, hold, TTL or
+    /// recorded binlog position): the base that simulations, benchmarks and tests vary.
+    pub fn completed_full(
+        id: impl Into<String>,
+        name: impl Into<String>,
+        started_at: Timestamp,
+        completed_at: Timestamp,
+        size: u64,
+    ) -> Self {
+        Backup {
+            id: id.into(),
+            name: name.into(),
+            kind: BackupKind::Full,
+            phase: Phase::Completed,
+            started_at,
+            completed_at: Some(completed_at),
+            last_modified: completed_at,
+            immutable_until: None,
+            ttl: None,
+            protected: false,
+            newer_format: false,
+            interrupted_delete: false,
+            log_file: None,
+            size,
+            consolidated_from: Vec::new(),
+            consolidatable: false,
+        }
+    }
+
     pub fn is_successful(&self) -> bool {
         self.phase == Phase::Completed
     }

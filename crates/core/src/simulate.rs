@@ -12,7 +12,7 @@ use jiff::civil::Date;
 use jiff::{SignedDuration, Timestamp};
 use serde::Serialize;
 
-use crate::inventory::{Backup, BackupKind, Inventory, Phase};
+use crate::inventory::{Backup, Inventory};
 use crate::plan::plan;
 use crate::policy::Policy;
 use crate::schedule::Cron;
@@ -113,24 +113,13 @@ pub fn simulate(sim: &Simulation) -> Result<Vec<SimDay>, SimulationError> {
             }
             seq += 1;
             let completed = s + sim.backup_duration;
-            inventory.backups.push(Backup {
-                id: format!("{}-{seq:08x}", s.strftime("%Y%m%dT%H%M%SZ")),
-                name: "simulated".into(),
-                kind: BackupKind::Full,
-                phase: Phase::Completed,
-                started_at: s,
-                completed_at: Some(completed),
-                last_modified: completed,
-                immutable_until: None,
-                ttl: None,
-                protected: false,
-                newer_format: false,
-                interrupted_delete: false,
-                log_file: None,
-                size: sim.backup_size,
-                consolidated_from: Vec::new(),
-                consolidatable: false,
-            });
+            inventory.backups.push(Backup::completed_full(
+                format!("{}-{seq:08x}", s.strftime("%Y%m%dT%H%M%SZ")),
+                "simulated",
+                s,
+                completed,
+                sim.backup_size,
+            ));
             taken += 1;
             deleted += pass(&sim.policy, &mut inventory, completed);
             slot = sim.cron.next_after(s, &tz);

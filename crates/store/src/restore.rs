@@ -182,10 +182,14 @@ fn plan_of(catalog: &Catalog, choice: RestoreChoice) -> Result<RestorePlan, Rest
             Ok(m)
         })
         .collect::<Result<Vec<_>, _>>()?;
+    // Checksums of the chosen segments only: the index may hold a million entries.
+    let wanted: std::collections::HashSet<&str> =
+        choice.segments.iter().map(|s| s.name.as_str()).collect();
     let entries: std::collections::HashMap<&str, &crate::format::IndexEntry> = catalog
         .index
         .iter()
         .flat_map(|i| i.entries())
+        .filter(|e| wanted.contains(e.name.as_str()))
         .map(|e| (e.name.as_str(), e))
         .collect();
     let segments: Vec<ReplaySegment> = choice

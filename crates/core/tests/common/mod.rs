@@ -11,24 +11,13 @@ pub fn ts(s: &str) -> Timestamp {
 /// A completed full backup started at `start`, taking five minutes.
 pub fn full(id: &str, start: &str) -> Backup {
     let started_at = ts(start);
-    Backup {
-        id: id.to_owned(),
-        name: format!("b-{id}"),
-        kind: BackupKind::Full,
-        phase: Phase::Completed,
+    Backup::completed_full(
+        id,
+        format!("b-{id}"),
         started_at,
-        completed_at: Some(started_at + SignedDuration::from_mins(5)),
-        last_modified: started_at + SignedDuration::from_mins(5),
-        immutable_until: None,
-        ttl: None,
-        protected: false,
-        newer_format: false,
-        interrupted_delete: false,
-        log_file: None,
-        size: 100,
-        consolidated_from: Vec::new(),
-        consolidatable: false,
-    }
+        started_at + SignedDuration::from_mins(5),
+        100,
+    )
 }
 
 pub fn incr(id: &str, parent: &str, start: &str) -> Backup {

@@ -54,8 +54,13 @@ pub enum Phase {
     /// Known to be running (from Kubernetes status): kept, with its ancestors.
     InProgress,
     /// Payload objects without `metadata.json`: a crashed or interrupted attempt, or one
-    /// whose deletion was interrupted. Never a recovery point.
+    /// whose deletion was interrupted. Never a recovery point. One whose in-flight marker
+    /// is fresh ([`Backup::heartbeat_at`]) is still being written and counts as
+    /// [`Phase::InProgress`].
     Uncommitted,
+    /// Its `metadata.json` exists but cannot be read. Never deleted and never counted; it
+    /// holds the binlogs from its start, since a repaired file may make it a recovery point.
+    Malformed,
 }
 
 /// One backup attempt (one `<backup-id>` directory).
@@ -95,6 +100,14 @@ pub struct Backup {
     /// Whether its method can merge a chain into a synthetic full (`mariabackup`).
     #[serde(default)]
     pub consolidatable: bool,
+    /// A payload object its `metadata.json` records is missing, or has another size: the
+    /// backup cannot be restored (nor can anything built on it).
+    #[serde(default)]
+    pub payload_missing: bool,
+    /// The last sign of life of an attempt being written (its in-flight marker's last
+    /// write). An uncommitted attempt with a recent heartbeat is in progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat_at: Option<Timestamp>,
 }
 
 impl Backup {
@@ -124,6 +137,8 @@ impl Backup {
             size,
             consolidated_from: Vec::new(),
             consolidatable: false,
+            payload_missing: false,
+            heartbeat_at: None,
         }
     }
 
@@ -197,12 +212,47 @@ impl Segment {
     }
 }
 
+/// What kind of debris a [`Leftover`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum LeftoverKind {
+    /// An index shard that `_index.json` does not name (an interrupted index rewrite).
+    UnreferencedShard,
+    /// A multipart upload that was started and never completed or aborted (a killed push
+    /// or archiver). Invisible to listings, billed all the same.
+    IncompleteUpload,
+    /// A local store's staging file (`<object>#<n>`) of an upload that never finished.
+    StagingFile,
+}
+
+/// An object that belongs to no backup and no index entry: the debris of interrupted work,
+/// collected by the planner's age rules.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Leftover {
+    /// Key relative to the cluster prefix.
+    pub key: String,
+    pub kind: LeftoverKind,
+    /// When it was last written (an upload: when it was started).
+    pub last_modified: Timestamp,
+    pub size: u64,
+    /// The backup attempt whose directory holds it, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<BackupId>,
+    /// The store's handle of an incomplete upload (its upload id), passed back to abort it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upload_id: Option<String>,
+}
+
 /// Everything one planning pass looks at.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Inventory {
     pub backups: Vec<Backup>,
     pub segments: Vec<Segment>,
+    /// Debris of interrupted work (unreferenced shards, incomplete uploads, staging files).
+    #[serde(default)]
+    pub leftovers: Vec<Leftover>,
 }
 
 /// The sequence number of a binlog file name: the digits after its last dot

@@ -13,11 +13,14 @@ pub mod simulate;
 
 pub use coverage::{Coverage, Interval, Replay};
 pub use duration::{DURATION_FORM, DurationError, RetentionDuration};
-pub use inventory::{Backup, BackupId, BackupKind, Inventory, Phase, Segment};
-pub use plan::{
-    Action, BackupDecision, Plan, RecoveryWindow, SegmentDeletion, SegmentPlan, SegmentReason,
-    Standing, chain_of, plan, standing,
+pub use inventory::{
+    Backup, BackupId, BackupKind, Inventory, Leftover, LeftoverKind, Phase, Segment,
 };
-pub use policy::{Policy, PolicyError, PolicyInput};
-pub use reason::Reason;
+pub use plan::{
+    Action, BackupDecision, EntryRef, LeftoverDeletion, LeftoverPlan, LeftoverReason, Plan,
+    RecoveryWindow, SegmentDeletion, SegmentPlan, SegmentReason, Standing, chain_of, plan,
+    standing,
+};
+pub use policy::{Policy, PolicyError, PolicyField, PolicyInput};
+pub use reason::{Reason, ReasonKind};
 pub use restore::{RestoreChoice, RestoreRefusal, choose_restore};

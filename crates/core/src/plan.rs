@@ -2,11 +2,13 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
-use jiff::Timestamp;
+use jiff::{SignedDuration, Timestamp};
 use serde::Serialize;
 
 use crate::coverage::{Coverage, Interval, Replay};
-use crate::inventory::{Backup, BackupId, BackupKind, Inventory, Phase, Segment};
+use crate::inventory::{
+    Backup, BackupId, BackupKind, Inventory, Leftover, LeftoverKind, Phase, Segment,
+};
 use crate::policy::Policy;
 use crate::reason::Reason;
 
@@ -50,6 +52,15 @@ pub struct SegmentDeletion {
     pub reason: SegmentReason,
 }
 
+/// One index entry, as the index identifies it: two entries may share a name (a stale
+/// duplicate) or a sequence, never both.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EntryRef {
+    pub sequence: u64,
+    pub name: String,
+}
+
 /// What happens to the log archive.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -57,7 +68,7 @@ pub struct SegmentPlan {
     /// Segment objects to delete, in sequence order.
     pub delete: Vec<SegmentDeletion>,
     /// Index entries whose object is already gone: dropped when the index is rewritten.
-    pub drop_from_index: Vec<String>,
+    pub drop_from_index: Vec<EntryRef>,
     /// Segments that stay.
     pub keep: usize,
     /// Segments kept only because their last event time is unknown.
@@ -74,6 +85,47 @@ impl SegmentPlan {
                 .any(|d| d.reason == SegmentReason::BehindHorizon)
     }
 }
+
+/// Why a leftover is deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum LeftoverReason {
+    /// An index shard no index names, older than [`UNREFERENCED_SHARD_AGE`].
+    Unreferenced,
+    /// An upload no running attempt owns, older than `failedBackupsTTL` (and, outside a
+    /// backup directory, than [`LEFTOVER_MIN_AGE`]).
+    Abandoned,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeftoverDeletion {
+    pub leftover: Leftover,
+    pub reason: LeftoverReason,
+}
+
+/// What happens to the debris of interrupted work.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeftoverPlan {
+    pub delete: Vec<LeftoverDeletion>,
+    /// Leftovers that stay (too young, or owned by a running attempt).
+    pub keep: usize,
+}
+
+/// How old an index shard that no index names must be before it is deleted: a younger one
+/// may belong to a writer about to commit the index that names it.
+pub const UNREFERENCED_SHARD_AGE: SignedDuration = SignedDuration::from_secs(3600);
+/// How old an abandoned upload outside any backup directory (a binlog segment's) must be
+/// before it is aborted, whatever `failedBackupsTTL` says: no marker tells whether its
+/// writer still runs.
+pub const LEFTOVER_MIN_AGE: SignedDuration = SignedDuration::from_secs(3600);
+/// How long an attempt's in-flight marker stays a sign of life after its last write. Its
+/// writer refreshes it far more often ([`HEARTBEAT_INTERVAL`]); the margin absorbs clock
+/// skew between the writer, the store and the pass.
+pub const IN_FLIGHT_TIMEOUT: SignedDuration = SignedDuration::from_secs(600);
+/// How often a running attempt refreshes its in-flight marker.
+pub const HEARTBEAT_INTERVAL: SignedDuration = SignedDuration::from_secs(30);
 
 /// The recoverable instants after the pass.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -99,6 +151,7 @@ pub struct Plan {
     /// it cannot be replayed onto any retained backup.
     pub horizon: Option<Timestamp>,
     pub recovery_window: Option<RecoveryWindow>,
+    pub leftovers: LeftoverPlan,
 }
 
 impl Plan {
@@ -125,6 +178,7 @@ impl Plan {
             && !self.backups.iter().any(|d| d.action == Action::Consolidate)
             && self.segments.delete.is_empty()
             && !self.segments.changes_index()
+            && self.leftovers.delete.is_empty()
     }
 }
 
@@ -132,161 +186,99 @@ impl Plan {
 ///
 /// # Guarantees
 /// The invariants of DESIGN.md §5.4 (property-tested in `tests/invariants.rs`): the newest
-/// successful backup and its chain are kept; every kept incremental keeps its ancestors; no
-/// hole is opened in the point-in-time window; nothing locked, protected, in progress or
-/// written by a newer format is deleted; the result does not depend on input order.
+/// restorable backup and its chain are kept; every kept incremental keeps its ancestors; no
+/// hole is opened in the point-in-time window; nothing locked, protected, in progress,
+/// malformed or written by a newer format is deleted; a backup that cannot be restored
+/// counts for no rule; the result does not depend on input order. And the liveness the
+/// rules promise: what a rule keeps is kept, what nothing keeps is deleted (within
+/// `maxDeletionsPerPass`), and segments behind the horizon are deleted.
 ///
 /// # Assumptions
 /// Binlog event times grow with sequence numbers, as MariaDB writes them.
 pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
-    let backups = sorted(inventory);
-    let n = backups.len();
-    let parent = parents(&backups);
-    let restorable = restorable(&backups, &parent);
-    // A backup a synthetic full replaced is no recovery point of its own any more: the
-    // rules see the full in its place.
-    let superseded = superseded_by(&backups);
-
-    let mut reasons: Vec<Vec<Reason>> = vec![Vec::new(); n];
-    apply_rules(
-        policy,
-        &backups,
-        &restorable,
-        &superseded,
-        now,
-        &mut reasons,
-    );
-
-    // Per-backup TTL overrides the retention rules (not floor, locks, holds, chains).
-    let mut ttl_expired = vec![false; n];
-    for (i, b) in backups.iter().enumerate() {
-        if b.phase == Phase::InProgress || superseded[i].is_some() {
-            continue;
-        }
-        if let Some(ttl) = b.ttl {
-            if now >= ttl.after(b.started_at) {
-                ttl_expired[i] = true;
-                reasons[i].retain(|r| !r.is_policy_rule());
-            } else {
-                reasons[i].push(Reason::Ttl);
-            }
-        }
-    }
-
-    // coverWindow after TTLs: the backup that covers the window's start must be one whose
-    // own TTL has not expired, or the cover would be stripped with its other reasons.
-    if policy.cover_window
-        && let Some(window) = policy.window
-    {
-        let cutoff = window.before(now);
-        if let Some(i) = (0..n)
-            .filter(|&i| restorable[i] && !ttl_expired[i] && superseded[i].is_none())
-            .filter(|&i| backups[i].restore_point() <= cutoff)
-            .max_by(|&a, &b| {
-                (backups[a].restore_point(), &backups[a].id)
-                    .cmp(&(backups[b].restore_point(), &backups[b].id))
-            })
-        {
-            reasons[i].push(Reason::CoverWindow);
-        }
-    }
-
-    close_chains(&backups, &parent, &mut reasons);
+    let mut nodes = nodes(inventory, now);
+    apply_rules(policy, &mut nodes, now);
+    close_chains(&mut nodes);
     let replay = Replay::new(&inventory.segments);
-    bridge_gaps(
-        &backups,
-        &parent,
-        &restorable,
-        &superseded,
-        &replay,
-        &mut reasons,
-    );
-
-    let mut deletes = delete_reasons(&backups, &reasons, &ttl_expired, &superseded);
+    bridge_gaps(&mut nodes, &replay);
+    decide_deletions(&mut nodes);
     if policy.max_deletions_per_pass > 0 {
-        defer_beyond_cap(
-            policy.max_deletions_per_pass as usize,
-            &backups,
-            &parent,
-            &mut deletes,
-            &mut reasons,
-        );
+        defer_beyond_cap(policy.max_deletions_per_pass as usize, &mut nodes);
         // Deferred backups are kept: their chains must be too (a deferred increment may
         // hang below a failed attempt that pins nothing), and they may move the oldest
         // retained restore point earlier, bringing a planned deletion inside the window.
         // Both only shrink the deletions, so the cap still holds.
-        close_chains(&backups, &parent, &mut reasons);
-        bridge_gaps(
-            &backups,
-            &parent,
-            &restorable,
-            &superseded,
-            &replay,
-            &mut reasons,
-        );
-        deletes = delete_reasons(&backups, &reasons, &ttl_expired, &superseded);
+        close_chains(&mut nodes);
+        bridge_gaps(&mut nodes, &replay);
+        decide_deletions(&mut nodes);
     }
 
-    let horizon = backups
+    // Binlogs are needed from the start of the oldest retained committed backup (a broken
+    // one may be repaired; a malformed one may be a recovery point once it is readable).
+    let horizon = nodes
         .iter()
-        .enumerate()
-        .filter(|(i, b)| b.is_successful() && deletes[*i].is_none())
-        .map(|(_, b)| b.started_at)
+        .filter(|n| n.delete.is_none() && (n.completed() || n.phase == Phase::Malformed))
+        .map(|n| n.backup.started_at)
         .min();
     // Segments a retained backup's replay depends on beyond the time rule: the one just
     // before its start segment, and the one holding its recorded binlog position.
-    let retained = (0..n).filter(|&i| restorable[i] && deletes[i].is_none());
+    let retained = nodes.iter().filter(|n| n.restorable && n.delete.is_none());
     let mut pinned_sequences: Vec<u64> = retained
         .clone()
-        .filter_map(|i| replay.predecessor_needed(backups[i].restore_point()))
+        .filter_map(|n| replay.predecessor_needed(n.restore_point()))
         .collect();
     pinned_sequences.sort_unstable();
     let pinned_files: HashSet<&str> = retained
-        .filter_map(|i| backups[i].log_file.as_deref())
+        .filter_map(|n| n.backup.log_file.as_deref())
         .collect();
     let segments = plan_segments(&inventory.segments, horizon, |s| {
         pinned_sequences.binary_search(&s.sequence).is_ok()
             || pinned_files.contains(s.name.as_str())
     });
+    let leftovers = plan_leftovers(policy, &inventory.leftovers, &nodes, now);
 
     let recovery_window = {
         let kept_segments = kept_segments(&inventory.segments, &segments);
         let replay = Replay::new(kept_segments.iter().copied());
-        window_of(&backups, &replay, |i| restorable[i] && deletes[i].is_none())
+        let backups: Vec<&Backup> = nodes.iter().map(|n| n.backup).collect();
+        window_of(&backups, &replay, |i| {
+            nodes[i].restorable && nodes[i].delete.is_none()
+        })
     };
 
-    let mut merged: Vec<Option<&BackupId>> = vec![None; n];
-    let mut targets = vec![false; n];
+    let mut merged: Vec<Option<usize>> = vec![None; nodes.len()];
+    let mut targets = vec![false; nodes.len()];
     if policy.consolidate {
-        let groups = consolidations(&backups, &parent, &reasons, &deletes);
-        for (target, members) in without_gaps(groups, &backups, &restorable, &replay, |i| {
-            deletes[i].is_none()
-        }) {
+        let groups = consolidations(&nodes);
+        for (target, members) in without_gaps(groups, &nodes, &replay) {
             targets[target] = true;
             for m in members {
-                merged[m] = Some(&backups[target].id);
+                merged[m] = Some(target);
             }
         }
     }
-    let decisions = backups
-        .iter()
+    let ids: Vec<BackupId> = nodes.iter().map(|n| n.backup.id.clone()).collect();
+    let decisions = nodes
+        .into_iter()
         .enumerate()
-        .map(|(i, b)| {
-            let (action, mut rs) = match (deletes[i].take(), merged[i]) {
+        .map(|(i, n)| {
+            let broken = n.broken();
+            let (action, mut rs) = match (n.delete, merged[i]) {
                 (Some(r), _) => (Action::Delete, vec![r]),
                 (None, Some(target)) => (
                     Action::Consolidate,
-                    vec![Reason::ConsolidateInto(target.clone())],
+                    vec![Reason::ConsolidateInto(ids[target].clone())],
                 ),
-                (None, None) if targets[i] => {
-                    (Action::Consolidate, std::mem::take(&mut reasons[i]))
-                }
-                (None, None) => (Action::Keep, std::mem::take(&mut reasons[i])),
+                (None, None) if targets[i] => (Action::Consolidate, n.reasons),
+                (None, None) => (Action::Keep, n.reasons),
             };
+            if broken {
+                rs.push(Reason::Broken);
+            }
             rs.sort();
             rs.dedup();
             BackupDecision {
-                backup: (*b).clone(),
+                backup: n.backup.clone(),
                 action,
                 reasons: rs,
             }
@@ -299,38 +291,129 @@ pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
         segments,
         horizon,
         recovery_window,
+        leftovers,
     }
 }
 
-/// The delete reason of every backup no rule keeps.
-fn delete_reasons(
-    backups: &[&Backup],
-    reasons: &[Vec<Reason>],
-    ttl_expired: &[bool],
-    superseded: &[Option<usize>],
-) -> Vec<Option<Reason>> {
+/// One backup as the planner works on it.
+#[derive(Debug, Clone)]
+struct Node<'a> {
+    backup: &'a Backup,
+    /// The phase the rules see: an uncommitted attempt whose marker is fresh is in progress.
+    phase: Phase,
+    /// Its parent's position, when the parent is in the inventory (a synthetic full stands
+    /// in for the backup it replaced).
+    parent: Option<usize>,
+    /// Completed with its payload present, and so is its whole chain.
+    restorable: bool,
+    /// The committed synthetic full that took its place.
+    superseded: Option<usize>,
+    /// Its own `ttl` is exceeded.
+    ttl_expired: bool,
+    /// Why it is kept; empty while nothing keeps it.
+    reasons: Vec<Reason>,
+    /// Why it is deleted, once decided.
+    delete: Option<Reason>,
+}
+
+impl Node<'_> {
+    fn kept(&self) -> bool {
+        !self.reasons.is_empty()
+    }
+
+    fn completed(&self) -> bool {
+        self.phase == Phase::Completed
+    }
+
+    /// Committed as completed, yet not restorable.
+    fn broken(&self) -> bool {
+        self.completed() && !self.restorable
+    }
+
+    /// A recovery point of its own, as the rules count them.
+    fn counts(&self) -> bool {
+        self.restorable && self.superseded.is_none()
+    }
+
+    fn restore_point(&self) -> Timestamp {
+        self.backup.restore_point()
+    }
+
+    /// Newest first, by restore point then id.
+    fn newest_first(&self, other: &Self) -> std::cmp::Ordering {
+        (other.restore_point(), &other.backup.id).cmp(&(self.restore_point(), &self.backup.id))
+    }
+}
+
+/// The planner's view of every backup, oldest first.
+fn nodes(inventory: &Inventory, now: Timestamp) -> Vec<Node<'_>> {
+    let backups = sorted(inventory);
+    let parent = parents(&backups);
+    let restorable = restorable(&backups, &parent);
+    let superseded = superseded_by(&backups);
     backups
         .iter()
         .enumerate()
-        .map(|(i, b)| {
-            if !reasons[i].is_empty() {
-                return None;
+        .map(|(i, &b)| {
+            let phase = match b.phase {
+                Phase::Uncommitted if in_flight(b, now) => Phase::InProgress,
+                p => p,
+            };
+            // A TTL is exceeded strictly after start + ttl, like the window (seed 004).
+            let ttl_expired = phase != Phase::InProgress
+                && superseded[i].is_none()
+                && b.ttl.is_some_and(|ttl| now > ttl.after(b.started_at));
+            Node {
+                backup: b,
+                phase,
+                parent: parent[i],
+                restorable: restorable[i],
+                superseded: superseded[i],
+                ttl_expired,
+                reasons: Vec::new(),
+                delete: None,
             }
-            Some(match b.phase {
-                _ if superseded[i].is_some() => {
-                    Reason::Consolidated(superseded[i].map(|s| backups[s].id.clone())?)
-                }
-                _ if ttl_expired[i] => Reason::TtlExpired,
-                Phase::Uncommitted if b.interrupted_delete => Reason::InterruptedDelete,
-                Phase::Uncommitted => Reason::Uncommitted,
-                Phase::Failed => Reason::Failed,
-                Phase::Completed | Phase::InProgress => Reason::Expired,
-            })
         })
         .collect()
 }
 
-/// Completed with every ancestor completed and present (cycles are not restorable).
+/// Whether an uncommitted attempt's in-flight marker was written recently enough that its
+/// writer counts as running. A heartbeat later than `now` (a pass evaluated in the past)
+/// counts too.
+fn in_flight(b: &Backup, now: Timestamp) -> bool {
+    b.heartbeat_at
+        .is_some_and(|h| h.checked_add(IN_FLIGHT_TIMEOUT).is_ok_and(|until| now < until))
+}
+
+/// The delete reason of every backup no rule keeps.
+fn decide_deletions(nodes: &mut [Node]) {
+    let ids: Vec<&BackupId> = nodes.iter().map(|n| &n.backup.id).collect();
+    let reasons: Vec<Option<Reason>> = nodes
+        .iter()
+        .map(|n| {
+            if n.kept() {
+                return None;
+            }
+            Some(match n.phase {
+                _ if n.superseded.is_some() => {
+                    Reason::Consolidated(ids[n.superseded?].clone())
+                }
+                _ if n.ttl_expired => Reason::TtlExpired,
+                Phase::Uncommitted if n.backup.interrupted_delete => Reason::InterruptedDelete,
+                Phase::Uncommitted => Reason::Uncommitted,
+                Phase::Failed => Reason::Failed,
+                Phase::Completed if !n.restorable => Reason::Broken,
+                Phase::Completed | Phase::InProgress | Phase::Malformed => Reason::Expired,
+            })
+        })
+        .collect();
+    for (n, r) in nodes.iter_mut().zip(reasons) {
+        n.delete = r;
+    }
+}
+
+/// Completed with its payload present and every ancestor completed and present (cycles
+/// are not restorable).
 pub(crate) fn restorable(backups: &[&Backup], parent: &[Option<usize>]) -> Vec<bool> {
     #[derive(Clone, Copy, PartialEq)]
     enum S {
@@ -352,7 +435,7 @@ pub(crate) fn restorable(backups: &[&Backup], parent: &[Option<usize>]) -> Vec<b
                 S::Unknown => {}
             }
             let b = backups[cur];
-            if !b.is_successful() {
+            if !b.is_successful() || b.payload_missing {
                 state[cur] = S::No;
                 break false;
             }
@@ -387,34 +470,27 @@ struct GfsRule {
     reason: fn(String) -> Reason,
 }
 
-/// The retention rules proper, plus the reasons that no rule may override.
-fn apply_rules(
-    policy: &Policy,
-    backups: &[&Backup],
-    restorable: &[bool],
-    superseded: &[Option<usize>],
-    now: Timestamp,
-    reasons: &mut [Vec<Reason>],
-) {
-    // Successful backups, newest restore point first.
-    let mut successful: Vec<usize> = (0..backups.len())
-        .filter(|&i| backups[i].is_successful() && superseded[i].is_none())
+/// The retention rules proper, then the reasons that no rule may override, then per-backup
+/// TTLs and `coverWindow`.
+fn apply_rules(policy: &Policy, nodes: &mut [Node], now: Timestamp) {
+    let n = nodes.len();
+    // The recovery points the rules rank, newest first: restorable, not replaced by a
+    // synthetic full, and not past their own TTL (an expired one takes no keepLast place).
+    let mut ranked: Vec<usize> = (0..n)
+        .filter(|&i| nodes[i].counts() && !nodes[i].ttl_expired)
         .collect();
-    successful.sort_by(|&a, &b| {
-        (backups[b].restore_point(), &backups[b].id)
-            .cmp(&(backups[a].restore_point(), &backups[a].id))
-    });
+    ranked.sort_by(|&a, &b| nodes[a].newest_first(&nodes[b]));
 
     if let Some(window) = policy.window {
         let cutoff = window.before(now);
-        for &i in &successful {
-            if backups[i].restore_point() >= cutoff {
-                reasons[i].push(Reason::Window);
+        for &i in &ranked {
+            if nodes[i].restore_point() >= cutoff {
+                nodes[i].reasons.push(Reason::Window);
             }
         }
     }
-    for &i in successful.iter().take(policy.keep_last as usize) {
-        reasons[i].push(Reason::KeepLast);
+    for &i in ranked.iter().take(policy.keep_last as usize) {
+        nodes[i].reasons.push(Reason::KeepLast);
     }
     let gfs = [
         GfsRule {
@@ -449,135 +525,162 @@ fn apply_rules(
         // that hold a backup (not calendar buckets counted back from now).
         let mut taken = 0;
         let mut last_key: Option<String> = None;
-        for &i in &successful {
-            let key = (rule.key)(
-                &backups[i]
-                    .restore_point()
-                    .to_zoned(policy.time_zone.clone()),
-            );
+        for &i in &ranked {
+            let key = (rule.key)(&nodes[i].restore_point().to_zoned(policy.time_zone.clone()));
             if last_key.as_deref() == Some(key.as_str()) {
                 continue;
             }
             last_key = Some(key.clone());
-            reasons[i].push((rule.reason)(key));
+            nodes[i].reasons.push((rule.reason)(key));
             taken += 1;
             if taken == rule.count {
                 break;
             }
         }
     }
-    // Floor: the newest successful backup, and the newest restorable one if that differs.
-    if let Some(&i) = successful.first() {
-        reasons[i].push(Reason::Floor);
-    }
-    if let Some(&i) = successful.iter().find(|&&i| restorable[i])
-        && !reasons[i].contains(&Reason::Floor)
+    // Floor: the newest restorable backup, whatever its TTL says.
+    if let Some(i) = (0..n)
+        .filter(|&i| nodes[i].counts())
+        .min_by(|&a, &b| nodes[a].newest_first(&nodes[b]))
     {
-        reasons[i].push(Reason::Floor);
+        nodes[i].reasons.push(Reason::Floor);
     }
-    for (i, b) in backups.iter().enumerate() {
+    for node in nodes.iter_mut() {
+        let b = node.backup;
         if let Some(until) = b.immutable_until
             && until > now
         {
-            reasons[i].push(Reason::Locked(until));
+            node.reasons.push(Reason::Locked(until));
         }
         if b.protected {
-            reasons[i].push(Reason::Protected);
+            node.reasons.push(Reason::Protected);
         }
         if b.newer_format {
-            reasons[i].push(Reason::NewerFormat);
+            node.reasons.push(Reason::NewerFormat);
         }
-        match b.phase {
-            Phase::InProgress => reasons[i].push(Reason::InProgress),
-            Phase::Failed | Phase::Uncommitted => {
-                let age_from = if b.phase == Phase::Failed {
-                    b.restore_point()
-                } else {
-                    b.last_modified
-                };
-                let expired = b.interrupted_delete
-                    || policy
-                        .failed_backups_ttl
-                        .is_some_and(|ttl| now >= ttl.after(age_from));
-                if !expired {
-                    reasons[i].push(Reason::FailedBackupsTtl);
-                }
+        // Failed attempts, uncommitted ones and broken backups are kept until
+        // failedBackupsTTL (forever without one), and count for nothing.
+        let age_from = match node.phase {
+            Phase::InProgress => {
+                node.reasons.push(Reason::InProgress);
+                None
             }
-            Phase::Completed => {}
+            Phase::Malformed => {
+                node.reasons.push(Reason::Malformed);
+                None
+            }
+            Phase::Failed => Some(b.restore_point()),
+            Phase::Uncommitted => Some(b.last_modified),
+            Phase::Completed if !node.restorable => Some(b.restore_point()),
+            Phase::Completed => None,
+        };
+        if let Some(from) = age_from {
+            let expired = b.interrupted_delete
+                || policy
+                    .failed_backups_ttl
+                    .is_some_and(|ttl| now >= ttl.after(from));
+            if !expired {
+                node.reasons.push(Reason::FailedBackupsTtl);
+            }
+        }
+        // A per-backup TTL overrides the retention rules (not the floor, locks, holds or
+        // chains); until it is exceeded it keeps the backup.
+        if b.ttl.is_some() && node.phase != Phase::InProgress && node.superseded.is_none() {
+            if node.ttl_expired {
+                node.reasons.retain(|r| !r.is_policy_rule());
+            } else {
+                node.reasons.push(Reason::Ttl);
+            }
+        }
+    }
+    // coverWindow after TTLs: the backup that covers the window's start must be one whose
+    // own TTL has not expired.
+    if policy.cover_window
+        && let Some(window) = policy.window
+    {
+        let cutoff = window.before(now);
+        if let Some(&i) = ranked
+            .iter()
+            .find(|&&i| nodes[i].restore_point() <= cutoff)
+        {
+            nodes[i].reasons.push(Reason::CoverWindow);
         }
     }
 }
 
-/// Keeps every ancestor of a kept (not failed) backup, naming the kept child in `chain:<id>`. A chain's
-/// lock expiry is that of its last increment, so locks also flow to ancestors.
-fn close_chains(backups: &[&Backup], parent: &[Option<usize>], reasons: &mut [Vec<Reason>]) {
-    // A failed attempt is never part of a chain (seed 002): keeping it for
-    // `failedBackupsTTL` does not pin its ancestors.
-    let mut queue: VecDeque<usize> = (0..backups.len())
-        .filter(|&i| !reasons[i].is_empty() && backups[i].phase != Phase::Failed)
-        .collect();
-    let mut seen = vec![false; backups.len()];
+/// Keeps every ancestor of a kept backup, naming the kept child in `chain:<id>`. A failed
+/// attempt is never part of a chain (seed 002), and neither is an attempt kept only until
+/// `failedBackupsTTL` (an uncommitted or broken one): they pin nothing. A chain's lock
+/// expiry is that of its last increment, so locks also flow to ancestors.
+fn close_chains(nodes: &mut [Node]) {
+    let pins = |n: &Node| {
+        n.kept()
+            && n.phase != Phase::Failed
+            && !n.reasons.iter().all(|r| *r == Reason::FailedBackupsTtl)
+    };
+    let mut queue: VecDeque<usize> = (0..nodes.len()).filter(|&i| pins(&nodes[i])).collect();
+    let mut seen = vec![false; nodes.len()];
     for &i in &queue {
         seen[i] = true;
     }
     while let Some(i) = queue.pop_front() {
-        let Some(p) = parent[i] else { continue };
-        reasons[p].push(Reason::Chain(backups[i].id.clone()));
+        let Some(p) = nodes[i].parent else { continue };
+        let child = nodes[i].backup.id.clone();
+        nodes[p].reasons.push(Reason::Chain(child));
         if !seen[p] {
             seen[p] = true;
             queue.push_back(p);
         }
     }
     // Locks: an ancestor is locked at least as long as any locked descendant.
-    for i in 0..backups.len() {
-        let Some(until) = reasons[i].iter().find_map(|r| match r {
+    for i in 0..nodes.len() {
+        let Some(until) = nodes[i].reasons.iter().find_map(|r| match r {
             Reason::Locked(t) => Some(*t),
             _ => None,
         }) else {
             continue;
         };
-        let mut cur = parent[i];
+        let mut cur = nodes[i].parent;
         let mut steps = 0;
         while let Some(p) = cur {
-            if steps > backups.len() {
+            if steps > nodes.len() {
                 break; // a parent cycle in corrupt metadata
             }
             steps += 1;
-            let has_later = reasons[p]
+            let has_later = nodes[p]
+                .reasons
                 .iter()
                 .any(|r| matches!(r, Reason::Locked(t) if *t >= until));
             if !has_later {
-                reasons[p].retain(|r| !matches!(r, Reason::Locked(_)));
-                reasons[p].push(Reason::Locked(until));
+                nodes[p].reasons.retain(|r| !matches!(r, Reason::Locked(_)));
+                nodes[p].reasons.push(Reason::Locked(until));
             }
-            cur = parent[p];
+            cur = nodes[p].parent;
         }
     }
+}
+
+/// The interval each restorable backup restores (its restore point, then replay).
+fn intervals(nodes: &[Node], replay: &Replay) -> Vec<Option<Interval>> {
+    nodes
+        .iter()
+        .map(|n| n.restorable.then(|| replay.interval(n.restore_point())))
+        .collect()
 }
 
 /// Keeps backups whose deletion would open a hole in the point-in-time window: the
 /// instants a deleted backup could restore (by replay) that lie between the oldest retained
 /// restore point and the last restorable instant must stay restorable.
-fn bridge_gaps(
-    backups: &[&Backup],
-    parent: &[Option<usize>],
-    restorable: &[bool],
-    superseded: &[Option<usize>],
-    replay: &Replay,
-    reasons: &mut [Vec<Reason>],
-) {
-    let n = backups.len();
-    let intervals: Vec<Option<Interval>> = (0..n)
-        .map(|i| restorable[i].then(|| replay.interval(backups[i].restore_point())))
-        .collect();
+fn bridge_gaps(nodes: &mut [Node], replay: &Replay) {
+    let n = nodes.len();
+    let intervals = intervals(nodes, replay);
     let Some(t_end) = intervals.iter().flatten().map(|i| i.to).max() else {
         return;
     };
     loop {
-        let kept = |i: usize| !reasons[i].is_empty();
         let mut cov = Coverage::from_intervals(
             (0..n)
-                .filter(|&i| kept(i))
+                .filter(|&i| nodes[i].kept())
                 .filter_map(|i| intervals[i])
                 .collect(),
         );
@@ -585,10 +688,10 @@ fn bridge_gaps(
         let mut added = Vec::new();
         // A replaced backup's synthetic full restores the same instants: it bridges instead.
         let mut candidates: Vec<usize> = (0..n)
-            .filter(|&i| superseded[i].is_none())
-            .filter(|&i| !kept(i) && intervals[i].is_some_and(|iv| iv.to > iv.from))
+            .filter(|&i| nodes[i].superseded.is_none() && !nodes[i].kept())
+            .filter(|&i| intervals[i].is_some_and(|iv| iv.to > iv.from))
             .collect();
-        candidates.sort_by_key(|&i| (backups[i].restore_point(), &backups[i].id));
+        candidates.sort_by_key(|&i| (nodes[i].restore_point(), &nodes[i].backup.id));
         for i in candidates {
             let Some(iv) = intervals[i] else { continue };
             let lo = iv.from.max(t0);
@@ -603,16 +706,22 @@ fn bridge_gaps(
             return;
         }
         for &i in &added {
-            reasons[i].push(Reason::Gap);
+            nodes[i].reasons.push(Reason::Gap);
         }
         // Chains of the newly kept backups, then check again: an ancestor may have moved
         // the oldest retained restore point earlier.
         let mut changed = false;
         for &i in &added {
             let mut cur = i;
-            while let Some(p) = parent[cur] {
-                let was_kept = !reasons[p].is_empty();
-                reasons[p].push(Reason::Chain(backups[cur].id.clone()));
+            let mut steps = 0;
+            while let Some(p) = nodes[cur].parent {
+                if steps > n {
+                    break; // a parent cycle in corrupt metadata
+                }
+                steps += 1;
+                let was_kept = nodes[p].kept();
+                let child = nodes[cur].backup.id.clone();
+                nodes[p].reasons.push(Reason::Chain(child));
                 if was_kept {
                     break;
                 }
@@ -636,27 +745,28 @@ fn bridge_gaps(
 /// ancestor completed and consolidatable. Merged ancestors are the run above it whose
 /// every reason is `chain` through this line; an ancestor kept for anything else (or for
 /// another branch) stays, and so does everything above it.
-fn consolidations(
-    backups: &[&Backup],
-    parent: &[Option<usize>],
-    reasons: &[Vec<Reason>],
-    deletes: &[Option<Reason>],
-) -> Vec<(usize, Vec<usize>)> {
-    let own_right = |i: usize| reasons[i].iter().any(|r| !matches!(r, Reason::Chain(_)));
+fn consolidations(nodes: &[Node]) -> Vec<(usize, Vec<usize>)> {
+    let own_right = |i: usize| {
+        nodes[i]
+            .reasons
+            .iter()
+            .any(|r| !matches!(r, Reason::Chain(_)))
+    };
     let pinned = |i: usize| {
-        reasons[i].iter().any(|r| {
+        nodes[i].reasons.iter().any(|r| {
             matches!(
                 r,
                 Reason::Locked(_) | Reason::Protected | Reason::NewerFormat | Reason::InProgress
             )
         })
     };
+    let mergeable = |i: usize| {
+        nodes[i].delete.is_none() && nodes[i].restorable && nodes[i].backup.consolidatable
+    };
     let mut out = Vec::new();
-    for (r, b) in backups.iter().enumerate() {
-        if deletes[r].is_some()
-            || !b.is_successful()
-            || !b.consolidatable
-            || b.kind == BackupKind::Full
+    for r in 0..nodes.len() {
+        if !mergeable(r)
+            || nodes[r].backup.kind == BackupKind::Full
             || !own_right(r)
             || pinned(r)
         {
@@ -665,38 +775,34 @@ fn consolidations(
         // The whole line up to its base full must be mergeable, and no ancestor may be an
         // increment retained in its own right (that one is the oldest retained).
         let mut line = Vec::new();
-        let mut cur = parent[r];
+        let mut cur = nodes[r].parent;
         let mut ok = true;
         while let Some(a) = cur {
-            if line.len() > backups.len() {
-                ok = false; // a parent cycle in corrupt metadata
+            if line.len() > nodes.len() || !mergeable(a) {
+                ok = false; // a parent cycle in corrupt metadata, or an unmergeable ancestor
                 break;
             }
-            let ab = backups[a];
-            if deletes[a].is_some() || !ab.is_successful() || !ab.consolidatable {
-                ok = false;
-                break;
-            }
-            if ab.kind != BackupKind::Full && own_right(a) {
+            if nodes[a].backup.kind != BackupKind::Full && own_right(a) {
                 ok = false;
                 break;
             }
             line.push(a);
-            cur = parent[a];
+            cur = nodes[a].parent;
         }
         if !ok
             || line
                 .last()
-                .is_none_or(|&root| backups[root].kind != BackupKind::Full)
+                .is_none_or(|&root| nodes[root].backup.kind != BackupKind::Full)
         {
             continue;
         }
         let mut members = Vec::new();
         let mut child = r;
         for &a in &line {
-            let only_this_line = reasons[a]
+            let only_this_line = nodes[a]
+                .reasons
                 .iter()
-                .all(|x| matches!(x, Reason::Chain(c) if *c == backups[child].id));
+                .all(|x| matches!(x, Reason::Chain(c) if *c == nodes[child].backup.id));
             if !only_this_line {
                 break;
             }
@@ -718,15 +824,11 @@ fn consolidations(
 /// above it are its chain).
 fn without_gaps(
     mut groups: Vec<(usize, Vec<usize>)>,
-    backups: &[&Backup],
-    restorable: &[bool],
+    nodes: &[Node],
     replay: &Replay,
-    kept: impl Fn(usize) -> bool,
 ) -> Vec<(usize, Vec<usize>)> {
-    let n = backups.len();
-    let intervals: Vec<Option<Interval>> = (0..n)
-        .map(|i| restorable[i].then(|| replay.interval(backups[i].restore_point())))
-        .collect();
+    let n = nodes.len();
+    let intervals = intervals(nodes, replay);
     let Some(t_end) = intervals.iter().flatten().map(|i| i.to).max() else {
         return Vec::new();
     };
@@ -737,7 +839,7 @@ fn without_gaps(
             removed[m] = true;
             let cov = Coverage::from_intervals(
                 (0..n)
-                    .filter(|&i| kept(i) && !removed[i])
+                    .filter(|&i| nodes[i].delete.is_none() && !removed[i])
                     .filter_map(|i| intervals[i])
                     .collect(),
             );
@@ -761,28 +863,22 @@ fn without_gaps(
 
 /// Caps deletions at `cap`, deferring the rest so that the kept set stays closed under
 /// ancestry: descendants go before their ancestors, oldest removal units first.
-fn defer_beyond_cap(
-    cap: usize,
-    backups: &[&Backup],
-    parent: &[Option<usize>],
-    deletes: &mut [Option<Reason>],
-    reasons: &mut [Vec<Reason>],
-) {
-    let candidates: Vec<usize> = (0..backups.len())
-        .filter(|&i| deletes[i].is_some())
+fn defer_beyond_cap(cap: usize, nodes: &mut [Node]) {
+    let candidates: Vec<usize> = (0..nodes.len())
+        .filter(|&i| nodes[i].delete.is_some())
         .collect();
     if candidates.len() <= cap {
         return;
     }
     // A candidate's unit is its topmost candidate ancestor: chains are closed, so every
     // descendant of a candidate is a candidate too.
-    let mut unit_root = vec![usize::MAX; backups.len()];
-    let mut depth = vec![0usize; backups.len()];
+    let mut unit_root = vec![usize::MAX; nodes.len()];
+    let mut depth = vec![0usize; nodes.len()];
     for &i in &candidates {
         let mut root = i;
         let mut d = 0;
-        while let Some(p) = parent[root] {
-            if deletes[p].is_none() || d > backups.len() {
+        while let Some(p) = nodes[root].parent {
+            if nodes[p].delete.is_none() || d > nodes.len() {
                 break;
             }
             root = p;
@@ -795,28 +891,22 @@ fn defer_beyond_cap(
         .iter()
         .map(|&i| {
             let r = unit_root[i];
-            (r, (backups[r].started_at, backups[r].id.as_str()))
+            (r, (nodes[r].backup.started_at, nodes[r].backup.id.as_str()))
         })
         .collect();
+    let key = |i: usize| {
+        (
+            unit_start[&unit_root[i]],
+            std::cmp::Reverse(depth[i]),
+            nodes[i].backup.started_at,
+            &nodes[i].backup.id,
+        )
+    };
     let mut order = candidates.clone();
-    order.sort_by(|&a, &b| {
-        let ka = (
-            unit_start[&unit_root[a]],
-            std::cmp::Reverse(depth[a]),
-            backups[a].started_at,
-            &backups[a].id,
-        );
-        let kb = (
-            unit_start[&unit_root[b]],
-            std::cmp::Reverse(depth[b]),
-            backups[b].started_at,
-            &backups[b].id,
-        );
-        ka.cmp(&kb)
-    });
+    order.sort_by(|&a, &b| key(a).cmp(&key(b)));
     for &i in &order[cap..] {
-        deletes[i] = None;
-        reasons[i].push(Reason::Deferred);
+        nodes[i].delete = None;
+        nodes[i].reasons.push(Reason::Deferred);
     }
 }
 
@@ -840,7 +930,10 @@ fn plan_segments(
         .max();
     for s in segs {
         if s.indexed && !s.present {
-            out.drop_from_index.push(s.name.clone());
+            out.drop_from_index.push(EntryRef {
+                sequence: s.sequence,
+                name: s.name.clone(),
+            });
             continue;
         }
         let reason = if s.summary || pinned(s) {
@@ -865,6 +958,57 @@ fn plan_segments(
                     out.kept_unknown_last_event += 1;
                 }
             }
+        }
+    }
+    out
+}
+
+/// Which leftovers go: unreferenced shards once old enough that no writer can still be
+/// about to commit them; uploads no running attempt owns once older than
+/// `failedBackupsTTL` (never without one), and, outside any backup directory, than
+/// [`LEFTOVER_MIN_AGE`]. Uploads of an attempt this pass deletes go with it.
+fn plan_leftovers(
+    policy: &Policy,
+    leftovers: &[Leftover],
+    nodes: &[Node],
+    now: Timestamp,
+) -> LeftoverPlan {
+    let by_id: HashMap<&str, usize> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.backup.id.as_str(), i))
+        .collect();
+    let aged = |from: Timestamp, age: SignedDuration| {
+        from.checked_add(age).is_ok_and(|until| now >= until)
+    };
+    let mut sorted: Vec<&Leftover> = leftovers.iter().collect();
+    sorted.sort_by(|a, b| (&a.key, &a.upload_id).cmp(&(&b.key, &b.upload_id)));
+    let mut out = LeftoverPlan::default();
+    for l in sorted {
+        let reason = match l.kind {
+            LeftoverKind::UnreferencedShard => aged(l.last_modified, UNREFERENCED_SHARD_AGE)
+                .then_some(LeftoverReason::Unreferenced),
+            LeftoverKind::IncompleteUpload | LeftoverKind::StagingFile => {
+                let owner = l.attempt.as_deref().and_then(|id| by_id.get(id)).copied();
+                match owner.map(|o| &nodes[o]) {
+                    Some(o) if o.phase == Phase::InProgress => None,
+                    Some(o) if o.delete.is_some() => Some(LeftoverReason::Abandoned),
+                    owner => {
+                        let ttl = policy
+                            .failed_backups_ttl
+                            .is_some_and(|ttl| now >= ttl.after(l.last_modified));
+                        let old = owner.is_some() || aged(l.last_modified, LEFTOVER_MIN_AGE);
+                        (ttl && old).then_some(LeftoverReason::Abandoned)
+                    }
+                }
+            }
+        };
+        match reason {
+            Some(reason) => out.delete.push(LeftoverDeletion {
+                leftover: l.clone(),
+                reason,
+            }),
+            None => out.keep += 1,
         }
     }
     out

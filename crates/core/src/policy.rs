@@ -54,27 +54,96 @@ pub struct PolicyInput {
     pub time_zone: Option<String>,
 }
 
+/// A field of the retention policy, as it is named in YAML (`spec.retention.<name>`, or
+/// `spec.timeZone`). Callers map it to their own spelling (a flag, a CRD path) by matching
+/// on it, never on error text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PolicyField {
+    Window,
+    KeepLast,
+    KeepDaily,
+    KeepWeekly,
+    KeepMonthly,
+    KeepYearly,
+    FailedBackupsTtl,
+    CoverWindow,
+    Consolidate,
+    MaxDeletionsPerPass,
+    /// Not in `retention`: the policy's `spec.timeZone`.
+    TimeZone,
+}
+
+impl PolicyField {
+    /// The YAML field name.
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyField::Window => "window",
+            PolicyField::KeepLast => "keepLast",
+            PolicyField::KeepDaily => "keepDaily",
+            PolicyField::KeepWeekly => "keepWeekly",
+            PolicyField::KeepMonthly => "keepMonthly",
+            PolicyField::KeepYearly => "keepYearly",
+            PolicyField::FailedBackupsTtl => "failedBackupsTTL",
+            PolicyField::CoverWindow => "coverWindow",
+            PolicyField::Consolidate => "consolidate",
+            PolicyField::MaxDeletionsPerPass => "maxDeletionsPerPass",
+            PolicyField::TimeZone => "timeZone",
+        }
+    }
+}
+
 /// Why a policy was refused. Each variant names the field, the value and the accepted form.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PolicyError {
-    #[error("{field}: {source}")]
+    #[error("{}: {source}", field.name())]
     Duration {
-        field: &'static str,
+        field: PolicyField,
         #[source]
         source: crate::duration::DurationError,
     },
-    #[error("{field}: invalid count {value}: expected {COUNT_FORM}")]
-    Count { field: &'static str, value: i64 },
+    #[error("{}: invalid count {value}: expected {COUNT_FORM}", field.name())]
+    Count { field: PolicyField, value: i64 },
     #[error(
         "timeZone: unknown time zone {value:?}: expected an IANA name such as UTC, Europe/Paris or America/New_York"
     )]
     TimeZone { value: String },
+    #[error(
+        "window: 0d keeps nothing but the newest backup, like a policy without rules: expected at least 1d (e.g. 30d)"
+    )]
+    ZeroWindow,
     #[error(
         "the policy has no retention rule, so it would keep only the newest backup: set at least one of window, keepLast, keepDaily, keepWeekly, keepMonthly or keepYearly"
     )]
     NoRule,
     #[error("coverWindow: needs a window to cover; set window (e.g. 30d) or remove coverWindow")]
     CoverWithoutWindow,
+}
+
+impl PolicyError {
+    /// The field the error is about (`None`: the policy as a whole).
+    pub fn field(&self) -> Option<PolicyField> {
+        match self {
+            PolicyError::Duration { field, .. } | PolicyError::Count { field, .. } => Some(*field),
+            PolicyError::TimeZone { .. } => Some(PolicyField::TimeZone),
+            PolicyError::ZeroWindow => Some(PolicyField::Window),
+            PolicyError::CoverWithoutWindow => Some(PolicyField::CoverWindow),
+            PolicyError::NoRule => None,
+        }
+    }
+
+    /// The message without the field name in front, for callers that name the field their
+    /// own way.
+    pub fn problem(&self) -> String {
+        let text = self.to_string();
+        match self.field() {
+            Some(f) => text
+                .strip_prefix(f.name())
+                .and_then(|t| t.strip_prefix(": "))
+                .map(str::to_owned)
+                .unwrap_or(text),
+            None => text,
+        }
+    }
 }
 
 impl PolicyInput {
@@ -84,7 +153,7 @@ impl PolicyInput {
     /// The first invalid field, named with its value and accepted form; or
     /// [`PolicyError::NoRule`] when nothing would be kept but the floor.
     pub fn validate(&self) -> Result<Policy, PolicyError> {
-        let duration = |field: &'static str, v: &Option<String>| {
+        let duration = |field: PolicyField, v: &Option<String>| {
             v.as_deref()
                 .map(|s| {
                     s.parse::<RetentionDuration>()
@@ -92,7 +161,7 @@ impl PolicyInput {
                 })
                 .transpose()
         };
-        let count = |field: &'static str, v: Option<i64>| match v {
+        let count = |field: PolicyField, v: Option<i64>| match v {
             None => Ok(0),
             Some(n) if (0..=MAX_COUNT).contains(&n) => Ok(n as u32),
             Some(n) => Err(PolicyError::Count { field, value: n }),
@@ -104,18 +173,22 @@ impl PolicyInput {
             })?,
         };
         let policy = Policy {
-            window: duration("window", &self.window)?,
-            keep_last: count("keepLast", self.keep_last)?,
-            keep_daily: count("keepDaily", self.keep_daily)?,
-            keep_weekly: count("keepWeekly", self.keep_weekly)?,
-            keep_monthly: count("keepMonthly", self.keep_monthly)?,
-            keep_yearly: count("keepYearly", self.keep_yearly)?,
-            failed_backups_ttl: duration("failedBackupsTTL", &self.failed_backups_ttl)?,
+            window: duration(PolicyField::Window, &self.window)?,
+            keep_last: count(PolicyField::KeepLast, self.keep_last)?,
+            keep_daily: count(PolicyField::KeepDaily, self.keep_daily)?,
+            keep_weekly: count(PolicyField::KeepWeekly, self.keep_weekly)?,
+            keep_monthly: count(PolicyField::KeepMonthly, self.keep_monthly)?,
+            keep_yearly: count(PolicyField::KeepYearly, self.keep_yearly)?,
+            failed_backups_ttl: duration(PolicyField::FailedBackupsTtl, &self.failed_backups_ttl)?,
             cover_window: self.cover_window.unwrap_or(false),
             consolidate: self.consolidate.unwrap_or(false),
-            max_deletions_per_pass: count("maxDeletionsPerPass", self.max_deletions_per_pass)?,
+            max_deletions_per_pass: count(PolicyField::MaxDeletionsPerPass, self.max_deletions_per_pass)?,
             time_zone,
         };
+        // A zero window keeps only the floor: what a refused `keepLast: 0` would mean.
+        if policy.window.is_some_and(|w| w.days() == 0) {
+            return Err(PolicyError::ZeroWindow);
+        }
         if policy.cover_window && policy.window.is_none() {
             return Err(PolicyError::CoverWithoutWindow);
         }
@@ -188,6 +261,26 @@ mod tests {
             msg.starts_with("window: invalid duration \"30\": it has no unit"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn a_zero_window_is_refused_and_errors_name_their_field() {
+        let p = PolicyInput {
+            window: Some("0d".into()),
+            keep_last: Some(3),
+            ..Default::default()
+        };
+        let e = p.validate().unwrap_err();
+        assert_eq!(e, PolicyError::ZeroWindow);
+        assert_eq!(e.field(), Some(PolicyField::Window));
+        assert!(e.problem().starts_with("0d keeps nothing"), "{}", e.problem());
+        let tz = PolicyInput {
+            keep_last: Some(3),
+            time_zone: Some("Nowhere/Land".into()),
+            ..Default::default()
+        };
+        assert_eq!(tz.validate().unwrap_err().field(), Some(PolicyField::TimeZone));
+        assert_eq!(PolicyError::NoRule.field(), None);
     }
 
     #[test]

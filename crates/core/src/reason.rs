@@ -8,7 +8,8 @@ use serde::{Serialize, Serializer};
 
 use crate::inventory::BackupId;
 
-/// One recorded reason. Keep reasons and delete reasons never mix on one backup.
+/// One recorded reason. Keep reasons and delete reasons never mix on one backup; the one
+/// status reason, [`Reason::Broken`], goes with either.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Reason {
     // --- keep ---
@@ -50,6 +51,13 @@ pub enum Reason {
     /// `consolidate`: merged into a synthetic full that takes the place of the named
     /// retained increment; deleted once that full is committed.
     ConsolidateInto(BackupId),
+    /// Its `metadata.json` cannot be read: never deleted, never counted.
+    Malformed,
+    // --- status ---
+    /// Committed but not restorable: a payload object it records is missing or has another
+    /// size, or its chain is incomplete. It counts for no rule and is kept or collected like
+    /// a failed attempt; shown beside the reasons for what happens to it.
+    Broken,
     // --- delete ---
     /// No rule keeps it.
     Expired,
@@ -65,17 +73,31 @@ pub enum Reason {
     Consolidated(BackupId),
 }
 
+/// Whether a reason keeps, deletes, or only describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReasonKind {
+    Keep,
+    Delete,
+    /// Says what the backup is, whatever happens to it ([`Reason::Broken`]).
+    Status,
+}
+
 impl Reason {
-    pub fn is_keep(&self) -> bool {
-        !matches!(
-            self,
+    pub fn kind(&self) -> ReasonKind {
+        match self {
             Reason::Expired
-                | Reason::TtlExpired
-                | Reason::Failed
-                | Reason::Uncommitted
-                | Reason::InterruptedDelete
-                | Reason::Consolidated(_)
-        )
+            | Reason::TtlExpired
+            | Reason::Failed
+            | Reason::Uncommitted
+            | Reason::InterruptedDelete
+            | Reason::Consolidated(_) => ReasonKind::Delete,
+            Reason::Broken => ReasonKind::Status,
+            _ => ReasonKind::Keep,
+        }
+    }
+
+    pub fn is_keep(&self) -> bool {
+        self.kind() == ReasonKind::Keep
     }
 
     /// Reasons granted by the retention rules, which an expired per-backup `ttl` overrides.
@@ -122,6 +144,8 @@ impl fmt::Display for Reason {
             Reason::Uncommitted => f.write_str("uncommitted"),
             Reason::InterruptedDelete => f.write_str("interruptedDelete"),
             Reason::Consolidated(id) => write!(f, "consolidated:{id}"),
+            Reason::Malformed => f.write_str("malformed"),
+            Reason::Broken => f.write_str("broken"),
         }
     }
 }

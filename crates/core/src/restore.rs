@@ -248,6 +248,8 @@ mod tests {
             size: 1,
             consolidated_from: Vec::new(),
             consolidatable: false,
+            payload_missing: false,
+            heartbeat_at: None,
         }
     }
 
@@ -288,6 +290,7 @@ mod tests {
                 seg(3, "01T11:00", "01T18:00"),
                 seg(4, "01T18:00", "02T00:00"),
             ],
+            ..Default::default()
         }
     }
 

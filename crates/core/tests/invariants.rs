@@ -100,6 +100,8 @@ fn build_backups(specs: &[Spec]) -> Vec<Backup> {
             consolidated_from: Vec::new(),
             // Mixed methods: some chains can be merged, some cannot.
             consolidatable: s.start_h % 3 != 0,
+            payload_missing: false,
+            heartbeat_at: None,
         });
     }
     out
@@ -280,6 +282,7 @@ fn summarise(inv: &Inventory, size: usize) -> (Inventory, HashMap<u64, Vec<Segme
             .filter(|s| !s.indexed)
             .cloned()
             .collect(),
+        ..Default::default()
     };
     let mut members = HashMap::new();
     for chunk in indexed.chunks(size) {
@@ -708,7 +711,7 @@ proptest! {
         now_h in 2400i64..3200,
         shard_size in 1usize..48,
     ) {
-        let inv = Inventory { backups: build_backups(&specs), segments: segs };
+        let inv = Inventory { backups: build_backups(&specs), segments: segs , ..Default::default() };
         check_invariants(&inv, &policy, at(now_h), shard_size)?;
     }
 }

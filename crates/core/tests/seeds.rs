@@ -42,6 +42,7 @@ fn seed000_time_window_expires_old_base_backups() {
             full("d05", "2026-11-15T02:00:00Z"),
         ],
         segments: vec![],
+        ..Default::default()
     };
     let policy = window("30d").validate().unwrap();
     let p = plan(&policy, &inv, ts("2026-11-20T02:00:00Z"));
@@ -66,6 +67,7 @@ fn seed000_window_boundary_is_completed_at_not_older_than_now_minus_window() {
             full("new", "2026-11-19T01:55:00Z"),
         ],
         segments: vec![],
+        ..Default::default()
     };
     let p = plan(
         &window("30d").validate().unwrap(),
@@ -86,6 +88,7 @@ fn seed000_newest_backup_is_a_floor_even_outside_the_window() {
             full("c", "2026-09-20T02:00:00Z"),
         ],
         segments: vec![],
+        ..Default::default()
     };
     let p = plan(
         &window("30d").validate().unwrap(),
@@ -132,6 +135,7 @@ fn seed000_binlog_horizon_is_the_oldest_retained_start_and_unknown_times_are_kep
                 Some(ts("2026-11-19T00:00:00Z")),
             ),
         ],
+        ..Default::default()
     };
     let p = plan(
         &window("30d").validate().unwrap(),
@@ -161,6 +165,7 @@ fn seed000_no_successful_backup_means_no_binlog_is_deleted() {
             ts("2026-09-01T00:00:00Z"),
             Some(ts("2026-09-02T00:00:00Z")),
         )],
+        ..Default::default()
     };
     let p = plan(
         &window("7d").validate().unwrap(),
@@ -208,6 +213,7 @@ fn seed002_retain_three_forever_incremental_day_by_day() {
         let inv = Inventory {
             backups: days[..=day].to_vec(),
             segments: vec![],
+            ..Default::default()
         };
         let p = plan(&policy, &inv, ts("2026-11-05T00:00:00Z"));
         assert_eq!(&decisions(&p), want, "day {}", day + 1);
@@ -241,6 +247,7 @@ fn seed002_consolidate_merges_the_chain_only_ancestors_into_a_synthetic_full() {
         &Inventory {
             backups: days.clone(),
             segments: vec![],
+            ..Default::default()
         },
         now,
     );
@@ -272,6 +279,7 @@ fn seed002_consolidate_merges_the_chain_only_ancestors_into_a_synthetic_full() {
         &Inventory {
             backups: after_commit,
             segments: vec![],
+            ..Default::default()
         },
         now,
     );
@@ -294,6 +302,7 @@ fn seed002_consolidate_merges_the_chain_only_ancestors_into_a_synthetic_full() {
         &Inventory {
             backups: inv,
             segments: vec![],
+            ..Default::default()
         },
         now,
     );
@@ -307,6 +316,7 @@ fn seed002_consolidate_merges_the_chain_only_ancestors_into_a_synthetic_full() {
         &Inventory {
             backups: held,
             segments: vec![],
+            ..Default::default()
         },
         now,
     );
@@ -330,6 +340,7 @@ fn seed002_consolidate_merges_the_chain_only_ancestors_into_a_synthetic_full() {
         &Inventory {
             backups: tar,
             segments: vec![],
+            ..Default::default()
         },
         now,
     );
@@ -352,6 +363,7 @@ fn seed002_retain_three_with_a_full_after_every_two_backups() {
         &Inventory {
             backups: days[..4].to_vec(),
             segments: vec![],
+            ..Default::default()
         },
         now,
     );
@@ -369,6 +381,7 @@ fn seed002_retain_three_with_a_full_after_every_two_backups() {
         &Inventory {
             backups: days.to_vec(),
             segments: vec![],
+            ..Default::default()
         },
         now,
     );
@@ -402,6 +415,7 @@ fn seed002_full_after_every_three_backups_f_i_i() {
         &Inventory {
             backups,
             segments: vec![],
+            ..Default::default()
         },
         ts("2026-11-10T00:00:00Z"),
     );
@@ -433,6 +447,7 @@ fn seed002_errored_backups_are_not_counted_and_break_no_chain() {
     let inv = Inventory {
         backups,
         segments: vec![],
+        ..Default::default()
     };
     let soon = plan(&policy, &inv, ts("2026-11-05T00:00:00Z"));
     assert_eq!(
@@ -460,6 +475,7 @@ fn seed002_immutable_chain_expires_with_its_last_increment() {
     let inv = Inventory {
         backups: vec![f1, i2, i3, f4],
         segments: vec![],
+        ..Default::default()
     };
     let policy = keep_last(1).validate().unwrap();
 
@@ -493,6 +509,7 @@ fn gfs_buckets_use_the_policy_time_zone() {
     let inv = Inventory {
         backups,
         segments: vec![],
+        ..Default::default()
     };
     let now = ts("2026-11-21T00:00:00Z");
     let utc = PolicyInput {
@@ -533,6 +550,7 @@ fn gfs_weekly_monthly_yearly_keys() {
             full("w47", "2026-11-17T00:00:00Z"),
         ],
         segments: vec![],
+        ..Default::default()
     };
     let policy = PolicyInput {
         keep_weekly: Some(2),
@@ -567,6 +585,7 @@ fn cover_window_keeps_the_newest_backup_before_the_window() {
             full("c", "2026-11-01T00:00:00Z"),
         ],
         segments: vec![],
+        ..Default::default()
     };
     let policy = PolicyInput {
         window: Some("30d".into()),
@@ -604,6 +623,7 @@ fn per_backup_ttl_overrides_rules_but_not_floor_holds_or_chains() {
             ttl(full("newest", "2026-11-05T00:00:00Z")),
         ],
         segments: vec![],
+        ..Default::default()
     };
     // The window would keep everything; the 7-day TTLs say otherwise.
     let p = plan(
@@ -640,6 +660,7 @@ fn in_progress_newer_format_and_protected_are_never_deleted() {
             running,
         ],
         segments: vec![],
+        ..Default::default()
     };
     let p = plan(
         &keep_last(1).validate().unwrap(),
@@ -677,6 +698,7 @@ fn uncommitted_attempts_age_from_last_modified() {
             full("ok", "2026-11-19T00:00:00Z"),
         ],
         segments: vec![],
+        ..Default::default()
     };
     let policy = PolicyInput {
         keep_last: Some(1),
@@ -708,6 +730,7 @@ fn max_deletions_defers_descendants_before_ancestors() {
             full("c", "2026-11-05T00:00:00Z"),
         ],
         segments: vec![],
+        ..Default::default()
     };
     let policy = PolicyInput {
         keep_last: Some(1),
@@ -747,6 +770,7 @@ fn a_backup_that_bridges_a_hole_in_the_log_archive_is_kept() {
             segment(4, h("03T00:10"), Some(h("04T00:00"))),
             segment(5, h("04T00:00"), Some(h("05T06:00"))),
         ],
+        ..Default::default()
     };
     let policy = PolicyInput {
         keep_last: Some(1),
@@ -771,4 +795,233 @@ fn a_backup_that_bridges_a_hole_in_the_log_archive_is_kept() {
     let p = plan(&policy, &inv3, ts("2026-11-20T00:00:00Z"));
     assert_eq!(decisions(&p)[1], row("bridge", Delete, &["expired"]));
     let _ = Reason::Gap;
+}
+
+// ------------------------------------------------------- defects found by trying to break it
+
+/// Three fulls; the newest one's payload object is gone. It is broken: it counts for no
+/// rule (not keepLast, not the floor), so the two good ones are not deleted for it.
+#[test]
+fn a_committed_backup_whose_payload_is_missing_counts_for_nothing() {
+    let mut broken = full("c", "2026-11-19T00:00:00Z");
+    broken.payload_missing = true;
+    let inv = Inventory {
+        backups: vec![
+            full("a", "2026-11-17T00:00:00Z"),
+            full("b", "2026-11-18T00:00:00Z"),
+            broken,
+        ],
+        ..Default::default()
+    };
+    let p = plan(
+        &keep_last(1).validate().unwrap(),
+        &inv,
+        ts("2026-11-20T00:00:00Z"),
+    );
+    assert_eq!(
+        decisions(&p),
+        vec![
+            row("a", Delete, &["expired"]),
+            row("b", Keep, &["keepLast", "floor"]),
+            row("c", Keep, &["failedBackupsTTL", "broken"]),
+        ]
+    );
+    // An increment on a broken base is broken too; after failedBackupsTTL both go.
+    let mut base = full("base", "2026-11-01T00:00:00Z");
+    base.payload_missing = true;
+    let inv = Inventory {
+        backups: vec![
+            base,
+            incr("inc", "base", "2026-11-02T00:00:00Z"),
+            full("good", "2026-11-03T00:00:00Z"),
+        ],
+        ..Default::default()
+    };
+    let policy = PolicyInput {
+        keep_last: Some(5),
+        failed_backups_ttl: Some("7d".into()),
+        ..Default::default()
+    }
+    .validate()
+    .unwrap();
+    let p = plan(&policy, &inv, ts("2026-11-20T00:00:00Z"));
+    assert_eq!(
+        decisions(&p),
+        vec![
+            row("base", Delete, &["broken"]),
+            row("inc", Delete, &["broken"]),
+            row("good", Keep, &["keepLast", "floor"]),
+        ]
+    );
+}
+
+/// A TTL-expired backup takes no keepLast place: keepLast 2 still keeps two.
+#[test]
+fn keep_last_skips_ttl_expired_backups_and_ttls_expire_strictly_after() {
+    let ttl = |mut b: Backup, t: &str| {
+        b.ttl = Some(t.parse().unwrap());
+        b
+    };
+    let inv = Inventory {
+        backups: vec![
+            full("a", "2026-11-10T00:00:00Z"),
+            full("b", "2026-11-12T00:00:00Z"),
+            ttl(full("c", "2026-11-13T00:00:00Z"), "1d"),
+            // Started exactly 7 days before now: its 7d TTL is reached, not exceeded.
+            ttl(full("d", "2026-11-13T12:00:00Z"), "7d"),
+        ],
+        ..Default::default()
+    };
+    let p = plan(
+        &keep_last(2).validate().unwrap(),
+        &inv,
+        ts("2026-11-20T12:00:00Z"),
+    );
+    assert_eq!(
+        decisions(&p),
+        vec![
+            row("a", Delete, &["expired"]),
+            row("b", Keep, &["keepLast"]),
+            row("c", Delete, &["ttlExpired"]),
+            row("d", Keep, &["keepLast", "floor", "ttl"]),
+        ]
+    );
+    // One second later the TTL is exceeded; the floor still holds it.
+    let p = plan(
+        &keep_last(2).validate().unwrap(),
+        &inv,
+        ts("2026-11-20T12:00:01Z"),
+    );
+    assert_eq!(p.backups[3].reasons, vec![Reason::Floor]);
+}
+
+/// A directory whose metadata.json cannot be read stays, counts for nothing, and holds the
+/// binlogs from its start: it may be a recovery point once repaired.
+#[test]
+fn a_malformed_backup_is_kept_and_holds_the_binlog_horizon() {
+    let mut bad = full("bad", "2026-11-01T00:00:00Z");
+    bad.phase = Phase::Malformed;
+    bad.completed_at = None;
+    let inv = Inventory {
+        backups: vec![bad, full("new", "2026-11-19T00:00:00Z")],
+        segments: vec![
+            segment(1, ts("2026-10-31T00:00:00Z"), Some(ts("2026-10-31T12:00:00Z"))),
+            segment(2, ts("2026-10-31T12:00:00Z"), Some(ts("2026-11-01T06:00:00Z"))),
+            segment(3, ts("2026-11-01T06:00:00Z"), Some(ts("2026-11-19T06:00:00Z"))),
+        ],
+        ..Default::default()
+    };
+    let p = plan(
+        &keep_last(1).validate().unwrap(),
+        &inv,
+        ts("2026-11-20T00:00:00Z"),
+    );
+    assert_eq!(
+        decisions(&p),
+        vec![
+            row("bad", Keep, &["malformed"]),
+            row("new", Keep, &["keepLast", "floor"]),
+        ]
+    );
+    assert_eq!(p.horizon, Some(ts("2026-11-01T00:00:00Z")));
+    let deleted: Vec<u64> = p.segments.delete.iter().map(|d| d.sequence).collect();
+    assert_eq!(deleted, vec![1]);
+}
+
+/// An attempt whose in-flight marker is fresh is in progress, whatever failedBackupsTTL
+/// says; once the marker is stale it is an ordinary uncommitted attempt.
+#[test]
+fn an_attempt_with_a_fresh_marker_is_never_collected() {
+    let mut writing = full("writing", "2026-11-19T23:50:00Z");
+    writing.phase = Phase::Uncommitted;
+    writing.completed_at = None;
+    writing.last_modified = ts("2026-11-19T23:55:00Z");
+    writing.heartbeat_at = Some(ts("2026-11-19T23:59:40Z"));
+    let inv = Inventory {
+        backups: vec![full("ok", "2026-11-19T00:00:00Z"), writing],
+        ..Default::default()
+    };
+    let policy = PolicyInput {
+        keep_last: Some(3),
+        failed_backups_ttl: Some("0d".into()),
+        ..Default::default()
+    }
+    .validate()
+    .unwrap();
+    let p = plan(&policy, &inv, ts("2026-11-20T00:00:00Z"));
+    assert_eq!(p.backups[1].action, Keep);
+    assert_eq!(p.backups[1].reasons, vec![Reason::InProgress]);
+    // Ten minutes after its last heartbeat it is abandoned.
+    let p = plan(&policy, &inv, ts("2026-11-20T00:09:40Z"));
+    assert_eq!(p.backups[1].reasons, vec![Reason::Uncommitted]);
+}
+
+/// Debris is collected by age, decided here with `now`: unreferenced shards after an hour;
+/// uploads no running attempt owns after failedBackupsTTL (and an hour outside a backup
+/// directory); an upload of a running attempt never.
+#[test]
+fn leftovers_are_collected_by_age_and_never_under_a_running_attempt() {
+    use tidemark_core::{Leftover, LeftoverKind};
+    let now = ts("2026-11-20T12:00:00Z");
+    let leftover = |key: &str, kind, age_min: i64, attempt: Option<&str>| Leftover {
+        key: key.into(),
+        kind,
+        last_modified: now - jiff::SignedDuration::from_mins(age_min),
+        size: 10,
+        attempt: attempt.map(str::to_owned),
+        upload_id: (kind == LeftoverKind::IncompleteUpload).then(|| "u1".to_owned()),
+    };
+    let mut running = full("running", "2026-11-20T11:00:00Z");
+    running.phase = Phase::Uncommitted;
+    running.completed_at = None;
+    running.heartbeat_at = Some(now - jiff::SignedDuration::from_secs(20));
+    let mut dead = full("dead", "2026-11-20T10:00:00Z");
+    dead.phase = Phase::Uncommitted;
+    dead.completed_at = None;
+    dead.last_modified = now - jiff::SignedDuration::from_mins(90);
+    let inv = Inventory {
+        backups: vec![full("ok", "2026-11-19T00:00:00Z"), dead, running],
+        leftovers: vec![
+            leftover("binlogs/_index/old.json", LeftoverKind::UnreferencedShard, 61, None),
+            leftover("binlogs/_index/new.json", LeftoverKind::UnreferencedShard, 59, None),
+            leftover(
+                "n/running/backup.bin",
+                LeftoverKind::IncompleteUpload,
+                600,
+                Some("running"),
+            ),
+            leftover("n/dead/backup.bin#1", LeftoverKind::StagingFile, 90, Some("dead")),
+            leftover("binlogs/mysql-bin.000009", LeftoverKind::IncompleteUpload, 30, None),
+            leftover("binlogs/mysql-bin.000008", LeftoverKind::IncompleteUpload, 61, None),
+        ],
+        ..Default::default()
+    };
+    let policy = PolicyInput {
+        keep_last: Some(3),
+        failed_backups_ttl: Some("0d".into()),
+        ..Default::default()
+    }
+    .validate()
+    .unwrap();
+    let p = plan(&policy, &inv, now);
+    let mut gone: Vec<&str> = p
+        .leftovers
+        .delete
+        .iter()
+        .map(|d| d.leftover.key.as_str())
+        .collect();
+    gone.sort_unstable();
+    assert_eq!(
+        gone,
+        vec![
+            "binlogs/_index/old.json",
+            "binlogs/mysql-bin.000008",
+            "n/dead/backup.bin#1"
+        ]
+    );
+    assert_eq!(p.leftovers.keep, 3);
+    // Without failedBackupsTTL no upload is collected (as no failed attempt is).
+    let keep_all = keep_last(3).validate().unwrap();
+    let p = plan(&keep_all, &inv, now);
+    assert_eq!(p.leftovers.delete.len(), 1, "{:?}", p.leftovers);
 }

@@ -191,6 +191,8 @@ impl Catalog {
                     size,
                     consolidated_from: Vec::new(),
                     consolidatable: false,
+                    payload_missing: false,
+                    heartbeat_at: None,
                 },
             };
             let (metadata_key, metadata) = match committed {
@@ -371,6 +373,8 @@ fn backup_from_metadata(m: &Metadata, name: &str, last_modified: Timestamp, size
             .and_then(|v| serde_json::from_value(v.clone()).ok())
             .unwrap_or_default(),
         consolidatable: m.method == crate::mariadb::METHOD,
+        payload_missing: false,
+        heartbeat_at: None,
     }
 }
 

@@ -62,7 +62,14 @@ fn history(n: usize) -> (Inventory, Timestamp) {
         })
         .collect();
     let now = start + SignedDuration::from_hours(n as i64);
-    (Inventory { backups, segments , ..Default::default() }, now)
+    (
+        Inventory {
+            backups,
+            segments,
+            ..Default::default()
+        },
+        now,
+    )
 }
 
 fn peak_rss_kib() -> u64 {

@@ -4,10 +4,12 @@
 //! # The model
 //! - A restorable backup (completed, with every ancestor completed and present) restores to
 //!   its `completedAt`.
-//! - From there, replay starts at the first segment (by sequence) whose `lastEventAt` is
-//!   known and not before that instant — provided that segment began at or before it, or
-//!   the segment before it is archived — and continues while sequence numbers are
-//!   contiguous. It reaches the latest known `lastEventAt` of that contiguous run.
+//! - From there, replay needs the events from the first segment (by sequence) whose
+//!   `lastEventAt` is known and not before that instant. It can begin only if that segment
+//!   began at or before the instant, or the archived segments just before it reach back,
+//!   without a missing sequence number, to one that did (or to one that ended before it):
+//!   otherwise events may be missing in between. It continues while sequence numbers are
+//!   contiguous and reaches the latest known `lastEventAt` of that run.
 //! - Segments whose events all precede a backup's completion are not needed by it.
 //!
 //! So each restorable backup contributes one closed interval `[completedAt, replayEnd]`
@@ -99,6 +101,7 @@ pub struct Replay {
     /// Last sequence each entry stands for (itself, or the end of a summary's run).
     last_sequences: Vec<u64>,
     first_event: Vec<Option<Timestamp>>,
+    last_event: Vec<Option<Timestamp>>,
     /// Running maximum of known `lastEventAt`, by sequence order. Monotone, so a binary
     /// search finds the first segment reaching a given instant.
     prefix_max_last: Vec<Option<Timestamp>>,
@@ -133,13 +136,14 @@ impl Replay {
             sequences: segs.iter().map(|s| s.sequence).collect(),
             last_sequences: segs.iter().map(|s| s.last_sequence()).collect(),
             first_event: segs.iter().map(|s| s.first_event_at).collect(),
+            last_event: segs.iter().map(|s| s.last_event_at).collect(),
             prefix_max_last,
             run_end_from,
         }
     }
 
-    /// Position of the segment replay starts from for a backup completed at `completed`:
-    /// the first (by sequence) whose last event is known and not before `completed`.
+    /// Position of the first segment (by sequence) whose last event is known and not
+    /// before `completed`: the first one replay needs events from.
     fn start(&self, completed: Timestamp) -> Option<usize> {
         // `None < Some(_)`, so this finds the first position with a known time ≥ completed.
         let i = self
@@ -148,41 +152,53 @@ impl Replay {
         (i < self.sequences.len()).then_some(i)
     }
 
-    /// Sequence number of the segment replay starts from for a backup completed at
-    /// `completed`, if any segment reaches that instant.
-    pub fn start_sequence(&self, completed: Timestamp) -> Option<u64> {
-        self.start(completed).map(|i| self.sequences[i])
-    }
-
-    /// Sequence number of the segment just before the replay start of a backup completed
-    /// at `completed`, when replay may begin only because that segment is archived (the
-    /// start segment began after `completed`): the planner keeps it, so that whether replay
-    /// may begin is judged the same before and after a pass.
-    pub fn predecessor_needed(&self, completed: Timestamp) -> Option<u64> {
+    /// Position replay begins at for a backup completed at `completed`: the start segment
+    /// if it began at or before `completed`; else the earliest of the contiguous archived
+    /// segments before it back to one that began by then (or that ended before it, so the
+    /// next one holds the first event after it). `None` when the run back breaks first:
+    /// events between `completed` and the start segment may be missing.
+    fn begin(&self, completed: Timestamp) -> Option<usize> {
         let i = self.start(completed)?;
-        if self.began_by(i, completed) {
-            return None;
+        let mut j = i;
+        loop {
+            if self.first_event[j].is_some_and(|f| f <= completed) {
+                return Some(j);
+            }
+            if j == 0 || self.last_sequences[j - 1] + 1 != self.sequences[j] {
+                return None;
+            }
+            j -= 1;
+            // Before the start segment, a known last event is before `completed`: the
+            // segment after this one holds the first event replay needs.
+            if self.last_event[j].is_some() {
+                return Some(j + 1);
+            }
         }
-        self.sequences[i].checked_sub(1)
     }
 
-    fn began_by(&self, i: usize, completed: Timestamp) -> bool {
-        self.first_event[i].is_some_and(|f| f <= completed)
+    /// Sequence number of the segment replay begins at for a backup completed at
+    /// `completed`, if replay from it can reach past `completed`.
+    pub fn start_sequence(&self, completed: Timestamp) -> Option<u64> {
+        self.begin(completed).map(|i| self.sequences[i])
+    }
+
+    /// Sequence numbers of the segments before the start segment that replay for a backup
+    /// completed at `completed` begins in (those that began after it, or whose last event
+    /// is unknown): the planner keeps them, so that whether replay may begin is judged the
+    /// same before and after a pass.
+    pub fn predecessors_needed(&self, completed: Timestamp) -> std::ops::Range<u64> {
+        match (self.begin(completed), self.start(completed)) {
+            (Some(b), Some(i)) if b < i => self.sequences[b]..self.sequences[i],
+            // The start segment began after `completed` with no run back: keep the one
+            // just before it, so replay is judged the same if it is archived later.
+            (None, Some(i)) => self.sequences[i].saturating_sub(1)..self.sequences[i],
+            _ => 0..0,
+        }
     }
 
     /// The latest instant reachable by replaying from a backup completed at `completed`.
-    /// Replay may begin at the start segment only if that segment began at or before
-    /// `completed`, or its predecessor is archived (else events may be missing between).
     pub fn replay_end(&self, completed: Timestamp) -> Timestamp {
-        let Some(i) = self.start(completed) else {
-            return completed;
-        };
-        let began_in_time = self.began_by(i, completed);
-        let predecessor_archived = i > 0 && self.last_sequences[i - 1] + 1 == self.sequences[i];
-        if !(began_in_time || predecessor_archived) {
-            return completed;
-        }
-        match self.run_end_from[i] {
+        match self.begin(completed).and_then(|b| self.run_end_from[b]) {
             Some(end) => end.max(completed),
             None => completed,
         }

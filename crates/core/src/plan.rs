@@ -203,14 +203,7 @@ pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
     bridge_gaps(&mut nodes, &replay);
     decide_deletions(&mut nodes);
     if policy.max_deletions_per_pass > 0 {
-        defer_beyond_cap(policy.max_deletions_per_pass as usize, &mut nodes);
-        // Deferred backups are kept: their chains must be too (a deferred increment may
-        // hang below a failed attempt that pins nothing), and they may move the oldest
-        // retained restore point earlier, bringing a planned deletion inside the window.
-        // Both only shrink the deletions, so the cap still holds.
-        close_chains(&mut nodes);
-        bridge_gaps(&mut nodes, &replay);
-        decide_deletions(&mut nodes);
+        nodes = within_cap(policy.max_deletions_per_pass as usize, nodes, &replay);
     }
 
     // Binlogs are needed from the start of the oldest retained committed backup (a broken
@@ -220,14 +213,15 @@ pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
         .filter(|n| n.delete.is_none() && (n.completed() || n.phase == Phase::Malformed))
         .map(|n| n.backup.started_at)
         .min();
-    // Segments a retained backup's replay depends on beyond the time rule: the one just
-    // before its start segment, and the one holding its recorded binlog position.
+    // Segments a retained backup's replay depends on beyond the time rule: those before its
+    // start segment that replay begins in, and the one holding its recorded position.
     let retained = nodes.iter().filter(|n| n.restorable && n.delete.is_none());
     let mut pinned_sequences: Vec<u64> = retained
         .clone()
-        .filter_map(|n| replay.predecessor_needed(n.restore_point()))
+        .flat_map(|n| replay.predecessors_needed(n.restore_point()))
         .collect();
     pinned_sequences.sort_unstable();
+    pinned_sequences.dedup();
     let pinned_files: HashSet<&str> = retained
         .filter_map(|n| n.backup.log_file.as_deref())
         .collect();
@@ -381,8 +375,10 @@ fn nodes(inventory: &Inventory, now: Timestamp) -> Vec<Node<'_>> {
 /// writer counts as running. A heartbeat later than `now` (a pass evaluated in the past)
 /// counts too.
 fn in_flight(b: &Backup, now: Timestamp) -> bool {
-    b.heartbeat_at
-        .is_some_and(|h| h.checked_add(IN_FLIGHT_TIMEOUT).is_ok_and(|until| now < until))
+    b.heartbeat_at.is_some_and(|h| {
+        h.checked_add(IN_FLIGHT_TIMEOUT)
+            .is_ok_and(|until| now < until)
+    })
 }
 
 /// The delete reason of every backup no rule keeps.
@@ -395,9 +391,7 @@ fn decide_deletions(nodes: &mut [Node]) {
                 return None;
             }
             Some(match n.phase {
-                _ if n.superseded.is_some() => {
-                    Reason::Consolidated(ids[n.superseded?].clone())
-                }
+                _ if n.superseded.is_some() => Reason::Consolidated(ids[n.superseded?].clone()),
                 _ if n.ttl_expired => Reason::TtlExpired,
                 Phase::Uncommitted if n.backup.interrupted_delete => Reason::InterruptedDelete,
                 Phase::Uncommitted => Reason::Uncommitted,
@@ -599,10 +593,7 @@ fn apply_rules(policy: &Policy, nodes: &mut [Node], now: Timestamp) {
         && let Some(window) = policy.window
     {
         let cutoff = window.before(now);
-        if let Some(&i) = ranked
-            .iter()
-            .find(|&&i| nodes[i].restore_point() <= cutoff)
-        {
+        if let Some(&i) = ranked.iter().find(|&&i| nodes[i].restore_point() <= cutoff) {
             nodes[i].reasons.push(Reason::CoverWindow);
         }
     }
@@ -684,7 +675,7 @@ fn bridge_gaps(nodes: &mut [Node], replay: &Replay) {
                 .filter_map(|i| intervals[i])
                 .collect(),
         );
-        let Some(mut t0) = cov.first() else { return };
+        let Some(mut t0) = cov.first() else { break };
         let mut added = Vec::new();
         // A replaced backup's synthetic full restores the same instants: it bridges instead.
         let mut candidates: Vec<usize> = (0..n)
@@ -703,7 +694,7 @@ fn bridge_gaps(nodes: &mut [Node], replay: &Replay) {
             }
         }
         if added.is_empty() {
-            return;
+            break;
         }
         for &i in &added {
             nodes[i].reasons.push(Reason::Gap);
@@ -730,7 +721,58 @@ fn bridge_gaps(nodes: &mut [Node], replay: &Replay) {
             }
         }
         if !changed {
-            return;
+            break;
+        }
+    }
+    drop_redundant_bridges(nodes, &intervals, t_end);
+}
+
+/// Bridges are added oldest first, so a later one (or an ancestor its chain pulled in) can
+/// cover what an earlier one was kept for. A backup kept only as a bridge whose instants
+/// the others cover after all goes again — unless an ancestor is kept only for its chain.
+fn drop_redundant_bridges(nodes: &mut [Node], intervals: &[Option<Interval>], t_end: Timestamp) {
+    let n = nodes.len();
+    let mut bridges: Vec<usize> = (0..n)
+        .filter(|&i| nodes[i].reasons == [Reason::Gap])
+        .collect();
+    bridges.sort_by_key(|&i| std::cmp::Reverse((nodes[i].restore_point(), &nodes[i].backup.id)));
+    for i in bridges {
+        let child = &nodes[i].backup.id;
+        let mut pins_alone = false;
+        let mut cur = nodes[i].parent;
+        let mut steps = 0;
+        while let Some(p) = cur.filter(|_| steps <= n) {
+            steps += 1;
+            let own = nodes[p]
+                .reasons
+                .iter()
+                .filter(|r| !matches!(r, Reason::Chain(c) if c == child))
+                .count();
+            if nodes[p].reasons.len() > own {
+                pins_alone |= own == 0;
+            }
+            cur = nodes[p].parent;
+        }
+        if pins_alone {
+            continue;
+        }
+        let others = Coverage::from_intervals(
+            (0..n)
+                .filter(|&j| j != i && nodes[j].kept())
+                .filter_map(|j| intervals[j])
+                .collect(),
+        );
+        let Some(iv) = intervals[i] else { continue };
+        let needed = others
+            .first()
+            .is_none_or(|t0| !others.covers_open_closed(iv.from.max(t0), iv.to.min(t_end)));
+        if !needed {
+            nodes[i].reasons.clear();
+            let id = nodes[i].backup.id.clone();
+            for node in nodes.iter_mut() {
+                node.reasons
+                    .retain(|r| !matches!(r, Reason::Chain(c) if *c == id));
+            }
         }
     }
 }
@@ -765,11 +807,7 @@ fn consolidations(nodes: &[Node]) -> Vec<(usize, Vec<usize>)> {
     };
     let mut out = Vec::new();
     for r in 0..nodes.len() {
-        if !mergeable(r)
-            || nodes[r].backup.kind == BackupKind::Full
-            || !own_right(r)
-            || pinned(r)
-        {
+        if !mergeable(r) || nodes[r].backup.kind == BackupKind::Full || !own_right(r) || pinned(r) {
             continue;
         }
         // The whole line up to its base full must be mergeable, and no ancestor may be an
@@ -861,53 +899,130 @@ fn without_gaps(
     groups
 }
 
-/// Caps deletions at `cap`, deferring the rest so that the kept set stays closed under
-/// ancestry: descendants go before their ancestors, oldest removal units first.
-fn defer_beyond_cap(cap: usize, nodes: &mut [Node]) {
+/// Caps deletions at `cap`, deferring the other candidates (kept for a later pass) so the
+/// kept set stays closed under ancestry.
+///
+/// Candidates are taken in removal units — a candidate with its candidate descendants —
+/// whole, in [`removal_units`] order, skipping a unit that does not fit what is left of the
+/// cap; what is left then goes to the skipped units, descendants first. A deferred backup
+/// can pull others back in (its chain; a planned deletion that now lies inside the window
+/// and bridges a hole), so the budget grows by what was pulled back while deletions stay
+/// within the cap.
+fn within_cap<'a>(cap: usize, nodes: Vec<Node<'a>>, replay: &Replay) -> Vec<Node<'a>> {
+    let units = removal_units(&nodes);
+    let total: usize = units.iter().map(Vec::len).sum();
+    if total <= cap {
+        return nodes;
+    }
+    let attempt = |take: &[usize]| {
+        let mut ns = nodes.clone();
+        let taken: HashSet<usize> = take.iter().copied().collect();
+        for i in units
+            .iter()
+            .flatten()
+            .copied()
+            .filter(|i| !taken.contains(i))
+        {
+            ns[i].delete = None;
+            ns[i].reasons.push(Reason::Deferred);
+        }
+        close_chains(&mut ns);
+        bridge_gaps(&mut ns, replay);
+        decide_deletions(&mut ns);
+        // Only what was taken goes: a bridge the deferred backups made redundant stays as
+        // it was (it was not counted against the cap).
+        for (i, n) in ns.iter_mut().enumerate() {
+            if n.delete.is_some() && !taken.contains(&i) {
+                n.delete = None;
+                n.reasons = nodes[i].reasons.clone();
+            }
+        }
+        let deleted = ns.iter().filter(|n| n.delete.is_some()).count();
+        (ns, deleted)
+    };
+    // Whole units that fit, then what is left of the budget from the units that did not,
+    // descendants first.
+    let whole_units = |budget: usize| {
+        let mut take = Vec::new();
+        let mut rest = Vec::new();
+        for u in &units {
+            if take.len() + u.len() <= budget {
+                take.extend(u.iter().copied());
+            } else {
+                rest.push(u);
+            }
+        }
+        for u in rest {
+            let room = budget - take.len();
+            take.extend(u.iter().copied().take(room));
+        }
+        take
+    };
+    let mut budget = cap;
+    let (mut best, mut best_deleted) = attempt(&whole_units(budget));
+    while best_deleted < cap && budget < total {
+        budget += cap - best_deleted;
+        let (ns, deleted) = attempt(&whole_units(budget));
+        if deleted > cap || deleted <= best_deleted {
+            break;
+        }
+        (best, best_deleted) = (ns, deleted);
+    }
+    best
+}
+
+/// Deletion candidates in removal units (a candidate with its candidate descendants; chains
+/// are closed, so those are all candidates), in the order units go under a cap: by their
+/// newest restore point, oldest first — what stays is the newer end of the history,
+/// without holes. Within a unit, descendants come before their ancestors.
+fn removal_units(nodes: &[Node]) -> Vec<Vec<usize>> {
     let candidates: Vec<usize> = (0..nodes.len())
         .filter(|&i| nodes[i].delete.is_some())
         .collect();
-    if candidates.len() <= cap {
-        return;
-    }
-    // A candidate's unit is its topmost candidate ancestor: chains are closed, so every
-    // descendant of a candidate is a candidate too.
-    let mut unit_root = vec![usize::MAX; nodes.len()];
-    let mut depth = vec![0usize; nodes.len()];
+    let mut members: BTreeMap<usize, Vec<(usize, usize)>> = BTreeMap::new();
     for &i in &candidates {
         let mut root = i;
-        let mut d = 0;
+        let mut depth = 0;
         while let Some(p) = nodes[root].parent {
-            if nodes[p].delete.is_none() || d > nodes.len() {
+            if nodes[p].delete.is_none() || depth > nodes.len() {
                 break;
             }
             root = p;
-            d += 1;
+            depth += 1;
         }
-        unit_root[i] = root;
-        depth[i] = d;
+        members.entry(root).or_default().push((depth, i));
     }
-    let unit_start: BTreeMap<usize, (Timestamp, &str)> = candidates
-        .iter()
-        .map(|&i| {
-            let r = unit_root[i];
-            (r, (nodes[r].backup.started_at, nodes[r].backup.id.as_str()))
+    let mut units: Vec<(Timestamp, usize, Vec<usize>)> = members
+        .into_iter()
+        .map(|(root, mut m)| {
+            m.sort_by(|&(da, a), &(db, b)| {
+                (
+                    std::cmp::Reverse(da),
+                    nodes[a].backup.started_at,
+                    &nodes[a].backup.id,
+                )
+                    .cmp(&(
+                        std::cmp::Reverse(db),
+                        nodes[b].backup.started_at,
+                        &nodes[b].backup.id,
+                    ))
+            });
+            let newest = m
+                .iter()
+                .map(|&(_, i)| nodes[i].restore_point())
+                .max()
+                .unwrap_or(Timestamp::MIN);
+            (newest, root, m.into_iter().map(|(_, i)| i).collect())
         })
         .collect();
-    let key = |i: usize| {
-        (
-            unit_start[&unit_root[i]],
-            std::cmp::Reverse(depth[i]),
-            nodes[i].backup.started_at,
-            &nodes[i].backup.id,
-        )
-    };
-    let mut order = candidates.clone();
-    order.sort_by(|&a, &b| key(a).cmp(&key(b)));
-    for &i in &order[cap..] {
-        nodes[i].delete = None;
-        nodes[i].reasons.push(Reason::Deferred);
-    }
+    units.sort_by(|a, b| {
+        (a.0, nodes[a.1].backup.started_at, &nodes[a.1].backup.id).cmp(&(
+            b.0,
+            nodes[b.1].backup.started_at,
+            &nodes[b.1].backup.id,
+        ))
+    });
+    units.into_iter().map(|(_, _, m)| m).collect()
 }
 
 fn plan_segments(

@@ -182,7 +182,10 @@ impl PolicyInput {
             failed_backups_ttl: duration(PolicyField::FailedBackupsTtl, &self.failed_backups_ttl)?,
             cover_window: self.cover_window.unwrap_or(false),
             consolidate: self.consolidate.unwrap_or(false),
-            max_deletions_per_pass: count(PolicyField::MaxDeletionsPerPass, self.max_deletions_per_pass)?,
+            max_deletions_per_pass: count(
+                PolicyField::MaxDeletionsPerPass,
+                self.max_deletions_per_pass,
+            )?,
             time_zone,
         };
         // A zero window keeps only the floor: what a refused `keepLast: 0` would mean.
@@ -273,13 +276,20 @@ mod tests {
         let e = p.validate().unwrap_err();
         assert_eq!(e, PolicyError::ZeroWindow);
         assert_eq!(e.field(), Some(PolicyField::Window));
-        assert!(e.problem().starts_with("0d keeps nothing"), "{}", e.problem());
+        assert!(
+            e.problem().starts_with("0d keeps nothing"),
+            "{}",
+            e.problem()
+        );
         let tz = PolicyInput {
             keep_last: Some(3),
             time_zone: Some("Nowhere/Land".into()),
             ..Default::default()
         };
-        assert_eq!(tz.validate().unwrap_err().field(), Some(PolicyField::TimeZone));
+        assert_eq!(
+            tz.validate().unwrap_err().field(),
+            Some(PolicyField::TimeZone)
+        );
         assert_eq!(PolicyError::NoRule.field(), None);
     }
 

@@ -719,8 +719,8 @@ fn uncommitted_attempts_age_from_last_modified() {
 
 #[test]
 fn max_deletions_defers_descendants_before_ancestors() {
-    // Oldest chain a ← a1 ← a2 expires with b; cap 2 deletes a2 and a1 first (leaves first),
-    // so the kept remainder stays a valid chain.
+    // Oldest chain a ← a1 ← a2 expires with b; cap 2 takes b whole, then the newest leaf
+    // of the chain, so the kept remainder stays a valid chain.
     let inv = Inventory {
         backups: vec![
             full("a", "2026-11-01T00:00:00Z"),
@@ -743,10 +743,10 @@ fn max_deletions_defers_descendants_before_ancestors() {
     assert_eq!(
         decisions(&p),
         vec![
-            row("a", Keep, &["deferred"]),
-            row("a1", Delete, &["expired"]),
+            row("a", Keep, &["chain:a1", "deferred"]),
+            row("a1", Keep, &["deferred"]),
             row("a2", Delete, &["expired"]),
-            row("b", Keep, &["deferred"]),
+            row("b", Delete, &["expired"]),
             row("c", Keep, &["keepLast", "floor"]),
         ]
     );
@@ -905,9 +905,21 @@ fn a_malformed_backup_is_kept_and_holds_the_binlog_horizon() {
     let inv = Inventory {
         backups: vec![bad, full("new", "2026-11-19T00:00:00Z")],
         segments: vec![
-            segment(1, ts("2026-10-31T00:00:00Z"), Some(ts("2026-10-31T12:00:00Z"))),
-            segment(2, ts("2026-10-31T12:00:00Z"), Some(ts("2026-11-01T06:00:00Z"))),
-            segment(3, ts("2026-11-01T06:00:00Z"), Some(ts("2026-11-19T06:00:00Z"))),
+            segment(
+                1,
+                ts("2026-10-31T00:00:00Z"),
+                Some(ts("2026-10-31T12:00:00Z")),
+            ),
+            segment(
+                2,
+                ts("2026-10-31T12:00:00Z"),
+                Some(ts("2026-11-01T06:00:00Z")),
+            ),
+            segment(
+                3,
+                ts("2026-11-01T06:00:00Z"),
+                Some(ts("2026-11-19T06:00:00Z")),
+            ),
         ],
         ..Default::default()
     };
@@ -982,17 +994,42 @@ fn leftovers_are_collected_by_age_and_never_under_a_running_attempt() {
     let inv = Inventory {
         backups: vec![full("ok", "2026-11-19T00:00:00Z"), dead, running],
         leftovers: vec![
-            leftover("binlogs/_index/old.json", LeftoverKind::UnreferencedShard, 61, None),
-            leftover("binlogs/_index/new.json", LeftoverKind::UnreferencedShard, 59, None),
+            leftover(
+                "binlogs/_index/old.json",
+                LeftoverKind::UnreferencedShard,
+                61,
+                None,
+            ),
+            leftover(
+                "binlogs/_index/new.json",
+                LeftoverKind::UnreferencedShard,
+                59,
+                None,
+            ),
             leftover(
                 "n/running/backup.bin",
                 LeftoverKind::IncompleteUpload,
                 600,
                 Some("running"),
             ),
-            leftover("n/dead/backup.bin#1", LeftoverKind::StagingFile, 90, Some("dead")),
-            leftover("binlogs/mysql-bin.000009", LeftoverKind::IncompleteUpload, 30, None),
-            leftover("binlogs/mysql-bin.000008", LeftoverKind::IncompleteUpload, 61, None),
+            leftover(
+                "n/dead/backup.bin#1",
+                LeftoverKind::StagingFile,
+                90,
+                Some("dead"),
+            ),
+            leftover(
+                "binlogs/mysql-bin.000009",
+                LeftoverKind::IncompleteUpload,
+                30,
+                None,
+            ),
+            leftover(
+                "binlogs/mysql-bin.000008",
+                LeftoverKind::IncompleteUpload,
+                61,
+                None,
+            ),
         ],
         ..Default::default()
     };

@@ -42,11 +42,14 @@ fn suggestion(expr: &str, found: usize) -> String {
     }
 }
 
-/// A parsed six-field cron expression.
+/// A parsed six-field cron expression, with standard semantics (as robfig/cron, which
+/// CloudNativePG uses): day-of-week 0–7 with Sunday as 0 or 7, names `MON`–`SUN` and
+/// `JAN`–`DEC`, and when both day-of-month and day-of-week are restricted, a day matching
+/// either fires. Evaluated by `croner` on the wall clock of a time zone.
 #[derive(Debug, Clone)]
 pub struct Cron {
     expr: String,
-    inner: cron::Schedule,
+    inner: croner::Cron,
 }
 
 impl PartialEq for Cron {
@@ -66,7 +69,11 @@ impl FromStr for Cron {
                 found,
             });
         }
-        let inner = cron::Schedule::from_str(expr).map_err(|e| ScheduleError::Invalid {
+        let parser = croner::parser::CronParser::builder()
+            .seconds(croner::parser::Seconds::Required)
+            .year(croner::parser::Year::Disallowed)
+            .build();
+        let inner = parser.parse(expr).map_err(|e| ScheduleError::Invalid {
             expr: expr.to_owned(),
             problem: e.to_string(),
         })?;
@@ -77,31 +84,20 @@ impl FromStr for Cron {
     }
 }
 
-/// Most candidates examined for one answer: a DST gap or fold can repeat or skip a civil
-/// time, never this many times in a row.
-const MAX_CANDIDATES: usize = 1000;
-
 impl Cron {
     pub fn as_str(&self) -> &str {
         &self.expr
     }
 
     /// The first slot strictly after `after`, evaluated on the wall clock of `tz`. A civil
-    /// time that a DST gap skips fires at the instant after the gap; one that a fold repeats
-    /// fires once, at its first occurrence.
+    /// time that a DST gap skips fires when the gap ends (as cron does); one that a fold
+    /// repeats fires once, at its first occurrence.
     pub fn next_after(&self, after: Timestamp, tz: &TimeZone) -> Option<Timestamp> {
-        let civil = after.to_zoned(tz.clone()).datetime();
-        let start = to_chrono(civil)?;
-        // The iterator yields civil times (carried as UTC) after `civil`; a candidate can map
-        // to an instant at or before `after` around a fold, so skip those.
-        for candidate in self.inner.after(&start).take(MAX_CANDIDATES) {
-            let c = from_chrono(candidate)?;
-            let at = tz.to_ambiguous_zoned(c).compatible().ok()?.timestamp();
-            if at > after {
-                return Some(at);
-            }
-        }
-        None
+        let start = after.to_zoned(tz.clone());
+        self.inner
+            .find_next_occurrence(&start, false)
+            .ok()
+            .map(|z| z.timestamp())
     }
 
     /// The latest slot in `(after, upto]`, if any: the one catch-up run after downtime.
@@ -109,52 +105,13 @@ impl Cron {
         if upto <= after {
             return None;
         }
-        // Look back in growing windows so that a per-second schedule after a week of
-        // downtime does not walk every missed second.
-        let mut back = jiff::SignedDuration::from_secs(60);
-        loop {
-            let from = upto
-                .checked_sub(back)
-                .ok()
-                .filter(|f| *f > after)
-                .unwrap_or(after);
-            let mut latest = None;
-            let mut cur = from;
-            while let Some(next) = self.next_after(cur, tz) {
-                if next > upto {
-                    break;
-                }
-                latest = Some(next);
-                cur = next;
-            }
-            if latest.is_some() || from == after {
-                return latest;
-            }
-            back = back.checked_mul(8)?;
-        }
+        let end = upto.to_zoned(tz.clone());
+        self.inner
+            .find_previous_occurrence(&end, true)
+            .ok()
+            .map(|z| z.timestamp())
+            .filter(|&t| t > after)
     }
-}
-
-fn to_chrono(c: jiff::civil::DateTime) -> Option<chrono::DateTime<chrono::Utc>> {
-    Some(
-        chrono::NaiveDate::from_ymd_opt(c.year().into(), c.month() as u32, c.day() as u32)?
-            .and_hms_opt(c.hour() as u32, c.minute() as u32, c.second() as u32)?
-            .and_utc(),
-    )
-}
-
-fn from_chrono(c: chrono::DateTime<chrono::Utc>) -> Option<jiff::civil::DateTime> {
-    use chrono::{Datelike, Timelike};
-    jiff::civil::DateTime::new(
-        i16::try_from(c.year()).ok()?,
-        i8::try_from(c.month()).ok()?,
-        i8::try_from(c.day()).ok()?,
-        i8::try_from(c.hour()).ok()?,
-        i8::try_from(c.minute()).ok()?,
-        i8::try_from(c.second()).ok()?,
-        0,
-    )
-    .ok()
 }
 
 /// A schedule as the decisions see it.
@@ -192,10 +149,21 @@ pub struct Child {
 pub struct ScheduleStatus {
     /// The last time the schedule was evaluated.
     pub last_check_time: Option<Timestamp>,
-    /// The last slot that produced or adopted a backup (or was skipped by a collision).
+    /// The last slot that produced or adopted a backup (seed 001).
     pub last_schedule_time: Option<Timestamp>,
     /// The next expected slot.
     pub next_schedule_time: Option<Timestamp>,
+    /// Where evaluation resumes: the last slot handled, including one skipped because its
+    /// name was taken (which is not a `lastScheduleTime`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_slot: Option<Timestamp>,
+}
+
+impl ScheduleStatus {
+    /// The last slot handled in any way: evaluation resumes after it.
+    pub fn resume_after(&self) -> Option<Timestamp> {
+        self.last_schedule_time.max(self.last_handled_slot)
+    }
 }
 
 /// What to do now.
@@ -245,9 +213,10 @@ pub fn evaluate(
         last_check_time: Some(now),
         last_schedule_time: status.last_schedule_time,
         next_schedule_time: None,
+        last_handled_slot: status.last_handled_slot,
     };
     let decision = decide(spec, status, children, now, &mut out);
-    let base = out.last_schedule_time.map_or(now, |l| l.max(now));
+    let base = out.resume_after().map_or(now, |l| l.max(now));
     out.next_schedule_time = spec.cron.next_after(base, &spec.time_zone);
     Evaluation {
         decision,
@@ -297,20 +266,28 @@ fn decide(
     }
     // The latest slot owed: after the last one handled (or the schedule's creation), at or
     // before now. Earlier missed slots are not replayed.
-    let since = status.last_schedule_time.unwrap_or(spec.created_at);
+    let since = status.resume_after().unwrap_or(spec.created_at);
     let Some(slot) = spec.cron.latest_in(since, now, &spec.time_zone) else {
         return Decision::Idle;
     };
     let name = child_name(&spec.name, slot);
-    out.last_schedule_time = Some(slot);
+    out.last_handled_slot = Some(slot);
     match children.iter().find(|c| c.name == name) {
-        Some(c) if c.ours => Decision::Adopt { name, slot },
+        Some(c) if c.ours => {
+            out.last_schedule_time = Some(slot);
+            Decision::Adopt { name, slot }
+        }
+        // Not ours: the slot is skipped, and it is not a `lastScheduleTime` (seed 001: the
+        // last slot that produced or adopted a backup).
         Some(_) => Decision::SkipCollision { name, slot },
-        None => Decision::Create {
-            name,
-            slot,
-            immediate: false,
-        },
+        None => {
+            out.last_schedule_time = Some(slot);
+            Decision::Create {
+                name,
+                slot,
+                immediate: false,
+            }
+        }
     }
 }
 
@@ -392,11 +369,59 @@ mod tests {
             cron("0 0 2 * * *").next_after(ts("2026-11-20T00:00:00Z"), &paris),
             Some(ts("2026-11-20T01:00:00Z"))
         );
-        // 2027-03-28: 02:00–03:00 does not exist in Paris; the slot fires after the gap.
+        // 2027-03-28: 02:00–03:00 does not exist in Paris; the slot fires when the gap
+        // ends, at 03:00 local (01:00 UTC), once.
         assert_eq!(
             cron("0 30 2 * * *").next_after(ts("2027-03-27T12:00:00Z"), &paris),
-            Some(ts("2027-03-28T01:30:00Z"))
+            Some(ts("2027-03-28T01:00:00Z"))
         );
+        assert_eq!(
+            cron("0 30 2 * * *").next_after(ts("2027-03-28T01:00:00Z"), &paris),
+            Some(ts("2027-03-29T00:30:00Z"))
+        );
+        // 2026-10-25: 02:00–03:00 happens twice in Paris; a daily 02:30 fires once, at the
+        // first (00:30 UTC), and the next day as usual.
+        assert_eq!(
+            cron("0 30 2 * * *").next_after(ts("2026-10-24T12:00:00Z"), &paris),
+            Some(ts("2026-10-25T00:30:00Z"))
+        );
+        assert_eq!(
+            cron("0 30 2 * * *").next_after(ts("2026-10-25T00:30:00Z"), &paris),
+            Some(ts("2026-10-26T01:30:00Z"))
+        );
+    }
+
+    /// Standard cron fields (DESIGN.md §4), each row: expression, instant, next slot.
+    #[test]
+    fn fields_mean_what_standard_cron_means() {
+        let utc = TimeZone::UTC;
+        // 2026-11-22 is a Sunday.
+        let sunday = ts("2026-11-22T12:00:00Z");
+        let rows = [
+            // Monday to Friday, not Sunday to Thursday.
+            ("0 0 2 * * 1-5", sunday, "2026-11-23T02:00:00Z"),
+            ("0 0 2 * * 1-5", ts("2026-11-27T03:00:00Z"), "2026-11-30T02:00:00Z"),
+            // Names.
+            ("0 0 2 * * MON-FRI", sunday, "2026-11-23T02:00:00Z"),
+            ("0 0 2 * * SAT", sunday, "2026-11-28T02:00:00Z"),
+            ("0 0 0 1 JAN *", sunday, "2027-01-01T00:00:00Z"),
+            // Sunday is 0 and 7.
+            ("0 0 2 * * 0", ts("2026-11-21T12:00:00Z"), "2026-11-22T02:00:00Z"),
+            ("0 0 2 * * 7", ts("2026-11-21T12:00:00Z"), "2026-11-22T02:00:00Z"),
+            // Both day fields restricted: either matches (Monday the 23rd, before the 1st).
+            ("0 0 0 1 * MON", sunday, "2026-11-23T00:00:00Z"),
+            ("0 0 0 1 * MON", ts("2026-11-30T01:00:00Z"), "2026-12-01T00:00:00Z"),
+            // Steps and lists.
+            ("*/20 * * * * *", ts("2026-11-22T12:00:05Z"), "2026-11-22T12:00:20Z"),
+            ("0 0 6,18 * * *", sunday, "2026-11-22T18:00:00Z"),
+        ];
+        for (expr, at, want) in rows {
+            assert_eq!(
+                cron(expr).next_after(at, &utc),
+                Some(ts(want)),
+                "{expr} after {at}"
+            );
+        }
     }
 
     #[test]
@@ -519,6 +544,15 @@ mod tests {
                 slot: ts("2026-11-20T10:15:00Z")
             }
         );
+        // The skipped slot is where evaluation resumes, not a lastScheduleTime.
+        assert_eq!(e.status.last_schedule_time, status.last_schedule_time);
+        assert_eq!(e.status.last_handled_slot, Some(ts("2026-11-20T10:15:00Z")));
+        assert_eq!(
+            e.status.next_schedule_time,
+            Some(ts("2026-11-20T10:30:00Z"))
+        );
+        let again = evaluate(&s, &e.status, &[squatter.clone()], ts("2026-11-20T10:15:30Z"));
+        assert_eq!(again.decision, Decision::Idle);
         let next = evaluate(&s, &e.status, &[squatter], ts("2026-11-20T10:30:00Z"));
         assert!(
             matches!(&next.decision, Decision::Create { name, .. } if name.ends_with("103000")),

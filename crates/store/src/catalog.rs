@@ -7,10 +7,12 @@ use futures::{StreamExt, TryStreamExt};
 use jiff::Timestamp;
 use object_store::path::Path;
 use object_store::{ObjectMeta, ObjectStoreExt};
-use tidemark_core::{Backup, BackupKind, Inventory, Phase, Segment};
+use tidemark_core::{Backup, BackupKind, Inventory, Leftover, LeftoverKind, Phase, Segment};
 
 use crate::error::{StoreError, is_not_found};
-use crate::format::{AuditRecord, BackupType, FORMAT_VERSION, Metadata, MetadataPhase};
+use crate::format::{
+    AuditRecord, BackupType, CONSOLIDATABLE_METHODS, FORMAT_VERSION, Metadata, MetadataPhase,
+};
 use crate::index::SegmentIndex;
 use crate::layout::{self, KeyKind};
 use crate::open::ClusterStore;
@@ -28,9 +30,13 @@ pub struct StoredBackup {
     pub backup: Backup,
     /// `metadata.json`, when the attempt is committed.
     pub metadata_key: Option<Path>,
-    /// Every other object directly in the directory.
+    /// Every other object directly in the directory (payload objects, the in-flight
+    /// marker, leftovers of the attempt): all go when the backup is deleted.
     pub payload_keys: Vec<Path>,
     pub metadata: Option<Metadata>,
+    /// Why a committed backup cannot be restored (a payload object missing or of another
+    /// size), or why its `metadata.json` cannot be read.
+    pub problem: Option<String>,
 }
 
 /// A `metadata.json` (or audit record) that could not be used: reported, never deleted.
@@ -58,17 +64,31 @@ pub struct SegmentListing {
     pub listed_below: Option<u64>,
     /// Non-segment objects under `binlogs/` (besides the index).
     pub foreign: Vec<String>,
+    /// Staging files of unfinished segment uploads (a local store).
+    pub leftovers: Vec<Leftover>,
 }
 
 /// Everything the store says about one cluster.
 #[derive(Debug)]
 pub struct Catalog {
     pub backups: Vec<StoredBackup>,
+    /// Objects and entries outside the layout (symlinks, names that are not UTF-8, keys of
+    /// another shape): never deleted, never read, reported.
     pub foreign: Vec<String>,
+    /// `metadata.json` files that cannot be used: their backups are kept, and `gc` stops
+    /// until they are fixed (or `--ignore-malformed`).
     pub malformed: Vec<Malformed>,
+    /// Index entries outside the layout's grammar (a name that is not a segment name, or a
+    /// sequence that is not its name's): left alone, reported.
+    pub ignored: Vec<Malformed>,
     pub index: Option<SegmentIndex>,
     /// Objects under `binlogs/_index/` (index shards, referenced or not).
     pub shard_objects: Vec<ObjectMeta>,
+    /// Debris of interrupted work: staging files, incomplete uploads (unreferenced shards
+    /// are derived from `shard_objects` and the index when the inventory is built).
+    pub leftovers: Vec<Leftover>,
+    /// Things that went wrong without stopping the load (e.g. uploads could not be listed).
+    pub warnings: Vec<String>,
     /// Objects listed (for progress and reports).
     pub objects_listed: usize,
 }
@@ -80,7 +100,7 @@ impl Catalog {
     ///
     /// # Errors
     /// A failed store request, a malformed or newer `_index.json`. Malformed metadata is
-    /// not an error: it is reported in [`Catalog::malformed`].
+    /// not an error: it is reported in [`Catalog::malformed`], and its backup is kept.
     pub async fn load(store: &ClusterStore, progress: &dyn Progress) -> Result<Self, StoreError> {
         // Listing, metadata reads and the index read overlap: each metadata.json is fetched
         // as soon as the listing yields it.
@@ -99,26 +119,40 @@ impl Catalog {
             })
             .buffer_unordered(METADATA_FETCH_CONCURRENCY)
             .try_collect::<HashMap<Path, Option<bytes::Bytes>>>();
-        let (objects, bodies, index, shard_objects) = futures::join!(
+        let (listed, bodies, index, shard_objects, uploads) = futures::join!(
             listing,
             fetching,
             SegmentIndex::load(store),
-            list_shard_objects(store)
+            list_shard_objects(store),
+            list_uploads(store)
         );
-        let (objects, mut bodies, index, shard_objects) =
-            (objects?, bodies?, index?, shard_objects?);
+        let (listed, mut bodies, index, shard_objects) =
+            (listed?, bodies?, index?, shard_objects?);
 
-        let objects_listed = objects.len();
-        let mut foreign = Vec::new();
+        let objects_listed = listed.objects.len();
+        let mut foreign = listed.foreign;
+        let mut leftovers = listed.leftovers;
+        let mut warnings = Vec::new();
+        match uploads {
+            Ok(u) => leftovers.extend(u),
+            Err(e) => warnings.push(format!(
+                "incomplete multipart uploads could not be listed, so none is collected this pass: {e}"
+            )),
+        }
         let mut dirs: BTreeMap<(String, String), Dir> = BTreeMap::new();
         let mut audits = Vec::new();
-        for meta in objects {
+        for meta in listed.objects {
             let key = meta.location.as_ref().to_owned();
             match layout::classify(&key) {
                 KeyKind::Metadata { name, id } => {
                     dirs.entry((name.to_owned(), id.to_owned()))
                         .or_default()
                         .metadata = Some(meta);
+                }
+                KeyKind::Marker { name, id } => {
+                    let dir = dirs.entry((name.to_owned(), id.to_owned())).or_default();
+                    dir.heartbeat = Some(to_ts(meta.last_modified));
+                    dir.payload.push(meta);
                 }
                 KeyKind::Payload { name, id } => {
                     dirs.entry((name.to_owned(), id.to_owned()))
@@ -154,68 +188,115 @@ impl Catalog {
                 .max()
                 .unwrap_or(Timestamp::UNIX_EPOCH);
             let size: u64 = dir.payload.iter().map(|m| m.size).sum();
-            let payload_keys: Vec<Path> = dir.payload.into_iter().map(|m| m.location).collect();
+            let sizes: HashMap<&str, u64> = dir
+                .payload
+                .iter()
+                .filter_map(|m| Some((m.location.filename()?, m.size)))
+                .collect();
             let body = dir
                 .metadata
                 .as_ref()
                 .and_then(|m| bodies.remove(&m.location));
-            let committed = match (&dir.metadata, body) {
-                (Some(meta), Some(Some(bytes))) => match parse_metadata(&bytes, &id) {
-                    Ok(m) => Some((meta.location.clone(), m)),
-                    Err(problem) => {
-                        malformed.push(Malformed {
-                            key: store.display_key(&meta.location),
-                            problem,
-                        });
-                        continue;
-                    }
-                },
+            let parsed = match (&dir.metadata, body) {
+                (Some(meta), Some(Some(bytes))) => Some((
+                    meta.location.clone(),
+                    parse_metadata(&bytes, &name, &id),
+                )),
                 _ => None,
             };
-            let backup = match &committed {
-                Some((_, m)) => backup_from_metadata(m, &name, last_modified, size),
-                None => Backup {
-                    id: id.clone(),
-                    name: name.clone(),
-                    kind: BackupKind::Full,
-                    phase: Phase::Uncommitted,
-                    started_at: id_time(&id).unwrap_or(last_modified),
-                    completed_at: None,
-                    last_modified,
-                    immutable_until: None,
-                    ttl: None,
-                    protected: false,
-                    newer_format: false,
-                    interrupted_delete: interrupted.contains(&id),
-                    log_file: None,
-                    size,
-                    consolidated_from: Vec::new(),
-                    consolidatable: false,
-                    payload_missing: false,
-                    heartbeat_at: None,
-                },
+            let mut stored = StoredBackup {
+                backup: uncommitted(&name, &id, last_modified, size),
+                metadata_key: None,
+                payload_keys: Vec::new(),
+                metadata: None,
+                problem: None,
             };
-            let (metadata_key, metadata) = match committed {
-                Some((k, m)) => (Some(k), Some(m)),
-                None => (None, None),
-            };
-            backups.push(StoredBackup {
-                backup,
-                metadata_key,
-                payload_keys,
-                metadata,
-            });
+            match parsed {
+                Some((key, Ok(m))) => {
+                    let missing = missing_payload(&m, &sizes);
+                    stored.backup = backup_from_metadata(&m, &name, last_modified, size);
+                    stored.backup.payload_missing = missing.is_some();
+                    stored.problem = missing;
+                    stored.metadata_key = Some(key);
+                    stored.metadata = Some(m);
+                }
+                Some((key, Err(problem))) => {
+                    malformed.push(Malformed {
+                        key: store.display_key(&key),
+                        problem: problem.clone(),
+                    });
+                    // Kept, never counted, and holding the binlogs from its start.
+                    stored.backup.phase = Phase::Malformed;
+                    stored.problem = Some(problem);
+                    stored.metadata_key = Some(key);
+                }
+                None => {
+                    stored.backup.interrupted_delete = interrupted.contains(&id);
+                    stored.backup.heartbeat_at = dir.heartbeat;
+                }
+            }
+            stored.payload_keys = dir.payload.into_iter().map(|m| m.location).collect();
+            backups.push(stored);
         }
 
+        // Staging files and uploads inside a backup directory belong to that attempt.
+        for l in &mut leftovers {
+            if let KeyKind::Payload { id, .. } = layout::classify(l.key.split('#').next().unwrap_or(&l.key)) {
+                l.attempt = Some(id.to_owned());
+            }
+        }
         foreign.sort();
-        Ok(Catalog {
+        let mut catalog = Catalog {
             backups,
             foreign,
             malformed,
+            ignored: Vec::new(),
             index,
             shard_objects,
+            leftovers,
+            warnings,
             objects_listed,
-        })
+        };
+        catalog.check_index_entries(store);
+        Ok(catalog)
+    }
+
+    /// Reports the index entries read so far that are outside the layout's grammar (they
+    /// are left out of the inventory). Called again after more shards are read.
+    pub fn check_index_entries(&mut self, store: &ClusterStore) {
+        let Some(index) = &self.index else { return };
+        let key = store.display_key(&layout::index_key());
+        let mut seen: HashSet<(u64, &str)> = HashSet::new();
+        let mut ignored = Vec::new();
+        for e in index.entries() {
+            let problem = if !layout::is_segment_name(&e.name) {
+                Some(format!(
+                    "entry {:?} (sequence {}): not a binlog segment name (<base>.<digits>: letters, digits, '-', '_', '.'); ignored",
+                    e.name, e.sequence
+                ))
+            } else if tidemark_core::inventory::segment_sequence(&e.name) != Some(e.sequence) {
+                Some(format!(
+                    "entry {:?} says sequence {}, but its name says {}; ignored",
+                    e.name,
+                    e.sequence,
+                    tidemark_core::inventory::segment_sequence(&e.name).unwrap_or_default()
+                ))
+            } else if !seen.insert((e.sequence, e.name.as_str())) {
+                Some(format!(
+                    "entry {:?} (sequence {}) appears more than once; the first counts",
+                    e.name, e.sequence
+                ))
+            } else {
+                None
+            };
+            if let Some(problem) = problem {
+                ignored.push(Malformed {
+                    key: key.clone(),
+                    problem,
+                });
+            }
+        }
+        self.ignored = ignored;
     }
 
     /// Unread index shards that a listing below `below` reaches (whose segments must be
@@ -242,8 +323,16 @@ impl Catalog {
         let mut indexed = HashSet::new();
         // Sequence ranges of unread shards: a listed object inside one is indexed there.
         let mut summarised: Vec<(u64, u64)> = Vec::new();
+        let mut seen: HashSet<(u64, &str)> = HashSet::new();
         if let Some(idx) = &self.index {
             for e in idx.entries() {
+                // Outside the grammar (reported in `ignored`): never a segment of ours.
+                if !layout::is_segment_name(&e.name)
+                    || tidemark_core::inventory::segment_sequence(&e.name) != Some(e.sequence)
+                    || !seen.insert((e.sequence, e.name.as_str()))
+                {
+                    continue;
+                }
                 indexed.insert(e.name.as_str());
                 segments.push(Segment {
                     present: e.sequence >= below || listed.contains_key(e.name.as_str()),
@@ -284,9 +373,33 @@ impl Catalog {
                 });
             }
         }
+        let named: HashSet<&str> = self
+            .index
+            .iter()
+            .flat_map(|i| i.head.shards.iter().map(|s| s.key.as_str()))
+            .collect();
+        let prefix = format!("{}/", layout::BINLOGS);
+        let unreferenced = self.shard_objects.iter().filter_map(|m| {
+            let rel = m.location.as_ref().strip_prefix(&prefix)?;
+            (!named.contains(rel)).then(|| Leftover {
+                key: m.location.to_string(),
+                kind: LeftoverKind::UnreferencedShard,
+                last_modified: to_ts(m.last_modified),
+                size: m.size,
+                attempt: None,
+                upload_id: None,
+            })
+        });
         Inventory {
             backups: self.backups.iter().map(|b| b.backup.clone()).collect(),
             segments,
+            leftovers: self
+                .leftovers
+                .iter()
+                .chain(&listing.leftovers)
+                .cloned()
+                .chain(unreferenced)
+                .collect(),
         }
     }
 
@@ -308,6 +421,37 @@ impl Catalog {
 struct Dir {
     metadata: Option<ObjectMeta>,
     payload: Vec<ObjectMeta>,
+    /// The in-flight marker's last write.
+    heartbeat: Option<Timestamp>,
+}
+
+/// An attempt directory without (readable) `metadata.json`.
+fn uncommitted(name: &str, id: &str, last_modified: Timestamp, size: u64) -> Backup {
+    Backup {
+        phase: Phase::Uncommitted,
+        completed_at: None,
+        last_modified,
+        ..Backup::completed_full(id, name, id_time(id).unwrap_or(last_modified), last_modified, size)
+    }
+}
+
+/// Why the payload `metadata.json` records is not all there: the first object missing or
+/// of another size. An attempt recorded as failed has nothing to miss.
+fn missing_payload(m: &Metadata, sizes: &HashMap<&str, u64>) -> Option<String> {
+    if m.phase != MetadataPhase::Completed {
+        return None;
+    }
+    if m.payload.is_empty() {
+        return Some("metadata.json records no payload object".to_owned());
+    }
+    m.payload.iter().find_map(|p| match sizes.get(p.name.as_str()) {
+        None => Some(format!("payload {} is missing", p.name)),
+        Some(&size) if size != p.size => Some(format!(
+            "payload {} has {size} bytes; metadata.json records {}",
+            p.name, p.size
+        )),
+        Some(_) => None,
+    })
 }
 
 /// object_store reports times as chrono values.
@@ -315,9 +459,6 @@ pub(crate) fn to_ts(t: chrono::DateTime<chrono::Utc>) -> Timestamp {
     Timestamp::new(t.timestamp(), t.timestamp_subsec_nanos() as i32)
         .unwrap_or(Timestamp::UNIX_EPOCH)
 }
-
-/// The `metadata.json` field of a synthetic full: the backup-ids it merged, base first.
-pub const CONSOLIDATED_FROM: &str = "consolidatedFrom";
 
 /// `YYYYMMDDTHHMMSSZ` at the start of a backup-id.
 pub fn id_time(id: &str) -> Option<Timestamp> {
@@ -334,13 +475,13 @@ pub fn id_time(id: &str) -> Option<Timestamp> {
     text.parse().ok()
 }
 
-fn parse_metadata(bytes: &[u8], id: &str) -> Result<Metadata, String> {
+fn parse_metadata(bytes: &[u8], name: &str, id: &str) -> Result<Metadata, String> {
     let m: Metadata = serde_json::from_slice(bytes).map_err(|e| {
         format!(
-            "not valid metadata: {e}; expected the metadata.json format of DESIGN.md §3 (formatVersion, backupId, backupName, cluster, type, method, phase, startedAt, …)"
+            "not valid metadata: {e}; expected the metadata.json format (formatVersion, backupId, backupName, cluster, type, method, phase, startedAt, …; see docs/retention.md)"
         )
     })?;
-    m.check(id).map_err(|e| e.to_string())?;
+    m.check(name, id).map_err(|e| e.to_string())?;
     Ok(m)
 }
 
@@ -367,25 +508,71 @@ fn backup_from_metadata(m: &Metadata, name: &str, last_modified: Timestamp, size
         interrupted_delete: false,
         log_file: m.log_position.as_ref().map(|p| p.file.clone()),
         size: if payload_size > 0 { payload_size } else { size },
-        consolidated_from: m
-            .extra
-            .get(CONSOLIDATED_FROM)
-            .and_then(|v| serde_json::from_value(v.clone()).ok())
-            .unwrap_or_default(),
-        consolidatable: m.method == crate::mariadb::METHOD,
+        consolidated_from: m.consolidated_from(),
+        consolidatable: CONSOLIDATABLE_METHODS.contains(&m.method.as_str()),
         payload_missing: false,
         heartbeat_at: None,
     }
 }
 
+/// What the listing outside `binlogs/` found.
+#[derive(Debug, Default)]
+struct Listed {
+    objects: Vec<ObjectMeta>,
+    /// Entries no key can name (a local store's symlinks and non-UTF-8 names).
+    foreign: Vec<String>,
+    /// Staging files of a local store.
+    leftovers: Vec<Leftover>,
+}
+
+/// Staging files found by a local walk, as leftovers (keys relative to the cluster).
+fn staged(walked: Vec<crate::local::Staged>) -> Vec<Leftover> {
+    walked
+        .into_iter()
+        .map(|s| Leftover {
+            key: s.key,
+            kind: LeftoverKind::StagingFile,
+            last_modified: s.last_modified,
+            size: s.size,
+            attempt: None,
+            upload_id: None,
+        })
+        .collect()
+}
+
+/// Walks a local store's cluster directory (or part of it) on a blocking thread.
+async fn walk_local(
+    store: &ClusterStore,
+    dir: &std::path::Path,
+    prefix: &str,
+    skip: &'static [&'static str],
+) -> Result<crate::local::Walk, StoreError> {
+    let (dir, prefix_owned) = (dir.to_path_buf(), prefix.to_owned());
+    let walked =
+        tokio::task::spawn_blocking(move || crate::local::walk(&dir, &prefix_owned, skip)).await;
+    let err = |source: Box<dyn std::error::Error + Send + Sync>| StoreError::Request {
+        url: store.url.clone(),
+        action: format!("listing {}/{prefix}", store.cluster),
+        source: object_store::Error::Generic {
+            store: "LocalFileSystem",
+            source,
+        },
+    };
+    match walked {
+        Ok(Ok(w)) => Ok(w),
+        Ok(Err(e)) => Err(err(Box::new(e))),
+        Err(e) => Err(err(Box::new(e))),
+    }
+}
+
 /// Lists every object of the cluster except `binlogs/`, which can hold millions of
 /// segments. Ordered backends skip it with a start-after listing; a local directory is
-/// walked one top-level directory at a time.
+/// walked, skipping it, without following links.
 async fn list_outside_binlogs(
     store: &ClusterStore,
     progress: &dyn Progress,
     metadata_keys: &futures::channel::mpsc::UnboundedSender<Path>,
-) -> Result<Vec<ObjectMeta>, StoreError> {
+) -> Result<Listed, StoreError> {
     let announce = |meta: &ObjectMeta| {
         if matches!(
             layout::classify(meta.location.as_ref()),
@@ -400,8 +587,21 @@ async fn list_outside_binlogs(
         action: format!("listing {}/", store.cluster),
         source,
     };
-    let mut out = Vec::new();
-    if store.backend.lists_in_order() {
+    let mut out = Listed::default();
+    if let Some(dir) = store.local_dir() {
+        let walked = walk_local(store, dir, "", &[layout::BINLOGS]).await?;
+        progress.listed(walked.objects.len());
+        for meta in &walked.objects {
+            announce(meta);
+        }
+        out.objects = walked.objects;
+        out.foreign = walked
+            .foreign
+            .into_iter()
+            .map(|f| format!("{}/{f}", store.cluster))
+            .collect();
+        out.leftovers = staged(walked.staging);
+    } else if store.backend.lists_in_order() {
         let binlogs_start = format!("{}/", layout::BINLOGS);
         let mut before = store.inner.list(None);
         while let Some(meta) = before.try_next().await.map_err(err)? {
@@ -410,7 +610,7 @@ async fn list_outside_binlogs(
             }
             progress.listed(1);
             announce(&meta);
-            out.push(meta);
+            out.objects.push(meta);
         }
         // '0' is the byte after '/', so this resumes right after every `binlogs/` key.
         let after = Path::from(format!("{}0", layout::BINLOGS));
@@ -418,7 +618,7 @@ async fn list_outside_binlogs(
         while let Some(meta) = rest.try_next().await.map_err(err)? {
             progress.listed(1);
             announce(&meta);
-            out.push(meta);
+            out.objects.push(meta);
         }
     } else {
         let top = store.inner.list_with_delimiter(None).await;
@@ -427,7 +627,7 @@ async fn list_outside_binlogs(
             Err(e) if is_not_found(&e) => return Ok(out),
             Err(e) => return Err(err(e)),
         };
-        out.extend(top.objects);
+        out.objects.extend(top.objects);
         for dir in top.common_prefixes {
             if dir.as_ref() == layout::BINLOGS {
                 continue;
@@ -436,11 +636,37 @@ async fn list_outside_binlogs(
             while let Some(meta) = s.try_next().await.map_err(err)? {
                 progress.listed(1);
                 announce(&meta);
-                out.push(meta);
+                out.objects.push(meta);
             }
         }
     }
     Ok(out)
+}
+
+/// Incomplete multipart uploads under the cluster (S3; none elsewhere).
+async fn list_uploads(store: &ClusterStore) -> Result<Vec<Leftover>, StoreError> {
+    let Some(s3) = store.s3() else {
+        return Ok(Vec::new());
+    };
+    let uploads = s3
+        .list_incomplete()
+        .await
+        .map_err(|source| StoreError::Request {
+            url: store.url.clone(),
+            action: format!("listing incomplete uploads under {}/", store.cluster),
+            source,
+        })?;
+    Ok(uploads
+        .into_iter()
+        .map(|u| Leftover {
+            key: u.key,
+            kind: LeftoverKind::IncompleteUpload,
+            last_modified: u.initiated,
+            size: 0,
+            attempt: None,
+            upload_id: Some(u.upload_id),
+        })
+        .collect())
 }
 
 /// Concurrent listings of the segment range on ordered backends.
@@ -458,6 +684,40 @@ pub async fn list_segments(
     split_names: &[&str],
     progress: &dyn Progress,
 ) -> Result<SegmentListing, StoreError> {
+    if let Some(dir) = store.local_dir() {
+        let walked = walk_local(store, dir, layout::BINLOGS, &[]).await?;
+        progress.listed(walked.objects.len());
+        let mut listing = SegmentListing {
+            listed_below: Some(below),
+            ..Default::default()
+        };
+        for meta in walked.objects {
+            match layout::classify(meta.location.as_ref()) {
+                KeyKind::Segment { name } => {
+                    if let Some(sequence) = tidemark_core::inventory::segment_sequence(name)
+                        && sequence < below
+                    {
+                        listing.objects.push(SegmentObject {
+                            name: name.to_owned(),
+                            sequence,
+                            size: meta.size,
+                        });
+                    }
+                }
+                KeyKind::Index | KeyKind::IndexShard => {}
+                _ => listing.foreign.push(store.display_key(&meta.location)),
+            }
+        }
+        listing.foreign.extend(
+            walked
+                .foreign
+                .into_iter()
+                .map(|f| format!("{}/{f}", store.cluster)),
+        );
+        listing.leftovers = staged(walked.staging);
+        listing.objects.sort_by_key(|o| o.sequence);
+        return Ok(listing);
+    }
     let can_stop = store.backend.lists_in_order() && same_width_names;
     let ranges: Vec<(Option<&str>, Option<&str>)> = if can_stop && split_names.len() > 1 {
         let step = split_names.len().div_ceil(SEGMENT_LIST_RANGES);

@@ -1,16 +1,25 @@
-//! Carries out a plan, in the crash-safe order of DESIGN.md §5.3.
+//! The one deleter: carries out a plan's deletions in the crash-safe order of DESIGN.md
+//! §5.3. It is handed concrete keys ([`Deletions`], built from a plan by destructuring it
+//! without `..`, so a new kind of deletion cannot be skipped silently) and writes the audit
+//! record before it deletes anything. It decides nothing: what goes, and when, is the
+//! planner's (with `now` passed in).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use futures::{StreamExt, stream};
 use jiff::Timestamp;
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
-use tidemark_core::{Action, Plan, Reason, SegmentReason};
+use tidemark_core::{
+    Action, BackupDecision, EntryRef, LeftoverDeletion, LeftoverKind, LeftoverPlan, Plan,
+    SegmentDeletion, SegmentPlan, SegmentReason,
+};
 
+use crate::catalog::Catalog;
 use crate::error::{StoreError, is_not_found, write_err};
 use crate::format::{AuditBackup, AuditRecord, FORMAT_VERSION};
+use crate::index::SegmentIndex;
 use crate::layout;
 use crate::open::ClusterStore;
 use crate::progress::Progress;
@@ -19,13 +28,10 @@ use crate::survey::Survey;
 /// Rounds of retries for keys a batch failed to delete; object_store already retries each
 /// request with backoff on 5xx/429, so these cover whole-batch failures.
 const DELETE_ROUNDS: u32 = 4;
-/// Concurrent single-key deletes in a retry round.
+/// Concurrent single-key deletes in a retry round, and uploads aborted at once.
 const RETRY_CONCURRENCY: usize = 16;
 /// First pause before retrying failed deletions one by one.
 const DEFAULT_RETRY_BACKOFF: Duration = Duration::from_millis(200);
-/// How old an index shard that `_index.json` does not name must be before a pass deletes
-/// it: younger ones may belong to a writer about to commit them.
-const ORPHAN_SHARD_AGE: Duration = Duration::from_secs(3600);
 
 /// Settings of one execution.
 #[derive(Debug, Clone)]
@@ -38,12 +44,6 @@ pub struct ExecOptions {
     pub retry_backoff: Duration,
     /// Entries per index shard when the index is rewritten.
     pub index_shard_size: usize,
-    /// Age after which an index shard `_index.json` does not name is deleted.
-    pub orphan_shard_age: Duration,
-    /// The MariaDB programs consolidation runs.
-    pub tools: crate::restore::Tools,
-    /// Where consolidation prepares a chain (it needs room for one full data directory).
-    pub work_dir: std::path::PathBuf,
 }
 
 impl ExecOptions {
@@ -53,9 +53,6 @@ impl ExecOptions {
             policy,
             retry_backoff: DEFAULT_RETRY_BACKOFF,
             index_shard_size: crate::index::SHARD_SIZE,
-            orphan_shard_age: ORPHAN_SHARD_AGE,
-            tools: crate::restore::Tools::default(),
-            work_dir: std::env::temp_dir(),
         }
     }
 }
@@ -68,36 +65,183 @@ pub struct DeleteFailure {
     pub error: String,
 }
 
+/// One synthetic full committed by a pass (seed 002's consolidation).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Consolidation {
+    /// The increment the full replaces.
+    pub target: String,
+    /// The new full's backup-id (same backup name as the target).
+    pub synthetic: String,
+    /// The chain merged into it, base first (the target last).
+    pub consolidated_from: Vec<String>,
+    pub size: u64,
+}
+
 /// What a pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecutionReport {
     pub pass_id: String,
-    /// Relative to the store URL; `None` when the pass had nothing to do.
+    /// Relative to the store URL; `None` when the pass had nothing to delete.
     pub audit_key: Option<String>,
     pub backups_deleted: Vec<String>,
     pub objects_deleted: usize,
     pub segments_deleted: usize,
     pub index_entries_removed: usize,
-    /// Index shards no longer named by `_index.json` (left by an interrupted pass) that
+    /// Index shards no longer named by `_index.json` (left by an interrupted rewrite) that
     /// were deleted.
     pub orphan_shards_deleted: usize,
-    /// Synthetic fulls committed by this pass (`consolidate`).
-    pub consolidated: Vec<crate::consolidate::Consolidation>,
+    /// Abandoned uploads aborted and staging files removed.
+    pub leftovers_deleted: usize,
+    /// Synthetic fulls committed by this pass (`consolidate`), before its deletions.
+    pub consolidated: Vec<Consolidation>,
     pub failures: Vec<DeleteFailure>,
 }
 
-/// Executes `survey.plan` against `store`.
+/// A backup to delete: its `metadata.json` (un-commit first), then every other object of
+/// its directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackupDeletion {
+    pub name: String,
+    pub id: String,
+    pub metadata_key: Option<Path>,
+    pub payload_keys: Vec<Path>,
+}
+
+/// An upload to abort.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AbandonedUpload {
+    /// Key relative to the cluster.
+    pub key: String,
+    pub upload_id: String,
+}
+
+/// Everything a pass deletes, as keys.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Deletions {
+    pub backups: Vec<BackupDeletion>,
+    /// Segment objects, with the index entry each one removes (if it is indexed).
+    pub segments: Vec<(Path, Option<EntryRef>)>,
+    /// Index entries whose object is already gone.
+    pub index_entries: Vec<EntryRef>,
+    /// Index shards no index names.
+    pub shards: Vec<Path>,
+    pub uploads: Vec<AbandonedUpload>,
+    /// Staging files of a local store, relative to the cluster directory.
+    pub staging: Vec<String>,
+}
+
+impl Deletions {
+    /// The deletions `plan` decides, over the objects `catalog` found.
+    pub fn of(plan: &Plan, catalog: &Catalog) -> Self {
+        let Plan {
+            now: _,
+            backups,
+            segments,
+            horizon: _,
+            recovery_window: _,
+            leftovers,
+        } = plan;
+        let mut out = Deletions::default();
+        for d in backups {
+            let BackupDecision {
+                backup,
+                action,
+                reasons: _,
+            } = d;
+            match action {
+                Action::Delete => {
+                    if let Some(b) = catalog.backup(&backup.name, &backup.id) {
+                        out.backups.push(BackupDeletion {
+                            name: backup.name.clone(),
+                            id: backup.id.clone(),
+                            metadata_key: b.metadata_key.clone(),
+                            payload_keys: b.payload_keys.clone(),
+                        });
+                    }
+                }
+                // Consolidation is work the engine's driver does before the deletions; the
+                // merged backups are deleted by the plan made after the full is committed.
+                Action::Keep | Action::Consolidate => {}
+            }
+        }
+        let SegmentPlan {
+            delete,
+            drop_from_index,
+            keep: _,
+            kept_unknown_last_event: _,
+        } = segments;
+        for s in delete {
+            let SegmentDeletion {
+                name,
+                sequence,
+                size: _,
+                reason,
+            } = s;
+            let entry = match reason {
+                SegmentReason::BehindHorizon => Some(EntryRef {
+                    sequence: *sequence,
+                    name: name.clone(),
+                }),
+                SegmentReason::UnindexedBehindHorizon => None,
+            };
+            out.segments.push((layout::segment_key(name), entry));
+        }
+        out.index_entries = drop_from_index.clone();
+        let LeftoverPlan { delete, keep: _ } = leftovers;
+        for l in delete {
+            let LeftoverDeletion {
+                leftover,
+                reason: _,
+            } = l;
+            match (leftover.kind, &leftover.upload_id) {
+                (LeftoverKind::UnreferencedShard, _) => {
+                    out.shards.push(Path::from(leftover.key.as_str()));
+                }
+                (LeftoverKind::IncompleteUpload, Some(id)) => out.uploads.push(AbandonedUpload {
+                    key: leftover.key.clone(),
+                    upload_id: id.clone(),
+                }),
+                // Without its id an upload cannot be aborted; the catalog always sets it.
+                (LeftoverKind::IncompleteUpload, None) => {}
+                (LeftoverKind::StagingFile, _) => out.staging.push(leftover.key.clone()),
+            }
+        }
+        out
+    }
+
+    pub fn is_empty(&self) -> bool {
+        let Deletions {
+            backups,
+            segments,
+            index_entries,
+            shards,
+            uploads,
+            staging,
+        } = self;
+        backups.is_empty()
+            && segments.is_empty()
+            && index_entries.is_empty()
+            && shards.is_empty()
+            && uploads.is_empty()
+            && staging.is_empty()
+    }
+}
+
+/// Executes the plan of `survey` against `store`.
 ///
 /// # Guarantees
-/// - The audit record (the whole plan with its reasons) is written before anything is
-///   deleted; if it cannot be written, nothing is deleted.
+/// - The audit record (the whole plan with its reasons, and every key of debris it
+///   collects) is written before anything is deleted; if it cannot be written, nothing is.
 /// - A backup's `metadata.json` is deleted before its payload, so a half-deleted backup is
 ///   never offered for restore; a backup whose metadata could not be deleted keeps its
 ///   payload.
 /// - Segments are deleted before `_index.json` is rewritten, and the rewrite removes only
-///   entries whose objects are confirmed gone; it is a conditional write that re-reads and
-///   re-applies when another writer (an archiver) changed the index meanwhile.
+///   entries — identified by sequence *and* name — whose objects are confirmed gone; it is
+///   a conditional write that re-reads and re-applies when another writer (an archiver)
+///   changed the index meanwhile.
+/// - On a local store nothing is deleted through a symbolic link.
 /// - An object already gone counts as deleted. Running the same pass again converges.
 ///
 /// # Assumptions
@@ -112,73 +256,39 @@ pub async fn execute(
     options: &ExecOptions,
     progress: &dyn Progress,
 ) -> Result<ExecutionReport, StoreError> {
-    let plan = &survey.plan;
+    let deletions = Deletions::of(&survey.plan, &survey.catalog);
     let mut report = ExecutionReport {
         pass_id: pass_id(),
         ..Default::default()
     };
-    if plan.is_empty() {
-        report.orphan_shards_deleted = delete_orphan_shards(store, survey, options).await;
+    if deletions.is_empty() {
         return Ok(report);
     }
 
     // 1. Audit record first.
     let audit_key = layout::audit_key(options.started_at, &report.pass_id);
-    let record = audit_record(store, plan, options, &report.pass_id);
+    let record = audit_record(store, &survey.plan, &deletions, options, &report.pass_id);
     let body = serde_json::to_vec_pretty(&record).map_err(|source| StoreError::Encode {
         url: store.url.clone(),
         what: "the audit record",
         source,
     })?;
-    let t = std::time::Instant::now();
     put_new(store, &audit_key, body).await?;
-    tracing::info!(
-        elapsed_ms = t.elapsed().as_millis() as u64,
-        "audit record written"
-    );
+    tracing::info!(key = %store.display_key(&audit_key), "audit record written");
     report.audit_key = Some(store.display_key(&audit_key));
 
-    // Consolidations: each synthetic full is committed before the chain it replaces is
-    // deleted with the other backups below; a failed one deletes nothing of its chain.
-    let mut doomed: Vec<&crate::catalog::StoredBackup> = survey.deletions().collect();
-    for target in consolidation_targets(plan) {
-        progress.step(&format!("consolidating the chain of {}", target.id), 0);
-        let done = crate::consolidate::consolidate(
-            store,
-            &survey.catalog,
-            &survey.inventory,
-            &target.id,
-            &options.tools,
-            &options.work_dir,
-            progress,
-        )
-        .await;
-        match done {
-            Ok(c) => {
-                tracing::info!(target = %c.target, synthetic = %c.synthetic, "synthetic full committed");
-                let merged = plan.backups.iter().filter(|d| {
-                    d.backup.id == target.id
-                        || d.reasons
-                            .iter()
-                            .any(|r| matches!(r, Reason::ConsolidateInto(t) if *t == target.id))
-                });
-                doomed.extend(
-                    merged.filter_map(|d| survey.catalog.backup(&d.backup.name, &d.backup.id)),
-                );
-                report.consolidated.push(c);
-            }
-            Err(e) => {
-                let mut text = e.to_string();
-                let mut source = std::error::Error::source(&e);
-                while let Some(s) = source {
-                    text.push_str(&format!(": {s}"));
-                    source = s.source();
-                }
-                report.failures.push(DeleteFailure {
-                    key: store.display_key(&layout::metadata_key(&target.name, &target.id)),
-                    error: format!("consolidation failed, the chain stays: {text}"),
-                });
-            }
+    let Deletions {
+        backups,
+        segments,
+        index_entries,
+        shards,
+        uploads,
+        staging,
+    } = deletions;
+    for b in &backups {
+        if let Some(d) = survey.plan.backups.iter().find(|d| d.backup.id == b.id) {
+            let reasons: Vec<String> = d.reasons.iter().map(ToString::to_string).collect();
+            tracing::info!(backup = %format!("{}/{}", b.name, b.id), reasons = %reasons.join(", "), "deleting backup");
         }
     }
 
@@ -186,24 +296,19 @@ pub async fn execute(
     //    gone — and 3. segments. The two are independent, so they run side by side; the
     //    orders that matter (metadata before payload, segments before the index) hold.
     let backoff = options.retry_backoff;
-    let metadata_keys: Vec<Path> = doomed
+    let metadata_keys: Vec<Path> = backups
         .iter()
         .filter_map(|b| b.metadata_key.clone())
         .collect();
-    let segment_keys: Vec<Path> = plan
-        .segments
-        .delete
-        .iter()
-        .map(|d| layout::segment_key(&d.name))
-        .collect();
-    let payload_total: usize = doomed.iter().map(|b| b.payload_keys.len()).sum();
+    let segment_keys: Vec<Path> = segments.iter().map(|(k, _)| k.clone()).collect();
+    let payload_total: usize = backups.iter().map(|b| b.payload_keys.len()).sum();
     progress.step(
         "deleting",
         metadata_keys.len() + payload_total + segment_keys.len(),
     );
     let backups_side = async {
         let meta = delete_keys(store, metadata_keys, backoff, progress).await;
-        let payload_keys: Vec<Path> = doomed
+        let payload_keys: Vec<Path> = backups
             .iter()
             .filter(|b| {
                 b.metadata_key
@@ -216,32 +321,30 @@ pub async fn execute(
         (meta, payload)
     };
     let segments_side = delete_keys(store, segment_keys, backoff, progress);
-    let ((meta, payload), segments) = futures::join!(backups_side, segments_side);
-    for b in &doomed {
+    let ((meta, payload), deleted_segments) = futures::join!(backups_side, segments_side);
+    for b in &backups {
         let meta_ok = b
             .metadata_key
             .as_ref()
             .is_none_or(|k| !meta.failed.contains(k));
         let payload_ok = b.payload_keys.iter().all(|k| !payload.failed.contains(k));
         if meta_ok && payload_ok {
-            report.backups_deleted.push(b.backup.id.clone());
+            report.backups_deleted.push(b.id.clone());
         }
     }
-    let failed_segments = segments.failed.clone();
-    for outcome in [meta, payload, segments] {
+    let failed_segments = deleted_segments.failed.clone();
+    for outcome in [meta, payload, deleted_segments] {
         report.objects_deleted += outcome.deleted;
         report.failures.extend(outcome.failures);
     }
-    let gone: HashSet<String> = plan
-        .segments
-        .delete
-        .iter()
-        .filter(|d| !failed_segments.contains(&layout::segment_key(&d.name)))
-        .inspect(|_| report.segments_deleted += 1)
-        .filter(|d| d.reason == SegmentReason::BehindHorizon)
-        .map(|d| d.name.clone())
-        .chain(plan.segments.drop_from_index.iter().cloned())
-        .collect();
+    let mut gone: HashSet<EntryRef> = index_entries.into_iter().collect();
+    for (key, entry) in &segments {
+        if failed_segments.contains(key) {
+            continue;
+        }
+        report.segments_deleted += 1;
+        gone.extend(entry.clone());
+    }
 
     // 4. The index, last.
     if let Some(index) = &survey.catalog.index
@@ -252,68 +355,109 @@ pub async fn execute(
         report.index_entries_removed =
             crate::index::remove_entries(store, index, &gone, options.index_shard_size).await?;
         tracing::info!(
-            head_entries = index.head.entries.len(),
-            shards = index.head.shards.len(),
             removed = report.index_entries_removed,
             elapsed_ms = t.elapsed().as_millis() as u64,
             "segment index rewritten"
         );
     }
-    report.orphan_shards_deleted = delete_orphan_shards(store, survey, options).await;
+
+    // 5. Debris, which nothing reads: unreferenced shards, abandoned uploads, staging.
+    report.orphan_shards_deleted = delete_shards(store, shards, survey.catalog.index.as_ref()).await;
+    let (aborted, failures) = abort_uploads(store, uploads).await;
+    report.leftovers_deleted += aborted;
+    report.failures.extend(failures);
+    let (removed, failures) = remove_staging(store, staging).await;
+    report.leftovers_deleted += removed;
+    report.failures.extend(failures);
     Ok(report)
 }
 
-/// Deletes index shards that the surveyed `_index.json` does not name and that are older
-/// than `options.orphan_shard_age` (debris of an interrupted index rewrite). Best effort.
-async fn delete_orphan_shards(
+/// Deletes index shards no index names. The planner chose those it saw unnamed; the index
+/// may have been rewritten since, so one the current head names again is kept.
+async fn delete_shards(
     store: &ClusterStore,
-    survey: &Survey,
-    options: &ExecOptions,
+    shards: Vec<Path>,
+    index: Option<&SegmentIndex>,
 ) -> usize {
-    let named: HashSet<&str> = survey
-        .catalog
-        .index
+    if shards.is_empty() {
+        return 0;
+    }
+    let named: HashSet<&str> = index
         .iter()
         .flat_map(|i| i.head.shards.iter().map(|s| s.key.as_str()))
         .collect();
-    let age = jiff::SignedDuration::try_from(options.orphan_shard_age)
-        .unwrap_or(jiff::SignedDuration::MAX);
-    let cutoff = Timestamp::now().checked_sub(age).unwrap_or(Timestamp::MIN);
-    let orphans: Vec<String> = survey
-        .catalog
-        .shard_objects
+    let prefix = format!("{}/", layout::BINLOGS);
+    let keys: Vec<String> = shards
         .iter()
-        .filter(|m| crate::catalog::to_ts(m.last_modified) <= cutoff)
-        .filter_map(|m| {
-            let rel = m
-                .location
-                .as_ref()
-                .strip_prefix(&format!("{}/", layout::BINLOGS))?;
-            (!named.contains(rel)).then(|| rel.to_owned())
-        })
+        .filter_map(|k| k.as_ref().strip_prefix(&prefix).map(str::to_owned))
+        .filter(|rel| !named.contains(rel.as_str()))
         .collect();
-    if orphans.is_empty() {
-        return 0;
-    }
-    tracing::info!(
-        count = orphans.len(),
-        "deleting index shards no index names"
-    );
-    crate::index::delete_shards(store, orphans.iter()).await
+    tracing::info!(count = keys.len(), "deleting index shards no index names");
+    crate::index::delete_shards(store, keys.iter()).await
 }
 
-/// The increments a plan replaces by synthetic fulls: `consolidate` actions that are not
-/// themselves merged into another.
-fn consolidation_targets(plan: &Plan) -> impl Iterator<Item = &tidemark_core::Backup> {
-    plan.backups
-        .iter()
-        .filter(|d| d.action == Action::Consolidate)
-        .filter(|d| {
-            !d.reasons
-                .iter()
-                .any(|r| matches!(r, Reason::ConsolidateInto(_)))
+async fn abort_uploads(
+    store: &ClusterStore,
+    uploads: Vec<AbandonedUpload>,
+) -> (usize, Vec<DeleteFailure>) {
+    let Some(s3) = store.s3() else {
+        return (0, Vec::new());
+    };
+    let results: Vec<(AbandonedUpload, object_store::Result<()>)> = stream::iter(uploads)
+        .map(|u| async move {
+            let r = s3.abort(&u.key, &u.upload_id).await;
+            (u, r)
         })
-        .map(|d| &d.backup)
+        .buffer_unordered(RETRY_CONCURRENCY)
+        .collect()
+        .await;
+    let mut done = 0;
+    let mut failures = Vec::new();
+    for (u, r) in results {
+        match r {
+            Ok(()) => {
+                tracing::info!(key = %u.key, upload = %u.upload_id, "aborted an abandoned upload");
+                done += 1;
+            }
+            Err(e) => failures.push(DeleteFailure {
+                key: format!("{}/{} (upload {})", store.cluster, u.key, u.upload_id),
+                error: error_chain(&e),
+            }),
+        }
+    }
+    (done, failures)
+}
+
+async fn remove_staging(store: &ClusterStore, staging: Vec<String>) -> (usize, Vec<DeleteFailure>) {
+    let Some(dir) = store.local_dir().map(std::path::Path::to_path_buf) else {
+        return (0, Vec::new());
+    };
+    let removed = tokio::task::spawn_blocking(move || {
+        staging
+            .into_iter()
+            .map(|key| {
+                let r = crate::local::remove_staging(&dir, &key);
+                (key, r)
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap_or_default();
+    let mut done = 0;
+    let mut failures = Vec::new();
+    for (key, r) in removed {
+        match r {
+            Ok(()) => {
+                tracing::info!(key = %key, "removed the staging file of an abandoned upload");
+                done += 1;
+            }
+            Err(e) => failures.push(DeleteFailure {
+                key: format!("{}/{key}", store.cluster),
+                error: e.to_string(),
+            }),
+        }
+    }
+    (done, failures)
 }
 
 fn pass_id() -> String {
@@ -323,9 +467,23 @@ fn pass_id() -> String {
 fn audit_record(
     store: &ClusterStore,
     plan: &Plan,
+    deletions: &Deletions,
     options: &ExecOptions,
     pass_id: &str,
 ) -> AuditRecord {
+    let mut leftovers: Vec<String> = deletions
+        .shards
+        .iter()
+        .map(ToString::to_string)
+        .chain(
+            deletions
+                .uploads
+                .iter()
+                .map(|u| format!("{} (upload {})", u.key, u.upload_id)),
+        )
+        .chain(deletions.staging.iter().cloned())
+        .collect();
+    leftovers.sort();
     AuditRecord {
         format_version: FORMAT_VERSION,
         pass_id: pass_id.to_owned(),
@@ -356,14 +514,24 @@ fn audit_record(
             .iter()
             .map(|d| d.name.clone())
             .collect(),
-        index_entries_dropped: plan.segments.drop_from_index.clone(),
+        index_entries_dropped: plan
+            .segments
+            .drop_from_index
+            .iter()
+            .map(|e| e.name.clone())
+            .collect(),
+        leftovers_deleted: leftovers,
         extra: serde_json::Map::new(),
     }
 }
 
 /// Writes an object that must not exist yet; where the backend cannot refuse overwrites,
 /// the unique key makes a plain write equivalent.
-async fn put_new(store: &ClusterStore, key: &Path, body: Vec<u8>) -> Result<(), StoreError> {
+pub(crate) async fn put_new(
+    store: &ClusterStore,
+    key: &Path,
+    body: Vec<u8>,
+) -> Result<(), StoreError> {
     let payload = PutPayload::from(body);
     let create = PutOptions {
         mode: PutMode::Create,
@@ -418,7 +586,7 @@ async fn delete_keys(
             progress.deleted(1);
         }
     }
-    let mut last_error: std::collections::HashMap<Path, String> = Default::default();
+    let mut last_error: HashMap<Path, String> = HashMap::new();
     for round in 0..DELETE_ROUNDS {
         if pending.is_empty() {
             break;

@@ -85,34 +85,108 @@ pub struct Metadata {
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
+/// Methods whose chains the consolidation driver can merge into a synthetic full.
+pub const CONSOLIDATABLE_METHODS: &[&str] = &["mariabackup"];
+
+/// The `metadata.json` field of a synthetic full: the backup-ids it merged, base first.
+pub const CONSOLIDATED_FROM: &str = "consolidatedFrom";
+
 /// What is wrong with a `metadata.json`, beyond JSON syntax.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MetadataProblem {
     #[error("backupId {found:?} does not match its directory {expected:?}")]
     IdMismatch { expected: String, found: String },
+    #[error("backupName {found:?} does not match its directory {expected:?}")]
+    NameMismatch { expected: String, found: String },
     #[error("type is incremental but parentId is missing")]
     IncrementalWithoutParent,
+    #[error("parentId {0:?} is not a backup-id (<YYYYMMDDTHHMMSSZ>-<8 hex>)")]
+    BadParent(String),
     #[error("phase is completed but completedAt is missing")]
     CompletedWithoutTime,
+    #[error(
+        "payload name {0:?} is not one object name (letters, digits, '-', '_', '.'; not metadata.json or a '_' name)"
+    )]
+    BadPayloadName(String),
+    #[error("logPosition.file {0:?} is not a binlog name (<base>.<digits>)")]
+    BadLogFile(String),
+    #[error("consolidatedFrom names {0:?}, which is not a backup-id")]
+    BadConsolidatedFrom(String),
 }
 
 impl Metadata {
-    /// Checks the rules JSON syntax cannot express, for the directory `expected_id`.
-    pub fn check(&self, expected_id: &str) -> Result<(), MetadataProblem> {
+    /// Checks the rules JSON syntax cannot express, for the directory `<name>/<id>/`:
+    /// every name it holds must be in the layout's grammar before it becomes a key.
+    pub fn check(&self, expected_name: &str, expected_id: &str) -> Result<(), MetadataProblem> {
+        use tidemark_core::inventory::is_backup_id;
         if self.backup_id != expected_id {
             return Err(MetadataProblem::IdMismatch {
                 expected: expected_id.to_owned(),
                 found: self.backup_id.clone(),
             });
         }
-        if self.kind == BackupType::Incremental && self.parent_id.is_none() {
-            return Err(MetadataProblem::IncrementalWithoutParent);
+        if self.backup_name != expected_name {
+            return Err(MetadataProblem::NameMismatch {
+                expected: expected_name.to_owned(),
+                found: self.backup_name.clone(),
+            });
+        }
+        match (&self.kind, &self.parent_id) {
+            (BackupType::Incremental, None) => {
+                return Err(MetadataProblem::IncrementalWithoutParent);
+            }
+            (_, Some(p)) if !is_backup_id(p) => return Err(MetadataProblem::BadParent(p.clone())),
+            _ => {}
         }
         if self.phase == MetadataPhase::Completed && self.completed_at.is_none() {
             return Err(MetadataProblem::CompletedWithoutTime);
         }
+        if let Some(p) = self
+            .payload
+            .iter()
+            .find(|p| !crate::layout::is_payload_name(&p.name))
+        {
+            return Err(MetadataProblem::BadPayloadName(p.name.clone()));
+        }
+        if let Some(l) = &self.log_position
+            && !crate::layout::is_segment_name(&l.file)
+        {
+            return Err(MetadataProblem::BadLogFile(l.file.clone()));
+        }
+        if let Some(bad) = self
+            .consolidated_from()
+            .into_iter()
+            .find(|id| !is_backup_id(id))
+        {
+            return Err(MetadataProblem::BadConsolidatedFrom(bad));
+        }
         Ok(())
     }
+
+    /// The chain a synthetic full merged (`consolidatedFrom`), base first; empty otherwise.
+    pub fn consolidated_from(&self) -> Vec<String> {
+        self.extra
+            .get(CONSOLIDATED_FROM)
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+            .unwrap_or_default()
+    }
+}
+
+/// `_inflight.json`: an attempt being written. Created (only if absent) before the first
+/// byte of the payload, so a second attempt with the same backup-id is refused; rewritten
+/// every [`tidemark_core::plan::HEARTBEAT_INTERVAL`]; deleted after the commit. A pass
+/// reads its last-modified time, not its body; the body is for people.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InFlight {
+    pub format_version: u32,
+    pub backup_id: String,
+    pub backup_name: String,
+    pub started_at: Timestamp,
+    /// The last heartbeat, by the writer's clock.
+    pub heartbeat_at: Timestamp,
+    /// Who writes it: host name and process id.
+    pub writer: String,
 }
 
 /// One entry of `_index.json`, as the planner reads it.
@@ -423,6 +497,10 @@ pub struct AuditRecord {
     pub backups: Vec<AuditBackup>,
     pub segments_deleted: Vec<String>,
     pub index_entries_dropped: Vec<String>,
+    /// Debris deleted: unreferenced index shards, abandoned uploads, staging files (keys
+    /// relative to the cluster).
+    #[serde(default)]
+    pub leftovers_deleted: Vec<String>,
     #[serde(flatten)]
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
@@ -458,7 +536,8 @@ mod tests {
         assert_eq!(m.kind, BackupType::Incremental);
         assert_eq!(m.parent_id.as_deref(), Some("20261119T020000Z-8b1e0a77"));
         assert_eq!(m.log_position.as_ref().unwrap().position, 1337);
-        m.check("20261120T020000Z-3f2a9c1d").unwrap();
+        m.check("cluster-sample-daily-20261120020000", "20261120T020000Z-3f2a9c1d")
+            .unwrap();
         let out = serde_json::to_value(&m).unwrap();
         assert_eq!(out["futureField"]["x"], 1);
         assert_eq!(out["immutableUntil"], serde_json::Value::Null);
@@ -469,15 +548,32 @@ mod tests {
     fn metadata_problems_are_named() {
         let m: Metadata = serde_json::from_str(DESIGN_METADATA).unwrap();
         assert!(matches!(
-            m.check("20261120T020000Z-00000000"),
+            m.check(&m.backup_name, "20261120T020000Z-00000000"),
             Err(MetadataProblem::IdMismatch { .. })
         ));
         let mut m2 = m.clone();
         m2.parent_id = None;
         assert_eq!(
-            m2.check(&m.backup_id),
+            m2.check(&m.backup_name, &m.backup_id),
             Err(MetadataProblem::IncrementalWithoutParent)
         );
+        // Names that would become keys or local paths are checked.
+        let mut m3 = m.clone();
+        m3.payload[0].name = "../../x".into();
+        assert!(matches!(
+            m3.check(&m.backup_name, &m.backup_id),
+            Err(MetadataProblem::BadPayloadName(_))
+        ));
+        let mut m4 = m.clone();
+        m4.log_position.as_mut().unwrap().file = "/etc/passwd.1".into();
+        assert!(matches!(
+            m4.check(&m.backup_name, &m.backup_id),
+            Err(MetadataProblem::BadLogFile(_))
+        ));
+        assert!(matches!(
+            m.check("other", &m.backup_id),
+            Err(MetadataProblem::NameMismatch { .. })
+        ));
     }
 
     #[test]

@@ -24,6 +24,7 @@ use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersio
 
 use crate::error::{StoreError, is_not_found, request, write_err};
 use crate::format::{INDEX_FORMAT_VERSION, IndexEntry, IndexFile, ShardSummary};
+use tidemark_core::EntryRef;
 use crate::layout;
 use crate::open::ClusterStore;
 
@@ -274,16 +275,27 @@ impl SegmentIndex {
             .collect()
     }
 
-    /// The new head and shards after removing the entries named in `gone`, adding those of
-    /// `add` not indexed yet (by name; the shards that could hold them must have been
-    /// read), and sealing head entries beyond `shard_size` into new shards.
-    fn edit(&self, gone: &HashSet<String>, add: &[IndexEntry], shard_size: usize) -> Edit {
+    /// The new head and shards after removing the entries in `gone` (by sequence and name:
+    /// a stale duplicate of a name never takes the real entry with it), adding those of
+    /// `add` whose sequence is not indexed yet (the shards that could hold them must have
+    /// been read), and sealing head entries beyond `shard_size` into new shards.
+    fn edit(&self, gone: &HashSet<EntryRef>, add: &[IndexEntry], shard_size: usize) -> Edit {
+        let is_gone = |e: &IndexEntry| {
+            gone.contains(&EntryRef {
+                sequence: e.sequence,
+                name: e.name.clone(),
+            })
+        };
         let mut head = self.head.clone();
-        let mut removed = head.remove_where(|e| gone.contains(&e.name));
-        let known: HashSet<&str> = self.entries().map(|e| e.name.as_str()).collect();
+        let mut removed = head.remove_where(is_gone);
+        let known: HashSet<u64> = self
+            .entries()
+            .filter(|e| !is_gone(e))
+            .map(|e| e.sequence)
+            .collect();
         let mut added = 0;
         for e in add {
-            if !known.contains(e.name.as_str()) && !gone.contains(&e.name) {
+            if !known.contains(&e.sequence) && !is_gone(e) {
                 // Plain data: serialising cannot fail; an entry that did would be skipped and
                 // added by the next run.
                 if head.push(e.clone()).is_ok() {
@@ -300,7 +312,7 @@ impl SegmentIndex {
                 continue;
             };
             let mut rest = file.clone();
-            let n = rest.remove_where(|e| gone.contains(&e.name));
+            let n = rest.remove_where(is_gone);
             if n == 0 {
                 shards.push(s);
                 continue;
@@ -391,7 +403,7 @@ fn parse(store: &ClusterStore, key: &Path, bytes: &[u8]) -> Result<IndexFile, St
     Ok(file)
 }
 
-/// Removes the entries named in `gone` (segments confirmed deleted) from the index, and
+/// Removes the entries in `gone` (segments confirmed deleted) from the index, and
 /// seals head entries beyond `shard_size` into shards. Returns how many were removed.
 ///
 /// # Errors
@@ -399,7 +411,7 @@ fn parse(store: &ClusterStore, key: &Path, bytes: &[u8]) -> Result<IndexFile, St
 pub async fn remove_entries(
     store: &ClusterStore,
     loaded: &SegmentIndex,
-    gone: &HashSet<String>,
+    gone: &HashSet<EntryRef>,
     shard_size: usize,
 ) -> Result<usize, StoreError> {
     update(store, Some(loaded), gone, &[], shard_size)
@@ -414,7 +426,7 @@ pub struct Change {
     pub added: usize,
 }
 
-/// Removes the entries named in `gone`, adds the entries of `add` whose names are not
+/// Removes the entries in `gone`, adds the entries of `add` whose sequence is not
 /// indexed yet, and seals head entries beyond `shard_size` into shards. New shards are
 /// written first, the head is replaced by a conditional write (re-reading and re-applying
 /// when another writer — an archiver, a pass — changed it), then replaced shards are
@@ -425,7 +437,7 @@ pub struct Change {
 pub async fn update(
     store: &ClusterStore,
     loaded: Option<&SegmentIndex>,
-    gone: &HashSet<String>,
+    gone: &HashSet<EntryRef>,
     add: &[IndexEntry],
     shard_size: usize,
 ) -> Result<Change, StoreError> {
@@ -438,7 +450,7 @@ pub async fn update(
     };
     let mut sequences: Vec<u64> = gone
         .iter()
-        .filter_map(|n| tidemark_core::inventory::segment_sequence(n))
+        .map(|e| e.sequence)
         .chain(add.iter().map(|e| e.sequence))
         .collect();
     sequences.sort_unstable();

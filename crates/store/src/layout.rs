@@ -1,6 +1,13 @@
 //! Key layout inside one cluster's prefix (DESIGN.md §3). All keys here are relative to
 //! `<path>/<cluster>/`; the [`crate::ClusterStore`] is rooted there, so nothing outside it
 //! can be named.
+//!
+//! # The grammar of names
+//! Every name read from the store — a backup name or id, a payload object, a segment, an
+//! index shard — becomes a key and sometimes a local path (a restore writes segments into a
+//! directory by name). So each is checked here before use: one path segment of letters,
+//! digits, `-`, `_` and `.`, not starting with `.`, at most [`MAX_NAME`] bytes. A name
+//! outside the grammar is reported and left alone, never followed.
 
 use object_store::path::Path;
 use tidemark_core::inventory::is_backup_id;
@@ -17,6 +24,51 @@ pub const AUDIT: &str = "_audit";
 pub const STATE: &str = "_state";
 /// The commit marker of a backup.
 pub const METADATA: &str = "metadata.json";
+/// An attempt's in-flight marker: written before its first byte, rewritten while it runs
+/// (its last-modified time is the heartbeat), deleted after the commit.
+pub const MARKER: &str = "_inflight.json";
+/// Longest name Tidemark writes or accepts in one path segment: Kubernetes object names are
+/// at most 253 bytes, and file systems refuse more than 255.
+pub const MAX_NAME: usize = 253;
+
+/// Whether `name` is one safe path segment: letters, digits, `-`, `_`, `.`; not empty,
+/// not starting with `.`, at most [`MAX_NAME`] bytes. Nothing in it can climb out of a
+/// directory or name another one.
+pub fn is_safe_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_NAME
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// A backup name (the `<backup-name>` directory): a safe name not starting with `_`
+/// (reserved for `_audit`, `_state`) and not `binlogs`.
+pub fn is_backup_name(name: &str) -> bool {
+    is_safe_name(name) && !name.starts_with('_') && name != BINLOGS
+}
+
+/// A payload object's name inside a backup directory, as `metadata.json` records it: a
+/// safe name that is neither `metadata.json` nor a reserved `_` name.
+pub fn is_payload_name(name: &str) -> bool {
+    is_safe_name(name) && !name.starts_with('_') && name != METADATA
+}
+
+/// A binlog segment name, `<base>.<digits>` (e.g. `mysql-bin.000042`), as a safe name.
+pub fn is_segment_name(name: &str) -> bool {
+    is_safe_name(name)
+        && !name.starts_with('_')
+        && tidemark_core::inventory::segment_sequence(name).is_some()
+}
+
+pub fn marker_key(name: &str, id: &str) -> Path {
+    Path::from_iter([name, id, MARKER])
+}
+
+pub fn payload_key(name: &str, id: &str, object: &str) -> Path {
+    Path::from_iter([name, id, object])
+}
 
 pub fn metadata_key(name: &str, id: &str) -> Path {
     Path::from_iter([name, id, METADATA])
@@ -67,6 +119,8 @@ pub fn audit_key(at: jiff::Timestamp, pass_id: &str) -> Path {
 pub enum KeyKind<'a> {
     /// `<name>/<id>/metadata.json`
     Metadata { name: &'a str, id: &'a str },
+    /// `<name>/<id>/_inflight.json`
+    Marker { name: &'a str, id: &'a str },
     /// `<name>/<id>/<object>`: a payload object (or leftover) of that attempt.
     Payload { name: &'a str, id: &'a str },
     /// `binlogs/<segment>`
@@ -91,19 +145,17 @@ pub fn classify(key: &str) -> KeyKind<'_> {
         [BINLOGS, INDEX_SHARDS, file] if shard_key(&format!("{INDEX_SHARDS}/{file}")).is_some() => {
             KeyKind::IndexShard
         }
-        [BINLOGS, seg] if tidemark_core::inventory::segment_sequence(seg).is_some() => {
-            KeyKind::Segment { name: seg }
-        }
+        [BINLOGS, seg] if is_segment_name(seg) => KeyKind::Segment { name: seg },
         [AUDIT, _] => KeyKind::Audit,
         [STATE, ..] => KeyKind::State,
         [BINLOGS, ..] | [AUDIT, ..] => KeyKind::Foreign,
-        [name, id, file] if !name.starts_with('_') && is_backup_id(id) => {
-            if *file == METADATA {
-                KeyKind::Metadata { name, id }
-            } else {
-                KeyKind::Payload { name, id }
-            }
-        }
+        [name, id, file] if is_backup_name(name) && is_backup_id(id) => match *file {
+            METADATA => KeyKind::Metadata { name, id },
+            MARKER => KeyKind::Marker { name, id },
+            // Any other object in the directory belongs to the attempt (a payload, or a
+            // leftover of it), whatever its name: it goes with the backup.
+            _ => KeyKind::Payload { name, id },
+        },
         _ => KeyKind::Foreign,
     }
 }
@@ -145,8 +197,48 @@ mod tests {
         assert_eq!(classify("README"), KeyKind::Foreign);
         assert_eq!(classify(&format!("_other/{id}/x")), KeyKind::Foreign);
         assert_eq!(
+            classify(&format!("daily/{id}/_inflight.json")),
+            KeyKind::Marker { name: "daily", id }
+        );
+        assert_eq!(classify("binlogs/.hidden.000001"), KeyKind::Foreign);
+        assert_eq!(classify(&format!("{}/{id}/x", "n".repeat(300))), KeyKind::Foreign);
+        assert_eq!(
             classify("_audit/2026-11-20T02:00:00Z-ab.json"),
             KeyKind::Audit
         );
+    }
+}
+
+#[cfg(test)]
+mod grammar {
+    use super::*;
+
+    #[test]
+    fn names_that_could_escape_are_refused() {
+        for bad in [
+            "",
+            ".",
+            "..",
+            "../x",
+            "a/b",
+            "/abs",
+            "a\\b",
+            ".hidden",
+            "a b",
+            "a\0b",
+            "é",
+        ] {
+            assert!(!is_safe_name(bad), "{bad:?}");
+        }
+        assert!(!is_safe_name(&"a".repeat(MAX_NAME + 1)));
+        assert!(is_safe_name(&"a".repeat(MAX_NAME)));
+        assert!(is_segment_name("mysql-bin.000042"));
+        assert!(!is_segment_name("../../../../tmp/victim.000001"));
+        assert!(!is_segment_name("mysql-bin"));
+        assert!(is_payload_name("backup.xbstream"));
+        assert!(!is_payload_name("metadata.json"));
+        assert!(!is_payload_name("_inflight.json"));
+        assert!(!is_backup_name("binlogs"));
+        assert!(!is_backup_name("_state"));
     }
 }

@@ -27,6 +27,11 @@ pub struct StoreOptions {
     /// Give up on a request after this long (transient errors are retried with backoff
     /// until then).
     pub retry_timeout: Option<Duration>,
+    /// S3 region (else `AWS_REGION`, `AWS_DEFAULT_REGION`, or `us-east-1`).
+    pub region: Option<String>,
+    /// S3 path-style requests (`https://host/bucket/key`); `false` asks for virtual-hosted
+    /// style (`https://bucket.host/key`). Default: path style.
+    pub path_style: Option<bool>,
 }
 
 /// Backend family: decides what a listing can rely on.
@@ -48,6 +53,17 @@ impl Backend {
     }
 }
 
+/// What a backend offers beyond object_store's interface.
+#[derive(Debug, Clone)]
+pub(crate) enum Native {
+    /// Nothing beyond it (in-memory stores, wrapped stores in tests, GCS, Azure).
+    None,
+    /// A local directory: the cluster's directory, walked without following links.
+    Local { cluster_dir: std::path::PathBuf },
+    /// S3: listing and aborting incomplete multipart uploads.
+    S3(Arc<crate::uploads::S3Native>),
+}
+
 /// A store rooted at `<path>/<cluster>/`.
 #[derive(Debug, Clone)]
 pub struct ClusterStore {
@@ -56,6 +72,7 @@ pub struct ClusterStore {
     pub url: String,
     pub cluster: String,
     pub backend: Backend,
+    pub(crate) native: Native,
 }
 
 impl ClusterStore {
@@ -67,18 +84,40 @@ impl ClusterStore {
     /// Reachability is found out by the first request.
     pub fn open(url: &str, cluster: &str, options: &StoreOptions) -> Result<Self, StoreError> {
         check_cluster(cluster)?;
-        let (store, backend, base) = open_base(url, options)?;
-        let root = if base.as_ref().is_empty() {
+        let base = open_base(url, options)?;
+        let root = if base.prefix.as_ref().is_empty() {
             Path::from(cluster)
         } else {
-            base.clone().join(cluster)
+            base.prefix.clone().join(cluster)
         };
-        let limited = LimitStore::new(store, MAX_CONCURRENT_REQUESTS);
+        let native = match base.native {
+            BaseNative::None => Native::None,
+            BaseNative::Local(dir) => Native::Local {
+                cluster_dir: dir.join(cluster),
+            },
+            BaseNative::S3 {
+                s3,
+                bucket_url,
+                region,
+                allow_http,
+            } => match crate::uploads::S3Native::new(s3, bucket_url, region, root.clone(), allow_http)
+            {
+                Ok(n) => Native::S3(Arc::new(n)),
+                Err(source) => {
+                    return Err(StoreError::Open {
+                        url: url.to_owned(),
+                        source,
+                    });
+                }
+            },
+        };
+        let limited = LimitStore::new(base.store, MAX_CONCURRENT_REQUESTS);
         Ok(ClusterStore {
             inner: Arc::new(PrefixStore::new(limited, root)),
             url: url.to_owned(),
             cluster: cluster.to_owned(),
-            backend,
+            backend: base.backend,
+            native,
         })
     }
 
@@ -94,18 +133,37 @@ impl ClusterStore {
             url: format!("{backend:?}://"),
             cluster: cluster.to_owned(),
             backend,
+            native: Native::None,
         })
     }
 
     /// The same store seen through a wrapper of its (already rooted) object store, e.g. a
-    /// fault injector.
+    /// fault injector. Every request then goes through the wrapper: what the backend offers
+    /// beyond object_store (a local walk, S3 upload listings) is not used.
     pub fn map_inner(
         &self,
         wrap: impl FnOnce(Arc<dyn ObjectStore>) -> Arc<dyn ObjectStore>,
     ) -> Self {
         ClusterStore {
             inner: wrap(Arc::clone(&self.inner)),
+            native: Native::None,
             ..self.clone()
+        }
+    }
+
+    /// The cluster's directory, for a local store.
+    pub(crate) fn local_dir(&self) -> Option<&std::path::Path> {
+        match &self.native {
+            Native::Local { cluster_dir } => Some(cluster_dir),
+            _ => None,
+        }
+    }
+
+    /// S3 operations beyond object_store, for an S3 store.
+    pub(crate) fn s3(&self) -> Option<&crate::uploads::S3Native> {
+        match &self.native {
+            Native::S3(n) => Some(n),
+            _ => None,
         }
     }
 
@@ -128,7 +186,7 @@ impl ClusterStore {
     ///
     /// # Errors
     /// The request failed after retries.
-    pub(crate) async fn head(
+    pub async fn head(
         &self,
         key: &Path,
     ) -> Result<Option<object_store::ObjectMeta>, StoreError> {
@@ -144,7 +202,7 @@ impl ClusterStore {
     ///
     /// # Errors
     /// The request failed after retries.
-    pub(crate) async fn read(&self, key: &Path) -> Result<Option<bytes::Bytes>, StoreError> {
+    pub async fn read(&self, key: &Path) -> Result<Option<bytes::Bytes>, StoreError> {
         use object_store::ObjectStoreExt;
         let got = match self.inner.get(key).await {
             Ok(g) => g.bytes().await,
@@ -159,13 +217,7 @@ impl ClusterStore {
 }
 
 fn check_cluster(cluster: &str) -> Result<(), StoreError> {
-    let ok = !cluster.is_empty()
-        && !cluster.starts_with('_')
-        && !cluster.starts_with('.')
-        && cluster
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
-    if ok {
+    if crate::layout::is_safe_name(cluster) && !cluster.starts_with('_') {
         Ok(())
     } else {
         Err(StoreError::InvalidCluster {
@@ -181,10 +233,27 @@ fn invalid(url: &str, problem: impl Into<String>) -> StoreError {
     }
 }
 
-fn open_base(
-    url: &str,
-    options: &StoreOptions,
-) -> Result<(Arc<dyn ObjectStore>, Backend, Path), StoreError> {
+/// What a URL opens, before it is rooted at a cluster.
+struct Base {
+    store: Arc<dyn ObjectStore>,
+    backend: Backend,
+    /// The prefix inside the bucket (or the store directory).
+    prefix: Path,
+    native: BaseNative,
+}
+
+enum BaseNative {
+    None,
+    Local(std::path::PathBuf),
+    S3 {
+        s3: Arc<object_store::aws::AmazonS3>,
+        bucket_url: String,
+        region: String,
+        allow_http: bool,
+    },
+}
+
+fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
     let parsed = Url::parse(url).map_err(|e| invalid(url, e.to_string()))?;
     let retry = RetryConfig {
         max_retries: 6,
@@ -195,8 +264,12 @@ fn open_base(
         url: url.to_owned(),
         source,
     };
+    if parsed.query().is_some() || parsed.fragment().is_some() {
+        return Err(invalid(url, "a store URL has no query or fragment"));
+    }
+    // Percent-encoded characters are decoded: `s3://b/my%20dir` is the prefix `my dir`.
     let prefix = || -> Result<Path, StoreError> {
-        Path::parse(parsed.path().trim_matches('/')).map_err(|e| invalid(url, e.to_string()))
+        Path::from_url_path(parsed.path().trim_matches('/')).map_err(|e| invalid(url, e.to_string()))
     };
     let bucket = || -> Result<String, StoreError> {
         match parsed.host_str() {
@@ -212,7 +285,15 @@ fn open_base(
                     "a file URL needs an absolute path (three slashes: file:///dir)",
                 ));
             }
-            let dir = std::path::PathBuf::from(parsed.path());
+            let dir = parsed
+                .to_file_path()
+                .map_err(|()| invalid(url, "not a local path"))?;
+            if dir.parent().is_none() {
+                return Err(invalid(
+                    url,
+                    "it names the root directory; name the directory the backups go to, e.g. file:///var/backups",
+                ));
+            }
             if !dir.is_dir() {
                 return Err(StoreError::MissingDirectory {
                     url: url.to_owned(),
@@ -222,30 +303,36 @@ fn open_base(
             let fs = object_store::local::LocalFileSystem::new_with_prefix(&dir)
                 .map_err(open_err)?
                 .with_automatic_cleanup(true);
-            Ok((Arc::new(fs), Backend::Local, Path::default()))
+            Ok(Base {
+                store: Arc::new(crate::local::SafeLocal::new(dir.clone(), fs)),
+                backend: Backend::Local,
+                prefix: Path::default(),
+                native: BaseNative::Local(dir),
+            })
         }
-        "memory" => Ok((
-            Arc::new(object_store::memory::InMemory::new()),
-            Backend::Memory,
-            prefix()?,
-        )),
+        "memory" => Ok(Base {
+            store: Arc::new(object_store::memory::InMemory::new()),
+            backend: Backend::Memory,
+            prefix: prefix()?,
+            native: BaseNative::None,
+        }),
         "s3" => {
             use object_store::aws::AmazonS3Builder;
+            let bucket = bucket()?;
             let mut b = AmazonS3Builder::from_env()
-                .with_bucket_name(bucket()?)
+                .with_bucket_name(&bucket)
                 .with_retry(retry);
             let endpoint = options
                 .endpoint
                 .clone()
                 .or_else(|| std::env::var("AWS_ENDPOINT_URL").ok())
                 .or_else(|| std::env::var("AWS_ENDPOINT").ok());
+            let mut allow_http = false;
             if let Some(ep) = &endpoint {
-                Url::parse(ep).map_err(|e| StoreError::InvalidEndpoint {
-                    endpoint: ep.clone(),
-                    problem: e.to_string(),
-                })?;
+                check_endpoint(ep)?;
                 b = b.with_endpoint(ep);
                 if ep.starts_with("http://") {
+                    allow_http = true;
                     b = b.with_allow_http(true);
                 }
             }
@@ -268,11 +355,28 @@ fn open_base(
                     url: url.to_owned(),
                 });
             }
-            if !env("AWS_REGION") && !env("AWS_DEFAULT_REGION") {
-                b = b.with_region("us-east-1");
-            }
-            let s3 = b.build().map_err(open_err)?;
-            Ok((Arc::new(s3), Backend::S3, prefix()?))
+            let region = options
+                .region
+                .clone()
+                .or_else(|| std::env::var("AWS_REGION").ok().filter(|r| !r.is_empty()))
+                .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok().filter(|r| !r.is_empty()))
+                .unwrap_or_else(|| "us-east-1".to_owned());
+            b = b.with_region(&region);
+            let path_style = options.path_style.unwrap_or(true);
+            b = b.with_virtual_hosted_style_request(!path_style);
+            let bucket_url = bucket_url(endpoint.as_deref(), &bucket, &region, path_style);
+            let s3 = Arc::new(b.build().map_err(open_err)?);
+            Ok(Base {
+                store: s3.clone(),
+                backend: Backend::S3,
+                prefix: prefix()?,
+                native: BaseNative::S3 {
+                    s3,
+                    bucket_url,
+                    region,
+                    allow_http,
+                },
+            })
         }
         "gs" => {
             let gcs = object_store::gcp::GoogleCloudStorageBuilder::from_env()
@@ -280,7 +384,12 @@ fn open_base(
                 .with_retry(retry)
                 .build()
                 .map_err(open_err)?;
-            Ok((Arc::new(gcs), Backend::Gcs, prefix()?))
+            Ok(Base {
+                store: Arc::new(gcs),
+                backend: Backend::Gcs,
+                prefix: prefix()?,
+                native: BaseNative::None,
+            })
         }
         "az" | "azure" => {
             let az = object_store::azure::MicrosoftAzureBuilder::from_env()
@@ -288,9 +397,56 @@ fn open_base(
                 .with_retry(retry)
                 .build()
                 .map_err(open_err)?;
-            Ok((Arc::new(az), Backend::Azure, prefix()?))
+            Ok(Base {
+                store: Arc::new(az),
+                backend: Backend::Azure,
+                prefix: prefix()?,
+                native: BaseNative::None,
+            })
         }
         other => Err(invalid(url, format!("unknown scheme {other:?}"))),
+    }
+}
+
+/// An endpoint is a scheme, a host and maybe a port: a path, query, fragment or
+/// credentials in it would be sent on, or ignored, in ways nobody means.
+fn check_endpoint(ep: &str) -> Result<(), StoreError> {
+    let bad = |problem: &str| StoreError::InvalidEndpoint {
+        endpoint: ep.to_owned(),
+        problem: problem.to_owned(),
+    };
+    let u = Url::parse(ep).map_err(|e| bad(&e.to_string()))?;
+    if !matches!(u.scheme(), "http" | "https") {
+        return Err(bad("the scheme is not http or https"));
+    }
+    if u.host_str().is_none_or(str::is_empty) {
+        return Err(bad("the host is missing"));
+    }
+    if u.query().is_some() || u.fragment().is_some() {
+        return Err(bad("it has a query or fragment"));
+    }
+    if !u.username().is_empty() || u.password().is_some() {
+        return Err(bad(
+            "it holds credentials; give them as AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+        ));
+    }
+    if !matches!(u.path(), "" | "/") {
+        return Err(bad("it has a path; the bucket and prefix go in the store URL"));
+    }
+    Ok(())
+}
+
+/// The bucket's URL for requests object_store does not make.
+fn bucket_url(endpoint: Option<&str>, bucket: &str, region: &str, path_style: bool) -> String {
+    let ep = endpoint
+        .map(|e| e.trim_end_matches('/').to_owned())
+        .unwrap_or_else(|| format!("https://s3.{region}.amazonaws.com"));
+    if path_style {
+        return format!("{ep}/{bucket}");
+    }
+    match ep.split_once("://") {
+        Some((scheme, host)) => format!("{scheme}://{bucket}.{host}"),
+        None => format!("{ep}/{bucket}"),
     }
 }
 
@@ -305,12 +461,48 @@ mod tests {
             ("ftp://x/y", "unknown scheme \"ftp\""),
             ("not a url", "relative URL without a base"),
             ("file://host/dir", "absolute path"),
+            ("file:", "root directory"),
+            ("file:///", "root directory"),
+            ("file:///tmp?x=1", "no query"),
         ] {
             let e = ClusterStore::open(url, "c", &StoreOptions::default()).unwrap_err();
             let msg = e.to_string();
             assert!(msg.contains(url) && msg.contains(problem), "{msg}");
             assert!(msg.contains("s3://bucket[/prefix]"), "{msg}");
         }
+    }
+
+    #[test]
+    fn percent_encoded_paths_are_decoded() {
+        let dir = tempfile::tempdir().unwrap();
+        let spaced = dir.path().join("my store");
+        std::fs::create_dir(&spaced).unwrap();
+        let url = format!("file://{}/my%20store", dir.path().display());
+        let s = ClusterStore::open(&url, "c", &StoreOptions::default()).unwrap();
+        assert_eq!(s.local_dir(), Some(spaced.join("c").as_path()));
+    }
+
+    #[test]
+    fn endpoints_with_more_than_a_host_are_refused() {
+        for ep in [
+            "http://127.0.0.1:8333?x=1",
+            "http://user:pw@127.0.0.1:8333",
+            "ftp://host",
+            "http://host/bucket",
+        ] {
+            assert!(check_endpoint(ep).is_err(), "{ep}");
+        }
+        check_endpoint("http://127.0.0.1:8333").unwrap();
+        check_endpoint("https://minio.example:9000/").unwrap();
+        assert_eq!(
+            bucket_url(Some("http://h:1"), "b", "r", true),
+            "http://h:1/b"
+        );
+        assert_eq!(bucket_url(Some("http://h:1/"), "b", "r", false), "http://b.h:1");
+        assert_eq!(
+            bucket_url(None, "b", "eu-west-1", true),
+            "https://s3.eu-west-1.amazonaws.com/b"
+        );
     }
 
     #[test]
@@ -326,7 +518,8 @@ mod tests {
 
     #[test]
     fn cluster_names_cannot_escape_or_collide_with_reserved_names() {
-        for bad in ["", "a/b", "_audit", "..", "a b"] {
+        let long = "c".repeat(300);
+        for bad in ["", "a/b", "_audit", "..", "a b", long.as_str()] {
             let e = ClusterStore::open("memory://", bad, &StoreOptions::default()).unwrap_err();
             assert!(matches!(e, StoreError::InvalidCluster { .. }), "{bad}: {e}");
         }

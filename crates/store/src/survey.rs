@@ -127,6 +127,8 @@ pub async fn survey(
             listing
         }
     };
+    // Shards read on the way may hold entries outside the grammar: report them too.
+    catalog.check_index_entries(store);
     let inventory = catalog.inventory(&segments);
     let plan = plan(policy, &inventory, now);
     // The listing can only move the horizon earlier, so no unread shard is reached now;

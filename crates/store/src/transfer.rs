@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use futures::StreamExt;
 use jiff::Timestamp;
-use object_store::ObjectStoreExt;
+use object_store::{ObjectStoreExt, PutPayload};
 use object_store::buffered::BufWriter;
 use object_store::path::Path;
 use sha2::{Digest, Sha256};
@@ -61,6 +61,22 @@ pub enum TransferError {
         name: String,
         id: String,
     },
+    #[error(
+        "backup-id {id} is taken: an attempt {name}/{id} was started in {url} (its in-flight marker {marker} exists, last written {written}); a backup-id names one attempt, so choose another (or omit --backup-id)"
+    )]
+    AttemptExists {
+        url: String,
+        name: String,
+        id: String,
+        marker: String,
+        written: String,
+    },
+    #[error(
+        "the payload {key} is not in the store as uploaded ({found}) — another process deleted or replaced it — so the backup was not committed"
+    )]
+    PayloadGone { key: String, found: String },
+    #[error("the backup stream was empty (0 bytes): nothing to commit")]
+    EmptyStream,
     #[error("reading the backup stream failed after {bytes} bytes")]
     Source {
         bytes: u64,
@@ -110,13 +126,7 @@ pub fn new_backup_id(at: Timestamp) -> String {
 
 /// Whether `name` may be a backup name (one path segment of the layout).
 pub fn valid_backup_name(name: &str) -> bool {
-    !name.is_empty()
-        && !name.starts_with('_')
-        && !name.starts_with('.')
-        && name != layout::BINLOGS
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    layout::is_backup_name(name)
 }
 
 /// An upload in progress: bytes go in, size and sha256 are kept.
@@ -131,29 +141,13 @@ pub struct Upload {
 
 impl Upload {
     /// Starts the payload upload of `spec` (nothing is sent until the first part fills).
+    /// The caller holds the attempt ([`Attempt::begin`]).
     ///
     /// # Errors
-    /// An invalid name or id; the backup is already committed; the store is unreachable.
-    pub async fn start(store: &ClusterStore, spec: &BackupSpec) -> Result<Self, TransferError> {
-        if !valid_backup_name(&spec.backup_name) {
-            return Err(TransferError::InvalidName(spec.backup_name.clone()));
-        }
-        if !tidemark_core::inventory::is_backup_id(&spec.backup_id) {
-            return Err(TransferError::InvalidId(spec.backup_id.clone()));
-        }
-        let meta_key = layout::metadata_key(&spec.backup_name, &spec.backup_id);
-        if store.head(&meta_key).await?.is_some() {
-            return Err(TransferError::AlreadyCommitted {
-                url: store.url.clone(),
-                name: spec.backup_name.clone(),
-                id: spec.backup_id.clone(),
-            });
-        }
-        let key = Path::from_iter([
-            spec.backup_name.as_str(),
-            spec.backup_id.as_str(),
-            spec.payload_name.as_str(),
-        ]);
+    /// An invalid name or id.
+    pub fn start(store: &ClusterStore, spec: &BackupSpec) -> Result<Self, TransferError> {
+        check_spec(spec)?;
+        let key = layout::payload_key(&spec.backup_name, &spec.backup_id, &spec.payload_name);
         Ok(Upload::to_key(store, key, &spec.payload_name))
     }
 
@@ -232,8 +226,33 @@ pub async fn upload(
     source: &mut (dyn AsyncRead + Unpin + Send),
     progress: &dyn Progress,
 ) -> Result<PayloadObject, TransferError> {
-    let up = Upload::start(store, spec).await?;
-    send(store, up, source, progress).await
+    let up = Upload::start(store, spec)?;
+    let payload = send(store, up, source, progress).await?;
+    if payload.size == 0 {
+        remove_payload(store, spec, &payload.name).await;
+        return Err(TransferError::EmptyStream);
+    }
+    Ok(payload)
+}
+
+/// Removes the payload object of a failed attempt now rather than after
+/// `failedBackupsTTL` (best effort: the TTL collects it if this fails).
+pub async fn remove_payload(store: &ClusterStore, spec: &BackupSpec, name: &str) {
+    let key = layout::payload_key(&spec.backup_name, &spec.backup_id, name);
+    let _ = store.inner.delete(&key).await;
+}
+
+fn check_spec(spec: &BackupSpec) -> Result<(), TransferError> {
+    if !valid_backup_name(&spec.backup_name) {
+        return Err(TransferError::InvalidName(spec.backup_name.clone()));
+    }
+    if !tidemark_core::inventory::is_backup_id(&spec.backup_id) {
+        return Err(TransferError::InvalidId(spec.backup_id.clone()));
+    }
+    if !layout::is_payload_name(&spec.payload_name) {
+        return Err(TransferError::InvalidName(spec.payload_name.clone()));
+    }
+    Ok(())
 }
 
 /// Streams `source` through `up` and completes it; aborts it on any failure.
@@ -288,13 +307,41 @@ pub struct Outcome {
 /// Writes `metadata.json` for `spec`: this commits a completed backup, or records a
 /// failed attempt. Returns the metadata written.
 ///
+/// # Guarantees
+/// A completed backup is committed only when every payload object it records is in the
+/// store with the recorded size: an upload that another process deleted meanwhile is never
+/// committed. The write is a conditional create: of two attempts with one backup-id, one
+/// commits and the other fails with [`TransferError::AlreadyCommitted`].
+///
 /// # Errors
-/// The store refused the write.
+/// The payload is not there as uploaded; the backup is already committed; the store
+/// refused the write.
 pub async fn commit(
     store: &ClusterStore,
     spec: &BackupSpec,
     outcome: Outcome,
-) -> Result<Metadata, StoreError> {
+) -> Result<Metadata, TransferError> {
+    check_spec(spec)?;
+    if outcome.error.is_none() {
+        for p in &outcome.payload {
+            let key = layout::payload_key(&spec.backup_name, &spec.backup_id, &p.name);
+            match store.head(&key).await? {
+                Some(m) if m.size == p.size => {}
+                Some(m) => {
+                    return Err(TransferError::PayloadGone {
+                        key: store.display_key(&key),
+                        found: format!("{} bytes instead of {}", m.size, p.size),
+                    });
+                }
+                None => {
+                    return Err(TransferError::PayloadGone {
+                        key: store.display_key(&key),
+                        found: "missing".into(),
+                    });
+                }
+            }
+        }
+    }
     let now = Timestamp::now();
     let phase = if outcome.error.is_some() {
         MetadataPhase::Failed
@@ -326,12 +373,172 @@ pub async fn commit(
         what: "metadata.json",
         source,
     })?;
-    store
-        .inner
-        .put(&key, body.into())
-        .await
-        .map_err(|source| write_err(store, &key, source))?;
-    Ok(m)
+    match create(store, &key, body).await {
+        Ok(()) => Ok(m),
+        Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => {
+            Err(TransferError::AlreadyCommitted {
+                url: store.url.clone(),
+                name: spec.backup_name.clone(),
+                id: spec.backup_id.clone(),
+            })
+        }
+        Err(source) => Err(write_err(store, &key, source).into()),
+    }
+}
+
+/// Writes an object only if it does not exist. A backend without conditional writes is
+/// asked first (the window between the two requests is the price).
+pub(crate) async fn create(
+    store: &ClusterStore,
+    key: &Path,
+    body: Vec<u8>,
+) -> Result<(), object_store::Error> {
+    crate::index::create_head(store, key, body).await
+}
+
+/// An attempt in flight: it holds its backup-id through the in-flight marker
+/// (`<name>/<id>/_inflight.json`), written before the first byte and rewritten every
+/// [`HEARTBEAT_INTERVAL`](tidemark_core::plan::HEARTBEAT_INTERVAL) while it runs, so every
+/// retention pass sees it running and collects nothing of it.
+#[derive(Debug)]
+pub struct Attempt {
+    store: ClusterStore,
+    spec: BackupSpec,
+    heartbeat: tokio::task::JoinHandle<()>,
+}
+
+impl Attempt {
+    /// Claims the backup-id of `spec`: refused when it is committed already, or when
+    /// another attempt's marker holds it.
+    ///
+    /// # Errors
+    /// An invalid name or id; the id is taken; the store failed.
+    pub async fn begin(store: &ClusterStore, spec: &BackupSpec) -> Result<Self, TransferError> {
+        check_spec(spec)?;
+        let meta_key = layout::metadata_key(&spec.backup_name, &spec.backup_id);
+        if store.head(&meta_key).await?.is_some() {
+            return Err(TransferError::AlreadyCommitted {
+                url: store.url.clone(),
+                name: spec.backup_name.clone(),
+                id: spec.backup_id.clone(),
+            });
+        }
+        let key = layout::marker_key(&spec.backup_name, &spec.backup_id);
+        match create(store, &key, marker_body(spec)).await {
+            Ok(()) => {}
+            Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => {
+                let written = store
+                    .head(&key)
+                    .await?
+                    .map(|m| crate::catalog::to_ts(m.last_modified).to_string())
+                    .unwrap_or_else(|| "just now".into());
+                return Err(TransferError::AttemptExists {
+                    url: store.url.clone(),
+                    name: spec.backup_name.clone(),
+                    id: spec.backup_id.clone(),
+                    marker: store.display_key(&key),
+                    written,
+                });
+            }
+            Err(source) => return Err(write_err(store, &key, source).into()),
+        }
+        let (hb_store, hb_spec) = (store.clone(), spec.clone());
+        let heartbeat = tokio::spawn(async move {
+            let every = std::time::Duration::try_from(tidemark_core::plan::HEARTBEAT_INTERVAL)
+                .unwrap_or(std::time::Duration::from_secs(30));
+            loop {
+                tokio::time::sleep(every).await;
+                let key = layout::marker_key(&hb_spec.backup_name, &hb_spec.backup_id);
+                if let Err(e) = hb_store
+                    .inner
+                    .put(&key, PutPayload::from(marker_body(&hb_spec)))
+                    .await
+                {
+                    tracing::warn!(error = %e, key = %hb_store.display_key(&key), "could not refresh the in-flight marker");
+                }
+            }
+        });
+        Ok(Attempt {
+            store: store.clone(),
+            spec: spec.clone(),
+            heartbeat,
+        })
+    }
+
+    pub fn spec(&self) -> &BackupSpec {
+        &self.spec
+    }
+
+    pub fn store(&self) -> &ClusterStore {
+        &self.store
+    }
+
+    /// Streams `source` into the attempt's payload (see [`upload`]).
+    ///
+    /// # Errors
+    /// As [`upload`].
+    pub async fn upload(
+        &self,
+        source: &mut (dyn AsyncRead + Unpin + Send),
+        progress: &dyn Progress,
+    ) -> Result<PayloadObject, TransferError> {
+        upload(&self.store, &self.spec, source, progress).await
+    }
+
+    /// Commits (or records as failed, when `outcome.error` is set) and ends the attempt:
+    /// the marker goes once `metadata.json` is written. See [`commit`].
+    ///
+    /// # Errors
+    /// As [`commit`]; the marker stays then, and goes stale.
+    pub async fn finish(self, outcome: Outcome) -> Result<Metadata, TransferError> {
+        self.heartbeat.abort();
+        let committed = commit(&self.store, &self.spec, outcome).await;
+        if committed.is_ok() {
+            self.release().await;
+        }
+        committed
+    }
+
+    /// Ends the attempt without a record: the marker goes, and what was uploaded is an
+    /// uncommitted attempt that `failedBackupsTTL` collects.
+    pub async fn abandon(self) {
+        self.heartbeat.abort();
+        self.release().await;
+    }
+
+    async fn release(&self) {
+        let key = layout::marker_key(&self.spec.backup_name, &self.spec.backup_id);
+        if let Err(e) = self.store.inner.delete(&key).await
+            && !is_not_found(&e)
+        {
+            tracing::warn!(error = %e, key = %self.store.display_key(&key), "could not remove the in-flight marker; it goes stale");
+        }
+    }
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        self.heartbeat.abort();
+    }
+}
+
+fn marker_body(spec: &BackupSpec) -> Vec<u8> {
+    let writer = format!(
+        "{}:{}",
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .unwrap_or_else(|_| "localhost".into()),
+        std::process::id()
+    );
+    let m = crate::format::InFlight {
+        format_version: FORMAT_VERSION,
+        backup_id: spec.backup_id.clone(),
+        backup_name: spec.backup_name.clone(),
+        started_at: spec.started_at,
+        heartbeat_at: Timestamp::now(),
+        writer,
+    };
+    serde_json::to_vec_pretty(&m).unwrap_or_default()
 }
 
 /// Reads the `metadata.json` of backup `id` (under any backup name when `name` is `None`).
@@ -343,7 +550,11 @@ pub async fn find_backup(
     name: Option<&str>,
     id: &str,
 ) -> Result<Metadata, TransferError> {
+    if !tidemark_core::inventory::is_backup_id(id) {
+        return Err(TransferError::InvalidId(id.to_owned()));
+    }
     let key = match name {
+        Some(n) if !valid_backup_name(n) => return Err(TransferError::InvalidName(n.to_owned())),
         Some(n) => layout::metadata_key(n, id),
         None => {
             // The id is unique per attempt; find its directory by listing backup names.
@@ -359,7 +570,7 @@ pub async fn find_backup(
             let mut found = None;
             for dir in listed.common_prefixes {
                 let Some(n) = dir.filename() else { continue };
-                if n.starts_with('_') || n == layout::BINLOGS {
+                if !valid_backup_name(n) {
                     continue;
                 }
                 let k = layout::metadata_key(n, id);
@@ -385,7 +596,12 @@ pub async fn find_backup(
         key: store.display_key(&key),
         problem: e.to_string(),
     })?;
-    m.check(id).map_err(|e| TransferError::Metadata {
+    let dir_name = key
+        .parts()
+        .next()
+        .map(|p| p.as_ref().to_owned())
+        .unwrap_or_default();
+    m.check(&dir_name, id).map_err(|e| TransferError::Metadata {
         key: store.display_key(&key),
         problem: e.to_string(),
     })?;

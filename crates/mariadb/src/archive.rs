@@ -7,7 +7,7 @@
 //! size and sha256 and indexed without a second upload; a mismatch is uploaded again. The
 //! index is updated last, with a conditional write, so two archivers cannot corrupt it.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path as FsPath, PathBuf};
 
 use futures::{StreamExt, TryStreamExt};
@@ -16,13 +16,13 @@ use sha2::{Digest, Sha256};
 use tokio::io::AsyncReadExt;
 
 use crate::binlog;
-use crate::error::StoreError;
-use crate::format::IndexEntry;
-use crate::index::{self, SegmentIndex};
-use crate::layout;
-use crate::open::ClusterStore;
-use crate::progress::Progress;
-use crate::transfer::{self, TransferError, Upload};
+use tidemark_store::StoreError;
+use tidemark_store::format::IndexEntry;
+use tidemark_store::index::{self, SegmentIndex};
+use tidemark_store::layout;
+use tidemark_store::ClusterStore;
+use tidemark_store::Progress;
+use tidemark_store::transfer::{self, TransferError, Upload};
 
 /// Small files (below one multipart part, sent in one request) shipped at once.
 const SMALL_CONCURRENCY: usize = 32;
@@ -43,6 +43,24 @@ pub enum ArchiveError {
         path: PathBuf,
         line: usize,
         name: String,
+    },
+    #[error(
+        "{}: {first} and {second} have the same sequence number {sequence}; the archive identifies segments by it, so neither is shipped until one is renamed or removed",
+        path.display()
+    )]
+    DuplicateSequence {
+        path: PathBuf,
+        sequence: u64,
+        first: String,
+        second: String,
+    },
+    #[error(
+        "{name} has sequence number {sequence}, which binlogs/_index.json already gives to {indexed}; a segment is identified by its sequence, so {name} is not shipped"
+    )]
+    SequenceTaken {
+        name: String,
+        sequence: u64,
+        indexed: String,
     },
     #[error("{}: {source}", path.display())]
     Binlog {
@@ -112,13 +130,23 @@ fn read_binlog_index(path: &FsPath) -> Result<Vec<Local>, ArchiveError> {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let Some(sequence) = tidemark_core::inventory::segment_sequence(&name) else {
+        let sequence = tidemark_core::inventory::segment_sequence(&name)
+            .filter(|_| tidemark_store::layout::is_segment_name(&name));
+        let Some(sequence) = sequence else {
             return Err(ArchiveError::NotBinlogName {
                 path: path.to_path_buf(),
                 line: i + 1,
                 name,
             });
         };
+        if let Some(other) = out.iter().find(|l: &&Local| l.sequence == sequence) {
+            return Err(ArchiveError::DuplicateSequence {
+                path: path.to_path_buf(),
+                sequence,
+                first: other.name.clone(),
+                second: name,
+            });
+        }
         out.push(Local {
             path: full,
             name,
@@ -144,27 +172,34 @@ pub async fn archive_pass(
         ..Default::default()
     };
     let loaded = SegmentIndex::load(store).await?;
-    let known: HashSet<String> = match &loaded {
-        None => HashSet::new(),
+    // What the index holds for each sequence of ours.
+    let known: HashMap<u64, String> = match &loaded {
+        None => HashMap::new(),
         Some(idx) => {
             let mut idx = idx.clone();
             let mut seqs: Vec<u64> = files.iter().map(|f| f.sequence).collect();
             seqs.sort_unstable();
             let holding = idx.shards_holding(&seqs);
             idx.read_shards(store, holding).await?;
-            idx.entries().map(|e| e.name.clone()).collect()
+            idx.entries()
+                .map(|e| (e.sequence, e.name.clone()))
+                .collect()
         }
     };
-    let todo: Vec<Local> = files
-        .into_iter()
-        .filter(|f| {
-            let done = known.contains(&f.name);
-            if done {
-                report.already_indexed += 1;
+    let mut todo = Vec::new();
+    for f in files {
+        match known.get(&f.sequence) {
+            Some(name) if *name == f.name => report.already_indexed += 1,
+            Some(name) => {
+                return Err(ArchiveError::SequenceTaken {
+                    name: f.name,
+                    sequence: f.sequence,
+                    indexed: name.clone(),
+                });
             }
-            !done
-        })
-        .collect();
+            None => todo.push(f),
+        }
+    }
     let (large, small): (Vec<Local>, Vec<Local>) = todo.into_iter().partition(|f| {
         std::fs::metadata(&f.path).is_ok_and(|m| m.len() >= transfer::PART_SIZE as u64)
     });
@@ -319,7 +354,7 @@ async fn local_sha256(path: &FsPath) -> Option<String> {
 }
 
 async fn stored_sha256(store: &ClusterStore, key: &object_store::path::Path) -> Option<String> {
-    let got = store.inner.get(key).await.ok()?;
+    let got = store.object_store().get(key).await.ok()?;
     let mut h = Sha256::new();
     let mut s = got.into_stream();
     while let Some(chunk) = s.try_next().await.ok()? {

@@ -18,14 +18,14 @@ use serde::Serialize;
 use tidemark_core::{RestoreChoice, RestoreRefusal, choose_restore};
 use tokio::process::{Child, Command};
 
-use crate::catalog::{Catalog, SegmentListing};
-use crate::error::StoreError;
-use crate::format::{LogPosition, Metadata};
-use crate::layout;
-use crate::mariadb;
-use crate::open::ClusterStore;
-use crate::progress::Progress;
-use crate::transfer::{self, TransferError};
+use tidemark_store::catalog::{Catalog, SegmentListing};
+use tidemark_store::StoreError;
+use tidemark_store::format::{LogPosition, Metadata};
+use tidemark_store::layout;
+use crate::backup as mariadb;
+use tidemark_store::ClusterStore;
+use tidemark_store::Progress;
+use tidemark_store::transfer::{self, TransferError};
 
 /// The MariaDB programs a restore runs (names looked up in `PATH`, or paths).
 #[derive(Debug, Clone)]
@@ -185,7 +185,7 @@ fn plan_of(catalog: &Catalog, choice: RestoreChoice) -> Result<RestorePlan, Rest
     // Checksums of the chosen segments only: the index may hold a million entries.
     let wanted: std::collections::HashSet<&str> =
         choice.segments.iter().map(|s| s.name.as_str()).collect();
-    let entries: std::collections::HashMap<&str, &crate::format::IndexEntry> = catalog
+    let entries: std::collections::HashMap<&str, &tidemark_store::format::IndexEntry> = catalog
         .index
         .iter()
         .flat_map(|i| i.entries())
@@ -310,6 +310,13 @@ async fn restore_into(
         let mut files = Vec::new();
         progress.step("downloading binlogs", plan.segments.len());
         for s in &plan.segments {
+            // Names come from the store: one outside the grammar never becomes a path.
+            if !layout::is_segment_name(&s.name) {
+                return Err(RestoreError::Transfer(TransferError::Metadata {
+                    key: store.display_key(&layout::index_key()),
+                    problem: format!("{:?} is not a binlog segment name", s.name),
+                }));
+            }
             let path = binlogs.join(&s.name);
             let mut f = tokio::fs::File::create(&path)
                 .await

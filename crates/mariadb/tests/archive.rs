@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use object_store::ObjectStoreExt;
 use object_store::path::Path as Key;
-use tidemark_store::archive::archive_pass;
-use tidemark_store::binlog::synthetic;
+use tidemark_mariadb::archive::archive_pass;
+use tidemark_mariadb::binlog::synthetic;
 use tidemark_store::format::IndexEntry;
 use tidemark_store::index::SegmentIndex;
 use tidemark_store::testkit::{SeaweedFs, local_store};

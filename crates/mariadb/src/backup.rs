@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::format::{LogPosition, Metadata};
+use tidemark_store::format::{LogPosition, Metadata};
 
 /// The `method` of backups taken with `mariabackup`.
 pub const METHOD: &str = "mariabackup";

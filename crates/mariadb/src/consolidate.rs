@@ -12,34 +12,21 @@
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use serde::Serialize;
 use tokio::process::Command;
 
-use crate::catalog::{CONSOLIDATED_FROM, Catalog};
-use crate::format::{BackupType, Metadata};
-use crate::mariadb::{self, Lsns};
-use crate::open::ClusterStore;
-use crate::progress::Progress;
+use tidemark_store::catalog::Catalog;
+use tidemark_store::format::{BackupType, CONSOLIDATED_FROM, Metadata, PayloadObject};
+pub use tidemark_store::executor::Consolidation;
+use crate::backup::{self as mariadb, Lsns};
+use tidemark_store::ClusterStore;
+use tidemark_store::Progress;
 use crate::restore::{RestoreError, Tools, build_prepared, finish_piped, no_pipe, spawn};
-use crate::transfer::{self, BackupSpec, Outcome, TransferError, new_backup_id};
+use tidemark_store::transfer::{Attempt, BackupSpec, Outcome, TransferError, new_backup_id};
 
 impl From<RestoreError> for ConsolidateError {
     fn from(e: RestoreError) -> Self {
         ConsolidateError::Restore(Box::new(e))
     }
-}
-
-/// One synthetic full written by a pass.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Consolidation {
-    /// The increment the full replaces.
-    pub target: String,
-    /// The new full's backup-id (same backup name as the target).
-    pub synthetic: String,
-    /// The chain merged into it, base first (the target last).
-    pub consolidated_from: Vec<String>,
-    pub size: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -57,7 +44,8 @@ pub enum ConsolidateError {
 }
 
 /// Builds and commits the synthetic full that replaces `target` (a mariabackup
-/// increment), in a scratch directory under `work_parent`.
+/// increment), in a scratch directory under `work_parent`. This is the work a plan's
+/// `consolidate` actions ask for; the deletions that follow are the executor's.
 ///
 /// # Guarantees
 /// Deletes nothing. The new full is committed only when its whole payload is uploaded;
@@ -120,7 +108,15 @@ pub async fn consolidate(
         &format!("uploading the synthetic full {}", spec.backup_id),
         0,
     );
-    let payload = stream_directory(store, &spec, &datadir, tools, progress).await?;
+    // An attempt like any other: its marker keeps passes off its upload while it runs.
+    let attempt = Attempt::begin(store, &spec).await?;
+    let payload = match stream_directory(&attempt, &datadir, tools, progress).await {
+        Ok(p) => p,
+        Err(e) => {
+            attempt.abandon().await;
+            return Err(e);
+        }
+    };
     let consolidated_from: Vec<String> = metas.iter().map(|m| m.backup_id.clone()).collect();
     let mut extra = serde_json::Map::new();
     let (k, v) = mariadb::lsns_field(&Lsns {
@@ -137,20 +133,16 @@ pub async fn consolidate(
         serde_json::json!(jiff::Timestamp::now()),
     );
     let size = payload.size;
-    let committed = transfer::commit(
-        store,
-        &spec,
-        Outcome {
+    let committed = attempt
+        .finish(Outcome {
             payload: vec![payload],
             log_position: last.log_position.clone(),
             error: None,
             extra,
             // It restores to exactly the target's point.
             completed_at: last.completed_at,
-        },
-    )
-    .await
-    .map_err(TransferError::from)?;
+        })
+        .await?;
     Ok(Consolidation {
         target: target.to_owned(),
         synthetic: committed.backup_id,
@@ -159,14 +151,13 @@ pub async fn consolidate(
     })
 }
 
-/// Streams a prepared data directory as an xbstream (`mbstream -c`) into a new backup.
+/// Streams a prepared data directory as an xbstream (`mbstream -c`) into the attempt.
 async fn stream_directory(
-    store: &ClusterStore,
-    spec: &BackupSpec,
+    attempt: &Attempt,
     dir: &Path,
     tools: &Tools,
     progress: &dyn Progress,
-) -> Result<crate::format::PayloadObject, ConsolidateError> {
+) -> Result<PayloadObject, ConsolidateError> {
     let files = relative_files(dir).map_err(|source| RestoreError::Io {
         action: "listing the prepared directory".into(),
         dir: dir.to_path_buf(),
@@ -185,7 +176,7 @@ async fn stream_directory(
     let Some(mut stdout) = child.stdout.take() else {
         return Err(no_pipe("mbstream -c").into());
     };
-    let uploaded = transfer::upload(store, spec, &mut stdout, progress).await;
+    let uploaded = attempt.upload(&mut stdout, progress).await;
     drop(stdout);
     let finished = finish_piped(
         child,
@@ -194,14 +185,10 @@ async fn stream_directory(
         "mbstream -c of the synthetic full",
     )
     .await;
-    if let Err(RestoreError::Tool { .. }) = &finished {
+    if let (Err(RestoreError::Tool { .. }), spec) = (&finished, attempt.spec()) {
         // The bytes are of a failed stream: remove them rather than leave them for the TTL.
-        let key = object_store::path::Path::from_iter([
-            spec.backup_name.as_str(),
-            spec.backup_id.as_str(),
-            spec.payload_name.as_str(),
-        ]);
-        let _ = object_store::ObjectStoreExt::delete(store.object_store().as_ref(), &key).await;
+        tidemark_store::transfer::remove_payload(attempt.store(), spec, &spec.payload_name)
+            .await;
     }
     Ok(finished?)
 }

@@ -1,0 +1,13 @@
+//! Tidemark's database edge: the `mariabackup` command line of a streamed backup and the
+//! LSNs and binlog position it leaves, binlog event times and the binlog archiver, and the
+//! processes of a point-in-time restore and of a consolidation (synthetic full).
+//! `tidemark-store` moves the bytes; this crate knows what they are.
+
+pub mod archive;
+pub mod backup;
+pub mod binlog;
+pub mod consolidate;
+pub mod restore;
+
+pub use backup::{EXT, Lsns, METHOD, MariaDbError};
+pub use restore::Tools;

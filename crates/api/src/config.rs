@@ -15,9 +15,80 @@ pub enum Document {
     Schedule(Box<ScheduledBackup>),
 }
 
+/// Largest configuration file accepted: far beyond any real set of policies, and a bound
+/// on what the parser is asked to do.
+pub const MAX_CONFIG_BYTES: usize = 1 << 20;
+/// Deepest nesting accepted (block indentation levels and flow brackets): Tidemark's
+/// kinds nest a handful of levels; a parser walking 100,000 levels takes minutes.
+pub const MAX_CONFIG_DEPTH: usize = 64;
+
+/// Why a configuration was refused before parsing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BoundsError {
+    #[error("{bytes} bytes is larger than a configuration may be ({MAX_CONFIG_BYTES} bytes)")]
+    TooLarge { bytes: usize },
+    #[error(
+        "line {line}: nested {depth} levels deep; a configuration may nest at most {MAX_CONFIG_DEPTH}"
+    )]
+    TooDeep { line: usize, depth: usize },
+}
+
+/// Checks the size and nesting of a YAML text before it is parsed. The nesting is
+/// estimated from indentation (each deeper indentation, and each `- ` that opens a
+/// sequence item, is a level) and from flow brackets outside quotes.
+///
+/// # Errors
+/// The text is too large or too deeply nested.
+pub fn check_bounds(text: &str) -> Result<(), BoundsError> {
+    if text.len() > MAX_CONFIG_BYTES {
+        return Err(BoundsError::TooLarge { bytes: text.len() });
+    }
+    let mut indents: Vec<usize> = Vec::new();
+    let mut flow = 0usize;
+    for (n, line) in text.lines().enumerate() {
+        let trimmed = line.trim_start_matches(' ');
+        if flow == 0 && !trimmed.is_empty() && !trimmed.starts_with('#') {
+            let mut indent = line.len() - trimmed.len();
+            let mut rest = trimmed;
+            while let Some(r) = rest.strip_prefix("- ") {
+                indent += 2;
+                rest = r.trim_start_matches(' ');
+                indents.retain(|&i| i < indent - 1);
+                indents.push(indent - 1);
+            }
+            indents.retain(|&i| i < indent);
+            indents.push(indent);
+        }
+        let (mut single, mut double) = (false, false);
+        for c in line.chars() {
+            match c {
+                '\'' if !double => single = !single,
+                '"' if !single => double = !double,
+                '#' if !single && !double => break,
+                '[' | '{' if !single && !double => flow += 1,
+                ']' | '}' if !single && !double => flow = flow.saturating_sub(1),
+                _ => {}
+            }
+            if flow > MAX_CONFIG_DEPTH {
+                return Err(BoundsError::TooDeep {
+                    line: n + 1,
+                    depth: flow,
+                });
+            }
+        }
+        let depth = indents.len() + flow;
+        if depth > MAX_CONFIG_DEPTH {
+            return Err(BoundsError::TooDeep { line: n + 1, depth });
+        }
+    }
+    Ok(())
+}
+
 /// Why a document was refused; the caller adds the file name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DocumentError {
+    #[error(transparent)]
+    Bounds(#[from] BoundsError),
     #[error("document {index}: {problem}")]
     Syntax { index: usize, problem: String },
     #[error("document {index}: unknown kind {kind:?}; expected one of {KINDS}")]
@@ -37,6 +108,7 @@ pub enum DocumentError {
 /// # Errors
 /// The first document that is not valid YAML, has an unknown kind, or fails validation.
 pub fn parse_documents(text: &str) -> Result<Vec<Document>, DocumentError> {
+    check_bounds(text)?;
     let mut out = Vec::new();
     for (i, de) in serde_yaml::Deserializer::from_str(text).enumerate() {
         let index = i + 1;
@@ -110,6 +182,28 @@ spec:
         let docs = parse_documents(FILE).unwrap();
         assert!(matches!(&docs[0], Document::Policy(p) if p.metadata.name == "local"));
         assert!(matches!(&docs[1], Document::Schedule(s) if s.spec.template.command[0] == "tar"));
+    }
+
+    #[test]
+    fn deep_or_huge_input_is_refused_before_parsing() {
+        let flow = format!("a: {}{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert!(matches!(
+            parse_documents(&flow),
+            Err(DocumentError::Bounds(BoundsError::TooDeep { .. }))
+        ));
+        let block: String = (0..100_000)
+            .map(|i| format!("{}a{i}:\n", " ".repeat(i % 5000)))
+            .collect();
+        assert!(check_bounds(&block).is_err());
+        let seq = format!("{}x\n", "- ".repeat(10_000));
+        assert!(check_bounds(&seq).is_err());
+        let huge = "#".repeat(MAX_CONFIG_BYTES + 1);
+        assert!(matches!(
+            check_bounds(&huge),
+            Err(BoundsError::TooLarge { .. })
+        ));
+        // A real configuration passes.
+        check_bounds(FILE).unwrap();
     }
 
     #[test]

@@ -200,6 +200,10 @@ impl BackupPolicy {
     /// YAML syntax or an unknown field (with line and column), another kind or version, or
     /// a retention policy without an object store.
     pub fn from_yaml(text: &str) -> Result<Self, PolicyFileError> {
+        crate::config::check_bounds(text).map_err(|e| PolicyFileError::Invalid {
+            field: "(file)",
+            problem: e.to_string(),
+        })?;
         serde_yaml::from_str::<BackupPolicy>(text)
             .map_err(PolicyFileError::Syntax)?
             .checked()

@@ -6,7 +6,7 @@
 use std::process::Command;
 use std::time::Instant;
 
-use tidemark_store::binlog::synthetic;
+use tidemark_mariadb::binlog::synthetic;
 use tidemark_store::testkit::SeaweedFs;
 
 fn main() {

@@ -9,12 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// keep/delete decision, and deletes crash-safely without shrinking the recovery window.
 #[derive(Debug, Parser)]
 #[command(name = "tidemark", version, propagate_version = true)]
-#[command(
-    after_help = "Exit codes: 0 success; 1 internal error; 2 invalid input; \
-3 store unreachable or a request failed; 4 data in the store blocks the pass (malformed or \
-newer metadata.json/_index.json); 5 gc finished but some objects could not be deleted \
-(run it again); 6 push: the backup command failed (recorded as failed). See docs/cli.md."
-)]
+#[command(after_help = crate::exit::help_text())]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -331,6 +326,11 @@ pub struct GcArgs {
     /// system temporary directory); it needs room for one full backup, unpacked.
     #[arg(long, value_name = "DIR")]
     pub work_dir: Option<PathBuf>,
+    /// Carry out a plan evaluated at a --now later than the clock: it deletes what a pass
+    /// at that time would, backups the real window still promises included. Without this
+    /// flag gc refuses such a --now (plan does not need it).
+    #[arg(long)]
+    pub allow_future_now: bool,
 }
 
 #[derive(Debug, Args)]

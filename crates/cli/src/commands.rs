@@ -5,10 +5,9 @@ use std::io::Write;
 
 use jiff::Timestamp;
 use tidemark_core::{Action, Policy, standing};
+use tidemark_engine::{LocalConsolidator, PassRequest, retention_pass};
 use tidemark_store::catalog::SegmentListing;
-use tidemark_store::{
-    Catalog, ExecOptions, NoProgress, Progress, SurveyOptions, execute, survey as take_survey,
-};
+use tidemark_store::{Catalog, NoProgress, Progress};
 
 use crate::args::{Cli, Command, LsArgs, OutputFormat, PassArgs};
 use crate::exit::{CliError, Exit};
@@ -25,11 +24,14 @@ pub fn run(cli: Cli) -> Result<Exit, CliError> {
         .build()
         .map_err(|e| CliError::new(Exit::Internal, e))?;
     match cli.command {
-        Command::Plan(a) => rt.block_on(pass(&a, None, None)),
+        Command::Plan(a) => rt.block_on(pass(&a, None)),
         Command::Gc(a) => rt.block_on(pass(
             &a.pass,
-            Some(a.ignore_malformed),
-            a.work_dir.as_deref(),
+            Some(GcOptions {
+                ignore_malformed: a.ignore_malformed,
+                work_dir: a.work_dir.as_deref(),
+                allow_future_now: a.allow_future_now,
+            }),
         )),
         Command::Ls(a) => rt.block_on(ls(&a)),
         Command::Push(a) => rt.block_on(crate::transfer::push(&a)),
@@ -58,12 +60,16 @@ pub(crate) fn emit_json(value: &impl serde::Serialize) -> Result<(), CliError> {
     emit(&text)
 }
 
-/// `plan` (gc = None) and `gc` (gc = Some(ignore_malformed)).
-async fn pass(
-    args: &PassArgs,
-    gc: Option<bool>,
-    work_dir: Option<&std::path::Path>,
-) -> Result<Exit, CliError> {
+/// What `gc` adds to a `plan`.
+struct GcOptions<'a> {
+    ignore_malformed: bool,
+    work_dir: Option<&'a std::path::Path>,
+    allow_future_now: bool,
+}
+
+/// `plan` (gc = None) and `gc`: one retention pass through the engine, the same one
+/// `tidemark run` makes.
+async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliError> {
     let file = args
         .policy
         .policy
@@ -73,6 +79,9 @@ async fn pass(
     let policy = resolve::policy(&args.policy, file.as_ref())?;
     let target = resolve::target(&args.store, file.as_ref(), args.policy.policy.as_deref())?;
     let now = resolve::now(args.now.as_deref())?;
+    if let Some(g) = &gc {
+        resolve::check_future_now(now, g.allow_future_now)?;
+    }
     let started_at = Timestamp::now();
     let json = args.output == OutputFormat::Json;
 
@@ -81,15 +90,28 @@ async fn pass(
         Some(b) => b,
         None => &NoProgress,
     };
-    let options = SurveyOptions {
+    let request = PassRequest {
+        policy: policy.policy.clone(),
+        policy_as_given: policy.as_given.clone(),
+        now,
+        started_at,
         protect: args.protect.iter().cloned().collect(),
+        execute: gc.is_some(),
+        ignore_malformed: gc.as_ref().is_some_and(|g| g.ignore_malformed),
     };
-    let survey = take_survey(&target.store, &policy.policy, now, &options, progress).await;
-    let survey = survey.inspect_err(|_| {
-        if let Some(b) = &bar {
-            b.finish();
-        }
-    })?;
+    let consolidator = LocalConsolidator {
+        tools: Default::default(),
+        work_dir: gc
+            .as_ref()
+            .and_then(|g| g.work_dir)
+            .map_or_else(std::env::temp_dir, std::path::Path::to_path_buf),
+    };
+    let outcome = retention_pass(&target.store, &request, Some(&consolidator), progress).await;
+    if let Some(b) = &bar {
+        b.finish();
+    }
+    let outcome = outcome?;
+    let survey = &outcome.survey;
     for id in &args.protect {
         if !survey.catalog.has_id(id) {
             eprintln!(
@@ -98,31 +120,19 @@ async fn pass(
             );
         }
     }
-    let malformed = survey.catalog.malformed.len();
-    let blocked = gc == Some(false) && malformed > 0;
-    let executed = match gc {
-        Some(_) if !blocked => {
-            let mut opts = ExecOptions::new(started_at, policy.as_given.clone());
-            if let Some(dir) = work_dir {
-                opts.work_dir = dir.to_path_buf();
-            }
-            Some(execute(&target.store, &survey, &opts, progress).await?)
-        }
-        _ => None,
-    };
-    if let Some(b) = &bar {
-        b.finish();
+    for w in &survey.catalog.warnings {
+        eprintln!("warning: {w}");
     }
-
-    let out = PlanOut::new(&target.store, &survey, policy.as_given.clone(), executed);
+    let out = PlanOut::new(&target.store, survey, policy.as_given.clone(), outcome.executed);
     if json {
         emit_json(&out)?;
     } else {
         emit(&plan_table(&out, &policy.policy))?;
     }
 
+    let malformed = survey.catalog.malformed.len();
     if malformed > 0 {
-        let verb = if blocked {
+        let verb = if outcome.blocked_by_malformed {
             "nothing was deleted"
         } else if gc.is_some() {
             "they were left untouched"
@@ -141,7 +151,7 @@ async fn pass(
                 .collect::<Vec<_>>()
                 .join("; ")
         );
-        if blocked || gc.is_none() {
+        if outcome.blocked_by_malformed || gc.is_none() {
             return Ok(Exit::Data);
         }
     }
@@ -296,6 +306,25 @@ fn plan_table(out: &PlanOut, policy: &Policy) -> String {
             list_some(&items)
         ));
     }
+    if !out.ignored.is_empty() {
+        let items: Vec<String> = out
+            .ignored
+            .iter()
+            .map(|m| format!("{} ({})", m.key, m.problem))
+            .collect();
+        s.push_str(&format!(
+            "Ignored (outside the layout, left alone): {}\n",
+            list_some(&items)
+        ));
+    }
+    if !out.leftovers.delete.is_empty() || out.leftovers.keep > 0 {
+        s.push_str(&format!(
+            "Leftovers of interrupted work (abandoned uploads, staging files, unreferenced index shards): delete {} ({}); keep {} (too young, or of a running attempt)\n",
+            out.leftovers.delete.len(),
+            human_bytes(out.leftovers.delete_bytes),
+            out.leftovers.keep
+        ));
+    }
     match &out.executed {
         None => s.push_str(
             "\nDry run: nothing was deleted. `tidemark gc` with the same arguments carries out this plan.\n",
@@ -358,12 +387,13 @@ async fn ls(args: &LsArgs) -> Result<Exit, CliError> {
     let inventory = catalog.inventory(&SegmentListing::default());
     let standing = standing(&inventory);
     let ok: &HashSet<String> = &standing.restorable;
-    let mut backups: Vec<BackupOut> = inventory
+    let mut backups: Vec<BackupOut> = catalog
         .backups
         .iter()
         .map(|b| BackupOut {
-            restorable: Some(ok.contains(&b.id)),
-            ..BackupOut::from_backup(b)
+            restorable: Some(ok.contains(&b.backup.id)),
+            problem: b.problem.clone(),
+            ..BackupOut::from_backup(&b.backup)
         })
         .collect();
     backups.sort_by(|a, b| (a.started_at, &a.backup_id).cmp(&(b.started_at, &b.backup_id)));
@@ -401,7 +431,11 @@ async fn ls(args: &LsArgs) -> Result<Exit, CliError> {
         },
         foreign: catalog.foreign.clone(),
         malformed: catalog.malformed.clone(),
+        ignored: catalog.ignored.clone(),
     };
+    for w in &catalog.warnings {
+        eprintln!("warning: {w}");
+    }
     if json {
         emit_json(&out)?;
     } else {
@@ -432,12 +466,11 @@ fn ls_table(out: &LsOut) -> String {
                     .map(|t| t.to_string())
                     .unwrap_or_else(|| "-".into()),
                 human_bytes(b.size),
-                if b.restorable == Some(true) {
-                    "yes"
-                } else {
-                    "no"
-                }
-                .to_owned(),
+                match (b.restorable, &b.problem) {
+                    (Some(true), _) => "yes".to_owned(),
+                    (_, Some(p)) => format!("no ({p})"),
+                    _ => "no".to_owned(),
+                },
                 b.parent_id.clone().unwrap_or_default(),
             ]
         })
@@ -512,6 +545,9 @@ fn ls_table(out: &LsOut) -> String {
     }
     for m in &out.malformed {
         s.push_str(&format!("Malformed: {}: {}\n", m.key, m.problem));
+    }
+    for m in &out.ignored {
+        s.push_str(&format!("Ignored: {}: {}\n", m.key, m.problem));
     }
     s
 }

@@ -3,7 +3,8 @@
 use std::fmt;
 use std::process::ExitCode;
 
-use tidemark_store::{ErrorCategory, StoreError};
+use tidemark_engine::{Class, EngineError};
+use tidemark_store::StoreError;
 
 /// Every exit status the command can end with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,11 +29,61 @@ pub enum Exit {
     /// restore: a MariaDB tool failed (the error shows the end of its output); the data
     /// directory was removed again.
     RestoreFailed = 8,
+    /// Another writer holds what this needs: another `tidemark run` holds the cluster's
+    /// lease, or another push the backup-id.
+    Contention = 9,
+}
+
+impl Exit {
+    /// Every code, for `--help`.
+    pub const ALL: [Exit; 10] = [
+        Exit::Success,
+        Exit::Internal,
+        Exit::Input,
+        Exit::Store,
+        Exit::Data,
+        Exit::Partial,
+        Exit::SourceFailed,
+        Exit::NotRestorable,
+        Exit::RestoreFailed,
+        Exit::Contention,
+    ];
+
+    /// One line for `--help`.
+    pub fn summary(self) -> &'static str {
+        match self {
+            Exit::Success => "success",
+            Exit::Internal => "internal error",
+            Exit::Input => "invalid input",
+            Exit::Store => "store unreachable or a request failed",
+            Exit::Data => "data in the store blocks the work (malformed or newer metadata.json/_index.json, a checksum mismatch)",
+            Exit::Partial => "gc finished but some objects could not be deleted (run it again)",
+            Exit::SourceFailed => "push: the backup command failed (recorded as failed)",
+            Exit::NotRestorable => "restore: the target cannot be restored",
+            Exit::RestoreFailed => "restore: a MariaDB tool failed",
+            Exit::Contention => "another tidemark holds the cluster's lease or the backup-id",
+        }
+    }
 }
 
 impl From<Exit> for ExitCode {
     fn from(e: Exit) -> ExitCode {
         ExitCode::from(e as u8)
+    }
+}
+
+impl From<Class> for Exit {
+    fn from(c: Class) -> Self {
+        match c {
+            Class::Input => Exit::Input,
+            Class::Store => Exit::Store,
+            Class::Data => Exit::Data,
+            Class::Contention => Exit::Contention,
+            Class::Source => Exit::SourceFailed,
+            Class::NotRestorable => Exit::NotRestorable,
+            Class::RestoreFailed => Exit::RestoreFailed,
+            Class::Internal => Exit::Internal,
+        }
     }
 }
 
@@ -56,15 +107,15 @@ impl CliError {
     }
 }
 
+impl From<EngineError> for CliError {
+    fn from(e: EngineError) -> Self {
+        CliError::new(e.class().into(), e)
+    }
+}
+
 impl From<StoreError> for CliError {
     fn from(e: StoreError) -> Self {
-        let exit = match e.category() {
-            ErrorCategory::Input => Exit::Input,
-            ErrorCategory::Store => Exit::Store,
-            ErrorCategory::Data => Exit::Data,
-            ErrorCategory::Internal => Exit::Internal,
-        };
-        CliError::new(exit, e)
+        EngineError::from(e).into()
     }
 }
 
@@ -80,4 +131,13 @@ pub fn render(e: &anyhow::Error) -> String {
         }
     }
     s
+}
+
+/// The exit codes as `--help` lists them.
+pub fn help_text() -> String {
+    let codes: Vec<String> = Exit::ALL
+        .iter()
+        .map(|e| format!("{} {}", *e as u8, e.summary()))
+        .collect();
+    format!("Exit codes: {}. See docs/cli.md.", codes.join("; "))
 }

@@ -16,8 +16,8 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    init_logging();
     let cli = args::Cli::parse();
+    init_logging(&cli.command);
     match commands::run(cli) {
         Ok(code) => code.into(),
         Err(e) => {
@@ -27,12 +27,22 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs go to stderr; `TIDEMARK_LOG` (e.g. `debug`, `tidemark_store=trace`) sets the level.
-fn init_logging() {
+/// Logs go to stderr, coloured only on a terminal; `TIDEMARK_LOG` (e.g. `debug`,
+/// `tidemark_store=trace`) sets the level. `run` narrates what it does (backups started
+/// and finished, what retention deleted and why) at `info`; the other commands print
+/// their own output and log only warnings.
+fn init_logging(command: &args::Command) {
+    use std::io::IsTerminal;
+    let default = match command {
+        args::Command::Run(_) => "warn,tidemark_engine=info",
+        _ => "warn",
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_env("TIDEMARK_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
         .init();
 }

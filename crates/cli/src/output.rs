@@ -27,9 +27,14 @@ pub struct BackupOut {
     /// Every reason for the action (plan and gc only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reasons: Option<Vec<String>>,
-    /// Whether it can be restored: completed with a complete chain (ls only).
+    /// Whether it can be restored: completed, every payload object present with its
+    /// recorded size, and the same for its whole chain.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restorable: Option<bool>,
+    /// Why it cannot be restored (a payload object missing or of another size), or why its
+    /// metadata.json cannot be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
 }
 
 pub fn phase_name(p: Phase) -> &'static str {
@@ -38,6 +43,7 @@ pub fn phase_name(p: Phase) -> &'static str {
         Phase::Failed => "failed",
         Phase::InProgress => "inProgress",
         Phase::Uncommitted => "uncommitted",
+        Phase::Malformed => "malformed",
     }
 }
 
@@ -58,13 +64,16 @@ impl BackupOut {
             action: None,
             reasons: None,
             restorable: None,
+            problem: None,
         }
     }
 
-    fn from_decision(d: &BackupDecision) -> Self {
+    fn from_decision(d: &BackupDecision, restorable: bool, problem: Option<String>) -> Self {
         BackupOut {
             action: Some(d.action),
             reasons: Some(d.reasons.iter().map(ToString::to_string).collect()),
+            restorable: Some(restorable),
+            problem,
             ..BackupOut::from_backup(&d.backup)
         }
     }
@@ -92,6 +101,17 @@ pub struct SummaryOut {
     pub segments_delete: usize,
 }
 
+/// The debris of interrupted work a pass collects.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeftoversOut {
+    /// Keys relative to the store URL (an upload's with its upload id).
+    pub delete: Vec<String>,
+    pub delete_bytes: u64,
+    /// Leftovers kept: too young, or owned by a running attempt.
+    pub keep: usize,
+}
+
 /// `tidemark plan` / `tidemark gc` output.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -109,6 +129,9 @@ pub struct PlanOut {
     pub recovery_window: Option<RecoveryWindow>,
     pub foreign: Vec<String>,
     pub malformed: Vec<Malformed>,
+    /// Index entries outside the layout's grammar: left alone.
+    pub ignored: Vec<Malformed>,
+    pub leftovers: LeftoversOut,
     pub summary: SummaryOut,
     /// What gc did (absent for plan).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -132,7 +155,20 @@ impl PlanOut {
             now: plan.now,
             dry_run: executed.is_none(),
             policy,
-            backups: plan.backups.iter().map(BackupOut::from_decision).collect(),
+            backups: {
+                let restorable = tidemark_core::standing(&survey.inventory).restorable;
+                plan.backups
+                    .iter()
+                    .map(|d| {
+                        let stored = survey.catalog.backup(&d.backup.name, &d.backup.id);
+                        BackupOut::from_decision(
+                            d,
+                            restorable.contains(&d.backup.id),
+                            stored.and_then(|b| b.problem.clone()),
+                        )
+                    })
+                    .collect()
+            },
             segments: SegmentsOut {
                 delete: plan
                     .segments
@@ -140,7 +176,12 @@ impl PlanOut {
                     .iter()
                     .map(|d| seg_key(&d.name))
                     .collect(),
-                drop_from_index: plan.segments.drop_from_index.clone(),
+                drop_from_index: plan
+                    .segments
+                    .drop_from_index
+                    .iter()
+                    .map(|e| e.name.clone())
+                    .collect(),
                 delete_bytes: plan.segments.delete.iter().map(|d| d.size).sum(),
                 keep: plan.segments.keep,
                 kept_unknown_last_event: plan.segments.kept_unknown_last_event,
@@ -149,6 +190,20 @@ impl PlanOut {
             recovery_window: plan.recovery_window.clone(),
             foreign: survey.catalog.foreign.clone(),
             malformed: survey.catalog.malformed.clone(),
+            ignored: survey.catalog.ignored.clone(),
+            leftovers: LeftoversOut {
+                delete: plan
+                    .leftovers
+                    .delete
+                    .iter()
+                    .map(|d| match &d.leftover.upload_id {
+                        Some(id) => format!("{}/{} (upload {id})", store.cluster, d.leftover.key),
+                        None => format!("{}/{}", store.cluster, d.leftover.key),
+                    })
+                    .collect(),
+                delete_bytes: plan.leftovers.delete.iter().map(|d| d.leftover.size).sum(),
+                keep: plan.leftovers.keep,
+            },
             summary: SummaryOut {
                 backups: plan.backups.len(),
                 keep: plan.backups.len() - deletions.len(),
@@ -197,6 +252,8 @@ pub struct LsOut {
     pub archive: ArchiveOut,
     pub foreign: Vec<String>,
     pub malformed: Vec<Malformed>,
+    /// Index entries outside the layout's grammar: left alone.
+    pub ignored: Vec<Malformed>,
 }
 
 /// `1.5 GiB`.
@@ -274,7 +331,7 @@ pub struct RestoreOut {
     /// The chain, base full first; the last one is the backup restored.
     pub backups: Vec<RestoreBackupOut>,
     /// Binlog segments replayed, in order.
-    pub segments: Vec<tidemark_store::restore::ReplaySegment>,
+    pub segments: Vec<tidemark_mariadb::restore::ReplaySegment>,
     /// Replay starts in the first segment at this position.
     pub start_position: Option<tidemark_store::format::LogPosition>,
     /// Events stamped at or after this instant are not replayed.
@@ -295,4 +352,95 @@ pub struct RestoreBackupOut {
     pub completed_at: Option<Timestamp>,
     pub size: u64,
     pub log_position: Option<tidemark_store::format::LogPosition>,
+}
+
+/// What `push --output json` prints.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PushOut {
+    pub backup_id: String,
+    pub backup_name: String,
+    pub cluster: String,
+    pub phase: tidemark_store::format::MetadataPhase,
+    /// The payload's key relative to the store URL.
+    pub key: Option<String>,
+    pub size: u64,
+    pub sha256: Option<String>,
+    pub started_at: Timestamp,
+    pub completed_at: Option<Timestamp>,
+    pub error: Option<String>,
+}
+
+impl PushOut {
+    pub fn from_metadata(
+        store: &tidemark_store::ClusterStore,
+        m: &tidemark_store::format::Metadata,
+    ) -> Self {
+        let p = m.payload.first();
+        PushOut {
+            backup_id: m.backup_id.clone(),
+            backup_name: m.backup_name.clone(),
+            cluster: m.cluster.clone(),
+            phase: m.phase,
+            key: p.map(|p| {
+                format!(
+                    "{}/{}/{}/{}",
+                    store.cluster, m.backup_name, m.backup_id, p.name
+                )
+            }),
+            size: p.map_or(0, |p| p.size),
+            sha256: p.map(|p| p.sha256.clone()),
+            started_at: m.started_at,
+            completed_at: m.completed_at,
+            error: m.error.clone(),
+        }
+    }
+}
+
+/// What `archive-binlogs --output json` prints for each pass.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchivePassOut {
+    /// Closed files uploaded and indexed.
+    pub uploaded: Vec<String>,
+    /// Closed files found already uploaded (an earlier run died before indexing), indexed.
+    pub adopted: Vec<String>,
+    pub already_indexed: usize,
+    /// The file the server is writing (never shipped).
+    pub open: Option<String>,
+    /// Closed files the server purged before they could be read.
+    pub vanished: Vec<String>,
+    pub bytes: u64,
+}
+
+impl From<tidemark_mariadb::archive::ArchiveReport> for ArchivePassOut {
+    fn from(r: tidemark_mariadb::archive::ArchiveReport) -> Self {
+        let tidemark_mariadb::archive::ArchiveReport {
+            uploaded,
+            adopted,
+            already_indexed,
+            open,
+            vanished,
+            bytes,
+        } = r;
+        ArchivePassOut {
+            uploaded,
+            adopted,
+            already_indexed,
+            open,
+            vanished,
+            bytes,
+        }
+    }
+}
+
+/// What `simulate --output json` prints.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SimulateOut<'a> {
+    pub format_version: u32,
+    pub schedule: &'a str,
+    pub policy: serde_json::Value,
+    pub backup_size: u64,
+    pub days: &'a [tidemark_core::simulate::SimDay],
 }

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use jiff::Timestamp;
 use tidemark_api::BackupPolicy;
-use tidemark_core::{Policy, PolicyInput};
+use tidemark_core::{Policy, PolicyError, PolicyField, PolicyInput};
 use tidemark_store::{ClusterStore, StoreOptions};
 
 use crate::args::{PolicyArgs, StoreArgs};
@@ -26,9 +26,18 @@ pub struct ResolvedPolicy {
 
 /// Reads and checks a BackupPolicy file.
 pub fn read_policy_file(path: &Path) -> Result<BackupPolicy, CliError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| CliError::input(format!("cannot read policy file {}: {e}", path.display())))?;
+    let text = read_config_file(path)?;
     BackupPolicy::from_yaml(&text).map_err(|e| CliError::input(format!("{}: {e}", path.display())))
+}
+
+/// Reads a configuration file, refusing one too large or too deeply nested to be a
+/// configuration before any parser sees it.
+pub fn read_config_file(path: &Path) -> Result<String, CliError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CliError::input(format!("cannot read {}: {e}", path.display())))?;
+    tidemark_api::config::check_bounds(&text)
+        .map_err(|e| CliError::input(format!("{}: {e}", path.display())))?;
+    Ok(text)
 }
 
 /// Opens the store named by flags, or else by the BackupPolicy file at `policy` (for the
@@ -89,6 +98,8 @@ pub fn target(
         .or_else(|| os.and_then(|o| o.endpoint.clone()));
     let options = StoreOptions {
         endpoint,
+        region: os.and_then(|o| o.region.clone()),
+        path_style: os.and_then(|o| o.path_style),
         ..Default::default()
     };
     Ok(Target {
@@ -98,7 +109,7 @@ pub fn target(
 
 /// The retention policy from the file or the flags (not both).
 pub fn policy(args: &PolicyArgs, file: Option<&BackupPolicy>) -> Result<ResolvedPolicy, CliError> {
-    let (input, from_flags) = match file {
+    let input = match file {
         Some(p) => {
             if args.any_flag() {
                 return Err(CliError::input(
@@ -114,10 +125,9 @@ pub fn policy(args: &PolicyArgs, file: Option<&BackupPolicy>) -> Result<Resolved
                         .display()
                 )));
             };
-            (r.to_input(p.spec.time_zone.as_deref()), false)
+            r.to_input(p.spec.time_zone.as_deref())
         }
-        None => (
-            PolicyInput {
+        None => PolicyInput {
                 window: args.window.clone(),
                 keep_last: args.keep_last,
                 keep_daily: args.keep_daily,
@@ -129,59 +139,88 @@ pub fn policy(args: &PolicyArgs, file: Option<&BackupPolicy>) -> Result<Resolved
                 consolidate: args.consolidate.then_some(true),
                 max_deletions_per_pass: args.max_deletions,
                 time_zone: args.time_zone.clone(),
-            },
-            true,
-        ),
+        },
     };
     let policy = input.validate().map_err(|e| {
-        let msg = e.to_string();
-        let msg = if from_flags { flagify(&msg) } else { msg };
-        match file {
-            Some(_) => CliError::input(format!(
-                "{}: spec.retention.{msg}",
-                args.policy
-                    .as_deref()
-                    .unwrap_or(Path::new("policy"))
-                    .display()
-            )),
-            None => CliError::input(format!("invalid policy: {msg}")),
-        }
+        let path = args.policy.as_deref().unwrap_or(Path::new("policy"));
+        CliError::input(match (file.is_some(), e.field()) {
+            (true, Some(f)) => format!(
+                "{}: {}: {}",
+                path.display(),
+                yaml_path(f),
+                e.problem()
+            ),
+            (true, None) => format!("{}: spec.retention: {e}", path.display()),
+            (false, Some(f)) => format!("invalid policy: {}: {}", flag(f), e.problem()),
+            (false, None) => match e {
+                PolicyError::NoRule => "invalid policy: a policy without a rule would keep only the newest backup: give at least one of --window, --keep-last, --keep-daily, --keep-weekly, --keep-monthly or --keep-yearly (or --policy FILE)".to_owned(),
+                other => format!("invalid policy: {other}"),
+            },
+        })
     })?;
     let as_given = serde_json::to_value(&policy).unwrap_or(serde_json::Value::Null);
     Ok(ResolvedPolicy { policy, as_given })
 }
 
-/// Field names in policy errors → the flags that set them.
-fn flagify(msg: &str) -> String {
-    const FLAGS: [(&str, &str); 10] = [
-        ("window:", "--window:"),
-        ("keepLast:", "--keep-last:"),
-        ("keepDaily:", "--keep-daily:"),
-        ("keepWeekly:", "--keep-weekly:"),
-        ("keepMonthly:", "--keep-monthly:"),
-        ("keepYearly:", "--keep-yearly:"),
-        ("failedBackupsTTL:", "--failed-ttl:"),
-        ("maxDeletionsPerPass:", "--max-deletions:"),
-        ("timeZone:", "--time-zone:"),
-        ("coverWindow:", "--cover-window:"),
-    ];
-    for (field, flag) in FLAGS {
-        if let Some(rest) = msg.strip_prefix(field) {
-            return format!("{flag}{rest}");
-        }
+/// Where a policy field is in a BackupPolicy document.
+fn yaml_path(f: PolicyField) -> String {
+    match f {
+        PolicyField::TimeZone => "spec.timeZone".to_owned(),
+        other => format!("spec.retention.{}", other.name()),
     }
-    msg.replace("set at least one of window, keepLast, keepDaily, keepWeekly, keepMonthly or keepYearly",
-        "give at least one of --window, --keep-last, --keep-daily, --keep-weekly, --keep-monthly or --keep-yearly (or --policy FILE)")
 }
 
-/// `--now`, or the clock.
-pub fn now(arg: Option<&str>) -> Result<Timestamp, CliError> {
-    match arg {
-        None => Ok(Timestamp::now()),
-        Some(s) => s.parse().map_err(|_| {
-            CliError::input(format!(
-                "invalid --now {s:?}: expected an RFC 3339 time such as 2026-11-20T02:00:00Z"
-            ))
-        }),
+/// The flag that sets a policy field.
+fn flag(f: PolicyField) -> &'static str {
+    match f {
+        PolicyField::Window => "--window",
+        PolicyField::KeepLast => "--keep-last",
+        PolicyField::KeepDaily => "--keep-daily",
+        PolicyField::KeepWeekly => "--keep-weekly",
+        PolicyField::KeepMonthly => "--keep-monthly",
+        PolicyField::KeepYearly => "--keep-yearly",
+        PolicyField::FailedBackupsTtl => "--failed-ttl",
+        PolicyField::CoverWindow => "--cover-window",
+        PolicyField::Consolidate => "--consolidate",
+        PolicyField::MaxDeletionsPerPass => "--max-deletions",
+        PolicyField::TimeZone => "--time-zone",
     }
+}
+
+/// `--now`, or the clock. Instants past the last one the clock can name
+/// (`9999-12-30T22:00:00Z`) mean that last one.
+pub fn now(arg: Option<&str>) -> Result<Timestamp, CliError> {
+    let Some(s) = arg else {
+        return Ok(Timestamp::now());
+    };
+    let invalid = || {
+        CliError::input(format!(
+            "invalid --now {s:?}: expected an RFC 3339 time such as 2026-11-20T02:00:00Z"
+        ))
+    };
+    if let Ok(t) = s.parse::<Timestamp>() {
+        return Ok(t);
+    }
+    // Well-formed but beyond the range: the end of time, for "as if everything expired".
+    let pieces = jiff::fmt::temporal::Pieces::parse(s).map_err(|_| invalid())?;
+    let date = pieces.date();
+    if pieces.offset().is_some() && date.year() >= 9999 {
+        Ok(Timestamp::MAX)
+    } else {
+        Err(invalid())
+    }
+}
+
+/// Refuses to carry out a plan evaluated later than the clock unless asked to: such a
+/// pass deletes backups that the real window still promises.
+pub fn check_future_now(now: Timestamp, allowed: bool) -> Result<(), CliError> {
+    /// Slack for a `--now` taken from the clock a moment before.
+    const SKEW: jiff::SignedDuration = jiff::SignedDuration::from_secs(60);
+    let clock = Timestamp::now();
+    if now > clock + SKEW && !allowed {
+        return Err(CliError::input(format!(
+            "--now {now} is later than the clock ({clock}): gc would delete what a pass then would, backups the window promises today included; pass --allow-future-now to do so (plan shows it without deleting)"
+        )));
+    }
+    Ok(())
 }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use tidemark_store::format::BackupType;
-use tidemark_store::restore::{self, RestoreError, RestorePlan, Tools};
+use tidemark_mariadb::restore::{self, RestorePlan, Tools};
 use tidemark_store::{NoProgress, Progress};
 
 use crate::args::{OutputFormat, RestoreArgs};
@@ -24,25 +24,8 @@ impl Progress for Steps {
     }
 }
 
-fn restore_error(e: RestoreError) -> CliError {
-    let exit = match &e {
-        RestoreError::Refused(_) | RestoreError::NoPosition { .. } => Exit::NotRestorable,
-        RestoreError::Method { .. } | RestoreError::DatadirNotEmpty(_) => Exit::Input,
-        RestoreError::NoMetadata { .. } => Exit::Data,
-        RestoreError::Transfer(_) => Exit::Data,
-        RestoreError::Io { .. }
-        | RestoreError::Spawn { .. }
-        | RestoreError::Tool { .. }
-        | RestoreError::ServerStart { .. } => Exit::RestoreFailed,
-        RestoreError::Store(_) => Exit::Store,
-    };
-    match e {
-        RestoreError::Store(s)
-        | RestoreError::Transfer(tidemark_store::transfer::TransferError::Store(s)) => {
-            CliError::from(s)
-        }
-        other => CliError::new(exit, other),
-    }
+fn restore_error(e: tidemark_mariadb::restore::RestoreError) -> CliError {
+    tidemark_engine::EngineError::from(e).into()
 }
 
 pub async fn restore(args: &RestoreArgs) -> Result<Exit, CliError> {

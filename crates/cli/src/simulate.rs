@@ -2,25 +2,13 @@
 
 use std::fmt::Write as _;
 
-use serde::Serialize;
 use tidemark_core::schedule::Cron;
 use tidemark_core::simulate::{SimDay, Simulation, simulate};
 
 use crate::args::{OutputFormat, SimulateArgs};
 use crate::exit::{CliError, Exit};
-use crate::output::{JSON_FORMAT_VERSION, human_bytes, table};
+use crate::output::{JSON_FORMAT_VERSION, SimulateOut, human_bytes, table};
 use crate::resolve;
-
-/// What `simulate --output json` prints.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct SimulateOut<'a> {
-    format_version: u32,
-    schedule: &'a str,
-    policy: serde_json::Value,
-    backup_size: u64,
-    days: &'a [SimDay],
-}
 
 /// Parses a size: a number (decimals allowed) and B, KB/MB/GB/TB (powers of 1000) or
 /// KiB/MiB/GiB/TiB (powers of 1024).

@@ -417,7 +417,7 @@ fn archive_binlogs_once_ships_closed_files_and_ls_shows_them() {
         let start = t0 + (k - 1) * 600;
         std::fs::write(
             server.path().join(&name),
-            tidemark_store::binlog::synthetic(&[start, start + 599], 32),
+            tidemark_mariadb::binlog::synthetic(&[start, start + 599], 32),
         )
         .unwrap();
         index.push_str(&format!("{}\n", server.path().join(&name).display()));

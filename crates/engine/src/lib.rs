@@ -1,1 +1,54 @@
-//! Tidemark engine (under construction).
+//! Tidemark's use cases, shared by the command line and the operator:
+//!
+//! - [`pass`]: the retention pass — observe, plan, the work the plan asks for, execute,
+//!   report — one path for `tidemark gc`, `tidemark run` and the operator;
+//! - [`attempt`]: the backup attempt — marker, upload, commit, or a failed record — and
+//!   where it runs ([`attempt::BackupRunner`]: a local process now, a Job in the operator);
+//! - [`standalone`]: `tidemark run`, the schedules, binlog archiving and retention of a
+//!   configuration as independent tasks, with their state in the store;
+//! - [`error`]: one error type, whose [`error::Class`] the CLI maps to exit codes and the
+//!   operator to requeue policies.
+
+pub mod attempt;
+pub mod clock;
+pub mod error;
+pub mod pass;
+pub mod redact;
+pub mod standalone;
+
+pub use attempt::{AttemptFailure, BackupRequest, BackupRunner, LocalProcess};
+pub use clock::{Clock, SystemClock};
+pub use error::{Class, EngineError};
+pub use pass::{Consolidator, LocalConsolidator, PassOutcome, PassRequest, retention_pass};
+
+/// The use cases run as tasks (here and in the operator's controllers), so their futures
+/// must be `Send` for every lifetime of what they borrow — which a stream of closures over
+/// borrowed items quietly breaks. This fails to compile if one of them stops being so.
+#[cfg(test)]
+#[allow(dead_code)]
+mod send_check {
+    use tidemark_store::{ClusterStore, NoProgress};
+
+    fn task<F: std::future::Future + Send + 'static>(_: F) {}
+
+    fn check(
+        store: ClusterStore,
+        binlog_index: std::path::PathBuf,
+        request: crate::PassRequest,
+        backup: crate::BackupRequest,
+    ) {
+        let s = store.clone();
+        task(async move { crate::retention_pass(&s, &request, None, &NoProgress).await.is_ok() });
+        let s = store.clone();
+        task(async move {
+            tidemark_mariadb::archive::archive_pass(&s, &binlog_index, &NoProgress)
+                .await
+                .is_ok()
+        });
+        task(async move {
+            crate::attempt::take_backup(&store, &backup, &NoProgress)
+                .await
+                .is_ok()
+        });
+    }
+}

@@ -203,9 +203,11 @@ pub async fn archive_pass(
     let (large, small): (Vec<Local>, Vec<Local>) = todo.into_iter().partition(|f| {
         std::fs::metadata(&f.path).is_ok_and(|m| m.len() >= transfer::PART_SIZE as u64)
     });
+    // The futures are made before they become a stream: a stream of closures borrowing
+    // `store` and `progress` would not be `Send` for every lifetime, which tasks need.
     let ship_all = |files: Vec<Local>, concurrency: usize| {
-        futures::stream::iter(files)
-            .map(|f| async move { ship(store, &f, progress).await })
+        let shipping: Vec<_> = files.into_iter().map(|f| ship(store, f, progress)).collect();
+        futures::stream::iter(shipping)
             .buffer_unordered(concurrency)
             .collect::<Vec<_>>()
     };
@@ -258,7 +260,7 @@ pub async fn archive_pass(
 /// it was adopted. [`ArchiveError::Vanished`]: the server purged it before it was read.
 async fn ship(
     store: &ClusterStore,
-    f: &Local,
+    f: Local,
     progress: &dyn Progress,
 ) -> Result<(IndexEntry, bool), ArchiveError> {
     let path = f.path.clone();

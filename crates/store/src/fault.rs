@@ -21,6 +21,9 @@ pub enum FaultMode {
     Once(usize),
     /// The k-th request and every later one fail: a crash at that point.
     From(usize),
+    /// The k-th request is carried out, and then reported failed: an answer lost on the
+    /// way back, so the caller does not know its write took effect.
+    LoseAnswer(usize),
     /// Nothing fails; requests are only counted.
     Never,
 }
@@ -53,16 +56,23 @@ impl FaultStore {
         let fail = match mode {
             FaultMode::Once(k) => n == k,
             FaultMode::From(k) => n >= k,
-            FaultMode::Never => false,
+            FaultMode::LoseAnswer(_) | FaultMode::Never => false,
         };
-        if fail {
-            Err(object_store::Error::Generic {
-                store: "FaultStore",
-                source: format!("injected fault at request {n}").into(),
-            })
-        } else {
-            Ok(())
+        if fail { Err(Self::fault(n)) } else { Ok(()) }
+    }
+
+    fn fault(n: usize) -> object_store::Error {
+        object_store::Error::Generic {
+            store: "FaultStore",
+            source: format!("injected fault at request {n}").into(),
         }
+    }
+
+    /// For a write: counts it, and says whether its answer is to be lost.
+    fn tick_write(&self) -> Result<bool> {
+        let n = self.count.load(Ordering::SeqCst);
+        Self::tick(&self.count, self.mode)?;
+        Ok(self.mode == FaultMode::LoseAnswer(n))
     }
 }
 
@@ -80,8 +90,12 @@ impl ObjectStore for FaultStore {
         payload: PutPayload,
         opts: PutOptions,
     ) -> Result<PutResult> {
-        Self::tick(&self.count, self.mode)?;
-        self.inner.put_opts(location, payload, opts).await
+        let lose = self.tick_write()?;
+        let done = self.inner.put_opts(location, payload, opts).await;
+        if lose && done.is_ok() {
+            return Err(Self::fault(self.requests() - 1));
+        }
+        done
     }
 
     async fn put_multipart_opts(

@@ -571,19 +571,29 @@ pub async fn write_new(
 }
 
 async fn put_shards(store: &ClusterStore, shards: &[(String, Vec<u8>)]) -> Result<(), StoreError> {
-    futures::stream::iter(shards.iter().map(|(rel, body)| async move {
-        let key = layout::shard_key(rel).unwrap_or_else(|| Path::from(rel.as_str()));
-        store
-            .inner
-            .put(&key, PutPayload::from(body.clone()))
-            .await
-            .map(|_| ())
-            .map_err(|source| write_err(store, &key, source))
-    }))
-    .buffer_unordered(SHARD_READ_CONCURRENCY)
-    .try_collect::<Vec<()>>()
-    .await
-    .map(|_| ())
+    // Owned keys and bodies: a stream of closures over borrowed items is not `Send` for
+    // every lifetime, which the tasks calling this need.
+    let writes: Vec<_> = shards
+        .iter()
+        .map(|(rel, body)| {
+            let key = layout::shard_key(rel).unwrap_or_else(|| Path::from(rel.as_str()));
+            put_one(store, key, PutPayload::from(body.clone()))
+        })
+        .collect();
+    futures::stream::iter(writes)
+        .buffer_unordered(SHARD_READ_CONCURRENCY)
+        .try_collect::<Vec<()>>()
+        .await
+        .map(|_| ())
+}
+
+async fn put_one(store: &ClusterStore, key: Path, body: PutPayload) -> Result<(), StoreError> {
+    store
+        .inner
+        .put(&key, body)
+        .await
+        .map(|_| ())
+        .map_err(|source| write_err(store, &key, source))
 }
 
 /// Deletes shard objects, best effort: one left behind is an unreferenced shard, which a

@@ -114,6 +114,42 @@ impl StoredState {
         })
     }
 
+    /// Writes `next` if nobody else changed the state since it was read, and only then
+    /// takes it as the state: a write that fails leaves the state as it was, and a write
+    /// that reached the store but whose answer was lost is found out by reading it again.
+    ///
+    /// # Errors
+    /// Another writer changed it ([`StoreError::StateContention`]: another `tidemark run`
+    /// on the same cluster); a failed request (the state stays as it was).
+    pub async fn save_as(&mut self, store: &ClusterStore, next: RunState) -> Result<(), StoreError> {
+        let previous = std::mem::replace(&mut self.state, next);
+        match self.save(store).await {
+            Ok(()) => Ok(()),
+            Err(e @ StoreError::StateContention { .. }) => {
+                self.state = previous;
+                Err(e)
+            }
+            Err(e) => {
+                // In doubt: what is in the store now?
+                match StoredState::load(store).await {
+                    Ok(found) if found.state == self.state => {
+                        self.version = found.version;
+                        Ok(())
+                    }
+                    Ok(found) if found.state == previous => {
+                        self.state = previous;
+                        self.version = found.version;
+                        Err(e)
+                    }
+                    _ => {
+                        self.state = previous;
+                        Err(e)
+                    }
+                }
+            }
+        }
+    }
+
     /// Writes the state if nobody else changed it since it was read.
     ///
     /// # Errors
@@ -154,4 +190,212 @@ impl StoredState {
         });
         Ok(())
     }
+}
+
+/// `_state/lease.json`: which `tidemark run` works on this cluster. Taken with a
+/// conditional create, renewed with conditional updates, so two runners cannot both hold
+/// it; one that stops renewing loses it once `expiresAt` has passed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Lease {
+    pub format_version: u32,
+    /// A random id of the holding process.
+    pub holder: String,
+    pub host: String,
+    pub pid: u32,
+    pub acquired_at: Timestamp,
+    pub renewed_at: Timestamp,
+    /// Until when the holder may be assumed alive without a renewal.
+    pub expires_at: Timestamp,
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Lease {
+    /// `host:pid (holder)`, for messages.
+    pub fn describe(&self) -> String {
+        format!("{}:{} ({})", self.host, self.pid, self.holder)
+    }
+}
+
+/// Why the lease could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    #[error("the lease is held by {}", .0.describe())]
+    Held(Box<Lease>),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A lease this process holds.
+#[derive(Debug, Clone)]
+pub struct HeldLease {
+    pub lease: Lease,
+    version: Option<UpdateVersion>,
+}
+
+fn lease_key() -> Path {
+    Path::from_iter([layout::STATE, "lease.json"])
+}
+
+/// This machine's name, for the lease.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+async fn read_lease(store: &ClusterStore) -> Result<Option<(Lease, UpdateVersion)>, StoreError> {
+    let key = lease_key();
+    let got = match store.inner.get(&key).await {
+        Ok(g) => g,
+        Err(e) if is_not_found(&e) => return Ok(None),
+        Err(source) => return Err(request(store, "reading", &key, source)),
+    };
+    let version = UpdateVersion {
+        e_tag: got.meta.e_tag.clone(),
+        version: got.meta.version.clone(),
+    };
+    let bytes = got
+        .bytes()
+        .await
+        .map_err(|source| request(store, "reading", &key, source))?;
+    let lease = serde_json::from_slice(&bytes).map_err(|e| StoreError::MalformedState {
+        url: store.url.clone(),
+        key: store.display_key(&key),
+        problem: e.to_string(),
+    })?;
+    Ok(Some((lease, version)))
+}
+
+/// Takes the cluster's lease for `holder` until `now + ttl`: when nobody holds it, when
+/// its holder let it expire, or when its holder was a process on this machine that is
+/// gone (a `tidemark run` killed and restarted).
+///
+/// # Errors
+/// [`LeaseError::Held`] naming the holder; a failed request.
+pub async fn acquire_lease(
+    store: &ClusterStore,
+    holder: &str,
+    now: Timestamp,
+    ttl: jiff::SignedDuration,
+) -> Result<HeldLease, LeaseError> {
+    let key = lease_key();
+    let host = host_name();
+    let mine = Lease {
+        format_version: STATE_FORMAT_VERSION,
+        holder: holder.to_owned(),
+        host: host.clone(),
+        pid: std::process::id(),
+        acquired_at: now,
+        renewed_at: now,
+        expires_at: now.checked_add(ttl).unwrap_or(Timestamp::MAX),
+        extra: serde_json::Map::new(),
+    };
+    let current = read_lease(store).await?;
+    let body = serde_json::to_vec_pretty(&mine).map_err(|source| StoreError::Encode {
+        url: store.url.clone(),
+        what: "_state/lease.json",
+        source,
+    })?;
+    let written = match &current {
+        None => crate::index::create_head(store, &key, body).await,
+        Some((held, version)) => {
+            let gone = held.host == host && !process_alive(held.pid);
+            if held.holder != holder && held.expires_at > now && !gone {
+                return Err(LeaseError::Held(Box::new(held.clone())));
+            }
+            crate::index::replace_head(store, &key, version, body).await
+        }
+    };
+    match written {
+        Ok(()) => {}
+        Err(object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. }) => {
+            // Someone else got there first: name them.
+            return match read_lease(store).await? {
+                Some((held, _)) => Err(LeaseError::Held(Box::new(held))),
+                None => Err(LeaseError::Store(StoreError::StateContention {
+                    url: store.url.clone(),
+                    key: store.display_key(&key),
+                })),
+            };
+        }
+        Err(source) => return Err(write_err(store, &key, source).into()),
+    }
+    let version = store.head(&key).await?.map(|m| UpdateVersion {
+        e_tag: m.e_tag,
+        version: m.version,
+    });
+    Ok(HeldLease {
+        lease: mine,
+        version,
+    })
+}
+
+/// Extends the lease to `now + ttl`.
+///
+/// # Errors
+/// [`LeaseError::Held`]: another process took it (this one must stop); a failed request
+/// (the lease is still ours until it expires: try again).
+pub async fn renew_lease(
+    store: &ClusterStore,
+    held: &mut HeldLease,
+    now: Timestamp,
+    ttl: jiff::SignedDuration,
+) -> Result<(), LeaseError> {
+    let key = lease_key();
+    let mut next = held.lease.clone();
+    next.renewed_at = now;
+    next.expires_at = now.checked_add(ttl).unwrap_or(Timestamp::MAX);
+    let body = serde_json::to_vec_pretty(&next).map_err(|source| StoreError::Encode {
+        url: store.url.clone(),
+        what: "_state/lease.json",
+        source,
+    })?;
+    let written = match &held.version {
+        Some(v) => crate::index::replace_head(store, &key, v, body).await,
+        None => crate::index::create_head(store, &key, body).await,
+    };
+    match written {
+        Ok(()) => {}
+        Err(object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. }) => {
+            // Ours still, if a write of ours reached the store but its answer was lost.
+            return match read_lease(store).await? {
+                Some((l, v)) if l.holder == held.lease.holder => {
+                    held.lease = l;
+                    held.version = Some(v);
+                    Ok(())
+                }
+                Some((l, _)) => Err(LeaseError::Held(Box::new(l))),
+                None => Err(LeaseError::Store(StoreError::StateContention {
+                    url: store.url.clone(),
+                    key: store.display_key(&key),
+                })),
+            };
+        }
+        Err(source) => return Err(write_err(store, &key, source).into()),
+    }
+    held.version = store.head(&key).await?.map(|m| UpdateVersion {
+        e_tag: m.e_tag,
+        version: m.version,
+    });
+    held.lease = next;
+    Ok(())
+}
+
+/// Gives the lease up (best effort: unreleased, it expires).
+pub async fn release_lease(store: &ClusterStore, held: &HeldLease) {
+    let key = lease_key();
+    if let Ok(Some((l, _))) = read_lease(store).await
+        && l.holder == held.lease.holder
+    {
+        let _ = store.inner.delete(&key).await;
+    }
+}
+
+/// Whether a process of this machine is alive.
+fn process_alive(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
 }

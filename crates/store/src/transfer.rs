@@ -492,7 +492,21 @@ impl Attempt {
     /// As [`commit`]; the marker stays then, and goes stale.
     pub async fn finish(self, outcome: Outcome) -> Result<Metadata, TransferError> {
         self.heartbeat.abort();
-        let committed = commit(&self.store, &self.spec, outcome).await;
+        let committed = match commit(&self.store, &self.spec, outcome).await {
+            // The upload went missing before the commit (another process deleted it): the
+            // attempt is recorded as failed, with why, rather than left uncommitted.
+            Err(e @ TransferError::PayloadGone { .. }) => {
+                let failed = Outcome {
+                    error: Some(e.to_string()),
+                    ..Default::default()
+                };
+                if commit(&self.store, &self.spec, failed).await.is_ok() {
+                    self.release().await;
+                }
+                return Err(e);
+            }
+            other => other,
+        };
         if committed.is_ok() {
             self.release().await;
         }
@@ -507,12 +521,18 @@ impl Attempt {
     }
 
     async fn release(&self) {
-        let key = layout::marker_key(&self.spec.backup_name, &self.spec.backup_id);
-        if let Err(e) = self.store.inner.delete(&key).await
-            && !is_not_found(&e)
-        {
-            tracing::warn!(error = %e, key = %self.store.display_key(&key), "could not remove the in-flight marker; it goes stale");
-        }
+        release_marker(&self.store, &self.spec).await;
+    }
+}
+
+/// Removes an attempt's in-flight marker (best effort: one left behind goes stale and is
+/// collected with the attempt).
+pub async fn release_marker(store: &ClusterStore, spec: &BackupSpec) {
+    let key = layout::marker_key(&spec.backup_name, &spec.backup_id);
+    if let Err(e) = store.inner.delete(&key).await
+        && !is_not_found(&e)
+    {
+        tracing::warn!(error = %e, key = %store.display_key(&key), "could not remove the in-flight marker; it goes stale");
     }
 }
 

@@ -21,16 +21,20 @@ use tidemark_store::{
     ClusterStore, ExecOptions, NoProgress, StoreError, SurveyOptions, execute, survey,
 };
 
-fn ts(s: &str) -> Timestamp {
-    s.parse().unwrap()
-}
-
+/// The pass's `now`: two hours ahead of the clock (whole seconds), so that what the test
+/// writes into the store — index shards its passes leave, with the store's own times — is
+/// old enough for the planner's age rules (an unreferenced shard goes after an hour).
 fn now() -> Timestamp {
-    ts("2026-11-20T12:00:00Z")
+    static NOW: std::sync::OnceLock<Timestamp> = std::sync::OnceLock::new();
+    *NOW.get_or_init(|| {
+        let t = Timestamp::now() + SignedDuration::from_hours(2);
+        Timestamp::from_second(t.as_second()).unwrap()
+    })
 }
 
+/// Day `d` of the test's history: `now` is day 19, 10:00.
 fn day(d: i64) -> Timestamp {
-    ts("2026-11-01T02:00:00Z") + SignedDuration::from_hours(24 * d)
+    now() - SignedDuration::from_hours(19 * 24 + 10) + SignedDuration::from_hours(24 * d)
 }
 
 fn policy() -> tidemark_core::Policy {
@@ -51,8 +55,6 @@ fn exec_options() -> ExecOptions {
         // Injected faults fail every retry; keep the pauses short.
         retry_backoff: std::time::Duration::from_millis(1),
         index_shard_size: SHARD,
-        // No other writer runs here: shard debris may go at once.
-        orphan_shard_age: std::time::Duration::ZERO,
         ..ExecOptions::new(
             now(),
             serde_json::json!({"window": "7d", "failedBackupsTTL": "2d"}),
@@ -365,7 +367,13 @@ async fn orphans_are_reconciled(store: &ClusterStore) {
         .unwrap();
 
     let s = standard_survey(store).await;
-    assert_eq!(s.plan.segments.drop_from_index, ["mysql-bin.000005"]);
+    assert_eq!(
+        s.plan.segments.drop_from_index,
+        [tidemark_core::EntryRef {
+            sequence: 5,
+            name: "mysql-bin.000005".into()
+        }]
+    );
     let unindexed: Vec<&str> = s
         .plan
         .segments

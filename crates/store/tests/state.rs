@@ -3,8 +3,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use tidemark_core::schedule::ScheduleStatus;
-use tidemark_store::state::StoredState;
+use std::sync::Arc;
+
+use tidemark_store::fault::{FaultMode, FaultStore};
+use tidemark_store::state::{self, LeaseError, StoredState};
 use tidemark_store::testkit::{SeaweedFs, local_store};
+use object_store::ObjectStoreExt;
 use tidemark_store::{ClusterStore, StoreError};
 
 async fn round_trip_and_contention(store: &ClusterStore) {
@@ -14,6 +18,7 @@ async fn round_trip_and_contention(store: &ClusterStore) {
         last_check_time: Some("2026-11-20T02:00:01Z".parse().unwrap()),
         last_schedule_time: Some("2026-11-20T02:00:00Z".parse().unwrap()),
         next_schedule_time: Some("2026-11-21T02:00:00Z".parse().unwrap()),
+        last_handled_slot: None,
     };
     first
         .state
@@ -38,10 +43,95 @@ async fn round_trip_and_contention(store: &ClusterStore) {
     assert!(reread.state.last_retention_run_time.is_some());
 }
 
+/// A write that fails leaves the state as it was; one whose answer was lost after it took
+/// effect is found out by reading again — either way the next write is not refused as a
+/// stale one (the slot-losing defect).
+async fn writes_advance_only_when_known(store: &ClusterStore) {
+    let mut s = StoredState::load(store).await.unwrap();
+    s.save(store).await.unwrap();
+    let base = s.state.clone();
+    let probe = |t: &str| {
+        let mut next = base.clone();
+        next.last_retention_run_time = Some(t.parse().unwrap());
+        next
+    };
+    // The write fails before it reaches the store: nothing advances.
+    let failing = Arc::new(FaultStore::new(
+        Arc::clone(store.object_store()),
+        FaultMode::Once(0),
+    ));
+    let broken = store.map_inner(|_| failing);
+    let before = s.state.clone();
+    let next = probe("2026-11-20T04:00:00Z");
+    assert!(s.save_as(&broken, next).await.is_err());
+    assert_eq!(s.state, before);
+    // The write takes effect but its answer is lost: the state is what was written.
+    let losing = Arc::new(FaultStore::new(
+        Arc::clone(store.object_store()),
+        FaultMode::LoseAnswer(0),
+    ));
+    let lossy = store.map_inner(|_| losing);
+    let next = probe("2026-11-20T05:00:00Z");
+    s.save_as(&lossy, next.clone()).await.unwrap();
+    assert_eq!(s.state, next);
+    // And the next write goes through (its version is the one in the store).
+    let after = probe("2026-11-20T06:00:00Z");
+    s.save_as(store, after.clone()).await.unwrap();
+    assert_eq!(StoredState::load(store).await.unwrap().state, after);
+}
+
+/// `_state/lease.json`: a second runner is refused, naming the first; a lease runs out;
+/// a holder on this machine whose process is gone is replaced at once.
+async fn lease(store: &ClusterStore) {
+    let now: jiff::Timestamp = "2026-11-20T02:00:00Z".parse().unwrap();
+    let ttl = jiff::SignedDuration::from_secs(60);
+    let mut a = state::acquire_lease(store, "runner-a", now, ttl).await.unwrap();
+    let e = state::acquire_lease(store, "runner-b", now, ttl)
+        .await
+        .unwrap_err();
+    let LeaseError::Held(held) = &e else {
+        panic!("{e}")
+    };
+    assert_eq!(held.holder, "runner-a");
+    assert!(e.to_string().contains("runner-a"), "{e}");
+    // Renewed, it stays A's past the first expiry.
+    state::renew_lease(store, &mut a, now + ttl / 2, ttl).await.unwrap();
+    assert!(matches!(
+        state::acquire_lease(store, "runner-b", now + ttl, ttl).await,
+        Err(LeaseError::Held(_))
+    ));
+    // Not renewed, it runs out: B takes it, and A finds out at its next renewal.
+    let later = now + ttl * 3;
+    let b = state::acquire_lease(store, "runner-b", later, ttl).await.unwrap();
+    assert!(matches!(
+        state::renew_lease(store, &mut a, later, ttl).await,
+        Err(LeaseError::Held(_))
+    ));
+    state::release_lease(store, &b).await;
+    // A runner of this machine killed with its lease: a restart takes it over at once.
+    let dead = serde_json::json!({
+        "formatVersion": 1, "holder": "killed", "host": state::host_name(), "pid": 999_999_999u32,
+        "acquiredAt": now, "renewedAt": now, "expiresAt": now + ttl
+    });
+    store
+        .object_store()
+        .put(
+            &object_store::path::Path::from("_state/lease.json"),
+            serde_json::to_vec(&dead).unwrap().into(),
+        )
+        .await
+        .unwrap();
+    state::acquire_lease(store, "restarted", now, ttl).await.unwrap();
+}
+
 #[tokio::test]
 async fn state_on_a_local_directory() {
     let (_dir, store) = local_store("c1");
     round_trip_and_contention(&store).await;
+    let (_dir2, store2) = local_store("c2");
+    writes_advance_only_when_known(&store2).await;
+    let (_dir3, store3) = local_store("c3");
+    lease(&store3).await;
 }
 
 #[test]
@@ -49,5 +139,9 @@ fn state_on_s3() {
     // The server starts outside any runtime: its readiness check runs its own.
     let server = SeaweedFs::start();
     let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(round_trip_and_contention(&server.cluster_store("c1")));
+    rt.block_on(async {
+        round_trip_and_contention(&server.cluster_store("c1")).await;
+        writes_advance_only_when_known(&server.cluster_store("c2")).await;
+        lease(&server.cluster_store("c3")).await;
+    });
 }

@@ -1,0 +1,214 @@
+//! One error type for the use cases, with a small fixed set of classes: the CLI maps a
+//! class to an exit code, the operator to a requeue policy and an event reason. Callers
+//! match on the class, never on the text.
+
+use std::time::Duration;
+
+use tidemark_mariadb::archive::ArchiveError;
+use tidemark_mariadb::consolidate::ConsolidateError;
+use tidemark_mariadb::restore::RestoreError;
+use tidemark_store::transfer::TransferError;
+use tidemark_store::{ErrorCategory, StoreError};
+
+/// What kind of failure an error is, and so what to do about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Class {
+    /// The user's input or configuration is wrong: wait for it to change.
+    Input,
+    /// The store could not be reached or refused a request: transient, retry with backoff.
+    Store,
+    /// Data in the store blocks the work (malformed, newer format, a checksum mismatch):
+    /// a person must look; retry rarely.
+    Data,
+    /// Another writer holds what this needs (a lease, a backup-id): retry later.
+    Contention,
+    /// The backup source failed (the command exited non-zero, its stream broke): the
+    /// attempt is recorded as failed; the next slot tries again.
+    Source,
+    /// A restore target cannot be reached.
+    NotRestorable,
+    /// A restore's MariaDB tool failed.
+    RestoreFailed,
+    /// A bug.
+    Internal,
+}
+
+impl Class {
+    /// A bounded name for metrics labels and event reasons.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Class::Input => "input",
+            Class::Store => "store",
+            Class::Data => "data",
+            Class::Contention => "contention",
+            Class::Source => "source",
+            Class::NotRestorable => "notRestorable",
+            Class::RestoreFailed => "restoreFailed",
+            Class::Internal => "internal",
+        }
+    }
+
+    /// How long to wait before the `failures`-th retry in a row (1-based): exponential
+    /// for transient classes, capped; a fixed long pause for those a person must fix.
+    pub fn backoff(self, failures: u32) -> Duration {
+        /// First pause after a transient failure.
+        const FIRST: Duration = Duration::from_secs(1);
+        /// Longest pause between retries of a transient failure: a store back after an
+        /// outage is noticed within it.
+        const CAP: Duration = Duration::from_secs(300);
+        /// Pause after a failure only a person can fix (bad data, bad input, a bug): often
+        /// enough to notice the fix, rarely enough not to flood the log.
+        const SLOW: Duration = Duration::from_secs(600);
+        match self {
+            Class::Store | Class::Contention | Class::Source => {
+                let exp = failures.saturating_sub(1).min(16);
+                FIRST.saturating_mul(1 << exp).min(CAP)
+            }
+            Class::Input
+            | Class::Data
+            | Class::NotRestorable
+            | Class::RestoreFailed
+            | Class::Internal => SLOW,
+        }
+    }
+}
+
+impl From<ErrorCategory> for Class {
+    fn from(c: ErrorCategory) -> Self {
+        match c {
+            ErrorCategory::Input => Class::Input,
+            ErrorCategory::Store => Class::Store,
+            ErrorCategory::Data => Class::Data,
+            ErrorCategory::Internal => Class::Internal,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Transfer(#[from] TransferError),
+    #[error(transparent)]
+    Archive(#[from] ArchiveError),
+    #[error(transparent)]
+    Restore(#[from] RestoreError),
+    #[error(transparent)]
+    Consolidate(#[from] ConsolidateError),
+    #[error(transparent)]
+    MariaDb(#[from] tidemark_mariadb::MariaDbError),
+    /// The backup command failed; the text is already free of secrets.
+    #[error("{0}")]
+    Source(String),
+    #[error("{0}")]
+    Input(String),
+    #[error(
+        "{cluster}: another `tidemark run` holds this cluster ({holder}, last renewed {renewed}); it stops when that one stops, or when its lease expires at {expires}"
+    )]
+    LeaseHeld {
+        cluster: String,
+        holder: String,
+        renewed: String,
+        expires: String,
+    },
+    #[error("{cluster}: the lease on this cluster was taken by {holder}; stopping")]
+    LeaseLost { cluster: String, holder: String },
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl EngineError {
+    pub fn class(&self) -> Class {
+        match self {
+            EngineError::Store(e) => e.category().into(),
+            EngineError::Transfer(e) => transfer_class(e),
+            EngineError::Archive(e) => match e {
+                ArchiveError::Store(s) => s.category().into(),
+                ArchiveError::Upload { source, .. } => transfer_class(source),
+                ArchiveError::IndexFile { .. }
+                | ArchiveError::NotBinlogName { .. }
+                | ArchiveError::DuplicateSequence { .. }
+                | ArchiveError::SequenceTaken { .. } => Class::Input,
+                ArchiveError::Binlog { .. } | ArchiveError::Vanished(_) => Class::Source,
+            },
+            EngineError::Restore(e) => match e {
+                RestoreError::Refused(_) | RestoreError::NoPosition { .. } => Class::NotRestorable,
+                RestoreError::Method { .. } | RestoreError::DatadirNotEmpty(_) => Class::Input,
+                RestoreError::NoMetadata { .. } => Class::Data,
+                RestoreError::Transfer(t) => match transfer_class(t) {
+                    // A download that fails its checksum is data; a sink that fails is the
+                    // restore's own failure.
+                    Class::Internal => Class::RestoreFailed,
+                    c => c,
+                },
+                RestoreError::Io { .. }
+                | RestoreError::Spawn { .. }
+                | RestoreError::Tool { .. }
+                | RestoreError::ServerStart { .. } => Class::RestoreFailed,
+                RestoreError::Store(s) => s.category().into(),
+            },
+            EngineError::Consolidate(e) => match e {
+                ConsolidateError::Transfer(t) => transfer_class(t),
+                ConsolidateError::NoChain { .. } | ConsolidateError::NoMetadata { .. } => {
+                    Class::Data
+                }
+                ConsolidateError::Mariadb(_) => Class::Data,
+                ConsolidateError::Restore(_) => Class::RestoreFailed,
+            },
+            EngineError::MariaDb(_) => Class::Input,
+            EngineError::Source(_) => Class::Source,
+            EngineError::Input(_) => Class::Input,
+            EngineError::LeaseHeld { .. } | EngineError::LeaseLost { .. } => Class::Contention,
+            EngineError::Internal(_) => Class::Internal,
+        }
+    }
+}
+
+fn transfer_class(e: &TransferError) -> Class {
+    match e {
+        TransferError::InvalidName(_)
+        | TransferError::InvalidId(_)
+        | TransferError::AlreadyCommitted { .. }
+        | TransferError::NotFound { .. } => Class::Input,
+        TransferError::AttemptExists { .. } => Class::Contention,
+        TransferError::Source { .. } | TransferError::EmptyStream => Class::Source,
+        TransferError::PayloadGone { .. }
+        | TransferError::Failed { .. }
+        | TransferError::MissingPayload { .. }
+        | TransferError::MissingSegment { .. }
+        | TransferError::Checksum { .. }
+        | TransferError::Metadata { .. } => Class::Data,
+        TransferError::Sink(_) => Class::Internal,
+        TransferError::Store(s) => s.category().into(),
+    }
+}
+
+/// `outer: cause: root cause`, each cause once.
+pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let text = c.to_string();
+        if !s.contains(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
+        cur = c.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transient_backoff_doubles_and_is_capped() {
+        assert_eq!(Class::Store.backoff(1), Duration::from_secs(1));
+        assert_eq!(Class::Store.backoff(2), Duration::from_secs(2));
+        assert_eq!(Class::Store.backoff(5), Duration::from_secs(16));
+        assert_eq!(Class::Store.backoff(40), Duration::from_secs(300));
+        assert_eq!(Class::Data.backoff(1), Duration::from_secs(600));
+    }
+}

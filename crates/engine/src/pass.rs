@@ -1,0 +1,197 @@
+//! The retention pass, as `tidemark gc`, `tidemark run` and the operator all run it:
+//! observe (list the store) → plan (pure, `tidemark-core`) → the work the plan asks for
+//! (consolidation, through a [`Consolidator`]) → execute (the one deleter, audit record
+//! first) → report. One path, so malformed metadata, holds and the audit record are
+//! handled the same everywhere.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+use jiff::Timestamp;
+use tidemark_core::{Action, Backup, Policy, Reason};
+use tidemark_store::executor::{Consolidation, ExecOptions};
+use tidemark_store::{
+    ClusterStore, DeleteFailure, ExecutionReport, Progress, Survey, SurveyOptions, execute, survey,
+};
+
+use crate::error::{EngineError, chain};
+
+/// Builds the synthetic full a plan's `consolidate` actions ask for (seed 002).
+#[async_trait]
+pub trait Consolidator: Send + Sync {
+    /// Builds and commits the full that replaces `target`, from what `survey` saw.
+    ///
+    /// # Errors
+    /// The chain cannot be merged; nothing of it is deleted then.
+    async fn consolidate(
+        &self,
+        store: &ClusterStore,
+        survey: &Survey,
+        target: &Backup,
+        progress: &dyn Progress,
+    ) -> Result<Consolidation, EngineError>;
+}
+
+/// Consolidates on this machine: download, `mbstream -x`, `mariabackup --prepare`, and the
+/// prepared directory streamed back as a new full.
+#[derive(Debug, Clone)]
+pub struct LocalConsolidator {
+    pub tools: tidemark_mariadb::Tools,
+    /// Where a chain is prepared (room for one full data directory).
+    pub work_dir: PathBuf,
+}
+
+#[async_trait]
+impl Consolidator for LocalConsolidator {
+    async fn consolidate(
+        &self,
+        store: &ClusterStore,
+        survey: &Survey,
+        target: &Backup,
+        progress: &dyn Progress,
+    ) -> Result<Consolidation, EngineError> {
+        Ok(tidemark_mariadb::consolidate::consolidate(
+            store,
+            &survey.catalog,
+            &survey.inventory,
+            &target.id,
+            &self.tools,
+            &self.work_dir,
+            progress,
+        )
+        .await?)
+    }
+}
+
+/// One retention pass to make.
+#[derive(Debug, Clone)]
+pub struct PassRequest {
+    pub policy: Policy,
+    /// The policy as the user wrote it, for the audit record.
+    pub policy_as_given: serde_json::Value,
+    /// The instant the policy is evaluated at.
+    pub now: Timestamp,
+    /// The wall clock at the start of the pass (names the audit record).
+    pub started_at: Timestamp,
+    /// Backup-ids on hold for this pass.
+    pub protect: HashSet<String>,
+    /// Carry the plan out (`gc`), or only make it (`plan`).
+    pub execute: bool,
+    /// Go ahead although some `metadata.json` files are malformed (those backups are kept
+    /// whatever happens).
+    pub ignore_malformed: bool,
+}
+
+/// What a pass saw, planned and did.
+#[derive(Debug)]
+pub struct PassOutcome {
+    /// What the plan was made from, and the plan (after any consolidation, the plan that
+    /// was carried out).
+    pub survey: Survey,
+    /// What was done (`None`: a dry run, or refused because of malformed metadata).
+    pub executed: Option<ExecutionReport>,
+    /// Malformed `metadata.json` stopped the pass before it deleted anything.
+    pub blocked_by_malformed: bool,
+}
+
+/// Makes one retention pass over `store`.
+///
+/// # Guarantees
+/// Those of [`tidemark_store::execute`]: the audit record before any deletion, metadata
+/// before payload, segments before the index. A synthetic full is committed before the
+/// plan that deletes what it replaces is made (from a fresh listing), so a consolidation
+/// that fails deletes nothing of its chain.
+///
+/// # Errors
+/// The store failed or holds data that blocks the pass (a malformed or newer index).
+#[tracing::instrument(skip_all, fields(cluster = %store.cluster, now = %request.now, execute = request.execute))]
+pub async fn retention_pass(
+    store: &ClusterStore,
+    request: &PassRequest,
+    consolidator: Option<&dyn Consolidator>,
+    progress: &dyn Progress,
+) -> Result<PassOutcome, EngineError> {
+    let options = SurveyOptions {
+        protect: request.protect.clone(),
+    };
+    let mut seen = survey(store, &request.policy, request.now, &options, progress).await?;
+    if !request.execute {
+        return Ok(PassOutcome {
+            survey: seen,
+            executed: None,
+            blocked_by_malformed: false,
+        });
+    }
+    if !seen.catalog.malformed.is_empty() && !request.ignore_malformed {
+        return Ok(PassOutcome {
+            survey: seen,
+            executed: None,
+            blocked_by_malformed: true,
+        });
+    }
+
+    // The work the plan asks for first: each synthetic full is committed before anything
+    // of its chain goes, then the store is read again, and the full stands in.
+    let mut consolidated = Vec::new();
+    let mut failures = Vec::new();
+    let targets: Vec<Backup> = consolidation_targets(&seen);
+    if let Some(driver) = consolidator
+        && !targets.is_empty()
+    {
+        for target in &targets {
+            progress.step(&format!("consolidating the chain of {}", target.id), 0);
+            match driver.consolidate(store, &seen, target, progress).await {
+                Ok(c) => {
+                    tracing::info!(target = %c.target, synthetic = %c.synthetic, "synthetic full committed");
+                    consolidated.push(c);
+                }
+                Err(e) => failures.push(DeleteFailure {
+                    key: format!("{}/{}/{}", store.cluster, target.name, target.id),
+                    error: format!("consolidation failed, the chain stays: {}", chain(&e)),
+                }),
+            }
+        }
+        if !consolidated.is_empty() {
+            seen = survey(store, &request.policy, request.now, &options, progress).await?;
+        }
+    }
+
+    let mut exec = ExecOptions::new(request.started_at, request.policy_as_given.clone());
+    exec.index_shard_size = tidemark_store::index::SHARD_SIZE;
+    let mut report = execute(store, &seen, &exec, progress).await?;
+    for d in seen.plan.deletions() {
+        if report.backups_deleted.contains(&d.backup.id) {
+            let why: Vec<String> = d.reasons.iter().map(ToString::to_string).collect();
+            tracing::info!(
+                backup = %format!("{}/{}", d.backup.name, d.backup.id),
+                reasons = %why.join(", "),
+                "deleted"
+            );
+        }
+    }
+    report.consolidated = consolidated;
+    report.failures.splice(0..0, failures);
+    Ok(PassOutcome {
+        survey: seen,
+        executed: Some(report),
+        blocked_by_malformed: false,
+    })
+}
+
+/// The increments the plan replaces by synthetic fulls: `consolidate` actions that are not
+/// themselves merged into another.
+fn consolidation_targets(survey: &Survey) -> Vec<Backup> {
+    survey
+        .plan
+        .backups
+        .iter()
+        .filter(|d| d.action == Action::Consolidate)
+        .filter(|d| {
+            !d.reasons
+                .iter()
+                .any(|r| matches!(r, Reason::ConsolidateInto(_)))
+        })
+        .map(|d| d.backup.clone())
+        .collect()
+}

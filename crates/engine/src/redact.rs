@@ -1,0 +1,124 @@
+//! Secrets never reach a record or a log. A backup command line is shown in errors and
+//! recorded in `metadata.json` when an attempt fails; an argument that looks like it holds
+//! a secret (`--password=…`, `-pSECRET`, `--password SECRET`, `MYSQL_PWD=…`,
+//! `scheme://user:secret@host`) is shown as `***` instead. Credentials belong in an option
+//! file (`--defaults-extra-file`) or the environment, which are never recorded.
+
+/// What a secret is shown as.
+pub const HIDDEN: &str = "***";
+
+/// Fragments of option or variable names that carry secrets.
+const SECRET_NAMES: [&str; 9] = [
+    "password",
+    "passwd",
+    "pwd",
+    "secret",
+    "token",
+    "credential",
+    "apikey",
+    "api-key",
+    "api_key",
+];
+
+fn secret_name(name: &str) -> bool {
+    let name = name.trim_start_matches('-').to_ascii_lowercase();
+    SECRET_NAMES.iter().any(|s| name.contains(s)) || name.ends_with("-key") || name == "key"
+}
+
+/// The arguments with every secret-looking value replaced by [`HIDDEN`].
+pub fn redact(args: &[String]) -> Vec<String> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut hide_next = false;
+    for arg in args {
+        if hide_next {
+            hide_next = false;
+            if !arg.starts_with('-') {
+                out.push(HIDDEN.to_owned());
+                continue;
+            }
+        }
+        out.push(redact_one(arg, &mut hide_next));
+    }
+    out
+}
+
+fn redact_one(arg: &str, hide_next: &mut bool) -> String {
+    // NAME=value and --name=value.
+    if let Some((name, _)) = arg.split_once('=')
+        && !name.contains("://")
+        && secret_name(name)
+    {
+        return format!("{name}={HIDDEN}");
+    }
+    // --password VALUE
+    if arg.starts_with('-') && !arg.contains('=') && secret_name(arg) {
+        *hide_next = true;
+        return arg.to_owned();
+    }
+    // The MySQL short form -pSECRET (a lone -p prompts, and is harmless).
+    if let Some(rest) = arg.strip_prefix("-p")
+        && !rest.is_empty()
+        && !arg.starts_with("--")
+    {
+        return format!("-p{HIDDEN}");
+    }
+    // scheme://user:secret@host
+    if let Some((scheme, rest)) = arg.split_once("://")
+        && let Some((userinfo, host)) = rest.split_once('@')
+        && let Some((user, _)) = userinfo.split_once(':')
+    {
+        return format!("{scheme}://{user}:{HIDDEN}@{host}");
+    }
+    arg.to_owned()
+}
+
+/// `words` as a shell would read them, quoted where needed, secrets hidden.
+pub fn shell_words(words: &[String]) -> String {
+    redact(words)
+        .iter()
+        .map(|w| {
+            if !w.is_empty()
+                && w.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,@%+*".contains(&b))
+            {
+                w.clone()
+            } else {
+                format!("'{}'", w.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(args: &[&str]) -> Vec<String> {
+        redact(&args.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn secrets_are_hidden_and_the_rest_is_kept() {
+        assert_eq!(
+            r(&["mariabackup", "--user=root", "--password=hunter2", "--socket=/s"]),
+            ["mariabackup", "--user=root", "--password=***", "--socket=/s"]
+        );
+        assert_eq!(r(&["mysql", "-phunter2", "-p"]), ["mysql", "-p***", "-p"]);
+        assert_eq!(
+            r(&["x", "--password", "hunter2", "--port", "3306"]),
+            ["x", "--password", "***", "--port", "3306"]
+        );
+        assert_eq!(
+            r(&["env", "MYSQL_PWD=hunter2", "AWS_SECRET_ACCESS_KEY=abc", "x"]),
+            ["env", "MYSQL_PWD=***", "AWS_SECRET_ACCESS_KEY=***", "x"]
+        );
+        assert_eq!(
+            r(&["pg_dump", "postgres://u:hunter2@db/x"]),
+            ["pg_dump", "postgres://u:***@db/x"]
+        );
+        assert_eq!(r(&["--encrypt-key=k", "--api-token", "t"]), ["--encrypt-key=***", "--api-token", "***"]);
+        assert_eq!(r(&["tar", "-C", "/data", "-cf", "-", "."]), ["tar", "-C", "/data", "-cf", "-", "."]);
+        assert!(!shell_words(&["sh".into(), "-c".into(), "x --password=hunter2".into()]).contains("hunter2"));
+    }
+}

@@ -1,0 +1,697 @@
+//! Standalone mode (`tidemark run`): the schedules, binlog archiving and retention of each
+//! BackupPolicy on one machine, each as its own task — a long pass or consolidation never
+//! delays a scheduled backup — with all durable state in the store:
+//!
+//! - `_state/lease.json`: which runner works on the cluster (a second one is refused,
+//!   naming the first);
+//! - `_state/run.json`: each schedule's status, the last retention pass, and a journal of
+//!   attempts in flight (written before a backup starts, so a runner that dies during one
+//!   leaves a record the next start finds and records as failed — only those).
+//!
+//! A task that fails backs off by the error's class (exponential for a store that is away,
+//! a long pause for what a person must fix) instead of retrying at once.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use tidemark_api::schedule::{IMMEDIATE_BACKUP_LABEL, SCHEDULED_BACKUP_LABEL};
+use tidemark_core::Policy;
+use tidemark_core::schedule::{Child, Decision, ScheduleSpec, evaluate};
+use tidemark_store::catalog::Catalog;
+use tidemark_store::format::{BackupType, MetadataPhase};
+use tidemark_store::state::{self, Attempt as Journaled, HeldLease, LeaseError, RunState, StoredState};
+use tidemark_store::transfer::{BackupSpec, new_backup_id};
+use tidemark_store::{ClusterStore, NoProgress, StoreError};
+use tokio::sync::{Mutex, watch};
+use tracing::Instrument;
+
+use crate::attempt::{BackupRequest, BackupRunner, record_failed};
+use crate::clock::Clock;
+use crate::error::{EngineError, chain};
+use crate::pass::{Consolidator, PassRequest, retention_pass};
+
+/// The error recorded for an attempt a previous run died during.
+const INTERRUPTED: &str =
+    "interrupted: tidemark run stopped during this backup (found in its journal at start-up)";
+/// How long a runner's lease lasts without renewal; it is renewed every third of it.
+pub const LEASE_TTL: SignedDuration = SignedDuration::from_secs(60);
+/// Longest sleep between looks at a schedule: a clock that jumps is noticed within it.
+const MAX_NAP: Duration = Duration::from_secs(60);
+
+/// What runs under one BackupPolicy.
+#[derive(Debug, Clone)]
+pub struct PolicyRun {
+    /// The BackupPolicy's name.
+    pub name: String,
+    pub store: ClusterStore,
+    pub retention: Option<RetentionRun>,
+    pub archive: Option<ArchiveRun>,
+    pub schedules: Vec<ScheduleRun>,
+}
+
+#[derive(Debug, Clone)]
+pub struct RetentionRun {
+    pub policy: Policy,
+    /// The policy as written, for the audit record.
+    pub as_given: serde_json::Value,
+    pub interval: SignedDuration,
+}
+
+#[derive(Debug, Clone)]
+pub struct ArchiveRun {
+    /// The server's binlog index file.
+    pub binlog_index: PathBuf,
+    pub interval: SignedDuration,
+}
+
+/// A ScheduledBackup and what its backups run.
+#[derive(Debug, Clone)]
+pub struct ScheduleRun {
+    pub spec: ScheduleSpec,
+    /// `exec` (default), `mariabackup`, …
+    pub method: String,
+    /// The local command whose stdout is the backup.
+    pub command: Vec<String>,
+}
+
+/// How the runner behaves.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// On shutdown, how long a running backup may take to finish.
+    pub grace: Duration,
+}
+
+/// One policy's shared pieces.
+struct Ctx {
+    name: String,
+    store: ClusterStore,
+    state: Mutex<StoredState>,
+    runner: Arc<dyn BackupRunner>,
+    consolidator: Arc<dyn Consolidator>,
+    clock: Arc<dyn Clock>,
+}
+
+impl Ctx {
+    /// Applies `change` to the state and writes it; the state changes only if the write is
+    /// known to have reached the store.
+    async fn update(&self, change: impl FnOnce(&mut RunState)) -> Result<(), StoreError> {
+        let mut state = self.state.lock().await;
+        let mut next = state.state.clone();
+        change(&mut next);
+        state.save_as(&self.store, next).await
+    }
+}
+
+/// Runs every policy until `shutdown` resolves (or a lease is lost).
+///
+/// # Errors
+/// A cluster's lease is held by another runner (nothing is started), a lease was lost
+/// while running, or the state could not be read.
+pub async fn run(
+    policies: Vec<PolicyRun>,
+    runner: Arc<dyn BackupRunner>,
+    consolidator: Arc<dyn Consolidator>,
+    clock: Arc<dyn Clock>,
+    options: RunOptions,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), EngineError> {
+    let holder = format!("{:016x}", rand::random::<u64>());
+    let mut leases: Vec<(ClusterStore, HeldLease)> = Vec::new();
+    for p in &policies {
+        match state::acquire_lease(&p.store, &holder, clock.now(), LEASE_TTL).await {
+            Ok(l) => leases.push((p.store.clone(), l)),
+            Err(e) => {
+                for (s, l) in &leases {
+                    state::release_lease(s, l).await;
+                }
+                return Err(match e {
+                    LeaseError::Held(l) => EngineError::LeaseHeld {
+                        cluster: format!("{}/{}", p.store.url, p.store.cluster),
+                        holder: l.describe(),
+                        renewed: l.renewed_at.to_string(),
+                        expires: l.expires_at.to_string(),
+                    },
+                    LeaseError::Store(s) => s.into(),
+                });
+            }
+        }
+    }
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (fatal_tx, mut fatal_rx) = tokio::sync::mpsc::unbounded_channel::<EngineError>();
+    let mut tasks = tokio::task::JoinSet::new();
+    for (p, (store, lease)) in policies.into_iter().zip(leases) {
+        let loaded = StoredState::load(&p.store).await?;
+        let ctx = Arc::new(Ctx {
+            name: p.name.clone(),
+            store: p.store.clone(),
+            state: Mutex::new(loaded),
+            runner: Arc::clone(&runner),
+            consolidator: Arc::clone(&consolidator),
+            clock: Arc::clone(&clock),
+        });
+        tracing::info!(
+            "policy {}: store {} cluster {}; {} schedule(s){}{}",
+            p.name,
+            p.store.url,
+            p.store.cluster,
+            p.schedules.len(),
+            p.retention
+                .as_ref()
+                .map(|r| format!(", retention every {:#}", r.interval))
+                .unwrap_or_default(),
+            p.archive
+                .as_ref()
+                .map(|a| format!(", binlogs from {} every {:#}", a.binlog_index.display(), a.interval))
+                .unwrap_or_default()
+        );
+        recover_journal(&ctx, &p.schedules).await?;
+        for s in p.schedules {
+            let span = tracing::info_span!("schedule", name = %s.spec.name);
+            tasks.spawn(
+                schedule_task(Arc::clone(&ctx), s, stop_rx.clone(), options.grace).instrument(span),
+            );
+        }
+        if let Some(r) = p.retention {
+            let span = tracing::info_span!("retention", policy = %p.name);
+            tasks.spawn(retention_task(Arc::clone(&ctx), r, stop_rx.clone()).instrument(span));
+        }
+        if let Some(a) = p.archive {
+            let span = tracing::info_span!("binlogs", policy = %p.name);
+            tasks.spawn(archive_task(Arc::clone(&ctx), a, stop_rx.clone()).instrument(span));
+        }
+        tasks.spawn(lease_task(
+            store,
+            lease,
+            Arc::clone(&clock),
+            stop_rx.clone(),
+            fatal_tx.clone(),
+        ));
+    }
+    drop(fatal_tx);
+    let fatal = tokio::select! {
+        () = shutdown => None,
+        e = fatal_rx.recv() => e,
+    };
+    tracing::info!("stopping: no new backups");
+    let _ = stop_tx.send(true);
+    while tasks.join_next().await.is_some() {}
+    match fatal {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Records the attempts the journal says a previous run died during as failed (only
+/// those: an uncommitted directory that is not in the journal is not this runner's).
+async fn recover_journal(ctx: &Ctx, schedules: &[ScheduleRun]) -> Result<(), EngineError> {
+    let journal = ctx.state.lock().await.state.running.clone();
+    if journal.is_empty() {
+        return Ok(());
+    }
+    for (schedule, a) in &journal {
+        let Some(sched) = schedules.iter().find(|s| s.spec.name == *schedule) else {
+            continue;
+        };
+        let spec = child_spec(sched, &a.backup_name, &a.backup_id, a.started_at, a.immediate);
+        if record_failed(&ctx.store, &spec, INTERRUPTED).await?.is_some() {
+            tracing::warn!(
+                "{schedule}: backup {}/{} was interrupted by a previous run; recorded as failed",
+                a.backup_name,
+                a.backup_id
+            );
+        }
+    }
+    ctx.update(|s| s.running.clear()).await?;
+    Ok(())
+}
+
+/// The spec of a generated backup.
+fn child_spec(
+    sched: &ScheduleRun,
+    name: &str,
+    id: &str,
+    started_at: Timestamp,
+    immediate: bool,
+) -> BackupSpec {
+    let ext = if sched.method == tidemark_mariadb::METHOD {
+        tidemark_mariadb::EXT
+    } else {
+        "bin"
+    };
+    let mut labels = BTreeMap::new();
+    labels.insert(SCHEDULED_BACKUP_LABEL.to_owned(), sched.spec.name.clone());
+    if immediate {
+        labels.insert(IMMEDIATE_BACKUP_LABEL.to_owned(), "true".to_owned());
+    }
+    BackupSpec {
+        backup_name: name.to_owned(),
+        backup_id: id.to_owned(),
+        kind: BackupType::Full,
+        parent_id: None,
+        method: sched.method.clone(),
+        payload_name: format!("backup.{ext}"),
+        started_at,
+        labels,
+        ttl: None,
+    }
+}
+
+/// Sleeps `d` or until told to stop; `false` when told to stop.
+async fn nap(d: Duration, stop: &mut watch::Receiver<bool>) -> bool {
+    if *stop.borrow() {
+        return false;
+    }
+    tokio::select! {
+        () = tokio::time::sleep(d) => true,
+        _ = stop.changed() => !*stop.borrow(),
+    }
+}
+
+fn until(clock: &dyn Clock, at: Option<Timestamp>) -> Duration {
+    let Some(at) = at else { return Duration::ZERO };
+    let d = at.duration_since(clock.now());
+    Duration::try_from(d).unwrap_or(Duration::ZERO).min(MAX_NAP)
+}
+
+async fn schedule_task(
+    ctx: Arc<Ctx>,
+    sched: ScheduleRun,
+    mut stop: watch::Receiver<bool>,
+    grace: Duration,
+) {
+    let mut failures = 0u32;
+    loop {
+        let status = ctx
+            .state
+            .lock()
+            .await
+            .state
+            .schedules
+            .get(&sched.spec.name)
+            .cloned()
+            .unwrap_or_default();
+        let now = ctx.clock.now();
+        let wait = if status.next_schedule_time.is_none_or(|n| n <= now) {
+            match tick(&ctx, &sched, &mut stop, grace).await {
+                Ok(()) => {
+                    failures = 0;
+                    Duration::ZERO
+                }
+                Err(e) => {
+                    failures += 1;
+                    let pause = e.class().backoff(failures);
+                    tracing::warn!(
+                        "{}: {}; retrying in {}s",
+                        sched.spec.name,
+                        chain(&e),
+                        pause.as_secs()
+                    );
+                    pause
+                }
+            }
+        } else {
+            until(ctx.clock.as_ref(), status.next_schedule_time)
+        };
+        if !nap(wait.max(Duration::from_millis(100)), &mut stop).await {
+            return;
+        }
+    }
+}
+
+/// One evaluation of a schedule, and the backup it starts (awaited here: the next slot
+/// of this schedule waits for it, nothing else does).
+async fn tick(
+    ctx: &Ctx,
+    sched: &ScheduleRun,
+    stop: &mut watch::Receiver<bool>,
+    grace: Duration,
+) -> Result<(), EngineError> {
+    let catalog = Catalog::load(&ctx.store, &NoProgress).await?;
+    let name = &sched.spec.name;
+    let status = ctx
+        .state
+        .lock()
+        .await
+        .state
+        .schedules
+        .get(name)
+        .cloned()
+        .unwrap_or_default();
+    let now = ctx.clock.now();
+    let eval = evaluate(&sched.spec, &status, &children(&catalog, name), now);
+    match eval.decision {
+        Decision::Create {
+            name: child,
+            slot,
+            immediate,
+        } => {
+            let started = ctx.clock.now();
+            let spec = child_spec(sched, &child, &new_backup_id(started), started, immediate);
+            // The slot and the journal entry in one write, before the backup starts: a
+            // crash during it neither repeats the slot nor loses the attempt.
+            let journaled = Journaled {
+                backup_name: spec.backup_name.clone(),
+                backup_id: spec.backup_id.clone(),
+                started_at: started,
+                immediate,
+            };
+            ctx.update(|s| {
+                s.schedules.insert(name.clone(), eval.status.clone());
+                s.running.insert(name.clone(), journaled);
+            })
+            .await?;
+            tracing::info!(
+                "{name}: slot {slot}{} → backup {}/{} started",
+                if immediate { " (immediate)" } else { "" },
+                spec.backup_name,
+                spec.backup_id
+            );
+            take(ctx, sched, spec, stop, grace).await;
+            if let Err(e) = ctx
+                .update(|s| {
+                    s.running.remove(name);
+                })
+                .await
+            {
+                // The journal keeps the attempt; the next start finds it committed.
+                tracing::warn!("{name}: could not clear the journal entry: {}", chain(&e));
+            }
+        }
+        decision => {
+            ctx.update(|s| {
+                s.schedules.insert(name.clone(), eval.status.clone());
+            })
+            .await?;
+            match decision {
+                Decision::Adopt { name: child, slot } => tracing::info!(
+                    "{name}: slot {slot}: backup {child} already exists and is ours; adopted"
+                ),
+                Decision::SkipCollision { name: child, slot } => tracing::warn!(
+                    "{name}: slot {slot} skipped: the name {child} is taken by a backup not labelled {SCHEDULED_BACKUP_LABEL}={name}; resuming at the next slot"
+                ),
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Takes one backup, letting it finish within `grace` when told to stop.
+async fn take(
+    ctx: &Ctx,
+    sched: &ScheduleRun,
+    spec: BackupSpec,
+    stop: &mut watch::Receiver<bool>,
+    grace: Duration,
+) {
+    let request = BackupRequest {
+        spec: spec.clone(),
+        command: sched.command.clone(),
+        parent: None,
+        detach: true,
+    };
+    let name = &sched.spec.name;
+    let run = ctx.runner.run(&ctx.store, &request, &NoProgress);
+    tokio::pin!(run);
+    let stopped = async {
+        while !*stop.borrow() {
+            if stop.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    let result = tokio::select! {
+        r = &mut run => Some(r),
+        () = stopped => None,
+    };
+    let result = match result {
+        Some(r) => Some(r),
+        None => {
+            tracing::info!(
+                "{name}: waiting up to {}s for backup {}/{} to finish",
+                grace.as_secs(),
+                spec.backup_name,
+                spec.backup_id
+            );
+            tokio::time::timeout(grace, &mut run).await.ok()
+        }
+    };
+    match result {
+        Some(Ok(m)) => tracing::info!(
+            "{name}: backup {}/{} completed ({} bytes)",
+            m.backup_name,
+            m.backup_id,
+            m.payload.iter().map(|p| p.size).sum::<u64>()
+        ),
+        Some(Err(f)) => tracing::warn!(
+            "{name}: backup {}/{} failed{}: {}",
+            spec.backup_name,
+            spec.backup_id,
+            if f.recorded.is_some() {
+                " (recorded as failed)"
+            } else {
+                ""
+            },
+            chain(&f.error)
+        ),
+        None => {
+            // Dropping the attempt kills the command (kill_on_drop) and abandons the upload.
+            drop(run);
+            let why = format!(
+                "stopped: tidemark run was asked to stop and the backup did not finish within {}s",
+                grace.as_secs()
+            );
+            match record_failed(&ctx.store, &spec, &why).await {
+                Ok(_) => tracing::warn!(
+                    "{name}: backup {}/{} did not finish in time; recorded as failed",
+                    spec.backup_name,
+                    spec.backup_id
+                ),
+                Err(e) => tracing::warn!(
+                    "{name}: backup {}/{} did not finish in time; it stays in the journal and is recorded as failed at the next start ({})",
+                    spec.backup_name,
+                    spec.backup_id,
+                    chain(&e)
+                ),
+            }
+        }
+    }
+}
+
+/// The backups that concern a schedule: those labelled as its own, and any under one of
+/// its deterministic names.
+fn children(catalog: &Catalog, schedule: &str) -> Vec<Child> {
+    let prefix = format!("{schedule}-");
+    catalog
+        .backups
+        .iter()
+        .filter_map(|b| {
+            let labels = b.metadata.as_ref().map(|m| &m.labels);
+            let ours = labels
+                .and_then(|l| l.get(SCHEDULED_BACKUP_LABEL))
+                .is_some_and(|v| v == schedule);
+            if !ours && !b.backup.name.starts_with(&prefix) {
+                return None;
+            }
+            Some(Child {
+                name: b.backup.name.clone(),
+                ours,
+                immediate: labels
+                    .and_then(|l| l.get(IMMEDIATE_BACKUP_LABEL))
+                    .is_some_and(|v| v == "true"),
+                // A schedule's backups run in its own task, so none of its children can be
+                // running while it evaluates: an uncommitted one is a past attempt.
+                done: b.metadata.as_ref().is_none_or(|m| {
+                    matches!(m.phase, MetadataPhase::Completed | MetadataPhase::Failed)
+                }),
+                slot: Some(b.backup.started_at),
+            })
+        })
+        .collect()
+}
+
+async fn retention_task(ctx: Arc<Ctx>, r: RetentionRun, mut stop: watch::Receiver<bool>) {
+    let mut failures = 0u32;
+    loop {
+        let last = ctx.state.lock().await.state.last_retention_run_time;
+        let now = ctx.clock.now();
+        let due_at = last.map(|t| t + r.interval);
+        let wait = if due_at.is_none_or(|d| now >= d) {
+            match retention(&ctx, &r, now).await {
+                Ok(()) => {
+                    failures = 0;
+                    until(ctx.clock.as_ref(), Some(now + r.interval))
+                }
+                Err(e) => {
+                    failures += 1;
+                    let pause = e.class().backoff(failures);
+                    tracing::warn!(
+                        "retention: {}; retrying in {}s",
+                        chain(&e),
+                        pause.as_secs()
+                    );
+                    pause
+                }
+            }
+        } else {
+            until(ctx.clock.as_ref(), due_at)
+        };
+        if !nap(wait.max(Duration::from_millis(100)), &mut stop).await {
+            return;
+        }
+    }
+}
+
+async fn retention(ctx: &Ctx, r: &RetentionRun, now: Timestamp) -> Result<(), EngineError> {
+    let request = PassRequest {
+        policy: r.policy.clone(),
+        policy_as_given: r.as_given.clone(),
+        now,
+        started_at: now,
+        protect: Default::default(),
+        execute: true,
+        ignore_malformed: false,
+    };
+    let outcome = retention_pass(
+        &ctx.store,
+        &request,
+        Some(ctx.consolidator.as_ref()),
+        &NoProgress,
+    )
+    .await?;
+    if outcome.blocked_by_malformed {
+        let list: Vec<String> = outcome
+            .survey
+            .catalog
+            .malformed
+            .iter()
+            .map(|m| format!("{}: {}", m.key, m.problem))
+            .collect();
+        return Err(EngineError::Store(StoreError::MalformedState {
+            url: ctx.store.url.clone(),
+            key: format!("{} metadata.json file(s)", list.len()),
+            problem: format!(
+                "retention deletes nothing until they are fixed (as gc without --ignore-malformed): {}",
+                list.join("; ")
+            ),
+        }));
+    }
+    if let Some(report) = &outcome.executed {
+        for d in outcome.survey.plan.deletions() {
+            if report.backups_deleted.contains(&d.backup.id) {
+                let why: Vec<String> = d.reasons.iter().map(ToString::to_string).collect();
+                tracing::info!(
+                    "retention: deleted backup {}/{} ({})",
+                    d.backup.name,
+                    d.backup.id,
+                    why.join(", ")
+                );
+            }
+        }
+        if report.audit_key.is_some() {
+            tracing::info!(
+                "retention: deleted {} backup(s), {} binlog segment(s) behind the horizon {} and {} leftover(s); audit record {}",
+                report.backups_deleted.len(),
+                report.segments_deleted,
+                outcome
+                    .survey
+                    .plan
+                    .horizon
+                    .map_or_else(|| "-".into(), |h| h.to_string()),
+                report.leftovers_deleted + report.orphan_shards_deleted,
+                report.audit_key.as_deref().unwrap_or("-")
+            );
+        }
+        for c in &report.consolidated {
+            tracing::info!(
+                "retention: consolidated {} into the synthetic full {}",
+                c.consolidated_from.join(" + "),
+                c.synthetic
+            );
+        }
+        for f in &report.failures {
+            tracing::warn!("retention: could not delete {}: {}", f.key, f.error);
+        }
+    }
+    ctx.update(|s| s.last_retention_run_time = Some(now)).await?;
+    Ok(())
+}
+
+async fn archive_task(ctx: Arc<Ctx>, a: ArchiveRun, mut stop: watch::Receiver<bool>) {
+    let every = Duration::try_from(a.interval).unwrap_or(Duration::from_secs(10));
+    let mut failures = 0u32;
+    loop {
+        let wait = match tidemark_mariadb::archive::archive_pass(
+            &ctx.store,
+            &a.binlog_index,
+            &NoProgress,
+        )
+        .await
+        {
+            Ok(r) => {
+                failures = 0;
+                if !r.uploaded.is_empty() || !r.adopted.is_empty() {
+                    tracing::info!(
+                        "binlogs: archived {} ({} bytes)",
+                        r.uploaded.len() + r.adopted.len(),
+                        r.bytes
+                    );
+                }
+                every
+            }
+            Err(e) => {
+                failures += 1;
+                let e = EngineError::from(e);
+                let pause = e.class().backoff(failures).max(every);
+                tracing::warn!(
+                    "binlogs ({}): {}; retrying in {}s",
+                    ctx.name,
+                    chain(&e),
+                    pause.as_secs()
+                );
+                pause
+            }
+        };
+        if !nap(wait, &mut stop).await {
+            return;
+        }
+    }
+}
+
+async fn lease_task(
+    store: ClusterStore,
+    mut lease: HeldLease,
+    clock: Arc<dyn Clock>,
+    mut stop: watch::Receiver<bool>,
+    fatal: tokio::sync::mpsc::UnboundedSender<EngineError>,
+) {
+    let every = Duration::try_from(LEASE_TTL / 3).unwrap_or(Duration::from_secs(20));
+    loop {
+        if !nap(every, &mut stop).await {
+            state::release_lease(&store, &lease).await;
+            return;
+        }
+        match state::renew_lease(&store, &mut lease, clock.now(), LEASE_TTL).await {
+            Ok(()) => {}
+            Err(LeaseError::Held(l)) => {
+                let _ = fatal.send(EngineError::LeaseLost {
+                    cluster: format!("{}/{}", store.url, store.cluster),
+                    holder: l.describe(),
+                });
+                return;
+            }
+            Err(LeaseError::Store(e)) => {
+                tracing::warn!(
+                    "could not renew the lease on {}/{} (it is held until {}): {}",
+                    store.url,
+                    store.cluster,
+                    lease.lease.expires_at,
+                    chain(&e)
+                );
+            }
+        }
+    }
+}

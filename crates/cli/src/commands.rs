@@ -123,7 +123,12 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
     for w in &survey.catalog.warnings {
         eprintln!("warning: {w}");
     }
-    let out = PlanOut::new(&target.store, survey, policy.as_given.clone(), outcome.executed);
+    let out = PlanOut::new(
+        &target.store,
+        survey,
+        policy.as_given.clone(),
+        outcome.executed,
+    );
     if json {
         emit_json(&out)?;
     } else {

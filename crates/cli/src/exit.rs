@@ -56,7 +56,9 @@ impl Exit {
             Exit::Internal => "internal error",
             Exit::Input => "invalid input",
             Exit::Store => "store unreachable or a request failed",
-            Exit::Data => "data in the store blocks the work (malformed or newer metadata.json/_index.json, a checksum mismatch)",
+            Exit::Data => {
+                "data in the store blocks the work (malformed or newer metadata.json/_index.json, a checksum mismatch)"
+            }
             Exit::Partial => "gc finished but some objects could not be deleted (run it again)",
             Exit::SourceFailed => "push: the backup command failed (recorded as failed)",
             Exit::NotRestorable => "restore: the target cannot be restored",

@@ -128,17 +128,17 @@ pub fn policy(args: &PolicyArgs, file: Option<&BackupPolicy>) -> Result<Resolved
             r.to_input(p.spec.time_zone.as_deref())
         }
         None => PolicyInput {
-                window: args.window.clone(),
-                keep_last: args.keep_last,
-                keep_daily: args.keep_daily,
-                keep_weekly: args.keep_weekly,
-                keep_monthly: args.keep_monthly,
-                keep_yearly: args.keep_yearly,
-                failed_backups_ttl: args.failed_ttl.clone(),
-                cover_window: args.cover_window.then_some(true),
-                consolidate: args.consolidate.then_some(true),
-                max_deletions_per_pass: args.max_deletions,
-                time_zone: args.time_zone.clone(),
+            window: args.window.clone(),
+            keep_last: args.keep_last,
+            keep_daily: args.keep_daily,
+            keep_weekly: args.keep_weekly,
+            keep_monthly: args.keep_monthly,
+            keep_yearly: args.keep_yearly,
+            failed_backups_ttl: args.failed_ttl.clone(),
+            cover_window: args.cover_window.then_some(true),
+            consolidate: args.consolidate.then_some(true),
+            max_deletions_per_pass: args.max_deletions,
+            time_zone: args.time_zone.clone(),
         },
     };
     let policy = input.validate().map_err(|e| {
@@ -153,7 +153,7 @@ pub fn policy(args: &PolicyArgs, file: Option<&BackupPolicy>) -> Result<Resolved
             (true, None) => format!("{}: spec.retention: {e}", path.display()),
             (false, Some(f)) => format!("invalid policy: {}: {}", flag(f), e.problem()),
             (false, None) => match e {
-                PolicyError::NoRule => "invalid policy: a policy without a rule would keep only the newest backup: give at least one of --window, --keep-last, --keep-daily, --keep-weekly, --keep-monthly or --keep-yearly (or --policy FILE)".to_owned(),
+                PolicyError::NoRule => "invalid policy: the policy has no retention rule, so it would keep only the newest backup: give at least one of --window, --keep-last, --keep-daily, --keep-weekly, --keep-monthly or --keep-yearly (or --policy FILE)".to_owned(),
                 other => format!("invalid policy: {other}"),
             },
         })

@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-use tidemark_store::format::BackupType;
 use tidemark_mariadb::restore::{self, RestorePlan, Tools};
+use tidemark_store::format::BackupType;
 use tidemark_store::{NoProgress, Progress};
 
 use crate::args::{OutputFormat, RestoreArgs};

@@ -90,7 +90,9 @@ fn load(dir: &Path) -> Result<Vec<PolicyRun>, CliError> {
                     })
                     .map_err(|e| {
                         let at = match e.field() {
-                            Some(tidemark_core::PolicyField::TimeZone) => "spec.timeZone".to_owned(),
+                            Some(tidemark_core::PolicyField::TimeZone) => {
+                                "spec.timeZone".to_owned()
+                            }
                             Some(f) => format!("spec.retention.{}", f.name()),
                             None => "spec.retention".to_owned(),
                         };
@@ -199,7 +201,10 @@ pub async fn run(args: &RunArgs) -> Result<Exit, CliError> {
 
 /// Opens the store of a policy, creating a missing local directory: standalone mode
 /// starts empty.
-fn open_store(policy: &BackupPolicy, file: &PathBuf) -> Result<tidemark_store::ClusterStore, CliError> {
+fn open_store(
+    policy: &BackupPolicy,
+    file: &Path,
+) -> Result<tidemark_store::ClusterStore, CliError> {
     let open = || {
         resolve::target(
             &StoreArgs {
@@ -212,8 +217,14 @@ fn open_store(policy: &BackupPolicy, file: &PathBuf) -> Result<tidemark_store::C
         )
     };
     match open() {
-        Err(e) => match e.error.downcast_ref::<tidemark_engine::EngineError>() {
-            Some(tidemark_engine::EngineError::Store(StoreError::MissingDirectory { dir, .. })) => {
+        Err(e) => match e
+            .error
+            .downcast_ref::<tidemark_engine::EngineError>()
+            .and_then(|e| match e {
+                tidemark_engine::EngineError::Store(s) => Some(s.as_ref()),
+                _ => None,
+            }) {
+            Some(StoreError::MissingDirectory { dir, .. }) => {
                 std::fs::create_dir_all(dir).map_err(|io| {
                     CliError::input(format!("cannot create {}: {io}", dir.display()))
                 })?;

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use jiff::Timestamp;
 use tidemark_core::RetentionDuration;
-use tidemark_engine::{BackupRequest, EngineError, LocalProcess, BackupRunner};
+use tidemark_engine::{BackupRequest, BackupRunner, EngineError, LocalProcess};
 use tidemark_mariadb::backup as mariadb;
 use tidemark_store::format::{BackupType, Metadata, MetadataPhase};
 use tidemark_store::transfer::{self, BackupSpec, TransferError, new_backup_id, valid_backup_name};
@@ -239,7 +239,9 @@ impl Destination {
         let bad = |why: String| CliError::input(format!("--out {}: {why}", path.display()));
         let resolved = match std::fs::symlink_metadata(path) {
             Ok(m) if m.file_type().is_symlink() => std::fs::canonicalize(path).map_err(|e| {
-                bad(format!("a symbolic link whose target cannot be reached ({e})"))
+                bad(format!(
+                    "a symbolic link whose target cannot be reached ({e})"
+                ))
             })?,
             _ => path.to_path_buf(),
         };
@@ -290,7 +292,8 @@ impl Destination {
                         tmp.path().display()
                     ))));
                 }
-                tmp.persist(path).map_err(|e| TransferError::Sink(e.error))?;
+                tmp.persist(path)
+                    .map_err(|e| TransferError::Sink(e.error))?;
                 Ok(())
             }
             Destination::InPlace(path) => {
@@ -327,9 +330,10 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
     let store = &target.store;
     let json = args.output == OutputFormat::Json;
     loop {
-        let report = tidemark_mariadb::archive::archive_pass(store, &args.binlog_index, &NoProgress)
-            .await
-            .map_err(|e| CliError::from(EngineError::from(e)));
+        let report =
+            tidemark_mariadb::archive::archive_pass(store, &args.binlog_index, &NoProgress)
+                .await
+                .map_err(|e| CliError::from(EngineError::from(e)));
         match report {
             Ok(r) if json => crate::commands::emit_json(&ArchivePassOut::from(r))?,
             Ok(r) => {

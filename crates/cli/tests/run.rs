@@ -209,7 +209,13 @@ fn sigkill_during_a_backup_then_restart() {
             "--failed-ttl",
             "1d",
         ])
-        .args(["--now", &later.to_string(), "--output", "json"])
+        .args([
+            "--now",
+            &later.to_string(),
+            "--allow-future-now",
+            "--output",
+            "json",
+        ])
         .output()
         .unwrap();
     assert!(

@@ -902,13 +902,16 @@ fn without_gaps(
 /// Caps deletions at `cap`, deferring the other candidates (kept for a later pass) so the
 /// kept set stays closed under ancestry.
 ///
-/// Candidates are taken in removal units — a candidate with its candidate descendants —
-/// whole, in [`removal_units`] order, skipping a unit that does not fit what is left of the
-/// cap; what is left then goes to the skipped units, descendants first. A deferred backup
-/// can pull others back in (its chain; a planned deletion that now lies inside the window
-/// and bridges a hole), so the budget grows by what was pulled back while deletions stay
-/// within the cap.
+/// Candidates go in removal units — a candidate with its candidate descendants — in
+/// [`removal_units`] order, whole while they fit what is left of the cap, then in part
+/// (descendants first). A deferred backup can pull another one back in (its chain; a
+/// planned deletion that now lies inside the window and bridges a hole), so a unit is
+/// taken only if, with everything after it deferred, all of it still goes; one that is
+/// pulled back stays for a later pass and the next unit is tried.
 fn within_cap<'a>(cap: usize, nodes: Vec<Node<'a>>, replay: &Replay) -> Vec<Node<'a>> {
+    /// Units tried one by one beyond the first batch: bounds the work of a pass whose
+    /// deferrals keep pulling candidates back (each try replans the backups).
+    const MAX_TRIES: usize = 64;
     let units = removal_units(&nodes);
     let total: usize = units.iter().map(Vec::len).sum();
     if total <= cap {
@@ -937,36 +940,55 @@ fn within_cap<'a>(cap: usize, nodes: Vec<Node<'a>>, replay: &Replay) -> Vec<Node
                 n.reasons = nodes[i].reasons.clone();
             }
         }
-        let deleted = ns.iter().filter(|n| n.delete.is_some()).count();
-        (ns, deleted)
+        let all_go = take.iter().all(|&i| ns[i].delete.is_some());
+        (ns, all_go)
     };
-    // Whole units that fit, then what is left of the budget from the units that did not,
-    // descendants first.
-    let whole_units = |budget: usize| {
-        let mut take = Vec::new();
-        let mut rest = Vec::new();
-        for u in &units {
-            if take.len() + u.len() <= budget {
-                take.extend(u.iter().copied());
-            } else {
-                rest.push(u);
-            }
+    // First the whole units that fit, in one try: usually nothing is pulled back.
+    let mut batch: Vec<usize> = Vec::new();
+    let mut rest: Vec<&[usize]> = Vec::new();
+    for u in &units {
+        if batch.len() + u.len() <= cap {
+            batch.extend(u.iter().copied());
+        } else {
+            rest.push(u);
         }
-        for u in rest {
-            let room = budget - take.len();
-            take.extend(u.iter().copied().take(room));
+    }
+    let (first, all_go) = attempt(&batch);
+    if all_go && batch.len() == cap {
+        return first;
+    }
+    // Keep the units that went whole, then try the others one by one, and then parts of
+    // those too large to fit, descendants first.
+    let mut taken: Vec<usize> = Vec::new();
+    let mut tries: Vec<Vec<usize>> = Vec::new();
+    for u in &units {
+        if u.iter()
+            .all(|&i| batch.contains(&i) && first[i].delete.is_some())
+        {
+            taken.extend(u.iter().copied());
+        } else if batch.contains(&u[0]) {
+            tries.push(u.clone());
         }
-        take
-    };
-    let mut budget = cap;
-    let (mut best, mut best_deleted) = attempt(&whole_units(budget));
-    while best_deleted < cap && budget < total {
-        budget += cap - best_deleted;
-        let (ns, deleted) = attempt(&whole_units(budget));
-        if deleted > cap || deleted <= best_deleted {
+    }
+    tries.extend(rest.iter().map(|u| u.to_vec()));
+    let (mut best, ok) = attempt(&taken);
+    if !ok {
+        // The survivors pulled one another back: start from nothing.
+        taken.clear();
+        best = attempt(&[]).0;
+    }
+    for u in tries.into_iter().take(MAX_TRIES) {
+        let room = cap - taken.len();
+        if room == 0 {
             break;
         }
-        (best, best_deleted) = (ns, deleted);
+        let mut trial = taken.clone();
+        trial.extend(u.iter().copied().take(room));
+        let (ns, all_go) = attempt(&trial);
+        if all_go {
+            taken = trial;
+            best = ns;
+        }
     }
     best
 }

@@ -400,19 +400,39 @@ mod tests {
         let rows = [
             // Monday to Friday, not Sunday to Thursday.
             ("0 0 2 * * 1-5", sunday, "2026-11-23T02:00:00Z"),
-            ("0 0 2 * * 1-5", ts("2026-11-27T03:00:00Z"), "2026-11-30T02:00:00Z"),
+            (
+                "0 0 2 * * 1-5",
+                ts("2026-11-27T03:00:00Z"),
+                "2026-11-30T02:00:00Z",
+            ),
             // Names.
             ("0 0 2 * * MON-FRI", sunday, "2026-11-23T02:00:00Z"),
             ("0 0 2 * * SAT", sunday, "2026-11-28T02:00:00Z"),
             ("0 0 0 1 JAN *", sunday, "2027-01-01T00:00:00Z"),
             // Sunday is 0 and 7.
-            ("0 0 2 * * 0", ts("2026-11-21T12:00:00Z"), "2026-11-22T02:00:00Z"),
-            ("0 0 2 * * 7", ts("2026-11-21T12:00:00Z"), "2026-11-22T02:00:00Z"),
+            (
+                "0 0 2 * * 0",
+                ts("2026-11-21T12:00:00Z"),
+                "2026-11-22T02:00:00Z",
+            ),
+            (
+                "0 0 2 * * 7",
+                ts("2026-11-21T12:00:00Z"),
+                "2026-11-22T02:00:00Z",
+            ),
             // Both day fields restricted: either matches (Monday the 23rd, before the 1st).
             ("0 0 0 1 * MON", sunday, "2026-11-23T00:00:00Z"),
-            ("0 0 0 1 * MON", ts("2026-11-30T01:00:00Z"), "2026-12-01T00:00:00Z"),
+            (
+                "0 0 0 1 * MON",
+                ts("2026-11-30T01:00:00Z"),
+                "2026-12-01T00:00:00Z",
+            ),
             // Steps and lists.
-            ("*/20 * * * * *", ts("2026-11-22T12:00:05Z"), "2026-11-22T12:00:20Z"),
+            (
+                "*/20 * * * * *",
+                ts("2026-11-22T12:00:05Z"),
+                "2026-11-22T12:00:20Z",
+            ),
             ("0 0 6,18 * * *", sunday, "2026-11-22T18:00:00Z"),
         ];
         for (expr, at, want) in rows {
@@ -551,7 +571,12 @@ mod tests {
             e.status.next_schedule_time,
             Some(ts("2026-11-20T10:30:00Z"))
         );
-        let again = evaluate(&s, &e.status, &[squatter.clone()], ts("2026-11-20T10:15:30Z"));
+        let again = evaluate(
+            &s,
+            &e.status,
+            std::slice::from_ref(&squatter),
+            ts("2026-11-20T10:15:30Z"),
+        );
         assert_eq!(again.decision, Decision::Idle);
         let next = evaluate(&s, &e.status, &[squatter], ts("2026-11-20T10:30:00Z"));
         assert!(

@@ -91,7 +91,10 @@ pub async fn take_backup(
     let spec = &request.spec;
     // A parent without LSNs is bad input: refused before anything is recorded.
     let mariabackup = if spec.method == mariadb::METHOD {
-        Some(MariabackupRun::new(&request.command, request.parent.as_ref())?)
+        Some(MariabackupRun::new(
+            &request.command,
+            request.parent.as_ref(),
+        )?)
     } else {
         None
     };
@@ -170,7 +173,8 @@ async fn stream_source(
         cmd.process_group(0);
     }
     let mut child = cmd.spawn().map_err(|e| {
-        EngineError::Source(format!("cannot run {}: {e}", shell_words(&command[..1])))
+        let shown = crate::redact::redact(&command[..1]);
+        EngineError::Source(format!("cannot run {:?}: {e}", shown[0]))
     })?;
     let Some(stdout) = child.stdout.take() else {
         return Err(EngineError::Internal(format!(
@@ -236,7 +240,10 @@ impl MariabackupRun {
     fn recorded(
         &self,
     ) -> Result<
-        (serde_json::Map<String, serde_json::Value>, Option<LogPosition>),
+        (
+            serde_json::Map<String, serde_json::Value>,
+            Option<LogPosition>,
+        ),
         mariadb::MariaDbError,
     > {
         let (lsns, position) = mariadb::read_lsndir(self.lsndir.path())?;

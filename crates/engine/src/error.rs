@@ -84,20 +84,22 @@ impl From<ErrorCategory> for Class {
     }
 }
 
+/// The errors of the use cases. The edges' errors are boxed: they are large, and an
+/// error travels through every `?` on its way up.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(Box<StoreError>),
     #[error(transparent)]
-    Transfer(#[from] TransferError),
+    Transfer(Box<TransferError>),
     #[error(transparent)]
-    Archive(#[from] ArchiveError),
+    Archive(Box<ArchiveError>),
     #[error(transparent)]
-    Restore(#[from] RestoreError),
+    Restore(Box<RestoreError>),
     #[error(transparent)]
-    Consolidate(#[from] ConsolidateError),
+    Consolidate(Box<ConsolidateError>),
     #[error(transparent)]
-    MariaDb(#[from] tidemark_mariadb::MariaDbError),
+    MariaDb(Box<tidemark_mariadb::MariaDbError>),
     /// The backup command failed; the text is already free of secrets.
     #[error("{0}")]
     Source(String),
@@ -118,12 +120,31 @@ pub enum EngineError {
     Internal(String),
 }
 
+macro_rules! boxed_from {
+    ($($variant:ident($t:ty)),*) => {$(
+        impl From<$t> for EngineError {
+            fn from(e: $t) -> Self {
+                EngineError::$variant(Box::new(e))
+            }
+        }
+    )*};
+}
+
+boxed_from!(
+    Store(StoreError),
+    Transfer(TransferError),
+    Archive(ArchiveError),
+    Restore(RestoreError),
+    Consolidate(ConsolidateError),
+    MariaDb(tidemark_mariadb::MariaDbError)
+);
+
 impl EngineError {
     pub fn class(&self) -> Class {
         match self {
             EngineError::Store(e) => e.category().into(),
             EngineError::Transfer(e) => transfer_class(e),
-            EngineError::Archive(e) => match e {
+            EngineError::Archive(e) => match e.as_ref() {
                 ArchiveError::Store(s) => s.category().into(),
                 ArchiveError::Upload { source, .. } => transfer_class(source),
                 ArchiveError::IndexFile { .. }
@@ -132,7 +153,7 @@ impl EngineError {
                 | ArchiveError::SequenceTaken { .. } => Class::Input,
                 ArchiveError::Binlog { .. } | ArchiveError::Vanished(_) => Class::Source,
             },
-            EngineError::Restore(e) => match e {
+            EngineError::Restore(e) => match e.as_ref() {
                 RestoreError::Refused(_) | RestoreError::NoPosition { .. } => Class::NotRestorable,
                 RestoreError::Method { .. } | RestoreError::DatadirNotEmpty(_) => Class::Input,
                 RestoreError::NoMetadata { .. } => Class::Data,
@@ -148,7 +169,7 @@ impl EngineError {
                 | RestoreError::ServerStart { .. } => Class::RestoreFailed,
                 RestoreError::Store(s) => s.category().into(),
             },
-            EngineError::Consolidate(e) => match e {
+            EngineError::Consolidate(e) => match e.as_ref() {
                 ConsolidateError::Transfer(t) => transfer_class(t),
                 ConsolidateError::NoChain { .. } | ConsolidateError::NoMetadata { .. } => {
                     Class::Data

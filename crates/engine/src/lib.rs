@@ -38,7 +38,11 @@ mod send_check {
         backup: crate::BackupRequest,
     ) {
         let s = store.clone();
-        task(async move { crate::retention_pass(&s, &request, None, &NoProgress).await.is_ok() });
+        task(async move {
+            crate::retention_pass(&s, &request, None, &NoProgress)
+                .await
+                .is_ok()
+        });
         let s = store.clone();
         task(async move {
             tidemark_mariadb::archive::archive_pass(&s, &binlog_index, &NoProgress)

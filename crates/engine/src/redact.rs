@@ -101,8 +101,18 @@ mod tests {
     #[test]
     fn secrets_are_hidden_and_the_rest_is_kept() {
         assert_eq!(
-            r(&["mariabackup", "--user=root", "--password=hunter2", "--socket=/s"]),
-            ["mariabackup", "--user=root", "--password=***", "--socket=/s"]
+            r(&[
+                "mariabackup",
+                "--user=root",
+                "--password=hunter2",
+                "--socket=/s"
+            ]),
+            [
+                "mariabackup",
+                "--user=root",
+                "--password=***",
+                "--socket=/s"
+            ]
         );
         assert_eq!(r(&["mysql", "-phunter2", "-p"]), ["mysql", "-p***", "-p"]);
         assert_eq!(
@@ -117,8 +127,17 @@ mod tests {
             r(&["pg_dump", "postgres://u:hunter2@db/x"]),
             ["pg_dump", "postgres://u:***@db/x"]
         );
-        assert_eq!(r(&["--encrypt-key=k", "--api-token", "t"]), ["--encrypt-key=***", "--api-token", "***"]);
-        assert_eq!(r(&["tar", "-C", "/data", "-cf", "-", "."]), ["tar", "-C", "/data", "-cf", "-", "."]);
-        assert!(!shell_words(&["sh".into(), "-c".into(), "x --password=hunter2".into()]).contains("hunter2"));
+        assert_eq!(
+            r(&["--encrypt-key=k", "--api-token", "t"]),
+            ["--encrypt-key=***", "--api-token", "***"]
+        );
+        assert_eq!(
+            r(&["tar", "-C", "/data", "-cf", "-", "."]),
+            ["tar", "-C", "/data", "-cf", "-", "."]
+        );
+        assert!(
+            !shell_words(&["sh".into(), "-c".into(), "x --password=hunter2".into()])
+                .contains("hunter2")
+        );
     }
 }

@@ -22,7 +22,9 @@ use tidemark_core::Policy;
 use tidemark_core::schedule::{Child, Decision, ScheduleSpec, evaluate};
 use tidemark_store::catalog::Catalog;
 use tidemark_store::format::{BackupType, MetadataPhase};
-use tidemark_store::state::{self, Attempt as Journaled, HeldLease, LeaseError, RunState, StoredState};
+use tidemark_store::state::{
+    self, Attempt as Journaled, HeldLease, LeaseError, RunState, StoredState,
+};
 use tidemark_store::transfer::{BackupSpec, new_backup_id};
 use tidemark_store::{ClusterStore, NoProgress, StoreError};
 use tokio::sync::{Mutex, watch};
@@ -164,7 +166,11 @@ pub async fn run(
                 .unwrap_or_default(),
             p.archive
                 .as_ref()
-                .map(|a| format!(", binlogs from {} every {:#}", a.binlog_index.display(), a.interval))
+                .map(|a| format!(
+                    ", binlogs from {} every {:#}",
+                    a.binlog_index.display(),
+                    a.interval
+                ))
                 .unwrap_or_default()
         );
         recover_journal(&ctx, &p.schedules).await?;
@@ -215,8 +221,17 @@ async fn recover_journal(ctx: &Ctx, schedules: &[ScheduleRun]) -> Result<(), Eng
         let Some(sched) = schedules.iter().find(|s| s.spec.name == *schedule) else {
             continue;
         };
-        let spec = child_spec(sched, &a.backup_name, &a.backup_id, a.started_at, a.immediate);
-        if record_failed(&ctx.store, &spec, INTERRUPTED).await?.is_some() {
+        let spec = child_spec(
+            sched,
+            &a.backup_name,
+            &a.backup_id,
+            a.started_at,
+            a.immediate,
+        );
+        if record_failed(&ctx.store, &spec, INTERRUPTED)
+            .await?
+            .is_some()
+        {
             tracing::warn!(
                 "{schedule}: backup {}/{} was interrupted by a previous run; recorded as failed",
                 a.backup_name,
@@ -414,8 +429,8 @@ async fn take(
         detach: true,
     };
     let name = &sched.spec.name;
-    let run = ctx.runner.run(&ctx.store, &request, &NoProgress);
-    tokio::pin!(run);
+    // A boxed future (async_trait): dropping it below stops the attempt for real.
+    let mut run = ctx.runner.run(&ctx.store, &request, &NoProgress);
     let stopped = async {
         while !*stop.borrow() {
             if stop.changed().await.is_err() {
@@ -528,11 +543,7 @@ async fn retention_task(ctx: Arc<Ctx>, r: RetentionRun, mut stop: watch::Receive
                 Err(e) => {
                     failures += 1;
                     let pause = e.class().backoff(failures);
-                    tracing::warn!(
-                        "retention: {}; retrying in {}s",
-                        chain(&e),
-                        pause.as_secs()
-                    );
+                    tracing::warn!("retention: {}; retrying in {}s", chain(&e), pause.as_secs());
                     pause
                 }
             }
@@ -570,7 +581,7 @@ async fn retention(ctx: &Ctx, r: &RetentionRun, now: Timestamp) -> Result<(), En
             .iter()
             .map(|m| format!("{}: {}", m.key, m.problem))
             .collect();
-        return Err(EngineError::Store(StoreError::MalformedState {
+        return Err(EngineError::from(StoreError::MalformedState {
             url: ctx.store.url.clone(),
             key: format!("{} metadata.json file(s)", list.len()),
             problem: format!(
@@ -616,7 +627,8 @@ async fn retention(ctx: &Ctx, r: &RetentionRun, now: Timestamp) -> Result<(), En
             tracing::warn!("retention: could not delete {}: {}", f.key, f.error);
         }
     }
-    ctx.update(|s| s.last_retention_run_time = Some(now)).await?;
+    ctx.update(|s| s.last_retention_run_time = Some(now))
+        .await?;
     Ok(())
 }
 
@@ -624,37 +636,34 @@ async fn archive_task(ctx: Arc<Ctx>, a: ArchiveRun, mut stop: watch::Receiver<bo
     let every = Duration::try_from(a.interval).unwrap_or(Duration::from_secs(10));
     let mut failures = 0u32;
     loop {
-        let wait = match tidemark_mariadb::archive::archive_pass(
-            &ctx.store,
-            &a.binlog_index,
-            &NoProgress,
-        )
-        .await
-        {
-            Ok(r) => {
-                failures = 0;
-                if !r.uploaded.is_empty() || !r.adopted.is_empty() {
-                    tracing::info!(
-                        "binlogs: archived {} ({} bytes)",
-                        r.uploaded.len() + r.adopted.len(),
-                        r.bytes
-                    );
+        let wait =
+            match tidemark_mariadb::archive::archive_pass(&ctx.store, &a.binlog_index, &NoProgress)
+                .await
+            {
+                Ok(r) => {
+                    failures = 0;
+                    if !r.uploaded.is_empty() || !r.adopted.is_empty() {
+                        tracing::info!(
+                            "binlogs: archived {} ({} bytes)",
+                            r.uploaded.len() + r.adopted.len(),
+                            r.bytes
+                        );
+                    }
+                    every
                 }
-                every
-            }
-            Err(e) => {
-                failures += 1;
-                let e = EngineError::from(e);
-                let pause = e.class().backoff(failures).max(every);
-                tracing::warn!(
-                    "binlogs ({}): {}; retrying in {}s",
-                    ctx.name,
-                    chain(&e),
-                    pause.as_secs()
-                );
-                pause
-            }
-        };
+                Err(e) => {
+                    failures += 1;
+                    let e = EngineError::from(e);
+                    let pause = e.class().backoff(failures).max(every);
+                    tracing::warn!(
+                        "binlogs ({}): {}; retrying in {}s",
+                        ctx.name,
+                        chain(&e),
+                        pause.as_secs()
+                    );
+                    pause
+                }
+            };
         if !nap(wait, &mut stop).await {
             return;
         }

@@ -16,12 +16,12 @@ use sha2::{Digest, Sha256};
 use tokio::io::AsyncReadExt;
 
 use crate::binlog;
+use tidemark_store::ClusterStore;
+use tidemark_store::Progress;
 use tidemark_store::StoreError;
 use tidemark_store::format::IndexEntry;
 use tidemark_store::index::{self, SegmentIndex};
 use tidemark_store::layout;
-use tidemark_store::ClusterStore;
-use tidemark_store::Progress;
 use tidemark_store::transfer::{self, TransferError, Upload};
 
 /// Small files (below one multipart part, sent in one request) shipped at once.
@@ -206,7 +206,10 @@ pub async fn archive_pass(
     // The futures are made before they become a stream: a stream of closures borrowing
     // `store` and `progress` would not be `Send` for every lifetime, which tasks need.
     let ship_all = |files: Vec<Local>, concurrency: usize| {
-        let shipping: Vec<_> = files.into_iter().map(|f| ship(store, f, progress)).collect();
+        let shipping: Vec<_> = files
+            .into_iter()
+            .map(|f| ship(store, f, progress))
+            .collect();
         futures::stream::iter(shipping)
             .buffer_unordered(concurrency)
             .collect::<Vec<_>>()

@@ -14,13 +14,13 @@ use std::process::Stdio;
 
 use tokio::process::Command;
 
-use tidemark_store::catalog::Catalog;
-use tidemark_store::format::{BackupType, CONSOLIDATED_FROM, Metadata, PayloadObject};
-pub use tidemark_store::executor::Consolidation;
 use crate::backup::{self as mariadb, Lsns};
+use crate::restore::{RestoreError, Tools, build_prepared, finish_piped, no_pipe, spawn};
 use tidemark_store::ClusterStore;
 use tidemark_store::Progress;
-use crate::restore::{RestoreError, Tools, build_prepared, finish_piped, no_pipe, spawn};
+use tidemark_store::catalog::Catalog;
+pub use tidemark_store::executor::Consolidation;
+use tidemark_store::format::{BackupType, CONSOLIDATED_FROM, Metadata, PayloadObject};
 use tidemark_store::transfer::{Attempt, BackupSpec, Outcome, TransferError, new_backup_id};
 
 impl From<RestoreError> for ConsolidateError {
@@ -187,8 +187,7 @@ async fn stream_directory(
     .await;
     if let (Err(RestoreError::Tool { .. }), spec) = (&finished, attempt.spec()) {
         // The bytes are of a failed stream: remove them rather than leave them for the TTL.
-        tidemark_store::transfer::remove_payload(attempt.store(), spec, &spec.payload_name)
-            .await;
+        tidemark_store::transfer::remove_payload(attempt.store(), spec, &spec.payload_name).await;
     }
     Ok(finished?)
 }

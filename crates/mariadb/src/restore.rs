@@ -18,13 +18,13 @@ use serde::Serialize;
 use tidemark_core::{RestoreChoice, RestoreRefusal, choose_restore};
 use tokio::process::{Child, Command};
 
-use tidemark_store::catalog::{Catalog, SegmentListing};
-use tidemark_store::StoreError;
-use tidemark_store::format::{LogPosition, Metadata};
-use tidemark_store::layout;
 use crate::backup as mariadb;
 use tidemark_store::ClusterStore;
 use tidemark_store::Progress;
+use tidemark_store::StoreError;
+use tidemark_store::catalog::{Catalog, SegmentListing};
+use tidemark_store::format::{LogPosition, Metadata};
+use tidemark_store::layout;
 use tidemark_store::transfer::{self, TransferError};
 
 /// The MariaDB programs a restore runs (names looked up in `PATH`, or paths).

@@ -126,8 +126,7 @@ impl Catalog {
             list_shard_objects(store),
             list_uploads(store)
         );
-        let (listed, mut bodies, index, shard_objects) =
-            (listed?, bodies?, index?, shard_objects?);
+        let (listed, mut bodies, index, shard_objects) = (listed?, bodies?, index?, shard_objects?);
 
         let objects_listed = listed.objects.len();
         let mut foreign = listed.foreign;
@@ -198,10 +197,9 @@ impl Catalog {
                 .as_ref()
                 .and_then(|m| bodies.remove(&m.location));
             let parsed = match (&dir.metadata, body) {
-                (Some(meta), Some(Some(bytes))) => Some((
-                    meta.location.clone(),
-                    parse_metadata(&bytes, &name, &id),
-                )),
+                (Some(meta), Some(Some(bytes))) => {
+                    Some((meta.location.clone(), parse_metadata(&bytes, &name, &id)))
+                }
                 _ => None,
             };
             let mut stored = StoredBackup {
@@ -241,7 +239,9 @@ impl Catalog {
 
         // Staging files and uploads inside a backup directory belong to that attempt.
         for l in &mut leftovers {
-            if let KeyKind::Payload { id, .. } = layout::classify(l.key.split('#').next().unwrap_or(&l.key)) {
+            if let KeyKind::Payload { id, .. } =
+                layout::classify(l.key.split('#').next().unwrap_or(&l.key))
+            {
                 l.attempt = Some(id.to_owned());
             }
         }
@@ -431,7 +431,13 @@ fn uncommitted(name: &str, id: &str, last_modified: Timestamp, size: u64) -> Bac
         phase: Phase::Uncommitted,
         completed_at: None,
         last_modified,
-        ..Backup::completed_full(id, name, id_time(id).unwrap_or(last_modified), last_modified, size)
+        ..Backup::completed_full(
+            id,
+            name,
+            id_time(id).unwrap_or(last_modified),
+            last_modified,
+            size,
+        )
     }
 }
 
@@ -444,14 +450,16 @@ fn missing_payload(m: &Metadata, sizes: &HashMap<&str, u64>) -> Option<String> {
     if m.payload.is_empty() {
         return Some("metadata.json records no payload object".to_owned());
     }
-    m.payload.iter().find_map(|p| match sizes.get(p.name.as_str()) {
-        None => Some(format!("payload {} is missing", p.name)),
-        Some(&size) if size != p.size => Some(format!(
-            "payload {} has {size} bytes; metadata.json records {}",
-            p.name, p.size
-        )),
-        Some(_) => None,
-    })
+    m.payload
+        .iter()
+        .find_map(|p| match sizes.get(p.name.as_str()) {
+            None => Some(format!("payload {} is missing", p.name)),
+            Some(&size) if size != p.size => Some(format!(
+                "payload {} has {size} bytes; metadata.json records {}",
+                p.name, p.size
+            )),
+            Some(_) => None,
+        })
 }
 
 /// object_store reports times as chrono values.

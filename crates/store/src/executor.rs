@@ -362,7 +362,8 @@ pub async fn execute(
     }
 
     // 5. Debris, which nothing reads: unreferenced shards, abandoned uploads, staging.
-    report.orphan_shards_deleted = delete_shards(store, shards, survey.catalog.index.as_ref()).await;
+    report.orphan_shards_deleted =
+        delete_shards(store, shards, survey.catalog.index.as_ref()).await;
     let (aborted, failures) = abort_uploads(store, uploads).await;
     report.leftovers_deleted += aborted;
     report.failures.extend(failures);

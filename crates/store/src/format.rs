@@ -536,8 +536,11 @@ mod tests {
         assert_eq!(m.kind, BackupType::Incremental);
         assert_eq!(m.parent_id.as_deref(), Some("20261119T020000Z-8b1e0a77"));
         assert_eq!(m.log_position.as_ref().unwrap().position, 1337);
-        m.check("cluster-sample-daily-20261120020000", "20261120T020000Z-3f2a9c1d")
-            .unwrap();
+        m.check(
+            "cluster-sample-daily-20261120020000",
+            "20261120T020000Z-3f2a9c1d",
+        )
+        .unwrap();
         let out = serde_json::to_value(&m).unwrap();
         assert_eq!(out["futureField"]["x"], 1);
         assert_eq!(out["immutableUntil"], serde_json::Value::Null);

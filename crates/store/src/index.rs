@@ -24,9 +24,9 @@ use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersio
 
 use crate::error::{StoreError, is_not_found, request, write_err};
 use crate::format::{INDEX_FORMAT_VERSION, IndexEntry, IndexFile, ShardSummary};
-use tidemark_core::EntryRef;
 use crate::layout;
 use crate::open::ClusterStore;
+use tidemark_core::EntryRef;
 
 /// Entries per shard; the head keeps at most this many before sealing a shard.
 pub const SHARD_SIZE: usize = 4096;

@@ -51,8 +51,9 @@ pub struct Staged {
 
 /// Whether a file name is an object_store staging file: `<name>#<digits>`.
 pub fn is_staging_name(name: &str) -> bool {
-    name.rsplit_once('#')
-        .is_some_and(|(base, n)| !base.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    name.rsplit_once('#').is_some_and(|(base, n)| {
+        !base.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
+    })
 }
 
 /// Walks `root/<prefix>` without following links. Keys are relative to `root`. A missing
@@ -95,8 +96,7 @@ pub fn walk(root: &FsPath, prefix: &str, skip: &[&str]) -> std::io::Result<Walk>
                 }
             };
             let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
-                out.foreign
-                    .push(join(&entry.file_name().to_string_lossy()));
+                out.foreign.push(join(&entry.file_name().to_string_lossy()));
                 continue;
             };
             let key = join(&name);
@@ -178,8 +178,7 @@ pub fn remove_staging(root: &FsPath, key: &str) -> std::io::Result<()> {
             Err(e) => return Err(e),
         };
         let last = i + 1 == parts.len();
-        if meta.file_type().is_symlink() || (last && !meta.is_file()) || (!last && !meta.is_dir())
-        {
+        if meta.file_type().is_symlink() || (last && !meta.is_file()) || (!last && !meta.is_dir()) {
             return Err(refuse(format!(
                 "{} is a symbolic link or not a regular file; left alone",
                 path.display()
@@ -230,7 +229,10 @@ pub fn guard(root: &FsPath, location: &Path) -> Result<()> {
         path.push(part.as_ref());
         match std::fs::symlink_metadata(&path) {
             Ok(m) if m.file_type().is_symlink() => {
-                return Err(refused(location, &format!("{} is a symbolic link", path.display())));
+                return Err(refused(
+                    location,
+                    &format!("{} is a symbolic link", path.display()),
+                ));
             }
             Ok(m) if i + 1 < parts.len() && !m.is_dir() => {
                 return Err(object_store::Error::NotFound {
@@ -239,7 +241,10 @@ pub fn guard(root: &FsPath, location: &Path) -> Result<()> {
                 });
             }
             Ok(m) if i + 1 == parts.len() && !(m.is_file() || m.is_dir()) => {
-                return Err(refused(location, &format!("{} is not a regular file", path.display())));
+                return Err(refused(
+                    location,
+                    &format!("{} is not a regular file", path.display()),
+                ));
             }
             // Not there (yet): nothing further down can be a link.
             Err(_) => return Ok(()),
@@ -355,7 +360,8 @@ impl ObjectStore for SafeLocal {
         let dir = match prefix {
             Some(p) => {
                 self.guard(p)?;
-                p.parts().fold(self.root.clone(), |d, part| d.join(part.as_ref()))
+                p.parts()
+                    .fold(self.root.clone(), |d, part| d.join(part.as_ref()))
             }
             None => self.root.clone(),
         };
@@ -442,18 +448,21 @@ mod tests {
         std::fs::write(c.join("n/20200101T000000Z-00000000/backup.bin#1"), b"half").unwrap();
         std::os::unix::fs::symlink(elsewhere.path(), c.join("n/20200101T000000Z-11111111"))
             .unwrap();
-        std::fs::write(
-            c.join(std::ffi::OsStr::from_bytes(b"bad-\xff-name")),
-            b"x",
-        )
-        .unwrap();
+        std::fs::write(c.join(std::ffi::OsStr::from_bytes(b"bad-\xff-name")), b"x").unwrap();
         let w = walk(root.path(), "c", &[]).unwrap();
         let keys: Vec<String> = w.objects.iter().map(|m| m.location.to_string()).collect();
         assert_eq!(keys, vec!["c/n/20200101T000000Z-00000000/backup.bin"]);
         assert_eq!(w.staging.len(), 1);
-        assert_eq!(w.staging[0].key, "c/n/20200101T000000Z-00000000/backup.bin#1");
+        assert_eq!(
+            w.staging[0].key,
+            "c/n/20200101T000000Z-00000000/backup.bin#1"
+        );
         assert_eq!(w.foreign.len(), 2, "{:?}", w.foreign);
-        assert!(w.foreign.iter().any(|f| f.ends_with("20200101T000000Z-11111111")));
+        assert!(
+            w.foreign
+                .iter()
+                .any(|f| f.ends_with("20200101T000000Z-11111111"))
+        );
         // Nothing through the link can be read or deleted.
         let fs = LocalFileSystem::new_with_prefix(root.path()).unwrap();
         let safe = SafeLocal::new(root.path().to_path_buf(), fs);
@@ -463,8 +472,13 @@ mod tests {
             .build()
             .unwrap();
         rt.block_on(async {
-            assert!(safe.get_opts(&through, GetOptions::default()).await.is_err());
-            let mut d = safe.delete_stream(futures::stream::once(async move { Ok(through) }).boxed());
+            assert!(
+                safe.get_opts(&through, GetOptions::default())
+                    .await
+                    .is_err()
+            );
+            let mut d =
+                safe.delete_stream(futures::stream::once(async move { Ok(through) }).boxed());
             assert!(d.next().await.unwrap().is_err());
         });
         assert!(elsewhere.path().join("secret").exists());

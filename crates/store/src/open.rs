@@ -100,8 +100,13 @@ impl ClusterStore {
                 bucket_url,
                 region,
                 allow_http,
-            } => match crate::uploads::S3Native::new(s3, bucket_url, region, root.clone(), allow_http)
-            {
+            } => match crate::uploads::S3Native::new(
+                s3,
+                bucket_url,
+                region,
+                root.clone(),
+                allow_http,
+            ) {
                 Ok(n) => Native::S3(Arc::new(n)),
                 Err(source) => {
                     return Err(StoreError::Open {
@@ -186,10 +191,7 @@ impl ClusterStore {
     ///
     /// # Errors
     /// The request failed after retries.
-    pub async fn head(
-        &self,
-        key: &Path,
-    ) -> Result<Option<object_store::ObjectMeta>, StoreError> {
+    pub async fn head(&self, key: &Path) -> Result<Option<object_store::ObjectMeta>, StoreError> {
         use object_store::ObjectStoreExt;
         match self.inner.head(key).await {
             Ok(m) => Ok(Some(m)),
@@ -269,7 +271,8 @@ fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
     }
     // Percent-encoded characters are decoded: `s3://b/my%20dir` is the prefix `my dir`.
     let prefix = || -> Result<Path, StoreError> {
-        Path::from_url_path(parsed.path().trim_matches('/')).map_err(|e| invalid(url, e.to_string()))
+        Path::from_url_path(parsed.path().trim_matches('/'))
+            .map_err(|e| invalid(url, e.to_string()))
     };
     let bucket = || -> Result<String, StoreError> {
         match parsed.host_str() {
@@ -359,7 +362,11 @@ fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
                 .region
                 .clone()
                 .or_else(|| std::env::var("AWS_REGION").ok().filter(|r| !r.is_empty()))
-                .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok().filter(|r| !r.is_empty()))
+                .or_else(|| {
+                    std::env::var("AWS_DEFAULT_REGION")
+                        .ok()
+                        .filter(|r| !r.is_empty())
+                })
                 .unwrap_or_else(|| "us-east-1".to_owned());
             b = b.with_region(&region);
             let path_style = options.path_style.unwrap_or(true);
@@ -431,7 +438,9 @@ fn check_endpoint(ep: &str) -> Result<(), StoreError> {
         ));
     }
     if !matches!(u.path(), "" | "/") {
-        return Err(bad("it has a path; the bucket and prefix go in the store URL"));
+        return Err(bad(
+            "it has a path; the bucket and prefix go in the store URL",
+        ));
     }
     Ok(())
 }
@@ -498,7 +507,10 @@ mod tests {
             bucket_url(Some("http://h:1"), "b", "r", true),
             "http://h:1/b"
         );
-        assert_eq!(bucket_url(Some("http://h:1/"), "b", "r", false), "http://b.h:1");
+        assert_eq!(
+            bucket_url(Some("http://h:1/"), "b", "r", false),
+            "http://b.h:1"
+        );
         assert_eq!(
             bucket_url(None, "b", "eu-west-1", true),
             "https://s3.eu-west-1.amazonaws.com/b"

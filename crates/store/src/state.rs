@@ -121,7 +121,11 @@ impl StoredState {
     /// # Errors
     /// Another writer changed it ([`StoreError::StateContention`]: another `tidemark run`
     /// on the same cluster); a failed request (the state stays as it was).
-    pub async fn save_as(&mut self, store: &ClusterStore, next: RunState) -> Result<(), StoreError> {
+    pub async fn save_as(
+        &mut self,
+        store: &ClusterStore,
+        next: RunState,
+    ) -> Result<(), StoreError> {
         let previous = std::mem::replace(&mut self.state, next);
         match self.save(store).await {
             Ok(()) => Ok(()),
@@ -312,7 +316,9 @@ pub async fn acquire_lease(
     };
     match written {
         Ok(()) => {}
-        Err(object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. }) => {
+        Err(
+            object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. },
+        ) => {
             // Someone else got there first: name them.
             return match read_lease(store).await? {
                 Some((held, _)) => Err(LeaseError::Held(Box::new(held))),
@@ -360,7 +366,9 @@ pub async fn renew_lease(
     };
     match written {
         Ok(()) => {}
-        Err(object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. }) => {
+        Err(
+            object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. },
+        ) => {
             // Ours still, if a write of ours reached the store but its answer was lost.
             return match read_lease(store).await? {
                 Some((l, v)) if l.holder == held.lease.holder => {

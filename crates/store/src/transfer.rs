@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use futures::StreamExt;
 use jiff::Timestamp;
-use object_store::{ObjectStoreExt, PutPayload};
 use object_store::buffered::BufWriter;
 use object_store::path::Path;
+use object_store::{ObjectStoreExt, PutPayload};
 use sha2::{Digest, Sha256};
 use tidemark_core::RetentionDuration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -62,12 +62,11 @@ pub enum TransferError {
         id: String,
     },
     #[error(
-        "backup-id {id} is taken: an attempt {name}/{id} was started in {url} (its in-flight marker {marker} exists, last written {written}); a backup-id names one attempt, so choose another (or omit --backup-id)"
+        "backup-id {id} is taken: another attempt holds it (its in-flight marker {marker} exists, last written {written}); a backup-id names one attempt, so choose another (or omit --backup-id)"
     )]
     AttemptExists {
-        url: String,
-        name: String,
         id: String,
+        /// The marker's key, relative to the store URL.
         marker: String,
         written: String,
     },
@@ -375,13 +374,13 @@ pub async fn commit(
     })?;
     match create(store, &key, body).await {
         Ok(()) => Ok(m),
-        Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => {
-            Err(TransferError::AlreadyCommitted {
-                url: store.url.clone(),
-                name: spec.backup_name.clone(),
-                id: spec.backup_id.clone(),
-            })
-        }
+        Err(
+            object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. },
+        ) => Err(TransferError::AlreadyCommitted {
+            url: store.url.clone(),
+            name: spec.backup_name.clone(),
+            id: spec.backup_id.clone(),
+        }),
         Err(source) => Err(write_err(store, &key, source).into()),
     }
 }
@@ -426,17 +425,18 @@ impl Attempt {
         let key = layout::marker_key(&spec.backup_name, &spec.backup_id);
         match create(store, &key, marker_body(spec)).await {
             Ok(()) => {}
-            Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => {
+            Err(
+                object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. },
+            ) => {
                 let written = store
                     .head(&key)
                     .await?
                     .map(|m| crate::catalog::to_ts(m.last_modified).to_string())
                     .unwrap_or_else(|| "just now".into());
                 return Err(TransferError::AttemptExists {
-                    url: store.url.clone(),
-                    name: spec.backup_name.clone(),
                     id: spec.backup_id.clone(),
-                    marker: store.display_key(&key),
+                    marker: format!("{}/{}", store.url, store.display_key(&key)),
                     written,
                 });
             }
@@ -621,10 +621,11 @@ pub async fn find_backup(
         .next()
         .map(|p| p.as_ref().to_owned())
         .unwrap_or_default();
-    m.check(&dir_name, id).map_err(|e| TransferError::Metadata {
-        key: store.display_key(&key),
-        problem: e.to_string(),
-    })?;
+    m.check(&dir_name, id)
+        .map_err(|e| TransferError::Metadata {
+            key: store.display_key(&key),
+            problem: e.to_string(),
+        })?;
     Ok(m)
 }
 

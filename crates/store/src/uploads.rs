@@ -95,8 +95,7 @@ impl S3Native {
                     String::from_utf8_lossy(&body)
                 )));
             }
-            let page: ListResult =
-                quick_xml::de::from_reader(body.as_ref()).map_err(generic)?;
+            let page: ListResult = quick_xml::de::from_reader(body.as_ref()).map_err(generic)?;
             for u in page.uploads {
                 let Some(key) = u.key.strip_prefix(&prefix) else {
                     continue;
@@ -107,7 +106,11 @@ impl S3Native {
                     initiated: u.initiated.parse().unwrap_or(Timestamp::UNIX_EPOCH),
                 });
             }
-            match (page.is_truncated, page.next_key_marker, page.next_upload_id_marker) {
+            match (
+                page.is_truncated,
+                page.next_key_marker,
+                page.next_upload_id_marker,
+            ) {
                 (true, Some(k), Some(id)) if markers.as_ref() != Some(&(k.clone(), id.clone())) => {
                     markers = Some((k, id));
                 }

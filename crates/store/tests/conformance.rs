@@ -140,17 +140,25 @@ async fn standard_history(store: &ClusterStore) -> Vec<SynthBackup> {
     synth::write_raw(store, "README.txt", b"not ours")
         .await
         .unwrap();
+    // Malformed, started on day 11: kept, holding binlogs from its start (after the
+    // chain's base, so the horizon stays at day 10).
+    let manual = malformed_dir();
     synth::write_raw(
         store,
-        "manual/20261101T000000Z-deadbeef/metadata.json",
+        &format!("{manual}/metadata.json"),
         b"{\"formatVersion\": 1, \"backupId\": ",
     )
     .await
     .unwrap();
-    synth::write_raw(store, "manual/20261101T000000Z-deadbeef/backup.tar", b"x")
+    synth::write_raw(store, &format!("{manual}/backup.tar"), b"x")
         .await
         .unwrap();
     backups
+}
+
+/// The directory of the standard history's malformed backup.
+fn malformed_dir() -> String {
+    format!("manual/{}", synth::backup_id(day(11), 0xdead_beef))
 }
 
 type Case = for<'a> fn(&'a ClusterStore) -> Pin<Box<dyn Future<Output = ()> + 'a>>;
@@ -223,7 +231,7 @@ async fn collects_exactly_the_plan(store: &ClusterStore) {
     assert!(
         s.catalog.malformed[0]
             .key
-            .ends_with("manual/20261101T000000Z-deadbeef/metadata.json")
+            .ends_with(&format!("{}/metadata.json", malformed_dir()))
     );
     assert!(
         s.catalog.malformed[0]
@@ -252,8 +260,14 @@ async fn collects_exactly_the_plan(store: &ClusterStore) {
         .map(|d| d.0.as_str())
         .collect();
     // The crashed attempt ages from its objects' last-modified time (just written), so it
-    // is still within failedBackupsTTL.
-    assert_eq!(kept, ["crashed", "chain", "chain", "chain"], "{decided:?}");
+    // is still within failedBackupsTTL; the malformed one is kept whatever happens.
+    assert_eq!(
+        kept,
+        ["crashed", "chain", "chain", "manual", "chain"],
+        "{decided:?}"
+    );
+    let manual = decided.iter().find(|d| d.0 == "manual").unwrap();
+    assert_eq!(manual.2, ["malformed"]);
     let crashed = decided.iter().find(|d| d.0 == "crashed").unwrap();
     assert_eq!(crashed.2, ["failedBackupsTTL"]);
     assert_eq!(s.plan.horizon, Some(day(10)));
@@ -306,7 +320,7 @@ async fn collects_exactly_the_plan(store: &ClusterStore) {
         .await
         .unwrap();
     let record: AuditRecord = serde_json::from_slice(&body).unwrap();
-    assert_eq!(record.backups.len(), 15);
+    assert_eq!(record.backups.len(), 16);
     assert_eq!(record.segments_deleted.len(), 39);
     assert!(
         record

@@ -2,13 +2,13 @@
 //! 127.0.0.1): round trip, and a second writer is refused rather than overwritten.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use tidemark_core::schedule::ScheduleStatus;
 use std::sync::Arc;
+use tidemark_core::schedule::ScheduleStatus;
 
+use object_store::ObjectStoreExt;
 use tidemark_store::fault::{FaultMode, FaultStore};
 use tidemark_store::state::{self, LeaseError, StoredState};
 use tidemark_store::testkit::{SeaweedFs, local_store};
-use object_store::ObjectStoreExt;
 use tidemark_store::{ClusterStore, StoreError};
 
 async fn round_trip_and_contention(store: &ClusterStore) {
@@ -85,7 +85,9 @@ async fn writes_advance_only_when_known(store: &ClusterStore) {
 async fn lease(store: &ClusterStore) {
     let now: jiff::Timestamp = "2026-11-20T02:00:00Z".parse().unwrap();
     let ttl = jiff::SignedDuration::from_secs(60);
-    let mut a = state::acquire_lease(store, "runner-a", now, ttl).await.unwrap();
+    let mut a = state::acquire_lease(store, "runner-a", now, ttl)
+        .await
+        .unwrap();
     let e = state::acquire_lease(store, "runner-b", now, ttl)
         .await
         .unwrap_err();
@@ -95,14 +97,18 @@ async fn lease(store: &ClusterStore) {
     assert_eq!(held.holder, "runner-a");
     assert!(e.to_string().contains("runner-a"), "{e}");
     // Renewed, it stays A's past the first expiry.
-    state::renew_lease(store, &mut a, now + ttl / 2, ttl).await.unwrap();
+    state::renew_lease(store, &mut a, now + ttl / 2, ttl)
+        .await
+        .unwrap();
     assert!(matches!(
         state::acquire_lease(store, "runner-b", now + ttl, ttl).await,
         Err(LeaseError::Held(_))
     ));
     // Not renewed, it runs out: B takes it, and A finds out at its next renewal.
     let later = now + ttl * 3;
-    let b = state::acquire_lease(store, "runner-b", later, ttl).await.unwrap();
+    let b = state::acquire_lease(store, "runner-b", later, ttl)
+        .await
+        .unwrap();
     assert!(matches!(
         state::renew_lease(store, &mut a, later, ttl).await,
         Err(LeaseError::Held(_))
@@ -121,7 +127,9 @@ async fn lease(store: &ClusterStore) {
         )
         .await
         .unwrap();
-    state::acquire_lease(store, "restarted", now, ttl).await.unwrap();
+    state::acquire_lease(store, "restarted", now, ttl)
+        .await
+        .unwrap();
 }
 
 #[tokio::test]

@@ -9,7 +9,7 @@ use std::process::Stdio;
 use async_trait::async_trait;
 use tidemark_mariadb::backup as mariadb;
 use tidemark_store::format::{LogPosition, Metadata, PayloadObject};
-use tidemark_store::transfer::{self, Attempt, BackupSpec, Outcome};
+use tidemark_store::transfer::{self, Attempt, BackupSpec, Outcome, TransferError};
 use tidemark_store::{ClusterStore, Progress};
 use tokio::io::AsyncRead;
 
@@ -186,8 +186,8 @@ async fn stream_source(
     let uploaded = attempt.upload(&mut source, progress).await;
     drop(source);
     let status = match &uploaded {
-        // The stream ended: the command's verdict decides.
-        Ok(_) => child.wait().await,
+        // The stream ended (maybe empty): the command's verdict decides.
+        Ok(_) | Err(TransferError::EmptyStream) => child.wait().await,
         // The upload failed first: stop the command.
         Err(_) => {
             let _ = child.start_kill();
@@ -196,6 +196,12 @@ async fn stream_source(
     }
     .map_err(|e| EngineError::Internal(format!("waiting for the backup command: {e}")))?;
     match uploaded {
+        // A command that failed without output failed: say that, not "empty".
+        Err(TransferError::EmptyStream) if !status.success() => Err(EngineError::Source(format!(
+            "{} {} without output",
+            shell_words(command),
+            describe_exit(status)
+        ))),
         Err(e) => Err(e.into()),
         Ok(payload) if status.success() => Ok(payload),
         Ok(payload) => {

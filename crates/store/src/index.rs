@@ -237,8 +237,11 @@ impl SegmentIndex {
     /// The whole index as runs, in sequence order: one per entry known one by one, one
     /// per unread shard.
     pub fn runs(&self) -> Vec<Run> {
+        let mut seen = HashSet::new();
         let mut runs: Vec<Run> = self
             .entries()
+            // Entries outside the grammar are not segments of ours (the catalog reports them).
+            .filter(|e| layout::is_index_entry(e) && seen.insert((e.sequence, e.name.as_str())))
             .map(|e| Run {
                 first_sequence: e.sequence,
                 last_sequence: e.sequence,

@@ -445,17 +445,15 @@ fn check_endpoint(ep: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// The bucket's URL for requests object_store does not make.
+/// The bucket's URL for requests object_store does not make, the way object_store forms
+/// it: path style appends the bucket to the endpoint; virtual-hosted style takes an
+/// explicit endpoint as the bucket's own (it must name the bucket's host).
 fn bucket_url(endpoint: Option<&str>, bucket: &str, region: &str, path_style: bool) -> String {
-    let ep = endpoint
-        .map(|e| e.trim_end_matches('/').to_owned())
-        .unwrap_or_else(|| format!("https://s3.{region}.amazonaws.com"));
-    if path_style {
-        return format!("{ep}/{bucket}");
-    }
-    match ep.split_once("://") {
-        Some((scheme, host)) => format!("{scheme}://{bucket}.{host}"),
-        None => format!("{ep}/{bucket}"),
+    match (endpoint.map(|e| e.trim_end_matches('/')), path_style) {
+        (Some(ep), true) => format!("{ep}/{bucket}"),
+        (Some(ep), false) => ep.to_owned(),
+        (None, true) => format!("https://s3.{region}.amazonaws.com/{bucket}"),
+        (None, false) => format!("https://{bucket}.s3.{region}.amazonaws.com"),
     }
 }
 

@@ -1,0 +1,951 @@
+//! The hostile-input suite: every defect found by trying to break Tidemark — as a new user
+//! and as an attacker — as a test that failed before its fix, with the real binary, on a
+//! local directory and on a real S3 server (SeaweedFS on 127.0.0.1) where the case
+//! applies to both.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::{bin, json, stderr};
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use object_store::ObjectStoreExt;
+use object_store::path::Path as Key;
+use serde_json::Value;
+use tidemark_store::ClusterStore;
+use tidemark_store::testkit::SeaweedFs;
+
+/// A store the binary reaches (URL, environment) and the test reaches directly.
+struct Target {
+    name: &'static str,
+    url: String,
+    env: Vec<(&'static str, String)>,
+    /// The local store's directory.
+    dir: Option<PathBuf>,
+    server: Option<SeaweedFs>,
+    _guard: Option<tempfile::TempDir>,
+}
+
+impl Target {
+    fn local() -> Self {
+        let guard = tempfile::tempdir().unwrap();
+        Target {
+            name: "local",
+            url: format!("file://{}", guard.path().display()),
+            env: Vec::new(),
+            dir: Some(guard.path().to_path_buf()),
+            server: None,
+            _guard: Some(guard),
+        }
+    }
+
+    fn s3() -> Self {
+        let server = SeaweedFs::start();
+        Target {
+            name: "s3",
+            url: server.url(),
+            env: server.env(),
+            dir: None,
+            server: Some(server),
+            _guard: None,
+        }
+    }
+
+    /// The test's own handle on `cluster`.
+    fn store(&self, cluster: &str) -> ClusterStore {
+        match &self.server {
+            Some(s) => s.cluster_store(cluster),
+            None => ClusterStore::open(&self.url, cluster, &Default::default()).unwrap(),
+        }
+    }
+
+    fn cmd(&self) -> std::process::Command {
+        let mut c = bin();
+        c.envs(self.env.iter().map(|(k, v)| (*k, v.as_str())));
+        c
+    }
+
+    /// `tidemark <sub> --store … --cluster <cluster> <args…>`.
+    fn run(&self, sub: &str, cluster: &str, args: &[&str]) -> Output {
+        self.cmd()
+            .arg(sub)
+            .args(["--store", &self.url, "--cluster", cluster])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    fn spawn(&self, sub: &str, cluster: &str, args: &[&str]) -> Child {
+        self.cmd()
+            .arg(sub)
+            .args(["--store", &self.url, "--cluster", cluster])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// `push` of a command's output; returns the backup-id.
+    fn push(&self, cluster: &str, name: &str, script: &str) -> String {
+        let o = self.run(
+            "push",
+            cluster,
+            &["--backup-name", name, "--", "sh", "-c", script],
+        );
+        assert!(o.status.success(), "[{}] push: {}", self.name, stderr(&o));
+        String::from_utf8(o.stdout).unwrap().trim().to_owned()
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn keys(store: &ClusterStore) -> Vec<String> {
+    rt().block_on(tidemark_store::synth::all_keys(store))
+        .unwrap()
+}
+
+fn put(store: &ClusterStore, key: &str, body: &[u8]) {
+    rt().block_on(
+        store
+            .object_store()
+            .put(&Key::from(key), body.to_vec().into()),
+    )
+    .unwrap();
+}
+
+fn delete(store: &ClusterStore, key: &str) {
+    rt().block_on(store.object_store().delete(&Key::from(key)))
+        .unwrap();
+}
+
+fn plan_json(t: &Target, cluster: &str, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend(["--output", "json"]);
+    let o = t.run("plan", cluster, &all);
+    assert!(o.status.success(), "[{}] plan: {}", t.name, stderr(&o));
+    json(&o)
+}
+
+fn decision<'a>(plan: &'a Value, id: &str) -> &'a Value {
+    plan["backups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["backupId"] == id)
+        .unwrap_or_else(|| panic!("{id} not in {plan:#}"))
+}
+
+// ------------------------------------------------------------------ the cases
+
+/// 1. Three fulls; the newest one's payload object is deleted. It is broken: shown as
+/// such, counted for nothing, and `gc --keep-last 1` keeps the good one it needs.
+fn broken_payload_counts_for_nothing(t: &Target) {
+    let c = "broken";
+    let a = t.push(c, "nightly", "echo one");
+    let b = t.push(c, "nightly", "echo two");
+    let newest = t.push(c, "nightly", "echo three");
+    delete(&t.store(c), &format!("nightly/{newest}/backup.bin"));
+    let ls = t.run("ls", c, &["--output", "json"]);
+    let ls = json(&ls);
+    let shown = ls["backups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["backupId"] == newest.as_str())
+        .unwrap();
+    assert_eq!(shown["restorable"], false, "{ls:#}");
+    assert!(
+        shown["problem"]
+            .as_str()
+            .unwrap()
+            .contains("backup.bin is missing"),
+        "{shown}"
+    );
+    let gc = t.run("gc", c, &["--keep-last", "1", "--output", "json"]);
+    assert!(gc.status.success(), "[{}] {}", t.name, stderr(&gc));
+    let gc = json(&gc);
+    assert_eq!(decision(&gc, &a)["action"], "delete");
+    assert_eq!(
+        decision(&gc, &b)["reasons"],
+        serde_json::json!(["keepLast", "floor"])
+    );
+    assert_eq!(
+        decision(&gc, &newest)["reasons"],
+        serde_json::json!(["failedBackupsTTL", "broken"])
+    );
+    let left = keys(&t.store(c));
+    assert!(
+        left.iter().any(|k| k == &format!("nightly/{b}/backup.bin")),
+        "{left:?}"
+    );
+}
+
+/// 2. A push whose command closed its output but has not exited is in flight: a pass with
+/// `--failed-ttl 0d` leaves it alone, and it commits a payload that is there.
+fn push_in_flight_is_never_collected(t: &Target) {
+    let c = "race";
+    t.push(c, "nightly", "echo base");
+    let push = t.spawn(
+        "push",
+        c,
+        &[
+            "--backup-name",
+            "nightly",
+            "--",
+            "sh",
+            "-c",
+            "echo data; exec >&-; sleep 4",
+        ],
+    );
+    // The payload is complete once the stream closes; the push then waits for its command.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let all = keys(&t.store(c));
+        let uploaded = all.iter().any(|k| {
+            k.strip_suffix("/_inflight.json")
+                .is_some_and(|dir| all.contains(&format!("{dir}/backup.bin")))
+        });
+        if uploaded {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the push never uploaded");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let gc = t.run(
+        "gc",
+        c,
+        &["--keep-last", "3", "--failed-ttl", "0d", "--output", "json"],
+    );
+    assert!(gc.status.success(), "[{}] {}", t.name, stderr(&gc));
+    let gc = json(&gc);
+    let running: Vec<&Value> = gc["backups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["phase"] == "uncommitted")
+        .collect();
+    assert_eq!(running.len(), 1, "{gc:#}");
+    assert_eq!(running[0]["action"], "keep");
+    assert_eq!(running[0]["reasons"], serde_json::json!(["inProgress"]));
+    let out = push.wait_with_output().unwrap();
+    assert!(out.status.success(), "[{}] push: {}", t.name, stderr(&out));
+    let id = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let fetched = t.run("fetch", c, &["--backup-id", &id]);
+    assert!(fetched.status.success(), "{}", stderr(&fetched));
+    assert_eq!(fetched.stdout, b"data\n");
+}
+
+/// Whether some attempt of `c` has its in-flight marker.
+fn keys_in_flight(t: &Target, c: &str) -> bool {
+    keys(&t.store(c))
+        .iter()
+        .any(|k| k.ends_with("/_inflight.json"))
+}
+
+/// 3 and 5. Names in `_index.json` that are not segment names (a path that climbs out, an
+/// absolute one) and a stale duplicate entry of a real segment are ignored and reported:
+/// never a key, never a local path, and the real entry stays.
+fn index_entries_outside_the_grammar_are_left_alone(t: &Target) {
+    let c = "index";
+    let store = t.store(c);
+    let day = |h: i64| jiff::Timestamp::from_second(1_763_600_000 + h * 3600).unwrap();
+    rt().block_on(tidemark_store::synth::write_backups(
+        &store,
+        &[tidemark_store::synth::SynthBackup::full(
+            "nightly",
+            day(0),
+            1,
+        )],
+    ))
+    .unwrap();
+    let mut entries = tidemark_store::synth::segments(
+        "mysql-bin",
+        1,
+        6,
+        day(0),
+        jiff::SignedDuration::from_hours(1),
+    );
+    rt().block_on(tidemark_store::synth::write_segments(&store, &entries))
+        .unwrap();
+    // The attacker's entries, and a stale duplicate of segment 5 under sequence 2.
+    let mut evil = entries[1].clone();
+    evil.name = "../../../../tmp/victim.000002".into();
+    let mut absolute = entries[2].clone();
+    absolute.name = "/tmp/victim.000003".into();
+    let mut stale = entries[4].clone();
+    stale.sequence = 2;
+    entries.extend([evil, absolute, stale]);
+    let mut index = tidemark_store::format::IndexFile::empty();
+    for e in entries {
+        index.push(e).unwrap();
+    }
+    put(&store, "binlogs/_index.json", &index.to_bytes());
+
+    let plan = plan_json(t, c, &["--keep-last", "1", "--now", "2026-01-01T00:00:00Z"]);
+    let ignored: Vec<&str> = plan["ignored"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["problem"].as_str().unwrap())
+        .collect();
+    assert_eq!(ignored.len(), 3, "{plan:#}");
+    assert!(
+        ignored
+            .iter()
+            .any(|p| p.contains("../../../../tmp/victim.000002"))
+    );
+    let ls = json(&t.run("ls", c, &["--output", "json"]));
+    assert_eq!(ls["archive"]["segments"], 6, "{ls:#}");
+    // A pass keeps the real entry of segment 5 (and drops nothing of the attacker's).
+    let gc = t.run(
+        "gc",
+        c,
+        &["--keep-last", "1", "--now", "2026-01-01T00:00:00Z"],
+    );
+    assert!(gc.status.success(), "{}", stderr(&gc));
+    let ls = json(&t.run("ls", c, &["--output", "json"]));
+    assert_eq!(ls["archive"]["segments"], 6, "{ls:#}");
+    assert!(!Path::new("/tmp/victim.000002").exists());
+}
+
+/// 6. Two pushes with one `--backup-id`: the second is refused with a clear error, and
+/// the backup the first commits can be fetched.
+fn one_backup_id_one_attempt(t: &Target) {
+    let c = "sameid";
+    let id = "20261120T020000Z-0000abcd";
+    let first = t.spawn(
+        "push",
+        c,
+        &[
+            "--backup-name",
+            "nightly",
+            "--backup-id",
+            id,
+            "--",
+            "sh",
+            "-c",
+            "sleep 2; echo first",
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !keys_in_flight(t, c) {
+        assert!(Instant::now() < deadline, "the first push never started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let second = t.run(
+        "push",
+        c,
+        &[
+            "--backup-name",
+            "nightly",
+            "--backup-id",
+            id,
+            "--",
+            "sh",
+            "-c",
+            "echo second",
+        ],
+    );
+    assert_eq!(
+        second.status.code(),
+        Some(9),
+        "[{}] {}",
+        t.name,
+        stderr(&second)
+    );
+    assert!(stderr(&second).contains("is taken"), "{}", stderr(&second));
+    let first = first.wait_with_output().unwrap();
+    assert!(first.status.success(), "{}", stderr(&first));
+    // After the commit, the id is refused as committed.
+    let third = t.run(
+        "push",
+        c,
+        &[
+            "--backup-name",
+            "nightly",
+            "--backup-id",
+            id,
+            "--",
+            "sh",
+            "-c",
+            "echo third",
+        ],
+    );
+    assert_eq!(third.status.code(), Some(2), "{}", stderr(&third));
+    assert!(
+        stderr(&third).contains("already committed"),
+        "{}",
+        stderr(&third)
+    );
+    let fetched = t.run("fetch", c, &["--backup-id", id]);
+    assert!(fetched.status.success(), "{}", stderr(&fetched));
+    assert_eq!(fetched.stdout, b"first\n");
+}
+
+/// 9. A secret on the backup command line is never recorded or printed.
+fn secrets_are_never_recorded(t: &Target) {
+    let c = "secret";
+    let o = t.run(
+        "push",
+        c,
+        &[
+            "--backup-name",
+            "nightly",
+            "--output",
+            "json",
+            "--",
+            "sh",
+            "-c",
+            "exit 3",
+            "sh",
+            "--password=hunter2",
+            "-phunter2",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(6), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(!stderr(&o).contains("hunter2"), "{}", stderr(&o));
+    assert!(!out.contains("hunter2"), "{out}");
+    assert!(out.contains("--password=***"), "{out}");
+    let store = t.store(c);
+    for k in keys(&store) {
+        let body = rt()
+            .block_on(async {
+                store
+                    .object_store()
+                    .get(&Key::from(k.as_str()))
+                    .await
+                    .unwrap()
+                    .bytes()
+                    .await
+            })
+            .unwrap();
+        assert!(!String::from_utf8_lossy(&body).contains("hunter2"), "{k}");
+    }
+}
+
+/// 12. A 0-byte stream is not a backup.
+fn an_empty_stream_is_not_committed(t: &Target) {
+    let c = "empty";
+    let o = t.run("push", c, &["--backup-name", "nightly", "--", "true"]);
+    assert_eq!(o.status.code(), Some(6), "{}", stderr(&o));
+    assert!(stderr(&o).contains("empty"), "{}", stderr(&o));
+    let ls = json(&t.run("ls", c, &["--output", "json"]));
+    assert_eq!(ls["backups"][0]["phase"], "failed", "{ls:#}");
+}
+
+/// 10. A push killed mid-upload leaves a staging file (local) or an incomplete multipart
+/// upload (S3); once its attempt is stale and older than failedBackupsTTL, gc collects it
+/// and reports it first in plan.
+fn killed_push_leaves_nothing_behind_for_long(t: &Target) {
+    let c = "killed";
+    t.push(c, "nightly", "echo base");
+    // 40 MiB of output, slowly: two parts are uploaded when it is killed.
+    let mut push = t.spawn(
+        "push",
+        c,
+        &[
+            "--backup-name",
+            "big",
+            "--",
+            "sh",
+            "-c",
+            "head -c 41943040 /dev/zero; sleep 60",
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let plan = plan_json(t, c, &["--keep-last", "1", "--failed-ttl", "0d"]);
+        if plan["leftovers"]["keep"].as_u64().unwrap_or(0) > 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no leftover appeared: {plan:#}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    push.kill().unwrap();
+    let _ = push.wait();
+    // An hour later the marker is long stale: the attempt and its upload go.
+    let later = (jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1)).to_string();
+    let plan = plan_json(
+        t,
+        c,
+        &["--keep-last", "1", "--failed-ttl", "0d", "--now", &later],
+    );
+    assert_eq!(
+        plan["leftovers"]["delete"].as_array().unwrap().len(),
+        1,
+        "{plan:#}"
+    );
+    let gc = t.run(
+        "gc",
+        c,
+        &[
+            "--keep-last",
+            "1",
+            "--failed-ttl",
+            "0d",
+            "--now",
+            &later,
+            "--allow-future-now",
+        ],
+    );
+    assert!(gc.status.success(), "[{}] {}", t.name, stderr(&gc));
+    let plan = plan_json(
+        t,
+        c,
+        &["--keep-last", "1", "--failed-ttl", "0d", "--now", &later],
+    );
+    assert_eq!(plan["leftovers"]["keep"], 0, "{plan:#}");
+    assert_eq!(
+        plan["leftovers"]["delete"],
+        serde_json::json!([]),
+        "{plan:#}"
+    );
+    if let Some(dir) = &t.dir {
+        let staging = walk(&dir.join(c))
+            .into_iter()
+            .any(|p| p.to_string_lossy().contains('#'));
+        assert!(!staging, "a staging file is left");
+    }
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            } else {
+                out.push(e.path());
+            }
+        }
+    }
+    out
+}
+
+// ------------------------------------------------------------------ local only
+
+/// 4. A symlinked directory inside a local store is foreign: never followed, never
+/// deleted through.
+fn symlinks_are_never_followed(t: &Target) {
+    let dir = t.dir.as_ref().unwrap();
+    let c = "links";
+    t.push(c, "nightly", "echo keep");
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::fs::write(elsewhere.path().join("backup.bin"), b"precious").unwrap();
+    std::fs::write(elsewhere.path().join("metadata.json"), b"{}").unwrap();
+    std::os::unix::fs::symlink(
+        elsewhere.path(),
+        dir.join(c).join("nightly/20200101T000000Z-00000000"),
+    )
+    .unwrap();
+    let plan = plan_json(t, c, &["--keep-last", "1", "--failed-ttl", "0d"]);
+    let foreign: Vec<&str> = plan["foreign"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    assert!(
+        foreign
+            .iter()
+            .any(|f| f.ends_with("nightly/20200101T000000Z-00000000")),
+        "{plan:#}"
+    );
+    let gc = t.run("gc", c, &["--keep-last", "1", "--failed-ttl", "0d"]);
+    assert!(gc.status.success(), "{}", stderr(&gc));
+    assert!(elsewhere.path().join("backup.bin").exists());
+    assert!(elsewhere.path().join("metadata.json").exists());
+    // Nothing is read through it either.
+    let f = t.run(
+        "fetch",
+        c,
+        &[
+            "--backup-id",
+            "20200101T000000Z-00000000",
+            "--backup-name",
+            "nightly",
+        ],
+    );
+    assert!(!f.status.success());
+    assert!(!String::from_utf8_lossy(&f.stdout).contains("precious"));
+}
+
+/// 12. A file name that is not UTF-8 is reported as foreign; ls, plan and gc go on.
+fn odd_file_names_do_not_stop_a_pass(t: &Target) {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = t.dir.as_ref().unwrap();
+    let c = "oddnames";
+    t.push(c, "nightly", "echo one");
+    std::fs::write(
+        dir.join(c)
+            .join(std::ffi::OsStr::from_bytes(b"caf\xe9.txt")),
+        b"x",
+    )
+    .unwrap();
+    for sub in ["ls", "plan", "gc"] {
+        let args: &[&str] = if sub == "ls" {
+            &["--output", "json"]
+        } else {
+            &["--keep-last", "1", "--output", "json"]
+        };
+        let o = t.run(sub, c, args);
+        assert!(o.status.success(), "{sub}: {}", stderr(&o));
+        let v = json(&o);
+        assert_eq!(v["foreign"].as_array().unwrap().len(), 1, "{sub}: {v:#}");
+    }
+}
+
+/// 8. `fetch --out` replaces only a regular file (or nothing); writes a device, FIFO or
+/// a symlink's target in place; refuses a directory and a missing directory.
+fn fetch_out_respects_what_is_there(t: &Target) {
+    let c = "fetchout";
+    let id = t.push(c, "nightly", "echo payload");
+    let scratch = tempfile::tempdir().unwrap();
+    let fetch = |out: &Path| {
+        t.run(
+            "fetch",
+            c,
+            &["--backup-id", &id, "--out", out.to_str().unwrap()],
+        )
+    };
+    // /dev/full stays a device; the write fails.
+    let o = fetch(Path::new("/dev/full"));
+    assert!(!o.status.success());
+    use std::os::unix::fs::FileTypeExt;
+    assert!(
+        std::fs::metadata("/dev/full")
+            .unwrap()
+            .file_type()
+            .is_char_device()
+    );
+    // A symlink: its target is written, the link stays.
+    let target = scratch.path().join("target");
+    std::fs::write(&target, b"old").unwrap();
+    let link = scratch.path().join("link");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let o = fetch(&link);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(std::fs::read(&target).unwrap(), b"payload\n");
+    // A FIFO is written in place.
+    let fifo = scratch.path().join("fifo");
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(fifo).unwrap())
+    };
+    let o = fetch(&fifo);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(reader.join().unwrap(), b"payload\n");
+    assert!(
+        std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
+    // A directory, or a missing one, is refused before anything is read.
+    let o = fetch(scratch.path());
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let o = fetch(&scratch.path().join("missing/dir/file"));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    // `fetch | head -c 1`: the reader leaves early; that is a success.
+    let mut child = t
+        .cmd()
+        .args([
+            "fetch",
+            "--store",
+            &t.url,
+            "--cluster",
+            c,
+            "--backup-id",
+            &id,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
+/// 7. Two `tidemark run` on one cluster: the second refuses, naming the first.
+fn a_second_runner_is_refused(t: &Target) {
+    let dir = t.dir.as_ref().unwrap();
+    let cfg = dir.join("runcfg");
+    std::fs::create_dir_all(&cfg).unwrap();
+    std::fs::write(
+        cfg.join("p.yaml"),
+        format!(
+            "apiVersion: tidemark.io/v1alpha1\nkind: BackupPolicy\nmetadata: {{name: leased}}\nspec:\n  objectStore: {{url: \"{}\"}}\n  retention: {{keepLast: 3}}\n  retentionInterval: 1h\n",
+            t.url
+        ),
+    )
+    .unwrap();
+    let log = dir.join("run1.log");
+    let mut first = bin()
+        .args(["run", "--config", cfg.to_str().unwrap()])
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !dir.join("leased/_state/lease.json").exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the first run never took the lease"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let second = bin()
+        .args(["run", "--config", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let _ = first.kill();
+    let _ = first.wait();
+    assert_eq!(second.status.code(), Some(9), "{}", stderr(&second));
+    let e = stderr(&second);
+    assert!(
+        e.contains("another `tidemark run` holds this cluster"),
+        "{e}"
+    );
+    assert!(
+        e.contains(&format!(":{} (", first.id())),
+        "names the holder: {e}"
+    );
+}
+
+// ------------------------------------------------------------------ input
+
+fn tm(args: &[&str]) -> Output {
+    bin().args(args).stdin(Stdio::null()).output().unwrap()
+}
+
+/// 11 and 12: inputs that used to be taken to mean something dangerous, or failed with
+/// the wrong exit code.
+fn inputs_are_refused_with_the_right_code(t: &Target) {
+    let url = t.url.as_str();
+    let base = |sub: &str, extra: &[&str]| {
+        let mut v = vec![sub, "--store", url, "--cluster", "inputs"];
+        v.extend(extra);
+        t.cmd().args(&v).stdin(Stdio::null()).output().unwrap()
+    };
+    // A zero window keeps only the floor, like a refused keepLast 0.
+    let o = base("plan", &["--window", "0d"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("--window: 0d keeps nothing"),
+        "{}",
+        stderr(&o)
+    );
+    // gc at a future --now needs saying so; plan does not.
+    let later = (jiff::Timestamp::now() + jiff::SignedDuration::from_hours(48)).to_string();
+    let o = base("gc", &["--keep-last", "1", "--now", &later]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--allow-future-now"), "{}", stderr(&o));
+    let o = base("plan", &["--keep-last", "1", "--now", &later]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // The end of time is a valid --now.
+    let o = base(
+        "plan",
+        &["--keep-last", "1", "--now", "9999-12-31T23:59:59Z"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    // A 300-character backup name is input, not a store failure.
+    let long = "n".repeat(300);
+    let o = base("push", &["--backup-name", &long]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+fn urls_and_endpoints_are_checked() {
+    for url in ["file:", "file:///"] {
+        let o = tm(&["ls", "--store", url, "--cluster", "c"]);
+        assert_eq!(o.status.code(), Some(2), "{url}: {}", stderr(&o));
+        assert!(stderr(&o).contains("root directory"), "{}", stderr(&o));
+    }
+    let o = bin()
+        .args([
+            "ls",
+            "--store",
+            "s3://b",
+            "--cluster",
+            "c",
+            "--endpoint",
+            "http://127.0.0.1:1?x=1",
+        ])
+        .env("AWS_ACCESS_KEY_ID", "a")
+        .env("AWS_SECRET_ACCESS_KEY", "b")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    // Percent-encoded paths are decoded.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("my store")).unwrap();
+    let url = format!("file://{}/my%20store", dir.path().display());
+    let o = tm(&["ls", "--store", &url, "--cluster", "c"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+fn configuration_input_is_bounded_and_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let deep = dir.path().join("deep.yaml");
+    std::fs::write(
+        &deep,
+        format!("a: {}{}", "[".repeat(100_000), "]".repeat(100_000)),
+    )
+    .unwrap();
+    let o = tm(&["plan", "--policy", deep.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("nested"), "{}", stderr(&o));
+    // An error about spec.timeZone says spec.timeZone.
+    let p = dir.path().join("tz.yaml");
+    std::fs::write(
+        &p,
+        "apiVersion: tidemark.io/v1alpha1\nkind: BackupPolicy\nmetadata: {name: c}\nspec:\n  objectStore: {url: \"file:///tmp\"}\n  timeZone: Mars/Olympus\n  retention: {keepLast: 1}\n",
+    )
+    .unwrap();
+    let o = tm(&["plan", "--policy", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(
+        e.contains("spec.timeZone:") && !e.contains("spec.retention.timeZone"),
+        "{e}"
+    );
+    // help lists every exit code.
+    let o = tm(&["--help"]);
+    let help = String::from_utf8_lossy(&o.stdout);
+    for code in ["7 restore", "8 restore", "9 another"] {
+        assert!(help.contains(code), "{help}");
+    }
+    // No colours on a stderr that is not a terminal.
+    let o = bin()
+        .args(["ls", "--store", "file:///nonexistent/x", "--cluster", "c"])
+        .env("TIDEMARK_LOG", "debug")
+        .output()
+        .unwrap();
+    assert!(!stderr(&o).contains('\x1b'), "{:?}", stderr(&o));
+}
+
+/// 5. archive-binlogs refuses two files with one sequence number.
+fn two_binlogs_with_one_sequence_are_refused(t: &Target) {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["a-bin.000003", "b-bin.000003", "a-bin.000004"] {
+        std::fs::write(
+            dir.path().join(name),
+            tidemark_mariadb::binlog::synthetic(&[1_763_600_000], 16),
+        )
+        .unwrap();
+    }
+    let index = dir.path().join("x.index");
+    std::fs::write(&index, "./a-bin.000003\n./b-bin.000003\n./a-bin.000004\n").unwrap();
+    let o = t.run(
+        "archive-binlogs",
+        "dupseq",
+        &["--binlog-index", index.to_str().unwrap(), "--once"],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("same sequence number 3"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// 12. spec.objectStore.pathStyle is used: with `false`, an endpoint is taken as the
+/// bucket's own host, so the same endpoint no longer reaches the backups there.
+fn path_style_is_used(t: &Target) {
+    let server = t.server.as_ref().unwrap();
+    t.push("styled", "nightly", "echo one");
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("p.yaml");
+    let endpoint = server
+        .env()
+        .into_iter()
+        .find(|(k, _)| *k == "AWS_ENDPOINT_URL")
+        .unwrap()
+        .1;
+    let env: Vec<(&str, String)> = server
+        .env()
+        .into_iter()
+        .filter(|(k, _)| *k != "AWS_ENDPOINT_URL")
+        .collect();
+    let ls = |style: bool| {
+        std::fs::write(
+            &p,
+            format!(
+                "apiVersion: tidemark.io/v1alpha1\nkind: BackupPolicy\nmetadata: {{name: styled}}\nspec:\n  objectStore: {{bucket: {}, endpoint: \"{endpoint}\", region: us-east-1, pathStyle: {style}}}\n",
+                tidemark_store::testkit::BUCKET
+            ),
+        )
+        .unwrap();
+        bin()
+            .args(["ls", "--policy", p.to_str().unwrap(), "--output", "json"])
+            .envs(env.clone())
+            .output()
+            .unwrap()
+    };
+    let path_style = ls(true);
+    assert!(path_style.status.success(), "{}", stderr(&path_style));
+    assert_eq!(json(&path_style)["backups"].as_array().unwrap().len(), 1);
+    let virtual_hosted = ls(false);
+    let found = virtual_hosted.status.success()
+        && json(&virtual_hosted)["backups"].as_array().unwrap().len() == 1;
+    assert!(!found, "pathStyle: false made no difference");
+}
+
+fn both(t: &Target) {
+    broken_payload_counts_for_nothing(t);
+    push_in_flight_is_never_collected(t);
+    index_entries_outside_the_grammar_are_left_alone(t);
+    one_backup_id_one_attempt(t);
+    secrets_are_never_recorded(t);
+    an_empty_stream_is_not_committed(t);
+    killed_push_leaves_nothing_behind_for_long(t);
+    inputs_are_refused_with_the_right_code(t);
+    two_binlogs_with_one_sequence_are_refused(t);
+}
+
+#[test]
+fn hostile_input_on_a_local_directory() {
+    let t = Target::local();
+    both(&t);
+    symlinks_are_never_followed(&t);
+    odd_file_names_do_not_stop_a_pass(&t);
+    fetch_out_respects_what_is_there(&t);
+    a_second_runner_is_refused(&t);
+    urls_and_endpoints_are_checked();
+    configuration_input_is_bounded_and_named();
+}
+
+#[test]
+fn hostile_input_on_s3() {
+    let t = Target::s3();
+    both(&t);
+    path_style_is_used(&t);
+}

@@ -148,7 +148,7 @@ fn decision<'a>(plan: &'a Value, id: &str) -> &'a Value {
 
 // ------------------------------------------------------------------ the cases
 
-/// 1. Three fulls; the newest one's payload object is deleted. It is broken: shown as
+/// (Defect 1) Three fulls; the newest one's payload object is deleted. It is broken: shown as
 /// such, counted for nothing, and `gc --keep-last 1` keeps the good one it needs.
 fn broken_payload_counts_for_nothing(t: &Target) {
     let c = "broken";
@@ -191,7 +191,7 @@ fn broken_payload_counts_for_nothing(t: &Target) {
     );
 }
 
-/// 2. A push whose command closed its output but has not exited is in flight: a pass with
+/// (Defect 2) A push whose command closed its output but has not exited is in flight: a pass with
 /// `--failed-ttl 0d` leaves it alone, and it commits a payload that is there.
 fn push_in_flight_is_never_collected(t: &Target) {
     let c = "race";
@@ -253,7 +253,7 @@ fn keys_in_flight(t: &Target, c: &str) -> bool {
         .any(|k| k.ends_with("/_inflight.json"))
 }
 
-/// 3 and 5. Names in `_index.json` that are not segment names (a path that climbs out, an
+/// (Defects 3, 5) Names in `_index.json` that are not segment names (a path that climbs out, an
 /// absolute one) and a stale duplicate entry of a real segment are ignored and reported:
 /// never a key, never a local path, and the real entry stays.
 fn index_entries_outside_the_grammar_are_left_alone(t: &Target) {
@@ -319,7 +319,7 @@ fn index_entries_outside_the_grammar_are_left_alone(t: &Target) {
     assert!(!Path::new("/tmp/victim.000002").exists());
 }
 
-/// 6. Two pushes with one `--backup-id`: the second is refused with a clear error, and
+/// (Defect 6) Two pushes with one `--backup-id`: the second is refused with a clear error, and
 /// the backup the first commits can be fetched.
 fn one_backup_id_one_attempt(t: &Target) {
     let c = "sameid";
@@ -393,7 +393,7 @@ fn one_backup_id_one_attempt(t: &Target) {
     assert_eq!(fetched.stdout, b"first\n");
 }
 
-/// 9. A secret on the backup command line is never recorded or printed.
+/// (Defect 9) A secret on the backup command line is never recorded or printed.
 fn secrets_are_never_recorded(t: &Target) {
     let c = "secret";
     let o = t.run(
@@ -435,7 +435,7 @@ fn secrets_are_never_recorded(t: &Target) {
     }
 }
 
-/// 12. A 0-byte stream is not a backup.
+/// (Defect 12) A 0-byte stream is not a backup.
 fn an_empty_stream_is_not_committed(t: &Target) {
     let c = "empty";
     let o = t.run("push", c, &["--backup-name", "nightly", "--", "true"]);
@@ -445,7 +445,7 @@ fn an_empty_stream_is_not_committed(t: &Target) {
     assert_eq!(ls["backups"][0]["phase"], "failed", "{ls:#}");
 }
 
-/// 10. A push killed mid-upload leaves a staging file (local) or an incomplete multipart
+/// (Defect 10) A push killed mid-upload leaves a staging file (local) or an incomplete multipart
 /// upload (S3); once its attempt is stale and older than failedBackupsTTL, gc collects it
 /// and reports it first in plan.
 fn killed_push_leaves_nothing_behind_for_long(t: &Target) {
@@ -540,7 +540,7 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 
 // ------------------------------------------------------------------ local only
 
-/// 4. A symlinked directory inside a local store is foreign: never followed, never
+/// (Defect 4) A symlinked directory inside a local store is foreign: never followed, never
 /// deleted through.
 fn symlinks_are_never_followed(t: &Target) {
     let dir = t.dir.as_ref().unwrap();
@@ -586,7 +586,7 @@ fn symlinks_are_never_followed(t: &Target) {
     assert!(!String::from_utf8_lossy(&f.stdout).contains("precious"));
 }
 
-/// 12. A file name that is not UTF-8 is reported as foreign; ls, plan and gc go on.
+/// (Defect 12) A file name that is not UTF-8 is reported as foreign; ls, plan and gc go on.
 fn odd_file_names_do_not_stop_a_pass(t: &Target) {
     use std::os::unix::ffi::OsStrExt;
     let dir = t.dir.as_ref().unwrap();
@@ -611,7 +611,7 @@ fn odd_file_names_do_not_stop_a_pass(t: &Target) {
     }
 }
 
-/// 8. `fetch --out` replaces only a regular file (or nothing); writes a device, FIFO or
+/// (Defect 8) `fetch --out` replaces only a regular file (or nothing); writes a device, FIFO or
 /// a symlink's target in place; refuses a directory and a missing directory.
 fn fetch_out_respects_what_is_there(t: &Target) {
     let c = "fetchout";
@@ -696,7 +696,7 @@ fn fetch_out_respects_what_is_there(t: &Target) {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
 }
 
-/// 7. Two `tidemark run` on one cluster: the second refuses, naming the first.
+/// (Defect 7) Two `tidemark run` on one cluster: the second refuses, naming the first.
 fn a_second_runner_is_refused(t: &Target) {
     let dir = t.dir.as_ref().unwrap();
     let cfg = dir.join("runcfg");
@@ -852,7 +852,7 @@ fn configuration_input_is_bounded_and_named() {
     assert!(!stderr(&o).contains('\x1b'), "{:?}", stderr(&o));
 }
 
-/// 5. archive-binlogs refuses two files with one sequence number.
+/// (Defect 5) archive-binlogs refuses two files with one sequence number.
 fn two_binlogs_with_one_sequence_are_refused(t: &Target) {
     let dir = tempfile::tempdir().unwrap();
     for name in ["a-bin.000003", "b-bin.000003", "a-bin.000004"] {
@@ -877,7 +877,7 @@ fn two_binlogs_with_one_sequence_are_refused(t: &Target) {
     );
 }
 
-/// 12. spec.objectStore.pathStyle is used: with `false`, an endpoint is taken as the
+/// (Defect 12) spec.objectStore.pathStyle is used: with `false`, an endpoint is taken as the
 /// bucket's own host, so the same endpoint no longer reaches the backups there.
 fn path_style_is_used(t: &Target) {
     let server = t.server.as_ref().unwrap();

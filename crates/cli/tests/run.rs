@@ -319,3 +319,33 @@ fn bad_configuration_stops_at_start_up_naming_file_field_and_form() {
     let e = refused(&[("empty.yaml", "")]);
     assert!(e.contains("no BackupPolicy"), "{e}");
 }
+
+/// Only the journal's own attempts are recovered at a restart: a directory a pass left
+/// half deleted (payload, no metadata.json) under one of the schedule's names is not
+/// revived as a fresh failed attempt. And retention stops at malformed metadata as gc
+/// does: that backup, and everything else, stays.
+#[test]
+fn a_restart_recovers_only_its_journal_and_retention_stops_at_malformed_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "0 0 0 1 1 *", "echo payload", "{keepLast: 1}");
+    let store = dir.path().join("store/local");
+    let half = store.join("data-20200101000000/20200101T000000Z-0000beef");
+    std::fs::create_dir_all(&half).unwrap();
+    std::fs::write(half.join("backup.bin"), b"left by an interrupted deletion").unwrap();
+    let bad = store.join("manual/20200102T000000Z-0000dead");
+    std::fs::create_dir_all(&bad).unwrap();
+    std::fs::write(bad.join("metadata.json"), b"{\"formatVersion\": 1,").unwrap();
+    let log = dir.path().join("run.log");
+    let mut run = start(&cfg, &log);
+    wait_for(&log, "completed", 30);
+    let text = wait_for(&log, "malformed", 30);
+    signal(&run, "-TERM");
+    assert!(run.wait().unwrap().success(), "{text}");
+    assert!(!half.join("metadata.json").exists(), "revived: {text}");
+    assert!(half.join("backup.bin").exists());
+    assert!(bad.join("metadata.json").exists());
+    assert!(
+        text.contains("retention deletes nothing until they are fixed"),
+        "{text}"
+    );
+}

@@ -4,6 +4,9 @@
 //!   report — one path for `tidemark gc`, `tidemark run` and the operator;
 //! - [`attempt`]: the backup attempt — marker, upload, commit, or a failed record — and
 //!   where it runs ([`attempt::BackupRunner`]: a local process now, a Job in the operator);
+//! - [`schedule`]: the schedule tick, and where a schedule's status lives
+//!   ([`schedule::ScheduleState`]: `_state/` in the store now, the resource's status next);
+//! - [`clock`]: where `now` comes from;
 //! - [`standalone`]: `tidemark run`, the schedules, binlog archiving and retention of a
 //!   configuration as independent tasks, with their state in the store;
 //! - [`error`]: one error type, whose [`error::Class`] the CLI maps to exit codes and the
@@ -14,6 +17,7 @@ pub mod clock;
 pub mod error;
 pub mod pass;
 pub mod redact;
+pub mod schedule;
 pub mod standalone;
 
 pub use attempt::{AttemptFailure, BackupRequest, BackupRunner, LocalProcess};

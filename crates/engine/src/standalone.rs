@@ -19,7 +19,7 @@ use std::time::Duration;
 use jiff::{SignedDuration, Timestamp};
 use tidemark_api::schedule::{IMMEDIATE_BACKUP_LABEL, SCHEDULED_BACKUP_LABEL};
 use tidemark_core::Policy;
-use tidemark_core::schedule::{Child, Decision, ScheduleSpec, evaluate};
+use tidemark_core::schedule::{Child, ScheduleSpec, ScheduleStatus};
 use tidemark_store::catalog::Catalog;
 use tidemark_store::format::{BackupType, MetadataPhase};
 use tidemark_store::state::{
@@ -34,6 +34,7 @@ use crate::attempt::{BackupRequest, BackupRunner, record_failed};
 use crate::clock::Clock;
 use crate::error::{EngineError, chain};
 use crate::pass::{Consolidator, PassRequest, retention_pass};
+use crate::schedule::{self, ScheduleState, Started, Tick};
 
 /// The error recorded for an attempt a previous run died during.
 const INTERRUPTED: &str =
@@ -336,6 +337,53 @@ async fn schedule_task(
     }
 }
 
+/// `_state/run.json` as the schedules' [`ScheduleState`].
+#[async_trait::async_trait]
+impl ScheduleState for Ctx {
+    async fn status(&self, schedule: &str) -> ScheduleStatus {
+        self.state
+            .lock()
+            .await
+            .state
+            .schedules
+            .get(schedule)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    async fn record(
+        &self,
+        schedule: &str,
+        status: &ScheduleStatus,
+        starting: Option<&Started>,
+    ) -> Result<(), EngineError> {
+        self.update(|s| {
+            s.schedules.insert(schedule.to_owned(), status.clone());
+            if let Some(a) = starting {
+                s.running.insert(
+                    schedule.to_owned(),
+                    Journaled {
+                        backup_name: a.backup_name.clone(),
+                        backup_id: a.backup_id.clone(),
+                        started_at: a.started_at,
+                        immediate: a.immediate,
+                    },
+                );
+            }
+        })
+        .await
+        .map_err(EngineError::from)
+    }
+
+    async fn ended(&self, schedule: &str) -> Result<(), EngineError> {
+        self.update(|s| {
+            s.running.remove(schedule);
+        })
+        .await
+        .map_err(EngineError::from)
+    }
+}
+
 /// One evaluation of a schedule, and the backup it starts (awaited here: the next slot
 /// of this schedule waits for it, nothing else does).
 async fn tick(
@@ -346,70 +394,47 @@ async fn tick(
 ) -> Result<(), EngineError> {
     let catalog = Catalog::load(&ctx.store, &NoProgress).await?;
     let name = &sched.spec.name;
-    let status = ctx
-        .state
-        .lock()
-        .await
-        .state
-        .schedules
-        .get(name)
-        .cloned()
-        .unwrap_or_default();
     let now = ctx.clock.now();
-    let eval = evaluate(&sched.spec, &status, &children(&catalog, name), now);
-    match eval.decision {
-        Decision::Create {
-            name: child,
-            slot,
-            immediate,
-        } => {
-            let started = ctx.clock.now();
-            let spec = child_spec(sched, &child, &new_backup_id(started), started, immediate);
-            // The slot and the journal entry in one write, before the backup starts: a
-            // crash during it neither repeats the slot nor loses the attempt.
-            let journaled = Journaled {
-                backup_name: spec.backup_name.clone(),
-                backup_id: spec.backup_id.clone(),
-                started_at: started,
-                immediate,
-            };
-            ctx.update(|s| {
-                s.schedules.insert(name.clone(), eval.status.clone());
-                s.running.insert(name.clone(), journaled);
-            })
-            .await?;
+    match schedule::tick(
+        &sched.spec,
+        &children(&catalog, name),
+        ctx,
+        now,
+        new_backup_id,
+    )
+    .await?
+    {
+        Tick::Start { slot, attempt } => {
+            let spec = child_spec(
+                sched,
+                &attempt.backup_name,
+                &attempt.backup_id,
+                attempt.started_at,
+                attempt.immediate,
+            );
             tracing::info!(
                 "{name}: slot {slot}{} → backup {}/{} started",
-                if immediate { " (immediate)" } else { "" },
+                if attempt.immediate {
+                    " (immediate)"
+                } else {
+                    ""
+                },
                 spec.backup_name,
                 spec.backup_id
             );
             take(ctx, sched, spec, stop, grace).await;
-            if let Err(e) = ctx
-                .update(|s| {
-                    s.running.remove(name);
-                })
-                .await
-            {
+            if let Err(e) = ScheduleState::ended(ctx, name).await {
                 // The journal keeps the attempt; the next start finds it committed.
                 tracing::warn!("{name}: could not clear the journal entry: {}", chain(&e));
             }
         }
-        decision => {
-            ctx.update(|s| {
-                s.schedules.insert(name.clone(), eval.status.clone());
-            })
-            .await?;
-            match decision {
-                Decision::Adopt { name: child, slot } => tracing::info!(
-                    "{name}: slot {slot}: backup {child} already exists and is ours; adopted"
-                ),
-                Decision::SkipCollision { name: child, slot } => tracing::warn!(
-                    "{name}: slot {slot} skipped: the name {child} is taken by a backup not labelled {SCHEDULED_BACKUP_LABEL}={name}; resuming at the next slot"
-                ),
-                _ => {}
-            }
-        }
+        Tick::Adopted { name: child, slot } => tracing::info!(
+            "{name}: slot {slot}: backup {child} already exists and is ours; adopted"
+        ),
+        Tick::Skipped { name: child, slot } => tracing::warn!(
+            "{name}: slot {slot} skipped: the name {child} is taken by a backup not labelled {SCHEDULED_BACKUP_LABEL}={name}; resuming at the next slot"
+        ),
+        Tick::Nothing => {}
     }
     Ok(())
 }

@@ -22,7 +22,7 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
 
-use crate::error::{StoreError, is_not_found, request, write_err};
+use crate::error::{StoreError, is_not_found, write_err};
 use crate::format::{INDEX_FORMAT_VERSION, IndexEntry, IndexFile, ShardSummary};
 use crate::layout;
 use crate::open::ClusterStore;
@@ -80,19 +80,8 @@ impl SegmentIndex {
     /// does not exist.
     pub async fn load(store: &ClusterStore) -> Result<Option<Self>, StoreError> {
         let key = layout::index_key();
-        let got = match store.inner.get(&key).await {
-            Ok(g) => g,
-            Err(e) if is_not_found(&e) => return Ok(None),
-            Err(source) => return Err(request(store, "reading", &key, source)),
-        };
-        let version = UpdateVersion {
-            e_tag: got.meta.e_tag.clone(),
-            version: got.meta.version.clone(),
-        };
-        let bytes = match got.bytes().await {
-            Ok(b) => b,
-            Err(e) if is_not_found(&e) => return Ok(None),
-            Err(source) => return Err(request(store, "reading", &key, source)),
+        let Some((bytes, version)) = store.read_versioned(&key).await? else {
+            return Ok(None);
         };
         let t = std::time::Instant::now();
         let head = parse(store, &key, &bytes)?;

@@ -324,15 +324,7 @@ impl ObjectStore for SafeLocal {
                 async move {
                     let loc = loc?;
                     guard(&root, &loc)?;
-                    let mut one =
-                        inner.delete_stream(futures::stream::once(async move { Ok(loc) }).boxed());
-                    match one.next().await {
-                        Some(r) => r,
-                        None => Err(object_store::Error::Generic {
-                            store: "LocalFileSystem",
-                            source: "delete yielded nothing".into(),
-                        }),
-                    }
+                    crate::fault::delete_one(inner.as_ref(), loc).await
                 }
             })
             .boxed()

@@ -200,6 +200,32 @@ impl ClusterStore {
         }
     }
 
+    /// Reads a whole object with the version a conditional rewrite of it needs; `None`
+    /// when it does not exist (or vanished while being read).
+    ///
+    /// # Errors
+    /// The request failed after retries.
+    pub(crate) async fn read_versioned(
+        &self,
+        key: &Path,
+    ) -> Result<Option<(bytes::Bytes, object_store::UpdateVersion)>, StoreError> {
+        use object_store::ObjectStoreExt;
+        let got = match self.inner.get(key).await {
+            Ok(g) => g,
+            Err(e) if crate::error::is_not_found(&e) => return Ok(None),
+            Err(source) => return Err(crate::error::request(self, "reading", key, source)),
+        };
+        let version = object_store::UpdateVersion {
+            e_tag: got.meta.e_tag.clone(),
+            version: got.meta.version.clone(),
+        };
+        match got.bytes().await {
+            Ok(b) => Ok(Some((b, version))),
+            Err(e) if crate::error::is_not_found(&e) => Ok(None),
+            Err(source) => Err(crate::error::request(self, "reading", key, source)),
+        }
+    }
+
     /// Reads a whole object; `None` when it does not exist (or vanished while being read).
     ///
     /// # Errors
@@ -505,9 +531,14 @@ mod tests {
             bucket_url(Some("http://h:1"), "b", "r", true),
             "http://h:1/b"
         );
+        // Virtual-hosted: an explicit endpoint is the bucket's own host.
         assert_eq!(
-            bucket_url(Some("http://h:1/"), "b", "r", false),
+            bucket_url(Some("http://b.h:1/"), "b", "r", false),
             "http://b.h:1"
+        );
+        assert_eq!(
+            bucket_url(None, "b", "eu-west-1", false),
+            "https://b.s3.eu-west-1.amazonaws.com"
         );
         assert_eq!(
             bucket_url(None, "b", "eu-west-1", true),

@@ -11,7 +11,7 @@ use object_store::{ObjectStoreExt, UpdateVersion};
 use serde::{Deserialize, Serialize};
 use tidemark_core::schedule::ScheduleStatus;
 
-use crate::error::{StoreError, is_not_found, request, write_err};
+use crate::error::{StoreError, request, write_err};
 use crate::layout;
 use crate::open::ClusterStore;
 
@@ -79,19 +79,9 @@ impl StoredState {
     /// A failed request; a malformed file or one of a newer format.
     pub async fn load(store: &ClusterStore) -> Result<Self, StoreError> {
         let key = key();
-        let got = match store.inner.get(&key).await {
-            Ok(g) => g,
-            Err(e) if is_not_found(&e) => return Ok(Self::empty()),
-            Err(source) => return Err(request(store, "reading", &key, source)),
+        let Some((bytes, version)) = store.read_versioned(&key).await? else {
+            return Ok(Self::empty());
         };
-        let version = UpdateVersion {
-            e_tag: got.meta.e_tag.clone(),
-            version: got.meta.version.clone(),
-        };
-        let bytes = got
-            .bytes()
-            .await
-            .map_err(|source| request(store, "reading", &key, source))?;
         let state: RunState =
             serde_json::from_slice(&bytes).map_err(|e| StoreError::MalformedState {
                 url: store.url.clone(),
@@ -253,19 +243,9 @@ pub fn host_name() -> String {
 
 async fn read_lease(store: &ClusterStore) -> Result<Option<(Lease, UpdateVersion)>, StoreError> {
     let key = lease_key();
-    let got = match store.inner.get(&key).await {
-        Ok(g) => g,
-        Err(e) if is_not_found(&e) => return Ok(None),
-        Err(source) => return Err(request(store, "reading", &key, source)),
+    let Some((bytes, version)) = store.read_versioned(&key).await? else {
+        return Ok(None);
     };
-    let version = UpdateVersion {
-        e_tag: got.meta.e_tag.clone(),
-        version: got.meta.version.clone(),
-    };
-    let bytes = got
-        .bytes()
-        .await
-        .map_err(|source| request(store, "reading", &key, source))?;
     let lease = serde_json::from_slice(&bytes).map_err(|e| StoreError::MalformedState {
         url: store.url.clone(),
         key: store.display_key(&key),

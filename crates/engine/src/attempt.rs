@@ -83,6 +83,7 @@ impl BackupRunner for LocalProcess {
 /// # Errors
 /// Bad input (a mariabackup parent without LSNs, a taken backup-id) before anything is
 /// recorded; a failed source or upload, recorded as a failed attempt.
+#[tracing::instrument(skip_all, fields(cluster = %store.cluster, backup = %format!("{}/{}", request.spec.backup_name, request.spec.backup_id)))]
 pub async fn take_backup(
     store: &ClusterStore,
     request: &BackupRequest,

@@ -65,6 +65,7 @@ pub enum Tick {
 ///
 /// # Errors
 /// The outcome could not be recorded: nothing starts, and the next tick decides again.
+#[tracing::instrument(skip_all, fields(schedule = %spec.name, now = %now))]
 pub async fn tick(
     spec: &ScheduleSpec,
     children: &[Child],

@@ -475,8 +475,27 @@ fn killed_push_leaves_nothing_behind_for_long(t: &Target) {
     }
     push.kill().unwrap();
     let _ = push.wait();
-    // An hour later the marker is long stale: the attempt and its upload go.
-    let later = (jiff::Timestamp::now() + jiff::SignedDuration::from_hours(1)).to_string();
+    // Killed, it left its marker, fresh for ten more minutes: nothing of it goes yet, even
+    // for a pass evaluated later (running is judged when the store is read).
+    let later = (jiff::Timestamp::now() + jiff::SignedDuration::from_hours(2)).to_string();
+    let plan = plan_json(
+        t,
+        c,
+        &["--keep-last", "1", "--failed-ttl", "0d", "--now", &later],
+    );
+    assert_eq!(
+        plan["leftovers"]["delete"],
+        serde_json::json!([]),
+        "{plan:#}"
+    );
+    // Ten minutes on, the marker is stale (here: gone) and the upload is an hour old.
+    let store = t.store(c);
+    for k in keys(&store)
+        .iter()
+        .filter(|k| k.ends_with("/_inflight.json"))
+    {
+        delete(&store, k);
+    }
     let plan = plan_json(
         t,
         c,

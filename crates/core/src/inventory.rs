@@ -253,6 +253,11 @@ pub struct Inventory {
     /// Debris of interrupted work (unreferenced shards, incomplete uploads, staging files).
     #[serde(default)]
     pub leftovers: Vec<Leftover>,
+    /// When the store was read, by the wall clock. Whether an attempt is still running is a
+    /// fact of that moment, not of the instant a plan is evaluated at: a pass evaluated in
+    /// the future (`--now`) still sees a fresh marker as fresh.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_at: Option<Timestamp>,
 }
 
 /// The sequence number of a binlog file name: the digits after its last dot

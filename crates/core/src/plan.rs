@@ -350,7 +350,7 @@ fn nodes(inventory: &Inventory, now: Timestamp) -> Vec<Node<'_>> {
         .enumerate()
         .map(|(i, &b)| {
             let phase = match b.phase {
-                Phase::Uncommitted if in_flight(b, now) => Phase::InProgress,
+                Phase::Uncommitted if in_flight(b, now, inventory.observed_at) => Phase::InProgress,
                 p => p,
             };
             // A TTL is exceeded strictly after start + ttl, like the window (seed 004).
@@ -372,12 +372,14 @@ fn nodes(inventory: &Inventory, now: Timestamp) -> Vec<Node<'_>> {
 }
 
 /// Whether an uncommitted attempt's in-flight marker was written recently enough that its
-/// writer counts as running. A heartbeat later than `now` (a pass evaluated in the past)
-/// counts too.
-fn in_flight(b: &Backup, now: Timestamp) -> bool {
+/// writer counts as running: judged at the earlier of `now` and when the store was read, so
+/// that neither a pass evaluated in the past nor one evaluated in the future collects a
+/// running attempt.
+fn in_flight(b: &Backup, now: Timestamp, observed_at: Option<Timestamp>) -> bool {
+    let at = observed_at.map_or(now, |o| o.min(now));
     b.heartbeat_at.is_some_and(|h| {
         h.checked_add(IN_FLIGHT_TIMEOUT)
-            .is_ok_and(|until| now < until)
+            .is_ok_and(|until| at < until)
     })
 }
 

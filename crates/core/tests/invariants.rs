@@ -317,11 +317,14 @@ impl<'a> Model<'a> {
             && b.ttl.is_some_and(|t| self.now > t.after(b.started_at))
     }
 
+    /// Running: known so, or a marker written less than ten minutes before the earlier of
+    /// `now` and when the store was read.
     fn in_progress(&self, b: &Backup) -> bool {
+        let at = self.inv.observed_at.map_or(self.now, |o| o.min(self.now));
         b.phase == Phase::InProgress
             || (b.phase == Phase::Uncommitted
                 && b.heartbeat_at
-                    .is_some_and(|h| self.now < h + SignedDuration::from_secs(600)))
+                    .is_some_and(|h| at < h + SignedDuration::from_secs(600)))
     }
 
     /// The recovery points the rules rank, newest first.
@@ -574,6 +577,7 @@ fn summarise(inv: &Inventory, size: usize) -> (Inventory, HashMap<u64, Vec<Segme
             .cloned()
             .collect(),
         leftovers: inv.leftovers.clone(),
+        observed_at: inv.observed_at,
     };
     let mut members = HashMap::new();
     for chunk in indexed.chunks(size) {
@@ -1274,6 +1278,7 @@ proptest! {
         on_the_edge in prop::option::weighted(0.3, any::<prop::sample::Index>()),
         shard_size in 1usize..48,
         shuffle in prop::collection::vec(any::<usize>(), 48),
+        observed_before in prop::option::weighted(0.3, 0i64..60),
     ) {
         let mut now = at(now_h);
         // Sometimes put a restore point exactly on the window's edge.
@@ -1286,9 +1291,13 @@ proptest! {
                 now = w.after(completed[pick.index(completed.len())]);
             }
         }
+        // Sometimes the store was read before `now` (a pass evaluated in the future): a
+        // marker fresh then is fresh.
+        let observed_at = observed_before.map(|m| now - SignedDuration::from_mins(m));
         let inv = Inventory {
-            backups: build_backups(&specs, now),
+            backups: build_backups(&specs, observed_at.unwrap_or(now)),
             segments: segs,
+            observed_at,
             ..Default::default()
         };
         check_invariants(&inv, &policy, now, shard_size, &shuffle)?;

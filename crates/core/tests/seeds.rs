@@ -966,6 +966,14 @@ fn an_attempt_with_a_fresh_marker_is_never_collected() {
     // Ten minutes after its last heartbeat it is abandoned.
     let p = plan(&policy, &inv, ts("2026-11-20T00:09:40Z"));
     assert_eq!(p.backups[1].reasons, vec![Reason::Uncommitted]);
+    // A pass evaluated a day ahead (`gc --now … --allow-future-now`) over a store read at
+    // midnight still sees it running: running is a fact of when the store was read.
+    let read_at_midnight = Inventory {
+        observed_at: Some(ts("2026-11-20T00:00:00Z")),
+        ..inv.clone()
+    };
+    let p = plan(&policy, &read_at_midnight, ts("2026-11-21T00:00:00Z"));
+    assert_eq!(p.backups[1].reasons, vec![Reason::InProgress]);
 }
 
 /// Debris is collected by age, decided here with `now`: unreferenced shards after an hour;

@@ -144,9 +144,12 @@ pub async fn take_backup(
             recorded: Some(m),
             error,
         }),
-        (Err(e), None) => Err(EngineError::from(e).into()),
-        (Err(commit_err), Some(error)) => {
-            tracing::error!(error = %chain(&commit_err), "could not record the failed attempt either");
+        (Err(u), None) => Err(AttemptFailure {
+            recorded: u.recorded,
+            error: u.error.into(),
+        }),
+        (Err(u), Some(error)) => {
+            tracing::error!(error = %chain(&u.error), "could not record the failed attempt either");
             Err(error.into())
         }
     }

@@ -25,7 +25,9 @@ fn secret_name(name: &str) -> bool {
     SECRET_NAMES.iter().any(|s| name.contains(s)) || name.ends_with("-key") || name == "key"
 }
 
-/// The arguments with every secret-looking value replaced by [`HIDDEN`].
+/// The arguments with every secret-looking value replaced by [`HIDDEN`]. An argument that
+/// is itself a command line (`sh -c "mariabackup --password=…"`) is read word by word, as
+/// a shell would split it, and shown with the secrets among its words hidden.
 pub fn redact(args: &[String]) -> Vec<String> {
     let mut out = Vec::with_capacity(args.len());
     let mut hide_next = false;
@@ -37,9 +39,65 @@ pub fn redact(args: &[String]) -> Vec<String> {
                 continue;
             }
         }
+        let words = shell_split(arg);
+        if words.len() > 1 {
+            // A command line in one argument: its own words, its own "next" secrets.
+            out.push(redact(&words).join(" "));
+            continue;
+        }
         out.push(redact_one(arg, &mut hide_next));
     }
     out
+}
+
+/// Splits a command line into words as a POSIX shell would (quotes and backslashes),
+/// well enough to find secrets in it.
+fn shell_split(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_word = true;
+                for q in chars.by_ref() {
+                    if q == '\'' {
+                        break;
+                    }
+                    word.push(q);
+                }
+            }
+            '"' => {
+                in_word = true;
+                while let Some(q) = chars.next() {
+                    match q {
+                        '"' => break,
+                        '\\' => word.extend(chars.next()),
+                        _ => word.push(q),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                word.extend(chars.next());
+            }
+            c if c.is_whitespace() || matches!(c, ';' | '|' | '&') => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            c => {
+                in_word = true;
+                word.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(word);
+    }
+    words
 }
 
 fn redact_one(arg: &str, hide_next: &mut bool) -> String {
@@ -139,5 +197,19 @@ mod tests {
             !shell_words(&["sh".into(), "-c".into(), "x --password=hunter2".into()])
                 .contains("hunter2")
         );
+        // A command line inside one argument is read word by word.
+        for script in [
+            "mariabackup --user=root --password=hunter2 --backup",
+            "mariabackup --user root --password hunter2",
+            "mysqldump -uroot -phunter2 db | gzip",
+            "mysqldump --password='hunter2' db",
+            "MYSQL_PWD=hunter2 mysqldump db",
+            "pg_dump postgres://u:hunter2@h/db",
+        ] {
+            let shown = r(&["sh", "-c", script]);
+            assert!(!shown.concat().contains("hunter2"), "{script}: {shown:?}");
+            assert!(shown[2].contains("***"), "{shown:?}");
+        }
+        assert_eq!(r(&["sh", "-c", "tar -cf - /data"])[2], "tar -cf - /data");
     }
 }

@@ -142,7 +142,8 @@ pub async fn consolidate(
             // It restores to exactly the target's point.
             completed_at: last.completed_at,
         })
-        .await?;
+        .await
+        .map_err(|u| u.error)?;
     Ok(Consolidation {
         target: target.to_owned(),
         synthetic: committed.backup_id,

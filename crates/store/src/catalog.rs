@@ -89,6 +89,8 @@ pub struct Catalog {
     pub leftovers: Vec<Leftover>,
     /// Things that went wrong without stopping the load (e.g. uploads could not be listed).
     pub warnings: Vec<String>,
+    /// When the listing began, by the wall clock: what running means is judged at it.
+    pub observed_at: Timestamp,
     /// Objects listed (for progress and reports).
     pub objects_listed: usize,
 }
@@ -102,6 +104,7 @@ impl Catalog {
     /// A failed store request, a malformed or newer `_index.json`. Malformed metadata is
     /// not an error: it is reported in [`Catalog::malformed`], and its backup is kept.
     pub async fn load(store: &ClusterStore, progress: &dyn Progress) -> Result<Self, StoreError> {
+        let observed_at = Timestamp::now();
         // Listing, metadata reads and the index read overlap: each metadata.json is fetched
         // as soon as the listing yields it.
         let (tx, rx) = futures::channel::mpsc::unbounded::<Path>();
@@ -255,6 +258,7 @@ impl Catalog {
             shard_objects,
             leftovers,
             warnings,
+            observed_at,
             objects_listed,
         };
         catalog.check_index_entries(store);
@@ -388,6 +392,7 @@ impl Catalog {
             })
         });
         Inventory {
+            observed_at: Some(self.observed_at),
             backups: self.backups.iter().map(|b| b.backup.clone()).collect(),
             segments,
             leftovers: self

@@ -395,6 +395,14 @@ pub(crate) async fn create(
     crate::index::create_head(store, key, body).await
 }
 
+/// An attempt that could not be committed: why, and the failed record written instead, if
+/// one was.
+#[derive(Debug)]
+pub struct Unfinished {
+    pub error: TransferError,
+    pub recorded: Option<Metadata>,
+}
+
 /// An attempt in flight: it holds its backup-id through the in-flight marker
 /// (`<name>/<id>/_inflight.json`), written before the first byte and rewritten every
 /// [`HEARTBEAT_INTERVAL`](tidemark_core::plan::HEARTBEAT_INTERVAL) while it runs, so every
@@ -441,6 +449,17 @@ impl Attempt {
                 });
             }
             Err(source) => return Err(write_err(store, &key, source).into()),
+        }
+        // Another attempt with this id may have committed and released its marker between
+        // the first look and the claim: it writes metadata.json before it lets the marker
+        // go, so a second look now tells.
+        if store.head(&meta_key).await?.is_some() {
+            release_marker(store, spec).await;
+            return Err(TransferError::AlreadyCommitted {
+                url: store.url.clone(),
+                name: spec.backup_name.clone(),
+                id: spec.backup_id.clone(),
+            });
         }
         let (hb_store, hb_spec) = (store.clone(), spec.clone());
         let heartbeat = tokio::spawn(async move {
@@ -490,7 +509,7 @@ impl Attempt {
     ///
     /// # Errors
     /// As [`commit`]; the marker stays then, and goes stale.
-    pub async fn finish(self, outcome: Outcome) -> Result<Metadata, TransferError> {
+    pub async fn finish(self, outcome: Outcome) -> Result<Metadata, Unfinished> {
         self.heartbeat.abort();
         let committed = match commit(&self.store, &self.spec, outcome).await {
             // The upload went missing before the commit (another process deleted it): the
@@ -500,17 +519,24 @@ impl Attempt {
                     error: Some(e.to_string()),
                     ..Default::default()
                 };
-                if commit(&self.store, &self.spec, failed).await.is_ok() {
+                let recorded = commit(&self.store, &self.spec, failed).await.ok();
+                if recorded.is_some() {
                     self.release().await;
                 }
-                return Err(e);
+                return Err(Unfinished { error: e, recorded });
             }
             other => other,
         };
-        if committed.is_ok() {
-            self.release().await;
+        match committed {
+            Ok(m) => {
+                self.release().await;
+                Ok(m)
+            }
+            Err(error) => Err(Unfinished {
+                error,
+                recorded: None,
+            }),
         }
-        committed
     }
 
     /// Ends the attempt without a record: the marker goes, and what was uploaded is an

@@ -116,6 +116,14 @@ pub enum EngineError {
     },
     #[error("{cluster}: the lease on this cluster was taken by {holder}; stopping")]
     LeaseLost { cluster: String, holder: String },
+    #[error(
+        "{cluster}: the lease on this cluster could not be renewed before it expired at {expired} ({cause}); stopping, since another runner may hold it now"
+    )]
+    LeaseExpired {
+        cluster: String,
+        expired: String,
+        cause: String,
+    },
     #[error("{0}")]
     Internal(String),
 }
@@ -180,7 +188,9 @@ impl EngineError {
             EngineError::MariaDb(_) => Class::Input,
             EngineError::Source(_) => Class::Source,
             EngineError::Input(_) => Class::Input,
-            EngineError::LeaseHeld { .. } | EngineError::LeaseLost { .. } => Class::Contention,
+            EngineError::LeaseHeld { .. }
+            | EngineError::LeaseLost { .. }
+            | EngineError::LeaseExpired { .. } => Class::Contention,
             EngineError::Internal(_) => Class::Internal,
         }
     }

@@ -4,6 +4,8 @@
 //! `scheme://user:secret@host`) is shown as `***` instead. Credentials belong in an option
 //! file (`--defaults-extra-file`) or the environment, which are never recorded.
 
+use std::ops::Range;
+
 /// What a secret is shown as.
 pub const HIDDEN: &str = "***";
 
@@ -29,6 +31,12 @@ fn secret_name(name: &str) -> bool {
 /// is itself a command line (`sh -c "mariabackup --password=…"`) is read word by word, as
 /// a shell would split it, and shown with the secrets among its words hidden.
 pub fn redact(args: &[String]) -> Vec<String> {
+    redact_words(args, true)
+}
+
+/// [`redact`]; `split` says whether an argument may itself be a command line (one level:
+/// a word of that line is not split again).
+fn redact_words(args: &[String], split: bool) -> Vec<String> {
     let mut out = Vec::with_capacity(args.len());
     let mut hide_next = false;
     for arg in args {
@@ -39,10 +47,22 @@ pub fn redact(args: &[String]) -> Vec<String> {
                 continue;
             }
         }
-        let words = shell_split(arg);
+        let words = if split { shell_split(arg) } else { Vec::new() };
         if words.len() > 1 {
-            // A command line in one argument: its own words, its own "next" secrets.
-            out.push(redact(&words).join(" "));
+            // A command line in one argument: its own words, its own "next" secrets. The
+            // line is kept as written (separators, quotes) except for the hidden words.
+            let plain: Vec<String> = words.iter().map(|(w, _)| w.clone()).collect();
+            let mut shown = String::with_capacity(arg.len());
+            let mut from = 0;
+            for ((word, span), hidden) in words.iter().zip(redact_words(&plain, false)) {
+                if *word != hidden {
+                    shown.push_str(&arg[from..span.start]);
+                    shown.push_str(&hidden);
+                    from = span.end;
+                }
+            }
+            shown.push_str(&arg[from..]);
+            out.push(shown);
             continue;
         }
         out.push(redact_one(arg, &mut hide_next));
@@ -51,17 +71,27 @@ pub fn redact(args: &[String]) -> Vec<String> {
 }
 
 /// Splits a command line into words as a POSIX shell would (quotes and backslashes),
-/// well enough to find secrets in it.
-fn shell_split(line: &str) -> Vec<String> {
+/// well enough to find secrets in it: each word with the byte range it was written in.
+fn shell_split(line: &str) -> Vec<(String, Range<usize>)> {
     let mut words = Vec::new();
     let mut word = String::new();
-    let mut in_word = false;
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
+    let mut start = None;
+    let mut chars = line.char_indices().peekable();
+    while let Some((at, c)) = chars.next() {
+        match c {
+            c if c.is_whitespace() || matches!(c, ';' | '|' | '&' | '(' | ')' | '<' | '>') => {
+                if let Some(start) = start.take() {
+                    words.push((std::mem::take(&mut word), start..at));
+                }
+                continue;
+            }
+            _ => {
+                start.get_or_insert(at);
+            }
+        }
         match c {
             '\'' => {
-                in_word = true;
-                for q in chars.by_ref() {
+                for (_, q) in chars.by_ref() {
                     if q == '\'' {
                         break;
                     }
@@ -69,33 +99,20 @@ fn shell_split(line: &str) -> Vec<String> {
                 }
             }
             '"' => {
-                in_word = true;
-                while let Some(q) = chars.next() {
+                while let Some((_, q)) = chars.next() {
                     match q {
                         '"' => break,
-                        '\\' => word.extend(chars.next()),
+                        '\\' => word.extend(chars.next().map(|(_, c)| c)),
                         _ => word.push(q),
                     }
                 }
             }
-            '\\' => {
-                in_word = true;
-                word.extend(chars.next());
-            }
-            c if c.is_whitespace() || matches!(c, ';' | '|' | '&') => {
-                if in_word {
-                    words.push(std::mem::take(&mut word));
-                    in_word = false;
-                }
-            }
-            c => {
-                in_word = true;
-                word.push(c);
-            }
+            '\\' => word.extend(chars.next().map(|(_, c)| c)),
+            c => word.push(c),
         }
     }
-    if in_word {
-        words.push(word);
+    if let Some(start) = start {
+        words.push((word, start..line.len()));
     }
     words
 }
@@ -211,5 +228,14 @@ mod tests {
             assert!(shown[2].contains("***"), "{shown:?}");
         }
         assert_eq!(r(&["sh", "-c", "tar -cf - /data"])[2], "tar -cf - /data");
+        // Separators and quoting survive; only the secret words change.
+        assert_eq!(
+            r(&[
+                "sh",
+                "-c",
+                "echo 'half a' backup; mysqldump --password='x y' db | gzip"
+            ])[2],
+            "echo 'half a' backup; mysqldump --password=*** db | gzip"
+        );
     }
 }

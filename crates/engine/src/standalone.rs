@@ -717,6 +717,16 @@ async fn lease_task(
                 });
                 return;
             }
+            // Not renewed in time, it may be another runner's now: stop rather than work on
+            // a cluster this runner no longer holds.
+            Err(LeaseError::Store(e)) if clock.now() >= lease.lease.expires_at => {
+                let _ = fatal.send(EngineError::LeaseExpired {
+                    cluster: format!("{}/{}", store.url, store.cluster),
+                    expired: lease.lease.expires_at.to_string(),
+                    cause: chain(&e),
+                });
+                return;
+            }
             Err(LeaseError::Store(e)) => {
                 tracing::warn!(
                     "could not renew the lease on {}/{} (it is held until {}): {}",

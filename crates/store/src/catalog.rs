@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use futures::{StreamExt, TryStreamExt};
 use jiff::Timestamp;
+use object_store::ObjectMeta;
 use object_store::path::Path;
-use object_store::{ObjectMeta, ObjectStoreExt};
 use tidemark_core::{Backup, BackupKind, Inventory, Leftover, LeftoverKind, Phase, Segment};
 
 use crate::error::{StoreError, is_not_found};
@@ -173,14 +173,16 @@ impl Catalog {
             }
         }
 
-        let interrupted = latest_audit_deletions(store, audits).await;
-        let (interrupted, audit_problem) = match interrupted {
-            Ok(ids) => (ids, None),
-            Err(m) => (HashSet::new(), Some(m)),
+        let interrupted = match latest_audit_deletions(store, audits).await? {
+            Ok(ids) => ids,
+            Err(problem) => {
+                warnings.push(problem);
+                HashSet::new()
+            }
         };
 
         let mut backups = Vec::with_capacity(dirs.len());
-        let mut malformed: Vec<Malformed> = audit_problem.into_iter().collect();
+        let mut malformed: Vec<Malformed> = Vec::new();
         for ((name, id), dir) in dirs {
             let last_modified = dir
                 .payload
@@ -240,11 +242,19 @@ impl Catalog {
             backups.push(stored);
         }
 
-        // Staging files and uploads inside a backup directory belong to that attempt.
+        // Staging files and uploads are ours only where the layout says so (inside a backup
+        // directory they belong to that attempt); any other is foreign, and stays.
+        let (ours, theirs): (Vec<Leftover>, Vec<Leftover>) = leftovers
+            .into_iter()
+            .partition(|l| leftover_kind(l).is_some());
+        foreign.extend(
+            theirs
+                .iter()
+                .map(|l| format!("{}/{} (unfinished upload)", store.cluster, l.key)),
+        );
+        let mut leftovers = ours;
         for l in &mut leftovers {
-            if let KeyKind::Payload { id, .. } =
-                layout::classify(l.key.split('#').next().unwrap_or(&l.key))
-            {
+            if let Some(KeyKind::Payload { id, .. }) = leftover_kind(l) {
                 l.attempt = Some(id.to_owned());
             }
         }
@@ -425,6 +435,18 @@ struct Dir {
     payload: Vec<ObjectMeta>,
     /// The in-flight marker's last write.
     heartbeat: Option<Timestamp>,
+}
+
+/// What the object an unfinished upload was writing would be, if it is one of Tidemark's.
+fn leftover_kind(l: &Leftover) -> Option<KeyKind<'_>> {
+    let target = match l.kind {
+        LeftoverKind::StagingFile => l.key.rsplit_once('#').map_or(l.key.as_str(), |(k, _)| k),
+        LeftoverKind::IncompleteUpload | LeftoverKind::UnreferencedShard => l.key.as_str(),
+    };
+    match layout::classify(target) {
+        KeyKind::Foreign => None,
+        kind => Some(kind),
+    }
 }
 
 /// An attempt directory without (readable) `metadata.json`.
@@ -840,28 +862,26 @@ async fn list_shard_objects(store: &ClusterStore) -> Result<Vec<ObjectMeta>, Sto
 async fn latest_audit_deletions(
     store: &ClusterStore,
     mut audits: Vec<Path>,
-) -> Result<HashSet<String>, Malformed> {
+) -> Result<Result<HashSet<String>, String>, StoreError> {
     audits.sort();
     let Some(latest) = audits.pop() else {
-        return Ok(HashSet::new());
+        return Ok(Ok(HashSet::new()));
     };
-    let malformed = |problem: String| Malformed {
-        key: store.display_key(&latest),
-        problem,
+    let Some(bytes) = store.read(&latest).await? else {
+        return Ok(Ok(HashSet::new()));
     };
-    let bytes = match store.inner.get(&latest).await {
-        Ok(r) => r.bytes().await.map_err(|e| malformed(e.to_string()))?,
-        Err(e) if is_not_found(&e) => return Ok(HashSet::new()),
-        Err(e) => return Err(malformed(e.to_string())),
-    };
-    let record: AuditRecord = serde_json::from_slice(&bytes)
-        .map_err(|e| malformed(format!("not a valid audit record: {e}")))?;
-    Ok(record
-        .backups
-        .into_iter()
-        .filter(|b| b.action == "delete")
-        .map(|b| b.backup_id)
-        .collect())
+    Ok(match serde_json::from_slice::<AuditRecord>(&bytes) {
+        Ok(record) => Ok(record
+            .backups
+            .into_iter()
+            .filter(|b| b.action == "delete")
+            .map(|b| b.backup_id)
+            .collect()),
+        Err(e) => Err(format!(
+            "the latest audit record {} is not valid ({e}): a deletion it records as interrupted is left to failedBackupsTTL",
+            store.display_key(&latest)
+        )),
+    })
 }
 
 #[cfg(test)]

@@ -115,6 +115,19 @@ pub fn index_shards_prefix() -> Path {
     Path::from_iter([BINLOGS, INDEX_SHARDS])
 }
 
+/// An audit record's name: `<RFC 3339 time>-<8 hex>.json`, as [`audit_key`] writes it.
+pub fn is_audit_name(name: &str) -> bool {
+    let Some(stem) = name.strip_suffix(".json") else {
+        return false;
+    };
+    let Some((time, id)) = stem.rsplit_once('-') else {
+        return false;
+    };
+    id.len() == 8
+        && id.bytes().all(|b| b.is_ascii_hexdigit())
+        && time.parse::<jiff::Timestamp>().is_ok()
+}
+
 pub fn audit_key(at: jiff::Timestamp, pass_id: &str) -> Path {
     // Whole seconds keep keys short and sortable; the pass id makes them unique.
     let stamp = jiff::Timestamp::from_second(at.as_second()).unwrap_or(at);
@@ -153,7 +166,7 @@ pub fn classify(key: &str) -> KeyKind<'_> {
             KeyKind::IndexShard
         }
         [BINLOGS, seg] if is_segment_name(seg) => KeyKind::Segment { name: seg },
-        [AUDIT, _] => KeyKind::Audit,
+        [AUDIT, file] if is_audit_name(file) => KeyKind::Audit,
         [STATE, ..] => KeyKind::State,
         [BINLOGS, ..] | [AUDIT, ..] => KeyKind::Foreign,
         [name, id, file] if is_backup_name(name) && is_backup_id(id) => match *file {
@@ -213,8 +226,13 @@ mod tests {
             KeyKind::Foreign
         );
         assert_eq!(
-            classify("_audit/2026-11-20T02:00:00Z-ab.json"),
+            classify("_audit/2026-11-20T02:00:00Z-5b0e33c1.json"),
             KeyKind::Audit
+        );
+        assert_eq!(classify("_audit/notes.txt"), KeyKind::Foreign);
+        assert_eq!(
+            classify("_audit/2026-11-20T02:00:00Z-ab.json"),
+            KeyKind::Foreign
         );
     }
 }

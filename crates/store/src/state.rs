@@ -197,6 +197,10 @@ pub struct Lease {
     pub holder: String,
     pub host: String,
     pub pid: u32,
+    /// The kernel boot and process namespace the process runs in: a pid means the same
+    /// process only within them (containers share host names, not process tables).
+    #[serde(default)]
+    pub process_scope: String,
     pub acquired_at: Timestamp,
     pub renewed_at: Timestamp,
     /// Until when the holder may be assumed alive without a renewal.
@@ -268,11 +272,13 @@ pub async fn acquire_lease(
 ) -> Result<HeldLease, LeaseError> {
     let key = lease_key();
     let host = host_name();
+    let scope = process_scope();
     let mine = Lease {
         format_version: STATE_FORMAT_VERSION,
         holder: holder.to_owned(),
         host: host.clone(),
         pid: std::process::id(),
+        process_scope: scope.clone(),
         acquired_at: now,
         renewed_at: now,
         expires_at: now.checked_add(ttl).unwrap_or(Timestamp::MAX),
@@ -287,7 +293,12 @@ pub async fn acquire_lease(
     let written = match &current {
         None => crate::index::create_head(store, &key, body).await,
         Some((held, version)) => {
-            let gone = held.host == host && !process_alive(held.pid);
+            // A holder whose process is gone from this very process table (a `run` killed
+            // and restarted) is taken over at once; anything less certain waits for expiry.
+            let gone = held.host == host
+                && !scope.is_empty()
+                && held.process_scope == scope
+                && !process_alive(held.pid);
             if held.holder != holder && held.expires_at > now && !gone {
                 return Err(LeaseError::Held(Box::new(held.clone())));
             }
@@ -380,6 +391,22 @@ pub async fn release_lease(store: &ClusterStore, held: &HeldLease) {
         && l.holder == held.lease.holder
     {
         let _ = store.inner.delete(&key).await;
+    }
+}
+
+/// This process's boot and process namespace (`<boot id>/<pid namespace>`), or empty when
+/// they cannot be read.
+pub fn process_scope() -> String {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|b| b.trim().to_owned())
+        .unwrap_or_default();
+    let ns = std::fs::read_link("/proc/self/ns/pid")
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    if boot.is_empty() || ns.is_empty() {
+        String::new()
+    } else {
+        format!("{boot}/{ns}")
     }
 }
 

@@ -4,10 +4,11 @@
 //! `.venv/`. A missing binary is an error that says so — tests never skip silently.
 #![allow(clippy::expect_used, clippy::panic)]
 
+use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::path::{Path as FsPath, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use object_store::aws::AmazonS3Builder;
@@ -28,6 +29,13 @@ pub struct SeaweedFs {
     child: Child,
     dir: tempfile::TempDir,
     pub endpoint: String,
+}
+
+/// Why a start attempt failed.
+enum Start {
+    /// Another process bound one of the ports first: worth another attempt.
+    PortTaken(String),
+    Failed(String),
 }
 
 /// Where `weed` is: `$TIDEMARK_WEED`, `<workspace>/.venv/bin/weed`, or `weed` on `PATH`.
@@ -56,12 +64,34 @@ pub fn find_weed() -> Result<PathBuf, String> {
     )
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("no free loopback port")
+/// `n` loopback ports free now and never handed out before in this process (tests in one
+/// binary start servers in parallel; the kernel may give a just-released port again).
+fn free_ports(n: usize) -> Vec<u16> {
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    let mut given = GIVEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut held = Vec::new();
+    let mut ports = Vec::new();
+    while ports.len() < n {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("no free loopback port");
+        let port = listener.local_addr().expect("bound address").port();
+        if given.insert(port) {
+            ports.push(port);
+        }
+        // Held until all are chosen, so one call never returns the same port twice.
+        held.push(listener);
+    }
+    ports
 }
+
+fn free_port() -> u16 {
+    free_ports(1)[0]
+}
+
+/// How many times a server is started again when a port it was given was taken meanwhile
+/// (by another process between our check and its bind).
+const START_ATTEMPTS: usize = 3;
 
 impl SeaweedFs {
     /// Starts a fresh server in a temporary directory and waits until its S3 gateway
@@ -71,6 +101,21 @@ impl SeaweedFs {
     /// When `weed` is missing or the server does not come up: tests fail with the reason.
     pub fn start() -> Self {
         let weed = find_weed().unwrap_or_else(|e| panic!("{e}"));
+        let mut failures = Vec::new();
+        for _ in 0..START_ATTEMPTS {
+            match Self::try_start(&weed) {
+                Ok(server) => return server,
+                Err(Start::PortTaken(log)) => failures.push(log),
+                Err(Start::Failed(why)) => panic!("{why}"),
+            }
+        }
+        panic!(
+            "SeaweedFS could not bind its ports in {START_ATTEMPTS} attempts; last log:\n{}",
+            failures.last().map_or("", String::as_str)
+        );
+    }
+
+    fn try_start(weed: &FsPath) -> Result<Self, Start> {
         let dir = tempfile::tempdir().expect("temporary directory");
         let config = dir.path().join("s3.json");
         std::fs::write(
@@ -83,9 +128,9 @@ impl SeaweedFs {
         let data = dir.path().join("data");
         std::fs::create_dir_all(&data).expect("data directory");
         let log = std::fs::File::create(dir.path().join("weed.log")).expect("log file");
-        let p: Vec<u16> = (0..9).map(|_| free_port()).collect();
+        let p = free_ports(9);
         let s3_port = p[6];
-        let child = Command::new(&weed)
+        let child = Command::new(weed)
             .arg("server")
             .arg(format!("-dir={}", data.display()))
             .args(["-ip=127.0.0.1", "-ip.bind=127.0.0.1"])
@@ -116,11 +161,11 @@ impl SeaweedFs {
             dir,
             endpoint: format!("http://127.0.0.1:{s3_port}"),
         };
-        server.wait_ready();
-        server
+        server.wait_ready()?;
+        Ok(server)
     }
 
-    fn wait_ready(&mut self) {
+    fn wait_ready(&mut self) -> Result<(), Start> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -130,22 +175,28 @@ impl SeaweedFs {
         let mut last = String::new();
         while Instant::now() < deadline {
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("SeaweedFS exited with {status}; log:\n{}", self.log_tail());
+                let log = self.log_tail();
+                if log.contains("address already in use") {
+                    return Err(Start::PortTaken(log));
+                }
+                return Err(Start::Failed(format!(
+                    "SeaweedFS exited with {status}; log:\n{log}"
+                )));
             }
             let probe = object_store::path::Path::from("_tidemark_probe");
             match rt.block_on(store.put(&probe, PutPayload::from_static(b"ok"))) {
                 Ok(_) => {
                     let _ = rt.block_on(store.delete(&probe));
-                    return;
+                    return Ok(());
                 }
                 Err(e) => last = e.to_string(),
             }
             std::thread::sleep(Duration::from_millis(500));
         }
-        panic!(
+        Err(Start::Failed(format!(
             "SeaweedFS did not accept writes within {START_TIMEOUT:?}: {last}\nlog:\n{}",
             self.log_tail()
-        );
+        )))
     }
 
     fn log_tail(&self) -> String {

@@ -117,6 +117,7 @@ async fn lease(store: &ClusterStore) {
     // A runner of this machine killed with its lease: a restart takes it over at once.
     let dead = serde_json::json!({
         "formatVersion": 1, "holder": "killed", "host": state::host_name(), "pid": 999_999_999u32,
+        "processScope": state::process_scope(),
         "acquiredAt": now, "renewedAt": now, "expiresAt": now + ttl
     });
     store
@@ -130,6 +131,24 @@ async fn lease(store: &ClusterStore) {
     state::acquire_lease(store, "restarted", now, ttl)
         .await
         .unwrap();
+    // The same host name in another process table (another container) is not enough.
+    let elsewhere = serde_json::json!({
+        "formatVersion": 1, "holder": "other-container", "host": state::host_name(),
+        "pid": 999_999_999u32, "processScope": "another-boot/pid:[1]",
+        "acquiredAt": now, "renewedAt": now, "expiresAt": now + ttl
+    });
+    store
+        .object_store()
+        .put(
+            &object_store::path::Path::from("_state/lease.json"),
+            serde_json::to_vec(&elsewhere).unwrap().into(),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        state::acquire_lease(store, "restarted-again", now, ttl).await,
+        Err(LeaseError::Held(_))
+    ));
 }
 
 #[tokio::test]

@@ -349,3 +349,39 @@ fn a_restart_recovers_only_its_journal_and_retention_stops_at_malformed_metadata
         "{text}"
     );
 }
+
+/// A damaged binlog index stops retention (nothing is deleted while it cannot be read),
+/// not the schedule's backups.
+#[test]
+fn a_damaged_binlog_index_stops_retention_not_backups() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "*/2 * * * * *", "echo payload", "{keepLast: 1}");
+    let store = dir.path().join("store/local");
+    std::fs::create_dir_all(store.join("binlogs")).unwrap();
+    std::fs::write(store.join("binlogs/_index.json"), b"not an index").unwrap();
+    let log = dir.path().join("run.log");
+    let mut run = start(&cfg, &log);
+    wait_for(&log, "_index.json is malformed", 30);
+    // The immediate backup and the next slot's, while retention waits.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap();
+        if text.matches(" completed (").count() >= 2 {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "two backups expected:\n{text}");
+        sleep(Duration::from_millis(100));
+    };
+    signal(&run, "-TERM");
+    assert!(run.wait().unwrap().success(), "{text}");
+    // `ls` reads the index too: out of the way now.
+    std::fs::remove_file(store.join("binlogs/_index.json")).unwrap();
+    let completed = phases(&ls(&dir.path().join("store")))
+        .values()
+        .filter(|p| *p == "completed")
+        .count();
+    assert!(
+        completed >= 2,
+        "keepLast 1 applied despite the index: {text}"
+    );
+}

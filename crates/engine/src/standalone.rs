@@ -392,7 +392,7 @@ async fn tick(
     stop: &mut watch::Receiver<bool>,
     grace: Duration,
 ) -> Result<(), EngineError> {
-    let catalog = Catalog::load(&ctx.store, &NoProgress).await?;
+    let catalog = Catalog::load_backups(&ctx.store, &NoProgress).await?;
     let name = &sched.spec.name;
     let now = ctx.clock.now();
     match schedule::tick(

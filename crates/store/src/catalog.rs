@@ -68,6 +68,13 @@ pub struct SegmentListing {
     pub leftovers: Vec<Leftover>,
 }
 
+/// How much of a cluster [`Catalog::load_scoped`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    Everything,
+    Backups,
+}
+
 /// Everything the store says about one cluster.
 #[derive(Debug)]
 pub struct Catalog {
@@ -104,6 +111,28 @@ impl Catalog {
     /// A failed store request, a malformed or newer `_index.json`. Malformed metadata is
     /// not an error: it is reported in [`Catalog::malformed`], and its backup is kept.
     pub async fn load(store: &ClusterStore, progress: &dyn Progress) -> Result<Self, StoreError> {
+        Self::load_scoped(store, progress, Scope::Everything).await
+    }
+
+    /// The backups alone (directories and their metadata): what a schedule needs to know
+    /// which of its backups exist. The binlog index, its shards, incomplete uploads and
+    /// the audit records are not read, so a damaged index stops retention, not backups.
+    ///
+    /// # Errors
+    /// A failed store request.
+    pub async fn load_backups(
+        store: &ClusterStore,
+        progress: &dyn Progress,
+    ) -> Result<Self, StoreError> {
+        Self::load_scoped(store, progress, Scope::Backups).await
+    }
+
+    async fn load_scoped(
+        store: &ClusterStore,
+        progress: &dyn Progress,
+        scope: Scope,
+    ) -> Result<Self, StoreError> {
+        let everything = scope == Scope::Everything;
         let observed_at = Timestamp::now();
         // Listing, metadata reads and the index read overlap: each metadata.json is fetched
         // as soon as the listing yields it.
@@ -125,9 +154,27 @@ impl Catalog {
         let (listed, bodies, index, shard_objects, uploads) = futures::join!(
             listing,
             fetching,
-            SegmentIndex::load(store),
-            list_shard_objects(store),
-            list_uploads(store)
+            async {
+                if everything {
+                    SegmentIndex::load(store).await
+                } else {
+                    Ok(None)
+                }
+            },
+            async {
+                if everything {
+                    list_shard_objects(store).await
+                } else {
+                    Ok(Vec::new())
+                }
+            },
+            async {
+                if everything {
+                    list_uploads(store).await
+                } else {
+                    Ok(Vec::new())
+                }
+            }
         );
         let (listed, mut bodies, index, shard_objects) = (listed?, bodies?, index?, shard_objects?);
 
@@ -173,6 +220,9 @@ impl Catalog {
             }
         }
 
+        if !everything {
+            audits.clear();
+        }
         let interrupted = match latest_audit_deletions(store, audits).await? {
             Ok(ids) => ids,
             Err(problem) => {

@@ -2,6 +2,8 @@
 //! BackupPolicy and ScheduledBackup documents, several per file with `---`. Parsing only;
 //! the caller reads the files.
 
+use yaml_rust2::parser::Event;
+
 use crate::policy::BackupPolicy;
 use crate::schedule::ScheduledBackup;
 
@@ -18,9 +20,15 @@ pub enum Document {
 /// Largest configuration file accepted: far beyond any real set of policies, and a bound
 /// on what the parser is asked to do.
 pub const MAX_CONFIG_BYTES: usize = 1 << 20;
-/// Deepest nesting accepted (block indentation levels and flow brackets): Tidemark's
-/// kinds nest a handful of levels; a parser walking 100,000 levels takes minutes.
+/// Deepest nesting accepted (mappings and sequences, block or flow): Tidemark's kinds nest
+/// a handful of levels; libyaml (under `serde_yaml`) walking 100,000 flow levels takes
+/// minutes.
 pub const MAX_CONFIG_DEPTH: usize = 64;
+
+/// Most flow brackets (`[`, `{`) in a text `serde_yaml` is given without a depth check:
+/// libyaml's time grows with the square of its flow nesting (4,096 levels take it about
+/// 50 ms, 65,536 levels 13 s on these machines).
+pub const MAX_UNCHECKED_FLOW: usize = 4096;
 
 /// Why a configuration was refused before parsing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -31,57 +39,76 @@ pub enum BoundsError {
         "line {line}: nested {depth} levels deep; a configuration may nest at most {MAX_CONFIG_DEPTH}"
     )]
     TooDeep { line: usize, depth: usize },
+    #[error(
+        "line {line} column {column}: {problem}; a configuration with more than {MAX_UNCHECKED_FLOW} flow brackets ([ or {{) must be YAML 1.2, whose nesting can be checked before parsing"
+    )]
+    Syntax {
+        line: usize,
+        column: usize,
+        problem: String,
+    },
 }
 
-/// Checks the size and nesting of a YAML text before it is parsed. The nesting is
-/// estimated from indentation (each deeper indentation, and each `- ` that opens a
-/// sequence item, is a level) and from flow brackets outside quotes.
+/// Checks the size and nesting of a YAML text before it is parsed. The nesting is counted
+/// by a streaming YAML parser (`yaml-rust2`'s events: each mapping or sequence opened is a
+/// level), which stops at the first level too deep, so a hostile file costs microseconds;
+/// counting brackets and indentation by hand is fooled by quotes (`it's [`), comments and
+/// multi-line scalars.
+///
+/// That parser follows YAML 1.2 more strictly than libyaml (under `serde_yaml`), which
+/// accepts, for one, `[tar, -cf, -]`. Text it cannot read goes on to `serde_yaml` when it
+/// holds at most [`MAX_UNCHECKED_FLOW`] flow brackets (libyaml is quadratic in those
+/// alone, and that many take it under 0.1 s), and is refused otherwise.
 ///
 /// # Errors
-/// The text is too large or too deeply nested.
+/// The text is too large, too deeply nested, or too large to read without a depth check.
 pub fn check_bounds(text: &str) -> Result<(), BoundsError> {
     if text.len() > MAX_CONFIG_BYTES {
         return Err(BoundsError::TooLarge { bytes: text.len() });
     }
-    let mut indents: Vec<usize> = Vec::new();
-    let mut flow = 0usize;
-    for (n, line) in text.lines().enumerate() {
-        let trimmed = line.trim_start_matches(' ');
-        if flow == 0 && !trimmed.is_empty() && !trimmed.starts_with('#') {
-            let mut indent = line.len() - trimmed.len();
-            let mut rest = trimmed;
-            while let Some(r) = rest.strip_prefix("- ") {
-                indent += 2;
-                rest = r.trim_start_matches(' ');
-                indents.retain(|&i| i < indent - 1);
-                indents.push(indent - 1);
+    let mut parser = yaml_rust2::parser::Parser::new_from_str(text);
+    let mut depth = 0usize;
+    loop {
+        let next = parser.next_token().map_err(|e| {
+            let line = e.marker().line();
+            if e.info().contains("recursion limit") {
+                BoundsError::TooDeep {
+                    line,
+                    depth: MAX_CONFIG_DEPTH + 1,
+                }
+            } else {
+                BoundsError::Syntax {
+                    line,
+                    column: e.marker().col() + 1,
+                    problem: e.info().to_owned(),
+                }
             }
-            indents.retain(|&i| i < indent);
-            indents.push(indent);
-        }
-        let (mut single, mut double) = (false, false);
-        for c in line.chars() {
-            match c {
-                '\'' if !double => single = !single,
-                '"' if !single => double = !double,
-                '#' if !single && !double => break,
-                '[' | '{' if !single && !double => flow += 1,
-                ']' | '}' if !single && !double => flow = flow.saturating_sub(1),
-                _ => {}
+        });
+        let (event, at) = match next {
+            Ok(next) => next,
+            Err(BoundsError::Syntax { .. })
+                if text.bytes().filter(|b| matches!(b, b'[' | b'{')).count()
+                    <= MAX_UNCHECKED_FLOW =>
+            {
+                return Ok(());
             }
-            if flow > MAX_CONFIG_DEPTH {
-                return Err(BoundsError::TooDeep {
-                    line: n + 1,
-                    depth: flow,
-                });
+            Err(e) => return Err(e),
+        };
+        match event {
+            Event::MappingStart(..) | Event::SequenceStart(..) => {
+                depth += 1;
+                if depth > MAX_CONFIG_DEPTH {
+                    return Err(BoundsError::TooDeep {
+                        line: at.line(),
+                        depth,
+                    });
+                }
             }
-        }
-        let depth = indents.len() + flow;
-        if depth > MAX_CONFIG_DEPTH {
-            return Err(BoundsError::TooDeep { line: n + 1, depth });
+            Event::MappingEnd | Event::SequenceEnd => depth = depth.saturating_sub(1),
+            Event::StreamEnd => return Ok(()),
+            _ => {}
         }
     }
-    Ok(())
 }
 
 /// Why a document was refused; the caller adds the file name.
@@ -197,6 +224,42 @@ spec:
         assert!(check_bounds(&block).is_err());
         let seq = format!("{}x\n", "- ".repeat(10_000));
         assert!(check_bounds(&seq).is_err());
+        // Quotes, comments and multi-line scalars do not hide brackets that nest.
+        for hidden in [
+            format!("a: [it's, {}{}]", "[".repeat(1000), "]".repeat(1000)),
+            format!("a: x # ]]]]\nb: {}{}", "[".repeat(1000), "]".repeat(1000)),
+            format!(
+                "a: [\"x\n ]]]]]]]]\", {}{}]",
+                "[".repeat(1000),
+                "]".repeat(1000)
+            ),
+            format!(
+                "{{a: 'q''{}', b: {}1{}}}",
+                "]".repeat(50),
+                "{a: ".repeat(100),
+                "}".repeat(100)
+            ),
+        ] {
+            assert!(
+                matches!(check_bounds(&hidden), Err(BoundsError::TooDeep { .. })),
+                "{hidden:.80}: {:?}",
+                check_bounds(&hidden)
+            );
+        }
+        // Text only libyaml reads goes on to it when it cannot be slow, and not otherwise.
+        check_bounds("command: [tar, -cf, -]\n").unwrap();
+        let lenient = format!("command: [tar, -cf, -]\nx: '{}'\n", "[".repeat(5000));
+        assert!(matches!(
+            check_bounds(&lenient),
+            Err(BoundsError::Syntax { line: 1, .. })
+        ));
+        // Brackets inside quoted strings and comments are not nesting.
+        check_bounds(&format!(
+            "a: \"{}\"\nb: '[[[' # {}\n",
+            "[".repeat(1000),
+            "{".repeat(1000)
+        ))
+        .unwrap();
         let huge = "#".repeat(MAX_CONFIG_BYTES + 1);
         assert!(matches!(
             check_bounds(&huge),

@@ -59,11 +59,15 @@ impl Exit {
             Exit::Data => {
                 "data in the store blocks the work (malformed or newer metadata.json/_index.json, a checksum mismatch)"
             }
-            Exit::Partial => "gc finished but some objects could not be deleted (run it again)",
+            Exit::Partial => {
+                "gc finished but some objects could not be deleted or a consolidation failed (run it again)"
+            }
             Exit::SourceFailed => "push: the backup command failed (recorded as failed)",
             Exit::NotRestorable => "restore: the target cannot be restored",
             Exit::RestoreFailed => "restore: a MariaDB tool failed",
-            Exit::Contention => "another tidemark holds the cluster's lease or the backup-id",
+            Exit::Contention => {
+                "another tidemark holds the cluster's lease or the backup-id, or kept changing the index"
+            }
         }
     }
 }

@@ -61,9 +61,17 @@ fn load(dir: &Path) -> Result<Vec<PolicyRun>, CliError> {
         )));
     }
     let now = jiff::Timestamp::now();
-    let mut runs = Vec::new();
+    let mut runs: Vec<PolicyRun> = Vec::new();
+    let mut seen: Vec<(&Path, &str, String)> = Vec::new();
     for (file, policy) in &policies {
         let name = &policy.metadata.name;
+        if let Some((other, _, _)) = seen.iter().find(|(_, n, _)| n == name) {
+            return Err(CliError::input(format!(
+                "{}: BackupPolicy {name}: metadata.name: already defined in {}; each policy needs its own name",
+                file.display(),
+                other.display()
+            )));
+        }
         if policy.spec.object_store.is_none() {
             return Err(CliError::input(format!(
                 "{}: BackupPolicy {name}: spec.objectStore: required by tidemark run (where the backups go), e.g. objectStore: {{url: file:///var/backups}}",
@@ -71,6 +79,16 @@ fn load(dir: &Path) -> Result<Vec<PolicyRun>, CliError> {
             )));
         }
         let store = open_store(policy, file)?;
+        let identity = store.identity();
+        if let Some((other, other_name, _)) = seen.iter().find(|(_, _, i)| *i == identity) {
+            // Each policy's lease, schedules and retention assume they alone write there.
+            return Err(CliError::input(format!(
+                "{}: BackupPolicy {name}: spec.objectStore: same store and cluster ({identity}) as BackupPolicy {other_name} in {}; one policy per cluster (spec.cluster names it, metadata.name by default)",
+                file.display(),
+                other.display()
+            )));
+        }
+        seen.push((file, name, identity));
         let retention_interval = interval(
             policy.spec.retention_interval.as_deref().unwrap_or("1h"),
             "spec.retentionInterval",

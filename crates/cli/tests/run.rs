@@ -318,6 +318,28 @@ fn bad_configuration_stops_at_start_up_naming_file_field_and_form() {
 
     let e = refused(&[("empty.yaml", "")]);
     assert!(e.contains("no BackupPolicy"), "{e}");
+
+    let e = refused(&[("a.yaml", POLICY), ("b.yaml", POLICY)]);
+    assert!(
+        e.contains("b.yaml") && e.contains("metadata.name") && e.contains("a.yaml"),
+        "{e}"
+    );
+
+    // Two policies on one cluster, spelt two ways, would each schedule and collect it.
+    let e = refused(&[
+        ("a.yaml", POLICY),
+        (
+            "b.yaml",
+            &POLICY
+                .replace("{name: local}", "{name: other}")
+                .replace("file:///tmp", "file:///tmp/../tmp")
+                .replace("spec:\n", "spec:\n  cluster: local\n"),
+        ),
+    ]);
+    assert!(
+        e.contains("b.yaml") && e.contains("BackupPolicy local") && e.contains("one policy per"),
+        "{e}"
+    );
 }
 
 /// Only the journal's own attempts are recovered at a restart: a directory a pass left

@@ -79,6 +79,7 @@ impl From<ErrorCategory> for Class {
             ErrorCategory::Input => Class::Input,
             ErrorCategory::Store => Class::Store,
             ErrorCategory::Data => Class::Data,
+            ErrorCategory::Contention => Class::Contention,
             ErrorCategory::Internal => Class::Internal,
         }
     }

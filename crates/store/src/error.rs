@@ -94,6 +94,8 @@ pub enum ErrorCategory {
     Store,
     /// Data in the store is not in a form this Tidemark can act on safely.
     Data,
+    /// Another writer kept changing what this one had to change.
+    Contention,
     /// A bug in Tidemark.
     Internal,
 }
@@ -106,11 +108,12 @@ impl StoreError {
             | StoreError::InvalidCluster { .. }
             | StoreError::MissingDirectory { .. }
             | StoreError::NoCredentials { .. } => ErrorCategory::Input,
-            StoreError::Open { .. }
-            | StoreError::Request { .. }
-            | StoreError::IndexContention { .. }
-            | StoreError::StateContention { .. }
-            | StoreError::Encode { .. } => ErrorCategory::Store,
+            StoreError::Open { .. } | StoreError::Request { .. } | StoreError::Encode { .. } => {
+                ErrorCategory::Store
+            }
+            StoreError::IndexContention { .. } | StoreError::StateContention { .. } => {
+                ErrorCategory::Contention
+            }
             StoreError::Internal { .. } => ErrorCategory::Internal,
             StoreError::MalformedIndex { .. }
             | StoreError::NewerIndex { .. }

@@ -178,6 +178,21 @@ impl ClusterStore {
         self
     }
 
+    /// What tells two handles on the same cluster apart from two clusters, across
+    /// spellings of a local directory (`../store`, a symlink): the cluster's canonical
+    /// directory for a local store, the URL and cluster otherwise.
+    pub fn identity(&self) -> String {
+        match &self.native {
+            Native::Local { cluster_dir } => {
+                // The cluster's directory may not exist yet; its parent does.
+                let parent = cluster_dir.parent().unwrap_or(cluster_dir);
+                let parent = std::fs::canonicalize(parent).unwrap_or_else(|_| parent.to_owned());
+                format!("file://{}", parent.join(&self.cluster).display())
+            }
+            _ => format!("{}#{}", self.url.trim_end_matches('/'), self.cluster),
+        }
+    }
+
     pub fn object_store(&self) -> &Arc<dyn ObjectStore> {
         &self.inner
     }

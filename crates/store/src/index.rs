@@ -467,7 +467,7 @@ pub async fn update(
             create_head(store, &key, edit.head.to_bytes()).await
         };
         match written {
-            Ok(()) => {
+            Ok(_) => {
                 delete_shards(store, edit.replaced.iter()).await;
                 return Ok(change);
             }
@@ -505,28 +505,50 @@ pub async fn update(
 }
 
 /// Creates the head where there was none; `AlreadyExists` when another writer did first
-/// (where the backend can tell).
+/// (where the backend can tell). Returns the version written, for the next conditional
+/// update.
 pub(crate) async fn create_head(
     store: &ClusterStore,
     key: &Path,
     body: Vec<u8>,
-) -> Result<(), object_store::Error> {
+) -> Result<UpdateVersion, object_store::Error> {
     let payload = PutPayload::from(body);
     let create = PutOptions {
         mode: PutMode::Create,
         ..Default::default()
     };
-    match store.inner.put_opts(key, payload.clone(), create).await {
+    let put = match store.inner.put_opts(key, payload.clone(), create).await {
         Err(object_store::Error::NotImplemented { .. }) => match store.inner.head(key).await {
             Ok(_) => Err(object_store::Error::AlreadyExists {
                 path: key.to_string(),
                 source: "the index was created meanwhile".into(),
             }),
-            Err(e) if is_not_found(&e) => store.inner.put(key, payload).await.map(|_| ()),
+            Err(e) if is_not_found(&e) => store.inner.put(key, payload).await,
             Err(e) => Err(e),
         },
-        other => other.map(|_| ()),
+        other => other,
+    }?;
+    written_version(store, key, put).await
+}
+
+/// The version a put created: from its answer (a later read could see another writer's),
+/// or read back from a backend that answers without one.
+async fn written_version(
+    store: &ClusterStore,
+    key: &Path,
+    put: object_store::PutResult,
+) -> Result<UpdateVersion, object_store::Error> {
+    if put.e_tag.is_some() || put.version.is_some() {
+        return Ok(UpdateVersion {
+            e_tag: put.e_tag,
+            version: put.version,
+        });
     }
+    let meta = store.inner.head(key).await?;
+    Ok(UpdateVersion {
+        e_tag: meta.e_tag,
+        version: meta.version,
+    })
 }
 
 /// Writes an index of `entries` from scratch, sealed into shards of `shard_size` (the
@@ -615,13 +637,13 @@ pub(crate) async fn delete_shards<'a>(
     gone
 }
 
-/// Replaces the head if it is still at `version`.
+/// Replaces the head if it is still at `version`; returns the version written.
 pub(crate) async fn replace_head(
     store: &ClusterStore,
     key: &Path,
     version: &UpdateVersion,
     body: Vec<u8>,
-) -> Result<(), object_store::Error> {
+) -> Result<UpdateVersion, object_store::Error> {
     let payload = PutPayload::from(body);
     let conditional = version.e_tag.is_some() || version.version.is_some();
     if conditional {
@@ -633,7 +655,8 @@ pub(crate) async fn replace_head(
             // No conditional writes here (a local directory): check the version just
             // before writing. The window is the two requests' gap.
             Err(object_store::Error::NotImplemented { .. }) => {}
-            other => return other.map(|_| ()),
+            Ok(put) => return written_version(store, key, put).await,
+            Err(e) => return Err(e),
         }
     }
     let head = store.inner.head(key).await?;
@@ -644,5 +667,6 @@ pub(crate) async fn replace_head(
             source: "the index changed since it was read".into(),
         });
     }
-    store.inner.put(key, payload).await.map(|_| ())
+    let put = store.inner.put(key, payload).await?;
+    written_version(store, key, put).await
 }

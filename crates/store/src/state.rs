@@ -11,7 +11,7 @@ use object_store::{ObjectStoreExt, UpdateVersion};
 use serde::{Deserialize, Serialize};
 use tidemark_core::schedule::ScheduleStatus;
 
-use crate::error::{StoreError, request, write_err};
+use crate::error::{StoreError, write_err};
 use crate::layout;
 use crate::open::ClusterStore;
 
@@ -161,28 +161,19 @@ impl StoredState {
             Some(v) => crate::index::replace_head(store, &key, v, body).await,
         };
         match written {
-            Ok(()) => {}
+            Ok(version) => {
+                self.version = Some(version);
+                Ok(())
+            }
             Err(
                 object_store::Error::Precondition { .. }
                 | object_store::Error::AlreadyExists { .. },
-            ) => {
-                return Err(StoreError::StateContention {
-                    url: store.url.clone(),
-                    key: store.display_key(&key),
-                });
-            }
-            Err(source) => return Err(write_err(store, &key, source)),
+            ) => Err(StoreError::StateContention {
+                url: store.url.clone(),
+                key: store.display_key(&key),
+            }),
+            Err(source) => Err(write_err(store, &key, source)),
         }
-        let meta = store
-            .inner
-            .head(&key)
-            .await
-            .map_err(|source| request(store, "reading", &key, source))?;
-        self.version = Some(UpdateVersion {
-            e_tag: meta.e_tag,
-            version: meta.version,
-        });
-        Ok(())
     }
 }
 
@@ -305,8 +296,8 @@ pub async fn acquire_lease(
             crate::index::replace_head(store, &key, version, body).await
         }
     };
-    match written {
-        Ok(()) => {}
+    let version = match written {
+        Ok(version) => version,
         Err(
             object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. },
         ) => {
@@ -320,14 +311,10 @@ pub async fn acquire_lease(
             };
         }
         Err(source) => return Err(write_err(store, &key, source).into()),
-    }
-    let version = store.head(&key).await?.map(|m| UpdateVersion {
-        e_tag: m.e_tag,
-        version: m.version,
-    });
+    };
     Ok(HeldLease {
         lease: mine,
-        version,
+        version: Some(version),
     })
 }
 
@@ -355,8 +342,8 @@ pub async fn renew_lease(
         Some(v) => crate::index::replace_head(store, &key, v, body).await,
         None => crate::index::create_head(store, &key, body).await,
     };
-    match written {
-        Ok(()) => {}
+    let version = match written {
+        Ok(version) => version,
         Err(
             object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. },
         ) => {
@@ -375,11 +362,8 @@ pub async fn renew_lease(
             };
         }
         Err(source) => return Err(write_err(store, &key, source).into()),
-    }
-    held.version = store.head(&key).await?.map(|m| UpdateVersion {
-        e_tag: m.e_tag,
-        version: m.version,
-    });
+    };
+    held.version = Some(version);
     held.lease = next;
     Ok(())
 }

@@ -392,7 +392,9 @@ pub(crate) async fn create(
     key: &Path,
     body: Vec<u8>,
 ) -> Result<(), object_store::Error> {
-    crate::index::create_head(store, key, body).await
+    crate::index::create_head(store, key, body)
+        .await
+        .map(|_| ())
 }
 
 /// An attempt that could not be committed: why, and the failed record written instead, if

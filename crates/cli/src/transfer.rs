@@ -232,6 +232,21 @@ enum Destination {
     InPlace(std::path::PathBuf),
 }
 
+/// The directory a path's file is in (`.` for a bare name).
+fn parent_dir(path: &Path) -> std::path::PathBuf {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    }
+}
+
+/// A new hidden file in `dir` (removed when dropped unless persisted).
+fn staging_file(dir: &Path) -> std::io::Result<tempfile::NamedTempFile> {
+    tempfile::Builder::new()
+        .prefix(".tidemark-fetch-")
+        .tempfile_in(dir)
+}
+
 impl Destination {
     /// Follows a symbolic link to what it names (like `cp`), refuses a directory and a
     /// parent that is missing or not writable — before anything is downloaded.
@@ -245,21 +260,23 @@ impl Destination {
             })?,
             _ => path.to_path_buf(),
         };
+        // A file is written beside its final name, then renamed over it: the directory
+        // must take a new file, which is tried now rather than after the download.
+        let writable = |resolved: std::path::PathBuf| {
+            let dir = parent_dir(&resolved);
+            match std::fs::metadata(&dir) {
+                Ok(m) if m.is_dir() => staging_file(&dir)
+                    .map(|_| Destination::Replace(resolved))
+                    .map_err(|e| bad(format!("cannot write in {}: {e}", dir.display()))),
+                Ok(_) => Err(bad(format!("{} is not a directory", dir.display()))),
+                Err(e) => Err(bad(format!("directory {}: {e}", dir.display()))),
+            }
+        };
         match std::fs::metadata(&resolved) {
             Ok(m) if m.is_dir() => Err(bad("is a directory; name a file".into())),
-            Ok(m) if m.is_file() => Ok(Destination::Replace(resolved)),
+            Ok(m) if m.is_file() => writable(resolved),
             Ok(_) => Ok(Destination::InPlace(resolved)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let dir = match resolved.parent() {
-                    Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-                    _ => std::path::PathBuf::from("."),
-                };
-                match std::fs::metadata(&dir) {
-                    Ok(m) if m.is_dir() => Ok(Destination::Replace(resolved)),
-                    Ok(_) => Err(bad(format!("{} is not a directory", dir.display()))),
-                    Err(e) => Err(bad(format!("directory {}: {e}", dir.display()))),
-                }
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => writable(resolved),
             Err(e) => Err(bad(e.to_string())),
         }
     }
@@ -272,14 +289,7 @@ impl Destination {
     ) -> Result<(), TransferError> {
         match self {
             Destination::Replace(path) => {
-                let dir = match path.parent() {
-                    Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-                    _ => std::path::PathBuf::from("."),
-                };
-                let tmp = tempfile::Builder::new()
-                    .prefix(".tidemark-fetch-")
-                    .tempfile_in(&dir)
-                    .map_err(TransferError::Sink)?;
+                let tmp = staging_file(&parent_dir(path)).map_err(TransferError::Sink)?;
                 let std_file = tmp.reopen().map_err(TransferError::Sink)?;
                 let mut file = tokio::fs::File::from_std(std_file);
                 transfer::download(store, m, &mut file, progress).await?;

@@ -631,7 +631,7 @@ fn odd_file_names_do_not_stop_a_pass(t: &Target) {
 }
 
 /// (Defect 8) `fetch --out` replaces only a regular file (or nothing); writes a device, FIFO or
-/// a symlink's target in place; refuses a directory and a missing directory.
+/// a symlink's target in place; refuses a directory, and a missing or unwritable directory.
 fn fetch_out_respects_what_is_there(t: &Target) {
     let c = "fetchout";
     let id = t.push(c, "nightly", "echo payload");
@@ -694,6 +694,14 @@ fn fetch_out_respects_what_is_there(t: &Target) {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     let o = fetch(&scratch.path().join("missing/dir/file"));
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    // So is a directory that takes no new file (sysfs refuses even root).
+    let o = fetch(Path::new("/sys/tidemark-fetch"));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("cannot write in /sys"),
+        "{}",
+        stderr(&o)
+    );
     // `fetch | head -c 1`: the reader leaves early; that is a success.
     let mut child = t
         .cmd()

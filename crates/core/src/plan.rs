@@ -574,7 +574,7 @@ fn apply_rules(policy: &Policy, nodes: &mut [Node], now: Timestamp) {
             let expired = b.interrupted_delete
                 || policy
                     .failed_backups_ttl
-                    .is_some_and(|ttl| now >= ttl.after(from));
+                    .is_some_and(|ttl| now > ttl.after(from));
             if !expired {
                 node.reasons.push(Reason::FailedBackupsTtl);
             }
@@ -1135,7 +1135,7 @@ fn plan_leftovers(
                     owner => {
                         let ttl = policy
                             .failed_backups_ttl
-                            .is_some_and(|ttl| now >= ttl.after(l.last_modified));
+                            .is_some_and(|ttl| now > ttl.after(l.last_modified));
                         let old = owner.is_some() || aged(l.last_modified, LEFTOVER_MIN_AGE);
                         (ttl && old).then_some(LeftoverReason::Abandoned)
                     }

@@ -989,7 +989,7 @@ fn check_liveness(m: &Model, p: &Plan) -> Result<(), TestCaseError> {
                     };
                     from.is_some_and(|f| {
                         !b.interrupted_delete
-                            && policy.failed_backups_ttl.is_none_or(|t| now < t.after(f))
+                            && policy.failed_backups_ttl.is_none_or(|t| now <= t.after(f))
                     })
                 }
                 Reason::Deferred => capped,

@@ -461,6 +461,15 @@ fn seed002_errored_backups_are_not_counted_and_break_no_chain() {
     );
     let later = plan(&policy, &inv, ts("2026-11-20T00:00:00Z"));
     assert_eq!(decisions(&later)[2], row("day3", Delete, &["failed"]));
+    // "Older than" 7 days, as a backup's own TTL: exactly 7 days is kept, a second more is not.
+    let reached = "7d"
+        .parse::<tidemark_core::RetentionDuration>()
+        .unwrap()
+        .after(inv.backups[2].restore_point());
+    let at = plan(&policy, &inv, reached);
+    assert_eq!(decisions(&at)[2], row("day3", Keep, &["failedBackupsTTL"]));
+    let past = plan(&policy, &inv, reached + jiff::SignedDuration::from_secs(1));
+    assert_eq!(decisions(&past)[2], row("day3", Delete, &["failed"]));
 }
 
 #[test]

@@ -25,10 +25,12 @@ pub const MAX_CONFIG_BYTES: usize = 1 << 20;
 /// minutes.
 pub const MAX_CONFIG_DEPTH: usize = 64;
 
-/// Most flow brackets (`[`, `{`) in a text `serde_yaml` is given without a depth check:
-/// libyaml's time grows with the square of its flow nesting (4,096 levels take it about
-/// 50 ms, 65,536 levels 13 s on these machines).
-pub const MAX_UNCHECKED_FLOW: usize = 4096;
+/// Most work (flow brackets `[`/`{` × bytes) in a text `serde_yaml` is given without a
+/// depth check. libyaml keeps one pending key per open flow collection and looks at every
+/// one of them for each token it reads, so its time is bounded by brackets × tokens, and
+/// tokens by bytes: 2²⁴ such steps take it about 0.1 s (65,536 nested brackets, 2³¹ steps,
+/// took 13 s on these machines).
+pub const MAX_UNCHECKED_WORK: usize = 1 << 24;
 
 /// Why a configuration was refused before parsing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -40,7 +42,7 @@ pub enum BoundsError {
     )]
     TooDeep { line: usize, depth: usize },
     #[error(
-        "line {line} column {column}: {problem}; a configuration with more than {MAX_UNCHECKED_FLOW} flow brackets ([ or {{) must be YAML 1.2, whose nesting can be checked before parsing"
+        "line {line} column {column}: {problem}; a configuration this large (flow brackets × bytes above {MAX_UNCHECKED_WORK}) must be YAML 1.2, whose nesting can be checked before parsing (quote such a scalar: '-')"
     )]
     Syntax {
         line: usize,
@@ -56,9 +58,9 @@ pub enum BoundsError {
 /// multi-line scalars.
 ///
 /// That parser follows YAML 1.2 more strictly than libyaml (under `serde_yaml`), which
-/// accepts, for one, `[tar, -cf, -]`. Text it cannot read goes on to `serde_yaml` when it
-/// holds at most [`MAX_UNCHECKED_FLOW`] flow brackets (libyaml is quadratic in those
-/// alone, and that many take it under 0.1 s), and is refused otherwise.
+/// accepts, for one, `[tar, -cf, -]`. Text it cannot read goes on to `serde_yaml` when its
+/// flow brackets times its length stay within [`MAX_UNCHECKED_WORK`] (a bound on libyaml's
+/// time, whatever the nesting), and is refused otherwise.
 ///
 /// # Errors
 /// The text is too large, too deeply nested, or too large to read without a depth check.
@@ -87,8 +89,12 @@ pub fn check_bounds(text: &str) -> Result<(), BoundsError> {
         let (event, at) = match next {
             Ok(next) => next,
             Err(BoundsError::Syntax { .. })
-                if text.bytes().filter(|b| matches!(b, b'[' | b'{')).count()
-                    <= MAX_UNCHECKED_FLOW =>
+                if text
+                    .bytes()
+                    .filter(|b| matches!(b, b'[' | b'{'))
+                    .count()
+                    .saturating_mul(text.len())
+                    <= MAX_UNCHECKED_WORK =>
             {
                 return Ok(());
             }
@@ -248,7 +254,11 @@ spec:
         }
         // Text only libyaml reads goes on to it when it cannot be slow, and not otherwise.
         check_bounds("command: [tar, -cf, -]\n").unwrap();
-        let lenient = format!("command: [tar, -cf, -]\nx: '{}'\n", "[".repeat(5000));
+        let lenient = format!(
+            "command: [tar, -cf, -]\nx: {}{}\n",
+            "{a: ".repeat(60),
+            "}".repeat(60)
+        ) + &"# padding\n".repeat(30_000);
         assert!(matches!(
             check_bounds(&lenient),
             Err(BoundsError::Syntax { line: 1, .. })

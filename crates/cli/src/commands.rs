@@ -388,7 +388,21 @@ async fn ls(args: &LsArgs) -> Result<Exit, CliError> {
     if let Some(b) = &bar {
         b.finish();
     }
-    let catalog = catalog?;
+    // An index that cannot be read (malformed, newer, a shard missing) still leaves the
+    // backups to list: shown, with the binlog archive and the recovery window left out.
+    let (catalog, index_problem) = match catalog {
+        Ok(c) => (c, None),
+        Err(e) if e.category() == tidemark_store::ErrorCategory::Data => {
+            match Catalog::load_backups(&target.store, &NoProgress).await {
+                Ok(c) => (c, Some(e)),
+                Err(again) => {
+                    eprintln!("error: {e}");
+                    return Err(again.into());
+                }
+            }
+        }
+        Err(e) => return Err(e.into()),
+    };
     let inventory = catalog.inventory(&SegmentListing::default());
     let standing = standing(&inventory);
     let ok: &HashSet<String> = &standing.restorable;
@@ -425,7 +439,10 @@ async fn ls(args: &LsArgs) -> Result<Exit, CliError> {
         store: target.store.url.clone(),
         cluster: target.store.cluster.clone(),
         backups,
-        recovery_window: standing.window.clone(),
+        recovery_window: match index_problem {
+            Some(_) => None,
+            None => standing.window.clone(),
+        },
         archive: ArchiveOut {
             segments: runs.iter().map(|r| r.count as usize).sum(),
             first: runs.first().map(|r| r.first_name.clone()),
@@ -446,11 +463,18 @@ async fn ls(args: &LsArgs) -> Result<Exit, CliError> {
     } else {
         emit(&ls_table(&out))?;
     }
+    if let Some(e) = &index_problem {
+        eprintln!(
+            "error: {e}; the backups above are listed without the binlog archive or a recovery window"
+        );
+    }
     if !out.malformed.is_empty() {
         eprintln!(
             "error: {} malformed metadata.json file(s); see the list above",
             out.malformed.len()
         );
+    }
+    if index_problem.is_some() || !out.malformed.is_empty() {
         return Ok(Exit::Data);
     }
     Ok(Exit::Success)

@@ -30,7 +30,8 @@ pub enum Exit {
     /// directory was removed again.
     RestoreFailed = 8,
     /// Another writer holds what this needs: another `tidemark run` holds the cluster's
-    /// lease, or another push the backup-id.
+    /// lease, another push the backup-id, or another writer kept changing the binlog index
+    /// or the run state.
     Contention = 9,
 }
 

@@ -79,7 +79,7 @@ fn load(dir: &Path) -> Result<Vec<PolicyRun>, CliError> {
             )));
         }
         let store = open_store(policy, file)?;
-        let identity = store.identity();
+        let identity = store.identity().to_owned();
         if let Some((other, other_name, _)) = seen.iter().find(|(_, _, i)| *i == identity) {
             // Each policy's lease, schedules and retention assume they alone write there.
             return Err(CliError::input(format!(

@@ -296,10 +296,14 @@ impl Destination {
                 file.sync_all().await.map_err(TransferError::Sink)?;
                 // Only a regular file (or nothing) is replaced: look again right before.
                 if std::fs::symlink_metadata(path).is_ok_and(|md| !md.is_file()) {
+                    // Kept, as the message says: the download is not thrown away.
+                    let kept = tmp
+                        .keep()
+                        .map(|(_, p)| p.display().to_string())
+                        .unwrap_or_else(|e| format!("nowhere ({})", e.error));
                     return Err(TransferError::Sink(std::io::Error::other(format!(
-                        "{} changed into something other than a regular file meanwhile; the payload is left in {}",
+                        "{} changed into something other than a regular file meanwhile; the payload is left in {kept}",
                         path.display(),
-                        tmp.path().display()
                     ))));
                 }
                 tmp.persist(path)

@@ -396,12 +396,22 @@ fn a_damaged_binlog_index_stops_retention_not_backups() {
     };
     signal(&run, "-TERM");
     assert!(run.wait().unwrap().success(), "{text}");
-    // `ls` reads the index too: out of the way now.
-    std::fs::remove_file(store.join("binlogs/_index.json")).unwrap();
-    let completed = phases(&ls(&dir.path().join("store")))
-        .values()
-        .filter(|p| *p == "completed")
-        .count();
+    // `ls` lists the backups anyway, without a recovery window, and exits 4.
+    let out = bin()
+        .args([
+            "ls",
+            "--store",
+            &format!("file://{}", dir.path().join("store").display()),
+        ])
+        .args(["--cluster", "local", "--output", "json"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(err.contains("_index.json is malformed"), "{err}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["recoveryWindow"].is_null(), "{v:#}");
+    let completed = phases(&v).values().filter(|p| *p == "completed").count();
     assert!(
         completed >= 2,
         "keepLast 1 applied despite the index: {text}"

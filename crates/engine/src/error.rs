@@ -118,7 +118,7 @@ pub enum EngineError {
     #[error("{cluster}: the lease on this cluster was taken by {holder}; stopping")]
     LeaseLost { cluster: String, holder: String },
     #[error(
-        "{cluster}: the lease on this cluster could not be renewed before it expired at {expired} ({cause}); stopping, since another runner may hold it now"
+        "{cluster}: the lease on this cluster could not be renewed in time (it expires at {expired}: {cause}); stopping, since another runner may take it then"
     )]
     LeaseExpired {
         cluster: String,

@@ -27,16 +27,12 @@ fn secret_name(name: &str) -> bool {
     SECRET_NAMES.iter().any(|s| name.contains(s)) || name.ends_with("-key") || name == "key"
 }
 
-/// The arguments with every secret-looking value replaced by [`HIDDEN`]. An argument that
-/// is itself a command line (`sh -c "mariabackup --password=…"`) is read word by word, as
-/// a shell would split it, and shown with the secrets among its words hidden.
+/// The arguments with every secret-looking value replaced by [`HIDDEN`]. An argument is
+/// judged whole first (`--password=two words`, `mysql://u:p&ss@h`); one that holds no
+/// secret as a whole but is itself a command line (`sh -c "mariabackup --password=…"`,
+/// `ssh db 'mysqldump -p…'`) is read word by word as a shell would split it, at every
+/// level of quoting, and shown as written with the secret words hidden.
 pub fn redact(args: &[String]) -> Vec<String> {
-    redact_words(args, true)
-}
-
-/// [`redact`]; `split` says whether an argument may itself be a command line (one level:
-/// a word of that line is not split again).
-fn redact_words(args: &[String], split: bool) -> Vec<String> {
     let mut out = Vec::with_capacity(args.len());
     let mut hide_next = false;
     for arg in args {
@@ -47,25 +43,30 @@ fn redact_words(args: &[String], split: bool) -> Vec<String> {
                 continue;
             }
         }
-        let words = if split { shell_split(arg) } else { Vec::new() };
-        if words.len() > 1 {
-            // A command line in one argument: its own words, its own "next" secrets. The
-            // line is kept as written (separators, quotes) except for the hidden words.
-            let plain: Vec<String> = words.iter().map(|(w, _)| w.clone()).collect();
-            let mut shown = String::with_capacity(arg.len());
-            let mut from = 0;
-            for ((word, span), hidden) in words.iter().zip(redact_words(&plain, false)) {
-                if *word != hidden {
-                    shown.push_str(&arg[from..span.start]);
-                    shown.push_str(&hidden);
-                    from = span.end;
-                }
-            }
-            shown.push_str(&arg[from..]);
-            out.push(shown);
+        let whole = redact_one(arg, &mut hide_next);
+        if whole != *arg {
+            out.push(whole);
             continue;
         }
-        out.push(redact_one(arg, &mut hide_next));
+        let words = shell_split(arg);
+        if words.len() < 2 {
+            out.push(whole);
+            continue;
+        }
+        // A command line in one argument: its own words (each shorter than the line, so
+        // this ends), its own "next" secrets, kept as written but for the hidden words.
+        let plain: Vec<String> = words.iter().map(|(w, _)| w.clone()).collect();
+        let mut shown = String::with_capacity(arg.len());
+        let mut from = 0;
+        for ((word, span), hidden) in words.iter().zip(redact(&plain)) {
+            if *word != hidden {
+                shown.push_str(&arg[from..span.start]);
+                shown.push_str(&hidden);
+                from = span.end;
+            }
+        }
+        shown.push_str(&arg[from..]);
+        out.push(shown);
     }
     out
 }
@@ -79,7 +80,9 @@ fn shell_split(line: &str) -> Vec<(String, Range<usize>)> {
     let mut chars = line.char_indices().peekable();
     while let Some((at, c)) = chars.next() {
         match c {
-            c if c.is_whitespace() || matches!(c, ';' | '|' | '&' | '(' | ')' | '<' | '>') => {
+            c if c.is_ascii_whitespace()
+                || matches!(c, ';' | '|' | '&' | '(' | ')' | '<' | '>') =>
+            {
                 if let Some(start) = start.take() {
                     words.push((std::mem::take(&mut word), start..at));
                 }
@@ -117,16 +120,21 @@ fn shell_split(line: &str) -> Vec<(String, Range<usize>)> {
     words
 }
 
+/// One word's secret, hidden with everything after it in the word (a value may hold
+/// spaces or shell separators). A word whose name or scheme holds a blank is a command
+/// line, left to [`redact`]'s split.
 fn redact_one(arg: &str, hide_next: &mut bool) -> String {
+    let blank = |s: &str| s.bytes().any(|b| b.is_ascii_whitespace());
     // NAME=value and --name=value.
     if let Some((name, _)) = arg.split_once('=')
         && !name.contains("://")
+        && !blank(name)
         && secret_name(name)
     {
         return format!("{name}={HIDDEN}");
     }
     // --password VALUE
-    if arg.starts_with('-') && !arg.contains('=') && secret_name(arg) {
+    if arg.starts_with('-') && !arg.contains('=') && !blank(arg) && secret_name(arg) {
         *hide_next = true;
         return arg.to_owned();
     }
@@ -137,9 +145,10 @@ fn redact_one(arg: &str, hide_next: &mut bool) -> String {
     {
         return format!("-p{HIDDEN}");
     }
-    // scheme://user:secret@host
+    // scheme://user:secret@host (the last `@`: a password may hold one)
     if let Some((scheme, rest)) = arg.split_once("://")
-        && let Some((userinfo, host)) = rest.split_once('@')
+        && !blank(scheme)
+        && let Some((userinfo, host)) = rest.rsplit_once('@')
         && let Some((user, _)) = userinfo.split_once(':')
     {
         return format!("{scheme}://{user}:{HIDDEN}@{host}");
@@ -228,6 +237,26 @@ mod tests {
             assert!(shown[2].contains("***"), "{shown:?}");
         }
         assert_eq!(r(&["sh", "-c", "tar -cf - /data"])[2], "tar -cf - /data");
+        // Nested quoting is read at every level.
+        for script in [
+            "ssh db 'mysqldump -phunter2 x'",
+            "ssh db 'mysqldump --password hunter2 x'",
+            "ssh db \"sh -c 'mysql --password=hunter2'\"",
+        ] {
+            let shown = r(&["sh", "-c", script]);
+            assert!(!shown.concat().contains("hunter2"), "{script}: {shown:?}");
+        }
+        // An argument holding a secret as a whole is hidden whole, separators and all.
+        assert_eq!(
+            r(&[
+                "x",
+                "--password=correct horse battery",
+                "-pab&cd",
+                "mysql://root:p&ss@db/x"
+            ]),
+            ["x", "--password=***", "-p***", "mysql://root:***@db/x"]
+        );
+        assert_eq!(r(&["mysql://root:p@ss@db/x"]), ["mysql://root:***@db/x"]);
         // Separators and quoting survive; only the secret words change.
         assert_eq!(
             r(&[

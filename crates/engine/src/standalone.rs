@@ -41,6 +41,9 @@ const INTERRUPTED: &str =
     "interrupted: tidemark run stopped during this backup (found in its journal at start-up)";
 /// How long a runner's lease lasts without renewal; it is renewed every third of it.
 pub const LEASE_TTL: SignedDuration = SignedDuration::from_secs(60);
+/// How long before its expiry a runner that could not renew its lease stops: the margin
+/// for the clocks of two machines and the last requests in flight.
+pub const LEASE_MARGIN: Duration = Duration::from_secs(5);
 /// Longest sleep between looks at a schedule: a clock that jumps is noticed within it.
 const MAX_NAP: Duration = Duration::from_secs(60);
 
@@ -703,13 +706,39 @@ async fn lease_task(
     fatal: tokio::sync::mpsc::UnboundedSender<EngineError>,
 ) {
     let every = Duration::try_from(LEASE_TTL / 3).unwrap_or(Duration::from_secs(20));
+    let mut wait = every;
+    let expired = |lease: &HeldLease, cause: String| EngineError::LeaseExpired {
+        cluster: format!("{}/{}", store.url, store.cluster),
+        expired: lease.lease.expires_at.to_string(),
+        cause,
+    };
     loop {
-        if !nap(every, &mut stop).await {
+        if !nap(wait, &mut stop).await {
             state::release_lease(&store, &lease).await;
             return;
         }
-        match state::renew_lease(&store, &mut lease, clock.now(), LEASE_TTL).await {
-            Ok(()) => {}
+        // A renewal must be answered before the lease runs out (less a margin): a request
+        // retrying past it would let this runner work on after another took the cluster.
+        let left = |lease: &HeldLease| {
+            Duration::try_from(lease.lease.expires_at.duration_since(clock.now()))
+                .unwrap_or(Duration::ZERO)
+                .saturating_sub(LEASE_MARGIN)
+        };
+        let budget = left(&lease);
+        let renewed = tokio::time::timeout(
+            budget,
+            state::renew_lease(&store, &mut lease, clock.now(), LEASE_TTL),
+        )
+        .await;
+        let Ok(renewed) = renewed else {
+            let _ = fatal.send(expired(
+                &lease,
+                format!("the store did not answer within {budget:?}"),
+            ));
+            return;
+        };
+        match renewed {
+            Ok(()) => wait = every,
             Err(LeaseError::Held(l)) => {
                 let _ = fatal.send(EngineError::LeaseLost {
                     cluster: format!("{}/{}", store.url, store.cluster),
@@ -717,14 +746,10 @@ async fn lease_task(
                 });
                 return;
             }
-            // Not renewed in time, it may be another runner's now: stop rather than work on
-            // a cluster this runner no longer holds.
-            Err(LeaseError::Store(e)) if clock.now() >= lease.lease.expires_at => {
-                let _ = fatal.send(EngineError::LeaseExpired {
-                    cluster: format!("{}/{}", store.url, store.cluster),
-                    expired: lease.lease.expires_at.to_string(),
-                    cause: chain(&e),
-                });
+            // Not renewed in time, it may be another runner's soon: stop rather than work
+            // on a cluster this runner may no longer hold.
+            Err(LeaseError::Store(e)) if left(&lease).is_zero() => {
+                let _ = fatal.send(expired(&lease, chain(&e)));
                 return;
             }
             Err(LeaseError::Store(e)) => {
@@ -735,6 +760,8 @@ async fn lease_task(
                     lease.lease.expires_at,
                     chain(&e)
                 );
+                // Try again sooner, while time is left.
+                wait = every.min(left(&lease) / 2);
             }
         }
     }

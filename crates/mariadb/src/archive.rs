@@ -81,9 +81,9 @@ pub enum ArchiveError {
     Vanished(String),
 }
 
-/// What one pass did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
+/// What one pass did. (`archive-binlogs --output json` prints it through the CLI's own
+/// output type, which names every field: a field added here is a decision there.)
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ArchiveReport {
     /// Closed files uploaded and indexed.
     pub uploaded: Vec<String>,

@@ -223,7 +223,7 @@ impl Catalog {
         if !everything {
             audits.clear();
         }
-        let interrupted = match latest_audit_deletions(store, audits).await? {
+        let interrupted = match latest_audit_deletions(store, audits, observed_at).await? {
             Ok(ids) => ids,
             Err(problem) => {
                 warnings.push(problem);
@@ -912,7 +912,18 @@ async fn list_shard_objects(store: &ClusterStore) -> Result<Vec<ObjectMeta>, Sto
 async fn latest_audit_deletions(
     store: &ClusterStore,
     mut audits: Vec<Path>,
+    observed_at: Timestamp,
 ) -> Result<Result<HashSet<String>, String>, StoreError> {
+    // A record is written at the time in its name: one from beyond any clock's skew is not
+    // a pass's, and must not hide the latest real one.
+    let latest_possible = observed_at
+        .checked_add(jiff::SignedDuration::from_hours(24))
+        .unwrap_or(Timestamp::MAX);
+    audits.retain(|p| {
+        p.filename()
+            .and_then(layout::audit_time)
+            .is_some_and(|t| t <= latest_possible)
+    });
     audits.sort();
     let Some(latest) = audits.pop() else {
         return Ok(Ok(HashSet::new()));

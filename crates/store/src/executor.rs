@@ -3,6 +3,14 @@
 //! without `..`, so a new kind of deletion cannot be skipped silently) and writes the audit
 //! record before it deletes anything. It decides nothing: what goes, and when, is the
 //! planner's (with `now` passed in).
+//!
+//! The one deleter of what retention judges. A writer removes only what it made itself
+//! in the same attempt, and never through here: a push's own payload after its source
+//! failed (`transfer::Attempt`), its `_inflight.json` marker once the attempt is recorded,
+//! its own multipart upload when the upload fails (object_store aborts it), the lease it
+//! holds (`state::release_lease`, only while it names this process), and the staging
+//! files of a consolidation or restore on local disk. Nothing another writer made, and
+//! nothing committed, is deleted anywhere else.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;

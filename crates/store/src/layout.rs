@@ -115,17 +115,21 @@ pub fn index_shards_prefix() -> Path {
     Path::from_iter([BINLOGS, INDEX_SHARDS])
 }
 
-/// An audit record's name: `<RFC 3339 time>-<8 hex>.json`, as [`audit_key`] writes it.
+/// An audit record's name exactly as [`audit_key`] writes it: `<YYYY-MM-DDTHH:MM:SSZ>-<8
+/// hex>.json` (no other spelling of a time, so names sort by time).
 pub fn is_audit_name(name: &str) -> bool {
-    let Some(stem) = name.strip_suffix(".json") else {
-        return false;
-    };
-    let Some((time, id)) = stem.rsplit_once('-') else {
-        return false;
-    };
-    id.len() == 8
+    audit_time(name).is_some()
+}
+
+/// The time in an audit record's name (see [`is_audit_name`]).
+pub fn audit_time(name: &str) -> Option<jiff::Timestamp> {
+    let (time, id) = name.strip_suffix(".json")?.rsplit_once('-')?;
+    let t = time.parse::<jiff::Timestamp>().ok()?;
+    (id.len() == 8
         && id.bytes().all(|b| b.is_ascii_hexdigit())
-        && time.parse::<jiff::Timestamp>().is_ok()
+        && t.subsec_nanosecond() == 0
+        && t.to_string() == time)
+        .then_some(t)
 }
 
 pub fn audit_key(at: jiff::Timestamp, pass_id: &str) -> Path {

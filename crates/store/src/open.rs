@@ -73,6 +73,7 @@ pub struct ClusterStore {
     pub cluster: String,
     pub backend: Backend,
     pub(crate) native: Native,
+    identity: String,
 }
 
 impl ClusterStore {
@@ -116,6 +117,7 @@ impl ClusterStore {
                 }
             },
         };
+        let identity = format!("{} {root}", base.place);
         let limited = LimitStore::new(base.store, MAX_CONCURRENT_REQUESTS);
         Ok(ClusterStore {
             inner: Arc::new(PrefixStore::new(limited, root)),
@@ -123,6 +125,7 @@ impl ClusterStore {
             cluster: cluster.to_owned(),
             backend: base.backend,
             native,
+            identity,
         })
     }
 
@@ -133,12 +136,15 @@ impl ClusterStore {
         backend: Backend,
     ) -> Result<Self, StoreError> {
         check_cluster(cluster)?;
+        // A wrapped store is its own place.
+        let identity = format!("{:p} {cluster}", Arc::as_ptr(&store));
         Ok(ClusterStore {
             inner: Arc::new(PrefixStore::new(store, Path::from(cluster))),
             url: format!("{backend:?}://"),
             cluster: cluster.to_owned(),
             backend,
             native: Native::None,
+            identity,
         })
     }
 
@@ -179,18 +185,11 @@ impl ClusterStore {
     }
 
     /// What tells two handles on the same cluster apart from two clusters, across
-    /// spellings of a local directory (`../store`, a symlink): the cluster's canonical
-    /// directory for a local store, the URL and cluster otherwise.
-    pub fn identity(&self) -> String {
-        match &self.native {
-            Native::Local { cluster_dir } => {
-                // The cluster's directory may not exist yet; its parent does.
-                let parent = cluster_dir.parent().unwrap_or(cluster_dir);
-                let parent = std::fs::canonicalize(parent).unwrap_or_else(|_| parent.to_owned());
-                format!("file://{}", parent.join(&self.cluster).display())
-            }
-            _ => format!("{}#{}", self.url.trim_end_matches('/'), self.cluster),
-        }
+    /// spellings of one place: the store resolved (a local directory's `..` and links, an
+    /// S3 bucket at its endpoint) and the cluster's key prefix, decoded and normalised
+    /// (`s3://b//p` and `s3://b/p`, `my%20dir` and `my dir` are one).
+    pub fn identity(&self) -> &str {
+        &self.identity
     }
 
     pub fn object_store(&self) -> &Arc<dyn ObjectStore> {
@@ -280,6 +279,9 @@ fn invalid(url: &str, problem: impl Into<String>) -> StoreError {
 struct Base {
     store: Arc<dyn ObjectStore>,
     backend: Backend,
+    /// What the store is, spelt one way: a local directory resolved (`..`, links), an S3
+    /// bucket's URL at its endpoint, `gs://bucket`, `az://container`.
+    place: String,
     /// The prefix inside the bucket (or the store directory).
     prefix: Path,
     native: BaseNative,
@@ -350,6 +352,12 @@ fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
             Ok(Base {
                 store: Arc::new(crate::local::SafeLocal::new(dir.clone(), fs)),
                 backend: Backend::Local,
+                place: format!(
+                    "file://{}",
+                    std::fs::canonicalize(&dir)
+                        .unwrap_or_else(|_| dir.clone())
+                        .display()
+                ),
                 prefix: Path::default(),
                 native: BaseNative::Local(dir),
             })
@@ -357,6 +365,7 @@ fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
         "memory" => Ok(Base {
             store: Arc::new(object_store::memory::InMemory::new()),
             backend: Backend::Memory,
+            place: url.to_owned(),
             prefix: prefix()?,
             native: BaseNative::None,
         }),
@@ -417,6 +426,7 @@ fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
             Ok(Base {
                 store: s3.clone(),
                 backend: Backend::S3,
+                place: bucket_url.clone(),
                 prefix: prefix()?,
                 native: BaseNative::S3 {
                     s3,
@@ -427,27 +437,31 @@ fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
             })
         }
         "gs" => {
+            let bucket = bucket()?;
             let gcs = object_store::gcp::GoogleCloudStorageBuilder::from_env()
-                .with_bucket_name(bucket()?)
+                .with_bucket_name(&bucket)
                 .with_retry(retry)
                 .build()
                 .map_err(open_err)?;
             Ok(Base {
                 store: Arc::new(gcs),
                 backend: Backend::Gcs,
+                place: format!("gs://{bucket}"),
                 prefix: prefix()?,
                 native: BaseNative::None,
             })
         }
         "az" | "azure" => {
+            let container = bucket()?;
             let az = object_store::azure::MicrosoftAzureBuilder::from_env()
-                .with_container_name(bucket()?)
+                .with_container_name(&container)
                 .with_retry(retry)
                 .build()
                 .map_err(open_err)?;
             Ok(Base {
                 store: Arc::new(az),
                 backend: Backend::Azure,
+                place: format!("az://{container}"),
                 prefix: prefix()?,
                 native: BaseNative::None,
             })

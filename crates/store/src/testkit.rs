@@ -174,13 +174,15 @@ impl SeaweedFs {
         let deadline = Instant::now() + START_TIMEOUT;
         let mut last = String::new();
         while Instant::now() < deadline {
+            // A port taken meanwhile: the whole log is searched (a fatal error is followed by
+            // every goroutine's stack), whether or not the server gave up.
+            if self.log_text().contains("address already in use") {
+                return Err(Start::PortTaken(self.log_tail()));
+            }
             if let Ok(Some(status)) = self.child.try_wait() {
-                let log = self.log_tail();
-                if log.contains("address already in use") {
-                    return Err(Start::PortTaken(log));
-                }
                 return Err(Start::Failed(format!(
-                    "SeaweedFS exited with {status}; log:\n{log}"
+                    "SeaweedFS exited with {status}; log:\n{}",
+                    self.log_tail()
                 )));
             }
             let probe = object_store::path::Path::from("_tidemark_probe");
@@ -199,8 +201,12 @@ impl SeaweedFs {
         )))
     }
 
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("weed.log")).unwrap_or_default()
+    }
+
     fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(self.dir.path().join("weed.log")).unwrap_or_default();
+        let text = self.log_text();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(40)..].join("\n")
     }

@@ -643,10 +643,18 @@ fn fetch_out_respects_what_is_there(t: &Target) {
             &["--backup-id", &id, "--out", out.to_str().unwrap()],
         )
     };
-    // /dev/full stays a device; the write fails.
+    // /dev/full stays a device; the write fails. (A fetch that replaced it — the defect —
+    // leaves a regular file there for every later run: say so rather than mislead.)
+    use std::os::unix::fs::FileTypeExt;
+    assert!(
+        std::fs::metadata("/dev/full")
+            .unwrap()
+            .file_type()
+            .is_char_device(),
+        "/dev/full is not a device on this machine (replaced by an earlier fetch?); as root: rm /dev/full && mknod -m 666 /dev/full c 1 7"
+    );
     let o = fetch(Path::new("/dev/full"));
     assert!(!o.status.success());
-    use std::os::unix::fs::FileTypeExt;
     assert!(
         std::fs::metadata("/dev/full")
             .unwrap()

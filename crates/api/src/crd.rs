@@ -44,13 +44,19 @@ pub fn yaml() -> Result<String, serde_yaml::Error> {
     Ok(out)
 }
 
-/// `crd` without `x-kubernetes-validations` (CEL), for API servers older than 1.25 which
-/// refuse an apply that carries them.
+/// `crd` for API servers older than Kubernetes 1.25: without `x-kubernetes-validations`
+/// (CEL), which they refuse in an apply, and without the `null` entry that kube adds to
+/// the `enum` of an optional field, which v1.20 rejects ("per-version schemas may not all
+/// be set to identical values": its deep comparison of a schema with itself fails on a
+/// null). Tidemark checks every single-object rule itself as well.
 pub fn without_cel(crd: &CustomResourceDefinition) -> serde_json::Value {
     fn strip(v: &mut serde_json::Value) {
         match v {
             serde_json::Value::Object(m) => {
                 m.remove("x-kubernetes-validations");
+                if let Some(serde_json::Value::Array(values)) = m.get_mut("enum") {
+                    values.retain(|x| !x.is_null());
+                }
                 m.values_mut().for_each(strip);
             }
             serde_json::Value::Array(a) => a.iter_mut().for_each(strip),

@@ -336,17 +336,7 @@ impl ScheduledBackup {
     /// The schedule is not six-field cron; the time zone is unknown; the method is not
     /// one Tidemark knows; the policy reference is empty.
     pub fn validate(&self) -> Result<(), ScheduleFileError> {
-        self.spec
-            .schedule
-            .parse::<Cron>()
-            .map_err(|e| ScheduleFileError::Invalid {
-                field: "spec.schedule",
-                problem: e.to_string(),
-            })?;
-        if let Some(tz) = &self.spec.time_zone {
-            zone(tz, "spec.timeZone")?;
-        }
-        validate_template(&self.spec.template)
+        self.spec.validate()
     }
 
     /// The schedule as the core decisions see it. `policy_zone` is the policy's
@@ -359,57 +349,100 @@ impl ScheduledBackup {
         policy_zone: Option<&str>,
         created_at: jiff::Timestamp,
     ) -> Result<ScheduleSpec, ScheduleFileError> {
-        let cron = self
-            .spec
-            .schedule
-            .parse::<Cron>()
-            .map_err(|e| ScheduleFileError::Invalid {
-                field: "spec.schedule",
-                problem: e.to_string(),
-            })?;
-        let time_zone = match (&self.spec.time_zone, policy_zone) {
-            (Some(tz), _) => zone(tz, "spec.timeZone")?,
-            (None, Some(tz)) => zone(tz, "BackupPolicy spec.timeZone")?,
-            (None, None) => jiff::tz::TimeZone::UTC,
-        };
-        Ok(ScheduleSpec {
-            name: self.metadata.name.clone(),
-            cron,
-            time_zone,
-            immediate: self.spec.immediate,
-            suspend: self.spec.suspend,
-            created_at,
-        })
+        self.spec
+            .schedule_spec(&self.metadata.name, policy_zone, created_at)
     }
 
     /// The Backup this schedule creates under `name`: it inherits the policy, method,
     /// target, online setting and command, and carries the ownership labels.
     pub fn child(&self, name: &str, immediate: bool) -> Backup {
-        let mut labels = BTreeMap::new();
-        labels.insert(
-            SCHEDULED_BACKUP_LABEL.to_owned(),
-            self.metadata.name.clone(),
-        );
-        if immediate {
-            labels.insert(IMMEDIATE_BACKUP_LABEL.to_owned(), "true".to_owned());
-        }
         Backup {
             api_version: crate::API_VERSION.to_owned(),
             kind: "Backup".to_owned(),
             metadata: ObjectMeta {
                 name: name.to_owned(),
                 namespace: self.metadata.namespace.clone(),
-                labels,
+                labels: child_labels(&self.metadata.name, immediate),
                 annotations: BTreeMap::new(),
             },
-            spec: BackupSpec {
-                template: self.spec.template.clone(),
-                kind: BackupType::Full,
-                ttl: None,
-            },
+            spec: self.spec.child_spec(),
             status: None,
         }
     }
+}
+
+impl ScheduledBackupSpec {
+    /// Single-object validation (the CRD's rules, and what a schema cannot say).
+    ///
+    /// # Errors
+    /// The schedule is not six-field cron; the time zone is unknown; the method is not
+    /// one Tidemark knows; the policy reference is empty.
+    pub fn validate(&self) -> Result<(), ScheduleFileError> {
+        self.schedule
+            .parse::<Cron>()
+            .map_err(|e| ScheduleFileError::Invalid {
+                field: "spec.schedule",
+                problem: e.to_string(),
+            })?;
+        if let Some(tz) = &self.time_zone {
+            zone(tz, "spec.timeZone")?;
+        }
+        validate_template(&self.template)
+    }
+
+    /// The schedule named `name` as the core decisions see it. `policy_zone` is the
+    /// policy's `timeZone`, used when the schedule names none.
+    ///
+    /// # Errors
+    /// As [`ScheduledBackupSpec::validate`].
+    pub fn schedule_spec(
+        &self,
+        name: &str,
+        policy_zone: Option<&str>,
+        created_at: jiff::Timestamp,
+    ) -> Result<ScheduleSpec, ScheduleFileError> {
+        let cron = self
+            .schedule
+            .parse::<Cron>()
+            .map_err(|e| ScheduleFileError::Invalid {
+                field: "spec.schedule",
+                problem: e.to_string(),
+            })?;
+        let time_zone = match (&self.time_zone, policy_zone) {
+            (Some(tz), _) => zone(tz, "spec.timeZone")?,
+            (None, Some(tz)) => zone(tz, "BackupPolicy spec.timeZone")?,
+            (None, None) => jiff::tz::TimeZone::UTC,
+        };
+        Ok(ScheduleSpec {
+            name: name.to_owned(),
+            cron,
+            time_zone,
+            immediate: self.immediate,
+            suspend: self.suspend,
+            created_at,
+        })
+    }
+
+    /// The spec of a Backup this schedule creates: the policy, method, target, online
+    /// setting and command are inherited.
+    pub fn child_spec(&self) -> BackupSpec {
+        BackupSpec {
+            template: self.template.clone(),
+            kind: BackupType::Full,
+            ttl: None,
+        }
+    }
+}
+
+/// The labels of a Backup that the schedule `schedule` creates (seed 001): the schedule's
+/// name, and for the immediate one `tidemark.io/immediate-backup=true`.
+pub fn child_labels(schedule: &str, immediate: bool) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::new();
+    labels.insert(SCHEDULED_BACKUP_LABEL.to_owned(), schedule.to_owned());
+    if immediate {
+        labels.insert(IMMEDIATE_BACKUP_LABEL.to_owned(), "true".to_owned());
+    }
+    labels
 }
 
 fn zone(name: &str, field: &'static str) -> Result<jiff::tz::TimeZone, ScheduleFileError> {

@@ -48,12 +48,32 @@ pub enum Command {
     /// Print Tidemark's CustomResourceDefinitions (BackupPolicy, Backup, ScheduledBackup,
     /// DeleteHook, VolumeClaimRetention) as YAML, for `kubectl apply -f -`.
     Crds(CrdsArgs),
+    /// Run the Kubernetes operator: the ScheduledBackup controller (and the others as they
+    /// land), with leader election. Reads the kubeconfig like kubectl (in a pod: its
+    /// ServiceAccount). SIGTERM or Ctrl-C stops it and releases the leader lease.
+    Operator(OperatorArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct OperatorArgs {
+    /// Namespace of the leader-election Lease (default: $POD_NAMESPACE, else
+    /// tidemark-system).
+    #[arg(
+        long,
+        value_name = "NAMESPACE",
+        env = "POD_NAMESPACE",
+        default_value = "tidemark-system"
+    )]
+    pub lease_namespace: String,
+    /// This replica's name in the election (default: $POD_NAME, else the host name).
+    #[arg(long, value_name = "NAME", env = "POD_NAME")]
+    pub identity: Option<String>,
 }
 
 #[derive(Debug, Args)]
 pub struct CrdsArgs {
-    /// Leave out the CEL rules (`x-kubernetes-validations`), for API servers older than
-    /// Kubernetes 1.25, which refuse them.
+    /// For API servers older than Kubernetes 1.25: leave out the CEL rules
+    /// (`x-kubernetes-validations`), which they refuse, and the `null` of optional enums.
     #[arg(long)]
     pub without_cel: bool,
 }

@@ -41,6 +41,38 @@ pub fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Simulate(a) => crate::simulate::run(&a),
         Command::Run(a) => rt.block_on(crate::run::run(&a)),
         Command::Crds(a) => crds(&a),
+        Command::Operator(a) => rt.block_on(operator(&a)),
+    }
+}
+
+/// `tidemark operator`: elect, then run the controllers until a signal.
+async fn operator(args: &crate::args::OperatorArgs) -> Result<Exit, CliError> {
+    let client = kube::Client::try_default().await.map_err(|e| {
+        CliError::input(format!(
+            "no Kubernetes configuration (kubeconfig or in-cluster): {e}"
+        ))
+    })?;
+    let identity = args.identity.clone().unwrap_or_else(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .unwrap_or_else(|_| format!("tidemark-{}", std::process::id()))
+    });
+    let options = tidemark_operator::Options {
+        election: tidemark_operator::leader::Election::new(&args.lease_namespace, &identity),
+    };
+    let shutdown = async {
+        crate::transfer::shutdown_signal().await;
+    };
+    match tidemark_operator::run(
+        client,
+        options,
+        std::sync::Arc::new(tidemark_engine::SystemClock),
+        shutdown,
+    )
+    .await
+    {
+        Ok(()) => Ok(Exit::Success),
+        Err(e) => Err(CliError::new(Exit::Contention, e)),
     }
 }
 

@@ -35,6 +35,7 @@ fn init_logging(command: &args::Command) {
     use std::io::IsTerminal;
     let default = match command {
         args::Command::Run(_) => "warn,tidemark_engine=info",
+        args::Command::Operator(_) => "warn,tidemark_engine=info,tidemark_operator=info",
         _ => "warn",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("TIDEMARK_LOG")

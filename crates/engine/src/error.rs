@@ -125,6 +125,10 @@ pub enum EngineError {
         expired: String,
         cause: String,
     },
+    /// An edge the engine does not know failed (the operator's Kubernetes API, where a
+    /// schedule's status lives): its class is the edge's judgement.
+    #[error("{message}")]
+    Edge { class: Class, message: String },
     #[error("{0}")]
     Internal(String),
 }
@@ -193,6 +197,7 @@ impl EngineError {
             | EngineError::LeaseLost { .. }
             | EngineError::LeaseExpired { .. } => Class::Contention,
             EngineError::Internal(_) => Class::Internal,
+            EngineError::Edge { class, .. } => *class,
         }
     }
 }

@@ -1,1 +1,200 @@
-//! Tidemark operator.
+//! Tidemark's Kubernetes operator: kube-runtime controllers over the engine (DESIGN.md §2,
+//! §6, §7).
+//!
+//! - [`scheduled`]: ScheduledBackup → Backups on a cron cadence (seed 001), through the
+//!   engine's schedule tick with the status in the resource;
+//! - [`leader`]: leader election with a Lease, so one replica runs the controllers.
+//!
+//! [`run`] elects, then runs every controller until shutdown or until leadership is lost.
+
+pub mod error;
+pub mod leader;
+pub mod scheduled;
+#[cfg(feature = "test-support")]
+pub mod testkit;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::Api;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use tidemark_api::crd::{Backup, ScheduledBackup};
+use tidemark_engine::Clock;
+
+pub use error::Error;
+
+/// The field manager of every server-side apply the operator makes.
+pub const FIELD_MANAGER: &str = "tidemark-operator";
+
+/// How the operator runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Leader election.
+    pub election: leader::Election,
+}
+
+/// What every reconcile shares.
+pub struct Context {
+    pub client: Client,
+    pub recorder: Recorder,
+    pub clock: Arc<dyn Clock>,
+    /// Every Backup, as the watch last saw it (name collisions, children).
+    pub backups: Store<Backup>,
+    /// Consecutive failures per object, for exponential backoff.
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    fn failed(&self, key: String) -> u32 {
+        let mut f = self
+            .failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = f.entry(key).or_insert(0);
+        *n += 1;
+        *n
+    }
+
+    fn succeeded(&self, key: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(key);
+    }
+}
+
+/// The per-object key of the backoff table.
+fn key<K: Resource>(o: &K) -> String
+where
+    K::DynamicType: Default,
+{
+    format!(
+        "{}/{}/{}",
+        K::kind(&Default::default()),
+        o.namespace().unwrap_or_default(),
+        o.name_any()
+    )
+}
+
+/// Retries a failed reconcile with per-object exponential backoff and jitter; an invalid
+/// spec waits for a change.
+fn error_policy<K>(obj: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action
+where
+    K: Resource,
+    K::DynamicType: Default,
+{
+    let failures = ctx.failed(key(obj.as_ref()));
+    tracing::warn!(
+        object = %key(obj.as_ref()),
+        class = error.class().as_str(),
+        failures,
+        "reconcile failed: {error}"
+    );
+    match error.retry_after(failures) {
+        Some(d) => Action::requeue(d),
+        None => Action::await_change(),
+    }
+}
+
+/// Why [`run`] ended.
+#[derive(Debug, thiserror::Error)]
+pub enum Stopped {
+    #[error("leadership lost: {0}")]
+    LeadershipLost(#[from] leader::Lost),
+}
+
+/// Elects, then runs the controllers until `shutdown` resolves (`Ok`, the lease released)
+/// or leadership is lost (`Err`: the process should exit and be restarted).
+///
+/// # Errors
+/// Leadership was lost.
+pub async fn run(
+    client: Client,
+    options: Options,
+    clock: Arc<dyn Clock>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), Stopped> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &options.election.namespace);
+    let mut shutdown = std::pin::pin!(shutdown);
+    let lease = tokio::select! {
+        l = leader::acquire(&leases, &options.election) => l,
+        () = &mut shutdown => return Ok(()),
+    };
+    let controllers = controllers(client.clone(), &options, clock);
+    tokio::select! {
+        lost = leader::hold(&leases, &options.election, lease) => {
+            tracing::error!("{lost}; stopping the controllers");
+            Err(Stopped::LeadershipLost(lost))
+        }
+        () = controllers => Ok(()),
+        () = &mut shutdown => {
+            leader::release(&leases, &options.election).await;
+            Ok(())
+        }
+    }
+}
+
+/// Every controller, as one future that runs until they all end.
+async fn controllers(client: Client, options: &Options, clock: Arc<dyn Clock>) {
+    let reporter = Reporter {
+        controller: FIELD_MANAGER.into(),
+        instance: Some(options.election.identity.clone()),
+    };
+    let (backups, writer) = reflector::store();
+    let backup_api: Api<Backup> = Api::all(client.clone());
+    let backup_cache = watcher(backup_api.clone(), watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .for_each(|_| async {});
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        recorder: Recorder::new(client.clone(), reporter),
+        clock,
+        backups,
+        failures: Mutex::new(HashMap::new()),
+    });
+    let schedules: Api<ScheduledBackup> = Api::all(client.clone());
+    let schedule_ctx = ctx.clone();
+    let scheduled = Controller::new(schedules, watcher::Config::default())
+        .watches(backup_api, watcher::Config::default(), |b: Backup| {
+            scheduled::schedule_of(b)
+                .into_iter()
+                .collect::<Vec<ObjectRef<ScheduledBackup>>>()
+        })
+        .run(
+            move |sb, ctx| {
+                let ctx2 = ctx.clone();
+                async move {
+                    let k = key(sb.as_ref());
+                    let r = scheduled::reconcile(sb, ctx).await;
+                    if r.is_ok() {
+                        ctx2.succeeded(&k);
+                    }
+                    r
+                }
+            },
+            error_policy,
+            schedule_ctx,
+        )
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!("controller: {e}");
+            }
+        });
+    tokio::select! {
+        () = scheduled => {}
+        () = backup_cache => {}
+    }
+}

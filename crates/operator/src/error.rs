@@ -1,0 +1,58 @@
+//! The operator's error: what went wrong in a reconcile, and how soon to try again.
+
+use std::time::Duration;
+
+use tidemark_engine::{Class, EngineError};
+
+/// Why a reconcile did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The Kubernetes API refused or could not be reached.
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// The engine failed (the store, data in it, contention…).
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// The object's spec is invalid: nothing to do until it changes.
+    #[error("{0}")]
+    Invalid(String),
+    /// Something the object needs does not exist yet (its BackupPolicy, a Secret).
+    #[error("{0}")]
+    Missing(String),
+}
+
+impl Error {
+    /// The engine's class of this error: it chooses the backoff, and is the bounded label of
+    /// the `tidemark_reconcile_errors_total` metric.
+    pub fn class(&self) -> Class {
+        match self {
+            // Conflicts (409) are another writer; the rest is the API being unavailable.
+            Error::Kube(kube::Error::Api(s)) if s.code == 409 => Class::Contention,
+            Error::Kube(kube::Error::Api(s)) if s.code == 422 || s.code == 400 => Class::Input,
+            Error::Kube(_) => Class::Store,
+            Error::Engine(e) => e.class(),
+            Error::Invalid(_) => Class::Input,
+            Error::Missing(_) => Class::Contention,
+        }
+    }
+
+    /// How long to wait before the `failures`-th retry (1-based), with ±10 % jitter so that
+    /// objects failing together do not retry together; `None`: wait for the object to change.
+    pub fn retry_after(&self, failures: u32) -> Option<Duration> {
+        if matches!(self, Error::Invalid(_)) {
+            return None;
+        }
+        let base = match self {
+            // A missing dependency is usually created moments later.
+            Error::Missing(_) => Duration::from_secs(5).min(self.class().backoff(failures)),
+            _ => self.class().backoff(failures),
+        };
+        Some(jitter(base))
+    }
+}
+
+/// `d` ± 10 %.
+pub(crate) fn jitter(d: Duration) -> Duration {
+    let factor = 0.9 + rand::random::<f64>() * 0.2;
+    d.mul_f64(factor)
+}

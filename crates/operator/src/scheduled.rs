@@ -1,0 +1,383 @@
+//! The ScheduledBackup controller (seed 001): the engine's schedule tick, with the
+//! schedule's status in the resource and each attempt a Backup object.
+//!
+//! Per reconcile: read the schedule fresh (its status is the resume cursor), list its
+//! children by label (and any Backup holding one of its deterministic names), evaluate with
+//! `tidemark_core::schedule`, then — when a slot is due — create the Backup *before*
+//! recording the slot in status. A crash between the two leaves a Backup that the next
+//! reconcile finds by its label or deterministic name and adopts; it never fires twice.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use tidemark_api::OwnerReferenceMode;
+use tidemark_api::crd::{Backup, BackupPolicy, ScheduledBackup, ScheduledBackupStatus};
+use tidemark_api::schedule::{IMMEDIATE_BACKUP_LABEL, SCHEDULED_BACKUP_LABEL, child_labels};
+use tidemark_core::schedule::{Child, ScheduleStatus};
+use tidemark_engine::EngineError;
+use tidemark_engine::schedule::{ScheduleState, Started, Tick, tick};
+
+use crate::error::Error;
+use crate::{Context, FIELD_MANAGER};
+
+/// Evaluates one ScheduledBackup.
+///
+/// # Errors
+/// The API failed, the spec is invalid, or its BackupPolicy is missing.
+pub async fn reconcile(sb: Arc<ScheduledBackup>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = sb.namespace().unwrap_or_default();
+    let name = sb.name_any();
+    let schedules: Api<ScheduledBackup> = Api::namespaced(ctx.client.clone(), &ns);
+    // The status is the resume cursor: read it fresh, not from the watch cache, so a
+    // reconcile never decides on a status older than the last one it wrote.
+    let Some(sb) = schedules.get_opt(&name).await? else {
+        return Ok(Action::await_change());
+    };
+    if sb.meta().deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let policies: Api<BackupPolicy> = Api::namespaced(ctx.client.clone(), &ns);
+    let policy_name = &sb.spec.template.policy.name;
+    let policy = policies.get_opt(policy_name).await?;
+    let created_at = sb
+        .meta()
+        .creation_timestamp
+        .as_ref()
+        .map_or_else(Timestamp::now, |t| t.0);
+    let spec = match sb.spec.validate().and_then(|()| {
+        sb.spec.schedule_spec(
+            &name,
+            policy.as_ref().and_then(|p| p.spec.time_zone.as_deref()),
+            created_at,
+        )
+    }) {
+        Ok(s) => s,
+        Err(e) => {
+            let message = e.to_string();
+            ctx.warn(&sb.object_ref(&()), "InvalidSpec", &message).await;
+            return Err(Error::Invalid(message));
+        }
+    };
+    let Some(policy) = policy else {
+        return Err(Error::Missing(format!(
+            "BackupPolicy {ns}/{policy_name} (spec.policy.name) does not exist"
+        )));
+    };
+    let owner = match sb.spec.backup_owner_reference {
+        OwnerReferenceMode::SelfOwned => controller_ref(&sb),
+        OwnerReferenceMode::Cluster => controller_ref(&policy),
+        OwnerReferenceMode::None => None,
+    };
+
+    let backups: Api<Backup> = Api::namespaced(ctx.client.clone(), &ns);
+    let children = children(&ctx, &backups, &ns, &name).await?;
+    let now = ctx.clock.now();
+    let state = StatusInResource {
+        schedules: schedules.clone(),
+        backups: backups.clone(),
+        schedule: sb.clone(),
+        owner,
+        now,
+    };
+    let outcome = tick(&spec, &children, &state, now, |_| String::new()).await;
+    let outcome = match outcome {
+        Ok(t) => t,
+        Err(e) => return Err(e.into()),
+    };
+    match &outcome {
+        Tick::Start { slot, attempt } => {
+            tracing::info!(schedule = %name, backup = %attempt.backup_name, %slot, "created Backup");
+        }
+        Tick::Adopted { name: child, slot } => {
+            tracing::info!(schedule = %name, backup = %child, %slot, "adopted Backup");
+        }
+        Tick::Skipped { name: child, slot } => {
+            let note = format!(
+                "Backup {child} exists and is not labelled {SCHEDULED_BACKUP_LABEL}={name}: refused to adopt it; slot {slot} skipped, resuming at the next"
+            );
+            tracing::warn!(schedule = %name, "{note}");
+            ctx.warn(&sb.object_ref(&()), "BackupAdoptionRefused", &note)
+                .await;
+        }
+        Tick::Nothing => {}
+    }
+    // Wake at the next slot; a child finishing wakes us sooner (Backups are watched).
+    let fresh = schedules.get_opt(&name).await?;
+    let next = fresh
+        .and_then(|s| s.status)
+        .and_then(|s| s.next_schedule_time)
+        .map(|t| t.0);
+    Ok(match next {
+        Some(at) => Action::requeue(until(now, at)),
+        None => Action::requeue(Duration::from_secs(3600)),
+    })
+}
+
+/// From `now` to `at`, at least 100 ms and at most an hour (a schedule is re-read hourly
+/// even when nothing wakes it).
+fn until(now: Timestamp, at: Timestamp) -> Duration {
+    let d = at.duration_since(now);
+    Duration::try_from(d)
+        .unwrap_or(Duration::ZERO)
+        .clamp(Duration::from_millis(100), Duration::from_secs(3600))
+        + Duration::from_millis(50)
+}
+
+/// A controller owner reference to `owner`.
+fn controller_ref<K: Resource<DynamicType = ()>>(owner: &K) -> Option<OwnerReference> {
+    owner.controller_owner_ref(&()).map(|mut r| {
+        // Blocking the owner's foreground deletion needs `update` on its finalizers, a right
+        // the operator does not otherwise need.
+        r.block_owner_deletion = None;
+        r
+    })
+}
+
+/// The Backups that concern schedule `name`: its own (by label, read from the API so a
+/// child just created is seen) and any other holding one of its deterministic names (from
+/// the watch cache; a collision found late is a conflict on create, retried).
+async fn children(
+    ctx: &Context,
+    backups: &Api<Backup>,
+    ns: &str,
+    name: &str,
+) -> Result<Vec<Child>, Error> {
+    let ours = backups
+        .list(&ListParams::default().labels(&format!("{SCHEDULED_BACKUP_LABEL}={name}")))
+        .await?;
+    let mut out: BTreeMap<String, Child> = ours
+        .items
+        .iter()
+        .map(|b| (b.name_any(), child(b, name)))
+        .collect();
+    let prefix = format!("{name}-");
+    for b in ctx.backups.state() {
+        if b.namespace().as_deref() == Some(ns) && b.name_any().starts_with(&prefix) {
+            out.entry(b.name_any()).or_insert_with(|| child(&b, name));
+        }
+    }
+    Ok(out.into_values().collect())
+}
+
+fn child(b: &Backup, schedule: &str) -> Child {
+    let labels = b.labels();
+    let name = b.name_any();
+    Child {
+        ours: labels.get(SCHEDULED_BACKUP_LABEL).map(String::as_str) == Some(schedule),
+        immediate: labels.get(IMMEDIATE_BACKUP_LABEL).map(String::as_str) == Some("true"),
+        done: b
+            .status
+            .as_ref()
+            .and_then(|s| s.phase)
+            .is_some_and(|p| p.is_done()),
+        slot: slot_of(&name, schedule),
+        name,
+    }
+}
+
+/// The slot in a deterministic name `<schedule>-<YYYYMMDDHHMMSS>` (UTC).
+fn slot_of(name: &str, schedule: &str) -> Option<Timestamp> {
+    let stamp = name.strip_prefix(schedule)?.strip_prefix('-')?;
+    if stamp.len() != 14 || !stamp.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    jiff::civil::DateTime::strptime("%Y%m%d%H%M%S", stamp)
+        .ok()?
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .ok()
+        .map(|z| z.timestamp())
+}
+
+/// The schedule's status lives in the ScheduledBackup; an attempt is a Backup object.
+struct StatusInResource {
+    schedules: Api<ScheduledBackup>,
+    backups: Api<Backup>,
+    schedule: ScheduledBackup,
+    owner: Option<OwnerReference>,
+    now: Timestamp,
+}
+
+#[async_trait]
+impl ScheduleState for StatusInResource {
+    async fn status(&self, _: &str) -> ScheduleStatus {
+        let s = self.schedule.status.clone().unwrap_or_default();
+        ScheduleStatus {
+            last_check_time: s.last_check_time.map(|t| t.0),
+            last_schedule_time: s.last_schedule_time.map(|t| t.0),
+            next_schedule_time: s.next_schedule_time.map(|t| t.0),
+            last_handled_slot: s.last_handled_slot.map(|t| t.0),
+        }
+    }
+
+    async fn record(
+        &self,
+        schedule: &str,
+        status: &ScheduleStatus,
+        starting: Option<&Started>,
+    ) -> Result<(), EngineError> {
+        if let Some(attempt) = starting {
+            self.create_child(schedule, attempt)
+                .await
+                .map_err(|e| EngineError::Edge {
+                    class: e.class(),
+                    message: e.to_string(),
+                })?;
+        }
+        let previous = self.schedule.status.clone().unwrap_or_default();
+        let new = ScheduledBackupStatus {
+            last_check_time: status.last_check_time.map(Time),
+            last_schedule_time: status.last_schedule_time.map(Time),
+            next_schedule_time: status.next_schedule_time.map(Time),
+            last_handled_slot: status.last_handled_slot.map(Time),
+            immediate_done: previous.immediate_done
+                || (self.schedule.spec.immediate && status.last_schedule_time.is_some()),
+            conditions: previous.conditions,
+        };
+        let patch = json!({
+            "apiVersion": tidemark_api::API_VERSION,
+            "kind": "ScheduledBackup",
+            "status": new,
+        });
+        self.schedules
+            .patch_status(
+                schedule,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await
+            .map_err(|e| {
+                let e = Error::from(e);
+                EngineError::Edge {
+                    class: e.class(),
+                    message: format!("ScheduledBackup {schedule} status: {e}"),
+                }
+            })?;
+        let _ = self.now;
+        Ok(())
+    }
+
+    async fn ended(&self, _: &str) -> Result<(), EngineError> {
+        Ok(())
+    }
+}
+
+impl StatusInResource {
+    /// Creates the slot's Backup. Already there and ours: that is the same attempt (a
+    /// retry), fine. Already there and not ours: a collision the next evaluation skips.
+    async fn create_child(&self, schedule: &str, attempt: &Started) -> Result<(), Error> {
+        let backup = Backup {
+            metadata: ObjectMeta {
+                name: Some(attempt.backup_name.clone()),
+                namespace: self.schedule.namespace(),
+                labels: Some(child_labels(schedule, attempt.immediate)),
+                owner_references: self.owner.clone().map(|o| vec![o]),
+                ..Default::default()
+            },
+            spec: self.schedule.spec.child_spec(),
+            status: None,
+        };
+        match self.backups.create(&PostParams::default(), &backup).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                let existing = self.backups.get(&attempt.backup_name).await?;
+                if existing
+                    .labels()
+                    .get(SCHEDULED_BACKUP_LABEL)
+                    .map(String::as_str)
+                    == Some(schedule)
+                {
+                    Ok(())
+                } else {
+                    Err(Error::Missing(format!(
+                        "Backup {} exists and is not this schedule's",
+                        attempt.backup_name
+                    )))
+                }
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// Which schedule a Backup event concerns (by its label).
+pub fn schedule_of(b: Backup) -> Option<ObjectRef<ScheduledBackup>> {
+    let ns = b.namespace()?;
+    b.labels()
+        .get(SCHEDULED_BACKUP_LABEL)
+        .map(|n| ObjectRef::new(n).within(&ns))
+}
+
+impl Context {
+    /// Publishes a Warning event on `reference` (failures to publish are logged, never
+    /// fatal).
+    pub(crate) async fn warn(
+        &self,
+        reference: &k8s_openapi::api::core::v1::ObjectReference,
+        reason: &str,
+        note: &str,
+    ) {
+        self.event(reference, EventType::Warning, reason, note)
+            .await;
+    }
+
+    pub(crate) async fn event(
+        &self,
+        reference: &k8s_openapi::api::core::v1::ObjectReference,
+        type_: EventType,
+        reason: &str,
+        note: &str,
+    ) {
+        let ev = Event {
+            type_,
+            reason: reason.to_owned(),
+            note: Some(note.to_owned()),
+            action: reason.to_owned(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, reference).await {
+            tracing::warn!(%reason, "could not publish event: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn slots_come_from_deterministic_names_only() {
+        assert_eq!(
+            slot_of("nightly-20261122020000", "nightly"),
+            Some("2026-11-22T02:00:00Z".parse().unwrap())
+        );
+        assert_eq!(slot_of("nightly-2026112202000", "nightly"), None);
+        assert_eq!(slot_of("nightly-x-20261122020000", "nightly"), None);
+        assert_eq!(slot_of("other-20261122020000", "nightly"), None);
+        assert_eq!(slot_of("nightly-20261322020000", "nightly"), None);
+    }
+
+    #[test]
+    fn waits_are_bounded() {
+        let now: Timestamp = "2026-11-22T02:00:00Z".parse().unwrap();
+        assert_eq!(
+            until(now, "2026-11-22T02:00:05Z".parse().unwrap()),
+            Duration::from_millis(5050)
+        );
+        assert_eq!(until(now, now), Duration::from_millis(150));
+        assert_eq!(
+            until(now, "2027-11-22T02:00:00Z".parse().unwrap()),
+            Duration::from_secs(3600) + Duration::from_millis(50)
+        );
+    }
+}

@@ -1,0 +1,471 @@
+//! A real Kubernetes control plane for tests and benchmarks: etcd, kube-apiserver and
+//! (optionally) kube-controller-manager, v1.20.2, on 127.0.0.1.
+//!
+//! `scripts/kube-apiserver.sh` builds the binaries once per machine (from Debian's
+//! `kubernetes` source package) into `~/.cache/tidemark/kube-1.20.2/bin`; set
+//! `TIDEMARK_KUBE_BIN` to use another directory. A missing binary is an error that says
+//! what to run — tests never skip silently.
+#![allow(clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeSet;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::{Client, Config};
+
+/// The admin's bearer token (group `system:masters`).
+pub const ADMIN_TOKEN: &str = "tidemark-test-admin-token";
+/// Where the operator runs in tests, as in `deploy/`.
+pub const OPERATOR_NAMESPACE: &str = "tidemark-system";
+pub const OPERATOR_SERVICE_ACCOUNT: &str = "tidemark-operator";
+
+const START_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// Where the Kubernetes binaries are.
+///
+/// # Errors
+/// They are not built yet: the message says how to build them.
+pub fn kube_bin() -> Result<PathBuf, String> {
+    let dir = match std::env::var_os("TIDEMARK_KUBE_BIN") {
+        Some(d) => PathBuf::from(d),
+        None => {
+            let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
+            PathBuf::from(home).join(".cache/tidemark/kube-1.20.2/bin")
+        }
+    };
+    for b in ["etcd", "kube-apiserver", "kube-controller-manager"] {
+        if !dir.join(b).is_file() {
+            return Err(format!(
+                "{} is missing: the operator tests need a real kube-apiserver. Run scripts/kube-apiserver.sh \
+                 (builds it once per machine, ~16 min) or scripts/test.sh, or set TIDEMARK_KUBE_BIN to a \
+                 directory holding etcd, kube-apiserver and kube-controller-manager.",
+                dir.join(b).display()
+            ));
+        }
+    }
+    Ok(dir)
+}
+
+/// `n` loopback ports free now and never handed out before in this process.
+fn free_ports(n: usize) -> Vec<u16> {
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    let mut given = GIVEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut held = Vec::new();
+    let mut ports = Vec::new();
+    while ports.len() < n {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("no free loopback port");
+        let port = listener.local_addr().expect("bound address").port();
+        if given.insert(port) {
+            ports.push(port);
+        }
+        held.push(listener);
+    }
+    ports
+}
+
+/// A running control plane. Dropping it stops every process.
+#[derive(Debug)]
+pub struct KubeCluster {
+    children: Vec<(&'static str, Child)>,
+    dir: tempfile::TempDir,
+    pub url: String,
+}
+
+impl KubeCluster {
+    /// Starts etcd and kube-apiserver (and, with `controller_manager`, the garbage
+    /// collector, namespace and Job controllers), installs Tidemark's CRDs (without CEL,
+    /// which v1.20 refuses) and `deploy/`'s RBAC for the operator's ServiceAccount, and
+    /// waits until the API answers.
+    ///
+    /// # Panics
+    /// A binary is missing or the control plane does not come up: the test fails with the
+    /// reason and the tail of the logs.
+    pub async fn start(controller_manager: bool) -> Self {
+        Self::start_with(controller_manager, true).await
+    }
+
+    async fn start_with(controller_manager: bool, install: bool) -> Self {
+        let bin = kube_bin().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let d = dir.path().to_path_buf();
+        let d = d.as_path();
+        let p = free_ports(3);
+        let (etcd_client, etcd_peer, secure) = (p[0], p[1], p[2]);
+        let mut cluster = KubeCluster {
+            children: Vec::new(),
+            url: format!("https://127.0.0.1:{secure}"),
+            dir,
+        };
+        cluster.spawn(
+            "etcd",
+            Command::new(bin.join("etcd"))
+                .arg(format!("--data-dir={}", d.join("etcd").display()))
+                .arg(format!(
+                    "--listen-client-urls=http://127.0.0.1:{etcd_client}"
+                ))
+                .arg(format!(
+                    "--advertise-client-urls=http://127.0.0.1:{etcd_client}"
+                ))
+                .arg(format!("--listen-peer-urls=http://127.0.0.1:{etcd_peer}"))
+                .arg(format!(
+                    "--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}"
+                ))
+                .arg(format!(
+                    "--initial-cluster=default=http://127.0.0.1:{etcd_peer}"
+                ))
+                .arg("--unsafe-no-fsync"),
+        );
+        let key = d.join("sa.key");
+        let public = d.join("sa.pub");
+        run_ok(
+            Command::new("openssl")
+                .args(["genrsa", "-out"])
+                .arg(&key)
+                .arg("2048"),
+        );
+        run_ok(
+            Command::new("openssl")
+                .args(["rsa", "-pubout", "-in"])
+                .arg(&key)
+                .arg("-out")
+                .arg(&public),
+        );
+        std::fs::write(
+            d.join("tokens.csv"),
+            format!("{ADMIN_TOKEN},admin,admin-uid,system:masters\n"),
+        )
+        .expect("tokens.csv");
+        cluster.spawn(
+            "kube-apiserver",
+            Command::new(bin.join("kube-apiserver"))
+                .arg(format!("--etcd-servers=http://127.0.0.1:{etcd_client}"))
+                .arg("--bind-address=127.0.0.1")
+                .arg("--advertise-address=127.0.0.1")
+                .arg(format!("--secure-port={secure}"))
+                .arg("--insecure-port=0")
+                .arg(format!("--cert-dir={}", d.join("certs").display()))
+                .arg(format!(
+                    "--token-auth-file={}",
+                    d.join("tokens.csv").display()
+                ))
+                .arg("--authorization-mode=RBAC")
+                .arg("--service-account-issuer=https://kubernetes.default.svc")
+                .arg(format!("--service-account-key-file={}", public.display()))
+                .arg(format!(
+                    "--service-account-signing-key-file={}",
+                    key.display()
+                ))
+                .arg("--service-cluster-ip-range=10.0.0.0/24")
+                .arg("--disable-admission-plugins=ServiceAccount")
+                .arg("--enable-priority-and-fairness=false"),
+        );
+        cluster.write_kubeconfig();
+        let client = cluster.admin_client();
+        cluster.wait_ready(&client).await;
+        if controller_manager {
+            cluster.spawn(
+                "kube-controller-manager",
+                Command::new(bin.join("kube-controller-manager"))
+                    .arg(format!("--kubeconfig={}", cluster.kubeconfig().display()))
+                    .arg("--controllers=garbagecollector,namespace,job")
+                    .arg("--leader-elect=false")
+                    .arg("--port=0")
+                    .arg("--secure-port=0")
+                    .arg("--concurrent-gc-syncs=5"),
+            );
+        }
+        if install {
+            cluster.install(&client).await;
+        }
+        cluster
+    }
+
+    /// Etcd and the API server only, nothing installed (for probing).
+    pub async fn start_bare() -> Self {
+        Self::start_with(false, false).await
+    }
+
+    fn spawn(&mut self, name: &'static str, cmd: &mut Command) {
+        let log = std::fs::File::create(self.dir.path().join(format!("{name}.log"))).expect("log");
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {name}: {e}"));
+        self.children.push((name, child));
+    }
+
+    /// The tail of a component's log, for failure messages.
+    pub fn log_tail(&self, name: &str) -> String {
+        let text = std::fs::read_to_string(self.dir.path().join(format!("{name}.log")))
+            .unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    /// A kubeconfig for the admin (for `kubectl`, the controller-manager and the operator
+    /// binary).
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("kubeconfig")
+    }
+
+    fn write_kubeconfig(&self) {
+        std::fs::write(
+            self.kubeconfig(),
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {}\n    insecure-skip-tls-verify: true\nusers:\n- name: admin\n  user:\n    token: {ADMIN_TOKEN}\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: admin\ncurrent-context: test\n",
+                self.url
+            ),
+        )
+        .expect("kubeconfig");
+    }
+
+    fn config(&self) -> Config {
+        let mut config = Config::new(self.url.parse().expect("url"));
+        config.accept_invalid_certs = true;
+        config.auth_info.token = Some(ADMIN_TOKEN.to_owned().into());
+        config.default_namespace = "default".into();
+        config
+    }
+
+    /// A client with every right.
+    pub fn admin_client(&self) -> Client {
+        Client::try_from(self.config()).expect("client")
+    }
+
+    /// A client acting as the ServiceAccount `namespace/name`: exactly the rights RBAC
+    /// gives it.
+    pub fn client_as(&self, namespace: &str, name: &str) -> Client {
+        let mut config = self.config();
+        config.auth_info.impersonate = Some(format!("system:serviceaccount:{namespace}:{name}"));
+        config.auth_info.impersonate_groups = Some(vec![
+            "system:serviceaccounts".into(),
+            format!("system:serviceaccounts:{namespace}"),
+            "system:authenticated".into(),
+        ]);
+        Client::try_from(config).expect("client")
+    }
+
+    /// The operator's client: its ServiceAccount, bound by `deploy/`'s RBAC.
+    pub fn operator_client(&self) -> Client {
+        self.client_as(OPERATOR_NAMESPACE, OPERATOR_SERVICE_ACCOUNT)
+    }
+
+    async fn wait_ready(&mut self, client: &Client) {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let req = http::Request::get("/readyz")
+                .body(Vec::new())
+                .expect("request");
+            if let Ok(text) = client.request_text(req).await
+                && text.trim() == "ok"
+            {
+                return;
+            }
+            let exited = self
+                .children
+                .iter_mut()
+                .find_map(|(name, child)| child.try_wait().ok().flatten().map(|s| (*name, s)));
+            if let Some((name, status)) = exited {
+                panic!(
+                    "{name} exited ({status}) while starting; log:\n{}",
+                    self.log_tail(name)
+                );
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "kube-apiserver not ready after {START_TIMEOUT:?}; log:\n{}",
+                    self.log_tail("kube-apiserver")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Tidemark's CRDs (without CEL) and `deploy/`'s RBAC, then waits until the CRDs are
+    /// served.
+    async fn install(&self, client: &Client) {
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        for crd in tidemark_api::crd::all() {
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            crds.patch(
+                &name,
+                &PatchParams::apply("tidemark-test").force(),
+                &Patch::Apply(tidemark_api::crd::without_cel(&crd)),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("installing {}: {e}", crd.spec.names.kind));
+        }
+        create(
+            client,
+            &Namespace {
+                metadata: meta(OPERATOR_NAMESPACE, None),
+                ..Default::default()
+            },
+        )
+        .await;
+        let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+        match accounts
+            .create(
+                &PostParams::default(),
+                &ServiceAccount {
+                    metadata: meta(OPERATOR_SERVICE_ACCOUNT, Some(OPERATOR_NAMESPACE)),
+                    ..Default::default()
+                },
+            )
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => panic!("creating the operator's ServiceAccount: {e}"),
+        }
+        for doc in deploy_rbac() {
+            apply_rbac(client, doc).await;
+        }
+        let deadline = Instant::now() + START_TIMEOUT;
+        for crd in tidemark_api::crd::all() {
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            loop {
+                let c = crds.get(&name).await.expect("crd");
+                let established = c
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| {
+                        cs.iter()
+                            .any(|c| c.type_ == "Established" && c.status == "True")
+                    });
+                if established {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "CRD {name} not established");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+
+    /// Creates a namespace for one test.
+    pub async fn namespace(&self, name: &str) {
+        create(
+            &self.admin_client(),
+            &Namespace {
+                metadata: meta(name, None),
+                ..Default::default()
+            },
+        )
+        .await;
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for KubeCluster {
+    fn drop(&mut self) {
+        for (_, child) in self.children.iter_mut().rev() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn run_ok(cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn meta(
+    name: &str,
+    namespace: Option<&str>,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: namespace.map(str::to_owned),
+        ..Default::default()
+    }
+}
+
+async fn create<K>(client: &Client, object: &K)
+where
+    K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::all(client.clone());
+    match api.create(&PostParams::default(), object).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("creating {object:?}: {e}"),
+    }
+}
+
+/// The RBAC documents of `deploy/rbac.yaml`, as the tests install them.
+fn deploy_rbac() -> Vec<serde_yaml::Value> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/rbac.yaml");
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).expect("rbac yaml"))
+        .filter(|v: &serde_yaml::Value| !v.is_null())
+        .collect()
+}
+
+async fn apply_rbac(client: &Client, doc: serde_yaml::Value) {
+    let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
+    let json = serde_json::to_value(&doc).expect("json");
+    let pp = PostParams::default();
+    let result = match kind.as_str() {
+        "ClusterRole" => Api::<ClusterRole>::all(client.clone())
+            .create(&pp, &serde_json::from_value(json).expect("ClusterRole"))
+            .await
+            .map(|_| ()),
+        "ClusterRoleBinding" => Api::<ClusterRoleBinding>::all(client.clone())
+            .create(
+                &pp,
+                &serde_json::from_value(json).expect("ClusterRoleBinding"),
+            )
+            .await
+            .map(|_| ()),
+        "Role" => {
+            let r: Role = serde_json::from_value(json).expect("Role");
+            let ns = r.metadata.namespace.clone().unwrap_or_default();
+            Api::<Role>::namespaced(client.clone(), &ns)
+                .create(&pp, &r)
+                .await
+                .map(|_| ())
+        }
+        "RoleBinding" => {
+            let r: RoleBinding = serde_json::from_value(json).expect("RoleBinding");
+            let ns = r.metadata.namespace.clone().unwrap_or_default();
+            Api::<RoleBinding>::namespaced(client.clone(), &ns)
+                .create(&pp, &r)
+                .await
+                .map(|_| ())
+        }
+        // The ServiceAccount and namespace are created above.
+        "ServiceAccount" | "Namespace" => Ok(()),
+        other => panic!("deploy/rbac.yaml: unexpected kind {other:?}"),
+    };
+    match result {
+        Ok(()) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("installing {kind} from deploy/rbac.yaml: {e}"),
+    }
+}

@@ -1,0 +1,542 @@
+//! Seed 001 end to end: the real operator (controllers, watches, leader election) against a
+//! real kube-apiserver + etcd + kube-controller-manager on 127.0.0.1, running as the
+//! ServiceAccount that `deploy/rbac.yaml` binds — a verb missing there fails here.
+//!
+//! One control plane serves every scenario (starting one takes seconds); each scenario
+//! has its own namespace.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::events::v1::Event as K8sEvent;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use tidemark_api::crd::{Backup, BackupPolicy, ScheduledBackup};
+use tidemark_api::schedule::{IMMEDIATE_BACKUP_LABEL, SCHEDULED_BACKUP_LABEL};
+use tidemark_engine::SystemClock;
+use tidemark_operator::leader::Election;
+use tidemark_operator::testkit::{KubeCluster, OPERATOR_NAMESPACE};
+use tidemark_operator::{Options, run};
+use tokio::sync::oneshot;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// Polls `f` until it gives `Some`, or fails after [`WAIT`] saying what was awaited.
+async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {WAIT:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A running operator; `stop` shuts it down gracefully (its lease released).
+struct Operator {
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Operator {
+    fn start(cluster: &KubeCluster, identity: &str) -> Self {
+        let client = cluster.operator_client();
+        let (tx, rx) = oneshot::channel::<()>();
+        let mut election = Election::new(OPERATOR_NAMESPACE, identity);
+        election.lease_duration = Duration::from_secs(6);
+        election.retry_period = Duration::from_secs(1);
+        let task = tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = rx.await;
+            };
+            if let Err(e) = run(
+                client,
+                Options { election },
+                Arc::new(SystemClock),
+                shutdown,
+            )
+            .await
+            {
+                panic!("operator stopped: {e}");
+            }
+        });
+        Operator {
+            stop: Some(tx),
+            task,
+        }
+    }
+
+    async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        tokio::time::timeout(Duration::from_secs(30), &mut self.task)
+            .await
+            .expect("operator stops within 30 s")
+            .expect("operator task");
+    }
+}
+
+async fn policy(client: &Client, ns: &str, name: &str) -> BackupPolicy {
+    let api: Api<BackupPolicy> = Api::namespaced(client.clone(), ns);
+    let p: BackupPolicy = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1",
+        "kind": "BackupPolicy",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"objectStore": {"url": "file:///var/lib/tidemark-test-unused"}},
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &p).await.unwrap()
+}
+
+async fn schedule(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    spec: serde_json::Value,
+) -> ScheduledBackup {
+    let api: Api<ScheduledBackup> = Api::namespaced(client.clone(), ns);
+    let s: ScheduledBackup = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1",
+        "kind": "ScheduledBackup",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": spec,
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &s).await.unwrap()
+}
+
+async fn children(client: &Client, ns: &str, schedule: &str) -> Vec<Backup> {
+    let api: Api<Backup> = Api::namespaced(client.clone(), ns);
+    let mut v = api
+        .list(&ListParams::default().labels(&format!("{SCHEDULED_BACKUP_LABEL}={schedule}")))
+        .await
+        .unwrap()
+        .items;
+    v.sort_by_key(ResourceExt::name_any);
+    v
+}
+
+/// Plays the Backup controller: marks `name` completed.
+async fn complete(client: &Client, ns: &str, name: &str) {
+    let api: Api<Backup> = Api::namespaced(client.clone(), ns);
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "completed"}})),
+    )
+    .await
+    .unwrap();
+}
+
+async fn status(client: &Client, ns: &str, name: &str) -> serde_json::Value {
+    let api: Api<ScheduledBackup> = Api::namespaced(client.clone(), ns);
+    serde_json::to_value(api.get(name).await.unwrap().status).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_001_scheduled_backups() {
+    let cluster = KubeCluster::start(true).await;
+    let admin = cluster.admin_client();
+    let op = Operator::start(&cluster, "operator-1");
+
+    immediate_backup_then_adoption_after_restart(&cluster, &admin, op).await;
+    let op = Operator::start(&cluster, "operator-2");
+    tokio::join!(
+        concurrency_guard_and_cadence(&admin),
+        name_collision_is_refused_with_a_warning(&admin),
+        suspend_stops_new_backups_only(&admin),
+        invalid_spec_is_reported(&admin),
+    );
+    owner_reference_modes(&admin).await;
+    op.stop().await;
+}
+
+/// `immediate: true` creates one Backup at the first evaluation; when the status patch is
+/// lost (the operator restarted in between), the next operator adopts it by its label and
+/// fires no second one.
+async fn immediate_backup_then_adoption_after_restart(
+    cluster: &KubeCluster,
+    admin: &Client,
+    op: Operator,
+) {
+    let ns = "immediate";
+    cluster.namespace(ns).await;
+    policy(admin, ns, "db").await;
+    schedule(
+        admin,
+        ns,
+        "nightly",
+        json!({"schedule": "0 0 2 * * *", "immediate": true, "policy": {"name": "db"}, "method": "mariabackup", "target": "prefer-standby", "online": true}),
+    )
+    .await;
+    let first = eventually("the immediate Backup", || async {
+        let c = children(admin, ns, "nightly").await;
+        (c.len() == 1).then(|| c[0].clone())
+    })
+    .await;
+    assert_eq!(
+        first
+            .labels()
+            .get(IMMEDIATE_BACKUP_LABEL)
+            .map(String::as_str),
+        Some("true")
+    );
+    assert!(
+        first.name_any().starts_with("nightly-"),
+        "{}",
+        first.name_any()
+    );
+    // Inherited fields.
+    assert_eq!(first.spec.template.policy.name, "db");
+    assert_eq!(first.spec.template.method.as_deref(), Some("mariabackup"));
+    assert_eq!(
+        first.spec.template.target.as_deref(),
+        Some("prefer-standby")
+    );
+    assert_eq!(first.spec.template.online, Some(true));
+    let st = eventually("status after the immediate Backup", || async {
+        let s = status(admin, ns, "nightly").await;
+        s.get("lastScheduleTime").is_some().then_some(s)
+    })
+    .await;
+    assert!(st.get("lastCheckTime").is_some(), "{st}");
+    assert!(st.get("nextScheduleTime").is_some(), "{st}");
+
+    // The operator stops; the status patch is "lost"; a new operator starts.
+    op.stop().await;
+    let api: Api<ScheduledBackup> = Api::namespaced(admin.clone(), ns);
+    api.patch_status(
+        "nightly",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": null})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status(admin, ns, "nightly").await, json!(null));
+    let op = Operator::start(cluster, "operator-restarted");
+    let st = eventually("the adopted immediate Backup in status", || async {
+        let s = status(admin, ns, "nightly").await;
+        s.get("lastScheduleTime").is_some().then_some(s)
+    })
+    .await;
+    let c = children(admin, ns, "nightly").await;
+    assert_eq!(c.len(), 1, "a second immediate Backup: {:?}", names(&c));
+    assert_eq!(c[0].name_any(), first.name_any());
+    // The adopted slot is the one in the Backup's name.
+    let stamp = first.name_any().trim_start_matches("nightly-").to_owned();
+    let last = st["lastScheduleTime"].as_str().unwrap().to_owned();
+    assert_eq!(
+        last.replace(['-', ':', 'T', 'Z'], ""),
+        stamp,
+        "lastScheduleTime {last} vs name {}",
+        first.name_any()
+    );
+    op.stop().await;
+}
+
+fn names(v: &[Backup]) -> Vec<String> {
+    v.iter().map(ResourceExt::name_any).collect()
+}
+
+/// No new slot while a child is neither completed nor failed; once it completes, the
+/// cadence resumes with deterministic names.
+async fn concurrency_guard_and_cadence(admin: &Client) {
+    let ns = "guard";
+    create_ns(admin, ns).await;
+    policy(admin, ns, "db").await;
+    schedule(
+        admin,
+        ns,
+        "often",
+        json!({"schedule": "*/2 * * * * *", "policy": {"name": "db"}}),
+    )
+    .await;
+    let first = eventually("the first Backup", || async {
+        let c = children(admin, ns, "often").await;
+        (!c.is_empty()).then(|| c[0].clone())
+    })
+    .await;
+    assert!(first.labels().get(IMMEDIATE_BACKUP_LABEL).is_none());
+    // Several slots pass while it runs: nothing new.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let c = children(admin, ns, "often").await;
+    assert_eq!(names(&c), vec![first.name_any()], "overlapping backups");
+    complete(admin, ns, &first.name_any()).await;
+    let second = eventually("the next Backup after completion", || async {
+        let c = children(admin, ns, "often").await;
+        (c.len() == 2).then(|| c[1].clone())
+    })
+    .await;
+    assert!(second.name_any() > first.name_any());
+    let stamp = second.name_any().trim_start_matches("often-").to_owned();
+    assert_eq!(stamp.len(), 14, "{}", second.name_any());
+    // Its slot is an even second (the cron's), in UTC.
+    let secs: u32 = stamp[12..].parse().unwrap();
+    assert_eq!(secs % 2, 0, "{}", second.name_any());
+}
+
+/// A Backup holding the slot's name that is not labelled as ours: refused, a Warning event
+/// `BackupAdoptionRefused`, the slot skipped, the next one taken; lastScheduleTime is not
+/// the skipped slot.
+async fn name_collision_is_refused_with_a_warning(admin: &Client) {
+    let ns = "collision";
+    create_ns(admin, ns).await;
+    policy(admin, ns, "db").await;
+    // Occupy the slots of the next 20 seconds at 5 s steps, then let the schedule start.
+    let now = jiff::Timestamp::now();
+    let first_slot = (now.as_second() / 5 + 2) * 5;
+    let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
+    let squatter_slot = jiff::Timestamp::from_second(first_slot).unwrap();
+    let squatter = format!("five-{}", squatter_slot.strftime("%Y%m%d%H%M%S"));
+    let foreign: Backup = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1",
+        "kind": "Backup",
+        "metadata": {"name": squatter, "namespace": ns, "labels": {"team": "someone-else"}},
+        "spec": {"policy": {"name": "db"}},
+    }))
+    .unwrap();
+    backups
+        .create(&PostParams::default(), &foreign)
+        .await
+        .unwrap();
+    // Created just before the squatted slot, so that slot is the first one owed.
+    let wait = first_slot - jiff::Timestamp::now().as_second() - 2;
+    if wait > 0 {
+        tokio::time::sleep(Duration::from_secs(wait.unsigned_abs())).await;
+    }
+    schedule(
+        admin,
+        ns,
+        "five",
+        json!({"schedule": "*/5 * * * * *", "policy": {"name": "db"}}),
+    )
+    .await;
+    let events: Api<K8sEvent> = Api::namespaced(admin.clone(), ns);
+    let ev = eventually("the BackupAdoptionRefused event", || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("BackupAdoptionRefused"))
+    })
+    .await;
+    assert_eq!(ev.type_.as_deref(), Some("Warning"));
+    assert!(
+        ev.note.as_deref().unwrap_or_default().contains(&squatter),
+        "{ev:?}"
+    );
+    assert_eq!(
+        ev.regarding.as_ref().and_then(|r| r.name.as_deref()),
+        Some("five")
+    );
+    // The next slot is taken by a Backup of ours.
+    let ours = eventually("the Backup of the slot after the collision", || async {
+        let c = children(admin, ns, "five").await;
+        (!c.is_empty()).then(|| c[0].clone())
+    })
+    .await;
+    assert!(
+        ours.name_any() > squatter,
+        "{} vs {squatter}",
+        ours.name_any()
+    );
+    // The squatter is untouched and still not ours.
+    let s = backups.get(&squatter).await.unwrap();
+    assert!(s.labels().get(SCHEDULED_BACKUP_LABEL).is_none());
+    assert!(s.owner_references().is_empty());
+    let st = status(admin, ns, "five").await;
+    let last = st["lastScheduleTime"].as_str().unwrap();
+    assert_ne!(
+        last.replace(['-', ':', 'T', 'Z'], ""),
+        squatter.trim_start_matches("five-"),
+        "lastScheduleTime is the skipped slot"
+    );
+}
+
+/// `suspend: true` creates nothing new and leaves existing Backups alone.
+async fn suspend_stops_new_backups_only(admin: &Client) {
+    let ns = "suspend";
+    create_ns(admin, ns).await;
+    policy(admin, ns, "db").await;
+    schedule(
+        admin,
+        ns,
+        "paused",
+        json!({"schedule": "*/2 * * * * *", "policy": {"name": "db"}}),
+    )
+    .await;
+    let first = eventually("a first Backup", || async {
+        let c = children(admin, ns, "paused").await;
+        (!c.is_empty()).then(|| c[0].clone())
+    })
+    .await;
+    let api: Api<ScheduledBackup> = Api::namespaced(admin.clone(), ns);
+    api.patch(
+        "paused",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"suspend": true}})),
+    )
+    .await
+    .unwrap();
+    // Give the operator a moment to see the change, then complete the running one.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    complete(admin, ns, &first.name_any()).await;
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let c = children(admin, ns, "paused").await;
+    assert_eq!(
+        names(&c),
+        vec![first.name_any()],
+        "a suspended schedule created a Backup"
+    );
+    api.patch(
+        "paused",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"suspend": false}})),
+    )
+    .await
+    .unwrap();
+    eventually("a Backup after resuming", || async {
+        (children(admin, ns, "paused").await.len() == 2).then_some(())
+    })
+    .await;
+}
+
+/// A spec the API server accepts (v1.20 has no CEL) but Tidemark refuses: a Warning event
+/// naming the field, and no Backup.
+async fn invalid_spec_is_reported(admin: &Client) {
+    let ns = "invalid";
+    create_ns(admin, ns).await;
+    policy(admin, ns, "db").await;
+    schedule(
+        admin,
+        ns,
+        "five-fields",
+        json!({"schedule": "0 2 * * *", "policy": {"name": "db"}}),
+    )
+    .await;
+    let events: Api<K8sEvent> = Api::namespaced(admin.clone(), ns);
+    let ev = eventually("the InvalidSpec event", || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("InvalidSpec"))
+    })
+    .await;
+    let note = ev.note.unwrap_or_default();
+    assert!(note.contains("spec.schedule"), "{note}");
+    assert!(children(admin, ns, "five-fields").await.is_empty());
+}
+
+/// `self`: owned by the schedule, collected with it; `cluster`: owned by the BackupPolicy,
+/// collected with it; `none`: outlives both. The real garbage collector cascades.
+async fn owner_reference_modes(admin: &Client) {
+    let ns = "owners";
+    create_ns(admin, ns).await;
+    policy(admin, ns, "db").await;
+    for (name, mode) in [
+        ("by-self", "self"),
+        ("by-cluster", "cluster"),
+        ("by-none", "none"),
+    ] {
+        schedule(
+            admin,
+            ns,
+            name,
+            json!({"schedule": "0 0 2 * * *", "immediate": true, "backupOwnerReference": mode, "policy": {"name": "db"}}),
+        )
+        .await;
+    }
+    let mut made = Vec::new();
+    for (name, kind) in [
+        ("by-self", Some("ScheduledBackup")),
+        ("by-cluster", Some("BackupPolicy")),
+        ("by-none", None),
+    ] {
+        let b = eventually(&format!("the Backup of {name}"), || async {
+            children(admin, ns, name).await.into_iter().next()
+        })
+        .await;
+        let owners = b.owner_references();
+        match kind {
+            Some(k) => {
+                assert_eq!(owners.len(), 1, "{name}: {owners:?}");
+                assert_eq!(owners[0].kind, k);
+                assert_eq!(owners[0].controller, Some(true));
+            }
+            None => assert!(owners.is_empty(), "{name}: {owners:?}"),
+        }
+        made.push(b.name_any());
+    }
+    let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
+    let schedules: Api<ScheduledBackup> = Api::namespaced(admin.clone(), ns);
+    schedules
+        .delete("by-self", &DeleteParams::background())
+        .await
+        .unwrap();
+    schedules
+        .delete("by-none", &DeleteParams::background())
+        .await
+        .unwrap();
+    eventually(
+        "the garbage collector deleting by-self's Backup",
+        || async {
+            backups
+                .get_opt(&made[0])
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), ns);
+    policies
+        .delete("db", &DeleteParams::background())
+        .await
+        .unwrap();
+    eventually(
+        "the garbage collector deleting by-cluster's Backup",
+        || async {
+            backups
+                .get_opt(&made[1])
+                .await
+                .unwrap()
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    // `none` survives its schedule (deleted above) and the policy.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        backups.get_opt(&made[2]).await.unwrap().is_some(),
+        "by-none's Backup was deleted"
+    );
+}
+
+async fn create_ns(admin: &Client, name: &str) {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(admin.clone());
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": name}})).unwrap(),
+    )
+    .await
+    .unwrap();
+}

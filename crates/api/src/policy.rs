@@ -326,6 +326,48 @@ pub enum PolicyFileError {
     },
 }
 
+impl BackupPolicySpec {
+    /// Single-object validation (the CRD carries the same rules as CEL; the operator checks
+    /// them again, since API servers before 1.25 do not).
+    ///
+    /// # Errors
+    /// A retention policy without an object store (seed 000); an object store naming both
+    /// or neither of `url` and `bucket`; an invalid retention rule or interval.
+    pub fn validate(&self) -> Result<(), PolicyFileError> {
+        if self.retention.is_some() && self.object_store.is_none() {
+            return Err(PolicyFileError::Invalid {
+                field: "spec.retention",
+                problem: "a retention policy requires spec.objectStore (where the backups are)"
+                    .into(),
+            });
+        }
+        if let Some(os) = &self.object_store {
+            os.store_url()?;
+        }
+        Ok(())
+    }
+
+    /// How often the retention pass runs (`spec.retentionInterval`, default 1 h).
+    ///
+    /// # Errors
+    /// Not a positive interval such as `30s`, `10m` or `1h`.
+    pub fn retention_interval(&self) -> Result<jiff::SignedDuration, PolicyFileError> {
+        let text = self.retention_interval.as_deref().unwrap_or("1h");
+        text.parse::<jiff::SignedDuration>()
+            .ok()
+            .filter(|d| d.is_positive())
+            .ok_or_else(|| PolicyFileError::Invalid {
+                field: "spec.retentionInterval",
+                problem: format!("invalid interval {text:?}; expected e.g. 30s, 10m or 1h"),
+            })
+    }
+
+    /// The cluster directory for a policy named `name`: `spec.cluster`, else the name.
+    pub fn cluster_or<'a>(&'a self, name: &'a str) -> &'a str {
+        self.cluster.as_deref().unwrap_or(name)
+    }
+}
+
 impl BackupPolicy {
     /// Parses one YAML document and checks what a single object can be checked for.
     ///
@@ -369,20 +411,9 @@ impl BackupPolicy {
     /// Single-object validation (the operator's CRD carries the same rules).
     ///
     /// # Errors
-    /// A retention policy without an object store (seed 000); an object store naming both
-    /// or neither of `url` and `bucket`.
+    /// As [`BackupPolicySpec::validate`].
     pub fn validate(&self) -> Result<(), PolicyFileError> {
-        if self.spec.retention.is_some() && self.spec.object_store.is_none() {
-            return Err(PolicyFileError::Invalid {
-                field: "spec.retention",
-                problem: "a retention policy requires spec.objectStore (where the backups are)"
-                    .into(),
-            });
-        }
-        if let Some(os) = &self.spec.object_store {
-            os.store_url()?;
-        }
-        Ok(())
+        self.spec.validate()
     }
 
     /// The cluster directory: `spec.cluster`, else `metadata.name`.

@@ -57,9 +57,10 @@ async fn operator(args: &crate::args::OperatorArgs) -> Result<Exit, CliError> {
             .map(|h| h.trim().to_owned())
             .unwrap_or_else(|_| format!("tidemark-{}", std::process::id()))
     });
-    let options = tidemark_operator::Options {
-        election: tidemark_operator::leader::Election::new(&args.lease_namespace, &identity),
-    };
+    let options = tidemark_operator::Options::new(tidemark_operator::leader::Election::new(
+        &args.lease_namespace,
+        &identity,
+    ));
     let shutdown = async {
         crate::transfer::shutdown_signal().await;
     };

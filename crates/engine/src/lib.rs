@@ -23,7 +23,9 @@ pub mod standalone;
 pub use attempt::{AttemptFailure, BackupRequest, BackupRunner, LocalProcess};
 pub use clock::{Clock, SystemClock};
 pub use error::{Class, EngineError};
-pub use pass::{Consolidator, LocalConsolidator, PassOutcome, PassRequest, retention_pass};
+pub use pass::{
+    Consolidator, LocalConsolidator, PassOutcome, PassRequest, retention_pass, unattended_pass,
+};
 
 /// The use cases run as tasks (here and in the operator's controllers), so their futures
 /// must be `Send` for every lifetime of what they borrow — which a stream of closures over

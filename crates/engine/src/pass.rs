@@ -195,3 +195,74 @@ fn consolidation_targets(survey: &Survey) -> Vec<Backup> {
         .map(|d| d.backup.clone())
         .collect()
 }
+
+/// A pass nobody watches (`tidemark run`, the operator): malformed `metadata.json` stops it
+/// as it stops `gc` without `--ignore-malformed` (an error of class Data), and what it
+/// deleted is logged, each backup with its reasons.
+///
+/// # Errors
+/// As [`retention_pass`], and malformed metadata.
+pub async fn unattended_pass(
+    store: &ClusterStore,
+    request: &PassRequest,
+    consolidator: Option<&dyn Consolidator>,
+) -> Result<PassOutcome, EngineError> {
+    let outcome = retention_pass(store, request, consolidator, &tidemark_store::NoProgress).await?;
+    if outcome.blocked_by_malformed {
+        let list: Vec<String> = outcome
+            .survey
+            .catalog
+            .malformed
+            .iter()
+            .map(|m| format!("{}: {}", m.key, m.problem))
+            .collect();
+        return Err(EngineError::from(
+            tidemark_store::StoreError::MalformedState {
+                url: store.url.clone(),
+                key: format!("{} metadata.json file(s)", list.len()),
+                problem: format!(
+                    "retention deletes nothing until they are fixed (as gc without --ignore-malformed): {}",
+                    list.join("; ")
+                ),
+            },
+        ));
+    }
+    if let Some(report) = &outcome.executed {
+        for d in outcome.survey.plan.deletions() {
+            if report.backups_deleted.contains(&d.backup.id) {
+                let why: Vec<String> = d.reasons.iter().map(ToString::to_string).collect();
+                tracing::info!(
+                    "retention: deleted backup {}/{} ({})",
+                    d.backup.name,
+                    d.backup.id,
+                    why.join(", ")
+                );
+            }
+        }
+        if report.audit_key.is_some() {
+            tracing::info!(
+                "retention: deleted {} backup(s), {} binlog segment(s) behind the horizon {} and {} leftover(s); audit record {}",
+                report.backups_deleted.len(),
+                report.segments_deleted,
+                outcome
+                    .survey
+                    .plan
+                    .horizon
+                    .map_or_else(|| "-".into(), |h| h.to_string()),
+                report.leftovers_deleted + report.orphan_shards_deleted,
+                report.audit_key.as_deref().unwrap_or("-")
+            );
+        }
+        for c in &report.consolidated {
+            tracing::info!(
+                "retention: consolidated {} into the synthetic full {}",
+                c.consolidated_from.join(" + "),
+                c.synthetic
+            );
+        }
+        for f in &report.failures {
+            tracing::warn!("retention: could not delete {}: {}", f.key, f.error);
+        }
+    }
+    Ok(outcome)
+}

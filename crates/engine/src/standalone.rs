@@ -33,7 +33,7 @@ use tracing::Instrument;
 use crate::attempt::{BackupRequest, BackupRunner, record_failed};
 use crate::clock::Clock;
 use crate::error::{EngineError, chain};
-use crate::pass::{Consolidator, PassRequest, retention_pass};
+use crate::pass::{Consolidator, PassRequest, unattended_pass};
 use crate::schedule::{self, ScheduleState, Started, Tick};
 
 /// The error recorded for an attempt a previous run died during.
@@ -594,67 +594,7 @@ async fn retention(ctx: &Ctx, r: &RetentionRun, now: Timestamp) -> Result<(), En
         execute: true,
         ignore_malformed: false,
     };
-    let outcome = retention_pass(
-        &ctx.store,
-        &request,
-        Some(ctx.consolidator.as_ref()),
-        &NoProgress,
-    )
-    .await?;
-    if outcome.blocked_by_malformed {
-        let list: Vec<String> = outcome
-            .survey
-            .catalog
-            .malformed
-            .iter()
-            .map(|m| format!("{}: {}", m.key, m.problem))
-            .collect();
-        return Err(EngineError::from(StoreError::MalformedState {
-            url: ctx.store.url.clone(),
-            key: format!("{} metadata.json file(s)", list.len()),
-            problem: format!(
-                "retention deletes nothing until they are fixed (as gc without --ignore-malformed): {}",
-                list.join("; ")
-            ),
-        }));
-    }
-    if let Some(report) = &outcome.executed {
-        for d in outcome.survey.plan.deletions() {
-            if report.backups_deleted.contains(&d.backup.id) {
-                let why: Vec<String> = d.reasons.iter().map(ToString::to_string).collect();
-                tracing::info!(
-                    "retention: deleted backup {}/{} ({})",
-                    d.backup.name,
-                    d.backup.id,
-                    why.join(", ")
-                );
-            }
-        }
-        if report.audit_key.is_some() {
-            tracing::info!(
-                "retention: deleted {} backup(s), {} binlog segment(s) behind the horizon {} and {} leftover(s); audit record {}",
-                report.backups_deleted.len(),
-                report.segments_deleted,
-                outcome
-                    .survey
-                    .plan
-                    .horizon
-                    .map_or_else(|| "-".into(), |h| h.to_string()),
-                report.leftovers_deleted + report.orphan_shards_deleted,
-                report.audit_key.as_deref().unwrap_or("-")
-            );
-        }
-        for c in &report.consolidated {
-            tracing::info!(
-                "retention: consolidated {} into the synthetic full {}",
-                c.consolidated_from.join(" + "),
-                c.synthetic
-            );
-        }
-        for f in &report.failures {
-            tracing::warn!("retention: could not delete {}: {}", f.key, f.error);
-        }
-    }
+    unattended_pass(&ctx.store, &request, Some(ctx.consolidator.as_ref())).await?;
     ctx.update(|s| s.last_retention_run_time = Some(now))
         .await?;
     Ok(())

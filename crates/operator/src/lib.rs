@@ -3,18 +3,22 @@
 //!
 //! - [`scheduled`]: ScheduledBackup → Backups on a cron cadence (seed 001), through the
 //!   engine's schedule tick with the status in the resource;
+//! - [`retention`]: BackupPolicy → the engine's retention pass, throttled, its outcome in
+//!   status and events;
 //! - [`leader`]: leader election with a Lease, so one replica runs the controllers.
 //!
 //! [`run`] elects, then runs every controller until shutdown or until leadership is lost.
 
 pub mod error;
 pub mod leader;
+pub mod retention;
 pub mod scheduled;
 #[cfg(feature = "test-support")]
 pub mod testkit;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -24,7 +28,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
-use tidemark_api::crd::{Backup, ScheduledBackup};
+use tidemark_api::crd::{Backup, BackupPolicy, ScheduledBackup};
 use tidemark_engine::Clock;
 
 pub use error::Error;
@@ -37,6 +41,19 @@ pub const FIELD_MANAGER: &str = "tidemark-operator";
 pub struct Options {
     /// Leader election.
     pub election: leader::Election,
+    /// How long one store request may keep retrying transient errors before the pass
+    /// fails (and the policy is requeued with backoff).
+    pub store_retry_timeout: Duration,
+}
+
+impl Options {
+    /// Defaults: the election as given, store requests retried for up to a minute.
+    pub fn new(election: leader::Election) -> Self {
+        Options {
+            election,
+            store_retry_timeout: Duration::from_secs(60),
+        }
+    }
 }
 
 /// What every reconcile shares.
@@ -46,6 +63,7 @@ pub struct Context {
     pub clock: Arc<dyn Clock>,
     /// Every Backup, as the watch last saw it (name collisions, children).
     pub backups: Store<Backup>,
+    pub store_retry_timeout: Duration,
     /// Consecutive failures per object, for exponential backoff.
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -163,6 +181,7 @@ async fn controllers(client: Client, options: &Options, clock: Arc<dyn Clock>) {
         recorder: Recorder::new(client.clone(), reporter),
         clock,
         backups,
+        store_retry_timeout: options.store_retry_timeout,
         failures: Mutex::new(HashMap::new()),
     });
     let schedules: Api<ScheduledBackup> = Api::all(client.clone());
@@ -193,8 +212,31 @@ async fn controllers(client: Client, options: &Options, clock: Arc<dyn Clock>) {
                 tracing::debug!("controller: {e}");
             }
         });
+    let policies: Api<BackupPolicy> = Api::all(client.clone());
+    let retention = Controller::new(policies, watcher::Config::default())
+        .run(
+            |p, ctx| {
+                let ctx2 = ctx.clone();
+                async move {
+                    let k = key(p.as_ref());
+                    let r = retention::reconcile(p, ctx).await;
+                    if r.is_ok() {
+                        ctx2.succeeded(&k);
+                    }
+                    r
+                }
+            },
+            error_policy,
+            ctx.clone(),
+        )
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!("controller: {e}");
+            }
+        });
     tokio::select! {
         () = scheduled => {}
+        () = retention => {}
         () = backup_cache => {}
     }
 }

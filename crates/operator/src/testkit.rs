@@ -8,10 +8,11 @@
 #![allow(clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeSet;
+use std::future::Future;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
@@ -19,6 +20,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBind
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, Config};
+use tokio::sync::oneshot;
 
 /// The admin's bearer token (group `system:masters`).
 pub const ADMIN_TOKEN: &str = "tidemark-test-admin-token";
@@ -377,6 +379,78 @@ impl Drop for KubeCluster {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+pub const WAIT: Duration = Duration::from_secs(60);
+
+/// Polls `f` until it gives `Some`, or fails after [`WAIT`] saying what was awaited.
+pub async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {WAIT:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A running operator; `stop` shuts it down gracefully (its lease released).
+#[derive(Debug)]
+pub struct Operator {
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Operator {
+    /// Starts the real operator in this process, as the ServiceAccount `deploy/` binds,
+    /// with a short lease (6 s) so that leader changes are quick.
+    pub fn start(cluster: &KubeCluster, identity: &str) -> Self {
+        let client = cluster.operator_client();
+        let (tx, rx) = oneshot::channel::<()>();
+        let mut election = crate::leader::Election::new(OPERATOR_NAMESPACE, identity);
+        election.lease_duration = Duration::from_secs(6);
+        election.retry_period = Duration::from_secs(1);
+        let task = tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = rx.await;
+            };
+            if let Err(e) = crate::run(
+                client,
+                crate::Options {
+                    store_retry_timeout: Duration::from_secs(3),
+                    ..crate::Options::new(election)
+                },
+                Arc::new(tidemark_engine::SystemClock),
+                shutdown,
+            )
+            .await
+            {
+                panic!("operator stopped: {e}");
+            }
+        });
+        Operator {
+            stop: Some(tx),
+            task,
+        }
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        tokio::time::timeout(Duration::from_secs(30), &mut self.task)
+            .await
+            .expect("operator stops within 30 s")
+            .expect("operator task");
     }
 }
 

@@ -6,8 +6,6 @@
 //! has its own namespace.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::events::v1::Event as K8sEvent;
@@ -16,77 +14,7 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use tidemark_api::crd::{Backup, BackupPolicy, ScheduledBackup};
 use tidemark_api::schedule::{IMMEDIATE_BACKUP_LABEL, SCHEDULED_BACKUP_LABEL};
-use tidemark_engine::SystemClock;
-use tidemark_operator::leader::Election;
-use tidemark_operator::testkit::{KubeCluster, OPERATOR_NAMESPACE};
-use tidemark_operator::{Options, run};
-use tokio::sync::oneshot;
-
-const WAIT: Duration = Duration::from_secs(60);
-
-/// Polls `f` until it gives `Some`, or fails after [`WAIT`] saying what was awaited.
-async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {WAIT:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// A running operator; `stop` shuts it down gracefully (its lease released).
-struct Operator {
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Operator {
-    fn start(cluster: &KubeCluster, identity: &str) -> Self {
-        let client = cluster.operator_client();
-        let (tx, rx) = oneshot::channel::<()>();
-        let mut election = Election::new(OPERATOR_NAMESPACE, identity);
-        election.lease_duration = Duration::from_secs(6);
-        election.retry_period = Duration::from_secs(1);
-        let task = tokio::spawn(async move {
-            let shutdown = async move {
-                let _ = rx.await;
-            };
-            if let Err(e) = run(
-                client,
-                Options { election },
-                Arc::new(SystemClock),
-                shutdown,
-            )
-            .await
-            {
-                panic!("operator stopped: {e}");
-            }
-        });
-        Operator {
-            stop: Some(tx),
-            task,
-        }
-    }
-
-    async fn stop(mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        tokio::time::timeout(Duration::from_secs(30), &mut self.task)
-            .await
-            .expect("operator stops within 30 s")
-            .expect("operator task");
-    }
-}
+use tidemark_operator::testkit::{KubeCluster, Operator, eventually};
 
 async fn policy(client: &Client, ns: &str, name: &str) -> BackupPolicy {
     let api: Api<BackupPolicy> = Api::namespaced(client.clone(), ns);

@@ -32,6 +32,30 @@ pub struct StoreOptions {
     /// S3 path-style requests (`https://host/bucket/key`); `false` asks for virtual-hosted
     /// style (`https://bucket.host/key`). Default: path style.
     pub path_style: Option<bool>,
+    /// S3 credentials given explicitly (the operator reads them from the policy's Secret);
+    /// else the environment's.
+    pub credentials: Option<S3Credentials>,
+}
+
+/// Static S3 credentials. `Debug` never shows the secret.
+#[derive(Clone, Default)]
+pub struct S3Credentials {
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    pub session_token: Option<String>,
+}
+
+impl std::fmt::Debug for S3Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Credentials")
+            .field("access_key_id", &self.access_key_id)
+            .field("secret_access_key", &"<redacted>")
+            .field(
+                "session_token",
+                &self.session_token.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
 }
 
 /// Backend family: decides what a listing can rely on.
@@ -372,9 +396,13 @@ fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
         "s3" => {
             use object_store::aws::AmazonS3Builder;
             let bucket = bucket()?;
-            let mut b = AmazonS3Builder::from_env()
-                .with_bucket_name(&bucket)
-                .with_retry(retry);
+            // Explicit credentials: nothing from the environment may mix into them.
+            let builder = if options.credentials.is_some() {
+                AmazonS3Builder::new()
+            } else {
+                AmazonS3Builder::from_env()
+            };
+            let mut b = builder.with_bucket_name(&bucket).with_retry(retry);
             let endpoint = options
                 .endpoint
                 .clone()
@@ -390,7 +418,14 @@ fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
                 }
             }
             let env = |k: &str| std::env::var(k).is_ok_and(|v| !v.is_empty());
-            if env("AWS_ACCESS_KEY_ID") != env("AWS_SECRET_ACCESS_KEY") {
+            if let Some(c) = &options.credentials {
+                b = b
+                    .with_access_key_id(&c.access_key_id)
+                    .with_secret_access_key(&c.secret_access_key);
+                if let Some(t) = &c.session_token {
+                    b = b.with_token(t);
+                }
+            } else if env("AWS_ACCESS_KEY_ID") != env("AWS_SECRET_ACCESS_KEY") {
                 return Err(invalid(
                     url,
                     "only one of AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY is set; set both",
@@ -398,7 +433,8 @@ fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
             }
             // Without static, web-identity or container credentials object_store would ask
             // the instance metadata service, which hangs off-cloud: refuse with a message.
-            let has_creds = env("AWS_ACCESS_KEY_ID")
+            let has_creds = options.credentials.is_some()
+                || env("AWS_ACCESS_KEY_ID")
                 || env("AWS_WEB_IDENTITY_TOKEN_FILE")
                 || env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
                 || env("AWS_CONTAINER_CREDENTIALS_FULL_URI")

@@ -1,0 +1,386 @@
+//! The BackupPolicy controller: the engine's retention pass — the one `tidemark gc` and
+//! `tidemark run` make — throttled to `spec.retentionInterval`, with its outcome in the
+//! policy's status and a `BackupRetention` event when it deleted something.
+//!
+//! The store is the source of truth (DESIGN.md §1): the pass reads `metadata.json` and
+//! `_index.json`, never the Backup objects, except for holds — a Backup annotated
+//! `tidemark.io/protect: "true"` keeps its backup-id whatever the rules say.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action as Requeue;
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use tidemark_api::crd::{BackupPolicy, BackupPolicyStatus, GapStatus, RecoveryWindowStatus};
+use tidemark_core::Action;
+use tidemark_engine::{PassOutcome, PassRequest, unattended_pass};
+use tidemark_store::{ClusterStore, S3Credentials, StoreOptions};
+
+use crate::error::Error;
+use crate::{Context, FIELD_MANAGER};
+
+/// The annotation that puts a Backup on hold.
+pub const PROTECT_ANNOTATION: &str = "tidemark.io/protect";
+
+/// Runs the policy's retention pass when it is due.
+///
+/// # Errors
+/// The spec is invalid, its Secret is missing, the store failed or holds data that blocks
+/// the pass; each also lands in status as the `Ready` condition.
+pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    let ns = policy.namespace().unwrap_or_default();
+    let name = policy.name_any();
+    let api: Api<BackupPolicy> = Api::namespaced(ctx.client.clone(), &ns);
+    if policy.meta().deletion_timestamp.is_some() {
+        return Ok(Requeue::await_change());
+    }
+    let Some(retention) = policy.spec.retention.as_ref() else {
+        return Ok(Requeue::await_change());
+    };
+    let now = ctx.clock.now();
+    let checked = policy
+        .spec
+        .validate()
+        .and_then(|()| policy.spec.retention_interval())
+        .map_err(|e| e.to_string())
+        .and_then(|interval| {
+            retention
+                .to_input(policy.spec.time_zone.as_deref())
+                .validate()
+                .map(|p| (p, interval))
+                .map_err(|e| format!("spec.retention: {e}"))
+        });
+    let (rules, interval) = match checked {
+        Ok(v) => v,
+        Err(message) => {
+            ctx.warn(&policy.object_ref(&()), "InvalidSpec", &message)
+                .await;
+            set_failed(&api, &policy, "InvalidSpec", &message, None).await?;
+            return Err(Error::Invalid(message));
+        }
+    };
+    let status = policy.status.clone().unwrap_or_default();
+    let generation = policy.meta().generation;
+    if let Some(last) = status.last_retention_run_time.as_ref().map(|t| t.0)
+        && status.observed_generation == generation
+    {
+        let due = last + interval;
+        if due > now {
+            return Ok(Requeue::requeue(until(now, due)));
+        }
+    }
+
+    let store = match open(&ctx, &policy).await {
+        Ok(s) => s,
+        Err(e) => {
+            set_failed(&api, &policy, reason(&e), &e.to_string(), None).await?;
+            return Err(e);
+        }
+    };
+    let request = PassRequest {
+        policy: rules,
+        policy_as_given: serde_json::to_value(retention).unwrap_or_default(),
+        now,
+        started_at: now,
+        protect: holds(&ctx, &ns, &name),
+        execute: true,
+        ignore_malformed: false,
+    };
+    // Consolidation runs as a Job in a later change; until then a plan's consolidations
+    // are left for a pass that has a consolidator (the chain is kept meanwhile).
+    let outcome = match unattended_pass(&store, &request, None).await {
+        Ok(o) => o,
+        Err(e) => {
+            let e = Error::from(e);
+            set_failed(&api, &policy, reason(&e), &e.to_string(), Some(now)).await?;
+            return Err(e);
+        }
+    };
+    let summary = Summary::of(&outcome);
+    if summary.deleted > 0 || summary.segments_deleted > 0 {
+        ctx.event(
+            &policy.object_ref(&()),
+            EventType::Normal,
+            "BackupRetention",
+            &summary.note(),
+        )
+        .await;
+    }
+    let next = now + interval;
+    let new = BackupPolicyStatus {
+        observed_generation: generation,
+        last_retention_run_time: Some(Time(now)),
+        next_retention_run_time: Some(Time(next)),
+        recovery_window: outcome.survey.plan.recovery_window.as_ref().map(|w| {
+            RecoveryWindowStatus {
+                start: Time(w.from),
+                end: Time(w.to),
+                gaps: w
+                    .gaps
+                    .iter()
+                    .map(|g| GapStatus {
+                        start: Time(g.from),
+                        end: Time(g.to),
+                    })
+                    .collect(),
+            }
+        }),
+        backups_kept: Some(summary.kept),
+        backups_deleted: Some(summary.deleted),
+        segments_deleted: Some(summary.segments_deleted),
+        bytes_freed: Some(summary.bytes_freed),
+        conditions: vec![condition(
+            &status.conditions,
+            "Ready",
+            true,
+            "PassSucceeded",
+            &summary.note(),
+            generation,
+        )],
+    };
+    apply_status(&api, &name, &new).await?;
+    Ok(Requeue::requeue(until(now, next)))
+}
+
+/// What a pass did, for status and the event.
+struct Summary {
+    kept: u64,
+    deleted: u64,
+    deleted_ids: Vec<String>,
+    segments_deleted: u64,
+    bytes_freed: u64,
+    audit: Option<String>,
+}
+
+impl Summary {
+    fn of(outcome: &PassOutcome) -> Self {
+        let plan = &outcome.survey.plan;
+        let report = outcome.executed.as_ref();
+        let gone: HashSet<&str> = report
+            .map(|r| r.backups_deleted.iter().map(String::as_str).collect())
+            .unwrap_or_default();
+        let backup_bytes: u64 = plan
+            .deletions()
+            .filter(|d| gone.contains(d.backup.id.as_str()))
+            .map(|d| d.backup.size)
+            .sum();
+        let segments_deleted = report.map_or(0, |r| r.segments_deleted as u64);
+        let segment_bytes: u64 = if segments_deleted > 0 {
+            let deleted: HashSet<&str> = plan
+                .segments
+                .delete
+                .iter()
+                .map(|d| d.name.as_str())
+                .collect();
+            outcome
+                .survey
+                .inventory
+                .segments
+                .iter()
+                .filter(|s| deleted.contains(s.name.as_str()))
+                .map(|s| s.size)
+                .sum()
+        } else {
+            0
+        };
+        Summary {
+            kept: plan
+                .backups
+                .iter()
+                .filter(|d| d.action != Action::Delete)
+                .count() as u64,
+            deleted: gone.len() as u64,
+            deleted_ids: gone.iter().map(|s| (*s).to_owned()).collect(),
+            segments_deleted,
+            bytes_freed: backup_bytes + segment_bytes,
+            audit: report.and_then(|r| r.audit_key.clone()),
+        }
+    }
+
+    fn note(&self) -> String {
+        let mut ids = self.deleted_ids.clone();
+        ids.sort();
+        format!(
+            "kept {} backup(s); deleted {} backup(s){}, {} binlog segment(s), {} bytes freed{}",
+            self.kept,
+            self.deleted,
+            if ids.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", ids.join(", "))
+            },
+            self.segments_deleted,
+            self.bytes_freed,
+            self.audit
+                .as_deref()
+                .map(|a| format!("; audit record {a}"))
+                .unwrap_or_default()
+        )
+    }
+}
+
+/// The backup-ids on hold: Backups of this policy annotated `tidemark.io/protect: "true"`.
+fn holds(ctx: &Context, ns: &str, policy: &str) -> HashSet<String> {
+    ctx.backups
+        .state()
+        .iter()
+        .filter(|b| b.namespace().as_deref() == Some(ns) && b.spec.template.policy.name == policy)
+        .filter(|b| b.annotations().get(PROTECT_ANNOTATION).map(String::as_str) == Some("true"))
+        .filter_map(|b| b.status.as_ref().and_then(|s| s.backup_id.clone()))
+        .collect()
+}
+
+/// Opens the policy's store with the credentials from its Secret.
+///
+/// # Errors
+/// The Secret is missing or lacks the keys; the URL is invalid.
+pub async fn open(ctx: &Context, policy: &BackupPolicy) -> Result<ClusterStore, Error> {
+    let ns = policy.namespace().unwrap_or_default();
+    let Some(os) = policy.spec.object_store.as_ref() else {
+        return Err(Error::Invalid(
+            "spec.objectStore is missing (where the backups are)".into(),
+        ));
+    };
+    let url = os.store_url().map_err(|e| Error::Invalid(e.to_string()))?;
+    let credentials = match &os.credentials_secret {
+        None => None,
+        Some(secret) => Some(credentials(ctx, &ns, secret).await?),
+    };
+    let options = StoreOptions {
+        endpoint: os.endpoint.clone(),
+        region: os.region.clone(),
+        path_style: os.path_style,
+        credentials,
+        retry_timeout: Some(ctx.store_retry_timeout),
+    };
+    ClusterStore::open(&url, policy.spec.cluster_or(&policy.name_any()), &options)
+        .map_err(|e| Error::Engine(e.into()))
+}
+
+/// S3 credentials from Secret `ns/name`: keys `accessKeyId` and `secretAccessKey` (and
+/// optionally `sessionToken`), or the `AWS_*` names of the same.
+async fn credentials(ctx: &Context, ns: &str, name: &str) -> Result<S3Credentials, Error> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let Some(secret) = secrets.get_opt(name).await? else {
+        return Err(Error::Missing(format!(
+            "Secret {ns}/{name} (spec.objectStore.credentialsSecret) does not exist"
+        )));
+    };
+    let data = secret.data.unwrap_or_default();
+    let get = |keys: &[&str]| {
+        keys.iter().find_map(|k| {
+            data.get(*k)
+                .and_then(|v| String::from_utf8(v.0.clone()).ok())
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+        })
+    };
+    match (
+        get(&["accessKeyId", "AWS_ACCESS_KEY_ID"]),
+        get(&["secretAccessKey", "AWS_SECRET_ACCESS_KEY"]),
+    ) {
+        (Some(access_key_id), Some(secret_access_key)) => Ok(S3Credentials {
+            access_key_id,
+            secret_access_key,
+            session_token: get(&["sessionToken", "AWS_SESSION_TOKEN"]),
+        }),
+        _ => Err(Error::Invalid(format!(
+            "Secret {ns}/{name} lacks accessKeyId and secretAccessKey (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
+        ))),
+    }
+}
+
+/// A bounded reason for a failed pass: the error's class.
+fn reason(e: &Error) -> &'static str {
+    match e.class() {
+        tidemark_engine::Class::Input => "InvalidSpec",
+        tidemark_engine::Class::Store => "StoreUnavailable",
+        tidemark_engine::Class::Data => "StoreDataBlocksPass",
+        tidemark_engine::Class::Contention => "Waiting",
+        _ => "PassFailed",
+    }
+}
+
+/// Records a failed pass in status (`Ready=False`), keeping what the last good pass
+/// found. `attempted`: when a pass was tried, so the next one is throttled too.
+async fn set_failed(
+    api: &Api<BackupPolicy>,
+    policy: &BackupPolicy,
+    reason: &str,
+    message: &str,
+    attempted: Option<Timestamp>,
+) -> Result<(), Error> {
+    let mut status = policy.status.clone().unwrap_or_default();
+    let generation = policy.meta().generation;
+    status.conditions = vec![condition(
+        &status.conditions,
+        "Ready",
+        false,
+        reason,
+        message,
+        generation,
+    )];
+    if attempted.is_some() {
+        status.observed_generation = generation;
+    }
+    apply_status(api, &policy.name_any(), &status).await
+}
+
+async fn apply_status(
+    api: &Api<BackupPolicy>,
+    name: &str,
+    status: &BackupPolicyStatus,
+) -> Result<(), Error> {
+    let patch = json!({
+        "apiVersion": tidemark_api::API_VERSION,
+        "kind": "BackupPolicy",
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// A condition, keeping its transition time when its status did not change.
+pub(crate) fn condition(
+    previous: &[Condition],
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+) -> Condition {
+    let status = if ok { "True" } else { "False" };
+    let since = previous
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .map_or_else(
+            || Time(Timestamp::now()),
+            |c| c.last_transition_time.clone(),
+        );
+    Condition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message: message.chars().take(4096).collect(),
+        last_transition_time: since,
+        observed_generation: generation,
+    }
+}
+
+fn until(now: Timestamp, at: Timestamp) -> Duration {
+    Duration::try_from(at.duration_since(now))
+        .unwrap_or(Duration::ZERO)
+        .clamp(Duration::from_secs(1), Duration::from_secs(24 * 3600))
+}

@@ -1,0 +1,217 @@
+//! The BackupPolicy controller end to end: the real operator (as its ServiceAccount) runs
+//! the engine's retention pass against a real S3 server (SeaweedFS) with credentials from
+//! a Secret, records the outcome in status and a `BackupRetention` event, honours
+//! `tidemark.io/protect` holds, and backs off and recovers when its Secret is missing.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeMap;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::events::v1::Event as K8sEvent;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use tidemark_api::crd::{Backup, BackupPolicy};
+use tidemark_operator::testkit::{KubeCluster, Operator, eventually};
+use tidemark_store::synth::{self, SynthBackup};
+use tidemark_store::testkit::{ACCESS_KEY, BUCKET, SECRET_KEY, SeaweedFs};
+
+async fn status(api: &Api<BackupPolicy>, name: &str) -> serde_json::Value {
+    serde_json::to_value(api.get(name).await.unwrap().status).unwrap_or_default()
+}
+
+async fn metadata_ids(store: &tidemark_store::ClusterStore) -> Vec<String> {
+    let mut ids: Vec<String> = synth::all_keys(store)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|k| k.ends_with("/metadata.json"))
+        .filter_map(|k| k.split('/').nth(1).map(str::to_owned))
+        .collect();
+    ids.sort();
+    ids
+}
+
+fn policy(name: &str, ns: &str, endpoint: &str, secret: &str) -> BackupPolicy {
+    serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1",
+        "kind": "BackupPolicy",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "objectStore": {"bucket": BUCKET, "endpoint": endpoint, "credentialsSecret": secret},
+            "retention": {"keepLast": 1},
+            "retentionInterval": "1h",
+        },
+    }))
+    .unwrap()
+}
+
+async fn secret(client: &Client, ns: &str, name: &str) {
+    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let mut data = BTreeMap::new();
+    data.insert(
+        "accessKeyId".to_owned(),
+        ByteString(ACCESS_KEY.as_bytes().to_vec()),
+    );
+    data.insert(
+        "secretAccessKey".to_owned(),
+        ByteString(SECRET_KEY.as_bytes().to_vec()),
+    );
+    api.create(
+        &PostParams::default(),
+        &Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some(ns.to_owned()),
+                ..Default::default()
+            },
+            data: Some(data),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_pass_through_the_operator() {
+    // SeaweedFs::start blocks (it runs its own runtime to create the bucket).
+    let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let ns = "retention";
+    cluster.namespace(ns).await;
+    secret(&admin, ns, "s3").await;
+
+    // Four fulls of "db", an hour apart.
+    let store = weed.cluster_store("db");
+    let now = Timestamp::now();
+    let backups: Vec<SynthBackup> = (0..4)
+        .map(|i| SynthBackup::full("nightly", now - SignedDuration::from_hours(4 - i), i as u32))
+        .collect();
+    synth::write_backups(&store, &backups).await.unwrap();
+    let ids: Vec<String> = backups.iter().map(|b| b.id.clone()).collect();
+
+    // The second oldest is on hold through a Backup object.
+    let backup_api: Api<Backup> = Api::namespaced(admin.clone(), ns);
+    let held: Backup = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1",
+        "kind": "Backup",
+        "metadata": {"name": "held", "namespace": ns, "annotations": {"tidemark.io/protect": "true"}},
+        "spec": {"policy": {"name": "db"}},
+    }))
+    .unwrap();
+    backup_api
+        .create(&PostParams::default(), &held)
+        .await
+        .unwrap();
+    backup_api
+        .patch_status(
+            "held",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "completed", "backupId": ids[1]}})),
+        )
+        .await
+        .unwrap();
+
+    let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), ns);
+    // Its Secret does not exist yet: the policy waits (Ready=False), retrying with backoff.
+    policies
+        .create(
+            &PostParams::default(),
+            &policy("db", ns, &weed.endpoint, "s3-late"),
+        )
+        .await
+        .unwrap();
+    let op = Operator::start(&cluster, "operator-retention");
+    let st = eventually("Ready=False for the missing Secret", || async {
+        let s = status(&policies, "db").await;
+        (s["conditions"][0]["status"] == "False").then_some(s)
+    })
+    .await;
+    let message = st["conditions"][0]["message"].as_str().unwrap();
+    assert!(message.contains("Secret retention/s3-late"), "{st}");
+    assert_eq!(
+        metadata_ids(&store).await.len(),
+        4,
+        "deleted without credentials"
+    );
+    secret(&admin, ns, "s3-late").await;
+
+    let st = eventually("a successful pass", || async {
+        let s = status(&policies, "db").await;
+        (s["conditions"][0]["status"] == "True").then_some(s)
+    })
+    .await;
+    // keepLast 1 keeps the newest; the hold keeps ids[1]; the other two go.
+    assert_eq!(metadata_ids(&store).await, {
+        let mut v = vec![ids[1].clone(), ids[3].clone()];
+        v.sort();
+        v
+    });
+    assert_eq!(st["backupsDeleted"], 2, "{st}");
+    assert_eq!(st["backupsKept"], 2, "{st}");
+    assert!(st["bytesFreed"].as_u64().unwrap() > 0, "{st}");
+    assert!(st["lastRetentionRunTime"].is_string(), "{st}");
+    assert!(st["nextRetentionRunTime"].is_string(), "{st}");
+    assert!(st["recoveryWindow"]["start"].is_string(), "{st}");
+    let keys = synth::all_keys(&store).await.unwrap();
+    assert!(
+        keys.iter().any(|k| k.starts_with("_audit/")),
+        "no audit record: {keys:?}"
+    );
+
+    let events: Api<K8sEvent> = Api::namespaced(admin.clone(), ns);
+    let ev = eventually("the BackupRetention event", || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("BackupRetention"))
+    })
+    .await;
+    assert_eq!(ev.type_.as_deref(), Some("Normal"));
+    let note = ev.note.unwrap_or_default();
+    assert!(note.contains(&ids[0]) && note.contains(&ids[2]), "{note}");
+
+    // Throttled: within retentionInterval nothing runs again, even with new expired data.
+    let last = st["lastRetentionRunTime"].clone();
+    let older = SynthBackup::full("nightly", now - SignedDuration::from_hours(10), 9);
+    synth::write_backups(&store, std::slice::from_ref(&older))
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert_eq!(status(&policies, "db").await["lastRetentionRunTime"], last);
+    assert!(metadata_ids(&store).await.contains(&older.id));
+    // A spec change runs the pass now.
+    policies
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"retentionInterval": "2h"}})),
+        )
+        .await
+        .unwrap();
+    eventually("the pass after the spec change", || async {
+        (!metadata_ids(&store).await.contains(&older.id)).then_some(())
+    })
+    .await;
+    let st = status(&policies, "db").await;
+    assert_eq!(st["backupsDeleted"], 1, "{st}");
+    assert_eq!(
+        policies
+            .get("db")
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .observed_generation,
+        policies.get("db").await.unwrap().metadata.generation
+    );
+    let _ = ResourceExt::name_any(&held);
+    op.stop().await;
+}

@@ -118,6 +118,10 @@ pub struct SourceSpec {
     /// `/var/lib/mysql` in the database container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_volume: Option<String>,
+    /// The port the database listens on in its pod (default 3306); the backup tool
+    /// connects to the chosen pod's IP on it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
     /// Pod label whose value `primary` marks the primary; any other value marks a standby.
     /// Default `tidemark.io/role`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -52,6 +52,16 @@ pub enum Command {
     /// land), with leader election. Reads the kubeconfig like kubectl (in a pod: its
     /// ServiceAccount). SIGTERM or Ctrl-C stops it and releases the leader lease.
     Operator(OperatorArgs),
+    /// Copy this binary to PATH (mode 755): how a backup Job's init container puts
+    /// `tidemark` into the database image, which may have no `cp`.
+    Install(InstallArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct InstallArgs {
+    /// Where to write the copy, e.g. /tidemark-bin/tidemark.
+    #[arg(value_name = "PATH")]
+    pub path: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -68,6 +78,9 @@ pub struct OperatorArgs {
     /// This replica's name in the election (default: $POD_NAME, else the host name).
     #[arg(long, value_name = "NAME", env = "POD_NAME")]
     pub identity: Option<String>,
+    /// The image backup Jobs copy `tidemark` from (this operator's own image).
+    #[arg(long, value_name = "IMAGE", env = "TIDEMARK_IMAGE")]
+    pub image: Option<String>,
 }
 
 #[derive(Debug, Args)]

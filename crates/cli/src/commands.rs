@@ -42,6 +42,7 @@ pub fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Run(a) => rt.block_on(crate::run::run(&a)),
         Command::Crds(a) => crds(&a),
         Command::Operator(a) => rt.block_on(operator(&a)),
+        Command::Install(a) => install(&a),
     }
 }
 
@@ -57,10 +58,13 @@ async fn operator(args: &crate::args::OperatorArgs) -> Result<Exit, CliError> {
             .map(|h| h.trim().to_owned())
             .unwrap_or_else(|_| format!("tidemark-{}", std::process::id()))
     });
-    let options = tidemark_operator::Options::new(tidemark_operator::leader::Election::new(
+    let mut options = tidemark_operator::Options::new(tidemark_operator::leader::Election::new(
         &args.lease_namespace,
         &identity,
     ));
+    if let Some(image) = &args.image {
+        options.image.clone_from(image);
+    }
     let shutdown = async {
         crate::transfer::shutdown_signal().await;
     };
@@ -75,6 +79,25 @@ async fn operator(args: &crate::args::OperatorArgs) -> Result<Exit, CliError> {
         Ok(()) => Ok(Exit::Success),
         Err(e) => Err(CliError::new(Exit::Contention, e)),
     }
+}
+
+/// `tidemark install PATH`: this binary, copied to PATH through a temporary file beside it.
+fn install(args: &crate::args::InstallArgs) -> Result<Exit, CliError> {
+    use std::os::unix::fs::PermissionsExt;
+    let me = std::env::current_exe().map_err(|e| CliError::new(Exit::Internal, e))?;
+    let dir = args
+        .path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let fail = |e: std::io::Error| {
+        CliError::input(format!("cannot install to {}: {e}", args.path.display()))
+    };
+    let tmp = tempfile::NamedTempFile::new_in(dir).map_err(fail)?;
+    std::fs::copy(&me, tmp.path()).map_err(fail)?;
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).map_err(fail)?;
+    tmp.persist(&args.path).map_err(|e| fail(e.error))?;
+    Ok(Exit::Success)
 }
 
 /// `tidemark crds`: the CRDs as one YAML stream.

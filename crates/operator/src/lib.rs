@@ -3,12 +3,15 @@
 //!
 //! - [`scheduled`]: ScheduledBackup → Backups on a cron cadence (seed 001), through the
 //!   engine's schedule tick with the status in the resource;
+//! - [`backup`]: Backup → a Job on the database pod's node that streams the backup to the
+//!   store, followed to completed or failed by what the store holds;
 //! - [`retention`]: BackupPolicy → the engine's retention pass, throttled, its outcome in
 //!   status and events;
 //! - [`leader`]: leader election with a Lease, so one replica runs the controllers.
 //!
 //! [`run`] elects, then runs every controller until shutdown or until leadership is lost.
 
+pub mod backup;
 pub mod error;
 pub mod leader;
 pub mod retention;
@@ -44,7 +47,13 @@ pub struct Options {
     /// How long one store request may keep retrying transient errors before the pass
     /// fails (and the policy is requeued with backoff).
     pub store_retry_timeout: Duration,
+    /// The operator's image (it holds the static `tidemark` binary at `/tidemark`): the
+    /// init container of every backup Job copies it from there.
+    pub image: String,
 }
+
+/// The image a backup Job's init container takes `tidemark` from, unless told otherwise.
+pub const DEFAULT_IMAGE: &str = concat!("ghcr.io/tidemark/tidemark:", env!("CARGO_PKG_VERSION"));
 
 impl Options {
     /// Defaults: the election as given, store requests retried for up to a minute.
@@ -52,6 +61,7 @@ impl Options {
         Options {
             election,
             store_retry_timeout: Duration::from_secs(60),
+            image: DEFAULT_IMAGE.to_owned(),
         }
     }
 }
@@ -64,6 +74,7 @@ pub struct Context {
     /// Every Backup, as the watch last saw it (name collisions, children).
     pub backups: Store<Backup>,
     pub store_retry_timeout: Duration,
+    pub image: String,
     /// Consecutive failures per object, for exponential backoff.
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -182,6 +193,7 @@ async fn controllers(client: Client, options: &Options, clock: Arc<dyn Clock>) {
         clock,
         backups,
         store_retry_timeout: options.store_retry_timeout,
+        image: options.image.clone(),
         failures: Mutex::new(HashMap::new()),
     });
     let schedules: Api<ScheduledBackup> = Api::all(client.clone());
@@ -234,9 +246,38 @@ async fn controllers(client: Client, options: &Options, clock: Arc<dyn Clock>) {
                 tracing::debug!("controller: {e}");
             }
         });
+    let backups_api: Api<Backup> = Api::all(client.clone());
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::all(client.clone());
+    let runner = Controller::new(backups_api, watcher::Config::default())
+        .watches(
+            jobs,
+            watcher::Config::default().labels("app.kubernetes.io/managed-by=tidemark"),
+            |j| backup::backup_of(&j).into_iter().collect::<Vec<_>>(),
+        )
+        .run(
+            |b, ctx| {
+                let ctx2 = ctx.clone();
+                async move {
+                    let k = key(b.as_ref());
+                    let r = backup::reconcile(b, ctx).await;
+                    if r.is_ok() {
+                        ctx2.succeeded(&k);
+                    }
+                    r
+                }
+            },
+            error_policy,
+            ctx.clone(),
+        )
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!("controller: {e}");
+            }
+        });
     tokio::select! {
         () = scheduled => {}
         () = retention => {}
+        () = runner => {}
         () = backup_cache => {}
     }
 }

@@ -1,0 +1,389 @@
+//! The operator's Backup Job, played on the node: the real operator (as its ServiceAccount,
+//! against a real kube-apiserver) creates the Job for a Backup; with no kubelet here, the
+//! test plays the node — it runs the Job's init container and container commands as local
+//! processes with the Job's environment (Secrets resolved as a kubelet would, the Job's
+//! mounts mapped to local directories) against a real MariaDB and SeaweedFS, and writes
+//! the Job's status back. The backup the Job describes really runs, and a point-in-time
+//! restore of it gives the exact row counts.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::events::v1::Event as K8sEvent;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use tidemark_api::crd::{Backup, BackupPolicy};
+use tidemark_operator::testkit::{KubeCluster, Operator, eventually};
+use tidemark_store::testkit::{ACCESS_KEY, BUCKET, MariaDb, SECRET_KEY, SeaweedFs, query_restored};
+
+const DB_PASSWORD: &str = "pw-Xy7-do-not-leak";
+
+async fn secret(client: &Client, ns: &str, name: &str, data: &[(&str, &str)]) {
+    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let data: BTreeMap<String, ByteString> = data
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec())))
+        .collect();
+    let s: Secret = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": ns},
+    }))
+    .unwrap();
+    api.create(
+        &PostParams::default(),
+        &Secret {
+            data: Some(data),
+            ..s
+        },
+    )
+    .await
+    .unwrap();
+}
+
+/// An env var's value as a kubelet would give it (literal, or from a Secret key).
+async fn env_value(client: &Client, ns: &str, e: &k8s_openapi::api::core::v1::EnvVar) -> String {
+    if let Some(v) = &e.value {
+        return v.clone();
+    }
+    let r = e
+        .value_from
+        .as_ref()
+        .and_then(|f| f.secret_key_ref.as_ref())
+        .unwrap_or_else(|| panic!("env {} has neither value nor secretKeyRef", e.name));
+    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let s = api.get(&r.name).await.unwrap();
+    let bytes = s.data.unwrap().remove(&r.key).unwrap().0;
+    String::from_utf8(bytes).unwrap()
+}
+
+/// Plays the node for `job`: runs its init containers, then its container, with `mounts`
+/// mapping each mount path to a local directory; then writes the Job's status.
+async fn play_node(client: &Client, job: &Job, mounts: &[(&str, &Path)]) -> std::process::Output {
+    let ns = job.namespace().unwrap();
+    let spec = job.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    let map = |s: &str| {
+        mounts.iter().fold(s.to_owned(), |acc, (from, to)| {
+            acc.replace(from, to.to_str().unwrap())
+        })
+    };
+    let mut last = None;
+    let steps = spec
+        .init_containers
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .chain(spec.containers.clone());
+    for c in steps {
+        let mut argv: Vec<String> = c.command.clone().unwrap_or_default();
+        argv.extend(c.args.clone().unwrap_or_default());
+        let argv: Vec<String> = argv.iter().map(|a| map(a)).collect();
+        // The operator image's `/tidemark` is this build's binary.
+        let program = if argv[0] == "/tidemark" {
+            env!("CARGO_BIN_EXE_tidemark").to_owned()
+        } else {
+            argv[0].clone()
+        };
+        let mut cmd = std::process::Command::new(program);
+        cmd.args(&argv[1..])
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap());
+        for e in c.env.clone().unwrap_or_default() {
+            cmd.env(&e.name, env_value(client, &ns, &e).await);
+        }
+        let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+            .await
+            .unwrap();
+        let ok = out.status.success();
+        last = Some(out);
+        if !ok {
+            break;
+        }
+    }
+    let out = last.unwrap();
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let now = Timestamp::now().to_string();
+    let (kind, counts) = if out.status.success() {
+        ("Complete", json!({"succeeded": 1}))
+    } else {
+        ("Failed", json!({"failed": 1}))
+    };
+    let mut status = json!({
+        "startTime": now, "conditions": [{"type": kind, "status": "True", "lastProbeTime": now, "lastTransitionTime": now, "message": "played by the test"}],
+    });
+    status
+        .as_object_mut()
+        .unwrap()
+        .extend(counts.as_object().unwrap().clone());
+    if out.status.success() {
+        status["completionTime"] = json!(now);
+    }
+    jobs.patch_status(
+        &job.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": status})),
+    )
+    .await
+    .unwrap();
+    out
+}
+
+fn tidemark(s3: &SeaweedFs, args: &[&str]) -> std::process::Output {
+    let (sub, rest) = args.split_first().unwrap();
+    let out = common::bin()
+        .envs(s3.env())
+        .arg(sub)
+        .args([
+            "--store",
+            &s3.url(),
+            "--cluster",
+            "shop",
+            "--endpoint",
+            &s3.endpoint,
+        ])
+        .args(rest)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "tidemark {args:?}: {}",
+        common::stderr(&out)
+    );
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_job_on_the_node_then_point_in_time_restore() {
+    let s3 = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let db = tokio::task::spawn_blocking(MariaDb::start).await.unwrap();
+    db.sql(&format!(
+        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT); \
+         CREATE USER 'backup'@'%' IDENTIFIED BY '{DB_PASSWORD}'; GRANT ALL ON *.* TO 'backup'@'%'; \
+         CREATE USER 'backup'@'localhost' IDENTIFIED BY '{DB_PASSWORD}'; GRANT ALL ON *.* TO 'backup'@'localhost';"
+    ));
+    let insert = |n: usize| {
+        let values: Vec<String> = (0..n).map(|i| format!("({i})")).collect();
+        db.sql(&format!(
+            "INSERT INTO shop.orders (v) VALUES {}",
+            values.join(",")
+        ));
+    };
+    insert(10);
+
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let ns = "prod";
+    cluster.namespace(ns).await;
+    secret(
+        &admin,
+        ns,
+        "s3",
+        &[("accessKeyId", ACCESS_KEY), ("secretAccessKey", SECRET_KEY)],
+    )
+    .await;
+    secret(
+        &admin,
+        ns,
+        "db",
+        &[("username", "backup"), ("password", DB_PASSWORD)],
+    )
+    .await;
+    let policy: BackupPolicy = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy",
+        "metadata": {"name": "shop", "namespace": ns},
+        "spec": {
+            "objectStore": {"bucket": BUCKET, "endpoint": s3.endpoint, "credentialsSecret": "s3"},
+            "source": {"selector": {"matchLabels": {"app": "db"}}, "container": "mariadb", "port": db.port, "credentialsSecret": "db"},
+        },
+    }))
+    .unwrap();
+    Api::<BackupPolicy>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    // The database pod, as a StatefulSet would make it (no kubelet: it stays Pending).
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "db-0", "namespace": ns, "labels": {"app": "db", "tidemark.io/role": "primary"}},
+        "spec": {
+            "nodeName": "node-1",
+            "containers": [{"name": "mariadb", "image": "mariadb:11.4", "volumeMounts": [{"name": "data", "mountPath": "/var/lib/mysql"}]}],
+            "volumes": [{"name": "data", "emptyDir": {}}],
+        },
+    }))
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+
+    let op = Operator::start(&cluster, "operator-backup");
+    let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
+    let b: Backup = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "Backup",
+        "metadata": {"name": "manual-1", "namespace": ns},
+        "spec": {"policy": {"name": "shop"}, "method": "mariabackup", "target": "primary"},
+    }))
+    .unwrap();
+    backups.create(&PostParams::default(), &b).await.unwrap();
+
+    // The pod is not running: a condition, not a hung Job.
+    let st = eventually("Blocked: DatabasePodNotRunning", || async {
+        let s = serde_json::to_value(backups.get("manual-1").await.unwrap().status).unwrap();
+        (s["conditions"][0]["reason"] == "DatabasePodNotRunning").then_some(s)
+    })
+    .await;
+    assert_eq!(st["phase"], "pending", "{st}");
+    let jobs: Api<Job> = Api::namespaced(admin.clone(), ns);
+    assert!(
+        jobs.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+
+    pods.patch_status(
+        "db-0",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Running", "podIP": "127.0.0.1"}})),
+    )
+    .await
+    .unwrap();
+    let job = eventually("the backup Job", || async {
+        jobs.get_opt("manual-1-backup").await.unwrap()
+    })
+    .await;
+    // Pinned to the pod's node, in the database container's image, the data volume mounted.
+    let text = serde_json::to_string(&job).unwrap();
+    assert!(text.contains("\"node-1\""), "{text}");
+    assert!(text.contains("kubernetes.io/hostname"), "{text}");
+    let pod_spec = job.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    assert_eq!(
+        pod_spec.containers[0].image.as_deref(),
+        Some("mariadb:11.4")
+    );
+    assert!(
+        pod_spec.containers[0]
+            .volume_mounts
+            .as_ref()
+            .unwrap()
+            .iter()
+            .any(|m| m.mount_path == "/var/lib/mysql")
+    );
+    assert!(
+        !text.contains(DB_PASSWORD) && !text.contains(SECRET_KEY),
+        "a secret in the Job"
+    );
+
+    let tools = tempfile::tempdir().unwrap();
+    let out = play_node(
+        &admin,
+        &job,
+        &[
+            ("/tidemark-bin", tools.path()),
+            ("/var/lib/mysql", &db.datadir),
+        ],
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "the Job's container failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let st = eventually("phase completed", || async {
+        let s = serde_json::to_value(backups.get("manual-1").await.unwrap().status).unwrap();
+        (s["phase"] == "completed").then_some(s)
+    })
+    .await;
+    let id = st["backupId"].as_str().unwrap().to_owned();
+    assert_eq!(st["jobName"], "manual-1-backup");
+    assert!(
+        st["checksum"].as_str().unwrap().starts_with("sha256:"),
+        "{st}"
+    );
+    assert!(st["size"].as_u64().unwrap() > 0, "{st}");
+    assert_eq!(st["key"], format!("manual-1/{id}/metadata.json"));
+    assert!(
+        st["startedAt"].is_string() && st["completedAt"].is_string(),
+        "{st}"
+    );
+
+    // Point-in-time restore of what the Job backed up, plus the binlogs after it.
+    insert(5);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let target = Timestamp::now();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    insert(3);
+    db.sql("FLUSH BINARY LOGS");
+    let index = db.binlog_index();
+    tidemark(
+        &s3,
+        &[
+            "archive-binlogs",
+            "--once",
+            "--binlog-index",
+            index.to_str().unwrap(),
+        ],
+    );
+    let restored = db.scratch().join("restored");
+    tidemark(
+        &s3,
+        &[
+            "restore",
+            "--to",
+            &target.to_string(),
+            "--datadir",
+            restored.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        query_restored(&restored, "SELECT COUNT(*) FROM shop.orders"),
+        "15"
+    );
+
+    // The password is nowhere the operator writes.
+    let everything = format!(
+        "{}{}{}",
+        serde_json::to_string(&backups.get("manual-1").await.unwrap()).unwrap(),
+        serde_json::to_string(
+            &Api::<K8sEvent>::namespaced(admin.clone(), ns)
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+        )
+        .unwrap(),
+        String::from_utf8_lossy(
+            &tidemark(
+                &s3,
+                &[
+                    "fetch",
+                    "--backup-id",
+                    &id,
+                    "--backup-name",
+                    "manual-1",
+                    "--out",
+                    "/dev/null"
+                ]
+            )
+            .stderr
+        ),
+    );
+    assert!(
+        !everything.contains(DB_PASSWORD),
+        "the database password leaked"
+    );
+    let meta = s3
+        .cluster_store("shop")
+        .read(&tidemark_store::layout::metadata_key("manual-1", &id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&meta).contains(DB_PASSWORD));
+    op.stop().await;
+}

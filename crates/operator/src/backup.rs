@@ -1,0 +1,1056 @@
+//! The Backup controller: runs one backup attempt as DESIGN.md §7 describes, and follows
+//! it to `completed` or `failed`.
+//!
+//! For `mariabackup` / `xtrabackup` the attempt is a Job pinned to the chosen database
+//! pod's node, mounting that pod's data volume, in the database container's own image, with
+//! the static `tidemark` binary copied in by an init container. Its container runs
+//! `tidemark push --method mariabackup -- mariabackup …`: push starts the backup tool,
+//! streams its `--stream=xbstream` output straight to the store with a running sha256,
+//! reads the LSNs, and commits `metadata.json` last. Credentials reach the Job as
+//! environment only (the database's through an option file the container writes), never as
+//! arguments.
+//!
+//! Phases: `pending` (nothing started; a `Blocked` condition says why, e.g. the database pod
+//! is not running) → `running` (the Job exists) → `completed` (the Job succeeded and the
+//! committed `metadata.json` says completed) | `failed`. The store decides: a Job that
+//! succeeded without a committed backup is a failure.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    Affinity, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, NodeAffinity, NodeSelector,
+    NodeSelectorRequirement, NodeSelectorTerm, PersistentVolumeClaim, Pod, PodSpec,
+    PodTemplateSpec, Secret, SecretKeySelector, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use tidemark_api::crd::{Backup, BackupPhase, BackupPolicy, BackupStatus, SourceSpec};
+use tidemark_api::schedule::{BackupType, SCHEDULED_BACKUP_LABEL};
+use tidemark_store::format::{Metadata, MetadataPhase};
+use tidemark_store::{Catalog, ClusterStore, NoProgress, layout};
+
+use crate::error::Error;
+use crate::retention::condition;
+use crate::{Context, FIELD_MANAGER};
+
+/// Where the init container puts the `tidemark` binary (and the database option file).
+pub const TOOLS_DIR: &str = "/tidemark-bin";
+/// The default role label on database pods: `primary`, or anything else for a standby.
+pub const DEFAULT_ROLE_LABEL: &str = "tidemark.io/role";
+/// Where a MariaDB container keeps its data when `source.dataVolume` is not given.
+const DEFAULT_DATA_PATH: &str = "/var/lib/mysql";
+
+/// Advances one Backup.
+///
+/// # Errors
+/// The API or the store failed; the policy is missing.
+pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = backup.namespace().unwrap_or_default();
+    let name = backup.name_any();
+    if backup.meta().deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let status = backup.status.clone().unwrap_or_default();
+    if status.phase.is_some_and(BackupPhase::is_done) {
+        return Ok(Action::await_change());
+    }
+    let api: Api<Backup> = Api::namespaced(ctx.client.clone(), &ns);
+    let policies: Api<BackupPolicy> = Api::namespaced(ctx.client.clone(), &ns);
+    let Some(policy) = policies.get_opt(&backup.spec.template.policy.name).await? else {
+        let message = format!(
+            "BackupPolicy {ns}/{} (spec.policy.name) does not exist",
+            backup.spec.template.policy.name
+        );
+        blocked(&api, &backup, "PolicyMissing", &message).await?;
+        return Err(Error::Missing(message));
+    };
+    let method = backup
+        .spec
+        .template
+        .method
+        .as_deref()
+        .unwrap_or("mariabackup");
+    if !matches!(method, "mariabackup" | "xtrabackup") {
+        let message = format!(
+            "method {method:?} is not run by the operator yet; use mariabackup or xtrabackup"
+        );
+        fail(&api, &backup, &status, &message).await?;
+        return Ok(Action::await_change());
+    }
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
+    let job_name = status.job_name.clone().unwrap_or_else(|| job_name(&name));
+    let store = crate::retention::open(&ctx, &policy).await?;
+    let backup_id = backup_id(&backup);
+    let backup_name = store_name(&backup);
+    if let Some(job) = jobs.get_opt(&job_name).await? {
+        return follow(
+            &api,
+            &backup,
+            &status,
+            &job,
+            &store,
+            &backup_name,
+            &backup_id,
+        )
+        .await;
+    }
+    if status.phase == Some(BackupPhase::Running) {
+        // Its Job is gone (deleted by hand) before an outcome was seen: the store decides.
+        return settle(
+            &api,
+            &backup,
+            &status,
+            &store,
+            &backup_name,
+            &backup_id,
+            None,
+        )
+        .await;
+    }
+
+    // Pending: choose the pod, check the volume, create the Job.
+    let Some(source) = policy.spec.source.as_ref() else {
+        let message = "the BackupPolicy has no spec.source (which pods hold the database)";
+        blocked(&api, &backup, "NoSource", message).await?;
+        return Err(Error::Invalid(message.into()));
+    };
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let candidates = pods
+        .list(&ListParams::default().labels(&selector(&source.selector)?))
+        .await?
+        .items;
+    let target = backup
+        .spec
+        .template
+        .target
+        .as_deref()
+        .unwrap_or("prefer-standby");
+    let Some(pod) = choose_pod(&candidates, source, target) else {
+        let message = format!(
+            "no running database pod for target {target} among {} pod(s) matching spec.source.selector",
+            candidates.len()
+        );
+        blocked(&api, &backup, "DatabasePodNotRunning", &message).await?;
+        return Ok(Action::requeue(Duration::from_secs(10)));
+    };
+    let data = match data_volume(&pod, source) {
+        Ok(d) => d,
+        Err(message) => {
+            blocked(&api, &backup, "NoDataVolume", &message).await?;
+            return Err(Error::Invalid(message));
+        }
+    };
+    if let Some(claim) = data
+        .volume
+        .persistent_volume_claim
+        .as_ref()
+        .map(|c| c.claim_name.clone())
+    {
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+        if let Some(pvc) = claims.get_opt(&claim).await?
+            && pvc
+                .spec
+                .as_ref()
+                .and_then(|s| s.access_modes.as_ref())
+                .is_some_and(|m| m.iter().any(|m| m == "ReadWriteOncePod"))
+        {
+            let message = format!(
+                "the data volume's claim {claim} is ReadWriteOncePod: no second pod may mount it; use method exec"
+            );
+            blocked(&api, &backup, "ReadWriteOncePod", &message).await?;
+            return Ok(Action::await_change());
+        }
+    }
+    let parent = match backup.spec.kind {
+        BackupType::Full => None,
+        BackupType::Incremental => match newest_restorable(&store).await? {
+            Some(p) => Some(p),
+            None => {
+                let message = "an incremental needs a restorable mariabackup backup in the store to start from; there is none";
+                blocked(&api, &backup, "NoParent", message).await?;
+                return Ok(Action::requeue(Duration::from_secs(60)));
+            }
+        },
+    };
+    let store_secret = match &policy
+        .spec
+        .object_store
+        .as_ref()
+        .and_then(|o| o.credentials_secret.clone())
+    {
+        Some(s) => Some(secret_keys(&ctx, &ns, s).await?),
+        None => None,
+    };
+    let plan = JobPlan {
+        job_name: job_name.clone(),
+        backup: &backup,
+        policy: &policy,
+        source,
+        pod: &pod,
+        data,
+        image: ctx.image.clone(),
+        backup_name: backup_name.clone(),
+        backup_id: backup_id.clone(),
+        parent,
+        store_secret,
+    };
+    let job = plan.job().map_err(Error::Invalid)?;
+    let now = ctx.clock.now();
+    // Status first: a crash after it finds the Job by its recorded name.
+    let running = BackupStatus {
+        phase: Some(BackupPhase::Running),
+        backup_id: Some(backup_id.clone()),
+        job_name: Some(job_name.clone()),
+        bucket: Some(store.url.clone()),
+        key: Some(layout::metadata_key(&backup_name, &backup_id).to_string()),
+        started_at: Some(Time(now)),
+        conditions: vec![condition(
+            &status.conditions,
+            "Ready",
+            false,
+            "Running",
+            &format!(
+                "Job {job_name} backs up pod {} on node {}",
+                pod.name_any(),
+                node_of(&pod).unwrap_or_default()
+            ),
+            backup.meta().generation,
+        )],
+        ..Default::default()
+    };
+    apply_status(&api, &name, &running).await?;
+    match jobs.create(&PostParams::default(), &job).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    tracing::info!(backup = %name, job = %job_name, pod = %pod.name_any(), "backup Job created");
+    Ok(Action::requeue(Duration::from_secs(30)))
+}
+
+/// Follows a Job: done when it succeeded or failed, then the store says what happened.
+async fn follow(
+    api: &Api<Backup>,
+    backup: &Backup,
+    status: &BackupStatus,
+    job: &Job,
+    store: &ClusterStore,
+    name: &str,
+    id: &str,
+) -> Result<Action, Error> {
+    let js = job.status.clone().unwrap_or_default();
+    let finished = |t: &str| {
+        js.conditions
+            .as_ref()
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == t && c.status == "True"))
+    };
+    if finished("Complete") || js.succeeded.unwrap_or(0) > 0 {
+        return settle(api, backup, status, store, name, id, None).await;
+    }
+    if finished("Failed") || js.failed.unwrap_or(0) > 0 {
+        let why = js
+            .conditions
+            .as_ref()
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Failed"))
+            .and_then(|c| c.message.clone())
+            .unwrap_or_else(|| "its container exited with an error".into());
+        return settle(api, backup, status, store, name, id, Some(why)).await;
+    }
+    Ok(Action::requeue(Duration::from_secs(30)))
+}
+
+/// Reads the attempt's `metadata.json` and records the outcome.
+async fn settle(
+    api: &Api<Backup>,
+    backup: &Backup,
+    status: &BackupStatus,
+    store: &ClusterStore,
+    name: &str,
+    id: &str,
+    job_failure: Option<String>,
+) -> Result<Action, Error> {
+    let key = layout::metadata_key(name, id);
+    let meta = match store
+        .read(&key)
+        .await
+        .map_err(|e| Error::Engine(e.into()))?
+    {
+        Some(bytes) => serde_json::from_slice::<Metadata>(&bytes).ok(),
+        None => None,
+    };
+    match meta {
+        Some(m) if m.phase == MetadataPhase::Completed && m.backup_id == id => {
+            let mut done = status.clone();
+            done.phase = Some(BackupPhase::Completed);
+            done.completed_at = m.completed_at.map(Time);
+            done.started_at = Some(Time(m.started_at));
+            done.size = Some(m.payload.iter().map(|p| p.size).sum());
+            done.checksum = m.payload.first().map(|p| format!("sha256:{}", p.sha256));
+            done.key = Some(key.to_string());
+            done.error = None;
+            done.conditions = vec![condition(
+                &status.conditions,
+                "Ready",
+                true,
+                "Completed",
+                "the backup is committed in the store",
+                backup.meta().generation,
+            )];
+            apply_status(api, &backup.name_any(), &done).await?;
+            tracing::info!(backup = %backup.name_any(), id, "backup completed");
+        }
+        other => {
+            let recorded = other.and_then(|m| m.error);
+            let message = match (recorded, job_failure) {
+                (Some(e), _) => e,
+                (None, Some(j)) => format!("the backup Job failed: {j}"),
+                (None, None) => {
+                    "the backup Job succeeded but no completed metadata.json was committed".into()
+                }
+            };
+            fail(api, backup, status, &message).await?;
+        }
+    }
+    Ok(Action::await_change())
+}
+
+async fn fail(
+    api: &Api<Backup>,
+    backup: &Backup,
+    status: &BackupStatus,
+    message: &str,
+) -> Result<(), Error> {
+    // `push` records its error already redacted; the Job's own messages carry no secret.
+    let message = message.to_owned();
+    let mut failed = status.clone();
+    failed.phase = Some(BackupPhase::Failed);
+    failed.completed_at = Some(Time(Timestamp::now()));
+    failed.error = Some(message.clone());
+    failed.conditions = vec![condition(
+        &status.conditions,
+        "Ready",
+        false,
+        "Failed",
+        &message,
+        backup.meta().generation,
+    )];
+    tracing::warn!(backup = %backup.name_any(), "backup failed: {message}");
+    apply_status(api, &backup.name_any(), &failed).await
+}
+
+/// Records why nothing started yet (phase stays `pending`).
+async fn blocked(
+    api: &Api<Backup>,
+    backup: &Backup,
+    reason: &str,
+    message: &str,
+) -> Result<(), Error> {
+    let mut status = backup.status.clone().unwrap_or_default();
+    status.phase = Some(BackupPhase::Pending);
+    let previous = status.conditions.clone();
+    status.conditions = vec![condition(
+        &previous,
+        "Blocked",
+        true,
+        reason,
+        message,
+        backup.meta().generation,
+    )];
+    apply_status(api, &backup.name_any(), &status).await
+}
+
+async fn apply_status(api: &Api<Backup>, name: &str, status: &BackupStatus) -> Result<(), Error> {
+    let patch = json!({
+        "apiVersion": tidemark_api::API_VERSION,
+        "kind": "Backup",
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// The Job's name: `<backup>-backup`, within the 63 characters a label value allows.
+pub fn job_name(backup: &str) -> String {
+    let mut base: String = backup.chars().take(56).collect();
+    while base.ends_with('-') || base.ends_with('.') {
+        base.pop();
+    }
+    format!("{base}-backup")
+}
+
+/// The backup-id: the Backup's creation time and its uid, so every reconcile of one Backup
+/// names the same attempt.
+pub fn backup_id(b: &Backup) -> String {
+    let at = b
+        .meta()
+        .creation_timestamp
+        .as_ref()
+        .map_or_else(Timestamp::now, |t| t.0);
+    let uid: String = b
+        .meta()
+        .uid
+        .as_deref()
+        .unwrap_or("00000000")
+        .chars()
+        .filter(char::is_ascii_hexdigit)
+        .map(|c| c.to_ascii_lowercase())
+        .take(8)
+        .collect();
+    format!("{}-{uid:0<8}", at.strftime("%Y%m%dT%H%M%SZ"))
+}
+
+/// The backup name in the store: its schedule's name for a scheduled Backup (so one
+/// schedule's backups share a directory), else the Backup's own name.
+pub fn store_name(b: &Backup) -> String {
+    b.labels()
+        .get(SCHEDULED_BACKUP_LABEL)
+        .cloned()
+        .unwrap_or_else(|| b.name_any())
+}
+
+fn selector(
+    s: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+) -> Result<String, Error> {
+    let mut parts: Vec<String> = s
+        .match_labels
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    for e in s.match_expressions.clone().unwrap_or_default() {
+        let values = e.values.unwrap_or_default().join(",");
+        parts.push(match e.operator.as_str() {
+            "In" => format!("{} in ({values})", e.key),
+            "NotIn" => format!("{} notin ({values})", e.key),
+            "Exists" => e.key.clone(),
+            "DoesNotExist" => format!("!{}", e.key),
+            other => {
+                return Err(Error::Invalid(format!(
+                    "spec.source.selector: unknown operator {other:?}; expected In, NotIn, Exists or DoesNotExist"
+                )));
+            }
+        });
+    }
+    if parts.is_empty() {
+        return Err(Error::Invalid(
+            "spec.source.selector selects nothing; give matchLabels of the database pods".into(),
+        ));
+    }
+    Ok(parts.join(","))
+}
+
+fn running(p: &Pod) -> bool {
+    p.metadata.deletion_timestamp.is_none()
+        && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+        && node_of(p).is_some()
+}
+
+fn node_of(p: &Pod) -> Option<String> {
+    p.spec.as_ref().and_then(|s| s.node_name.clone())
+}
+
+/// The pod to back up: for `primary`, the running pod labelled primary; for
+/// `prefer-standby`, a running standby (the first by name), else the primary.
+pub fn choose_pod(pods: &[Pod], source: &SourceSpec, target: &str) -> Option<Pod> {
+    let label = source.role_label.as_deref().unwrap_or(DEFAULT_ROLE_LABEL);
+    let mut live: Vec<&Pod> = pods.iter().filter(|p| running(p)).collect();
+    live.sort_by_key(|p| p.name_any());
+    let is_primary = |p: &Pod| p.labels().get(label).map(String::as_str) == Some("primary");
+    let primary = live.iter().find(|p| is_primary(p)).copied();
+    let chosen = match target {
+        "primary" => primary,
+        _ => live
+            .iter()
+            .find(|p| !is_primary(p) && p.labels().contains_key(label))
+            .copied()
+            .or(primary)
+            .or_else(|| live.first().copied()),
+    };
+    chosen.cloned()
+}
+
+/// The database container and its data volume, as the Job will mount it.
+#[derive(Debug, Clone)]
+pub struct DataVolume {
+    pub container: Container,
+    pub volume: Volume,
+    pub mount: VolumeMount,
+}
+
+/// Finds the database container and the volume holding its data directory.
+///
+/// # Errors
+/// No such container or volume: the message names what was looked for.
+pub fn data_volume(pod: &Pod, source: &SourceSpec) -> Result<DataVolume, String> {
+    let spec = pod.spec.as_ref().ok_or("the pod has no spec")?;
+    let container = match &source.container {
+        Some(c) => spec
+            .containers
+            .iter()
+            .find(|x| &x.name == c)
+            .ok_or_else(|| {
+                format!(
+                    "pod {} has no container {c:?} (spec.source.container)",
+                    pod.name_any()
+                )
+            })?,
+        None => spec
+            .containers
+            .first()
+            .ok_or_else(|| format!("pod {} has no containers", pod.name_any()))?,
+    };
+    let mounts = container.volume_mounts.clone().unwrap_or_default();
+    let mount = match &source.data_volume {
+        Some(v) => mounts.iter().find(|m| &m.name == v),
+        None => mounts
+            .iter()
+            .find(|m| m.mount_path.trim_end_matches('/') == DEFAULT_DATA_PATH),
+    }
+    .ok_or_else(|| {
+        format!(
+            "container {} of pod {} mounts no {}; set spec.source.dataVolume",
+            container.name,
+            pod.name_any(),
+            source.data_volume.as_deref().map_or_else(
+                || format!("volume at {DEFAULT_DATA_PATH}"),
+                |v| format!("volume {v:?}")
+            )
+        )
+    })?;
+    let volume = spec
+        .volumes
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .find(|v| v.name == mount.name)
+        .ok_or_else(|| format!("pod {} declares no volume {:?}", pod.name_any(), mount.name))?;
+    Ok(DataVolume {
+        container: container.clone(),
+        volume,
+        mount: mount.clone(),
+    })
+}
+
+/// The newest restorable backup made by mariabackup: an incremental's parent.
+async fn newest_restorable(store: &ClusterStore) -> Result<Option<String>, Error> {
+    let catalog = Catalog::load_backups(store, &NoProgress)
+        .await
+        .map_err(|e| Error::Engine(e.into()))?;
+    let inventory = catalog.inventory(&Default::default());
+    let standing = tidemark_core::standing(&inventory);
+    Ok(catalog
+        .backups
+        .iter()
+        .filter(|b| standing.restorable.contains(&b.backup.id))
+        .filter(|b| {
+            b.metadata
+                .as_ref()
+                .is_some_and(|m| m.method == "mariabackup")
+        })
+        .max_by_key(|b| b.backup.completed_at)
+        .map(|b| b.backup.id.clone()))
+}
+
+/// Which keys of the store Secret hold the credentials.
+#[derive(Debug, Clone)]
+pub struct SecretKeys {
+    pub name: String,
+    pub access_key: String,
+    pub secret_key: String,
+    pub session_token: Option<String>,
+}
+
+async fn secret_keys(ctx: &Context, ns: &str, name: &str) -> Result<SecretKeys, Error> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let Some(secret) = secrets.get_opt(name).await? else {
+        return Err(Error::Missing(format!(
+            "Secret {ns}/{name} (spec.objectStore.credentialsSecret) does not exist"
+        )));
+    };
+    let data = secret.data.unwrap_or_default();
+    let pick = |keys: [&str; 2]| {
+        keys.into_iter()
+            .find(|k| data.contains_key(*k))
+            .map(str::to_owned)
+    };
+    match (
+        pick(["accessKeyId", "AWS_ACCESS_KEY_ID"]),
+        pick(["secretAccessKey", "AWS_SECRET_ACCESS_KEY"]),
+    ) {
+        (Some(access_key), Some(secret_key)) => Ok(SecretKeys {
+            name: name.to_owned(),
+            access_key,
+            secret_key,
+            session_token: pick(["sessionToken", "AWS_SESSION_TOKEN"]),
+        }),
+        _ => Err(Error::Invalid(format!(
+            "Secret {ns}/{name} lacks accessKeyId and secretAccessKey (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
+        ))),
+    }
+}
+
+/// Everything the Job is made of.
+#[derive(Debug)]
+pub struct JobPlan<'a> {
+    pub job_name: String,
+    pub backup: &'a Backup,
+    pub policy: &'a BackupPolicy,
+    pub source: &'a SourceSpec,
+    pub pod: &'a Pod,
+    pub data: DataVolume,
+    /// The operator's image: it holds the static `tidemark` binary at `/tidemark`.
+    pub image: String,
+    pub backup_name: String,
+    pub backup_id: String,
+    pub parent: Option<String>,
+    pub store_secret: Option<SecretKeys>,
+}
+
+impl JobPlan<'_> {
+    /// The Job.
+    ///
+    /// # Errors
+    /// The policy's store or the pod lacks what the Job needs.
+    pub fn job(&self) -> Result<Job, String> {
+        let os = self
+            .policy
+            .spec
+            .object_store
+            .as_ref()
+            .ok_or("the BackupPolicy has no spec.objectStore")?;
+        let url = os.store_url().map_err(|e| e.to_string())?;
+        let node = node_of(self.pod).ok_or("the database pod is not scheduled on a node")?;
+        let pod_ip = self
+            .pod
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.clone())
+            .ok_or("the database pod has no IP yet")?;
+        let cluster = self
+            .policy
+            .spec
+            .cluster_or(&self.policy.name_any())
+            .to_owned();
+        let data_path = self.data.mount.mount_path.clone();
+
+        // `tidemark push … -- mariabackup …`: push runs the tool and streams its output.
+        let mut push = vec![
+            "push".to_owned(),
+            "--store".into(),
+            url,
+            "--cluster".into(),
+            cluster,
+            "--backup-name".into(),
+            self.backup_name.clone(),
+            "--backup-id".into(),
+            self.backup_id.clone(),
+            "--method".into(),
+            "mariabackup".into(),
+            "--label".into(),
+            format!("tidemark.io/backup={}", self.backup.name_any()),
+        ];
+        if let Some(p) = &self.parent {
+            push.extend([
+                "--type".into(),
+                "incremental".into(),
+                "--parent".into(),
+                p.clone(),
+            ]);
+        }
+        if let Some(ttl) = &self.backup.spec.ttl {
+            push.extend(["--ttl".into(), ttl.clone()]);
+        }
+        let tool = if self.backup.spec.template.method.as_deref() == Some("xtrabackup") {
+            "xtrabackup"
+        } else {
+            "mariabackup"
+        };
+        push.push("--".into());
+        push.push(tool.into());
+        let with_login = self.source.credentials_secret.is_some();
+        if with_login {
+            // Must come first; written by the container from its environment.
+            push.push(format!("--defaults-extra-file={TOOLS_DIR}/my.cnf"));
+        }
+        push.extend([
+            format!("--host={pod_ip}"),
+            format!("--port={}", self.source.port.unwrap_or(3306)),
+            format!("--datadir={data_path}"),
+        ]);
+        // The option file is written with the shell's printf from the environment, so the
+        // password is in no argument of any process.
+        let script = if with_login {
+            format!(
+                "umask 077 && printf '[client]\\nuser=%s\\npassword=%s\\n' \"$DB_USER\" \"$DB_PASSWORD\" > {TOOLS_DIR}/my.cnf && exec {TOOLS_DIR}/tidemark \"$@\""
+            )
+        } else {
+            format!("exec {TOOLS_DIR}/tidemark \"$@\"")
+        };
+        let mut args = vec![script, "tidemark".to_owned()];
+        args.extend(push);
+
+        let mut env = vec![EnvVar {
+            name: "TIDEMARK_LOG".into(),
+            value: Some("info".into()),
+            ..Default::default()
+        }];
+        if let Some(ep) = &os.endpoint {
+            env.push(plain("AWS_ENDPOINT_URL", ep));
+        }
+        if let Some(r) = &os.region {
+            env.push(plain("AWS_REGION", r));
+        }
+        if let Some(s) = &self.store_secret {
+            env.push(from_secret("AWS_ACCESS_KEY_ID", &s.name, &s.access_key));
+            env.push(from_secret("AWS_SECRET_ACCESS_KEY", &s.name, &s.secret_key));
+            if let Some(t) = &s.session_token {
+                env.push(from_secret("AWS_SESSION_TOKEN", &s.name, t));
+            }
+        }
+        if let Some(db) = &self.source.credentials_secret {
+            env.push(from_secret("DB_USER", db, "username"));
+            env.push(from_secret("DB_PASSWORD", db, "password"));
+        }
+
+        let tools = Volume {
+            name: "tidemark-bin".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        };
+        let tools_mount = VolumeMount {
+            name: "tidemark-bin".into(),
+            mount_path: TOOLS_DIR.into(),
+            ..Default::default()
+        };
+        let mut data_mount = self.data.mount.clone();
+        // mariabackup only reads the data directory.
+        data_mount.read_only = None;
+        let image = self
+            .data
+            .container
+            .image
+            .clone()
+            .ok_or("the database container has no image")?;
+        let pod_spec = self.pod.spec.clone().unwrap_or_default();
+        let mut labels = BTreeMap::new();
+        labels.insert(
+            "app.kubernetes.io/managed-by".to_owned(),
+            "tidemark".to_owned(),
+        );
+        labels.insert("tidemark.io/backup".to_owned(), self.backup.name_any());
+        let owner = self
+            .backup
+            .controller_owner_ref(&())
+            .ok_or("the Backup has no uid yet")?;
+        Ok(Job {
+            metadata: ObjectMeta {
+                name: Some(self.job_name.clone()),
+                namespace: self.backup.namespace(),
+                labels: Some(labels.clone()),
+                owner_references: Some(vec![owner]),
+                ..Default::default()
+            },
+            spec: Some(JobSpec {
+                // A retry would be a second attempt at the same backup-id (refused by the
+                // store's conditional commit): the next slot tries again instead.
+                backoff_limit: Some(0),
+                template: PodTemplateSpec {
+                    metadata: Some(ObjectMeta {
+                        labels: Some(labels),
+                        ..Default::default()
+                    }),
+                    spec: Some(PodSpec {
+                        restart_policy: Some("Never".into()),
+                        affinity: Some(Affinity {
+                            node_affinity: Some(NodeAffinity {
+                                required_during_scheduling_ignored_during_execution: Some(
+                                    NodeSelector {
+                                        node_selector_terms: vec![NodeSelectorTerm {
+                                            match_expressions: Some(vec![
+                                                NodeSelectorRequirement {
+                                                    key: "kubernetes.io/hostname".into(),
+                                                    operator: "In".into(),
+                                                    values: Some(vec![node]),
+                                                },
+                                            ]),
+                                            ..Default::default()
+                                        }],
+                                    },
+                                ),
+                                ..Default::default()
+                            }),
+                            ..Default::default()
+                        }),
+                        tolerations: pod_spec.tolerations.clone(),
+                        security_context: pod_spec.security_context.clone(),
+                        service_account_name: pod_spec.service_account_name.clone(),
+                        image_pull_secrets: pod_spec.image_pull_secrets.clone(),
+                        init_containers: Some(vec![Container {
+                            name: "tidemark".into(),
+                            image: Some(self.image.clone()),
+                            command: Some(vec![
+                                "/tidemark".into(),
+                                "install".into(),
+                                format!("{TOOLS_DIR}/tidemark"),
+                            ]),
+                            volume_mounts: Some(vec![tools_mount.clone()]),
+                            ..Default::default()
+                        }]),
+                        containers: vec![Container {
+                            name: "backup".into(),
+                            image: Some(image),
+                            image_pull_policy: self.data.container.image_pull_policy.clone(),
+                            command: Some(vec!["sh".into(), "-c".into()]),
+                            args: Some(args),
+                            env: Some(env),
+                            volume_mounts: Some(vec![data_mount, tools_mount]),
+                            security_context: self.data.container.security_context.clone(),
+                            ..Default::default()
+                        }],
+                        volumes: Some(vec![self.data.volume.clone(), tools]),
+                        ..Default::default()
+                    }),
+                },
+                ..Default::default()
+            }),
+            status: None,
+        })
+    }
+}
+
+fn plain(name: &str, value: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        ..Default::default()
+    }
+}
+
+fn from_secret(name: &str, secret: &str, key: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret.into(),
+                key: key.into(),
+                optional: None,
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Which Backup a Job belongs to (its controller owner reference).
+pub fn backup_of(job: &Job) -> Option<kube::runtime::reflector::ObjectRef<Backup>> {
+    let ns = job.namespace()?;
+    job.owner_references()
+        .iter()
+        .find(|o| o.kind == "Backup" && o.controller == Some(true))
+        .map(|o| kube::runtime::reflector::ObjectRef::new(&o.name).within(&ns))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn pod(name: &str, role: Option<&str>, running: bool) -> Pod {
+        let mut labels = serde_json::Map::new();
+        labels.insert("app".into(), json!("db"));
+        if let Some(r) = role {
+            labels.insert(DEFAULT_ROLE_LABEL.into(), json!(r));
+        }
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "labels": labels},
+            "spec": {
+                "nodeName": format!("node-of-{name}"),
+                "containers": [{"name": "mariadb", "image": "mariadb:11.4",
+                    "volumeMounts": [{"name": "data", "mountPath": "/var/lib/mysql", "subPath": "mysql"}]}],
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": format!("data-{name}")}}],
+                "tolerations": [{"key": "db", "operator": "Exists"}],
+            },
+            "status": {"phase": if running { "Running" } else { "Pending" }, "podIP": "10.0.0.7"},
+        }))
+        .unwrap()
+    }
+
+    fn source() -> SourceSpec {
+        serde_json::from_value(json!({
+            "selector": {"matchLabels": {"app": "db"}},
+            "credentialsSecret": "db-login",
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_target_chooses_the_pod() {
+        let pods = vec![
+            pod("db-0", Some("primary"), true),
+            pod("db-1", Some("replica"), true),
+            pod("db-2", Some("replica"), false),
+        ];
+        let s = source();
+        assert_eq!(choose_pod(&pods, &s, "primary").unwrap().name_any(), "db-0");
+        assert_eq!(
+            choose_pod(&pods, &s, "prefer-standby").unwrap().name_any(),
+            "db-1"
+        );
+        // No standby running: the primary.
+        let only_primary = vec![pods[0].clone(), pods[2].clone()];
+        assert_eq!(
+            choose_pod(&only_primary, &s, "prefer-standby")
+                .unwrap()
+                .name_any(),
+            "db-0"
+        );
+        // Nothing running: nothing (a condition, not a hung Job).
+        assert!(choose_pod(&[pods[2].clone()], &s, "primary").is_none());
+        assert!(choose_pod(&[pods[1].clone()], &s, "primary").is_none());
+    }
+
+    #[test]
+    fn names_are_deterministic_and_valid() {
+        let b: Backup = serde_json::from_value(json!({
+            "apiVersion": "tidemark.io/v1alpha1", "kind": "Backup",
+            "metadata": {"name": "nightly-20261122020000", "namespace": "ns",
+                "uid": "4F3A9C1E-0000-4000-8000-000000000000",
+                "creationTimestamp": "2026-11-22T02:00:01Z",
+                "labels": {"tidemark.io/scheduled-backup": "nightly"}},
+            "spec": {"policy": {"name": "db"}},
+        }))
+        .unwrap();
+        let id = backup_id(&b);
+        assert_eq!(id, "20261122T020001Z-4f3a9c1e");
+        assert!(tidemark_core::inventory::is_backup_id(&id));
+        assert_eq!(store_name(&b), "nightly");
+        let long = "x".repeat(70);
+        assert!(job_name(&long).len() <= 63);
+        assert_eq!(job_name("manual-1"), "manual-1-backup");
+        assert!(!job_name(&format!("{}-", "y".repeat(55))).contains("--"));
+    }
+
+    #[test]
+    fn the_job_carries_secrets_only_by_reference() {
+        let p = pod("db-1", Some("replica"), true);
+        let s = source();
+        let policy: BackupPolicy = serde_json::from_value(json!({
+            "apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy",
+            "metadata": {"name": "shop", "namespace": "ns"},
+            "spec": {"objectStore": {"bucket": "b", "path": "prod", "endpoint": "http://s3:9000", "credentialsSecret": "s3"}},
+        }))
+        .unwrap();
+        let b: Backup = serde_json::from_value(json!({
+            "apiVersion": "tidemark.io/v1alpha1", "kind": "Backup",
+            "metadata": {"name": "m", "namespace": "ns", "uid": "abcdef12-0000", "creationTimestamp": "2026-11-22T02:00:01Z"},
+            "spec": {"policy": {"name": "shop"}, "type": "incremental", "ttl": "7d"},
+        }))
+        .unwrap();
+        let plan = JobPlan {
+            job_name: job_name("m"),
+            backup: &b,
+            policy: &policy,
+            source: &s,
+            pod: &p,
+            data: data_volume(&p, &s).unwrap(),
+            image: "tidemark:test".into(),
+            backup_name: "m".into(),
+            backup_id: backup_id(&b),
+            parent: Some("20261121T020001Z-00000001".into()),
+            store_secret: Some(SecretKeys {
+                name: "s3".into(),
+                access_key: "accessKeyId".into(),
+                secret_key: "secretAccessKey".into(),
+                session_token: None,
+            }),
+        };
+        let job = plan.job().unwrap();
+        let spec = job.spec.unwrap().template.spec.unwrap();
+        let c = &spec.containers[0];
+        let args = c.args.clone().unwrap();
+        // Pinned, tolerated, in the database image, the claim mounted with its subPath.
+        let affinity = serde_json::to_string(&spec.affinity).unwrap();
+        assert!(affinity.contains("node-of-db-1"), "{affinity}");
+        assert_eq!(spec.tolerations.as_ref().unwrap().len(), 1);
+        assert_eq!(c.image.as_deref(), Some("mariadb:11.4"));
+        let mount = &c.volume_mounts.as_ref().unwrap()[0];
+        assert_eq!(
+            (mount.mount_path.as_str(), mount.sub_path.as_deref()),
+            ("/var/lib/mysql", Some("mysql"))
+        );
+        assert_eq!(
+            spec.volumes.as_ref().unwrap()[0]
+                .persistent_volume_claim
+                .as_ref()
+                .unwrap()
+                .claim_name,
+            "data-db-1"
+        );
+        // push to the store, incremental from the parent, then the tool with the option
+        // file first and the pod's address.
+        let joined = args.join(" ");
+        for part in [
+            "push --store s3://b/prod --cluster shop --backup-name m --backup-id 20261122T020001Z-abcdef12",
+            "--type incremental --parent 20261121T020001Z-00000001",
+            "--ttl 7d",
+            "-- mariabackup --defaults-extra-file=/tidemark-bin/my.cnf --host=10.0.0.7 --port=3306 --datadir=/var/lib/mysql",
+        ] {
+            assert!(joined.contains(part), "{part} not in {joined}");
+        }
+        // Credentials by reference only.
+        let env = c.env.clone().unwrap();
+        let by_ref = |n: &str| {
+            env.iter()
+                .find(|e| e.name == n)
+                .and_then(|e| e.value_from.as_ref())
+                .and_then(|v| v.secret_key_ref.as_ref())
+                .map(|r| (r.name.clone(), r.key.clone()))
+        };
+        assert_eq!(
+            by_ref("AWS_SECRET_ACCESS_KEY"),
+            Some(("s3".into(), "secretAccessKey".into()))
+        );
+        assert_eq!(
+            by_ref("DB_PASSWORD"),
+            Some(("db-login".into(), "password".into()))
+        );
+        assert!(!joined.contains("--password"), "{joined}");
+        // The init container installs tidemark from the operator image.
+        let init = &spec.init_containers.unwrap()[0];
+        assert_eq!(init.image.as_deref(), Some("tidemark:test"));
+        assert_eq!(
+            init.command.clone().unwrap(),
+            vec!["/tidemark", "install", "/tidemark-bin/tidemark"]
+        );
+        assert_eq!(job.metadata.owner_references.unwrap()[0].kind, "Backup");
+    }
+
+    #[test]
+    fn a_missing_data_volume_is_named() {
+        let p = pod("db-0", None, true);
+        let mut s = source();
+        s.data_volume = Some("nope".into());
+        let e = data_volume(&p, &s).unwrap_err();
+        assert!(
+            e.contains("\"nope\"") && e.contains("spec.source.dataVolume"),
+            "{e}"
+        );
+        s.data_volume = None;
+        s.container = Some("sidecar".into());
+        let e = data_volume(&p, &s).unwrap_err();
+        assert!(e.contains("no container \"sidecar\""), "{e}");
+    }
+}

@@ -81,6 +81,9 @@ pub struct OperatorArgs {
     /// The image backup Jobs copy `tidemark` from (this operator's own image).
     #[arg(long, value_name = "IMAGE", env = "TIDEMARK_IMAGE")]
     pub image: Option<String>,
+    /// Where `/metrics` (Prometheus), `/healthz` and `/readyz` answer.
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080")]
+    pub listen: std::net::SocketAddr,
 }
 
 #[derive(Debug, Args)]

@@ -65,6 +65,13 @@ async fn operator(args: &crate::args::OperatorArgs) -> Result<Exit, CliError> {
     if let Some(image) = &args.image {
         options.image.clone_from(image);
     }
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| CliError::input(format!("--listen {}: {e}", args.listen)))?;
+    tokio::spawn(tidemark_operator::metrics::serve(
+        listener,
+        options.metrics.clone(),
+    ));
     let shutdown = async {
         crate::transfer::shutdown_signal().await;
     };

@@ -91,6 +91,7 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
     let backup_name = store_name(&backup);
     if let Some(job) = jobs.get_opt(&job_name).await? {
         return follow(
+            &ctx.metrics,
             &api,
             &backup,
             &status,
@@ -104,6 +105,7 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
     if status.phase == Some(BackupPhase::Running) {
         // Its Job is gone (deleted by hand) before an outcome was seen: the store decides.
         return settle(
+            &ctx.metrics,
             &api,
             &backup,
             &status,
@@ -236,7 +238,9 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
 }
 
 /// Follows a Job: done when it succeeded or failed, then the store says what happened.
+#[allow(clippy::too_many_arguments)]
 async fn follow(
+    metrics: &crate::metrics::Metrics,
     api: &Api<Backup>,
     backup: &Backup,
     status: &BackupStatus,
@@ -252,7 +256,7 @@ async fn follow(
             .is_some_and(|cs| cs.iter().any(|c| c.type_ == t && c.status == "True"))
     };
     if finished("Complete") || js.succeeded.unwrap_or(0) > 0 {
-        return settle(api, backup, status, store, name, id, None).await;
+        return settle(metrics, api, backup, status, store, name, id, None).await;
     }
     if finished("Failed") || js.failed.unwrap_or(0) > 0 {
         let why = js
@@ -261,13 +265,15 @@ async fn follow(
             .and_then(|cs| cs.iter().find(|c| c.type_ == "Failed"))
             .and_then(|c| c.message.clone())
             .unwrap_or_else(|| "its container exited with an error".into());
-        return settle(api, backup, status, store, name, id, Some(why)).await;
+        return settle(metrics, api, backup, status, store, name, id, Some(why)).await;
     }
     Ok(Action::requeue(Duration::from_secs(30)))
 }
 
 /// Reads the attempt's `metadata.json` and records the outcome.
+#[allow(clippy::too_many_arguments)]
 async fn settle(
+    metrics: &crate::metrics::Metrics,
     api: &Api<Backup>,
     backup: &Backup,
     status: &BackupStatus,
@@ -304,6 +310,15 @@ async fn settle(
                 backup.meta().generation,
             )];
             apply_status(api, &backup.name_any(), &done).await?;
+            if let Some(at) = m.completed_at {
+                metrics
+                    .last_successful_backup
+                    .get_or_create(&crate::metrics::Metrics::policy(
+                        &backup.namespace().unwrap_or_default(),
+                        &backup.spec.template.policy.name,
+                    ))
+                    .set(at.as_second());
+            }
             tracing::info!(backup = %backup.name_any(), id, "backup completed");
         }
         other => {

@@ -14,6 +14,7 @@
 pub mod backup;
 pub mod error;
 pub mod leader;
+pub mod metrics;
 pub mod retention;
 pub mod scheduled;
 #[cfg(feature = "test-support")]
@@ -50,6 +51,8 @@ pub struct Options {
     /// The operator's image (it holds the static `tidemark` binary at `/tidemark`): the
     /// init container of every backup Job copies it from there.
     pub image: String,
+    /// Where the metrics go (serve them with [`metrics::serve`]).
+    pub metrics: Arc<metrics::Metrics>,
 }
 
 /// The image a backup Job's init container takes `tidemark` from, unless told otherwise.
@@ -62,6 +65,7 @@ impl Options {
             election,
             store_retry_timeout: Duration::from_secs(60),
             image: DEFAULT_IMAGE.to_owned(),
+            metrics: Arc::default(),
         }
     }
 }
@@ -75,6 +79,7 @@ pub struct Context {
     pub backups: Store<Backup>,
     pub store_retry_timeout: Duration,
     pub image: String,
+    pub metrics: Arc<metrics::Metrics>,
     /// Consecutive failures per object, for exponential backoff.
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -125,6 +130,13 @@ where
     K::DynamicType: Default,
 {
     let failures = ctx.failed(key(obj.as_ref()));
+    ctx.metrics
+        .reconcile_errors
+        .get_or_create(&metrics::ErrorLabels {
+            controller: K::kind(&Default::default()).into_owned(),
+            class: error.class().as_str().to_owned(),
+        })
+        .inc();
     tracing::warn!(
         object = %key(obj.as_ref()),
         class = error.class().as_str(),
@@ -157,18 +169,43 @@ pub async fn run(
 ) -> Result<(), Stopped> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), &options.election.namespace);
     let mut shutdown = std::pin::pin!(shutdown);
+    // Ready once the API server answers (a candidate waiting for the lease is ready too).
+    let readiness = tokio::spawn({
+        let metrics = options.metrics.clone();
+        let leases = leases.clone();
+        let name = options.election.name.clone();
+        async move {
+            while leases.get_opt(&name).await.is_err() {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            metrics
+                .ready
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
     let lease = tokio::select! {
         l = leader::acquire(&leases, &options.election) => l,
-        () = &mut shutdown => return Ok(()),
+        () = &mut shutdown => {
+            readiness.abort();
+            return Ok(());
+        }
     };
+    readiness.abort();
+    options
+        .metrics
+        .ready
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    options.metrics.leader.set(1);
     let controllers = controllers(client.clone(), &options, clock);
     tokio::select! {
         lost = leader::hold(&leases, &options.election, lease) => {
+            options.metrics.leader.set(0);
             tracing::error!("{lost}; stopping the controllers");
             Err(Stopped::LeadershipLost(lost))
         }
         () = controllers => Ok(()),
         () = &mut shutdown => {
+            options.metrics.leader.set(0);
             leader::release(&leases, &options.election).await;
             Ok(())
         }
@@ -194,6 +231,7 @@ async fn controllers(client: Client, options: &Options, clock: Arc<dyn Clock>) {
         backups,
         store_retry_timeout: options.store_retry_timeout,
         image: options.image.clone(),
+        metrics: options.metrics.clone(),
         failures: Mutex::new(HashMap::new()),
     });
     let schedules: Api<ScheduledBackup> = Api::all(client.clone());

@@ -95,15 +95,48 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
     };
     // Consolidation runs as a Job in a later change; until then a plan's consolidations
     // are left for a pass that has a consolidator (the chain is kept meanwhile).
+    let labels = crate::metrics::Metrics::policy(&ns, &name);
     let outcome = match unattended_pass(&store, &request, None).await {
         Ok(o) => o,
         Err(e) => {
             let e = Error::from(e);
+            ctx.metrics
+                .retention_passes
+                .get_or_create(&crate::metrics::PassLabels {
+                    namespace: ns.clone(),
+                    policy: name.clone(),
+                    result: e.class().as_str().to_owned(),
+                })
+                .inc();
             set_failed(&api, &policy, reason(&e), &e.to_string(), Some(now)).await?;
             return Err(e);
         }
     };
     let summary = Summary::of(&outcome);
+    let m = &ctx.metrics;
+    m.retention_passes
+        .get_or_create(&crate::metrics::PassLabels {
+            namespace: ns.clone(),
+            policy: name.clone(),
+            result: "ok".into(),
+        })
+        .inc();
+    if let Some(r) = &outcome.executed {
+        m.objects_deleted
+            .get_or_create(&labels)
+            .inc_by(r.objects_deleted as u64);
+    }
+    m.bytes_freed
+        .get_or_create(&labels)
+        .inc_by(summary.bytes_freed);
+    m.recovery_window_seconds.get_or_create(&labels).set(
+        outcome
+            .survey
+            .plan
+            .recovery_window
+            .as_ref()
+            .map_or(0, |w| w.to.duration_since(w.from).as_secs()),
+    );
     if summary.deleted > 0 || summary.segments_deleted > 0 {
         ctx.event(
             &policy.object_ref(&()),

@@ -408,6 +408,9 @@ where
 pub struct Operator {
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
+    server: tokio::task::JoinHandle<()>,
+    /// Where its `/metrics`, `/healthz` and `/readyz` answer.
+    pub http: std::net::SocketAddr,
 }
 
 impl Operator {
@@ -419,16 +422,24 @@ impl Operator {
         let mut election = crate::leader::Election::new(OPERATOR_NAMESPACE, identity);
         election.lease_duration = Duration::from_secs(6);
         election.retry_period = Duration::from_secs(1);
+        let options = crate::Options {
+            store_retry_timeout: Duration::from_secs(3),
+            ..crate::Options::new(election)
+        };
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let http = listener.local_addr().expect("address");
+        let server = tokio::spawn(crate::metrics::serve(
+            tokio::net::TcpListener::from_std(listener).expect("listener"),
+            options.metrics.clone(),
+        ));
         let task = tokio::spawn(async move {
             let shutdown = async move {
                 let _ = rx.await;
             };
             if let Err(e) = crate::run(
                 client,
-                crate::Options {
-                    store_retry_timeout: Duration::from_secs(3),
-                    ..crate::Options::new(election)
-                },
+                options,
                 Arc::new(tidemark_engine::SystemClock),
                 shutdown,
             )
@@ -440,6 +451,8 @@ impl Operator {
         Operator {
             stop: Some(tx),
             task,
+            server,
+            http,
         }
     }
 
@@ -451,6 +464,30 @@ impl Operator {
             .await
             .expect("operator stops within 30 s")
             .expect("operator task");
+        self.server.abort();
+    }
+
+    /// `GET path` on the operator's HTTP endpoint: the status code and the body.
+    pub async fn get(&self, path: &str) -> (u16, String) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut conn = tokio::net::TcpStream::connect(self.http)
+            .await
+            .expect("connect");
+        conn.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .await
+            .expect("write");
+        let mut text = String::new();
+        conn.read_to_string(&mut text).await.expect("read");
+        let code = text
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default();
+        (code, body)
     }
 }
 

@@ -213,5 +213,27 @@ async fn retention_pass_through_the_operator() {
         policies.get("db").await.unwrap().metadata.generation
     );
     let _ = ResourceExt::name_any(&held);
+
+    // The metrics say the same, with bounded labels.
+    assert_eq!(op.get("/healthz").await.0, 200);
+    assert_eq!(op.get("/readyz").await.0, 200);
+    let (code, text) = op.get("/metrics").await;
+    assert_eq!(code, 200);
+    for line in [
+        r#"tidemark_retention_passes_total{namespace="retention",policy="db",result="ok"} 2"#,
+        r#"tidemark_reconcile_errors_total{controller="BackupPolicy",class="contention"}"#,
+        "tidemark_leader 1",
+    ] {
+        assert!(text.contains(line), "{line} not in:\n{text}");
+    }
+    let deleted = text
+        .lines()
+        .find(|l| l.starts_with("tidemark_objects_deleted_total{"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        deleted.ends_with(" 6"),
+        "3 backups of 2 objects each: {deleted}"
+    );
+    assert!(text.contains("tidemark_recovery_window_seconds{"), "{text}");
     op.stop().await;
 }

@@ -15,7 +15,7 @@ fn deploy_crds_match_the_types() {
     let generated = crd::yaml().unwrap();
     assert!(
         committed == generated,
-        "deploy/crds/tidemark.io.yaml differs from the types; regenerate it with:\n  cargo run -p tidemark -- crds > deploy/crds/tidemark.io.yaml"
+        "deploy/crds/tidemark.io.yaml differs from the types; regenerate it with:\n  scripts/gen-deploy.sh"
     );
 }
 

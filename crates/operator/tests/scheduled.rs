@@ -88,6 +88,7 @@ async fn seed_001_scheduled_backups() {
         invalid_spec_is_reported(&admin),
     );
     owner_reference_modes(&admin).await;
+    rbac_is_what_the_operator_can_do(&admin).await;
     op.stop().await;
 }
 
@@ -467,4 +468,50 @@ async fn create_ns(admin: &Client, name: &str) {
     )
     .await
     .unwrap();
+}
+
+/// The operator acts as the ServiceAccount `deploy/rbac.yaml` binds: without the rule that
+/// lets it create Backups, a schedule creates none; with it back, the Backup appears.
+async fn rbac_is_what_the_operator_can_do(admin: &Client) {
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    let ns = "rbac";
+    create_ns(admin, ns).await;
+    policy(admin, ns, "db").await;
+    let roles: Api<ClusterRole> = Api::all(admin.clone());
+    let full = roles.get("tidemark-operator").await.unwrap();
+    let mut reduced = full.clone();
+    reduced.rules.as_mut().unwrap().retain(|r| {
+        !(r.verbs == ["create"] && r.resources.as_deref() == Some(&["backups".to_owned()][..]))
+    });
+    assert_eq!(
+        reduced.rules.as_ref().unwrap().len() + 1,
+        full.rules.as_ref().unwrap().len(),
+        "deploy/rbac.yaml has one rule granting create on backups"
+    );
+    roles
+        .replace("tidemark-operator", &PostParams::default(), &reduced)
+        .await
+        .unwrap();
+    schedule(
+        admin,
+        ns,
+        "forbidden",
+        json!({"schedule": "0 0 2 * * *", "immediate": true, "policy": {"name": "db"}}),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(
+        children(admin, ns, "forbidden").await.is_empty(),
+        "a Backup was created without the RBAC rule"
+    );
+    let mut restored = roles.get("tidemark-operator").await.unwrap();
+    restored.rules = full.rules.clone();
+    roles
+        .replace("tidemark-operator", &PostParams::default(), &restored)
+        .await
+        .unwrap();
+    eventually("the Backup once the rule is back", || async {
+        (!children(admin, ns, "forbidden").await.is_empty()).then_some(())
+    })
+    .await;
 }

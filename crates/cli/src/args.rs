@@ -55,6 +55,42 @@ pub enum Command {
     /// Copy this binary to PATH (mode 755): how a backup Job's init container puts
     /// `tidemark` into the database image, which may have no `cp`.
     Install(InstallArgs),
+    /// Create a Backup of a BackupPolicy in the Kubernetes cluster (kubeconfig as kubectl
+    /// reads it); with --wait, follow it until it completes (exit 0) or fails (exit 6).
+    /// Also `kubectl tidemark backup <policy>` when installed as kubectl-tidemark.
+    Backup(BackupArgs),
+}
+
+/// A BackupPolicy in the Kubernetes cluster, instead of --store/--cluster/--policy.
+#[derive(Debug, Args, Default)]
+pub struct KubeArgs {
+    /// The namespace of the BackupPolicy (default: the kubeconfig's).
+    #[arg(long, short = 'n', value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct BackupArgs {
+    /// The BackupPolicy to back up.
+    #[arg(value_name = "POLICY")]
+    pub policy: String,
+    #[command(flatten)]
+    pub kube: KubeArgs,
+    /// mariabackup (default), xtrabackup, exec or job.
+    #[arg(long, value_name = "METHOD")]
+    pub method: Option<String>,
+    /// primary or prefer-standby (default).
+    #[arg(long, value_name = "TARGET")]
+    pub target: Option<String>,
+    /// full or incremental.
+    #[arg(long = "type", value_name = "TYPE", default_value = "full", value_parser = ["full", "incremental"])]
+    pub kind: String,
+    /// Wait until the Backup completes or fails.
+    #[arg(long)]
+    pub wait: bool,
+    /// With --wait: give up waiting after this long (the backup goes on), e.g. 30m.
+    #[arg(long, value_name = "DURATION", default_value = "1h")]
+    pub timeout: String,
 }
 
 #[derive(Debug, Args)]
@@ -345,6 +381,13 @@ pub enum OutputFormat {
 
 #[derive(Debug, Args)]
 pub struct PassArgs {
+    /// A BackupPolicy in the Kubernetes cluster: its store (reached with its Secret), its
+    /// retention rules and its Backups' holds (`kubectl tidemark plan <policy>`). Instead
+    /// of --store/--cluster/--policy and the policy flags.
+    #[arg(value_name = "POLICY", conflicts_with_all = ["store", "cluster", "policy"])]
+    pub cluster_policy: Option<String>,
+    #[command(flatten)]
+    pub kube: KubeArgs,
     #[command(flatten)]
     pub store: StoreArgs,
     #[command(flatten)]
@@ -382,6 +425,12 @@ pub struct GcArgs {
 
 #[derive(Debug, Args)]
 pub struct LsArgs {
+    /// A BackupPolicy in the Kubernetes cluster: list its store, reached with its Secret
+    /// (`kubectl tidemark ls <policy>`). Instead of --store/--cluster/--policy.
+    #[arg(value_name = "POLICY", conflicts_with_all = ["store", "cluster", "policy"])]
+    pub cluster_policy: Option<String>,
+    #[command(flatten)]
+    pub kube: KubeArgs,
     #[command(flatten)]
     pub store: StoreArgs,
     /// A BackupPolicy file to take --store and --cluster from.

@@ -43,6 +43,7 @@ pub fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Crds(a) => crds(&a),
         Command::Operator(a) => rt.block_on(operator(&a)),
         Command::Install(a) => install(&a),
+        Command::Backup(a) => rt.block_on(crate::cluster::backup(&a)),
     }
 }
 
@@ -153,14 +154,27 @@ struct GcOptions<'a> {
 /// `plan` (gc = None) and `gc`: one retention pass through the engine, the same one
 /// `tidemark run` makes.
 async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliError> {
-    let file = args
-        .policy
-        .policy
-        .as_deref()
-        .map(resolve::read_policy_file)
-        .transpose()?;
+    let in_cluster = match &args.cluster_policy {
+        Some(name) => Some(crate::cluster::policy(&args.kube, name).await?),
+        None => None,
+    };
+    let file = match &in_cluster {
+        Some(c) => Some(c.document.clone()),
+        None => args
+            .policy
+            .policy
+            .as_deref()
+            .map(resolve::read_policy_file)
+            .transpose()?,
+    };
     let policy = resolve::policy(&args.policy, file.as_ref())?;
-    let target = resolve::target(&args.store, file.as_ref(), args.policy.policy.as_deref())?;
+    let (target, cluster_holds) = match in_cluster {
+        Some(c) => (resolve::Target { store: c.store }, c.holds),
+        None => (
+            resolve::target(&args.store, file.as_ref(), args.policy.policy.as_deref())?,
+            HashSet::new(),
+        ),
+    };
     let now = resolve::now(args.now.as_deref())?;
     if let Some(g) = &gc {
         resolve::check_future_now(now, g.allow_future_now)?;
@@ -178,7 +192,7 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
         policy_as_given: policy.as_given.clone(),
         now,
         started_at,
-        protect: args.protect.iter().cloned().collect(),
+        protect: args.protect.iter().cloned().chain(cluster_holds).collect(),
         execute: gc.is_some(),
         ignore_malformed: gc.as_ref().is_some_and(|g| g.ignore_malformed),
     };
@@ -460,7 +474,12 @@ fn list_some(items: &[String]) -> String {
 }
 
 async fn ls(args: &LsArgs) -> Result<Exit, CliError> {
-    let target = resolve::store_target(&args.store, args.policy.as_deref())?;
+    let target = match &args.cluster_policy {
+        Some(name) => resolve::Target {
+            store: crate::cluster::policy(&args.kube, name).await?.store,
+        },
+        None => resolve::store_target(&args.store, args.policy.as_deref())?,
+    };
     let json = args.output == OutputFormat::Json;
     let bar = TerminalProgress::for_humans(json);
     let progress: &dyn Progress = match &bar {

@@ -1,6 +1,7 @@
 //! The `tidemark` command (also installed as `kubectl-tidemark`).
 
 mod args;
+mod cluster;
 mod commands;
 mod exit;
 mod output;

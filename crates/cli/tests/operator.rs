@@ -201,6 +201,7 @@ async fn a_backup_job_on_the_node_then_point_in_time_restore() {
         "spec": {
             "objectStore": {"bucket": BUCKET, "endpoint": s3.endpoint, "credentialsSecret": "s3"},
             "source": {"selector": {"matchLabels": {"app": "db"}}, "container": "mariadb", "port": db.port, "credentialsSecret": "db"},
+            "retention": {"keepLast": 5},
         },
     }))
     .unwrap();
@@ -385,5 +386,81 @@ async fn a_backup_job_on_the_node_then_point_in_time_restore() {
         .unwrap()
         .unwrap();
     assert!(!String::from_utf8_lossy(&meta).contains(DB_PASSWORD));
+
+    // The plugin: `kubectl tidemark ls|plan <policy>` read the policy's store with its
+    // Secret; `kubectl tidemark backup <policy> --wait` creates a Backup and follows it.
+    let plugin_dir = tempfile::tempdir().unwrap();
+    let plugin = plugin_dir.path().join("kubectl-tidemark");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_tidemark"), &plugin).unwrap();
+    let kubectl_tidemark = |args: &[&str]| {
+        let out = std::process::Command::new(&plugin)
+            .args(args)
+            .env("KUBECONFIG", cluster.kubeconfig())
+            .env_remove("AWS_ACCESS_KEY_ID")
+            .env_remove("AWS_SECRET_ACCESS_KEY")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "kubectl tidemark {args:?}: {}",
+            common::stderr(&out)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or(serde_json::Value::Null)
+    };
+    let ls = kubectl_tidemark(&["ls", "shop", "-n", ns, "--output", "json"]);
+    assert!(ls.to_string().contains(&id), "{ls}");
+    let plan = kubectl_tidemark(&["plan", "shop", "-n", ns, "--output", "json"]);
+    assert_eq!(plan["backups"][0]["backupId"], id.as_str(), "{plan}");
+    assert_eq!(plan["backups"][0]["action"], "keep", "{plan}");
+
+    let kubeconfig = cluster.kubeconfig();
+    let waiting = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"))
+            .args([
+                "backup",
+                "shop",
+                "-n",
+                "prod",
+                "--target",
+                "primary",
+                "--wait",
+                "--timeout",
+                "5m",
+            ])
+            .env("KUBECONFIG", kubeconfig)
+            .output()
+            .unwrap()
+    });
+    let job = eventually("the Job of the plugin's Backup", || async {
+        jobs.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|j| j.name_any().starts_with("shop-manual-"))
+    })
+    .await;
+    let out = play_node(
+        &admin,
+        &job,
+        &[
+            ("/tidemark-bin", tools.path()),
+            ("/var/lib/mysql", &db.datadir),
+        ],
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let waited = waiting.await.unwrap();
+    assert!(
+        waited.status.success(),
+        "backup --wait: {}",
+        common::stderr(&waited)
+    );
+    let said = String::from_utf8_lossy(&waited.stdout);
+    assert!(said.contains("completed: backup-id 2"), "{said}");
     op.stop().await;
 }

@@ -261,9 +261,16 @@ impl Summary {
 
 /// The backup-ids on hold: Backups of this policy annotated `tidemark.io/protect: "true"`.
 fn holds(ctx: &Context, ns: &str, policy: &str) -> HashSet<String> {
-    ctx.backups
-        .state()
-        .iter()
+    held_ids(ctx.backups.state().iter().map(AsRef::as_ref), ns, policy)
+}
+
+/// The backup-ids `backups` hold for `policy` in `ns` (`tidemark.io/protect: "true"`).
+pub fn held_ids<'a>(
+    backups: impl Iterator<Item = &'a tidemark_api::crd::Backup>,
+    ns: &str,
+    policy: &str,
+) -> HashSet<String> {
+    backups
         .filter(|b| b.namespace().as_deref() == Some(ns) && b.spec.template.policy.name == policy)
         .filter(|b| b.annotations().get(PROTECT_ANNOTATION).map(String::as_str) == Some("true"))
         .filter_map(|b| b.status.as_ref().and_then(|s| s.backup_id.clone()))
@@ -275,6 +282,20 @@ fn holds(ctx: &Context, ns: &str, policy: &str) -> HashSet<String> {
 /// # Errors
 /// The Secret is missing or lacks the keys; the URL is invalid.
 pub async fn open(ctx: &Context, policy: &BackupPolicy) -> Result<ClusterStore, Error> {
+    open_store(&ctx.client, policy, ctx.store_retry_timeout).await
+}
+
+/// Opens `policy`'s store as the operator does — the URL, endpoint, region and path style
+/// of `spec.objectStore`, the credentials from its Secret — for the operator and for
+/// `kubectl tidemark ls|plan <policy>`.
+///
+/// # Errors
+/// The Secret is missing or lacks the keys; the URL is invalid.
+pub async fn open_store(
+    client: &kube::Client,
+    policy: &BackupPolicy,
+    retry_timeout: Duration,
+) -> Result<ClusterStore, Error> {
     let ns = policy.namespace().unwrap_or_default();
     let Some(os) = policy.spec.object_store.as_ref() else {
         return Err(Error::Invalid(
@@ -284,14 +305,14 @@ pub async fn open(ctx: &Context, policy: &BackupPolicy) -> Result<ClusterStore, 
     let url = os.store_url().map_err(|e| Error::Invalid(e.to_string()))?;
     let credentials = match &os.credentials_secret {
         None => None,
-        Some(secret) => Some(credentials(ctx, &ns, secret).await?),
+        Some(secret) => Some(credentials(client, &ns, secret).await?),
     };
     let options = StoreOptions {
         endpoint: os.endpoint.clone(),
         region: os.region.clone(),
         path_style: os.path_style,
         credentials,
-        retry_timeout: Some(ctx.store_retry_timeout),
+        retry_timeout: Some(retry_timeout),
     };
     ClusterStore::open(&url, policy.spec.cluster_or(&policy.name_any()), &options)
         .map_err(|e| Error::Engine(e.into()))
@@ -299,8 +320,8 @@ pub async fn open(ctx: &Context, policy: &BackupPolicy) -> Result<ClusterStore, 
 
 /// S3 credentials from Secret `ns/name`: keys `accessKeyId` and `secretAccessKey` (and
 /// optionally `sessionToken`), or the `AWS_*` names of the same.
-async fn credentials(ctx: &Context, ns: &str, name: &str) -> Result<S3Credentials, Error> {
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+async fn credentials(client: &kube::Client, ns: &str, name: &str) -> Result<S3Credentials, Error> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
     let Some(secret) = secrets.get_opt(name).await? else {
         return Err(Error::Missing(format!(
             "Secret {ns}/{name} (spec.objectStore.credentialsSecret) does not exist"

@@ -1,0 +1,200 @@
+//! The commands that read the Kubernetes cluster (kubeconfig as kubectl reads it), also
+//! reachable as `kubectl tidemark …` when the binary is installed as `kubectl-tidemark`:
+//! `backup <policy> [--wait]` creates a Backup (seed 001's "skip the YAML and use the
+//! plugin"); `ls|plan|gc <policy>` read the BackupPolicy's store with its Secret.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use kube::api::{Api, ListParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use tidemark_api::crd::{Backup, BackupPhase, BackupPolicy};
+use tidemark_store::ClusterStore;
+
+use crate::args::{BackupArgs, KubeArgs};
+use crate::exit::{CliError, Exit};
+
+/// A BackupPolicy read from the cluster: the document the file commands understand, its
+/// store opened with its Secret, and the backup-ids its Backups hold.
+pub struct ClusterPolicy {
+    pub document: tidemark_api::BackupPolicy,
+    pub store: ClusterStore,
+    pub holds: HashSet<String>,
+}
+
+async fn client() -> Result<Client, CliError> {
+    Client::try_default().await.map_err(|e| {
+        CliError::input(format!(
+            "no Kubernetes configuration (a kubeconfig as kubectl reads it, or in-cluster): {e}"
+        ))
+    })
+}
+
+fn api_error(what: &str, e: kube::Error) -> CliError {
+    match &e {
+        kube::Error::Api(s) if s.code == 403 || s.code == 401 => {
+            CliError::input(format!("{what}: not allowed: {}", s.message))
+        }
+        _ => CliError::new(Exit::Store, anyhow::anyhow!("{what}: {e}")),
+    }
+}
+
+/// Reads BackupPolicy `name` (in `--namespace`, else the kubeconfig's namespace).
+///
+/// # Errors
+/// No cluster configuration, no such policy, or its Secret / store cannot be used.
+pub async fn policy(args: &KubeArgs, name: &str) -> Result<ClusterPolicy, CliError> {
+    let client = client().await?;
+    let ns = args
+        .namespace
+        .clone()
+        .unwrap_or_else(|| client.default_namespace().to_owned());
+    let policies: Api<BackupPolicy> = Api::namespaced(client.clone(), &ns);
+    let Some(p) = policies
+        .get_opt(name)
+        .await
+        .map_err(|e| api_error(&format!("BackupPolicy {ns}/{name}"), e))?
+    else {
+        return Err(CliError::input(format!(
+            "BackupPolicy {ns}/{name} does not exist (kubectl get backuppolicies -n {ns})"
+        )));
+    };
+    let store = tidemark_operator::retention::open_store(&client, &p, Duration::from_secs(60))
+        .await
+        .map_err(|e| match e.class() {
+            tidemark_engine::Class::Store => CliError::new(Exit::Store, e),
+            _ => CliError::input(format!("BackupPolicy {ns}/{name}: {e}")),
+        })?;
+    let backups: Api<Backup> = Api::namespaced(client.clone(), &ns);
+    let listed = backups
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| api_error(&format!("Backups in {ns}"), e))?;
+    let holds = tidemark_operator::retention::held_ids(listed.items.iter(), &ns, name);
+    let document = tidemark_api::BackupPolicy {
+        api_version: tidemark_api::API_VERSION.to_owned(),
+        kind: "BackupPolicy".to_owned(),
+        metadata: tidemark_api::policy::ObjectMeta {
+            name: p.name_any(),
+            namespace: Some(ns),
+            ..Default::default()
+        },
+        spec: p.spec.clone(),
+        status: None,
+    };
+    Ok(ClusterPolicy {
+        document,
+        store,
+        holds,
+    })
+}
+
+/// `tidemark backup <policy> [--wait]`.
+///
+/// # Errors
+/// No such policy; the Backup could not be created; with `--wait`, it failed (exit 6) or
+/// did not end in time.
+pub async fn backup(args: &BackupArgs) -> Result<Exit, CliError> {
+    let client = client().await?;
+    let ns = args
+        .kube
+        .namespace
+        .clone()
+        .unwrap_or_else(|| client.default_namespace().to_owned());
+    let policies: Api<BackupPolicy> = Api::namespaced(client.clone(), &ns);
+    if policies
+        .get_opt(&args.policy)
+        .await
+        .map_err(|e| api_error(&format!("BackupPolicy {ns}/{}", args.policy), e))?
+        .is_none()
+    {
+        return Err(CliError::input(format!(
+            "BackupPolicy {ns}/{} does not exist (kubectl get backuppolicies -n {ns})",
+            args.policy
+        )));
+    }
+    let name = format!(
+        "{}-manual-{}",
+        args.policy,
+        Timestamp::now().strftime("%Y%m%d%H%M%S")
+    );
+    let mut spec = json!({"policy": {"name": args.policy}, "type": args.kind});
+    if let Some(m) = &args.method {
+        spec["method"] = json!(m);
+    }
+    if let Some(t) = &args.target {
+        spec["target"] = json!(t);
+    }
+    let b: Backup = serde_json::from_value(json!({
+        "apiVersion": tidemark_api::API_VERSION,
+        "kind": "Backup",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": spec,
+    }))
+    .map_err(|e| CliError::new(Exit::Internal, e))?;
+    let backups: Api<Backup> = Api::namespaced(client.clone(), &ns);
+    backups
+        .create(&PostParams::default(), &b)
+        .await
+        .map_err(|e| api_error(&format!("creating Backup {ns}/{name}"), e))?;
+    eprintln!("created Backup {ns}/{name}");
+    if !args.wait {
+        crate::commands::emit(&format!("{name}\n"))?;
+        return Ok(Exit::Success);
+    }
+    let timeout: jiff::SignedDuration = args.timeout.parse().map_err(|_| {
+        CliError::input(format!(
+            "--timeout: invalid duration {:?}; expected e.g. 30m or 2h",
+            args.timeout
+        ))
+    })?;
+    let deadline = Timestamp::now() + timeout;
+    let mut last_reported = String::new();
+    loop {
+        let b = backups
+            .get(&name)
+            .await
+            .map_err(|e| api_error(&format!("Backup {ns}/{name}"), e))?;
+        let status = b.status.unwrap_or_default();
+        let condition = status
+            .conditions
+            .first()
+            .map(|c| format!("{}: {}", c.reason, c.message))
+            .unwrap_or_default();
+        if !condition.is_empty() && condition != last_reported {
+            eprintln!("{name}: {condition}");
+            last_reported = condition;
+        }
+        match status.phase {
+            Some(BackupPhase::Completed) => {
+                crate::commands::emit(&format!(
+                    "{name} completed: backup-id {}\n",
+                    status.backup_id.unwrap_or_default()
+                ))?;
+                return Ok(Exit::Success);
+            }
+            Some(BackupPhase::Failed) => {
+                return Err(CliError::new(
+                    Exit::SourceFailed,
+                    anyhow::anyhow!(
+                        "Backup {ns}/{name} failed: {}",
+                        status.error.unwrap_or_default()
+                    ),
+                ));
+            }
+            _ => {}
+        }
+        if Timestamp::now() > deadline {
+            return Err(CliError::new(
+                Exit::Internal,
+                anyhow::anyhow!(
+                    "Backup {ns}/{name} did not finish within --timeout {}; it goes on (kubectl get backup {name} -n {ns})",
+                    args.timeout
+                ),
+            ));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}

@@ -467,6 +467,14 @@ impl Operator {
         self.server.abort();
     }
 
+    /// Kills the operator as a crash would: its tasks dropped mid-flight, its lease left to
+    /// expire.
+    pub fn kill(mut self) {
+        self.stop.take();
+        self.task.abort();
+        self.server.abort();
+    }
+
     /// `GET path` on the operator's HTTP endpoint: the status code and the body.
     pub async fn get(&self, path: &str) -> (u16, String) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -237,3 +237,86 @@ async fn retention_pass_through_the_operator() {
     assert!(text.contains("tidemark_recovery_window_seconds{"), "{text}");
     op.stop().await;
 }
+
+/// The leader dies in the middle of a pass (after its audit record, while it deletes); the
+/// other replica takes the lease once it expires and finishes the work: the store ends as
+/// the policy says, with nothing half-deleted left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_change_in_the_middle_of_a_pass() {
+    use futures::TryStreamExt;
+
+    let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let ns = "leader";
+    cluster.namespace(ns).await;
+    secret(&admin, ns, "s3").await;
+    let store = weed.cluster_store("db");
+    let now = Timestamp::now();
+    let backups: Vec<SynthBackup> = (0..1500)
+        .map(|i| {
+            SynthBackup::full(
+                "nightly",
+                now - SignedDuration::from_mins(1500 - i),
+                i as u32,
+            )
+        })
+        .collect();
+    synth::write_backups(&store, &backups).await.unwrap();
+    let newest = backups.last().unwrap().id.clone();
+
+    let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), ns);
+    let first = Operator::start(&cluster, "replica-a");
+    policies
+        .create(
+            &PostParams::default(),
+            &policy("db", ns, &weed.endpoint, "s3"),
+        )
+        .await
+        .unwrap();
+    let raw = weed.raw_store();
+    let audit_prefix = object_store::path::Path::from("db/_audit");
+    eventually(
+        "replica-a's audit record (its pass is deleting)",
+        || async {
+            let found: Vec<_> = raw.list(Some(&audit_prefix)).try_collect().await.unwrap();
+            (!found.is_empty()).then_some(())
+        },
+    )
+    .await;
+    first.kill();
+    let left = metadata_ids(&store).await.len();
+    assert!(
+        left > 1,
+        "the pass finished before the crash ({left} left); make it longer"
+    );
+
+    let second = Operator::start(&cluster, "replica-b");
+    let st = eventually("replica-b's pass", || async {
+        let s = status(&policies, "db").await;
+        (s["conditions"][0]["status"] == "True").then_some(s)
+    })
+    .await;
+    assert_eq!(metadata_ids(&store).await, vec![newest.clone()], "{st}");
+    // Nothing half-deleted: only the newest backup's directory is left.
+    let keys = synth::all_keys(&store).await.unwrap();
+    let dirs: std::collections::BTreeSet<&str> = keys
+        .iter()
+        .filter(|k| k.starts_with("nightly/"))
+        .filter_map(|k| k.split('/').nth(1))
+        .collect();
+    assert_eq!(dirs.into_iter().collect::<Vec<_>>(), vec![newest.as_str()]);
+    let lease: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(
+        admin.clone(),
+        tidemark_operator::testkit::OPERATOR_NAMESPACE,
+    );
+    let holder = lease
+        .get("tidemark-operator")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .holder_identity;
+    assert_eq!(holder.as_deref(), Some("replica-b"));
+    second.stop().await;
+}

@@ -101,6 +101,15 @@ impl Context {
         *n
     }
 
+    /// Counts a finished reconcile of the object `key` (`Kind/namespace/name`).
+    fn reconciled(&self, key: &str) {
+        let controller = key.split('/').next().unwrap_or_default().to_owned();
+        self.metrics
+            .reconciles
+            .get_or_create(&metrics::ControllerLabels { controller })
+            .inc();
+    }
+
     fn succeeded(&self, key: &str) {
         self.failures
             .lock()
@@ -212,6 +221,14 @@ pub async fn run(
     }
 }
 
+/// Reconciles in flight per controller: enough to keep up, few enough not to flood the API
+/// server when thousands of objects are reconciled at start-up.
+const CONCURRENT_RECONCILES: u16 = 16;
+
+fn controller_config() -> kube::runtime::controller::Config {
+    kube::runtime::controller::Config::default().concurrency(CONCURRENT_RECONCILES)
+}
+
 /// Every controller, as one future that runs until they all end.
 async fn controllers(client: Client, options: &Options, clock: Arc<dyn Clock>) {
     let reporter = Reporter {
@@ -234,9 +251,15 @@ async fn controllers(client: Client, options: &Options, clock: Arc<dyn Clock>) {
         metrics: options.metrics.clone(),
         failures: Mutex::new(HashMap::new()),
     });
+    // The Backup cache must hold everything that exists before a schedule decides on it.
+    let cache_ready = ctx.backups.clone();
+    let scheduled_ready = async move {
+        let _ = cache_ready.wait_until_ready().await;
+    };
     let schedules: Api<ScheduledBackup> = Api::all(client.clone());
     let schedule_ctx = ctx.clone();
     let scheduled = Controller::new(schedules, watcher::Config::default())
+        .with_config(controller_config())
         .watches(backup_api, watcher::Config::default(), |b: Backup| {
             scheduled::schedule_of(b)
                 .into_iter()
@@ -248,6 +271,7 @@ async fn controllers(client: Client, options: &Options, clock: Arc<dyn Clock>) {
                 async move {
                     let k = key(sb.as_ref());
                     let r = scheduled::reconcile(sb, ctx).await;
+                    ctx2.reconciled(&k);
                     if r.is_ok() {
                         ctx2.succeeded(&k);
                     }
@@ -264,12 +288,14 @@ async fn controllers(client: Client, options: &Options, clock: Arc<dyn Clock>) {
         });
     let policies: Api<BackupPolicy> = Api::all(client.clone());
     let retention = Controller::new(policies, watcher::Config::default())
+        .with_config(controller_config())
         .run(
             |p, ctx| {
                 let ctx2 = ctx.clone();
                 async move {
                     let k = key(p.as_ref());
                     let r = retention::reconcile(p, ctx).await;
+                    ctx2.reconciled(&k);
                     if r.is_ok() {
                         ctx2.succeeded(&k);
                     }
@@ -287,6 +313,7 @@ async fn controllers(client: Client, options: &Options, clock: Arc<dyn Clock>) {
     let backups_api: Api<Backup> = Api::all(client.clone());
     let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::all(client.clone());
     let runner = Controller::new(backups_api, watcher::Config::default())
+        .with_config(controller_config())
         .watches(
             jobs,
             watcher::Config::default().labels("app.kubernetes.io/managed-by=tidemark"),
@@ -298,6 +325,7 @@ async fn controllers(client: Client, options: &Options, clock: Arc<dyn Clock>) {
                 async move {
                     let k = key(b.as_ref());
                     let r = backup::reconcile(b, ctx).await;
+                    ctx2.reconciled(&k);
                     if r.is_ok() {
                         ctx2.succeeded(&k);
                     }
@@ -312,6 +340,10 @@ async fn controllers(client: Client, options: &Options, clock: Arc<dyn Clock>) {
                 tracing::debug!("controller: {e}");
             }
         });
+    let scheduled = async move {
+        scheduled_ready.await;
+        scheduled.await;
+    };
     tokio::select! {
         () = scheduled => {}
         () = retention => {}

@@ -29,6 +29,11 @@ pub struct PassLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabels {
+    pub controller: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
     pub controller: String,
     /// The engine's class: input, store, data, contention, source, internal…
@@ -44,6 +49,7 @@ pub struct Metrics {
     pub recovery_window_seconds: Family<PolicyLabels, Gauge>,
     pub last_successful_backup: Family<PolicyLabels, Gauge>,
     pub reconcile_errors: Family<ErrorLabels, Counter>,
+    pub reconciles: Family<ControllerLabels, Counter>,
     /// Set once this replica has talked to the API server (readiness).
     pub ready: AtomicBool,
     /// 1 while this replica leads.
@@ -83,6 +89,11 @@ impl Metrics {
             "reconcile_errors",
             "Failed reconciles, by controller and error class",
             self.reconcile_errors.clone(),
+        );
+        r.register(
+            "reconciles",
+            "Reconciles finished (successfully or not), by controller",
+            self.reconciles.clone(),
         );
         r.register(
             "leader",

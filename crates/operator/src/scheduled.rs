@@ -80,14 +80,20 @@ pub async fn reconcile(sb: Arc<ScheduledBackup>, ctx: Arc<Context>) -> Result<Ac
     };
 
     let backups: Api<Backup> = Api::namespaced(ctx.client.clone(), &ns);
-    let children = children(&ctx, &backups, &ns, &name).await?;
+    let immediate_owed = sb.spec.immediate
+        && sb
+            .status
+            .as_ref()
+            .and_then(|s| s.last_schedule_time.as_ref())
+            .is_none();
+    let children = children(&ctx, &backups, &ns, &name, immediate_owed).await?;
     let now = ctx.clock.now();
     let state = StatusInResource {
         schedules: schedules.clone(),
         backups: backups.clone(),
         schedule: sb.clone(),
         owner,
-        now,
+        recorded: std::sync::Mutex::new(None),
     };
     let outcome = tick(&spec, &children, &state, now, |_| String::new()).await;
     let outcome = match outcome {
@@ -112,11 +118,12 @@ pub async fn reconcile(sb: Arc<ScheduledBackup>, ctx: Arc<Context>) -> Result<Ac
         Tick::Nothing => {}
     }
     // Wake at the next slot; a child finishing wakes us sooner (Backups are watched).
-    let fresh = schedules.get_opt(&name).await?;
-    let next = fresh
-        .and_then(|s| s.status)
-        .and_then(|s| s.next_schedule_time)
-        .map(|t| t.0);
+    let next = state
+        .recorded
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .as_ref()
+        .and_then(|s| s.next_schedule_time);
     Ok(match next {
         Some(at) => Action::requeue(until(now, at)),
         None => Action::requeue(Duration::from_secs(3600)),
@@ -143,27 +150,36 @@ fn controller_ref<K: Resource<DynamicType = ()>>(owner: &K) -> Option<OwnerRefer
     })
 }
 
-/// The Backups that concern schedule `name`: its own (by label, read from the API so a
-/// child just created is seen) and any other holding one of its deterministic names (from
-/// the watch cache; a collision found late is a conflict on create, retried).
+/// The Backups that concern schedule `name`, from the watch cache (complete before any
+/// schedule is evaluated): its own (by label) and any other holding one of its
+/// deterministic names. While the immediate Backup is still owed, its own are also listed
+/// from the API, so an immediate Backup created moments ago is adopted, never repeated. A
+/// collision the cache has not seen yet is a conflict on create, retried.
 async fn children(
     ctx: &Context,
     backups: &Api<Backup>,
     ns: &str,
     name: &str,
+    immediate_owed: bool,
 ) -> Result<Vec<Child>, Error> {
-    let ours = backups
-        .list(&ListParams::default().labels(&format!("{SCHEDULED_BACKUP_LABEL}={name}")))
-        .await?;
-    let mut out: BTreeMap<String, Child> = ours
-        .items
+    let prefix = format!("{name}-");
+    let mut out: BTreeMap<String, Child> = ctx
+        .backups
+        .state()
         .iter()
+        .filter(|b| b.namespace().as_deref() == Some(ns))
+        .filter(|b| {
+            b.name_any().starts_with(&prefix)
+                || b.labels().get(SCHEDULED_BACKUP_LABEL).map(String::as_str) == Some(name)
+        })
         .map(|b| (b.name_any(), child(b, name)))
         .collect();
-    let prefix = format!("{name}-");
-    for b in ctx.backups.state() {
-        if b.namespace().as_deref() == Some(ns) && b.name_any().starts_with(&prefix) {
-            out.entry(b.name_any()).or_insert_with(|| child(&b, name));
+    if immediate_owed {
+        let ours = backups
+            .list(&ListParams::default().labels(&format!("{SCHEDULED_BACKUP_LABEL}={name}")))
+            .await?;
+        for b in &ours.items {
+            out.insert(b.name_any(), child(b, name));
         }
     }
     Ok(out.into_values().collect())
@@ -204,7 +220,8 @@ struct StatusInResource {
     backups: Api<Backup>,
     schedule: ScheduledBackup,
     owner: Option<OwnerReference>,
-    now: Timestamp,
+    /// The status this reconcile recorded.
+    recorded: std::sync::Mutex<Option<ScheduleStatus>>,
 }
 
 #[async_trait]
@@ -262,7 +279,10 @@ impl ScheduleState for StatusInResource {
                     message: format!("ScheduledBackup {schedule} status: {e}"),
                 }
             })?;
-        let _ = self.now;
+        *self
+            .recorded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(status.clone());
         Ok(())
     }
 

@@ -232,6 +232,21 @@ impl KubeCluster {
         .expect("kubeconfig");
     }
 
+    /// A kubeconfig that acts as the operator's ServiceAccount (the admin token,
+    /// impersonating it), for running the `tidemark operator` binary.
+    pub fn operator_kubeconfig(&self) -> PathBuf {
+        let path = self.dir.path().join("operator-kubeconfig");
+        std::fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {}\n    insecure-skip-tls-verify: true\nusers:\n- name: operator\n  user:\n    token: {ADMIN_TOKEN}\n    as: system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SERVICE_ACCOUNT}\n    as-groups: [system:serviceaccounts, system:serviceaccounts:{OPERATOR_NAMESPACE}, system:authenticated]\ncontexts:\n- name: test\n  context:\n    cluster: test\n    user: operator\n    namespace: {OPERATOR_NAMESPACE}\ncurrent-context: test\n",
+                self.url
+            ),
+        )
+        .expect("kubeconfig");
+        path
+    }
+
     fn config(&self) -> Config {
         let mut config = Config::new(self.url.parse().expect("url"));
         config.accept_invalid_certs = true;

@@ -212,8 +212,27 @@ pub struct ArchiveArgs {
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
     /// The server's binlog index file, e.g. /var/lib/mysql/mysql-bin.index.
-    #[arg(long, value_name = "FILE")]
-    pub binlog_index: PathBuf,
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present = "from_server",
+        conflicts_with = "from_server"
+    )]
+    pub binlog_index: Option<PathBuf>,
+    /// Read the binlogs from the server over the network, as a replica client
+    /// (`mariadb-binlog --read-from-remote-server --raw`), with the connection options
+    /// after `--`; nothing changes on the database's machine.
+    #[arg(long, requires = "spool")]
+    pub from_server: bool,
+    /// With --from-server: where fetched files wait until shipped (removed after).
+    #[arg(long, value_name = "DIR")]
+    pub spool: Option<PathBuf>,
+    /// With --from-server: the `mariadb` client (asks SHOW BINARY LOGS).
+    #[arg(long, value_name = "PATH", default_value = "mariadb")]
+    pub mariadb: PathBuf,
+    /// With --from-server: the `mariadb-binlog` program.
+    #[arg(long, value_name = "PATH", default_value = "mariadb-binlog")]
+    pub mariadb_binlog: PathBuf,
     /// One pass, then exit.
     #[arg(long)]
     pub once: bool,
@@ -222,6 +241,11 @@ pub struct ArchiveArgs {
     pub interval: String,
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
+    /// With --from-server: connection options for mariadb and mariadb-binlog, e.g.
+    /// --defaults-extra-file=/etc/tidemark/my.cnf --host=db --port=3306 (the password in
+    /// the option file, never on the command line).
+    #[arg(last = true, value_name = "CLIENT_OPTIONS")]
+    pub client: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -343,11 +343,39 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
     let target = resolve::store_target(&args.store, args.policy.as_deref())?;
     let store = &target.store;
     let json = args.output == OutputFormat::Json;
+    let remote = remote_server(args)?;
+    let mut follower: Option<tokio::process::Child> = None;
+    if let Some(r) = &remote
+        && args.once
+    {
+        let first = r
+            .first_to_fetch(store)
+            .await
+            .map_err(|e| CliError::from(EngineError::from(e)))?;
+        r.fetch(&first)
+            .await
+            .map_err(|e| CliError::from(EngineError::from(e)))?;
+    }
     loop {
-        let report =
-            tidemark_mariadb::archive::archive_pass(store, &args.binlog_index, &NoProgress)
+        if let Some(r) = &remote
+            && !args.once
+        {
+            follow(r, store, &mut follower).await;
+        }
+        let report = match (&remote, &args.binlog_index) {
+            (Some(r), _) => r
+                .ship(store, &NoProgress)
                 .await
-                .map_err(|e| CliError::from(EngineError::from(e)));
+                .map_err(|e| CliError::from(EngineError::from(e))),
+            (None, Some(index)) => {
+                tidemark_mariadb::archive::archive_pass(store, index, &NoProgress)
+                    .await
+                    .map_err(|e| CliError::from(EngineError::from(e)))
+            }
+            (None, None) => Err(CliError::input(
+                "give --binlog-index FILE, or --from-server with the connection options after --",
+            )),
+        };
         match report {
             Ok(r) if json => crate::commands::emit_json(&ArchivePassOut::from(r))?,
             Ok(r) => {
@@ -389,6 +417,80 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
             () = tokio::time::sleep(interval) => {}
             () = shutdown_signal() => return Ok(Exit::Success),
         }
+    }
+}
+
+/// The server to read from with `--from-server`; its connection options may not carry a
+/// password (it would be visible to every process on the machine, and in error messages).
+fn remote_server(
+    args: &crate::args::ArchiveArgs,
+) -> Result<Option<tidemark_mariadb::remote::RemoteServer>, CliError> {
+    if !args.from_server {
+        if !args.client.is_empty() {
+            return Err(CliError::input(
+                "connection options after -- are for --from-server; with --binlog-index give none",
+            ));
+        }
+        return Ok(None);
+    }
+    if let Some(bad) = args
+        .client
+        .iter()
+        .find(|a| a.starts_with("--password") || a.starts_with("-p") || a.starts_with("--passwd"))
+    {
+        let name = bad.split('=').next().unwrap_or(bad);
+        return Err(CliError::input(format!(
+            "{name}: a password on the command line is visible to every process; put it in an option file ([client] password=…) and pass --defaults-extra-file=FILE first"
+        )));
+    }
+    let Some(spool) = args.spool.clone() else {
+        return Err(CliError::input("--from-server needs --spool DIR"));
+    };
+    Ok(Some(tidemark_mariadb::remote::RemoteServer {
+        client_args: args.client.clone(),
+        spool,
+        mariadb: args.mariadb.clone(),
+        mariadb_binlog: args.mariadb_binlog.clone(),
+    }))
+}
+
+/// Keeps `mariadb-binlog --stop-never` running: (re)started from the newest spooled file,
+/// or from the first file the archive lacks.
+async fn follow(
+    r: &tidemark_mariadb::remote::RemoteServer,
+    store: &tidemark_store::ClusterStore,
+    child: &mut Option<tokio::process::Child>,
+) {
+    if let Some(c) = child {
+        match c.try_wait() {
+            Ok(None) => return,
+            Ok(Some(status)) => {
+                let mut err = String::new();
+                if let Some(mut e) = c.stderr.take() {
+                    use tokio::io::AsyncReadExt;
+                    let _ = e.read_to_string(&mut err).await;
+                }
+                let last: Vec<&str> = err.lines().rev().take(3).collect();
+                eprintln!(
+                    "{} mariadb-binlog stopped ({status}): {}; starting it again",
+                    jiff::Timestamp::now(),
+                    last.into_iter().rev().collect::<Vec<_>>().join(" | ")
+                );
+            }
+            Err(e) => eprintln!("mariadb-binlog: {e}"),
+        }
+        *child = None;
+    }
+    let first = match r.first_to_fetch(store).await {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("{}", crate::exit::render(&EngineError::from(e).into()));
+            return;
+        }
+    };
+    match r.follow(&first) {
+        Ok(c) => *child = Some(c),
+        Err(e) => eprintln!("{}", crate::exit::render(&EngineError::from(e).into())),
     }
 }
 

@@ -143,6 +143,17 @@ macro_rules! boxed_from {
     )*};
 }
 
+impl From<tidemark_mariadb::remote::RemoteError> for EngineError {
+    fn from(e: tidemark_mariadb::remote::RemoteError) -> Self {
+        use tidemark_mariadb::remote::RemoteError;
+        match e {
+            RemoteError::Archive(a) => a.into(),
+            RemoteError::Spool { .. } => EngineError::Input(e.to_string()),
+            other => EngineError::Source(format!("reading binlogs from the server: {other}")),
+        }
+    }
+}
+
 boxed_from!(
     Store(StoreError),
     Transfer(TransferError),

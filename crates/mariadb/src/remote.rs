@@ -1,0 +1,242 @@
+//! Binlogs read from a server over the network, as a replica client: `mariadb-binlog
+//! --read-from-remote-server --raw` copies the server's binlog files into a local spool
+//! directory, and the ordinary archiver ([`crate::archive::archive_pass`]) ships the closed
+//! ones. Nothing on the database's machine changes; the spool can be thrown away (files are
+//! fetched again from the first one not archived yet).
+//!
+//! The connection options (`--host`, `--port`, `--user`, and `--defaults-extra-file` for the
+//! password — never `--password` on a command line) are given once and passed to both
+//! `mariadb` (to ask `SHOW BINARY LOGS`) and `mariadb-binlog`. Error messages name the
+//! program and show the end of its output, never its arguments.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use tidemark_store::index::SegmentIndex;
+use tidemark_store::{ClusterStore, Progress};
+
+use crate::archive::{ArchiveError, ArchiveReport, archive_pass};
+
+/// Where the spool's own index (the archiver's input) is written.
+pub const SPOOL_INDEX: &str = "tidemark-spool.index";
+
+/// A server read over the network.
+#[derive(Debug, Clone)]
+pub struct RemoteServer {
+    /// Connection options for `mariadb` and `mariadb-binlog` (first: an option file).
+    pub client_args: Vec<String>,
+    /// Where fetched files are kept until shipped.
+    pub spool: PathBuf,
+    pub mariadb: PathBuf,
+    pub mariadb_binlog: PathBuf,
+}
+
+/// Why reading from the server failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteError {
+    #[error("cannot run {program}: {source}")]
+    Spawn {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{program} failed ({status}): {output}")]
+    Failed {
+        program: String,
+        status: String,
+        output: String,
+    },
+    #[error("the server lists no binary logs (SHOW BINARY LOGS is empty): is log_bin on?")]
+    NoBinlogs,
+    #[error("spool directory {}: {source}", path.display())]
+    Spool {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Archive(#[from] ArchiveError),
+}
+
+/// The last lines of a tool's output, for an error message.
+fn tail(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(5)..].join(" | ")
+}
+
+impl RemoteServer {
+    fn program(p: &Path) -> String {
+        p.file_name().map_or_else(
+            || p.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        )
+    }
+
+    /// The server's binlog files, oldest first.
+    ///
+    /// # Errors
+    /// `mariadb` cannot run or fails; the server has no binlogs.
+    pub async fn server_files(&self) -> Result<Vec<String>, RemoteError> {
+        let program = Self::program(&self.mariadb);
+        let out = tokio::process::Command::new(&self.mariadb)
+            .args(&self.client_args)
+            .args(["-N", "-B", "-e", "SHOW BINARY LOGS"])
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .map_err(|source| RemoteError::Spawn {
+                program: program.clone(),
+                source,
+            })?;
+        if !out.status.success() {
+            return Err(RemoteError::Failed {
+                program,
+                status: out.status.to_string(),
+                output: tail(&out.stderr),
+            });
+        }
+        let files: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split('\t').next())
+            .map(str::trim)
+            .filter(|n| tidemark_store::layout::is_segment_name(n))
+            .map(str::to_owned)
+            .collect();
+        if files.is_empty() {
+            return Err(RemoteError::NoBinlogs);
+        }
+        Ok(files)
+    }
+
+    /// The file to fetch from: the first the server has that the archive does not (or the
+    /// server's newest, which is being written, when everything else is archived).
+    ///
+    /// # Errors
+    /// As [`RemoteServer::server_files`]; the store's index cannot be read.
+    pub async fn first_to_fetch(&self, store: &ClusterStore) -> Result<String, RemoteError> {
+        let files = self.server_files().await?;
+        let archived = match SegmentIndex::load(store)
+            .await
+            .map_err(|e| RemoteError::Archive(e.into()))?
+        {
+            Some(idx) => idx.runs().iter().map(|r| r.last_sequence).max(),
+            None => None,
+        };
+        let seq = |n: &str| tidemark_core::inventory::segment_sequence(n).unwrap_or(0);
+        Ok(files
+            .iter()
+            .find(|f| archived.is_none_or(|a| seq(f) > a))
+            .or(files.last())
+            .cloned()
+            .unwrap_or_default())
+    }
+
+    /// `mariadb-binlog --read-from-remote-server --raw --to-last-log` from `first` into the
+    /// spool; with `follow`, `--stop-never` (it keeps reading as the server writes).
+    fn command(&self, first: &str, follow: bool) -> tokio::process::Command {
+        let mut c = tokio::process::Command::new(&self.mariadb_binlog);
+        c.args(&self.client_args)
+            .args(["--read-from-remote-server", "--raw", "--to-last-log"])
+            .arg(format!("--result-file={}/", self.spool.display()));
+        if follow {
+            c.arg("--stop-never");
+        }
+        c.arg(first).stdin(Stdio::null());
+        c
+    }
+
+    fn prepare_spool(&self) -> Result<(), RemoteError> {
+        std::fs::create_dir_all(&self.spool).map_err(|source| RemoteError::Spool {
+            path: self.spool.clone(),
+            source,
+        })
+    }
+
+    /// Fetches everything from `first` to the end of the server's newest file, and exits.
+    ///
+    /// # Errors
+    /// `mariadb-binlog` cannot run or fails.
+    pub async fn fetch(&self, first: &str) -> Result<(), RemoteError> {
+        self.prepare_spool()?;
+        let program = Self::program(&self.mariadb_binlog);
+        let out = self
+            .command(first, false)
+            .output()
+            .await
+            .map_err(|source| RemoteError::Spawn {
+                program: program.clone(),
+                source,
+            })?;
+        if !out.status.success() {
+            return Err(RemoteError::Failed {
+                program,
+                status: out.status.to_string(),
+                output: tail(&out.stderr),
+            });
+        }
+        Ok(())
+    }
+
+    /// Starts fetching from `first` and keeps reading as the server writes.
+    ///
+    /// # Errors
+    /// `mariadb-binlog` cannot run.
+    pub fn follow(&self, first: &str) -> Result<tokio::process::Child, RemoteError> {
+        self.prepare_spool()?;
+        self.command(first, true)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|source| RemoteError::Spawn {
+                program: Self::program(&self.mariadb_binlog),
+                source,
+            })
+    }
+
+    /// The spool's binlog files, by sequence.
+    fn spooled(&self) -> Result<Vec<String>, RemoteError> {
+        let entries = std::fs::read_dir(&self.spool).map_err(|source| RemoteError::Spool {
+            path: self.spool.clone(),
+            source,
+        })?;
+        let mut names: Vec<(u64, String)> = entries
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| tidemark_store::layout::is_segment_name(n))
+            .filter_map(|n| tidemark_core::inventory::segment_sequence(&n).map(|s| (s, n)))
+            .collect();
+        names.sort();
+        Ok(names.into_iter().map(|(_, n)| n).collect())
+    }
+
+    /// Ships the spool's closed files (all but the newest, which the server may still be
+    /// writing) with the ordinary archiver, then removes the shipped ones from the spool.
+    ///
+    /// # Errors
+    /// The spool cannot be read or written; as [`archive_pass`].
+    pub async fn ship(
+        &self,
+        store: &ClusterStore,
+        progress: &dyn Progress,
+    ) -> Result<ArchiveReport, RemoteError> {
+        let files = self.spooled()?;
+        let index = self.spool.join(SPOOL_INDEX);
+        let text: String = files.iter().map(|f| format!("{f}\n")).collect();
+        std::fs::write(&index, text).map_err(|source| RemoteError::Spool {
+            path: index.clone(),
+            source,
+        })?;
+        if files.is_empty() {
+            return Ok(ArchiveReport::default());
+        }
+        let report = archive_pass(store, &index, progress).await?;
+        // Everything but the newest is in the archive now (shipped now or before).
+        for f in &files[..files.len() - 1] {
+            let _ = std::fs::remove_file(self.spool.join(f));
+        }
+        Ok(report)
+    }
+}

@@ -96,7 +96,9 @@ pub struct BackupPolicySpec {
     /// IANA time zone for calendar buckets (keepDaily…) and schedules. Default `UTC`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_zone: Option<String>,
-    /// Ship the server's binlogs (standalone `tidemark run`).
+    /// Ship the server's binlogs: from its binlog index file (`tidemark run` on the
+    /// database's machine) or over the network as a replica client (the operator runs an
+    /// archiver Deployment).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub binlog_archive: Option<BinlogArchiveSpec>,
     /// How the operator reaches the database: its pods, container and data volume.
@@ -186,14 +188,37 @@ pub struct GapStatus {
 
 /// Where the server's binlogs are, and how often to look for closed ones.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[x_kube(validation = Rule::new("has(self.binlogIndex) != has(self.server)").message("set exactly one of binlogIndex (tidemark run on the database's machine) and server (read over the network)"))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BinlogArchiveSpec {
-    /// The server's binlog index file, e.g. `/var/lib/mysql/mysql-bin.index`.
-    pub binlog_index: String,
+    /// The server's binlog index file, e.g. `/var/lib/mysql/mysql-bin.index` (`tidemark
+    /// run` on the database's machine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binlog_index: Option<String>,
+    /// Read the binlogs over the network as a replica client (`mariadb-binlog
+    /// --read-from-remote-server`); the operator runs one archiver Deployment per policy,
+    /// logging in with `spec.source.credentialsSecret`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<BinlogServerSpec>,
     /// Pause between passes, e.g. `10s`, `1m` (default `10s`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(INTERVAL_RULE).message(INTERVAL_MESSAGE))]
     pub interval: Option<String>,
+}
+
+/// The server the archiver reads from.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BinlogServerSpec {
+    /// Host name of the primary (a Service), e.g. `shop-db-primary`.
+    pub host: String,
+    /// Default 3306.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    /// The image with `mariadb-binlog` and `mariadb` (default: the image of the database
+    /// container of a pod `spec.source` selects).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 /// `Retain` keeps remote data when a Backup object is deleted; `Delete` removes it.

@@ -132,10 +132,13 @@ fn load(dir: &Path) -> Result<Vec<PolicyRun>, CliError> {
                     "spec.binlogArchive.interval",
                     file,
                 )?;
-                let index = file
-                    .parent()
-                    .unwrap_or(Path::new("."))
-                    .join(&a.binlog_index);
+                let Some(relative) = &a.binlog_index else {
+                    return Err(CliError::input(format!(
+                        "{}: spec.binlogArchive.binlogIndex: required by tidemark run (the server's binlog index file, e.g. /var/lib/mysql/mysql-bin.index); spec.binlogArchive.server is for the operator",
+                        file.display()
+                    )));
+                };
+                let index = file.parent().unwrap_or(Path::new(".")).join(relative);
                 Ok::<_, CliError>(ArchiveRun {
                     binlog_index: index,
                     interval: every,

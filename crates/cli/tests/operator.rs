@@ -464,3 +464,154 @@ async fn a_backup_job_on_the_node_then_point_in_time_restore() {
     assert!(said.contains("completed: backup-id 2"), "{said}");
     op.stop().await;
 }
+
+/// The operator-managed binlog archiver: a BackupPolicy with `binlogArchive.server` gets one
+/// Deployment; the test plays the node for its pod (the init container, then the archiver as
+/// a long-running local process with the pod's environment) against a real MariaDB over
+/// the network; closed binlogs reach the store; without `server` the Deployment goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binlog_archiver_deployment_reads_the_server_over_the_network() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let s3 = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let db = tokio::task::spawn_blocking(MariaDb::start).await.unwrap();
+    db.sql(&format!(
+        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT); \
+         CREATE USER 'repl'@'%' IDENTIFIED BY '{DB_PASSWORD}'; GRANT ALL ON *.* TO 'repl'@'%'; \
+         CREATE USER 'repl'@'localhost' IDENTIFIED BY '{DB_PASSWORD}'; GRANT ALL ON *.* TO 'repl'@'localhost';"
+    ));
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let ns = "archiver";
+    cluster.namespace(ns).await;
+    secret(
+        &admin,
+        ns,
+        "s3",
+        &[("accessKeyId", ACCESS_KEY), ("secretAccessKey", SECRET_KEY)],
+    )
+    .await;
+    secret(
+        &admin,
+        ns,
+        "db",
+        &[("username", "repl"), ("password", DB_PASSWORD)],
+    )
+    .await;
+    let policy: BackupPolicy = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy",
+        "metadata": {"name": "shop", "namespace": ns},
+        "spec": {
+            "objectStore": {"bucket": BUCKET, "endpoint": s3.endpoint, "credentialsSecret": "s3"},
+            "source": {"selector": {"matchLabels": {"app": "db"}}, "credentialsSecret": "db"},
+            "binlogArchive": {"server": {"host": "127.0.0.1", "port": db.port, "image": "mariadb:11.4"}, "interval": "1s"},
+        },
+    }))
+    .unwrap();
+    let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), ns);
+    policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    let op = Operator::start(&cluster, "operator-archiver");
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), ns);
+    let d = eventually("the archiver Deployment", || async {
+        deployments.get_opt("shop-binlog-archiver").await.unwrap()
+    })
+    .await;
+    let text = serde_json::to_string(&d).unwrap();
+    assert!(
+        !text.contains(DB_PASSWORD) && !text.contains(SECRET_KEY),
+        "a secret in the Deployment"
+    );
+    assert_eq!(d.owner_references()[0].kind, "BackupPolicy");
+    let spec = d.spec.clone().unwrap();
+    assert_eq!(spec.replicas, Some(1));
+    assert_eq!(spec.strategy.unwrap().type_.as_deref(), Some("Recreate"));
+    let pod = spec.template.spec.unwrap();
+    assert_eq!(pod.containers[0].image.as_deref(), Some("mariadb:11.4"));
+
+    // Play the node: the init container, then the archiver, which keeps running.
+    let tools = tempfile::tempdir().unwrap();
+    let spool = tempfile::tempdir().unwrap();
+    let map = |s: &str| {
+        s.replace("/tidemark-bin", tools.path().to_str().unwrap())
+            .replace("/spool", spool.path().to_str().unwrap())
+    };
+    let command = |c: &k8s_openapi::api::core::v1::Container| {
+        let mut argv: Vec<String> = c.command.clone().unwrap_or_default();
+        argv.extend(c.args.clone().unwrap_or_default());
+        argv.iter().map(|a| map(a)).collect::<Vec<String>>()
+    };
+    let init = command(&pod.init_containers.as_ref().unwrap()[0]);
+    assert_eq!(init[0], "/tidemark");
+    let st = std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"))
+        .args(&init[1..])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let main = &pod.containers[0];
+    let argv = command(main);
+    let mut cmd = std::process::Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    for e in main.env.clone().unwrap_or_default() {
+        cmd.env(&e.name, env_value(&admin, ns, &e).await);
+    }
+    let mut archiver = cmd.spawn().unwrap();
+
+    let values: Vec<String> = (0..20).map(|i| format!("({i})")).collect();
+    db.sql(&format!(
+        "INSERT INTO shop.orders (v) VALUES {}",
+        values.join(",")
+    ));
+    db.sql("FLUSH BINARY LOGS");
+    db.sql("INSERT INTO shop.orders (v) VALUES (1)");
+    db.sql("FLUSH BINARY LOGS");
+    let ls = eventually("two closed binlogs in the store", || async {
+        let out = common::bin()
+            .envs(s3.env())
+            .args([
+                "ls",
+                "--store",
+                &s3.url(),
+                "--cluster",
+                "shop",
+                "--endpoint",
+                &s3.endpoint,
+                "--output",
+                "json",
+            ])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        (v["archive"]["segments"].as_u64().unwrap_or(0) >= 2).then_some(v)
+    })
+    .await;
+    assert_eq!(ls["archive"]["missing"], json!([]), "{ls}");
+    let _ = archiver.kill();
+    let out = archiver.wait_with_output().unwrap();
+    assert!(!String::from_utf8_lossy(&out.stderr).contains(DB_PASSWORD));
+
+    // No more binlogArchive: the Deployment goes.
+    policies
+        .patch(
+            "shop",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"binlogArchive": null}})),
+        )
+        .await
+        .unwrap();
+    eventually("the archiver Deployment deleted", || async {
+        deployments
+            .get_opt("shop-binlog-archiver")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    op.stop().await;
+}

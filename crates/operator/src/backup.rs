@@ -435,7 +435,7 @@ pub fn store_name(b: &Backup) -> String {
         .unwrap_or_else(|| b.name_any())
 }
 
-fn selector(
+pub(crate) fn selector(
     s: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
 ) -> Result<String, Error> {
     let mut parts: Vec<String> = s
@@ -588,7 +588,7 @@ pub struct SecretKeys {
     pub session_token: Option<String>,
 }
 
-async fn secret_keys(ctx: &Context, ns: &str, name: &str) -> Result<SecretKeys, Error> {
+pub(crate) async fn secret_keys(ctx: &Context, ns: &str, name: &str) -> Result<SecretKeys, Error> {
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     let Some(secret) = secrets.get_opt(name).await? else {
         return Err(Error::Missing(format!(
@@ -846,7 +846,7 @@ impl JobPlan<'_> {
     }
 }
 
-fn plain(name: &str, value: &str) -> EnvVar {
+pub(crate) fn plain(name: &str, value: &str) -> EnvVar {
     EnvVar {
         name: name.into(),
         value: Some(value.into()),
@@ -854,7 +854,7 @@ fn plain(name: &str, value: &str) -> EnvVar {
     }
 }
 
-fn from_secret(name: &str, secret: &str, key: &str) -> EnvVar {
+pub(crate) fn from_secret(name: &str, secret: &str, key: &str) -> EnvVar {
     EnvVar {
         name: name.into(),
         value_from: Some(EnvVarSource {

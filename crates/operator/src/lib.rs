@@ -7,10 +7,13 @@
 //!   store, followed to completed or failed by what the store holds;
 //! - [`retention`]: BackupPolicy → the engine's retention pass, throttled, its outcome in
 //!   status and events;
+//! - [`archiver`]: one binlog archiver Deployment per BackupPolicy with
+//!   `binlogArchive.server` (binlogs read over the network);
 //! - [`leader`]: leader election with a Lease, so one replica runs the controllers.
 //!
 //! [`run`] elects, then runs every controller until shutdown or until leadership is lost.
 
+pub mod archiver;
 pub mod backup;
 pub mod error;
 pub mod leader;
@@ -287,8 +290,14 @@ async fn controllers(client: Client, options: &Options, clock: Arc<dyn Clock>) {
             }
         });
     let policies: Api<BackupPolicy> = Api::all(client.clone());
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = Api::all(client.clone());
     let retention = Controller::new(policies, watcher::Config::default())
         .with_config(controller_config())
+        .watches(
+            deployments,
+            watcher::Config::default().labels("app.kubernetes.io/managed-by=tidemark"),
+            |d| archiver::policy_of(&d).into_iter().collect::<Vec<_>>(),
+        )
         .run(
             |p, ctx| {
                 let ctx2 = ctx.clone();

@@ -41,6 +41,8 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
     if policy.meta().deletion_timestamp.is_some() {
         return Ok(Requeue::await_change());
     }
+    // The binlog archiver (a Deployment) first: it does not wait for the retention pass.
+    crate::archiver::reconcile(&ctx, &policy).await?;
     let Some(retention) = policy.spec.retention.as_ref() else {
         return Ok(Requeue::await_change());
     };

@@ -1,0 +1,277 @@
+//! The binlog archiver of a BackupPolicy with `spec.binlogArchive.server`: one Deployment
+//! per policy that reads the server's binlogs over the network as a replica client
+//! (`tidemark archive-binlogs --from-server`) and ships closed files with the ordinary
+//! archiver. Nothing changes on the database's pods; it is safe to restart (it fetches again
+//! from the first file the archive lacks).
+//!
+//! Like a backup Job, it runs in an image that has `mariadb-binlog` (the database's own,
+//! by default) with `tidemark` copied in by an init container, and receives credentials
+//! only as Secret references.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
+use k8s_openapi::api::core::v1::{
+    Container, EmptyDirVolumeSource, Pod, PodSpec, PodTemplateSpec, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+use tidemark_api::crd::BackupPolicy;
+
+use crate::backup::{SecretKeys, TOOLS_DIR, from_secret, plain};
+use crate::error::Error;
+use crate::{Context, FIELD_MANAGER};
+
+/// Where fetched binlogs wait in the archiver's pod.
+const SPOOL: &str = "/spool";
+
+/// The Deployment's name.
+pub fn deployment_name(policy: &str) -> String {
+    let mut base: String = policy.chars().take(45).collect();
+    while base.ends_with('-') || base.ends_with('.') {
+        base.pop();
+    }
+    format!("{base}-binlog-archiver")
+}
+
+/// Creates, updates or removes the policy's archiver Deployment.
+///
+/// # Errors
+/// The API failed; the spec lacks what the archiver needs.
+pub async fn reconcile(ctx: &Context, policy: &BackupPolicy) -> Result<(), Error> {
+    let ns = policy.namespace().unwrap_or_default();
+    let name = deployment_name(&policy.name_any());
+    let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
+    let Some(server) = policy
+        .spec
+        .binlog_archive
+        .as_ref()
+        .and_then(|a| a.server.as_ref())
+    else {
+        // Not (or no longer) wanted: remove ours if it is there.
+        if let Some(d) = api.get_opt(&name).await?
+            && d.owner_references()
+                .iter()
+                .any(|o| Some(&o.uid) == policy.meta().uid.as_ref())
+        {
+            api.delete(&name, &DeleteParams::background()).await?;
+        }
+        return Ok(());
+    };
+    let image = match &server.image {
+        Some(i) => i.clone(),
+        None => database_image(ctx, policy).await?,
+    };
+    let store_secret = match policy
+        .spec
+        .object_store
+        .as_ref()
+        .and_then(|o| o.credentials_secret.clone())
+    {
+        Some(s) => Some(crate::backup::secret_keys(ctx, &ns, &s).await?),
+        None => None,
+    };
+    let deployment =
+        archiver(policy, &image, &ctx.image, store_secret.as_ref()).map_err(Error::Invalid)?;
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&deployment),
+    )
+    .await?;
+    Ok(())
+}
+
+/// The image of the database container of a pod the policy's source selects.
+async fn database_image(ctx: &Context, policy: &BackupPolicy) -> Result<String, Error> {
+    let source = policy.spec.source.as_ref().ok_or_else(|| {
+        Error::Invalid(
+            "spec.binlogArchive.server needs spec.binlogArchive.server.image or spec.source (whose database image has mariadb-binlog)".into(),
+        )
+    })?;
+    let pods: Api<Pod> =
+        Api::namespaced(ctx.client.clone(), &policy.namespace().unwrap_or_default());
+    let listed = pods
+        .list(&ListParams::default().labels(&crate::backup::selector(&source.selector)?))
+        .await?;
+    listed
+        .items
+        .iter()
+        .filter_map(|p| {
+            let spec = p.spec.as_ref()?;
+            let c = match &source.container {
+                Some(n) => spec.containers.iter().find(|c| &c.name == n)?,
+                None => spec.containers.first()?,
+            };
+            c.image.clone()
+        })
+        .next()
+        .ok_or_else(|| {
+            Error::Missing(
+                "no pod matches spec.source.selector yet, so the database image for the binlog archiver is unknown (or set spec.binlogArchive.server.image)".into(),
+            )
+        })
+}
+
+/// The archiver Deployment of `policy`.
+///
+/// # Errors
+/// The policy lacks an object store or a binlog server.
+pub fn archiver(
+    policy: &BackupPolicy,
+    image: &str,
+    operator_image: &str,
+    store_secret: Option<&SecretKeys>,
+) -> Result<Deployment, String> {
+    let archive = policy
+        .spec
+        .binlog_archive
+        .as_ref()
+        .ok_or("no spec.binlogArchive")?;
+    let server = archive
+        .server
+        .as_ref()
+        .ok_or("no spec.binlogArchive.server")?;
+    let os = policy
+        .spec
+        .object_store
+        .as_ref()
+        .ok_or("the BackupPolicy has no spec.objectStore")?;
+    let url = os.store_url().map_err(|e| e.to_string())?;
+    let cluster = policy.spec.cluster_or(&policy.name_any()).to_owned();
+    let login = policy
+        .spec
+        .source
+        .as_ref()
+        .and_then(|s| s.credentials_secret.clone());
+    let mut cmd = vec![
+        "archive-binlogs".to_owned(),
+        "--store".into(),
+        url,
+        "--cluster".into(),
+        cluster,
+        "--from-server".into(),
+        "--spool".into(),
+        SPOOL.into(),
+        "--interval".into(),
+        archive.interval.clone().unwrap_or_else(|| "10s".into()),
+        "--".into(),
+    ];
+    if login.is_some() {
+        cmd.push(format!("--defaults-extra-file={TOOLS_DIR}/my.cnf"));
+    }
+    cmd.push(format!("--host={}", server.host));
+    cmd.push(format!("--port={}", server.port.unwrap_or(3306)));
+    let script = if login.is_some() {
+        format!(
+            "umask 077 && printf '[client]\\nuser=%s\\npassword=%s\\n' \"$DB_USER\" \"$DB_PASSWORD\" > {TOOLS_DIR}/my.cnf && exec {TOOLS_DIR}/tidemark \"$@\""
+        )
+    } else {
+        format!("exec {TOOLS_DIR}/tidemark \"$@\"")
+    };
+    let mut args = vec![script, "tidemark".to_owned()];
+    args.extend(cmd);
+    let mut env = vec![plain("TIDEMARK_LOG", "info")];
+    if let Some(ep) = &os.endpoint {
+        env.push(plain("AWS_ENDPOINT_URL", ep));
+    }
+    if let Some(r) = &os.region {
+        env.push(plain("AWS_REGION", r));
+    }
+    if let Some(s) = store_secret {
+        env.push(from_secret("AWS_ACCESS_KEY_ID", &s.name, &s.access_key));
+        env.push(from_secret("AWS_SECRET_ACCESS_KEY", &s.name, &s.secret_key));
+        if let Some(t) = &s.session_token {
+            env.push(from_secret("AWS_SESSION_TOKEN", &s.name, t));
+        }
+    }
+    if let Some(db) = &login {
+        env.push(from_secret("DB_USER", db, "username"));
+        env.push(from_secret("DB_PASSWORD", db, "password"));
+    }
+    let mut labels = BTreeMap::new();
+    labels.insert(
+        "app.kubernetes.io/managed-by".to_owned(),
+        "tidemark".to_owned(),
+    );
+    labels.insert("tidemark.io/binlog-archiver".to_owned(), policy.name_any());
+    let owner = policy
+        .controller_owner_ref(&())
+        .ok_or("the BackupPolicy has no uid yet")?;
+    let mount = |name: &str, path: &str| VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        ..Default::default()
+    };
+    let empty = |name: &str| Volume {
+        name: name.into(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Default::default()
+    };
+    Ok(Deployment {
+        metadata: ObjectMeta {
+            name: Some(deployment_name(&policy.name_any())),
+            namespace: policy.namespace(),
+            labels: Some(labels.clone()),
+            owner_references: Some(vec![owner]),
+            ..Default::default()
+        },
+        spec: Some(DeploymentSpec {
+            replicas: Some(1),
+            // Never two at once (the index's conditional writes would cope, but waste work).
+            strategy: Some(DeploymentStrategy {
+                type_: Some("Recreate".into()),
+                ..Default::default()
+            }),
+            selector: LabelSelector {
+                match_labels: Some(labels.clone()),
+                ..Default::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    init_containers: Some(vec![Container {
+                        name: "tidemark".into(),
+                        image: Some(operator_image.to_owned()),
+                        command: Some(vec![
+                            "/tidemark".into(),
+                            "install".into(),
+                            format!("{TOOLS_DIR}/tidemark"),
+                        ]),
+                        volume_mounts: Some(vec![mount("tidemark-bin", TOOLS_DIR)]),
+                        ..Default::default()
+                    }]),
+                    containers: vec![Container {
+                        name: "archiver".into(),
+                        image: Some(image.to_owned()),
+                        command: Some(vec!["sh".into(), "-c".into()]),
+                        args: Some(args),
+                        env: Some(env),
+                        volume_mounts: Some(vec![
+                            mount("tidemark-bin", TOOLS_DIR),
+                            mount("spool", SPOOL),
+                        ]),
+                        ..Default::default()
+                    }],
+                    volumes: Some(vec![empty("tidemark-bin"), empty("spool")]),
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        status: None,
+    })
+}
+
+/// Which BackupPolicy an archiver Deployment belongs to.
+pub fn policy_of(d: &Deployment) -> Option<kube::runtime::reflector::ObjectRef<BackupPolicy>> {
+    let ns = d.namespace()?;
+    d.owner_references()
+        .iter()
+        .find(|o| o.kind == "BackupPolicy" && o.controller == Some(true))
+        .map(|o| kube::runtime::reflector::ObjectRef::new(&o.name).within(&ns))
+}

@@ -84,6 +84,13 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
         fail(&api, &backup, &status, &message).await?;
         return Ok(Action::await_change());
     }
+    if backup.spec.template.online == Some(false) {
+        let message = format!(
+            "online: false is not supported by {method}: it backs up a running server (remove online, or use method job with your own offline procedure)"
+        );
+        fail(&api, &backup, &status, &message).await?;
+        return Ok(Action::await_change());
+    }
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
     let job_name = status.job_name.clone().unwrap_or_else(|| job_name(&name));
     let store = crate::retention::open(&ctx, &policy).await?;

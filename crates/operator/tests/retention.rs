@@ -214,6 +214,53 @@ async fn retention_pass_through_the_operator() {
     );
     let _ = ResourceExt::name_any(&held);
 
+    // A store that cannot be reached: Ready=False (StoreUnavailable), retried with growing
+    // pauses; fixed, the next pass succeeds.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let mut unreachable = policy("far", ns, &dead, "s3");
+    unreachable.spec.cluster = Some("far".into());
+    policies
+        .create(&PostParams::default(), &unreachable)
+        .await
+        .unwrap();
+    let st = eventually("Ready=False for the unreachable store", || async {
+        let s = status(&policies, "far").await;
+        (s["conditions"][0]["reason"] == "StoreUnavailable").then_some(s)
+    })
+    .await;
+    assert_eq!(st["conditions"][0]["status"], "False", "{st}");
+    let store_errors = |text: &str| {
+        text.lines()
+            .find(|l| {
+                l.starts_with(
+                    r#"tidemark_reconcile_errors_total{controller="BackupPolicy",class="store"}"#,
+                )
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let retried = eventually("a second failed pass (backoff, then a retry)", || async {
+        let n = store_errors(&op.get("/metrics").await.1);
+        (n >= 2).then_some(n)
+    })
+    .await;
+    assert!(retried >= 2);
+    policies
+        .patch(
+            "far",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"objectStore": {"endpoint": weed.endpoint}}})),
+        )
+        .await
+        .unwrap();
+    eventually("the pass once the store is reachable", || async {
+        (status(&policies, "far").await["conditions"][0]["status"] == "True").then_some(())
+    })
+    .await;
+
     // The metrics say the same, with bounded labels.
     assert_eq!(op.get("/healthz").await.0, 200);
     assert_eq!(op.get("/readyz").await.0, 200);
@@ -228,7 +275,9 @@ async fn retention_pass_through_the_operator() {
     }
     let deleted = text
         .lines()
-        .find(|l| l.starts_with("tidemark_objects_deleted_total{"))
+        .find(|l| {
+            l.starts_with(r#"tidemark_objects_deleted_total{namespace="retention",policy="db"}"#)
+        })
         .unwrap_or_else(|| panic!("{text}"));
     assert!(
         deleted.ends_with(" 6"),

@@ -116,7 +116,7 @@ pub struct VolumeClaimRetentionStatus {
 }
 
 /// A free-form object (a pod template): kept whole by the API server.
-fn opaque_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+pub(crate) fn opaque_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "object",
         "x-kubernetes-preserve-unknown-fields": true,

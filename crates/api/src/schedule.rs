@@ -76,6 +76,14 @@ pub struct BackupTemplate {
     /// `mariabackup`, the program and its connection options).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub command: Vec<String>,
+    /// For method `job`: the pod template of the Job that makes the backup. Every
+    /// container gets the destination in its environment (`TIDEMARK_STORE`,
+    /// `TIDEMARK_CLUSTER`, `TIDEMARK_BACKUP_NAME`, `TIDEMARK_BACKUP_ID`, the store's
+    /// credentials) and `tidemark` at `/tidemark-bin/tidemark`; it is expected to run
+    /// `tidemark push --backup-name "$TIDEMARK_BACKUP_NAME" --backup-id "$TIDEMARK_BACKUP_ID" -- …`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::lifecycle::opaque_object")]
+    pub job_template: Option<serde_json::Value>,
 }
 
 /// The methods a Backup may name.

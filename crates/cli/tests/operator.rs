@@ -615,3 +615,101 @@ async fn the_binlog_archiver_deployment_reads_the_server_over_the_network() {
     .await;
     op.stop().await;
 }
+
+/// Method `job`: the user's pod template runs with the destination in its environment and
+/// `tidemark` copied in; its own `tidemark push` makes the backup, which the Backup
+/// reports once committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn method_job_runs_the_users_pod_template() {
+    let s3 = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let ns = "userjob";
+    cluster.namespace(ns).await;
+    secret(
+        &admin,
+        ns,
+        "s3",
+        &[("accessKeyId", ACCESS_KEY), ("secretAccessKey", SECRET_KEY)],
+    )
+    .await;
+    let policy: BackupPolicy = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy",
+        "metadata": {"name": "app", "namespace": ns},
+        "spec": {"objectStore": {"bucket": BUCKET, "endpoint": s3.endpoint, "credentialsSecret": "s3"}},
+    }))
+    .unwrap();
+    Api::<BackupPolicy>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    let op = Operator::start(&cluster, "operator-job");
+    let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
+    let b: Backup = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "Backup",
+        "metadata": {"name": "export-1", "namespace": ns},
+        "spec": {"policy": {"name": "app"}, "method": "job", "jobTemplate": {"spec": {"containers": [{
+            "name": "export", "image": "busybox:1.36",
+            "command": ["sh", "-c", "echo hello-from-job | /tidemark-bin/tidemark push --backup-name \"$TIDEMARK_BACKUP_NAME\" --backup-id \"$TIDEMARK_BACKUP_ID\" --ext txt"],
+            "env": [{"name": "TIDEMARK_STORE", "value": "file:///elsewhere"}],
+        }]}}},
+    }))
+    .unwrap();
+    backups.create(&PostParams::default(), &b).await.unwrap();
+    let jobs: Api<Job> = Api::namespaced(admin.clone(), ns);
+    let job = eventually("the user's Job", || async {
+        jobs.get_opt("export-1-backup").await.unwrap()
+    })
+    .await;
+    let c = &job
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0];
+    let store_env: Vec<_> = c
+        .env
+        .as_ref()
+        .unwrap()
+        .iter()
+        .filter(|e| e.name == "TIDEMARK_STORE")
+        .collect();
+    assert_eq!(
+        store_env.len(),
+        1,
+        "the template cannot redirect the backup"
+    );
+    assert_eq!(store_env[0].value.as_deref(), Some(s3.url().as_str()));
+    let tools = tempfile::tempdir().unwrap();
+    let out = play_node(&admin, &job, &[("/tidemark-bin", tools.path())]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let st = eventually("phase completed", || async {
+        let s = serde_json::to_value(backups.get("export-1").await.unwrap().status).unwrap();
+        (s["phase"] == "completed").then_some(s)
+    })
+    .await;
+    let id = st["backupId"].as_str().unwrap().to_owned();
+    let fetched = common::bin()
+        .envs(s3.env())
+        .args([
+            "fetch",
+            "--store",
+            &s3.url(),
+            "--cluster",
+            "app",
+            "--endpoint",
+            &s3.endpoint,
+        ])
+        .args(["--backup-id", &id, "--backup-name", "export-1"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&fetched.stdout), "hello-from-job\n");
+    op.stop().await;
+}

@@ -77,14 +77,14 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
         .method
         .as_deref()
         .unwrap_or("mariabackup");
-    if !matches!(method, "mariabackup" | "xtrabackup") {
+    if !matches!(method, "mariabackup" | "xtrabackup" | "job") {
         let message = format!(
-            "method {method:?} is not run by the operator yet; use mariabackup or xtrabackup"
+            "method {method:?} is not run by the operator yet; use mariabackup, xtrabackup or job"
         );
         fail(&api, &backup, &status, &message).await?;
         return Ok(Action::await_change());
     }
-    if backup.spec.template.online == Some(false) {
+    if method != "job" && backup.spec.template.online == Some(false) {
         let message = format!(
             "online: false is not supported by {method}: it backs up a running server (remove online, or use method job with your own offline procedure)"
         );
@@ -120,6 +120,47 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
             &backup_name,
             &backup_id,
             None,
+        )
+        .await;
+    }
+
+    let store_secret = match &policy
+        .spec
+        .object_store
+        .as_ref()
+        .and_then(|o| o.credentials_secret.clone())
+    {
+        Some(s) => Some(secret_keys(&ctx, &ns, s).await?),
+        None => None,
+    };
+    if method == "job" {
+        let job = match user_job(
+            &backup,
+            &policy,
+            &job_name,
+            &ctx.image,
+            &backup_name,
+            &backup_id,
+            store_secret.as_ref(),
+        ) {
+            Ok(j) => j,
+            Err(message) => {
+                fail(&api, &backup, &status, &message).await?;
+                return Ok(Action::await_change());
+            }
+        };
+        let what = "the user's pod template";
+        return start(
+            &ctx,
+            &api,
+            &jobs,
+            &backup,
+            &status,
+            job,
+            &store,
+            &backup_name,
+            &backup_id,
+            what,
         )
         .await;
     }
@@ -188,15 +229,6 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
             }
         },
     };
-    let store_secret = match &policy
-        .spec
-        .object_store
-        .as_ref()
-        .and_then(|o| o.credentials_secret.clone())
-    {
-        Some(s) => Some(secret_keys(&ctx, &ns, s).await?),
-        None => None,
-    };
     let plan = JobPlan {
         job_name: job_name.clone(),
         backup: &backup,
@@ -211,36 +243,66 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
         store_secret,
     };
     let job = plan.job().map_err(Error::Invalid)?;
-    let now = ctx.clock.now();
-    // Status first: a crash after it finds the Job by its recorded name.
+    let what = format!(
+        "pod {} on node {}",
+        pod.name_any(),
+        node_of(&pod).unwrap_or_default()
+    );
+    start(
+        &ctx,
+        &api,
+        &jobs,
+        &backup,
+        &status,
+        job,
+        &store,
+        &backup_name,
+        &backup_id,
+        &what,
+    )
+    .await
+}
+
+/// Records the attempt as running, then creates its Job (status first: a crash after it
+/// finds the Job by its recorded name).
+#[allow(clippy::too_many_arguments)]
+async fn start(
+    ctx: &Context,
+    api: &Api<Backup>,
+    jobs: &Api<Job>,
+    backup: &Backup,
+    status: &BackupStatus,
+    job: Job,
+    store: &ClusterStore,
+    backup_name: &str,
+    backup_id: &str,
+    what: &str,
+) -> Result<Action, Error> {
+    let job_name = job.name_any();
     let running = BackupStatus {
         phase: Some(BackupPhase::Running),
-        backup_id: Some(backup_id.clone()),
+        backup_id: Some(backup_id.to_owned()),
         job_name: Some(job_name.clone()),
         bucket: Some(store.url.clone()),
-        key: Some(layout::metadata_key(&backup_name, &backup_id).to_string()),
-        started_at: Some(Time(now)),
+        key: Some(layout::metadata_key(backup_name, backup_id).to_string()),
+        started_at: Some(Time(ctx.clock.now())),
         conditions: vec![condition(
             &status.conditions,
             "Ready",
             false,
             "Running",
-            &format!(
-                "Job {job_name} backs up pod {} on node {}",
-                pod.name_any(),
-                node_of(&pod).unwrap_or_default()
-            ),
+            &format!("Job {job_name} backs up {what}"),
             backup.meta().generation,
         )],
         ..Default::default()
     };
-    apply_status(&api, &name, &running).await?;
+    apply_status(api, &backup.name_any(), &running).await?;
     match jobs.create(&PostParams::default(), &job).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {}
         Err(e) => return Err(e.into()),
     }
-    tracing::info!(backup = %name, job = %job_name, pod = %pod.name_any(), "backup Job created");
+    tracing::info!(backup = %backup.name_any(), job = %job_name, "backup Job created ({what})");
     Ok(Action::requeue(Duration::from_secs(30)))
 }
 
@@ -851,6 +913,129 @@ impl JobPlan<'_> {
             status: None,
         })
     }
+}
+
+/// The Job of method `job`: the user's pod template, with the destination in every
+/// container's environment and `tidemark` copied in.
+///
+/// # Errors
+/// No or an unreadable `jobTemplate`, or no object store.
+pub fn user_job(
+    backup: &Backup,
+    policy: &BackupPolicy,
+    job_name: &str,
+    image: &str,
+    backup_name: &str,
+    backup_id: &str,
+    store_secret: Option<&SecretKeys>,
+) -> Result<Job, String> {
+    let template = backup
+        .spec
+        .template
+        .job_template
+        .clone()
+        .ok_or("method job needs spec.jobTemplate (the pod template that makes the backup)")?;
+    let mut template: PodTemplateSpec = serde_json::from_value(template)
+        .map_err(|e| format!("spec.jobTemplate is not a pod template: {e}"))?;
+    let os = policy
+        .spec
+        .object_store
+        .as_ref()
+        .ok_or("the BackupPolicy has no spec.objectStore")?;
+    let mut env = vec![
+        plain(
+            "TIDEMARK_STORE",
+            &os.store_url().map_err(|e| e.to_string())?,
+        ),
+        plain(
+            "TIDEMARK_CLUSTER",
+            policy.spec.cluster_or(&policy.name_any()),
+        ),
+        plain("TIDEMARK_BACKUP_NAME", backup_name),
+        plain("TIDEMARK_BACKUP_ID", backup_id),
+    ];
+    if let Some(ep) = &os.endpoint {
+        env.push(plain("AWS_ENDPOINT_URL", ep));
+    }
+    if let Some(r) = &os.region {
+        env.push(plain("AWS_REGION", r));
+    }
+    if let Some(s) = store_secret {
+        env.push(from_secret("AWS_ACCESS_KEY_ID", &s.name, &s.access_key));
+        env.push(from_secret("AWS_SECRET_ACCESS_KEY", &s.name, &s.secret_key));
+        if let Some(t) = &s.session_token {
+            env.push(from_secret("AWS_SESSION_TOKEN", &s.name, t));
+        }
+    }
+    let tools_mount = VolumeMount {
+        name: "tidemark-bin".into(),
+        mount_path: TOOLS_DIR.into(),
+        ..Default::default()
+    };
+    let spec = template.spec.get_or_insert_with(Default::default);
+    if spec.containers.is_empty() {
+        return Err("spec.jobTemplate has no containers".into());
+    }
+    for c in &mut spec.containers {
+        let mut e = c.env.take().unwrap_or_default();
+        // Ours win: a template cannot point the backup elsewhere by accident.
+        e.retain(|v| !env.iter().any(|ours| ours.name == v.name));
+        e.extend(env.iter().cloned());
+        c.env = Some(e);
+        c.volume_mounts
+            .get_or_insert_with(Vec::new)
+            .push(tools_mount.clone());
+    }
+    spec.init_containers.get_or_insert_with(Vec::new).insert(
+        0,
+        Container {
+            name: "tidemark".into(),
+            image: Some(image.to_owned()),
+            command: Some(vec![
+                "/tidemark".into(),
+                "install".into(),
+                format!("{TOOLS_DIR}/tidemark"),
+            ]),
+            volume_mounts: Some(vec![tools_mount]),
+            ..Default::default()
+        },
+    );
+    spec.volumes.get_or_insert_with(Vec::new).push(Volume {
+        name: "tidemark-bin".into(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Default::default()
+    });
+    spec.restart_policy = Some("Never".into());
+    let mut labels = BTreeMap::new();
+    labels.insert(
+        "app.kubernetes.io/managed-by".to_owned(),
+        "tidemark".to_owned(),
+    );
+    labels.insert("tidemark.io/backup".to_owned(), backup.name_any());
+    template
+        .metadata
+        .get_or_insert_with(Default::default)
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .extend(labels.clone());
+    let owner = backup
+        .controller_owner_ref(&())
+        .ok_or("the Backup has no uid yet")?;
+    Ok(Job {
+        metadata: ObjectMeta {
+            name: Some(job_name.to_owned()),
+            namespace: backup.namespace(),
+            labels: Some(labels),
+            owner_references: Some(vec![owner]),
+            ..Default::default()
+        },
+        spec: Some(JobSpec {
+            backoff_limit: Some(0),
+            template,
+            ..Default::default()
+        }),
+        status: None,
+    })
 }
 
 pub(crate) fn plain(name: &str, value: &str) -> EnvVar {

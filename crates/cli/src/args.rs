@@ -59,6 +59,28 @@ pub enum Command {
     /// reads it); with --wait, follow it until it completes (exit 0) or fails (exit 6).
     /// Also `kubectl tidemark backup <policy>` when installed as kubectl-tidemark.
     Backup(BackupArgs),
+    /// Build and commit the synthetic full that replaces a mariabackup increment and its
+    /// chain (seed 002), as `gc --consolidate` does for the increments its plan names; the
+    /// chain itself is left to the next retention pass. Prints the new full's backup-id.
+    Consolidate(ConsolidateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ConsolidateArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// A BackupPolicy file to take --store and --cluster from.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// The increment whose chain to merge.
+    #[arg(long, value_name = "ID")]
+    pub backup_id: String,
+    /// Where the chain is prepared (room for one full data directory); default: the
+    /// system's temporary directory.
+    #[arg(long, value_name = "DIR")]
+    pub work_dir: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
 }
 
 /// A BackupPolicy in the Kubernetes cluster, instead of --store/--cluster/--policy.

@@ -44,6 +44,7 @@ pub fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Operator(a) => rt.block_on(operator(&a)),
         Command::Install(a) => install(&a),
         Command::Backup(a) => rt.block_on(crate::cluster::backup(&a)),
+        Command::Consolidate(a) => rt.block_on(consolidate(&a)),
     }
 }
 
@@ -87,6 +88,47 @@ async fn operator(args: &crate::args::OperatorArgs) -> Result<Exit, CliError> {
         Ok(()) => Ok(Exit::Success),
         Err(e) => Err(CliError::new(Exit::Contention, e)),
     }
+}
+
+/// `tidemark consolidate --backup-id ID`: the synthetic full of one chain.
+async fn consolidate(args: &crate::args::ConsolidateArgs) -> Result<Exit, CliError> {
+    if !tidemark_core::inventory::is_backup_id(&args.backup_id) {
+        return Err(CliError::input(format!(
+            "--backup-id {:?}: not a backup-id (e.g. 20261120T020000Z-3f2a9c1d)",
+            args.backup_id
+        )));
+    }
+    let target = resolve::store_target(&args.store, args.policy.as_deref())?;
+    let store = &target.store;
+    let catalog = Catalog::load(store, &NoProgress).await?;
+    let inventory = catalog.inventory(&SegmentListing::default());
+    let work = args.work_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let c = tidemark_mariadb::consolidate::consolidate(
+        store,
+        &catalog,
+        &inventory,
+        &args.backup_id,
+        &Default::default(),
+        &work,
+        &NoProgress,
+    )
+    .await
+    .map_err(|e| CliError::from(tidemark_engine::EngineError::from(e)))?;
+    if args.output == OutputFormat::Json {
+        emit_json(&serde_json::json!({
+            "target": c.target,
+            "synthetic": c.synthetic,
+            "consolidatedFrom": c.consolidated_from,
+            "size": c.size,
+        }))?;
+    } else {
+        emit(&format!(
+            "committed the synthetic full {} (from {})\n",
+            c.synthetic,
+            c.consolidated_from.join(" + ")
+        ))?;
+    }
+    Ok(Exit::Success)
 }
 
 /// `tidemark install PATH`: this binary, copied to PATH through a temporary file beside it.

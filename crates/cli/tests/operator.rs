@@ -713,3 +713,156 @@ async fn method_job_runs_the_users_pod_template() {
     assert_eq!(String::from_utf8_lossy(&fetched.stdout), "hello-from-job\n");
     op.stop().await;
 }
+
+/// Consolidation as a Job (seed 002): a policy that keeps only the newest backup, an
+/// increment, with `consolidate`; the pass starts a Job in the database image instead of
+/// merging in the operator; the test plays the node; the next pass finds the synthetic
+/// full and lets the old chain go; the synthetic full restores to the exact row count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consolidation_runs_as_a_job() {
+    let s3 = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let db = tokio::task::spawn_blocking(MariaDb::start).await.unwrap();
+    db.sql(
+        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT)",
+    );
+    let insert = |n: usize| {
+        let values: Vec<String> = (0..n).map(|i| format!("({i})")).collect();
+        db.sql(&format!(
+            "INSERT INTO shop.orders (v) VALUES {}",
+            values.join(",")
+        ));
+    };
+    let push = |parent: Option<&str>| {
+        let mut args = vec![
+            "push",
+            "--backup-name",
+            "nightly",
+            "--method",
+            "mariabackup",
+            "--output",
+            "json",
+        ];
+        if let Some(p) = parent {
+            args.extend(["--type", "incremental", "--parent", p]);
+        }
+        args.push("--");
+        args.push("mariabackup");
+        let client = db.client_args();
+        args.extend(client.iter().map(String::as_str));
+        let out = tidemark(&s3, &args);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["backupId"].as_str().unwrap().to_owned()
+    };
+    insert(7);
+    let full = push(None);
+    insert(5); // 12
+    let incremental = push(Some(&full));
+
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let ns = "merge";
+    cluster.namespace(ns).await;
+    secret(
+        &admin,
+        ns,
+        "s3",
+        &[("accessKeyId", ACCESS_KEY), ("secretAccessKey", SECRET_KEY)],
+    )
+    .await;
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "db-0", "namespace": ns, "labels": {"app": "db"}},
+        "spec": {"containers": [{"name": "mariadb", "image": "mariadb:11.4"}]},
+    }))
+    .unwrap();
+    Api::<Pod>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+    let policy: BackupPolicy = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy",
+        "metadata": {"name": "shop", "namespace": ns},
+        "spec": {
+            "objectStore": {"bucket": BUCKET, "endpoint": s3.endpoint, "credentialsSecret": "s3"},
+            "source": {"selector": {"matchLabels": {"app": "db"}}},
+            "retention": {"keepLast": 1, "consolidate": true},
+            "retentionInterval": "2s",
+        },
+    }))
+    .unwrap();
+    Api::<BackupPolicy>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    let op = Operator::start(&cluster, "operator-merge");
+    let jobs: Api<Job> = Api::namespaced(admin.clone(), ns);
+    let name = format!("shop-consolidate-{}", incremental.to_ascii_lowercase());
+    let job = eventually("the consolidation Job", || async {
+        jobs.get_opt(&name).await.unwrap()
+    })
+    .await;
+    let c = &job
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0];
+    assert_eq!(c.image.as_deref(), Some("mariadb:11.4"));
+    // Meanwhile the chain is whole.
+    let ls: serde_json::Value =
+        serde_json::from_slice(&tidemark(&s3, &["ls", "--output", "json"]).stdout).unwrap();
+    assert_eq!(ls["backups"].as_array().unwrap().len(), 2, "{ls}");
+
+    let tools = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let out = play_node(
+        &admin,
+        &job,
+        &[("/tidemark-bin", tools.path()), ("/work", work.path())],
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The next passes: the synthetic full stands in, the old chain goes, the Job is removed.
+    let ls = eventually("only the synthetic full left", || async {
+        let v: serde_json::Value =
+            serde_json::from_slice(&tidemark(&s3, &["ls", "--output", "json"]).stdout).unwrap();
+        let ids: Vec<String> = v["backups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["backupId"].as_str().unwrap().to_owned())
+            .collect();
+        (ids.len() == 1 && ids[0] != full && ids[0] != incremental).then_some(v)
+    })
+    .await;
+    assert!(
+        jobs.get_opt(&name).await.unwrap().is_none(),
+        "the finished Job stays"
+    );
+    let synthetic = ls["backups"][0]["backupId"].as_str().unwrap().to_owned();
+    // No binlogs are archived here: the window is the synthetic full's own restore point.
+    let point = ls["recoveryWindow"]["to"].as_str().unwrap().to_owned();
+    let restored = db.scratch().join("synthetic");
+    tidemark(
+        &s3,
+        &[
+            "restore",
+            "--to",
+            &point,
+            "--datadir",
+            restored.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        query_restored(&restored, "SELECT COUNT(*) FROM shop.orders"),
+        "12",
+        "{synthetic}"
+    );
+    op.stop().await;
+}

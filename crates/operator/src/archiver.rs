@@ -84,7 +84,7 @@ pub async fn reconcile(ctx: &Context, policy: &BackupPolicy) -> Result<(), Error
 }
 
 /// The image of the database container of a pod the policy's source selects.
-async fn database_image(ctx: &Context, policy: &BackupPolicy) -> Result<String, Error> {
+pub(crate) async fn database_image(ctx: &Context, policy: &BackupPolicy) -> Result<String, Error> {
     let source = policy.spec.source.as_ref().ok_or_else(|| {
         Error::Invalid(
             "spec.binlogArchive.server needs spec.binlogArchive.server.image or spec.source (whose database image has mariadb-binlog)".into(),

@@ -15,6 +15,7 @@
 
 pub mod archiver;
 pub mod backup;
+pub mod consolidation;
 pub mod error;
 pub mod leader;
 pub mod metrics;

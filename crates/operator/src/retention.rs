@@ -95,10 +95,17 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
         execute: true,
         ignore_malformed: false,
     };
-    // Consolidation runs as a Job in a later change; until then a plan's consolidations
-    // are left for a pass that has a consolidator (the chain is kept meanwhile).
+    // Consolidations run as Jobs in the database image (seed 002).
+    let consolidator = if request.policy.consolidate {
+        consolidator(&ctx, &policy).await
+    } else {
+        None
+    };
     let labels = crate::metrics::Metrics::policy(&ns, &name);
-    let outcome = match unattended_pass(&store, &request, None).await {
+    let driver = consolidator
+        .as_ref()
+        .map(|c| c as &dyn tidemark_engine::Consolidator);
+    let outcome = match unattended_pass(&store, &request, driver).await {
         Ok(o) => o,
         Err(e) => {
             let e = Error::from(e);
@@ -114,6 +121,9 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
             return Err(e);
         }
     };
+    if let Some(c) = &consolidator {
+        c.remove_finished().await;
+    }
     let summary = Summary::of(&outcome);
     let m = &ctx.metrics;
     m.retention_passes
@@ -182,6 +192,37 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
     };
     apply_status(&api, &name, &new).await?;
     Ok(Requeue::requeue(until(now, next)))
+}
+
+/// The Job runner of `policy`'s consolidations, when its database image is known.
+async fn consolidator(
+    ctx: &Context,
+    policy: &BackupPolicy,
+) -> Option<crate::consolidation::JobConsolidator> {
+    let ns = policy.namespace().unwrap_or_default();
+    let image = match crate::archiver::database_image(ctx, policy).await {
+        Ok(i) => i,
+        Err(e) => {
+            tracing::warn!(policy = %policy.name_any(), "consolidation waits: {e}");
+            return None;
+        }
+    };
+    let store_secret = match policy
+        .spec
+        .object_store
+        .as_ref()
+        .and_then(|o| o.credentials_secret.clone())
+    {
+        Some(s) => crate::backup::secret_keys(ctx, &ns, &s).await.ok(),
+        None => None,
+    };
+    Some(crate::consolidation::JobConsolidator {
+        jobs: Api::namespaced(ctx.client.clone(), &ns),
+        policy: policy.clone(),
+        image,
+        operator_image: ctx.image.clone(),
+        store_secret,
+    })
 }
 
 /// What a pass did, for status and the event.

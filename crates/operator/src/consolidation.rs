@@ -1,0 +1,267 @@
+//! Consolidation as a Job (seed 002's synthetic full): when a retention pass's plan asks to
+//! merge a mariabackup chain, the operator runs `tidemark consolidate` in a Job (in the
+//! database image, which has `mariabackup` and `mbstream`) instead of in its own process.
+//!
+//! The engine's pass calls [`JobConsolidator::consolidate`] for each chain to merge. The
+//! first call creates the Job and answers "pending": the pass keeps that chain whole and
+//! goes on. A later pass, once the Job has committed the synthetic full, finds it in the
+//! store and reports it; the plan then lets the merged chain go. A failed Job is reported
+//! and removed, so a later pass tries again.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    Container, EmptyDirVolumeSource, PodSpec, PodTemplateSpec, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::{Resource, ResourceExt};
+use tidemark_api::crd::BackupPolicy;
+use tidemark_core::Backup;
+use tidemark_engine::{Class, Consolidator, EngineError};
+use tidemark_store::executor::Consolidation;
+use tidemark_store::format::CONSOLIDATED_FROM;
+use tidemark_store::{ClusterStore, Progress, Survey};
+
+use crate::backup::{SecretKeys, TOOLS_DIR, from_secret, plain};
+
+/// Where the chain is prepared in the Job's pod.
+const WORK: &str = "/work";
+
+/// Runs consolidations as Jobs of `policy`.
+#[derive(Debug)]
+pub struct JobConsolidator {
+    pub jobs: Api<Job>,
+    pub policy: BackupPolicy,
+    /// The image with `mariabackup` and `mbstream` (the database's).
+    pub image: String,
+    /// The operator's image (the init container copies `tidemark` from it).
+    pub operator_image: String,
+    pub store_secret: Option<SecretKeys>,
+}
+
+fn pending(message: String) -> EngineError {
+    EngineError::Edge {
+        class: Class::Contention,
+        message,
+    }
+}
+
+/// The Job's name for merging the chain of `target` (a backup-id): deterministic, so every
+/// pass finds the same Job.
+pub fn job_name(policy: &str, target: &str) -> String {
+    let mut base: String = policy.chars().take(24).collect();
+    while base.ends_with('-') || base.ends_with('.') {
+        base.pop();
+    }
+    format!("{base}-consolidate-{}", target.to_ascii_lowercase())
+}
+
+#[async_trait]
+impl Consolidator for JobConsolidator {
+    async fn consolidate(
+        &self,
+        store: &ClusterStore,
+        survey: &Survey,
+        target: &Backup,
+        _: &dyn Progress,
+    ) -> Result<Consolidation, EngineError> {
+        // Already committed (by a Job of an earlier pass): report it.
+        if let Some(done) = committed(survey, target) {
+            return Ok(done);
+        }
+        let name = job_name(&self.policy.name_any(), &target.id);
+        let edge = |e: kube::Error| EngineError::Edge {
+            class: Class::Store,
+            message: format!("consolidation Job {name}: {e}"),
+        };
+        match self.jobs.get_opt(&name).await.map_err(edge)? {
+            None => {
+                let job = self
+                    .job(store, &name, &target.id)
+                    .map_err(EngineError::Input)?;
+                match self.jobs.create(&PostParams::default(), &job).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 409 => {}
+                    Err(e) => return Err(edge(e)),
+                }
+                tracing::info!(job = %name, target = %target.id, "consolidation Job created");
+                Err(pending(format!(
+                    "pending: consolidation Job {name} started; the chain is kept until it commits the synthetic full"
+                )))
+            }
+            Some(job) => {
+                let st = job.status.unwrap_or_default();
+                let failed = st.failed.unwrap_or(0) > 0;
+                let succeeded = st.succeeded.unwrap_or(0) > 0;
+                if failed || succeeded {
+                    // Done either way: the store says what came of it (a later pass reads
+                    // the synthetic full), and a failure is tried again by a new Job.
+                    let _ = self.jobs.delete(&name, &DeleteParams::background()).await;
+                }
+                if failed {
+                    return Err(EngineError::Source(format!(
+                        "consolidation Job {name} failed (its pod's log says why); a later pass tries again"
+                    )));
+                }
+                Err(pending(format!(
+                    "pending: consolidation Job {name} {}",
+                    if succeeded {
+                        "finished; the next pass reads its synthetic full"
+                    } else {
+                        "is running; the chain is kept meanwhile"
+                    }
+                )))
+            }
+        }
+    }
+}
+
+/// The synthetic full that replaces `target`, if the store holds it.
+fn committed(survey: &Survey, target: &Backup) -> Option<Consolidation> {
+    survey.catalog.backups.iter().find_map(|b| {
+        let m = b.metadata.as_ref()?;
+        let from: Vec<String> = m
+            .extra
+            .get(CONSOLIDATED_FROM)
+            .and_then(|v| serde_json::from_value(v.clone()).ok())?;
+        (from.last() == Some(&target.id)).then(|| Consolidation {
+            target: target.id.clone(),
+            synthetic: m.backup_id.clone(),
+            consolidated_from: from,
+            size: m.payload.iter().map(|p| p.size).sum(),
+        })
+    })
+}
+
+impl JobConsolidator {
+    /// Removes this policy's consolidation Jobs that succeeded: their synthetic fulls are in
+    /// the store, which the pass just read. (A failed one is removed when it is reported.)
+    pub async fn remove_finished(&self) {
+        let selector = format!("tidemark.io/consolidation={}", self.policy.name_any());
+        let Ok(list) = self
+            .jobs
+            .list(&kube::api::ListParams::default().labels(&selector))
+            .await
+        else {
+            return;
+        };
+        for j in list.items {
+            if j.status.as_ref().and_then(|s| s.succeeded).unwrap_or(0) > 0 {
+                let _ = self
+                    .jobs
+                    .delete(&j.name_any(), &DeleteParams::background())
+                    .await;
+            }
+        }
+    }
+
+    fn job(&self, store: &ClusterStore, name: &str, target: &str) -> Result<Job, String> {
+        let os = self
+            .policy
+            .spec
+            .object_store
+            .as_ref()
+            .ok_or("the BackupPolicy has no spec.objectStore")?;
+        let args = vec![
+            format!("exec {TOOLS_DIR}/tidemark \"$@\""),
+            "tidemark".to_owned(),
+            "consolidate".to_owned(),
+            "--store".into(),
+            os.store_url().map_err(|e| e.to_string())?,
+            "--cluster".into(),
+            store.cluster.clone(),
+            "--backup-id".into(),
+            target.to_owned(),
+            "--work-dir".into(),
+            WORK.into(),
+        ];
+        let mut env = vec![plain("TIDEMARK_LOG", "info")];
+        if let Some(ep) = &os.endpoint {
+            env.push(plain("AWS_ENDPOINT_URL", ep));
+        }
+        if let Some(r) = &os.region {
+            env.push(plain("AWS_REGION", r));
+        }
+        if let Some(s) = &self.store_secret {
+            env.push(from_secret("AWS_ACCESS_KEY_ID", &s.name, &s.access_key));
+            env.push(from_secret("AWS_SECRET_ACCESS_KEY", &s.name, &s.secret_key));
+            if let Some(t) = &s.session_token {
+                env.push(from_secret("AWS_SESSION_TOKEN", &s.name, t));
+            }
+        }
+        let mount = |n: &str, p: &str| VolumeMount {
+            name: n.into(),
+            mount_path: p.into(),
+            ..Default::default()
+        };
+        let empty = |n: &str| Volume {
+            name: n.into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        };
+        let mut labels = BTreeMap::new();
+        labels.insert(
+            "app.kubernetes.io/managed-by".to_owned(),
+            "tidemark".to_owned(),
+        );
+        labels.insert(
+            "tidemark.io/consolidation".to_owned(),
+            self.policy.name_any(),
+        );
+        let owner = self
+            .policy
+            .controller_owner_ref(&())
+            .ok_or("the BackupPolicy has no uid yet")?;
+        Ok(Job {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: self.policy.namespace(),
+                labels: Some(labels.clone()),
+                owner_references: Some(vec![owner]),
+                ..Default::default()
+            },
+            spec: Some(JobSpec {
+                backoff_limit: Some(0),
+                template: PodTemplateSpec {
+                    metadata: Some(ObjectMeta {
+                        labels: Some(labels),
+                        ..Default::default()
+                    }),
+                    spec: Some(PodSpec {
+                        restart_policy: Some("Never".into()),
+                        init_containers: Some(vec![Container {
+                            name: "tidemark".into(),
+                            image: Some(self.operator_image.clone()),
+                            command: Some(vec![
+                                "/tidemark".into(),
+                                "install".into(),
+                                format!("{TOOLS_DIR}/tidemark"),
+                            ]),
+                            volume_mounts: Some(vec![mount("tidemark-bin", TOOLS_DIR)]),
+                            ..Default::default()
+                        }]),
+                        containers: vec![Container {
+                            name: "consolidate".into(),
+                            image: Some(self.image.clone()),
+                            command: Some(vec!["sh".into(), "-c".into()]),
+                            args: Some(args),
+                            env: Some(env),
+                            volume_mounts: Some(vec![
+                                mount("tidemark-bin", TOOLS_DIR),
+                                mount("work", WORK),
+                            ]),
+                            ..Default::default()
+                        }],
+                        volumes: Some(vec![empty("tidemark-bin"), empty("work")]),
+                        ..Default::default()
+                    }),
+                },
+                ..Default::default()
+            }),
+            status: None,
+        })
+    }
+}

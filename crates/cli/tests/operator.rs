@@ -25,7 +25,8 @@ use tidemark_api::crd::{Backup, BackupPolicy};
 use tidemark_operator::testkit::{KubeCluster, Operator, eventually};
 use tidemark_store::testkit::{ACCESS_KEY, BUCKET, MariaDb, SECRET_KEY, SeaweedFs, query_restored};
 
-const DB_PASSWORD: &str = "pw-Xy7-do-not-leak";
+/// With `#` and `\`, which an unquoted option file would misread.
+const DB_PASSWORD: &str = "pw-Xy7#do\\not-leak";
 
 async fn secret(client: &Client, ns: &str, name: &str, data: &[(&str, &str)]) {
     let api: Api<Secret> = Api::namespaced(client.clone(), ns);
@@ -163,10 +164,12 @@ fn tidemark(s3: &SeaweedFs, args: &[&str]) -> std::process::Output {
 async fn a_backup_job_on_the_node_then_point_in_time_restore() {
     let s3 = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
     let db = tokio::task::spawn_blocking(MariaDb::start).await.unwrap();
+    // In SQL a backslash is an escape: double it so the server stores the password as is.
+    let sql_password = DB_PASSWORD.replace('\\', "\\\\");
     db.sql(&format!(
         "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT); \
-         CREATE USER 'backup'@'%' IDENTIFIED BY '{DB_PASSWORD}'; GRANT ALL ON *.* TO 'backup'@'%'; \
-         CREATE USER 'backup'@'localhost' IDENTIFIED BY '{DB_PASSWORD}'; GRANT ALL ON *.* TO 'backup'@'localhost';"
+         CREATE USER 'backup'@'%' IDENTIFIED BY '{sql_password}'; GRANT ALL ON *.* TO 'backup'@'%'; \
+         CREATE USER 'backup'@'localhost' IDENTIFIED BY '{sql_password}'; GRANT ALL ON *.* TO 'backup'@'localhost';"
     ));
     let insert = |n: usize| {
         let values: Vec<String> = (0..n).map(|i| format!("({i})")).collect();
@@ -256,9 +259,15 @@ async fn a_backup_job_on_the_node_then_point_in_time_restore() {
     .await
     .unwrap();
     let job = eventually("the backup Job", || async {
-        jobs.get_opt("manual-1-backup").await.unwrap()
+        let name = backups.get("manual-1").await.unwrap().status?.job_name?;
+        jobs.get_opt(&name).await.unwrap()
     })
     .await;
+    assert!(
+        job.name_any().starts_with("manual-1-") && job.name_any().ends_with("-backup"),
+        "{}",
+        job.name_any()
+    );
     // Pinned to the pod's node, in the database container's image, the data volume mounted.
     let text = serde_json::to_string(&job).unwrap();
     assert!(text.contains("\"node-1\""), "{text}");
@@ -302,7 +311,7 @@ async fn a_backup_job_on_the_node_then_point_in_time_restore() {
     })
     .await;
     let id = st["backupId"].as_str().unwrap().to_owned();
-    assert_eq!(st["jobName"], "manual-1-backup");
+    assert_eq!(st["jobName"], job.name_any().as_str());
     assert!(
         st["checksum"].as_str().unwrap().starts_with("sha256:"),
         "{st}"
@@ -474,10 +483,12 @@ async fn the_binlog_archiver_deployment_reads_the_server_over_the_network() {
     use k8s_openapi::api::apps::v1::Deployment;
     let s3 = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
     let db = tokio::task::spawn_blocking(MariaDb::start).await.unwrap();
+    // In SQL a backslash is an escape: double it so the server stores the password as is.
+    let sql_password = DB_PASSWORD.replace('\\', "\\\\");
     db.sql(&format!(
         "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT); \
-         CREATE USER 'repl'@'%' IDENTIFIED BY '{DB_PASSWORD}'; GRANT ALL ON *.* TO 'repl'@'%'; \
-         CREATE USER 'repl'@'localhost' IDENTIFIED BY '{DB_PASSWORD}'; GRANT ALL ON *.* TO 'repl'@'localhost';"
+         CREATE USER 'repl'@'%' IDENTIFIED BY '{sql_password}'; GRANT ALL ON *.* TO 'repl'@'%'; \
+         CREATE USER 'repl'@'localhost' IDENTIFIED BY '{sql_password}'; GRANT ALL ON *.* TO 'repl'@'localhost';"
     ));
     let cluster = KubeCluster::start(false).await;
     let admin = cluster.admin_client();
@@ -658,7 +669,8 @@ async fn method_job_runs_the_users_pod_template() {
     backups.create(&PostParams::default(), &b).await.unwrap();
     let jobs: Api<Job> = Api::namespaced(admin.clone(), ns);
     let job = eventually("the user's Job", || async {
-        jobs.get_opt("export-1-backup").await.unwrap()
+        let name = backups.get("export-1").await.unwrap().status?.job_name?;
+        jobs.get_opt(&name).await.unwrap()
     })
     .await;
     let c = &job

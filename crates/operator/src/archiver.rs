@@ -164,9 +164,7 @@ pub fn archiver(
     cmd.push(format!("--host={}", server.host));
     cmd.push(format!("--port={}", server.port.unwrap_or(3306)));
     let script = if login.is_some() {
-        format!(
-            "umask 077 && printf '[client]\\nuser=%s\\npassword=%s\\n' \"$DB_USER\" \"$DB_PASSWORD\" > {TOOLS_DIR}/my.cnf && exec {TOOLS_DIR}/tidemark \"$@\""
-        )
+        crate::backup::login_script()
     } else {
         format!("exec {TOOLS_DIR}/tidemark \"$@\"")
     };
@@ -196,9 +194,7 @@ pub fn archiver(
         "tidemark".to_owned(),
     );
     labels.insert("tidemark.io/binlog-archiver".to_owned(), policy.name_any());
-    let owner = policy
-        .controller_owner_ref(&())
-        .ok_or("the BackupPolicy has no uid yet")?;
+    let owner = crate::owner_ref(policy).ok_or("the BackupPolicy has no uid yet")?;
     let mount = |name: &str, path: &str| VolumeMount {
         name: name.into(),
         mount_path: path.into(),

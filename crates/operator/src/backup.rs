@@ -53,7 +53,6 @@ const DEFAULT_DATA_PATH: &str = "/var/lib/mysql";
 /// The API or the store failed; the policy is missing.
 pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action, Error> {
     let ns = backup.namespace().unwrap_or_default();
-    let name = backup.name_any();
     if backup.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
@@ -68,8 +67,7 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
             "BackupPolicy {ns}/{} (spec.policy.name) does not exist",
             backup.spec.template.policy.name
         );
-        blocked(&api, &backup, "PolicyMissing", &message).await?;
-        return Err(Error::Missing(message));
+        return blocked(&api, &backup, "PolicyMissing", &message).await;
     };
     let method = backup
         .spec
@@ -92,11 +90,36 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
         return Ok(Action::await_change());
     }
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
-    let job_name = status.job_name.clone().unwrap_or_else(|| job_name(&name));
+    let job_name = status.job_name.clone().unwrap_or_else(|| job_name(&backup));
     let store = crate::retention::open(&ctx, &policy).await?;
     let backup_id = backup_id(&backup);
     let backup_name = store_name(&backup);
     if let Some(job) = jobs.get_opt(&job_name).await? {
+        let ours = job
+            .owner_references()
+            .iter()
+            .any(|o| o.controller == Some(true) && Some(&o.uid) == backup.meta().uid.as_ref());
+        if !ours {
+            let message = format!("a Job named {job_name} exists and is not this Backup's");
+            fail(&api, &backup, &status, &message).await?;
+            return Ok(Action::await_change());
+        }
+        if status.phase != Some(BackupPhase::Running) {
+            // Created by a reconcile that stopped before recording it.
+            mark_running(
+                &ctx,
+                &api,
+                &backup,
+                &status,
+                &job_name,
+                &store,
+                &backup_name,
+                &backup_id,
+                "its Job",
+            )
+            .await?;
+            return Ok(Action::requeue(Duration::from_secs(1)));
+        }
         return follow(
             &ctx.metrics,
             &api,
@@ -168,8 +191,7 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
     // Pending: choose the pod, check the volume, create the Job.
     let Some(source) = policy.spec.source.as_ref() else {
         let message = "the BackupPolicy has no spec.source (which pods hold the database)";
-        blocked(&api, &backup, "NoSource", message).await?;
-        return Err(Error::Invalid(message.into()));
+        return blocked(&api, &backup, "NoSource", message).await;
     };
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let candidates = pods
@@ -187,14 +209,18 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
             "no running database pod for target {target} among {} pod(s) matching spec.source.selector",
             candidates.len()
         );
-        blocked(&api, &backup, "DatabasePodNotRunning", &message).await?;
-        return Ok(Action::requeue(Duration::from_secs(10)));
+        let next = blocked(&api, &backup, "DatabasePodNotRunning", &message).await?;
+        // A pod starting up is usually running within seconds.
+        return Ok(if backup_failed(&next) {
+            next
+        } else {
+            Action::requeue(Duration::from_secs(10))
+        });
     };
     let data = match data_volume(&pod, source) {
         Ok(d) => d,
         Err(message) => {
-            blocked(&api, &backup, "NoDataVolume", &message).await?;
-            return Err(Error::Invalid(message));
+            return blocked(&api, &backup, "NoDataVolume", &message).await;
         }
     };
     if let Some(claim) = data
@@ -212,10 +238,9 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
                 .is_some_and(|m| m.iter().any(|m| m == "ReadWriteOncePod"))
         {
             let message = format!(
-                "the data volume's claim {claim} is ReadWriteOncePod: no second pod may mount it; use method exec"
+                "the data volume's claim {claim} is ReadWriteOncePod: no second pod may mount it; use method job with a logical dump"
             );
-            blocked(&api, &backup, "ReadWriteOncePod", &message).await?;
-            return Ok(Action::await_change());
+            return blocked(&api, &backup, "ReadWriteOncePod", &message).await;
         }
     }
     let parent = match backup.spec.kind {
@@ -224,8 +249,7 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
             Some(p) => Some(p),
             None => {
                 let message = "an incremental needs a restorable mariabackup backup in the store to start from; there is none";
-                blocked(&api, &backup, "NoParent", message).await?;
-                return Ok(Action::requeue(Duration::from_secs(60)));
+                return blocked(&api, &backup, "NoParent", message).await;
             }
         },
     };
@@ -279,10 +303,46 @@ async fn start(
     what: &str,
 ) -> Result<Action, Error> {
     let job_name = job.name_any();
+    // The Job first: its name is the Backup's, so a crash after this finds it; a status
+    // of `running` without a Job would be read as a Job that vanished.
+    match jobs.create(&PostParams::default(), &job).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    tracing::info!(backup = %backup.name_any(), job = %job_name, "backup Job created ({what})");
+    mark_running(
+        ctx,
+        api,
+        backup,
+        status,
+        &job_name,
+        store,
+        backup_name,
+        backup_id,
+        what,
+    )
+    .await?;
+    Ok(Action::requeue(Duration::from_secs(30)))
+}
+
+/// Records the attempt as running in its Job.
+#[allow(clippy::too_many_arguments)]
+async fn mark_running(
+    ctx: &Context,
+    api: &Api<Backup>,
+    backup: &Backup,
+    status: &BackupStatus,
+    job_name: &str,
+    store: &ClusterStore,
+    backup_name: &str,
+    backup_id: &str,
+    what: &str,
+) -> Result<(), Error> {
     let running = BackupStatus {
         phase: Some(BackupPhase::Running),
         backup_id: Some(backup_id.to_owned()),
-        job_name: Some(job_name.clone()),
+        job_name: Some(job_name.to_owned()),
         bucket: Some(store.url.clone()),
         key: Some(layout::metadata_key(backup_name, backup_id).to_string()),
         started_at: Some(Time(ctx.clock.now())),
@@ -296,14 +356,7 @@ async fn start(
         )],
         ..Default::default()
     };
-    apply_status(api, &backup.name_any(), &running).await?;
-    match jobs.create(&PostParams::default(), &job).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
-        Err(e) => return Err(e.into()),
-    }
-    tracing::info!(backup = %backup.name_any(), job = %job_name, "backup Job created ({what})");
-    Ok(Action::requeue(Duration::from_secs(30)))
+    apply_status(api, &backup.name_any(), &running).await
 }
 
 /// Follows a Job: done when it succeeded or failed, then the store says what happened.
@@ -429,13 +482,39 @@ async fn fail(
     apply_status(api, &backup.name_any(), &failed).await
 }
 
-/// Records why nothing started yet (phase stays `pending`).
+/// Whether `blocked` gave up (it then waits for a change instead of a minute).
+fn backup_failed(a: &Action) -> bool {
+    *a == Action::await_change()
+}
+
+/// How long a Backup may stay blocked before it is recorded as failed: a pending Backup
+/// holds its schedule's concurrency guard, so it must not stay pending for ever.
+pub const PENDING_LIMIT: jiff::SignedDuration = jiff::SignedDuration::from_hours(1);
+/// How long a backup Job may run (`activeDeadlineSeconds`) before it is stopped and the
+/// Backup recorded as failed.
+pub const JOB_DEADLINE_SECONDS: i64 = 24 * 3600;
+
+/// Records why nothing started yet (phase stays `pending`), and asks to look again in a
+/// minute (a fixed policy or a pod coming up is noticed then); after [`PENDING_LIMIT`] the
+/// Backup is failed with the same reason instead.
 async fn blocked(
     api: &Api<Backup>,
     backup: &Backup,
     reason: &str,
     message: &str,
-) -> Result<(), Error> {
+) -> Result<Action, Error> {
+    let created = backup.meta().creation_timestamp.as_ref().map(|t| t.0);
+    if created.is_some_and(|c| Timestamp::now() > c + PENDING_LIMIT) {
+        let status = backup.status.clone().unwrap_or_default();
+        fail(
+            api,
+            backup,
+            &status,
+            &format!("could not start within {PENDING_LIMIT:#}: {message}"),
+        )
+        .await?;
+        return Ok(Action::await_change());
+    }
     let mut status = backup.status.clone().unwrap_or_default();
     status.phase = Some(BackupPhase::Pending);
     let previous = status.conditions.clone();
@@ -447,7 +526,8 @@ async fn blocked(
         message,
         backup.meta().generation,
     )];
-    apply_status(api, &backup.name_any(), &status).await
+    apply_status(api, &backup.name_any(), &status).await?;
+    Ok(Action::requeue(Duration::from_secs(60)))
 }
 
 async fn apply_status(api: &Api<Backup>, name: &str, status: &BackupStatus) -> Result<(), Error> {
@@ -465,14 +545,35 @@ async fn apply_status(api: &Api<Backup>, name: &str, status: &BackupStatus) -> R
     Ok(())
 }
 
-/// The Job's name: `<backup>-backup`, within the 63 characters a label value allows.
-pub fn job_name(backup: &str) -> String {
-    let mut base: String = backup.chars().take(56).collect();
+/// The Job's name: `<backup>-<uid>-backup` (the Backup's name cut to fit 63 characters,
+/// and the first 8 hex digits of its uid), so two Backups — two slots of a long-named
+/// schedule, or a Backup deleted and created again under its name — never share a Job.
+pub fn job_name(backup: &Backup) -> String {
+    let mut base: String = backup.name_any().chars().take(46).collect();
     while base.ends_with('-') || base.ends_with('.') {
         base.pop();
     }
-    format!("{base}-backup")
+    format!("{base}-{}-backup", uid8(backup))
 }
+
+/// The first 8 hex digits of the Backup's uid (`00000000` before it has one).
+fn uid8(b: &Backup) -> String {
+    let uid: String = b
+        .meta()
+        .uid
+        .as_deref()
+        .unwrap_or_default()
+        .chars()
+        .filter(char::is_ascii_hexdigit)
+        .map(|c| c.to_ascii_lowercase())
+        .take(8)
+        .collect();
+    format!("{uid:0<8}")
+}
+
+/// The label every Job of a Backup carries: its uid (a name may be longer than a label
+/// value allows).
+pub const BACKUP_UID_LABEL: &str = "tidemark.io/backup-uid";
 
 /// The backup-id: the Backup's creation time and its uid, so every reconcile of one Backup
 /// names the same attempt.
@@ -482,17 +583,7 @@ pub fn backup_id(b: &Backup) -> String {
         .creation_timestamp
         .as_ref()
         .map_or_else(Timestamp::now, |t| t.0);
-    let uid: String = b
-        .meta()
-        .uid
-        .as_deref()
-        .unwrap_or("00000000")
-        .chars()
-        .filter(char::is_ascii_hexdigit)
-        .map(|c| c.to_ascii_lowercase())
-        .take(8)
-        .collect();
-    format!("{}-{uid:0<8}", at.strftime("%Y%m%dT%H%M%SZ"))
+    format!("{}-{}", at.strftime("%Y%m%dT%H%M%SZ"), uid8(b))
 }
 
 /// The backup name in the store: its schedule's name for a scheduled Backup (so one
@@ -777,9 +868,7 @@ impl JobPlan<'_> {
         // The option file is written with the shell's printf from the environment, so the
         // password is in no argument of any process.
         let script = if with_login {
-            format!(
-                "umask 077 && printf '[client]\\nuser=%s\\npassword=%s\\n' \"$DB_USER\" \"$DB_PASSWORD\" > {TOOLS_DIR}/my.cnf && exec {TOOLS_DIR}/tidemark \"$@\""
-            )
+            crate::backup::login_script()
         } else {
             format!("exec {TOOLS_DIR}/tidemark \"$@\"")
         };
@@ -834,11 +923,11 @@ impl JobPlan<'_> {
             "app.kubernetes.io/managed-by".to_owned(),
             "tidemark".to_owned(),
         );
-        labels.insert("tidemark.io/backup".to_owned(), self.backup.name_any());
-        let owner = self
-            .backup
-            .controller_owner_ref(&())
-            .ok_or("the Backup has no uid yet")?;
+        labels.insert(
+            BACKUP_UID_LABEL.to_owned(),
+            self.backup.meta().uid.clone().unwrap_or_default(),
+        );
+        let owner = crate::owner_ref(self.backup).ok_or("the Backup has no uid yet")?;
         Ok(Job {
             metadata: ObjectMeta {
                 name: Some(self.job_name.clone()),
@@ -851,6 +940,7 @@ impl JobPlan<'_> {
                 // A retry would be a second attempt at the same backup-id (refused by the
                 // store's conditional commit): the next slot tries again instead.
                 backoff_limit: Some(0),
+                active_deadline_seconds: Some(JOB_DEADLINE_SECONDS),
                 template: PodTemplateSpec {
                     metadata: Some(ObjectMeta {
                         labels: Some(labels),
@@ -1011,16 +1101,17 @@ pub fn user_job(
         "app.kubernetes.io/managed-by".to_owned(),
         "tidemark".to_owned(),
     );
-    labels.insert("tidemark.io/backup".to_owned(), backup.name_any());
+    labels.insert(
+        BACKUP_UID_LABEL.to_owned(),
+        backup.meta().uid.clone().unwrap_or_default(),
+    );
     template
         .metadata
         .get_or_insert_with(Default::default)
         .labels
         .get_or_insert_with(BTreeMap::new)
         .extend(labels.clone());
-    let owner = backup
-        .controller_owner_ref(&())
-        .ok_or("the Backup has no uid yet")?;
+    let owner = crate::owner_ref(backup).ok_or("the Backup has no uid yet")?;
     Ok(Job {
         metadata: ObjectMeta {
             name: Some(job_name.to_owned()),
@@ -1031,11 +1122,22 @@ pub fn user_job(
         },
         spec: Some(JobSpec {
             backoff_limit: Some(0),
+            active_deadline_seconds: Some(JOB_DEADLINE_SECONDS),
             template,
             ..Default::default()
         }),
         status: None,
     })
+}
+
+/// The container script that writes the database login from `$DB_USER` / `$DB_PASSWORD`
+/// into a mode-600 option file (`[client]`, values double-quoted with backslashes doubled,
+/// so `#` and `\` in a password are read as written), then runs `tidemark "$@"`. The
+/// password is in no argument of any process.
+pub(crate) fn login_script() -> String {
+    format!(
+        r#"umask 077 && q() {{ printf '%s' "$1" | sed 's/\\/\\\\/g'; }} && printf '[client]\nuser="%s"\npassword="%s"\n' "$(q "$DB_USER")" "$(q "$DB_PASSWORD")" > {TOOLS_DIR}/my.cnf && exec {TOOLS_DIR}/tidemark "$@""#
+    )
 }
 
 pub(crate) fn plain(name: &str, value: &str) -> EnvVar {
@@ -1144,10 +1246,21 @@ mod tests {
         assert_eq!(id, "20261122T020001Z-4f3a9c1e");
         assert!(tidemark_core::inventory::is_backup_id(&id));
         assert_eq!(store_name(&b), "nightly");
-        let long = "x".repeat(70);
-        assert!(job_name(&long).len() <= 63);
-        assert_eq!(job_name("manual-1"), "manual-1-backup");
-        assert!(!job_name(&format!("{}-", "y".repeat(55))).contains("--"));
+        assert_eq!(job_name(&b), "nightly-20261122020000-4f3a9c1e-backup");
+        let mut long = b.clone();
+        long.metadata.name = Some(format!("{}-20261122020000", "x".repeat(47)));
+        let other_slot = {
+            let mut o = long.clone();
+            o.metadata.name = Some(format!("{}-20261122030000", "x".repeat(47)));
+            o.metadata.uid = Some("5e000000-0000".into());
+            o
+        };
+        assert!(job_name(&long).len() <= 63, "{}", job_name(&long));
+        assert_ne!(
+            job_name(&long),
+            job_name(&other_slot),
+            "two slots share a Job"
+        );
     }
 
     #[test]
@@ -1167,7 +1280,7 @@ mod tests {
         }))
         .unwrap();
         let plan = JobPlan {
-            job_name: job_name("m"),
+            job_name: job_name(&b),
             backup: &b,
             policy: &policy,
             source: &s,

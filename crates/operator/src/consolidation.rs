@@ -16,8 +16,8 @@ use k8s_openapi::api::core::v1::{
     Container, EmptyDirVolumeSource, PodSpec, PodTemplateSpec, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams};
-use kube::{Resource, ResourceExt};
 use tidemark_api::crd::BackupPolicy;
 use tidemark_core::Backup;
 use tidemark_engine::{Class, Consolidator, EngineError};
@@ -211,10 +211,7 @@ impl JobConsolidator {
             "tidemark.io/consolidation".to_owned(),
             self.policy.name_any(),
         );
-        let owner = self
-            .policy
-            .controller_owner_ref(&())
-            .ok_or("the BackupPolicy has no uid yet")?;
+        let owner = crate::owner_ref(&self.policy).ok_or("the BackupPolicy has no uid yet")?;
         Ok(Job {
             metadata: ObjectMeta {
                 name: Some(name.to_owned()),

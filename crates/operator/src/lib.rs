@@ -122,6 +122,18 @@ impl Context {
     }
 }
 
+/// A controller owner reference to `owner`, without `blockOwnerDeletion`: setting that needs
+/// `update` on the owner's finalizers (enforced by OwnerReferencesPermissionEnforcement), a
+/// right the operator does not otherwise need.
+pub(crate) fn owner_ref<K: Resource<DynamicType = ()>>(
+    owner: &K,
+) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
+    owner.controller_owner_ref(&()).map(|mut r| {
+        r.block_owner_deletion = None;
+        r
+    })
+}
+
 /// The per-object key of the backoff table.
 fn key<K: Resource>(o: &K) -> String
 where
@@ -353,6 +365,12 @@ async fn controllers(client: Client, options: &Options, clock: Arc<dyn Clock>) {
     let scheduled = async move {
         scheduled_ready.await;
         scheduled.await;
+    };
+    // Holds (`tidemark.io/protect`) come from the same cache: no pass before it is full.
+    let retention_ready = ctx.backups.clone();
+    let retention = async move {
+        let _ = retention_ready.wait_until_ready().await;
+        retention.await;
     };
     tokio::select! {
         () = scheduled => {}

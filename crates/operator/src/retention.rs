@@ -42,7 +42,13 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
         return Ok(Requeue::await_change());
     }
     // The binlog archiver (a Deployment) first: it does not wait for the retention pass.
-    crate::archiver::reconcile(&ctx, &policy).await?;
+    if let Err(e) = crate::archiver::reconcile(&ctx, &policy).await {
+        // The archiver's trouble is its own: retention goes on.
+        let message = format!("binlog archiver: {e}");
+        tracing::warn!(policy = %name, "{message}");
+        ctx.warn(&policy.object_ref(&()), "BinlogArchiverFailed", &message)
+            .await;
+    }
     let Some(retention) = policy.spec.retention.as_ref() else {
         return Ok(Requeue::await_change());
     };
@@ -424,9 +430,9 @@ async fn set_failed(
         message,
         generation,
     )];
-    if attempted.is_some() {
-        status.observed_generation = generation;
-    }
+    // observedGeneration moves only with a pass that succeeded: after a spec change, a
+    // failed pass is retried (by backoff), not held back by retentionInterval.
+    let _ = attempted;
     apply_status(api, &policy.name_any(), &status).await
 }
 

@@ -74,8 +74,8 @@ pub async fn reconcile(sb: Arc<ScheduledBackup>, ctx: Arc<Context>) -> Result<Ac
         )));
     };
     let owner = match sb.spec.backup_owner_reference {
-        OwnerReferenceMode::SelfOwned => controller_ref(&sb),
-        OwnerReferenceMode::Cluster => controller_ref(&policy),
+        OwnerReferenceMode::SelfOwned => crate::owner_ref(&sb),
+        OwnerReferenceMode::Cluster => crate::owner_ref(&policy),
         OwnerReferenceMode::None => None,
     };
 
@@ -138,16 +138,6 @@ fn until(now: Timestamp, at: Timestamp) -> Duration {
         .unwrap_or(Duration::ZERO)
         .clamp(Duration::from_millis(100), Duration::from_secs(3600))
         + Duration::from_millis(50)
-}
-
-/// A controller owner reference to `owner`.
-fn controller_ref<K: Resource<DynamicType = ()>>(owner: &K) -> Option<OwnerReference> {
-    owner.controller_owner_ref(&()).map(|mut r| {
-        // Blocking the owner's foreground deletion needs `update` on its finalizers, a right
-        // the operator does not otherwise need.
-        r.block_owner_deletion = None;
-        r
-    })
 }
 
 /// The Backups that concern schedule `name`, from the watch cache (complete before any

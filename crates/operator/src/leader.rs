@@ -52,8 +52,9 @@ pub enum Lost {
 /// Never returns an error: API failures are retried every `retry_period` (and logged).
 pub async fn acquire(api: &Api<Lease>, e: &Election) -> Lease {
     let mut logged_holder = None;
+    let mut seen = None;
     loop {
-        match try_acquire(api, e).await {
+        match try_acquire(api, e, &mut seen).await {
             Ok(Ok(lease)) => {
                 tracing::info!(lease = %e.name, identity = %e.identity, "leader election: acquired");
                 return lease;
@@ -70,8 +71,21 @@ pub async fn acquire(api: &Api<Lease>, e: &Election) -> Lease {
     }
 }
 
+/// The lease record as this candidate last saw it, and when (on this machine's monotonic
+/// clock): a holder's lease has expired when its record has not changed for a whole lease
+/// duration of *our* time, whatever the two machines' wall clocks say (as client-go does).
+#[derive(Debug)]
+pub struct Seen {
+    record: (Option<String>, Option<MicroTime>),
+    since: tokio::time::Instant,
+}
+
 /// One attempt: `Ok(Ok(lease))` held, `Ok(Err(holder))` someone else holds it.
-async fn try_acquire(api: &Api<Lease>, e: &Election) -> Result<Result<Lease, String>, kube::Error> {
+async fn try_acquire(
+    api: &Api<Lease>,
+    e: &Election,
+    seen: &mut Option<Seen>,
+) -> Result<Result<Lease, String>, kube::Error> {
     let now = Timestamp::now();
     let existing = api.get_opt(&e.name).await?;
     let Some(mut lease) = existing else {
@@ -92,7 +106,21 @@ async fn try_acquire(api: &Api<Lease>, e: &Election) -> Result<Result<Lease, Str
     let current = lease.spec.clone().unwrap_or_default();
     let holder = current.holder_identity.clone().unwrap_or_default();
     let ours = holder == e.identity;
-    if !ours && !holder.is_empty() && !expired(&current, now) {
+    let record = (current.holder_identity.clone(), current.renew_time.clone());
+    let unchanged_for = match seen {
+        Some(s) if s.record == record => s.since.elapsed(),
+        _ => {
+            *seen = Some(Seen {
+                record,
+                since: tokio::time::Instant::now(),
+            });
+            std::time::Duration::ZERO
+        }
+    };
+    let duration = std::time::Duration::from_secs(
+        u64::try_from(current.lease_duration_seconds.unwrap_or(15)).unwrap_or(15),
+    );
+    if !ours && !holder.is_empty() && unchanged_for < duration {
         return Ok(Err(holder));
     }
     let transitions = current.lease_transitions.unwrap_or(0) + i32::from(!ours);
@@ -118,14 +146,6 @@ fn spec(e: &Election, acquired: Timestamp, renewed: Timestamp, transitions: i32)
         lease_transitions: Some(transitions),
         ..Default::default()
     }
-}
-
-fn expired(spec: &LeaseSpec, now: Timestamp) -> bool {
-    let Some(renewed) = spec.renew_time.as_ref().map(|t| t.0) else {
-        return true;
-    };
-    let duration = i64::from(spec.lease_duration_seconds.unwrap_or(15));
-    now.as_second() > renewed.as_second() + duration
 }
 
 /// Renews `lease` every `retry_period` until leadership is lost; returns why. A renewal

@@ -221,15 +221,23 @@ pub async fn run(
         .ready
         .store(true, std::sync::atomic::Ordering::Relaxed);
     options.metrics.leader.set(1);
-    let controllers = controllers(client.clone(), &options, clock);
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    let controllers = controllers(client.clone(), &options, clock, stopping);
+    tokio::pin!(controllers);
     tokio::select! {
         lost = leader::hold(&leases, &options.election, lease) => {
             options.metrics.leader.set(0);
             tracing::error!("{lost}; stopping the controllers");
             Err(Stopped::LeadershipLost(lost))
         }
-        () = controllers => Ok(()),
+        () = &mut controllers => Ok(()),
         () = &mut shutdown => {
+            // Let reconciles in flight finish (a backup Job half created is worse than a
+            // slower stop), then give the lease up.
+            let _ = stop.send(true);
+            if tokio::time::timeout(SHUTDOWN_GRACE, &mut controllers).await.is_err() {
+                tracing::warn!("reconciles still running after {SHUTDOWN_GRACE:?}; stopping anyway");
+            }
             options.metrics.leader.set(0);
             leader::release(&leases, &options.election).await;
             Ok(())
@@ -246,7 +254,20 @@ fn controller_config() -> kube::runtime::controller::Config {
 }
 
 /// Every controller, as one future that runs until they all end.
-async fn controllers(client: Client, options: &Options, clock: Arc<dyn Clock>) {
+/// How long reconciles in flight may take to finish at shutdown.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+
+/// Resolves once `stopping` turns true.
+async fn stopped(mut stopping: tokio::sync::watch::Receiver<bool>) {
+    let _ = stopping.wait_for(|s| *s).await;
+}
+
+async fn controllers(
+    client: Client,
+    options: &Options,
+    clock: Arc<dyn Clock>,
+    stopping: tokio::sync::watch::Receiver<bool>,
+) {
     let reporter = Reporter {
         controller: FIELD_MANAGER.into(),
         instance: Some(options.election.identity.clone()),
@@ -276,6 +297,7 @@ async fn controllers(client: Client, options: &Options, clock: Arc<dyn Clock>) {
     let schedule_ctx = ctx.clone();
     let scheduled = Controller::new(schedules, watcher::Config::default())
         .with_config(controller_config())
+        .graceful_shutdown_on(stopped(stopping.clone()))
         .watches(backup_api, watcher::Config::default(), |b: Backup| {
             scheduled::schedule_of(b)
                 .into_iter()
@@ -306,6 +328,7 @@ async fn controllers(client: Client, options: &Options, clock: Arc<dyn Clock>) {
     let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = Api::all(client.clone());
     let retention = Controller::new(policies, watcher::Config::default())
         .with_config(controller_config())
+        .graceful_shutdown_on(stopped(stopping.clone()))
         .watches(
             deployments,
             watcher::Config::default().labels("app.kubernetes.io/managed-by=tidemark"),
@@ -336,6 +359,7 @@ async fn controllers(client: Client, options: &Options, clock: Arc<dyn Clock>) {
     let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::all(client.clone());
     let runner = Controller::new(backups_api, watcher::Config::default())
         .with_config(controller_config())
+        .graceful_shutdown_on(stopped(stopping.clone()))
         .watches(
             jobs,
             watcher::Config::default().labels("app.kubernetes.io/managed-by=tidemark"),
@@ -373,9 +397,7 @@ async fn controllers(client: Client, options: &Options, clock: Arc<dyn Clock>) {
         retention.await;
     };
     tokio::select! {
-        () = scheduled => {}
-        () = retention => {}
-        () = runner => {}
+        _ = async { tokio::join!(scheduled, retention, runner) } => {}
         () = backup_cache => {}
     }
 }

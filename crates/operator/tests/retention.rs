@@ -184,7 +184,29 @@ async fn retention_pass_through_the_operator() {
     synth::write_backups(&store, std::slice::from_ref(&older))
         .await
         .unwrap();
-    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    // A change that is not the spec (an annotation: no new generation) makes the operator
+    // reconcile the policy, and it must still wait for the interval.
+    let reconciles = |text: &str| {
+        text.lines()
+            .find(|l| l.starts_with(r#"tidemark_reconciles_total{controller="BackupPolicy"}"#))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let before = reconciles(&op.get("/metrics").await.1);
+    policies
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"touched": "yes"}}})),
+        )
+        .await
+        .unwrap();
+    eventually("a reconcile after the annotation", || async {
+        (reconciles(&op.get("/metrics").await.1) > before).then_some(())
+    })
+    .await;
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     assert_eq!(status(&policies, "db").await["lastRetentionRunTime"], last);
     assert!(metadata_ids(&store).await.contains(&older.id));
     // A spec change runs the pass now.

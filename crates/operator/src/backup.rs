@@ -58,6 +58,22 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
     }
     let status = backup.status.clone().unwrap_or_default();
     if status.phase.is_some_and(BackupPhase::is_done) {
+        // Every Backup is reconciled once at start-up: the gauge of the newest completed
+        // backup is right from then on, not only after the next backup.
+        if status.phase == Some(BackupPhase::Completed)
+            && let Some(at) = status.completed_at.as_ref()
+        {
+            let gauge =
+                ctx.metrics
+                    .last_successful_backup
+                    .get_or_create(&crate::metrics::Metrics::policy(
+                        &ns,
+                        &backup.spec.template.policy.name,
+                    ));
+            if gauge.get() < at.0.as_second() {
+                gauge.set(at.0.as_second());
+            }
+        }
         return Ok(Action::await_change());
     }
     let api: Api<Backup> = Api::namespaced(ctx.client.clone(), &ns);

@@ -111,7 +111,9 @@ async fn retention_pass_through_the_operator() {
         .patch_status(
             "held",
             &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"phase": "completed", "backupId": ids[1]}})),
+            &Patch::Merge(
+                json!({"status": {"phase": "completed", "backupId": ids[1], "completedAt": "2026-11-20T02:00:00Z"}}),
+            ),
         )
         .await
         .unwrap();
@@ -306,6 +308,15 @@ async fn retention_pass_through_the_operator() {
         "3 backups of 2 objects each: {deleted}"
     );
     assert!(text.contains("tidemark_recovery_window_seconds{"), "{text}");
+    // Seeded from the completed Backups the operator found at start-up.
+    let seeded = format!(
+        r#"tidemark_last_successful_backup_timestamp_seconds{{namespace="retention",policy="db"}} {}"#,
+        "2026-11-20T02:00:00Z"
+            .parse::<Timestamp>()
+            .unwrap()
+            .as_second()
+    );
+    assert!(text.contains(&seeded), "{seeded} not in:\n{text}");
     op.stop().await;
 }
 

@@ -49,6 +49,18 @@ async fn secret(client: &Client, ns: &str, name: &str, data: &[(&str, &str)]) {
     .unwrap();
 }
 
+/// The `shop.orders` table, and an account `user` with [`DB_PASSWORD`] that reaches the
+/// server over TCP (and as `localhost`, which MariaDB's anonymous account would shadow).
+fn shop_with_login(db: &MariaDb, user: &str) {
+    // In SQL a backslash is an escape: double it so the server stores the password as is.
+    let sql_password = DB_PASSWORD.replace('\\', "\\\\");
+    db.sql(&format!(
+        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT); \
+         CREATE USER '{user}'@'%' IDENTIFIED BY '{sql_password}'; GRANT ALL ON *.* TO '{user}'@'%'; \
+         CREATE USER '{user}'@'localhost' IDENTIFIED BY '{sql_password}'; GRANT ALL ON *.* TO '{user}'@'localhost';"
+    ));
+}
+
 /// An env var's value as a kubelet would give it (literal, or from a Secret key).
 async fn env_value(client: &Client, ns: &str, e: &k8s_openapi::api::core::v1::EnvVar) -> String {
     if let Some(v) = &e.value {
@@ -164,13 +176,7 @@ fn tidemark(s3: &SeaweedFs, args: &[&str]) -> std::process::Output {
 async fn a_backup_job_on_the_node_then_point_in_time_restore() {
     let s3 = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
     let db = tokio::task::spawn_blocking(MariaDb::start).await.unwrap();
-    // In SQL a backslash is an escape: double it so the server stores the password as is.
-    let sql_password = DB_PASSWORD.replace('\\', "\\\\");
-    db.sql(&format!(
-        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT); \
-         CREATE USER 'backup'@'%' IDENTIFIED BY '{sql_password}'; GRANT ALL ON *.* TO 'backup'@'%'; \
-         CREATE USER 'backup'@'localhost' IDENTIFIED BY '{sql_password}'; GRANT ALL ON *.* TO 'backup'@'localhost';"
-    ));
+    shop_with_login(&db, "backup");
     let insert = |n: usize| {
         let values: Vec<String> = (0..n).map(|i| format!("({i})")).collect();
         db.sql(&format!(
@@ -483,13 +489,7 @@ async fn the_binlog_archiver_deployment_reads_the_server_over_the_network() {
     use k8s_openapi::api::apps::v1::Deployment;
     let s3 = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
     let db = tokio::task::spawn_blocking(MariaDb::start).await.unwrap();
-    // In SQL a backslash is an escape: double it so the server stores the password as is.
-    let sql_password = DB_PASSWORD.replace('\\', "\\\\");
-    db.sql(&format!(
-        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT); \
-         CREATE USER 'repl'@'%' IDENTIFIED BY '{sql_password}'; GRANT ALL ON *.* TO 'repl'@'%'; \
-         CREATE USER 'repl'@'localhost' IDENTIFIED BY '{sql_password}'; GRANT ALL ON *.* TO 'repl'@'localhost';"
-    ));
+    shop_with_login(&db, "repl");
     let cluster = KubeCluster::start(false).await;
     let admin = cluster.admin_client();
     let ns = "archiver";

@@ -8,19 +8,15 @@
 //! by default) with `tidemark` copied in by an init container, and receives credentials
 //! only as Secret references.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
-use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, Pod, PodSpec, PodTemplateSpec, Volume, VolumeMount,
-};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use tidemark_api::crd::BackupPolicy;
 
-use crate::backup::{SecretKeys, TOOLS_DIR, from_secret, plain};
 use crate::error::Error;
+use crate::pod::{self, SecretKeys, TOOLS_DIR};
 use crate::{Context, FIELD_MANAGER};
 
 /// Where fetched binlogs wait in the archiver's pod.
@@ -63,15 +59,7 @@ pub async fn reconcile(ctx: &Context, policy: &BackupPolicy) -> Result<(), Error
         Some(i) => i.clone(),
         None => database_image(ctx, policy).await?,
     };
-    let store_secret = match policy
-        .spec
-        .object_store
-        .as_ref()
-        .and_then(|o| o.credentials_secret.clone())
-    {
-        Some(s) => Some(crate::backup::secret_keys(ctx, &ns, &s).await?),
-        None => None,
-    };
+    let store_secret = crate::pod::policy_secret_keys(&ctx.client, policy).await?;
     let deployment =
         archiver(policy, &image, &ctx.image, store_secret.as_ref()).map_err(Error::Invalid)?;
     api.patch(
@@ -164,47 +152,19 @@ pub fn archiver(
     cmd.push(format!("--host={}", server.host));
     cmd.push(format!("--port={}", server.port.unwrap_or(3306)));
     let script = if login.is_some() {
-        crate::backup::login_script()
+        pod::login_script()
     } else {
-        format!("exec {TOOLS_DIR}/tidemark \"$@\"")
+        pod::tidemark_script()
     };
     let mut args = vec![script, "tidemark".to_owned()];
     args.extend(cmd);
-    let mut env = vec![plain("TIDEMARK_LOG", "info")];
-    if let Some(ep) = &os.endpoint {
-        env.push(plain("AWS_ENDPOINT_URL", ep));
-    }
-    if let Some(r) = &os.region {
-        env.push(plain("AWS_REGION", r));
-    }
-    if let Some(s) = store_secret {
-        env.push(from_secret("AWS_ACCESS_KEY_ID", &s.name, &s.access_key));
-        env.push(from_secret("AWS_SECRET_ACCESS_KEY", &s.name, &s.secret_key));
-        if let Some(t) = &s.session_token {
-            env.push(from_secret("AWS_SESSION_TOKEN", &s.name, t));
-        }
-    }
+    let mut env = vec![pod::plain("TIDEMARK_LOG", "info")];
+    env.extend(pod::store_env(os, store_secret));
     if let Some(db) = &login {
-        env.push(from_secret("DB_USER", db, "username"));
-        env.push(from_secret("DB_PASSWORD", db, "password"));
+        env.extend(pod::login_env(db));
     }
-    let mut labels = BTreeMap::new();
-    labels.insert(
-        "app.kubernetes.io/managed-by".to_owned(),
-        "tidemark".to_owned(),
-    );
-    labels.insert("tidemark.io/binlog-archiver".to_owned(), policy.name_any());
+    let labels = pod::labels("tidemark.io/binlog-archiver", &policy.name_any());
     let owner = crate::owner_ref(policy).ok_or("the BackupPolicy has no uid yet")?;
-    let mount = |name: &str, path: &str| VolumeMount {
-        name: name.into(),
-        mount_path: path.into(),
-        ..Default::default()
-    };
-    let empty = |name: &str| Volume {
-        name: name.into(),
-        empty_dir: Some(EmptyDirVolumeSource::default()),
-        ..Default::default()
-    };
     Ok(Deployment {
         metadata: ObjectMeta {
             name: Some(deployment_name(&policy.name_any())),
@@ -230,30 +190,17 @@ pub fn archiver(
                     ..Default::default()
                 }),
                 spec: Some(PodSpec {
-                    init_containers: Some(vec![Container {
-                        name: "tidemark".into(),
-                        image: Some(operator_image.to_owned()),
-                        command: Some(vec![
-                            "/tidemark".into(),
-                            "install".into(),
-                            format!("{TOOLS_DIR}/tidemark"),
-                        ]),
-                        volume_mounts: Some(vec![mount("tidemark-bin", TOOLS_DIR)]),
-                        ..Default::default()
-                    }]),
+                    init_containers: Some(vec![pod::install_container(operator_image)]),
                     containers: vec![Container {
                         name: "archiver".into(),
                         image: Some(image.to_owned()),
                         command: Some(vec!["sh".into(), "-c".into()]),
                         args: Some(args),
                         env: Some(env),
-                        volume_mounts: Some(vec![
-                            mount("tidemark-bin", TOOLS_DIR),
-                            mount("spool", SPOOL),
-                        ]),
+                        volume_mounts: Some(vec![pod::tools_mount(), pod::mount("spool", SPOOL)]),
                         ..Default::default()
                     }],
-                    volumes: Some(vec![empty("tidemark-bin"), empty("spool")]),
+                    volumes: Some(vec![pod::tools_volume(), pod::empty_volume("spool")]),
                     ..Default::default()
                 }),
             },

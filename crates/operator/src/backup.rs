@@ -22,9 +22,8 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, NodeAffinity, NodeSelector,
-    NodeSelectorRequirement, NodeSelectorTerm, PersistentVolumeClaim, Pod, PodSpec,
-    PodTemplateSpec, Secret, SecretKeySelector, Volume, VolumeMount,
+    Affinity, Container, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+    PersistentVolumeClaim, Pod, PodSpec, PodTemplateSpec, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -37,11 +36,10 @@ use tidemark_store::format::{Metadata, MetadataPhase};
 use tidemark_store::{Catalog, ClusterStore, NoProgress, layout};
 
 use crate::error::Error;
+use crate::pod::{self, SecretKeys};
 use crate::retention::condition;
 use crate::{Context, FIELD_MANAGER};
 
-/// Where the init container puts the `tidemark` binary (and the database option file).
-pub const TOOLS_DIR: &str = "/tidemark-bin";
 /// The default role label on database pods: `primary`, or anything else for a standby.
 pub const DEFAULT_ROLE_LABEL: &str = "tidemark.io/role";
 /// Where a MariaDB container keeps its data when `source.dataVolume` is not given.
@@ -163,15 +161,7 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
         .await;
     }
 
-    let store_secret = match &policy
-        .spec
-        .object_store
-        .as_ref()
-        .and_then(|o| o.credentials_secret.clone())
-    {
-        Some(s) => Some(secret_keys(&ctx, &ns, s).await?),
-        None => None,
-    };
+    let store_secret = pod::policy_secret_keys(&ctx.client, &policy).await?;
     if method == "job" {
         let job = match user_job(
             &backup,
@@ -755,44 +745,6 @@ async fn newest_restorable(store: &ClusterStore) -> Result<Option<String>, Error
         .map(|b| b.backup.id.clone()))
 }
 
-/// Which keys of the store Secret hold the credentials.
-#[derive(Debug, Clone)]
-pub struct SecretKeys {
-    pub name: String,
-    pub access_key: String,
-    pub secret_key: String,
-    pub session_token: Option<String>,
-}
-
-pub(crate) async fn secret_keys(ctx: &Context, ns: &str, name: &str) -> Result<SecretKeys, Error> {
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    let Some(secret) = secrets.get_opt(name).await? else {
-        return Err(Error::Missing(format!(
-            "Secret {ns}/{name} (spec.objectStore.credentialsSecret) does not exist"
-        )));
-    };
-    let data = secret.data.unwrap_or_default();
-    let pick = |keys: [&str; 2]| {
-        keys.into_iter()
-            .find(|k| data.contains_key(*k))
-            .map(str::to_owned)
-    };
-    match (
-        pick(["accessKeyId", "AWS_ACCESS_KEY_ID"]),
-        pick(["secretAccessKey", "AWS_SECRET_ACCESS_KEY"]),
-    ) {
-        (Some(access_key), Some(secret_key)) => Ok(SecretKeys {
-            name: name.to_owned(),
-            access_key,
-            secret_key,
-            session_token: pick(["sessionToken", "AWS_SESSION_TOKEN"]),
-        }),
-        _ => Err(Error::Invalid(format!(
-            "Secret {ns}/{name} lacks accessKeyId and secretAccessKey (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
-        ))),
-    }
-}
-
 /// Everything the Job is made of.
 #[derive(Debug)]
 pub struct JobPlan<'a> {
@@ -874,7 +826,7 @@ impl JobPlan<'_> {
         let with_login = self.source.credentials_secret.is_some();
         if with_login {
             // Must come first; written by the container from its environment.
-            push.push(format!("--defaults-extra-file={TOOLS_DIR}/my.cnf"));
+            push.push(format!("--defaults-extra-file={}/my.cnf", pod::TOOLS_DIR));
         }
         push.extend([
             format!("--host={pod_ip}"),
@@ -884,46 +836,18 @@ impl JobPlan<'_> {
         // The option file is written with the shell's printf from the environment, so the
         // password is in no argument of any process.
         let script = if with_login {
-            crate::backup::login_script()
+            pod::login_script()
         } else {
-            format!("exec {TOOLS_DIR}/tidemark \"$@\"")
+            pod::tidemark_script()
         };
         let mut args = vec![script, "tidemark".to_owned()];
         args.extend(push);
 
-        let mut env = vec![EnvVar {
-            name: "TIDEMARK_LOG".into(),
-            value: Some("info".into()),
-            ..Default::default()
-        }];
-        if let Some(ep) = &os.endpoint {
-            env.push(plain("AWS_ENDPOINT_URL", ep));
-        }
-        if let Some(r) = &os.region {
-            env.push(plain("AWS_REGION", r));
-        }
-        if let Some(s) = &self.store_secret {
-            env.push(from_secret("AWS_ACCESS_KEY_ID", &s.name, &s.access_key));
-            env.push(from_secret("AWS_SECRET_ACCESS_KEY", &s.name, &s.secret_key));
-            if let Some(t) = &s.session_token {
-                env.push(from_secret("AWS_SESSION_TOKEN", &s.name, t));
-            }
-        }
+        let mut env = vec![pod::plain("TIDEMARK_LOG", "info")];
+        env.extend(pod::store_env(os, self.store_secret.as_ref()));
         if let Some(db) = &self.source.credentials_secret {
-            env.push(from_secret("DB_USER", db, "username"));
-            env.push(from_secret("DB_PASSWORD", db, "password"));
+            env.extend(pod::login_env(db));
         }
-
-        let tools = Volume {
-            name: "tidemark-bin".into(),
-            empty_dir: Some(EmptyDirVolumeSource::default()),
-            ..Default::default()
-        };
-        let tools_mount = VolumeMount {
-            name: "tidemark-bin".into(),
-            mount_path: TOOLS_DIR.into(),
-            ..Default::default()
-        };
         let mut data_mount = self.data.mount.clone();
         // mariabackup only reads the data directory.
         data_mount.read_only = None;
@@ -934,14 +858,9 @@ impl JobPlan<'_> {
             .clone()
             .ok_or("the database container has no image")?;
         let pod_spec = self.pod.spec.clone().unwrap_or_default();
-        let mut labels = BTreeMap::new();
-        labels.insert(
-            "app.kubernetes.io/managed-by".to_owned(),
-            "tidemark".to_owned(),
-        );
-        labels.insert(
-            BACKUP_UID_LABEL.to_owned(),
-            self.backup.meta().uid.clone().unwrap_or_default(),
+        let labels = pod::labels(
+            BACKUP_UID_LABEL,
+            self.backup.meta().uid.as_deref().unwrap_or_default(),
         );
         let owner = crate::owner_ref(self.backup).ok_or("the Backup has no uid yet")?;
         Ok(Job {
@@ -988,17 +907,7 @@ impl JobPlan<'_> {
                         security_context: pod_spec.security_context.clone(),
                         service_account_name: pod_spec.service_account_name.clone(),
                         image_pull_secrets: pod_spec.image_pull_secrets.clone(),
-                        init_containers: Some(vec![Container {
-                            name: "tidemark".into(),
-                            image: Some(self.image.clone()),
-                            command: Some(vec![
-                                "/tidemark".into(),
-                                "install".into(),
-                                format!("{TOOLS_DIR}/tidemark"),
-                            ]),
-                            volume_mounts: Some(vec![tools_mount.clone()]),
-                            ..Default::default()
-                        }]),
+                        init_containers: Some(vec![pod::install_container(&self.image)]),
                         containers: vec![Container {
                             name: "backup".into(),
                             image: Some(image),
@@ -1006,11 +915,11 @@ impl JobPlan<'_> {
                             command: Some(vec!["sh".into(), "-c".into()]),
                             args: Some(args),
                             env: Some(env),
-                            volume_mounts: Some(vec![data_mount, tools_mount]),
+                            volume_mounts: Some(vec![data_mount, pod::tools_mount()]),
                             security_context: self.data.container.security_context.clone(),
                             ..Default::default()
                         }],
-                        volumes: Some(vec![self.data.volume.clone(), tools]),
+                        volumes: Some(vec![self.data.volume.clone(), pod::tools_volume()]),
                         ..Default::default()
                     }),
                 },
@@ -1049,35 +958,18 @@ pub fn user_job(
         .as_ref()
         .ok_or("the BackupPolicy has no spec.objectStore")?;
     let mut env = vec![
-        plain(
+        pod::plain(
             "TIDEMARK_STORE",
             &os.store_url().map_err(|e| e.to_string())?,
         ),
-        plain(
+        pod::plain(
             "TIDEMARK_CLUSTER",
             policy.spec.cluster_or(&policy.name_any()),
         ),
-        plain("TIDEMARK_BACKUP_NAME", backup_name),
-        plain("TIDEMARK_BACKUP_ID", backup_id),
+        pod::plain("TIDEMARK_BACKUP_NAME", backup_name),
+        pod::plain("TIDEMARK_BACKUP_ID", backup_id),
     ];
-    if let Some(ep) = &os.endpoint {
-        env.push(plain("AWS_ENDPOINT_URL", ep));
-    }
-    if let Some(r) = &os.region {
-        env.push(plain("AWS_REGION", r));
-    }
-    if let Some(s) = store_secret {
-        env.push(from_secret("AWS_ACCESS_KEY_ID", &s.name, &s.access_key));
-        env.push(from_secret("AWS_SECRET_ACCESS_KEY", &s.name, &s.secret_key));
-        if let Some(t) = &s.session_token {
-            env.push(from_secret("AWS_SESSION_TOKEN", &s.name, t));
-        }
-    }
-    let tools_mount = VolumeMount {
-        name: "tidemark-bin".into(),
-        mount_path: TOOLS_DIR.into(),
-        ..Default::default()
-    };
+    env.extend(pod::store_env(os, store_secret));
     let spec = template.spec.get_or_insert_with(Default::default);
     if spec.containers.is_empty() {
         return Err("spec.jobTemplate has no containers".into());
@@ -1090,36 +982,18 @@ pub fn user_job(
         c.env = Some(e);
         c.volume_mounts
             .get_or_insert_with(Vec::new)
-            .push(tools_mount.clone());
+            .push(pod::tools_mount());
     }
-    spec.init_containers.get_or_insert_with(Vec::new).insert(
-        0,
-        Container {
-            name: "tidemark".into(),
-            image: Some(image.to_owned()),
-            command: Some(vec![
-                "/tidemark".into(),
-                "install".into(),
-                format!("{TOOLS_DIR}/tidemark"),
-            ]),
-            volume_mounts: Some(vec![tools_mount]),
-            ..Default::default()
-        },
-    );
-    spec.volumes.get_or_insert_with(Vec::new).push(Volume {
-        name: "tidemark-bin".into(),
-        empty_dir: Some(EmptyDirVolumeSource::default()),
-        ..Default::default()
-    });
+    spec.init_containers
+        .get_or_insert_with(Vec::new)
+        .insert(0, pod::install_container(image));
+    spec.volumes
+        .get_or_insert_with(Vec::new)
+        .push(pod::tools_volume());
     spec.restart_policy = Some("Never".into());
-    let mut labels = BTreeMap::new();
-    labels.insert(
-        "app.kubernetes.io/managed-by".to_owned(),
-        "tidemark".to_owned(),
-    );
-    labels.insert(
-        BACKUP_UID_LABEL.to_owned(),
-        backup.meta().uid.clone().unwrap_or_default(),
+    let labels = pod::labels(
+        BACKUP_UID_LABEL,
+        backup.meta().uid.as_deref().unwrap_or_default(),
     );
     template
         .metadata
@@ -1144,39 +1018,6 @@ pub fn user_job(
         }),
         status: None,
     })
-}
-
-/// The container script that writes the database login from `$DB_USER` / `$DB_PASSWORD`
-/// into a mode-600 option file (`[client]`, values double-quoted with backslashes doubled,
-/// so `#` and `\` in a password are read as written), then runs `tidemark "$@"`. The
-/// password is in no argument of any process.
-pub(crate) fn login_script() -> String {
-    format!(
-        r#"umask 077 && q() {{ printf '%s' "$1" | sed 's/\\/\\\\/g'; }} && printf '[client]\nuser="%s"\npassword="%s"\n' "$(q "$DB_USER")" "$(q "$DB_PASSWORD")" > {TOOLS_DIR}/my.cnf && exec {TOOLS_DIR}/tidemark "$@""#
-    )
-}
-
-pub(crate) fn plain(name: &str, value: &str) -> EnvVar {
-    EnvVar {
-        name: name.into(),
-        value: Some(value.into()),
-        ..Default::default()
-    }
-}
-
-pub(crate) fn from_secret(name: &str, secret: &str, key: &str) -> EnvVar {
-    EnvVar {
-        name: name.into(),
-        value_from: Some(EnvVarSource {
-            secret_key_ref: Some(SecretKeySelector {
-                name: secret.into(),
-                key: key.into(),
-                optional: None,
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
 }
 
 /// Which Backup a Job belongs to (its controller owner reference).

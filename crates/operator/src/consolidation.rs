@@ -8,13 +8,9 @@
 //! store and reports it; the plan then lets the merged chain go. A failed Job is reported
 //! and removed, so a later pass tries again.
 
-use std::collections::BTreeMap;
-
 use async_trait::async_trait;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, PodSpec, PodTemplateSpec, Volume, VolumeMount,
-};
+use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -25,7 +21,7 @@ use tidemark_store::executor::Consolidation;
 use tidemark_store::format::CONSOLIDATED_FROM;
 use tidemark_store::{ClusterStore, Progress, Survey};
 
-use crate::backup::{SecretKeys, TOOLS_DIR, from_secret, plain};
+use crate::pod::{self, SecretKeys};
 
 /// Where the chain is prepared in the Job's pod.
 const WORK: &str = "/work";
@@ -166,7 +162,7 @@ impl JobConsolidator {
             .as_ref()
             .ok_or("the BackupPolicy has no spec.objectStore")?;
         let args = vec![
-            format!("exec {TOOLS_DIR}/tidemark \"$@\""),
+            pod::tidemark_script(),
             "tidemark".to_owned(),
             "consolidate".to_owned(),
             "--store".into(),
@@ -178,39 +174,9 @@ impl JobConsolidator {
             "--work-dir".into(),
             WORK.into(),
         ];
-        let mut env = vec![plain("TIDEMARK_LOG", "info")];
-        if let Some(ep) = &os.endpoint {
-            env.push(plain("AWS_ENDPOINT_URL", ep));
-        }
-        if let Some(r) = &os.region {
-            env.push(plain("AWS_REGION", r));
-        }
-        if let Some(s) = &self.store_secret {
-            env.push(from_secret("AWS_ACCESS_KEY_ID", &s.name, &s.access_key));
-            env.push(from_secret("AWS_SECRET_ACCESS_KEY", &s.name, &s.secret_key));
-            if let Some(t) = &s.session_token {
-                env.push(from_secret("AWS_SESSION_TOKEN", &s.name, t));
-            }
-        }
-        let mount = |n: &str, p: &str| VolumeMount {
-            name: n.into(),
-            mount_path: p.into(),
-            ..Default::default()
-        };
-        let empty = |n: &str| Volume {
-            name: n.into(),
-            empty_dir: Some(EmptyDirVolumeSource::default()),
-            ..Default::default()
-        };
-        let mut labels = BTreeMap::new();
-        labels.insert(
-            "app.kubernetes.io/managed-by".to_owned(),
-            "tidemark".to_owned(),
-        );
-        labels.insert(
-            "tidemark.io/consolidation".to_owned(),
-            self.policy.name_any(),
-        );
+        let mut env = vec![pod::plain("TIDEMARK_LOG", "info")];
+        env.extend(pod::store_env(os, self.store_secret.as_ref()));
+        let labels = pod::labels("tidemark.io/consolidation", &self.policy.name_any());
         let owner = crate::owner_ref(&self.policy).ok_or("the BackupPolicy has no uid yet")?;
         Ok(Job {
             metadata: ObjectMeta {
@@ -229,30 +195,17 @@ impl JobConsolidator {
                     }),
                     spec: Some(PodSpec {
                         restart_policy: Some("Never".into()),
-                        init_containers: Some(vec![Container {
-                            name: "tidemark".into(),
-                            image: Some(self.operator_image.clone()),
-                            command: Some(vec![
-                                "/tidemark".into(),
-                                "install".into(),
-                                format!("{TOOLS_DIR}/tidemark"),
-                            ]),
-                            volume_mounts: Some(vec![mount("tidemark-bin", TOOLS_DIR)]),
-                            ..Default::default()
-                        }]),
+                        init_containers: Some(vec![pod::install_container(&self.operator_image)]),
                         containers: vec![Container {
                             name: "consolidate".into(),
                             image: Some(self.image.clone()),
                             command: Some(vec!["sh".into(), "-c".into()]),
                             args: Some(args),
                             env: Some(env),
-                            volume_mounts: Some(vec![
-                                mount("tidemark-bin", TOOLS_DIR),
-                                mount("work", WORK),
-                            ]),
+                            volume_mounts: Some(vec![pod::tools_mount(), pod::mount("work", WORK)]),
                             ..Default::default()
                         }],
-                        volumes: Some(vec![empty("tidemark-bin"), empty("work")]),
+                        volumes: Some(vec![pod::tools_volume(), pod::empty_volume("work")]),
                         ..Default::default()
                     }),
                 },

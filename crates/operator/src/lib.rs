@@ -19,6 +19,7 @@ pub mod consolidation;
 pub mod error;
 pub mod leader;
 pub mod metrics;
+pub mod pod;
 pub mod retention;
 pub mod scheduled;
 #[cfg(feature = "test-support")]
@@ -253,6 +254,59 @@ fn controller_config() -> kube::runtime::controller::Config {
     kube::runtime::controller::Config::default().concurrency(CONCURRENT_RECONCILES)
 }
 
+/// A controller over `api` with the shared settings: bounded concurrency, and a graceful
+/// stop when `stopping` turns true.
+fn watched<K>(api: Api<K>, stopping: &tokio::sync::watch::Receiver<bool>) -> Controller<K>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    Controller::new(api, watcher::Config::default())
+        .with_config(controller_config())
+        .graceful_shutdown_on(stopped(stopping.clone()))
+}
+
+/// Runs `controller` with `reconcile`, counting every reconcile and clearing an object's
+/// backoff when it succeeds.
+async fn drive<K, F, Fut>(controller: Controller<K>, reconcile: F, ctx: Arc<Context>)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    F: Fn(Arc<K>, Arc<Context>) -> Fut + Send + Sync + Copy + 'static,
+    Fut: std::future::Future<Output = Result<Action, Error>> + Send + 'static,
+{
+    controller
+        .run(
+            move |obj, ctx| async move {
+                let k = key(obj.as_ref());
+                let r = reconcile(obj, ctx.clone()).await;
+                ctx.reconciled(&k);
+                if r.is_ok() {
+                    ctx.succeeded(&k);
+                }
+                r
+            },
+            error_policy,
+            ctx,
+        )
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!("controller: {e}");
+            }
+        })
+        .await;
+}
+
 /// Every controller, as one future that runs until they all end.
 /// How long reconciles in flight may take to finish at shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
@@ -294,98 +348,40 @@ async fn controllers(
         let _ = cache_ready.wait_until_ready().await;
     };
     let schedules: Api<ScheduledBackup> = Api::all(client.clone());
-    let schedule_ctx = ctx.clone();
-    let scheduled = Controller::new(schedules, watcher::Config::default())
-        .with_config(controller_config())
-        .graceful_shutdown_on(stopped(stopping.clone()))
-        .watches(backup_api, watcher::Config::default(), |b: Backup| {
-            scheduled::schedule_of(b)
-                .into_iter()
-                .collect::<Vec<ObjectRef<ScheduledBackup>>>()
-        })
-        .run(
-            move |sb, ctx| {
-                let ctx2 = ctx.clone();
-                async move {
-                    let k = key(sb.as_ref());
-                    let r = scheduled::reconcile(sb, ctx).await;
-                    ctx2.reconciled(&k);
-                    if r.is_ok() {
-                        ctx2.succeeded(&k);
-                    }
-                    r
-                }
+    let scheduled = drive(
+        watched(schedules, &stopping).watches(
+            backup_api,
+            watcher::Config::default(),
+            |b: Backup| {
+                scheduled::schedule_of(b)
+                    .into_iter()
+                    .collect::<Vec<ObjectRef<ScheduledBackup>>>()
             },
-            error_policy,
-            schedule_ctx,
-        )
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                tracing::debug!("controller: {e}");
-            }
-        });
+        ),
+        scheduled::reconcile,
+        ctx.clone(),
+    );
+    let ours = || {
+        watcher::Config::default().labels(&format!("{}={}", pod::MANAGED_BY.0, pod::MANAGED_BY.1))
+    };
     let policies: Api<BackupPolicy> = Api::all(client.clone());
     let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = Api::all(client.clone());
-    let retention = Controller::new(policies, watcher::Config::default())
-        .with_config(controller_config())
-        .graceful_shutdown_on(stopped(stopping.clone()))
-        .watches(
-            deployments,
-            watcher::Config::default().labels("app.kubernetes.io/managed-by=tidemark"),
-            |d| archiver::policy_of(&d).into_iter().collect::<Vec<_>>(),
-        )
-        .run(
-            |p, ctx| {
-                let ctx2 = ctx.clone();
-                async move {
-                    let k = key(p.as_ref());
-                    let r = retention::reconcile(p, ctx).await;
-                    ctx2.reconciled(&k);
-                    if r.is_ok() {
-                        ctx2.succeeded(&k);
-                    }
-                    r
-                }
-            },
-            error_policy,
-            ctx.clone(),
-        )
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                tracing::debug!("controller: {e}");
-            }
-        });
+    let retention = drive(
+        watched(policies, &stopping).watches(deployments, ours(), |d| {
+            archiver::policy_of(&d).into_iter().collect::<Vec<_>>()
+        }),
+        retention::reconcile,
+        ctx.clone(),
+    );
     let backups_api: Api<Backup> = Api::all(client.clone());
     let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::all(client.clone());
-    let runner = Controller::new(backups_api, watcher::Config::default())
-        .with_config(controller_config())
-        .graceful_shutdown_on(stopped(stopping.clone()))
-        .watches(
-            jobs,
-            watcher::Config::default().labels("app.kubernetes.io/managed-by=tidemark"),
-            |j| backup::backup_of(&j).into_iter().collect::<Vec<_>>(),
-        )
-        .run(
-            |b, ctx| {
-                let ctx2 = ctx.clone();
-                async move {
-                    let k = key(b.as_ref());
-                    let r = backup::reconcile(b, ctx).await;
-                    ctx2.reconciled(&k);
-                    if r.is_ok() {
-                        ctx2.succeeded(&k);
-                    }
-                    r
-                }
-            },
-            error_policy,
-            ctx.clone(),
-        )
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                tracing::debug!("controller: {e}");
-            }
-        });
+    let runner = drive(
+        watched(backups_api, &stopping).watches(jobs, ours(), |j| {
+            backup::backup_of(&j).into_iter().collect::<Vec<_>>()
+        }),
+        backup::reconcile,
+        ctx.clone(),
+    );
     let scheduled = async move {
         scheduled_ready.await;
         scheduled.await;

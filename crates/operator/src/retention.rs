@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action as Requeue;
@@ -21,7 +20,7 @@ use serde_json::json;
 use tidemark_api::crd::{BackupPolicy, BackupPolicyStatus, GapStatus, RecoveryWindowStatus};
 use tidemark_core::Action;
 use tidemark_engine::{PassOutcome, PassRequest, unattended_pass};
-use tidemark_store::{ClusterStore, S3Credentials, StoreOptions};
+use tidemark_store::{ClusterStore, StoreOptions};
 
 use crate::error::Error;
 use crate::{Context, FIELD_MANAGER};
@@ -213,15 +212,10 @@ async fn consolidator(
             return None;
         }
     };
-    let store_secret = match policy
-        .spec
-        .object_store
-        .as_ref()
-        .and_then(|o| o.credentials_secret.clone())
-    {
-        Some(s) => crate::backup::secret_keys(ctx, &ns, &s).await.ok(),
-        None => None,
-    };
+    let store_secret = crate::pod::policy_secret_keys(&ctx.client, policy)
+        .await
+        .ok()
+        .flatten();
     Some(crate::consolidation::JobConsolidator {
         jobs: Api::namespaced(ctx.client.clone(), &ns),
         policy: policy.clone(),
@@ -354,7 +348,7 @@ pub async fn open_store(
     let url = os.store_url().map_err(|e| Error::Invalid(e.to_string()))?;
     let credentials = match &os.credentials_secret {
         None => None,
-        Some(secret) => Some(credentials(client, &ns, secret).await?),
+        Some(secret) => Some(crate::pod::store_secret(client, &ns, secret).await?.1),
     };
     let options = StoreOptions {
         endpoint: os.endpoint.clone(),
@@ -365,39 +359,6 @@ pub async fn open_store(
     };
     ClusterStore::open(&url, policy.spec.cluster_or(&policy.name_any()), &options)
         .map_err(|e| Error::Engine(e.into()))
-}
-
-/// S3 credentials from Secret `ns/name`: keys `accessKeyId` and `secretAccessKey` (and
-/// optionally `sessionToken`), or the `AWS_*` names of the same.
-async fn credentials(client: &kube::Client, ns: &str, name: &str) -> Result<S3Credentials, Error> {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let Some(secret) = secrets.get_opt(name).await? else {
-        return Err(Error::Missing(format!(
-            "Secret {ns}/{name} (spec.objectStore.credentialsSecret) does not exist"
-        )));
-    };
-    let data = secret.data.unwrap_or_default();
-    let get = |keys: &[&str]| {
-        keys.iter().find_map(|k| {
-            data.get(*k)
-                .and_then(|v| String::from_utf8(v.0.clone()).ok())
-                .map(|s| s.trim().to_owned())
-                .filter(|s| !s.is_empty())
-        })
-    };
-    match (
-        get(&["accessKeyId", "AWS_ACCESS_KEY_ID"]),
-        get(&["secretAccessKey", "AWS_SECRET_ACCESS_KEY"]),
-    ) {
-        (Some(access_key_id), Some(secret_access_key)) => Ok(S3Credentials {
-            access_key_id,
-            secret_access_key,
-            session_token: get(&["sessionToken", "AWS_SESSION_TOKEN"]),
-        }),
-        _ => Err(Error::Invalid(format!(
-            "Secret {ns}/{name} lacks accessKeyId and secretAccessKey (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
-        ))),
-    }
 }
 
 /// A bounded reason for a failed pass: the error's class.

@@ -7,12 +7,10 @@
 //! what to run — tests never skip silently.
 #![allow(clippy::expect_used, clippy::panic)]
 
-use std::collections::BTreeSet;
 use std::future::Future;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
@@ -20,6 +18,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBind
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, Config};
+use tidemark_store::testkit::free_ports;
 use tokio::sync::oneshot;
 
 /// The admin's bearer token (group `system:masters`).
@@ -53,25 +52,6 @@ pub fn kube_bin() -> Result<PathBuf, String> {
         }
     }
     Ok(dir)
-}
-
-/// `n` loopback ports free now and never handed out before in this process.
-fn free_ports(n: usize) -> Vec<u16> {
-    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
-    let mut given = GIVEN
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let mut held = Vec::new();
-    let mut ports = Vec::new();
-    while ports.len() < n {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("no free loopback port");
-        let port = listener.local_addr().expect("bound address").port();
-        if given.insert(port) {
-            ports.push(port);
-        }
-        held.push(listener);
-    }
-    ports
 }
 
 /// A running control plane. Dropping it stops every process.

@@ -66,7 +66,7 @@ pub fn find_weed() -> Result<PathBuf, String> {
 
 /// `n` loopback ports free now and never handed out before in this process (tests in one
 /// binary start servers in parallel; the kernel may give a just-released port again).
-fn free_ports(n: usize) -> Vec<u16> {
+pub fn free_ports(n: usize) -> Vec<u16> {
     static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
     let mut given = GIVEN
         .lock()

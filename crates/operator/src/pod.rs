@@ -1,0 +1,223 @@
+//! The parts every pod the operator creates is made of (backup and consolidation Jobs, the
+//! binlog archiver): `tidemark` copied in by an init container, the store's location and
+//! credentials in the environment as Secret references, the database login written to an
+//! option file, and the labels that mark them as Tidemark's.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, Secret, SecretKeySelector, Volume,
+    VolumeMount,
+};
+use kube::api::Api;
+use kube::{Client, ResourceExt};
+use tidemark_api::ObjectStoreSpec;
+use tidemark_api::crd::BackupPolicy;
+use tidemark_store::S3Credentials;
+
+use crate::error::Error;
+
+/// Where the init container puts the `tidemark` binary (and the database option file).
+pub const TOOLS_DIR: &str = "/tidemark-bin";
+/// The volume that carries it.
+const TOOLS_VOLUME: &str = "tidemark-bin";
+/// The label on everything the operator creates (its watches select by it).
+pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "tidemark");
+
+/// Which keys of the store Secret hold the credentials.
+#[derive(Debug, Clone)]
+pub struct SecretKeys {
+    pub name: String,
+    pub access_key: String,
+    pub secret_key: String,
+    pub session_token: Option<String>,
+}
+
+/// Reads the store Secret `ns/name`: which keys hold the credentials (`accessKeyId` and
+/// `secretAccessKey`, optionally `sessionToken`, or their `AWS_*` names), and their values.
+///
+/// # Errors
+/// The Secret is missing or lacks the keys.
+pub async fn store_secret(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> Result<(SecretKeys, S3Credentials), Error> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let Some(secret) = secrets.get_opt(name).await? else {
+        return Err(Error::Missing(format!(
+            "Secret {ns}/{name} (spec.objectStore.credentialsSecret) does not exist"
+        )));
+    };
+    let data = secret.data.unwrap_or_default();
+    let pick = |keys: [&str; 2]| {
+        keys.into_iter().find_map(|k| {
+            let value = data
+                .get(k)
+                .and_then(|v| String::from_utf8(v.0.clone()).ok())
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())?;
+            Some((k.to_owned(), value))
+        })
+    };
+    match (
+        pick(["accessKeyId", "AWS_ACCESS_KEY_ID"]),
+        pick(["secretAccessKey", "AWS_SECRET_ACCESS_KEY"]),
+    ) {
+        (Some((access_key, access_key_id)), Some((secret_key, secret_access_key))) => {
+            let token = pick(["sessionToken", "AWS_SESSION_TOKEN"]);
+            Ok((
+                SecretKeys {
+                    name: name.to_owned(),
+                    access_key,
+                    secret_key,
+                    session_token: token.as_ref().map(|(k, _)| k.clone()),
+                },
+                S3Credentials {
+                    access_key_id,
+                    secret_access_key,
+                    session_token: token.map(|(_, v)| v),
+                },
+            ))
+        }
+        _ => Err(Error::Invalid(format!(
+            "Secret {ns}/{name} lacks accessKeyId and secretAccessKey (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
+        ))),
+    }
+}
+
+/// The keys of `policy`'s store Secret, when it names one.
+///
+/// # Errors
+/// As [`store_secret`].
+pub async fn policy_secret_keys(
+    client: &Client,
+    policy: &BackupPolicy,
+) -> Result<Option<SecretKeys>, Error> {
+    let ns = policy.namespace().unwrap_or_default();
+    match policy
+        .spec
+        .object_store
+        .as_ref()
+        .and_then(|o| o.credentials_secret.as_deref())
+    {
+        Some(name) => Ok(Some(store_secret(client, &ns, name).await?.0)),
+        None => Ok(None),
+    }
+}
+
+/// The store's endpoint, region and credentials (as Secret references) for `tidemark`.
+pub fn store_env(os: &ObjectStoreSpec, keys: Option<&SecretKeys>) -> Vec<EnvVar> {
+    let mut env = Vec::new();
+    if let Some(ep) = &os.endpoint {
+        env.push(plain("AWS_ENDPOINT_URL", ep));
+    }
+    if let Some(r) = &os.region {
+        env.push(plain("AWS_REGION", r));
+    }
+    if let Some(s) = keys {
+        env.push(from_secret("AWS_ACCESS_KEY_ID", &s.name, &s.access_key));
+        env.push(from_secret("AWS_SECRET_ACCESS_KEY", &s.name, &s.secret_key));
+        if let Some(t) = &s.session_token {
+            env.push(from_secret("AWS_SESSION_TOKEN", &s.name, t));
+        }
+    }
+    env
+}
+
+/// The database login of Secret `secret` (`username`, `password`) as `$DB_USER` and
+/// `$DB_PASSWORD`, for [`login_script`].
+pub fn login_env(secret: &str) -> [EnvVar; 2] {
+    [
+        from_secret("DB_USER", secret, "username"),
+        from_secret("DB_PASSWORD", secret, "password"),
+    ]
+}
+
+/// The container script that writes the database login from `$DB_USER` / `$DB_PASSWORD`
+/// into a mode-600 option file (`[client]`, values double-quoted with backslashes doubled,
+/// so `#` and `\` in a password are read as written), then runs `tidemark "$@"`. The
+/// password is in no argument of any process.
+pub fn login_script() -> String {
+    format!(
+        r#"umask 077 && q() {{ printf '%s' "$1" | sed 's/\\/\\\\/g'; }} && printf '[client]\nuser="%s"\npassword="%s"\n' "$(q "$DB_USER")" "$(q "$DB_PASSWORD")" > {TOOLS_DIR}/my.cnf && exec {TOOLS_DIR}/tidemark "$@""#
+    )
+}
+
+/// The container script that runs `tidemark "$@"` (no database login).
+pub fn tidemark_script() -> String {
+    format!("exec {TOOLS_DIR}/tidemark \"$@\"")
+}
+
+/// The init container that copies `tidemark` from the operator's `image` into
+/// [`TOOLS_DIR`] (`tidemark install`: the target image may have no `cp`).
+pub fn install_container(image: &str) -> Container {
+    Container {
+        name: "tidemark".into(),
+        image: Some(image.to_owned()),
+        command: Some(vec![
+            "/tidemark".into(),
+            "install".into(),
+            format!("{TOOLS_DIR}/tidemark"),
+        ]),
+        volume_mounts: Some(vec![tools_mount()]),
+        ..Default::default()
+    }
+}
+
+/// [`TOOLS_DIR`], mounted.
+pub fn tools_mount() -> VolumeMount {
+    mount(TOOLS_VOLUME, TOOLS_DIR)
+}
+
+/// The empty volume behind [`TOOLS_DIR`].
+pub fn tools_volume() -> Volume {
+    empty_volume(TOOLS_VOLUME)
+}
+
+pub fn mount(name: &str, path: &str) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        ..Default::default()
+    }
+}
+
+pub fn empty_volume(name: &str) -> Volume {
+    Volume {
+        name: name.into(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Default::default()
+    }
+}
+
+/// [`MANAGED_BY`] and `key=value`.
+pub fn labels(key: &str, value: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned()),
+        (key.to_owned(), value.to_owned()),
+    ])
+}
+
+pub fn plain(name: &str, value: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        ..Default::default()
+    }
+}
+
+pub fn from_secret(name: &str, secret: &str, key: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret.into(),
+                key: key.into(),
+                optional: None,
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}

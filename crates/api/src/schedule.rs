@@ -72,8 +72,10 @@ pub struct BackupTemplate {
     /// Back up a running server (the default); `false` is refused by physical methods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub online: Option<bool>,
-    /// In standalone mode: the local command whose stdout is the backup (for
-    /// `mariabackup`, the program and its connection options).
+    /// The command whose stdout is the backup. Method `exec`: in the operator, run in the
+    /// database container through `pods/exec` (e.g. `[mariadb-dump, --all-databases]`);
+    /// in standalone mode, run locally. Standalone `mariabackup`: the program and its
+    /// connection options.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub command: Vec<String>,
     /// For method `job`: the pod template of the Job that makes the backup. Every

@@ -11,6 +11,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -22,7 +23,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use tidemark_api::crd::{Backup, BackupPolicy};
-use tidemark_operator::testkit::{KubeCluster, Operator, eventually};
+use tidemark_operator::testkit::{ExecRequest, KubeCluster, Kubelet, Operator, eventually};
 use tidemark_store::testkit::{ACCESS_KEY, BUCKET, MariaDb, SECRET_KEY, SeaweedFs, query_restored};
 
 /// With `#` and `\`, which an unquoted option file would misread.
@@ -876,5 +877,237 @@ async fn consolidation_runs_as_a_job() {
         "12",
         "{synthetic}"
     );
+    op.stop().await;
+}
+
+/// Method `exec`: the Backup's command runs in the database container through
+/// `pods/exec` — the real API server proxies it to a kubelet, played here by the testkit's
+/// [`Kubelet`], which runs it against the real MariaDB — and the operator streams its
+/// stdout into SeaweedFS. The dump restores to the exact row count. A failing command
+/// fails the Backup with its exit status and its stderr (redacted); a stream cut by an
+/// operator stop is fenced by the next leader, whose store record wins over the old stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn method_exec_streams_through_pods_exec() {
+    let s3 = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let db = tokio::task::spawn_blocking(MariaDb::start).await.unwrap();
+    db.sql("CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT);");
+    let values: Vec<String> = (0..12).map(|i| format!("({i})")).collect();
+    db.sql(&format!(
+        "INSERT INTO shop.orders (v) VALUES {}",
+        values.join(",")
+    ));
+
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    // The node: the database container's commands run here, against the local server.
+    // In a database container the client finds the server by its default socket; here, by
+    // the option file in the container's home.
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join(".my.cnf"),
+        format!("[client]\nsocket={}\n", db.socket.display()),
+    )
+    .unwrap();
+    let home_dir = home.path().to_path_buf();
+    let kubelet = Kubelet::start(Arc::new(move |r: &ExecRequest| {
+        if r.pod != "db-0" || r.container != "mariadb" {
+            return None;
+        }
+        let mut cmd = tokio::process::Command::new(&r.command[0]);
+        cmd.args(&r.command[1..]).env("HOME", &home_dir);
+        Some(cmd)
+    }))
+    .await;
+    kubelet.register(&admin, "node-1").await;
+
+    let ns = "logical";
+    cluster.namespace(ns).await;
+    secret(
+        &admin,
+        ns,
+        "s3",
+        &[("accessKeyId", ACCESS_KEY), ("secretAccessKey", SECRET_KEY)],
+    )
+    .await;
+    let policy: BackupPolicy = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy",
+        "metadata": {"name": "shop", "namespace": ns},
+        "spec": {
+            "objectStore": {"bucket": BUCKET, "endpoint": s3.endpoint, "credentialsSecret": "s3"},
+            "source": {"selector": {"matchLabels": {"app": "db"}}, "container": "mariadb"},
+        },
+    }))
+    .unwrap();
+    Api::<BackupPolicy>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "db-0", "namespace": ns, "labels": {"app": "db", "tidemark.io/role": "primary"}},
+        "spec": {
+            "nodeName": "node-1",
+            "containers": [{"name": "mariadb", "image": "mariadb:11.4"}],
+        },
+    }))
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    pods.patch_status(
+        "db-0",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Running", "podIP": "127.0.0.1"}})),
+    )
+    .await
+    .unwrap();
+
+    let op = Operator::start(&cluster, "operator-exec");
+    let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
+    let create = |name: &'static str, command: serde_json::Value| {
+        let backups = backups.clone();
+        async move {
+            let b: Backup = serde_json::from_value(json!({
+                "apiVersion": "tidemark.io/v1alpha1", "kind": "Backup",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {"policy": {"name": "shop"}, "method": "exec", "target": "primary", "command": command},
+            }))
+            .unwrap();
+            backups.create(&PostParams::default(), &b).await.unwrap();
+        }
+    };
+    let dump = json!([
+        "mariadb-dump",
+        "--user=root",
+        "--single-transaction",
+        "--databases",
+        "shop"
+    ]);
+    create("dump-1", dump.clone()).await;
+    let phase_of = |name: &'static str, phase: &'static str| {
+        let backups = backups.clone();
+        async move {
+            eventually(&format!("{name} {phase}"), || async {
+                let s = serde_json::to_value(backups.get(name).await.unwrap().status).unwrap();
+                if s["phase"] != phase {
+                    eprintln!("{name}: {s}");
+                }
+                (s["phase"] == phase).then_some(s)
+            })
+            .await
+        }
+    };
+    let st = phase_of("dump-1", "completed").await;
+    let id = st["backupId"].as_str().unwrap().to_owned();
+    assert!(st.get("jobName").is_none(), "no Job for exec: {st}");
+    assert_eq!(st["key"], format!("dump-1/{id}/metadata.json"));
+    let checksum = st["checksum"].as_str().unwrap().to_owned();
+    assert!(checksum.starts_with("sha256:"), "{st}");
+    // The API server carried exactly the Backup's command to the pod's container.
+    let served = kubelet.requests.lock().unwrap().clone();
+    assert_eq!(served.len(), 1, "{served:?}");
+    assert_eq!(
+        (
+            served[0].namespace.as_str(),
+            served[0].pod.as_str(),
+            served[0].container.as_str()
+        ),
+        (ns, "db-0", "mariadb")
+    );
+    assert_eq!(json!(served[0].command), dump);
+
+    // The dump, fetched back (checksum verified), restores to the exact row count.
+    let fetched = common::bin()
+        .envs(s3.env())
+        .args([
+            "fetch",
+            "--store",
+            &s3.url(),
+            "--cluster",
+            "shop",
+            "--endpoint",
+            &s3.endpoint,
+        ])
+        .args(["--backup-id", &id, "--backup-name", "dump-1"])
+        .output()
+        .unwrap();
+    assert!(
+        fetched.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fetched.stderr)
+    );
+    assert_eq!(st["size"].as_u64().unwrap(), fetched.stdout.len() as u64);
+    db.sql("DROP DATABASE shop");
+    let mut load = std::process::Command::new("mariadb")
+        .args(db.client_args())
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    load.stdin
+        .take()
+        .unwrap()
+        .write_all(&fetched.stdout)
+        .unwrap();
+    assert!(load.wait().unwrap().success());
+    assert_eq!(db.sql("SELECT COUNT(*) FROM shop.orders").trim(), "12");
+
+    // A command that fails: its exit status and stderr, a password in it hidden; the
+    // store records the failed attempt and keeps no payload.
+    create(
+        "broken-1",
+        json!([
+            "sh",
+            "-c",
+            "echo partial; echo 'cannot connect with --password=hunter2' >&2; exit 3"
+        ]),
+    )
+    .await;
+    let st = phase_of("broken-1", "failed").await;
+    let error = st["error"].as_str().unwrap();
+    assert!(error.contains("exited with status 3"), "{error}");
+    assert!(error.contains("cannot connect"), "{error}");
+    assert!(
+        !error.contains("hunter2"),
+        "a secret in the status: {error}"
+    );
+    let failed_id = st["backupId"].as_str().unwrap();
+    let store = s3.cluster_store("shop");
+    let meta: serde_json::Value = serde_json::from_slice(
+        &store
+            .read(&tidemark_store::layout::metadata_key("broken-1", failed_id))
+            .await
+            .unwrap()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(meta["phase"], "failed", "{meta}");
+    assert!(
+        meta["payload"].as_array().is_none_or(Vec::is_empty),
+        "{meta}"
+    );
+
+    // A stream cut by an operator stop: the next leader fences the attempt.
+    create(
+        "slow-1",
+        json!(["sh", "-c", "echo started; sleep 60; echo never"]),
+    )
+    .await;
+    let st = phase_of("slow-1", "running").await;
+    let slow_id = st["backupId"].as_str().unwrap().to_owned();
+    op.stop().await;
+    let op = Operator::start(&cluster, "operator-exec-2");
+    let st = phase_of("slow-1", "failed").await;
+    assert!(
+        st["error"].as_str().unwrap().contains("operator stopped"),
+        "{st}"
+    );
+    let meta: serde_json::Value = serde_json::from_slice(
+        &store
+            .read(&tidemark_store::layout::metadata_key("slow-1", &slow_id))
+            .await
+            .unwrap()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(meta["phase"], "failed", "the store says so too: {meta}");
     op.stop().await;
 }

@@ -103,13 +103,44 @@ pub async fn take_backup(
         Some(run) => run.command.clone(),
         None => request.command.clone(),
     };
+    let source: Box<dyn Source> = if command.is_empty() {
+        Box::new(Stdin)
+    } else {
+        Box::new(LocalCommand::new(command, request.detach))
+    };
+    run_attempt(store, spec, source, mariabackup.as_ref(), progress).await
+}
+
+/// Takes one backup from `source` (started once the backup-id is claimed): the attempt
+/// lifecycle without anything method-specific, for a source that runs elsewhere (the
+/// operator's `exec` through `pods/exec`).
+///
+/// # Errors
+/// A taken backup-id before anything is recorded; a failed source or upload, recorded as a
+/// failed attempt.
+pub async fn take_backup_from(
+    store: &ClusterStore,
+    spec: &BackupSpec,
+    source: Box<dyn Source>,
+    progress: &dyn Progress,
+) -> Result<Metadata, AttemptFailure> {
+    run_attempt(store, spec, source, None, progress).await
+}
+
+async fn run_attempt(
+    store: &ClusterStore,
+    spec: &BackupSpec,
+    source: Box<dyn Source>,
+    mariabackup: Option<&MariabackupRun>,
+    progress: &dyn Progress,
+) -> Result<Metadata, AttemptFailure> {
     let attempt = Attempt::begin(store, spec)
         .await
         .map_err(EngineError::from)?;
-    let streamed = stream_source(&attempt, &command, request.detach, progress).await;
+    let streamed = stream_source(&attempt, source, progress).await;
     // What mariabackup recorded beside the stream; without it the backup is unusable as a
     // parent, so its absence fails the attempt.
-    let result = match (streamed, &mariabackup) {
+    let result = match (streamed, mariabackup) {
         (Ok(payload), Some(run)) => match run.recorded() {
             Ok((extra, position)) => Ok((payload, extra, position)),
             Err(e) => {
@@ -155,66 +186,148 @@ pub async fn take_backup(
     }
 }
 
-/// Streams stdin, or the stdout of `command`, into the attempt; a command that exits
-/// non-zero fails it (and its bytes are removed).
-async fn stream_source(
-    attempt: &Attempt,
-    command: &[String],
-    detach: bool,
-    progress: &dyn Progress,
-) -> Result<PayloadObject, EngineError> {
-    let Some((program, rest)) = command.split_first() else {
-        let mut stdin = tokio::io::stdin();
-        return Ok(attempt.upload(&mut stdin, progress).await?);
-    };
-    let mut cmd = tokio::process::Command::new(program);
-    cmd.args(rest)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true);
-    if detach {
-        cmd.process_group(0);
+/// Where a backup's bytes come from: started once the backup-id is claimed, its stream
+/// drained into the store, then asked how it ended.
+#[async_trait]
+pub trait Source: Send {
+    /// Starts the source and gives its stream.
+    ///
+    /// # Errors
+    /// It could not be started.
+    async fn start(&mut self) -> Result<Box<dyn AsyncRead + Unpin + Send>, EngineError>;
+
+    /// How it ended, once its stream was read to the end — or, with `stop`, after the
+    /// upload failed (it is stopped first): `Ok(Err(how))` when it failed, e.g. "exited
+    /// with status 2".
+    ///
+    /// # Errors
+    /// Its end could not be observed.
+    async fn finish(&mut self, stop: bool) -> Result<Result<(), String>, EngineError>;
+
+    /// What it is, for messages (already redacted).
+    fn describe(&self) -> String;
+
+    /// What it said about its failure (e.g. the end of its stderr, redacted), appended to
+    /// the error.
+    fn said(&self) -> Option<String> {
+        None
     }
-    let mut child = cmd.spawn().map_err(|e| {
-        let shown = crate::redact::redact(&command[..1]);
-        EngineError::Source(format!("cannot run {:?}: {e}", shown[0]))
-    })?;
-    let Some(stdout) = child.stdout.take() else {
-        return Err(EngineError::Internal(format!(
-            "no stdout pipe from {}",
-            shell_words(&command[..1])
-        )));
-    };
-    let mut source: Box<dyn AsyncRead + Unpin + Send> = Box::new(stdout);
-    let uploaded = attempt.upload(&mut source, progress).await;
-    drop(source);
-    let status = match &uploaded {
-        // The stream ended (maybe empty): the command's verdict decides.
-        Ok(_) | Err(TransferError::EmptyStream) => child.wait().await,
-        // The upload failed first: stop the command.
-        Err(_) => {
-            let _ = child.start_kill();
-            child.wait().await
+}
+
+/// This process's standard input.
+struct Stdin;
+
+#[async_trait]
+impl Source for Stdin {
+    async fn start(&mut self) -> Result<Box<dyn AsyncRead + Unpin + Send>, EngineError> {
+        Ok(Box::new(tokio::io::stdin()))
+    }
+
+    async fn finish(&mut self, _stop: bool) -> Result<Result<(), String>, EngineError> {
+        Ok(Ok(()))
+    }
+
+    fn describe(&self) -> String {
+        "standard input".into()
+    }
+}
+
+/// A local command whose stdout is the backup.
+struct LocalCommand {
+    command: Vec<String>,
+    detach: bool,
+    child: Option<tokio::process::Child>,
+}
+
+impl LocalCommand {
+    fn new(command: Vec<String>, detach: bool) -> Self {
+        LocalCommand {
+            command,
+            detach,
+            child: None,
         }
     }
-    .map_err(|e| EngineError::Internal(format!("waiting for the backup command: {e}")))?;
-    match uploaded {
-        // A command that failed without output failed: say that, not "empty".
-        Err(TransferError::EmptyStream) if !status.success() => Err(EngineError::Source(format!(
-            "{} {} without output",
-            shell_words(command),
-            describe_exit(status)
+}
+
+#[async_trait]
+impl Source for LocalCommand {
+    async fn start(&mut self) -> Result<Box<dyn AsyncRead + Unpin + Send>, EngineError> {
+        let command = &self.command;
+        let mut cmd = tokio::process::Command::new(&command[0]);
+        cmd.args(&command[1..])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
+        if self.detach {
+            cmd.process_group(0);
+        }
+        let mut child = cmd.spawn().map_err(|e| {
+            let shown = crate::redact::redact(&command[..1]);
+            EngineError::Source(format!("cannot run {:?}: {e}", shown[0]))
+        })?;
+        let Some(stdout) = child.stdout.take() else {
+            return Err(EngineError::Internal(format!(
+                "no stdout pipe from {}",
+                shell_words(&command[..1])
+            )));
+        };
+        self.child = Some(child);
+        Ok(Box::new(stdout))
+    }
+
+    async fn finish(&mut self, stop: bool) -> Result<Result<(), String>, EngineError> {
+        let Some(child) = self.child.as_mut() else {
+            return Ok(Ok(()));
+        };
+        if stop {
+            let _ = child.start_kill();
+        }
+        let status = child
+            .wait()
+            .await
+            .map_err(|e| EngineError::Internal(format!("waiting for the backup command: {e}")))?;
+        Ok(if status.success() {
+            Ok(())
+        } else {
+            Err(describe_exit(status))
+        })
+    }
+
+    fn describe(&self) -> String {
+        shell_words(&self.command)
+    }
+}
+
+/// Streams `source` into the attempt; a source that fails fails it (and its bytes are
+/// removed).
+async fn stream_source(
+    attempt: &Attempt,
+    mut source: Box<dyn Source>,
+    progress: &dyn Progress,
+) -> Result<PayloadObject, EngineError> {
+    let mut stream = source.start().await?;
+    let uploaded = attempt.upload(&mut stream, progress).await;
+    drop(stream);
+    // The stream ended (maybe empty): the source's verdict decides. The upload failed
+    // first: stop the source.
+    let stop = !matches!(&uploaded, Ok(_) | Err(TransferError::EmptyStream));
+    let verdict = source.finish(stop).await?;
+    let said = source.said().map(|s| format!("; {s}")).unwrap_or_default();
+    match (uploaded, verdict) {
+        // A source that failed without output failed: say that, not "empty".
+        (Err(TransferError::EmptyStream), Err(how)) => Err(EngineError::Source(format!(
+            "{} {how} without output{said}",
+            source.describe()
         ))),
-        Err(e) => Err(e.into()),
-        Ok(payload) if status.success() => Ok(payload),
-        Ok(payload) => {
+        (Err(e), _) => Err(e.into()),
+        (Ok(payload), Ok(())) => Ok(payload),
+        (Ok(payload), Err(how)) => {
             // The bytes are of a failed run: remove them now rather than after the TTL.
             transfer::remove_payload(attempt.store(), attempt.spec(), &payload.name).await;
             Err(EngineError::Source(format!(
-                "{} {} after writing {} bytes",
-                shell_words(command),
-                describe_exit(status),
+                "{} {how} after writing {} bytes{said}",
+                source.describe(),
                 payload.size
             )))
         }

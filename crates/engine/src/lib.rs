@@ -20,7 +20,9 @@ pub mod redact;
 pub mod schedule;
 pub mod standalone;
 
-pub use attempt::{AttemptFailure, BackupRequest, BackupRunner, LocalProcess};
+pub use attempt::{
+    AttemptFailure, BackupRequest, BackupRunner, LocalProcess, Source, take_backup_from,
+};
 pub use clock::{Clock, SystemClock};
 pub use error::{Class, EngineError};
 pub use pass::{

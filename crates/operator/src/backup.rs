@@ -89,10 +89,9 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
         .method
         .as_deref()
         .unwrap_or("mariabackup");
-    if !matches!(method, "mariabackup" | "xtrabackup" | "job") {
-        let message = format!(
-            "method {method:?} is not run by the operator yet; use mariabackup, xtrabackup or job"
-        );
+    if !matches!(method, "mariabackup" | "xtrabackup" | "exec" | "job") {
+        let message =
+            format!("unknown method {method:?}; expected mariabackup, xtrabackup, exec or job");
         fail(&api, &backup, &status, &message).await?;
         return Ok(Action::await_change());
     }
@@ -108,6 +107,19 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
     let store = crate::retention::open(&ctx, &policy).await?;
     let backup_id = backup_id(&backup);
     let backup_name = store_name(&backup);
+    if method == "exec" {
+        return exec_backup(
+            &ctx,
+            &api,
+            backup.clone(),
+            &status,
+            &policy,
+            store,
+            &backup_name,
+            &backup_id,
+        )
+        .await;
+    }
     if let Some(job) = jobs.get_opt(&job_name).await? {
         let ours = job
             .owner_references()
@@ -195,33 +207,9 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
     }
 
     // Pending: choose the pod, check the volume, create the Job.
-    let Some(source) = policy.spec.source.as_ref() else {
-        let message = "the BackupPolicy has no spec.source (which pods hold the database)";
-        return blocked(&api, &backup, "NoSource", message).await;
-    };
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let candidates = pods
-        .list(&ListParams::default().labels(&selector(&source.selector)?))
-        .await?
-        .items;
-    let target = backup
-        .spec
-        .template
-        .target
-        .as_deref()
-        .unwrap_or("prefer-standby");
-    let Some(pod) = choose_pod(&candidates, source, target) else {
-        let message = format!(
-            "no running database pod for target {target} among {} pod(s) matching spec.source.selector",
-            candidates.len()
-        );
-        let next = blocked(&api, &backup, "DatabasePodNotRunning", &message).await?;
-        // A pod starting up is usually running within seconds.
-        return Ok(if backup_failed(&next) {
-            next
-        } else {
-            Action::requeue(Duration::from_secs(10))
-        });
+    let (pod, source) = match target_pod(&ctx, &api, &backup, &policy).await? {
+        Ok(found) => found,
+        Err(action) => return Ok(action),
     };
     let data = match data_volume(&pod, source) {
         Ok(d) => d,
@@ -244,7 +232,7 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
                 .is_some_and(|m| m.iter().any(|m| m == "ReadWriteOncePod"))
         {
             let message = format!(
-                "the data volume's claim {claim} is ReadWriteOncePod: no second pod may mount it; use method job with a logical dump"
+                "the data volume's claim {claim} is ReadWriteOncePod: no second pod may mount it; use method exec (the command runs in the database container) or job"
             );
             return blocked(&api, &backup, "ReadWriteOncePod", &message).await;
         }
@@ -345,24 +333,176 @@ async fn mark_running(
     backup_id: &str,
     what: &str,
 ) -> Result<(), Error> {
-    let running = BackupStatus {
+    let running = running_status(
+        backup,
+        status,
+        Some(job_name),
+        store,
+        backup_name,
+        backup_id,
+        ctx.clock.now(),
+        &format!("Job {job_name} backs up {what}"),
+    );
+    apply_status(api, &backup.name_any(), &running).await
+}
+
+/// The status of an attempt that started at `started_at`.
+#[allow(clippy::too_many_arguments)]
+fn running_status(
+    backup: &Backup,
+    status: &BackupStatus,
+    job_name: Option<&str>,
+    store: &ClusterStore,
+    backup_name: &str,
+    backup_id: &str,
+    started_at: Timestamp,
+    message: &str,
+) -> BackupStatus {
+    BackupStatus {
         phase: Some(BackupPhase::Running),
         backup_id: Some(backup_id.to_owned()),
-        job_name: Some(job_name.to_owned()),
+        job_name: job_name.map(str::to_owned),
         bucket: Some(store.url.clone()),
         key: Some(layout::metadata_key(backup_name, backup_id).to_string()),
-        started_at: Some(Time(ctx.clock.now())),
+        started_at: Some(Time(started_at)),
         conditions: vec![condition(
             &status.conditions,
             "Ready",
             false,
             "Running",
-            &format!("Job {job_name} backs up {what}"),
+            message,
             backup.meta().generation,
         )],
         ..Default::default()
+    }
+}
+
+/// Chooses the database pod for `backup`; `Err(action)` when none can be used yet (the
+/// Backup is blocked, and says why).
+async fn target_pod<'p>(
+    ctx: &Context,
+    api: &Api<Backup>,
+    backup: &Backup,
+    policy: &'p BackupPolicy,
+) -> Result<Result<(Pod, &'p SourceSpec), Action>, Error> {
+    let Some(source) = policy.spec.source.as_ref() else {
+        let message = "the BackupPolicy has no spec.source (which pods hold the database)";
+        return Ok(Err(blocked(api, backup, "NoSource", message).await?));
     };
-    apply_status(api, &backup.name_any(), &running).await
+    let pods: Api<Pod> =
+        Api::namespaced(ctx.client.clone(), &backup.namespace().unwrap_or_default());
+    let candidates = pods
+        .list(&ListParams::default().labels(&selector(&source.selector)?))
+        .await?
+        .items;
+    let target = backup
+        .spec
+        .template
+        .target
+        .as_deref()
+        .unwrap_or("prefer-standby");
+    let Some(pod) = choose_pod(&candidates, source, target) else {
+        let message = format!(
+            "no running database pod for target {target} among {} pod(s) matching spec.source.selector",
+            candidates.len()
+        );
+        let next = blocked(api, backup, "DatabasePodNotRunning", &message).await?;
+        // A pod starting up is usually running within seconds.
+        return Ok(Err(if backup_failed(&next) {
+            next
+        } else {
+            Action::requeue(Duration::from_secs(10))
+        }));
+    };
+    Ok(Ok((pod, source)))
+}
+
+/// Method `exec` (see [`crate::exec`]): the command runs in the database container and
+/// this process streams its stdout into the store.
+#[allow(clippy::too_many_arguments)]
+async fn exec_backup(
+    ctx: &Arc<Context>,
+    api: &Api<Backup>,
+    backup: Arc<Backup>,
+    status: &BackupStatus,
+    policy: &BackupPolicy,
+    store: ClusterStore,
+    backup_name: &str,
+    backup_id: &str,
+) -> Result<Action, Error> {
+    let uid = backup.meta().uid.clone().unwrap_or_default();
+    if status.phase == Some(BackupPhase::Running) {
+        if ctx.streams.running(&uid) {
+            return Ok(Action::requeue(Duration::from_secs(30)));
+        }
+        let started = status
+            .started_at
+            .as_ref()
+            .map_or_else(|| ctx.clock.now(), |t| t.0);
+        let spec = crate::exec::attempt_spec(&backup, backup_name, backup_id, started);
+        return crate::exec::fence(ctx, api, &backup, status, &store, &spec).await;
+    }
+    let command = backup.spec.template.command.clone();
+    if command.is_empty() {
+        let message = "method exec needs spec.command: the command whose stdout is the backup, run in the database container (e.g. [mariadb-dump, --all-databases, --single-transaction])";
+        fail(api, &backup, status, message).await?;
+        return Ok(Action::await_change());
+    }
+    if backup.spec.kind == BackupType::Incremental {
+        let message =
+            "type incremental needs method mariabackup or xtrabackup; exec takes whole backups";
+        fail(api, &backup, status, message).await?;
+        return Ok(Action::await_change());
+    }
+    let (pod, source) = match target_pod(ctx, api, &backup, policy).await? {
+        Ok(found) => found,
+        Err(action) => return Ok(action),
+    };
+    let containers = pod
+        .spec
+        .as_ref()
+        .map(|s| s.containers.clone())
+        .unwrap_or_default();
+    let container = match &source.container {
+        Some(c) if containers.iter().any(|x| &x.name == c) => c.clone(),
+        Some(c) => {
+            let message = format!(
+                "pod {} has no container {c:?} (spec.source.container)",
+                pod.name_any()
+            );
+            return blocked(api, &backup, "NoContainer", &message).await;
+        }
+        None => match containers.first() {
+            Some(c) => c.name.clone(),
+            None => {
+                let message = format!("pod {} has no containers", pod.name_any());
+                return blocked(api, &backup, "NoContainer", &message).await;
+            }
+        },
+    };
+    let plan = crate::exec::ExecPlan {
+        pod: pod.name_any(),
+        container,
+        command,
+    };
+    let started = ctx.clock.now();
+    let spec = crate::exec::attempt_spec(&backup, backup_name, backup_id, started);
+    let running = running_status(
+        &backup,
+        status,
+        None,
+        &store,
+        backup_name,
+        backup_id,
+        started,
+        &format!("streams {}", plan.describe()),
+    );
+    // Running first: a crash after it is fenced by the next reconcile (no stream of ours),
+    // never a second attempt under the same backup-id.
+    apply_status(api, &backup.name_any(), &running).await?;
+    tracing::info!(backup = %backup.name_any(), "exec backup started: {}", plan.describe());
+    crate::exec::spawn(ctx, backup, store, spec, plan);
+    Ok(Action::requeue(Duration::from_secs(30)))
 }
 
 /// Follows a Job: done when it succeeded or failed, then the store says what happened.
@@ -393,14 +533,16 @@ async fn follow(
             .and_then(|cs| cs.iter().find(|c| c.type_ == "Failed"))
             .and_then(|c| c.message.clone())
             .unwrap_or_else(|| "its container exited with an error".into());
+        let why = format!("the backup Job failed: {why}");
         return settle(metrics, api, backup, status, store, name, id, Some(why)).await;
     }
     Ok(Action::requeue(Duration::from_secs(30)))
 }
 
-/// Reads the attempt's `metadata.json` and records the outcome.
+/// Reads the attempt's `metadata.json` and records the outcome; `failure` says why the
+/// runner failed, when the store has no error of its own.
 #[allow(clippy::too_many_arguments)]
-async fn settle(
+pub(crate) async fn settle(
     metrics: &crate::metrics::Metrics,
     api: &Api<Backup>,
     backup: &Backup,
@@ -408,7 +550,7 @@ async fn settle(
     store: &ClusterStore,
     name: &str,
     id: &str,
-    job_failure: Option<String>,
+    failure: Option<String>,
 ) -> Result<Action, Error> {
     let key = layout::metadata_key(name, id);
     let meta = match store
@@ -451,9 +593,9 @@ async fn settle(
         }
         other => {
             let recorded = other.and_then(|m| m.error);
-            let message = match (recorded, job_failure) {
+            let message = match (recorded, failure) {
                 (Some(e), _) => e,
-                (None, Some(j)) => format!("the backup Job failed: {j}"),
+                (None, Some(j)) => j,
                 (None, None) => {
                     "the backup Job succeeded but no completed metadata.json was committed".into()
                 }

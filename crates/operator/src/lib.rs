@@ -4,7 +4,9 @@
 //! - [`scheduled`]: ScheduledBackup → Backups on a cron cadence (seed 001), through the
 //!   engine's schedule tick with the status in the resource;
 //! - [`backup`]: Backup → a Job on the database pod's node that streams the backup to the
-//!   store, followed to completed or failed by what the store holds;
+//!   store, followed to completed or failed by what the store holds; for method `exec`
+//!   ([`exec`]), the command runs in the database container through `pods/exec` and this
+//!   process streams its stdout;
 //! - [`retention`]: BackupPolicy → the engine's retention pass, throttled, its outcome in
 //!   status and events;
 //! - [`archiver`]: one binlog archiver Deployment per BackupPolicy with
@@ -17,6 +19,7 @@ pub mod archiver;
 pub mod backup;
 pub mod consolidation;
 pub mod error;
+pub mod exec;
 pub mod leader;
 pub mod metrics;
 pub mod pod;
@@ -85,8 +88,26 @@ pub struct Context {
     pub store_retry_timeout: Duration,
     pub image: String,
     pub metrics: Arc<metrics::Metrics>,
+    /// The `exec` backups this process streams.
+    pub streams: exec::Streams,
     /// Consecutive failures per object, for exponential backoff.
     failures: Mutex<HashMap<String, u32>>,
+}
+
+/// Stops the `exec` streams when the controllers stop (shutdown, or the lease lost): a
+/// stream must not outlive the leadership it was started under.
+struct StopStreams(Arc<Context>);
+
+impl Drop for StopStreams {
+    fn drop(&mut self) {
+        let n = self.0.streams.len();
+        if n > 0 {
+            tracing::warn!(
+                "stopping {n} exec backup stream(s); the next leader records them as failed"
+            );
+        }
+        self.0.streams.stop_all();
+    }
 }
 
 impl std::fmt::Debug for Context {
@@ -340,8 +361,10 @@ async fn controllers(
         store_retry_timeout: options.store_retry_timeout,
         image: options.image.clone(),
         metrics: options.metrics.clone(),
+        streams: exec::Streams::default(),
         failures: Mutex::new(HashMap::new()),
     });
+    let _stop_streams = StopStreams(ctx.clone());
     // The Backup cache must hold everything that exists before a schedule decides on it.
     let cache_ready = ctx.backups.clone();
     let scheduled_ready = async move {

@@ -583,3 +583,303 @@ async fn apply_rbac(client: &Client, doc: serde_yaml::Value) {
         Err(e) => panic!("installing {kind} from deploy/rbac.yaml: {e}"),
     }
 }
+
+/// A `pods/exec` request the API server forwarded to the node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecRequest {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    pub command: Vec<String>,
+}
+
+/// Turns an exec request into the local process that plays the container's command
+/// (`None`: no such container, refused as a kubelet would).
+pub type ExecHandler = Arc<dyn Fn(&ExecRequest) -> Option<tokio::process::Command> + Send + Sync>;
+
+/// The part of a kubelet that `pods/exec` reaches: an HTTPS server on 127.0.0.1 that the
+/// API server proxies `/exec/{namespace}/{pod}/{container}?command=…` to, speaking the
+/// `v4.channel.k8s.io` websocket protocol as a kubelet does (stdout on channel 1, stderr
+/// on 2, the exit status as a `Status` on 3). The command runs as a local process chosen
+/// by the test's handler. Register it as a Node with [`Kubelet::register`].
+pub struct Kubelet {
+    pub port: u16,
+    /// Every request it served, in order.
+    pub requests: Arc<std::sync::Mutex<Vec<ExecRequest>>>,
+    task: tokio::task::JoinHandle<()>,
+    _dir: tempfile::TempDir,
+}
+
+impl std::fmt::Debug for Kubelet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kubelet")
+            .field("port", &self.port)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Kubelet {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Kubelet {
+    /// Serves exec requests with `handler` (a self-signed certificate: the API server
+    /// does not verify a kubelet's without `--kubelet-certificate-authority`).
+    ///
+    /// # Panics
+    /// The certificate or the listener cannot be made.
+    pub async fn start(handler: ExecHandler) -> Self {
+        use rustls_pki_types::pem::PemObject;
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let (cert, key) = (
+            dir.path().join("kubelet.crt"),
+            dir.path().join("kubelet.key"),
+        );
+        run_ok(
+            Command::new("openssl")
+                .args([
+                    "req",
+                    "-x509",
+                    "-newkey",
+                    "ec",
+                    "-pkeyopt",
+                    "ec_paramgen_curve:P-256",
+                    "-nodes",
+                    "-days",
+                    "2",
+                    "-subj",
+                    "/CN=kubelet",
+                    "-addext",
+                    "subjectAltName=IP:127.0.0.1",
+                    "-keyout",
+                ])
+                .arg(&key)
+                .arg("-out")
+                .arg(&cert),
+        );
+        let certs = rustls_pki_types::CertificateDer::pem_file_iter(&cert)
+            .expect("kubelet certificate")
+            .collect::<Result<Vec<_>, _>>()
+            .expect("kubelet certificate");
+        let key = rustls_pki_types::PrivateKeyDer::from_pem_file(&key).expect("kubelet key");
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::aws_lc_rs::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .expect("kubelet TLS config");
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("kubelet listener");
+        let port = listener.local_addr().expect("address").port();
+        let requests = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = requests.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, handler, seen) = (acceptor.clone(), handler.clone(), seen.clone());
+                tokio::spawn(async move {
+                    if let Ok(tls) = acceptor.accept(tcp).await
+                        && let Err(e) = serve_exec(tls, handler, seen).await
+                    {
+                        eprintln!("kubelet: {e}");
+                    }
+                });
+            }
+        });
+        Kubelet {
+            port,
+            requests,
+            task,
+            _dir: dir,
+        }
+    }
+
+    /// Creates the Node `name` with this kubelet's address (127.0.0.1 and its port), so the
+    /// API server sends exec requests for pods on that node here.
+    pub async fn register(&self, client: &Client, name: &str) {
+        use k8s_openapi::api::core::v1::Node;
+        let nodes: Api<Node> = Api::all(client.clone());
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+        }))
+        .expect("node");
+        match nodes.create(&PostParams::default(), &node).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => panic!("creating node {name}: {e}"),
+        }
+        nodes
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"status": {
+                    "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+                    "daemonEndpoints": {"kubeletEndpoint": {"Port": self.port}},
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                }})),
+            )
+            .await
+            .expect("node status");
+    }
+}
+
+/// One exec: the websocket handshake (choosing `v4.channel.k8s.io`), the process, its
+/// output on channels 1 and 2, its exit as a `Status` on channel 3.
+async fn serve_exec<S>(
+    stream: S,
+    handler: ExecHandler,
+    seen: Arc<std::sync::Mutex<Vec<ExecRequest>>>,
+) -> Result<(), String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use futures::SinkExt;
+    use tokio::io::AsyncReadExt;
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
+
+    let uri = Arc::new(std::sync::Mutex::new(String::new()));
+    let seen_uri = uri.clone();
+    // The signature is tungstenite's.
+    #[allow(clippy::result_large_err)]
+    let callback = move |req: &Request, mut res: Response| -> Result<Response, ErrorResponse> {
+        *seen_uri.lock().expect("uri") = req.uri().to_string();
+        let offered = req
+            .headers()
+            .get("sec-websocket-protocol")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        if offered.split(',').any(|p| p.trim() == "v4.channel.k8s.io") {
+            res.headers_mut().insert(
+                "sec-websocket-protocol",
+                http::HeaderValue::from_static("v4.channel.k8s.io"),
+            );
+        }
+        Ok(res)
+    };
+    let mut ws = tokio_tungstenite::accept_hdr_async(stream, callback)
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    let uri = uri.lock().expect("uri").clone();
+    let request = parse_exec(&uri).ok_or_else(|| format!("not an exec request: {uri}"))?;
+    seen.lock().expect("requests").push(request.clone());
+    let status = |code: Option<i32>, message: &str| {
+        let v = match code {
+            Some(0) => serde_json::json!({"metadata": {}, "status": "Success"}),
+            Some(c) => {
+                serde_json::json!({"metadata": {}, "status": "Failure", "reason": "NonZeroExitCode",
+                "message": format!("command terminated with non-zero exit code: {message}"),
+                "details": {"causes": [{"reason": "ExitCode", "message": c.to_string()}]}})
+            }
+            None => serde_json::json!({"metadata": {}, "status": "Failure", "message": message}),
+        };
+        let mut bytes = vec![3u8];
+        bytes.extend(serde_json::to_vec(&v).expect("status"));
+        Message::binary(bytes)
+    };
+    let Some(mut cmd) = handler(&request) else {
+        let m = status(
+            None,
+            &format!(
+                "container {} not found in pod {}",
+                request.container, request.pod
+            ),
+        );
+        let _ = ws.send(m).await;
+        let _ = ws.close(None).await;
+        return Ok(());
+    };
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("running {:?}: {e}", request.command))?;
+    let mut out = child.stdout.take().expect("stdout");
+    let mut err = child.stderr.take().expect("stderr");
+    let (mut out_open, mut err_open) = (true, true);
+    let (mut out_buf, mut err_buf) = (vec![0u8; 64 * 1024], vec![0u8; 8192]);
+    while out_open || err_open {
+        let (channel, n) = tokio::select! {
+            r = out.read(&mut out_buf[..]), if out_open => (1u8, r.map_err(|e| e.to_string())?),
+            r = err.read(&mut err_buf[..]), if err_open => (2u8, r.map_err(|e| e.to_string())?),
+        };
+        if n == 0 {
+            if channel == 1 {
+                out_open = false
+            } else {
+                err_open = false
+            }
+            continue;
+        }
+        let data = if channel == 1 {
+            &out_buf[..n]
+        } else {
+            &err_buf[..n]
+        };
+        let mut frame = Vec::with_capacity(n + 1);
+        frame.push(channel);
+        frame.extend_from_slice(data);
+        if ws.send(Message::binary(frame)).await.is_err() {
+            // The client went away: stop the command, as a kubelet does.
+            let _ = child.start_kill();
+            return Ok(());
+        }
+    }
+    let exit = child.wait().await.map_err(|e| e.to_string())?;
+    let code = exit.code().unwrap_or(-1);
+    let _ = ws.send(status(Some(code), &format!("exit {code}"))).await;
+    let _ = ws.close(None).await;
+    Ok(())
+}
+
+/// `/exec/{namespace}/{pod}/{container}?command=a&command=b&output=1…`.
+fn parse_exec(uri: &str) -> Option<ExecRequest> {
+    let (path, query) = uri.split_once('?').unwrap_or((uri, ""));
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let ["exec", namespace, pod, container] = parts.as_slice() else {
+        return None;
+    };
+    let command = query
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .filter(|(k, _)| *k == "command")
+        .map(|(_, v)| percent_decode(v))
+        .collect();
+    Some(ExecRequest {
+        namespace: percent_decode(namespace),
+        pod: percent_decode(pod),
+        container: percent_decode(container),
+        command,
+    })
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}

@@ -188,7 +188,8 @@ where
         object = %key(obj.as_ref()),
         class = error.class().as_str(),
         failures,
-        "reconcile failed: {error}"
+        "reconcile failed: {}",
+        tidemark_engine::error::chain(error)
     );
     match error.retry_after(failures) {
         Some(d) => Action::requeue(d),
@@ -292,6 +293,37 @@ where
         .graceful_shutdown_on(stopped(stopping.clone()))
 }
 
+/// Like [`watched`], but reconciling only when the spec (generation), labels or
+/// annotations change — not when the controller's own status patch lands, which would
+/// retry a failing object at once and defeat its backoff (a failure's message changes
+/// from one attempt to the next).
+fn watched_changes<K>(api: Api<K>, stopping: &tokio::sync::watch::Receiver<bool>) -> Controller<K>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    use kube::runtime::utils::{Predicate, predicates};
+    let (reader, writer) = reflector::store();
+    let trigger = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(
+            predicates::generation
+                .combine(predicates::annotations)
+                .combine(predicates::labels),
+            Default::default(),
+        );
+    Controller::for_stream(trigger, reader)
+        .with_config(controller_config())
+        .graceful_shutdown_on(stopped(stopping.clone()))
+}
+
 /// Runs `controller` with `reconcile`, counting every reconcile and clearing an object's
 /// backoff when it succeeds.
 async fn drive<K, F, Fut>(controller: Controller<K>, reconcile: F, ctx: Arc<Context>)
@@ -390,7 +422,7 @@ async fn controllers(
     let policies: Api<BackupPolicy> = Api::all(client.clone());
     let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = Api::all(client.clone());
     let retention = drive(
-        watched(policies, &stopping).watches(deployments, ours(), |d| {
+        watched_changes(policies, &stopping).watches(deployments, ours(), |d| {
             archiver::policy_of(&d).into_iter().collect::<Vec<_>>()
         }),
         retention::reconcile,

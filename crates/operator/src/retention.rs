@@ -87,7 +87,14 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
     let store = match open(&ctx, &policy).await {
         Ok(s) => s,
         Err(e) => {
-            set_failed(&api, &policy, reason(&e), &e.to_string(), None).await?;
+            set_failed(
+                &api,
+                &policy,
+                reason(&e),
+                &tidemark_engine::error::chain(&e),
+                None,
+            )
+            .await?;
             return Err(e);
         }
     };
@@ -122,7 +129,14 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
                     result: e.class().as_str().to_owned(),
                 })
                 .inc();
-            set_failed(&api, &policy, reason(&e), &e.to_string(), Some(now)).await?;
+            set_failed(
+                &api,
+                &policy,
+                reason(&e),
+                &tidemark_engine::error::chain(&e),
+                Some(now),
+            )
+            .await?;
             return Err(e);
         }
     };
@@ -363,6 +377,10 @@ pub async fn open_store(
 
 /// A bounded reason for a failed pass: the error's class.
 fn reason(e: &Error) -> &'static str {
+    if tidemark_store::error::access_denied(e) {
+        // Not an outage: the credentials (or the bucket's policy) need a person.
+        return "StoreAccessDenied";
+    }
     match e.class() {
         tidemark_engine::Class::Input => "InvalidSpec",
         tidemark_engine::Class::Store => "StoreUnavailable",

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::ByteString;
@@ -49,6 +50,10 @@ fn policy(name: &str, ns: &str, endpoint: &str, secret: &str) -> BackupPolicy {
 }
 
 async fn secret(client: &Client, ns: &str, name: &str) {
+    secret_with(client, ns, name, SECRET_KEY).await;
+}
+
+async fn secret_with(client: &Client, ns: &str, name: &str, secret_key: &str) {
     let api: Api<Secret> = Api::namespaced(client.clone(), ns);
     let mut data = BTreeMap::new();
     data.insert(
@@ -57,7 +62,7 @@ async fn secret(client: &Client, ns: &str, name: &str) {
     );
     data.insert(
         "secretAccessKey".to_owned(),
-        ByteString(SECRET_KEY.as_bytes().to_vec()),
+        ByteString(secret_key.as_bytes().to_vec()),
     );
     api.create(
         &PostParams::default(),
@@ -266,12 +271,28 @@ async fn retention_pass_through_the_operator() {
             .and_then(|v| v.parse::<u64>().ok())
             .unwrap_or(0)
     };
-    let retried = eventually("a second failed pass (backoff, then a retry)", || async {
+    // Retried with growing pauses: each attempt spends the same store retry time (3 s),
+    // then waits 1 s, 2 s, 4 s (±10 %) before the next.
+    let mut seen = vec![(
+        store_errors(&op.get("/metrics").await.1),
+        std::time::Instant::now(),
+    )];
+    while seen.len() < 4 {
         let n = store_errors(&op.get("/metrics").await.1);
-        (n >= 2).then_some(n)
-    })
-    .await;
-    assert!(retried >= 2);
+        if n > seen[seen.len() - 1].0 {
+            seen.push((n, std::time::Instant::now()));
+        }
+        assert!(
+            seen[0].1.elapsed() < Duration::from_secs(90),
+            "retries stopped: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (first, last) = (seen[2].1 - seen[1].1, seen[3].1 - seen[2].1);
+    assert!(
+        last > first + Duration::from_millis(500),
+        "the pause did not grow: {first:?} then {last:?}"
+    );
     policies
         .patch(
             "far",
@@ -282,6 +303,39 @@ async fn retention_pass_through_the_operator() {
         .unwrap();
     eventually("the pass once the store is reachable", || async {
         (status(&policies, "far").await["conditions"][0]["status"] == "True").then_some(())
+    })
+    .await;
+
+    // Credentials the store refuses (403): not an outage, the reason says what to fix;
+    // once the Secret is fixed, the next retry succeeds.
+    secret_with(&admin, ns, "s3-wrong", "not-the-secret-key").await;
+    let mut denied = policy("denied", ns, &weed.endpoint, "s3-wrong");
+    denied.spec.cluster = Some("denied".into());
+    policies
+        .create(&PostParams::default(), &denied)
+        .await
+        .unwrap();
+    let st = eventually("Ready=False for refused credentials", || async {
+        let s = status(&policies, "denied").await;
+        eprintln!("denied: {s}");
+        (s["conditions"][0]["reason"] == "StoreAccessDenied").then_some(s)
+    })
+    .await;
+    assert_eq!(st["conditions"][0]["status"], "False", "{st}");
+    assert!(
+        !st.to_string().contains("not-the-secret-key"),
+        "a secret in the status: {st}"
+    );
+    Api::<Secret>::namespaced(admin.clone(), ns)
+        .patch(
+            "s3-wrong",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"secretAccessKey": SECRET_KEY}})),
+        )
+        .await
+        .unwrap();
+    eventually("the pass once the Secret is fixed", || async {
+        (status(&policies, "denied").await["conditions"][0]["status"] == "True").then_some(())
     })
     .await;
 

@@ -150,3 +150,31 @@ pub(crate) fn write_err(
 pub fn is_not_found(e: &object_store::Error) -> bool {
     matches!(e, object_store::Error::NotFound { .. })
 }
+
+/// Whether `e`, or an error it was caused by, is the store refusing the credentials
+/// (HTTP 401 or 403): a Secret or a bucket policy to fix, not an outage.
+///
+/// object_store types this for single-object requests (`PermissionDenied`,
+/// `Unauthenticated`), but a listing's failure is `Generic` around a retry error whose
+/// type is private; its text is then the only witness ("non-2xx status code: 403 …").
+pub fn access_denied(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if let Some(
+            object_store::Error::PermissionDenied { .. }
+            | object_store::Error::Unauthenticated { .. },
+        ) = e.downcast_ref::<object_store::Error>()
+        {
+            return true;
+        }
+        let text = e.to_string();
+        if ["status code: 401", "status code: 403"]
+            .iter()
+            .any(|s| text.contains(s))
+        {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}

@@ -403,6 +403,74 @@ async fn a_backup_job_on_the_node_then_point_in_time_restore() {
         .unwrap();
     assert!(!String::from_utf8_lossy(&meta).contains(DB_PASSWORD));
 
+    // An incremental builds on the newest backup of the same data directory (InnoDB LSNs
+    // are a server's own): from db-0 on the full above; from a standby, db-1, that has
+    // none of its own, never — it waits with the reason.
+    let uid = pods.get("db-0").await.unwrap().metadata.uid.unwrap();
+    assert!(
+        String::from_utf8_lossy(&meta).contains(&format!("pod:{uid}")),
+        "the full records its data directory"
+    );
+    let incremental = |name: &str, target: &str| {
+        serde_json::from_value::<Backup>(json!({
+            "apiVersion": "tidemark.io/v1alpha1", "kind": "Backup",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"policy": {"name": "shop"}, "type": "incremental", "target": target},
+        }))
+        .unwrap()
+    };
+    backups
+        .create(&PostParams::default(), &incremental("incr-1", "primary"))
+        .await
+        .unwrap();
+    let job = eventually("the incremental's Job", || async {
+        let name = backups.get("incr-1").await.unwrap().status?.job_name?;
+        jobs.get_opt(&name).await.unwrap()
+    })
+    .await;
+    let text = serde_json::to_string(&job).unwrap();
+    assert!(
+        text.contains(&format!("--parent {id}"))
+            || text.contains(&format!("\"--parent\",\"{id}\"")),
+        "{text}"
+    );
+    let mut standby = pod.clone();
+    standby.metadata.name = Some("db-1".into());
+    standby
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert("tidemark.io/role".into(), "standby".into());
+    pods.create(&PostParams::default(), &standby).await.unwrap();
+    pods.patch_status(
+        "db-1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Running", "podIP": "127.0.0.1"}})),
+    )
+    .await
+    .unwrap();
+    backups
+        .create(
+            &PostParams::default(),
+            &incremental("incr-2", "prefer-standby"),
+        )
+        .await
+        .unwrap();
+    let st = eventually("incr-2 waits for a parent of its own", || async {
+        let s = serde_json::to_value(backups.get("incr-2").await.unwrap().status).unwrap();
+        (s["conditions"][0]["reason"] == "NoParent").then_some(s)
+    })
+    .await;
+    let message = st["conditions"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("pod db-1") && message.contains(&id),
+        "{message}"
+    );
+    backups.delete("incr-1", &Default::default()).await.unwrap();
+    backups.delete("incr-2", &Default::default()).await.unwrap();
+    pods.delete("db-1", &Default::default()).await.unwrap();
+
     // The plugin: `kubectl tidemark ls|plan <policy>` read the policy's store with its
     // Secret; `kubectl tidemark backup <policy> --wait` creates a Backup and follows it.
     let plugin_dir = tempfile::tempdir().unwrap();

@@ -217,6 +217,10 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
             return blocked(&api, &backup, "NoDataVolume", &message).await;
         }
     };
+    // Which data directory this is: the claim's uid, else the pod's (an emptyDir lives
+    // as long as its pod). InnoDB LSNs are a server's own; an incremental builds only on
+    // a backup of the same data directory.
+    let mut volume_id = format!("pod:{}", pod.meta().uid.as_deref().unwrap_or_default());
     if let Some(claim) = data
         .volume
         .persistent_volume_claim
@@ -224,26 +228,35 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
         .map(|c| c.claim_name.clone())
     {
         let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-        if let Some(pvc) = claims.get_opt(&claim).await?
-            && pvc
+        if let Some(pvc) = claims.get_opt(&claim).await? {
+            if pvc
                 .spec
                 .as_ref()
                 .and_then(|s| s.access_modes.as_ref())
                 .is_some_and(|m| m.iter().any(|m| m == "ReadWriteOncePod"))
-        {
-            let message = format!(
-                "the data volume's claim {claim} is ReadWriteOncePod: no second pod may mount it; use method exec (the command runs in the database container) or job"
-            );
-            return blocked(&api, &backup, "ReadWriteOncePod", &message).await;
+            {
+                let message = format!(
+                    "the data volume's claim {claim} is ReadWriteOncePod: no second pod may mount it; use method exec (the command runs in the database container) or job"
+                );
+                return blocked(&api, &backup, "ReadWriteOncePod", &message).await;
+            }
+            volume_id = format!("pvc:{}", pvc.meta().uid.as_deref().unwrap_or_default());
         }
     }
     let parent = match backup.spec.kind {
         BackupType::Full => None,
-        BackupType::Incremental => match newest_restorable(&store).await? {
-            Some(p) => Some(p),
-            None => {
+        BackupType::Incremental => match newest_restorable(&store, &volume_id).await? {
+            Parent::Found(p) => Some(p),
+            Parent::None => {
                 let message = "an incremental needs a restorable mariabackup backup in the store to start from; there is none";
                 return blocked(&api, &backup, "NoParent", message).await;
+            }
+            Parent::OtherServer(id) => {
+                let message = format!(
+                    "an incremental builds on a backup of the same data directory (InnoDB LSNs are a server's own), and pod {} holds none: the newest restorable one, {id}, was taken from another server; take a full backup of this one first, or set target to the pod it came from",
+                    pod.name_any()
+                );
+                return blocked(&api, &backup, "NoParent", &message).await;
             }
         },
     };
@@ -258,6 +271,7 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
         backup_name: backup_name.clone(),
         backup_id: backup_id.clone(),
         parent,
+        volume_id,
         store_secret,
     };
     let job = plan.job().map_err(Error::Invalid)?;
@@ -867,24 +881,41 @@ pub fn data_volume(pod: &Pod, source: &SourceSpec) -> Result<DataVolume, String>
     })
 }
 
-/// The newest restorable backup made by mariabackup: an incremental's parent.
-async fn newest_restorable(store: &ClusterStore) -> Result<Option<String>, Error> {
+/// The newest restorable backup made by mariabackup from the data directory `volume_id`:
+/// an incremental's parent.
+async fn newest_restorable(store: &ClusterStore, volume_id: &str) -> Result<Parent, Error> {
     let catalog = Catalog::load_backups(store, &NoProgress)
         .await
         .map_err(|e| Error::Engine(e.into()))?;
     let inventory = catalog.inventory(&Default::default());
     let standing = tidemark_core::standing(&inventory);
-    Ok(catalog
+    let candidates: Vec<(Option<Timestamp>, String, bool)> = catalog
         .backups
         .iter()
         .filter(|b| standing.restorable.contains(&b.backup.id))
-        .filter(|b| {
-            b.metadata
-                .as_ref()
-                .is_some_and(|m| m.method == "mariabackup")
+        .filter_map(|b| {
+            let m = b.metadata.as_ref().filter(|m| m.method == "mariabackup")?;
+            let same = m.labels.get(DATA_VOLUME_LABEL).map(String::as_str) == Some(volume_id);
+            Some((b.backup.completed_at, b.backup.id.clone(), same))
         })
-        .max_by_key(|b| b.backup.completed_at)
-        .map(|b| b.backup.id.clone()))
+        .collect();
+    Ok(choose_parent(candidates))
+}
+
+/// The newest candidate of the same data directory; else says whether another had one.
+fn choose_parent(candidates: Vec<(Option<Timestamp>, String, bool)>) -> Parent {
+    let newest = |same_only: bool| {
+        candidates
+            .iter()
+            .filter(|c| c.2 || !same_only)
+            .max_by_key(|c| c.0)
+            .map(|c| c.1.clone())
+    };
+    match (newest(true), newest(false)) {
+        (Some(id), _) => Parent::Found(id),
+        (None, Some(other)) => Parent::OtherServer(other),
+        (None, None) => Parent::None,
+    }
 }
 
 /// Everything the Job is made of.
@@ -901,7 +932,24 @@ pub struct JobPlan<'a> {
     pub backup_name: String,
     pub backup_id: String,
     pub parent: Option<String>,
+    /// The data directory's identity (`pvc:<uid>` or `pod:<uid>`), recorded as the label
+    /// [`DATA_VOLUME_LABEL`]: an incremental's parent must carry the same.
+    pub volume_id: String,
     pub store_secret: Option<SecretKeys>,
+}
+
+/// The label recording which data directory a physical backup was taken from.
+pub const DATA_VOLUME_LABEL: &str = "tidemark.io/data-volume";
+
+/// An incremental's parent, as the store offers one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Parent {
+    /// The newest restorable mariabackup backup of this data directory.
+    Found(String),
+    /// None at all.
+    None,
+    /// Only of other data directories (the newest of those named).
+    OtherServer(String),
 }
 
 impl JobPlan<'_> {
@@ -946,6 +994,8 @@ impl JobPlan<'_> {
             "mariabackup".into(),
             "--label".into(),
             format!("tidemark.io/backup={}", self.backup.name_any()),
+            "--label".into(),
+            format!("{DATA_VOLUME_LABEL}={}", self.volume_id),
         ];
         if let Some(p) = &self.parent {
             push.extend([
@@ -1289,6 +1339,7 @@ mod tests {
             backup_name: "m".into(),
             backup_id: backup_id(&b),
             parent: Some("20261121T020001Z-00000001".into()),
+            volume_id: "pvc:0123-4567".into(),
             store_secret: Some(SecretKeys {
                 name: "s3".into(),
                 access_key: "accessKeyId".into(),
@@ -1325,6 +1376,7 @@ mod tests {
             "push --store s3://b/prod --cluster shop --backup-name m --backup-id 20261122T020001Z-abcdef12",
             "--type incremental --parent 20261121T020001Z-00000001",
             "--ttl 7d",
+            "--label tidemark.io/data-volume=pvc:0123-4567",
             "-- mariabackup --defaults-extra-file=/tidemark-bin/my.cnf --host=10.0.0.7 --port=3306 --datadir=/var/lib/mysql",
         ] {
             assert!(joined.contains(part), "{part} not in {joined}");
@@ -1355,6 +1407,30 @@ mod tests {
             vec!["/tidemark", "install", "/tidemark-bin/tidemark"]
         );
         assert_eq!(job.metadata.owner_references.unwrap()[0].kind, "Backup");
+    }
+
+    #[test]
+    fn an_incremental_builds_only_on_its_own_data_directory() {
+        let at = |s: &str| Some(s.parse::<Timestamp>().unwrap());
+        let c = |t: &str, id: &str, same: bool| (at(t), id.to_owned(), same);
+        // The newest of this directory, even when another server's is newer.
+        assert_eq!(
+            choose_parent(vec![
+                c("2026-11-20T02:00:00Z", "a", true),
+                c("2026-11-21T02:00:00Z", "b", true),
+                c("2026-11-22T02:00:00Z", "other", false),
+            ]),
+            Parent::Found("b".into())
+        );
+        // Only another server's: named, never used.
+        assert_eq!(
+            choose_parent(vec![
+                c("2026-11-20T02:00:00Z", "x", false),
+                c("2026-11-22T02:00:00Z", "y", false),
+            ]),
+            Parent::OtherServer("y".into())
+        );
+        assert_eq!(choose_parent(vec![]), Parent::None);
     }
 
     #[test]

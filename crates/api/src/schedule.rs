@@ -86,6 +86,12 @@ pub struct BackupTemplate {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::lifecycle::opaque_object")]
     pub job_template: Option<serde_json::Value>,
+    /// What deleting the Backup object does to its remote data: `Retain` (nothing; the
+    /// default) or `Delete` (the finalizer `tidemark.io/remote-cleanup` deletes it, unless
+    /// a recovery depends on it). Overrides the BackupPolicy's `deletionPolicy`; a
+    /// ScheduledBackup's template passes it to the Backups it creates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_policy: Option<crate::policy::DeletionPolicy>,
 }
 
 /// The methods a Backup may name.

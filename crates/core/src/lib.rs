@@ -19,7 +19,7 @@ pub use inventory::{
 pub use plan::{
     Action, BackupDecision, EntryRef, LeftoverDeletion, LeftoverPlan, LeftoverReason, Plan,
     RecoveryWindow, SegmentDeletion, SegmentPlan, SegmentReason, Standing, chain_of, plan,
-    standing,
+    requested_deletion, standing,
 };
 pub use policy::{Policy, PolicyError, PolicyField, PolicyInput};
 pub use reason::{Reason, ReasonKind};

@@ -289,6 +289,92 @@ pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
     }
 }
 
+/// The plan for deleting the one backup `id` on request (its Backup object was deleted
+/// with `deletionPolicy: Delete`): it alone, with [`Reason::DeletionRequested`] — unless a
+/// recovery depends on it. Then nothing is planned and the reasons it stays are returned:
+/// [`Reason::Floor`] (the newest restorable backup), [`Reason::Chain`] (a committed backup
+/// builds on it), [`Reason::Gap`] (it alone bridges a hole in the binlog archive), or what
+/// the store itself forbids ([`Reason::Locked`], [`Reason::NewerFormat`],
+/// [`Reason::InProgress`], [`Reason::Malformed`]). `None`: no backup `id` under `name`.
+pub fn requested_deletion(
+    inventory: &Inventory,
+    name: &str,
+    id: &str,
+    now: Timestamp,
+) -> Option<Result<Plan, Vec<Reason>>> {
+    let target = inventory
+        .backups
+        .iter()
+        .find(|b| b.id == id && b.name == name)?;
+    let standing = standing(inventory);
+    let mut keep = Vec::new();
+    if target.immutable_until.is_some_and(|t| t > now) {
+        keep.push(Reason::Locked(target.immutable_until.unwrap_or(now)));
+    }
+    if target.newer_format {
+        keep.push(Reason::NewerFormat);
+    }
+    match target.phase {
+        Phase::Malformed => keep.push(Reason::Malformed),
+        Phase::InProgress => keep.push(Reason::InProgress),
+        Phase::Uncommitted if in_flight(target, now, inventory.observed_at) => {
+            keep.push(Reason::InProgress);
+        }
+        _ => {}
+    }
+    if standing.restorable.contains(&target.id) {
+        let newest = inventory
+            .backups
+            .iter()
+            .filter(|b| standing.restorable.contains(&b.id))
+            .max_by_key(|b| (b.completed_at, b.id.clone()));
+        if newest.is_some_and(|n| n.id == target.id) {
+            keep.push(Reason::Floor);
+        }
+    }
+    for child in inventory.backups.iter().filter(|b| {
+        b.kind.parent() == Some(&target.id)
+            && matches!(b.phase, Phase::Completed | Phase::Malformed)
+    }) {
+        keep.push(Reason::Chain(child.id.clone()));
+    }
+    let without = Inventory {
+        backups: inventory
+            .backups
+            .iter()
+            .filter(|b| b.id != target.id)
+            .cloned()
+            .collect(),
+        ..inventory.clone()
+    };
+    let after = standing_window(&without);
+    let gaps = |w: &Option<RecoveryWindow>| w.as_ref().map_or(0, |w| w.gaps.len());
+    if standing.restorable.contains(&target.id) && gaps(&after) > gaps(&standing.window) {
+        keep.push(Reason::Gap);
+    }
+    if !keep.is_empty() {
+        keep.sort();
+        keep.dedup();
+        return Some(Err(keep));
+    }
+    Some(Ok(Plan {
+        now,
+        backups: vec![BackupDecision {
+            backup: target.clone(),
+            action: Action::Delete,
+            reasons: vec![Reason::DeletionRequested],
+        }],
+        segments: SegmentPlan::default(),
+        horizon: None,
+        recovery_window: after,
+        leftovers: LeftoverPlan::default(),
+    }))
+}
+
+fn standing_window(inventory: &Inventory) -> Option<RecoveryWindow> {
+    standing(inventory).window
+}
+
 /// One backup as the planner works on it.
 #[derive(Debug, Clone)]
 struct Node<'a> {

@@ -71,6 +71,9 @@ pub enum Reason {
     InterruptedDelete,
     /// A committed synthetic full (named) took its place.
     Consolidated(BackupId),
+    /// Its Backup object was deleted with `deletionPolicy: Delete` (the operator's
+    /// `tidemark.io/remote-cleanup` finalizer).
+    DeletionRequested,
 }
 
 /// Whether a reason keeps, deletes, or only describes.
@@ -90,7 +93,8 @@ impl Reason {
             | Reason::Failed
             | Reason::Uncommitted
             | Reason::InterruptedDelete
-            | Reason::Consolidated(_) => ReasonKind::Delete,
+            | Reason::Consolidated(_)
+            | Reason::DeletionRequested => ReasonKind::Delete,
             Reason::Broken => ReasonKind::Status,
             _ => ReasonKind::Keep,
         }
@@ -144,6 +148,7 @@ impl fmt::Display for Reason {
             Reason::Uncommitted => f.write_str("uncommitted"),
             Reason::InterruptedDelete => f.write_str("interruptedDelete"),
             Reason::Consolidated(id) => write!(f, "consolidated:{id}"),
+            Reason::DeletionRequested => f.write_str("deletionRequested"),
             Reason::Malformed => f.write_str("malformed"),
             Reason::Broken => f.write_str("broken"),
         }

@@ -1026,6 +1026,8 @@ fn check_liveness(m: &Model, p: &Plan) -> Result<(), TestCaseError> {
                 | Reason::Uncommitted
                 | Reason::InterruptedDelete
                 | Reason::Consolidated(_) => true,
+                // Only a requested deletion (`requested_deletion`) gives it, never a pass.
+                Reason::DeletionRequested => false,
             };
             prop_assert!(ok, "{} has the unfounded reason {}: {:?}", b.id, r, dump(p));
         }

@@ -1079,3 +1079,51 @@ fn leftovers_are_collected_by_age_and_never_under_a_running_attempt() {
     let p = plan(&keep_all, &inv, now);
     assert_eq!(p.leftovers.delete.len(), 1, "{:?}", p.leftovers);
 }
+
+// ---------------------------------------------------------------- requested deletion
+
+/// Seed 000's finalizer and seed 002's "delete a backup": deleting a Backup object with
+/// `deletionPolicy: Delete` deletes its data only when no recovery depends on it.
+#[test]
+fn requested_deletion_never_takes_the_floor_or_a_chain_parent() {
+    let inv = Inventory {
+        backups: vec![
+            full("old", "2026-11-01T02:00:00Z"),
+            full("base", "2026-11-02T02:00:00Z"),
+            incr("inc", "base", "2026-11-03T02:00:00Z"),
+            failed(incr("broken-inc", "old", "2026-11-03T03:00:00Z")),
+        ],
+        segments: vec![],
+        ..Default::default()
+    };
+    let now = ts("2026-11-05T00:00:00Z");
+    let name = |id: &str| {
+        inv.backups
+            .iter()
+            .find(|b| b.id == id)
+            .unwrap()
+            .name
+            .clone()
+    };
+    let reasons =
+        |id: &str| match tidemark_core::requested_deletion(&inv, &name(id), id, now).unwrap() {
+            Ok(p) => {
+                assert_eq!(p.backups.len(), 1, "only the requested backup");
+                assert_eq!(p.backups[0].backup.id, id);
+                assert_eq!(p.backups[0].action, Delete);
+                assert!(p.segments.delete.is_empty() && p.leftovers.delete.is_empty());
+                p.backups[0].reasons.clone()
+            }
+            Err(keep) => keep,
+        };
+    // Nothing depends on `old` (a failed increment does not): deleted on request.
+    assert_eq!(reasons("old"), vec![Reason::DeletionRequested]);
+    // `inc` is the newest restorable: the floor stays.
+    assert_eq!(reasons("inc"), vec![Reason::Floor]);
+    // `base` carries the retained increment.
+    assert_eq!(reasons("base"), vec![Reason::Chain("inc".into())]);
+    assert_eq!(reasons("broken-inc"), vec![Reason::DeletionRequested]);
+    assert!(tidemark_core::requested_deletion(&inv, &name("old"), "nope", now).is_none());
+    // An id under another backup name is not this one.
+    assert!(tidemark_core::requested_deletion(&inv, "elsewhere", "old", now).is_none());
+}

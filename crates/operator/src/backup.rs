@@ -51,11 +51,30 @@ const DEFAULT_DATA_PATH: &str = "/var/lib/mysql";
 /// The API or the store failed; the policy is missing.
 pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action, Error> {
     let ns = backup.namespace().unwrap_or_default();
-    if backup.meta().deletion_timestamp.is_some() {
-        return Ok(Action::await_change());
+    let api: Api<Backup> = Api::namespaced(ctx.client.clone(), &ns);
+    let policies: Api<BackupPolicy> = Api::namespaced(ctx.client.clone(), &ns);
+    let deleting = backup.meta().deletion_timestamp.is_some();
+    if deleting {
+        if !crate::cleanup::has_finalizer(&backup) {
+            return Ok(Action::await_change());
+        }
+        if crate::cleanup::settled(&backup) {
+            let policy = policies.get_opt(&backup.spec.template.policy.name).await?;
+            return crate::cleanup::on_delete(&ctx, &api, &backup, policy.as_ref()).await;
+        }
+        // A running attempt is followed to its end first (below; nothing new starts).
     }
     let status = backup.status.clone().unwrap_or_default();
     if status.phase.is_some_and(BackupPhase::is_done) {
+        // The finalizer follows the effective deletion policy (the policy is read only
+        // when the Backup does not say).
+        let policy = match backup.spec.template.deletion_policy {
+            Some(_) => None,
+            None => policies.get_opt(&backup.spec.template.policy.name).await?,
+        };
+        let delete = crate::cleanup::effective(&backup, policy.as_ref())
+            == tidemark_api::DeletionPolicy::Delete;
+        crate::cleanup::set_finalizer(&api, &backup, delete).await?;
         // Every Backup is reconciled once at start-up: the gauge of the newest completed
         // backup is right from then on, not only after the next backup.
         if status.phase == Some(BackupPhase::Completed)
@@ -74,8 +93,6 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
         }
         return Ok(Action::await_change());
     }
-    let api: Api<Backup> = Api::namespaced(ctx.client.clone(), &ns);
-    let policies: Api<BackupPolicy> = Api::namespaced(ctx.client.clone(), &ns);
     let Some(policy) = policies.get_opt(&backup.spec.template.policy.name).await? else {
         let message = format!(
             "BackupPolicy {ns}/{} (spec.policy.name) does not exist",
@@ -83,6 +100,13 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
         );
         return blocked(&api, &backup, "PolicyMissing", &message).await;
     };
+    if !deleting {
+        // Before anything is written: a Backup that opts into remote cleanup carries the
+        // finalizer from the start.
+        let delete = crate::cleanup::effective(&backup, Some(&policy))
+            == tidemark_api::DeletionPolicy::Delete;
+        crate::cleanup::set_finalizer(&api, &backup, delete).await?;
+    }
     let method = backup
         .spec
         .template
@@ -692,7 +716,11 @@ async fn blocked(
     Ok(Action::requeue(Duration::from_secs(60)))
 }
 
-async fn apply_status(api: &Api<Backup>, name: &str, status: &BackupStatus) -> Result<(), Error> {
+pub(crate) async fn apply_status(
+    api: &Api<Backup>,
+    name: &str,
+    status: &BackupStatus,
+) -> Result<(), Error> {
     let patch = json!({
         "apiVersion": tidemark_api::API_VERSION,
         "kind": "Backup",

@@ -17,6 +17,7 @@
 
 pub mod archiver;
 pub mod backup;
+pub mod cleanup;
 pub mod consolidation;
 pub mod error;
 pub mod exec;
@@ -430,10 +431,33 @@ async fn controllers(
     );
     let backups_api: Api<Backup> = Api::all(client.clone());
     let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::all(client.clone());
+    // A policy's deletionPolicy decides its Backups' finalizers: a spec change re-reads
+    // them (status changes do not).
+    let of_policy = ctx.backups.clone();
+    let policy_specs = {
+        use kube::runtime::utils::predicates;
+        watcher(
+            Api::<BackupPolicy>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .touched_objects()
+        .predicate_filter(predicates::generation, Default::default())
+    };
     let runner = drive(
-        watched(backups_api, &stopping).watches(jobs, ours(), |j| {
-            backup::backup_of(&j).into_iter().collect::<Vec<_>>()
-        }),
+        watched(backups_api, &stopping)
+            .watches(jobs, ours(), |j| {
+                backup::backup_of(&j).into_iter().collect::<Vec<_>>()
+            })
+            .watches_stream(policy_specs, move |p: BackupPolicy| {
+                let (ns, name) = (p.namespace(), p.name_any());
+                of_policy
+                    .state()
+                    .iter()
+                    .filter(|b| b.namespace() == ns && b.spec.template.policy.name == name)
+                    .map(|b| ObjectRef::from_obj(b.as_ref()))
+                    .collect::<Vec<_>>()
+            }),
         backup::reconcile,
         ctx.clone(),
     );

@@ -22,6 +22,12 @@ pub const BUCKET: &str = "tidemark-test";
 
 /// How long SeaweedFS may take to start on a loaded 2-core machine.
 const START_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long one start may take before it is abandoned and the server started afresh: a
+/// volume server that never registers with the master (seen when tests start several
+/// servers at once) does not recover by waiting.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(45);
+/// How long one readiness probe (a small PUT) may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A running SeaweedFS (master, volume, filer and S3 gateway in one process).
 #[derive(Debug)]
@@ -33,7 +39,8 @@ pub struct SeaweedFs {
 
 /// Why a start attempt failed.
 enum Start {
-    /// Another process bound one of the ports first: worth another attempt.
+    /// Another process bound one of the ports first, or the server did not become ready
+    /// within [`ATTEMPT_TIMEOUT`]: worth another attempt.
     PortTaken(String),
     Failed(String),
 }
@@ -110,7 +117,7 @@ impl SeaweedFs {
             }
         }
         panic!(
-            "SeaweedFS could not bind its ports in {START_ATTEMPTS} attempts; last log:\n{}",
+            "SeaweedFS did not come up in {START_ATTEMPTS} attempts (ports taken, or not ready within {ATTEMPT_TIMEOUT:?}); last log:\n{}",
             failures.last().map_or("", String::as_str)
         );
     }
@@ -171,7 +178,8 @@ impl SeaweedFs {
             .build()
             .expect("runtime");
         let store = self.raw_store();
-        let deadline = Instant::now() + START_TIMEOUT;
+        let started = Instant::now();
+        let deadline = started + START_TIMEOUT;
         let mut last = String::new();
         while Instant::now() < deadline {
             // A port taken meanwhile: the whole log is searched (a fatal error is followed by
@@ -185,13 +193,23 @@ impl SeaweedFs {
                     self.log_tail()
                 )));
             }
+            if started.elapsed() > ATTEMPT_TIMEOUT {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                return Err(Start::PortTaken(format!(
+                    "not ready within {ATTEMPT_TIMEOUT:?} ({last}):\n{}",
+                    self.log_tail()
+                )));
+            }
             let probe = object_store::path::Path::from("_tidemark_probe");
-            match rt.block_on(store.put(&probe, PutPayload::from_static(b"ok"))) {
-                Ok(_) => {
+            let put = store.put(&probe, PutPayload::from_static(b"ok"));
+            match rt.block_on(tokio::time::timeout(PROBE_TIMEOUT, put)) {
+                Ok(Ok(_)) => {
                     let _ = rt.block_on(store.delete(&probe));
                     return Ok(());
                 }
-                Err(e) => last = e.to_string(),
+                Ok(Err(e)) => last = e.to_string(),
+                Err(_) => last = format!("a probe PUT took over {PROBE_TIMEOUT:?}"),
             }
             std::thread::sleep(Duration::from_millis(500));
         }

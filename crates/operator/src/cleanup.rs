@@ -1,0 +1,270 @@
+//! Opt-in remote cleanup (seed 000's planned finalizer): a Backup whose effective
+//! `deletionPolicy` is `Delete` — its own (or its ScheduledBackup template's, copied into
+//! it), else its BackupPolicy's — carries the finalizer `tidemark.io/remote-cleanup`.
+//! When it is deleted:
+//!
+//! 1. the finalizer holds the object (its `deletionTimestamp` set);
+//! 2. the recorded backup (`status.backupId` under its store name) is looked up in the
+//!    policy's store with the policy's credentials;
+//! 3. the engine's deleter removes it — audit record first, `metadata.json` before the
+//!    payload — unless a recovery depends on it (the newest restorable backup, the parent
+//!    of a committed increment, the only bridge over a binlog gap): then the data stays,
+//!    the Backup says why (`RemoteCleanup=False`, `WaitingForRetention`), and it is looked
+//!    at again until that no longer holds;
+//! 4. a failure is the condition `RemoteCleanup=False` (`RemoteCleanupFailed`) and a
+//!    Warning event, and is retried with backoff; the finalizer stays;
+//! 5. the finalizer goes once the data is gone, or at once with the annotation
+//!    `tidemark.io/skip-remote-cleanup: "true"` (the explicit bypass).
+//!
+//! With `Retain` (the default) there is no finalizer, so no deletion of the object — by
+//! hand, a namespace deletion, an owner-reference cascade or a GitOps prune — touches the
+//! store.
+
+use std::time::Duration;
+
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use tidemark_api::DeletionPolicy;
+use tidemark_api::crd::{Backup, BackupPhase, BackupPolicy};
+use tidemark_engine::{Class, EngineError};
+use tidemark_store::executor::ExecOptions;
+use tidemark_store::{Catalog, NoProgress, Survey};
+
+use crate::Context;
+use crate::error::Error;
+use crate::retention::condition;
+
+/// The finalizer of a Backup whose remote data goes with it.
+pub const FINALIZER: &str = "tidemark.io/remote-cleanup";
+/// The annotation that lets a Backup go without deleting its remote data.
+pub const SKIP_ANNOTATION: &str = "tidemark.io/skip-remote-cleanup";
+/// The condition that tells how the cleanup goes.
+const CONDITION: &str = "RemoteCleanup";
+/// How often a Backup whose data a recovery still depends on is looked at again.
+const WAITING_RECHECK: Duration = Duration::from_secs(600);
+
+/// The effective deletion policy: the Backup's own, else its policy's, else `Retain`.
+pub fn effective(backup: &Backup, policy: Option<&BackupPolicy>) -> DeletionPolicy {
+    backup
+        .spec
+        .template
+        .deletion_policy
+        .or_else(|| policy.and_then(|p| p.spec.deletion_policy))
+        .unwrap_or(DeletionPolicy::Retain)
+}
+
+/// Whether `backup` carries the finalizer.
+pub fn has_finalizer(backup: &Backup) -> bool {
+    backup.finalizers().iter().any(|f| f == FINALIZER)
+}
+
+/// Adds or removes the finalizer so that it matches `want`. A patch that names the
+/// resourceVersion it read, so a concurrent change is not lost (409: retried).
+///
+/// # Errors
+/// The API refused.
+pub async fn set_finalizer(api: &Api<Backup>, backup: &Backup, want: bool) -> Result<(), Error> {
+    if has_finalizer(backup) == want {
+        return Ok(());
+    }
+    let mut finalizers: Vec<String> = backup
+        .finalizers()
+        .iter()
+        .filter(|f| *f != FINALIZER)
+        .cloned()
+        .collect();
+    if want {
+        finalizers.push(FINALIZER.to_owned());
+    }
+    api.patch(
+        &backup.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {
+            "finalizers": finalizers,
+            "resourceVersion": backup.resource_version(),
+        }})),
+    )
+    .await?;
+    Ok(())
+}
+
+/// A Backup being deleted that carries the finalizer (and whose attempt is not running).
+///
+/// # Errors
+/// The cleanup failed (recorded on the Backup and as a Warning event first); retried.
+pub async fn on_delete(
+    ctx: &Context,
+    api: &Api<Backup>,
+    backup: &Backup,
+    policy: Option<&BackupPolicy>,
+) -> Result<Action, Error> {
+    let reference = backup.object_ref(&());
+    let status = backup.status.clone().unwrap_or_default();
+    if backup
+        .annotations()
+        .get(SKIP_ANNOTATION)
+        .map(String::as_str)
+        == Some("true")
+    {
+        let note = match &status.key {
+            Some(key) => format!("{SKIP_ANNOTATION}: the remote data stays ({key})"),
+            None => format!("{SKIP_ANNOTATION}: nothing remote is deleted"),
+        };
+        ctx.event(&reference, EventType::Normal, "RemoteCleanupSkipped", &note)
+            .await;
+        set_finalizer(api, backup, false).await?;
+        return Ok(Action::await_change());
+    }
+    let Some(id) = status.backup_id.clone().filter(|_| status.phase.is_some()) else {
+        // Never started: nothing of it is in the store.
+        set_finalizer(api, backup, false).await?;
+        return Ok(Action::await_change());
+    };
+    let result = async {
+        let Some(policy) = policy else {
+            return Err(Error::Missing(format!(
+                "BackupPolicy {}/{} (spec.policy.name) does not exist, so the store is unknown; restore it, or annotate the Backup {SKIP_ANNOTATION}=\"true\" to let it go without deleting its data",
+                backup.namespace().unwrap_or_default(),
+                backup.spec.template.policy.name
+            )));
+        };
+        let store = crate::retention::open(ctx, policy).await?;
+        let catalog = Catalog::load(&store, &NoProgress)
+            .await
+            .map_err(|e| Error::Engine(e.into()))?;
+        let inventory = catalog.inventory(&Default::default());
+        let now = ctx.clock.now();
+        // Only the backup this object made: its id under its own store name.
+        let name = crate::backup::store_name(backup);
+        let planned = tidemark_core::requested_deletion(&inventory, &name, &id, now);
+        Ok((store, catalog, inventory, planned, now))
+    }
+    .await;
+    let (store, catalog, inventory, planned, now) = match result {
+        Ok(r) => r,
+        Err(e) => return failed(ctx, api, backup, e).await,
+    };
+    let plan = match planned {
+        None => {
+            // Already gone (a retention pass took it, or a previous attempt finished).
+            ctx.event(
+                &reference,
+                EventType::Normal,
+                "RemoteDataDeleted",
+                &format!(
+                    "no backup {}/{id} in the store (already deleted): nothing to delete",
+                    crate::backup::store_name(backup)
+                ),
+            )
+            .await;
+            set_finalizer(api, backup, false).await?;
+            return Ok(Action::await_change());
+        }
+        Some(Err(keep)) => {
+            let why: Vec<String> = keep.iter().map(ToString::to_string).collect();
+            let message = format!(
+                "backup {id} stays in the store while a recovery depends on it ({}): the newest restorable backup is never deleted, nor the base of a committed increment; it goes once that no longer holds (a newer backup, a retention pass that consolidates the chain), or annotate {SKIP_ANNOTATION}=\"true\" to let the object go and keep the data",
+                why.join(", ")
+            );
+            set_condition(api, backup, false, "WaitingForRetention", &message).await?;
+            return Ok(Action::requeue(WAITING_RECHECK));
+        }
+        Some(Ok(plan)) => plan,
+    };
+    let survey = Survey {
+        catalog,
+        segments: Default::default(),
+        inventory,
+        plan,
+    };
+    let options = ExecOptions::new(
+        now,
+        json!({"deletionRequestedBy": format!("Backup {}/{}", backup.namespace().unwrap_or_default(), backup.name_any())}),
+    );
+    let report = match tidemark_store::execute(&store, &survey, &options, &NoProgress).await {
+        Ok(r) => r,
+        Err(e) => return failed(ctx, api, backup, Error::Engine(e.into())).await,
+    };
+    if let Some(f) = report.failures.first() {
+        let e = EngineError::Edge {
+            class: Class::Store,
+            message: format!(
+                "{} object(s) of backup {id} could not be deleted, e.g. {}: {}",
+                report.failures.len(),
+                f.key,
+                f.error
+            ),
+        };
+        return failed(ctx, api, backup, Error::Engine(e)).await;
+    }
+    ctx.metrics
+        .objects_deleted
+        .get_or_create(&crate::metrics::Metrics::policy(
+            &backup.namespace().unwrap_or_default(),
+            &backup.spec.template.policy.name,
+        ))
+        .inc_by(report.objects_deleted as u64);
+    let note = format!(
+        "deleted backup {id} from the store ({} objects; audit record {})",
+        report.objects_deleted,
+        report.audit_key.as_deref().unwrap_or("-")
+    );
+    tracing::info!(backup = %backup.name_any(), "{note}");
+    ctx.event(&reference, EventType::Normal, "RemoteDataDeleted", &note)
+        .await;
+    set_finalizer(api, backup, false).await?;
+    Ok(Action::await_change())
+}
+
+/// Records a failed cleanup (condition and Warning event), and hands the error on for
+/// the backoff.
+async fn failed(
+    ctx: &Context,
+    api: &Api<Backup>,
+    backup: &Backup,
+    e: Error,
+) -> Result<Action, Error> {
+    let message = format!(
+        "the remote data could not be deleted, so the finalizer {FINALIZER} stays (retried): {}",
+        tidemark_engine::error::chain(&e)
+    );
+    ctx.warn(&backup.object_ref(&()), "RemoteCleanupFailed", &message)
+        .await;
+    set_condition(api, backup, false, "RemoteCleanupFailed", &message).await?;
+    Err(e)
+}
+
+async fn set_condition(
+    api: &Api<Backup>,
+    backup: &Backup,
+    ok: bool,
+    reason: &str,
+    message: &str,
+) -> Result<(), Error> {
+    // The whole status: a server-side apply drops the fields it no longer names.
+    let mut status = backup.status.clone().unwrap_or_default();
+    let previous = status.conditions.clone();
+    status.conditions.retain(|c| c.type_ != CONDITION);
+    status.conditions.push(condition(
+        &previous,
+        CONDITION,
+        ok,
+        reason,
+        message,
+        backup.meta().generation,
+    ));
+    crate::backup::apply_status(api, &backup.name_any(), &status).await
+}
+
+/// Whether a Backup being deleted may be cleaned up now: its attempt is not running (a
+/// running one is followed to its end first, so that what is deleted is what it wrote).
+pub fn settled(backup: &Backup) -> bool {
+    backup
+        .status
+        .as_ref()
+        .and_then(|s| s.phase)
+        .is_none_or(|p| p != BackupPhase::Running)
+}

@@ -1,0 +1,417 @@
+//! Opt-in remote cleanup (seed 000's finalizer, issue 11) against a real API server,
+//! controller-manager (namespace deletion, garbage collection) and SeaweedFS: the five
+//! finalizer steps with a real deletion held by the finalizer; a store failure (condition,
+//! Warning event, finalizer kept, retry succeeds); the bypass; a backup a recovery depends
+//! on is kept while its object waits; and `Retain` surviving an owner-reference cascade
+//! and a namespace deletion with every remote object still there.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeMap;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::api::events::v1::Event as K8sEvent;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use tidemark_api::crd::{Backup, BackupPolicy};
+use tidemark_operator::testkit::{KubeCluster, Operator, eventually};
+use tidemark_store::synth::{self, SynthBackup};
+use tidemark_store::testkit::{ACCESS_KEY, BUCKET, SECRET_KEY, SeaweedFs};
+
+async fn secret(client: &Client, ns: &str) {
+    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let data: BTreeMap<String, ByteString> =
+        [("accessKeyId", ACCESS_KEY), ("secretAccessKey", SECRET_KEY)]
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec())))
+            .collect();
+    let mut s: Secret =
+        serde_json::from_value(json!({"metadata": {"name": "s3", "namespace": ns}})).unwrap();
+    s.data = Some(data);
+    api.create(&PostParams::default(), &s).await.unwrap();
+}
+
+fn policy(ns: &str, endpoint: &str, deletion: Option<&str>) -> BackupPolicy {
+    let mut spec = json!({
+        "objectStore": {"bucket": BUCKET, "endpoint": endpoint, "credentialsSecret": "s3"},
+        "cluster": ns,
+    });
+    if let Some(d) = deletion {
+        spec["deletionPolicy"] = json!(d);
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy",
+        "metadata": {"name": "db", "namespace": ns},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+/// A completed Backup object for the synthetic backup `b` (its name is the store name).
+async fn backup_object(api: &Api<Backup>, b: &SynthBackup, extra: serde_json::Value) {
+    let mut obj = json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "Backup",
+        "metadata": {"name": b.name},
+        "spec": {"policy": {"name": "db"}},
+    });
+    merge(&mut obj, extra);
+    let backup: Backup = serde_json::from_value(obj).unwrap();
+    api.create(&PostParams::default(), &backup).await.unwrap();
+    api.patch_status(
+        &b.name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {
+            "phase": "completed", "backupId": b.id,
+            "key": format!("{}/{}/metadata.json", b.name, b.id),
+        }})),
+    )
+    .await
+    .unwrap();
+}
+
+fn merge(a: &mut serde_json::Value, b: serde_json::Value) {
+    match (a, b) {
+        (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k).or_insert(serde_json::Value::Null), v);
+            }
+        }
+        (a, b) => *a = b,
+    }
+}
+
+/// Every key in the cluster's prefix, relative to it.
+async fn keys(store: &tidemark_store::ClusterStore) -> Vec<String> {
+    let mut k = synth::all_keys(store).await.unwrap();
+    k.sort();
+    k
+}
+
+fn of(keys: &[String], b: &SynthBackup) -> Vec<String> {
+    let prefix = format!("{}/{}/", b.name, b.id);
+    keys.iter()
+        .filter(|k| k.starts_with(&prefix))
+        .cloned()
+        .collect()
+}
+
+async fn finalizers(api: &Api<Backup>, name: &str) -> Option<Vec<String>> {
+    api.get_opt(name)
+        .await
+        .unwrap()
+        .map(|b| b.finalizers().to_vec())
+}
+
+async fn events(client: &Client, ns: &str, reason: &str) -> Vec<K8sEvent> {
+    Api::<K8sEvent>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_cleanup_is_opt_in_and_crash_safe() {
+    let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let cluster = KubeCluster::start(true).await;
+    let admin = cluster.admin_client();
+    let now = Timestamp::now();
+    let ago = |h: i64| now - SignedDuration::from_mins(h);
+
+    // --- Delete: the policy opts in.
+    let ns = "cleanup";
+    cluster.namespace(ns).await;
+    secret(&admin, ns).await;
+    let store = weed.cluster_store(ns);
+    let old = SynthBackup::full("old", ago(300), 1);
+    let flaky = SynthBackup::full("flaky", ago(280), 2);
+    let skipped = SynthBackup::full("skipped", ago(260), 3);
+    let kept = SynthBackup::full("kept", ago(240), 4);
+    let base = SynthBackup::full("base", ago(220), 5);
+    let inc = SynthBackup::incremental("inc", &base.id, ago(200), 6);
+    let newest = SynthBackup::full("newest", ago(100), 7);
+    let all = [&old, &flaky, &skipped, &kept, &base, &inc, &newest];
+    synth::write_backups(
+        &store,
+        &all.iter().map(|b| (*b).clone()).collect::<Vec<_>>(),
+    )
+    .await
+    .unwrap();
+    let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), ns);
+    policies
+        .create(
+            &PostParams::default(),
+            &policy(ns, &weed.endpoint, Some("Delete")),
+        )
+        .await
+        .unwrap();
+    let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
+    for b in [&old, &flaky, &base] {
+        backup_object(&backups, b, json!({})).await;
+    }
+    backup_object(
+        &backups,
+        &skipped,
+        json!({"metadata": {"annotations": {"tidemark.io/skip-remote-cleanup": "true"}}}),
+    )
+    .await;
+    // The Backup's own Retain overrides the policy's Delete.
+    backup_object(
+        &backups,
+        &kept,
+        json!({"spec": {"deletionPolicy": "Retain"}}),
+    )
+    .await;
+    let op = Operator::start(&cluster, "operator-cleanup");
+
+    // 1. The finalizer is on every Backup whose effective policy is Delete, and only there.
+    for name in ["old", "flaky", "skipped", "base"] {
+        eventually(&format!("the finalizer on {name}"), || async {
+            finalizers(&backups, name)
+                .await
+                .unwrap()
+                .contains(&"tidemark.io/remote-cleanup".to_owned())
+                .then_some(())
+        })
+        .await;
+    }
+    assert_eq!(
+        finalizers(&backups, "kept").await.unwrap(),
+        Vec::<String>::new()
+    );
+
+    // 2–3, 5. Deleting `old`: the finalizer holds the object while the engine deletes its
+    // data (audit record first), then lets it go.
+    let before = keys(&store).await;
+    assert!(!of(&before, &old).is_empty());
+    backups
+        .delete("old", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("old gone", || async {
+        finalizers(&backups, "old").await.is_none().then_some(())
+    })
+    .await;
+    let after = keys(&store).await;
+    assert_eq!(
+        of(&after, &old),
+        Vec::<String>::new(),
+        "old's data is deleted"
+    );
+    for b in [&flaky, &skipped, &kept, &base, &inc, &newest] {
+        assert_eq!(of(&after, b), of(&before, b), "{} untouched", b.name);
+    }
+    let audit: Vec<&String> = after.iter().filter(|k| k.starts_with("_audit/")).collect();
+    assert_eq!(audit.len(), 1, "{after:?}");
+    // Keys are relative to the cluster, as `read` takes them.
+    let record: serde_json::Value = serde_json::from_slice(
+        &store
+            .read(&object_store::path::Path::from(audit[0].as_str()))
+            .await
+            .unwrap()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        record["backups"][0]["backupId"],
+        old.id.as_str(),
+        "{record}"
+    );
+    assert_eq!(
+        record["backups"][0]["reasons"],
+        json!(["deletionRequested"]),
+        "{record}"
+    );
+    assert_eq!(
+        record["policy"]["deletionRequestedBy"], "Backup cleanup/old",
+        "{record}"
+    );
+    assert!(!events(&admin, ns, "RemoteDataDeleted").await.is_empty());
+
+    // 4. A store failure: a condition and a Warning event, the finalizer kept; fixed, the
+    // retry deletes the data and lets the object go.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    policies
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"objectStore": {"endpoint": dead}}})),
+        )
+        .await
+        .unwrap();
+    backups
+        .delete("flaky", &DeleteParams::default())
+        .await
+        .unwrap();
+    let st = eventually("RemoteCleanupFailed on flaky", || async {
+        let b = backups.get("flaky").await.unwrap();
+        let s = serde_json::to_value(&b.status).unwrap();
+        s["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "RemoteCleanup" && c["reason"] == "RemoteCleanupFailed")
+            .then_some(s)
+    })
+    .await;
+    assert_eq!(
+        st["phase"], "completed",
+        "the rest of the status is kept: {st}"
+    );
+    assert!(
+        backups
+            .get("flaky")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    );
+    assert!(
+        finalizers(&backups, "flaky")
+            .await
+            .unwrap()
+            .contains(&"tidemark.io/remote-cleanup".to_owned())
+    );
+    assert!(!events(&admin, ns, "RemoteCleanupFailed").await.is_empty());
+    assert_eq!(of(&keys(&store).await, &flaky), of(&before, &flaky));
+    policies
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"objectStore": {"endpoint": weed.endpoint}}})),
+        )
+        .await
+        .unwrap();
+    eventually("flaky gone after the retry", || async {
+        finalizers(&backups, "flaky").await.is_none().then_some(())
+    })
+    .await;
+    assert_eq!(of(&keys(&store).await, &flaky), Vec::<String>::new());
+
+    // The bypass: the object goes, the data stays.
+    backups
+        .delete("skipped", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("skipped gone", || async {
+        finalizers(&backups, "skipped")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert_eq!(of(&keys(&store).await, &skipped), of(&before, &skipped));
+    assert!(!events(&admin, ns, "RemoteCleanupSkipped").await.is_empty());
+
+    // A backup a committed increment builds on is never deleted directly: the object
+    // waits, saying why, and the data stays.
+    backups
+        .delete("base", &DeleteParams::default())
+        .await
+        .unwrap();
+    let st = eventually("base waits", || async {
+        let s = serde_json::to_value(backups.get("base").await.unwrap().status).unwrap();
+        s["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "RemoteCleanup" && c["reason"] == "WaitingForRetention")
+            .cloned()
+    })
+    .await;
+    assert!(
+        st["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("chain:{}", inc.id)),
+        "{st}"
+    );
+    assert_eq!(of(&keys(&store).await, &base), of(&before, &base));
+
+    // Retain (the Backup's own): no finalizer, so deleting the object touches nothing.
+    backups
+        .delete("kept", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("kept gone", || async {
+        finalizers(&backups, "kept").await.is_none().then_some(())
+    })
+    .await;
+    assert_eq!(of(&keys(&store).await, &kept), of(&before, &kept));
+
+    // --- Retain (the default): an owner-reference cascade by the real garbage collector
+    // and a namespace deletion leave every remote object in place.
+    let ns2 = "keepsake";
+    cluster.namespace(ns2).await;
+    secret(&admin, ns2).await;
+    let store2 = weed.cluster_store(ns2);
+    let owned = SynthBackup::full("owned", ago(120), 8);
+    let plain = SynthBackup::full("plain", ago(60), 9);
+    synth::write_backups(&store2, &[owned.clone(), plain.clone()])
+        .await
+        .unwrap();
+    let before2 = keys(&store2).await;
+    Api::<BackupPolicy>::namespaced(admin.clone(), ns2)
+        .create(&PostParams::default(), &policy(ns2, &weed.endpoint, None))
+        .await
+        .unwrap();
+    let configmaps: Api<ConfigMap> = Api::namespaced(admin.clone(), ns2);
+    let owner = configmaps
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "owner", "namespace": ns2}}))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let backups2: Api<Backup> = Api::namespaced(admin.clone(), ns2);
+    backup_object(
+        &backups2,
+        &owned,
+        json!({"metadata": {"ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.uid().unwrap()}]}}),
+    )
+    .await;
+    backup_object(&backups2, &plain, json!({})).await;
+    // The operator has seen them (and put no finalizer on them).
+    eventually("plain reconciled", || async {
+        let b = backups2.get("plain").await.unwrap();
+        (b.finalizers().is_empty() && b.status.is_some()).then_some(())
+    })
+    .await;
+    configmaps
+        .delete("owner", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("owned collected by the garbage collector", || async {
+        finalizers(&backups2, "owned").await.is_none().then_some(())
+    })
+    .await;
+    let namespaces: Api<Namespace> = Api::all(admin.clone());
+    namespaces
+        .delete(ns2, &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the namespace deleted", || async {
+        namespaces
+            .get_opt(ns2)
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        keys(&store2).await,
+        before2,
+        "every remote object is still there"
+    );
+    op.stop().await;
+}

@@ -795,14 +795,10 @@ async fn method_job_runs_the_users_pod_template() {
     op.stop().await;
 }
 
-/// Consolidation as a Job (seed 002): a policy that keeps only the newest backup, an
-/// increment, with `consolidate`; the pass starts a Job in the database image instead of
-/// merging in the operator; the test plays the node; the next pass finds the synthetic
-/// full and lets the old chain go; the synthetic full restores to the exact row count.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn consolidation_runs_as_a_job() {
-    let s3 = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
-    let db = tokio::task::spawn_blocking(MariaDb::start).await.unwrap();
+/// A mariabackup chain of "nightly" in `s3`, pushed with the real binary from the real
+/// server: a full of 7 rows of `shop.orders`, then an increment with 5 more (12). Returns
+/// their backup-ids.
+fn mariabackup_chain(s3: &SeaweedFs, db: &MariaDb) -> (String, String) {
     db.sql(
         "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT)",
     );
@@ -830,7 +826,7 @@ async fn consolidation_runs_as_a_job() {
         args.push("mariabackup");
         let client = db.client_args();
         args.extend(client.iter().map(String::as_str));
-        let out = tidemark(&s3, &args);
+        let out = tidemark(s3, &args);
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         v["backupId"].as_str().unwrap().to_owned()
     };
@@ -838,6 +834,31 @@ async fn consolidation_runs_as_a_job() {
     let full = push(None);
     insert(5); // 12
     let incremental = push(Some(&full));
+    (full, incremental)
+}
+
+/// The backup-ids `tidemark ls` lists, and its JSON.
+fn listed(s3: &SeaweedFs) -> (Vec<String>, serde_json::Value) {
+    let v: serde_json::Value =
+        serde_json::from_slice(&tidemark(s3, &["ls", "--output", "json"]).stdout).unwrap();
+    let ids = v["backups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["backupId"].as_str().unwrap().to_owned())
+        .collect();
+    (ids, v)
+}
+
+/// Consolidation as a Job (seed 002): a policy that keeps only the newest backup, an
+/// increment, with `consolidate`; the pass starts a Job in the database image instead of
+/// merging in the operator; the test plays the node; the next pass finds the synthetic
+/// full and lets the old chain go; the synthetic full restores to the exact row count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consolidation_runs_as_a_job() {
+    let s3 = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let db = tokio::task::spawn_blocking(MariaDb::start).await.unwrap();
+    let (full, incremental) = mariabackup_chain(&s3, &db);
 
     let cluster = KubeCluster::start(false).await;
     let admin = cluster.admin_client();
@@ -892,9 +913,8 @@ async fn consolidation_runs_as_a_job() {
         .containers[0];
     assert_eq!(c.image.as_deref(), Some("mariadb:11.4"));
     // Meanwhile the chain is whole.
-    let ls: serde_json::Value =
-        serde_json::from_slice(&tidemark(&s3, &["ls", "--output", "json"]).stdout).unwrap();
-    assert_eq!(ls["backups"].as_array().unwrap().len(), 2, "{ls}");
+    let (ids, ls) = listed(&s3);
+    assert_eq!(ids.len(), 2, "{ls}");
 
     let tools = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
@@ -911,14 +931,7 @@ async fn consolidation_runs_as_a_job() {
     );
     // The next passes: the synthetic full stands in, the old chain goes, the Job is removed.
     let ls = eventually("only the synthetic full left", || async {
-        let v: serde_json::Value =
-            serde_json::from_slice(&tidemark(&s3, &["ls", "--output", "json"]).stdout).unwrap();
-        let ids: Vec<String> = v["backups"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|b| b["backupId"].as_str().unwrap().to_owned())
-            .collect();
+        let (ids, v) = listed(&s3);
         (ids.len() == 1 && ids[0] != full && ids[0] != incremental).then_some(v)
     })
     .await;
@@ -1177,5 +1190,177 @@ async fn method_exec_streams_through_pods_exec() {
     )
     .unwrap();
     assert_eq!(meta["phase"], "failed", "the store says so too: {meta}");
+    op.stop().await;
+}
+
+/// Seed 002's delete-then-consolidate through the finalizer: the Backup object of a full
+/// that a committed increment builds on is deleted with `deletionPolicy: Delete`. Its data
+/// is marked, not deleted, and the object waits; the next pass, no rule keeping the full
+/// any more, merges it into a synthetic full in a consolidation Job (the test plays the
+/// node, real MariaDB); the pass after lets the old chain go, the object goes with it, and
+/// the synthetic full restores to the exact row count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_chain_base_marks_it_and_a_pass_consolidates() {
+    let s3 = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let db = tokio::task::spawn_blocking(MariaDb::start).await.unwrap();
+    let (full, incremental) = mariabackup_chain(&s3, &db);
+
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let ns = "unchain";
+    cluster.namespace(ns).await;
+    secret(
+        &admin,
+        ns,
+        "s3",
+        &[("accessKeyId", ACCESS_KEY), ("secretAccessKey", SECRET_KEY)],
+    )
+    .await;
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "db-0", "namespace": ns, "labels": {"app": "db"}},
+        "spec": {"containers": [{"name": "mariadb", "image": "mariadb:11.4"}]},
+    }))
+    .unwrap();
+    Api::<Pod>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+    // Keeps both by count: only the deletion can make the full go.
+    let policy: BackupPolicy = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy",
+        "metadata": {"name": "shop", "namespace": ns},
+        "spec": {
+            "objectStore": {"bucket": BUCKET, "endpoint": s3.endpoint, "credentialsSecret": "s3"},
+            "source": {"selector": {"matchLabels": {"app": "db"}}},
+            "retention": {"keepLast": 5, "consolidate": true},
+            "retentionInterval": "2s",
+            "deletionPolicy": "Delete",
+        },
+    }))
+    .unwrap();
+    Api::<BackupPolicy>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    // The full's Backup object (its store name is its own: "nightly").
+    let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
+    let b: Backup = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "Backup",
+        "metadata": {"name": "nightly", "namespace": ns},
+        "spec": {"policy": {"name": "shop"}},
+    }))
+    .unwrap();
+    backups.create(&PostParams::default(), &b).await.unwrap();
+    backups
+        .patch_status(
+            "nightly",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "completed", "backupId": full}})),
+        )
+        .await
+        .unwrap();
+    let op = Operator::start(&cluster, "operator-unchain");
+    eventually("the finalizer", || async {
+        let b = backups.get("nightly").await.unwrap();
+        b.finalizers()
+            .contains(&"tidemark.io/remote-cleanup".to_owned())
+            .then_some(())
+    })
+    .await;
+
+    backups
+        .delete("nightly", &Default::default())
+        .await
+        .unwrap();
+    let st = eventually("marked and waiting", || async {
+        let s = serde_json::to_value(backups.get("nightly").await.unwrap().status).unwrap();
+        s["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "RemoteCleanup" && c["reason"] == "WaitingForRetention")
+            .cloned()
+    })
+    .await;
+    assert!(
+        st["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("chain:{incremental}")),
+        "{st}"
+    );
+    let store = s3.cluster_store("shop");
+    let mark = tidemark_store::layout::metadata_key("nightly", &full)
+        .as_ref()
+        .replace("metadata.json", "_deletion-requested.json");
+    assert!(
+        store
+            .read(&object_store::path::Path::from(mark.as_str()))
+            .await
+            .unwrap()
+            .is_some(),
+        "the mark is in the backup's directory"
+    );
+    assert_eq!(listed(&s3).0.len(), 2, "nothing deleted yet");
+
+    // The pass: no rule keeps the full now, the increment does; consolidate merges them.
+    let jobs: Api<Job> = Api::namespaced(admin.clone(), ns);
+    let name = format!("shop-consolidate-{}", incremental.to_ascii_lowercase());
+    let job = eventually("the consolidation Job", || async {
+        jobs.get_opt(&name).await.unwrap()
+    })
+    .await;
+    let tools = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let out = play_node(
+        &admin,
+        &job,
+        &[("/tidemark-bin", tools.path()), ("/work", work.path())],
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ls = eventually("only the synthetic full left", || async {
+        let (ids, v) = listed(&s3);
+        (ids.len() == 1 && ids[0] != full && ids[0] != incremental).then_some(v)
+    })
+    .await;
+    // The object notices at its next look (here, a touch; else within 10 minutes).
+    backups
+        .patch(
+            "nightly",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"touch": "1"}}})),
+        )
+        .await
+        .unwrap();
+    eventually("the Backup object gone", || async {
+        backups
+            .get_opt("nightly")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let point = ls["recoveryWindow"]["to"].as_str().unwrap().to_owned();
+    let restored = db.scratch().join("unchained");
+    tidemark(
+        &s3,
+        &[
+            "restore",
+            "--to",
+            &point,
+            "--datadir",
+            restored.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        query_restored(&restored, "SELECT COUNT(*) FROM shop.orders"),
+        "12"
+    );
     op.stop().await;
 }

@@ -108,6 +108,12 @@ pub struct Backup {
     /// write). An uncommitted attempt with a recent heartbeat is in progress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub heartbeat_at: Option<Timestamp>,
+    /// Its deletion was asked for (a Backup object deleted with `deletionPolicy: Delete`)
+    /// while a recovery depended on it: no rule keeps it any more, as if its TTL had run
+    /// out; the floor, chains, locks and holds still do, and a pass removes it (or
+    /// consolidates its chain) once that is safe (seed 002).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deletion_requested: bool,
 }
 
 impl Backup {
@@ -139,6 +145,7 @@ impl Backup {
             consolidatable: false,
             payload_missing: false,
             heartbeat_at: None,
+            deletion_requested: false,
         }
     }
 

@@ -440,9 +440,10 @@ fn nodes(inventory: &Inventory, now: Timestamp) -> Vec<Node<'_>> {
                 p => p,
             };
             // A TTL is exceeded strictly after start + ttl, like the window (seed 004).
+            // A backup marked for deletion is treated as if its TTL ran out just now.
             let ttl_expired = phase != Phase::InProgress
                 && superseded[i].is_none()
-                && b.ttl.is_some_and(|ttl| now > ttl.after(b.started_at));
+                && (b.deletion_requested || b.ttl.is_some_and(|ttl| now > ttl.after(b.started_at)));
             Node {
                 backup: b,
                 phase,
@@ -480,6 +481,7 @@ fn decide_deletions(nodes: &mut [Node]) {
             }
             Some(match n.phase {
                 _ if n.superseded.is_some() => Reason::Consolidated(ids[n.superseded?].clone()),
+                _ if n.ttl_expired && n.backup.deletion_requested => Reason::DeletionRequested,
                 _ if n.ttl_expired => Reason::TtlExpired,
                 Phase::Uncommitted if n.backup.interrupted_delete => Reason::InterruptedDelete,
                 Phase::Uncommitted => Reason::Uncommitted,
@@ -667,7 +669,10 @@ fn apply_rules(policy: &Policy, nodes: &mut [Node], now: Timestamp) {
         }
         // A per-backup TTL overrides the retention rules (not the floor, locks, holds or
         // chains); until it is exceeded it keeps the backup.
-        if b.ttl.is_some() && node.phase != Phase::InProgress && node.superseded.is_none() {
+        if (b.ttl.is_some() || b.deletion_requested)
+            && node.phase != Phase::InProgress
+            && node.superseded.is_none()
+        {
             if node.ttl_expired {
                 node.reasons.retain(|r| !r.is_policy_rule());
             } else {

@@ -250,6 +250,7 @@ mod tests {
             consolidatable: false,
             payload_missing: false,
             heartbeat_at: None,
+            deletion_requested: false,
         }
     }
 

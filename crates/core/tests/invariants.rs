@@ -51,6 +51,8 @@ struct Spec {
     heartbeat_min: Option<i64>,
     /// Completed incremental: a committed synthetic full stands in for it.
     consolidated: bool,
+    /// Its deletion was requested (`_deletion-requested.json`).
+    deletion_requested: bool,
 }
 
 fn backup_spec() -> impl Strategy<Value = Spec> {
@@ -71,12 +73,21 @@ fn backup_spec() -> impl Strategy<Value = Spec> {
             prop::bool::weighted(0.3),
             prop::option::weighted(0.5, 0i64..20),
             prop::bool::weighted(0.08),
+            prop::bool::weighted(0.06),
         ),
     )
         .prop_map(
             |(
                 (start_h, parent, phase, lock_h, protected, ttl_days, newer),
-                (name, payload_missing, log_pinned, interrupted, heartbeat_min, consolidated),
+                (
+                    name,
+                    payload_missing,
+                    log_pinned,
+                    interrupted,
+                    heartbeat_min,
+                    consolidated,
+                    deletion_requested,
+                ),
             )| Spec {
                 start_h,
                 parent,
@@ -91,6 +102,7 @@ fn backup_spec() -> impl Strategy<Value = Spec> {
                 interrupted,
                 heartbeat_min,
                 consolidated,
+                deletion_requested,
             },
         )
 }
@@ -158,6 +170,7 @@ fn build_backups(specs: &[Spec], now: Timestamp) -> Vec<Backup> {
                 .heartbeat_min
                 .filter(|_| uncommitted)
                 .map(|m| now - SignedDuration::from_mins(m)),
+            deletion_requested: s.deletion_requested,
         });
     }
     // Committed synthetic fulls standing in for some completed increments (seed 002).
@@ -314,7 +327,7 @@ impl<'a> Model<'a> {
     fn ttl_expired(&self, b: &Backup) -> bool {
         !self.in_progress(b)
             && !self.superseded(b)
-            && b.ttl.is_some_and(|t| self.now > t.after(b.started_at))
+            && (b.deletion_requested || b.ttl.is_some_and(|t| self.now > t.after(b.started_at)))
     }
 
     /// Running: known so, or a marker written less than ten minutes before the earlier of
@@ -790,7 +803,8 @@ fn check_safety(m: &Model, p: &Plan) -> Result<(), TestCaseError> {
         );
     }
     // With coverWindow, every restorable instant of [now - window, now] stays restorable
-    // (but a backup deleted by its own expired `ttl` takes its restore point with it).
+    // (but a backup deleted by its own expired `ttl`, or marked for deletion, takes its
+    // restore point with it).
     if m.policy.cover_window
         && let Some(w) = m.policy.window
     {
@@ -798,7 +812,9 @@ fn check_safety(m: &Model, p: &Plan) -> Result<(), TestCaseError> {
         let others: Vec<&Backup> = all
             .iter()
             .copied()
-            .filter(|b| b.ttl.is_none_or(|t| now <= t.after(b.started_at)))
+            .filter(|b| {
+                !b.deletion_requested && b.ttl.is_none_or(|t| now <= t.after(b.started_at))
+            })
             .collect();
         let before_cover = m.intervals(&others, &all_segments);
         let from = w.before(now);
@@ -1026,8 +1042,9 @@ fn check_liveness(m: &Model, p: &Plan) -> Result<(), TestCaseError> {
                 | Reason::Uncommitted
                 | Reason::InterruptedDelete
                 | Reason::Consolidated(_) => true,
-                // Only a requested deletion (`requested_deletion`) gives it, never a pass.
-                Reason::DeletionRequested => false,
+                // A pass gives it only to a backup marked for deletion, and (like an
+                // expired TTL) only when nothing else keeps it.
+                Reason::DeletionRequested => b.deletion_requested && m.ttl_expired(b),
             };
             prop_assert!(ok, "{} has the unfounded reason {}: {:?}", b.id, r, dump(p));
         }

@@ -8,9 +8,12 @@
 //!    policy's store with the policy's credentials;
 //! 3. the engine's deleter removes it — audit record first, `metadata.json` before the
 //!    payload — unless a recovery depends on it (the newest restorable backup, the parent
-//!    of a committed increment, the only bridge over a binlog gap): then the data stays,
-//!    the Backup says why (`RemoteCleanup=False`, `WaitingForRetention`), and it is looked
-//!    at again until that no longer holds;
+//!    of a committed increment, the only bridge over a binlog gap): then the backup is
+//!    marked for deletion in the store (`_deletion-requested.json`, seed 002's
+//!    delete-then-consolidate), so that no retention rule keeps it and a pass removes it
+//!    or consolidates its chain once that is safe; the Backup says so
+//!    (`RemoteCleanup=False`, `WaitingForRetention`) and is looked at again until its
+//!    data is gone;
 //! 4. a failure is the condition `RemoteCleanup=False` (`RemoteCleanupFailed`) and a
 //!    Warning event, and is retried with backoff; the finalizer stays;
 //! 5. the finalizer goes once the data is gone, or at once with the annotation
@@ -164,9 +167,23 @@ pub async fn on_delete(
             return Ok(Action::await_change());
         }
         Some(Err(keep)) => {
+            // Marked, not deleted (seed 002): from now on no retention rule keeps it, and
+            // a pass removes it — or merges its chain into a synthetic full — once that
+            // is safe. This object waits for that.
+            let name = crate::backup::store_name(backup);
+            let by = format!(
+                "Backup {}/{}",
+                backup.namespace().unwrap_or_default(),
+                backup.name_any()
+            );
+            if let Err(e) =
+                tidemark_store::executor::mark_for_deletion(&store, &name, &id, &by, now).await
+            {
+                return failed(ctx, api, backup, Error::Engine(e.into())).await;
+            }
             let why: Vec<String> = keep.iter().map(ToString::to_string).collect();
             let message = format!(
-                "backup {id} stays in the store while a recovery depends on it ({}): the newest restorable backup is never deleted, nor the base of a committed increment; it goes once that no longer holds (a newer backup, a retention pass that consolidates the chain), or annotate {SKIP_ANNOTATION}=\"true\" to let the object go and keep the data",
+                "backup {id} is marked for deletion but stays in the store while a recovery depends on it ({}): the newest restorable backup is never deleted, nor the base of a committed increment; a retention pass removes it (with consolidate, merges its chain into a synthetic full) once that no longer holds. Annotate {SKIP_ANNOTATION}=\"true\" to let the object go now (the mark stays)",
                 why.join(", ")
             );
             set_condition(api, backup, false, "WaitingForRetention", &message).await?;

@@ -204,10 +204,11 @@ impl Catalog {
                     dir.payload.push(meta);
                 }
                 KeyKind::Payload { name, id } => {
-                    dirs.entry((name.to_owned(), id.to_owned()))
-                        .or_default()
-                        .payload
-                        .push(meta);
+                    let dir = dirs.entry((name.to_owned(), id.to_owned())).or_default();
+                    if meta.location.filename() == Some(layout::DELETION_MARK) {
+                        dir.deletion_requested = true;
+                    }
+                    dir.payload.push(meta);
                 }
                 KeyKind::Audit => audits.push(meta.location),
                 KeyKind::State => {}
@@ -269,6 +270,7 @@ impl Catalog {
                     let missing = missing_payload(&m, &sizes);
                     stored.backup = backup_from_metadata(&m, &name, last_modified, size);
                     stored.backup.payload_missing = missing.is_some();
+                    stored.backup.deletion_requested = dir.deletion_requested;
                     stored.problem = missing;
                     stored.metadata_key = Some(key);
                     stored.metadata = Some(m);
@@ -485,6 +487,8 @@ struct Dir {
     payload: Vec<ObjectMeta>,
     /// The in-flight marker's last write.
     heartbeat: Option<Timestamp>,
+    /// It holds [`layout::DELETION_MARK`].
+    deletion_requested: bool,
 }
 
 /// What the object an unfinished upload was writing would be, if it is one of Tidemark's.
@@ -594,6 +598,7 @@ fn backup_from_metadata(m: &Metadata, name: &str, last_modified: Timestamp, size
         consolidatable: CONSOLIDATABLE_METHODS.contains(&m.method.as_str()),
         payload_missing: false,
         heartbeat_at: None,
+        deletion_requested: false,
     }
 }
 

@@ -558,6 +558,48 @@ pub(crate) async fn put_new(
     }
 }
 
+/// Marks the committed backup `name/id` for deletion with [`layout::DELETION_MARK`]: its
+/// deletion was asked for while a recovery depended on it, so no rule keeps it from now
+/// on, and a retention pass removes it — or consolidates its chain — once that is safe.
+/// Deletes nothing; written once (a second request leaves the first mark).
+///
+/// # Errors
+/// The mark could not be written.
+pub async fn mark_for_deletion(
+    store: &ClusterStore,
+    name: &str,
+    id: &str,
+    requested_by: &str,
+    at: Timestamp,
+) -> Result<(), StoreError> {
+    let key = Path::from_iter([name, id, layout::DELETION_MARK]);
+    let body = serde_json::to_vec_pretty(&serde_json::json!({
+        "formatVersion": FORMAT_VERSION,
+        "requestedAt": at,
+        "requestedBy": requested_by,
+    }))
+    .map_err(|source| StoreError::Encode {
+        url: store.url.clone(),
+        what: "the deletion mark",
+        source,
+    })?;
+    let payload = PutPayload::from(body);
+    let create = PutOptions {
+        mode: PutMode::Create,
+        ..Default::default()
+    };
+    match store.inner.put_opts(&key, payload.clone(), create).await {
+        Ok(_) | Err(object_store::Error::AlreadyExists { .. }) => Ok(()),
+        Err(object_store::Error::NotImplemented { .. }) => store
+            .inner
+            .put(&key, payload)
+            .await
+            .map(|_| ())
+            .map_err(|source| write_err(store, &key, source)),
+        Err(source) => Err(write_err(store, &key, source)),
+    }
+}
+
 /// What one batch of deletions came to.
 #[derive(Debug, Default)]
 struct Outcome {

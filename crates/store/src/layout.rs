@@ -27,6 +27,10 @@ pub const METADATA: &str = "metadata.json";
 /// An attempt's in-flight marker: written before its first byte, rewritten while it runs
 /// (its last-modified time is the heartbeat), deleted after the commit.
 pub const MARKER: &str = "_inflight.json";
+/// A committed backup whose deletion was asked for while a recovery depended on it (its
+/// Backup object deleted with `deletionPolicy: Delete`): written once, never changed, and
+/// deleted with the backup. Retention passes remove (or consolidate) the backup when safe.
+pub const DELETION_MARK: &str = "_deletion-requested.json";
 /// Longest name Tidemark writes or accepts in one path segment: Kubernetes object names are
 /// at most 253 bytes, and file systems refuse more than 255.
 pub const MAX_NAME: usize = 253;

@@ -203,7 +203,8 @@ impl SeaweedFs {
             }
             let probe = object_store::path::Path::from("_tidemark_probe");
             let put = store.put(&probe, PutPayload::from_static(b"ok"));
-            match rt.block_on(tokio::time::timeout(PROBE_TIMEOUT, put)) {
+            // The timer is made inside the runtime (this thread may have none).
+            match rt.block_on(async { tokio::time::timeout(PROBE_TIMEOUT, put).await }) {
                 Ok(Ok(_)) => {
                     let _ = rt.block_on(store.delete(&probe));
                     return Ok(());

@@ -812,9 +812,7 @@ fn check_safety(m: &Model, p: &Plan) -> Result<(), TestCaseError> {
         let others: Vec<&Backup> = all
             .iter()
             .copied()
-            .filter(|b| {
-                !b.deletion_requested && b.ttl.is_none_or(|t| now <= t.after(b.started_at))
-            })
+            .filter(|b| !b.deletion_requested && b.ttl.is_none_or(|t| now <= t.after(b.started_at)))
             .collect();
         let before_cover = m.intervals(&others, &all_segments);
         let from = w.before(now);

@@ -157,6 +157,13 @@ pub struct ScheduledBackupSpec {
     /// IANA zone the cron is read in (default: the policy's `timeZone`, else UTC).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_zone: Option<String>,
+    /// The `ttl` of every Backup it creates (`<n>d|<n>w|<n>m`; seed 004): in the operator
+    /// such a Backup expires that long after its creation and is deleted with its data
+    /// (never the newest restorable backup); on one machine its `metadata.json` records it
+    /// and retention passes delete the backup once it is that old.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
+    pub ttl: Option<String>,
     #[serde(flatten)]
     pub template: BackupTemplate,
 }
@@ -207,8 +214,11 @@ pub struct BackupSpec {
     /// `full` (default) or `incremental` (from the newest restorable backup's end LSN).
     #[serde(default, rename = "type")]
     pub kind: BackupType,
-    /// Delete this backup once this old (`<n>d|<n>w|<n>m`), whatever the policy says,
-    /// except the floor, locks, holds and chains.
+    /// Delete this backup once this old (`<n>d|<n>w|<n>m`), whatever the policy says. In
+    /// the operator the Backup expires that long after its creation and is deleted with its
+    /// data, whatever `deletionPolicy` says (never the newest restorable backup; a chain's
+    /// base is marked and goes when safe); the store also records it, so retention passes
+    /// honour it (except the floor, locks, holds and chains).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
     pub ttl: Option<String>,
@@ -403,6 +413,13 @@ impl ScheduledBackupSpec {
         if let Some(tz) = &self.time_zone {
             zone(tz, "spec.timeZone")?;
         }
+        if let Some(ttl) = &self.ttl {
+            ttl.parse::<tidemark_core::RetentionDuration>()
+                .map_err(|e| ScheduleFileError::Invalid {
+                    field: "spec.ttl",
+                    problem: e.to_string(),
+                })?;
+        }
         validate_template(&self.template)
     }
 
@@ -445,7 +462,7 @@ impl ScheduledBackupSpec {
         BackupSpec {
             template: self.template.clone(),
             kind: BackupType::Full,
-            ttl: None,
+            ttl: self.ttl.clone(),
         }
     }
 }
@@ -587,6 +604,14 @@ spec: {schedule: "0 0 2 * * *", policy: {name: db}}
             Some("cluster-sample-daily")
         );
         assert!(!b.metadata.labels.contains_key(IMMEDIATE_BACKUP_LABEL));
+        assert_eq!(b.spec.ttl, None);
+        // The schedule's ttl goes to every Backup it creates (seed 004).
+        let with_ttl = ScheduledBackup::from_yaml(&format!("{EXAMPLE}  ttl: 30d\n")).unwrap();
+        assert_eq!(with_ttl.child("x", false).spec.ttl.as_deref(), Some("30d"));
+        let e = ScheduledBackup::from_yaml(&format!("{EXAMPLE}  ttl: 30 days\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("spec.ttl: "), "{e}");
         let i = s.child("cluster-sample-daily-20261120101542", true);
         assert_eq!(
             i.metadata

@@ -168,6 +168,19 @@ fn load(dir: &Path) -> Result<Vec<PolicyRun>, CliError> {
                     .clone()
                     .unwrap_or_else(|| "exec".to_owned()),
                 command: s.spec.template.command.clone(),
+                ttl: s
+                    .spec
+                    .ttl
+                    .as_deref()
+                    .map(str::parse)
+                    .transpose()
+                    .map_err(|e| {
+                        CliError::input(format!(
+                            "{}: ScheduledBackup {}: spec.ttl: {e}",
+                            sfile.display(),
+                            s.metadata.name
+                        ))
+                    })?,
             });
         }
         runs.push(PolicyRun {

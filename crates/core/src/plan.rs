@@ -290,7 +290,8 @@ pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
 }
 
 /// The plan for deleting the one backup `id` on request (its Backup object was deleted
-/// with `deletionPolicy: Delete`): it alone, with [`Reason::DeletionRequested`] — unless a
+/// with `deletionPolicy: Delete`, or expired by its `ttl`): it alone, with `reason`
+/// ([`Reason::DeletionRequested`] or [`Reason::TtlExpired`]) — unless a
 /// recovery depends on it. Then nothing is planned and the reasons it stays are returned:
 /// [`Reason::Floor`] (the newest restorable backup), [`Reason::Chain`] (a committed backup
 /// builds on it), [`Reason::Gap`] (it alone bridges a hole in the binlog archive), or what
@@ -300,6 +301,7 @@ pub fn requested_deletion(
     inventory: &Inventory,
     name: &str,
     id: &str,
+    reason: Reason,
     now: Timestamp,
 ) -> Option<Result<Plan, Vec<Reason>>> {
     let target = inventory
@@ -362,7 +364,7 @@ pub fn requested_deletion(
         backups: vec![BackupDecision {
             backup: target.clone(),
             action: Action::Delete,
-            reasons: vec![Reason::DeletionRequested],
+            reasons: vec![reason],
         }],
         segments: SegmentPlan::default(),
         horizon: None,

@@ -1105,17 +1105,24 @@ fn requested_deletion_never_takes_the_floor_or_a_chain_parent() {
             .name
             .clone()
     };
-    let reasons =
-        |id: &str| match tidemark_core::requested_deletion(&inv, &name(id), id, now).unwrap() {
-            Ok(p) => {
-                assert_eq!(p.backups.len(), 1, "only the requested backup");
-                assert_eq!(p.backups[0].backup.id, id);
-                assert_eq!(p.backups[0].action, Delete);
-                assert!(p.segments.delete.is_empty() && p.leftovers.delete.is_empty());
-                p.backups[0].reasons.clone()
-            }
-            Err(keep) => keep,
-        };
+    let reasons = |id: &str| match tidemark_core::requested_deletion(
+        &inv,
+        &name(id),
+        id,
+        Reason::DeletionRequested,
+        now,
+    )
+    .unwrap()
+    {
+        Ok(p) => {
+            assert_eq!(p.backups.len(), 1, "only the requested backup");
+            assert_eq!(p.backups[0].backup.id, id);
+            assert_eq!(p.backups[0].action, Delete);
+            assert!(p.segments.delete.is_empty() && p.leftovers.delete.is_empty());
+            p.backups[0].reasons.clone()
+        }
+        Err(keep) => keep,
+    };
     // Nothing depends on `old` (a failed increment does not): deleted on request.
     assert_eq!(reasons("old"), vec![Reason::DeletionRequested]);
     // `inc` is the newest restorable: the floor stays.
@@ -1123,7 +1130,10 @@ fn requested_deletion_never_takes_the_floor_or_a_chain_parent() {
     // `base` carries the retained increment.
     assert_eq!(reasons("base"), vec![Reason::Chain("inc".into())]);
     assert_eq!(reasons("broken-inc"), vec![Reason::DeletionRequested]);
-    assert!(tidemark_core::requested_deletion(&inv, &name("old"), "nope", now).is_none());
+    let r = Reason::DeletionRequested;
+    assert!(
+        tidemark_core::requested_deletion(&inv, &name("old"), "nope", r.clone(), now).is_none()
+    );
     // An id under another backup name is not this one.
-    assert!(tidemark_core::requested_deletion(&inv, "elsewhere", "old", now).is_none());
+    assert!(tidemark_core::requested_deletion(&inv, "elsewhere", "old", r, now).is_none());
 }

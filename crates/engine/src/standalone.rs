@@ -81,6 +81,8 @@ pub struct ScheduleRun {
     pub method: String,
     /// The local command whose stdout is the backup.
     pub command: Vec<String>,
+    /// Each backup's own time to live (recorded in its `metadata.json`).
+    pub ttl: Option<tidemark_core::RetentionDuration>,
 }
 
 /// How the runner behaves.
@@ -274,7 +276,7 @@ fn child_spec(
         payload_name: format!("backup.{ext}"),
         started_at,
         labels,
-        ttl: None,
+        ttl: sched.ttl,
     }
 }
 

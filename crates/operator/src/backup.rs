@@ -68,9 +68,9 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
     if status.phase.is_some_and(BackupPhase::is_done) {
         // The finalizer follows the effective deletion policy (the policy is read only
         // when the Backup does not say).
-        let policy = match backup.spec.template.deletion_policy {
-            Some(_) => None,
-            None => policies.get_opt(&backup.spec.template.policy.name).await?,
+        let policy = match (&backup.spec.template.deletion_policy, &backup.spec.ttl) {
+            (Some(_), None) => None,
+            _ => policies.get_opt(&backup.spec.template.policy.name).await?,
         };
         let delete = crate::cleanup::effective(&backup, policy.as_ref())
             == tidemark_api::DeletionPolicy::Delete;
@@ -90,6 +90,9 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
             if gauge.get() < at.0.as_second() {
                 gauge.set(at.0.as_second());
             }
+        }
+        if let Some(ttl) = backup.spec.ttl.as_deref() {
+            return crate::cleanup::expire(&ctx, &api, &backup, policy.as_ref(), ttl).await;
         }
         return Ok(Action::await_change());
     }

@@ -48,6 +48,13 @@ pub const SKIP_ANNOTATION: &str = "tidemark.io/skip-remote-cleanup";
 const CONDITION: &str = "RemoteCleanup";
 /// How often a Backup whose data a recovery still depends on is looked at again.
 const WAITING_RECHECK: Duration = Duration::from_secs(600);
+/// Set on a Backup its `ttl` expired (the time it did), just before it is deleted: its
+/// data then goes with reason `ttlExpired`, whatever `deletionPolicy` says.
+pub const EXPIRED_ANNOTATION: &str = "tidemark.io/expired";
+/// The condition that tells how TTL expiry goes.
+const EXPIRY_CONDITION: &str = "Expired";
+/// Longest wait before an unexpired TTL is looked at again (the clock is read afresh).
+const EXPIRY_RECHECK: Duration = Duration::from_secs(3600);
 
 /// The effective deletion policy: the Backup's own, else its policy's, else `Retain`.
 pub fn effective(backup: &Backup, policy: Option<&BackupPolicy>) -> DeletionPolicy {
@@ -142,7 +149,13 @@ pub async fn on_delete(
         let now = ctx.clock.now();
         // Only the backup this object made: its id under its own store name.
         let name = crate::backup::store_name(backup);
-        let planned = tidemark_core::requested_deletion(&inventory, &name, &id, now);
+        // An expired TTL says so in the audit record.
+        let reason = if backup.annotations().contains_key(EXPIRED_ANNOTATION) {
+            tidemark_core::Reason::TtlExpired
+        } else {
+            tidemark_core::Reason::DeletionRequested
+        };
+        let planned = tidemark_core::requested_deletion(&inventory, &name, &id, reason, now);
         Ok((store, catalog, inventory, planned, now))
     }
     .await;
@@ -236,6 +249,126 @@ pub async fn on_delete(
     Ok(Action::await_change())
 }
 
+/// TTL expiry (seed 004): a finished Backup with `spec.ttl` expires once `ttl` has passed
+/// since its creation. It is then deleted together with its data — through the same
+/// finalizer as a deletion with `deletionPolicy: Delete` (audit record first; a chain's
+/// base is marked and goes when safe) — using the policy's credentials. Never the newest
+/// restorable backup: that one waits (`Expired=False`, `NewestRestorable`). Without the
+/// policy or its Secret the data cannot be reached: a Warning event and `Expired=False`
+/// say so, the data and the object stay, and it is retried.
+///
+/// # Errors
+/// The API or the store failed; the policy or its Secret is missing (after the warning).
+pub async fn expire(
+    ctx: &Context,
+    api: &Api<Backup>,
+    backup: &Backup,
+    policy: Option<&BackupPolicy>,
+    ttl: &str,
+) -> Result<Action, Error> {
+    let Ok(ttl) = ttl.parse::<tidemark_core::RetentionDuration>() else {
+        // The schema refuses this; an object from before it is left alone.
+        return Ok(Action::await_change());
+    };
+    let Some(created) = backup.meta().creation_timestamp.as_ref().map(|t| t.0) else {
+        return Ok(Action::await_change());
+    };
+    let expires = ttl.after(created);
+    let now = ctx.clock.now();
+    if now <= expires {
+        let wait = now.duration_until(expires).unsigned_abs();
+        return Ok(Action::requeue(
+            wait.min(EXPIRY_RECHECK) + Duration::from_secs(1),
+        ));
+    }
+    let reference = backup.object_ref(&());
+    let status = backup.status.clone().unwrap_or_default();
+    let blocked = |e: Error| async move {
+        let message = format!(
+            "expired by its ttl at {expires}, but its data cannot be reached, so it is kept (retried): {}",
+            tidemark_engine::error::chain(&e)
+        );
+        ctx.warn(&backup.object_ref(&()), "BackupExpiryBlocked", &message)
+            .await;
+        set_status_condition(
+            api,
+            backup,
+            EXPIRY_CONDITION,
+            false,
+            "StoreUnreachable",
+            &message,
+        )
+        .await?;
+        Err(e)
+    };
+    let Some(policy) = policy else {
+        return blocked(Error::Missing(format!(
+            "BackupPolicy {}/{} (spec.policy.name) does not exist",
+            backup.namespace().unwrap_or_default(),
+            backup.spec.template.policy.name
+        )))
+        .await;
+    };
+    let store = match crate::retention::open(ctx, policy).await {
+        Ok(s) => s,
+        Err(e) => return blocked(e).await,
+    };
+    if let Some(id) = status.backup_id.as_deref() {
+        let catalog = match Catalog::load(&store, &NoProgress).await {
+            Ok(c) => c,
+            Err(e) => return blocked(Error::Engine(e.into())).await,
+        };
+        let inventory = catalog.inventory(&Default::default());
+        let name = crate::backup::store_name(backup);
+        if let Some(Err(keep)) = tidemark_core::requested_deletion(
+            &inventory,
+            &name,
+            id,
+            tidemark_core::Reason::TtlExpired,
+            now,
+        ) && keep.contains(&tidemark_core::Reason::Floor)
+        {
+            let message = format!(
+                "expired by its ttl at {expires}, but it is the newest restorable backup, which never expires; it does once a newer one is"
+            );
+            set_status_condition(
+                api,
+                backup,
+                EXPIRY_CONDITION,
+                false,
+                "NewestRestorable",
+                &message,
+            )
+            .await?;
+            return Ok(Action::requeue(WAITING_RECHECK));
+        }
+    }
+    // The object goes, and its data with it: the finalizer first, then the deletion.
+    let mut finalizers: Vec<String> = backup.finalizers().to_vec();
+    if !finalizers.iter().any(|f| f == FINALIZER) {
+        finalizers.push(FINALIZER.to_owned());
+    }
+    api.patch(
+        &backup.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {
+            "finalizers": finalizers,
+            "annotations": {EXPIRED_ANNOTATION: now.to_string()},
+            "resourceVersion": backup.resource_version(),
+        }})),
+    )
+    .await?;
+    ctx.event(
+        &reference,
+        EventType::Normal,
+        "BackupExpired",
+        &format!("its ttl ran out at {expires}: the Backup is deleted with its data"),
+    )
+    .await;
+    api.delete(&backup.name_any(), &Default::default()).await?;
+    Ok(Action::await_change())
+}
+
 /// Records a failed cleanup (condition and Warning event), and hands the error on for
 /// the backoff.
 async fn failed(
@@ -261,13 +394,25 @@ async fn set_condition(
     reason: &str,
     message: &str,
 ) -> Result<(), Error> {
+    set_status_condition(api, backup, CONDITION, ok, reason, message).await
+}
+
+/// Sets the condition `type_` on the Backup, keeping the rest of its status.
+async fn set_status_condition(
+    api: &Api<Backup>,
+    backup: &Backup,
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: &str,
+) -> Result<(), Error> {
     // The whole status: a server-side apply drops the fields it no longer names.
     let mut status = backup.status.clone().unwrap_or_default();
     let previous = status.conditions.clone();
-    status.conditions.retain(|c| c.type_ != CONDITION);
+    status.conditions.retain(|c| c.type_ != type_);
     status.conditions.push(condition(
         &previous,
-        CONDITION,
+        type_,
         ok,
         reason,
         message,

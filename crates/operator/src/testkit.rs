@@ -398,6 +398,16 @@ where
     }
 }
 
+/// The system clock moved by a fixed amount (a test's way to be days later).
+#[derive(Debug, Clone, Copy)]
+pub struct ShiftedClock(pub jiff::SignedDuration);
+
+impl tidemark_engine::Clock for ShiftedClock {
+    fn now(&self) -> jiff::Timestamp {
+        jiff::Timestamp::now() + self.0
+    }
+}
+
 /// A running operator; `stop` shuts it down gracefully (its lease released).
 #[derive(Debug)]
 pub struct Operator {
@@ -412,6 +422,16 @@ impl Operator {
     /// Starts the real operator in this process, as the ServiceAccount `deploy/` binds,
     /// with a short lease (6 s) so that leader changes are quick.
     pub fn start(cluster: &KubeCluster, identity: &str) -> Self {
+        Self::start_with_clock(cluster, identity, Arc::new(tidemark_engine::SystemClock))
+    }
+
+    /// [`Operator::start`] with the operator's clock (schedules, TTLs, retention) being
+    /// `clock`, e.g. a [`ShiftedClock`] days ahead to see TTLs run out.
+    pub fn start_with_clock(
+        cluster: &KubeCluster,
+        identity: &str,
+        clock: Arc<dyn tidemark_engine::Clock>,
+    ) -> Self {
         let client = cluster.operator_client();
         let (tx, rx) = oneshot::channel::<()>();
         let mut election = crate::leader::Election::new(OPERATOR_NAMESPACE, identity);
@@ -432,14 +452,7 @@ impl Operator {
             let shutdown = async move {
                 let _ = rx.await;
             };
-            if let Err(e) = crate::run(
-                client,
-                options,
-                Arc::new(tidemark_engine::SystemClock),
-                shutdown,
-            )
-            .await
-            {
+            if let Err(e) = crate::run(client, options, clock, shutdown).await {
                 panic!("operator stopped: {e}");
             }
         });

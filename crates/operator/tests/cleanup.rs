@@ -16,7 +16,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use tidemark_api::crd::{Backup, BackupPolicy};
-use tidemark_operator::testkit::{KubeCluster, Operator, eventually};
+use tidemark_operator::testkit::{KubeCluster, Operator, ShiftedClock, eventually};
 use tidemark_store::synth::{self, SynthBackup};
 use tidemark_store::testkit::{ACCESS_KEY, BUCKET, SECRET_KEY, SeaweedFs};
 
@@ -334,7 +334,11 @@ async fn remote_cleanup_is_opt_in_and_crash_safe() {
             .contains(&format!("chain:{}", inc.id)),
         "{st}"
     );
-    assert_eq!(of(&keys(&store).await, &base), of(&before, &base));
+    // Marked, not deleted: its data and a mark beside it (seed 002).
+    let mut marked = of(&before, &base);
+    marked.push(format!("base/{}/_deletion-requested.json", base.id));
+    marked.sort();
+    assert_eq!(of(&keys(&store).await, &base), marked);
 
     // Retain (the Backup's own): no finalizer, so deleting the object touches nothing.
     backups
@@ -413,5 +417,161 @@ async fn remote_cleanup_is_opt_in_and_crash_safe() {
         before2,
         "every remote object is still there"
     );
+    op.stop().await;
+}
+
+/// TTL expiry (seed 004): Backups whose `ttl` ran out since their creation are deleted
+/// with their data (whatever `deletionPolicy` says), with `ttlExpired` in the audit
+/// record; the newest restorable backup never expires; without the policy's Secret the
+/// expiry is a warning (event and condition) and the data stays, until the Secret exists.
+/// The operator runs two days ahead, so a `1d` TTL has run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttl_expiry_deletes_backups_with_their_data_but_never_the_floor() {
+    let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let now = Timestamp::now();
+    let ago = |m: i64| now - SignedDuration::from_mins(m);
+
+    let ns = "expiry";
+    cluster.namespace(ns).await;
+    secret(&admin, ns).await;
+    let store = weed.cluster_store(ns);
+    let expired = SynthBackup::full("expired", ago(300), 1);
+    let young = SynthBackup::full("young", ago(200), 2);
+    let floor = SynthBackup::full("floor", ago(100), 3);
+    synth::write_backups(&store, &[expired.clone(), young.clone(), floor.clone()])
+        .await
+        .unwrap();
+    let before = keys(&store).await;
+    Api::<BackupPolicy>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &policy(ns, &weed.endpoint, None))
+        .await
+        .unwrap();
+    let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
+    backup_object(&backups, &expired, json!({"spec": {"ttl": "1d"}})).await;
+    backup_object(&backups, &young, json!({"spec": {"ttl": "30d"}})).await;
+    backup_object(&backups, &floor, json!({"spec": {"ttl": "1d"}})).await;
+
+    // Without its Secret, the expiry is blocked: a warning, the data and object kept.
+    let ns2 = "expiry-nosecret";
+    cluster.namespace(ns2).await;
+    let store2 = weed.cluster_store(ns2);
+    let stranded = SynthBackup::full("stranded", ago(300), 4);
+    let newer = SynthBackup::full("newer", ago(100), 5);
+    synth::write_backups(&store2, &[stranded.clone(), newer.clone()])
+        .await
+        .unwrap();
+    let before2 = keys(&store2).await;
+    Api::<BackupPolicy>::namespaced(admin.clone(), ns2)
+        .create(&PostParams::default(), &policy(ns2, &weed.endpoint, None))
+        .await
+        .unwrap();
+    let backups2: Api<Backup> = Api::namespaced(admin.clone(), ns2);
+    backup_object(&backups2, &stranded, json!({"spec": {"ttl": "1d"}})).await;
+
+    let op = Operator::start_with_clock(
+        &cluster,
+        "operator-expiry",
+        std::sync::Arc::new(ShiftedClock(SignedDuration::from_hours(48))),
+    );
+    eventually("expired gone", || async {
+        finalizers(&backups, "expired")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let after = keys(&store).await;
+    assert_eq!(
+        of(&after, &expired),
+        Vec::<String>::new(),
+        "its data went with it"
+    );
+    assert_eq!(of(&after, &young), of(&before, &young));
+    assert_eq!(of(&after, &floor), of(&before, &floor));
+    let audit: Vec<&String> = after.iter().filter(|k| k.starts_with("_audit/")).collect();
+    assert_eq!(audit.len(), 1, "{after:?}");
+    let record: serde_json::Value = serde_json::from_slice(
+        &store
+            .read(&object_store::path::Path::from(audit[0].as_str()))
+            .await
+            .unwrap()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(record["backups"][0]["backupId"], expired.id.as_str());
+    assert_eq!(
+        record["backups"][0]["reasons"],
+        json!(["ttlExpired"]),
+        "{record}"
+    );
+    assert!(!events(&admin, ns, "BackupExpired").await.is_empty());
+
+    // The floor's TTL ran out too, but it never expires.
+    let st = eventually("the floor waits", || async {
+        let s = serde_json::to_value(backups.get("floor").await.unwrap().status).unwrap();
+        s["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "Expired" && c["reason"] == "NewestRestorable")
+            .cloned()
+    })
+    .await;
+    assert_eq!(st["status"], "False");
+    assert!(
+        backups
+            .get("floor")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_none()
+    );
+    assert!(
+        backups
+            .get("young")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_none()
+    );
+
+    // No Secret: a Warning and a condition; nothing deleted.
+    let st = eventually("the expiry blocked", || async {
+        let s = serde_json::to_value(backups2.get("stranded").await.unwrap().status).unwrap();
+        s["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "Expired" && c["reason"] == "StoreUnreachable")
+            .cloned()
+    })
+    .await;
+    assert!(st["message"].as_str().unwrap().contains("Secret"), "{st}");
+    assert!(!events(&admin, ns2, "BackupExpiryBlocked").await.is_empty());
+    assert_eq!(keys(&store2).await, before2, "the data stays");
+    assert!(
+        backups2
+            .get("stranded")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_none()
+    );
+    // With the Secret, the retry expires it.
+    secret(&admin, ns2).await;
+    eventually("stranded expired once the Secret exists", || async {
+        finalizers(&backups2, "stranded")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert_eq!(of(&keys(&store2).await, &stranded), Vec::<String>::new());
+    assert_eq!(of(&keys(&store2).await, &newer), of(&before2, &newer));
     op.stop().await;
 }

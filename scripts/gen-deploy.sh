@@ -4,5 +4,10 @@
 # crates/operator/tests/deploy.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo run -q -p tidemark -- crds > deploy/crds/tidemark.io.yaml
-cp deploy/crds/tidemark.io.yaml deploy/helm/tidemark/crds/tidemark.io.yaml
+# Into a temporary file first: a build that fails leaves the CRDs as they were.
+tmp=$(mktemp)
+trap 'rm -f "$tmp"' EXIT
+cargo run -q -p tidemark -- crds > "$tmp"
+test -s "$tmp"
+cp "$tmp" deploy/crds/tidemark.io.yaml
+cp "$tmp" deploy/helm/tidemark/crds/tidemark.io.yaml

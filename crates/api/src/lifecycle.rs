@@ -108,9 +108,13 @@ pub struct VolumeClaimRetentionStatus {
     /// Claims unmounted now, with when they were last seen mounted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unmounted: Option<u64>,
-    /// Claims deleted (or, with dryRun, that would be).
+    /// Claims the last look deleted (or, with dryRun, would have deleted).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deleted: Vec<String>,
+    /// Claims unmounted for longer than the TTL but bound to a PersistentVolume whose
+    /// reclaim policy is `Retain`: reported, not deleted (unless `deleteRetainedVolumes`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retained_volumes: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

@@ -28,6 +28,7 @@ pub mod retention;
 pub mod scheduled;
 #[cfg(feature = "test-support")]
 pub mod testkit;
+pub mod volumes;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -461,6 +462,26 @@ async fn controllers(
         backup::reconcile,
         ctx.clone(),
     );
+    // The PVC reaper: every VolumeClaimRetention, looked at again when a pod or a claim
+    // of its namespace changes.
+    let reaper = {
+        let c = watched(
+            Api::<tidemark_api::crd::VolumeClaimRetention>::all(client.clone()),
+            &stopping,
+        );
+        let (by_pod, by_claim) = (c.store(), c.store());
+        c.watches(
+            Api::<k8s_openapi::api::core::v1::Pod>::all(client.clone()),
+            watcher::Config::default(),
+            move |p| volumes::in_namespace(&by_pod, p.namespace()),
+        )
+        .watches(
+            Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::all(client.clone()),
+            watcher::Config::default(),
+            move |c| volumes::in_namespace(&by_claim, c.namespace()),
+        )
+    };
+    let reaper = drive(reaper, volumes::reconcile, ctx.clone());
     let scheduled = async move {
         scheduled_ready.await;
         scheduled.await;
@@ -472,7 +493,7 @@ async fn controllers(
         retention.await;
     };
     tokio::select! {
-        _ = async { tokio::join!(scheduled, retention, runner) } => {}
+        _ = async { tokio::join!(scheduled, retention, runner, reaper) } => {}
         () = backup_cache => {}
     }
 }

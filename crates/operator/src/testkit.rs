@@ -398,13 +398,29 @@ where
     }
 }
 
-/// The system clock moved by a fixed amount (a test's way to be days later).
-#[derive(Debug, Clone, Copy)]
-pub struct ShiftedClock(pub jiff::SignedDuration);
+/// The system clock moved by an amount the test sets, and may change while the operator
+/// runs (a test's way to be days later). Clones share the amount.
+#[derive(Debug, Clone, Default)]
+pub struct ShiftedClock(Arc<std::sync::atomic::AtomicI64>);
+
+impl ShiftedClock {
+    pub fn new(by: jiff::SignedDuration) -> Self {
+        let clock = ShiftedClock::default();
+        clock.set(by);
+        clock
+    }
+
+    /// From now on the clock reads `by` ahead of the system clock.
+    pub fn set(&self, by: jiff::SignedDuration) {
+        self.0
+            .store(by.as_secs(), std::sync::atomic::Ordering::SeqCst);
+    }
+}
 
 impl tidemark_engine::Clock for ShiftedClock {
     fn now(&self) -> jiff::Timestamp {
-        jiff::Timestamp::now() + self.0
+        let by = self.0.load(std::sync::atomic::Ordering::SeqCst);
+        jiff::Timestamp::now() + jiff::SignedDuration::from_secs(by)
     }
 }
 

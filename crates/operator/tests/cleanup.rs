@@ -473,7 +473,7 @@ async fn ttl_expiry_deletes_backups_with_their_data_but_never_the_floor() {
     let op = Operator::start_with_clock(
         &cluster,
         "operator-expiry",
-        std::sync::Arc::new(ShiftedClock(SignedDuration::from_hours(48))),
+        std::sync::Arc::new(ShiftedClock::new(SignedDuration::from_hours(48))),
     );
     eventually("expired gone", || async {
         finalizers(&backups, "expired")

@@ -1,0 +1,237 @@
+//! The PVC reaper (VolumeClaimRetention, seed 004) against a real API server, as the
+//! operator's ServiceAccount. There is no kubelet: the test sets pod phases, and moves the
+//! operator's clock to make the TTL (whose grammar counts days) run out.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use tidemark_api::crd::VolumeClaimRetention;
+use tidemark_operator::testkit::{KubeCluster, Operator, ShiftedClock, eventually};
+
+const LAST_UNMOUNTED: &str = "tidemark.io/last-unmounted-on";
+
+async fn claim(client: &Client, ns: &str, name: &str, app: &str, volume: Option<&str>) {
+    let mut spec = json!({
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": "1Gi"}},
+    });
+    if let Some(v) = volume {
+        spec["volumeName"] = json!(v);
+    }
+    let c: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": ns, "labels": {"app": app}},
+        "spec": spec,
+    }))
+    .unwrap();
+    Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &c)
+        .await
+        .unwrap();
+}
+
+async fn pod(client: &Client, ns: &str, name: &str, claim: &str) {
+    let p: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "containers": [{"name": "db", "image": "mariadb:11.4"}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
+        },
+    }))
+    .unwrap();
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &p)
+        .await
+        .unwrap();
+}
+
+async fn phase(client: &Client, ns: &str, name: &str, phase: &str) {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": phase}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// The claim's `last-unmounted-on` stamp, `Err` when the claim is deleted: gone, or held
+/// only by Kubernetes' `pvc-protection` finalizer (whose controller does not run here).
+async fn stamp(client: &Client, ns: &str, name: &str) -> Result<Option<String>, ()> {
+    Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .unwrap()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .map(|c| c.annotations().get(LAST_UNMOUNTED).cloned())
+        .ok_or(())
+}
+
+/// Makes the reaper look again (a change in the namespace it watches).
+async fn poke(client: &Client, ns: &str, pod: &str, n: u32) {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .patch(
+            pod,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"poke": n.to_string()}}})),
+        )
+        .await
+        .unwrap();
+}
+
+async fn status(client: &Client, ns: &str, name: &str) -> serde_json::Value {
+    serde_json::to_value(
+        Api::<VolumeClaimRetention>::namespaced(client.clone(), ns)
+            .get(name)
+            .await
+            .unwrap()
+            .status,
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reaper_stamps_unmounted_claims_and_deletes_them_after_the_ttl() {
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let ns = "volumes";
+    cluster.namespace(ns).await;
+    // A volume kept on release: its claim is reported, never deleted.
+    let pv: PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": "pv-keep"},
+        "spec": {
+            "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": "/tmp/pv-keep"},
+        },
+    }))
+    .unwrap();
+    Api::<PersistentVolume>::all(admin.clone())
+        .create(&PostParams::default(), &pv)
+        .await
+        .unwrap();
+    claim(&admin, ns, "data-db-0", "db", None).await;
+    claim(&admin, ns, "data-db-1", "db", Some("pv-keep")).await;
+    claim(&admin, ns, "data-db-2", "db", None).await;
+    claim(&admin, ns, "unrelated", "web", None).await;
+    claim(&admin, ns, "cache-0", "cache", None).await;
+    for (p, c) in [
+        ("db-0", "data-db-0"),
+        ("db-1", "data-db-1"),
+        ("db-2", "data-db-2"),
+    ] {
+        pod(&admin, ns, p, c).await;
+        phase(&admin, ns, p, "Running").await;
+    }
+    let vcrs: Api<VolumeClaimRetention> = Api::namespaced(admin.clone(), ns);
+    for (name, app, dry) in [("db", "db", false), ("cache", "cache", true)] {
+        let v: VolumeClaimRetention = serde_json::from_value(json!({
+            "apiVersion": "tidemark.io/v1alpha1", "kind": "VolumeClaimRetention",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"selector": {"matchLabels": {"app": app}}, "ttl": "1d", "dryRun": dry},
+        }))
+        .unwrap();
+        vcrs.create(&PostParams::default(), &v).await.unwrap();
+    }
+    let clock = ShiftedClock::default();
+    let op = Operator::start_with_clock(&cluster, "operator-volumes", Arc::new(clock.clone()));
+
+    // Mounted: the pod is recorded, no stamp. The unmounted cache claim is stamped.
+    eventually("pod-name on data-db-0", || async {
+        let c = Api::<PersistentVolumeClaim>::namespaced(admin.clone(), ns)
+            .get("data-db-0")
+            .await
+            .unwrap();
+        (c.annotations()
+            .get("tidemark.io/pod-name")
+            .map(String::as_str)
+            == Some("db-0"))
+        .then_some(())
+    })
+    .await;
+    assert_eq!(stamp(&admin, ns, "data-db-0").await, Ok(None));
+    eventually("cache-0 stamped", || async {
+        stamp(&admin, ns, "cache-0").await.unwrap()
+    })
+    .await;
+    assert_eq!(
+        stamp(&admin, ns, "unrelated").await,
+        Ok(None),
+        "not selected"
+    );
+
+    // Unmount: stamped. Remount: the stamp goes. Unmount again: stamped again.
+    phase(&admin, ns, "db-0", "Succeeded").await;
+    let first = eventually("data-db-0 stamped", || async {
+        stamp(&admin, ns, "data-db-0").await.unwrap()
+    })
+    .await;
+    assert!(first.parse::<Timestamp>().is_ok(), "{first}");
+    phase(&admin, ns, "db-0", "Running").await;
+    eventually("the stamp removed on remount", || async {
+        stamp(&admin, ns, "data-db-0")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    phase(&admin, ns, "db-0", "Failed").await;
+    phase(&admin, ns, "db-1", "Succeeded").await;
+    eventually("data-db-0 and data-db-1 stamped", || async {
+        (stamp(&admin, ns, "data-db-0").await.unwrap().is_some()
+            && stamp(&admin, ns, "data-db-1").await.unwrap().is_some())
+        .then_some(())
+    })
+    .await;
+
+    // Before the TTL: nothing deleted.
+    poke(&admin, ns, "db-2", 1).await;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert!(stamp(&admin, ns, "data-db-0").await.is_ok());
+
+    // Two days later: the unmounted claim goes; the mounted one stays; the one on a
+    // Retain volume is reported; the dry run reports and deletes nothing.
+    clock.set(SignedDuration::from_hours(48));
+    poke(&admin, ns, "db-2", 2).await;
+    eventually("data-db-0 deleted", || async {
+        stamp(&admin, ns, "data-db-0").await.is_err().then_some(())
+    })
+    .await;
+    let st = eventually("the Retain claim reported", || async {
+        let s = status(&admin, ns, "db").await;
+        (s["retainedVolumes"] == json!(["data-db-1"])).then_some(s)
+    })
+    .await;
+    assert_eq!(st["conditions"][0]["status"], "True", "{st}");
+    assert_eq!(
+        stamp(&admin, ns, "data-db-1").await.map(|s| s.is_some()),
+        Ok(true)
+    );
+    assert_eq!(
+        stamp(&admin, ns, "data-db-2").await,
+        Ok(None),
+        "mounted: never deleted"
+    );
+    let dry = eventually("the dry run's report", || async {
+        let s = status(&admin, ns, "cache").await;
+        (s["deleted"] == json!(["cache-0"])).then_some(s)
+    })
+    .await;
+    assert!(
+        dry["conditions"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("dry run"),
+        "{dry}"
+    );
+    assert!(
+        stamp(&admin, ns, "cache-0").await.is_ok(),
+        "a dry run deletes nothing"
+    );
+    op.stop().await;
+}

@@ -14,8 +14,8 @@ pub use crate::policy::{
     SourceSpec,
 };
 pub use crate::schedule::{
-    BackupCrd as Backup, BackupPhase, BackupStatus, ScheduledBackupCrd as ScheduledBackup,
-    ScheduledBackupStatus,
+    BackupCrd as Backup, BackupPhase, BackupStatus, HookResult,
+    ScheduledBackupCrd as ScheduledBackup, ScheduledBackupStatus,
 };
 
 /// Every Tidemark CRD, in a fixed order.

@@ -304,6 +304,25 @@ pub struct BackupStatus {
     /// cannot be shared, a database pod that is not running).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// The DeleteHooks that ran when the backup was deleted, in the order they ran.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<HookResult>,
+}
+
+/// What one DeleteHook did (seed 003): hooks cannot veto a deletion, so every outcome is
+/// only recorded.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HookResult {
+    /// The DeleteHook's name.
+    pub name: String,
+    /// `running` (a Job still going), `succeeded`, `failed` or `timedOut`.
+    pub outcome: String,
+    /// Why it failed, or what it answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Time>,
 }
 
 /// Why a ScheduledBackup was refused: the field, the value and the accepted form.

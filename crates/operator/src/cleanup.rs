@@ -133,6 +133,19 @@ pub async fn on_delete(
         set_finalizer(api, backup, false).await?;
         return Ok(Action::await_change());
     };
+    // The DeleteHooks first, in name order; a Job hook is followed across reconciles.
+    let expired = backup.annotations().contains_key(EXPIRED_ANNOTATION);
+    let word = if expired {
+        "ttlExpired"
+    } else {
+        "deletionRequested"
+    };
+    let Some(hooks) = crate::hooks::run(ctx, api, backup, word).await? else {
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    };
+    // Re-read: the hooks' outcomes are in its status now.
+    let fresh = api.get(&backup.name_any()).await?;
+    let backup = &fresh;
     let result = async {
         let Some(policy) = policy else {
             return Err(Error::Missing(format!(
@@ -150,7 +163,7 @@ pub async fn on_delete(
         // Only the backup this object made: its id under its own store name.
         let name = crate::backup::store_name(backup);
         // An expired TTL says so in the audit record.
-        let reason = if backup.annotations().contains_key(EXPIRED_ANNOTATION) {
+        let reason = if expired {
             tidemark_core::Reason::TtlExpired
         } else {
             tidemark_core::Reason::DeletionRequested
@@ -212,7 +225,10 @@ pub async fn on_delete(
     };
     let options = ExecOptions::new(
         now,
-        json!({"deletionRequestedBy": format!("Backup {}/{}", backup.namespace().unwrap_or_default(), backup.name_any())}),
+        json!({
+            "deletionRequestedBy": format!("Backup {}/{}", backup.namespace().unwrap_or_default(), backup.name_any()),
+            "hooks": hooks,
+        }),
     );
     let report = match tidemark_store::execute(&store, &survey, &options, &NoProgress).await {
         Ok(r) => r,

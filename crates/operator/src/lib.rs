@@ -21,6 +21,7 @@ pub mod cleanup;
 pub mod consolidation;
 pub mod error;
 pub mod exec;
+pub mod hooks;
 pub mod leader;
 pub mod metrics;
 pub mod pod;

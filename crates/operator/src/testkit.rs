@@ -660,48 +660,8 @@ impl Kubelet {
     /// # Panics
     /// The certificate or the listener cannot be made.
     pub async fn start(handler: ExecHandler) -> Self {
-        use rustls_pki_types::pem::PemObject;
         let dir = tempfile::tempdir().expect("temporary directory");
-        let (cert, key) = (
-            dir.path().join("kubelet.crt"),
-            dir.path().join("kubelet.key"),
-        );
-        run_ok(
-            Command::new("openssl")
-                .args([
-                    "req",
-                    "-x509",
-                    "-newkey",
-                    "ec",
-                    "-pkeyopt",
-                    "ec_paramgen_curve:P-256",
-                    "-nodes",
-                    "-days",
-                    "2",
-                    "-subj",
-                    "/CN=kubelet",
-                    "-addext",
-                    "subjectAltName=IP:127.0.0.1",
-                    "-keyout",
-                ])
-                .arg(&key)
-                .arg("-out")
-                .arg(&cert),
-        );
-        let certs = rustls_pki_types::CertificateDer::pem_file_iter(&cert)
-            .expect("kubelet certificate")
-            .collect::<Result<Vec<_>, _>>()
-            .expect("kubelet certificate");
-        let key = rustls_pki_types::PrivateKeyDer::from_pem_file(&key).expect("kubelet key");
-        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::aws_lc_rs::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .expect("TLS versions")
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .expect("kubelet TLS config");
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let (acceptor, _) = tls_acceptor(dir.path(), "kubelet");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("kubelet listener");
@@ -754,6 +714,173 @@ impl Kubelet {
             )
             .await
             .expect("node status");
+    }
+}
+
+/// A TLS acceptor with a fresh self-signed certificate for 127.0.0.1 (made with openssl in
+/// `dir`), and that certificate in PEM (a client's CA bundle).
+fn tls_acceptor(dir: &Path, name: &str) -> (tokio_rustls::TlsAcceptor, String) {
+    use rustls_pki_types::pem::PemObject;
+    let (cert, key) = (
+        dir.join(format!("{name}.crt")),
+        dir.join(format!("{name}.key")),
+    );
+    run_ok(
+        Command::new("openssl")
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+            ])
+            .arg(format!("/CN={name}"))
+            // A leaf, not a CA, so that it may be its own trust anchor (caBundle).
+            .args([
+                "-addext",
+                "subjectAltName=IP:127.0.0.1",
+                "-addext",
+                "basicConstraints=critical,CA:FALSE",
+                "-addext",
+                "extendedKeyUsage=serverAuth",
+                "-keyout",
+            ])
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert),
+    );
+    let certs = rustls_pki_types::CertificateDer::pem_file_iter(&cert)
+        .expect("certificate")
+        .collect::<Result<Vec<_>, _>>()
+        .expect("certificate");
+    let key = rustls_pki_types::PrivateKeyDer::from_pem_file(&key).expect("key");
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("TLS versions")
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .expect("TLS config");
+    let pem = std::fs::read_to_string(&cert).expect("certificate");
+    (tokio_rustls::TlsAcceptor::from(Arc::new(config)), pem)
+}
+
+/// An HTTPS webhook receiver on 127.0.0.1 for DeleteHook tests: `POST /ok` answers 200,
+/// `/fail` 500, `/slow` after 10 s. Every request is recorded (path and JSON body) when it
+/// arrives, in order.
+pub struct Webhook {
+    /// `https://127.0.0.1:<port>`
+    pub url: String,
+    /// The server's certificate, for `caBundle`.
+    pub ca_bundle: String,
+    pub calls: Arc<std::sync::Mutex<Vec<(String, serde_json::Value)>>>,
+    task: tokio::task::JoinHandle<()>,
+    _dir: tempfile::TempDir,
+}
+
+impl std::fmt::Debug for Webhook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Webhook")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Webhook {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Webhook {
+    /// # Panics
+    /// The certificate or the listener cannot be made.
+    pub async fn start() -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let (acceptor, ca_bundle) = tls_acceptor(dir.path(), "webhook");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("webhook listener");
+        let url = format!(
+            "https://127.0.0.1:{}",
+            listener.local_addr().expect("address").port()
+        );
+        let calls = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = calls.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, seen) = (acceptor.clone(), seen.clone());
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    let (head, body) = loop {
+                        let Ok(n) = tls.read(&mut chunk).await else {
+                            return;
+                        };
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        let text = String::from_utf8_lossy(&buf).into_owned();
+                        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                            let length = head
+                                .lines()
+                                .find_map(|l| {
+                                    let (k, v) = l.split_once(':')?;
+                                    k.eq_ignore_ascii_case("content-length")
+                                        .then(|| v.trim().parse::<usize>().ok())?
+                                })
+                                .unwrap_or(0);
+                            if body.len() >= length {
+                                break (head.to_owned(), body.to_owned());
+                            }
+                        }
+                    };
+                    let path = head
+                        .split_whitespace()
+                        .nth(1)
+                        .unwrap_or_default()
+                        .to_owned();
+                    let json = serde_json::from_str(&body).unwrap_or(serde_json::Value::Null);
+                    seen.lock().expect("calls").push((path.clone(), json));
+                    let (code, text) = match path.as_str() {
+                        "/ok" => ("200 OK", "noted"),
+                        "/slow" => {
+                            tokio::time::sleep(Duration::from_secs(10)).await;
+                            ("200 OK", "late")
+                        }
+                        _ => ("500 Internal Server Error", "no such ticket"),
+                    };
+                    let _ = tls
+                        .write_all(
+                            format!(
+                                "HTTP/1.1 {code}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
+                                text.len()
+                            )
+                            .as_bytes(),
+                        )
+                        .await;
+                    let _ = tls.shutdown().await;
+                });
+            }
+        });
+        Webhook {
+            url,
+            ca_bundle,
+            calls,
+            task,
+            _dir: dir,
+        }
     }
 }
 

@@ -10,13 +10,14 @@ use std::collections::BTreeMap;
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::ByteString;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use tidemark_api::crd::{Backup, BackupPolicy};
-use tidemark_operator::testkit::{KubeCluster, Operator, ShiftedClock, eventually};
+use tidemark_api::crd::{Backup, BackupPolicy, DeleteHook};
+use tidemark_operator::testkit::{KubeCluster, Operator, ShiftedClock, Webhook, eventually};
 use tidemark_store::synth::{self, SynthBackup};
 use tidemark_store::testkit::{ACCESS_KEY, BUCKET, SECRET_KEY, SeaweedFs};
 
@@ -573,5 +574,199 @@ async fn ttl_expiry_deletes_backups_with_their_data_but_never_the_floor() {
     .await;
     assert_eq!(of(&keys(&store2).await, &stranded), Vec::<String>::new());
     assert_eq!(of(&keys(&store2).await, &newer), of(&before2, &newer));
+    op.stop().await;
+}
+
+/// DeleteHooks (seed 003): every hook that selects the Backup runs before its data goes,
+/// in name order — a webhook that answers, one that fails, one that times out, and a Job
+/// (the test plays the node) — and none can stop the deletion; every outcome is in the
+/// Backup's status and events while it exists, and in the audit record. A hook whose
+/// selector does not match never runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_hooks_run_in_name_order_and_never_veto() {
+    let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let hook_server = Webhook::start().await;
+    let ns = "hooks";
+    cluster.namespace(ns).await;
+    secret(&admin, ns).await;
+    let store = weed.cluster_store(ns);
+    let now = Timestamp::now();
+    let gone = SynthBackup::full("gone", now - SignedDuration::from_hours(3), 1);
+    let newest = SynthBackup::full("newest", now - SignedDuration::from_hours(1), 2);
+    synth::write_backups(&store, &[gone.clone(), newest.clone()])
+        .await
+        .unwrap();
+    Api::<BackupPolicy>::namespaced(admin.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &policy(ns, &weed.endpoint, Some("Delete")),
+        )
+        .await
+        .unwrap();
+    let hooks: Api<DeleteHook> = Api::namespaced(admin.clone(), ns);
+    let webhook = |path: &str, timeout: &str| json!({"webhook": {"url": format!("{}{path}", hook_server.url), "caBundle": hook_server.ca_bundle}, "timeout": timeout});
+    // Created out of order: they run by name.
+    for (name, team, action) in [
+        ("c-slow", "pay", webhook("/slow", "2s")),
+        ("a-notify", "pay", webhook("/ok", "10s")),
+        ("e-other-team", "ops", webhook("/ok", "10s")),
+        (
+            "d-job",
+            "pay",
+            json!({"job": {"spec": {"containers": [{"name": "cleanup", "image": "busybox:1.36", "command": ["sh", "-c", "echo \"$TIDEMARK_BACKUP\""]}]}}, "timeout": "5m"}),
+        ),
+        ("b-ticket", "pay", webhook("/fail", "10s")),
+    ] {
+        let mut spec = action;
+        spec["selector"] = json!({"matchLabels": {"team": team}});
+        let h: DeleteHook = serde_json::from_value(json!({
+            "apiVersion": "tidemark.io/v1alpha1", "kind": "DeleteHook",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": spec,
+        }))
+        .unwrap();
+        hooks.create(&PostParams::default(), &h).await.unwrap();
+    }
+    let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
+    backup_object(
+        &backups,
+        &gone,
+        json!({"metadata": {"labels": {"team": "pay"}}}),
+    )
+    .await;
+    let op = Operator::start(&cluster, "operator-hooks");
+    eventually("the finalizer", || async {
+        finalizers(&backups, "gone")
+            .await
+            .unwrap()
+            .contains(&"tidemark.io/remote-cleanup".to_owned())
+            .then_some(())
+    })
+    .await;
+    let before = keys(&store).await;
+    backups
+        .delete("gone", &DeleteParams::default())
+        .await
+        .unwrap();
+
+    // The webhooks ran in order; the Job hook waits for its Job; nothing is deleted yet.
+    let jobs: Api<Job> = Api::namespaced(admin.clone(), ns);
+    let job = eventually("the hook's Job", || async {
+        jobs.list(&ListParams::default().labels("tidemark.io/delete-hook=d-job"))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .next()
+    })
+    .await;
+    let st = serde_json::to_value(backups.get("gone").await.unwrap().status).unwrap();
+    let outcomes: Vec<(String, String)> = st["hooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h["name"].as_str().unwrap().to_owned(),
+                h["outcome"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+            .collect()
+    };
+    assert_eq!(
+        outcomes,
+        pairs(&[
+            ("a-notify", "succeeded"),
+            ("b-ticket", "failed"),
+            ("c-slow", "timedOut"),
+            ("d-job", "running")
+        ]),
+        "{st}"
+    );
+    assert!(
+        st["hooks"][1]["message"].as_str().unwrap().contains("500"),
+        "{st}"
+    );
+    assert_eq!(
+        of(&keys(&store).await, &gone),
+        of(&before, &gone),
+        "data kept while hooks run"
+    );
+    let calls = hook_server.calls.lock().unwrap().clone();
+    let paths: Vec<&str> = calls.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(
+        paths,
+        ["/ok", "/fail", "/slow"],
+        "in name order, the other team's never"
+    );
+    assert_eq!(calls[0].1["backup"]["name"], "gone");
+    assert_eq!(calls[0].1["backup"]["backupId"], gone.id.as_str());
+    assert_eq!(calls[0].1["reason"], "deletionRequested");
+    let env = serde_json::to_string(&job.spec.as_ref().unwrap().template).unwrap();
+    assert!(
+        env.contains("TIDEMARK_BACKUP") && env.contains(&gone.id),
+        "{env}"
+    );
+
+    // The node runs the Job: it succeeds, and the deletion goes on.
+    jobs.patch_status(
+        &job.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}})),
+    )
+    .await
+    .unwrap();
+    eventually("gone deleted", || async {
+        finalizers(&backups, "gone").await.is_none().then_some(())
+    })
+    .await;
+    let after = keys(&store).await;
+    assert_eq!(of(&after, &gone), Vec::<String>::new());
+    let audit: Vec<&String> = after.iter().filter(|k| k.starts_with("_audit/")).collect();
+    let record: serde_json::Value = serde_json::from_slice(
+        &store
+            .read(&object_store::path::Path::from(audit[0].as_str()))
+            .await
+            .unwrap()
+            .unwrap(),
+    )
+    .unwrap();
+    let recorded: Vec<(String, String)> = record["policy"]["hooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h["name"].as_str().unwrap().to_owned(),
+                h["outcome"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        recorded,
+        pairs(&[
+            ("a-notify", "succeeded"),
+            ("b-ticket", "failed"),
+            ("c-slow", "timedOut"),
+            ("d-job", "succeeded")
+        ]),
+        "{record}"
+    );
+    for reason in [
+        "DeleteHookSucceeded",
+        "DeleteHookFailed",
+        "DeleteHookTimedOut",
+    ] {
+        assert!(
+            !events(&admin, ns, reason).await.is_empty(),
+            "no {reason} event"
+        );
+    }
     op.stop().await;
 }

@@ -1,0 +1,416 @@
+//! DeleteHooks (seed 003's DeleteAction, as a resource): whenever the operator deletes a
+//! Backup's data — the Backup deleted with `deletionPolicy: Delete`, or expired by its
+//! `ttl` — every DeleteHook of the namespace whose selector matches the Backup's labels
+//! runs first, one after the other in alphanumerical order of name. A hook cannot veto:
+//! each outcome (`succeeded`, `failed` with its message, `timedOut`) is recorded in the
+//! Backup's `status.hooks` and as an event, and the deletion goes on; the audit record in
+//! the store lists them too.
+//!
+//! Actions: an HTTPS `webhook` (a POST of the backup's description, with the hook's
+//! timeout; `caBundle` to trust a private CA), or a `job` from a pod template, followed
+//! across reconciles until it ends or its timeout passes (`activeDeadlineSeconds`).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use kube::api::{Api, ListParams, PostParams};
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use tidemark_api::crd::{Backup, DeleteHook, HookResult};
+
+use crate::Context;
+use crate::error::Error;
+
+/// How long an action may take when its hook does not say.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+/// The label on a hook's Job: the Backup it ran for (uid).
+const HOOK_LABEL: &str = "tidemark.io/delete-hook";
+
+/// Whether `selector` selects `labels` (matchLabels and matchExpressions, as Kubernetes
+/// reads them; an empty selector selects everything).
+pub fn selects(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    let by_label = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    let by_expression = selector.match_expressions.iter().flatten().all(|e| {
+        let values = e.values.clone().unwrap_or_default();
+        let value = labels.get(&e.key);
+        match e.operator.as_str() {
+            "In" => value.is_some_and(|v| values.contains(v)),
+            "NotIn" => value.is_none_or(|v| !values.contains(v)),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            _ => false,
+        }
+    });
+    by_label && by_expression
+}
+
+/// The hooks of the Backup's namespace that select it, in alphanumerical order of name.
+///
+/// # Errors
+/// The API failed.
+pub async fn matching(ctx: &Context, backup: &Backup) -> Result<Vec<DeleteHook>, Error> {
+    let api: Api<DeleteHook> =
+        Api::namespaced(ctx.client.clone(), &backup.namespace().unwrap_or_default());
+    let mut hooks: Vec<DeleteHook> = api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|h| selects(&h.spec.selector, backup.labels()))
+        .collect();
+    hooks.sort_by_key(ResourceExt::name_any);
+    Ok(hooks)
+}
+
+fn timeout_of(hook: &DeleteHook) -> Duration {
+    hook.spec
+        .timeout
+        .as_deref()
+        .and_then(|t| t.parse::<jiff::SignedDuration>().ok())
+        .filter(|d| d.is_positive())
+        .map_or(DEFAULT_TIMEOUT, |d| d.unsigned_abs())
+}
+
+/// What a hook is told about the backup being deleted.
+fn description(backup: &Backup, reason: &str) -> serde_json::Value {
+    let status = backup.status.clone().unwrap_or_default();
+    json!({
+        "apiVersion": tidemark_api::API_VERSION,
+        "kind": "BackupDeletion",
+        "reason": reason,
+        "backup": {
+            "namespace": backup.namespace(),
+            "name": backup.name_any(),
+            "uid": backup.uid(),
+            "labels": backup.labels(),
+            "policy": backup.spec.template.policy.name,
+            "backupId": status.backup_id,
+            "bucket": status.bucket,
+            "key": status.key,
+        },
+    })
+}
+
+/// Runs the hooks that have no outcome yet, in order. `Ok(None)`: one is still running
+/// (a Job), look again later; `Ok(Some(results))`: every hook has its outcome.
+///
+/// # Errors
+/// The API failed (the outcomes so far are recorded first).
+pub async fn run(
+    ctx: &Context,
+    api: &Api<Backup>,
+    backup: &Backup,
+    reason: &str,
+) -> Result<Option<Vec<HookResult>>, Error> {
+    let hooks = matching(ctx, backup).await?;
+    // The outcomes so far from the API, not the watch cache: a reconcile that follows
+    // the one that ran a hook may start before the cache has its status.
+    let mut status = api
+        .get(&backup.name_any())
+        .await?
+        .status
+        .unwrap_or_default();
+    let mut changed = false;
+    let mut pending = false;
+    for hook in &hooks {
+        let name = hook.name_any();
+        if status
+            .hooks
+            .iter()
+            .any(|r| r.name == name && r.outcome != "running")
+        {
+            continue;
+        }
+        let outcome = if let Some(webhook) = &hook.spec.webhook {
+            Some(call(webhook, timeout_of(hook), &description(backup, reason)).await)
+        } else if let Some(template) = &hook.spec.job {
+            job(ctx, backup, hook, template, reason).await?
+        } else {
+            Some(Outcome::Failed(
+                "a local command runs only in standalone `tidemark run`; give the hook a job or a webhook".into(),
+            ))
+        };
+        status.hooks.retain(|r| r.name != name);
+        let Some(outcome) = outcome else {
+            status.hooks.push(HookResult {
+                name,
+                outcome: "running".into(),
+                ..HookResult::default()
+            });
+            changed = true;
+            pending = true;
+            break;
+        };
+        let (word, message) = match &outcome {
+            Outcome::Succeeded(m) => ("succeeded", m.clone()),
+            Outcome::Failed(m) => ("failed", Some(m.clone())),
+            Outcome::TimedOut => (
+                "timedOut",
+                Some(format!("no answer within {:?}", timeout_of(hook))),
+            ),
+        };
+        let note = format!(
+            "DeleteHook {name} {word}{}",
+            message
+                .as_deref()
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default()
+        );
+        let (type_, event) = match outcome {
+            Outcome::Succeeded(_) => (EventType::Normal, "DeleteHookSucceeded"),
+            Outcome::Failed(_) => (EventType::Warning, "DeleteHookFailed"),
+            Outcome::TimedOut => (EventType::Warning, "DeleteHookTimedOut"),
+        };
+        ctx.event(&backup.object_ref(&()), type_, event, &note)
+            .await;
+        status.hooks.push(HookResult {
+            name,
+            outcome: word.into(),
+            message: message.map(|m| m.chars().take(1024).collect()),
+            finished_at: Some(Time(ctx.clock.now())),
+        });
+        // Recorded at once: a restart does not run a finished hook again.
+        crate::backup::apply_status(api, &backup.name_any(), &status).await?;
+        changed = false;
+    }
+    if changed {
+        crate::backup::apply_status(api, &backup.name_any(), &status).await?;
+    }
+    Ok((!pending).then_some(status.hooks))
+}
+
+/// How one action ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Outcome {
+    Succeeded(Option<String>),
+    Failed(String),
+    TimedOut,
+}
+
+/// POSTs the description to the webhook; a 2xx answer is success.
+async fn call(
+    webhook: &tidemark_api::crd::WebhookAction,
+    timeout: Duration,
+    body: &serde_json::Value,
+) -> Outcome {
+    if !webhook.url.starts_with("https://") {
+        return Outcome::Failed(format!(
+            "webhook url {:?} is not https://; refused",
+            webhook.url
+        ));
+    }
+    let mut builder = reqwest::Client::builder()
+        .https_only(true)
+        .timeout(timeout)
+        .redirect(reqwest::redirect::Policy::none());
+    if let Some(pem) = &webhook.ca_bundle {
+        match reqwest::Certificate::from_pem_bundle(pem.as_bytes()) {
+            Ok(certs) => {
+                for c in certs {
+                    builder = builder.add_root_certificate(c);
+                }
+            }
+            Err(e) => return Outcome::Failed(format!("caBundle is not PEM: {e}")),
+        }
+    }
+    let client = match builder.build() {
+        Ok(c) => c,
+        Err(e) => return Outcome::Failed(format!("webhook client: {e}")),
+    };
+    let request = client
+        .post(&webhook.url)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body.to_string());
+    match request.send().await {
+        Ok(r) if r.status().is_success() => {
+            Outcome::Succeeded(Some(format!("HTTP {}", r.status())))
+        }
+        Ok(r) => {
+            let status = r.status();
+            let text: String = r
+                .text()
+                .await
+                .unwrap_or_default()
+                .chars()
+                .take(300)
+                .collect();
+            Outcome::Failed(format!("HTTP {status}: {}", text.trim()))
+        }
+        Err(e) if e.is_timeout() => Outcome::TimedOut,
+        Err(e) => Outcome::Failed(tidemark_engine::error::chain(&e)),
+    }
+}
+
+/// The hook's Job: created once, then followed. `None` while it runs.
+async fn job(
+    ctx: &Context,
+    backup: &Backup,
+    hook: &DeleteHook,
+    template: &serde_json::Value,
+    reason: &str,
+) -> Result<Option<Outcome>, Error> {
+    let ns = backup.namespace().unwrap_or_default();
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
+    let short = |uid: Option<String>| -> String {
+        uid.unwrap_or_default()
+            .chars()
+            .filter(char::is_ascii_hexdigit)
+            .take(8)
+            .collect()
+    };
+    let name = format!(
+        "tidemark-hook-{}-{}",
+        short(backup.uid()),
+        short(hook.uid())
+    );
+    let timeout = timeout_of(hook);
+    if let Some(j) = jobs.get_opt(&name).await? {
+        let st = j.status.unwrap_or_default();
+        let cond = |t: &str| {
+            st.conditions
+                .iter()
+                .flatten()
+                .find(|c| c.type_ == t && c.status == "True")
+                .cloned()
+        };
+        if cond("Complete").is_some() || st.succeeded.unwrap_or(0) > 0 {
+            return Ok(Some(Outcome::Succeeded(Some(format!(
+                "Job {name} succeeded"
+            )))));
+        }
+        if let Some(c) = cond("Failed") {
+            if c.reason.as_deref() == Some("DeadlineExceeded") {
+                return Ok(Some(Outcome::TimedOut));
+            }
+            return Ok(Some(Outcome::Failed(format!(
+                "Job {name} failed: {}",
+                c.message.unwrap_or_default()
+            ))));
+        }
+        if st.failed.unwrap_or(0) > 0 {
+            return Ok(Some(Outcome::Failed(format!("Job {name} failed"))));
+        }
+        // No Job controller or kubelet answered within the timeout (and a margin).
+        let created = j.metadata.creation_timestamp.map(|t| t.0);
+        if created.is_some_and(|c| {
+            ctx.clock.now()
+                > c + jiff::SignedDuration::try_from(timeout + Duration::from_secs(30))
+                    .unwrap_or_default()
+        }) {
+            return Ok(Some(Outcome::TimedOut));
+        }
+        return Ok(None);
+    }
+    let mut spec = template
+        .get("spec")
+        .cloned()
+        .unwrap_or_else(|| template.clone());
+    let env = json!([
+        {"name": "TIDEMARK_DELETE_REASON", "value": reason},
+        {"name": "TIDEMARK_BACKUP", "value": description(backup, reason).to_string()},
+    ]);
+    if let Some(containers) = spec.get_mut("containers").and_then(|c| c.as_array_mut()) {
+        for c in containers {
+            let mut all = env.as_array().cloned().unwrap_or_default();
+            if let Some(own) = c.get("env").and_then(|e| e.as_array()) {
+                all.extend(
+                    own.iter()
+                        .filter(|e| {
+                            !matches!(
+                                e.get("name").and_then(|n| n.as_str()),
+                                Some("TIDEMARK_DELETE_REASON" | "TIDEMARK_BACKUP")
+                            )
+                        })
+                        .cloned(),
+                );
+            }
+            c["env"] = json!(all);
+        }
+    }
+    if spec.get("restartPolicy").is_none() {
+        spec["restartPolicy"] = json!("Never");
+    }
+    let job: Job = serde_json::from_value(json!({
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "labels": {
+                HOOK_LABEL: hook.name_any(),
+                crate::backup::BACKUP_UID_LABEL: backup.uid(),
+                crate::pod::MANAGED_BY.0: crate::pod::MANAGED_BY.1,
+            },
+            "ownerReferences": crate::owner_ref(backup).into_iter().collect::<Vec<_>>(),
+        },
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": timeout.as_secs().max(1),
+            "template": {"spec": spec},
+        },
+    }))
+    .map_err(|e| Error::Invalid(format!("DeleteHook {} spec.job: {e}", hook.name_any())))?;
+    match jobs.create(&PostParams::default(), &job).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(kube::Error::Api(s)) if s.code == 422 || s.code == 400 => {
+            return Ok(Some(Outcome::Failed(format!(
+                "its Job was refused: {}",
+                s.message
+            ))));
+        }
+        Err(e) => return Err(e.into()),
+    }
+    tracing::info!(backup = %backup.name_any(), hook = %hook.name_any(), job = %name, "delete hook Job created");
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn selectors_read_as_kubernetes_reads_them() {
+        let labels: BTreeMap<String, String> = [
+            ("team".to_owned(), "pay".to_owned()),
+            ("tier".to_owned(), "prod".to_owned()),
+        ]
+        .into();
+        let sel = |v: serde_json::Value| serde_json::from_value::<LabelSelector>(v).unwrap();
+        assert!(selects(&sel(json!({})), &labels));
+        assert!(selects(
+            &sel(json!({"matchLabels": {"team": "pay"}})),
+            &labels
+        ));
+        assert!(!selects(
+            &sel(json!({"matchLabels": {"team": "ops"}})),
+            &labels
+        ));
+        assert!(selects(
+            &sel(
+                json!({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["prod", "dev"]}]})
+            ),
+            &labels
+        ));
+        assert!(!selects(
+            &sel(
+                json!({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["prod"]}]})
+            ),
+            &labels
+        ));
+        assert!(selects(
+            &sel(json!({"matchExpressions": [{"key": "gone", "operator": "DoesNotExist"}]})),
+            &labels
+        ));
+        assert!(!selects(
+            &sel(json!({"matchExpressions": [{"key": "gone", "operator": "Exists"}]})),
+            &labels
+        ));
+    }
+}

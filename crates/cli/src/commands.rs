@@ -230,6 +230,7 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
         None => &NoProgress,
     };
     let request = PassRequest {
+        hooks: None,
         policy: policy.policy.clone(),
         policy_as_given: policy.as_given.clone(),
         now,

@@ -26,7 +26,8 @@ pub use attempt::{
 pub use clock::{Clock, SystemClock};
 pub use error::{Class, EngineError};
 pub use pass::{
-    Consolidator, LocalConsolidator, PassOutcome, PassRequest, retention_pass, unattended_pass,
+    Consolidator, DeleteHooks, LocalConsolidator, PassOutcome, PassRequest, retention_pass,
+    unattended_pass,
 };
 
 /// The use cases run as tasks (here and in the operator's controllers), so their futures

@@ -64,6 +64,19 @@ impl Consolidator for LocalConsolidator {
     }
 }
 
+/// What runs before a pass deletes backups (DeleteHooks, seed 003): it cannot stop the
+/// deletion; what it reports goes into the audit record as `hooks`.
+#[async_trait]
+pub trait DeleteHooks: Send + Sync + std::fmt::Debug {
+    /// Runs the hooks that apply to `deleting` (the backups the plan deletes, with their
+    /// `metadata.json` when readable) before anything is deleted.
+    async fn before_delete(
+        &self,
+        store: &ClusterStore,
+        deleting: &[(&Backup, Option<&tidemark_store::format::Metadata>)],
+    ) -> Vec<serde_json::Value>;
+}
+
 /// One retention pass to make.
 #[derive(Debug, Clone)]
 pub struct PassRequest {
@@ -81,6 +94,8 @@ pub struct PassRequest {
     /// Go ahead although some `metadata.json` files are malformed (those backups are kept
     /// whatever happens).
     pub ignore_malformed: bool,
+    /// Run before the deletions of an executed pass.
+    pub hooks: Option<std::sync::Arc<dyn DeleteHooks>>,
 }
 
 /// What a pass saw, planned and did.
@@ -159,6 +174,26 @@ pub async fn retention_pass(
 
     let mut exec = ExecOptions::new(request.started_at, request.policy_as_given.clone());
     exec.index_shard_size = tidemark_store::index::SHARD_SIZE;
+    if let Some(hooks) = &request.hooks {
+        let deleting: Vec<_> = seen
+            .plan
+            .deletions()
+            .map(|d| {
+                let meta = seen
+                    .catalog
+                    .backup(&d.backup.name, &d.backup.id)
+                    .and_then(|b| b.metadata.as_ref());
+                (&d.backup, meta)
+            })
+            .collect();
+        if !deleting.is_empty() {
+            let ran = hooks.before_delete(store, &deleting).await;
+            if !ran.is_empty() {
+                exec.audit_extra
+                    .insert("hooks".into(), serde_json::Value::Array(ran));
+            }
+        }
+    }
     let mut report = execute(store, &seen, &exec, progress).await?;
     for d in seen.plan.deletions() {
         if report.backups_deleted.contains(&d.backup.id) {

@@ -588,6 +588,7 @@ async fn retention_task(ctx: Arc<Ctx>, r: RetentionRun, mut stop: watch::Receive
 
 async fn retention(ctx: &Ctx, r: &RetentionRun, now: Timestamp) -> Result<(), EngineError> {
     let request = PassRequest {
+        hooks: None,
         policy: r.policy.clone(),
         policy_as_given: r.as_given.clone(),
         now,

@@ -223,13 +223,16 @@ pub async fn on_delete(
         inventory,
         plan,
     };
-    let options = ExecOptions::new(
+    let mut options = ExecOptions::new(
         now,
-        json!({
-            "deletionRequestedBy": format!("Backup {}/{}", backup.namespace().unwrap_or_default(), backup.name_any()),
-            "hooks": hooks,
-        }),
+        json!({"deletionRequestedBy": format!("Backup {}/{}", backup.namespace().unwrap_or_default(), backup.name_any())}),
     );
+    if !hooks.is_empty() {
+        options.audit_extra.insert(
+            "hooks".into(),
+            json!([{"backupId": id, "backupName": crate::backup::store_name(backup), "hooks": hooks}]),
+        );
+    }
     let report = match tidemark_store::execute(&store, &survey, &options, &NoProgress).await {
         Ok(r) => r,
         Err(e) => return failed(ctx, api, backup, Error::Engine(e.into())).await,

@@ -186,6 +186,69 @@ pub async fn run(
     Ok((!pending).then_some(status.hooks))
 }
 
+/// The hooks of a retention pass (the operator's BackupPolicy controller): a backup the
+/// pass deletes by its rules runs the DeleteHooks that select its Backup object (one with
+/// its backup-id under its store name, in the policy's namespace), before its data goes;
+/// a backup with no Backup object is selected by none. Job hooks are waited for (up to
+/// their timeouts). The object stays (retention deletes data, not objects) and shows the
+/// outcomes in `status.hooks`.
+#[derive(Debug)]
+pub struct PassHooks {
+    pub ctx: std::sync::Arc<Context>,
+    pub namespace: String,
+    pub policy: String,
+}
+
+#[async_trait::async_trait]
+impl tidemark_engine::DeleteHooks for PassHooks {
+    async fn before_delete(
+        &self,
+        _store: &tidemark_store::ClusterStore,
+        deleting: &[(
+            &tidemark_core::Backup,
+            Option<&tidemark_store::format::Metadata>,
+        )],
+    ) -> Vec<serde_json::Value> {
+        let ctx = self.ctx.as_ref();
+        let api: Api<Backup> = Api::namespaced(ctx.client.clone(), &self.namespace);
+        let objects = ctx.backups.state();
+        let mut report = Vec::new();
+        for (b, _) in deleting {
+            let Some(object) = objects.iter().find(|o| {
+                o.namespace().as_deref() == Some(self.namespace.as_str())
+                    && o.spec.template.policy.name == self.policy
+                    && o.status.as_ref().and_then(|s| s.backup_id.as_deref()) == Some(b.id.as_str())
+                    && crate::backup::store_name(o) == b.name
+            }) else {
+                continue;
+            };
+            // Job hooks are followed until they end (each bounded by its timeout).
+            let results = loop {
+                match run(ctx, &api, object, "retention").await {
+                    Ok(Some(r)) => break Ok(r),
+                    Ok(None) => tokio::time::sleep(Duration::from_secs(2)).await,
+                    Err(e) => break Err(e),
+                }
+            };
+            match results {
+                Ok(r) if !r.is_empty() => report.push(json!({
+                    "backupId": b.id, "backupName": b.name, "hooks": r,
+                })),
+                Ok(_) => {}
+                Err(e) => {
+                    // A hook cannot stop the deletion; what went wrong is recorded.
+                    tracing::warn!(backup = %b.id, "delete hooks: {e}");
+                    report.push(json!({
+                        "backupId": b.id, "backupName": b.name,
+                        "error": tidemark_engine::error::chain(&e),
+                    }));
+                }
+            }
+        }
+        report
+    }
+}
+
 /// How one action ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Outcome {

@@ -106,6 +106,11 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
         protect: holds(&ctx, &ns, &name),
         execute: true,
         ignore_malformed: false,
+        hooks: Some(Arc::new(crate::hooks::PassHooks {
+            ctx: ctx.clone(),
+            namespace: ns.clone(),
+            policy: name.clone(),
+        })),
     };
     // Consolidations run as Jobs in the database image (seed 002).
     let consolidator = if request.policy.consolidate {

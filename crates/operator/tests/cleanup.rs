@@ -737,7 +737,8 @@ async fn delete_hooks_run_in_name_order_and_never_veto() {
             .unwrap(),
     )
     .unwrap();
-    let recorded: Vec<(String, String)> = record["policy"]["hooks"]
+    assert_eq!(record["hooks"][0]["backupId"], gone.id.as_str(), "{record}");
+    let recorded: Vec<(String, String)> = record["hooks"][0]["hooks"]
         .as_array()
         .unwrap()
         .iter()
@@ -768,5 +769,60 @@ async fn delete_hooks_run_in_name_order_and_never_veto() {
             "no {reason} event"
         );
     }
+
+    // A retention pass that deletes a backup by its rules runs the hooks of its Backup
+    // object first too (reason "retention"); the object stays and shows the outcome.
+    let ns2 = "hooks-pass";
+    cluster.namespace(ns2).await;
+    secret(&admin, ns2).await;
+    let store2 = weed.cluster_store(ns2);
+    let old = SynthBackup::full("old", now - SignedDuration::from_hours(3), 3);
+    let new = SynthBackup::full("new", now - SignedDuration::from_hours(1), 4);
+    synth::write_backups(&store2, &[old.clone(), new.clone()])
+        .await
+        .unwrap();
+    let h: DeleteHook = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "DeleteHook",
+        "metadata": {"name": "notify", "namespace": ns2},
+        "spec": webhook("/ok", "10s"),
+    }))
+    .unwrap();
+    Api::<DeleteHook>::namespaced(admin.clone(), ns2)
+        .create(&PostParams::default(), &h)
+        .await
+        .unwrap();
+    let backups2: Api<Backup> = Api::namespaced(admin.clone(), ns2);
+    backup_object(&backups2, &old, json!({})).await;
+    let mut keep_one = policy(ns2, &weed.endpoint, None);
+    keep_one.spec.retention = Some(serde_json::from_value(json!({"keepLast": 1})).unwrap());
+    Api::<BackupPolicy>::namespaced(admin.clone(), ns2)
+        .create(&PostParams::default(), &keep_one)
+        .await
+        .unwrap();
+    eventually("old's data deleted by the pass", || async {
+        of(&keys(&store2).await, &old).is_empty().then_some(())
+    })
+    .await;
+    let st = serde_json::to_value(backups2.get("old").await.unwrap().status).unwrap();
+    assert_eq!(st["hooks"][0]["name"], "notify", "{st}");
+    assert_eq!(st["hooks"][0]["outcome"], "succeeded", "{st}");
+    let last = hook_server.calls.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(last.1["reason"], "retention");
+    assert_eq!(last.1["backup"]["backupId"], old.id.as_str());
+    let keys2 = keys(&store2).await;
+    let audit: Vec<&String> = keys2.iter().filter(|k| k.starts_with("_audit/")).collect();
+    let record: serde_json::Value = serde_json::from_slice(
+        &store2
+            .read(&object_store::path::Path::from(audit[0].as_str()))
+            .await
+            .unwrap()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(record["hooks"][0]["backupId"], old.id.as_str(), "{record}");
+    assert_eq!(
+        record["hooks"][0]["hooks"][0]["outcome"], "succeeded",
+        "{record}"
+    );
     op.stop().await;
 }

@@ -52,6 +52,8 @@ pub struct ExecOptions {
     pub retry_backoff: Duration,
     /// Entries per index shard when the index is rewritten.
     pub index_shard_size: usize,
+    /// More fields of the audit record (e.g. `hooks`: what the DeleteHooks did).
+    pub audit_extra: serde_json::Map<String, serde_json::Value>,
 }
 
 impl ExecOptions {
@@ -61,6 +63,7 @@ impl ExecOptions {
             policy,
             retry_backoff: DEFAULT_RETRY_BACKOFF,
             index_shard_size: crate::index::SHARD_SIZE,
+            audit_extra: serde_json::Map::new(),
         }
     }
 }
@@ -530,7 +533,7 @@ fn audit_record(
             .map(|e| e.name.clone())
             .collect(),
         leftovers_deleted: leftovers,
-        extra: serde_json::Map::new(),
+        extra: options.audit_extra.clone(),
     }
 }
 

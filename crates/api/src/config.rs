@@ -8,13 +8,14 @@ use crate::policy::BackupPolicy;
 use crate::schedule::ScheduledBackup;
 
 /// The kinds a configuration may hold.
-pub const KINDS: &str = "BackupPolicy, ScheduledBackup";
+pub const KINDS: &str = "BackupPolicy, ScheduledBackup, DeleteHook";
 
 /// One document of a configuration file.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Document {
     Policy(Box<BackupPolicy>),
     Schedule(Box<ScheduledBackup>),
+    Hook(Box<crate::lifecycle::DeleteHook>),
 }
 
 /// Largest configuration file accepted: far beyond any real set of policies, and a bound
@@ -181,6 +182,14 @@ pub fn parse_documents(text: &str) -> Result<Vec<Document>, DocumentError> {
                     name,
                     problem: e.to_string(),
                 })?,
+            "DeleteHook" => crate::lifecycle::DeleteHook::from_value(value)
+                .map(|h| Document::Hook(Box::new(h)))
+                .map_err(|e| DocumentError::Invalid {
+                    index,
+                    kind: "DeleteHook",
+                    name,
+                    problem: e.to_string(),
+                })?,
             _ => return Err(DocumentError::UnknownKind { index, kind }),
         };
         out.push(doc);
@@ -286,7 +295,7 @@ spec:
             .to_string();
         assert_eq!(
             e,
-            "document 2: unknown kind \"Schedule\"; expected one of BackupPolicy, ScheduledBackup"
+            "document 2: unknown kind \"Schedule\"; expected one of BackupPolicy, ScheduledBackup, DeleteHook"
         );
         let e = parse_documents(&FILE.replace("*/10 * * * * *", "*/10 * * * *"))
             .unwrap_err()

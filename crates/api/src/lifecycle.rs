@@ -63,6 +63,110 @@ pub struct WebhookAction {
     pub ca_bundle: Option<String>,
 }
 
+/// Whether `selector` selects `labels`, as Kubernetes reads a label selector (matchLabels
+/// and matchExpressions; an empty selector selects everything).
+pub fn selects(
+    selector: &LabelSelector,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> bool {
+    let by_label = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    let by_expression = selector.match_expressions.iter().flatten().all(|e| {
+        let values = e.values.clone().unwrap_or_default();
+        let value = labels.get(&e.key);
+        match e.operator.as_str() {
+            "In" => value.is_some_and(|v| values.contains(v)),
+            "NotIn" => value.is_none_or(|v| !values.contains(v)),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            _ => false,
+        }
+    });
+    by_label && by_expression
+}
+
+/// A `DeleteHook` document of standalone `tidemark run`'s configuration: its action is a
+/// local `command`, run before a retention pass deletes a backup whose `metadata.json`
+/// labels the selector matches.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DeleteHook {
+    pub api_version: String,
+    pub kind: String,
+    pub metadata: crate::policy::ObjectMeta,
+    pub spec: DeleteHookSpec,
+}
+
+/// Why a DeleteHook document was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HookFileError {
+    #[error("not a DeleteHook document: {0}")]
+    Syntax(String),
+    #[error("{field}: {problem}")]
+    Invalid {
+        field: &'static str,
+        problem: String,
+    },
+}
+
+impl DeleteHook {
+    /// Parses and checks one document for standalone use.
+    ///
+    /// # Errors
+    /// Another kind or version; not exactly one action, or one that runs only in the
+    /// operator (`job`, `webhook`); an empty command; a bad timeout.
+    pub fn from_value(value: serde_yaml::Value) -> Result<Self, HookFileError> {
+        let hook = serde_yaml::from_value::<DeleteHook>(value)
+            .map_err(|e| HookFileError::Syntax(e.to_string()))?;
+        let invalid = |field, problem: String| Err(HookFileError::Invalid { field, problem });
+        if hook.kind != "DeleteHook" {
+            return invalid("kind", format!("{:?}; expected DeleteHook", hook.kind));
+        }
+        if hook.api_version != crate::API_VERSION {
+            return invalid(
+                "apiVersion",
+                format!("{:?}; expected {}", hook.api_version, crate::API_VERSION),
+            );
+        }
+        if hook.spec.job.is_some() || hook.spec.webhook.is_some() {
+            return invalid(
+                "spec",
+                "job and webhook run only in the operator; tidemark run runs a command, e.g. command: [sh, -c, \"notify $TIDEMARK_BACKUP\"]".into(),
+            );
+        }
+        match &hook.spec.command {
+            Some(c) if !c.is_empty() && !c[0].is_empty() => {}
+            _ => {
+                return invalid(
+                    "spec.command",
+                    "missing or empty; expected the program and its arguments, e.g. [sh, -c, \"…\"]".into(),
+                );
+            }
+        }
+        hook.timeout()?;
+        Ok(hook)
+    }
+
+    /// How long the command may run (`spec.timeout`, default 5 minutes).
+    ///
+    /// # Errors
+    /// Not a positive interval such as `30s`, `5m` or `1h`.
+    pub fn timeout(&self) -> Result<std::time::Duration, HookFileError> {
+        let text = self.spec.timeout.as_deref().unwrap_or("5m");
+        text.parse::<jiff::SignedDuration>()
+            .ok()
+            .filter(|d| d.is_positive())
+            .map(|d| d.unsigned_abs())
+            .ok_or_else(|| HookFileError::Invalid {
+                field: "spec.timeout",
+                problem: format!("invalid interval {text:?}; expected e.g. 30s, 5m or 1h"),
+            })
+    }
+}
+
 /// Garbage-collects PersistentVolumeClaims no running pod has mounted for `ttl` (seed 004).
 #[derive(CustomResource, KubeSchema, Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[kube(

@@ -42,6 +42,7 @@ fn load(dir: &Path) -> Result<Vec<PolicyRun>, CliError> {
     files.sort();
     let mut policies: Vec<(PathBuf, BackupPolicy)> = Vec::new();
     let mut schedules: Vec<(PathBuf, ScheduledBackup)> = Vec::new();
+    let mut hooks: Vec<tidemark_engine::hooks::LocalHook> = Vec::new();
     for f in &files {
         let text = resolve::read_config_file(f)?;
         for doc in
@@ -50,6 +51,28 @@ fn load(dir: &Path) -> Result<Vec<PolicyRun>, CliError> {
             match doc {
                 Document::Policy(p) => policies.push((f.clone(), *p)),
                 Document::Schedule(s) => schedules.push((f.clone(), *s)),
+                Document::Hook(h) => {
+                    if hooks.iter().any(|x| x.name == h.metadata.name) {
+                        return Err(CliError::input(format!(
+                            "{}: DeleteHook {}: metadata.name: already defined; each hook needs its own name",
+                            f.display(),
+                            h.metadata.name
+                        )));
+                    }
+                    // Validated when parsed: a command and a timeout are there.
+                    hooks.push(tidemark_engine::hooks::LocalHook {
+                        name: h.metadata.name.clone(),
+                        timeout: h.timeout().map_err(|e| {
+                            CliError::input(format!(
+                                "{}: DeleteHook {}: {e}",
+                                f.display(),
+                                h.metadata.name
+                            ))
+                        })?,
+                        command: h.spec.command.clone().unwrap_or_default(),
+                        selector: h.spec.selector.clone(),
+                    });
+                }
             }
         }
     }
@@ -60,6 +83,8 @@ fn load(dir: &Path) -> Result<Vec<PolicyRun>, CliError> {
             files.len()
         )));
     }
+    let hooks: Option<Arc<dyn tidemark_engine::DeleteHooks>> = (!hooks.is_empty())
+        .then(|| Arc::new(tidemark_engine::hooks::LocalHooks::new(hooks)) as Arc<_>);
     let now = jiff::Timestamp::now();
     let mut runs: Vec<PolicyRun> = Vec::new();
     let mut seen: Vec<(&Path, &str, String)> = Vec::new();
@@ -105,6 +130,7 @@ fn load(dir: &Path) -> Result<Vec<PolicyRun>, CliError> {
                         policy: p,
                         as_given: serde_json::to_value(r).unwrap_or_default(),
                         interval: retention_interval,
+                        hooks: hooks.clone(),
                     })
                     .map_err(|e| {
                         let at = match e.field() {

@@ -417,3 +417,83 @@ fn a_damaged_binlog_index_stops_retention_not_backups() {
         "keepLast 1 applied despite the index: {text}"
     );
 }
+
+/// DeleteHooks on one machine (seed 003): before a retention pass deletes a backup, the
+/// hooks whose selector matches its labels run their commands in name order, with the
+/// backup in their environment; a failing hook does not stop the deletion; the outcomes
+/// are logged and in the audit record.
+#[test]
+fn delete_hooks_run_before_retention_deletes() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "*/2 * * * * *", "date +%s%N", "{keepLast: 1}");
+    let calls = dir.path().join("calls.txt");
+    let c = calls.display();
+    std::fs::write(
+        cfg.join("hooks.yaml"),
+        format!(
+            r#"apiVersion: tidemark.io/v1alpha1
+kind: DeleteHook
+metadata: {{name: b-fails}}
+spec:
+  selector: {{matchLabels: {{tidemark.io/scheduled-backup: data}}}}
+  command: [sh, -c, "echo b >> {c}; echo 'no ticket' >&2; exit 4"]
+---
+apiVersion: tidemark.io/v1alpha1
+kind: DeleteHook
+metadata: {{name: a-records}}
+spec:
+  command: [sh, -c, "echo \"a $TIDEMARK_DELETE_REASON $TIDEMARK_BACKUP\" >> {c}"]
+  timeout: 10s
+---
+apiVersion: tidemark.io/v1alpha1
+kind: DeleteHook
+metadata: {{name: c-other}}
+spec:
+  selector: {{matchLabels: {{team: nobody}}}}
+  command: [sh, -c, "echo c >> {c}"]
+"#
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("run.log");
+    let mut run = start(&cfg, &log);
+    let text = wait_for(&log, "retention: deleted", 30);
+    signal(&run, "-TERM");
+    run.wait().unwrap();
+    assert!(text.contains("delete hook failed"), "{text}");
+    let lines = std::fs::read_to_string(&calls).unwrap();
+    let first: Vec<&str> = lines.lines().take(2).collect();
+    assert!(first[0].starts_with("a retention {"), "{lines}");
+    assert_eq!(first[1], "b", "{lines}");
+    assert!(
+        !lines.lines().any(|l| l == "c"),
+        "another selector's hook ran: {lines}"
+    );
+    // The first line names the deleted backup, which is gone from the store.
+    let described: Value =
+        serde_json::from_str(first[0].trim_start_matches("a retention ")).unwrap();
+    let id = described["backup"]["backupId"].as_str().unwrap().to_owned();
+    assert!(!phases(&ls(&dir.path().join("store"))).contains_key(&id));
+    // And the audit record lists both outcomes.
+    let audit_dir = dir.path().join("store/local/_audit");
+    let record: Value = std::fs::read_dir(&audit_dir)
+        .unwrap()
+        .filter_map(|e| std::fs::read(e.ok()?.path()).ok())
+        .filter_map(|b| serde_json::from_slice::<Value>(&b).ok())
+        .find(|r| r["hooks"][0]["backupId"] == id.as_str())
+        .unwrap();
+    let outcomes: Vec<&str> = record["hooks"][0]["hooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["succeeded", "failed"], "{record}");
+    assert!(
+        record["hooks"][0]["hooks"][1]["message"]
+            .as_str()
+            .unwrap()
+            .contains("exited with status 4; its stderr ends with: no ticket"),
+        "{record}"
+    );
+}

@@ -15,6 +15,7 @@
 pub mod attempt;
 pub mod clock;
 pub mod error;
+pub mod hooks;
 pub mod pass;
 pub mod redact;
 pub mod schedule;

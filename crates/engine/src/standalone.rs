@@ -64,6 +64,8 @@ pub struct RetentionRun {
     /// The policy as written, for the audit record.
     pub as_given: serde_json::Value,
     pub interval: SignedDuration,
+    /// The DeleteHooks run before the pass deletes backups.
+    pub hooks: Option<Arc<dyn crate::pass::DeleteHooks>>,
 }
 
 #[derive(Debug, Clone)]
@@ -588,7 +590,7 @@ async fn retention_task(ctx: Arc<Ctx>, r: RetentionRun, mut stop: watch::Receive
 
 async fn retention(ctx: &Ctx, r: &RetentionRun, now: Timestamp) -> Result<(), EngineError> {
     let request = PassRequest {
-        hooks: None,
+        hooks: r.hooks.clone(),
         policy: r.policy.clone(),
         policy_as_given: r.as_given.clone(),
         now,

@@ -10,11 +10,10 @@
 //! timeout; `caBundle` to trust a private CA), or a `job` from a pod template, followed
 //! across reconciles until it ends or its timeout passes (`activeDeadlineSeconds`).
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
@@ -29,27 +28,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 /// The label on a hook's Job: the Backup it ran for (uid).
 const HOOK_LABEL: &str = "tidemark.io/delete-hook";
 
-/// Whether `selector` selects `labels` (matchLabels and matchExpressions, as Kubernetes
-/// reads them; an empty selector selects everything).
-pub fn selects(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    let by_label = selector
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
-    let by_expression = selector.match_expressions.iter().flatten().all(|e| {
-        let values = e.values.clone().unwrap_or_default();
-        let value = labels.get(&e.key);
-        match e.operator.as_str() {
-            "In" => value.is_some_and(|v| values.contains(v)),
-            "NotIn" => value.is_none_or(|v| !values.contains(v)),
-            "Exists" => value.is_some(),
-            "DoesNotExist" => value.is_none(),
-            _ => false,
-        }
-    });
-    by_label && by_expression
-}
+pub use tidemark_api::lifecycle::selects;
 
 /// The hooks of the Backup's namespace that select it, in alphanumerical order of name.
 ///
@@ -436,6 +415,10 @@ async fn job(
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
     use super::*;
 
     #[test]

@@ -334,9 +334,13 @@ pub fn requested_deletion(
             keep.push(Reason::Floor);
         }
     }
+    // A committed increment, and one being written, build on it.
     for child in inventory.backups.iter().filter(|b| {
         b.kind.parent() == Some(&target.id)
-            && matches!(b.phase, Phase::Completed | Phase::Malformed)
+            && (matches!(
+                b.phase,
+                Phase::Completed | Phase::Malformed | Phase::InProgress
+            ) || (b.phase == Phase::Uncommitted && in_flight(b, now, inventory.observed_at)))
     }) {
         keep.push(Reason::Chain(child.id.clone()));
     }

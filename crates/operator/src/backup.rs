@@ -72,9 +72,13 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
             (Some(_), None) => None,
             _ => policies.get_opt(&backup.spec.template.policy.name).await?,
         };
-        let delete = crate::cleanup::effective(&backup, policy.as_ref())
-            == tidemark_api::DeletionPolicy::Delete;
-        crate::cleanup::set_finalizer(&api, &backup, delete).await?;
+        // A policy that is gone says nothing: the finalizer stays as it was (deleting the
+        // policy must not quietly turn a Delete into a Retain, nor the reverse).
+        if policy.is_some() || backup.spec.template.deletion_policy.is_some() {
+            let delete = crate::cleanup::effective(&backup, policy.as_ref())
+                == tidemark_api::DeletionPolicy::Delete;
+            crate::cleanup::set_finalizer(&api, &backup, delete).await?;
+        }
         // Every Backup is reconciled once at start-up: the gauge of the newest completed
         // backup is right from then on, not only after the next backup.
         if status.phase == Some(BackupPhase::Completed)
@@ -472,10 +476,11 @@ async fn exec_backup(
     backup_id: &str,
 ) -> Result<Action, Error> {
     let uid = backup.meta().uid.clone().unwrap_or_default();
+    // Whatever the (possibly stale) cached phase says: a stream of ours is the truth.
+    if ctx.streams.running(&uid) {
+        return Ok(Action::requeue(Duration::from_secs(30)));
+    }
     if status.phase == Some(BackupPhase::Running) {
-        if ctx.streams.running(&uid) {
-            return Ok(Action::requeue(Duration::from_secs(30)));
-        }
         let started = status
             .started_at
             .as_ref()

@@ -155,13 +155,24 @@ pub async fn on_delete(
             )));
         };
         let store = crate::retention::open(ctx, policy).await?;
+        // The store it was written to, as recorded: a policy pointed elsewhere since
+        // must not make its data look gone.
+        if let Some(recorded) = status.bucket.as_deref()
+            && recorded != store.url
+        {
+            return Err(Error::Invalid(format!(
+                "the backup was recorded in {recorded}, but BackupPolicy {} now names {}; point it back, or annotate {SKIP_ANNOTATION}=\"true\" to let the object go and keep the data",
+                policy.name_any(),
+                store.url
+            )));
+        }
         let catalog = Catalog::load(&store, &NoProgress)
             .await
             .map_err(|e| Error::Engine(e.into()))?;
         let inventory = catalog.inventory(&Default::default());
         let now = ctx.clock.now();
-        // Only the backup this object made: its id under its own store name.
-        let name = crate::backup::store_name(backup);
+        // Only the backup this object made: its id under the name its status recorded.
+        let name = recorded_name(backup);
         // An expired TTL says so in the audit record.
         let reason = if expired {
             tidemark_core::Reason::TtlExpired
@@ -185,7 +196,7 @@ pub async fn on_delete(
                 "RemoteDataDeleted",
                 &format!(
                     "no backup {}/{id} in the store (already deleted): nothing to delete",
-                    crate::backup::store_name(backup)
+                    recorded_name(backup)
                 ),
             )
             .await;
@@ -196,7 +207,7 @@ pub async fn on_delete(
             // Marked, not deleted (seed 002): from now on no retention rule keeps it, and
             // a pass removes it — or merges its chain into a synthetic full — once that
             // is safe. This object waits for that.
-            let name = crate::backup::store_name(backup);
+            let name = recorded_name(backup);
             let by = format!(
                 "Backup {}/{}",
                 backup.namespace().unwrap_or_default(),
@@ -338,7 +349,7 @@ pub async fn expire(
             Err(e) => return blocked(Error::Engine(e.into())).await,
         };
         let inventory = catalog.inventory(&Default::default());
-        let name = crate::backup::store_name(backup);
+        let name = recorded_name(backup);
         if let Some(Err(keep)) = tidemark_core::requested_deletion(
             &inventory,
             &name,
@@ -425,8 +436,24 @@ async fn set_status_condition(
     reason: &str,
     message: &str,
 ) -> Result<(), Error> {
-    // The whole status: a server-side apply drops the fields it no longer names.
-    let mut status = backup.status.clone().unwrap_or_default();
+    // The whole status, as the API has it now (the cache may lag behind a write such as
+    // `status.hooks`): a server-side apply drops the fields it no longer names.
+    let mut status = api
+        .get(&backup.name_any())
+        .await?
+        .status
+        .unwrap_or_default();
+    let want = if ok { "True" } else { "False" };
+    if status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == type_ && c.status == want && c.reason == reason)
+    {
+        // Said already. Rewriting only the message (an error's text changes from one
+        // try to the next) would trigger the next reconcile at once and defeat the
+        // backoff.
+        return Ok(());
+    }
     let previous = status.conditions.clone();
     status.conditions.retain(|c| c.type_ != type_);
     status.conditions.push(condition(
@@ -438,6 +465,18 @@ async fn set_status_condition(
         backup.meta().generation,
     ));
     crate::backup::apply_status(api, &backup.name_any(), &status).await
+}
+
+/// The backup name its status recorded (`status.key` is `<name>/<id>/metadata.json`),
+/// else the one it would be written under.
+fn recorded_name(backup: &Backup) -> String {
+    backup
+        .status
+        .as_ref()
+        .and_then(|s| s.key.as_deref())
+        .and_then(|k| k.split('/').next())
+        .filter(|n| tidemark_store::layout::is_backup_name(n))
+        .map_or_else(|| crate::backup::store_name(backup), str::to_owned)
 }
 
 /// Whether a Backup being deleted may be cleaned up now: its attempt is not running (a

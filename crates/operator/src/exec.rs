@@ -61,9 +61,15 @@ impl Streams {
         self.len() == 0
     }
 
+    /// Keeps `handle` as the stream of `uid`, unless one runs already (then `handle` is
+    /// stopped: never two streams for one Backup).
     fn insert(&self, uid: String, handle: tokio::task::JoinHandle<()>) {
         let mut running = self.lock();
         running.retain(|_, h| !h.is_finished());
+        if running.contains_key(&uid) {
+            handle.abort();
+            return;
+        }
         running.insert(uid, handle);
     }
 

@@ -286,7 +286,8 @@ async fn call(
             Outcome::Failed(format!("HTTP {status}: {}", text.trim()))
         }
         Err(e) if e.is_timeout() => Outcome::TimedOut,
-        Err(e) => Outcome::Failed(tidemark_engine::error::chain(&e)),
+        // Without the URL: a token in it must not reach status, events or the store.
+        Err(e) => Outcome::Failed(tidemark_engine::error::chain(&e.without_url())),
     }
 }
 

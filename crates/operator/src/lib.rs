@@ -466,7 +466,8 @@ async fn controllers(
     // The PVC reaper: every VolumeClaimRetention, looked at again when a pod or a claim
     // of its namespace changes.
     let reaper = {
-        let c = watched(
+        // Its own status write must not trigger the next look.
+        let c = watched_changes(
             Api::<tidemark_api::crd::VolumeClaimRetention>::all(client.clone()),
             &stopping,
         );

@@ -69,15 +69,29 @@ pub fn judge(
     }
 }
 
-/// Claim name → the running pod that mounts it; and claim name → any pod that references
-/// it (running or not), for `pod-name`.
-fn mounts(pods: &[Pod]) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
-    let mut running = BTreeMap::new();
-    let mut referenced = BTreeMap::new();
+/// Who uses which claim.
+#[derive(Debug, Default)]
+struct Mounts {
+    /// Claim → a running pod that mounts it (stamps come and go by this).
+    running: BTreeMap<String, String>,
+    /// Claim → a pod that is not finished (pending, running or unknown) and references
+    /// it: such a claim is never deleted — a pod scheduled again after the TTL is Pending
+    /// before it runs.
+    live: BTreeMap<String, String>,
+    /// Claim → any pod that references it, for `pod-name`.
+    referenced: BTreeMap<String, String>,
+}
+
+/// The claims `pods` reference: by `persistentVolumeClaim`, and the claim of a generic
+/// ephemeral volume (`<pod>-<volume>`).
+fn mounts(pods: &[Pod]) -> Mounts {
+    let mut m = Mounts::default();
     let mut sorted: Vec<&Pod> = pods.iter().collect();
     sorted.sort_by_key(|p| p.name_any());
     for p in sorted {
-        let is_running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+        let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+        let running = phase == Some("Running");
+        let finished = matches!(phase, Some("Succeeded" | "Failed"));
         for v in p
             .spec
             .as_ref()
@@ -85,19 +99,23 @@ fn mounts(pods: &[Pod]) -> (BTreeMap<String, String>, BTreeMap<String, String>) 
             .into_iter()
             .flatten()
         {
-            if let Some(c) = &v.persistent_volume_claim {
-                referenced
-                    .entry(c.claim_name.clone())
-                    .or_insert_with(|| p.name_any());
-                if is_running {
-                    running
-                        .entry(c.claim_name.clone())
-                        .or_insert_with(|| p.name_any());
-                }
+            let claim = match (&v.persistent_volume_claim, &v.ephemeral) {
+                (Some(c), _) => c.claim_name.clone(),
+                (None, Some(_)) => format!("{}-{}", p.name_any(), v.name),
+                (None, None) => continue,
+            };
+            m.referenced
+                .entry(claim.clone())
+                .or_insert_with(|| p.name_any());
+            if !finished {
+                m.live.entry(claim.clone()).or_insert_with(|| p.name_any());
+            }
+            if running {
+                m.running.entry(claim).or_insert_with(|| p.name_any());
             }
         }
     }
-    (running, referenced)
+    m
 }
 
 /// One look at a VolumeClaimRetention.
@@ -120,7 +138,11 @@ pub async fn reconcile(vcr: Arc<VolumeClaimRetention>, ctx: Arc<Context>) -> Res
         .await?
         .items;
     let pods = pods_api.list(&ListParams::default()).await?.items;
-    let (running, referenced) = mounts(&pods);
+    let Mounts {
+        running,
+        live,
+        referenced,
+    } = mounts(&pods);
     let now = ctx.clock.now();
     let reference = vcr.object_ref(&());
     let mut unmounted = 0u64;
@@ -171,6 +193,10 @@ pub async fn reconcile(vcr: Arc<VolumeClaimRetention>, ctx: Arc<Context>) -> Res
                 let wait = now.duration_until(until).unsigned_abs() + Duration::from_secs(1);
                 next = next.min(wait);
             }
+            Verdict::Expired { .. } if live.contains_key(&name) => {
+                // A pod that will mount it exists (pending, say): not now.
+                unmounted += 1;
+            }
             Verdict::Expired { since } => {
                 unmounted += 1;
                 if let Some(pv) = claim.spec.as_ref().and_then(|s| s.volume_name.as_deref())
@@ -190,9 +216,10 @@ pub async fn reconcile(vcr: Arc<VolumeClaimRetention>, ctx: Arc<Context>) -> Res
                     deleted.push(name.clone());
                     continue;
                 }
-                // A fresh look right before the delete: never a claim a pod now mounts.
+                // A fresh look right before the delete: never a claim a pod now uses or
+                // is about to.
                 let fresh = pods_api.list(&ListParams::default()).await?.items;
-                if mounts(&fresh).0.contains_key(&name) {
+                if mounts(&fresh).live.contains_key(&name) {
                     continue;
                 }
                 let params = DeleteParams {
@@ -224,6 +251,11 @@ pub async fn reconcile(vcr: Arc<VolumeClaimRetention>, ctx: Arc<Context>) -> Res
         }
     }
     let previous = vcr.status.clone().unwrap_or_default();
+    // What the last deleting look deleted stays shown (the deletion itself triggers
+    // another look, which deletes nothing).
+    if !vcr.spec.dry_run && deleted.is_empty() {
+        deleted = previous.deleted.clone();
+    }
     let summary = if vcr.spec.dry_run {
         format!(
             "{} claim(s) selected, {unmounted} unmounted; dry run: {} would be deleted",

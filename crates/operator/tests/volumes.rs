@@ -117,6 +117,9 @@ async fn the_reaper_stamps_unmounted_claims_and_deletes_them_after_the_ttl() {
     claim(&admin, ns, "data-db-0", "db", None).await;
     claim(&admin, ns, "data-db-1", "db", Some("pv-keep")).await;
     claim(&admin, ns, "data-db-2", "db", None).await;
+    // Its pod is scheduled again but not running yet (Pending): stamped, never deleted.
+    claim(&admin, ns, "data-db-3", "db", None).await;
+    pod(&admin, ns, "db-3", "data-db-3").await;
     claim(&admin, ns, "unrelated", "web", None).await;
     claim(&admin, ns, "cache-0", "cache", None).await;
     for (p, c) in [
@@ -216,6 +219,11 @@ async fn the_reaper_stamps_unmounted_claims_and_deletes_them_after_the_ttl() {
         stamp(&admin, ns, "data-db-2").await,
         Ok(None),
         "mounted: never deleted"
+    );
+    assert_eq!(
+        stamp(&admin, ns, "data-db-3").await.map(|s| s.is_some()),
+        Ok(true),
+        "a Pending pod's claim is stamped but never deleted"
     );
     let dry = eventually("the dry run's report", || async {
         let s = status(&admin, ns, "cache").await;

@@ -68,8 +68,20 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
     if status.phase.is_some_and(BackupPhase::is_done) {
         // The finalizer follows the effective deletion policy (the policy is read only
         // when the Backup does not say).
-        let policy = match (&backup.spec.template.deletion_policy, &backup.spec.ttl) {
-            (Some(_), None) => None,
+        // From the watch cache: at start-up every finished Backup is reconciled, and a
+        // GET each would be most of the API traffic. One not in the cache (not filled
+        // yet, or really gone) is read from the API; an expiry always reads it.
+        let cached = ctx.policies.get(
+            &kube::runtime::reflector::ObjectRef::new(&backup.spec.template.policy.name)
+                .within(&ns),
+        );
+        let policy = match (
+            &backup.spec.template.deletion_policy,
+            &backup.spec.ttl,
+            cached,
+        ) {
+            (Some(_), None, _) => None,
+            (_, None, Some(p)) => Some(p.as_ref().clone()),
             _ => policies.get_opt(&backup.spec.template.policy.name).await?,
         };
         // A policy that is gone says nothing: the finalizer stays as it was (deleting the

@@ -88,6 +88,8 @@ pub struct Context {
     pub clock: Arc<dyn Clock>,
     /// Every Backup, as the watch last saw it (name collisions, children).
     pub backups: Store<Backup>,
+    /// Every BackupPolicy, as the watch last saw it (a finished Backup's finalizer).
+    pub policies: Store<BackupPolicy>,
     pub store_retry_timeout: Duration,
     pub image: String,
     pub metrics: Arc<metrics::Metrics>,
@@ -388,11 +390,26 @@ async fn controllers(
         .default_backoff()
         .reflect(writer)
         .for_each(|_| async {});
+    // The policy cache is filled by the same stream that re-reads a policy's Backups on a
+    // spec change (below), so a Backup reconciled for that change finds the new spec.
+    let (policy_store, policy_writer) = reflector::store();
+    let policy_specs = {
+        use kube::runtime::utils::predicates;
+        watcher(
+            Api::<BackupPolicy>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .reflect(policy_writer)
+        .touched_objects()
+        .predicate_filter(predicates::generation, Default::default())
+    };
     let ctx = Arc::new(Context {
         client: client.clone(),
         recorder: Recorder::new(client.clone(), reporter),
         clock,
         backups,
+        policies: policy_store,
         store_retry_timeout: options.store_retry_timeout,
         image: options.image.clone(),
         metrics: options.metrics.clone(),
@@ -436,16 +453,6 @@ async fn controllers(
     // A policy's deletionPolicy decides its Backups' finalizers: a spec change re-reads
     // them (status changes do not).
     let of_policy = ctx.backups.clone();
-    let policy_specs = {
-        use kube::runtime::utils::predicates;
-        watcher(
-            Api::<BackupPolicy>::all(client.clone()),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .touched_objects()
-        .predicate_filter(predicates::generation, Default::default())
-    };
     let runner = drive(
         watched(backups_api, &stopping)
             .watches(jobs, ours(), |j| {

@@ -837,6 +837,31 @@ fn mariabackup_chain(s3: &SeaweedFs, db: &MariaDb) -> (String, String) {
     (full, incremental)
 }
 
+/// A control plane with the namespace `ns`, the store Secret `s3`, and the database pod
+/// `db-0` (labelled `app=db`) whose image consolidation Jobs run in.
+async fn consolidation_cluster(ns: &str) -> (KubeCluster, Client) {
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    cluster.namespace(ns).await;
+    secret(
+        &admin,
+        ns,
+        "s3",
+        &[("accessKeyId", ACCESS_KEY), ("secretAccessKey", SECRET_KEY)],
+    )
+    .await;
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "db-0", "namespace": ns, "labels": {"app": "db"}},
+        "spec": {"containers": [{"name": "mariadb", "image": "mariadb:11.4"}]},
+    }))
+    .unwrap();
+    Api::<Pod>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+    (cluster, admin)
+}
+
 /// The backup-ids `tidemark ls` lists, and its JSON.
 fn listed(s3: &SeaweedFs) -> (Vec<String>, serde_json::Value) {
     let v: serde_json::Value =
@@ -860,26 +885,8 @@ async fn consolidation_runs_as_a_job() {
     let db = tokio::task::spawn_blocking(MariaDb::start).await.unwrap();
     let (full, incremental) = mariabackup_chain(&s3, &db);
 
-    let cluster = KubeCluster::start(false).await;
-    let admin = cluster.admin_client();
     let ns = "merge";
-    cluster.namespace(ns).await;
-    secret(
-        &admin,
-        ns,
-        "s3",
-        &[("accessKeyId", ACCESS_KEY), ("secretAccessKey", SECRET_KEY)],
-    )
-    .await;
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "db-0", "namespace": ns, "labels": {"app": "db"}},
-        "spec": {"containers": [{"name": "mariadb", "image": "mariadb:11.4"}]},
-    }))
-    .unwrap();
-    Api::<Pod>::namespaced(admin.clone(), ns)
-        .create(&PostParams::default(), &pod)
-        .await
-        .unwrap();
+    let (cluster, admin) = consolidation_cluster(ns).await;
     let policy: BackupPolicy = serde_json::from_value(json!({
         "apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy",
         "metadata": {"name": "shop", "namespace": ns},
@@ -1205,26 +1212,8 @@ async fn deleting_a_chain_base_marks_it_and_a_pass_consolidates() {
     let db = tokio::task::spawn_blocking(MariaDb::start).await.unwrap();
     let (full, incremental) = mariabackup_chain(&s3, &db);
 
-    let cluster = KubeCluster::start(false).await;
-    let admin = cluster.admin_client();
     let ns = "unchain";
-    cluster.namespace(ns).await;
-    secret(
-        &admin,
-        ns,
-        "s3",
-        &[("accessKeyId", ACCESS_KEY), ("secretAccessKey", SECRET_KEY)],
-    )
-    .await;
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "db-0", "namespace": ns, "labels": {"app": "db"}},
-        "spec": {"containers": [{"name": "mariadb", "image": "mariadb:11.4"}]},
-    }))
-    .unwrap();
-    Api::<Pod>::namespaced(admin.clone(), ns)
-        .create(&PostParams::default(), &pod)
-        .await
-        .unwrap();
+    let (cluster, admin) = consolidation_cluster(ns).await;
     // Keeps both by count: only the deletion can make the full go.
     let policy: BackupPolicy = serde_json::from_value(json!({
         "apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy",

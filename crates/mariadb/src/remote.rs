@@ -59,6 +59,26 @@ pub enum RemoteError {
 }
 
 /// The last lines of a tool's output, for an error message.
+/// Runs `cmd` to its end; its output when it exited 0, else the error naming `program`
+/// with the end of its stderr.
+async fn succeeded(
+    program: String,
+    cmd: &mut tokio::process::Command,
+) -> Result<std::process::Output, RemoteError> {
+    let out = cmd.output().await.map_err(|source| RemoteError::Spawn {
+        program: program.clone(),
+        source,
+    })?;
+    if !out.status.success() {
+        return Err(RemoteError::Failed {
+            program,
+            status: out.status.to_string(),
+            output: tail(&out.stderr),
+        });
+    }
+    Ok(out)
+}
+
 fn tail(bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(bytes);
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
@@ -78,24 +98,14 @@ impl RemoteServer {
     /// # Errors
     /// `mariadb` cannot run or fails; the server has no binlogs.
     pub async fn server_files(&self) -> Result<Vec<String>, RemoteError> {
-        let program = Self::program(&self.mariadb);
-        let out = tokio::process::Command::new(&self.mariadb)
-            .args(&self.client_args)
-            .args(["-N", "-B", "-e", "SHOW BINARY LOGS"])
-            .stdin(Stdio::null())
-            .output()
-            .await
-            .map_err(|source| RemoteError::Spawn {
-                program: program.clone(),
-                source,
-            })?;
-        if !out.status.success() {
-            return Err(RemoteError::Failed {
-                program,
-                status: out.status.to_string(),
-                output: tail(&out.stderr),
-            });
-        }
+        let out = succeeded(
+            Self::program(&self.mariadb),
+            tokio::process::Command::new(&self.mariadb)
+                .args(&self.client_args)
+                .args(["-N", "-B", "-e", "SHOW BINARY LOGS"])
+                .stdin(Stdio::null()),
+        )
+        .await?;
         let files: Vec<String> = String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter_map(|l| l.split('\t').next())
@@ -159,22 +169,11 @@ impl RemoteServer {
     /// `mariadb-binlog` cannot run or fails.
     pub async fn fetch(&self, first: &str) -> Result<(), RemoteError> {
         self.prepare_spool()?;
-        let program = Self::program(&self.mariadb_binlog);
-        let out = self
-            .command(first, false)
-            .output()
-            .await
-            .map_err(|source| RemoteError::Spawn {
-                program: program.clone(),
-                source,
-            })?;
-        if !out.status.success() {
-            return Err(RemoteError::Failed {
-                program,
-                status: out.status.to_string(),
-                output: tail(&out.stderr),
-            });
-        }
+        succeeded(
+            Self::program(&self.mariadb_binlog),
+            &mut self.command(first, false),
+        )
+        .await?;
         Ok(())
     }
 

@@ -763,12 +763,13 @@ pub fn job_name(backup: &Backup) -> String {
     while base.ends_with('-') || base.ends_with('.') {
         base.pop();
     }
-    format!("{base}-{}-backup", uid8(backup))
+    format!("{base}-{}-backup", short_uid(backup))
 }
 
-/// The first 8 hex digits of the Backup's uid (`00000000` before it has one).
-fn uid8(b: &Backup) -> String {
-    let uid: String = b
+/// The first 8 hex digits of an object's uid (`00000000` before it has one): short,
+/// stable names for what the operator creates for it.
+pub(crate) fn short_uid<K: Resource>(o: &K) -> String {
+    let uid: String = o
         .meta()
         .uid
         .as_deref()
@@ -793,7 +794,7 @@ pub fn backup_id(b: &Backup) -> String {
         .creation_timestamp
         .as_ref()
         .map_or_else(Timestamp::now, |t| t.0);
-    format!("{}-{}", at.strftime("%Y%m%dT%H%M%SZ"), uid8(b))
+    format!("{}-{}", at.strftime("%Y%m%dT%H%M%SZ"), short_uid(b))
 }
 
 /// The backup name in the store: its schedule's name for a scheduled Backup (so one

@@ -301,17 +301,10 @@ async fn job(
 ) -> Result<Option<Outcome>, Error> {
     let ns = backup.namespace().unwrap_or_default();
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
-    let short = |uid: Option<String>| -> String {
-        uid.unwrap_or_default()
-            .chars()
-            .filter(char::is_ascii_hexdigit)
-            .take(8)
-            .collect()
-    };
     let name = format!(
         "tidemark-hook-{}-{}",
-        short(backup.uid()),
-        short(hook.uid())
+        crate::backup::short_uid(backup),
+        crate::backup::short_uid(hook)
     );
     let timeout = timeout_of(hook);
     if let Some(j) = jobs.get_opt(&name).await? {

@@ -273,6 +273,29 @@ pub async fn run(
     }
 }
 
+/// What a controller can watch: every Tidemark and Kubernetes kind the operator runs on.
+trait Watched:
+    Resource<DynamicType = ()>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// Reconciles in flight per controller: enough to keep up, few enough not to flood the API
 /// server when thousands of objects are reconciled at start-up.
 const CONCURRENT_RECONCILES: u16 = 16;
@@ -285,13 +308,7 @@ fn controller_config() -> kube::runtime::controller::Config {
 /// stop when `stopping` turns true.
 fn watched<K>(api: Api<K>, stopping: &tokio::sync::watch::Receiver<bool>) -> Controller<K>
 where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Watched,
 {
     Controller::new(api, watcher::Config::default())
         .with_config(controller_config())
@@ -304,13 +321,7 @@ where
 /// from one attempt to the next).
 fn watched_changes<K>(api: Api<K>, stopping: &tokio::sync::watch::Receiver<bool>) -> Controller<K>
 where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Watched,
 {
     use kube::runtime::utils::{Predicate, predicates};
     let (reader, writer) = reflector::store();
@@ -333,13 +344,7 @@ where
 /// backoff when it succeeds.
 async fn drive<K, F, Fut>(controller: Controller<K>, reconcile: F, ctx: Arc<Context>)
 where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Watched,
     F: Fn(Arc<K>, Arc<Context>) -> Fut + Send + Sync + Copy + 'static,
     Fut: std::future::Future<Output = Result<Action, Error>> + Send + 'static,
 {

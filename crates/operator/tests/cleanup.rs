@@ -90,6 +90,23 @@ async fn keys(store: &tidemark_store::ClusterStore) -> Vec<String> {
     k
 }
 
+/// The audit records among `keys` (relative to the cluster, as `read` takes them).
+async fn audit_records(
+    store: &tidemark_store::ClusterStore,
+    keys: &[String],
+) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    for k in keys.iter().filter(|k| k.starts_with("_audit/")) {
+        let bytes = store
+            .read(&object_store::path::Path::from(k.as_str()))
+            .await
+            .unwrap()
+            .unwrap();
+        out.push(serde_json::from_slice(&bytes).unwrap());
+    }
+    out
+}
+
 fn of(keys: &[String], b: &SynthBackup) -> Vec<String> {
     let prefix = format!("{}/{}/", b.name, b.id);
     keys.iter()
@@ -207,17 +224,9 @@ async fn remote_cleanup_is_opt_in_and_crash_safe() {
     for b in [&flaky, &skipped, &kept, &base, &inc, &newest] {
         assert_eq!(of(&after, b), of(&before, b), "{} untouched", b.name);
     }
-    let audit: Vec<&String> = after.iter().filter(|k| k.starts_with("_audit/")).collect();
+    let audit = audit_records(&store, &after).await;
     assert_eq!(audit.len(), 1, "{after:?}");
-    // Keys are relative to the cluster, as `read` takes them.
-    let record: serde_json::Value = serde_json::from_slice(
-        &store
-            .read(&object_store::path::Path::from(audit[0].as_str()))
-            .await
-            .unwrap()
-            .unwrap(),
-    )
-    .unwrap();
+    let record = audit[0].clone();
     assert_eq!(
         record["backups"][0]["backupId"],
         old.id.as_str(),
@@ -491,16 +500,9 @@ async fn ttl_expiry_deletes_backups_with_their_data_but_never_the_floor() {
     );
     assert_eq!(of(&after, &young), of(&before, &young));
     assert_eq!(of(&after, &floor), of(&before, &floor));
-    let audit: Vec<&String> = after.iter().filter(|k| k.starts_with("_audit/")).collect();
+    let audit = audit_records(&store, &after).await;
     assert_eq!(audit.len(), 1, "{after:?}");
-    let record: serde_json::Value = serde_json::from_slice(
-        &store
-            .read(&object_store::path::Path::from(audit[0].as_str()))
-            .await
-            .unwrap()
-            .unwrap(),
-    )
-    .unwrap();
+    let record = audit[0].clone();
     assert_eq!(record["backups"][0]["backupId"], expired.id.as_str());
     assert_eq!(
         record["backups"][0]["reasons"],
@@ -728,15 +730,8 @@ async fn delete_hooks_run_in_name_order_and_never_veto() {
     .await;
     let after = keys(&store).await;
     assert_eq!(of(&after, &gone), Vec::<String>::new());
-    let audit: Vec<&String> = after.iter().filter(|k| k.starts_with("_audit/")).collect();
-    let record: serde_json::Value = serde_json::from_slice(
-        &store
-            .read(&object_store::path::Path::from(audit[0].as_str()))
-            .await
-            .unwrap()
-            .unwrap(),
-    )
-    .unwrap();
+    let audit = audit_records(&store, &after).await;
+    let record = audit[0].clone();
     assert_eq!(record["hooks"][0]["backupId"], gone.id.as_str(), "{record}");
     let recorded: Vec<(String, String)> = record["hooks"][0]["hooks"]
         .as_array()
@@ -810,15 +805,8 @@ async fn delete_hooks_run_in_name_order_and_never_veto() {
     assert_eq!(last.1["reason"], "retention");
     assert_eq!(last.1["backup"]["backupId"], old.id.as_str());
     let keys2 = keys(&store2).await;
-    let audit: Vec<&String> = keys2.iter().filter(|k| k.starts_with("_audit/")).collect();
-    let record: serde_json::Value = serde_json::from_slice(
-        &store2
-            .read(&object_store::path::Path::from(audit[0].as_str()))
-            .await
-            .unwrap()
-            .unwrap(),
-    )
-    .unwrap();
+    let audit = audit_records(&store2, &keys2).await;
+    let record = audit[0].clone();
     assert_eq!(record["hooks"][0]["backupId"], old.id.as_str(), "{record}");
     assert_eq!(
         record["hooks"][0]["hooks"][0]["outcome"], "succeeded",

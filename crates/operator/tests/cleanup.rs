@@ -638,6 +638,30 @@ async fn delete_hooks_run_in_name_order_and_never_veto() {
         json!({"metadata": {"labels": {"team": "pay"}}}),
     )
     .await;
+    // For the retention-pass part below: its Backup object exists (completed) before
+    // the operator starts, as a reconcile racing the test's status patch would see it
+    // pending.
+    let ns2 = "hooks-pass";
+    cluster.namespace(ns2).await;
+    secret(&admin, ns2).await;
+    let store2 = weed.cluster_store(ns2);
+    let old = SynthBackup::full("old", now - SignedDuration::from_hours(3), 3);
+    let new = SynthBackup::full("new", now - SignedDuration::from_hours(1), 4);
+    synth::write_backups(&store2, &[old.clone(), new.clone()])
+        .await
+        .unwrap();
+    let h: DeleteHook = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "DeleteHook",
+        "metadata": {"name": "notify", "namespace": ns2},
+        "spec": webhook("/ok", "10s"),
+    }))
+    .unwrap();
+    Api::<DeleteHook>::namespaced(admin.clone(), ns2)
+        .create(&PostParams::default(), &h)
+        .await
+        .unwrap();
+    let backups2: Api<Backup> = Api::namespaced(admin.clone(), ns2);
+    backup_object(&backups2, &old, json!({})).await;
     let op = Operator::start(&cluster, "operator-hooks");
     eventually("the finalizer", || async {
         finalizers(&backups, "gone")
@@ -767,27 +791,6 @@ async fn delete_hooks_run_in_name_order_and_never_veto() {
 
     // A retention pass that deletes a backup by its rules runs the hooks of its Backup
     // object first too (reason "retention"); the object stays and shows the outcome.
-    let ns2 = "hooks-pass";
-    cluster.namespace(ns2).await;
-    secret(&admin, ns2).await;
-    let store2 = weed.cluster_store(ns2);
-    let old = SynthBackup::full("old", now - SignedDuration::from_hours(3), 3);
-    let new = SynthBackup::full("new", now - SignedDuration::from_hours(1), 4);
-    synth::write_backups(&store2, &[old.clone(), new.clone()])
-        .await
-        .unwrap();
-    let h: DeleteHook = serde_json::from_value(json!({
-        "apiVersion": "tidemark.io/v1alpha1", "kind": "DeleteHook",
-        "metadata": {"name": "notify", "namespace": ns2},
-        "spec": webhook("/ok", "10s"),
-    }))
-    .unwrap();
-    Api::<DeleteHook>::namespaced(admin.clone(), ns2)
-        .create(&PostParams::default(), &h)
-        .await
-        .unwrap();
-    let backups2: Api<Backup> = Api::namespaced(admin.clone(), ns2);
-    backup_object(&backups2, &old, json!({})).await;
     let mut keep_one = policy(ns2, &weed.endpoint, None);
     keep_one.spec.retention = Some(serde_json::from_value(json!({"keepLast": 1})).unwrap());
     Api::<BackupPolicy>::namespaced(admin.clone(), ns2)

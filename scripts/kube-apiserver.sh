@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Builds a real kube-apiserver and kube-controller-manager (Kubernetes v1.20.2, from Debian
-# bookworm's `kubernetes` source package) and unpacks etcd, once per machine, for the
-# operator's tests. Nothing is installed system-wide; the result is cached outside the
-# checkout:
+# Builds a real Kubernetes control plane and node (v1.20.2, from Debian bookworm's
+# `kubernetes` source package: kube-apiserver, kube-controller-manager, kube-scheduler,
+# kubelet, kube-proxy) and unpacks etcd and kubectl, once per machine, for the operator's
+# tests. Nothing is installed system-wide; the result is cached outside the checkout:
 #
-#   ${TIDEMARK_KUBE_DIR:-~/.cache/tidemark/kube-1.20.2}/bin/{kube-apiserver,kube-controller-manager,etcd}
+#   ${TIDEMARK_KUBE_DIR:-~/.cache/tidemark/kube-1.20.2}/bin/{kube-apiserver,kube-controller-manager,
+#       kube-scheduler,kubelet,kube-proxy,etcd,kubectl}
 #
 # Usage: scripts/kube-apiserver.sh      (prints the bin directory; a no-op when cached)
-# A cold build takes about 16 minutes of 2 cores and ~2 GB of Go cache (removed after).
+# A cold build takes about 17 minutes of 2 cores and ~2 GB of Go cache (removed after).
 # See ../shared/kube-apiserver.md for why each step is here.
 set -euo pipefail
 
@@ -17,7 +18,10 @@ BIN="$OUT/bin"
 
 log() { printf '==> %s\n' "$*" >&2; }
 
-if [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kube-controller-manager" ] && [ -x "$BIN/etcd" ]; then
+BINARIES="kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy"
+cached=yes
+for b in $BINARIES etcd kubectl; do [ -x "$BIN/$b" ] || cached=no; done
+if [ "$cached" = yes ]; then
   echo "$BIN"
   exit 0
 fi
@@ -48,7 +52,8 @@ apt-get update -qq >&2
 (
   cd "$WORK/debs"
   apt-get source --download-only -qq "kubernetes=${KUBE_SRC_VERSION}" >&2
-  apt-get download -qq golang-1.19-go golang-1.19-src etcd-server golang-github-modern-go-reflect2-dev >&2
+  apt-get download -qq golang-1.19-go golang-1.19-src etcd-server golang-github-modern-go-reflect2-dev \
+    "kubernetes-client=${KUBE_SRC_VERSION}" >&2
 )
 
 log "unpacking"
@@ -67,17 +72,19 @@ cp -r "$ROOT/usr/share/gocode/src/github.com/modern-go/reflect2" "$SRC/vendor/gi
 find "$SRC/vendor/github.com/modern-go/reflect2" -name '*_test.go' -delete
 
 GOROOT="$ROOT/usr/lib/go-1.19"
-log "building kube-apiserver and kube-controller-manager (about 16 minutes on 2 cores)"
+log "building $BINARIES (about 17 minutes on 2 cores)"
 (
   cd "$SRC"
   env PATH="$GOROOT/bin:$PATH" GOROOT="$GOROOT" GOCACHE="$WORK/gocache" GOPATH="$WORK/gopath" \
     HOME="$WORK" CGO_ENABLED=0 \
-    make WHAT="cmd/kube-apiserver cmd/kube-controller-manager" KUBE_BUILD_PLATFORMS=linux/amd64 >&2
+    make WHAT="$(printf 'cmd/%s ' $BINARIES)" KUBE_BUILD_PLATFORMS=linux/amd64 >&2
 )
 
 mkdir -p "$BIN.tmp"
-cp "$SRC/_output/local/bin/linux/amd64/kube-apiserver" "$SRC/_output/local/bin/linux/amd64/kube-controller-manager" "$BIN.tmp/"
+for b in $BINARIES; do cp "$SRC/_output/local/bin/linux/amd64/$b" "$BIN.tmp/"; done
 cp "$ROOT/usr/bin/etcd" "$BIN.tmp/etcd"
+# Debian's kubectl 1.20.2 (the machine may have another; installing this one conflicts).
+cp "$ROOT/usr/bin/kubectl" "$BIN.tmp/kubectl"
 "$BIN.tmp/kube-apiserver" --version >&2
 rm -rf "$BIN"
 mv "$BIN.tmp" "$BIN"

@@ -28,6 +28,11 @@ pub const OPERATOR_NAMESPACE: &str = "tidemark-system";
 pub const OPERATOR_SERVICE_ACCOUNT: &str = "tidemark-operator";
 
 const START_TIMEOUT: Duration = Duration::from_secs(180);
+/// The Services' cluster IPs (the `kubernetes` Service is the first).
+const SERVICE_RANGE: &str = "10.0.0.0/24";
+
+pub mod node;
+pub use node::Node;
 
 /// Where the Kubernetes binaries are.
 ///
@@ -76,20 +81,42 @@ impl KubeCluster {
     }
 
     async fn start_with(controller_manager: bool, install: bool) -> Self {
+        Self::start_in(controller_manager, install, None).await
+    }
+
+    /// The control plane on 127.0.0.1 (`node: None`), or inside a node's network and mount
+    /// namespaces, at the node's address, set up for a kubelet: serving certificate from
+    /// the node's CA (SANs for the node address and the `kubernetes` Service), Node
+    /// authorization, ServiceAccount tokens, and the controllers a node's workloads need.
+    pub(crate) async fn start_in(
+        controller_manager: bool,
+        install: bool,
+        node: Option<&node::Host>,
+    ) -> Self {
         let bin = kube_bin().unwrap_or_else(|e| panic!("{e}"));
         let dir = tempfile::tempdir().expect("temporary directory");
         let d = dir.path().to_path_buf();
         let d = d.as_path();
-        let p = free_ports(3);
-        let (etcd_client, etcd_peer, secure) = (p[0], p[1], p[2]);
+        let command = |program: PathBuf| match node {
+            Some(host) => host.command(&program),
+            None => Command::new(program),
+        };
+        // Inside a node's namespaces every port is free: no other test shares them.
+        let (address, etcd_client, etcd_peer, secure) = match node {
+            Some(host) => (host.node_ip.to_string(), 2379, 2380, 6443),
+            None => {
+                let p = free_ports(3);
+                ("127.0.0.1".to_owned(), p[0], p[1], p[2])
+            }
+        };
         let mut cluster = KubeCluster {
             children: Vec::new(),
-            url: format!("https://127.0.0.1:{secure}"),
+            url: format!("https://{address}:{secure}"),
             dir,
         };
         cluster.spawn(
             "etcd",
-            Command::new(bin.join("etcd"))
+            command(bin.join("etcd"))
                 .arg(format!("--data-dir={}", d.join("etcd").display()))
                 .arg(format!(
                     "--listen-client-urls=http://127.0.0.1:{etcd_client}"
@@ -121,49 +148,69 @@ impl KubeCluster {
                 .arg("-out")
                 .arg(&public),
         );
-        std::fs::write(
-            d.join("tokens.csv"),
-            format!("{ADMIN_TOKEN},admin,admin-uid,system:masters\n"),
-        )
-        .expect("tokens.csv");
-        cluster.spawn(
-            "kube-apiserver",
-            Command::new(bin.join("kube-apiserver"))
-                .arg(format!("--etcd-servers=http://127.0.0.1:{etcd_client}"))
-                .arg("--bind-address=127.0.0.1")
-                .arg("--advertise-address=127.0.0.1")
-                .arg(format!("--secure-port={secure}"))
-                .arg("--insecure-port=0")
-                .arg(format!("--cert-dir={}", d.join("certs").display()))
-                .arg(format!(
-                    "--token-auth-file={}",
-                    d.join("tokens.csv").display()
-                ))
-                .arg("--authorization-mode=RBAC")
-                .arg("--service-account-issuer=https://kubernetes.default.svc")
-                .arg(format!("--service-account-key-file={}", public.display()))
-                .arg(format!(
-                    "--service-account-signing-key-file={}",
-                    key.display()
-                ))
-                .arg("--service-cluster-ip-range=10.0.0.0/24")
-                .arg("--disable-admission-plugins=ServiceAccount")
-                .arg("--enable-priority-and-fairness=false"),
-        );
+        let mut tokens = format!("{ADMIN_TOKEN},admin,admin-uid,system:masters\n");
+        if let Some(host) = node {
+            tokens.push_str(&host.token_line());
+        }
+        std::fs::write(d.join("tokens.csv"), tokens).expect("tokens.csv");
+        let mut apiserver = command(bin.join("kube-apiserver"));
+        apiserver
+            .arg(format!("--etcd-servers=http://127.0.0.1:{etcd_client}"))
+            .arg(format!("--bind-address={address}"))
+            .arg(format!("--advertise-address={address}"))
+            .arg(format!("--secure-port={secure}"))
+            .arg("--insecure-port=0")
+            .arg(format!("--cert-dir={}", d.join("certs").display()))
+            .arg(format!(
+                "--token-auth-file={}",
+                d.join("tokens.csv").display()
+            ))
+            .arg("--service-account-issuer=https://kubernetes.default.svc")
+            .arg(format!("--service-account-key-file={}", public.display()))
+            .arg(format!(
+                "--service-account-signing-key-file={}",
+                key.display()
+            ))
+            .arg(format!("--service-cluster-ip-range={SERVICE_RANGE}"))
+            .arg("--enable-priority-and-fairness=false");
+        match node {
+            Some(host) => {
+                apiserver
+                    .arg("--authorization-mode=Node,RBAC")
+                    .arg("--enable-admission-plugins=NodeRestriction")
+                    .args(host.apiserver_args());
+            }
+            // No token controller runs: pods get no ServiceAccount token.
+            None => {
+                apiserver
+                    .arg("--authorization-mode=RBAC")
+                    .arg("--disable-admission-plugins=ServiceAccount");
+            }
+        }
+        cluster.spawn("kube-apiserver", &mut apiserver);
         cluster.write_kubeconfig();
         let client = cluster.admin_client();
         cluster.wait_ready(&client).await;
         if controller_manager {
-            cluster.spawn(
-                "kube-controller-manager",
-                Command::new(bin.join("kube-controller-manager"))
-                    .arg(format!("--kubeconfig={}", cluster.kubeconfig().display()))
-                    .arg("--controllers=garbagecollector,namespace,job")
-                    .arg("--leader-elect=false")
-                    .arg("--port=0")
-                    .arg("--secure-port=0")
-                    .arg("--concurrent-gc-syncs=5"),
-            );
+            let mut manager = command(bin.join("kube-controller-manager"));
+            manager
+                .arg(format!("--kubeconfig={}", cluster.kubeconfig().display()))
+                .arg("--leader-elect=false")
+                .arg("--port=0")
+                .arg("--secure-port=0")
+                .arg("--concurrent-gc-syncs=5");
+            match node {
+                Some(host) => {
+                    manager
+                        .arg(format!("--controllers={}", node::CONTROLLERS))
+                        .arg(format!("--service-account-private-key-file={}", key.display()))
+                        .args(host.controller_manager_args());
+                }
+                None => {
+                    manager.arg("--controllers=garbagecollector,namespace,job");
+                }
+            }
+            cluster.spawn("kube-controller-manager", &mut manager);
         }
         if install {
             cluster.install(&client).await;

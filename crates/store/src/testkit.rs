@@ -107,10 +107,19 @@ impl SeaweedFs {
     /// # Panics
     /// When `weed` is missing or the server does not come up: tests fail with the reason.
     pub fn start() -> Self {
+        Self::start_on("127.0.0.1")
+    }
+
+    /// [`SeaweedFs::start`] listening on `ip` (an address of this machine), e.g. where
+    /// pods of a test node reach the machine.
+    ///
+    /// # Panics
+    /// As [`SeaweedFs::start`].
+    pub fn start_on(ip: &str) -> Self {
         let weed = find_weed().unwrap_or_else(|e| panic!("{e}"));
         let mut failures = Vec::new();
         for _ in 0..START_ATTEMPTS {
-            match Self::try_start(&weed) {
+            match Self::try_start(&weed, ip) {
                 Ok(server) => return server,
                 Err(Start::PortTaken(log)) => failures.push(log),
                 Err(Start::Failed(why)) => panic!("{why}"),
@@ -122,7 +131,7 @@ impl SeaweedFs {
         );
     }
 
-    fn try_start(weed: &FsPath) -> Result<Self, Start> {
+    fn try_start(weed: &FsPath, ip: &str) -> Result<Self, Start> {
         let dir = tempfile::tempdir().expect("temporary directory");
         let config = dir.path().join("s3.json");
         std::fs::write(
@@ -140,7 +149,8 @@ impl SeaweedFs {
         let child = Command::new(weed)
             .arg("server")
             .arg(format!("-dir={}", data.display()))
-            .args(["-ip=127.0.0.1", "-ip.bind=127.0.0.1"])
+            .arg(format!("-ip={ip}"))
+            .arg(format!("-ip.bind={ip}"))
             .arg(format!("-master.port={}", p[0]))
             .arg(format!("-master.port.grpc={}", p[1]))
             .arg(format!("-volume.port={}", p[2]))
@@ -166,7 +176,7 @@ impl SeaweedFs {
         let mut server = SeaweedFs {
             child,
             dir,
-            endpoint: format!("http://127.0.0.1:{s3_port}"),
+            endpoint: format!("http://{ip}:{s3_port}"),
         };
         server.wait_ready()?;
         Ok(server)

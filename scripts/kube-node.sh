@@ -19,7 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Bump when an image's recipe below changes, so that stale archives are not reused.
-RECIPE=1
+RECIPE=3
 OUT="${TIDEMARK_NODE_DIR:-$HOME/.cache/tidemark/node-$RECIPE}"
 # The names the tests use (kept in sync with crates/operator/src/testkit/node.rs).
 PAUSE_IMAGE="tidemark.test/pause:1"
@@ -75,10 +75,13 @@ scripts/oci-image.sh "$WORK/pause/rootfs.tar" "$PAUSE_IMAGE" "$OUT/pause.tar" --
 log "MariaDB image (Debian bookworm's packages, with mmdebstrap)"
 MIRROR="$(sed -n 's/^URIs: *\(http[^ ]*\/debian\)$/\1/p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -n 1)"
 MIRROR="${MIRROR:-http://deb.debian.org/debian}"
-mmdebstrap --quiet --variant=minbase --format=tar \
-  --include=mariadb-server,mariadb-backup,mariadb-client,ca-certificates \
+# Like many minimal database images it has no CA certificates; its mysql user is 999:999 as
+# in the official image.
+mmdebstrap --quiet --variant=minbase --format=tar --skip=cleanup/run \
+  --include=mariadb-server,mariadb-backup,mariadb-client \
   --customize-hook='rm -rf "$1"/var/lib/mysql/* "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/*' \
-  --customize-hook='mkdir -p "$1"/run/mysqld && chroot "$1" chown mysql:mysql /run/mysqld /var/lib/mysql' \
+  --customize-hook='chroot "$1" groupmod -g 999 mysql && chroot "$1" usermod -u 999 -g 999 mysql' \
+  --customize-hook='mkdir -p "$1"/run/mysqld && chroot "$1" chown -R mysql:mysql /run/mysqld /var/lib/mysql' \
   bookworm "$WORK/mariadb.rootfs.tar" "deb $MIRROR bookworm main" >&2
 scripts/oci-image.sh "$WORK/mariadb.rootfs.tar" "$MARIADB_IMAGE" "$OUT/mariadb.tar" \
   --config.cmd mariadbd --config.env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin

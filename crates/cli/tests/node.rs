@@ -18,12 +18,16 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, PostParams};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::Client;
+use kube::api::{Api, ListParams};
 use serde_json::json;
-use tidemark_operator::testkit::node::MARIADB_IMAGE;
-use tidemark_operator::testkit::{Node, eventually};
-use tidemark_store::testkit::SeaweedFs;
+use tidemark_api::crd::Backup;
+use tidemark_operator::testkit::node::{LOCAL_STORAGE_CLASS, MARIADB_IMAGE, NODE_NAME};
+use tidemark_operator::testkit::{Node, eventually, eventually_within};
+use tidemark_store::testkit::{ACCESS_KEY, SECRET_KEY, SeaweedFs, query_restored};
 
 /// What every scenario shares.
 struct World {
@@ -33,9 +37,12 @@ struct World {
 
 type Scenario = fn(Arc<World>) -> Pin<Box<dyn Future<Output = ()> + Send>>;
 
-const SCENARIOS: &[(&str, Scenario)] = &[("a_pod_runs_to_completion", |w| {
-    Box::pin(a_pod_runs_to_completion(w))
-})];
+const SCENARIOS: &[(&str, Scenario)] = &[
+    ("installed_as_the_docs_say", |w| Box::pin(installed_as_the_docs_say(w))),
+    ("scheduled_full_incremental_and_point_in_time", |w| {
+        Box::pin(scheduled_full_incremental_and_point_in_time(w))
+    }),
+];
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -70,9 +77,16 @@ fn main() -> ExitCode {
                     Ok(()) => println!("test {name} ... ok ({took:.1?})"),
                     Err(e) => {
                         println!("test {name} ... FAILED ({took:.1?}): {e}");
+                        println!("{}", world.diagnose());
                         failed.push(*name);
                     }
                 }
+            }
+            // For a person debugging: the node stays up this many seconds after the last
+            // scenario (its kubeconfig is in the log above).
+            if let Some(hold) = std::env::var("TIDEMARK_NODE_HOLD").ok().and_then(|s| s.parse().ok()) {
+                eprintln!("holding the node for {hold} s: KUBECONFIG={}", world.node.cluster().kubeconfig().display());
+                tokio::time::sleep(Duration::from_secs(hold)).await;
             }
             let world = Arc::try_unwrap(world).ok().expect("scenarios hold no World");
             tokio::task::spawn_blocking(move || drop(world)).await.expect("teardown");
@@ -93,39 +107,390 @@ fn main() -> ExitCode {
     if f == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
 
+/// The operator image's name in `deploy/operator.yaml`: the tests load the image they
+/// build under it, so the manifests run unchanged.
+const OPERATOR_IMAGE: &str = "ghcr.io/tidemark/tidemark:0.1.0";
+const OPERATOR_NAMESPACE: &str = "tidemark-system";
+/// A database password with `#` and `\`, which an unquoted option file would misread.
+const DB_PASSWORD: &str = "pw-Xy7#do\\not-leak";
+/// Real pods and real backups take longer than the API-only tests' waits.
+const LONG: Duration = Duration::from_secs(180);
+
+fn workspace() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
 impl World {
     async fn start() -> Self {
-        let node = Node::start(&[]).await;
+        let images = tempfile::tempdir().unwrap();
+        let image = images.path().join("operator.tar");
+        let t = Instant::now();
+        let out = std::process::Command::new(workspace().join("scripts/operator-image.sh"))
+            .arg(env!("CARGO_BIN_EXE_tidemark"))
+            .arg(OPERATOR_IMAGE)
+            .arg(&image)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "scripts/operator-image.sh: {}", common::stderr(&out));
+        eprintln!(
+            "operator image: {} MB in {:.1?}",
+            std::fs::metadata(&image).unwrap().len() / 1_000_000,
+            t.elapsed()
+        );
+        let node = Node::start(&[&image]).await;
         let ip = node.host_ip().to_string();
         let s3 = tokio::task::spawn_blocking(move || SeaweedFs::start_on(&ip))
             .await
             .unwrap();
-        World { node, s3 }
+        let world = World { node, s3 };
+        world.install().await;
+        world
+    }
+
+    /// As docs/operator.md says for Kubernetes before 1.25: the CRDs without CEL, then
+    /// `deploy/rbac.yaml` and `deploy/operator.yaml` unchanged; waits for both replicas.
+    async fn install(&self) {
+        let t = Instant::now();
+        let crds = common::bin().args(["crds", "--without-cel"]).output().unwrap();
+        assert!(crds.status.success(), "{}", common::stderr(&crds));
+        self.kubectl_in(&["apply", "--server-side", "-f", "-"], &crds.stdout);
+        let deploy = workspace().join("deploy");
+        self.kubectl(&[
+            "apply",
+            "-f",
+            deploy.join("rbac.yaml").to_str().unwrap(),
+            "-f",
+            deploy.join("operator.yaml").to_str().unwrap(),
+        ]);
+        let deployments: Api<Deployment> =
+            Api::namespaced(self.client(), OPERATOR_NAMESPACE);
+        eventually_within("two operator replicas ready", LONG, || async {
+            let d = deployments.get("tidemark-operator").await.ok()?;
+            (d.status?.ready_replicas? == 2).then_some(())
+        })
+        .await;
+        eprintln!("operator installed and ready in {:.1?}", t.elapsed());
+    }
+
+    /// What a person would look at first when a scenario failed: every pod, and the
+    /// events, of every namespace.
+    fn diagnose(&self) -> String {
+        let run = |args: &[&str]| {
+            let out = self.node.kubectl().args(args).output().unwrap();
+            format!("$ kubectl {}\n{}{}", args.join(" "), String::from_utf8_lossy(&out.stdout), common::stderr(&out))
+        };
+        let mut report = vec![
+            run(&["get", "pods", "-A", "-o", "wide"]),
+            run(&["get", "events", "-A", "--sort-by=.lastTimestamp"]),
+        ];
+        // The logs of every pod that is not running well.
+        let pods = run(&["get", "pods", "-A", "--no-headers"]);
+        for line in pods.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if let [ns, pod, ready, status, restarts, ..] = f[..]
+                && (status != "Running" || restarts != "0" || ready.starts_with('0'))
+                && status != "Completed"
+            {
+                report.push(run(&["get", "pod", "-n", ns, pod, "-o", "jsonpath={.status.containerStatuses}"]));
+                report.push(run(&["logs", "-n", ns, pod, "--all-containers", "--tail=30"]));
+                if restarts != "0" {
+                    report.push(run(&["logs", "-n", ns, pod, "--all-containers", "--tail=30", "--previous"]));
+                }
+            }
+        }
+        report.join("\n")
+    }
+
+    fn client(&self) -> Client {
+        self.node.cluster().admin_client()
+    }
+
+    /// `kubectl ARGS`, which must succeed; its stdout.
+    fn kubectl(&self, args: &[&str]) -> String {
+        self.kubectl_in(args, b"")
+    }
+
+    fn kubectl_in(&self, args: &[&str], stdin: &[u8]) -> String {
+        use std::io::Write;
+        let mut child = self
+            .node
+            .kubectl()
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(stdin).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            common::stderr(&out)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Applies documents (JSON values) in namespace `ns`.
+    fn apply(&self, ns: &str, docs: &[serde_json::Value]) {
+        let text: Vec<String> = docs.iter().map(|d| d.to_string()).collect();
+        self.kubectl_in(&["apply", "-n", ns, "-f", "-"], text.join("\n").as_bytes());
+    }
+
+    /// A namespace with the store's and the database login's Secrets.
+    async fn tenant(&self, ns: &str) {
+        self.node.namespace(ns).await;
+        self.apply(
+            ns,
+            &[
+                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3"},
+                       "stringData": {"accessKeyId": ACCESS_KEY, "secretAccessKey": SECRET_KEY}}),
+                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db"},
+                       "stringData": {"username": "backup", "password": DB_PASSWORD}}),
+            ],
+        );
+    }
+
+    /// SQL as root in a database pod (the server's socket); the tab-separated rows.
+    fn sql(&self, ns: &str, pod: &str, sql: &str) -> String {
+        self.kubectl(&[
+            "exec", "-n", ns, pod, "-c", "mariadb", "--", "mariadb", "-uroot", "-N", "-B", "-e", sql,
+        ])
+        .trim()
+        .to_owned()
+    }
+
+    /// `tidemark ARGS --store … --cluster CLUSTER --endpoint …` on the machine, with the
+    /// store's credentials; must succeed.
+    fn tidemark(&self, cluster: &str, args: &[&str]) -> std::process::Output {
+        let (sub, rest) = args.split_first().unwrap();
+        let out = common::bin()
+            .envs(self.s3.env())
+            .arg(sub)
+            .args(["--store", &self.s3.url(), "--cluster", cluster, "--endpoint", &self.s3.endpoint])
+            .args(rest)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "tidemark {args:?}: {}", common::stderr(&out));
+        out
+    }
+
+    /// Restores `cluster` to `to` into a fresh directory and counts `shop.orders` there.
+    fn restored_count(&self, cluster: &str, to: &str) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let datadir = dir.path().join("restored");
+        self.tidemark(cluster, &["restore", "--to", to, "--datadir", datadir.to_str().unwrap()]);
+        query_restored(&datadir, "SELECT COUNT(*) FROM shop.orders")
     }
 }
 
-async fn a_pod_runs_to_completion(w: Arc<World>) {
-    let ns = "smoke";
-    w.node.namespace(ns).await;
-    let client = w.node.cluster().admin_client();
-    let pods: Api<Pod> = Api::namespaced(client, ns);
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "hello", "namespace": ns},
-        "spec": {
-            "restartPolicy": "Never",
-            "containers": [{"name": "c", "image": MARIADB_IMAGE, "imagePullPolicy": "Never",
-                "command": ["sh", "-c", format!("echo hello; wget -q -O- {}/ >/dev/null 2>&1 || true", w.s3.endpoint)]}],
-        },
-    }))
-    .unwrap();
-    pods.create(&PostParams::default(), &pod).await.unwrap();
-    let phase = eventually("the pod finishes", || async {
-        let p = pods.get("hello").await.unwrap();
-        let phase = p.status.and_then(|s| s.phase).unwrap_or_default();
-        eprintln!("{phase}: {}", serde_json::to_string(&pods.get("hello").await.unwrap().status).unwrap());
-        (phase == "Succeeded" || phase == "Failed").then_some(phase)
+/// A MariaDB StatefulSet of `replicas` pods labelled `app=<name>`, each with a claim of
+/// the node's local storage, running as the image's mysql user (999) with binary logs; a
+/// Service `<name>` to its first pod; the `shop.orders` table and the `backup` login
+/// (every host, [`DB_PASSWORD`]) once the first pod is ready. Returns the Service's IP.
+async fn database(w: &World, ns: &str, name: &str, replicas: usize) -> String {
+    w.node.local_volumes(replicas).await;
+    let script = "set -e\n\
+        if [ ! -d /var/lib/mysql/mysql ]; then\n\
+          mariadb-install-db --datadir=/var/lib/mysql --skip-test-db --auth-root-authentication-method=normal >/tmp/install.log 2>&1 || { cat /tmp/install.log; exit 1; }\n\
+        fi\n\
+        exec mariadbd --datadir=/var/lib/mysql --bind-address=0.0.0.0 --port=3306 --log-bin=mysql-bin --server-id=$((${HOSTNAME##*-} + 1)) --binlog-format=ROW";
+    w.apply(
+        ns,
+        &[
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+                   "spec": {"selector": {"app": name, "statefulset.kubernetes.io/pod-name": format!("{name}-0")},
+                            "ports": [{"port": 3306, "targetPort": 3306}]}}),
+            json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": name},
+                "spec": {
+                    "serviceName": name, "replicas": replicas,
+                    "selector": {"matchLabels": {"app": name}},
+                    "template": {
+                        "metadata": {"labels": {"app": name, "tidemark.io/role": "primary"}},
+                        "spec": {
+                            "securityContext": {"runAsUser": 999, "runAsGroup": 999, "fsGroup": 999},
+                            "containers": [{
+                                "name": "mariadb", "image": MARIADB_IMAGE, "imagePullPolicy": "Never",
+                                "command": ["sh", "-c", script],
+                                "ports": [{"containerPort": 3306}],
+                                "readinessProbe": {"tcpSocket": {"port": 3306}, "periodSeconds": 1},
+                                "volumeMounts": [{"name": "data", "mountPath": "/var/lib/mysql"}],
+                            }],
+                        },
+                    },
+                    "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {
+                        "accessModes": ["ReadWriteOnce"], "storageClassName": LOCAL_STORAGE_CLASS,
+                        "resources": {"requests": {"storage": "1Gi"}}}}],
+                }}),
+        ],
+    );
+    let pods: Api<Pod> = Api::namespaced(w.client(), ns);
+    let first = format!("{name}-0");
+    eventually_within(&format!("{first} ready"), LONG, || async {
+        let p = pods.get_opt(&first).await.ok()??;
+        p.status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+            .then_some(())
     })
     .await;
-    assert_eq!(phase, "Succeeded", "{}", w.node.log_tail("kubelet"));
-    let _ = Duration::from_secs(1);
+    let sql_password = DB_PASSWORD.replace('\\', "\\\\");
+    w.sql(
+        ns,
+        &first,
+        &format!(
+            "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT); \
+             CREATE USER 'backup'@'%' IDENTIFIED BY '{sql_password}'; GRANT ALL ON *.* TO 'backup'@'%';"
+        ),
+    );
+    let services: Api<Service> = Api::namespaced(w.client(), ns);
+    services
+        .get(name)
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .cluster_ip
+        .unwrap()
+}
+
+fn insert(w: &World, ns: &str, pod: &str, n: usize) {
+    let values: Vec<String> = (0..n).map(|i| format!("({i})")).collect();
+    w.sql(ns, pod, &format!("INSERT INTO shop.orders (v) VALUES {}", values.join(",")));
+}
+
+/// The Backup's status once its phase is `completed` (a failure fails the test with it).
+async fn completed(w: &World, ns: &str, name: &str) -> serde_json::Value {
+    let backups: Api<Backup> = Api::namespaced(w.client(), ns);
+    eventually_within(&format!("Backup {name} completed"), LONG, || async {
+        let s = serde_json::to_value(backups.get_opt(name).await.ok()??.status).unwrap();
+        assert_ne!(s["phase"], "failed", "Backup {name} failed: {s}");
+        (s["phase"] == "completed").then_some(s)
+    })
+    .await
+}
+
+async fn installed_as_the_docs_say(w: Arc<World>) {
+    let pods: Api<Pod> = Api::namespaced(w.client(), OPERATOR_NAMESPACE);
+    let list = pods
+        .list(&ListParams::default().labels("app.kubernetes.io/name=tidemark-operator"))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(list.len(), 2, "two replicas");
+    for p in &list {
+        let spec = p.spec.as_ref().unwrap();
+        assert_eq!(spec.service_account_name.as_deref(), Some("tidemark-operator"));
+        assert_eq!(spec.containers[0].image.as_deref(), Some(OPERATOR_IMAGE));
+    }
+    // One leader, one of the two.
+    let leases: Api<Lease> = Api::namespaced(w.client(), OPERATOR_NAMESPACE);
+    let holder = eventually("a leader", || async {
+        leases.list(&ListParams::default()).await.ok()?.items.into_iter().find_map(|l| l.spec?.holder_identity)
+    })
+    .await;
+    assert!(list.iter().any(|p| p.metadata.name.as_deref() == Some(holder.as_str())), "leader {holder}");
+    // Probes and metrics answer on the pod network (through the API server's proxy).
+    for p in &list {
+        let name = p.metadata.name.clone().unwrap();
+        let get = |path: &str| {
+            w.kubectl(&["get", "--raw", &format!("/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods/{name}:8080/proxy{path}")])
+        };
+        assert!(get("/readyz").contains("ok"), "{name} /readyz");
+        let metrics = get("/metrics");
+        assert!(metrics.contains("tidemark_"), "{name} /metrics: {metrics}");
+    }
+}
+
+/// The seeds' main path on a real node: a MariaDB StatefulSet with a claim per pod, a
+/// BackupPolicy and a ScheduledBackup. The immediate backup runs as a Job on the node in
+/// the MariaDB image with `tidemark` copied in by the init container, streams real
+/// mariabackup into SeaweedFS over the node's link, and restores to the exact row count;
+/// then an incremental; then a point in time between them, from binlogs the archiver
+/// Deployment read over the pod network through the database's Service.
+async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
+    let ns = "shop";
+    w.tenant(ns).await;
+    let service = database(&w, ns, "db", 1).await;
+    insert(&w, ns, "db-0", 10);
+    w.apply(
+        ns,
+        &[
+            json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy", "metadata": {"name": "shop"},
+                "spec": {
+                    "objectStore": {"bucket": tidemark_store::testkit::BUCKET, "endpoint": w.s3.endpoint, "credentialsSecret": "s3"},
+                    "source": {"selector": {"matchLabels": {"app": "db"}}, "container": "mariadb", "credentialsSecret": "db"},
+                    "retention": {"keepLast": 10},
+                    "binlogArchive": {"server": {"host": service, "port": 3306}, "interval": "2s"},
+                }}),
+            json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "ScheduledBackup", "metadata": {"name": "nightly"},
+                "spec": {"schedule": "0 0 2 * * *", "immediate": true, "backupOwnerReference": "self",
+                         "policy": {"name": "shop"}, "method": "mariabackup", "target": "primary"}}),
+        ],
+    );
+    let backups: Api<Backup> = Api::namespaced(w.client(), ns);
+    let full = eventually_within("the immediate Backup", LONG, || async {
+        backups
+            .list(&ListParams::default().labels("tidemark.io/immediate-backup=true"))
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .next()
+            .and_then(|b| b.metadata.name)
+    })
+    .await;
+    let st = completed(&w, ns, &full).await;
+    // It ran as a pod on the node, in the database's image.
+    let job = st["jobName"].as_str().unwrap().to_owned();
+    let pods: Api<Pod> = Api::namespaced(w.client(), ns);
+    let ran = pods
+        .list(&ListParams::default().labels(&format!("job-name={job}")))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(ran.len(), 1, "the Job's pod");
+    let spec = ran[0].spec.as_ref().unwrap();
+    assert_eq!(spec.node_name.as_deref(), Some(NODE_NAME));
+    assert_eq!(spec.containers[0].image.as_deref(), Some(MARIADB_IMAGE));
+    // Restoring to the time the Backup shows gives exactly what it holds.
+    let completed_at = st["completedAt"].as_str().unwrap().to_owned();
+    assert_eq!(w.restored_count("shop", &completed_at), "10", "restore to {completed_at}");
+
+    // An incremental on top of it.
+    insert(&w, ns, "db-0", 5);
+    w.apply(
+        ns,
+        &[json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "Backup", "metadata": {"name": "incr-1"},
+            "spec": {"policy": {"name": "shop"}, "method": "mariabackup", "type": "incremental", "target": "primary"}})],
+    );
+    let st = completed(&w, ns, "incr-1").await;
+    let meta = w.tidemark("shop", &["ls", "--output", "json"]);
+    let ls = common::json(&meta);
+    let incr_id = st["backupId"].as_str().unwrap();
+    assert!(ls.to_string().contains(incr_id), "{ls}");
+    let incr_at = st["completedAt"].as_str().unwrap().to_owned();
+    assert_eq!(w.restored_count("shop", &incr_at), "15", "restore to {incr_at}");
+
+    // A point in time after it, from the archived binlogs.
+    let deployments: Api<Deployment> = Api::namespaced(w.client(), ns);
+    eventually_within("the binlog archiver running", LONG, || async {
+        let d = deployments.get_opt("shop-binlog-archiver").await.ok()??;
+        (d.status?.ready_replicas? == 1).then_some(())
+    })
+    .await;
+    insert(&w, ns, "db-0", 4);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let target = jiff::Timestamp::now();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    insert(&w, ns, "db-0", 3);
+    w.sql(ns, "db-0", "FLUSH BINARY LOGS");
+    eventually_within("binlogs past the target archived", LONG, || async {
+        let ls = common::json(&w.tidemark("shop", &["ls", "--output", "json"]));
+        let end: jiff::Timestamp = ls["recoveryWindow"]["to"].as_str()?.parse().ok()?;
+        (end > target).then_some(())
+    })
+    .await;
+    assert_eq!(w.restored_count("shop", &target.to_string()), "19", "restore to {target}");
 }

@@ -427,19 +427,28 @@ impl Drop for KubeCluster {
 pub const WAIT: Duration = Duration::from_secs(60);
 
 /// Polls `f` until it gives `Some`, or fails after [`WAIT`] saying what was awaited.
-pub async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
+pub async fn eventually<T, F, Fut>(what: &str, f: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + WAIT;
+    eventually_within(what, WAIT, f).await
+}
+
+/// [`eventually`] with a wait of its own (real pods, real backups).
+pub async fn eventually_within<T, F, Fut>(what: &str, wait: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + wait;
     loop {
         if let Some(v) = f().await {
             return v;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "timed out after {WAIT:?} waiting for {what}"
+            "timed out after {wait:?} waiting for {what}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

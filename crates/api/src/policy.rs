@@ -251,6 +251,12 @@ pub struct ObjectStoreSpec {
     /// Path-style requests (the default whenever an endpoint is given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path_style: Option<bool>,
+    /// PEM of a private certificate authority the store's HTTPS certificate chains to,
+    /// trusted beside the public roots (the machine's, or those built into `tidemark`
+    /// where an image has none). Backup Jobs, the binlog archiver and consolidation Jobs
+    /// get it as `TIDEMARK_CA_BUNDLE`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_bundle: Option<String>,
 }
 
 impl ObjectStoreSpec {

@@ -354,6 +354,10 @@ pub struct StoreArgs {
     /// S3-compatible endpoint, e.g. http://127.0.0.1:8333 (plain HTTP allowed when given).
     #[arg(long, value_name = "URL")]
     pub endpoint: Option<String>,
+    /// A private CA to trust for the store's HTTPS, beside the public roots: a PEM file
+    /// (the variable may also hold the PEM text itself).
+    #[arg(long, value_name = "FILE", env = "TIDEMARK_CA_BUNDLE")]
+    pub ca_bundle: Option<String>,
 }
 
 /// The retention policy: a BackupPolicy file, or flags.

@@ -96,10 +96,21 @@ pub fn target(
         .endpoint
         .clone()
         .or_else(|| os.and_then(|o| o.endpoint.clone()));
+    let ca_bundle = match &args.ca_bundle {
+        // TIDEMARK_CA_BUNDLE in a pod holds the PEM itself (the operator sets it so).
+        Some(pem) if pem.trim_start().starts_with("-----BEGIN") => Some(pem.clone()),
+        Some(file) => Some(std::fs::read_to_string(file).map_err(|e| {
+            CliError::input(format!(
+                "--ca-bundle {file}: {e} (a PEM file of the CA certificates to trust)"
+            ))
+        })?),
+        None => os.and_then(|o| o.ca_bundle.clone()),
+    };
     let options = StoreOptions {
         endpoint,
         region: os.and_then(|o| o.region.clone()),
         path_style: os.and_then(|o| o.path_style),
+        ca_bundle,
         ..Default::default()
     };
     Ok(Target {

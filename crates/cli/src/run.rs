@@ -271,6 +271,7 @@ fn open_store(
                 store: None,
                 cluster: None,
                 endpoint: None,
+                ca_bundle: None,
             },
             Some(policy),
             Some(file),

@@ -198,6 +198,7 @@ pub fn archiver(
                         args: Some(args),
                         env: Some(env),
                         volume_mounts: Some(vec![pod::tools_mount(), pod::mount("spool", SPOOL)]),
+                        termination_message_policy: Some(pod::TERMINATION_MESSAGE_POLICY.into()),
                         ..Default::default()
                     }],
                     volumes: Some(vec![pod::tools_volume(), pod::empty_volume("spool")]),

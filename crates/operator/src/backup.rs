@@ -585,12 +585,18 @@ async fn follow(
         return settle(metrics, api, backup, status, store, name, id, None).await;
     }
     if finished("Failed") || js.failed.unwrap_or(0) > 0 {
-        let why = js
+        let job_says = js
             .conditions
             .as_ref()
             .and_then(|cs| cs.iter().find(|c| c.type_ == "Failed"))
-            .and_then(|c| c.message.clone())
-            .unwrap_or_else(|| "its container exited with an error".into());
+            .and_then(|c| c.message.clone());
+        // The pod's own words say why; the Job's condition only that it gave up.
+        let pod_says = pod::job_failure(&api.clone().into_client(), job).await;
+        let why = match (pod_says, job_says) {
+            (Some(p), _) => p,
+            (None, Some(j)) => j,
+            (None, None) => "its container exited with an error".into(),
+        };
         let why = format!("the backup Job failed: {why}");
         return settle(metrics, api, backup, status, store, name, id, Some(why)).await;
     }
@@ -1158,6 +1164,9 @@ impl JobPlan<'_> {
                             env: Some(env),
                             volume_mounts: Some(vec![data_mount, pod::tools_mount()]),
                             security_context: self.data.container.security_context.clone(),
+                            termination_message_policy: Some(
+                                pod::TERMINATION_MESSAGE_POLICY.into(),
+                            ),
                             ..Default::default()
                         }],
                         volumes: Some(vec![self.data.volume.clone(), pod::tools_volume()]),
@@ -1224,6 +1233,9 @@ pub fn user_job(
         c.volume_mounts
             .get_or_insert_with(Vec::new)
             .push(pod::tools_mount());
+        // Unless the template says otherwise, a failure's log tail reaches the status.
+        c.termination_message_policy
+            .get_or_insert_with(|| pod::TERMINATION_MESSAGE_POLICY.into());
     }
     spec.init_containers
         .get_or_insert_with(Vec::new)

@@ -89,17 +89,24 @@ impl Consolidator for JobConsolidator {
                 )))
             }
             Some(job) => {
-                let st = job.status.unwrap_or_default();
+                let st = job.status.clone().unwrap_or_default();
                 let failed = st.failed.unwrap_or(0) > 0;
                 let succeeded = st.succeeded.unwrap_or(0) > 0;
+                // Read before the Job (and its pod) goes.
+                let why = if failed {
+                    crate::pod::job_failure(&self.jobs.clone().into_client(), &job).await
+                } else {
+                    None
+                };
                 if failed || succeeded {
                     // Done either way: the store says what came of it (a later pass reads
                     // the synthetic full), and a failure is tried again by a new Job.
                     let _ = self.jobs.delete(&name, &DeleteParams::background()).await;
                 }
                 if failed {
+                    let why = why.unwrap_or_else(|| "its pod's log says why".into());
                     return Err(EngineError::Source(format!(
-                        "consolidation Job {name} failed (its pod's log says why); a later pass tries again"
+                        "consolidation Job {name} failed ({why}); a later pass tries again"
                     )));
                 }
                 Err(pending(format!(
@@ -203,6 +210,7 @@ impl JobConsolidator {
                             args: Some(args),
                             env: Some(env),
                             volume_mounts: Some(vec![pod::tools_mount(), pod::mount("work", WORK)]),
+                            termination_message_policy: Some(pod::TERMINATION_MESSAGE_POLICY.into()),
                             ..Default::default()
                         }],
                         volumes: Some(vec![pod::tools_volume(), pod::empty_volume("work")]),

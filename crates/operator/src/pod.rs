@@ -5,11 +5,12 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, Secret, SecretKeySelector, Volume,
-    VolumeMount,
+    Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, Pod, Secret, SecretKeySelector,
+    Volume, VolumeMount,
 };
-use kube::api::Api;
+use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use tidemark_api::ObjectStoreSpec;
 use tidemark_api::crd::BackupPolicy;
@@ -115,6 +116,9 @@ pub fn store_env(os: &ObjectStoreSpec, keys: Option<&SecretKeys>) -> Vec<EnvVar>
     if let Some(r) = &os.region {
         env.push(plain("AWS_REGION", r));
     }
+    if let Some(pem) = &os.ca_bundle {
+        env.push(plain("TIDEMARK_CA_BUNDLE", pem));
+    }
     if let Some(s) = keys {
         env.push(from_secret("AWS_ACCESS_KEY_ID", &s.name, &s.access_key));
         env.push(from_secret("AWS_SECRET_ACCESS_KEY", &s.name, &s.secret_key));
@@ -161,8 +165,59 @@ pub fn install_container(image: &str) -> Container {
             format!("{TOOLS_DIR}/tidemark"),
         ]),
         volume_mounts: Some(vec![tools_mount()]),
+        termination_message_policy: Some(TERMINATION_MESSAGE_POLICY.into()),
         ..Default::default()
     }
+}
+
+/// Where a container's exit message comes from: the end of its log when it fails without
+/// writing `/dev/termination-log` — so a failed Job's cause reaches the Backup's status
+/// (and events) without reading logs.
+pub const TERMINATION_MESSAGE_POLICY: &str = "FallbackToLogsOnError";
+
+/// At most this much of a pod's own error is carried into a status or an event.
+const FAILURE_LIMIT: usize = 1024;
+
+/// Why a finished Job's pod failed, in its own words: the exit message of the container
+/// that exited non-zero (init containers first) — with [`TERMINATION_MESSAGE_POLICY`], the
+/// end of its log — its last [`FAILURE_LIMIT`] bytes, secret-looking words hidden, e.g.
+/// `container backup exited 1: error: cannot open store …`. `None` when no pod is left or
+/// none says anything.
+pub async fn job_failure(client: &Client, job: &Job) -> Option<String> {
+    let ns = job.metadata.namespace.as_deref()?;
+    let uid = job.metadata.uid.as_deref()?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let list = pods
+        .list(&ListParams::default().labels(&format!("controller-uid={uid}")))
+        .await
+        .ok()?;
+    list.items.iter().rev().find_map(|p| {
+        let st = p.status.as_ref()?;
+        let all = st.init_container_statuses.iter().chain(st.container_statuses.iter()).flatten();
+        all.into_iter().find_map(|c| {
+            let t = c.state.as_ref()?.terminated.as_ref()?;
+            if t.exit_code == 0 {
+                return None;
+            }
+            let said = t.message.as_deref().unwrap_or_default().trim();
+            let said = tail(said, FAILURE_LIMIT);
+            let said = tidemark_engine::redact::redact(&[said.to_owned()]).remove(0);
+            Some(if said.is_empty() {
+                format!("container {} exited {}", c.name, t.exit_code)
+            } else {
+                format!("container {} exited {}: {said}", c.name, t.exit_code)
+            })
+        })
+    })
+}
+
+/// The last `limit` bytes of `s`, cut at a character boundary.
+fn tail(s: &str, limit: usize) -> &str {
+    let mut from = s.len().saturating_sub(limit);
+    while !s.is_char_boundary(from) {
+        from += 1;
+    }
+    &s[from..]
 }
 
 /// [`TOOLS_DIR`], mounted.

@@ -375,6 +375,7 @@ pub async fn open_store(
         path_style: os.path_style,
         credentials,
         retry_timeout: Some(retry_timeout),
+        ca_bundle: os.ca_bundle.clone(),
     };
     ClusterStore::open(&url, policy.spec.cluster_or(&policy.name_any()), &options)
         .map_err(|e| Error::Engine(e.into()))

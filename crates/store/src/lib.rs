@@ -18,6 +18,7 @@ pub mod survey;
 pub mod synth;
 #[cfg(feature = "test-support")]
 pub mod testkit;
+pub mod tls;
 pub mod transfer;
 pub mod uploads;
 

@@ -35,6 +35,9 @@ pub struct StoreOptions {
     /// S3 credentials given explicitly (the operator reads them from the policy's Secret);
     /// else the environment's.
     pub credentials: Option<S3Credentials>,
+    /// A private CA (PEM) trusted beside the machine's roots, or the roots built in where
+    /// the machine has none (`crate::tls`).
+    pub ca_bundle: Option<String>,
 }
 
 /// Static S3 credentials. `Debug` never shows the secret.
@@ -124,14 +127,9 @@ impl ClusterStore {
                 s3,
                 bucket_url,
                 region,
-                allow_http,
-            } => match crate::uploads::S3Native::new(
-                s3,
-                bucket_url,
-                region,
-                root.clone(),
-                allow_http,
-            ) {
+                client,
+            } => match crate::uploads::S3Native::new(s3, bucket_url, region, root.clone(), &client)
+            {
                 Ok(n) => Native::S3(Arc::new(n)),
                 Err(source) => {
                     return Err(StoreError::Open {
@@ -318,7 +316,8 @@ enum BaseNative {
         s3: Arc<object_store::aws::AmazonS3>,
         bucket_url: String,
         region: String,
-        allow_http: bool,
+        /// The client settings of the store's own client (roots, plain HTTP).
+        client: object_store::ClientOptions,
     },
 }
 
@@ -402,7 +401,17 @@ fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
             } else {
                 AmazonS3Builder::from_env()
             };
-            let mut b = builder.with_bucket_name(&bucket).with_retry(retry);
+            let client = crate::tls::client_options(options.ca_bundle.as_deref(), |k| {
+                match k.to_ascii_lowercase().parse() {
+                    Ok(object_store::aws::AmazonS3ConfigKey::Client(c)) => Some(c),
+                    _ => None,
+                }
+            })
+            .map_err(|e| invalid(url, e))?;
+            let mut b = builder
+                .with_bucket_name(&bucket)
+                .with_retry(retry)
+                .with_client_options(client.clone());
             let endpoint = options
                 .endpoint
                 .clone()
@@ -468,13 +477,21 @@ fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
                     s3,
                     bucket_url,
                     region,
-                    allow_http,
+                    client: client.with_allow_http(allow_http),
                 },
             })
         }
         "gs" => {
             let bucket = bucket()?;
+            let client = crate::tls::client_options(options.ca_bundle.as_deref(), |k| {
+                match k.to_ascii_lowercase().parse() {
+                    Ok(object_store::gcp::GoogleConfigKey::Client(c)) => Some(c),
+                    _ => None,
+                }
+            })
+            .map_err(|e| invalid(url, e))?;
             let gcs = object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                .with_client_options(client)
                 .with_bucket_name(&bucket)
                 .with_retry(retry)
                 .build()
@@ -489,7 +506,15 @@ fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
         }
         "az" | "azure" => {
             let container = bucket()?;
+            let client = crate::tls::client_options(options.ca_bundle.as_deref(), |k| {
+                match k.to_ascii_lowercase().parse() {
+                    Ok(object_store::azure::AzureConfigKey::Client(c)) => Some(c),
+                    _ => None,
+                }
+            })
+            .map_err(|e| invalid(url, e))?;
             let az = object_store::azure::MicrosoftAzureBuilder::from_env()
+                .with_client_options(client)
                 .with_container_name(&container)
                 .with_retry(retry)
                 .build()

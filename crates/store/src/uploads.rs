@@ -45,10 +45,9 @@ impl S3Native {
         bucket_url: String,
         region: String,
         root: Path,
-        allow_http: bool,
+        client: &ClientOptions,
     ) -> object_store::Result<Self> {
-        let options = ClientOptions::new().with_allow_http(allow_http);
-        let http = ReqwestConnector::default().connect(&options)?;
+        let http = ReqwestConnector::default().connect(client)?;
         Ok(S3Native {
             s3,
             bucket_url,

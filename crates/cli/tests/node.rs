@@ -38,7 +38,9 @@ struct World {
 type Scenario = fn(Arc<World>) -> Pin<Box<dyn Future<Output = ()> + Send>>;
 
 const SCENARIOS: &[(&str, Scenario)] = &[
-    ("installed_as_the_docs_say", |w| Box::pin(installed_as_the_docs_say(w))),
+    ("installed_as_the_docs_say", |w| {
+        Box::pin(installed_as_the_docs_say(w))
+    }),
     ("scheduled_full_incremental_and_point_in_time", |w| {
         Box::pin(scheduled_full_incremental_and_point_in_time(w))
     }),
@@ -84,12 +86,22 @@ fn main() -> ExitCode {
             }
             // For a person debugging: the node stays up this many seconds after the last
             // scenario (its kubeconfig is in the log above).
-            if let Some(hold) = std::env::var("TIDEMARK_NODE_HOLD").ok().and_then(|s| s.parse().ok()) {
-                eprintln!("holding the node for {hold} s: KUBECONFIG={}", world.node.cluster().kubeconfig().display());
+            if let Some(hold) = std::env::var("TIDEMARK_NODE_HOLD")
+                .ok()
+                .and_then(|s| s.parse().ok())
+            {
+                eprintln!(
+                    "holding the node for {hold} s: KUBECONFIG={}",
+                    world.node.cluster().kubeconfig().display()
+                );
                 tokio::time::sleep(Duration::from_secs(hold)).await;
             }
-            let world = Arc::try_unwrap(world).ok().expect("scenarios hold no World");
-            tokio::task::spawn_blocking(move || drop(world)).await.expect("teardown");
+            let world = Arc::try_unwrap(world)
+                .ok()
+                .expect("scenarios hold no World");
+            tokio::task::spawn_blocking(move || drop(world))
+                .await
+                .expect("teardown");
             failed
         });
     }
@@ -104,7 +116,11 @@ fn main() -> ExitCode {
         SCENARIOS.len() - n,
         started.elapsed().as_secs_f64()
     );
-    if f == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+    if f == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 /// The operator image's name in `deploy/operator.yaml`: the tests load the image they
@@ -131,7 +147,11 @@ impl World {
             .arg(&image)
             .output()
             .unwrap();
-        assert!(out.status.success(), "scripts/operator-image.sh: {}", common::stderr(&out));
+        assert!(
+            out.status.success(),
+            "scripts/operator-image.sh: {}",
+            common::stderr(&out)
+        );
         eprintln!(
             "operator image: {} MB in {:.1?}",
             std::fs::metadata(&image).unwrap().len() / 1_000_000,
@@ -151,7 +171,10 @@ impl World {
     /// `deploy/rbac.yaml` and `deploy/operator.yaml` unchanged; waits for both replicas.
     async fn install(&self) {
         let t = Instant::now();
-        let crds = common::bin().args(["crds", "--without-cel"]).output().unwrap();
+        let crds = common::bin()
+            .args(["crds", "--without-cel"])
+            .output()
+            .unwrap();
         assert!(crds.status.success(), "{}", common::stderr(&crds));
         self.kubectl_in(&["apply", "--server-side", "-f", "-"], &crds.stdout);
         let deploy = workspace().join("deploy");
@@ -162,8 +185,7 @@ impl World {
             "-f",
             deploy.join("operator.yaml").to_str().unwrap(),
         ]);
-        let deployments: Api<Deployment> =
-            Api::namespaced(self.client(), OPERATOR_NAMESPACE);
+        let deployments: Api<Deployment> = Api::namespaced(self.client(), OPERATOR_NAMESPACE);
         eventually_within("two operator replicas ready", LONG, || async {
             let d = deployments.get("tidemark-operator").await.ok()?;
             (d.status?.ready_replicas? == 2).then_some(())
@@ -177,7 +199,12 @@ impl World {
     fn diagnose(&self) -> String {
         let run = |args: &[&str]| {
             let out = self.node.kubectl().args(args).output().unwrap();
-            format!("$ kubectl {}\n{}{}", args.join(" "), String::from_utf8_lossy(&out.stdout), common::stderr(&out))
+            format!(
+                "$ kubectl {}\n{}{}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stdout),
+                common::stderr(&out)
+            )
         };
         let mut report = vec![
             run(&["get", "pods", "-A", "-o", "wide"]),
@@ -191,10 +218,33 @@ impl World {
                 && (status != "Running" || restarts != "0" || ready.starts_with('0'))
                 && status != "Completed"
             {
-                report.push(run(&["get", "pod", "-n", ns, pod, "-o", "jsonpath={.status.containerStatuses}"]));
-                report.push(run(&["logs", "-n", ns, pod, "--all-containers", "--tail=30"]));
+                report.push(run(&[
+                    "get",
+                    "pod",
+                    "-n",
+                    ns,
+                    pod,
+                    "-o",
+                    "jsonpath={.status.containerStatuses}",
+                ]));
+                report.push(run(&[
+                    "logs",
+                    "-n",
+                    ns,
+                    pod,
+                    "--all-containers",
+                    "--tail=30",
+                ]));
                 if restarts != "0" {
-                    report.push(run(&["logs", "-n", ns, pod, "--all-containers", "--tail=30", "--previous"]));
+                    report.push(run(&[
+                        "logs",
+                        "-n",
+                        ns,
+                        pod,
+                        "--all-containers",
+                        "--tail=30",
+                        "--previous",
+                    ]));
                 }
             }
         }
@@ -254,7 +304,8 @@ impl World {
     /// SQL as root in a database pod (the server's socket); the tab-separated rows.
     fn sql(&self, ns: &str, pod: &str, sql: &str) -> String {
         self.kubectl(&[
-            "exec", "-n", ns, pod, "-c", "mariadb", "--", "mariadb", "-uroot", "-N", "-B", "-e", sql,
+            "exec", "-n", ns, pod, "-c", "mariadb", "--", "mariadb", "-uroot", "-N", "-B", "-e",
+            sql,
         ])
         .trim()
         .to_owned()
@@ -267,11 +318,22 @@ impl World {
         let out = common::bin()
             .envs(self.s3.env())
             .arg(sub)
-            .args(["--store", &self.s3.url(), "--cluster", cluster, "--endpoint", &self.s3.endpoint])
+            .args([
+                "--store",
+                &self.s3.url(),
+                "--cluster",
+                cluster,
+                "--endpoint",
+                &self.s3.endpoint,
+            ])
             .args(rest)
             .output()
             .unwrap();
-        assert!(out.status.success(), "tidemark {args:?}: {}", common::stderr(&out));
+        assert!(
+            out.status.success(),
+            "tidemark {args:?}: {}",
+            common::stderr(&out)
+        );
         out
     }
 
@@ -279,7 +341,16 @@ impl World {
     fn restored_count(&self, cluster: &str, to: &str) -> String {
         let dir = tempfile::tempdir().unwrap();
         let datadir = dir.path().join("restored");
-        self.tidemark(cluster, &["restore", "--to", to, "--datadir", datadir.to_str().unwrap()]);
+        self.tidemark(
+            cluster,
+            &[
+                "restore",
+                "--to",
+                to,
+                "--datadir",
+                datadir.to_str().unwrap(),
+            ],
+        );
         query_restored(&datadir, "SELECT COUNT(*) FROM shop.orders")
     }
 }
@@ -357,7 +428,11 @@ async fn database(w: &World, ns: &str, name: &str, replicas: usize) -> String {
 
 fn insert(w: &World, ns: &str, pod: &str, n: usize) {
     let values: Vec<String> = (0..n).map(|i| format!("({i})")).collect();
-    w.sql(ns, pod, &format!("INSERT INTO shop.orders (v) VALUES {}", values.join(",")));
+    w.sql(
+        ns,
+        pod,
+        &format!("INSERT INTO shop.orders (v) VALUES {}", values.join(",")),
+    );
 }
 
 /// The Backup's status once its phase is `completed` (a failure fails the test with it).
@@ -381,21 +456,38 @@ async fn installed_as_the_docs_say(w: Arc<World>) {
     assert_eq!(list.len(), 2, "two replicas");
     for p in &list {
         let spec = p.spec.as_ref().unwrap();
-        assert_eq!(spec.service_account_name.as_deref(), Some("tidemark-operator"));
+        assert_eq!(
+            spec.service_account_name.as_deref(),
+            Some("tidemark-operator")
+        );
         assert_eq!(spec.containers[0].image.as_deref(), Some(OPERATOR_IMAGE));
     }
     // One leader, one of the two.
     let leases: Api<Lease> = Api::namespaced(w.client(), OPERATOR_NAMESPACE);
     let holder = eventually("a leader", || async {
-        leases.list(&ListParams::default()).await.ok()?.items.into_iter().find_map(|l| l.spec?.holder_identity)
+        leases
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find_map(|l| l.spec?.holder_identity)
     })
     .await;
-    assert!(list.iter().any(|p| p.metadata.name.as_deref() == Some(holder.as_str())), "leader {holder}");
+    assert!(
+        list.iter()
+            .any(|p| p.metadata.name.as_deref() == Some(holder.as_str())),
+        "leader {holder}"
+    );
     // Probes and metrics answer on the pod network (through the API server's proxy).
     for p in &list {
         let name = p.metadata.name.clone().unwrap();
         let get = |path: &str| {
-            w.kubectl(&["get", "--raw", &format!("/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods/{name}:8080/proxy{path}")])
+            w.kubectl(&[
+                "get",
+                "--raw",
+                &format!("/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods/{name}:8080/proxy{path}"),
+            ])
         };
         assert!(get("/readyz").contains("ok"), "{name} /readyz");
         let metrics = get("/metrics");
@@ -456,7 +548,11 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
     assert_eq!(spec.containers[0].image.as_deref(), Some(MARIADB_IMAGE));
     // Restoring to the time the Backup shows gives exactly what it holds.
     let completed_at = st["completedAt"].as_str().unwrap().to_owned();
-    assert_eq!(w.restored_count("shop", &completed_at), "10", "restore to {completed_at}");
+    assert_eq!(
+        w.restored_count("shop", &completed_at),
+        "10",
+        "restore to {completed_at}"
+    );
 
     // An incremental on top of it.
     insert(&w, ns, "db-0", 5);
@@ -471,7 +567,11 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
     let incr_id = st["backupId"].as_str().unwrap();
     assert!(ls.to_string().contains(incr_id), "{ls}");
     let incr_at = st["completedAt"].as_str().unwrap().to_owned();
-    assert_eq!(w.restored_count("shop", &incr_at), "15", "restore to {incr_at}");
+    assert_eq!(
+        w.restored_count("shop", &incr_at),
+        "15",
+        "restore to {incr_at}"
+    );
 
     // A point in time after it, from the archived binlogs.
     let deployments: Api<Deployment> = Api::namespaced(w.client(), ns);
@@ -492,5 +592,9 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
         (end > target).then_some(())
     })
     .await;
-    assert_eq!(w.restored_count("shop", &target.to_string()), "19", "restore to {target}");
+    assert_eq!(
+        w.restored_count("shop", &target.to_string()),
+        "19",
+        "restore to {target}"
+    );
 }

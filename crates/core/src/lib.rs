@@ -23,4 +23,4 @@ pub use plan::{
 };
 pub use policy::{Policy, PolicyError, PolicyField, PolicyInput};
 pub use reason::{Reason, ReasonKind};
-pub use restore::{RestoreChoice, RestoreRefusal, choose_restore};
+pub use restore::{RestoreChoice, RestoreRefusal, choose_restore, choose_restore_to};

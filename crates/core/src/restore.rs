@@ -151,6 +151,38 @@ pub fn choose_restore(
     })
 }
 
+/// [`choose_restore`] for a target as people give it: a target with no fraction of a second
+/// (as Tidemark, `kubectl` and Kubernetes' own times print it) names that whole second,
+/// which replay already includes (binlog events carry whole seconds). So when the
+/// recovery window, or its part after a gap, begins inside that second — a Backup's
+/// `completedAt` shown to the second, the store holding nanoseconds — the target is that
+/// beginning, and restoring to a printed completion time restores that backup. A target
+/// with a fraction is exact.
+///
+/// # Errors
+/// As [`choose_restore`], for the target as given.
+pub fn choose_restore_to(
+    inventory: &Inventory,
+    target: Timestamp,
+) -> Result<RestoreChoice, RestoreRefusal> {
+    let refused = match choose_restore(inventory, target) {
+        Ok(c) => return Ok(c),
+        Err(e) => e,
+    };
+    if target.subsec_nanosecond() != 0 {
+        return Err(refused);
+    }
+    let begins = match &refused {
+        RestoreRefusal::OutsideWindow { window, .. } if window.from > target => window.from,
+        RestoreRefusal::InGap { gap, .. } => gap.to,
+        _ => return Err(refused),
+    };
+    if begins.as_second() != target.as_second() {
+        return Err(refused);
+    }
+    choose_restore(inventory, begins).map_err(|_| refused)
+}
+
 /// The contiguous segments from the backup's replay start that hold events up to `target`.
 fn replay_segments(
     inventory: &Inventory,
@@ -346,6 +378,27 @@ mod tests {
             names(&choose_restore(&gap, ts("01T13:00")).unwrap()).1,
             vec![3]
         );
+    }
+
+    #[test]
+    fn a_target_given_to_the_second_names_the_whole_second() {
+        let mut inv = inventory();
+        inv.backups.truncate(1);
+        inv.segments.clear();
+        // The store holds the completion to the nanosecond; people see it to the second.
+        let completed: Timestamp = "2026-11-01T00:10:00.329851779Z".parse().unwrap();
+        inv.backups[0].completed_at = Some(completed);
+        let printed = ts("01T00:10");
+        assert!(matches!(
+            choose_restore(&inv, printed),
+            Err(RestoreRefusal::OutsideWindow { .. })
+        ));
+        let c = choose_restore_to(&inv, printed).unwrap();
+        assert_eq!((names(&c).0, c.target), (vec![FULL], completed));
+        // An exact target before it stays refused, and so does the second before.
+        let exact: Timestamp = "2026-11-01T00:10:00.1Z".parse().unwrap();
+        assert!(choose_restore_to(&inv, exact).is_err());
+        assert!(choose_restore_to(&inv, ts("01T00:09")).is_err());
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use serde::Serialize;
-use tidemark_core::{RestoreChoice, RestoreRefusal, choose_restore};
+use tidemark_core::{RestoreChoice, RestoreRefusal, choose_restore_to};
 use tokio::process::{Child, Command};
 
 use crate::backup as mariadb;
@@ -152,7 +152,7 @@ pub async fn resolve(
     let mut catalog = Catalog::load(store, progress).await?;
     let unlisted = SegmentListing::default();
     let choice = loop {
-        let choice = choose_restore(&catalog.inventory(&unlisted), target)?;
+        let choice = choose_restore_to(&catalog.inventory(&unlisted), target)?;
         match &mut catalog.index {
             Some(index) if !choice.unread.is_empty() => {
                 let keys: Vec<String> = choice.unread.iter().map(|s| s.name.clone()).collect();

@@ -210,7 +210,9 @@ impl JobConsolidator {
                             args: Some(args),
                             env: Some(env),
                             volume_mounts: Some(vec![pod::tools_mount(), pod::mount("work", WORK)]),
-                            termination_message_policy: Some(pod::TERMINATION_MESSAGE_POLICY.into()),
+                            termination_message_policy: Some(
+                                pod::TERMINATION_MESSAGE_POLICY.into(),
+                            ),
                             ..Default::default()
                         }],
                         volumes: Some(vec![pod::tools_volume(), pod::empty_volume("work")]),

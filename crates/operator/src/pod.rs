@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, Pod, Secret, SecretKeySelector,
-    Volume, VolumeMount,
+    Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, Pod, Secret, SecretKeySelector, Volume,
+    VolumeMount,
 };
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
@@ -193,7 +193,11 @@ pub async fn job_failure(client: &Client, job: &Job) -> Option<String> {
         .ok()?;
     list.items.iter().rev().find_map(|p| {
         let st = p.status.as_ref()?;
-        let all = st.init_container_statuses.iter().chain(st.container_statuses.iter()).flatten();
+        let all = st
+            .init_container_statuses
+            .iter()
+            .chain(st.container_statuses.iter())
+            .flatten();
         all.into_iter().find_map(|c| {
             let t = c.state.as_ref()?.terminated.as_ref()?;
             if t.exit_code == 0 {

@@ -203,7 +203,10 @@ impl KubeCluster {
                 Some(host) => {
                     manager
                         .arg(format!("--controllers={}", node::CONTROLLERS))
-                        .arg(format!("--service-account-private-key-file={}", key.display()))
+                        .arg(format!(
+                            "--service-account-private-key-file={}",
+                            key.display()
+                        ))
                         .args(host.controller_manager_args());
                 }
                 None => {

@@ -66,7 +66,8 @@ pub(crate) fn client_options(
             .map_err(|e| format!("the CA bundle is not PEM: {e}"))?;
         if certs.is_empty() {
             return Err(
-                "the CA bundle holds no certificate (expected PEM: -----BEGIN CERTIFICATE-----)".into(),
+                "the CA bundle holds no certificate (expected PEM: -----BEGIN CERTIFICATE-----)"
+                    .into(),
             );
         }
         for c in certs {

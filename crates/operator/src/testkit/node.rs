@@ -65,7 +65,9 @@ pub fn images_dir() -> Result<PathBuf, String> {
         Some(d) => PathBuf::from(d),
         None => {
             let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
-            PathBuf::from(home).join(".cache/tidemark").join(IMAGES_RECIPE)
+            PathBuf::from(home)
+                .join(".cache/tidemark")
+                .join(IMAGES_RECIPE)
         }
     };
     for f in ["pause.tar", "mariadb.tar"] {
@@ -150,8 +152,20 @@ impl Host {
         run_ok(Command::new("ip").args([
             "link", "add", &host_link, "type", "veth", "peer", "name", &node_link,
         ]));
-        run_ok(Command::new("ip").args(["link", "set", &node_link, "netns", &holder_pid.to_string()]));
-        run_ok(Command::new("ip").args(["addr", "add", &format!("{host_ip}/30"), "dev", &host_link]));
+        run_ok(Command::new("ip").args([
+            "link",
+            "set",
+            &node_link,
+            "netns",
+            &holder_pid.to_string(),
+        ]));
+        run_ok(Command::new("ip").args([
+            "addr",
+            "add",
+            &format!("{host_ip}/30"),
+            "dev",
+            &host_link,
+        ]));
         run_ok(Command::new("ip").args(["link", "set", &host_link, "up"]));
         // Inside: mounts of the node's own, the kernel tunables a kubelet rewrites as files
         // of its own, the node's end of the veth pair, forwarding for the pods.
@@ -201,7 +215,13 @@ echo 1 > /proc/sys/net/bridge/bridge-nf-call-iptables
     fn make_pki(&self) {
         let dir = self.state.join("pki");
         std::fs::create_dir_all(&dir).expect("pki directory");
-        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+        ];
         run_ok(
             Command::new("openssl")
                 .args(["req", "-x509"])
@@ -596,18 +616,23 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             // Ready, and schedulable: no taint left from registration.
-            let ready = nodes.get_opt(NODE_NAME).await.ok().flatten().is_some_and(|n| {
-                let tainted = n
-                    .spec
-                    .and_then(|s| s.taints)
-                    .is_some_and(|t| t.iter().any(|t| t.effect != "PreferNoSchedule"));
-                !tainted
-                    && n.status
-                        .and_then(|s| s.conditions)
-                        .unwrap_or_default()
-                        .iter()
-                        .any(|c| c.type_ == "Ready" && c.status == "True")
-            });
+            let ready = nodes
+                .get_opt(NODE_NAME)
+                .await
+                .ok()
+                .flatten()
+                .is_some_and(|n| {
+                    let tainted = n
+                        .spec
+                        .and_then(|s| s.taints)
+                        .is_some_and(|t| t.iter().any(|t| t.effect != "PreferNoSchedule"));
+                    !tainted
+                        && n.status
+                            .and_then(|s| s.conditions)
+                            .unwrap_or_default()
+                            .iter()
+                            .any(|c| c.type_ == "Ready" && c.status == "True")
+                });
             if ready {
                 return;
             }
@@ -709,8 +734,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     /// are refused until the controller-manager made it).
     pub async fn namespace(&self, name: &str) {
         self.cluster.namespace(name).await;
-        let accounts: Api<ServiceAccount> =
-            Api::namespaced(self.cluster.admin_client(), name);
+        let accounts: Api<ServiceAccount> = Api::namespaced(self.cluster.admin_client(), name);
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let ready = accounts
@@ -825,7 +849,12 @@ impl Cgroup {
         let procs: Vec<String> = self
             .hierarchies
             .iter()
-            .map(|h| h.join(&self.name).join("cgroup.procs").display().to_string())
+            .map(|h| {
+                h.join(&self.name)
+                    .join("cgroup.procs")
+                    .display()
+                    .to_string()
+            })
             .collect();
         let mut cmd = Command::new("sh");
         cmd.arg("-c")
@@ -888,7 +917,11 @@ impl Cgroup {
                 .status();
             std::thread::sleep(Duration::from_millis(50));
         }
-        eprintln!("node: processes left in cgroup {}: {:?}", self.name, self.pids());
+        eprintln!(
+            "node: processes left in cgroup {}: {:?}",
+            self.name,
+            self.pids()
+        );
     }
 
     fn remove(&self) {

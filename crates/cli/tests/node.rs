@@ -44,6 +44,9 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("scheduled_full_incremental_and_point_in_time", |w| {
         Box::pin(scheduled_full_incremental_and_point_in_time(w))
     }),
+    ("exec_and_job_methods", |w| {
+        Box::pin(exec_and_job_methods(w))
+    }),
 ];
 
 fn main() -> ExitCode {
@@ -597,4 +600,123 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
         "19",
         "restore to {target}"
     );
+}
+
+/// Fetches a backup's payload (a logical dump) to the machine.
+fn fetched(w: &World, cluster: &str, name: &str, id: &str) -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("dump.sql");
+    w.tidemark(
+        cluster,
+        &[
+            "fetch",
+            "--backup-name",
+            name,
+            "--backup-id",
+            id,
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    std::fs::read(out).unwrap()
+}
+
+/// Loads a dump into the database pod in place of `shop`, and counts `shop.orders`.
+fn reloaded_count(w: &World, ns: &str, pod: &str, dump: &[u8]) -> String {
+    w.sql(ns, pod, "DROP DATABASE shop");
+    w.kubectl_in(
+        &[
+            "exec", "-i", "-n", ns, pod, "-c", "mariadb", "--", "mariadb", "-uroot",
+        ],
+        dump,
+    );
+    w.sql(ns, pod, "SELECT COUNT(*) FROM shop.orders")
+}
+
+/// Method `exec` through the real kubelet (the API server's exec to the node's kubelet,
+/// to containerd's stream server), and method `job` with a user's pod template: both
+/// logical dumps that reload to the exact row count. A template that fails puts its own
+/// error (its log's end) in the Backup's status, where the Job only said "backoff limit".
+async fn exec_and_job_methods(w: Arc<World>) {
+    let ns = "logical";
+    w.tenant(ns).await;
+    let service = database(&w, ns, "db", 1).await;
+    insert(&w, ns, "db-0", 12);
+    let policy = json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy", "metadata": {"name": "logical"},
+    "spec": {
+        "objectStore": {"bucket": tidemark_store::testkit::BUCKET, "endpoint": w.s3.endpoint, "credentialsSecret": "s3"},
+        "source": {"selector": {"matchLabels": {"app": "db"}}, "container": "mariadb", "credentialsSecret": "db"},
+    }});
+    let dump_command = json!([
+        "mariadb-dump",
+        "-uroot",
+        "--single-transaction",
+        "--databases",
+        "shop"
+    ]);
+    w.apply(
+        ns,
+        &[
+            policy,
+            json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "Backup", "metadata": {"name": "dump-exec"},
+                "spec": {"policy": {"name": "logical"}, "method": "exec", "target": "primary", "command": dump_command}}),
+        ],
+    );
+    let st = completed(&w, ns, "dump-exec").await;
+    let dump = fetched(&w, "logical", "dump-exec", st["backupId"].as_str().unwrap());
+    assert_eq!(reloaded_count(&w, ns, "db-0", &dump), "12");
+
+    // Method job: the user's template dumps over the Service and pushes with the copied
+    // tidemark, the destination in its environment.
+    let template = |script: &str| {
+        json!({"spec": {"restartPolicy": "Never", "containers": [{
+            "name": "dump", "image": MARIADB_IMAGE, "imagePullPolicy": "Never",
+            "command": ["sh", "-c", script],
+            "env": [{"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}}],
+        }]}})
+    };
+    let good = format!(
+        "mariadb-dump -h {service} -ubackup -p\"$DB_PASSWORD\" --single-transaction --databases shop \
+         | /tidemark-bin/tidemark push --backup-name \"$TIDEMARK_BACKUP_NAME\" --backup-id \"$TIDEMARK_BACKUP_ID\""
+    );
+    let bad = "echo 'dumping shop...'; echo \"mariadb-dump: Got error: 1045: Access denied for user 'backup'@'10.244.0.9'\" >&2; exit 3";
+    w.apply(
+        ns,
+        &[
+            json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "Backup", "metadata": {"name": "dump-job"},
+                "spec": {"policy": {"name": "logical"}, "method": "job", "jobTemplate": template(&good)}}),
+            json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "Backup", "metadata": {"name": "dump-job-bad"},
+                "spec": {"policy": {"name": "logical"}, "method": "job", "jobTemplate": template(bad)}}),
+        ],
+    );
+    let st = completed(&w, ns, "dump-job").await;
+    let dump = fetched(&w, "logical", "dump-job", st["backupId"].as_str().unwrap());
+    assert_eq!(reloaded_count(&w, ns, "db-0", &dump), "12");
+    let backups: Api<Backup> = Api::namespaced(w.client(), ns);
+    let st = eventually_within("dump-job-bad failed", LONG, || async {
+        let s = serde_json::to_value(backups.get("dump-job-bad").await.ok()?.status).unwrap();
+        (s["phase"] == "failed").then_some(s)
+    })
+    .await;
+    let error = st["error"].as_str().unwrap();
+    assert!(
+        error.contains("Access denied for user") && error.contains("exited 3"),
+        "the pod's own error is in the status: {error}"
+    );
+    // And in the Warning event.
+    let notes = eventually("the BackupFailed event", || async {
+        let notes = w.kubectl(&[
+            "get",
+            "events",
+            "-n",
+            ns,
+            "--field-selector",
+            "reason=BackupFailed",
+            "-o",
+            "jsonpath={.items[*].message}",
+        ]);
+        notes.contains("Access denied for user").then_some(notes)
+    })
+    .await;
+    assert!(notes.contains("exited 3"), "{notes}");
 }

@@ -28,6 +28,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tidemark_api::crd::{Backup, BackupPhase, BackupPolicy, BackupStatus, SourceSpec};
@@ -117,7 +118,7 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
             "BackupPolicy {ns}/{} (spec.policy.name) does not exist",
             backup.spec.template.policy.name
         );
-        return blocked(&api, &backup, "PolicyMissing", &message).await;
+        return blocked(&ctx.recorder, &api, &backup, "PolicyMissing", &message).await;
     };
     if !deleting {
         // Before anything is written: a Backup that opts into remote cleanup carries the
@@ -135,14 +136,14 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
     if !matches!(method, "mariabackup" | "xtrabackup" | "exec" | "job") {
         let message =
             format!("unknown method {method:?}; expected mariabackup, xtrabackup, exec or job");
-        fail(&api, &backup, &status, &message).await?;
+        fail(&ctx.recorder, &api, &backup, &status, &message).await?;
         return Ok(Action::await_change());
     }
     if method != "job" && backup.spec.template.online == Some(false) {
         let message = format!(
             "online: false is not supported by {method}: it backs up a running server (remove online, or use method job with your own offline procedure)"
         );
-        fail(&api, &backup, &status, &message).await?;
+        fail(&ctx.recorder, &api, &backup, &status, &message).await?;
         return Ok(Action::await_change());
     }
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
@@ -170,7 +171,7 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
             .any(|o| o.controller == Some(true) && Some(&o.uid) == backup.meta().uid.as_ref());
         if !ours {
             let message = format!("a Job named {job_name} exists and is not this Backup's");
-            fail(&api, &backup, &status, &message).await?;
+            fail(&ctx.recorder, &api, &backup, &status, &message).await?;
             return Ok(Action::await_change());
         }
         if status.phase != Some(BackupPhase::Running) {
@@ -191,6 +192,7 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
         }
         return follow(
             &ctx.metrics,
+            &ctx.recorder,
             &api,
             &backup,
             &status,
@@ -205,6 +207,7 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
         // Its Job is gone (deleted by hand) before an outcome was seen: the store decides.
         return settle(
             &ctx.metrics,
+            &ctx.recorder,
             &api,
             &backup,
             &status,
@@ -229,7 +232,7 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
         ) {
             Ok(j) => j,
             Err(message) => {
-                fail(&api, &backup, &status, &message).await?;
+                fail(&ctx.recorder, &api, &backup, &status, &message).await?;
                 return Ok(Action::await_change());
             }
         };
@@ -257,7 +260,7 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
     let data = match data_volume(&pod, source) {
         Ok(d) => d,
         Err(message) => {
-            return blocked(&api, &backup, "NoDataVolume", &message).await;
+            return blocked(&ctx.recorder, &api, &backup, "NoDataVolume", &message).await;
         }
     };
     // Which data directory this is: the claim's uid, else the pod's (an emptyDir lives
@@ -281,7 +284,7 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
                 let message = format!(
                     "the data volume's claim {claim} is ReadWriteOncePod: no second pod may mount it; use method exec (the command runs in the database container) or job"
                 );
-                return blocked(&api, &backup, "ReadWriteOncePod", &message).await;
+                return blocked(&ctx.recorder, &api, &backup, "ReadWriteOncePod", &message).await;
             }
             volume_id = format!("pvc:{}", pvc.meta().uid.as_deref().unwrap_or_default());
         }
@@ -292,14 +295,14 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
             Parent::Found(p) => Some(p),
             Parent::None => {
                 let message = "an incremental needs a restorable mariabackup backup in the store to start from; there is none";
-                return blocked(&api, &backup, "NoParent", message).await;
+                return blocked(&ctx.recorder, &api, &backup, "NoParent", message).await;
             }
             Parent::OtherServer(id) => {
                 let message = format!(
                     "an incremental builds on a backup of the same data directory (InnoDB LSNs are a server's own), and pod {} holds none: the newest restorable one, {id}, was taken from another server; take a full backup of this one first, or set target to the pod it came from",
                     pod.name_any()
                 );
-                return blocked(&api, &backup, "NoParent", &message).await;
+                return blocked(&ctx.recorder, &api, &backup, "NoParent", &message).await;
             }
         },
     };
@@ -444,7 +447,14 @@ async fn target_pod<'p>(
 ) -> Result<Result<(Pod, &'p SourceSpec), Action>, Error> {
     let Some(source) = policy.spec.source.as_ref() else {
         let message = "the BackupPolicy has no spec.source (which pods hold the database)";
-        return Ok(Err(blocked(api, backup, "NoSource", message).await?));
+        return Ok(Err(blocked(
+            &ctx.recorder,
+            api,
+            backup,
+            "NoSource",
+            message,
+        )
+        .await?));
     };
     let pods: Api<Pod> =
         Api::namespaced(ctx.client.clone(), &backup.namespace().unwrap_or_default());
@@ -463,7 +473,14 @@ async fn target_pod<'p>(
             "no running database pod for target {target} among {} pod(s) matching spec.source.selector",
             candidates.len()
         );
-        let next = blocked(api, backup, "DatabasePodNotRunning", &message).await?;
+        let next = blocked(
+            &ctx.recorder,
+            api,
+            backup,
+            "DatabasePodNotRunning",
+            &message,
+        )
+        .await?;
         // A pod starting up is usually running within seconds.
         return Ok(Err(if backup_failed(&next) {
             next
@@ -503,13 +520,13 @@ async fn exec_backup(
     let command = backup.spec.template.command.clone();
     if command.is_empty() {
         let message = "method exec needs spec.command: the command whose stdout is the backup, run in the database container (e.g. [mariadb-dump, --all-databases, --single-transaction])";
-        fail(api, &backup, status, message).await?;
+        fail(&ctx.recorder, api, &backup, status, message).await?;
         return Ok(Action::await_change());
     }
     if backup.spec.kind == BackupType::Incremental {
         let message =
             "type incremental needs method mariabackup or xtrabackup; exec takes whole backups";
-        fail(api, &backup, status, message).await?;
+        fail(&ctx.recorder, api, &backup, status, message).await?;
         return Ok(Action::await_change());
     }
     let (pod, source) = match target_pod(ctx, api, &backup, policy).await? {
@@ -528,13 +545,13 @@ async fn exec_backup(
                 "pod {} has no container {c:?} (spec.source.container)",
                 pod.name_any()
             );
-            return blocked(api, &backup, "NoContainer", &message).await;
+            return blocked(&ctx.recorder, api, &backup, "NoContainer", &message).await;
         }
         None => match containers.first() {
             Some(c) => c.name.clone(),
             None => {
                 let message = format!("pod {} has no containers", pod.name_any());
-                return blocked(api, &backup, "NoContainer", &message).await;
+                return blocked(&ctx.recorder, api, &backup, "NoContainer", &message).await;
             }
         },
     };
@@ -567,6 +584,7 @@ async fn exec_backup(
 #[allow(clippy::too_many_arguments)]
 async fn follow(
     metrics: &crate::metrics::Metrics,
+    recorder: &Recorder,
     api: &Api<Backup>,
     backup: &Backup,
     status: &BackupStatus,
@@ -582,7 +600,10 @@ async fn follow(
             .is_some_and(|cs| cs.iter().any(|c| c.type_ == t && c.status == "True"))
     };
     if finished("Complete") || js.succeeded.unwrap_or(0) > 0 {
-        return settle(metrics, api, backup, status, store, name, id, None).await;
+        return settle(
+            metrics, recorder, api, backup, status, store, name, id, None,
+        )
+        .await;
     }
     if finished("Failed") || js.failed.unwrap_or(0) > 0 {
         let job_says = js
@@ -598,7 +619,18 @@ async fn follow(
             (None, None) => "its container exited with an error".into(),
         };
         let why = format!("the backup Job failed: {why}");
-        return settle(metrics, api, backup, status, store, name, id, Some(why)).await;
+        return settle(
+            metrics,
+            recorder,
+            api,
+            backup,
+            status,
+            store,
+            name,
+            id,
+            Some(why),
+        )
+        .await;
     }
     Ok(Action::requeue(Duration::from_secs(30)))
 }
@@ -608,6 +640,7 @@ async fn follow(
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn settle(
     metrics: &crate::metrics::Metrics,
+    recorder: &Recorder,
     api: &Api<Backup>,
     backup: &Backup,
     status: &BackupStatus,
@@ -664,13 +697,14 @@ pub(crate) async fn settle(
                     "the backup Job succeeded but no completed metadata.json was committed".into()
                 }
             };
-            fail(api, backup, status, &message).await?;
+            fail(recorder, api, backup, status, &message).await?;
         }
     }
     Ok(Action::await_change())
 }
 
 async fn fail(
+    recorder: &Recorder,
     api: &Api<Backup>,
     backup: &Backup,
     status: &BackupStatus,
@@ -691,7 +725,20 @@ async fn fail(
         backup.meta().generation,
     )];
     tracing::warn!(backup = %backup.name_any(), "backup failed: {message}");
-    apply_status(api, &backup.name_any(), &failed).await
+    apply_status(api, &backup.name_any(), &failed).await?;
+    // The same words as an event (the API keeps notes up to 1 KiB): `kubectl describe`
+    // and event pipelines see why, not only that.
+    let event = Event {
+        type_: EventType::Warning,
+        reason: "BackupFailed".into(),
+        note: Some(pod::tail(&message, 1024).to_owned()),
+        action: "Backup".into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&event, &backup.object_ref(&())).await {
+        tracing::warn!(backup = %backup.name_any(), "could not publish event: {e}");
+    }
+    Ok(())
 }
 
 /// Whether `blocked` gave up (it then waits for a change instead of a minute).
@@ -710,6 +757,7 @@ pub const JOB_DEADLINE_SECONDS: i64 = 24 * 3600;
 /// minute (a fixed policy or a pod coming up is noticed then); after [`PENDING_LIMIT`] the
 /// Backup is failed with the same reason instead.
 async fn blocked(
+    recorder: &Recorder,
     api: &Api<Backup>,
     backup: &Backup,
     reason: &str,
@@ -719,6 +767,7 @@ async fn blocked(
     if created.is_some_and(|c| Timestamp::now() > c + PENDING_LIMIT) {
         let status = backup.status.clone().unwrap_or_default();
         fail(
+            recorder,
             api,
             backup,
             &status,

@@ -138,6 +138,7 @@ pub fn spawn(
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let api: Api<Backup> = Api::namespaced(ctx.client.clone(), &ns);
     let metrics = ctx.metrics.clone();
+    let recorder = ctx.recorder.clone();
     let handle = tokio::spawn(async move {
         let source = Box::new(ExecSource {
             pods,
@@ -169,6 +170,7 @@ pub fn spawn(
             let status = current.status.clone().unwrap_or_default();
             match crate::backup::settle(
                 &metrics,
+                &recorder,
                 &api,
                 &current,
                 &status,
@@ -207,6 +209,7 @@ pub async fn fence(
     tidemark_engine::attempt::record_failed(store, spec, message).await?;
     crate::backup::settle(
         &ctx.metrics,
+        &ctx.recorder,
         api,
         backup,
         status,

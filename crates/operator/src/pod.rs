@@ -216,7 +216,7 @@ pub async fn job_failure(client: &Client, job: &Job) -> Option<String> {
 }
 
 /// The last `limit` bytes of `s`, cut at a character boundary.
-fn tail(s: &str, limit: usize) -> &str {
+pub fn tail(s: &str, limit: usize) -> &str {
     let mut from = s.len().saturating_sub(limit);
     while !s.is_char_boundary(from) {
         from += 1;

@@ -71,7 +71,11 @@ pub async fn reconcile(ctx: &Context, policy: &BackupPolicy) -> Result<(), Error
     Ok(())
 }
 
-/// The image of the database container of a pod the policy's source selects.
+/// The image of the database container of a pod the policy's source selects: the
+/// primary's (its role label says `primary`) when one is running, else the first by name.
+/// The archiver reads the primary, so its `mariadb-binlog` follows the primary's server
+/// through an upgrade; a change of a selected pod's images looks at the policy again
+/// ([`policies_of_pod`]).
 pub(crate) async fn database_image(ctx: &Context, policy: &BackupPolicy) -> Result<String, Error> {
     let source = policy.spec.source.as_ref().ok_or_else(|| {
         Error::Invalid(
@@ -83,17 +87,28 @@ pub(crate) async fn database_image(ctx: &Context, policy: &BackupPolicy) -> Resu
     let listed = pods
         .list(&ListParams::default().labels(&crate::backup::selector(&source.selector)?))
         .await?;
-    listed
+    let role_label = source
+        .role_label
+        .as_deref()
+        .unwrap_or(crate::backup::DEFAULT_ROLE_LABEL);
+    let mut candidates: Vec<(bool, String, String)> = listed
         .items
         .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
         .filter_map(|p| {
             let spec = p.spec.as_ref()?;
             let c = match &source.container {
                 Some(n) => spec.containers.iter().find(|c| &c.name == n)?,
                 None => spec.containers.first()?,
             };
-            c.image.clone()
+            let primary = p.labels().get(role_label).is_some_and(|r| r == "primary");
+            Some((!primary, p.name_any(), c.image.clone()?))
         })
+        .collect();
+    candidates.sort();
+    candidates
+        .into_iter()
+        .map(|(_, _, image)| image)
         .next()
         .ok_or_else(|| {
             Error::Missing(
@@ -212,6 +227,47 @@ pub fn archiver(
 }
 
 /// Which BackupPolicy an archiver Deployment belongs to.
+/// A fingerprint of a pod's container images: a watch of pods passes on only the changes
+/// of it (a rollout of the database image), not every status change.
+pub fn pod_images(p: &Pod) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    p.metadata.uid.hash(&mut h);
+    for c in &p.spec.as_ref()?.containers {
+        (&c.name, &c.image).hash(&mut h);
+    }
+    Some(h.finish())
+}
+
+/// The policies whose binlog archiver takes its image from `pod` (a `source` that selects
+/// it, a `binlogArchive.server` without its own `image`), among `policies`.
+pub fn policies_of_pod(
+    policies: &kube::runtime::reflector::Store<BackupPolicy>,
+    pod: &Pod,
+) -> Vec<kube::runtime::reflector::ObjectRef<BackupPolicy>> {
+    let ns = pod.namespace();
+    policies
+        .state()
+        .iter()
+        .filter(|p| p.namespace() == ns)
+        .filter(|p| {
+            let server = p
+                .spec
+                .binlog_archive
+                .as_ref()
+                .and_then(|a| a.server.as_ref());
+            server.is_some_and(|s| s.image.is_none())
+        })
+        .filter(|p| {
+            p.spec
+                .source
+                .as_ref()
+                .is_some_and(|s| tidemark_api::lifecycle::selects(&s.selector, pod.labels()))
+        })
+        .map(|p| kube::runtime::reflector::ObjectRef::from_obj(p.as_ref()))
+        .collect()
+}
+
 pub fn policy_of(d: &Deployment) -> Option<kube::runtime::reflector::ObjectRef<BackupPolicy>> {
     let ns = d.namespace()?;
     d.owner_references()

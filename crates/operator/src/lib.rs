@@ -446,13 +446,29 @@ async fn controllers(
     };
     let policies: Api<BackupPolicy> = Api::all(client.clone());
     let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = Api::all(client.clone());
-    let retention = drive(
-        watched_changes(policies, &stopping).watches(deployments, ours(), |d| {
+    // The archiver runs in the database's image: a rollout of a selected pod's image
+    // (and nothing else of a pod) looks at the policy again.
+    let database_pods = {
+        use kube::runtime::WatchStreamExt;
+        watcher(
+            Api::<k8s_openapi::api::core::v1::Pod>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .applied_objects()
+        .predicate_filter(archiver::pod_images, Default::default())
+    };
+    let retention = {
+        let c = watched_changes(policies, &stopping);
+        let of_pod = c.store();
+        c.watches(deployments, ours(), |d| {
             archiver::policy_of(&d).into_iter().collect::<Vec<_>>()
-        }),
-        retention::reconcile,
-        ctx.clone(),
-    );
+        })
+        .watches_stream(database_pods, move |p| {
+            archiver::policies_of_pod(&of_pod, &p)
+        })
+    };
+    let retention = drive(retention, retention::reconcile, ctx.clone());
     let backups_api: Api<Backup> = Api::all(client.clone());
     let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::all(client.clone());
     // A policy's deletionPolicy decides its Backups' finalizers: a spec change re-reads

@@ -538,6 +538,15 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         run_ok(self.ctr().args(["images", "import"]).arg(archive));
     }
 
+    /// Gives the image `from` the further name `to` (a new tag of the same image, as a
+    /// registry would have after a push).
+    ///
+    /// # Panics
+    /// `ctr` fails.
+    pub fn tag(&self, from: &str, to: &str) {
+        run_ok(self.ctr().args(["images", "tag", "--force", from, to]));
+    }
+
     fn start_kubelet(&mut self) {
         let s = self.state.path();
         let dir = s.join("kubelet");

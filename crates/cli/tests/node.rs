@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Pod, Service};
-use kube::Client;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
 use serde_json::json;
 use tidemark_api::crd::Backup;
 use tidemark_operator::testkit::node::{LOCAL_STORAGE_CLASS, MARIADB_IMAGE, NODE_NAME};
@@ -46,6 +46,9 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     }),
     ("exec_and_job_methods", |w| {
         Box::pin(exec_and_job_methods(w))
+    }),
+    ("pvc_reaper_on_real_mounts", |w| {
+        Box::pin(pvc_reaper_on_real_mounts(w))
     }),
 ];
 
@@ -134,6 +137,7 @@ const OPERATOR_NAMESPACE: &str = "tidemark-system";
 const DB_PASSWORD: &str = "pw-Xy7#do\\not-leak";
 /// Real pods and real backups take longer than the API-only tests' waits.
 const LONG: Duration = Duration::from_secs(180);
+const LAST_UNMOUNTED: &str = "tidemark.io/last-unmounted-on";
 
 fn workspace() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -719,4 +723,117 @@ async fn exec_and_job_methods(w: Arc<World>) {
     })
     .await;
     assert!(notes.contains("exited 3"), "{notes}");
+}
+
+/// The PVC reaper (VolumeClaimRetention) against claims real pods mount: a StatefulSet's
+/// pod goes, its claim is stamped; the pod comes back on it, the stamp goes; unmounted
+/// past the TTL, the claim is deleted, and the pod the StatefulSet makes next gets a new
+/// claim (new uid, a fresh volume), never the expired one's data.
+async fn pvc_reaper_on_real_mounts(w: Arc<World>) {
+    let ns = "reaper";
+    w.node.namespace(ns).await;
+    w.node.local_volumes(2).await;
+    let statefulset = |replicas: u32| {
+        json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "cache"},
+        "spec": {
+            "serviceName": "cache", "replicas": replicas,
+            "selector": {"matchLabels": {"app": "cache"}},
+            "template": {"metadata": {"labels": {"app": "cache"}}, "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "c", "image": MARIADB_IMAGE, "imagePullPolicy": "Never",
+                    "command": ["sh", "-c", "echo \"$HOSTNAME was here\" >> /data/log; exec sleep 3600"],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}},
+            "volumeClaimTemplates": [{"metadata": {"name": "data", "labels": {"app": "cache"}}, "spec": {
+                "accessModes": ["ReadWriteOnce"], "storageClassName": LOCAL_STORAGE_CLASS,
+                "resources": {"requests": {"storage": "1Gi"}}}}],
+        }})
+    };
+    w.apply(
+        ns,
+        &[
+            statefulset(1),
+            json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "VolumeClaimRetention", "metadata": {"name": "cache"},
+                "spec": {"selector": {"matchLabels": {"app": "cache"}}, "ttl": "1d", "deleteRetainedVolumes": true}}),
+        ],
+    );
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(w.client(), ns);
+    let pods: Api<Pod> = Api::namespaced(w.client(), ns);
+    let running = || async {
+        eventually_within("cache-0 running", LONG, || async {
+            let p = pods.get_opt("cache-0").await.ok()??;
+            (p.metadata.deletion_timestamp.is_none()
+                && p.status?.phase.as_deref() == Some("Running"))
+            .then_some(())
+        })
+        .await;
+    };
+    let gone = || async {
+        eventually_within("cache-0 gone", LONG, || async {
+            pods.get_opt("cache-0").await.ok()?.is_none().then_some(())
+        })
+        .await;
+    };
+    let stamp = |c: &PersistentVolumeClaim| c.annotations().get(LAST_UNMOUNTED).cloned();
+    running().await;
+    let first = claims.get("data-cache-0").await.unwrap();
+    assert_eq!(stamp(&first), None, "a mounted claim is not stamped");
+
+    w.apply(ns, &[statefulset(0)]);
+    gone().await;
+    let stamped = eventually("the claim stamped", || async {
+        stamp(&claims.get("data-cache-0").await.ok()?)
+    })
+    .await;
+    assert!(stamped.parse::<jiff::Timestamp>().is_ok(), "{stamped}");
+    w.apply(ns, &[statefulset(1)]);
+    running().await;
+    eventually("the stamp removed when the pod mounts it again", || async {
+        stamp(&claims.get("data-cache-0").await.ok()?)
+            .is_none()
+            .then_some(())
+    })
+    .await;
+
+    // Unmounted again, and (as its stamp says) for three days: past the TTL.
+    w.apply(ns, &[statefulset(0)]);
+    gone().await;
+    eventually("stamped again", || async {
+        stamp(&claims.get("data-cache-0").await.ok()?)
+    })
+    .await;
+    let long_ago = (jiff::Timestamp::now() - jiff::SignedDuration::from_hours(72)).to_string();
+    w.kubectl(&[
+        "annotate",
+        "-n",
+        ns,
+        "pvc/data-cache-0",
+        "--overwrite",
+        &format!("{LAST_UNMOUNTED}={long_ago}"),
+    ]);
+    let old_uid = first.metadata.uid.clone().unwrap();
+    eventually_within("the expired claim deleted", LONG, || async {
+        let c = claims.get_opt("data-cache-0").await.ok()?;
+        c.is_none_or(|c| c.metadata.uid.as_deref() != Some(old_uid.as_str()))
+            .then_some(())
+    })
+    .await;
+    w.apply(ns, &[statefulset(1)]);
+    running().await;
+    let fresh = claims.get("data-cache-0").await.unwrap();
+    assert_ne!(
+        fresh.metadata.uid.as_deref(),
+        Some(old_uid.as_str()),
+        "a new claim"
+    );
+    assert_ne!(
+        fresh.spec.as_ref().unwrap().volume_name,
+        first.spec.as_ref().unwrap().volume_name,
+        "on a fresh volume"
+    );
+    let log = w.kubectl(&["exec", "-n", ns, "cache-0", "--", "cat", "/data/log"]);
+    assert_eq!(
+        log.lines().count(),
+        1,
+        "none of the expired claim's data: {log}"
+    );
 }

@@ -50,6 +50,9 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("pvc_reaper_on_real_mounts", |w| {
         Box::pin(pvc_reaper_on_real_mounts(w))
     }),
+    ("https_store_with_a_private_ca", |w| {
+        Box::pin(https_store_with_a_private_ca(w))
+    }),
 ];
 
 fn main() -> ExitCode {
@@ -321,17 +324,22 @@ impl World {
     /// `tidemark ARGS --store … --cluster CLUSTER --endpoint …` on the machine, with the
     /// store's credentials; must succeed.
     fn tidemark(&self, cluster: &str, args: &[&str]) -> std::process::Output {
+        self.tidemark_at(&self.s3, cluster, args)
+    }
+
+    /// [`World::tidemark`] on another store.
+    fn tidemark_at(&self, s3: &SeaweedFs, cluster: &str, args: &[&str]) -> std::process::Output {
         let (sub, rest) = args.split_first().unwrap();
         let out = common::bin()
-            .envs(self.s3.env())
+            .envs(s3.env())
             .arg(sub)
             .args([
                 "--store",
-                &self.s3.url(),
+                &s3.url(),
                 "--cluster",
                 cluster,
                 "--endpoint",
-                &self.s3.endpoint,
+                &s3.endpoint,
             ])
             .args(rest)
             .output()
@@ -346,9 +354,14 @@ impl World {
 
     /// Restores `cluster` to `to` into a fresh directory and counts `shop.orders` there.
     fn restored_count(&self, cluster: &str, to: &str) -> String {
+        self.restored_count_at(&self.s3, cluster, to)
+    }
+
+    fn restored_count_at(&self, s3: &SeaweedFs, cluster: &str, to: &str) -> String {
         let dir = tempfile::tempdir().unwrap();
         let datadir = dir.path().join("restored");
-        self.tidemark(
+        self.tidemark_at(
+            s3,
             cluster,
             &[
                 "restore",
@@ -835,5 +848,57 @@ async fn pvc_reaper_on_real_mounts(w: Arc<World>) {
         log.lines().count(),
         1,
         "none of the expired claim's data: {log}"
+    );
+}
+
+/// An https store whose certificate comes from a private CA, configured as the docs say
+/// (`objectStore.caBundle`): the backup Job's copied `tidemark` — in a database image with
+/// no CA certificates of its own — and the operator's pod both reach it. Without the
+/// bundle the Backup fails with the certificate error in its status.
+async fn https_store_with_a_private_ca(w: Arc<World>) {
+    let ip = w.node.host_ip().to_string();
+    let s3 = tokio::task::spawn_blocking(move || SeaweedFs::start_tls_on(&ip))
+        .await
+        .unwrap();
+    assert!(s3.endpoint.starts_with("https://"), "{}", s3.endpoint);
+    let ns = "secure";
+    w.tenant(ns).await;
+    database(&w, ns, "db", 1).await;
+    insert(&w, ns, "db-0", 7);
+    let policy = |name: &str, ca: Option<&str>| {
+        let mut store = json!({"bucket": tidemark_store::testkit::BUCKET, "endpoint": s3.endpoint, "credentialsSecret": "s3"});
+        if let Some(pem) = ca {
+            store["caBundle"] = json!(pem);
+        }
+        json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy", "metadata": {"name": name},
+            "spec": {"objectStore": store,
+                     "source": {"selector": {"matchLabels": {"app": "db"}}, "container": "mariadb", "credentialsSecret": "db"}}})
+    };
+    let backup = |name: &str, policy: &str| {
+        json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "Backup", "metadata": {"name": name},
+            "spec": {"policy": {"name": policy}, "method": "mariabackup", "target": "primary"}})
+    };
+    w.apply(
+        ns,
+        &[
+            policy("secure", s3.ca_bundle.as_deref()),
+            policy("unverified", None),
+            backup("over-tls", "secure"),
+            backup("no-ca", "unverified"),
+        ],
+    );
+    let st = completed(&w, ns, "over-tls").await;
+    let at = st["completedAt"].as_str().unwrap().to_owned();
+    assert_eq!(w.restored_count_at(&s3, "secure", &at), "7");
+    let backups: Api<Backup> = Api::namespaced(w.client(), ns);
+    let st = eventually_within("no-ca failed", LONG, || async {
+        let s = serde_json::to_value(backups.get("no-ca").await.ok()?.status).unwrap();
+        (s["phase"] == "failed").then_some(s)
+    })
+    .await;
+    let error = st["error"].as_str().unwrap().to_lowercase();
+    assert!(
+        error.contains("certificate"),
+        "the TLS failure is named: {error}"
     );
 }

@@ -650,13 +650,18 @@ pub(crate) async fn settle(
     failure: Option<String>,
 ) -> Result<Action, Error> {
     let key = layout::metadata_key(name, id);
-    let meta = match store
-        .read(&key)
-        .await
-        .map_err(|e| Error::Engine(e.into()))?
-    {
-        Some(bytes) => serde_json::from_slice::<Metadata>(&bytes).ok(),
-        None => None,
+    let mut unreadable = None;
+    let meta = match store.read(&key).await {
+        Ok(Some(bytes)) => serde_json::from_slice::<Metadata>(&bytes).ok(),
+        Ok(None) => None,
+        // The runner failed, so it committed nothing, and the store cannot be read (a
+        // store the runner could not reach either, say): the runner's failure is the
+        // outcome, rather than a Backup running for ever.
+        Err(e) if failure.is_some() => {
+            unreadable = Some(tidemark_engine::error::chain(&e));
+            None
+        }
+        Err(e) => return Err(Error::Engine(e.into())),
     };
     match meta {
         Some(m) if m.phase == MetadataPhase::Completed && m.backup_id == id => {
@@ -692,7 +697,10 @@ pub(crate) async fn settle(
             let recorded = other.and_then(|m| m.error);
             let message = match (recorded, failure) {
                 (Some(e), _) => e,
-                (None, Some(j)) => j,
+                (None, Some(j)) => match unreadable {
+                    Some(e) => format!("{j} (and the store could not be read: {e})"),
+                    None => j,
+                },
                 (None, None) => {
                     "the backup Job succeeded but no completed metadata.json was committed".into()
                 }

@@ -35,6 +35,8 @@ pub struct SeaweedFs {
     child: Child,
     dir: tempfile::TempDir,
     pub endpoint: String,
+    /// With TLS: the private CA (PEM) its certificate chains to.
+    pub ca_bundle: Option<String>,
 }
 
 /// Why a start attempt failed.
@@ -116,10 +118,23 @@ impl SeaweedFs {
     /// # Panics
     /// As [`SeaweedFs::start`].
     pub fn start_on(ip: &str) -> Self {
+        Self::start_with(ip, false)
+    }
+
+    /// [`SeaweedFs::start_on`] serving S3 over HTTPS only, with a certificate for `ip` from
+    /// a private CA made for it ([`SeaweedFs::ca_bundle`]).
+    ///
+    /// # Panics
+    /// As [`SeaweedFs::start`], or openssl fails.
+    pub fn start_tls_on(ip: &str) -> Self {
+        Self::start_with(ip, true)
+    }
+
+    fn start_with(ip: &str, tls: bool) -> Self {
         let weed = find_weed().unwrap_or_else(|e| panic!("{e}"));
         let mut failures = Vec::new();
         for _ in 0..START_ATTEMPTS {
-            match Self::try_start(&weed, ip) {
+            match Self::try_start(&weed, ip, tls) {
                 Ok(server) => return server,
                 Err(Start::PortTaken(log)) => failures.push(log),
                 Err(Start::Failed(why)) => panic!("{why}"),
@@ -131,7 +146,7 @@ impl SeaweedFs {
         );
     }
 
-    fn try_start(weed: &FsPath, ip: &str) -> Result<Self, Start> {
+    fn try_start(weed: &FsPath, ip: &str, tls: bool) -> Result<Self, Start> {
         let dir = tempfile::tempdir().expect("temporary directory");
         let config = dir.path().join("s3.json");
         std::fs::write(
@@ -146,8 +161,20 @@ impl SeaweedFs {
         let log = std::fs::File::create(dir.path().join("weed.log")).expect("log file");
         let p = free_ports(9);
         let s3_port = p[6];
-        let child = Command::new(weed)
-            .arg("server")
+        let ca_bundle = tls.then(|| private_ca_certificate(dir.path(), ip));
+        let mut cmd = Command::new(weed);
+        cmd.arg("server");
+        if tls {
+            cmd.arg(format!(
+                "-s3.cert.file={}",
+                dir.path().join("server.crt").display()
+            ))
+            .arg(format!(
+                "-s3.key.file={}",
+                dir.path().join("server.key").display()
+            ));
+        }
+        let child = cmd
             .arg(format!("-dir={}", data.display()))
             .arg(format!("-ip={ip}"))
             .arg(format!("-ip.bind={ip}"))
@@ -176,7 +203,8 @@ impl SeaweedFs {
         let mut server = SeaweedFs {
             child,
             dir,
-            endpoint: format!("http://{ip}:{s3_port}"),
+            endpoint: format!("{}://{ip}:{s3_port}", if tls { "https" } else { "http" }),
+            ca_bundle,
         };
         server.wait_ready()?;
         Ok(server)
@@ -242,8 +270,15 @@ impl SeaweedFs {
 
     /// A client for the whole bucket, with the test credentials.
     pub fn raw_store(&self) -> Arc<dyn ObjectStore> {
+        let mut client = object_store::ClientOptions::new();
+        if let Some(pem) = &self.ca_bundle {
+            client = client.with_root_certificate(
+                object_store::Certificate::from_pem(pem.as_bytes()).expect("CA certificate"),
+            );
+        }
         Arc::new(
             AmazonS3Builder::new()
+                .with_client_options(client)
                 .with_bucket_name(BUCKET)
                 .with_endpoint(&self.endpoint)
                 .with_allow_http(true)
@@ -274,7 +309,89 @@ impl SeaweedFs {
             ("AWS_REGION", "us-east-1".into()),
             ("AWS_ENDPOINT_URL", self.endpoint.clone()),
         ]
+        .into_iter()
+        .chain(
+            self.ca_bundle
+                .clone()
+                .map(|pem| ("TIDEMARK_CA_BUNDLE", pem)),
+        )
+        .collect()
     }
+}
+
+/// A CA and a server certificate for `ip` signed by it, made with openssl in `dir`
+/// (`server.crt`, `server.key`); returns the CA's certificate (PEM).
+fn private_ca_certificate(dir: &FsPath, ip: &str) -> String {
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+    ];
+    run(&[
+        &["req", "-x509"][..],
+        &ec[..],
+        &[
+            "-days",
+            "3",
+            "-subj",
+            "/CN=tidemark-test-store-ca",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+        ][..],
+    ]
+    .concat());
+    run(&[
+        &["req"][..],
+        &ec[..],
+        &[
+            "-subj",
+            "/CN=tidemark-test-store",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+        ][..],
+    ]
+    .concat());
+    std::fs::write(
+        dir.join("server.ext"),
+        format!("basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:{ip}\n"),
+    )
+    .expect("extensions");
+    run(&[
+        "x509",
+        "-req",
+        "-days",
+        "3",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-extfile",
+        "server.ext",
+        "-out",
+        "server.crt",
+    ]);
+    std::fs::read_to_string(dir.join("ca.crt")).expect("CA certificate")
 }
 
 impl Drop for SeaweedFs {

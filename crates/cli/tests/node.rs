@@ -24,7 +24,7 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use tidemark_api::crd::Backup;
+use tidemark_api::crd::{Backup, BackupPolicy};
 use tidemark_operator::testkit::node::{LOCAL_STORAGE_CLASS, MARIADB_IMAGE, NODE_NAME};
 use tidemark_operator::testkit::{Node, eventually, eventually_within};
 use tidemark_store::testkit::{ACCESS_KEY, SECRET_KEY, SeaweedFs, query_restored};
@@ -52,6 +52,9 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     }),
     ("https_store_with_a_private_ca", |w| {
         Box::pin(https_store_with_a_private_ca(w))
+    }),
+    ("faults_operator_database_and_store", |w| {
+        Box::pin(faults_operator_database_and_store(w))
     }),
 ];
 
@@ -900,5 +903,197 @@ async fn https_store_with_a_private_ca(w: Arc<World>) {
     assert!(
         error.contains("certificate"),
         "the TLS failure is named: {error}"
+    );
+}
+
+/// The leading operator pod (the Lease's holder).
+async fn leader(w: &World) -> String {
+    let leases: Api<Lease> = Api::namespaced(w.client(), OPERATOR_NAMESPACE);
+    eventually("a leader", || async {
+        leases
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find_map(|l| l.spec?.holder_identity)
+    })
+    .await
+}
+
+/// The Backup's status once it is `completed` or `failed`.
+async fn finished(w: &World, ns: &str, name: &str) -> serde_json::Value {
+    let backups: Api<Backup> = Api::namespaced(w.client(), ns);
+    eventually_within(&format!("Backup {name} finished"), LONG, || async {
+        let s = serde_json::to_value(backups.get_opt(name).await.ok()??.status).unwrap();
+        (s["phase"] == "completed" || s["phase"] == "failed").then_some(s)
+    })
+    .await
+}
+
+/// What the store recorded for an attempt (`metadata.json`'s phase), if anything.
+async fn stored_phase(s3: &SeaweedFs, cluster: &str, name: &str, id: &str) -> Option<String> {
+    let meta = s3
+        .cluster_store(cluster)
+        .read(&tidemark_store::layout::metadata_key(name, id))
+        .await
+        .unwrap()?;
+    let v: serde_json::Value = serde_json::from_slice(&meta).unwrap();
+    v["phase"].as_str().map(str::to_owned)
+}
+
+/// Faults a node shows: the leading operator pod deleted while it streams an exec backup
+/// (the other replica takes over and fences the attempt as failed: never restorable) and
+/// while a backup Job runs (the Job goes on; the new leader completes the Backup from
+/// it); the database pod deleted in the middle of a backup (the Backup ends, and what it
+/// left is restorable only if committed whole); the store frozen during a retention pass
+/// (Ready=False StoreUnavailable, then the pass completes once it answers again).
+async fn faults_operator_database_and_store(w: Arc<World>) {
+    let ns = "faults";
+    w.tenant(ns).await;
+    database(&w, ns, "db", 1).await;
+    insert(&w, ns, "db-0", 6);
+    w.apply(
+        ns,
+        &[json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy", "metadata": {"name": "faults"},
+            "spec": {
+                "objectStore": {"bucket": tidemark_store::testkit::BUCKET, "endpoint": w.s3.endpoint, "credentialsSecret": "s3"},
+                "source": {"selector": {"matchLabels": {"app": "db"}}, "container": "mariadb", "credentialsSecret": "db"},
+            }})],
+    );
+    let backups: Api<Backup> = Api::namespaced(w.client(), ns);
+    let running = |name: &'static str| {
+        let backups = backups.clone();
+        async move {
+            eventually_within(&format!("{name} running"), LONG, || async {
+                let s = serde_json::to_value(backups.get_opt(name).await.ok()??.status).unwrap();
+                (s["phase"] == "running").then_some(s)
+            })
+            .await
+        }
+    };
+    let delete_leader = || async {
+        let pod = leader(&w).await;
+        w.kubectl(&[
+            "delete",
+            "pod",
+            "-n",
+            OPERATOR_NAMESPACE,
+            &pod,
+            "--wait=false",
+        ]);
+        pod
+    };
+
+    // 1. An exec stream cut by the loss of its operator: fenced, never committed.
+    w.apply(
+        ns,
+        &[json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "Backup", "metadata": {"name": "cut-stream"},
+            "spec": {"policy": {"name": "faults"}, "method": "exec", "target": "primary",
+                     "command": ["sh", "-c", "mariadb-dump -uroot --databases shop; sleep 120"]}})],
+    );
+    let st = running("cut-stream").await;
+    let id = st["backupId"].as_str().unwrap().to_owned();
+    let old = delete_leader().await;
+    let st = finished(&w, ns, "cut-stream").await;
+    assert_eq!(st["phase"], "failed", "{st}");
+    assert!(
+        st["error"].as_str().unwrap().contains("operator stopped"),
+        "{st}"
+    );
+    assert_ne!(leader(&w).await, old, "the other replica leads");
+    assert_eq!(
+        stored_phase(&w.s3, "faults", "cut-stream", &id)
+            .await
+            .as_deref(),
+        Some("failed")
+    );
+
+    // 2. A backup Job outlives its operator: the new leader completes the Backup.
+    w.apply(
+        ns,
+        &[json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "Backup", "metadata": {"name": "job-survives"},
+            "spec": {"policy": {"name": "faults"}, "method": "mariabackup", "target": "primary"}})],
+    );
+    running("job-survives").await;
+    delete_leader().await;
+    let st = completed(&w, ns, "job-survives").await;
+    let at = st["completedAt"].as_str().unwrap().to_owned();
+    assert_eq!(w.restored_count("faults", &at), "6");
+
+    // 3. The database pod deleted in the middle of a backup of a few hundred MB.
+    w.sql(ns, "db-0", "USE shop; CREATE TABLE big (b LONGBLOB); INSERT INTO big SELECT REPEAT('x', 1048576) FROM seq_1_to_300");
+    w.apply(
+        ns,
+        &[json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "Backup", "metadata": {"name": "db-lost"},
+            "spec": {"policy": {"name": "faults"}, "method": "mariabackup", "target": "primary"}})],
+    );
+    let st = running("db-lost").await;
+    let id = st["backupId"].as_str().unwrap().to_owned();
+    w.kubectl(&["delete", "pod", "-n", ns, "db-0", "--wait=false"]);
+    let st = finished(&w, ns, "db-lost").await;
+    match stored_phase(&w.s3, "faults", "db-lost", &id)
+        .await
+        .as_deref()
+    {
+        // It finished before the server went: whole, and restorable.
+        Some("completed") => {
+            assert_eq!(st["phase"], "completed", "{st}");
+            let at = st["completedAt"].as_str().unwrap().to_owned();
+            assert_eq!(w.restored_count("faults", &at), "6");
+        }
+        // Cut: failed in the store (or never committed), and said so on the object.
+        other => {
+            assert_eq!(st["phase"], "failed", "store {other:?}, status {st}");
+            eprintln!("db-lost: cut mid-backup: {}", st["error"]);
+        }
+    }
+
+    // 4. The store stops answering during a retention pass, then comes back.
+    let ip = w.node.host_ip().to_string();
+    let frozen = tokio::task::spawn_blocking(move || SeaweedFs::start_on(&ip))
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        w.tidemark_at(
+            &frozen,
+            "frozen",
+            &["push", "--backup-name", "manual", "--", "echo", "a backup"],
+        );
+    }
+    frozen.pause();
+    w.apply(
+        ns,
+        &[json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy", "metadata": {"name": "frozen"},
+            "spec": {
+                "objectStore": {"bucket": tidemark_store::testkit::BUCKET, "endpoint": frozen.endpoint, "credentialsSecret": "s3"},
+                "retention": {"keepLast": 1},
+            }})],
+    );
+    let policies: Api<BackupPolicy> = Api::namespaced(w.client(), ns);
+    let condition = |want: &'static str| {
+        let policies = policies.clone();
+        async move {
+            eventually_within(&format!("policy frozen: {want}"), LONG, || async {
+                let s = serde_json::to_value(policies.get("frozen").await.ok()?.status).unwrap();
+                let c = s["conditions"]
+                    .as_array()?
+                    .iter()
+                    .find(|c| c["type"] == "Ready")?
+                    .clone();
+                (c["reason"] == want).then_some(c)
+            })
+            .await
+        }
+    };
+    let c = condition("StoreUnavailable").await;
+    assert_eq!(c["status"], "False", "{c}");
+    frozen.resume();
+    condition("PassSucceeded").await;
+    let ls = common::json(&w.tidemark_at(&frozen, "frozen", &["ls", "--output", "json"]));
+    assert_eq!(
+        ls["backups"].as_array().unwrap().len(),
+        1,
+        "keepLast 1 after the pass: {ls}"
     );
 }

@@ -268,6 +268,26 @@ impl SeaweedFs {
         lines[lines.len().saturating_sub(40)..].join("\n")
     }
 
+    /// Freezes the server (SIGSTOP): requests hang as at a store that stopped answering,
+    /// until [`SeaweedFs::resume`].
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a paused server go on (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .arg(sig)
+            .arg(self.child.id().to_string())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} SeaweedFS");
+    }
+
     /// A client for the whole bucket, with the test credentials.
     pub fn raw_store(&self) -> Arc<dyn ObjectStore> {
         let mut client = object_store::ClientOptions::new();

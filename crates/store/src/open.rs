@@ -317,7 +317,7 @@ enum BaseNative {
         bucket_url: String,
         region: String,
         /// The client settings of the store's own client (roots, plain HTTP).
-        client: object_store::ClientOptions,
+        client: Box<object_store::ClientOptions>,
     },
 }
 
@@ -477,7 +477,7 @@ fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
                     s3,
                     bucket_url,
                     region,
-                    client: client.with_allow_http(allow_http),
+                    client: Box::new(client.with_allow_http(allow_http)),
                 },
             })
         }

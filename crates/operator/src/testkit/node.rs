@@ -356,8 +356,9 @@ impl Node {
             );
         }
         let cached = images_dir().unwrap_or_else(|e| panic!("{e}"));
+        // Named by this process, so that a later start removes it if this one is killed.
         let state = tempfile::Builder::new()
-            .prefix("tidemark-node-")
+            .prefix(&format!("tidemark-node-{}-", std::process::id()))
             .tempdir()
             .expect("state directory");
         let host = Host::create(state.path());
@@ -895,7 +896,7 @@ impl Cgroup {
                 walk(&top, 0, &mut all);
             }
         }
-        all.sort_by(|a, b| b.0.cmp(&a.0));
+        all.sort_by_key(|d| std::cmp::Reverse(d.0));
         all.into_iter().map(|(_, d)| d).collect()
     }
 
@@ -974,5 +975,21 @@ fn sweep_stale() {
         };
         cgroup.kill_all();
         cgroup.remove();
+    }
+    // Its state directory, once nothing of it runs any more.
+    if let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let pid = name
+                .strip_prefix("tidemark-node-")
+                .and_then(|rest| rest.split('-').next());
+            if let Some(pid) = pid
+                && !pid.is_empty()
+                && pid.bytes().all(|b| b.is_ascii_digit())
+                && !Path::new("/proc").join(pid).exists()
+            {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
     }
 }

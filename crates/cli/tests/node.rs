@@ -240,24 +240,10 @@ impl World {
                     "-o",
                     "jsonpath={.status.containerStatuses}",
                 ]));
-                report.push(run(&[
-                    "logs",
-                    "-n",
-                    ns,
-                    pod,
-                    "--all-containers",
-                    "--tail=30",
-                ]));
+                let logs = ["logs", "-n", ns, pod, "--all-containers", "--tail=30"];
+                report.push(run(&logs));
                 if restarts != "0" {
-                    report.push(run(&[
-                        "logs",
-                        "-n",
-                        ns,
-                        pod,
-                        "--all-containers",
-                        "--tail=30",
-                        "--previous",
-                    ]));
+                    report.push(run(&[&logs[..], &["--previous"]].concat()));
                 }
             }
         }
@@ -327,32 +313,7 @@ impl World {
     /// `tidemark ARGS --store … --cluster CLUSTER --endpoint …` on the machine, with the
     /// store's credentials; must succeed.
     fn tidemark(&self, cluster: &str, args: &[&str]) -> std::process::Output {
-        self.tidemark_at(&self.s3, cluster, args)
-    }
-
-    /// [`World::tidemark`] on another store.
-    fn tidemark_at(&self, s3: &SeaweedFs, cluster: &str, args: &[&str]) -> std::process::Output {
-        let (sub, rest) = args.split_first().unwrap();
-        let out = common::bin()
-            .envs(s3.env())
-            .arg(sub)
-            .args([
-                "--store",
-                &s3.url(),
-                "--cluster",
-                cluster,
-                "--endpoint",
-                &s3.endpoint,
-            ])
-            .args(rest)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "tidemark {args:?}: {}",
-            common::stderr(&out)
-        );
-        out
+        common::on_store(&self.s3, cluster, args)
     }
 
     /// Restores `cluster` to `to` into a fresh directory and counts `shop.orders` there.
@@ -363,7 +324,7 @@ impl World {
     fn restored_count_at(&self, s3: &SeaweedFs, cluster: &str, to: &str) -> String {
         let dir = tempfile::tempdir().unwrap();
         let datadir = dir.path().join("restored");
-        self.tidemark_at(
+        common::on_store(
             s3,
             cluster,
             &[
@@ -379,7 +340,8 @@ impl World {
 }
 
 /// A MariaDB StatefulSet of `replicas` pods labelled `app=<name>`, each with a claim of
-/// the node's local storage, running as the image's mysql user (999) with binary logs; a
+/// the node's local storage, running as the image's mysql user (999) with binary logs, the
+/// settings of the Pod Security Standards' `restricted` level and a read-only root; a
 /// Service `<name>` to its first pod; the `shop.orders` table and the `backup` login
 /// (every host, [`DB_PASSWORD`]) once the first pod is ready. Returns the Service's IP.
 async fn database(w: &World, ns: &str, name: &str, replicas: usize) -> String {
@@ -402,14 +364,20 @@ async fn database(w: &World, ns: &str, name: &str, replicas: usize) -> String {
                     "template": {
                         "metadata": {"labels": {"app": name, "tidemark.io/role": "primary"}},
                         "spec": {
-                            "securityContext": {"runAsUser": 999, "runAsGroup": 999, "fsGroup": 999},
+                            "securityContext": {"runAsUser": 999, "runAsGroup": 999, "fsGroup": 999,
+                                                "runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
                             "containers": [{
                                 "name": "mariadb", "image": MARIADB_IMAGE, "imagePullPolicy": "Never",
+                                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]},
+                                                    "readOnlyRootFilesystem": true},
                                 "command": ["sh", "-c", script],
                                 "ports": [{"containerPort": 3306}],
                                 "readinessProbe": {"tcpSocket": {"port": 3306}, "periodSeconds": 1},
-                                "volumeMounts": [{"name": "data", "mountPath": "/var/lib/mysql"}],
+                                "volumeMounts": [{"name": "data", "mountPath": "/var/lib/mysql"},
+                                                 {"name": "tmp", "mountPath": "/tmp"},
+                                                 {"name": "run", "mountPath": "/run/mysqld"}],
                             }],
+                            "volumes": [{"name": "tmp", "emptyDir": {}}, {"name": "run", "emptyDir": {}}],
                         },
                     },
                     "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {
@@ -469,6 +437,29 @@ async fn completed(w: &World, ns: &str, name: &str) -> serde_json::Value {
     .await
 }
 
+/// Every pod of `ns` (the database's, and all the operator made for it) meets the Pod
+/// Security Standards' `restricted` level: a namespace that enforces it would admit them
+/// (Kubernetes 1.20 has no such admission; the rules are checked here, and the pods ran).
+async fn all_pods_restricted(w: &World, ns: &str, at_least: &[&str]) {
+    let pods: Api<Pod> = Api::namespaced(w.client(), ns);
+    let list = pods.list(&ListParams::default()).await.unwrap().items;
+    for part in at_least {
+        assert!(
+            list.iter().any(|p| p.name_any().contains(part)),
+            "no pod {part}* in {ns}: {:?}",
+            list.iter().map(ResourceExt::name_any).collect::<Vec<_>>()
+        );
+    }
+    for p in &list {
+        let found = tidemark_operator::testkit::restricted_violations(p.spec.as_ref().unwrap());
+        assert!(
+            found.is_empty(),
+            "pod {ns}/{} is not `restricted`: {found:?}",
+            p.name_any()
+        );
+    }
+}
+
 async fn installed_as_the_docs_say(w: Arc<World>) {
     let pods: Api<Pod> = Api::namespaced(w.client(), OPERATOR_NAMESPACE);
     let list = pods
@@ -516,6 +507,7 @@ async fn installed_as_the_docs_say(w: Arc<World>) {
         let metrics = get("/metrics");
         assert!(metrics.contains("tidemark_"), "{name} /metrics: {metrics}");
     }
+    all_pods_restricted(&w, OPERATOR_NAMESPACE, &["tidemark-operator"]).await;
 }
 
 /// The seeds' main path on a real node: a MariaDB StatefulSet with a claim per pod, a
@@ -620,6 +612,9 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
         "19",
         "restore to {target}"
     );
+    // The database meets the `restricted` level, and so do the backup Jobs and the
+    // archiver made from it — which ran under it.
+    all_pods_restricted(&w, ns, &["db-0", "-backup-", "shop-binlog-archiver"]).await;
 }
 
 /// Fetches a backup's payload (a logical dump) to the machine.
@@ -1055,7 +1050,7 @@ async fn faults_operator_database_and_store(w: Arc<World>) {
         .await
         .unwrap();
     for _ in 0..2 {
-        w.tidemark_at(
+        common::on_store(
             &frozen,
             "frozen",
             &["push", "--backup-name", "manual", "--", "echo", "a backup"],
@@ -1090,7 +1085,11 @@ async fn faults_operator_database_and_store(w: Arc<World>) {
     assert_eq!(c["status"], "False", "{c}");
     frozen.resume();
     condition("PassSucceeded").await;
-    let ls = common::json(&w.tidemark_at(&frozen, "frozen", &["ls", "--output", "json"]));
+    let ls = common::json(&common::on_store(
+        &frozen,
+        "frozen",
+        &["ls", "--output", "json"],
+    ));
     assert_eq!(
         ls["backups"].as_array().unwrap().len(),
         1,

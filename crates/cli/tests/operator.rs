@@ -150,27 +150,7 @@ async fn play_node(client: &Client, job: &Job, mounts: &[(&str, &Path)]) -> std:
 }
 
 fn tidemark(s3: &SeaweedFs, args: &[&str]) -> std::process::Output {
-    let (sub, rest) = args.split_first().unwrap();
-    let out = common::bin()
-        .envs(s3.env())
-        .arg(sub)
-        .args([
-            "--store",
-            &s3.url(),
-            "--cluster",
-            "shop",
-            "--endpoint",
-            &s3.endpoint,
-        ])
-        .args(rest)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "tidemark {args:?}: {}",
-        common::stderr(&out)
-    );
-    out
+    common::on_store(s3, "shop", args)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

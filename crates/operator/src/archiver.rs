@@ -9,7 +9,9 @@
 //! only as Secret references.
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{
+    Container, Pod, PodSecurityContext, PodSpec, PodTemplateSpec, SecurityContext,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
@@ -55,13 +57,21 @@ pub async fn reconcile(ctx: &Context, policy: &BackupPolicy) -> Result<(), Error
         }
         return Ok(());
     };
-    let image = match &server.image {
-        Some(i) => i.clone(),
-        None => database_image(ctx, policy).await?,
+    let runtime = match (database_runtime(ctx, policy).await, &server.image) {
+        (Ok(db), image) => DatabaseRuntime {
+            image: image.clone().unwrap_or(db.image),
+            ..db
+        },
+        // The image is given and no pod says more: the pod's defaults.
+        (Err(Error::Invalid(_) | Error::Missing(_)), Some(image)) => DatabaseRuntime {
+            image: image.clone(),
+            ..Default::default()
+        },
+        (Err(e), _) => return Err(e),
     };
     let store_secret = crate::pod::policy_secret_keys(&ctx.client, policy).await?;
     let deployment =
-        archiver(policy, &image, &ctx.image, store_secret.as_ref()).map_err(Error::Invalid)?;
+        archiver(policy, &runtime, &ctx.image, store_secret.as_ref()).map_err(Error::Invalid)?;
     api.patch(
         &name,
         &PatchParams::apply(FIELD_MANAGER).force(),
@@ -71,12 +81,26 @@ pub async fn reconcile(ctx: &Context, policy: &BackupPolicy) -> Result<(), Error
     Ok(())
 }
 
-/// The image of the database container of a pod the policy's source selects: the
-/// primary's (its role label says `primary`) when one is running, else the first by name.
-/// The archiver reads the primary, so its `mariadb-binlog` follows the primary's server
-/// through an upgrade; a change of a selected pod's images looks at the policy again
-/// ([`policies_of_pod`]).
-pub(crate) async fn database_image(ctx: &Context, policy: &BackupPolicy) -> Result<String, Error> {
+/// What a pod that runs the database's own tools (the binlog archiver, consolidation Jobs)
+/// takes from a database pod: the database container's image, and the pod's and that
+/// container's security settings — so a namespace that admits the database (a Pod Security
+/// level, a user id its volumes expect) admits these pods too.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DatabaseRuntime {
+    pub image: String,
+    pub pod_security: Option<PodSecurityContext>,
+    pub container_security: Option<SecurityContext>,
+}
+
+/// The [`DatabaseRuntime`] of a pod the policy's source selects: the primary's (its role
+/// label says `primary`) when one is running, else the first by name. The archiver reads
+/// the primary, so its `mariadb-binlog` follows the primary's server through an upgrade; a
+/// change of a selected pod's images or security settings looks at the policy again
+/// ([`policies_of_pod`], [`pod_runtime`]).
+pub(crate) async fn database_runtime(
+    ctx: &Context,
+    policy: &BackupPolicy,
+) -> Result<DatabaseRuntime, Error> {
     let source = policy.spec.source.as_ref().ok_or_else(|| {
         Error::Invalid(
             "spec.binlogArchive.server needs spec.binlogArchive.server.image or spec.source (whose database image has mariadb-binlog)".into(),
@@ -91,7 +115,7 @@ pub(crate) async fn database_image(ctx: &Context, policy: &BackupPolicy) -> Resu
         .role_label
         .as_deref()
         .unwrap_or(crate::backup::DEFAULT_ROLE_LABEL);
-    let mut candidates: Vec<(bool, String, String)> = listed
+    let mut candidates: Vec<(bool, String, DatabaseRuntime)> = listed
         .items
         .iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
@@ -102,13 +126,18 @@ pub(crate) async fn database_image(ctx: &Context, policy: &BackupPolicy) -> Resu
                 None => spec.containers.first()?,
             };
             let primary = p.labels().get(role_label).is_some_and(|r| r == "primary");
-            Some((!primary, p.name_any(), c.image.clone()?))
+            let runtime = DatabaseRuntime {
+                image: c.image.clone()?,
+                pod_security: spec.security_context.clone(),
+                container_security: c.security_context.clone(),
+            };
+            Some((!primary, p.name_any(), runtime))
         })
         .collect();
-    candidates.sort();
+    candidates.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
     candidates
         .into_iter()
-        .map(|(_, _, image)| image)
+        .map(|(_, _, runtime)| runtime)
         .next()
         .ok_or_else(|| {
             Error::Missing(
@@ -123,7 +152,7 @@ pub(crate) async fn database_image(ctx: &Context, policy: &BackupPolicy) -> Resu
 /// The policy lacks an object store or a binlog server.
 pub fn archiver(
     policy: &BackupPolicy,
-    image: &str,
+    db: &DatabaseRuntime,
     operator_image: &str,
     store_secret: Option<&SecretKeys>,
 ) -> Result<Deployment, String> {
@@ -205,18 +234,31 @@ pub fn archiver(
                     ..Default::default()
                 }),
                 spec: Some(PodSpec {
-                    init_containers: Some(vec![pod::install_container(operator_image)]),
+                    security_context: db.pod_security.clone(),
+                    init_containers: Some(vec![pod::install_container(
+                        operator_image,
+                        db.pod_security.as_ref(),
+                    )]),
                     containers: vec![Container {
                         name: "archiver".into(),
-                        image: Some(image.to_owned()),
+                        image: Some(db.image.clone()),
+                        security_context: db.container_security.clone(),
                         command: Some(vec!["sh".into(), "-c".into()]),
                         args: Some(args),
                         env: Some(env),
-                        volume_mounts: Some(vec![pod::tools_mount(), pod::mount("spool", SPOOL)]),
+                        volume_mounts: Some(vec![
+                            pod::tools_mount(),
+                            pod::mount("spool", SPOOL),
+                            pod::tmp_mount(),
+                        ]),
                         termination_message_policy: Some(pod::TERMINATION_MESSAGE_POLICY.into()),
                         ..Default::default()
                     }],
-                    volumes: Some(vec![pod::tools_volume(), pod::empty_volume("spool")]),
+                    volumes: Some(vec![
+                        pod::tools_volume(),
+                        pod::empty_volume("spool"),
+                        pod::empty_volume(pod::TMP_VOLUME),
+                    ]),
                     ..Default::default()
                 }),
             },
@@ -227,20 +269,28 @@ pub fn archiver(
 }
 
 /// Which BackupPolicy an archiver Deployment belongs to.
-/// A fingerprint of a pod's container images: a watch of pods passes on only the changes
-/// of it (a rollout of the database image), not every status change.
-pub fn pod_images(p: &Pod) -> Option<u64> {
+/// A fingerprint of what pods made from a database pod take from it ([`DatabaseRuntime`]):
+/// its containers' images and the security settings. A watch of pods passes on only the
+/// changes of it (a rollout of the database image), not every status change.
+pub fn pod_runtime(p: &Pod) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     p.metadata.uid.hash(&mut h);
-    for c in &p.spec.as_ref()?.containers {
+    let spec = p.spec.as_ref()?;
+    serde_json::to_string(&spec.security_context)
+        .unwrap_or_default()
+        .hash(&mut h);
+    for c in &spec.containers {
         (&c.name, &c.image).hash(&mut h);
+        serde_json::to_string(&c.security_context)
+            .unwrap_or_default()
+            .hash(&mut h);
     }
     Some(h.finish())
 }
 
-/// The policies whose binlog archiver takes its image from `pod` (a `source` that selects
-/// it, a `binlogArchive.server` without its own `image`), among `policies`.
+/// The policies whose binlog archiver takes its [`DatabaseRuntime`] from `pod` (a `source`
+/// that selects it, a `binlogArchive.server`), among `policies`.
 pub fn policies_of_pod(
     policies: &kube::runtime::reflector::Store<BackupPolicy>,
     pod: &Pod,
@@ -251,12 +301,10 @@ pub fn policies_of_pod(
         .iter()
         .filter(|p| p.namespace() == ns)
         .filter(|p| {
-            let server = p
-                .spec
+            p.spec
                 .binlog_archive
                 .as_ref()
-                .and_then(|a| a.server.as_ref());
-            server.is_some_and(|s| s.image.is_none())
+                .is_some_and(|a| a.server.is_some())
         })
         .filter(|p| {
             p.spec

@@ -1211,7 +1211,10 @@ impl JobPlan<'_> {
                         security_context: pod_spec.security_context.clone(),
                         service_account_name: pod_spec.service_account_name.clone(),
                         image_pull_secrets: pod_spec.image_pull_secrets.clone(),
-                        init_containers: Some(vec![pod::install_container(&self.image)]),
+                        init_containers: Some(vec![pod::install_container(
+                            &self.image,
+                            pod_spec.security_context.as_ref(),
+                        )]),
                         containers: vec![Container {
                             name: "backup".into(),
                             image: Some(image),
@@ -1219,14 +1222,22 @@ impl JobPlan<'_> {
                             command: Some(vec!["sh".into(), "-c".into()]),
                             args: Some(args),
                             env: Some(env),
-                            volume_mounts: Some(vec![data_mount, pod::tools_mount()]),
+                            volume_mounts: Some(vec![
+                                data_mount,
+                                pod::tools_mount(),
+                                pod::tmp_mount(),
+                            ]),
                             security_context: self.data.container.security_context.clone(),
                             termination_message_policy: Some(
                                 pod::TERMINATION_MESSAGE_POLICY.into(),
                             ),
                             ..Default::default()
                         }],
-                        volumes: Some(vec![self.data.volume.clone(), pod::tools_volume()]),
+                        volumes: Some(vec![
+                            self.data.volume.clone(),
+                            pod::tools_volume(),
+                            pod::empty_volume(pod::TMP_VOLUME),
+                        ]),
                         ..Default::default()
                     }),
                 },
@@ -1294,9 +1305,10 @@ pub fn user_job(
         c.termination_message_policy
             .get_or_insert_with(|| pod::TERMINATION_MESSAGE_POLICY.into());
     }
+    let install = pod::install_container(image, spec.security_context.as_ref());
     spec.init_containers
         .get_or_insert_with(Vec::new)
-        .insert(0, pod::install_container(image));
+        .insert(0, install);
     spec.volumes
         .get_or_insert_with(Vec::new)
         .push(pod::tools_volume());
@@ -1430,9 +1442,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn the_job_carries_secrets_only_by_reference() {
-        let p = pod("db-1", Some("replica"), true);
+    /// The backup Job of an incremental Backup `m` of policy `shop` from pod `p`.
+    fn job_of(p: &Pod) -> Job {
         let s = source();
         let policy: BackupPolicy = serde_json::from_value(json!({
             "apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy",
@@ -1451,8 +1462,8 @@ mod tests {
             backup: &b,
             policy: &policy,
             source: &s,
-            pod: &p,
-            data: data_volume(&p, &s).unwrap(),
+            pod: p,
+            data: data_volume(p, &s).unwrap(),
             image: "tidemark:test".into(),
             backup_name: "m".into(),
             backup_id: backup_id(&b),
@@ -1465,7 +1476,13 @@ mod tests {
                 session_token: None,
             }),
         };
-        let job = plan.job().unwrap();
+        plan.job().unwrap()
+    }
+
+    #[test]
+    fn the_job_carries_secrets_only_by_reference() {
+        let p = pod("db-1", Some("replica"), true);
+        let job = job_of(&p);
         let spec = job.spec.unwrap().template.spec.unwrap();
         let c = &spec.containers[0];
         let args = c.args.clone().unwrap();
@@ -1525,6 +1542,38 @@ mod tests {
             vec!["/tidemark", "install", "/tidemark-bin/tidemark"]
         );
         assert_eq!(job.metadata.owner_references.unwrap()[0].kind, "Backup");
+    }
+
+    #[test]
+    fn a_database_pod_a_restricted_namespace_admits_gives_a_job_it_admits() {
+        use crate::testkit::restricted_violations;
+        let mut p = pod("db-1", Some("replica"), true);
+        let spec = p.spec.as_mut().unwrap();
+        spec.security_context = Some(
+            serde_json::from_value(json!({"runAsNonRoot": true, "runAsUser": 999,
+                "seccompProfile": {"type": "RuntimeDefault"}}))
+            .unwrap(),
+        );
+        spec.containers[0].security_context = Some(
+            serde_json::from_value(json!({"allowPrivilegeEscalation": false,
+                "capabilities": {"drop": ["ALL"]}}))
+            .unwrap(),
+        );
+        assert_eq!(restricted_violations(spec), Vec::<String>::new());
+        let job = job_of(&p).spec.unwrap().template.spec.unwrap();
+        assert_eq!(restricted_violations(&job), Vec::<String>::new());
+        // Our own init container meets the level on its own, even in a pod that does not.
+        let plain = job_of(&pod("db-1", Some("replica"), true));
+        let mut init = plain.spec.unwrap().template.spec.unwrap();
+        init.containers.clear();
+        init.volumes = None;
+        init.security_context = None;
+        assert_eq!(restricted_violations(&init), Vec::<String>::new());
+        // In a pod that runs as root it does not claim non-root (the kubelet would refuse it).
+        let root: k8s_openapi::api::core::v1::PodSecurityContext =
+            serde_json::from_value(json!({"runAsUser": 0})).unwrap();
+        let c = pod::install_container("tidemark:test", Some(&root));
+        assert_eq!(c.security_context.unwrap().run_as_non_root, None);
     }
 
     #[test]

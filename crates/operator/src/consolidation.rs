@@ -31,8 +31,8 @@ const WORK: &str = "/work";
 pub struct JobConsolidator {
     pub jobs: Api<Job>,
     pub policy: BackupPolicy,
-    /// The image with `mariabackup` and `mbstream` (the database's).
-    pub image: String,
+    /// The database's image (with `mariabackup` and `mbstream`) and security settings.
+    pub database: crate::archiver::DatabaseRuntime,
     /// The operator's image (the init container copies `tidemark` from it).
     pub operator_image: String,
     pub store_secret: Option<SecretKeys>,
@@ -202,20 +202,33 @@ impl JobConsolidator {
                     }),
                     spec: Some(PodSpec {
                         restart_policy: Some("Never".into()),
-                        init_containers: Some(vec![pod::install_container(&self.operator_image)]),
+                        security_context: self.database.pod_security.clone(),
+                        init_containers: Some(vec![pod::install_container(
+                            &self.operator_image,
+                            self.database.pod_security.as_ref(),
+                        )]),
                         containers: vec![Container {
                             name: "consolidate".into(),
-                            image: Some(self.image.clone()),
+                            image: Some(self.database.image.clone()),
+                            security_context: self.database.container_security.clone(),
                             command: Some(vec!["sh".into(), "-c".into()]),
                             args: Some(args),
                             env: Some(env),
-                            volume_mounts: Some(vec![pod::tools_mount(), pod::mount("work", WORK)]),
+                            volume_mounts: Some(vec![
+                                pod::tools_mount(),
+                                pod::mount("work", WORK),
+                                pod::tmp_mount(),
+                            ]),
                             termination_message_policy: Some(
                                 pod::TERMINATION_MESSAGE_POLICY.into(),
                             ),
                             ..Default::default()
                         }],
-                        volumes: Some(vec![pod::tools_volume(), pod::empty_volume("work")]),
+                        volumes: Some(vec![
+                            pod::tools_volume(),
+                            pod::empty_volume("work"),
+                            pod::empty_volume(pod::TMP_VOLUME),
+                        ]),
                         ..Default::default()
                     }),
                 },

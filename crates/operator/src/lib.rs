@@ -456,7 +456,7 @@ async fn controllers(
         )
         .default_backoff()
         .applied_objects()
-        .predicate_filter(archiver::pod_images, Default::default())
+        .predicate_filter(archiver::pod_runtime, Default::default())
     };
     let retention = {
         let c = watched_changes(policies, &stopping);

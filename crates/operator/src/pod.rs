@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, Pod, Secret, SecretKeySelector, Volume,
-    VolumeMount,
+    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, Pod, PodSecurityContext,
+    SeccompProfile, Secret, SecretKeySelector, SecurityContext, Volume, VolumeMount,
 };
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
@@ -154,8 +154,16 @@ pub fn tidemark_script() -> String {
 }
 
 /// The init container that copies `tidemark` from the operator's `image` into
-/// [`TOOLS_DIR`] (`tidemark install`: the target image may have no `cp`).
-pub fn install_container(image: &str) -> Container {
+/// [`TOOLS_DIR`] (`tidemark install`: the target image may have no `cp`), in a pod whose
+/// pod-level security settings are `pod_security`.
+///
+/// It meets the Pod Security Standards' `restricted` level on its own — no privilege
+/// escalation, no capabilities, the runtime's seccomp profile, a read-only root — so a
+/// namespace that enforces it admits the pod whenever the database's own containers are
+/// admitted. It runs as non-root (the image's user 65532, or the pod's) unless the pod
+/// itself runs as root.
+pub fn install_container(image: &str, pod_security: Option<&PodSecurityContext>) -> Container {
+    let pod_is_root = pod_security.is_some_and(|p| p.run_as_user == Some(0));
     Container {
         name: "tidemark".into(),
         image: Some(image.to_owned()),
@@ -166,6 +174,20 @@ pub fn install_container(image: &str) -> Container {
         ]),
         volume_mounts: Some(vec![tools_mount()]),
         termination_message_policy: Some(TERMINATION_MESSAGE_POLICY.into()),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                add: None,
+            }),
+            read_only_root_filesystem: Some(true),
+            run_as_non_root: (!pod_is_root).then_some(true),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                localhost_profile: None,
+            }),
+            ..Default::default()
+        }),
         ..Default::default()
     }
 }
@@ -232,6 +254,17 @@ pub fn tools_mount() -> VolumeMount {
 /// The empty volume behind [`TOOLS_DIR`].
 pub fn tools_volume() -> Volume {
     empty_volume(TOOLS_VOLUME)
+}
+
+/// The empty volume mounted at `/tmp` in the containers the operator runs in the
+/// database's image (backup, archiver, consolidation): they take the database container's
+/// security context, and with `readOnlyRootFilesystem` the image's own `/tmp` cannot be
+/// written — where `tidemark push` keeps its LSN directory and `mariabackup` its files.
+pub const TMP_VOLUME: &str = "tidemark-tmp";
+
+/// [`TMP_VOLUME`] at `/tmp`.
+pub fn tmp_mount() -> VolumeMount {
+    mount(TMP_VOLUME, "/tmp")
 }
 
 pub fn mount(name: &str, path: &str) -> VolumeMount {

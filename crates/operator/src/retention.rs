@@ -224,8 +224,8 @@ async fn consolidator(
     policy: &BackupPolicy,
 ) -> Option<crate::consolidation::JobConsolidator> {
     let ns = policy.namespace().unwrap_or_default();
-    let image = match crate::archiver::database_image(ctx, policy).await {
-        Ok(i) => i,
+    let database = match crate::archiver::database_runtime(ctx, policy).await {
+        Ok(db) => db,
         Err(e) => {
             tracing::warn!(policy = %policy.name_any(), "consolidation waits: {e}");
             return None;
@@ -238,7 +238,7 @@ async fn consolidator(
     Some(crate::consolidation::JobConsolidator {
         jobs: Api::namespaced(ctx.client.clone(), &ns),
         policy: policy.clone(),
-        image,
+        database,
         operator_image: ctx.image.clone(),
         store_secret,
     })

@@ -32,7 +32,9 @@ const START_TIMEOUT: Duration = Duration::from_secs(180);
 const SERVICE_RANGE: &str = "10.0.0.0/24";
 
 pub mod node;
+mod restricted;
 pub use node::Node;
+pub use restricted::restricted_violations;
 
 /// Where the Kubernetes binaries are.
 ///

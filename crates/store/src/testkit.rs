@@ -342,76 +342,112 @@ impl SeaweedFs {
 /// A CA and a server certificate for `ip` signed by it, made with openssl in `dir`
 /// (`server.crt`, `server.key`); returns the CA's certificate (PEM).
 fn private_ca_certificate(dir: &FsPath, ip: &str) -> String {
-    let run = |args: &[&str]| {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("openssl");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    let ec = [
+    let ca = TestCa::new(dir, "tidemark-test-store-ca");
+    ca.issue(
+        "server",
+        "/CN=tidemark-test-store",
+        &format!(
+            "basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:{ip}\n"
+        ),
+    );
+    ca.certificate_pem()
+}
+
+/// A certificate authority made with openssl in a directory, for tests that serve or
+/// verify TLS: `ca.crt` and `ca.key`, and the leaves it issues beside them (EC P-256,
+/// valid three days).
+#[derive(Debug)]
+pub struct TestCa {
+    dir: PathBuf,
+}
+
+impl TestCa {
+    const KEY: [&'static str; 5] = [
         "-newkey",
         "ec",
         "-pkeyopt",
         "ec_paramgen_curve:P-256",
         "-nodes",
     ];
-    run(&[
-        &["req", "-x509"][..],
-        &ec[..],
-        &[
+
+    /// Makes the CA (`ca.crt`, `ca.key`) in `dir`, which must exist.
+    pub fn new(dir: &FsPath, common_name: &str) -> Self {
+        let ca = TestCa {
+            dir: dir.to_path_buf(),
+        };
+        let subject = format!("/CN={common_name}");
+        ca.openssl(
+            &[
+                &["req", "-x509"][..],
+                &Self::KEY[..],
+                &[
+                    "-days", "3", "-subj", &subject, "-keyout", "ca.key", "-out", "ca.crt",
+                ][..],
+            ]
+            .concat(),
+        );
+        ca
+    }
+
+    /// The path of a file the CA made (`ca.crt`, `<name>.crt`, `<name>.key`).
+    pub fn path(&self, file: &str) -> PathBuf {
+        self.dir.join(file)
+    }
+
+    /// The CA's certificate (PEM).
+    pub fn certificate_pem(&self) -> String {
+        std::fs::read_to_string(self.path("ca.crt")).expect("CA certificate")
+    }
+
+    /// Issues `<name>.crt` and `<name>.key` for `subject` (e.g. `/O=group/CN=user`) with
+    /// the openssl extensions `extensions` (key usage, subject alternative names).
+    pub fn issue(&self, name: &str, subject: &str, extensions: &str) {
+        let (ext, csr, key, crt) = (
+            format!("{name}.ext"),
+            format!("{name}.csr"),
+            format!("{name}.key"),
+            format!("{name}.crt"),
+        );
+        std::fs::write(self.path(&ext), extensions).expect("certificate extensions");
+        self.openssl(
+            &[
+                &["req"][..],
+                &Self::KEY[..],
+                &["-subj", subject, "-keyout", &key, "-out", &csr][..],
+            ]
+            .concat(),
+        );
+        self.openssl(&[
+            "x509",
+            "-req",
             "-days",
             "3",
-            "-subj",
-            "/CN=tidemark-test-store-ca",
-            "-keyout",
-            "ca.key",
-            "-out",
+            "-CAcreateserial",
+            "-in",
+            &csr,
+            "-CA",
             "ca.crt",
-        ][..],
-    ]
-    .concat());
-    run(&[
-        &["req"][..],
-        &ec[..],
-        &[
-            "-subj",
-            "/CN=tidemark-test-store",
-            "-keyout",
-            "server.key",
+            "-CAkey",
+            "ca.key",
+            "-extfile",
+            &ext,
             "-out",
-            "server.csr",
-        ][..],
-    ]
-    .concat());
-    std::fs::write(
-        dir.join("server.ext"),
-        format!("basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:{ip}\n"),
-    )
-    .expect("extensions");
-    run(&[
-        "x509",
-        "-req",
-        "-days",
-        "3",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-extfile",
-        "server.ext",
-        "-out",
-        "server.crt",
-    ]);
-    std::fs::read_to_string(dir.join("ca.crt")).expect("CA certificate")
+            &crt,
+        ]);
+    }
+
+    fn openssl(&self, args: &[&str]) {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(&self.dir)
+            .output()
+            .expect("openssl (Debian package openssl)");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 impl Drop for SeaweedFs {

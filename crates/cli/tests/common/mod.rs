@@ -4,6 +4,7 @@
 use std::process::{Command, Output};
 
 use serde_json::Value;
+use tidemark_store::testkit::SeaweedFs;
 
 /// The binary, with no store, cluster or S3 settings leaking in from the environment.
 pub fn bin() -> Command {
@@ -30,4 +31,26 @@ pub fn json(o: &Output) -> Value {
             stderr(o)
         )
     })
+}
+
+/// `tidemark SUB --store … --cluster CLUSTER --endpoint … REST…` with the store's
+/// credentials; must succeed.
+pub fn on_store(s3: &SeaweedFs, cluster: &str, args: &[&str]) -> Output {
+    let (sub, rest) = args.split_first().expect("a subcommand");
+    let out = bin()
+        .envs(s3.env())
+        .arg(sub)
+        .args([
+            "--store",
+            &s3.url(),
+            "--cluster",
+            cluster,
+            "--endpoint",
+            &s3.endpoint,
+        ])
+        .args(rest)
+        .output()
+        .expect("the tidemark binary");
+    assert!(out.status.success(), "tidemark {args:?}: {}", stderr(&out));
+    out
 }

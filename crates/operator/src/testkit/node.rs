@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Node as K8sNode, PersistentVolume, ServiceAccount};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, PostParams};
+use tidemark_store::testkit::TestCa;
 
 use super::{KubeCluster, kube_bin, run_ok};
 
@@ -215,59 +216,19 @@ echo 1 > /proc/sys/net/bridge/bridge-nf-call-iptables
     fn make_pki(&self) {
         let dir = self.state.join("pki");
         std::fs::create_dir_all(&dir).expect("pki directory");
-        let ec = [
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-        ];
-        run_ok(
-            Command::new("openssl")
-                .args(["req", "-x509"])
-                .args(ec)
-                .args(["-days", "3", "-subj", "/CN=tidemark-test-ca", "-keyout"])
-                .arg(self.pki("ca.key"))
-                .arg("-out")
-                .arg(self.pki("ca.crt")),
-        );
-        let sign = |name: &str, subject: &str, ext: String| {
-            std::fs::write(self.pki(&format!("{name}.ext")), ext).expect("extensions");
-            run_ok(
-                Command::new("openssl")
-                    .arg("req")
-                    .args(ec)
-                    .args(["-subj", subject, "-keyout"])
-                    .arg(self.pki(&format!("{name}.key")))
-                    .arg("-out")
-                    .arg(self.pki(&format!("{name}.csr"))),
-            );
-            run_ok(
-                Command::new("openssl")
-                    .args(["x509", "-req", "-days", "3", "-CAcreateserial", "-in"])
-                    .arg(self.pki(&format!("{name}.csr")))
-                    .arg("-CA")
-                    .arg(self.pki("ca.crt"))
-                    .arg("-CAkey")
-                    .arg(self.pki("ca.key"))
-                    .arg("-extfile")
-                    .arg(self.pki(&format!("{name}.ext")))
-                    .arg("-out")
-                    .arg(self.pki(&format!("{name}.crt"))),
-            );
-        };
-        sign(
+        let ca = TestCa::new(&dir, "tidemark-test-ca");
+        ca.issue(
             "apiserver",
             "/CN=kube-apiserver",
-            format!(
+            &format!(
                 "basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:{},IP:10.0.0.1,IP:127.0.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n",
                 self.node_ip
             ),
         );
-        sign(
+        ca.issue(
             "kubelet-client",
             "/O=system:masters/CN=kube-apiserver-kubelet-client",
-            "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n".into(),
+            "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
         );
     }
 

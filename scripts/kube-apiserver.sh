@@ -8,7 +8,8 @@
 #       kube-scheduler,kubelet,kube-proxy,etcd,kubectl}
 #
 # Usage: scripts/kube-apiserver.sh      (prints the bin directory; a no-op when cached)
-# A cold build takes about 17 minutes of 2 cores and ~2 GB of Go cache (removed after).
+# A cold build takes about 4-5 minutes of 2 cores (measured 2026-11-24; docs/benchmarks.md)
+# and ~2 GB of Go cache (removed after).
 # See ../shared/kube-apiserver.md for why each step is here.
 set -euo pipefail
 
@@ -72,7 +73,7 @@ cp -r "$ROOT/usr/share/gocode/src/github.com/modern-go/reflect2" "$SRC/vendor/gi
 find "$SRC/vendor/github.com/modern-go/reflect2" -name '*_test.go' -delete
 
 GOROOT="$ROOT/usr/lib/go-1.19"
-log "building $BINARIES (about 17 minutes on 2 cores)"
+log "building $BINARIES (about 5 minutes on 2 cores)"
 (
   cd "$SRC"
   env PATH="$GOROOT/bin:$PATH" GOROOT="$GOROOT" GOCACHE="$WORK/gocache" GOPATH="$WORK/gopath" \

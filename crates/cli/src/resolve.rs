@@ -98,7 +98,8 @@ pub fn target(
         .or_else(|| os.and_then(|o| o.endpoint.clone()));
     let ca_bundle = match &args.ca_bundle {
         // TIDEMARK_CA_BUNDLE in a pod holds the PEM itself (the operator sets it so).
-        Some(pem) if pem.trim_start().starts_with("-----BEGIN") => Some(pem.clone()),
+        // (PEM may have text before its first block, as `openssl x509 -text` writes it.)
+        Some(pem) if pem.contains("-----BEGIN ") => Some(pem.clone()),
         Some(file) => Some(std::fs::read_to_string(file).map_err(|e| {
             CliError::input(format!(
                 "--ca-bundle {file}: {e} (a PEM file of the CA certificates to trust)"

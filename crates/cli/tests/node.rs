@@ -18,10 +18,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Service};
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use tidemark_api::crd::{Backup, BackupPolicy};
@@ -615,6 +616,42 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
     // The database meets the `restricted` level, and so do the backup Jobs and the
     // archiver made from it — which ran under it.
     all_pods_restricted(&w, ns, &["db-0", "-backup-", "shop-binlog-archiver"]).await;
+
+    // The database rolls to a new image: the archiver follows it, so `mariadb-binlog`
+    // stays the server's version.
+    const NEXT: &str = "tidemark.test/mariadb:10.11-next";
+    w.node.tag(MARIADB_IMAGE, NEXT);
+    let sets: Api<StatefulSet> = Api::namespaced(w.client(), ns);
+    sets.patch(
+        "db",
+        &PatchParams::default(),
+        &Patch::Strategic(json!({"spec": {"template": {"spec": {
+            "containers": [{"name": "mariadb", "image": NEXT}]}}}})),
+    )
+    .await
+    .unwrap();
+    eventually_within("the archiver running the new image", LONG, || async {
+        let list = pods
+            .list(&ListParams::default().labels("tidemark.io/binlog-archiver=shop"))
+            .await
+            .ok()?;
+        list.items
+            .iter()
+            .any(|p| {
+                let image = p
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.containers[0].image.as_deref());
+                let ready = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                image == Some(NEXT) && ready
+            })
+            .then_some(())
+    })
+    .await;
 }
 
 /// Fetches a backup's payload (a logical dump) to the machine.
@@ -937,12 +974,23 @@ async fn stored_phase(s3: &SeaweedFs, cluster: &str, name: &str, id: &str) -> Op
     v["phase"].as_str().map(str::to_owned)
 }
 
+/// Whether `tidemark ls` calls backup `id` of `cluster` restorable (`None`: not listed).
+fn restorable(w: &World, cluster: &str, id: &str) -> Option<bool> {
+    let ls = common::json(&w.tidemark(cluster, &["ls", "--output", "json"]));
+    ls["backups"]
+        .as_array()?
+        .iter()
+        .find(|b| b["backupId"] == id)
+        .map(|b| b["restorable"] == true)
+}
+
 /// Faults a node shows: the leading operator pod deleted while it streams an exec backup
 /// (the other replica takes over and fences the attempt as failed: never restorable) and
 /// while a backup Job runs (the Job goes on; the new leader completes the Backup from
 /// it); the database pod deleted in the middle of a backup (the Backup ends, and what it
-/// left is restorable only if committed whole); the store frozen during a retention pass
-/// (Ready=False StoreUnavailable, then the pass completes once it answers again).
+/// left is restorable only if committed whole); the store frozen after a good pass, when
+/// the next one runs (Ready=False StoreUnavailable, then the pass completes once it
+/// answers again).
 async fn faults_operator_database_and_store(w: Arc<World>) {
     let ns = "faults";
     w.tenant(ns).await;
@@ -1003,6 +1051,11 @@ async fn faults_operator_database_and_store(w: Arc<World>) {
             .as_deref(),
         Some("failed")
     );
+    assert_eq!(
+        restorable(&w, "faults", &id),
+        Some(false),
+        "cut-stream {id}"
+    );
 
     // 2. A backup Job outlives its operator: the new leader completes the Backup.
     w.apply(
@@ -1010,8 +1063,16 @@ async fn faults_operator_database_and_store(w: Arc<World>) {
         &[json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "Backup", "metadata": {"name": "job-survives"},
             "spec": {"policy": {"name": "faults"}, "method": "mariabackup", "target": "primary"}})],
     );
-    running("job-survives").await;
+    let st = running("job-survives").await;
     delete_leader().await;
+    // The fault happened while the Job ran (it had not succeeded when its operator went).
+    let jobs: Api<Job> = Api::namespaced(w.client(), ns);
+    let job = jobs.get(st["jobName"].as_str().unwrap()).await.unwrap();
+    assert_eq!(
+        job.status.and_then(|s| s.succeeded).unwrap_or(0),
+        0,
+        "the Job finished before the leader was deleted: no fault was tested"
+    );
     let st = completed(&w, ns, "job-survives").await;
     let at = st["completedAt"].as_str().unwrap().to_owned();
     assert_eq!(w.restored_count("faults", &at), "6");
@@ -1040,6 +1101,7 @@ async fn faults_operator_database_and_store(w: Arc<World>) {
         // Cut: failed in the store (or never committed), and said so on the object.
         other => {
             assert_eq!(st["phase"], "failed", "store {other:?}, status {st}");
+            assert_ne!(restorable(&w, "faults", &id), Some(true), "db-lost {id}");
             eprintln!("db-lost: cut mid-backup: {}", st["error"]);
         }
     }
@@ -1056,15 +1118,14 @@ async fn faults_operator_database_and_store(w: Arc<World>) {
             &["push", "--backup-name", "manual", "--", "echo", "a backup"],
         );
     }
-    frozen.pause();
-    w.apply(
-        ns,
-        &[json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy", "metadata": {"name": "frozen"},
-            "spec": {
-                "objectStore": {"bucket": tidemark_store::testkit::BUCKET, "endpoint": frozen.endpoint, "credentialsSecret": "s3"},
-                "retention": {"keepLast": 1},
-            }})],
-    );
+    let frozen_policy = |keep: u32| {
+        json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy", "metadata": {"name": "frozen"},
+        "spec": {
+            "objectStore": {"bucket": tidemark_store::testkit::BUCKET, "endpoint": frozen.endpoint, "credentialsSecret": "s3"},
+            "retention": {"keepLast": keep},
+        }})
+    };
+    w.apply(ns, &[frozen_policy(2)]);
     let policies: Api<BackupPolicy> = Api::namespaced(w.client(), ns);
     let condition = |want: &'static str| {
         let policies = policies.clone();
@@ -1081,6 +1142,11 @@ async fn faults_operator_database_and_store(w: Arc<World>) {
             .await
         }
     };
+    // A pass that keeps both; then the store stops, and the next pass (the spec changed)
+    // meets it.
+    condition("PassSucceeded").await;
+    frozen.pause();
+    w.apply(ns, &[frozen_policy(1)]);
     let c = condition("StoreUnavailable").await;
     assert_eq!(c["status"], "False", "{c}");
     frozen.resume();

@@ -268,7 +268,6 @@ pub fn archiver(
     })
 }
 
-/// Which BackupPolicy an archiver Deployment belongs to.
 /// A fingerprint of what pods made from a database pod take from it ([`DatabaseRuntime`]):
 /// its containers' images and the security settings. A watch of pods passes on only the
 /// changes of it (a rollout of the database image), not every status change.
@@ -316,6 +315,7 @@ pub fn policies_of_pod(
         .collect()
 }
 
+/// Which BackupPolicy an archiver Deployment belongs to.
 pub fn policy_of(d: &Deployment) -> Option<kube::runtime::reflector::ObjectRef<BackupPolicy>> {
     let ns = d.namespace()?;
     d.owner_references()

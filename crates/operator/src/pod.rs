@@ -213,7 +213,14 @@ pub async fn job_failure(client: &Client, job: &Job) -> Option<String> {
         .list(&ListParams::default().labels(&format!("controller-uid={uid}")))
         .await
         .ok()?;
-    list.items.iter().rev().find_map(|p| {
+    let mut pods = list.items;
+    // The newest pod's word first.
+    pods.sort_by(|a, b| {
+        b.metadata
+            .creation_timestamp
+            .cmp(&a.metadata.creation_timestamp)
+    });
+    pods.iter().find_map(|p| {
         let st = p.status.as_ref()?;
         let all = st
             .init_container_statuses
@@ -225,9 +232,11 @@ pub async fn job_failure(client: &Client, job: &Job) -> Option<String> {
             if t.exit_code == 0 {
                 return None;
             }
+            // Hidden before it is cut: a cut through `--password=…` would no longer look
+            // like a secret.
             let said = t.message.as_deref().unwrap_or_default().trim();
-            let said = tail(said, FAILURE_LIMIT);
             let said = tidemark_engine::redact::redact(&[said.to_owned()]).remove(0);
+            let said = tail(&said, FAILURE_LIMIT).to_owned();
             Some(if said.is_empty() {
                 format!("container {} exited {}", c.name, t.exit_code)
             } else {

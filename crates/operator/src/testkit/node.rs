@@ -189,6 +189,8 @@ ip link set eth0 up
 echo 1 > /proc/sys/net/ipv4/ip_forward
 # A pod reaching a Service whose endpoint is on the same bridge needs the bridge's
 # traffic to pass iptables (the reply's un-DNAT).
+[ -e /proc/sys/net/bridge/bridge-nf-call-iptables ] || modprobe br_netfilter \
+  || {{ echo "the kernel module br_netfilter is needed (modprobe br_netfilter)" >&2; exit 1; }}
 echo 1 > /proc/sys/net/bridge/bridge-nf-call-iptables
 "#
         );
@@ -727,8 +729,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
     /// `kubectl` (the cluster's own version) as the admin, with `args`.
     pub fn kubectl(&self) -> Command {
-        let mut cmd = Command::new(self.bin.join("kubectl"));
-        cmd.env("KUBECONFIG", self.cluster.kubeconfig());
+        // Bounded, so a hung exec stream cannot stall a test run (exit 124 when cut).
+        let mut cmd = Command::new("timeout");
+        cmd.args(["--kill-after=10", "300"])
+            .arg(self.bin.join("kubectl"))
+            .env("KUBECONFIG", self.cluster.kubeconfig());
         cmd
     }
 }

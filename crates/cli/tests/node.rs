@@ -900,6 +900,13 @@ async fn https_store_with_a_private_ca(w: Arc<World>) {
     w.tenant(ns).await;
     database(&w, ns, "db", 1).await;
     insert(&w, ns, "db-0", 7);
+    // The database image has no CA roots of its own: what the copied tidemark trusts
+    // travels with it.
+    let roots = w.kubectl(&[
+        "exec", "-n", ns, "db-0", "-c", "mariadb", "--", "sh", "-c",
+        "ls /etc/ssl/certs /usr/share/ca-certificates 2>/dev/null | grep -E '[.](crt|pem)$' || true",
+    ]);
+    assert_eq!(roots.trim(), "", "the database image has CA roots");
     let policy = |name: &str, ca: Option<&str>| {
         let mut store = json!({"bucket": tidemark_store::testkit::BUCKET, "endpoint": s3.endpoint, "credentialsSecret": "s3"});
         if let Some(pem) = ca {

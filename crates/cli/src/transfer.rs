@@ -356,6 +356,9 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
             .await
             .map_err(|e| CliError::from(EngineError::from(e)))?;
     }
+    // One listener for the whole watch: a SIGTERM during a pass ends the watch after it.
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
     loop {
         if let Some(r) = &remote
             && !args.once
@@ -415,7 +418,7 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
         }
         tokio::select! {
             () = tokio::time::sleep(interval) => {}
-            () = shutdown_signal() => return Ok(Exit::Success),
+            () = &mut shutdown => return Ok(Exit::Success),
         }
     }
 }
@@ -494,18 +497,27 @@ async fn follow(
     }
 }
 
-/// Resolves on Ctrl-C (SIGINT) or SIGTERM.
-pub(crate) async fn shutdown_signal() {
-    let terminated = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
+/// Resolves on Ctrl-C (SIGINT) or SIGTERM. The handlers are installed when this is called,
+/// not when it is first awaited: a signal that arrives while the caller is busy elsewhere
+/// (an archive pass between two waits) is kept for the next await of the same future.
+pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate()).ok();
+    let mut interrupt = signal(SignalKind::interrupt()).ok();
+    async move {
+        tokio::select! {
+            () = received(terminate.as_mut()) => {}
+            () = received(interrupt.as_mut()) => {}
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = terminated => {}
+    }
+}
+
+/// Resolves when `signal` arrives; never without one.
+async fn received(signal: Option<&mut tokio::signal::unix::Signal>) {
+    match signal {
+        Some(s) => {
+            s.recv().await;
+        }
+        None => std::future::pending::<()>().await,
     }
 }

@@ -341,7 +341,9 @@ impl World {
 }
 
 /// A MariaDB StatefulSet of `replicas` pods labelled `app=<name>`, each with a claim of
-/// the node's local storage, running as the image's mysql user (999) with binary logs, the
+/// the node's local storage, running as the image's mysql user (999) with binary logs
+/// (`--skip-name-resolve`: the node has no DNS server, and every login waited 10 s for a
+/// reverse lookup of the client's address), the
 /// settings of the Pod Security Standards' `restricted` level and a read-only root; a
 /// Service `<name>` to its first pod; the `shop.orders` table and the `backup` login
 /// (every host, [`DB_PASSWORD`]) once the first pod is ready. Returns the Service's IP.
@@ -351,7 +353,7 @@ async fn database(w: &World, ns: &str, name: &str, replicas: usize) -> String {
         if [ ! -d /var/lib/mysql/mysql ]; then\n\
           mariadb-install-db --datadir=/var/lib/mysql --skip-test-db --auth-root-authentication-method=normal >/tmp/install.log 2>&1 || { cat /tmp/install.log; exit 1; }\n\
         fi\n\
-        exec mariadbd --datadir=/var/lib/mysql --bind-address=0.0.0.0 --port=3306 --log-bin=mysql-bin --server-id=$((${HOSTNAME##*-} + 1)) --binlog-format=ROW";
+        exec mariadbd --datadir=/var/lib/mysql --bind-address=0.0.0.0 --port=3306 --skip-name-resolve --log-bin=mysql-bin --server-id=$((${HOSTNAME##*-} + 1)) --binlog-format=ROW";
     w.apply(
         ns,
         &[
@@ -619,6 +621,7 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
 
     // The database rolls to a new image: the archiver follows it, so `mariadb-binlog`
     // stays the server's version.
+    let rollout = Instant::now();
     const NEXT: &str = "tidemark.test/mariadb:10.11-next";
     w.node.tag(MARIADB_IMAGE, NEXT);
     let sets: Api<StatefulSet> = Api::namespaced(w.client(), ns);
@@ -652,6 +655,10 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
             .then_some(())
     })
     .await;
+    eprintln!(
+        "rollout: the archiver followed in {:.1?}",
+        rollout.elapsed()
+    );
 }
 
 /// Fetches a backup's payload (a logical dump) to the machine.
@@ -1064,7 +1071,9 @@ async fn faults_operator_database_and_store(w: Arc<World>) {
         "cut-stream {id}"
     );
 
-    // 2. A backup Job outlives its operator: the new leader completes the Backup.
+    // 2. A backup Job outlives its operator: the new leader completes the Backup. A few
+    // hundred MB, so that the Job is still running when its leader goes.
+    w.sql(ns, "db-0", "USE shop; CREATE TABLE big (b LONGBLOB); INSERT INTO big SELECT REPEAT('x', 1048576) FROM seq_1_to_300");
     w.apply(
         ns,
         &[json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "Backup", "metadata": {"name": "job-survives"},
@@ -1085,7 +1094,6 @@ async fn faults_operator_database_and_store(w: Arc<World>) {
     assert_eq!(w.restored_count("faults", &at), "6");
 
     // 3. The database pod deleted in the middle of a backup of a few hundred MB.
-    w.sql(ns, "db-0", "USE shop; CREATE TABLE big (b LONGBLOB); INSERT INTO big SELECT REPEAT('x', 1048576) FROM seq_1_to_300");
     w.apply(
         ns,
         &[json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "Backup", "metadata": {"name": "db-lost"},

@@ -496,3 +496,97 @@ fn archive_binlogs_once_ships_closed_files_and_ls_shows_them() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("invalid --interval \"often\""));
 }
+
+/// `archive-binlogs` watching: a SIGTERM that arrives while a pass runs ends the watch as
+/// soon as that pass is done — it was lost (the listener lived only between passes), so the
+/// process went on until killed: the archiver Deployment's rollouts waited out the whole
+/// grace period for it.
+#[test]
+fn archive_binlogs_stops_on_a_sigterm_sent_during_a_pass() {
+    let s3 = SeaweedFs::start();
+    let server = tempfile::tempdir().unwrap();
+    let t0 = 1_763_600_000i64;
+    let mut index = String::new();
+    for k in 1..=2i64 {
+        let name = format!("mysql-bin.{k:06}");
+        let start = t0 + (k - 1) * 600;
+        std::fs::write(
+            server.path().join(&name),
+            tidemark_mariadb::binlog::synthetic(&[start, start + 599], 32),
+        )
+        .unwrap();
+        index.push_str(&format!("{}\n", server.path().join(&name).display()));
+    }
+    let index_path = server.path().join("mysql-bin.index");
+    std::fs::write(&index_path, index).unwrap();
+    let store = [
+        "--store",
+        &s3.url(),
+        "--cluster",
+        "sig",
+        "--endpoint",
+        &s3.endpoint,
+    ]
+    .map(str::to_owned);
+    let mut child = bin()
+        .envs(s3.env())
+        .arg("archive-binlogs")
+        .args(&store)
+        .args(["--binlog-index", index_path.to_str().unwrap()])
+        .args(["--interval", "1s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The first pass has shipped the closed file.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let ls = json(
+            &bin()
+                .envs(s3.env())
+                .arg("ls")
+                .args(&store)
+                .args(["--output", "json"])
+                .output()
+                .unwrap(),
+        );
+        if ls["archive"]["segments"] == 1 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no pass archived: {ls}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    // The store stops answering: the next pass (within a second) hangs in it; the signal
+    // comes while it does; then the store answers again and the pass ends.
+    s3.pause();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let pid = child.id().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    s3.resume();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "archive-binlogs still running a minute after SIGTERM: {}",
+                stderr(&out)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(status.success(), "exit {status:?}");
+}

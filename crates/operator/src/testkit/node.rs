@@ -341,10 +341,21 @@ impl Node {
         step("containerd ready");
         let mut all: Vec<PathBuf> = vec![cached.join("pause.tar"), cached.join("mariadb.tar")];
         all.extend(images.iter().map(|p| p.to_path_buf()));
-        for image in &all {
-            node.import(image);
-        }
-        step("images imported");
+        // Imported while the kubelet registers the node (no pod runs before both are done).
+        let importing: Vec<(PathBuf, Child)> = all
+            .into_iter()
+            .map(|image| {
+                let child = node
+                    .ctr()
+                    .args(["images", "import"])
+                    .arg(&image)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .expect("ctr images import");
+                (image, child)
+            })
+            .collect();
         node.start_kubelet();
         let kubeconfig = node.cluster.kubeconfig().display().to_string();
         let scheduler = node
@@ -373,6 +384,16 @@ impl Node {
         node.daemons.push(("kube-proxy", proxy));
         node.wait_ready().await;
         step("node Ready");
+        for (image, child) in importing {
+            let out = child.wait_with_output().expect("ctr images import");
+            assert!(
+                out.status.success(),
+                "ctr images import {}: {}",
+                image.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        step("images imported");
         node.storage_class().await;
         node
     }

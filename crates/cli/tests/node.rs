@@ -517,8 +517,10 @@ async fn installed_as_the_docs_say(w: Arc<World>) {
 /// BackupPolicy and a ScheduledBackup. The immediate backup runs as a Job on the node in
 /// the MariaDB image with `tidemark` copied in by the init container, streams real
 /// mariabackup into SeaweedFS over the node's link, and restores to the exact row count;
-/// then an incremental; then a point in time between them, from binlogs the archiver
-/// Deployment read over the pod network through the database's Service.
+/// then an incremental; then points in time between the two and after the incremental,
+/// from binlogs the archiver Deployment read over the pod network through the database's
+/// Service; every pod meets the `restricted` level; a rollout of the database image is
+/// followed by the archiver.
 async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
     let ns = "shop";
     w.tenant(ns).await;
@@ -572,8 +574,13 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
         "restore to {completed_at}"
     );
 
-    // An incremental on top of it.
-    insert(&w, ns, "db-0", 5);
+    // A point in time between the full and the incremental (restored once the archiver
+    // has shipped its binlogs, below), then the incremental on top of the full.
+    insert(&w, ns, "db-0", 2);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let between = jiff::Timestamp::now();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    insert(&w, ns, "db-0", 3);
     w.apply(
         ns,
         &[json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "Backup", "metadata": {"name": "incr-1"},
@@ -614,6 +621,11 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
         w.restored_count("shop", &target.to_string()),
         "19",
         "restore to {target}"
+    );
+    assert_eq!(
+        w.restored_count("shop", &between.to_string()),
+        "12",
+        "restore to {between}, between the full and the incremental"
     );
     // The database meets the `restricted` level, and so do the backup Jobs and the
     // archiver made from it — which ran under it.

@@ -405,25 +405,32 @@ fn bad_push_input_names_the_value_and_the_form() {
     );
 }
 
+/// `n` synthetic binlogs of ten minutes each in `dir` and their index
+/// (`mysql-bin.index`, returned): the last is the one a server would still be writing.
+fn binlogs(dir: &Path, n: i64) -> std::path::PathBuf {
+    let t0 = 1_763_600_000i64;
+    let mut index = String::new();
+    for k in 1..=n {
+        let name = format!("mysql-bin.{k:06}");
+        let start = t0 + (k - 1) * 600;
+        std::fs::write(
+            dir.join(&name),
+            tidemark_mariadb::binlog::synthetic(&[start, start + 599], 32),
+        )
+        .unwrap();
+        index.push_str(&format!("{}\n", dir.join(&name).display()));
+    }
+    let index_path = dir.join("mysql-bin.index");
+    std::fs::write(&index_path, index).unwrap();
+    index_path
+}
+
 #[test]
 fn archive_binlogs_once_ships_closed_files_and_ls_shows_them() {
     let store_dir = tempfile::tempdir().unwrap();
     let url = format!("file://{}", store_dir.path().display());
     let server = tempfile::tempdir().unwrap();
-    let t0 = 1_763_600_000i64;
-    let mut index = String::new();
-    for k in 1..=4i64 {
-        let name = format!("mysql-bin.{k:06}");
-        let start = t0 + (k - 1) * 600;
-        std::fs::write(
-            server.path().join(&name),
-            tidemark_mariadb::binlog::synthetic(&[start, start + 599], 32),
-        )
-        .unwrap();
-        index.push_str(&format!("{}\n", server.path().join(&name).display()));
-    }
-    let index_path = server.path().join("mysql-bin.index");
-    std::fs::write(&index_path, index).unwrap();
+    let index_path = binlogs(server.path(), 4);
     let args = [
         "archive-binlogs",
         "--store",
@@ -505,20 +512,7 @@ fn archive_binlogs_once_ships_closed_files_and_ls_shows_them() {
 fn archive_binlogs_stops_on_a_sigterm_sent_during_a_pass() {
     let s3 = SeaweedFs::start();
     let server = tempfile::tempdir().unwrap();
-    let t0 = 1_763_600_000i64;
-    let mut index = String::new();
-    for k in 1..=2i64 {
-        let name = format!("mysql-bin.{k:06}");
-        let start = t0 + (k - 1) * 600;
-        std::fs::write(
-            server.path().join(&name),
-            tidemark_mariadb::binlog::synthetic(&[start, start + 599], 32),
-        )
-        .unwrap();
-        index.push_str(&format!("{}\n", server.path().join(&name).display()));
-    }
-    let index_path = server.path().join("mysql-bin.index");
-    std::fs::write(&index_path, index).unwrap();
+    let index_path = binlogs(server.path(), 2);
     let store = [
         "--store",
         &s3.url(),

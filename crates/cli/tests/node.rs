@@ -392,12 +392,7 @@ async fn database(w: &World, ns: &str, name: &str, replicas: usize) -> String {
     let pods: Api<Pod> = Api::namespaced(w.client(), ns);
     let first = format!("{name}-0");
     eventually_within(&format!("{first} ready"), LONG, || async {
-        let p = pods.get_opt(&first).await.ok()??;
-        p.status?
-            .conditions?
-            .iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True")
-            .then_some(())
+        ready(&pods.get_opt(&first).await.ok()??).then_some(())
     })
     .await;
     let sql_password = DB_PASSWORD.replace('\\', "\\\\");
@@ -480,17 +475,7 @@ async fn installed_as_the_docs_say(w: Arc<World>) {
         assert_eq!(spec.containers[0].image.as_deref(), Some(OPERATOR_IMAGE));
     }
     // One leader, one of the two.
-    let leases: Api<Lease> = Api::namespaced(w.client(), OPERATOR_NAMESPACE);
-    let holder = eventually("a leader", || async {
-        leases
-            .list(&ListParams::default())
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .find_map(|l| l.spec?.holder_identity)
-    })
-    .await;
+    let holder = leader(&w).await;
     assert!(
         list.iter()
             .any(|p| p.metadata.name.as_deref() == Some(holder.as_str())),
@@ -657,12 +642,7 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
                     .spec
                     .as_ref()
                     .and_then(|s| s.containers[0].image.as_deref());
-                let ready = p
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-                image == Some(NEXT) && ready
+                image == Some(NEXT) && ready(p)
             })
             .then_some(())
     })
@@ -962,6 +942,14 @@ async fn https_store_with_a_private_ca(w: Arc<World>) {
         error.contains("certificate"),
         "the TLS failure is named: {error}"
     );
+}
+
+/// Whether `p`'s Ready condition is true.
+fn ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// The leading operator pod (the Lease's holder).

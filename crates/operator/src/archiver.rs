@@ -257,7 +257,7 @@ pub fn archiver(
                     volumes: Some(vec![
                         pod::tools_volume(),
                         pod::empty_volume("spool"),
-                        pod::empty_volume(pod::TMP_VOLUME),
+                        pod::tmp_volume(),
                     ]),
                     ..Default::default()
                 }),

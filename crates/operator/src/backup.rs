@@ -739,7 +739,7 @@ async fn fail(
     let event = Event {
         type_: EventType::Warning,
         reason: "BackupFailed".into(),
-        note: Some(pod::tail(&message, 1024).to_owned()),
+        note: Some(pod::tail(&message, pod::FAILURE_LIMIT).to_owned()),
         action: "Backup".into(),
         secondary: None,
     };
@@ -1236,7 +1236,7 @@ impl JobPlan<'_> {
                         volumes: Some(vec![
                             self.data.volume.clone(),
                             pod::tools_volume(),
-                            pod::empty_volume(pod::TMP_VOLUME),
+                            pod::tmp_volume(),
                         ]),
                         ..Default::default()
                     }),

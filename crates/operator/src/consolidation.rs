@@ -227,7 +227,7 @@ impl JobConsolidator {
                         volumes: Some(vec![
                             pod::tools_volume(),
                             pod::empty_volume("work"),
-                            pod::empty_volume(pod::TMP_VOLUME),
+                            pod::tmp_volume(),
                         ]),
                         ..Default::default()
                     }),

@@ -197,8 +197,9 @@ pub fn install_container(image: &str, pod_security: Option<&PodSecurityContext>)
 /// (and events) without reading logs.
 pub const TERMINATION_MESSAGE_POLICY: &str = "FallbackToLogsOnError";
 
-/// At most this much of a pod's own error is carried into a status or an event.
-const FAILURE_LIMIT: usize = 1024;
+/// At most this much of a pod's own error is carried into a status or an event (the API
+/// keeps event notes up to 1 KiB).
+pub const FAILURE_LIMIT: usize = 1024;
 
 /// Why a finished Job's pod failed, in its own words: the exit message of the container
 /// that exited non-zero (init containers first) — with [`TERMINATION_MESSAGE_POLICY`], the
@@ -269,11 +270,16 @@ pub fn tools_volume() -> Volume {
 /// database's image (backup, archiver, consolidation): they take the database container's
 /// security context, and with `readOnlyRootFilesystem` the image's own `/tmp` cannot be
 /// written — where `tidemark push` keeps its LSN directory and `mariabackup` its files.
-pub const TMP_VOLUME: &str = "tidemark-tmp";
+const TMP_VOLUME: &str = "tidemark-tmp";
 
 /// [`TMP_VOLUME`] at `/tmp`.
 pub fn tmp_mount() -> VolumeMount {
     mount(TMP_VOLUME, "/tmp")
+}
+
+/// The empty volume behind [`tmp_mount`].
+pub fn tmp_volume() -> Volume {
+    empty_volume(TMP_VOLUME)
 }
 
 pub fn mount(name: &str, path: &str) -> VolumeMount {

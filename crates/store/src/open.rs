@@ -401,11 +401,9 @@ fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
             } else {
                 AmazonS3Builder::from_env()
             };
-            let client = crate::tls::client_options(options.ca_bundle.as_deref(), |k| {
-                match k.to_ascii_lowercase().parse() {
-                    Ok(object_store::aws::AmazonS3ConfigKey::Client(c)) => Some(c),
-                    _ => None,
-                }
+            let client = crate::tls::client_options(options.ca_bundle.as_deref(), |k| match k {
+                object_store::aws::AmazonS3ConfigKey::Client(c) => Some(c),
+                _ => None,
             })
             .map_err(|e| invalid(url, e))?;
             let mut b = builder
@@ -483,11 +481,9 @@ fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
         }
         "gs" => {
             let bucket = bucket()?;
-            let client = crate::tls::client_options(options.ca_bundle.as_deref(), |k| {
-                match k.to_ascii_lowercase().parse() {
-                    Ok(object_store::gcp::GoogleConfigKey::Client(c)) => Some(c),
-                    _ => None,
-                }
+            let client = crate::tls::client_options(options.ca_bundle.as_deref(), |k| match k {
+                object_store::gcp::GoogleConfigKey::Client(c) => Some(c),
+                _ => None,
             })
             .map_err(|e| invalid(url, e))?;
             let gcs = object_store::gcp::GoogleCloudStorageBuilder::from_env()
@@ -506,11 +502,9 @@ fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
         }
         "az" | "azure" => {
             let container = bucket()?;
-            let client = crate::tls::client_options(options.ca_bundle.as_deref(), |k| {
-                match k.to_ascii_lowercase().parse() {
-                    Ok(object_store::azure::AzureConfigKey::Client(c)) => Some(c),
-                    _ => None,
-                }
+            let client = crate::tls::client_options(options.ca_bundle.as_deref(), |k| match k {
+                object_store::azure::AzureConfigKey::Client(c) => Some(c),
+                _ => None,
             })
             .map_err(|e| invalid(url, e))?;
             let az = object_store::azure::MicrosoftAzureBuilder::from_env()

@@ -47,16 +47,17 @@ pub fn root_source() -> RootSource {
 }
 
 /// HTTP client options with the trusted roots and `ca_bundle` (PEM, one or more
-/// certificates), then every client setting of the environment that `env_key` recognises
-/// (the backend's own variables, e.g. `AWS_PROXY_URL`), as the backend's `from_env` would
-/// have read them.
+/// certificates), then every client setting of the environment in the backend's own
+/// variables (`K`, its config key, e.g. `AWS_PROXY_URL`; `client_key` picks the client
+/// settings out of it), as the backend's `from_env` would have read them.
 ///
 /// # Errors
 /// `ca_bundle` holds no PEM certificate: the message says so.
-pub(crate) fn client_options(
+pub(crate) fn client_options<K: std::str::FromStr>(
     ca_bundle: Option<&str>,
-    env_key: impl Fn(&str) -> Option<ClientConfigKey>,
+    client_key: impl Fn(K) -> Option<ClientConfigKey>,
 ) -> Result<ClientOptions, String> {
+    let env_key = |name: &str| name.to_ascii_lowercase().parse().ok().and_then(&client_key);
     let mut options = ClientOptions::new().with_no_system_certificates(true);
     for c in &roots().1 {
         options = options.with_root_certificate(c.clone());
@@ -88,7 +89,7 @@ mod tests {
 
     #[test]
     fn a_bundle_without_a_certificate_is_refused() {
-        let none = |_: &str| None;
+        let none = |_: object_store::aws::AmazonS3ConfigKey| None;
         let e = client_options(Some("not a certificate"), none).unwrap_err();
         assert!(e.contains("no certificate"), "{e}");
         assert!(client_options(None, none).is_ok());

@@ -23,7 +23,13 @@ struct Env {
 
 impl Env {
     fn tidemark(&self, args: &[&str]) -> Output {
+        self.tidemark_in(args, &std::env::temp_dir())
+    }
+
+    /// `tidemark` with `TMPDIR` set to `tmp`.
+    fn tidemark_in(&self, args: &[&str], tmp: &std::path::Path) -> Output {
         let mut c = bin();
+        c.env("TMPDIR", tmp);
         // The subcommand, the store flags, then the rest (which may end in `-- COMMAND`).
         let (sub, rest) = args.split_first().unwrap();
         c.envs(self.s3.env())
@@ -95,16 +101,29 @@ impl Env {
         ));
     }
 
-    /// Restores to `to` into a new directory and counts the rows there.
+    /// Restores to `to` into a new directory and counts the rows there. The host's TMPDIR
+    /// holds a live server's temporary table, which the restore's private server must not
+    /// touch (a starting server deletes every `#sql*` file in its tmpdir).
     fn restored_rows(&self, to: Timestamp, name: &str) -> String {
         let dir = self.db.scratch().join(name);
-        self.ok(&[
-            "restore",
-            "--to",
-            &to.to_string(),
-            "--datadir",
-            dir.to_str().unwrap(),
-        ]);
+        let host_tmp = self.db.scratch().join(format!("{name}-host-tmp"));
+        std::fs::create_dir(&host_tmp).unwrap();
+        let live = host_tmp.join("#sql-temptable-1-2-3.MAI");
+        std::fs::write(&live, b"a live server's temporary table").unwrap();
+        let to = to.to_string();
+        let args = ["restore", "--to", &to, "--datadir", dir.to_str().unwrap()];
+        let out = self.tidemark_in(&args, &host_tmp);
+        assert!(
+            out.status.success(),
+            "tidemark {args:?} failed ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            live.exists(),
+            "the restore's server deleted {}",
+            live.display()
+        );
         query_restored(&dir, "SELECT COUNT(*) FROM shop.orders")
     }
 }

@@ -496,6 +496,14 @@ async fn replay(
 ) -> Result<(), RestoreError> {
     let socket = work.join("mysqld.sock");
     let server_log = work.join("mysqld.log");
+    // A server deletes every `#sql*` file in its tmpdir when it starts: with the default
+    // (/tmp) it would remove the temporary tables of a live server on the same host.
+    let tmpdir = work.join("tmp");
+    std::fs::create_dir_all(&tmpdir).map_err(|source| RestoreError::Io {
+        action: "creating the replay server's tmpdir".into(),
+        dir: tmpdir.clone(),
+        source,
+    })?;
     let mut server = Command::new(&tools.mariadbd);
     // backup-my.cnf holds the InnoDB geometry the files were written with.
     let cnf = datadir.join("backup-my.cnf");
@@ -508,6 +516,7 @@ async fn replay(
         .arg(format!("--datadir={}", datadir.display()))
         .arg(format!("--socket={}", socket.display()))
         .arg(format!("--pid-file={}", work.join("mysqld.pid").display()))
+        .arg(format!("--tmpdir={}", tmpdir.display()))
         .arg(format!("--log-error={}", server_log.display()))
         .args(["--skip-networking", "--skip-grant-tables", "--skip-log-bin"])
         .stdin(Stdio::null())

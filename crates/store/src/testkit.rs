@@ -490,10 +490,15 @@ impl MariaDb {
         let dir = tempfile::tempdir().expect("temporary directory");
         let datadir = dir.path().join("data");
         let socket = dir.path().join("mysqld.sock");
+        // Its own tmpdir: a server starting deletes every `#sql*` file in its tmpdir, which
+        // with a shared /tmp removed another test's bootstrap tables mid-install.
+        let tmpdir = dir.path().join("tmp");
+        std::fs::create_dir(&tmpdir).expect("tmpdir");
         let mut install = Command::new("mariadb-install-db");
         install
             .args(["--no-defaults", "--auth-root-authentication-method=normal"])
-            .arg(format!("--datadir={}", datadir.display()));
+            .arg(format!("--datadir={}", datadir.display()))
+            .arg(format!("--tmpdir={}", tmpdir.display()));
         if running_as_root() {
             install.arg("--user=root");
         }
@@ -513,6 +518,7 @@ impl MariaDb {
             .arg(format!("--datadir={}", datadir.display()))
             .arg(format!("--socket={}", socket.display()))
             .arg(format!("--port={port}"))
+            .arg(format!("--tmpdir={}", tmpdir.display()))
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--log-bin={}", datadir.join("mysql-bin").display()))
             .arg("--server-id=1")
@@ -621,6 +627,7 @@ pub fn query_restored(datadir: &FsPath, sql: &str) -> String {
         .arg(format!("--datadir={}", datadir.display()))
         .arg(format!("--socket={}", socket.display()))
         .arg(format!("--pid-file={}", run.path().join("pid").display()))
+        .arg(format!("--tmpdir={}", run.path().display()))
         .arg(format!("--log-error={}", log.display()))
         .args(["--skip-networking", "--skip-log-bin"])
         .stdin(Stdio::null())

@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod crd;
+pub mod interval;
 pub mod lifecycle;
 pub mod policy;
 pub mod schedule;

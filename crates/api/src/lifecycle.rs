@@ -9,7 +9,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::policy::{DURATION_MESSAGE, DURATION_RULE, INTERVAL_MESSAGE, INTERVAL_RULE};
+use crate::policy::{DURATION_MESSAGE, DURATION_RULE};
 
 /// Runs an action whenever Tidemark deletes a Backup it selects (seed 003). Hooks run in
 /// alphanumerical order of name before the remote data goes, and cannot veto the deletion.
@@ -47,7 +47,8 @@ pub struct DeleteHookSpec {
     pub command: Option<Vec<String>>,
     /// How long the action may take: `30s`, `5m`… (default `5m`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new(INTERVAL_RULE).message(INTERVAL_MESSAGE))]
+    #[x_kube(validation = Rule::new(crate::interval::HOOK_TIMEOUT_RULE).message(crate::interval::HOOK_TIMEOUT_MESSAGE))]
+    #[schemars(length(max = 24))]
     pub timeout: Option<String>,
 }
 
@@ -155,14 +156,22 @@ impl DeleteHook {
     /// # Errors
     /// Not a positive interval such as `30s`, `5m` or `1h`.
     pub fn timeout(&self) -> Result<std::time::Duration, HookFileError> {
-        let text = self.spec.timeout.as_deref().unwrap_or("5m");
-        text.parse::<jiff::SignedDuration>()
-            .ok()
-            .filter(|d| d.is_positive())
+        self.spec.timeout()
+    }
+}
+
+impl DeleteHookSpec {
+    /// How long the action may take (`spec.timeout`, default 5 minutes, at most an hour).
+    ///
+    /// # Errors
+    /// Not an interval from 1 s to 1 h.
+    pub fn timeout(&self) -> Result<std::time::Duration, HookFileError> {
+        crate::interval::HOOK_TIMEOUT
+            .parse(self.timeout.as_deref())
             .map(|d| d.unsigned_abs())
-            .ok_or_else(|| HookFileError::Invalid {
-                field: "spec.timeout",
-                problem: format!("invalid interval {text:?}; expected e.g. 30s, 5m or 1h"),
+            .map_err(|e| HookFileError::Invalid {
+                field: e.field,
+                problem: e.to_string(),
             })
     }
 }

@@ -13,9 +13,6 @@ use tidemark_core::PolicyInput;
 pub(crate) const DURATION_RULE: &str = "self.matches('^[0-9]+[dwm]$')";
 pub(crate) const DURATION_MESSAGE: &str =
     "expected <n>d, <n>w or <n>m (days, weeks, or months of 30 days), e.g. 30d, 4w, 12m";
-/// CEL for an interval (`30s`, `10m`, `1h`, `1h30m`).
-pub(crate) const INTERVAL_RULE: &str = "self.matches('^([0-9]+(h|m|s))+$')";
-pub(crate) const INTERVAL_MESSAGE: &str = "expected an interval such as 30s, 10m or 1h";
 
 /// Name and labels, as in any Kubernetes object.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -88,7 +85,8 @@ pub struct BackupPolicySpec {
     pub retention: Option<RetentionSpec>,
     /// How often the retention pass runs: `<n>s`, `<n>m` (minutes) or `<n>h`; default `1h`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new(INTERVAL_RULE).message(INTERVAL_MESSAGE))]
+    #[x_kube(validation = Rule::new(crate::interval::RETENTION_INTERVAL_RULE).message(crate::interval::RETENTION_INTERVAL_MESSAGE))]
+    #[schemars(length(max = 24))]
     pub retention_interval: Option<String>,
     /// What deleting a Backup object does to its remote data. Default `Retain`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -202,7 +200,8 @@ pub struct BinlogArchiveSpec {
     pub server: Option<BinlogServerSpec>,
     /// Pause between passes, e.g. `10s`, `1m` (default `10s`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new(INTERVAL_RULE).message(INTERVAL_MESSAGE))]
+    #[x_kube(validation = Rule::new(crate::interval::BINLOG_INTERVAL_RULE).message(crate::interval::BINLOG_INTERVAL_MESSAGE))]
+    #[schemars(length(max = 24))]
     pub interval: Option<String>,
 }
 
@@ -359,6 +358,8 @@ pub enum PolicyFileError {
         field: &'static str,
         problem: String,
     },
+    #[error(transparent)]
+    Interval(#[from] crate::interval::IntervalError),
 }
 
 impl BackupPolicySpec {
@@ -379,6 +380,8 @@ impl BackupPolicySpec {
         if let Some(os) = &self.object_store {
             os.store_url()?;
         }
+        self.retention_interval()?;
+        self.binlog_interval()?;
         Ok(())
     }
 
@@ -387,14 +390,24 @@ impl BackupPolicySpec {
     /// # Errors
     /// Not a positive interval such as `30s`, `10m` or `1h`.
     pub fn retention_interval(&self) -> Result<jiff::SignedDuration, PolicyFileError> {
-        let text = self.retention_interval.as_deref().unwrap_or("1h");
-        text.parse::<jiff::SignedDuration>()
-            .ok()
-            .filter(|d| d.is_positive())
-            .ok_or_else(|| PolicyFileError::Invalid {
-                field: "spec.retentionInterval",
-                problem: format!("invalid interval {text:?}; expected e.g. 30s, 10m or 1h"),
-            })
+        crate::interval::RETENTION_INTERVAL
+            .parse(self.retention_interval.as_deref())
+            .map_err(PolicyFileError::Interval)
+    }
+
+    /// The pause between binlog archiver passes (`spec.binlogArchive.interval`, default
+    /// 10 s).
+    ///
+    /// # Errors
+    /// Not an interval from 1 s to 1 h.
+    pub fn binlog_interval(&self) -> Result<jiff::SignedDuration, PolicyFileError> {
+        crate::interval::BINLOG_INTERVAL
+            .parse(
+                self.binlog_archive
+                    .as_ref()
+                    .and_then(|a| a.interval.as_deref()),
+            )
+            .map_err(PolicyFileError::Interval)
     }
 
     /// The cluster directory for a policy named `name`: `spec.cluster`, else the name.

@@ -135,6 +135,84 @@ fn retention_durations_follow_the_grammar() {
     assert_accepted("BackupPolicy", json!({"retentionInterval": "1h30m"}));
 }
 
+/// Every interval is bounded at admission, and the CEL rule and the operator's own check
+/// (for API servers without CEL) agree on each value.
+#[test]
+fn intervals_are_bounded_and_cel_agrees_with_the_code() {
+    use tidemark_api::interval::{
+        BINLOG_INTERVAL, HOOK_TIMEOUT, IntervalField, RETENTION_INTERVAL,
+    };
+    let values = [
+        "1s",
+        "30s",
+        "10m",
+        "1h",
+        "1h30m",
+        "60m",
+        "3600s",
+        "3601s",
+        "61m",
+        "2h",
+        "168h",
+        "169h",
+        "167h60m",
+        "0s",
+        "0h0m0s",
+        "70000000h",
+        "99999h",
+        "2562048h",
+        "1 hour",
+        "1d",
+        "-1h",
+        "h",
+        "10",
+        "",
+        "1h1h",
+        "00001s",
+    ];
+    type Spec = fn(&str) -> Value;
+    let kinds: [(&str, &IntervalField, Spec); 3] = [
+        (
+            "BackupPolicy",
+            &RETENTION_INTERVAL,
+            |v| json!({"retentionInterval": v}),
+        ),
+        (
+            "BackupPolicy",
+            &BINLOG_INTERVAL,
+            |v| json!({"binlogArchive": {"server": {"host": "db"}, "interval": v}}),
+        ),
+        (
+            "DeleteHook",
+            &HOOK_TIMEOUT,
+            |v| json!({"command": ["true"], "timeout": v}),
+        ),
+    ];
+    for (kind, field, spec) in kinds {
+        for v in values {
+            let cel = refusals(kind, spec(v)).is_empty();
+            let code = field.parse(Some(v));
+            assert_eq!(
+                cel,
+                code.is_ok(),
+                "{kind} {} = {v:?}: CEL {} but the code {code:?}",
+                field.field,
+                if cel { "accepts" } else { "refuses" },
+            );
+        }
+    }
+    assert_refused(
+        "BackupPolicy",
+        json!({"retentionInterval": "70000000h"}),
+        "from 1s to 168h",
+    );
+    assert_refused(
+        "DeleteHook",
+        json!({"command": ["true"], "timeout": "2h"}),
+        "from 1s to 1h",
+    );
+}
+
 #[test]
 fn a_schedule_has_six_fields() {
     for good in ["0 0 2 * * *", "*/30 * * * * MON-FRI", " 0 0 2 * * 0 "] {

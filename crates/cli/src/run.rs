@@ -114,11 +114,10 @@ fn load(dir: &Path) -> Result<Vec<PolicyRun>, CliError> {
             )));
         }
         seen.push((file, name, identity));
-        let retention_interval = interval(
-            policy.spec.retention_interval.as_deref().unwrap_or("1h"),
-            "spec.retentionInterval",
-            file,
-        )?;
+        let bounded = |e: tidemark_api::policy::PolicyFileError| {
+            CliError::input(format!("{}: BackupPolicy {name}: {e}", file.display()))
+        };
+        let retention_interval = policy.spec.retention_interval().map_err(bounded)?;
         let retention = policy
             .spec
             .retention
@@ -153,11 +152,7 @@ fn load(dir: &Path) -> Result<Vec<PolicyRun>, CliError> {
             .binlog_archive
             .as_ref()
             .map(|a| {
-                let every = interval(
-                    a.interval.as_deref().unwrap_or("10s"),
-                    "spec.binlogArchive.interval",
-                    file,
-                )?;
+                let every = policy.spec.binlog_interval().map_err(bounded)?;
                 let Some(relative) = &a.binlog_index else {
                     return Err(CliError::input(format!(
                         "{}: spec.binlogArchive.binlogIndex: required by tidemark run (the server's binlog index file, e.g. /var/lib/mysql/mysql-bin.index); spec.binlogArchive.server is for the operator",

@@ -316,6 +316,25 @@ fn bad_configuration_stops_at_start_up_naming_file_field_and_form() {
     );
     assert!(e.contains("found: local"), "{e}");
 
+    // An interval the time arithmetic cannot hold, and one past its documented maximum.
+    for (interval, problem) in [
+        ("70000000h", "more than 5 digits"),
+        ("200h", "longer than the maximum"),
+    ] {
+        let e = refused(&[(
+            "p.yaml",
+            &format!("{POLICY}  retentionInterval: {interval}\n"),
+        )]);
+        assert!(
+            e.contains("p.yaml")
+                && e.contains("spec.retentionInterval")
+                && e.contains(interval)
+                && e.contains(problem)
+                && e.contains("168h"),
+            "{e}"
+        );
+    }
+
     let e = refused(&[("empty.yaml", "")]);
     assert!(e.contains("no BackupPolicy"), "{e}");
 

@@ -95,6 +95,16 @@ impl RetentionDuration {
     }
 }
 
+/// `t + d`, saturating at the representable instants: a time read from a status, a state
+/// file or a store never makes the arithmetic panic.
+pub fn saturating_add(t: Timestamp, d: SignedDuration) -> Timestamp {
+    t.checked_add(d).unwrap_or(if d.is_negative() {
+        Timestamp::MIN
+    } else {
+        Timestamp::MAX
+    })
+}
+
 impl fmt::Display for RetentionDuration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}{}", self.count, self.unit.suffix())

@@ -12,7 +12,7 @@ pub mod schedule;
 pub mod simulate;
 
 pub use coverage::{Coverage, Interval, Replay};
-pub use duration::{DURATION_FORM, DurationError, RetentionDuration};
+pub use duration::{DURATION_FORM, DurationError, RetentionDuration, saturating_add};
 pub use inventory::{
     Backup, BackupId, BackupKind, Inventory, Leftover, LeftoverKind, Phase, Segment,
 };

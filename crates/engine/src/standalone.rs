@@ -565,12 +565,15 @@ async fn retention_task(ctx: Arc<Ctx>, r: RetentionRun, mut stop: watch::Receive
     loop {
         let last = ctx.state.lock().await.state.last_retention_run_time;
         let now = ctx.clock.now();
-        let due_at = last.map(|t| t + r.interval);
+        let due_at = last.map(|t| tidemark_core::saturating_add(t, r.interval));
         let wait = if due_at.is_none_or(|d| now >= d) {
             match retention(&ctx, &r, now).await {
                 Ok(()) => {
                     failures = 0;
-                    until(ctx.clock.as_ref(), Some(now + r.interval))
+                    until(
+                        ctx.clock.as_ref(),
+                        Some(tidemark_core::saturating_add(now, r.interval)),
+                    )
                 }
                 Err(e) => {
                     failures += 1;

@@ -19,6 +19,10 @@ pub enum Error {
     /// Something the object needs does not exist yet (its BackupPolicy, a Secret).
     #[error("{0}")]
     Missing(String),
+    /// A bug: the reconcile panicked. The object fails (and is retried slowly); the
+    /// process and every other object go on.
+    #[error("internal error (a bug; please report it): {0}")]
+    Internal(String),
 }
 
 impl Error {
@@ -33,6 +37,7 @@ impl Error {
             Error::Engine(e) => e.class(),
             Error::Invalid(_) => Class::Input,
             Error::Missing(_) => Class::Contention,
+            Error::Internal(_) => Class::Internal,
         }
     }
 

@@ -23,8 +23,6 @@ use tidemark_api::crd::{Backup, DeleteHook, HookResult};
 use crate::Context;
 use crate::error::Error;
 
-/// How long an action may take when its hook does not say.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 /// The label on a hook's Job: the Backup it ran for (uid).
 const HOOK_LABEL: &str = "tidemark.io/delete-hook";
 
@@ -48,13 +46,10 @@ pub async fn matching(ctx: &Context, backup: &Backup) -> Result<Vec<DeleteHook>,
     Ok(hooks)
 }
 
-fn timeout_of(hook: &DeleteHook) -> Duration {
-    hook.spec
-        .timeout
-        .as_deref()
-        .and_then(|t| t.parse::<jiff::SignedDuration>().ok())
-        .filter(|d| d.is_positive())
-        .map_or(DEFAULT_TIMEOUT, |d| d.unsigned_abs())
+/// The hook's timeout, bounded (CEL refuses a bad one at admission; API servers without
+/// CEL let it through, and the hook then fails with the reason).
+fn timeout_of(hook: &DeleteHook) -> Result<Duration, String> {
+    hook.spec.timeout().map_err(|e| e.to_string())
 }
 
 /// What a hook is told about the backup being deleted.
@@ -107,14 +102,16 @@ pub async fn run(
         {
             continue;
         }
-        let outcome = if let Some(webhook) = &hook.spec.webhook {
-            Some(call(webhook, timeout_of(hook), &description(backup, reason)).await)
-        } else if let Some(template) = &hook.spec.job {
-            job(ctx, backup, hook, template, reason).await?
-        } else {
-            Some(Outcome::Failed(
+        let timeout = timeout_of(hook);
+        let outcome = match (&timeout, &hook.spec.webhook, &hook.spec.job) {
+            (Err(e), _, _) => Some(Outcome::Failed(e.clone())),
+            (Ok(t), Some(webhook), _) => {
+                Some(call(webhook, *t, &description(backup, reason)).await)
+            }
+            (Ok(t), None, Some(template)) => job(ctx, backup, hook, template, reason, *t).await?,
+            (Ok(_), None, None) => Some(Outcome::Failed(
                 "a local command runs only in standalone `tidemark run`; give the hook a job or a webhook".into(),
-            ))
+            )),
         };
         status.hooks.retain(|r| r.name != name);
         let Some(outcome) = outcome else {
@@ -132,7 +129,10 @@ pub async fn run(
             Outcome::Failed(m) => ("failed", Some(m.clone())),
             Outcome::TimedOut => (
                 "timedOut",
-                Some(format!("no answer within {:?}", timeout_of(hook))),
+                Some(format!(
+                    "no answer within {:?}",
+                    timeout.unwrap_or_default()
+                )),
             ),
         };
         let note = format!(
@@ -298,6 +298,7 @@ async fn job(
     hook: &DeleteHook,
     template: &serde_json::Value,
     reason: &str,
+    timeout: Duration,
 ) -> Result<Option<Outcome>, Error> {
     let ns = backup.namespace().unwrap_or_default();
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
@@ -306,7 +307,6 @@ async fn job(
         crate::backup::short_uid(backup),
         crate::backup::short_uid(hook)
     );
-    let timeout = timeout_of(hook);
     if let Some(j) = jobs.get_opt(&name).await? {
         let st = j.status.unwrap_or_default();
         let cond = |t: &str| {

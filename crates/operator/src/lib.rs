@@ -352,7 +352,19 @@ where
         .run(
             move |obj, ctx| async move {
                 let k = key(obj.as_ref());
-                let r = reconcile(obj, ctx.clone()).await;
+                let reference = obj.object_ref(&());
+                let r = match caught(reconcile(obj, ctx.clone())).await {
+                    Ok(r) => r,
+                    Err(panic) => {
+                        // A bug must fail its object, never the process: kube-runtime
+                        // would re-raise the panic, and the restarted process would meet
+                        // the same object again.
+                        tracing::error!(object = %k, "reconcile panicked: {panic}");
+                        let note = format!("reconcile panicked (a bug; please report it): {panic}");
+                        ctx.warn(&reference, "ReconcilePanicked", &note).await;
+                        Err(Error::Internal(panic))
+                    }
+                };
                 ctx.reconciled(&k);
                 if r.is_ok() {
                     ctx.succeeded(&k);
@@ -370,7 +382,21 @@ where
         .await;
 }
 
-/// Every controller, as one future that runs until they all end.
+/// Runs `fut`, turning a panic inside it into `Err` with the panic's message.
+async fn caught<T>(fut: impl std::future::Future<Output = T>) -> Result<T, String> {
+    use futures::FutureExt;
+    std::panic::AssertUnwindSafe(fut)
+        .catch_unwind()
+        .await
+        .map_err(|payload| {
+            payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".to_owned())
+        })
+}
+
 /// How long reconciles in flight may take to finish at shutdown.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 
@@ -379,6 +405,7 @@ async fn stopped(mut stopping: tokio::sync::watch::Receiver<bool>) {
     let _ = stopping.wait_for(|s| *s).await;
 }
 
+/// Every controller, as one future that runs until they all end.
 async fn controllers(
     client: Client,
     options: &Options,
@@ -525,5 +552,27 @@ async fn controllers(
     tokio::select! {
         _ = async { tokio::join!(scheduled, retention, runner, reaper) } => {}
         () = backup_cache => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panic_in_a_reconcile_becomes_its_error() {
+        let boom = caught(async {
+            let far = jiff::Timestamp::MAX;
+            let _ = far + jiff::SignedDuration::from_hours(1);
+        })
+        .await
+        .unwrap_err();
+        assert!(
+            boom.contains("overflow") || boom.contains("range"),
+            "{boom}"
+        );
+        let fmt = caught(async { panic!("object {}", 7) }).await.unwrap_err();
+        assert_eq!(fmt, "object 7");
+        assert_eq!(caught(async { 5 }).await, Ok(5));
     }
 }

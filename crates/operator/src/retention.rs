@@ -78,7 +78,7 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
     if let Some(last) = status.last_retention_run_time.as_ref().map(|t| t.0)
         && status.observed_generation == generation
     {
-        let due = last + interval;
+        let due = tidemark_core::saturating_add(last, interval);
         if due > now {
             return Ok(Requeue::requeue(until(now, due)));
         }
@@ -182,7 +182,7 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
         )
         .await;
     }
-    let next = now + interval;
+    let next = tidemark_core::saturating_add(now, interval);
     let new = BackupPolicyStatus {
         observed_generation: generation,
         last_retention_run_time: Some(Time(now)),

@@ -552,6 +552,11 @@ impl Operator {
         self.server.abort();
     }
 
+    /// Whether the operator is still running (a panic that escaped would have ended it).
+    pub fn is_running(&self) -> bool {
+        !self.task.is_finished()
+    }
+
     /// Kills the operator as a crash would: its tasks dropped mid-flight, its lease left to
     /// expire.
     pub fn kill(mut self) {
@@ -581,6 +586,83 @@ impl Operator {
             .map(|(_, b)| b.to_owned())
             .unwrap_or_default();
         (code, body)
+    }
+}
+
+/// A Secret `name` in `ns` with the test S3 server's keys, as `credentialsSecret` reads it.
+pub async fn s3_secret(client: &Client, ns: &str, name: &str) {
+    use k8s_openapi::ByteString;
+    use tidemark_store::testkit::{ACCESS_KEY, SECRET_KEY};
+    let data: std::collections::BTreeMap<String, ByteString> =
+        [("accessKeyId", ACCESS_KEY), ("secretAccessKey", SECRET_KEY)]
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec())))
+            .collect();
+    let secret = k8s_openapi::api::core::v1::Secret {
+        metadata: meta(name, Some(ns)),
+        data: Some(data),
+        ..Default::default()
+    };
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create the S3 Secret");
+}
+
+/// The events of `ns` with `reason`.
+pub async fn events(
+    client: &Client,
+    ns: &str,
+    reason: &str,
+) -> Vec<k8s_openapi::api::events::v1::Event> {
+    Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), ns)
+        .list(&kube::api::ListParams::default())
+        .await
+        .expect("list events")
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .collect()
+}
+
+/// Creates a Backup object for the synthetic backup `b` (named as it, of policy `db`), with
+/// `extra` merged into the object, and marks it completed as the operator would.
+pub async fn completed_backup(
+    api: &Api<tidemark_api::crd::Backup>,
+    b: &tidemark_store::synth::SynthBackup,
+    extra: serde_json::Value,
+) {
+    let mut obj = serde_json::json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "Backup",
+        "metadata": {"name": b.name},
+        "spec": {"policy": {"name": "db"}},
+    });
+    merge(&mut obj, extra);
+    let backup: tidemark_api::crd::Backup = serde_json::from_value(obj).expect("a Backup");
+    api.create(&PostParams::default(), &backup)
+        .await
+        .expect("create the Backup");
+    api.patch_status(
+        &b.name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"status": {
+            "phase": "completed", "backupId": b.id,
+            "key": format!("{}/{}/metadata.json", b.name, b.id),
+        }})),
+    )
+    .await
+    .expect("mark the Backup completed");
+}
+
+/// Merges `b` into `a` as a JSON merge patch does (objects key by key).
+pub fn merge(a: &mut serde_json::Value, b: serde_json::Value) {
+    match (a, b) {
+        (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k).or_insert(serde_json::Value::Null), v);
+            }
+        }
+        (a, b) => *a = b,
     }
 }
 

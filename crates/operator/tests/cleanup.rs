@@ -6,32 +6,21 @@
 //! and a namespace deletion with every remote object still there.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::collections::BTreeMap;
-
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
-use k8s_openapi::api::events::v1::Event as K8sEvent;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use tidemark_api::crd::{Backup, BackupPolicy, DeleteHook};
-use tidemark_operator::testkit::{KubeCluster, Operator, ShiftedClock, Webhook, eventually};
+use tidemark_operator::testkit::{
+    KubeCluster, Operator, ShiftedClock, Webhook, completed_backup, events, eventually, s3_secret,
+};
 use tidemark_store::synth::{self, SynthBackup};
-use tidemark_store::testkit::{ACCESS_KEY, BUCKET, SECRET_KEY, SeaweedFs};
+use tidemark_store::testkit::{BUCKET, SeaweedFs};
 
 async fn secret(client: &Client, ns: &str) {
-    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let data: BTreeMap<String, ByteString> =
-        [("accessKeyId", ACCESS_KEY), ("secretAccessKey", SECRET_KEY)]
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec())))
-            .collect();
-    let mut s: Secret =
-        serde_json::from_value(json!({"metadata": {"name": "s3", "namespace": ns}})).unwrap();
-    s.data = Some(data);
-    api.create(&PostParams::default(), &s).await.unwrap();
+    s3_secret(client, ns, "s3").await;
 }
 
 fn policy(ns: &str, endpoint: &str, deletion: Option<&str>) -> BackupPolicy {
@@ -50,37 +39,8 @@ fn policy(ns: &str, endpoint: &str, deletion: Option<&str>) -> BackupPolicy {
     .unwrap()
 }
 
-/// A completed Backup object for the synthetic backup `b` (its name is the store name).
 async fn backup_object(api: &Api<Backup>, b: &SynthBackup, extra: serde_json::Value) {
-    let mut obj = json!({
-        "apiVersion": "tidemark.io/v1alpha1", "kind": "Backup",
-        "metadata": {"name": b.name},
-        "spec": {"policy": {"name": "db"}},
-    });
-    merge(&mut obj, extra);
-    let backup: Backup = serde_json::from_value(obj).unwrap();
-    api.create(&PostParams::default(), &backup).await.unwrap();
-    api.patch_status(
-        &b.name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {
-            "phase": "completed", "backupId": b.id,
-            "key": format!("{}/{}/metadata.json", b.name, b.id),
-        }})),
-    )
-    .await
-    .unwrap();
-}
-
-fn merge(a: &mut serde_json::Value, b: serde_json::Value) {
-    match (a, b) {
-        (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
-            for (k, v) in b {
-                merge(a.entry(k).or_insert(serde_json::Value::Null), v);
-            }
-        }
-        (a, b) => *a = b,
-    }
+    completed_backup(api, b, extra).await;
 }
 
 /// Every key in the cluster's prefix, relative to it.
@@ -120,17 +80,6 @@ async fn finalizers(api: &Api<Backup>, name: &str) -> Option<Vec<String>> {
         .await
         .unwrap()
         .map(|b| b.finalizers().to_vec())
-}
-
-async fn events(client: &Client, ns: &str, reason: &str) -> Vec<K8sEvent> {
-    Api::<K8sEvent>::namespaced(client.clone(), ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,6 +5,7 @@ pub mod config;
 pub mod crd;
 pub mod interval;
 pub mod lifecycle;
+pub mod names;
 pub mod policy;
 pub mod schedule;
 

@@ -52,6 +52,7 @@ pub struct BackupPolicy {
     status = "BackupPolicyStatus",
     shortname = "tbp",
     category = "tidemark",
+    validation = Rule::new("self.metadata.name.size() <= 63").message("metadata.name: at most 63 characters (it labels the archiver and consolidation objects the operator creates)"),
     doc = "One per protected cluster: where its backups are stored, how long they are kept, and how the operator reaches the database.",
     printcolumn(
         name = "Window start",
@@ -113,10 +114,12 @@ pub struct SourceSpec {
     /// The database container, whose image runs the backup tool. Default: the pod's first
     /// container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(crate::names::LABEL_PATTERN), length(max = 63))]
     pub container: Option<String>,
     /// The pod volume holding the data directory. Default: the volume mounted at
     /// `/var/lib/mysql` in the database container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(crate::names::LABEL_PATTERN), length(max = 63))]
     pub data_volume: Option<String>,
     /// The port the database listens on in its pod (default 3306); the backup tool
     /// connects to the chosen pod's IP on it.
@@ -125,10 +128,12 @@ pub struct SourceSpec {
     /// Pod label whose value `primary` marks the primary; any other value marks a standby.
     /// Default `tidemark.io/role`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(crate::names::LABEL_KEY_PATTERN), length(max = 317))]
     pub role_label: Option<String>,
     /// Secret with the database credentials the backup tool uses (`username`, `password`
     /// keys); passed to the Job as environment, never as arguments.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(crate::names::SUBDOMAIN_PATTERN), length(max = 253))]
     pub credentials_secret: Option<String>,
 }
 
@@ -246,6 +251,7 @@ pub struct ObjectStoreSpec {
     pub region: Option<String>,
     /// Name of the Secret holding the credentials (operator only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(crate::names::SUBDOMAIN_PATTERN), length(max = 253))]
     pub credentials_secret: Option<String>,
     /// Path-style requests (the default whenever an endpoint is given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -360,6 +366,31 @@ pub enum PolicyFileError {
     },
     #[error(transparent)]
     Interval(#[from] crate::interval::IntervalError),
+    #[error(transparent)]
+    Name(#[from] crate::names::NameError),
+}
+
+impl SourceSpec {
+    /// The names it carries are Kubernetes names.
+    ///
+    /// # Errors
+    /// A container, volume, label key or Secret name that is not one.
+    pub fn validate(&self) -> Result<(), crate::names::NameError> {
+        use crate::names::{dns_label, dns_subdomain, label_key};
+        if let Some(c) = &self.container {
+            dns_label("spec.source.container", c)?;
+        }
+        if let Some(v) = &self.data_volume {
+            dns_label("spec.source.dataVolume", v)?;
+        }
+        if let Some(k) = &self.role_label {
+            label_key("spec.source.roleLabel", k)?;
+        }
+        if let Some(s) = &self.credentials_secret {
+            dns_subdomain("spec.source.credentialsSecret", s)?;
+        }
+        Ok(())
+    }
 }
 
 impl BackupPolicySpec {
@@ -379,6 +410,12 @@ impl BackupPolicySpec {
         }
         if let Some(os) = &self.object_store {
             os.store_url()?;
+            if let Some(secret) = &os.credentials_secret {
+                crate::names::dns_subdomain("spec.objectStore.credentialsSecret", secret)?;
+            }
+        }
+        if let Some(source) = &self.source {
+            source.validate()?;
         }
         self.retention_interval()?;
         self.binlog_interval()?;

@@ -28,6 +28,7 @@ pub const IMMEDIATE_BACKUP_LABEL: &str = "tidemark.io/immediate-backup";
 pub struct PolicyRef {
     /// The BackupPolicy's `metadata.name`.
     #[x_kube(validation = Rule::new("self != ''").message("name the BackupPolicy that says where backups go"))]
+    #[schemars(pattern(crate::names::SUBDOMAIN_PATTERN), length(max = 253))]
     pub name: String,
 }
 
@@ -122,6 +123,7 @@ pub struct ScheduledBackup {
     status = "ScheduledBackupStatus",
     shortname = "tsb",
     category = "tidemark",
+    validation = Rule::new("self.metadata.name.size() <= 63").message("metadata.name: at most 63 characters (it labels the Backups the schedule creates)"),
     doc = "Creates ordinary Backups on a six-field cron cadence: deterministic names, an optional immediate first backup, never two running at once.",
     printcolumn(name = "Schedule", type_ = "string", json_path = ".spec.schedule"),
     printcolumn(name = "Suspend", type_ = "boolean", json_path = ".spec.suspend"),
@@ -513,6 +515,12 @@ fn validate_template(t: &BackupTemplate) -> Result<(), ScheduleFileError> {
             problem: "empty; name the BackupPolicy that says where backups go".into(),
         });
     }
+    crate::names::dns_subdomain("spec.policy.name", &t.policy.name).map_err(|e| {
+        ScheduleFileError::Invalid {
+            field: e.field,
+            problem: format!("{:?} is not {}", e.value, e.form),
+        }
+    })?;
     if let Some(m) = &t.method
         && !METHODS.contains(&m.as_str())
     {

@@ -39,10 +39,14 @@ fn schema(kind: &str) -> Value {
 
 /// The messages of the CEL rules `object` breaks (empty: accepted).
 fn refusals(kind: &str, spec: Value) -> Vec<String> {
+    refusals_named(kind, "x", spec)
+}
+
+fn refusals_named(kind: &str, name: &str, spec: Value) -> Vec<String> {
     let object = json!({
         "apiVersion": "tidemark.io/v1alpha1",
         "kind": kind,
-        "metadata": {"name": "x"},
+        "metadata": {"name": name},
         "spec": spec,
     });
     match kube::core::cel::Validator::new().validate(&schema(kind), &object, None) {
@@ -317,4 +321,56 @@ fn every_kind_has_status_short_names_and_columns() {
             ["deletionPolicy"]["enum"],
         json!(["Retain", "Delete"])
     );
+}
+
+/// Names that become label values on what the operator creates are at most 63 characters.
+#[test]
+fn schedule_and_policy_names_fit_a_label_value() {
+    let schedule = json!({"schedule": "0 0 2 * * *", "policy": {"name": "db"}});
+    for (kind, spec) in [("ScheduledBackup", schedule), ("BackupPolicy", json!({}))] {
+        assert!(refusals_named(kind, &"s".repeat(63), spec.clone()).is_empty());
+        let got = refusals_named(kind, &"s".repeat(64), spec);
+        assert!(
+            got.iter().any(|m| m.contains("at most 63 characters")),
+            "{kind}: {got:?}"
+        );
+    }
+}
+
+/// Every name a spec carries has the schema pattern of its kind of Kubernetes name, which
+/// API servers of every version enforce (unlike CEL).
+#[test]
+fn names_in_specs_carry_their_pattern() {
+    let crd = serde_json::to_value(crd::all()).unwrap();
+    for (field, pattern) in [
+        ("credentialsSecret", tidemark_api::names::SUBDOMAIN_PATTERN),
+        ("container", tidemark_api::names::LABEL_PATTERN),
+        ("dataVolume", tidemark_api::names::LABEL_PATTERN),
+        ("roleLabel", tidemark_api::names::LABEL_KEY_PATTERN),
+    ] {
+        let schema = find(&crd, field);
+        assert_eq!(schema["pattern"], pattern, "{field}: {schema}");
+    }
+    let policy_ref =
+        &schema("Backup")["properties"]["spec"]["properties"]["policy"]["properties"]["name"];
+    assert_eq!(
+        policy_ref["pattern"],
+        tidemark_api::names::SUBDOMAIN_PATTERN,
+        "{policy_ref}"
+    );
+}
+
+/// The first schema property named `name` anywhere in `v`.
+fn find<'a>(v: &'a Value, name: &str) -> &'a Value {
+    fn walk<'a>(v: &'a Value, name: &str) -> Option<&'a Value> {
+        match v {
+            Value::Object(m) => m
+                .get("properties")
+                .and_then(|p| p.get(name))
+                .or_else(|| m.values().find_map(|x| walk(x, name))),
+            Value::Array(a) => a.iter().find_map(|x| walk(x, name)),
+            _ => None,
+        }
+    }
+    walk(v, name).unwrap_or_else(|| panic!("no property {name}"))
 }

@@ -47,6 +47,25 @@ pub const DEFAULT_ROLE_LABEL: &str = "tidemark.io/role";
 const DEFAULT_DATA_PATH: &str = "/var/lib/mysql";
 
 /// Advances one Backup.
+/// The BackupPolicy a Backup names, checked as a Kubernetes name: the schema's pattern
+/// refuses others, and an object admitted before it must not put its value into a request
+/// path (`../../other-team/…`).
+fn policy_name(backup: &Backup) -> Result<&str, tidemark_api::names::NameError> {
+    let name = backup.spec.template.policy.name.as_str();
+    tidemark_api::names::dns_subdomain("spec.policy.name", name).map(|()| name)
+}
+
+/// The Backup's BackupPolicy; `None` when it does not exist or the name is not a name.
+async fn policy_of(
+    policies: &Api<BackupPolicy>,
+    backup: &Backup,
+) -> Result<Option<BackupPolicy>, Error> {
+    match policy_name(backup) {
+        Ok(name) => Ok(policies.get_opt(name).await?),
+        Err(_) => Ok(None),
+    }
+}
+
 ///
 /// # Errors
 /// The API or the store failed; the policy is missing.
@@ -60,7 +79,7 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
             return Ok(Action::await_change());
         }
         if crate::cleanup::settled(&backup) {
-            let policy = policies.get_opt(&backup.spec.template.policy.name).await?;
+            let policy = policy_of(&policies, &backup).await?;
             return crate::cleanup::on_delete(&ctx, &api, &backup, policy.as_ref()).await;
         }
         // A running attempt is followed to its end first (below; nothing new starts).
@@ -83,7 +102,7 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
         ) {
             (Some(_), None, _) => None,
             (_, None, Some(p)) => Some(p.as_ref().clone()),
-            _ => policies.get_opt(&backup.spec.template.policy.name).await?,
+            _ => policy_of(&policies, &backup).await?,
         };
         // A policy that is gone says nothing: the finalizer stays as it was (deleting the
         // policy must not quietly turn a Delete into a Retain, nor the reverse).
@@ -113,7 +132,10 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
         }
         return Ok(Action::await_change());
     }
-    let Some(policy) = policies.get_opt(&backup.spec.template.policy.name).await? else {
+    if let Err(e) = policy_name(&backup) {
+        return blocked(&ctx.recorder, &api, &backup, "InvalidSpec", &e.to_string()).await;
+    }
+    let Some(policy) = policy_of(&policies, &backup).await? else {
         let message = format!(
             "BackupPolicy {ns}/{} (spec.policy.name) does not exist",
             backup.spec.template.policy.name

@@ -44,6 +44,9 @@ pub async fn store_secret(
     ns: &str,
     name: &str,
 ) -> Result<(SecretKeys, S3Credentials), Error> {
+    // Checked before it reaches a request path (`../../other-team/secrets/…`).
+    tidemark_api::names::dns_subdomain("spec.objectStore.credentialsSecret", name)
+        .map_err(|e| Error::Invalid(e.to_string()))?;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
     let Some(secret) = secrets.get_opt(name).await? else {
         return Err(Error::Missing(format!(

@@ -52,9 +52,9 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
         return Ok(Requeue::await_change());
     };
     let now = ctx.clock.now();
-    let checked = policy
-        .spec
-        .validate()
+    let checked = tidemark_api::names::label_value_name("metadata.name", &name)
+        .map_err(tidemark_api::policy::PolicyFileError::from)
+        .and_then(|()| policy.spec.validate())
         .and_then(|()| policy.spec.retention_interval())
         .map_err(|e| e.to_string())
         .and_then(|interval| {

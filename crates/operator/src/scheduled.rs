@@ -46,6 +46,18 @@ pub async fn reconcile(sb: Arc<ScheduledBackup>, ctx: Arc<Context>) -> Result<Ac
     if sb.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
+    let invalid = |message: String| async {
+        ctx.warn(&sb.object_ref(&()), "InvalidSpec", &message).await;
+        Err(Error::Invalid(message))
+    };
+    // Before any request is built from the spec (the policy's name goes into a path), and
+    // before a name too long to label the Backups creates any.
+    if let Err(e) = sb.spec.validate() {
+        return invalid(e.to_string()).await;
+    }
+    if let Err(e) = tidemark_api::names::label_value_name("metadata.name", &name) {
+        return invalid(e.to_string()).await;
+    }
     let policies: Api<BackupPolicy> = Api::namespaced(ctx.client.clone(), &ns);
     let policy_name = &sb.spec.template.policy.name;
     let policy = policies.get_opt(policy_name).await?;
@@ -54,19 +66,13 @@ pub async fn reconcile(sb: Arc<ScheduledBackup>, ctx: Arc<Context>) -> Result<Ac
         .creation_timestamp
         .as_ref()
         .map_or_else(Timestamp::now, |t| t.0);
-    let spec = match sb.spec.validate().and_then(|()| {
-        sb.spec.schedule_spec(
-            &name,
-            policy.as_ref().and_then(|p| p.spec.time_zone.as_deref()),
-            created_at,
-        )
-    }) {
+    let spec = match sb.spec.schedule_spec(
+        &name,
+        policy.as_ref().and_then(|p| p.spec.time_zone.as_deref()),
+        created_at,
+    ) {
         Ok(s) => s,
-        Err(e) => {
-            let message = e.to_string();
-            ctx.warn(&sb.object_ref(&()), "InvalidSpec", &message).await;
-            return Err(Error::Invalid(message));
-        }
+        Err(e) => return invalid(e.to_string()).await,
     };
     let Some(policy) = policy else {
         return Err(Error::Missing(format!(

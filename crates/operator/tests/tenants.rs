@@ -191,3 +191,81 @@ async fn hostile_values_fail_their_object_not_the_operator() {
     assert!(op.is_running(), "the operator stopped on a tenant's object");
     op.stop().await;
 }
+
+/// Names a spec carries are Kubernetes names before they reach a request: the schema's
+/// patterns refuse a Secret or policy name that walks out of its namespace (every API
+/// server version enforces them), and a ScheduledBackup whose name cannot label its
+/// Backups (over 63 characters, which only CEL refuses at admission) creates none and says
+/// why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_from_specs_are_checked_before_any_request() {
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let ns = "names";
+    cluster.namespace(ns).await;
+    let escape = policy(
+        ns,
+        "db",
+        "http://127.0.0.1:1",
+        json!({"objectStore": {"credentialsSecret": "../../team-b/secrets/store-creds"}}),
+    );
+    let refused = Api::<BackupPolicy>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &escape)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("credentialsSecret") && refused.contains("should match"),
+        "{refused}"
+    );
+    create_policy(&admin, &policy(ns, "db", "http://127.0.0.1:1", json!({}))).await;
+    let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
+    let walk: Backup = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "Backup",
+        "metadata": {"name": "walk", "namespace": ns},
+        "spec": {"policy": {"name": "../../team-b/backuppolicies/db"}},
+    }))
+    .unwrap();
+    let refused = backups
+        .create(&PostParams::default(), &walk)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("spec.policy.name"), "{refused}");
+
+    let long = format!("{}x", "nightly-".repeat(9));
+    let schedule: tidemark_api::crd::ScheduledBackup = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "ScheduledBackup",
+        "metadata": {"name": long, "namespace": ns},
+        "spec": {"schedule": "0 0 2 * * *", "immediate": true, "policy": {"name": "db"}, "method": "exec", "command": ["true"]},
+    }))
+    .unwrap();
+    Api::<tidemark_api::crd::ScheduledBackup>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &schedule)
+        .await
+        .unwrap();
+    let op = Operator::start(&cluster, "operator-names");
+    let note = eventually("the long schedule's InvalidSpec event", || async {
+        events(&admin, ns, "InvalidSpec")
+            .await
+            .into_iter()
+            .find(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(&long))
+            .and_then(|e| e.note)
+    })
+    .await;
+    assert!(
+        note.contains("metadata.name") && note.contains("63 characters"),
+        "{note}"
+    );
+    let made = backups
+        .list(&kube::api::ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert!(
+        made.is_empty(),
+        "{:?}",
+        made.iter().map(|b| b.name_any()).collect::<Vec<_>>()
+    );
+    op.stop().await;
+}

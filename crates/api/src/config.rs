@@ -197,9 +197,84 @@ pub fn parse_documents(text: &str) -> Result<Vec<Document>, DocumentError> {
     Ok(out)
 }
 
+/// A document's `spec` may hold only fields its kind knows (the CRD's schema): the first
+/// other one is refused by name and path, with its line when `text` is the document.
+///
+/// # Errors
+/// The unknown field.
+pub(crate) fn known_fields(
+    kind: &str,
+    doc: &serde_yaml::Value,
+    text: Option<&str>,
+) -> Result<(), String> {
+    let Some(spec) = doc.get("spec") else {
+        return Ok(());
+    };
+    let Some(path) = crate::crd::unknown_spec_field(kind, spec) else {
+        return Ok(());
+    };
+    let field = path
+        .rsplit('.')
+        .next()
+        .unwrap_or_default()
+        .split('[')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    let line = text.and_then(|t| {
+        t.lines()
+            .position(|l| {
+                l.trim_start()
+                    .trim_start_matches("- ")
+                    .trim_start_matches(['{', ' '])
+                    .starts_with(&format!("{field}:"))
+            })
+            .map(|i| i + 1)
+    });
+    Err(format!(
+        "unknown field `{field}` at {path}{}",
+        line.map(|l| format!(" (line {l})")).unwrap_or_default()
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Files are strict (a typo anywhere in a spec is refused with its path), the
+    /// operator's types are not (a field a newer CRD added does not stop a watch).
+    #[test]
+    fn files_are_strict_and_the_operator_tolerates_newer_fields() {
+        let e = parse_documents(&FILE.replace("command:", "commmand:"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("unknown field `commmand` at spec.commmand"),
+            "{e}"
+        );
+        let e = BackupPolicy::from_yaml(
+            "apiVersion: tidemark.io/v1alpha1\nkind: BackupPolicy\nmetadata: {name: p}\nspec:\n  objectStore:\n    bucket: b\n    credentialSecret: s3\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains(
+                "unknown field `credentialSecret` at spec.objectStore.credentialSecret (line 7)"
+            ),
+            "{e}"
+        );
+        // Preserved objects (a pod template) are the API server's to check, not ours.
+        let hook = "apiVersion: tidemark.io/v1alpha1\nkind: DeleteHook\nmetadata: {name: h}\nspec:\n  command: [\"true\"]\n  selector: {matchLabels: {a: b}}\n";
+        assert!(parse_documents(hook).is_ok());
+        let newer: Result<crate::crd::BackupPolicy, _> = serde_json::from_value(
+            serde_json::json!({
+                "apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy",
+                "metadata": {"name": "p", "namespace": "n"},
+                "spec": {"objectStore": {"bucket": "b", "futureField": 1}, "futureSection": {"x": 1}},
+            }),
+        );
+        assert!(newer.is_ok(), "{newer:?}");
+    }
 
     const FILE: &str = r#"
 apiVersion: tidemark.io/v1alpha1

@@ -30,7 +30,7 @@ use crate::policy::{DURATION_MESSAGE, DURATION_RULE};
     )
 )]
 #[x_kube(validation = Rule::new("(has(self.job) ? 1 : 0) + (has(self.webhook) ? 1 : 0) + (has(self.command) ? 1 : 0) == 1").message("set exactly one of job, webhook and command"))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct DeleteHookSpec {
     /// The Backups this hook applies to ("applies to"); empty selects every Backup.
     #[serde(default)]
@@ -54,7 +54,7 @@ pub struct DeleteHookSpec {
 
 /// An HTTPS endpoint that receives a POST with the deleted backup's description.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct WebhookAction {
     /// `https://…`
     #[x_kube(validation = Rule::new("self.startsWith('https://')").message("expected an https:// URL"))]
@@ -120,6 +120,7 @@ impl DeleteHook {
     /// Another kind or version; not exactly one action, or one that runs only in the
     /// operator (`job`, `webhook`); an empty command; a bad timeout.
     pub fn from_value(value: serde_yaml::Value) -> Result<Self, HookFileError> {
+        crate::config::known_fields("DeleteHook", &value, None).map_err(HookFileError::Syntax)?;
         let hook = serde_yaml::from_value::<DeleteHook>(value)
             .map_err(|e| HookFileError::Syntax(e.to_string()))?;
         let invalid = |field, problem: String| Err(HookFileError::Invalid { field, problem });
@@ -196,7 +197,7 @@ impl DeleteHookSpec {
         json_path = ".metadata.creationTimestamp"
     )
 )]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct VolumeClaimRetentionSpec {
     /// The claims this applies to (same namespace).
     pub selector: LabelSelector,

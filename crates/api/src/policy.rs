@@ -72,7 +72,7 @@ pub struct BackupPolicy {
     )
 )]
 #[x_kube(validation = Rule::new("!has(self.retention) || has(self.objectStore)").message("a retention policy requires spec.objectStore (where the backups are)"))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct BackupPolicySpec {
     /// The cluster directory inside the store (`<path>/<cluster>/…`). Defaults to
     /// `metadata.name`.
@@ -107,7 +107,7 @@ pub struct BackupPolicySpec {
 
 /// The database pods a Backup runs against (operator only).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct SourceSpec {
     /// Selects the database pods (same namespace).
     pub selector: LabelSelector,
@@ -192,7 +192,7 @@ pub struct GapStatus {
 /// Where the server's binlogs are, and how often to look for closed ones.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
 #[x_kube(validation = Rule::new("has(self.binlogIndex) != has(self.server)").message("set exactly one of binlogIndex (tidemark run on the database's machine) and server (read over the network)"))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct BinlogArchiveSpec {
     /// The server's binlog index file, e.g. `/var/lib/mysql/mysql-bin.index` (`tidemark
     /// run` on the database's machine).
@@ -212,7 +212,7 @@ pub struct BinlogArchiveSpec {
 
 /// The server the archiver reads from.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct BinlogServerSpec {
     /// Host name of the primary (a Service), e.g. `shop-db-primary`.
     pub host: String,
@@ -236,7 +236,7 @@ pub enum DeletionPolicy {
 /// `file:///var/backups`) or an S3 `bucket` with an optional `path` prefix.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
 #[x_kube(validation = Rule::new("has(self.url) != has(self.bucket)").message("set exactly one of url (e.g. file:///var/backups) and bucket (with an optional path)"))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct ObjectStoreSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
@@ -284,10 +284,61 @@ impl ObjectStoreSpec {
     }
 }
 
+impl ObjectStoreSpec {
+    /// The store URL for the operator, which serves every namespace with one identity:
+    /// refused are stores only one process can see (`file://`, `memory://`), URLs carrying
+    /// credentials, a query or a fragment (never repeated in the message), and — unless
+    /// the cluster admin allowed it (`ambient`) — any store that would be reached with the
+    /// operator's own identity: an S3 store without `credentialsSecret`, and `gs://` and
+    /// `az://` (whose keys are not read from Secrets).
+    ///
+    /// # Errors
+    /// Any of the above, naming the field and what to do.
+    pub fn shared_url(&self, ambient: bool) -> Result<String, PolicyFileError> {
+        let url = self.store_url()?;
+        let invalid =
+            |field: &'static str, problem: String| Err(PolicyFileError::Invalid { field, problem });
+        let (scheme, rest) = url.split_once("://").unwrap_or(("", url.as_str()));
+        let authority = rest.split('/').next().unwrap_or_default();
+        if authority.contains('@') || rest.contains('?') || rest.contains('#') {
+            return invalid(
+                "spec.objectStore.url",
+                "carries credentials (user@ or user:password@), a query or a fragment: refused, and not repeated here; put credentials in spec.objectStore.credentialsSecret".into(),
+            );
+        }
+        match scheme {
+            "file" | "memory" => {
+                return invalid(
+                    "spec.objectStore.url",
+                    format!(
+                        "{scheme}:// is a directory or the memory of one process; the operator and its Jobs need a store they all reach (s3://, or bucket with endpoint)"
+                    ),
+                );
+            }
+            "gs" | "az" | "azure" if !ambient => {
+                return invalid(
+                    "spec.objectStore.url",
+                    format!(
+                        "{scheme}:// is reached with the operator's own cloud identity (its keys are not read from a Secret); the cluster admin allows that with `tidemark operator --allow-ambient-credentials`"
+                    ),
+                );
+            }
+            _ => {}
+        }
+        if self.credentials_secret.is_none() && !ambient {
+            return invalid(
+                "spec.objectStore.credentialsSecret",
+                "required: the operator does not lend its own identity (environment, IRSA, pod identity) to a policy; name a Secret of this namespace with accessKeyId and secretAccessKey, or have the cluster admin start the operator with --allow-ambient-credentials".into(),
+            );
+        }
+        Ok(url)
+    }
+}
+
 /// Retention rules (DESIGN.md §5.1). Counts are whole numbers; durations are
 /// `<n>d`, `<n>w` or `<n>m` (a month is 30 days).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct RetentionSpec {
     /// Keep every backup completed within this span of now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -464,9 +515,9 @@ impl BackupPolicy {
             field: "(file)",
             problem: e.to_string(),
         })?;
-        serde_yaml::from_str::<BackupPolicy>(text)
-            .map_err(PolicyFileError::Syntax)?
-            .checked()
+        let value: serde_yaml::Value =
+            serde_yaml::from_str(text).map_err(PolicyFileError::Syntax)?;
+        Self::parse(value, Some(text))
     }
 
     /// [`BackupPolicy::from_yaml`] for a document already read as YAML (one of several in
@@ -475,6 +526,16 @@ impl BackupPolicy {
     /// # Errors
     /// As [`BackupPolicy::from_yaml`].
     pub fn from_value(value: serde_yaml::Value) -> Result<Self, PolicyFileError> {
+        Self::parse(value, None)
+    }
+
+    fn parse(value: serde_yaml::Value, text: Option<&str>) -> Result<Self, PolicyFileError> {
+        crate::config::known_fields("BackupPolicy", &value, text).map_err(|problem| {
+            PolicyFileError::Invalid {
+                field: "spec",
+                problem,
+            }
+        })?;
         serde_yaml::from_value::<BackupPolicy>(value)
             .map_err(PolicyFileError::Syntax)?
             .checked()
@@ -570,6 +631,63 @@ spec:
             e.starts_with("spec.retention: a retention policy requires spec.objectStore"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_operator_uses_only_shared_stores_with_the_tenants_credentials() {
+        let spec = |v: serde_json::Value| -> ObjectStoreSpec { serde_json::from_value(v).unwrap() };
+        let ok = spec(serde_json::json!({"bucket": "b", "path": "p", "credentialsSecret": "s3"}));
+        assert_eq!(ok.shared_url(false).unwrap(), "s3://b/p");
+        let refused = |v: serde_json::Value, ambient: bool| {
+            spec(v).shared_url(ambient).unwrap_err().to_string()
+        };
+        let e = refused(serde_json::json!({"bucket": "b"}), false);
+        assert!(
+            e.starts_with("spec.objectStore.credentialsSecret: required")
+                && e.contains("--allow-ambient-credentials"),
+            "{e}"
+        );
+        assert!(
+            spec(serde_json::json!({"bucket": "b"}))
+                .shared_url(true)
+                .is_ok()
+        );
+        for url in ["file:///var/backups", "memory://"] {
+            let e = refused(
+                serde_json::json!({"url": url, "credentialsSecret": "s"}),
+                true,
+            );
+            assert!(e.contains("one process"), "{e}");
+        }
+        for url in ["gs://b", "az://c", "azure://c"] {
+            let e = refused(
+                serde_json::json!({"url": url, "credentialsSecret": "s"}),
+                false,
+            );
+            assert!(e.contains("--allow-ambient-credentials"), "{e}");
+            assert!(
+                spec(serde_json::json!({"url": url}))
+                    .shared_url(true)
+                    .is_ok()
+            );
+        }
+        for url in [
+            "s3://key:pa55word@b/p",
+            "s3://key@b",
+            "s3://b/p?token=pa55word",
+            "s3://b/p#pa55word",
+        ] {
+            let e = refused(
+                serde_json::json!({"url": url, "credentialsSecret": "s"}),
+                true,
+            );
+            assert!(
+                e.contains("refused, and not repeated")
+                    && !e.contains("pa55word")
+                    && !e.contains("key"),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -24,7 +24,7 @@ pub const IMMEDIATE_BACKUP_LABEL: &str = "tidemark.io/immediate-backup";
 
 /// A reference to a BackupPolicy by name (same namespace).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct PolicyRef {
     /// The BackupPolicy's `metadata.name`.
     #[x_kube(validation = Rule::new("self != ''").message("name the BackupPolicy that says where backups go"))]
@@ -57,7 +57,7 @@ pub enum BackupType {
 
 /// What a Backup runs; shared by Backup and ScheduledBackup.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct BackupTemplate {
     /// The BackupPolicy that says where backups go and how long they are kept.
     pub policy: PolicyRef,
@@ -139,7 +139,7 @@ pub struct ScheduledBackup {
         json_path = ".metadata.creationTimestamp"
     )
 )]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct ScheduledBackupSpec {
     /// Six-field cron, seconds first: `second minute hour day-of-month month day-of-week`,
     /// e.g. `0 0 2 * * *` (every day at 02:00:00). Day-of-week 0–7 (Sunday is 0 or 7) or
@@ -209,7 +209,7 @@ pub struct Backup {
         json_path = ".metadata.creationTimestamp"
     )
 )]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct BackupSpec {
     #[serde(flatten)]
     pub template: BackupTemplate,
@@ -349,9 +349,9 @@ impl ScheduledBackup {
     /// # Errors
     /// YAML syntax or an unknown field, another kind or version, or an invalid field.
     pub fn from_yaml(text: &str) -> Result<Self, ScheduleFileError> {
-        serde_yaml::from_str::<ScheduledBackup>(text)
-            .map_err(|e| ScheduleFileError::Syntax(e.to_string()))?
-            .checked()
+        let value: serde_yaml::Value =
+            serde_yaml::from_str(text).map_err(|e| ScheduleFileError::Syntax(e.to_string()))?;
+        Self::parse(value, Some(text))
     }
 
     /// [`ScheduledBackup::from_yaml`] for a document already read as YAML.
@@ -359,6 +359,16 @@ impl ScheduledBackup {
     /// # Errors
     /// As [`ScheduledBackup::from_yaml`].
     pub fn from_value(value: serde_yaml::Value) -> Result<Self, ScheduleFileError> {
+        Self::parse(value, None)
+    }
+
+    fn parse(value: serde_yaml::Value, text: Option<&str>) -> Result<Self, ScheduleFileError> {
+        crate::config::known_fields("ScheduledBackup", &value, text).map_err(|problem| {
+            ScheduleFileError::Invalid {
+                field: "spec",
+                problem,
+            }
+        })?;
         serde_yaml::from_value::<ScheduledBackup>(value)
             .map_err(|e| ScheduleFileError::Syntax(e.to_string()))?
             .checked()

@@ -61,12 +61,14 @@ pub async fn policy(args: &KubeArgs, name: &str) -> Result<ClusterPolicy, CliErr
             "BackupPolicy {ns}/{name} does not exist (kubectl get backuppolicies -n {ns})"
         )));
     };
-    let store = tidemark_operator::retention::open_store(&client, &p, Duration::from_secs(60))
-        .await
-        .map_err(|e| match e.class() {
-            tidemark_engine::Class::Store => CliError::new(Exit::Store, e),
-            _ => CliError::input(format!("BackupPolicy {ns}/{name}: {e}")),
-        })?;
+    // A person's own identity: ambient credentials are theirs to use.
+    let store =
+        tidemark_operator::retention::open_store(&client, &p, Duration::from_secs(60), true)
+            .await
+            .map_err(|e| match e.class() {
+                tidemark_engine::Class::Store => CliError::new(Exit::Store, e),
+                _ => CliError::input(format!("BackupPolicy {ns}/{name}: {e}")),
+            })?;
     let backups: Api<Backup> = Api::namespaced(client.clone(), &ns);
     let listed = backups
         .list(&ListParams::default())

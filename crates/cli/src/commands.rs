@@ -67,6 +67,7 @@ async fn operator(args: &crate::args::OperatorArgs) -> Result<Exit, CliError> {
     if let Some(image) = &args.image {
         options.image.clone_from(image);
     }
+    options.allow_ambient_credentials = args.allow_ambient_credentials;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| CliError::input(format!("--listen {}: {e}", args.listen)))?;

@@ -57,6 +57,16 @@ pub async fn reconcile(ctx: &Context, policy: &BackupPolicy) -> Result<(), Error
         }
         return Ok(());
     };
+    // What the Deployment's arguments carry is checked as the operator's own store
+    // opening and interval are.
+    if let Some(os) = &policy.spec.object_store {
+        os.shared_url(ctx.allow_ambient_credentials)
+            .map_err(|e| Error::Invalid(e.to_string()))?;
+    }
+    policy
+        .spec
+        .binlog_interval()
+        .map_err(|e| Error::Invalid(e.to_string()))?;
     let runtime = match (database_runtime(ctx, policy).await, &server.image) {
         (Ok(db), image) => DatabaseRuntime {
             image: image.clone().unwrap_or(db.image),

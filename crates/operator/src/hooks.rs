@@ -23,6 +23,8 @@ use tidemark_api::crd::{Backup, DeleteHook, HookResult};
 use crate::Context;
 use crate::error::Error;
 
+/// The most of a webhook's answer that is read (the first 300 characters are recorded).
+pub const WEBHOOK_BODY_LIMIT: usize = 4096;
 /// The label on a hook's Job: the Backup it ran for (uid).
 const HOOK_LABEL: &str = "tidemark.io/delete-hook";
 
@@ -274,15 +276,18 @@ async fn call(
         Ok(r) if r.status().is_success() => {
             Outcome::Succeeded(Some(format!("HTTP {}", r.status())))
         }
-        Ok(r) => {
+        Ok(mut r) => {
+            // At most WEBHOOK_BODY_LIMIT bytes of the answer are read, whatever it sends.
             let status = r.status();
-            let text: String = r
-                .text()
-                .await
-                .unwrap_or_default()
-                .chars()
-                .take(300)
-                .collect();
+            let mut body = Vec::new();
+            while body.len() < WEBHOOK_BODY_LIMIT {
+                match r.chunk().await {
+                    Ok(Some(c)) => body.extend_from_slice(&c),
+                    _ => break,
+                }
+            }
+            body.truncate(WEBHOOK_BODY_LIMIT);
+            let text: String = String::from_utf8_lossy(&body).chars().take(300).collect();
             Outcome::Failed(format!("HTTP {status}: {}", text.trim()))
         }
         Err(e) if e.is_timeout() => Outcome::TimedOut,

@@ -64,6 +64,10 @@ pub struct Options {
     pub image: String,
     /// Where the metrics go (serve them with [`metrics::serve`]).
     pub metrics: Arc<metrics::Metrics>,
+    /// Whether a policy may reach its store with the operator's own identity (its
+    /// environment, IRSA, pod identity; `gs://`, `az://`). Off by default: every store
+    /// needs credentials from a Secret of the policy's namespace.
+    pub allow_ambient_credentials: bool,
 }
 
 /// The image a backup Job's init container takes `tidemark` from, unless told otherwise.
@@ -77,6 +81,7 @@ impl Options {
             store_retry_timeout: Duration::from_secs(60),
             image: DEFAULT_IMAGE.to_owned(),
             metrics: Arc::default(),
+            allow_ambient_credentials: false,
         }
     }
 }
@@ -95,6 +100,8 @@ pub struct Context {
     pub metrics: Arc<metrics::Metrics>,
     /// The `exec` backups this process streams.
     pub streams: exec::Streams,
+    /// [`Options::allow_ambient_credentials`].
+    pub allow_ambient_credentials: bool,
     /// Consecutive failures per object, for exponential backoff.
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -446,6 +453,7 @@ async fn controllers(
         image: options.image.clone(),
         metrics: options.metrics.clone(),
         streams: exec::Streams::default(),
+        allow_ambient_credentials: options.allow_ambient_credentials,
         failures: Mutex::new(HashMap::new()),
     });
     let _stop_streams = StopStreams(ctx.clone());

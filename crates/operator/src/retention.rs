@@ -344,19 +344,30 @@ pub fn held_ids<'a>(
 /// # Errors
 /// The Secret is missing or lacks the keys; the URL is invalid.
 pub async fn open(ctx: &Context, policy: &BackupPolicy) -> Result<ClusterStore, Error> {
-    open_store(&ctx.client, policy, ctx.store_retry_timeout).await
+    open_store(
+        &ctx.client,
+        policy,
+        ctx.store_retry_timeout,
+        ctx.allow_ambient_credentials,
+    )
+    .await
 }
 
 /// Opens `policy`'s store as the operator does — the URL, endpoint, region and path style
 /// of `spec.objectStore`, the credentials from its Secret — for the operator and for
 /// `kubectl tidemark ls|plan <policy>`.
 ///
+/// `ambient`: whether a store may be reached with this process's own identity (the
+/// operator's `--allow-ambient-credentials`; a person's own `kubectl tidemark` does).
+///
 /// # Errors
-/// The Secret is missing or lacks the keys; the URL is invalid.
+/// The Secret is missing or lacks the keys; the URL is invalid or not one the operator
+/// may use ([`tidemark_api::ObjectStoreSpec::shared_url`]).
 pub async fn open_store(
     client: &kube::Client,
     policy: &BackupPolicy,
     retry_timeout: Duration,
+    ambient: bool,
 ) -> Result<ClusterStore, Error> {
     let ns = policy.namespace().unwrap_or_default();
     let Some(os) = policy.spec.object_store.as_ref() else {
@@ -364,7 +375,9 @@ pub async fn open_store(
             "spec.objectStore is missing (where the backups are)".into(),
         ));
     };
-    let url = os.store_url().map_err(|e| Error::Invalid(e.to_string()))?;
+    let url = os
+        .shared_url(ambient)
+        .map_err(|e| Error::Invalid(e.to_string()))?;
     let credentials = match &os.credentials_secret {
         None => None,
         Some(secret) => Some(crate::pod::store_secret(client, &ns, secret).await?.1),

@@ -996,6 +996,17 @@ impl Webhook {
                         .to_owned();
                     let json = serde_json::from_str(&body).unwrap_or(serde_json::Value::Null);
                     seen.lock().expect("calls").push((path.clone(), json));
+                    if path == "/endless" {
+                        // An error answer whose body never ends: a client must stop reading.
+                        let _ = tls
+                            .write_all(
+                                b"HTTP/1.1 500 Internal Server Error\r\nconnection: close\r\n\r\n",
+                            )
+                            .await;
+                        let chunk = vec![b'x'; 64 * 1024];
+                        while tls.write_all(&chunk).await.is_ok() {}
+                        return;
+                    }
                     let (code, text) = match path.as_str() {
                         "/ok" => ("200 OK", "noted"),
                         "/slow" => {

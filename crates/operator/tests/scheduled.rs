@@ -22,7 +22,7 @@ async fn policy(client: &Client, ns: &str, name: &str) -> BackupPolicy {
         "apiVersion": "tidemark.io/v1alpha1",
         "kind": "BackupPolicy",
         "metadata": {"name": name, "namespace": ns},
-        "spec": {"objectStore": {"url": "file:///var/lib/tidemark-test-unused"}},
+        "spec": {"objectStore": {"bucket": "unused", "endpoint": "http://127.0.0.1:9", "credentialsSecret": "unused"}},
     }))
     .unwrap();
     api.create(&PostParams::default(), &p).await.unwrap()

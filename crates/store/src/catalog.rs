@@ -144,13 +144,18 @@ impl Catalog {
         };
         let fetching = rx
             .map(|key| async move {
-                // One deleted since it was listed (another pass got there first) is `None`.
-                let fetched = store.read(&key).await?;
+                // One deleted since it was listed (another pass got there first) is `None`;
+                // one too large to read is malformed, not a failed listing.
+                let fetched = match store.read(&key).await {
+                    Ok(f) => Ok(f),
+                    Err(e @ StoreError::TooLarge { .. }) => Err(e.to_string()),
+                    Err(e) => return Err(e),
+                };
                 progress.metadata_read(1);
                 Ok::<_, StoreError>((key, fetched))
             })
             .buffer_unordered(METADATA_FETCH_CONCURRENCY)
-            .try_collect::<HashMap<Path, Option<bytes::Bytes>>>();
+            .try_collect::<HashMap<Path, Result<Option<bytes::Bytes>, String>>>();
         let (listed, bodies, index, shard_objects, uploads) = futures::join!(
             listing,
             fetching,
@@ -253,9 +258,10 @@ impl Catalog {
                 .as_ref()
                 .and_then(|m| bodies.remove(&m.location));
             let parsed = match (&dir.metadata, body) {
-                (Some(meta), Some(Some(bytes))) => {
+                (Some(meta), Some(Ok(Some(bytes)))) => {
                     Some((meta.location.clone(), parse_metadata(&bytes, &name, &id)))
                 }
+                (Some(meta), Some(Err(problem))) => Some((meta.location.clone(), Err(problem))),
                 _ => None,
             };
             let mut stored = StoredBackup {

@@ -76,6 +76,14 @@ pub enum StoreError {
     StateContention { url: String, key: String },
     #[error("store {url}: internal error: {problem}")]
     Internal { url: String, problem: String },
+    #[error(
+        "store {url}: {key} is larger than {limit} bytes, the most Tidemark reads of a metadata, index or state object; refused unread"
+    )]
+    TooLarge {
+        url: String,
+        key: String,
+        limit: u64,
+    },
     #[error("store {url}: could not serialise {what}")]
     Encode {
         url: String,
@@ -118,7 +126,8 @@ impl StoreError {
             StoreError::MalformedIndex { .. }
             | StoreError::NewerIndex { .. }
             | StoreError::MissingShard { .. }
-            | StoreError::MalformedState { .. } => ErrorCategory::Data,
+            | StoreError::MalformedState { .. }
+            | StoreError::TooLarge { .. } => ErrorCategory::Data,
         }
     }
 }

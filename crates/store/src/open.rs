@@ -40,6 +40,11 @@ pub struct StoreOptions {
     pub ca_bundle: Option<String>,
 }
 
+/// The largest metadata, index, lease or state object Tidemark reads whole (16 MiB; a
+/// `metadata.json` is a few KiB, an index shard well under 1 MiB). Larger is an error on
+/// that object, never memory.
+pub const MAX_CONTROL_OBJECT: u64 = 16 * 1024 * 1024;
+
 /// Static S3 credentials. `Debug` never shows the secret.
 #[derive(Clone, Default)]
 pub struct S3Credentials {
@@ -255,11 +260,40 @@ impl ClusterStore {
             e_tag: got.meta.e_tag.clone(),
             version: got.meta.version.clone(),
         };
-        match got.bytes().await {
-            Ok(b) => Ok(Some((b, version))),
-            Err(e) if crate::error::is_not_found(&e) => Ok(None),
-            Err(source) => Err(crate::error::request(self, "reading", key, source)),
+        Ok(self.collect(key, got).await?.map(|b| (b, version)))
+    }
+
+    /// The body of `got`, at most [`MAX_CONTROL_OBJECT`] bytes: a store (or an endpoint a
+    /// policy names) that serves a larger one — by its announced size or by what it
+    /// sends — is refused before it can fill memory.
+    async fn collect(
+        &self,
+        key: &Path,
+        got: object_store::GetResult,
+    ) -> Result<Option<bytes::Bytes>, StoreError> {
+        use futures::StreamExt;
+        let too_large = || StoreError::TooLarge {
+            url: self.url.clone(),
+            key: key.to_string(),
+            limit: MAX_CONTROL_OBJECT,
+        };
+        if got.meta.size > MAX_CONTROL_OBJECT {
+            return Err(too_large());
         }
+        let mut body = bytes::BytesMut::new();
+        let mut stream = got.into_stream();
+        while let Some(chunk) = stream.next().await {
+            let chunk = match chunk {
+                Ok(c) => c,
+                Err(e) if crate::error::is_not_found(&e) => return Ok(None),
+                Err(source) => return Err(crate::error::request(self, "reading", key, source)),
+            };
+            if (body.len() + chunk.len()) as u64 > MAX_CONTROL_OBJECT {
+                return Err(too_large());
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(Some(body.freeze()))
     }
 
     /// Reads a whole object; `None` when it does not exist (or vanished while being read).
@@ -268,12 +302,8 @@ impl ClusterStore {
     /// The request failed after retries.
     pub async fn read(&self, key: &Path) -> Result<Option<bytes::Bytes>, StoreError> {
         use object_store::ObjectStoreExt;
-        let got = match self.inner.get(key).await {
-            Ok(g) => g.bytes().await,
-            Err(e) => Err(e),
-        };
-        match got {
-            Ok(b) => Ok(Some(b)),
+        match self.inner.get(key).await {
+            Ok(got) => self.collect(key, got).await,
             Err(e) if crate::error::is_not_found(&e) => Ok(None),
             Err(source) => Err(crate::error::request(self, "reading", key, source)),
         }

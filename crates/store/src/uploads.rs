@@ -87,11 +87,12 @@ impl S3Native {
                 .try_authorize(&mut request, None)?;
             let response = self.http.execute(request).await.map_err(generic)?;
             let status = response.status();
-            let body = response.into_body().bytes().await.map_err(generic)?;
+            let body = capped(response.into_body(), crate::open::MAX_CONTROL_OBJECT).await?;
             if !status.is_success() {
+                let text: String = String::from_utf8_lossy(&body).chars().take(300).collect();
                 return Err(generic(format!(
                     "ListMultipartUploads answered {status}: {}",
-                    String::from_utf8_lossy(&body)
+                    text.trim()
                 )));
             }
             let page: ListResult = quick_xml::de::from_reader(body.as_ref()).map_err(generic)?;
@@ -130,6 +131,27 @@ impl S3Native {
             other => other,
         }
     }
+}
+
+/// A response body of at most `limit` bytes: an endpoint that sends more is refused before
+/// it fills memory.
+async fn capped(
+    body: object_store::client::HttpResponseBody,
+    limit: u64,
+) -> object_store::Result<bytes::Bytes> {
+    use futures::StreamExt;
+    let mut out = bytes::BytesMut::new();
+    let mut stream = body.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(generic)?;
+        if (out.len() + chunk.len()) as u64 > limit {
+            return Err(generic(format!(
+                "the answer is larger than {limit} bytes; refused"
+            )));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out.freeze())
 }
 
 fn generic(e: impl std::fmt::Display) -> object_store::Error {

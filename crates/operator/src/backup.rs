@@ -133,14 +133,14 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
         return Ok(Action::await_change());
     }
     if let Err(e) = policy_name(&backup) {
-        return blocked(&ctx.recorder, &api, &backup, "InvalidSpec", &e.to_string()).await;
+        return blocked(&ctx, &api, &backup, "InvalidSpec", &e.to_string()).await;
     }
     let Some(policy) = policy_of(&policies, &backup).await? else {
         let message = format!(
             "BackupPolicy {ns}/{} (spec.policy.name) does not exist",
             backup.spec.template.policy.name
         );
-        return blocked(&ctx.recorder, &api, &backup, "PolicyMissing", &message).await;
+        return blocked(&ctx, &api, &backup, "PolicyMissing", &message).await;
     };
     if !deleting {
         // Before anything is written: a Backup that opts into remote cleanup carries the
@@ -170,7 +170,22 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
     }
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
     let job_name = status.job_name.clone().unwrap_or_else(|| job_name(&backup));
-    let store = crate::retention::open(&ctx, &policy).await?;
+    let store = match crate::retention::open(&ctx, &policy).await {
+        Ok(s) => s,
+        // Nothing started yet: it waits with the reason (a Secret created or fixed is
+        // noticed within a minute) and fails after PENDING_LIMIT, never holding its
+        // schedule forever. One already running is followed as soon as the store opens.
+        Err(e) if matches!(status.phase, None | Some(BackupPhase::Pending)) => {
+            let reason = match &e {
+                Error::Missing(_) => "StoreCredentialsMissing",
+                Error::Invalid(_) => "InvalidSpec",
+                _ => "StoreUnavailable",
+            };
+            let message = tidemark_engine::error::chain(&e);
+            return blocked(&ctx, &api, &backup, reason, &message).await;
+        }
+        Err(e) => return Err(e),
+    };
     let backup_id = backup_id(&backup);
     let backup_name = store_name(&backup);
     if method == "exec" {
@@ -282,7 +297,7 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
     let data = match data_volume(&pod, source) {
         Ok(d) => d,
         Err(message) => {
-            return blocked(&ctx.recorder, &api, &backup, "NoDataVolume", &message).await;
+            return blocked(&ctx, &api, &backup, "NoDataVolume", &message).await;
         }
     };
     // Which data directory this is: the claim's uid, else the pod's (an emptyDir lives
@@ -306,7 +321,7 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
                 let message = format!(
                     "the data volume's claim {claim} is ReadWriteOncePod: no second pod may mount it; use method exec (the command runs in the database container) or job"
                 );
-                return blocked(&ctx.recorder, &api, &backup, "ReadWriteOncePod", &message).await;
+                return blocked(&ctx, &api, &backup, "ReadWriteOncePod", &message).await;
             }
             volume_id = format!("pvc:{}", pvc.meta().uid.as_deref().unwrap_or_default());
         }
@@ -317,14 +332,14 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
             Parent::Found(p) => Some(p),
             Parent::None => {
                 let message = "an incremental needs a restorable mariabackup backup in the store to start from; there is none";
-                return blocked(&ctx.recorder, &api, &backup, "NoParent", message).await;
+                return blocked(&ctx, &api, &backup, "NoParent", message).await;
             }
             Parent::OtherServer(id) => {
                 let message = format!(
                     "an incremental builds on a backup of the same data directory (InnoDB LSNs are a server's own), and pod {} holds none: the newest restorable one, {id}, was taken from another server; take a full backup of this one first, or set target to the pod it came from",
                     pod.name_any()
                 );
-                return blocked(&ctx.recorder, &api, &backup, "NoParent", &message).await;
+                return blocked(&ctx, &api, &backup, "NoParent", &message).await;
             }
         },
     };
@@ -469,14 +484,7 @@ async fn target_pod<'p>(
 ) -> Result<Result<(Pod, &'p SourceSpec), Action>, Error> {
     let Some(source) = policy.spec.source.as_ref() else {
         let message = "the BackupPolicy has no spec.source (which pods hold the database)";
-        return Ok(Err(blocked(
-            &ctx.recorder,
-            api,
-            backup,
-            "NoSource",
-            message,
-        )
-        .await?));
+        return Ok(Err(blocked(ctx, api, backup, "NoSource", message).await?));
     };
     let pods: Api<Pod> =
         Api::namespaced(ctx.client.clone(), &backup.namespace().unwrap_or_default());
@@ -495,14 +503,7 @@ async fn target_pod<'p>(
             "no running database pod for target {target} among {} pod(s) matching spec.source.selector",
             candidates.len()
         );
-        let next = blocked(
-            &ctx.recorder,
-            api,
-            backup,
-            "DatabasePodNotRunning",
-            &message,
-        )
-        .await?;
+        let next = blocked(ctx, api, backup, "DatabasePodNotRunning", &message).await?;
         // A pod starting up is usually running within seconds.
         return Ok(Err(if backup_failed(&next) {
             next
@@ -567,13 +568,13 @@ async fn exec_backup(
                 "pod {} has no container {c:?} (spec.source.container)",
                 pod.name_any()
             );
-            return blocked(&ctx.recorder, api, &backup, "NoContainer", &message).await;
+            return blocked(&ctx, api, &backup, "NoContainer", &message).await;
         }
         None => match containers.first() {
             Some(c) => c.name.clone(),
             None => {
                 let message = format!("pod {} has no containers", pod.name_any());
-                return blocked(&ctx.recorder, api, &backup, "NoContainer", &message).await;
+                return blocked(&ctx, api, &backup, "NoContainer", &message).await;
             }
         },
     };
@@ -787,17 +788,17 @@ pub const JOB_DEADLINE_SECONDS: i64 = 24 * 3600;
 /// minute (a fixed policy or a pod coming up is noticed then); after [`PENDING_LIMIT`] the
 /// Backup is failed with the same reason instead.
 async fn blocked(
-    recorder: &Recorder,
+    ctx: &Context,
     api: &Api<Backup>,
     backup: &Backup,
     reason: &str,
     message: &str,
 ) -> Result<Action, Error> {
     let created = backup.meta().creation_timestamp.as_ref().map(|t| t.0);
-    if created.is_some_and(|c| Timestamp::now() > c + PENDING_LIMIT) {
+    if created.is_some_and(|c| ctx.clock.now() > tidemark_core::saturating_add(c, PENDING_LIMIT)) {
         let status = backup.status.clone().unwrap_or_default();
         fail(
-            recorder,
+            &ctx.recorder,
             api,
             backup,
             &status,

@@ -466,3 +466,61 @@ async fn a_newer_crd_does_not_stop_the_watch() {
     assert_eq!(stored.data["spec"]["futureField"], "from a newer Tidemark");
     op.stop().await;
 }
+
+/// A Backup whose store cannot be opened (its Secret missing or rotated away) waits with
+/// the reason, and fails after the documented limit instead of staying pending forever
+/// (which would hold its schedule).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_that_cannot_reach_its_store_fails_after_the_limit() {
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let ns = "stuck";
+    cluster.namespace(ns).await;
+    let mut p = policy(
+        ns,
+        "db",
+        "http://127.0.0.1:9",
+        json!({"source": {"selector": {"matchLabels": {"app": "db"}}}}),
+    );
+    p.spec.object_store.as_mut().unwrap().credentials_secret = Some("rotated-away".into());
+    create_policy(&admin, &p).await;
+    let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
+    let b: Backup = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "Backup",
+        "metadata": {"name": "nightly", "namespace": ns},
+        "spec": {"policy": {"name": "db"}},
+    }))
+    .unwrap();
+    backups.create(&PostParams::default(), &b).await.unwrap();
+    let op = Operator::start(&cluster, "operator-stuck");
+    let st = eventually("blocked with the reason", || async {
+        let st = backups.get("nightly").await.unwrap().status?;
+        st.conditions
+            .iter()
+            .any(|c| c.type_ == "Blocked" && c.reason == "StoreCredentialsMissing")
+            .then_some(st)
+    })
+    .await;
+    assert!(
+        st.conditions[0].message.contains("rotated-away"),
+        "{:?}",
+        st.conditions
+    );
+    op.stop().await;
+    // An hour later it has failed, with the same reason.
+    let later = std::sync::Arc::new(tidemark_operator::testkit::ShiftedClock::new(
+        SignedDuration::from_mins(61),
+    ));
+    let op = Operator::start_with_clock(&cluster, "operator-stuck-later", later);
+    let st = eventually("failed after the limit", || async {
+        let st = backups.get("nightly").await.unwrap().status?;
+        (st.phase == Some(tidemark_api::crd::BackupPhase::Failed)).then_some(st)
+    })
+    .await;
+    let error = st.error.unwrap_or_default();
+    assert!(
+        error.contains("could not start within 1h") && error.contains("rotated-away"),
+        "{error}"
+    );
+    op.stop().await;
+}

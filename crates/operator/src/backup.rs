@@ -574,7 +574,7 @@ async fn exec_backup(
             Some(c) => c.name.clone(),
             None => {
                 let message = format!("pod {} has no containers", pod.name_any());
-                return blocked(&ctx, api, &backup, "NoContainer", &message).await;
+                return blocked(ctx, api, &backup, "NoContainer", &message).await;
             }
         },
     };

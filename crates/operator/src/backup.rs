@@ -568,7 +568,7 @@ async fn exec_backup(
                 "pod {} has no container {c:?} (spec.source.container)",
                 pod.name_any()
             );
-            return blocked(&ctx, api, &backup, "NoContainer", &message).await;
+            return blocked(ctx, api, &backup, "NoContainer", &message).await;
         }
         None => match containers.first() {
             Some(c) => c.name.clone(),

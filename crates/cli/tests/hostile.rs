@@ -873,6 +873,81 @@ fn urls_and_endpoints_are_checked() {
     assert!(o.status.success(), "{}", stderr(&o));
 }
 
+/// The CPU time (user + system, in clock ticks) the process `pid` has used.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // After the command name in parentheses: state is field 3, utime 14, stime 15.
+    let rest = stat.rsplit_once(')').unwrap().1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+fn http_get(addr: &str, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(addr).ok()?;
+    c.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(c, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
+    let mut text = String::new();
+    c.read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
+/// (Issue 17) The operator's metrics endpoint out of file descriptors: a flood of idle
+/// connections makes `accept` fail; the server pauses instead of spinning (the hand-rolled
+/// one burnt a core), idle connections are dropped after the request timeout, and it
+/// answers again. The real binary, with no API server (the endpoint does not need one).
+fn the_metrics_endpoint_survives_a_connection_flood() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: \"https://127.0.0.1:1\"}\nusers:\n- name: u\n  user: {token: t}\ncontexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\n",
+    )
+    .unwrap();
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let mut child = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n 48 && exec {} operator --identity flood --listen {addr}",
+            env!("CARGO_BIN_EXE_tidemark")
+        ))
+        .env("KUBECONFIG", &kubeconfig)
+        .env("TIDEMARK_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while http_get(&addr, "/healthz").is_none_or(|t| !t.starts_with("HTTP/1.1 200")) {
+        assert!(Instant::now() < deadline, "no /healthz");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let flood: Vec<std::net::TcpStream> = (0..120)
+        .filter_map(|_| std::net::TcpStream::connect(&addr).ok())
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let before = cpu_ticks(child.id());
+    std::thread::sleep(Duration::from_secs(2));
+    let used = cpu_ticks(child.id()) - before;
+    // 2 s of a spinning core is ~200 ticks; a paused listener uses a few.
+    assert!(
+        used < 60,
+        "{used} ticks of CPU in 2 s with {} idle connections",
+        flood.len()
+    );
+    drop(flood);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while http_get(&addr, "/metrics").is_none_or(|t| !t.contains("tidemark_leader")) {
+        assert!(Instant::now() < deadline, "no /metrics after the flood");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 fn configuration_input_is_bounded_and_named() {
     let dir = tempfile::tempdir().unwrap();
     let deep = dir.path().join("deep.yaml");
@@ -1023,6 +1098,7 @@ fn hostile_input_on_a_local_directory() {
     a_second_runner_is_refused(&t);
     urls_and_endpoints_are_checked();
     configuration_input_is_bounded_and_named();
+    the_metrics_endpoint_survives_a_connection_flood();
 }
 
 #[test]

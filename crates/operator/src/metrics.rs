@@ -11,7 +11,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::time::Duration;
+
 use tokio::net::TcpListener;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -111,63 +112,101 @@ impl Metrics {
     }
 }
 
-/// Serves `/metrics`, `/healthz` and `/readyz` on `listener` until the task is dropped.
+/// Connections served at once; more wait in the listen queue.
+pub const MAX_CONNECTIONS: usize = 64;
+/// How long a client may take to send its request headers, and how long one connection may
+/// last in all.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// The pause after a failed accept (out of file descriptors, say), so a failing listener
+/// never spins.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(200);
+
+/// Serves `/metrics`, `/healthz` and `/readyz` on `listener` with hyper (HTTP/1.1, GET
+/// only, one request per connection) until the task is dropped: at most
+/// [`MAX_CONNECTIONS`] at once, each bounded by [`REQUEST_TIMEOUT`], and a pause after an
+/// accept error.
 pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
     let registry = Arc::new(metrics.registry());
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
-        let Ok((mut conn, _)) = listener.accept().await else {
-            continue;
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let conn = match listener.accept().await {
+            Ok((conn, _)) => conn,
+            Err(e) => {
+                tracing::debug!("metrics endpoint: accept failed: {e}");
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
+                continue;
+            }
         };
         let registry = registry.clone();
         let metrics = metrics.clone();
         tokio::spawn(async move {
-            let mut buf = vec![0u8; 2048];
-            let n =
-                match tokio::time::timeout(std::time::Duration::from_secs(5), conn.read(&mut buf))
-                    .await
-                {
-                    Ok(Ok(n)) => n,
-                    _ => return,
-                };
-            let request = String::from_utf8_lossy(&buf[..n]);
-            let path = request
-                .lines()
-                .next()
-                .and_then(|l| l.split_whitespace().nth(1))
-                .unwrap_or("/");
-            let (code, body, kind) = match path {
-                "/healthz" => ("200 OK", "ok\n".to_owned(), "text/plain"),
-                "/readyz" if metrics.ready.load(Ordering::Relaxed) => {
-                    ("200 OK", "ok\n".to_owned(), "text/plain")
-                }
-                "/readyz" => (
-                    "503 Service Unavailable",
-                    "the API server has not answered yet\n".to_owned(),
-                    "text/plain",
-                ),
-                "/metrics" => {
-                    let mut text = String::new();
-                    match prometheus_client::encoding::text::encode(&mut text, &registry) {
-                        Ok(()) => (
-                            "200 OK",
-                            text,
-                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        ),
-                        Err(_) => (
-                            "500 Internal Server Error",
-                            "encoding failed\n".to_owned(),
-                            "text/plain",
-                        ),
-                    }
-                }
-                _ => ("404 Not Found", "not found\n".to_owned(), "text/plain"),
-            };
-            let response = format!(
-                "HTTP/1.1 {code}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = conn.write_all(response.as_bytes()).await;
-            let _ = conn.shutdown().await;
+            let _slot = slot;
+            let service = hyper::service::service_fn(move |req| {
+                let answer = answer(&req, &registry, &metrics);
+                async move { Ok::<_, std::convert::Infallible>(answer) }
+            });
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(REQUEST_TIMEOUT)
+                .keep_alive(false)
+                .max_buf_size(16 * 1024)
+                .serve_connection(hyper_util::rt::TokioIo::new(conn), service);
+            let _ = tokio::time::timeout(REQUEST_TIMEOUT, connection).await;
         });
+    }
+}
+
+type Body = http_body_util::Full<bytes::Bytes>;
+
+fn answer(
+    req: &hyper::Request<hyper::body::Incoming>,
+    registry: &Registry,
+    metrics: &Metrics,
+) -> hyper::Response<Body> {
+    let reply = |code: hyper::StatusCode, kind: &str, body: String| {
+        let mut r = hyper::Response::new(Body::new(body.into()));
+        *r.status_mut() = code;
+        if let Ok(v) = hyper::header::HeaderValue::from_str(kind) {
+            r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+        }
+        r
+    };
+    use hyper::StatusCode;
+    if req.method() != hyper::Method::GET && req.method() != hyper::Method::HEAD {
+        return reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "GET only\n".into(),
+        );
+    }
+    match req.uri().path() {
+        "/healthz" => reply(StatusCode::OK, "text/plain", "ok\n".into()),
+        "/readyz" if metrics.ready.load(Ordering::Relaxed) => {
+            reply(StatusCode::OK, "text/plain", "ok\n".into())
+        }
+        "/readyz" => reply(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain",
+            "the API server has not answered yet\n".into(),
+        ),
+        "/metrics" => {
+            let mut text = String::new();
+            match prometheus_client::encoding::text::encode(&mut text, registry) {
+                Ok(()) => reply(
+                    StatusCode::OK,
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    text,
+                ),
+                Err(_) => reply(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "text/plain",
+                    "encoding failed\n".into(),
+                ),
+            }
+        }
+        _ => reply(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
     }
 }

@@ -155,6 +155,8 @@ pub async fn on_delete(
             )));
         };
         let store = crate::retention::open(ctx, policy).await?;
+        // Under the store's lease until the deletion is done (the guard's drop).
+        let lease = crate::fence::acquire(ctx, &store).await?;
         // The store it was written to, as recorded: a policy pointed elsewhere since
         // must not make its data look gone.
         if let Some(recorded) = status.bucket.as_deref()
@@ -180,10 +182,10 @@ pub async fn on_delete(
             tidemark_core::Reason::DeletionRequested
         };
         let planned = tidemark_core::requested_deletion(&inventory, &name, &id, reason, now);
-        Ok((store, catalog, inventory, planned, now))
+        Ok((store, catalog, inventory, planned, now, lease))
     }
     .await;
-    let (store, catalog, inventory, planned, now) = match result {
+    let (store, catalog, inventory, planned, now, _lease) = match result {
         Ok(r) => r,
         Err(e) => return failed(ctx, api, backup, e).await,
     };

@@ -21,6 +21,7 @@ pub mod cleanup;
 pub mod consolidation;
 pub mod error;
 pub mod exec;
+pub mod fence;
 pub mod hooks;
 pub mod leader;
 pub mod metrics;
@@ -102,6 +103,8 @@ pub struct Context {
     pub streams: exec::Streams,
     /// [`Options::allow_ambient_credentials`].
     pub allow_ambient_credentials: bool,
+    /// This replica's name in the election (and in the store leases it takes).
+    pub identity: String,
     /// Consecutive failures per object, for exponential backoff.
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -257,10 +260,11 @@ pub async fn run(
         .store(true, std::sync::atomic::Ordering::Relaxed);
     options.metrics.leader.set(1);
     let (stop, stopping) = tokio::sync::watch::channel(false);
-    let controllers = controllers(client.clone(), &options, clock, stopping);
-    tokio::pin!(controllers);
+    let mut controllers = Box::pin(controllers(client.clone(), &options, clock, stopping));
+    let hold = leader::hold(&leases, &options.election, lease);
+    tokio::pin!(hold);
     tokio::select! {
-        lost = leader::hold(&leases, &options.election, lease) => {
+        lost = &mut hold => {
             options.metrics.leader.set(0);
             tracing::error!("{lost}; stopping the controllers");
             Err(Stopped::LeadershipLost(lost))
@@ -268,12 +272,24 @@ pub async fn run(
         () = &mut controllers => Ok(()),
         () = &mut shutdown => {
             // Let reconciles in flight finish (a backup Job half created is worse than a
-            // slower stop), then give the lease up.
+            // slower stop) while the lease is still renewed, so no successor acts beside
+            // them; then stop what is left, and only then give the lease up.
             let _ = stop.send(true);
-            if tokio::time::timeout(SHUTDOWN_GRACE, &mut controllers).await.is_err() {
-                tracing::warn!("reconciles still running after {SHUTDOWN_GRACE:?}; stopping anyway");
-            }
+            let lost = tokio::select! {
+                finished = tokio::time::timeout(SHUTDOWN_GRACE, &mut controllers) => {
+                    if finished.is_err() {
+                        tracing::warn!("reconciles still running after {SHUTDOWN_GRACE:?}; stopping them");
+                    }
+                    None
+                }
+                lost = &mut hold => Some(lost),
+            };
+            drop(controllers);
             options.metrics.leader.set(0);
+            if let Some(lost) = lost {
+                tracing::error!("{lost} while stopping");
+                return Err(Stopped::LeadershipLost(lost));
+            }
             leader::release(&leases, &options.election).await;
             Ok(())
         }
@@ -454,6 +470,7 @@ async fn controllers(
         metrics: options.metrics.clone(),
         streams: exec::Streams::default(),
         allow_ambient_credentials: options.allow_ambient_credentials,
+        identity: options.election.identity.clone(),
         failures: Mutex::new(HashMap::new()),
     });
     let _stop_streams = StopStreams(ctx.clone());

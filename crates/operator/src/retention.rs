@@ -122,10 +122,25 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
     let driver = consolidator
         .as_ref()
         .map(|c| c as &dyn tidemark_engine::Consolidator);
-    let outcome = match unattended_pass(&store, &request, driver).await {
+    // Under the store's lease: no other leader, policy or `tidemark run` deletes from this
+    // store meanwhile.
+    let fenced = match crate::fence::acquire(&ctx, &store).await {
+        Ok(mut lease) => {
+            let r = lease
+                .guard(async {
+                    unattended_pass(&store, &request, driver)
+                        .await
+                        .map_err(Error::from)
+                })
+                .await;
+            lease.release().await;
+            r
+        }
+        Err(e) => Err(e),
+    };
+    let outcome = match fenced {
         Ok(o) => o,
         Err(e) => {
-            let e = Error::from(e);
             ctx.metrics
                 .retention_passes
                 .get_or_create(&crate::metrics::PassLabels {

@@ -524,3 +524,154 @@ async fn a_backup_that_cannot_reach_its_store_fails_after_the_limit() {
     );
     op.stop().await;
 }
+
+/// Deletions are fenced by the store's lease (the one `tidemark run` holds): while another
+/// runner holds it, the operator's pass waits (`Waiting`, naming the holder) and deletes
+/// nothing; once it is released, the pass runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletions_wait_for_the_store_lease() {
+    let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let ns = "fenced";
+    cluster.namespace(ns).await;
+    s3_secret(&admin, ns, "s3").await;
+    let store = weed.cluster_store(ns);
+    let now = Timestamp::now();
+    let old = SynthBackup::full("old", now - SignedDuration::from_hours(3), 1);
+    let new = SynthBackup::full("new", now - SignedDuration::from_hours(1), 2);
+    synth::write_backups(&store, &[old.clone(), new.clone()])
+        .await
+        .unwrap();
+    // A standalone `tidemark run` works on this store.
+    let held = tidemark_store::state::acquire_lease(
+        &store,
+        "standalone-run",
+        now,
+        SignedDuration::from_mins(10),
+    )
+    .await
+    .unwrap();
+    create_policy(
+        &admin,
+        &policy(
+            ns,
+            "db",
+            &weed.endpoint,
+            json!({"retention": {"keepLast": 1}}),
+        ),
+    )
+    .await;
+    let op = Operator::start(&cluster, "operator-fenced");
+    let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), ns);
+    let cond = eventually("the pass waits for the lease", || async {
+        let p = policies.get("db").await.unwrap();
+        let c = p.status?.conditions.into_iter().next()?;
+        (c.reason == "Waiting").then_some(c)
+    })
+    .await;
+    assert!(cond.message.contains("standalone-run"), "{}", cond.message);
+    assert_eq!(
+        metadata_ids(&store).await.len(),
+        2,
+        "deleted under another's lease"
+    );
+    tidemark_store::state::release_lease(&store, &held).await;
+    eventually("the pass after the release", || async {
+        (metadata_ids(&store).await == vec![new.id.clone()]).then_some(())
+    })
+    .await;
+    // The operator gave the lease up after its pass.
+    let after = store
+        .read(&object_store::path::Path::from("_state/lease.json"))
+        .await
+        .unwrap();
+    assert!(after.is_none(), "lease left behind");
+    op.stop().await;
+}
+
+/// On a graceful stop the leader keeps renewing its Lease while reconciles in flight
+/// finish (here one waiting on a slow DeleteHook), so no successor acts beside them; it
+/// releases the Lease only then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lease_is_renewed_until_work_in_flight_ends() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let server = Webhook::start().await;
+    let ns = "handover";
+    cluster.namespace(ns).await;
+    s3_secret(&admin, ns, "s3").await;
+    let store = weed.cluster_store(ns);
+    let now = Timestamp::now();
+    let gone = SynthBackup::full("gone", now - SignedDuration::from_hours(3), 1);
+    let kept = SynthBackup::full("kept", now - SignedDuration::from_hours(1), 2);
+    synth::write_backups(&store, &[gone.clone(), kept.clone()])
+        .await
+        .unwrap();
+    create_policy(
+        &admin,
+        &policy(
+            ns,
+            "db",
+            &weed.endpoint,
+            json!({"deletionPolicy": "Delete"}),
+        ),
+    )
+    .await;
+    let hook: DeleteHook = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "DeleteHook",
+        "metadata": {"name": "slow", "namespace": ns},
+        "spec": {"webhook": {"url": format!("{}/slow", server.url), "caBundle": server.ca_bundle}, "timeout": "15s"},
+    }))
+    .unwrap();
+    Api::<DeleteHook>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &hook)
+        .await
+        .unwrap();
+    let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
+    completed_backup(&backups, &gone, json!({})).await;
+    let op = Operator::start(&cluster, "operator-handover");
+    eventually("the finalizer", || async {
+        let b = backups.get("gone").await.unwrap();
+        b.finalizers()
+            .contains(&"tidemark.io/remote-cleanup".to_owned())
+            .then_some(())
+    })
+    .await;
+    backups
+        .delete("gone", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the slow hook called", || async {
+        server
+            .calls
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(p, _)| p == "/slow")
+            .then_some(())
+    })
+    .await;
+    // Stop while the reconcile waits on the hook (10 s): the Lease keeps being renewed.
+    let leases: Api<Lease> = Api::namespaced(
+        admin.clone(),
+        tidemark_operator::testkit::OPERATOR_NAMESPACE,
+    );
+    let renewed = |l: Lease| l.spec.and_then(|s| s.renew_time).map(|t| t.0);
+    let at_stop = renewed(leases.get("tidemark-operator").await.unwrap());
+    let stopping = tokio::spawn(op.stop());
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    let lease = leases.get("tidemark-operator").await.unwrap();
+    let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.clone());
+    assert_eq!(holder.as_deref(), Some("operator-handover"));
+    assert!(
+        renewed(lease) > at_stop,
+        "the Lease was not renewed while a reconcile was still running"
+    );
+    stopping.await.unwrap();
+    // Released once the work ended.
+    let lease = leases.get("tidemark-operator").await.unwrap();
+    assert_eq!(lease.spec.and_then(|s| s.holder_identity), None);
+}

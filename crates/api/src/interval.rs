@@ -67,6 +67,18 @@ pub(crate) const HOOK_TIMEOUT_RULE: &str = interval_rule!("1h");
 pub(crate) const HOOK_TIMEOUT_MESSAGE: &str =
     "expected a timeout from 1s to 1h, such as 30s, 5m or 1h";
 
+impl IntervalField {
+    /// `tidemark operator --exec-max-duration`: at most a week.
+    pub fn exec_max_duration() -> Self {
+        IntervalField {
+            field: "--exec-max-duration",
+            default: "24h",
+            max: "168h",
+            max_secs: 168 * 3600,
+        }
+    }
+}
+
 /// Why an interval was refused: the field, the value and the accepted form.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(

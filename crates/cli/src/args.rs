@@ -148,6 +148,15 @@ pub struct OperatorArgs {
     /// team's bucket.
     #[arg(long, env = "TIDEMARK_ALLOW_AMBIENT_CREDENTIALS")]
     pub allow_ambient_credentials: bool,
+    /// Exec backups streamed at once (1 to 64); more wait their turn (`Queued`). Each
+    /// holds up to 24 MiB of its payload: the operator needs about 60 MiB plus 24 MiB per
+    /// stream.
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub exec_streams: u16,
+    /// The longest one exec backup may stream, e.g. 24h (at most 168h); it is then stopped
+    /// and recorded as failed.
+    #[arg(long, value_name = "DURATION", default_value = "24h")]
+    pub exec_max_duration: String,
 }
 
 #[derive(Debug, Args)]

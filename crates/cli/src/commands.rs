@@ -68,6 +68,13 @@ async fn operator(args: &crate::args::OperatorArgs) -> Result<Exit, CliError> {
         options.image.clone_from(image);
     }
     options.allow_ambient_credentials = args.allow_ambient_credentials;
+    let max = tidemark_api::interval::IntervalField::exec_max_duration()
+        .parse(Some(&args.exec_max_duration))
+        .map_err(|e| CliError::input(e.to_string()))?;
+    options.exec_limits = tidemark_operator::exec::Limits {
+        streams: usize::from(args.exec_streams),
+        max_duration: max.unsigned_abs(),
+    };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| CliError::input(format!("--listen {}: {e}", args.listen)))?;

@@ -908,7 +908,15 @@ fn the_metrics_endpoint_survives_a_connection_flood() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().to_string()
     };
-    let mut child = std::process::Command::new("sh")
+    /// Killed however the test ends.
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let child = std::process::Command::new("sh")
         .arg("-c")
         .arg(format!(
             "ulimit -n 48 && exec {} operator --identity flood --listen {addr}",
@@ -920,6 +928,7 @@ fn the_metrics_endpoint_survives_a_connection_flood() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let child = Killed(child);
     let deadline = Instant::now() + Duration::from_secs(30);
     while http_get(&addr, "/healthz").is_none_or(|t| !t.starts_with("HTTP/1.1 200")) {
         assert!(Instant::now() < deadline, "no /healthz");
@@ -929,9 +938,9 @@ fn the_metrics_endpoint_survives_a_connection_flood() {
         .filter_map(|_| std::net::TcpStream::connect(&addr).ok())
         .collect();
     std::thread::sleep(Duration::from_millis(500));
-    let before = cpu_ticks(child.id());
+    let before = cpu_ticks(child.0.id());
     std::thread::sleep(Duration::from_secs(2));
-    let used = cpu_ticks(child.id()) - before;
+    let used = cpu_ticks(child.0.id()) - before;
     // 2 s of a spinning core is ~200 ticks; a paused listener uses a few.
     assert!(
         used < 60,
@@ -944,8 +953,7 @@ fn the_metrics_endpoint_survives_a_connection_flood() {
         assert!(Instant::now() < deadline, "no /metrics after the flood");
         std::thread::sleep(Duration::from_millis(200));
     }
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(child);
 }
 
 fn configuration_input_is_bounded_and_named() {

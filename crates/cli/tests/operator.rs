@@ -899,6 +899,11 @@ async fn consolidation_runs_as_a_job() {
         .unwrap()
         .containers[0];
     assert_eq!(c.image.as_deref(), Some("mariadb:11.4"));
+    // A hung consolidation fails by its deadline, as a backup Job does.
+    assert_eq!(
+        job.spec.as_ref().unwrap().active_deadline_seconds,
+        Some(tidemark_operator::backup::JOB_DEADLINE_SECONDS)
+    );
     // Meanwhile the chain is whole.
     let (ids, ls) = listed(&s3);
     assert_eq!(ids.len(), 2, "{ls}");

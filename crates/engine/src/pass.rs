@@ -75,6 +75,13 @@ pub trait DeleteHooks: Send + Sync + std::fmt::Debug {
         store: &ClusterStore,
         deleting: &[(&Backup, Option<&tidemark_store::format::Metadata>)],
     ) -> Vec<serde_json::Value>;
+
+    /// The holds in force now (backup-ids), read again after the hooks ran: hooks can take
+    /// long, and a hold placed meanwhile must be honoured. `None`: holds cannot change
+    /// during a pass (the request's stand).
+    async fn holds(&self) -> Option<HashSet<String>> {
+        None
+    }
 }
 
 /// One retention pass to make.
@@ -175,23 +182,55 @@ pub async fn retention_pass(
     let mut exec = ExecOptions::new(request.started_at, request.policy_as_given.clone());
     exec.index_shard_size = tidemark_store::index::SHARD_SIZE;
     if let Some(hooks) = &request.hooks {
-        let deleting: Vec<_> = seen
-            .plan
-            .deletions()
-            .map(|d| {
-                let meta = seen
-                    .catalog
-                    .backup(&d.backup.name, &d.backup.id)
-                    .and_then(|b| b.metadata.as_ref());
-                (&d.backup, meta)
-            })
-            .collect();
-        if !deleting.is_empty() {
-            let ran = hooks.before_delete(store, &deleting).await;
-            if !ran.is_empty() {
-                exec.audit_extra
-                    .insert("hooks".into(), serde_json::Value::Array(ran));
+        // Hooks run before anything of a backup goes; they may take long, so the plan is
+        // made again afterwards with the holds in force then, and hooks run for any backup
+        // the new plan deletes that they have not run for (a few rounds at most; what is
+        // still new after them is kept for the next pass).
+        let mut hooked: HashSet<String> = HashSet::new();
+        let mut ran_all = Vec::new();
+        let mut protect = request.protect.clone();
+        for round in 0..HOOK_ROUNDS {
+            let deleting: Vec<_> = seen
+                .plan
+                .deletions()
+                .filter(|d| !hooked.contains(&d.backup.id))
+                .map(|d| {
+                    let meta = seen
+                        .catalog
+                        .backup(&d.backup.name, &d.backup.id)
+                        .and_then(|b| b.metadata.as_ref());
+                    (&d.backup, meta)
+                })
+                .collect();
+            if deleting.is_empty() {
+                break;
             }
+            if round + 1 == HOOK_ROUNDS {
+                // Not hooked: not deleted by this pass.
+                protect.extend(deleting.iter().map(|(b, _)| b.id.clone()));
+                let options = SurveyOptions {
+                    protect: protect.clone(),
+                };
+                seen = survey(store, &request.policy, request.now, &options, progress).await?;
+                break;
+            }
+            hooked.extend(deleting.iter().map(|(b, _)| b.id.clone()));
+            ran_all.extend(hooks.before_delete(store, &deleting).await);
+            let Some(now_held) = hooks.holds().await else {
+                break;
+            };
+            if now_held.is_subset(&protect) {
+                break;
+            }
+            protect.extend(now_held);
+            let options = SurveyOptions {
+                protect: protect.clone(),
+            };
+            seen = survey(store, &request.policy, request.now, &options, progress).await?;
+        }
+        if !ran_all.is_empty() {
+            exec.audit_extra
+                .insert("hooks".into(), serde_json::Value::Array(ran_all));
         }
     }
     let mut report = execute(store, &seen, &exec, progress).await?;
@@ -213,6 +252,9 @@ pub async fn retention_pass(
         blocked_by_malformed: false,
     })
 }
+
+/// Rounds of hooks and re-planning a pass makes at most (see [`retention_pass`]).
+const HOOK_ROUNDS: usize = 3;
 
 /// The increments the plan replaces by synthetic fulls: `consolidate` actions that are not
 /// themselves merged into another.

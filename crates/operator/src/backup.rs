@@ -79,8 +79,22 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
             return Ok(Action::await_change());
         }
         if crate::cleanup::settled(&backup) {
+            // In the background: its DeleteHooks may take up to their timeouts, which must
+            // not hold one of the controller's reconcile slots.
+            let key = crate::key(backup.as_ref());
+            match ctx.background.poll(&key) {
+                crate::background::Polled::Running => {
+                    return Ok(Action::requeue(Duration::from_secs(5)));
+                }
+                crate::background::Polled::Done(outcome) => return outcome,
+                crate::background::Polled::Idle => {}
+            }
             let policy = policy_of(&policies, &backup).await?;
-            return crate::cleanup::on_delete(&ctx, &api, &backup, policy.as_ref()).await;
+            let (c, a, b) = (ctx.clone(), api.clone(), backup.clone());
+            ctx.background.start(key, async move {
+                crate::cleanup::on_delete(&c, &a, &b, policy.as_ref()).await
+            });
+            return Ok(Action::requeue(Duration::from_secs(2)));
         }
         // A running attempt is followed to its end first (below; nothing new starts).
     }
@@ -583,6 +597,28 @@ async fn exec_backup(
         container,
         command,
     };
+    // At most `exec_limits.streams` at once: the others wait their turn (a queue, never
+    // a failure; a queued Backup is not failed by the pending limit).
+    let Ok(slot) = ctx.exec_slots.clone().try_acquire_owned() else {
+        let message = format!(
+            "queued: at most {} exec streams run at once (tidemark operator --exec-streams); it starts when one ends",
+            ctx.exec_limits.streams
+        );
+        let mut queued = status.clone();
+        queued.phase = Some(BackupPhase::Pending);
+        queued.conditions = vec![condition(
+            &status.conditions,
+            "Blocked",
+            true,
+            "Queued",
+            &message,
+            backup.meta().generation,
+        )];
+        if queued != *status {
+            apply_status(api, &backup.name_any(), &queued).await?;
+        }
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    };
     let started = ctx.clock.now();
     let spec = crate::exec::attempt_spec(&backup, backup_name, backup_id, started);
     let running = running_status(
@@ -599,7 +635,7 @@ async fn exec_backup(
     // never a second attempt under the same backup-id.
     apply_status(api, &backup.name_any(), &running).await?;
     tracing::info!(backup = %backup.name_any(), "exec backup started: {}", plan.describe());
-    crate::exec::spawn(ctx, backup, store, spec, plan);
+    crate::exec::spawn(ctx, backup, store, spec, plan, slot);
     Ok(Action::requeue(Duration::from_secs(30)))
 }
 

@@ -195,6 +195,8 @@ impl JobConsolidator {
             },
             spec: Some(JobSpec {
                 backoff_limit: Some(0),
+                // As a backup Job: a hung consolidation fails, and the next pass tries again.
+                active_deadline_seconds: Some(crate::backup::JOB_DEADLINE_SECONDS),
                 template: PodTemplateSpec {
                     metadata: Some(ObjectMeta {
                         labels: Some(labels),

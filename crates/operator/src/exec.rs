@@ -34,6 +34,31 @@ const STDERR_TAIL: usize = 2048;
 /// How long the exit status may take to arrive once stdout ended.
 const STATUS_WAIT: Duration = Duration::from_secs(60);
 
+/// Bytes per multipart part of an exec stream's upload, and parts in flight: one stream
+/// holds at most `EXEC_PART_SIZE * (EXEC_PARTS_IN_FLIGHT + 1)` = 24 MiB of its payload.
+pub const EXEC_PART_SIZE: usize = 8 << 20;
+pub const EXEC_PARTS_IN_FLIGHT: usize = 2;
+/// Exec streams at once by default (more wait, `Queued`).
+pub const DEFAULT_STREAMS: usize = 4;
+/// How long one exec stream may run by default, as a backup Job.
+pub const DEFAULT_MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+
+/// How many exec streams run at once, and for how long each may run.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub streams: usize,
+    pub max_duration: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            streams: DEFAULT_STREAMS,
+            max_duration: DEFAULT_MAX_DURATION,
+        }
+    }
+}
+
 /// The exec streams this process runs, by Backup uid; stopped when dropped (the
 /// controllers stopped: shutdown or a lost lease).
 #[derive(Debug, Default)]
@@ -130,7 +155,10 @@ pub fn spawn(
     store: ClusterStore,
     spec: BackupSpec,
     plan: ExecPlan,
+    slot: tokio::sync::OwnedSemaphorePermit,
 ) {
+    let store = store.with_upload_buffer(EXEC_PART_SIZE, EXEC_PARTS_IN_FLIGHT);
+    let max_duration = ctx.exec_limits.max_duration;
     let Some(uid) = backup.meta().uid.clone() else {
         return;
     };
@@ -140,6 +168,8 @@ pub fn spawn(
     let metrics = ctx.metrics.clone();
     let recorder = ctx.recorder.clone();
     let handle = tokio::spawn(async move {
+        // Held for the stream's life: the next queued Backup starts when it ends.
+        let _slot = slot;
         let source = Box::new(ExecSource {
             pods,
             plan,
@@ -147,13 +177,30 @@ pub fn spawn(
             stderr: None,
             said: None,
         });
-        let taken = tidemark_engine::take_backup_from(&store, &spec, source, &NoProgress).await;
+        let taken = tokio::time::timeout(
+            max_duration,
+            tidemark_engine::take_backup_from(&store, &spec, source, &NoProgress),
+        )
+        .await;
         let failure = match &taken {
-            Ok(_) => None,
-            Err(f) => Some(tidemark_engine::error::chain(&f.error)),
+            Ok(Ok(_)) => None,
+            Ok(Err(f)) => Some(tidemark_engine::error::chain(&f.error)),
+            Err(_) => {
+                // Stopped (its attempt dropped: the marker's heartbeat ends with it), and
+                // recorded as failed so the backup-id is settled.
+                let message = format!(
+                    "the exec stream ran longer than {max_duration:?} (tidemark operator --exec-max-duration) and was stopped"
+                );
+                if let Err(e) =
+                    tidemark_engine::attempt::record_failed(&store, &spec, &message).await
+                {
+                    tracing::warn!(backup = %backup.name_any(), "recording the stopped exec stream: {}", tidemark_engine::error::chain(&e));
+                }
+                Some(message)
+            }
         };
-        if let Err(e) = &taken {
-            tracing::warn!(backup = %backup.name_any(), "exec backup failed: {}", tidemark_engine::error::chain(&e.error));
+        if let Some(f) = &failure {
+            tracing::warn!(backup = %backup.name_any(), "exec backup failed: {f}");
         }
         // The status is written from the store; if the API refuses for a while, the next
         // reconcile settles it (the attempt is committed either way).

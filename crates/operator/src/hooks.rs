@@ -228,6 +228,25 @@ impl tidemark_engine::DeleteHooks for PassHooks {
         }
         report
     }
+
+    /// The holds in force now, from the API (the watch cache may lag behind a hold placed
+    /// while the hooks ran); the cache's when the API does not answer.
+    async fn holds(&self) -> Option<std::collections::HashSet<String>> {
+        let api: Api<Backup> = Api::namespaced(self.ctx.client.clone(), &self.namespace);
+        Some(match api.list(&ListParams::default()).await {
+            Ok(list) => {
+                crate::retention::held_ids(list.items.iter(), &self.namespace, &self.policy)
+            }
+            Err(e) => {
+                tracing::warn!(policy = %self.policy, "reading holds after the hooks: {e}; using the cache");
+                crate::retention::held_ids(
+                    self.ctx.backups.state().iter().map(AsRef::as_ref),
+                    &self.namespace,
+                    &self.policy,
+                )
+            }
+        })
+    }
 }
 
 /// How one action ended.

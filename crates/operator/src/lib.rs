@@ -16,6 +16,7 @@
 //! [`run`] elects, then runs every controller until shutdown or until leadership is lost.
 
 pub mod archiver;
+pub mod background;
 pub mod backup;
 pub mod cleanup;
 pub mod consolidation;
@@ -69,6 +70,9 @@ pub struct Options {
     /// environment, IRSA, pod identity; `gs://`, `az://`). Off by default: every store
     /// needs credentials from a Secret of the policy's namespace.
     pub allow_ambient_credentials: bool,
+    /// Exec streams at once and the longest one may run: the operator's memory is about
+    /// 60 MiB plus 24 MiB per stream (`exec::EXEC_PART_SIZE`, `exec::EXEC_PARTS_IN_FLIGHT`).
+    pub exec_limits: exec::Limits,
 }
 
 /// The image a backup Job's init container takes `tidemark` from, unless told otherwise.
@@ -83,6 +87,7 @@ impl Options {
             image: DEFAULT_IMAGE.to_owned(),
             metrics: Arc::default(),
             allow_ambient_credentials: false,
+            exec_limits: exec::Limits::default(),
         }
     }
 }
@@ -105,6 +110,11 @@ pub struct Context {
     pub allow_ambient_credentials: bool,
     /// This replica's name in the election (and in the store leases it takes).
     pub identity: String,
+    /// [`Options::exec_limits`], and the slots of the streams that run.
+    pub exec_limits: exec::Limits,
+    pub exec_slots: Arc<tokio::sync::Semaphore>,
+    /// Retention passes running outside the reconcile slots.
+    pub background: background::Background,
     /// Consecutive failures per object, for exponential backoff.
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -122,6 +132,7 @@ impl Drop for StopStreams {
             );
         }
         self.0.streams.stop_all();
+        self.0.background.stop_all();
     }
 }
 
@@ -172,7 +183,7 @@ pub(crate) fn owner_ref<K: Resource<DynamicType = ()>>(
 }
 
 /// The per-object key of the backoff table.
-fn key<K: Resource>(o: &K) -> String
+pub(crate) fn key<K: Resource>(o: &K) -> String
 where
     K::DynamicType: Default,
 {
@@ -471,6 +482,11 @@ async fn controllers(
         streams: exec::Streams::default(),
         allow_ambient_credentials: options.allow_ambient_credentials,
         identity: options.election.identity.clone(),
+        exec_limits: options.exec_limits.clone(),
+        exec_slots: Arc::new(tokio::sync::Semaphore::new(
+            options.exec_limits.streams.max(1),
+        )),
+        background: background::Background::default(),
         failures: Mutex::new(HashMap::new()),
     });
     let _stop_streams = StopStreams(ctx.clone());

@@ -40,6 +40,13 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
     if policy.meta().deletion_timestamp.is_some() {
         return Ok(Requeue::await_change());
     }
+    match ctx.background.poll(&crate::key(policy.as_ref())) {
+        crate::background::Polled::Running => {
+            return Ok(Requeue::requeue(Duration::from_secs(5)));
+        }
+        crate::background::Polled::Done(outcome) => return outcome,
+        crate::background::Polled::Idle => {}
+    }
     // The binlog archiver (a Deployment) first: it does not wait for the retention pass.
     if let Err(e) = crate::archiver::reconcile(&ctx, &policy).await {
         // The archiver's trouble is its own: retention goes on.
@@ -84,6 +91,37 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
         }
     }
 
+    // The pass runs in the background (its hooks and consolidations can take long), never
+    // holding one of the controller's reconcile slots; the reconcile after it collects the
+    // outcome.
+    ctx.background.start(
+        crate::key(policy.as_ref()),
+        pass(ctx.clone(), policy.clone(), rules, interval, now),
+    );
+    Ok(Requeue::requeue(Duration::from_secs(2)))
+}
+
+/// One retention pass of `policy` under the store's lease, its outcome in status, metrics
+/// and events.
+///
+/// # Errors
+/// Its Secret is missing, the store failed or holds data that blocks the pass (each also
+/// in status as the `Ready` condition).
+async fn pass(
+    ctx: Arc<Context>,
+    policy: Arc<BackupPolicy>,
+    rules: tidemark_core::Policy,
+    interval: jiff::SignedDuration,
+    now: Timestamp,
+) -> Result<Requeue, Error> {
+    let ns = policy.namespace().unwrap_or_default();
+    let name = policy.name_any();
+    let api: Api<BackupPolicy> = Api::namespaced(ctx.client.clone(), &ns);
+    let Some(retention) = policy.spec.retention.as_ref() else {
+        return Ok(Requeue::await_change());
+    };
+    let status = policy.status.clone().unwrap_or_default();
+    let generation = policy.meta().generation;
     let store = match open(&ctx, &policy).await {
         Ok(s) => s,
         Err(e) => {

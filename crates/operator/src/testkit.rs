@@ -509,15 +509,26 @@ impl Operator {
         identity: &str,
         clock: Arc<dyn tidemark_engine::Clock>,
     ) -> Self {
+        Self::start_with(cluster, identity, clock, |_| {})
+    }
+
+    /// [`Operator::start_with_clock`], with `adjust` changing the options (limits, flags).
+    pub fn start_with(
+        cluster: &KubeCluster,
+        identity: &str,
+        clock: Arc<dyn tidemark_engine::Clock>,
+        adjust: impl FnOnce(&mut crate::Options),
+    ) -> Self {
         let client = cluster.operator_client();
         let (tx, rx) = oneshot::channel::<()>();
         let mut election = crate::leader::Election::new(OPERATOR_NAMESPACE, identity);
         election.lease_duration = Duration::from_secs(6);
         election.retry_period = Duration::from_secs(1);
-        let options = crate::Options {
+        let mut options = crate::Options {
             store_retry_timeout: Duration::from_secs(3),
             ..crate::Options::new(election)
         };
+        adjust(&mut options);
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         listener.set_nonblocking(true).expect("nonblocking");
         let http = listener.local_addr().expect("address");
@@ -1012,6 +1023,10 @@ impl Webhook {
                         "/slow" => {
                             tokio::time::sleep(Duration::from_secs(10)).await;
                             ("200 OK", "late")
+                        }
+                        "/slower" => {
+                            tokio::time::sleep(Duration::from_secs(40)).await;
+                            ("200 OK", "very late")
                         }
                         _ => ("500 Internal Server Error", "no such ticket"),
                     };

@@ -675,3 +675,291 @@ async fn the_lease_is_renewed_until_work_in_flight_ends() {
     let lease = leases.get("tidemark-operator").await.unwrap();
     assert_eq!(lease.spec.and_then(|s| s.holder_identity), None);
 }
+
+/// Exec streams are bounded: with one slot, a second exec Backup waits its turn (pending,
+/// `Queued`, never failed for it) and runs when the first ends; a stream that runs past the
+/// maximum duration is stopped and recorded as failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_streams_queue_and_stop_at_their_limit() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Patch, PatchParams};
+    use tidemark_operator::testkit::{ExecRequest, Kubelet};
+    let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    // The container's commands: `slow` writes for 4 s, `forever` never ends.
+    let kubelet = Kubelet::start(std::sync::Arc::new(|r: &ExecRequest| {
+        let script = match r.command.first().map(String::as_str) {
+            Some("slow") => "for i in 1 2 3 4; do echo part $i; sleep 1; done",
+            Some("forever") => "echo start; sleep 600",
+            _ => "echo quick",
+        };
+        let mut cmd = tokio::process::Command::new("sh");
+        cmd.args(["-c", script]);
+        Some(cmd)
+    }))
+    .await;
+    kubelet.register(&admin, "node-1").await;
+    let ns = "streams";
+    cluster.namespace(ns).await;
+    s3_secret(&admin, ns, "s3").await;
+    create_policy(
+        &admin,
+        &policy(
+            ns,
+            "db",
+            &weed.endpoint,
+            json!({"source": {"selector": {"matchLabels": {"app": "db"}}, "container": "db"}}),
+        ),
+    )
+    .await;
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "db-0", "namespace": ns, "labels": {"app": "db", "tidemark.io/role": "primary"}},
+        "spec": {"nodeName": "node-1", "containers": [{"name": "db", "image": "mariadb:11.4"}]},
+    }))
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    pods.patch_status(
+        "db-0",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Running", "podIP": "127.0.0.1"}})),
+    )
+    .await
+    .unwrap();
+    let op = Operator::start_with(
+        &cluster,
+        "operator-streams",
+        std::sync::Arc::new(tidemark_engine::SystemClock),
+        |o| {
+            o.exec_limits.streams = 1;
+            o.exec_limits.max_duration = std::time::Duration::from_secs(6);
+        },
+    );
+    let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
+    let create = |name: &'static str, command: &'static str| {
+        let backups = backups.clone();
+        async move {
+            let b: Backup = serde_json::from_value(json!({
+                "apiVersion": "tidemark.io/v1alpha1", "kind": "Backup",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {"policy": {"name": "db"}, "method": "exec", "target": "primary", "command": [command]},
+            }))
+            .unwrap();
+            backups.create(&PostParams::default(), &b).await.unwrap();
+        }
+    };
+    let phase = |name: &'static str| {
+        let backups = backups.clone();
+        async move {
+            backups
+                .get(name)
+                .await
+                .unwrap()
+                .status
+                .and_then(|s| s.phase)
+                .map(|p| format!("{p:?}"))
+                .unwrap_or_default()
+        }
+    };
+    create("first", "slow").await;
+    eventually("first running", || async {
+        (phase("first").await == "Running").then_some(())
+    })
+    .await;
+    create("second", "quick").await;
+    let st = eventually("second queued", || async {
+        let st = backups.get("second").await.unwrap().status?;
+        st.conditions
+            .iter()
+            .any(|c| c.reason == "Queued")
+            .then_some(st)
+    })
+    .await;
+    assert_eq!(format!("{:?}", st.phase), "Some(Pending)", "{st:?}");
+    assert!(
+        st.conditions[0].message.contains("at most 1 exec streams"),
+        "{:?}",
+        st.conditions
+    );
+    eventually("both completed in turn", || async {
+        (phase("first").await == "Completed" && phase("second").await == "Completed").then_some(())
+    })
+    .await;
+    // Past the maximum duration: stopped, recorded as failed.
+    create("endless", "forever").await;
+    let st = eventually("endless stopped", || async {
+        let st = backups.get("endless").await.unwrap().status?;
+        (format!("{:?}", st.phase) == "Some(Failed)").then_some(st)
+    })
+    .await;
+    assert!(
+        st.error
+            .clone()
+            .unwrap_or_default()
+            .contains("ran longer than 6s"),
+        "{st:?}"
+    );
+    op.stop().await;
+}
+
+/// Slow DeleteHooks do not hold the controllers' reconcile slots: seventeen Backups whose
+/// deletion waits on a hook that answers after 40 s (more than the 16 slots) do not keep
+/// another tenant's new Backup from being looked at.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_hooks_do_not_hold_the_reconcile_slots() {
+    let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let server = Webhook::start().await;
+    for ns in ["slow", "other"] {
+        cluster.namespace(ns).await;
+        s3_secret(&admin, ns, "s3").await;
+        create_policy(
+            &admin,
+            &policy(
+                ns,
+                "db",
+                &weed.endpoint,
+                json!({"deletionPolicy": "Delete"}),
+            ),
+        )
+        .await;
+    }
+    let hook: DeleteHook = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "DeleteHook",
+        "metadata": {"name": "slower", "namespace": "slow"},
+        "spec": {"webhook": {"url": format!("{}/slower", server.url), "caBundle": server.ca_bundle}, "timeout": "50s"},
+    }))
+    .unwrap();
+    Api::<DeleteHook>::namespaced(admin.clone(), "slow")
+        .create(&PostParams::default(), &hook)
+        .await
+        .unwrap();
+    let slow: Api<Backup> = Api::namespaced(admin.clone(), "slow");
+    let now = Timestamp::now();
+    let many: Vec<SynthBackup> = (0..17)
+        .map(|i| SynthBackup::full(&format!("b{i:02}"), now - SignedDuration::from_hours(2), i))
+        .collect();
+    for b in &many {
+        completed_backup(&slow, b, json!({})).await;
+    }
+    let op = Operator::start(&cluster, "operator-slots");
+    for b in &many {
+        let name = b.name.clone();
+        eventually("the finalizer", || async {
+            slow.get(&name)
+                .await
+                .unwrap()
+                .finalizers()
+                .contains(&"tidemark.io/remote-cleanup".to_owned())
+                .then_some(())
+        })
+        .await;
+    }
+    for b in &many {
+        slow.delete(&b.name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    eventually("the hooks called", || async {
+        (server.calls.lock().unwrap().len() >= 16).then_some(())
+    })
+    .await;
+    // Another tenant's Backup, while every hook still waits: looked at at once.
+    let other: Api<Backup> = Api::namespaced(admin.clone(), "other");
+    let fresh = SynthBackup::full("fresh", now, 99);
+    completed_backup(&other, &fresh, json!({})).await;
+    tidemark_operator::testkit::eventually_within(
+        "the other tenant's Backup reconciled while the hooks wait",
+        std::time::Duration::from_secs(20),
+        || async {
+            other
+                .get("fresh")
+                .await
+                .unwrap()
+                .finalizers()
+                .contains(&"tidemark.io/remote-cleanup".to_owned())
+                .then_some(())
+        },
+    )
+    .await;
+    // All seventeen hooks ran at once, none waiting for a slot.
+    assert_eq!(server.calls.lock().unwrap().len(), 17);
+    op.stop().await;
+}
+
+/// A hold placed while a retention pass's hooks run is honoured: the pass plans again
+/// after its hooks and keeps the held backup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_placed_while_hooks_run_is_honoured() {
+    let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let server = Webhook::start().await;
+    let ns = "held";
+    cluster.namespace(ns).await;
+    s3_secret(&admin, ns, "s3").await;
+    let store = weed.cluster_store(ns);
+    let now = Timestamp::now();
+    let old = SynthBackup::full("old", now - SignedDuration::from_hours(3), 1);
+    let new = SynthBackup::full("new", now - SignedDuration::from_hours(1), 2);
+    synth::write_backups(&store, &[old.clone(), new.clone()])
+        .await
+        .unwrap();
+    let hook: DeleteHook = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "DeleteHook",
+        "metadata": {"name": "slow", "namespace": ns},
+        "spec": {"webhook": {"url": format!("{}/slow", server.url), "caBundle": server.ca_bundle}, "timeout": "20s"},
+    }))
+    .unwrap();
+    Api::<DeleteHook>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &hook)
+        .await
+        .unwrap();
+    let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
+    completed_backup(&backups, &old, json!({})).await;
+    let op = Operator::start(&cluster, "operator-held");
+    create_policy(
+        &admin,
+        &policy(
+            ns,
+            "db",
+            &weed.endpoint,
+            json!({"retention": {"keepLast": 1}}),
+        ),
+    )
+    .await;
+    eventually("the pass's hook called", || async {
+        (!server.calls.lock().unwrap().is_empty()).then_some(())
+    })
+    .await;
+    // While the hook runs (10 s), the backup is put on hold.
+    backups
+        .patch(
+            &old.name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"metadata": {"annotations": {"tidemark.io/protect": "true"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), ns);
+    eventually("the pass ended", || async {
+        let p = policies.get("db").await.unwrap();
+        let c = p.status?.conditions.into_iter().next()?;
+        (c.reason == "PassSucceeded").then_some(())
+    })
+    .await;
+    assert_eq!(
+        metadata_ids(&store).await,
+        {
+            let mut v = vec![old.id.clone(), new.id.clone()];
+            v.sort();
+            v
+        },
+        "the held backup was deleted"
+    );
+    op.stop().await;
+}

@@ -106,9 +106,27 @@ pub struct ClusterStore {
     pub backend: Backend,
     pub(crate) native: Native,
     identity: String,
+    /// Multipart upload buffering: bytes per part and parts in flight (an upload holds at
+    /// most about `part_size * (parts_in_flight + 1)` in memory).
+    pub(crate) upload_buffer: (usize, usize),
 }
 
 impl ClusterStore {
+    /// The same store with uploads buffered as `part_size` bytes per part (at least the
+    /// 5 MiB S3 needs) and `parts_in_flight` parts sent at once (at least 1): what bounds
+    /// one upload's memory, e.g. for the operator's exec streams.
+    #[must_use]
+    pub fn with_upload_buffer(mut self, part_size: usize, parts_in_flight: usize) -> Self {
+        self.upload_buffer = (part_size.max(5 << 20), parts_in_flight.max(1));
+        self
+    }
+
+    /// The memory one upload to this store holds at most, in bytes.
+    pub fn upload_memory(&self) -> usize {
+        let (part, in_flight) = self.upload_buffer;
+        part * (in_flight + 1)
+    }
+
     /// Opens `url` and roots it at `cluster`.
     ///
     /// # Errors
@@ -153,6 +171,7 @@ impl ClusterStore {
             backend: base.backend,
             native,
             identity,
+            upload_buffer: (crate::transfer::PART_SIZE, crate::transfer::PARTS_IN_FLIGHT),
         })
     }
 
@@ -172,6 +191,7 @@ impl ClusterStore {
             backend,
             native: Native::None,
             identity,
+            upload_buffer: (crate::transfer::PART_SIZE, crate::transfer::PARTS_IN_FLIGHT),
         })
     }
 

@@ -153,8 +153,9 @@ impl Upload {
     /// An upload to any key of the cluster (segments, payloads); `name` is what the
     /// returned [`PayloadObject`] calls it.
     pub fn to_key(store: &ClusterStore, key: Path, name: &str) -> Self {
-        let writer = BufWriter::with_capacity(store.inner.clone(), key.clone(), PART_SIZE)
-            .with_max_concurrency(PARTS_IN_FLIGHT);
+        let (part_size, in_flight) = store.upload_buffer;
+        let writer = BufWriter::with_capacity(store.inner.clone(), key.clone(), part_size)
+            .with_max_concurrency(in_flight);
         Upload {
             key,
             writer,

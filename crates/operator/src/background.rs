@@ -64,6 +64,11 @@ impl Background {
         running.insert(key, tokio::spawn(work));
     }
 
+    /// Whether `key` has work here, running or with an outcome not collected yet.
+    pub fn tracks(&self, key: &str) -> bool {
+        self.lock().contains_key(key)
+    }
+
     /// How many run now.
     pub fn len(&self) -> usize {
         self.lock().values().filter(|h| !h.is_finished()).count()

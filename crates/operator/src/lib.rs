@@ -400,7 +400,9 @@ where
                     }
                 };
                 ctx.reconciled(&k);
-                if r.is_ok() {
+                // Work started or still running in the background has not succeeded yet:
+                // its outcome, collected later, decides (and a failure's backoff grows).
+                if r.is_ok() && !ctx.background.tracks(&k) {
                     ctx.succeeded(&k);
                 }
                 r
@@ -593,6 +595,11 @@ async fn controllers(
     tokio::select! {
         _ = async { tokio::join!(scheduled, retention, runner, reaper) } => {}
         () = backup_cache => {}
+    }
+    // Work in the background (passes, deletions waiting on hooks) is work in flight too:
+    // the caller bounds the wait, and keeps the lease meanwhile.
+    while !ctx.background.is_empty() {
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

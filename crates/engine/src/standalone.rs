@@ -131,6 +131,30 @@ pub async fn run(
     let holder = format!("{:016x}", rand::random::<u64>());
     let mut leases: Vec<(ClusterStore, HeldLease)> = Vec::new();
     for p in &policies {
+        // The directory is this configuration's alone: never an operator policy's or
+        // another machine's `tidemark run`.
+        let me = state::Owner {
+            format_version: state::STATE_FORMAT_VERSION,
+            kind: "tidemark run".into(),
+            namespace: None,
+            name: p.name.clone(),
+            uid: None,
+            // Not the host: a container re-created under another name is the same runner.
+            host: None,
+            since: clock.now(),
+            extra: [("lastHost".to_owned(), state::host_name().into())]
+                .into_iter()
+                .collect(),
+        };
+        if let Err(e) = state::claim_owner(&p.store, &me).await {
+            for (s, l) in &leases {
+                state::release_lease(s, l).await;
+            }
+            return Err(match e {
+                state::OwnerError::Taken { .. } => EngineError::Input(e.to_string()),
+                state::OwnerError::Store(s) => s.into(),
+            });
+        }
         match state::acquire_lease(&p.store, &holder, clock.now(), LEASE_TTL).await {
             Ok(l) => leases.push((p.store.clone(), l)),
             Err(e) => {

@@ -397,13 +397,32 @@ pub fn held_ids<'a>(
 /// # Errors
 /// The Secret is missing or lacks the keys; the URL is invalid.
 pub async fn open(ctx: &Context, policy: &BackupPolicy) -> Result<ClusterStore, Error> {
-    open_store(
+    let store = open_store(
         &ctx.client,
         policy,
         ctx.store_retry_timeout,
         ctx.allow_ambient_credentials,
     )
-    .await
+    .await?;
+    // The directory is this policy's alone (the first to claim it), never a second
+    // team's with the same policy name in a shared bucket.
+    let me = tidemark_store::state::Owner {
+        format_version: tidemark_store::state::STATE_FORMAT_VERSION,
+        kind: "BackupPolicy".into(),
+        namespace: policy.namespace(),
+        name: policy.name_any(),
+        uid: policy.uid(),
+        host: None,
+        since: ctx.clock.now(),
+        extra: Default::default(),
+    };
+    match tidemark_store::state::claim_owner(&store, &me).await {
+        Ok(()) => Ok(store),
+        Err(e @ tidemark_store::state::OwnerError::Taken { .. }) => {
+            Err(Error::Invalid(e.to_string()))
+        }
+        Err(tidemark_store::state::OwnerError::Store(e)) => Err(Error::Engine(e.into())),
+    }
 }
 
 /// Opens `policy`'s store as the operator does — the URL, endpoint, region and path style

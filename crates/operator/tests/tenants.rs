@@ -963,3 +963,78 @@ async fn a_hold_placed_while_hooks_run_is_honoured() {
     );
     op.stop().await;
 }
+
+/// One store directory, one owner: two teams with a shared bucket and a policy named `db`
+/// (the default directory is the policy's name) do not plan over each other's backups —
+/// the second is refused with the owner named, and the first's backups stay whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_store_directory_one_owner() {
+    let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    for ns in ["team-a", "team-b"] {
+        cluster.namespace(ns).await;
+        s3_secret(&admin, ns, "s3").await;
+    }
+    let store = weed.cluster_store("db");
+    let now = Timestamp::now();
+    let a1 = SynthBackup::full("nightly", now - SignedDuration::from_hours(3), 1);
+    let a2 = SynthBackup::full("nightly", now - SignedDuration::from_hours(1), 2);
+    synth::write_backups(&store, &[a1.clone(), a2.clone()])
+        .await
+        .unwrap();
+    // Both policies in the default directory ("db"): team A keeps two, team B one.
+    let shared = |ns: &str, keep: i64| {
+        let mut p = policy(
+            ns,
+            "db",
+            &weed.endpoint,
+            json!({"retention": {"keepLast": keep}}),
+        );
+        p.spec.cluster = None;
+        p
+    };
+    let op = Operator::start(&cluster, "operator-owners");
+    create_policy(&admin, &shared("team-a", 2)).await;
+    let a: Api<BackupPolicy> = Api::namespaced(admin.clone(), "team-a");
+    eventually("team A's pass", || async {
+        let c = a
+            .get("db")
+            .await
+            .unwrap()
+            .status?
+            .conditions
+            .into_iter()
+            .next()?;
+        (c.reason == "PassSucceeded").then_some(())
+    })
+    .await;
+    create_policy(&admin, &shared("team-b", 1)).await;
+    let b: Api<BackupPolicy> = Api::namespaced(admin.clone(), "team-b");
+    let cond = eventually("team B refused", || async {
+        let c = b
+            .get("db")
+            .await
+            .unwrap()
+            .status?
+            .conditions
+            .into_iter()
+            .next()?;
+        (c.status == "False").then_some(c)
+    })
+    .await;
+    assert!(
+        cond.message.contains("belongs to BackupPolicy team-a/db")
+            && cond.message.contains("spec.cluster"),
+        "{}",
+        cond.message
+    );
+    let mut both = vec![a1.id.clone(), a2.id.clone()];
+    both.sort();
+    assert_eq!(
+        metadata_ids(&store).await,
+        both,
+        "team B deleted team A's backup"
+    );
+    op.stop().await;
+}

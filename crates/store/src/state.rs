@@ -398,3 +398,125 @@ pub fn process_scope() -> String {
 fn process_alive(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
+
+/// `_state/owner.json`: who owns this cluster directory — one BackupPolicy of one namespace,
+/// or one `tidemark run` configuration. Created with a conditional write by the first
+/// owner; any other is refused, naming the owner, so two teams sharing a bucket never plan
+/// over, archive into or delete each other's backups.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Owner {
+    pub format_version: u32,
+    /// `BackupPolicy` (the operator) or `tidemark run`.
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The policy's name.
+    pub name: String,
+    /// The BackupPolicy's uid (the operator).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    /// The machine (`tidemark run`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    pub since: Timestamp,
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Owner {
+    /// `BackupPolicy ns/name (uid …)` or `tidemark run policy name on host`.
+    pub fn describe(&self) -> String {
+        match (&self.namespace, &self.host) {
+            (Some(ns), _) => format!(
+                "{} {ns}/{} (uid {})",
+                self.kind,
+                self.name,
+                self.uid.as_deref().unwrap_or("?")
+            ),
+            (None, Some(host)) => format!("{} policy {} on {host}", self.kind, self.name),
+            (None, None) => format!("{} {}", self.kind, self.name),
+        }
+    }
+
+    /// The same owner: same kind, namespace, name and host. A policy deleted and created
+    /// again under its name (a new uid) is the same owner and takes the record over.
+    pub fn same_as(&self, other: &Owner) -> bool {
+        self.kind == other.kind
+            && self.namespace == other.namespace
+            && self.name == other.name
+            && self.host == other.host
+    }
+}
+
+/// The directory belongs to someone else.
+#[derive(Debug, thiserror::Error)]
+pub enum OwnerError {
+    #[error("{url}: the cluster directory {cluster:?} belongs to {}; give this policy its own directory (spec.cluster)", .owner.describe())]
+    Taken {
+        url: String,
+        cluster: String,
+        owner: Box<Owner>,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+fn owner_key() -> Path {
+    Path::from_iter([layout::STATE, "owner.json"])
+}
+
+/// Records `me` as the directory's owner when it has none (a conditional create), takes the
+/// record over when it names the same owner (a new uid), and refuses any other.
+///
+/// # Errors
+/// [`OwnerError::Taken`] naming the owner; a failed request; a malformed record.
+pub async fn claim_owner(store: &ClusterStore, me: &Owner) -> Result<(), OwnerError> {
+    let key = owner_key();
+    let taken = |owner: Owner| OwnerError::Taken {
+        url: store.url.clone(),
+        cluster: store.cluster.clone(),
+        owner: Box::new(owner),
+    };
+    let body = serde_json::to_vec_pretty(me).map_err(|source| StoreError::Encode {
+        url: store.url.clone(),
+        what: "_state/owner.json",
+        source,
+    })?;
+    for _ in 0..3 {
+        let current = match store.read_versioned(&key).await? {
+            None => None,
+            Some((bytes, version)) => {
+                let owner: Owner =
+                    serde_json::from_slice(&bytes).map_err(|e| StoreError::MalformedState {
+                        url: store.url.clone(),
+                        key: store.display_key(&key),
+                        problem: e.to_string(),
+                    })?;
+                Some((owner, version))
+            }
+        };
+        let written = match &current {
+            Some((o, _)) if o.same_as(me) && o.uid == me.uid => return Ok(()),
+            Some((o, _)) if !o.same_as(me) => return Err(taken(o.clone())),
+            Some((_, version)) => {
+                crate::index::replace_head(store, &key, version, body.clone()).await
+            }
+            None => crate::index::create_head(store, &key, body.clone()).await,
+        };
+        match written {
+            Ok(_) => return Ok(()),
+            // Someone wrote it meanwhile: look again.
+            Err(
+                object_store::Error::Precondition { .. }
+                | object_store::Error::AlreadyExists { .. },
+            ) => {}
+            Err(source) => return Err(write_err(store, &key, source).into()),
+        }
+    }
+    Err(StoreError::StateContention {
+        url: store.url.clone(),
+        key: store.display_key(&key),
+    }
+    .into())
+}

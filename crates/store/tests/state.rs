@@ -151,8 +151,47 @@ async fn lease(store: &ClusterStore) {
     ));
 }
 
+fn owner(kind: &str, ns: Option<&str>, name: &str, uid: Option<&str>) -> state::Owner {
+    state::Owner {
+        format_version: state::STATE_FORMAT_VERSION,
+        kind: kind.into(),
+        namespace: ns.map(str::to_owned),
+        name: name.into(),
+        uid: uid.map(str::to_owned),
+        host: None,
+        since: "2026-11-24T00:00:00Z".parse().unwrap(),
+        extra: Default::default(),
+    }
+}
+
+/// One directory, one owner: the first claim wins (a conditional create); the same owner
+/// again, or the same policy created anew (a new uid), goes on; anyone else is refused,
+/// named.
+async fn owners(store: &ClusterStore) {
+    let a = owner("BackupPolicy", Some("team-a"), "db", Some("uid-1"));
+    state::claim_owner(store, &a).await.unwrap();
+    state::claim_owner(store, &a).await.unwrap();
+    let recreated = owner("BackupPolicy", Some("team-a"), "db", Some("uid-2"));
+    state::claim_owner(store, &recreated).await.unwrap();
+    for other in [
+        owner("BackupPolicy", Some("team-b"), "db", Some("uid-3")),
+        owner("tidemark run", None, "db", None),
+    ] {
+        let e = state::claim_owner(store, &other)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("belongs to BackupPolicy team-a/db (uid uid-2)"),
+            "{e}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn state_on_a_local_directory() {
+    let (_dir4, store4) = local_store("c4");
+    owners(&store4).await;
     let (_dir, store) = local_store("c1");
     round_trip_and_contention(&store).await;
     let (_dir2, store2) = local_store("c2");
@@ -170,5 +209,6 @@ fn state_on_s3() {
         round_trip_and_contention(&server.cluster_store("c1")).await;
         writes_advance_only_when_known(&server.cluster_store("c2")).await;
         lease(&server.cluster_store("c3")).await;
+        owners(&server.cluster_store("c4")).await;
     });
 }

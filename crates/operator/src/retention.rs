@@ -40,13 +40,20 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
     if policy.meta().deletion_timestamp.is_some() {
         return Ok(Requeue::await_change());
     }
-    match ctx.background.poll(&crate::key(policy.as_ref())) {
+    // A pass in the background: wait for it; once it ended, its failure goes to the
+    // backoff, and after a success the policy is looked at afresh (its status now holds
+    // the pass; the spec may have changed meanwhile and be due at once).
+    let policy = match ctx.background.poll(&crate::key(policy.as_ref())) {
         crate::background::Polled::Running => {
             return Ok(Requeue::requeue(Duration::from_secs(5)));
         }
-        crate::background::Polled::Done(outcome) => return outcome,
-        crate::background::Polled::Idle => {}
-    }
+        crate::background::Polled::Done(Err(e)) => return Err(e),
+        crate::background::Polled::Done(Ok(_)) => match api.get_opt(&name).await? {
+            Some(p) => Arc::new(p),
+            None => return Ok(Requeue::await_change()),
+        },
+        crate::background::Polled::Idle => policy,
+    };
     // The binlog archiver (a Deployment) first: it does not wait for the retention pass.
     if let Err(e) = crate::archiver::reconcile(&ctx, &policy).await {
         // The archiver's trouble is its own: retention goes on.

@@ -14,6 +14,11 @@ use crate::error::Error;
 
 type Outcome = Result<Action, Error>;
 
+/// How soon a reconcile looks again at work it started or found running: the look is an
+/// in-memory check, and a short one keeps a failure's backoff (1 s, 2 s, 4 s…) what it
+/// says.
+pub const POLL: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Background work by object key (`Kind/namespace/name`).
 #[derive(Debug, Default)]
 pub struct Background {

@@ -84,7 +84,7 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
             let key = crate::key(backup.as_ref());
             match ctx.background.poll(&key) {
                 crate::background::Polled::Running => {
-                    return Ok(Action::requeue(Duration::from_secs(5)));
+                    return Ok(Action::requeue(crate::background::POLL));
                 }
                 crate::background::Polled::Done(outcome) => return outcome,
                 crate::background::Polled::Idle => {}
@@ -94,7 +94,7 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
             ctx.background.start(key, async move {
                 crate::cleanup::on_delete(&c, &a, &b, policy.as_ref()).await
             });
-            return Ok(Action::requeue(Duration::from_secs(2)));
+            return Ok(Action::requeue(crate::background::POLL));
         }
         // A running attempt is followed to its end first (below; nothing new starts).
     }

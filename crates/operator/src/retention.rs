@@ -45,7 +45,7 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
     // the pass; the spec may have changed meanwhile and be due at once).
     let policy = match ctx.background.poll(&crate::key(policy.as_ref())) {
         crate::background::Polled::Running => {
-            return Ok(Requeue::requeue(Duration::from_secs(5)));
+            return Ok(Requeue::requeue(crate::background::POLL));
         }
         crate::background::Polled::Done(Err(e)) => return Err(e),
         crate::background::Polled::Done(Ok(_)) => match api.get_opt(&name).await? {
@@ -105,7 +105,7 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
         crate::key(policy.as_ref()),
         pass(ctx.clone(), policy.clone(), rules, interval, now),
     );
-    Ok(Requeue::requeue(Duration::from_secs(2)))
+    Ok(Requeue::requeue(crate::background::POLL))
 }
 
 /// One retention pass of `policy` under the store's lease, its outcome in status, metrics

@@ -13,8 +13,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use serde_json::json;
 use tidemark_api::crd::{Backup, BackupPolicy};
 use tidemark_operator::testkit::{ExecRequest, KubeCluster, Kubelet, s3_secret};
@@ -83,20 +82,10 @@ async fn streams(n: usize, bytes: u64) {
         .create(&PostParams::default(), &policy)
         .await
         .unwrap();
-    let pod: Pod = serde_json::from_value(json!({
+    tidemark_operator::testkit::running_pod(&admin, ns, json!({
         "metadata": {"name": "db-0", "namespace": ns, "labels": {"app": "db", "tidemark.io/role": "primary"}},
         "spec": {"nodeName": "node-1", "containers": [{"name": "db", "image": "mariadb:11.4"}]},
-    }))
-    .unwrap();
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
-    pods.create(&PostParams::default(), &pod).await.unwrap();
-    pods.patch_status(
-        "db-0",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"phase": "Running", "podIP": "127.0.0.1"}})),
-    )
-    .await
-    .unwrap();
+    })).await;
     let listen = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().to_string()

@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 use futures::{StreamExt, TryStreamExt, stream};
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -112,22 +111,12 @@ async fn bench() {
         .create(&PostParams::default(), &policy)
         .await
         .unwrap();
-    let pod: Pod = serde_json::from_value(json!({
+    tidemark_operator::testkit::running_pod(&admin, ns, json!({
         "metadata": {"name": "db-0", "namespace": ns, "labels": {"app": "db", "tidemark.io/role": "primary"}},
         "spec": {"nodeName": "node-1", "containers": [{"name": "mariadb", "image": "mariadb:11.4",
             "volumeMounts": [{"name": "data", "mountPath": "/var/lib/mysql"}]}],
             "volumes": [{"name": "data", "emptyDir": {}}]},
-    }))
-    .unwrap();
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
-    pods.create(&PostParams::default(), &pod).await.unwrap();
-    pods.patch_status(
-        "db-0",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"phase": "Running", "podIP": "127.0.0.1"}})),
-    )
-    .await
-    .unwrap();
+    })).await;
 
     let started = Instant::now();
     let backup_api: Api<Backup> = Api::namespaced(admin.clone(), ns);

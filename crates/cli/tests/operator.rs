@@ -1015,23 +1015,13 @@ async fn method_exec_streams_through_pods_exec() {
         .create(&PostParams::default(), &policy)
         .await
         .unwrap();
-    let pod: Pod = serde_json::from_value(json!({
+    tidemark_operator::testkit::running_pod(&admin, ns, json!({
         "metadata": {"name": "db-0", "namespace": ns, "labels": {"app": "db", "tidemark.io/role": "primary"}},
         "spec": {
             "nodeName": "node-1",
             "containers": [{"name": "mariadb", "image": "mariadb:11.4"}],
         },
-    }))
-    .unwrap();
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
-    pods.create(&PostParams::default(), &pod).await.unwrap();
-    pods.patch_status(
-        "db-0",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"phase": "Running", "podIP": "127.0.0.1"}})),
-    )
-    .await
-    .unwrap();
+    })).await;
 
     let op = Operator::start(&cluster, "operator-exec");
     let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);

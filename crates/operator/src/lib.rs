@@ -115,6 +115,9 @@ pub struct Context {
     pub exec_slots: Arc<tokio::sync::Semaphore>,
     /// Retention passes running outside the reconcile slots.
     pub background: background::Background,
+    /// The store directories this process has claimed for a policy (`<store> <uid>`): the
+    /// owner record is read once, not on every reconcile that opens the store.
+    pub owned: Mutex<std::collections::HashSet<String>>,
     /// Consecutive failures per object, for exponential backoff.
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -489,6 +492,7 @@ async fn controllers(
             options.exec_limits.streams.max(1),
         )),
         background: background::Background::default(),
+        owned: Mutex::default(),
         failures: Mutex::new(HashMap::new()),
     });
     let _stop_streams = StopStreams(ctx.clone());

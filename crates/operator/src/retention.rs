@@ -412,7 +412,17 @@ pub async fn open(ctx: &Context, policy: &BackupPolicy) -> Result<ClusterStore, 
     )
     .await?;
     // The directory is this policy's alone (the first to claim it), never a second
-    // team's with the same policy name in a shared bucket.
+    // team's with the same policy name in a shared bucket. Claimed once per process.
+    let claim = format!("{} {}", store.identity(), policy.uid().unwrap_or_default());
+    let owned = |c: &Context| {
+        c.owned
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(&claim)
+    };
+    if owned(ctx) {
+        return Ok(store);
+    }
     let me = tidemark_store::state::Owner {
         format_version: tidemark_store::state::STATE_FORMAT_VERSION,
         kind: "BackupPolicy".into(),
@@ -424,7 +434,13 @@ pub async fn open(ctx: &Context, policy: &BackupPolicy) -> Result<ClusterStore, 
         extra: Default::default(),
     };
     match tidemark_store::state::claim_owner(&store, &me).await {
-        Ok(()) => Ok(store),
+        Ok(()) => {
+            ctx.owned
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(claim);
+            Ok(store)
+        }
         Err(e @ tidemark_store::state::OwnerError::Taken { .. }) => {
             Err(Error::Invalid(e.to_string()))
         }

@@ -665,6 +665,24 @@ pub async fn completed_backup(
     .expect("mark the Backup completed");
 }
 
+/// Creates the pod `pod` (JSON, with its metadata) in `ns` and marks it Running at
+/// 127.0.0.1, as a kubelet would: the node the operator's tests play.
+pub async fn running_pod(client: &Client, ns: &str, pod: serde_json::Value) {
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(pod).expect("a Pod");
+    let name = pod.metadata.name.clone().expect("the pod's name");
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), ns);
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("create the pod");
+    pods.patch_status(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"status": {"phase": "Running", "podIP": "127.0.0.1"}})),
+    )
+    .await
+    .expect("mark the pod Running");
+}
+
 /// Merges `b` into `a` as a JSON merge patch does (objects key by key).
 pub fn merge(a: &mut serde_json::Value, b: serde_json::Value) {
     match (a, b) {

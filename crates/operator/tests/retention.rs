@@ -24,15 +24,7 @@ async fn status(api: &Api<BackupPolicy>, name: &str) -> serde_json::Value {
 }
 
 async fn metadata_ids(store: &tidemark_store::ClusterStore) -> Vec<String> {
-    let mut ids: Vec<String> = synth::all_keys(store)
-        .await
-        .unwrap()
-        .into_iter()
-        .filter(|k| k.ends_with("/metadata.json"))
-        .filter_map(|k| k.split('/').nth(1).map(str::to_owned))
-        .collect();
-    ids.sort();
-    ids
+    synth::metadata_ids(store).await.unwrap()
 }
 
 fn policy(name: &str, ns: &str, endpoint: &str, secret: &str) -> BackupPolicy {

@@ -34,16 +34,41 @@ async fn create_policy(client: &Client, p: &BackupPolicy) {
         .unwrap();
 }
 
-async fn metadata_ids(store: &tidemark_store::ClusterStore) -> Vec<String> {
-    let mut ids: Vec<String> = synth::all_keys(store)
+/// Creates the DeleteHook `name` in `ns` with `spec`.
+async fn create_hook(client: &Client, ns: &str, name: &str, spec: serde_json::Value) {
+    let hook: DeleteHook = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "DeleteHook",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": spec,
+    }))
+    .unwrap();
+    Api::<DeleteHook>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &hook)
         .await
-        .unwrap()
-        .into_iter()
-        .filter(|k| k.ends_with("/metadata.json"))
-        .filter_map(|k| k.split('/').nth(1).map(str::to_owned))
-        .collect();
-    ids.sort();
-    ids
+        .unwrap();
+}
+
+/// A DeleteHook spec calling `path` of the test webhook server.
+fn webhook(server: &Webhook, path: &str, timeout: &str) -> serde_json::Value {
+    json!({"webhook": {"url": format!("{}{path}", server.url), "caBundle": server.ca_bundle}, "timeout": timeout})
+}
+
+/// Waits until the operator has put the remote-cleanup finalizer on the Backup `name`.
+async fn cleanup_finalizer(backups: &Api<Backup>, name: &str) {
+    eventually("the finalizer", || async {
+        backups
+            .get(name)
+            .await
+            .unwrap()
+            .finalizers()
+            .contains(&"tidemark.io/remote-cleanup".to_owned())
+            .then_some(())
+    })
+    .await;
+}
+
+async fn metadata_ids(store: &tidemark_store::ClusterStore) -> Vec<String> {
+    synth::metadata_ids(store).await.unwrap()
 }
 
 /// Durations a schema with CEL refuses reach the operator on an API server without CEL:
@@ -100,34 +125,19 @@ async fn hostile_values_fail_their_object_not_the_operator() {
         ),
     )
     .await;
-    let hook: DeleteHook = serde_json::from_value(json!({
-        "apiVersion": "tidemark.io/v1alpha1", "kind": "DeleteHook",
-        "metadata": {"name": "forever", "namespace": "hostile-hook"},
-        "spec": {
+    create_hook(&admin, "hostile-hook", "forever", json!({
             "job": {"spec": {"containers": [{"name": "c", "image": "busybox:1.36", "command": ["true"]}]}},
             "timeout": "70000000h",
-        },
-    }))
-    .unwrap();
-    Api::<DeleteHook>::namespaced(admin.clone(), "hostile-hook")
-        .create(&PostParams::default(), &hook)
-        .await
-        .unwrap();
+        })).await;
     // A webhook whose error answer never ends: read up to its cap, not until the timeout.
     let server = Webhook::start().await;
-    let endless: DeleteHook = serde_json::from_value(json!({
-        "apiVersion": "tidemark.io/v1alpha1", "kind": "DeleteHook",
-        "metadata": {"name": "endless", "namespace": "hostile-hook"},
-        "spec": {
-            "webhook": {"url": format!("{}/endless", server.url), "caBundle": server.ca_bundle},
-            "timeout": "30s",
-        },
-    }))
-    .unwrap();
-    Api::<DeleteHook>::namespaced(admin.clone(), "hostile-hook")
-        .create(&PostParams::default(), &endless)
-        .await
-        .unwrap();
+    create_hook(
+        &admin,
+        "hostile-hook",
+        "endless",
+        webhook(&server, "/endless", "30s"),
+    )
+    .await;
     let hook_backups: Api<Backup> = Api::namespaced(admin.clone(), "hostile-hook");
     completed_backup(&hook_backups, &gone, json!({})).await;
     create_policy(&admin, &overflow).await;
@@ -181,13 +191,7 @@ async fn hostile_values_fail_their_object_not_the_operator() {
     );
 
     // The hook's timeout fails the hook, not the process; the deletion goes on.
-    eventually("the finalizer", || async {
-        let b = hook_backups.get("gone").await.unwrap();
-        b.finalizers()
-            .contains(&"tidemark.io/remote-cleanup".to_owned())
-            .then_some(())
-    })
-    .await;
+    cleanup_finalizer(&hook_backups, "gone").await;
     hook_backups
         .delete("gone", &DeleteParams::default())
         .await
@@ -620,26 +624,11 @@ async fn the_lease_is_renewed_until_work_in_flight_ends() {
         ),
     )
     .await;
-    let hook: DeleteHook = serde_json::from_value(json!({
-        "apiVersion": "tidemark.io/v1alpha1", "kind": "DeleteHook",
-        "metadata": {"name": "slow", "namespace": ns},
-        "spec": {"webhook": {"url": format!("{}/slow", server.url), "caBundle": server.ca_bundle}, "timeout": "15s"},
-    }))
-    .unwrap();
-    Api::<DeleteHook>::namespaced(admin.clone(), ns)
-        .create(&PostParams::default(), &hook)
-        .await
-        .unwrap();
+    create_hook(&admin, ns, "slow", webhook(&server, "/slow", "15s")).await;
     let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
     completed_backup(&backups, &gone, json!({})).await;
     let op = Operator::start(&cluster, "operator-handover");
-    eventually("the finalizer", || async {
-        let b = backups.get("gone").await.unwrap();
-        b.finalizers()
-            .contains(&"tidemark.io/remote-cleanup".to_owned())
-            .then_some(())
-    })
-    .await;
+    cleanup_finalizer(&backups, "gone").await;
     backups
         .delete("gone", &DeleteParams::default())
         .await
@@ -681,9 +670,7 @@ async fn the_lease_is_renewed_until_work_in_flight_ends() {
 /// maximum duration is stopped and recorded as failed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exec_streams_queue_and_stop_at_their_limit() {
-    use k8s_openapi::api::core::v1::Pod;
-    use kube::api::{Patch, PatchParams};
-    use tidemark_operator::testkit::{ExecRequest, Kubelet};
+    use tidemark_operator::testkit::{ExecRequest, Kubelet, running_pod};
     let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
     let cluster = KubeCluster::start(false).await;
     let admin = cluster.admin_client();
@@ -713,20 +700,10 @@ async fn exec_streams_queue_and_stop_at_their_limit() {
         ),
     )
     .await;
-    let pod: Pod = serde_json::from_value(json!({
+    running_pod(&admin, ns, json!({
         "metadata": {"name": "db-0", "namespace": ns, "labels": {"app": "db", "tidemark.io/role": "primary"}},
         "spec": {"nodeName": "node-1", "containers": [{"name": "db", "image": "mariadb:11.4"}]},
-    }))
-    .unwrap();
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
-    pods.create(&PostParams::default(), &pod).await.unwrap();
-    pods.patch_status(
-        "db-0",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"phase": "Running", "podIP": "127.0.0.1"}})),
-    )
-    .await
-    .unwrap();
+    })).await;
     let op = Operator::start_with(
         &cluster,
         "operator-streams",
@@ -826,16 +803,7 @@ async fn slow_hooks_do_not_hold_the_reconcile_slots() {
         )
         .await;
     }
-    let hook: DeleteHook = serde_json::from_value(json!({
-        "apiVersion": "tidemark.io/v1alpha1", "kind": "DeleteHook",
-        "metadata": {"name": "slower", "namespace": "slow"},
-        "spec": {"webhook": {"url": format!("{}/slower", server.url), "caBundle": server.ca_bundle}, "timeout": "50s"},
-    }))
-    .unwrap();
-    Api::<DeleteHook>::namespaced(admin.clone(), "slow")
-        .create(&PostParams::default(), &hook)
-        .await
-        .unwrap();
+    create_hook(&admin, "slow", "slower", webhook(&server, "/slower", "50s")).await;
     let slow: Api<Backup> = Api::namespaced(admin.clone(), "slow");
     let now = Timestamp::now();
     let many: Vec<SynthBackup> = (0..17)
@@ -846,16 +814,7 @@ async fn slow_hooks_do_not_hold_the_reconcile_slots() {
     }
     let op = Operator::start(&cluster, "operator-slots");
     for b in &many {
-        let name = b.name.clone();
-        eventually("the finalizer", || async {
-            slow.get(&name)
-                .await
-                .unwrap()
-                .finalizers()
-                .contains(&"tidemark.io/remote-cleanup".to_owned())
-                .then_some(())
-        })
-        .await;
+        cleanup_finalizer(&slow, &b.name).await;
     }
     for b in &many {
         slow.delete(&b.name, &DeleteParams::default())
@@ -907,16 +866,7 @@ async fn a_hold_placed_while_hooks_run_is_honoured() {
     synth::write_backups(&store, &[old.clone(), new.clone()])
         .await
         .unwrap();
-    let hook: DeleteHook = serde_json::from_value(json!({
-        "apiVersion": "tidemark.io/v1alpha1", "kind": "DeleteHook",
-        "metadata": {"name": "slow", "namespace": ns},
-        "spec": {"webhook": {"url": format!("{}/slow", server.url), "caBundle": server.ca_bundle}, "timeout": "20s"},
-    }))
-    .unwrap();
-    Api::<DeleteHook>::namespaced(admin.clone(), ns)
-        .create(&PostParams::default(), &hook)
-        .await
-        .unwrap();
+    create_hook(&admin, ns, "slow", webhook(&server, "/slow", "20s")).await;
     let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
     completed_backup(&backups, &old, json!({})).await;
     let op = Operator::start(&cluster, "operator-held");

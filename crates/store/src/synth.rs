@@ -237,3 +237,18 @@ pub async fn all_keys(store: &ClusterStore) -> Result<Vec<String>, StoreError> {
     keys.sort();
     Ok(keys)
 }
+
+/// The backup-ids that have a `metadata.json` under the cluster prefix, sorted.
+///
+/// # Errors
+/// The listing failed.
+pub async fn metadata_ids(store: &ClusterStore) -> Result<Vec<String>, StoreError> {
+    let mut ids: Vec<String> = all_keys(store)
+        .await?
+        .into_iter()
+        .filter(|k| k.ends_with("/metadata.json"))
+        .filter_map(|k| k.split('/').nth(1).map(str::to_owned))
+        .collect();
+    ids.sort();
+    Ok(ids)
+}

@@ -48,6 +48,10 @@ pub enum Command {
     /// Print Tidemark's CustomResourceDefinitions (BackupPolicy, Backup, ScheduledBackup,
     /// DeleteHook, VolumeClaimRetention) as YAML, for `kubectl apply -f -`.
     Crds(CrdsArgs),
+    /// Print the operator's RBAC as YAML, for `kubectl apply -f -`: cluster-wide (what
+    /// deploy/rbac.yaml holds), or with --namespace a Role in each listed namespace only;
+    /// --disable leaves out the rights of exec, jobs or archiver.
+    Rbac(RbacArgs),
     /// Run the Kubernetes operator: the ScheduledBackup controller (and the others as they
     /// land), with leader election. Reads the kubeconfig like kubectl (in a pod: its
     /// ServiceAccount). SIGTERM or Ctrl-C stops it and releases the leader lease.
@@ -157,6 +161,40 @@ pub struct OperatorArgs {
     /// and recorded as failed.
     #[arg(long, value_name = "DURATION", default_value = "24h")]
     pub exec_max_duration: String,
+    /// Serve only the objects of this namespace (repeat it, or separate with commas);
+    /// default: every namespace. Goes with the namespaced RBAC (`tidemark rbac
+    /// --namespace`), which grants rights in these namespaces only.
+    #[arg(
+        long = "namespace",
+        value_name = "NAMESPACE",
+        env = "TIDEMARK_NAMESPACES",
+        value_delimiter = ','
+    )]
+    pub namespaces: Vec<String>,
+    /// Turn a capability off: exec (pods/exec), jobs (Job creation: methods mariabackup,
+    /// xtrabackup and job, consolidation, DeleteHook job actions), archiver (the binlog
+    /// archiver Deployment). What needs it is refused with the reason. Goes with `tidemark
+    /// rbac --disable`, which leaves the right out.
+    #[arg(long = "disable", value_name = "CAPABILITY", env = "TIDEMARK_DISABLE", value_delimiter = ',', value_parser = ["exec", "jobs", "archiver"])]
+    pub disable: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct RbacArgs {
+    /// A Role in this namespace instead of the ClusterRole (repeat it, or separate with
+    /// commas): the operator then needs `--namespace` with the same list.
+    #[arg(long = "namespace", value_name = "NAMESPACE", value_delimiter = ',')]
+    pub namespaces: Vec<String>,
+    /// Leave out the rights of a capability: exec, jobs or archiver (as `tidemark operator
+    /// --disable`).
+    #[arg(long = "disable", value_name = "CAPABILITY", value_delimiter = ',', value_parser = ["exec", "jobs", "archiver"])]
+    pub disable: Vec<String>,
+    /// Where the operator runs: its ServiceAccount and leader-election Lease.
+    #[arg(long, value_name = "NAMESPACE", default_value = "tidemark-system")]
+    pub operator_namespace: String,
+    /// The operator's ServiceAccount.
+    #[arg(long, value_name = "NAME", default_value = "tidemark-operator")]
+    pub service_account: String,
 }
 
 #[derive(Debug, Args)]

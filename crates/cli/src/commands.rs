@@ -41,6 +41,7 @@ pub fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Simulate(a) => crate::simulate::run(&a),
         Command::Run(a) => rt.block_on(crate::run::run(&a)),
         Command::Crds(a) => crds(&a),
+        Command::Rbac(a) => rbac(&a),
         Command::Operator(a) => rt.block_on(operator(&a)),
         Command::Install(a) => install(&a),
         Command::Backup(a) => rt.block_on(crate::cluster::backup(&a)),
@@ -75,6 +76,9 @@ async fn operator(args: &crate::args::OperatorArgs) -> Result<Exit, CliError> {
         streams: usize::from(args.exec_streams),
         max_duration: max.unsigned_abs(),
     };
+    options.namespaces = namespaces(&args.namespaces)?;
+    options.capabilities = tidemark_operator::rbac::Capabilities::without(&args.disable)
+        .map_err(|e| CliError::input(format!("--disable: {e}")))?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| CliError::input(format!("--listen {}: {e}", args.listen)))?;
@@ -155,6 +159,43 @@ fn install(args: &crate::args::InstallArgs) -> Result<Exit, CliError> {
     std::fs::copy(&me, tmp.path()).map_err(fail)?;
     std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).map_err(fail)?;
     tmp.persist(&args.path).map_err(|e| fail(e.error))?;
+    Ok(Exit::Success)
+}
+
+/// `--namespace` values: Kubernetes namespace names, each once.
+fn namespaces(given: &[String]) -> Result<Vec<String>, CliError> {
+    let mut out: Vec<String> = Vec::new();
+    for ns in given.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
+        tidemark_api::names::dns_label("--namespace", ns)
+            .map_err(|e| CliError::input(e.to_string()))?;
+        if !out.iter().any(|o| o == ns) {
+            out.push(ns.to_owned());
+        }
+    }
+    Ok(out)
+}
+
+/// `tidemark rbac`: the operator's RBAC as one YAML stream.
+fn rbac(args: &crate::args::RbacArgs) -> Result<Exit, CliError> {
+    tidemark_api::names::dns_label("--operator-namespace", &args.operator_namespace)
+        .map_err(|e| CliError::input(e.to_string()))?;
+    tidemark_api::names::dns_subdomain("--service-account", &args.service_account)
+        .map_err(|e| CliError::input(e.to_string()))?;
+    let install = tidemark_operator::rbac::Install {
+        namespace: args.operator_namespace.clone(),
+        service_account: args.service_account.clone(),
+        namespaces: namespaces(&args.namespaces)?,
+        capabilities: tidemark_operator::rbac::Capabilities::without(&args.disable)
+            .map_err(|e| CliError::input(format!("--disable: {e}")))?,
+    };
+    let mut out = String::from(
+        "# The Tidemark operator's RBAC, from `tidemark rbac`. Apply with kubectl apply -f -.\n",
+    );
+    for doc in tidemark_operator::rbac::manifests(&install) {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml::to_string(&doc).map_err(|e| CliError::new(Exit::Internal, e))?);
+    }
+    emit(&out)?;
     Ok(Exit::Success)
 }
 

@@ -471,3 +471,75 @@ fn ls_reports_a_hole_that_recovery_needs() {
     assert!(text.contains("MISSING sequence numbers: 100"), "{text}");
     assert!(text.contains("1 gap(s)"), "{text}");
 }
+
+/// `tidemark rbac`: the default is deploy/rbac.yaml's content; `--namespace` makes Roles in
+/// those namespaces and a ClusterRole that only reads PersistentVolumes; `--disable` leaves
+/// the rights out; a bad namespace or capability is refused with the value and the form.
+#[test]
+fn rbac_prints_the_install_asked_for() {
+    let docs = |o: &Output| -> Vec<Value> {
+        assert!(o.status.success(), "{}", stderr(o));
+        serde_yaml::Deserializer::from_slice(&o.stdout)
+            .map(|d| serde::Deserialize::deserialize(d).unwrap())
+            .filter(|v: &Value| !v.is_null())
+            .collect()
+    };
+    let default = docs(&run(&["rbac"]));
+    let deploy = format!("{}/../../deploy/rbac.yaml", env!("CARGO_MANIFEST_DIR"));
+    let plain: Vec<Value> =
+        serde_yaml::Deserializer::from_str(&std::fs::read_to_string(deploy).unwrap())
+            .map(|d| serde::Deserialize::deserialize(d).unwrap())
+            .filter(|v: &Value| !v.is_null())
+            .collect();
+    assert_eq!(default, plain);
+
+    let scoped = docs(&run(&[
+        "rbac",
+        "--namespace",
+        "team-a,team-b",
+        "--disable",
+        "exec",
+        "--disable",
+        "jobs",
+    ]));
+    let kinds: Vec<(String, String)> = scoped
+        .iter()
+        .map(|d| {
+            (
+                d["kind"].as_str().unwrap().to_owned(),
+                d["metadata"]["namespace"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    for ns in ["team-a", "team-b"] {
+        assert!(kinds.contains(&("Role".into(), ns.into())), "{kinds:?}");
+        assert!(
+            kinds.contains(&("RoleBinding".into(), ns.into())),
+            "{kinds:?}"
+        );
+    }
+    let cluster = scoped.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
+    assert_eq!(
+        cluster["rules"],
+        serde_json::json!([{"apiGroups": [""], "resources": ["persistentvolumes"], "verbs": ["get"]}])
+    );
+    let role = scoped.iter().find(|d| d["kind"] == "Role").unwrap();
+    let rules = role["rules"].as_array().unwrap();
+    assert!(
+        !rules.iter().any(|r| r["resources"][0] == "pods/exec"),
+        "{rules:?}"
+    );
+    let jobs = rules.iter().find(|r| r["resources"][0] == "jobs").unwrap();
+    assert_eq!(jobs["verbs"], serde_json::json!(["get", "list", "watch"]));
+
+    let bad = run(&["rbac", "--namespace", "Team_A"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+    assert!(stderr(&bad).contains("Team_A"), "{}", stderr(&bad));
+    let bad = run(&["rbac", "--disable", "pods"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", stderr(&bad));
+    assert!(
+        stderr(&bad).contains("pods") && stderr(&bad).contains("archiver"),
+        "{}",
+        stderr(&bad)
+    );
+}

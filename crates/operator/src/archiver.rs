@@ -40,6 +40,23 @@ pub fn deployment_name(policy: &str) -> String {
 pub async fn reconcile(ctx: &Context, policy: &BackupPolicy) -> Result<(), Error> {
     let ns = policy.namespace().unwrap_or_default();
     let name = deployment_name(&policy.name_any());
+    let wanted = policy
+        .spec
+        .binlog_archive
+        .as_ref()
+        .is_some_and(|a| a.server.is_some());
+    if !ctx.capabilities.archiver {
+        // Without the right to create or delete Deployments there is nothing to do, and
+        // a policy that wants an archiver is told why it has none.
+        return if wanted {
+            Err(Error::Invalid(crate::rbac::refused(
+                "binlogArchive.server",
+                "archiver",
+            )))
+        } else {
+            Ok(())
+        };
+    }
     let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
     let Some(server) = policy
         .spec

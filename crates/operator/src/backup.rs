@@ -175,6 +175,16 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
         fail(&ctx.recorder, &api, &backup, &status, &message).await?;
         return Ok(Action::await_change());
     }
+    let needs = if method == "exec" {
+        (ctx.capabilities.exec, "exec")
+    } else {
+        (ctx.capabilities.jobs, "jobs")
+    };
+    if !needs.0 {
+        let message = crate::rbac::refused(&format!("method {method}"), needs.1);
+        fail(&ctx.recorder, &api, &backup, &status, &message).await?;
+        return Ok(Action::await_change());
+    }
     if method != "job" && backup.spec.template.online == Some(false) {
         let message = format!(
             "online: false is not supported by {method}: it backs up a running server (remove online, or use method job with your own offline procedure)"

@@ -110,6 +110,9 @@ pub async fn run(
             (Ok(t), Some(webhook), _) => {
                 Some(call(webhook, *t, &description(backup, reason)).await)
             }
+            (Ok(_), None, Some(_)) if !ctx.capabilities.jobs => {
+                Some(Outcome::Failed(crate::rbac::refused("a job action", "jobs")))
+            }
             (Ok(t), None, Some(template)) => job(ctx, backup, hook, template, reason, *t).await?,
             (Ok(_), None, None) => Some(Outcome::Failed(
                 "a local command runs only in standalone `tidemark run`; give the hook a job or a webhook".into(),

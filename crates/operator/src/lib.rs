@@ -27,6 +27,7 @@ pub mod hooks;
 pub mod leader;
 pub mod metrics;
 pub mod pod;
+pub mod rbac;
 pub mod retention;
 pub mod scheduled;
 #[cfg(feature = "test-support")]
@@ -73,6 +74,12 @@ pub struct Options {
     /// Exec streams at once and the longest one may run: the operator's memory is about
     /// 60 MiB plus 24 MiB per stream (`exec::EXEC_PART_SIZE`, `exec::EXEC_PARTS_IN_FLIGHT`).
     pub exec_limits: exec::Limits,
+    /// The namespaces whose objects the operator serves: empty for every namespace (the
+    /// cluster-wide RBAC), else only these (the namespaced RBAC, [`rbac::Install`]).
+    pub namespaces: Vec<String>,
+    /// What the install lets the operator start; a Backup, policy or hook that needs a
+    /// capability turned off is refused with the reason.
+    pub capabilities: rbac::Capabilities,
 }
 
 /// The image a backup Job's init container takes `tidemark` from, unless told otherwise.
@@ -88,6 +95,8 @@ impl Options {
             metrics: Arc::default(),
             allow_ambient_credentials: false,
             exec_limits: exec::Limits::default(),
+            namespaces: Vec::new(),
+            capabilities: rbac::Capabilities::default(),
         }
     }
 }
@@ -118,6 +127,8 @@ pub struct Context {
     /// The store directories this process has claimed for a policy (`<store> <uid>`): the
     /// owner record is read once, not on every reconcile that opens the store.
     pub owned: Mutex<std::collections::HashSet<String>>,
+    /// [`Options::capabilities`].
+    pub capabilities: rbac::Capabilities,
     /// Consecutive failures per object, for exponential backoff.
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -444,19 +455,66 @@ async fn stopped(mut stopping: tokio::sync::watch::Receiver<bool>) {
     let _ = stopping.wait_for(|s| *s).await;
 }
 
-/// Every controller, as one future that runs until they all end.
+/// Every controller, as one future that runs until they all end: one set over every
+/// namespace, or one per namespace the install serves ([`Options::namespaces`]), sharing
+/// the exec stream slots.
 async fn controllers(
     client: Client,
     options: &Options,
     clock: Arc<dyn Clock>,
     stopping: tokio::sync::watch::Receiver<bool>,
 ) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(
+        options.exec_limits.streams.max(1),
+    ));
+    let scopes: Vec<Option<&str>> = if options.namespaces.is_empty() {
+        vec![None]
+    } else {
+        options
+            .namespaces
+            .iter()
+            .map(|n| Some(n.as_str()))
+            .collect()
+    };
+    futures::future::join_all(scopes.into_iter().map(|namespace| {
+        scope(
+            client.clone(),
+            options,
+            clock.clone(),
+            stopping.clone(),
+            namespace,
+            slots.clone(),
+        )
+    }))
+    .await;
+}
+
+/// The objects of `namespace`, or of every namespace.
+fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// The controllers over `namespace` (`None`: every namespace).
+async fn scope(
+    client: Client,
+    options: &Options,
+    clock: Arc<dyn Clock>,
+    stopping: tokio::sync::watch::Receiver<bool>,
+    namespace: Option<&str>,
+    exec_slots: Arc<tokio::sync::Semaphore>,
+) {
     let reporter = Reporter {
         controller: FIELD_MANAGER.into(),
         instance: Some(options.election.identity.clone()),
     };
     let (backups, writer) = reflector::store();
-    let backup_api: Api<Backup> = Api::all(client.clone());
+    let backup_api: Api<Backup> = api(&client, namespace);
     let backup_cache = watcher(backup_api.clone(), watcher::Config::default())
         .default_backoff()
         .reflect(writer)
@@ -467,7 +525,7 @@ async fn controllers(
     let policy_specs = {
         use kube::runtime::utils::predicates;
         watcher(
-            Api::<BackupPolicy>::all(client.clone()),
+            api::<BackupPolicy>(&client, namespace),
             watcher::Config::default(),
         )
         .default_backoff()
@@ -488,11 +546,10 @@ async fn controllers(
         allow_ambient_credentials: options.allow_ambient_credentials,
         identity: options.election.identity.clone(),
         exec_limits: options.exec_limits.clone(),
-        exec_slots: Arc::new(tokio::sync::Semaphore::new(
-            options.exec_limits.streams.max(1),
-        )),
+        exec_slots,
         background: background::Background::default(),
         owned: Mutex::default(),
+        capabilities: options.capabilities,
         failures: Mutex::new(HashMap::new()),
     });
     let _stop_streams = StopStreams(ctx.clone());
@@ -501,7 +558,7 @@ async fn controllers(
     let scheduled_ready = async move {
         let _ = cache_ready.wait_until_ready().await;
     };
-    let schedules: Api<ScheduledBackup> = Api::all(client.clone());
+    let schedules: Api<ScheduledBackup> = api(&client, namespace);
     let scheduled = drive(
         watched(schedules, &stopping).watches(
             backup_api,
@@ -518,14 +575,14 @@ async fn controllers(
     let ours = || {
         watcher::Config::default().labels(&format!("{}={}", pod::MANAGED_BY.0, pod::MANAGED_BY.1))
     };
-    let policies: Api<BackupPolicy> = Api::all(client.clone());
-    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = Api::all(client.clone());
+    let policies: Api<BackupPolicy> = api(&client, namespace);
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = api(&client, namespace);
     // The archiver runs in the database's image: a rollout of a selected pod's image
     // (and nothing else of a pod) looks at the policy again.
     let database_pods = {
         use kube::runtime::WatchStreamExt;
         watcher(
-            Api::<k8s_openapi::api::core::v1::Pod>::all(client.clone()),
+            api::<k8s_openapi::api::core::v1::Pod>(&client, namespace),
             watcher::Config::default(),
         )
         .default_backoff()
@@ -543,8 +600,8 @@ async fn controllers(
         })
     };
     let retention = drive(retention, retention::reconcile, ctx.clone());
-    let backups_api: Api<Backup> = Api::all(client.clone());
-    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::all(client.clone());
+    let backups_api: Api<Backup> = api(&client, namespace);
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = api(&client, namespace);
     // A policy's deletionPolicy decides its Backups' finalizers: a spec change re-reads
     // them (status changes do not).
     let of_policy = ctx.backups.clone();
@@ -570,17 +627,17 @@ async fn controllers(
     let reaper = {
         // Its own status write must not trigger the next look.
         let c = watched_changes(
-            Api::<tidemark_api::crd::VolumeClaimRetention>::all(client.clone()),
+            api::<tidemark_api::crd::VolumeClaimRetention>(&client, namespace),
             &stopping,
         );
         let (by_pod, by_claim) = (c.store(), c.store());
         c.watches(
-            Api::<k8s_openapi::api::core::v1::Pod>::all(client.clone()),
+            api::<k8s_openapi::api::core::v1::Pod>(&client, namespace),
             watcher::Config::default(),
             move |p| volumes::in_namespace(&by_pod, p.namespace()),
         )
         .watches(
-            Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::all(client.clone()),
+            api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>(&client, namespace),
             watcher::Config::default(),
             move |c| volumes::in_namespace(&by_claim, c.namespace()),
         )

@@ -284,6 +284,13 @@ async fn consolidator(
     policy: &BackupPolicy,
 ) -> Option<crate::consolidation::JobConsolidator> {
     let ns = policy.namespace().unwrap_or_default();
+    if !ctx.capabilities.jobs {
+        // The chains stay as they are (the pass keeps what they need).
+        let note = crate::rbac::refused("retention.consolidate", "jobs");
+        ctx.warn(&policy.object_ref(&()), "ConsolidationRefused", &note)
+            .await;
+        return None;
+    }
     let database = match crate::archiver::database_runtime(ctx, policy).await {
         Ok(db) => db,
         Err(e) => {

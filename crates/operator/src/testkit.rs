@@ -305,6 +305,15 @@ impl KubeCluster {
         Client::try_from(config).expect("client")
     }
 
+    /// Installs RBAC documents (as [`crate::rbac::manifests`] makes them): namespaces,
+    /// ServiceAccounts, roles and bindings.
+    pub async fn install_rbac(&self, docs: &[serde_json::Value]) {
+        let client = self.admin_client();
+        for doc in docs {
+            apply_rbac(&client, doc.clone()).await;
+        }
+    }
+
     /// The operator's client: its ServiceAccount, bound by `deploy/`'s RBAC.
     pub fn operator_client(&self) -> Client {
         self.client_as(OPERATOR_NAMESPACE, OPERATOR_SERVICE_ACCOUNT)
@@ -379,7 +388,7 @@ impl KubeCluster {
             Err(e) => panic!("creating the operator's ServiceAccount: {e}"),
         }
         for doc in deploy_rbac() {
-            apply_rbac(client, doc).await;
+            apply_rbac(client, serde_json::to_value(&doc).expect("json")).await;
         }
         let deadline = Instant::now() + START_TIMEOUT;
         for crd in tidemark_api::crd::all() {
@@ -519,7 +528,17 @@ impl Operator {
         clock: Arc<dyn tidemark_engine::Clock>,
         adjust: impl FnOnce(&mut crate::Options),
     ) -> Self {
-        let client = cluster.operator_client();
+        Self::start_as(cluster.operator_client(), identity, clock, adjust)
+    }
+
+    /// [`Operator::start_with`] acting as `client` (e.g. another ServiceAccount, bound by
+    /// other RBAC: [`KubeCluster::install_rbac`]).
+    pub fn start_as(
+        client: Client,
+        identity: &str,
+        clock: Arc<dyn tidemark_engine::Clock>,
+        adjust: impl FnOnce(&mut crate::Options),
+    ) -> Self {
         let (tx, rx) = oneshot::channel::<()>();
         let mut election = crate::leader::Election::new(OPERATOR_NAMESPACE, identity);
         election.lease_duration = Duration::from_secs(6);
@@ -742,11 +761,22 @@ fn deploy_rbac() -> Vec<serde_yaml::Value> {
         .collect()
 }
 
-async fn apply_rbac(client: &Client, doc: serde_yaml::Value) {
-    let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
-    let json = serde_json::to_value(&doc).expect("json");
+async fn apply_rbac(client: &Client, json: serde_json::Value) {
+    let kind = json["kind"].as_str().unwrap_or_default().to_owned();
     let pp = PostParams::default();
     let result = match kind.as_str() {
+        "ServiceAccount" => {
+            let a: ServiceAccount = serde_json::from_value(json).expect("ServiceAccount");
+            let ns = a.metadata.namespace.clone().unwrap_or_default();
+            Api::<ServiceAccount>::namespaced(client.clone(), &ns)
+                .create(&pp, &a)
+                .await
+                .map(|_| ())
+        }
+        "Namespace" => Api::<Namespace>::all(client.clone())
+            .create(&pp, &serde_json::from_value(json).expect("Namespace"))
+            .await
+            .map(|_| ()),
         "ClusterRole" => Api::<ClusterRole>::all(client.clone())
             .create(&pp, &serde_json::from_value(json).expect("ClusterRole"))
             .await
@@ -774,14 +804,12 @@ async fn apply_rbac(client: &Client, doc: serde_yaml::Value) {
                 .await
                 .map(|_| ())
         }
-        // The ServiceAccount and namespace are created above.
-        "ServiceAccount" | "Namespace" => Ok(()),
-        other => panic!("deploy/rbac.yaml: unexpected kind {other:?}"),
+        other => panic!("RBAC: unexpected kind {other:?}"),
     };
     match result {
         Ok(()) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {}
-        Err(e) => panic!("installing {kind} from deploy/rbac.yaml: {e}"),
+        Err(e) => panic!("installing {kind} (RBAC): {e}"),
     }
 }
 

@@ -997,3 +997,140 @@ async fn one_store_directory_one_owner() {
     );
     op.stop().await;
 }
+
+/// A namespaced install (`tidemark rbac --namespace team-a --disable exec,jobs,archiver`,
+/// `tidemark operator --namespace team-a --disable ...`): the operator, bound by Roles in
+/// team-a only, serves team-a — a retention pass deletes there — and never looks at team-b,
+/// whose policy keeps both backups and gets no status. What needs a right the install
+/// left out is refused with the reason: an exec Backup, a Job Backup, a binlog archiver.
+/// Before the operator could watch a namespace list, every watch was cluster-wide and
+/// forbidden under these Roles: nothing in team-a was served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespaced_install_serves_only_its_namespaces() {
+    use tidemark_operator::rbac::{Capabilities, Install};
+    let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let now = Timestamp::now();
+    let install = Install {
+        service_account: "tidemark-scoped".into(),
+        namespaces: vec!["team-a".into()],
+        capabilities: Capabilities::without(&["exec".into(), "jobs".into(), "archiver".into()])
+            .unwrap(),
+        ..Install::default()
+    };
+    for ns in ["team-a", "team-b"] {
+        cluster.namespace(ns).await;
+    }
+    cluster
+        .install_rbac(&tidemark_operator::rbac::manifests(&install))
+        .await;
+    let mut ids = std::collections::HashMap::new();
+    for ns in ["team-a", "team-b"] {
+        s3_secret(&admin, ns, "s3").await;
+        let store = weed.cluster_store(ns);
+        let old = SynthBackup::full("old", now - SignedDuration::from_hours(3), 1);
+        let new = SynthBackup::full("new", now - SignedDuration::from_hours(1), 2);
+        synth::write_backups(&store, &[old.clone(), new.clone()])
+            .await
+            .unwrap();
+        ids.insert(ns, (old.id.clone(), new.id.clone()));
+        create_policy(
+            &admin,
+            &policy(
+                ns,
+                "db",
+                &weed.endpoint,
+                json!({"retention": {"keepLast": 1}}),
+            ),
+        )
+        .await;
+    }
+    create_policy(
+        &admin,
+        &policy(
+            "team-a",
+            "logs",
+            &weed.endpoint,
+            json!({"cluster": "team-a-logs", "binlogArchive": {"server": {"host": "127.0.0.1", "port": 3306, "image": "mariadb:11.4"}}}),
+        ),
+    )
+    .await;
+    let backups: Api<Backup> = Api::namespaced(admin.clone(), "team-a");
+    for (name, method) in [("by-exec", "exec"), ("by-job", "mariabackup")] {
+        let b: Backup = serde_json::from_value(json!({
+            "apiVersion": "tidemark.io/v1alpha1", "kind": "Backup",
+            "metadata": {"name": name, "namespace": "team-a"},
+            "spec": {"policy": {"name": "db"}, "method": method, "command": ["true"]},
+        }))
+        .unwrap();
+        backups.create(&PostParams::default(), &b).await.unwrap();
+    }
+    let b_backup: Backup = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "Backup",
+        "metadata": {"name": "untouched", "namespace": "team-b"},
+        "spec": {"policy": {"name": "db"}},
+    }))
+    .unwrap();
+    Api::<Backup>::namespaced(admin.clone(), "team-b")
+        .create(&PostParams::default(), &b_backup)
+        .await
+        .unwrap();
+
+    let op = Operator::start_as(
+        cluster.client_as("tidemark-system", "tidemark-scoped"),
+        "operator-scoped",
+        std::sync::Arc::new(tidemark_engine::SystemClock),
+        |o| {
+            o.namespaces = install.namespaces.clone();
+            o.capabilities = install.capabilities;
+        },
+    );
+    // team-a is served: its pass deletes the older backup.
+    let a_store = weed.cluster_store("team-a");
+    let (old_a, new_a) = ids["team-a"].clone();
+    eventually("team-a's pass", || async {
+        (metadata_ids(&a_store).await == [new_a.clone()]).then_some(())
+    })
+    .await;
+    assert!(!metadata_ids(&a_store).await.contains(&old_a));
+    // What the install left out is refused, each with the reason.
+    for (name, right) in [("by-exec", "--disable exec"), ("by-job", "--disable jobs")] {
+        let error = eventually(&format!("{name} refused"), || async {
+            let s = backups.get(name).await.ok()?.status?;
+            (s.phase == Some(tidemark_api::crd::BackupPhase::Failed)).then_some(s.error?)
+        })
+        .await;
+        assert!(error.contains(right), "{name}: {error}");
+    }
+    let refused = eventually("the archiver refused", || async {
+        let e = events(&admin, "team-a", "BinlogArchiverFailed").await;
+        (!e.is_empty()).then_some(e)
+    })
+    .await;
+    assert!(
+        serde_json::to_string(&refused)
+            .unwrap()
+            .contains("--disable archiver"),
+        "{refused:?}"
+    );
+    // team-b was never looked at (a pass there would have run by now: team-a's did).
+    let b_store = weed.cluster_store("team-b");
+    let (old_b, new_b) = ids["team-b"].clone();
+    let mut both = vec![old_b, new_b];
+    both.sort();
+    let mut left = metadata_ids(&b_store).await;
+    left.sort();
+    assert_eq!(left, both, "team-b's backups were planned over");
+    let b_policy = Api::<BackupPolicy>::namespaced(admin.clone(), "team-b")
+        .get("db")
+        .await
+        .unwrap();
+    assert!(b_policy.status.is_none(), "{:?}", b_policy.status);
+    let untouched = Api::<Backup>::namespaced(admin.clone(), "team-b")
+        .get("untouched")
+        .await
+        .unwrap();
+    assert!(untouched.status.is_none() && untouched.finalizers().is_empty());
+    op.stop().await;
+}

@@ -1,0 +1,78 @@
+{{- /* The operator's rights where it serves objects: the ClusterRole (every namespace) or
+       the Role of each of watchNamespaces. Mirrors tidemark_operator::rbac::rules. */ -}}
+{{- define "tidemark.rules" }}
+  # Watch the policies, schedules, backups and claim retentions; write only their status.
+  - apiGroups: ["tidemark.io"]
+    resources: ["backuppolicies", "scheduledbackups", "backups", "volumeclaimretentions"]
+    verbs: ["get", "list", "watch"]
+  # The DeleteHooks that apply to a Backup being deleted.
+  - apiGroups: ["tidemark.io"]
+    resources: ["deletehooks"]
+    verbs: ["list"]
+  - apiGroups: ["tidemark.io"]
+    resources:
+      - "backuppolicies/status"
+      - "scheduledbackups/status"
+      - "backups/status"
+      - "volumeclaimretentions/status"
+    verbs: ["patch"]
+  # ScheduledBackups create Backups; the remote-cleanup finalizer is added and removed
+  # by patch; a Backup whose ttl ran out is deleted.
+  - apiGroups: ["tidemark.io"]
+    resources: ["backups"]
+    verbs: ["create", "patch", "delete"]
+  {{- if .Values.capabilities.jobs }}
+  # Backups run as Jobs pinned to the database pod's node; consolidations as Jobs, removed
+  # once their outcome is read; DeleteHooks with a job action.
+  - apiGroups: ["batch"]
+    resources: ["jobs"]
+    verbs: ["get", "list", "watch", "create", "delete"]
+  {{- else }}
+  # capabilities.jobs off: Jobs are watched, never created.
+  - apiGroups: ["batch"]
+    resources: ["jobs"]
+    verbs: ["get", "list", "watch"]
+  {{- end }}
+  {{- if .Values.capabilities.archiver }}
+  # One binlog archiver Deployment per BackupPolicy with binlogArchive.server.
+  - apiGroups: ["apps"]
+    resources: ["deployments"]
+    verbs: ["get", "list", "watch", "create", "patch", "delete"]
+  {{- else }}
+  # capabilities.archiver off: Deployments are watched, never created.
+  - apiGroups: ["apps"]
+    resources: ["deployments"]
+    verbs: ["get", "list", "watch"]
+  {{- end }}
+  # Choosing the database pod; which claims running pods mount (watched, for the PVC
+  # reaper).
+  - apiGroups: [""]
+    resources: ["pods"]
+    verbs: ["list", "watch"]
+  {{- if .Values.capabilities.exec }}
+  # Method exec: the backup command runs in the database container (a websocket exec is
+  # a GET up to Kubernetes 1.29, authorized as create from 1.30).
+  - apiGroups: [""]
+    resources: ["pods/exec"]
+    verbs: ["get", "create"]
+  {{- end }}
+  # Refusing a ReadWriteOncePod data volume; the PVC reaper (VolumeClaimRetention) stamps
+  # claims by patch and deletes those unmounted past their TTL.
+  - apiGroups: [""]
+    resources: ["persistentvolumeclaims"]
+    verbs: ["get", "list", "watch", "patch", "delete"]
+  {{- if not .Values.watchNamespaces }}
+  # The reclaim policy of the volume a claim is bound to (Retain: reported, not deleted).
+  - apiGroups: [""]
+    resources: ["persistentvolumes"]
+    verbs: ["get"]
+  {{- end }}
+  # A policy's store credentials (spec.objectStore.credentialsSecret): read, never listed.
+  - apiGroups: [""]
+    resources: ["secrets"]
+    verbs: ["get"]
+  # BackupAdoptionRefused, BackupRetention and the other events.
+  - apiGroups: ["events.k8s.io"]
+    resources: ["events"]
+    verbs: ["create", "patch"]
+{{- end }}

@@ -244,12 +244,16 @@ pub struct ObjectStoreSpec {
     pub bucket: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
-    /// S3-compatible endpoint, e.g. `http://minio:9000` (plain HTTP is allowed when given).
+    /// S3-compatible endpoint, e.g. `http://minio:9000` (plain HTTP is allowed when given);
+    /// for `az://`, the blob endpoint (e.g. an emulator's `http://127.0.0.1:10000/<account>`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
-    /// Name of the Secret holding the credentials (operator only).
+    /// Name of the Secret of the policy's namespace holding the store's credentials
+    /// (operator only): S3 `accessKeyId` and `secretAccessKey` (optional `sessionToken`);
+    /// `gs://` `serviceAccountKey` (the JSON key file); `az://` `accountName` with
+    /// `accountKey` or `sasToken`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(crate::names::SUBDOMAIN_PATTERN), length(max = 253))]
     pub credentials_secret: Option<String>,
@@ -289,8 +293,8 @@ impl ObjectStoreSpec {
     /// refused are stores only one process can see (`file://`, `memory://`), URLs carrying
     /// credentials, a query or a fragment (never repeated in the message), and — unless
     /// the cluster admin allowed it (`ambient`) — any store that would be reached with the
-    /// operator's own identity: an S3 store without `credentialsSecret`, and `gs://` and
-    /// `az://` (whose keys are not read from Secrets).
+    /// operator's own identity: any store without `credentialsSecret` (S3 keys, a GCS
+    /// service-account key, an Azure account key or SAS token).
     ///
     /// # Errors
     /// Any of the above, naming the field and what to do.
@@ -315,20 +319,19 @@ impl ObjectStoreSpec {
                     ),
                 );
             }
-            "gs" | "az" | "azure" if !ambient => {
-                return invalid(
-                    "spec.objectStore.url",
-                    format!(
-                        "{scheme}:// is reached with the operator's own cloud identity (its keys are not read from a Secret); the cluster admin allows that with `tidemark operator --allow-ambient-credentials`"
-                    ),
-                );
-            }
             _ => {}
         }
         if self.credentials_secret.is_none() && !ambient {
+            let keys = match scheme {
+                "gs" => "serviceAccountKey (a service-account key file)",
+                "az" | "azure" => "accountName, and accountKey or sasToken",
+                _ => "accessKeyId and secretAccessKey",
+            };
             return invalid(
                 "spec.objectStore.credentialsSecret",
-                "required: the operator does not lend its own identity (environment, IRSA, pod identity) to a policy; name a Secret of this namespace with accessKeyId and secretAccessKey, or have the cluster admin start the operator with --allow-ambient-credentials".into(),
+                format!(
+                    "required: the operator does not lend its own identity (environment, IRSA, pod identity) to a policy; name a Secret of this namespace with {keys}, or have the cluster admin start the operator with --allow-ambient-credentials"
+                ),
             );
         }
         Ok(url)
@@ -659,12 +662,21 @@ spec:
             );
             assert!(e.contains("one process"), "{e}");
         }
-        for url in ["gs://b", "az://c", "azure://c"] {
-            let e = refused(
-                serde_json::json!({"url": url, "credentialsSecret": "s"}),
-                false,
+        for (url, keys) in [
+            ("gs://b", "serviceAccountKey"),
+            ("az://c", "sasToken"),
+            ("azure://c", "accountKey"),
+        ] {
+            let e = refused(serde_json::json!({ "url": url }), false);
+            assert!(
+                e.contains("--allow-ambient-credentials") && e.contains(keys),
+                "{e}"
             );
-            assert!(e.contains("--allow-ambient-credentials"), "{e}");
+            assert!(
+                spec(serde_json::json!({"url": url, "credentialsSecret": "s"}))
+                    .shared_url(false)
+                    .is_ok()
+            );
             assert!(
                 spec(serde_json::json!({"url": url}))
                     .shared_url(true)

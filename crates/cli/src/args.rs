@@ -147,7 +147,7 @@ pub struct OperatorArgs {
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080")]
     pub listen: std::net::SocketAddr,
     /// Let policies reach their store with the operator's own identity (its environment,
-    /// IRSA or pod identity; gs:// and az://). Off: every store needs a credentialsSecret
+    /// IRSA or pod identity). Off: every store needs a credentialsSecret
     /// in the policy's namespace, so no tenant can use the operator's access to another
     /// team's bucket.
     #[arg(long, env = "TIDEMARK_ALLOW_AMBIENT_CREDENTIALS")]

@@ -1540,9 +1540,10 @@ mod tests {
             volume_id: "pvc:0123-4567".into(),
             store_secret: Some(SecretKeys {
                 name: "s3".into(),
-                access_key: "accessKeyId".into(),
-                secret_key: "secretAccessKey".into(),
-                session_token: None,
+                env: vec![
+                    ("AWS_ACCESS_KEY_ID".into(), "accessKeyId".into()),
+                    ("AWS_SECRET_ACCESS_KEY".into(), "secretAccessKey".into()),
+                ],
             }),
         };
         plan.job().unwrap()

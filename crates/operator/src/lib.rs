@@ -68,7 +68,7 @@ pub struct Options {
     /// Where the metrics go (serve them with [`metrics::serve`]).
     pub metrics: Arc<metrics::Metrics>,
     /// Whether a policy may reach its store with the operator's own identity (its
-    /// environment, IRSA, pod identity; `gs://`, `az://`). Off by default: every store
+    /// environment, IRSA, pod identity). Off by default: every store
     /// needs credentials from a Secret of the policy's namespace.
     pub allow_ambient_credentials: bool,
     /// Exec streams at once and the longest one may run: the operator's memory is about

@@ -14,7 +14,7 @@ use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use tidemark_api::ObjectStoreSpec;
 use tidemark_api::crd::BackupPolicy;
-use tidemark_store::S3Credentials;
+use tidemark_store::{CloudCredentials, S3Credentials};
 
 use crate::error::Error;
 
@@ -25,17 +25,42 @@ const TOOLS_VOLUME: &str = "tidemark-bin";
 /// The label on everything the operator creates (its watches select by it).
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "tidemark");
 
-/// Which keys of the store Secret hold the credentials.
+/// Which keys of the store Secret hold the credentials: each as the environment variable
+/// `tidemark` reads in a pod (`AWS_*`, `GOOGLE_SERVICE_ACCOUNT_KEY`, `AZURE_STORAGE_*`).
 #[derive(Debug, Clone)]
 pub struct SecretKeys {
     pub name: String,
-    pub access_key: String,
-    pub secret_key: String,
-    pub session_token: Option<String>,
+    /// `(environment variable, key of the Secret)`.
+    pub env: Vec<(String, String)>,
 }
 
-/// Reads the store Secret `ns/name`: which keys hold the credentials (`accessKeyId` and
-/// `secretAccessKey`, optionally `sessionToken`, or their `AWS_*` names), and their values.
+/// What a store Secret holds, for this process's own requests.
+#[derive(Debug, Clone)]
+pub enum StoreCredentials {
+    S3(S3Credentials),
+    Cloud(CloudCredentials),
+}
+
+/// The keys a store Secret may hold for each kind of store, each under its own name or
+/// the environment variable's; the first of a list that is present and not empty counts.
+const S3_KEYS: [(&str, &str); 3] = [
+    ("accessKeyId", "AWS_ACCESS_KEY_ID"),
+    ("secretAccessKey", "AWS_SECRET_ACCESS_KEY"),
+    ("sessionToken", "AWS_SESSION_TOKEN"),
+];
+const GCS_KEY: (&str, &str) = ("serviceAccountKey", "GOOGLE_SERVICE_ACCOUNT_KEY");
+const AZURE_KEYS: [(&str, &str); 3] = [
+    ("accountName", "AZURE_STORAGE_ACCOUNT_NAME"),
+    ("accountKey", "AZURE_STORAGE_ACCOUNT_KEY"),
+    ("sasToken", "AZURE_STORAGE_SAS_TOKEN"),
+];
+
+/// Reads the store Secret `ns/name` for a store at `url`: which keys hold the credentials
+/// and their values. S3: `accessKeyId` and `secretAccessKey`, optionally `sessionToken`;
+/// `gs://`: `serviceAccountKey` (the JSON key file); `az://`: `accountName` with
+/// `accountKey` or `sasToken`; each also under its environment variable's name
+/// (`AWS_ACCESS_KEY_ID`, `GOOGLE_SERVICE_ACCOUNT_KEY`, `AZURE_STORAGE_ACCOUNT_KEY`, …).
+/// No value is ever repeated in an error.
 ///
 /// # Errors
 /// The Secret is missing or lacks the keys.
@@ -43,7 +68,8 @@ pub async fn store_secret(
     client: &Client,
     ns: &str,
     name: &str,
-) -> Result<(SecretKeys, S3Credentials), Error> {
+    url: &str,
+) -> Result<(SecretKeys, StoreCredentials), Error> {
     // Checked before it reaches a request path (`../../other-team/secrets/…`).
     tidemark_api::names::dns_subdomain("spec.objectStore.credentialsSecret", name)
         .map_err(|e| Error::Invalid(e.to_string()))?;
@@ -54,40 +80,78 @@ pub async fn store_secret(
         )));
     };
     let data = secret.data.unwrap_or_default();
-    let pick = |keys: [&str; 2]| {
-        keys.into_iter().find_map(|k| {
+    let mut env = Vec::new();
+    // The value of the first of `keys` present, recorded as environment variable `var`.
+    let mut pick = |(ours, var): (&str, &str)| {
+        [ours, var].into_iter().find_map(|k| {
             let value = data
                 .get(k)
                 .and_then(|v| String::from_utf8(v.0.clone()).ok())
                 .map(|s| s.trim().to_owned())
                 .filter(|s| !s.is_empty())?;
-            Some((k.to_owned(), value))
+            env.push((var.to_owned(), k.to_owned()));
+            Some(value)
         })
     };
-    match (
-        pick(["accessKeyId", "AWS_ACCESS_KEY_ID"]),
-        pick(["secretAccessKey", "AWS_SECRET_ACCESS_KEY"]),
-    ) {
-        (Some((access_key, access_key_id)), Some((secret_key, secret_access_key))) => {
-            let token = pick(["sessionToken", "AWS_SESSION_TOKEN"]);
-            Ok((
-                SecretKeys {
-                    name: name.to_owned(),
-                    access_key,
-                    secret_key,
-                    session_token: token.as_ref().map(|(k, _)| k.clone()),
-                },
-                S3Credentials {
-                    access_key_id,
-                    secret_access_key,
-                    session_token: token.map(|(_, v)| v),
-                },
-            ))
+    let lacks = |what: &str| {
+        Err(Error::Invalid(format!(
+            "Secret {ns}/{name} (spec.objectStore.credentialsSecret) lacks {what}"
+        )))
+    };
+    let scheme = url.split_once("://").map_or("s3", |(s, _)| s);
+    let credentials = match scheme {
+        "gs" => {
+            let Some(key) = pick(GCS_KEY) else {
+                return lacks(
+                    "serviceAccountKey (or GOOGLE_SERVICE_ACCOUNT_KEY): a GCS service-account key file",
+                );
+            };
+            if !serde_json::from_str::<serde_json::Value>(&key).is_ok_and(|v| v.is_object()) {
+                return Err(Error::Invalid(format!(
+                    "Secret {ns}/{name}: serviceAccountKey is not a service-account key file (a JSON object)"
+                )));
+            }
+            StoreCredentials::Cloud(CloudCredentials::GcsServiceAccountKey(key))
         }
-        _ => Err(Error::Invalid(format!(
-            "Secret {ns}/{name} lacks accessKeyId and secretAccessKey (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
-        ))),
-    }
+        "az" | "azure" => {
+            let account = pick(AZURE_KEYS[0]);
+            let access_key = pick(AZURE_KEYS[1]);
+            let sas_token = pick(AZURE_KEYS[2]);
+            match account {
+                Some(account) if access_key.is_some() || sas_token.is_some() => {
+                    StoreCredentials::Cloud(CloudCredentials::Azure {
+                        account,
+                        access_key,
+                        sas_token,
+                    })
+                }
+                _ => {
+                    return lacks(
+                        "accountName, and accountKey or sasToken (or AZURE_STORAGE_ACCOUNT_NAME, and AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN)",
+                    );
+                }
+            }
+        }
+        _ => match (pick(S3_KEYS[0]), pick(S3_KEYS[1])) {
+            (Some(access_key_id), Some(secret_access_key)) => StoreCredentials::S3(S3Credentials {
+                access_key_id,
+                secret_access_key,
+                session_token: pick(S3_KEYS[2]),
+            }),
+            _ => {
+                return lacks(
+                    "accessKeyId and secretAccessKey (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)",
+                );
+            }
+        },
+    };
+    Ok((
+        SecretKeys {
+            name: name.to_owned(),
+            env,
+        },
+        credentials,
+    ))
 }
 
 /// The keys of `policy`'s store Secret, when it names one.
@@ -99,13 +163,14 @@ pub async fn policy_secret_keys(
     policy: &BackupPolicy,
 ) -> Result<Option<SecretKeys>, Error> {
     let ns = policy.namespace().unwrap_or_default();
-    match policy
-        .spec
-        .object_store
-        .as_ref()
-        .and_then(|o| o.credentials_secret.as_deref())
-    {
-        Some(name) => Ok(Some(store_secret(client, &ns, name).await?.0)),
+    let Some(os) = policy.spec.object_store.as_ref() else {
+        return Ok(None);
+    };
+    match os.credentials_secret.as_deref() {
+        Some(name) => {
+            let url = os.store_url().unwrap_or_default();
+            Ok(Some(store_secret(client, &ns, name, &url).await?.0))
+        }
         None => Ok(None),
     }
 }
@@ -114,7 +179,16 @@ pub async fn policy_secret_keys(
 pub fn store_env(os: &ObjectStoreSpec, keys: Option<&SecretKeys>) -> Vec<EnvVar> {
     let mut env = Vec::new();
     if let Some(ep) = &os.endpoint {
-        env.push(plain("AWS_ENDPOINT_URL", ep));
+        let azure = os
+            .url
+            .as_deref()
+            .is_some_and(|u| u.starts_with("az://") || u.starts_with("azure://"));
+        let var = if azure {
+            "AZURE_STORAGE_ENDPOINT"
+        } else {
+            "AWS_ENDPOINT_URL"
+        };
+        env.push(plain(var, ep));
     }
     if let Some(r) = &os.region {
         env.push(plain("AWS_REGION", r));
@@ -123,10 +197,8 @@ pub fn store_env(os: &ObjectStoreSpec, keys: Option<&SecretKeys>) -> Vec<EnvVar>
         env.push(plain("TIDEMARK_CA_BUNDLE", pem));
     }
     if let Some(s) = keys {
-        env.push(from_secret("AWS_ACCESS_KEY_ID", &s.name, &s.access_key));
-        env.push(from_secret("AWS_SECRET_ACCESS_KEY", &s.name, &s.secret_key));
-        if let Some(t) = &s.session_token {
-            env.push(from_secret("AWS_SESSION_TOKEN", &s.name, t));
+        for (var, key) in &s.env {
+            env.push(from_secret(var, &s.name, key));
         }
     }
     env
@@ -329,5 +401,39 @@ pub fn from_secret(name: &str, secret: &str, key: &str) -> EnvVar {
             ..Default::default()
         }),
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pod's `tidemark` gets each credential as the environment variable its store
+    /// builder reads, by reference to the Secret (never the value), and an Azure
+    /// endpoint as Azure's.
+    #[test]
+    fn pods_get_each_store_kinds_credentials_by_reference() {
+        let os: ObjectStoreSpec = serde_json::from_value(serde_json::json!({
+            "url": "az://c", "endpoint": "http://10.0.0.1:10000/acct", "credentialsSecret": "az",
+        }))
+        .unwrap();
+        let keys = SecretKeys {
+            name: "az".into(),
+            env: vec![
+                ("AZURE_STORAGE_ACCOUNT_NAME".into(), "accountName".into()),
+                ("AZURE_STORAGE_SAS_TOKEN".into(), "sasToken".into()),
+            ],
+        };
+        let env = store_env(&os, Some(&keys));
+        let by_name = |n: &str| env.iter().find(|e| e.name == n).cloned();
+        assert_eq!(
+            by_name("AZURE_STORAGE_ENDPOINT").and_then(|e| e.value),
+            Some("http://10.0.0.1:10000/acct".into())
+        );
+        assert!(by_name("AWS_ENDPOINT_URL").is_none());
+        let sas = by_name("AZURE_STORAGE_SAS_TOKEN").unwrap();
+        assert!(sas.value.is_none());
+        let r = sas.value_from.unwrap().secret_key_ref.unwrap();
+        assert_eq!((r.name.as_str(), r.key.as_str()), ("az", "sasToken"));
     }
 }

@@ -480,9 +480,12 @@ pub async fn open_store(
     let url = os
         .shared_url(ambient)
         .map_err(|e| Error::Invalid(e.to_string()))?;
-    let credentials = match &os.credentials_secret {
-        None => None,
-        Some(secret) => Some(crate::pod::store_secret(client, &ns, secret).await?.1),
+    let (credentials, cloud_credentials) = match &os.credentials_secret {
+        None => (None, None),
+        Some(secret) => match crate::pod::store_secret(client, &ns, secret, &url).await?.1 {
+            crate::pod::StoreCredentials::S3(c) => (Some(c), None),
+            crate::pod::StoreCredentials::Cloud(c) => (None, Some(c)),
+        },
     };
     let options = StoreOptions {
         endpoint: os.endpoint.clone(),
@@ -491,6 +494,7 @@ pub async fn open_store(
         credentials,
         retry_timeout: Some(retry_timeout),
         ca_bundle: os.ca_bundle.clone(),
+        cloud_credentials,
     };
     ClusterStore::open(&url, policy.spec.cluster_or(&policy.name_any()), &options)
         .map_err(|e| Error::Engine(e.into()))

@@ -332,7 +332,8 @@ async fn names_from_specs_are_checked_before_any_request() {
 
 /// No tenant reaches data through the operator's own identity or a store only the operator
 /// process can see: a `file://` store, an S3 store without a credentialsSecret (the
-/// operator's environment, IRSA or pod identity would answer), a `gs://` store, and a URL
+/// operator's environment, IRSA or pod identity would answer), a `gs://` store without
+/// one (the operator's cloud identity would), and a URL
 /// with a password each fail their policy with the reason, and the password is never
 /// repeated in status or events.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -365,8 +366,8 @@ async fn stores_need_the_tenants_own_credentials() {
         ),
         (
             "gcs",
-            json!({"url": "gs://team-b", "credentialsSecret": "s3"}),
-            "gs:// is reached with the operator's own cloud identity",
+            json!({"url": "gs://team-b"}),
+            "with serviceAccountKey (a service-account key file), or have the cluster admin start the operator with --allow-ambient-credentials",
         ),
         (
             "userinfo",
@@ -1132,5 +1133,173 @@ async fn a_namespaced_install_serves_only_its_namespaces() {
         .await
         .unwrap();
     assert!(untouched.status.is_none() && untouched.finalizers().is_empty());
+    op.stop().await;
+}
+
+/// A server that records each request's head and refuses it (403): where a store's
+/// requests went, and with what authorization.
+async fn recording_server() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let record = record.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 65536 {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                record
+                    .lock()
+                    .unwrap()
+                    .push(String::from_utf8_lossy(&head).into_owned());
+                let _ = conn
+                    .write_all(
+                        b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                    )
+                    .await;
+            });
+        }
+    });
+    (url, seen)
+}
+
+/// `gs://` and `az://` stores are reached with credentials from the tenant's own Secret,
+/// never the operator's identity: a GCS service-account key (its `gcs_base_url` sends the
+/// requests to a recording server, so they can only have come from the Secret's key), an
+/// Azure account key (requests signed `SharedKey <the Secret's account>`), an Azure SAS
+/// token (sent as its query). A Secret lacking the keys of its store's kind is refused
+/// naming them; a gs:// policy without a Secret still needs --allow-ambient-credentials.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gcs_and_azure_credentials_come_from_the_tenants_secret() {
+    use k8s_openapi::api::core::v1::Secret;
+    let (server, seen) = recording_server().await;
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let ns = "clouds";
+    cluster.namespace(ns).await;
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), ns);
+    let key = json!({
+        "private_key": "", "private_key_id": "", "client_email": "tenant@example.iam",
+        "gcs_base_url": server, "disable_oauth": true,
+    })
+    .to_string();
+    for (name, data) in [
+        ("gcs-key", json!({"serviceAccountKey": key})),
+        (
+            "az-key",
+            json!({"accountName": "tenantaccount", "accountKey": "a2V5"}),
+        ),
+        (
+            "az-sas",
+            json!({"AZURE_STORAGE_ACCOUNT_NAME": "tenantaccount", "sasToken": "?sv=2024-01-01&sig=tenant-sas"}),
+        ),
+    ] {
+        let s: Secret = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": ns}, "stringData": data,
+        }))
+        .unwrap();
+        secrets.create(&PostParams::default(), &s).await.unwrap();
+    }
+    let with = |name: &str, store: serde_json::Value| {
+        let mut p = policy(
+            ns,
+            name,
+            "http://127.0.0.1:9",
+            json!({"retention": {"keepLast": 1}}),
+        );
+        p.spec.object_store = Some(serde_json::from_value(store).unwrap());
+        p
+    };
+    let az_endpoint = format!("{server}/tenantaccount");
+    let cases = [
+        (
+            "gcs",
+            json!({"url": "gs://tenant-bucket/db", "credentialsSecret": "gcs-key"}),
+        ),
+        (
+            "azure",
+            json!({"url": "az://keyed", "endpoint": az_endpoint, "credentialsSecret": "az-key"}),
+        ),
+        (
+            "sas",
+            json!({"url": "az://signed", "endpoint": az_endpoint, "credentialsSecret": "az-sas"}),
+        ),
+        (
+            "wrong-kind",
+            json!({"url": "gs://tenant-bucket/x", "credentialsSecret": "az-key"}),
+        ),
+        ("ambient", json!({"url": "gs://tenant-bucket/y"})),
+    ];
+    for (name, store) in &cases {
+        create_policy(&admin, &with(name, store.clone())).await;
+    }
+    let op = Operator::start(&cluster, "operator-clouds");
+    let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), ns);
+    let condition = |name: &'static str| {
+        let policies = policies.clone();
+        async move {
+            eventually(&format!("{name} looked at"), || async {
+                let p = policies.get(name).await.ok()?;
+                let c = p.status?.conditions.into_iter().next()?;
+                (c.status == "False").then_some(c)
+            })
+            .await
+        }
+    };
+    // Reached, with the Secret's credentials, and refused by the server.
+    for name in ["gcs", "azure", "sas"] {
+        let c = condition(name).await;
+        assert_eq!(c.reason, "StoreAccessDenied", "{name}: {c:?}");
+    }
+    let heads = seen.lock().unwrap().clone();
+    let any = |f: &dyn Fn(&str) -> bool| heads.iter().any(|h| f(h));
+    assert!(
+        // object_store percent-encodes the bucket's `-` in the path.
+        any(&|h| h.contains("/tenant-bucket/") || h.contains("/tenant%2Dbucket/")),
+        "no GCS request reached the key's base URL: {heads:#?}"
+    );
+    assert!(
+        any(&|h| h.contains("/tenantaccount/keyed")
+            && h.to_ascii_lowercase()
+                .contains("authorization: sharedkey tenantaccount:")),
+        "no Azure request signed with the Secret's account: {heads:#?}"
+    );
+    assert!(
+        any(&|h| h.contains("/tenantaccount/signed") && h.contains("sig=tenant-sas")),
+        "no Azure request with the Secret's SAS token: {heads:#?}"
+    );
+    let c = condition("wrong-kind").await;
+    assert_eq!(c.reason, "InvalidSpec", "{c:?}");
+    assert!(
+        c.message.contains("lacks serviceAccountKey"),
+        "{}",
+        c.message
+    );
+    let c = condition("ambient").await;
+    assert_eq!(c.reason, "InvalidSpec", "{c:?}");
+    assert!(
+        c.message.contains("serviceAccountKey")
+            && c.message.contains("--allow-ambient-credentials"),
+        "{}",
+        c.message
+    );
+    // No secret value is repeated in status or events.
+    let everything = serde_json::to_string(&(
+        policies.list(&Default::default()).await.unwrap().items,
+        events(&admin, ns, "InvalidSpec").await,
+    ))
+    .unwrap();
+    assert!(
+        !everything.contains("a2V5") && !everything.contains("tenant-sas"),
+        "{everything}"
+    );
     op.stop().await;
 }

@@ -27,6 +27,6 @@ pub use error::{ErrorCategory, StoreError};
 pub use executor::{
     Consolidation, DeleteFailure, Deletions, ExecOptions, ExecutionReport, execute,
 };
-pub use open::{Backend, ClusterStore, S3Credentials, StoreOptions};
+pub use open::{Backend, CloudCredentials, ClusterStore, S3Credentials, StoreOptions};
 pub use progress::{NoProgress, Progress};
 pub use survey::{Survey, SurveyOptions, survey};

@@ -38,6 +38,49 @@ pub struct StoreOptions {
     /// A private CA (PEM) trusted beside the machine's roots, or the roots built in where
     /// the machine has none (`crate::tls`).
     pub ca_bundle: Option<String>,
+    /// GCS or Azure credentials given explicitly (the operator reads them from the
+    /// policy's Secret); else the environment's. Nothing from the environment mixes in.
+    pub cloud_credentials: Option<CloudCredentials>,
+}
+
+/// Credentials of a `gs://` or `az://` store. `Debug` never shows a secret.
+#[derive(Clone)]
+pub enum CloudCredentials {
+    /// A GCS service-account key: the JSON key file.
+    GcsServiceAccountKey(String),
+    /// An Azure storage account with its access key or a SAS token (query string).
+    Azure {
+        account: String,
+        access_key: Option<String>,
+        sas_token: Option<String>,
+    },
+}
+
+impl std::fmt::Debug for CloudCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CloudCredentials::GcsServiceAccountKey(_) => {
+                f.write_str("GcsServiceAccountKey(<redacted>)")
+            }
+            CloudCredentials::Azure {
+                account,
+                access_key,
+                sas_token,
+            } => f
+                .debug_struct("Azure")
+                .field("account", account)
+                .field("access_key", &access_key.as_ref().map(|_| "<redacted>"))
+                .field("sas_token", &sas_token.as_ref().map(|_| "<redacted>"))
+                .finish(),
+        }
+    }
+}
+
+/// `k=v&k2=v2` (a SAS token, with or without its leading `?`) as decoded pairs.
+fn sas_pairs(token: &str) -> Vec<(String, String)> {
+    url::form_urlencoded::parse(token.trim_start_matches('?').as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
 }
 
 /// The largest metadata, index, lease or state object Tidemark reads whole (16 MiB; a
@@ -467,7 +510,7 @@ fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
                 .or_else(|| std::env::var("AWS_ENDPOINT").ok());
             let mut allow_http = false;
             if let Some(ep) = &endpoint {
-                check_endpoint(ep)?;
+                check_endpoint(ep, false)?;
                 b = b.with_endpoint(ep);
                 if ep.starts_with("http://") {
                     allow_http = true;
@@ -536,8 +579,28 @@ fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
                 _ => None,
             })
             .map_err(|e| invalid(url, e))?;
-            let gcs = object_store::gcp::GoogleCloudStorageBuilder::from_env()
-                .with_client_options(client)
+            let (builder, key) = match &options.cloud_credentials {
+                Some(CloudCredentials::GcsServiceAccountKey(key)) => (
+                    object_store::gcp::GoogleCloudStorageBuilder::new()
+                        .with_service_account_key(key),
+                    Some(key.clone()),
+                ),
+                Some(CloudCredentials::Azure { .. }) => {
+                    return Err(invalid(url, "Azure credentials given for a gs:// store"));
+                }
+                None => (
+                    object_store::gcp::GoogleCloudStorageBuilder::from_env(),
+                    std::env::var("GOOGLE_SERVICE_ACCOUNT_KEY").ok(),
+                ),
+            };
+            // A key may name its own base URL (an emulator on loopback: `gcs_base_url`,
+            // with `disable_oauth`); plain HTTP only when it says so.
+            let http = key
+                .and_then(|k| serde_json::from_str::<serde_json::Value>(&k).ok())
+                .and_then(|k| k["gcs_base_url"].as_str().map(str::to_owned))
+                .is_some_and(|u| u.starts_with("http://"));
+            let gcs = builder
+                .with_client_options(client.with_allow_http(http))
                 .with_bucket_name(&bucket)
                 .with_retry(retry)
                 .build()
@@ -557,8 +620,42 @@ fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
                 _ => None,
             })
             .map_err(|e| invalid(url, e))?;
-            let az = object_store::azure::MicrosoftAzureBuilder::from_env()
-                .with_client_options(client)
+            use object_store::azure::MicrosoftAzureBuilder;
+            let mut b = match &options.cloud_credentials {
+                Some(CloudCredentials::Azure {
+                    account,
+                    access_key,
+                    sas_token,
+                }) => {
+                    let mut b = MicrosoftAzureBuilder::new().with_account(account);
+                    if let Some(k) = access_key {
+                        b = b.with_access_key(k);
+                    }
+                    if let Some(t) = sas_token {
+                        b = b.with_sas_authorization(sas_pairs(t));
+                    }
+                    b
+                }
+                Some(CloudCredentials::GcsServiceAccountKey(_)) => {
+                    return Err(invalid(url, "a GCS key given for an az:// store"));
+                }
+                None => MicrosoftAzureBuilder::from_env(),
+            }
+            // Before allow_http below: client options replace what it sets.
+            .with_client_options(client);
+            // The blob endpoint (an Azure Stack, or an emulator on loopback).
+            let endpoint = options
+                .endpoint
+                .clone()
+                .or_else(|| std::env::var("AZURE_STORAGE_ENDPOINT").ok())
+                .filter(|e| !e.is_empty());
+            if let Some(ep) = endpoint {
+                check_endpoint(&ep, true)?;
+                b = b
+                    .with_allow_http(ep.starts_with("http://"))
+                    .with_endpoint(ep);
+            }
+            let az = b
                 .with_container_name(&container)
                 .with_retry(retry)
                 .build()
@@ -576,8 +673,10 @@ fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
 }
 
 /// An endpoint is a scheme, a host and maybe a port: a path, query, fragment or
-/// credentials in it would be sent on, or ignored, in ways nobody means.
-fn check_endpoint(ep: &str) -> Result<(), StoreError> {
+/// credentials in it would be sent on, or ignored, in ways nobody means. An Azure blob
+/// endpoint may have a path (an emulator's is `http://127.0.0.1:10000/<account>`):
+/// `account_path`.
+fn check_endpoint(ep: &str, account_path: bool) -> Result<(), StoreError> {
     let bad = |problem: &str| StoreError::InvalidEndpoint {
         endpoint: ep.to_owned(),
         problem: problem.to_owned(),
@@ -597,7 +696,7 @@ fn check_endpoint(ep: &str) -> Result<(), StoreError> {
             "it holds credentials; give them as AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
         ));
     }
-    if !matches!(u.path(), "" | "/") {
+    if !account_path && !matches!(u.path(), "" | "/") {
         return Err(bad(
             "it has a path; the bucket and prefix go in the store URL",
         ));
@@ -657,10 +756,11 @@ mod tests {
             "ftp://host",
             "http://host/bucket",
         ] {
-            assert!(check_endpoint(ep).is_err(), "{ep}");
+            assert!(check_endpoint(ep, false).is_err(), "{ep}");
         }
-        check_endpoint("http://127.0.0.1:8333").unwrap();
-        check_endpoint("https://minio.example:9000/").unwrap();
+        check_endpoint("http://127.0.0.1:8333", false).unwrap();
+        check_endpoint("http://127.0.0.1:10000/devstoreaccount1", true).unwrap();
+        check_endpoint("https://minio.example:9000/", false).unwrap();
         assert_eq!(
             bucket_url(Some("http://h:1"), "b", "r", true),
             "http://h:1/b"

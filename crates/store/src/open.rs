@@ -502,6 +502,7 @@ fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
             let mut b = builder
                 .with_bucket_name(&bucket)
                 .with_retry(retry)
+                .with_http_connector(crate::bounded::BoundedConnector)
                 .with_client_options(client.clone());
             let endpoint = options
                 .endpoint
@@ -600,6 +601,7 @@ fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
                 .and_then(|k| k["gcs_base_url"].as_str().map(str::to_owned))
                 .is_some_and(|u| u.starts_with("http://"));
             let gcs = builder
+                .with_http_connector(crate::bounded::BoundedConnector)
                 .with_client_options(client.with_allow_http(http))
                 .with_bucket_name(&bucket)
                 .with_retry(retry)
@@ -656,6 +658,7 @@ fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
                     .with_endpoint(ep);
             }
             let az = b
+                .with_http_connector(crate::bounded::BoundedConnector)
                 .with_container_name(&container)
                 .with_retry(retry)
                 .build()

@@ -1,0 +1,196 @@
+//! Bounds on what a store's server can make Tidemark read. The server is chosen by whoever
+//! writes the store URL or endpoint — in the operator, any tenant — so no answer may cost
+//! unbounded memory:
+//!
+//! - an error answer's body (object_store reads it whole into its error message) is cut
+//!   after [`MAX_ERROR_BODY`];
+//! - a listing page, or the answer to anything but an object read (an upload's XML, a
+//!   token), fails past [`MAX_LISTING_BODY`], as a control object does;
+//! - no answer's announced length is trusted for preallocation (object_store sizes its
+//!   buffer by the body's size hint: a forged `Content-Length` would reserve it at once).
+//!
+//! Object reads (payloads, segments) stream through unchanged: the code reading them
+//! bounds what it keeps (control objects at `MAX_CONTROL_OBJECT`, payloads by streaming).
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use object_store::ClientOptions;
+use object_store::client::{
+    HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpResponse,
+    HttpResponseBody, HttpService, ReqwestConnector,
+};
+
+/// The most of an error answer's body kept (its start names the error).
+pub const MAX_ERROR_BODY: u64 = 64 * 1024;
+/// The largest listing page or other non-object answer read (a page of 1000 keys is
+/// well under 1 MiB).
+pub const MAX_LISTING_BODY: u64 = crate::open::MAX_CONTROL_OBJECT;
+
+/// object_store's own HTTP client, with every answer bounded.
+#[derive(Debug, Default)]
+pub(crate) struct BoundedConnector;
+
+impl HttpConnector for BoundedConnector {
+    fn connect(&self, options: &ClientOptions) -> object_store::Result<HttpClient> {
+        let inner = ReqwestConnector::default().connect(options)?;
+        Ok(HttpClient::new(Bounded(inner)))
+    }
+}
+
+#[derive(Debug)]
+struct Bounded(HttpClient);
+
+/// A listing request of S3 or GCS (`list-type=2`), Azure (`comp=list`) or S3's uploads.
+fn is_listing(uri: &http::Uri) -> bool {
+    uri.query().is_some_and(|q| {
+        q.split('&').any(|p| {
+            matches!(p, "list-type=2" | "comp=list" | "uploads") || p.starts_with("uploads=")
+        })
+    })
+}
+
+#[async_trait::async_trait]
+impl HttpService for Bounded {
+    async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
+        let object_read = req.method() == http::Method::GET && !is_listing(req.uri());
+        let response = self.0.execute(req).await?;
+        let limit = if !response.status().is_success() {
+            Some(Limit::Cut(MAX_ERROR_BODY))
+        } else if !object_read {
+            Some(Limit::Fail(MAX_LISTING_BODY))
+        } else {
+            None
+        };
+        let (parts, body) = response.into_parts();
+        let body = match limit {
+            Some(limit) => HttpResponseBody::new(Limited {
+                inner: body,
+                left: limit.bytes(),
+                limit,
+                done: false,
+            }),
+            None => HttpResponseBody::new(Unhinted(body)),
+        };
+        Ok(HttpResponse::from_parts(parts, body))
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Limit {
+    /// Keep the first N bytes, then end the body.
+    Cut(u64),
+    /// Fail once more than N bytes arrive.
+    Fail(u64),
+}
+
+impl Limit {
+    fn bytes(self) -> u64 {
+        match self {
+            Limit::Cut(n) | Limit::Fail(n) => n,
+        }
+    }
+}
+
+/// A body without a size hint: nothing preallocates by the server's word.
+struct Unhinted(HttpResponseBody);
+
+impl Body for Unhinted {
+    type Data = Bytes;
+    type Error = HttpError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, HttpError>>> {
+        Pin::new(&mut self.0).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_end_stream()
+    }
+}
+
+struct Limited {
+    inner: HttpResponseBody,
+    left: u64,
+    limit: Limit,
+    done: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("the server's answer is larger than {0} bytes, the most Tidemark reads of it")]
+struct TooLarge(u64);
+
+impl Body for Limited {
+    type Data = Bytes;
+    type Error = HttpError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, HttpError>>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        let frame = match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => frame,
+            other => return other,
+        };
+        let Ok(mut data) = frame.into_data() else {
+            // Trailers: nothing to count.
+            return Poll::Ready(None);
+        };
+        let len = data.len() as u64;
+        if len <= self.left {
+            self.left -= len;
+            return Poll::Ready(Some(Ok(Frame::data(data))));
+        }
+        self.done = true;
+        match self.limit {
+            Limit::Cut(_) => {
+                data.truncate(usize::try_from(self.left).unwrap_or(usize::MAX));
+                self.left = 0;
+                Poll::Ready(Some(Ok(Frame::data(data))))
+            }
+            Limit::Fail(n) => Poll::Ready(Some(Err(HttpError::new(
+                HttpErrorKind::Decode,
+                TooLarge(n),
+            )))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done || self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        // At most what may still be read, and no more than the server announced.
+        let inner = self.inner.size_hint();
+        let mut hint = SizeHint::new();
+        hint.set_upper(inner.upper().map_or(self.left, |u| u.min(self.left)));
+        hint
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listings_are_told_from_object_reads() {
+        for q in [
+            "/b?list-type=2&prefix=c%2F",
+            "/c?restype=container&comp=list",
+            "/b?uploads",
+            "/b?uploads=&prefix=x",
+        ] {
+            assert!(is_listing(&q.parse().unwrap()), "{q}");
+        }
+        for q in ["/b/c/_index.json", "/b/c/x?versionId=3", "/b/list-type=2"] {
+            assert!(!is_listing(&q.parse().unwrap()), "{q}");
+        }
+    }
+}

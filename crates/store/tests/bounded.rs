@@ -1,0 +1,152 @@
+//! A store server is chosen by whoever writes the store URL or endpoint (in the operator,
+//! any tenant): no answer of it may cost unbounded memory. A hostile S3 server on
+//! 127.0.0.1 answers a listing with an endless page, an object read with a huge error
+//! body, and an error with a forged `Content-Length` of a terabyte.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use futures::TryStreamExt;
+use object_store::ObjectStoreExt;
+use object_store::path::Path;
+use tidemark_store::{ClusterStore, S3Credentials, StoreOptions};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Serves every connection by `answer(request line)`: the head to send, then how many
+/// filler bytes follow it.
+async fn hostile_server(answer: fn(&str) -> (String, usize)) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let text = String::from_utf8_lossy(&head);
+                let (reply, filler) = answer(text.lines().next().unwrap_or_default());
+                if conn.write_all(reply.as_bytes()).await.is_err() {
+                    return;
+                }
+                let chunk = vec![b'x'; 64 * 1024];
+                let mut left = filler;
+                while left > 0 {
+                    let n = left.min(chunk.len());
+                    if conn.write_all(&chunk[..n]).await.is_err() {
+                        return;
+                    }
+                    left -= n;
+                }
+            });
+        }
+    });
+    url
+}
+
+fn open(endpoint: &str) -> ClusterStore {
+    let options = StoreOptions {
+        endpoint: Some(endpoint.to_owned()),
+        credentials: Some(S3Credentials {
+            access_key_id: "k".into(),
+            secret_access_key: "s".into(),
+            session_token: None,
+        }),
+        retry_timeout: Some(std::time::Duration::from_secs(2)),
+        ..Default::default()
+    };
+    ClusterStore::open("s3://bucket", "c", &options).unwrap()
+}
+
+#[tokio::test]
+async fn a_listing_page_over_the_limit_fails() {
+    // 20 MiB announced and sent (a page of 1000 keys is well under 1 MiB).
+    let url = hostile_server(|_| {
+        let n = 20 << 20;
+        (
+            format!("HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\nContent-Length: {n}\r\nConnection: close\r\n\r\n"),
+            n,
+        )
+    })
+    .await;
+    let store = open(&url);
+    let e = store
+        .object_store()
+        .list(None)
+        .try_collect::<Vec<_>>()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("larger than 16777216 bytes"),
+        "{}",
+        &e[..e.len().min(2000)]
+    );
+}
+
+#[tokio::test]
+async fn an_error_body_is_cut() {
+    // A 400 with 8 MiB of body: object_store puts the body into its error message.
+    let url = hostile_server(|_| {
+        let n = 8 << 20;
+        (
+            format!("HTTP/1.1 400 Bad Request\r\nContent-Length: {n}\r\nConnection: close\r\n\r\n"),
+            n,
+        )
+    })
+    .await;
+    let store = open(&url);
+    let e = store
+        .object_store()
+        .get(&Path::from("x"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("xxxx"), "{}", &e[..e.len().min(2000)]);
+    assert!(
+        e.len() < 2 * tidemark_store::bounded::MAX_ERROR_BODY as usize,
+        "an error of {} bytes",
+        e.len()
+    );
+}
+
+#[tokio::test]
+async fn a_forged_length_reserves_nothing() {
+    // A terabyte announced, 1 MiB sent (in several reads): sizing a buffer by the
+    // announcement would abort the process.
+    let url = hostile_server(|_| {
+        (
+            "HTTP/1.1 400 Bad Request\r\nContent-Length: 1099511627776\r\nConnection: close\r\n\r\n"
+                .to_owned(),
+            1 << 20,
+        )
+    })
+    .await;
+    let store = open(&url);
+    let e = store
+        .object_store()
+        .get(&Path::from("x"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(!e.is_empty());
+    let url = hostile_server(|_| {
+        (
+            "HTTP/1.1 200 OK\r\nContent-Length: 1099511627776\r\nConnection: close\r\n\r\n"
+                .to_owned(),
+            1 << 20,
+        )
+    })
+    .await;
+    let store = open(&url);
+    assert!(
+        store
+            .object_store()
+            .list(None)
+            .try_collect::<Vec<_>>()
+            .await
+            .is_err()
+    );
+}

@@ -9,7 +9,10 @@ pub mod names;
 pub mod policy;
 pub mod schedule;
 
-pub use policy::{BackupPolicy, BackupPolicySpec, DeletionPolicy, ObjectStoreSpec, RetentionSpec};
+pub use policy::{
+    BackupPolicy, BackupPolicySpec, DeletionPolicy, ObjectStoreSpec, PodResources, Resources,
+    RetentionSpec,
+};
 pub use schedule::{Backup, BackupSpec, OwnerReferenceMode, ScheduledBackup, ScheduledBackupSpec};
 
 /// API group and version of every Tidemark kind.

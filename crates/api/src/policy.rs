@@ -103,6 +103,131 @@ pub struct BackupPolicySpec {
     /// How the operator reaches the database: its pods, container and data volume.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<SourceSpec>,
+    /// Compute resources of the containers the operator runs for this policy (operator
+    /// only), e.g. for a namespace whose ResourceQuota requires requests or limits. None
+    /// is set unless given here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<PodResources>,
+}
+
+/// The resources of each kind of container the operator creates (`requests`, `limits`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodResources {
+    /// The init container that copies `tidemark` into every pod below (and into a method
+    /// `job` template's pod).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub install: Option<Resources>,
+    /// The container of a backup Job (methods mariabackup and xtrabackup).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup: Option<Resources>,
+    /// The container of a consolidation Job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consolidation: Option<Resources>,
+    /// The binlog archiver Deployment's container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archiver: Option<Resources>,
+}
+
+/// A container's `requests` and `limits` (`cpu`, `memory`, `ephemeral-storage`), as
+/// Kubernetes quantities (`100m`, `512Mi`, `2`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Resources {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<
+        std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    >,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<
+        std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    >,
+}
+
+/// The resource names a container may ask for.
+const RESOURCE_NAMES: [&str; 3] = ["cpu", "memory", "ephemeral-storage"];
+
+/// Whether `q` is a Kubernetes quantity: a decimal number with an optional binary (`Ki`
+/// … `Ei`), decimal (`m`, `k`, `M` … `E`) or exponent (`e3`) suffix.
+fn is_quantity(q: &str) -> bool {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let unsigned = q.strip_prefix(['+', '-']).unwrap_or(q);
+    let end = unsigned
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(unsigned.len());
+    let (number, suffix) = unsigned.split_at(end);
+    let number_ok = match number.split_once('.') {
+        None => digits(number),
+        Some((a, b)) => {
+            (digits(a) || a.is_empty())
+                && (digits(b) || b.is_empty())
+                && !(a.is_empty() && b.is_empty())
+        }
+    };
+    let suffix_ok = matches!(
+        suffix,
+        "" | "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei" | "m" | "k" | "M" | "G" | "T" | "P" | "E"
+    ) || suffix
+        .strip_prefix(['e', 'E'])
+        .is_some_and(|e| digits(e.strip_prefix(['+', '-']).unwrap_or(e)));
+    q.len() <= 64 && number_ok && suffix_ok
+}
+
+impl Resources {
+    /// As a container's resources.
+    pub fn to_requirements(&self) -> k8s_openapi::api::core::v1::ResourceRequirements {
+        k8s_openapi::api::core::v1::ResourceRequirements {
+            requests: self.requests.clone(),
+            limits: self.limits.clone(),
+            claims: None,
+        }
+    }
+
+    fn validate(&self, field: &'static str) -> Result<(), PolicyFileError> {
+        for map in [&self.requests, &self.limits].into_iter().flatten() {
+            for (name, q) in map {
+                if !RESOURCE_NAMES.contains(&name.as_str()) {
+                    return Err(PolicyFileError::Invalid {
+                        field,
+                        problem: format!(
+                            "unknown resource {name:?}; expected {}",
+                            RESOURCE_NAMES.join(", ")
+                        ),
+                    });
+                }
+                if !is_quantity(&q.0) {
+                    return Err(PolicyFileError::Invalid {
+                        field,
+                        problem: format!(
+                            "{name}: {:?} is not a quantity; expected e.g. 100m, 0.5, 512Mi, 2Gi",
+                            q.0
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl PodResources {
+    /// Every resource a known one and every value a quantity.
+    ///
+    /// # Errors
+    /// The first that is not, with its field.
+    pub fn validate(&self) -> Result<(), PolicyFileError> {
+        for (field, r) in [
+            ("spec.resources.install", &self.install),
+            ("spec.resources.backup", &self.backup),
+            ("spec.resources.consolidation", &self.consolidation),
+            ("spec.resources.archiver", &self.archiver),
+        ] {
+            if let Some(r) = r {
+                r.validate(field)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The database pods a Backup runs against (operator only).
@@ -471,6 +596,9 @@ impl BackupPolicySpec {
         if let Some(source) = &self.source {
             source.validate()?;
         }
+        if let Some(r) = &self.resources {
+            r.validate()?;
+        }
         self.retention_interval()?;
         self.binlog_interval()?;
         Ok(())
@@ -577,6 +705,40 @@ impl BackupPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn resources_are_quantities_of_known_names() {
+        for q in [
+            "1", "100m", "0.5", ".5", "512Mi", "2Gi", "1e3", "1E-2", "+3k",
+        ] {
+            assert!(is_quantity(q), "{q}");
+        }
+        for q in ["", "1.5.2", "12 Mi", "Mi", "1Gb", "-", ".", "1e", "x"] {
+            assert!(!is_quantity(q), "{q}");
+        }
+        let spec = |r: serde_json::Value| -> BackupPolicySpec {
+            serde_json::from_value(serde_json::json!({ "resources": r })).unwrap()
+        };
+        spec(serde_json::json!({"backup": {"requests": {"cpu": 2, "memory": "1Gi"}}}))
+            .validate()
+            .unwrap();
+        let e = spec(serde_json::json!({"archiver": {"limits": {"memory": "1 GB"}}}))
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("spec.resources.archiver") && e.contains("\"1 GB\"") && e.contains("512Mi"),
+            "{e}"
+        );
+        let e = spec(serde_json::json!({"install": {"requests": {"gpu": "1"}}}))
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("\"gpu\"") && e.contains("ephemeral-storage"),
+            "{e}"
+        );
+    }
 
     const EXAMPLE: &str = r#"
 apiVersion: tidemark.io/v1alpha1

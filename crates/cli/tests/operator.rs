@@ -192,6 +192,10 @@ async fn a_backup_job_on_the_node_then_point_in_time_restore() {
             "objectStore": {"bucket": BUCKET, "endpoint": s3.endpoint, "credentialsSecret": "s3"},
             "source": {"selector": {"matchLabels": {"app": "db"}}, "container": "mariadb", "port": db.port, "credentialsSecret": "db"},
             "retention": {"keepLast": 5},
+            "resources": {
+                "install": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}},
+                "backup": {"requests": {"cpu": 1, "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
+            },
         },
     }))
     .unwrap();
@@ -263,6 +267,19 @@ async fn a_backup_job_on_the_node_then_point_in_time_restore() {
     assert_eq!(
         pod_spec.containers[0].image.as_deref(),
         Some("mariadb:11.4")
+    );
+    // The policy's resources, as the API server stored them (a quantity given as a number
+    // included).
+    let resources = |c: &k8s_openapi::api::core::v1::Container| {
+        serde_json::to_value(c.resources.as_ref().unwrap()).unwrap()
+    };
+    assert_eq!(
+        resources(&pod_spec.containers[0]),
+        json!({"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}})
+    );
+    assert_eq!(
+        resources(&pod_spec.init_containers.as_ref().unwrap()[0]),
+        json!({"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}})
     );
     assert!(
         pod_spec.containers[0]
@@ -564,6 +581,7 @@ async fn the_binlog_archiver_deployment_reads_the_server_over_the_network() {
             "objectStore": {"bucket": BUCKET, "endpoint": s3.endpoint, "credentialsSecret": "s3"},
             "source": {"selector": {"matchLabels": {"app": "db"}}, "credentialsSecret": "db"},
             "binlogArchive": {"server": {"host": "127.0.0.1", "port": db.port, "image": "mariadb:11.4"}, "interval": "1s"},
+            "resources": {"archiver": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}},
         },
     }))
     .unwrap();
@@ -589,6 +607,17 @@ async fn the_binlog_archiver_deployment_reads_the_server_over_the_network() {
     assert_eq!(spec.strategy.unwrap().type_.as_deref(), Some("Recreate"));
     let pod = spec.template.spec.unwrap();
     assert_eq!(pod.containers[0].image.as_deref(), Some("mariadb:11.4"));
+    assert_eq!(
+        serde_json::to_value(pod.containers[0].resources.as_ref().unwrap()).unwrap(),
+        json!({"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}})
+    );
+    // None given for the init container: none set (the API server stores `{}`).
+    let init_resources = pod.init_containers.as_ref().unwrap()[0].resources.clone();
+    assert!(
+        init_resources.is_none_or(|r| r.requests.is_none() && r.limits.is_none()),
+        "{:?}",
+        pod.init_containers
+    );
 
     // Play the node: the init container, then the archiver, which keeps running.
     let tools = tempfile::tempdir().unwrap();
@@ -875,6 +904,7 @@ async fn consolidation_runs_as_a_job() {
             "source": {"selector": {"matchLabels": {"app": "db"}}},
             "retention": {"keepLast": 1, "consolidate": true},
             "retentionInterval": "2s",
+            "resources": {"consolidation": {"requests": {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "10Gi"}}},
         },
     }))
     .unwrap();
@@ -899,6 +929,10 @@ async fn consolidation_runs_as_a_job() {
         .unwrap()
         .containers[0];
     assert_eq!(c.image.as_deref(), Some("mariadb:11.4"));
+    assert_eq!(
+        serde_json::to_value(c.resources.as_ref().unwrap()).unwrap(),
+        json!({"requests": {"cpu": "500m", "ephemeral-storage": "10Gi", "memory": "512Mi"}})
+    );
     // A hung consolidation fails by its deadline, as a backup Job does.
     assert_eq!(
         job.spec.as_ref().unwrap().active_deadline_seconds,

@@ -84,6 +84,9 @@ pub async fn reconcile(ctx: &Context, policy: &BackupPolicy) -> Result<(), Error
         .spec
         .binlog_interval()
         .map_err(|e| Error::Invalid(e.to_string()))?;
+    if let Some(r) = &policy.spec.resources {
+        r.validate().map_err(|e| Error::Invalid(e.to_string()))?;
+    }
     let runtime = match (database_runtime(ctx, policy).await, &server.image) {
         (Ok(db), image) => DatabaseRuntime {
             image: image.clone().unwrap_or(db.image),
@@ -265,9 +268,11 @@ pub fn archiver(
                     init_containers: Some(vec![pod::install_container(
                         operator_image,
                         db.pod_security.as_ref(),
+                        policy,
                     )]),
                     containers: vec![Container {
                         name: "archiver".into(),
+                        resources: pod::resources(policy, |r| r.archiver.as_ref()),
                         image: Some(db.image.clone()),
                         security_context: db.container_security.clone(),
                         command: Some(vec!["sh".into(), "-c".into()]),

@@ -156,6 +156,17 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
         );
         return blocked(&ctx, &api, &backup, "PolicyMissing", &message).await;
     };
+    // What the Job is made of must be valid before it is built (an API server refusing the
+    // Job would be retried forever); a fixed policy lets it go on.
+    if let Some(Err(e)) = policy
+        .spec
+        .resources
+        .as_ref()
+        .map(tidemark_api::PodResources::validate)
+    {
+        let message = format!("BackupPolicy {ns}/{}: {e}", policy.name_any());
+        return blocked(&ctx, &api, &backup, "InvalidSpec", &message).await;
+    }
     if !deleting {
         // Before anything is written: a Backup that opts into remote cleanup carries the
         // finalizer from the start.
@@ -1283,9 +1294,11 @@ impl JobPlan<'_> {
                         init_containers: Some(vec![pod::install_container(
                             &self.image,
                             pod_spec.security_context.as_ref(),
+                            self.policy,
                         )]),
                         containers: vec![Container {
                             name: "backup".into(),
+                            resources: pod::resources(self.policy, |r| r.backup.as_ref()),
                             image: Some(image),
                             image_pull_policy: self.data.container.image_pull_policy.clone(),
                             command: Some(vec!["sh".into(), "-c".into()]),
@@ -1374,7 +1387,7 @@ pub fn user_job(
         c.termination_message_policy
             .get_or_insert_with(|| pod::TERMINATION_MESSAGE_POLICY.into());
     }
-    let install = pod::install_container(image, spec.security_context.as_ref());
+    let install = pod::install_container(image, spec.security_context.as_ref(), policy);
     spec.init_containers
         .get_or_insert_with(Vec::new)
         .insert(0, install);
@@ -1642,7 +1655,8 @@ mod tests {
         // In a pod that runs as root it does not claim non-root (the kubelet would refuse it).
         let root: k8s_openapi::api::core::v1::PodSecurityContext =
             serde_json::from_value(json!({"runAsUser": 0})).unwrap();
-        let c = pod::install_container("tidemark:test", Some(&root));
+        let none = BackupPolicy::new("p", Default::default());
+        let c = pod::install_container("tidemark:test", Some(&root), &none);
         assert_eq!(c.security_context.unwrap().run_as_non_root, None);
     }
 

@@ -208,9 +208,11 @@ impl JobConsolidator {
                         init_containers: Some(vec![pod::install_container(
                             &self.operator_image,
                             self.database.pod_security.as_ref(),
+                            &self.policy,
                         )]),
                         containers: vec![Container {
                             name: "consolidate".into(),
+                            resources: pod::resources(&self.policy, |r| r.consolidation.as_ref()),
                             image: Some(self.database.image.clone()),
                             security_context: self.database.container_security.clone(),
                             command: Some(vec!["sh".into(), "-c".into()]),

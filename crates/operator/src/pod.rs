@@ -237,10 +237,15 @@ pub fn tidemark_script() -> String {
 /// namespace that enforces it admits the pod whenever the database's own containers are
 /// admitted. It runs as non-root (the image's user 65532, or the pod's) unless the pod
 /// itself runs as root.
-pub fn install_container(image: &str, pod_security: Option<&PodSecurityContext>) -> Container {
+pub fn install_container(
+    image: &str,
+    pod_security: Option<&PodSecurityContext>,
+    policy: &BackupPolicy,
+) -> Container {
     let pod_is_root = pod_security.is_some_and(|p| p.run_as_user == Some(0));
     Container {
         name: "tidemark".into(),
+        resources: resources(policy, |r| r.install.as_ref()),
         image: Some(image.to_owned()),
         command: Some(vec![
             "/tidemark".into(),
@@ -265,6 +270,20 @@ pub fn install_container(image: &str, pod_security: Option<&PodSecurityContext>)
         }),
         ..Default::default()
     }
+}
+
+/// The resources `pick` chooses from `policy`'s `spec.resources`, for a container (none
+/// unless the policy gives them).
+pub fn resources(
+    policy: &BackupPolicy,
+    pick: impl Fn(&tidemark_api::PodResources) -> Option<&tidemark_api::Resources>,
+) -> Option<k8s_openapi::api::core::v1::ResourceRequirements> {
+    policy
+        .spec
+        .resources
+        .as_ref()
+        .and_then(pick)
+        .map(tidemark_api::Resources::to_requirements)
 }
 
 /// Where a container's exit message comes from: the end of its log when it fails without

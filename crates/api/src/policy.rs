@@ -351,10 +351,13 @@ pub struct BinlogServerSpec {
 }
 
 /// `Retain` keeps remote data when a Backup object is deleted; `Delete` removes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeletionPolicy {
     Retain,
     Delete,
+    /// A value this version does not know (a newer CRD's): read, so that one object does
+    /// not stop a watch, then refused by `validate` (and never acted on as `Delete`).
+    Unknown(String),
 }
 
 /// An object store location: either a full `url` (any scheme Tidemark accepts, such as
@@ -599,6 +602,12 @@ impl BackupPolicySpec {
         if let Some(r) = &self.resources {
             r.validate()?;
         }
+        if let Some(p @ DeletionPolicy::Unknown(_)) = &self.deletion_policy {
+            return Err(PolicyFileError::Invalid {
+                field: "spec.deletionPolicy",
+                problem: p.unknown(),
+            });
+        }
         self.retention_interval()?;
         self.binlog_interval()?;
         Ok(())
@@ -705,6 +714,31 @@ impl BackupPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unknown_enum_value_is_read_then_refused_by_name() {
+        let spec: BackupPolicySpec =
+            serde_json::from_value(serde_json::json!({"deletionPolicy": "Archive"})).unwrap();
+        assert_eq!(
+            spec.deletion_policy,
+            Some(DeletionPolicy::Unknown("Archive".into()))
+        );
+        let e = spec.validate().unwrap_err().to_string();
+        assert!(
+            e.starts_with("spec.deletionPolicy: \"Archive\"") && e.contains("Retain, Delete"),
+            "{e}"
+        );
+        for (text, value) in [
+            ("Retain", DeletionPolicy::Retain),
+            ("Delete", DeletionPolicy::Delete),
+        ] {
+            let spec: BackupPolicySpec =
+                serde_json::from_value(serde_json::json!({ "deletionPolicy": text })).unwrap();
+            assert_eq!(spec.deletion_policy, Some(value));
+            assert_eq!(serde_json::to_value(&spec).unwrap()["deletionPolicy"], text);
+            spec.validate().unwrap();
+        }
+    }
 
     #[test]
     fn resources_are_quantities_of_known_names() {
@@ -872,3 +906,5 @@ spec:
         assert_eq!(e, "kind is \"Backup\"; expected BackupPolicy");
     }
 }
+
+crate::lenient_enum!(DeletionPolicy { Retain = "Retain", Delete = "Delete" });

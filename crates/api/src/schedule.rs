@@ -33,26 +33,27 @@ pub struct PolicyRef {
 }
 
 /// Who owns a generated Backup (seed 001).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum OwnerReferenceMode {
     /// Owned by the ScheduledBackup: deleting the schedule can garbage-collect its Backups.
     #[default]
-    #[serde(rename = "self")]
     SelfOwned,
     /// Owned by the protected cluster.
     Cluster,
     /// No owner: Backups outlive the schedule.
     None,
+    /// A value this version does not know (a newer CRD's); refused by `validate`.
+    Unknown(String),
 }
 
 /// `full` or `incremental`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum BackupType {
     #[default]
     Full,
     Incremental,
+    /// A value this version does not know (a newer CRD's); the Backup is refused.
+    Unknown(String),
 }
 
 /// What a Backup runs; shared by Backup and ScheduledBackup.
@@ -254,13 +255,16 @@ pub struct ScheduledBackupStatus {
 }
 
 /// A Backup's phase.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum BackupPhase {
     Pending,
     Running,
     Completed,
     Failed,
+    /// A phase a newer operator wrote: this one leaves the Backup alone.
+    #[serde(other)]
+    Unknown,
 }
 
 impl BackupPhase {
@@ -451,6 +455,12 @@ impl ScheduledBackupSpec {
                     problem: e.to_string(),
                 })?;
         }
+        if let m @ OwnerReferenceMode::Unknown(_) = &self.backup_owner_reference {
+            return Err(ScheduleFileError::Invalid {
+                field: "spec.backupOwnerReference",
+                problem: m.unknown(),
+            });
+        }
         validate_template(&self.template)
     }
 
@@ -531,6 +541,12 @@ fn validate_template(t: &BackupTemplate) -> Result<(), ScheduleFileError> {
             problem: format!("{:?} is not {}", e.value, e.form),
         }
     })?;
+    if let Some(p @ crate::policy::DeletionPolicy::Unknown(_)) = &t.deletion_policy {
+        return Err(ScheduleFileError::Invalid {
+            field: "spec.deletionPolicy",
+            problem: p.unknown(),
+        });
+    }
     if let Some(m) = &t.method
         && !METHODS.contains(&m.as_str())
     {
@@ -700,3 +716,9 @@ spec: {schedule: "0 0 2 * * *", policy: {name: db}, imediate: true}
         assert!(e.contains("imediate"), "{e}");
     }
 }
+
+crate::lenient_enum!(OwnerReferenceMode { SelfOwned = "self", Cluster = "cluster", None = "none" });
+
+crate::lenient_enum!(BackupType { Full = "full", Incremental = "incremental" });
+
+crate::known_values_schema!(BackupPhase, ["pending", "running", "completed", "failed"]);

@@ -99,6 +99,12 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
         // A running attempt is followed to its end first (below; nothing new starts).
     }
     let status = backup.status.clone().unwrap_or_default();
+    if status.phase == Some(BackupPhase::Unknown) {
+        // Written by a newer operator (a rollback, or two versions side by side): what
+        // it means is not known here, so nothing is started, finished or deleted for it.
+        tracing::warn!(backup = %crate::key(backup.as_ref()), "status.phase is one this operator does not know; leaving the Backup alone");
+        return Ok(Action::await_change());
+    }
     if status.phase.is_some_and(BackupPhase::is_done) {
         // The finalizer follows the effective deletion policy (the policy is read only
         // when the Backup does not say).
@@ -183,6 +189,11 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
     if !matches!(method, "mariabackup" | "xtrabackup" | "exec" | "job") {
         let message =
             format!("unknown method {method:?}; expected mariabackup, xtrabackup, exec or job");
+        fail(&ctx.recorder, &api, &backup, &status, &message).await?;
+        return Ok(Action::await_change());
+    }
+    if let t @ BackupType::Unknown(_) = &backup.spec.kind {
+        let message = format!("spec.type: {}", t.unknown());
         fail(&ctx.recorder, &api, &backup, &status, &message).await?;
         return Ok(Action::await_change());
     }
@@ -362,7 +373,8 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
         }
     }
     let parent = match backup.spec.kind {
-        BackupType::Full => None,
+        // Refused above.
+        BackupType::Full | BackupType::Unknown(_) => None,
         BackupType::Incremental => match newest_restorable(&store, &volume_id).await? {
             Parent::Found(p) => Some(p),
             Parent::None => {

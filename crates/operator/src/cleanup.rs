@@ -56,13 +56,16 @@ const EXPIRY_CONDITION: &str = "Expired";
 /// Longest wait before an unexpired TTL is looked at again (the clock is read afresh).
 const EXPIRY_RECHECK: Duration = Duration::from_secs(3600);
 
-/// The effective deletion policy: the Backup's own, else its policy's, else `Retain`.
+/// The effective deletion policy: the Backup's own, else its policy's, else `Retain`. A
+/// value this version does not know (a newer CRD's) is never `Delete`: nothing is deleted
+/// by it.
 pub fn effective(backup: &Backup, policy: Option<&BackupPolicy>) -> DeletionPolicy {
     backup
         .spec
         .template
         .deletion_policy
-        .or_else(|| policy.and_then(|p| p.spec.deletion_policy))
+        .clone()
+        .or_else(|| policy.and_then(|p| p.spec.deletion_policy.clone()))
         .unwrap_or(DeletionPolicy::Retain)
 }
 

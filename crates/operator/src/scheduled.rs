@@ -82,7 +82,8 @@ pub async fn reconcile(sb: Arc<ScheduledBackup>, ctx: Arc<Context>) -> Result<Ac
     let owner = match sb.spec.backup_owner_reference {
         OwnerReferenceMode::SelfOwned => crate::owner_ref(&sb),
         OwnerReferenceMode::Cluster => crate::owner_ref(&policy),
-        OwnerReferenceMode::None => None,
+        // Refused by `validate` above.
+        OwnerReferenceMode::None | OwnerReferenceMode::Unknown(_) => None,
     };
 
     let backups: Api<Backup> = Api::namespaced(ctx.client.clone(), &ns);

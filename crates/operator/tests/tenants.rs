@@ -406,26 +406,40 @@ async fn stores_need_the_tenants_own_credentials() {
     op.stop().await;
 }
 
-/// A CRD newer than the operator (a field this operator does not know, in one tenant's
-/// object) does not stop the watch: every tenant's object is still reconciled, that one
-/// included, by the fields the operator knows.
+/// A CRD newer than the operator (a field this operator does not know, or a value of an
+/// enum it does not know, in one tenant's objects) does not stop the watch: every tenant's
+/// object is still reconciled, those included — by the fields the operator knows, and an
+/// unknown value refused on its own object with the field.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_newer_crd_does_not_stop_the_watch() {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let cluster = KubeCluster::start(false).await;
     let admin = cluster.admin_client();
     let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
-    let mut crd =
-        serde_json::to_value(crds.get("backuppolicies.tidemark.io").await.unwrap()).unwrap();
-    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["futureField"] =
-        json!({"type": "string"});
-    crds.replace(
-        "backuppolicies.tidemark.io",
-        &PostParams::default(),
-        &serde_json::from_value(crd).unwrap(),
-    )
-    .await
-    .unwrap();
+    // A newer Tidemark's CRDs: a new field, a new deletionPolicy and a new backup type.
+    for (name, change) in [
+        (
+            "backuppolicies.tidemark.io",
+            &(|spec: &mut serde_json::Value| {
+                spec["properties"]["futureField"] = json!({"type": "string"});
+                spec["properties"]["deletionPolicy"]["enum"] =
+                    json!(["Retain", "Delete", "Archive"]);
+            }) as &dyn Fn(&mut serde_json::Value),
+        ),
+        ("backups.tidemark.io", &|spec: &mut serde_json::Value| {
+            spec["properties"]["type"]["enum"] = json!(["full", "incremental", "differential"]);
+        }),
+    ] {
+        let mut crd = serde_json::to_value(crds.get(name).await.unwrap()).unwrap();
+        change(&mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]);
+        crds.replace(
+            name,
+            &PostParams::default(),
+            &serde_json::from_value(crd).unwrap(),
+        )
+        .await
+        .unwrap();
+    }
     for ns in ["newer", "older"] {
         cluster.namespace(ns).await;
     }
@@ -444,6 +458,7 @@ async fn a_newer_crd_does_not_stop_the_watch() {
     );
     let mut value = serde_json::to_value(&newer).unwrap();
     value["spec"]["futureField"] = json!("from a newer Tidemark");
+    value["spec"]["deletionPolicy"] = json!("Archive");
     let dynamic: Api<kube::api::DynamicObject> = Api::namespaced_with(
         admin.clone(),
         "newer",
@@ -457,6 +472,25 @@ async fn a_newer_crd_does_not_stop_the_watch() {
         .await
         .unwrap();
     create_policy(&admin, &older).await;
+    // Backups of each namespace; the newer one of a type this operator does not know.
+    for (ns, kind) in [("newer", "differential"), ("older", "full")] {
+        let backup = json!({
+            "apiVersion": "tidemark.io/v1alpha1", "kind": "Backup",
+            "metadata": {"name": "b", "namespace": ns},
+            "spec": {"policy": {"name": "db"}, "type": kind},
+        });
+        Api::<kube::api::DynamicObject>::namespaced_with(
+            admin.clone(),
+            ns,
+            &kube::discovery::ApiResource::erase::<Backup>(&()),
+        )
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(backup).unwrap(),
+        )
+        .await
+        .unwrap();
+    }
     let op = Operator::start(&cluster, "operator-newer");
     for ns in ["older", "newer"] {
         let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), ns);
@@ -466,9 +500,39 @@ async fn a_newer_crd_does_not_stop_the_watch() {
         })
         .await;
         assert_eq!(cond.reason, "InvalidSpec", "{ns}: {cond:?}");
+        if ns == "newer" {
+            assert!(
+                cond.message.contains("spec.deletionPolicy: \"Archive\"")
+                    && cond.message.contains("Retain, Delete"),
+                "{}",
+                cond.message
+            );
+        }
+        let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
+        let status = eventually(&format!("{ns}'s Backup reconciled"), || async {
+            backups
+                .get("b")
+                .await
+                .ok()?
+                .status
+                .filter(|s| s.phase.is_some())
+        })
+        .await;
+        if ns == "newer" {
+            assert_eq!(status.phase, Some(tidemark_api::crd::BackupPhase::Failed));
+            assert!(
+                status
+                    .error
+                    .as_deref()
+                    .unwrap_or_default()
+                    .contains("spec.type: \"differential\""),
+                "{status:?}"
+            );
+        }
     }
     let stored = dynamic.get("db").await.unwrap();
     assert_eq!(stored.data["spec"]["futureField"], "from a newer Tidemark");
+    assert_eq!(stored.data["spec"]["deletionPolicy"], "Archive");
     op.stop().await;
 }
 

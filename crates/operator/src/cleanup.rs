@@ -318,6 +318,31 @@ pub async fn expire(
     }
     let reference = backup.object_ref(&());
     let status = backup.status.clone().unwrap_or_default();
+    // A hold wins over the ttl, as it does over every retention rule: this object's
+    // `tidemark.io/protect`, or another Backup's on the same backup.
+    let ns = backup.namespace().unwrap_or_default();
+    let held = backup
+        .annotations()
+        .get(crate::retention::PROTECT_ANNOTATION)
+        .is_some_and(|v| v == "true")
+        || status.backup_id.as_ref().is_some_and(|id| {
+            crate::retention::held_ids(
+                ctx.backups.state().iter().map(AsRef::as_ref),
+                &ns,
+                &backup.spec.template.policy.name,
+            )
+            .contains(id)
+        });
+    if held {
+        let message = format!(
+            "expired by its ttl at {expires}, but {} holds it; it expires once the hold is removed",
+            crate::retention::PROTECT_ANNOTATION
+        );
+        set_status_condition(api, backup, EXPIRY_CONDITION, false, "Held", &message).await?;
+        // Its own annotation's removal reconciles it at once; another object's is seen
+        // by the next look.
+        return Ok(Action::requeue(WAITING_RECHECK));
+    }
     let blocked = |e: Error| async move {
         let message = format!(
             "expired by its ttl at {expires}, but its data cannot be reached, so it is kept (retried): {}",

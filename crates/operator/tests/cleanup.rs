@@ -406,9 +406,13 @@ async fn ttl_expiry_deletes_backups_with_their_data_but_never_the_floor() {
     let expired = SynthBackup::full("expired", ago(300), 1);
     let young = SynthBackup::full("young", ago(200), 2);
     let floor = SynthBackup::full("floor", ago(100), 3);
-    synth::write_backups(&store, &[expired.clone(), young.clone(), floor.clone()])
-        .await
-        .unwrap();
+    let held = SynthBackup::full("held", ago(250), 6);
+    synth::write_backups(
+        &store,
+        &[expired.clone(), young.clone(), floor.clone(), held.clone()],
+    )
+    .await
+    .unwrap();
     let before = keys(&store).await;
     Api::<BackupPolicy>::namespaced(admin.clone(), ns)
         .create(&PostParams::default(), &policy(ns, &weed.endpoint, None))
@@ -418,6 +422,13 @@ async fn ttl_expiry_deletes_backups_with_their_data_but_never_the_floor() {
     backup_object(&backups, &expired, json!({"spec": {"ttl": "1d"}})).await;
     backup_object(&backups, &young, json!({"spec": {"ttl": "30d"}})).await;
     backup_object(&backups, &floor, json!({"spec": {"ttl": "1d"}})).await;
+    // Expired too, but on hold.
+    backup_object(
+        &backups,
+        &held,
+        json!({"metadata": {"annotations": {"tidemark.io/protect": "true"}}, "spec": {"ttl": "1d"}}),
+    )
+    .await;
 
     // Without its Secret, the expiry is blocked: a warning, the data and object kept.
     let ns2 = "expiry-nosecret";
@@ -532,6 +543,52 @@ async fn ttl_expiry_deletes_backups_with_their_data_but_never_the_floor() {
     .await;
     assert_eq!(of(&keys(&store2).await, &stranded), Vec::<String>::new());
     assert_eq!(of(&keys(&store2).await, &newer), of(&before2, &newer));
+
+    // The held Backup's ttl ran out, but the hold wins: it waits, its data whole.
+    let st = eventually("the held one waits", || async {
+        let s = serde_json::to_value(backups.get("held").await.unwrap().status).unwrap();
+        s["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "Expired" && c["reason"] == "Held")
+            .cloned()
+    })
+    .await;
+    assert_eq!(st["status"], "False");
+    assert!(
+        st["message"]
+            .as_str()
+            .unwrap()
+            .contains("tidemark.io/protect"),
+        "{st}"
+    );
+    assert!(
+        backups
+            .get("held")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_none()
+    );
+    assert_eq!(of(&keys(&store).await, &held), of(&before, &held));
+    // Released: it expires with its data.
+    backups
+        .patch(
+            "held",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"metadata": {"annotations": {"tidemark.io/protect": null}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    eventually("held expired once released", || async {
+        finalizers(&backups, "held").await.is_none().then_some(())
+    })
+    .await;
+    assert_eq!(of(&keys(&store).await, &held), Vec::<String>::new());
     op.stop().await;
 }
 

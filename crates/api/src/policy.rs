@@ -287,6 +287,10 @@ pub struct BackupPolicyStatus {
     /// Binlog segments deleted by the last pass.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub segments_deleted: Option<u64>,
+    /// Deletions and consolidations the last pass could not do (`Ready=False`,
+    /// `PassPartlyFailed`; retried with backoff).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failures: Option<u64>,
     /// Bytes the last pass freed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes_freed: Option<u64>,

@@ -23,7 +23,9 @@ pub trait Consolidator: Send + Sync {
     /// Builds and commits the full that replaces `target`, from what `survey` saw.
     ///
     /// # Errors
-    /// The chain cannot be merged; nothing of it is deleted then.
+    /// The chain cannot be merged; nothing of it is deleted then. An error of class
+    /// [`crate::Class::Contention`] says the work is under way elsewhere (a Job that
+    /// runs): not a failure of the pass.
     async fn consolidate(
         &self,
         store: &ClusterStore,
@@ -167,6 +169,11 @@ pub async fn retention_pass(
                 Ok(c) => {
                     tracing::info!(target = %c.target, synthetic = %c.synthetic, "synthetic full committed");
                     consolidated.push(c);
+                }
+                // Under way elsewhere (a Job that runs): not a failure; the chain stays
+                // and a later pass finds the synthetic full.
+                Err(e) if e.class() == crate::Class::Contention => {
+                    tracing::info!(target = %target.id, "consolidation under way: {}", chain(&e));
                 }
                 Err(e) => failures.push(DeleteFailure {
                     key: format!("{}/{}/{}", store.cluster, target.name, target.id),

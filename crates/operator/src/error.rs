@@ -19,6 +19,10 @@ pub enum Error {
     /// Something the object needs does not exist yet (its BackupPolicy, a Secret).
     #[error("{0}")]
     Missing(String),
+    /// A retention pass ran but some of its deletions or consolidations failed: retried
+    /// with backoff, like a store error.
+    #[error("{0}")]
+    PartlyFailed(String),
     /// A bug: the reconcile panicked. The object fails (and is retried slowly); the
     /// process and every other object go on.
     #[error("internal error (a bug; please report it): {0}")]
@@ -33,7 +37,7 @@ impl Error {
             // Conflicts (409) are another writer; the rest is the API being unavailable.
             Error::Kube(kube::Error::Api(s)) if s.code == 409 => Class::Contention,
             Error::Kube(kube::Error::Api(s)) if s.code == 422 || s.code == 400 => Class::Input,
-            Error::Kube(_) => Class::Store,
+            Error::Kube(_) | Error::PartlyFailed(_) => Class::Store,
             Error::Engine(e) => e.class(),
             Error::Invalid(_) => Class::Input,
             Error::Missing(_) => Class::Contention,

@@ -47,6 +47,8 @@ pub struct Metrics {
     pub retention_passes: Family<PassLabels, Counter>,
     pub objects_deleted: Family<PolicyLabels, Counter>,
     pub bytes_freed: Family<PolicyLabels, Counter>,
+    /// Deletions and consolidations retention passes could not do.
+    pub retention_failures: Family<PolicyLabels, Counter>,
     pub recovery_window_seconds: Family<PolicyLabels, Gauge>,
     pub last_successful_backup: Family<PolicyLabels, Gauge>,
     pub reconcile_errors: Family<ErrorLabels, Counter>,
@@ -65,6 +67,11 @@ impl Metrics {
             "retention_passes",
             "Retention passes, by policy and result",
             self.retention_passes.clone(),
+        );
+        r.register(
+            "retention_failures",
+            "Deletions and consolidations retention passes could not do (retried)",
+            self.retention_failures.clone(),
         );
         r.register(
             "objects_deleted",

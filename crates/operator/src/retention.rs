@@ -209,12 +209,16 @@ async fn pass(
         c.remove_finished().await;
     }
     let summary = Summary::of(&outcome);
+    let failures = outcome
+        .executed
+        .as_ref()
+        .map_or(&[][..], |r| r.failures.as_slice());
     let m = &ctx.metrics;
     m.retention_passes
         .get_or_create(&crate::metrics::PassLabels {
             namespace: ns.clone(),
             policy: name.clone(),
-            result: "ok".into(),
+            result: if failures.is_empty() { "ok" } else { "partial" }.into(),
         })
         .inc();
     if let Some(r) = &outcome.executed {
@@ -243,10 +247,40 @@ async fn pass(
         .await;
     }
     let next = tidemark_core::saturating_add(now, interval);
+    // What it could not do fails the pass: reported, and retried with backoff — so the
+    // pass is not recorded as run (observedGeneration and lastRetentionRunTime stay those
+    // of the last whole pass).
+    let partly_failed = (!failures.is_empty()).then(|| {
+        let first = &failures[0];
+        format!(
+            "{} deletion(s) or consolidation(s) failed (retried with backoff): {}: {}{}; {}",
+            failures.len(),
+            first.key,
+            first.error,
+            if failures.len() > 1 { " …" } else { "" },
+            summary.note()
+        )
+    });
+    if let Some(message) = &partly_failed {
+        m.retention_failures
+            .get_or_create(&labels)
+            .inc_by(failures.len() as u64);
+        ctx.warn(&policy.object_ref(&()), "RetentionPartlyFailed", message)
+            .await;
+    }
+    let (observed_generation, last, next) = if partly_failed.is_some() {
+        (
+            status.observed_generation,
+            status.last_retention_run_time.clone(),
+            None,
+        )
+    } else {
+        (generation, Some(Time(now)), Some(Time(next)))
+    };
     let new = BackupPolicyStatus {
-        observed_generation: generation,
-        last_retention_run_time: Some(Time(now)),
-        next_retention_run_time: Some(Time(next)),
+        observed_generation,
+        last_retention_run_time: last,
+        next_retention_run_time: next,
         recovery_window: outcome.survey.plan.recovery_window.as_ref().map(|w| {
             RecoveryWindowStatus {
                 start: Time(w.from),
@@ -265,17 +299,34 @@ async fn pass(
         backups_deleted: Some(summary.deleted),
         segments_deleted: Some(summary.segments_deleted),
         bytes_freed: Some(summary.bytes_freed),
-        conditions: vec![condition(
-            &status.conditions,
-            "Ready",
-            true,
-            "PassSucceeded",
-            &summary.note(),
-            generation,
-        )],
+        failures: Some(failures.len() as u64),
+        conditions: vec![match &partly_failed {
+            Some(message) => condition(
+                &status.conditions,
+                "Ready",
+                false,
+                "PassPartlyFailed",
+                message,
+                generation,
+            ),
+            None => condition(
+                &status.conditions,
+                "Ready",
+                true,
+                "PassSucceeded",
+                &summary.note(),
+                generation,
+            ),
+        }],
     };
     apply_status(&api, &name, &new).await?;
-    Ok(Requeue::requeue(until(now, next)))
+    if let Some(message) = partly_failed {
+        return Err(Error::PartlyFailed(message));
+    }
+    Ok(Requeue::requeue(until(
+        now,
+        tidemark_core::saturating_add(now, interval),
+    )))
 }
 
 /// The Job runner of `policy`'s consolidations, when its database image is known.

@@ -451,3 +451,131 @@ async fn a_leader_change_in_the_middle_of_a_pass() {
     assert_eq!(holder.as_deref(), Some("replica-b"));
     second.stop().await;
 }
+
+/// A pass that partly failed is not a success (issue 18): a consolidation Job that failed
+/// makes the pass `Ready=False` `PassPartlyFailed` with the count in `status.failures`, a
+/// `RetentionPartlyFailed` event and `result="partial"` in the metric — and it is retried
+/// with backoff, not after a full `retentionInterval` (1h here): a new Job runs within
+/// seconds. (Before, it read `Ready=True PassSucceeded` and waited the hour.) A Job that
+/// is still running is not a failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_that_partly_failed_is_not_a_success() {
+    use k8s_openapi::api::batch::v1::Job;
+    let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let ns = "partial";
+    cluster.namespace(ns).await;
+    secret(&admin, ns, "s3").await;
+    let store = weed.cluster_store("db");
+    let now = Timestamp::now();
+    let mut full = SynthBackup::full("nightly", now - SignedDuration::from_hours(3), 1);
+    full.method = "mariabackup".into();
+    let mut inc =
+        SynthBackup::incremental("nightly", &full.id, now - SignedDuration::from_hours(1), 2);
+    inc.method = "mariabackup".into();
+    synth::write_backups(&store, &[full.clone(), inc.clone()])
+        .await
+        .unwrap();
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(admin.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "db-0", "namespace": ns, "labels": {"app": "db"}},
+                "spec": {"containers": [{"name": "mariadb", "image": "mariadb:11.4"}]},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut p = policy("db", ns, &weed.endpoint, "s3");
+    p.spec.retention.as_mut().unwrap().consolidate = Some(true);
+    p.spec.source =
+        Some(serde_json::from_value(json!({"selector": {"matchLabels": {"app": "db"}}})).unwrap());
+    let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), ns);
+    policies.create(&PostParams::default(), &p).await.unwrap();
+    let op = Operator::start(&cluster, "operator-partial");
+    let jobs: Api<Job> = Api::namespaced(admin.clone(), ns);
+    let name = tidemark_operator::consolidation::job_name("db", &inc.id);
+    let first = eventually("the consolidation Job", || async {
+        jobs.get_opt(&name).await.unwrap()
+    })
+    .await;
+    // Running is not failing: the pass succeeded, the chain is kept.
+    let st = eventually("the first pass", || async {
+        let s = status(&policies, "db").await;
+        (s["conditions"][0]["reason"] == "PassSucceeded").then_some(s)
+    })
+    .await;
+    assert_eq!(st["failures"], 0, "{st}");
+    // The Job fails; a spec change makes the next pass due at once.
+    jobs.patch_status(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"failed": 1}})),
+    )
+    .await
+    .unwrap();
+    policies
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"retentionInterval": "59m"}})),
+        )
+        .await
+        .unwrap();
+    let st = eventually("the partial failure", || async {
+        let s = status(&policies, "db").await;
+        (s["conditions"][0]["reason"] == "PassPartlyFailed").then_some(s)
+    })
+    .await;
+    assert_eq!(st["conditions"][0]["status"], "False", "{st}");
+    assert_eq!(st["failures"], 1, "{st}");
+    let message = st["conditions"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("consolidation Job") && message.contains("failed"),
+        "{message}"
+    );
+    let events: Vec<K8sEvent> = Api::<K8sEvent>::namespaced(admin.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("RetentionPartlyFailed")),
+        "{events:?}"
+    );
+    let (_, metrics) = op.get("/metrics").await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("tidemark_retention_passes_total")
+                && l.contains("result=\"partial\"")),
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("tidemark_retention_failures_total") && l.ends_with(" 1")),
+        "{metrics}"
+    );
+    // Retried with backoff: a new Job within seconds, not after the hour.
+    eventually("a new consolidation Job", || async {
+        let j = jobs.get_opt(&name).await.unwrap()?;
+        (j.metadata.uid != first.metadata.uid).then_some(())
+    })
+    .await;
+    eventually("the pass succeeds again", || async {
+        let s = status(&policies, "db").await;
+        (s["conditions"][0]["reason"] == "PassSucceeded" && s["observedGeneration"] == 2)
+            .then_some(())
+    })
+    .await;
+    // Nothing of the chain went meanwhile.
+    let mut ids = metadata_ids(&store).await;
+    ids.sort();
+    assert_eq!(ids, [full.id.clone(), inc.id.clone()]);
+    op.stop().await;
+}

@@ -32,6 +32,8 @@ pub struct SynthBackup {
     pub payload: Vec<u8>,
     pub log_file: Option<String>,
     pub labels: Vec<(String, String)>,
+    /// The method recorded (`exec` unless set; `mariabackup` makes it consolidatable).
+    pub method: String,
 }
 
 impl SynthBackup {
@@ -49,6 +51,7 @@ impl SynthBackup {
             payload: format!("payload of {name} at {started_at}\n").into_bytes(),
             log_file: None,
             labels: Vec::new(),
+            method: "exec".into(),
         }
     }
 
@@ -71,7 +74,7 @@ impl SynthBackup {
                 BackupType::Full
             },
             parent_id: self.parent.clone(),
-            method: "exec".into(),
+            method: self.method.clone(),
             phase: if self.failed {
                 MetadataPhase::Failed
             } else {

@@ -21,6 +21,7 @@ pub mod backup;
 pub mod cleanup;
 pub mod consolidation;
 pub mod error;
+pub mod events;
 pub mod exec;
 pub mod fence;
 pub mod hooks;
@@ -42,7 +43,7 @@ use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -104,7 +105,7 @@ impl Options {
 /// What every reconcile shares.
 pub struct Context {
     pub client: Client,
-    pub recorder: Recorder,
+    pub recorder: events::Recorder,
     pub clock: Arc<dyn Clock>,
     /// Every Backup, as the watch last saw it (name collisions, children).
     pub backups: Store<Backup>,
@@ -535,7 +536,7 @@ async fn scope(
     };
     let ctx = Arc::new(Context {
         client: client.clone(),
-        recorder: Recorder::new(client.clone(), reporter),
+        recorder: events::Recorder::new(client.clone(), reporter),
         clock,
         backups,
         policies: policy_store,

@@ -801,6 +801,20 @@ async fn delete_hooks_run_in_name_order_and_never_veto() {
             "no {reason} event"
         );
     }
+    // Every outcome is an event of its own: the two hooks that succeeded are two events,
+    // each naming its hook (a recorder that folds events by reason kept only the first).
+    let succeeded: Vec<String> = events(&admin, ns, "DeleteHookSucceeded")
+        .await
+        .into_iter()
+        .filter_map(|e| e.note)
+        .collect();
+    assert_eq!(succeeded.len(), 2, "{succeeded:?}");
+    for hook in ["a-notify", "d-job"] {
+        assert!(
+            succeeded.iter().any(|n| n.contains(hook)),
+            "no event for {hook}: {succeeded:?}"
+        );
+    }
 
     // A retention pass that deletes a backup by its rules runs the hooks of its Backup
     // object first too (reason "retention"); the object stays and shows the outcome.

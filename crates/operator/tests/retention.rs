@@ -579,3 +579,65 @@ async fn a_pass_that_partly_failed_is_not_a_success() {
     assert_eq!(ids, [full.id.clone(), inc.id.clone()]);
     op.stop().await;
 }
+
+/// Every deleting pass has an event of its own (issue 18): two passes a few seconds apart
+/// that each delete a backup leave two `BackupRetention` events, each naming its backup
+/// and audit record — not one event that still names the first pass's after the second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_deleting_pass_has_its_own_event() {
+    let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let ns = "passes";
+    cluster.namespace(ns).await;
+    secret(&admin, ns, "s3").await;
+    let store = weed.cluster_store("db");
+    let now = Timestamp::now();
+    let first = SynthBackup::full("nightly", now - SignedDuration::from_hours(3), 1);
+    let second = SynthBackup::full("nightly", now - SignedDuration::from_hours(2), 2);
+    synth::write_backups(&store, &[first.clone(), second.clone()])
+        .await
+        .unwrap();
+    let mut p = policy("db", ns, &weed.endpoint, "s3");
+    p.spec.retention_interval = Some("1s".into());
+    Api::<BackupPolicy>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &p)
+        .await
+        .unwrap();
+    let op = Operator::start(&cluster, "operator-passes");
+    eventually("the first deleting pass", || async {
+        (metadata_ids(&store).await == [second.id.clone()]).then_some(())
+    })
+    .await;
+    let third = SynthBackup::full("nightly", now - SignedDuration::from_hours(1), 3);
+    synth::write_backups(&store, std::slice::from_ref(&third))
+        .await
+        .unwrap();
+    eventually("the second deleting pass", || async {
+        (metadata_ids(&store).await == [third.id.clone()]).then_some(())
+    })
+    .await;
+    let notes = eventually("two BackupRetention events", || async {
+        let notes: Vec<String> = Api::<K8sEvent>::namespaced(admin.clone(), ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("BackupRetention"))
+            .filter_map(|e| e.note)
+            .collect();
+        (notes.len() >= 2).then_some(notes)
+    })
+    .await;
+    assert_eq!(notes.len(), 2, "{notes:?}");
+    for id in [&first.id, &second.id] {
+        assert_eq!(
+            notes.iter().filter(|n| n.contains(id.as_str())).count(),
+            1,
+            "{id}: {notes:?}"
+        );
+    }
+    assert_ne!(notes[0], notes[1]);
+    op.stop().await;
+}

@@ -14,7 +14,7 @@ pub use crate::policy::{
     SourceSpec,
 };
 pub use crate::schedule::{
-    BackupCrd as Backup, BackupPhase, BackupStatus, HookResult,
+    BackupCrd as Backup, BackupPhase, BackupStatus, DataRemoved, HookResult,
     ScheduledBackupCrd as ScheduledBackup, ScheduledBackupStatus,
 };
 

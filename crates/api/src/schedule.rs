@@ -205,6 +205,11 @@ pub struct Backup {
         priority = 1
     ),
     printcolumn(
+        name = "Data removed",
+        type_ = "date",
+        json_path = ".status.dataRemoved.at"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
@@ -313,6 +318,23 @@ pub struct BackupStatus {
     /// The DeleteHooks that ran when the backup was deleted, in the order they ran.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hooks: Vec<HookResult>,
+    /// Set when a retention pass deleted the backup's data while this object stays (the
+    /// object is the user's; retention deletes data, never Backup objects).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_removed: Option<DataRemoved>,
+}
+
+/// When and why retention removed a backup's data.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DataRemoved {
+    pub at: Time,
+    /// The plan's reasons (`beyondWindow`, `ttlExpired`, `failedExpired`, …).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
+    /// The key of the pass's audit record in the store (what it deleted, and why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_record: Option<String>,
 }
 
 /// What one DeleteHook did (seed 003): hooks cannot veto a deletion, so every outcome is

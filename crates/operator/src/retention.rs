@@ -237,6 +237,7 @@ async fn pass(
             .as_ref()
             .map_or(0, |w| w.to.duration_since(w.from).as_secs()),
     );
+    record_removed(&ctx, &ns, &name, &outcome, summary.audit.as_deref(), now).await;
     if summary.deleted > 0 || summary.segments_deleted > 0 {
         ctx.event(
             &policy.object_ref(&()),
@@ -327,6 +328,73 @@ async fn pass(
         now,
         tidemark_core::saturating_add(now, interval),
     )))
+}
+
+/// The field manager of `status.dataRemoved`: its own writer, so no other status write
+/// of the Backup drops it.
+const DATA_REMOVED_MANAGER: &str = "tidemark-operator-retention";
+
+/// Records on each Backup object of `policy` whose data the pass deleted when, why and
+/// under which audit record (`status.dataRemoved`): the object stays (retention deletes
+/// data, never the user's objects) and says so. A failure to record is logged; the data
+/// is gone either way, and the next pass does not see it again.
+async fn record_removed(
+    ctx: &Context,
+    ns: &str,
+    policy: &str,
+    outcome: &PassOutcome,
+    audit: Option<&str>,
+    now: Timestamp,
+) {
+    let Some(report) = outcome.executed.as_ref() else {
+        return;
+    };
+    let gone: HashSet<&str> = report.backups_deleted.iter().map(String::as_str).collect();
+    if gone.is_empty() {
+        return;
+    }
+    let reasons: std::collections::HashMap<&str, Vec<String>> = outcome
+        .survey
+        .plan
+        .deletions()
+        .filter(|d| gone.contains(d.backup.id.as_str()))
+        .map(|d| {
+            (
+                d.backup.id.as_str(),
+                d.reasons.iter().map(ToString::to_string).collect(),
+            )
+        })
+        .collect();
+    let api: Api<tidemark_api::crd::Backup> = Api::namespaced(ctx.client.clone(), ns);
+    for b in ctx.backups.state() {
+        let Some(id) = b.status.as_ref().and_then(|s| s.backup_id.as_deref()) else {
+            continue;
+        };
+        if b.namespace().as_deref() != Some(ns)
+            || b.spec.template.policy.name != policy
+            || !gone.contains(id)
+            || b.meta().deletion_timestamp.is_some()
+            || b.status.as_ref().is_some_and(|s| s.data_removed.is_some())
+        {
+            continue;
+        }
+        let removed = tidemark_api::crd::DataRemoved {
+            at: Time(now),
+            reasons: reasons.get(id).cloned().unwrap_or_default(),
+            audit_record: audit.map(str::to_owned),
+        };
+        let patch = json!({"status": {"dataRemoved": removed}});
+        let params = PatchParams {
+            field_manager: Some(DATA_REMOVED_MANAGER.into()),
+            ..PatchParams::default()
+        };
+        if let Err(e) = api
+            .patch_status(&b.name_any(), &params, &Patch::Merge(&patch))
+            .await
+        {
+            tracing::warn!(backup = %b.name_any(), "could not record that its data was removed: {e}");
+        }
+    }
 }
 
 /// The Job runner of `policy`'s consolidations, when its database image is known.

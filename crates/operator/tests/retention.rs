@@ -641,3 +641,79 @@ async fn every_deleting_pass_has_its_own_event() {
     assert_ne!(notes[0], notes[1]);
     op.stop().await;
 }
+
+/// A Backup whose data retention removed says so (issue 18, seed 000): the object stays
+/// (retention never deletes Backup objects), `completed`, with `status.dataRemoved` —
+/// when, the plan's reasons and the audit record — shown by `kubectl get` in the column
+/// "Data removed". The Backup whose data stays has none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_whose_data_retention_removed_says_so() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let ns = "removed";
+    cluster.namespace(ns).await;
+    secret(&admin, ns, "s3").await;
+    let store = weed.cluster_store("db");
+    let now = Timestamp::now();
+    let old = SynthBackup::full("old", now - SignedDuration::from_hours(3), 1);
+    let new = SynthBackup::full("new", now - SignedDuration::from_hours(1), 2);
+    synth::write_backups(&store, &[old.clone(), new.clone()])
+        .await
+        .unwrap();
+    let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
+    for b in [&old, &new] {
+        tidemark_operator::testkit::completed_backup(&backups, b, json!({})).await;
+    }
+    Api::<BackupPolicy>::namespaced(admin.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &policy("db", ns, &weed.endpoint, "s3"),
+        )
+        .await
+        .unwrap();
+    let op = Operator::start(&cluster, "operator-removed");
+    let removed = eventually("old's data removed, recorded", || async {
+        backups.get("old").await.ok()?.status?.data_removed
+    })
+    .await;
+    assert_eq!(metadata_ids(&store).await, [new.id.clone()]);
+    assert!(!removed.reasons.is_empty(), "{removed:?}");
+    let audit = removed.audit_record.clone().unwrap_or_default();
+    assert!(audit.contains("_audit/"), "{removed:?}");
+    assert!(removed.at.0 >= now, "{removed:?}");
+    // The object stays, completed; the record is not erased by later status writes.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let kept = backups.get("old").await.unwrap();
+    assert!(kept.metadata.deletion_timestamp.is_none());
+    let status = kept.status.unwrap();
+    assert_eq!(
+        status.phase,
+        Some(tidemark_api::crd::BackupPhase::Completed)
+    );
+    assert_eq!(status.data_removed, Some(removed));
+    assert!(
+        backups
+            .get("new")
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .data_removed
+            .is_none()
+    );
+    let crd = Api::<CustomResourceDefinition>::all(admin.clone())
+        .get("backups.tidemark.io")
+        .await
+        .unwrap();
+    let columns = &crd.spec.versions[0].additional_printer_columns;
+    assert!(
+        columns
+            .iter()
+            .flatten()
+            .any(|c| c.name == "Data removed" && c.json_path == ".status.dataRemoved.at"),
+        "{columns:?}"
+    );
+    op.stop().await;
+}

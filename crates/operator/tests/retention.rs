@@ -678,7 +678,7 @@ async fn a_backup_whose_data_retention_removed_says_so() {
         backups.get("old").await.ok()?.status?.data_removed
     })
     .await;
-    assert_eq!(metadata_ids(&store).await, [new.id.clone()]);
+    assert_eq!(metadata_ids(&store).await, std::slice::from_ref(&new.id));
     assert!(!removed.reasons.is_empty(), "{removed:?}");
     let audit = removed.audit_record.clone().unwrap_or_default();
     assert!(audit.contains("_audit/"), "{removed:?}");

@@ -293,7 +293,8 @@ pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
 /// with `deletionPolicy: Delete`, or expired by its `ttl`): it alone, with `reason`
 /// ([`Reason::DeletionRequested`] or [`Reason::TtlExpired`]) — unless a
 /// recovery depends on it. Then nothing is planned and the reasons it stays are returned:
-/// [`Reason::Floor`] (the newest restorable backup), [`Reason::Chain`] (a committed backup
+/// [`Reason::Floor`] (for an expiry, the newest restorable backup; for an explicit
+/// deletion, which is not retention, only the last restorable one), [`Reason::Chain`] (a committed backup
 /// builds on it), [`Reason::Gap`] (it alone bridges a hole in the binlog archive), or what
 /// the store itself forbids ([`Reason::Locked`], [`Reason::NewerFormat`],
 /// [`Reason::InProgress`], [`Reason::Malformed`]). `None`: no backup `id` under `name`.
@@ -325,12 +326,22 @@ pub fn requested_deletion(
         _ => {}
     }
     if standing.restorable.contains(&target.id) {
-        let newest = inventory
-            .backups
-            .iter()
-            .filter(|b| standing.restorable.contains(&b.id))
-            .max_by_key(|b| (b.completed_at, b.id.clone()));
-        if newest.is_some_and(|n| n.id == target.id) {
+        let restorable = || {
+            inventory
+                .backups
+                .iter()
+                .filter(|b| standing.restorable.contains(&b.id))
+        };
+        // An explicit deletion is not retention: it may take the newest backup while
+        // another restorable one remains, never the last. An expiry keeps the floor.
+        let floor = if reason == Reason::DeletionRequested {
+            restorable().all(|b| b.id == target.id)
+        } else {
+            restorable()
+                .max_by_key(|b| (b.completed_at, b.id.clone()))
+                .is_some_and(|n| n.id == target.id)
+        };
+        if floor {
             keep.push(Reason::Floor);
         }
     }

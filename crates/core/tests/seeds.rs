@@ -1082,8 +1082,18 @@ fn leftovers_are_collected_by_age_and_never_under_a_running_attempt() {
 
 // ---------------------------------------------------------------- requested deletion
 
+fn name_of(inv: &Inventory, id: &str) -> String {
+    inv.backups
+        .iter()
+        .find(|b| b.id == id)
+        .map(|b| b.name.clone())
+        .unwrap_or_default()
+}
+
 /// Seed 000's finalizer and seed 002's "delete a backup": deleting a Backup object with
-/// `deletionPolicy: Delete` deletes its data only when no recovery depends on it.
+/// `deletionPolicy: Delete` deletes its data only when no recovery depends on it: never
+/// the last restorable backup nor a committed increment's base (an expiry also keeps the
+/// newest).
 #[test]
 fn requested_deletion_never_takes_the_floor_or_a_chain_parent() {
     let inv = Inventory {
@@ -1125,8 +1135,29 @@ fn requested_deletion_never_takes_the_floor_or_a_chain_parent() {
     };
     // Nothing depends on `old` (a failed increment does not): deleted on request.
     assert_eq!(reasons("old"), vec![Reason::DeletionRequested]);
-    // `inc` is the newest restorable: the floor stays.
-    assert_eq!(reasons("inc"), vec![Reason::Floor]);
+    // `inc` is the newest restorable, but an explicit deletion is not retention: others
+    // remain restorable, so it goes (an expiry would keep it).
+    assert_eq!(reasons("inc"), vec![Reason::DeletionRequested]);
+    match tidemark_core::requested_deletion(&inv, &name("inc"), "inc", Reason::TtlExpired, now) {
+        Some(Err(keep)) => assert_eq!(keep, vec![Reason::Floor]),
+        other => panic!("an expiry took the newest restorable backup: {other:?}"),
+    }
+    // The last restorable backup is never deleted, however asked.
+    let alone = Inventory {
+        backups: vec![full("only", "2026-11-01T02:00:00Z")],
+        segments: vec![],
+        ..Default::default()
+    };
+    match tidemark_core::requested_deletion(
+        &alone,
+        &name_of(&alone, "only"),
+        "only",
+        Reason::DeletionRequested,
+        now,
+    ) {
+        Some(Err(keep)) => assert_eq!(keep, vec![Reason::Floor]),
+        other => panic!("the last restorable backup was deleted: {other:?}"),
+    }
     // `base` carries the retained increment.
     assert_eq!(reasons("base"), vec![Reason::Chain("inc".into())]);
     assert_eq!(reasons("broken-inc"), vec![Reason::DeletionRequested]);

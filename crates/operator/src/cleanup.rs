@@ -7,12 +7,14 @@
 //! 2. the recorded backup (`status.backupId` under its store name) is looked up in the
 //!    policy's store with the policy's credentials;
 //! 3. the engine's deleter removes it — audit record first, `metadata.json` before the
-//!    payload — unless a recovery depends on it (the newest restorable backup, the parent
-//!    of a committed increment, the only bridge over a binlog gap): then the backup is
+//!    payload — unless a recovery depends on it (the last restorable backup — an
+//!    explicit deletion is not retention, so the newest goes while another remains — the
+//!    parent of a committed increment, the only bridge over a binlog gap): then the backup is
 //!    marked for deletion in the store (`_deletion-requested.json`, seed 002's
 //!    delete-then-consolidate), so that no retention rule keeps it and a pass removes it
 //!    or consolidates its chain once that is safe; the Backup says so
-//!    (`RemoteCleanup=False`, `WaitingForRetention`) and is looked at again until its
+//!    (`RemoteCleanup=False`, `WaitingForRetention`, or `LastRestorableBackup`) and is
+//!    looked at again until its
 //!    data is gone;
 //! 4. a failure is the condition `RemoteCleanup=False` (`RemoteCleanupFailed`) and a
 //!    Warning event, and is retried with backoff; the finalizer stays;
@@ -224,11 +226,23 @@ pub async fn on_delete(
                 return failed(ctx, api, backup, Error::Engine(e.into())).await;
             }
             let why: Vec<String> = keep.iter().map(ToString::to_string).collect();
-            let message = format!(
-                "backup {id} is marked for deletion but stays in the store while a recovery depends on it ({}): the newest restorable backup is never deleted, nor the base of a committed increment; a retention pass removes it (with consolidate, merges its chain into a synthetic full) once that no longer holds. Annotate {SKIP_ANNOTATION}=\"true\" to let the object go now (the mark stays)",
-                why.join(", ")
-            );
-            set_condition(api, backup, false, "WaitingForRetention", &message).await?;
+            let (reason, message) = if keep == [tidemark_core::Reason::Floor] {
+                (
+                    "LastRestorableBackup",
+                    format!(
+                        "backup {id} is the last restorable backup of this store, so its data stays (marked for deletion): a retention pass removes it once another backup is restorable. Annotate {SKIP_ANNOTATION}=\"true\" to let the object go now (the mark stays)"
+                    ),
+                )
+            } else {
+                (
+                    "WaitingForRetention",
+                    format!(
+                        "backup {id} is marked for deletion but stays in the store while a recovery depends on it ({}): the last restorable backup is never deleted, nor the base of a committed increment; a retention pass removes it (with consolidate, merges its chain into a synthetic full) once that no longer holds. Annotate {SKIP_ANNOTATION}=\"true\" to let the object go now (the mark stays)",
+                        why.join(", ")
+                    ),
+                )
+            };
+            set_condition(api, backup, false, reason, &message).await?;
             return Ok(Action::requeue(WAITING_RECHECK));
         }
         Some(Ok(plan)) => plan,

@@ -844,3 +844,92 @@ async fn delete_hooks_run_in_name_order_and_never_veto() {
     );
     op.stop().await;
 }
+
+/// Deleting the newest backup (issue 18, seed 002): an explicit deletion is not retention,
+/// so a Backup deleted with `deletionPolicy: Delete` takes the newest backup's data while
+/// another restorable backup remains (before, it was refused as the floor and the object
+/// hung Terminating); only the last restorable backup is refused, with its own condition,
+/// its data whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_newest_backup_is_not_retention() {
+    let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let ns = "newest";
+    cluster.namespace(ns).await;
+    secret(&admin, ns).await;
+    let store = weed.cluster_store(ns);
+    let now = Timestamp::now();
+    let older = SynthBackup::full("older", now - SignedDuration::from_hours(3), 1);
+    let newest = SynthBackup::full("newest", now - SignedDuration::from_hours(1), 2);
+    synth::write_backups(&store, &[older.clone(), newest.clone()])
+        .await
+        .unwrap();
+    let before = keys(&store).await;
+    Api::<BackupPolicy>::namespaced(admin.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &policy(ns, &weed.endpoint, Some("Delete")),
+        )
+        .await
+        .unwrap();
+    let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
+    for b in [&older, &newest] {
+        backup_object(&backups, b, json!({})).await;
+    }
+    let op = Operator::start(&cluster, "operator-newest");
+    for name in ["older", "newest"] {
+        eventually(&format!("the finalizer on {name}"), || async {
+            finalizers(&backups, name)
+                .await?
+                .contains(&"tidemark.io/remote-cleanup".to_owned())
+                .then_some(())
+        })
+        .await;
+    }
+    backups
+        .delete("newest", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("newest gone with its data", || async {
+        finalizers(&backups, "newest").await.is_none().then_some(())
+    })
+    .await;
+    let after = keys(&store).await;
+    assert_eq!(of(&after, &newest), Vec::<String>::new());
+    assert_eq!(of(&after, &older), of(&before, &older));
+    let audit = audit_records(&store, &after).await;
+    assert_eq!(audit[0]["backups"][0]["backupId"], newest.id.as_str());
+    assert_eq!(
+        audit[0]["backups"][0]["reasons"],
+        json!(["deletionRequested"])
+    );
+    // `older` is now the last restorable backup: refused, saying so; the data stays.
+    backups
+        .delete("older", &DeleteParams::default())
+        .await
+        .unwrap();
+    let st = eventually("older waits", || async {
+        let s = serde_json::to_value(backups.get("older").await.ok()?.status).ok()?;
+        s["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "RemoteCleanup" && c["reason"] == "LastRestorableBackup")
+            .cloned()
+    })
+    .await;
+    assert!(
+        st["message"]
+            .as_str()
+            .unwrap()
+            .contains("last restorable backup"),
+        "{st}"
+    );
+    // Its data whole (beside the deletion mark a later pass acts on).
+    let now_keys = of(&keys(&store).await, &older);
+    for k in of(&before, &older) {
+        assert!(now_keys.contains(&k), "{k} gone: {now_keys:?}");
+    }
+    op.stop().await;
+}

@@ -67,6 +67,18 @@ pub(crate) const HOOK_TIMEOUT_RULE: &str = interval_rule!("1h");
 pub(crate) const HOOK_TIMEOUT_MESSAGE: &str =
     "expected a timeout from 1s to 1h, such as 30s, 5m or 1h";
 
+/// `spec.source.primaryReadyFor` of a BackupPolicy: how long the primary must have been
+/// Running and Ready before retention deletes anything; at most a day.
+pub const PRIMARY_READY_FOR: IntervalField = IntervalField {
+    field: "spec.source.primaryReadyFor",
+    default: "5m",
+    max: "24h",
+    max_secs: 24 * 3600,
+};
+pub(crate) const PRIMARY_READY_FOR_RULE: &str = interval_rule!("24h");
+pub(crate) const PRIMARY_READY_FOR_MESSAGE: &str =
+    "expected a duration from 1s to 24h, such as 30s, 5m or 1h";
+
 impl IntervalField {
     /// `tidemark operator --exec-max-duration`: at most a week.
     pub fn exec_max_duration() -> Self {

@@ -231,7 +231,7 @@ impl PodResources {
 }
 
 /// The database pods a Backup runs against (operator only).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SourceSpec {
     /// Selects the database pods (same namespace).
@@ -260,6 +260,27 @@ pub struct SourceSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(crate::names::SUBDOMAIN_PATTERN), length(max = 253))]
     pub credentials_secret: Option<String>,
+    /// Retention deletes only while the cluster has an established primary: a selected pod
+    /// labelled primary (or the only selected pod, when none carries the role label) that
+    /// has been Running and Ready for this long (`<n>s|<n>m|<n>h`, 1s to 24h; default
+    /// `5m`). Otherwise — an outage, a failover, a bootstrap — no pass runs
+    /// (`Ready=False`, `NoEstablishedPrimary`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(crate::interval::PRIMARY_READY_FOR_RULE).message(crate::interval::PRIMARY_READY_FOR_MESSAGE))]
+    #[schemars(length(max = 24))]
+    pub primary_ready_for: Option<String>,
+}
+
+impl SourceSpec {
+    /// How long the primary must have been Ready before retention deletes.
+    ///
+    /// # Errors
+    /// Not an interval from 1s to 24h.
+    pub fn primary_ready_for(&self) -> Result<jiff::SignedDuration, PolicyFileError> {
+        crate::interval::PRIMARY_READY_FOR
+            .parse(self.primary_ready_for.as_deref())
+            .map_err(PolicyFileError::Interval)
+    }
 }
 
 /// What the last retention pass found and did (operator).
@@ -602,6 +623,7 @@ impl BackupPolicySpec {
         }
         if let Some(source) = &self.source {
             source.validate()?;
+            source.primary_ready_for()?;
         }
         if let Some(r) = &self.resources {
             r.validate()?;

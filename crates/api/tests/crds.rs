@@ -144,7 +144,7 @@ fn retention_durations_follow_the_grammar() {
 #[test]
 fn intervals_are_bounded_and_cel_agrees_with_the_code() {
     use tidemark_api::interval::{
-        BINLOG_INTERVAL, HOOK_TIMEOUT, IntervalField, RETENTION_INTERVAL,
+        BINLOG_INTERVAL, HOOK_TIMEOUT, IntervalField, PRIMARY_READY_FOR, RETENTION_INTERVAL,
     };
     let values = [
         "1s",
@@ -164,6 +164,8 @@ fn intervals_are_bounded_and_cel_agrees_with_the_code() {
         "0h0m0s",
         "70000000h",
         "99999h",
+        "24h",
+        "24h1s",
         "2562048h",
         "1 hour",
         "1d",
@@ -175,7 +177,7 @@ fn intervals_are_bounded_and_cel_agrees_with_the_code() {
         "00001s",
     ];
     type Spec = fn(&str) -> Value;
-    let kinds: [(&str, &IntervalField, Spec); 3] = [
+    let kinds: [(&str, &IntervalField, Spec); 4] = [
         (
             "BackupPolicy",
             &RETENTION_INTERVAL,
@@ -185,6 +187,11 @@ fn intervals_are_bounded_and_cel_agrees_with_the_code() {
             "BackupPolicy",
             &BINLOG_INTERVAL,
             |v| json!({"binlogArchive": {"server": {"host": "db"}, "interval": v}}),
+        ),
+        (
+            "BackupPolicy",
+            &PRIMARY_READY_FOR,
+            |v| json!({"source": {"selector": {}, "primaryReadyFor": v}}),
         ),
         (
             "DeleteHook",

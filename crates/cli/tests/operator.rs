@@ -242,13 +242,7 @@ async fn a_backup_job_on_the_node_then_point_in_time_restore() {
             .is_empty()
     );
 
-    pods.patch_status(
-        "db-0",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"phase": "Running", "podIP": "127.0.0.1"}})),
-    )
-    .await
-    .unwrap();
+    tidemark_operator::testkit::mark_running(&admin, ns, "db-0").await;
     let job = eventually("the backup Job", || async {
         let name = backups.get("manual-1").await.unwrap().status?.job_name?;
         jobs.get_opt(&name).await.unwrap()
@@ -440,13 +434,7 @@ async fn a_backup_job_on_the_node_then_point_in_time_restore() {
         .unwrap()
         .insert("tidemark.io/role".into(), "standby".into());
     pods.create(&PostParams::default(), &standby).await.unwrap();
-    pods.patch_status(
-        "db-1",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"phase": "Running", "podIP": "127.0.0.1"}})),
-    )
-    .await
-    .unwrap();
+    tidemark_operator::testkit::mark_running(&admin, ns, "db-1").await;
     backups
         .create(
             &PostParams::default(),
@@ -859,15 +847,16 @@ async fn consolidation_cluster(ns: &str) -> (KubeCluster, Client) {
         &[("accessKeyId", ACCESS_KEY), ("secretAccessKey", SECRET_KEY)],
     )
     .await;
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "db-0", "namespace": ns, "labels": {"app": "db"}},
-        "spec": {"containers": [{"name": "mariadb", "image": "mariadb:11.4"}]},
-    }))
-    .unwrap();
-    Api::<Pod>::namespaced(admin.clone(), ns)
-        .create(&PostParams::default(), &pod)
-        .await
-        .unwrap();
+    // The database's only pod, Running and Ready: the established primary retention needs.
+    tidemark_operator::testkit::running_pod(
+        &admin,
+        ns,
+        json!({
+            "metadata": {"name": "db-0", "namespace": ns, "labels": {"app": "db"}},
+            "spec": {"containers": [{"name": "mariadb", "image": "mariadb:11.4"}]},
+        }),
+    )
+    .await;
     (cluster, admin)
 }
 

@@ -300,13 +300,23 @@ pub fn archiver(
     })
 }
 
-/// A fingerprint of what pods made from a database pod take from it ([`DatabaseRuntime`]):
-/// its containers' images and the security settings. A watch of pods passes on only the
-/// changes of it (a rollout of the database image), not every status change.
+/// A fingerprint of what the policies selecting a database pod take from it: what pods
+/// made from it copy ([`DatabaseRuntime`]: its containers' images and the security
+/// settings), and whether it is an established primary for retention (its labels, phase
+/// and readiness). A watch of pods passes on only the changes of it (a rollout of the
+/// database image, a failover, a primary becoming Ready), not every status change.
 pub fn pod_runtime(p: &Pod) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     p.metadata.uid.hash(&mut h);
+    p.metadata.labels.hash(&mut h);
+    let status = p.status.as_ref();
+    status.and_then(|s| s.phase.as_ref()).hash(&mut h);
+    status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| &c.status)
+        .hash(&mut h);
     let spec = p.spec.as_ref()?;
     serde_json::to_string(&spec.security_context)
         .unwrap_or_default()
@@ -320,8 +330,8 @@ pub fn pod_runtime(p: &Pod) -> Option<u64> {
     Some(h.finish())
 }
 
-/// The policies whose binlog archiver takes its [`DatabaseRuntime`] from `pod` (a `source`
-/// that selects it, a `binlogArchive.server`), among `policies`.
+/// The policies that look at `pod` (a `source` that selects it): for the binlog archiver's
+/// [`DatabaseRuntime`] (`binlogArchive.server`), or for retention's established primary.
 pub fn policies_of_pod(
     policies: &kube::runtime::reflector::Store<BackupPolicy>,
     pod: &Pod,
@@ -332,10 +342,11 @@ pub fn policies_of_pod(
         .iter()
         .filter(|p| p.namespace() == ns)
         .filter(|p| {
-            p.spec
-                .binlog_archive
-                .as_ref()
-                .is_some_and(|a| a.server.is_some())
+            p.spec.retention.is_some()
+                || p.spec
+                    .binlog_archive
+                    .as_ref()
+                    .is_some_and(|a| a.server.is_some())
         })
         .filter(|p| {
             p.spec

@@ -98,6 +98,22 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
         }
     }
 
+    // Seed 000: retention runs only while the cluster has an established primary. While
+    // it has none (an outage, a failover, a bootstrap) no new backups arrive, so nothing
+    // may expire meanwhile. A store-only policy (no source) has no pods to look at.
+    if let Some(source) = &policy.spec.source {
+        let ready_for = source
+            .primary_ready_for()
+            .map_err(|e| Error::Invalid(e.to_string()))?;
+        if let Some((message, recheck)) =
+            no_established_primary(&ctx, &ns, source, ready_for, now).await?
+        {
+            ctx.warn(&policy.object_ref(&()), "NoEstablishedPrimary", &message)
+                .await;
+            set_failed(&api, &policy, "NoEstablishedPrimary", &message, None).await?;
+            return Ok(Requeue::requeue(recheck));
+        }
+    }
     // The pass runs in the background (its hooks and consolidations can take long), never
     // holding one of the controller's reconcile slots; the reconcile after it collects the
     // outcome.
@@ -106,6 +122,103 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
         pass(ctx.clone(), policy.clone(), rules, interval, now),
     );
     Ok(Requeue::requeue(crate::background::POLL))
+}
+
+/// Why the cluster has no established primary (and when to look again), or `None` when it
+/// has one: exactly one selected pod labelled primary — or, when no selected pod carries
+/// the role label, the only selected pod — Running and Ready for at least `ready_for`.
+///
+/// # Errors
+/// The pods could not be listed.
+async fn no_established_primary(
+    ctx: &Context,
+    ns: &str,
+    source: &tidemark_api::policy::SourceSpec,
+    ready_for: jiff::SignedDuration,
+    now: Timestamp,
+) -> Result<Option<(String, Duration)>, Error> {
+    use k8s_openapi::api::core::v1::Pod;
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let selector = crate::backup::selector(&source.selector)?;
+    let listed = pods
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await?
+        .items;
+    let live: Vec<&Pod> = listed
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect();
+    let label = source
+        .role_label
+        .as_deref()
+        .unwrap_or(crate::backup::DEFAULT_ROLE_LABEL);
+    let labelled: Vec<&Pod> = live
+        .iter()
+        .copied()
+        .filter(|p| p.labels().get(label).is_some_and(|r| r == "primary"))
+        .collect();
+    let unlabelled = live.iter().all(|p| !p.labels().contains_key(label));
+    let again = Duration::from_secs(30);
+    let primary = match (labelled.as_slice(), unlabelled, live.as_slice()) {
+        ([one], _, _) => *one,
+        ([], true, [only]) => *only,
+        ([], _, []) => {
+            return Ok(Some((
+                format!(
+                    "no established primary: no pod matches spec.source.selector ({selector}); retention deletes nothing until one has been Running and Ready for {ready_for:#}"
+                ),
+                again,
+            )));
+        }
+        ([], _, _) => {
+            return Ok(Some((
+                format!(
+                    "no established primary: no pod matching spec.source.selector is labelled {label}=primary; retention deletes nothing until one has been Running and Ready for {ready_for:#}"
+                ),
+                again,
+            )));
+        }
+        (many, _, _) => {
+            let mut names: Vec<String> = many.iter().map(|p| p.name_any()).collect();
+            names.sort();
+            return Ok(Some((
+                format!(
+                    "no established primary: {} pods are labelled {label}=primary ({}); retention deletes nothing until there is one",
+                    names.len(),
+                    names.join(", ")
+                ),
+                again,
+            )));
+        }
+    };
+    let status = primary.status.as_ref();
+    let running = status.and_then(|s| s.phase.as_deref()) == Some("Running");
+    let ready_since = status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready" && c.status == "True"))
+        .map(|c| c.last_transition_time.as_ref().map_or(now, |t| t.0));
+    let name = primary.name_any();
+    match ready_since {
+        Some(since) if running => {
+            let established = tidemark_core::saturating_add(since, ready_for);
+            if established <= now {
+                Ok(None)
+            } else {
+                Ok(Some((
+                    format!(
+                        "no established primary yet: pod {name} has been Ready since {since}; retention deletes once it has been for {ready_for:#} (spec.source.primaryReadyFor), at {established}"
+                    ),
+                    until(now, established).max(Duration::from_secs(1)),
+                )))
+            }
+        }
+        _ => Ok(Some((
+            format!(
+                "no established primary: pod {name} is not Running and Ready; retention deletes nothing until it has been for {ready_for:#}"
+            ),
+            again,
+        ))),
+    }
 }
 
 /// One retention pass of `policy` under the store's lease, its outcome in status, metrics

@@ -685,7 +685,8 @@ pub async fn completed_backup(
 }
 
 /// Creates the pod `pod` (JSON, with its metadata) in `ns` and marks it Running at
-/// 127.0.0.1, as a kubelet would: the node the operator's tests play.
+/// 127.0.0.1 and Ready (for an hour already), as a kubelet would: the node the operator's
+/// tests play.
 pub async fn running_pod(client: &Client, ns: &str, pod: serde_json::Value) {
     let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(pod).expect("a Pod");
     let name = pod.metadata.name.clone().expect("the pod's name");
@@ -693,10 +694,21 @@ pub async fn running_pod(client: &Client, ns: &str, pod: serde_json::Value) {
     pods.create(&PostParams::default(), &pod)
         .await
         .expect("create the pod");
+    mark_running(client, ns, &name).await;
+}
+
+/// Marks the pod `ns/name` Running at 127.0.0.1 and Ready since an hour ago (an
+/// established primary, when it is one).
+pub async fn mark_running(client: &Client, ns: &str, name: &str) {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), ns);
+    let since = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(1);
     pods.patch_status(
-        &name,
+        name,
         &PatchParams::default(),
-        &Patch::Merge(serde_json::json!({"status": {"phase": "Running", "podIP": "127.0.0.1"}})),
+        &Patch::Merge(serde_json::json!({"status": {
+            "phase": "Running", "podIP": "127.0.0.1",
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": since.to_string()}],
+        }})),
     )
     .await
     .expect("mark the pod Running");

@@ -477,17 +477,16 @@ async fn a_pass_that_partly_failed_is_not_a_success() {
     synth::write_backups(&store, &[full.clone(), inc.clone()])
         .await
         .unwrap();
-    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(admin.clone(), ns)
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": "db-0", "namespace": ns, "labels": {"app": "db"}},
-                "spec": {"containers": [{"name": "mariadb", "image": "mariadb:11.4"}]},
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    // The established primary retention needs (the only pod, Ready for an hour).
+    tidemark_operator::testkit::running_pod(
+        &admin,
+        ns,
+        json!({
+            "metadata": {"name": "db-0", "namespace": ns, "labels": {"app": "db"}},
+            "spec": {"containers": [{"name": "mariadb", "image": "mariadb:11.4"}]},
+        }),
+    )
+    .await;
     let mut p = policy("db", ns, &weed.endpoint, "s3");
     p.spec.retention.as_mut().unwrap().consolidate = Some(true);
     p.spec.source =
@@ -682,7 +681,11 @@ async fn a_backup_whose_data_retention_removed_says_so() {
     assert!(!removed.reasons.is_empty(), "{removed:?}");
     let audit = removed.audit_record.clone().unwrap_or_default();
     assert!(audit.contains("_audit/"), "{removed:?}");
-    assert!(removed.at.0 >= now, "{removed:?}");
+    // (`Time` is written to the second.)
+    assert!(
+        removed.at.0 >= now - SignedDuration::from_secs(1),
+        "{removed:?}"
+    );
     // The object stays, completed; the record is not erased by later status writes.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let kept = backups.get("old").await.unwrap();
@@ -714,6 +717,131 @@ async fn a_backup_whose_data_retention_removed_says_so() {
             .flatten()
             .any(|c| c.name == "Data removed" && c.json_path == ".status.dataRemoved.at"),
         "{columns:?}"
+    );
+    op.stop().await;
+}
+
+/// Retention only with an established primary (issue 18, seed 000): a policy that selects
+/// database pods deletes nothing while no selected pod is the primary, nor until the
+/// primary has been Running and Ready for `primaryReadyFor` — `Ready=False`
+/// `NoEstablishedPrimary` with an event — and runs as soon as it has. A store-only policy
+/// (no `source`) has no pods to wait for and runs at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_waits_for_an_established_primary() {
+    let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let ns = "primary";
+    cluster.namespace(ns).await;
+    secret(&admin, ns, "s3").await;
+    let now = Timestamp::now();
+    let mut stores = Vec::new();
+    for dir in ["db", "files"] {
+        let store = weed.cluster_store(dir);
+        let old = SynthBackup::full("nightly", now - SignedDuration::from_hours(3), 1);
+        let new = SynthBackup::full("nightly", now - SignedDuration::from_hours(1), 2);
+        synth::write_backups(&store, &[old.clone(), new.clone()])
+            .await
+            .unwrap();
+        stores.push((store, old, new));
+    }
+    let mut gated = policy("db", ns, &weed.endpoint, "s3");
+    gated.spec.source = Some(
+        serde_json::from_value(
+            json!({"selector": {"matchLabels": {"app": "db"}}, "primaryReadyFor": "8s"}),
+        )
+        .unwrap(),
+    );
+    let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), ns);
+    policies
+        .create(&PostParams::default(), &gated)
+        .await
+        .unwrap();
+    policies
+        .create(
+            &PostParams::default(),
+            &policy("files", ns, &weed.endpoint, "s3"),
+        )
+        .await
+        .unwrap();
+    let op = Operator::start(&cluster, "operator-primary");
+    // The store-only policy runs at once.
+    let (files, _, files_new) = &stores[1];
+    eventually("the store-only pass", || async {
+        (metadata_ids(files).await == std::slice::from_ref(&files_new.id)).then_some(())
+    })
+    .await;
+    // No pod: no pass.
+    let reason = |s: serde_json::Value| {
+        (
+            s["conditions"][0]["reason"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            s["conditions"][0]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        )
+    };
+    let (_, message) = eventually("no primary", || async {
+        let r = reason(status(&policies, "db").await);
+        (r.0 == "NoEstablishedPrimary").then_some(r)
+    })
+    .await;
+    assert!(message.contains("no pod matches"), "{message}");
+    let (db, old, new) = &stores[0];
+    assert_eq!(metadata_ids(db).await.len(), 2, "deleted without a primary");
+    // A primary that has just become Ready: still no pass, until it has been for 8s.
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(admin.clone(), ns);
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "metadata": {"name": "db-0", "labels": {"app": "db", "tidemark.io/role": "primary"}},
+            "spec": {"containers": [{"name": "mariadb", "image": "mariadb:11.4"}]},
+        }))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let ready_at = Timestamp::now();
+    pods.patch_status(
+        "db-0",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Running", "podIP": "127.0.0.1",
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": ready_at.to_string()}]}})),
+    )
+    .await
+    .unwrap();
+    let (_, message) = eventually("a primary not yet established", || async {
+        let r = reason(status(&policies, "db").await);
+        (r.0 == "NoEstablishedPrimary" && r.1.contains("db-0 has been Ready since")).then_some(r)
+    })
+    .await;
+    assert!(message.contains("primaryReadyFor"), "{message}");
+    if Timestamp::now() < ready_at + SignedDuration::from_secs(7) {
+        assert_eq!(metadata_ids(db).await.len(), 2, "deleted too early");
+    }
+    eventually("the pass once the primary is established", || async {
+        (metadata_ids(db).await == std::slice::from_ref(&new.id)).then_some(())
+    })
+    .await;
+    // (The condition's time is written to the second: at most 1 s before `ready_at`.)
+    assert!(
+        Timestamp::now() >= ready_at + SignedDuration::from_secs(7),
+        "deleted before the primary had been Ready for 8s"
+    );
+    assert!(!metadata_ids(db).await.contains(&old.id));
+    let events: Vec<K8sEvent> = Api::<K8sEvent>::namespaced(admin.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("NoEstablishedPrimary")),
+        "{events:?}"
     );
     op.stop().await;
 }

@@ -250,7 +250,14 @@ pub async fn reconcile(vcr: Arc<VolumeClaimRetention>, ctx: Arc<Context>) -> Res
             }
         }
     }
-    let previous = vcr.status.clone().unwrap_or_default();
+    // The status as the API has it now, not the watch cache's copy: the deletion a look
+    // just made triggers the next look at once, whose cached object may not show the
+    // status that look wrote yet — a forced write from it erased the report.
+    let api: Api<VolumeClaimRetention> = Api::namespaced(ctx.client.clone(), &ns);
+    let previous = match api.get_opt(&vcr.name_any()).await? {
+        Some(fresh) => fresh.status.unwrap_or_default(),
+        None => return Ok(Action::await_change()),
+    };
     // What the last deleting look deleted stays shown (the deletion itself triggers
     // another look, which deletes nothing).
     if !vcr.spec.dry_run && deleted.is_empty() {
@@ -283,7 +290,6 @@ pub async fn reconcile(vcr: Arc<VolumeClaimRetention>, ctx: Arc<Context>) -> Res
             vcr.meta().generation,
         )],
     };
-    let api: Api<VolumeClaimRetention> = Api::namespaced(ctx.client.clone(), &ns);
     api.patch_status(
         &vcr.name_any(),
         &PatchParams::apply(FIELD_MANAGER).force(),

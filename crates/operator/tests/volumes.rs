@@ -199,12 +199,50 @@ async fn the_reaper_stamps_unmounted_claims_and_deletes_them_after_the_ttl() {
 
     // Two days later: the unmounted claim goes; the mounted one stays; the one on a
     // Retain volume is reported; the dry run reports and deletes nothing.
+    // Every status.deleted a watch sees from now on: once a deletion is reported, no later
+    // look may erase it (a forced write of a stale status did, a moment after).
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<serde_json::Value>::new()));
+    let watch = {
+        use futures::StreamExt;
+        use kube::runtime::{WatchStreamExt, watcher};
+        let seen = seen.clone();
+        let api: Api<tidemark_api::crd::VolumeClaimRetention> = Api::namespaced(admin.clone(), ns);
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(
+                watcher(api, watcher::Config::default().fields("metadata.name=db"))
+                    .applied_objects()
+            );
+            while let Some(Ok(v)) = stream.next().await {
+                let s = serde_json::to_value(&v.status).unwrap_or_default();
+                seen.lock().unwrap().push(s["deleted"].clone());
+            }
+        })
+    };
     clock.set(SignedDuration::from_hours(48));
     poke(&admin, ns, "db-2", 2).await;
     eventually("data-db-0 deleted", || async {
         stamp(&admin, ns, "data-db-0").await.is_err().then_some(())
     })
     .await;
+    // More looks after the deleting one (pod changes trigger them).
+    for n in 3..6 {
+        poke(&admin, ns, "db-2", n).await;
+        tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    }
+    eventually("the deletion reported", || async {
+        (status(&admin, ns, "db").await["deleted"] == json!(["data-db-0"])).then_some(())
+    })
+    .await;
+    watch.abort();
+    let seen = seen.lock().unwrap().clone();
+    let first = seen
+        .iter()
+        .position(|d| *d == json!(["data-db-0"]))
+        .expect("the watch saw the deletion reported");
+    assert!(
+        seen[first..].iter().all(|d| *d == json!(["data-db-0"])),
+        "status.deleted was erased after it was reported: {seen:?}"
+    );
     let st = eventually("the Retain claim reported", || async {
         let s = status(&admin, ns, "db").await;
         (s["retainedVolumes"] == json!(["data-db-1"])).then_some(s)

@@ -86,6 +86,13 @@ pub async fn run(
     reason: &str,
 ) -> Result<Option<Vec<HookResult>>, Error> {
     let hooks = matching(ctx, backup).await?;
+    // One runner at a time per Backup: a retention pass and the finalizer can both get to
+    // its hooks at once, and each would see no outcome yet and call every hook. The second
+    // waits here, then reads the first one's outcomes and skips those hooks.
+    let _turn = ctx
+        .hook_turn(backup.meta().uid.as_deref().unwrap_or_default())
+        .lock_owned()
+        .await;
     // The outcomes so far from the API, not the watch cache: a reconcile that follows
     // the one that ran a hook may start before the cache has its status.
     let mut status = api

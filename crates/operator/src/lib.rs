@@ -130,6 +130,8 @@ pub struct Context {
     pub owned: Mutex<std::collections::HashSet<String>>,
     /// [`Options::capabilities`].
     pub capabilities: rbac::Capabilities,
+    /// Whose turn it is to run a Backup's DeleteHooks (by the Backup's uid).
+    hook_turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Consecutive failures per object, for exponential backoff.
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -166,6 +168,17 @@ impl Context {
         let n = f.entry(key).or_insert(0);
         *n += 1;
         *n
+    }
+
+    /// The lock whose holder runs the DeleteHooks of the Backup `uid` (see
+    /// [`hooks::run`]). Locks nobody holds or waits for are forgotten.
+    pub(crate) fn hook_turn(&self, uid: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut turns = self
+            .hook_turns
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        turns.retain(|_, l| Arc::strong_count(l) > 1);
+        turns.entry(uid.to_owned()).or_default().clone()
     }
 
     /// Counts a finished reconcile of the object `key` (`Kind/namespace/name`).
@@ -551,6 +564,7 @@ async fn scope(
         background: background::Background::default(),
         owned: Mutex::default(),
         capabilities: options.capabilities,
+        hook_turns: Mutex::default(),
         failures: Mutex::new(HashMap::new()),
     });
     let _stop_streams = StopStreams(ctx.clone());

@@ -933,3 +933,80 @@ async fn deleting_the_newest_backup_is_not_retention() {
     }
     op.stop().await;
 }
+
+/// A retention pass and the finalizer racing on one Backup (issue 18 §5): both reach its
+/// DeleteHooks at once; each hook is called exactly once, and its outcome recorded once.
+/// (Before, each runner read the status before the other's outcome was written, and the
+/// slow webhook was called twice.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_and_the_finalizer_racing_run_each_hook_once() {
+    let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let hook_server = Webhook::start().await;
+    let ns = "race";
+    cluster.namespace(ns).await;
+    secret(&admin, ns).await;
+    let store = weed.cluster_store(ns);
+    let now = Timestamp::now();
+    let old = SynthBackup::full("old", now - SignedDuration::from_hours(3), 1);
+    let new = SynthBackup::full("new", now - SignedDuration::from_hours(1), 2);
+    synth::write_backups(&store, &[old.clone(), new.clone()])
+        .await
+        .unwrap();
+    // A webhook that answers after 10 s: long enough for both runners to be in it.
+    let hook: DeleteHook = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "DeleteHook",
+        "metadata": {"name": "slow", "namespace": ns},
+        "spec": {"webhook": {"url": format!("{}/slow", hook_server.url), "caBundle": hook_server.ca_bundle}, "timeout": "30s"},
+    }))
+    .unwrap();
+    Api::<DeleteHook>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &hook)
+        .await
+        .unwrap();
+    let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
+    backup_object(
+        &backups,
+        &old,
+        json!({"spec": {"deletionPolicy": "Delete"}}),
+    )
+    .await;
+    let op = Operator::start(&cluster, "operator-race");
+    eventually("the finalizer", || async {
+        finalizers(&backups, "old")
+            .await?
+            .contains(&"tidemark.io/remote-cleanup".to_owned())
+            .then_some(())
+    })
+    .await;
+    // The policy (whose first pass deletes `old` by keepLast) and the deletion at once.
+    let mut keep_one = policy(ns, &weed.endpoint, None);
+    keep_one.spec.retention = Some(serde_json::from_value(json!({"keepLast": 1})).unwrap());
+    Api::<BackupPolicy>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &keep_one)
+        .await
+        .unwrap();
+    backups
+        .delete("old", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("old gone with its data", || async {
+        (finalizers(&backups, "old").await.is_none() && of(&keys(&store).await, &old).is_empty())
+            .then_some(())
+    })
+    .await;
+    // Give a second runner time to call it too, were it going to.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let calls: Vec<serde_json::Value> = hook_server
+        .calls
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(path, _)| path == "/slow")
+        .map(|(_, body)| body.clone())
+        .collect();
+    assert_eq!(calls.len(), 1, "the hook ran more than once: {calls:#?}");
+    assert_eq!(calls[0]["backup"]["backupId"], old.id.as_str());
+    op.stop().await;
+}

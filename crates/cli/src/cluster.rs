@@ -22,6 +22,9 @@ pub struct ClusterPolicy {
     pub document: tidemark_api::BackupPolicy,
     pub store: ClusterStore,
     pub holds: HashSet<String>,
+    /// The DeleteHooks of the namespace that select a Backup of this policy: they run
+    /// only in the operator, so `gc` refuses while there are any.
+    pub hooks: Vec<String>,
 }
 
 async fn client() -> Result<Client, CliError> {
@@ -75,6 +78,22 @@ pub async fn policy(args: &KubeArgs, name: &str) -> Result<ClusterPolicy, CliErr
         .await
         .map_err(|e| api_error(&format!("Backups in {ns}"), e))?;
     let holds = tidemark_operator::retention::held_ids(listed.items.iter(), &ns, name);
+    let delete_hooks: Api<tidemark_api::crd::DeleteHook> = Api::namespaced(client.clone(), &ns);
+    let mut hooks: Vec<String> = delete_hooks
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| api_error(&format!("DeleteHooks in {ns}"), e))?
+        .items
+        .iter()
+        .filter(|h| {
+            listed.items.iter().any(|b| {
+                b.spec.template.policy.name == name
+                    && tidemark_api::lifecycle::selects(&h.spec.selector, b.labels())
+            })
+        })
+        .map(ResourceExt::name_any)
+        .collect();
+    hooks.sort();
     let document = tidemark_api::BackupPolicy {
         api_version: tidemark_api::API_VERSION.to_owned(),
         kind: "BackupPolicy".to_owned(),
@@ -90,6 +109,7 @@ pub async fn policy(args: &KubeArgs, name: &str) -> Result<ClusterPolicy, CliErr
         document,
         store,
         holds,
+        hooks,
     })
 }
 

@@ -249,6 +249,19 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
         Some(name) => Some(crate::cluster::policy(&args.kube, name).await?),
         None => None,
     };
+    // Seed 003: every deletion runs the hooks of the Backups it deletes, and only the
+    // operator runs them (Jobs, webhooks, outcomes in status): a pass from here would
+    // delete without them.
+    if let (Some(c), Some(_)) = (&in_cluster, &gc)
+        && !c.hooks.is_empty()
+    {
+        let policy = c.document.metadata.name.clone();
+        let ns = c.document.metadata.namespace.clone().unwrap_or_default();
+        return Err(CliError::input(format!(
+            "gc {policy}: DeleteHook(s) {} of namespace {ns} select Backups of this policy, and hooks run only in the operator; `kubectl tidemark plan {policy} -n {ns}` shows the pass, which the operator makes every retentionInterval (and at once after a change to the policy's spec)",
+            c.hooks.join(", ")
+        )));
+    }
     let file = match &in_cluster {
         Some(c) => Some(c.document.clone()),
         None => args

@@ -1351,3 +1351,86 @@ async fn deleting_a_chain_base_marks_it_and_a_pass_consolidates() {
     );
     op.stop().await;
 }
+
+/// `kubectl tidemark gc <policy>` and DeleteHooks (issue 18, seed 003): hooks run only in
+/// the operator, so `gc` from the command line refuses while a DeleteHook selects a Backup
+/// of the policy — naming the hook, deleting nothing — and runs once none does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_tidemark_gc_refuses_while_hooks_select_its_backups() {
+    use tidemark_store::synth::{self, SynthBackup};
+    let s3 = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let ns = "gc";
+    cluster.namespace(ns).await;
+    secret(
+        &admin,
+        ns,
+        "s3",
+        &[("accessKeyId", ACCESS_KEY), ("secretAccessKey", SECRET_KEY)],
+    )
+    .await;
+    let store = s3.cluster_store("shop");
+    let now = Timestamp::now();
+    let old = SynthBackup::full("old", now - jiff::SignedDuration::from_hours(3), 1);
+    let new = SynthBackup::full("new", now - jiff::SignedDuration::from_hours(1), 2);
+    synth::write_backups(&store, &[old.clone(), new.clone()])
+        .await
+        .unwrap();
+    let policy: BackupPolicy = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy",
+        "metadata": {"name": "shop", "namespace": ns},
+        "spec": {
+            "objectStore": {"bucket": BUCKET, "endpoint": s3.endpoint, "credentialsSecret": "s3"},
+            "retention": {"keepLast": 1},
+        },
+    }))
+    .unwrap();
+    Api::<BackupPolicy>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
+    tidemark_operator::testkit::completed_backup(
+        &backups,
+        &old,
+        json!({"metadata": {"labels": {"team": "pay"}}, "spec": {"policy": {"name": "shop"}}}),
+    )
+    .await;
+    let hooks: Api<tidemark_api::crd::DeleteHook> = Api::namespaced(admin.clone(), ns);
+    let hook: tidemark_api::crd::DeleteHook = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "DeleteHook",
+        "metadata": {"name": "ticket", "namespace": ns},
+        "spec": {"selector": {"matchLabels": {"team": "pay"}}, "webhook": {"url": "https://127.0.0.1:9/"}},
+    }))
+    .unwrap();
+    hooks.create(&PostParams::default(), &hook).await.unwrap();
+    let gc = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"))
+            .args(["gc", "shop", "-n", ns])
+            .env("KUBECONFIG", cluster.kubeconfig())
+            .output()
+            .unwrap()
+    };
+    let refused = gc();
+    assert_eq!(
+        refused.status.code(),
+        Some(2),
+        "{}",
+        common::stderr(&refused)
+    );
+    let said = common::stderr(&refused);
+    assert!(
+        said.contains("DeleteHook(s) ticket") && said.contains("only in the operator"),
+        "{said}"
+    );
+    assert_eq!(
+        synth::metadata_ids(&store).await.unwrap().len(),
+        2,
+        "gc deleted while refusing"
+    );
+    hooks.delete("ticket", &Default::default()).await.unwrap();
+    let ran = gc();
+    assert!(ran.status.success(), "{}", common::stderr(&ran));
+    assert_eq!(synth::metadata_ids(&store).await.unwrap(), std::slice::from_ref(&new.id));
+}

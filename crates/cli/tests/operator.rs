@@ -1432,5 +1432,8 @@ async fn kubectl_tidemark_gc_refuses_while_hooks_select_its_backups() {
     hooks.delete("ticket", &Default::default()).await.unwrap();
     let ran = gc();
     assert!(ran.status.success(), "{}", common::stderr(&ran));
-    assert_eq!(synth::metadata_ids(&store).await.unwrap(), std::slice::from_ref(&new.id));
+    assert_eq!(
+        synth::metadata_ids(&store).await.unwrap(),
+        std::slice::from_ref(&new.id)
+    );
 }

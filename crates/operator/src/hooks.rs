@@ -57,7 +57,17 @@ fn timeout_of(hook: &DeleteHook) -> Result<Duration, String> {
 /// What a hook is told about the backup being deleted.
 fn description(backup: &Backup, reason: &str) -> serde_json::Value {
     let status = backup.status.clone().unwrap_or_default();
+    // The Backup object itself (seed 003: the hook receives it), without the server's
+    // bookkeeping of who wrote which field.
+    let mut object = serde_json::to_value(backup).unwrap_or_default();
+    if let Some(meta) = object
+        .get_mut("metadata")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        meta.remove("managedFields");
+    }
     json!({
+        "object": object,
         "apiVersion": tidemark_api::API_VERSION,
         "kind": "BackupDeletion",
         "reason": reason,

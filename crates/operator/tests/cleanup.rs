@@ -834,6 +834,15 @@ async fn delete_hooks_run_in_name_order_and_never_veto() {
     let last = hook_server.calls.lock().unwrap().last().cloned().unwrap();
     assert_eq!(last.1["reason"], "retention");
     assert_eq!(last.1["backup"]["backupId"], old.id.as_str());
+    // Seed 003: the hook receives the Backup object itself.
+    let object = &last.1["object"];
+    assert_eq!(object["kind"], "Backup", "{object}");
+    assert_eq!(object["metadata"]["name"], "old", "{object}");
+    assert_eq!(object["status"]["backupId"], old.id.as_str(), "{object}");
+    assert!(
+        object["metadata"].get("managedFields").is_none(),
+        "{object}"
+    );
     let keys2 = keys(&store2).await;
     let audit = audit_records(&store2, &keys2).await;
     let record = audit[0].clone();

@@ -167,6 +167,10 @@ pub struct ScheduledBackupSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
     pub ttl: Option<String>,
+    /// Labels every Backup it creates carries, besides Tidemark's own (seed 003:
+    /// DeleteHooks select Backups by label). Keys under `tidemark.io/` are Tidemark's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub backup_labels: BTreeMap<String, String>,
     #[serde(flatten)]
     pub template: BackupTemplate,
 }
@@ -445,7 +449,7 @@ impl ScheduledBackup {
             metadata: ObjectMeta {
                 name: name.to_owned(),
                 namespace: self.metadata.namespace.clone(),
-                labels: child_labels(&self.metadata.name, immediate),
+                labels: self.spec.labels_of_child(&self.metadata.name, immediate),
                 annotations: BTreeMap::new(),
             },
             spec: self.spec.child_spec(),
@@ -476,6 +480,29 @@ impl ScheduledBackupSpec {
                     field: "spec.ttl",
                     problem: e.to_string(),
                 })?;
+        }
+        for (k, v) in &self.backup_labels {
+            let invalid = |problem: String| ScheduleFileError::Invalid {
+                field: "spec.backupLabels",
+                problem,
+            };
+            crate::names::label_key("spec.backupLabels", k)
+                .map_err(|e| invalid(format!("{:?} is not {}", e.value, e.form)))?;
+            if k.starts_with("tidemark.io/") {
+                return Err(invalid(format!(
+                    "{k:?}: keys under tidemark.io/ are Tidemark's own; choose another prefix"
+                )));
+            }
+            let ok = v.len() <= 63
+                && v.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+                && v.chars().next().is_none_or(|c| c.is_ascii_alphanumeric())
+                && v.chars().last().is_none_or(|c| c.is_ascii_alphanumeric());
+            if !ok {
+                return Err(invalid(format!(
+                    "{k}: {v:?} is not a label value; expected at most 63 letters, digits, '-', '_' or '.', beginning and ending with a letter or digit"
+                )));
+            }
         }
         if let m @ OwnerReferenceMode::Unknown(_) = &self.backup_owner_reference {
             return Err(ScheduleFileError::Invalid {
@@ -521,6 +548,13 @@ impl ScheduledBackupSpec {
 
     /// The spec of a Backup this schedule creates: the policy, method, target, online
     /// setting and command are inherited.
+    /// The labels of a Backup it creates: `backupLabels`, then Tidemark's own.
+    pub fn labels_of_child(&self, schedule: &str, immediate: bool) -> BTreeMap<String, String> {
+        let mut labels = self.backup_labels.clone();
+        labels.extend(child_labels(schedule, immediate));
+        labels
+    }
+
     pub fn child_spec(&self) -> BackupSpec {
         BackupSpec {
             template: self.template.clone(),
@@ -639,6 +673,37 @@ spec: {schedule: "0 0 2 * * *", policy: {name: db}}
             paris.time_zone,
             jiff::tz::TimeZone::get("Europe/Paris").unwrap()
         );
+    }
+
+    #[test]
+    fn backup_labels_are_checked_and_tidemarks_own_win() {
+        let with = |labels: &str| {
+            ScheduledBackup::from_yaml(&EXAMPLE.replace(
+                "backupOwnerReference: self",
+                &format!("backupOwnerReference: self\n  backupLabels: {labels}"),
+            ))
+        };
+        let s = with("{team: payments}").unwrap();
+        let b = s.child("cluster-sample-daily-20261120020000", false);
+        assert_eq!(
+            b.metadata.labels.get("team").map(String::as_str),
+            Some("payments")
+        );
+        assert_eq!(
+            b.metadata
+                .labels
+                .get(SCHEDULED_BACKUP_LABEL)
+                .map(String::as_str),
+            Some("cluster-sample-daily")
+        );
+        for (bad, says) in [
+            ("{\"tidemark.io/scheduled-backup\": x}", "Tidemark's own"),
+            ("{team: \"a b\"}", "not a label value"),
+            ("{\"bad key!\": x}", "spec.backupLabels"),
+        ] {
+            let e = with(bad).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -1053,7 +1053,7 @@ async fn method_exec_streams_through_pods_exec() {
         async move {
             let b: Backup = serde_json::from_value(json!({
                 "apiVersion": "tidemark.io/v1alpha1", "kind": "Backup",
-                "metadata": {"name": name, "namespace": ns},
+                "metadata": {"name": name, "namespace": ns, "labels": {"team": "payments"}},
                 "spec": {"policy": {"name": "shop"}, "method": "exec", "target": "primary", "command": command},
             }))
             .unwrap();
@@ -1085,6 +1085,20 @@ async fn method_exec_streams_through_pods_exec() {
     let id = st["backupId"].as_str().unwrap().to_owned();
     assert!(st.get("jobName").is_none(), "no Job for exec: {st}");
     assert_eq!(st["key"], format!("dump-1/{id}/metadata.json"));
+    // The Backup's labels are recorded with the backup (what selects it is known from the
+    // store once the object is gone).
+    let stored: serde_json::Value = serde_json::from_slice(
+        &s3.cluster_store("shop")
+            .read(&object_store::path::Path::from(format!(
+                "dump-1/{id}/metadata.json"
+            )))
+            .await
+            .unwrap()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(stored["labels"]["team"], "payments", "{stored}");
+    assert_eq!(stored["labels"]["tidemark.io/backup"], "dump-1", "{stored}");
     let checksum = st["checksum"].as_str().unwrap().to_owned();
     assert!(checksum.starts_with("sha256:"), "{st}");
     // The API server carried exactly the Backup's command to the pod's container.

@@ -1143,6 +1143,20 @@ pub struct JobPlan<'a> {
     pub store_secret: Option<SecretKeys>,
 }
 
+/// The labels a backup records in its `metadata.json`: its Backup object's own (so that
+/// what selects the object — a DeleteHook — can be known from the store once the object
+/// is gone), and `tidemark.io/backup` naming the object.
+pub fn stored_labels(backup: &Backup) -> std::collections::BTreeMap<String, String> {
+    let mut labels: std::collections::BTreeMap<String, String> = backup
+        .labels()
+        .iter()
+        .filter(|(k, _)| k.as_str() != DATA_VOLUME_LABEL)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    labels.insert(crate::exec::BACKUP_LABEL.to_owned(), backup.name_any());
+    labels
+}
+
 /// The label recording which data directory a physical backup was taken from.
 pub const DATA_VOLUME_LABEL: &str = "tidemark.io/data-volume";
 
@@ -1198,10 +1212,11 @@ impl JobPlan<'_> {
             "--method".into(),
             "mariabackup".into(),
             "--label".into(),
-            format!("tidemark.io/backup={}", self.backup.name_any()),
-            "--label".into(),
             format!("{DATA_VOLUME_LABEL}={}", self.volume_id),
         ];
+        for (k, v) in stored_labels(self.backup) {
+            push.extend(["--label".into(), format!("{k}={v}")]);
+        }
         if let Some(p) = &self.parent {
             push.extend([
                 "--type".into(),

@@ -28,7 +28,7 @@ use tidemark_store::{ClusterStore, NoProgress};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// The label every exec backup records in its `metadata.json`, like a Job's.
-const BACKUP_LABEL: &str = "tidemark.io/backup";
+pub(crate) const BACKUP_LABEL: &str = "tidemark.io/backup";
 /// How much of the command's stderr an error message keeps (its end).
 const STDERR_TAIL: usize = 2048;
 /// How long the exit status may take to arrive once stdout ended.
@@ -142,7 +142,7 @@ pub fn attempt_spec(backup: &Backup, name: &str, id: &str, started_at: Timestamp
         method: "exec".into(),
         payload_name: "backup.bin".into(),
         started_at,
-        labels: [(BACKUP_LABEL.to_owned(), backup.name_any())].into(),
+        labels: crate::backup::stored_labels(backup),
         ttl: backup.spec.ttl.as_deref().and_then(|t| t.parse().ok()),
     }
 }

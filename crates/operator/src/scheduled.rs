@@ -22,7 +22,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tidemark_api::OwnerReferenceMode;
 use tidemark_api::crd::{Backup, BackupPolicy, ScheduledBackup, ScheduledBackupStatus};
-use tidemark_api::schedule::{IMMEDIATE_BACKUP_LABEL, SCHEDULED_BACKUP_LABEL, child_labels};
+use tidemark_api::schedule::{IMMEDIATE_BACKUP_LABEL, SCHEDULED_BACKUP_LABEL};
 use tidemark_core::schedule::{Child, ScheduleStatus};
 use tidemark_engine::EngineError;
 use tidemark_engine::schedule::{ScheduleState, Started, Tick, tick};
@@ -296,7 +296,11 @@ impl StatusInResource {
             metadata: ObjectMeta {
                 name: Some(attempt.backup_name.clone()),
                 namespace: self.schedule.namespace(),
-                labels: Some(child_labels(schedule, attempt.immediate)),
+                labels: Some(
+                    self.schedule
+                        .spec
+                        .labels_of_child(schedule, attempt.immediate),
+                ),
                 owner_references: self.owner.clone().map(|o| vec![o]),
                 ..Default::default()
             },

@@ -107,7 +107,8 @@ async fn immediate_backup_then_adoption_after_restart(
         admin,
         ns,
         "nightly",
-        json!({"schedule": "0 0 2 * * *", "immediate": true, "policy": {"name": "db"}, "method": "mariabackup", "target": "prefer-standby", "online": true}),
+        json!({"schedule": "0 0 2 * * *", "immediate": true, "policy": {"name": "db"}, "method": "mariabackup", "target": "prefer-standby", "online": true,
+               "backupLabels": {"team": "payments", "tier": "gold"}}),
     )
     .await;
     let first = eventually("the immediate Backup", || async {
@@ -122,6 +123,12 @@ async fn immediate_backup_then_adoption_after_restart(
             .map(String::as_str),
         Some("true")
     );
+    // The schedule's backupLabels (seed 003: what DeleteHooks select by).
+    assert_eq!(
+        first.labels().get("team").map(String::as_str),
+        Some("payments")
+    );
+    assert_eq!(first.labels().get("tier").map(String::as_str), Some("gold"));
     assert!(
         first.name_any().starts_with("nightly-"),
         "{}",

@@ -190,7 +190,8 @@ pub async fn run(
 /// The hooks of a retention pass (the operator's BackupPolicy controller): a backup the
 /// pass deletes by its rules runs the DeleteHooks that select its Backup object (one with
 /// its backup-id under its store name, in the policy's namespace), before its data goes;
-/// a backup with no Backup object is selected by none. Job hooks are waited for (up to
+/// once that object is gone, those the labels it recorded in the store select
+/// ([`PassHooks::without_object`]); a backup no object ever made is selected by none. Job hooks are waited for (up to
 /// their timeouts). The object stays (retention deletes data, not objects) and shows the
 /// outcomes in `status.hooks`.
 #[derive(Debug)]
@@ -221,6 +222,11 @@ impl tidemark_engine::DeleteHooks for PassHooks {
                     && o.status.as_ref().and_then(|s| s.backup_id.as_deref()) == Some(b.id.as_str())
                     && crate::backup::store_name(o) == b.name
             }) else {
+                // Its object is gone (a Retain Backup deleted by hand or by a cascade):
+                // the labels it recorded in the store select the hooks (seed 003).
+                if let Some(r) = self.without_object(b, metadata(deleting, b)).await {
+                    report.push(r);
+                }
                 continue;
             };
             // Job hooks are followed until they end (each bounded by its timeout).
@@ -266,6 +272,120 @@ impl tidemark_engine::DeleteHooks for PassHooks {
                 )
             }
         })
+    }
+}
+
+/// The stored metadata of `b` among what is being deleted.
+fn metadata<'a>(
+    deleting: &[(
+        &tidemark_core::Backup,
+        Option<&'a tidemark_store::format::Metadata>,
+    )],
+    b: &tidemark_core::Backup,
+) -> Option<&'a tidemark_store::format::Metadata> {
+    deleting
+        .iter()
+        .find(|(d, _)| d.id == b.id && d.name == b.name)
+        .and_then(|(_, m)| *m)
+}
+
+impl PassHooks {
+    /// Runs the hooks of a backup whose Backup object is gone, selected by the labels the
+    /// object recorded in `metadata.json` (only a backup an object made has them: one
+    /// pushed from the command line is selected by none). Webhooks are called with the
+    /// stored description (`object` is null); a job action needs the object it is owned
+    /// by, so it is recorded as not run. The outcomes go to the audit record (there is no
+    /// status to show them) and the policy's events.
+    async fn without_object(
+        &self,
+        b: &tidemark_core::Backup,
+        meta: Option<&tidemark_store::format::Metadata>,
+    ) -> Option<serde_json::Value> {
+        let meta = meta?;
+        let object_name = meta.labels.get(crate::exec::BACKUP_LABEL)?;
+        let api: Api<DeleteHook> = Api::namespaced(self.ctx.client.clone(), &self.namespace);
+        let mut hooks: Vec<DeleteHook> = match api.list(&ListParams::default()).await {
+            Ok(l) => l.items,
+            Err(e) => {
+                return Some(json!({
+                    "backupId": b.id, "backupName": b.name,
+                    "error": format!("listing DeleteHooks: {e}"),
+                }));
+            }
+        };
+        hooks.retain(|h| selects(&h.spec.selector, &meta.labels));
+        if hooks.is_empty() {
+            return None;
+        }
+        hooks.sort_by_key(ResourceExt::name_any);
+        let body = json!({
+            "object": null,
+            "apiVersion": tidemark_api::API_VERSION,
+            "kind": "BackupDeletion",
+            "reason": "retention",
+            "backup": {
+                "namespace": self.namespace,
+                "name": object_name,
+                "uid": null,
+                "labels": meta.labels,
+                "policy": self.policy,
+                "backupId": b.id,
+                "bucket": null,
+                "key": tidemark_store::layout::metadata_key(&b.name, &b.id).to_string(),
+            },
+        });
+        let reference = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some(tidemark_api::API_VERSION.into()),
+            kind: Some("BackupPolicy".into()),
+            namespace: Some(self.namespace.clone()),
+            name: Some(self.policy.clone()),
+            ..Default::default()
+        };
+        let mut results = Vec::new();
+        for hook in &hooks {
+            let name = hook.name_any();
+            let outcome = match (timeout_of(hook), &hook.spec.webhook) {
+                (Err(e), _) => Outcome::Failed(e),
+                (Ok(t), Some(webhook)) => call(webhook, t, &body).await,
+                (Ok(_), None) => Outcome::Failed(format!(
+                    "not run: the Backup object {object_name} is gone, and a job action is owned by it; use a webhook for backups whose object may be deleted first"
+                )),
+            };
+            let (word, message, type_, reason) = match &outcome {
+                Outcome::Succeeded(m) => (
+                    "succeeded",
+                    m.clone(),
+                    EventType::Normal,
+                    "DeleteHookSucceeded",
+                ),
+                Outcome::Failed(m) => (
+                    "failed",
+                    Some(m.clone()),
+                    EventType::Warning,
+                    "DeleteHookFailed",
+                ),
+                Outcome::TimedOut => ("timedOut", None, EventType::Warning, "DeleteHookTimedOut"),
+            };
+            let note = format!(
+                "DeleteHook {name} {word} for backup {}/{} (its Backup {object_name} is gone){}",
+                b.name,
+                b.id,
+                message
+                    .as_deref()
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
+            );
+            self.ctx.event(&reference, type_, reason, &note).await;
+            results.push(HookResult {
+                name,
+                outcome: word.into(),
+                message: message.map(|m| m.chars().take(1024).collect()),
+                finished_at: Some(Time(self.ctx.clock.now())),
+            });
+        }
+        Some(json!({
+            "backupId": b.id, "backupName": b.name, "objectGone": object_name, "hooks": results,
+        }))
     }
 }
 

@@ -1019,3 +1019,102 @@ async fn a_pass_and_the_finalizer_racing_run_each_hook_once() {
     assert_eq!(calls[0]["backup"]["backupId"], old.id.as_str());
     op.stop().await;
 }
+
+/// Hooks for every deletion (issue 18 §3, seed 003): a backup whose Retain Backup object
+/// was deleted (by hand, by a cascade) and whose data a retention pass then deletes runs
+/// the hooks its recorded labels select — a webhook is called with the stored description
+/// (`object` null); a job action, owned by an object that is gone, is recorded as not run;
+/// the outcomes are in the audit record and the policy's events. A backup no object ever
+/// made (pushed from the command line) is selected by no hook.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hooks_run_for_backups_whose_object_is_gone() {
+    let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let hook_server = Webhook::start().await;
+    let ns = "orphans";
+    cluster.namespace(ns).await;
+    secret(&admin, ns).await;
+    let store = weed.cluster_store(ns);
+    let now = Timestamp::now();
+    let mut orphan = SynthBackup::full("nightly", now - SignedDuration::from_hours(4), 1);
+    orphan.labels = vec![
+        ("tidemark.io/backup".into(), "nightly-20261124".into()),
+        ("team".into(), "pay".into()),
+    ];
+    let mut pushed = SynthBackup::full("cli", now - SignedDuration::from_hours(3), 2);
+    pushed.labels = vec![("team".into(), "pay".into())];
+    let newest = SynthBackup::full("nightly", now - SignedDuration::from_hours(1), 3);
+    synth::write_backups(&store, &[orphan.clone(), pushed.clone(), newest.clone()])
+        .await
+        .unwrap();
+    let hooks: Api<DeleteHook> = Api::namespaced(admin.clone(), ns);
+    for (name, action) in [
+        (
+            "a-ticket",
+            json!({"webhook": {"url": format!("{}/ok", hook_server.url), "caBundle": hook_server.ca_bundle}, "timeout": "10s"}),
+        ),
+        (
+            "b-job",
+            json!({"job": {"spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}}, "timeout": "5m"}),
+        ),
+    ] {
+        let mut spec = action;
+        spec["selector"] = json!({"matchLabels": {"team": "pay"}});
+        let h: DeleteHook = serde_json::from_value(json!({
+            "apiVersion": "tidemark.io/v1alpha1", "kind": "DeleteHook",
+            "metadata": {"name": name, "namespace": ns}, "spec": spec,
+        }))
+        .unwrap();
+        hooks.create(&PostParams::default(), &h).await.unwrap();
+    }
+    let mut keep_one = policy(ns, &weed.endpoint, None);
+    keep_one.spec.retention = Some(serde_json::from_value(json!({"keepLast": 1})).unwrap());
+    Api::<BackupPolicy>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &keep_one)
+        .await
+        .unwrap();
+    let op = Operator::start(&cluster, "operator-orphans");
+    eventually("both older backups deleted", || async {
+        let after = keys(&store).await;
+        (of(&after, &orphan).is_empty() && of(&after, &pushed).is_empty()).then_some(())
+    })
+    .await;
+    let calls: Vec<serde_json::Value> = hook_server
+        .calls
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, body)| body.clone())
+        .collect();
+    assert_eq!(calls.len(), 1, "{calls:#?}");
+    let body = &calls[0];
+    assert_eq!(body["reason"], "retention");
+    assert_eq!(body["backup"]["backupId"], orphan.id.as_str(), "{body}");
+    assert_eq!(body["backup"]["name"], "nightly-20261124", "{body}");
+    assert_eq!(body["backup"]["labels"]["team"], "pay", "{body}");
+    assert!(body["object"].is_null(), "{body}");
+    let after = keys(&store).await;
+    let audit = audit_records(&store, &after).await;
+    let record = audit
+        .iter()
+        .find(|r| r["hooks"].is_array())
+        .unwrap_or_else(|| panic!("no hooks in {audit:#?}"));
+    let ran = &record["hooks"][0];
+    assert_eq!(ran["backupId"], orphan.id.as_str(), "{record}");
+    assert_eq!(ran["objectGone"], "nightly-20261124", "{record}");
+    assert_eq!(ran["hooks"][0]["name"], "a-ticket", "{record}");
+    assert_eq!(ran["hooks"][0]["outcome"], "succeeded", "{record}");
+    assert_eq!(ran["hooks"][1]["name"], "b-job", "{record}");
+    assert_eq!(ran["hooks"][1]["outcome"], "failed", "{record}");
+    assert!(
+        ran["hooks"][1]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not run"),
+        "{record}"
+    );
+    assert_eq!(record["hooks"].as_array().unwrap().len(), 1, "{record}");
+    assert!(!events(&admin, ns, "DeleteHookSucceeded").await.is_empty());
+    op.stop().await;
+}

@@ -853,6 +853,10 @@ pub const PENDING_LIMIT: jiff::SignedDuration = jiff::SignedDuration::from_hours
 /// How long a backup Job may run (`activeDeadlineSeconds`) before it is stopped and the
 /// Backup recorded as failed.
 pub const JOB_DEADLINE_SECONDS: i64 = 24 * 3600;
+/// How long a finished backup Job (and its pod) is kept (`ttlSecondsAfterFinished`, where
+/// the cluster's TTL controller runs: Kubernetes 1.21+) — its outcome is in the Backup's
+/// status by then — so finished Jobs do not pile up beside their Backups.
+pub const FINISHED_JOB_TTL_SECONDS: i32 = 24 * 3600;
 
 /// Records why nothing started yet (phase stays `pending`), and asks to look again in a
 /// minute (a fixed policy or a pod coming up is noticed then); after [`PENDING_LIMIT`] the
@@ -1288,6 +1292,7 @@ impl JobPlan<'_> {
                 // store's conditional commit): the next slot tries again instead.
                 backoff_limit: Some(0),
                 active_deadline_seconds: Some(JOB_DEADLINE_SECONDS),
+                ttl_seconds_after_finished: Some(FINISHED_JOB_TTL_SECONDS),
                 template: PodTemplateSpec {
                     metadata: Some(ObjectMeta {
                         labels: Some(labels),
@@ -1445,6 +1450,7 @@ pub fn user_job(
         spec: Some(JobSpec {
             backoff_limit: Some(0),
             active_deadline_seconds: Some(JOB_DEADLINE_SECONDS),
+            ttl_seconds_after_finished: Some(FINISHED_JOB_TTL_SECONDS),
             template,
             ..Default::default()
         }),
@@ -1594,6 +1600,13 @@ mod tests {
     fn the_job_carries_secrets_only_by_reference() {
         let p = pod("db-1", Some("replica"), true);
         let job = job_of(&p);
+        // Bounded in time, and gone a day after it finished (its outcome is in status).
+        let job_spec = job.spec.clone().unwrap();
+        assert_eq!(job_spec.active_deadline_seconds, Some(JOB_DEADLINE_SECONDS));
+        assert_eq!(
+            job_spec.ttl_seconds_after_finished,
+            Some(FINISHED_JOB_TTL_SECONDS)
+        );
         let spec = job.spec.unwrap().template.spec.unwrap();
         let c = &spec.containers[0];
         let args = c.args.clone().unwrap();

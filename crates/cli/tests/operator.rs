@@ -1372,7 +1372,7 @@ async fn deleting_a_chain_base_marks_it_and_a_pass_consolidates() {
 /// of the policy — naming the hook, deleting nothing — and runs once none does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_tidemark_gc_refuses_while_hooks_select_its_backups() {
-    use tidemark_store::synth::{self, SynthBackup};
+    use tidemark_store::synth;
     let s3 = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
     let cluster = KubeCluster::start(false).await;
     let admin = cluster.admin_client();
@@ -1387,9 +1387,7 @@ async fn kubectl_tidemark_gc_refuses_while_hooks_select_its_backups() {
     .await;
     let store = s3.cluster_store("shop");
     let now = Timestamp::now();
-    let old = SynthBackup::full("old", now - jiff::SignedDuration::from_hours(3), 1);
-    let new = SynthBackup::full("new", now - jiff::SignedDuration::from_hours(1), 2);
-    synth::write_backups(&store, &[old.clone(), new.clone()])
+    let (old, new) = synth::older_and_newer(&store, "old", "new", now)
         .await
         .unwrap();
     let policy: BackupPolicy = serde_json::from_value(json!({

@@ -146,29 +146,8 @@ pub async fn run(
             pending = true;
             break;
         };
-        let (word, message) = match &outcome {
-            Outcome::Succeeded(m) => ("succeeded", m.clone()),
-            Outcome::Failed(m) => ("failed", Some(m.clone())),
-            Outcome::TimedOut => (
-                "timedOut",
-                Some(format!(
-                    "no answer within {:?}",
-                    timeout.unwrap_or_default()
-                )),
-            ),
-        };
-        let note = format!(
-            "DeleteHook {name} {word}{}",
-            message
-                .as_deref()
-                .map(|m| format!(": {m}"))
-                .unwrap_or_default()
-        );
-        let (type_, event) = match outcome {
-            Outcome::Succeeded(_) => (EventType::Normal, "DeleteHookSucceeded"),
-            Outcome::Failed(_) => (EventType::Warning, "DeleteHookFailed"),
-            Outcome::TimedOut => (EventType::Warning, "DeleteHookTimedOut"),
-        };
+        let (word, message, type_, event) = outcome.recorded(timeout.ok());
+        let note = format!("DeleteHook {name} {word}{}", suffix(message.as_deref()));
         ctx.event(&backup.object_ref(&()), type_, event, &note)
             .await;
         status.hooks.push(HookResult {
@@ -351,29 +330,12 @@ impl PassHooks {
                     "not run: the Backup object {object_name} is gone, and a job action is owned by it; use a webhook for backups whose object may be deleted first"
                 )),
             };
-            let (word, message, type_, reason) = match &outcome {
-                Outcome::Succeeded(m) => (
-                    "succeeded",
-                    m.clone(),
-                    EventType::Normal,
-                    "DeleteHookSucceeded",
-                ),
-                Outcome::Failed(m) => (
-                    "failed",
-                    Some(m.clone()),
-                    EventType::Warning,
-                    "DeleteHookFailed",
-                ),
-                Outcome::TimedOut => ("timedOut", None, EventType::Warning, "DeleteHookTimedOut"),
-            };
+            let (word, message, type_, reason) = outcome.recorded(timeout_of(hook).ok());
             let note = format!(
                 "DeleteHook {name} {word} for backup {}/{} (its Backup {object_name} is gone){}",
                 b.name,
                 b.id,
-                message
-                    .as_deref()
-                    .map(|m| format!(": {m}"))
-                    .unwrap_or_default()
+                suffix(message.as_deref())
             );
             self.ctx.event(&reference, type_, reason, &note).await;
             results.push(HookResult {
@@ -395,6 +357,44 @@ enum Outcome {
     Succeeded(Option<String>),
     Failed(String),
     TimedOut,
+}
+
+impl Outcome {
+    /// How it is recorded: its word in `status.hooks`, its message, and its event's type
+    /// and reason. `timeout`: the hook's, named when it timed out.
+    fn recorded(
+        &self,
+        timeout: Option<Duration>,
+    ) -> (&'static str, Option<String>, EventType, &'static str) {
+        match self {
+            Outcome::Succeeded(m) => (
+                "succeeded",
+                m.clone(),
+                EventType::Normal,
+                "DeleteHookSucceeded",
+            ),
+            Outcome::Failed(m) => (
+                "failed",
+                Some(m.clone()),
+                EventType::Warning,
+                "DeleteHookFailed",
+            ),
+            Outcome::TimedOut => (
+                "timedOut",
+                Some(format!(
+                    "no answer within {:?}",
+                    timeout.unwrap_or_default()
+                )),
+                EventType::Warning,
+                "DeleteHookTimedOut",
+            ),
+        }
+    }
+}
+
+/// `: message`, or nothing.
+fn suffix(message: Option<&str>) -> String {
+    message.map(|m| format!(": {m}")).unwrap_or_default()
 }
 
 /// POSTs the description to the webhook; a 2xx answer is success.

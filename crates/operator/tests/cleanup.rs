@@ -608,9 +608,7 @@ async fn delete_hooks_run_in_name_order_and_never_veto() {
     secret(&admin, ns).await;
     let store = weed.cluster_store(ns);
     let now = Timestamp::now();
-    let gone = SynthBackup::full("gone", now - SignedDuration::from_hours(3), 1);
-    let newest = SynthBackup::full("newest", now - SignedDuration::from_hours(1), 2);
-    synth::write_backups(&store, &[gone.clone(), newest.clone()])
+    let (gone, _newest) = synth::older_and_newer(&store, "gone", "newest", now)
         .await
         .unwrap();
     Api::<BackupPolicy>::namespaced(admin.clone(), ns)
@@ -869,9 +867,7 @@ async fn deleting_the_newest_backup_is_not_retention() {
     secret(&admin, ns).await;
     let store = weed.cluster_store(ns);
     let now = Timestamp::now();
-    let older = SynthBackup::full("older", now - SignedDuration::from_hours(3), 1);
-    let newest = SynthBackup::full("newest", now - SignedDuration::from_hours(1), 2);
-    synth::write_backups(&store, &[older.clone(), newest.clone()])
+    let (older, newest) = synth::older_and_newer(&store, "older", "newest", now)
         .await
         .unwrap();
     let before = keys(&store).await;
@@ -958,9 +954,7 @@ async fn a_pass_and_the_finalizer_racing_run_each_hook_once() {
     secret(&admin, ns).await;
     let store = weed.cluster_store(ns);
     let now = Timestamp::now();
-    let old = SynthBackup::full("old", now - SignedDuration::from_hours(3), 1);
-    let new = SynthBackup::full("new", now - SignedDuration::from_hours(1), 2);
-    synth::write_backups(&store, &[old.clone(), new.clone()])
+    let (old, _new) = synth::older_and_newer(&store, "old", "new", now)
         .await
         .unwrap();
     // A webhook that answers after 10 s: long enough for both runners to be in it.

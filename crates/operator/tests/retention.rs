@@ -656,9 +656,7 @@ async fn a_backup_whose_data_retention_removed_says_so() {
     secret(&admin, ns, "s3").await;
     let store = weed.cluster_store("db");
     let now = Timestamp::now();
-    let old = SynthBackup::full("old", now - SignedDuration::from_hours(3), 1);
-    let new = SynthBackup::full("new", now - SignedDuration::from_hours(1), 2);
-    synth::write_backups(&store, &[old.clone(), new.clone()])
+    let (old, new) = synth::older_and_newer(&store, "old", "new", now)
         .await
         .unwrap();
     let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
@@ -738,9 +736,7 @@ async fn retention_waits_for_an_established_primary() {
     let mut stores = Vec::new();
     for dir in ["db", "files"] {
         let store = weed.cluster_store(dir);
-        let old = SynthBackup::full("nightly", now - SignedDuration::from_hours(3), 1);
-        let new = SynthBackup::full("nightly", now - SignedDuration::from_hours(1), 2);
-        synth::write_backups(&store, &[old.clone(), new.clone()])
+        let (old, new) = synth::older_and_newer(&store, "nightly", "nightly", now)
             .await
             .unwrap();
         stores.push((store, old, new));

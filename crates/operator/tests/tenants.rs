@@ -89,9 +89,7 @@ async fn hostile_values_fail_their_object_not_the_operator() {
     }
     // A good tenant: two backups, keep one.
     let good = weed.cluster_store("good");
-    let old = SynthBackup::full("old", now - SignedDuration::from_hours(3), 1);
-    let new = SynthBackup::full("new", now - SignedDuration::from_hours(1), 2);
-    synth::write_backups(&good, &[old.clone(), new.clone()])
+    let (_old, new) = synth::older_and_newer(&good, "old", "new", now)
         .await
         .unwrap();
     // The hostile tenant's policies.
@@ -607,9 +605,7 @@ async fn deletions_wait_for_the_store_lease() {
     s3_secret(&admin, ns, "s3").await;
     let store = weed.cluster_store(ns);
     let now = Timestamp::now();
-    let old = SynthBackup::full("old", now - SignedDuration::from_hours(3), 1);
-    let new = SynthBackup::full("new", now - SignedDuration::from_hours(1), 2);
-    synth::write_backups(&store, &[old.clone(), new.clone()])
+    let (_old, new) = synth::older_and_newer(&store, "old", "new", now)
         .await
         .unwrap();
     // A standalone `tidemark run` works on this store.
@@ -683,9 +679,7 @@ async fn the_lease_is_renewed_until_work_in_flight_ends() {
     s3_secret(&admin, ns, "s3").await;
     let store = weed.cluster_store(ns);
     let now = Timestamp::now();
-    let gone = SynthBackup::full("gone", now - SignedDuration::from_hours(3), 1);
-    let kept = SynthBackup::full("kept", now - SignedDuration::from_hours(1), 2);
-    synth::write_backups(&store, &[gone.clone(), kept.clone()])
+    let (gone, _kept) = synth::older_and_newer(&store, "gone", "kept", now)
         .await
         .unwrap();
     create_policy(
@@ -935,9 +929,7 @@ async fn a_hold_placed_while_hooks_run_is_honoured() {
     s3_secret(&admin, ns, "s3").await;
     let store = weed.cluster_store(ns);
     let now = Timestamp::now();
-    let old = SynthBackup::full("old", now - SignedDuration::from_hours(3), 1);
-    let new = SynthBackup::full("new", now - SignedDuration::from_hours(1), 2);
-    synth::write_backups(&store, &[old.clone(), new.clone()])
+    let (old, new) = synth::older_and_newer(&store, "old", "new", now)
         .await
         .unwrap();
     create_hook(&admin, ns, "slow", webhook(&server, "/slow", "20s")).await;
@@ -1002,9 +994,7 @@ async fn one_store_directory_one_owner() {
     }
     let store = weed.cluster_store("db");
     let now = Timestamp::now();
-    let a1 = SynthBackup::full("nightly", now - SignedDuration::from_hours(3), 1);
-    let a2 = SynthBackup::full("nightly", now - SignedDuration::from_hours(1), 2);
-    synth::write_backups(&store, &[a1.clone(), a2.clone()])
+    let (a1, a2) = synth::older_and_newer(&store, "nightly", "nightly", now)
         .await
         .unwrap();
     // Both policies in the default directory ("db"): team A keeps two, team B one.
@@ -1094,9 +1084,7 @@ async fn a_namespaced_install_serves_only_its_namespaces() {
     for ns in ["team-a", "team-b"] {
         s3_secret(&admin, ns, "s3").await;
         let store = weed.cluster_store(ns);
-        let old = SynthBackup::full("old", now - SignedDuration::from_hours(3), 1);
-        let new = SynthBackup::full("new", now - SignedDuration::from_hours(1), 2);
-        synth::write_backups(&store, &[old.clone(), new.clone()])
+        let (old, new) = synth::older_and_newer(&store, "old", "new", now)
             .await
             .unwrap();
         ids.insert(ns, (old.id.clone(), new.id.clone()));

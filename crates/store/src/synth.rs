@@ -131,6 +131,23 @@ async fn put_all(store: &ClusterStore, objects: Vec<(Path, Vec<u8>)>) -> Result<
 }
 
 /// Writes each backup's payload, then (unless uncommitted) its `metadata.json`.
+/// Two completed fulls written to `store`: `older` three hours before `now`, `newer` one
+/// hour before — the commonest store a retention or deletion test starts from.
+///
+/// # Errors
+/// As [`write_backups`].
+pub async fn older_and_newer(
+    store: &ClusterStore,
+    older: &str,
+    newer: &str,
+    now: Timestamp,
+) -> Result<(SynthBackup, SynthBackup), StoreError> {
+    let o = SynthBackup::full(older, now - SignedDuration::from_hours(3), 1);
+    let n = SynthBackup::full(newer, now - SignedDuration::from_hours(1), 2);
+    write_backups(store, &[o.clone(), n.clone()]).await?;
+    Ok((o, n))
+}
+
 pub async fn write_backups(
     store: &ClusterStore,
     backups: &[SynthBackup],

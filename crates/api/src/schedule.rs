@@ -96,6 +96,55 @@ pub struct BackupTemplate {
     pub deletion_policy: Option<crate::policy::DeletionPolicy>,
 }
 
+/// Scheduled incrementals (seed 002): the first backup of a data directory is full, then
+/// each is an incremental on the newest restorable backup of the same data directory, with
+/// a full again once that backup's chain holds `maxIncrementsPerFull` increments.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IncrementalSpec {
+    /// A full once the chain holds this many increments (seed 002's
+    /// MaxIncrBackupsPerFullBackup; the seed's "a full after every N backups" is N − 1),
+    /// 1–10000. Omitted: forever incremental — a full only when there is nothing to build
+    /// on; with the policy's `consolidate`, chains are merged into synthetic fulls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub max_increments_per_full: Option<u32>,
+}
+
+/// The largest `maxIncrementsPerFull`.
+pub const MAX_INCREMENTS_PER_FULL: u32 = 10_000;
+
+impl IncrementalSpec {
+    /// Checks the bound, and that `method` (default `mariabackup`) takes incrementals.
+    ///
+    /// # Errors
+    /// The field, the value and the accepted form.
+    pub fn validate(&self, method: Option<&str>) -> Result<(), ScheduleFileError> {
+        if let Some(n) = self.max_increments_per_full
+            && !(1..=MAX_INCREMENTS_PER_FULL).contains(&n)
+        {
+            return Err(ScheduleFileError::Invalid {
+                field: "spec.incremental.maxIncrementsPerFull",
+                problem: format!("{n} is out of range; expected 1 to {MAX_INCREMENTS_PER_FULL}"),
+            });
+        }
+        let method = method.unwrap_or("mariabackup");
+        if !INCREMENTAL_METHODS.contains(&method) {
+            return Err(ScheduleFileError::Invalid {
+                field: "spec.incremental",
+                problem: format!(
+                    "method {method} takes whole backups only; incrementals need {}",
+                    INCREMENTAL_METHODS.join(" or ")
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The methods that take incrementals.
+pub const INCREMENTAL_METHODS: [&str; 2] = ["mariabackup", "xtrabackup"];
+
 /// The methods a Backup may name.
 pub const METHODS: [&str; 4] = ["mariabackup", "xtrabackup", "exec", "job"];
 /// The targets a Backup may name.
@@ -171,6 +220,12 @@ pub struct ScheduledBackupSpec {
     /// DeleteHooks select Backups by label). Keys under `tidemark.io/` are Tidemark's.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub backup_labels: BTreeMap<String, String>,
+    /// Scheduled incrementals (seed 002; methods mariabackup and xtrabackup): each Backup
+    /// it creates is an incremental on the newest restorable backup of the chosen pod's
+    /// data directory, or a full when there is none or its chain is full. Omitted: every
+    /// Backup is a full.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incremental: Option<IncrementalSpec>,
     #[serde(flatten)]
     pub template: BackupTemplate,
 }
@@ -209,6 +264,12 @@ pub struct Backup {
         priority = 1
     ),
     printcolumn(
+        name = "Type",
+        type_ = "string",
+        json_path = ".status.type",
+        priority = 1
+    ),
+    printcolumn(
         name = "Data removed",
         type_ = "date",
         json_path = ".status.dataRemoved.at"
@@ -226,6 +287,13 @@ pub struct BackupSpec {
     /// `full` (default) or `incremental` (from the newest restorable backup's end LSN).
     #[serde(default, rename = "type")]
     pub kind: BackupType,
+    /// The type is chosen when the backup starts (seed 002; ScheduledBackups with
+    /// `incremental` set it): an incremental on the newest restorable backup of the chosen
+    /// pod's data directory, a full when there is none or its chain holds
+    /// `maxIncrementsPerFull` increments. `status.type` and `status.parentId` say what was
+    /// taken. `type` is then ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incremental: Option<IncrementalSpec>,
     /// Delete this backup once this old (`<n>d|<n>w|<n>m`), whatever the policy says. In
     /// the operator the Backup expires that long after its creation and is deleted with its
     /// data, whatever `deletionPolicy` says (never the newest restorable backup; a chain's
@@ -308,6 +376,13 @@ pub struct BackupStatus {
     /// Payload bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<u64>,
+    /// What was taken, `full` or `incremental` (with `spec.incremental` chosen when the
+    /// backup started).
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// The backup-id an incremental builds on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -510,6 +585,9 @@ impl ScheduledBackupSpec {
                 problem: m.unknown(),
             });
         }
+        if let Some(i) = &self.incremental {
+            i.validate(self.template.method.as_deref())?;
+        }
         validate_template(&self.template)
     }
 
@@ -559,6 +637,7 @@ impl ScheduledBackupSpec {
         BackupSpec {
             template: self.template.clone(),
             kind: BackupType::Full,
+            incremental: self.incremental.clone(),
             ttl: self.ttl.clone(),
         }
     }
@@ -703,6 +782,47 @@ spec: {schedule: "0 0 2 * * *", policy: {name: db}}
         ] {
             let e = with(bad).unwrap_err().to_string();
             assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn scheduled_incrementals_are_checked_and_passed_to_the_backups() {
+        let with = |incremental: &str, method: &str| {
+            ScheduledBackup::from_yaml(
+                &EXAMPLE
+                    .replace("method: mariabackup", &format!("method: {method}"))
+                    .replace(
+                        "online: true",
+                        &format!("online: true\n  incremental: {incremental}"),
+                    ),
+            )
+        };
+        let s = with("{maxIncrementsPerFull: 2}", "mariabackup").unwrap();
+        let b = s.child("cluster-sample-daily-20261120020000", false);
+        assert_eq!(
+            b.spec.incremental,
+            Some(IncrementalSpec {
+                max_increments_per_full: Some(2)
+            })
+        );
+        // Forever incremental.
+        assert!(with("{}", "xtrabackup").is_ok());
+        for (incremental, method, says) in [
+            (
+                "{maxIncrementsPerFull: 0}",
+                "mariabackup",
+                "0 is out of range; expected 1 to 10000",
+            ),
+            (
+                "{maxIncrementsPerFull: 10001}",
+                "mariabackup",
+                "expected 1 to 10000",
+            ),
+            ("{}", "exec", "method exec takes whole backups only"),
+            ("{}", "job", "incrementals need mariabackup or xtrabackup"),
+        ] {
+            let e = with(incremental, method).unwrap_err().to_string();
+            assert!(e.contains(says), "{incremental} {method}: {e}");
         }
     }
 

@@ -180,14 +180,27 @@ fn load(dir: &Path) -> Result<Vec<PolicyRun>, CliError> {
                         s.metadata.name
                     ))
                 })?;
+            let method = s
+                .spec
+                .template
+                .method
+                .clone()
+                .unwrap_or_else(|| "exec".to_owned());
+            if s.spec.incremental.is_some() && method != tidemark_mariadb::METHOD {
+                return Err(CliError::input(format!(
+                    "{}: ScheduledBackup {}: spec.incremental needs method: mariabackup in tidemark run (the method is {method})",
+                    sfile.display(),
+                    s.metadata.name
+                )));
+            }
             mine.push(ScheduleRun {
                 spec,
-                method: s
+                incremental: s
                     .spec
-                    .template
-                    .method
-                    .clone()
-                    .unwrap_or_else(|| "exec".to_owned()),
+                    .incremental
+                    .as_ref()
+                    .map(|i| i.max_increments_per_full),
+                method,
                 command: s.spec.template.command.clone(),
                 ttl: s
                     .spec

@@ -346,6 +346,7 @@ spec:
   immediate: true
   policy: {{name: shop}}
   method: mariabackup
+  incremental: {{maxIncrementsPerFull: 2}}
   command: [mariabackup, "{c0}", "{c1}"]
 "#,
             store = dir.path().join("store").display(),
@@ -407,15 +408,42 @@ spec:
         out
     };
     let ls: Value = serde_json::from_slice(&tidemark(&["ls", "--output", "json"]).stdout).unwrap();
-    let completed = ls["backups"]
+    let completed: Vec<&Value> = ls["backups"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|b| b["phase"] == "completed")
-        .count();
+        .collect();
+    // keepLast 3 with the chains they need (at most two more), plus one since the pass.
     assert!(
-        (3..=4).contains(&completed),
-        "keepLast 3 (plus one since the pass): {ls:#}"
+        (3..=6).contains(&completed.len()),
+        "keepLast 3 and their chains: {ls:#}"
+    );
+    // Scheduled incrementals (seed 002): F ← I ← I, F ← I ← I, … — every incremental builds
+    // on the backup before it, at most two increments per full, and both kinds were taken.
+    let by_id = |id: &str| completed.iter().find(|b| b["backupId"] == id).copied();
+    let mut kinds = String::new();
+    for (i, b) in completed.iter().enumerate() {
+        if b["type"] == "incremental" {
+            kinds.push('I');
+            let parent = b["parentId"].as_str().unwrap();
+            assert!(
+                i > 0 && completed[i - 1]["backupId"] == parent,
+                "an incremental on the one before it: {ls:#}"
+            );
+            let p = by_id(parent).unwrap();
+            let grandparent_full = p["type"] == "full"
+                || by_id(p["parentId"].as_str().unwrap()).unwrap()["type"] == "full";
+            assert!(grandparent_full, "at most two increments per full: {ls:#}");
+        } else {
+            kinds.push('F');
+        }
+    }
+    assert!(kinds.contains("FI"), "{kinds}: {ls:#}");
+    assert!(text.contains("(incremental on "), "{text}");
+    assert!(
+        text.contains("the maximum per full"),
+        "a full because the chain was full: {text}"
     );
 
     // A mark inside the window: the newest whose instant the archive reaches.

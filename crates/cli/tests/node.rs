@@ -523,7 +523,8 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
                 }}),
             json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "ScheduledBackup", "metadata": {"name": "nightly"},
                 "spec": {"schedule": "0 0 2 * * *", "immediate": true, "backupOwnerReference": "self",
-                         "policy": {"name": "shop"}, "method": "mariabackup", "target": "primary"}}),
+                         "policy": {"name": "shop"}, "method": "mariabackup", "target": "primary",
+                         "incremental": {"maxIncrementsPerFull": 2}}}),
         ],
     );
     let backups: Api<Backup> = Api::namespaced(w.client(), ns);
@@ -539,6 +540,9 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
     })
     .await;
     let st = completed(&w, ns, &full).await;
+    // Scheduled incrementals (seed 002): the first backup of the data directory is a full.
+    assert_eq!(st["type"], "full", "{st}");
+    let full_id = st["backupId"].as_str().unwrap().to_owned();
     // It ran as a pod on the node, in the database's image.
     let job = st["jobName"].as_str().unwrap().to_owned();
     let pods: Api<Pod> = Api::namespaced(w.client(), ns);
@@ -569,9 +573,13 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
     w.apply(
         ns,
         &[json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "Backup", "metadata": {"name": "incr-1"},
-            "spec": {"policy": {"name": "shop"}, "method": "mariabackup", "type": "incremental", "target": "primary"}})],
+            "spec": {"policy": {"name": "shop"}, "method": "mariabackup", "target": "primary",
+                     "incremental": {"maxIncrementsPerFull": 2}}})],
     );
     let st = completed(&w, ns, "incr-1").await;
+    // The type chosen when it started: an incremental on the full of this data directory.
+    assert_eq!(st["type"], "incremental", "{st}");
+    assert_eq!(st["parentId"], full_id.as_str(), "{st}");
     let meta = w.tidemark("shop", &["ls", "--output", "json"]);
     let ls = common::json(&meta);
     let incr_id = st["backupId"].as_str().unwrap();
@@ -612,6 +620,18 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
         "12",
         "restore to {between}, between the full and the incremental"
     );
+    // A chain that holds the maximum: the next is a full (seed 002's maximum increments
+    // per full), not an incremental and not blocked.
+    w.apply(
+        ns,
+        &[json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "Backup", "metadata": {"name": "chain-full"},
+            "spec": {"policy": {"name": "shop"}, "method": "mariabackup", "target": "primary",
+                     "incremental": {"maxIncrementsPerFull": 1}}})],
+    );
+    let st = completed(&w, ns, "chain-full").await;
+    assert_eq!(st["type"], "full", "{st}");
+    assert!(st.get("parentId").is_none(), "{st}");
+
     // The database meets the `restricted` level, and so do the backup Jobs and the
     // archiver made from it — which ran under it.
     all_pods_restricted(&w, ns, &["db-0", "-backup-", "shop-binlog-archiver"]).await;

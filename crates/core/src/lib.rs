@@ -4,6 +4,7 @@
 pub mod coverage;
 pub mod duration;
 pub mod inventory;
+pub mod next;
 pub mod plan;
 pub mod policy;
 pub mod reason;
@@ -16,6 +17,7 @@ pub use duration::{DURATION_FORM, DurationError, RetentionDuration, saturating_a
 pub use inventory::{
     Backup, BackupId, BackupKind, Inventory, Leftover, LeftoverKind, Phase, Segment,
 };
+pub use next::{Candidate, FullBecause, NextBackup, next_backup};
 pub use plan::{
     Action, BackupDecision, EntryRef, LeftoverDeletion, LeftoverPlan, LeftoverReason, Plan,
     RecoveryWindow, SegmentDeletion, SegmentPlan, SegmentReason, Standing, chain_of, plan,

@@ -339,6 +339,8 @@ async fn stream_source(
 struct MariabackupRun {
     command: Vec<String>,
     lsndir: tempfile::TempDir,
+    /// An incremental's start: the parent's `toLsn`.
+    incremental_lsn: Option<u64>,
 }
 
 impl MariabackupRun {
@@ -356,7 +358,11 @@ impl MariabackupRun {
             user_command.to_vec()
         };
         command.extend(mariadb::backup_args(lsndir.path(), incremental_lsn));
-        Ok(MariabackupRun { command, lsndir })
+        Ok(MariabackupRun {
+            command,
+            lsndir,
+            incremental_lsn,
+        })
     }
 
     /// The `metadata.json` fields of a finished run.
@@ -370,6 +376,16 @@ impl MariabackupRun {
         mariadb::MariaDbError,
     > {
         let (lsns, position) = mariadb::read_lsndir(self.lsndir.path())?;
+        // mariabackup copies the pages newer than the parent's LSN; on a server whose LSN
+        // is behind it (another data directory) that is silently too few.
+        if let Some(from_lsn) = self.incremental_lsn
+            && lsns.to_lsn < from_lsn
+        {
+            return Err(mariadb::MariaDbError::LsnBehind {
+                from_lsn,
+                to_lsn: lsns.to_lsn,
+            });
+        }
         let mut extra = serde_json::Map::new();
         let (k, v) = mariadb::lsns_field(&lsns);
         extra.insert(k, v);
@@ -412,4 +428,53 @@ pub async fn record_failed(
     };
     transfer::release_marker(store, spec).await;
     Ok(recorded)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn run_on(parent_to_lsn: u64, server_to_lsn: u64) -> Result<(), mariadb::MariaDbError> {
+        let parent: Metadata = serde_json::from_value(serde_json::json!({
+            "formatVersion": 1, "backupId": "20261120T020000Z-00000001", "backupName": "nightly",
+            "cluster": "c", "type": "full", "method": "mariabackup", "phase": "completed",
+            "startedAt": "2026-11-20T02:00:00Z",
+            "mariabackup": {"fromLsn": 0, "toLsn": parent_to_lsn, "lastLsn": parent_to_lsn},
+        }))
+        .unwrap();
+        let run = MariabackupRun::new(&[], Some(&parent)).unwrap();
+        // What mariabackup leaves in the lsndir after an incremental.
+        std::fs::write(
+            run.lsndir.path().join(mariadb::CHECKPOINTS_FILE),
+            format!(
+                "backup_type = incremental\nfrom_lsn = {parent_to_lsn}\nto_lsn = {server_to_lsn}\nlast_lsn = {server_to_lsn}\n"
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            run.lsndir.path().join(mariadb::INFO_FILE),
+            "tool_name = mariabackup\n",
+        )
+        .unwrap();
+        run.recorded().map(|_| ())
+    }
+
+    #[test]
+    fn an_incremental_from_a_server_behind_its_parent_fails() {
+        run_on(1000, 1000).unwrap();
+        run_on(1000, 5000).unwrap();
+        let e = run_on(5000, 1000).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                mariadb::MariaDbError::LsnBehind {
+                    from_lsn: 5000,
+                    to_lsn: 1000
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("take a full backup"), "{e}");
+    }
 }

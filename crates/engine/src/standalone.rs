@@ -21,7 +21,7 @@ use tidemark_api::schedule::{IMMEDIATE_BACKUP_LABEL, SCHEDULED_BACKUP_LABEL};
 use tidemark_core::Policy;
 use tidemark_core::schedule::{Child, ScheduleSpec, ScheduleStatus};
 use tidemark_store::catalog::Catalog;
-use tidemark_store::format::{BackupType, MetadataPhase};
+use tidemark_store::format::{BackupType, Metadata, MetadataPhase};
 use tidemark_store::state::{
     self, Attempt as Journaled, HeldLease, LeaseError, RunState, StoredState,
 };
@@ -85,6 +85,10 @@ pub struct ScheduleRun {
     pub command: Vec<String>,
     /// Each backup's own time to live (recorded in its `metadata.json`).
     pub ttl: Option<tidemark_core::RetentionDuration>,
+    /// Scheduled incrementals (seed 002, method `mariabackup`): `Some(max)` makes each
+    /// backup an incremental on the newest restorable backup of this schedule, a full when
+    /// there is none or its chain holds `max` increments (`None`: forever incremental).
+    pub incremental: Option<Option<u32>>,
 }
 
 /// How the runner behaves.
@@ -436,15 +440,25 @@ async fn tick(
     .await?
     {
         Tick::Start { slot, attempt } => {
-            let spec = child_spec(
+            let mut spec = child_spec(
                 sched,
                 &attempt.backup_name,
                 &attempt.backup_id,
                 attempt.started_at,
                 attempt.immediate,
             );
+            let parent = parent_of(&catalog, sched);
+            let kind = match &parent {
+                Ok(p) => {
+                    spec.kind = BackupType::Incremental;
+                    spec.parent_id = Some(p.backup_id.clone());
+                    format!("incremental on {}", p.backup_id)
+                }
+                Err(Some(why)) => format!("full: {why}"),
+                Err(None) => "full".to_owned(),
+            };
             tracing::info!(
-                "{name}: slot {slot}{} → backup {}/{} started",
+                "{name}: slot {slot}{} → backup {}/{} started ({kind})",
                 if attempt.immediate {
                     " (immediate)"
                 } else {
@@ -453,7 +467,7 @@ async fn tick(
                 spec.backup_name,
                 spec.backup_id
             );
-            take(ctx, sched, spec, stop, grace).await;
+            take(ctx, sched, spec, parent.ok().cloned(), stop, grace).await;
             if let Err(e) = ScheduleState::ended(ctx, name).await {
                 // The journal keeps the attempt; the next start finds it committed.
                 tracing::warn!("{name}: could not clear the journal entry: {}", chain(&e));
@@ -470,18 +484,62 @@ async fn tick(
     Ok(())
 }
 
+/// With scheduled incrementals, the parent's `metadata.json` (seed 002): the newest
+/// restorable `mariabackup` backup of this schedule, unless its chain is full. `Err` for
+/// a full, with the reason when incrementals are on.
+fn parent_of<'a>(
+    catalog: &'a Catalog,
+    sched: &ScheduleRun,
+) -> Result<&'a Metadata, Option<tidemark_core::FullBecause>> {
+    let Some(max) = sched.incremental else {
+        return Err(None);
+    };
+    let ours: std::collections::HashMap<&str, &Metadata> = catalog
+        .backups
+        .iter()
+        .filter_map(|c| {
+            let m = c.metadata.as_ref()?;
+            let ours = m.method == tidemark_mariadb::METHOD
+                && m.labels.get(SCHEDULED_BACKUP_LABEL) == Some(&sched.spec.name);
+            ours.then_some((c.backup.id.as_str(), m))
+        })
+        .collect();
+    let next = tidemark_core::next_backup(
+        &catalog.inventory(&Default::default()),
+        |b| match ours.get(b.id.as_str()) {
+            Some(m)
+                if m.error
+                    .as_deref()
+                    .is_some_and(tidemark_mariadb::is_lsn_behind) =>
+            {
+                tidemark_core::Candidate::Diverged
+            }
+            Some(_) => tidemark_core::Candidate::Yes,
+            None => tidemark_core::Candidate::No,
+        },
+        max,
+    );
+    match next {
+        tidemark_core::NextBackup::Incremental { parent, .. } => {
+            ours.get(parent.as_str()).copied().ok_or(None)
+        }
+        tidemark_core::NextBackup::Full(why) => Err(Some(why)),
+    }
+}
+
 /// Takes one backup, letting it finish within `grace` when told to stop.
 async fn take(
     ctx: &Ctx,
     sched: &ScheduleRun,
     spec: BackupSpec,
+    parent: Option<Metadata>,
     stop: &mut watch::Receiver<bool>,
     grace: Duration,
 ) {
     let request = BackupRequest {
         spec: spec.clone(),
         command: sched.command.clone(),
-        parent: None,
+        parent,
         detach: true,
     };
     let name = &sched.spec.name;

@@ -45,6 +45,10 @@ pub enum MariaDbError {
         "backup {id} has no mariabackup LSNs in its metadata.json (method {method:?}); an incremental with --method mariabackup needs a parent taken with --method mariabackup"
     )]
     NoLsns { id: String, method: String },
+    #[error(
+        "the server's checkpoint LSN {to_lsn} {LSN_BEHIND} {from_lsn}: it is not the data directory the parent was taken from (a rebuilt or restored server), so this incremental would miss changes; take a full backup"
+    )]
+    LsnBehind { from_lsn: u64, to_lsn: u64 },
 }
 
 /// The arguments Tidemark appends to the user's `mariabackup` command line: a streamed
@@ -89,6 +93,15 @@ pub fn lsns_field(lsns: &Lsns) -> (String, serde_json::Value) {
             "lastLsn": lsns.last_lsn,
         }),
     )
+}
+
+/// The words of a [`MariaDbError::LsnBehind`] that its recorded error keeps.
+const LSN_BEHIND: &str = "is behind the parent's";
+
+/// Whether a failed attempt's recorded error says the server was behind its parent: the
+/// next scheduled backup of that data directory starts a new chain with a full.
+pub fn is_lsn_behind(error: &str) -> bool {
+    error.contains(LSN_BEHIND)
 }
 
 /// Parses `xtrabackup_checkpoints` (`key = value` lines).

@@ -10,5 +10,5 @@ pub mod consolidate;
 pub mod remote;
 pub mod restore;
 
-pub use backup::{EXT, Lsns, METHOD, MariaDbError};
+pub use backup::{EXT, Lsns, METHOD, MariaDbError, is_lsn_behind};
 pub use restore::Tools;

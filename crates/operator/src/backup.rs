@@ -34,6 +34,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tidemark_api::crd::{Backup, BackupPhase, BackupPolicy, BackupStatus, SourceSpec};
 use tidemark_api::schedule::{BackupType, SCHEDULED_BACKUP_LABEL};
+use tidemark_core::{Candidate, FullBecause, NextBackup};
 use tidemark_store::format::{Metadata, MetadataPhase};
 use tidemark_store::{Catalog, ClusterStore, NoProgress, layout};
 
@@ -196,6 +197,15 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
     if let t @ BackupType::Unknown(_) = &backup.spec.kind {
         let message = format!("spec.type: {}", t.unknown());
         fail(&ctx.recorder, &api, &backup, &status, &message).await?;
+        return Ok(Action::await_change());
+    }
+    if let Some(Err(e)) = backup
+        .spec
+        .incremental
+        .as_ref()
+        .map(|i| i.validate(Some(method)))
+    {
+        fail(&ctx.recorder, &api, &backup, &status, &e.to_string()).await?;
         return Ok(Action::await_change());
     }
     let needs = if method == "exec" {
@@ -373,23 +383,18 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
             volume_id = format!("pvc:{}", pvc.meta().uid.as_deref().unwrap_or_default());
         }
     }
-    let parent = match backup.spec.kind {
-        // Refused above.
-        BackupType::Full | BackupType::Unknown(_) => None,
-        BackupType::Incremental => match newest_restorable(&store, &volume_id).await? {
-            Parent::Found(p) => Some(p),
-            Parent::None => {
-                let message = "an incremental needs a restorable mariabackup backup in the store to start from; there is none";
-                return blocked(&ctx, &api, &backup, "NoParent", message).await;
-            }
-            Parent::OtherServer(id) => {
-                let message = format!(
-                    "an incremental builds on a backup of the same data directory (InnoDB LSNs are a server's own), and pod {} holds none: the newest restorable one, {id}, was taken from another server; take a full backup of this one first, or set target to the pod it came from",
+    let parent = match parent_of(&store, &backup, &volume_id).await? {
+        Ok(parent) => parent,
+        Err(why) => {
+            let message = match why {
+                FullBecause::OtherSource(id) => format!(
+                    "an incremental builds on a backup of the same data directory (InnoDB LSNs are a server's own), and pod {} holds none: the newest restorable one, {id}, was taken from another server; take a full backup of this one first, set target to the pod it came from, or set spec.incremental to take a full when there is no parent",
                     pod.name_any()
-                );
-                return blocked(&ctx, &api, &backup, "NoParent", &message).await;
-            }
-        },
+                ),
+                _ => "an incremental needs a restorable mariabackup backup in the store to start from; there is none (spec.incremental takes a full then)".to_owned(),
+            };
+            return blocked(&ctx, &api, &backup, "NoParent", &message).await;
+        }
     };
     let plan = JobPlan {
         job_name: job_name.clone(),
@@ -764,6 +769,14 @@ pub(crate) async fn settle(
             done.started_at = Some(Time(m.started_at));
             done.size = Some(m.payload.iter().map(|p| p.size).sum());
             done.checksum = m.payload.first().map(|p| format!("sha256:{}", p.sha256));
+            done.kind = Some(
+                match m.kind {
+                    tidemark_store::format::BackupType::Full => "full",
+                    tidemark_store::format::BackupType::Incremental => "incremental",
+                }
+                .to_owned(),
+            );
+            done.parent_id = m.parent_id.clone();
             done.key = Some(key.to_string());
             done.error = None;
             done.conditions = vec![condition(
@@ -1090,41 +1103,61 @@ pub fn data_volume(pod: &Pod, source: &SourceSpec) -> Result<DataVolume, String>
     })
 }
 
-/// The newest restorable backup made by mariabackup from the data directory `volume_id`:
-/// an incremental's parent.
-async fn newest_restorable(store: &ClusterStore, volume_id: &str) -> Result<Parent, Error> {
+/// What the Backup builds on: `None` for a full. With `spec.incremental` (seed 002) the
+/// type is chosen here: an incremental on the newest restorable backup of this data
+/// directory, else a full. `type: incremental` without it needs a parent: `Err` says why
+/// there is none.
+async fn parent_of(
+    store: &ClusterStore,
+    backup: &Backup,
+    volume_id: &str,
+) -> Result<Result<Option<String>, FullBecause>, Error> {
+    let max = match (&backup.spec.incremental, &backup.spec.kind) {
+        (Some(i), _) => i.max_increments_per_full,
+        (None, BackupType::Incremental) => None,
+        // Unknown types are refused above.
+        (None, BackupType::Full | BackupType::Unknown(_)) => return Ok(Ok(None)),
+    };
     let catalog = Catalog::load_backups(store, &NoProgress)
         .await
         .map_err(|e| Error::Engine(e.into()))?;
-    let inventory = catalog.inventory(&Default::default());
-    let standing = tidemark_core::standing(&inventory);
-    let candidates: Vec<(Option<Timestamp>, String, bool)> = catalog
+    // Made by mariabackup from this data directory, or from another.
+    let candidates: std::collections::HashMap<&str, Candidate> = catalog
         .backups
         .iter()
-        .filter(|b| standing.restorable.contains(&b.backup.id))
-        .filter_map(|b| {
-            let m = b.metadata.as_ref().filter(|m| m.method == "mariabackup")?;
+        .filter_map(|c| {
+            let m = c.metadata.as_ref().filter(|m| m.method == "mariabackup")?;
             let same = m.labels.get(DATA_VOLUME_LABEL).map(String::as_str) == Some(volume_id);
-            Some((b.backup.completed_at, b.backup.id.clone(), same))
+            let diverged = m
+                .error
+                .as_deref()
+                .is_some_and(tidemark_mariadb::is_lsn_behind);
+            let candidate = match (same, diverged) {
+                (true, true) => Candidate::Diverged,
+                (true, false) => Candidate::Yes,
+                (false, _) => Candidate::OtherSource,
+            };
+            Some((c.backup.id.as_str(), candidate))
         })
         .collect();
-    Ok(choose_parent(candidates))
-}
-
-/// The newest candidate of the same data directory; else says whether another had one.
-fn choose_parent(candidates: Vec<(Option<Timestamp>, String, bool)>) -> Parent {
-    let newest = |same_only: bool| {
-        candidates
-            .iter()
-            .filter(|c| c.2 || !same_only)
-            .max_by_key(|c| c.0)
-            .map(|c| c.1.clone())
-    };
-    match (newest(true), newest(false)) {
-        (Some(id), _) => Parent::Found(id),
-        (None, Some(other)) => Parent::OtherServer(other),
-        (None, None) => Parent::None,
-    }
+    let next = tidemark_core::next_backup(
+        &catalog.inventory(&Default::default()),
+        |b| {
+            candidates
+                .get(b.id.as_str())
+                .copied()
+                .unwrap_or(Candidate::No)
+        },
+        max,
+    );
+    Ok(match next {
+        NextBackup::Incremental { parent, .. } => Ok(Some(parent)),
+        NextBackup::Full(why) if backup.spec.incremental.is_some() => {
+            tracing::info!(backup = %backup.name_any(), "a full backup: {why}");
+            Ok(None)
+        }
+        NextBackup::Full(why) => Err(why),
+    })
 }
 
 /// Everything the Job is made of.
@@ -1163,17 +1196,6 @@ pub fn stored_labels(backup: &Backup) -> std::collections::BTreeMap<String, Stri
 
 /// The label recording which data directory a physical backup was taken from.
 pub const DATA_VOLUME_LABEL: &str = "tidemark.io/data-volume";
-
-/// An incremental's parent, as the store offers one.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Parent {
-    /// The newest restorable mariabackup backup of this data directory.
-    Found(String),
-    /// None at all.
-    None,
-    /// Only of other data directories (the newest of those named).
-    OtherServer(String),
-}
 
 impl JobPlan<'_> {
     /// The Job.
@@ -1699,30 +1721,6 @@ mod tests {
         let none = BackupPolicy::new("p", Default::default());
         let c = pod::install_container("tidemark:test", Some(&root), &none);
         assert_eq!(c.security_context.unwrap().run_as_non_root, None);
-    }
-
-    #[test]
-    fn an_incremental_builds_only_on_its_own_data_directory() {
-        let at = |s: &str| Some(s.parse::<Timestamp>().unwrap());
-        let c = |t: &str, id: &str, same: bool| (at(t), id.to_owned(), same);
-        // The newest of this directory, even when another server's is newer.
-        assert_eq!(
-            choose_parent(vec![
-                c("2026-11-20T02:00:00Z", "a", true),
-                c("2026-11-21T02:00:00Z", "b", true),
-                c("2026-11-22T02:00:00Z", "other", false),
-            ]),
-            Parent::Found("b".into())
-        );
-        // Only another server's: named, never used.
-        assert_eq!(
-            choose_parent(vec![
-                c("2026-11-20T02:00:00Z", "x", false),
-                c("2026-11-22T02:00:00Z", "y", false),
-            ]),
-            Parent::OtherServer("y".into())
-        );
-        assert_eq!(choose_parent(vec![]), Parent::None);
     }
 
     #[test]

@@ -108,6 +108,61 @@ pub struct BackupPolicySpec {
     /// is set unless given here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<PodResources>,
+    /// How many Backup objects whose data retention removed stay (operator only): the
+    /// objects of a ScheduledBackup with its own `backupHistory` follow that one, the
+    /// others this. Default: the 10 most recently removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_history: Option<BackupHistory>,
+}
+
+/// Which Backup objects whose data retention removed (`status.dataRemoved`) stay: the
+/// objects would otherwise grow without bound, one a backup (seed 000: retention deletes
+/// data; these objects only say that it did).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupHistory {
+    /// At most this many, the most recently removed (0–10000; default 10; 0 deletes each
+    /// once its data is gone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 10000))]
+    pub limit: Option<u32>,
+    /// None whose data was removed longer ago than this (`<n>d|<n>w|<n>m`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
+    pub max_age: Option<String>,
+}
+
+/// The default [`BackupHistory::limit`].
+pub const DEFAULT_HISTORY_LIMIT: u32 = 10;
+/// The largest [`BackupHistory::limit`].
+pub const MAX_HISTORY_LIMIT: u32 = 10_000;
+
+impl BackupHistory {
+    /// The limit, and the age parsed.
+    ///
+    /// # Errors
+    /// The field (`spec.backupHistory.…`, on a policy and a schedule alike) and what is
+    /// wrong with it.
+    pub fn settings(
+        &self,
+    ) -> Result<(u32, Option<tidemark_core::RetentionDuration>), (&'static str, String)> {
+        let limit = self.limit.unwrap_or(DEFAULT_HISTORY_LIMIT);
+        if limit > MAX_HISTORY_LIMIT {
+            return Err((
+                "spec.backupHistory.limit",
+                format!("{limit} is out of range; expected 0 to {MAX_HISTORY_LIMIT}"),
+            ));
+        }
+        let age = self
+            .max_age
+            .as_deref()
+            .map(|a| {
+                a.parse::<tidemark_core::RetentionDuration>()
+                    .map_err(|e| ("spec.backupHistory.maxAge", e.to_string()))
+            })
+            .transpose()?;
+        Ok((limit, age))
+    }
 }
 
 /// The resources of each kind of container the operator creates (`requests`, `limits`).
@@ -627,6 +682,9 @@ impl BackupPolicySpec {
         }
         if let Some(r) = &self.resources {
             r.validate()?;
+        }
+        if let Some(Err((field, problem))) = self.backup_history.as_ref().map(|h| h.settings()) {
+            return Err(PolicyFileError::Invalid { field, problem });
         }
         if let Some(p @ DeletionPolicy::Unknown(_)) = &self.deletion_policy {
             return Err(PolicyFileError::Invalid {

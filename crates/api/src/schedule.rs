@@ -226,6 +226,10 @@ pub struct ScheduledBackupSpec {
     /// Backup is a full.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub incremental: Option<IncrementalSpec>,
+    /// How many of its Backup objects whose data retention removed stay (operator only);
+    /// default: the policy's `backupHistory`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_history: Option<crate::policy::BackupHistory>,
     #[serde(flatten)]
     pub template: BackupTemplate,
 }
@@ -588,6 +592,9 @@ impl ScheduledBackupSpec {
         if let Some(i) = &self.incremental {
             i.validate(self.template.method.as_deref())?;
         }
+        if let Some(Err((field, problem))) = self.backup_history.as_ref().map(|h| h.settings()) {
+            return Err(ScheduleFileError::Invalid { field, problem });
+        }
         validate_template(&self.template)
     }
 
@@ -823,6 +830,27 @@ spec: {schedule: "0 0 2 * * *", policy: {name: db}}
         ] {
             let e = with(incremental, method).unwrap_err().to_string();
             assert!(e.contains(says), "{incremental} {method}: {e}");
+        }
+    }
+
+    #[test]
+    fn backup_history_is_checked() {
+        let with = |history: &str| {
+            ScheduledBackup::from_yaml(&EXAMPLE.replace(
+                "online: true",
+                &format!("online: true\n  backupHistory: {history}"),
+            ))
+        };
+        assert!(with("{limit: 0, maxAge: 30d}").is_ok());
+        for (history, says) in [
+            (
+                "{limit: 10001}",
+                "spec.backupHistory.limit: 10001 is out of range; expected 0 to 10000",
+            ),
+            ("{maxAge: 3x}", "spec.backupHistory.maxAge"),
+        ] {
+            let e = with(history).unwrap_err().to_string();
+            assert!(e.contains(says), "{history}: {e}");
         }
     }
 

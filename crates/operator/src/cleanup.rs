@@ -138,6 +138,23 @@ pub async fn on_delete(
         set_finalizer(api, backup, false).await?;
         return Ok(Action::await_change());
     };
+    if let Some(removed) = &status.data_removed {
+        // A retention pass deleted its data (and ran the DeleteHooks then): nothing is left
+        // to delete, and the hooks must not run twice.
+        let note = format!(
+            "the data was removed by retention at {}{}: nothing to delete",
+            removed.at.0,
+            removed
+                .audit_record
+                .as_deref()
+                .map(|a| format!(" (audit record {a})"))
+                .unwrap_or_default()
+        );
+        ctx.event(&reference, EventType::Normal, "RemoteDataDeleted", &note)
+            .await;
+        set_finalizer(api, backup, false).await?;
+        return Ok(Action::await_change());
+    }
     // The DeleteHooks first, in name order; a Job hook is followed across reconciles.
     let expired = backup.annotations().contains_key(EXPIRED_ANNOTATION);
     let word = if expired {

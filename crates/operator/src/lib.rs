@@ -24,6 +24,7 @@ pub mod error;
 pub mod events;
 pub mod exec;
 pub mod fence;
+pub mod history;
 pub mod hooks;
 pub mod leader;
 pub mod metrics;

@@ -350,7 +350,8 @@ async fn pass(
             .as_ref()
             .map_or(0, |w| w.to.duration_since(w.from).as_secs()),
     );
-    record_removed(&ctx, &ns, &name, &outcome, summary.audit.as_deref(), now).await;
+    let recorded = record_removed(&ctx, &ns, &name, &outcome, summary.audit.as_deref(), now).await;
+    crate::history::prune(&ctx, &policy, &recorded, now).await;
     if summary.deleted > 0 || summary.segments_deleted > 0 {
         ctx.event(
             &policy.object_ref(&()),
@@ -450,7 +451,8 @@ const DATA_REMOVED_MANAGER: &str = "tidemark-operator-retention";
 /// Records on each Backup object of `policy` whose data the pass deleted when, why and
 /// under which audit record (`status.dataRemoved`): the object stays (retention deletes
 /// data, never the user's objects) and says so. A failure to record is logged; the data
-/// is gone either way, and the next pass does not see it again.
+/// is gone either way, and the next pass does not see it again. Returns the objects it
+/// recorded (the watch cache may not show them yet).
 async fn record_removed(
     ctx: &Context,
     ns: &str,
@@ -458,13 +460,14 @@ async fn record_removed(
     outcome: &PassOutcome,
     audit: Option<&str>,
     now: Timestamp,
-) {
+) -> Vec<String> {
+    let mut recorded = Vec::new();
     let Some(report) = outcome.executed.as_ref() else {
-        return;
+        return recorded;
     };
     let gone: HashSet<&str> = report.backups_deleted.iter().map(String::as_str).collect();
     if gone.is_empty() {
-        return;
+        return recorded;
     }
     let reasons: std::collections::HashMap<&str, Vec<String>> = outcome
         .survey
@@ -501,13 +504,17 @@ async fn record_removed(
             field_manager: Some(DATA_REMOVED_MANAGER.into()),
             ..PatchParams::default()
         };
-        if let Err(e) = api
+        match api
             .patch_status(&b.name_any(), &params, &Patch::Merge(&patch))
             .await
         {
-            tracing::warn!(backup = %b.name_any(), "could not record that its data was removed: {e}");
+            Ok(_) => recorded.push(b.name_any()),
+            Err(e) => {
+                tracing::warn!(backup = %b.name_any(), "could not record that its data was removed: {e}");
+            }
         }
     }
+    recorded
 }
 
 /// The Job runner of `policy`'s consolidations, when its database image is known.

@@ -719,6 +719,85 @@ async fn a_backup_whose_data_retention_removed_says_so() {
     op.stop().await;
 }
 
+/// Backup objects do not grow without bound (issue 18, seed 000): once retention removed
+/// their data, the objects beyond the history go — per policy (`backupHistory.limit: 1`:
+/// the most recently removed stays) and per ScheduledBackup with its own history (limit 5:
+/// both of its objects stay). An object whose data is in the store is never touched, and
+/// one with `deletionPolicy: Delete` goes without a second deletion (nor its hooks): its
+/// finalizer sees the data was removed by retention.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backup_objects_beyond_their_history_are_pruned() {
+    let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let ns = "history";
+    cluster.namespace(ns).await;
+    secret(&admin, ns, "s3").await;
+    let store = weed.cluster_store("db");
+    let now = Timestamp::now();
+    let hours = |h: i64| now - SignedDuration::from_hours(h);
+    let synthetic = [
+        SynthBackup::full("a", hours(5), 1),
+        SynthBackup::full("b", hours(5), 2),
+        SynthBackup::full("n1", hours(4), 3),
+        SynthBackup::full("n2", hours(3), 4),
+        SynthBackup::full("new", hours(1), 5),
+    ];
+    synth::write_backups(&store, &synthetic).await.unwrap();
+    let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
+    let nightly = json!({"metadata": {"labels": {"tidemark.io/scheduled-backup": "nightly"}}});
+    for b in &synthetic {
+        let extra = match b.name.as_str() {
+            "b" => json!({"spec": {"deletionPolicy": "Delete"}}),
+            "n1" | "n2" => nightly.clone(),
+            _ => json!({}),
+        };
+        tidemark_operator::testkit::completed_backup(&backups, b, extra).await;
+    }
+    let schedule: tidemark_api::crd::ScheduledBackup = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "ScheduledBackup",
+        "metadata": {"name": "nightly", "namespace": ns},
+        "spec": {"schedule": "0 0 2 1 1 *", "policy": {"name": "db"}, "backupHistory": {"limit": 5}},
+    }))
+    .unwrap();
+    Api::<tidemark_api::crd::ScheduledBackup>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &schedule)
+        .await
+        .unwrap();
+    let mut p = policy("db", ns, &weed.endpoint, "s3");
+    p.spec.backup_history = Some(tidemark_api::policy::BackupHistory {
+        limit: Some(1),
+        max_age: None,
+    });
+    Api::<BackupPolicy>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &p)
+        .await
+        .unwrap();
+    let op = Operator::start(&cluster, "operator-history");
+    // Of the policy's own two, removed in one pass (same time; by name): "a" stays, "b" goes.
+    eventually("b pruned", || async {
+        backups.get_opt("b").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    assert_eq!(metadata_ids(&store).await, vec![synthetic[4].id.clone()]);
+    let names = |list: Vec<Backup>| list.iter().map(ResourceExt::name_any).collect::<Vec<_>>();
+    // Settled: nothing else goes.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let left = names(backups.list(&ListParams::default()).await.unwrap().items);
+    assert_eq!(left, vec!["a", "n1", "n2", "new"]);
+    for name in ["a", "n1", "n2"] {
+        let st = backups.get(name).await.unwrap().status.unwrap();
+        assert!(st.data_removed.is_some(), "{name}: {st:?}");
+    }
+    let pruned = tidemark_operator::testkit::events(&admin, ns, "BackupHistoryPruned").await;
+    let note = pruned[0].note.clone().unwrap_or_default();
+    assert!(note.contains(": b"), "{note}");
+    let finalized = tidemark_operator::testkit::events(&admin, ns, "RemoteDataDeleted").await;
+    let note = finalized[0].note.clone().unwrap_or_default();
+    assert!(note.contains("removed by retention"), "{note}");
+    op.stop().await;
+}
+
 /// Retention only with an established primary (issue 18, seed 000): a policy that selects
 /// database pods deletes nothing while no selected pod is the primary, nor until the
 /// primary has been Running and Ready for `primaryReadyFor` — `Ready=False`

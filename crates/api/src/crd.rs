@@ -15,7 +15,7 @@ pub use crate::policy::{
 };
 pub use crate::schedule::{
     BackupCrd as Backup, BackupPhase, BackupStatus, DataRemoved, HookResult,
-    ScheduledBackupCrd as ScheduledBackup, ScheduledBackupStatus,
+    ScheduledBackupCrd as ScheduledBackup, ScheduledBackupStatus, StoredBackup,
 };
 
 /// Every Tidemark CRD, in a fixed order.

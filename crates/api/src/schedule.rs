@@ -418,6 +418,22 @@ pub struct DataRemoved {
     /// The key of the pass's audit record in the store (what it deleted, and why).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit_record: Option<String>,
+    /// The synthetic full that consolidation merged this backup into (seed 002).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merged_into: Option<StoredBackup>,
+    /// The synthetic full that holds this backup's restore point now (it stands in for the
+    /// last backup of the chain it merged): deleting this object (`deletionPolicy:
+    /// Delete`) deletes that backup, under the same rules; history pruning leaves it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaced_by: Option<StoredBackup>,
+}
+
+/// A backup in the store: its `<backup-name>/<backup-id>` directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredBackup {
+    pub backup_name: String,
+    pub backup_id: String,
 }
 
 /// What one DeleteHook did (seed 003): hooks cannot veto a deletion, so every outcome is

@@ -901,6 +901,26 @@ async fn consolidation_runs_as_a_job() {
         .create(&PostParams::default(), &policy)
         .await
         .unwrap();
+    // The chain's Backup objects (a schedule's: their store name is "nightly").
+    let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
+    for (object, id) in [("full-obj", &full), ("incr-obj", &incremental)] {
+        let b: Backup = serde_json::from_value(json!({
+            "apiVersion": "tidemark.io/v1alpha1", "kind": "Backup",
+            "metadata": {"name": object, "namespace": ns,
+                         "labels": {"tidemark.io/scheduled-backup": "nightly"}},
+            "spec": {"policy": {"name": "shop"}},
+        }))
+        .unwrap();
+        backups.create(&PostParams::default(), &b).await.unwrap();
+        backups
+            .patch_status(
+                object,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"phase": "completed", "backupId": id}})),
+            )
+            .await
+            .unwrap();
+    }
     let op = Operator::start(&cluster, "operator-merge");
     let jobs: Api<Job> = Api::namespaced(admin.clone(), ns);
     let name = format!("shop-consolidate-{}", incremental.to_ascii_lowercase());
@@ -956,6 +976,68 @@ async fn consolidation_runs_as_a_job() {
     })
     .await;
     let synthetic = ls["backups"][0]["backupId"].as_str().unwrap().to_owned();
+    // The objects of the merged chain name the synthetic full (issue 18 §2): the
+    // increment's restore point is in it now, the full's was merged into it.
+    let removed = |object: &'static str| {
+        let backups = backups.clone();
+        async move {
+            let st = serde_json::to_value(backups.get(object).await.unwrap().status).unwrap();
+            st["dataRemoved"].clone()
+        }
+    };
+    let incr_removed = eventually("the increment's object names its replacement", || async {
+        let r = removed("incr-obj").await;
+        (r["replacedBy"]["backupId"] == synthetic.as_str()).then_some(r)
+    })
+    .await;
+    assert_eq!(
+        incr_removed["replacedBy"]["backupName"], "nightly",
+        "{incr_removed}"
+    );
+    assert_eq!(incr_removed["mergedInto"]["backupId"], synthetic.as_str());
+    let full_removed = removed("full-obj").await;
+    assert_eq!(
+        full_removed["mergedInto"]["backupId"],
+        synthetic.as_str(),
+        "{full_removed}"
+    );
+    assert!(full_removed.get("replacedBy").is_none(), "{full_removed}");
+    // Deleting the increment's object acts on what exists: the synthetic full — here the
+    // last restorable backup, so it stays and the object says so.
+    backups
+        .patch(
+            "incr-obj",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"deletionPolicy": "Delete"}})),
+        )
+        .await
+        .unwrap();
+    eventually("the finalizer", || async {
+        let b = backups.get("incr-obj").await.unwrap();
+        b.finalizers()
+            .contains(&"tidemark.io/remote-cleanup".to_owned())
+            .then_some(())
+    })
+    .await;
+    backups
+        .delete("incr-obj", &Default::default())
+        .await
+        .unwrap();
+    let refused = eventually("the deletion refused for the synthetic full", || async {
+        let s = serde_json::to_value(backups.get("incr-obj").await.unwrap().status).unwrap();
+        s["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "RemoteCleanup" && c["reason"] == "LastRestorableBackup")
+            .cloned()
+    })
+    .await;
+    assert!(
+        refused["message"].as_str().unwrap().contains(&synthetic),
+        "{refused}"
+    );
+    assert_eq!(listed(&s3).0, vec![synthetic.clone()], "nothing deleted");
     // No binlogs are archived here: the window is the synthetic full's own restore point.
     let point = ls["recoveryWindow"]["to"].as_str().unwrap().to_owned();
     let restored = db.scratch().join("synthetic");

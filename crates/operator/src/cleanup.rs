@@ -133,12 +133,21 @@ pub async fn on_delete(
         set_finalizer(api, backup, false).await?;
         return Ok(Action::await_change());
     }
-    let Some(id) = status.backup_id.clone().filter(|_| status.phase.is_some()) else {
+    let Some(mut id) = status.backup_id.clone().filter(|_| status.phase.is_some()) else {
         // Never started: nothing of it is in the store.
         set_finalizer(api, backup, false).await?;
         return Ok(Action::await_change());
     };
-    if let Some(removed) = &status.data_removed {
+    // Consolidation merged it into a synthetic full that holds its restore point now: the
+    // deletion acts on that full (seed 002), under the same rules.
+    let replaced = status
+        .data_removed
+        .as_ref()
+        .and_then(|r| r.replaced_by.clone());
+    if let Some(r) = &replaced {
+        id = r.backup_id.clone();
+    }
+    if let Some(removed) = status.data_removed.as_ref().filter(|_| replaced.is_none()) {
         // A retention pass deleted its data (and ran the DeleteHooks then): nothing is left
         // to delete, and the hooks must not run twice.
         let note = format!(
@@ -162,8 +171,14 @@ pub async fn on_delete(
     } else {
         "deletionRequested"
     };
-    let Some(hooks) = crate::hooks::run(ctx, api, backup, word).await? else {
-        return Ok(Action::requeue(Duration::from_secs(5)));
+    // (Not again for a replaced backup: they ran when its own data was removed.)
+    let hooks = if replaced.is_some() {
+        Vec::new()
+    } else {
+        match crate::hooks::run(ctx, api, backup, word).await? {
+            Some(hooks) => hooks,
+            None => return Ok(Action::requeue(Duration::from_secs(5))),
+        }
     };
     // Re-read: the hooks' outcomes are in its status now.
     let fresh = api.get(&backup.name_any()).await?;
@@ -531,9 +546,14 @@ async fn set_status_condition(
 /// The backup name its status recorded (`status.key` is `<name>/<id>/metadata.json`),
 /// else the one it would be written under.
 fn recorded_name(backup: &Backup) -> String {
-    backup
-        .status
-        .as_ref()
+    let status = backup.status.as_ref();
+    if let Some(r) = status
+        .and_then(|s| s.data_removed.as_ref())
+        .and_then(|r| r.replaced_by.as_ref())
+    {
+        return r.backup_name.clone();
+    }
+    status
         .and_then(|s| s.key.as_deref())
         .and_then(|k| k.split('/').next())
         .filter(|n| tidemark_store::layout::is_backup_name(n))

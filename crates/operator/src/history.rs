@@ -72,8 +72,10 @@ pub(crate) async fn prune(
             b.namespace().as_deref() == Some(ns.as_str())
                 && b.spec.template.policy.name == name
                 && b.meta().deletion_timestamp.is_none()
-                && (b.status.as_ref().is_some_and(|s| s.data_removed.is_some())
-                    || just_recorded.contains(&b.name_any()))
+                // One whose restore point a synthetic full holds stands for live data.
+                && (b.status.as_ref().is_some_and(|s| {
+                    s.data_removed.as_ref().is_some_and(|r| r.replaced_by.is_none())
+                }) || just_recorded.contains(&b.name_any()))
         })
         .collect();
     if removed_objects.is_empty() {

@@ -17,7 +17,9 @@ use kube::runtime::controller::Action as Requeue;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use tidemark_api::crd::{BackupPolicy, BackupPolicyStatus, GapStatus, RecoveryWindowStatus};
+use tidemark_api::crd::{
+    BackupPolicy, BackupPolicyStatus, DataRemoved, GapStatus, RecoveryWindowStatus, StoredBackup,
+};
 use tidemark_core::Action;
 use tidemark_engine::{PassOutcome, PassRequest, unattended_pass};
 use tidemark_store::{ClusterStore, StoreOptions};
@@ -451,8 +453,11 @@ const DATA_REMOVED_MANAGER: &str = "tidemark-operator-retention";
 /// Records on each Backup object of `policy` whose data the pass deleted when, why and
 /// under which audit record (`status.dataRemoved`): the object stays (retention deletes
 /// data, never the user's objects) and says so. A failure to record is logged; the data
-/// is gone either way, and the next pass does not see it again. Returns the objects it
-/// recorded (the watch cache may not show them yet).
+/// is gone either way, and the next pass does not see it again. A backup that
+/// consolidation merged names the synthetic full (`mergedInto`), and the one whose restore
+/// point that full holds now follows it (`replacedBy`): when the full goes, so does the
+/// replacement. Returns the objects it recorded whose data is gone for good (the watch
+/// cache may not show them yet).
 async fn record_removed(
     ctx: &Context,
     ns: &str,
@@ -481,25 +486,67 @@ async fn record_removed(
             )
         })
         .collect();
+    // Consolidation (seed 002): each backup a synthetic full merged → that full, and
+    // whether the full stands in for it (the chain's last).
+    let merged: std::collections::HashMap<&str, (StoredBackup, bool)> = outcome
+        .survey
+        .inventory
+        .backups
+        .iter()
+        .filter(|s| s.is_successful() && s.kind == tidemark_core::BackupKind::Full)
+        .flat_map(|s| {
+            let last = s.consolidated_from.last();
+            s.consolidated_from
+                .iter()
+                .filter(move |m| **m != s.id)
+                .map(move |m| {
+                    let into = StoredBackup {
+                        backup_name: s.name.clone(),
+                        backup_id: s.id.clone(),
+                    };
+                    (m.as_str(), (into, Some(m) == last))
+                })
+        })
+        .collect();
     let api: Api<tidemark_api::crd::Backup> = Api::namespaced(ctx.client.clone(), ns);
     for b in ctx.backups.state() {
-        let Some(id) = b.status.as_ref().and_then(|s| s.backup_id.as_deref()) else {
+        let Some(status) = b.status.as_ref() else {
+            continue;
+        };
+        // An object whose restore point a synthetic full holds follows that full.
+        let previous = status.data_removed.as_ref();
+        let followed = match previous {
+            None => status.backup_id.as_deref(),
+            Some(r) => r.replaced_by.as_ref().map(|s| s.backup_id.as_str()),
+        };
+        let Some(id) = followed else {
             continue;
         };
         if b.namespace().as_deref() != Some(ns)
             || b.spec.template.policy.name != policy
             || !gone.contains(id)
             || b.meta().deletion_timestamp.is_some()
-            || b.status.as_ref().is_some_and(|s| s.data_removed.is_some())
         {
             continue;
         }
-        let removed = tidemark_api::crd::DataRemoved {
+        let (merged_into, replaced_by) = match (previous, merged.get(id)) {
+            (None, Some((into, stands_in))) => {
+                (Some(into.clone()), stands_in.then(|| into.clone()))
+            }
+            (None, None) => (None, None),
+            (Some(p), _) => (p.merged_into.clone(), None),
+        };
+        let removed = DataRemoved {
             at: Time(now),
             reasons: reasons.get(id).cloned().unwrap_or_default(),
             audit_record: audit.map(str::to_owned),
+            merged_into,
+            replaced_by: replaced_by.clone(),
         };
-        let patch = json!({"status": {"dataRemoved": removed}});
+        let mut value = serde_json::to_value(&removed).unwrap_or_default();
+        // A merge patch keeps what it does not name: a replacement now gone is erased.
+        value["replacedBy"] = serde_json::to_value(&replaced_by).unwrap_or_default();
+        let patch = json!({"status": {"dataRemoved": value}});
         let params = PatchParams {
             field_manager: Some(DATA_REMOVED_MANAGER.into()),
             ..PatchParams::default()
@@ -508,7 +555,8 @@ async fn record_removed(
             .patch_status(&b.name_any(), &params, &Patch::Merge(&patch))
             .await
         {
-            Ok(_) => recorded.push(b.name_any()),
+            Ok(_) if replaced_by.is_none() => recorded.push(b.name_any()),
+            Ok(_) => {}
             Err(e) => {
                 tracing::warn!(backup = %b.name_any(), "could not record that its data was removed: {e}");
             }

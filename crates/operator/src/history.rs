@@ -95,6 +95,8 @@ pub(crate) async fn prune(
             return;
         }
     };
+    // As recorded: `Time` keeps whole seconds.
+    let recorded_at = Timestamp::from_second(now.as_second()).unwrap_or(now);
     let removed: Vec<Removed> = removed_objects
         .iter()
         .map(|b| {
@@ -102,7 +104,7 @@ pub(crate) async fn prune(
                 .status
                 .as_ref()
                 .and_then(|s| s.data_removed.as_ref())
-                .map_or(now, |r| r.at.0);
+                .map_or(recorded_at, |r| r.at.0);
             let group = b
                 .labels()
                 .get(SCHEDULED_BACKUP_LABEL)

@@ -395,11 +395,14 @@ pub struct BackupStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// `Ready`, and while the attempt cannot start, `Blocked` with the reason (a volume that
-    /// cannot be shared, a database pod that is not running).
+    /// cannot be shared, a database pod that is not running); `RemoteCleanup` and `Expired`
+    /// from the deletion. A map by `type`: each writer owns its own (server-side apply).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
     /// The DeleteHooks that ran when the backup was deleted, in the order they ran.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub hooks: Vec<HookResult>,
     /// Set when a retention pass deleted the backup's data while this object stays (the
     /// object is the user's; retention deletes data, never Backup objects).

@@ -909,10 +909,41 @@ async fn blocked(
     Ok(Action::requeue(Duration::from_secs(60)))
 }
 
-pub(crate) async fn apply_status(
+/// Writes the attempt's fields of a Backup's status (phase, ids, sizes, times, error, the
+/// `Ready` and `Blocked` conditions) under the operator's field manager. Each other writer
+/// has its own fields and manager ([`apply_fields`]), so a copy of the status that is
+/// behind never drops what another wrote (issue 18 §5).
+pub async fn apply_status(
     api: &Api<Backup>,
     name: &str,
     status: &BackupStatus,
+) -> Result<(), Error> {
+    let mut own = status.clone();
+    own.hooks.clear();
+    own.data_removed = None;
+    own.conditions
+        .retain(|c| !DELETION_CONDITIONS.contains(&c.type_.as_str()));
+    apply_fields(
+        api,
+        name,
+        FIELD_MANAGER,
+        serde_json::to_value(&own).unwrap_or_default(),
+    )
+    .await
+}
+
+/// The conditions the deletion writes, each under its own field manager (the key).
+pub const DELETION_CONDITIONS: [&str; 2] = ["RemoteCleanup", "Expired"];
+/// The field manager of `status.hooks`.
+pub const HOOKS_MANAGER: &str = "tidemark-operator-hooks";
+
+/// Server-side applies `status` (the fields `manager` owns) to the Backup `name`: fields
+/// it owned and no longer names are removed, fields of other managers stay.
+pub async fn apply_fields(
+    api: &Api<Backup>,
+    name: &str,
+    manager: &str,
+    status: serde_json::Value,
 ) -> Result<(), Error> {
     let patch = json!({
         "apiVersion": tidemark_api::API_VERSION,
@@ -921,7 +952,7 @@ pub(crate) async fn apply_status(
     });
     api.patch_status(
         name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
+        &PatchParams::apply(manager).force(),
         &Patch::Apply(&patch),
     )
     .await?;

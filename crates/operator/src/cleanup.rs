@@ -512,9 +512,8 @@ async fn set_status_condition(
     reason: &str,
     message: &str,
 ) -> Result<(), Error> {
-    // The whole status, as the API has it now (the cache may lag behind a write such as
-    // `status.hooks`): a server-side apply drops the fields it no longer names.
-    let mut status = api
+    // As the API has it now (the cache may lag behind): whether it is said already.
+    let status = api
         .get(&backup.name_any())
         .await?
         .status
@@ -530,17 +529,24 @@ async fn set_status_condition(
         // backoff.
         return Ok(());
     }
-    let previous = status.conditions.clone();
-    status.conditions.retain(|c| c.type_ != type_);
-    status.conditions.push(condition(
-        &previous,
+    let written = condition(
+        &status.conditions,
         type_,
         ok,
         reason,
         message,
         backup.meta().generation,
-    ));
-    crate::backup::apply_status(api, &backup.name_any(), &status).await
+    );
+    // Only this condition, under a field manager of its own (`…-remotecleanup`,
+    // `…-expired`): the rest of the status is other writers'.
+    let manager = format!("{}-{}", crate::FIELD_MANAGER, type_.to_ascii_lowercase());
+    crate::backup::apply_fields(
+        api,
+        &backup.name_any(),
+        &manager,
+        json!({ "conditions": [written] }),
+    )
+    .await
 }
 
 /// The backup name its status recorded (`status.key` is `<name>/<id>/metadata.json`),

@@ -157,13 +157,25 @@ pub async fn run(
             finished_at: Some(Time(ctx.clock.now())),
         });
         // Recorded at once: a restart does not run a finished hook again.
-        crate::backup::apply_status(api, &backup.name_any(), &status).await?;
+        record(api, backup, &status.hooks).await?;
         changed = false;
     }
     if changed {
-        crate::backup::apply_status(api, &backup.name_any(), &status).await?;
+        record(api, backup, &status.hooks).await?;
     }
     Ok((!pending).then_some(status.hooks))
+}
+
+/// Writes `status.hooks` under its own field manager: the attempt's writer and the
+/// deletion's conditions cannot drop it, nor it theirs.
+async fn record(api: &Api<Backup>, backup: &Backup, hooks: &[HookResult]) -> Result<(), Error> {
+    crate::backup::apply_fields(
+        api,
+        &backup.name_any(),
+        crate::backup::HOOKS_MANAGER,
+        json!({ "hooks": hooks }),
+    )
+    .await
 }
 
 /// The hooks of a retention pass (the operator's BackupPolicy controller): a backup the

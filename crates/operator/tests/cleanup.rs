@@ -1112,3 +1112,78 @@ async fn hooks_run_for_backups_whose_object_is_gone() {
     assert!(!events(&admin, ns, "DeleteHookSucceeded").await.is_empty());
     op.stop().await;
 }
+
+/// Status written by its owner (issue 18 §5): the attempt's writer, the hooks' and the
+/// deletion's conditions each own their fields (server-side apply, one field manager
+/// each), so the attempt's writer applying a copy of the status from before the hooks ran
+/// drops neither the hooks' outcomes nor the `RemoteCleanup` condition. Before, one manager
+/// force-applied the whole status and such a write erased both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_status_writer_keeps_its_own_fields() {
+    use tidemark_operator::backup::{HOOKS_MANAGER, apply_fields, apply_status};
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let ns = "owners";
+    cluster.namespace(ns).await;
+    let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
+    let b: Backup = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "Backup",
+        "metadata": {"name": "b"}, "spec": {"policy": {"name": "db"}},
+    }))
+    .unwrap();
+    backups.create(&PostParams::default(), &b).await.unwrap();
+    let condition = |type_: &str, reason: &str| {
+        json!({"type": type_, "status": "False", "reason": reason, "message": reason,
+               "lastTransitionTime": "2026-11-25T00:00:00Z"})
+    };
+    // The attempt completed; the copy the attempt's writer holds is this one.
+    let stale: tidemark_api::crd::BackupStatus = serde_json::from_value(json!({
+        "phase": "completed", "backupId": "20261125T000000Z-00000001",
+        "conditions": [condition("Ready", "Completed")],
+    }))
+    .unwrap();
+    apply_status(&backups, "b", &stale).await.unwrap();
+    // Then the deletion's writers: a hook's outcome and the cleanup's condition.
+    apply_fields(
+        &backups,
+        "b",
+        HOOKS_MANAGER,
+        json!({"hooks": [{"name": "h1", "outcome": "succeeded"}]}),
+    )
+    .await
+    .unwrap();
+    apply_fields(
+        &backups,
+        "b",
+        "tidemark-operator-remotecleanup",
+        json!({"conditions": [condition("RemoteCleanup", "WaitingForRetention")]}),
+    )
+    .await
+    .unwrap();
+    // The attempt's writer again, from its old copy (a retry, a stale cache).
+    let mut again = stale.clone();
+    again.error = None;
+    again.size = Some(42);
+    apply_status(&backups, "b", &again).await.unwrap();
+    let st = backups.get("b").await.unwrap().status.unwrap();
+    assert_eq!(st.size, Some(42));
+    assert_eq!(st.hooks.len(), 1, "{st:?}");
+    assert_eq!(st.hooks[0].name, "h1");
+    let types: Vec<&str> = st.conditions.iter().map(|c| c.type_.as_str()).collect();
+    assert!(
+        types.contains(&"RemoteCleanup") && types.contains(&"Ready"),
+        "{types:?}"
+    );
+    // And a hooks write does not drop the attempt's condition.
+    apply_fields(
+        &backups,
+        "b",
+        HOOKS_MANAGER,
+        json!({"hooks": [{"name": "h1", "outcome": "succeeded"}, {"name": "h2", "outcome": "failed"}]}),
+    )
+    .await
+    .unwrap();
+    let st = backups.get("b").await.unwrap().status.unwrap();
+    assert_eq!(st.hooks.len(), 2);
+    assert_eq!(st.conditions.len(), 2, "{:?}", st.conditions);
+}

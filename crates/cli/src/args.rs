@@ -67,6 +67,12 @@ pub enum Command {
     /// chain (seed 002), as `gc --consolidate` does for the increments its plan names; the
     /// chain itself is left to the next retention pass. Prints the new full's backup-id.
     Consolidate(ConsolidateArgs),
+    /// Delete one backup on request (as the operator does for a Backup deleted with
+    /// deletionPolicy: Delete): audit record first, metadata.json before the payload. When
+    /// a recovery depends on it — the last restorable backup, the base of a committed
+    /// increment, the only bridge over a binlog gap — it is marked instead, and a
+    /// retention pass removes it (or merges its chain into a synthetic full) once safe.
+    Delete(DeleteArgs),
 }
 
 #[derive(Debug, Args)]
@@ -83,6 +89,23 @@ pub struct ConsolidateArgs {
     /// system's temporary directory.
     #[arg(long, value_name = "DIR")]
     pub work_dir: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct DeleteArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// A BackupPolicy file to take --store and --cluster from.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// The backup to delete.
+    #[arg(long, value_name = "ID")]
+    pub backup_id: String,
+    /// Its name (the directory above the id); needed only when two backups share the id.
+    #[arg(long, value_name = "NAME")]
+    pub backup_name: Option<String>,
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
 }

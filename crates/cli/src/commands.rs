@@ -46,6 +46,7 @@ pub fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Install(a) => install(&a),
         Command::Backup(a) => rt.block_on(crate::cluster::backup(&a)),
         Command::Consolidate(a) => rt.block_on(consolidate(&a)),
+        Command::Delete(a) => rt.block_on(delete(&a)),
     }
 }
 
@@ -100,6 +101,103 @@ async fn operator(args: &crate::args::OperatorArgs) -> Result<Exit, CliError> {
         Ok(()) => Ok(Exit::Success),
         Err(e) => Err(CliError::new(Exit::Contention, e)),
     }
+}
+
+/// `tidemark delete --backup-id ID`: a requested deletion (the engine's, as the
+/// operator's finalizer makes it): deleted, or marked while a recovery depends on it.
+async fn delete(args: &crate::args::DeleteArgs) -> Result<Exit, CliError> {
+    use tidemark_engine::delete::{DeleteRequest, Requested, delete_requested};
+    if !tidemark_core::inventory::is_backup_id(&args.backup_id) {
+        return Err(CliError::input(format!(
+            "--backup-id {:?}: not a backup-id (e.g. 20261120T020000Z-3f2a9c1d)",
+            args.backup_id
+        )));
+    }
+    let target = resolve::store_target(&args.store, args.policy.as_deref())?;
+    let store = &target.store;
+    let id = &args.backup_id;
+    // Which directory: the one name holding the id (or the one named).
+    let catalog = Catalog::load_backups(store, &NoProgress).await?;
+    let mut names: Vec<&str> = catalog
+        .backups
+        .iter()
+        .filter(|b| &b.backup.id == id)
+        .map(|b| b.backup.name.as_str())
+        .filter(|n| args.backup_name.as_deref().is_none_or(|want| want == *n))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    let name = match names.as_slice() {
+        [one] => (*one).to_owned(),
+        [] => {
+            return Err(CliError::input(format!(
+                "no backup {id}{} in {} (cluster {}): nothing to delete (`tidemark ls` lists them)",
+                args.backup_name
+                    .as_deref()
+                    .map(|n| format!(" named {n}"))
+                    .unwrap_or_default(),
+                store.url,
+                store.cluster
+            )));
+        }
+        many => {
+            return Err(CliError::input(format!(
+                "backup-id {id} is in {} directories ({}): say which with --backup-name",
+                many.len(),
+                many.join(", ")
+            )));
+        }
+    };
+    let request = DeleteRequest {
+        name: name.clone(),
+        id: id.clone(),
+        reason: tidemark_core::Reason::DeletionRequested,
+        requested_by: "tidemark delete".to_owned(),
+        audit_extra: serde_json::Map::new(),
+        now: Timestamp::now(),
+    };
+    let outcome = delete_requested(store, &request).await?;
+    let (word, objects, audit, kept): (&str, usize, Option<String>, Vec<String>) = match &outcome {
+        Requested::Absent => ("absent", 0, None, Vec::new()),
+        Requested::Marked(keep) => (
+            "marked",
+            0,
+            None,
+            keep.iter().map(ToString::to_string).collect(),
+        ),
+        Requested::Deleted(r) => (
+            "deleted",
+            r.objects_deleted,
+            r.audit_key.clone(),
+            Vec::new(),
+        ),
+    };
+    if args.output == OutputFormat::Json {
+        emit_json(&serde_json::json!({
+            "formatVersion": JSON_FORMAT_VERSION,
+            "outcome": word,
+            "backupName": name,
+            "backupId": id,
+            "objectsDeleted": objects,
+            "auditRecord": audit,
+            "keptBy": kept,
+        }))?;
+    } else {
+        emit(&match &outcome {
+            Requested::Absent => {
+                format!("backup {name}/{id} is not in the store any more: nothing to delete\n")
+            }
+            Requested::Marked(_) => format!(
+                "backup {name}/{id} stays while a recovery depends on it ({}): marked for deletion; a retention pass (gc) removes it, or merges its chain into a synthetic full with consolidate, once that no longer holds\n",
+                kept.join(", ")
+            ),
+            Requested::Deleted(_) => format!(
+                "deleted backup {name}/{id} ({objects} objects; audit record {})\n",
+                audit.as_deref().unwrap_or("-")
+            ),
+        })?;
+    }
+    Ok(Exit::Success)
 }
 
 /// `tidemark consolidate --backup-id ID`: the synthetic full of one chain.

@@ -543,3 +543,99 @@ fn rbac_prints_the_install_asked_for() {
         stderr(&bad)
     );
 }
+
+/// `tidemark delete --backup-id` (issue 18 §6): the operator's requested deletion as a
+/// command. A leaf increment goes (audit record first); the base of a committed increment
+/// is marked instead (seed 002), naming what keeps it; bad and unknown ids are refused
+/// (exit 2) and nothing is deleted.
+#[test]
+fn delete_removes_a_backup_or_marks_one_a_recovery_needs() {
+    let (dir, url) = example_store();
+    let ls = || {
+        let out = run(&[
+            "ls",
+            "--store",
+            &url,
+            "--cluster",
+            "demo",
+            "--output",
+            "json",
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        json(&out)
+    };
+    let before = ls();
+    let backups = before["backups"].as_array().unwrap().clone();
+    let completed: Vec<&Value> = backups
+        .iter()
+        .filter(|b| b["phase"] == "completed")
+        .collect();
+    let parents: Vec<&str> = completed
+        .iter()
+        .filter_map(|b| b["parentId"].as_str())
+        .collect();
+    let newest = completed.last().unwrap()["backupId"].as_str().unwrap();
+    let leaf = completed
+        .iter()
+        .map(|b| b["backupId"].as_str().unwrap())
+        .find(|id| !parents.contains(id) && *id != newest)
+        .unwrap();
+    let base = parents[0];
+    let delete = |id: &str| {
+        run(&[
+            "delete",
+            "--store",
+            &url,
+            "--cluster",
+            "demo",
+            "--backup-id",
+            id,
+            "--output",
+            "json",
+        ])
+    };
+
+    let out = delete(leaf);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(v["outcome"], "deleted", "{v}");
+    assert!(v["objectsDeleted"].as_u64().unwrap() >= 2, "{v}");
+    let audit = v["auditRecord"].as_str().unwrap();
+    assert!(dir.path().join(audit).exists(), "{audit}");
+    let after = ls();
+    assert!(!after.to_string().contains(leaf), "{after}");
+    assert_eq!(
+        after["backups"].as_array().unwrap().len(),
+        backups.len() - 1
+    );
+
+    let out = delete(base);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(v["outcome"], "marked", "{v}");
+    let kept = v["keptBy"].to_string();
+    assert!(kept.contains("chain:"), "{v}");
+    let name = v["backupName"].as_str().unwrap();
+    assert!(
+        dir.path()
+            .join("demo")
+            .join(name)
+            .join(base)
+            .join("_deletion-requested.json")
+            .exists()
+    );
+    assert!(ls().to_string().contains(base));
+
+    for (id, says) in [
+        ("nope", "not a backup-id"),
+        (
+            "20200101T000000Z-00000000",
+            "no backup 20200101T000000Z-00000000",
+        ),
+    ] {
+        let out = delete(id);
+        assert_eq!(out.status.code(), Some(2), "{id}: {}", stderr(&out));
+        assert!(stderr(&out).contains(says), "{id}: {}", stderr(&out));
+    }
+    assert_eq!(ls()["backups"].as_array().unwrap().len(), backups.len() - 1);
+}

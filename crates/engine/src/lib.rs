@@ -14,6 +14,7 @@
 
 pub mod attempt;
 pub mod clock;
+pub mod delete;
 pub mod error;
 pub mod hooks;
 pub mod pass;

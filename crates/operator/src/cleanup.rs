@@ -34,9 +34,8 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tidemark_api::DeletionPolicy;
 use tidemark_api::crd::{Backup, BackupPhase, BackupPolicy};
-use tidemark_engine::{Class, EngineError};
-use tidemark_store::executor::ExecOptions;
-use tidemark_store::{Catalog, NoProgress, Survey};
+use tidemark_engine::delete::{DeleteRequest, Requested, delete_requested};
+use tidemark_store::{Catalog, NoProgress};
 
 use crate::Context;
 use crate::error::Error;
@@ -205,58 +204,58 @@ pub async fn on_delete(
                 store.url
             )));
         }
-        let catalog = Catalog::load(&store, &NoProgress)
-            .await
-            .map_err(|e| Error::Engine(e.into()))?;
-        let inventory = catalog.inventory(&Default::default());
-        let now = ctx.clock.now();
-        // Only the backup this object made: its id under the name its status recorded.
-        let name = recorded_name(backup);
-        // An expired TTL says so in the audit record.
-        let reason = if expired {
-            tidemark_core::Reason::TtlExpired
-        } else {
-            tidemark_core::Reason::DeletionRequested
-        };
-        let planned = tidemark_core::requested_deletion(&inventory, &name, &id, reason, now);
-        Ok((store, catalog, inventory, planned, now, lease))
+        Ok((store, lease))
     }
     .await;
-    let (store, catalog, inventory, planned, now, _lease) = match result {
+    let (store, _lease) = match result {
         Ok(r) => r,
         Err(e) => return failed(ctx, api, backup, e).await,
     };
-    let plan = match planned {
-        None => {
+    // Only the backup this object made: its id under the name its status recorded.
+    let name = recorded_name(backup);
+    let by = format!(
+        "Backup {}/{}",
+        backup.namespace().unwrap_or_default(),
+        backup.name_any()
+    );
+    let mut audit_extra = serde_json::Map::new();
+    if !hooks.is_empty() {
+        audit_extra.insert(
+            "hooks".into(),
+            json!([{"backupId": id, "backupName": crate::backup::store_name(backup), "hooks": hooks}]),
+        );
+    }
+    let request = DeleteRequest {
+        name: name.clone(),
+        id: id.clone(),
+        // An expired TTL says so in the audit record.
+        reason: if expired {
+            tidemark_core::Reason::TtlExpired
+        } else {
+            tidemark_core::Reason::DeletionRequested
+        },
+        requested_by: by,
+        audit_extra,
+        now: ctx.clock.now(),
+    };
+    let report = match delete_requested(&store, &request).await {
+        Err(e) => return failed(ctx, api, backup, Error::Engine(e)).await,
+        Ok(Requested::Absent) => {
             // Already gone (a retention pass took it, or a previous attempt finished).
             ctx.event(
                 &reference,
                 EventType::Normal,
                 "RemoteDataDeleted",
-                &format!(
-                    "no backup {}/{id} in the store (already deleted): nothing to delete",
-                    recorded_name(backup)
-                ),
+                &format!("no backup {name}/{id} in the store (already deleted): nothing to delete"),
             )
             .await;
             set_finalizer(api, backup, false).await?;
             return Ok(Action::await_change());
         }
-        Some(Err(keep)) => {
+        Ok(Requested::Marked(keep)) => {
             // Marked, not deleted (seed 002): from now on no retention rule keeps it, and
             // a pass removes it — or merges its chain into a synthetic full — once that
             // is safe. This object waits for that.
-            let name = recorded_name(backup);
-            let by = format!(
-                "Backup {}/{}",
-                backup.namespace().unwrap_or_default(),
-                backup.name_any()
-            );
-            if let Err(e) =
-                tidemark_store::executor::mark_for_deletion(&store, &name, &id, &by, now).await
-            {
-                return failed(ctx, api, backup, Error::Engine(e.into())).await;
-            }
             let why: Vec<String> = keep.iter().map(ToString::to_string).collect();
             let (reason, message) = if keep == [tidemark_core::Reason::Floor] {
                 (
@@ -277,40 +276,8 @@ pub async fn on_delete(
             set_condition(api, backup, false, reason, &message).await?;
             return Ok(Action::requeue(WAITING_RECHECK));
         }
-        Some(Ok(plan)) => plan,
+        Ok(Requested::Deleted(report)) => report,
     };
-    let survey = Survey {
-        catalog,
-        segments: Default::default(),
-        inventory,
-        plan,
-    };
-    let mut options = ExecOptions::new(
-        now,
-        json!({"deletionRequestedBy": format!("Backup {}/{}", backup.namespace().unwrap_or_default(), backup.name_any())}),
-    );
-    if !hooks.is_empty() {
-        options.audit_extra.insert(
-            "hooks".into(),
-            json!([{"backupId": id, "backupName": crate::backup::store_name(backup), "hooks": hooks}]),
-        );
-    }
-    let report = match tidemark_store::execute(&store, &survey, &options, &NoProgress).await {
-        Ok(r) => r,
-        Err(e) => return failed(ctx, api, backup, Error::Engine(e.into())).await,
-    };
-    if let Some(f) = report.failures.first() {
-        let e = EngineError::Edge {
-            class: Class::Store,
-            message: format!(
-                "{} object(s) of backup {id} could not be deleted, e.g. {}: {}",
-                report.failures.len(),
-                f.key,
-                f.error
-            ),
-        };
-        return failed(ctx, api, backup, Error::Engine(e)).await;
-    }
     ctx.metrics
         .objects_deleted
         .get_or_create(&crate::metrics::Metrics::policy(

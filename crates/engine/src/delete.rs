@@ -1,0 +1,99 @@
+//! A requested deletion of one backup (seed 000's finalizer, seed 004's TTL, `tidemark
+//! delete`): that backup alone, audit record first — unless a recovery depends on it.
+//! Then it is marked (`_deletion-requested.json`, seed 002's delete-then-consolidate): no
+//! retention rule keeps it any more, and a pass removes it (or merges its chain into a
+//! synthetic full) once that is safe.
+
+use jiff::Timestamp;
+use tidemark_core::Reason;
+use tidemark_store::executor::{ExecOptions, ExecutionReport, mark_for_deletion};
+use tidemark_store::{Catalog, ClusterStore, NoProgress, Survey};
+
+use crate::error::{Class, EngineError};
+
+/// What to delete, and who asks.
+#[derive(Debug, Clone)]
+pub struct DeleteRequest {
+    /// `<backup-name>` and `<backup-id>`: the backup's directory.
+    pub name: String,
+    pub id: String,
+    /// [`Reason::DeletionRequested`] or [`Reason::TtlExpired`] (the audit record says it).
+    pub reason: Reason,
+    /// Who asks (`Backup ns/name`, `tidemark delete`), in the audit record and the mark.
+    pub requested_by: String,
+    /// More fields of the audit record (e.g. the DeleteHooks' outcomes).
+    pub audit_extra: serde_json::Map<String, serde_json::Value>,
+    pub now: Timestamp,
+}
+
+/// What a requested deletion did.
+#[derive(Debug)]
+pub enum Requested {
+    /// No such backup in the store (already deleted): nothing to do.
+    Absent,
+    /// A recovery depends on it: marked, not deleted; the reasons it stays.
+    Marked(Vec<Reason>),
+    /// Deleted, audit record first.
+    Deleted(ExecutionReport),
+}
+
+/// Deletes the backup `request` names, or marks it when a recovery depends on it. The
+/// caller holds what keeps other writers out (the operator: the store's lease).
+///
+/// # Errors
+/// The store failed; objects that could not be deleted after retries (class Store, the
+/// first named): run it again to finish.
+pub async fn delete_requested(
+    store: &ClusterStore,
+    request: &DeleteRequest,
+) -> Result<Requested, EngineError> {
+    let catalog = Catalog::load(store, &NoProgress).await?;
+    let inventory = catalog.inventory(&Default::default());
+    let planned = tidemark_core::requested_deletion(
+        &inventory,
+        &request.name,
+        &request.id,
+        request.reason.clone(),
+        request.now,
+    );
+    let plan = match planned {
+        None => return Ok(Requested::Absent),
+        Some(Err(keep)) => {
+            mark_for_deletion(
+                store,
+                &request.name,
+                &request.id,
+                &request.requested_by,
+                request.now,
+            )
+            .await?;
+            return Ok(Requested::Marked(keep));
+        }
+        Some(Ok(plan)) => plan,
+    };
+    let survey = Survey {
+        catalog,
+        segments: Default::default(),
+        inventory,
+        plan,
+    };
+    let mut options = ExecOptions::new(
+        request.now,
+        serde_json::json!({ "deletionRequestedBy": request.requested_by }),
+    );
+    options.audit_extra.clone_from(&request.audit_extra);
+    let report = tidemark_store::execute(store, &survey, &options, &NoProgress).await?;
+    if let Some(f) = report.failures.first() {
+        return Err(EngineError::Edge {
+            class: Class::Store,
+            message: format!(
+                "{} object(s) of backup {} could not be deleted, e.g. {}: {}",
+                report.failures.len(),
+                request.id,
+                f.key,
+                f.error
+            ),
+        });
+    }
+    Ok(Requested::Deleted(report))
+}

@@ -405,7 +405,7 @@ pub struct BackupStatus {
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub hooks: Vec<HookResult>,
     /// Set when a retention pass deleted the backup's data while this object stays (the
-    /// object is the user's; retention deletes data, never Backup objects).
+    /// object stays until the backup history limit or age lets it go).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_removed: Option<DataRemoved>,
 }

@@ -96,6 +96,8 @@ pub fn next_backup(
         inventory
             .backups
             .iter()
+            // One marked for deletion is on its way out: building on it would pin it.
+            .filter(|b| !b.deletion_requested)
             .filter(|b| standing.restorable.contains(&b.id) && candidate(b) == wanted)
             .max_by_key(|b| (b.restore_point(), b.id.clone()))
     };
@@ -256,6 +258,20 @@ mod tests {
         assert_eq!(
             next_backup(
                 &inv(vec![full(1), incr(2, 1), failed]),
+                |_| Candidate::Yes,
+                None
+            )
+            .parent(),
+            Some(&id(2))
+        );
+        // One marked for deletion is no parent: building on it would pin it.
+        let marked = Backup {
+            deletion_requested: true,
+            ..incr(3, 2)
+        };
+        assert_eq!(
+            next_backup(
+                &inv(vec![full(1), incr(2, 1), marked]),
                 |_| Candidate::Yes,
                 None
             )

@@ -391,7 +391,11 @@ pub async fn reconcile(backup: Arc<Backup>, ctx: Arc<Context>) -> Result<Action,
                     "an incremental builds on a backup of the same data directory (InnoDB LSNs are a server's own), and pod {} holds none: the newest restorable one, {id}, was taken from another server; take a full backup of this one first, set target to the pod it came from, or set spec.incremental to take a full when there is no parent",
                     pod.name_any()
                 ),
-                _ => "an incremental needs a restorable mariabackup backup in the store to start from; there is none (spec.incremental takes a full then)".to_owned(),
+                FullBecause::Diverged(_) | FullBecause::ChainFull { .. } => format!(
+                    "{why}: take a full backup of pod {} first, or set spec.incremental to take one when needed",
+                    pod.name_any()
+                ),
+                FullBecause::NoParent => "an incremental needs a restorable mariabackup backup in the store to start from; there is none (spec.incremental takes a full then)".to_owned(),
             };
             return blocked(&ctx, &api, &backup, "NoParent", &message).await;
         }

@@ -523,6 +523,7 @@ fn recorded_name(backup: &Backup) -> String {
     if let Some(r) = status
         .and_then(|s| s.data_removed.as_ref())
         .and_then(|r| r.replaced_by.as_ref())
+        .filter(|r| tidemark_store::layout::is_backup_name(&r.backup_name))
     {
         return r.backup_name.clone();
     }

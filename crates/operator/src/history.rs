@@ -72,6 +72,9 @@ pub(crate) async fn prune(
             b.namespace().as_deref() == Some(ns.as_str())
                 && b.spec.template.policy.name == name
                 && b.meta().deletion_timestamp.is_none()
+                // A held object stays (`tidemark.io/protect`), as its backup would.
+                && b.annotations().get(crate::retention::PROTECT_ANNOTATION).map(String::as_str)
+                    != Some("true")
                 // One whose restore point a synthetic full holds stands for live data.
                 && (b.status.as_ref().is_some_and(|s| {
                     s.data_removed.as_ref().is_some_and(|r| r.replaced_by.is_none())

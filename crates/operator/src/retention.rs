@@ -451,8 +451,8 @@ async fn pass(
 const DATA_REMOVED_MANAGER: &str = "tidemark-operator-retention";
 
 /// Records on each Backup object of `policy` whose data the pass deleted when, why and
-/// under which audit record (`status.dataRemoved`): the object stays (retention deletes
-/// data, never the user's objects) and says so. A failure to record is logged; the data
+/// under which audit record (`status.dataRemoved`): the object stays (a pass deletes data;
+/// the object goes only by the history limit, see `history.rs`) and says so. A failure to record is logged; the data
 /// is gone either way, and the next pass does not see it again. A backup that
 /// consolidation merged names the synthetic full (`mergedInto`), and the one whose restore
 /// point that full holds now follows it (`replacedBy`): when the full goes, so does the
@@ -493,9 +493,11 @@ async fn record_removed(
         .inventory
         .backups
         .iter()
+        // (One this pass deletes too holds nothing any more: `mergedInto` only.)
         .filter(|s| s.is_successful() && s.kind == tidemark_core::BackupKind::Full)
         .flat_map(|s| {
             let last = s.consolidated_from.last();
+            let alive = !gone.contains(s.id.as_str());
             s.consolidated_from
                 .iter()
                 .filter(move |m| **m != s.id)
@@ -504,7 +506,7 @@ async fn record_removed(
                         backup_name: s.name.clone(),
                         backup_id: s.id.clone(),
                     };
-                    (m.as_str(), (into, Some(m) == last))
+                    (m.as_str(), (into, Some(m) == last && alive))
                 })
         })
         .collect();
@@ -689,7 +691,15 @@ pub fn held_ids<'a>(
     backups
         .filter(|b| b.namespace().as_deref() == Some(ns) && b.spec.template.policy.name == policy)
         .filter(|b| b.annotations().get(PROTECT_ANNOTATION).map(String::as_str) == Some("true"))
-        .filter_map(|b| b.status.as_ref().and_then(|s| s.backup_id.clone()))
+        // An object whose restore point a synthetic full holds now holds that full.
+        .filter_map(|b| {
+            let s = b.status.as_ref()?;
+            s.data_removed
+                .as_ref()
+                .and_then(|r| r.replaced_by.as_ref())
+                .map(|r| r.backup_id.clone())
+                .or_else(|| s.backup_id.clone())
+        })
         .collect()
 }
 

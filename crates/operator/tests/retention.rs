@@ -764,6 +764,15 @@ async fn backup_objects_beyond_their_history_are_pruned() {
         .create(&PostParams::default(), &schedule)
         .await
         .unwrap();
+    let op = Operator::start(&cluster, "operator-history");
+    // b's finalizer first (its deletionPolicy: Delete), so the prune goes through it.
+    eventually("b's finalizer", || async {
+        let b = backups.get("b").await.ok()?;
+        b.finalizers()
+            .contains(&"tidemark.io/remote-cleanup".to_owned())
+            .then_some(())
+    })
+    .await;
     let mut p = policy("db", ns, &weed.endpoint, "s3");
     p.spec.backup_history = Some(tidemark_api::policy::BackupHistory {
         limit: Some(1),
@@ -773,7 +782,6 @@ async fn backup_objects_beyond_their_history_are_pruned() {
         .create(&PostParams::default(), &p)
         .await
         .unwrap();
-    let op = Operator::start(&cluster, "operator-history");
     // Of the policy's own two, removed in one pass (same time; by name): "a" stays, "b" goes.
     eventually("b pruned", || async {
         backups.get_opt("b").await.ok()?.is_none().then_some(())

@@ -1012,13 +1012,7 @@ async fn consolidation_runs_as_a_job() {
         )
         .await
         .unwrap();
-    eventually("the finalizer", || async {
-        let b = backups.get("incr-obj").await.unwrap();
-        b.finalizers()
-            .contains(&"tidemark.io/remote-cleanup".to_owned())
-            .then_some(())
-    })
-    .await;
+    tidemark_operator::testkit::cleanup_finalizer(&backups, "incr-obj").await;
     backups
         .delete("incr-obj", &Default::default())
         .await
@@ -1344,13 +1338,7 @@ async fn deleting_a_chain_base_marks_it_and_a_pass_consolidates() {
         .await
         .unwrap();
     let op = Operator::start(&cluster, "operator-unchain");
-    eventually("the finalizer", || async {
-        let b = backups.get("nightly").await.unwrap();
-        b.finalizers()
-            .contains(&"tidemark.io/remote-cleanup".to_owned())
-            .then_some(())
-    })
-    .await;
+    tidemark_operator::testkit::cleanup_finalizer(&backups, "nightly").await;
 
     backups
         .delete("nightly", &Default::default())

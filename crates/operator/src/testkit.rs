@@ -449,6 +449,21 @@ where
     eventually_within(what, WAIT, f).await
 }
 
+/// Waits until the operator has put the remote-cleanup finalizer on the Backup `name`.
+pub async fn cleanup_finalizer(backups: &Api<tidemark_api::crd::Backup>, name: &str) {
+    eventually(&format!("the finalizer on {name}"), || async {
+        backups
+            .get_opt(name)
+            .await
+            .ok()??
+            .metadata
+            .finalizers?
+            .contains(&crate::cleanup::FINALIZER.to_owned())
+            .then_some(())
+    })
+    .await;
+}
+
 /// [`eventually`] with a wait of its own (real pods, real backups).
 pub async fn eventually_within<T, F, Fut>(what: &str, wait: Duration, mut f: F) -> T
 where

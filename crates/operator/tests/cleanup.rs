@@ -14,7 +14,8 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use tidemark_api::crd::{Backup, BackupPolicy, DeleteHook};
 use tidemark_operator::testkit::{
-    KubeCluster, Operator, ShiftedClock, Webhook, completed_backup, events, eventually, s3_secret,
+    KubeCluster, Operator, ShiftedClock, Webhook, cleanup_finalizer, completed_backup, events,
+    eventually, s3_secret,
 };
 use tidemark_store::synth::{self, SynthBackup};
 use tidemark_store::testkit::{BUCKET, SeaweedFs};
@@ -145,14 +146,7 @@ async fn remote_cleanup_is_opt_in_and_crash_safe() {
 
     // 1. The finalizer is on every Backup whose effective policy is Delete, and only there.
     for name in ["old", "flaky", "skipped", "base"] {
-        eventually(&format!("the finalizer on {name}"), || async {
-            finalizers(&backups, name)
-                .await
-                .unwrap()
-                .contains(&"tidemark.io/remote-cleanup".to_owned())
-                .then_some(())
-        })
-        .await;
+        cleanup_finalizer(&backups, name).await;
     }
     assert_eq!(
         finalizers(&backups, "kept").await.unwrap(),
@@ -674,14 +668,7 @@ async fn delete_hooks_run_in_name_order_and_never_veto() {
     let backups2: Api<Backup> = Api::namespaced(admin.clone(), ns2);
     backup_object(&backups2, &old, json!({})).await;
     let op = Operator::start(&cluster, "operator-hooks");
-    eventually("the finalizer", || async {
-        finalizers(&backups, "gone")
-            .await
-            .unwrap()
-            .contains(&"tidemark.io/remote-cleanup".to_owned())
-            .then_some(())
-    })
-    .await;
+    cleanup_finalizer(&backups, "gone").await;
     let before = keys(&store).await;
     backups
         .delete("gone", &DeleteParams::default())
@@ -884,13 +871,7 @@ async fn deleting_the_newest_backup_is_not_retention() {
     }
     let op = Operator::start(&cluster, "operator-newest");
     for name in ["older", "newest"] {
-        eventually(&format!("the finalizer on {name}"), || async {
-            finalizers(&backups, name)
-                .await?
-                .contains(&"tidemark.io/remote-cleanup".to_owned())
-                .then_some(())
-        })
-        .await;
+        cleanup_finalizer(&backups, name).await;
     }
     backups
         .delete("newest", &DeleteParams::default())
@@ -976,13 +957,7 @@ async fn a_pass_and_the_finalizer_racing_run_each_hook_once() {
     )
     .await;
     let op = Operator::start(&cluster, "operator-race");
-    eventually("the finalizer", || async {
-        finalizers(&backups, "old")
-            .await?
-            .contains(&"tidemark.io/remote-cleanup".to_owned())
-            .then_some(())
-    })
-    .await;
+    cleanup_finalizer(&backups, "old").await;
     // The policy (whose first pass deletes `old` by keepLast) and the deletion at once.
     let mut keep_one = policy(ns, &weed.endpoint, None);
     keep_one.spec.retention = Some(serde_json::from_value(json!({"keepLast": 1})).unwrap());

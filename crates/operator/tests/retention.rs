@@ -766,13 +766,7 @@ async fn backup_objects_beyond_their_history_are_pruned() {
         .unwrap();
     let op = Operator::start(&cluster, "operator-history");
     // b's finalizer first (its deletionPolicy: Delete), so the prune goes through it.
-    eventually("b's finalizer", || async {
-        let b = backups.get("b").await.ok()?;
-        b.finalizers()
-            .contains(&"tidemark.io/remote-cleanup".to_owned())
-            .then_some(())
-    })
-    .await;
+    tidemark_operator::testkit::cleanup_finalizer(&backups, "b").await;
     let mut p = policy("db", ns, &weed.endpoint, "s3");
     p.spec.backup_history = Some(tidemark_api::policy::BackupHistory {
         limit: Some(1),

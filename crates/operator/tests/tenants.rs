@@ -9,7 +9,8 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use tidemark_api::crd::{Backup, BackupPolicy, DeleteHook};
 use tidemark_operator::testkit::{
-    KubeCluster, Operator, Webhook, completed_backup, events, eventually, s3_secret,
+    KubeCluster, Operator, Webhook, cleanup_finalizer, completed_backup, events, eventually,
+    s3_secret,
 };
 use tidemark_store::synth::{self, SynthBackup};
 use tidemark_store::testkit::{BUCKET, SeaweedFs};
@@ -51,20 +52,6 @@ async fn create_hook(client: &Client, ns: &str, name: &str, spec: serde_json::Va
 /// A DeleteHook spec calling `path` of the test webhook server.
 fn webhook(server: &Webhook, path: &str, timeout: &str) -> serde_json::Value {
     json!({"webhook": {"url": format!("{}{path}", server.url), "caBundle": server.ca_bundle}, "timeout": timeout})
-}
-
-/// Waits until the operator has put the remote-cleanup finalizer on the Backup `name`.
-async fn cleanup_finalizer(backups: &Api<Backup>, name: &str) {
-    eventually("the finalizer", || async {
-        backups
-            .get(name)
-            .await
-            .unwrap()
-            .finalizers()
-            .contains(&"tidemark.io/remote-cleanup".to_owned())
-            .then_some(())
-    })
-    .await;
 }
 
 async fn metadata_ids(store: &tidemark_store::ClusterStore) -> Vec<String> {

@@ -48,15 +48,30 @@ impl Error {
     /// How long to wait before the `failures`-th retry (1-based), with ±10 % jitter so that
     /// objects failing together do not retry together; `None`: wait for the object to change.
     pub fn retry_after(&self, failures: u32) -> Option<Duration> {
-        if matches!(self, Error::Invalid(_)) {
-            return None;
-        }
-        let base = match self {
+        self.retry_base(failures).map(jitter)
+    }
+
+    /// [`Error::retry_after`] before its jitter: what a status message announces.
+    pub fn retry_base(&self, failures: u32) -> Option<Duration> {
+        match self {
+            Error::Invalid(_) => None,
             // A missing dependency is usually created moments later.
-            Error::Missing(_) => Duration::from_secs(5).min(self.class().backoff(failures)),
-            _ => self.class().backoff(failures),
-        };
-        Some(jitter(base))
+            Error::Missing(_) => Some(Duration::from_secs(5).min(self.class().backoff(failures))),
+            _ => Some(self.class().backoff(failures)),
+        }
+    }
+
+    /// `message` with when the `failures`-th consecutive failure (this one) is retried,
+    /// e.g. `…; attempt 3 failed, next in about 4s` — so that `kubectl describe` tells how
+    /// long an outage has lasted and when the operator looks again.
+    pub fn with_retry_note(&self, message: &str, failures: u32) -> String {
+        match self.retry_base(failures) {
+            Some(d) => format!(
+                "{message}; attempt {failures} failed, next in about {}s",
+                d.as_secs_f64().round()
+            ),
+            None => message.to_owned(),
+        }
     }
 }
 

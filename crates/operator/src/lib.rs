@@ -191,6 +191,17 @@ impl Context {
             .inc();
     }
 
+    /// How many times in a row the object `key` failed so far (its next failure is the
+    /// `failures_of + 1`-th, which [`error_policy`] then counts).
+    pub(crate) fn failures_of(&self, key: &str) -> u32 {
+        self.failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(key)
+            .copied()
+            .unwrap_or(0)
+    }
+
     fn succeeded(&self, key: &str) {
         self.failures
             .lock()

@@ -247,14 +247,8 @@ async fn pass(
     let store = match open(&ctx, &policy).await {
         Ok(s) => s,
         Err(e) => {
-            set_failed(
-                &api,
-                &policy,
-                reason(&e),
-                &tidemark_engine::error::chain(&e),
-                None,
-            )
-            .await?;
+            let message = failed_message(&ctx, &policy, &e);
+            set_failed(&api, &policy, reason(&e), &message, None).await?;
             return Err(e);
         }
     };
@@ -309,14 +303,8 @@ async fn pass(
                     result: e.class().as_str().to_owned(),
                 })
                 .inc();
-            set_failed(
-                &api,
-                &policy,
-                reason(&e),
-                &tidemark_engine::error::chain(&e),
-                Some(now),
-            )
-            .await?;
+            let message = failed_message(&ctx, &policy, &e);
+            set_failed(&api, &policy, reason(&e), &message, Some(now)).await?;
             return Err(e);
         }
     };
@@ -810,6 +798,13 @@ fn reason(e: &Error) -> &'static str {
         tidemark_engine::Class::Contention => "Waiting",
         _ => "PassFailed",
     }
+}
+
+/// The `Ready=False` message of a pass that failed with `e`: the error's causes, then which
+/// consecutive failure of the policy this is and when it is retried.
+fn failed_message(ctx: &Context, policy: &BackupPolicy, e: &Error) -> String {
+    let failures = ctx.failures_of(&crate::key(policy)) + 1;
+    e.with_retry_note(&tidemark_engine::error::chain(e), failures)
 }
 
 /// Records a failed pass in status (`Ready=False`), keeping what the last good pass

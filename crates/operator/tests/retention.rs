@@ -252,42 +252,57 @@ async fn retention_pass_through_the_operator() {
     })
     .await;
     assert_eq!(st["conditions"][0]["status"], "False", "{st}");
-    let store_errors = |text: &str| {
-        text.lines()
-            .find(|l| {
-                l.starts_with(
-                    r#"tidemark_reconcile_errors_total{controller="BackupPolicy",class="store"}"#,
-                )
-            })
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
+    // Retried with growing pauses. Each failure's message names its attempt and the pause
+    // before the next (1 s doubling); the time from one attempt's message to the next is
+    // at least that pause less its 10 % jitter — a lower bound that a slow machine cannot
+    // break (it only lengthens the gaps), while a pause that does not grow (1 s each time)
+    // fails it by the fourth attempt (8 s).
+    let attempt = |message: &str| -> Option<(u32, u64)> {
+        let rest = &message[message.rfind("; attempt ")? + "; attempt ".len()..];
+        let (n, rest) = rest.split_once(" failed, next in about ")?;
+        Some((n.parse().ok()?, rest.strip_suffix('s')?.parse().ok()?))
     };
-    // Retried with growing pauses: each attempt spends about the same store retry time
-    // (~3 s, itself jittered by the store client's own backoff), then waits 1 s, 2 s, 4 s
-    // (±10 %) before the next. Compared two steps apart, the growth (~3 s) stands clear of
-    // that jitter; one step apart (~1 s) it did not always.
-    let mut seen = vec![(
-        store_errors(&op.get("/metrics").await.1),
-        std::time::Instant::now(),
-    )];
-    while seen.len() < 5 {
-        let n = store_errors(&op.get("/metrics").await.1);
-        if n > seen[seen.len() - 1].0 {
-            seen.push((n, std::time::Instant::now()));
+    let mut seen: Vec<(u32, u64, std::time::Instant)> = Vec::new();
+    let started = std::time::Instant::now();
+    while seen.last().is_none_or(|s| s.0 < 5) {
+        let message = status(&policies, "far").await["conditions"][0]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if let Some((n, pause)) = attempt(&message)
+            && seen.last().is_none_or(|s| n > s.0)
+        {
+            seen.push((n, pause, std::time::Instant::now()));
         }
         assert!(
-            seen[0].1.elapsed() < Duration::from_secs(90),
-            "retries stopped: {seen:?}"
+            started.elapsed() < Duration::from_secs(120),
+            "retries stopped: {seen:?}, last message {message:?}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let (first, last) = (seen[2].1 - seen[1].1, seen[4].1 - seen[3].1);
-    eprintln!("gaps between failed attempts: {first:?}, two later {last:?}");
-    assert!(
-        last > first + Duration::from_millis(1500),
-        "the pause did not grow: {first:?}, then two retries later {last:?}"
-    );
+    eprintln!("attempts (number, announced pause, seen at): {seen:?}");
+    for (n, pause, _) in &seen {
+        assert_eq!(
+            *pause,
+            1 << (n - 1),
+            "announced pause of attempt {n}: {seen:?}"
+        );
+    }
+    let checked = seen
+        .windows(2)
+        .filter(|w| w[1].0 == w[0].0 + 1)
+        .map(|w| {
+            let gap = w[1].2 - w[0].2;
+            assert!(
+                gap >= Duration::from_secs(w[0].1).mul_f64(0.9),
+                "attempt {} came {gap:?} after attempt {}, whose pause was {} s: {seen:?}",
+                w[1].0,
+                w[0].0,
+                w[0].1
+            );
+        })
+        .count();
+    assert!(checked >= 2, "too few consecutive attempts seen: {seen:?}");
     policies
         .patch(
             "far",

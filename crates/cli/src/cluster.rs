@@ -65,19 +65,18 @@ pub async fn policy(args: &KubeArgs, name: &str) -> Result<ClusterPolicy, CliErr
         )));
     };
     // A person's own identity: ambient credentials are theirs to use.
-    let store =
-        tidemark_operator::retention::open_store(&client, &p, Duration::from_secs(60), true)
-            .await
-            .map_err(|e| match e.class() {
-                tidemark_engine::Class::Store => CliError::new(Exit::Store, e),
-                _ => CliError::input(format!("BackupPolicy {ns}/{name}: {e}")),
-            })?;
+    let store = tidemark_operator::stores::open_store(&client, &p, Duration::from_secs(60), true)
+        .await
+        .map_err(|e| match e.class() {
+            tidemark_engine::Class::Store => CliError::new(Exit::Store, e),
+            _ => CliError::input(format!("BackupPolicy {ns}/{name}: {e}")),
+        })?;
     let backups: Api<Backup> = Api::namespaced(client.clone(), &ns);
     let listed = backups
         .list(&ListParams::default())
         .await
         .map_err(|e| api_error(&format!("Backups in {ns}"), e))?;
-    let holds = tidemark_operator::retention::held_ids(listed.items.iter(), &ns, name);
+    let holds = tidemark_operator::holds::held_ids(listed.items.iter(), &ns, name);
     let delete_hooks: Api<tidemark_api::crd::DeleteHook> = Api::namespaced(client.clone(), &ns);
     let mut hooks: Vec<String> = delete_hooks
         .list(&ListParams::default())

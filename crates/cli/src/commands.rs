@@ -73,7 +73,7 @@ async fn operator(args: &crate::args::OperatorArgs) -> Result<Exit, CliError> {
     let max = tidemark_api::interval::IntervalField::exec_max_duration()
         .parse(Some(&args.exec_max_duration))
         .map_err(|e| CliError::input(e.to_string()))?;
-    options.exec_limits = tidemark_operator::exec::Limits {
+    options.exec_limits = tidemark_operator::streams::Limits {
         streams: usize::from(args.exec_streams),
         max_duration: max.unsigned_abs(),
     };

@@ -17,9 +17,11 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use tidemark_api::crd::BackupPolicy;
 
+use crate::context::Context;
 use crate::error::Error;
-use crate::pod::{self, SecretKeys, TOOLS_DIR};
-use crate::{Context, FIELD_MANAGER};
+use crate::pod::{self, TOOLS_DIR};
+use crate::status::FIELD_MANAGER;
+use crate::stores::SecretKeys;
 
 /// Where fetched binlogs wait in the archiver's pod.
 const SPOOL: &str = "/spool";
@@ -99,7 +101,7 @@ pub async fn reconcile(ctx: &Context, policy: &BackupPolicy) -> Result<(), Error
         },
         (Err(e), _) => return Err(e),
     };
-    let store_secret = crate::pod::policy_secret_keys(&ctx.client, policy).await?;
+    let store_secret = crate::stores::policy_secret_keys(&ctx.client, policy).await?;
     let deployment =
         archiver(policy, &runtime, &ctx.image, store_secret.as_ref()).map_err(Error::Invalid)?;
     api.patch(
@@ -139,12 +141,12 @@ pub(crate) async fn database_runtime(
     let pods: Api<Pod> =
         Api::namespaced(ctx.client.clone(), &policy.namespace().unwrap_or_default());
     let listed = pods
-        .list(&ListParams::default().labels(&crate::backup::selector(&source.selector)?))
+        .list(&ListParams::default().labels(&crate::names::selector(&source.selector)?))
         .await?;
     let role_label = source
         .role_label
         .as_deref()
-        .unwrap_or(crate::backup::DEFAULT_ROLE_LABEL);
+        .unwrap_or(crate::names::DEFAULT_ROLE_LABEL);
     let mut candidates: Vec<(bool, String, DatabaseRuntime)> = listed
         .items
         .iter()
@@ -238,7 +240,7 @@ pub fn archiver(
         env.extend(pod::login_env(db));
     }
     let labels = pod::labels("tidemark.io/binlog-archiver", &policy.name_any());
-    let owner = crate::owner_ref(policy).ok_or("the BackupPolicy has no uid yet")?;
+    let owner = crate::context::owner_ref(policy).ok_or("the BackupPolicy has no uid yet")?;
     Ok(Deployment {
         metadata: ObjectMeta {
             name: Some(deployment_name(&policy.name_any())),

@@ -37,9 +37,9 @@ use tidemark_api::crd::{Backup, BackupPhase, BackupPolicy};
 use tidemark_engine::delete::{DeleteRequest, Requested, delete_requested};
 use tidemark_store::{Catalog, NoProgress};
 
-use crate::Context;
+use crate::context::Context;
 use crate::error::Error;
-use crate::retention::condition;
+use crate::status::condition;
 
 /// The finalizer of a Backup whose remote data goes with it.
 pub const FINALIZER: &str = "tidemark.io/remote-cleanup";
@@ -190,7 +190,7 @@ pub async fn on_delete(
                 backup.spec.template.policy.name
             )));
         };
-        let store = crate::retention::open(ctx, policy).await?;
+        let store = crate::stores::open(ctx, policy).await?;
         // Under the store's lease until the deletion is done (the guard's drop).
         let lease = crate::fence::acquire(ctx, &store).await?;
         // The store it was written to, as recorded: a policy pointed elsewhere since
@@ -222,7 +222,7 @@ pub async fn on_delete(
     if !hooks.is_empty() {
         audit_extra.insert(
             "hooks".into(),
-            json!([{"backupId": id, "backupName": crate::backup::store_name(backup), "hooks": hooks}]),
+            json!([{"backupId": id, "backupName": crate::names::store_name(backup), "hooks": hooks}]),
         );
     }
     let request = DeleteRequest {
@@ -336,10 +336,10 @@ pub async fn expire(
     let ns = backup.namespace().unwrap_or_default();
     let held = backup
         .annotations()
-        .get(crate::retention::PROTECT_ANNOTATION)
+        .get(crate::names::PROTECT_ANNOTATION)
         .is_some_and(|v| v == "true")
         || status.backup_id.as_ref().is_some_and(|id| {
-            crate::retention::held_ids(
+            crate::holds::held_ids(
                 ctx.backups.state().iter().map(AsRef::as_ref),
                 &ns,
                 &backup.spec.template.policy.name,
@@ -349,7 +349,7 @@ pub async fn expire(
     if held {
         let message = format!(
             "expired by its ttl at {expires}, but {} holds it; it expires once the hold is removed",
-            crate::retention::PROTECT_ANNOTATION
+            crate::names::PROTECT_ANNOTATION
         );
         set_status_condition(api, backup, EXPIRY_CONDITION, false, "Held", &message).await?;
         // Its own annotation's removal reconciles it at once; another object's is seen
@@ -382,7 +382,7 @@ pub async fn expire(
         )))
         .await;
     };
-    let store = match crate::retention::open(ctx, policy).await {
+    let store = match crate::stores::open(ctx, policy).await {
         Ok(s) => s,
         Err(e) => return blocked(e).await,
     };
@@ -506,8 +506,12 @@ async fn set_status_condition(
     );
     // Only this condition, under a field manager of its own (`…-remotecleanup`,
     // `…-expired`): the rest of the status is other writers'.
-    let manager = format!("{}-{}", crate::FIELD_MANAGER, type_.to_ascii_lowercase());
-    crate::backup::apply_fields(
+    let manager = format!(
+        "{}-{}",
+        crate::status::FIELD_MANAGER,
+        type_.to_ascii_lowercase()
+    );
+    crate::status::apply(
         api,
         &backup.name_any(),
         &manager,
@@ -531,7 +535,7 @@ fn recorded_name(backup: &Backup) -> String {
         .and_then(|s| s.key.as_deref())
         .and_then(|k| k.split('/').next())
         .filter(|n| tidemark_store::layout::is_backup_name(n))
-        .map_or_else(|| crate::backup::store_name(backup), str::to_owned)
+        .map_or_else(|| crate::names::store_name(backup), str::to_owned)
 }
 
 /// Whether a Backup being deleted may be cleaned up now: its attempt is not running (a

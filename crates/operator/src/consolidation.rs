@@ -21,7 +21,8 @@ use tidemark_store::executor::Consolidation;
 use tidemark_store::format::CONSOLIDATED_FROM;
 use tidemark_store::{ClusterStore, Progress, Survey};
 
-use crate::pod::{self, SecretKeys};
+use crate::pod;
+use crate::stores::SecretKeys;
 
 /// Where the chain is prepared in the Job's pod.
 const WORK: &str = "/work";
@@ -184,7 +185,8 @@ impl JobConsolidator {
         let mut env = vec![pod::plain("TIDEMARK_LOG", "info")];
         env.extend(pod::store_env(os, self.store_secret.as_ref()));
         let labels = pod::labels("tidemark.io/consolidation", &self.policy.name_any());
-        let owner = crate::owner_ref(&self.policy).ok_or("the BackupPolicy has no uid yet")?;
+        let owner =
+            crate::context::owner_ref(&self.policy).ok_or("the BackupPolicy has no uid yet")?;
         Ok(Job {
             metadata: ObjectMeta {
                 name: Some(name.to_owned()),
@@ -196,7 +198,7 @@ impl JobConsolidator {
             spec: Some(JobSpec {
                 backoff_limit: Some(0),
                 // As a backup Job: a hung consolidation fails, and the next pass tries again.
-                active_deadline_seconds: Some(crate::backup::JOB_DEADLINE_SECONDS),
+                active_deadline_seconds: Some(crate::backup::job::JOB_DEADLINE_SECONDS),
                 template: PodTemplateSpec {
                     metadata: Some(ObjectMeta {
                         labels: Some(labels),

@@ -189,3 +189,38 @@ impl Recorder {
         Ok(())
     }
 }
+
+/// The API server refuses an event whose note is longer than 1 KiB (bytes).
+pub const NOTE_LIMIT: usize = 1024;
+
+/// `text` cut to at most `limit` bytes on a character boundary, ending in `…` when cut.
+pub fn fit(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.to_owned();
+    }
+    let mut end = limit.saturating_sub('…'.len_utf8());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notes_fit_the_api_limit() {
+        assert_eq!(fit("short", NOTE_LIMIT), "short");
+        let long = "é".repeat(2000);
+        let cut = fit(&long, NOTE_LIMIT);
+        assert!(
+            cut.len() <= NOTE_LIMIT && cut.ends_with('…'),
+            "{}",
+            cut.len()
+        );
+        assert!(cut.len() >= NOTE_LIMIT - 4);
+        let exact = "a".repeat(NOTE_LIMIT);
+        assert_eq!(fit(&exact, NOTE_LIMIT), exact);
+    }
+}

@@ -12,7 +12,7 @@ use tidemark_store::ClusterStore;
 use tidemark_store::state::{self, HeldLease, LeaseError};
 use tokio::sync::{Mutex, watch};
 
-use crate::Context;
+use crate::context::Context;
 use crate::error::Error;
 
 /// How long the lease is taken for; it is renewed every third of that while the work runs.

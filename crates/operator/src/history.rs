@@ -16,7 +16,7 @@ use tidemark_api::policy::{BackupHistory, DEFAULT_HISTORY_LIMIT};
 use tidemark_api::schedule::SCHEDULED_BACKUP_LABEL;
 use tidemark_core::RetentionDuration;
 
-use crate::Context;
+use crate::context::Context;
 
 /// One Backup object whose data is gone.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,7 +73,7 @@ pub(crate) async fn prune(
                 && b.spec.template.policy.name == name
                 && b.meta().deletion_timestamp.is_none()
                 // A held object stays (`tidemark.io/protect`), as its backup would.
-                && b.annotations().get(crate::retention::PROTECT_ANNOTATION).map(String::as_str)
+                && b.annotations().get(crate::names::PROTECT_ANNOTATION).map(String::as_str)
                     != Some("true")
                 // One whose restore point a synthetic full holds stands for live data.
                 && (b.status.as_ref().is_some_and(|s| {

@@ -20,7 +20,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tidemark_api::crd::{Backup, DeleteHook, HookResult};
 
-use crate::Context;
+use crate::context::Context;
 use crate::error::Error;
 
 /// The most of a webhook's answer that is read (the first 300 characters are recorded).
@@ -169,10 +169,10 @@ pub async fn run(
 /// Writes `status.hooks` under its own field manager: the attempt's writer and the
 /// deletion's conditions cannot drop it, nor it theirs.
 async fn record(api: &Api<Backup>, backup: &Backup, hooks: &[HookResult]) -> Result<(), Error> {
-    crate::backup::apply_fields(
+    crate::status::apply(
         api,
         &backup.name_any(),
-        crate::backup::HOOKS_MANAGER,
+        crate::status::HOOKS_MANAGER,
         json!({ "hooks": hooks }),
     )
     .await
@@ -211,7 +211,7 @@ impl tidemark_engine::DeleteHooks for PassHooks {
                 o.namespace().as_deref() == Some(self.namespace.as_str())
                     && o.spec.template.policy.name == self.policy
                     && o.status.as_ref().and_then(|s| s.backup_id.as_deref()) == Some(b.id.as_str())
-                    && crate::backup::store_name(o) == b.name
+                    && crate::names::store_name(o) == b.name
             }) else {
                 // Its object is gone (a Retain Backup deleted by hand or by a cascade):
                 // the labels it recorded in the store select the hooks (seed 003).
@@ -251,12 +251,10 @@ impl tidemark_engine::DeleteHooks for PassHooks {
     async fn holds(&self) -> Option<std::collections::HashSet<String>> {
         let api: Api<Backup> = Api::namespaced(self.ctx.client.clone(), &self.namespace);
         Some(match api.list(&ListParams::default()).await {
-            Ok(list) => {
-                crate::retention::held_ids(list.items.iter(), &self.namespace, &self.policy)
-            }
+            Ok(list) => crate::holds::held_ids(list.items.iter(), &self.namespace, &self.policy),
             Err(e) => {
                 tracing::warn!(policy = %self.policy, "reading holds after the hooks: {e}; using the cache");
-                crate::retention::held_ids(
+                crate::holds::held_ids(
                     self.ctx.backups.state().iter().map(AsRef::as_ref),
                     &self.namespace,
                     &self.policy,
@@ -293,7 +291,7 @@ impl PassHooks {
         meta: Option<&tidemark_store::format::Metadata>,
     ) -> Option<serde_json::Value> {
         let meta = meta?;
-        let object_name = meta.labels.get(crate::exec::BACKUP_LABEL)?;
+        let object_name = meta.labels.get(crate::names::BACKUP_LABEL)?;
         let api: Api<DeleteHook> = Api::namespaced(self.ctx.client.clone(), &self.namespace);
         let mut hooks: Vec<DeleteHook> = match api.list(&ListParams::default()).await {
             Ok(l) => l.items,
@@ -480,8 +478,8 @@ async fn job(
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
     let name = format!(
         "tidemark-hook-{}-{}",
-        crate::backup::short_uid(backup),
-        crate::backup::short_uid(hook)
+        crate::names::short_uid(backup),
+        crate::names::short_uid(hook)
     );
     if let Some(j) = jobs.get_opt(&name).await? {
         let st = j.status.unwrap_or_default();
@@ -555,10 +553,10 @@ async fn job(
             "namespace": ns,
             "labels": {
                 HOOK_LABEL: hook.name_any(),
-                crate::backup::BACKUP_UID_LABEL: backup.uid(),
-                crate::pod::MANAGED_BY.0: crate::pod::MANAGED_BY.1,
+                crate::names::BACKUP_UID_LABEL: backup.uid(),
+                crate::names::MANAGED_BY.0: crate::names::MANAGED_BY.1,
             },
-            "ownerReferences": crate::owner_ref(backup).into_iter().collect::<Vec<_>>(),
+            "ownerReferences": crate::context::owner_ref(backup).into_iter().collect::<Vec<_>>(),
         },
         "spec": {
             "backoffLimit": 0,

@@ -5,7 +5,7 @@
 //!   engine's schedule tick with the status in the resource;
 //! - [`backup`]: Backup → a Job on the database pod's node that streams the backup to the
 //!   store, followed to completed or failed by what the store holds; for method `exec`
-//!   ([`exec`]), the command runs in the database container through `pods/exec` and this
+//!   ([`backup::exec`]), the command runs in the database container through `pods/exec` and this
 //!   process streams its stdout;
 //! - [`retention`]: BackupPolicy → the engine's retention pass, throttled, its outcome in
 //!   status and events;
@@ -14,24 +14,36 @@
 //! - [`leader`]: leader election with a Lease, so one replica runs the controllers.
 //!
 //! [`run`] elects, then runs every controller until shutdown or until leadership is lost.
+//!
+//! What the controllers share lives in modules of its own, which never reach back into a
+//! controller: [`context`] (clients, caches, backoff, events), [`status`] (every status
+//! write, one field manager per writer), [`stores`] (a policy's store from its Secret),
+//! [`names`] (labels and derived names), [`holds`], [`pod`] (the parts of every pod). No
+//! two modules reach each other, directly or around a circle, and nothing uses an item of
+//! this root: `tests/layout.rs` reads the sources and checks both.
 
 pub mod archiver;
 pub mod background;
 pub mod backup;
 pub mod cleanup;
 pub mod consolidation;
+pub mod context;
 pub mod error;
 pub mod events;
-pub mod exec;
 pub mod fence;
 pub mod history;
+pub mod holds;
 pub mod hooks;
 pub mod leader;
 pub mod metrics;
+pub mod names;
 pub mod pod;
 pub mod rbac;
 pub mod retention;
 pub mod scheduled;
+pub mod status;
+pub mod stores;
+pub mod streams;
 #[cfg(feature = "test-support")]
 pub mod testkit;
 pub mod volumes;
@@ -45,16 +57,17 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::Reporter;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use tidemark_api::crd::{Backup, BackupPolicy, ScheduledBackup};
 use tidemark_engine::Clock;
 
+pub use context::Context;
 pub use error::Error;
 
-/// The field manager of every server-side apply the operator makes.
-pub const FIELD_MANAGER: &str = "tidemark-operator";
+use crate::context::key;
+use crate::status::FIELD_MANAGER;
 
 /// How the operator runs.
 #[derive(Debug, Clone)]
@@ -74,8 +87,8 @@ pub struct Options {
     /// needs credentials from a Secret of the policy's namespace.
     pub allow_ambient_credentials: bool,
     /// Exec streams at once and the longest one may run: the operator's memory is about
-    /// 60 MiB plus 24 MiB per stream (`exec::EXEC_PART_SIZE`, `exec::EXEC_PARTS_IN_FLIGHT`).
-    pub exec_limits: exec::Limits,
+    /// 60 MiB plus 24 MiB per stream (`streams::EXEC_PART_SIZE`, `streams::EXEC_PARTS_IN_FLIGHT`).
+    pub exec_limits: streams::Limits,
     /// The namespaces whose objects the operator serves: empty for every namespace (the
     /// cluster-wide RBAC), else only these (the namespaced RBAC, [`rbac::Install`]).
     pub namespaces: Vec<String>,
@@ -96,45 +109,11 @@ impl Options {
             image: DEFAULT_IMAGE.to_owned(),
             metrics: Arc::default(),
             allow_ambient_credentials: false,
-            exec_limits: exec::Limits::default(),
+            exec_limits: streams::Limits::default(),
             namespaces: Vec::new(),
             capabilities: rbac::Capabilities::default(),
         }
     }
-}
-
-/// What every reconcile shares.
-pub struct Context {
-    pub client: Client,
-    pub recorder: events::Recorder,
-    pub clock: Arc<dyn Clock>,
-    /// Every Backup, as the watch last saw it (name collisions, children).
-    pub backups: Store<Backup>,
-    /// Every BackupPolicy, as the watch last saw it (a finished Backup's finalizer).
-    pub policies: Store<BackupPolicy>,
-    pub store_retry_timeout: Duration,
-    pub image: String,
-    pub metrics: Arc<metrics::Metrics>,
-    /// The `exec` backups this process streams.
-    pub streams: exec::Streams,
-    /// [`Options::allow_ambient_credentials`].
-    pub allow_ambient_credentials: bool,
-    /// This replica's name in the election (and in the store leases it takes).
-    pub identity: String,
-    /// [`Options::exec_limits`], and the slots of the streams that run.
-    pub exec_limits: exec::Limits,
-    pub exec_slots: Arc<tokio::sync::Semaphore>,
-    /// Retention passes running outside the reconcile slots.
-    pub background: background::Background,
-    /// The store directories this process has claimed for a policy (`<store> <uid>`): the
-    /// owner record is read once, not on every reconcile that opens the store.
-    pub owned: Mutex<std::collections::HashSet<String>>,
-    /// [`Options::capabilities`].
-    pub capabilities: rbac::Capabilities,
-    /// Whose turn it is to run a Backup's DeleteHooks (by the Backup's uid).
-    hook_turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    /// Consecutive failures per object, for exponential backoff.
-    failures: Mutex<HashMap<String, u32>>,
 }
 
 /// Stops the `exec` streams when the controllers stop (shutdown, or the lease lost): a
@@ -152,87 +131,6 @@ impl Drop for StopStreams {
         self.0.streams.stop_all();
         self.0.background.stop_all();
     }
-}
-
-impl std::fmt::Debug for Context {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Context").finish_non_exhaustive()
-    }
-}
-
-impl Context {
-    fn failed(&self, key: String) -> u32 {
-        let mut f = self
-            .failures
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let n = f.entry(key).or_insert(0);
-        *n += 1;
-        *n
-    }
-
-    /// The lock whose holder runs the DeleteHooks of the Backup `uid` (see
-    /// [`hooks::run`]). Locks nobody holds or waits for are forgotten.
-    pub(crate) fn hook_turn(&self, uid: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut turns = self
-            .hook_turns
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        turns.retain(|_, l| Arc::strong_count(l) > 1);
-        turns.entry(uid.to_owned()).or_default().clone()
-    }
-
-    /// Counts a finished reconcile of the object `key` (`Kind/namespace/name`).
-    fn reconciled(&self, key: &str) {
-        let controller = key.split('/').next().unwrap_or_default().to_owned();
-        self.metrics
-            .reconciles
-            .get_or_create(&metrics::ControllerLabels { controller })
-            .inc();
-    }
-
-    /// How many times in a row the object `key` failed so far (its next failure is the
-    /// `failures_of + 1`-th, which [`error_policy`] then counts).
-    pub(crate) fn failures_of(&self, key: &str) -> u32 {
-        self.failures
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(key)
-            .copied()
-            .unwrap_or(0)
-    }
-
-    fn succeeded(&self, key: &str) {
-        self.failures
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(key);
-    }
-}
-
-/// A controller owner reference to `owner`, without `blockOwnerDeletion`: setting that needs
-/// `update` on the owner's finalizers (enforced by OwnerReferencesPermissionEnforcement), a
-/// right the operator does not otherwise need.
-pub(crate) fn owner_ref<K: Resource<DynamicType = ()>>(
-    owner: &K,
-) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
-    owner.controller_owner_ref(&()).map(|mut r| {
-        r.block_owner_deletion = None;
-        r
-    })
-}
-
-/// The per-object key of the backoff table.
-pub(crate) fn key<K: Resource>(o: &K) -> String
-where
-    K::DynamicType: Default,
-{
-    format!(
-        "{}/{}/{}",
-        K::kind(&Default::default()),
-        o.namespace().unwrap_or_default(),
-        o.name_any()
-    )
 }
 
 /// Retries a failed reconcile with per-object exponential backoff and jitter; an invalid
@@ -568,7 +466,7 @@ async fn scope(
         store_retry_timeout: options.store_retry_timeout,
         image: options.image.clone(),
         metrics: options.metrics.clone(),
-        streams: exec::Streams::default(),
+        streams: streams::Streams::default(),
         allow_ambient_credentials: options.allow_ambient_credentials,
         identity: options.election.identity.clone(),
         exec_limits: options.exec_limits.clone(),
@@ -600,7 +498,11 @@ async fn scope(
         ctx.clone(),
     );
     let ours = || {
-        watcher::Config::default().labels(&format!("{}={}", pod::MANAGED_BY.0, pod::MANAGED_BY.1))
+        watcher::Config::default().labels(&format!(
+            "{}={}",
+            names::MANAGED_BY.0,
+            names::MANAGED_BY.1
+        ))
     };
     let policies: Api<BackupPolicy> = api(&client, namespace);
     let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = api(&client, namespace);
@@ -635,7 +537,7 @@ async fn scope(
     let runner = drive(
         watched(backups_api, &stopping)
             .watches(jobs, ours(), |j| {
-                backup::backup_of(&j).into_iter().collect::<Vec<_>>()
+                backup::job::backup_of(&j).into_iter().collect::<Vec<_>>()
             })
             .watches_stream(policy_specs, move |p: BackupPolicy| {
                 let (ns, name) = (p.namespace(), p.name_any());

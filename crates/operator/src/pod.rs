@@ -8,173 +8,20 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, Pod, PodSecurityContext,
-    SeccompProfile, Secret, SecretKeySelector, SecurityContext, Volume, VolumeMount,
+    SeccompProfile, SecretKeySelector, SecurityContext, Volume, VolumeMount,
 };
+use kube::Client;
 use kube::api::{Api, ListParams};
-use kube::{Client, ResourceExt};
 use tidemark_api::ObjectStoreSpec;
 use tidemark_api::crd::BackupPolicy;
-use tidemark_store::{CloudCredentials, S3Credentials};
 
-use crate::error::Error;
+use crate::names::MANAGED_BY;
+use crate::stores::SecretKeys;
 
 /// Where the init container puts the `tidemark` binary (and the database option file).
 pub const TOOLS_DIR: &str = "/tidemark-bin";
 /// The volume that carries it.
 const TOOLS_VOLUME: &str = "tidemark-bin";
-/// The label on everything the operator creates (its watches select by it).
-pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "tidemark");
-
-/// Which keys of the store Secret hold the credentials: each as the environment variable
-/// `tidemark` reads in a pod (`AWS_*`, `GOOGLE_SERVICE_ACCOUNT_KEY`, `AZURE_STORAGE_*`).
-#[derive(Debug, Clone)]
-pub struct SecretKeys {
-    pub name: String,
-    /// `(environment variable, key of the Secret)`.
-    pub env: Vec<(String, String)>,
-}
-
-/// What a store Secret holds, for this process's own requests.
-#[derive(Debug, Clone)]
-pub enum StoreCredentials {
-    S3(S3Credentials),
-    Cloud(CloudCredentials),
-}
-
-/// The keys a store Secret may hold for each kind of store, each under its own name or
-/// the environment variable's; the first of a list that is present and not empty counts.
-const S3_KEYS: [(&str, &str); 3] = [
-    ("accessKeyId", "AWS_ACCESS_KEY_ID"),
-    ("secretAccessKey", "AWS_SECRET_ACCESS_KEY"),
-    ("sessionToken", "AWS_SESSION_TOKEN"),
-];
-const GCS_KEY: (&str, &str) = ("serviceAccountKey", "GOOGLE_SERVICE_ACCOUNT_KEY");
-const AZURE_KEYS: [(&str, &str); 3] = [
-    ("accountName", "AZURE_STORAGE_ACCOUNT_NAME"),
-    ("accountKey", "AZURE_STORAGE_ACCOUNT_KEY"),
-    ("sasToken", "AZURE_STORAGE_SAS_TOKEN"),
-];
-
-/// Reads the store Secret `ns/name` for a store at `url`: which keys hold the credentials
-/// and their values. S3: `accessKeyId` and `secretAccessKey`, optionally `sessionToken`;
-/// `gs://`: `serviceAccountKey` (the JSON key file); `az://`: `accountName` with
-/// `accountKey` or `sasToken`; each also under its environment variable's name
-/// (`AWS_ACCESS_KEY_ID`, `GOOGLE_SERVICE_ACCOUNT_KEY`, `AZURE_STORAGE_ACCOUNT_KEY`, …).
-/// No value is ever repeated in an error.
-///
-/// # Errors
-/// The Secret is missing or lacks the keys.
-pub async fn store_secret(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    url: &str,
-) -> Result<(SecretKeys, StoreCredentials), Error> {
-    // Checked before it reaches a request path (`../../other-team/secrets/…`).
-    tidemark_api::names::dns_subdomain("spec.objectStore.credentialsSecret", name)
-        .map_err(|e| Error::Invalid(e.to_string()))?;
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let Some(secret) = secrets.get_opt(name).await? else {
-        return Err(Error::Missing(format!(
-            "Secret {ns}/{name} (spec.objectStore.credentialsSecret) does not exist"
-        )));
-    };
-    let data = secret.data.unwrap_or_default();
-    let mut env = Vec::new();
-    // The value of the first of `keys` present, recorded as environment variable `var`.
-    let mut pick = |(ours, var): (&str, &str)| {
-        [ours, var].into_iter().find_map(|k| {
-            let value = data
-                .get(k)
-                .and_then(|v| String::from_utf8(v.0.clone()).ok())
-                .map(|s| s.trim().to_owned())
-                .filter(|s| !s.is_empty())?;
-            env.push((var.to_owned(), k.to_owned()));
-            Some(value)
-        })
-    };
-    let lacks = |what: &str| {
-        Err(Error::Invalid(format!(
-            "Secret {ns}/{name} (spec.objectStore.credentialsSecret) lacks {what}"
-        )))
-    };
-    let scheme = url.split_once("://").map_or("s3", |(s, _)| s);
-    let credentials = match scheme {
-        "gs" => {
-            let Some(key) = pick(GCS_KEY) else {
-                return lacks(
-                    "serviceAccountKey (or GOOGLE_SERVICE_ACCOUNT_KEY): a GCS service-account key file",
-                );
-            };
-            if !serde_json::from_str::<serde_json::Value>(&key).is_ok_and(|v| v.is_object()) {
-                return Err(Error::Invalid(format!(
-                    "Secret {ns}/{name}: serviceAccountKey is not a service-account key file (a JSON object)"
-                )));
-            }
-            StoreCredentials::Cloud(CloudCredentials::GcsServiceAccountKey(key))
-        }
-        "az" | "azure" => {
-            let account = pick(AZURE_KEYS[0]);
-            let access_key = pick(AZURE_KEYS[1]);
-            let sas_token = pick(AZURE_KEYS[2]);
-            match account {
-                Some(account) if access_key.is_some() || sas_token.is_some() => {
-                    StoreCredentials::Cloud(CloudCredentials::Azure {
-                        account,
-                        access_key,
-                        sas_token,
-                    })
-                }
-                _ => {
-                    return lacks(
-                        "accountName, and accountKey or sasToken (or AZURE_STORAGE_ACCOUNT_NAME, and AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN)",
-                    );
-                }
-            }
-        }
-        _ => match (pick(S3_KEYS[0]), pick(S3_KEYS[1])) {
-            (Some(access_key_id), Some(secret_access_key)) => StoreCredentials::S3(S3Credentials {
-                access_key_id,
-                secret_access_key,
-                session_token: pick(S3_KEYS[2]),
-            }),
-            _ => {
-                return lacks(
-                    "accessKeyId and secretAccessKey (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)",
-                );
-            }
-        },
-    };
-    Ok((
-        SecretKeys {
-            name: name.to_owned(),
-            env,
-        },
-        credentials,
-    ))
-}
-
-/// The keys of `policy`'s store Secret, when it names one.
-///
-/// # Errors
-/// As [`store_secret`].
-pub async fn policy_secret_keys(
-    client: &Client,
-    policy: &BackupPolicy,
-) -> Result<Option<SecretKeys>, Error> {
-    let ns = policy.namespace().unwrap_or_default();
-    let Some(os) = policy.spec.object_store.as_ref() else {
-        return Ok(None);
-    };
-    match os.credentials_secret.as_deref() {
-        Some(name) => {
-            let url = os.store_url().unwrap_or_default();
-            Ok(Some(store_secret(client, &ns, name, &url).await?.0))
-        }
-        None => Ok(None),
-    }
-}
-
 /// The store's endpoint, region and credentials (as Secret references) for `tidemark`.
 pub fn store_env(os: &ObjectStoreSpec, keys: Option<&SecretKeys>) -> Vec<EnvVar> {
     let mut env = Vec::new();

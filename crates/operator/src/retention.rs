@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Api, Patch, PatchParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::Api;
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
@@ -22,13 +22,10 @@ use tidemark_api::crd::{
 };
 use tidemark_core::Action;
 use tidemark_engine::{PassOutcome, PassRequest, unattended_pass};
-use tidemark_store::{ClusterStore, StoreOptions};
 
+use crate::context::Context;
 use crate::error::Error;
-use crate::{Context, FIELD_MANAGER};
-
-/// The annotation that puts a Backup on hold.
-pub const PROTECT_ANNOTATION: &str = "tidemark.io/protect";
+use crate::status::condition;
 
 /// Runs the policy's retention pass when it is due.
 ///
@@ -45,7 +42,7 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
     // A pass in the background: wait for it; once it ended, its failure goes to the
     // backoff, and after a success the policy is looked at afresh (its status now holds
     // the pass; the spec may have changed meanwhile and be due at once).
-    let policy = match ctx.background.poll(&crate::key(policy.as_ref())) {
+    let policy = match ctx.background.poll(&crate::context::key(policy.as_ref())) {
         crate::background::Polled::Running => {
             return Ok(Requeue::requeue(crate::background::POLL));
         }
@@ -120,7 +117,7 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
     // holding one of the controller's reconcile slots; the reconcile after it collects the
     // outcome.
     ctx.background.start(
-        crate::key(policy.as_ref()),
+        crate::context::key(policy.as_ref()),
         pass(ctx.clone(), policy.clone(), rules, interval, now),
     );
     Ok(Requeue::requeue(crate::background::POLL))
@@ -141,7 +138,7 @@ async fn no_established_primary(
 ) -> Result<Option<(String, Duration)>, Error> {
     use k8s_openapi::api::core::v1::Pod;
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-    let selector = crate::backup::selector(&source.selector)?;
+    let selector = crate::names::selector(&source.selector)?;
     let listed = pods
         .list(&kube::api::ListParams::default().labels(&selector))
         .await?
@@ -153,7 +150,7 @@ async fn no_established_primary(
     let label = source
         .role_label
         .as_deref()
-        .unwrap_or(crate::backup::DEFAULT_ROLE_LABEL);
+        .unwrap_or(crate::names::DEFAULT_ROLE_LABEL);
     let labelled: Vec<&Pod> = live
         .iter()
         .copied()
@@ -244,7 +241,7 @@ async fn pass(
     };
     let status = policy.status.clone().unwrap_or_default();
     let generation = policy.meta().generation;
-    let store = match open(&ctx, &policy).await {
+    let store = match crate::stores::open(&ctx, &policy).await {
         Ok(s) => s,
         Err(e) => {
             let message = failed_message(&ctx, &policy, &e);
@@ -257,7 +254,7 @@ async fn pass(
         policy_as_given: serde_json::to_value(retention).unwrap_or_default(),
         now,
         started_at: now,
-        protect: holds(&ctx, &ns, &name),
+        protect: crate::holds::holds(&ctx, &ns, &name),
         execute: true,
         ignore_malformed: false,
         hooks: Some(Arc::new(crate::hooks::PassHooks {
@@ -424,7 +421,7 @@ async fn pass(
             ),
         }],
     };
-    apply_status(&api, &name, &new).await?;
+    crate::status::own(&api, &name, &new).await?;
     if let Some(message) = partly_failed {
         return Err(Error::PartlyFailed(message));
     }
@@ -433,10 +430,6 @@ async fn pass(
         tidemark_core::saturating_add(now, interval),
     )))
 }
-
-/// The field manager of `status.dataRemoved`: its own writer, so no other status write
-/// of the Backup drops it.
-const DATA_REMOVED_MANAGER: &str = "tidemark-operator-retention";
 
 /// Records on each Backup object of `policy` whose data the pass deleted when, why and
 /// under which audit record (`status.dataRemoved`): the object stays (a pass deletes data;
@@ -536,14 +529,13 @@ async fn record_removed(
         let mut value = serde_json::to_value(&removed).unwrap_or_default();
         // A merge patch keeps what it does not name: a replacement now gone is erased.
         value["replacedBy"] = serde_json::to_value(&replaced_by).unwrap_or_default();
-        let patch = json!({"status": {"dataRemoved": value}});
-        let params = PatchParams {
-            field_manager: Some(DATA_REMOVED_MANAGER.into()),
-            ..PatchParams::default()
-        };
-        match api
-            .patch_status(&b.name_any(), &params, &Patch::Merge(&patch))
-            .await
+        match crate::status::merge(
+            &api,
+            &b.name_any(),
+            crate::status::DATA_REMOVED_MANAGER,
+            json!({ "dataRemoved": value }),
+        )
+        .await
         {
             Ok(_) if replaced_by.is_none() => recorded.push(b.name_any()),
             Ok(_) => {}
@@ -575,7 +567,7 @@ async fn consolidator(
             return None;
         }
     };
-    let store_secret = crate::pod::policy_secret_keys(&ctx.client, policy)
+    let store_secret = crate::stores::policy_secret_keys(&ctx.client, policy)
         .await
         .ok()
         .flatten();
@@ -665,126 +657,6 @@ impl Summary {
     }
 }
 
-/// The backup-ids on hold: Backups of this policy annotated `tidemark.io/protect: "true"`.
-fn holds(ctx: &Context, ns: &str, policy: &str) -> HashSet<String> {
-    held_ids(ctx.backups.state().iter().map(AsRef::as_ref), ns, policy)
-}
-
-/// The backup-ids `backups` hold for `policy` in `ns` (`tidemark.io/protect: "true"`).
-pub fn held_ids<'a>(
-    backups: impl Iterator<Item = &'a tidemark_api::crd::Backup>,
-    ns: &str,
-    policy: &str,
-) -> HashSet<String> {
-    backups
-        .filter(|b| b.namespace().as_deref() == Some(ns) && b.spec.template.policy.name == policy)
-        .filter(|b| b.annotations().get(PROTECT_ANNOTATION).map(String::as_str) == Some("true"))
-        // An object whose restore point a synthetic full holds now holds that full.
-        .filter_map(|b| {
-            let s = b.status.as_ref()?;
-            s.data_removed
-                .as_ref()
-                .and_then(|r| r.replaced_by.as_ref())
-                .map(|r| r.backup_id.clone())
-                .or_else(|| s.backup_id.clone())
-        })
-        .collect()
-}
-
-/// Opens the policy's store with the credentials from its Secret.
-///
-/// # Errors
-/// The Secret is missing or lacks the keys; the URL is invalid.
-pub async fn open(ctx: &Context, policy: &BackupPolicy) -> Result<ClusterStore, Error> {
-    let store = open_store(
-        &ctx.client,
-        policy,
-        ctx.store_retry_timeout,
-        ctx.allow_ambient_credentials,
-    )
-    .await?;
-    // The directory is this policy's alone (the first to claim it), never a second
-    // team's with the same policy name in a shared bucket. Claimed once per process.
-    let claim = format!("{} {}", store.identity(), policy.uid().unwrap_or_default());
-    let owned = |c: &Context| {
-        c.owned
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .contains(&claim)
-    };
-    if owned(ctx) {
-        return Ok(store);
-    }
-    let me = tidemark_store::state::Owner {
-        format_version: tidemark_store::state::STATE_FORMAT_VERSION,
-        kind: "BackupPolicy".into(),
-        namespace: policy.namespace(),
-        name: policy.name_any(),
-        uid: policy.uid(),
-        host: None,
-        since: ctx.clock.now(),
-        extra: Default::default(),
-    };
-    match tidemark_store::state::claim_owner(&store, &me).await {
-        Ok(()) => {
-            ctx.owned
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .insert(claim);
-            Ok(store)
-        }
-        Err(e @ tidemark_store::state::OwnerError::Taken { .. }) => {
-            Err(Error::Invalid(e.to_string()))
-        }
-        Err(tidemark_store::state::OwnerError::Store(e)) => Err(Error::Engine(e.into())),
-    }
-}
-
-/// Opens `policy`'s store as the operator does — the URL, endpoint, region and path style
-/// of `spec.objectStore`, the credentials from its Secret — for the operator and for
-/// `kubectl tidemark ls|plan <policy>`.
-///
-/// `ambient`: whether a store may be reached with this process's own identity (the
-/// operator's `--allow-ambient-credentials`; a person's own `kubectl tidemark` does).
-///
-/// # Errors
-/// The Secret is missing or lacks the keys; the URL is invalid or not one the operator
-/// may use ([`tidemark_api::ObjectStoreSpec::shared_url`]).
-pub async fn open_store(
-    client: &kube::Client,
-    policy: &BackupPolicy,
-    retry_timeout: Duration,
-    ambient: bool,
-) -> Result<ClusterStore, Error> {
-    let ns = policy.namespace().unwrap_or_default();
-    let Some(os) = policy.spec.object_store.as_ref() else {
-        return Err(Error::Invalid(
-            "spec.objectStore is missing (where the backups are)".into(),
-        ));
-    };
-    let url = os
-        .shared_url(ambient)
-        .map_err(|e| Error::Invalid(e.to_string()))?;
-    let (credentials, cloud_credentials) = match &os.credentials_secret {
-        None => (None, None),
-        Some(secret) => match crate::pod::store_secret(client, &ns, secret, &url).await?.1 {
-            crate::pod::StoreCredentials::S3(c) => (Some(c), None),
-            crate::pod::StoreCredentials::Cloud(c) => (None, Some(c)),
-        },
-    };
-    let options = StoreOptions {
-        endpoint: os.endpoint.clone(),
-        region: os.region.clone(),
-        path_style: os.path_style,
-        credentials,
-        retry_timeout: Some(retry_timeout),
-        ca_bundle: os.ca_bundle.clone(),
-        cloud_credentials,
-    };
-    ClusterStore::open(&url, policy.spec.cluster_or(&policy.name_any()), &options)
-        .map_err(|e| Error::Engine(e.into()))
-}
-
 /// A bounded reason for a failed pass: the error's class.
 fn reason(e: &Error) -> &'static str {
     if tidemark_store::error::access_denied(e) {
@@ -803,7 +675,7 @@ fn reason(e: &Error) -> &'static str {
 /// The `Ready=False` message of a pass that failed with `e`: the error's causes, then which
 /// consecutive failure of the policy this is and when it is retried.
 fn failed_message(ctx: &Context, policy: &BackupPolicy, e: &Error) -> String {
-    let failures = ctx.failures_of(&crate::key(policy)) + 1;
+    let failures = ctx.failures_of(&crate::context::key(policy)) + 1;
     e.with_retry_note(&tidemark_engine::error::chain(e), failures)
 }
 
@@ -829,53 +701,7 @@ async fn set_failed(
     // observedGeneration moves only with a pass that succeeded: after a spec change, a
     // failed pass is retried (by backoff), not held back by retentionInterval.
     let _ = attempted;
-    apply_status(api, &policy.name_any(), &status).await
-}
-
-async fn apply_status(
-    api: &Api<BackupPolicy>,
-    name: &str,
-    status: &BackupPolicyStatus,
-) -> Result<(), Error> {
-    let patch = json!({
-        "apiVersion": tidemark_api::API_VERSION,
-        "kind": "BackupPolicy",
-        "status": status,
-    });
-    api.patch_status(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
-    Ok(())
-}
-
-/// A condition, keeping its transition time when its status did not change.
-pub(crate) fn condition(
-    previous: &[Condition],
-    type_: &str,
-    ok: bool,
-    reason: &str,
-    message: &str,
-    generation: Option<i64>,
-) -> Condition {
-    let status = if ok { "True" } else { "False" };
-    let since = previous
-        .iter()
-        .find(|c| c.type_ == type_ && c.status == status)
-        .map_or_else(
-            || Time(Timestamp::now()),
-            |c| c.last_transition_time.clone(),
-        );
-    Condition {
-        type_: type_.to_owned(),
-        status: status.to_owned(),
-        reason: reason.to_owned(),
-        message: message.chars().take(4096).collect(),
-        last_transition_time: since,
-        observed_generation: generation,
-    }
+    crate::status::own(api, &policy.name_any(), &status).await
 }
 
 fn until(now: Timestamp, at: Timestamp) -> Duration {

@@ -14,12 +14,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
-use serde_json::json;
 use tidemark_api::OwnerReferenceMode;
 use tidemark_api::crd::{Backup, BackupPolicy, ScheduledBackup, ScheduledBackupStatus};
 use tidemark_api::schedule::{IMMEDIATE_BACKUP_LABEL, SCHEDULED_BACKUP_LABEL};
@@ -27,8 +25,8 @@ use tidemark_core::schedule::{Child, ScheduleStatus};
 use tidemark_engine::EngineError;
 use tidemark_engine::schedule::{ScheduleState, Started, Tick, tick};
 
+use crate::context::Context;
 use crate::error::Error;
-use crate::{Context, FIELD_MANAGER};
 
 /// Evaluates one ScheduledBackup.
 ///
@@ -80,8 +78,8 @@ pub async fn reconcile(sb: Arc<ScheduledBackup>, ctx: Arc<Context>) -> Result<Ac
         )));
     };
     let owner = match sb.spec.backup_owner_reference {
-        OwnerReferenceMode::SelfOwned => crate::owner_ref(&sb),
-        OwnerReferenceMode::Cluster => crate::owner_ref(&policy),
+        OwnerReferenceMode::SelfOwned => crate::context::owner_ref(&sb),
+        OwnerReferenceMode::Cluster => crate::context::owner_ref(&policy),
         // Refused by `validate` above.
         OwnerReferenceMode::None | OwnerReferenceMode::Unknown(_) => None,
     };
@@ -257,24 +255,11 @@ impl ScheduleState for StatusInResource {
                 || (self.schedule.spec.immediate && status.last_schedule_time.is_some()),
             conditions: previous.conditions,
         };
-        let patch = json!({
-            "apiVersion": tidemark_api::API_VERSION,
-            "kind": "ScheduledBackup",
-            "status": new,
-        });
-        self.schedules
-            .patch_status(
-                schedule,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&patch),
-            )
+        crate::status::own(&self.schedules, schedule, &new)
             .await
-            .map_err(|e| {
-                let e = Error::from(e);
-                EngineError::Edge {
-                    class: e.class(),
-                    message: format!("ScheduledBackup {schedule} status: {e}"),
-                }
+            .map_err(|e: Error| EngineError::Edge {
+                class: e.class(),
+                message: format!("ScheduledBackup {schedule} status: {e}"),
             })?;
         *self
             .recorded
@@ -338,73 +323,10 @@ pub fn schedule_of(b: Backup) -> Option<ObjectRef<ScheduledBackup>> {
         .map(|n| ObjectRef::new(n).within(&ns))
 }
 
-impl Context {
-    /// Publishes a Warning event on `reference` (failures to publish are logged, never
-    /// fatal).
-    pub(crate) async fn warn(
-        &self,
-        reference: &k8s_openapi::api::core::v1::ObjectReference,
-        reason: &str,
-        note: &str,
-    ) {
-        self.event(reference, EventType::Warning, reason, note)
-            .await;
-    }
-
-    pub(crate) async fn event(
-        &self,
-        reference: &k8s_openapi::api::core::v1::ObjectReference,
-        type_: EventType,
-        reason: &str,
-        note: &str,
-    ) {
-        let ev = Event {
-            type_,
-            reason: reason.to_owned(),
-            note: Some(fit(note, NOTE_LIMIT)),
-            action: reason.to_owned(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&ev, reference).await {
-            tracing::warn!(%reason, "could not publish event: {e}");
-        }
-    }
-}
-
-/// The API server refuses an event whose note is longer than 1 KiB (bytes).
-pub(crate) const NOTE_LIMIT: usize = 1024;
-
-/// `text` cut to at most `limit` bytes on a character boundary, ending in `…` when cut.
-pub(crate) fn fit(text: &str, limit: usize) -> String {
-    if text.len() <= limit {
-        return text.to_owned();
-    }
-    let mut end = limit.saturating_sub('…'.len_utf8());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-
-    #[test]
-    fn notes_fit_the_api_limit() {
-        assert_eq!(fit("short", NOTE_LIMIT), "short");
-        let long = "é".repeat(2000);
-        let cut = fit(&long, NOTE_LIMIT);
-        assert!(
-            cut.len() <= NOTE_LIMIT && cut.ends_with('…'),
-            "{}",
-            cut.len()
-        );
-        assert!(cut.len() >= NOTE_LIMIT - 4);
-        let exact = "a".repeat(NOTE_LIMIT);
-        assert_eq!(fit(&exact, NOTE_LIMIT), exact);
-    }
 
     #[test]
     fn slots_come_from_deterministic_names_only() {

@@ -30,9 +30,9 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tidemark_api::crd::{VolumeClaimRetention, VolumeClaimRetentionStatus};
 
+use crate::context::Context;
 use crate::error::Error;
-use crate::retention::condition;
-use crate::{Context, FIELD_MANAGER};
+use crate::status::condition;
 
 /// When no running pod was last seen mounting the claim.
 pub const LAST_UNMOUNTED: &str = "tidemark.io/last-unmounted-on";
@@ -129,7 +129,7 @@ pub async fn reconcile(vcr: Arc<VolumeClaimRetention>, ctx: Arc<Context>) -> Res
         .ttl
         .parse()
         .map_err(|e| Error::Invalid(format!("spec.ttl: {e}")))?;
-    let selector = crate::backup::selector(&vcr.spec.selector)?;
+    let selector = crate::names::selector(&vcr.spec.selector)?;
     let claims_api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let volumes_api: Api<PersistentVolume> = Api::all(ctx.client.clone());
@@ -290,16 +290,7 @@ pub async fn reconcile(vcr: Arc<VolumeClaimRetention>, ctx: Arc<Context>) -> Res
             vcr.meta().generation,
         )],
     };
-    api.patch_status(
-        &vcr.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&json!({
-            "apiVersion": tidemark_api::API_VERSION,
-            "kind": "VolumeClaimRetention",
-            "status": status,
-        })),
-    )
-    .await?;
+    crate::status::own(&api, &vcr.name_any(), &status).await?;
     Ok(Action::requeue(next))
 }
 

@@ -1095,7 +1095,7 @@ async fn hooks_run_for_backups_whose_object_is_gone() {
 /// force-applied the whole status and such a write erased both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_status_writer_keeps_its_own_fields() {
-    use tidemark_operator::backup::{HOOKS_MANAGER, apply_fields, apply_status};
+    use tidemark_operator::status::{HOOKS_MANAGER, apply as apply_fields, backup as apply_status};
     let cluster = KubeCluster::start(false).await;
     let admin = cluster.admin_client();
     let ns = "owners";

@@ -10,8 +10,7 @@
 //! `metadata.json`, so an old stream that is somehow still going can no longer commit —
 //! and if that stream committed first, the Backup is completed from what it committed.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -19,98 +18,27 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use kube::api::{Api, AttachParams, AttachedProcess};
+use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
-use tidemark_api::crd::{Backup, BackupStatus};
+use tidemark_api::crd::{Backup, BackupPhase, BackupPolicy, BackupStatus};
+use tidemark_api::schedule::BackupType;
 use tidemark_engine::redact::shell_words;
 use tidemark_engine::{EngineError, Source};
 use tidemark_store::transfer::BackupSpec;
 use tidemark_store::{ClusterStore, NoProgress};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-/// The label every exec backup records in its `metadata.json`, like a Job's.
-pub(crate) const BACKUP_LABEL: &str = "tidemark.io/backup";
+use super::attempt::{blocked, fail, running_status};
+use super::source::target_pod;
+use crate::context::Context;
+use crate::error::Error;
+use crate::status::condition;
+use crate::streams::{EXEC_PART_SIZE, EXEC_PARTS_IN_FLIGHT};
+
 /// How much of the command's stderr an error message keeps (its end).
 const STDERR_TAIL: usize = 2048;
 /// How long the exit status may take to arrive once stdout ended.
 const STATUS_WAIT: Duration = Duration::from_secs(60);
-
-/// Bytes per multipart part of an exec stream's upload, and parts in flight: one stream
-/// holds at most `EXEC_PART_SIZE * (EXEC_PARTS_IN_FLIGHT + 1)` = 24 MiB of its payload.
-pub const EXEC_PART_SIZE: usize = 8 << 20;
-pub const EXEC_PARTS_IN_FLIGHT: usize = 2;
-/// Exec streams at once by default (more wait, `Queued`).
-pub const DEFAULT_STREAMS: usize = 4;
-/// How long one exec stream may run by default, as a backup Job.
-pub const DEFAULT_MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
-
-/// How many exec streams run at once, and for how long each may run.
-#[derive(Debug, Clone)]
-pub struct Limits {
-    pub streams: usize,
-    pub max_duration: Duration,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            streams: DEFAULT_STREAMS,
-            max_duration: DEFAULT_MAX_DURATION,
-        }
-    }
-}
-
-/// The exec streams this process runs, by Backup uid; stopped when dropped (the
-/// controllers stopped: shutdown or a lost lease).
-#[derive(Debug, Default)]
-pub struct Streams {
-    running: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
-}
-
-impl Streams {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, tokio::task::JoinHandle<()>>> {
-        self.running.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Whether this process streams the Backup `uid` now.
-    pub fn running(&self, uid: &str) -> bool {
-        self.lock().get(uid).is_some_and(|h| !h.is_finished())
-    }
-
-    /// How many streams run now.
-    pub fn len(&self) -> usize {
-        self.lock().values().filter(|h| !h.is_finished()).count()
-    }
-
-    /// Whether none runs.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Keeps `handle` as the stream of `uid`, unless one runs already (then `handle` is
-    /// stopped: never two streams for one Backup).
-    fn insert(&self, uid: String, handle: tokio::task::JoinHandle<()>) {
-        let mut running = self.lock();
-        running.retain(|_, h| !h.is_finished());
-        if running.contains_key(&uid) {
-            handle.abort();
-            return;
-        }
-        running.insert(uid, handle);
-    }
-
-    /// Stops every stream (their attempts are fenced by the next leader).
-    pub fn stop_all(&self) {
-        for (_, h) in self.lock().drain() {
-            h.abort();
-        }
-    }
-}
-
-impl Drop for Streams {
-    fn drop(&mut self) {
-        self.stop_all();
-    }
-}
 
 /// What an exec backup runs, and where.
 #[derive(Debug, Clone)]
@@ -142,7 +70,7 @@ pub fn attempt_spec(backup: &Backup, name: &str, id: &str, started_at: Timestamp
         method: "exec".into(),
         payload_name: "backup.bin".into(),
         started_at,
-        labels: crate::backup::stored_labels(backup),
+        labels: crate::names::stored_labels(backup),
         ttl: backup.spec.ttl.as_deref().and_then(|t| t.parse().ok()),
     }
 }
@@ -150,7 +78,7 @@ pub fn attempt_spec(backup: &Backup, name: &str, id: &str, started_at: Timestamp
 /// Starts streaming `plan` into `store` in the background; when it ends, the Backup's
 /// status is settled from what the store holds.
 pub fn spawn(
-    ctx: &crate::Context,
+    ctx: &Context,
     backup: Arc<Backup>,
     store: ClusterStore,
     spec: BackupSpec,
@@ -215,7 +143,7 @@ pub fn spawn(
                 }
             };
             let status = current.status.clone().unwrap_or_default();
-            match crate::backup::settle(
+            match crate::backup::attempt::settle(
                 &metrics,
                 &recorder,
                 &api,
@@ -245,16 +173,16 @@ pub fn spawn(
 /// # Errors
 /// The store or the API failed.
 pub async fn fence(
-    ctx: &crate::Context,
+    ctx: &Context,
     api: &Api<Backup>,
     backup: &Backup,
     status: &BackupStatus,
     store: &ClusterStore,
     spec: &BackupSpec,
-) -> Result<kube::runtime::controller::Action, crate::Error> {
+) -> Result<kube::runtime::controller::Action, Error> {
     let message = "the operator stopped (restart or leadership change) while it streamed this backup through pods/exec; the attempt was abandoned";
     tidemark_engine::attempt::record_failed(store, spec, message).await?;
-    crate::backup::settle(
+    crate::backup::attempt::settle(
         &ctx.metrics,
         &ctx.recorder,
         api,
@@ -371,4 +299,115 @@ fn exit_of(s: &Status) -> String {
         (None, Some(m)) if !m.is_empty() => format!("failed: {m}"),
         _ => "failed".into(),
     }
+}
+
+/// Method `exec` (this module): the command runs in the database container and
+/// this process streams its stdout into the store.
+#[allow(clippy::too_many_arguments)]
+pub async fn advance(
+    ctx: &Arc<Context>,
+    api: &Api<Backup>,
+    backup: Arc<Backup>,
+    status: &BackupStatus,
+    policy: &BackupPolicy,
+    store: ClusterStore,
+) -> Result<Action, Error> {
+    let backup_name = &crate::names::store_name(&backup);
+    let backup_id = &crate::names::backup_id(&backup);
+    let uid = backup.meta().uid.clone().unwrap_or_default();
+    // Whatever the (possibly stale) cached phase says: a stream of ours is the truth.
+    if ctx.streams.running(&uid) {
+        return Ok(Action::requeue(Duration::from_secs(30)));
+    }
+    if status.phase == Some(BackupPhase::Running) {
+        let started = status
+            .started_at
+            .as_ref()
+            .map_or_else(|| ctx.clock.now(), |t| t.0);
+        let spec = attempt_spec(&backup, backup_name, backup_id, started);
+        return fence(ctx, api, &backup, status, &store, &spec).await;
+    }
+    let command = backup.spec.template.command.clone();
+    if command.is_empty() {
+        let message = "method exec needs spec.command: the command whose stdout is the backup, run in the database container (e.g. [mariadb-dump, --all-databases, --single-transaction])";
+        fail(&ctx.recorder, api, &backup, status, message).await?;
+        return Ok(Action::await_change());
+    }
+    if backup.spec.kind == BackupType::Incremental {
+        let message =
+            "type incremental needs method mariabackup or xtrabackup; exec takes whole backups";
+        fail(&ctx.recorder, api, &backup, status, message).await?;
+        return Ok(Action::await_change());
+    }
+    let (pod, source) = match target_pod(ctx, api, &backup, policy).await? {
+        Ok(found) => found,
+        Err(action) => return Ok(action),
+    };
+    let containers = pod
+        .spec
+        .as_ref()
+        .map(|s| s.containers.clone())
+        .unwrap_or_default();
+    let container = match &source.container {
+        Some(c) if containers.iter().any(|x| &x.name == c) => c.clone(),
+        Some(c) => {
+            let message = format!(
+                "pod {} has no container {c:?} (spec.source.container)",
+                pod.name_any()
+            );
+            return blocked(ctx, api, &backup, "NoContainer", &message).await;
+        }
+        None => match containers.first() {
+            Some(c) => c.name.clone(),
+            None => {
+                let message = format!("pod {} has no containers", pod.name_any());
+                return blocked(ctx, api, &backup, "NoContainer", &message).await;
+            }
+        },
+    };
+    let plan = ExecPlan {
+        pod: pod.name_any(),
+        container,
+        command,
+    };
+    // At most `exec_limits.streams` at once: the others wait their turn (a queue, never
+    // a failure; a queued Backup is not failed by the pending limit).
+    let Ok(slot) = ctx.exec_slots.clone().try_acquire_owned() else {
+        let message = format!(
+            "queued: at most {} exec streams run at once (tidemark operator --exec-streams); it starts when one ends",
+            ctx.exec_limits.streams
+        );
+        let mut queued = status.clone();
+        queued.phase = Some(BackupPhase::Pending);
+        queued.conditions = vec![condition(
+            &status.conditions,
+            "Blocked",
+            true,
+            "Queued",
+            &message,
+            backup.meta().generation,
+        )];
+        if queued != *status {
+            crate::status::backup(api, &backup.name_any(), &queued).await?;
+        }
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    };
+    let started = ctx.clock.now();
+    let spec = attempt_spec(&backup, backup_name, backup_id, started);
+    let running = running_status(
+        &backup,
+        status,
+        None,
+        &store,
+        backup_name,
+        backup_id,
+        started,
+        &format!("streams {}", plan.describe()),
+    );
+    // Running first: a crash after it is fenced by the next reconcile (no stream of ours),
+    // never a second attempt under the same backup-id.
+    crate::status::backup(api, &backup.name_any(), &running).await?;
+    tracing::info!(backup = %backup.name_any(), "exec backup started: {}", plan.describe());
+    spawn(ctx, backup, store, spec, plan, slot);
+    Ok(Action::requeue(Duration::from_secs(30)))
 }

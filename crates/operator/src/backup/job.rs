@@ -1,0 +1,350 @@
+//! The backup Job: built from the policy, the chosen pod and its data volume (or from the
+//! user's pod template, method `job`), named after its Backup.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    Affinity, Container, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+    Pod, PodSpec, PodTemplateSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::{Resource, ResourceExt};
+use tidemark_api::crd::{Backup, BackupPolicy, SourceSpec};
+
+use super::source::{DataVolume, node_of};
+use crate::names::{BACKUP_UID_LABEL, DATA_VOLUME_LABEL, short_uid, stored_labels};
+use crate::pod;
+use crate::stores::SecretKeys;
+
+/// How long a backup Job may run (`activeDeadlineSeconds`) before it is stopped and the
+/// Backup recorded as failed.
+pub const JOB_DEADLINE_SECONDS: i64 = 24 * 3600;
+
+/// How long a finished backup Job (and its pod) is kept (`ttlSecondsAfterFinished`, where
+/// the cluster's TTL controller runs: Kubernetes 1.21+) — its outcome is in the Backup's
+/// status by then — so finished Jobs do not pile up beside their Backups.
+pub const FINISHED_JOB_TTL_SECONDS: i32 = 24 * 3600;
+
+/// The Job's name: `<backup>-<uid>-backup` (the Backup's name cut to fit 63 characters,
+/// and the first 8 hex digits of its uid), so two Backups — two slots of a long-named
+/// schedule, or a Backup deleted and created again under its name — never share a Job.
+pub fn job_name(backup: &Backup) -> String {
+    let mut base: String = backup.name_any().chars().take(46).collect();
+    while base.ends_with('-') || base.ends_with('.') {
+        base.pop();
+    }
+    format!("{base}-{}-backup", short_uid(backup))
+}
+
+/// Everything the Job is made of.
+#[derive(Debug)]
+pub struct JobPlan<'a> {
+    pub job_name: String,
+    pub backup: &'a Backup,
+    pub policy: &'a BackupPolicy,
+    pub source: &'a SourceSpec,
+    pub pod: &'a Pod,
+    pub data: DataVolume,
+    /// The operator's image: it holds the static `tidemark` binary at `/tidemark`.
+    pub image: String,
+    pub backup_name: String,
+    pub backup_id: String,
+    pub parent: Option<String>,
+    /// The data directory's identity (`pvc:<uid>` or `pod:<uid>`), recorded as the label
+    /// [`DATA_VOLUME_LABEL`]: an incremental's parent must carry the same.
+    pub volume_id: String,
+    pub store_secret: Option<SecretKeys>,
+}
+
+impl JobPlan<'_> {
+    /// The Job.
+    ///
+    /// # Errors
+    /// The policy's store or the pod lacks what the Job needs.
+    pub fn job(&self) -> Result<Job, String> {
+        let os = self
+            .policy
+            .spec
+            .object_store
+            .as_ref()
+            .ok_or("the BackupPolicy has no spec.objectStore")?;
+        let url = os.store_url().map_err(|e| e.to_string())?;
+        let node = node_of(self.pod).ok_or("the database pod is not scheduled on a node")?;
+        let pod_ip = self
+            .pod
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.clone())
+            .ok_or("the database pod has no IP yet")?;
+        let cluster = self
+            .policy
+            .spec
+            .cluster_or(&self.policy.name_any())
+            .to_owned();
+        let data_path = self.data.mount.mount_path.clone();
+
+        // `tidemark push … -- mariabackup …`: push runs the tool and streams its output.
+        let mut push = vec![
+            "push".to_owned(),
+            "--store".into(),
+            url,
+            "--cluster".into(),
+            cluster,
+            "--backup-name".into(),
+            self.backup_name.clone(),
+            "--backup-id".into(),
+            self.backup_id.clone(),
+            "--method".into(),
+            "mariabackup".into(),
+            "--label".into(),
+            format!("{DATA_VOLUME_LABEL}={}", self.volume_id),
+        ];
+        for (k, v) in stored_labels(self.backup) {
+            push.extend(["--label".into(), format!("{k}={v}")]);
+        }
+        if let Some(p) = &self.parent {
+            push.extend([
+                "--type".into(),
+                "incremental".into(),
+                "--parent".into(),
+                p.clone(),
+            ]);
+        }
+        if let Some(ttl) = &self.backup.spec.ttl {
+            push.extend(["--ttl".into(), ttl.clone()]);
+        }
+        let tool = if self.backup.spec.template.method.as_deref() == Some("xtrabackup") {
+            "xtrabackup"
+        } else {
+            "mariabackup"
+        };
+        push.push("--".into());
+        push.push(tool.into());
+        let with_login = self.source.credentials_secret.is_some();
+        if with_login {
+            // Must come first; written by the container from its environment.
+            push.push(format!("--defaults-extra-file={}/my.cnf", pod::TOOLS_DIR));
+        }
+        push.extend([
+            format!("--host={pod_ip}"),
+            format!("--port={}", self.source.port.unwrap_or(3306)),
+            format!("--datadir={data_path}"),
+        ]);
+        // The option file is written with the shell's printf from the environment, so the
+        // password is in no argument of any process.
+        let script = if with_login {
+            pod::login_script()
+        } else {
+            pod::tidemark_script()
+        };
+        let mut args = vec![script, "tidemark".to_owned()];
+        args.extend(push);
+
+        let mut env = vec![pod::plain("TIDEMARK_LOG", "info")];
+        env.extend(pod::store_env(os, self.store_secret.as_ref()));
+        if let Some(db) = &self.source.credentials_secret {
+            env.extend(pod::login_env(db));
+        }
+        let mut data_mount = self.data.mount.clone();
+        // mariabackup only reads the data directory.
+        data_mount.read_only = None;
+        let image = self
+            .data
+            .container
+            .image
+            .clone()
+            .ok_or("the database container has no image")?;
+        let pod_spec = self.pod.spec.clone().unwrap_or_default();
+        let labels = pod::labels(
+            BACKUP_UID_LABEL,
+            self.backup.meta().uid.as_deref().unwrap_or_default(),
+        );
+        let owner = crate::context::owner_ref(self.backup).ok_or("the Backup has no uid yet")?;
+        Ok(Job {
+            metadata: ObjectMeta {
+                name: Some(self.job_name.clone()),
+                namespace: self.backup.namespace(),
+                labels: Some(labels.clone()),
+                owner_references: Some(vec![owner]),
+                ..Default::default()
+            },
+            spec: Some(JobSpec {
+                // A retry would be a second attempt at the same backup-id (refused by the
+                // store's conditional commit): the next slot tries again instead.
+                backoff_limit: Some(0),
+                active_deadline_seconds: Some(JOB_DEADLINE_SECONDS),
+                ttl_seconds_after_finished: Some(FINISHED_JOB_TTL_SECONDS),
+                template: PodTemplateSpec {
+                    metadata: Some(ObjectMeta {
+                        labels: Some(labels),
+                        ..Default::default()
+                    }),
+                    spec: Some(PodSpec {
+                        restart_policy: Some("Never".into()),
+                        affinity: Some(Affinity {
+                            node_affinity: Some(NodeAffinity {
+                                required_during_scheduling_ignored_during_execution: Some(
+                                    NodeSelector {
+                                        node_selector_terms: vec![NodeSelectorTerm {
+                                            match_expressions: Some(vec![
+                                                NodeSelectorRequirement {
+                                                    key: "kubernetes.io/hostname".into(),
+                                                    operator: "In".into(),
+                                                    values: Some(vec![node]),
+                                                },
+                                            ]),
+                                            ..Default::default()
+                                        }],
+                                    },
+                                ),
+                                ..Default::default()
+                            }),
+                            ..Default::default()
+                        }),
+                        tolerations: pod_spec.tolerations.clone(),
+                        security_context: pod_spec.security_context.clone(),
+                        service_account_name: pod_spec.service_account_name.clone(),
+                        image_pull_secrets: pod_spec.image_pull_secrets.clone(),
+                        init_containers: Some(vec![pod::install_container(
+                            &self.image,
+                            pod_spec.security_context.as_ref(),
+                            self.policy,
+                        )]),
+                        containers: vec![Container {
+                            name: "backup".into(),
+                            resources: pod::resources(self.policy, |r| r.backup.as_ref()),
+                            image: Some(image),
+                            image_pull_policy: self.data.container.image_pull_policy.clone(),
+                            command: Some(vec!["sh".into(), "-c".into()]),
+                            args: Some(args),
+                            env: Some(env),
+                            volume_mounts: Some(vec![
+                                data_mount,
+                                pod::tools_mount(),
+                                pod::tmp_mount(),
+                            ]),
+                            security_context: self.data.container.security_context.clone(),
+                            termination_message_policy: Some(
+                                pod::TERMINATION_MESSAGE_POLICY.into(),
+                            ),
+                            ..Default::default()
+                        }],
+                        volumes: Some(vec![
+                            self.data.volume.clone(),
+                            pod::tools_volume(),
+                            pod::tmp_volume(),
+                        ]),
+                        ..Default::default()
+                    }),
+                },
+                ..Default::default()
+            }),
+            status: None,
+        })
+    }
+}
+
+/// The Job of method `job`: the user's pod template, with the destination in every
+/// container's environment and `tidemark` copied in.
+///
+/// # Errors
+/// No or an unreadable `jobTemplate`, or no object store.
+pub fn user_job(
+    backup: &Backup,
+    policy: &BackupPolicy,
+    job_name: &str,
+    image: &str,
+    backup_name: &str,
+    backup_id: &str,
+    store_secret: Option<&SecretKeys>,
+) -> Result<Job, String> {
+    let template = backup
+        .spec
+        .template
+        .job_template
+        .clone()
+        .ok_or("method job needs spec.jobTemplate (the pod template that makes the backup)")?;
+    let mut template: PodTemplateSpec = serde_json::from_value(template)
+        .map_err(|e| format!("spec.jobTemplate is not a pod template: {e}"))?;
+    let os = policy
+        .spec
+        .object_store
+        .as_ref()
+        .ok_or("the BackupPolicy has no spec.objectStore")?;
+    let mut env = vec![
+        pod::plain(
+            "TIDEMARK_STORE",
+            &os.store_url().map_err(|e| e.to_string())?,
+        ),
+        pod::plain(
+            "TIDEMARK_CLUSTER",
+            policy.spec.cluster_or(&policy.name_any()),
+        ),
+        pod::plain("TIDEMARK_BACKUP_NAME", backup_name),
+        pod::plain("TIDEMARK_BACKUP_ID", backup_id),
+    ];
+    env.extend(pod::store_env(os, store_secret));
+    let spec = template.spec.get_or_insert_with(Default::default);
+    if spec.containers.is_empty() {
+        return Err("spec.jobTemplate has no containers".into());
+    }
+    for c in &mut spec.containers {
+        let mut e = c.env.take().unwrap_or_default();
+        // Ours win: a template cannot point the backup elsewhere by accident.
+        e.retain(|v| !env.iter().any(|ours| ours.name == v.name));
+        e.extend(env.iter().cloned());
+        c.env = Some(e);
+        c.volume_mounts
+            .get_or_insert_with(Vec::new)
+            .push(pod::tools_mount());
+        // Unless the template says otherwise, a failure's log tail reaches the status.
+        c.termination_message_policy
+            .get_or_insert_with(|| pod::TERMINATION_MESSAGE_POLICY.into());
+    }
+    let install = pod::install_container(image, spec.security_context.as_ref(), policy);
+    spec.init_containers
+        .get_or_insert_with(Vec::new)
+        .insert(0, install);
+    spec.volumes
+        .get_or_insert_with(Vec::new)
+        .push(pod::tools_volume());
+    spec.restart_policy = Some("Never".into());
+    let labels = pod::labels(
+        BACKUP_UID_LABEL,
+        backup.meta().uid.as_deref().unwrap_or_default(),
+    );
+    template
+        .metadata
+        .get_or_insert_with(Default::default)
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .extend(labels.clone());
+    let owner = crate::context::owner_ref(backup).ok_or("the Backup has no uid yet")?;
+    Ok(Job {
+        metadata: ObjectMeta {
+            name: Some(job_name.to_owned()),
+            namespace: backup.namespace(),
+            labels: Some(labels),
+            owner_references: Some(vec![owner]),
+            ..Default::default()
+        },
+        spec: Some(JobSpec {
+            backoff_limit: Some(0),
+            active_deadline_seconds: Some(JOB_DEADLINE_SECONDS),
+            ttl_seconds_after_finished: Some(FINISHED_JOB_TTL_SECONDS),
+            template,
+            ..Default::default()
+        }),
+        status: None,
+    })
+}
+
+/// Which Backup a Job belongs to (its controller owner reference).
+pub fn backup_of(job: &Job) -> Option<kube::runtime::reflector::ObjectRef<Backup>> {
+    let ns = job.namespace()?;
+    job.owner_references()
+        .iter()
+        .find(|o| o.kind == "Backup" && o.controller == Some(true))
+        .map(|o| kube::runtime::reflector::ObjectRef::new(&o.name).within(&ns))
+}

@@ -1,0 +1,210 @@
+//! Where a Backup comes from: the database pod (by target and role), its data volume,
+//! and for an incremental the parent backup of the same data directory.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, Pod, Volume, VolumeMount};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
+use kube::runtime::controller::Action;
+use tidemark_api::crd::{Backup, BackupPolicy, SourceSpec};
+use tidemark_api::schedule::BackupType;
+use tidemark_core::{Candidate, FullBecause, NextBackup};
+use tidemark_store::{Catalog, ClusterStore, NoProgress};
+
+use super::attempt::{backup_failed, blocked};
+use crate::context::Context;
+use crate::error::Error;
+use crate::names::{DATA_VOLUME_LABEL, DEFAULT_ROLE_LABEL, selector};
+
+/// Where a MariaDB container keeps its data when `source.dataVolume` is not given.
+const DEFAULT_DATA_PATH: &str = "/var/lib/mysql";
+
+/// Chooses the database pod for `backup`; `Err(action)` when none can be used yet (the
+/// Backup is blocked, and says why).
+pub(crate) async fn target_pod<'p>(
+    ctx: &Context,
+    api: &Api<Backup>,
+    backup: &Backup,
+    policy: &'p BackupPolicy,
+) -> Result<Result<(Pod, &'p SourceSpec), Action>, Error> {
+    let Some(source) = policy.spec.source.as_ref() else {
+        let message = "the BackupPolicy has no spec.source (which pods hold the database)";
+        return Ok(Err(blocked(ctx, api, backup, "NoSource", message).await?));
+    };
+    let pods: Api<Pod> =
+        Api::namespaced(ctx.client.clone(), &backup.namespace().unwrap_or_default());
+    let candidates = pods
+        .list(&ListParams::default().labels(&selector(&source.selector)?))
+        .await?
+        .items;
+    let target = backup
+        .spec
+        .template
+        .target
+        .as_deref()
+        .unwrap_or("prefer-standby");
+    let Some(pod) = choose_pod(&candidates, source, target) else {
+        let message = format!(
+            "no running database pod for target {target} among {} pod(s) matching spec.source.selector",
+            candidates.len()
+        );
+        let next = blocked(ctx, api, backup, "DatabasePodNotRunning", &message).await?;
+        // A pod starting up is usually running within seconds.
+        return Ok(Err(if backup_failed(&next) {
+            next
+        } else {
+            Action::requeue(Duration::from_secs(10))
+        }));
+    };
+    Ok(Ok((pod, source)))
+}
+
+fn running(p: &Pod) -> bool {
+    p.metadata.deletion_timestamp.is_none()
+        && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+        && node_of(p).is_some()
+}
+
+pub(crate) fn node_of(p: &Pod) -> Option<String> {
+    p.spec.as_ref().and_then(|s| s.node_name.clone())
+}
+
+/// The pod to back up: for `primary`, the running pod labelled primary; for
+/// `prefer-standby`, a running standby (the first by name), else the primary.
+pub fn choose_pod(pods: &[Pod], source: &SourceSpec, target: &str) -> Option<Pod> {
+    let label = source.role_label.as_deref().unwrap_or(DEFAULT_ROLE_LABEL);
+    let mut live: Vec<&Pod> = pods.iter().filter(|p| running(p)).collect();
+    live.sort_by_key(|p| p.name_any());
+    let is_primary = |p: &Pod| p.labels().get(label).map(String::as_str) == Some("primary");
+    let primary = live.iter().find(|p| is_primary(p)).copied();
+    let chosen = match target {
+        "primary" => primary,
+        _ => live
+            .iter()
+            .find(|p| !is_primary(p) && p.labels().contains_key(label))
+            .copied()
+            .or(primary)
+            .or_else(|| live.first().copied()),
+    };
+    chosen.cloned()
+}
+
+/// The database container and its data volume, as the Job will mount it.
+#[derive(Debug, Clone)]
+pub struct DataVolume {
+    pub container: Container,
+    pub volume: Volume,
+    pub mount: VolumeMount,
+}
+
+/// Finds the database container and the volume holding its data directory.
+///
+/// # Errors
+/// No such container or volume: the message names what was looked for.
+pub fn data_volume(pod: &Pod, source: &SourceSpec) -> Result<DataVolume, String> {
+    let spec = pod.spec.as_ref().ok_or("the pod has no spec")?;
+    let container = match &source.container {
+        Some(c) => spec
+            .containers
+            .iter()
+            .find(|x| &x.name == c)
+            .ok_or_else(|| {
+                format!(
+                    "pod {} has no container {c:?} (spec.source.container)",
+                    pod.name_any()
+                )
+            })?,
+        None => spec
+            .containers
+            .first()
+            .ok_or_else(|| format!("pod {} has no containers", pod.name_any()))?,
+    };
+    let mounts = container.volume_mounts.clone().unwrap_or_default();
+    let mount = match &source.data_volume {
+        Some(v) => mounts.iter().find(|m| &m.name == v),
+        None => mounts
+            .iter()
+            .find(|m| m.mount_path.trim_end_matches('/') == DEFAULT_DATA_PATH),
+    }
+    .ok_or_else(|| {
+        format!(
+            "container {} of pod {} mounts no {}; set spec.source.dataVolume",
+            container.name,
+            pod.name_any(),
+            source.data_volume.as_deref().map_or_else(
+                || format!("volume at {DEFAULT_DATA_PATH}"),
+                |v| format!("volume {v:?}")
+            )
+        )
+    })?;
+    let volume = spec
+        .volumes
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .find(|v| v.name == mount.name)
+        .ok_or_else(|| format!("pod {} declares no volume {:?}", pod.name_any(), mount.name))?;
+    Ok(DataVolume {
+        container: container.clone(),
+        volume,
+        mount: mount.clone(),
+    })
+}
+
+/// What the Backup builds on: `None` for a full. With `spec.incremental` (seed 002) the
+/// type is chosen here: an incremental on the newest restorable backup of this data
+/// directory, else a full. `type: incremental` without it needs a parent: `Err` says why
+/// there is none.
+pub(crate) async fn parent_of(
+    store: &ClusterStore,
+    backup: &Backup,
+    volume_id: &str,
+) -> Result<Result<Option<String>, FullBecause>, Error> {
+    let max = match (&backup.spec.incremental, &backup.spec.kind) {
+        (Some(i), _) => i.max_increments_per_full,
+        (None, BackupType::Incremental) => None,
+        // Unknown types are refused above.
+        (None, BackupType::Full | BackupType::Unknown(_)) => return Ok(Ok(None)),
+    };
+    let catalog = Catalog::load_backups(store, &NoProgress)
+        .await
+        .map_err(|e| Error::Engine(e.into()))?;
+    // Made by mariabackup from this data directory, or from another.
+    let candidates: std::collections::HashMap<&str, Candidate> = catalog
+        .backups
+        .iter()
+        .filter_map(|c| {
+            let m = c.metadata.as_ref().filter(|m| m.method == "mariabackup")?;
+            let same = m.labels.get(DATA_VOLUME_LABEL).map(String::as_str) == Some(volume_id);
+            let diverged = m
+                .error
+                .as_deref()
+                .is_some_and(tidemark_mariadb::is_lsn_behind);
+            let candidate = match (same, diverged) {
+                (true, true) => Candidate::Diverged,
+                (true, false) => Candidate::Yes,
+                (false, _) => Candidate::OtherSource,
+            };
+            Some((c.backup.id.as_str(), candidate))
+        })
+        .collect();
+    let next = tidemark_core::next_backup(
+        &catalog.inventory(&Default::default()),
+        |b| {
+            candidates
+                .get(b.id.as_str())
+                .copied()
+                .unwrap_or(Candidate::No)
+        },
+        max,
+    );
+    Ok(match next {
+        NextBackup::Incremental { parent, .. } => Ok(Some(parent)),
+        NextBackup::Full(why) if backup.spec.incremental.is_some() => {
+            tracing::info!(backup = %backup.name_any(), "a full backup: {why}");
+            Ok(None)
+        }
+        NextBackup::Full(why) => Err(why),
+    })
+}

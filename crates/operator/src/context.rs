@@ -1,0 +1,163 @@
+//! What every reconcile shares: the clients, caches, limits and per-object bookkeeping
+//! (backoff, hook turns), and how events are published.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::Store;
+use kube::{Client, Resource, ResourceExt};
+use tidemark_api::crd::{Backup, BackupPolicy};
+use tidemark_engine::Clock;
+
+use crate::events::{NOTE_LIMIT, fit};
+use crate::{background, events, metrics, rbac, streams};
+
+/// What every reconcile shares.
+pub struct Context {
+    pub client: Client,
+    pub recorder: events::Recorder,
+    pub clock: Arc<dyn Clock>,
+    /// Every Backup, as the watch last saw it (name collisions, children).
+    pub backups: Store<Backup>,
+    /// Every BackupPolicy, as the watch last saw it (a finished Backup's finalizer).
+    pub policies: Store<BackupPolicy>,
+    pub store_retry_timeout: Duration,
+    pub image: String,
+    pub metrics: Arc<metrics::Metrics>,
+    /// The `exec` backups this process streams.
+    pub streams: streams::Streams,
+    /// [`crate::Options::allow_ambient_credentials`].
+    pub allow_ambient_credentials: bool,
+    /// This replica's name in the election (and in the store leases it takes).
+    pub identity: String,
+    /// [`crate::Options::exec_limits`], and the slots of the streams that run.
+    pub exec_limits: streams::Limits,
+    pub exec_slots: Arc<tokio::sync::Semaphore>,
+    /// Retention passes running outside the reconcile slots.
+    pub background: background::Background,
+    /// The store directories this process has claimed for a policy (`<store> <uid>`): the
+    /// owner record is read once, not on every reconcile that opens the store.
+    pub owned: Mutex<std::collections::HashSet<String>>,
+    /// [`crate::Options::capabilities`].
+    pub capabilities: rbac::Capabilities,
+    /// Whose turn it is to run a Backup's DeleteHooks (by the Backup's uid).
+    pub(crate) hook_turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Consecutive failures per object, for exponential backoff.
+    pub(crate) failures: Mutex<HashMap<String, u32>>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    pub(crate) fn failed(&self, key: String) -> u32 {
+        let mut f = self
+            .failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = f.entry(key).or_insert(0);
+        *n += 1;
+        *n
+    }
+
+    /// The lock whose holder runs the DeleteHooks of the Backup `uid` (see
+    /// [`hooks::run`]). Locks nobody holds or waits for are forgotten.
+    pub(crate) fn hook_turn(&self, uid: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut turns = self
+            .hook_turns
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        turns.retain(|_, l| Arc::strong_count(l) > 1);
+        turns.entry(uid.to_owned()).or_default().clone()
+    }
+
+    /// Counts a finished reconcile of the object `key` (`Kind/namespace/name`).
+    pub(crate) fn reconciled(&self, key: &str) {
+        let controller = key.split('/').next().unwrap_or_default().to_owned();
+        self.metrics
+            .reconciles
+            .get_or_create(&metrics::ControllerLabels { controller })
+            .inc();
+    }
+
+    /// How many times in a row the object `key` failed so far (its next failure is the
+    /// `failures_of + 1`-th, which the controllers' error policy then counts).
+    pub(crate) fn failures_of(&self, key: &str) -> u32 {
+        self.failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(key)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    pub(crate) fn succeeded(&self, key: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(key);
+    }
+}
+
+/// A controller owner reference to `owner`, without `blockOwnerDeletion`: setting that needs
+/// `update` on the owner's finalizers (enforced by OwnerReferencesPermissionEnforcement), a
+/// right the operator does not otherwise need.
+pub fn owner_ref<K: Resource<DynamicType = ()>>(
+    owner: &K,
+) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
+    owner.controller_owner_ref(&()).map(|mut r| {
+        r.block_owner_deletion = None;
+        r
+    })
+}
+
+/// The per-object key of the backoff table.
+pub fn key<K: Resource>(o: &K) -> String
+where
+    K::DynamicType: Default,
+{
+    format!(
+        "{}/{}/{}",
+        K::kind(&Default::default()),
+        o.namespace().unwrap_or_default(),
+        o.name_any()
+    )
+}
+
+impl Context {
+    /// Publishes a Warning event on `reference` (failures to publish are logged, never
+    /// fatal).
+    pub(crate) async fn warn(
+        &self,
+        reference: &k8s_openapi::api::core::v1::ObjectReference,
+        reason: &str,
+        note: &str,
+    ) {
+        self.event(reference, EventType::Warning, reason, note)
+            .await;
+    }
+
+    pub(crate) async fn event(
+        &self,
+        reference: &k8s_openapi::api::core::v1::ObjectReference,
+        type_: EventType,
+        reason: &str,
+        note: &str,
+    ) {
+        let ev = Event {
+            type_,
+            reason: reason.to_owned(),
+            note: Some(fit(note, NOTE_LIMIT)),
+            action: reason.to_owned(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, reference).await {
+            tracing::warn!(%reason, "could not publish event: {e}");
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! Every status write of the operator. Each writer owns its own fields under its own
+//! field manager (server-side apply), so a writer whose copy of an object is behind never
+//! drops what another wrote (issue 18 §5): the attempt's fields under [`FIELD_MANAGER`],
+//! hook outcomes under [`HOOKS_MANAGER`], the deletion's conditions each under their own,
+//! `dataRemoved` under [`DATA_REMOVED_MANAGER`].
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::Resource;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+use tidemark_api::crd::{Backup, BackupStatus};
+
+use crate::error::Error;
+
+/// The field manager of every server-side apply the operator makes.
+pub const FIELD_MANAGER: &str = "tidemark-operator";
+
+/// The field manager of `status.dataRemoved`: its own writer, so no other status write
+/// of the Backup drops it.
+pub const DATA_REMOVED_MANAGER: &str = "tidemark-operator-retention";
+
+/// The conditions the deletion writes, each under its own field manager (the key).
+pub const DELETION_CONDITIONS: [&str; 2] = ["RemoteCleanup", "Expired"];
+
+/// The field manager of `status.hooks`.
+pub const HOOKS_MANAGER: &str = "tidemark-operator-hooks";
+
+/// Writes the attempt's fields of a Backup's status (phase, ids, sizes, times, error, the
+/// `Ready` and `Blocked` conditions) under the operator's field manager. Each other writer
+/// has its own fields and manager ([`apply`]), so a copy of the status that is
+/// behind never drops what another wrote (issue 18 §5).
+pub async fn backup(api: &Api<Backup>, name: &str, status: &BackupStatus) -> Result<(), Error> {
+    let mut own = status.clone();
+    own.hooks.clear();
+    own.data_removed = None;
+    own.conditions
+        .retain(|c| !DELETION_CONDITIONS.contains(&c.type_.as_str()));
+    apply(
+        api,
+        name,
+        FIELD_MANAGER,
+        serde_json::to_value(&own).unwrap_or_default(),
+    )
+    .await
+}
+
+/// Server-side applies `status` (the fields `manager` owns) to the object `name` of `api`:
+/// fields it owned and no longer names are removed, fields of other managers stay.
+///
+/// # Errors
+/// The API refused the patch.
+pub async fn apply<K>(
+    api: &Api<K>,
+    name: &str,
+    manager: &str,
+    status: serde_json::Value,
+) -> Result<(), Error>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let patch = json!({
+        "apiVersion": tidemark_api::API_VERSION,
+        "kind": K::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(manager).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// [`apply`] with the operator's own manager ([`FIELD_MANAGER`]) and the whole status of
+/// a kind that only the operator's controller of it writes (BackupPolicy, ScheduledBackup,
+/// VolumeClaimRetention).
+///
+/// # Errors
+/// The API refused the patch.
+pub async fn own<K, S>(api: &Api<K>, name: &str, status: &S) -> Result<(), Error>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    S: serde::Serialize,
+{
+    apply(
+        api,
+        name,
+        FIELD_MANAGER,
+        serde_json::to_value(status).unwrap_or_default(),
+    )
+    .await
+}
+
+/// JSON-merges `status` into the object `name`'s status under `manager` (fields it does not
+/// name stay; `null` removes one).
+///
+/// # Errors
+/// The API refused the patch.
+pub async fn merge<K>(
+    api: &Api<K>,
+    name: &str,
+    manager: &str,
+    status: serde_json::Value,
+) -> Result<(), Error>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = PatchParams {
+        field_manager: Some(manager.to_owned()),
+        ..PatchParams::default()
+    };
+    api.patch_status(name, &params, &Patch::Merge(&json!({ "status": status })))
+        .await?;
+    Ok(())
+}
+
+/// A condition, keeping its transition time when its status did not change.
+pub fn condition(
+    previous: &[Condition],
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+) -> Condition {
+    let status = if ok { "True" } else { "False" };
+    let since = previous
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .map_or_else(
+            || Time(Timestamp::now()),
+            |c| c.last_transition_time.clone(),
+        );
+    Condition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message: message.chars().take(4096).collect(),
+        last_transition_time: since,
+        observed_generation: generation,
+    }
+}

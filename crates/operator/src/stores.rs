@@ -1,0 +1,263 @@
+//! Opening a policy's store: credentials from a Secret of the policy's namespace (checked
+//! names, no value ever in a message), the shared-URL rules of a multi-tenant operator, and
+//! the store directory's owner record.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use kube::{Client, ResourceExt};
+use tidemark_api::crd::BackupPolicy;
+use tidemark_store::{CloudCredentials, ClusterStore, S3Credentials, StoreOptions};
+
+use crate::context::Context;
+use crate::error::Error;
+
+/// Which keys of the store Secret hold the credentials: each as the environment variable
+/// `tidemark` reads in a pod (`AWS_*`, `GOOGLE_SERVICE_ACCOUNT_KEY`, `AZURE_STORAGE_*`).
+#[derive(Debug, Clone)]
+pub struct SecretKeys {
+    pub name: String,
+    /// `(environment variable, key of the Secret)`.
+    pub env: Vec<(String, String)>,
+}
+
+/// What a store Secret holds, for this process's own requests.
+#[derive(Debug, Clone)]
+pub enum StoreCredentials {
+    S3(S3Credentials),
+    Cloud(CloudCredentials),
+}
+
+/// The keys a store Secret may hold for each kind of store, each under its own name or
+/// the environment variable's; the first of a list that is present and not empty counts.
+const S3_KEYS: [(&str, &str); 3] = [
+    ("accessKeyId", "AWS_ACCESS_KEY_ID"),
+    ("secretAccessKey", "AWS_SECRET_ACCESS_KEY"),
+    ("sessionToken", "AWS_SESSION_TOKEN"),
+];
+
+const GCS_KEY: (&str, &str) = ("serviceAccountKey", "GOOGLE_SERVICE_ACCOUNT_KEY");
+
+const AZURE_KEYS: [(&str, &str); 3] = [
+    ("accountName", "AZURE_STORAGE_ACCOUNT_NAME"),
+    ("accountKey", "AZURE_STORAGE_ACCOUNT_KEY"),
+    ("sasToken", "AZURE_STORAGE_SAS_TOKEN"),
+];
+
+/// Reads the store Secret `ns/name` for a store at `url`: which keys hold the credentials
+/// and their values. S3: `accessKeyId` and `secretAccessKey`, optionally `sessionToken`;
+/// `gs://`: `serviceAccountKey` (the JSON key file); `az://`: `accountName` with
+/// `accountKey` or `sasToken`; each also under its environment variable's name
+/// (`AWS_ACCESS_KEY_ID`, `GOOGLE_SERVICE_ACCOUNT_KEY`, `AZURE_STORAGE_ACCOUNT_KEY`, …).
+/// No value is ever repeated in an error.
+///
+/// # Errors
+/// The Secret is missing or lacks the keys.
+pub async fn store_secret(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    url: &str,
+) -> Result<(SecretKeys, StoreCredentials), Error> {
+    // Checked before it reaches a request path (`../../other-team/secrets/…`).
+    tidemark_api::names::dns_subdomain("spec.objectStore.credentialsSecret", name)
+        .map_err(|e| Error::Invalid(e.to_string()))?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let Some(secret) = secrets.get_opt(name).await? else {
+        return Err(Error::Missing(format!(
+            "Secret {ns}/{name} (spec.objectStore.credentialsSecret) does not exist"
+        )));
+    };
+    let data = secret.data.unwrap_or_default();
+    let mut env = Vec::new();
+    // The value of the first of `keys` present, recorded as environment variable `var`.
+    let mut pick = |(ours, var): (&str, &str)| {
+        [ours, var].into_iter().find_map(|k| {
+            let value = data
+                .get(k)
+                .and_then(|v| String::from_utf8(v.0.clone()).ok())
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())?;
+            env.push((var.to_owned(), k.to_owned()));
+            Some(value)
+        })
+    };
+    let lacks = |what: &str| {
+        Err(Error::Invalid(format!(
+            "Secret {ns}/{name} (spec.objectStore.credentialsSecret) lacks {what}"
+        )))
+    };
+    let scheme = url.split_once("://").map_or("s3", |(s, _)| s);
+    let credentials = match scheme {
+        "gs" => {
+            let Some(key) = pick(GCS_KEY) else {
+                return lacks(
+                    "serviceAccountKey (or GOOGLE_SERVICE_ACCOUNT_KEY): a GCS service-account key file",
+                );
+            };
+            if !serde_json::from_str::<serde_json::Value>(&key).is_ok_and(|v| v.is_object()) {
+                return Err(Error::Invalid(format!(
+                    "Secret {ns}/{name}: serviceAccountKey is not a service-account key file (a JSON object)"
+                )));
+            }
+            StoreCredentials::Cloud(CloudCredentials::GcsServiceAccountKey(key))
+        }
+        "az" | "azure" => {
+            let account = pick(AZURE_KEYS[0]);
+            let access_key = pick(AZURE_KEYS[1]);
+            let sas_token = pick(AZURE_KEYS[2]);
+            match account {
+                Some(account) if access_key.is_some() || sas_token.is_some() => {
+                    StoreCredentials::Cloud(CloudCredentials::Azure {
+                        account,
+                        access_key,
+                        sas_token,
+                    })
+                }
+                _ => {
+                    return lacks(
+                        "accountName, and accountKey or sasToken (or AZURE_STORAGE_ACCOUNT_NAME, and AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN)",
+                    );
+                }
+            }
+        }
+        _ => match (pick(S3_KEYS[0]), pick(S3_KEYS[1])) {
+            (Some(access_key_id), Some(secret_access_key)) => StoreCredentials::S3(S3Credentials {
+                access_key_id,
+                secret_access_key,
+                session_token: pick(S3_KEYS[2]),
+            }),
+            _ => {
+                return lacks(
+                    "accessKeyId and secretAccessKey (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)",
+                );
+            }
+        },
+    };
+    Ok((
+        SecretKeys {
+            name: name.to_owned(),
+            env,
+        },
+        credentials,
+    ))
+}
+
+/// The keys of `policy`'s store Secret, when it names one.
+///
+/// # Errors
+/// As [`store_secret`].
+pub async fn policy_secret_keys(
+    client: &Client,
+    policy: &BackupPolicy,
+) -> Result<Option<SecretKeys>, Error> {
+    let ns = policy.namespace().unwrap_or_default();
+    let Some(os) = policy.spec.object_store.as_ref() else {
+        return Ok(None);
+    };
+    match os.credentials_secret.as_deref() {
+        Some(name) => {
+            let url = os.store_url().unwrap_or_default();
+            Ok(Some(store_secret(client, &ns, name, &url).await?.0))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Opens the policy's store with the credentials from its Secret.
+///
+/// # Errors
+/// The Secret is missing or lacks the keys; the URL is invalid.
+pub async fn open(ctx: &Context, policy: &BackupPolicy) -> Result<ClusterStore, Error> {
+    let store = open_store(
+        &ctx.client,
+        policy,
+        ctx.store_retry_timeout,
+        ctx.allow_ambient_credentials,
+    )
+    .await?;
+    // The directory is this policy's alone (the first to claim it), never a second
+    // team's with the same policy name in a shared bucket. Claimed once per process.
+    let claim = format!("{} {}", store.identity(), policy.uid().unwrap_or_default());
+    let owned = |c: &Context| {
+        c.owned
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(&claim)
+    };
+    if owned(ctx) {
+        return Ok(store);
+    }
+    let me = tidemark_store::state::Owner {
+        format_version: tidemark_store::state::STATE_FORMAT_VERSION,
+        kind: "BackupPolicy".into(),
+        namespace: policy.namespace(),
+        name: policy.name_any(),
+        uid: policy.uid(),
+        host: None,
+        since: ctx.clock.now(),
+        extra: Default::default(),
+    };
+    match tidemark_store::state::claim_owner(&store, &me).await {
+        Ok(()) => {
+            ctx.owned
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(claim);
+            Ok(store)
+        }
+        Err(e @ tidemark_store::state::OwnerError::Taken { .. }) => {
+            Err(Error::Invalid(e.to_string()))
+        }
+        Err(tidemark_store::state::OwnerError::Store(e)) => Err(Error::Engine(e.into())),
+    }
+}
+
+/// Opens `policy`'s store as the operator does — the URL, endpoint, region and path style
+/// of `spec.objectStore`, the credentials from its Secret — for the operator and for
+/// `kubectl tidemark ls|plan <policy>`.
+///
+/// `ambient`: whether a store may be reached with this process's own identity (the
+/// operator's `--allow-ambient-credentials`; a person's own `kubectl tidemark` does).
+///
+/// # Errors
+/// The Secret is missing or lacks the keys; the URL is invalid or not one the operator
+/// may use ([`tidemark_api::ObjectStoreSpec::shared_url`]).
+pub async fn open_store(
+    client: &kube::Client,
+    policy: &BackupPolicy,
+    retry_timeout: Duration,
+    ambient: bool,
+) -> Result<ClusterStore, Error> {
+    let ns = policy.namespace().unwrap_or_default();
+    let Some(os) = policy.spec.object_store.as_ref() else {
+        return Err(Error::Invalid(
+            "spec.objectStore is missing (where the backups are)".into(),
+        ));
+    };
+    let url = os
+        .shared_url(ambient)
+        .map_err(|e| Error::Invalid(e.to_string()))?;
+    let (credentials, cloud_credentials) = match &os.credentials_secret {
+        None => (None, None),
+        Some(secret) => match crate::stores::store_secret(client, &ns, secret, &url)
+            .await?
+            .1
+        {
+            crate::stores::StoreCredentials::S3(c) => (Some(c), None),
+            crate::stores::StoreCredentials::Cloud(c) => (None, Some(c)),
+        },
+    };
+    let options = StoreOptions {
+        endpoint: os.endpoint.clone(),
+        region: os.region.clone(),
+        path_style: os.path_style,
+        credentials,
+        retry_timeout: Some(retry_timeout),
+        ca_bundle: os.ca_bundle.clone(),
+        cloud_credentials,
+    };
+    ClusterStore::open(&url, policy.spec.cluster_or(&policy.name_any()), &options)
+        .map_err(|e| Error::Engine(e.into()))
+}

@@ -6,8 +6,9 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 
 pub use crate::lifecycle::{
-    DeleteHookCrd as DeleteHook, DeleteHookSpec, VolumeClaimRetentionCrd as VolumeClaimRetention,
-    VolumeClaimRetentionSpec, VolumeClaimRetentionStatus, WebhookAction,
+    DeleteHookCrd as DeleteHook, DeleteHookSpec, ReplacedClaim,
+    VolumeClaimRetentionCrd as VolumeClaimRetention, VolumeClaimRetentionSpec,
+    VolumeClaimRetentionStatus, WebhookAction,
 };
 pub use crate::policy::{
     BackupPolicyCrd as BackupPolicy, BackupPolicyStatus, GapStatus, RecoveryWindowStatus,

@@ -229,8 +229,30 @@ pub struct VolumeClaimRetentionStatus {
     /// reclaim policy is `Retain`: reported, not deleted (unless `deleteRetainedVolumes`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retained_volumes: Vec<String>,
+    /// Expired claims a pending StatefulSet pod referenced, deleted together with that pod
+    /// so that the StatefulSet recreates both and the pod comes up on a fresh claim (an
+    /// expired claim is never mounted again). Kept for an hour: a pod recreated while its
+    /// old claim was still being deleted is recreated once more.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replaced: Vec<ReplacedClaim>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// An expired claim replaced with its pending pod.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplacedClaim {
+    /// The claim's name (the StatefulSet creates the fresh one under it).
+    pub claim: String,
+    /// The expired claim's uid.
+    pub claim_uid: String,
+    /// The pod that referenced it.
+    pub pod: String,
+    /// That pod's uid (a pod of the name with another uid is its replacement).
+    pub pod_uid: String,
+    /// When both were deleted.
+    pub at: Time,
 }
 
 /// A free-form object (a pod template): kept whole by the API server.

@@ -50,7 +50,7 @@ pub enum Command {
     Crds(CrdsArgs),
     /// Print the operator's RBAC as YAML, for `kubectl apply -f -`: cluster-wide (what
     /// deploy/rbac.yaml holds), or with --namespace a Role in each listed namespace only;
-    /// --disable leaves out the rights of exec, jobs or archiver.
+    /// --disable leaves out the rights of exec, jobs, archiver or recreate.
     Rbac(RbacArgs),
     /// Run the Kubernetes operator: the ScheduledBackup controller (and the others as they
     /// land), with leader election. Reads the kubeconfig like kubectl (in a pod: its
@@ -196,9 +196,10 @@ pub struct OperatorArgs {
     pub namespaces: Vec<String>,
     /// Turn a capability off: exec (pods/exec), jobs (Job creation: methods mariabackup,
     /// xtrabackup and job, consolidation, DeleteHook job actions), archiver (the binlog
-    /// archiver Deployment). What needs it is refused with the reason. Goes with `tidemark
+    /// archiver Deployment), recreate (pod deletion: an expired claim's pending StatefulSet
+    /// pod). What needs it is refused with the reason. Goes with `tidemark
     /// rbac --disable`, which leaves the right out.
-    #[arg(long = "disable", value_name = "CAPABILITY", env = "TIDEMARK_DISABLE", value_delimiter = ',', value_parser = ["exec", "jobs", "archiver"])]
+    #[arg(long = "disable", value_name = "CAPABILITY", env = "TIDEMARK_DISABLE", value_delimiter = ',', value_parser = ["exec", "jobs", "archiver", "recreate"])]
     pub disable: Vec<String>,
 }
 
@@ -208,9 +209,9 @@ pub struct RbacArgs {
     /// commas): the operator then needs `--namespace` with the same list.
     #[arg(long = "namespace", value_name = "NAMESPACE", value_delimiter = ',')]
     pub namespaces: Vec<String>,
-    /// Leave out the rights of a capability: exec, jobs or archiver (as `tidemark operator
-    /// --disable`).
-    #[arg(long = "disable", value_name = "CAPABILITY", value_delimiter = ',', value_parser = ["exec", "jobs", "archiver"])]
+    /// Leave out the rights of a capability: exec, jobs, archiver or recreate (as `tidemark
+    /// operator --disable`).
+    #[arg(long = "disable", value_name = "CAPABILITY", value_delimiter = ',', value_parser = ["exec", "jobs", "archiver", "recreate"])]
     pub disable: Vec<String>,
     /// Where the operator runs: its ServiceAccount and leader-election Lease.
     #[arg(long, value_name = "NAMESPACE", default_value = "tidemark-system")]

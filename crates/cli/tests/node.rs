@@ -51,6 +51,9 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("pvc_reaper_on_real_mounts", |w| {
         Box::pin(pvc_reaper_on_real_mounts(w))
     }),
+    ("an_expired_claim_is_never_mounted_again", |w| {
+        Box::pin(an_expired_claim_is_never_mounted_again(w))
+    }),
     ("https_store_with_a_private_ca", |w| {
         Box::pin(https_store_with_a_private_ca(w))
     }),
@@ -908,6 +911,179 @@ async fn pvc_reaper_on_real_mounts(w: Arc<World>) {
         1,
         "none of the expired claim's data: {log}"
     );
+}
+
+/// Seed 004: an expired claim is never mounted again. A StatefulSet's pod comes back while
+/// it cannot be scheduled (a node label it needs is gone), so it is pending on its claim
+/// when the claim expires: before, the reaper kept the claim for the pending pod, and the
+/// pod mounted the expired data once it could run. Now the claim and the pending pod are
+/// deleted, the StatefulSet recreates both, and the pod runs on a new claim (new uid, a
+/// fresh volume), with an `ExpiredClaimReplaced` Warning event and `status.replaced`.
+async fn an_expired_claim_is_never_mounted_again(w: Arc<World>) {
+    let ns = "reaper-pending";
+    const GATE: &str = "tidemark.io/test-gate";
+    w.node.namespace(ns).await;
+    w.node.local_volumes(2).await;
+    w.kubectl(&[
+        "label",
+        "node",
+        NODE_NAME,
+        &format!("{GATE}=open"),
+        "--overwrite",
+    ]);
+    let statefulset = |replicas: u32| {
+        json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "gated"},
+        "spec": {
+            "serviceName": "gated", "replicas": replicas,
+            "selector": {"matchLabels": {"app": "gated"}},
+            "template": {"metadata": {"labels": {"app": "gated"}}, "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "nodeSelector": {GATE: "open"},
+                "containers": [{"name": "c", "image": MARIADB_IMAGE, "imagePullPolicy": "Never",
+                    "command": ["sh", "-c", "echo \"$HOSTNAME was here\" >> /data/log; exec sleep 3600"],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}},
+            "volumeClaimTemplates": [{"metadata": {"name": "data", "labels": {"app": "gated"}}, "spec": {
+                "accessModes": ["ReadWriteOnce"], "storageClassName": LOCAL_STORAGE_CLASS,
+                "resources": {"requests": {"storage": "1Gi"}}}}],
+        }})
+    };
+    w.apply(
+        ns,
+        &[
+            statefulset(1),
+            json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "VolumeClaimRetention", "metadata": {"name": "gated"},
+                "spec": {"selector": {"matchLabels": {"app": "gated"}}, "ttl": "1d", "deleteRetainedVolumes": true}}),
+        ],
+    );
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(w.client(), ns);
+    let pods: Api<Pod> = Api::namespaced(w.client(), ns);
+    let phase_of = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.clone());
+    let pod_in = |phase: &'static str| {
+        let pods = pods.clone();
+        async move {
+            eventually_within(&format!("gated-0 {phase}"), LONG, || async {
+                let p = pods.get_opt("gated-0").await.ok()??;
+                (p.metadata.deletion_timestamp.is_none() && phase_of(&p).as_deref() == Some(phase))
+                    .then_some(p)
+            })
+            .await
+        }
+    };
+    pod_in("Running").await;
+    let first = eventually("the claim bound", || async {
+        let c = claims.get("data-gated-0").await.ok()?;
+        c.spec.as_ref()?.volume_name.is_some().then_some(c)
+    })
+    .await;
+    let old_uid = first.metadata.uid.clone().unwrap();
+
+    // The pod goes; it comes back while it cannot be scheduled: pending on its claim.
+    w.apply(ns, &[statefulset(0)]);
+    eventually_within("gated-0 gone", LONG, || async {
+        pods.get_opt("gated-0").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    eventually("the claim stamped", || async {
+        claims
+            .get("data-gated-0")
+            .await
+            .ok()?
+            .annotations()
+            .get(LAST_UNMOUNTED)
+            .cloned()
+    })
+    .await;
+    w.kubectl(&["label", "node", NODE_NAME, &format!("{GATE}-")]);
+    w.apply(ns, &[statefulset(1)]);
+    let pending = pod_in("Pending").await;
+    // Not expired yet: the claim waits for its pod, as before.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        claims
+            .get("data-gated-0")
+            .await
+            .unwrap()
+            .metadata
+            .uid
+            .as_deref(),
+        Some(old_uid.as_str()),
+        "a claim within its ttl is kept for its pending pod"
+    );
+
+    // Its stamp says three days ago: past the ttl, with the pod still pending.
+    let long_ago = (jiff::Timestamp::now() - jiff::SignedDuration::from_hours(72)).to_string();
+    w.kubectl(&[
+        "annotate",
+        "-n",
+        ns,
+        "pvc/data-gated-0",
+        "--overwrite",
+        &format!("{LAST_UNMOUNTED}={long_ago}"),
+    ]);
+    let fresh = eventually_within("a new claim and a new pod", LONG, || async {
+        let c = claims.get_opt("data-gated-0").await.ok()??;
+        let p = pods.get_opt("gated-0").await.ok()??;
+        (c.metadata.uid.as_deref() != Some(old_uid.as_str())
+            && c.metadata.deletion_timestamp.is_none()
+            && p.metadata.uid != pending.metadata.uid)
+            .then_some(c)
+    })
+    .await;
+    let vcrs: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        w.client(),
+        ns,
+        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "tidemark.io",
+            "v1alpha1",
+            "VolumeClaimRetention",
+        )),
+    );
+    let status = eventually("status.replaced", || async {
+        let v = vcrs.get("gated").await.ok()?;
+        let replaced = v.data["status"]["replaced"].as_array()?.clone();
+        (!replaced.is_empty()).then_some(replaced)
+    })
+    .await;
+    assert_eq!(status[0]["claim"], "data-gated-0", "{status:?}");
+    assert_eq!(status[0]["claimUid"], old_uid.as_str(), "{status:?}");
+    assert_eq!(status[0]["pod"], "gated-0", "{status:?}");
+    let notes = eventually("the ExpiredClaimReplaced event", || async {
+        let e = tidemark_operator::testkit::events(&w.client(), ns, "ExpiredClaimReplaced").await;
+        e.first().and_then(|e| e.note.clone())
+    })
+    .await;
+    assert!(
+        notes.contains("data-gated-0") && notes.contains("StatefulSet gated"),
+        "{notes}"
+    );
+
+    // Schedulable again: the pod runs on the new claim, a fresh volume without the
+    // expired claim's data.
+    w.kubectl(&[
+        "label",
+        "node",
+        NODE_NAME,
+        &format!("{GATE}=open"),
+        "--overwrite",
+    ]);
+    pod_in("Running").await;
+    let now_bound = claims.get("data-gated-0").await.unwrap();
+    assert_eq!(
+        now_bound.metadata.uid, fresh.metadata.uid,
+        "the new claim is mounted"
+    );
+    assert_ne!(
+        now_bound.spec.as_ref().unwrap().volume_name,
+        first.spec.as_ref().unwrap().volume_name,
+        "on a fresh volume"
+    );
+    let log = w.kubectl(&["exec", "-n", ns, "gated-0", "--", "cat", "/data/log"]);
+    assert_eq!(
+        log.lines().count(),
+        1,
+        "none of the expired claim's data: {log}"
+    );
+    w.apply(ns, &[statefulset(0)]);
 }
 
 /// An https store whose certificate comes from a private CA, configured as the docs say

@@ -7,7 +7,8 @@
 //! leaves out the rights of the capabilities the install turns off (`--disable`): no
 //! `pods/exec` without method `exec`, no Job creation without Jobs (methods mariabackup,
 //! xtrabackup and job, consolidation, DeleteHooks with a job action), no Deployment
-//! creation without the binlog archiver. The operator refuses what needs a right it lacks,
+//! creation without the binlog archiver, no pod deletion without `recreate` (an
+//! expired claim's pending StatefulSet pod). The operator refuses what needs a right it lacks,
 //! with a reason, instead of failing on a 403.
 
 use serde_json::{Value, json};
@@ -22,6 +23,9 @@ pub struct Capabilities {
     pub jobs: bool,
     /// The binlog archiver Deployment of `binlogArchive.server`.
     pub archiver: bool,
+    /// Deleting a pending StatefulSet pod whose claim expired (VolumeClaimRetention), so
+    /// that its StatefulSet recreates it on a fresh claim.
+    pub recreate: bool,
 }
 
 impl Default for Capabilities {
@@ -30,15 +34,17 @@ impl Default for Capabilities {
             exec: true,
             jobs: true,
             archiver: true,
+            recreate: true,
         }
     }
 }
 
 /// The names `--disable` accepts.
-pub const CAPABILITIES: [&str; 3] = ["exec", "jobs", "archiver"];
+pub const CAPABILITIES: [&str; 4] = ["exec", "jobs", "archiver", "recreate"];
 
 impl Capabilities {
-    /// Every capability but those named in `disabled` (`exec`, `jobs`, `archiver`).
+    /// Every capability but those named in `disabled` (`exec`, `jobs`, `archiver`,
+    /// `recreate`).
     ///
     /// # Errors
     /// A name that is none of them, with the accepted ones.
@@ -49,6 +55,7 @@ impl Capabilities {
                 "exec" => c.exec = false,
                 "jobs" => c.jobs = false,
                 "archiver" => c.archiver = false,
+                "recreate" => c.recreate = false,
                 "" => {}
                 other => {
                     return Err(format!(
@@ -67,6 +74,7 @@ impl Capabilities {
             (!self.exec).then_some("exec"),
             (!self.jobs).then_some("jobs"),
             (!self.archiver).then_some("archiver"),
+            (!self.recreate).then_some("recreate"),
         ]
         .into_iter()
         .flatten()
@@ -79,6 +87,7 @@ pub fn refused(what: &str, capability: &str) -> String {
     let right = match capability {
         "exec" => "pods/exec",
         "jobs" => "Job creation",
+        "recreate" => "pod deletion",
         _ => "Deployment creation",
     };
     format!(
@@ -161,7 +170,11 @@ pub fn rules(c: Capabilities) -> Vec<Value> {
     } else {
         rule("apps", &["deployments"], &read)
     });
-    rules.push(rule("", &["pods"], &["list", "watch"]));
+    rules.push(if c.recreate {
+        rule("", &["pods"], &["list", "watch", "delete"])
+    } else {
+        rule("", &["pods"], &["list", "watch"])
+    });
     if c.exec {
         rules.push(rule("", &["pods/exec"], &["get", "create"]));
     }
@@ -281,6 +294,7 @@ mod tests {
             exec: false,
             jobs: false,
             archiver: false,
+            recreate: false,
         };
         let text = serde_json::to_string(&rules(none)).unwrap();
         assert!(!text.contains("pods/exec"), "{text}");
@@ -288,7 +302,20 @@ mod tests {
             if r["resources"][0] == "jobs" || r["resources"][0] == "deployments" {
                 assert_eq!(r["verbs"], json!(["get", "list", "watch"]));
             }
+            if r["resources"][0] == "pods" {
+                assert_eq!(r["verbs"], json!(["list", "watch"]));
+            }
         }
+        let pods = |c| {
+            rules(c)
+                .into_iter()
+                .find(|r| r["resources"][0] == "pods")
+                .map(|r| r["verbs"].clone())
+        };
+        assert_eq!(
+            pods(Capabilities::default()),
+            Some(json!(["list", "watch", "delete"]))
+        );
     }
 
     #[test]

@@ -14,7 +14,14 @@
 //!   `kubernetes.io/pvc-protection` finalizer also keeps a claim a pod uses. A claim bound
 //!   to a PersistentVolume whose reclaim policy is `Retain` is
 //!   reported (`status.retainedVolumes`), not deleted, unless `deleteRetainedVolumes`;
-//!   `dryRun` reports (`status.deleted`) and deletes nothing.
+//!   `dryRun` reports (`status.deleted`) and deletes nothing;
+//! - an expired claim is never mounted again (seed 004): when a pending pod of a
+//!   StatefulSet references one of its template claims that expired, the claim and then
+//!   the pod are deleted, and the StatefulSet recreates both — the pod on a fresh claim
+//!   (`status.replaced`, an `ExpiredClaimReplaced` Warning event). A claim no StatefulSet
+//!   would recreate is kept while a pod will mount it, with an `ExpiredClaimPending`
+//!   Warning event; a pod that mounted an expired claim before it could be collected gets
+//!   an `ExpiredClaimMounted` one.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,7 +35,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use tidemark_api::crd::{VolumeClaimRetention, VolumeClaimRetentionStatus};
+use tidemark_api::crd::{ReplacedClaim, VolumeClaimRetention, VolumeClaimRetentionStatus};
 
 use crate::context::Context;
 use crate::error::Error;
@@ -145,6 +152,15 @@ pub async fn reconcile(vcr: Arc<VolumeClaimRetention>, ctx: Arc<Context>) -> Res
     } = mounts(&pods);
     let now = ctx.clock.now();
     let reference = vcr.object_ref(&());
+    // The status as the API has it now, not the watch cache's copy: the deletion a look
+    // just made triggers the next look at once, whose cached object may not show the
+    // status that look wrote yet — a forced write from it erased the report.
+    let api: Api<VolumeClaimRetention> = Api::namespaced(ctx.client.clone(), &ns);
+    let previous = match api.get_opt(&vcr.name_any()).await? {
+        Some(fresh) => fresh.status.unwrap_or_default(),
+        None => return Ok(Action::await_change()),
+    };
+    let mut replaced = follow_up(&ctx, &vcr, &previous.replaced, &pods, now).await?;
     let mut unmounted = 0u64;
     let mut deleted = Vec::new();
     let mut retained = Vec::new();
@@ -186,16 +202,26 @@ pub async fn reconcile(vcr: Arc<VolumeClaimRetention>, ctx: Arc<Context>) -> Res
                 .await?;
         }
         match verdict {
-            Verdict::Mounted { .. } => {}
+            Verdict::Mounted { pod } => {
+                if let Some(since) = stamp.filter(|s| now > ttl.after(*s)) {
+                    // Started before the reaper could replace it (a pod that was never
+                    // pending long enough to be seen so): said, not hidden.
+                    ctx.warn(
+                        &reference,
+                        "ExpiredClaimMounted",
+                        &format!(
+                            "pod {pod} mounted PersistentVolumeClaim {name}, unmounted since {since} — past the ttl {} — before it could be collected; its data is from then",
+                            vcr.spec.ttl
+                        ),
+                    )
+                    .await;
+                }
+            }
             Verdict::Waiting { since } => {
                 unmounted += 1;
                 let until = ttl.after(since.unwrap_or(now));
                 let wait = now.duration_until(until).unsigned_abs() + Duration::from_secs(1);
                 next = next.min(wait);
-            }
-            Verdict::Expired { .. } if live.contains_key(&name) => {
-                // A pod that will mount it exists (pending, say): not now.
-                unmounted += 1;
             }
             Verdict::Expired { since } => {
                 unmounted += 1;
@@ -212,6 +238,29 @@ pub async fn reconcile(vcr: Arc<VolumeClaimRetention>, ctx: Arc<Context>) -> Res
                     retained.push(name.clone());
                     continue;
                 }
+                if let Some(pod_name) = live.get(&name) {
+                    // A pod that will mount it exists (pending, say). Seed 004: an expired
+                    // claim is never mounted again — a StatefulSet's pod and claim are
+                    // replaced, so that the pod comes up on a fresh claim.
+                    let Some(pod) = pods.iter().find(|p| &p.name_any() == pod_name) else {
+                        continue;
+                    };
+                    if vcr.spec.dry_run {
+                        deleted.push(name.clone());
+                        continue;
+                    }
+                    if replace(&ctx, &vcr, claim, pod, since).await? {
+                        deleted.push(name.clone());
+                        replaced.push(ReplacedClaim {
+                            claim: name.clone(),
+                            claim_uid: claim.uid().unwrap_or_default(),
+                            pod: pod.name_any(),
+                            pod_uid: pod.uid().unwrap_or_default(),
+                            at: Time(now),
+                        });
+                    }
+                    continue;
+                }
                 if vcr.spec.dry_run {
                     deleted.push(name.clone());
                     continue;
@@ -222,42 +271,23 @@ pub async fn reconcile(vcr: Arc<VolumeClaimRetention>, ctx: Arc<Context>) -> Res
                 if mounts(&fresh).live.contains_key(&name) {
                     continue;
                 }
-                let params = DeleteParams {
-                    preconditions: Some(Preconditions {
-                        uid: claim.uid(),
-                        resource_version: None,
-                    }),
-                    ..DeleteParams::default()
-                };
-                match claims_api.delete(&name, &params).await {
-                    Ok(_) => {
-                        ctx.event(
-                            &reference,
-                            EventType::Normal,
-                            "VolumeClaimDeleted",
-                            &format!(
-                                "deleted PersistentVolumeClaim {name}: no running pod mounted it since {since} (ttl {})",
-                                vcr.spec.ttl
-                            ),
-                        )
-                        .await;
-                        tracing::info!(claim = %format!("{ns}/{name}"), "unmounted since {since}: deleted");
-                        deleted.push(name.clone());
-                    }
-                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-                    Err(e) => return Err(e.into()),
+                if delete_exact(&claims_api, &name, claim.uid()).await? {
+                    ctx.event(
+                        &reference,
+                        EventType::Normal,
+                        "VolumeClaimDeleted",
+                        &format!(
+                            "deleted PersistentVolumeClaim {name}: no running pod mounted it since {since} (ttl {})",
+                            vcr.spec.ttl
+                        ),
+                    )
+                    .await;
+                    tracing::info!(claim = %format!("{ns}/{name}"), "unmounted since {since}: deleted");
+                    deleted.push(name.clone());
                 }
             }
         }
     }
-    // The status as the API has it now, not the watch cache's copy: the deletion a look
-    // just made triggers the next look at once, whose cached object may not show the
-    // status that look wrote yet — a forced write from it erased the report.
-    let api: Api<VolumeClaimRetention> = Api::namespaced(ctx.client.clone(), &ns);
-    let previous = match api.get_opt(&vcr.name_any()).await? {
-        Some(fresh) => fresh.status.unwrap_or_default(),
-        None => return Ok(Action::await_change()),
-    };
     // What the last deleting look deleted stays shown (the deletion itself triggers
     // another look, which deletes nothing).
     if !vcr.spec.dry_run && deleted.is_empty() {
@@ -281,6 +311,7 @@ pub async fn reconcile(vcr: Arc<VolumeClaimRetention>, ctx: Arc<Context>) -> Res
         unmounted: Some(unmounted),
         deleted,
         retained_volumes: retained,
+        replaced,
         conditions: vec![condition(
             &previous.conditions,
             "Ready",
@@ -292,6 +323,168 @@ pub async fn reconcile(vcr: Arc<VolumeClaimRetention>, ctx: Arc<Context>) -> Res
     };
     crate::status::own(&api, &vcr.name_any(), &status).await?;
     Ok(Action::requeue(next))
+}
+
+/// How long a replaced claim is followed (its pod recreated once more if it came back
+/// while the old claim was still being deleted).
+const FOLLOW: jiff::SignedDuration = jiff::SignedDuration::from_hours(1);
+
+/// The StatefulSet that controls `pod`, when the claim `claim` is one of its
+/// volumeClaimTemplates' (`<template>-<pod>`): the StatefulSet creates such a claim anew
+/// when it is missing as it creates the pod.
+fn statefulset_of(pod: &Pod, claim: &str) -> Option<String> {
+    let set = pod
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true) && o.kind == "StatefulSet")?;
+    let suffix = format!("-{}", pod.name_any());
+    (claim.len() > suffix.len() && claim.ends_with(&suffix)).then(|| set.name.clone())
+}
+
+/// Deletes `obj` `name` of `api` if its uid is still `uid`; whether it was deleted (gone or
+/// replaced meanwhile: `false`).
+async fn delete_exact<K>(api: &Api<K>, name: &str, uid: Option<String>) -> Result<bool, Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid,
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// An expired `claim` that the not-running `pod` references: for a StatefulSet's claim,
+/// the claim and then the pod are deleted (each only as judged: same uid, no running pod
+/// mounts the claim, the pod still pending), and the StatefulSet recreates both — the pod
+/// on a fresh claim. Anything else (another owner, the pod not pending, `--disable
+/// recreate`) keeps the claim, with a Warning event saying why and what it means. Whether
+/// the claim was replaced.
+async fn replace(
+    ctx: &Context,
+    vcr: &VolumeClaimRetention,
+    claim: &PersistentVolumeClaim,
+    pod: &Pod,
+    since: Timestamp,
+) -> Result<bool, Error> {
+    let ns = vcr.namespace().unwrap_or_default();
+    let reference = vcr.object_ref(&());
+    let (name, pod_name) = (claim.name_any(), pod.name_any());
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    let expired = format!(
+        "PersistentVolumeClaim {name} expired (no running pod mounted it since {since}, ttl {})",
+        vcr.spec.ttl
+    );
+    let keep = |why: String| {
+        let reference = reference.clone();
+        async move {
+            ctx.warn(&reference, "ExpiredClaimPending", &why).await;
+            Ok(false)
+        }
+    };
+    if pod.metadata.deletion_timestamp.is_some() {
+        return Ok(false);
+    }
+    if phase != Some("Pending") {
+        return keep(format!(
+            "{expired}, and pod {pod_name} (phase {}) references it: kept until the pod is pending or gone",
+            phase.unwrap_or("unknown")
+        ))
+        .await;
+    }
+    let Some(set) = statefulset_of(pod, &name) else {
+        return keep(format!(
+            "{expired}, and pending pod {pod_name} references it; no StatefulSet would create the claim anew, so it is kept and mounted again if the pod starts — delete the pod and the claim to start fresh"
+        ))
+        .await;
+    };
+    if !ctx.capabilities.recreate {
+        return keep(format!(
+            "{expired}, and pending pod {pod_name} of StatefulSet {set} references it; replacing them needs pod deletion, which this operator was installed without (--disable recreate), so the claim is kept and mounted again if the pod starts"
+        ))
+        .await;
+    }
+    // A fresh look right before: never a claim a running pod mounts, never a pod that
+    // started meanwhile.
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let fresh = pods_api.list(&ListParams::default()).await?.items;
+    let still_pending = fresh.iter().any(|p| {
+        p.uid() == pod.uid()
+            && p.metadata.deletion_timestamp.is_none()
+            && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending")
+    });
+    if mounts(&fresh).running.contains_key(&name) || !still_pending {
+        return Ok(false);
+    }
+    let claims_api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    // The claim first: a pod recreated before it is gone finds it being deleted (the
+    // kubelet does not start a pod on such a claim), never mounted.
+    if !delete_exact(&claims_api, &name, claim.uid()).await? {
+        return Ok(false);
+    }
+    let pod_deleted = delete_exact(&pods_api, &pod_name, pod.uid()).await?;
+    ctx.warn(
+        &reference,
+        "ExpiredClaimReplaced",
+        &format!(
+            "{expired}, and pending pod {pod_name} of StatefulSet {set} referenced it: deleted the claim{} so that the StatefulSet recreates {} on a fresh claim; an expired claim is never mounted again",
+            if pod_deleted { " and the pod" } else { "" },
+            if pod_deleted { "both" } else { "it" },
+        ),
+    )
+    .await;
+    tracing::info!(claim = %format!("{ns}/{name}"), pod = %pod_name, "expired claim of a pending pod: replaced");
+    Ok(true)
+}
+
+/// The replaced claims still followed: a pod recreated while its old claim was still
+/// being deleted references a claim that is gone or going, and a StatefulSet does not
+/// create the claim of a pod that exists — such a pod is deleted once more (the
+/// StatefulSet then creates the claim, then the pod) until a fresh claim of the name
+/// exists. Entries are kept (as the record of what was replaced) for [`FOLLOW`].
+async fn follow_up(
+    ctx: &Context,
+    vcr: &VolumeClaimRetention,
+    previous: &[ReplacedClaim],
+    pods: &[Pod],
+    now: Timestamp,
+) -> Result<Vec<ReplacedClaim>, Error> {
+    let ns = vcr.namespace().unwrap_or_default();
+    let claims_api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut kept = Vec::new();
+    for r in previous {
+        if now > tidemark_core::saturating_add(r.at.0, FOLLOW) {
+            continue;
+        }
+        let claim = claims_api.get_opt(&r.claim).await?;
+        let fresh = claim.as_ref().is_some_and(|c| {
+            c.metadata.deletion_timestamp.is_none()
+                && c.uid().as_deref() != Some(r.claim_uid.as_str())
+        });
+        let stuck = pods.iter().find(|p| {
+            !fresh
+                && p.name_any() == r.pod
+                && p.uid().as_deref() != Some(r.pod_uid.as_str())
+                && p.metadata.deletion_timestamp.is_none()
+                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending")
+        });
+        if let Some(p) = stuck
+            && ctx.capabilities.recreate
+            && delete_exact(&pods_api, &r.pod, p.uid()).await?
+        {
+            tracing::info!(claim = %format!("{ns}/{}", r.claim), pod = %r.pod, "recreated once more: its claim was still being deleted");
+        }
+        kept.push(r.clone());
+    }
+    Ok(kept)
 }
 
 /// Every VolumeClaimRetention of `ns` in `cache`: a pod or claim change there is looked at

@@ -52,11 +52,12 @@ fn the_chart_rbac_is_the_generated_rbac() {
         read("deploy/helm/tidemark/templates/rbac.yaml"),
     ];
     for namespaces in [vec![], vec!["team-a".to_owned(), "team-b".to_owned()]] {
-        for off in 0..8u8 {
+        for off in 0..16u8 {
             let capabilities = Capabilities {
                 exec: off & 1 == 0,
                 jobs: off & 2 == 0,
                 archiver: off & 4 == 0,
+                recreate: off & 8 == 0,
             };
             let values = serde_json::json!({
                 "Values": {
@@ -67,6 +68,7 @@ fn the_chart_rbac_is_the_generated_rbac() {
                         "exec": capabilities.exec,
                         "jobs": capabilities.jobs,
                         "archiver": capabilities.archiver,
+                        "recreate": capabilities.recreate,
                     },
                 },
                 "Release": { "Namespace": "tidemark-system" },

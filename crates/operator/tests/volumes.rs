@@ -281,3 +281,141 @@ async fn the_reaper_stamps_unmounted_claims_and_deletes_them_after_the_ttl() {
     );
     op.stop().await;
 }
+
+/// A pod of StatefulSet `set` (an owner reference; no controller runs here), pending on
+/// `claim`; its uid.
+async fn statefulset_pod(client: &Client, ns: &str, name: &str, set: &str, claim: &str) -> String {
+    let p: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": ns, "ownerReferences": [{
+            "apiVersion": "apps/v1", "kind": "StatefulSet", "name": set,
+            "uid": "00000000-0000-0000-0000-00000000beef", "controller": true}]},
+        "spec": {
+            "containers": [{"name": "db", "image": "mariadb:11.4"}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
+        },
+    }))
+    .unwrap();
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &p)
+        .await
+        .unwrap()
+        .uid()
+        .unwrap()
+}
+
+/// Seed 004: an expired claim is never mounted again. A StatefulSet's pod pending on its
+/// expired template claim: the claim and the pod are deleted (the StatefulSet recreates
+/// both), `status.replaced` and an `ExpiredClaimReplaced` event say so; a pod recreated
+/// while the old claim is still being deleted is deleted once more. A bare pod's claim is
+/// kept (nothing would recreate it) with `ExpiredClaimPending`; a pod that starts on an
+/// expired claim gets `ExpiredClaimMounted`. (The real StatefulSet and kubelet: the node
+/// suite's `an_expired_claim_is_never_mounted_again`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_statefulset_pod_never_mounts_an_expired_claim() {
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let ns = "expired";
+    cluster.namespace(ns).await;
+    claim(&admin, ns, "data-web-0", "web", None).await;
+    claim(&admin, ns, "solo-data", "web", None).await;
+    let old_pod = statefulset_pod(&admin, ns, "web-0", "web", "data-web-0").await;
+    pod(&admin, ns, "solo", "solo-data").await;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), ns);
+    let old_claim = claims.get("data-web-0").await.unwrap().uid().unwrap();
+    let v: VolumeClaimRetention = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "VolumeClaimRetention",
+        "metadata": {"name": "web", "namespace": ns},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}, "ttl": "1d"},
+    }))
+    .unwrap();
+    Api::<VolumeClaimRetention>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &v)
+        .await
+        .unwrap();
+    let clock = ShiftedClock::default();
+    let op = Operator::start_with_clock(&cluster, "operator-expired", Arc::new(clock.clone()));
+    eventually("both claims stamped", || async {
+        (stamp(&admin, ns, "data-web-0").await.ok()??.len() > 0
+            && stamp(&admin, ns, "solo-data").await.ok()??.len() > 0)
+            .then_some(())
+    })
+    .await;
+    // Within the TTL: kept for their pending pods.
+    poke(&admin, ns, "solo", 1).await;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert!(stamp(&admin, ns, "data-web-0").await.is_ok());
+
+    clock.set(SignedDuration::from_hours(48));
+    poke(&admin, ns, "solo", 2).await;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
+    eventually("the expired claim and its pending pod deleted", || async {
+        let pod_gone = pods
+            .get_opt("web-0")
+            .await
+            .unwrap()
+            .is_none_or(|p| p.metadata.deletion_timestamp.is_some());
+        (stamp(&admin, ns, "data-web-0").await.is_err() && pod_gone).then_some(())
+    })
+    .await;
+    let replaced = eventually("status.replaced", || async {
+        let s = status(&admin, ns, "web").await;
+        s["replaced"].as_array().filter(|r| !r.is_empty()).cloned()
+    })
+    .await;
+    assert_eq!(replaced[0]["claim"], "data-web-0", "{replaced:?}");
+    assert_eq!(replaced[0]["claimUid"], old_claim.as_str(), "{replaced:?}");
+    assert_eq!(replaced[0]["podUid"], old_pod.as_str(), "{replaced:?}");
+    let replaced_note = eventually("ExpiredClaimReplaced", || async {
+        tidemark_operator::testkit::events(&admin, ns, "ExpiredClaimReplaced")
+            .await
+            .first()
+            .and_then(|e| e.note.clone())
+    })
+    .await;
+    assert!(
+        replaced_note.contains("data-web-0")
+            && replaced_note.contains("StatefulSet web")
+            && replaced_note.contains("never mounted again"),
+        "{replaced_note}"
+    );
+    // The bare pod's claim stays (nothing would recreate it), and the event says why.
+    assert!(stamp(&admin, ns, "solo-data").await.is_ok());
+    let pending_note = eventually("ExpiredClaimPending", || async {
+        tidemark_operator::testkit::events(&admin, ns, "ExpiredClaimPending")
+            .await
+            .into_iter()
+            .find_map(|e| e.note.filter(|n| n.contains("solo-data")))
+    })
+    .await;
+    assert!(pending_note.contains("pending pod solo"), "{pending_note}");
+
+    // The StatefulSet recreates its pod while the old claim is still being deleted (here
+    // the pvc-protection finalizer keeps it so for good): that pod is deleted once more.
+    let recreated = statefulset_pod(&admin, ns, "web-0", "web", "data-web-0").await;
+    eventually(
+        "the recreated pod on a claim being deleted, deleted once more",
+        || async {
+            pods.get_opt("web-0")
+                .await
+                .unwrap()
+                .is_none_or(|p| p.uid().as_deref() != Some(recreated.as_str()))
+                .then_some(())
+        },
+    )
+    .await;
+
+    // The bare pod starts on its expired claim: said.
+    phase(&admin, ns, "solo", "Running").await;
+    let mounted = eventually("ExpiredClaimMounted", || async {
+        tidemark_operator::testkit::events(&admin, ns, "ExpiredClaimMounted")
+            .await
+            .first()
+            .and_then(|e| e.note.clone())
+    })
+    .await;
+    assert!(
+        mounted.contains("pod solo") && mounted.contains("solo-data"),
+        "{mounted}"
+    );
+    op.stop().await;
+}

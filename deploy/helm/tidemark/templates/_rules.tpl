@@ -44,11 +44,20 @@
     resources: ["deployments"]
     verbs: ["get", "list", "watch"]
   {{- end }}
+  {{- if .Values.capabilities.recreate }}
   # Choosing the database pod; which claims running pods mount (watched, for the PVC
-  # reaper).
+  # reaper); a pending StatefulSet pod whose claim expired is deleted, so that its
+  # StatefulSet recreates it on a fresh claim.
+  - apiGroups: [""]
+    resources: ["pods"]
+    verbs: ["list", "watch", "delete"]
+  {{- else }}
+  # Choosing the database pod; which claims running pods mount (watched, for the PVC
+  # reaper). capabilities.recreate off: never deleted.
   - apiGroups: [""]
     resources: ["pods"]
     verbs: ["list", "watch"]
+  {{- end }}
   {{- if .Values.capabilities.exec }}
   # Method exec: the backup command runs in the database container (a websocket exec is
   # a GET up to Kubernetes 1.29, authorized as create from 1.30).

@@ -335,9 +335,9 @@ async fn a_pending_statefulset_pod_never_mounts_an_expired_claim() {
     let clock = ShiftedClock::default();
     let op = Operator::start_with_clock(&cluster, "operator-expired", Arc::new(clock.clone()));
     eventually("both claims stamped", || async {
-        (stamp(&admin, ns, "data-web-0").await.ok()??.len() > 0
-            && stamp(&admin, ns, "solo-data").await.ok()??.len() > 0)
-            .then_some(())
+        (!stamp(&admin, ns, "data-web-0").await.ok()??.is_empty()
+            && !stamp(&admin, ns, "solo-data").await.ok()??.is_empty())
+        .then_some(())
     })
     .await;
     // Within the TTL: kept for their pending pods.

@@ -19,9 +19,9 @@ pub use inventory::{
 };
 pub use next::{Candidate, FullBecause, NextBackup, next_backup};
 pub use plan::{
-    Action, BackupDecision, EntryRef, LeftoverDeletion, LeftoverPlan, LeftoverReason, Plan,
-    RecoveryWindow, SegmentDeletion, SegmentPlan, SegmentReason, Standing, chain_of, plan,
-    requested_deletion, standing,
+    Action, BackupDecision, EntryRef, LeftoverDeletion, LeftoverPlan, LeftoverReason, MergedInto,
+    Plan, RecoveryWindow, SegmentDeletion, SegmentPlan, SegmentReason, Standing, chain_of,
+    merged_into, plan, requested_deletion, standing,
 };
 pub use policy::{Policy, PolicyError, PolicyField, PolicyInput};
 pub use reason::{Reason, ReasonKind};

@@ -1310,6 +1310,50 @@ fn stand_ins<'a>(backups: &[&'a Backup]) -> HashMap<&'a str, usize> {
     out
 }
 
+/// Where a backup's data went when a committed synthetic full merged it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MergedInto<'a> {
+    /// The synthetic full.
+    pub full: &'a Backup,
+    /// Whether the full stands in for it (it was the merged chain's last: its restore
+    /// point is the full's, and its descendants build on the full).
+    pub stands_in: bool,
+}
+
+/// Each backup a committed synthetic full merged (its `consolidatedFrom`, the full itself
+/// aside) → that full. When two fulls merged one backup, the one the planner resolves its
+/// chain through ([`chain_of`]) wins (it stands in), else the first in the planner's
+/// order — so whoever records a replacement names the backup the planner uses.
+pub fn merged_into(inventory: &Inventory) -> HashMap<&str, MergedInto<'_>> {
+    let backups = sorted(inventory);
+    // The full the planner resolves a backup to first; then, for a backup no full stands
+    // in for, the first full that merged it.
+    let mut out: HashMap<&str, MergedInto<'_>> = stand_ins(&backups)
+        .into_iter()
+        .map(|(merged, i)| {
+            (
+                merged,
+                MergedInto {
+                    full: backups[i],
+                    stands_in: true,
+                },
+            )
+        })
+        .collect();
+    for full in &backups {
+        if !(full.is_successful() && full.kind == BackupKind::Full) {
+            continue;
+        }
+        for merged in full.consolidated_from.iter().filter(|m| **m != full.id) {
+            out.entry(merged.as_str()).or_insert(MergedInto {
+                full,
+                stands_in: false,
+            });
+        }
+    }
+    out
+}
+
 /// For each backup, the synthetic full that replaced it, if one is committed.
 fn superseded_by(backups: &[&Backup]) -> Vec<Option<usize>> {
     let stand_in = stand_ins(backups);
@@ -1391,5 +1435,78 @@ pub fn standing(inventory: &Inventory) -> Standing {
         earliest_replay_start: restorable_idx
             .filter_map(|i| replay.start_sequence(backups[i].restore_point()))
             .min(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::inventory::BackupKind;
+
+    fn at(day: u32, hour: u32) -> jiff::Timestamp {
+        format!("2026-11-{day:02}T{hour:02}:00:00Z")
+            .parse()
+            .unwrap()
+    }
+
+    fn full(id: &str, day: u32, hour: u32) -> Backup {
+        Backup::completed_full(id.to_owned(), "nightly", at(day, hour), at(day, hour), 10)
+    }
+
+    fn incr(id: &str, parent: &str, day: u32) -> Backup {
+        Backup {
+            kind: BackupKind::Incremental(parent.to_owned()),
+            ..full(id, day, 2)
+        }
+    }
+
+    fn synthetic(id: &str, day: u32, hour: u32, merged: &[&str]) -> Backup {
+        Backup {
+            consolidated_from: merged.iter().map(|m| (*m).to_owned()).collect(),
+            ..full(id, day, hour)
+        }
+    }
+
+    /// Who holds a merged backup's data agrees with how the planner resolves chains: two
+    /// synthetic fulls that merged one chain (a consolidation repeated) name the same one
+    /// whatever the inventory's order; the one standing in for a backup wins over an
+    /// earlier one that only merged it.
+    #[test]
+    fn merged_into_follows_the_planners_stand_in() {
+        let backups = vec![
+            full("f", 1, 2),
+            incr("i1", "f", 2),
+            incr("i2", "i1", 3),
+            incr("i3", "i2", 4),
+            // Merged f..i1, then (later, again from the old chain) f..i1 once more, and
+            // f..i2.
+            synthetic("s1", 2, 3, &["f", "i1"]),
+            synthetic("s1b", 2, 4, &["f", "i1"]),
+            synthetic("s2", 3, 3, &["f", "i1", "i2"]),
+        ];
+        for order in [false, true] {
+            let mut b = backups.clone();
+            if order {
+                b.reverse();
+            }
+            let inventory = Inventory {
+                backups: b,
+                ..Default::default()
+            };
+            let m = merged_into(&inventory);
+            let who = |id: &str| (m[id].full.id.as_str(), m[id].stands_in);
+            assert_eq!(who("i1"), ("s1", true), "reversed: {order}");
+            assert_eq!(who("i2"), ("s2", true), "reversed: {order}");
+            assert_eq!(who("f"), ("s1", false), "reversed: {order}");
+            assert!(!m.contains_key("i3") && !m.contains_key("s1"));
+            // i3 builds on i2, which s2 stands in for: its chain goes through s2.
+            let chain: Vec<String> = chain_of(&inventory, "i3")
+                .unwrap()
+                .into_iter()
+                .map(|b| b.id)
+                .collect();
+            assert_eq!(chain, ["s2", "i3"], "reversed: {order}");
+        }
     }
 }

@@ -207,11 +207,20 @@ impl tidemark_engine::DeleteHooks for PassHooks {
         let objects = ctx.backups.state();
         let mut report = Vec::new();
         for (b, _) in deleting {
+            // Its object: the Backup that made it, or — for a synthetic full — the one
+            // whose restore point it holds (`dataRemoved.replacedBy`), whose hooks ran
+            // when its own data was merged and are not run again (`status.hooks`).
             let Some(object) = objects.iter().find(|o| {
+                let status = o.status.as_ref();
+                let own = status.and_then(|s| s.backup_id.as_deref()) == Some(b.id.as_str())
+                    && crate::names::store_name(o) == b.name;
+                let stood_in = status
+                    .and_then(|s| s.data_removed.as_ref())
+                    .and_then(|r| r.replaced_by.as_ref())
+                    .is_some_and(|r| r.backup_id == b.id && r.backup_name == b.name);
                 o.namespace().as_deref() == Some(self.namespace.as_str())
                     && o.spec.template.policy.name == self.policy
-                    && o.status.as_ref().and_then(|s| s.backup_id.as_deref()) == Some(b.id.as_str())
-                    && crate::names::store_name(o) == b.name
+                    && (own || stood_in)
             }) else {
                 // Its object is gone (a Retain Backup deleted by hand or by a cascade):
                 // the labels it recorded in the store select the hooks (seed 003).

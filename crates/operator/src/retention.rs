@@ -468,29 +468,25 @@ async fn record_removed(
         })
         .collect();
     // Consolidation (seed 002): each backup a synthetic full merged → that full, and
-    // whether the full stands in for it (the chain's last).
-    let merged: std::collections::HashMap<&str, (StoredBackup, bool)> = outcome
-        .survey
-        .inventory
-        .backups
-        .iter()
-        // (One this pass deletes too holds nothing any more: `mergedInto` only.)
-        .filter(|s| s.is_successful() && s.kind == tidemark_core::BackupKind::Full)
-        .flat_map(|s| {
-            let last = s.consolidated_from.last();
-            let alive = !gone.contains(s.id.as_str());
-            s.consolidated_from
-                .iter()
-                .filter(move |m| **m != s.id)
-                .map(move |m| {
-                    let into = StoredBackup {
-                        backup_name: s.name.clone(),
-                        backup_id: s.id.clone(),
-                    };
-                    (m.as_str(), (into, Some(m) == last && alive))
-                })
-        })
-        .collect();
+    // whether the full stands in for it (the chain's last), as the planner resolves it
+    // (one this pass deletes too holds nothing any more: `mergedInto` only).
+    let merged: std::collections::HashMap<&str, (StoredBackup, bool)> =
+        tidemark_core::merged_into(&outcome.survey.inventory)
+            .into_iter()
+            .map(|(m, into)| {
+                let full = StoredBackup {
+                    backup_name: into.full.name.clone(),
+                    backup_id: into.full.id.clone(),
+                };
+                (
+                    m,
+                    (
+                        full,
+                        into.stands_in && !gone.contains(into.full.id.as_str()),
+                    ),
+                )
+            })
+            .collect();
     let api: Api<tidemark_api::crd::Backup> = Api::namespaced(ctx.client.clone(), ns);
     for b in ctx.backups.state() {
         let Some(status) = b.status.as_ref() else {
@@ -527,8 +523,13 @@ async fn record_removed(
             replaced_by: replaced_by.clone(),
         };
         let mut value = serde_json::to_value(&removed).unwrap_or_default();
-        // A merge patch keeps what it does not name: a replacement now gone is erased.
-        value["replacedBy"] = serde_json::to_value(&replaced_by).unwrap_or_default();
+        // A merge patch keeps what it does not name: every field is named, so a second
+        // removal (the synthetic full that stood in, deleted later) leaves none of the
+        // first's reasons, audit record or replacement behind.
+        value["reasons"] = json!(removed.reasons);
+        value["auditRecord"] = json!(removed.audit_record);
+        value["mergedInto"] = json!(removed.merged_into);
+        value["replacedBy"] = json!(removed.replaced_by);
         match crate::status::merge(
             &api,
             &b.name_any(),

@@ -937,3 +937,109 @@ async fn retention_waits_for_an_established_primary() {
     );
     op.stop().await;
 }
+
+/// A synthetic full that stood in for a merged chain's last backup, deleted later by
+/// retention, belongs to that backup's object (`dataRemoved.replacedBy`): the object's
+/// DeleteHooks, which ran when its own data was merged (`status.hooks`), do not run again
+/// — before, the full matched no object and the labels it copied from the chain's last
+/// backup selected the same hooks a second time. The object's record then says the
+/// replacement is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_synthetic_full_that_stood_in_runs_no_hook_twice() {
+    let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let hook_server = tidemark_operator::testkit::Webhook::start().await;
+    let ns = "stood-in";
+    cluster.namespace(ns).await;
+    secret(&admin, ns, "s3").await;
+    let store = weed.cluster_store("db");
+    let now = Timestamp::now();
+    let hours = |h: i64| now - SignedDuration::from_hours(h);
+    let (full_id, incr_id) = (synth::backup_id(hours(5), 1), synth::backup_id(hours(4), 2));
+    let mut synthetic = SynthBackup::full("nightly", hours(3), 3);
+    synthetic.method = "mariabackup".into();
+    synthetic.consolidated_from = vec![full_id.clone(), incr_id.clone()];
+    // As consolidation does: the chain's last backup's labels.
+    synthetic.labels = vec![
+        ("tidemark.io/backup".into(), "incr-obj".into()),
+        ("team".into(), "pay".into()),
+    ];
+    let newest = SynthBackup::full("nightly", hours(1), 4);
+    synth::write_backups(&store, &[synthetic.clone(), newest.clone()])
+        .await
+        .unwrap();
+    let stored = |id: &str| json!({"backupName": "nightly", "backupId": id});
+    let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
+    let object: Backup = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "Backup",
+        "metadata": {"name": "incr-obj", "labels": {"team": "pay", "tidemark.io/scheduled-backup": "nightly"}},
+        "spec": {"policy": {"name": "db"}},
+    }))
+    .unwrap();
+    backups
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap();
+    backups
+        .patch_status(
+            "incr-obj",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {
+                "phase": "completed", "backupId": incr_id,
+                "hooks": [{"name": "notify", "outcome": "succeeded", "finishedAt": hours(2).to_string()}],
+                "dataRemoved": {"at": hours(2).to_string(), "reasons": ["consolidated"],
+                    "auditRecord": "_audit/earlier.json",
+                    "mergedInto": stored(&synthetic.id), "replacedBy": stored(&synthetic.id)},
+            }})),
+        )
+        .await
+        .unwrap();
+    let hook: tidemark_api::crd::DeleteHook = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "DeleteHook",
+        "metadata": {"name": "notify", "namespace": ns},
+        "spec": {"selector": {"matchLabels": {"team": "pay"}}, "timeout": "10s",
+                 "webhook": {"url": format!("{}/ok", hook_server.url), "caBundle": hook_server.ca_bundle}},
+    }))
+    .unwrap();
+    Api::<tidemark_api::crd::DeleteHook>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &hook)
+        .await
+        .unwrap();
+    Api::<BackupPolicy>::namespaced(admin.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &policy("db", ns, &weed.endpoint, "s3"),
+        )
+        .await
+        .unwrap();
+    let op = Operator::start(&cluster, "operator-stood-in");
+    // keepLast 1: the synthetic full goes.
+    let removed = eventually(
+        "the synthetic full deleted, the object's record updated",
+        || async {
+            let r = backups.get("incr-obj").await.ok()?.status?.data_removed?;
+            (r.replaced_by.is_none() && metadata_ids(&store).await == [newest.id.clone()])
+                .then_some(r)
+        },
+    )
+    .await;
+    assert_eq!(
+        removed.merged_into.as_ref().map(|m| m.backup_id.as_str()),
+        Some(synthetic.id.as_str()),
+        "{removed:?}"
+    );
+    assert_ne!(
+        removed.audit_record.as_deref(),
+        Some("_audit/earlier.json"),
+        "this pass's audit record: {removed:?}"
+    );
+    assert!(
+        !removed.reasons.is_empty() && !removed.reasons.contains(&"consolidated".to_owned()),
+        "this deletion's reasons: {removed:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let calls = hook_server.calls.lock().unwrap().clone();
+    assert!(calls.is_empty(), "the hook ran again: {calls:?}");
+    op.stop().await;
+}

@@ -34,6 +34,8 @@ pub struct SynthBackup {
     pub labels: Vec<(String, String)>,
     /// The method recorded (`exec` unless set; `mariabackup` makes it consolidatable).
     pub method: String,
+    /// For a synthetic full: the chain it merged (`consolidatedFrom`), base first.
+    pub consolidated_from: Vec<String>,
 }
 
 impl SynthBackup {
@@ -52,6 +54,7 @@ impl SynthBackup {
             log_file: None,
             labels: Vec::new(),
             method: "exec".into(),
+            consolidated_from: Vec::new(),
         }
     }
 
@@ -96,7 +99,14 @@ impl SynthBackup {
             ttl: None,
             labels: self.labels.iter().cloned().collect(),
             error: self.failed.then(|| "synthetic failure".to_owned()),
-            extra: serde_json::Map::new(),
+            extra: if self.consolidated_from.is_empty() {
+                serde_json::Map::new()
+            } else {
+                serde_json::Map::from_iter([(
+                    crate::format::CONSOLIDATED_FROM.to_owned(),
+                    serde_json::json!(self.consolidated_from),
+                )])
+            },
         }
     }
 }

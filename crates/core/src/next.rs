@@ -83,15 +83,26 @@ pub fn next_backup(
     candidate: impl Fn(&Backup) -> Candidate,
     max_increments: Option<u32>,
 ) -> NextBackup {
-    let newest_attempt = inventory
+    let standing = standing(inventory);
+    // The server went behind its parent (restored, say): a full, until one restorable
+    // backup of this data directory is newer than the divergence — not only until the
+    // next attempt, or a failed full would send the schedule back to the old parent,
+    // fail there again, and alternate so for ever.
+    let newest_diverged = inventory
         .backups
         .iter()
-        .filter(|b| matches!(candidate(b), Candidate::Yes | Candidate::Diverged))
+        .filter(|b| candidate(b) == Candidate::Diverged)
         .max_by_key(|b| (b.started_at, b.id.clone()));
-    if let Some(b) = newest_attempt.filter(|b| candidate(b) == Candidate::Diverged) {
-        return NextBackup::Full(FullBecause::Diverged(b.id.clone()));
+    if let Some(d) = newest_diverged {
+        let recovered = inventory.backups.iter().any(|b| {
+            candidate(b) == Candidate::Yes
+                && standing.restorable.contains(&b.id)
+                && (b.started_at, &b.id) > (d.started_at, &d.id)
+        });
+        if !recovered {
+            return NextBackup::Full(FullBecause::Diverged(d.id.clone()));
+        }
     }
-    let standing = standing(inventory);
     let newest = |wanted: Candidate| {
         inventory
             .backups
@@ -239,12 +250,24 @@ mod tests {
             next_backup(&inv(chain.clone()), diverged, None),
             NextBackup::Full(FullBecause::Diverged(id(3)))
         );
-        // Once a newer attempt exists (the new chain's full), incrementals resume on it.
-        let mut resumed = chain;
-        resumed.push(full(4));
+        // A full that failed does not end it: the old parent is still behind the server
+        // (before, the schedule went back to it, failed there, and alternated).
+        let mut failed_full = chain.clone();
+        failed_full.push(Backup {
+            phase: Phase::Failed,
+            ..full(4)
+        });
+        assert_eq!(
+            next_backup(&inv(failed_full.clone()), diverged, None),
+            NextBackup::Full(FullBecause::Diverged(id(3)))
+        );
+        // Once a newer restorable backup exists (the new chain's full), incrementals
+        // resume on it.
+        let mut resumed = failed_full;
+        resumed.push(full(5));
         assert_eq!(
             next_backup(&inv(resumed), diverged, None).parent(),
-            Some(&id(4))
+            Some(&id(5))
         );
     }
 

@@ -9,7 +9,9 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::policy::{DURATION_MESSAGE, DURATION_RULE};
+/// A claim TTL: a duration of at least one day.
+const VCR_TTL_RULE: &str = "self.matches('^[0-9]*[1-9][0-9]*[dwm]$')";
+const VCR_TTL_MESSAGE: &str = "expected <n>d, <n>w or <n>m with n at least 1 (e.g. 30d)";
 
 /// Runs an action whenever Tidemark deletes a Backup it selects (seed 003). Hooks run in
 /// alphanumerical order of name before the remote data goes, and cannot veto the deletion.
@@ -188,7 +190,7 @@ impl DeleteHookSpec {
     status = "VolumeClaimRetentionStatus",
     shortname = "tvcr",
     category = "tidemark",
-    doc = "Deletes the PersistentVolumeClaims it selects once no running pod has mounted them for ttl; never a mounted claim.",
+    doc = "Deletes the PersistentVolumeClaims it selects once no running pod has mounted them for ttl; never a claim a started pod uses. An expired claim is never mounted again: a StatefulSet's pending pod on one is deleted with it, and both are recreated.",
     printcolumn(name = "TTL", type_ = "string", json_path = ".spec.ttl"),
     printcolumn(name = "Dry run", type_ = "boolean", json_path = ".spec.dryRun"),
     printcolumn(
@@ -201,8 +203,10 @@ impl DeleteHookSpec {
 pub struct VolumeClaimRetentionSpec {
     /// The claims this applies to (same namespace).
     pub selector: LabelSelector,
-    /// How long a claim must stay unmounted before it is deleted: `<n>d`, `<n>w`, `<n>m`.
-    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
+    /// How long a claim must stay unmounted before it is deleted: `<n>d`, `<n>w`, `<n>m`,
+    /// at least `1d` (a claim is unmounted between a pod's restart and its successor's
+    /// start).
+    #[x_kube(validation = Rule::new(VCR_TTL_RULE).message(VCR_TTL_MESSAGE))]
     pub ttl: String,
     /// Report what would be deleted, delete nothing.
     #[serde(default)]
@@ -251,6 +255,12 @@ pub struct ReplacedClaim {
     pub pod: String,
     /// That pod's uid (a pod of the name with another uid is its replacement).
     pub pod_uid: String,
+    /// The StatefulSet that recreates them.
+    pub stateful_set: String,
+    /// How often a recreated pod was deleted once more (it came back while the old claim
+    /// was still being deleted); at most 5.
+    #[serde(default)]
+    pub recreations: u32,
     /// When both were deleted.
     pub at: Time,
 }

@@ -175,6 +175,9 @@ pub fn rules(c: Capabilities) -> Vec<Value> {
     } else {
         rule("", &["pods"], &["list", "watch"])
     });
+    if c.recreate {
+        rules.push(rule("apps", &["statefulsets"], &["get"]));
+    }
     if c.exec {
         rules.push(rule("", &["pods/exec"], &["get", "create"]));
     }

@@ -470,23 +470,31 @@ async fn record_removed(
     // Consolidation (seed 002): each backup a synthetic full merged → that full, and
     // whether the full stands in for it (the chain's last), as the planner resolves it
     // (one this pass deletes too holds nothing any more: `mergedInto` only).
-    let merged: std::collections::HashMap<&str, (StoredBackup, bool)> =
-        tidemark_core::merged_into(&outcome.survey.inventory)
+    // Who stands in is judged among the fulls that survive the pass (a second full that
+    // also stood in takes over from one deleted now); a backup merged only into fulls
+    // deleted now keeps `mergedInto`.
+    let inventory = &outcome.survey.inventory;
+    let surviving = tidemark_core::Inventory {
+        backups: inventory
+            .backups
+            .iter()
+            .filter(|b| !gone.contains(b.id.as_str()))
+            .cloned()
+            .collect(),
+        ..Default::default()
+    };
+    let stored = |b: &tidemark_core::Backup| StoredBackup {
+        backup_name: b.name.clone(),
+        backup_id: b.id.clone(),
+    };
+    let mut merged: std::collections::HashMap<String, (StoredBackup, bool)> =
+        tidemark_core::merged_into(inventory)
             .into_iter()
-            .map(|(m, into)| {
-                let full = StoredBackup {
-                    backup_name: into.full.name.clone(),
-                    backup_id: into.full.id.clone(),
-                };
-                (
-                    m,
-                    (
-                        full,
-                        into.stands_in && !gone.contains(into.full.id.as_str()),
-                    ),
-                )
-            })
+            .map(|(m, into)| (m.to_owned(), (stored(into.full), false)))
             .collect();
+    for (m, into) in tidemark_core::merged_into(&surviving) {
+        merged.insert(m.to_owned(), (stored(into.full), into.stands_in));
+    }
     let api: Api<tidemark_api::crd::Backup> = Api::namespaced(ctx.client.clone(), ns);
     for b in ctx.backups.state() {
         let Some(status) = b.status.as_ref() else {

@@ -97,7 +97,9 @@ fn mounts(pods: &[Pod]) -> Mounts {
     sorted.sort_by_key(|p| p.name_any());
     for p in sorted {
         let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
-        let running = phase == Some("Running");
+        // A pending pod whose containers (or init containers) the kubelet started uses
+        // the claim as a running one does.
+        let running = phase == Some("Running") || (phase == Some("Pending") && started(p));
         let finished = matches!(phase, Some("Succeeded" | "Failed"));
         for v in p
             .spec
@@ -136,6 +138,14 @@ pub async fn reconcile(vcr: Arc<VolumeClaimRetention>, ctx: Arc<Context>) -> Res
         .ttl
         .parse()
         .map_err(|e| Error::Invalid(format!("spec.ttl: {e}")))?;
+    if ttl.days() < 1 {
+        // Between a pod's restart and its successor's start a claim is unmounted: a zero
+        // TTL would delete a StatefulSet's data on every restart.
+        return Err(Error::Invalid(format!(
+            "spec.ttl: {} is shorter than the minimum, 1d",
+            vcr.spec.ttl
+        )));
+    }
     let selector = crate::names::selector(&vcr.spec.selector)?;
     let claims_api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
@@ -245,19 +255,21 @@ pub async fn reconcile(vcr: Arc<VolumeClaimRetention>, ctx: Arc<Context>) -> Res
                     let Some(pod) = pods.iter().find(|p| &p.name_any() == pod_name) else {
                         continue;
                     };
-                    if vcr.spec.dry_run {
-                        deleted.push(name.clone());
-                        continue;
-                    }
-                    if replace(&ctx, &vcr, claim, pod, since).await? {
-                        deleted.push(name.clone());
-                        replaced.push(ReplacedClaim {
-                            claim: name.clone(),
-                            claim_uid: claim.uid().unwrap_or_default(),
-                            pod: pod.name_any(),
-                            pod_uid: pod.uid().unwrap_or_default(),
-                            at: Time(now),
-                        });
+                    match eligibility(&ctx, &vcr, claim, pod, since).await? {
+                        Eligible::Later => {}
+                        Eligible::Keep(why) if !vcr.spec.dry_run => {
+                            ctx.warn(&reference, "ExpiredClaimPending", &why).await;
+                        }
+                        Eligible::Keep(_) => {}
+                        Eligible::Replace { .. } if vcr.spec.dry_run => deleted.push(name.clone()),
+                        Eligible::Replace { set } => {
+                            if let Some(r) =
+                                replace(&ctx, &vcr, claim, pod, since, set, now).await?
+                            {
+                                deleted.push(name.clone());
+                                replaced.push(r);
+                            }
+                        }
                     }
                     continue;
                 }
@@ -325,20 +337,134 @@ pub async fn reconcile(vcr: Arc<VolumeClaimRetention>, ctx: Arc<Context>) -> Res
     Ok(Action::requeue(next))
 }
 
-/// How long a replaced claim is followed (its pod recreated once more if it came back
+/// How long a replaced claim is followed (its pod deleted once more if it came back
 /// while the old claim was still being deleted).
 const FOLLOW: jiff::SignedDuration = jiff::SignedDuration::from_hours(1);
+/// How many times a replaced claim's pod is deleted once more, at most.
+const MAX_RECREATIONS: u32 = 5;
 
-/// The StatefulSet that controls `pod`, when the claim `claim` is one of its
-/// volumeClaimTemplates' (`<template>-<pod>`): the StatefulSet creates such a claim anew
-/// when it is missing as it creates the pod.
-fn statefulset_of(pod: &Pod, claim: &str) -> Option<String> {
-    let set = pod
-        .owner_references()
+/// Whether the kubelet started any of `pod`'s containers (init containers included):
+/// from then on the pod uses its volumes' data, whatever its phase says.
+fn started(pod: &Pod) -> bool {
+    let Some(s) = pod.status.as_ref() else {
+        return false;
+    };
+    let began = |st: Option<&k8s_openapi::api::core::v1::ContainerState>| {
+        st.is_some_and(|st| st.running.is_some() || st.terminated.is_some())
+    };
+    s.init_container_statuses
         .iter()
-        .find(|o| o.controller == Some(true) && o.kind == "StatefulSet")?;
-    let suffix = format!("-{}", pod.name_any());
-    (claim.len() > suffix.len() && claim.ends_with(&suffix)).then(|| set.name.clone())
+        .flatten()
+        .chain(s.container_statuses.iter().flatten())
+        .any(|c| began(c.state.as_ref()) || began(c.last_state.as_ref()))
+}
+
+fn pending(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending")
+        && !started(pod)
+}
+
+/// What to do with an expired claim a not-finished pod references.
+#[derive(Debug)]
+enum Eligible {
+    /// Replace it with the pod: the StatefulSet `set` creates both anew.
+    Replace { set: String },
+    /// Keep it, for the reason given (a Warning event).
+    Keep(String),
+    /// Not now (the pod is going).
+    Later,
+}
+
+/// Whether the expired `claim` that `pod` references may be replaced: the pod is pending
+/// and never started a container, its controller is a StatefulSet of this namespace (read
+/// from the API, its uid the owner reference's) of which `claim` is a template's claim
+/// (`<template>-<pod>`), the install allows pod deletion, and the API server would let it
+/// (a dry run). Anything else keeps the claim, with the reason.
+async fn eligibility(
+    ctx: &Context,
+    vcr: &VolumeClaimRetention,
+    claim: &PersistentVolumeClaim,
+    pod: &Pod,
+    since: Timestamp,
+) -> Result<Eligible, Error> {
+    let ns = vcr.namespace().unwrap_or_default();
+    let (name, pod_name) = (claim.name_any(), pod.name_any());
+    let expired = format!(
+        "PersistentVolumeClaim {name} expired (no running pod mounted it since {since}, ttl {})",
+        vcr.spec.ttl
+    );
+    if pod.metadata.deletion_timestamp.is_some() {
+        return Ok(Eligible::Later);
+    }
+    if !pending(pod) {
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        return Ok(Eligible::Keep(format!(
+            "{expired}, and pod {pod_name} (phase {}) references it: kept until the pod is pending without having started, or gone",
+            phase.unwrap_or("unknown")
+        )));
+    }
+    let nothing_recreates = || {
+        Eligible::Keep(format!(
+            "{expired}, and pending pod {pod_name} references it; no StatefulSet would create the claim anew, so it is kept and mounted again if the pod starts — delete the pod and the claim to start fresh"
+        ))
+    };
+    let Some(owner) = pod.owner_references().iter().find(|o| {
+        o.controller == Some(true) && o.kind == "StatefulSet" && o.api_version.starts_with("apps/")
+    }) else {
+        return Ok(nothing_recreates());
+    };
+    let sets: Api<k8s_openapi::api::apps::v1::StatefulSet> =
+        Api::namespaced(ctx.client.clone(), &ns);
+    let set = match sets.get_opt(&owner.name).await {
+        Ok(Some(s)) if s.uid().as_deref() == Some(owner.uid.as_str()) => s,
+        Ok(_) => return Ok(nothing_recreates()),
+        Err(e) => {
+            return Ok(Eligible::Keep(format!(
+                "{expired}, and pending pod {pod_name} of StatefulSet {} references it; reading the StatefulSet failed ({e}), so the claim is kept",
+                owner.name
+            )));
+        }
+    };
+    let from_template = set
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_claim_templates.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|t| {
+            t.metadata
+                .name
+                .as_deref()
+                .is_some_and(|t| name == format!("{t}-{pod_name}"))
+        });
+    if !from_template {
+        return Ok(nothing_recreates());
+    }
+    let set = owner.name.clone();
+    if !ctx.capabilities.recreate {
+        return Ok(Eligible::Keep(format!(
+            "{expired}, and pending pod {pod_name} of StatefulSet {set} references it; replacing them needs pod deletion, which this operator was installed without (--disable recreate), so the claim is kept and mounted again if the pod starts"
+        )));
+    }
+    // Whether the API server lets the pod go (RBAC from an older install may not): the
+    // claim is deleted only when the pod can follow.
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let dry = DeleteParams {
+        dry_run: true,
+        preconditions: Some(Preconditions {
+            uid: pod.uid(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match pods.delete(&pod_name, &dry).await {
+        Ok(_) => Ok(Eligible::Replace { set }),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(Eligible::Later),
+        Err(e) => Ok(Eligible::Keep(format!(
+            "{expired}, and pending pod {pod_name} of StatefulSet {set} references it; the pod may not be deleted ({e}), so the claim is kept (give the operator delete on pods: tidemark rbac)"
+        ))),
+    }
 }
 
 /// Deletes `obj` `name` of `api` if its uid is still `uid`; whether it was deleted (gone or
@@ -361,94 +487,67 @@ where
     }
 }
 
-/// An expired `claim` that the not-running `pod` references: for a StatefulSet's claim,
-/// the claim and then the pod are deleted (each only as judged: same uid, no running pod
-/// mounts the claim, the pod still pending), and the StatefulSet recreates both — the pod
-/// on a fresh claim. Anything else (another owner, the pod not pending, `--disable
-/// recreate`) keeps the claim, with a Warning event saying why and what it means. Whether
-/// the claim was replaced.
+/// Replaces an eligible expired `claim` and its pending `pod` (see [`eligibility`]): after a
+/// fresh listing shows the pod still pending and no running pod on the claim, the claim is
+/// deleted, then the pod (each only with its uid); the StatefulSet `set` recreates both.
+/// The replacement is recorded once the claim is gone, whatever happens to the pod: a pod
+/// whose deletion failed is deleted by a later look ([`follow_up`]).
 async fn replace(
     ctx: &Context,
     vcr: &VolumeClaimRetention,
     claim: &PersistentVolumeClaim,
     pod: &Pod,
     since: Timestamp,
-) -> Result<bool, Error> {
+    set: String,
+    now: Timestamp,
+) -> Result<Option<ReplacedClaim>, Error> {
     let ns = vcr.namespace().unwrap_or_default();
-    let reference = vcr.object_ref(&());
     let (name, pod_name) = (claim.name_any(), pod.name_any());
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    let expired = format!(
-        "PersistentVolumeClaim {name} expired (no running pod mounted it since {since}, ttl {})",
-        vcr.spec.ttl
-    );
-    let keep = |why: String| {
-        let reference = reference.clone();
-        async move {
-            ctx.warn(&reference, "ExpiredClaimPending", &why).await;
-            Ok(false)
-        }
-    };
-    if pod.metadata.deletion_timestamp.is_some() {
-        return Ok(false);
-    }
-    if phase != Some("Pending") {
-        return keep(format!(
-            "{expired}, and pod {pod_name} (phase {}) references it: kept until the pod is pending or gone",
-            phase.unwrap_or("unknown")
-        ))
-        .await;
-    }
-    let Some(set) = statefulset_of(pod, &name) else {
-        return keep(format!(
-            "{expired}, and pending pod {pod_name} references it; no StatefulSet would create the claim anew, so it is kept and mounted again if the pod starts — delete the pod and the claim to start fresh"
-        ))
-        .await;
-    };
-    if !ctx.capabilities.recreate {
-        return keep(format!(
-            "{expired}, and pending pod {pod_name} of StatefulSet {set} references it; replacing them needs pod deletion, which this operator was installed without (--disable recreate), so the claim is kept and mounted again if the pod starts"
-        ))
-        .await;
-    }
-    // A fresh look right before: never a claim a running pod mounts, never a pod that
-    // started meanwhile.
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let fresh = pods_api.list(&ListParams::default()).await?.items;
-    let still_pending = fresh.iter().any(|p| {
-        p.uid() == pod.uid()
-            && p.metadata.deletion_timestamp.is_none()
-            && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending")
-    });
+    let still_pending = fresh.iter().any(|p| p.uid() == pod.uid() && pending(p));
     if mounts(&fresh).running.contains_key(&name) || !still_pending {
-        return Ok(false);
+        return Ok(None);
     }
     let claims_api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
     // The claim first: a pod recreated before it is gone finds it being deleted (the
     // kubelet does not start a pod on such a claim), never mounted.
     if !delete_exact(&claims_api, &name, claim.uid()).await? {
-        return Ok(false);
+        return Ok(None);
     }
-    let pod_deleted = delete_exact(&pods_api, &pod_name, pod.uid()).await?;
+    let pod_deleted = delete_exact(&pods_api, &pod_name, pod.uid()).await;
+    let pod_note = match &pod_deleted {
+        Ok(true) => " and the pod".to_owned(),
+        Ok(false) => " (the pod had gone already)".to_owned(),
+        Err(e) => format!(" — deleting the pod failed ({e}); a later look tries again"),
+    };
     ctx.warn(
-        &reference,
+        &vcr.object_ref(&()),
         "ExpiredClaimReplaced",
         &format!(
-            "{expired}, and pending pod {pod_name} of StatefulSet {set} referenced it: deleted the claim{} so that the StatefulSet recreates {} on a fresh claim; an expired claim is never mounted again",
-            if pod_deleted { " and the pod" } else { "" },
-            if pod_deleted { "both" } else { "it" },
+            "PersistentVolumeClaim {name} expired (no running pod mounted it since {since}, ttl {}), and pending pod {pod_name} of StatefulSet {set} referenced it: deleted the claim{pod_note}, so that the StatefulSet recreates the pod on a fresh claim; an expired claim is never mounted again",
+            vcr.spec.ttl
         ),
     )
     .await;
     tracing::info!(claim = %format!("{ns}/{name}"), pod = %pod_name, "expired claim of a pending pod: replaced");
-    Ok(true)
+    Ok(Some(ReplacedClaim {
+        claim: name,
+        claim_uid: claim.uid().unwrap_or_default(),
+        pod: pod_name,
+        pod_uid: pod.uid().unwrap_or_default(),
+        stateful_set: set,
+        recreations: 0,
+        at: Time(now),
+    }))
 }
 
-/// The replaced claims still followed: a pod recreated while its old claim was still
-/// being deleted references a claim that is gone or going, and a StatefulSet does not
-/// create the claim of a pod that exists — such a pod is deleted once more (the
-/// StatefulSet then creates the claim, then the pod) until a fresh claim of the name
-/// exists. Entries are kept (as the record of what was replaced) for [`FOLLOW`].
+/// The replaced claims still followed ([`FOLLOW`]; kept as the record of what was
+/// replaced). Until a fresh claim of the name exists: the pod whose deletion failed is
+/// deleted again; a pod of the same StatefulSet recreated while the old claim was still
+/// being deleted — it references a claim that is gone or going, and a StatefulSet may not
+/// create the claim of a pod that exists — is deleted once more (at most
+/// [`MAX_RECREATIONS`] times), so that the StatefulSet creates the claim, then the pod.
 async fn follow_up(
     ctx: &Context,
     vcr: &VolumeClaimRetention,
@@ -464,25 +563,31 @@ async fn follow_up(
         if now > tidemark_core::saturating_add(r.at.0, FOLLOW) {
             continue;
         }
+        let mut r = r.clone();
         let claim = claims_api.get_opt(&r.claim).await?;
         let fresh = claim.as_ref().is_some_and(|c| {
             c.metadata.deletion_timestamp.is_none()
                 && c.uid().as_deref() != Some(r.claim_uid.as_str())
         });
-        let stuck = pods.iter().find(|p| {
-            !fresh
-                && p.name_any() == r.pod
-                && p.uid().as_deref() != Some(r.pod_uid.as_str())
-                && p.metadata.deletion_timestamp.is_none()
-                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending")
-        });
-        if let Some(p) = stuck
+        let pod = pods.iter().find(|p| p.name_any() == r.pod && pending(p));
+        if let Some(p) = pod
+            && !fresh
             && ctx.capabilities.recreate
-            && delete_exact(&pods_api, &r.pod, p.uid()).await?
         {
-            tracing::info!(claim = %format!("{ns}/{}", r.claim), pod = %r.pod, "recreated once more: its claim was still being deleted");
+            let original = p.uid().as_deref() == Some(r.pod_uid.as_str());
+            let same_set = p.owner_references().iter().any(|o| {
+                o.controller == Some(true) && o.kind == "StatefulSet" && o.name == r.stateful_set
+            });
+            if (original || (same_set && r.recreations < MAX_RECREATIONS))
+                && delete_exact(&pods_api, &r.pod, p.uid()).await?
+            {
+                if !original {
+                    r.recreations += 1;
+                }
+                tracing::info!(claim = %format!("{ns}/{}", r.claim), pod = %r.pod, "deleted once more: its claim was still being deleted");
+            }
         }
-        kept.push(r.clone());
+        kept.push(r);
     }
     Ok(kept)
 }

@@ -282,13 +282,41 @@ async fn the_reaper_stamps_unmounted_claims_and_deletes_them_after_the_ttl() {
     op.stop().await;
 }
 
-/// A pod of StatefulSet `set` (an owner reference; no controller runs here), pending on
-/// `claim`; its uid.
-async fn statefulset_pod(client: &Client, ns: &str, name: &str, set: &str, claim: &str) -> String {
+/// The StatefulSet `name` with the claim template `data` and no replicas (no controller
+/// runs here; the test makes its pods); its uid.
+async fn statefulset(client: &Client, ns: &str, name: &str) -> String {
+    let set: k8s_openapi::api::apps::v1::StatefulSet = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "serviceName": name, "replicas": 0,
+            "selector": {"matchLabels": {"set": name}},
+            "template": {"metadata": {"labels": {"set": name}},
+                "spec": {"containers": [{"name": "db", "image": "mariadb:11.4"}]}},
+            "volumeClaimTemplates": [{"metadata": {"name": "data"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}],
+        },
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::apps::v1::StatefulSet>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &set)
+        .await
+        .unwrap()
+        .uid()
+        .unwrap()
+}
+
+/// A pod of the StatefulSet `set` (uid `set_uid`), pending on `claim`; its uid.
+async fn statefulset_pod(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    (set, set_uid): (&str, &str),
+    claim: &str,
+) -> String {
     let p: Pod = serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": ns, "ownerReferences": [{
             "apiVersion": "apps/v1", "kind": "StatefulSet", "name": set,
-            "uid": "00000000-0000-0000-0000-00000000beef", "controller": true}]},
+            "uid": set_uid, "controller": true}]},
         "spec": {
             "containers": [{"name": "db", "image": "mariadb:11.4"}],
             "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
@@ -306,8 +334,9 @@ async fn statefulset_pod(client: &Client, ns: &str, name: &str, set: &str, claim
 /// Seed 004: an expired claim is never mounted again. A StatefulSet's pod pending on its
 /// expired template claim: the claim and the pod are deleted (the StatefulSet recreates
 /// both), `status.replaced` and an `ExpiredClaimReplaced` event say so; a pod recreated
-/// while the old claim is still being deleted is deleted once more. A bare pod's claim is
-/// kept (nothing would recreate it) with `ExpiredClaimPending`; a pod that starts on an
+/// while the old claim is still being deleted is deleted once more. A bare pod's claim,
+/// and a StatefulSet pod's claim that is none of its templates', are kept (nothing would
+/// recreate them) with `ExpiredClaimPending`; a pod that starts on an
 /// expired claim gets `ExpiredClaimMounted`. (The real StatefulSet and kubelet: the node
 /// suite's `an_expired_claim_is_never_mounted_again`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -318,7 +347,13 @@ async fn a_pending_statefulset_pod_never_mounts_an_expired_claim() {
     cluster.namespace(ns).await;
     claim(&admin, ns, "data-web-0", "web", None).await;
     claim(&admin, ns, "solo-data", "web", None).await;
-    let old_pod = statefulset_pod(&admin, ns, "web-0", "web", "data-web-0").await;
+    // A StatefulSet's pod on a claim none of its templates makes (named in its pod
+    // template, say): the StatefulSet would not create it anew.
+    claim(&admin, ns, "shared", "web", None).await;
+    let set_uid = statefulset(&admin, ns, "web").await;
+    let set = ("web", set_uid.as_str());
+    let old_pod = statefulset_pod(&admin, ns, "web-0", set, "data-web-0").await;
+    statefulset_pod(&admin, ns, "web-1", set, "shared").await;
     pod(&admin, ns, "solo", "solo-data").await;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), ns);
     let old_claim = claims.get("data-web-0").await.unwrap().uid().unwrap();
@@ -365,6 +400,7 @@ async fn a_pending_statefulset_pod_never_mounts_an_expired_claim() {
     assert_eq!(replaced[0]["claim"], "data-web-0", "{replaced:?}");
     assert_eq!(replaced[0]["claimUid"], old_claim.as_str(), "{replaced:?}");
     assert_eq!(replaced[0]["podUid"], old_pod.as_str(), "{replaced:?}");
+    assert_eq!(replaced[0]["statefulSet"], "web", "{replaced:?}");
     let replaced_note = eventually("ExpiredClaimReplaced", || async {
         tidemark_operator::testkit::events(&admin, ns, "ExpiredClaimReplaced")
             .await
@@ -388,10 +424,31 @@ async fn a_pending_statefulset_pod_never_mounts_an_expired_claim() {
     })
     .await;
     assert!(pending_note.contains("pending pod solo"), "{pending_note}");
+    assert!(
+        stamp(&admin, ns, "shared").await.is_ok(),
+        "not a template's claim: kept"
+    );
+    eventually(
+        "ExpiredClaimPending for the StatefulSet pod's other claim",
+        || async {
+            tidemark_operator::testkit::events(&admin, ns, "ExpiredClaimPending")
+                .await
+                .into_iter()
+                .find_map(|e| {
+                    e.note
+                        .filter(|n| n.contains("PersistentVolumeClaim shared "))
+                })
+        },
+    )
+    .await;
+    assert!(
+        pods.get_opt("web-1").await.unwrap().is_some(),
+        "its pod stays"
+    );
 
     // The StatefulSet recreates its pod while the old claim is still being deleted (here
     // the pvc-protection finalizer keeps it so for good): that pod is deleted once more.
-    let recreated = statefulset_pod(&admin, ns, "web-0", "web", "data-web-0").await;
+    let recreated = statefulset_pod(&admin, ns, "web-0", set, "data-web-0").await;
     eventually(
         "the recreated pod on a claim being deleted, deleted once more",
         || async {

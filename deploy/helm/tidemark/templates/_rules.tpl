@@ -51,6 +51,11 @@
   - apiGroups: [""]
     resources: ["pods"]
     verbs: ["list", "watch", "delete"]
+  # Whether such a claim is one of the StatefulSet's volumeClaimTemplates (only those are
+  # created anew).
+  - apiGroups: ["apps"]
+    resources: ["statefulsets"]
+    verbs: ["get"]
   {{- else }}
   # Choosing the database pod; which claims running pods mount (watched, for the PVC
   # reaper). capabilities.recreate off: never deleted.

@@ -79,6 +79,8 @@ pub enum Command {
 pub struct ConsolidateArgs {
     #[command(flatten)]
     pub store: StoreArgs,
+    #[command(flatten)]
+    pub compress: CompressArgs,
     /// A BackupPolicy file to take --store and --cluster from.
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
@@ -307,6 +309,8 @@ pub struct RestoreArgs {
 pub struct ArchiveArgs {
     #[command(flatten)]
     pub store: StoreArgs,
+    #[command(flatten)]
+    pub compress: CompressArgs,
     /// A BackupPolicy file to take --store and --cluster from.
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
@@ -353,10 +357,27 @@ pub enum BackupKindArg {
     Incremental,
 }
 
+/// How what a command uploads is compressed (issue 19 §1).
+#[derive(Debug, Args)]
+pub struct CompressArgs {
+    /// Compress payloads and binlog segments on the stream: none, zstd (level 3) or
+    /// zstd:<level> (1–19). Recorded per object; fetch, restore and consolidation read
+    /// either kind.
+    #[arg(long, value_name = "none|zstd[:LEVEL]", env = "TIDEMARK_COMPRESSION", default_value = "none", value_parser = parse_compression)]
+    pub compression: tidemark_store::compress::Compression,
+}
+
+fn parse_compression(s: &str) -> Result<tidemark_store::compress::Compression, String> {
+    s.parse()
+        .map_err(|e: tidemark_store::compress::CompressionError| e.to_string())
+}
+
 #[derive(Debug, Args)]
 pub struct PushArgs {
     #[command(flatten)]
     pub store: StoreArgs,
+    #[command(flatten)]
+    pub compress: CompressArgs,
     /// A BackupPolicy file to take --store and --cluster from.
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,

@@ -364,8 +364,14 @@ pub struct PushOut {
     pub phase: tidemark_store::format::MetadataPhase,
     /// The payload's key relative to the store URL.
     pub key: Option<String>,
+    /// The stored object's size and sha256 (compressed, when it is).
     pub size: u64,
     pub sha256: Option<String>,
+    /// `zstd` when compressed (absent otherwise), and the content's size before it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compression: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub original_size: Option<u64>,
     pub started_at: Timestamp,
     pub completed_at: Option<Timestamp>,
     pub error: Option<String>,
@@ -390,6 +396,8 @@ impl PushOut {
             }),
             size: p.map_or(0, |p| p.size),
             sha256: p.map(|p| p.sha256.clone()),
+            compression: p.and_then(|p| p.compression.clone()),
+            original_size: p.and_then(|p| p.original_size),
             started_at: m.started_at,
             completed_at: m.completed_at,
             error: m.error.clone(),

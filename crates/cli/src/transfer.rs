@@ -99,7 +99,10 @@ pub async fn push(args: &PushArgs) -> Result<Exit, CliError> {
     let started_at = Timestamp::now();
     let spec = spec(args, started_at)?;
     let target = resolve::store_target(&args.store, args.policy.as_deref())?;
-    let store = &target.store;
+    let store = &target
+        .store
+        .clone()
+        .with_compression(args.compress.compression);
     let mut parent = None;
     if let Some(id) = &spec.parent_id {
         let p = transfer::find_backup(store, None, id)
@@ -341,7 +344,10 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
             ))
         })?;
     let target = resolve::store_target(&args.store, args.policy.as_deref())?;
-    let store = &target.store;
+    let store = &target
+        .store
+        .clone()
+        .with_compression(args.compress.compression);
     let json = args.output == OutputFormat::Json;
     let remote = remote_server(args)?;
     let mut follower: Option<tokio::process::Child> = None;

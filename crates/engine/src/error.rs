@@ -226,6 +226,7 @@ fn transfer_class(e: &TransferError) -> Class {
         | TransferError::MissingPayload { .. }
         | TransferError::MissingSegment { .. }
         | TransferError::Checksum { .. }
+        | TransferError::Content { .. }
         | TransferError::Metadata { .. } => Class::Data,
         TransferError::Sink(_) => Class::Internal,
         TransferError::Store(s) => s.category().into(),

@@ -306,21 +306,23 @@ async fn ship(
             source: binlog::BinlogError::Io(e),
         })?
         .len();
-    // Already uploaded by a run that died before indexing?
+    // Already uploaded (as it is: a compressed upload is simply sent again) by a run that
+    // died before indexing?
     let existing = store.head(&key).await?.map(|m| m.size);
-    let entry = |size: u64, sha256: String| IndexEntry {
+    let entry = |size: u64, sha256: String, compression: Option<String>| IndexEntry {
         name: f.name.clone(),
         sequence: f.sequence,
         first_event_at: times.first,
         last_event_at: times.last,
         size,
         sha256: Some(sha256),
+        compression,
     };
     if existing == Some(local_size)
         && let Some(local_sha) = local_sha256(&f.path).await
         && stored_sha256(store, &key).await.as_deref() == Some(local_sha.as_str())
     {
-        return Ok((entry(local_size, local_sha), true));
+        return Ok((entry(local_size, local_sha, None), true));
     }
     let mut file = match tokio::fs::File::open(&f.path).await {
         Ok(file) => file,
@@ -341,7 +343,7 @@ async fn ship(
             path: f.path.clone(),
             source: Box::new(source),
         })?;
-    Ok((entry(sent.size, sent.sha256), false))
+    Ok((entry(sent.size, sent.sha256, sent.compression), false))
 }
 
 async fn local_sha256(path: &FsPath) -> Option<String> {

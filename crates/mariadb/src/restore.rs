@@ -56,6 +56,9 @@ pub struct ReplaySegment {
     pub name: String,
     pub size: u64,
     pub sha256: Option<String>,
+    /// How the segment object is compressed (its index entry's), when it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compression: Option<String>,
     pub first_event_at: Option<Timestamp>,
     pub last_event_at: Option<Timestamp>,
 }
@@ -199,6 +202,9 @@ fn plan_of(catalog: &Catalog, choice: RestoreChoice) -> Result<RestorePlan, Rest
             name: s.name.clone(),
             size: s.size,
             sha256: entries.get(s.name.as_str()).and_then(|e| e.sha256.clone()),
+            compression: entries
+                .get(s.name.as_str())
+                .and_then(|e| e.compression.clone()),
             first_event_at: s.first_event_at,
             last_event_at: s.last_event_at,
         })
@@ -326,6 +332,7 @@ async fn restore_into(
                 &layout::segment_key(&s.name),
                 s.size,
                 s.sha256.as_deref(),
+                s.compression.as_deref(),
                 &mut f,
                 progress,
             )

@@ -37,8 +37,22 @@ pub enum MetadataPhase {
 #[serde(rename_all = "camelCase")]
 pub struct PayloadObject {
     pub name: String,
+    /// The stored object's size and sha256 (compressed, when it is).
     pub size: u64,
     pub sha256: String,
+    /// How the object is compressed (`zstd`); absent: stored as it came.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression: Option<String>,
+    /// The content's size before compression, when compressed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original_size: Option<u64>,
+}
+
+impl PayloadObject {
+    /// The content's size: before compression, when compressed.
+    pub fn content_size(&self) -> u64 {
+        self.original_size.unwrap_or(self.size)
+    }
 }
 
 /// Where the binlog stood at the backup's consistent point.
@@ -204,6 +218,10 @@ pub struct IndexEntry {
     pub size: u64,
     #[serde(default)]
     pub sha256: Option<String>,
+    /// How the segment object is compressed (`zstd`); absent: stored as it came. `size`
+    /// and `sha256` are the stored object's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression: Option<String>,
 }
 
 /// `null`, `""` and a zero time (`0001-01-01T00:00:00Z` as Go writes it, or the Unix

@@ -5,6 +5,7 @@
 
 pub mod bounded;
 pub mod catalog;
+pub mod compress;
 pub mod error;
 pub mod executor;
 pub mod fault;

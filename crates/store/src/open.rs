@@ -152,6 +152,8 @@ pub struct ClusterStore {
     /// Multipart upload buffering: bytes per part and parts in flight (an upload holds at
     /// most about `part_size * (parts_in_flight + 1)` in memory).
     pub(crate) upload_buffer: (usize, usize),
+    /// How payloads and segments uploaded to this store are compressed.
+    pub(crate) compression: crate::compress::Compression,
 }
 
 impl ClusterStore {
@@ -162,6 +164,18 @@ impl ClusterStore {
     pub fn with_upload_buffer(mut self, part_size: usize, parts_in_flight: usize) -> Self {
         self.upload_buffer = (part_size.max(5 << 20), parts_in_flight.max(1));
         self
+    }
+
+    /// The same store with payloads and segments compressed as `compression` says when
+    /// uploaded (reads follow what each object's record says, whatever this is).
+    pub fn with_compression(mut self, compression: crate::compress::Compression) -> Self {
+        self.compression = compression;
+        self
+    }
+
+    /// How uploads to this store are compressed.
+    pub fn compression(&self) -> crate::compress::Compression {
+        self.compression
     }
 
     /// The memory one upload to this store holds at most, in bytes.
@@ -215,6 +229,7 @@ impl ClusterStore {
             native,
             identity,
             upload_buffer: (crate::transfer::PART_SIZE, crate::transfer::PARTS_IN_FLIGHT),
+            compression: crate::compress::Compression::None,
         })
     }
 
@@ -235,6 +250,7 @@ impl ClusterStore {
             native: Native::None,
             identity,
             upload_buffer: (crate::transfer::PART_SIZE, crate::transfer::PARTS_IN_FLIGHT),
+            compression: crate::compress::Compression::None,
         })
     }
 

@@ -89,6 +89,8 @@ impl SynthBackup {
                 name: "backup.tar".into(),
                 size: self.payload.len() as u64,
                 sha256: hex::encode(Sha256::digest(&self.payload)),
+                compression: None,
+                original_size: None,
             }],
             log_position: self.log_file.as_ref().map(|f| LogPosition {
                 file: f.clone(),
@@ -206,6 +208,7 @@ pub fn segments(
                 last_event_at: Some(first + every),
                 size: 16,
                 sha256: Some(hex::encode(Sha256::digest(segment_body(seq)))),
+                compression: None,
             }
         })
         .collect()

@@ -106,6 +106,8 @@ pub enum TransferError {
         actual_size: u64,
         actual_sha256: String,
     },
+    #[error("{key}: its content cannot be read back: {problem}")]
+    Content { key: String, problem: String },
     #[error("writing the fetched bytes failed")]
     Sink(#[source] std::io::Error),
     #[error("{key} is not valid metadata: {problem}")]
@@ -133,8 +135,13 @@ pub fn valid_backup_name(name: &str) -> bool {
 pub struct Upload {
     key: Path,
     writer: BufWriter,
+    /// Of the stored bytes.
     hasher: Sha256,
-    size: u64,
+    stored: u64,
+    /// Of the content, before compression.
+    original: u64,
+    compressor: Option<crate::compress::Compressor>,
+    compression: Option<&'static str>,
     payload_name: String,
 }
 
@@ -146,23 +153,48 @@ impl Upload {
     /// An invalid name or id.
     pub fn start(store: &ClusterStore, spec: &BackupSpec) -> Result<Self, TransferError> {
         check_spec(spec)?;
-        let key = layout::payload_key(&spec.backup_name, &spec.backup_id, &spec.payload_name);
-        Ok(Upload::to_key(store, key, &spec.payload_name))
+        // A compressed payload says so in its name too (`backup.xbstream.zst`).
+        let name = match store.compression.recorded() {
+            Some(_) => format!("{}{}", spec.payload_name, crate::compress::ZSTD_SUFFIX),
+            None => spec.payload_name.clone(),
+        };
+        let key = layout::payload_key(&spec.backup_name, &spec.backup_id, &name);
+        Ok(Upload::to_key(store, key, &name))
     }
 
     /// An upload to any key of the cluster (segments, payloads); `name` is what the
-    /// returned [`PayloadObject`] calls it.
+    /// returned [`PayloadObject`] calls it. Compressed as the store says.
     pub fn to_key(store: &ClusterStore, key: Path, name: &str) -> Self {
         let (part_size, in_flight) = store.upload_buffer;
         let writer = BufWriter::with_capacity(store.inner.clone(), key.clone(), part_size)
             .with_max_concurrency(in_flight);
+        // zstd refusing its parameters (a level out of range cannot be set from outside
+        // `Compression`) leaves the object uncompressed, and its record says so.
+        let compressor = store.compression.compressor().ok().flatten();
+        let compression = compressor.as_ref().and(store.compression.recorded());
         Upload {
             key,
             writer,
             hasher: Sha256::new(),
-            size: 0,
+            stored: 0,
+            original: 0,
+            compressor,
+            compression,
             payload_name: name.to_owned(),
         }
+    }
+
+    /// Hands stored bytes to the writer.
+    async fn write(&mut self, store: &ClusterStore, bytes: Bytes) -> Result<(), StoreError> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        self.hasher.update(&bytes);
+        self.stored += bytes.len() as u64;
+        self.writer
+            .put(bytes)
+            .await
+            .map_err(|source| write_err(store, &self.key, source))
     }
 
     /// Sends one chunk.
@@ -170,17 +202,20 @@ impl Upload {
     /// # Errors
     /// The store refused a part.
     pub async fn put(&mut self, store: &ClusterStore, chunk: Bytes) -> Result<(), StoreError> {
-        self.hasher.update(&chunk);
-        self.size += chunk.len() as u64;
-        self.writer
-            .put(chunk)
-            .await
-            .map_err(|source| write_err(store, &self.key, source))
+        self.original += chunk.len() as u64;
+        let stored = match self.compressor.as_mut() {
+            Some(c) => Bytes::from(
+                c.push(&chunk)
+                    .map_err(|e| compress_err(store, &self.key, e))?,
+            ),
+            None => chunk,
+        };
+        self.write(store, stored).await
     }
 
-    /// Bytes sent so far.
+    /// Content bytes taken so far (before compression).
     pub fn size(&self) -> u64 {
-        self.size
+        self.original
     }
 
     /// Completes the upload: the payload object exists, uncommitted.
@@ -188,6 +223,10 @@ impl Upload {
     /// # Errors
     /// The store refused the last part or the completion.
     pub async fn finish(mut self, store: &ClusterStore) -> Result<PayloadObject, StoreError> {
+        if let Some(c) = self.compressor.take() {
+            let rest = c.finish().map_err(|e| compress_err(store, &self.key, e))?;
+            self.write(store, Bytes::from(rest)).await?;
+        }
         self.writer.shutdown().await.map_err(|e| {
             write_err(
                 store,
@@ -200,8 +239,10 @@ impl Upload {
         })?;
         Ok(PayloadObject {
             name: self.payload_name,
-            size: self.size,
+            size: self.stored,
             sha256: hex::encode(self.hasher.finalize()),
+            compression: self.compression.map(str::to_owned),
+            original_size: self.compression.map(|_| self.original),
         })
     }
 
@@ -213,6 +254,19 @@ impl Upload {
         }
         let _ = store.inner.delete(&self.key).await;
     }
+}
+
+/// A compressor's failure while writing `key`, as a store error.
+fn compress_err(store: &ClusterStore, key: &Path, e: std::io::Error) -> StoreError {
+    crate::error::request(
+        store,
+        "compressing",
+        key,
+        object_store::Error::Generic {
+            store: "zstd",
+            source: Box::new(e),
+        },
+    )
 }
 
 /// Streams `source` to the payload of `spec`, reporting bytes to `progress`. Returns the
@@ -228,7 +282,7 @@ pub async fn upload(
 ) -> Result<PayloadObject, TransferError> {
     let up = Upload::start(store, spec)?;
     let payload = send(store, up, source, progress).await?;
-    if payload.size == 0 {
+    if payload.content_size() == 0 {
         remove_payload(store, spec, &payload.name).await;
         return Err(TransferError::EmptyStream);
     }
@@ -697,6 +751,7 @@ pub async fn download(
         &key,
         expected.size,
         Some(&expected.sha256),
+        expected.compression.as_deref(),
         sink,
         progress,
     )
@@ -704,8 +759,10 @@ pub async fn download(
     Ok(expected.clone())
 }
 
-/// Streams the object `key` into `sink`, checking its size and (when recorded) sha256. On
-/// a mismatch the error comes after the bytes were written: the caller discards them.
+/// Streams the object `key` into `sink`, checking its size and (when recorded) sha256 —
+/// of the stored bytes — and decompressing what is recorded as `compression` (zstd also
+/// checks its content's own checksum). On a mismatch the error comes after the bytes were
+/// written: the caller discards them.
 ///
 /// # Errors
 /// The object is missing ([`TransferError::MissingPayload`]); its size or checksum differs;
@@ -715,10 +772,17 @@ pub async fn copy_verified(
     key: &Path,
     expected_size: u64,
     expected_sha256: Option<&str>,
+    compression: Option<&str>,
     sink: &mut (dyn AsyncWrite + Unpin + Send),
     progress: &dyn Progress,
 ) -> Result<(), TransferError> {
     let is_segment = key.as_ref().starts_with(layout::BINLOGS);
+    let unreadable = |problem: String| TransferError::Content {
+        key: store.display_key(key),
+        problem,
+    };
+    let mut decompressor = crate::compress::Decompressor::for_recorded(compression)
+        .map_err(|e| unreadable(e.to_string()))?;
     let got = match store.inner.get(key).await {
         Ok(g) => g,
         Err(e) if is_not_found(&e) => {
@@ -734,12 +798,34 @@ pub async fn copy_verified(
     let mut stream = got.into_stream();
     let mut hasher = Sha256::new();
     let mut size = 0u64;
+    // The first content problem; the stored bytes are still read to the end, so that a
+    // damaged object is reported by its checksum (it changed in the store) rather than by
+    // zstd (it was written so).
+    let mut problem = None;
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|source| request(store, "reading", key, source))?;
         hasher.update(&chunk);
         size += chunk.len() as u64;
         progress.bytes(chunk.len() as u64);
-        sink.write_all(&chunk).await.map_err(TransferError::Sink)?;
+        if problem.is_some() {
+            continue;
+        }
+        match decompressor.as_mut().map(|d| d.push(&chunk)) {
+            None => sink.write_all(&chunk).await.map_err(TransferError::Sink)?,
+            Some(Ok(content)) => sink
+                .write_all(&content)
+                .await
+                .map_err(TransferError::Sink)?,
+            Some(Err(e)) => problem = Some(e.to_string()),
+        }
+    }
+    if problem.is_none()
+        && let Some(d) = decompressor
+    {
+        match d.finish() {
+            Ok(rest) => sink.write_all(&rest).await.map_err(TransferError::Sink)?,
+            Err(e) => problem = Some(e.to_string()),
+        }
     }
     sink.flush().await.map_err(TransferError::Sink)?;
     let sha256 = hex::encode(hasher.finalize());
@@ -757,5 +843,8 @@ pub async fn copy_verified(
             actual_sha256: sha256,
         });
     }
-    Ok(())
+    match problem {
+        Some(p) => Err(unreadable(p)),
+        None => Ok(()),
+    }
 }

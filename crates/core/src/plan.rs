@@ -838,8 +838,9 @@ fn bridge_gaps(nodes: &mut [Node], replay: &Replay) {
 }
 
 /// Bridges are added oldest first, so a later one (or an ancestor its chain pulled in) can
-/// cover what an earlier one was kept for. A backup kept only as a bridge whose instants
-/// the others cover after all goes again — unless an ancestor is kept only for its chain.
+/// cover what an earlier one was kept for. A backup kept only as a bridge goes again, with
+/// the ancestors kept only for its chain (its removal unit), when the other kept backups
+/// cover every instant the unit restores within the window.
 fn drop_redundant_bridges(nodes: &mut [Node], intervals: &[Option<Interval>], t_end: Timestamp) {
     let n = nodes.len();
     let mut bridges: Vec<usize> = (0..n)
@@ -847,42 +848,50 @@ fn drop_redundant_bridges(nodes: &mut [Node], intervals: &[Option<Interval>], t_
         .collect();
     bridges.sort_by_key(|&i| std::cmp::Reverse((nodes[i].restore_point(), &nodes[i].backup.id)));
     for i in bridges {
-        let child = &nodes[i].backup.id;
-        let mut pins_alone = false;
-        let mut cur = nodes[i].parent;
-        let mut steps = 0;
-        while let Some(p) = cur.filter(|_| steps <= n) {
-            steps += 1;
-            let own = nodes[p]
-                .reasons
-                .iter()
-                .filter(|r| !matches!(r, Reason::Chain(c) if c == child))
-                .count();
-            if nodes[p].reasons.len() > own {
-                pins_alone |= own == 0;
-            }
-            cur = nodes[p].parent;
-        }
-        if pins_alone {
+        if nodes[i].reasons != [Reason::Gap] {
             continue;
+        }
+        // The bridge and the ancestors kept only for the chain through it: deleting the
+        // bridge leaves them no reason, so they go with it.
+        let mut unit = vec![i];
+        let mut cur = i;
+        while let Some(p) = nodes[cur].parent.filter(|_| unit.len() <= n) {
+            let child = &nodes[cur].backup.id;
+            let only_chain = !nodes[p].reasons.is_empty()
+                && nodes[p]
+                    .reasons
+                    .iter()
+                    .all(|r| matches!(r, Reason::Chain(c) if c == child));
+            if !only_chain || unit.contains(&p) {
+                break;
+            }
+            unit.push(p);
+            cur = p;
         }
         let others = Coverage::from_intervals(
             (0..n)
-                .filter(|&j| j != i && nodes[j].kept())
+                .filter(|&j| !unit.contains(&j) && nodes[j].kept())
                 .filter_map(|j| intervals[j])
                 .collect(),
         );
-        let Some(iv) = intervals[i] else { continue };
-        let needed = others
-            .first()
-            .is_none_or(|t0| !others.covers_open_closed(iv.from.max(t0), iv.to.min(t_end)));
-        if !needed {
-            nodes[i].reasons.clear();
-            let id = nodes[i].backup.id.clone();
-            for node in nodes.iter_mut() {
-                node.reasons
-                    .retain(|r| !matches!(r, Reason::Chain(c) if *c == id));
-            }
+        let Some(t0) = others.first() else { continue };
+        let needed = unit
+            .iter()
+            .filter_map(|&u| intervals[u])
+            .any(|iv| !others.covers_open_closed(iv.from.max(t0), iv.to.min(t_end)));
+        if needed {
+            continue;
+        }
+        let top = unit[unit.len() - 1];
+        let above = nodes[top].backup.id.clone();
+        for &u in &unit {
+            nodes[u].reasons.clear();
+        }
+        // The topmost member's parent keeps its other reasons, not the chain through it.
+        if let Some(p) = nodes[top].parent {
+            nodes[p]
+                .reasons
+                .retain(|r| !matches!(r, Reason::Chain(c) if *c == above));
         }
     }
 }

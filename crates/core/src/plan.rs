@@ -1053,10 +1053,38 @@ fn within_cap<'a>(cap: usize, nodes: Vec<Node<'a>>, replay: &Replay) -> Vec<Node
         decide_deletions(&mut ns);
         // Only what was taken goes: a bridge the deferred backups made redundant stays as
         // it was (it was not counted against the cap).
+        let mut restored = Vec::new();
         for (i, n) in ns.iter_mut().enumerate() {
             if n.delete.is_some() && !taken.contains(&i) {
                 n.delete = None;
                 n.reasons = nodes[i].reasons.clone();
+                restored.push(i);
+            }
+        }
+        // A restored backup needs its chain again: the replan may have taken the chain
+        // reasons it gave its ancestors (which could then be merged or deleted under it).
+        for i in restored {
+            let mut cur = i;
+            let mut steps = 0;
+            while let Some(p) = ns[cur].parent {
+                if steps > ns.len() {
+                    break; // a parent cycle in corrupt metadata
+                }
+                steps += 1;
+                let child = ns[cur].backup.id.clone();
+                let had = ns[p]
+                    .reasons
+                    .iter()
+                    .any(|r| matches!(r, Reason::Chain(c) if *c == child));
+                if !had {
+                    ns[p].reasons.push(Reason::Chain(child));
+                }
+                // (One taken under it cannot go now: the attempt does not count as whole.)
+                ns[p].delete = None;
+                if had {
+                    break;
+                }
+                cur = p;
             }
         }
         let all_go = take.iter().all(|&i| ns[i].delete.is_some());

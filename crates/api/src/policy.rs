@@ -474,9 +474,32 @@ pub struct ObjectStoreSpec {
     /// get it as `TIDEMARK_CA_BUNDLE`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_bundle: Option<String>,
+    /// How backups' payloads and binlog segments are written: `none` (the default),
+    /// `zstd` (level 3) or `zstd:<level>` (1–19). Recorded per object; every reader
+    /// decompresses what is recorded. A Backup's or ScheduledBackup's `compression`
+    /// overrides it for its backups.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(tidemark_core::compression::COMPRESSION_RULE).message(tidemark_core::compression::COMPRESSION_FORM))]
+    pub compression: Option<String>,
 }
 
 impl ObjectStoreSpec {
+    /// How new objects are written (`compression`, default none).
+    ///
+    /// # Errors
+    /// A value that is not a compression setting, with the accepted form.
+    pub fn compression(&self) -> Result<tidemark_core::compression::Compression, PolicyFileError> {
+        self.compression
+            .as_deref()
+            .map_or(Ok(Default::default()), str::parse)
+            .map_err(
+                |e: tidemark_core::compression::CompressionError| PolicyFileError::Invalid {
+                    field: "spec.objectStore.compression",
+                    problem: e.to_string(),
+                },
+            )
+    }
+
     /// The store URL this spec names.
     ///
     /// # Errors
@@ -672,6 +695,7 @@ impl BackupPolicySpec {
         }
         if let Some(os) = &self.object_store {
             os.store_url()?;
+            os.compression()?;
             if let Some(secret) = &os.credentials_secret {
                 crate::names::dns_subdomain("spec.objectStore.credentialsSecret", secret)?;
             }

@@ -57,7 +57,7 @@ pub enum BackupType {
 }
 
 /// What a Backup runs; shared by Backup and ScheduledBackup.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BackupTemplate {
     /// The BackupPolicy that says where backups go and how long they are kept.
@@ -94,6 +94,32 @@ pub struct BackupTemplate {
     /// ScheduledBackup's template passes it to the Backups it creates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletion_policy: Option<crate::policy::DeletionPolicy>,
+    /// How this backup's payload is written, overriding the BackupPolicy's
+    /// `objectStore.compression`: `none`, `zstd` (level 3) or `zstd:<level>` (1–19).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(tidemark_core::compression::COMPRESSION_RULE).message(tidemark_core::compression::COMPRESSION_FORM))]
+    pub compression: Option<String>,
+}
+
+impl BackupTemplate {
+    /// The template's own compression setting, when it gives one.
+    ///
+    /// # Errors
+    /// A value that is not a compression setting, with the accepted form.
+    pub fn compression(
+        &self,
+    ) -> Result<Option<tidemark_core::compression::Compression>, ScheduleFileError> {
+        self.compression
+            .as_deref()
+            .map(str::parse)
+            .transpose()
+            .map_err(
+                |e: tidemark_core::compression::CompressionError| ScheduleFileError::Invalid {
+                    field: "spec.compression",
+                    problem: e.to_string(),
+                },
+            )
+    }
 }
 
 /// Scheduled incrementals (seed 002): the first backup of a data directory is full, then
@@ -708,6 +734,7 @@ fn validate_template(t: &BackupTemplate) -> Result<(), ScheduleFileError> {
             problem: p.unknown(),
         });
     }
+    t.compression()?;
     if let Some(m) = &t.method
         && !METHODS.contains(&m.as_str())
     {

@@ -224,6 +224,48 @@ fn intervals_are_bounded_and_cel_agrees_with_the_code() {
     );
 }
 
+/// Compression settings (issue 19 §1): the CEL rule on `objectStore.compression` and on a
+/// Backup's / ScheduledBackup's `compression` accepts exactly what the code parses.
+#[test]
+fn compression_settings_cel_agrees_with_the_code() {
+    let values = [
+        "none", "zstd", "zstd:1", "zstd:3", "zstd:9", "zstd:19", "zstd:20", "zstd:0", "zstd:03",
+        "zstd:", "zstd:-1", "gzip", "ZSTD", "none:1", "", "zstd:3 ", "lz4",
+    ];
+    type Spec = fn(&str) -> Value;
+    let kinds: [(&str, Spec); 3] = [
+        (
+            "BackupPolicy",
+            |v| json!({"objectStore": {"url": "file:///b", "compression": v}}),
+        ),
+        (
+            "Backup",
+            |v| json!({"policy": {"name": "p"}, "compression": v}),
+        ),
+        (
+            "ScheduledBackup",
+            |v| json!({"schedule": "0 0 2 * * *", "policy": {"name": "p"}, "compression": v}),
+        ),
+    ];
+    for (kind, spec) in kinds {
+        for v in values {
+            let cel = refusals(kind, spec(v)).is_empty();
+            let code = v.parse::<tidemark_core::compression::Compression>();
+            assert_eq!(
+                cel,
+                code.is_ok(),
+                "{kind} compression = {v:?}: CEL {} but the code {code:?}",
+                if cel { "accepts" } else { "refuses" },
+            );
+        }
+    }
+    assert_refused(
+        "BackupPolicy",
+        json!({"objectStore": {"url": "file:///b", "compression": "zstd:22"}}),
+        "zstd:<level>",
+    );
+}
+
 #[test]
 fn a_schedule_has_six_fields() {
     for good in ["0 0 2 * * *", "*/30 * * * * MON-FRI", " 0 0 2 * * 0 "] {

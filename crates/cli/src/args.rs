@@ -362,9 +362,19 @@ pub enum BackupKindArg {
 pub struct CompressArgs {
     /// Compress payloads and binlog segments on the stream: none, zstd (level 3) or
     /// zstd:<level> (1–19). Recorded per object; fetch, restore and consolidation read
-    /// either kind.
-    #[arg(long, value_name = "none|zstd[:LEVEL]", env = "TIDEMARK_COMPRESSION", default_value = "none", value_parser = parse_compression)]
-    pub compression: tidemark_store::compress::Compression,
+    /// either kind. Default: the policy file's objectStore.compression, else none.
+    #[arg(long, value_name = "none|zstd[:LEVEL]", env = "TIDEMARK_COMPRESSION", value_parser = parse_compression)]
+    pub compression: Option<tidemark_store::compress::Compression>,
+}
+
+impl CompressArgs {
+    /// `store` writing as the flag says, else as it was opened (the policy's setting).
+    pub fn apply(&self, store: &tidemark_store::ClusterStore) -> tidemark_store::ClusterStore {
+        match self.compression {
+            Some(c) => store.clone().with_compression(c),
+            None => store.clone(),
+        }
+    }
 }
 
 fn parse_compression(s: &str) -> Result<tidemark_store::compress::Compression, String> {

@@ -209,10 +209,7 @@ async fn consolidate(args: &crate::args::ConsolidateArgs) -> Result<Exit, CliErr
         )));
     }
     let target = resolve::store_target(&args.store, args.policy.as_deref())?;
-    let store = &target
-        .store
-        .clone()
-        .with_compression(args.compress.compression);
+    let store = &args.compress.apply(&target.store);
     let catalog = Catalog::load(store, &NoProgress).await?;
     let inventory = catalog.inventory(&SegmentListing::default());
     let work = args.work_dir.clone().unwrap_or_else(std::env::temp_dir);

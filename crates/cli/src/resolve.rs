@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use jiff::Timestamp;
-use tidemark_api::BackupPolicy;
+use tidemark_api::{BackupPolicy, ObjectStoreSpec};
 use tidemark_core::{Policy, PolicyError, PolicyField, PolicyInput};
 use tidemark_store::{ClusterStore, StoreOptions};
 
@@ -114,8 +114,12 @@ pub fn target(
         ca_bundle,
         ..Default::default()
     };
+    let compression = match os.map(ObjectStoreSpec::compression).transpose() {
+        Ok(c) => c.unwrap_or_default(),
+        Err(e) => return Err(CliError::input(e.to_string())),
+    };
     Ok(Target {
-        store: ClusterStore::open(&url, &cluster, &options)?,
+        store: ClusterStore::open(&url, &cluster, &options)?.with_compression(compression),
     })
 }
 

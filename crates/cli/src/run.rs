@@ -215,6 +215,13 @@ fn load(dir: &Path) -> Result<Vec<PolicyRun>, CliError> {
                             s.metadata.name
                         ))
                     })?,
+                compression: s.spec.template.compression().map_err(|e| {
+                    CliError::input(format!(
+                        "{}: ScheduledBackup {}: {e}",
+                        sfile.display(),
+                        s.metadata.name
+                    ))
+                })?,
             });
         }
         runs.push(PolicyRun {

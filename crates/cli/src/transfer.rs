@@ -99,10 +99,7 @@ pub async fn push(args: &PushArgs) -> Result<Exit, CliError> {
     let started_at = Timestamp::now();
     let spec = spec(args, started_at)?;
     let target = resolve::store_target(&args.store, args.policy.as_deref())?;
-    let store = &target
-        .store
-        .clone()
-        .with_compression(args.compress.compression);
+    let store = &args.compress.apply(&target.store);
     let mut parent = None;
     if let Some(id) = &spec.parent_id {
         let p = transfer::find_backup(store, None, id)
@@ -344,10 +341,7 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
             ))
         })?;
     let target = resolve::store_target(&args.store, args.policy.as_deref())?;
-    let store = &target
-        .store
-        .clone()
-        .with_compression(args.compress.compression);
+    let store = &args.compress.apply(&target.store);
     let json = args.output == OutputFormat::Json;
     let remote = remote_server(args)?;
     let mut follower: Option<tokio::process::Child> = None;

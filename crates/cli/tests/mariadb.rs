@@ -372,6 +372,7 @@ spec:
   policy: {{name: shop}}
   method: mariabackup
   incremental: {{maxIncrementsPerFull: 2}}
+  compression: "zstd:1"
   command: [mariabackup, "{c0}", "{c1}"]
 "#,
             store = dir.path().join("store").display(),
@@ -465,6 +466,17 @@ spec:
         }
     }
     assert!(kinds.contains("FI"), "{kinds}: {ls:#}");
+    // The schedule's `compression` (issue 19 §1): every payload it wrote is zstd, and the
+    // restores below read them.
+    let payloads: Vec<String> = walk(&dir.path().join("store"))
+        .into_iter()
+        .filter_map(|p| p.file_name()?.to_str().map(str::to_owned))
+        .filter(|n| n.starts_with("backup."))
+        .collect();
+    assert!(
+        !payloads.is_empty() && payloads.iter().all(|n| n == "backup.xbstream.zst"),
+        "{payloads:?}"
+    );
     assert!(text.contains("(incremental on "), "{text}");
     assert!(
         text.contains("the maximum per full"),
@@ -586,4 +598,18 @@ fn binlogs_read_from_the_server_over_the_network() {
         e.contains("--defaults-extra-file") && !e.contains("hunter2"),
         "{e}"
     );
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }

@@ -519,7 +519,8 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
         &[
             json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy", "metadata": {"name": "shop"},
                 "spec": {
-                    "objectStore": {"bucket": tidemark_store::testkit::BUCKET, "endpoint": w.s3.endpoint, "credentialsSecret": "s3"},
+                    "objectStore": {"bucket": tidemark_store::testkit::BUCKET, "endpoint": w.s3.endpoint, "credentialsSecret": "s3",
+                                    "compression": "zstd"},
                     "source": {"selector": {"matchLabels": {"app": "db"}}, "container": "mariadb", "credentialsSecret": "db"},
                     "retention": {"keepLast": 10},
                     "binlogArchive": {"server": {"host": service, "port": 3306}, "interval": "2s"},
@@ -546,6 +547,13 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
     // Scheduled incrementals (seed 002): the first backup of the data directory is a full.
     assert_eq!(st["type"], "full", "{st}");
     let full_id = st["backupId"].as_str().unwrap().to_owned();
+    // Compressed as the policy says (issue 19 §1): the Job's `tidemark push` got it.
+    let payload = stored_payload(&w.s3, "shop", "nightly", &full_id).await;
+    assert_eq!(payload["compression"], "zstd", "{payload}");
+    assert!(
+        payload["name"].as_str().unwrap().ends_with(".xbstream.zst"),
+        "{payload}"
+    );
     // It ran as a pod on the node, in the database's image.
     let job = st["jobName"].as_str().unwrap().to_owned();
     let pods: Api<Pod> = Api::namespaced(w.client(), ns);
@@ -577,9 +585,12 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
         ns,
         &[json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "Backup", "metadata": {"name": "incr-1"},
             "spec": {"policy": {"name": "shop"}, "method": "mariabackup", "target": "primary",
-                     "incremental": {"maxIncrementsPerFull": 2}}})],
+                     "incremental": {"maxIncrementsPerFull": 2}, "compression": "none"}})],
     );
     let st = completed(&w, ns, "incr-1").await;
+    // Its own setting overrides the policy's; the restores below read both kinds.
+    let payload = stored_payload(&w.s3, "shop", "incr-1", st["backupId"].as_str().unwrap()).await;
+    assert!(payload.get("compression").is_none(), "{payload}");
     // The type chosen when it started: an incremental on the full of this data directory.
     assert_eq!(st["type"], "incremental", "{st}");
     assert_eq!(st["parentId"], full_id.as_str(), "{st}");
@@ -1189,6 +1200,18 @@ async fn finished(w: &World, ns: &str, name: &str) -> serde_json::Value {
 }
 
 /// What the store recorded for an attempt (`metadata.json`'s phase), if anything.
+/// The first payload `metadata.json` of backup `name/id` records.
+async fn stored_payload(s3: &SeaweedFs, cluster: &str, name: &str, id: &str) -> serde_json::Value {
+    let meta = s3
+        .cluster_store(cluster)
+        .read(&tidemark_store::layout::metadata_key(name, id))
+        .await
+        .unwrap()
+        .expect("metadata.json");
+    let v: serde_json::Value = serde_json::from_slice(&meta).unwrap();
+    v["payload"][0].clone()
+}
+
 async fn stored_phase(s3: &SeaweedFs, cluster: &str, name: &str, id: &str) -> Option<String> {
     let meta = s3
         .cluster_store(cluster)

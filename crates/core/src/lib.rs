@@ -1,6 +1,7 @@
 //! Tidemark's pure domain: retention durations and policy, the inventory model, the
 //! restore model and the retention planner. No I/O, no clock: `now` is always passed in.
 
+pub mod compression;
 pub mod coverage;
 pub mod duration;
 pub mod inventory;

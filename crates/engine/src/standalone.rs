@@ -89,6 +89,8 @@ pub struct ScheduleRun {
     /// backup an incremental on the newest restorable backup of this schedule, a full when
     /// there is none or its chain holds `max` increments (`None`: forever incremental).
     pub incremental: Option<Option<u32>>,
+    /// The schedule's own compression, overriding the policy's (`None`: the policy's).
+    pub compression: Option<tidemark_core::compression::Compression>,
 }
 
 /// How the runner behaves.
@@ -544,7 +546,11 @@ async fn take(
     };
     let name = &sched.spec.name;
     // A boxed future (async_trait): dropping it below stops the attempt for real.
-    let mut run = ctx.runner.run(&ctx.store, &request, &NoProgress);
+    let store = match sched.compression {
+        Some(c) => ctx.store.clone().with_compression(c),
+        None => ctx.store.clone(),
+    };
+    let mut run = ctx.runner.run(&store, &request, &NoProgress);
     let stopped = async {
         while !*stop.borrow() {
             if stop.changed().await.is_err() {

@@ -43,6 +43,9 @@ pub fn store_env(os: &ObjectStoreSpec, keys: Option<&SecretKeys>) -> Vec<EnvVar>
     if let Some(pem) = &os.ca_bundle {
         env.push(plain("TIDEMARK_CA_BUNDLE", pem));
     }
+    if let Some(c) = &os.compression {
+        env.push(plain("TIDEMARK_COMPRESSION", c));
+    }
     if let Some(s) = keys {
         for (var, key) in &s.env {
             env.push(from_secret(var, &s.name, key));

@@ -258,6 +258,10 @@ pub async fn open_store(
         ca_bundle: os.ca_bundle.clone(),
         cloud_credentials,
     };
+    let compression = os
+        .compression()
+        .map_err(|e| Error::Invalid(e.to_string()))?;
     ClusterStore::open(&url, policy.spec.cluster_or(&policy.name_any()), &options)
+        .map(|s| s.with_compression(compression))
         .map_err(|e| Error::Engine(e.into()))
 }

@@ -170,7 +170,9 @@ impl Upload {
             .with_max_concurrency(in_flight);
         // zstd refusing its parameters (a level out of range cannot be set from outside
         // `Compression`) leaves the object uncompressed, and its record says so.
-        let compressor = store.compression.compressor().ok().flatten();
+        let compressor = crate::compress::compressor(store.compression)
+            .ok()
+            .flatten();
         let compression = compressor.as_ref().and(store.compression.recorded());
         Upload {
             key,

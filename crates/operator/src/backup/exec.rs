@@ -408,6 +408,11 @@ pub async fn advance(
     // never a second attempt under the same backup-id.
     crate::status::backup(api, &backup.name_any(), &running).await?;
     tracing::info!(backup = %backup.name_any(), "exec backup started: {}", plan.describe());
+    // The Backup's own compression overrides the policy's (refused above when invalid).
+    let store = match backup.spec.template.compression() {
+        Ok(Some(c)) => store.with_compression(c),
+        _ => store,
+    };
     spawn(ctx, backup, store, spec, plan, slot);
     Ok(Action::requeue(Duration::from_secs(30)))
 }

@@ -26,6 +26,15 @@ pub const JOB_DEADLINE_SECONDS: i64 = 24 * 3600;
 /// status by then — so finished Jobs do not pile up beside their Backups.
 pub const FINISHED_JOB_TTL_SECONDS: i32 = 24 * 3600;
 
+/// A Backup's own `compression` (it overrides the policy's, which [`pod::store_env`] put
+/// in `env`) as `TIDEMARK_COMPRESSION`, which `tidemark push` reads.
+fn compression_env(env: &mut Vec<k8s_openapi::api::core::v1::EnvVar>, backup: &Backup) {
+    if let Some(c) = &backup.spec.template.compression {
+        env.retain(|e| e.name != "TIDEMARK_COMPRESSION");
+        env.push(pod::plain("TIDEMARK_COMPRESSION", c));
+    }
+}
+
 /// The Job's name: `<backup>-<uid>-backup` (the Backup's name cut to fit 63 characters,
 /// and the first 8 hex digits of its uid), so two Backups — two slots of a long-named
 /// schedule, or a Backup deleted and created again under its name — never share a Job.
@@ -143,6 +152,7 @@ impl JobPlan<'_> {
 
         let mut env = vec![pod::plain("TIDEMARK_LOG", "info")];
         env.extend(pod::store_env(os, self.store_secret.as_ref()));
+        compression_env(&mut env, self.backup);
         if let Some(db) = &self.source.credentials_secret {
             env.extend(pod::login_env(db));
         }
@@ -285,6 +295,7 @@ pub fn user_job(
         pod::plain("TIDEMARK_BACKUP_ID", backup_id),
     ];
     env.extend(pod::store_env(os, store_secret));
+    compression_env(&mut env, backup);
     let spec = template.spec.get_or_insert_with(Default::default);
     if spec.containers.is_empty() {
         return Err("spec.jobTemplate has no containers".into());

@@ -357,6 +357,9 @@ impl Step {
         if let t @ BackupType::Unknown(_) = &backup.spec.kind {
             return Some(format!("spec.type: {}", t.unknown()));
         }
+        if let Err(e) = backup.spec.template.compression() {
+            return Some(e.to_string());
+        }
         if let Some(Err(e)) = backup
             .spec
             .incremental
@@ -669,17 +672,30 @@ mod tests {
 
     /// The backup Job of an incremental Backup `m` of policy `shop` from pod `p`.
     fn job_of(p: &Pod) -> Job {
+        job_compressed(p, None, None)
+    }
+
+    /// [`job_of`] with the policy's and the Backup's `compression`.
+    fn job_compressed(p: &Pod, policy_says: Option<&str>, backup_says: Option<&str>) -> Job {
         let s = source();
+        let mut os = json!({"bucket": "b", "path": "prod", "endpoint": "http://s3:9000", "credentialsSecret": "s3"});
+        if let Some(c) = policy_says {
+            os["compression"] = json!(c);
+        }
         let policy: BackupPolicy = serde_json::from_value(json!({
             "apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy",
             "metadata": {"name": "shop", "namespace": "ns"},
-            "spec": {"objectStore": {"bucket": "b", "path": "prod", "endpoint": "http://s3:9000", "credentialsSecret": "s3"}},
+            "spec": {"objectStore": os},
         }))
         .unwrap();
+        let mut spec = json!({"policy": {"name": "shop"}, "type": "incremental", "ttl": "7d"});
+        if let Some(c) = backup_says {
+            spec["compression"] = json!(c);
+        }
         let b: Backup = serde_json::from_value(json!({
             "apiVersion": "tidemark.io/v1alpha1", "kind": "Backup",
             "metadata": {"name": "m", "namespace": "ns", "uid": "abcdef12-0000", "creationTimestamp": "2026-11-22T02:00:01Z"},
-            "spec": {"policy": {"name": "shop"}, "type": "incremental", "ttl": "7d"},
+            "spec": spec,
         }))
         .unwrap();
         let plan = JobPlan {
@@ -703,6 +719,40 @@ mod tests {
             }),
         };
         plan.job().unwrap()
+    }
+
+    /// The policy's `objectStore.compression` reaches the backup Job as
+    /// `TIDEMARK_COMPRESSION` (which `tidemark push` reads); a Backup's own `compression`
+    /// overrides it, once.
+    #[test]
+    fn the_job_compresses_as_the_backup_or_its_policy_says() {
+        let p = pod("db-1", Some("replica"), true);
+        let setting = |job: &Job| -> Vec<String> {
+            job.spec
+                .as_ref()
+                .unwrap()
+                .template
+                .spec
+                .as_ref()
+                .unwrap()
+                .containers[0]
+                .env
+                .iter()
+                .flatten()
+                .filter(|e| e.name == "TIDEMARK_COMPRESSION")
+                .map(|e| e.value.clone().unwrap_or_default())
+                .collect()
+        };
+        assert!(setting(&job_compressed(&p, None, None)).is_empty());
+        assert_eq!(setting(&job_compressed(&p, Some("zstd"), None)), ["zstd"]);
+        assert_eq!(
+            setting(&job_compressed(&p, Some("zstd"), Some("none"))),
+            ["none"]
+        );
+        assert_eq!(
+            setting(&job_compressed(&p, None, Some("zstd:9"))),
+            ["zstd:9"]
+        );
     }
 
     #[test]

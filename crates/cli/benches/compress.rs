@@ -1,0 +1,187 @@
+//! Compression on the stream (issue 19 §1): `tidemark push` of a real `mariabackup`
+//! stream to a local SeaweedFS, uncompressed and with zstd at three levels, side by side
+//! with `zstd -T0 -3 | aws s3 cp -` on the same bytes. Reports each run's throughput (of
+//! the content, MiB/s) and ratio (content ÷ stored), the median of the runs.
+//!
+//! The stream: a MariaDB server (the Debian packages the tests use) filled with
+//! `TIDEMARK_BENCH_COMPRESS_MIB` (default 1024) MiB of rows — text that compresses as
+//! real tables do, neither random nor repeated — then `mariabackup --backup
+//! --stream=xbstream` into a file every run reads. `TIDEMARK_BENCH_ROUNDS` sets the runs
+//! (default 3). `cargo bench -p tidemark --bench compress`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::fs::File;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use common::env_usize;
+use tidemark_store::testkit::{ACCESS_KEY, BUCKET, MariaDb, SECRET_KEY, SeaweedFs};
+
+/// Fills the server with about `mib` MiB of rows: words from a small vocabulary with
+/// numbers and dates, as an orders table holds.
+fn fill(db: &MariaDb, mib: usize) {
+    db.sql(
+        "CREATE DATABASE shop; CREATE TABLE shop.orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, \
+         customer VARCHAR(64), item VARCHAR(64), note VARCHAR(400), qty INT, price DECIMAL(10,2), \
+         at DATETIME) ENGINE=InnoDB",
+    );
+    // One seed batch of 10,000 rows, then doubling by INSERT … SELECT with new values.
+    let words = [
+        "blue", "green", "crate", "bolt", "valve", "north", "order", "return", "express",
+        "standard", "paid", "pending", "shipped", "fragile", "bulk", "retail",
+    ];
+    let mut rows = Vec::new();
+    for i in 0..10_000u64 {
+        let w = |k: u64| words[((i * 7 + k * 13) % words.len() as u64) as usize];
+        rows.push(format!(
+            "('customer-{}','{}-{}-{}','{} {} {} {} order {} for {}',{},{}.{:02},'2026-{:02}-{:02} {:02}:{:02}:00')",
+            i % 997,
+            w(1),
+            w(2),
+            i % 53,
+            w(3),
+            w(4),
+            w(5),
+            w(6),
+            i,
+            w(7),
+            i % 9 + 1,
+            i % 500,
+            i % 100,
+            i % 12 + 1,
+            i % 28 + 1,
+            i % 24,
+            i % 60
+        ));
+    }
+    // In batches: one client argument must stay under the kernel's limit.
+    for batch in rows.chunks(400) {
+        db.sql(&format!(
+            "INSERT INTO shop.orders (customer,item,note,qty,price,at) VALUES {}",
+            batch.join(",")
+        ));
+    }
+    loop {
+        let size: f64 = db
+            .sql("SELECT (data_length+index_length)/1048576 FROM information_schema.tables WHERE table_schema='shop' AND table_name='orders'")
+            .trim()
+            .parse()
+            .unwrap_or(0.0);
+        if size >= mib as f64 {
+            break;
+        }
+        db.sql(
+            "INSERT INTO shop.orders (customer,item,note,qty,price,at) \
+             SELECT CONCAT('customer-', FLOOR(RAND()*5000)), item, \
+             CONCAT(note, ' ', FLOOR(RAND()*100000)), qty, price*1.1, at + INTERVAL FLOOR(RAND()*900) DAY \
+             FROM shop.orders",
+        );
+    }
+}
+
+/// The run's median throughput (content MiB/s) and its stored size.
+fn median(mut runs: Vec<(f64, u64)>) -> (f64, u64) {
+    runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+    runs[runs.len() / 2]
+}
+
+fn main() {
+    let mib = env_usize("TIDEMARK_BENCH_COMPRESS_MIB", 1024);
+    let rounds = env_usize("TIDEMARK_BENCH_ROUNDS", 3);
+    let zstd = common::tool("zstd").expect("zstd is missing: apt-get install zstd");
+    let aws = common::tool("aws").expect("aws is missing: run bench/install-peers.sh first");
+    let db = MariaDb::start();
+    let t = Instant::now();
+    fill(&db, mib);
+    eprintln!("filled {mib} MiB in {:.0?}", t.elapsed());
+    let stream = tempfile::NamedTempFile::new().unwrap();
+    let mut cmd = Command::new("mariabackup");
+    cmd.args(db.client_args())
+        .args(["--backup", "--stream=xbstream", "--target-dir"])
+        .arg(tempfile::tempdir().unwrap().keep())
+        .stdout(File::create(stream.path()).unwrap())
+        .stderr(Stdio::null());
+    assert!(cmd.status().unwrap().success(), "mariabackup failed");
+    let content = std::fs::metadata(stream.path()).unwrap().len();
+    eprintln!("mariabackup stream: {:.0} MiB", content as f64 / 1048576.0);
+    let server = SeaweedFs::start();
+    let mib_of = |b: u64| b as f64 / 1048576.0;
+    let env = |c: &mut Command| {
+        c.env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+            .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_DEFAULT_REGION", "us-east-1")
+            .env_remove("AWS_CA_BUNDLE")
+            .env_remove("TIDEMARK_COMPRESSION");
+    };
+    println!("| run | MiB/s (content) | ratio | ÷ uncompressed push |");
+    println!("|---|---:|---:|---:|");
+    let mut baseline = None;
+    for setting in ["none", "zstd:1", "zstd:3", "zstd:9"] {
+        let runs = (0..rounds)
+            .map(|i| {
+                let mut c = Command::new(env!("CARGO_BIN_EXE_tidemark"));
+                env(&mut c);
+                c.args([
+                    "push",
+                    "--store",
+                    &format!("s3://{BUCKET}"),
+                    "--cluster",
+                    "bench",
+                ])
+                .args(["--endpoint", &server.endpoint, "--ext", "xbstream"])
+                .args(["--backup-name", &format!("c{i}"), "--compression", setting])
+                .args(["--output", "json"])
+                .stdin(File::open(stream.path()).unwrap())
+                .stderr(Stdio::inherit());
+                let t = Instant::now();
+                let out = c.output().unwrap();
+                let secs = t.elapsed().as_secs_f64();
+                assert!(out.status.success(), "push {setting} failed");
+                let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+                (mib_of(content) / secs, v["size"].as_u64().unwrap())
+            })
+            .collect();
+        let (speed, stored) = median(runs);
+        let base = *baseline.get_or_insert(speed);
+        println!(
+            "| `tidemark push --compression {setting}` | {speed:.1} | {:.2} | {:.2} |",
+            content as f64 / stored as f64,
+            speed / base
+        );
+    }
+    // The peer: zstd's own CLI (all cores) into `aws s3 cp -`.
+    let runs = (0..rounds)
+        .map(|i| {
+            let script = format!(
+                "{} -T0 -3 -c < {} | {} --endpoint-url {} s3 cp - s3://{BUCKET}/peer/{i}.zst --quiet",
+                zstd.display(),
+                stream.path().display(),
+                aws.display(),
+                server.endpoint
+            );
+            let mut c = Command::new("sh");
+            env(&mut c);
+            c.args(["-c", &script]);
+            let t = Instant::now();
+            assert!(c.status().unwrap().success(), "zstd | aws s3 cp failed");
+            let secs = t.elapsed().as_secs_f64();
+            (mib_of(content) / secs, 0)
+        })
+        .collect();
+    let (speed, _) = median(runs);
+    let ratio = {
+        let out = Command::new(&zstd)
+            .args(["-T0", "-3", "-c"])
+            .stdin(File::open(stream.path()).unwrap())
+            .output()
+            .unwrap();
+        content as f64 / out.stdout.len() as f64
+    };
+    println!(
+        "| `zstd -T0 -3 \\| aws s3 cp -` | {speed:.1} | {ratio:.2} | {:.2} |",
+        speed / baseline.unwrap_or(speed)
+    );
+}

@@ -188,7 +188,8 @@ async fn stream_directory(
     .await;
     if let (Err(RestoreError::Tool { .. }), spec) = (&finished, attempt.spec()) {
         // The bytes are of a failed stream: remove them rather than leave them for the TTL.
-        tidemark_store::transfer::remove_payload(attempt.store(), spec, &spec.payload_name).await;
+        let name = tidemark_store::transfer::payload_name(attempt.store(), spec);
+        tidemark_store::transfer::remove_payload(attempt.store(), spec, &name).await;
     }
     Ok(finished?)
 }

@@ -78,7 +78,7 @@ impl fmt::Debug for Decompressor {
 }
 
 /// Output buffer per call into zstd.
-const OUT_CHUNK: usize = 256 << 10;
+pub const OUT_CHUNK: usize = 256 << 10;
 
 /// An object recorded with a compression this version does not read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -100,28 +100,56 @@ impl Decompressor {
         }
     }
 
-    /// Takes stored bytes; returns the content decompressed so far.
+    /// Decompresses from `input` into `out`: how much of `input` it used and how much of
+    /// `out` it filled. Call again with the rest of `input` while it used less than all of
+    /// it or filled `out` whole — the content of a small input can be huge (a run of zeros),
+    /// so it is handed over a bounded buffer at a time.
     ///
     /// # Errors
     /// The bytes are not a valid zstd stream (or fail its checksum).
-    pub fn push(&mut self, chunk: &[u8]) -> std::io::Result<Vec<u8>> {
+    pub fn step(&mut self, input: &[u8], out: &mut [u8]) -> std::io::Result<(usize, usize)> {
         use zstd::stream::raw::{InBuffer, Operation, OutBuffer};
-        let mut input = InBuffer::around(chunk);
+        let mut inb = InBuffer::around(input);
+        let mut outb = OutBuffer::around(out);
+        let hint = self.raw.run(&mut inb, &mut outb)?;
+        let (used, written) = (inb.pos(), outb.pos());
+        // A call that moved nothing (more output wanted after a frame ended) says nothing
+        // new about where the stream stands.
+        if used > 0 || written > 0 {
+            self.hint = hint;
+        }
+        Ok((used, written))
+    }
+
+    /// Whether the stored bytes so far end on a whole frame; an error when they stop inside
+    /// one (the object is cut short).
+    ///
+    /// # Errors
+    /// The stream was cut short.
+    pub fn check_end(&self) -> std::io::Result<()> {
+        if self.hint != 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the zstd stream ends inside a frame (the object is cut short)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// All the content of `chunk` at once (for small inputs and tests; readers of objects
+    /// use [`Decompressor::step`]).
+    ///
+    /// # Errors
+    /// As [`Decompressor::step`].
+    pub fn push(&mut self, chunk: &[u8]) -> std::io::Result<Vec<u8>> {
         let mut content = Vec::new();
         let mut out = vec![0u8; OUT_CHUNK];
+        let mut pos = 0;
         loop {
-            let before = input.pos();
-            let mut output = OutBuffer::around(&mut out[..]);
-            let hint = self.raw.run(&mut input, &mut output)?;
-            let (written, full) = (output.pos(), output.pos() == OUT_CHUNK);
-            // A call that moved nothing (more output wanted after a frame ended) says
-            // nothing new about where the stream stands.
-            if written > 0 || input.pos() > before {
-                self.hint = hint;
-            }
+            let (used, written) = self.step(&chunk[pos..], &mut out)?;
+            pos += used;
             content.extend_from_slice(&out[..written]);
-            // Done with this chunk once it is consumed and zstd had room to spare.
-            if input.pos() == chunk.len() && !full {
+            if pos == chunk.len() && written < OUT_CHUNK {
                 return Ok(content);
             }
         }
@@ -133,12 +161,7 @@ impl Decompressor {
     /// The stream was cut short.
     pub fn finish(mut self) -> std::io::Result<Vec<u8>> {
         let rest = self.push(&[])?;
-        if self.hint != 0 {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "the zstd stream ends inside a frame (the object is cut short)",
-            ));
-        }
+        self.check_end()?;
         Ok(rest)
     }
 }
@@ -193,6 +216,42 @@ mod tests {
             back.extend(d.finish().unwrap());
             assert!(back == data, "{c}: the content differs");
         }
+    }
+
+    /// A few KiB of stored bytes can hold GiB of content (runs of zeros, as in InnoDB's
+    /// preallocated files): a reader gets it a bounded buffer at a time.
+    #[test]
+    fn huge_content_comes_a_buffer_at_a_time() {
+        let mut comp = compressor(Compression::Zstd {
+            level: 3,
+            workers: 0,
+        })
+        .unwrap()
+        .unwrap();
+        let zeros = vec![0u8; 1 << 20];
+        let mut stored = Vec::new();
+        for _ in 0..256 {
+            stored.extend(comp.push(&zeros).unwrap());
+        }
+        stored.extend(comp.finish().unwrap());
+        assert!(stored.len() < 64 << 10, "{}", stored.len());
+        let mut d = Decompressor::for_recorded(Some(ZSTD)).unwrap().unwrap();
+        let mut out = vec![0u8; OUT_CHUNK];
+        let (mut total, mut calls) = (0usize, 0usize);
+        let mut pos = 0;
+        loop {
+            let (used, written) = d.step(&stored[pos..], &mut out).unwrap();
+            pos += used;
+            total += written;
+            calls += 1;
+            assert!(out[..written].iter().all(|&b| b == 0));
+            if pos == stored.len() && written < out.len() {
+                break;
+            }
+        }
+        d.check_end().unwrap();
+        assert_eq!(total, 256 << 20);
+        assert!(calls >= (256 << 20) / OUT_CHUNK, "{calls}");
     }
 
     #[test]

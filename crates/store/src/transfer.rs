@@ -153,11 +153,7 @@ impl Upload {
     /// An invalid name or id.
     pub fn start(store: &ClusterStore, spec: &BackupSpec) -> Result<Self, TransferError> {
         check_spec(spec)?;
-        // A compressed payload says so in its name too (`backup.xbstream.zst`).
-        let name = match store.compression.recorded() {
-            Some(_) => format!("{}{}", spec.payload_name, crate::compress::ZSTD_SUFFIX),
-            None => spec.payload_name.clone(),
-        };
+        let name = payload_name(store, spec);
         let key = layout::payload_key(&spec.backup_name, &spec.backup_id, &name);
         Ok(Upload::to_key(store, key, &name))
     }
@@ -255,6 +251,15 @@ impl Upload {
             tracing::warn!(error = %e, key = %store.display_key(&self.key), "could not abort the upload");
         }
         let _ = store.inner.delete(&self.key).await;
+    }
+}
+
+/// The payload object's name for `spec` in `store`: a compressed payload says so in its name
+/// too (`backup.xbstream.zst`).
+pub fn payload_name(store: &ClusterStore, spec: &BackupSpec) -> String {
+    match store.compression.recorded() {
+        Some(_) => format!("{}{}", spec.payload_name, crate::compress::ZSTD_SUFFIX),
+        None => spec.payload_name.clone(),
     }
 }
 
@@ -804,6 +809,8 @@ pub async fn copy_verified(
     // damaged object is reported by its checksum (it changed in the store) rather than by
     // zstd (it was written so).
     let mut problem = None;
+    // Decompressed content goes to the sink a bounded buffer at a time.
+    let mut out = vec![0u8; crate::compress::OUT_CHUNK];
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|source| request(store, "reading", key, source))?;
         hasher.update(&chunk);
@@ -812,21 +819,52 @@ pub async fn copy_verified(
         if problem.is_some() {
             continue;
         }
-        match decompressor.as_mut().map(|d| d.push(&chunk)) {
-            None => sink.write_all(&chunk).await.map_err(TransferError::Sink)?,
-            Some(Ok(content)) => sink
-                .write_all(&content)
-                .await
-                .map_err(TransferError::Sink)?,
-            Some(Err(e)) => problem = Some(e.to_string()),
+        let Some(d) = decompressor.as_mut() else {
+            sink.write_all(&chunk).await.map_err(TransferError::Sink)?;
+            continue;
+        };
+        let mut pos = 0;
+        loop {
+            match d.step(&chunk[pos..], &mut out) {
+                Ok((used, written)) => {
+                    pos += used;
+                    sink.write_all(&out[..written])
+                        .await
+                        .map_err(TransferError::Sink)?;
+                    if pos == chunk.len() && written < out.len() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    problem = Some(e.to_string());
+                    break;
+                }
+            }
         }
     }
     if problem.is_none()
-        && let Some(d) = decompressor
+        && let Some(d) = decompressor.as_mut()
     {
-        match d.finish() {
-            Ok(rest) => sink.write_all(&rest).await.map_err(TransferError::Sink)?,
-            Err(e) => problem = Some(e.to_string()),
+        loop {
+            match d.step(&[], &mut out) {
+                Ok((_, written)) => {
+                    sink.write_all(&out[..written])
+                        .await
+                        .map_err(TransferError::Sink)?;
+                    if written < out.len() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    problem = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        if problem.is_none()
+            && let Err(e) = d.check_end()
+        {
+            problem = Some(e.to_string());
         }
     }
     sink.flush().await.map_err(TransferError::Sink)?;

@@ -806,6 +806,40 @@ async fn exec_and_job_methods(w: Arc<World>) {
     assert!(notes.contains("exited 3"), "{notes}");
 }
 
+/// The StatefulSet `app` of the PVC reaper scenarios: each pod appends its name to
+/// `/data/log` on a claim from the template `data` (local volumes), then sleeps; with
+/// `node_selector`, it runs only where the node carries that label.
+fn reaped_statefulset(
+    app: &str,
+    replicas: u32,
+    node_selector: Option<(&str, &str)>,
+) -> serde_json::Value {
+    let mut pod = json!({
+        "terminationGracePeriodSeconds": 1,
+        "containers": [{"name": "c", "image": MARIADB_IMAGE, "imagePullPolicy": "Never",
+            "command": ["sh", "-c", "echo \"$HOSTNAME was here\" >> /data/log; exec sleep 3600"],
+            "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+    });
+    if let Some((k, v)) = node_selector {
+        pod["nodeSelector"] = json!({ k: v });
+    }
+    json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": app},
+    "spec": {
+        "serviceName": app, "replicas": replicas,
+        "selector": {"matchLabels": {"app": app}},
+        "template": {"metadata": {"labels": {"app": app}}, "spec": pod},
+        "volumeClaimTemplates": [{"metadata": {"name": "data", "labels": {"app": app}}, "spec": {
+            "accessModes": ["ReadWriteOnce"], "storageClassName": LOCAL_STORAGE_CLASS,
+            "resources": {"requests": {"storage": "1Gi"}}}}],
+    }})
+}
+
+/// A VolumeClaimRetention `app` over the claims labelled `app`, ttl 1d, Retain volumes too.
+fn claim_retention(app: &str) -> serde_json::Value {
+    json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "VolumeClaimRetention", "metadata": {"name": app},
+        "spec": {"selector": {"matchLabels": {"app": app}}, "ttl": "1d", "deleteRetainedVolumes": true}})
+}
+
 /// The PVC reaper (VolumeClaimRetention) against claims real pods mount: a StatefulSet's
 /// pod goes, its claim is stamped; the pod comes back on it, the stamp goes; unmounted
 /// past the TTL, the claim is deleted, and the pod the StatefulSet makes next gets a new
@@ -814,29 +848,8 @@ async fn pvc_reaper_on_real_mounts(w: Arc<World>) {
     let ns = "reaper";
     w.node.namespace(ns).await;
     w.node.local_volumes(2).await;
-    let statefulset = |replicas: u32| {
-        json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "cache"},
-        "spec": {
-            "serviceName": "cache", "replicas": replicas,
-            "selector": {"matchLabels": {"app": "cache"}},
-            "template": {"metadata": {"labels": {"app": "cache"}}, "spec": {
-                "terminationGracePeriodSeconds": 1,
-                "containers": [{"name": "c", "image": MARIADB_IMAGE, "imagePullPolicy": "Never",
-                    "command": ["sh", "-c", "echo \"$HOSTNAME was here\" >> /data/log; exec sleep 3600"],
-                    "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}},
-            "volumeClaimTemplates": [{"metadata": {"name": "data", "labels": {"app": "cache"}}, "spec": {
-                "accessModes": ["ReadWriteOnce"], "storageClassName": LOCAL_STORAGE_CLASS,
-                "resources": {"requests": {"storage": "1Gi"}}}}],
-        }})
-    };
-    w.apply(
-        ns,
-        &[
-            statefulset(1),
-            json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "VolumeClaimRetention", "metadata": {"name": "cache"},
-                "spec": {"selector": {"matchLabels": {"app": "cache"}}, "ttl": "1d", "deleteRetainedVolumes": true}}),
-        ],
-    );
+    let statefulset = |replicas: u32| reaped_statefulset("cache", replicas, None);
+    w.apply(ns, &[statefulset(1), claim_retention("cache")]);
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(w.client(), ns);
     let pods: Api<Pod> = Api::namespaced(w.client(), ns);
     let running = || async {
@@ -942,30 +955,8 @@ async fn an_expired_claim_is_never_mounted_again(w: Arc<World>) {
         &format!("{GATE}=open"),
         "--overwrite",
     ]);
-    let statefulset = |replicas: u32| {
-        json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "gated"},
-        "spec": {
-            "serviceName": "gated", "replicas": replicas,
-            "selector": {"matchLabels": {"app": "gated"}},
-            "template": {"metadata": {"labels": {"app": "gated"}}, "spec": {
-                "terminationGracePeriodSeconds": 1,
-                "nodeSelector": {GATE: "open"},
-                "containers": [{"name": "c", "image": MARIADB_IMAGE, "imagePullPolicy": "Never",
-                    "command": ["sh", "-c", "echo \"$HOSTNAME was here\" >> /data/log; exec sleep 3600"],
-                    "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}},
-            "volumeClaimTemplates": [{"metadata": {"name": "data", "labels": {"app": "gated"}}, "spec": {
-                "accessModes": ["ReadWriteOnce"], "storageClassName": LOCAL_STORAGE_CLASS,
-                "resources": {"requests": {"storage": "1Gi"}}}}],
-        }})
-    };
-    w.apply(
-        ns,
-        &[
-            statefulset(1),
-            json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "VolumeClaimRetention", "metadata": {"name": "gated"},
-                "spec": {"selector": {"matchLabels": {"app": "gated"}}, "ttl": "1d", "deleteRetainedVolumes": true}}),
-        ],
-    );
+    let statefulset = |replicas: u32| reaped_statefulset("gated", replicas, Some((GATE, "open")));
+    w.apply(ns, &[statefulset(1), claim_retention("gated")]);
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(w.client(), ns);
     let pods: Api<Pod> = Api::namespaced(w.client(), ns);
     let phase_of = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.clone());

@@ -365,6 +365,14 @@ fn pending(pod: &Pod) -> bool {
         && !started(pod)
 }
 
+/// How the events name an expired claim.
+fn expired_note(vcr: &VolumeClaimRetention, claim: &str, since: Timestamp) -> String {
+    format!(
+        "PersistentVolumeClaim {claim} expired (no running pod mounted it since {since}, ttl {})",
+        vcr.spec.ttl
+    )
+}
+
 /// What to do with an expired claim a not-finished pod references.
 #[derive(Debug)]
 enum Eligible {
@@ -390,10 +398,7 @@ async fn eligibility(
 ) -> Result<Eligible, Error> {
     let ns = vcr.namespace().unwrap_or_default();
     let (name, pod_name) = (claim.name_any(), pod.name_any());
-    let expired = format!(
-        "PersistentVolumeClaim {name} expired (no running pod mounted it since {since}, ttl {})",
-        vcr.spec.ttl
-    );
+    let expired = expired_note(vcr, &name, since);
     if pod.metadata.deletion_timestamp.is_some() {
         return Ok(Eligible::Later);
     }
@@ -525,8 +530,8 @@ async fn replace(
         &vcr.object_ref(&()),
         "ExpiredClaimReplaced",
         &format!(
-            "PersistentVolumeClaim {name} expired (no running pod mounted it since {since}, ttl {}), and pending pod {pod_name} of StatefulSet {set} referenced it: deleted the claim{pod_note}, so that the StatefulSet recreates the pod on a fresh claim; an expired claim is never mounted again",
-            vcr.spec.ttl
+            "{}, and pending pod {pod_name} of StatefulSet {set} referenced it: deleted the claim{pod_note}, so that the StatefulSet recreates the pod on a fresh claim; an expired claim is never mounted again",
+            expired_note(vcr, &name, since)
         ),
     )
     .await;

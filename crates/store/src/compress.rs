@@ -135,41 +135,27 @@ impl Decompressor {
         }
         Ok(())
     }
-
-    /// All the content of `chunk` at once (for small inputs and tests; readers of objects
-    /// use [`Decompressor::step`]).
-    ///
-    /// # Errors
-    /// As [`Decompressor::step`].
-    pub fn push(&mut self, chunk: &[u8]) -> std::io::Result<Vec<u8>> {
-        let mut content = Vec::new();
-        let mut out = vec![0u8; OUT_CHUNK];
-        let mut pos = 0;
-        loop {
-            let (used, written) = self.step(&chunk[pos..], &mut out)?;
-            pos += used;
-            content.extend_from_slice(&out[..written]);
-            if pos == chunk.len() && written < OUT_CHUNK {
-                return Ok(content);
-            }
-        }
-    }
-
-    /// The rest of the content; an error when the stored bytes ended inside a frame.
-    ///
-    /// # Errors
-    /// The stream was cut short.
-    pub fn finish(mut self) -> std::io::Result<Vec<u8>> {
-        let rest = self.push(&[])?;
-        self.check_end()?;
-        Ok(rest)
-    }
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// All of `stored` decompressed at once (readers of objects use `step`).
+    fn decompress(d: &mut Decompressor, stored: &[u8]) -> std::io::Result<Vec<u8>> {
+        let mut content = Vec::new();
+        let mut out = vec![0u8; OUT_CHUNK];
+        let mut pos = 0;
+        loop {
+            let (used, written) = d.step(&stored[pos..], &mut out)?;
+            pos += used;
+            content.extend_from_slice(&out[..written]);
+            if pos == stored.len() && written < OUT_CHUNK {
+                return Ok(content);
+            }
+        }
+    }
 
     #[test]
     fn settings_parse_and_print() {
@@ -211,9 +197,10 @@ mod tests {
             let mut d = Decompressor::for_recorded(c.recorded()).unwrap().unwrap();
             let mut back = Vec::new();
             for chunk in stored.chunks(77_777) {
-                back.extend(d.push(chunk).unwrap());
+                back.extend(decompress(&mut d, chunk).unwrap());
             }
-            back.extend(d.finish().unwrap());
+            back.extend(decompress(&mut d, &[]).unwrap());
+            d.check_end().unwrap();
             assert!(back == data, "{c}: the content differs");
         }
     }
@@ -269,11 +256,11 @@ mod tests {
         let mid = flipped.len() / 2;
         flipped[mid] ^= 0xff;
         let mut d = Decompressor::for_recorded(Some(ZSTD)).unwrap().unwrap();
-        let r = d.push(&flipped).and_then(|_| d.finish());
+        let r = decompress(&mut d, &flipped).and_then(|_| d.check_end());
         assert!(r.is_err(), "a damaged stream decompressed");
         // Cut short: the frame never ends.
         let mut d = Decompressor::for_recorded(Some(ZSTD)).unwrap().unwrap();
-        let r = d.push(&stored[..stored.len() - 6]).and_then(|_| d.finish());
+        let r = decompress(&mut d, &stored[..stored.len() - 6]).and_then(|_| d.check_end());
         assert!(r.is_err(), "a truncated stream decompressed");
     }
 }

@@ -481,6 +481,84 @@ pub struct ObjectStoreSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(tidemark_core::compression::COMPRESSION_RULE).message(tidemark_core::compression::COMPRESSION_FORM))]
     pub compression: Option<String>,
+    /// Client-side encryption of payloads and binlog segments (age, X25519): the store
+    /// only ever sees ciphertext. `metadata.json` and the binlog index stay readable, so
+    /// retention works without keys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<EncryptionSpec>,
+}
+
+/// The bech32 form of an age X25519 recipient (`age1` and 58 characters).
+pub const RECIPIENT_PATTERN: &str = "^age1[02-9ac-hj-np-z]{58}$";
+/// Most recipients one store encrypts to.
+pub const MAX_RECIPIENTS: usize = 16;
+
+/// Who new objects are encrypted to, and where the keys to read them are.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EncryptionSpec {
+    /// age X25519 public keys (`age1…`, as `age-keygen` or `tidemark keygen` prints them)
+    /// new payloads and segments are encrypted to; any one of their identities reads them.
+    /// Changing the list affects new objects only: older ones keep theirs (recorded by
+    /// fingerprint), so rotate by adding the new key, and drop the old identity only once
+    /// nothing encrypted to it is kept.
+    #[serde(default)]
+    #[schemars(length(max = 16), inner(pattern(RECIPIENT_PATTERN)))]
+    pub recipients: Vec<String>,
+    /// A file of age identities (`AGE-SECRET-KEY-1…` lines) for reading encrypted objects:
+    /// restores and consolidation (`tidemark` command and `tidemark run` only; relative to
+    /// the policy file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
+    pub identity_file: Option<String>,
+    /// The Secret of the policy's namespace whose key `identity` holds the age identities
+    /// (operator only): consolidation Jobs read encrypted chains with it. Without it,
+    /// encrypted chains are not consolidated (they are kept whole).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(crate::names::SUBDOMAIN_PATTERN), length(max = 253))]
+    pub identity_secret: Option<String>,
+}
+
+impl EncryptionSpec {
+    /// Checks the recipients' form and count, and the Secret's name.
+    ///
+    /// # Errors
+    /// The first value that is not accepted, with the accepted form.
+    pub fn validate(&self) -> Result<(), PolicyFileError> {
+        if self.recipients.len() > MAX_RECIPIENTS {
+            return Err(PolicyFileError::Invalid {
+                field: "spec.objectStore.encryption.recipients",
+                problem: format!(
+                    "{} recipients: at most {MAX_RECIPIENTS}",
+                    self.recipients.len()
+                ),
+            });
+        }
+        for r in &self.recipients {
+            if !is_recipient(r) {
+                return Err(PolicyFileError::Invalid {
+                    field: "spec.objectStore.encryption.recipients",
+                    problem: format!(
+                        "{:?} is not an age X25519 public key (age1 and 58 bech32 characters)",
+                        r.chars().take(80).collect::<String>()
+                    ),
+                });
+            }
+        }
+        if let Some(secret) = &self.identity_secret {
+            crate::names::dns_subdomain("spec.objectStore.encryption.identitySecret", secret)?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether `value` has the form of an age X25519 recipient ([`RECIPIENT_PATTERN`]; the
+/// checksum is checked where the key is used).
+pub fn is_recipient(value: &str) -> bool {
+    const BECH32: &[u8] = b"qpzry9x8gf2tvdw0s3jn54khce6mua7l";
+    value.len() == 62
+        && value.starts_with("age1")
+        && value.as_bytes()[4..].iter().all(|c| BECH32.contains(c))
 }
 
 impl ObjectStoreSpec {
@@ -696,6 +774,9 @@ impl BackupPolicySpec {
         if let Some(os) = &self.object_store {
             os.store_url()?;
             os.compression()?;
+            if let Some(e) = &os.encryption {
+                e.validate()?;
+            }
             if let Some(secret) = &os.credentials_secret {
                 crate::names::dns_subdomain("spec.objectStore.credentialsSecret", secret)?;
             }
@@ -822,6 +903,35 @@ impl BackupPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The schema's recipient pattern (what every API server enforces) and the code's check
+    /// agree.
+    #[test]
+    fn recipient_pattern_and_code_agree() {
+        let re = regex::Regex::new(RECIPIENT_PATTERN).unwrap();
+        let good = format!(
+            "age1{}",
+            "qpzry9x8gf2tvdw0s3jn54khce6mua7l".repeat(2)[..58].to_owned()
+        );
+        for (v, ok) in [
+            (good.clone(), true),
+            (good.to_uppercase(), false),
+            (good.replace('q', "b"), false),
+            (good[..61].to_owned(), false),
+            (format!("{good}q"), false),
+            ("age1".to_owned(), false),
+            (format!("age2{}", &good[4..]), false),
+        ] {
+            assert_eq!(re.is_match(&v), ok, "{v}");
+            assert_eq!(is_recipient(&v), ok, "{v}");
+        }
+        let spec = EncryptionSpec {
+            recipients: vec!["age1nope".into()],
+            ..Default::default()
+        };
+        let e = spec.validate().unwrap_err().to_string();
+        assert!(e.contains("age1nope") && e.contains("recipients"), "{e}");
+    }
 
     #[test]
     fn an_unknown_enum_value_is_read_then_refused_by_name() {

@@ -73,6 +73,17 @@ pub enum Command {
     /// increment, the only bridge over a binlog gap — it is marked instead, and a
     /// retention pass removes it (or merges its chain into a synthetic full) once safe.
     Delete(DeleteArgs),
+    /// Make a new age X25519 identity for encrypted backups: with --output, the identity
+    /// file (mode 600, never overwritten) and its public key on stdout; without, the
+    /// identity on stdout and the public key on stderr (as age-keygen does).
+    Keygen(KeygenArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct KeygenArgs {
+    /// Where to write the identity file (it must not exist).
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -466,6 +477,22 @@ pub struct StoreArgs {
     /// (the variable may also hold the PEM text itself).
     #[arg(long, value_name = "FILE", env = "TIDEMARK_CA_BUNDLE")]
     pub ca_bundle: Option<String>,
+    /// Encrypt what this command uploads (payloads, binlog segments) to this age X25519
+    /// public key (age1…); repeat, or separate with commas, for several (at most 16).
+    /// Default: the policy file's objectStore.encryption.recipients, else not encrypted.
+    #[arg(
+        long = "recipient",
+        value_name = "AGE1…",
+        env = "TIDEMARK_RECIPIENTS",
+        value_delimiter = ','
+    )]
+    pub recipients: Vec<String>,
+    /// A file of age identities (AGE-SECRET-KEY-1… lines, as age-keygen or tidemark
+    /// keygen writes) to read encrypted backups and segments with; repeatable. Default: the
+    /// policy file's objectStore.encryption.identityFile. TIDEMARK_IDENTITY may hold the
+    /// identities themselves (as a Secret mounted as a variable does).
+    #[arg(long = "identity", value_name = "FILE", env = "TIDEMARK_IDENTITY_FILE")]
+    pub identities: Vec<PathBuf>,
 }
 
 /// The retention policy: a BackupPolicy file, or flags.

@@ -47,6 +47,7 @@ pub fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Backup(a) => rt.block_on(crate::cluster::backup(&a)),
         Command::Consolidate(a) => rt.block_on(consolidate(&a)),
         Command::Delete(a) => rt.block_on(delete(&a)),
+        Command::Keygen(a) => keygen(&a),
     }
 }
 
@@ -313,6 +314,32 @@ fn crds(args: &crate::args::CrdsArgs) -> Result<Exit, CliError> {
         tidemark_api::crd::yaml().map_err(|e| CliError::new(Exit::Internal, e))?
     };
     emit(&text)?;
+    Ok(Exit::Success)
+}
+
+fn keygen(args: &crate::args::KeygenArgs) -> Result<Exit, CliError> {
+    let (identity, public) = tidemark_store::crypt::generate();
+    match &args.output {
+        Some(path) => {
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(path)
+                .map_err(|e| CliError::input(format!("--output {}: {e}", path.display())))?;
+            f.write_all(identity.as_bytes())
+                .and_then(|()| f.sync_all())
+                .map_err(|e| {
+                    CliError::new(Exit::Internal, anyhow::anyhow!("{}: {e}", path.display()))
+                })?;
+            emit(&format!("{public}\n"))?;
+        }
+        None => {
+            eprintln!("Public key: {public}");
+            emit(&identity)?;
+        }
+    }
     Ok(Exit::Success)
 }
 

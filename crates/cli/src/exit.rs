@@ -33,11 +33,14 @@ pub enum Exit {
     /// lease, another push the backup-id, or another writer kept changing the binlog index
     /// or the run state.
     Contention = 9,
+    /// An encrypted payload or segment needs an identity that was not given, or none
+    /// given is one of its recipients (the error names them); nothing was written.
+    Key = 10,
 }
 
 impl Exit {
     /// Every code, for `--help`.
-    pub const ALL: [Exit; 10] = [
+    pub const ALL: [Exit; 11] = [
         Exit::Success,
         Exit::Internal,
         Exit::Input,
@@ -48,6 +51,7 @@ impl Exit {
         Exit::NotRestorable,
         Exit::RestoreFailed,
         Exit::Contention,
+        Exit::Key,
     ];
 
     /// One line for `--help`.
@@ -69,6 +73,9 @@ impl Exit {
             Exit::Contention => {
                 "another tidemark holds the cluster's lease or the backup-id, or kept changing the index"
             }
+            Exit::Key => {
+                "an encrypted backup or binlog needs an identity that was not given (--identity); nothing was written"
+            }
         }
     }
 }
@@ -86,6 +93,7 @@ impl From<Class> for Exit {
             Class::Store => Exit::Store,
             Class::Data => Exit::Data,
             Class::Contention => Exit::Contention,
+            Class::Key => Exit::Key,
             Class::Source => Exit::SourceFailed,
             Class::NotRestorable => Exit::NotRestorable,
             Class::RestoreFailed => Exit::RestoreFailed,

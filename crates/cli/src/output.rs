@@ -372,6 +372,9 @@ pub struct PushOut {
     pub compression: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub original_size: Option<u64>,
+    /// When encrypted: `{"scheme": "age", "recipients": [fingerprints]}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<tidemark_store::format::Encryption>,
     pub started_at: Timestamp,
     pub completed_at: Option<Timestamp>,
     pub error: Option<String>,
@@ -398,6 +401,7 @@ impl PushOut {
             sha256: p.map(|p| p.sha256.clone()),
             compression: p.and_then(|p| p.compression.clone()),
             original_size: p.and_then(|p| p.original_size),
+            encryption: p.and_then(|p| p.encryption.clone()),
             started_at: m.started_at,
             completed_at: m.completed_at,
             error: m.error.clone(),

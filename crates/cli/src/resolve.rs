@@ -74,7 +74,7 @@ pub fn target(
             let dir = policy_path
                 .and_then(Path::parent)
                 .map(|d| cwd.join(d))
-                .unwrap_or(cwd);
+                .unwrap_or_else(|| cwd.clone());
             absolutize_file_url(&os.store_url().map_err(CliError::input)?, &dir)
         }
         (None, None) => {
@@ -118,9 +118,75 @@ pub fn target(
         Ok(c) => c.unwrap_or_default(),
         Err(e) => return Err(CliError::input(e.to_string())),
     };
+    let policy_dir = policy_path
+        .and_then(Path::parent)
+        .map(|d| cwd.join(d))
+        .unwrap_or_else(|| cwd.clone());
+    let (recipients, identities) = keys(args, os.and_then(|o| o.encryption.as_ref()), &policy_dir)?;
     Ok(Target {
-        store: ClusterStore::open(&url, &cluster, &options)?.with_compression(compression),
+        store: ClusterStore::open(&url, &cluster, &options)?
+            .with_compression(compression)
+            .with_recipients(recipients)
+            .with_identities(identities),
     })
+}
+
+/// Who uploads are encrypted to, and what reads decrypt with.
+pub type Keys = (
+    Option<std::sync::Arc<tidemark_store::crypt::Recipients>>,
+    Option<std::sync::Arc<tidemark_store::crypt::Identities>>,
+);
+
+/// The environment variable that may hold age identities themselves.
+pub const IDENTITY_ENV: &str = "TIDEMARK_IDENTITY";
+
+/// Who uploads are encrypted to and what reads decrypt with: the flags, else the policy
+/// file's `objectStore.encryption` (its `identityFile` relative to `policy_dir`), plus
+/// identities in `TIDEMARK_IDENTITY`.
+///
+/// # Errors
+/// A recipient that is not one (named); an identity file that cannot be read or holds a
+/// line that is not an identity (its line number; never the line).
+pub fn keys(
+    args: &StoreArgs,
+    spec: Option<&tidemark_api::policy::EncryptionSpec>,
+    policy_dir: &Path,
+) -> Result<Keys, CliError> {
+    use tidemark_store::crypt::{Identities, Recipients};
+    let input = |e: tidemark_store::crypt::KeyError| CliError::input(e.to_string());
+    let recipients = if args.recipients.is_empty() {
+        Recipients::parse(spec.map(|s| s.recipients.as_slice()).unwrap_or_default())
+            .map_err(input)?
+    } else {
+        Recipients::parse(&args.recipients).map_err(input)?
+    };
+    let mut files: Vec<std::path::PathBuf> = args.identities.clone();
+    if files.is_empty()
+        && let Some(f) = spec.and_then(|s| s.identity_file.as_deref())
+    {
+        files.push(policy_dir.join(f));
+    }
+    let mut identities: Option<Identities> = None;
+    for f in &files {
+        let read = Identities::read_file(f).map_err(input)?;
+        identities = Some(match identities {
+            Some(i) => i.merge(read),
+            None => read,
+        });
+    }
+    if let Ok(text) = std::env::var(IDENTITY_ENV)
+        && !text.trim().is_empty()
+    {
+        let read = Identities::parse(&text, IDENTITY_ENV).map_err(input)?;
+        identities = Some(match identities {
+            Some(i) => i.merge(read),
+            None => read,
+        });
+    }
+    Ok((
+        recipients.map(std::sync::Arc::new),
+        identities.map(std::sync::Arc::new),
+    ))
 }
 
 /// The retention policy from the file or the flags (not both).

@@ -287,6 +287,8 @@ fn open_store(
                 cluster: None,
                 endpoint: None,
                 ca_bundle: None,
+                recipients: Vec::new(),
+                identities: Vec::new(),
             },
             Some(policy),
             Some(file),

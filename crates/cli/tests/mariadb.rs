@@ -351,6 +351,13 @@ fn standalone_run_with_mariadb_then_point_in_time_restore() {
     let cfg = dir.path().join("config");
     std::fs::create_dir_all(&cfg).unwrap();
     let client: Vec<String> = db.client_args();
+    // Encrypted at rest (issue 19 §2): the identity file sits beside the config.
+    let keygen = bin()
+        .args(["keygen", "--output", cfg.join("key.txt").to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(keygen.status.success(), "{keygen:?}");
+    let recipient = String::from_utf8(keygen.stdout).unwrap().trim().to_owned();
     std::fs::write(
         cfg.join("tidemark.yaml"),
         format!(
@@ -358,7 +365,9 @@ fn standalone_run_with_mariadb_then_point_in_time_restore() {
 kind: BackupPolicy
 metadata: {{name: shop}}
 spec:
-  objectStore: {{url: "file://{store}"}}
+  objectStore:
+    url: "file://{store}"
+    encryption: {{recipients: ["{recipient}"], identityFile: key.txt}}
   retention: {{keepLast: 3}}
   retentionInterval: 5s
   binlogArchive: {{binlogIndex: "{index}", interval: 2s}}
@@ -377,6 +386,7 @@ spec:
 "#,
             store = dir.path().join("store").display(),
             index = db.binlog_index().display(),
+            recipient = recipient,
             c0 = client[0],
             c1 = client[1],
         ),
@@ -420,12 +430,16 @@ spec:
     assert!(text.contains("binlogs: archived"), "{text}");
 
     let store = format!("file://{}", dir.path().join("store").display());
-    let tidemark = |args: &[&str]| {
-        let out = bin()
+    let identity = cfg.join("key.txt");
+    let try_tidemark = |args: &[&str]| {
+        bin()
             .args(args)
             .args(["--store", &store, "--cluster", "shop"])
             .output()
-            .unwrap();
+            .unwrap()
+    };
+    let tidemark = |args: &[&str]| {
+        let out = try_tidemark(args);
         assert!(
             out.status.success(),
             "{args:?}: {}",
@@ -477,6 +491,48 @@ spec:
         !payloads.is_empty() && payloads.iter().all(|n| n == "backup.xbstream.zst"),
         "{payloads:?}"
     );
+    // The policy's encryption: every payload and archived segment in the store is an age
+    // file, and the records name the recipient by fingerprint.
+    let stored: Vec<std::path::PathBuf> = walk(&dir.path().join("store"))
+        .into_iter()
+        .filter(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                n == "backup.xbstream.zst" || (n.contains("-bin.") && !n.ends_with(".json"))
+            })
+        })
+        .collect();
+    assert!(
+        stored
+            .iter()
+            .any(|p| p.to_string_lossy().contains("/binlogs/")),
+        "{stored:?}"
+    );
+    for p in &stored {
+        let head = std::fs::read(p).unwrap();
+        assert!(
+            head.starts_with(b"age-encryption.org/v1\n"),
+            "{} is not an age file",
+            p.display()
+        );
+    }
+    let fingerprints = tidemark_store::crypt::Recipients::parse(&[&recipient])
+        .unwrap()
+        .unwrap()
+        .record()
+        .recipients;
+    for p in walk(&dir.path().join("store")) {
+        if p.file_name().is_some_and(|n| n == "metadata.json") {
+            let m: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+            if m["phase"] == "completed" {
+                assert_eq!(m["formatVersion"], 2, "{m}");
+                assert_eq!(
+                    m["payload"][0]["encryption"]["recipients"],
+                    serde_json::json!(fingerprints),
+                    "{m}"
+                );
+            }
+        }
+    }
     assert!(text.contains("(incremental on "), "{text}");
     assert!(
         text.contains("the maximum per full"),
@@ -493,12 +549,28 @@ spec:
         .find(|(t, _)| window_from < *t && *t <= window_to)
         .unwrap_or_else(|| panic!("no mark after {window_from}: {ls:#}"));
     let datadir = dir.path().join("restored");
+    // Without the identity: exit 10 naming the recipients, and no data directory.
+    let refused = try_tidemark(&[
+        "restore",
+        "--to",
+        &target.to_string(),
+        "--datadir",
+        datadir.to_str().unwrap(),
+    ]);
+    assert_eq!(refused.status.code(), Some(10), "{refused:?}");
+    assert!(
+        !datadir.exists(),
+        "a refused restore wrote {}",
+        datadir.display()
+    );
     tidemark(&[
         "restore",
         "--to",
         &target.to_string(),
         "--datadir",
         datadir.to_str().unwrap(),
+        "--identity",
+        identity.to_str().unwrap(),
     ]);
     assert_eq!(
         query_restored(&datadir, "SELECT COUNT(*) FROM shop.orders"),

@@ -707,3 +707,213 @@ fn compressed_payloads_round_trip_and_damage_is_named() {
         );
     }
 }
+
+/// Client-side encryption (issue 19 §2) with the real binary: `keygen` makes identities;
+/// `push --recipient` stores only ciphertext (age), records the recipients' fingerprints
+/// and `formatVersion` 2; `fetch` without an identity, or with one that is not a
+/// recipient, exits 10 naming the fingerprints and writes nothing; with the identity it
+/// gives back the exact bytes; keys rotate (new backups to the new key, old ones still read
+/// with the old identity); ciphertext changed in the store — even with its sha256 rewritten
+/// to match — is refused by age's authentication; retention plans and deletes without keys;
+/// bad keys exit 2 naming the recipient or the identity file's line (never the secret).
+#[test]
+fn encrypted_backups_need_their_identity() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("store")).unwrap();
+    let url = format!("file://{}", dir.path().join("store").display());
+    let keys = dir.path().join("keys");
+    std::fs::create_dir(&keys).unwrap();
+    let old_key = keys.join("old.txt");
+    let out = run(&["keygen", "--output", old_key.to_str().unwrap()], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let old_public = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    assert!(old_public.starts_with("age1"), "{old_public}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&old_key).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    // Never overwritten.
+    let again = run(&["keygen", "--output", old_key.to_str().unwrap()], &[]);
+    assert_eq!(again.status.code(), Some(2), "{again:?}");
+    // The stdout form: the identity on stdout, the public key on stderr.
+    let out = run(&["keygen"], &[]);
+    assert!(out.status.success());
+    let new_key = keys.join("new.txt");
+    std::fs::write(&new_key, &out.stdout).unwrap();
+    let new_public = stderr(&out)
+        .trim()
+        .strip_prefix("Public key: ")
+        .unwrap()
+        .to_owned();
+    let fingerprint = |public: &str| sha(public.as_bytes())[..16].to_owned();
+
+    let marker = b"CUSTOMER-RECORD-";
+    let data: Vec<u8> = marker
+        .iter()
+        .copied()
+        .cycle()
+        .take(3 << 20)
+        .zip(bytes(3 << 20, 5))
+        .map(|(m, r)| if r % 4 == 0 { r } else { m })
+        .collect();
+    let push = |args: &[&str], env: &[(&str, String)]| {
+        let mut all = vec![
+            "push",
+            "--store",
+            &url,
+            "--cluster",
+            "db1",
+            "--backup-name",
+            "nightly",
+            "--output",
+            "json",
+        ];
+        all.extend_from_slice(args);
+        let out = run_with_input(&all, env, &data);
+        assert!(out.status.success(), "{}", stderr(&out));
+        json(&out)
+    };
+    let old = push(&["--recipient", &old_public, "--compression", "zstd"], &[]);
+    let old_id = old["backupId"].as_str().unwrap().to_owned();
+    assert_eq!(
+        old["encryption"],
+        serde_json::json!({"scheme": "age", "recipients": [fingerprint(&old_public)]}),
+        "{old}"
+    );
+    let stored_path = dir
+        .path()
+        .join(format!("store/db1/nightly/{old_id}/backup.bin.zst"));
+    let stored = std::fs::read(&stored_path).unwrap();
+    assert!(stored.starts_with(b"age-encryption.org/v1\n"));
+    assert!(!stored.windows(marker.len()).any(|w| w == marker));
+    let meta_path = dir
+        .path()
+        .join(format!("store/db1/nightly/{old_id}/metadata.json"));
+    let meta: Value = serde_json::from_slice(&std::fs::read(&meta_path).unwrap()).unwrap();
+    assert_eq!(meta["formatVersion"], 2, "{meta}");
+    assert_eq!(meta["payload"][0]["encryption"]["scheme"], "age");
+    assert!(!meta.to_string().contains(&old_public), "a key in {meta}");
+
+    let fetch = |id: &str, args: &[&str], env: &[(&str, String)]| {
+        let mut all = vec![
+            "fetch",
+            "--store",
+            &url,
+            "--cluster",
+            "db1",
+            "--backup-id",
+            id,
+        ];
+        all.extend_from_slice(args);
+        run(&all, env)
+    };
+    // No identity; the wrong one: exit 10, the fingerprints named, no file.
+    let out_file = dir.path().join("fetched.bin");
+    let out_arg = out_file.to_str().unwrap();
+    let out = fetch(&old_id, &["--out", out_arg], &[]);
+    assert_eq!(out.status.code(), Some(10), "{out:?}");
+    let err = stderr(&out);
+    assert!(
+        err.contains(&fingerprint(&old_public)) && err.contains("no identity was given"),
+        "{err}"
+    );
+    assert!(!out_file.exists());
+    let out = fetch(
+        &old_id,
+        &["--out", out_arg, "--identity", new_key.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(10), "{out:?}");
+    assert!(stderr(&out).contains(&fingerprint(&new_public)), "{out:?}");
+    assert!(!out_file.exists());
+    // The right one, from a flag or from the environment (a Secret's value).
+    let out = fetch(&old_id, &["--identity", old_key.to_str().unwrap()], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.stdout == data, "the fetched content differs");
+    let text = std::fs::read_to_string(&old_key).unwrap();
+    let out = fetch(&old_id, &[], &[("TIDEMARK_IDENTITY", text)]);
+    assert!(out.status.success() && out.stdout == data, "{out:?}");
+
+    // Rotation: new backups to the new key (environment form); both read with both
+    // identities, the old one still with the old identity alone.
+    let new = push(&[], &[("TIDEMARK_RECIPIENTS", new_public.clone())]);
+    let new_id = new["backupId"].as_str().unwrap().to_owned();
+    assert_eq!(
+        new["encryption"]["recipients"],
+        serde_json::json!([fingerprint(&new_public)])
+    );
+    let both = [
+        "--identity",
+        old_key.to_str().unwrap(),
+        "--identity",
+        new_key.to_str().unwrap(),
+    ];
+    for id in [&old_id, &new_id] {
+        let out = fetch(id, &both, &[]);
+        assert!(out.status.success() && out.stdout == data, "{id}: {out:?}");
+    }
+    let out = fetch(&new_id, &["--identity", old_key.to_str().unwrap()], &[]);
+    assert_eq!(out.status.code(), Some(10), "{out:?}");
+
+    // Ciphertext changed, and the record rewritten to match: age refuses it.
+    let mut forged = stored.clone();
+    let at = forged.len() / 2;
+    forged[at] ^= 0x01;
+    std::fs::write(&stored_path, &forged).unwrap();
+    let mut m = meta.clone();
+    m["payload"][0]["sha256"] = sha(&forged).into();
+    std::fs::write(&meta_path, serde_json::to_vec(&m).unwrap()).unwrap();
+    let out = fetch(&old_id, &["--identity", old_key.to_str().unwrap()], &[]);
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    assert!(stderr(&out).contains("age"), "{}", stderr(&out));
+
+    // Retention without any key: the plan reads the metadata, gc deletes the older one.
+    let gc = run(
+        &[
+            "gc",
+            "--store",
+            &url,
+            "--cluster",
+            "db1",
+            "--keep-last",
+            "1",
+            "--output",
+            "json",
+        ],
+        &[],
+    );
+    assert!(gc.status.success(), "{}", stderr(&gc));
+    assert_eq!(
+        json(&gc)["executed"]["backupsDeleted"],
+        serde_json::json!([old_id])
+    );
+    assert!(!stored_path.exists());
+
+    // Bad keys.
+    let out = run_with_input(
+        &[
+            "push",
+            "--store",
+            &url,
+            "--cluster",
+            "db1",
+            "--backup-name",
+            "nightly",
+            "--recipient",
+            "age1notakey",
+        ],
+        &[],
+        &data,
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(stderr(&out).contains("age1notakey"), "{}", stderr(&out));
+    let bad = keys.join("bad.txt");
+    let secret_looking = "AGE-SECRET-KEY-1SOMETHINGTHATISNOTAKEYATALL";
+    std::fs::write(&bad, format!("# a comment\n{secret_looking}\n")).unwrap();
+    let out = fetch(&new_id, &["--identity", bad.to_str().unwrap()], &[]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = stderr(&out);
+    assert!(
+        err.contains("line 2") && !err.contains("SOMETHING"),
+        "{err}"
+    );
+}

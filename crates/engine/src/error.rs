@@ -29,6 +29,8 @@ pub enum Class {
     NotRestorable,
     /// A restore's MariaDB tool failed.
     RestoreFailed,
+    /// An encrypted object needs an identity that was not given: give it.
+    Key,
     /// A bug.
     Internal,
 }
@@ -44,6 +46,7 @@ impl Class {
             Class::Source => "source",
             Class::NotRestorable => "notRestorable",
             Class::RestoreFailed => "restoreFailed",
+            Class::Key => "key",
             Class::Internal => "internal",
         }
     }
@@ -68,6 +71,7 @@ impl Class {
             | Class::Data
             | Class::NotRestorable
             | Class::RestoreFailed
+            | Class::Key
             | Class::Internal => SLOW,
         }
     }
@@ -228,6 +232,7 @@ fn transfer_class(e: &TransferError) -> Class {
         | TransferError::Checksum { .. }
         | TransferError::Content { .. }
         | TransferError::Metadata { .. } => Class::Data,
+        TransferError::NoIdentity { .. } => Class::Key,
         TransferError::Sink(_) => Class::Internal,
         TransferError::Store(s) => s.category().into(),
     }

@@ -306,23 +306,36 @@ async fn ship(
             source: binlog::BinlogError::Io(e),
         })?
         .len();
-    // Already uploaded (as it is: a compressed upload is simply sent again) by a run that
-    // died before indexing?
+    // Already uploaded (as it is: a compressed or encrypted upload is simply sent again) by
+    // a run that died before indexing? Not taken when this store encrypts: a plaintext copy
+    // left by an earlier run is replaced, never indexed.
     let existing = store.head(&key).await?.map(|m| m.size);
-    let entry = |size: u64, sha256: String, compression: Option<String>| IndexEntry {
+    let entry = |sent: tidemark_store::format::PayloadObject| IndexEntry {
         name: f.name.clone(),
         sequence: f.sequence,
         first_event_at: times.first,
         last_event_at: times.last,
-        size,
-        sha256: Some(sha256),
-        compression,
+        size: sent.size,
+        sha256: Some(sent.sha256),
+        compression: sent.compression,
+        encryption: sent.encryption,
     };
-    if existing == Some(local_size)
+    if store.recipients().is_none()
+        && existing == Some(local_size)
         && let Some(local_sha) = local_sha256(&f.path).await
         && stored_sha256(store, &key).await.as_deref() == Some(local_sha.as_str())
     {
-        return Ok((entry(local_size, local_sha, None), true));
+        return Ok((
+            entry(tidemark_store::format::PayloadObject {
+                name: f.name.clone(),
+                size: local_size,
+                sha256: local_sha,
+                compression: None,
+                original_size: None,
+                encryption: None,
+            }),
+            true,
+        ));
     }
     let mut file = match tokio::fs::File::open(&f.path).await {
         Ok(file) => file,
@@ -336,14 +349,17 @@ async fn ship(
             });
         }
     };
-    let up = Upload::to_key(store, key, &f.name);
+    let up = Upload::to_key(store, key, &f.name).map_err(|source| ArchiveError::Upload {
+        path: f.path.clone(),
+        source: Box::new(source.into()),
+    })?;
     let sent = transfer::send(store, up, &mut file, progress)
         .await
         .map_err(|source| ArchiveError::Upload {
             path: f.path.clone(),
             source: Box::new(source),
         })?;
-    Ok((entry(sent.size, sent.sha256, sent.compression), false))
+    Ok((entry(sent), false))
 }
 
 async fn local_sha256(path: &FsPath) -> Option<String> {

@@ -82,6 +82,19 @@ pub async fn consolidate(
         });
     };
     let lsns = mariadb::lsns_of(last)?;
+    // An encrypted chain without its identity (or a newer format) fails here, before any
+    // scratch space or tool is used; the chain is kept whole.
+    for m in &metas {
+        let dir =
+            object_store::path::Path::from_iter([m.backup_name.as_str(), m.backup_id.as_str()]);
+        for p in &m.payload {
+            tidemark_store::transfer::readable(
+                store,
+                &dir.clone().join(p.name.as_str()),
+                p.form(),
+            )?;
+        }
+    }
     let work = tempfile::Builder::new()
         .prefix(".tidemark-consolidate-")
         .tempdir_in(work_parent)

@@ -59,8 +59,21 @@ pub struct ReplaySegment {
     /// How the segment object is compressed (its index entry's), when it is.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compression: Option<String>,
+    /// How the segment object is encrypted (its index entry's), when it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<tidemark_store::format::Encryption>,
     pub first_event_at: Option<Timestamp>,
     pub last_event_at: Option<Timestamp>,
+}
+
+impl ReplaySegment {
+    /// How the segment object was written, for reading it.
+    pub fn form(&self) -> tidemark_store::codec::Form<'_> {
+        tidemark_store::codec::Form {
+            compression: self.compression.as_deref(),
+            encryption: self.encryption.as_ref(),
+        }
+    }
 }
 
 /// Everything a restore to one target uses: what `--dry-run` prints.
@@ -205,6 +218,9 @@ fn plan_of(catalog: &Catalog, choice: RestoreChoice) -> Result<RestorePlan, Rest
             compression: entries
                 .get(s.name.as_str())
                 .and_then(|e| e.compression.clone()),
+            encryption: entries
+                .get(s.name.as_str())
+                .and_then(|e| e.encryption.clone()),
             first_event_at: s.first_event_at,
             last_event_at: s.last_event_at,
         })
@@ -254,12 +270,42 @@ pub async fn restore(
     tools: &Tools,
     progress: &dyn Progress,
 ) -> Result<RestoreReport, RestoreError> {
+    readable(store, plan)?;
     prepare_datadir(datadir)?;
     let result = restore_into(store, plan, datadir, tools, progress).await;
     if result.is_err() {
         let _ = std::fs::remove_dir_all(datadir);
     }
     result
+}
+
+/// Whether every payload and segment of `plan` can be read here (format version,
+/// compression, encryption and identity), before anything is written.
+///
+/// # Errors
+/// The first object that cannot be, named.
+pub fn readable(store: &ClusterStore, plan: &RestorePlan) -> Result<(), RestoreError> {
+    for m in &plan.backups {
+        let dir =
+            object_store::path::Path::from_iter([m.backup_name.as_str(), m.backup_id.as_str()]);
+        if m.format_version > tidemark_store::format::METADATA_FORMAT_VERSION {
+            return Err(RestoreError::Transfer(TransferError::Metadata {
+                key: store.display_key(&dir.clone().join(layout::METADATA)),
+                problem: format!(
+                    "formatVersion {} is newer than this Tidemark understands ({}); upgrade Tidemark",
+                    m.format_version,
+                    tidemark_store::format::METADATA_FORMAT_VERSION
+                ),
+            }));
+        }
+        for p in &m.payload {
+            transfer::readable(store, &dir.clone().join(p.name.as_str()), p.form())?;
+        }
+    }
+    for s in &plan.segments {
+        transfer::readable(store, &layout::segment_key(&s.name), s.form())?;
+    }
+    Ok(())
 }
 
 fn prepare_datadir(datadir: &Path) -> Result<(), RestoreError> {
@@ -332,7 +378,7 @@ async fn restore_into(
                 &layout::segment_key(&s.name),
                 s.size,
                 s.sha256.as_deref(),
-                s.compression.as_deref(),
+                s.form(),
                 &mut f,
                 progress,
             )

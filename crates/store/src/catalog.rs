@@ -11,7 +11,8 @@ use tidemark_core::{Backup, BackupKind, Inventory, Leftover, LeftoverKind, Phase
 
 use crate::error::{StoreError, is_not_found};
 use crate::format::{
-    AuditRecord, BackupType, CONSOLIDATABLE_METHODS, FORMAT_VERSION, Metadata, MetadataPhase,
+    AuditRecord, BackupType, CONSOLIDATABLE_METHODS, METADATA_FORMAT_VERSION, Metadata,
+    MetadataPhase,
 };
 use crate::index::SegmentIndex;
 use crate::layout::{self, KeyKind};
@@ -596,7 +597,7 @@ fn backup_from_metadata(m: &Metadata, name: &str, last_modified: Timestamp, size
         immutable_until: m.immutable_until,
         ttl: m.ttl,
         protected: m.labels.get(PROTECT_LABEL).is_some_and(|v| v == "true"),
-        newer_format: m.format_version > FORMAT_VERSION,
+        newer_format: m.format_version > METADATA_FORMAT_VERSION,
         interrupted_delete: false,
         log_file: m.log_position.as_ref().map(|p| p.file.clone()),
         size: if payload_size > 0 { payload_size } else { size },

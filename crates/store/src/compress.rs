@@ -9,60 +9,10 @@
 //! twice: the stored bytes against the recorded sha256, the content against the frame's.
 
 use std::fmt;
-use std::io::Write;
 
 pub use tidemark_core::compression::{
     COMPRESSION_FORM, Compression, CompressionError, DEFAULT_LEVEL, MAX_LEVEL, ZSTD, ZSTD_SUFFIX,
 };
-
-/// A compressor for one object written as `compression` (`None`: as it comes).
-///
-/// # Errors
-/// zstd refused the parameters.
-pub fn compressor(compression: Compression) -> std::io::Result<Option<Compressor>> {
-    match compression {
-        Compression::None => Ok(None),
-        Compression::Zstd { level, workers } => {
-            let mut e = zstd::stream::write::Encoder::new(Vec::new(), level)?;
-            e.include_checksum(true)?;
-            if workers > 0 {
-                e.multithread(workers)?;
-            }
-            Ok(Some(Compressor { encoder: e }))
-        }
-    }
-}
-
-/// Compresses one object's bytes as they pass.
-pub struct Compressor {
-    encoder: zstd::stream::write::Encoder<'static, Vec<u8>>,
-}
-
-impl fmt::Debug for Compressor {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Compressor").finish_non_exhaustive()
-    }
-}
-
-impl Compressor {
-    /// Takes `chunk`; returns the compressed bytes ready so far (often none: zstd
-    /// gathers a block, or its workers a job, first).
-    ///
-    /// # Errors
-    /// zstd failed.
-    pub fn push(&mut self, chunk: &[u8]) -> std::io::Result<Vec<u8>> {
-        self.encoder.write_all(chunk)?;
-        Ok(std::mem::take(self.encoder.get_mut()))
-    }
-
-    /// The rest of the compressed bytes: the frame's end and checksum.
-    ///
-    /// # Errors
-    /// zstd failed.
-    pub fn finish(self) -> std::io::Result<Vec<u8>> {
-        self.encoder.finish()
-    }
-}
 
 /// Decompresses one object's bytes as they pass, for an object recorded as `compression`.
 pub struct Decompressor {
@@ -142,6 +92,11 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    /// The codec's encoder for `c`, unencrypted.
+    fn compressor(c: Compression) -> crate::codec::Encoder {
+        crate::codec::Encoder::new(c, None).unwrap().unwrap()
+    }
+
     /// All of `stored` decompressed at once (readers of objects use `step`).
     fn decompress(d: &mut Decompressor, stored: &[u8]) -> std::io::Result<Vec<u8>> {
         let mut content = Vec::new();
@@ -187,7 +142,7 @@ mod tests {
                 workers: 0,
             },
         ] {
-            let mut comp = compressor(c).unwrap().unwrap();
+            let mut comp = compressor(c);
             let mut stored = Vec::new();
             for chunk in data.chunks(100_000) {
                 stored.extend(comp.push(chunk).unwrap());
@@ -212,9 +167,7 @@ mod tests {
         let mut comp = compressor(Compression::Zstd {
             level: 3,
             workers: 0,
-        })
-        .unwrap()
-        .unwrap();
+        });
         let zeros = vec![0u8; 1 << 20];
         let mut stored = Vec::new();
         for _ in 0..256 {
@@ -248,7 +201,7 @@ mod tests {
             UnknownCompression("lz4".into())
         );
         assert!(Decompressor::for_recorded(None).unwrap().is_none());
-        let mut comp = compressor(Compression::zstd(3)).unwrap().unwrap();
+        let mut comp = compressor(Compression::zstd(3));
         let mut stored = comp.push(&[7u8; 100_000]).unwrap();
         stored.extend(comp.finish().unwrap());
         // A flipped byte in the middle: zstd's frame checksum (or its block format) says so.

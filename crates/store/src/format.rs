@@ -9,12 +9,23 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 use tidemark_core::RetentionDuration;
 
-/// The format version this Tidemark writes and fully understands.
+/// The format version this Tidemark writes for everything a version-1 reader reads fully:
+/// audit records, markers, and backups whose payloads are stored as they came.
 pub const FORMAT_VERSION: u32 = 1;
 
-/// The newest `_index.json` version this Tidemark understands: 2 adds `shards`. An index
-/// without shards is still written as version 1.
-pub const INDEX_FORMAT_VERSION: u32 = 2;
+/// The `metadata.json` version of a backup whose payloads are compressed or encrypted
+/// (`payload[].compression`, `payload[].encryption`): a version-1 reader would hand their
+/// stored bytes to a restore as they are, so it must see a version it does not know — it
+/// then refuses to restore the backup and never deletes it (`newerFormat`).
+pub const CODED_FORMAT_VERSION: u32 = 2;
+
+/// The newest `metadata.json` version this Tidemark understands.
+pub const METADATA_FORMAT_VERSION: u32 = CODED_FORMAT_VERSION;
+
+/// The newest `_index.json` version this Tidemark understands: 2 adds `shards`, 3 segment
+/// entries with `compression` or `encryption`. An index is written with the lowest version
+/// that describes it (without shards or coded entries: still version 1).
+pub const INDEX_FORMAT_VERSION: u32 = 3;
 
 /// `type` of a backup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,6 +57,35 @@ pub struct PayloadObject {
     /// The content's size before compression, when compressed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original_size: Option<u64>,
+    /// How the object is encrypted; absent: plaintext.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<Encryption>,
+}
+
+/// How an object is encrypted: the scheme (`age`) and the fingerprints of the recipients
+/// it was encrypted to (`tidemark_store::crypt`), never the keys.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Encryption {
+    pub scheme: String,
+    pub recipients: Vec<String>,
+}
+
+impl PayloadObject {
+    /// Whether reading it needs more than this format's first version knew (compression,
+    /// encryption): `metadata.json` then says `formatVersion` 2, which a version that
+    /// cannot decode such payloads refuses to restore from and never deletes.
+    pub fn is_coded(&self) -> bool {
+        self.compression.is_some() || self.encryption.is_some()
+    }
+
+    /// How the object was written, for reading it.
+    pub fn form(&self) -> crate::codec::Form<'_> {
+        crate::codec::Form {
+            compression: self.compression.as_deref(),
+            encryption: self.encryption.as_ref(),
+        }
+    }
 }
 
 impl PayloadObject {
@@ -222,6 +262,24 @@ pub struct IndexEntry {
     /// and `sha256` are the stored object's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compression: Option<String>,
+    /// How the segment object is encrypted; absent: plaintext.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<Encryption>,
+}
+
+impl IndexEntry {
+    /// How the segment object was written, for reading it.
+    pub fn form(&self) -> crate::codec::Form<'_> {
+        crate::codec::Form {
+            compression: self.compression.as_deref(),
+            encryption: self.encryption.as_ref(),
+        }
+    }
+
+    /// Whether reading it needs more than the first index versions knew.
+    pub fn is_coded(&self) -> bool {
+        self.compression.is_some() || self.encryption.is_some()
+    }
 }
 
 /// `null`, `""` and a zero time (`0001-01-01T00:00:00Z` as Go writes it, or the Unix
@@ -452,12 +510,15 @@ impl IndexFile {
                 .map(|r| r.get().len() + 1)
                 .sum::<usize>(),
         );
-        // Shards are what version 2 adds: an index without them stays readable by version 1.
-        let version = if self.shards.is_empty() {
-            self.format_version
-        } else {
-            self.format_version.max(2)
-        };
+        // Shards are what version 2 adds, coded entries what 3 adds: an index without them
+        // stays readable by version 1.
+        let mut version = self.format_version;
+        if !self.shards.is_empty() {
+            version = version.max(2);
+        }
+        if self.entries.iter().any(IndexEntry::is_coded) {
+            version = version.max(3);
+        }
         out.push_str("{\"formatVersion\":");
         out.push_str(&version.to_string());
         out.push_str(",\"segments\":[");

@@ -340,7 +340,8 @@ impl SegmentIndex {
 /// no entries.
 fn seal(entries: IndexFile) -> Option<(ShardSummary, (String, Vec<u8>))> {
     let mut file = entries;
-    file.format_version = INDEX_FORMAT_VERSION;
+    // A shard is a version-2 file (`to_bytes` raises it for coded entries).
+    file.format_version = 2;
     let (first, last) = (
         file.entries.first()?.sequence,
         file.entries.last()?.sequence,

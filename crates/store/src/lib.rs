@@ -5,7 +5,9 @@
 
 pub mod bounded;
 pub mod catalog;
+pub mod codec;
 pub mod compress;
+pub mod crypt;
 pub mod error;
 pub mod executor;
 pub mod fault;

@@ -154,6 +154,10 @@ pub struct ClusterStore {
     pub(crate) upload_buffer: (usize, usize),
     /// How payloads and segments uploaded to this store are compressed.
     pub(crate) compression: crate::compress::Compression,
+    /// Who payloads and segments uploaded to this store are encrypted to (`None`: not).
+    pub(crate) recipients: Option<Arc<crate::crypt::Recipients>>,
+    /// What encrypted objects read from this store are decrypted with.
+    pub(crate) identities: Option<Arc<crate::crypt::Identities>>,
 }
 
 impl ClusterStore {
@@ -171,6 +175,26 @@ impl ClusterStore {
     pub fn with_compression(mut self, compression: crate::compress::Compression) -> Self {
         self.compression = compression;
         self
+    }
+
+    /// The same store with payloads and segments encrypted to `recipients` when uploaded
+    /// (`None`: stored as plaintext).
+    #[must_use]
+    pub fn with_recipients(mut self, recipients: Option<Arc<crate::crypt::Recipients>>) -> Self {
+        self.recipients = recipients;
+        self
+    }
+
+    /// The same store reading encrypted objects with `identities`.
+    #[must_use]
+    pub fn with_identities(mut self, identities: Option<Arc<crate::crypt::Identities>>) -> Self {
+        self.identities = identities;
+        self
+    }
+
+    /// Who uploads to this store are encrypted to.
+    pub fn recipients(&self) -> Option<&crate::crypt::Recipients> {
+        self.recipients.as_deref()
     }
 
     /// How uploads to this store are compressed.
@@ -230,6 +254,8 @@ impl ClusterStore {
             identity,
             upload_buffer: (crate::transfer::PART_SIZE, crate::transfer::PARTS_IN_FLIGHT),
             compression: crate::compress::Compression::None,
+            recipients: None,
+            identities: None,
         })
     }
 
@@ -251,6 +277,8 @@ impl ClusterStore {
             identity,
             upload_buffer: (crate::transfer::PART_SIZE, crate::transfer::PARTS_IN_FLIGHT),
             compression: crate::compress::Compression::None,
+            recipients: None,
+            identities: None,
         })
     }
 

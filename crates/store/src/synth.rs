@@ -91,6 +91,7 @@ impl SynthBackup {
                 sha256: hex::encode(Sha256::digest(&self.payload)),
                 compression: None,
                 original_size: None,
+                encryption: None,
             }],
             log_position: self.log_file.as_ref().map(|f| LogPosition {
                 file: f.clone(),
@@ -209,6 +210,7 @@ pub fn segments(
                 size: 16,
                 sha256: Some(hex::encode(Sha256::digest(segment_body(seq)))),
                 compression: None,
+                encryption: None,
             }
         })
         .collect()

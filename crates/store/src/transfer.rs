@@ -108,6 +108,16 @@ pub enum TransferError {
     },
     #[error("{key}: its content cannot be read back: {problem}")]
     Content { key: String, problem: String },
+    #[error(
+        "{key} is encrypted to the age recipients with fingerprints {recipients}, and no identity given is one of them ({have}); pass the identity file of one of those recipients (--identity, TIDEMARK_IDENTITY_FILE); nothing was written",
+        recipients = .recipients.join(", "),
+        have = if .have.is_empty() { "no identity was given".to_owned() } else { format!("given: {}", .have.join(", ")) }
+    )]
+    NoIdentity {
+        key: String,
+        recipients: Vec<String>,
+        have: Vec<String>,
+    },
     #[error("writing the fetched bytes failed")]
     Sink(#[source] std::io::Error),
     #[error("{key} is not valid metadata: {problem}")]
@@ -140,8 +150,11 @@ pub struct Upload {
     stored: u64,
     /// Of the content, before compression.
     original: u64,
-    compressor: Option<crate::compress::Compressor>,
+    /// Compresses and encrypts (`None`: stored as it comes). Taken while a chunk is in
+    /// its blocking task.
+    encoder: Option<crate::codec::Encoder>,
     compression: Option<&'static str>,
+    encryption: Option<crate::format::Encryption>,
     payload_name: String,
 }
 
@@ -150,36 +163,39 @@ impl Upload {
     /// The caller holds the attempt ([`Attempt::begin`]).
     ///
     /// # Errors
-    /// An invalid name or id.
+    /// An invalid name or id; the encoder could not start.
     pub fn start(store: &ClusterStore, spec: &BackupSpec) -> Result<Self, TransferError> {
         check_spec(spec)?;
         let name = payload_name(store, spec);
         let key = layout::payload_key(&spec.backup_name, &spec.backup_id, &name);
-        Ok(Upload::to_key(store, key, &name))
+        Ok(Upload::to_key(store, key, &name)?)
     }
 
     /// An upload to any key of the cluster (segments, payloads); `name` is what the
-    /// returned [`PayloadObject`] calls it. Compressed as the store says.
-    pub fn to_key(store: &ClusterStore, key: Path, name: &str) -> Self {
+    /// returned [`PayloadObject`] calls it. Compressed and encrypted as the store says.
+    ///
+    /// # Errors
+    /// zstd refused its parameters, or age could not start.
+    pub fn to_key(store: &ClusterStore, key: Path, name: &str) -> Result<Self, StoreError> {
         let (part_size, in_flight) = store.upload_buffer;
+        let encoder = crate::codec::Encoder::new(store.compression, store.recipients.as_deref())
+            .map_err(|e| compress_err(store, &key, e))?;
         let writer = BufWriter::with_capacity(store.inner.clone(), key.clone(), part_size)
             .with_max_concurrency(in_flight);
-        // zstd refusing its parameters (a level out of range cannot be set from outside
-        // `Compression`) leaves the object uncompressed, and its record says so.
-        let compressor = crate::compress::compressor(store.compression)
-            .ok()
-            .flatten();
-        let compression = compressor.as_ref().and(store.compression.recorded());
-        Upload {
+        Ok(Upload {
             key,
             writer,
             hasher: Sha256::new(),
             stored: 0,
             original: 0,
-            compressor,
-            compression,
+            encoder,
+            compression: store.compression.recorded(),
+            encryption: store
+                .recipients
+                .as_deref()
+                .map(crate::crypt::Recipients::record),
             payload_name: name.to_owned(),
-        }
+        })
     }
 
     /// Hands stored bytes to the writer.
@@ -198,14 +214,20 @@ impl Upload {
     /// Sends one chunk.
     ///
     /// # Errors
-    /// The store refused a part.
+    /// The store refused a part; the encoder failed.
     pub async fn put(&mut self, store: &ClusterStore, chunk: Bytes) -> Result<(), StoreError> {
         self.original += chunk.len() as u64;
-        let stored = match self.compressor.as_mut() {
-            Some(c) => Bytes::from(
-                c.push(&chunk)
-                    .map_err(|e| compress_err(store, &self.key, e))?,
-            ),
+        let stored = match self.encoder.take() {
+            Some(mut encoder) => {
+                let (encoder, stored) = tokio::task::spawn_blocking(move || {
+                    let stored = encoder.push(&chunk);
+                    (encoder, stored)
+                })
+                .await
+                .map_err(|e| compress_err(store, &self.key, std::io::Error::other(e)))?;
+                self.encoder = Some(encoder);
+                Bytes::from(stored.map_err(|e| compress_err(store, &self.key, e))?)
+            }
             None => chunk,
         };
         self.write(store, stored).await
@@ -221,8 +243,11 @@ impl Upload {
     /// # Errors
     /// The store refused the last part or the completion.
     pub async fn finish(mut self, store: &ClusterStore) -> Result<PayloadObject, StoreError> {
-        if let Some(c) = self.compressor.take() {
-            let rest = c.finish().map_err(|e| compress_err(store, &self.key, e))?;
+        if let Some(encoder) = self.encoder.take() {
+            let rest = tokio::task::spawn_blocking(move || encoder.finish())
+                .await
+                .map_err(|e| compress_err(store, &self.key, std::io::Error::other(e)))?
+                .map_err(|e| compress_err(store, &self.key, e))?;
             self.write(store, Bytes::from(rest)).await?;
         }
         self.writer.shutdown().await.map_err(|e| {
@@ -240,7 +265,9 @@ impl Upload {
             size: self.stored,
             sha256: hex::encode(self.hasher.finalize()),
             compression: self.compression.map(str::to_owned),
-            original_size: self.compression.map(|_| self.original),
+            original_size: (self.compression.is_some() || self.encryption.is_some())
+                .then_some(self.original),
+            encryption: self.encryption,
         })
     }
 
@@ -263,14 +290,14 @@ pub fn payload_name(store: &ClusterStore, spec: &BackupSpec) -> String {
     }
 }
 
-/// A compressor's failure while writing `key`, as a store error.
+/// An encoder's failure while writing `key`, as a store error.
 fn compress_err(store: &ClusterStore, key: &Path, e: std::io::Error) -> StoreError {
     crate::error::request(
         store,
-        "compressing",
+        "encoding (compressing or encrypting)",
         key,
         object_store::Error::Generic {
-            store: "zstd",
+            store: "encoder",
             source: Box::new(e),
         },
     )
@@ -410,7 +437,11 @@ pub async fn commit(
         MetadataPhase::Completed
     };
     let m = Metadata {
-        format_version: FORMAT_VERSION,
+        format_version: if outcome.payload.iter().any(PayloadObject::is_coded) {
+            crate::format::CODED_FORMAT_VERSION
+        } else {
+            FORMAT_VERSION
+        },
         backup_id: spec.backup_id.clone(),
         backup_name: spec.backup_name.clone(),
         cluster: store.cluster.clone(),
@@ -740,6 +771,22 @@ pub async fn download(
             error: m.error.clone().unwrap_or_default(),
         });
     }
+    if m.format_version > crate::format::METADATA_FORMAT_VERSION {
+        return Err(TransferError::Metadata {
+            key: format!(
+                "{}/{}/{}/{}",
+                store.cluster,
+                m.backup_name,
+                m.backup_id,
+                layout::METADATA
+            ),
+            problem: format!(
+                "formatVersion {} is newer than this Tidemark understands ({}); upgrade Tidemark",
+                m.format_version,
+                crate::format::METADATA_FORMAT_VERSION
+            ),
+        });
+    }
     let Some(expected) = m.payload.first() else {
         return Err(TransferError::MissingPayload {
             key: format!(
@@ -758,7 +805,7 @@ pub async fn download(
         &key,
         expected.size,
         Some(&expected.sha256),
-        expected.compression.as_deref(),
+        expected.form(),
         sink,
         progress,
     )
@@ -767,29 +814,26 @@ pub async fn download(
 }
 
 /// Streams the object `key` into `sink`, checking its size and (when recorded) sha256 —
-/// of the stored bytes — and decompressing what is recorded as `compression` (zstd also
-/// checks its content's own checksum). On a mismatch the error comes after the bytes were
-/// written: the caller discards them.
+/// of the stored bytes — and decoding what its record says (`form`: zstd checks its
+/// content's own checksum, age authenticates every 64 KiB). Whether the object can be
+/// decoded here at all (scheme, identity) is checked before anything is read or written. On
+/// a mismatch the error comes after the bytes were written: the caller discards them.
 ///
 /// # Errors
-/// The object is missing ([`TransferError::MissingPayload`]); its size or checksum differs;
-/// a request or the sink failed.
+/// The object is missing ([`TransferError::MissingPayload`]); no identity opens it
+/// ([`TransferError::NoIdentity`]); its size or checksum differs; a request or the sink
+/// failed.
 pub async fn copy_verified(
     store: &ClusterStore,
     key: &Path,
     expected_size: u64,
     expected_sha256: Option<&str>,
-    compression: Option<&str>,
+    form: crate::codec::Form<'_>,
     sink: &mut (dyn AsyncWrite + Unpin + Send),
     progress: &dyn Progress,
 ) -> Result<(), TransferError> {
     let is_segment = key.as_ref().starts_with(layout::BINLOGS);
-    let unreadable = |problem: String| TransferError::Content {
-        key: store.display_key(key),
-        problem,
-    };
-    let mut decompressor = crate::compress::Decompressor::for_recorded(compression)
-        .map_err(|e| unreadable(e.to_string()))?;
+    readable(store, key, form)?;
     let got = match store.inner.get(key).await {
         Ok(g) => g,
         Err(e) if is_not_found(&e) => {
@@ -807,65 +851,53 @@ pub async fn copy_verified(
     let mut size = 0u64;
     // The first content problem; the stored bytes are still read to the end, so that a
     // damaged object is reported by its checksum (it changed in the store) rather than by
-    // zstd (it was written so).
+    // the decoder (it was written so).
     let mut problem = None;
-    // Decompressed content goes to the sink a bounded buffer at a time.
-    let mut out = vec![0u8; crate::compress::OUT_CHUNK];
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|source| request(store, "reading", key, source))?;
-        hasher.update(&chunk);
-        size += chunk.len() as u64;
-        progress.bytes(chunk.len() as u64);
-        if problem.is_some() {
-            continue;
-        }
-        let Some(d) = decompressor.as_mut() else {
+    if form.plain() {
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|source| request(store, "reading", key, source))?;
+            hasher.update(&chunk);
+            size += chunk.len() as u64;
+            progress.bytes(chunk.len() as u64);
             sink.write_all(&chunk).await.map_err(TransferError::Sink)?;
-            continue;
+        }
+    } else {
+        let crate::codec::Decoding {
+            input,
+            mut output,
+            thread,
+        } = crate::codec::decoding(form, store.identities.clone());
+        let feed = async {
+            let mut input = Some(input);
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|source| request(store, "reading", key, source))?;
+                hasher.update(&chunk);
+                size += chunk.len() as u64;
+                progress.bytes(chunk.len() as u64);
+                // A decoder that stopped (it found a problem) takes no more; the rest is
+                // still hashed.
+                if let Some(tx) = &input
+                    && tx.send(chunk).await.is_err()
+                {
+                    input = None;
+                }
+            }
+            Ok::<(), TransferError>(())
         };
-        let mut pos = 0;
-        loop {
-            match d.step(&chunk[pos..], &mut out) {
-                Ok((used, written)) => {
-                    pos += used;
-                    sink.write_all(&out[..written])
-                        .await
-                        .map_err(TransferError::Sink)?;
-                    if pos == chunk.len() && written < out.len() {
-                        break;
-                    }
-                }
-                Err(e) => {
-                    problem = Some(e.to_string());
-                    break;
-                }
+        let drain = async {
+            while let Some(content) = output.recv().await {
+                sink.write_all(&content)
+                    .await
+                    .map_err(TransferError::Sink)?;
             }
-        }
-    }
-    if problem.is_none()
-        && let Some(d) = decompressor.as_mut()
-    {
-        loop {
-            match d.step(&[], &mut out) {
-                Ok((_, written)) => {
-                    sink.write_all(&out[..written])
-                        .await
-                        .map_err(TransferError::Sink)?;
-                    if written < out.len() {
-                        break;
-                    }
-                }
-                Err(e) => {
-                    problem = Some(e.to_string());
-                    break;
-                }
-            }
-        }
-        if problem.is_none()
-            && let Err(e) = d.check_end()
-        {
-            problem = Some(e.to_string());
-        }
+            Ok::<(), TransferError>(())
+        };
+        tokio::try_join!(feed, drain)?;
+        problem = match thread.await {
+            Ok(Ok(())) => None,
+            Ok(Err(p)) => Some(p),
+            Err(e) => Some(format!("the decoder stopped: {e}")),
+        };
     }
     sink.flush().await.map_err(TransferError::Sink)?;
     let sha256 = hex::encode(hasher.finalize());
@@ -884,7 +916,35 @@ pub async fn copy_verified(
         });
     }
     match problem {
-        Some(p) => Err(unreadable(p)),
+        Some(problem) => Err(TransferError::Content {
+            key: store.display_key(key),
+            problem,
+        }),
         None => Ok(()),
     }
+}
+
+/// Whether the object `key`, written as `form`, can be decoded with this store's
+/// identities: checked before anything is read, and by restores for every object they
+/// will need before they write anything.
+///
+/// # Errors
+/// [`TransferError::NoIdentity`]; [`TransferError::Content`] for a scheme this version
+/// does not read.
+pub fn readable(
+    store: &ClusterStore,
+    key: &Path,
+    form: crate::codec::Form<'_>,
+) -> Result<(), TransferError> {
+    crate::codec::check(form, store.identities.as_deref()).map_err(|u| match u {
+        crate::codec::Unreadable::Scheme(problem) => TransferError::Content {
+            key: store.display_key(key),
+            problem,
+        },
+        crate::codec::Unreadable::NoIdentity { recipients, have } => TransferError::NoIdentity {
+            key: store.display_key(key),
+            recipients,
+            have,
+        },
+    })
 }

@@ -523,7 +523,7 @@ async fn newer_format_is_never_deleted(store: &ClusterStore) {
     .await
     .unwrap();
     let mut m = serde_json::to_value(old.metadata(&store.cluster)).unwrap();
-    m["formatVersion"] = 2.into();
+    m["formatVersion"] = (tidemark_store::format::METADATA_FORMAT_VERSION + 1).into();
     m["shinyNewField"] = "x".into();
     synth::write_raw(
         store,

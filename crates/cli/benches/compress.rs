@@ -1,6 +1,8 @@
-//! Compression on the stream (issue 19 §1): `tidemark push` of a real `mariabackup`
-//! stream to a local SeaweedFS, uncompressed and with zstd at three levels, side by side
-//! with `zstd -T0 -3 | aws s3 cp -` on the same bytes. Reports each run's throughput (of
+//! Compression and encryption on the stream (issue 19 §1, §2): `tidemark push` of a real
+//! `mariabackup` stream to a local SeaweedFS, uncompressed and with zstd at three levels,
+//! then encrypted with age (`--recipient`) plain and after zstd:3, side by side with
+//! `zstd -T0 -3 | aws s3 cp -` and `zstd -T0 -3 | age -r KEY | aws s3 cp -` on the same
+//! bytes. Reports each run's throughput (of
 //! the content, MiB/s) and ratio (content ÷ stored), the median of the runs.
 //!
 //! The stream: a MariaDB server (the Debian packages the tests use) filled with
@@ -92,6 +94,8 @@ fn main() {
     let rounds = env_usize("TIDEMARK_BENCH_ROUNDS", 3);
     let zstd = common::tool("zstd").expect("zstd is missing: apt-get install zstd");
     let aws = common::tool("aws").expect("aws is missing: run bench/install-peers.sh first");
+    let age = common::tool("age").expect("age is missing: run bench/install-peers.sh first");
+    let (_, recipient) = tidemark_store::crypt::generate();
     let db = MariaDb::start();
     let t = Instant::now();
     fill(&db, mib);
@@ -119,7 +123,14 @@ fn main() {
     println!("| run | MiB/s (content) | ratio | ÷ uncompressed push |");
     println!("|---|---:|---:|---:|");
     let mut baseline = None;
-    for setting in ["none", "zstd:1", "zstd:3", "zstd:9"] {
+    for (setting, encrypted) in [
+        ("none", false),
+        ("zstd:1", false),
+        ("zstd:3", false),
+        ("zstd:9", false),
+        ("none", true),
+        ("zstd:3", true),
+    ] {
         let runs = (0..rounds)
             .map(|i| {
                 let mut c = Command::new(env!("CARGO_BIN_EXE_tidemark"));
@@ -134,6 +145,11 @@ fn main() {
                 .args(["--endpoint", &server.endpoint, "--ext", "xbstream"])
                 .args(["--backup-name", &format!("c{i}"), "--compression", setting])
                 .args(["--output", "json"])
+                .args(if encrypted {
+                    vec!["--recipient", recipient.as_str()]
+                } else {
+                    vec![]
+                })
                 .stdin(File::open(stream.path()).unwrap())
                 .stderr(Stdio::inherit());
                 let t = Instant::now();
@@ -147,31 +163,45 @@ fn main() {
         let (speed, stored) = median(runs);
         let base = *baseline.get_or_insert(speed);
         println!(
-            "| `tidemark push --compression {setting}` | {speed:.1} | {:.2} | {:.2} |",
+            "| `tidemark push --compression {setting}{}` | {speed:.1} | {:.2} | {:.2} |",
+            if encrypted {
+                " --recipient age1…"
+            } else {
+                ""
+            },
             content as f64 / stored as f64,
             speed / base
         );
     }
-    // The peer: zstd's own CLI (all cores) into `aws s3 cp -`.
-    let runs = (0..rounds)
-        .map(|i| {
-            let script = format!(
-                "{} -T0 -3 -c < {} | {} --endpoint-url {} s3 cp - s3://{BUCKET}/peer/{i}.zst --quiet",
-                zstd.display(),
-                stream.path().display(),
-                aws.display(),
-                server.endpoint
-            );
-            let mut c = Command::new("sh");
-            env(&mut c);
-            c.args(["-c", &script]);
-            let t = Instant::now();
-            assert!(c.status().unwrap().success(), "zstd | aws s3 cp failed");
-            let secs = t.elapsed().as_secs_f64();
-            (mib_of(content) / secs, 0)
-        })
-        .collect();
-    let (speed, _) = median(runs);
+    // The peers: zstd's own CLI (all cores) into `aws s3 cp -`, and with age between.
+    let peer = |encrypt: bool| {
+        let runs = (0..rounds)
+            .map(|i| {
+                let age_stage = if encrypt {
+                    format!("| {} -r {recipient} ", age.display())
+                } else {
+                    String::new()
+                };
+                let script = format!(
+                    "set -o pipefail; {} -T0 -3 -c < {} {age_stage}| {} --endpoint-url {} s3 cp - s3://{BUCKET}/peer/{i}.zst --quiet",
+                    zstd.display(),
+                    stream.path().display(),
+                    aws.display(),
+                    server.endpoint
+                );
+                let mut c = Command::new("bash");
+                env(&mut c);
+                c.args(["-c", &script]);
+                let t = Instant::now();
+                assert!(c.status().unwrap().success(), "the peer pipeline failed");
+                let secs = t.elapsed().as_secs_f64();
+                (mib_of(content) / secs, 0)
+            })
+            .collect();
+        median(runs).0
+    };
+    let speed = peer(false);
+    let encrypted_speed = peer(true);
     let ratio = {
         let out = Command::new(&zstd)
             .args(["-T0", "-3", "-c"])
@@ -183,5 +213,9 @@ fn main() {
     println!(
         "| `zstd -T0 -3 \\| aws s3 cp -` | {speed:.1} | {ratio:.2} | {:.2} |",
         speed / baseline.unwrap_or(speed)
+    );
+    println!(
+        "| `zstd -T0 -3 \\| age -r age1… \\| aws s3 cp -` | {encrypted_speed:.1} | {ratio:.2} | {:.2} |",
+        encrypted_speed / baseline.unwrap_or(encrypted_speed)
     );
 }

@@ -593,6 +593,9 @@ pub struct PassArgs {
 pub struct GcArgs {
     #[command(flatten)]
     pub pass: PassArgs,
+    /// How `--consolidate` writes its synthetic fulls (as `push --compression`).
+    #[command(flatten)]
+    pub compress: CompressArgs,
     /// Go ahead although some metadata.json files are malformed: those backups are left
     /// untouched (they are never deleted) and everything else is collected.
     #[arg(long)]
@@ -623,4 +626,15 @@ pub struct LsArgs {
     pub policy: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
+}
+
+#[cfg(test)]
+mod tests {
+    /// clap's own consistency checks over every subcommand: no flag named twice (the store
+    /// flags are flattened into many commands), defaults and conflicts that exist.
+    #[test]
+    fn every_command_line_is_consistent() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
 }

@@ -28,6 +28,7 @@ pub fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Gc(a) => rt.block_on(pass(
             &a.pass,
             Some(GcOptions {
+                compress: &a.compress,
                 ignore_malformed: a.ignore_malformed,
                 work_dir: a.work_dir.as_deref(),
                 allow_future_now: a.allow_future_now,
@@ -362,6 +363,7 @@ pub(crate) fn emit_json(value: &impl serde::Serialize) -> Result<(), CliError> {
 
 /// What `gc` adds to a `plan`.
 struct GcOptions<'a> {
+    compress: &'a crate::args::CompressArgs,
     ignore_malformed: bool,
     work_dir: Option<&'a std::path::Path>,
     allow_future_now: bool,
@@ -397,13 +399,16 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
             .transpose()?,
     };
     let policy = resolve::policy(&args.policy, file.as_ref())?;
-    let (target, cluster_holds) = match in_cluster {
+    let (mut target, cluster_holds) = match in_cluster {
         Some(c) => (resolve::Target { store: c.store }, c.holds),
         None => (
             resolve::target(&args.store, file.as_ref(), args.policy.policy.as_deref())?,
             HashSet::new(),
         ),
     };
+    if let Some(g) = &gc {
+        target.store = g.compress.apply(&target.store);
+    }
     let now = resolve::now(args.now.as_deref())?;
     if let Some(g) = &gc {
         resolve::check_future_now(now, g.allow_future_now)?;

@@ -34,6 +34,11 @@ use tidemark_store::testkit::{ACCESS_KEY, SECRET_KEY, SeaweedFs, query_restored}
 struct World {
     node: Node,
     s3: SeaweedFs,
+    /// An age identity file, and its public key: the main scenario's policy encrypts to it
+    /// (issue 19 §2), and every `tidemark` run from the machine reads with it.
+    _keys: tempfile::TempDir,
+    identity: std::path::PathBuf,
+    public_key: String,
 }
 
 type Scenario = fn(Arc<World>) -> Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -179,7 +184,17 @@ impl World {
         let s3 = tokio::task::spawn_blocking(move || SeaweedFs::start_on(&ip))
             .await
             .unwrap();
-        let world = World { node, s3 };
+        let keys = tempfile::tempdir().unwrap();
+        let (text, public_key) = tidemark_store::crypt::generate();
+        let identity = keys.path().join("key.txt");
+        std::fs::write(&identity, text).unwrap();
+        let world = World {
+            node,
+            s3,
+            _keys: keys,
+            identity,
+            public_key,
+        };
         world.install().await;
         world
     }
@@ -317,7 +332,12 @@ impl World {
     /// `tidemark ARGS --store … --cluster CLUSTER --endpoint …` on the machine, with the
     /// store's credentials; must succeed.
     fn tidemark(&self, cluster: &str, args: &[&str]) -> std::process::Output {
-        common::on_store(&self.s3, cluster, args)
+        let identity = self.identity.to_str().unwrap();
+        common::on_store(
+            &self.s3,
+            cluster,
+            &[args, &["--identity", identity]].concat(),
+        )
     }
 
     /// Restores `cluster` to `to` into a fresh directory and counts `shop.orders` there.
@@ -337,6 +357,8 @@ impl World {
                 to,
                 "--datadir",
                 datadir.to_str().unwrap(),
+                "--identity",
+                self.identity.to_str().unwrap(),
             ],
         );
         query_restored(&datadir, "SELECT COUNT(*) FROM shop.orders")
@@ -520,7 +542,7 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
             json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy", "metadata": {"name": "shop"},
                 "spec": {
                     "objectStore": {"bucket": tidemark_store::testkit::BUCKET, "endpoint": w.s3.endpoint, "credentialsSecret": "s3",
-                                    "compression": "zstd"},
+                                    "compression": "zstd", "encryption": {"recipients": [w.public_key]}},
                     "source": {"selector": {"matchLabels": {"app": "db"}}, "container": "mariadb", "credentialsSecret": "db"},
                     "retention": {"keepLast": 10},
                     "binlogArchive": {"server": {"host": service, "port": 3306}, "interval": "2s"},
@@ -554,6 +576,9 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
         payload["name"].as_str().unwrap().ends_with(".xbstream.zst"),
         "{payload}"
     );
+    // And encrypted to the policy's recipient (issue 19 §2); the restores below read it
+    // with the identity.
+    assert_eq!(payload["encryption"]["scheme"], "age", "{payload}");
     // It ran as a pod on the node, in the database's image.
     let job = st["jobName"].as_str().unwrap().to_owned();
     let pods: Api<Pod> = Api::namespaced(w.client(), ns);
@@ -624,6 +649,23 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
         (end > target).then_some(())
     })
     .await;
+    // The archiver encrypted the segments too (their index entries say so).
+    let plan = common::json(&w.tidemark(
+        "shop",
+        &[
+            "restore",
+            "--to",
+            &target.to_string(),
+            "--dry-run",
+            "--output",
+            "json",
+        ],
+    ));
+    let segments = plan["segments"].as_array().unwrap();
+    assert!(
+        !segments.is_empty() && segments.iter().all(|s| s["encryption"]["scheme"] == "age"),
+        "{plan:#}"
+    );
     assert_eq!(
         w.restored_count("shop", &target.to_string()),
         "19",

@@ -70,6 +70,22 @@ impl Consolidator for JobConsolidator {
             return Ok(done);
         }
         let name = job_name(&self.policy.name_any(), &target.id);
+        // An encrypted chain needs the identities in the Job; without them, no Job is
+        // started (it could only fail) and the chain is kept whole.
+        let identity = self
+            .policy
+            .spec
+            .object_store
+            .as_ref()
+            .and_then(|os| os.encryption.as_ref())
+            .and_then(|e| e.identity_secret.as_ref());
+        if identity.is_none() && chain_encrypted(survey, &target.id) {
+            return Err(EngineError::Input(format!(
+                "the chain of {} is encrypted, and consolidating it reads it: set spec.objectStore.encryption.identitySecret (a Secret with key `{}` holding the age identities); the chain is kept whole",
+                target.id,
+                pod::IDENTITY_KEY
+            )));
+        }
         let edge = |e: kube::Error| EngineError::Edge {
             class: Class::Store,
             message: format!("consolidation Job {name}: {e}"),
@@ -121,6 +137,18 @@ impl Consolidator for JobConsolidator {
             }
         }
     }
+}
+
+/// Whether a payload of the chain ending at `target` is encrypted.
+fn chain_encrypted(survey: &Survey, target: &str) -> bool {
+    let chain = tidemark_core::chain_of(&survey.inventory, target).unwrap_or_default();
+    chain.iter().any(|b| {
+        survey
+            .catalog
+            .backup(&b.name, &b.id)
+            .and_then(|s| s.metadata.as_ref())
+            .is_some_and(|m| m.payload.iter().any(|p| p.encryption.is_some()))
+    })
 }
 
 /// The synthetic full that replaces `target`, if the store holds it.
@@ -184,6 +212,7 @@ impl JobConsolidator {
         ];
         let mut env = vec![pod::plain("TIDEMARK_LOG", "info")];
         env.extend(pod::store_env(os, self.store_secret.as_ref()));
+        env.extend(pod::identity_env(os));
         let labels = pod::labels("tidemark.io/consolidation", &self.policy.name_any());
         let owner =
             crate::context::owner_ref(&self.policy).ok_or("the BackupPolicy has no uid yet")?;

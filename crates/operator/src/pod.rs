@@ -46,12 +46,27 @@ pub fn store_env(os: &ObjectStoreSpec, keys: Option<&SecretKeys>) -> Vec<EnvVar>
     if let Some(c) = &os.compression {
         env.push(plain("TIDEMARK_COMPRESSION", c));
     }
+    // Public keys: what uploads are encrypted to. The identities that read them go only to
+    // the pods that read payloads ([`identity_env`]).
+    if let Some(e) = os.encryption.as_ref().filter(|e| !e.recipients.is_empty()) {
+        env.push(plain("TIDEMARK_RECIPIENTS", &e.recipients.join(",")));
+    }
     if let Some(s) = keys {
         for (var, key) in &s.env {
             env.push(from_secret(var, &s.name, key));
         }
     }
     env
+}
+
+/// The key of an identity Secret that holds the age identities.
+pub const IDENTITY_KEY: &str = "identity";
+
+/// The age identities of `objectStore.encryption.identitySecret`, by reference, as
+/// `TIDEMARK_IDENTITY`: for the pods that read encrypted payloads (consolidation Jobs).
+pub fn identity_env(os: &ObjectStoreSpec) -> Option<EnvVar> {
+    let secret = os.encryption.as_ref()?.identity_secret.as_deref()?;
+    Some(from_secret("TIDEMARK_IDENTITY", secret, IDENTITY_KEY))
 }
 
 /// The database login of Secret `secret` (`username`, `password`) as `$DB_USER` and

@@ -261,7 +261,17 @@ pub async fn open_store(
     let compression = os
         .compression()
         .map_err(|e| Error::Invalid(e.to_string()))?;
+    let recipients = tidemark_store::crypt::Recipients::parse(
+        os.encryption
+            .as_ref()
+            .map(|e| e.recipients.as_slice())
+            .unwrap_or_default(),
+    )
+    .map_err(|e| Error::Invalid(format!("spec.objectStore.encryption.recipients: {e}")))?;
     ClusterStore::open(&url, policy.spec.cluster_or(&policy.name_any()), &options)
-        .map(|s| s.with_compression(compression))
+        .map(|s| {
+            s.with_compression(compression)
+                .with_recipients(recipients.map(std::sync::Arc::new))
+        })
         .map_err(|e| Error::Engine(e.into()))
 }

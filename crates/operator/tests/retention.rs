@@ -594,6 +594,116 @@ async fn a_pass_that_partly_failed_is_not_a_success() {
     op.stop().await;
 }
 
+/// Encrypted chains (issue 19 §2): consolidating reads a chain, so without
+/// `objectStore.encryption.identitySecret` no Job is started — the pass reports why,
+/// naming the setting, and the chain is kept whole; with it, the Job gets the identities by
+/// Secret reference (`TIDEMARK_IDENTITY`, never a value) and the recipients it encrypts
+/// the synthetic full to (`TIDEMARK_RECIPIENTS`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn encrypted_chains_consolidate_only_with_their_identity() {
+    use k8s_openapi::api::batch::v1::Job;
+    let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let ns = "sealed";
+    cluster.namespace(ns).await;
+    secret(&admin, ns, "s3").await;
+    let store = weed.cluster_store("db");
+    let now = Timestamp::now();
+    let mut full = SynthBackup::full("nightly", now - SignedDuration::from_hours(3), 1);
+    full.method = "mariabackup".into();
+    let mut inc =
+        SynthBackup::incremental("nightly", &full.id, now - SignedDuration::from_hours(1), 2);
+    inc.method = "mariabackup".into();
+    synth::write_backups(&store, &[full.clone(), inc.clone()])
+        .await
+        .unwrap();
+    let (_, public) = tidemark_store::crypt::generate();
+    let recipients = tidemark_store::crypt::Recipients::parse(&[&public])
+        .unwrap()
+        .unwrap();
+    // The full's payload as an encrypted backup records it.
+    let mut m = serde_json::to_value(full.metadata("db")).unwrap();
+    m["formatVersion"] = 2.into();
+    m["payload"][0]["encryption"] = serde_json::to_value(recipients.record()).unwrap();
+    synth::write_raw(
+        &store,
+        &format!("nightly/{}/metadata.json", full.id),
+        &serde_json::to_vec(&m).unwrap(),
+    )
+    .await
+    .unwrap();
+    tidemark_operator::testkit::running_pod(
+        &admin,
+        ns,
+        json!({
+            "metadata": {"name": "db-0", "namespace": ns, "labels": {"app": "db"}},
+            "spec": {"containers": [{"name": "mariadb", "image": "mariadb:11.4"}]},
+        }),
+    )
+    .await;
+    let mut p = policy("db", ns, &weed.endpoint, "s3");
+    p.spec.retention.as_mut().unwrap().consolidate = Some(true);
+    p.spec.source =
+        Some(serde_json::from_value(json!({"selector": {"matchLabels": {"app": "db"}}})).unwrap());
+    p.spec.object_store.as_mut().unwrap().encryption =
+        Some(serde_json::from_value(json!({"recipients": [public]})).unwrap());
+    let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), ns);
+    policies.create(&PostParams::default(), &p).await.unwrap();
+    let op = Operator::start(&cluster, "operator-sealed");
+    let jobs: Api<Job> = Api::namespaced(admin.clone(), ns);
+    let name = tidemark_operator::consolidation::job_name("db", &inc.id);
+    let st = eventually("the pass refusing to consolidate", || async {
+        let s = status(&policies, "db").await;
+        (s["conditions"][0]["reason"] == "PassPartlyFailed").then_some(s)
+    })
+    .await;
+    let message = st["conditions"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("encrypted") && message.contains("identitySecret"),
+        "{message}"
+    );
+    assert!(
+        jobs.get_opt(&name).await.unwrap().is_none(),
+        "a Job started"
+    );
+    let mut ids = metadata_ids(&store).await;
+    ids.sort();
+    assert_eq!(ids, [full.id.clone(), inc.id.clone()]);
+
+    // With the Secret named: the Job, with the identities by reference.
+    policies
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"objectStore": {"encryption": {
+                "recipients": [public], "identitySecret": "backup-key"}}}})),
+        )
+        .await
+        .unwrap();
+    let job = eventually("the consolidation Job", || async {
+        jobs.get_opt(&name).await.unwrap()
+    })
+    .await;
+    let env = job.spec.unwrap().template.spec.unwrap().containers[0]
+        .env
+        .clone()
+        .unwrap();
+    let var = |n: &str| env.iter().find(|e| e.name == n).cloned();
+    let identity = var("TIDEMARK_IDENTITY").expect("TIDEMARK_IDENTITY");
+    assert!(identity.value.is_none());
+    let key = identity.value_from.unwrap().secret_key_ref.unwrap();
+    assert_eq!(
+        (key.name.as_str(), key.key.as_str()),
+        ("backup-key", "identity")
+    );
+    assert_eq!(
+        var("TIDEMARK_RECIPIENTS").and_then(|e| e.value),
+        Some(public.clone())
+    );
+    op.stop().await;
+}
+
 /// Every deleting pass has an event of its own (issue 18): two passes a few seconds apart
 /// that each delete a backup leave two `BackupRetention` events, each naming its backup
 /// and audit record — not one event that still names the first pass's after the second.

@@ -538,10 +538,18 @@ impl EncryptionSpec {
             if !is_recipient(r) {
                 return Err(PolicyFileError::Invalid {
                     field: "spec.objectStore.encryption.recipients",
-                    problem: format!(
-                        "{:?} is not an age X25519 public key (age1 and 58 bech32 characters)",
-                        r.chars().take(80).collect::<String>()
-                    ),
+                    problem: if r
+                        .trim_start()
+                        .to_ascii_uppercase()
+                        .starts_with("AGE-SECRET-KEY-")
+                    {
+                        "an age identity (a secret key, not shown) where a public key (age1…) belongs; never put a secret key in a policy".to_owned()
+                    } else {
+                        format!(
+                            "{:?} is not an age X25519 public key (age1 and 58 bech32 characters)",
+                            r.chars().take(80).collect::<String>()
+                        )
+                    },
                 });
             }
         }

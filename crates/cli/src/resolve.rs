@@ -137,8 +137,7 @@ pub type Keys = (
     Option<std::sync::Arc<tidemark_store::crypt::Identities>>,
 );
 
-/// The environment variable that may hold age identities themselves.
-pub const IDENTITY_ENV: &str = "TIDEMARK_IDENTITY";
+use tidemark_store::crypt::IDENTITY_ENV;
 
 /// Who uploads are encrypted to and what reads decrypt with: the flags, else the policy
 /// file's `objectStore.encryption` (its `identityFile` relative to `policy_dir`), plus
@@ -154,17 +153,35 @@ pub fn keys(
 ) -> Result<Keys, CliError> {
     use tidemark_store::crypt::{Identities, Recipients};
     let input = |e: tidemark_store::crypt::KeyError| CliError::input(e.to_string());
-    let recipients = if args.recipients.is_empty() {
+    // An empty setting (`TIDEMARK_RECIPIENTS=""`) is no setting: the policy's recipients
+    // stand, never silently none.
+    let given: Vec<&String> = args
+        .recipients
+        .iter()
+        .filter(|r| !r.trim().is_empty())
+        .collect();
+    let recipients = if given.is_empty() {
         Recipients::parse(spec.map(|s| s.recipients.as_slice()).unwrap_or_default())
             .map_err(input)?
     } else {
-        Recipients::parse(&args.recipients).map_err(input)?
+        Recipients::parse(&given).map_err(input)?
     };
     let mut files: Vec<std::path::PathBuf> = args.identities.clone();
     if files.is_empty()
         && let Some(f) = spec.and_then(|s| s.identity_file.as_deref())
     {
-        files.push(policy_dir.join(f));
+        // The policy file may be shared with machines that only write (a database host):
+        // without the file there, commands that need no key go on, and a read that needs
+        // one stops with exit 10 naming the recipients.
+        let path = policy_dir.join(f);
+        if path.exists() {
+            files.push(path);
+        } else {
+            tracing::info!(
+                path = %path.display(),
+                "the policy's objectStore.encryption.identityFile is not here; encrypted backups cannot be read"
+            );
+        }
     }
     let mut identities: Option<Identities> = None;
     for f in &files {

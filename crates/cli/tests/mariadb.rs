@@ -539,6 +539,26 @@ spec:
         "a full because the chain was full: {text}"
     );
 
+    // Consolidating an encrypted chain with its identity but no recipient would write the
+    // synthetic full in clear: refused before any tool runs (exit 2), the chain kept.
+    let incremental = completed
+        .iter()
+        .find(|b| b["type"] == "incremental")
+        .unwrap()["backupId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let refused = try_tidemark(&[
+        "consolidate",
+        "--backup-id",
+        &incremental,
+        "--identity",
+        identity.to_str().unwrap(),
+    ]);
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    let msg = String::from_utf8_lossy(&refused.stderr);
+    assert!(msg.contains("in clear"), "{msg}");
+
     // A mark inside the window: the newest whose instant the archive reaches.
     let window = &ls["recoveryWindow"];
     let window_from: Timestamp = window["from"].as_str().unwrap().parse().unwrap();

@@ -854,6 +854,36 @@ fn encrypted_backups_need_their_identity() {
     let out = fetch(&new_id, &["--identity", old_key.to_str().unwrap()], &[]);
     assert_eq!(out.status.code(), Some(10), "{out:?}");
 
+    // A policy's recipients stand against an empty setting: never silently plaintext.
+    let policy_file = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy_file,
+        format!(
+            "apiVersion: tidemark.io/v1alpha1\nkind: BackupPolicy\nmetadata: {{name: db1}}\nspec:\n  objectStore:\n    url: {url}\n    encryption: {{recipients: [{new_public}]}}\n"
+        ),
+    )
+    .unwrap();
+    let out = run_with_input(
+        &[
+            "push",
+            "--policy",
+            policy_file.to_str().unwrap(),
+            "--backup-name",
+            "nightly",
+            "--output",
+            "json",
+        ],
+        &[("TIDEMARK_RECIPIENTS", " ".into())],
+        &data,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let from_policy = json(&out);
+    assert_eq!(
+        from_policy["encryption"]["recipients"],
+        serde_json::json!([fingerprint(&new_public)]),
+        "{from_policy}"
+    );
+
     // Ciphertext changed, and the record rewritten to match: age refuses it.
     let mut forged = stored.clone();
     let at = forged.len() / 2;
@@ -866,7 +896,7 @@ fn encrypted_backups_need_their_identity() {
     assert_eq!(out.status.code(), Some(4), "{out:?}");
     assert!(stderr(&out).contains("age"), "{}", stderr(&out));
 
-    // Retention without any key: the plan reads the metadata, gc deletes the older one.
+    // Retention without any key: the plan reads the metadata, gc deletes the oldest.
     let gc = run(
         &[
             "gc",
@@ -875,7 +905,7 @@ fn encrypted_backups_need_their_identity() {
             "--cluster",
             "db1",
             "--keep-last",
-            "1",
+            "2",
             "--output",
             "json",
         ],

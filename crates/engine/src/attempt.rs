@@ -258,6 +258,7 @@ impl Source for LocalCommand {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
+            .env_remove(tidemark_store::crypt::IDENTITY_ENV)
             .kill_on_drop(true);
         if self.detach {
             cmd.process_group(0);

@@ -203,6 +203,7 @@ impl EngineError {
                     Class::Data
                 }
                 ConsolidateError::Mariadb(_) => Class::Data,
+                ConsolidateError::WouldDecrypt { .. } => Class::Input,
                 ConsolidateError::Restore(_) => Class::RestoreFailed,
             },
             EngineError::MariaDb(_) => Class::Input,

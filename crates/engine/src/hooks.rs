@@ -58,6 +58,7 @@ async fn run_one(hook: &LocalHook, description: &serde_json::Value) -> (&'static
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
+        .env_remove(tidemark_store::crypt::IDENTITY_ENV)
         .kill_on_drop(true);
     let mut child = match cmd.spawn() {
         Ok(c) => c,

@@ -41,6 +41,10 @@ pub enum ConsolidateError {
     Restore(Box<RestoreError>),
     #[error(transparent)]
     Transfer(#[from] TransferError),
+    #[error(
+        "the chain of {id} is encrypted, and no recipient is set for the synthetic full (--recipient, objectStore.encryption.recipients): it would be written in clear; the chain is kept whole"
+    )]
+    WouldDecrypt { id: String },
 }
 
 /// Builds and commits the synthetic full that replaces `target` (a mariabackup
@@ -83,17 +87,37 @@ pub async fn consolidate(
     };
     let lsns = mariadb::lsns_of(last)?;
     // An encrypted chain without its identity (or a newer format) fails here, before any
-    // scratch space or tool is used; the chain is kept whole.
+    // scratch space or tool is used; the chain is kept whole. So does an encrypted chain
+    // on a store that writes plaintext: the synthetic full would hold its content in
+    // clear.
+    let mut encrypted = false;
     for m in &metas {
         let dir =
             object_store::path::Path::from_iter([m.backup_name.as_str(), m.backup_id.as_str()]);
+        if m.format_version > tidemark_store::format::METADATA_FORMAT_VERSION {
+            return Err(TransferError::Metadata {
+                key: store.display_key(&dir.clone().join(tidemark_store::layout::METADATA)),
+                problem: format!(
+                    "formatVersion {} is newer than this Tidemark understands ({}); upgrade Tidemark",
+                    m.format_version,
+                    tidemark_store::format::METADATA_FORMAT_VERSION
+                ),
+            }
+            .into());
+        }
         for p in &m.payload {
+            encrypted |= p.encryption.is_some();
             tidemark_store::transfer::readable(
                 store,
                 &dir.clone().join(p.name.as_str()),
                 p.form(),
             )?;
         }
+    }
+    if encrypted && store.recipients().is_none() {
+        return Err(ConsolidateError::WouldDecrypt {
+            id: target.to_owned(),
+        });
     }
     let work = tempfile::Builder::new()
         .prefix(".tidemark-consolidate-")

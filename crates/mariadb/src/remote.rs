@@ -65,6 +65,7 @@ async fn succeeded(
     program: String,
     cmd: &mut tokio::process::Command,
 ) -> Result<std::process::Output, RemoteError> {
+    cmd.env_remove(tidemark_store::crypt::IDENTITY_ENV);
     let out = cmd.output().await.map_err(|source| RemoteError::Spawn {
         program: program.clone(),
         source,
@@ -186,6 +187,7 @@ impl RemoteServer {
         self.command(first, true)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
+            .env_remove(tidemark_store::crypt::IDENTITY_ENV)
             .kill_on_drop(true)
             .spawn()
             .map_err(|source| RemoteError::Spawn {

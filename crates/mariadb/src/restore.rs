@@ -715,7 +715,8 @@ fn running_as_root() -> bool {
 }
 
 pub(crate) fn spawn(cmd: &mut Command, program: &OsString) -> Result<Child, RestoreError> {
-    cmd.kill_on_drop(true)
+    cmd.env_remove(tidemark_store::crypt::IDENTITY_ENV)
+        .kill_on_drop(true)
         .spawn()
         .map_err(|source| RestoreError::Spawn {
             program: program.to_string_lossy().into_owned(),

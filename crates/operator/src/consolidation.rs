@@ -72,19 +72,30 @@ impl Consolidator for JobConsolidator {
         let name = job_name(&self.policy.name_any(), &target.id);
         // An encrypted chain needs the identities in the Job; without them, no Job is
         // started (it could only fail) and the chain is kept whole.
-        let identity = self
+        let encryption = self
             .policy
             .spec
             .object_store
             .as_ref()
-            .and_then(|os| os.encryption.as_ref())
-            .and_then(|e| e.identity_secret.as_ref());
-        if identity.is_none() && chain_encrypted(survey, &target.id) {
-            return Err(EngineError::Input(format!(
-                "the chain of {} is encrypted, and consolidating it reads it: set spec.objectStore.encryption.identitySecret (a Secret with key `{}` holding the age identities); the chain is kept whole",
-                target.id,
-                pod::IDENTITY_KEY
-            )));
+            .and_then(|os| os.encryption.as_ref());
+        if chain_encrypted(survey, &target.id) {
+            if encryption
+                .and_then(|e| e.identity_secret.as_ref())
+                .is_none()
+            {
+                return Err(EngineError::Input(format!(
+                    "the chain of {} is encrypted, and consolidating it reads it: set spec.objectStore.encryption.identitySecret (a Secret with key `{}` holding the age identities); the chain is kept whole",
+                    target.id,
+                    pod::IDENTITY_KEY
+                )));
+            }
+            // The synthetic full would hold the chain's content in clear.
+            if encryption.is_none_or(|e| e.recipients.is_empty()) {
+                return Err(EngineError::Input(format!(
+                    "the chain of {} is encrypted, and spec.objectStore.encryption.recipients is empty: its synthetic full would be written in clear; the chain is kept whole",
+                    target.id
+                )));
+            }
         }
         let edge = |e: kube::Error| EngineError::Edge {
             class: Class::Store,

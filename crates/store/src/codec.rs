@@ -289,6 +289,31 @@ impl Read for Incoming {
     }
 }
 
+/// The most an age header may take (a stanza per recipient, 16 recipients: a few KiB).
+const MAX_AGE_HEADER: u64 = 1 << 20;
+
+/// Reads at most [`MAX_AGE_HEADER`] bytes until `done` says the header was read. (Bytes
+/// buffered past the header count too: the cap is far above both.)
+struct HeaderCap {
+    inner: Incoming,
+    read: u64,
+    done: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Read for HeaderCap {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if !self.done.load(Ordering::Acquire) && self.read >= MAX_AGE_HEADER {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("no age header within its first {MAX_AGE_HEADER} bytes"),
+            ));
+        }
+        let n = self.inner.read(buf)?;
+        self.read += n as u64;
+        Ok(n)
+    }
+}
+
 /// The body of a decoding thread. Returns the first problem with the content; a reader that
 /// went away ends it quietly.
 fn decode(
@@ -304,8 +329,17 @@ fn decode(
     };
     let mut reader: Box<dyn Read> = if encrypted {
         let ids = identities.ok_or("no identity to decrypt with")?;
-        let d = age::Decryptor::new_buffered(std::io::BufReader::with_capacity(64 << 10, incoming))
+        // age reads its header line by line with no bound: a stored object with no end of
+        // line would be read into memory whole. The header is cut at MAX_AGE_HEADER.
+        let header_read = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let capped = HeaderCap {
+            inner: incoming,
+            read: 0,
+            done: header_read.clone(),
+        };
+        let d = age::Decryptor::new_buffered(std::io::BufReader::with_capacity(64 << 10, capped))
             .map_err(|e| format!("not a readable age file: {e}"))?;
+        header_read.store(true, Ordering::Release);
         Box::new(
             d.decrypt(ids.as_age())
                 .map_err(|e| format!("age could not decrypt it: {e}"))?,
@@ -491,6 +525,41 @@ mod tests {
         )
         .await;
         assert!(got.unwrap_err().contains("decrypt"));
+    }
+
+    /// A stored object that never ends its first line is refused after a bounded read, not
+    /// gathered into memory.
+    #[tokio::test]
+    async fn an_endless_age_header_is_cut() {
+        let (id_text, public) = crate::crypt::generate();
+        let r = Recipients::parse(&[public]).unwrap().unwrap();
+        let e = r.record();
+        let ids = Arc::new(Identities::parse(&id_text, "t").unwrap());
+        let Decoding {
+            input,
+            mut output,
+            thread,
+        } = decoding(
+            Form {
+                compression: None,
+                encryption: Some(&e),
+            },
+            Some(ids),
+        );
+        let feed = async move {
+            let line = Bytes::from(vec![b'a'; 1 << 20]);
+            let mut sent = 0u64;
+            // 64 MiB offered; the decoder stops taking long before.
+            while sent < 64 << 20 && input.send(line.clone()).await.is_ok() {
+                sent += line.len() as u64;
+            }
+            sent
+        };
+        let drain = async { while output.recv().await.is_some() {} };
+        let (sent, ()) = tokio::join!(feed, drain);
+        let err = thread.await.unwrap().unwrap_err();
+        assert!(err.contains("age header"), "{err}");
+        assert!(sent < 16 << 20, "{sent} bytes taken");
     }
 
     #[test]

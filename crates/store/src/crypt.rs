@@ -19,6 +19,10 @@ use sha2::{Digest, Sha256};
 
 pub use crate::format::Encryption;
 
+/// The environment variable that may hold age identities themselves (a Secret given to a
+/// pod as a variable). Every program tidemark starts runs without it.
+pub const IDENTITY_ENV: &str = "TIDEMARK_IDENTITY";
+
 /// The scheme recorded for age (`"encryption": {"scheme": "age", …}`).
 pub const AGE: &str = "age";
 /// Most recipients a store encrypts to (each costs a header stanza per object).
@@ -53,6 +57,20 @@ pub enum KeyError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// A value as an error may show it: an identity given where a public key or a path was
+/// expected is never shown.
+fn shown(value: &str) -> String {
+    if value
+        .trim_start()
+        .to_ascii_uppercase()
+        .starts_with("AGE-SECRET-KEY-")
+    {
+        "(an age identity — a secret key — not shown)".to_owned()
+    } else {
+        value.chars().take(100).collect()
+    }
 }
 
 /// The fingerprint recorded for `recipient`.
@@ -90,10 +108,8 @@ impl Recipients {
                 .split(|c: char| c == ',' || c.is_whitespace())
                 .filter(|p| !p.is_empty())
             {
-                let key =
-                    age::x25519::Recipient::from_str(part).map_err(|_| KeyError::Recipient {
-                        value: part.chars().take(100).collect(),
-                    })?;
+                let key = age::x25519::Recipient::from_str(part)
+                    .map_err(|_| KeyError::Recipient { value: shown(part) })?;
                 if !keys.iter().any(|k| k.to_string() == key.to_string()) {
                     keys.push(key);
                 }
@@ -177,8 +193,9 @@ impl Identities {
     /// The file cannot be read, is too large, or is not an identity file.
     pub fn read_file(path: &std::path::Path) -> Result<Self, KeyError> {
         use std::io::Read;
+        let name = shown(&path.display().to_string());
         let read = |source| KeyError::Read {
-            path: path.display().to_string(),
+            path: name.clone(),
             source,
         };
         let f = std::fs::File::open(path).map_err(read)?;
@@ -187,11 +204,9 @@ impl Identities {
             .read_to_string(&mut text)
             .map_err(read)?;
         if text.len() as u64 > MAX_IDENTITY_FILE {
-            return Err(KeyError::TooLarge {
-                source_name: path.display().to_string(),
-            });
+            return Err(KeyError::TooLarge { source_name: name });
         }
-        Identities::parse(&text, &path.display().to_string())
+        Identities::parse(&text, &name)
     }
 
     /// These and `other` together.
@@ -285,5 +300,12 @@ mod tests {
                 .len()
                 == 1
         );
+        // A secret key given as a recipient or as a path is never echoed.
+        let e = Recipients::parse(&[secret]).unwrap_err().to_string();
+        assert!(!e.contains("NOTAREAL"), "{e}");
+        let e = Identities::read_file(std::path::Path::new(secret))
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("NOTAREAL"), "{e}");
     }
 }

@@ -153,6 +153,9 @@ pub struct Upload {
     /// Compresses and encrypts (`None`: stored as it comes). Taken while a chunk is in
     /// its blocking task.
     encoder: Option<crate::codec::Encoder>,
+    /// Whether the object is compressed or encrypted: then a missing encoder (lost with a
+    /// failed or cancelled chunk) is an error, never plaintext.
+    coded: bool,
     compression: Option<&'static str>,
     encryption: Option<crate::format::Encryption>,
     payload_name: String,
@@ -188,6 +191,7 @@ impl Upload {
             hasher: Sha256::new(),
             stored: 0,
             original: 0,
+            coded: encoder.is_some(),
             encoder,
             compression: store.compression.recorded(),
             encryption: store
@@ -228,6 +232,7 @@ impl Upload {
                 self.encoder = Some(encoder);
                 Bytes::from(stored.map_err(|e| compress_err(store, &self.key, e))?)
             }
+            None if self.coded => return Err(lost_encoder(store, &self.key)),
             None => chunk,
         };
         self.write(store, stored).await
@@ -243,6 +248,9 @@ impl Upload {
     /// # Errors
     /// The store refused the last part or the completion.
     pub async fn finish(mut self, store: &ClusterStore) -> Result<PayloadObject, StoreError> {
+        if self.coded && self.encoder.is_none() {
+            return Err(lost_encoder(store, &self.key));
+        }
         if let Some(encoder) = self.encoder.take() {
             let rest = tokio::task::spawn_blocking(move || encoder.finish())
                 .await
@@ -288,6 +296,17 @@ pub fn payload_name(store: &ClusterStore, spec: &BackupSpec) -> String {
         Some(_) => format!("{}{}", spec.payload_name, crate::compress::ZSTD_SUFFIX),
         None => spec.payload_name.clone(),
     }
+}
+
+/// A coded upload whose encoder went with a failed or cancelled chunk.
+fn lost_encoder(store: &ClusterStore, key: &Path) -> StoreError {
+    compress_err(
+        store,
+        key,
+        std::io::Error::other(
+            "the encoder was lost with an earlier chunk; the upload cannot go on",
+        ),
+    )
 }
 
 /// An encoder's failure while writing `key`, as a store error.

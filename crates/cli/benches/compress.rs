@@ -2,8 +2,9 @@
 //! `mariabackup` stream to a local SeaweedFS, uncompressed and with zstd at three levels,
 //! then encrypted with age (`--recipient`) plain and after zstd:3, side by side with
 //! `zstd -T0 -3 | aws s3 cp -` and `zstd -T0 -3 | age -r KEY | aws s3 cp -` on the same
-//! bytes. Reports each run's throughput (of
-//! the content, MiB/s) and ratio (content ÷ stored), the median of the runs.
+//! bytes; then end to end from the database, beside `mariabackup --compress`. Reports each
+//! run's throughput (of the content, MiB/s) and ratio (content ÷ stored), the median of the
+//! runs. The peers come from `bench/install-peers.sh` (aws, age, zstd).
 //!
 //! The stream: a MariaDB server (the Debian packages the tests use) filled with
 //! `TIDEMARK_BENCH_COMPRESS_MIB` (default 1024) MiB of rows — text that compresses as
@@ -218,4 +219,61 @@ fn main() {
         "| `zstd -T0 -3 \\| age -r age1… \\| aws s3 cp -` | {encrypted_speed:.1} | {ratio:.2} | {:.2} |",
         encrypted_speed / baseline.unwrap_or(encrypted_speed)
     );
+    end_to_end(&db, &server, content, rounds);
+}
+
+/// End to end from the database: `mariabackup --backup --stream=xbstream | tidemark push`
+/// uncompressed and with zstd:3, beside mariabackup's own compression (`--compress`,
+/// QuickLZ, deprecated in 10.11, on both cores) into an uncompressed push. Throughput is of
+/// the uncompressed stream's size over the whole pipeline's time; the ratio is that size
+/// over what the store holds.
+fn end_to_end(db: &MariaDb, server: &SeaweedFs, content: u64, rounds: usize) {
+    println!();
+    println!("| end to end (backup + upload) | MiB/s (stream) | ratio |");
+    println!("|---|---:|---:|");
+    let client = db.client_args().join(" ");
+    for (label, extra, compression) in [
+        ("`mariabackup \\| tidemark push`", "", "none"),
+        (
+            "`mariabackup \\| tidemark push --compression zstd:3`",
+            "",
+            "zstd:3",
+        ),
+        (
+            "`mariabackup --compress --compress-threads=2 \\| tidemark push`",
+            "--compress --compress-threads=2",
+            "none",
+        ),
+    ] {
+        let runs = (0..rounds)
+            .map(|i| {
+                let target = tempfile::tempdir().unwrap();
+                let script = format!(
+                    "set -o pipefail; mariabackup {client} --backup --stream=xbstream {extra} --target-dir={} 2>/dev/null \
+                     | {} push --store s3://{BUCKET} --cluster bench --endpoint {} --ext xbstream \
+                       --backup-name e{i} --compression {compression} --output json",
+                    target.path().display(),
+                    env!("CARGO_BIN_EXE_tidemark"),
+                    server.endpoint,
+                );
+                let mut c = Command::new("bash");
+                c.env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+                    .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+                    .env("AWS_REGION", "us-east-1")
+                    .args(["-c", &script])
+                    .stderr(Stdio::inherit());
+                let t = Instant::now();
+                let out = c.output().unwrap();
+                let secs = t.elapsed().as_secs_f64();
+                assert!(out.status.success(), "{label} failed");
+                let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+                (content as f64 / 1048576.0 / secs, v["size"].as_u64().unwrap())
+            })
+            .collect();
+        let (speed, stored) = median(runs);
+        println!(
+            "| {label} | {speed:.1} | {:.2} |",
+            content as f64 / stored as f64
+        );
+    }
 }

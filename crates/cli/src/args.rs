@@ -73,10 +73,40 @@ pub enum Command {
     /// increment, the only bridge over a binlog gap — it is marked instead, and a
     /// retention pass removes it (or merges its chain into a synthetic full) once safe.
     Delete(DeleteArgs),
+    /// Read every committed backup's payload and every indexed binlog segment back from the
+    /// store (streamed, nothing kept), checking sizes, sha256 and — where it can decode them
+    /// — the content; check every chain and the recovery window; report each backup.
+    /// Exit 0 when everything checks out, 4 when anything is damaged, cut short or missing.
+    Verify(VerifyArgs),
     /// Make a new age X25519 identity for encrypted backups: with --output, the identity
     /// file (mode 600, never overwritten) and its public key on stdout; without, the
     /// identity on stdout and the public key on stderr (as age-keygen does).
     Keygen(KeygenArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// A BackupPolicy file to take --store and --cluster (and encryption keys) from.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// Check a random fraction of the backups and segments (0 < F ≤ 1; the newest backup
+    /// and its chain always), e.g. 0.1 for a nightly spot check.
+    #[arg(long, value_name = "F", value_parser = parse_fraction)]
+    pub sample: Option<f64>,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+}
+
+fn parse_fraction(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if f > 0.0 && f <= 1.0 => Ok(f),
+        _ => Err(format!(
+            "{:?}: expected a fraction 0 < F ≤ 1, e.g. 0.1",
+            s.chars().take(40).collect::<String>()
+        )),
+    }
 }
 
 #[derive(Debug, Args)]

@@ -49,6 +49,7 @@ pub fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Consolidate(a) => rt.block_on(consolidate(&a)),
         Command::Delete(a) => rt.block_on(delete(&a)),
         Command::Keygen(a) => keygen(&a),
+        Command::Verify(a) => rt.block_on(crate::verify::verify(&a)),
     }
 }
 

@@ -11,6 +11,7 @@ mod restore;
 mod run;
 mod simulate;
 mod transfer;
+mod verify;
 
 use std::process::ExitCode;
 

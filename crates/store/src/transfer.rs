@@ -943,6 +943,64 @@ pub async fn copy_verified(
     }
 }
 
+/// How deep [`verify_object`] could look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Checked {
+    /// The stored bytes' size and sha256, and the content decoded (zstd's checksums, age's
+    /// authentication) — or the stored bytes are the content.
+    Content,
+    /// The stored bytes' size and sha256 only: the object is encrypted and no identity
+    /// here opens it.
+    Stored,
+}
+
+/// Reads the object `key` to its end, checking what its record says: size and sha256 of
+/// the stored bytes, and, where this store can decode it, the content. Nothing is kept.
+///
+/// # Errors
+/// Missing, cut short, changed, or undecodable — each named; a request failed.
+pub async fn verify_object(
+    store: &ClusterStore,
+    key: &Path,
+    expected_size: u64,
+    expected_sha256: Option<&str>,
+    form: crate::codec::Form<'_>,
+    progress: &dyn Progress,
+) -> Result<Checked, TransferError> {
+    let mut sink = tokio::io::sink();
+    match readable(store, key, form) {
+        Ok(()) => {
+            copy_verified(
+                store,
+                key,
+                expected_size,
+                expected_sha256,
+                form,
+                &mut sink,
+                progress,
+            )
+            .await?;
+            Ok(Checked::Content)
+        }
+        Err(TransferError::NoIdentity { .. }) => {
+            let stored = crate::codec::Form::default();
+            copy_verified(
+                store,
+                key,
+                expected_size,
+                expected_sha256,
+                stored,
+                &mut sink,
+                progress,
+            )
+            .await?;
+            Ok(Checked::Stored)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Whether the object `key`, written as `form`, can be decoded with this store's
 /// identities: checked before anything is read, and by restores for every object they
 /// will need before they write anything.

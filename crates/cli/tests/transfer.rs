@@ -191,6 +191,14 @@ fn push_and_fetch_round_trip_on_s3_with_multipart() {
     round_trip(&server.url(), &server.env(), 40 << 20);
 }
 
+/// `az://` with the real binary (issue 19 §5): Azurite, reached as a pod reaches Azure
+/// (`AZURE_STORAGE_ACCOUNT_NAME|KEY`, `AZURE_STORAGE_ENDPOINT`), 40 MiB in blocks.
+#[test]
+fn push_and_fetch_round_trip_on_azurite() {
+    let server = tidemark_store::testkit::Azurite::start();
+    round_trip(&server.url(), &server.env(), 40 << 20);
+}
+
 fn find(dir: &Path, name: &str) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];

@@ -659,6 +659,22 @@ async fn walk_local(
     }
 }
 
+/// The objects under `prefix` after `offset`. The offset is checked here too: a server
+/// may ignore it (Azurite ignores Azure's `startFrom` and lists from the start, which read
+/// every key twice and took `binlogs/` for foreign objects) — then this is only slower.
+fn list_after(
+    store: &ClusterStore,
+    prefix: Option<&Path>,
+    offset: &Path,
+) -> futures::stream::BoxStream<'static, object_store::Result<ObjectMeta>> {
+    let after = offset.clone();
+    store
+        .inner
+        .list_with_offset(prefix, offset)
+        .try_filter(move |m| futures::future::ready(m.location > after))
+        .boxed()
+}
+
 /// Lists every object of the cluster except `binlogs/`, which can hold millions of
 /// segments. Ordered backends skip it with a start-after listing; a local directory is
 /// walked, skipping it, without following links.
@@ -708,7 +724,7 @@ async fn list_outside_binlogs(
         }
         // '0' is the byte after '/', so this resumes right after every `binlogs/` key.
         let after = Path::from(format!("{}0", layout::BINLOGS));
-        let mut rest = store.inner.list_with_offset(None, &after);
+        let mut rest = list_after(store, None, &after);
         while let Some(meta) = rest.try_next().await.map_err(err)? {
             progress.listed(1);
             announce(&meta);
@@ -856,9 +872,7 @@ async fn list_segment_range(
     let through_key = through.map(layout::segment_key);
     let mut s = match after {
         None => store.inner.list(Some(&prefix)),
-        Some(name) => store
-            .inner
-            .list_with_offset(Some(&prefix), &layout::segment_key(name)),
+        Some(name) => list_after(store, Some(&prefix), &layout::segment_key(name)),
     };
     loop {
         let meta = match s.try_next().await {

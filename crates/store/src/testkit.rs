@@ -457,6 +457,146 @@ impl Drop for SeaweedFs {
     }
 }
 
+/// Azurite's well-known development account (public, in Microsoft's documentation).
+pub const AZURITE_ACCOUNT: &str = "devstoreaccount1";
+/// Its key.
+pub const AZURITE_KEY: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+/// The container [`Azurite::start`] makes.
+pub const AZURITE_CONTAINER: &str = "tidemark";
+
+/// Where Azurite is: `TIDEMARK_AZURITE` (the `azurite-blob` program), else where
+/// `scripts/test.sh` installs it (`~/.cache/tidemark/azurite`, npm).
+///
+/// # Errors
+/// Not installed, with what to do.
+pub fn find_azurite() -> Result<PathBuf, String> {
+    if let Ok(p) = std::env::var("TIDEMARK_AZURITE") {
+        return Ok(PathBuf::from(p));
+    }
+    let cached = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default()
+        .join(".cache/tidemark/azurite/node_modules/.bin/azurite-blob");
+    if cached.is_file() {
+        return Ok(cached);
+    }
+    Err(
+        "Azurite is not installed: the Azure store tests need `azurite-blob` and          @azure/storage-blob from npm. Run `scripts/test.sh` (it installs both into          ~/.cache/tidemark/azurite), or set TIDEMARK_AZURITE=/path/to/node_modules/.bin/azurite-blob."
+            .into(),
+    )
+}
+
+/// A real Azure Blob emulator (Azurite, from npm) on 127.0.0.1, with the container
+/// [`AZURITE_CONTAINER`]; killed when dropped.
+#[derive(Debug)]
+pub struct Azurite {
+    child: Child,
+    _dir: tempfile::TempDir,
+    /// The blob endpoint with the account path, as `objectStore.endpoint` takes it.
+    pub endpoint: String,
+}
+
+impl Azurite {
+    /// Starts Azurite's blob service and makes the container.
+    ///
+    /// # Panics
+    /// Azurite or node is missing, or it does not come up within 30 s.
+    pub fn start() -> Self {
+        let program = find_azurite().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let port = free_port();
+        let log = std::fs::File::create(dir.path().join("azurite.log")).expect("log file");
+        let child = Command::new(&program)
+            .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
+            .arg("--location")
+            .arg(dir.path().join("data"))
+            .args(["--skipApiVersionCheck", "--silent"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log file"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", program.display()));
+        let server = Azurite {
+            child,
+            endpoint: format!("http://127.0.0.1:{port}/{AZURITE_ACCOUNT}"),
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "Azurite did not listen on {port} within 30 s; its log: {}",
+                std::fs::read_to_string(server._dir.path().join("azurite.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // The container, with the SDK installed beside Azurite (object_store makes none).
+        let modules = program
+            .parent()
+            .and_then(FsPath::parent)
+            .expect("azurite-blob in node_modules/.bin");
+        let script = format!(
+            r#"const {{ BlobServiceClient, StorageSharedKeyCredential }} = require({sdk:?});
+new BlobServiceClient({endpoint:?}, new StorageSharedKeyCredential({AZURITE_ACCOUNT:?}, {AZURITE_KEY:?}))
+  .getContainerClient({AZURITE_CONTAINER:?}).createIfNotExists()
+  .then(() => process.exit(0), e => {{ console.error(e.message); process.exit(1); }});"#,
+            sdk = modules.join("@azure/storage-blob").display().to_string(),
+            endpoint = server.endpoint,
+        );
+        let out = Command::new("node")
+            .args(["-e", &script])
+            .output()
+            .unwrap_or_else(|e| panic!("node (to make Azurite's container): {e}"));
+        assert!(
+            out.status.success(),
+            "making the container: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        server
+    }
+
+    /// The store URL.
+    pub fn url(&self) -> String {
+        format!("az://{AZURITE_CONTAINER}")
+    }
+
+    /// The options a store on this server needs: its endpoint and the account's key.
+    pub fn options(&self) -> crate::open::StoreOptions {
+        crate::open::StoreOptions {
+            endpoint: Some(self.endpoint.clone()),
+            cloud_credentials: Some(crate::open::CloudCredentials::Azure {
+                account: AZURITE_ACCOUNT.into(),
+                access_key: Some(AZURITE_KEY.into()),
+                sas_token: None,
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// A store rooted at `cluster` in the container, as `ClusterStore::open` makes it.
+    pub fn cluster_store(&self, cluster: &str) -> ClusterStore {
+        ClusterStore::open(&self.url(), cluster, &self.options()).expect("an az:// store")
+    }
+
+    /// The environment a `tidemark` process needs to reach it (as the operator gives a
+    /// pod: the account, its key and the endpoint).
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("AZURE_STORAGE_ACCOUNT_NAME", AZURITE_ACCOUNT.into()),
+            ("AZURE_STORAGE_ACCOUNT_KEY", AZURITE_KEY.into()),
+            ("AZURE_STORAGE_ENDPOINT", self.endpoint.clone()),
+        ]
+    }
+}
+
+impl Drop for Azurite {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A store rooted at `cluster` in a fresh local directory (kept alive by the returned guard).
 pub fn local_store(cluster: &str) -> (tempfile::TempDir, ClusterStore) {
     let dir = tempfile::tempdir().expect("temporary directory");

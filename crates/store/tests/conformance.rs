@@ -16,7 +16,7 @@ use tidemark_store::fault::{FaultMode, FaultStore};
 use tidemark_store::format::{AuditRecord, IndexFile};
 use tidemark_store::index::SegmentIndex;
 use tidemark_store::synth::{self, SynthBackup};
-use tidemark_store::testkit::{SeaweedFs, local_store};
+use tidemark_store::testkit::{Azurite, SeaweedFs, local_store};
 use tidemark_store::{
     ClusterStore, ExecOptions, NoProgress, StoreError, SurveyOptions, execute, survey,
 };
@@ -99,6 +99,16 @@ impl Backing for SeaweedFs {
     }
     fn name(&self) -> &'static str {
         "seaweedfs"
+    }
+}
+
+impl Backing for Azurite {
+    fn fresh(&self, case: &str) -> (Option<tempfile::TempDir>, ClusterStore) {
+        let unique = format!("{case}-{:08x}", rand::random::<u32>());
+        (None, self.cluster_store(&unique))
+    }
+    fn name(&self) -> &'static str {
+        "azurite"
     }
 }
 
@@ -213,6 +223,14 @@ fn conformance_local_directory() {
 #[test]
 fn conformance_seaweedfs() {
     let server = SeaweedFs::start();
+    run_suite(&server);
+}
+
+/// `az://` (issue 19 §5): the same suite against Azurite, the Azure Blob emulator, through
+/// `ClusterStore::open` with the account's key, as the CLI and the operator open it.
+#[test]
+fn conformance_azurite() {
+    let server = Azurite::start();
     run_suite(&server);
 }
 

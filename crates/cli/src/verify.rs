@@ -77,7 +77,10 @@ pub struct VerifyOut {
     pub backups: Vec<VerifiedBackup>,
     pub segments: SegmentsOut,
     pub recovery_window: Option<RecoveryWindow>,
-    /// Backups and segments that are not `ok`.
+    /// `metadata.json` files that cannot be read: whatever they describe cannot be
+    /// restored by this version.
+    pub malformed: Vec<tidemark_store::Malformed>,
+    /// Backups, segments and malformed files that are not `ok`.
     pub problems: usize,
 }
 
@@ -245,7 +248,9 @@ pub async fn verify(args: &VerifyArgs) -> Result<Exit, CliError> {
         .filter(|o| o.status != "ok")
         .cloned()
         .collect();
-    let problems = backups.iter().filter(|b| b.status != "ok").count() + segment_problems.len();
+    let problems = backups.iter().filter(|b| b.status != "ok").count()
+        + segment_problems.len()
+        + catalog.malformed.len();
     let out = VerifyOut {
         format_version: JSON_FORMAT_VERSION,
         store: store.url.clone(),
@@ -259,6 +264,7 @@ pub async fn verify(args: &VerifyArgs) -> Result<Exit, CliError> {
             problems: segment_problems,
         },
         recovery_window: standing.window.clone(),
+        malformed: catalog.malformed.clone(),
         problems,
     };
     if args.output == OutputFormat::Json {
@@ -306,6 +312,9 @@ fn table(store: &ClusterStore, out: &VerifyOut) -> String {
         "\nSegments: {} indexed, {} checked, {} ok\n",
         out.segments.indexed, out.segments.checked, out.segments.ok
     ));
+    for m in &out.malformed {
+        s.push_str(&format!("{:<12} {}: {}\n", "malformed", m.key, m.problem));
+    }
     for p in &out.segments.problems {
         s.push_str(&format!(
             "{:<12} {}: {}\n",

@@ -1075,6 +1075,9 @@ fn verify_reads_everything_back_and_names_what_is_wrong() {
     let seg = std::fs::read(&segment).unwrap();
     std::fs::write(&segment, &seg[..seg.len() - 3]).unwrap();
     std::fs::remove_file(payload_of(&full_id, "backup.bin")).unwrap();
+    let manual = store_dir.join("db1/manual/20261120T000000Z-deadbeef");
+    std::fs::create_dir_all(&manual).unwrap();
+    std::fs::write(manual.join("metadata.json"), b"{\"formatVersion\": 1, ").unwrap();
     let (code, v) = verify(&[]);
     assert_eq!(code, Some(4), "{v:#}");
     assert_eq!(
@@ -1098,13 +1101,17 @@ fn verify_reads_everything_back_and_names_what_is_wrong() {
             && seg_problems[0]["status"] == "damaged",
         "{v:#}"
     );
-    assert_eq!(v["problems"], 4);
+    assert_eq!(v["malformed"].as_array().unwrap().len(), 1, "{v:#}");
+    assert_eq!(v["problems"], 5);
     // The table names them too.
     let out = run(&["verify", "--store", &url, "--cluster", "db1"], &[]);
     assert_eq!(out.status.code(), Some(4));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("damaged") && text.contains("mysql-bin.000002") && text.contains("4 problem"),
+        text.contains("damaged")
+            && text.contains("mysql-bin.000002")
+            && text.contains("malformed")
+            && text.contains("5 problem"),
         "{text}"
     );
 

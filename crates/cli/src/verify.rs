@@ -29,8 +29,8 @@ const CONCURRENCY: usize = 4;
 #[serde(rename_all = "camelCase")]
 pub struct ObjectOut {
     pub key: String,
-    /// `ok`, `damaged` (size, sha256 or content), `missing`, or `unreadable` (a scheme
-    /// this version does not read, the store failing).
+    /// `ok`, `damaged` (size, sha256 or content), `missing`, `unreachable` (the store
+    /// failed; exit 3), or `unreadable` (a scheme this version does not read).
     pub status: &'static str,
     /// How deep the check went (`content`, or `stored` for encrypted objects without an
     /// identity here).
@@ -48,8 +48,8 @@ pub struct VerifiedBackup {
     pub backup_name: String,
     #[serde(rename = "type")]
     pub kind: &'static str,
-    /// `ok`, `damaged`, `missing`, `unreadable`, or `brokenChain` (its payloads check out
-    /// but an ancestor does not, or is gone).
+    /// `ok`, `damaged`, `missing`, `unreachable`, `unreadable`, or `brokenChain` (its
+    /// payloads check out but an ancestor does not, or is gone).
     pub status: &'static str,
     pub restorable: bool,
     pub payload: Vec<ObjectOut>,
@@ -93,6 +93,8 @@ fn outcome(key: String, r: Result<Checked, TransferError>) -> ObjectOut {
                     "missing"
                 }
                 TransferError::Checksum { .. } | TransferError::Content { .. } => "damaged",
+                // The store failing is not the data failing (exit 3, not 4).
+                TransferError::Store(_) => "unreachable",
                 _ => "unreadable",
             };
             (status, None, Some(tidemark_engine::error::chain(&e)))
@@ -106,7 +108,7 @@ fn outcome(key: String, r: Result<Checked, TransferError>) -> ObjectOut {
     }
 }
 
-/// Whether to check item `i` of `n` at `fraction`: a fixed random draw per run.
+/// Whether to check the next item at `fraction` (a new random draw each run).
 fn drawn(fraction: f64) -> impl FnMut() -> bool {
     move || fraction >= 1.0 || rand::random::<f64>() < fraction
 }
@@ -121,11 +123,10 @@ pub async fn verify(args: &VerifyArgs) -> Result<Exit, CliError> {
         let keys: Vec<String> = index.unread().map(|s| s.key.clone()).collect();
         index.read_shards(store, keys).await?;
     }
-    let inventory = catalog.inventory(&SegmentListing::default());
-    let standing = standing(&inventory);
+    let mut inventory = catalog.inventory(&SegmentListing::default());
 
     // The committed backups to read: all, or a sample that always holds the newest
-    // completed backup and its chain.
+    // completed backup and what it builds on.
     let mut completed: Vec<&tidemark_store::StoredBackup> = catalog
         .backups
         .iter()
@@ -134,10 +135,32 @@ pub async fn verify(args: &VerifyArgs) -> Result<Exit, CliError> {
     completed.sort_by(|a, b| {
         (a.backup.started_at, &a.backup.id).cmp(&(b.backup.started_at, &b.backup.id))
     });
+    if completed.is_empty() {
+        return Err(CliError::new(
+            Exit::Data,
+            anyhow::anyhow!(
+                "no committed backup in {} (cluster {:?}): nothing to verify — check --store and --cluster",
+                store.url,
+                store.cluster
+            ),
+        ));
+    }
     let mut always: HashSet<String> = HashSet::new();
+    let mut newest_start = None;
     if let Some(newest) = completed.last() {
-        for b in tidemark_core::chain_of(&inventory, &newest.backup.id).unwrap_or_default() {
-            always.insert(b.id);
+        always.insert(newest.backup.id.clone());
+        newest_start = Some(newest.backup.started_at);
+        // Its ancestors, also when the chain is broken (then as far as it goes).
+        let mut parent = newest.backup.kind.parent().cloned();
+        while let Some(id) = parent.take() {
+            if !always.insert(id.clone()) {
+                break;
+            }
+            parent = inventory
+                .backups
+                .iter()
+                .find(|b| b.id == id)
+                .and_then(|b| b.kind.parent().cloned());
         }
     }
     let mut draw = drawn(fraction);
@@ -160,20 +183,101 @@ pub async fn verify(args: &VerifyArgs) -> Result<Exit, CliError> {
                 out.push(outcome(store.display_key(&key), r));
             }
         }
-        (b, out)
+        (*b, out)
     });
     let checked: Vec<_> = futures::stream::iter(checks)
-        .buffered(CONCURRENCY)
+        .buffer_unordered(CONCURRENCY)
         .collect()
         .await;
+
+    // The segments: those a restore from the newest backup replays always, the rest
+    // drawn. Only problems are kept (an archive may hold millions of segments).
+    let mut draw = drawn(fraction);
+    let mut seen: HashSet<(u64, &str)> = HashSet::new();
+    let chosen_segments = catalog
+        .index
+        .iter()
+        .flat_map(|i| i.entries())
+        .filter(|e| seen.insert((e.sequence, e.name.as_str())))
+        .filter(|e| {
+            let needed = newest_start.is_some_and(|t| e.last_event_at.is_none_or(|last| last >= t));
+            needed || draw()
+        });
+    let segment_checks = chosen_segments.map(|e| async move {
+        let shown = format!("{}/{}/{}", store.cluster, layout::BINLOGS, e.name);
+        if !layout::is_segment_name(&e.name) {
+            return ObjectOut {
+                key: shown,
+                status: "unreadable",
+                checked: None,
+                problem: Some(format!("{:?} is not a binlog segment name", e.name)),
+            };
+        }
+        let key = layout::segment_key(&e.name);
+        let r = verify_object(
+            store,
+            &key,
+            e.size,
+            e.sha256.as_deref(),
+            e.form(),
+            &NoProgress,
+        )
+        .await;
+        outcome(store.display_key(&key), r)
+    });
+    let mut segments_checked = 0usize;
+    let mut segments_ok = 0usize;
+    let mut segment_problems: Vec<ObjectOut> = Vec::new();
+    let mut results =
+        Box::pin(futures::stream::iter(segment_checks).buffer_unordered(CONCURRENCY * 2));
+    while let Some(o) = results.next().await {
+        segments_checked += 1;
+        if o.status == "ok" {
+            segments_ok += 1;
+        } else {
+            segment_problems.push(o);
+        }
+    }
+    drop(results);
+    let indexed = seen.len();
+    segment_problems.sort_by(|a, b| a.key.cmp(&b.key));
+
+    // What can be restored given what was read: damaged backups count as missing, damaged
+    // segments as absent, and the chains and the window follow.
+    let own_status = |payload: &[ObjectOut]| {
+        if payload.is_empty() {
+            return "missing";
+        }
+        payload
+            .iter()
+            .map(|o| o.status)
+            .find(|s| *s != "ok")
+            .unwrap_or("ok")
+    };
+    let bad: HashSet<&str> = checked
+        .iter()
+        .filter(|(_, p)| own_status(p) != "ok")
+        .map(|(b, _)| b.backup.id.as_str())
+        .collect();
+    for b in &mut inventory.backups {
+        if bad.contains(b.id.as_str()) {
+            b.payload_missing = true;
+        }
+    }
+    let bad_segments: HashSet<String> = segment_problems
+        .iter()
+        .filter_map(|o| o.key.rsplit('/').next().map(str::to_owned))
+        .collect();
+    for seg in &mut inventory.segments {
+        if bad_segments.contains(&seg.name) {
+            seg.present = false;
+        }
+    }
+    let standing = standing(&inventory);
     let mut backups: Vec<VerifiedBackup> = checked
         .into_iter()
         .map(|(b, payload)| {
-            let own = payload
-                .iter()
-                .map(|o| o.status)
-                .find(|s| *s != "ok")
-                .unwrap_or("ok");
+            let own = own_status(&payload);
             let restorable = standing.restorable.contains(&b.backup.id);
             VerifiedBackup {
                 backup_id: b.backup.id.clone(),
@@ -181,8 +285,6 @@ pub async fn verify(args: &VerifyArgs) -> Result<Exit, CliError> {
                 kind: crate::output::BackupOut::from_backup(&b.backup).kind,
                 status: if own == "ok" && !restorable {
                     "brokenChain"
-                } else if payload.is_empty() {
-                    "missing"
                 } else {
                     own
                 },
@@ -191,63 +293,9 @@ pub async fn verify(args: &VerifyArgs) -> Result<Exit, CliError> {
             }
         })
         .collect();
-    // A backup whose own payload is fine but an ancestor's is not cannot be restored either.
-    let bad: HashSet<String> = backups
-        .iter()
-        .filter(|b| b.status != "ok")
-        .map(|b| b.backup_id.clone())
-        .collect();
-    for b in &mut backups {
-        if b.status == "ok"
-            && tidemark_core::chain_of(&inventory, &b.backup_id)
-                .unwrap_or_default()
-                .iter()
-                .any(|a| bad.contains(&a.id))
-        {
-            b.status = "brokenChain";
-            b.restorable = false;
-        }
-    }
-
-    // The segments.
-    let entries: Vec<tidemark_store::format::IndexEntry> = catalog
-        .index
-        .as_ref()
-        .map(|i| i.entries().cloned().collect())
-        .unwrap_or_default();
-    let indexed = entries.len();
-    let mut draw = drawn(fraction);
-    let chosen_segments: Vec<_> = entries.into_iter().filter(|_| draw()).collect();
-    let segment_checks = chosen_segments.iter().map(|e| async move {
-        let r = if layout::is_segment_name(&e.name) {
-            let key = layout::segment_key(&e.name);
-            verify_object(
-                store,
-                &key,
-                e.size,
-                e.sha256.as_deref(),
-                e.form(),
-                &NoProgress,
-            )
-            .await
-        } else {
-            Err(TransferError::InvalidName(e.name.clone()))
-        };
-        outcome(
-            format!("{}/{}/{}", store.cluster, layout::BINLOGS, e.name),
-            r,
-        )
-    });
-    let seg_out: Vec<ObjectOut> = futures::stream::iter(segment_checks)
-        .buffered(CONCURRENCY * 2)
-        .collect()
-        .await;
-    let ok = seg_out.iter().filter(|o| o.status == "ok").count();
-    let segment_problems: Vec<ObjectOut> = seg_out
-        .iter()
-        .filter(|o| o.status != "ok")
-        .cloned()
-        .collect();
+    backups.sort_by(|a, b| a.backup_id.cmp(&b.backup_id));
+    let unreachable = backups.iter().any(|b| b.status == "unreachable")
+        || segment_problems.iter().any(|o| o.status == "unreachable");
     let problems = backups.iter().filter(|b| b.status != "ok").count()
         + segment_problems.len()
         + catalog.malformed.len();
@@ -259,8 +307,8 @@ pub async fn verify(args: &VerifyArgs) -> Result<Exit, CliError> {
         backups,
         segments: SegmentsOut {
             indexed,
-            checked: seg_out.len(),
-            ok,
+            checked: segments_checked,
+            ok: segments_ok,
             problems: segment_problems,
         },
         recovery_window: standing.window.clone(),
@@ -274,6 +322,8 @@ pub async fn verify(args: &VerifyArgs) -> Result<Exit, CliError> {
     }
     Ok(if problems == 0 {
         Exit::Success
+    } else if unreachable {
+        Exit::Store
     } else {
         Exit::Data
     })

@@ -988,7 +988,9 @@ fn verify_reads_everything_back_and_names_what_is_wrong() {
         assert!(out.status.success(), "{}", stderr(&out));
         json(&out)
     };
-    let full = push(&[]);
+    let lost = push(&[]);
+    let lost_id = lost["backupId"].as_str().unwrap().to_owned();
+    let full = push(&["--compression", "zstd:1"]);
     let full_id = full["backupId"].as_str().unwrap().to_owned();
     let inc = push(&[
         "--type",
@@ -1001,7 +1003,7 @@ fn verify_reads_everything_back_and_names_what_is_wrong() {
         &public,
     ]);
     let inc_id = inc["backupId"].as_str().unwrap().to_owned();
-    let newest = push(&["--compression", "zstd:1"]);
+    let newest = push(&[]);
     let newest_id = newest["backupId"].as_str().unwrap().to_owned();
     let server = tempfile::tempdir().unwrap();
     let index_path = binlogs(server.path(), 4);
@@ -1047,7 +1049,8 @@ fn verify_reads_everything_back_and_names_what_is_wrong() {
     let (code, v) = verify(&[]);
     assert_eq!(code, Some(0), "{v:#}");
     assert_eq!(v["problems"], 0);
-    assert_eq!(v["backups"].as_array().unwrap().len(), 3);
+    assert_eq!(v["backups"].as_array().unwrap().len(), 4);
+    assert!(v["recoveryWindow"]["from"].is_string(), "{v:#}");
     assert_eq!(v["segments"]["checked"], 3, "{v:#}");
     assert_eq!(v["segments"]["ok"], 3);
     let inc_payload = |v: &Value| {
@@ -1064,45 +1067,65 @@ fn verify_reads_everything_back_and_names_what_is_wrong() {
     assert_eq!(code, Some(0), "{v:#}");
     assert_eq!(inc_payload(&v), "content", "with the identity: the content");
 
-    // Damage of three kinds.
+    // Damage of every kind: a payload gone, bytes changed in a compressed and in a plain
+    // payload, a segment cut short and one gone, a metadata.json that cannot be read.
     let payload_of = |id: &str, name: &str| store_dir.join(format!("db1/nightly/{id}/{name}"));
-    let newest_path = payload_of(&newest_id, "backup.bin.zst");
-    let mut bytes_now = std::fs::read(&newest_path).unwrap();
-    let mid = bytes_now.len() / 2;
-    bytes_now[mid] ^= 0x10;
-    std::fs::write(&newest_path, &bytes_now).unwrap();
+    let flip = |path: &Path| {
+        let mut b = std::fs::read(path).unwrap();
+        let mid = b.len() / 2;
+        b[mid] ^= 0x10;
+        std::fs::write(path, &b).unwrap();
+    };
+    std::fs::remove_file(payload_of(&lost_id, "backup.bin")).unwrap();
+    flip(&payload_of(&full_id, "backup.bin.zst"));
+    flip(&payload_of(&newest_id, "backup.bin"));
     let segment = store_dir.join("db1/binlogs/mysql-bin.000002");
     let seg = std::fs::read(&segment).unwrap();
     std::fs::write(&segment, &seg[..seg.len() - 3]).unwrap();
-    std::fs::remove_file(payload_of(&full_id, "backup.bin")).unwrap();
+    std::fs::remove_file(store_dir.join("db1/binlogs/mysql-bin.000003")).unwrap();
     let manual = store_dir.join("db1/manual/20261120T000000Z-deadbeef");
     std::fs::create_dir_all(&manual).unwrap();
     std::fs::write(manual.join("metadata.json"), b"{\"formatVersion\": 1, ").unwrap();
     let (code, v) = verify(&[]);
     assert_eq!(code, Some(4), "{v:#}");
+    assert_eq!(status_of(&v, &lost_id).as_deref(), Some("missing"), "{v:#}");
+    assert_eq!(status_of(&v, &full_id).as_deref(), Some("damaged"), "{v:#}");
     assert_eq!(
         status_of(&v, &newest_id).as_deref(),
         Some("damaged"),
         "{v:#}"
     );
-    assert_eq!(status_of(&v, &full_id).as_deref(), Some("missing"), "{v:#}");
+    // Its own payload reads fine; the full under it does not (found by reading it: the
+    // listing alone sees nothing wrong with the full).
     assert_eq!(
         status_of(&v, &inc_id).as_deref(),
         Some("brokenChain"),
         "{v:#}"
     );
-    let seg_problems = v["segments"]["problems"].as_array().unwrap();
-    assert_eq!(seg_problems.len(), 1, "{v:#}");
-    assert!(
-        seg_problems[0]["key"]
-            .as_str()
-            .unwrap()
-            .ends_with("mysql-bin.000002")
-            && seg_problems[0]["status"] == "damaged",
+    // Nothing restorable is left, and the window says so.
+    assert!(v["recoveryWindow"].is_null(), "{v:#}");
+    let seg_problems: Vec<(String, String)> = v["segments"]["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let key = p["key"].as_str().unwrap();
+            (
+                key.rsplit('/').next().unwrap().to_owned(),
+                p["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seg_problems,
+        [
+            ("mysql-bin.000002".to_owned(), "damaged".to_owned()),
+            ("mysql-bin.000003".to_owned(), "missing".to_owned())
+        ],
         "{v:#}"
     );
     assert_eq!(v["malformed"].as_array().unwrap().len(), 1, "{v:#}");
-    assert_eq!(v["problems"], 5);
+    assert_eq!(v["problems"], 7);
     // The table names them too.
     let out = run(&["verify", "--store", &url, "--cluster", "db1"], &[]);
     assert_eq!(out.status.code(), Some(4));
@@ -1111,14 +1134,23 @@ fn verify_reads_everything_back_and_names_what_is_wrong() {
         text.contains("damaged")
             && text.contains("mysql-bin.000002")
             && text.contains("malformed")
-            && text.contains("5 problem"),
+            && text.contains("7 problem"),
         "{text}"
     );
 
     // A sample always holds the newest backup and its chain.
-    let (_, v) = verify(&["--sample", "0.01"]);
+    let (code, v) = verify(&["--sample", "0.01"]);
+    assert_eq!(code, Some(4), "{v:#}");
     assert_eq!(v["sample"], 0.01);
     assert!(status_of(&v, &newest_id).is_some(), "{v:#}");
+    // A cluster with nothing in it is not "everything checked out".
+    let out = run(&["verify", "--store", &url, "--cluster", "typo"], &[]);
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    assert!(
+        stderr(&out).contains("nothing to verify"),
+        "{}",
+        stderr(&out)
+    );
     for bad in ["0", "1.5", "x"] {
         let out = run(
             &[

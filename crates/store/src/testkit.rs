@@ -481,10 +481,13 @@ pub fn find_azurite() -> Result<PathBuf, String> {
     if cached.is_file() {
         return Ok(cached);
     }
-    Err(
-        "Azurite is not installed: the Azure store tests need `azurite-blob` and          @azure/storage-blob from npm. Run `scripts/test.sh` (it installs both into          ~/.cache/tidemark/azurite), or set TIDEMARK_AZURITE=/path/to/node_modules/.bin/azurite-blob."
-            .into(),
+    Err(concat!(
+        "Azurite is not installed: the Azure store tests need `azurite-blob` and ",
+        "@azure/storage-blob from npm. Run `scripts/test.sh` (it installs both into ",
+        "~/.cache/tidemark/azurite), or set ",
+        "TIDEMARK_AZURITE=/path/to/node_modules/.bin/azurite-blob."
     )
+    .into())
 }
 
 /// A real Azure Blob emulator (Azurite, from npm) on 127.0.0.1, with the container
@@ -504,33 +507,58 @@ impl Azurite {
     /// Azurite or node is missing, or it does not come up within 30 s.
     pub fn start() -> Self {
         let program = find_azurite().unwrap_or_else(|e| panic!("{e}"));
-        let dir = tempfile::tempdir().expect("temporary directory");
-        let port = free_port();
-        let log = std::fs::File::create(dir.path().join("azurite.log")).expect("log file");
-        let child = Command::new(&program)
-            .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
-            .arg("--location")
-            .arg(dir.path().join("data"))
-            .args(["--skipApiVersionCheck", "--silent"])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log file"))
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {}: {e}", program.display()));
-        let server = Azurite {
-            child,
-            endpoint: format!("http://127.0.0.1:{port}/{AZURITE_ACCOUNT}"),
-            _dir: dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "Azurite did not listen on {port} within 30 s; its log: {}",
-                std::fs::read_to_string(server._dir.path().join("azurite.log")).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(100));
+        if Command::new("node").arg("--version").output().is_err() {
+            panic!("node is missing: Azurite runs on Node.js (apt-get install nodejs)");
         }
+        let mut last_log = String::new();
+        let mut started = None;
+        // A port found free can be taken before Azurite binds it: then it exits, and the
+        // port answers for another process; try again on another.
+        for _ in 0..START_ATTEMPTS {
+            let dir = tempfile::tempdir().expect("temporary directory");
+            let port = free_port();
+            let log_path = dir.path().join("azurite.log");
+            let log = std::fs::File::create(&log_path).expect("log file");
+            let mut child = Command::new(&program)
+                .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
+                .arg("--location")
+                .arg(dir.path().join("data"))
+                .args(["--skipApiVersionCheck", "--silent"])
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().expect("log file"))
+                .stderr(log)
+                .spawn()
+                .unwrap_or_else(|e| panic!("starting {}: {e}", program.display()));
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let up = loop {
+                if child.try_wait().ok().flatten().is_some() {
+                    break false;
+                }
+                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    // Listening — and still ours a moment later.
+                    std::thread::sleep(Duration::from_millis(200));
+                    break child.try_wait().ok().flatten().is_none();
+                }
+                if Instant::now() > deadline {
+                    break false;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            };
+            if up {
+                started = Some(Azurite {
+                    child,
+                    endpoint: format!("http://127.0.0.1:{port}/{AZURITE_ACCOUNT}"),
+                    _dir: dir,
+                });
+                break;
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            last_log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        }
+        let server = started.unwrap_or_else(|| {
+            panic!("Azurite did not come up in {START_ATTEMPTS} attempts; last log:\n{last_log}")
+        });
         // The container, with the SDK installed beside Azurite (object_store makes none).
         let modules = program
             .parent()

@@ -700,6 +700,12 @@ pub struct RetentionSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub max_deletions_per_pass: Option<i64>,
+    /// Delete no backup until the newest one has been read back whole: before its first
+    /// deletion after a new backup, a pass reads the newest backup and its chain (sizes,
+    /// sha256, content where it can decode it) and records it (`_verified.json`); if
+    /// anything is damaged or missing, nothing is deleted and the pass says why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require_verified: Option<bool>,
 }
 
 impl RetentionSpec {
@@ -716,6 +722,7 @@ impl RetentionSpec {
             cover_window: self.cover_window,
             consolidate: self.consolidate,
             max_deletions_per_pass: self.max_deletions_per_pass,
+            require_verified: self.require_verified,
             time_zone: time_zone.map(str::to_owned),
         }
     }

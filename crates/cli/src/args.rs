@@ -563,6 +563,10 @@ pub struct PolicyArgs {
     /// Delete at most N backups in one pass (0 = no cap); the rest wait for the next.
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_deletions: Option<i64>,
+    /// gc deletes no backup until the newest one (and its chain) was read back whole
+    /// (recorded as _verified.json beside it, so it is read once).
+    #[arg(long)]
+    pub require_verified: bool,
     /// Merge ancestors kept only for a chain into a synthetic full that takes the place of
     /// the oldest retained increment (mariabackup chains), then delete them.
     #[arg(long)]
@@ -583,6 +587,7 @@ impl PolicyArgs {
             || self.time_zone.is_some()
             || self.max_deletions.is_some()
             || self.consolidate
+            || self.require_verified
     }
 }
 

@@ -237,6 +237,7 @@ pub fn policy(args: &PolicyArgs, file: Option<&BackupPolicy>) -> Result<Resolved
             cover_window: args.cover_window.then_some(true),
             consolidate: args.consolidate.then_some(true),
             max_deletions_per_pass: args.max_deletions,
+            require_verified: args.require_verified.then_some(true),
             time_zone: args.time_zone.clone(),
         },
     };

@@ -1168,3 +1168,104 @@ fn verify_reads_everything_back_and_names_what_is_wrong() {
         assert!(stderr(&out).contains("fraction"), "{}", stderr(&out));
     }
 }
+
+/// `retention.requireVerified` (issue 19 §4): `gc --require-verified` deletes no backup
+/// while the newest one does not read back whole — a flipped byte in it: exit 4 naming
+/// it, nothing deleted; once it reads back (repaired), the pass reads it, records
+/// `_verified.json` beside it and deletes as planned; the record goes with the backup.
+#[test]
+fn retention_waits_for_the_newest_backup_to_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().display());
+    let data = bytes(1 << 20, 9);
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let out = run_with_input(
+            &[
+                "push",
+                "--store",
+                &url,
+                "--cluster",
+                "db1",
+                "--backup-name",
+                "nightly",
+                "--output",
+                "json",
+            ],
+            &[],
+            &data,
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        ids.push(json(&out)["backupId"].as_str().unwrap().to_owned());
+    }
+    let newest = dir
+        .path()
+        .join(format!("db1/nightly/{}/backup.bin", ids[2]));
+    let good = std::fs::read(&newest).unwrap();
+    let mut bad = good.clone();
+    bad[1000] ^= 1;
+    std::fs::write(&newest, &bad).unwrap();
+    let gc = || {
+        run(
+            &[
+                "gc",
+                "--store",
+                &url,
+                "--cluster",
+                "db1",
+                "--keep-last",
+                "1",
+                "--require-verified",
+                "--output",
+                "json",
+            ],
+            &[],
+        )
+    };
+    let out = gc();
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    let err = stderr(&out);
+    assert!(
+        err.contains("requireVerified") && err.contains(&ids[2]) && err.contains("sha256"),
+        "{err}"
+    );
+    let count = || {
+        std::fs::read_dir(dir.path().join("db1/nightly"))
+            .unwrap()
+            .count()
+    };
+    assert_eq!(count(), 3, "nothing may go while the newest is damaged");
+    let verified = dir
+        .path()
+        .join(format!("db1/nightly/{}/_verified.json", ids[2]));
+    assert!(!verified.exists());
+
+    std::fs::write(&newest, &good).unwrap();
+    let out = gc();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut deleted: Vec<String> = json(&out)["executed"]["backupsDeleted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    deleted.sort();
+    assert_eq!(deleted, ids[..2].to_vec());
+    let record: Value = serde_json::from_slice(&std::fs::read(&verified).unwrap()).unwrap();
+    assert_eq!(record["checked"], "content", "{record}");
+    // The record is part of the backup: ls still sees one whole backup.
+    let ls = json(&run(
+        &[
+            "ls",
+            "--store",
+            &url,
+            "--cluster",
+            "db1",
+            "--output",
+            "json",
+        ],
+        &[],
+    ));
+    assert_eq!(ls["backups"].as_array().unwrap().len(), 1, "{ls:#}");
+    assert_eq!(ls["backups"][0]["restorable"], true, "{ls:#}");
+}

@@ -28,6 +28,8 @@ pub struct Policy {
     pub consolidate: bool,
     /// 0 = no cap.
     pub max_deletions_per_pass: u32,
+    /// Delete no backup until the newest one (and its chain) was read back whole.
+    pub require_verified: bool,
     /// GFS buckets are calendar days/weeks/months/years in this zone.
     #[serde(serialize_with = "serialize_tz")]
     pub time_zone: TimeZone,
@@ -50,6 +52,7 @@ pub struct PolicyInput {
     pub failed_backups_ttl: Option<String>,
     pub cover_window: Option<bool>,
     pub consolidate: Option<bool>,
+    pub require_verified: Option<bool>,
     pub max_deletions_per_pass: Option<i64>,
     pub time_zone: Option<String>,
 }
@@ -182,6 +185,7 @@ impl PolicyInput {
             failed_backups_ttl: duration(PolicyField::FailedBackupsTtl, &self.failed_backups_ttl)?,
             cover_window: self.cover_window.unwrap_or(false),
             consolidate: self.consolidate.unwrap_or(false),
+            require_verified: self.require_verified.unwrap_or(false),
             max_deletions_per_pass: count(
                 PolicyField::MaxDeletionsPerPass,
                 self.max_deletions_per_pass,

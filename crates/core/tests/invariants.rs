@@ -253,6 +253,8 @@ fn policy() -> impl Strategy<Value = PolicyInput> {
                 cover_window: Some(cover && w.is_some()),
                 consolidate: Some(consolidate),
                 max_deletions_per_pass: cap,
+                // Not the planner's: the engine checks the newest backup before executing.
+                require_verified: None,
                 time_zone: Some(tz.to_owned()),
             },
         )

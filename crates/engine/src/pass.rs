@@ -15,6 +15,9 @@ use tidemark_store::{
     ClusterStore, DeleteFailure, ExecutionReport, Progress, Survey, SurveyOptions, execute, survey,
 };
 
+use tidemark_store::transfer::{self, TransferError};
+
+use crate::Class;
 use crate::error::{EngineError, chain};
 
 /// Builds the synthetic full a plan's `consolidate` actions ask for (seed 002).
@@ -186,6 +189,9 @@ pub async fn retention_pass(
         }
     }
 
+    if request.policy.require_verified && seen.plan.deletions().next().is_some() {
+        newest_reads_back(store, &seen, request.started_at, progress).await?;
+    }
     let mut exec = ExecOptions::new(request.started_at, request.policy_as_given.clone());
     exec.index_shard_size = tidemark_store::index::SHARD_SIZE;
     if let Some(hooks) = &request.hooks {
@@ -262,6 +268,74 @@ pub async fn retention_pass(
 
 /// Rounds of hooks and re-planning a pass makes at most (see [`retention_pass`]).
 const HOOK_ROUNDS: usize = 3;
+
+/// `retention.requireVerified`: the newest completed backup and its chain read back whole
+/// (size, sha256, content where this machine can decode it) before a pass deletes any
+/// backup; recorded beside it (`_verified.json`) so that each backup is read once.
+///
+/// # Errors
+/// A payload of the chain is damaged, cut or missing ([`Class::Data`]): nothing is
+/// deleted; a request failed.
+async fn newest_reads_back(
+    store: &ClusterStore,
+    seen: &Survey,
+    at: Timestamp,
+    progress: &dyn Progress,
+) -> Result<(), EngineError> {
+    let Some(newest) = seen
+        .catalog
+        .backups
+        .iter()
+        .filter(|b| b.backup.phase == tidemark_core::Phase::Completed && b.metadata.is_some())
+        .max_by(|a, b| {
+            (a.backup.started_at, &a.backup.id).cmp(&(b.backup.started_at, &b.backup.id))
+        })
+    else {
+        return Ok(());
+    };
+    let (name, id) = (&newest.backup.name, &newest.backup.id);
+    if transfer::is_verified(store, name, id).await? {
+        return Ok(());
+    }
+    let refuse = |problem: String| EngineError::Edge {
+        class: Class::Data,
+        message: format!(
+            "retention deletes nothing until the newest backup {name}/{id} reads back whole (requireVerified): {problem}"
+        ),
+    };
+    let members = tidemark_core::chain_of(&seen.inventory, id)
+        .ok_or_else(|| refuse("its chain is incomplete".into()))?;
+    progress.step(
+        &format!("reading back the newest backup {id} and its chain"),
+        0,
+    );
+    let mut depth = transfer::Checked::Content;
+    for b in &members {
+        let m = seen
+            .catalog
+            .backup(&b.name, &b.id)
+            .and_then(|s| s.metadata.as_ref())
+            .ok_or_else(|| refuse(format!("{} has no readable metadata.json", b.id)))?;
+        for p in &m.payload {
+            let key = object_store::path::Path::from_iter([
+                m.backup_name.as_str(),
+                m.backup_id.as_str(),
+                p.name.as_str(),
+            ]);
+            match transfer::verify_object(store, &key, p.size, Some(&p.sha256), p.form(), progress)
+                .await
+            {
+                Ok(transfer::Checked::Stored) => depth = transfer::Checked::Stored,
+                Ok(transfer::Checked::Content) => {}
+                Err(TransferError::Store(e)) => return Err(EngineError::Store(e.into())),
+                Err(e) => return Err(refuse(chain(&e))),
+            }
+        }
+    }
+    transfer::record_verified(store, name, id, depth, at).await?;
+    tracing::info!(backup = %format!("{name}/{id}"), "the newest backup read back whole");
+    Ok(())
+}
 
 /// The increments the plan replaces by synthetic fulls: `consolidate` actions that are not
 /// themselves merged into another.

@@ -31,6 +31,9 @@ pub const MARKER: &str = "_inflight.json";
 /// Backup object deleted with `deletionPolicy: Delete`): written once, never changed, and
 /// deleted with the backup. Retention passes remove (or consolidate) the backup when safe.
 pub const DELETION_MARK: &str = "_deletion-requested.json";
+/// Left in a backup's directory once a retention pass read the backup (and its chain) back
+/// whole (`retention.requireVerified`); it goes with the backup.
+pub const VERIFIED: &str = "_verified.json";
 /// Longest name Tidemark writes or accepts in one path segment: Kubernetes object names are
 /// at most 253 bytes, and file systems refuse more than 255.
 pub const MAX_NAME: usize = 253;

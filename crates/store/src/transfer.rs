@@ -1001,6 +1001,45 @@ pub async fn verify_object(
     }
 }
 
+/// Whether the backup `name`/`id` was read back whole before ([`record_verified`]).
+///
+/// # Errors
+/// The store failed.
+pub async fn is_verified(store: &ClusterStore, name: &str, id: &str) -> Result<bool, StoreError> {
+    let key = Path::from_iter([name, id, layout::VERIFIED]);
+    Ok(store.head(&key).await?.is_some())
+}
+
+/// Records that the backup `name`/`id` and its chain were read back whole at `at`, `checked`
+/// that deep.
+///
+/// # Errors
+/// The store refused the write.
+pub async fn record_verified(
+    store: &ClusterStore,
+    name: &str,
+    id: &str,
+    checked: Checked,
+    at: Timestamp,
+) -> Result<(), StoreError> {
+    let key = Path::from_iter([name, id, layout::VERIFIED]);
+    let body = serde_json::json!({
+        "formatVersion": FORMAT_VERSION,
+        "verifiedAt": at,
+        "checked": checked,
+        "by": "retention pass",
+    });
+    store
+        .inner
+        .put(
+            &key,
+            object_store::PutPayload::from(body.to_string().into_bytes()),
+        )
+        .await
+        .map(drop)
+        .map_err(|source| crate::error::request(store, "writing", &key, source))
+}
+
 /// Whether the object `key`, written as `form`, can be decoded with this store's
 /// identities: checked before anything is read, and by restores for every object they
 /// will need before they write anything.

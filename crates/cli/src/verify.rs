@@ -189,6 +189,24 @@ pub async fn verify(args: &VerifyArgs) -> Result<Exit, CliError> {
         .buffer_unordered(CONCURRENCY)
         .collect()
         .await;
+    // A retention pass running meanwhile deletes backups: one whose payload went missing
+    // *and* whose metadata.json is gone too was deleted, not lost — left out of the report.
+    let mut kept = Vec::with_capacity(checked.len());
+    for (b, payload) in checked {
+        if payload.iter().any(|o| o.status == "missing") {
+            let meta = object_store::path::Path::from_iter([
+                b.backup.name.as_str(),
+                b.backup.id.as_str(),
+                layout::METADATA,
+            ]);
+            if matches!(store.head(&meta).await, Ok(None)) {
+                tracing::info!(backup = %b.backup.id, "deleted while verify ran; left out");
+                continue;
+            }
+        }
+        kept.push((b, payload));
+    }
+    let checked = kept;
 
     // The segments: those a restore from the newest backup replays always, the rest
     // drawn. Only problems are kept (an archive may hold millions of segments).
@@ -242,6 +260,19 @@ pub async fn verify(args: &VerifyArgs) -> Result<Exit, CliError> {
     let indexed = seen.len();
     segment_problems.sort_by(|a, b| a.key.cmp(&b.key));
 
+    // A segment missing because a pass deleted it meanwhile is no longer in the index.
+    if segment_problems.iter().any(|o| o.status == "missing")
+        && let Ok(now) = index_now(store).await
+    {
+        let still: HashSet<&str> = now
+            .iter()
+            .flat_map(|i| i.entries())
+            .map(|e| e.name.as_str())
+            .collect();
+        segment_problems.retain(|o| {
+            o.status != "missing" || o.key.rsplit('/').next().is_some_and(|n| still.contains(n))
+        });
+    }
     // What can be restored given what was read: damaged backups count as missing, damaged
     // segments as absent, and the chains and the window follow.
     let own_status = |payload: &[ObjectOut]| {
@@ -327,6 +358,18 @@ pub async fn verify(args: &VerifyArgs) -> Result<Exit, CliError> {
     } else {
         Exit::Data
     })
+}
+
+/// The segment index as it is now, every shard read.
+async fn index_now(
+    store: &ClusterStore,
+) -> Result<Option<tidemark_store::index::SegmentIndex>, tidemark_store::StoreError> {
+    let Some(mut index) = tidemark_store::index::SegmentIndex::load(store).await? else {
+        return Ok(None);
+    };
+    let keys: Vec<String> = index.unread().map(|s| s.key.clone()).collect();
+    index.read_shards(store, keys).await?;
+    Ok(Some(index))
 }
 
 fn table(store: &ClusterStore, out: &VerifyOut) -> String {

@@ -285,9 +285,10 @@ pub async fn verify(args: &VerifyArgs) -> Result<Exit, CliError> {
             .find(|s| *s != "ok")
             .unwrap_or("ok")
     };
+    // A payload the store failed to serve says nothing about the data: not counted gone.
     let bad: HashSet<&str> = checked
         .iter()
-        .filter(|(_, p)| own_status(p) != "ok")
+        .filter(|(_, p)| !matches!(own_status(p), "ok" | "unreachable"))
         .map(|(b, _)| b.backup.id.as_str())
         .collect();
     for b in &mut inventory.backups {
@@ -325,8 +326,12 @@ pub async fn verify(args: &VerifyArgs) -> Result<Exit, CliError> {
         })
         .collect();
     backups.sort_by(|a, b| a.backup_id.cmp(&b.backup_id));
-    let unreachable = backups.iter().any(|b| b.status == "unreachable")
-        || segment_problems.iter().any(|o| o.status == "unreachable");
+    // Damage found wins over a store that failed to answer (exit 4 before 3).
+    let damage = backups
+        .iter()
+        .any(|b| !matches!(b.status, "ok" | "unreachable"))
+        || segment_problems.iter().any(|o| o.status != "unreachable")
+        || !catalog.malformed.is_empty();
     let problems = backups.iter().filter(|b| b.status != "ok").count()
         + segment_problems.len()
         + catalog.malformed.len();
@@ -353,10 +358,10 @@ pub async fn verify(args: &VerifyArgs) -> Result<Exit, CliError> {
     }
     Ok(if problems == 0 {
         Exit::Success
-    } else if unreachable {
-        Exit::Store
-    } else {
+    } else if damage {
         Exit::Data
+    } else {
+        Exit::Store
     })
 }
 

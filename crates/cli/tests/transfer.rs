@@ -1255,6 +1255,13 @@ fn retention_waits_for_the_newest_backup_to_read_back() {
     assert_eq!(deleted, older);
     let record: Value = serde_json::from_slice(&std::fs::read(&verified).unwrap()).unwrap();
     assert_eq!(record["checked"], "content", "{record}");
+    // Bound to the chain as read: the payload's sha256.
+    let sha = sha(&good);
+    assert_eq!(
+        record["chain"],
+        serde_json::json!([format!("{}:{sha}", ids[2])]),
+        "{record}"
+    );
     // The record is part of the backup: ls still sees one whole backup.
     let ls = json(&run(
         &[

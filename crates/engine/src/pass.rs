@@ -189,7 +189,7 @@ pub async fn retention_pass(
         }
     }
 
-    if request.policy.require_verified && seen.plan.deletions().next().is_some() {
+    if request.policy.require_verified {
         newest_reads_back(store, &seen, request.started_at, progress).await?;
     }
     let mut exec = ExecOptions::new(request.started_at, request.policy_as_given.clone());
@@ -246,6 +246,11 @@ pub async fn retention_pass(
                 .insert("hooks".into(), serde_json::Value::Array(ran_all));
         }
     }
+    // Again on the plan carried out: hooks may have taken long, and a backup committed
+    // meanwhile is the newest now (the same newest costs one read of its record).
+    if request.policy.require_verified {
+        newest_reads_back(store, &seen, request.started_at, progress).await?;
+    }
     let mut report = execute(store, &seen, &exec, progress).await?;
     for d in seen.plan.deletions() {
         if report.backups_deleted.contains(&d.backup.id) {
@@ -282,11 +287,32 @@ async fn newest_reads_back(
     at: Timestamp,
     progress: &dyn Progress,
 ) -> Result<(), EngineError> {
+    // Only deleting a completed backup waits for it (failed attempts' TTL does not).
+    let deleting_backups = seen
+        .plan
+        .deletions()
+        .any(|d| d.backup.phase == tidemark_core::Phase::Completed);
+    if !deleting_backups {
+        return Ok(());
+    }
+    // The newest completed backup the plan keeps (one it deletes or consolidates away
+    // cannot be the one that stands in for the others).
+    let going: HashSet<&str> = seen
+        .plan
+        .backups
+        .iter()
+        .filter(|d| d.action != Action::Keep)
+        .map(|d| d.backup.id.as_str())
+        .collect();
     let Some(newest) = seen
         .catalog
         .backups
         .iter()
-        .filter(|b| b.backup.phase == tidemark_core::Phase::Completed && b.metadata.is_some())
+        .filter(|b| {
+            b.backup.phase == tidemark_core::Phase::Completed
+                && b.metadata.is_some()
+                && !going.contains(b.backup.id.as_str())
+        })
         .max_by(|a, b| {
             (a.backup.started_at, &a.backup.id).cmp(&(b.backup.started_at, &b.backup.id))
         })
@@ -294,9 +320,6 @@ async fn newest_reads_back(
         return Ok(());
     };
     let (name, id) = (&newest.backup.name, &newest.backup.id);
-    if transfer::is_verified(store, name, id).await? {
-        return Ok(());
-    }
     let refuse = |problem: String| EngineError::Edge {
         class: Class::Data,
         message: format!(
@@ -305,11 +328,7 @@ async fn newest_reads_back(
     };
     let members = tidemark_core::chain_of(&seen.inventory, id)
         .ok_or_else(|| refuse("its chain is incomplete".into()))?;
-    progress.step(
-        &format!("reading back the newest backup {id} and its chain"),
-        0,
-    );
-    let mut depth = transfer::Checked::Content;
+    let mut objects = Vec::new();
     for b in &members {
         let m = seen
             .catalog
@@ -317,22 +336,37 @@ async fn newest_reads_back(
             .and_then(|s| s.metadata.as_ref())
             .ok_or_else(|| refuse(format!("{} has no readable metadata.json", b.id)))?;
         for p in &m.payload {
-            let key = object_store::path::Path::from_iter([
-                m.backup_name.as_str(),
-                m.backup_id.as_str(),
-                p.name.as_str(),
-            ]);
-            match transfer::verify_object(store, &key, p.size, Some(&p.sha256), p.form(), progress)
-                .await
-            {
-                Ok(transfer::Checked::Stored) => depth = transfer::Checked::Stored,
-                Ok(transfer::Checked::Content) => {}
-                Err(TransferError::Store(e)) => return Err(EngineError::Store(e.into())),
-                Err(e) => return Err(refuse(chain(&e))),
-            }
+            objects.push((m, p));
         }
     }
-    transfer::record_verified(store, name, id, depth, at).await?;
+    let read: Vec<String> = objects
+        .iter()
+        .map(|(m, p)| format!("{}:{}", m.backup_id, p.sha256))
+        .collect();
+    if transfer::is_verified(store, name, id, &read).await? {
+        return Ok(());
+    }
+    progress.step(
+        &format!("reading back the newest backup {id} and its chain"),
+        0,
+    );
+    let mut depth = transfer::Checked::Content;
+    for (m, p) in objects {
+        let key = object_store::path::Path::from_iter([
+            m.backup_name.as_str(),
+            m.backup_id.as_str(),
+            p.name.as_str(),
+        ]);
+        match transfer::verify_object(store, &key, p.size, Some(&p.sha256), p.form(), progress)
+            .await
+        {
+            Ok(transfer::Checked::Stored) => depth = transfer::Checked::Stored,
+            Ok(transfer::Checked::Content) => {}
+            Err(TransferError::Store(e)) => return Err(EngineError::Store(Box::new(e))),
+            Err(e) => return Err(refuse(chain(&e))),
+        }
+    }
+    transfer::record_verified(store, name, id, &read, depth, at).await?;
     tracing::info!(backup = %format!("{name}/{id}"), "the newest backup read back whole");
     Ok(())
 }

@@ -1001,13 +1001,27 @@ pub async fn verify_object(
     }
 }
 
-/// Whether the backup `name`/`id` was read back whole before ([`record_verified`]).
+/// Whether the backup `name`/`id` was read back whole before ([`record_verified`]) *as
+/// its chain is now*: `chain` names every payload read (backup-id and sha256, in chain
+/// order), so a record left before the chain changed (a consolidation put a synthetic full
+/// under it) or by another attempt counts for nothing.
 ///
 /// # Errors
 /// The store failed.
-pub async fn is_verified(store: &ClusterStore, name: &str, id: &str) -> Result<bool, StoreError> {
+pub async fn is_verified(
+    store: &ClusterStore,
+    name: &str,
+    id: &str,
+    chain: &[String],
+) -> Result<bool, StoreError> {
     let key = Path::from_iter([name, id, layout::VERIFIED]);
-    Ok(store.head(&key).await?.is_some())
+    let Some(body) = store.read(&key).await? else {
+        return Ok(false);
+    };
+    let recorded: Option<Vec<String>> = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| serde_json::from_value(v.get("chain")?.clone()).ok());
+    Ok(recorded.as_deref() == Some(chain))
 }
 
 /// Records that the backup `name`/`id` and its chain were read back whole at `at`, `checked`
@@ -1019,6 +1033,7 @@ pub async fn record_verified(
     store: &ClusterStore,
     name: &str,
     id: &str,
+    chain: &[String],
     checked: Checked,
     at: Timestamp,
 ) -> Result<(), StoreError> {
@@ -1027,6 +1042,7 @@ pub async fn record_verified(
         "formatVersion": FORMAT_VERSION,
         "verifiedAt": at,
         "checked": checked,
+        "chain": chain,
         "by": "retention pass",
     });
     store

@@ -1277,4 +1277,37 @@ fn retention_waits_for_the_newest_backup_to_read_back() {
     ));
     assert_eq!(ls["backups"].as_array().unwrap().len(), 1, "{ls:#}");
     assert_eq!(ls["backups"][0]["restorable"], true, "{ls:#}");
+
+    // A chain: the newest is an incremental; the pass that deletes the old full reads and
+    // records each member of its chain, once.
+    let push = |args: &[&str]| {
+        let mut all = vec![
+            "push",
+            "--store",
+            &url,
+            "--cluster",
+            "db1",
+            "--backup-name",
+            "chain",
+            "--output",
+            "json",
+        ];
+        all.extend_from_slice(args);
+        let out = run_with_input(&all, &[], &data);
+        assert!(out.status.success(), "{}", stderr(&out));
+        json(&out)["backupId"].as_str().unwrap().to_owned()
+    };
+    let base = push(&[]);
+    let top = push(&["--type", "incremental", "--parent", &base]);
+    let out = gc();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        json(&out)["executed"]["backupsDeleted"],
+        serde_json::json!([ids[2]]),
+        "the single full before the chain goes"
+    );
+    for id in [&base, &top] {
+        let record = dir.path().join(format!("db1/chain/{id}/_verified.json"));
+        assert!(record.is_file(), "{} missing", record.display());
+    }
 }

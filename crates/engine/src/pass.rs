@@ -328,45 +328,51 @@ async fn newest_reads_back(
     };
     let members = tidemark_core::chain_of(&seen.inventory, id)
         .ok_or_else(|| refuse("its chain is incomplete".into()))?;
-    let mut objects = Vec::new();
+    // Each member is read once: its own record names its payloads (backup-id:sha256), so
+    // a new incremental reads only itself, and a synthetic full, a new backup, is read.
+    let mut announced = false;
     for b in &members {
         let m = seen
             .catalog
             .backup(&b.name, &b.id)
             .and_then(|s| s.metadata.as_ref())
             .ok_or_else(|| refuse(format!("{} has no readable metadata.json", b.id)))?;
+        let own: Vec<String> = m
+            .payload
+            .iter()
+            .map(|p| format!("{}:{}", m.backup_id, p.sha256))
+            .collect();
+        if transfer::is_verified(store, &b.name, &b.id, &own).await? {
+            continue;
+        }
+        if !announced {
+            progress.step(
+                &format!("reading back the newest backup {id} and its chain"),
+                0,
+            );
+            announced = true;
+        }
+        let mut depth = transfer::Checked::Content;
         for p in &m.payload {
-            objects.push((m, p));
+            let key = object_store::path::Path::from_iter([
+                m.backup_name.as_str(),
+                m.backup_id.as_str(),
+                p.name.as_str(),
+            ]);
+            match transfer::verify_object(store, &key, p.size, Some(&p.sha256), p.form(), progress)
+                .await
+            {
+                Ok(transfer::Checked::Stored) => depth = transfer::Checked::Stored,
+                Ok(transfer::Checked::Content) => {}
+                Err(TransferError::Store(e)) => return Err(EngineError::Store(Box::new(e))),
+                Err(e) => return Err(refuse(chain(&e))),
+            }
+        }
+        // Never into a directory this pass deletes: the record would outlive the backup.
+        if !going.contains(b.id.as_str()) {
+            transfer::record_verified(store, &b.name, &b.id, &own, depth, at).await?;
         }
     }
-    let read: Vec<String> = objects
-        .iter()
-        .map(|(m, p)| format!("{}:{}", m.backup_id, p.sha256))
-        .collect();
-    if transfer::is_verified(store, name, id, &read).await? {
-        return Ok(());
-    }
-    progress.step(
-        &format!("reading back the newest backup {id} and its chain"),
-        0,
-    );
-    let mut depth = transfer::Checked::Content;
-    for (m, p) in objects {
-        let key = object_store::path::Path::from_iter([
-            m.backup_name.as_str(),
-            m.backup_id.as_str(),
-            p.name.as_str(),
-        ]);
-        match transfer::verify_object(store, &key, p.size, Some(&p.sha256), p.form(), progress)
-            .await
-        {
-            Ok(transfer::Checked::Stored) => depth = transfer::Checked::Stored,
-            Ok(transfer::Checked::Content) => {}
-            Err(TransferError::Store(e)) => return Err(EngineError::Store(Box::new(e))),
-            Err(e) => return Err(refuse(chain(&e))),
-        }
-    }
-    transfer::record_verified(store, name, id, &read, depth, at).await?;
     tracing::info!(backup = %format!("{name}/{id}"), "the newest backup read back whole");
     Ok(())
 }

@@ -129,6 +129,12 @@ pub enum EngineError {
         expired: String,
         cause: String,
     },
+    /// `requireVerified`: the newest backup (or its chain) did not read back whole, so the
+    /// pass deletes nothing.
+    #[error(
+        "retention deletes nothing until the newest backup {backup} reads back whole (requireVerified): {problem}"
+    )]
+    Unverified { backup: String, problem: String },
     /// An edge the engine does not know failed (the operator's Kubernetes API, where a
     /// schedule's status lives): its class is the edge's judgement.
     #[error("{message}")]
@@ -213,6 +219,7 @@ impl EngineError {
             | EngineError::LeaseLost { .. }
             | EngineError::LeaseExpired { .. } => Class::Contention,
             EngineError::Internal(_) => Class::Internal,
+            EngineError::Unverified { .. } => Class::Data,
             EngineError::Edge { class, .. } => *class,
         }
     }

@@ -17,7 +17,6 @@ use tidemark_store::{
 
 use tidemark_store::transfer::{self, TransferError};
 
-use crate::Class;
 use crate::error::{EngineError, chain};
 
 /// Builds the synthetic full a plan's `consolidate` actions ask for (seed 002).
@@ -320,11 +319,9 @@ async fn newest_reads_back(
         return Ok(());
     };
     let (name, id) = (&newest.backup.name, &newest.backup.id);
-    let refuse = |problem: String| EngineError::Edge {
-        class: Class::Data,
-        message: format!(
-            "retention deletes nothing until the newest backup {name}/{id} reads back whole (requireVerified): {problem}"
-        ),
+    let refuse = |problem: String| EngineError::Unverified {
+        backup: format!("{name}/{id}"),
+        problem,
     };
     let members = tidemark_core::chain_of(&seen.inventory, id)
         .ok_or_else(|| refuse("its chain is incomplete".into()))?;

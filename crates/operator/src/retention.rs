@@ -46,7 +46,16 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
         crate::background::Polled::Running => {
             return Ok(Requeue::requeue(crate::background::POLL));
         }
-        crate::background::Polled::Done(Err(e)) => return Err(e),
+        crate::background::Polled::Done(Err(e)) => {
+            // A spec change that arrived while the failed pass ended was consumed by this
+            // reconcile: the failure would otherwise hold the changed policy back for the
+            // whole backoff (10 minutes for data and input errors). Changed since the
+            // pass: evaluated afresh now.
+            match api.get_opt(&name).await? {
+                Some(p) if changed_since_failure(&p) => Arc::new(p),
+                _ => return Err(e),
+            }
+        }
         crate::background::Polled::Done(Ok(_)) => match api.get_opt(&name).await? {
             Some(p) => Arc::new(p),
             None => return Ok(Requeue::await_change()),
@@ -121,6 +130,18 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
         pass(ctx.clone(), policy.clone(), rules, interval, now),
     );
     Ok(Requeue::requeue(crate::background::POLL))
+}
+
+/// Whether `policy`'s spec changed after its last failed pass (its generation is newer than
+/// the one the `Ready=False` condition was written for).
+fn changed_since_failure(policy: &BackupPolicy) -> bool {
+    let failed_for = policy
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+        .filter(|c| c.status == "False")
+        .and_then(|c| c.observed_generation);
+    matches!((policy.meta().generation, failed_for), (Some(now), Some(then)) if now > then)
 }
 
 /// Why the cluster has no established primary (and when to look again), or `None` when it
@@ -668,6 +689,12 @@ impl Summary {
 
 /// A bounded reason for a failed pass: the error's class.
 fn reason(e: &Error) -> &'static str {
+    if matches!(
+        e,
+        Error::Engine(tidemark_engine::EngineError::Unverified { .. })
+    ) {
+        return "NewestBackupUnverified";
+    }
     if tidemark_store::error::access_denied(e) {
         // Not an outage: the credentials (or the bucket's policy) need a person.
         return "StoreAccessDenied";

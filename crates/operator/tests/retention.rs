@@ -704,6 +704,81 @@ async fn encrypted_chains_consolidate_only_with_their_identity() {
     op.stop().await;
 }
 
+/// `requireVerified` in the operator (issue 19 §4): while the newest backup does not read
+/// back whole, the pass deletes nothing and says so (`Ready=False`,
+/// `NewestBackupUnverified`, naming it); repaired, the pass deletes as planned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_waits_for_the_newest_backup_to_read_back() {
+    let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let ns = "verified";
+    cluster.namespace(ns).await;
+    secret(&admin, ns, "s3").await;
+    let store = weed.cluster_store("db");
+    let now = Timestamp::now();
+    let old = SynthBackup::full("nightly", now - SignedDuration::from_hours(2), 1);
+    let newest = SynthBackup::full("nightly", now - SignedDuration::from_hours(1), 2);
+    synth::write_backups(&store, &[old.clone(), newest.clone()])
+        .await
+        .unwrap();
+    let payload_key = format!("nightly/{}/backup.tar", newest.id);
+    let mut damaged = newest.payload.clone();
+    damaged[0] ^= 1;
+    synth::write_raw(&store, &payload_key, &damaged)
+        .await
+        .unwrap();
+    let mut p = policy("db", ns, &weed.endpoint, "s3");
+    p.spec.retention =
+        Some(serde_json::from_value(json!({"keepLast": 1, "requireVerified": true})).unwrap());
+    let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), ns);
+    policies.create(&PostParams::default(), &p).await.unwrap();
+    let op = Operator::start(&cluster, "operator-verified");
+    let st = eventually("the pass refusing", || async {
+        let s = status(&policies, "db").await;
+        (s["conditions"][0]["reason"] == "NewestBackupUnverified").then_some(s)
+    })
+    .await;
+    let message = st["conditions"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&newest.id) && message.contains("sha256"),
+        "{message}"
+    );
+    let mut ids = metadata_ids(&store).await;
+    ids.sort();
+    let mut both = vec![old.id.clone(), newest.id.clone()];
+    both.sort();
+    assert_eq!(ids, both, "nothing may go while the newest is damaged");
+
+    // Repaired; a spec change makes the next pass due at once.
+    synth::write_raw(&store, &payload_key, &newest.payload)
+        .await
+        .unwrap();
+    policies
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"retentionInterval": "59m"}})),
+        )
+        .await
+        .unwrap();
+    let deleted = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            if metadata_ids(&store).await == vec![newest.id.clone()] {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    })
+    .await;
+    assert!(
+        deleted.is_ok(),
+        "the old backup was not deleted: {}",
+        status(&policies, "db").await
+    );
+    op.stop().await;
+}
+
 /// Every deleting pass has an event of its own (issue 18): two passes a few seconds apart
 /// that each delete a backup leave two `BackupRetention` events, each naming its backup
 /// and audit record — not one event that still names the first pass's after the second.

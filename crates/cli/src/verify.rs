@@ -173,11 +173,7 @@ pub async fn verify(args: &VerifyArgs) -> Result<Exit, CliError> {
         let mut out = Vec::new();
         for m in b.metadata.iter() {
             for p in &m.payload {
-                let key = object_store::path::Path::from_iter([
-                    m.backup_name.as_str(),
-                    m.backup_id.as_str(),
-                    p.name.as_str(),
-                ]);
+                let key = layout::payload_key(&m.backup_name, &m.backup_id, &p.name);
                 let r = verify_object(store, &key, p.size, Some(&p.sha256), p.form(), &NoProgress)
                     .await;
                 out.push(outcome(store.display_key(&key), r));
@@ -194,11 +190,7 @@ pub async fn verify(args: &VerifyArgs) -> Result<Exit, CliError> {
     let mut kept = Vec::with_capacity(checked.len());
     for (b, payload) in checked {
         if payload.iter().any(|o| o.status == "missing") {
-            let meta = object_store::path::Path::from_iter([
-                b.backup.name.as_str(),
-                b.backup.id.as_str(),
-                layout::METADATA,
-            ]);
+            let meta = layout::payload_key(&b.backup.name, &b.backup.id, layout::METADATA);
             if matches!(store.head(&meta).await, Ok(None)) {
                 tracing::info!(backup = %b.backup.id, "deleted while verify ran; left out");
                 continue;

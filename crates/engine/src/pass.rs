@@ -351,11 +351,7 @@ async fn newest_reads_back(
         }
         let mut depth = transfer::Checked::Content;
         for p in &m.payload {
-            let key = object_store::path::Path::from_iter([
-                m.backup_name.as_str(),
-                m.backup_id.as_str(),
-                p.name.as_str(),
-            ]);
+            let key = tidemark_store::layout::payload_key(&m.backup_name, &m.backup_id, &p.name);
             match transfer::verify_object(store, &key, p.size, Some(&p.sha256), p.form(), progress)
                 .await
             {

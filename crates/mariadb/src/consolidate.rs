@@ -90,30 +90,12 @@ pub async fn consolidate(
     // scratch space or tool is used; the chain is kept whole. So does an encrypted chain
     // on a store that writes plaintext: the synthetic full would hold its content in
     // clear.
-    let mut encrypted = false;
     for m in &metas {
-        let dir =
-            object_store::path::Path::from_iter([m.backup_name.as_str(), m.backup_id.as_str()]);
-        if m.format_version > tidemark_store::format::METADATA_FORMAT_VERSION {
-            return Err(TransferError::Metadata {
-                key: store.display_key(&dir.clone().join(tidemark_store::layout::METADATA)),
-                problem: format!(
-                    "formatVersion {} is newer than this Tidemark understands ({}); upgrade Tidemark",
-                    m.format_version,
-                    tidemark_store::format::METADATA_FORMAT_VERSION
-                ),
-            }
-            .into());
-        }
-        for p in &m.payload {
-            encrypted |= p.encryption.is_some();
-            tidemark_store::transfer::readable(
-                store,
-                &dir.clone().join(p.name.as_str()),
-                p.form(),
-            )?;
-        }
+        tidemark_store::transfer::backup_readable(store, m)?;
     }
+    let encrypted = metas
+        .iter()
+        .any(|m| m.payload.iter().any(|p| p.encryption.is_some()));
     if encrypted && store.recipients().is_none() {
         return Err(ConsolidateError::WouldDecrypt {
             id: target.to_owned(),

@@ -286,21 +286,7 @@ pub async fn restore(
 /// The first object that cannot be, named.
 pub fn readable(store: &ClusterStore, plan: &RestorePlan) -> Result<(), RestoreError> {
     for m in &plan.backups {
-        let dir =
-            object_store::path::Path::from_iter([m.backup_name.as_str(), m.backup_id.as_str()]);
-        if m.format_version > tidemark_store::format::METADATA_FORMAT_VERSION {
-            return Err(RestoreError::Transfer(TransferError::Metadata {
-                key: store.display_key(&dir.clone().join(layout::METADATA)),
-                problem: format!(
-                    "formatVersion {} is newer than this Tidemark understands ({}); upgrade Tidemark",
-                    m.format_version,
-                    tidemark_store::format::METADATA_FORMAT_VERSION
-                ),
-            }));
-        }
-        for p in &m.payload {
-            transfer::readable(store, &dir.clone().join(p.name.as_str()), p.form())?;
-        }
+        transfer::backup_readable(store, m)?;
     }
     for s in &plan.segments {
         transfer::readable(store, &layout::segment_key(&s.name), s.form())?;

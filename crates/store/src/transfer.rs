@@ -790,22 +790,7 @@ pub async fn download(
             error: m.error.clone().unwrap_or_default(),
         });
     }
-    if m.format_version > crate::format::METADATA_FORMAT_VERSION {
-        return Err(TransferError::Metadata {
-            key: format!(
-                "{}/{}/{}/{}",
-                store.cluster,
-                m.backup_name,
-                m.backup_id,
-                layout::METADATA
-            ),
-            problem: format!(
-                "formatVersion {} is newer than this Tidemark understands ({}); upgrade Tidemark",
-                m.format_version,
-                crate::format::METADATA_FORMAT_VERSION
-            ),
-        });
-    }
+    backup_readable(store, m)?;
     let Some(expected) = m.payload.first() else {
         return Err(TransferError::MissingPayload {
             key: format!(
@@ -814,11 +799,7 @@ pub async fn download(
             ),
         });
     };
-    let key = Path::from_iter([
-        m.backup_name.as_str(),
-        m.backup_id.as_str(),
-        expected.name.as_str(),
-    ]);
+    let key = layout::payload_key(&m.backup_name, &m.backup_id, &expected.name);
     copy_verified(
         store,
         &key,
@@ -968,37 +949,54 @@ pub async fn verify_object(
     form: crate::codec::Form<'_>,
     progress: &dyn Progress,
 ) -> Result<Checked, TransferError> {
-    let mut sink = tokio::io::sink();
-    match readable(store, key, form) {
-        Ok(()) => {
-            copy_verified(
-                store,
-                key,
-                expected_size,
-                expected_sha256,
-                form,
-                &mut sink,
-                progress,
-            )
-            .await?;
-            Ok(Checked::Content)
-        }
-        Err(TransferError::NoIdentity { .. }) => {
-            let stored = crate::codec::Form::default();
-            copy_verified(
-                store,
-                key,
-                expected_size,
-                expected_sha256,
-                stored,
-                &mut sink,
-                progress,
-            )
-            .await?;
-            Ok(Checked::Stored)
-        }
-        Err(e) => Err(e),
+    // Without an identity for it, an encrypted object is checked as the bytes it is.
+    let (form, depth) = match readable(store, key, form) {
+        Ok(()) => (form, Checked::Content),
+        Err(TransferError::NoIdentity { .. }) => (crate::codec::Form::default(), Checked::Stored),
+        Err(e) => return Err(e),
+    };
+    copy_verified(
+        store,
+        key,
+        expected_size,
+        expected_sha256,
+        form,
+        &mut tokio::io::sink(),
+        progress,
+    )
+    .await?;
+    Ok(depth)
+}
+
+/// Whether the committed backup `m` can be read here: its `formatVersion`, and every
+/// payload's compression, encryption and identity ([`readable`]); checked before anything
+/// is read or written.
+///
+/// # Errors
+/// [`TransferError::Metadata`] for a newer format; as [`readable`].
+pub fn backup_readable(store: &ClusterStore, m: &Metadata) -> Result<(), TransferError> {
+    if m.format_version > crate::format::METADATA_FORMAT_VERSION {
+        return Err(TransferError::Metadata {
+            key: store.display_key(&layout::payload_key(
+                &m.backup_name,
+                &m.backup_id,
+                layout::METADATA,
+            )),
+            problem: format!(
+                "formatVersion {} is newer than this Tidemark understands ({}); upgrade Tidemark",
+                m.format_version,
+                crate::format::METADATA_FORMAT_VERSION
+            ),
+        });
     }
+    for p in &m.payload {
+        readable(
+            store,
+            &layout::payload_key(&m.backup_name, &m.backup_id, &p.name),
+            p.form(),
+        )?;
+    }
+    Ok(())
 }
 
 /// Whether the backup `name`/`id` was read back whole before ([`record_verified`]) *as
@@ -1014,7 +1012,7 @@ pub async fn is_verified(
     id: &str,
     chain: &[String],
 ) -> Result<bool, StoreError> {
-    let key = Path::from_iter([name, id, layout::VERIFIED]);
+    let key = layout::payload_key(name, id, layout::VERIFIED);
     let Some(body) = store.read(&key).await? else {
         return Ok(false);
     };
@@ -1037,7 +1035,7 @@ pub async fn record_verified(
     checked: Checked,
     at: Timestamp,
 ) -> Result<(), StoreError> {
-    let key = Path::from_iter([name, id, layout::VERIFIED]);
+    let key = layout::payload_key(name, id, layout::VERIFIED);
     let body = serde_json::json!({
         "formatVersion": FORMAT_VERSION,
         "verifiedAt": at,

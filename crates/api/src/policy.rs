@@ -486,6 +486,29 @@ pub struct ObjectStoreSpec {
     /// retention works without keys.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encryption: Option<EncryptionSpec>,
+    /// S3 Object Lock on committed backups (seed 002's immutable chains): every backup of
+    /// a chain stays locked until the chain's last backup's lock ends, so neither Tidemark
+    /// nor a stolen key can delete it before. The bucket must have object lock enabled
+    /// (S3 only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_lock: Option<ObjectLockSpec>,
+}
+
+/// How committed backups are locked.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectLockSpec {
+    /// `governance` (users granted `s3:BypassGovernanceRetention` can still remove a
+    /// backup) or `compliance` (nobody can, before the date).
+    #[schemars(regex(pattern = r"^(governance|compliance)$"))]
+    pub mode: String,
+    /// How long the last backup of a chain stays locked, counted from its slot
+    /// (`<n>d`, `<n>w` or `<n>m`; default: `spec.retention.window`). A full is locked until
+    /// its chain's last increment's slot (from its schedule and `maxIncrementsPerFull`)
+    /// plus this; every increment takes its chain's date.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
+    pub period: Option<String>,
 }
 
 /// The bech32 form of an age X25519 recipient (`age1` and 58 characters).
@@ -792,6 +815,7 @@ impl BackupPolicySpec {
             if let Some(e) = &os.encryption {
                 e.validate()?;
             }
+            self.object_lock()?;
             if let Some(secret) = &os.credentials_secret {
                 crate::names::dns_subdomain("spec.objectStore.credentialsSecret", secret)?;
             }
@@ -815,6 +839,48 @@ impl BackupPolicySpec {
         self.retention_interval()?;
         self.binlog_interval()?;
         Ok(())
+    }
+
+    /// The object lock of committed backups (`spec.objectStore.objectLock`), with its
+    /// period (`period`, else `spec.retention.window`).
+    ///
+    /// # Errors
+    /// An unknown mode; a period that is not a duration, or none at all.
+    pub fn object_lock(
+        &self,
+    ) -> Result<Option<tidemark_core::lock::ObjectLock>, PolicyFileError> {
+        let Some(lock) = self.object_store.as_ref().and_then(|o| o.object_lock.as_ref()) else {
+            return Ok(None);
+        };
+        let mode = lock
+            .mode
+            .parse()
+            .map_err(|problem| PolicyFileError::Invalid {
+                field: "spec.objectStore.objectLock.mode",
+                problem,
+            })?;
+        let (field, text) = match (&lock.period, self.retention.as_ref().and_then(|r| r.window.as_ref())) {
+            (Some(p), _) => ("spec.objectStore.objectLock.period", p),
+            (None, Some(w)) => ("spec.retention.window", w),
+            (None, None) => {
+                return Err(PolicyFileError::Invalid {
+                    field: "spec.objectStore.objectLock.period",
+                    problem: "required when spec.retention.window is not set (how long a chain's last backup stays locked, e.g. 30d)".into(),
+                });
+            }
+        };
+        let period: tidemark_core::RetentionDuration =
+            text.parse().map_err(|e: tidemark_core::DurationError| PolicyFileError::Invalid {
+                field,
+                problem: e.to_string(),
+            })?;
+        if period.as_signed_duration().is_zero() {
+            return Err(PolicyFileError::Invalid {
+                field,
+                problem: "a lock of 0 days locks nothing; give a positive span, e.g. 30d".into(),
+            });
+        }
+        Ok(Some(tidemark_core::lock::ObjectLock { mode, period }))
     }
 
     /// How often the retention pass runs (`spec.retentionInterval`, default 1 h).

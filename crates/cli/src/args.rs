@@ -462,6 +462,11 @@ pub struct PushArgs {
     /// when it is the newest or a kept backup depends on it.
     #[arg(long, value_name = "DURATION")]
     pub ttl: Option<String>,
+    /// Lock the backup until this instant (RFC 3339, e.g. 2026-12-31T00:00:00Z) with S3
+    /// Object Lock in --lock-mode; an incremental takes its chain's date when that is
+    /// later. Default with a lock mode: the policy's objectLock period after the start.
+    #[arg(long, value_name = "TIME")]
+    pub lock_until: Option<String>,
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
     /// The command whose stdout is the backup, e.g. -- tar -C /data -cf - . With
@@ -523,6 +528,11 @@ pub struct StoreArgs {
     /// identities themselves (as a Secret mounted as a variable does).
     #[arg(long = "identity", value_name = "FILE", env = "TIDEMARK_IDENTITY_FILE")]
     pub identities: Vec<PathBuf>,
+    /// S3 Object Lock (the bucket must have it enabled): backups this command commits are
+    /// locked in this mode, governance or compliance, and what it deletes goes with all its
+    /// versions. Default: the policy file's objectStore.objectLock.mode.
+    #[arg(long, value_name = "MODE", env = "TIDEMARK_LOCK_MODE")]
+    pub lock_mode: Option<String>,
 }
 
 /// The retention policy: a BackupPolicy file, or flags.

@@ -401,7 +401,13 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
     };
     let policy = resolve::policy(&args.policy, file.as_ref())?;
     let (mut target, cluster_holds) = match in_cluster {
-        Some(c) => (resolve::Target { store: c.store }, c.holds),
+        Some(c) => (
+            resolve::Target {
+                store: c.store,
+                object_lock: None,
+            },
+            c.holds,
+        ),
         None => (
             resolve::target(&args.store, file.as_ref(), args.policy.policy.as_deref())?,
             HashSet::new(),
@@ -713,6 +719,7 @@ async fn ls(args: &LsArgs) -> Result<Exit, CliError> {
     let target = match &args.cluster_policy {
         Some(name) => resolve::Target {
             store: crate::cluster::policy(&args.kube, name).await?.store,
+            object_lock: None,
         },
         None => resolve::store_target(&args.store, args.policy.as_deref())?,
     };

@@ -15,6 +15,16 @@ use crate::exit::CliError;
 #[derive(Debug)]
 pub struct Target {
     pub store: ClusterStore,
+    /// The object lock backups are committed with (`--lock-mode` over the policy's
+    /// mode; the period is the policy's).
+    pub object_lock: Option<ObjectLockSetting>,
+}
+
+/// The lock mode in force, and the policy's period when it has one.
+#[derive(Debug, Clone, Copy)]
+pub struct ObjectLockSetting {
+    pub mode: tidemark_core::lock::LockMode,
+    pub period: Option<tidemark_core::RetentionDuration>,
 }
 
 /// A validated policy and how the user wrote it (for the audit record).
@@ -123,11 +133,30 @@ pub fn target(
         .map(|d| cwd.join(d))
         .unwrap_or_else(|| cwd.clone());
     let (recipients, identities) = keys(args, os.and_then(|o| o.encryption.as_ref()), &policy_dir)?;
+    let policy_lock = file
+        .map(|p| p.spec.object_lock())
+        .transpose()
+        .map_err(|e| CliError::input(e.to_string()))?
+        .flatten();
+    let object_lock = match args.lock_mode.as_deref().filter(|m| !m.is_empty()) {
+        Some(m) => Some(ObjectLockSetting {
+            mode: m
+                .parse()
+                .map_err(|e: String| CliError::input(format!("--lock-mode: {e}")))?,
+            period: policy_lock.map(|l| l.period),
+        }),
+        None => policy_lock.map(|l| ObjectLockSetting {
+            mode: l.mode,
+            period: Some(l.period),
+        }),
+    };
     Ok(Target {
         store: ClusterStore::open(&url, &cluster, &options)?
             .with_compression(compression)
             .with_recipients(recipients)
-            .with_identities(identities),
+            .with_identities(identities)
+            .with_object_lock(object_lock.map(|l| l.mode))?,
+        object_lock,
     })
 }
 

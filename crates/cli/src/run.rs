@@ -230,6 +230,10 @@ fn load(dir: &Path) -> Result<Vec<PolicyRun>, CliError> {
             retention,
             archive,
             schedules: mine,
+            object_lock: policy
+                .spec
+                .object_lock()
+                .map_err(|e| CliError::input(format!("{}: {e}", file.display())))?,
         });
     }
     for (file, s) in &schedules {
@@ -289,6 +293,7 @@ fn open_store(
                 ca_bundle: None,
                 recipients: Vec::new(),
                 identities: Vec::new(),
+                lock_mode: None,
             },
             Some(policy),
             Some(file),

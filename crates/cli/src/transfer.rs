@@ -82,6 +82,17 @@ fn spec(args: &PushArgs, started_at: Timestamp) -> Result<BackupSpec, CliError> 
             "exec".into()
         }
     });
+    let lock_until = args
+        .lock_until
+        .as_deref()
+        .map(|t| {
+            t.parse::<Timestamp>().map_err(|e| {
+                CliError::input(format!(
+                    "invalid --lock-until {t:?}: {e}; expected an RFC 3339 instant, e.g. 2026-12-31T00:00:00Z"
+                ))
+            })
+        })
+        .transpose()?;
     Ok(BackupSpec {
         backup_name: args.backup_name.clone(),
         backup_id,
@@ -92,13 +103,34 @@ fn spec(args: &PushArgs, started_at: Timestamp) -> Result<BackupSpec, CliError> 
         started_at,
         labels,
         ttl,
+        lock_until,
     })
 }
 
 pub async fn push(args: &PushArgs) -> Result<Exit, CliError> {
     let started_at = Timestamp::now();
     let spec = spec(args, started_at)?;
+    let mut spec = spec;
     let target = resolve::store_target(&args.store, args.policy.as_deref())?;
+    spec.lock_until = match (spec.lock_until, target.object_lock) {
+        (Some(t), Some(_)) if t <= started_at => {
+            return Err(CliError::input(format!(
+                "--lock-until {t} is not in the future; a lock must end after the backup starts"
+            )));
+        }
+        (Some(t), Some(_)) => Some(t),
+        (Some(_), None) => {
+            return Err(CliError::input(
+                "--lock-until needs an object lock mode: --lock-mode governance|compliance (or TIDEMARK_LOCK_MODE, or the policy's objectStore.objectLock)",
+            ));
+        }
+        (None, Some(l)) => Some(l.period.map(|p| p.after(started_at)).ok_or_else(|| {
+            CliError::input(
+                "--lock-mode needs --lock-until TIME, or a --policy whose objectStore.objectLock (or retention.window) gives the period",
+            )
+        })?),
+        (None, None) => None,
+    };
     let store = &args.compress.apply(&target.store);
     let mut parent = None;
     if let Some(id) = &spec.parent_id {

@@ -5,6 +5,7 @@ pub mod compression;
 pub mod coverage;
 pub mod duration;
 pub mod inventory;
+pub mod lock;
 pub mod next;
 pub mod plan;
 pub mod policy;

@@ -108,7 +108,15 @@ pub async fn take_backup(
     } else {
         Box::new(LocalCommand::new(command, request.detach))
     };
-    run_attempt(store, spec, source, mariabackup.as_ref(), progress).await
+    run_attempt(
+        store,
+        spec,
+        source,
+        mariabackup.as_ref(),
+        request.parent.as_ref(),
+        progress,
+    )
+    .await
 }
 
 /// Takes one backup from `source` (started once the backup-id is claimed): the attempt
@@ -124,7 +132,7 @@ pub async fn take_backup_from(
     source: Box<dyn Source>,
     progress: &dyn Progress,
 ) -> Result<Metadata, AttemptFailure> {
-    run_attempt(store, spec, source, None, progress).await
+    run_attempt(store, spec, source, None, None, progress).await
 }
 
 async fn run_attempt(
@@ -132,6 +140,7 @@ async fn run_attempt(
     spec: &BackupSpec,
     source: Box<dyn Source>,
     mariabackup: Option<&MariabackupRun>,
+    parent: Option<&Metadata>,
     progress: &dyn Progress,
 ) -> Result<Metadata, AttemptFailure> {
     let attempt = Attempt::begin(store, spec)
@@ -151,12 +160,22 @@ async fn run_attempt(
         (Ok(payload), None) => Ok((payload, serde_json::Map::new(), None)),
         (Err(e), _) => Err(e),
     };
+    // Object lock: the chain's date, with older backups of the chain locked longer first
+    // when this one outlives them. Failing that, the attempt fails (recorded, unlocked).
+    let result = match result {
+        Ok(done) => match transfer::chain_lock(store, spec.lock_until, parent).await {
+            Ok((until, _)) => Ok((done, until)),
+            Err(e) => Err(EngineError::from(e)),
+        },
+        Err(e) => Err(e),
+    };
     let (outcome, failure) = match result {
-        Ok((payload, extra, log_position)) => (
+        Ok(((payload, extra, log_position), immutable_until)) => (
             Outcome {
                 payload: vec![payload],
                 log_position,
                 extra,
+                immutable_until,
                 ..Default::default()
             },
             None,

@@ -56,6 +56,8 @@ pub struct PolicyRun {
     pub retention: Option<RetentionRun>,
     pub archive: Option<ArchiveRun>,
     pub schedules: Vec<ScheduleRun>,
+    /// S3 Object Lock of committed backups (the store is opened with its mode).
+    pub object_lock: Option<tidemark_core::lock::ObjectLock>,
 }
 
 #[derive(Debug, Clone)]
@@ -108,6 +110,7 @@ struct Ctx {
     runner: Arc<dyn BackupRunner>,
     consolidator: Arc<dyn Consolidator>,
     clock: Arc<dyn Clock>,
+    object_lock: Option<tidemark_core::lock::ObjectLock>,
 }
 
 impl Ctx {
@@ -191,6 +194,7 @@ pub async fn run(
             runner: Arc::clone(&runner),
             consolidator: Arc::clone(&consolidator),
             clock: Arc::clone(&clock),
+            object_lock: p.object_lock,
         });
         tracing::info!(
             "policy {}: store {} cluster {}; {} schedule(s){}{}",
@@ -309,6 +313,7 @@ fn child_spec(
         started_at,
         labels,
         ttl: sched.ttl,
+        lock_until: None,
     }
 }
 
@@ -459,6 +464,21 @@ async fn tick(
                 Err(Some(why)) => format!("full: {why}"),
                 Err(None) => "full".to_owned(),
             };
+            // Seed 002: a full is locked until its chain's last increment's slot plus the
+            // period; an increment asks for its own start plus the period and takes its
+            // chain's date when that is later (transfer::chain_lock).
+            spec.lock_until = ctx.object_lock.map(|lock| {
+                let chain_end = match (parent.is_ok(), sched.incremental) {
+                    (false, Some(Some(max))) => tidemark_core::lock::chain_end(
+                        &sched.spec.cron,
+                        &sched.spec.time_zone,
+                        slot,
+                        max,
+                    ),
+                    _ => None,
+                };
+                lock.until(spec.started_at, chain_end)
+            });
             tracing::info!(
                 "{name}: slot {slot}{} → backup {}/{} started ({kind})",
                 if attempt.immediate {

@@ -122,6 +122,7 @@ pub async fn consolidate(
         started_at: last.started_at,
         labels: last.labels.clone(),
         ttl: last.ttl,
+        lock_until: None,
     };
     progress.step(
         &format!("uploading the synthetic full {}", spec.backup_id),
@@ -160,6 +161,13 @@ pub async fn consolidate(
             extra,
             // It restores to exactly the target's point.
             completed_at: last.completed_at,
+            // It stands in for the chain: locked as long as the chain is (a lock that has
+            // run out is not asked for again; S3 refuses dates in the past).
+            immutable_until: metas
+                .iter()
+                .filter_map(|m| m.immutable_until)
+                .max()
+                .filter(|t| store.object_lock().is_some() && *t > jiff::Timestamp::now()),
         })
         .await
         .map_err(|u| u.error)?;

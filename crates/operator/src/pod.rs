@@ -51,6 +51,11 @@ pub fn store_env(os: &ObjectStoreSpec, keys: Option<&SecretKeys>) -> Vec<EnvVar>
     if let Some(e) = os.encryption.as_ref().filter(|e| !e.recipients.is_empty()) {
         env.push(plain("TIDEMARK_RECIPIENTS", &e.recipients.join(",")));
     }
+    // Object lock: what a pod commits is locked in this mode (its date is an argument),
+    // and what it deletes goes with every version.
+    if let Some(l) = &os.object_lock {
+        env.push(plain("TIDEMARK_LOCK_MODE", &l.mode));
+    }
     if let Some(s) = keys {
         for (var, key) in &s.env {
             env.push(from_secret(var, &s.name, key));

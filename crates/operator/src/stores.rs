@@ -268,10 +268,15 @@ pub async fn open_store(
             .unwrap_or_default(),
     )
     .map_err(|e| Error::Invalid(format!("spec.objectStore.encryption.recipients: {e}")))?;
+    let lock = policy
+        .spec
+        .object_lock()
+        .map_err(|e| Error::Invalid(e.to_string()))?;
     ClusterStore::open(&url, policy.spec.cluster_or(&policy.name_any()), &options)
-        .map(|s| {
+        .and_then(|s| {
             s.with_compression(compression)
                 .with_recipients(recipients.map(std::sync::Arc::new))
+                .with_object_lock(lock.map(|l| l.mode))
         })
         .map_err(|e| Error::Engine(e.into()))
 }

@@ -23,6 +23,10 @@ pub enum StoreError {
         "store {url}: no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or use web-identity or container credentials; TIDEMARK_S3_USE_INSTANCE_METADATA=1 allows the EC2 metadata service)"
     )]
     NoCredentials { url: String },
+    #[error(
+        "store {url}: object lock needs an s3:// store whose bucket has S3 Object Lock enabled; this store cannot hold locks"
+    )]
+    ObjectLockUnsupported { url: String },
     #[error("cannot open store {url}")]
     Open {
         url: String,
@@ -115,7 +119,8 @@ impl StoreError {
             | StoreError::InvalidEndpoint { .. }
             | StoreError::InvalidCluster { .. }
             | StoreError::MissingDirectory { .. }
-            | StoreError::NoCredentials { .. } => ErrorCategory::Input,
+            | StoreError::NoCredentials { .. }
+            | StoreError::ObjectLockUnsupported { .. } => ErrorCategory::Input,
             StoreError::Open { .. } | StoreError::Request { .. } | StoreError::Encode { .. } => {
                 ErrorCategory::Store
             }

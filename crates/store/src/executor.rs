@@ -627,11 +627,20 @@ async fn delete_keys(
     let started = std::time::Instant::now();
     let total = keys.len();
     let mut pending: HashSet<Path> = keys.iter().cloned().collect();
-    let results: Vec<_> = store
-        .inner
-        .delete_stream(stream::iter(keys.into_iter().map(Ok)).boxed())
-        .collect()
-        .await;
+    // In a lock-enabled bucket (versioned) a key goes with all its versions, one key at a
+    // time; the server refuses those still locked.
+    let versioned = store.object_lock.and(store.s3());
+    let results: Vec<_> = if versioned.is_some() {
+        Vec::new()
+    } else {
+        store
+            .inner
+            .delete_stream(stream::iter(keys.into_iter().map(Ok)).boxed())
+            .collect()
+            .await
+    };
+    // Keys the server refused because of a lock: asking again before it ends is useless.
+    let mut locked: HashSet<Path> = HashSet::new();
     for r in results {
         if let Ok(p) = r
             && pending.remove(&p)
@@ -642,7 +651,7 @@ async fn delete_keys(
     }
     let mut last_error: HashMap<Path, String> = HashMap::new();
     for round in 0..DELETE_ROUNDS {
-        if pending.is_empty() {
+        if pending.iter().all(|k| locked.contains(k)) {
             break;
         }
         if round > 0 {
@@ -650,10 +659,19 @@ async fn delete_keys(
             let jitter = pause.mul_f64(rand::random::<f64>() * 0.5);
             tokio::time::sleep(pause + jitter).await;
         }
+        let round_keys: Vec<Path> = pending
+            .iter()
+            .filter(|k| !locked.contains(*k))
+            .cloned()
+            .collect();
         let outcomes: Vec<(Path, Result<(), object_store::Error>)> =
-            stream::iter(pending.iter().cloned())
+            stream::iter(round_keys)
                 .map(|key| async move {
-                    let r = match store.inner.delete(&key).await {
+                    let r = match versioned {
+                        Some(native) => native.delete_all_versions(&key).await.map(|_| ()),
+                        None => store.inner.delete(&key).await,
+                    };
+                    let r = match r {
                         Err(e) if is_not_found(&e) => Ok(()),
                         other => other,
                     };
@@ -670,7 +688,11 @@ async fn delete_keys(
                     progress.deleted(1);
                 }
                 Err(e) => {
-                    last_error.insert(key, error_chain(&e));
+                    let text = error_chain(&e);
+                    if versioned.is_some() && text.contains("AccessDenied") {
+                        locked.insert(key.clone());
+                    }
+                    last_error.insert(key, text);
                 }
             }
         }

@@ -15,6 +15,7 @@ pub mod format;
 pub mod index;
 pub mod layout;
 pub mod local;
+pub mod objectlock;
 pub mod open;
 pub mod progress;
 pub mod state;

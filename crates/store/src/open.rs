@@ -158,6 +158,9 @@ pub struct ClusterStore {
     pub(crate) recipients: Option<Arc<crate::crypt::Recipients>>,
     /// What encrypted objects read from this store are decrypted with.
     pub(crate) identities: Option<Arc<crate::crypt::Identities>>,
+    /// S3 Object Lock: committed backups are locked in this mode (until their
+    /// `immutableUntil`), and deletions remove every version of a key.
+    pub(crate) object_lock: Option<crate::objectlock::LockMode>,
 }
 
 impl ClusterStore {
@@ -256,6 +259,7 @@ impl ClusterStore {
             compression: crate::compress::Compression::None,
             recipients: None,
             identities: None,
+            object_lock: None,
         })
     }
 
@@ -279,6 +283,7 @@ impl ClusterStore {
             compression: crate::compress::Compression::None,
             recipients: None,
             identities: None,
+            object_lock: None,
         })
     }
 
@@ -294,6 +299,31 @@ impl ClusterStore {
             native: Native::None,
             ..self.clone()
         }
+    }
+
+    /// The same store with S3 Object Lock: backups committed with a lock date are locked in
+    /// `mode`, and what a pass deletes goes with all its versions (a lock-enabled bucket is
+    /// versioned: a plain delete would only hide the data behind a delete marker).
+    ///
+    /// # Errors
+    /// [`StoreError::ObjectLockUnsupported`] when the store is not S3 (object lock is an S3
+    /// feature; a local directory or a wrapped store cannot hold it).
+    pub fn with_object_lock(
+        mut self,
+        mode: Option<crate::objectlock::LockMode>,
+    ) -> Result<Self, StoreError> {
+        if mode.is_some() && self.s3().is_none() {
+            return Err(StoreError::ObjectLockUnsupported {
+                url: self.url.clone(),
+            });
+        }
+        self.object_lock = mode;
+        Ok(self)
+    }
+
+    /// The object lock mode backups are committed with, if any.
+    pub fn object_lock(&self) -> Option<crate::objectlock::LockMode> {
+        self.object_lock
     }
 
     /// The cluster's directory, for a local store.

@@ -317,7 +317,48 @@ impl SeaweedFs {
             .with_url(&format!("s3://{BUCKET}"))
     }
 
-    /// The store URL and the environment a `tidemark` process needs to reach it.
+    /// How a store on this server is opened (endpoint and the test credentials).
+    pub fn options(&self) -> crate::open::StoreOptions {
+        crate::open::StoreOptions {
+            endpoint: Some(self.endpoint.clone()),
+            region: Some("us-east-1".into()),
+            credentials: Some(crate::open::S3Credentials {
+                access_key_id: ACCESS_KEY.into(),
+                secret_access_key: SECRET_KEY.into(),
+                session_token: None,
+            }),
+            ca_bundle: self.ca_bundle.clone(),
+            ..Default::default()
+        }
+    }
+
+    /// Creates `bucket` with S3 Object Lock enabled (which makes it versioned), as
+    /// `aws s3api create-bucket --object-lock-enabled-for-bucket` does, and opens a store
+    /// rooted at `cluster` in it (through `ClusterStore::open`, so its S3 side is there).
+    /// Not the auto-created test bucket: SeaweedFS creates those without object lock.
+    pub async fn locked_bucket(&self, bucket: &str, cluster: &str) -> ClusterStore {
+        let store = ClusterStore::open(&format!("s3://{bucket}"), cluster, &self.options())
+            .expect("open the locked bucket's store");
+        let native = store.s3().expect("an S3 store");
+        let url = url::Url::parse(&native.bucket_url).expect("bucket URL");
+        let (status, body) = native
+            .send(
+                http::Method::PUT,
+                &url,
+                &[("x-amz-bucket-object-lock-enabled", "true".to_owned())],
+                bytes::Bytes::new(),
+            )
+            .await
+            .expect("CreateBucket");
+        assert!(
+            status.is_success(),
+            "CreateBucket {bucket} with object lock answered {status}: {}",
+            String::from_utf8_lossy(&body)
+        );
+        store
+    }
+
+    /// The store URL and the environment a `tidemark` process needs to reach it.    /// The store URL and the environment a `tidemark` process needs to reach it.
     pub fn url(&self) -> String {
         format!("s3://{BUCKET}")
     }

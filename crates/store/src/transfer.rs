@@ -42,6 +42,9 @@ pub struct BackupSpec {
     pub started_at: Timestamp,
     pub labels: BTreeMap<String, String>,
     pub ttl: Option<RetentionDuration>,
+    /// Lock the backup (S3 Object Lock) at least until then; its chain's date may make it
+    /// later ([`chain_lock`]).
+    pub lock_until: Option<Timestamp>,
 }
 
 /// Errors of a push or fetch.
@@ -409,6 +412,9 @@ pub struct Outcome {
     /// The instant the backup restores to, when it is not the commit time (a synthetic
     /// full restores to the increment it replaces).
     pub completed_at: Option<Timestamp>,
+    /// Lock a completed backup's objects until then (S3 Object Lock in the store's mode),
+    /// recorded as `immutableUntil`. A failed record is never locked.
+    pub immutable_until: Option<Timestamp>,
 }
 
 /// Writes `metadata.json` for `spec`: this commits a completed backup, or records a
@@ -449,6 +455,19 @@ pub async fn commit(
             }
         }
     }
+    let lock = match outcome.immutable_until {
+        Some(until) if outcome.error.is_none() => Some(lock_target(store, until)?),
+        _ => None,
+    };
+    if let Some((native, retention)) = &lock {
+        for p in &outcome.payload {
+            let key = layout::payload_key(&spec.backup_name, &spec.backup_id, &p.name);
+            native
+                .put_retention(&key, retention)
+                .await
+                .map_err(|source| crate::error::request(store, "locking", &key, source))?;
+        }
+    }
     let now = Timestamp::now();
     let phase = if outcome.error.is_some() {
         MetadataPhase::Failed
@@ -472,7 +491,7 @@ pub async fn commit(
         completed_at: Some(outcome.completed_at.unwrap_or(now)),
         payload: outcome.payload,
         log_position: outcome.log_position,
-        immutable_until: None,
+        immutable_until: lock.as_ref().map(|(_, r)| r.until),
         ttl: spec.ttl,
         labels: spec.labels.clone(),
         error: outcome.error,
@@ -484,7 +503,15 @@ pub async fn commit(
         what: "metadata.json",
         source,
     })?;
-    match create(store, &key, body).await {
+    let written = match &lock {
+        Some((native, retention)) => {
+            native
+                .put_new_locked(&key, bytes::Bytes::from(body), retention)
+                .await
+        }
+        None => create(store, &key, body).await,
+    };
+    match written {
         Ok(()) => Ok(m),
         Err(
             object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. },
@@ -495,6 +522,93 @@ pub async fn commit(
         }),
         Err(source) => Err(write_err(store, &key, source).into()),
     }
+}
+
+/// Where and how a backup is locked until `until`: the store's S3 side and its mode.
+fn lock_target(
+    store: &ClusterStore,
+    until: Timestamp,
+) -> Result<(&crate::uploads::S3Native, crate::objectlock::Retention), TransferError> {
+    let (Some(native), Some(mode)) = (store.s3(), store.object_lock) else {
+        return Err(StoreError::ObjectLockUnsupported {
+            url: store.url.clone(),
+        }
+        .into());
+    };
+    Ok((native, crate::objectlock::Retention { mode, until }))
+}
+
+/// The lock date of a backup asked to be locked until `requested` on `parent` (seed 002:
+/// every backup of a chain stays locked until the chain's last backup expires): the later
+/// of `requested` and the parent's `immutableUntil`, so a chain's members share one date.
+/// When `requested` is the later — the chain grew past what its full foresaw (a schedule
+/// fell behind, or forever-incremental chains) — the parent and every ancestor are locked
+/// until then first (S3 lets a retention grow, never shrink), so no backup of the chain
+/// becomes deletable before its last one. Returns how many objects were extended, too.
+///
+/// # Errors
+/// The store holds no locks ([`StoreError::ObjectLockUnsupported`]); an ancestor could
+/// not be read or locked longer.
+pub async fn chain_lock(
+    store: &ClusterStore,
+    requested: Option<Timestamp>,
+    parent: Option<&Metadata>,
+) -> Result<(Option<Timestamp>, usize), TransferError> {
+    let Some(requested) = requested else {
+        return Ok((None, 0));
+    };
+    let (native, retention) = lock_target(store, requested)?;
+    let parent_until = parent.and_then(|p| p.immutable_until);
+    let Some(parent) = parent else {
+        return Ok((Some(requested), 0));
+    };
+    if parent_until.is_some_and(|p| p >= requested) {
+        return Ok((parent_until, 0));
+    }
+    // Rare (the chain outgrew its date): every backup is read to find the ancestors.
+    let catalog = crate::Catalog::load_backups(store, &crate::NoProgress).await?;
+    let mut extended = 0;
+    let mut next = Some(parent.backup_id.clone());
+    let mut steps = 0;
+    while let Some(id) = next.take() {
+        steps += 1;
+        if steps > catalog.backups.len() + 1 {
+            break; // a parent cycle in corrupt metadata
+        }
+        let Some(b) = catalog.backups.iter().find(|b| b.backup.id == id) else {
+            return Err(TransferError::NotFound {
+                url: store.url.clone(),
+                what: format!("{id}, an ancestor of the backup being locked"),
+            });
+        };
+        for key in b.payload_keys.iter().chain(b.metadata_key.iter()) {
+            let current = native
+                .retention(key)
+                .await
+                .map_err(|source| crate::error::request(store, "reading the lock of", key, source))?;
+            if current.is_some_and(|c| c.until >= requested) {
+                continue;
+            }
+            let r = crate::objectlock::Retention {
+                // A compliance lock stays compliance; a governance one may become it.
+                mode: match current.map(|c| c.mode) {
+                    Some(crate::objectlock::LockMode::Compliance) => {
+                        crate::objectlock::LockMode::Compliance
+                    }
+                    _ => retention.mode,
+                },
+                until: requested,
+            };
+            native
+                .put_retention(key, &r)
+                .await
+                .map_err(|source| crate::error::request(store, "locking longer", key, source))?;
+            extended += 1;
+        }
+        next = b.metadata.as_ref().and_then(|m| m.parent_id.clone());
+    }
+    tracing::info!(objects = extended, until = %requested, "locked the chain's older backups longer");
+    Ok((Some(requested), extended))
 }
 
 /// Writes an object only if it does not exist. A backend without conditional writes is

@@ -7,10 +7,8 @@
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use object_store::aws::{AmazonS3, AwsAuthorizer};
-use object_store::client::{
-    ClientOptions, HttpClient, HttpConnector, HttpRequest, HttpRequestBody, ReqwestConnector,
-};
+use object_store::aws::AmazonS3;
+use object_store::client::{ClientOptions, HttpClient, HttpConnector, ReqwestConnector};
 use object_store::multipart::MultipartStore;
 use object_store::path::Path;
 use serde::Deserialize;
@@ -77,17 +75,9 @@ impl S3Native {
                     q.append_pair("upload-id-marker", id);
                 }
             }
-            let mut request: HttpRequest = http::Request::builder()
-                .method(http::Method::GET)
-                .uri(url.as_str())
-                .body(HttpRequestBody::empty())
-                .map_err(generic)?;
-            let credential = self.s3.credentials().get_credential().await?;
-            AwsAuthorizer::new(&credential, "s3", &self.region)
-                .try_authorize(&mut request, None)?;
-            let response = self.http.execute(request).await.map_err(generic)?;
-            let status = response.status();
-            let body = capped(response.into_body(), crate::open::MAX_CONTROL_OBJECT).await?;
+            let (status, body) = self
+                .send(http::Method::GET, &url, &[], bytes::Bytes::new())
+                .await?;
             if !status.is_success() {
                 let text: String = String::from_utf8_lossy(&body).chars().take(300).collect();
                 return Err(generic(format!(
@@ -135,7 +125,7 @@ impl S3Native {
 
 /// A response body of at most `limit` bytes: an endpoint that sends more is refused before
 /// it fills memory.
-async fn capped(
+pub(crate) async fn capped(
     body: object_store::client::HttpResponseBody,
     limit: u64,
 ) -> object_store::Result<bytes::Bytes> {
@@ -154,7 +144,7 @@ async fn capped(
     Ok(out.freeze())
 }
 
-fn generic(e: impl std::fmt::Display) -> object_store::Error {
+pub(crate) fn generic(e: impl std::fmt::Display) -> object_store::Error {
     object_store::Error::Generic {
         store: "S3",
         source: e.to_string().into(),

@@ -72,6 +72,7 @@ pub fn attempt_spec(backup: &Backup, name: &str, id: &str, started_at: Timestamp
         started_at,
         labels: crate::names::stored_labels(backup),
         ttl: backup.spec.ttl.as_deref().and_then(|t| t.parse().ok()),
+        lock_until: None,
     }
 }
 
@@ -393,7 +394,8 @@ pub async fn advance(
         return Ok(Action::requeue(Duration::from_secs(5)));
     };
     let started = ctx.clock.now();
-    let spec = attempt_spec(&backup, backup_name, backup_id, started);
+    let mut spec = attempt_spec(&backup, backup_name, backup_id, started);
+    spec.lock_until = super::lock_until(ctx, &backup, policy, true, started).await?;
     let running = running_status(
         &backup,
         status,

@@ -64,6 +64,9 @@ pub struct JobPlan<'a> {
     /// [`DATA_VOLUME_LABEL`]: an incremental's parent must carry the same.
     pub volume_id: String,
     pub store_secret: Option<SecretKeys>,
+    /// The lock date the backup asks for (object lock; its mode is in the store's
+    /// environment).
+    pub lock_until: Option<jiff::Timestamp>,
 }
 
 impl JobPlan<'_> {
@@ -122,6 +125,9 @@ impl JobPlan<'_> {
         }
         if let Some(ttl) = &self.backup.spec.ttl {
             push.extend(["--ttl".into(), ttl.clone()]);
+        }
+        if let Some(until) = self.lock_until {
+            push.extend(["--lock-until".into(), until.to_string()]);
         }
         let tool = if self.backup.spec.template.method.as_deref() == Some("xtrabackup") {
             "xtrabackup"

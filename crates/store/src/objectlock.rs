@@ -1,0 +1,422 @@
+//! S3 Object Lock (issue 19 §3, seed 002): retention on the objects of a committed backup,
+//! and deletion of every version of a key in a lock-enabled (hence versioned) bucket.
+//!
+//! object_store sets no lock headers and knows no versions, so these are signed requests
+//! of their own (object_store's SigV4 signer and credentials, as in [`crate::uploads`]):
+//! `PutObjectRetention`, `GetObjectRetention`, `ListObjectVersions` and
+//! `DeleteObject?versionId`. Retention is set after an object is written, when the backup
+//! commits: an attempt that fails before then leaves nothing locked, so it never stands in
+//! the way of the next backups (pgBackRest #2686) and `failedBackupsTTL` collects it.
+
+use base64::Engine as _;
+use bytes::Bytes;
+use jiff::Timestamp;
+use md5::Digest as _;
+use object_store::aws::AwsAuthorizer;
+use object_store::client::{HttpRequest, HttpRequestBody};
+use object_store::path::Path;
+use serde::Deserialize;
+
+use crate::uploads::{S3Native, capped, generic};
+
+/// The most versions of one key Tidemark deletes: a key with more was not written by it
+/// (it writes each backup object once), so it is refused rather than walked without end.
+pub const MAX_VERSIONS_PER_KEY: usize = 1000;
+
+pub use tidemark_core::lock::{LOCK_MODES, LockMode};
+
+/// An object's retention: locked in `mode` until `until`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    pub mode: LockMode,
+    pub until: Timestamp,
+}
+
+/// S3 wants retention dates in whole seconds or milliseconds; Tidemark writes seconds,
+/// rounded up so a lock never ends before the instant asked for.
+fn s3_date(t: Timestamp) -> String {
+    let secs = t.as_second() + i64::from(t.subsec_nanosecond() > 0);
+    Timestamp::from_second(secs).unwrap_or(t).to_string()
+}
+
+impl S3Native {
+    /// The URL of `key` (relative to the cluster's prefix), with `query`.
+    fn object_url(&self, key: &Path, query: &[(&str, &str)]) -> object_store::Result<url::Url> {
+        let mut url = url::Url::parse(&self.bucket_url).map_err(generic)?;
+        {
+            let mut segments = url
+                .path_segments_mut()
+                .map_err(|()| generic("the bucket URL cannot hold a path"))?;
+            segments.pop_if_empty();
+            segments.extend(self.root.parts().map(|p| p.as_ref().to_owned()));
+            segments.extend(key.parts().map(|p| p.as_ref().to_owned()));
+        }
+        set_query(&mut url, query);
+        Ok(url)
+    }
+
+    /// Sends one signed request; the answer's status and (bounded) body.
+    pub(crate) async fn send(
+        &self,
+        method: http::Method,
+        url: &url::Url,
+        headers: &[(&str, String)],
+        body: Bytes,
+    ) -> object_store::Result<(http::StatusCode, Bytes)> {
+        let mut builder = http::Request::builder().method(method).uri(url.as_str());
+        for (name, value) in headers {
+            builder = builder.header(*name, value);
+        }
+        let mut request: HttpRequest = builder
+            .body(HttpRequestBody::from(body))
+            .map_err(generic)?;
+        let credential = self.s3.credentials().get_credential().await?;
+        AwsAuthorizer::new(&credential, "s3", &self.region).try_authorize(&mut request, None)?;
+        let response = self.http.execute(request).await.map_err(generic)?;
+        let status = response.status();
+        let body = capped(response.into_body(), crate::open::MAX_CONTROL_OBJECT).await?;
+        Ok((status, body))
+    }
+
+    /// Locks `key` as `retention` says (`PutObjectRetention`). S3 lets a retention be
+    /// extended, never shortened: asking for an earlier date than the object has is
+    /// refused by the server.
+    ///
+    /// # Errors
+    /// The object is missing, the bucket has no object lock, or the server refused.
+    pub async fn put_retention(
+        &self,
+        key: &Path,
+        retention: &Retention,
+    ) -> object_store::Result<()> {
+        let url = self.object_url(key, &[("retention", "")])?;
+        let body = format!(
+            r#"<?xml version="1.0" encoding="UTF-8"?><Retention xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Mode>{}</Mode><RetainUntilDate>{}</RetainUntilDate></Retention>"#,
+            retention.mode.as_s3(),
+            s3_date(retention.until)
+        );
+        let md5 = base64::engine::general_purpose::STANDARD.encode(md5::Md5::digest(&body));
+        let (status, answer) = self
+            .send(
+                http::Method::PUT,
+                &url,
+                &[
+                    ("content-md5", md5),
+                    ("content-type", "application/xml".to_owned()),
+                ],
+                Bytes::from(body),
+            )
+            .await?;
+        if status.is_success() {
+            return Ok(());
+        }
+        Err(refusal(key, "PutObjectRetention", status, &answer))
+    }
+
+    /// The retention of `key`'s current version (`GetObjectRetention`); `None` when it has
+    /// none.
+    ///
+    /// # Errors
+    /// The object is missing, or the request failed.
+    pub async fn retention(&self, key: &Path) -> object_store::Result<Option<Retention>> {
+        let url = self.object_url(key, &[("retention", "")])?;
+        let (status, body) = self
+            .send(http::Method::GET, &url, &[], Bytes::new())
+            .await?;
+        if status == http::StatusCode::NOT_FOUND && !error_code(&body).contains("NoSuchKey") {
+            return Ok(None); // NoSuchObjectLockConfiguration: not locked
+        }
+        if !status.is_success() {
+            return Err(refusal(key, "GetObjectRetention", status, &body));
+        }
+        let r: RetentionXml = quick_xml::de::from_reader(body.as_ref()).map_err(generic)?;
+        let (Some(mode), Some(until)) = (r.mode, r.retain_until_date) else {
+            return Ok(None);
+        };
+        Ok(Some(Retention {
+            mode: mode.parse().map_err(generic)?,
+            until: until.parse().map_err(generic)?,
+        }))
+    }
+
+    /// Writes `body` as `key` locked from birth (`PutObject` with the object lock headers),
+    /// only if no object is there (`If-None-Match: *`): how a locked backup's
+    /// `metadata.json` commits, so a committed backup is never unlocked for an instant.
+    ///
+    /// # Errors
+    /// [`object_store::Error::AlreadyExists`] when the key exists; the server refused (a
+    /// bucket without object lock refuses the headers) or the request failed.
+    pub async fn put_new_locked(
+        &self,
+        key: &Path,
+        body: Bytes,
+        retention: &Retention,
+    ) -> object_store::Result<()> {
+        let url = self.object_url(key, &[])?;
+        let md5 = base64::engine::general_purpose::STANDARD.encode(md5::Md5::digest(&body));
+        let (status, answer) = self
+            .send(
+                http::Method::PUT,
+                &url,
+                &[
+                    ("content-md5", md5),
+                    ("content-type", "application/json".to_owned()),
+                    ("if-none-match", "*".to_owned()),
+                    ("x-amz-object-lock-mode", retention.mode.as_s3().to_owned()),
+                    (
+                        "x-amz-object-lock-retain-until-date",
+                        s3_date(retention.until),
+                    ),
+                ],
+                body,
+            )
+            .await?;
+        if status.is_success() {
+            return Ok(());
+        }
+        if status == http::StatusCode::PRECONDITION_FAILED {
+            return Err(object_store::Error::AlreadyExists {
+                path: key.to_string(),
+                source: "PutObject answered 412 Precondition Failed".into(),
+            });
+        }
+        Err(refusal(key, "PutObject (locked)", status, &answer))
+    }
+
+    /// The version ids of exactly `key` (objects and delete markers), newest first as the
+    /// server lists them.
+    ///
+    /// # Errors
+    /// The request failed; the key has more than [`MAX_VERSIONS_PER_KEY`] versions.
+    pub async fn versions(&self, key: &Path) -> object_store::Result<Vec<String>> {
+        let full = format!("{}/{key}", self.root);
+        let mut out = Vec::new();
+        let mut markers: Option<(String, String)> = None;
+        loop {
+            let mut query = vec![("versions", ""), ("prefix", full.as_str())];
+            if let Some((k, v)) = &markers {
+                query.push(("key-marker", k));
+                query.push(("version-id-marker", v));
+            }
+            let mut url = url::Url::parse(&self.bucket_url).map_err(generic)?;
+            set_query(&mut url, &query);
+            let (status, body) = self
+                .send(http::Method::GET, &url, &[], Bytes::new())
+                .await?;
+            if !status.is_success() {
+                return Err(refusal(key, "ListObjectVersions", status, &body));
+            }
+            let page: VersionsXml = quick_xml::de::from_reader(body.as_ref()).map_err(generic)?;
+            for v in page.versions.into_iter().chain(page.delete_markers) {
+                if v.key == full {
+                    out.push(v.version_id);
+                }
+            }
+            if out.len() > MAX_VERSIONS_PER_KEY {
+                return Err(generic(format!(
+                    "{key} has more than {MAX_VERSIONS_PER_KEY} versions; Tidemark writes each backup object once, so these are not its own: refused"
+                )));
+            }
+            match (
+                page.is_truncated,
+                page.next_key_marker,
+                page.next_version_id_marker,
+            ) {
+                (true, Some(k), Some(v)) if markers.as_ref() != Some(&(k.clone(), v.clone())) => {
+                    markers = Some((k, v));
+                }
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+
+    /// Deletes one version of `key`. A version already gone is success; a locked one is
+    /// refused by the server (403), which is what object lock is for.
+    ///
+    /// # Errors
+    /// The server refused (locked) or the request failed.
+    pub async fn delete_version(&self, key: &Path, version: &str) -> object_store::Result<()> {
+        let url = self.object_url(key, &[("versionId", version)])?;
+        let (status, body) = self
+            .send(http::Method::DELETE, &url, &[], Bytes::new())
+            .await?;
+        if status.is_success() || status == http::StatusCode::NOT_FOUND {
+            return Ok(());
+        }
+        Err(refusal(key, "DeleteObject (version)", status, &body))
+    }
+
+    /// Deletes every version of `key` (its data and its delete markers), so nothing of it
+    /// stays billed in a versioned bucket. Returns how many versions went.
+    ///
+    /// # Errors
+    /// A version is still locked (the server refuses), or a request failed; the versions
+    /// deleted before stay deleted.
+    pub async fn delete_all_versions(&self, key: &Path) -> object_store::Result<usize> {
+        let versions = self.versions(key).await?;
+        for v in &versions {
+            self.delete_version(key, v).await?;
+        }
+        Ok(versions.len())
+    }
+}
+
+impl crate::ClusterStore {
+    fn native_or_unsupported(&self) -> Result<&S3Native, crate::StoreError> {
+        self.s3().ok_or_else(|| crate::StoreError::ObjectLockUnsupported {
+            url: self.url.clone(),
+        })
+    }
+
+    /// The retention of `key` (relative to the cluster) as the server holds it.
+    ///
+    /// # Errors
+    /// Not an S3 store; the request failed.
+    pub async fn retention(&self, key: &Path) -> Result<Option<Retention>, crate::StoreError> {
+        self.native_or_unsupported()?
+            .retention(key)
+            .await
+            .map_err(|source| crate::error::request(self, "reading the lock of", key, source))
+    }
+
+    /// The version ids of `key` (objects and delete markers).
+    ///
+    /// # Errors
+    /// Not an S3 store; the request failed.
+    pub async fn versions(&self, key: &Path) -> Result<Vec<String>, crate::StoreError> {
+        self.native_or_unsupported()?
+            .versions(key)
+            .await
+            .map_err(|source| crate::error::request(self, "listing the versions of", key, source))
+    }
+
+    /// Deletes one version of `key` (what someone holding the store's credentials could
+    /// try; the server refuses a locked version).
+    ///
+    /// # Errors
+    /// Not an S3 store; the server refused; the request failed.
+    pub async fn delete_version(&self, key: &Path, version: &str) -> Result<(), crate::StoreError> {
+        self.native_or_unsupported()?
+            .delete_version(key, version)
+            .await
+            .map_err(|source| crate::error::request(self, "deleting a version of", key, source))
+    }
+}
+
+/// Replaces `url`'s query with `pairs` (an empty value is a bare key, `?retention`).
+fn set_query(url: &mut url::Url, pairs: &[(&str, &str)]) {
+    if pairs.is_empty() {
+        url.set_query(None);
+        return;
+    }
+    let mut q = url.query_pairs_mut();
+    q.clear();
+    for (k, v) in pairs {
+        if v.is_empty() && matches!(*k, "retention" | "versions") {
+            q.append_key_only(k);
+        } else {
+            q.append_pair(k, v);
+        }
+    }
+}
+
+/// The `<Code>` of an S3 error answer, or "".
+fn error_code(body: &[u8]) -> String {
+    quick_xml::de::from_reader::<_, ErrorXml>(body)
+        .ok()
+        .and_then(|e| e.code)
+        .unwrap_or_default()
+}
+
+/// A refused request as an error naming the key, the operation and the server's code.
+fn refusal(key: &Path, operation: &str, status: http::StatusCode, body: &[u8]) -> object_store::Error {
+    let code = error_code(body);
+    let message: String = if code.is_empty() {
+        String::from_utf8_lossy(body).chars().take(300).collect()
+    } else {
+        code
+    };
+    if status == http::StatusCode::NOT_FOUND && message.contains("NoSuchKey") {
+        return object_store::Error::NotFound {
+            path: key.to_string(),
+            source: format!("{operation} answered {status}").into(),
+        };
+    }
+    generic(format!(
+        "{operation} on {key} answered {status}: {}",
+        message.trim()
+    ))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct RetentionXml {
+    #[serde(default)]
+    mode: Option<String>,
+    #[serde(default)]
+    retain_until_date: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct ErrorXml {
+    #[serde(default)]
+    code: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct VersionsXml {
+    #[serde(default)]
+    is_truncated: bool,
+    #[serde(default)]
+    next_key_marker: Option<String>,
+    #[serde(default)]
+    next_version_id_marker: Option<String>,
+    #[serde(default, rename = "Version")]
+    versions: Vec<VersionXml>,
+    #[serde(default, rename = "DeleteMarker")]
+    delete_markers: Vec<VersionXml>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct VersionXml {
+    key: String,
+    version_id: String,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn interleaved_versions_and_markers_parse() {
+        let xml = r#"<?xml version="1.0" encoding="UTF-8"?>
+<ListVersionsResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">
+  <Name>b</Name><Prefix>p/c/n/i/metadata.json</Prefix><IsTruncated>true</IsTruncated>
+  <NextKeyMarker>p/c/n/i/metadata.json</NextKeyMarker><NextVersionIdMarker>v3</NextVersionIdMarker>
+  <Version><Key>p/c/n/i/metadata.json</Key><VersionId>v1</VersionId><IsLatest>false</IsLatest></Version>
+  <DeleteMarker><Key>p/c/n/i/metadata.json</Key><VersionId>v2</VersionId><IsLatest>true</IsLatest></DeleteMarker>
+  <Version><Key>p/c/n/i/metadata.json.x</Key><VersionId>v3</VersionId></Version>
+</ListVersionsResult>"#;
+        let r: VersionsXml = quick_xml::de::from_reader(xml.as_bytes()).unwrap();
+        assert!(r.is_truncated);
+        assert_eq!(r.versions.len(), 2);
+        assert_eq!(r.delete_markers.len(), 1);
+        assert_eq!(r.delete_markers[0].version_id, "v2");
+        assert_eq!(r.next_version_id_marker.as_deref(), Some("v3"));
+    }
+
+    #[test]
+    fn dates_and_codes() {
+        let t: Timestamp = "2026-11-25T10:00:00.2Z".parse().unwrap();
+        assert_eq!(s3_date(t), "2026-11-25T10:00:01Z");
+        let t: Timestamp = "2026-11-25T10:00:00Z".parse().unwrap();
+        assert_eq!(s3_date(t), "2026-11-25T10:00:00Z");
+        let e = r#"<Error><Code>AccessDenied</Code><Message>x</Message></Error>"#;
+        assert_eq!(error_code(e.as_bytes()), "AccessDenied");
+    }
+}

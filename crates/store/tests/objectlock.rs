@@ -1,0 +1,162 @@
+//! S3 Object Lock (issue 19 §3) against a real server: SeaweedFS with a lock-enabled
+//! bucket. A committed backup's objects are locked from birth (the server refuses to delete
+//! a version before its date), a failed attempt is never locked, a chain that outgrows its
+//! date locks its older backups longer, and deletions take every version once the locks
+//! have ended.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use tidemark_store::NoProgress;
+use tidemark_store::format::{BackupType, Metadata};
+use tidemark_store::layout;
+use tidemark_store::objectlock::LockMode;
+use tidemark_store::testkit::SeaweedFs;
+use tidemark_store::transfer::{self, Attempt, BackupSpec, Outcome};
+
+fn spec(name: &str, kind: BackupType, parent: Option<&str>, started: Timestamp) -> BackupSpec {
+    BackupSpec {
+        backup_name: name.into(),
+        backup_id: transfer::new_backup_id(started),
+        kind,
+        parent_id: parent.map(str::to_owned),
+        method: "stdin".into(),
+        payload_name: "backup.bin".into(),
+        started_at: started,
+        labels: Default::default(),
+        ttl: None,
+        lock_until: None,
+    }
+}
+
+/// Takes one backup of `bytes`; committed with `lock`, or recorded as failed with `error`.
+async fn take(
+    store: &tidemark_store::ClusterStore,
+    spec: &BackupSpec,
+    lock: Option<Timestamp>,
+    error: Option<&str>,
+) -> Metadata {
+    let attempt = Attempt::begin(store, spec).await.unwrap();
+    let mut bytes: &[u8] = b"a backup's bytes, locked";
+    let payload = attempt.upload(&mut bytes, &NoProgress).await.unwrap();
+    attempt
+        .finish(Outcome {
+            payload: if error.is_some() {
+                Vec::new()
+            } else {
+                vec![payload]
+            },
+            error: error.map(str::to_owned),
+            immutable_until: lock,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+}
+
+/// SeaweedFS, started outside the test's runtime (its launcher runs one of its own).
+fn start() -> SeaweedFs {
+    std::thread::spawn(SeaweedFs::start).join().unwrap()
+}
+
+fn keys(m: &Metadata) -> Vec<object_store::path::Path> {
+    let mut k: Vec<_> = m
+        .payload
+        .iter()
+        .map(|p| layout::payload_key(&m.backup_name, &m.backup_id, &p.name))
+        .collect();
+    k.push(layout::metadata_key(&m.backup_name, &m.backup_id));
+    k
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locked_backups_refuse_deletion_until_their_date() {
+    let s3 = start();
+    let store = s3
+        .locked_bucket("locked", "shop")
+        .await
+        .with_object_lock(Some(LockMode::Governance))
+        .unwrap();
+    let now = Timestamp::now();
+    let until = Timestamp::from_second(now.as_second() + 12).unwrap();
+
+    // A committed full: payload and metadata.json locked until `until`, recorded.
+    let full = take(&store, &spec("nightly", BackupType::Full, None, now), Some(until), None).await;
+    assert_eq!(full.immutable_until, Some(until));
+    for key in keys(&full) {
+        let r = store.retention(&key).await.unwrap();
+        let r = r.unwrap_or_else(|| panic!("{key} is not locked"));
+        assert_eq!(r.mode, LockMode::Governance, "{key}");
+        assert_eq!(r.until, until, "{key}");
+        // What a stolen key would do: delete the version itself. The server refuses.
+        let versions = store.versions(&key).await.unwrap();
+        assert_eq!(versions.len(), 1, "{key}: {versions:?}");
+        let refused = store.delete_version(&key, &versions[0]).await.unwrap_err();
+        assert!(
+            format!("{refused:?}").contains("AccessDenied"),
+            "{key}: {refused:?}"
+        );
+        assert_eq!(store.versions(&key).await.unwrap(), versions);
+    }
+    // The in-flight marker is never locked: it went when the backup committed.
+    let marker = layout::marker_key(&full.backup_name, &full.backup_id);
+    assert!(store.head(&marker).await.unwrap().is_none());
+
+    // A failed attempt under object lock locks nothing: it is collected like any other, and
+    // the next backup is not in its way (pgBackRest #2686).
+    let failed_spec = spec("nightly", BackupType::Full, None, Timestamp::now());
+    let failed = take(&store, &failed_spec, Some(until), Some("the source failed")).await;
+    assert_eq!(failed.immutable_until, None);
+    let failed_meta = layout::metadata_key(&failed.backup_name, &failed.backup_id);
+    assert_eq!(store.retention(&failed_meta).await.unwrap(), None);
+    let failed_payload = layout::payload_key(&failed.backup_name, &failed.backup_id, "backup.bin");
+    assert_eq!(store.retention(&failed_payload).await.unwrap(), None);
+    for key in [&failed_meta, &failed_payload] {
+        for v in store.versions(key).await.unwrap() {
+            store.delete_version(key, &v).await.unwrap();
+        }
+    }
+
+    // An increment asking for less than its chain's date takes the chain's date, and locks
+    // nothing else.
+    let inc_spec = spec("nightly", BackupType::Incremental, Some(&full.backup_id), Timestamp::now());
+    let (chain_date, extended) = transfer::chain_lock(&store, Some(now), Some(&full)).await.unwrap();
+    assert_eq!((chain_date, extended), (Some(until), 0));
+    let inc = take(&store, &inc_spec, chain_date, None).await;
+    assert_eq!(inc.immutable_until, Some(until));
+
+    // One outliving its chain (a schedule that fell behind) locks the older backups longer
+    // first: the full and the first increment.
+    let later = Timestamp::from_second(until.as_second() + 3).unwrap();
+    let (date, extended) = transfer::chain_lock(&store, Some(later), Some(&inc)).await.unwrap();
+    assert_eq!(date, Some(later));
+    assert_eq!(extended, 4, "two payloads and two metadata.json");
+    for key in keys(&full).into_iter().chain(keys(&inc)) {
+        assert_eq!(store.retention(&key).await.unwrap().unwrap().until, later, "{key}");
+    }
+
+    // Once the date has passed, every version goes.
+    let wait = later.duration_since(Timestamp::now()) + SignedDuration::from_secs(2);
+    tokio::time::sleep(Duration::try_from(wait).unwrap_or_default()).await;
+    for key in keys(&full) {
+        for v in store.versions(&key).await.unwrap() {
+            store.delete_version(&key, &v).await.unwrap();
+        }
+        assert!(store.versions(&key).await.unwrap().is_empty(), "{key}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_need_an_s3_store_and_a_mode() {
+    let (_dir, local) = tidemark_store::testkit::local_store("shop");
+    let e = local.with_object_lock(Some(LockMode::Compliance)).unwrap_err();
+    assert!(e.to_string().contains("object lock needs an s3:// store"), "{e}");
+    // A lock date on a store without a mode is refused before anything is written.
+    let s3 = start();
+    let store = s3.cluster_store("shop");
+    let e = transfer::chain_lock(&store, Some(Timestamp::now()), None)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("object lock"), "{e}");
+}

@@ -846,20 +846,32 @@ impl BackupPolicySpec {
     ///
     /// # Errors
     /// An unknown mode; a period that is not a duration, or none at all.
-    pub fn object_lock(
-        &self,
-    ) -> Result<Option<tidemark_core::lock::ObjectLock>, PolicyFileError> {
-        let Some(lock) = self.object_store.as_ref().and_then(|o| o.object_lock.as_ref()) else {
+    pub fn object_lock(&self) -> Result<Option<tidemark_core::lock::ObjectLock>, PolicyFileError> {
+        let Some(lock) = self
+            .object_store
+            .as_ref()
+            .and_then(|o| o.object_lock.as_ref())
+        else {
             return Ok(None);
         };
-        let mode = lock
-            .mode
-            .parse()
-            .map_err(|problem| PolicyFileError::Invalid {
-                field: "spec.objectStore.objectLock.mode",
-                problem,
-            })?;
-        let (field, text) = match (&lock.period, self.retention.as_ref().and_then(|r| r.window.as_ref())) {
+        // Lower case, as the CRD's pattern says (the command line accepts any case).
+        let mode = match lock.mode.as_str() {
+            "governance" | "compliance" => lock.mode.parse(),
+            other => other
+                .parse::<tidemark_core::lock::LockMode>()
+                .and(Err(format!(
+                    "invalid object lock mode {other:?}: expected {}",
+                    tidemark_core::lock::LOCK_MODES
+                ))),
+        }
+        .map_err(|problem| PolicyFileError::Invalid {
+            field: "spec.objectStore.objectLock.mode",
+            problem,
+        })?;
+        let (field, text) = match (
+            &lock.period,
+            self.retention.as_ref().and_then(|r| r.window.as_ref()),
+        ) {
             (Some(p), _) => ("spec.objectStore.objectLock.period", p),
             (None, Some(w)) => ("spec.retention.window", w),
             (None, None) => {
@@ -870,10 +882,11 @@ impl BackupPolicySpec {
             }
         };
         let period: tidemark_core::RetentionDuration =
-            text.parse().map_err(|e: tidemark_core::DurationError| PolicyFileError::Invalid {
-                field,
-                problem: e.to_string(),
-            })?;
+            text.parse()
+                .map_err(|e: tidemark_core::DurationError| PolicyFileError::Invalid {
+                    field,
+                    problem: e.to_string(),
+                })?;
         if period.as_signed_duration().is_zero() {
             return Err(PolicyFileError::Invalid {
                 field,
@@ -1091,6 +1104,47 @@ spec:
     failedBackupsTTL: 7d
     coverWindow: true
 "#;
+
+    /// `objectStore.objectLock`: the mode as the CRD spells it, the period from the setting
+    /// or else the retention window, and an error naming the field otherwise.
+    #[test]
+    fn object_lock_takes_its_period_from_the_window_unless_given() {
+        let with = |lock: &str| {
+            BackupPolicy::from_yaml(&EXAMPLE.replace(
+                "    endpoint: http://127.0.0.1:8333\n",
+                &format!("    endpoint: http://127.0.0.1:8333\n    objectLock: {lock}\n"),
+            ))
+        };
+        let p = with("{mode: governance}").unwrap();
+        let l = p.spec.object_lock().unwrap().unwrap();
+        assert_eq!(l.mode, tidemark_core::lock::LockMode::Governance);
+        assert_eq!(l.period, "30d".parse().unwrap());
+        let p = with("{mode: compliance, period: 8w}").unwrap();
+        let l = p.spec.object_lock().unwrap().unwrap();
+        assert_eq!(l.mode, tidemark_core::lock::LockMode::Compliance);
+        assert_eq!(l.period, "8w".parse().unwrap());
+        for (lock, says) in [
+            ("{mode: GOVERNANCE}", "spec.objectStore.objectLock.mode"),
+            ("{mode: legal-hold}", "\"legal-hold\""),
+            (
+                "{mode: governance, period: 30s}",
+                "spec.objectStore.objectLock.period",
+            ),
+            ("{mode: governance, period: 0d}", "locks nothing"),
+        ] {
+            let e = with(lock).unwrap_err().to_string();
+            assert!(e.contains(says), "{lock}: {e}");
+        }
+        let no_window = EXAMPLE.replace("    window: 30d\n", "").replace(
+            "    endpoint: http://127.0.0.1:8333\n",
+            "    endpoint: http://127.0.0.1:8333\n    objectLock: {mode: governance}\n",
+        );
+        let e = BackupPolicy::from_yaml(&no_window).unwrap_err().to_string();
+        assert!(
+            e.contains("required when spec.retention.window is not set"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn parses_the_documented_example() {

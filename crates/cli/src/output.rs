@@ -21,6 +21,9 @@ pub struct BackupOut {
     pub started_at: Timestamp,
     pub completed_at: Option<Timestamp>,
     pub size: u64,
+    /// S3 Object Lock: the backup cannot be deleted before then (absent: not locked).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub immutable_until: Option<Timestamp>,
     /// `keep`, `delete` or `consolidate` (plan and gc only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub action: Option<Action>,
@@ -61,6 +64,7 @@ impl BackupOut {
             started_at: b.started_at,
             completed_at: b.completed_at,
             size: b.size,
+            immutable_until: b.immutable_until,
             action: None,
             reasons: None,
             restorable: None,
@@ -377,6 +381,9 @@ pub struct PushOut {
     pub encryption: Option<tidemark_store::format::Encryption>,
     pub started_at: Timestamp,
     pub completed_at: Option<Timestamp>,
+    /// S3 Object Lock: locked until then (absent: not locked).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub immutable_until: Option<Timestamp>,
     pub error: Option<String>,
 }
 
@@ -404,6 +411,7 @@ impl PushOut {
             encryption: p.and_then(|p| p.encryption.clone()),
             started_at: m.started_at,
             completed_at: m.completed_at,
+            immutable_until: m.immutable_until,
             error: m.error.clone(),
         }
     }

@@ -1311,3 +1311,219 @@ fn retention_waits_for_the_newest_backup_to_read_back() {
         assert!(record.is_file(), "{} missing", record.display());
     }
 }
+
+/// Object lock (issue 19 §3) with the real binary on a lock-enabled SeaweedFS bucket:
+/// `push --lock-mode governance --lock-until T` commits a backup the server will not let
+/// anyone delete before T (`immutableUntil` recorded, `locked:T` in the plan); a failed
+/// attempt under lock does not stand in the way of the next backup and is collected like
+/// any other; a `gc` whose clock says the lock has ended (`--now`) is refused by the server
+/// itself — exit 5, nothing lost, the backup still fetches; once T has really passed, `gc`
+/// deletes the backup with every version of its objects.
+#[test]
+fn locked_backups_outlast_early_deletes_and_go_when_their_lock_ends() {
+    let s3 = SeaweedFs::start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = rt.block_on(s3.locked_bucket("vault", "shop"));
+    let env = s3.env();
+    let on = |sub: &str, rest: &[&str], input: &[u8]| {
+        let mut args = vec![
+            sub,
+            "--store",
+            "s3://vault",
+            "--cluster",
+            "shop",
+            "--endpoint",
+            &s3.endpoint,
+        ];
+        args.extend_from_slice(rest);
+        run_with_input(&args, &env, input)
+    };
+    let until = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second() + 20).unwrap();
+    let until_s = until.to_string();
+    let old_bytes = bytes(300_000, 3);
+
+    // A lock date needs a mode, and a mode needs a date (no policy gives a period here).
+    let out = on(
+        "push",
+        &["--backup-name", "n", "--lock-until", &until_s],
+        b"x",
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--lock-mode"), "{}", stderr(&out));
+    let out = on(
+        "push",
+        &["--backup-name", "n", "--lock-mode", "governance"],
+        b"x",
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--lock-until"), "{}", stderr(&out));
+    let out = on(
+        "push",
+        &[
+            "--backup-name",
+            "n",
+            "--lock-mode",
+            "legal-hold",
+            "--lock-until",
+            &until_s,
+        ],
+        b"x",
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("\"legal-hold\"")
+            && stderr(&out).contains("governance or compliance"),
+        "{}",
+        stderr(&out)
+    );
+
+    let lock = [
+        "--lock-mode",
+        "governance",
+        "--lock-until",
+        &until_s,
+        "--output",
+        "json",
+    ];
+    let old = on(
+        "push",
+        &[&["--backup-name", "nightly"][..], &lock].concat(),
+        &old_bytes,
+    );
+    assert!(old.status.success(), "{}", stderr(&old));
+    let old = json(&old);
+    assert_eq!(old["immutableUntil"], until_s.as_str(), "{old}");
+    let old_id = old["backupId"].as_str().unwrap().to_owned();
+    let payload = object_store::path::Path::from(format!("nightly/{old_id}/backup.bin"));
+    let r = rt.block_on(store.retention(&payload)).unwrap().unwrap();
+    assert_eq!(r.until, until);
+
+    // A failed attempt under lock, then the next backup all the same.
+    let failed = on(
+        "push",
+        &[
+            &["--backup-name", "nightly"][..],
+            &lock,
+            &["--", "sh", "-c", "echo partial; exit 3"],
+        ]
+        .concat(),
+        b"",
+    );
+    assert_eq!(failed.status.code(), Some(6), "{}", stderr(&failed));
+    let failed = json(&failed);
+    assert!(failed.get("immutableUntil").is_none(), "{failed}");
+    let new = on(
+        "push",
+        &[&["--backup-name", "nightly"][..], &lock].concat(),
+        b"the newest backup",
+    );
+    assert!(new.status.success(), "{}", stderr(&new));
+    let new_id = json(&new)["backupId"].as_str().unwrap().to_owned();
+
+    // Retention keeps the old backup for its lock, and collects the failed attempt.
+    let gc = on(
+        "gc",
+        &[
+            "--keep-last",
+            "1",
+            "--failed-ttl",
+            "0d",
+            "--lock-mode",
+            "governance",
+            "--output",
+            "json",
+        ],
+        b"",
+    );
+    assert!(gc.status.success(), "{}", stderr(&gc));
+    let gc = json(&gc);
+    let decision = |gc: &Value, id: &str| {
+        gc["backups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["backupId"] == id)
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    let d = decision(&gc, &old_id);
+    assert_eq!(d["action"], "keep", "{gc}");
+    assert_eq!(d["immutableUntil"], until_s.as_str(), "{d}");
+    assert!(
+        d["reasons"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r.as_str().unwrap().starts_with("locked:")),
+        "{d}"
+    );
+    let ls = json(&on("ls", &["--output", "json"], b""));
+    let ids: Vec<&str> = ls["backups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["backupId"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 2, "the failed attempt is gone: {ls}");
+
+    // A pass that believes the lock is over (its clock is a day ahead): the server refuses.
+    let tomorrow = until
+        .checked_add(jiff::SignedDuration::from_hours(24))
+        .unwrap()
+        .to_string();
+    let early = on(
+        "gc",
+        &[
+            "--keep-last",
+            "1",
+            "--lock-mode",
+            "governance",
+            "--now",
+            &tomorrow,
+            "--allow-future-now",
+        ],
+        b"",
+    );
+    assert_eq!(early.status.code(), Some(5), "{}", stderr(&early));
+    assert!(
+        stderr(&early).contains("AccessDenied"),
+        "{}",
+        stderr(&early)
+    );
+    let fetched = on("fetch", &["--backup-id", &old_id], b"");
+    assert!(fetched.status.success(), "{}", stderr(&fetched));
+    assert_eq!(
+        sha(&fetched.stdout),
+        sha(&old_bytes),
+        "the locked backup is whole"
+    );
+
+    // After the date: deleted, with every version (nothing of it stays billed).
+    let wait = until.duration_since(jiff::Timestamp::now()) + jiff::SignedDuration::from_secs(2);
+    std::thread::sleep(std::time::Duration::try_from(wait).unwrap_or_default());
+    let gc = on(
+        "gc",
+        &[
+            "--keep-last",
+            "1",
+            "--lock-mode",
+            "governance",
+            "--output",
+            "json",
+        ],
+        b"",
+    );
+    assert!(gc.status.success(), "{}", stderr(&gc));
+    assert_eq!(decision(&json(&gc), &old_id)["action"], "delete");
+    assert!(rt.block_on(store.versions(&payload)).unwrap().is_empty());
+    let meta = object_store::path::Path::from(format!("nightly/{old_id}/metadata.json"));
+    assert!(rt.block_on(store.versions(&meta)).unwrap().is_empty());
+    let ls = json(&on("ls", &["--output", "json"], b""));
+    let ids: Vec<&str> = ls["backups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["backupId"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [new_id.as_str()], "{ls}");
+}

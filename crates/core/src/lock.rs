@@ -87,7 +87,12 @@ impl ObjectLock {
 /// The slot of the last increment of a chain whose full ran at `full_slot`: the
 /// `increments`-th slot of `cron` after it. `None` when the schedule ends before (a cron
 /// with no more slots).
-pub fn chain_end(cron: &Cron, tz: &TimeZone, full_slot: Timestamp, increments: u32) -> Option<Timestamp> {
+pub fn chain_end(
+    cron: &Cron,
+    tz: &TimeZone,
+    full_slot: Timestamp,
+    increments: u32,
+) -> Option<Timestamp> {
     let mut at = full_slot;
     for _ in 0..increments.min(MAX_SLOTS) {
         at = cron.next_after(at, tz)?;
@@ -133,10 +138,19 @@ mod tests {
 
     #[test]
     fn modes() {
-        assert_eq!("GOVERNANCE".parse::<LockMode>().unwrap(), LockMode::Governance);
-        assert_eq!("compliance".parse::<LockMode>().unwrap(), LockMode::Compliance);
+        assert_eq!(
+            "GOVERNANCE".parse::<LockMode>().unwrap(),
+            LockMode::Governance
+        );
+        assert_eq!(
+            "compliance".parse::<LockMode>().unwrap(),
+            LockMode::Compliance
+        );
         let e = "legal-hold".parse::<LockMode>().unwrap_err();
-        assert!(e.contains("\"legal-hold\"") && e.contains(LOCK_MODES), "{e}");
+        assert!(
+            e.contains("\"legal-hold\"") && e.contains(LOCK_MODES),
+            "{e}"
+        );
         assert_eq!(LockMode::Compliance.as_s3(), "COMPLIANCE");
     }
 }

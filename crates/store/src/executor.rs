@@ -664,22 +664,21 @@ async fn delete_keys(
             .filter(|k| !locked.contains(*k))
             .cloned()
             .collect();
-        let outcomes: Vec<(Path, Result<(), object_store::Error>)> =
-            stream::iter(round_keys)
-                .map(|key| async move {
-                    let r = match versioned {
-                        Some(native) => native.delete_all_versions(&key).await.map(|_| ()),
-                        None => store.inner.delete(&key).await,
-                    };
-                    let r = match r {
-                        Err(e) if is_not_found(&e) => Ok(()),
-                        other => other,
-                    };
-                    (key, r)
-                })
-                .buffer_unordered(RETRY_CONCURRENCY)
-                .collect()
-                .await;
+        let outcomes: Vec<(Path, Result<(), object_store::Error>)> = stream::iter(round_keys)
+            .map(|key| async move {
+                let r = match versioned {
+                    Some(native) => native.delete_all_versions(&key).await.map(|_| ()),
+                    None => store.inner.delete(&key).await,
+                };
+                let r = match r {
+                    Err(e) if is_not_found(&e) => Ok(()),
+                    other => other,
+                };
+                (key, r)
+            })
+            .buffer_unordered(RETRY_CONCURRENCY)
+            .collect()
+            .await;
         for (key, r) in outcomes {
             match r {
                 Ok(()) => {

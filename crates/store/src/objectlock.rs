@@ -67,9 +67,8 @@ impl S3Native {
         for (name, value) in headers {
             builder = builder.header(*name, value);
         }
-        let mut request: HttpRequest = builder
-            .body(HttpRequestBody::from(body))
-            .map_err(generic)?;
+        let mut request: HttpRequest =
+            builder.body(HttpRequestBody::from(body)).map_err(generic)?;
         let credential = self.s3.credentials().get_credential().await?;
         AwsAuthorizer::new(&credential, "s3", &self.region).try_authorize(&mut request, None)?;
         let response = self.http.execute(request).await.map_err(generic)?;
@@ -264,9 +263,10 @@ impl S3Native {
 
 impl crate::ClusterStore {
     fn native_or_unsupported(&self) -> Result<&S3Native, crate::StoreError> {
-        self.s3().ok_or_else(|| crate::StoreError::ObjectLockUnsupported {
-            url: self.url.clone(),
-        })
+        self.s3()
+            .ok_or_else(|| crate::StoreError::ObjectLockUnsupported {
+                url: self.url.clone(),
+            })
     }
 
     /// The retention of `key` (relative to the cluster) as the server holds it.
@@ -330,7 +330,12 @@ fn error_code(body: &[u8]) -> String {
 }
 
 /// A refused request as an error naming the key, the operation and the server's code.
-fn refusal(key: &Path, operation: &str, status: http::StatusCode, body: &[u8]) -> object_store::Error {
+fn refusal(
+    key: &Path,
+    operation: &str,
+    status: http::StatusCode,
+    body: &[u8],
+) -> object_store::Error {
     let code = error_code(body);
     let message: String = if code.is_empty() {
         String::from_utf8_lossy(body).chars().take(300).collect()

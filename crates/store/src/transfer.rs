@@ -582,10 +582,9 @@ pub async fn chain_lock(
             });
         };
         for key in b.payload_keys.iter().chain(b.metadata_key.iter()) {
-            let current = native
-                .retention(key)
-                .await
-                .map_err(|source| crate::error::request(store, "reading the lock of", key, source))?;
+            let current = native.retention(key).await.map_err(|source| {
+                crate::error::request(store, "reading the lock of", key, source)
+            })?;
             if current.is_some_and(|c| c.until >= requested) {
                 continue;
             }

@@ -28,6 +28,7 @@ async fn an_aborted_attempt_stops_refreshing_its_marker() {
         started_at: "2026-11-24T22:47:02Z".parse().unwrap(),
         labels: Default::default(),
         ttl: None,
+        lock_until: None,
     };
     let (began, mut begun) = tokio::sync::oneshot::channel();
     let holder = tokio::spawn({

@@ -82,7 +82,13 @@ async fn locked_backups_refuse_deletion_until_their_date() {
     let until = Timestamp::from_second(now.as_second() + 12).unwrap();
 
     // A committed full: payload and metadata.json locked until `until`, recorded.
-    let full = take(&store, &spec("nightly", BackupType::Full, None, now), Some(until), None).await;
+    let full = take(
+        &store,
+        &spec("nightly", BackupType::Full, None, now),
+        Some(until),
+        None,
+    )
+    .await;
     assert_eq!(full.immutable_until, Some(until));
     for key in keys(&full) {
         let r = store.retention(&key).await.unwrap();
@@ -120,8 +126,15 @@ async fn locked_backups_refuse_deletion_until_their_date() {
 
     // An increment asking for less than its chain's date takes the chain's date, and locks
     // nothing else.
-    let inc_spec = spec("nightly", BackupType::Incremental, Some(&full.backup_id), Timestamp::now());
-    let (chain_date, extended) = transfer::chain_lock(&store, Some(now), Some(&full)).await.unwrap();
+    let inc_spec = spec(
+        "nightly",
+        BackupType::Incremental,
+        Some(&full.backup_id),
+        Timestamp::now(),
+    );
+    let (chain_date, extended) = transfer::chain_lock(&store, Some(now), Some(&full))
+        .await
+        .unwrap();
     assert_eq!((chain_date, extended), (Some(until), 0));
     let inc = take(&store, &inc_spec, chain_date, None).await;
     assert_eq!(inc.immutable_until, Some(until));
@@ -129,11 +142,17 @@ async fn locked_backups_refuse_deletion_until_their_date() {
     // One outliving its chain (a schedule that fell behind) locks the older backups longer
     // first: the full and the first increment.
     let later = Timestamp::from_second(until.as_second() + 3).unwrap();
-    let (date, extended) = transfer::chain_lock(&store, Some(later), Some(&inc)).await.unwrap();
+    let (date, extended) = transfer::chain_lock(&store, Some(later), Some(&inc))
+        .await
+        .unwrap();
     assert_eq!(date, Some(later));
     assert_eq!(extended, 4, "two payloads and two metadata.json");
     for key in keys(&full).into_iter().chain(keys(&inc)) {
-        assert_eq!(store.retention(&key).await.unwrap().unwrap().until, later, "{key}");
+        assert_eq!(
+            store.retention(&key).await.unwrap().unwrap().until,
+            later,
+            "{key}"
+        );
     }
 
     // Once the date has passed, every version goes.
@@ -150,8 +169,13 @@ async fn locked_backups_refuse_deletion_until_their_date() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_need_an_s3_store_and_a_mode() {
     let (_dir, local) = tidemark_store::testkit::local_store("shop");
-    let e = local.with_object_lock(Some(LockMode::Compliance)).unwrap_err();
-    assert!(e.to_string().contains("object lock needs an s3:// store"), "{e}");
+    let e = local
+        .with_object_lock(Some(LockMode::Compliance))
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("object lock needs an s3:// store"),
+        "{e}"
+    );
     // A lock date on a store without a mode is refused before anything is written.
     let s3 = start();
     let store = s3.cluster_store("shop");

@@ -741,10 +741,23 @@ mod tests {
 
     /// [`job_of`] with the policy's and the Backup's `compression`.
     fn job_compressed(p: &Pod, policy_says: Option<&str>, backup_says: Option<&str>) -> Job {
+        job_with(p, policy_says, backup_says, None)
+    }
+
+    /// [`job_compressed`] with the policy's object lock mode and the date asked for.
+    fn job_with(
+        p: &Pod,
+        policy_says: Option<&str>,
+        backup_says: Option<&str>,
+        lock: Option<(&str, jiff::Timestamp)>,
+    ) -> Job {
         let s = source();
         let mut os = json!({"bucket": "b", "path": "prod", "endpoint": "http://s3:9000", "credentialsSecret": "s3"});
         if let Some(c) = policy_says {
             os["compression"] = json!(c);
+        }
+        if let Some((mode, _)) = lock {
+            os["objectLock"] = json!({"mode": mode, "period": "30d"});
         }
         let policy: BackupPolicy = serde_json::from_value(json!({
             "apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy",
@@ -781,8 +794,44 @@ mod tests {
                     ("AWS_SECRET_ACCESS_KEY".into(), "secretAccessKey".into()),
                 ],
             }),
+            lock_until: lock.map(|(_, t)| t),
         };
         plan.job().unwrap()
+    }
+
+    /// Object lock: the Job's `tidemark push` gets the mode from the store's environment
+    /// (`TIDEMARK_LOCK_MODE`) and the date as `--lock-until`; without a lock, neither.
+    #[test]
+    fn the_job_locks_as_the_policy_says() {
+        let p = pod("db-1", Some("replica"), true);
+        let until: jiff::Timestamp = "2026-12-29T02:00:00Z".parse().unwrap();
+        let parts = |job: &Job| {
+            let c = job
+                .spec
+                .as_ref()
+                .unwrap()
+                .template
+                .spec
+                .as_ref()
+                .unwrap()
+                .containers[0]
+                .clone();
+            let mode: Vec<String> = c
+                .env
+                .iter()
+                .flatten()
+                .filter(|e| e.name == "TIDEMARK_LOCK_MODE")
+                .map(|e| e.value.clone().unwrap_or_default())
+                .collect();
+            let args = c.args.unwrap_or_default().join(" ");
+            (mode, args)
+        };
+        let (mode, args) = parts(&job_with(&p, None, None, Some(("compliance", until))));
+        assert_eq!(mode, ["compliance"]);
+        assert!(args.contains("--lock-until 2026-12-29T02:00:00Z"), "{args}");
+        let (mode, args) = parts(&job_of(&p));
+        assert!(mode.is_empty());
+        assert!(!args.contains("--lock-until"), "{args}");
     }
 
     /// The policy's `objectStore.compression` reaches the backup Job as

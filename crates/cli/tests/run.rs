@@ -289,6 +289,16 @@ fn bad_configuration_stops_at_start_up_naming_file_field_and_form() {
     );
     assert!(e.contains("BackupPolicy, ScheduledBackup"), "{e}");
 
+    // Object lock is an S3 feature: a local store cannot hold it.
+    let e = refused(&[(
+        "p.yaml",
+        &POLICY.replace(
+            "{url: \"file:///tmp\"}",
+            "{url: \"file:///tmp\", objectLock: {mode: governance, period: 1d}}",
+        ),
+    )]);
+    assert!(e.contains("object lock needs an s3:// store"), "{e}");
+
     let e = refused(&[(
         "p.yaml",
         &POLICY.replace("  objectStore: {url: \"file:///tmp\"}\n", ""),
@@ -515,4 +525,90 @@ spec:
             .contains("exited with status 4; its stderr ends with: no ticket"),
         "{record}"
     );
+}
+
+/// Object lock in standalone mode (issue 19 §3): a policy with `objectStore.objectLock`
+/// on a lock-enabled S3 bucket locks every backup `tidemark run` commits until its start
+/// plus the period (a schedule without incrementals: each backup is its own chain), and the
+/// server holds the lock.
+#[test]
+fn tidemark_run_locks_what_it_commits() {
+    let s3 = tidemark_store::testkit::SeaweedFs::start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = rt.block_on(s3.locked_bucket("vault", "local"));
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("config");
+    std::fs::create_dir_all(&cfg).unwrap();
+    std::fs::write(
+        cfg.join("policy.yaml"),
+        format!(
+            r#"apiVersion: tidemark.io/v1alpha1
+kind: BackupPolicy
+metadata: {{name: local}}
+spec:
+  objectStore:
+    bucket: vault
+    endpoint: {}
+    objectLock: {{mode: governance, period: 2d}}
+  retention: {{keepLast: 1}}
+  retentionInterval: 1s
+"#,
+            s3.endpoint
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        cfg.join("schedule.yaml"),
+        r#"apiVersion: tidemark.io/v1alpha1
+kind: ScheduledBackup
+metadata: {name: data}
+spec:
+  schedule: "0 0 0 1 1 *"
+  immediate: true
+  policy: {name: local}
+  command: [sh, -c, "echo locked"]
+"#,
+    )
+    .unwrap();
+    let log = dir.path().join("run.log");
+    let mut run = bin()
+        .envs(s3.env())
+        .args(["run", "--config", cfg.to_str().unwrap(), "--grace", "20s"])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    wait_for(&log, "completed (", 60);
+    signal(&run, "-TERM");
+    let status = run.wait().unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{status}\n{text}");
+    let out = bin()
+        .envs(s3.env())
+        .args(["ls", "--store", "s3://vault", "--cluster", "local"])
+        .args(["--endpoint", &s3.endpoint, "--output", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let backups = v["backups"].as_array().unwrap();
+    assert_eq!(backups.len(), 1, "{v:#}");
+    let b = &backups[0];
+    assert_eq!(b["phase"], "completed", "{v:#}");
+    let started: jiff::Timestamp = b["startedAt"].as_str().unwrap().parse().unwrap();
+    let until: jiff::Timestamp = b["immutableUntil"].as_str().unwrap().parse().unwrap();
+    assert_eq!(until, started + jiff::SignedDuration::from_hours(48), "{b}");
+    let key = object_store::path::Path::from(format!(
+        "{}/{}/metadata.json",
+        b["backupName"].as_str().unwrap(),
+        b["backupId"].as_str().unwrap()
+    ));
+    let held = rt.block_on(store.retention(&key)).unwrap().unwrap();
+    assert_eq!(held.mode, tidemark_store::objectlock::LockMode::Governance);
+    assert!(held.until >= until, "{held:?} {until}");
 }

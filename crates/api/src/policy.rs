@@ -502,10 +502,10 @@ pub struct ObjectLockSpec {
     /// backup) or `compliance` (nobody can, before the date).
     #[schemars(regex(pattern = r"^(governance|compliance)$"))]
     pub mode: String,
-    /// How long the last backup of a chain stays locked, counted from its slot
-    /// (`<n>d`, `<n>w` or `<n>m`; default: `spec.retention.window`). A full is locked until
-    /// its chain's last increment's slot (from its schedule and `maxIncrementsPerFull`)
-    /// plus this; every increment takes its chain's date.
+    /// How long a chain's last backup stays locked (`<n>d`, `<n>w` or `<n>m`; default:
+    /// `spec.retention.window`). A full is locked until its chain's last increment's slot
+    /// (from its schedule and `maxIncrementsPerFull`) plus this, a backup without a chain
+    /// until its start plus this; every increment takes its chain's date.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
     pub period: Option<String>,

@@ -533,6 +533,11 @@ pub struct StoreArgs {
     /// versions. Default: the policy file's objectStore.objectLock.mode.
     #[arg(long, value_name = "MODE", env = "TIDEMARK_LOCK_MODE")]
     pub lock_mode: Option<String>,
+    /// With a lock mode: how long what this command commits is locked (<n>d|<n>w|<n>m) when
+    /// no date is given. Default: the policy file's objectStore.objectLock.period (else its
+    /// retention.window).
+    #[arg(long, value_name = "DURATION", env = "TIDEMARK_LOCK_PERIOD")]
+    pub lock_period: Option<String>,
 }
 
 /// The retention policy: a BackupPolicy file, or flags.

@@ -138,16 +138,23 @@ pub fn target(
         .transpose()
         .map_err(|e| CliError::input(e.to_string()))?
         .flatten();
+    let period = match args.lock_period.as_deref().filter(|p| !p.is_empty()) {
+        Some(p) => Some(
+            p.parse::<tidemark_core::RetentionDuration>()
+                .map_err(|e| CliError::input(format!("--lock-period: {e}")))?,
+        ),
+        None => policy_lock.map(|l| l.period),
+    };
     let object_lock = match args.lock_mode.as_deref().filter(|m| !m.is_empty()) {
         Some(m) => Some(ObjectLockSetting {
             mode: m
                 .parse()
                 .map_err(|e: String| CliError::input(format!("--lock-mode: {e}")))?,
-            period: policy_lock.map(|l| l.period),
+            period,
         }),
         None => policy_lock.map(|l| ObjectLockSetting {
             mode: l.mode,
-            period: Some(l.period),
+            period,
         }),
     };
     Ok(Target {
@@ -155,7 +162,8 @@ pub fn target(
             .with_compression(compression)
             .with_recipients(recipients)
             .with_identities(identities)
-            .with_object_lock(object_lock.map(|l| l.mode))?,
+            .with_object_lock(object_lock.map(|l| l.mode))?
+            .with_lock_period(object_lock.and_then(|l| l.period)),
         object_lock,
     })
 }

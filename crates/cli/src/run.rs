@@ -294,6 +294,7 @@ fn open_store(
                 recipients: Vec::new(),
                 identities: Vec::new(),
                 lock_mode: None,
+                lock_period: None,
             },
             Some(policy),
             Some(file),

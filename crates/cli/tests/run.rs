@@ -602,7 +602,11 @@ spec:
     assert_eq!(b["phase"], "completed", "{v:#}");
     let started: jiff::Timestamp = b["startedAt"].as_str().unwrap().parse().unwrap();
     let until: jiff::Timestamp = b["immutableUntil"].as_str().unwrap().parse().unwrap();
-    assert_eq!(until, started + jiff::SignedDuration::from_hours(48), "{b}");
+    assert_eq!(
+        until,
+        tidemark_store::objectlock::whole_second(started + jiff::SignedDuration::from_hours(48)),
+        "{b}"
+    );
     let key = object_store::path::Path::from(format!(
         "{}/{}/metadata.json",
         b["backupName"].as_str().unwrap(),
@@ -610,5 +614,5 @@ spec:
     ));
     let held = rt.block_on(store.retention(&key)).unwrap().unwrap();
     assert_eq!(held.mode, tidemark_store::objectlock::LockMode::Governance);
-    assert!(held.until >= until, "{held:?} {until}");
+    assert_eq!(held.until, until, "{held:?}");
 }

@@ -1342,6 +1342,52 @@ fn locked_backups_outlast_early_deletes_and_go_when_their_lock_ends() {
     let until_s = until.to_string();
     let old_bytes = bytes(300_000, 3);
 
+    // A bucket without object lock cannot hold one: refused before anything is written.
+    let plain = run_with_input(
+        &[
+            "push",
+            "--store",
+            &s3.url(),
+            "--cluster",
+            "shop",
+            "--endpoint",
+            &s3.endpoint,
+            "--backup-name",
+            "n",
+            "--lock-mode",
+            "governance",
+            "--lock-until",
+            &until_s,
+        ],
+        &env,
+        b"x",
+    );
+    assert_eq!(plain.status.code(), Some(2), "{}", stderr(&plain));
+    assert!(
+        stderr(&plain).contains("Object Lock enabled"),
+        "{}",
+        stderr(&plain)
+    );
+    let ls = run(
+        &[
+            "ls",
+            "--store",
+            &s3.url(),
+            "--cluster",
+            "shop",
+            "--endpoint",
+            &s3.endpoint,
+            "--output",
+            "json",
+        ],
+        &env,
+    );
+    assert_eq!(
+        json(&ls)["backups"],
+        serde_json::json!([]),
+        "nothing written"
+    );
+
     // A lock date needs a mode, and a mode needs a date (no policy gives a period here).
     let out = on(
         "push",
@@ -1490,6 +1536,11 @@ fn locked_backups_outlast_early_deletes_and_go_when_their_lock_ends() {
         "{}",
         stderr(&early)
     );
+    assert!(
+        stderr(&early).contains(&format!("locked (governance) until {until_s}")),
+        "{}",
+        stderr(&early)
+    );
     let fetched = on("fetch", &["--backup-id", &old_id], b"");
     assert!(fetched.status.success(), "{}", stderr(&fetched));
     assert_eq!(
@@ -1498,21 +1549,11 @@ fn locked_backups_outlast_early_deletes_and_go_when_their_lock_ends() {
         "the locked backup is whole"
     );
 
-    // After the date: deleted, with every version (nothing of it stays billed).
+    // After the date: deleted, with every version (nothing of it stays billed) — by a gc
+    // given no lock mode too: the backup records its lock.
     let wait = until.duration_since(jiff::Timestamp::now()) + jiff::SignedDuration::from_secs(2);
     std::thread::sleep(std::time::Duration::try_from(wait).unwrap_or_default());
-    let gc = on(
-        "gc",
-        &[
-            "--keep-last",
-            "1",
-            "--lock-mode",
-            "governance",
-            "--output",
-            "json",
-        ],
-        b"",
-    );
+    let gc = on("gc", &["--keep-last", "1", "--output", "json"], b"");
     assert!(gc.status.success(), "{}", stderr(&gc));
     assert_eq!(decision(&json(&gc), &old_id)["action"], "delete");
     assert!(rt.block_on(store.versions(&payload)).unwrap().is_empty());

@@ -477,7 +477,13 @@ async fn tick(
                     ),
                     _ => None,
                 };
-                lock.until(spec.started_at, chain_end)
+                // An increment counts from its slot, as its chain's date does.
+                let from = if parent.is_ok() {
+                    slot
+                } else {
+                    spec.started_at
+                };
+                lock.until(from, chain_end)
             });
             tracing::info!(
                 "{name}: slot {slot}{} → backup {}/{} started ({kind})",

@@ -161,13 +161,18 @@ pub async fn consolidate(
             extra,
             // It restores to exactly the target's point.
             completed_at: last.completed_at,
-            // It stands in for the chain: locked as long as the chain is (a lock that has
-            // run out is not asked for again; S3 refuses dates in the past).
-            immutable_until: metas
-                .iter()
-                .filter_map(|m| m.immutable_until)
-                .max()
-                .filter(|t| store.object_lock().is_some() && *t > jiff::Timestamp::now()),
+            // It stands in for the chain: locked as long as the chain is, and at least the
+            // lock period from now, like any new backup (a date in the past is not asked
+            // for: S3 refuses it).
+            immutable_until: store.object_lock().and_then(|_| {
+                let now = jiff::Timestamp::now();
+                metas
+                    .iter()
+                    .filter_map(|m| m.immutable_until)
+                    .chain(store.lock_period().map(|p| p.after(now)))
+                    .max()
+                    .filter(|t| *t > now)
+            }),
         })
         .await
         .map_err(|u| u.error)?;

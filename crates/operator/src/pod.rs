@@ -55,6 +55,9 @@ pub fn store_env(os: &ObjectStoreSpec, keys: Option<&SecretKeys>) -> Vec<EnvVar>
     // and what it deletes goes with every version.
     if let Some(l) = &os.object_lock {
         env.push(plain("TIDEMARK_LOCK_MODE", &l.mode));
+        if let Some(p) = &l.period {
+            env.push(plain("TIDEMARK_LOCK_PERIOD", p));
+        }
     }
     if let Some(s) = keys {
         for (var, key) in &s.env {

@@ -277,6 +277,7 @@ pub async fn open_store(
             s.with_compression(compression)
                 .with_recipients(recipients.map(std::sync::Arc::new))
                 .with_object_lock(lock.map(|l| l.mode))
+                .map(|s| s.with_lock_period(lock.map(|l| l.period)))
         })
         .map_err(|e| Error::Engine(e.into()))
 }

@@ -307,6 +307,19 @@ pub async fn execute(
     //    gone — and 3. segments. The two are independent, so they run side by side; the
     //    orders that matter (metadata before payload, segments before the index) hold.
     let backoff = options.retry_backoff;
+    // In a lock-enabled (versioned) bucket a plain delete only hides the data behind a
+    // delete marker: with an object lock mode, or when a backup this pass deletes was
+    // locked (a `gc` run without the mode), keys go with every version.
+    let versioned = store.s3().filter(|_| {
+        store.object_lock.is_some()
+            || backups.iter().any(|b| {
+                survey
+                    .catalog
+                    .backup(&b.name, &b.id)
+                    .and_then(|s| s.metadata.as_ref())
+                    .is_some_and(|m| m.immutable_until.is_some())
+            })
+    });
     let metadata_keys: Vec<Path> = backups
         .iter()
         .filter_map(|b| b.metadata_key.clone())
@@ -318,7 +331,7 @@ pub async fn execute(
         metadata_keys.len() + payload_total + segment_keys.len(),
     );
     let backups_side = async {
-        let meta = delete_keys(store, metadata_keys, backoff, progress).await;
+        let meta = delete_keys(store, metadata_keys, versioned, backoff, progress).await;
         let payload_keys: Vec<Path> = backups
             .iter()
             .filter(|b| {
@@ -328,10 +341,10 @@ pub async fn execute(
             })
             .flat_map(|b| b.payload_keys.iter().cloned())
             .collect();
-        let payload = delete_keys(store, payload_keys, backoff, progress).await;
+        let payload = delete_keys(store, payload_keys, versioned, backoff, progress).await;
         (meta, payload)
     };
-    let segments_side = delete_keys(store, segment_keys, backoff, progress);
+    let segments_side = delete_keys(store, segment_keys, versioned, backoff, progress);
     let ((meta, payload), deleted_segments) = futures::join!(backups_side, segments_side);
     for b in &backups {
         let meta_ok = b
@@ -617,6 +630,7 @@ struct Outcome {
 async fn delete_keys(
     store: &ClusterStore,
     keys: Vec<Path>,
+    versioned: Option<&crate::uploads::S3Native>,
     backoff: Duration,
     progress: &dyn Progress,
 ) -> Outcome {
@@ -627,9 +641,8 @@ async fn delete_keys(
     let started = std::time::Instant::now();
     let total = keys.len();
     let mut pending: HashSet<Path> = keys.iter().cloned().collect();
-    // In a lock-enabled bucket (versioned) a key goes with all its versions, one key at a
-    // time; the server refuses those still locked.
-    let versioned = store.object_lock.and(store.s3());
+    // Versioned: a key goes with all its versions, one key at a time; the server refuses
+    // those still locked.
     let results: Vec<_> = if versioned.is_some() {
         Vec::new()
     } else {

@@ -19,9 +19,10 @@ use serde::Deserialize;
 
 use crate::uploads::{S3Native, capped, generic};
 
-/// The most versions of one key Tidemark deletes: a key with more was not written by it
-/// (it writes each backup object once), so it is refused rather than walked without end.
-pub const MAX_VERSIONS_PER_KEY: usize = 1000;
+/// The most pages of versions listed for one key (1,000 versions each): an in-flight
+/// marker rewritten every 30 s for days has thousands; a server that keeps answering
+/// "truncated" is not followed without end.
+pub const MAX_VERSION_PAGES: usize = 1000;
 
 pub use tidemark_core::lock::{LOCK_MODES, LockMode};
 
@@ -32,11 +33,16 @@ pub struct Retention {
     pub until: Timestamp,
 }
 
-/// S3 wants retention dates in whole seconds or milliseconds; Tidemark writes seconds,
-/// rounded up so a lock never ends before the instant asked for.
-fn s3_date(t: Timestamp) -> String {
+/// `t` rounded up to a whole second: what S3 holds (and Tidemark records) as a lock date,
+/// never before the instant asked for.
+pub fn whole_second(t: Timestamp) -> Timestamp {
     let secs = t.as_second() + i64::from(t.subsec_nanosecond() > 0);
-    Timestamp::from_second(secs).unwrap_or(t).to_string()
+    Timestamp::from_second(secs).unwrap_or(t)
+}
+
+/// A retention date as S3 takes it.
+fn s3_date(t: Timestamp) -> String {
+    whole_second(t).to_string()
 }
 
 impl S3Native {
@@ -182,16 +188,16 @@ impl S3Native {
         Err(refusal(key, "PutObject (locked)", status, &answer))
     }
 
-    /// The version ids of exactly `key` (objects and delete markers), newest first as the
-    /// server lists them.
+    /// The version ids of exactly `key` (its objects, then its delete markers).
     ///
     /// # Errors
-    /// The request failed; the key has more than [`MAX_VERSIONS_PER_KEY`] versions.
+    /// The request failed; the server's pages do not end (more than
+    /// [`MAX_VERSION_PAGES`]) or say "truncated" without where to go on.
     pub async fn versions(&self, key: &Path) -> object_store::Result<Vec<String>> {
         let full = format!("{}/{key}", self.root);
         let mut out = Vec::new();
         let mut markers: Option<(String, String)> = None;
-        loop {
+        for _ in 0..MAX_VERSION_PAGES {
             let mut query = vec![("versions", ""), ("prefix", full.as_str())];
             if let Some((k, v)) = &markers {
                 query.push(("key-marker", k));
@@ -206,28 +212,90 @@ impl S3Native {
                 return Err(refusal(key, "ListObjectVersions", status, &body));
             }
             let page: VersionsXml = quick_xml::de::from_reader(body.as_ref()).map_err(generic)?;
+            // Keys are listed in order: `full` itself comes before any longer key it
+            // prefixes, so one of those ends the key's versions.
+            let mut past = false;
             for v in page.versions.into_iter().chain(page.delete_markers) {
                 if v.key == full {
                     out.push(v.version_id);
+                } else {
+                    past = true;
                 }
             }
-            if out.len() > MAX_VERSIONS_PER_KEY {
-                return Err(generic(format!(
-                    "{key} has more than {MAX_VERSIONS_PER_KEY} versions; Tidemark writes each backup object once, so these are not its own: refused"
-                )));
+            if past || !page.is_truncated {
+                return Ok(out);
             }
-            match (
-                page.is_truncated,
-                page.next_key_marker,
-                page.next_version_id_marker,
-            ) {
-                (true, Some(k), Some(v)) if markers.as_ref() != Some(&(k.clone(), v.clone())) => {
+            match (page.next_key_marker, page.next_version_id_marker) {
+                (Some(k), Some(v)) if markers.as_ref() != Some(&(k.clone(), v.clone())) => {
                     markers = Some((k, v));
                 }
-                _ => break,
+                _ => {
+                    return Err(generic(format!(
+                        "ListObjectVersions of {key} said its answer was cut short but not where to go on; refused rather than leave versions behind"
+                    )));
+                }
             }
         }
-        Ok(out)
+        Err(generic(format!(
+            "{key} has more than {} pages of versions; refused",
+            MAX_VERSION_PAGES
+        )))
+    }
+
+    /// Locks `key` until at least `retention.until`: the date it has is kept when later,
+    /// and a compliance lock stays compliance (S3 refuses to shorten a lock or weaken its
+    /// mode, e.g. where the bucket's default retention already locked the object longer).
+    /// Returns whether a request changed the lock.
+    ///
+    /// # Errors
+    /// The object is missing, the bucket has no object lock, or the server refused.
+    pub async fn lock_at_least(
+        &self,
+        key: &Path,
+        retention: &Retention,
+    ) -> object_store::Result<bool> {
+        let current = self.retention(key).await?;
+        if current.is_some_and(|c| c.until >= whole_second(retention.until)) {
+            return Ok(false);
+        }
+        let mode = match current.map(|c| c.mode) {
+            Some(LockMode::Compliance) => LockMode::Compliance,
+            _ => retention.mode,
+        };
+        self.put_retention(
+            key,
+            &Retention {
+                mode,
+                until: retention.until,
+            },
+        )
+        .await?;
+        Ok(true)
+    }
+
+    /// Whether the bucket has S3 Object Lock enabled (`GetObjectLockConfiguration`).
+    ///
+    /// # Errors
+    /// The request failed (other than "no configuration").
+    pub async fn lock_enabled(&self) -> object_store::Result<bool> {
+        let mut url = url::Url::parse(&self.bucket_url).map_err(generic)?;
+        set_query(&mut url, &[("object-lock", "")]);
+        let (status, body) = self
+            .send(http::Method::GET, &url, &[], Bytes::new())
+            .await?;
+        if status == http::StatusCode::NOT_FOUND {
+            return Ok(false);
+        }
+        if !status.is_success() {
+            return Err(refusal(
+                &Path::default(),
+                "GetObjectLockConfiguration",
+                status,
+                &body,
+            ));
+        }
+        let c: LockConfigurationXml = quick_xml::de::from_reader(body.as_ref()).map_err(generic)?;
+        Ok(c.object_lock_enabled.as_deref() == Some("Enabled"))
     }
 
     /// Deletes one version of `key`. A version already gone is success; a locked one is
@@ -255,7 +323,16 @@ impl S3Native {
     pub async fn delete_all_versions(&self, key: &Path) -> object_store::Result<usize> {
         let versions = self.versions(key).await?;
         for v in &versions {
-            self.delete_version(key, v).await?;
+            if let Err(e) = self.delete_version(key, v).await {
+                // Say until when, where the server says why: a lock is a state, not a fault.
+                return Err(match self.retention(key).await {
+                    Ok(Some(r)) if e.to_string().contains("AccessDenied") => generic(format!(
+                        "{e}: locked ({}) until {}; kept, and deleted by a pass after that",
+                        r.mode, r.until
+                    )),
+                    _ => e,
+                });
+            }
         }
         Ok(versions.len())
     }
@@ -313,7 +390,7 @@ fn set_query(url: &mut url::Url, pairs: &[(&str, &str)]) {
     let mut q = url.query_pairs_mut();
     q.clear();
     for (k, v) in pairs {
-        if v.is_empty() && matches!(*k, "retention" | "versions") {
+        if v.is_empty() && matches!(*k, "retention" | "versions" | "object-lock") {
             q.append_key_only(k);
         } else {
             q.append_pair(k, v);
@@ -361,6 +438,13 @@ struct RetentionXml {
     mode: Option<String>,
     #[serde(default)]
     retain_until_date: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct LockConfigurationXml {
+    #[serde(default)]
+    object_lock_enabled: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

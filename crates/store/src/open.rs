@@ -161,6 +161,9 @@ pub struct ClusterStore {
     /// S3 Object Lock: committed backups are locked in this mode (until their
     /// `immutableUntil`), and deletions remove every version of a key.
     pub(crate) object_lock: Option<crate::objectlock::LockMode>,
+    /// How long a backup this store commits is locked, when known (what a synthetic full
+    /// is locked for).
+    pub(crate) lock_period: Option<tidemark_core::RetentionDuration>,
 }
 
 impl ClusterStore {
@@ -260,6 +263,7 @@ impl ClusterStore {
             recipients: None,
             identities: None,
             object_lock: None,
+            lock_period: None,
         })
     }
 
@@ -284,6 +288,7 @@ impl ClusterStore {
             recipients: None,
             identities: None,
             object_lock: None,
+            lock_period: None,
         })
     }
 
@@ -319,6 +324,19 @@ impl ClusterStore {
         }
         self.object_lock = mode;
         Ok(self)
+    }
+
+    /// The same store knowing the lock period of the policy (what a synthetic full, which
+    /// starts a chain anew, is locked for).
+    #[must_use]
+    pub fn with_lock_period(mut self, period: Option<tidemark_core::RetentionDuration>) -> Self {
+        self.lock_period = period;
+        self
+    }
+
+    /// The lock period, when known.
+    pub fn lock_period(&self) -> Option<tidemark_core::RetentionDuration> {
+        self.lock_period
     }
 
     /// The object lock mode backups are committed with, if any.

@@ -358,7 +358,7 @@ impl SeaweedFs {
         store
     }
 
-    /// The store URL and the environment a `tidemark` process needs to reach it.    /// The store URL and the environment a `tidemark` process needs to reach it.
+    /// The store URL and the environment a `tidemark` process needs to reach it.
     pub fn url(&self) -> String {
         format!("s3://{BUCKET}")
     }

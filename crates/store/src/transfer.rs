@@ -463,7 +463,7 @@ pub async fn commit(
         for p in &outcome.payload {
             let key = layout::payload_key(&spec.backup_name, &spec.backup_id, &p.name);
             native
-                .put_retention(&key, retention)
+                .lock_at_least(&key, retention)
                 .await
                 .map_err(|source| crate::error::request(store, "locking", &key, source))?;
         }
@@ -505,9 +505,30 @@ pub async fn commit(
     })?;
     let written = match &lock {
         Some((native, retention)) => {
-            native
+            match native
                 .put_new_locked(&key, bytes::Bytes::from(body), retention)
                 .await
+            {
+                Err(e) if !matches!(e, object_store::Error::AlreadyExists { .. }) => {
+                    // The payloads are locked already: a failed record saying until when
+                    // keeps every pass from trying (and failing) to collect them before.
+                    let failed = Metadata {
+                        phase: MetadataPhase::Failed,
+                        payload: Vec::new(),
+                        format_version: FORMAT_VERSION,
+                        error: Some(format!(
+                            "committing failed ({e}); the payload stays locked until {}",
+                            retention.until
+                        )),
+                        ..m.clone()
+                    };
+                    if let Ok(body) = serde_json::to_vec_pretty(&failed) {
+                        let _ = create(store, &key, body).await;
+                    }
+                    Err(e)
+                }
+                other => other,
+            }
         }
         None => create(store, &key, body).await,
     };
@@ -524,6 +545,10 @@ pub async fn commit(
     }
 }
 
+/// How much later than its chain's date an increment may ask to be locked and still take
+/// the chain's date (no older backup locked longer for it).
+pub const CHAIN_LOCK_TOLERANCE: jiff::SignedDuration = jiff::SignedDuration::from_hours(1);
+
 /// Where and how a backup is locked until `until`: the store's S3 side and its mode.
 fn lock_target(
     store: &ClusterStore,
@@ -535,6 +560,8 @@ fn lock_target(
         }
         .into());
     };
+    // Recorded as the server holds it: in whole seconds, never earlier than asked.
+    let until = crate::objectlock::whole_second(until);
     Ok((native, crate::objectlock::Retention { mode, until }))
 }
 
@@ -558,11 +585,14 @@ pub async fn chain_lock(
         return Ok((None, 0));
     };
     let (native, retention) = lock_target(store, requested)?;
+    let requested = retention.until; // in whole seconds, as the server holds it
     let parent_until = parent.and_then(|p| p.immutable_until);
     let Some(parent) = parent else {
         return Ok((Some(requested), 0));
     };
-    if parent_until.is_some_and(|p| p >= requested) {
+    // Within the tolerance the chain's date stands: an increment asking for its own start
+    // plus the period lands seconds or minutes after its chain's last slot plus the period.
+    if parent_until.is_some_and(|p| p + CHAIN_LOCK_TOLERANCE >= requested) {
         return Ok((parent_until, 0));
     }
     // Rare (the chain outgrew its date): every backup is read to find the ancestors.
@@ -582,27 +612,13 @@ pub async fn chain_lock(
             });
         };
         for key in b.payload_keys.iter().chain(b.metadata_key.iter()) {
-            let current = native.retention(key).await.map_err(|source| {
-                crate::error::request(store, "reading the lock of", key, source)
-            })?;
-            if current.is_some_and(|c| c.until >= requested) {
-                continue;
-            }
-            let r = crate::objectlock::Retention {
-                // A compliance lock stays compliance; a governance one may become it.
-                mode: match current.map(|c| c.mode) {
-                    Some(crate::objectlock::LockMode::Compliance) => {
-                        crate::objectlock::LockMode::Compliance
-                    }
-                    _ => retention.mode,
-                },
-                until: requested,
-            };
-            native
-                .put_retention(key, &r)
+            if native
+                .lock_at_least(key, &retention)
                 .await
-                .map_err(|source| crate::error::request(store, "locking longer", key, source))?;
-            extended += 1;
+                .map_err(|source| crate::error::request(store, "locking longer", key, source))?
+            {
+                extended += 1;
+            }
         }
         next = b.metadata.as_ref().and_then(|m| m.parent_id.clone());
     }
@@ -649,6 +665,25 @@ impl Attempt {
     /// An invalid name or id; the id is taken; the store failed.
     pub async fn begin(store: &ClusterStore, spec: &BackupSpec) -> Result<Self, TransferError> {
         check_spec(spec)?;
+        // A backup to be locked goes to a bucket that can hold the lock, or nowhere: found
+        // out before the first byte, not after the upload.
+        if let Some(until) = spec.lock_until {
+            let (native, _) = lock_target(store, until)?;
+            let enabled = native
+                .lock_enabled()
+                .await
+                .map_err(|source| StoreError::Request {
+                    url: store.url.clone(),
+                    action: "reading the bucket's object lock configuration".into(),
+                    source,
+                })?;
+            if !enabled {
+                return Err(StoreError::ObjectLockUnsupported {
+                    url: store.url.clone(),
+                }
+                .into());
+            }
+        }
         let meta_key = layout::metadata_key(&spec.backup_name, &spec.backup_id);
         if store.head(&meta_key).await?.is_some() {
             return Err(TransferError::AlreadyCommitted {

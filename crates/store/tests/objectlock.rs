@@ -139,30 +139,45 @@ async fn locked_backups_refuse_deletion_until_their_date() {
     let inc = take(&store, &inc_spec, chain_date, None).await;
     assert_eq!(inc.immutable_until, Some(until));
 
-    // One outliving its chain (a schedule that fell behind) locks the older backups longer
-    // first: the full and the first increment.
-    let later = Timestamp::from_second(until.as_second() + 3).unwrap();
-    let (date, extended) = transfer::chain_lock(&store, Some(later), Some(&inc))
+    // Asking for a little more than the chain's date (an increment counted from its start
+    // rather than its slot) takes the chain's date, and locks nothing longer.
+    let a_bit_later = Timestamp::from_second(until.as_second() + 90).unwrap();
+    let (date, extended) = transfer::chain_lock(&store, Some(a_bit_later), Some(&inc))
         .await
         .unwrap();
+    assert_eq!((date, extended), (Some(until), 0));
+
+    // Once the date has passed, every version goes.
+    let wait = until.duration_since(Timestamp::now()) + SignedDuration::from_secs(2);
+    tokio::time::sleep(Duration::try_from(wait).unwrap_or_default()).await;
+    for key in keys(&inc) {
+        for v in store.versions(&key).await.unwrap() {
+            store.delete_version(&key, &v).await.unwrap();
+        }
+        assert!(store.versions(&key).await.unwrap().is_empty(), "{key}");
+    }
+
+    // One outliving its chain by more than the tolerance (a schedule that fell behind, a
+    // forever-incremental chain) locks the older backups longer first.
+    let later = Timestamp::now() + SignedDuration::from_hours(3);
+    let (date, extended) = transfer::chain_lock(&store, Some(later), Some(&full))
+        .await
+        .unwrap();
+    let later = tidemark_store::objectlock::whole_second(later);
     assert_eq!(date, Some(later));
-    assert_eq!(extended, 4, "two payloads and two metadata.json");
-    for key in keys(&full).into_iter().chain(keys(&inc)) {
+    assert_eq!(extended, 2, "the full's payload and metadata.json");
+    for key in keys(&full) {
         assert_eq!(
             store.retention(&key).await.unwrap().unwrap().until,
             later,
             "{key}"
         );
-    }
-
-    // Once the date has passed, every version goes.
-    let wait = later.duration_since(Timestamp::now()) + SignedDuration::from_secs(2);
-    tokio::time::sleep(Duration::try_from(wait).unwrap_or_default()).await;
-    for key in keys(&full) {
-        for v in store.versions(&key).await.unwrap() {
-            store.delete_version(&key, &v).await.unwrap();
-        }
-        assert!(store.versions(&key).await.unwrap().is_empty(), "{key}");
+        let v = store.versions(&key).await.unwrap();
+        let refused = store.delete_version(&key, &v[0]).await.unwrap_err();
+        assert!(
+            format!("{refused:?}").contains("AccessDenied"),
+            "{key}: {refused:?}"
+        );
     }
 }
 

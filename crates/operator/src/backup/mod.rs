@@ -619,7 +619,17 @@ pub(crate) async fn lock_until(
         }
         _ => None,
     };
-    Ok(Some(lock.until(started, chain_end)))
+    // An increment counts from its slot (its creation), as its chain's date does.
+    let from = if full {
+        started
+    } else {
+        backup
+            .meta()
+            .creation_timestamp
+            .as_ref()
+            .map_or(started, |t| t.0)
+    };
+    Ok(Some(lock.until(from, chain_end)))
 }
 
 /// Why an incremental of `pod` cannot be taken (its `NoParent` message).

@@ -395,7 +395,7 @@ pub async fn advance(
     };
     let started = ctx.clock.now();
     let mut spec = attempt_spec(&backup, backup_name, backup_id, started);
-    spec.lock_until = super::lock_until(ctx, &backup, policy, true, started).await?;
+    spec.lock_until = super::lock::lock_until(ctx, &backup, policy, true, started).await?;
     let running = running_status(
         &backup,
         status,

@@ -18,11 +18,12 @@
 //! The controller is a phase machine: [`reconcile`] reads the [`Phase`] from the object and
 //! hands it to that phase's function, which returns the next action. The parts live in
 //! submodules that never reach back here: [`attempt`] (the attempt's status), [`source`]
-//! (pod, data volume, parent), [`job`] (the Job), [`exec`] (method `exec`).
+//! (pod, data volume, parent), [`job`] (the Job), [`exec`] (method `exec`), [`lock`] (object lock dates).
 
 pub mod attempt;
 pub mod exec;
 pub mod job;
+pub mod lock;
 pub mod source;
 
 use std::sync::Arc;
@@ -522,7 +523,7 @@ impl Step {
             }
         };
         let (name, id) = (store_name(backup), backup_id(backup));
-        let lock_until = lock_until(
+        let lock_until = lock::lock_until(
             &self.ctx,
             backup,
             policy,
@@ -565,71 +566,6 @@ impl Step {
         )
         .await
     }
-}
-
-/// The lock date a backup of `policy` asks for under its object lock (seed 002): a full of
-/// a schedule with incrementals is locked until its chain's last increment's slot (the
-/// schedule's `maxIncrementsPerFull`-th slot after this Backup's) plus the period; any
-/// other backup its start plus the period. An increment takes its chain's date where that
-/// is later, and older backups of a chain are locked longer where a newer one outlives
-/// them (both in the store: `transfer::chain_lock`), so a schedule that cannot be read
-/// here (deleted meanwhile) shortens nothing that matters.
-///
-/// # Errors
-/// The policy's object lock is invalid; the API server failed.
-pub(crate) async fn lock_until(
-    ctx: &Context,
-    backup: &Backup,
-    policy: &BackupPolicy,
-    full: bool,
-    started: jiff::Timestamp,
-) -> Result<Option<jiff::Timestamp>, Error> {
-    let Some(lock) = policy
-        .spec
-        .object_lock()
-        .map_err(|e| Error::Invalid(e.to_string()))?
-    else {
-        return Ok(None);
-    };
-    let max = backup
-        .spec
-        .incremental
-        .as_ref()
-        .and_then(|i| i.max_increments_per_full);
-    let schedule = backup
-        .labels()
-        .get(tidemark_api::schedule::SCHEDULED_BACKUP_LABEL);
-    let chain_end = match (full, max, schedule) {
-        (true, Some(max), Some(schedule)) => {
-            let ns = backup.namespace().unwrap_or_default();
-            let api: Api<tidemark_api::crd::ScheduledBackup> =
-                Api::namespaced(ctx.client.clone(), &ns);
-            let slot = backup
-                .meta()
-                .creation_timestamp
-                .as_ref()
-                .map_or(started, |t| t.0);
-            api.get_opt(schedule).await?.and_then(|sb| {
-                let spec = sb
-                    .spec
-                    .schedule_spec(schedule, policy.spec.time_zone.as_deref(), slot)
-                    .ok()?;
-                tidemark_core::lock::chain_end(&spec.cron, &spec.time_zone, slot, max)
-            })
-        }
-        _ => None,
-    };
-    // An increment counts from its slot (its creation), as its chain's date does.
-    let from = if full {
-        started
-    } else {
-        backup
-            .meta()
-            .creation_timestamp
-            .as_ref()
-            .map_or(started, |t| t.0)
-    };
-    Ok(Some(lock.until(from, chain_end)))
 }
 
 /// Why an incremental of `pod` cannot be taken (its `NoParent` message).

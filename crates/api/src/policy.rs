@@ -113,6 +113,90 @@ pub struct BackupPolicySpec {
     /// others this. Default: the 10 most recently removed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup_history: Option<BackupHistory>,
+    /// Restore tests (issue 19 §4): on this schedule, the newest (or a random) point of the
+    /// recovery window is restored into scratch space, MariaDB is started on it, `CHECK
+    /// TABLE` runs on every table and `query` (if given) must print `expect`; the outcome
+    /// is recorded beside the backup restored (`_restoretest.json`). `tidemark run` only,
+    /// for now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_test: Option<RestoreTestSpec>,
+}
+
+/// The most bytes of a restore test's query or expected result.
+pub const MAX_RESTORE_TEST_TEXT: usize = 65_536;
+
+/// When and how a policy's backups are proven restorable.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreTestSpec {
+    /// Six-field cron with seconds, in the policy's `timeZone`, e.g. `0 0 4 * * SUN`.
+    #[schemars(length(max = 256))]
+    pub schedule: String,
+    /// `newest` (the default: the latest restorable instant) or `random` (an instant of the
+    /// recovery window chosen at random each time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(newest|random)$"))]
+    pub target: Option<String>,
+    /// A query run on the restored server, e.g. `SELECT COUNT(*) > 0 FROM shop.orders`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 65536))]
+    pub query: Option<String>,
+    /// The query's expected output (tab-separated columns, a line per row); without it the
+    /// query only has to succeed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 65536))]
+    pub expect: Option<String>,
+}
+
+impl RestoreTestSpec {
+    /// The schedule, and whether the point is chosen at random.
+    ///
+    /// # Errors
+    /// A schedule that is not six-field cron, an unknown target, a text too long, or
+    /// `expect` without `query`.
+    pub fn settings(&self) -> Result<(tidemark_core::schedule::Cron, bool), PolicyFileError> {
+        let cron = self
+            .schedule
+            .parse::<tidemark_core::schedule::Cron>()
+            .map_err(|e| PolicyFileError::Invalid {
+                field: "spec.restoreTest.schedule",
+                problem: e.to_string(),
+            })?;
+        let random = match self.target.as_deref() {
+            None | Some("newest") => false,
+            Some("random") => true,
+            Some(other) => {
+                return Err(PolicyFileError::Invalid {
+                    field: "spec.restoreTest.target",
+                    problem: format!(
+                        "{:?} is not a target; expected newest or random",
+                        other.chars().take(40).collect::<String>()
+                    ),
+                });
+            }
+        };
+        for (field, text) in [
+            ("spec.restoreTest.query", &self.query),
+            ("spec.restoreTest.expect", &self.expect),
+        ] {
+            if text
+                .as_ref()
+                .is_some_and(|t| t.len() > MAX_RESTORE_TEST_TEXT)
+            {
+                return Err(PolicyFileError::Invalid {
+                    field,
+                    problem: format!("longer than {MAX_RESTORE_TEST_TEXT} bytes"),
+                });
+            }
+        }
+        if self.expect.is_some() && self.query.is_none() {
+            return Err(PolicyFileError::Invalid {
+                field: "spec.restoreTest.expect",
+                problem: "an expected result needs spec.restoreTest.query".into(),
+            });
+        }
+        Ok((cron, random))
+    }
 }
 
 /// Which Backup objects whose data retention removed (`status.dataRemoved`) stay: the
@@ -826,6 +910,9 @@ impl BackupPolicySpec {
         }
         if let Some(r) = &self.resources {
             r.validate()?;
+        }
+        if let Some(t) = &self.restore_test {
+            t.settings()?;
         }
         if let Some(Err((field, problem))) = self.backup_history.as_ref().map(|h| h.settings()) {
             return Err(PolicyFileError::Invalid { field, problem });

@@ -78,6 +78,11 @@ pub enum Command {
     /// — the content; check every chain and the recovery window; report each backup.
     /// Exit 0 when everything checks out, 4 when anything is damaged, cut short or missing.
     Verify(VerifyArgs),
+    /// Prove the newest (or a random, or a given) point restorable: restore it into scratch
+    /// space, start MariaDB on it, run CHECK TABLE on every table and an optional query with
+    /// its expected result, record the outcome beside the backup (`_restoretest.json`),
+    /// and remove the scratch data. Exit 0 passed, 4 a check failed.
+    RestoreTest(RestoreTestArgs),
     /// Make a new age X25519 identity for encrypted backups: with --output, the identity
     /// file (mode 600, never overwritten) and its public key on stdout; without, the
     /// identity on stdout and the public key on stderr (as age-keygen does).
@@ -329,21 +334,70 @@ pub struct RestoreArgs {
     pub dry_run: bool,
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
+    #[command(flatten)]
+    pub tools: MariaDbTools,
+}
+
+/// The MariaDB programs a restore runs.
+#[derive(Debug, Args)]
+pub struct MariaDbTools {
     /// The mariabackup program.
     #[arg(long, value_name = "PATH", default_value = "mariabackup")]
     pub mariabackup: PathBuf,
     /// The mbstream program.
     #[arg(long, value_name = "PATH", default_value = "mbstream")]
     pub mbstream: PathBuf,
-    /// The server started on the restored directory to replay binlogs.
+    /// The server started on the restored directory (to replay binlogs, to check it).
     #[arg(long, value_name = "PATH", default_value = "mariadbd")]
     pub mariadbd: PathBuf,
     /// The binlog decoder.
     #[arg(long, value_name = "PATH", default_value = "mariadb-binlog")]
     pub mariadb_binlog: PathBuf,
-    /// The client that applies the decoded events.
+    /// The client that applies the decoded events and runs the checks.
     #[arg(long, value_name = "PATH", default_value = "mariadb")]
     pub mariadb: PathBuf,
+}
+
+impl MariaDbTools {
+    pub fn tools(&self) -> tidemark_mariadb::restore::Tools {
+        tidemark_mariadb::restore::Tools {
+            mariabackup: self.mariabackup.clone().into(),
+            mbstream: self.mbstream.clone().into(),
+            mariadbd: self.mariadbd.clone().into(),
+            mariadb_binlog: self.mariadb_binlog.clone().into(),
+            mariadb: self.mariadb.clone().into(),
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct RestoreTestArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// A BackupPolicy file to take --store and --cluster (and its restoreTest's query)
+    /// from.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// The instant to restore (RFC 3339); default: the newest restorable one.
+    #[arg(long, value_name = "TIME", conflicts_with = "random")]
+    pub to: Option<String>,
+    /// Restore a random instant of the recovery window instead of the newest.
+    #[arg(long)]
+    pub random: bool,
+    /// A query to run on the restored server, e.g. "SELECT COUNT(*) FROM shop.orders".
+    #[arg(long, value_name = "SQL")]
+    pub query: Option<String>,
+    /// The query's expected output (tab-separated columns, a line per row).
+    #[arg(long, value_name = "TEXT", requires = "query")]
+    pub expect: Option<String>,
+    /// Where the scratch data directory goes (room for one restored database); default:
+    /// the system's temporary directory. It is removed afterwards.
+    #[arg(long, value_name = "DIR")]
+    pub scratch: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+    #[command(flatten)]
+    pub tools: MariaDbTools,
 }
 
 #[derive(Debug, Args)]

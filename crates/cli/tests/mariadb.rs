@@ -705,3 +705,148 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// Restore tests (issue 19 §4): `tidemark restore-test` restores the newest point (a full
+/// plus replayed binlogs) into scratch space, starts MariaDB on it, runs `CHECK TABLE` on
+/// every table and the user's query, records the outcome beside the backup restored, and
+/// removes the scratch data. A query answering other than expected fails (exit 4, naming
+/// both), and so does a table the backup holds damaged (a MyISAM index overwritten on the
+/// source before the backup copied it): `CHECK TABLE` names it.
+#[test]
+fn restore_tests_prove_the_newest_point_and_name_what_fails() {
+    let env = Env {
+        s3: SeaweedFs::start(),
+        db: MariaDb::start(),
+        compression: "none",
+    };
+    let db = &env.db;
+    db.sql(
+        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT)",
+    );
+    env.insert(5);
+    db.sql("FLUSH BINARY LOGS");
+    let full = env.backup(None);
+    env.insert(3); // 8, in the binlogs only
+    pause_and_mark();
+    env.archive();
+    let scratch = db.scratch().join("restore-tests");
+    std::fs::create_dir(&scratch).unwrap();
+    let scratch_s = scratch.to_str().unwrap();
+
+    let count = "SELECT COUNT(*) FROM shop.orders";
+    let passed = env.json(&[
+        "restore-test",
+        "--scratch",
+        scratch_s,
+        "--query",
+        count,
+        "--expect",
+        "8",
+    ]);
+    assert_eq!(passed["outcome"]["passed"], true, "{passed:#}");
+    assert_eq!(passed["outcome"]["queryResult"], "8", "{passed:#}");
+    assert_eq!(passed["chain"], serde_json::json!([full]), "{passed:#}");
+    assert!(
+        passed["segmentsReplayed"].as_u64().unwrap() >= 1,
+        "{passed:#}"
+    );
+    // shop.orders and the mysql schema's tables.
+    assert!(
+        passed["outcome"]["tablesChecked"].as_u64().unwrap() > 5,
+        "{passed:#}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&scratch).unwrap().count(),
+        0,
+        "the scratch data is removed"
+    );
+    // The newest point: the window's end.
+    let window = env.json(&[
+        "restore",
+        "--to",
+        passed["target"].as_str().unwrap(),
+        "--dry-run",
+    ]);
+    assert_eq!(
+        window["recoveryWindow"]["to"], passed["target"],
+        "{window:#}"
+    );
+    // Recorded beside the backup restored.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let record = rt
+        .block_on(
+            env.s3
+                .cluster_store("e2e")
+                .read(&object_store::path::Path::from(format!(
+                    "nightly/{full}/_restoretest.json"
+                ))),
+        )
+        .unwrap()
+        .expect("_restoretest.json");
+    let record: Value = serde_json::from_slice(&record).unwrap();
+    assert_eq!(record["outcome"]["passed"], true, "{record:#}");
+
+    // An unexpected answer fails the test, naming what came and what was expected.
+    let out = env.tidemark(&[
+        "restore-test",
+        "--scratch",
+        scratch_s,
+        "--query",
+        count,
+        "--expect",
+        "9",
+        "--output",
+        "json",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let failed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let problems = failed["outcome"]["problems"].to_string();
+    assert!(
+        problems.contains(r#"returned \"8\", expected \"9\""#),
+        "{failed:#}"
+    );
+
+    // A random point of the window restores too (5 to 8 rows).
+    let random = env.json(&[
+        "restore-test",
+        "--scratch",
+        scratch_s,
+        "--random",
+        "--query",
+        count,
+    ]);
+    assert_eq!(random["outcome"]["passed"], true, "{random:#}");
+    let rows: u32 = random["outcome"]["queryResult"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((5..=8).contains(&rows), "{random:#}");
+
+    // A table the backup holds damaged.
+    db.sql("CREATE TABLE shop.notes (id INT PRIMARY KEY, v INT) ENGINE=MyISAM; INSERT INTO shop.notes VALUES (1, 1), (2, 2); FLUSH TABLES");
+    let index = db.datadir.join("shop").join("notes.MYI");
+    let size = std::fs::metadata(&index).unwrap().len() as usize;
+    std::fs::write(&index, vec![0xA5u8; size]).unwrap();
+    env.backup(None);
+    let out = env.tidemark(&["restore-test", "--scratch", scratch_s, "--output", "json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let damaged: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(damaged["outcome"]["passed"], false, "{damaged:#}");
+    let problems = damaged["outcome"]["problems"].to_string();
+    assert!(
+        problems.contains("shop.notes") || problems.contains("`shop`.`notes`"),
+        "{damaged:#}"
+    );
+    assert_eq!(std::fs::read_dir(&scratch).unwrap().count(), 0);
+}

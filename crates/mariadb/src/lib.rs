@@ -6,6 +6,7 @@
 pub mod archive;
 pub mod backup;
 pub mod binlog;
+pub mod check;
 pub mod consolidate;
 pub mod remote;
 pub mod restore;

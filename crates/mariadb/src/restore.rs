@@ -533,67 +533,99 @@ async fn replay(
     plan: &RestorePlan,
     stop: Timestamp,
 ) -> Result<(), RestoreError> {
-    let socket = work.join("mysqld.sock");
-    let server_log = work.join("mysqld.log");
-    // A server deletes every `#sql*` file in its tmpdir when it starts: with the default
-    // (/tmp) it would remove the temporary tables of a live server on the same host.
-    let tmpdir = work.join("tmp");
-    std::fs::create_dir_all(&tmpdir).map_err(|source| RestoreError::Io {
-        action: "creating the replay server's tmpdir".into(),
-        dir: tmpdir.clone(),
-        source,
-    })?;
-    let mut server = Command::new(&tools.mariadbd);
-    // backup-my.cnf holds the InnoDB geometry the files were written with.
-    let cnf = datadir.join("backup-my.cnf");
-    if cnf.exists() {
-        server.arg(format!("--defaults-file={}", cnf.display()));
-    } else {
-        server.arg("--no-defaults");
-    }
-    server
-        .arg(format!("--datadir={}", datadir.display()))
-        .arg(format!("--socket={}", socket.display()))
-        .arg(format!("--pid-file={}", work.join("mysqld.pid").display()))
-        .arg(format!("--tmpdir={}", tmpdir.display()))
-        .arg(format!("--log-error={}", server_log.display()))
-        .args(["--skip-networking", "--skip-grant-tables", "--skip-log-bin"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    if running_as_root() {
-        // mariadbd refuses to run as root unless told to.
-        server.arg("--user=root");
-    }
-    let mut server = spawn(&mut server, &tools.mariadbd)?;
-    let replayed = async {
-        wait_for_socket(&mut server, &socket, &server_log).await?;
-        replay_into(&socket, tools, files, plan, stop, work).await
-    }
-    .await;
-    // SIGTERM is mariadbd's clean shutdown; a server that does not stop is killed.
-    if let Some(pid) = server.id() {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(pid.to_string())
-            .status()
-            .await;
-    }
-    let stopped = tokio::time::timeout(Duration::from_secs(300), server.wait()).await;
-    let clean = matches!(&stopped, Ok(Ok(s)) if s.success());
-    if !clean {
-        let _ = server.start_kill();
-        let _ = server.wait().await;
-    }
+    let server = PrivateServer::start(datadir, work, tools).await?;
+    let replayed = replay_into(&server.socket, tools, files, plan, stop, work).await;
+    let stopped = server.stop("mariadbd shutdown after replay").await;
     replayed?;
-    if !clean {
-        return Err(RestoreError::Tool {
-            step: "mariadbd shutdown after replay".into(),
-            status: format!("{stopped:?}"),
-            tail: tail(&std::fs::read_to_string(&server_log).unwrap_or_default()),
-        });
+    stopped
+}
+
+/// A `mariadbd` of Tidemark's own on a restored data directory: no network, no binary
+/// log, no grant checks, its socket, pid file, tmpdir and log under a scratch directory.
+#[derive(Debug)]
+pub(crate) struct PrivateServer {
+    child: Child,
+    pub(crate) socket: PathBuf,
+    log: PathBuf,
+}
+
+impl PrivateServer {
+    /// Starts the server on `datadir` and waits until it accepts connections.
+    ///
+    /// # Errors
+    /// It cannot be started, or does not come up (with the end of its log).
+    pub(crate) async fn start(
+        datadir: &Path,
+        work: &Path,
+        tools: &Tools,
+    ) -> Result<Self, RestoreError> {
+        let socket = work.join("mysqld.sock");
+        let log = work.join("mysqld.log");
+        // A server deletes every `#sql*` file in its tmpdir when it starts: with the default
+        // (/tmp) it would remove the temporary tables of a live server on the same host.
+        let tmpdir = work.join("tmp");
+        std::fs::create_dir_all(&tmpdir).map_err(|source| RestoreError::Io {
+            action: "creating the private server's tmpdir".into(),
+            dir: tmpdir.clone(),
+            source,
+        })?;
+        let mut server = Command::new(&tools.mariadbd);
+        // backup-my.cnf holds the InnoDB geometry the files were written with.
+        let cnf = datadir.join("backup-my.cnf");
+        if cnf.exists() {
+            server.arg(format!("--defaults-file={}", cnf.display()));
+        } else {
+            server.arg("--no-defaults");
+        }
+        server
+            .arg(format!("--datadir={}", datadir.display()))
+            .arg(format!("--socket={}", socket.display()))
+            .arg(format!("--pid-file={}", work.join("mysqld.pid").display()))
+            .arg(format!("--tmpdir={}", tmpdir.display()))
+            .arg(format!("--log-error={}", log.display()))
+            .args(["--skip-networking", "--skip-grant-tables", "--skip-log-bin"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if running_as_root() {
+            // mariadbd refuses to run as root unless told to.
+            server.arg("--user=root");
+        }
+        let child = spawn(&mut server, &tools.mariadbd)?;
+        let mut server = PrivateServer { child, socket, log };
+        if let Err(e) = wait_for_socket(&mut server.child, &server.socket, &server.log).await {
+            let _ = server.child.start_kill();
+            let _ = server.child.wait().await;
+            return Err(e);
+        }
+        Ok(server)
     }
-    Ok(())
+
+    /// Shuts the server down cleanly (SIGTERM); one that does not stop is killed.
+    ///
+    /// # Errors
+    /// It did not stop cleanly (`step` names the moment, with the end of its log).
+    pub(crate) async fn stop(mut self, step: &str) -> Result<(), RestoreError> {
+        if let Some(pid) = self.child.id() {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(pid.to_string())
+                .status()
+                .await;
+        }
+        let stopped = tokio::time::timeout(Duration::from_secs(300), self.child.wait()).await;
+        let clean = matches!(&stopped, Ok(Ok(s)) if s.success());
+        if !clean {
+            let _ = self.child.start_kill();
+            let _ = self.child.wait().await;
+            return Err(RestoreError::Tool {
+                step: step.into(),
+                status: format!("{stopped:?}"),
+                tail: tail(&std::fs::read_to_string(&self.log).unwrap_or_default()),
+            });
+        }
+        Ok(())
+    }
 }
 
 async fn wait_for_socket(

@@ -34,6 +34,9 @@ pub const DELETION_MARK: &str = "_deletion-requested.json";
 /// Left in a backup's directory once a retention pass read the backup (and its chain) back
 /// whole (`retention.requireVerified`); it goes with the backup.
 pub const VERIFIED: &str = "_verified.json";
+/// Left in the directory of the backup a restore test restored (`tidemark restore-test`,
+/// a policy's `restoreTest`): the newest outcome; it goes with the backup.
+pub const RESTORE_TEST: &str = "_restoretest.json";
 /// Longest name Tidemark writes or accepts in one path segment: Kubernetes object names are
 /// at most 253 bytes, and file systems refuse more than 255.
 pub const MAX_NAME: usize = 253;

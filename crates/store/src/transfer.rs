@@ -1202,6 +1202,30 @@ pub async fn record_verified(
         .map_err(|source| crate::error::request(store, "writing", &key, source))
 }
 
+/// Records a restore test's outcome (`outcome`, any JSON object) in the directory of the
+/// backup `name`/`id` it restored, as [`layout::RESTORE_TEST`] (the newest replaces the
+/// last).
+///
+/// # Errors
+/// The store refused the write.
+pub async fn record_restore_test(
+    store: &ClusterStore,
+    name: &str,
+    id: &str,
+    outcome: &serde_json::Value,
+) -> Result<(), StoreError> {
+    let key = layout::payload_key(name, id, layout::RESTORE_TEST);
+    store
+        .inner
+        .put(
+            &key,
+            object_store::PutPayload::from(outcome.to_string().into_bytes()),
+        )
+        .await
+        .map(drop)
+        .map_err(|source| crate::error::request(store, "writing", &key, source))
+}
+
 /// Whether the object `key`, written as `form`, can be decoded with this store's
 /// identities: checked before anything is read, and by restores for every object they
 /// will need before they write anything.

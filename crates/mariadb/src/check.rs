@@ -1,0 +1,225 @@
+//! Restore tests (issue 19 §4): a backup is proven by restoring it. The chosen point is
+//! restored into scratch space, a private `mariadbd` is started on it, `CHECK TABLE` runs
+//! on every table (and an optional query of the user's, compared with the result they
+//! expect), the server is stopped and the scratch space removed, whatever happened.
+
+use std::path::Path;
+use std::process::Stdio;
+
+use serde::{Deserialize, Serialize};
+use tidemark_store::{ClusterStore, Progress};
+use tokio::process::Command;
+
+use crate::restore::{self, PrivateServer, RestoreError, RestorePlan, RestoreReport, Tools};
+
+/// What a restore test checks besides `CHECK TABLE` on every table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CheckSpec {
+    /// A query run on the restored server (`mariadb -N -B -e`).
+    pub query: Option<String>,
+    /// Its expected output (tab-separated columns, a line per row); without it the query
+    /// only has to succeed.
+    pub expect: Option<String>,
+}
+
+/// The most problems a test records (a badly damaged database reports one per table).
+pub const MAX_PROBLEMS: usize = 50;
+/// The most of the query's output a test records.
+pub const MAX_RESULT: usize = 4096;
+/// Tables per `CHECK TABLE` statement.
+const CHECK_BATCH: usize = 64;
+
+/// How a restore test came out.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckOutcome {
+    pub passed: bool,
+    /// Tables `CHECK TABLE` ran on (system schemas but `mysql` excluded).
+    pub tables_checked: usize,
+    /// What failed, at most [`MAX_PROBLEMS`]: a table's `CHECK TABLE` error or status, the
+    /// query's error or its unexpected result, a server that died.
+    pub problems: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query_result: Option<String>,
+}
+
+impl CheckOutcome {
+    fn problem(&mut self, p: String) {
+        if self.problems.len() < MAX_PROBLEMS {
+            self.problems.push(p);
+        }
+    }
+}
+
+/// Restores `plan` into a scratch directory under `scratch`, checks it as `spec` says, and
+/// removes the scratch directory.
+///
+/// # Errors
+/// The restore itself failed (a download, a tool, the server did not start): that is an
+/// error, not an outcome. What the checks find is the outcome.
+pub async fn restore_and_check(
+    store: &ClusterStore,
+    plan: &RestorePlan,
+    scratch: &Path,
+    tools: &Tools,
+    spec: &CheckSpec,
+    progress: &dyn Progress,
+) -> Result<(RestoreReport, CheckOutcome), RestoreError> {
+    let work = tempfile::Builder::new()
+        .prefix(".tidemark-restore-test-")
+        .tempdir_in(scratch)
+        .map_err(|source| RestoreError::Io {
+            action: "creating the scratch directory".into(),
+            dir: scratch.to_path_buf(),
+            source,
+        })?;
+    let datadir = work.path().join("data");
+    let server_dir = work.path().join("server");
+    std::fs::create_dir(&server_dir).map_err(|source| RestoreError::Io {
+        action: "creating the scratch directory".into(),
+        dir: server_dir.clone(),
+        source,
+    })?;
+    let report = restore::restore(store, plan, &datadir, tools, progress).await?;
+    progress.step("starting MariaDB on the restored data", 0);
+    let server = PrivateServer::start(&datadir, &server_dir, tools).await?;
+    progress.step("checking every table", 0);
+    let mut outcome = check(&server.socket, tools, spec).await;
+    if let Err(e) = server.stop("mariadbd shutdown after the checks").await {
+        outcome.problem(e.to_string());
+    }
+    outcome.passed = outcome.problems.is_empty();
+    drop(work); // the restored data goes, whatever the outcome
+    Ok((report, outcome))
+}
+
+/// Runs the checks on the server at `socket`.
+async fn check(socket: &Path, tools: &Tools, spec: &CheckSpec) -> CheckOutcome {
+    let mut outcome = CheckOutcome {
+        query: spec.query.clone(),
+        ..Default::default()
+    };
+    let tables = match sql(
+        socket,
+        tools,
+        "SELECT CONCAT('`', REPLACE(TABLE_SCHEMA, '`', '``'), '`.`', REPLACE(TABLE_NAME, '`', '``'), '`') \
+         FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE' \
+         AND TABLE_SCHEMA NOT IN ('information_schema', 'performance_schema', 'sys') \
+         ORDER BY TABLE_SCHEMA, TABLE_NAME",
+    )
+    .await
+    {
+        Ok(out) => out.lines().map(str::to_owned).collect::<Vec<_>>(),
+        Err(e) => {
+            outcome.problem(format!("listing the tables: {e}"));
+            return outcome;
+        }
+    };
+    for batch in tables.chunks(CHECK_BATCH) {
+        match sql(socket, tools, &format!("CHECK TABLE {}", batch.join(", "))).await {
+            Ok(out) => {
+                for p in check_problems(&out) {
+                    outcome.problem(p);
+                }
+            }
+            Err(e) => outcome.problem(format!("CHECK TABLE {}: {e}", batch.join(", "))),
+        }
+        outcome.tables_checked += batch.len();
+    }
+    if let Some(q) = &spec.query {
+        match sql(socket, tools, q).await {
+            Ok(out) => {
+                let got = out.trim_end_matches('\n').to_owned();
+                if let Some(want) = &spec.expect
+                    && got != want.trim_end_matches('\n')
+                {
+                    outcome.problem(format!(
+                        "the query returned {:?}, expected {:?}",
+                        cut(&got),
+                        cut(want)
+                    ));
+                }
+                outcome.query_result = Some(cut(&got));
+            }
+            Err(e) => outcome.problem(format!("the query failed: {e}")),
+        }
+    }
+    outcome
+}
+
+/// The problems in `CHECK TABLE`'s answer (`Table`, `Op`, `Msg_type`, `Msg_text`, tab
+/// separated): every `error` row, and a final `status` that is not `OK`.
+fn check_problems(out: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    for line in out.lines() {
+        let cols: Vec<&str> = line.splitn(4, '\t').collect();
+        let [table, _op, kind, text] = cols[..] else {
+            continue;
+        };
+        let bad = match kind {
+            "error" => true,
+            "status" => !(text == "OK" || text.contains("up to date")),
+            _ => false,
+        };
+        if bad {
+            problems.push(format!("{table}: {kind}: {}", cut(text)));
+        }
+    }
+    problems
+}
+
+fn cut(s: &str) -> String {
+    if s.len() <= MAX_RESULT {
+        return s.to_owned();
+    }
+    let mut end = MAX_RESULT;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+/// One statement through `mariadb -N -B`; its output, or its error output.
+async fn sql(socket: &Path, tools: &Tools, statement: &str) -> Result<String, String> {
+    let out = Command::new(&tools.mariadb)
+        .arg("--no-defaults")
+        .arg(format!("--socket={}", socket.display()))
+        .args(["-N", "-B", "-e", statement])
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .map_err(|e| format!("cannot run {}: {e}", tools.mariadb.to_string_lossy()))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(restore::tail(&String::from_utf8_lossy(&out.stderr)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_table_answers_are_read() {
+        let out = "shop.orders\tcheck\tstatus\tOK\n\
+                   shop.items\tcheck\twarning\tSize of datafile is: 4096\n\
+                   shop.items\tcheck\terror\tCorrupt\n\
+                   shop.items\tcheck\tstatus\tOperation failed\n\
+                   mysql.db\tcheck\tstatus\tTable is already up to date\n";
+        assert_eq!(
+            check_problems(out),
+            [
+                "shop.items: error: Corrupt",
+                "shop.items: status: Operation failed"
+            ]
+        );
+        assert!(check_problems("").is_empty());
+        assert_eq!(
+            cut(&"é".repeat(MAX_RESULT)).chars().count(),
+            MAX_RESULT / 2 + 1
+        );
+    }
+}

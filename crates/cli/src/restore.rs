@@ -181,64 +181,40 @@ pub async fn restore_test(args: &RestoreTestArgs) -> Result<Exit, CliError> {
             from_policy.as_ref().and_then(|t| t.expect.clone())
         },
     };
-    let target = match &args.to {
-        Some(t) => t.parse::<jiff::Timestamp>().map_err(|_| {
+    let point = match &args.to {
+        Some(t) => check::Point::At(t.parse::<jiff::Timestamp>().map_err(|_| {
             CliError::input(format!(
                 "invalid --to {t:?}: expected an RFC 3339 time such as 2026-11-20T14:05:00Z"
             ))
-        })?,
-        None => {
-            let window = recovery_window(store).await?;
-            if args.random || policy_random {
-                random_instant(&window)
-            } else {
-                window.to
-            }
-        }
+        })?),
+        None if args.random || policy_random => check::Point::Random,
+        None => check::Point::Newest,
     };
-    let started = std::time::Instant::now();
-    let plan = restore::resolve(store, target, &NoProgress)
-        .await
-        .map_err(restore_error)?;
     let scratch = args.scratch.clone().unwrap_or_else(std::env::temp_dir);
     let json = args.output == OutputFormat::Json;
     let progress: &dyn Progress = if json { &NoProgress } else { &Steps };
-    let (done, outcome) =
-        check::restore_and_check(store, &plan, &scratch, &args.tools.tools(), &spec, progress)
-            .await
-            .map_err(restore_error)?;
-    let Some(restored) = plan.backups.last() else {
-        return Err(CliError::input("the restore plan holds no backup"));
-    };
-    let record = serde_json::json!({
-        "formatVersion": 1,
-        "testedAt": jiff::Timestamp::now(),
-        "target": plan.target,
-        "chain": plan.backups.iter().map(|m| m.backup_id.clone()).collect::<Vec<_>>(),
-        "segmentsReplayed": plan.segments.len(),
-        "bytesDownloaded": done.bytes_downloaded,
-        "seconds": started.elapsed().as_secs(),
-        "outcome": outcome,
-        "by": "tidemark restore-test",
-    });
-    tidemark_store::transfer::record_restore_test(
+    let record = check::restore_test(
         store,
-        &restored.backup_name,
-        &restored.backup_id,
-        &record,
+        point,
+        &scratch,
+        &args.tools.tools(),
+        &spec,
+        "tidemark restore-test",
+        progress,
     )
     .await
-    .map_err(|e| CliError::from(tidemark_engine::EngineError::from(e)))?;
+    .map_err(restore_error)?;
+    let outcome = &record.outcome;
     if json {
         crate::commands::emit_json(&record)?;
     } else {
         let mut out = format!(
             "restore test of {} ({}/{}, {} backup(s), {} binlog(s)): {}\n{} table(s) checked\n",
-            plan.target,
-            restored.backup_name,
-            restored.backup_id,
-            plan.backups.len(),
-            plan.segments.len(),
+            record.target,
+            record.backup_name,
+            record.backup_id,
+            record.chain.len(),
+            record.segments_replayed,
             if outcome.passed { "passed" } else { "FAILED" },
             outcome.tables_checked
         );
@@ -255,31 +231,4 @@ pub async fn restore_test(args: &RestoreTestArgs) -> Result<Exit, CliError> {
     } else {
         Exit::Data
     })
-}
-
-/// The store's recovery window (a restore to the Unix epoch is refused with it).
-async fn recovery_window(
-    store: &tidemark_store::ClusterStore,
-) -> Result<tidemark_core::plan::RecoveryWindow, CliError> {
-    match restore::resolve(store, jiff::Timestamp::UNIX_EPOCH, &NoProgress).await {
-        Err(restore::RestoreError::Refused(tidemark_core::RestoreRefusal::OutsideWindow {
-            window,
-            ..
-        })) => Ok(window),
-        Err(e) => Err(restore_error(e)),
-        Ok(plan) => Ok(plan.recovery_window),
-    }
-}
-
-/// A whole second of `window` chosen at random (the restore moves one in a gap to where
-/// the window resumes).
-fn random_instant(window: &tidemark_core::plan::RecoveryWindow) -> jiff::Timestamp {
-    let from = window.from.as_second() + i64::from(window.from.subsec_nanosecond() > 0);
-    let to = window.to.as_second();
-    if to <= from {
-        return window.to;
-    }
-    let span = u64::try_from(to - from).unwrap_or(0) + 1;
-    let pick = from + i64::try_from(rand::random::<u64>() % span).unwrap_or(0);
-    jiff::Timestamp::from_second(pick).unwrap_or(window.to)
 }

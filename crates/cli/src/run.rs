@@ -234,6 +234,7 @@ fn load(dir: &Path) -> Result<Vec<PolicyRun>, CliError> {
                 .spec
                 .object_lock()
                 .map_err(|e| CliError::input(format!("{}: {e}", file.display())))?,
+            restore_test: restore_test_run(policy, file)?,
         });
     }
     for (file, s) in &schedules {
@@ -256,6 +257,38 @@ fn load(dir: &Path) -> Result<Vec<PolicyRun>, CliError> {
         }
     }
     Ok(runs)
+}
+
+/// The policy's restore tests, with the machine's MariaDB tools and temporary directory.
+fn restore_test_run(
+    policy: &BackupPolicy,
+    file: &Path,
+) -> Result<Option<tidemark_engine::standalone::RestoreTestRun>, CliError> {
+    let Some(t) = &policy.spec.restore_test else {
+        return Ok(None);
+    };
+    let bad = |e: String| CliError::input(format!("{}: {e}", file.display()));
+    let (cron, random) = t.settings().map_err(|e| bad(e.to_string()))?;
+    let time_zone = match policy.spec.time_zone.as_deref() {
+        Some(z) => jiff::tz::TimeZone::get(z)
+            .map_err(|_| bad(format!("spec.timeZone: unknown time zone {z:?}")))?,
+        None => jiff::tz::TimeZone::UTC,
+    };
+    Ok(Some(tidemark_engine::standalone::RestoreTestRun {
+        cron,
+        time_zone,
+        point: if random {
+            tidemark_mariadb::check::Point::Random
+        } else {
+            tidemark_mariadb::check::Point::Newest
+        },
+        check: tidemark_mariadb::check::CheckSpec {
+            query: t.query.clone(),
+            expect: t.expect.clone(),
+        },
+        tools: Default::default(),
+        scratch: std::env::temp_dir(),
+    }))
 }
 
 pub async fn run(args: &RunArgs) -> Result<Exit, CliError> {

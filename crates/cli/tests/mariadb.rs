@@ -371,6 +371,10 @@ spec:
   retention: {{keepLast: 3}}
   retentionInterval: 5s
   binlogArchive: {{binlogIndex: "{index}", interval: 2s}}
+  restoreTest:
+    schedule: "*/20 * * * * *"
+    query: "SELECT COUNT(*) > 0 FROM shop.orders"
+    expect: "1"
 ---
 apiVersion: tidemark.io/v1alpha1
 kind: ScheduledBackup
@@ -428,6 +432,14 @@ spec:
     assert!(status.success(), "{status}\n{text}");
     assert!(text.contains("retention: deleted"), "{text}");
     assert!(text.contains("binlogs: archived"), "{text}");
+    // Restore tests on the policy's schedule (issue 19 §4): the newest point, encrypted
+    // chain and binlogs included, restored, checked and recorded.
+    assert!(
+        text.lines()
+            .any(|l| l.contains("restore test of") && l.contains("): passed")),
+        "{text}"
+    );
+    assert!(!text.contains("FAILED"), "{text}");
 
     let store = format!("file://{}", dir.path().join("store").display());
     let identity = cfg.join("key.txt");

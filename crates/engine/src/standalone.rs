@@ -58,6 +58,21 @@ pub struct PolicyRun {
     pub schedules: Vec<ScheduleRun>,
     /// S3 Object Lock of committed backups (the store is opened with its mode).
     pub object_lock: Option<tidemark_core::lock::ObjectLock>,
+    /// Restore tests on a schedule (`spec.restoreTest`).
+    pub restore_test: Option<RestoreTestRun>,
+}
+
+/// A policy's restore tests: when, which point, what to check, and with what.
+#[derive(Debug, Clone)]
+pub struct RestoreTestRun {
+    pub cron: tidemark_core::schedule::Cron,
+    pub time_zone: jiff::tz::TimeZone,
+    /// `Newest` or `Random`.
+    pub point: tidemark_mariadb::check::Point,
+    pub check: tidemark_mariadb::check::CheckSpec,
+    pub tools: tidemark_mariadb::restore::Tools,
+    /// Where the scratch data directory goes.
+    pub scratch: PathBuf,
 }
 
 #[derive(Debug, Clone)]
@@ -225,6 +240,10 @@ pub async fn run(
         if let Some(r) = p.retention {
             let span = tracing::info_span!("retention", policy = %p.name);
             tasks.spawn(retention_task(Arc::clone(&ctx), r, stop_rx.clone()).instrument(span));
+        }
+        if let Some(t) = p.restore_test {
+            let span = tracing::info_span!("restore-test", policy = %p.name);
+            tasks.spawn(restore_test_task(Arc::clone(&ctx), t, stop_rx.clone()).instrument(span));
         }
         if let Some(a) = p.archive {
             let span = tracing::info_span!("binlogs", policy = %p.name);
@@ -720,6 +739,57 @@ async fn retention(ctx: &Ctx, r: &RetentionRun, now: Timestamp) -> Result<(), En
     ctx.update(|s| s.last_retention_run_time = Some(now))
         .await?;
     Ok(())
+}
+
+/// Runs the policy's restore test at each slot of its schedule while the runner runs (a
+/// slot missed while it was stopped is not made up). Each outcome is logged and recorded
+/// beside the backup restored; a failed check is a warning, never a stop.
+async fn restore_test_task(ctx: Arc<Ctx>, t: RestoreTestRun, mut stop: watch::Receiver<bool>) {
+    loop {
+        let Some(slot) = t.cron.next_after(ctx.clock.now(), &t.time_zone) else {
+            tracing::info!("restore tests: the schedule has no more slots");
+            return;
+        };
+        while ctx.clock.now() < slot {
+            if !nap(
+                until(ctx.clock.as_ref(), Some(slot)).max(Duration::from_millis(100)),
+                &mut stop,
+            )
+            .await
+            {
+                return;
+            }
+        }
+        tracing::info!("restore test of the {:?} point started", t.point);
+        let tested = tidemark_mariadb::check::restore_test(
+            &ctx.store,
+            t.point,
+            &t.scratch,
+            &t.tools,
+            &t.check,
+            "tidemark run",
+            &NoProgress,
+        )
+        .await;
+        match tested {
+            Ok(r) if r.outcome.passed => tracing::info!(
+                "restore test of {} ({}/{}): passed, {} table(s) checked in {} s",
+                r.target,
+                r.backup_name,
+                r.backup_id,
+                r.outcome.tables_checked,
+                r.seconds
+            ),
+            Ok(r) => tracing::warn!(
+                "restore test of {} ({}/{}): FAILED: {}",
+                r.target,
+                r.backup_name,
+                r.backup_id,
+                r.outcome.problems.join("; ")
+            ),
+            Err(e) => tracing::warn!("restore test could not restore: {}", chain(&e)),
+        }
+    }
 }
 
 async fn archive_task(ctx: Arc<Ctx>, a: ArchiveRun, mut stop: watch::Receiver<bool>) {

@@ -95,6 +95,127 @@ pub async fn restore_and_check(
     Ok((report, outcome))
 }
 
+/// Which point of the recovery window a restore test restores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Point {
+    /// The latest restorable instant (the window's end).
+    Newest,
+    /// A whole second of the window chosen at random.
+    Random,
+    At(jiff::Timestamp),
+}
+
+/// What a restore test records beside the backup it restored (`_restoretest.json`), and
+/// prints.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreTestRecord {
+    pub format_version: u32,
+    pub tested_at: jiff::Timestamp,
+    /// The instant restored.
+    pub target: jiff::Timestamp,
+    /// The backup restored (the last of `chain`), where the record is.
+    pub backup_name: String,
+    pub backup_id: String,
+    /// The backup-ids restored, base full first.
+    pub chain: Vec<String>,
+    pub segments_replayed: usize,
+    pub bytes_downloaded: u64,
+    pub seconds: u64,
+    pub outcome: CheckOutcome,
+    /// What ran it (`tidemark restore-test`, `tidemark run`).
+    pub by: String,
+}
+
+/// A whole restore test: chooses the point, restores it into scratch space under
+/// `scratch`, checks it ([`restore_and_check`]), and records the outcome beside the backup
+/// restored.
+///
+/// # Errors
+/// Nothing to restore, or the restore failed ([`RestoreError`]); the record could not be
+/// written. A check that fails is an outcome, not an error.
+pub async fn restore_test(
+    store: &ClusterStore,
+    point: Point,
+    scratch: &Path,
+    tools: &Tools,
+    spec: &CheckSpec,
+    by: &str,
+    progress: &dyn Progress,
+) -> Result<RestoreTestRecord, RestoreError> {
+    let started = std::time::Instant::now();
+    let target = match point {
+        Point::At(t) => t,
+        Point::Newest => recovery_window(store).await?.to,
+        Point::Random => random_instant(&recovery_window(store).await?),
+    };
+    let plan = restore::resolve(store, target, progress).await?;
+    let (done, outcome) = restore_and_check(store, &plan, scratch, tools, spec, progress).await?;
+    let Some(restored) = plan.backups.last() else {
+        return Err(RestoreError::Refused(
+            tidemark_core::RestoreRefusal::NoRecoveryPoint,
+        ));
+    };
+    let record = RestoreTestRecord {
+        format_version: 1,
+        tested_at: jiff::Timestamp::now(),
+        target: plan.target,
+        backup_name: restored.backup_name.clone(),
+        backup_id: restored.backup_id.clone(),
+        chain: plan.backups.iter().map(|m| m.backup_id.clone()).collect(),
+        segments_replayed: plan.segments.len(),
+        bytes_downloaded: done.bytes_downloaded,
+        seconds: started.elapsed().as_secs(),
+        outcome,
+        by: by.to_owned(),
+    };
+    let value = serde_json::to_value(&record).map_err(|e| RestoreError::Io {
+        action: format!("encoding the restore test's record: {e}"),
+        dir: scratch.to_path_buf(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    tidemark_store::transfer::record_restore_test(
+        store,
+        &restored.backup_name,
+        &restored.backup_id,
+        &value,
+    )
+    .await?;
+    Ok(record)
+}
+
+/// The store's recovery window (a restore to the Unix epoch is refused with it).
+async fn recovery_window(
+    store: &ClusterStore,
+) -> Result<tidemark_core::plan::RecoveryWindow, RestoreError> {
+    match restore::resolve(
+        store,
+        jiff::Timestamp::UNIX_EPOCH,
+        &tidemark_store::NoProgress,
+    )
+    .await
+    {
+        Err(RestoreError::Refused(tidemark_core::RestoreRefusal::OutsideWindow {
+            window, ..
+        })) => Ok(window),
+        Err(e) => Err(e),
+        Ok(plan) => Ok(plan.recovery_window),
+    }
+}
+
+/// A whole second of `window` chosen at random (a restore moves one in a gap to where the
+/// window resumes).
+fn random_instant(window: &tidemark_core::plan::RecoveryWindow) -> jiff::Timestamp {
+    let from = window.from.as_second() + i64::from(window.from.subsec_nanosecond() > 0);
+    let to = window.to.as_second();
+    if to <= from {
+        return window.to;
+    }
+    let span = u64::try_from(to - from).unwrap_or(0) + 1;
+    let pick = from + i64::try_from(rand::random::<u64>() % span).unwrap_or(0);
+    jiff::Timestamp::from_second(pick).unwrap_or(window.to)
+}
+
 /// Runs the checks on the server at `socket`.
 async fn check(socket: &Path, tools: &Tools, spec: &CheckSpec) -> CheckOutcome {
     let mut outcome = CheckOutcome {

@@ -116,8 +116,9 @@ pub struct BackupPolicySpec {
     /// Restore tests (issue 19 §4): on this schedule, the newest (or a random) point of the
     /// recovery window is restored into scratch space, MariaDB is started on it, `CHECK
     /// TABLE` runs on every table and `query` (if given) must print `expect`; the outcome
-    /// is recorded beside the backup restored (`_restoretest.json`). `tidemark run` only,
-    /// for now.
+    /// is recorded beside the backup restored (`_restoretest.json`). `tidemark run` runs it
+    /// in-process; the operator as a Job in the database image, reporting in
+    /// `status.restoreTest`, the Backup's status, an event and a metric.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore_test: Option<RestoreTestSpec>,
 }
@@ -457,6 +458,26 @@ pub struct BackupPolicyStatus {
     /// `Ready` (the last pass succeeded), `StoreReachable`, `SpecValid`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// Restore tests (`spec.restoreTest`), written by their own controller.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_test: Option<RestoreTestStatus>,
+}
+
+/// Where a policy's restore tests are.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreTestStatus {
+    /// The slot of the last test started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_schedule_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_schedule_time: Option<Time>,
+    /// The Job of the test running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    /// The last outcome.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last: Option<crate::schedule::RestoreTestResult>,
 }
 
 /// A recovery window: restorable from `start` to `end`, except in `gaps`.

@@ -434,6 +434,28 @@ pub struct BackupStatus {
     /// object stays until the backup history limit or age lets it go).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_removed: Option<DataRemoved>,
+    /// The last restore test that restored this backup (its policy's `restoreTest`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_test: Option<RestoreTestResult>,
+}
+
+/// How a restore test came out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreTestResult {
+    pub tested_at: Time,
+    pub passed: bool,
+    /// The instant restored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<Time>,
+    /// The backup restored (the last of its chain).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tables_checked: Option<u64>,
+    /// What failed (at most 5).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<String>,
 }
 
 /// When and why retention removed a backup's data.

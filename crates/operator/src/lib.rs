@@ -39,6 +39,7 @@ pub mod metrics;
 pub mod names;
 pub mod pod;
 pub mod rbac;
+pub mod restoretest;
 pub mod retention;
 pub mod scheduled;
 pub mod status;

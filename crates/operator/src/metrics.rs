@@ -53,6 +53,10 @@ pub struct Metrics {
     pub last_successful_backup: Family<PolicyLabels, Gauge>,
     pub reconcile_errors: Family<ErrorLabels, Counter>,
     pub reconciles: Family<ControllerLabels, Counter>,
+    /// 1 when the policy's last restore test passed, 0 when it failed.
+    pub restore_test_passed: Family<PolicyLabels, Gauge>,
+    /// When the policy's last restore test ended.
+    pub restore_test_last_run: Family<PolicyLabels, Gauge>,
     /// Set once this replica has talked to the API server (readiness).
     pub ready: AtomicBool,
     /// 1 while this replica leads.
@@ -102,6 +106,16 @@ impl Metrics {
             "reconciles",
             "Reconciles finished (successfully or not), by controller",
             self.reconciles.clone(),
+        );
+        r.register(
+            "restore_test_passed",
+            "1 when the policy's last restore test passed, 0 when it failed",
+            self.restore_test_passed.clone(),
+        );
+        r.register(
+            "restore_test_last_run_timestamp_seconds",
+            "When the policy's last restore test ended",
+            self.restore_test_last_run.clone(),
         );
         r.register(
             "leader",

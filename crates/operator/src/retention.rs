@@ -70,8 +70,10 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
         ctx.warn(&policy.object_ref(&()), "BinlogArchiverFailed", &message)
             .await;
     }
+    // Restore tests (their own Jobs and status; never in the way of retention).
+    let wake = crate::restoretest::reconcile(&ctx, &policy).await;
     let Some(retention) = policy.spec.retention.as_ref() else {
-        return Ok(Requeue::await_change());
+        return Ok(wake.map_or_else(Requeue::await_change, Requeue::requeue));
     };
     let now = ctx.clock.now();
     let checked = tidemark_api::names::label_value_name("metadata.name", &name)
@@ -102,7 +104,7 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
     {
         let due = tidemark_core::saturating_add(last, interval);
         if due > now {
-            return Ok(Requeue::requeue(until(now, due)));
+            return Ok(sooner(until(now, due), wake));
         }
     }
 
@@ -119,7 +121,7 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
             ctx.warn(&policy.object_ref(&()), "NoEstablishedPrimary", &message)
                 .await;
             set_failed(&api, &policy, "NoEstablishedPrimary", &message, None).await?;
-            return Ok(Requeue::requeue(recheck));
+            return Ok(sooner(recheck, wake));
         }
     }
     // The pass runs in the background (its hooks and consolidations can take long), never
@@ -441,8 +443,9 @@ async fn pass(
                 generation,
             ),
         }],
+        restore_test: None,
     };
-    crate::status::own(&api, &name, &new).await?;
+    crate::status::policy(&api, &name, &new).await?;
     if let Some(message) = partly_failed {
         return Err(Error::PartlyFailed(message));
     }
@@ -737,7 +740,12 @@ async fn set_failed(
     // observedGeneration moves only with a pass that succeeded: after a spec change, a
     // failed pass is retried (by backoff), not held back by retentionInterval.
     let _ = attempted;
-    crate::status::own(api, &policy.name_any(), &status).await
+    crate::status::policy(api, &policy.name_any(), &status).await
+}
+
+/// Requeue after `d`, or sooner when the restore tests want to be looked at (`wake`).
+fn sooner(d: Duration, wake: Option<Duration>) -> Requeue {
+    Requeue::requeue(wake.map_or(d, |w| w.min(d)))
 }
 
 fn until(now: Timestamp, at: Timestamp) -> Duration {

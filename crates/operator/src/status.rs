@@ -26,6 +26,45 @@ pub const DELETION_CONDITIONS: [&str; 2] = ["RemoteCleanup", "Expired"];
 /// The field manager of `status.hooks`.
 pub const HOOKS_MANAGER: &str = "tidemark-operator-hooks";
 
+/// The field manager of `status.restoreTest` (a BackupPolicy's and a Backup's).
+pub const RESTORE_TEST_MANAGER: &str = "tidemark-operator-restore-test";
+
+/// Writes a BackupPolicy's retention fields (everything but `restoreTest`, which the
+/// restore tests write under [`RESTORE_TEST_MANAGER`]).
+///
+/// # Errors
+/// The API refused the patch.
+pub async fn policy(
+    api: &Api<tidemark_api::crd::BackupPolicy>,
+    name: &str,
+    status: &tidemark_api::crd::BackupPolicyStatus,
+) -> Result<(), Error> {
+    let mut own = status.clone();
+    own.restore_test = None;
+    self::own(api, name, &own).await
+}
+
+/// Writes `status.restoreTest` of a BackupPolicy or a Backup, under its own manager.
+///
+/// # Errors
+/// The API refused the patch.
+pub async fn restore_test<K>(
+    api: &Api<K>,
+    name: &str,
+    value: serde_json::Value,
+) -> Result<(), Error>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    apply(
+        api,
+        name,
+        RESTORE_TEST_MANAGER,
+        json!({ "restoreTest": value }),
+    )
+    .await
+}
+
 /// Writes the attempt's fields of a Backup's status (phase, ids, sizes, times, error, the
 /// `Ready` and `Blocked` conditions) under the operator's field manager. Each other writer
 /// has its own fields and manager ([`apply`]), so a copy of the status that is
@@ -34,6 +73,7 @@ pub async fn backup(api: &Api<Backup>, name: &str, status: &BackupStatus) -> Res
     let mut own = status.clone();
     own.hooks.clear();
     own.data_removed = None;
+    own.restore_test = None;
     own.conditions
         .retain(|c| !DELETION_CONDITIONS.contains(&c.type_.as_str()));
     apply(

@@ -1228,3 +1228,215 @@ async fn a_synthetic_full_that_stood_in_runs_no_hook_twice() {
     assert!(calls.is_empty(), "the hook ran again: {calls:?}");
     op.stop().await;
 }
+
+/// Restore tests in the operator (issue 19 §4): at each slot of `spec.restoreTest` the
+/// operator starts a Job running `tidemark restore-test` in the database image; when it
+/// ends it reads the outcome the Job recorded in the store and reports it — the policy's
+/// `status.restoreTest`, the restored Backup's `status.restoreTest`, an event and the
+/// `tidemark_restore_test_passed` metric. The node is played here: the test writes the
+/// record a Job would (failed, then passed) and sets the Job's status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restore_tests_run_as_jobs_and_report_their_outcome() {
+    use k8s_openapi::api::batch::v1::Job;
+    use tidemark_mariadb::check::{CheckOutcome, RestoreTestRecord};
+    let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let ns = "restoretest";
+    cluster.namespace(ns).await;
+    secret(&admin, ns, "s3").await;
+    let store = weed.cluster_store("db");
+    let full = SynthBackup::full(
+        "nightly",
+        Timestamp::now() - SignedDuration::from_hours(1),
+        1,
+    );
+    synth::write_backups(&store, std::slice::from_ref(&full))
+        .await
+        .unwrap();
+    tidemark_operator::testkit::running_pod(
+        &admin,
+        ns,
+        json!({
+            "metadata": {"name": "db-0", "namespace": ns, "labels": {"app": "db"}},
+            "spec": {"containers": [{"name": "mariadb", "image": "mariadb:11.4"}]},
+        }),
+    )
+    .await;
+    // The Backup object of the backup the tests restore (completed: nothing to take).
+    let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
+    let b: Backup = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "Backup",
+        "metadata": {"name": "nightly-1", "namespace": ns},
+        "spec": {"policy": {"name": "db"}},
+    }))
+    .unwrap();
+    backups.create(&PostParams::default(), &b).await.unwrap();
+    backups
+        .patch_status(
+            "nightly-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "completed", "backupId": full.id}})),
+        )
+        .await
+        .unwrap();
+    let mut p = policy("db", ns, &weed.endpoint, "s3");
+    p.spec.source =
+        Some(serde_json::from_value(json!({"selector": {"matchLabels": {"app": "db"}}})).unwrap());
+    p.spec.restore_test = Some(
+        serde_json::from_value(json!({
+            "schedule": "*/2 * * * * *",
+            "query": "SELECT COUNT(*) FROM shop.orders",
+            "expect": "8",
+        }))
+        .unwrap(),
+    );
+    let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), ns);
+    policies.create(&PostParams::default(), &p).await.unwrap();
+    let op = Operator::start(&cluster, "operator-restoretest");
+    let jobs: Api<Job> = Api::namespaced(admin.clone(), ns);
+
+    // Plays one test: waits for its Job, records the outcome a Job would, ends the Job.
+    let play = |passed: bool, after: Option<String>| {
+        let (jobs, policies, store, full) =
+            (jobs.clone(), policies.clone(), store.clone(), full.clone());
+        async move {
+            let job = eventually("a restore test Job", || async {
+                let st = status(&policies, "db").await;
+                let name = st["restoreTest"]["job"].as_str()?.to_owned();
+                if Some(&name) == after.as_ref() {
+                    return None;
+                }
+                jobs.get_opt(&name).await.unwrap()
+            })
+            .await;
+            let c = &job
+                .spec
+                .as_ref()
+                .unwrap()
+                .template
+                .spec
+                .as_ref()
+                .unwrap()
+                .containers[0];
+            assert_eq!(c.image.as_deref(), Some("mariadb:11.4"));
+            let args = c.args.clone().unwrap().join(" ");
+            assert!(args.contains("tidemark restore-test --store"), "{args}");
+            assert!(
+                args.contains("--query SELECT COUNT(*) FROM shop.orders --expect 8"),
+                "{args}"
+            );
+            let record = RestoreTestRecord {
+                format_version: 1,
+                tested_at: Timestamp::now(),
+                target: full.started_at + SignedDuration::from_secs(60),
+                backup_name: full.name.clone(),
+                backup_id: full.id.clone(),
+                chain: vec![full.id.clone()],
+                segments_replayed: 0,
+                bytes_downloaded: 1,
+                seconds: 1,
+                outcome: CheckOutcome {
+                    passed,
+                    tables_checked: 31,
+                    problems: if passed {
+                        Vec::new()
+                    } else {
+                        vec![r#"the query returned "7", expected "8""#.to_owned()]
+                    },
+                    query: Some("SELECT COUNT(*) FROM shop.orders".into()),
+                    query_result: Some(if passed { "8" } else { "7" }.into()),
+                },
+                by: "tidemark restore-test".into(),
+            };
+            tidemark_store::transfer::record_restore_test(
+                &store,
+                &full.name,
+                &full.id,
+                &serde_json::to_value(&record).unwrap(),
+            )
+            .await
+            .unwrap();
+            let ended = if passed {
+                json!({"succeeded": 1})
+            } else {
+                json!({"failed": 1})
+            };
+            jobs.patch_status(
+                &job.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": ended})),
+            )
+            .await
+            .unwrap();
+            job.name_any()
+        }
+    };
+    let first = play(false, None).await;
+    let st = eventually("the failed test reported", || async {
+        let s = status(&policies, "db").await;
+        (s["restoreTest"]["last"]["passed"] == false).then_some(s)
+    })
+    .await;
+    let last = &st["restoreTest"]["last"];
+    assert_eq!(last["backupId"], full.id.as_str(), "{st}");
+    assert_eq!(last["tablesChecked"], 31, "{st}");
+    assert!(
+        last["problems"][0]
+            .as_str()
+            .unwrap()
+            .contains("expected \"8\""),
+        "{st}"
+    );
+    let b = eventually("the Backup's restoreTest", || async {
+        let b = backups.get("nightly-1").await.unwrap();
+        b.status.and_then(|s| s.restore_test)
+    })
+    .await;
+    assert!(!b.passed);
+    let events = |reason: &'static str| {
+        let admin = admin.clone();
+        async move {
+            Api::<K8sEvent>::namespaced(admin, ns)
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some(reason))
+        }
+    };
+    let e = eventually("a RestoreTestFailed event", || events("RestoreTestFailed")).await;
+    assert!(e.note.unwrap_or_default().contains("expected \"8\""));
+    let (_, metrics) = op.get("/metrics").await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("tidemark_restore_test_passed{") && l.ends_with(" 0")),
+        "{metrics}"
+    );
+    // The next slot: a new Job, which passes.
+    play(true, Some(first)).await;
+    eventually("the passed test reported", || async {
+        let s = status(&policies, "db").await;
+        (s["restoreTest"]["last"]["passed"] == true).then_some(())
+    })
+    .await;
+    eventually("a RestoreTestPassed event", || events("RestoreTestPassed")).await;
+    eventually("the Backup's passed restoreTest", || async {
+        let b = backups.get("nightly-1").await.unwrap();
+        b.status.and_then(|s| s.restore_test).filter(|r| r.passed)
+    })
+    .await;
+    let (_, metrics) = op.get("/metrics").await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("tidemark_restore_test_passed{") && l.ends_with(" 1")),
+        "{metrics}"
+    );
+    // The retention fields and the restore test's live side by side in status.
+    let st = status(&policies, "db").await;
+    assert!(st["conditions"][0]["reason"] == "PassSucceeded", "{st}");
+    op.stop().await;
+}

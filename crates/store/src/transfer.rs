@@ -1204,26 +1204,54 @@ pub async fn record_verified(
 
 /// Records a restore test's outcome (`outcome`, any JSON object) in the directory of the
 /// backup `name`/`id` it restored, as [`layout::RESTORE_TEST`] (the newest replaces the
-/// last).
+/// last), and as the cluster's latest ([`latest_restore_test_key`]), where whoever started
+/// the test (the operator's Job) finds it.
 ///
 /// # Errors
-/// The store refused the write.
+/// The store refused a write.
 pub async fn record_restore_test(
     store: &ClusterStore,
     name: &str,
     id: &str,
     outcome: &serde_json::Value,
 ) -> Result<(), StoreError> {
-    let key = layout::payload_key(name, id, layout::RESTORE_TEST);
-    store
-        .inner
-        .put(
-            &key,
-            object_store::PutPayload::from(outcome.to_string().into_bytes()),
-        )
-        .await
-        .map(drop)
-        .map_err(|source| crate::error::request(store, "writing", &key, source))
+    let body = outcome.to_string().into_bytes();
+    for key in [
+        layout::payload_key(name, id, layout::RESTORE_TEST),
+        latest_restore_test_key(),
+    ] {
+        store
+            .inner
+            .put(&key, object_store::PutPayload::from(body.clone()))
+            .await
+            .map_err(|source| crate::error::request(store, "writing", &key, source))?;
+    }
+    Ok(())
+}
+
+/// Where the cluster's latest restore test outcome is: `_state/restore-test.json`.
+pub fn latest_restore_test_key() -> Path {
+    Path::from_iter([layout::STATE, "restore-test.json"])
+}
+
+/// The cluster's latest restore test outcome, if any (at most the control-object size).
+///
+/// # Errors
+/// The store failed, or the object is not JSON.
+pub async fn latest_restore_test(
+    store: &ClusterStore,
+) -> Result<Option<serde_json::Value>, StoreError> {
+    let key = latest_restore_test_key();
+    let Some(body) = store.read(&key).await? else {
+        return Ok(None);
+    };
+    serde_json::from_slice(&body)
+        .map(Some)
+        .map_err(|e| StoreError::MalformedState {
+            url: store.url.clone(),
+            key: store.display_key(&key),
+            problem: e.to_string(),
+        })
 }
 
 /// Whether the object `key`, written as `form`, can be decoded with this store's

@@ -1,0 +1,441 @@
+//! Restore tests as Jobs (issue 19 §4): at each slot of a policy's `spec.restoreTest`
+//! schedule the operator runs `tidemark restore-test` in a Job in the database image
+//! (which has `mariabackup`, `mariadbd` and the client); the Job restores the newest (or a
+//! random) point into an `emptyDir`, starts MariaDB on it, checks every table and the
+//! user's query, and records the outcome in the store. When the Job has ended the operator
+//! reads that record (`_state/restore-test.json`) and reports it: the policy's
+//! `status.restoreTest`, the restored Backup's `status.restoreTest`, an event
+//! (`RestoreTestPassed` / Warning `RestoreTestFailed`), and the metrics
+//! `tidemark_restore_test_passed` and `tidemark_restore_test_last_run_timestamp_seconds`.
+//!
+//! One test at a time per policy; a slot missed while a test ran (or the operator was
+//! down) is run once, not replayed in bulk.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
+use tidemark_api::crd::{Backup, BackupPolicy};
+use tidemark_api::policy::RestoreTestStatus;
+use tidemark_api::schedule::RestoreTestResult;
+
+use crate::context::Context;
+use crate::error::Error;
+use crate::pod;
+
+/// Where the restored data directory goes in the Job's pod.
+const SCRATCH: &str = "/scratch";
+/// How often a running test's Job is looked at.
+const POLL: Duration = Duration::from_secs(15);
+/// Problems carried into a status.
+const STATUS_PROBLEMS: usize = 5;
+
+/// The Job of the test of `slot`: deterministic, so a restarted operator finds it.
+pub fn job_name(policy: &str, slot: Timestamp) -> String {
+    let mut base: String = policy.chars().take(30).collect();
+    while base.ends_with('-') || base.ends_with('.') {
+        base.pop();
+    }
+    format!("{base}-restore-test-{}", slot.strftime("%Y%m%d%H%M%S"))
+}
+
+/// Looks after the restore tests of `policy`; returns when to look again (`None`: the
+/// policy has none). Trouble is reported as an event, never stops retention.
+pub async fn reconcile(ctx: &Context, policy: &BackupPolicy) -> Option<Duration> {
+    let spec = policy.spec.restore_test.as_ref()?;
+    match step(ctx, policy, spec).await {
+        Ok(wake) => Some(wake),
+        Err(e) => {
+            let message = format!("restore test: {e}");
+            tracing::warn!(policy = %policy.name_any(), "{message}");
+            ctx.warn(&policy.object_ref(&()), "RestoreTestError", &message)
+                .await;
+            Some(Duration::from_secs(300))
+        }
+    }
+}
+
+async fn step(
+    ctx: &Context,
+    policy: &BackupPolicy,
+    spec: &tidemark_api::policy::RestoreTestSpec,
+) -> Result<Duration, Error> {
+    let (cron, random) = spec.settings().map_err(|e| Error::Invalid(e.to_string()))?;
+    let tz = match policy.spec.time_zone.as_deref() {
+        Some(z) => jiff::tz::TimeZone::get(z)
+            .map_err(|_| Error::Invalid(format!("spec.timeZone: unknown time zone {z:?}")))?,
+        None => jiff::tz::TimeZone::UTC,
+    };
+    let ns = policy.namespace().unwrap_or_default();
+    let name = policy.name_any();
+    let policies: Api<BackupPolicy> = Api::namespaced(ctx.client.clone(), &ns);
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut status = policy
+        .status
+        .as_ref()
+        .and_then(|s| s.restore_test.clone())
+        .unwrap_or_default();
+    let now = ctx.clock.now();
+
+    // A test running: wait for its Job, then report what it recorded.
+    if let Some(job_name) = status.job.clone() {
+        match jobs.get_opt(&job_name).await? {
+            Some(job) => {
+                let st = job.status.clone().unwrap_or_default();
+                let failed = st.failed.unwrap_or(0) > 0;
+                if !failed && st.succeeded.unwrap_or(0) == 0 {
+                    return Ok(POLL);
+                }
+                let started = job
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map_or(Timestamp::UNIX_EPOCH, |t| t.0);
+                let why = if failed {
+                    pod::job_failure(&ctx.client, &job).await
+                } else {
+                    None
+                };
+                report(ctx, policy, &mut status, started, &job_name, why).await?;
+                let _ = jobs.delete(&job_name, &DeleteParams::background()).await;
+            }
+            None => {
+                status.job = None; // deleted by someone: the next slot runs a new one
+            }
+        }
+    }
+
+    // The next slot: the first after the last one run (or the policy's creation).
+    let since = status
+        .last_schedule_time
+        .as_ref()
+        .map(|t| t.0)
+        .or_else(|| policy.meta().creation_timestamp.as_ref().map(|t| t.0))
+        .unwrap_or(now);
+    let next = status
+        .job
+        .is_none()
+        .then(|| cron.next_after(since, &tz))
+        .flatten();
+    if let Some(due) = next.filter(|d| *d <= now) {
+        // At most one catch-up run: the latest slot that has come.
+        let slot = cron.latest_in(since, now, &tz).unwrap_or(due);
+        let job_name = job_name(&name, slot);
+        let job = job(ctx, policy, &job_name, random, spec).await?;
+        match jobs.create(&PostParams::default(), &job).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+        tracing::info!(policy = %name, job = %job_name, "restore test started");
+        status.job = Some(job_name);
+        status.last_schedule_time = Some(Time(slot));
+    }
+    let upcoming = cron.next_after(now, &tz);
+    status.next_schedule_time = upcoming.map(Time);
+    crate::status::restore_test(
+        &policies,
+        &name,
+        serde_json::to_value(&status).unwrap_or_default(),
+    )
+    .await?;
+    Ok(if status.job.is_some() {
+        POLL
+    } else {
+        upcoming.map_or(Duration::from_secs(3600), |t| {
+            Duration::try_from(t.duration_since(now))
+                .unwrap_or(Duration::ZERO)
+                .max(Duration::from_secs(1))
+        })
+    })
+}
+
+/// Reads what the Job recorded and reports it: status, the Backup restored, an event and
+/// the metrics. A Job that ended without a record (its restore failed) is reported with
+/// `why` (its pod's termination message).
+async fn report(
+    ctx: &Context,
+    policy: &BackupPolicy,
+    status: &mut RestoreTestStatus,
+    started: Timestamp,
+    job_name: &str,
+    why: Option<String>,
+) -> Result<(), Error> {
+    status.job = None;
+    let store = crate::stores::open(ctx, policy).await?;
+    let record = tidemark_store::transfer::latest_restore_test(&store)
+        .await
+        .map_err(|e| Error::Engine(e.into()))?
+        .and_then(|v| serde_json::from_value::<tidemark_mariadb::check::RestoreTestRecord>(v).ok())
+        // A record older than the Job is an earlier test's.
+        .filter(|r| r.tested_at >= started);
+    let labels = crate::metrics::Metrics::policy(
+        &policy.namespace().unwrap_or_default(),
+        &policy.name_any(),
+    );
+    ctx.metrics
+        .restore_test_last_run
+        .get_or_create(&labels)
+        .set(ctx.clock.now().as_second());
+    let Some(record) = record else {
+        let message = format!(
+            "restore test Job {job_name} ended without restoring anything ({}); the next slot tries again",
+            why.unwrap_or_else(|| "its pod's log says why".into())
+        );
+        status.last = Some(RestoreTestResult {
+            tested_at: Time(ctx.clock.now()),
+            passed: false,
+            target: None,
+            backup_id: None,
+            tables_checked: None,
+            problems: vec![message.clone()],
+        });
+        ctx.metrics
+            .restore_test_passed
+            .get_or_create(&labels)
+            .set(0);
+        ctx.warn(&policy.object_ref(&()), "RestoreTestFailed", &message)
+            .await;
+        return Ok(());
+    };
+    let outcome = &record.outcome;
+    let result = RestoreTestResult {
+        tested_at: Time(record.tested_at),
+        passed: outcome.passed,
+        target: Some(Time(record.target)),
+        backup_id: Some(record.backup_id.clone()),
+        tables_checked: Some(outcome.tables_checked as u64),
+        problems: outcome
+            .problems
+            .iter()
+            .take(STATUS_PROBLEMS)
+            .cloned()
+            .collect(),
+    };
+    status.last = Some(result.clone());
+    ctx.metrics
+        .restore_test_passed
+        .get_or_create(&labels)
+        .set(i64::from(outcome.passed));
+    let what = format!(
+        "restore test of {} ({}/{}, {} backup(s), {} binlog(s)): {} table(s) checked",
+        record.target,
+        record.backup_name,
+        record.backup_id,
+        record.chain.len(),
+        record.segments_replayed,
+        outcome.tables_checked
+    );
+    if outcome.passed {
+        ctx.event(
+            &policy.object_ref(&()),
+            EventType::Normal,
+            "RestoreTestPassed",
+            &format!("{what}; passed"),
+        )
+        .await;
+    } else {
+        ctx.warn(
+            &policy.object_ref(&()),
+            "RestoreTestFailed",
+            &format!("{what}; failed: {}", outcome.problems.join("; ")),
+        )
+        .await;
+    }
+    // The Backup object of the backup restored, if it has one.
+    let backups: Api<Backup> =
+        Api::namespaced(ctx.client.clone(), &policy.namespace().unwrap_or_default());
+    let list = backups.list(&ListParams::default()).await?;
+    if let Some(b) = list.items.iter().find(|b| {
+        b.spec.template.policy.name == policy.name_any()
+            && b.status.as_ref().and_then(|s| s.backup_id.as_deref())
+                == Some(record.backup_id.as_str())
+    }) {
+        crate::status::restore_test(
+            &backups,
+            &b.name_any(),
+            serde_json::to_value(&result).unwrap_or_default(),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// The Job that runs `tidemark restore-test` in the database image.
+async fn job(
+    ctx: &Context,
+    policy: &BackupPolicy,
+    name: &str,
+    random: bool,
+    spec: &tidemark_api::policy::RestoreTestSpec,
+) -> Result<Job, Error> {
+    let database = crate::archiver::database_runtime(ctx, policy).await?;
+    let store_secret = crate::stores::policy_secret_keys(&ctx.client, policy).await?;
+    job_of(
+        policy,
+        name,
+        random,
+        spec,
+        &database,
+        &ctx.image,
+        store_secret.as_ref(),
+    )
+    .map_err(Error::Invalid)
+}
+
+/// [`job`] from what it needs (no API calls).
+pub fn job_of(
+    policy: &BackupPolicy,
+    name: &str,
+    random: bool,
+    spec: &tidemark_api::policy::RestoreTestSpec,
+    database: &crate::archiver::DatabaseRuntime,
+    operator_image: &str,
+    store_secret: Option<&crate::stores::SecretKeys>,
+) -> Result<Job, String> {
+    let os = policy
+        .spec
+        .object_store
+        .as_ref()
+        .ok_or("the BackupPolicy has no spec.objectStore")?;
+    let mut args = vec![
+        pod::tidemark_script(),
+        "tidemark".to_owned(),
+        "restore-test".to_owned(),
+        "--store".into(),
+        os.store_url().map_err(|e| e.to_string())?,
+        "--cluster".into(),
+        policy.spec.cluster_or(&policy.name_any()).to_owned(),
+        "--scratch".into(),
+        SCRATCH.into(),
+        "--output".into(),
+        "json".into(),
+    ];
+    if random {
+        args.push("--random".into());
+    }
+    if let Some(q) = &spec.query {
+        args.extend(["--query".into(), q.clone()]);
+        if let Some(e) = &spec.expect {
+            args.extend(["--expect".into(), e.clone()]);
+        }
+    }
+    let mut env = vec![pod::plain("TIDEMARK_LOG", "info")];
+    env.extend(pod::store_env(os, store_secret));
+    // An encrypted chain is read with the policy's identities (by Secret reference).
+    env.extend(pod::identity_env(os));
+    let labels = pod::labels("tidemark.io/restore-test", &policy.name_any());
+    let owner = crate::context::owner_ref(policy).ok_or("the BackupPolicy has no uid yet")?;
+    Ok(Job {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: policy.namespace(),
+            labels: Some(labels.clone()),
+            owner_references: Some(vec![owner]),
+            ..Default::default()
+        },
+        spec: Some(JobSpec {
+            // A failed test is reported; the next slot tries again.
+            backoff_limit: Some(0),
+            active_deadline_seconds: Some(crate::backup::job::JOB_DEADLINE_SECONDS),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    restart_policy: Some("Never".into()),
+                    security_context: database.pod_security.clone(),
+                    init_containers: Some(vec![pod::install_container(
+                        operator_image,
+                        database.pod_security.as_ref(),
+                        policy,
+                    )]),
+                    containers: vec![Container {
+                        name: "restore-test".into(),
+                        // As a consolidation: one database's worth of scratch and a server.
+                        resources: pod::resources(policy, |r| r.consolidation.as_ref()),
+                        image: Some(database.image.clone()),
+                        security_context: database.container_security.clone(),
+                        command: Some(vec!["sh".into(), "-c".into()]),
+                        args: Some(args),
+                        env: Some(env),
+                        volume_mounts: Some(vec![
+                            pod::tools_mount(),
+                            pod::mount("scratch", SCRATCH),
+                            pod::tmp_mount(),
+                        ]),
+                        termination_message_policy: Some(pod::TERMINATION_MESSAGE_POLICY.into()),
+                        ..Default::default()
+                    }],
+                    volumes: Some(vec![
+                        pod::tools_volume(),
+                        pod::empty_volume("scratch"),
+                        pod::tmp_volume(),
+                    ]),
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        status: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    /// The Job runs `tidemark restore-test` in the database image with the store's
+    /// settings, the query and its expected result, the identities by Secret reference,
+    /// and its scratch space in an emptyDir.
+    #[test]
+    fn the_job_restores_and_checks_in_the_database_image() {
+        let policy: BackupPolicy = serde_json::from_value(json!({
+            "apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy",
+            "metadata": {"name": "shop", "namespace": "ns", "uid": "0123"},
+            "spec": {
+                "objectStore": {"bucket": "b", "endpoint": "http://s3:9000",
+                    "encryption": {"recipients": [], "identitySecret": "keys"}},
+                "restoreTest": {"schedule": "0 0 4 * * *", "target": "random",
+                    "query": "SELECT COUNT(*) FROM shop.orders", "expect": "8"},
+            },
+        }))
+        .unwrap();
+        let spec = policy.spec.restore_test.clone().unwrap();
+        let db = crate::archiver::DatabaseRuntime {
+            image: "mariadb:11.4".into(),
+            pod_security: None,
+            container_security: None,
+        };
+        let name = job_name("shop", "2026-11-25T04:00:00Z".parse().unwrap());
+        assert_eq!(name, "shop-restore-test-20261125040000");
+        let job = job_of(&policy, &name, true, &spec, &db, "tidemark:test", None).unwrap();
+        let c = &job.spec.unwrap().template.spec.unwrap().containers[0];
+        assert_eq!(c.image.as_deref(), Some("mariadb:11.4"));
+        let args = c.args.clone().unwrap();
+        let joined = args.join(" ");
+        for want in [
+            "tidemark restore-test --store s3://b --cluster shop --scratch /scratch --output json --random",
+            "--query SELECT COUNT(*) FROM shop.orders --expect 8",
+        ] {
+            assert!(joined.contains(want), "{joined}");
+        }
+        let env = c.env.clone().unwrap();
+        let identity = env.iter().find(|e| e.name == "TIDEMARK_IDENTITY").unwrap();
+        assert!(identity.value.is_none() && identity.value_from.is_some());
+        assert!(
+            c.volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| m.mount_path == SCRATCH)
+        );
+    }
+}

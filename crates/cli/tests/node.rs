@@ -676,6 +676,45 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
         "12",
         "restore to {between}, between the full and the incremental"
     );
+    // A restore test on the node (issue 19 §4): the operator's Job, in the database image,
+    // restores the newest point (the encrypted chain and binlogs, with the identity from
+    // its Secret), starts MariaDB on it, checks every table and the query.
+    w.apply(
+        ns,
+        &[
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "backup-key"},
+                 "stringData": {"identity": std::fs::read_to_string(&w.identity).unwrap()}}),
+        ],
+    );
+    let policies: Api<BackupPolicy> = Api::namespaced(w.client(), ns);
+    policies
+        .patch(
+            "shop",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {
+                "objectStore": {"encryption": {"identitySecret": "backup-key"}},
+                "restoreTest": {"schedule": "*/5 * * * * *",
+                                "query": "SELECT COUNT(*) >= 19 FROM shop.orders", "expect": "1"}}})),
+        )
+        .await
+        .unwrap();
+    let tested = eventually_within("a restore test's outcome", LONG, || async {
+        let p = policies.get("shop").await.ok()?;
+        let last = serde_json::to_value(p.status?.restore_test?.last?).ok()?;
+        Some(last)
+    })
+    .await;
+    assert_eq!(tested["passed"], true, "{tested}");
+    assert!(tested["tablesChecked"].as_u64().unwrap() > 1, "{tested}");
+    policies
+        .patch(
+            "shop",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"restoreTest": null}})),
+        )
+        .await
+        .unwrap();
+
     // A chain that holds the maximum: the next is a full (seed 002's maximum increments
     // per full), not an incremental and not blocked.
     w.apply(

@@ -22,68 +22,6 @@ use std::time::Instant;
 use common::env_usize;
 use tidemark_store::testkit::{ACCESS_KEY, BUCKET, MariaDb, SECRET_KEY, SeaweedFs};
 
-/// Fills the server with about `mib` MiB of rows: words from a small vocabulary with
-/// numbers and dates, as an orders table holds.
-fn fill(db: &MariaDb, mib: usize) {
-    db.sql(
-        "CREATE DATABASE shop; CREATE TABLE shop.orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, \
-         customer VARCHAR(64), item VARCHAR(64), note VARCHAR(400), qty INT, price DECIMAL(10,2), \
-         at DATETIME) ENGINE=InnoDB",
-    );
-    // One seed batch of 10,000 rows, then doubling by INSERT … SELECT with new values.
-    let words = [
-        "blue", "green", "crate", "bolt", "valve", "north", "order", "return", "express",
-        "standard", "paid", "pending", "shipped", "fragile", "bulk", "retail",
-    ];
-    let mut rows = Vec::new();
-    for i in 0..10_000u64 {
-        let w = |k: u64| words[((i * 7 + k * 13) % words.len() as u64) as usize];
-        rows.push(format!(
-            "('customer-{}','{}-{}-{}','{} {} {} {} order {} for {}',{},{}.{:02},'2026-{:02}-{:02} {:02}:{:02}:00')",
-            i % 997,
-            w(1),
-            w(2),
-            i % 53,
-            w(3),
-            w(4),
-            w(5),
-            w(6),
-            i,
-            w(7),
-            i % 9 + 1,
-            i % 500,
-            i % 100,
-            i % 12 + 1,
-            i % 28 + 1,
-            i % 24,
-            i % 60
-        ));
-    }
-    // In batches: one client argument must stay under the kernel's limit.
-    for batch in rows.chunks(400) {
-        db.sql(&format!(
-            "INSERT INTO shop.orders (customer,item,note,qty,price,at) VALUES {}",
-            batch.join(",")
-        ));
-    }
-    loop {
-        let size: f64 = db
-            .sql("SELECT (data_length+index_length)/1048576 FROM information_schema.tables WHERE table_schema='shop' AND table_name='orders'")
-            .trim()
-            .parse()
-            .unwrap_or(0.0);
-        if size >= mib as f64 {
-            break;
-        }
-        db.sql(
-            "INSERT INTO shop.orders (customer,item,note,qty,price,at) \
-             SELECT CONCAT('customer-', FLOOR(RAND()*5000)), item, \
-             CONCAT(note, ' ', FLOOR(RAND()*100000)), qty, price*1.1, at + INTERVAL FLOOR(RAND()*900) DAY \
-             FROM shop.orders",
-        );
-    }
-}
-
 /// The run's median throughput (content MiB/s) and its stored size.
 fn median(mut runs: Vec<(f64, u64)>) -> (f64, u64) {
     runs.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -99,7 +37,7 @@ fn main() {
     let (_, recipient) = tidemark_store::crypt::generate();
     let db = MariaDb::start();
     let t = Instant::now();
-    fill(&db, mib);
+    common::fill(&db, mib);
     eprintln!("filled {mib} MiB in {:.0?}", t.elapsed());
     let stream = tempfile::NamedTempFile::new().unwrap();
     let mut cmd = Command::new("mariabackup");

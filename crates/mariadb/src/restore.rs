@@ -335,18 +335,22 @@ async fn restore_into(
             source,
         })?;
     let work = work.path();
-    let mut bytes = build_prepared(store, &plan.backups, datadir, work, tools, progress).await?;
-    if let Some(stop) = plan.stop_datetime {
-        let binlogs = work.join("binlogs");
-        tokio::fs::create_dir_all(&binlogs)
+    // The chain is downloaded, extracted and prepared while the binlogs download: the two
+    // share nothing until the replay.
+    let binlogs = async {
+        let Some(stop) = plan.stop_datetime else {
+            return Ok((Vec::new(), 0u64, None));
+        };
+        let dir = work.join("binlogs");
+        tokio::fs::create_dir_all(&dir)
             .await
             .map_err(|source| RestoreError::Io {
                 action: "creating the binlog directory".into(),
-                dir: binlogs.clone(),
+                dir: dir.clone(),
                 source,
             })?;
         let mut files = Vec::new();
-        progress.step("downloading binlogs", plan.segments.len());
+        let mut bytes = 0u64;
         for s in &plan.segments {
             // Names come from the store: one outside the grammar never becomes a path.
             if !layout::is_segment_name(&s.name) {
@@ -355,7 +359,7 @@ async fn restore_into(
                     problem: format!("{:?} is not a binlog segment name", s.name),
                 }));
             }
-            let path = binlogs.join(&s.name);
+            let path = dir.join(&s.name);
             let mut f = tokio::fs::File::create(&path)
                 .await
                 .map_err(TransferError::Sink)?;
@@ -366,12 +370,27 @@ async fn restore_into(
                 s.sha256.as_deref(),
                 s.form(),
                 &mut f,
-                progress,
+                &tidemark_store::NoProgress,
             )
             .await?;
             bytes += s.size;
             files.push(path);
         }
+        Ok::<_, RestoreError>((files, bytes, Some(stop)))
+    };
+    if !plan.segments.is_empty() {
+        progress.step(
+            &format!("downloading {} binlog(s) meanwhile", plan.segments.len()),
+            0,
+        );
+    }
+    // The first failure stops the other.
+    let (mut bytes, (files, binlog_bytes, stop)) = tokio::try_join!(
+        build_prepared(store, &plan.backups, datadir, work, tools, progress),
+        binlogs
+    )?;
+    bytes += binlog_bytes;
+    if let Some(stop) = stop {
         progress.step(
             &format!("replaying {} binlog(s) up to {stop}", files.len()),
             0,
@@ -400,32 +419,45 @@ pub(crate) async fn build_prepared(
     tools: &Tools,
     progress: &dyn Progress,
 ) -> Result<u64, RestoreError> {
-    let mut bytes = 0u64;
-    for (i, m) in chain.iter().enumerate() {
-        let dir = if i == 0 {
-            datadir.to_path_buf()
-        } else {
-            work.join(format!("increment-{i}"))
-        };
-        progress.step(
-            &format!("downloading {} into {}", m.backup_id, dir.display()),
-            0,
-        );
-        bytes += extract(store, m, &dir, tools, progress).await?;
-    }
+    let Some((base, increments)) = chain.split_first() else {
+        return Ok(0);
+    };
+    progress.step(
+        &format!("downloading {} into {}", base.backup_id, datadir.display()),
+        0,
+    );
+    let mut bytes = extract(store, base, datadir, tools, progress).await?;
     let log = work.join("tools.log");
-    progress.step("preparing the base backup", 0);
     let datadir_arg = format!("--target-dir={}", datadir.display());
-    run_logged(
-        &tools.mariabackup,
-        &["--prepare".into(), datadir_arg.clone()],
-        &log,
-        "mariabackup --prepare",
-    )
-    .await?;
-    for (i, m) in chain.iter().enumerate().skip(1) {
+    // The base is prepared while the increments download (prepare as early as possible):
+    // its redo log applies to its own files only.
+    let prepare_base = async {
+        progress.step("preparing the base backup", 0);
+        run_logged(
+            &tools.mariabackup,
+            &["--prepare".into(), datadir_arg.clone()],
+            &log,
+            "mariabackup --prepare",
+        )
+        .await
+    };
+    let download_increments = async {
+        let mut bytes = 0u64;
+        for (i, m) in increments.iter().enumerate() {
+            let dir = work.join(format!("increment-{}", i + 1));
+            progress.step(
+                &format!("downloading {} into {}", m.backup_id, dir.display()),
+                0,
+            );
+            bytes += extract(store, m, &dir, tools, progress).await?;
+        }
+        Ok::<_, RestoreError>(bytes)
+    };
+    let (_, downloaded) = tokio::try_join!(prepare_base, download_increments)?;
+    bytes += downloaded;
+    for (i, m) in increments.iter().enumerate() {
         progress.step(&format!("applying increment {}", m.backup_id), 0);
-        let inc = work.join(format!("increment-{i}"));
+        let inc = work.join(format!("increment-{}", i + 1));
         run_logged(
             &tools.mariabackup,
             &[

@@ -1,0 +1,305 @@
+//! Recovery time (issue 19 §4): `tidemark restore` of a full, an incremental and the
+//! binlogs written after it, pipelined as it runs — each payload streamed from the store
+//! into `mbstream -x`, the base prepared while the increments and the binlogs download —
+//! against the sum of its unavoidable steps measured alone on the same data: downloading
+//! the payloads and binlogs, extracting them, preparing the chain, replaying the binlogs.
+//!
+//! The data: a MariaDB server (the Debian packages the tests use) filled with
+//! `TIDEMARK_BENCH_RTO_MIB` (default 2048) MiB of rows, a full backup, a tenth of the rows
+//! changed and an incremental, then as many changes again in the binlogs only. The store is
+//! a local SeaweedFS. `TIDEMARK_BENCH_ROUNDS` sets the runs (default 3; the median is
+//! shown). `cargo bench -p tidemark --bench rto` (after `bench/install-peers.sh`, for
+//! `aws`, which downloads the binlogs alone).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::env_usize;
+use tidemark_store::testkit::{ACCESS_KEY, BUCKET, MariaDb, SECRET_KEY, SeaweedFs};
+
+/// `tidemark SUB …` (the store flags after the subcommand); must succeed.
+fn run(server: &SeaweedFs, sub: &str, args: &[&str]) -> Vec<u8> {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tidemark"));
+    c.env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+        .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+        .env("AWS_REGION", "us-east-1")
+        .env_remove("TIDEMARK_COMPRESSION")
+        .env_remove("TIDEMARK_RECIPIENTS")
+        .arg(sub)
+        .args(["--store", &format!("s3://{BUCKET}"), "--cluster", "rto"])
+        .args(["--endpoint", &server.endpoint])
+        .args(args)
+        .stderr(Stdio::inherit());
+    let out = c.output().unwrap();
+    assert!(out.status.success(), "tidemark {sub} {args:?} failed");
+    out.stdout
+}
+
+fn sh(script: &str) {
+    let ok = Command::new("bash")
+        .args(["-c", &format!("set -euo pipefail; {script}")])
+        .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+        .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "{script}");
+}
+
+fn timed(f: impl FnOnce()) -> Duration {
+    let t = Instant::now();
+    f();
+    t.elapsed()
+}
+
+fn median(mut d: Vec<Duration>) -> Duration {
+    d.sort();
+    d[d.len() / 2]
+}
+
+/// Starts a private server on `datadir` (as a restore does), pipes `mariadb-binlog` of
+/// `files` from `position` up to `stop` into it, and shuts it down.
+fn replay(datadir: &Path, work: &Path, files: &[std::path::PathBuf], position: u64, stop: &str) {
+    let socket = work.join("r.sock");
+    let cnf = datadir.join("backup-my.cnf");
+    let mut server = Command::new("mariadbd");
+    server
+        .arg(format!("--defaults-file={}", cnf.display()))
+        .arg(format!("--datadir={}", datadir.display()))
+        .arg(format!("--socket={}", socket.display()))
+        .arg(format!("--pid-file={}", work.join("r.pid").display()))
+        .arg(format!("--tmpdir={}", work.display()))
+        .arg(format!("--log-error={}", work.join("r.log").display()))
+        .args([
+            "--skip-networking",
+            "--skip-grant-tables",
+            "--skip-log-bin",
+            "--user=root",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child = server.spawn().unwrap();
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(child.try_wait().unwrap().is_none(), "mariadbd exited");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let list: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    sh(&format!(
+        "TZ=UTC mariadb-binlog --start-position={position} --stop-datetime='{stop}' {} | mariadb --socket={} --binary-mode",
+        list.join(" "),
+        socket.display()
+    ));
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(
+        child.wait().unwrap().success(),
+        "mariadbd did not stop cleanly"
+    );
+}
+
+fn main() {
+    let mib = env_usize("TIDEMARK_BENCH_RTO_MIB", 2048);
+    let rounds = env_usize("TIDEMARK_BENCH_ROUNDS", 3);
+    let aws = common::tool("aws").expect("aws is missing: run bench/install-peers.sh first");
+    let db = MariaDb::start();
+    let t = Instant::now();
+    common::fill(&db, mib);
+    eprintln!("filled {mib} MiB in {:.0?}", t.elapsed());
+    let server = SeaweedFs::start();
+    let push = |parent: Option<&str>| -> serde_json::Value {
+        let mut args = vec![
+            "--backup-name",
+            "rto",
+            "--method",
+            "mariabackup",
+            "--output",
+            "json",
+        ];
+        if let Some(p) = parent {
+            args.extend(["--type", "incremental", "--parent", p]);
+        }
+        args.push("--");
+        args.push("mariabackup");
+        let client = db.client_args();
+        args.extend(client.iter().map(String::as_str));
+        serde_json::from_slice(&run(&server, "push", &args)).unwrap()
+    };
+    db.sql("FLUSH BINARY LOGS");
+    let full = push(None);
+    let change =
+        "UPDATE shop.orders SET qty = qty + 1, note = CONCAT(note, ' x') WHERE id % 10 = 0";
+    db.sql(change);
+    let inc = push(full["backupId"].as_str());
+    db.sql(change);
+    db.sql("FLUSH BINARY LOGS");
+    std::thread::sleep(Duration::from_millis(1500));
+    let target = jiff::Timestamp::now();
+    std::thread::sleep(Duration::from_millis(1500));
+    run(
+        &server,
+        "archive-binlogs",
+        &[
+            "--once",
+            "--binlog-index",
+            db.binlog_index().to_str().unwrap(),
+        ],
+    );
+    let plan: serde_json::Value = serde_json::from_slice(&run(
+        &server,
+        "restore",
+        &["--to", &target.to_string(), "--dry-run", "--output", "json"],
+    ))
+    .unwrap();
+    let segments: Vec<String> = plan["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_owned())
+        .collect();
+    let position = plan["startPosition"]["position"].as_u64().unwrap();
+    let stop = plan["stopDatetime"]
+        .as_str()
+        .unwrap()
+        .parse::<jiff::Timestamp>()
+        .unwrap();
+    let stop = stop.strftime("%Y-%m-%d %H:%M:%S").to_string();
+    let sizes: u64 = [&full, &inc]
+        .iter()
+        .map(|b| b["size"].as_u64().unwrap())
+        .sum::<u64>()
+        + plan["segments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["size"].as_u64().unwrap())
+            .sum::<u64>();
+    eprintln!(
+        "chain: full {} MiB, incremental {} MiB, {} binlog(s); {} MiB in all",
+        full["size"].as_u64().unwrap() >> 20,
+        inc["size"].as_u64().unwrap() >> 20,
+        segments.len(),
+        sizes >> 20
+    );
+    let scratch = tempfile::tempdir().unwrap();
+    let (mut pipelined, mut download, mut extract, mut prepare, mut replayed) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let dir = scratch.path().join(format!("r{round}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        // The restore as it runs.
+        let restored = dir.join("restored");
+        pipelined.push(timed(|| {
+            run(
+                &server,
+                "restore",
+                &[
+                    "--to",
+                    &target.to_string(),
+                    "--datadir",
+                    restored.to_str().unwrap(),
+                ],
+            );
+        }));
+        std::fs::remove_dir_all(&restored).unwrap();
+        // The steps alone: download…
+        let files = dir.join("files");
+        std::fs::create_dir_all(files.join("binlogs")).unwrap();
+        download.push(timed(|| {
+            for (b, f) in [(&full, "full.xb"), (&inc, "inc.xb")] {
+                let out = files.join(f);
+                run(
+                    &server,
+                    "fetch",
+                    &[
+                        "--backup-id",
+                        b["backupId"].as_str().unwrap(),
+                        "--out",
+                        out.to_str().unwrap(),
+                    ],
+                );
+            }
+            for s in &segments {
+                sh(&format!(
+                    "{} --endpoint-url {} s3 cp --quiet s3://{BUCKET}/rto/binlogs/{s} {}",
+                    aws.display(),
+                    server.endpoint,
+                    files.join("binlogs").join(s).display()
+                ));
+            }
+        }));
+        // …extract…
+        let base = dir.join("base");
+        let incdir = dir.join("inc");
+        extract.push(timed(|| {
+            for (f, d) in [("full.xb", &base), ("inc.xb", &incdir)] {
+                std::fs::create_dir_all(d).unwrap();
+                sh(&format!(
+                    "mbstream -x -C {} < {}",
+                    d.display(),
+                    files.join(f).display()
+                ));
+            }
+        }));
+        // …prepare…
+        prepare.push(timed(|| {
+            sh(&format!(
+                "mariabackup --prepare --target-dir={} >/dev/null 2>&1",
+                base.display()
+            ));
+            sh(&format!(
+                "mariabackup --prepare --target-dir={} --incremental-dir={} >/dev/null 2>&1",
+                base.display(),
+                incdir.display()
+            ));
+        }));
+        // …replay.
+        let work = dir.join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        let binlogs: Vec<_> = segments
+            .iter()
+            .map(|s| files.join("binlogs").join(s))
+            .collect();
+        replayed.push(timed(|| replay(&base, &work, &binlogs, position, &stop)));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    let (p, d, e, r, y) = (
+        median(pipelined),
+        median(download),
+        median(extract),
+        median(prepare),
+        median(replayed),
+    );
+    let sum = d + e + r + y;
+    println!("| step | seconds |");
+    println!("|---|---:|");
+    println!(
+        "| download alone (`tidemark fetch` ×2, `aws s3 cp` per binlog) | {:.1} |",
+        d.as_secs_f64()
+    );
+    println!(
+        "| extract alone (`mbstream -x` ×2) | {:.1} |",
+        e.as_secs_f64()
+    );
+    println!(
+        "| prepare alone (`mariabackup --prepare`, base and increment) | {:.1} |",
+        r.as_secs_f64()
+    );
+    println!(
+        "| replay alone (`mariadb-binlog \\| mariadb` on a private server) | {:.1} |",
+        y.as_secs_f64()
+    );
+    println!("| **sum of the steps** | **{:.1}** |", sum.as_secs_f64());
+    println!(
+        "| **`tidemark restore --to`** (pipelined) | **{:.1}** ({:.2}× the sum) |",
+        p.as_secs_f64(),
+        p.as_secs_f64() / sum.as_secs_f64()
+    );
+}

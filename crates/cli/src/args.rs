@@ -385,11 +385,20 @@ pub struct RestoreTestArgs {
     #[arg(long)]
     pub random: bool,
     /// A query to run on the restored server, e.g. "SELECT COUNT(*) FROM shop.orders".
-    #[arg(long, value_name = "SQL")]
+    #[arg(long, value_name = "SQL", allow_hyphen_values = true)]
     pub query: Option<String>,
-    /// The query's expected output (tab-separated columns, a line per row).
-    #[arg(long, value_name = "TEXT", requires = "query")]
+    /// The query's expected output (tab-separated columns, a line per row; as `mariadb -N
+    /// -B` prints it: `NULL`, and tabs, newlines and backslashes in values escaped).
+    #[arg(
+        long,
+        value_name = "TEXT",
+        requires = "query",
+        allow_hyphen_values = true
+    )]
     pub expect: Option<String>,
+    /// A name for this run, recorded as `runId` (a scheduler finds its own record by it).
+    #[arg(long, value_name = "ID")]
+    pub run_id: Option<String>,
     /// Where the scratch data directory goes (room for one restored database); default:
     /// the system's temporary directory. It is removed afterwards.
     #[arg(long, value_name = "DIR")]

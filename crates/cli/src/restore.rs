@@ -200,6 +200,7 @@ pub async fn restore_test(args: &RestoreTestArgs) -> Result<Exit, CliError> {
         &args.tools.tools(),
         &spec,
         "tidemark restore-test",
+        args.run_id.as_deref(),
         progress,
     )
     .await

@@ -761,16 +761,32 @@ async fn restore_test_task(ctx: Arc<Ctx>, t: RestoreTestRun, mut stop: watch::Re
             }
         }
         tracing::info!("restore test of the {:?} point started", t.point);
-        let tested = tidemark_mariadb::check::restore_test(
+        let test = tidemark_mariadb::check::restore_test(
             &ctx.store,
             t.point,
             &t.scratch,
             &t.tools,
             &t.check,
             "tidemark run",
+            None,
             &NoProgress,
-        )
-        .await;
+        );
+        // Told to stop: the test goes (its server and tools are killed, its scratch
+        // directory removed), it does not hold the shutdown.
+        let stopped = async {
+            while !*stop.borrow() {
+                if stop.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        let tested = tokio::select! {
+            r = test => r,
+            () = stopped => {
+                tracing::info!("restore test stopped: shutting down");
+                return;
+            }
+        };
         match tested {
             Ok(r) if r.outcome.passed => tracing::info!(
                 "restore test of {} ({}/{}): passed, {} table(s) checked in {} s",

@@ -84,7 +84,7 @@ pub async fn restore_and_check(
     })?;
     let report = restore::restore(store, plan, &datadir, tools, progress).await?;
     progress.step("starting MariaDB on the restored data", 0);
-    let server = PrivateServer::start(&datadir, &server_dir, tools).await?;
+    let server = PrivateServer::start(&datadir, &server_dir, tools, true).await?;
     progress.step("checking every table", 0);
     let mut outcome = check(&server.socket, tools, spec).await;
     if let Err(e) = server.stop("mariadbd shutdown after the checks").await {
@@ -125,6 +125,10 @@ pub struct RestoreTestRecord {
     pub outcome: CheckOutcome,
     /// What ran it (`tidemark restore-test`, `tidemark run`).
     pub by: String,
+    /// The caller's name for this run (`--run-id`; the operator's Job), so it finds its own
+    /// record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
 }
 
 /// A whole restore test: chooses the point, restores it into scratch space under
@@ -134,6 +138,7 @@ pub struct RestoreTestRecord {
 /// # Errors
 /// Nothing to restore, or the restore failed ([`RestoreError`]); the record could not be
 /// written. A check that fails is an outcome, not an error.
+#[allow(clippy::too_many_arguments)]
 pub async fn restore_test(
     store: &ClusterStore,
     point: Point,
@@ -141,6 +146,7 @@ pub async fn restore_test(
     tools: &Tools,
     spec: &CheckSpec,
     by: &str,
+    run_id: Option<&str>,
     progress: &dyn Progress,
 ) -> Result<RestoreTestRecord, RestoreError> {
     let started = std::time::Instant::now();
@@ -150,12 +156,48 @@ pub async fn restore_test(
         Point::Random => random_instant(&recovery_window(store).await?),
     };
     let plan = restore::resolve(store, target, progress).await?;
-    let (done, outcome) = restore_and_check(store, &plan, scratch, tools, spec, progress).await?;
     let Some(restored) = plan.backups.last() else {
         return Err(RestoreError::Refused(
             tidemark_core::RestoreRefusal::NoRecoveryPoint,
         ));
     };
+    let (done, outcome) =
+        match restore_and_check(store, &plan, scratch, tools, spec, progress).await {
+            Ok(done) => done,
+            Err(e) => {
+                // A restore that cannot be made is the most important outcome: recorded on the
+                // backup too, then reported as the error it is.
+                let mut outcome = CheckOutcome {
+                    query: spec.query.clone(),
+                    ..Default::default()
+                };
+                outcome.problem(format!("the restore failed: {e}"));
+                let record = RestoreTestRecord {
+                    format_version: 1,
+                    tested_at: jiff::Timestamp::now(),
+                    target: plan.target,
+                    backup_name: restored.backup_name.clone(),
+                    backup_id: restored.backup_id.clone(),
+                    chain: plan.backups.iter().map(|m| m.backup_id.clone()).collect(),
+                    segments_replayed: 0,
+                    bytes_downloaded: 0,
+                    seconds: started.elapsed().as_secs(),
+                    outcome,
+                    by: by.to_owned(),
+                    run_id: run_id.map(str::to_owned),
+                };
+                if let Ok(value) = serde_json::to_value(&record) {
+                    let _ = tidemark_store::transfer::record_restore_test(
+                        store,
+                        &restored.backup_name,
+                        &restored.backup_id,
+                        &value,
+                    )
+                    .await;
+                }
+                return Err(e);
+            }
+        };
     let record = RestoreTestRecord {
         format_version: 1,
         tested_at: jiff::Timestamp::now(),
@@ -168,6 +210,7 @@ pub async fn restore_test(
         seconds: started.elapsed().as_secs(),
         outcome,
         by: by.to_owned(),
+        run_id: run_id.map(str::to_owned),
     };
     let value = serde_json::to_value(&record).map_err(|e| RestoreError::Io {
         action: format!("encoding the restore test's record: {e}"),
@@ -203,17 +246,56 @@ async fn recovery_window(
     }
 }
 
-/// A whole second of `window` chosen at random (a restore moves one in a gap to where the
-/// window resumes).
+/// A whole second of `window` chosen at random among those it restores (never in a gap):
+/// an offset into the restorable seconds, mapped back onto the window's pieces.
 fn random_instant(window: &tidemark_core::plan::RecoveryWindow) -> jiff::Timestamp {
-    let from = window.from.as_second() + i64::from(window.from.subsec_nanosecond() > 0);
-    let to = window.to.as_second();
-    if to <= from {
+    random_instant_with(window, rand::random::<u64>())
+}
+
+fn random_instant_with(window: &tidemark_core::plan::RecoveryWindow, r: u64) -> jiff::Timestamp {
+    // The restorable pieces, as whole seconds [from, to].
+    let mut pieces: Vec<(i64, i64)> = Vec::new();
+    let mut start = window.from;
+    let mut gaps = window.gaps.clone();
+    gaps.sort_by_key(|g| g.from);
+    for g in gaps.iter().chain(std::iter::once(&tidemark_core::Interval {
+        from: window.to,
+        to: window.to,
+    })) {
+        let from = start.as_second() + i64::from(start.subsec_nanosecond() > 0);
+        // A gap's own start is not restorable; the piece ends the second before.
+        let to = if g.from == window.to && g.to == window.to {
+            window.to.as_second()
+        } else {
+            let t = g.from.as_second();
+            if g.from.subsec_nanosecond() > 0 {
+                t
+            } else {
+                t - 1
+            }
+        };
+        if to >= from {
+            pieces.push((from, to));
+        }
+        start = g.to;
+    }
+    let total: u64 = pieces
+        .iter()
+        .map(|(f, t)| u64::try_from(t - f).unwrap_or(0) + 1)
+        .sum();
+    if total == 0 {
         return window.to;
     }
-    let span = u64::try_from(to - from).unwrap_or(0) + 1;
-    let pick = from + i64::try_from(rand::random::<u64>() % span).unwrap_or(0);
-    jiff::Timestamp::from_second(pick).unwrap_or(window.to)
+    let mut pick = r % total;
+    for (f, t) in pieces {
+        let len = u64::try_from(t - f).unwrap_or(0) + 1;
+        if pick < len {
+            let at = f + i64::try_from(pick).unwrap_or(0);
+            return jiff::Timestamp::from_second(at).unwrap_or(window.to);
+        }
+        pick -= len;
+    }
+    window.to
 }
 
 /// Runs the checks on the server at `socket`.
@@ -222,17 +304,19 @@ async fn check(socket: &Path, tools: &Tools, spec: &CheckSpec) -> CheckOutcome {
         query: spec.query.clone(),
         ..Default::default()
     };
+    // Names in hex: the client's batch output escapes tabs, newlines and backslashes, and
+    // a name must come back to CHECK TABLE exactly as it is.
     let tables = match sql(
         socket,
         tools,
-        "SELECT CONCAT('`', REPLACE(TABLE_SCHEMA, '`', '``'), '`.`', REPLACE(TABLE_NAME, '`', '``'), '`') \
-         FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE' \
+        "SELECT HEX(TABLE_SCHEMA), HEX(TABLE_NAME) FROM information_schema.TABLES \
+         WHERE TABLE_TYPE IN ('BASE TABLE', 'SYSTEM VERSIONED') \
          AND TABLE_SCHEMA NOT IN ('information_schema', 'performance_schema', 'sys') \
          ORDER BY TABLE_SCHEMA, TABLE_NAME",
     )
     .await
     {
-        Ok(out) => out.lines().map(str::to_owned).collect::<Vec<_>>(),
+        Ok(out) => out.lines().filter_map(quoted_table).collect::<Vec<_>>(),
         Err(e) => {
             outcome.problem(format!("listing the tables: {e}"));
             return outcome;
@@ -245,7 +329,10 @@ async fn check(socket: &Path, tools: &Tools, spec: &CheckSpec) -> CheckOutcome {
                     outcome.problem(p);
                 }
             }
-            Err(e) => outcome.problem(format!("CHECK TABLE {}: {e}", batch.join(", "))),
+            Err(e) => {
+                outcome.problem(format!("CHECK TABLE {}: {e}", batch.join(", ")));
+                continue;
+            }
         }
         outcome.tables_checked += batch.len();
     }
@@ -270,6 +357,16 @@ async fn check(socket: &Path, tools: &Tools, spec: &CheckSpec) -> CheckOutcome {
     outcome
 }
 
+/// `` `schema`.`table` `` from a line of two hex columns (backticks doubled inside).
+fn quoted_table(line: &str) -> Option<String> {
+    let (schema, table) = line.split_once('\t')?;
+    let name = |h: &str| -> Option<String> {
+        let bytes = hex::decode(h.trim()).ok()?;
+        Some(String::from_utf8_lossy(&bytes).replace('`', "``"))
+    };
+    Some(format!("`{}`.`{}`", name(schema)?, name(table)?))
+}
+
 /// The problems in `CHECK TABLE`'s answer (`Table`, `Op`, `Msg_type`, `Msg_text`, tab
 /// separated): every `error` row, and a final `status` that is not `OK`.
 fn check_problems(out: &str) -> Vec<String> {
@@ -279,7 +376,7 @@ fn check_problems(out: &str) -> Vec<String> {
         let [table, _op, kind, text] = cols[..] else {
             continue;
         };
-        let bad = match kind {
+        let bad = match kind.to_ascii_lowercase().as_str() {
             "error" => true,
             "status" => !(text == "OK" || text.contains("up to date")),
             _ => false,
@@ -305,7 +402,14 @@ fn cut(s: &str) -> String {
 /// One statement through `mariadb -N -B`; its output, or its error output.
 async fn sql(socket: &Path, tools: &Tools, statement: &str) -> Result<String, String> {
     let out = Command::new(&tools.mariadb)
+        .env_clear()
+        .envs(
+            restore::KEPT_ENV
+                .iter()
+                .filter_map(|k| Some((*k, std::env::var_os(k)?))),
+        )
         .arg("--no-defaults")
+        .arg("--default-character-set=utf8mb4")
         .arg(format!("--socket={}", socket.display()))
         .args(["-N", "-B", "-e", statement])
         .stdin(Stdio::null())
@@ -323,17 +427,46 @@ async fn sql(socket: &Path, tools: &Tools, statement: &str) -> Result<String, St
 mod tests {
     use super::*;
 
+    /// A random point is never in a gap: every restorable second can come out, and only
+    /// those.
+    #[test]
+    fn random_points_avoid_the_gaps() {
+        let t = |s: &str| s.parse::<jiff::Timestamp>().unwrap();
+        let window = tidemark_core::plan::RecoveryWindow {
+            from: t("2026-11-25T10:00:00.5Z"),
+            to: t("2026-11-25T10:00:09Z"),
+            gaps: vec![tidemark_core::Interval {
+                from: t("2026-11-25T10:00:03Z"),
+                to: t("2026-11-25T10:00:07Z"),
+            }],
+        };
+        let seen: std::collections::BTreeSet<i64> = (0..200)
+            .map(|r| {
+                random_instant_with(&window, r).as_second() - t("2026-11-25T10:00:00Z").as_second()
+            })
+            .collect();
+        // 1, 2 before the gap; 7, 8, 9 after it (its end restores again).
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), [1, 2, 7, 8, 9]);
+    }
+
+    #[test]
+    fn table_names_come_back_exactly() {
+        let line = format!("{}\t{}", hex::encode("shop"), hex::encode("we`ird\tname"));
+        assert_eq!(quoted_table(&line).unwrap(), "`shop`.`we``ird\tname`");
+        assert_eq!(quoted_table("zz\t00"), None);
+    }
+
     #[test]
     fn check_table_answers_are_read() {
         let out = "shop.orders\tcheck\tstatus\tOK\n\
                    shop.items\tcheck\twarning\tSize of datafile is: 4096\n\
-                   shop.items\tcheck\terror\tCorrupt\n\
+                   shop.items\tcheck\tError\tCorrupt\n\
                    shop.items\tcheck\tstatus\tOperation failed\n\
                    mysql.db\tcheck\tstatus\tTable is already up to date\n";
         assert_eq!(
             check_problems(out),
             [
-                "shop.items: error: Corrupt",
+                "shop.items: Error: Corrupt",
                 "shop.items: status: Operation failed"
             ]
         );

@@ -565,7 +565,7 @@ async fn replay(
     plan: &RestorePlan,
     stop: Timestamp,
 ) -> Result<(), RestoreError> {
-    let server = PrivateServer::start(datadir, work, tools).await?;
+    let server = PrivateServer::start(datadir, work, tools, false).await?;
     let replayed = replay_into(&server.socket, tools, files, plan, stop, work).await;
     let stopped = server.stop("mariadbd shutdown after replay").await;
     replayed?;
@@ -582,7 +582,12 @@ pub(crate) struct PrivateServer {
 }
 
 impl PrivateServer {
-    /// Starts the server on `datadir` and waits until it accepts connections.
+    /// Starts the server on `datadir` and waits until it accepts connections. It sees
+    /// none of this process's environment (store credentials, identities) but
+    /// [`KEPT_ENV`]. `locked_down` (for checks running a user's query): no file can be read
+    /// or written through SQL (`LOAD_FILE`, `SELECT … INTO OUTFILE`, `LOAD DATA`), so a
+    /// query cannot read the pod's secrets from `/proc`; a binlog replay leaves them on
+    /// (its events may load data).
     ///
     /// # Errors
     /// It cannot be started, or does not come up (with the end of its log).
@@ -590,6 +595,7 @@ impl PrivateServer {
         datadir: &Path,
         work: &Path,
         tools: &Tools,
+        locked_down: bool,
     ) -> Result<Self, RestoreError> {
         let socket = work.join("mysqld.sock");
         let log = work.join("mysqld.log");
@@ -616,9 +622,26 @@ impl PrivateServer {
             .arg(format!("--tmpdir={}", tmpdir.display()))
             .arg(format!("--log-error={}", log.display()))
             .args(["--skip-networking", "--skip-grant-tables", "--skip-log-bin"])
+            .env_clear()
+            .envs(
+                KEPT_ENV
+                    .iter()
+                    .filter_map(|k| Some((*k, std::env::var_os(k)?))),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
+        if locked_down {
+            let none = work.join("no-files");
+            std::fs::create_dir_all(&none).map_err(|source| RestoreError::Io {
+                action: "creating the private server's file directory".into(),
+                dir: none.clone(),
+                source,
+            })?;
+            server
+                .arg(format!("--secure-file-priv={}", none.display()))
+                .arg("--local-infile=0");
+        }
         if running_as_root() {
             // mariadbd refuses to run as root unless told to.
             server.arg("--user=root");
@@ -763,6 +786,10 @@ fn running_as_root() -> bool {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }
+
+/// The environment a private server and the check client keep: what finds programs and
+/// reads text, nothing that holds a credential.
+pub(crate) const KEPT_ENV: [&str; 4] = ["PATH", "LANG", "LC_ALL", "TZ"];
 
 pub(crate) fn spawn(cmd: &mut Command, program: &OsString) -> Result<Child, RestoreError> {
     cmd.env_remove(tidemark_store::crypt::IDENTITY_ENV)

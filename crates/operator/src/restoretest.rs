@@ -35,13 +35,48 @@ const POLL: Duration = Duration::from_secs(15);
 /// Problems carried into a status.
 const STATUS_PROBLEMS: usize = 5;
 
-/// The Job of the test of `slot`: deterministic, so a restarted operator finds it.
-pub fn job_name(policy: &str, slot: Timestamp) -> String {
-    let mut base: String = policy.chars().take(30).collect();
+/// The Job of the test of `slot` for the policy whose uid starts `uid8`: deterministic,
+/// so a restarted operator finds it, and two policies never share one (long names are cut,
+/// the uid is not).
+pub fn job_name(policy: &str, uid8: &str, slot: Timestamp) -> String {
+    let mut base: String = policy.chars().take(24).collect();
     while base.ends_with('-') || base.ends_with('.') {
         base.pop();
     }
-    format!("{base}-restore-test-{}", slot.strftime("%Y%m%d%H%M%S"))
+    format!(
+        "{base}-{uid8}-restore-test-{}",
+        slot.strftime("%Y%m%d%H%M%S")
+    )
+}
+
+/// Whether `job` is this policy's (its owner reference names the policy's uid).
+fn owned_by(job: &Job, policy: &BackupPolicy) -> bool {
+    let uid = policy.meta().uid.as_deref();
+    job.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| Some(o.uid.as_str()) == uid)
+}
+
+/// Whether a Job has ended, and whether it failed: its `Complete`/`Failed` condition (a
+/// Job past its deadline without ever running a pod fails with no failed pod), or its pod
+/// counts.
+fn ended(job: &Job) -> Option<bool> {
+    let st = job.status.as_ref()?;
+    let condition = |t: &str| {
+        st.conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == t && c.status == "True")
+    };
+    if condition("Failed") || st.failed.unwrap_or(0) > 0 {
+        Some(true)
+    } else if condition("Complete") || st.succeeded.unwrap_or(0) > 0 {
+        Some(false)
+    } else {
+        None
+    }
 }
 
 /// Looks after the restore tests of `policy`; returns when to look again (`None`: the
@@ -83,30 +118,23 @@ async fn step(
     let now = ctx.clock.now();
 
     // A test running: wait for its Job, then report what it recorded.
+    let mut finished = None;
     if let Some(job_name) = status.job.clone() {
         match jobs.get_opt(&job_name).await? {
-            Some(job) => {
-                let st = job.status.clone().unwrap_or_default();
-                let failed = st.failed.unwrap_or(0) > 0;
-                if !failed && st.succeeded.unwrap_or(0) == 0 {
+            Some(job) if owned_by(&job, policy) => {
+                let Some(failed) = ended(&job) else {
                     return Ok(POLL);
-                }
-                let started = job
-                    .metadata
-                    .creation_timestamp
-                    .as_ref()
-                    .map_or(Timestamp::UNIX_EPOCH, |t| t.0);
+                };
                 let why = if failed {
                     pod::job_failure(&ctx.client, &job).await
                 } else {
                     None
                 };
-                report(ctx, policy, &mut status, started, &job_name, why).await?;
-                let _ = jobs.delete(&job_name, &DeleteParams::background()).await;
+                report(ctx, policy, &mut status, &job_name, why).await?;
+                finished = Some(job_name);
             }
-            None => {
-                status.job = None; // deleted by someone: the next slot runs a new one
-            }
+            // Deleted by someone (or not ours): the next slot runs a new one.
+            _ => status.job = None,
         }
     }
 
@@ -125,10 +153,11 @@ async fn step(
     if let Some(due) = next.filter(|d| *d <= now) {
         // At most one catch-up run: the latest slot that has come.
         let slot = cron.latest_in(since, now, &tz).unwrap_or(due);
-        let job_name = job_name(&name, slot);
+        let job_name = job_name(&name, &crate::names::short_uid(policy), slot);
         let job = job(ctx, policy, &job_name, random, spec).await?;
         match jobs.create(&PostParams::default(), &job).await {
             Ok(_) => {}
+            // Ours from before a restart (or, never, another's: then it is not waited for).
             Err(kube::Error::Api(s)) if s.code == 409 => {}
             Err(e) => return Err(e.into()),
         }
@@ -144,6 +173,10 @@ async fn step(
         serde_json::to_value(&status).unwrap_or_default(),
     )
     .await?;
+    // Only once its outcome is in status does the finished Job go.
+    if let Some(job_name) = finished {
+        let _ = jobs.delete(&job_name, &DeleteParams::background()).await;
+    }
     Ok(if status.job.is_some() {
         POLL
     } else {
@@ -162,7 +195,6 @@ async fn report(
     ctx: &Context,
     policy: &BackupPolicy,
     status: &mut RestoreTestStatus,
-    started: Timestamp,
     job_name: &str,
     why: Option<String>,
 ) -> Result<(), Error> {
@@ -172,8 +204,8 @@ async fn report(
         .await
         .map_err(|e| Error::Engine(e.into()))?
         .and_then(|v| serde_json::from_value::<tidemark_mariadb::check::RestoreTestRecord>(v).ok())
-        // A record older than the Job is an earlier test's.
-        .filter(|r| r.tested_at >= started);
+        // Only this Job's record (it ran with `--run-id <its name>`).
+        .filter(|r| r.run_id.as_deref() == Some(job_name));
     let labels = crate::metrics::Metrics::policy(
         &policy.namespace().unwrap_or_default(),
         &policy.name_any(),
@@ -319,10 +351,12 @@ pub fn job_of(
     if random {
         args.push("--random".into());
     }
+    args.push(format!("--run-id={name}"));
+    // `--flag=value`: a query or result starting with `-` stays a value.
     if let Some(q) = &spec.query {
-        args.extend(["--query".into(), q.clone()]);
+        args.push(format!("--query={q}"));
         if let Some(e) = &spec.expect {
-            args.extend(["--expect".into(), e.clone()]);
+            args.push(format!("--expect={e}"));
         }
     }
     let mut env = vec![pod::plain("TIDEMARK_LOG", "info")];
@@ -415,8 +449,8 @@ mod tests {
             pod_security: None,
             container_security: None,
         };
-        let name = job_name("shop", "2026-11-25T04:00:00Z".parse().unwrap());
-        assert_eq!(name, "shop-restore-test-20261125040000");
+        let name = job_name("shop", "01230000", "2026-11-25T04:00:00Z".parse().unwrap());
+        assert_eq!(name, "shop-01230000-restore-test-20261125040000");
         let job = job_of(&policy, &name, true, &spec, &db, "tidemark:test", None).unwrap();
         let c = &job.spec.unwrap().template.spec.unwrap().containers[0];
         assert_eq!(c.image.as_deref(), Some("mariadb:11.4"));
@@ -424,7 +458,7 @@ mod tests {
         let joined = args.join(" ");
         for want in [
             "tidemark restore-test --store s3://b --cluster shop --scratch /scratch --output json --random",
-            "--query SELECT COUNT(*) FROM shop.orders --expect 8",
+            "--run-id=shop-01230000-restore-test-20261125040000 --query=SELECT COUNT(*) FROM shop.orders --expect=8",
         ] {
             assert!(joined.contains(want), "{joined}");
         }

@@ -39,12 +39,15 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
     if policy.meta().deletion_timestamp.is_some() {
         return Ok(Requeue::await_change());
     }
+    // Restore tests (their own Jobs and status): looked after whatever the retention pass
+    // is doing, and never in its way.
+    let wake = crate::restoretest::reconcile(&ctx, &policy).await;
     // A pass in the background: wait for it; once it ended, its failure goes to the
     // backoff, and after a success the policy is looked at afresh (its status now holds
     // the pass; the spec may have changed meanwhile and be due at once).
     let policy = match ctx.background.poll(&crate::context::key(policy.as_ref())) {
         crate::background::Polled::Running => {
-            return Ok(Requeue::requeue(crate::background::POLL));
+            return Ok(sooner(crate::background::POLL, wake));
         }
         crate::background::Polled::Done(Err(e)) => {
             // A spec change that arrived while the failed pass ended was consumed by this
@@ -70,8 +73,6 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
         ctx.warn(&policy.object_ref(&()), "BinlogArchiverFailed", &message)
             .await;
     }
-    // Restore tests (their own Jobs and status; never in the way of retention).
-    let wake = crate::restoretest::reconcile(&ctx, &policy).await;
     let Some(retention) = policy.spec.retention.as_ref() else {
         return Ok(wake.map_or_else(Requeue::await_change, Requeue::requeue));
     };

@@ -1323,7 +1323,7 @@ async fn restore_tests_run_as_jobs_and_report_their_outcome() {
             let args = c.args.clone().unwrap().join(" ");
             assert!(args.contains("tidemark restore-test --store"), "{args}");
             assert!(
-                args.contains("--query SELECT COUNT(*) FROM shop.orders --expect 8"),
+                args.contains("--query=SELECT COUNT(*) FROM shop.orders --expect=8"),
                 "{args}"
             );
             let record = RestoreTestRecord {
@@ -1348,6 +1348,7 @@ async fn restore_tests_run_as_jobs_and_report_their_outcome() {
                     query_result: Some(if passed { "8" } else { "7" }.into()),
                 },
                 by: "tidemark restore-test".into(),
+                run_id: Some(job.name_any()),
             };
             tidemark_store::transfer::record_restore_test(
                 &store,

@@ -274,9 +274,23 @@ pub async fn restore(
     prepare_datadir(datadir)?;
     let result = restore_into(store, plan, datadir, tools, progress).await;
     if result.is_err() {
-        let _ = std::fs::remove_dir_all(datadir);
+        remove_half_restored(datadir).await;
     }
     result
+}
+
+/// Removes a data directory a failed restore leaves. A tool of a branch the failure
+/// cancelled was killed as it was dropped, and may still be writing for a moment: the
+/// removal is tried again until nothing is left (a few times, briefly).
+async fn remove_half_restored(datadir: &Path) {
+    for _ in 0..10 {
+        let _ = std::fs::remove_dir_all(datadir);
+        if !datadir.exists() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tracing::warn!(dir = %datadir.display(), "could not remove the half-restored data directory");
 }
 
 /// Whether every payload and segment of `plan` can be read here (format version,

@@ -161,70 +161,50 @@ pub async fn restore_test(
             tidemark_core::RestoreRefusal::NoRecoveryPoint,
         ));
     };
-    let (done, outcome) =
-        match restore_and_check(store, &plan, scratch, tools, spec, progress).await {
-            Ok(done) => done,
-            Err(e) => {
-                // A restore that cannot be made is the most important outcome: recorded on the
-                // backup too, then reported as the error it is.
-                let mut outcome = CheckOutcome {
-                    query: spec.query.clone(),
-                    ..Default::default()
-                };
-                outcome.problem(format!("the restore failed: {e}"));
-                let record = RestoreTestRecord {
-                    format_version: 1,
-                    tested_at: jiff::Timestamp::now(),
-                    target: plan.target,
-                    backup_name: restored.backup_name.clone(),
-                    backup_id: restored.backup_id.clone(),
-                    chain: plan.backups.iter().map(|m| m.backup_id.clone()).collect(),
-                    segments_replayed: 0,
-                    bytes_downloaded: 0,
-                    seconds: started.elapsed().as_secs(),
-                    outcome,
-                    by: by.to_owned(),
-                    run_id: run_id.map(str::to_owned),
-                };
-                if let Ok(value) = serde_json::to_value(&record) {
-                    let _ = tidemark_store::transfer::record_restore_test(
-                        store,
-                        &restored.backup_name,
-                        &restored.backup_id,
-                        &value,
-                    )
-                    .await;
-                }
-                return Err(e);
-            }
-        };
-    let record = RestoreTestRecord {
+    let record = |outcome: CheckOutcome, replayed: usize, downloaded: u64| RestoreTestRecord {
         format_version: 1,
         tested_at: jiff::Timestamp::now(),
         target: plan.target,
         backup_name: restored.backup_name.clone(),
         backup_id: restored.backup_id.clone(),
         chain: plan.backups.iter().map(|m| m.backup_id.clone()).collect(),
-        segments_replayed: plan.segments.len(),
-        bytes_downloaded: done.bytes_downloaded,
+        segments_replayed: replayed,
+        bytes_downloaded: downloaded,
         seconds: started.elapsed().as_secs(),
         outcome,
         by: by.to_owned(),
         run_id: run_id.map(str::to_owned),
     };
-    let value = serde_json::to_value(&record).map_err(|e| RestoreError::Io {
-        action: format!("encoding the restore test's record: {e}"),
-        dir: scratch.to_path_buf(),
-        source: std::io::Error::other(e.to_string()),
-    })?;
-    tidemark_store::transfer::record_restore_test(
-        store,
-        &restored.backup_name,
-        &restored.backup_id,
-        &value,
-    )
-    .await?;
-    Ok(record)
+    let write = |r: &RestoreTestRecord| {
+        let value = serde_json::to_value(r).unwrap_or_default();
+        async move {
+            tidemark_store::transfer::record_restore_test(
+                store,
+                &restored.backup_name,
+                &restored.backup_id,
+                &value,
+            )
+            .await
+        }
+    };
+    match restore_and_check(store, &plan, scratch, tools, spec, progress).await {
+        Ok((done, outcome)) => {
+            let r = record(outcome, plan.segments.len(), done.bytes_downloaded);
+            write(&r).await?;
+            Ok(r)
+        }
+        Err(e) => {
+            // A restore that cannot be made is the most important outcome: recorded on the
+            // backup too, then reported as the error it is.
+            let mut outcome = CheckOutcome {
+                query: spec.query.clone(),
+                ..Default::default()
+            };
+            outcome.problem(format!("the restore failed: {e}"));
+            let _ = write(&record(outcome, 0, 0)).await;
+            Err(e)
+        }
+    }
 }
 
 /// The store's recovery window (a restore to the Unix epoch is refused with it).

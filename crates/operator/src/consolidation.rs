@@ -221,23 +221,73 @@ impl JobConsolidator {
             "--work-dir".into(),
             WORK.into(),
         ];
+        ToolJob {
+            policy: &self.policy,
+            name,
+            label: "tidemark.io/consolidation",
+            container: "consolidate",
+            args,
+            database: &self.database,
+            operator_image: &self.operator_image,
+            store_secret: self.store_secret.as_ref(),
+            work: ("work", WORK),
+        }
+        .job()
+    }
+}
+
+/// A Job that runs `tidemark` in the database image (whose `mariabackup`, `mbstream` and
+/// `mariadbd` it uses): consolidations and restore tests. It runs once (a failure is
+/// reported and tried again later), within the backup Jobs' deadline, with the policy's
+/// store settings and its identities by Secret reference, `tidemark` copied in by an init
+/// container, and its scratch space in an `emptyDir`.
+#[derive(Debug)]
+pub struct ToolJob<'a> {
+    pub policy: &'a BackupPolicy,
+    pub name: &'a str,
+    /// The label naming the policy on the Job and its pod.
+    pub label: &'a str,
+    pub container: &'a str,
+    /// The container's shell arguments ([`pod::tidemark_script`] first).
+    pub args: Vec<String>,
+    pub database: &'a crate::archiver::DatabaseRuntime,
+    /// The operator's image (the init container copies `tidemark` from it).
+    pub operator_image: &'a str,
+    pub store_secret: Option<&'a SecretKeys>,
+    /// The scratch volume's name and mount path.
+    pub work: (&'a str, &'a str),
+}
+
+impl ToolJob<'_> {
+    /// The Job.
+    ///
+    /// # Errors
+    /// The policy has no object store, or no uid yet.
+    pub fn job(self) -> Result<Job, String> {
+        let policy = self.policy;
+        let os = policy
+            .spec
+            .object_store
+            .as_ref()
+            .ok_or("the BackupPolicy has no spec.objectStore")?;
         let mut env = vec![pod::plain("TIDEMARK_LOG", "info")];
-        env.extend(pod::store_env(os, self.store_secret.as_ref()));
+        env.extend(pod::store_env(os, self.store_secret));
+        // An encrypted chain is read with the policy's identities (by Secret reference).
         env.extend(pod::identity_env(os));
-        let labels = pod::labels("tidemark.io/consolidation", &self.policy.name_any());
-        let owner =
-            crate::context::owner_ref(&self.policy).ok_or("the BackupPolicy has no uid yet")?;
+        let labels = pod::labels(self.label, &policy.name_any());
+        let owner = crate::context::owner_ref(policy).ok_or("the BackupPolicy has no uid yet")?;
+        let (volume, path) = self.work;
         Ok(Job {
             metadata: ObjectMeta {
-                name: Some(name.to_owned()),
-                namespace: self.policy.namespace(),
+                name: Some(self.name.to_owned()),
+                namespace: policy.namespace(),
                 labels: Some(labels.clone()),
                 owner_references: Some(vec![owner]),
                 ..Default::default()
             },
             spec: Some(JobSpec {
                 backoff_limit: Some(0),
-                // As a backup Job: a hung consolidation fails, and the next pass tries again.
+                // As a backup Job: a hung tool fails, and a later pass or slot tries again.
                 active_deadline_seconds: Some(crate::backup::job::JOB_DEADLINE_SECONDS),
                 template: PodTemplateSpec {
                     metadata: Some(ObjectMeta {
@@ -248,21 +298,22 @@ impl JobConsolidator {
                         restart_policy: Some("Never".into()),
                         security_context: self.database.pod_security.clone(),
                         init_containers: Some(vec![pod::install_container(
-                            &self.operator_image,
+                            self.operator_image,
                             self.database.pod_security.as_ref(),
-                            &self.policy,
+                            policy,
                         )]),
                         containers: vec![Container {
-                            name: "consolidate".into(),
-                            resources: pod::resources(&self.policy, |r| r.consolidation.as_ref()),
+                            name: self.container.into(),
+                            // One database's worth of scratch space and tools.
+                            resources: pod::resources(policy, |r| r.consolidation.as_ref()),
                             image: Some(self.database.image.clone()),
                             security_context: self.database.container_security.clone(),
                             command: Some(vec!["sh".into(), "-c".into()]),
-                            args: Some(args),
+                            args: Some(self.args),
                             env: Some(env),
                             volume_mounts: Some(vec![
                                 pod::tools_mount(),
-                                pod::mount("work", WORK),
+                                pod::mount(volume, path),
                                 pod::tmp_mount(),
                             ]),
                             termination_message_policy: Some(
@@ -272,7 +323,7 @@ impl JobConsolidator {
                         }],
                         volumes: Some(vec![
                             pod::tools_volume(),
-                            pod::empty_volume("work"),
+                            pod::empty_volume(volume),
                             pod::tmp_volume(),
                         ]),
                         ..Default::default()

@@ -14,9 +14,8 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
@@ -359,66 +358,18 @@ pub fn job_of(
             args.push(format!("--expect={e}"));
         }
     }
-    let mut env = vec![pod::plain("TIDEMARK_LOG", "info")];
-    env.extend(pod::store_env(os, store_secret));
-    // An encrypted chain is read with the policy's identities (by Secret reference).
-    env.extend(pod::identity_env(os));
-    let labels = pod::labels("tidemark.io/restore-test", &policy.name_any());
-    let owner = crate::context::owner_ref(policy).ok_or("the BackupPolicy has no uid yet")?;
-    Ok(Job {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            namespace: policy.namespace(),
-            labels: Some(labels.clone()),
-            owner_references: Some(vec![owner]),
-            ..Default::default()
-        },
-        spec: Some(JobSpec {
-            // A failed test is reported; the next slot tries again.
-            backoff_limit: Some(0),
-            active_deadline_seconds: Some(crate::backup::job::JOB_DEADLINE_SECONDS),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels),
-                    ..Default::default()
-                }),
-                spec: Some(PodSpec {
-                    restart_policy: Some("Never".into()),
-                    security_context: database.pod_security.clone(),
-                    init_containers: Some(vec![pod::install_container(
-                        operator_image,
-                        database.pod_security.as_ref(),
-                        policy,
-                    )]),
-                    containers: vec![Container {
-                        name: "restore-test".into(),
-                        // As a consolidation: one database's worth of scratch and a server.
-                        resources: pod::resources(policy, |r| r.consolidation.as_ref()),
-                        image: Some(database.image.clone()),
-                        security_context: database.container_security.clone(),
-                        command: Some(vec!["sh".into(), "-c".into()]),
-                        args: Some(args),
-                        env: Some(env),
-                        volume_mounts: Some(vec![
-                            pod::tools_mount(),
-                            pod::mount("scratch", SCRATCH),
-                            pod::tmp_mount(),
-                        ]),
-                        termination_message_policy: Some(pod::TERMINATION_MESSAGE_POLICY.into()),
-                        ..Default::default()
-                    }],
-                    volumes: Some(vec![
-                        pod::tools_volume(),
-                        pod::empty_volume("scratch"),
-                        pod::tmp_volume(),
-                    ]),
-                    ..Default::default()
-                }),
-            },
-            ..Default::default()
-        }),
-        status: None,
-    })
+    crate::consolidation::ToolJob {
+        policy,
+        name,
+        label: "tidemark.io/restore-test",
+        container: "restore-test",
+        args,
+        database,
+        operator_image,
+        store_secret,
+        work: ("scratch", SCRATCH),
+    }
+    .job()
 }
 
 #[cfg(test)]

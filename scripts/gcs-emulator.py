@@ -18,6 +18,11 @@ emulator's own storage, as documented at https://cloud.google.com/storage/docs/x
   DELETE /b/o
   GET    /b?list-type=2            prefix, delimiter, start-after, continuation-token
 
+With --key-modulus, --key-email and --key-id every XML request must carry the bearer token
+object_store signs from a service-account key (a JWT, RS256, `iss` the key's client_email,
+`kid` its private_key_id, not expired, a storage scope): the public key's modulus (hex,
+exponent 65537) checks it, so a request made without the key is refused 401, as GCS would.
+
 Buckets are made by --bucket NAME or with the emulator's JSON API (POST /storage/v1/b).
 Everything is kept in memory. Usage: python gcs-emulator.py --port PORT [--bucket NAME]...
 [--page-size N] (--page-size caps every listing page, so clients' continuation is
@@ -27,9 +32,11 @@ exercised).
 import argparse
 import base64
 import hashlib
+import json
 import logging
 import re
 import sys
+import time
 import uuid
 import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
@@ -45,16 +52,64 @@ from gcp_storage_emulator.storage import Storage
 
 # Paths of the emulator's own JSON API, health check and wipe; the rest is the XML API.
 JSON_PREFIXES = ("/storage/v1/", "/upload/", "/download/", "/batch/", "/b/", "/b?")
-OBJECT = re.compile(r"^/(?P<bucket>[-.\w]+)/(?P<name>.+)$")
-BUCKET = re.compile(r"^/(?P<bucket>[-.\w]+)/?$")
+OBJECT = re.compile(r"^/(?P<bucket>[-.%\w]+)/(?P<name>.+)$")
+BUCKET = re.compile(r"^/(?P<bucket>[-.%\w]+)/?$")
 GENERATION = "x-goog-generation"
 IF_GENERATION = "x-goog-if-generation-match"
 META = "x-goog-meta-"
 XMLNS = "http://doc.s3.amazonaws.com/2006-03-01"
 
 PAGE_SIZE = 1000
+# Smallest part of a multipart upload but the last, as GCS requires.
+MIN_PART = 5 << 20
+# The service-account key requests must be signed with: (modulus, exponent, email, key id).
+KEY = None
+# The DER prefix of a SHA-256 DigestInfo (PKCS #1 v1.5 signatures).
+SHA256_INFO = bytes.fromhex("3031300d060960864801650304020105000420")
+SCOPES = (
+    "https://www.googleapis.com/auth/cloud-platform",
+    "https://www.googleapis.com/auth/devstorage.full_control",
+    "https://www.googleapis.com/auth/devstorage.read_write",
+)
 # Multipart uploads in progress: id -> {bucket, name, content_type, metadata, parts}.
 UPLOADS = {}
+
+
+def b64url(text):
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def unauthorized(header):
+    """Why `Authorization: header` is not a valid token of KEY, or None."""
+    if KEY is None:
+        return None
+    n, e, email, kid = KEY
+    if not header or not header.startswith("Bearer "):
+        return "no bearer token"
+    try:
+        head64, claims64, sig64 = header[len("Bearer ") :].split(".")
+        head = json.loads(b64url(head64))
+        claims = json.loads(b64url(claims64))
+        signature = int.from_bytes(b64url(sig64), "big")
+    except ValueError:
+        return "a malformed token"
+    if head.get("alg") != "RS256" or head.get("kid") != kid:
+        return "a token of another key ({}, {})".format(head.get("alg"), head.get("kid"))
+    if claims.get("iss") != email:
+        return "a token issued by {!r}".format(claims.get("iss"))
+    if not isinstance(claims.get("exp"), int) or claims["exp"] <= time.time():
+        return "an expired token"
+    if not set(str(claims.get("scope", "")).split()) & set(SCOPES):
+        return "a token without a storage scope"
+    size = (n.bit_length() + 7) // 8
+    if signature >= n:
+        return "a bad signature"
+    digest = hashlib.sha256("{}.{}".format(head64, claims64).encode()).digest()
+    padding = b"\xff" * (size - 3 - len(SHA256_INFO) - len(digest))
+    expected = b"\x00\x01" + padding + b"\x00" + SHA256_INFO + digest
+    if pow(signature, e, n).to_bytes(size, "big") != expected:
+        return "a bad signature"
+    return None
 
 
 def error(code, message, status):
@@ -140,15 +195,18 @@ class Xml:
         return None
 
     def route(self):
+        problem = unauthorized(self.headers.get("Authorization"))
+        if problem:
+            return error("AuthenticationRequired", problem, HTTPStatus.UNAUTHORIZED)
         m = OBJECT.match(self.path)
         if m:
-            bucket, name = m["bucket"], unquote(m["name"])
+            bucket, name = unquote(m["bucket"]), unquote(m["name"])
             if self.storage.get_bucket(bucket) is None:
                 return error("NoSuchBucket", bucket, HTTPStatus.NOT_FOUND)
             if self.method in ("GET", "HEAD"):
                 return self.read(bucket, name)
             if self.method == "PUT" and "uploadId" in self.query:
-                return self.put_part()
+                return self.put_part(bucket, name)
             if self.method == "PUT":
                 return self.put(bucket, name)
             if self.method == "POST" and "uploads" in self.query:
@@ -156,15 +214,19 @@ class Xml:
             if self.method == "POST" and "uploadId" in self.query:
                 return self.complete_upload(bucket, name)
             if self.method == "DELETE" and "uploadId" in self.query:
-                UPLOADS.pop(self.q("uploadId"), None)
+                upload = UPLOADS.get(self.q("uploadId"))
+                if upload is None or (upload["bucket"], upload["name"]) != (bucket, name):
+                    return error("NoSuchUpload", self.q("uploadId"), HTTPStatus.NOT_FOUND)
+                del UPLOADS[self.q("uploadId")]
                 return HTTPStatus.NO_CONTENT, {}, b""
             if self.method == "DELETE":
                 return self.delete(bucket, name)
         m = BUCKET.match(self.path)
         if m and self.method == "GET":
-            if self.storage.get_bucket(m["bucket"]) is None:
-                return error("NoSuchBucket", m["bucket"], HTTPStatus.NOT_FOUND)
-            return self.list(m["bucket"])
+            bucket = unquote(m["bucket"])
+            if self.storage.get_bucket(bucket) is None:
+                return error("NoSuchBucket", bucket, HTTPStatus.NOT_FOUND)
+            return self.list(bucket)
         return error(
             "NotImplemented",
             "{} {}".format(self.method, self.path),
@@ -224,9 +286,9 @@ class Xml:
         sub(root, "UploadId", upload_id)
         return HTTPStatus.OK, {"Content-Type": "application/xml"}, xml_body(root)
 
-    def put_part(self):
+    def put_part(self, bucket, name):
         upload = UPLOADS.get(self.q("uploadId"))
-        if upload is None:
+        if upload is None or (upload["bucket"], upload["name"]) != (bucket, name):
             return error("NoSuchUpload", self.q("uploadId"), HTTPStatus.NOT_FOUND)
         try:
             number = int(self.q("partNumber"))
@@ -251,16 +313,23 @@ class Xml:
             if part.tag.split("}")[-1] != "Part":
                 continue
             fields = {c.tag.split("}")[-1]: (c.text or "") for c in part}
-            listed.append((int(fields.get("PartNumber", "0")), fields.get("ETag", "")))
+            try:
+                number = int(fields.get("PartNumber", ""))
+            except ValueError:
+                return error("InvalidArgument", "PartNumber", HTTPStatus.BAD_REQUEST)
+            listed.append((number, fields.get("ETag", "")))
         numbers = [n for n, _ in listed]
         if not listed or numbers != sorted(set(numbers)):
             return error("InvalidPartOrder", str(numbers), HTTPStatus.BAD_REQUEST)
-        content = b""
-        for number, etag in listed:
+        chunks = []
+        for i, (number, etag) in enumerate(listed):
             have = upload["parts"].get(number)
             if have is None or have[0].strip('"') != etag.strip('"'):
                 return error("InvalidPart", str(number), HTTPStatus.BAD_REQUEST)
-            content += have[1]
+            if i < len(listed) - 1 and len(have[1]) < MIN_PART:
+                return error("EntityTooSmall", str(number), HTTPStatus.BAD_REQUEST)
+            chunks.append(have[1])
+        content = b"".join(chunks)
         obj = self.write(
             bucket, name, content, upload["content_type"], upload["metadata"]
         )
@@ -321,12 +390,19 @@ class Xml:
         delimiter = self.q("delimiter") or None
         # The continuation token is the last name ("k") or common prefix ("p") returned.
         token = self.q("continuation-token")
-        after = base64.urlsafe_b64decode(token).decode() if token else None
+        try:
+            after = base64.urlsafe_b64decode(token).decode() if token else None
+        except ValueError:
+            return error("InvalidArgument", "continuation-token", HTTPStatus.BAD_REQUEST)
+        if after is not None and (len(after) < 2 or after[0] not in "kp"):
+            return error("InvalidArgument", "continuation-token", HTTPStatus.BAD_REQUEST)
         after_kind, after = (after[0], after[1:]) if after else (None, None)
         start_after = self.q("start-after")
         try:
             limit = min(int(self.q("max-keys") or PAGE_SIZE), PAGE_SIZE)
         except ValueError:
+            limit = 0
+        if limit < 1:
             return error("InvalidArgument", "max-keys", HTTPStatus.BAD_REQUEST)
         names = sorted(
             (n, o)
@@ -384,9 +460,8 @@ class Handler(gse.RequestHandler):
         path = urlparse(self.path).path
         if path in ("/", "/wipe") or (path + "?").startswith(JSON_PREFIXES):
             return fallback()
-        req = Xml(self, method)
         try:
-            status, headers, body = req.route()
+            status, headers, body = Xml(self, method).route()
         except Exception as e:  # noqa: BLE001 - answered, and logged
             logging.exception("%s %s", method, self.path)
             status, headers, body = error("InternalError", e, HTTPStatus.INTERNAL_SERVER_ERROR)
@@ -423,14 +498,19 @@ class Server(server.HTTPServer):
 
 
 def main():
-    global PAGE_SIZE
+    global PAGE_SIZE, KEY
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--page-size", type=int, default=1000)
     parser.add_argument("--bucket", action="append", default=[], help="make this bucket")
+    parser.add_argument("--key-modulus", help="the signing key's RSA modulus, hex")
+    parser.add_argument("--key-email", help="its client_email")
+    parser.add_argument("--key-id", help="its private_key_id")
     args = parser.parse_args()
     PAGE_SIZE = max(1, args.page_size)
+    if args.key_modulus:
+        KEY = (int(args.key_modulus, 16), 65537, args.key_email, args.key_id)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     storage = Storage(use_memory_fs=True)
     # In memory the emulator's metadata snapshot (rewritten whole at every write, deleted

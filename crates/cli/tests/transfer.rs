@@ -200,11 +200,27 @@ fn push_and_fetch_round_trip_on_azurite() {
 }
 
 /// `gs://` with the real binary (issue 19 §5): a GCS emulator, reached as a pod reaches
-/// GCS (`GOOGLE_SERVICE_ACCOUNT_KEY`), 40 MiB in XML multipart parts.
+/// GCS (`GOOGLE_SERVICE_ACCOUNT_KEY`, its requests signed with the key), 40 MiB in XML
+/// multipart parts. A key of another private key is refused (401), naming the store.
 #[test]
 fn push_and_fetch_round_trip_on_gcs() {
     let server = tidemark_store::testkit::GcsEmulator::start();
     round_trip(&server.url(), &server.env(), 40 << 20);
+    let ls = |key: String| {
+        run(
+            &["ls", "--store", &server.url(), "--cluster", "db1"],
+            &[("GOOGLE_SERVICE_ACCOUNT_KEY", key)],
+        )
+    };
+    let out = ls(server.key());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = ls(server.foreign_key());
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("gs://tidemark") && err.contains("401"),
+        "{err}"
+    );
 }
 
 fn find(dir: &Path, name: &str) -> Vec<std::path::PathBuf> {

@@ -683,7 +683,7 @@ fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
                 }
                 None => (
                     object_store::gcp::GoogleCloudStorageBuilder::from_env(),
-                    std::env::var("GOOGLE_SERVICE_ACCOUNT_KEY").ok(),
+                    gcs_key_from_env(),
                 ),
             };
             // A key may name its own base URL (an emulator on loopback: `gcs_base_url`,
@@ -765,6 +765,26 @@ fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
         }
         other => Err(invalid(url, format!("unknown scheme {other:?}"))),
     }
+}
+
+/// The service-account key object_store's `from_env` reads: `GOOGLE_SERVICE_ACCOUNT_KEY`
+/// (the JSON), else the file `GOOGLE_SERVICE_ACCOUNT` or `GOOGLE_SERVICE_ACCOUNT_PATH`
+/// names (at most 64 KiB read; a key file is a few KiB).
+fn gcs_key_from_env() -> Option<String> {
+    use std::io::Read as _;
+    if let Ok(key) = std::env::var("GOOGLE_SERVICE_ACCOUNT_KEY") {
+        return Some(key);
+    }
+    let path = ["GOOGLE_SERVICE_ACCOUNT", "GOOGLE_SERVICE_ACCOUNT_PATH"]
+        .iter()
+        .find_map(|v| std::env::var_os(v).filter(|p| !p.is_empty()))?;
+    let mut key = String::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(64 << 10)
+        .read_to_string(&mut key)
+        .ok()?;
+    Some(key)
 }
 
 /// An endpoint is a scheme, a host and maybe a port: a path, query, fragment or

@@ -503,13 +503,15 @@ impl Drop for SeaweedFs {
 /// a fresh temporary directory for its data) and waits up to 30 s until it listens on
 /// 127.0.0.1 and is still running a moment later. A port found free can be taken before
 /// the server binds it: then it exits, and the port answers for another process; it is
-/// tried again on another port.
+/// tried again on another port. `says_ready(port, log)`: what its log must say besides
+/// (a server that announces the port it bound cannot be mistaken for another).
 ///
 /// # Panics
 /// It does not come up in [`START_ATTEMPTS`] attempts (with the end of its log).
 fn start_listening(
     name: &str,
     command: impl Fn(u16, &FsPath) -> Command,
+    says_ready: impl Fn(u16, &str) -> bool,
 ) -> (Child, u16, tempfile::TempDir) {
     let mut last_log = String::new();
     for _ in 0..START_ATTEMPTS {
@@ -529,7 +531,12 @@ fn start_listening(
             if child.try_wait().ok().flatten().is_some() {
                 break false;
             }
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+                && says_ready(
+                    port,
+                    &std::fs::read_to_string(&log_path).unwrap_or_default(),
+                )
+            {
                 // Listening — and still ours a moment later.
                 std::thread::sleep(Duration::from_millis(200));
                 break child.try_wait().ok().flatten().is_none();
@@ -602,14 +609,18 @@ impl Azurite {
         if Command::new("node").arg("--version").output().is_err() {
             panic!("node is missing: Azurite runs on Node.js (apt-get install nodejs)");
         }
-        let (child, port, dir) = start_listening("Azurite", |port, dir| {
-            let mut c = Command::new(&program);
-            c.args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
-                .arg("--location")
-                .arg(dir.join("data"))
-                .args(["--skipApiVersionCheck", "--silent"]);
-            c
-        });
+        let (child, port, dir) = start_listening(
+            "Azurite",
+            |port, dir| {
+                let mut c = Command::new(&program);
+                c.args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
+                    .arg("--location")
+                    .arg(dir.join("data"))
+                    .args(["--skipApiVersionCheck", "--silent"]);
+                c
+            },
+            |_, _| true,
+        );
         let server = Azurite {
             child,
             endpoint: format!("http://127.0.0.1:{port}/{AZURITE_ACCOUNT}"),
@@ -698,19 +709,26 @@ pub fn find_gcs_emulator() -> Result<(PathBuf, PathBuf), String> {
     let python = std::env::var_os("TIDEMARK_GCS_PYTHON")
         .map_or_else(|| workspace.join(".venv/bin/python"), PathBuf::from);
     let launcher = workspace.join("scripts/gcs-emulator.py");
-    let imports = Command::new(&python)
-        .args(["-c", "import gcp_storage_emulator"])
-        .stdout(Stdio::null())
+    // The launcher uses the emulator's storage and helpers: the version it was written for.
+    let version = Command::new(&python)
+        .args([
+            "-c",
+            "import gcp_storage_emulator, importlib.metadata as m; \
+             print(m.version('gcp-storage-emulator'))",
+        ])
         .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !imports {
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    if version.as_deref() != Some(GCS_EMULATOR_VERSION) {
         return Err(format!(
             "the GCS emulator is not installed: the gs:// store tests need PyPI's \
-             gcp-storage-emulator=={GCS_EMULATOR_VERSION}, which {} cannot import. Run \
+             gcp-storage-emulator=={GCS_EMULATOR_VERSION}; {} has {}. Run \
              `scripts/test.sh` (it installs it into .venv/), or set \
              TIDEMARK_GCS_PYTHON=/path/to/a/python/that/has/it.",
-            python.display()
+            python.display(),
+            version.map_or_else(|| "none".to_owned(), |v| format!("version {v}"))
         ));
     }
     if !launcher.is_file() {
@@ -722,13 +740,68 @@ pub fn find_gcs_emulator() -> Result<(PathBuf, PathBuf), String> {
 /// A GCS emulator on 127.0.0.1 with the bucket [`GCS_BUCKET`]: PyPI's
 /// gcp-storage-emulator with the XML API object_store speaks (`scripts/gcs-emulator.py`
 /// says why and what), listing in pages of [`GcsEmulator::PAGE`] so continuation is
-/// exercised; killed when dropped.
+/// exercised, and taking only requests signed with a service-account key made for it
+/// (RSA, by openssl); killed when dropped.
 #[derive(Debug)]
 pub struct GcsEmulator {
     child: Child,
     _dir: tempfile::TempDir,
     /// Its base URL, as a service-account key's `gcs_base_url` names it.
     pub base_url: String,
+    /// The key's private key (PKCS #8 PEM).
+    private_key: String,
+}
+
+/// The service account of the key a [`GcsEmulator`] takes.
+pub const GCS_CLIENT_EMAIL: &str = "tidemark-test@tidemark-test.iam.gserviceaccount.com";
+/// Its key's id.
+pub const GCS_KEY_ID: &str = "tidemark-test-key";
+
+/// A new RSA key: its PKCS #8 PEM and its modulus in hex.
+fn rsa_key() -> (String, String) {
+    let openssl = |args: &[&str], input: Option<&str>| -> String {
+        use std::io::Write as _;
+        let mut child = Command::new("openssl")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("openssl (Debian package openssl)");
+        let mut stdin = child.stdin.take().expect("piped");
+        stdin
+            .write_all(input.unwrap_or_default().as_bytes())
+            .expect("openssl's input");
+        drop(stdin);
+        let out = child.wait_with_output().expect("openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("openssl's output")
+    };
+    let pem = openssl(
+        &[
+            "genpkey",
+            "-algorithm",
+            "RSA",
+            "-pkeyopt",
+            "rsa_keygen_bits:2048",
+        ],
+        None,
+    );
+    let modulus = openssl(&["pkey", "-noout", "-text_pub"], Some(&pem));
+    // `Modulus:` then lines of `hh:hh:…`, until `Exponent:`.
+    let hex: String = modulus
+        .split("Modulus:")
+        .nth(1)
+        .and_then(|m| m.split("Exponent:").next())
+        .expect("openssl's modulus")
+        .chars()
+        .filter(char::is_ascii_hexdigit)
+        .collect();
+    (pem, hex)
 }
 
 impl GcsEmulator {
@@ -741,17 +814,25 @@ impl GcsEmulator {
     /// The emulator is missing, or it does not come up within 30 s.
     pub fn start() -> Self {
         let (python, launcher) = find_gcs_emulator().unwrap_or_else(|e| panic!("{e}"));
-        let (child, port, dir) = start_listening("the GCS emulator", |port, _| {
-            let mut c = Command::new(&python);
-            c.arg(&launcher)
-                .args(["--port", &port.to_string(), "--bucket", GCS_BUCKET])
-                .args(["--page-size", &Self::PAGE.to_string()]);
-            c
-        });
+        let (private_key, modulus) = rsa_key();
+        let (child, port, dir) = start_listening(
+            "the GCS emulator",
+            |port, _| {
+                let mut c = Command::new(&python);
+                c.arg(&launcher)
+                    .args(["--port", &port.to_string(), "--bucket", GCS_BUCKET])
+                    .args(["--page-size", &Self::PAGE.to_string()])
+                    .args(["--key-modulus", &modulus])
+                    .args(["--key-email", GCS_CLIENT_EMAIL, "--key-id", GCS_KEY_ID]);
+                c
+            },
+            |port, log| log.contains(&format!("listening on 127.0.0.1:{port}")),
+        );
         GcsEmulator {
             child,
             _dir: dir,
             base_url: format!("http://127.0.0.1:{port}"),
+            private_key,
         }
     }
 
@@ -760,17 +841,26 @@ impl GcsEmulator {
         format!("gs://{GCS_BUCKET}")
     }
 
-    /// A service-account key file that sends requests to the emulator, unauthenticated
-    /// (`gcs_base_url`, `disable_oauth`), as object_store reads one.
+    /// The service-account key file the emulator takes, sending requests to it
+    /// (`gcs_base_url`); object_store signs its bearer tokens with the key.
     pub fn key(&self) -> String {
         serde_json::json!({
-            "private_key": "",
-            "private_key_id": "",
-            "client_email": "tidemark-test@example.invalid",
+            "type": "service_account",
+            "private_key": self.private_key,
+            "private_key_id": GCS_KEY_ID,
+            "client_email": GCS_CLIENT_EMAIL,
             "gcs_base_url": self.base_url,
-            "disable_oauth": true,
         })
         .to_string()
+    }
+
+    /// A key like [`GcsEmulator::key`] — same account, key id and base URL — of another
+    /// private key: the emulator refuses what it signs.
+    pub fn foreign_key(&self) -> String {
+        let mut key: serde_json::Value =
+            serde_json::from_str(&self.key()).expect("the key is JSON");
+        key["private_key"] = rsa_key().0.into();
+        key.to_string()
     }
 
     /// The options a store on this server needs: the key.

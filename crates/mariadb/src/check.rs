@@ -5,6 +5,7 @@
 
 use std::path::Path;
 use std::process::Stdio;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tidemark_store::{ClusterStore, Progress};
@@ -28,6 +29,10 @@ pub const MAX_PROBLEMS: usize = 50;
 pub const MAX_RESULT: usize = 4096;
 /// Tables per `CHECK TABLE` statement.
 const CHECK_BATCH: usize = 64;
+/// The longest one statement (a `CHECK TABLE` batch, the user's query) may run.
+pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
+/// The most output one statement may answer.
+pub const MAX_OUTPUT: u64 = 16 << 20;
 
 /// How a restore test came out.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -379,9 +384,22 @@ fn cut(s: &str) -> String {
     format!("{}…", &s[..end])
 }
 
-/// One statement through `mariadb -N -B`; its output, or its error output.
+/// One statement through `mariadb -N -B`; its output, or its error output. Bounded: a
+/// statement that runs longer than [`STATEMENT_TIMEOUT`] or answers more than
+/// [`MAX_OUTPUT`] bytes (a user's `SELECT *` of a large table) fails, and the client is
+/// killed — a test never waits without end nor fills memory.
 async fn sql(socket: &Path, tools: &Tools, statement: &str) -> Result<String, String> {
-    let out = Command::new(&tools.mariadb)
+    sql_within(socket, tools, statement, STATEMENT_TIMEOUT).await
+}
+
+async fn sql_within(
+    socket: &Path,
+    tools: &Tools,
+    statement: &str,
+    timeout: Duration,
+) -> Result<String, String> {
+    use tokio::io::AsyncReadExt as _;
+    let mut child = Command::new(&tools.mariadb)
         .env_clear()
         .envs(
             restore::KEPT_ENV
@@ -393,13 +411,65 @@ async fn sql(socket: &Path, tools: &Tools, statement: &str) -> Result<String, St
         .arg(format!("--socket={}", socket.display()))
         .args(["-N", "-B", "-e", statement])
         .stdin(Stdio::null())
-        .output()
-        .await
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
         .map_err(|e| format!("cannot run {}: {e}", tools.mariadb.to_string_lossy()))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err("the client's output is not piped".into());
+    };
+    let reading = |e: std::io::Error| format!("reading the client's output: {e}");
+    // Too much output ends the reading at once (the client, blocked writing, would never
+    // close its error output).
+    let read_out = async {
+        let mut out = Vec::new();
+        stdout
+            .take(MAX_OUTPUT + 1)
+            .read_to_end(&mut out)
+            .await
+            .map_err(reading)?;
+        if out.len() as u64 > MAX_OUTPUT {
+            return Err(format!(
+                "it answered more than {} MiB (a check's query should answer a little)",
+                MAX_OUTPUT >> 20
+            ));
+        }
+        Ok(out)
+    };
+    let read_err = async {
+        let mut err = Vec::new();
+        stderr
+            .take(MAX_OUTPUT)
+            .read_to_end(&mut err)
+            .await
+            .map_err(reading)?;
+        Ok(err)
+    };
+    let run = async {
+        let (out, err) = tokio::try_join!(read_out, read_err)?;
+        let status = child
+            .wait()
+            .await
+            .map_err(|e| format!("waiting for the client: {e}"))?;
+        if status.success() {
+            Ok(String::from_utf8_lossy(&out).into_owned())
+        } else {
+            Err(restore::tail(&String::from_utf8_lossy(&err)))
+        }
+    };
+    tokio::time::timeout(timeout, run)
+        .await
+        .unwrap_or_else(|_| Err(format!("no answer within {}", humanize(timeout))))
+}
+
+/// `6h`, `90s`.
+fn humanize(d: Duration) -> String {
+    let s = d.as_secs();
+    if s >= 3600 && s.is_multiple_of(3600) {
+        format!("{}h", s / 3600)
     } else {
-        Err(restore::tail(&String::from_utf8_lossy(&out.stderr)))
+        format!("{s}s")
     }
 }
 
@@ -409,6 +479,42 @@ mod tests {
 
     /// A random point is never in a gap: every restorable second can come out, and only
     /// those.
+    /// A statement that answers too much, or does not answer, fails with the bound named
+    /// and its client killed; one within bounds answers. (A script stands in for the
+    /// `mariadb` client: this is about the runner, not the server.)
+    #[tokio::test]
+    async fn statements_are_bounded_in_time_and_output() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let client = |name: &str, body: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+            Tools {
+                mariadb: path.into_os_string(),
+                ..Tools::default()
+            }
+        };
+        let sock = dir.path().join("sock");
+        let ok = client("ok", "printf '8\\n'");
+        assert_eq!(sql(&sock, &ok, "SELECT 8").await.unwrap(), "8\n");
+        let flood = client("flood", "exec head -c 20000000 /dev/zero");
+        let e = sql(&sock, &flood, "SELECT *").await.unwrap_err();
+        assert!(e.contains("more than 16 MiB"), "{e}");
+        let hang = client("hang", "exec sleep 30");
+        let started = std::time::Instant::now();
+        let e = sql_within(&sock, &hang, "SELECT SLEEP(30)", Duration::from_millis(300))
+            .await
+            .unwrap_err();
+        assert!(e.contains("no answer within"), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(10));
+        let failing = client("failing", "echo 'ERROR 1146: no such table' >&2; exit 1");
+        let e = sql(&sock, &failing, "SELECT 1 FROM nope")
+            .await
+            .unwrap_err();
+        assert!(e.contains("ERROR 1146"), "{e}");
+    }
+
     #[test]
     fn random_points_avoid_the_gaps() {
         let t = |s: &str| s.parse::<jiff::Timestamp>().unwrap();

@@ -272,6 +272,13 @@ impl ToolJob<'_> {
             .ok_or("the BackupPolicy has no spec.objectStore")?;
         let mut env = vec![pod::plain("TIDEMARK_LOG", "info")];
         env.extend(pod::store_env(os, self.store_secret));
+        // What such a Job commits (a synthetic full) is locked at least the policy's lock
+        // period from now: the period as the policy resolves it (`objectLock.period`, else
+        // `retention.window`), which `store_env` passes on only when it is set explicitly.
+        if let Ok(Some(lock)) = policy.spec.object_lock() {
+            env.retain(|e| e.name != "TIDEMARK_LOCK_PERIOD");
+            env.push(pod::plain("TIDEMARK_LOCK_PERIOD", &lock.period.to_string()));
+        }
         // An encrypted chain is read with the policy's identities (by Secret reference).
         env.extend(pod::identity_env(os));
         let labels = pod::labels(self.label, &policy.name_any());

@@ -422,5 +422,68 @@ mod tests {
                 .flatten()
                 .any(|m| m.mount_path == SCRATCH)
         );
+        assert!(!env.iter().any(|e| e.name.starts_with("TIDEMARK_LOCK_")));
+    }
+
+    /// Under object lock a tool Job gets the mode and the period as the policy resolves
+    /// it: `objectLock.period`, else `retention.window` (a consolidation's synthetic full
+    /// is locked at least that long from now).
+    #[test]
+    fn tool_jobs_get_the_lock_period_the_policy_resolves() {
+        let db = crate::archiver::DatabaseRuntime {
+            image: "mariadb:11.4".into(),
+            pod_security: None,
+            container_security: None,
+        };
+        let lock_env = |lock: serde_json::Value| {
+            let policy: BackupPolicy = serde_json::from_value(json!({
+                "apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy",
+                "metadata": {"name": "shop", "namespace": "ns", "uid": "0123"},
+                "spec": {
+                    "objectStore": {"bucket": "b", "objectLock": lock},
+                    "retention": {"window": "14d"},
+                },
+            }))
+            .unwrap();
+            let job = crate::consolidation::ToolJob {
+                policy: &policy,
+                name: "shop-consolidate",
+                label: "tidemark.io/consolidation",
+                container: "consolidate",
+                args: vec![],
+                database: &db,
+                operator_image: "tidemark:test",
+                store_secret: None,
+                work: ("work", "/work"),
+            }
+            .job()
+            .unwrap();
+            let mut env: Vec<(String, String)> =
+                job.spec.unwrap().template.spec.unwrap().containers[0]
+                    .env
+                    .clone()
+                    .unwrap()
+                    .into_iter()
+                    .filter(|e| e.name.starts_with("TIDEMARK_LOCK_"))
+                    .map(|e| (e.name, e.value.unwrap_or_default()))
+                    .collect();
+            env.sort();
+            env
+        };
+        let pair = |k: &str, v: &str| (k.to_owned(), v.to_owned());
+        assert_eq!(
+            lock_env(json!({"mode": "governance"})),
+            [
+                pair("TIDEMARK_LOCK_MODE", "governance"),
+                pair("TIDEMARK_LOCK_PERIOD", "14d")
+            ]
+        );
+        assert_eq!(
+            lock_env(json!({"mode": "compliance", "period": "30d"})),
+            [
+                pair("TIDEMARK_LOCK_MODE", "compliance"),
+                pair("TIDEMARK_LOCK_PERIOD", "30d")
+            ]
+        );
     }
 }

@@ -40,6 +40,39 @@ pub fn whole_second(t: Timestamp) -> Timestamp {
     Timestamp::from_second(secs).unwrap_or(t)
 }
 
+/// The URL of `key` under `root` in the bucket at `bucket_url`, with `query`. Each path
+/// segment is encoded as object_store encodes S3 paths (every byte but `A-Z a-z 0-9 - . _
+/// ~`): the request names the object exactly as object_store's requests do, and its
+/// signature holds whether the server canonicalises the path as sent (AWS) or re-encodes
+/// it strictly (MinIO, SeaweedFS) — a prefix with `+ : = @ , ;` left bare would be signed
+/// one way and checked the other.
+fn object_url(
+    bucket_url: &str,
+    root: &Path,
+    key: &Path,
+    query: &[(&str, &str)],
+) -> object_store::Result<url::Url> {
+    use std::fmt::Write as _;
+    let mut url = url::Url::parse(bucket_url).map_err(generic)?;
+    if url.cannot_be_a_base() {
+        return Err(generic("the bucket URL cannot hold a path"));
+    }
+    let mut path = url.path().trim_end_matches('/').to_owned();
+    for part in root.parts().chain(key.parts()) {
+        path.push('/');
+        for b in part.as_ref().bytes() {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+                path.push(char::from(b));
+            } else {
+                let _ = write!(path, "%{b:02X}");
+            }
+        }
+    }
+    url.set_path(&path);
+    set_query(&mut url, query);
+    Ok(url)
+}
+
 /// A retention date as S3 takes it.
 fn s3_date(t: Timestamp) -> String {
     whole_second(t).to_string()
@@ -48,17 +81,7 @@ fn s3_date(t: Timestamp) -> String {
 impl S3Native {
     /// The URL of `key` (relative to the cluster's prefix), with `query`.
     fn object_url(&self, key: &Path, query: &[(&str, &str)]) -> object_store::Result<url::Url> {
-        let mut url = url::Url::parse(&self.bucket_url).map_err(generic)?;
-        {
-            let mut segments = url
-                .path_segments_mut()
-                .map_err(|()| generic("the bucket URL cannot hold a path"))?;
-            segments.pop_if_empty();
-            segments.extend(self.root.parts().map(|p| p.as_ref().to_owned()));
-            segments.extend(key.parts().map(|p| p.as_ref().to_owned()));
-        }
-        set_query(&mut url, query);
-        Ok(url)
+        object_url(&self.bucket_url, &self.root, key, query)
     }
 
     /// Sends one signed request; the answer's status and (bounded) body.
@@ -497,6 +520,30 @@ mod tests {
         assert_eq!(r.delete_markers.len(), 1);
         assert_eq!(r.delete_markers[0].version_id, "v2");
         assert_eq!(r.next_version_id_marker.as_deref(), Some("v3"));
+    }
+
+    /// Path segments are encoded strictly, as object_store encodes S3 paths; the bucket's
+    /// own path (path style) is kept.
+    #[test]
+    fn object_urls_encode_segments_as_object_store_does() {
+        let root = Path::from("team+a:b=c@d,e;f/db 1");
+        let key = Path::from("nightly/20261125T020000Z-0000002a/backup.xbstream");
+        let url = object_url(
+            "http://127.0.0.1:8333/bucket",
+            &root,
+            &key,
+            &[("retention", "")],
+        )
+        .unwrap();
+        assert_eq!(
+            url.as_str(),
+            "http://127.0.0.1:8333/bucket/team%2Ba%3Ab%3Dc%40d%2Ce%3Bf/db%201/nightly/20261125T020000Z-0000002a/backup.xbstream?retention"
+        );
+        let url = object_url("https://b.s3.example", &root, &key, &[]).unwrap();
+        assert!(
+            url.as_str().starts_with("https://b.s3.example/team%2Ba"),
+            "{url}"
+        );
     }
 
     #[test]

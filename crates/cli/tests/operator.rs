@@ -1520,3 +1520,133 @@ async fn kubectl_tidemark_gc_refuses_while_hooks_select_its_backups() {
         std::slice::from_ref(&new.id)
     );
 }
+
+/// Object lock through the operator (issue 19 §3, seed 002): the first Backup of a
+/// ScheduledBackup with `maxIncrementsPerFull: 3` is a full whose Job asks for a lock until
+/// its chain's end — the schedule's third slot after the Backup's own — plus the policy's
+/// period; the Job gets the mode in its environment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduled_full_is_locked_until_its_chain_ends() {
+    let s3 = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    s3.locked_bucket("locked", "shop").await;
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let ns = "locks";
+    cluster.namespace(ns).await;
+    secret(
+        &admin,
+        ns,
+        "s3",
+        &[("accessKeyId", ACCESS_KEY), ("secretAccessKey", SECRET_KEY)],
+    )
+    .await;
+    secret(
+        &admin,
+        ns,
+        "db",
+        &[("username", "backup"), ("password", "pw")],
+    )
+    .await;
+    let policy: BackupPolicy = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy",
+        "metadata": {"name": "shop", "namespace": ns},
+        "spec": {
+            "objectStore": {"bucket": "locked", "endpoint": s3.endpoint, "credentialsSecret": "s3",
+                "objectLock": {"mode": "governance", "period": "7d"}},
+            "source": {"selector": {"matchLabels": {"app": "db"}}, "container": "mariadb", "port": 3306, "credentialsSecret": "db"},
+            "retention": {"window": "30d"},
+        },
+    }))
+    .unwrap();
+    Api::<BackupPolicy>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "db-0", "namespace": ns, "labels": {"app": "db", "tidemark.io/role": "primary"}},
+        "spec": {
+            "nodeName": "node-1",
+            "containers": [{"name": "mariadb", "image": "mariadb:11.4", "volumeMounts": [{"name": "data", "mountPath": "/var/lib/mysql"}]}],
+            "volumes": [{"name": "data", "emptyDir": {}}],
+        },
+    }))
+    .unwrap();
+    Api::<Pod>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+    tidemark_operator::testkit::mark_running(&admin, ns, "db-0").await;
+    let schedule: tidemark_api::crd::ScheduledBackup = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "ScheduledBackup",
+        "metadata": {"name": "nightly", "namespace": ns},
+        "spec": {"schedule": "0 0 2 * * *", "immediate": true, "policy": {"name": "shop"},
+            "method": "mariabackup", "target": "primary",
+            "incremental": {"maxIncrementsPerFull": 3}},
+    }))
+    .unwrap();
+    Api::<tidemark_api::crd::ScheduledBackup>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &schedule)
+        .await
+        .unwrap();
+
+    let op = Operator::start(&cluster, "operator-locks");
+    let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
+    let jobs: Api<Job> = Api::namespaced(admin.clone(), ns);
+    let (backup, job) = eventually("the first scheduled backup's Job", || async {
+        for b in backups.list(&ListParams::default()).await.unwrap().items {
+            if let Some(name) = b.status.as_ref().and_then(|s| s.job_name.clone())
+                && let Some(job) = jobs.get_opt(&name).await.unwrap()
+            {
+                return Some((b, job));
+            }
+        }
+        None
+    })
+    .await;
+    let container = &job
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .containers[0];
+    let args = container.args.clone().unwrap_or_default().join(" ");
+    assert!(!args.contains("--parent"), "a full: {args}");
+    let until: Timestamp = args
+        .split("--lock-until ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no --lock-until in {args}"))
+        .trim_matches(|c| c == '\'' || c == '"')
+        .parse()
+        .unwrap();
+    // The slot: the Backup's creation. Its chain's third increment is taken at the third
+    // 02:00 UTC after it; the lock runs a period (7 days) past that.
+    let slot = backup.metadata.creation_timestamp.clone().unwrap().0;
+    let day = jiff::SignedDuration::from_hours(24);
+    let next_two = slot
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .date()
+        .at(2, 0, 0, 0)
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .unwrap()
+        .timestamp();
+    let first_slot_after = if next_two > slot {
+        next_two
+    } else {
+        next_two + day
+    };
+    let chain_end = first_slot_after + day * 2;
+    assert_eq!(until, chain_end + day * 7, "slot {slot}: {args}");
+    let mode: Vec<String> = container
+        .env
+        .iter()
+        .flatten()
+        .filter(|e| e.name == "TIDEMARK_LOCK_MODE")
+        .filter_map(|e| e.value.clone())
+        .collect();
+    assert_eq!(mode, ["governance"]);
+    op.stop().await;
+}

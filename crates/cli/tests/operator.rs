@@ -149,6 +149,26 @@ async fn play_node(client: &Client, job: &Job, mounts: &[(&str, &Path)]) -> std:
     out
 }
 
+/// The database pod `db-0` as a StatefulSet would make it: the primary, on node-1, its
+/// data in /var/lib/mysql, in `mariadb:11.4`. No kubelet runs it: it stays Pending (until
+/// `testkit::mark_running`). Returns the pod as given (a copy to make others from).
+async fn create_primary_pod(client: &Client, ns: &str) -> Pod {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "db-0", "namespace": ns, "labels": {"app": "db", "tidemark.io/role": "primary"}},
+        "spec": {
+            "nodeName": "node-1",
+            "containers": [{"name": "mariadb", "image": "mariadb:11.4", "volumeMounts": [{"name": "data", "mountPath": "/var/lib/mysql"}]}],
+            "volumes": [{"name": "data", "emptyDir": {}}],
+        },
+    }))
+    .unwrap();
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+    pod
+}
+
 fn tidemark(s3: &SeaweedFs, args: &[&str]) -> std::process::Output {
     common::on_store(s3, "shop", args)
 }
@@ -203,18 +223,8 @@ async fn a_backup_job_on_the_node_then_point_in_time_restore() {
         .create(&PostParams::default(), &policy)
         .await
         .unwrap();
-    // The database pod, as a StatefulSet would make it (no kubelet: it stays Pending).
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "db-0", "namespace": ns, "labels": {"app": "db", "tidemark.io/role": "primary"}},
-        "spec": {
-            "nodeName": "node-1",
-            "containers": [{"name": "mariadb", "image": "mariadb:11.4", "volumeMounts": [{"name": "data", "mountPath": "/var/lib/mysql"}]}],
-            "volumes": [{"name": "data", "emptyDir": {}}],
-        },
-    }))
-    .unwrap();
+    let pod = create_primary_pod(&admin, ns).await;
     let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
-    pods.create(&PostParams::default(), &pod).await.unwrap();
 
     let op = Operator::start(&cluster, "operator-backup");
     let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
@@ -1562,19 +1572,7 @@ async fn a_scheduled_full_is_locked_until_its_chain_ends() {
         .create(&PostParams::default(), &policy)
         .await
         .unwrap();
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "db-0", "namespace": ns, "labels": {"app": "db", "tidemark.io/role": "primary"}},
-        "spec": {
-            "nodeName": "node-1",
-            "containers": [{"name": "mariadb", "image": "mariadb:11.4", "volumeMounts": [{"name": "data", "mountPath": "/var/lib/mysql"}]}],
-            "volumes": [{"name": "data", "emptyDir": {}}],
-        },
-    }))
-    .unwrap();
-    Api::<Pod>::namespaced(admin.clone(), ns)
-        .create(&PostParams::default(), &pod)
-        .await
-        .unwrap();
+    create_primary_pod(&admin, ns).await;
     tidemark_operator::testkit::mark_running(&admin, ns, "db-0").await;
     let schedule: tidemark_api::crd::ScheduledBackup = serde_json::from_value(json!({
         "apiVersion": "tidemark.io/v1alpha1", "kind": "ScheduledBackup",

@@ -201,7 +201,8 @@ fn push_and_fetch_round_trip_on_azurite() {
 
 /// `gs://` with the real binary (issue 19 §5): a GCS emulator, reached as a pod reaches
 /// GCS (`GOOGLE_SERVICE_ACCOUNT_KEY`, its requests signed with the key), 40 MiB in XML
-/// multipart parts. A key of another private key is refused (401), naming the store.
+/// multipart parts; the key also as a file (`GOOGLE_SERVICE_ACCOUNT_PATH`). A key of
+/// another private key is refused (401), naming the store.
 #[test]
 fn push_and_fetch_round_trip_on_gcs() {
     let server = tidemark_store::testkit::GcsEmulator::start();
@@ -214,6 +215,26 @@ fn push_and_fetch_round_trip_on_gcs() {
     };
     let out = ls(server.key());
     assert!(out.status.success(), "{}", stderr(&out));
+    // The key as a file (GOOGLE_SERVICE_ACCOUNT_PATH), read once, bounded, regular files
+    // only.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("key.json");
+    std::fs::write(&file, server.key()).unwrap();
+    let ls_file = |path: &Path| {
+        run(
+            &["ls", "--store", &server.url(), "--cluster", "db1"],
+            &[("GOOGLE_SERVICE_ACCOUNT_PATH", path.display().to_string())],
+        )
+    };
+    let out = ls_file(&file);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = ls_file(dir.path());
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is not a regular file"),
+        "{}",
+        stderr(&out)
+    );
     let out = ls(server.foreign_key());
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     let err = stderr(&out);

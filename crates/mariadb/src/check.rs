@@ -29,8 +29,9 @@ pub const MAX_PROBLEMS: usize = 50;
 pub const MAX_RESULT: usize = 4096;
 /// Tables per `CHECK TABLE` statement.
 const CHECK_BATCH: usize = 64;
-/// The longest one statement (a `CHECK TABLE` batch, the user's query) may run.
-pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
+/// The longest a test's checks — the `CHECK TABLE` batches and the user's query together —
+/// may run; what is left when it passes is not checked (a problem of the test).
+pub const CHECK_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
 /// The most output one statement may answer.
 pub const MAX_OUTPUT: u64 = 16 << 20;
 
@@ -289,15 +290,19 @@ async fn check(socket: &Path, tools: &Tools, spec: &CheckSpec) -> CheckOutcome {
         query: spec.query.clone(),
         ..Default::default()
     };
+    let deadline = tokio::time::Instant::now() + CHECK_TIMEOUT;
+    let sql = |statement: String| async move {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        sql_within(socket, tools, &statement, left).await
+    };
     // Names in hex: the client's batch output escapes tabs, newlines and backslashes, and
     // a name must come back to CHECK TABLE exactly as it is.
     let tables = match sql(
-        socket,
-        tools,
         "SELECT HEX(TABLE_SCHEMA), HEX(TABLE_NAME) FROM information_schema.TABLES \
          WHERE TABLE_TYPE IN ('BASE TABLE', 'SYSTEM VERSIONED') \
          AND TABLE_SCHEMA NOT IN ('information_schema', 'performance_schema', 'sys') \
-         ORDER BY TABLE_SCHEMA, TABLE_NAME",
+         ORDER BY TABLE_SCHEMA, TABLE_NAME"
+            .to_owned(),
     )
     .await
     {
@@ -307,12 +312,25 @@ async fn check(socket: &Path, tools: &Tools, spec: &CheckSpec) -> CheckOutcome {
             return outcome;
         }
     };
-    for batch in tables.chunks(CHECK_BATCH) {
-        match sql(socket, tools, &format!("CHECK TABLE {}", batch.join(", "))).await {
+    for (i, batch) in tables.chunks(CHECK_BATCH).enumerate() {
+        match sql(format!("CHECK TABLE {}", batch.join(", "))).await {
             Ok(out) => {
                 for p in check_problems(&out) {
                     outcome.problem(p);
                 }
+            }
+            Err(e @ SqlError::OutOfTime(_)) => {
+                let left = tables.len() - i * CHECK_BATCH;
+                outcome.problem(format!(
+                    "CHECK TABLE {}: {e}; {left} tables not checked{}",
+                    batch.join(", "),
+                    if spec.query.is_some() {
+                        ", nor the query"
+                    } else {
+                        ""
+                    }
+                ));
+                return outcome;
             }
             Err(e) => {
                 outcome.problem(format!("CHECK TABLE {}: {e}", batch.join(", ")));
@@ -322,7 +340,7 @@ async fn check(socket: &Path, tools: &Tools, spec: &CheckSpec) -> CheckOutcome {
         outcome.tables_checked += batch.len();
     }
     if let Some(q) = &spec.query {
-        match sql(socket, tools, q).await {
+        match sql(q.clone()).await {
             Ok(out) => {
                 let got = out.trim_end_matches('\n').to_owned();
                 if let Some(want) = &spec.expect
@@ -384,20 +402,37 @@ fn cut(s: &str) -> String {
     format!("{}…", &s[..end])
 }
 
-/// One statement through `mariadb -N -B`; its output, or its error output. Bounded: a
-/// statement that runs longer than [`STATEMENT_TIMEOUT`] or answers more than
-/// [`MAX_OUTPUT`] bytes (a user's `SELECT *` of a large table) fails, and the client is
-/// killed — a test never waits without end nor fills memory.
-async fn sql(socket: &Path, tools: &Tools, statement: &str) -> Result<String, String> {
-    sql_within(socket, tools, statement, STATEMENT_TIMEOUT).await
+/// Why a statement gave no answer.
+#[derive(Debug)]
+enum SqlError {
+    /// It failed: the client's error output, or why it could not run.
+    Failed(String),
+    /// The checks' time ([`CHECK_TIMEOUT`]) ran out.
+    OutOfTime(Duration),
 }
 
+impl std::fmt::Display for SqlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SqlError::Failed(e) => f.write_str(e),
+            SqlError::OutOfTime(d) => write!(f, "no answer within {}", humanize(*d)),
+        }
+    }
+}
+
+/// One statement through `mariadb -N -B`, given `timeout`; its output, or its error
+/// output. Bounded: a statement that runs out of time or answers more than
+/// [`MAX_OUTPUT`] bytes (a user's `SELECT *` of a large table) fails, and the client is
+/// killed — a test never waits without end nor fills memory.
 async fn sql_within(
     socket: &Path,
     tools: &Tools,
     statement: &str,
     timeout: Duration,
-) -> Result<String, String> {
+) -> Result<String, SqlError> {
+    if timeout.is_zero() {
+        return Err(SqlError::OutOfTime(CHECK_TIMEOUT));
+    }
     use tokio::io::AsyncReadExt as _;
     let mut child = Command::new(&tools.mariadb)
         .env_clear()
@@ -415,9 +450,14 @@ async fn sql_within(
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", tools.mariadb.to_string_lossy()))?;
+        .map_err(|e| {
+            SqlError::Failed(format!(
+                "cannot run {}: {e}",
+                tools.mariadb.to_string_lossy()
+            ))
+        })?;
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-        return Err("the client's output is not piped".into());
+        return Err(SqlError::Failed("the client's output is not piped".into()));
     };
     let reading = |e: std::io::Error| format!("reading the client's output: {e}");
     // Too much output ends the reading at once (the client, blocked writing, would never
@@ -440,10 +480,13 @@ async fn sql_within(
     let read_err = async {
         let mut err = Vec::new();
         stderr
-            .take(MAX_OUTPUT)
+            .take(MAX_OUTPUT + 1)
             .read_to_end(&mut err)
             .await
             .map_err(reading)?;
+        if err.len() as u64 > MAX_OUTPUT {
+            return Err(format!("its error output passed {} MiB", MAX_OUTPUT >> 20));
+        }
         Ok(err)
     };
     let run = async {
@@ -458,9 +501,10 @@ async fn sql_within(
             Err(restore::tail(&String::from_utf8_lossy(&err)))
         }
     };
-    tokio::time::timeout(timeout, run)
-        .await
-        .unwrap_or_else(|_| Err(format!("no answer within {}", humanize(timeout))))
+    match tokio::time::timeout(timeout, run).await {
+        Ok(answer) => answer.map_err(SqlError::Failed),
+        Err(_) => Err(SqlError::OutOfTime(CHECK_TIMEOUT)),
+    }
 }
 
 /// `6h`, `90s`.
@@ -496,22 +540,32 @@ mod tests {
             }
         };
         let sock = dir.path().join("sock");
+        let sql = |tools: Tools, statement: &'static str| {
+            let sock = sock.clone();
+            async move {
+                sql_within(&sock, &tools, statement, CHECK_TIMEOUT)
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+        };
         let ok = client("ok", "printf '8\\n'");
-        assert_eq!(sql(&sock, &ok, "SELECT 8").await.unwrap(), "8\n");
+        assert_eq!(sql(ok, "SELECT 8").await.unwrap(), "8\n");
         let flood = client("flood", "exec head -c 20000000 /dev/zero");
-        let e = sql(&sock, &flood, "SELECT *").await.unwrap_err();
+        let e = sql(flood, "SELECT *").await.unwrap_err();
         assert!(e.contains("more than 16 MiB"), "{e}");
+        let flood_err = client("flood-err", "exec head -c 20000000 /dev/zero >&2");
+        let e = sql(flood_err, "SELECT *").await.unwrap_err();
+        assert!(e.contains("error output passed 16 MiB"), "{e}");
         let hang = client("hang", "exec sleep 30");
         let started = std::time::Instant::now();
         let e = sql_within(&sock, &hang, "SELECT SLEEP(30)", Duration::from_millis(300))
             .await
             .unwrap_err();
-        assert!(e.contains("no answer within"), "{e}");
+        assert!(matches!(e, SqlError::OutOfTime(_)), "{e}");
+        assert!(e.to_string().contains("no answer within 6h"), "{e}");
         assert!(started.elapsed() < Duration::from_secs(10));
         let failing = client("failing", "echo 'ERROR 1146: no such table' >&2; exit 1");
-        let e = sql(&sock, &failing, "SELECT 1 FROM nope")
-            .await
-            .unwrap_err();
+        let e = sql(failing, "SELECT 1 FROM nope").await.unwrap_err();
         assert!(e.contains("ERROR 1146"), "{e}");
     }
 

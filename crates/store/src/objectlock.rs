@@ -52,7 +52,6 @@ fn object_url(
     key: &Path,
     query: &[(&str, &str)],
 ) -> object_store::Result<url::Url> {
-    use std::fmt::Write as _;
     let mut url = url::Url::parse(bucket_url).map_err(generic)?;
     if url.cannot_be_a_base() {
         return Err(generic("the bucket URL cannot hold a path"));
@@ -60,13 +59,7 @@ fn object_url(
     let mut path = url.path().trim_end_matches('/').to_owned();
     for part in root.parts().chain(key.parts()) {
         path.push('/');
-        for b in part.as_ref().bytes() {
-            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-                path.push(char::from(b));
-            } else {
-                let _ = write!(path, "%{b:02X}");
-            }
-        }
+        path.push_str(&strict(part.as_ref()));
     }
     url.set_path(&path);
     set_query(&mut url, query);
@@ -410,15 +403,33 @@ fn set_query(url: &mut url::Url, pairs: &[(&str, &str)]) {
         url.set_query(None);
         return;
     }
-    let mut q = url.query_pairs_mut();
-    q.clear();
-    for (k, v) in pairs {
-        if v.is_empty() && matches!(*k, "retention" | "versions" | "object-lock") {
-            q.append_key_only(k);
+    // Encoded strictly, as object_store encodes queries (a space as `%20`, not `+`): AWS
+    // signs the query bytes as sent, and object_store's signer signs them strictly.
+    let query: Vec<String> = pairs
+        .iter()
+        .map(|(k, v)| {
+            if v.is_empty() && matches!(*k, "retention" | "versions" | "object-lock") {
+                strict(k)
+            } else {
+                format!("{}={}", strict(k), strict(v))
+            }
+        })
+        .collect();
+    url.set_query(Some(&query.join("&")));
+}
+
+/// `s` percent-encoded but for `A-Z a-z 0-9 - . _ ~` (object_store's strict set).
+fn strict(s: &str) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
         } else {
-            q.append_pair(k, v);
+            let _ = write!(out, "%{b:02X}");
         }
     }
+    out
 }
 
 /// The `<Code>` of an S3 error answer, or "".
@@ -543,6 +554,13 @@ mod tests {
         assert!(
             url.as_str().starts_with("https://b.s3.example/team%2Ba"),
             "{url}"
+        );
+        // Queries too: a prefix with a space is `%20`, never `+`.
+        let mut url = url::Url::parse("http://127.0.0.1:8333/bucket").unwrap();
+        set_query(&mut url, &[("versions", ""), ("prefix", "team+a/db 1/n*")]);
+        assert_eq!(
+            url.query(),
+            Some("versions&prefix=team%2Ba%2Fdb%201%2Fn%2A")
         );
     }
 

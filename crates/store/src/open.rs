@@ -604,7 +604,10 @@ fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
             let mut allow_http = false;
             if let Some(ep) = &endpoint {
                 check_endpoint(ep, false)?;
-                b = b.with_endpoint(ep);
+                // Without a trailing `/`, as `bucket_url` has it: object_store takes a
+                // virtual-hosted endpoint as given, and `https://host/` would put every
+                // key under `//`, apart from the requests signed here.
+                b = b.with_endpoint(ep.trim_end_matches('/'));
                 if ep.starts_with("http://") {
                     allow_http = true;
                     b = b.with_allow_http(true);
@@ -681,10 +684,7 @@ fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
                 Some(CloudCredentials::Azure { .. }) => {
                     return Err(invalid(url, "Azure credentials given for a gs:// store"));
                 }
-                None => (
-                    object_store::gcp::GoogleCloudStorageBuilder::from_env(),
-                    gcs_key_from_env(),
-                ),
+                None => gcs_from_env().map_err(|e| invalid(url, e))?,
             };
             // A key may name its own base URL (an emulator on loopback: `gcs_base_url`,
             // with `disable_oauth`); plain HTTP only when it says so.
@@ -767,24 +767,69 @@ fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
     }
 }
 
-/// The service-account key object_store's `from_env` reads: `GOOGLE_SERVICE_ACCOUNT_KEY`
-/// (the JSON), else the file `GOOGLE_SERVICE_ACCOUNT` or `GOOGLE_SERVICE_ACCOUNT_PATH`
-/// names (at most 64 KiB read; a key file is a few KiB).
-fn gcs_key_from_env() -> Option<String> {
+/// object_store's `GoogleCloudStorageBuilder::from_env` (the `GOOGLE_*` variables), with the
+/// service-account key it names read here, once: `GOOGLE_SERVICE_ACCOUNT_KEY` (the JSON),
+/// else the file `GOOGLE_SERVICE_ACCOUNT` / `GOOGLE_SERVICE_ACCOUNT_PATH` (or
+/// `SERVICE_ACCOUNT`) names — a regular file of at most 64 KiB (a key is a few KiB; a FIFO
+/// or a device would block or never end), given to the builder as the key. Returns the
+/// builder and the key (its `gcs_base_url` decides plain HTTP).
+///
+/// # Errors
+/// Both a key and a key file; the file cannot be read, is not a regular file or is too
+/// large (named, never its contents).
+fn gcs_from_env() -> Result<(object_store::gcp::GoogleCloudStorageBuilder, Option<String>), String>
+{
+    use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
     use std::io::Read as _;
-    if let Ok(key) = std::env::var("GOOGLE_SERVICE_ACCOUNT_KEY") {
-        return Some(key);
+    const MAX_KEY_FILE: u64 = 64 << 10;
+    let mut builder = GoogleCloudStorageBuilder::new();
+    let mut path = std::env::var("SERVICE_ACCOUNT").ok();
+    let mut key = None;
+    for (k, v) in std::env::vars_os() {
+        let (Some(k), Some(v)) = (k.to_str(), v.to_str()) else {
+            continue;
+        };
+        if !k.starts_with("GOOGLE_") {
+            continue;
+        }
+        match k.to_ascii_lowercase().parse::<GoogleConfigKey>() {
+            Ok(GoogleConfigKey::ServiceAccount) => path = Some(v.to_owned()),
+            Ok(GoogleConfigKey::ServiceAccountKey) => key = Some(v.to_owned()),
+            Ok(c) => builder = builder.with_config(c, v),
+            Err(_) => {}
+        }
     }
-    let path = ["GOOGLE_SERVICE_ACCOUNT", "GOOGLE_SERVICE_ACCOUNT_PATH"]
-        .iter()
-        .find_map(|v| std::env::var_os(v).filter(|p| !p.is_empty()))?;
-    let mut key = String::new();
-    std::fs::File::open(path)
-        .ok()?
-        .take(64 << 10)
-        .read_to_string(&mut key)
-        .ok()?;
-    Some(key)
+    let path = path.filter(|p| !p.is_empty());
+    let key = match (key.filter(|k| !k.is_empty()), path) {
+        (Some(_), Some(_)) => {
+            return Err(
+                "both GOOGLE_SERVICE_ACCOUNT_KEY and a key file (GOOGLE_SERVICE_ACCOUNT) are set; \
+                 give one"
+                    .into(),
+            );
+        }
+        (Some(k), None) => Some(k),
+        (None, Some(p)) => {
+            let bad = |why: &str| format!("the service-account key file {p:?} {why}");
+            let meta = std::fs::metadata(&p).map_err(|e| bad(&format!("cannot be read: {e}")))?;
+            if !meta.is_file() {
+                return Err(bad("is not a regular file"));
+            }
+            let mut text = String::new();
+            std::fs::File::open(&p)
+                .and_then(|f| f.take(MAX_KEY_FILE + 1).read_to_string(&mut text))
+                .map_err(|e| bad(&format!("cannot be read: {e}")))?;
+            if text.len() as u64 > MAX_KEY_FILE {
+                return Err(bad("is larger than 64 KiB (a key file is a few KiB)"));
+            }
+            Some(text)
+        }
+        (None, None) => None,
+    };
+    if let Some(k) = &key {
+        builder = builder.with_service_account_key(k);
+    }
+    Ok((builder, key))
 }
 
 /// An endpoint is a scheme, a host and maybe a port: a path, query, fragment or

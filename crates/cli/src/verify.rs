@@ -64,7 +64,16 @@ pub struct SegmentsOut {
     pub ok: usize,
     /// Every segment that is not `ok`.
     pub problems: Vec<ObjectOut>,
+    /// Segments in the store that the index does not list: no restore replays them (an
+    /// archiver stopped between upload and index, or one archiving right now). Not a
+    /// problem of the data; passes collect those behind the recovery window.
+    pub unindexed: usize,
+    /// The first [`MAX_UNINDEXED_NAMES`] of them, in sequence order.
+    pub unindexed_names: Vec<String>,
 }
+
+/// How many unindexed segments `verify` names.
+pub const MAX_UNINDEXED_NAMES: usize = 20;
 
 /// What `verify --output json` prints.
 #[derive(Debug, Clone, Serialize)]
@@ -250,6 +259,16 @@ pub async fn verify(args: &VerifyArgs) -> Result<Exit, CliError> {
     }
     drop(results);
     let indexed = seen.len();
+    // Segments stored but not indexed: listed whole (cheap beside reading the archive).
+    let indexed_names: HashSet<&str> = seen.iter().map(|(_, n)| *n).collect();
+    let listed =
+        tidemark_store::catalog::list_segments(store, u64::MAX, false, &[], &NoProgress).await?;
+    let unindexed: Vec<String> = listed
+        .objects
+        .iter()
+        .filter(|o| !indexed_names.contains(o.name.as_str()))
+        .map(|o| o.name.clone())
+        .collect();
     segment_problems.sort_by(|a, b| a.key.cmp(&b.key));
 
     // A segment missing because a pass deleted it meanwhile is no longer in the index.
@@ -338,6 +357,8 @@ pub async fn verify(args: &VerifyArgs) -> Result<Exit, CliError> {
             checked: segments_checked,
             ok: segments_ok,
             problems: segment_problems,
+            unindexed: unindexed.len(),
+            unindexed_names: unindexed.into_iter().take(MAX_UNINDEXED_NAMES).collect(),
         },
         recovery_window: standing.window.clone(),
         malformed: catalog.malformed.clone(),
@@ -402,6 +423,20 @@ fn table(store: &ClusterStore, out: &VerifyOut) -> String {
         "\nSegments: {} indexed, {} checked, {} ok\n",
         out.segments.indexed, out.segments.checked, out.segments.ok
     ));
+    if out.segments.unindexed > 0 {
+        let more = out.segments.unindexed - out.segments.unindexed_names.len();
+        s.push_str(&format!(
+            "{:<12} {} segment(s) stored but not in the index, which no restore replays: {}{}\n",
+            "unindexed",
+            out.segments.unindexed,
+            out.segments.unindexed_names.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        ));
+    }
     for m in &out.malformed {
         s.push_str(&format!("{:<12} {}: {}\n", "malformed", m.key, m.problem));
     }

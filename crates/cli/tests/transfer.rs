@@ -1098,6 +1098,25 @@ fn verify_reads_everything_back_and_names_what_is_wrong() {
     assert!(v["recoveryWindow"]["from"].is_string(), "{v:#}");
     assert_eq!(v["segments"]["checked"], 3, "{v:#}");
     assert_eq!(v["segments"]["ok"], 3);
+    assert_eq!(v["segments"]["unindexed"], 0, "{v:#}");
+    // A segment stored but not indexed (an archiver stopped between upload and index) is
+    // named — no restore replays it — but is no damage.
+    let stray = store_dir.join("db1/binlogs/mysql-bin.000009");
+    std::fs::write(&stray, b"not indexed").unwrap();
+    let (code, v) = verify(&[]);
+    assert_eq!(code, Some(0), "{v:#}");
+    assert_eq!(v["segments"]["unindexed"], 1, "{v:#}");
+    assert_eq!(
+        v["segments"]["unindexedNames"],
+        serde_json::json!(["mysql-bin.000009"])
+    );
+    let out = run(&["verify", "--store", &url, "--cluster", "db1"], &[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("unindexed") && text.contains("mysql-bin.000009"),
+        "{text}"
+    );
+    std::fs::remove_file(&stray).unwrap();
     let inc_payload = |v: &Value| {
         v["backups"]
             .as_array()

@@ -16,7 +16,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use tidemark_api::crd::{Backup, BackupPolicy};
@@ -278,15 +278,17 @@ async fn report(
         )
         .await;
     }
-    // The Backup object of the backup restored, if it has one.
-    let backups: Api<Backup> =
-        Api::namespaced(ctx.client.clone(), &policy.namespace().unwrap_or_default());
-    let list = backups.list(&ListParams::default()).await?;
-    if let Some(b) = list.items.iter().find(|b| {
-        b.spec.template.policy.name == policy.name_any()
+    // The Backup object of the backup restored, if it has one: found in the operator's
+    // cache of Backups (a namespace may hold thousands; no list request per test).
+    let ns = policy.namespace().unwrap_or_default();
+    let backups: Api<Backup> = Api::namespaced(ctx.client.clone(), &ns);
+    let restored = ctx.backups.state().into_iter().find(|b| {
+        b.namespace().as_deref() == Some(ns.as_str())
+            && b.spec.template.policy.name == policy.name_any()
             && b.status.as_ref().and_then(|s| s.backup_id.as_deref())
                 == Some(record.backup_id.as_str())
-    }) {
+    });
+    if let Some(b) = restored {
         crate::status::restore_test(
             &backups,
             &b.name_any(),

@@ -22,6 +22,8 @@ struct Env {
     /// `TIDEMARK_COMPRESSION` for every command (push and archive-binlogs compress by it;
     /// everything else reads what each object records).
     compression: &'static str,
+    /// The bucket, when not the server's auto-created one (a lock-enabled bucket).
+    bucket: Option<&'static str>,
 }
 
 impl Env {
@@ -36,9 +38,12 @@ impl Env {
         c.env("TIDEMARK_COMPRESSION", self.compression);
         // The subcommand, the store flags, then the rest (which may end in `-- COMMAND`).
         let (sub, rest) = args.split_first().unwrap();
+        let url = self
+            .bucket
+            .map_or_else(|| self.s3.url(), |b| format!("s3://{b}"));
         c.envs(self.s3.env())
             .arg(sub)
-            .args(["--store", &self.s3.url(), "--cluster", "e2e"])
+            .args(["--store", &url, "--cluster", "e2e"])
             .args(["--endpoint", &self.s3.endpoint])
             .args(rest);
         c.output().unwrap()
@@ -67,6 +72,11 @@ impl Env {
 
     /// `push --method mariabackup`, full or incremental; returns the backup-id.
     fn backup(&self, parent: Option<&str>) -> String {
+        self.backup_with(parent, &[])
+    }
+
+    /// [`Env::backup`] with more `push` flags.
+    fn backup_with(&self, parent: Option<&str>, extra: &[&str]) -> String {
         let mut args = vec![
             "push",
             "--backup-name",
@@ -77,6 +87,7 @@ impl Env {
         if let Some(p) = parent {
             args.extend(["--type", "incremental", "--parent", p]);
         }
+        args.extend_from_slice(extra);
         let client = self.db.client_args();
         let mut full: Vec<&str> = args;
         full.extend(["--output", "json", "--", "mariabackup"]);
@@ -167,6 +178,7 @@ fn backups_binlogs_retention_and_point_in_time_restores() {
         s3: SeaweedFs::start(),
         db: MariaDb::start(),
         compression: "zstd",
+        bucket: None,
     };
     let db = &env.db;
     db.sql(
@@ -621,6 +633,7 @@ fn binlogs_read_from_the_server_over_the_network() {
         s3: SeaweedFs::start(),
         db: MariaDb::start(),
         compression: "none",
+        bucket: None,
     };
     let db = &env.db;
     db.sql(&format!(
@@ -730,6 +743,7 @@ fn restore_tests_prove_the_newest_point_and_name_what_fails() {
         s3: SeaweedFs::start(),
         db: MariaDb::start(),
         compression: "none",
+        bucket: None,
     };
     let db = &env.db;
     db.sql(
@@ -861,4 +875,115 @@ fn restore_tests_prove_the_newest_point_and_name_what_fails() {
         "{damaged:#}"
     );
     assert_eq!(std::fs::read_dir(&scratch).unwrap().count(), 0);
+}
+
+/// Consolidation of a locked chain (issue 19 §3, seed 002), on a lock-enabled bucket: a
+/// full and an incremental locked for a few seconds. While locked, a pass with
+/// `--consolidate` keeps both (`locked:`; merging what cannot go gains nothing). Once their
+/// date has passed, the pass under the lock merges them into a synthetic full locked from
+/// birth until now plus the period (1d), and deletes the chain with every version; the
+/// synthetic full alone restores.
+#[test]
+fn a_locked_chain_consolidates_into_a_locked_full() {
+    let env = Env {
+        s3: SeaweedFs::start(),
+        db: MariaDb::start(),
+        compression: "none",
+        bucket: Some("lockedchain"),
+    };
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(env.s3.locked_bucket("lockedchain", "e2e"));
+    env.db.sql(
+        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT)",
+    );
+    env.insert(5);
+    let until = Timestamp::from_second(Timestamp::now().as_second() + 15).unwrap();
+    let lock = [
+        "--lock-mode",
+        "governance",
+        "--lock-until",
+        &until.to_string(),
+    ];
+    let full = env.backup_with(None, &lock);
+    env.insert(3);
+    let incremental = env.backup_with(Some(&full), &lock);
+    let after = pause_and_mark();
+    env.archive();
+    let locked = ["--lock-mode", "governance", "--lock-period", "1d"];
+    let consolidate = [&["gc", "--keep-last", "1", "--consolidate"][..], &locked].concat();
+
+    // Locked: kept, not merged.
+    let gc = env.json(&consolidate);
+    assert_eq!(
+        gc["executed"]["consolidated"],
+        serde_json::json!([]),
+        "{gc:#}"
+    );
+    let reasons = |v: &Value, id: &str| {
+        v["backups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["backupId"] == id)
+            .map(|b| b["reasons"].to_string())
+            .unwrap_or_default()
+    };
+    assert!(
+        reasons(&gc, &full).contains(&format!("locked:{until}")),
+        "{gc:#}"
+    );
+    assert_eq!(
+        backup_ids(&env.json(&["ls"])),
+        vec![full.clone(), incremental.clone()]
+    );
+
+    // After the chain's date: merged into a locked synthetic full, the chain deleted.
+    while Timestamp::now() <= until + jiff::SignedDuration::from_secs(1) {
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    let started = Timestamp::now();
+    let gc = env.json(&consolidate);
+    let done = &gc["executed"]["consolidated"][0];
+    assert_eq!(
+        done["consolidatedFrom"],
+        serde_json::json!([full, incremental]),
+        "{gc:#}"
+    );
+    let synthetic = done["synthetic"].as_str().unwrap().to_owned();
+    let mut deleted: Vec<String> = gc["executed"]["backupsDeleted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    deleted.sort();
+    assert_eq!(deleted, vec![full, incremental], "{gc:#}");
+    let ls = env.json(&["ls"]);
+    assert_eq!(backup_ids(&ls), vec![synthetic.clone()], "{ls:#}");
+    let synthetic_until: Timestamp = ls["backups"][0]["immutableUntil"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the synthetic full is not locked: {ls:#}"))
+        .parse()
+        .unwrap();
+    assert!(
+        synthetic_until >= started + jiff::SignedDuration::from_hours(24),
+        "locked a period from its birth: {synthetic_until}"
+    );
+    // As the server holds it.
+    let store =
+        tidemark_store::ClusterStore::open("s3://lockedchain", "e2e", &env.s3.options()).unwrap();
+    let key = tidemark_store::layout::metadata_key(
+        ls["backups"][0]["backupName"].as_str().unwrap(),
+        &synthetic,
+    );
+    let held = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(store.retention(&key))
+        .unwrap()
+        .unwrap_or_else(|| panic!("{key} is not locked on the server"));
+    assert_eq!(held.until, synthetic_until);
+    let plan = env.json(&["restore", "--to", &after.to_string(), "--dry-run"]);
+    assert_eq!(backup_ids(&plan), vec![synthetic]);
+    assert_eq!(env.restored_rows(after, "locked-synthetic"), "8");
 }

@@ -987,3 +987,144 @@ fn a_locked_chain_consolidates_into_a_locked_full() {
     assert_eq!(backup_ids(&plan), vec![synthetic]);
     assert_eq!(env.restored_rows(after, "locked-synthetic"), "8");
 }
+
+/// Seed 002's immutable chains in standalone mode (issue 19 §3): `tidemark run` with a
+/// mariabackup schedule every 10 s and `maxIncrementsPerFull: 2`, on a lock-enabled bucket
+/// with a 1-day lock. The first full is locked until its chain's end — the schedule's second
+/// slot after its own (a 10-second boundary, 9–21 s after it started) — plus the day; both
+/// increments take that date; the server holds it.
+#[test]
+fn tidemark_run_locks_a_chain_until_its_end() {
+    let s3 = SeaweedFs::start();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let store = rt.block_on(s3.locked_bucket("chains", "shop"));
+    let db = MariaDb::start();
+    db.sql(
+        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT)",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("config");
+    std::fs::create_dir_all(&cfg).unwrap();
+    let client: Vec<String> = db.client_args();
+    std::fs::write(
+        cfg.join("tidemark.yaml"),
+        format!(
+            r#"apiVersion: tidemark.io/v1alpha1
+kind: BackupPolicy
+metadata: {{name: shop}}
+spec:
+  objectStore:
+    bucket: chains
+    endpoint: {endpoint}
+    objectLock: {{mode: governance, period: 1d}}
+  retention: {{keepLast: 10}}
+---
+apiVersion: tidemark.io/v1alpha1
+kind: ScheduledBackup
+metadata: {{name: shop-10s}}
+spec:
+  schedule: "*/10 * * * * *"
+  immediate: true
+  policy: {{name: shop}}
+  method: mariabackup
+  incremental: {{maxIncrementsPerFull: 2}}
+  command: [mariabackup, "{c0}", "{c1}"]
+"#,
+            endpoint = s3.endpoint,
+            c0 = client[0],
+            c1 = client[1],
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("run.log");
+    let mut run = bin()
+        .envs(s3.env())
+        .args(["run", "--config", cfg.to_str().unwrap(), "--grace", "60s"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let ls = || -> Value {
+        let out = bin()
+            .envs(s3.env())
+            .args(["ls", "--store", "s3://chains", "--cluster", "shop"])
+            .args(["--endpoint", &s3.endpoint, "--output", "json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let completed = |v: &Value| -> Vec<Value> {
+        v["backups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|b| b["phase"] == "completed")
+            .cloned()
+            .collect()
+    };
+    let started = std::time::Instant::now();
+    let backups = loop {
+        let v = ls();
+        let done = completed(&v);
+        if done.len() >= 3 {
+            break done;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "three backups not taken in 90 s: {v:#}\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        sleep(Duration::from_secs(1));
+    };
+    let ok = Command::new("kill")
+        .args(["-TERM", &run.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let status = run.wait().unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{status}\n{text}");
+
+    let at = |b: &Value, field: &str| -> Timestamp {
+        b[field]
+            .as_str()
+            .unwrap_or_else(|| panic!("no {field}: {b:#}"))
+            .parse()
+            .unwrap()
+    };
+    let (full, increments) = backups.split_first().unwrap();
+    assert_eq!(full["type"], "full", "{backups:#?}");
+    let until = at(full, "immutableUntil");
+    let chain_end = until - jiff::SignedDuration::from_hours(24);
+    assert_eq!(
+        chain_end.as_second() % 10,
+        0,
+        "a slot of the schedule: {chain_end}"
+    );
+    let after_start = chain_end.duration_since(at(full, "startedAt"));
+    assert!(
+        after_start >= jiff::SignedDuration::from_secs(9)
+            && after_start <= jiff::SignedDuration::from_secs(21),
+        "the second slot after the full's: {chain_end}, started {}",
+        at(full, "startedAt")
+    );
+    for inc in &increments[..2] {
+        assert_eq!(inc["type"], "incremental", "{backups:#?}");
+        assert_eq!(at(inc, "immutableUntil"), until, "{inc:#}");
+    }
+    for b in &backups[..3] {
+        let key = object_store::path::Path::from(format!(
+            "{}/{}/metadata.json",
+            b["backupName"].as_str().unwrap(),
+            b["backupId"].as_str().unwrap()
+        ));
+        let held = rt.block_on(store.retention(&key)).unwrap().unwrap();
+        assert_eq!(held.until, until, "{key}");
+    }
+}

@@ -240,3 +240,37 @@ async fn locks_work_under_a_prefix_with_unusual_characters() {
         assert!(store.head(&key).await.unwrap().is_none(), "{key}");
     }
 }
+
+/// A key with more versions than one `ListObjectVersions` page (1,000) — an in-flight
+/// marker rewritten every 30 s for nine hours has that many: every version is listed,
+/// across pages, and can be deleted, so a stale attempt stays collectable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn versions_past_one_page_are_all_listed() {
+    use futures::StreamExt as _;
+    use object_store::ObjectStoreExt as _;
+    const VERSIONS: usize = 1005;
+    let s3 = start();
+    let store = s3.locked_bucket("manyversions", "shop").await;
+    let key = object_store::path::Path::from("nightly/20261125T000000Z-00000001/.inflight");
+    let inner = store.object_store().clone();
+    let puts = futures::stream::iter(0..VERSIONS)
+        .map(|i| {
+            let (inner, key) = (inner.clone(), key.clone());
+            async move { inner.put(&key, format!("heartbeat {i}").into()).await }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<_>>()
+        .await;
+    assert!(puts.iter().all(Result::is_ok));
+    let versions = store.versions(&key).await.unwrap();
+    assert_eq!(versions.len(), VERSIONS);
+    let distinct: std::collections::HashSet<&String> = versions.iter().collect();
+    assert_eq!(distinct.len(), VERSIONS, "each version once");
+    let deleted = futures::stream::iter(versions.iter())
+        .map(|v| store.delete_version(&key, v))
+        .buffer_unordered(16)
+        .collect::<Vec<_>>()
+        .await;
+    assert!(deleted.iter().all(Result::is_ok));
+    assert!(store.versions(&key).await.unwrap().is_empty());
+}

@@ -5,10 +5,10 @@
 
 mod common;
 
-use common::bin;
+use common::{bin, on_bucket, stop_run};
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::thread::sleep;
 use std::time::Duration;
 
@@ -433,15 +433,7 @@ spec:
     db.sql("FLUSH BINARY LOGS");
     // Let the archiver and the last retention pass see everything, then stop.
     sleep(Duration::from_secs(6));
-    let ok = Command::new("kill")
-        .args(["-TERM", &run.id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
-    let status = run.wait().unwrap();
-    let text = std::fs::read_to_string(&log).unwrap();
-    assert!(status.success(), "{status}\n{text}");
+    let text = stop_run(&mut run, &log);
     assert!(text.contains("retention: deleted"), "{text}");
     assert!(text.contains("binlogs: archived"), "{text}");
     // Restore tests on the policy's schedule (issue 19 §4): the newest point, encrypted
@@ -1044,19 +1036,13 @@ spec:
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    let ls = || -> Value {
-        let out = bin()
-            .envs(s3.env())
-            .args(["ls", "--store", "s3://chains", "--cluster", "shop"])
-            .args(["--endpoint", &s3.endpoint, "--output", "json"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
+    let ls = || {
+        common::json(&on_bucket(
+            &s3,
+            "s3://chains",
+            "shop",
+            &["ls", "--output", "json"],
+        ))
     };
     let completed = |v: &Value| -> Vec<Value> {
         v["backups"]
@@ -1081,15 +1067,7 @@ spec:
         );
         sleep(Duration::from_secs(1));
     };
-    let ok = Command::new("kill")
-        .args(["-TERM", &run.id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
-    let status = run.wait().unwrap();
-    let text = std::fs::read_to_string(&log).unwrap();
-    assert!(status.success(), "{status}\n{text}");
+    stop_run(&mut run, &log);
 
     let at = |b: &Value, field: &str| -> Timestamp {
         b[field]

@@ -584,18 +584,12 @@ spec:
     let status = run.wait().unwrap();
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(status.success(), "{status}\n{text}");
-    let out = bin()
-        .envs(s3.env())
-        .args(["ls", "--store", "s3://vault", "--cluster", "local"])
-        .args(["--endpoint", &s3.endpoint, "--output", "json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = common::json(&common::on_bucket(
+        &s3,
+        "s3://vault",
+        "local",
+        &["ls", "--output", "json"],
+    ));
     let backups = v["backups"].as_array().unwrap();
     assert_eq!(backups.len(), 1, "{v:#}");
     let b = &backups[0];

@@ -36,13 +36,18 @@ pub fn json(o: &Output) -> Value {
 /// `tidemark SUB --store … --cluster CLUSTER --endpoint … REST…` with the store's
 /// credentials; must succeed.
 pub fn on_store(s3: &SeaweedFs, cluster: &str, args: &[&str]) -> Output {
+    on_bucket(s3, &s3.url(), cluster, args)
+}
+
+/// [`on_store`] on another bucket of the server (`s3://name`, a lock-enabled one).
+pub fn on_bucket(s3: &SeaweedFs, url: &str, cluster: &str, args: &[&str]) -> Output {
     let (sub, rest) = args.split_first().expect("a subcommand");
     let out = bin()
         .envs(s3.env())
         .arg(sub)
         .args([
             "--store",
-            &s3.url(),
+            url,
             "--cluster",
             cluster,
             "--endpoint",
@@ -53,4 +58,18 @@ pub fn on_store(s3: &SeaweedFs, cluster: &str, args: &[&str]) -> Output {
         .expect("the tidemark binary");
     assert!(out.status.success(), "tidemark {args:?}: {}", stderr(&out));
     out
+}
+
+/// Stops a `tidemark run` with SIGTERM and waits for it; it must exit cleanly. Its log.
+pub fn stop_run(run: &mut std::process::Child, log: &std::path::Path) -> String {
+    let ok = Command::new("kill")
+        .args(["-TERM", &run.id().to_string()])
+        .status()
+        .expect("kill")
+        .success();
+    assert!(ok, "kill -TERM {}", run.id());
+    let status = run.wait().expect("tidemark run");
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    assert!(status.success(), "{status}\n{text}");
+    text
 }

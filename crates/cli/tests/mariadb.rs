@@ -803,6 +803,28 @@ fn restore_tests_prove_the_newest_point_and_name_what_fails() {
         .expect("_restoretest.json");
     let record: Value = serde_json::from_slice(&record).unwrap();
     assert_eq!(record["outcome"]["passed"], true, "{record:#}");
+    // A passed test read the chain whole: it counts as the read-back
+    // `retention.requireVerified` asks of the newest backup.
+    let verified = rt
+        .block_on(
+            env.s3
+                .cluster_store("e2e")
+                .read(&object_store::path::Path::from(format!(
+                    "nightly/{full}/_verified.json"
+                ))),
+        )
+        .unwrap()
+        .expect("_verified.json");
+    let verified: Value = serde_json::from_slice(&verified).unwrap();
+    assert_eq!(verified["by"], "restore test", "{verified:#}");
+    assert_eq!(verified["checked"], "content", "{verified:#}");
+    assert!(
+        verified["chain"][0]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("{full}:")),
+        "{verified:#}"
+    );
 
     // An unexpected answer fails the test, naming what came and what was expected.
     let out = env.tidemark(&[

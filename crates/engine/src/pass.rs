@@ -334,11 +334,7 @@ async fn newest_reads_back(
             .backup(&b.name, &b.id)
             .and_then(|s| s.metadata.as_ref())
             .ok_or_else(|| refuse(format!("{} has no readable metadata.json", b.id)))?;
-        let own: Vec<String> = m
-            .payload
-            .iter()
-            .map(|p| format!("{}:{}", m.backup_id, p.sha256))
-            .collect();
+        let own = transfer::verified_payloads(m);
         if transfer::is_verified(store, &b.name, &b.id, &own).await? {
             continue;
         }
@@ -363,7 +359,8 @@ async fn newest_reads_back(
         }
         // Never into a directory this pass deletes: the record would outlive the backup.
         if !going.contains(b.id.as_str()) {
-            transfer::record_verified(store, &b.name, &b.id, &own, depth, at).await?;
+            transfer::record_verified(store, &b.name, &b.id, &own, depth, at, "retention pass")
+                .await?;
         }
     }
     tracing::info!(backup = %format!("{name}/{id}"), "the newest backup read back whole");

@@ -195,8 +195,26 @@ pub async fn restore_test(
     };
     match restore_and_check(store, &plan, scratch, tools, spec, progress).await {
         Ok((done, outcome)) => {
+            let passed = outcome.passed;
             let r = record(outcome, plan.segments.len(), done.bytes_downloaded);
             write(&r).await?;
+            if passed {
+                // Every payload of the chain was read whole (sha256, and decoded) and made
+                // a database that checks out: what `retention.requireVerified` asks of the
+                // newest backup, so a pass need not read them again.
+                for m in &plan.backups {
+                    tidemark_store::transfer::record_verified(
+                        store,
+                        &m.backup_name,
+                        &m.backup_id,
+                        &tidemark_store::transfer::verified_payloads(m),
+                        tidemark_store::transfer::Checked::Content,
+                        r.tested_at,
+                        "restore test",
+                    )
+                    .await?;
+                }
+            }
             Ok(r)
         }
         Err(e) => {

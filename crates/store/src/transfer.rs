@@ -1147,6 +1147,15 @@ pub fn backup_readable(store: &ClusterStore, m: &Metadata) -> Result<(), Transfe
     Ok(())
 }
 
+/// What a verification record names of a backup: each of its payloads as
+/// `backup-id:sha256` ([`is_verified`], [`record_verified`]).
+pub fn verified_payloads(m: &Metadata) -> Vec<String> {
+    m.payload
+        .iter()
+        .map(|p| format!("{}:{}", m.backup_id, p.sha256))
+        .collect()
+}
+
 /// Whether the backup `name`/`id` was read back whole before ([`record_verified`]) *as
 /// its chain is now*: `chain` names every payload read (backup-id and sha256, in chain
 /// order), so a record left before the chain changed (a consolidation put a synthetic full
@@ -1171,7 +1180,7 @@ pub async fn is_verified(
 }
 
 /// Records that the backup `name`/`id` and its chain were read back whole at `at`, `checked`
-/// that deep.
+/// that deep, `by` whom (`retention pass`, `restore test`).
 ///
 /// # Errors
 /// The store refused the write.
@@ -1182,6 +1191,7 @@ pub async fn record_verified(
     chain: &[String],
     checked: Checked,
     at: Timestamp,
+    by: &str,
 ) -> Result<(), StoreError> {
     let key = layout::payload_key(name, id, layout::VERIFIED);
     let body = serde_json::json!({
@@ -1189,7 +1199,7 @@ pub async fn record_verified(
         "verifiedAt": at,
         "checked": checked,
         "chain": chain,
-        "by": "retention pass",
+        "by": by,
     });
     store
         .inner

@@ -199,21 +199,7 @@ pub async fn restore_test(
             let r = record(outcome, plan.segments.len(), done.bytes_downloaded);
             write(&r).await?;
             if passed {
-                // Every payload of the chain was read whole (sha256, and decoded) and made
-                // a database that checks out: what `retention.requireVerified` asks of the
-                // newest backup, so a pass need not read them again.
-                for m in &plan.backups {
-                    tidemark_store::transfer::record_verified(
-                        store,
-                        &m.backup_name,
-                        &m.backup_id,
-                        &tidemark_store::transfer::verified_payloads(m),
-                        tidemark_store::transfer::Checked::Content,
-                        r.tested_at,
-                        "restore test",
-                    )
-                    .await?;
-                }
+                record_chain_verified(store, &plan, r.tested_at).await;
             }
             Ok(r)
         }
@@ -376,6 +362,47 @@ async fn check(socket: &Path, tools: &Tools, spec: &CheckSpec) -> CheckOutcome {
         }
     }
     outcome
+}
+
+/// After a passed test: every payload of the chain was read whole (sha256, and decoded)
+/// and made a database that checks out — what `retention.requireVerified` asks of the
+/// newest backup — so each backup of it gets the record a pass would write
+/// (`_verified.json`), and the pass need not read it again. Best effort (it only saves a
+/// later read): a backup already recorded so is left alone, one with other than one payload
+/// (a restore reads one) is not recorded, and a record whose backup went meanwhile (a
+/// concurrent pass deleted it) is taken back, so no directory is left without its backup.
+async fn record_chain_verified(store: &ClusterStore, plan: &RestorePlan, at: jiff::Timestamp) {
+    use tidemark_store::transfer::{self, Checked};
+    for m in plan.backups.iter().filter(|m| m.payload.len() == 1) {
+        let (name, id) = (&m.backup_name, &m.backup_id);
+        let own = transfer::verified_payloads(m);
+        let done = async {
+            if transfer::is_verified(store, name, id, &own).await? {
+                return Ok(());
+            }
+            transfer::record_verified(store, name, id, &own, Checked::Content, at, "restore test")
+                .await?;
+            let metadata = tidemark_store::layout::metadata_key(name, id);
+            if store.head(&metadata).await?.is_none() {
+                let record =
+                    tidemark_store::layout::payload_key(name, id, tidemark_store::layout::VERIFIED);
+                use object_store::ObjectStoreExt as _;
+                store
+                    .object_store()
+                    .delete(&record)
+                    .await
+                    .map_err(|source| tidemark_store::StoreError::Request {
+                        url: store.url.clone(),
+                        action: "deleting".into(),
+                        source,
+                    })?;
+            }
+            Ok::<(), tidemark_store::StoreError>(())
+        };
+        if let Err(e) = done.await {
+            tracing::warn!(backup = %format!("{name}/{id}"), "not recorded as verified: {e}");
+        }
+    }
 }
 
 /// `` `schema`.`table` `` from a line of two hex columns (backticks doubled inside).

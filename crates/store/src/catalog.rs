@@ -330,8 +330,72 @@ impl Catalog {
             observed_at,
             objects_listed,
         };
+        if everything {
+            catalog.read_unrecorded_locks(store).await;
+        }
         catalog.check_index_entries(store);
         Ok(catalog)
+    }
+
+    /// In a store that locks (a lock mode is set), the locks the server holds on the
+    /// objects of attempts that record none: uncommitted ones and failed records without
+    /// `immutableUntil`. A committed backup's payloads are locked before its `metadata.json`
+    /// is written, so a crash between the two, or a commit whose fallback record failed
+    /// too, leaves objects locked with no date on record; without this every pass past
+    /// `failedBackupsTTL` would try to delete them and be refused until the lock ends. The
+    /// latest date found becomes the attempt's `immutable_until` (kept as `locked:<date>`).
+    /// A lock that cannot be read is a warning: the delete is then refused by the server,
+    /// as before, and nothing is lost.
+    async fn read_unrecorded_locks(&mut self, store: &ClusterStore) {
+        if store.object_lock().is_none() {
+            return;
+        }
+        let keys: Vec<(usize, Path)> = self
+            .backups
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| {
+                b.backup.immutable_until.is_none()
+                    && matches!(b.backup.phase, Phase::Uncommitted | Phase::Failed)
+            })
+            .flat_map(|(i, b)| {
+                // Tidemark's own records (`_…`) are never locked; the payloads may be.
+                b.payload_keys
+                    .iter()
+                    .filter(|k| !k.filename().is_some_and(|f| f.starts_with('_')))
+                    .map(move |k| (i, k.clone()))
+            })
+            .collect();
+        let found: Vec<(
+            usize,
+            Path,
+            Result<Option<crate::objectlock::Retention>, StoreError>,
+        )> = futures::stream::iter(keys)
+            .map(|(i, key)| async move {
+                let r = store.retention(&key).await;
+                (i, key, r)
+            })
+            .buffer_unordered(METADATA_FETCH_CONCURRENCY)
+            .collect()
+            .await;
+        for (i, key, r) in found {
+            match r {
+                Ok(Some(r)) => {
+                    let b = &mut self.backups[i].backup;
+                    b.immutable_until = b.immutable_until.max(Some(r.until));
+                }
+                Ok(None) => {}
+                Err(StoreError::Request { source, .. }) if is_not_found(&source) => {}
+                Err(e) => {
+                    let why =
+                        std::error::Error::source(&e).map_or(e.to_string(), |s| s.to_string());
+                    self.warnings.push(format!(
+                        "the lock of {} could not be read ({why}); a delete before its date is refused by the server",
+                        store.display_key(&key)
+                    ));
+                }
+            }
+        }
     }
 
     /// Reports the index entries read so far that are outside the layout's grammar (they

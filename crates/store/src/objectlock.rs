@@ -373,6 +373,22 @@ impl crate::ClusterStore {
             .map_err(|source| crate::error::request(self, "reading the lock of", key, source))
     }
 
+    /// Locks `key` (relative to the cluster) until at least `retention.until`, keeping a
+    /// later date or a compliance mode it has. Returns whether a request changed the lock.
+    ///
+    /// # Errors
+    /// Not an S3 store; the object is missing; the server refused.
+    pub async fn lock_at_least(
+        &self,
+        key: &Path,
+        retention: &Retention,
+    ) -> Result<bool, crate::StoreError> {
+        self.native_or_unsupported()?
+            .lock_at_least(key, retention)
+            .await
+            .map_err(|source| crate::error::request(self, "locking", key, source))
+    }
+
     /// The version ids of `key` (objects and delete markers).
     ///
     /// # Errors

@@ -200,6 +200,108 @@ async fn locks_need_an_s3_store_and_a_mode() {
     assert!(e.to_string().contains("object lock"), "{e}");
 }
 
+/// A commit locks the payloads, then writes the locked `metadata.json`: a crash between
+/// the two (or a commit whose fallback record failed too) leaves payloads the server holds
+/// locked with no date on record, in an uncommitted attempt or under a failed record. A
+/// pass reads the date from the server and keeps them (`locked:<date>`) instead of trying,
+/// and being refused, to delete them at every pass until then; after it, they go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attempts_locked_before_their_commit_are_kept_until_the_servers_date() {
+    use tidemark_core::{Action, PolicyInput, Reason};
+    use tidemark_store::objectlock::{Retention, whole_second};
+    let s3 = start();
+    let store = s3
+        .locked_bucket("crashed", "shop")
+        .await
+        .with_object_lock(Some(LockMode::Governance))
+        .unwrap();
+    let now = Timestamp::now();
+    let until = whole_second(now + SignedDuration::from_hours(72));
+    let lock = Retention {
+        mode: LockMode::Governance,
+        until,
+    };
+
+    // Died after locking its payload: no metadata.json. Its marker stops being refreshed;
+    // removed here, which is how a pass sees it once it has gone stale.
+    let crashed = spec("nightly", BackupType::Full, None, now);
+    let attempt = Attempt::begin(&store, &crashed).await.unwrap();
+    let mut bytes: &[u8] = b"locked, never committed";
+    let payload = attempt.upload(&mut bytes, &NoProgress).await.unwrap();
+    let crashed_key = layout::payload_key(&crashed.backup_name, &crashed.backup_id, &payload.name);
+    assert!(store.lock_at_least(&crashed_key, &lock).await.unwrap());
+    drop(attempt);
+    transfer::release_marker(&store, &crashed).await;
+    // Recorded as failed without a date (the runner's record of an attempt that died).
+    let failed = take(
+        &store,
+        &spec("nightly", BackupType::Full, None, Timestamp::now()),
+        None,
+        Some("the runner died"),
+    )
+    .await;
+    assert_eq!(failed.immutable_until, None);
+    let failed_key = layout::payload_key(&failed.backup_name, &failed.backup_id, "backup.bin");
+    assert!(store.lock_at_least(&failed_key, &lock).await.unwrap());
+
+    let policy = PolicyInput {
+        window: Some("7d".into()),
+        failed_backups_ttl: Some("1d".into()),
+        ..Default::default()
+    }
+    .validate()
+    .unwrap();
+    let pass_at = |at: Timestamp| {
+        let (store, policy) = (&store, &policy);
+        async move {
+            tidemark_store::survey(
+                store,
+                policy,
+                at,
+                &tidemark_store::SurveyOptions::default(),
+                &NoProgress,
+            )
+            .await
+            .unwrap()
+        }
+    };
+    // Two days on: both are past failedBackupsTTL, and both still locked.
+    let seen = pass_at(now + SignedDuration::from_hours(48)).await;
+    assert!(
+        seen.catalog.warnings.is_empty(),
+        "{:?}",
+        seen.catalog.warnings
+    );
+    for id in [&crashed.backup_id, &failed.backup_id] {
+        let d = seen
+            .plan
+            .backups
+            .iter()
+            .find(|d| &d.backup.id == id)
+            .unwrap();
+        assert_eq!(d.action, Action::Keep, "{id}: {:?}", d.reasons);
+        assert_eq!(d.reasons, [Reason::Locked(until)], "{id}");
+    }
+    // What a pass that planned the delete would meet: the server refuses it.
+    let v = store.versions(&crashed_key).await.unwrap();
+    let refused = store.delete_version(&crashed_key, &v[0]).await.unwrap_err();
+    assert!(
+        format!("{refused:?}").contains("AccessDenied"),
+        "{refused:?}"
+    );
+    // After the date both are collected like any failed attempt.
+    let seen = pass_at(until + SignedDuration::from_hours(1)).await;
+    for id in [&crashed.backup_id, &failed.backup_id] {
+        let d = seen
+            .plan
+            .backups
+            .iter()
+            .find(|d| &d.backup.id == id)
+            .unwrap();
+        assert_eq!(d.action, Action::Delete, "{id}: {:?}", d.reasons);
+    }
+}
+
 /// A store prefix with characters a URL may leave bare (`+ : = @ , ;`, a space): the lock
 /// requests signed here name the very objects object_store wrote, and the server takes
 /// their signatures — retention set and read, versions listed and deleted.

@@ -574,6 +574,53 @@ spec:
     assert_eq!(refused.status.code(), Some(2), "{refused:?}");
     let msg = String::from_utf8_lossy(&refused.stderr);
     assert!(msg.contains("in clear"), "{msg}");
+    // With a recipient too, the synthetic full is written encrypted: the store never sees
+    // the merged chain in clear. (The restore below may start from it.)
+    let merged: Value = serde_json::from_slice(
+        &tidemark(&[
+            "consolidate",
+            "--backup-id",
+            &incremental,
+            "--identity",
+            identity.to_str().unwrap(),
+            "--recipient",
+            &recipient,
+            "--output",
+            "json",
+        ])
+        .stdout,
+    )
+    .unwrap();
+    let synthetic = merged["synthetic"].as_str().unwrap();
+    let synthetic_files: Vec<std::path::PathBuf> = walk(&dir.path().join("store"))
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains(synthetic))
+        .collect();
+    let payload = synthetic_files
+        .iter()
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("backup.")
+        })
+        .unwrap_or_else(|| panic!("no payload of {synthetic}: {synthetic_files:?}"));
+    assert!(
+        std::fs::read(payload)
+            .unwrap()
+            .starts_with(b"age-encryption.org/v1\n"),
+        "{} is not an age file",
+        payload.display()
+    );
+    let m: Value =
+        serde_json::from_slice(&std::fs::read(payload.with_file_name("metadata.json")).unwrap())
+            .unwrap();
+    assert_eq!(m["consolidatedFrom"], merged["consolidatedFrom"], "{m}");
+    assert_eq!(
+        m["payload"][0]["encryption"]["recipients"],
+        serde_json::json!(fingerprints),
+        "{m}"
+    );
 
     // A mark inside the window: the newest whose instant the archive reaches.
     let window = &ls["recoveryWindow"];

@@ -810,7 +810,8 @@ async fn exec_and_job_methods(w: Arc<World>) {
     insert(&w, ns, "db-0", 12);
     let policy = json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy", "metadata": {"name": "logical"},
     "spec": {
-        "objectStore": {"bucket": tidemark_store::testkit::BUCKET, "endpoint": w.s3.endpoint, "credentialsSecret": "s3"},
+        "objectStore": {"bucket": tidemark_store::testkit::BUCKET, "endpoint": w.s3.endpoint, "credentialsSecret": "s3",
+                        "compression": "zstd", "encryption": {"recipients": [w.public_key]}},
         "source": {"selector": {"matchLabels": {"app": "db"}}, "container": "mariadb", "credentialsSecret": "db"},
     }});
     let dump_command = json!([
@@ -829,7 +830,11 @@ async fn exec_and_job_methods(w: Arc<World>) {
         ],
     );
     let st = completed(&w, ns, "dump-exec").await;
-    let dump = fetched(&w, "logical", "dump-exec", st["backupId"].as_str().unwrap());
+    let id = st["backupId"].as_str().unwrap();
+    // Compressed and encrypted in the operator's own stream (issue 19 §1, §2): the store
+    // holds ciphertext only.
+    stored_coded(&w.s3, "logical", "dump-exec", id).await;
+    let dump = fetched(&w, "logical", "dump-exec", id);
     assert_eq!(reloaded_count(&w, ns, "db-0", &dump), "12");
 
     // Method job: the user's template dumps over the Service and pushes with the copied
@@ -856,7 +861,9 @@ async fn exec_and_job_methods(w: Arc<World>) {
         ],
     );
     let st = completed(&w, ns, "dump-job").await;
-    let dump = fetched(&w, "logical", "dump-job", st["backupId"].as_str().unwrap());
+    let id = st["backupId"].as_str().unwrap();
+    stored_coded(&w.s3, "logical", "dump-job", id).await;
+    let dump = fetched(&w, "logical", "dump-job", id);
     assert_eq!(reloaded_count(&w, ns, "db-0", &dump), "12");
     let backups: Api<Backup> = Api::namespaced(w.client(), ns);
     let st = eventually_within("dump-job-bad failed", LONG, || async {
@@ -1282,6 +1289,20 @@ async fn stored_payload(s3: &SeaweedFs, cluster: &str, name: &str, id: &str) -> 
         .expect("metadata.json");
     let v: serde_json::Value = serde_json::from_slice(&meta).unwrap();
     v["payload"][0].clone()
+}
+
+/// Asserts that backup `id`'s payload is recorded compressed (zstd) and encrypted (age) and
+/// that the object the store holds is an age file: what the policy's settings promise.
+async fn stored_coded(s3: &SeaweedFs, cluster: &str, name: &str, id: &str) {
+    let payload = stored_payload(s3, cluster, name, id).await;
+    assert_eq!(payload["compression"], "zstd", "{payload}");
+    assert_eq!(payload["encryption"]["scheme"], "age", "{payload}");
+    let key = tidemark_store::layout::payload_key(name, id, payload["name"].as_str().unwrap());
+    let stored = s3.cluster_store(cluster).read(&key).await.unwrap().unwrap();
+    assert!(
+        stored.starts_with(b"age-encryption.org/v1\n"),
+        "{cluster}/{name}/{id} is stored in clear"
+    );
 }
 
 async fn stored_phase(s3: &SeaweedFs, cluster: &str, name: &str, id: &str) -> Option<String> {

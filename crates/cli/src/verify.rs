@@ -159,12 +159,20 @@ pub async fn verify(args: &VerifyArgs) -> Result<Exit, CliError> {
     if let Some(newest) = completed.last() {
         always.insert(newest.backup.id.clone());
         newest_start = Some(newest.backup.started_at);
-        // Its ancestors, also when the chain is broken (then as far as it goes).
+        // What a restore of it reads: its chain as the planner resolves it (a synthetic
+        // full standing in for the increments it merged, which may be gone) ...
+        if let Some(chain) = tidemark_core::plan::chain_of(&inventory, &newest.backup.id) {
+            always.extend(chain.into_iter().map(|b| b.id));
+        }
+        // ... and its recorded ancestors, also when the chain is broken (then as far as it
+        // goes).
+        let mut walked: HashSet<String> = HashSet::new();
         let mut parent = newest.backup.kind.parent().cloned();
         while let Some(id) = parent.take() {
-            if !always.insert(id.clone()) {
+            if !walked.insert(id.clone()) {
                 break;
             }
+            always.insert(id.clone());
             parent = inventory
                 .backups
                 .iter()

@@ -1233,6 +1233,102 @@ fn verify_reads_everything_back_and_names_what_is_wrong() {
     }
 }
 
+/// `verify --sample` always reads what a restore of the newest backup reads: after a
+/// consolidation that is the synthetic full standing in for the increments it merged
+/// (gone from the store), not the chain its `metadata.json` names. Damage in that full is
+/// found however small the sample, and the newest backup is then `brokenChain`.
+#[test]
+fn a_sample_reads_the_synthetic_full_a_restore_of_the_newest_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let store_dir = dir.path().join("store");
+    std::fs::create_dir(&store_dir).unwrap();
+    let url = format!("file://{}", store_dir.display());
+    let data = bytes(1 << 20, 5);
+    let push = |args: &[&str]| {
+        let mut all = vec![
+            "push",
+            "--store",
+            &url,
+            "--cluster",
+            "db1",
+            "--backup-name",
+            "nightly",
+            "--output",
+            "json",
+        ];
+        all.extend_from_slice(args);
+        let out = run_with_input(&all, &[], &data);
+        assert!(out.status.success(), "{}", stderr(&out));
+        json(&out)["backupId"].as_str().unwrap().to_owned()
+    };
+    let full = push(&[]);
+    let inc = push(&["--type", "incremental", "--parent", &full]);
+    let newest = push(&["--type", "incremental", "--parent", &inc]);
+    // What a consolidation leaves: a full recording that it merged `full` and `inc` (so
+    // it stands in for `inc`, with its start and restore point), and the merged chain
+    // deleted.
+    let synthetic = push(&[]);
+    let dir_of = |id: &str| store_dir.join(format!("db1/nightly/{id}"));
+    let read =
+        |path: &Path| -> Value { serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap() };
+    let replaced = read(&dir_of(&inc).join("metadata.json"));
+    let meta_path = dir_of(&synthetic).join("metadata.json");
+    let mut meta = read(&meta_path);
+    meta["consolidatedFrom"] = serde_json::json!([full, inc]);
+    meta["startedAt"] = replaced["startedAt"].clone();
+    meta["completedAt"] = replaced["completedAt"].clone();
+    std::fs::write(&meta_path, serde_json::to_vec(&meta).unwrap()).unwrap();
+    std::fs::remove_dir_all(dir_of(&full)).unwrap();
+    std::fs::remove_dir_all(dir_of(&inc)).unwrap();
+
+    let verify = || {
+        let out = run(
+            &[
+                "verify",
+                "--store",
+                &url,
+                "--cluster",
+                "db1",
+                "--output",
+                "json",
+                "--sample",
+                "0.0001",
+            ],
+            &[],
+        );
+        (out.status.code(), json(&out))
+    };
+    let status_of = |v: &Value, id: &str| {
+        v["backups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["backupId"] == id)
+            .map(|b| b["status"].as_str().unwrap().to_owned())
+    };
+    let (code, v) = verify();
+    assert_eq!(code, Some(0), "{v:#}");
+    assert_eq!(status_of(&v, &newest).as_deref(), Some("ok"), "{v:#}");
+    assert_eq!(status_of(&v, &synthetic).as_deref(), Some("ok"), "{v:#}");
+
+    let payload = dir_of(&synthetic).join("backup.bin");
+    let mut b = std::fs::read(&payload).unwrap();
+    b[1000] ^= 0x01;
+    std::fs::write(&payload, &b).unwrap();
+    let (code, v) = verify();
+    assert_eq!(code, Some(4), "{v:#}");
+    assert_eq!(
+        status_of(&v, &synthetic).as_deref(),
+        Some("damaged"),
+        "{v:#}"
+    );
+    assert_eq!(
+        status_of(&v, &newest).as_deref(),
+        Some("brokenChain"),
+        "{v:#}"
+    );
+}
+
 /// `retention.requireVerified` (issue 19 §4): `gc --require-verified` deletes no backup
 /// while the newest one does not read back whole — a flipped byte in it: exit 4 naming
 /// it, nothing deleted; once it reads back (repaired), the pass reads it, records

@@ -256,24 +256,25 @@ fn bad_input_is_refused_with_value_form_and_exit_code_and_nothing_is_deleted() {
 
 #[test]
 fn unreachable_store_exits_3() {
-    let o = bin()
-        .args([
-            "plan",
-            "--store",
-            "s3://b",
-            "--endpoint",
-            "http://127.0.0.1:9",
-            "--cluster",
-            "demo",
-            "--keep-last",
-            "1",
-        ])
-        .env("AWS_ACCESS_KEY_ID", "x")
-        .env("AWS_SECRET_ACCESS_KEY", "y")
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
-    assert!(stderr(&o).contains("Connection refused"), "{}", stderr(&o));
+    // `verify` too: a store that does not answer is not damaged data (4).
+    for command in [&["plan", "--keep-last", "1"][..], &["verify"]] {
+        let o = bin()
+            .args(command)
+            .args([
+                "--store",
+                "s3://b",
+                "--endpoint",
+                "http://127.0.0.1:9",
+                "--cluster",
+                "demo",
+            ])
+            .env("AWS_ACCESS_KEY_ID", "x")
+            .env("AWS_SECRET_ACCESS_KEY", "y")
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(3), "{command:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("Connection refused"), "{}", stderr(&o));
+    }
 }
 
 #[test]

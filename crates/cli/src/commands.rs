@@ -755,10 +755,16 @@ async fn ls(args: &LsArgs) -> Result<Exit, CliError> {
     let mut backups: Vec<BackupOut> = catalog
         .backups
         .iter()
-        .map(|b| BackupOut {
-            restorable: Some(ok.contains(&b.backup.id)),
-            problem: b.problem.clone(),
-            ..BackupOut::from_backup(&b.backup)
+        .map(|b| {
+            // A backup has one payload as Tidemark writes it; the first speaks for it.
+            let first = b.metadata.as_ref().and_then(|m| m.payload.first());
+            BackupOut {
+                restorable: Some(ok.contains(&b.backup.id)),
+                problem: b.problem.clone(),
+                compression: first.and_then(|p| p.compression.clone()),
+                encryption: first.and_then(|p| p.encryption.clone()),
+                ..BackupOut::from_backup(&b.backup)
+            }
         })
         .collect();
     backups.sort_by(|a, b| (a.started_at, &a.backup_id).cmp(&(b.started_at, &b.backup_id)));

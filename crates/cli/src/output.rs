@@ -38,6 +38,13 @@ pub struct BackupOut {
     /// metadata.json cannot be read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
+    /// How its payload is compressed, e.g. `zstd` (ls only; absent: not compressed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compression: Option<String>,
+    /// How its payload is encrypted: `scheme` and the `recipients`' fingerprints, i.e.
+    /// which identity a fetch or restore needs (ls only; absent: not encrypted).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<tidemark_store::format::Encryption>,
 }
 
 pub fn phase_name(p: Phase) -> &'static str {
@@ -69,6 +76,8 @@ impl BackupOut {
             reasons: None,
             restorable: None,
             problem: None,
+            compression: None,
+            encryption: None,
         }
     }
 

@@ -937,6 +937,40 @@ fn encrypted_backups_need_their_identity() {
         "{from_policy}"
     );
 
+    // `ls` says, without any key, which recipients each backup needs and how it is stored.
+    let ls = run(
+        &[
+            "ls",
+            "--store",
+            &url,
+            "--cluster",
+            "db1",
+            "--output",
+            "json",
+        ],
+        &[],
+    );
+    assert!(ls.status.success(), "{}", stderr(&ls));
+    let ls = json(&ls);
+    let listed = |id: &str| {
+        ls["backups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["backupId"] == id)
+            .unwrap_or_else(|| panic!("{id} not listed: {ls:#}"))
+            .clone()
+    };
+    let old_listed = listed(&old_id);
+    assert_eq!(old_listed["compression"], "zstd", "{old_listed}");
+    assert_eq!(old_listed["encryption"], old["encryption"], "{old_listed}");
+    let new_listed = listed(&new_id);
+    assert_eq!(
+        new_listed["encryption"]["recipients"],
+        serde_json::json!([fingerprint(&new_public)]),
+        "{new_listed}"
+    );
+
     // Ciphertext changed, and the record rewritten to match: age refuses it.
     let mut forged = stored.clone();
     let at = forged.len() / 2;

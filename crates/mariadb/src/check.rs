@@ -376,30 +376,17 @@ async fn record_chain_verified(store: &ClusterStore, plan: &RestorePlan, at: jif
     for m in plan.backups.iter().filter(|m| m.payload.len() == 1) {
         let (name, id) = (&m.backup_name, &m.backup_id);
         let own = transfer::verified_payloads(m);
-        let done = async {
-            if transfer::is_verified(store, name, id, &own).await? {
-                return Ok(());
-            }
-            transfer::record_verified(store, name, id, &own, Checked::Content, at, "restore test")
-                .await?;
-            let metadata = tidemark_store::layout::metadata_key(name, id);
-            if store.head(&metadata).await?.is_none() {
-                let record =
-                    tidemark_store::layout::payload_key(name, id, tidemark_store::layout::VERIFIED);
-                use object_store::ObjectStoreExt as _;
-                store
-                    .object_store()
-                    .delete(&record)
-                    .await
-                    .map_err(|source| tidemark_store::StoreError::Request {
-                        url: store.url.clone(),
-                        action: "deleting".into(),
-                        source,
-                    })?;
-            }
-            Ok::<(), tidemark_store::StoreError>(())
-        };
-        if let Err(e) = done.await {
+        if let Err(e) = transfer::record_verified_while_committed(
+            store,
+            name,
+            id,
+            &own,
+            Checked::Content,
+            at,
+            "restore test",
+        )
+        .await
+        {
             tracing::warn!(backup = %format!("{name}/{id}"), "not recorded as verified: {e}");
         }
     }

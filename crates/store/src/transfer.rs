@@ -1212,6 +1212,37 @@ pub async fn record_verified(
         .map_err(|source| crate::error::request(store, "writing", &key, source))
 }
 
+/// [`record_verified`] for a backup that a pass may delete meanwhile (a restore test runs
+/// beside retention): a record already there for this chain is left alone, and one written
+/// after the backup's `metadata.json` went is taken back, so no directory is left holding
+/// only a record.
+///
+/// # Errors
+/// The store failed.
+pub async fn record_verified_while_committed(
+    store: &ClusterStore,
+    name: &str,
+    id: &str,
+    chain: &[String],
+    checked: Checked,
+    at: Timestamp,
+    by: &str,
+) -> Result<(), StoreError> {
+    if is_verified(store, name, id, chain).await? {
+        return Ok(());
+    }
+    record_verified(store, name, id, chain, checked, at, by).await?;
+    if store.head(&layout::metadata_key(name, id)).await?.is_none() {
+        let key = layout::payload_key(name, id, layout::VERIFIED);
+        if let Err(e) = store.inner.delete(&key).await
+            && !is_not_found(&e)
+        {
+            return Err(request(store, "deleting", &key, e));
+        }
+    }
+    Ok(())
+}
+
 /// Records a restore test's outcome (`outcome`, any JSON object) in the directory of the
 /// backup `name`/`id` it restored, as [`layout::RESTORE_TEST`] (the newest replaces the
 /// last), and as the cluster's latest ([`latest_restore_test_key`]), where whoever started

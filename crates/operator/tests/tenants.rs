@@ -1216,12 +1216,16 @@ async fn recording_server() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Stri
 /// Azure account key (requests signed `SharedKey <the Secret's account>`), an Azure SAS
 /// token (sent as its query). A Secret lacking the keys of its store's kind is refused
 /// naming them; a gs:// policy without a Secret still needs --allow-ambient-credentials.
-/// And a gs:// store on a GCS emulator, with the key from the tenant's Secret, is passed
-/// over: Ready, the store's owner record written there (a conditional create).
+/// And a gs:// store on a GCS emulator and an az:// store on Azurite, each with the key
+/// from the tenant's Secret, are passed over: Ready, the store's owner record written there
+/// (a conditional create).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gcs_and_azure_credentials_come_from_the_tenants_secret() {
     use k8s_openapi::api::core::v1::Secret;
     let gcs = tokio::task::spawn_blocking(tidemark_store::testkit::GcsEmulator::start)
+        .await
+        .unwrap();
+    let azurite = tokio::task::spawn_blocking(tidemark_store::testkit::Azurite::start)
         .await
         .unwrap();
     let (server, seen) = recording_server().await;
@@ -1248,6 +1252,11 @@ async fn gcs_and_azure_credentials_come_from_the_tenants_secret() {
         (
             "gcs-emulator",
             json!({"GOOGLE_SERVICE_ACCOUNT_KEY": gcs.key()}),
+        ),
+        (
+            "azurite",
+            json!({"accountName": tidemark_store::testkit::AZURITE_ACCOUNT,
+                   "accountKey": tidemark_store::testkit::AZURITE_KEY}),
         ),
     ] {
         let s: Secret = serde_json::from_value(json!({
@@ -1289,6 +1298,11 @@ async fn gcs_and_azure_credentials_come_from_the_tenants_secret() {
             "gcs-real",
             json!({"url": format!("{}/db", gcs.url()), "credentialsSecret": "gcs-emulator"}),
         ),
+        (
+            "azure-real",
+            json!({"url": format!("{}/db", azurite.url()), "endpoint": azurite.endpoint,
+                   "credentialsSecret": "azurite"}),
+        ),
     ];
     for (name, store) in &cases {
         create_policy(&admin, &with(name, store.clone())).await;
@@ -1306,28 +1320,32 @@ async fn gcs_and_azure_credentials_come_from_the_tenants_secret() {
             .await
         }
     };
-    // The emulator: passed over, the owner record in the bucket where the key sends it.
-    let ready = eventually("gcs-real ready", || async {
-        let c = policies
-            .get("gcs-real")
-            .await
-            .ok()?
-            .status?
-            .conditions
-            .into_iter()
-            .next()?;
-        (c.status == "True").then_some(c)
-    })
-    .await;
-    assert_eq!(ready.type_, "Ready", "{ready:?}");
-    let on_gcs =
-        tidemark_store::ClusterStore::open(&format!("{}/db", gcs.url()), ns, &gcs.options())
-            .unwrap();
-    let keys = tidemark_store::synth::all_keys(&on_gcs).await.unwrap();
-    assert!(
-        keys.iter().any(|k| k == "_state/owner.json"),
-        "no owner record on the emulator: {keys:?}"
-    );
+    // The emulators: passed over, the owner record in the bucket where the key sends it.
+    for (name, url, options) in [
+        ("gcs-real", gcs.url(), gcs.options()),
+        ("azure-real", azurite.url(), azurite.options()),
+    ] {
+        let ready = eventually(&format!("{name} ready"), || async {
+            let c = policies
+                .get(name)
+                .await
+                .ok()?
+                .status?
+                .conditions
+                .into_iter()
+                .next()?;
+            (c.status == "True").then_some(c)
+        })
+        .await;
+        assert_eq!(ready.type_, "Ready", "{name}: {ready:?}");
+        let on_server =
+            tidemark_store::ClusterStore::open(&format!("{url}/db"), ns, &options).unwrap();
+        let keys = tidemark_store::synth::all_keys(&on_server).await.unwrap();
+        assert!(
+            keys.iter().any(|k| k == "_state/owner.json"),
+            "{name}: no owner record on the emulator: {keys:?}"
+        );
+    }
     // Reached, with the Secret's credentials, and refused by the server.
     for name in ["gcs", "azure", "sas"] {
         let c = condition(name).await;

@@ -22,6 +22,13 @@ use crate::progress::Progress;
 /// Metadata documents fetched at once (the store-wide limit still applies).
 const METADATA_FETCH_CONCURRENCY: usize = 64;
 
+/// Object locks read at once before a pass deletes ([`Catalog::read_server_locks`]).
+const LOCK_READ_CONCURRENCY: usize = 16;
+
+/// Payload objects whose lock is read per backup: Tidemark writes one; a directory holding
+/// many more was not written by it, and costs no more than this.
+pub const LOCK_READS_PER_BACKUP: usize = 8;
+
 /// The label (in `metadata.json`) or annotation (on a Backup) that places a hold.
 pub const PROTECT_LABEL: &str = "tidemark.io/protect";
 
@@ -330,72 +337,90 @@ impl Catalog {
             observed_at,
             objects_listed,
         };
-        if everything {
-            catalog.read_unrecorded_locks(store).await;
-        }
         catalog.check_index_entries(store);
         Ok(catalog)
     }
 
-    /// In a store that locks (a lock mode is set), the locks the server holds on the
-    /// objects of attempts that record none: uncommitted ones and failed records without
-    /// `immutableUntil`. A committed backup's payloads are locked before its `metadata.json`
-    /// is written, so a crash between the two, or a commit whose fallback record failed
-    /// too, leaves objects locked with no date on record; without this every pass past
-    /// `failedBackupsTTL` would try to delete them and be refused until the lock ends. The
-    /// latest date found becomes the attempt's `immutable_until` (kept as `locked:<date>`).
-    /// A lock that cannot be read is a warning: the delete is then refused by the server,
-    /// as before, and nothing is lost.
-    async fn read_unrecorded_locks(&mut self, store: &ClusterStore) {
+    /// In a store that locks (a lock mode is set), the locks the server holds on what
+    /// `plan` deletes, where they may outlast what is recorded: an uncommitted attempt or a
+    /// failed record (no date on record), or a backup whose recorded date has passed. A
+    /// commit locks the payloads before it writes the locked `metadata.json`, and an
+    /// increment that outlives its chain locks the older backups longer first; a crash
+    /// between such steps leaves objects the server holds longer than any record says, and
+    /// without this every pass would plan their deletion and be refused until the lock
+    /// ends. The latest date found in the future becomes the backup's `immutable_until`
+    /// (the planner then keeps it, `locked:<date>`); returns whether any did, so the caller
+    /// plans again. Only deletion candidates are read (a pass deletes them anyway, which
+    /// costs more requests than this), at most [`LOCK_READS_PER_BACKUP`] payload objects
+    /// each. A lock that cannot be read is a warning: the delete is then refused by the
+    /// server, and nothing is lost.
+    pub async fn read_server_locks(
+        &mut self,
+        store: &ClusterStore,
+        plan: &tidemark_core::Plan,
+    ) -> bool {
         if store.object_lock().is_none() {
-            return;
+            return false;
         }
-        let keys: Vec<(usize, Path)> = self
-            .backups
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| {
-                b.backup.immutable_until.is_none()
-                    && matches!(b.backup.phase, Phase::Uncommitted | Phase::Failed)
-            })
-            .flat_map(|(i, b)| {
-                // Tidemark's own records (`_…`) are never locked; the payloads may be.
-                b.payload_keys
+        let now = plan.now;
+        let candidates: Vec<usize> = plan
+            .deletions()
+            .filter_map(|d| {
+                self.backups
                     .iter()
-                    .filter(|k| !k.filename().is_some_and(|f| f.starts_with('_')))
+                    .position(|b| b.backup.id == d.backup.id && b.backup.name == d.backup.name)
+            })
+            .filter(|&i| {
+                self.backups[i]
+                    .backup
+                    .immutable_until
+                    .is_none_or(|t| t <= now)
+            })
+            .collect();
+        let keys: Vec<(usize, Path)> = candidates
+            .into_iter()
+            .flat_map(|i| {
+                self.backups[i]
+                    .payload_keys
+                    .iter()
+                    .filter(|k| k.filename().is_some_and(layout::is_payload_name))
+                    .take(LOCK_READS_PER_BACKUP)
                     .map(move |k| (i, k.clone()))
             })
             .collect();
         let found: Vec<(
             usize,
-            Path,
             Result<Option<crate::objectlock::Retention>, StoreError>,
         )> = futures::stream::iter(keys)
-            .map(|(i, key)| async move {
-                let r = store.retention(&key).await;
-                (i, key, r)
-            })
-            .buffer_unordered(METADATA_FETCH_CONCURRENCY)
+            .map(|(i, key)| async move { (i, store.retention(&key).await) })
+            .buffer_unordered(LOCK_READ_CONCURRENCY)
             .collect()
             .await;
-        for (i, key, r) in found {
+        let mut changed = false;
+        let mut warned: HashSet<usize> = HashSet::new();
+        for (i, r) in found {
             match r {
-                Ok(Some(r)) => {
+                Ok(Some(r)) if r.until > now => {
                     let b = &mut self.backups[i].backup;
                     b.immutable_until = b.immutable_until.max(Some(r.until));
+                    changed = true;
                 }
-                Ok(None) => {}
+                Ok(_) => {}
                 Err(StoreError::Request { source, .. }) if is_not_found(&source) => {}
                 Err(e) => {
-                    let why =
-                        std::error::Error::source(&e).map_or(e.to_string(), |s| s.to_string());
-                    self.warnings.push(format!(
-                        "the lock of {} could not be read ({why}); a delete before its date is refused by the server",
-                        store.display_key(&key)
-                    ));
+                    if warned.insert(i) {
+                        let b = &self.backups[i].backup;
+                        let why =
+                            std::error::Error::source(&e).map_or(e.to_string(), |s| s.to_string());
+                        self.warnings.push(format!(
+                            "the lock of {}/{} could not be read ({why}); should the server hold it, its delete is refused until then",
+                            b.name, b.id
+                        ));
+                    }
                 }
             }
         }
+        changed
     }
 
     /// Reports the index entries read so far that are outside the layout's grammar (they

@@ -129,8 +129,14 @@ pub async fn survey(
     };
     // Shards read on the way may hold entries outside the grammar: report them too.
     catalog.check_index_entries(store);
-    let inventory = catalog.inventory(&segments);
-    let plan = plan(policy, &inventory, now);
+    let mut inventory = catalog.inventory(&segments);
+    let mut plan = plan(policy, &inventory, now);
+    // What the server holds locked longer than recorded is kept (a crash between the steps
+    // of a locked commit); with more kept the horizon can only move earlier.
+    if catalog.read_server_locks(store, &plan).await {
+        inventory = catalog.inventory(&segments);
+        plan = tidemark_core::plan(policy, &inventory, now);
+    }
     // The listing can only move the horizon earlier, so no unread shard is reached now;
     // checked, because a plan over a shard's summary cannot delete its segments.
     if let Some(s) = plan.summaries_to_read(&inventory.segments).first() {

@@ -1214,8 +1214,9 @@ pub async fn record_verified(
 
 /// [`record_verified`] for a backup that a pass may delete meanwhile (a restore test runs
 /// beside retention): a record already there for this chain is left alone, and one written
-/// after the backup's `metadata.json` went is taken back, so no directory is left holding
-/// only a record.
+/// after the backup's `metadata.json` went is taken back. (A deletion between that check
+/// and the end can still leave the record alone in its directory: an uncommitted attempt
+/// to a pass, collected after `failedBackupsTTL`.)
 ///
 /// # Errors
 /// The store failed.

@@ -200,13 +200,15 @@ async fn locks_need_an_s3_store_and_a_mode() {
     assert!(e.to_string().contains("object lock"), "{e}");
 }
 
-/// A commit locks the payloads, then writes the locked `metadata.json`: a crash between
-/// the two (or a commit whose fallback record failed too) leaves payloads the server holds
-/// locked with no date on record, in an uncommitted attempt or under a failed record. A
-/// pass reads the date from the server and keeps them (`locked:<date>`) instead of trying,
-/// and being refused, to delete them at every pass until then; after it, they go.
+/// A commit locks the payloads, then writes the locked `metadata.json`; an increment that
+/// outlives its chain locks the older backups longer first. A crash between such steps (or
+/// a commit whose fallback record failed too) leaves objects the server holds locked longer
+/// than any record says: in an uncommitted attempt, under a failed record, or in a
+/// committed backup whose recorded date has passed. A pass reads the server's date for
+/// what it would delete and keeps them (`locked:<date>`) instead of trying, and being
+/// refused, at every pass until then; what is not locked goes; after the date all go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn attempts_locked_before_their_commit_are_kept_until_the_servers_date() {
+async fn what_the_server_holds_longer_than_recorded_is_kept_until_its_date() {
     use tidemark_core::{Action, PolicyInput, Reason};
     use tidemark_store::objectlock::{Retention, whole_second};
     let s3 = start();
@@ -222,9 +224,29 @@ async fn attempts_locked_before_their_commit_are_kept_until_the_servers_date() {
         until,
     };
 
+    // A committed full recorded locked for seconds, which the server holds for days (an
+    // increment locked it longer, then died before its commit); a newer full after it.
+    let short = whole_second(now + SignedDuration::from_secs(5));
+    let extended = take(
+        &store,
+        &spec("nightly", BackupType::Full, None, now),
+        Some(short),
+        None,
+    )
+    .await;
+    for key in keys(&extended) {
+        store.lock_at_least(&key, &lock).await.unwrap();
+    }
+    let newer = take(
+        &store,
+        &spec("nightly", BackupType::Full, None, Timestamp::now()),
+        None,
+        None,
+    )
+    .await;
     // Died after locking its payload: no metadata.json. Its marker stops being refreshed;
     // removed here, which is how a pass sees it once it has gone stale.
-    let crashed = spec("nightly", BackupType::Full, None, now);
+    let crashed = spec("nightly", BackupType::Full, None, Timestamp::now());
     let attempt = Attempt::begin(&store, &crashed).await.unwrap();
     let mut bytes: &[u8] = b"locked, never committed";
     let payload = attempt.upload(&mut bytes, &NoProgress).await.unwrap();
@@ -243,9 +265,17 @@ async fn attempts_locked_before_their_commit_are_kept_until_the_servers_date() {
     assert_eq!(failed.immutable_until, None);
     let failed_key = layout::payload_key(&failed.backup_name, &failed.backup_id, "backup.bin");
     assert!(store.lock_at_least(&failed_key, &lock).await.unwrap());
+    // And a failed attempt the server holds nothing of.
+    let plain = take(
+        &store,
+        &spec("nightly", BackupType::Full, None, Timestamp::now()),
+        None,
+        Some("the source failed"),
+    )
+    .await;
 
     let policy = PolicyInput {
-        window: Some("7d".into()),
+        keep_last: Some(1),
         failed_backups_ttl: Some("1d".into()),
         ..Default::default()
     }
@@ -265,23 +295,31 @@ async fn attempts_locked_before_their_commit_are_kept_until_the_servers_date() {
             .unwrap()
         }
     };
-    // Two days on: both are past failedBackupsTTL, and both still locked.
+    let action = |seen: &tidemark_store::Survey, id: &str| {
+        let d = seen
+            .plan
+            .backups
+            .iter()
+            .find(|d| d.backup.id == id)
+            .unwrap();
+        (d.action, d.reasons.clone())
+    };
+    // Two days on: all three are past what keeps them on record, and still locked.
     let seen = pass_at(now + SignedDuration::from_hours(48)).await;
     assert!(
         seen.catalog.warnings.is_empty(),
         "{:?}",
         seen.catalog.warnings
     );
-    for id in [&crashed.backup_id, &failed.backup_id] {
-        let d = seen
-            .plan
-            .backups
-            .iter()
-            .find(|d| &d.backup.id == id)
-            .unwrap();
-        assert_eq!(d.action, Action::Keep, "{id}: {:?}", d.reasons);
-        assert_eq!(d.reasons, [Reason::Locked(until)], "{id}");
+    for id in [&extended.backup_id, &crashed.backup_id, &failed.backup_id] {
+        assert_eq!(
+            action(&seen, id),
+            (Action::Keep, vec![Reason::Locked(until)]),
+            "{id}"
+        );
     }
+    assert_eq!(action(&seen, &plain.backup_id).0, Action::Delete);
+    assert_eq!(action(&seen, &newer.backup_id).0, Action::Keep);
     // What a pass that planned the delete would meet: the server refuses it.
     let v = store.versions(&crashed_key).await.unwrap();
     let refused = store.delete_version(&crashed_key, &v[0]).await.unwrap_err();
@@ -289,16 +327,10 @@ async fn attempts_locked_before_their_commit_are_kept_until_the_servers_date() {
         format!("{refused:?}").contains("AccessDenied"),
         "{refused:?}"
     );
-    // After the date both are collected like any failed attempt.
+    // After the date they are collected like any other.
     let seen = pass_at(until + SignedDuration::from_hours(1)).await;
-    for id in [&crashed.backup_id, &failed.backup_id] {
-        let d = seen
-            .plan
-            .backups
-            .iter()
-            .find(|d| &d.backup.id == id)
-            .unwrap();
-        assert_eq!(d.action, Action::Delete, "{id}: {:?}", d.reasons);
+    for id in [&extended.backup_id, &crashed.backup_id, &failed.backup_id] {
+        assert_eq!(action(&seen, id).0, Action::Delete, "{id}");
     }
 }
 

@@ -38,6 +38,36 @@ fn run(args: &[&str], env: &[(&str, String)]) -> Output {
     run_with_input(args, env, b"")
 }
 
+/// `tidemark push` of `data` to `url`'s cluster `db1` as backup `name` with `args`; must
+/// succeed. Its JSON output.
+fn push_json(url: &str, name: &str, args: &[&str], data: &[u8]) -> Value {
+    let mut all = vec![
+        "push",
+        "--store",
+        url,
+        "--cluster",
+        "db1",
+        "--backup-name",
+        name,
+        "--output",
+        "json",
+    ];
+    all.extend_from_slice(args);
+    let out = run_with_input(&all, &[], data);
+    assert!(out.status.success(), "{}", stderr(&out));
+    json(&out)
+}
+
+/// A backup's `status` in `verify`'s JSON report, if it is there.
+fn verify_status(v: &Value, id: &str) -> Option<String> {
+    v["backups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["backupId"] == id)
+        .map(|b| b["status"].as_str().unwrap().to_owned())
+}
+
 /// Deterministic pseudo-random bytes (incompressible enough, no RNG dependency).
 fn bytes(n: usize, seed: u64) -> Vec<u8> {
     let mut x = seed | 1;
@@ -1050,23 +1080,7 @@ fn verify_reads_everything_back_and_names_what_is_wrong() {
     let out = run(&["keygen", "--output", key.to_str().unwrap()], &[]);
     let public = String::from_utf8(out.stdout).unwrap().trim().to_owned();
     let data: Vec<u8> = bytes(2 << 20, 3).iter().map(|b| b'a' + b % 8).collect();
-    let push = |args: &[&str]| {
-        let mut all = vec![
-            "push",
-            "--store",
-            &url,
-            "--cluster",
-            "db1",
-            "--backup-name",
-            "nightly",
-            "--output",
-            "json",
-        ];
-        all.extend_from_slice(args);
-        let out = run_with_input(&all, &[], &data);
-        assert!(out.status.success(), "{}", stderr(&out));
-        json(&out)
-    };
+    let push = |args: &[&str]| push_json(&url, "nightly", args, &data);
     let lost = push(&[]);
     let lost_id = lost["backupId"].as_str().unwrap().to_owned();
     let full = push(&["--compression", "zstd:1"]);
@@ -1116,14 +1130,6 @@ fn verify_reads_everything_back_and_names_what_is_wrong() {
         all.extend_from_slice(args);
         let out = run(&all, &[]);
         (out.status.code(), json(&out))
-    };
-    let status_of = |v: &Value, id: &str| {
-        v["backups"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|b| b["backupId"] == id)
-            .map(|b| b["status"].as_str().unwrap().to_owned())
     };
     let (code, v) = verify(&[]);
     assert_eq!(code, Some(0), "{v:#}");
@@ -1186,17 +1192,25 @@ fn verify_reads_everything_back_and_names_what_is_wrong() {
     std::fs::write(manual.join("metadata.json"), b"{\"formatVersion\": 1, ").unwrap();
     let (code, v) = verify(&[]);
     assert_eq!(code, Some(4), "{v:#}");
-    assert_eq!(status_of(&v, &lost_id).as_deref(), Some("missing"), "{v:#}");
-    assert_eq!(status_of(&v, &full_id).as_deref(), Some("damaged"), "{v:#}");
     assert_eq!(
-        status_of(&v, &newest_id).as_deref(),
+        verify_status(&v, &lost_id).as_deref(),
+        Some("missing"),
+        "{v:#}"
+    );
+    assert_eq!(
+        verify_status(&v, &full_id).as_deref(),
+        Some("damaged"),
+        "{v:#}"
+    );
+    assert_eq!(
+        verify_status(&v, &newest_id).as_deref(),
         Some("damaged"),
         "{v:#}"
     );
     // Its own payload reads fine; the full under it does not (found by reading it: the
     // listing alone sees nothing wrong with the full).
     assert_eq!(
-        status_of(&v, &inc_id).as_deref(),
+        verify_status(&v, &inc_id).as_deref(),
         Some("brokenChain"),
         "{v:#}"
     );
@@ -1240,7 +1254,7 @@ fn verify_reads_everything_back_and_names_what_is_wrong() {
     let (code, v) = verify(&["--sample", "0.01"]);
     assert_eq!(code, Some(4), "{v:#}");
     assert_eq!(v["sample"], 0.01);
-    assert!(status_of(&v, &newest_id).is_some(), "{v:#}");
+    assert!(verify_status(&v, &newest_id).is_some(), "{v:#}");
     // A cluster with nothing in it is not "everything checked out".
     let out = run(&["verify", "--store", &url, "--cluster", "typo"], &[]);
     assert_eq!(out.status.code(), Some(4), "{out:?}");
@@ -1279,21 +1293,10 @@ fn a_sample_reads_the_synthetic_full_a_restore_of_the_newest_needs() {
     let url = format!("file://{}", store_dir.display());
     let data = bytes(1 << 20, 5);
     let push = |args: &[&str]| {
-        let mut all = vec![
-            "push",
-            "--store",
-            &url,
-            "--cluster",
-            "db1",
-            "--backup-name",
-            "nightly",
-            "--output",
-            "json",
-        ];
-        all.extend_from_slice(args);
-        let out = run_with_input(&all, &[], &data);
-        assert!(out.status.success(), "{}", stderr(&out));
-        json(&out)["backupId"].as_str().unwrap().to_owned()
+        push_json(&url, "nightly", args, &data)["backupId"]
+            .as_str()
+            .unwrap()
+            .to_owned()
     };
     let full = push(&[]);
     let inc = push(&["--type", "incremental", "--parent", &full]);
@@ -1332,18 +1335,14 @@ fn a_sample_reads_the_synthetic_full_a_restore_of_the_newest_needs() {
         );
         (out.status.code(), json(&out))
     };
-    let status_of = |v: &Value, id: &str| {
-        v["backups"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|b| b["backupId"] == id)
-            .map(|b| b["status"].as_str().unwrap().to_owned())
-    };
     let (code, v) = verify();
     assert_eq!(code, Some(0), "{v:#}");
-    assert_eq!(status_of(&v, &newest).as_deref(), Some("ok"), "{v:#}");
-    assert_eq!(status_of(&v, &synthetic).as_deref(), Some("ok"), "{v:#}");
+    assert_eq!(verify_status(&v, &newest).as_deref(), Some("ok"), "{v:#}");
+    assert_eq!(
+        verify_status(&v, &synthetic).as_deref(),
+        Some("ok"),
+        "{v:#}"
+    );
 
     let payload = dir_of(&synthetic).join("backup.bin");
     let mut b = std::fs::read(&payload).unwrap();
@@ -1352,12 +1351,12 @@ fn a_sample_reads_the_synthetic_full_a_restore_of_the_newest_needs() {
     let (code, v) = verify();
     assert_eq!(code, Some(4), "{v:#}");
     assert_eq!(
-        status_of(&v, &synthetic).as_deref(),
+        verify_status(&v, &synthetic).as_deref(),
         Some("damaged"),
         "{v:#}"
     );
     assert_eq!(
-        status_of(&v, &newest).as_deref(),
+        verify_status(&v, &newest).as_deref(),
         Some("brokenChain"),
         "{v:#}"
     );
@@ -1475,21 +1474,10 @@ fn retention_waits_for_the_newest_backup_to_read_back() {
     // A chain: the newest is an incremental; the pass that deletes the old full reads and
     // records each member of its chain, once.
     let push = |args: &[&str]| {
-        let mut all = vec![
-            "push",
-            "--store",
-            &url,
-            "--cluster",
-            "db1",
-            "--backup-name",
-            "chain",
-            "--output",
-            "json",
-        ];
-        all.extend_from_slice(args);
-        let out = run_with_input(&all, &[], &data);
-        assert!(out.status.success(), "{}", stderr(&out));
-        json(&out)["backupId"].as_str().unwrap().to_owned()
+        push_json(&url, "chain", args, &data)["backupId"]
+            .as_str()
+            .unwrap()
+            .to_owned()
     };
     let base = push(&[]);
     let top = push(&["--type", "incremental", "--parent", &base]);

@@ -363,12 +363,18 @@ impl Catalog {
             return false;
         }
         let now = plan.now;
+        // One lookup table, not a scan per deletion: a pass may delete thousands.
+        let at: HashMap<(&str, &str), usize> = self
+            .backups
+            .iter()
+            .enumerate()
+            .map(|(i, b)| ((b.backup.name.as_str(), b.backup.id.as_str()), i))
+            .collect();
         let candidates: Vec<usize> = plan
             .deletions()
             .filter_map(|d| {
-                self.backups
-                    .iter()
-                    .position(|b| b.backup.id == d.backup.id && b.backup.name == d.backup.name)
+                at.get(&(d.backup.name.as_str(), d.backup.id.as_str()))
+                    .copied()
             })
             .filter(|&i| {
                 self.backups[i]

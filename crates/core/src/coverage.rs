@@ -19,7 +19,9 @@
 use jiff::Timestamp;
 use serde::Serialize;
 
-use crate::inventory::Segment;
+use crate::gtid::GtidPos;
+use crate::inventory::{Backup, Segment};
+use crate::timeline::{History, Lineage, Timeline, timeline_of};
 
 /// A closed interval of instants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -94,55 +96,101 @@ impl Coverage {
     }
 }
 
-/// Segments prepared for replay queries: sorted by sequence, with contiguous runs.
-#[derive(Debug, Clone)]
+/// The main line's segments prepared for replay queries ([`crate::timeline::History`]):
+/// in replay order, each knowing whether replay continues into it from the one before.
+#[derive(Debug, Clone, Default)]
 pub struct Replay {
     sequences: Vec<u64>,
-    /// Last sequence each entry stands for (itself, or the end of a summary's run).
-    last_sequences: Vec<u64>,
+    /// Whether replay continues into each entry from the one before without a missing
+    /// event (contiguous sequences within a timeline; a switch that joins, between two).
+    linked: Vec<bool>,
     first_event: Vec<Option<Timestamp>>,
     last_event: Vec<Option<Timestamp>>,
-    /// Running maximum of known `lastEventAt`, by sequence order. Monotone, so a binary
+    /// Running maximum of known `lastEventAt`, in replay order. Monotone, so a binary
     /// search finds the first segment reaching a given instant.
     prefix_max_last: Vec<Option<Timestamp>>,
     /// For each position, the latest known `lastEventAt` from there to the end of its run.
     run_end_from: Vec<Option<Timestamp>>,
+    /// Each segment's GTID position at its start and (on the main line) its end, when
+    /// recorded; a switch into a timeline starts at the switch.
+    starts: Vec<Option<GtidPos>>,
+    ends: Vec<Option<GtidPos>>,
+    /// Who wrote what: a backup whose position lies on a branch restores to its own point
+    /// only, never with the main line's events.
+    lineage: Lineage,
+}
+
+/// Where replay begins for a backup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Begin {
+    /// At this main-line position.
+    At(usize),
+    /// Nothing archived after the backup's position.
+    Nothing,
+    /// The archive starts after the backup's position (GTIDs missing in between): from
+    /// this main-line position's start.
+    After(usize),
 }
 
 impl Replay {
-    /// Builds the replay index over the segments that exist in the store.
+    /// Builds the replay index over the segments that exist in the store, as one timeline
+    /// (an archive that records no timelines).
     pub fn new<'a>(segments: impl IntoIterator<Item = &'a Segment>) -> Self {
-        let mut segs: Vec<&Segment> = segments.into_iter().filter(|s| s.present).collect();
-        segs.sort_by(|a, b| (a.sequence, &a.name).cmp(&(b.sequence, &b.name)));
-        segs.dedup_by_key(|s| s.sequence);
-        let mut prefix_max_last = Vec::with_capacity(segs.len());
+        Self::of(&History::new(segments, &[]))
+    }
+
+    /// Builds the replay index over the main line of `segments` under `timelines`.
+    pub fn with_timelines<'a>(
+        segments: impl IntoIterator<Item = &'a Segment>,
+        timelines: &[Timeline],
+    ) -> Self {
+        Self::of(&History::new(segments, timelines))
+    }
+
+    /// The replay index of a history's main line.
+    pub fn of(history: &History<'_>) -> Self {
+        let main = &history.main;
+        let mut prefix_max_last = Vec::with_capacity(main.len());
         let mut running: Option<Timestamp> = None;
-        for s in &segs {
-            running = running.max(s.last_event_at);
+        for m in main {
+            running = running.max(m.last_event_at);
             prefix_max_last.push(running);
         }
-        let mut run_end_from = vec![None; segs.len()];
+        let mut run_end_from = vec![None; main.len()];
         let mut acc: Option<Timestamp> = None;
-        for i in (0..segs.len()).rev() {
-            let contiguous_with_next =
-                i + 1 < segs.len() && segs[i + 1].sequence == segs[i].last_sequence() + 1;
-            if !contiguous_with_next {
+        for i in (0..main.len()).rev() {
+            if !main.get(i + 1).is_some_and(|next| next.linked) {
                 acc = None;
             }
-            acc = acc.max(segs[i].last_event_at);
+            acc = acc.max(main[i].last_event_at);
             run_end_from[i] = acc;
         }
         Replay {
-            sequences: segs.iter().map(|s| s.sequence).collect(),
-            last_sequences: segs.iter().map(|s| s.last_sequence()).collect(),
-            first_event: segs.iter().map(|s| s.first_event_at).collect(),
-            last_event: segs.iter().map(|s| s.last_event_at).collect(),
+            starts: main
+                .iter()
+                .map(|m| {
+                    let g = m.gtids()?;
+                    Some(match &m.switch_in {
+                        Some(sw) if sw.gtid.covers(&g.start) => sw.gtid.clone(),
+                        _ => g.start.clone(),
+                    })
+                })
+                .collect(),
+            ends: main
+                .iter()
+                .map(|m| m.stop_at.clone().or_else(|| Some(m.gtids()?.end())))
+                .collect(),
+            sequences: main.iter().map(|m| m.segment.sequence).collect(),
+            linked: main.iter().map(|m| m.linked).collect(),
+            first_event: main.iter().map(|m| m.segment.first_event_at).collect(),
+            last_event: main.iter().map(|m| m.last_event_at).collect(),
             prefix_max_last,
             run_end_from,
+            lineage: history.lineage.clone(),
         }
     }
 
-    /// Position of the first segment (by sequence) whose last event is known and not
+    /// Position of the first segment (in replay order) whose last event is known and not
     /// before `completed`: the first one replay needs events from.
     fn start(&self, completed: Timestamp) -> Option<usize> {
         // `None < Some(_)`, so this finds the first position with a known time ≥ completed.
@@ -153,10 +201,10 @@ impl Replay {
     }
 
     /// Position replay begins at for a backup completed at `completed`: the start segment
-    /// if it began at or before `completed`; else the earliest of the contiguous archived
-    /// segments before it back to one that began by then (or that ended before it, so the
-    /// next one holds the first event after it). `None` when the run back breaks first:
-    /// events between `completed` and the start segment may be missing.
+    /// if it began at or before `completed`; else the earliest of the linked segments
+    /// before it back to one that began by then (or that ended before it, so the next one
+    /// holds the first event after it). `None` when the run back breaks first: events
+    /// between `completed` and the start segment may be missing.
     fn begin(&self, completed: Timestamp) -> Option<usize> {
         let i = self.start(completed)?;
         let mut j = i;
@@ -164,7 +212,7 @@ impl Replay {
             if self.first_event[j].is_some_and(|f| f <= completed) {
                 return Some(j);
             }
-            if j == 0 || self.last_sequences[j - 1] + 1 != self.sequences[j] {
+            if j == 0 || !self.linked[j] {
                 return None;
             }
             j -= 1;
@@ -186,13 +234,22 @@ impl Replay {
     /// completed at `completed` begins in (those that began after it, or whose last event
     /// is unknown): the planner keeps them, so that whether replay may begin is judged the
     /// same before and after a pass.
-    pub fn predecessors_needed(&self, completed: Timestamp) -> std::ops::Range<u64> {
+    pub fn predecessors_needed(&self, completed: Timestamp) -> Vec<u64> {
         match (self.begin(completed), self.start(completed)) {
-            (Some(b), Some(i)) if b < i => self.sequences[b]..self.sequences[i],
+            (Some(b), Some(i)) if b < i => self.sequences[b..i].to_vec(),
             // The start segment began after `completed` with no run back: keep the one
             // just before it, so replay is judged the same if it is archived later.
-            (None, Some(i)) => self.sequences[i].saturating_sub(1)..self.sequences[i],
-            _ => 0..0,
+            (None, Some(i)) => {
+                let seq = self.sequences[i];
+                if i > 0 && self.linked[i] {
+                    vec![self.sequences[i - 1]]
+                } else if timeline_of(seq) == timeline_of(seq.saturating_sub(1)) {
+                    vec![seq.saturating_sub(1)]
+                } else {
+                    Vec::new()
+                }
+            }
+            _ => Vec::new(),
         }
     }
 
@@ -210,6 +267,84 @@ impl Replay {
             from: completed,
             to: self.replay_end(completed),
         }
+    }
+
+    /// The interval a restorable backup contributes to the main line's window: none when
+    /// its recorded position lies on a branch (it restores a history the main line left).
+    /// With a GTID position and segments that record theirs, replay begins where the
+    /// segments say; otherwise by time ([`Replay::interval`]).
+    pub fn interval_of(&self, backup: &Backup) -> Option<Interval> {
+        if self.on_branch(backup) {
+            return None;
+        }
+        let completed = backup.restore_point();
+        match self.begin_for(backup) {
+            None => Some(self.interval(completed)),
+            Some(Begin::At(b)) => Some(Interval {
+                from: completed,
+                to: self.run_end_from[b].map_or(completed, |e| e.max(completed)),
+            }),
+            Some(Begin::Nothing | Begin::After(_)) => Some(Interval {
+                from: completed,
+                to: completed,
+            }),
+        }
+    }
+
+    /// Where replay begins for a backup by its GTID position, when it records one and the
+    /// main-line segments around it record theirs; `None`: decide by time.
+    pub(crate) fn begin_for(&self, backup: &Backup) -> Option<Begin> {
+        let g = backup.gtid.as_ref()?;
+        let completed = backup.restore_point();
+        // From where the backup's start lies by time (its position was taken after it).
+        let mut i = self
+            .start(backup.started_at.min(completed))
+            .or_else(|| self.start(completed))?;
+        self.starts[i].as_ref()?;
+        // Back while the segment starts after the position.
+        while i > 0
+            && self.linked[i]
+            && self.starts[i].as_ref().is_some_and(|s| !g.covers(s))
+            && self.starts[i - 1].is_some()
+        {
+            i -= 1;
+        }
+        // Forward while the backup holds everything the segment has.
+        loop {
+            let end = self.ends[i].as_ref()?;
+            if !g.covers(end) {
+                break;
+            }
+            if i + 1 >= self.sequences.len() || !self.linked[i + 1] {
+                return Some(Begin::Nothing);
+            }
+            i += 1;
+        }
+        match &self.starts[i] {
+            Some(s) if !g.covers(s) => Some(Begin::After(i)),
+            Some(_) => Some(Begin::At(i)),
+            None => None,
+        }
+    }
+
+    /// Sequences of the segments a retained backup's replay depends on before its start
+    /// segment by time ([`Replay::predecessors_needed`], or from where its GTID position
+    /// says replay begins).
+    pub fn needed_before(&self, backup: &Backup) -> Vec<u64> {
+        let completed = backup.restore_point();
+        match (self.begin_for(backup), self.start(completed)) {
+            (Some(Begin::At(b)), Some(i)) if b < i => self.sequences[b..i].to_vec(),
+            (Some(Begin::At(_)), _) => Vec::new(),
+            _ => self.predecessors_needed(completed),
+        }
+    }
+
+    /// Whether a backup's recorded position lies on a branch.
+    pub fn on_branch(&self, backup: &Backup) -> bool {
+        backup
+            .gtid
+            .as_ref()
+            .is_some_and(|g| !self.lineage.on_main_line(g))
     }
 }
 

@@ -5,6 +5,8 @@ use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
 use crate::duration::RetentionDuration;
+use crate::gtid::GtidPos;
+use crate::timeline::{SegmentGtids, Timeline};
 
 /// `<UTC start YYYYMMDDTHHMMSSZ>-<8 lowercase hex or alphanumeric chars>` (DESIGN.md §3).
 pub type BackupId = String;
@@ -114,6 +116,13 @@ pub struct Backup {
     /// consolidates its chain) once that is safe (seed 002).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub deletion_requested: bool,
+    /// The GTID position its data holds (on a replica, what it had applied): replay starts
+    /// after it. `None`: not recorded (binary logging off, or an older backup without it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gtid: Option<GtidPos>,
+    /// The server it was taken on, when recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_id: Option<u32>,
 }
 
 impl Backup {
@@ -146,6 +155,8 @@ impl Backup {
             payload_missing: false,
             heartbeat_at: None,
             deletion_requested: false,
+            gtid: None,
+            server_id: None,
         }
     }
 
@@ -185,6 +196,10 @@ pub struct Segment {
     /// the store reads the shard and plans again ([`crate::Plan::summaries_to_read`]).
     #[serde(default)]
     pub summary: bool,
+    /// Who wrote it and which transactions it holds, when the index records it (segments
+    /// archived before GTIDs were recorded, and summaries, say nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gtids: Option<SegmentGtids>,
 }
 
 fn one() -> u64 {
@@ -210,6 +225,7 @@ impl Segment {
             present: true,
             span: 1,
             summary: false,
+            gtids: None,
         }
     }
 
@@ -265,6 +281,9 @@ pub struct Inventory {
     /// the future (`--now`) still sees a fresh marker as fresh.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_at: Option<Timestamp>,
+    /// The log archive's timelines (`_index.json`'s `timelines`); none recorded: one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timelines: Vec<Timeline>,
 }
 
 /// The sequence number of a binlog file name: the digits after its last dot

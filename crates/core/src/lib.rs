@@ -4,6 +4,7 @@
 pub mod compression;
 pub mod coverage;
 pub mod duration;
+pub mod gtid;
 pub mod inventory;
 pub mod lock;
 pub mod next;
@@ -13,9 +14,11 @@ pub mod reason;
 pub mod restore;
 pub mod schedule;
 pub mod simulate;
+pub mod timeline;
 
 pub use coverage::{Coverage, Interval, Replay};
 pub use duration::{DURATION_FORM, DurationError, RetentionDuration, saturating_add};
+pub use gtid::{Gtid, GtidPos, GtidRun};
 pub use inventory::{
     Backup, BackupId, BackupKind, Inventory, Leftover, LeftoverKind, Phase, Segment,
 };
@@ -28,3 +31,4 @@ pub use plan::{
 pub use policy::{Policy, PolicyError, PolicyField, PolicyInput};
 pub use reason::{Reason, ReasonKind};
 pub use restore::{RestoreChoice, RestoreRefusal, choose_restore, choose_restore_to};
+pub use timeline::{History, SegmentGtids, Switch, Timeline};

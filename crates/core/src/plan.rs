@@ -11,6 +11,7 @@ use crate::inventory::{
 };
 use crate::policy::Policy;
 use crate::reason::Reason;
+use crate::timeline::timeline_of;
 
 /// What happens to one backup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -199,7 +200,7 @@ pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
     let mut nodes = nodes(inventory, now);
     apply_rules(policy, &mut nodes, now);
     close_chains(&mut nodes);
-    let replay = Replay::new(&inventory.segments);
+    let replay = Replay::with_timelines(&inventory.segments, &inventory.timelines);
     bridge_gaps(&mut nodes, &replay);
     decide_deletions(&mut nodes);
     if policy.max_deletions_per_pass > 0 {
@@ -218,7 +219,7 @@ pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
     let retained = nodes.iter().filter(|n| n.restorable && n.delete.is_none());
     let mut pinned_sequences: Vec<u64> = retained
         .clone()
-        .flat_map(|n| replay.predecessors_needed(n.restore_point()))
+        .flat_map(|n| replay.needed_before(n.backup))
         .collect();
     pinned_sequences.sort_unstable();
     pinned_sequences.dedup();
@@ -233,7 +234,7 @@ pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
 
     let recovery_window = {
         let kept_segments = kept_segments(&inventory.segments, &segments);
-        let replay = Replay::new(kept_segments.iter().copied());
+        let replay = Replay::with_timelines(kept_segments.iter().copied(), &inventory.timelines);
         let backups: Vec<&Backup> = nodes.iter().map(|n| n.backup).collect();
         window_of(&backups, &replay, |i| {
             nodes[i].restorable && nodes[i].delete.is_none()
@@ -765,7 +766,13 @@ fn close_chains(nodes: &mut [Node]) {
 fn intervals(nodes: &[Node], replay: &Replay) -> Vec<Option<Interval>> {
     nodes
         .iter()
-        .map(|n| n.restorable.then(|| replay.interval(n.restore_point())))
+        .map(|n| {
+            if n.restorable {
+                replay.interval_of(n.backup)
+            } else {
+                None
+            }
+        })
         .collect()
 }
 
@@ -1206,12 +1213,13 @@ fn plan_segments(
         (Some(h), Some(last)) => last < h,
         _ => false,
     };
-    // Highest sequence provably behind the horizon: unindexed segments below it are orphans.
-    let cut = segs
-        .iter()
-        .filter(|s| s.indexed && behind(s))
-        .map(|s| s.sequence)
-        .max();
+    // Per timeline, the highest sequence provably behind the horizon: unindexed segments
+    // of that timeline below it are orphans.
+    let mut cut: HashMap<u32, u64> = HashMap::new();
+    for s in segs.iter().filter(|s| s.indexed && behind(s)) {
+        let c = cut.entry(timeline_of(s.sequence)).or_insert(s.sequence);
+        *c = (*c).max(s.sequence);
+    }
     for s in segs {
         if s.indexed && !s.present {
             out.drop_from_index.push(EntryRef {
@@ -1224,7 +1232,11 @@ fn plan_segments(
             None
         } else if s.indexed && behind(s) {
             Some(SegmentReason::BehindHorizon)
-        } else if !s.indexed && cut.is_some_and(|c| s.sequence < c) {
+        } else if !s.indexed
+            && cut
+                .get(&timeline_of(s.sequence))
+                .is_some_and(|&c| s.sequence < c)
+        {
             Some(SegmentReason::UnindexedBehindHorizon)
         } else {
             None
@@ -1436,7 +1448,7 @@ pub(crate) fn window_of(
     let cov = Coverage::from_intervals(
         (0..backups.len())
             .filter(|&i| include(i))
-            .map(|i| replay.interval(backups[i].restore_point()))
+            .filter_map(|i| replay.interval_of(backups[i]))
             .collect(),
     );
     Some(RecoveryWindow {
@@ -1461,7 +1473,7 @@ pub struct Standing {
 pub fn standing(inventory: &Inventory) -> Standing {
     let backups = sorted(inventory);
     let ok = restorable(&backups, &parents(&backups));
-    let replay = Replay::new(&inventory.segments);
+    let replay = Replay::with_timelines(&inventory.segments, &inventory.timelines);
     let restorable_idx = (0..backups.len()).filter(|&i| ok[i]);
     Standing {
         restorable: restorable_idx

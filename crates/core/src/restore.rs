@@ -2,17 +2,23 @@
 //! bring it to a target instant — or why the target cannot be reached.
 //!
 //! The choice follows the restore model of [`crate::coverage`]: the newest restorable
-//! backup that completed at or before the target and whose replay reaches it. Replay starts
-//! in the segment holding the backup's recorded binlog position (at that position), or,
-//! when no position is recorded, at the first segment whose events reach the backup's
-//! completion; it takes every contiguous segment holding events up to the target.
+//! backup on the main line ([`crate::timeline`]) that completed at or before the target and
+//! whose replay reaches it. Replay follows the main line: it starts after the backup's
+//! GTID position, in the segment holding the next transaction (read from the segments'
+//! GTIDs, or — for segments archived without them — the segment before the one the
+//! backup's start reaches by time, the replay skipping by GTID what the backup holds);
+//! a backup that records only a file and offset replays from that offset, on the timeline
+//! it was taken on. Replay takes every linked segment holding events up to the target, in
+//! one run per timeline: the parent's up to the switch, then the next timeline's after it.
 
 use jiff::Timestamp;
 use serde::Serialize;
 
-use crate::coverage::{Interval, Replay};
+use crate::coverage::{Begin, Interval, Replay};
+use crate::gtid::GtidPos;
 use crate::inventory::{Backup, BackupId, Inventory, Segment, segment_sequence};
 use crate::plan::{RecoveryWindow, parents, restorable, sorted, window_of};
+use crate::timeline::{History, MainSegment, timeline_of};
 
 /// What a restore to `target` uses.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -21,16 +27,37 @@ pub struct RestoreChoice {
     pub target: Timestamp,
     /// The backup restored and its ancestors, base full first, restored backup last.
     pub chain: Vec<Backup>,
-    /// Segments to replay, in sequence order; empty when the target is the backup's own
+    /// Segments to replay, in replay order; empty when the target is the backup's own
     /// restore point and no archived segment holds events after its position.
     pub segments: Vec<Segment>,
-    /// Whether replay begins at the restored backup's recorded binlog position in
-    /// `segments[0]` (otherwise at the start of `segments[0]`).
+    /// Whether replay begins at the restored backup's recorded binlog file offset in
+    /// `segments[0]` (a backup without a GTID position; otherwise by GTID, or at the start
+    /// of `segments[0]`).
     pub from_log_position: bool,
+    /// The segments in one run per timeline, in order.
+    pub runs: Vec<ReplayRun>,
     pub window: RecoveryWindow,
     /// Summaries (unread index shards) among `segments`: the caller reads their shards and
     /// chooses again. Empty in a final choice.
     pub unread: Vec<Segment>,
+}
+
+/// Consecutive segments of one timeline that replay reads in one pass.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplayRun {
+    pub timeline: u32,
+    /// The server that wrote them, when recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_id: Option<u32>,
+    /// Positions in [`RestoreChoice::segments`]: `first..first + count`.
+    pub first: usize,
+    pub count: usize,
+    /// Replay applies the transactions after this position (`None`: from the backup's
+    /// file offset, or from the first segment's start).
+    pub start_after: Option<GtidPos>,
+    /// Replay stops after this position: the switch to the next timeline.
+    pub stop_at: Option<GtidPos>,
 }
 
 /// Why a target cannot be restored.
@@ -73,6 +100,25 @@ pub enum RestoreRefusal {
         after: String,
         missing: u64,
     },
+    #[error(
+        "backup {backup} holds GTID position {position}, but the archive's segments on its timeline start at {archive_from}: the transactions between are missing, so {target} (after its completion {completed}) cannot be reached; choose its completion or a later backup"
+    )]
+    GtidNotArchived {
+        target: Timestamp,
+        backup: BackupId,
+        position: GtidPos,
+        archive_from: GtidPos,
+        completed: Timestamp,
+    },
+    #[error(
+        "backup {backup} records no GTID position, only a binlog file and offset, so replay from it cannot cross the switch to timeline {timeline} (server {server}); {target} lies after it: choose a backup taken with GTIDs, or a target before the switch"
+    )]
+    NoGtidAcrossSwitch {
+        target: Timestamp,
+        backup: BackupId,
+        timeline: u32,
+        server: String,
+    },
 }
 
 fn gaps_note(w: &RecoveryWindow) -> String {
@@ -99,7 +145,8 @@ pub fn choose_restore(
     let backups = sorted(inventory);
     let parent = parents(&backups);
     let ok = restorable(&backups, &parent);
-    let replay = Replay::new(&inventory.segments);
+    let history = History::new(&inventory.segments, &inventory.timelines);
+    let replay = Replay::of(&history);
     let window = window_of(&backups, &replay, |i| ok[i]).ok_or(RestoreRefusal::NoRecoveryPoint)?;
     if target < window.from || target > window.to {
         return Err(RestoreRefusal::OutsideWindow { target, window });
@@ -118,7 +165,7 @@ pub fn choose_restore(
     }
     // Inside the window, some restorable backup reaches the target; take the newest.
     let chosen = (0..backups.len())
-        .filter(|&i| ok[i])
+        .filter(|&i| ok[i] && !replay.on_branch(backups[i]))
         .filter(|&i| {
             let rp = backups[i].restore_point();
             rp <= target && replay.replay_end(rp) >= target
@@ -139,13 +186,14 @@ pub fn choose_restore(
     }
     chain.reverse();
     let backup = backups[chosen];
-    let (segments, from_log_position) = replay_segments(inventory, backup, &replay, target)?;
+    let (segments, from_log_position, runs) = replay_segments(&history, backup, &replay, target)?;
     let unread = segments.iter().filter(|s| s.summary).cloned().collect();
     Ok(RestoreChoice {
         target,
         chain,
         segments,
         from_log_position,
+        runs,
         window,
         unread,
     })
@@ -183,66 +231,149 @@ pub fn choose_restore_to(
     choose_restore(inventory, begins).map_err(|_| refused)
 }
 
-/// The contiguous segments from the backup's replay start that hold events up to `target`.
-fn replay_segments(
-    inventory: &Inventory,
+/// Where replay starts on the main line for `backup`: the position of the first segment,
+/// and whether it starts at the backup's file offset there.
+///
+/// # Errors
+/// The backup's position is not in the archive and the target lies after its completion.
+fn replay_start(
+    main: &[MainSegment<'_>],
     backup: &Backup,
     replay: &Replay,
     target: Timestamp,
-) -> Result<(Vec<Segment>, bool), RestoreRefusal> {
-    let mut present: Vec<&Segment> = inventory.segments.iter().filter(|s| s.present).collect();
-    present.sort_by(|a, b| (a.sequence, &a.name).cmp(&(b.sequence, &b.name)));
-    present.dedup_by_key(|s| s.sequence);
+) -> Result<Option<(usize, bool)>, RestoreRefusal> {
     let completed = backup.restore_point();
-    let holding = |seq: u64| {
-        present
-            .iter()
-            .position(|s| s.sequence <= seq && seq <= s.last_sequence())
-    };
-    let position_file = backup.log_file.as_deref();
-    let (start, from_log_position) = match position_file.and_then(segment_sequence) {
-        Some(seq) => match holding(seq) {
-            Some(i) => (Some(i), present[i].sequence == seq && !present[i].summary),
-            None if target > completed => {
-                return Err(RestoreRefusal::PositionNotArchived {
-                    target,
-                    backup: backup.id.clone(),
-                    file: position_file.unwrap_or_default().to_owned(),
-                    completed,
+    let at = |seq: u64| main.iter().position(|m| m.segment.sequence == seq);
+    let Some(g) = &backup.gtid else {
+        // Only a file and offset: on the timeline it names (the archive's first, whose
+        // objects carry the servers' own file names), else by time.
+        let position_file = backup.log_file.as_deref();
+        return match position_file.and_then(segment_sequence) {
+            Some(seq) => {
+                let holding = main.iter().position(|m| {
+                    timeline_of(m.segment.sequence) == 0
+                        && m.segment.sequence <= seq
+                        && seq <= m.segment.last_sequence()
                 });
+                match holding {
+                    Some(i) => Ok(Some((
+                        i,
+                        main[i].segment.sequence == seq && !main[i].segment.summary,
+                    ))),
+                    None if target > completed => Err(RestoreRefusal::PositionNotArchived {
+                        target,
+                        backup: backup.id.clone(),
+                        file: position_file.unwrap_or_default().to_owned(),
+                        completed,
+                    }),
+                    None => Ok(None),
+                }
             }
-            None => (None, false),
-        },
-        None => (replay.start_sequence(completed).and_then(holding), false),
+            None => Ok(replay
+                .start_sequence(completed)
+                .and_then(at)
+                .map(|i| (i, false))),
+        };
     };
-    let Some(start) = start else {
-        return Ok((Vec::new(), false));
+    // By GTID, where the segments record theirs.
+    match replay.begin_for(backup) {
+        Some(Begin::At(i)) => return Ok(Some((i, false))),
+        Some(Begin::Nothing) => return Ok(None),
+        Some(Begin::After(i)) if target > completed => {
+            let from = main[i]
+                .switch_in
+                .as_ref()
+                .map(|sw| sw.gtid.clone())
+                .or_else(|| main[i].segment.gtids.as_ref().map(|sg| sg.start.clone()))
+                .unwrap_or_default();
+            return Err(RestoreRefusal::GtidNotArchived {
+                target,
+                backup: backup.id.clone(),
+                position: g.clone(),
+                archive_from: from,
+                completed,
+            });
+        }
+        Some(Begin::After(_)) => return Ok(None),
+        None => {}
+    }
+    // Segments without GTIDs: from where the backup's start lies by time, one segment
+    // earlier so that a position taken just before a rotation is not missed; replay skips
+    // by GTID what the backup holds.
+    let from_time = replay
+        .start_sequence(backup.started_at.min(completed))
+        .or_else(|| replay.start_sequence(completed))
+        .and_then(at);
+    let Some(mut i) = from_time else {
+        return Ok(None);
     };
-    let mut out: Vec<Segment> = Vec::new();
-    for s in &present[start..] {
-        if out
-            .last()
-            .is_some_and(|prev| s.sequence != prev.last_sequence() + 1)
-        {
+    if i > 0 && main[i].linked {
+        i -= 1;
+    }
+    Ok(Some((i, false)))
+}
+
+/// The linked main-line segments from the backup's replay start that hold events up to
+/// `target`, and their runs.
+fn replay_segments(
+    history: &History<'_>,
+    backup: &Backup,
+    replay: &Replay,
+    target: Timestamp,
+) -> Result<(Vec<Segment>, bool, Vec<ReplayRun>), RestoreRefusal> {
+    let main = &history.main;
+    let completed = backup.restore_point();
+    let Some((start, from_log_position)) = replay_start(main, backup, replay, target)? else {
+        return Ok((Vec::new(), false, Vec::new()));
+    };
+    let by_gtid = backup.gtid.is_some();
+    let mut taken: Vec<&MainSegment<'_>> = Vec::new();
+    let mut blocked_switch = None;
+    for (k, m) in main[start..].iter().enumerate() {
+        if k > 0 && !m.linked {
             break;
         }
-        if s.first_event_at.is_some_and(|f| f > target) && !out.is_empty() {
+        if m.segment.first_event_at.is_some_and(|f| f > target) && !taken.is_empty() {
             break;
         }
-        out.push((*s).clone());
+        if k > 0 && m.switch_in.is_some() && !by_gtid {
+            blocked_switch = Some(m);
+            break;
+        }
+        taken.push(m);
     }
     // Replay reaches the target when some taken segment ends at or after it, or the next
-    // archived segment begins after it (so no event up to the target is missing).
-    let reached = out
+    // segment of the main line begins after it (so no event up to the target is missing).
+    let reached = taken
         .iter()
-        .any(|s| s.last_event_at.is_some_and(|l| l >= target));
-    let next = out
-        .last()
-        .and_then(|l| present.iter().find(|s| s.sequence == l.last_sequence() + 1));
-    let next_starts_later = next.is_some_and(|s| s.first_event_at.is_some_and(|f| f > target));
+        .any(|m| m.last_event_at.is_some_and(|l| l >= target));
+    let next = taken.last().and_then(|l| {
+        let i = start + taken.len();
+        main.get(i)
+            .filter(|n| n.linked && n.segment.sequence != l.segment.sequence)
+    });
+    let next_starts_later =
+        next.is_some_and(|s| s.segment.first_event_at.is_some_and(|f| f > target));
     if target > completed && !reached && !next_starts_later {
-        let after = out.last().map_or_else(String::new, |s| s.name.clone());
-        let missing = out.last().map_or(0, |s| s.last_sequence() + 1);
+        if let Some(m) = blocked_switch {
+            let timeline = timeline_of(m.segment.sequence);
+            let server = history
+                .timelines
+                .iter()
+                .find(|t| t.id == timeline)
+                .and_then(|t| t.server_id)
+                .map_or_else(|| "unknown".to_owned(), |s| s.to_string());
+            return Err(RestoreRefusal::NoGtidAcrossSwitch {
+                target,
+                backup: backup.id.clone(),
+                timeline,
+                server,
+            });
+        }
+        let after = taken
+            .last()
+            .map_or_else(String::new, |m| m.segment.name.clone());
+        let missing = taken.last().map_or(0, |m| m.segment.last_sequence() + 1);
         return Err(RestoreRefusal::MissingSegment {
             target,
             backup: backup.id.clone(),
@@ -250,7 +381,42 @@ fn replay_segments(
             missing,
         });
     }
-    Ok((out, from_log_position))
+    // One run per timeline.
+    let mut runs: Vec<ReplayRun> = Vec::new();
+    for (i, m) in taken.iter().enumerate() {
+        let timeline = timeline_of(m.segment.sequence);
+        let same = runs.last().is_some_and(|r| r.timeline == timeline);
+        if !same {
+            let start_after = match (&backup.gtid, &m.switch_in) {
+                (Some(g), Some(sw)) if i > 0 => Some(g.merged(&sw.gtid)),
+                (Some(g), _) => Some(g.clone()),
+                (None, Some(sw)) if i > 0 => Some(sw.gtid.clone()),
+                (None, _) => None,
+            };
+            runs.push(ReplayRun {
+                timeline,
+                server_id: m.segment.gtids.as_ref().map(|g| g.server_id).or_else(|| {
+                    history
+                        .timelines
+                        .iter()
+                        .find(|t| t.id == timeline)
+                        .and_then(|t| t.server_id)
+                }),
+                first: i,
+                count: 0,
+                start_after,
+                stop_at: None,
+            });
+        }
+        if let Some(r) = runs.last_mut() {
+            r.count += 1;
+            if m.stop_at.is_some() {
+                r.stop_at = m.stop_at.clone();
+            }
+        }
+    }
+    let segments = taken.iter().map(|m| m.segment.clone()).collect();
+    Ok((segments, from_log_position, runs))
 }
 
 #[cfg(test)]
@@ -283,6 +449,8 @@ mod tests {
             payload_missing: false,
             heartbeat_at: None,
             deletion_requested: false,
+            gtid: None,
+            server_id: None,
         }
     }
 
@@ -431,5 +599,119 @@ mod tests {
         let c = choose_restore(&inv, ts("01T07:00")).unwrap();
         assert_eq!(c.unread.len(), 1);
         assert!(!c.from_log_position);
+    }
+
+    #[test]
+    fn replay_crosses_a_failover_by_gtid_and_never_replays_a_branch() {
+        use crate::timeline::fixtures::failover;
+        let (segments, timelines) = failover();
+        // A full taken on the replica: its own file name means nothing to the archive.
+        let mut full = backup(
+            FULL,
+            BackupKind::Full,
+            "01T00:20",
+            "01T00:30",
+            "mysql-bin.000001",
+        );
+        full.gtid = Some(GtidPos::parse("0-1-5").unwrap());
+        full.server_id = Some(2);
+        // Taken on the old primary after the switch point: it holds 0-1-11, a branch.
+        let mut branch = backup(
+            INC,
+            BackupKind::Full,
+            "01T02:20",
+            "01T02:30",
+            "mysql-bin.000005",
+        );
+        branch.gtid = Some(GtidPos::parse("0-1-11").unwrap());
+        let inv = Inventory {
+            backups: vec![full.clone(), branch],
+            segments: segments.clone(),
+            timelines: timelines.clone(),
+            ..Default::default()
+        };
+        let c = choose_restore(&inv, ts("01T04:30")).unwrap();
+        assert_eq!(names(&c).0, vec![FULL], "the branch backup is never chosen");
+        assert_eq!(
+            names(&c).1,
+            vec![4, 5, 1_000_000_000_002, 1_000_000_000_003]
+        );
+        let runs: Vec<(u32, usize, usize, String, String)> = c
+            .runs
+            .iter()
+            .map(|r| {
+                (
+                    r.timeline,
+                    r.first,
+                    r.count,
+                    r.start_after
+                        .as_ref()
+                        .map(ToString::to_string)
+                        .unwrap_or_default(),
+                    r.stop_at
+                        .as_ref()
+                        .map(ToString::to_string)
+                        .unwrap_or_default(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            runs,
+            [
+                (0, 0, 2, "0-1-5".into(), "0-1-10".into()),
+                (1, 2, 2, "0-1-10".into(), String::new()),
+            ]
+        );
+        assert!(!c.from_log_position);
+        assert!(c.window.gaps.is_empty(), "{:?}", c.window);
+        // Between the switch and the old primary's last (branch) event: the new timeline.
+        let c = choose_restore(&inv, ts("01T02:40")).unwrap();
+        assert_eq!(c.runs.len(), 2);
+        // A backup with only a file offset cannot cross the switch.
+        let mut offset = full.clone();
+        offset.gtid = None;
+        offset.log_file = Some("mysql-bin.000004".into());
+        let inv = Inventory {
+            backups: vec![offset],
+            segments,
+            timelines,
+            ..Default::default()
+        };
+        let e = choose_restore(&inv, ts("01T04:30")).unwrap_err();
+        assert!(
+            matches!(e, RestoreRefusal::NoGtidAcrossSwitch { timeline: 1, .. }),
+            "{e}"
+        );
+        let c = choose_restore(&inv, ts("01T01:30")).unwrap();
+        assert!(c.from_log_position);
+        assert_eq!(names(&c).1, vec![4, 5]);
+    }
+
+    #[test]
+    fn a_position_the_archive_does_not_reach_back_to_is_refused() {
+        use crate::timeline::fixtures::failover;
+        let (mut segments, timelines) = failover();
+        segments.remove(0); // segment 4: 0-1-1..8
+        let mut full = backup(FULL, BackupKind::Full, "01T00:50", "01T01:00", "x.000001");
+        full.gtid = Some(GtidPos::parse("0-1-5").unwrap());
+        let inv = Inventory {
+            backups: vec![full],
+            segments,
+            timelines,
+            ..Default::default()
+        };
+        // The archive starts at 0-1-8: 0-1-6..8 are missing, so the window (by GTID, not by
+        // the segments' times, which would reach) is the completion alone.
+        let e = choose_restore(&inv, ts("01T02:30")).unwrap_err();
+        let RestoreRefusal::OutsideWindow { window, .. } = &e else {
+            panic!("{e}")
+        };
+        assert_eq!((window.from, window.to), (ts("01T01:00"), ts("01T01:00")));
+        assert!(
+            choose_restore(&inv, ts("01T01:00"))
+                .unwrap()
+                .segments
+                .is_empty()
+        );
     }
 }

@@ -171,6 +171,8 @@ fn build_backups(specs: &[Spec], now: Timestamp) -> Vec<Backup> {
                 .filter(|_| uncommitted)
                 .map(|m| now - SignedDuration::from_mins(m)),
             deletion_requested: s.deletion_requested,
+            gtid: None,
+            server_id: None,
         });
     }
     // Committed synthetic fulls standing in for some completed increments (seed 002).
@@ -593,6 +595,7 @@ fn summarise(inv: &Inventory, size: usize) -> (Inventory, HashMap<u64, Vec<Segme
             .collect(),
         leftovers: inv.leftovers.clone(),
         observed_at: inv.observed_at,
+        timelines: inv.timelines.clone(),
     };
     let mut members = HashMap::new();
     for chunk in indexed.chunks(size) {

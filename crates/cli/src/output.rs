@@ -345,8 +345,12 @@ pub struct RestoreOut {
     pub backups: Vec<RestoreBackupOut>,
     /// Binlog segments replayed, in order.
     pub segments: Vec<tidemark_mariadb::restore::ReplaySegment>,
-    /// Replay starts in the first segment at this position.
+    /// Replay starts in the first segment at this file offset (a backup that records no
+    /// GTID position); otherwise `null`, and replay skips by GTID (`runs[].startAfter`).
     pub start_position: Option<tidemark_store::format::LogPosition>,
+    /// The segments in one pass per timeline: `first`/`count` index `segments`; replay
+    /// applies the transactions after `startAfter` and stops after `stopAt` (a switch).
+    pub runs: Vec<tidemark_core::restore::ReplayRun>,
     /// Events stamped at or after this instant are not replayed.
     pub stop_datetime: Option<Timestamp>,
     pub dry_run: bool,
@@ -365,6 +369,8 @@ pub struct RestoreBackupOut {
     pub completed_at: Option<Timestamp>,
     pub size: u64,
     pub log_position: Option<tidemark_store::format::LogPosition>,
+    /// The server it was taken on, when recorded.
+    pub server: Option<tidemark_store::format::SourceServer>,
 }
 
 /// What `push --output json` prints.
@@ -440,6 +446,11 @@ pub struct ArchivePassOut {
     /// Closed files the server purged before they could be read.
     pub vanished: Vec<String>,
     pub bytes: u64,
+    /// The timeline the server's files went to (0: the archive's first).
+    pub timeline: u32,
+    /// The timeline this pass started, when the server continues none (a promoted replica,
+    /// a binlog that started over): its server, parent and switch.
+    pub new_timeline: Option<tidemark_core::Timeline>,
 }
 
 impl From<tidemark_mariadb::archive::ArchiveReport> for ArchivePassOut {
@@ -451,6 +462,8 @@ impl From<tidemark_mariadb::archive::ArchiveReport> for ArchivePassOut {
             open,
             vanished,
             bytes,
+            timeline,
+            new_timeline,
         } = r;
         ArchivePassOut {
             uploaded,
@@ -459,8 +472,36 @@ impl From<tidemark_mariadb::archive::ArchiveReport> for ArchivePassOut {
             open,
             vanished,
             bytes,
+            timeline,
+            new_timeline,
         }
     }
+}
+
+/// One line about a timeline an archive pass started: the new server, and where it
+/// continues its parent.
+pub fn timeline_started(t: &tidemark_core::Timeline) -> String {
+    let server = t
+        .server_id
+        .map_or_else(|| "an unknown server".to_owned(), |s| format!("server {s}"));
+    let mut line = format!(
+        "a new server writes the binlog: timeline {} ({server}) continues timeline {}",
+        t.id,
+        t.parent.unwrap_or(0)
+    );
+    if let Some(sw) = &t.switch {
+        line.push_str(&format!(" after {}", sw.gtid));
+        if let Some(at) = sw.at {
+            line.push_str(&format!(" ({at})"));
+        }
+        if !sw.missing.is_empty() {
+            line.push_str(&format!(
+                "; MISSING from the archive: {}",
+                tidemark_core::gtid::runs_text(&sw.missing)
+            ));
+        }
+    }
+    line
 }
 
 /// What `simulate --output json` prints.

@@ -72,6 +72,7 @@ fn report(plan: &RestorePlan, done: Option<(PathBuf, u64)>, json: bool) -> Resul
             completed_at: m.completed_at,
             size: m.payload.iter().map(|p| p.size).sum(),
             log_position: m.log_position.clone(),
+            server: m.server.clone(),
         })
         .collect();
     if json {
@@ -82,6 +83,7 @@ fn report(plan: &RestorePlan, done: Option<(PathBuf, u64)>, json: bool) -> Resul
             backups,
             segments: plan.segments.clone(),
             start_position: plan.start_position.clone(),
+            runs: plan.runs.clone(),
             stop_datetime: plan.stop_datetime,
             dry_run: done.is_none(),
             bytes_downloaded: done.as_ref().map(|d| d.1),
@@ -102,27 +104,64 @@ fn report(plan: &RestorePlan, done: Option<(PathBuf, u64)>, json: bool) -> Resul
                 format!("{}/{}", b.backup_name, b.backup_id),
                 b.completed_at.map_or_else(|| "-".into(), |t| t.to_string()),
                 human_bytes(b.size),
-                b.log_position
-                    .as_ref()
-                    .map_or_else(|| "-".into(), |p| format!("{}:{}", p.file, p.position)),
+                b.log_position.as_ref().map_or_else(
+                    || "-".into(),
+                    |p| match &p.gtid {
+                        Some(g) => g.clone(),
+                        None => format!("{}:{}", p.file, p.position),
+                    },
+                ),
+                b.server.as_ref().map_or_else(
+                    || "-".into(),
+                    |s| {
+                        let id = s.server_id.map_or_else(|| "?".into(), |i| i.to_string());
+                        match &s.role {
+                            Some(r) => format!("{id} ({r})"),
+                            None => id,
+                        }
+                    },
+                ),
             ]
         })
         .collect();
     out.push_str(&table(
-        &["TYPE", "BACKUP", "COMPLETED", "SIZE", "BINLOG POSITION"],
+        &["TYPE", "BACKUP", "COMPLETED", "SIZE", "POSITION", "SERVER"],
         &rows,
     ));
     if plan.segments.is_empty() {
         out.push_str("\nno binlog replay: the target is the backup's own restore point\n");
     } else {
-        let from = match &plan.start_position {
-            Some(p) => format!("{} position {}", p.file, p.position),
-            None => format!("the start of {}", plan.segments[0].name),
+        let from = match (
+            &plan.start_position,
+            plan.runs.first().and_then(|r| r.start_after.as_ref()),
+        ) {
+            (Some(p), _) => format!("{} position {}", p.file, p.position),
+            (None, Some(g)) => format!("after GTID {g}"),
+            (None, None) => format!("the start of {}", plan.segments[0].name),
         };
         let stop = plan.stop_datetime.map_or_else(String::new, |s| {
             format!(", stopping before events stamped {s}")
         });
         out.push_str(&format!("\nreplay from {from}{stop}:\n"));
+        if plan.runs.len() > 1 {
+            for r in &plan.runs {
+                let server = r
+                    .server_id
+                    .map_or_else(|| "unknown server".into(), |s| format!("server {s}"));
+                let stop = r
+                    .stop_at
+                    .as_ref()
+                    .map_or_else(String::new, |g| format!(", up to the switch at {g}"));
+                let start = r
+                    .start_after
+                    .as_ref()
+                    .map_or_else(String::new, |g| format!(" after {g}"));
+                out.push_str(&format!(
+                    "  timeline {} ({server}): {} segment(s){start}{stop}\n",
+                    r.timeline, r.count
+                ));
+            }
+        }
         let rows: Vec<Vec<String>> = plan
             .segments
             .iter()
@@ -132,6 +171,8 @@ fn report(plan: &RestorePlan, done: Option<(PathBuf, u64)>, json: bool) -> Resul
                 };
                 vec![
                     s.name.clone(),
+                    s.timeline.to_string(),
+                    s.server_id.map_or_else(|| "-".into(), |i| i.to_string()),
                     t(s.first_event_at),
                     t(s.last_event_at),
                     human_bytes(s.size),
@@ -139,7 +180,14 @@ fn report(plan: &RestorePlan, done: Option<(PathBuf, u64)>, json: bool) -> Resul
             })
             .collect();
         out.push_str(&table(
-            &["SEGMENT", "FIRST EVENT", "LAST EVENT", "SIZE"],
+            &[
+                "SEGMENT",
+                "TIMELINE",
+                "SERVER",
+                "FIRST EVENT",
+                "LAST EVENT",
+                "SIZE",
+            ],
             &rows,
         ));
     }

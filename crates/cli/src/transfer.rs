@@ -426,6 +426,11 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
                     ));
                 }
                 line.push_str(&format!("; {} already archived", r.already_indexed));
+                if let Some(t) = &r.new_timeline {
+                    line.push_str(&format!("; {}", crate::output::timeline_started(t)));
+                } else if r.timeline > 0 {
+                    line.push_str(&format!("; timeline {}", r.timeline));
+                }
                 if !r.vanished.is_empty() {
                     line.push_str(&format!(
                         "; purged by the server before they could be archived: {}",

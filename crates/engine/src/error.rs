@@ -184,7 +184,8 @@ impl EngineError {
                 ArchiveError::IndexFile { .. }
                 | ArchiveError::NotBinlogName { .. }
                 | ArchiveError::DuplicateSequence { .. }
-                | ArchiveError::SequenceTaken { .. } => Class::Input,
+                | ArchiveError::SequenceTaken { .. }
+                | ArchiveError::NumberTooLarge { .. } => Class::Input,
                 ArchiveError::Binlog { .. } | ArchiveError::Vanished(_) => Class::Source,
             },
             EngineError::Restore(e) => match e.as_ref() {

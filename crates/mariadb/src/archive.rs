@@ -1,5 +1,16 @@
 //! `archive-binlogs`: ships the closed binlog files a server's binlog index names to
-//! `binlogs/`, and indexes them with their event times.
+//! `binlogs/`, and indexes them with their event times, their writer and their GTIDs.
+//!
+//! # Timelines
+//! Files go to the timeline ([`tidemark_core::timeline`]) their server writes: the one
+//! whose last segment the server's files continue (its files carry the recorded server id
+//! and continue its `Gtid_list`s). A server that continues none — a replica promoted after
+//! a failover, or a server whose binlog started over — starts a new timeline, recorded in
+//! `_index.json` before its first file is shipped: it continues the newest timeline from
+//! the server's newest file whose `Gtid_list` the archive already holds (the first GTID
+//! not archived), and its switch names the last transaction the two histories share (from
+//! the transactions the file holds and those the archive holds). So a new primary's
+//! `mysql-bin.000003` never passes for the old one's, and nothing it wrote is skipped.
 //!
 //! # Idempotence and crash safety
 //! A file already in `_index.json` is skipped. A file uploaded but not indexed (the
@@ -16,6 +27,11 @@ use sha2::{Digest, Sha256};
 use tokio::io::AsyncReadExt;
 
 use crate::binlog;
+use jiff::Timestamp;
+use tidemark_core::gtid::{GtidPos, GtidRun, missing_between, writer_of};
+use tidemark_core::timeline::{
+    Switch, Timeline, archive_name, archive_sequence, file_number, timeline_of,
+};
 use tidemark_store::ClusterStore;
 use tidemark_store::Progress;
 use tidemark_store::StoreError;
@@ -74,6 +90,11 @@ pub enum ArchiveError {
         #[source]
         source: Box<TransferError>,
     },
+    #[error(
+        "{name} is file number {number} on its server, beyond what an archive sequence holds (below {})",
+        tidemark_core::timeline::TIMELINE_STRIDE
+    )]
+    NumberTooLarge { name: String, number: u64 },
     #[error(transparent)]
     Store(#[from] StoreError),
     /// Internal: the file vanished before it was read (reported, not an error).
@@ -96,12 +117,26 @@ pub struct ArchiveReport {
     /// Closed files the server purged before this pass could read them.
     pub vanished: Vec<String>,
     pub bytes: u64,
+    /// The timeline the server's files went to.
+    pub timeline: u32,
+    /// The timeline this pass started (a new primary, or a binlog that started over).
+    pub new_timeline: Option<Timeline>,
 }
 
 /// One file the binlog index names.
 #[derive(Debug, Clone)]
 struct Local {
     path: PathBuf,
+    /// Its name on the server (`mysql-bin.000042`).
+    name: String,
+    /// Its number on the server.
+    sequence: u64,
+}
+
+/// A file on its timeline: its archive name and sequence.
+#[derive(Debug, Clone)]
+struct Placed {
+    local: Local,
     name: String,
     sequence: u64,
 }
@@ -171,7 +206,44 @@ pub async fn archive_pass(
         open: files.pop().map(|f| f.name),
         ..Default::default()
     };
-    let loaded = SegmentIndex::load(store).await?;
+    if files.is_empty() {
+        return Ok(report);
+    }
+    let mut loaded = SegmentIndex::load(store).await?;
+    let choice = match choose_timeline(store, &mut loaded, &files).await {
+        Ok(c) => c,
+        Err(ArchiveError::Vanished(name)) => {
+            report.vanished.push(name);
+            return Ok(report);
+        }
+        Err(e) => return Err(e),
+    };
+    if let Some(claim) = &choice.claim {
+        index::update(
+            store,
+            loaded.as_ref(),
+            &HashSet::new(),
+            &[],
+            std::slice::from_ref(claim),
+            index::SHARD_SIZE,
+        )
+        .await?;
+        loaded = SegmentIndex::load(store).await?;
+        if claim.parent.is_some() {
+            tracing::warn!(
+                timeline = claim.id,
+                server = ?claim.server_id,
+                "a new server writes the binlog: started a new timeline"
+            );
+            report.new_timeline = Some(claim.clone());
+        }
+    }
+    report.timeline = choice.id;
+    let files: Vec<Placed> = files
+        .into_iter()
+        .filter(|f| f.sequence >= choice.from_number)
+        .map(|f| place(f, choice.id))
+        .collect::<Result<_, _>>()?;
     // What the index holds for each sequence of ours.
     let known: HashMap<u64, String> = match &loaded {
         None => HashMap::new(),
@@ -200,12 +272,12 @@ pub async fn archive_pass(
             None => todo.push(f),
         }
     }
-    let (large, small): (Vec<Local>, Vec<Local>) = todo.into_iter().partition(|f| {
-        std::fs::metadata(&f.path).is_ok_and(|m| m.len() >= transfer::PART_SIZE as u64)
+    let (large, small): (Vec<Placed>, Vec<Placed>) = todo.into_iter().partition(|f| {
+        std::fs::metadata(&f.local.path).is_ok_and(|m| m.len() >= transfer::PART_SIZE as u64)
     });
     // The futures are made before they become a stream: a stream of closures borrowing
     // `store` and `progress` would not be `Send` for every lifetime, which tasks need.
-    let ship_all = |files: Vec<Local>, concurrency: usize| {
+    let ship_all = |files: Vec<Placed>, concurrency: usize| {
         let shipping: Vec<_> = files
             .into_iter()
             .map(|f| ship(store, f, progress))
@@ -249,6 +321,7 @@ pub async fn archive_pass(
             loaded.as_ref(),
             &HashSet::new(),
             &entries,
+            &[],
             index::SHARD_SIZE,
         )
         .await?;
@@ -259,50 +332,380 @@ pub async fn archive_pass(
     }
 }
 
-/// Uploads one closed file (or adopts its object), returning its index entry and whether
-/// it was adopted. [`ArchiveError::Vanished`]: the server purged it before it was read.
-async fn ship(
-    store: &ClusterStore,
-    f: Local,
-    progress: &dyn Progress,
-) -> Result<(IndexEntry, bool), ArchiveError> {
-    let path = f.path.clone();
-    let times = match tokio::task::spawn_blocking(move || {
-        let mut file = std::fs::File::open(&path)?;
-        binlog::event_times(&mut file).map_err(|e| match e {
+/// A file's archive name and sequence on `timeline`.
+fn place(local: Local, timeline: u32) -> Result<Placed, ArchiveError> {
+    let too_large = || ArchiveError::NumberTooLarge {
+        name: local.name.clone(),
+        number: local.sequence,
+    };
+    let sequence = archive_sequence(timeline, local.sequence).ok_or_else(too_large)?;
+    let name = archive_name(&local.name, timeline).ok_or_else(too_large)?;
+    Ok(Placed {
+        local,
+        name,
+        sequence,
+    })
+}
+
+/// Where a server's files go.
+#[derive(Debug)]
+struct TimelineChoice {
+    id: u32,
+    /// A timeline to record before shipping (a new one, or the first learning its writer).
+    claim: Option<Timeline>,
+    /// The server's files from this number on belong to it.
+    from_number: u64,
+}
+
+/// What a local file's start says (its writer and `Gtid_list`), or its whole summary.
+async fn read_local(
+    path: &FsPath,
+    name: &str,
+    whole: bool,
+) -> Result<binlog::Summary, ArchiveError> {
+    let p = path.to_path_buf();
+    let read = tokio::task::spawn_blocking(move || {
+        let mut file = std::fs::File::open(&p)?;
+        let got = if whole {
+            binlog::summary(&mut file)
+        } else {
+            binlog::head(&mut file)
+        };
+        got.map_err(|e| match e {
             binlog::BinlogError::Io(io) => io,
             other => std::io::Error::other(other),
         })
     })
-    .await
-    {
-        Ok(Ok(t)) => t,
+    .await;
+    match read {
+        Ok(Ok(s)) => Ok(s),
         Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
-            tracing::warn!(file = %f.path.display(), "binlog purged before it was archived");
-            return Err(ArchiveError::Vanished(f.name.clone()));
+            tracing::warn!(file = %path.display(), "binlog purged before it was archived");
+            Err(ArchiveError::Vanished(name.to_owned()))
         }
         Ok(Err(e)) => {
             let source = match e.downcast::<binlog::BinlogError>() {
                 Ok(b) => b,
                 Err(io) => binlog::BinlogError::Io(io),
             };
-            return Err(ArchiveError::Binlog {
-                path: f.path.clone(),
+            Err(ArchiveError::Binlog {
+                path: path.to_path_buf(),
                 source,
-            });
+            })
         }
-        Err(join) => {
-            return Err(ArchiveError::Binlog {
-                path: f.path.clone(),
-                source: binlog::BinlogError::Io(std::io::Error::other(join)),
-            });
-        }
+        Err(join) => Err(ArchiveError::Binlog {
+            path: path.to_path_buf(),
+            source: binlog::BinlogError::Io(std::io::Error::other(join)),
+        }),
+    }
+}
+
+/// The last indexed entry of `timeline` (reading the shard that holds it).
+async fn last_entry(
+    store: &ClusterStore,
+    index: &mut SegmentIndex,
+    timeline: u32,
+) -> Result<Option<IndexEntry>, ArchiveError> {
+    let in_timeline = |seq: u64| timeline_of(seq) == timeline;
+    let last_summarised = index
+        .unread()
+        .filter(|s| in_timeline(s.last_sequence))
+        .map(|s| s.last_sequence)
+        .max();
+    if let Some(seq) = last_summarised {
+        let holding = index.shards_holding(&[seq]);
+        index.read_shards(store, holding).await?;
+    }
+    Ok(index
+        .entries()
+        .filter(|e| in_timeline(e.sequence) && tidemark_store::layout::is_index_entry(e))
+        .max_by_key(|e| e.sequence)
+        .cloned())
+}
+
+/// Chooses the timeline the server's closed `files` (oldest first, not empty) belong to.
+async fn choose_timeline(
+    store: &ClusterStore,
+    loaded: &mut Option<SegmentIndex>,
+    files: &[Local],
+) -> Result<TimelineChoice, ArchiveError> {
+    let Some(newest) = files.last() else {
+        return Ok(TimelineChoice {
+            id: 0,
+            claim: None,
+            from_number: 0,
+        });
     };
+    let origin = read_local(&newest.path, &newest.name, false)
+        .await?
+        .server_id;
+    let first = |server_id| Timeline {
+        server_id,
+        created_at: Some(Timestamp::now()),
+        ..Timeline::legacy()
+    };
+    let Some(index) = loaded.as_mut() else {
+        // A new archive: its first timeline is this server's.
+        return Ok(TimelineChoice {
+            id: 0,
+            claim: origin.map(|o| first(Some(o))),
+            from_number: 0,
+        });
+    };
+    let mut table: Vec<Timeline> = index.head.timelines.clone();
+    if !table.iter().any(|t| t.id == 0) {
+        table.push(Timeline::legacy());
+    }
+    table.sort_by_key(|t| std::cmp::Reverse(t.id));
+    let current = table.first().map_or(0, |t| t.id);
+    for t in &table {
+        let legacy = t.id == 0 && t.server_id.is_none();
+        if !(legacy || (origin.is_some() && t.server_id == origin)) {
+            continue;
+        }
+        let last = last_entry(store, index, t.id).await?;
+        if continues(last.as_ref(), files).await? {
+            return Ok(TimelineChoice {
+                id: t.id,
+                claim: (legacy && origin.is_some()).then(|| first(origin)),
+                from_number: t.first_sequence.map_or(0, file_number),
+            });
+        }
+    }
+    new_timeline(store, index, current, files, origin).await
+}
+
+/// Whether the server's files continue the timeline whose last indexed entry is `last`.
+async fn continues(last: Option<&IndexEntry>, files: &[Local]) -> Result<bool, ArchiveError> {
+    // A timeline recorded before any file reached it: whoever recorded it continues it.
+    let Some(last) = last else { return Ok(true) };
+    let number = file_number(last.sequence);
+    let server_name = last.file.as_deref().unwrap_or(&last.name);
+    if let Some(same) = files.iter().find(|f| f.sequence == number) {
+        // The file the timeline ends with: the same file, by its Gtid_list, or (archived
+        // as it came, without GTIDs) by its bytes.
+        if same.name != server_name {
+            return Ok(false);
+        }
+        if let Some(list) = &last.gtid_list {
+            let local = read_local(&same.path, &same.name, false).await?;
+            return Ok(local.gtid_list.as_ref() == Some(list));
+        }
+        if !last.is_coded()
+            && let Some(sha) = &last.sha256
+            && let Some(local) = local_sha256(&same.path).await
+        {
+            return Ok(local == *sha);
+        }
+        return Ok(true);
+    }
+    let Some(after) = files.iter().find(|f| f.sequence > number) else {
+        // The server's numbering is behind the timeline's: another binlog.
+        return Ok(false);
+    };
+    // Its next file continues the timeline's last position (files purged in between leave
+    // a gap, not another history).
+    match (
+        last.segment_gtids(),
+        files.first().is_some_and(|f| f.sequence <= number),
+    ) {
+        (Some(g), _) => {
+            let local = read_local(&after.path, &after.name, false).await?;
+            Ok(local.gtid_list.is_none_or(|l| l.covers(&g.end())))
+        }
+        (None, _) => Ok(true),
+    }
+}
+
+/// Starts a timeline for a server that continues none: from its newest file whose start the
+/// archive holds, with the switch where its history and the newest timeline's part.
+async fn new_timeline(
+    store: &ClusterStore,
+    index: &mut SegmentIndex,
+    current: u32,
+    files: &[Local],
+    origin: Option<u32>,
+) -> Result<TimelineChoice, ArchiveError> {
+    let plast = last_entry(store, index, current).await?;
+    let parent_end = plast.as_ref().and_then(|e| Some(e.segment_gtids()?.end()));
+    // The newest file whose start the archive already holds (by time, without GTIDs).
+    let mut start = 0;
+    for (i, f) in files.iter().enumerate().rev() {
+        let head = read_local(&f.path, &f.name, false).await?;
+        let holds = match (&parent_end, &head.gtid_list) {
+            (Some(end), Some(list)) => end.covers(list),
+            _ => match (plast.as_ref().and_then(|e| e.last_event_at), head.first) {
+                (Some(last), Some(first)) => first <= last,
+                _ => false,
+            },
+        };
+        if holds {
+            start = i;
+            break;
+        }
+    }
+    let f = &files[start];
+    let summary = read_local(&f.path, &f.name, true).await?;
+    // The parent's transactions, as its indexed entries say.
+    let parent_entries: Vec<IndexEntry> = {
+        let mut v: Vec<IndexEntry> = index
+            .entries()
+            .filter(|e| timeline_of(e.sequence) == current && e.gtid_list.is_some())
+            .cloned()
+            .collect();
+        v.sort_by_key(|e| e.sequence);
+        v
+    };
+    let parent_runs: Vec<GtidRun> = parent_entries
+        .iter()
+        .flat_map(|e| e.gtids.iter().copied())
+        .collect();
+    let child_start = summary.gtid_list.clone().unwrap_or_default();
+    let child_runs = summary.runs.clone().unwrap_or_default();
+    let (gtid, missing) = match &parent_end {
+        Some(end) => switch_point(&parent_runs, end, &child_start, &child_runs),
+        None => (child_start.clone(), Vec::new()),
+    };
+    let parent_sequence = parent_entries
+        .iter()
+        .find(|e| e.segment_gtids().is_some_and(|g| g.end().covers(&gtid)))
+        .or(plast.as_ref())
+        .map(|e| e.sequence);
+    // When the switch's transaction was written: its event in the file (replicated events
+    // keep their times), else the end of the parent's segment holding it.
+    let mut at = None;
+    for g in gtid.gtids() {
+        let p = f.path.clone();
+        let t = tokio::task::spawn_blocking(move || {
+            std::fs::File::open(&p)
+                .ok()
+                .and_then(|mut file| binlog::gtid_time(&mut file, g).ok().flatten())
+        })
+        .await
+        .ok()
+        .flatten();
+        at = at.max(t);
+    }
+    if at.is_none() {
+        at = parent_entries
+            .iter()
+            .chain(plast.iter())
+            .find(|e| Some(e.sequence) == parent_sequence)
+            .and_then(|e| e.last_event_at)
+            .or(summary.first);
+    }
+    let id = index
+        .head
+        .timelines
+        .iter()
+        .map(|t| t.id)
+        .max()
+        .unwrap_or(0)
+        .max(current)
+        + 1;
+    let claim = Timeline {
+        id,
+        server_id: origin,
+        parent: Some(current),
+        first_sequence: archive_sequence(id, f.sequence),
+        switch: Some(Switch {
+            gtid,
+            at,
+            parent_sequence,
+            missing,
+        }),
+        created_at: Some(Timestamp::now()),
+    };
+    Ok(TimelineChoice {
+        id,
+        claim: Some(claim),
+        from_number: f.sequence,
+    })
+}
+
+/// Where a new timeline leaves its parent: per domain, the last transaction the parent's
+/// archived history (`parent_runs`, up to `parent_end`) and the new server's (its file from
+/// `child_start`, then `child_runs`) share; and the transactions neither holds between the
+/// parent's archive end and the new file's start.
+fn switch_point(
+    parent_runs: &[GtidRun],
+    parent_end: &GtidPos,
+    child_start: &GtidPos,
+    child_runs: &[GtidRun],
+) -> (GtidPos, Vec<GtidRun>) {
+    let mut domains: Vec<u32> = parent_end
+        .gtids()
+        .chain(child_start.gtids())
+        .map(|g| g.domain)
+        .chain(child_runs.iter().map(|r| r.domain))
+        .collect();
+    domains.sort_unstable();
+    domains.dedup();
+    let mut switch = GtidPos::default();
+    let mut missing_to = GtidPos::default();
+    for d in domains {
+        let pe = parent_end.seq(d);
+        let cs = child_start.seq(d);
+        if cs > pe {
+            // The new file starts after the parent's archive ends: a gap, the switch at the
+            // parent's end.
+            if let Some(g) = parent_end.get(d) {
+                switch.advance(g);
+            }
+            if let Some(g) = child_start.get(d) {
+                missing_to.advance(g);
+            }
+            continue;
+        }
+        // Shared up to the file's start; then while the parent wrote the same numbers with
+        // the same servers.
+        let mut common = cs;
+        let mut writer = child_start.get(d).map(|g| g.server);
+        for r in child_runs.iter().filter(|r| r.domain == d) {
+            if r.last <= common {
+                continue;
+            }
+            let mut q = r.first.max(common + 1);
+            if q != common + 1 {
+                break;
+            }
+            while q <= r.last && q <= pe && writer_of(parent_runs, d, q) == Some(r.server) {
+                q += 1;
+            }
+            if q > r.first.max(common + 1) {
+                common = q - 1;
+                writer = Some(r.server);
+            }
+            if q <= r.last {
+                break;
+            }
+        }
+        if common == cs && cs < pe {
+            // Nothing of the file's own matched: it parted at its start.
+            writer = child_start.get(d).map(|g| g.server);
+        }
+        if let Some(server) = writer.filter(|_| common > 0) {
+            switch.advance(tidemark_core::Gtid::new(d, server, common));
+        }
+    }
+    let missing = missing_between(parent_end, &missing_to);
+    (switch, missing)
+}
+
+/// Uploads one closed file (or adopts its object), returning its index entry and whether
+/// it was adopted. [`ArchiveError::Vanished`]: the server purged it before it was read.
+async fn ship(
+    store: &ClusterStore,
+    f: Placed,
+    progress: &dyn Progress,
+) -> Result<(IndexEntry, bool), ArchiveError> {
+    let summary = read_local(&f.local.path, &f.local.name, true).await?;
+    let path = f.local.path.clone();
     let key = layout::segment_key(&f.name);
-    let local_size = tokio::fs::metadata(&f.path)
+    let local_size = tokio::fs::metadata(&path)
         .await
         .map_err(|e| ArchiveError::Binlog {
-            path: f.path.clone(),
+            path: path.clone(),
             source: binlog::BinlogError::Io(e),
         })?
         .len();
@@ -310,19 +713,24 @@ async fn ship(
     // a run that died before indexing? Not taken when this store encrypts: a plaintext copy
     // left by an earlier run is replaced, never indexed.
     let existing = store.head(&key).await?.map(|m| m.size);
+    let gtids = summary.gtids();
     let entry = |sent: tidemark_store::format::PayloadObject| IndexEntry {
         name: f.name.clone(),
         sequence: f.sequence,
-        first_event_at: times.first,
-        last_event_at: times.last,
+        first_event_at: summary.first,
+        last_event_at: summary.last,
         size: sent.size,
         sha256: Some(sent.sha256),
         compression: sent.compression,
         encryption: sent.encryption,
+        server_id: summary.server_id,
+        file: (f.name != f.local.name).then(|| f.local.name.clone()),
+        gtid_list: gtids.as_ref().map(|g| g.start.clone()),
+        gtids: gtids.as_ref().map(|g| g.runs.clone()).unwrap_or_default(),
     };
     if store.recipients().is_none()
         && existing == Some(local_size)
-        && let Some(local_sha) = local_sha256(&f.path).await
+        && let Some(local_sha) = local_sha256(&path).await
         && stored_sha256(store, &key).await.as_deref() == Some(local_sha.as_str())
     {
         return Ok((
@@ -337,26 +745,26 @@ async fn ship(
             true,
         ));
     }
-    let mut file = match tokio::fs::File::open(&f.path).await {
+    let mut file = match tokio::fs::File::open(&path).await {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(ArchiveError::Vanished(f.name.clone()));
+            return Err(ArchiveError::Vanished(f.local.name.clone()));
         }
         Err(e) => {
             return Err(ArchiveError::Binlog {
-                path: f.path.clone(),
+                path: path.clone(),
                 source: binlog::BinlogError::Io(e),
             });
         }
     };
     let up = Upload::to_key(store, key, &f.name).map_err(|source| ArchiveError::Upload {
-        path: f.path.clone(),
+        path: path.clone(),
         source: Box::new(source.into()),
     })?;
     let sent = transfer::send(store, up, &mut file, progress)
         .await
         .map_err(|source| ArchiveError::Upload {
-            path: f.path.clone(),
+            path: path.clone(),
             source: Box::new(source),
         })?;
     Ok((entry(sent), false))

@@ -157,6 +157,8 @@ pub async fn consolidate(
         .finish(Outcome {
             payload: vec![payload],
             log_position: last.log_position.clone(),
+            // It holds the data of the backup it stands in for, taken on that server.
+            server: last.server.clone(),
             error: None,
             extra,
             // It restores to exactly the target's point.

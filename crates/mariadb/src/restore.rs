@@ -64,6 +64,14 @@ pub struct ReplaySegment {
     pub encryption: Option<tidemark_store::format::Encryption>,
     pub first_event_at: Option<Timestamp>,
     pub last_event_at: Option<Timestamp>,
+    /// Its timeline (0: the archive's first).
+    pub timeline: u32,
+    /// The server that wrote it, when recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_id: Option<u32>,
+    /// Its name on that server, where it differs from `name`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
 }
 
 impl ReplaySegment {
@@ -84,8 +92,13 @@ pub struct RestorePlan {
     /// The chain, base full first; the last one is the backup restored.
     pub backups: Vec<Metadata>,
     pub segments: Vec<ReplaySegment>,
-    /// Replay starts in the first segment at this position (the backup's recorded one).
+    /// Replay starts in the first segment at this file offset (the backup's recorded one):
+    /// only for a backup that records no GTID position; otherwise replay skips by GTID what
+    /// the backup holds ([`RestorePlan::runs`]).
     pub start_position: Option<LogPosition>,
+    /// The segments in one pass per timeline: replay applies the transactions after
+    /// `startAfter` and stops after `stopAt` (the switch to the next timeline).
+    pub runs: Vec<tidemark_core::restore::ReplayRun>,
     /// `mariadb-binlog --stop-datetime` (UTC): events stamped at or after it are not
     /// applied, so replay includes the target's whole second.
     pub stop_datetime: Option<Timestamp>,
@@ -223,6 +236,9 @@ fn plan_of(catalog: &Catalog, choice: RestoreChoice) -> Result<RestorePlan, Rest
                 .and_then(|e| e.encryption.clone()),
             first_event_at: s.first_event_at,
             last_event_at: s.last_event_at,
+            timeline: tidemark_core::timeline::timeline_of(s.sequence),
+            server_id: entries.get(s.name.as_str()).and_then(|e| e.server_id),
+            file: entries.get(s.name.as_str()).and_then(|e| e.file.clone()),
         })
         .collect();
     let restored = backups.last();
@@ -233,7 +249,9 @@ fn plan_of(catalog: &Catalog, choice: RestoreChoice) -> Result<RestorePlan, Rest
     };
     // Without a recorded position, where the backup's own events end in the binlog is
     // unknown: replaying from a segment's start could apply some of them twice.
-    if let Some(m) = restored.filter(|m| m.log_position.is_none() && !segments.is_empty()) {
+    if let Some(m) = restored
+        .filter(|m| m.log_position.is_none() && m.gtid_position().is_none() && !segments.is_empty())
+    {
         return Err(RestoreError::NoPosition {
             id: m.backup_id.clone(),
             completed: choice.chain.last().map(|b| b.restore_point()),
@@ -249,6 +267,7 @@ fn plan_of(catalog: &Catalog, choice: RestoreChoice) -> Result<RestorePlan, Rest
         backups,
         segments,
         start_position,
+        runs: choice.runs,
         stop_datetime,
         recovery_window: choice.window,
     })
@@ -731,6 +750,54 @@ async fn replay_into(
     stop: Timestamp,
     work: &Path,
 ) -> Result<(), RestoreError> {
+    // One pass per timeline, in order: the parent's events up to the switch, then the next
+    // timeline's after it (mariadb-binlog refuses, rightly, one stream of two servers'
+    // files whose numbers go back).
+    let whole = [tidemark_core::restore::ReplayRun {
+        timeline: 0,
+        server_id: None,
+        first: 0,
+        count: files.len(),
+        start_after: None,
+        stop_at: None,
+    }];
+    let runs = if plan.runs.is_empty() {
+        &whole[..]
+    } else {
+        &plan.runs[..]
+    };
+    for (i, run) in runs.iter().enumerate() {
+        let Some(files) = files.get(run.first..run.first + run.count) else {
+            return Err(RestoreError::Tool {
+                step: "planning the replay".into(),
+                status: format!(
+                    "run {i} names segments {}..{}",
+                    run.first,
+                    run.first + run.count
+                ),
+                tail: String::new(),
+            });
+        };
+        let offset = if i == 0 {
+            plan.start_position.as_ref()
+        } else {
+            None
+        };
+        replay_run(socket, tools, files, run, offset, stop, work).await?;
+    }
+    Ok(())
+}
+
+/// Replays one run of segments (`mariadb-binlog … | mariadb`).
+async fn replay_run(
+    socket: &Path,
+    tools: &Tools,
+    files: &[PathBuf],
+    run: &tidemark_core::restore::ReplayRun,
+    offset: Option<&LogPosition>,
+    stop: Timestamp,
+    work: &Path,
+) -> Result<(), RestoreError> {
     let stop_text = stop
         .to_zoned(jiff::tz::TimeZone::UTC)
         .strftime("%Y-%m-%d %H:%M:%S")
@@ -738,8 +805,19 @@ async fn replay_into(
     let mut binlog = Command::new(&tools.mariadb_binlog);
     // --stop-datetime is read in the client's local time zone.
     binlog.env("TZ", "UTC");
-    if let Some(p) = &plan.start_position {
-        binlog.arg(format!("--start-position={}", p.position));
+    match (&run.start_after, offset) {
+        // By GTID: what the backup (or the parent timeline) holds is skipped, whatever the
+        // file it is in; mariadb-binlog checks that the files hold every transaction after.
+        (Some(g), _) => {
+            binlog.arg(format!("--start-position={g}"));
+        }
+        (None, Some(p)) => {
+            binlog.arg(format!("--start-position={}", p.position));
+        }
+        (None, None) => {}
+    }
+    if let Some(g) = &run.stop_at {
+        binlog.arg(format!("--stop-position={g}"));
     }
     binlog
         .arg(format!("--stop-datetime={stop_text}"))
@@ -747,10 +825,11 @@ async fn replay_into(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    let step = format!("mariadb-binlog (timeline {})", run.timeline);
     let mut binlog = spawn(&mut binlog, &tools.mariadb_binlog)?;
     let Some(events) = binlog.stdout.take() else {
         return Err(RestoreError::Tool {
-            step: "mariadb-binlog".into(),
+            step,
             status: "no stdout pipe".into(),
             tail: String::new(),
         });
@@ -779,11 +858,14 @@ async fn replay_into(
     };
     let b = b.map_err(spawn_err(&tools.mariadb_binlog))?;
     let c = c.map_err(spawn_err(&tools.mariadb))?;
-    if !b.status.success() {
+    // mariadb-binlog reports a GTID gap or a number going back on stderr, and sometimes
+    // exits 0 after it: an ERROR line fails the replay as well.
+    let said = String::from_utf8_lossy(&b.stderr);
+    if !b.status.success() || said.lines().any(|l| l.starts_with("ERROR:")) {
         return Err(RestoreError::Tool {
-            step: "mariadb-binlog".into(),
+            step,
             status: b.status.to_string(),
-            tail: tail(&String::from_utf8_lossy(&b.stderr)),
+            tail: tail(&said),
         });
     }
     if !c.status.success() {

@@ -132,12 +132,23 @@ async fn suite(store: &ClusterStore, name: &str) {
         std::fs::metadata(dir.path().join(name7)).unwrap().len()
     );
 
-    // 5. Two archivers at once (e.g. an old pod still running): the index lists every
-    //    file once.
-    let (dir2, index2) = binlog_dir(40);
+    // 5. Two archivers of the server at once (e.g. an old pod still running), with 31
+    //    new files to ship: the index lists every file once.
+    let mut listed = std::fs::read_to_string(&index_path).unwrap();
+    for k in 9..=40u64 {
+        let name = format!("mysql-bin.{k:06}");
+        let start = T0 + (k as i64 - 1) * 3600;
+        std::fs::write(
+            dir.path().join(&name),
+            synthetic(&[start, start + 1800, start + 3599], 64),
+        )
+        .unwrap();
+        listed.push_str(&format!("./{name}\n"));
+    }
+    std::fs::write(&index_path, listed).unwrap();
     let (a, b) = futures::join!(
-        archive_pass(store, &index2, &NoProgress),
-        archive_pass(store, &index2, &NoProgress)
+        archive_pass(store, &index_path, &NoProgress),
+        archive_pass(store, &index_path, &NoProgress)
     );
     a.unwrap();
     b.unwrap();
@@ -146,12 +157,8 @@ async fn suite(store: &ClusterStore, name: &str) {
     let mut dedup = names.clone();
     dedup.dedup();
     assert_eq!(names, dedup, "duplicates in the index");
-    assert_eq!(
-        e.len(),
-        39,
-        "files 1–39 of the second server (same names) indexed once"
-    );
-    drop(dir2);
+    assert_eq!(e.len(), 39, "files 1–39 indexed once");
+    assert!(e.iter().all(|x| x.server_id == Some(1)), "{e:?}");
 }
 
 #[test]

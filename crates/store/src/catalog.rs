@@ -501,6 +501,7 @@ impl Catalog {
                 indexed.insert(e.name.as_str());
                 segments.push(Segment {
                     present: e.sequence >= below || listed.contains_key(e.name.as_str()),
+                    gtids: e.segment_gtids(),
                     ..Segment::new(
                         e.name.clone(),
                         e.sequence,
@@ -556,6 +557,11 @@ impl Catalog {
             })
         });
         Inventory {
+            timelines: self
+                .index
+                .as_ref()
+                .map(|i| i.head.timelines.clone())
+                .unwrap_or_default(),
             observed_at: Some(self.observed_at),
             backups: self.backups.iter().map(|b| b.backup.clone()).collect(),
             segments,
@@ -701,6 +707,8 @@ fn backup_from_metadata(m: &Metadata, name: &str, last_modified: Timestamp, size
         payload_missing: false,
         heartbeat_at: None,
         deletion_requested: false,
+        gtid: m.gtid_position(),
+        server_id: m.server.as_ref().and_then(|s| s.server_id),
     }
 }
 

@@ -68,6 +68,15 @@ pub enum StoreError {
         key: String,
         attempts: u32,
     },
+    #[error(
+        "store {url}: {key} records timeline {id} for server {server} already, written by another archiver meanwhile; run again (two archivers of one cluster's log archive should not run at once)"
+    )]
+    TimelineTaken {
+        url: String,
+        key: String,
+        id: u32,
+        server: String,
+    },
     #[error("store {url}: {key} is malformed: {problem}")]
     MalformedState {
         url: String,
@@ -124,9 +133,9 @@ impl StoreError {
             StoreError::Open { .. } | StoreError::Request { .. } | StoreError::Encode { .. } => {
                 ErrorCategory::Store
             }
-            StoreError::IndexContention { .. } | StoreError::StateContention { .. } => {
-                ErrorCategory::Contention
-            }
+            StoreError::IndexContention { .. }
+            | StoreError::StateContention { .. }
+            | StoreError::TimelineTaken { .. } => ErrorCategory::Contention,
             StoreError::Internal { .. } => ErrorCategory::Internal,
             StoreError::MalformedIndex { .. }
             | StoreError::NewerIndex { .. }

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
-use tidemark_core::RetentionDuration;
+use tidemark_core::timeline::TIMELINE_STRIDE;
+use tidemark_core::{GtidPos, GtidRun, RetentionDuration, SegmentGtids, Timeline};
 
 /// The format version this Tidemark writes for everything a version-1 reader reads fully:
 /// audit records, markers, and backups whose payloads are stored as they came.
@@ -23,9 +24,12 @@ pub const CODED_FORMAT_VERSION: u32 = 2;
 pub const METADATA_FORMAT_VERSION: u32 = CODED_FORMAT_VERSION;
 
 /// The newest `_index.json` version this Tidemark understands: 2 adds `shards`, 3 segment
-/// entries with `compression` or `encryption`. An index is written with the lowest version
-/// that describes it (without shards or coded entries: still version 1).
-pub const INDEX_FORMAT_VERSION: u32 = 3;
+/// entries with `compression` or `encryption`, 4 timelines after the first (`timelines`,
+/// and entries whose sequence is an archive sequence of a later timeline: a version-3
+/// reader would take them for one server's files and replay across a failover). An index
+/// is written with the lowest version that describes it (without shards, coded entries or
+/// later timelines: still version 1).
+pub const INDEX_FORMAT_VERSION: u32 = 4;
 
 /// `type` of a backup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,6 +109,26 @@ pub struct LogPosition {
     pub gtid: Option<String>,
 }
 
+/// The server a backup was taken on (`metadata.json`'s `server`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceServer {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_id: Option<u32>,
+    /// `primary`, or `replica` (it replicated from another server when the backup ran).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// A replica's lag behind its primary as it reported it when the backup started, in
+    /// seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_seconds: Option<u64>,
+    /// A replica's applied position (`gtid_slave_pos`) at the backup's consistent point.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gtid_slave_pos: Option<String>,
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
 /// `metadata.json`: written last, its presence commits the backup.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -126,6 +150,9 @@ pub struct Metadata {
     pub payload: Vec<PayloadObject>,
     #[serde(default)]
     pub log_position: Option<LogPosition>,
+    /// The server it was taken on, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<SourceServer>,
     #[serde(default)]
     pub immutable_until: Option<Timestamp>,
     #[serde(default)]
@@ -169,6 +196,13 @@ pub enum MetadataProblem {
 }
 
 impl Metadata {
+    /// The GTID position its data holds, when recorded and well-formed (`logPosition.gtid`:
+    /// on a replica, the position it had applied).
+    pub fn gtid_position(&self) -> Option<GtidPos> {
+        let text = self.log_position.as_ref()?.gtid.as_deref()?;
+        GtidPos::parse(text).ok().filter(|p| !p.is_empty())
+    }
+
     /// Checks the rules JSON syntax cannot express, for the directory `<name>/<id>/`:
     /// every name it holds must be in the layout's grammar before it becomes a key.
     pub fn check(&self, expected_name: &str, expected_id: &str) -> Result<(), MetadataProblem> {
@@ -265,9 +299,31 @@ pub struct IndexEntry {
     /// How the segment object is encrypted; absent: plaintext.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encryption: Option<Encryption>,
+    /// The server that wrote the file (its format description's server id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_id: Option<u32>,
+    /// The file's name on that server, where the object's name differs (a timeline after
+    /// the first: `mysql-bin.2000000000007` is the server's `mysql-bin.000007`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// The GTID position at the file's start (its `Gtid_list` event).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gtid_list: Option<GtidPos>,
+    /// The file's transactions as runs (`domain-server-first..last`), in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gtids: Vec<GtidRun>,
 }
 
 impl IndexEntry {
+    /// What the entry says by GTID, when it records it.
+    pub fn segment_gtids(&self) -> Option<SegmentGtids> {
+        Some(SegmentGtids {
+            server_id: self.server_id?,
+            start: self.gtid_list.clone()?,
+            runs: self.gtids.clone(),
+        })
+    }
+
     /// How the segment object was written, for reading it.
     pub fn form(&self) -> crate::codec::Form<'_> {
         crate::codec::Form {
@@ -308,6 +364,8 @@ pub struct IndexFile {
     pub entries: Vec<IndexEntry>,
     /// Summaries of the shard objects holding older entries (`_index.json` only).
     pub shards: Vec<ShardSummary>,
+    /// The archive's timelines (`_index.json` only); none recorded: one, timeline 0.
+    pub timelines: Vec<Timeline>,
 }
 
 /// One shard of the segment index, as `_index.json` summarises it: the planner uses the
@@ -380,6 +438,10 @@ pub enum IndexError {
     Shards(#[source] serde_json::Error),
     #[error("shard key {0:?} is not of the form _index/<name>.json")]
     ShardKey(String),
+    #[error(
+        "`timelines` is not a list of timelines: {0}; expected [{{\"id\", \"serverId\", \"parent\", \"firstSequence\", \"switch\": {{\"gtid\", \"at\", \"parentSequence\", \"missing\"}}}}, …]"
+    )]
+    Timelines(#[source] serde_json::Error),
     #[error("segments[{position}] is not a valid segment entry: {source}")]
     Entry {
         position: usize,
@@ -420,12 +482,17 @@ impl IndexFile {
             Some(v) => serde_json::from_str(v.get()).map_err(IndexError::Shards)?,
             None => Vec::new(),
         };
+        let timelines = match fields.get("timelines") {
+            Some(v) => serde_json::from_str(v.get()).map_err(IndexError::Timelines)?,
+            None => Vec::new(),
+        };
         Ok(IndexFile {
             fields,
             format_version,
             raw_entries,
             entries,
             shards,
+            timelines,
         })
     }
 
@@ -437,6 +504,7 @@ impl IndexFile {
             raw_entries: Vec::new(),
             entries: Vec::new(),
             shards: Vec::new(),
+            timelines: Vec::new(),
         }
     }
 
@@ -519,6 +587,11 @@ impl IndexFile {
         if self.entries.iter().any(IndexEntry::is_coded) {
             version = version.max(3);
         }
+        if self.timelines.iter().any(|t| t.id > 0)
+            || self.entries.iter().any(|e| e.sequence >= TIMELINE_STRIDE)
+        {
+            version = version.max(4);
+        }
         out.push_str("{\"formatVersion\":");
         out.push_str(&version.to_string());
         out.push_str(",\"segments\":[");
@@ -534,8 +607,12 @@ impl IndexFile {
             // Plain data with string keys: serialising cannot fail.
             out.push_str(&serde_json::to_string(&self.shards).unwrap_or_else(|_| "[]".into()));
         }
+        if !self.timelines.is_empty() {
+            out.push_str(",\"timelines\":");
+            out.push_str(&serde_json::to_string(&self.timelines).unwrap_or_else(|_| "[]".into()));
+        }
         for (k, v) in &self.fields {
-            if k == "formatVersion" || k == "segments" || k == "shards" {
+            if k == "formatVersion" || k == "segments" || k == "shards" || k == "timelines" {
                 continue;
             }
             out.push(',');

@@ -26,7 +26,7 @@ use crate::error::{StoreError, is_not_found, write_err};
 use crate::format::{INDEX_FORMAT_VERSION, IndexEntry, IndexFile, ShardSummary};
 use crate::layout;
 use crate::open::ClusterStore;
-use tidemark_core::EntryRef;
+use tidemark_core::{EntryRef, Timeline};
 
 /// Entries per shard; the head keeps at most this many before sealing a shard.
 pub const SHARD_SIZE: usize = 4096;
@@ -271,7 +271,13 @@ impl SegmentIndex {
     /// a stale duplicate of a name never takes the real entry with it), adding those of
     /// `add` whose sequence is not indexed yet (the shards that could hold them must have
     /// been read), and sealing head entries beyond `shard_size` into new shards.
-    fn edit(&self, gone: &HashSet<EntryRef>, add: &[IndexEntry], shard_size: usize) -> Edit {
+    fn edit(
+        &self,
+        gone: &HashSet<EntryRef>,
+        add: &[IndexEntry],
+        timelines: &[Timeline],
+        shard_size: usize,
+    ) -> Result<Edit, Timeline> {
         let is_gone = |e: &IndexEntry| {
             gone.contains(&EntryRef {
                 sequence: e.sequence,
@@ -279,6 +285,27 @@ impl SegmentIndex {
             })
         };
         let mut head = self.head.clone();
+        // A timeline is added once: one recorded with the same id stays (re-recording it is
+        // a no-op), unless it is the first timeline learning its writer; one that differs
+        // in anything else is another writer's claim, returned.
+        let mut claimed = 0;
+        for t in timelines {
+            match head.timelines.iter_mut().find(|h| h.id == t.id) {
+                None => {
+                    head.timelines.push(t.clone());
+                    claimed += 1;
+                }
+                Some(h) if h.id == 0 && h.server_id.is_none() && h.parent.is_none() => {
+                    *h = t.clone();
+                    claimed += 1;
+                }
+                Some(h)
+                    if (h.server_id, h.parent, h.first_sequence)
+                        == (t.server_id, t.parent, t.first_sequence) => {}
+                Some(h) => return Err(h.clone()),
+            }
+        }
+        head.timelines.sort_by_key(|t| t.id);
         let mut removed = head.remove_where(is_gone);
         let known: HashSet<u64> = self
             .entries()
@@ -326,13 +353,14 @@ impl SegmentIndex {
         }
         shards.sort_by_key(|s| (s.first_sequence, s.last_sequence));
         head.shards = shards;
-        Edit {
+        Ok(Edit {
             head,
             write,
             replaced,
             removed,
             added,
-        }
+            claimed,
+        })
     }
 }
 
@@ -377,6 +405,8 @@ struct Edit {
     replaced: Vec<String>,
     removed: usize,
     added: usize,
+    /// Timelines recorded.
+    claimed: usize,
 }
 
 fn parse(store: &ClusterStore, key: &Path, bytes: &[u8]) -> Result<IndexFile, StoreError> {
@@ -407,7 +437,7 @@ pub async fn remove_entries(
     gone: &HashSet<EntryRef>,
     shard_size: usize,
 ) -> Result<usize, StoreError> {
-    update(store, Some(loaded), gone, &[], shard_size)
+    update(store, Some(loaded), gone, &[], &[], shard_size)
         .await
         .map(|c| c.removed)
 }
@@ -417,21 +447,26 @@ pub async fn remove_entries(
 pub struct Change {
     pub removed: usize,
     pub added: usize,
+    /// Timelines recorded.
+    pub claimed: usize,
 }
 
 /// Removes the entries in `gone`, adds the entries of `add` whose sequence is not
-/// indexed yet, and seals head entries beyond `shard_size` into shards. New shards are
-/// written first, the head is replaced by a conditional write (re-reading and re-applying
-/// when another writer — an archiver, a pass — changed it), then replaced shards are
-/// deleted. `loaded` is the index as already read (`None`: read it here, or create it).
+/// indexed yet, records the `timelines` not recorded yet, and seals head entries beyond
+/// `shard_size` into shards. New shards are written first, the head is replaced by a
+/// conditional write (re-reading and re-applying when another writer — an archiver, a pass
+/// — changed it), then replaced shards are deleted. `loaded` is the index as already read
+/// (`None`: read it here, or create it).
 ///
 /// # Errors
-/// A failed request, a malformed or newer index, or a head that kept changing.
+/// A failed request, a malformed or newer index, a head that kept changing, or a timeline
+/// another writer recorded differently under the same id.
 pub async fn update(
     store: &ClusterStore,
     loaded: Option<&SegmentIndex>,
     gone: &HashSet<EntryRef>,
     add: &[IndexEntry],
+    timelines: &[Timeline],
     shard_size: usize,
 ) -> Result<Change, StoreError> {
     let key = layout::index_key();
@@ -450,10 +485,20 @@ pub async fn update(
     for _ in 0..INDEX_ATTEMPTS {
         let holding = index.shards_holding(&sequences);
         index.read_shards(store, holding).await?;
-        let edit = index.edit(gone, add, shard_size);
+        let edit = index
+            .edit(gone, add, timelines, shard_size)
+            .map_err(|taken| StoreError::TimelineTaken {
+                url: store.url.clone(),
+                key: store.display_key(&key),
+                id: taken.id,
+                server: taken
+                    .server_id
+                    .map_or_else(|| "unknown".to_owned(), |s| s.to_string()),
+            })?;
         let change = Change {
             removed: edit.removed,
             added: edit.added,
+            claimed: edit.claimed,
         };
         if change == Change::default() {
             return Ok(change);
@@ -574,7 +619,9 @@ pub async fn write_new(
         head,
         ..SegmentIndex::absent()
     };
-    let edit = index.edit(&HashSet::new(), &[], shard_size);
+    let Ok(edit) = index.edit(&HashSet::new(), &[], &[], shard_size) else {
+        return Ok(()); // no timelines to record: cannot conflict
+    };
     put_shards(store, &edit.write).await?;
     let key = layout::index_key();
     store

@@ -98,6 +98,7 @@ impl SynthBackup {
                 position: 4,
                 gtid: None,
             }),
+            server: None,
             immutable_until: None,
             ttl: None,
             labels: self.labels.iter().cloned().collect(),
@@ -211,6 +212,10 @@ pub fn segments(
                 sha256: Some(hex::encode(Sha256::digest(segment_body(seq)))),
                 compression: None,
                 encryption: None,
+                server_id: None,
+                file: None,
+                gtid_list: None,
+                gtids: Vec::new(),
             }
         })
         .collect()

@@ -405,6 +405,8 @@ pub async fn send(
 pub struct Outcome {
     pub payload: Vec<PayloadObject>,
     pub log_position: Option<LogPosition>,
+    /// The server the backup was taken on, when known.
+    pub server: Option<crate::format::SourceServer>,
     /// `None`: completed; `Some(error)`: failed.
     pub error: Option<String>,
     /// Method-specific fields (e.g. `mariabackup`'s LSNs), kept in `metadata.json`.
@@ -491,6 +493,7 @@ pub async fn commit(
         completed_at: Some(outcome.completed_at.unwrap_or(now)),
         payload: outcome.payload,
         log_position: outcome.log_position,
+        server: outcome.server,
         immutable_until: lock.as_ref().map(|(_, r)| r.until),
         ttl: spec.ttl,
         labels: spec.labels.clone(),

@@ -277,7 +277,7 @@ impl SegmentIndex {
         add: &[IndexEntry],
         timelines: &[Timeline],
         shard_size: usize,
-    ) -> Result<Edit, Timeline> {
+    ) -> Result<Edit, Box<Timeline>> {
         let is_gone = |e: &IndexEntry| {
             gone.contains(&EntryRef {
                 sequence: e.sequence,
@@ -302,7 +302,7 @@ impl SegmentIndex {
                 Some(h)
                     if (h.server_id, h.parent, h.first_sequence)
                         == (t.server_id, t.parent, t.first_sequence) => {}
-                Some(h) => return Err(h.clone()),
+                Some(h) => return Err(Box::new(h.clone())),
             }
         }
         head.timelines.sort_by_key(|t| t.id);

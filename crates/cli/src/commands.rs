@@ -634,6 +634,7 @@ fn plan_table(out: &PlanOut, policy: &Policy) -> String {
         "Recovery window after this pass: {}\n",
         window_line(&out.recovery_window)
     ));
+    s.push_str(&crate::output::timeline_lines(&out.timelines));
     if !out.foreign.is_empty() {
         s.push_str(&format!(
             "Foreign objects (not Tidemark's layout, never deleted): {}\n",
@@ -752,6 +753,7 @@ async fn ls(args: &LsArgs) -> Result<Exit, CliError> {
     let inventory = catalog.inventory(&SegmentListing::default());
     let standing = standing(&inventory);
     let ok: &HashSet<String> = &standing.restorable;
+    let replay = tidemark_core::Replay::with_timelines(&inventory.segments, &inventory.timelines);
     let mut backups: Vec<BackupOut> = catalog
         .backups
         .iter()
@@ -763,6 +765,9 @@ async fn ls(args: &LsArgs) -> Result<Exit, CliError> {
                 problem: b.problem.clone(),
                 compression: first.and_then(|p| p.compression.clone()),
                 encryption: first.and_then(|p| p.encryption.clone()),
+                log_position: b.metadata.as_ref().and_then(|m| m.log_position.clone()),
+                server: b.metadata.as_ref().and_then(|m| m.server.clone()),
+                on_branch: replay.on_branch(&b.backup),
                 ..BackupOut::from_backup(&b.backup)
             }
         })
@@ -779,7 +784,11 @@ async fn ls(args: &LsArgs) -> Result<Exit, CliError> {
     let earliest_start = standing.earliest_replay_start;
     let missing = runs
         .windows(2)
-        .filter(|w| w[1].first_sequence > w[0].last_sequence + 1)
+        .filter(|w| {
+            use tidemark_core::timeline::timeline_of;
+            w[1].first_sequence > w[0].last_sequence + 1
+                && timeline_of(w[0].last_sequence) == timeline_of(w[1].first_sequence)
+        })
         .map(|w| MissingRange {
             from: w[0].last_sequence + 1,
             to: w[1].first_sequence - 1,
@@ -802,6 +811,10 @@ async fn ls(args: &LsArgs) -> Result<Exit, CliError> {
             bytes: runs.iter().map(|r| r.size).sum(),
             missing,
             unknown_last_event: runs.iter().map(|r| r.unknown_last_event as usize).sum(),
+            timelines: match index_problem {
+                Some(_) => Vec::new(),
+                None => crate::output::timelines_out(&inventory),
+            },
         },
         foreign: catalog.foreign.clone(),
         malformed: catalog.malformed.clone(),
@@ -917,6 +930,19 @@ fn ls_table(out: &LsOut) -> String {
             s.push('\n');
         }
         _ => s.push_str("Log archive: empty\n"),
+    }
+    s.push_str(&crate::output::timeline_lines(&a.timelines));
+    let branch: Vec<&str> = out
+        .backups
+        .iter()
+        .filter(|b| b.on_branch)
+        .map(|b| b.backup_id.as_str())
+        .collect();
+    if !branch.is_empty() {
+        s.push_str(&format!(
+            "On a branch (restore to their own point only): {}\n",
+            branch.join(", ")
+        ));
     }
     if !out.foreign.is_empty() {
         s.push_str(&format!(

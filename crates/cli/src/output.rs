@@ -45,6 +45,18 @@ pub struct BackupOut {
     /// which identity a fetch or restore needs (ls only; absent: not encrypted).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub encryption: Option<tidemark_store::format::Encryption>,
+    /// Where the binlog stood: its GTID position (`gtid`), and the file and offset on the
+    /// server it was taken on (ls only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_position: Option<tidemark_store::format::LogPosition>,
+    /// The server it was taken on: `serverId`, `role` (`primary`, `replica`), a replica's
+    /// `lagSeconds` (ls only, when recorded).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<tidemark_store::format::SourceServer>,
+    /// Its position lies on a branch of the log archive (transactions a failover lost): it
+    /// restores to its own point only, never with the main line's binlogs.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub on_branch: bool,
 }
 
 pub fn phase_name(p: Phase) -> &'static str {
@@ -78,6 +90,9 @@ impl BackupOut {
             problem: None,
             compression: None,
             encryption: None,
+            log_position: None,
+            server: None,
+            on_branch: false,
         }
     }
 
@@ -146,6 +161,8 @@ pub struct PlanOut {
     pub ignored: Vec<Malformed>,
     pub leftovers: LeftoversOut,
     pub summary: SummaryOut,
+    /// The log archive's timelines.
+    pub timelines: Vec<TimelineOut>,
     /// What gc did (absent for plan).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub executed: Option<ExecutionReport>,
@@ -224,6 +241,7 @@ impl PlanOut {
                 delete_bytes: deletions.iter().map(|d| d.backup.size).sum(),
                 segments_delete: plan.segments.delete.len(),
             },
+            timelines: timelines_out(&survey.inventory),
             executed,
         }
     }
@@ -248,9 +266,131 @@ pub struct ArchiveOut {
     pub first: Option<String>,
     pub last: Option<String>,
     pub bytes: u64,
-    /// Sequence numbers absent from the index between the first and the last segment.
+    /// Sequence numbers absent from the index between the first and the last segment of
+    /// one timeline.
     pub missing: Vec<MissingRange>,
     pub unknown_last_event: usize,
+    /// The archive's timelines: one per primary (and per binlog that started over).
+    pub timelines: Vec<TimelineOut>,
+}
+
+/// One timeline of the log archive.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TimelineOut {
+    pub id: u32,
+    /// The server that wrote it (absent: archived before writers were recorded).
+    pub server_id: Option<u32>,
+    /// The timeline it continues.
+    pub parent: Option<u32>,
+    /// Where it leaves its parent: `gtid` (the last transaction both hold), `at`,
+    /// `parentSequence`, `missing` (GTIDs neither holds: a gap).
+    pub switch: Option<tidemark_core::Switch>,
+    /// The parent's transactions after the switch: what only the old primary had, never
+    /// replayed on this timeline (`domain-server-first..last`).
+    pub branch: Vec<String>,
+    /// Whether replay to the newest instants passes through it.
+    pub main_line: bool,
+    pub segments: usize,
+    pub first: Option<String>,
+    pub last: Option<String>,
+    pub first_event_at: Option<Timestamp>,
+    pub last_event_at: Option<Timestamp>,
+}
+
+/// The archive's timelines as an inventory holds them (summaries count by their runs).
+pub fn timelines_out(inventory: &tidemark_core::Inventory) -> Vec<TimelineOut> {
+    use tidemark_core::timeline::timeline_of;
+    let history = tidemark_core::History::new(&inventory.segments, &inventory.timelines);
+    history
+        .timelines
+        .iter()
+        .map(|t| {
+            let mut own: Vec<&tidemark_core::Segment> = inventory
+                .segments
+                .iter()
+                .filter(|s| s.present && timeline_of(s.sequence) == t.id)
+                .collect();
+            own.sort_by_key(|s| s.sequence);
+            let branch = match (&t.switch, t.parent) {
+                (Some(sw), Some(p)) => history
+                    .branch_runs(p, &sw.gtid)
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect(),
+                _ => Vec::new(),
+            };
+            TimelineOut {
+                id: t.id,
+                server_id: t.server_id.or_else(|| {
+                    own.iter()
+                        .find_map(|s| s.gtids.as_ref().map(|g| g.server_id))
+                }),
+                parent: t.parent,
+                switch: t.switch.clone(),
+                branch,
+                main_line: history.path.contains(&t.id),
+                segments: own.iter().map(|s| s.span.max(1) as usize).sum(),
+                first: own.first().map(|s| s.name.clone()),
+                last: own.last().map(|s| s.name.clone()),
+                first_event_at: own.iter().filter_map(|s| s.first_event_at).min(),
+                last_event_at: own.iter().filter_map(|s| s.last_event_at).max(),
+            }
+        })
+        .collect()
+}
+
+/// The lines `ls` and `plan` print about timelines, when there is more than one.
+pub fn timeline_lines(timelines: &[TimelineOut]) -> String {
+    if timelines.len() < 2 {
+        return String::new();
+    }
+    let mut s = String::from("Timelines (one per primary; replay follows the main line):\n");
+    let server =
+        |id: Option<u32>| id.map_or_else(|| "unknown server".to_owned(), |i| format!("server {i}"));
+    for t in timelines {
+        let span = match (&t.first, &t.last) {
+            (Some(f), Some(l)) if f == l => format!("{} segment(s), {f}", t.segments),
+            (Some(f), Some(l)) => format!("{} segment(s), {f} … {l}", t.segments),
+            _ => "no segments yet".to_owned(),
+        };
+        let role = if t.main_line {
+            ""
+        } else {
+            " [off the main line]"
+        };
+        s.push_str(&format!(
+            "  timeline {} ({}): {span}{role}\n",
+            t.id,
+            server(t.server_id)
+        ));
+        if let (Some(sw), Some(p)) = (&t.switch, t.parent) {
+            let from = timelines
+                .iter()
+                .find(|x| x.id == p)
+                .and_then(|x| x.server_id);
+            let at = sw.at.map_or_else(String::new, |a| format!(" at {a}"));
+            s.push_str(&format!(
+                "    switch from {} (timeline {p}) to {} after {}{at}\n",
+                server(from),
+                server(t.server_id),
+                sw.gtid
+            ));
+            if !sw.missing.is_empty() {
+                s.push_str(&format!(
+                    "    MISSING at the switch (a gap): {}\n",
+                    tidemark_core::gtid::runs_text(&sw.missing)
+                ));
+            }
+            if !t.branch.is_empty() {
+                s.push_str(&format!(
+                    "    branch of timeline {p}, lost in the failover and never replayed: {}\n",
+                    t.branch.join(", ")
+                ));
+            }
+        }
+    }
+    s
 }
 
 /// `tidemark ls` output.

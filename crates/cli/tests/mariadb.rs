@@ -77,6 +77,11 @@ impl Env {
 
     /// [`Env::backup`] with more `push` flags.
     fn backup_with(&self, parent: Option<&str>, extra: &[&str]) -> String {
+        self.backup_on(&self.db, parent, extra)
+    }
+
+    /// [`Env::backup_with`] on another server (a replica).
+    fn backup_on(&self, db: &MariaDb, parent: Option<&str>, extra: &[&str]) -> String {
         let mut args = vec![
             "push",
             "--backup-name",
@@ -88,7 +93,7 @@ impl Env {
             args.extend(["--type", "incremental", "--parent", p]);
         }
         args.extend_from_slice(extra);
-        let client = self.db.client_args();
+        let client = db.client_args();
         let mut full: Vec<&str> = args;
         full.extend(["--output", "json", "--", "mariabackup"]);
         full.extend(client.iter().map(String::as_str));
@@ -106,21 +111,23 @@ impl Env {
 
     /// Closes the current binlog and ships every closed one.
     fn archive(&self) {
-        self.db.sql("FLUSH BINARY LOGS");
-        self.ok(&[
+        self.archive_from(&self.db);
+    }
+
+    /// [`Env::archive`] from another server (the primary after a failover); the pass's
+    /// JSON report.
+    fn archive_from(&self, db: &MariaDb) -> Value {
+        db.sql("FLUSH BINARY LOGS");
+        self.json(&[
             "archive-binlogs",
             "--once",
             "--binlog-index",
-            self.db.binlog_index().to_str().unwrap(),
-        ]);
+            db.binlog_index().to_str().unwrap(),
+        ])
     }
 
     fn insert(&self, n: usize) {
-        let values: Vec<String> = (0..n).map(|i| format!("({i})")).collect();
-        self.db.sql(&format!(
-            "INSERT INTO shop.orders (v) VALUES {}",
-            values.join(",")
-        ));
+        insert_into(&self.db, n);
     }
 
     /// Restores to `to` into a new directory and counts the rows there. The host's TMPDIR
@@ -148,6 +155,14 @@ impl Env {
         );
         query_restored(&dir, "SELECT COUNT(*) FROM shop.orders")
     }
+}
+
+fn insert_into(db: &MariaDb, n: usize) {
+    let values: Vec<String> = (0..n).map(|i| format!("({i})")).collect();
+    db.sql(&format!(
+        "INSERT INTO shop.orders (v) VALUES {}",
+        values.join(",")
+    ));
 }
 
 /// An instant strictly between two writes: binlog event times have whole seconds, so a
@@ -234,7 +249,9 @@ fn backups_binlogs_retention_and_point_in_time_restores() {
     assert_eq!(backup_ids(&plan), vec![full.clone(), incremental.clone()]);
     assert_eq!(plan["dryRun"], true);
     assert!(!plan["segments"].as_array().unwrap().is_empty(), "{plan:#}");
-    assert!(plan["startPosition"]["file"].is_string(), "{plan:#}");
+    // Replay starts after the backup's GTID position, not at a file offset.
+    assert!(plan["startPosition"].is_null(), "{plan:#}");
+    assert!(plan["runs"][0]["startAfter"].is_string(), "{plan:#}");
     // The archived segments are compressed in the store (their index entries say so).
     assert!(
         plan["segments"]
@@ -349,6 +366,197 @@ fn backups_binlogs_retention_and_point_in_time_restores() {
     let plan = env.json(&["restore", "--to", &latest.to_string(), "--dry-run"]);
     assert_eq!(backup_ids(&plan), vec![synthetic, on_top]);
     assert_eq!(env.restored_rows(latest, "on-top"), "24");
+}
+
+/// Issue 27: a primary (server 1) and its GTID replica (server 2), the primary's binlog
+/// numbering a few files ahead. Backups are taken on the replica, binlogs archived from the
+/// primary; then the primary dies with a transaction the replica never got, the replica is
+/// promoted and takes writes, and the archive follows it onto a new timeline. Every restore
+/// gives the exact row count, the lost transaction is in none after the switch and is shown
+/// as a branch, a killed archiver converges, and retention keeps the window across the
+/// switch.
+#[test]
+fn replica_backups_and_a_failover_restore_to_every_instant() {
+    let mut env = Env {
+        s3: SeaweedFs::start(),
+        db: MariaDb::start_replicating(1),
+        compression: "none",
+        bucket: None,
+    };
+    let replica = MariaDb::start_replicating(2);
+    // A long-lived primary: its file numbers are ahead of the replica's.
+    env.db
+        .sql("FLUSH BINARY LOGS; FLUSH BINARY LOGS; FLUSH BINARY LOGS");
+    replica.replicate_from(&env.db);
+    env.db.sql(
+        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT)",
+    );
+    env.insert(5); // 5
+    replica.wait_caught_up(&env.db);
+    let full = env.backup_on(&replica, None, &[]);
+    env.insert(5); // 10
+    let after_full = pause_and_mark();
+    env.archive();
+    replica.wait_caught_up(&env.db);
+    let incremental = env.backup_on(&replica, Some(&full), &[]);
+    env.insert(3); // 13
+    replica.wait_caught_up(&env.db);
+    let after_incremental = pause_and_mark();
+    env.archive();
+
+    // The backups record the replica's position in the primary's history, by GTID.
+    let ls = env.json(&["ls"]);
+    let recorded = &ls["backups"][0];
+    assert_eq!(recorded["server"]["serverId"], 2, "{ls:#}");
+    assert_eq!(recorded["server"]["role"], "replica", "{ls:#}");
+    assert!(
+        recorded["logPosition"]["gtid"]
+            .as_str()
+            .is_some_and(|g| g.starts_with("0-1-")),
+        "{ls:#}"
+    );
+    // Restores from the replica's backups replay the primary's binlogs (mutation: replay
+    // from the replica's file offset fails with "Error in log format", or starts at the
+    // wrong transaction).
+    assert_eq!(env.restored_rows(after_full, "replica-after-full"), "10");
+    assert_eq!(
+        env.restored_rows(after_incremental, "replica-after-incremental"),
+        "13"
+    );
+
+    // The replica stops receiving; the primary commits 7 rows only it will ever have, and
+    // they are archived; then it dies and the replica is promoted.
+    replica.sql("STOP SLAVE IO_THREAD");
+    env.insert(7); // 20 on the old primary only: a branch
+    env.archive();
+    let lost_gtid = env.db.sql("SELECT @@gtid_binlog_pos");
+    sleep(Duration::from_millis(1100));
+    env.db.kill();
+    replica.promote();
+    let after_switch = pause_and_mark();
+    insert_into(&replica, 4); // 17 on the new primary
+    let after_failover_writes = pause_and_mark();
+
+    // archive-binlogs on the new primary, killed somewhere in its first pass (whatever
+    // it had done: recorded the timeline, shipped some files), converges on a rerun.
+    replica.sql("FLUSH BINARY LOGS");
+    let mut killed = common::bin();
+    killed
+        .envs(env.s3.env())
+        .args([
+            "archive-binlogs",
+            "--store",
+            &env.s3.url(),
+            "--cluster",
+            "e2e",
+        ])
+        .args(["--endpoint", &env.s3.endpoint, "--once", "--binlog-index"])
+        .arg(replica.binlog_index())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = killed.spawn().unwrap();
+    sleep(Duration::from_millis(150));
+    let _ = child.kill();
+    let _ = child.wait();
+    let pass = env.archive_from(&replica);
+    let pass_again = env.archive_from(&replica);
+    assert_eq!(pass_again["timeline"], 1, "{pass_again:#}");
+    assert!(pass_again["newTimeline"].is_null(), "{pass_again:#}");
+    assert_eq!(
+        pass_again["uploaded"].as_array().unwrap().len(),
+        1,
+        "only the file the flush closed: {pass_again:#}"
+    );
+    // The new timeline is recorded once, whichever pass recorded it.
+    let ls = env.json(&["ls"]);
+    let timelines = ls["archive"]["timelines"].as_array().unwrap();
+    assert_eq!(timelines.len(), 2, "{ls:#}");
+    let t1 = &timelines[1];
+    assert_eq!(
+        (t1["id"].as_u64(), t1["serverId"].as_u64()),
+        (Some(1), Some(2)),
+        "{ls:#}"
+    );
+    assert_eq!(t1["parent"], 0, "{ls:#}");
+    let switch = t1["switch"]["gtid"].as_str().unwrap().to_owned();
+    assert!(switch.starts_with("0-1-"), "{ls:#}");
+    // The transactions only the old primary had are shown as the branch they are.
+    let branch = t1["branch"].as_array().unwrap();
+    assert_eq!(branch.len(), 1, "{ls:#}");
+    let lost_seq: u64 = lost_gtid.rsplit('-').next().unwrap().parse().unwrap();
+    assert!(
+        branch[0]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("..{lost_seq}"))
+            || branch[0]
+                .as_str()
+                .unwrap()
+                .ends_with(&format!("-{lost_seq}")),
+        "{branch:?} vs {lost_gtid}"
+    );
+    assert!(
+        pass["timeline"] == 1 || pass["newTimeline"]["id"] == 1,
+        "{pass:#}"
+    );
+    let text = String::from_utf8_lossy(&env.ok(&["ls"]).stdout).into_owned();
+    assert!(text.contains("timeline 1 (server 2)"), "{text}");
+    assert!(text.contains("branch"), "{text}");
+    assert!(
+        ls["recoveryWindow"]["gaps"].as_array().unwrap().is_empty(),
+        "{ls:#}"
+    );
+
+    // Before the failover, just after it (the state at the switch: the lost rows absent),
+    // and after the new primary's writes.
+    assert_eq!(
+        env.restored_rows(after_incremental, "failover-before"),
+        "13"
+    );
+    assert_eq!(env.restored_rows(after_switch, "failover-just-after"), "13");
+    assert_eq!(
+        env.restored_rows(after_failover_writes, "failover-after-writes"),
+        "17"
+    );
+    let plan = env.json(&[
+        "restore",
+        "--to",
+        &after_failover_writes.to_string(),
+        "--dry-run",
+    ]);
+    let runs = plan["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{plan:#}");
+    assert_eq!(runs[0]["stopAt"], switch.as_str(), "{plan:#}");
+    assert_eq!(runs[1]["timeline"], 1, "{plan:#}");
+    assert_eq!(runs[1]["serverId"], 2, "{plan:#}");
+
+    // A new full on the new primary, and writes after it.
+    let new_full = env.backup_on(&replica, None, &[]);
+    insert_into(&replica, 2); // 19
+    let after_new_full = pause_and_mark();
+    env.archive_from(&replica);
+    assert_eq!(env.restored_rows(after_new_full, "new-primary-full"), "19");
+
+    // Retention with a window that begins before the switch: every instant from the
+    // incremental on stays restorable, across the switch.
+    let gc = env.json(&["gc", "--window", "1d", "--keep-last", "1"]);
+    assert!(
+        gc["recoveryWindow"]["gaps"].as_array().unwrap().is_empty(),
+        "{gc:#}"
+    );
+    assert_eq!(
+        backup_ids(&env.json(&["ls"])),
+        vec![full.clone(), incremental.clone(), new_full.clone()]
+    );
+    assert_eq!(
+        env.restored_rows(after_failover_writes, "after-gc-failover"),
+        "17"
+    );
+    // Keeping only the newest: the chain before the switch goes, and what the kept full
+    // needs of the archive stays.
+    let gc = env.json(&["gc", "--keep-last", "1"]);
+    assert_eq!(backup_ids(&env.json(&["ls"])), vec![new_full], "{gc:#}");
+    assert_eq!(env.restored_rows(after_new_full, "after-gc-newest"), "19");
 }
 
 /// `tidemark run` against a real server: a mariabackup schedule every 10 seconds, binlog

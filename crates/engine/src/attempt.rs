@@ -91,7 +91,7 @@ pub async fn take_backup(
 ) -> Result<Metadata, AttemptFailure> {
     let spec = &request.spec;
     // A parent without LSNs is bad input: refused before anything is recorded.
-    let mariabackup = if spec.method == mariadb::METHOD {
+    let mut mariabackup = if spec.method == mariadb::METHOD {
         Some(MariabackupRun::new(
             &request.command,
             request.parent.as_ref(),
@@ -99,6 +99,9 @@ pub async fn take_backup(
     } else {
         None
     };
+    if let Some(run) = mariabackup.as_mut() {
+        run.probe().await;
+    }
     let command = match &mariabackup {
         Some(run) => run.command.clone(),
         None => request.command.clone(),
@@ -106,7 +109,11 @@ pub async fn take_backup(
     let source: Box<dyn Source> = if command.is_empty() {
         Box::new(Stdin)
     } else {
-        Box::new(LocalCommand::new(command, request.detach))
+        let mut local = LocalCommand::new(command, request.detach);
+        if let Some(run) = &mariabackup {
+            local.slave_position = Some(run.slave_position.clone());
+        }
+        Box::new(local)
     };
     run_attempt(
         store,
@@ -151,13 +158,13 @@ async fn run_attempt(
     // parent, so its absence fails the attempt.
     let result = match (streamed, mariabackup) {
         (Ok(payload), Some(run)) => match run.recorded() {
-            Ok((extra, position)) => Ok((payload, extra, position)),
+            Ok((extra, position)) => Ok((payload, extra, position, run.server())),
             Err(e) => {
                 transfer::remove_payload(store, spec, &payload.name).await;
                 Err(EngineError::Source(chain(&e)))
             }
         },
-        (Ok(payload), None) => Ok((payload, serde_json::Map::new(), None)),
+        (Ok(payload), None) => Ok((payload, serde_json::Map::new(), None, None)),
         (Err(e), _) => Err(e),
     };
     // Object lock: the chain's date, with older backups of the chain locked longer first
@@ -170,10 +177,11 @@ async fn run_attempt(
         Err(e) => Err(e),
     };
     let (outcome, failure) = match result {
-        Ok(((payload, extra, log_position), immutable_until)) => (
+        Ok(((payload, extra, log_position, server), immutable_until)) => (
             Outcome {
                 payload: vec![payload],
                 log_position,
+                server,
                 extra,
                 immutable_until,
                 ..Default::default()
@@ -256,7 +264,14 @@ struct LocalCommand {
     command: Vec<String>,
     detach: bool,
     child: Option<tokio::process::Child>,
+    /// Where to put the replica position mariabackup logs (`--slave-info`): its stderr is
+    /// read line by line (and passed on) instead of inherited.
+    slave_position: Option<SharedLine>,
+    stderr_task: Option<tokio::task::JoinHandle<()>>,
 }
+
+/// A line of a command's output, filled in while it runs.
+type SharedLine = std::sync::Arc<std::sync::Mutex<Option<String>>>;
 
 impl LocalCommand {
     fn new(command: Vec<String>, detach: bool) -> Self {
@@ -264,7 +279,26 @@ impl LocalCommand {
             command,
             detach,
             child: None,
+            slave_position: None,
+            stderr_task: None,
         }
+    }
+}
+
+/// Passes a command's stderr on to ours, line by line, keeping the replica position
+/// mariabackup logs.
+async fn scan_stderr(stderr: tokio::process::ChildStderr, found: SharedLine) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    let mut out = tokio::io::stderr();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if let Some(g) = mariadb::slave_position_line(&line)
+            && let Ok(mut slot) = found.lock()
+        {
+            *slot = Some(g);
+        }
+        let _ = out.write_all(line.as_bytes()).await;
+        let _ = out.write_all(b"\n").await;
     }
 }
 
@@ -276,7 +310,11 @@ impl Source for LocalCommand {
         cmd.args(&command[1..])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(if self.slave_position.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::inherit()
+            })
             .env_remove(tidemark_store::crypt::IDENTITY_ENV)
             .kill_on_drop(true);
         if self.detach {
@@ -292,6 +330,9 @@ impl Source for LocalCommand {
                 shell_words(&command[..1])
             )));
         };
+        if let (Some(found), Some(stderr)) = (&self.slave_position, child.stderr.take()) {
+            self.stderr_task = Some(tokio::spawn(scan_stderr(stderr, found.clone())));
+        }
         self.child = Some(child);
         Ok(Box::new(stdout))
     }
@@ -307,6 +348,9 @@ impl Source for LocalCommand {
             .wait()
             .await
             .map_err(|e| EngineError::Internal(format!("waiting for the backup command: {e}")))?;
+        if let Some(task) = self.stderr_task.take() {
+            let _ = task.await;
+        }
         Ok(if status.success() {
             Ok(())
         } else {
@@ -361,6 +405,10 @@ struct MariabackupRun {
     lsndir: tempfile::TempDir,
     /// An incremental's start: the parent's `toLsn`.
     incremental_lsn: Option<u64>,
+    /// What the server said of itself before the backup.
+    probe: Option<mariadb::ServerProbe>,
+    /// The replica position mariabackup logged at the consistent point.
+    slave_position: SharedLine,
 }
 
 impl MariabackupRun {
@@ -382,6 +430,38 @@ impl MariabackupRun {
             command,
             lsndir,
             incremental_lsn,
+            probe: None,
+            slave_position: SharedLine::default(),
+        })
+    }
+
+    /// Asks the server who it is and how far behind it replicates, with the connection
+    /// options of the mariabackup command line; a server that cannot be asked is recorded
+    /// without it (warned).
+    async fn probe(&mut self) {
+        let client = mariadb::client_options(&self.command[1..]);
+        match mariadb::probe_server(std::ffi::OsStr::new("mariadb"), &client).await {
+            Ok(p) => self.probe = Some(p),
+            Err(e) => tracing::warn!(
+                error = %e,
+                "could not ask the server its id and replication state; the backup records its GTID position without them"
+            ),
+        }
+    }
+
+    /// The server the backup was taken on, as far as known.
+    fn server(&self) -> Option<tidemark_store::format::SourceServer> {
+        let slave = self.slave_position.lock().ok().and_then(|s| s.clone());
+        if self.probe.is_none() && slave.is_none() {
+            return None;
+        }
+        let replica = slave.is_some() || self.probe.as_ref().is_some_and(|p| p.replica);
+        Some(tidemark_store::format::SourceServer {
+            server_id: self.probe.as_ref().and_then(|p| p.server_id),
+            role: Some(if replica { "replica" } else { "primary" }.to_owned()),
+            lag_seconds: self.probe.as_ref().and_then(|p| p.lag_seconds),
+            gtid_slave_pos: slave,
+            extra: serde_json::Map::new(),
         })
     }
 

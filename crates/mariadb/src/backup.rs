@@ -59,6 +59,9 @@ pub fn backup_args(lsndir: &Path, incremental_lsn: Option<u64>) -> Vec<String> {
     let mut args = vec![
         "--backup".to_owned(),
         "--stream=xbstream".to_owned(),
+        // On a replica, the position it applied at the consistent point (in its stderr):
+        // a position in the primary's history, which the replica's own binlog offset is not.
+        "--slave-info".to_owned(),
         // mariabackup wants a target dir even when streaming; nothing large is written.
         format!("--target-dir={dir}"),
         format!("--extra-lsndir={dir}"),
@@ -176,6 +179,135 @@ pub fn parse_binlog_pos(info: &str) -> Result<Option<LogPosition>, MariaDbError>
     }))
 }
 
+/// The words mariabackup's `--slave-info` logs on a replica, before the applied position:
+/// `MySQL slave binlog position: gtid_slave_pos '0-1-42'; master '' master_use_gtid = …`.
+const SLAVE_POSITION: &str = "MySQL slave binlog position:";
+
+/// The replica's applied position from a line mariabackup logged, if it is that line.
+pub fn slave_position_line(line: &str) -> Option<String> {
+    let rest = line.split_once(SLAVE_POSITION)?.1;
+    let quoted = rest.split_once("gtid_slave_pos '")?.1;
+    let gtid = quoted.split_once('\'')?.0.trim();
+    Some(gtid.to_owned())
+}
+
+/// What a server says about itself: the server a backup is taken on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServerProbe {
+    pub server_id: Option<u32>,
+    /// It replicates from another server (a replication connection is configured).
+    pub replica: bool,
+    /// `Seconds_Behind_Master` (none while replication is stopped).
+    pub lag_seconds: Option<u64>,
+    /// Both replication threads run.
+    pub replicating: bool,
+}
+
+/// The options of a `mariabackup` command line that say how to reach the server (the same
+/// for the `mariadb` client): host, port, socket, user, password, option files. An option
+/// file comes first, as the client wants it.
+pub fn client_options(mariabackup_args: &[String]) -> Vec<String> {
+    const WITH_VALUE: [&str; 7] = [
+        "--host",
+        "--port",
+        "--socket",
+        "--user",
+        "--password",
+        "--defaults-file",
+        "--defaults-extra-file",
+    ];
+    const SHORT: [&str; 5] = ["-h", "-P", "-S", "-u", "-p"];
+    let mut files = Vec::new();
+    let mut rest = Vec::new();
+    let mut it = mariabackup_args.iter().peekable();
+    while let Some(a) = it.next() {
+        let name = a.split_once('=').map_or(a.as_str(), |(n, _)| n);
+        let long = WITH_VALUE.contains(&name);
+        let target = if name.starts_with("--defaults") {
+            &mut files
+        } else {
+            &mut rest
+        };
+        if long {
+            if a.contains('=') || name == "--password" {
+                target.push(a.clone());
+            } else if let Some(v) = it.next() {
+                target.push(format!("{a}={v}"));
+            }
+        } else if let Some(short) = SHORT.iter().find(|s| a.starts_with(**s)) {
+            if a.len() > short.len() || *short == "-p" {
+                target.push(a.clone());
+            } else if let Some(v) = it.next() {
+                target.push(format!("{a}{v}"));
+            }
+        }
+    }
+    files.extend(rest);
+    files
+}
+
+/// Asks a server who it is and whether (and how far behind) it replicates, with the
+/// `mariadb` client and the connection options `client`.
+///
+/// # Errors
+/// The client cannot run, cannot connect, or answers something else (as text).
+pub async fn probe_server(
+    mariadb: &std::ffi::OsStr,
+    client: &[String],
+) -> Result<ServerProbe, String> {
+    let out = tokio::process::Command::new(mariadb)
+        .args(client)
+        .args([
+            "-B",
+            "-e",
+            "SELECT @@server_id AS server_id; SHOW ALL SLAVES STATUS",
+        ])
+        .stdin(std::process::Stdio::null())
+        .env_remove(tidemark_store::crypt::IDENTITY_ENV)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|e| format!("cannot run {}: {e}", mariadb.to_string_lossy()))?;
+    if !out.status.success() {
+        let text = String::from_utf8_lossy(&out.stderr);
+        return Err(text.lines().last().unwrap_or("failed").to_owned());
+    }
+    Ok(parse_probe(&String::from_utf8_lossy(&out.stdout)))
+}
+
+/// Parses the batch output of the probe: `server_id` and its value, then (on a replica)
+/// `SHOW ALL SLAVES STATUS`'s header line and one line per connection.
+fn parse_probe(text: &str) -> ServerProbe {
+    let mut lines = text.lines();
+    let mut probe = ServerProbe::default();
+    if lines.next().is_some_and(|h| h.trim() == "server_id") {
+        probe.server_id = lines.next().and_then(|v| v.trim().parse().ok());
+    }
+    let Some(header) = lines.next() else {
+        return probe;
+    };
+    let columns: Vec<&str> = header.split('\t').collect();
+    let col = |row: &[&str], name: &str| {
+        columns
+            .iter()
+            .position(|c| *c == name)
+            .and_then(|i| row.get(i).map(|v| v.to_string()))
+    };
+    for line in lines {
+        let row: Vec<&str> = line.split('\t').collect();
+        probe.replica = true;
+        let running = col(&row, "Slave_IO_Running").as_deref() == Some("Yes")
+            && col(&row, "Slave_SQL_Running").as_deref() == Some("Yes");
+        probe.replicating |= running;
+        let lag = col(&row, "Seconds_Behind_Master").and_then(|v| v.parse::<u64>().ok());
+        probe.lag_seconds = match (probe.lag_seconds, lag) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    probe
+}
+
 /// Reads what `mariabackup --extra-lsndir=dir` left: the LSNs and the binlog position.
 ///
 /// # Errors
@@ -241,6 +373,62 @@ mod tests {
             !backup_args(Path::new("/tmp/l"), None)
                 .iter()
                 .any(|a| a.starts_with("--incremental"))
+        );
+    }
+
+    #[test]
+    fn what_a_replica_says() {
+        assert_eq!(
+            slave_position_line(
+                "[00] 2026-11-27 13:29:59 MySQL slave binlog position: gtid_slave_pos '0-2-12'; master '' master_use_gtid = slave_pos"
+            )
+            .as_deref(),
+            Some("0-2-12")
+        );
+        assert_eq!(slave_position_line("[00] Streaming ./ibdata1"), None);
+        let probe = parse_probe(
+            "server_id\n2\nConnection_name\tSlave_IO_Running\tSlave_SQL_Running\tSeconds_Behind_Master\n\tYes\tYes\t3\n",
+        );
+        assert_eq!(
+            probe,
+            ServerProbe {
+                server_id: Some(2),
+                replica: true,
+                lag_seconds: Some(3),
+                replicating: true
+            }
+        );
+        let primary = parse_probe("server_id\n1\n");
+        assert_eq!((primary.server_id, primary.replica), (Some(1), false));
+        let stopped = parse_probe(
+            "server_id\n3\nSlave_IO_Running\tSlave_SQL_Running\tSeconds_Behind_Master\nNo\tYes\tNULL\n",
+        );
+        assert_eq!((stopped.replicating, stopped.lag_seconds), (false, None));
+    }
+
+    #[test]
+    fn connection_options_come_from_the_mariabackup_command_line() {
+        let args: Vec<String> = [
+            "--host=10.0.0.5",
+            "--port",
+            "3306",
+            "--parallel=4",
+            "-u",
+            "backup",
+            "--defaults-extra-file=/secret/my.cnf",
+            "--target-dir=/x",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(
+            client_options(&args),
+            [
+                "--defaults-extra-file=/secret/my.cnf",
+                "--host=10.0.0.5",
+                "--port=3306",
+                "-ubackup"
+            ]
         );
     }
 }

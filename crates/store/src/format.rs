@@ -198,9 +198,23 @@ pub enum MetadataProblem {
 impl Metadata {
     /// The GTID position its data holds, when recorded and well-formed (`logPosition.gtid`:
     /// on a replica, the position it had applied).
+    /// A replica's applied position (`server.gtidSlavePos`) counts too: with
+    /// `log_slave_updates` off, its binlog position says nothing of what it replicated.
     pub fn gtid_position(&self) -> Option<GtidPos> {
-        let text = self.log_position.as_ref()?.gtid.as_deref()?;
-        GtidPos::parse(text).ok().filter(|p| !p.is_empty())
+        let parse = |t: Option<&str>| {
+            t.and_then(|t| GtidPos::parse(t).ok())
+                .filter(|p| !p.is_empty())
+        };
+        let binlog = parse(self.log_position.as_ref().and_then(|l| l.gtid.as_deref()));
+        let applied = parse(
+            self.server
+                .as_ref()
+                .and_then(|s| s.gtid_slave_pos.as_deref()),
+        );
+        match (binlog, applied) {
+            (Some(b), Some(a)) => Some(b.merged(&a)),
+            (b, a) => b.or(a),
+        }
     }
 
     /// Checks the rules JSON syntax cannot express, for the directory `<name>/<id>/`:

@@ -922,6 +922,20 @@ impl MariaDb {
     /// # Panics
     /// A program is missing or the server does not come up (with the end of its log).
     pub fn start() -> Self {
+        Self::start_with(1, &[])
+    }
+
+    /// A server with GTID replication's settings (`log_slave_updates`, `gtid_strict_mode`)
+    /// and its own server id, to be a primary or (after [`MariaDb::replicate_from`]) a
+    /// replica.
+    ///
+    /// # Panics
+    /// As [`MariaDb::start`].
+    pub fn start_replicating(server_id: u32) -> Self {
+        Self::start_with(server_id, &["--log-slave-updates", "--gtid-strict-mode=1"])
+    }
+
+    fn start_with(server_id: u32, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("temporary directory");
         let datadir = dir.path().join("data");
         let socket = dir.path().join("mysqld.sock");
@@ -956,7 +970,8 @@ impl MariaDb {
             .arg(format!("--tmpdir={}", tmpdir.display()))
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--log-bin={}", datadir.join("mysql-bin").display()))
-            .arg("--server-id=1")
+            .arg(format!("--server-id={server_id}"))
+            .args(extra)
             .arg(format!(
                 "--pid-file={}",
                 dir.path().join("mysqld.pid").display()
@@ -1010,6 +1025,61 @@ impl MariaDb {
     /// The statement fails.
     pub fn sql(&self, sql: &str) -> String {
         sql_at(&self.client_args(), sql)
+    }
+
+    /// Makes this server a GTID replica of `primary` (which gets a replication account),
+    /// and waits until it replicates.
+    ///
+    /// # Panics
+    /// A statement fails, or replication does not start within a minute.
+    pub fn replicate_from(&self, primary: &MariaDb) {
+        primary.sql(
+            "CREATE USER IF NOT EXISTS 'repl'@'localhost' IDENTIFIED BY 'repl'; \
+             CREATE USER IF NOT EXISTS 'repl'@'%' IDENTIFIED BY 'repl'; \
+             GRANT REPLICATION SLAVE ON *.* TO 'repl'@'localhost'; \
+             GRANT REPLICATION SLAVE ON *.* TO 'repl'@'%'",
+        );
+        self.sql(&format!(
+            "SET GLOBAL gtid_slave_pos = ''; \
+             CHANGE MASTER TO master_host = '127.0.0.1', master_port = {}, \
+             master_user = 'repl', master_password = 'repl', master_use_gtid = slave_pos; \
+             START SLAVE",
+            primary.port
+        ));
+        self.wait_caught_up(primary);
+    }
+
+    /// Waits until this replica has applied everything `primary` wrote.
+    ///
+    /// # Panics
+    /// It has not within a minute.
+    pub fn wait_caught_up(&self, primary: &MariaDb) {
+        let want = primary.sql("SELECT @@gtid_binlog_pos");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let got = self.sql("SELECT @@gtid_slave_pos");
+            if got == want {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the replica applied {got:?}, the primary wrote {want:?}: {}",
+                self.sql("SHOW SLAVE STATUS")
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Promotes a replica: it stops replicating and forgets its primary (what a failover
+    /// manager does once the primary is gone).
+    pub fn promote(&self) {
+        self.sql("STOP SLAVE; RESET SLAVE ALL");
+    }
+
+    /// Kills the server (SIGKILL): a primary that dies.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// The server's binlog index file.

@@ -424,17 +424,20 @@ fn replica_backups_and_a_failover_restore_to_every_instant() {
         "13"
     );
 
-    // The replica stops receiving; the primary commits 7 rows only it will ever have, and
-    // they are archived; then it dies and the replica is promoted.
+    // One more row reaches the replica; then it stops receiving, and the primary commits
+    // 7 rows only it will ever have, in the same binlog file, which is archived; then it
+    // dies and the replica is promoted.
+    env.insert(1); // 14
+    replica.wait_caught_up(&env.db);
     replica.sql("STOP SLAVE IO_THREAD");
-    env.insert(7); // 20 on the old primary only: a branch
+    env.insert(7); // 21 on the old primary only: a branch
     env.archive();
     let lost_gtid = env.db.sql("SELECT @@gtid_binlog_pos");
     sleep(Duration::from_millis(1100));
     env.db.kill();
     replica.promote();
     let after_switch = pause_and_mark();
-    insert_into(&replica, 4); // 17 on the new primary
+    insert_into(&replica, 4); // 18 on the new primary
     let after_failover_writes = pause_and_mark();
 
     // archive-binlogs on the new primary, killed somewhere in its first pass (whatever
@@ -513,10 +516,11 @@ fn replica_backups_and_a_failover_restore_to_every_instant() {
         env.restored_rows(after_incremental, "failover-before"),
         "13"
     );
-    assert_eq!(env.restored_rows(after_switch, "failover-just-after"), "13");
+    // (Mutation: without the stop at the switch, the lost rows are replayed: 21, 25.)
+    assert_eq!(env.restored_rows(after_switch, "failover-just-after"), "14");
     assert_eq!(
         env.restored_rows(after_failover_writes, "failover-after-writes"),
-        "17"
+        "18"
     );
     let plan = env.json(&[
         "restore",
@@ -532,10 +536,10 @@ fn replica_backups_and_a_failover_restore_to_every_instant() {
 
     // A new full on the new primary, and writes after it.
     let new_full = env.backup_on(&replica, None, &[]);
-    insert_into(&replica, 2); // 19
+    insert_into(&replica, 2); // 20
     let after_new_full = pause_and_mark();
     env.archive_from(&replica);
-    assert_eq!(env.restored_rows(after_new_full, "new-primary-full"), "19");
+    assert_eq!(env.restored_rows(after_new_full, "new-primary-full"), "20");
 
     // Retention with a window that begins before the switch: every instant from the
     // incremental on stays restorable, across the switch.
@@ -550,13 +554,13 @@ fn replica_backups_and_a_failover_restore_to_every_instant() {
     );
     assert_eq!(
         env.restored_rows(after_failover_writes, "after-gc-failover"),
-        "17"
+        "18"
     );
     // Keeping only the newest: the chain before the switch goes, and what the kept full
     // needs of the archive stays.
     let gc = env.json(&["gc", "--keep-last", "1"]);
     assert_eq!(backup_ids(&env.json(&["ls"])), vec![new_full], "{gc:#}");
-    assert_eq!(env.restored_rows(after_new_full, "after-gc-newest"), "19");
+    assert_eq!(env.restored_rows(after_new_full, "after-gc-newest"), "20");
 }
 
 /// `tidemark run` against a real server: a mariabackup schedule every 10 seconds, binlog

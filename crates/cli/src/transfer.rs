@@ -503,7 +503,22 @@ async fn follow(
 ) {
     if let Some(c) = child {
         match c.try_wait() {
-            Ok(None) => return,
+            // Still reading: from the server the connection options reach now? After a
+            // failover they reach the new primary while this connection may still read the
+            // old one.
+            Ok(None) => match r.server_id().await {
+                Ok(now) if Some(now) != r.spool_server() => {
+                    eprintln!(
+                        "{} the connection options now reach server {now} (the spool holds server {}'s files): following it",
+                        jiff::Timestamp::now(),
+                        r.spool_server()
+                            .map_or_else(|| "unknown".to_owned(), |s| s.to_string())
+                    );
+                    let _ = c.start_kill();
+                    let _ = c.wait().await;
+                }
+                _ => return,
+            },
             Ok(Some(status)) => {
                 let mut err = String::new();
                 if let Some(mut e) = c.stderr.take() {

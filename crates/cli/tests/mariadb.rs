@@ -389,14 +389,48 @@ fn replica_backups_and_a_failover_restore_to_every_instant() {
         .sql("FLUSH BINARY LOGS; FLUSH BINARY LOGS; FLUSH BINARY LOGS");
     replica.replicate_from(&env.db);
     env.db.sql(
-        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT)",
+        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT); \
+         CREATE USER 'arch'@'%' IDENTIFIED BY 'arch-pw'; GRANT ALL ON *.* TO 'arch'@'%'; \
+         CREATE USER 'arch'@'localhost' IDENTIFIED BY 'arch-pw'; GRANT ALL ON *.* TO 'arch'@'localhost'",
     );
+    // A second cluster's archive, read over the network as a replica client would (the
+    // operator's archiver): first from the primary, after the failover from the new one,
+    // through one spool.
+    let options = replica.scratch().join("arch.cnf");
+    std::fs::write(&options, "[client]\nuser=arch\npassword=arch-pw\n").unwrap();
+    let spool = replica.scratch().join("spool");
+    let (s3_env, s3_url, endpoint) = (env.s3.env(), env.s3.url(), env.s3.endpoint.clone());
+    let net_archive = |port: u16| -> Value {
+        let out = common::bin()
+            .envs(s3_env.clone())
+            .args([
+                "archive-binlogs",
+                "--store",
+                &s3_url,
+                "--cluster",
+                "e2e-net",
+            ])
+            .args(["--endpoint", &endpoint, "--from-server", "--once"])
+            .args(["--output", "json", "--spool", spool.to_str().unwrap(), "--"])
+            .arg(format!("--defaults-extra-file={}", options.display()))
+            .args(["--host=127.0.0.1", &format!("--port={port}")])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let primary_port = env.db.port;
     env.insert(5); // 5
     replica.wait_caught_up(&env.db);
     let full = env.backup_on(&replica, None, &[]);
     env.insert(5); // 10
     let after_full = pause_and_mark();
     env.archive();
+    net_archive(primary_port);
     replica.wait_caught_up(&env.db);
     let incremental = env.backup_on(&replica, Some(&full), &[]);
     env.insert(3); // 13
@@ -432,9 +466,11 @@ fn replica_backups_and_a_failover_restore_to_every_instant() {
     replica.sql("STOP SLAVE IO_THREAD");
     env.insert(7); // 21 on the old primary only: a branch
     env.archive();
+    net_archive(primary_port);
     let lost_gtid = env.db.sql("SELECT @@gtid_binlog_pos");
     sleep(Duration::from_millis(1100));
     env.db.kill();
+    let last_replicated = replica.sql("SELECT @@gtid_slave_pos");
     replica.promote();
     let after_switch = pause_and_mark();
     insert_into(&replica, 4); // 18 on the new primary
@@ -501,6 +537,27 @@ fn replica_backups_and_a_failover_restore_to_every_instant() {
     assert!(
         pass["timeline"] == 1 || pass["newTimeline"]["id"] == 1,
         "{pass:#}"
+    );
+    // Over the network: the spool, holding the old primary's files, becomes the new
+    // primary's, which starts timeline 1 at the same switch (mutation: fetching after the
+    // highest sequence archived skips what the new primary wrote).
+    let net = net_archive(replica.port);
+    assert_eq!(net["newTimeline"]["id"], 1, "{net:#}");
+    assert_eq!(
+        net["newTimeline"]["switch"]["gtid"],
+        switch.as_str(),
+        "{net:#}"
+    );
+    let net_ls: Value = serde_json::from_slice(
+        &common::on_store(&env.s3, "e2e-net", &["ls", "--output", "json"]).stdout,
+    )
+    .unwrap();
+    let net_timelines = net_ls["archive"]["timelines"].as_array().unwrap();
+    assert_eq!(net_timelines.len(), 2, "{net_ls:#}");
+    assert_eq!(net_timelines[1]["serverId"], 2, "{net_ls:#}");
+    assert!(
+        net_timelines[1]["segments"].as_u64().unwrap() >= 1,
+        "{net_ls:#}"
     );
     let text = String::from_utf8_lossy(&env.ok(&["ls"]).stdout).into_owned();
     assert!(text.contains("timeline 1 (server 2)"), "{text}");

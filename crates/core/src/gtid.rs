@@ -320,6 +320,28 @@ pub fn writer_of(runs: &[GtidRun], domain: u32, seq: u64) -> Option<u32> {
         .map(|r| r.server)
 }
 
+/// Whether every domain's last transaction in `pos` is one of the history that starts at
+/// `base` (a file's `Gtid_list`) and continues with `runs` (its transactions, in order):
+/// the same server wrote that number there. Comparing numbers alone is not enough after a
+/// failover, where the old and the new primary each wrote a `0-…-15`. A number at or
+/// before `base` is taken as held (the history before it is not known one by one), unless
+/// it is `base`'s own number by another server; a number past the history is not held.
+pub fn history_holds(base: &GtidPos, runs: &[GtidRun], pos: &GtidPos) -> bool {
+    pos.gtids().all(|g| {
+        if g.seq == 0 {
+            return true;
+        }
+        if let Some(w) = writer_of(runs, g.domain, g.seq) {
+            return w == g.server;
+        }
+        match base.get(g.domain) {
+            Some(b) if g.seq == b.seq => b.server == g.server,
+            Some(b) => g.seq < b.seq,
+            None => false,
+        }
+    })
+}
+
 /// The transactions from `from` (exclusive) to `to` (inclusive), per domain, as runs
 /// without a server (0): what a GTID gap is missing, for messages.
 pub fn missing_between(from: &GtidPos, to: &GtidPos) -> Vec<GtidRun> {
@@ -407,6 +429,35 @@ mod tests {
         }
         assert!(GtidRun::parse("0-1-10..9").is_err());
         assert!(GtidRun::parse("0-1-10..").is_err());
+        let base = GtidPos::parse("0-1-8").unwrap();
+        let history = [GtidRun::parse("0-1-9..15").unwrap()];
+        assert!(history_holds(
+            &base,
+            &history,
+            &GtidPos::parse("0-1-15").unwrap()
+        ));
+        assert!(history_holds(
+            &base,
+            &history,
+            &GtidPos::parse("0-1-3").unwrap()
+        ));
+        // After a failover: the same number by the new primary is not the archive's.
+        assert!(!history_holds(
+            &base,
+            &history,
+            &GtidPos::parse("0-2-15").unwrap()
+        ));
+        assert!(!history_holds(
+            &base,
+            &history,
+            &GtidPos::parse("0-1-16").unwrap()
+        ));
+        assert!(!history_holds(
+            &base,
+            &history,
+            &GtidPos::parse("0-7-8").unwrap()
+        ));
+        assert!(history_holds(&base, &history, &GtidPos::default()));
         let gap = missing_between(
             &GtidPos::parse("0-1-10").unwrap(),
             &GtidPos::parse("0-1-14,1-2-2").unwrap(),

@@ -28,7 +28,7 @@ use tokio::io::AsyncReadExt;
 
 use crate::binlog;
 use jiff::Timestamp;
-use tidemark_core::gtid::{GtidPos, GtidRun, missing_between, writer_of};
+use tidemark_core::gtid::{GtidPos, GtidRun, history_holds, missing_between, writer_of};
 use tidemark_core::timeline::{
     Switch, Timeline, archive_name, archive_sequence, file_number, timeline_of,
 };
@@ -528,24 +528,6 @@ async fn new_timeline(
 ) -> Result<TimelineChoice, ArchiveError> {
     let plast = last_entry(store, index, current).await?;
     let parent_end = plast.as_ref().and_then(|e| Some(e.segment_gtids()?.end()));
-    // The newest file whose start the archive already holds (by time, without GTIDs).
-    let mut start = 0;
-    for (i, f) in files.iter().enumerate().rev() {
-        let head = read_local(&f.path, &f.name, false).await?;
-        let holds = match (&parent_end, &head.gtid_list) {
-            (Some(end), Some(list)) => end.covers(list),
-            _ => match (plast.as_ref().and_then(|e| e.last_event_at), head.first) {
-                (Some(last), Some(first)) => first <= last,
-                _ => false,
-            },
-        };
-        if holds {
-            start = i;
-            break;
-        }
-    }
-    let f = &files[start];
-    let summary = read_local(&f.path, &f.name, true).await?;
     // The parent's transactions, as its indexed entries say.
     let parent_entries: Vec<IndexEntry> = {
         let mut v: Vec<IndexEntry> = index
@@ -560,6 +542,28 @@ async fn new_timeline(
         .iter()
         .flat_map(|e| e.gtids.iter().copied())
         .collect();
+    let parent_base = parent_entries
+        .first()
+        .and_then(|e| e.gtid_list.clone())
+        .unwrap_or_default();
+    // The newest file whose start the archive already holds (by time, without GTIDs).
+    let mut start = 0;
+    for (i, f) in files.iter().enumerate().rev() {
+        let head = read_local(&f.path, &f.name, false).await?;
+        let holds = match (&parent_end, &head.gtid_list) {
+            (Some(_), Some(list)) => history_holds(&parent_base, &parent_runs, list),
+            _ => match (plast.as_ref().and_then(|e| e.last_event_at), head.first) {
+                (Some(last), Some(first)) => first <= last,
+                _ => false,
+            },
+        };
+        if holds {
+            start = i;
+            break;
+        }
+    }
+    let f = &files[start];
+    let summary = read_local(&f.path, &f.name, true).await?;
     let child_start = summary.gtid_list.clone().unwrap_or_default();
     let child_runs = summary.runs.clone().unwrap_or_default();
     let (gtid, missing) = match &parent_end {

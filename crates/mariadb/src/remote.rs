@@ -4,6 +4,15 @@
 //! ones. Nothing on the database's machine changes; the spool can be thrown away (files are
 //! fetched again from the first one not archived yet).
 //!
+//! # Following the primary
+//! The server behind the connection options may change (a Service that follows the
+//! primary's role label, after a failover). The spool records which server its files came
+//! from; a fetch from another server clears it first, and starts where that server's
+//! timeline needs ([`RemoteServer::first_to_fetch`]): after the last file archived from it,
+//! or — a server the archive has no timeline of — at its newest file whose start the
+//! archive already holds, found with `BINLOG_GTID_POS`. So nothing it wrote is skipped
+//! because the old primary used the same file names.
+//!
 //! The connection options (`--host`, `--port`, `--user`, and `--defaults-extra-file` for the
 //! password — never `--password` on a command line) are given once and passed to both
 //! `mariadb` (to ask `SHOW BINARY LOGS`) and `mariadb-binlog`. Error messages name the
@@ -19,6 +28,8 @@ use crate::archive::{ArchiveError, ArchiveReport, archive_pass};
 
 /// Where the spool's own index (the archiver's input) is written.
 pub const SPOOL_INDEX: &str = "tidemark-spool.index";
+/// The server id the spooled files came from.
+pub const SPOOL_SERVER: &str = "tidemark-spool.server";
 
 /// A server read over the network.
 #[derive(Debug, Clone)]
@@ -48,6 +59,8 @@ pub enum RemoteError {
     },
     #[error("the server lists no binary logs (SHOW BINARY LOGS is empty): is log_bin on?")]
     NoBinlogs,
+    #[error("the server's answer to {query} is not what was asked for: {answer:?}")]
+    Answer { query: String, answer: String },
     #[error("spool directory {}: {source}", path.display())]
     Spool {
         path: PathBuf,
@@ -120,27 +133,140 @@ impl RemoteServer {
         Ok(files)
     }
 
-    /// The file to fetch from: the first the server has that the archive does not (or the
-    /// server's newest, which is being written, when everything else is archived).
+    /// Runs one query and returns its answer (batch, no column names).
+    async fn query(&self, sql: &str) -> Result<String, RemoteError> {
+        let out = succeeded(
+            Self::program(&self.mariadb),
+            tokio::process::Command::new(&self.mariadb)
+                .args(&self.client_args)
+                .args(["-N", "-B", "-e", sql])
+                .stdin(Stdio::null()),
+        )
+        .await?;
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+
+    /// The id of the server the connection options reach now.
+    ///
+    /// # Errors
+    /// `mariadb` cannot run or fails; the answer is not a number.
+    pub async fn server_id(&self) -> Result<u32, RemoteError> {
+        let query = "SELECT @@server_id";
+        let answer = self.query(query).await?;
+        answer.parse().map_err(|_| RemoteError::Answer {
+            query: query.into(),
+            answer,
+        })
+    }
+
+    /// The server id the spooled files came from, if recorded.
+    pub fn spool_server(&self) -> Option<u32> {
+        std::fs::read_to_string(self.spool.join(SPOOL_SERVER))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// Makes the spool `server_id`'s: files another server wrote are removed (they carry
+    /// the same names as its own, and are archived already or part of another timeline).
+    fn claim_spool(&self, server_id: u32) -> Result<(), RemoteError> {
+        self.prepare_spool()?;
+        if self.spool_server() == Some(server_id) {
+            return Ok(());
+        }
+        if let Ok(names) = self.spooled() {
+            for n in names {
+                let _ = std::fs::remove_file(self.spool.join(n));
+            }
+        }
+        let marker = self.spool.join(SPOOL_SERVER);
+        std::fs::write(&marker, format!("{server_id}\n")).map_err(|source| RemoteError::Spool {
+            path: marker,
+            source,
+        })
+    }
+
+    /// The file to fetch from. For a server the archive has a timeline of: the first file
+    /// after the last archived from it (or its newest, which is being written, when
+    /// everything else is archived). For another server (a new primary): its newest file
+    /// whose starting GTID position the archive's newest timeline already holds — the
+    /// first GTID not archived is in it — or its oldest. The spool becomes that server's.
     ///
     /// # Errors
     /// As [`RemoteServer::server_files`]; the store's index cannot be read.
     pub async fn first_to_fetch(&self, store: &ClusterStore) -> Result<String, RemoteError> {
+        use tidemark_core::timeline::{file_number, timeline_of};
         let files = self.server_files().await?;
-        let archived = match SegmentIndex::load(store)
+        let server_id = self.server_id().await?;
+        self.claim_spool(server_id)?;
+        let index = SegmentIndex::load(store)
             .await
-            .map_err(|e| RemoteError::Archive(e.into()))?
-        {
-            Some(idx) => idx.runs().iter().map(|r| r.last_sequence).max(),
-            None => None,
+            .map_err(|e| RemoteError::Archive(e.into()))?;
+        let Some(index) = index else {
+            return Ok(files.first().cloned().unwrap_or_default());
         };
         let seq = |n: &str| tidemark_core::inventory::segment_sequence(n).unwrap_or(0);
-        Ok(files
+        let timelines = &index.head.timelines;
+        let runs = index.runs();
+        let newest_timeline = timelines.iter().map(|t| t.id).max().unwrap_or(0);
+        // This server's timeline: recorded with its id, or the first timeline of an archive
+        // that records no writer.
+        let mine = timelines
             .iter()
-            .find(|f| archived.is_none_or(|a| seq(f) > a))
-            .or(files.last())
-            .cloned()
-            .unwrap_or_default())
+            .filter(|t| t.server_id == Some(server_id))
+            .map(|t| t.id)
+            .max()
+            .or_else(|| {
+                timelines
+                    .iter()
+                    .all(|t| t.id == 0 && t.server_id.is_none())
+                    .then_some(0)
+            });
+        if let Some(t) = mine {
+            let archived = runs
+                .iter()
+                .filter(|r| timeline_of(r.last_sequence) == t)
+                .map(|r| file_number(r.last_sequence))
+                .max();
+            let newest = files.last().map(|f| seq(f));
+            // A server whose numbering is behind what was archived from it started over.
+            if archived.is_none_or(|a| newest.is_some_and(|n| n >= a)) {
+                return Ok(files
+                    .iter()
+                    .find(|f| archived.is_none_or(|a| seq(f) > a))
+                    .or(files.last())
+                    .cloned()
+                    .unwrap_or_default());
+            }
+        }
+        // Another server: its newest file whose start the archive's newest timeline holds
+        // (that server wrote those numbers: after a failover the new primary's own
+        // transactions share numbers with the old one's last ones).
+        let mut newest: Vec<&tidemark_store::format::IndexEntry> = index
+            .entries()
+            .filter(|e| timeline_of(e.sequence) == newest_timeline && e.gtid_list.is_some())
+            .collect();
+        newest.sort_by_key(|e| e.sequence);
+        if let Some(first) = newest.first() {
+            let base = first.gtid_list.clone().unwrap_or_default();
+            let runs: Vec<tidemark_core::GtidRun> = newest
+                .iter()
+                .flat_map(|e| e.gtids.iter().copied())
+                .collect();
+            for f in files.iter().rev() {
+                let answer = self
+                    .query(&format!("SELECT BINLOG_GTID_POS('{f}', 4)"))
+                    .await?;
+                let Ok(start) = tidemark_core::GtidPos::parse(&answer) else {
+                    continue;
+                };
+                if tidemark_core::gtid::history_holds(&base, &runs, &start) {
+                    return Ok(f.clone());
+                }
+            }
+        }
+        Ok(files.first().cloned().unwrap_or_default())
     }
 
     /// `mariadb-binlog --read-from-remote-server --raw --to-last-log` from `first` into the

@@ -15,7 +15,7 @@ use jiff::Timestamp;
 use serde::Serialize;
 
 use crate::coverage::{Begin, Interval, Replay};
-use crate::gtid::GtidPos;
+use crate::gtid::{GtidPos, GtidRun};
 use crate::inventory::{Backup, BackupId, Inventory, Segment, segment_sequence};
 use crate::plan::{RecoveryWindow, parents, restorable, sorted, window_of};
 use crate::timeline::{History, MainSegment, timeline_of};
@@ -74,13 +74,15 @@ pub enum RestoreRefusal {
         window: RecoveryWindow,
     },
     #[error(
-        "{target} falls in a gap of the recovery window: nothing restores between {} and {} (window {} … {})",
-        gap.from, gap.to, window.from, window.to
+        "{target} falls in a gap of the recovery window: nothing restores between {} and {} (window {} … {}){}",
+        gap.from, gap.to, window.from, window.to, missing_note(missing)
     )]
     InGap {
         target: Timestamp,
         gap: Interval,
         window: RecoveryWindow,
+        /// Transactions missing from the archive at a switch of timelines in the gap.
+        missing: Vec<GtidRun>,
     },
     #[error(
         "backup {backup} is at binlog {file}, which is not in the archive, and {target} lies after its completion; choose its completion {completed} or archive the binlogs"
@@ -121,6 +123,16 @@ pub enum RestoreRefusal {
     },
 }
 
+fn missing_note(missing: &[GtidRun]) -> String {
+    if missing.is_empty() {
+        return String::new();
+    }
+    format!(
+        "; the archive is missing GTIDs {} at a switch of primary there",
+        crate::gtid::runs_text(missing)
+    )
+}
+
 fn gaps_note(w: &RecoveryWindow) -> String {
     if w.gaps.is_empty() {
         return String::new();
@@ -157,10 +169,20 @@ pub fn choose_restore(
         .find(|g| g.from < target && target < g.to)
         .copied()
     {
+        // A switch into a timeline that the archive does not join, in the gap: name the
+        // transactions missing there.
+        let missing = history
+            .main
+            .iter()
+            .filter_map(|m| m.switch_in.as_ref().filter(|_| !m.linked))
+            .filter(|sw| sw.at.is_none_or(|at| gap.from <= at && at <= gap.to))
+            .flat_map(|sw| sw.missing.iter().copied())
+            .collect();
         return Err(RestoreRefusal::InGap {
             target,
             gap,
             window,
+            missing,
         });
     }
     // Inside the window, some restorable backup reaches the target; take the newest.

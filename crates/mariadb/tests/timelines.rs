@@ -1,0 +1,364 @@
+//! Issue 27, a hostile archive: segments of three servers with the same file names, GTID
+//! ranges that overlap, and a GTID gap at a switch. Each server's files go to their own
+//! timeline (never passing for another's), the overlap is skipped by GTID, the gap is
+//! reported by the GTIDs missing and refused, and replay never runs in the wrong order.
+//! Also: an archive written before timelines (no writer, no GTIDs) is continued by its own
+//! server and never by another one with the same names.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::PathBuf;
+
+use jiff::Timestamp;
+use object_store::ObjectStoreExt;
+use object_store::path::Path as Key;
+use tidemark_core::gtid::{Gtid, GtidPos, runs_text};
+use tidemark_core::timeline::archive_sequence;
+use tidemark_core::{Backup, History, RestoreRefusal, choose_restore};
+use tidemark_mariadb::archive::archive_pass;
+use tidemark_mariadb::binlog::{synthetic, synthetic_gtid};
+use tidemark_store::catalog::{Catalog, SegmentListing};
+use tidemark_store::format::IndexEntry;
+use tidemark_store::testkit::local_store;
+use tidemark_store::{ClusterStore, NoProgress};
+
+const T0: i64 = 1_763_600_000;
+
+/// One closed file: its starting position and its transactions (server, sequence), an
+/// event a second apart from `at`.
+struct File<'a> {
+    number: u64,
+    start: &'a [(u32, u64)],
+    txns: &'a [(u32, u64)],
+    at: i64,
+}
+
+/// A server's binlog directory: the closed files, then an open one.
+fn server(id: u32, files: &[File<'_>]) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut index = String::new();
+    for f in files {
+        let start: Vec<Gtid> = f.start.iter().map(|&(s, q)| Gtid::new(0, s, q)).collect();
+        let events: Vec<(i64, Option<Gtid>)> = f
+            .txns
+            .iter()
+            .enumerate()
+            .map(|(i, &(s, q))| (f.at + i as i64, Some(Gtid::new(0, s, q))))
+            .collect();
+        let name = format!("mysql-bin.{:06}", f.number);
+        std::fs::write(
+            dir.path().join(&name),
+            synthetic_gtid(id, Some(&start), &events, 16),
+        )
+        .unwrap();
+        index.push_str(&format!("./{name}\n"));
+    }
+    let open = files.last().map_or(1, |f| f.number + 1);
+    let name = format!("mysql-bin.{open:06}");
+    std::fs::write(dir.path().join(&name), synthetic(&[T0 + 9_000], 16)).unwrap();
+    index.push_str(&format!("./{name}\n"));
+    let path = dir.path().join("mysql-bin.index");
+    std::fs::write(&path, index).unwrap();
+    (dir, path)
+}
+
+fn run(a: u64, b: u64, server: u32) -> Vec<(u32, u64)> {
+    (a..=b).map(|q| (server, q)).collect()
+}
+
+async fn inventory(store: &ClusterStore) -> tidemark_core::Inventory {
+    let mut catalog = Catalog::load(store, &NoProgress).await.unwrap();
+    if let Some(idx) = catalog.index.as_mut() {
+        let unread: Vec<String> = idx.unread().map(|s| s.key.clone()).collect();
+        idx.read_shards(store, unread).await.unwrap();
+    }
+    catalog.inventory(&SegmentListing::default())
+}
+
+fn at(t: i64) -> Timestamp {
+    Timestamp::from_second(t).unwrap()
+}
+
+#[test]
+fn three_servers_with_the_same_file_names() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (_d, store) = local_store("db");
+    // Server 1, the first primary: 0-1-1..40 in four files.
+    let s1_txns: Vec<Vec<(u32, u64)>> = (0..4).map(|k| run(k * 10 + 1, k * 10 + 10, 1)).collect();
+    let s1_starts: Vec<Vec<(u32, u64)>> = (0..4)
+        .map(|k| if k == 0 { vec![] } else { vec![(1, k * 10)] })
+        .collect();
+    let s1_files: Vec<File> = (0..4)
+        .map(|k| File {
+            number: k as u64 + 1,
+            start: &s1_starts[k],
+            txns: &s1_txns[k],
+            at: T0 + 100 * k as i64,
+        })
+        .collect();
+    let (s1_dir, s1) = server(1, &s1_files);
+    let r = rt.block_on(archive_pass(&store, &s1, &NoProgress)).unwrap();
+    assert_eq!((r.uploaded.len(), r.timeline), (4, 0), "{r:?}");
+
+    // Server 2, its replica, promoted after 0-1-35 (0-1-36..40 never reached it): the same
+    // file names, its first two holding what it replicated, then its own 0-2-36..50.
+    let mut s2_second = run(21, 35, 1);
+    s2_second.extend(run(36, 45, 2));
+    let s2_third = run(46, 50, 2);
+    let (_s2_dir, s2) = server(
+        2,
+        &[
+            File {
+                number: 1,
+                start: &[],
+                txns: &run(1, 20, 1),
+                at: T0,
+            },
+            File {
+                number: 2,
+                start: &[(1, 20)],
+                txns: &s2_second,
+                at: T0 + 200,
+            },
+            File {
+                number: 3,
+                start: &[(2, 45)],
+                txns: &s2_third,
+                at: T0 + 400,
+            },
+        ],
+    );
+    let r = rt.block_on(archive_pass(&store, &s2, &NoProgress)).unwrap();
+    let t1 = r.new_timeline.clone().expect("a new timeline");
+    assert_eq!((t1.id, t1.server_id, t1.parent), (1, Some(2), Some(0)));
+    let sw = t1.switch.clone().unwrap();
+    assert_eq!(sw.gtid.to_string(), "0-1-35");
+    assert_eq!(sw.parent_sequence, Some(4));
+    assert!(sw.missing.is_empty(), "{sw:?}");
+    // From its newest file the archive holds the start of (0-1-20, in file 2): not file 1,
+    // and not file 3, whose start 0-2-45 is its own.
+    assert_eq!(
+        r.uploaded,
+        ["mysql-bin.1000000000002", "mysql-bin.1000000000003"],
+        "{r:?}"
+    );
+    // Server 1's objects are untouched by server 2's files of the same names.
+    let body = rt
+        .block_on(async {
+            store
+                .object_store()
+                .get(&Key::from("binlogs/mysql-bin.000002"))
+                .await
+                .unwrap()
+                .bytes()
+                .await
+        })
+        .unwrap();
+    assert_eq!(
+        body.as_ref(),
+        std::fs::read(s1_dir.path().join("mysql-bin.000002")).unwrap()
+    );
+    // A rerun is idempotent.
+    let again = rt.block_on(archive_pass(&store, &s2, &NoProgress)).unwrap();
+    assert_eq!(
+        (again.uploaded.len(), again.already_indexed),
+        (0, 2),
+        "{again:?}"
+    );
+    assert!(again.new_timeline.is_none());
+
+    // The main line: server 1's files up to the switch, then server 2's; what only server
+    // 1 had is a branch.
+    let inv = rt.block_on(inventory(&store));
+    let h = History::new(&inv.segments, &inv.timelines);
+    let main: Vec<u64> = h.main.iter().map(|m| m.segment.sequence).collect();
+    let t1_2 = archive_sequence(1, 2).unwrap();
+    let t1_3 = archive_sequence(1, 3).unwrap();
+    assert_eq!(main, [1, 2, 3, 4, t1_2, t1_3]);
+    assert!(h.main.iter().all(|m| m.linked || m.segment.sequence == 1));
+    assert_eq!(runs_text(&h.branch_runs(0, &sw.gtid)), "0-1-36..40");
+    assert!(!h.on_main_line(&GtidPos::parse("0-1-38").unwrap()));
+    assert!(h.on_main_line(&GtidPos::parse("0-2-38").unwrap()));
+
+    // A backup at 0-1-15, restored to server 2's last write: server 1's segments from it
+    // up to the switch, then server 2's after it — the overlap (0-1-21..35 in both) read
+    // once, in order.
+    let mut backup = Backup::completed_full(
+        "20251120T010000Z-00000001",
+        "nightly",
+        at(T0 + 100),
+        at(T0 + 105),
+        1,
+    );
+    backup.gtid = Some(GtidPos::parse("0-1-15").unwrap());
+    let mut with_backup = inv.clone();
+    with_backup.backups.push(backup.clone());
+    let c = choose_restore(&with_backup, at(T0 + 404)).unwrap();
+    let runs: Vec<(u32, Vec<u64>, String, String)> = c
+        .runs
+        .iter()
+        .map(|r| {
+            (
+                r.timeline,
+                c.segments[r.first..r.first + r.count]
+                    .iter()
+                    .map(|s| s.sequence)
+                    .collect(),
+                r.start_after.as_ref().unwrap().to_string(),
+                r.stop_at
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        runs,
+        [
+            (0, vec![2, 3, 4], "0-1-15".into(), "0-1-35".into()),
+            (1, vec![t1_2, t1_3], "0-1-35".into(), String::new()),
+        ]
+    );
+
+    // Server 3 takes over with a gap: its binlog starts at 0-2-55, the archive ends at
+    // 0-2-50. Its timeline records the GTIDs missing; the window has a hole there, and a
+    // target in it is refused naming them.
+    let (_s3_dir, s3) = server(
+        3,
+        &[File {
+            number: 7,
+            start: &[(2, 55)],
+            txns: &run(56, 60, 3),
+            at: T0 + 600,
+        }],
+    );
+    let r = rt.block_on(archive_pass(&store, &s3, &NoProgress)).unwrap();
+    let t2 = r.new_timeline.clone().expect("a new timeline");
+    assert_eq!((t2.id, t2.parent), (2, Some(1)));
+    assert_eq!(
+        runs_text(&t2.switch.as_ref().unwrap().missing),
+        "0-2-51..55"
+    );
+    let inv = rt.block_on(inventory(&store));
+    let mut with_backup = inv.clone();
+    with_backup.backups.push(backup);
+    // A backup on server 3's timeline makes the instants after the gap restorable.
+    let mut on_three = Backup::completed_full(
+        "20251120T020000Z-00000002",
+        "nightly",
+        at(T0 + 600),
+        at(T0 + 602),
+        1,
+    );
+    on_three.gtid = Some(GtidPos::parse("0-3-57").unwrap());
+    with_backup.backups.push(on_three);
+    let e = choose_restore(&with_backup, at(T0 + 500)).unwrap_err();
+    assert!(matches!(e, RestoreRefusal::InGap { .. }), "{e}");
+    assert!(e.to_string().contains("0-2-51..55"), "{e}");
+
+    // An entry claiming a timeline the archive never recorded is off the main line.
+    let mut forged = inv.clone();
+    let mut stray = forged.segments[0].clone();
+    stray.sequence = archive_sequence(5, 1).unwrap();
+    stray.name = "mysql-bin.5000000000001".into();
+    forged.segments.push(stray);
+    let h = History::new(&forged.segments, &forged.timelines);
+    assert!(
+        h.main
+            .iter()
+            .all(|m| m.segment.sequence < 5_000_000_000_000)
+    );
+    assert!(h.branch.iter().any(|s| s.sequence == 5_000_000_000_001));
+}
+
+#[test]
+fn an_archive_from_before_timelines_is_continued_only_by_its_own_server() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (_d, store) = local_store("db");
+    let starts: Vec<Vec<(u32, u64)>> = (0..4)
+        .map(|k| if k == 0 { vec![] } else { vec![(1, k * 10)] })
+        .collect();
+    let txns: Vec<Vec<(u32, u64)>> = (0..4).map(|k| run(k * 10 + 1, k * 10 + 10, 1)).collect();
+    let files: Vec<File> = (0..4)
+        .map(|k| File {
+            number: k as u64 + 1,
+            start: &starts[k],
+            txns: &txns[k],
+            at: T0 + 100 * k as i64,
+        })
+        .collect();
+    let (dir, s1) = server(1, &files);
+    // What an archiver before timelines left: files 1 and 2, indexed by name and times.
+    rt.block_on(async {
+        let mut entries = Vec::new();
+        for k in 1..=2u64 {
+            let name = format!("mysql-bin.{k:06}");
+            let bytes = std::fs::read(dir.path().join(&name)).unwrap();
+            store
+                .object_store()
+                .put(&Key::from(format!("binlogs/{name}")), bytes.clone().into())
+                .await
+                .unwrap();
+            use sha2::Digest;
+            entries.push(IndexEntry {
+                name,
+                sequence: k,
+                first_event_at: Some(at(T0 + 100 * (k as i64 - 1))),
+                last_event_at: Some(at(T0 + 100 * (k as i64 - 1) + 9)),
+                size: bytes.len() as u64,
+                sha256: Some(hex::encode(sha2::Sha256::digest(&bytes))),
+                compression: None,
+                encryption: None,
+                server_id: None,
+                file: None,
+                gtid_list: None,
+                gtids: Vec::new(),
+            });
+        }
+        tidemark_store::index::write_new(&store, &entries, 4096)
+            .await
+            .unwrap();
+    });
+    // Another server with the same names is not the one that wrote them.
+    let other_txns = run(1, 30, 4);
+    let (_o, other) = server(
+        4,
+        &[
+            File {
+                number: 1,
+                start: &[],
+                txns: &other_txns[..10],
+                at: T0,
+            },
+            File {
+                number: 2,
+                start: &[(4, 10)],
+                txns: &other_txns[10..],
+                at: T0 + 100,
+            },
+        ],
+    );
+    let before = rt.block_on(async {
+        tidemark_store::index::SegmentIndex::load(&store)
+            .await
+            .unwrap()
+            .unwrap()
+    });
+    assert!(before.head.timelines.is_empty());
+    // Its own server continues it: file 2's bytes match, timeline 0 learns its writer.
+    let r = rt.block_on(archive_pass(&store, &s1, &NoProgress)).unwrap();
+    assert_eq!((r.timeline, r.already_indexed), (0, 2), "{r:?}");
+    assert_eq!(r.uploaded, ["mysql-bin.000003", "mysql-bin.000004"]);
+    let inv = rt.block_on(inventory(&store));
+    assert_eq!(inv.timelines.len(), 1);
+    assert_eq!(inv.timelines[0].server_id, Some(1));
+    // And now another server with the same names starts its own timeline.
+    let r = rt
+        .block_on(archive_pass(&store, &other, &NoProgress))
+        .unwrap();
+    assert_eq!(r.timeline, 1, "{r:?}");
+    assert!(
+        r.uploaded
+            .iter()
+            .all(|n| n.starts_with("mysql-bin.1000000000"))
+    );
+}

@@ -82,7 +82,7 @@ pub enum RestoreRefusal {
         gap: Interval,
         window: RecoveryWindow,
         /// Transactions missing from the archive at a switch of timelines in the gap.
-        missing: Vec<GtidRun>,
+        missing: Box<[GtidRun]>,
     },
     #[error(
         "backup {backup} is at binlog {file}, which is not in the archive, and {target} lies after its completion; choose its completion {completed} or archive the binlogs"
@@ -177,7 +177,8 @@ pub fn choose_restore(
             .filter_map(|m| m.switch_in.as_ref().filter(|_| !m.linked))
             .filter(|sw| sw.at.is_none_or(|at| gap.from <= at && at <= gap.to))
             .flat_map(|sw| sw.missing.iter().copied())
-            .collect();
+            .collect::<Vec<_>>()
+            .into_boxed_slice();
         return Err(RestoreRefusal::InGap {
             target,
             gap,

@@ -586,11 +586,32 @@ fn replica_backups_and_a_failover_restore_to_every_instant() {
     env.archive_from(&replica);
     assert_eq!(env.restored_rows(after_new_full, "new-primary-full"), "20");
 
-    // Retention with a window that begins before the switch: every instant from the
-    // incremental on stays restorable, across the switch.
-    let gc = env.json(&["gc", "--window", "1d", "--keep-last", "1"]);
+    // Retention with a one-day window that begins at the switch (evaluated a day after
+    // it): with coverWindow the newest backup before the window (the incremental, with its
+    // chain) stays, so every instant of the window restores, across the switch; the
+    // segments of both timelines it needs stay.
+    let now = after_switch
+        .checked_add(jiff::SignedDuration::from_hours(24))
+        .unwrap()
+        .to_string();
+    let gc = env.json(&[
+        "gc",
+        "--window",
+        "1d",
+        "--cover-window",
+        "--now",
+        &now,
+        "--allow-future-now",
+    ]);
+    let window = &gc["recoveryWindow"];
+    assert!(window["gaps"].as_array().unwrap().is_empty(), "{gc:#}");
     assert!(
-        gc["recoveryWindow"]["gaps"].as_array().unwrap().is_empty(),
+        window["from"]
+            .as_str()
+            .unwrap()
+            .parse::<Timestamp>()
+            .unwrap()
+            <= after_switch,
         "{gc:#}"
     );
     assert_eq!(

@@ -12,7 +12,7 @@ pub use crate::lifecycle::{
 };
 pub use crate::policy::{
     BackupPolicyCrd as BackupPolicy, BackupPolicyStatus, GapStatus, RecoveryWindowStatus,
-    SourceSpec,
+    SourceSpec, TimelineStatus,
 };
 pub use crate::schedule::{
     BackupCrd as Backup, BackupPhase, BackupStatus, DataRemoved, HookResult,

@@ -461,6 +461,42 @@ pub struct BackupPolicyStatus {
     /// Restore tests (`spec.restoreTest`), written by their own controller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore_test: Option<RestoreTestStatus>,
+    /// The log archive's timelines as of the last pass: one per primary, each switch
+    /// (when, from which server to which), what a failover lost (a branch) and any GTIDs
+    /// missing at a switch. Absent while the archive has one timeline.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timelines: Vec<TimelineStatus>,
+}
+
+/// One timeline of the log archive: the binlog one server wrote as primary.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TimelineStatus {
+    pub id: u32,
+    /// The server that wrote it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_id: Option<u32>,
+    /// The timeline it continues (the previous primary's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<u32>,
+    /// The last transaction it shares with its parent (GTID position): the switch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switch_gtid: Option<String>,
+    /// When the parent's history ends on the main line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switched_at: Option<Time>,
+    /// GTIDs missing from the archive at the switch (a gap in the recovery window).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<String>,
+    /// The parent's transactions after the switch, lost in the failover and never
+    /// replayed on this timeline.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub branch: Vec<String>,
+    /// Whether replay to the newest instants passes through it.
+    pub main_line: bool,
+    pub segments: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_event_at: Option<Time>,
 }
 
 /// Where a policy's restore tests are.

@@ -275,69 +275,11 @@ pub struct ArchiveOut {
 }
 
 /// One timeline of the log archive.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TimelineOut {
-    pub id: u32,
-    /// The server that wrote it (absent: archived before writers were recorded).
-    pub server_id: Option<u32>,
-    /// The timeline it continues.
-    pub parent: Option<u32>,
-    /// Where it leaves its parent: `gtid` (the last transaction both hold), `at`,
-    /// `parentSequence`, `missing` (GTIDs neither holds: a gap).
-    pub switch: Option<tidemark_core::Switch>,
-    /// The parent's transactions after the switch: what only the old primary had, never
-    /// replayed on this timeline (`domain-server-first..last`).
-    pub branch: Vec<String>,
-    /// Whether replay to the newest instants passes through it.
-    pub main_line: bool,
-    pub segments: usize,
-    pub first: Option<String>,
-    pub last: Option<String>,
-    pub first_event_at: Option<Timestamp>,
-    pub last_event_at: Option<Timestamp>,
-}
+pub type TimelineOut = tidemark_core::timeline::TimelineSummary;
 
-/// The archive's timelines as an inventory holds them (summaries count by their runs).
+/// The archive's timelines as an inventory holds them.
 pub fn timelines_out(inventory: &tidemark_core::Inventory) -> Vec<TimelineOut> {
-    use tidemark_core::timeline::timeline_of;
-    let history = tidemark_core::History::new(&inventory.segments, &inventory.timelines);
-    history
-        .timelines
-        .iter()
-        .map(|t| {
-            let mut own: Vec<&tidemark_core::Segment> = inventory
-                .segments
-                .iter()
-                .filter(|s| s.present && timeline_of(s.sequence) == t.id)
-                .collect();
-            own.sort_by_key(|s| s.sequence);
-            let branch = match (&t.switch, t.parent) {
-                (Some(sw), Some(p)) => history
-                    .branch_runs(p, &sw.gtid)
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect(),
-                _ => Vec::new(),
-            };
-            TimelineOut {
-                id: t.id,
-                server_id: t.server_id.or_else(|| {
-                    own.iter()
-                        .find_map(|s| s.gtids.as_ref().map(|g| g.server_id))
-                }),
-                parent: t.parent,
-                switch: t.switch.clone(),
-                branch,
-                main_line: history.path.contains(&t.id),
-                segments: own.iter().map(|s| s.span.max(1) as usize).sum(),
-                first: own.first().map(|s| s.name.clone()),
-                last: own.last().map(|s| s.name.clone()),
-                first_event_at: own.iter().filter_map(|s| s.first_event_at).min(),
-                last_event_at: own.iter().filter_map(|s| s.last_event_at).max(),
-            }
-        })
-        .collect()
+    tidemark_core::timeline::summaries(inventory)
 }
 
 /// The lines `ls` and `plan` print about timelines, when there is more than one.

@@ -19,6 +19,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tidemark_api::crd::{
     BackupPolicy, BackupPolicyStatus, DataRemoved, GapStatus, RecoveryWindowStatus, StoredBackup,
+    TimelineStatus,
 };
 use tidemark_core::Action;
 use tidemark_engine::{PassOutcome, PassRequest, unattended_pass};
@@ -445,6 +446,7 @@ async fn pass(
             ),
         }],
         restore_test: None,
+        timelines: timeline_status(&outcome.survey.inventory),
     };
     crate::status::policy(&api, &name, &new).await?;
     if let Some(message) = partly_failed {
@@ -454,6 +456,32 @@ async fn pass(
         now,
         tidemark_core::saturating_add(now, interval),
     )))
+}
+
+/// The archive's timelines for the policy's status; none while it has one.
+pub(crate) fn timeline_status(inventory: &tidemark_core::Inventory) -> Vec<TimelineStatus> {
+    let all = tidemark_core::timeline::summaries(inventory);
+    if all.len() < 2 {
+        return Vec::new();
+    }
+    all.into_iter()
+        .map(|t| TimelineStatus {
+            id: t.id,
+            server_id: t.server_id,
+            parent: t.parent,
+            switch_gtid: t.switch.as_ref().map(|s| s.gtid.to_string()),
+            switched_at: t.switch.as_ref().and_then(|s| s.at).map(Time),
+            missing: t
+                .switch
+                .as_ref()
+                .map(|s| s.missing.iter().map(ToString::to_string).collect())
+                .unwrap_or_default(),
+            branch: t.branch,
+            main_line: t.main_line,
+            segments: t.segments as u64,
+            last_event_at: t.last_event_at.map(Time),
+        })
+        .collect()
 }
 
 /// Records on each Backup object of `policy` whose data the pass deleted when, why and
@@ -753,4 +781,81 @@ fn until(now: Timestamp, at: Timestamp) -> Duration {
     Duration::try_from(at.duration_since(now))
         .unwrap_or(Duration::ZERO)
         .clamp(Duration::from_secs(1), Duration::from_secs(24 * 3600))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use tidemark_core::gtid::{GtidPos, GtidRun};
+    use tidemark_core::{Inventory, Segment, SegmentGtids, Switch, Timeline};
+
+    fn seg(seq: u64, name: &str, server: u32, start: &str, runs: &str, last: &str) -> Segment {
+        let t: Timestamp = last.parse().unwrap();
+        let mut s = Segment::new(name, seq, Some(t), Some(t), 1);
+        s.gtids = Some(SegmentGtids {
+            server_id: server,
+            start: GtidPos::parse(start).unwrap(),
+            runs: runs
+                .split(", ")
+                .map(|r| GtidRun::parse(r).unwrap())
+                .collect(),
+        });
+        s
+    }
+
+    #[test]
+    fn status_names_each_switch_and_what_it_lost() {
+        let mut inv = Inventory {
+            segments: vec![seg(
+                1,
+                "mysql-bin.000001",
+                1,
+                "",
+                "0-1-1..12",
+                "2026-11-27T10:00:00Z",
+            )],
+            ..Default::default()
+        };
+        assert!(
+            timeline_status(&inv).is_empty(),
+            "one timeline: nothing to show"
+        );
+        inv.segments.push(seg(
+            1_000_000_000_001,
+            "mysql-bin.1000000000001",
+            2,
+            "",
+            "0-1-1..10, 0-2-11..20",
+            "2026-11-27T11:00:00Z",
+        ));
+        inv.timelines = vec![
+            Timeline {
+                server_id: Some(1),
+                ..Timeline::legacy()
+            },
+            Timeline {
+                id: 1,
+                server_id: Some(2),
+                parent: Some(0),
+                first_sequence: Some(1_000_000_000_001),
+                switch: Some(Switch {
+                    gtid: GtidPos::parse("0-1-10").unwrap(),
+                    at: Some("2026-11-27T09:59:00Z".parse().unwrap()),
+                    parent_sequence: Some(1),
+                    missing: Vec::new(),
+                }),
+                created_at: None,
+            },
+        ];
+        let status = timeline_status(&inv);
+        assert_eq!(status.len(), 2);
+        let t1 = &status[1];
+        assert_eq!(
+            (t1.id, t1.server_id, t1.parent, t1.switch_gtid.as_deref()),
+            (1, Some(2), Some(0), Some("0-1-10"))
+        );
+        assert_eq!(t1.branch, ["0-1-11..12"]);
+        assert!(t1.main_line && status[0].main_line);
+    }
 }

@@ -11,8 +11,8 @@ pub use crate::lifecycle::{
     VolumeClaimRetentionStatus, WebhookAction,
 };
 pub use crate::policy::{
-    BackupPolicyCrd as BackupPolicy, BackupPolicyStatus, GapStatus, RecoveryWindowStatus,
-    SourceSpec, TimelineStatus,
+    BackupPolicyCrd as BackupPolicy, BackupPolicyStatus, BinlogArchiveStatus, GapStatus,
+    RecoveryWindowStatus, SourceSpec, TimelineStatus,
 };
 pub use crate::schedule::{
     BackupCrd as Backup, BackupPhase, BackupStatus, DataRemoved, HookResult,

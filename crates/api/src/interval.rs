@@ -56,6 +56,19 @@ pub(crate) const BINLOG_INTERVAL_RULE: &str = interval_rule!("1h");
 pub(crate) const BINLOG_INTERVAL_MESSAGE: &str =
     "expected an interval from 1s to 1h, such as 10s, 1m or 5m";
 
+/// `spec.binlogArchive.maxLag` of a BackupPolicy: how far the archive may fall behind the
+/// server (its newest archived event against the server's newest) before the policy says so
+/// (`BinlogArchiveCurrent=False`, an event); at most a day.
+pub const BINLOG_MAX_LAG: IntervalField = IntervalField {
+    field: "spec.binlogArchive.maxLag",
+    default: "5m",
+    max: "24h",
+    max_secs: 24 * 3600,
+};
+pub(crate) const BINLOG_MAX_LAG_RULE: &str = interval_rule!("24h");
+pub(crate) const BINLOG_MAX_LAG_MESSAGE: &str =
+    "expected a duration from 1s to 24h, such as 1m, 5m or 1h";
+
 /// `spec.timeout` of a DeleteHook: at most an hour.
 pub const HOOK_TIMEOUT: IntervalField = IntervalField {
     field: "spec.timeout",

@@ -455,8 +455,11 @@ pub struct BackupPolicyStatus {
     /// Bytes the last pass freed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes_freed: Option<u64>,
-    /// `Ready` (the last pass succeeded), `StoreReachable`, `SpecValid`.
+    /// `Ready` (the last retention pass succeeded); `BinlogArchiveCurrent` (the binlog
+    /// archive is within `spec.binlogArchive.maxLag` of the server). A map by `type`: each
+    /// writer owns its own (server-side apply).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
     /// Restore tests (`spec.restoreTest`), written by their own controller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -466,6 +469,29 @@ pub struct BackupPolicyStatus {
     /// missing at a switch. Absent while the archive has one timeline.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub timelines: Vec<TimelineStatus>,
+    /// The binlog archive against the server it reads, as its archiver last reported
+    /// (written by its own watch, with the `BinlogArchiveCurrent` condition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binlog_archive: Option<BinlogArchiveStatus>,
+}
+
+/// Where the binlog archive stands.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BinlogArchiveStatus {
+    /// The server the archiver reads (its server id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_id: Option<u32>,
+    /// The timeline that server's binlog goes to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<u32>,
+    /// The newest archived event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archived_through: Option<Time>,
+    /// Whether the archive is behind by more than `spec.binlogArchive.maxLag` (or its
+    /// archiver has stopped reporting). The lag itself is the
+    /// `tidemark_binlog_archive_lag_seconds` metric.
+    pub behind: bool,
 }
 
 /// One timeline of the log archive: the binlog one server wrote as primary.
@@ -554,6 +580,14 @@ pub struct BinlogArchiveSpec {
     #[x_kube(validation = Rule::new(crate::interval::BINLOG_INTERVAL_RULE).message(crate::interval::BINLOG_INTERVAL_MESSAGE))]
     #[schemars(length(max = 24))]
     pub interval: Option<String>,
+    /// How far the archive may fall behind the server — the server's newest event against
+    /// the newest archived (a file is archived once the server closes it) — before the
+    /// policy says so: `BinlogArchiveCurrent=False`, a `BinlogArchiveBehind` event, and the
+    /// `tidemark_binlog_archive_lag_seconds` metric an alert can use (default `5m`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(crate::interval::BINLOG_MAX_LAG_RULE).message(crate::interval::BINLOG_MAX_LAG_MESSAGE))]
+    #[schemars(length(max = 24))]
+    pub max_lag: Option<String>,
 }
 
 /// The server the archiver reads from.
@@ -982,6 +1016,7 @@ impl BackupPolicySpec {
         }
         self.retention_interval()?;
         self.binlog_interval()?;
+        self.binlog_max_lag()?;
         Ok(())
     }
 
@@ -1055,6 +1090,20 @@ impl BackupPolicySpec {
     ///
     /// # Errors
     /// Not an interval from 1 s to 1 h.
+    /// `spec.binlogArchive.maxLag`, or its default.
+    ///
+    /// # Errors
+    /// A value outside the grammar or the bounds.
+    pub fn binlog_max_lag(&self) -> Result<jiff::SignedDuration, PolicyFileError> {
+        crate::interval::BINLOG_MAX_LAG
+            .parse(
+                self.binlog_archive
+                    .as_ref()
+                    .and_then(|a| a.max_lag.as_deref()),
+            )
+            .map_err(PolicyFileError::Interval)
+    }
+
     pub fn binlog_interval(&self) -> Result<jiff::SignedDuration, PolicyFileError> {
         crate::interval::BINLOG_INTERVAL
             .parse(

@@ -446,6 +446,11 @@ pub struct ArchiveArgs {
     /// Pause between passes when watching, e.g. 10s, 1m.
     #[arg(long, value_name = "DURATION", default_value = "10s")]
     pub interval: String,
+    /// When watching, warn once the archive is further behind the server than this (its
+    /// newest archived event against the server's newest), e.g. 5m, 1h; and say when it
+    /// caught up.
+    #[arg(long, value_name = "DURATION", default_value = "5m")]
+    pub max_lag: String,
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
     /// With --from-server: connection options for mariadb and mariadb-binlog, e.g.

@@ -815,6 +815,13 @@ async fn ls(args: &LsArgs) -> Result<Exit, CliError> {
                 Some(_) => Vec::new(),
                 None => crate::output::timelines_out(&inventory),
             },
+            archiver: match tidemark_store::state::load_archiver_status(&target.store).await {
+                Ok(s) => s.map(|s| crate::output::ArchiverOut::of(&s, jiff::Timestamp::now())),
+                Err(e) => {
+                    eprintln!("warning: {e}");
+                    None
+                }
+            },
         },
         foreign: catalog.foreign.clone(),
         malformed: catalog.malformed.clone(),
@@ -932,6 +939,28 @@ fn ls_table(out: &LsOut) -> String {
         _ => s.push_str("Log archive: empty\n"),
     }
     s.push_str(&crate::output::timeline_lines(&a.timelines));
+    if let Some(r) = &a.archiver {
+        let server = r
+            .server_id
+            .map_or_else(|| "an unknown server".to_owned(), |i| format!("server {i}"));
+        let state = if r.silent {
+            format!(
+                "SILENT since {} (no pass since): the archive is {} s behind",
+                r.observed_at, r.lag_seconds
+            )
+        } else if r.lag_seconds > 0 {
+            format!(
+                "last pass {}, {} s behind the server",
+                r.observed_at, r.lag_seconds
+            )
+        } else {
+            format!("last pass {}, caught up", r.observed_at)
+        };
+        s.push_str(&format!(
+            "Archiver: {server} (timeline {}), {state}\n",
+            r.timeline
+        ));
+    }
     let branch: Vec<&str> = out
         .backups
         .iter()

@@ -272,6 +272,41 @@ pub struct ArchiveOut {
     pub unknown_last_event: usize,
     /// The archive's timelines: one per primary (and per binlog that started over).
     pub timelines: Vec<TimelineOut>,
+    /// What the binlog archiver saw at its last pass (absent: none has run).
+    pub archiver: Option<ArchiverOut>,
+}
+
+/// The binlog archiver's last pass, and how far the archive is behind the server.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchiverOut {
+    pub observed_at: Timestamp,
+    pub server_id: Option<u32>,
+    pub timeline: u32,
+    pub primary_last_event_at: Option<Timestamp>,
+    pub archived_last_event_at: Option<Timestamp>,
+    /// The server's newest event against the newest archived; when the last pass is older
+    /// than [`ARCHIVER_SILENT_AFTER`], now against the newest archived.
+    pub lag_seconds: i64,
+    /// The last pass is older than [`ARCHIVER_SILENT_AFTER`]: the archiver is not running.
+    pub silent: bool,
+}
+
+/// How old the archiver's last pass may be before `ls` calls it silent.
+pub const ARCHIVER_SILENT_AFTER: jiff::SignedDuration = jiff::SignedDuration::from_secs(300);
+
+impl ArchiverOut {
+    pub fn of(s: &tidemark_store::state::ArchiverStatus, now: Timestamp) -> Self {
+        ArchiverOut {
+            observed_at: s.observed_at,
+            server_id: s.server_id,
+            timeline: s.timeline,
+            primary_last_event_at: s.primary_last_event_at,
+            archived_last_event_at: s.archived_last_event_at,
+            lag_seconds: s.lag(now, ARCHIVER_SILENT_AFTER).as_secs(),
+            silent: s.silent(now, ARCHIVER_SILENT_AFTER),
+        }
+    }
 }
 
 /// One timeline of the log archive.
@@ -533,6 +568,14 @@ pub struct ArchivePassOut {
     /// The timeline this pass started, when the server continues none (a promoted replica,
     /// a binlog that started over): its server, parent and switch.
     pub new_timeline: Option<tidemark_core::Timeline>,
+    /// The server whose files these are.
+    pub server_id: Option<u32>,
+    /// The newest event the server had written (the last write to its open file).
+    pub primary_last_event_at: Option<Timestamp>,
+    /// The newest event archived on the timeline.
+    pub archived_last_event_at: Option<Timestamp>,
+    /// How far the archive is behind the server: the two above apart (0: caught up).
+    pub lag_seconds: Option<i64>,
 }
 
 impl From<tidemark_mariadb::archive::ArchiveReport> for ArchivePassOut {
@@ -546,7 +589,12 @@ impl From<tidemark_mariadb::archive::ArchiveReport> for ArchivePassOut {
             bytes,
             timeline,
             new_timeline,
+            server_id,
+            primary_last_event_at,
+            archived_last_event_at,
         } = r;
+        let lag_seconds = primary_last_event_at
+            .map(|p| archived_last_event_at.map_or(0, |a| p.duration_since(a).as_secs().max(0)));
         ArchivePassOut {
             uploaded,
             adopted,
@@ -556,6 +604,10 @@ impl From<tidemark_mariadb::archive::ArchiveReport> for ArchivePassOut {
             bytes,
             timeline,
             new_timeline,
+            server_id,
+            primary_last_event_at,
+            archived_last_event_at,
+            lag_seconds,
         }
     }
 }

@@ -163,6 +163,7 @@ fn load(dir: &Path) -> Result<Vec<PolicyRun>, CliError> {
                 Ok::<_, CliError>(ArchiveRun {
                     binlog_index: index,
                     interval: every,
+                    max_lag: policy.spec.binlog_max_lag().map_err(bounded)?,
                 })
             })
             .transpose()?;

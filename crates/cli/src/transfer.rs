@@ -372,6 +372,18 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
                 args.interval
             ))
         })?;
+    let max_lag: jiff::SignedDuration = args
+        .max_lag
+        .parse()
+        .ok()
+        .filter(|d: &jiff::SignedDuration| d.is_positive())
+        .ok_or_else(|| {
+            CliError::input(format!(
+                "invalid --max-lag {:?}: expected a positive duration such as 5m or 1h",
+                args.max_lag
+            ))
+        })?;
+    let mut behind = false;
     let target = resolve::store_target(&args.store, args.policy.as_deref())?;
     let store = &args.compress.apply(&target.store);
     let json = args.output == OutputFormat::Json;
@@ -411,6 +423,28 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
                 "give --binlog-index FILE, or --from-server with the connection options after --",
             )),
         };
+        if let Ok(r) = &report
+            && !args.once
+        {
+            let lag = match (r.primary_last_event_at, r.archived_last_event_at) {
+                (Some(p), Some(a)) => p.duration_since(a),
+                _ => jiff::SignedDuration::ZERO,
+            };
+            if lag > max_lag && !behind {
+                eprintln!(
+                    "{} warning: the archive is {}s behind the server, more than --max-lag {max_lag:#} (a file is archived once the server closes it)",
+                    jiff::Timestamp::now(),
+                    lag.as_secs()
+                );
+            } else if lag <= max_lag && behind {
+                eprintln!(
+                    "{} the archive caught up ({}s behind the server)",
+                    jiff::Timestamp::now(),
+                    lag.as_secs()
+                );
+            }
+            behind = lag > max_lag;
+        }
         match report {
             Ok(r) if json => crate::commands::emit_json(&ArchivePassOut::from(r))?,
             Ok(r) => {

@@ -500,6 +500,8 @@ fn replica_backups_and_a_failover_restore_to_every_instant() {
     let pass = env.archive_from(&replica);
     let pass_again = env.archive_from(&replica);
     assert_eq!(pass_again["timeline"], 1, "{pass_again:#}");
+    assert_eq!(pass_again["serverId"], 2, "{pass_again:#}");
+    assert!(pass_again["lagSeconds"].is_i64(), "{pass_again:#}");
     assert!(pass_again["newTimeline"].is_null(), "{pass_again:#}");
     assert_eq!(
         pass_again["uploaded"].as_array().unwrap().len(),
@@ -510,6 +512,10 @@ fn replica_backups_and_a_failover_restore_to_every_instant() {
     let ls = env.json(&["ls"]);
     let timelines = ls["archive"]["timelines"].as_array().unwrap();
     assert_eq!(timelines.len(), 2, "{ls:#}");
+    // The archiver's last pass, as a watch reads it.
+    assert_eq!(ls["archive"]["archiver"]["serverId"], 2, "{ls:#}");
+    assert_eq!(ls["archive"]["archiver"]["timeline"], 1, "{ls:#}");
+    assert_eq!(ls["archive"]["archiver"]["silent"], false, "{ls:#}");
     let t1 = &timelines[1];
     assert_eq!(
         (t1["id"].as_u64(), t1["serverId"].as_u64()),

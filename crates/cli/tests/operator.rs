@@ -23,7 +23,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use tidemark_api::crd::{Backup, BackupPolicy};
-use tidemark_operator::testkit::{ExecRequest, KubeCluster, Kubelet, Operator, eventually};
+use tidemark_operator::testkit::{ExecRequest, KubeCluster, Kubelet, Operator, events, eventually};
 use tidemark_store::testkit::{ACCESS_KEY, BUCKET, MariaDb, SECRET_KEY, SeaweedFs, query_restored};
 
 /// With `#` and `\`, which an unquoted option file would misread.
@@ -678,6 +678,67 @@ async fn the_binlog_archiver_deployment_reads_the_server_over_the_network() {
     })
     .await;
     assert_eq!(ls["archive"]["missing"], json!([]), "{ls}");
+
+    // The archive's lag is watched (issue 27 §5): current while the server's files close,
+    // loud once its open file holds more than maxLag of unarchived events, and again
+    // current once it closes and is archived.
+    let condition = |p: &BackupPolicy| {
+        p.status
+            .as_ref()
+            .and_then(|s| {
+                s.conditions
+                    .iter()
+                    .find(|c| c.type_ == "BinlogArchiveCurrent")
+            })
+            .map(|c| (c.status.clone(), c.reason.clone()))
+    };
+    let current = eventually("BinlogArchiveCurrent=True", || async {
+        let p = policies.get("shop").await.unwrap();
+        (condition(&p) == Some(("True".into(), "ArchiveCurrent".into()))).then_some(p)
+    })
+    .await;
+    let archive_status = current.status.unwrap().binlog_archive.unwrap();
+    assert_eq!(
+        (archive_status.server_id, archive_status.timeline),
+        (Some(1), Some(0))
+    );
+    assert!(!archive_status.behind);
+    policies
+        .patch(
+            "shop",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"binlogArchive": {"maxLag": "2s"}}})),
+        )
+        .await
+        .unwrap();
+    for i in 0..6 {
+        db.sql(&format!("INSERT INTO shop.orders (v) VALUES ({i})"));
+        tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
+    }
+    eventually("BinlogArchiveCurrent=False, ArchiveBehind", || async {
+        let p = policies.get("shop").await.unwrap();
+        (condition(&p) == Some(("False".into(), "ArchiveBehind".into()))).then_some(())
+    })
+    .await;
+    let warned = events(&admin, ns, "BinlogArchiveBehind").await;
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    let metrics = op.get("/metrics").await.1;
+    let lag: f64 = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("tidemark_binlog_archive_lag_seconds{") && l.contains("policy=\"shop\"")
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no lag metric: {metrics}"));
+    assert!(lag >= 2.0, "lag {lag}");
+    db.sql("FLUSH BINARY LOGS");
+    eventually("BinlogArchiveCurrent=True again", || async {
+        let p = policies.get("shop").await.unwrap();
+        (condition(&p) == Some(("True".into(), "ArchiveCurrent".into()))).then_some(())
+    })
+    .await;
+    assert_eq!(events(&admin, ns, "BinlogArchiveCaughtUp").await.len(), 1);
     let _ = archiver.kill();
     let out = archiver.wait_with_output().unwrap();
     assert!(!String::from_utf8_lossy(&out.stderr).contains(DB_PASSWORD));

@@ -121,6 +121,12 @@ pub struct ArchiveReport {
     pub timeline: u32,
     /// The timeline this pass started (a new primary, or a binlog that started over).
     pub new_timeline: Option<Timeline>,
+    /// The server whose files these are.
+    pub server_id: Option<u32>,
+    /// The newest event the server had written: the last write to the file it is writing.
+    pub primary_last_event_at: Option<Timestamp>,
+    /// The newest event archived on the timeline, after this pass.
+    pub archived_last_event_at: Option<Timestamp>,
 }
 
 /// One file the binlog index names.
@@ -202,8 +208,14 @@ pub async fn archive_pass(
     progress: &dyn Progress,
 ) -> Result<ArchiveReport, ArchiveError> {
     let mut files = read_binlog_index(binlog_index)?;
+    let open = files.pop();
     let mut report = ArchiveReport {
-        open: files.pop().map(|f| f.name),
+        open: open.as_ref().map(|f| f.name.clone()),
+        // The server's newest event: when it last wrote its open file.
+        primary_last_event_at: open
+            .as_ref()
+            .and_then(|f| std::fs::metadata(&f.path).ok()?.modified().ok())
+            .and_then(|m| Timestamp::try_from(m).ok()),
         ..Default::default()
     };
     if files.is_empty() {
@@ -239,6 +251,13 @@ pub async fn archive_pass(
         }
     }
     report.timeline = choice.id;
+    report.server_id = choice.server_id;
+    let archived_before = match loaded.as_mut() {
+        Some(idx) => last_entry(store, idx, choice.id)
+            .await?
+            .and_then(|e| e.last_event_at),
+        None => None,
+    };
     let files: Vec<Placed> = files
         .into_iter()
         .filter(|f| f.sequence >= choice.from_number)
@@ -326,9 +345,40 @@ pub async fn archive_pass(
         )
         .await?;
     }
+    report.archived_last_event_at = entries
+        .iter()
+        .filter_map(|e| e.last_event_at)
+        .chain(archived_before)
+        .max();
     match first_error {
         Some(e) => Err(e),
-        None => Ok(report),
+        None => {
+            record_status(store, &report).await;
+            Ok(report)
+        }
+    }
+}
+
+/// Writes what the pass saw (`_state/archiver.json`) for whoever watches the archive's
+/// lag; a failure to write it is logged, never the pass's.
+async fn record_status(store: &ClusterStore, report: &ArchiveReport) {
+    use tidemark_store::state::{ArchiverStatus, save_archiver_status};
+    let status = ArchiverStatus {
+        format_version: 1,
+        observed_at: Timestamp::now(),
+        server_id: report.server_id,
+        timeline: report.timeline,
+        primary_last_event_at: report.primary_last_event_at,
+        archived_last_event_at: report.archived_last_event_at,
+        writer: format!(
+            "{} pid {}",
+            tidemark_store::state::host_name(),
+            std::process::id()
+        ),
+        extra: serde_json::Map::new(),
+    };
+    if let Err(e) = save_archiver_status(store, &status).await {
+        tracing::warn!(error = %e, "could not record the archiver's status");
     }
 }
 
@@ -351,6 +401,8 @@ fn place(local: Local, timeline: u32) -> Result<Placed, ArchiveError> {
 #[derive(Debug)]
 struct TimelineChoice {
     id: u32,
+    /// The server whose files these are.
+    server_id: Option<u32>,
     /// A timeline to record before shipping (a new one, or the first learning its writer).
     claim: Option<Timeline>,
     /// The server's files from this number on belong to it.
@@ -432,6 +484,7 @@ async fn choose_timeline(
     let Some(newest) = files.last() else {
         return Ok(TimelineChoice {
             id: 0,
+            server_id: None,
             claim: None,
             from_number: 0,
         });
@@ -448,6 +501,7 @@ async fn choose_timeline(
         // A new archive: its first timeline is this server's.
         return Ok(TimelineChoice {
             id: 0,
+            server_id: origin,
             claim: origin.map(|o| first(Some(o))),
             from_number: 0,
         });
@@ -467,6 +521,7 @@ async fn choose_timeline(
         if continues(last.as_ref(), files).await? {
             return Ok(TimelineChoice {
                 id: t.id,
+                server_id: origin,
                 claim: (legacy && origin.is_some()).then(|| first(origin)),
                 from_number: t.first_sequence.map_or(0, file_number),
             });
@@ -622,6 +677,7 @@ async fn new_timeline(
     };
     Ok(TimelineChoice {
         id,
+        server_id: origin,
         claim: Some(claim),
         from_number: f.sequence,
     })

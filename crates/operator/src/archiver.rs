@@ -220,6 +220,8 @@ pub fn archiver(
         SPOOL.into(),
         "--interval".into(),
         archive.interval.clone().unwrap_or_else(|| "10s".into()),
+        "--max-lag".into(),
+        archive.max_lag.clone().unwrap_or_else(|| "5m".into()),
         "--".into(),
     ];
     if login.is_some() {

@@ -23,6 +23,7 @@
 //! this root: `tests/layout.rs` reads the sources and checks both.
 
 pub mod archiver;
+pub mod archivewatch;
 pub mod background;
 pub mod backup;
 pub mod cleanup;

@@ -57,6 +57,8 @@ pub struct Metrics {
     pub restore_test_passed: Family<PolicyLabels, Gauge>,
     /// When the policy's last restore test ended.
     pub restore_test_last_run: Family<PolicyLabels, Gauge>,
+    /// How far the policy's binlog archive is behind the server it reads, in seconds.
+    pub binlog_archive_lag: Family<PolicyLabels, Gauge>,
     /// Set once this replica has talked to the API server (readiness).
     pub ready: AtomicBool,
     /// 1 while this replica leads.
@@ -116,6 +118,11 @@ impl Metrics {
             "restore_test_last_run_timestamp_seconds",
             "When the policy's last restore test ended",
             self.restore_test_last_run.clone(),
+        );
+        r.register(
+            "binlog_archive_lag_seconds",
+            "How far the binlog archive is behind the server it reads: the server's newest event against the newest archived (or now, when the archiver stopped reporting)",
+            self.binlog_archive_lag.clone(),
         );
         r.register(
             "leader",

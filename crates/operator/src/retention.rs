@@ -40,9 +40,13 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
     if policy.meta().deletion_timestamp.is_some() {
         return Ok(Requeue::await_change());
     }
-    // Restore tests (their own Jobs and status): looked after whatever the retention pass
-    // is doing, and never in its way.
+    // Restore tests (their own Jobs and status) and the binlog archive's lag: looked after
+    // whatever the retention pass is doing, and never in its way.
     let wake = crate::restoretest::reconcile(&ctx, &policy).await;
+    let wake = match (wake, crate::archivewatch::check(&ctx, &policy).await) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
     // A pass in the background: wait for it; once it ended, its failure goes to the
     // backoff, and after a success the policy is looked at afresh (its status now holds
     // the pass; the spec may have changed meanwhile and be due at once).
@@ -447,6 +451,7 @@ async fn pass(
         }],
         restore_test: None,
         timelines: timeline_status(&outcome.survey.inventory),
+        binlog_archive: None,
     };
     crate::status::policy(&api, &name, &new).await?;
     if let Some(message) = partly_failed {

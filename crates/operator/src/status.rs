@@ -41,6 +41,10 @@ pub async fn policy(
 ) -> Result<(), Error> {
     let mut own = status.clone();
     own.restore_test = None;
+    // The archive's watch writes these under its own manager.
+    own.binlog_archive = None;
+    own.conditions
+        .retain(|c| c.type_ != crate::archivewatch::CONDITION);
     self::own(api, name, &own).await
 }
 

@@ -520,3 +520,134 @@ pub async fn claim_owner(store: &ClusterStore, me: &Owner) -> Result<(), OwnerEr
     }
     .into())
 }
+
+/// `_state/archiver.json`: what the binlog archiver saw at its last pass — how far the
+/// archive is behind the server it reads. Written (last writer wins: it is a report, not a
+/// lock) after every pass that succeeded; an archiver that stopped leaves it growing old.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchiverStatus {
+    pub format_version: u32,
+    /// When the pass ended, by the archiver's clock.
+    pub observed_at: Timestamp,
+    /// The server it read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_id: Option<u32>,
+    /// The timeline that server's files go to.
+    #[serde(default)]
+    pub timeline: u32,
+    /// The newest event the server had written, as far as the archiver saw: the last write
+    /// to the binlog file it is writing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_last_event_at: Option<Timestamp>,
+    /// The newest event archived on that timeline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archived_last_event_at: Option<Timestamp>,
+    /// Host and process of the archiver.
+    #[serde(default)]
+    pub writer: String,
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+impl ArchiverStatus {
+    /// How far the archive is behind the server at `now`: the newest event the server
+    /// wrote against the newest archived — or, when the archiver's last pass is older than
+    /// `silent_after`, against `now` (an archiver that stopped falls further behind every
+    /// second). Zero when nothing is unarchived.
+    pub fn lag(&self, now: Timestamp, silent_after: jiff::SignedDuration) -> jiff::SignedDuration {
+        let silent = now.duration_since(self.observed_at) > silent_after;
+        let newest = if silent {
+            Some(now)
+        } else {
+            self.primary_last_event_at
+        };
+        match (newest, self.archived_last_event_at) {
+            (Some(n), Some(a)) if n > a => n.duration_since(a),
+            (Some(n), None) if silent => n.duration_since(self.observed_at),
+            _ => jiff::SignedDuration::ZERO,
+        }
+    }
+
+    /// Whether the last pass is older than `silent_after` at `now`.
+    pub fn silent(&self, now: Timestamp, silent_after: jiff::SignedDuration) -> bool {
+        now.duration_since(self.observed_at) > silent_after
+    }
+}
+
+fn archiver_key() -> Path {
+    Path::from_iter([layout::STATE, "archiver.json"])
+}
+
+/// Writes the archiver's status.
+///
+/// # Errors
+/// A failed request.
+pub async fn save_archiver_status(
+    store: &ClusterStore,
+    status: &ArchiverStatus,
+) -> Result<(), StoreError> {
+    let key = archiver_key();
+    let body = serde_json::to_vec_pretty(status).map_err(|source| StoreError::Encode {
+        url: store.url.clone(),
+        what: "_state/archiver.json",
+        source,
+    })?;
+    store
+        .object_store()
+        .put(&key, body.into())
+        .await
+        .map(|_| ())
+        .map_err(|source| write_err(store, &key, source))
+}
+
+/// Reads the archiver's status; `None` when no archiver has written one.
+///
+/// # Errors
+/// A failed request; a malformed file.
+pub async fn load_archiver_status(
+    store: &ClusterStore,
+) -> Result<Option<ArchiverStatus>, StoreError> {
+    let key = archiver_key();
+    let Some(bytes) = store.read(&key).await? else {
+        return Ok(None);
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| StoreError::MalformedState {
+            url: store.url.clone(),
+            key: store.display_key(&key),
+            problem: e.to_string(),
+        })
+}
+
+#[cfg(test)]
+mod archiver_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn lag_is_the_unarchived_span_or_the_silence() {
+        let t = |s: &str| format!("2026-11-27T10:{s}Z").parse::<Timestamp>().unwrap();
+        let st = ArchiverStatus {
+            format_version: 1,
+            observed_at: t("00:00"),
+            server_id: Some(2),
+            timeline: 1,
+            primary_last_event_at: Some(t("00:00")),
+            archived_last_event_at: Some(t("00:00") - jiff::SignedDuration::from_secs(120)),
+            writer: String::new(),
+            extra: serde_json::Map::new(),
+        };
+        let minute = jiff::SignedDuration::from_secs(60);
+        assert_eq!(st.lag(t("00:30"), minute).as_secs(), 120);
+        // Silent for ten minutes: behind by its archive's age.
+        assert!(st.silent(t("10:00"), minute));
+        assert_eq!(st.lag(t("10:00"), minute).as_secs(), 720);
+        let caught_up = ArchiverStatus {
+            archived_last_event_at: Some(t("00:00")),
+            ..st
+        };
+        assert_eq!(caught_up.lag(t("00:30"), minute).as_secs(), 0);
+    }
+}

@@ -31,6 +31,8 @@ pub struct SynthBackup {
     pub uncommitted: bool,
     pub payload: Vec<u8>,
     pub log_file: Option<String>,
+    /// The GTID position recorded beside `log_file`.
+    pub gtid: Option<String>,
     pub labels: Vec<(String, String)>,
     /// The method recorded (`exec` unless set; `mariabackup` makes it consolidatable).
     pub method: String,
@@ -52,6 +54,7 @@ impl SynthBackup {
             uncommitted: false,
             payload: format!("payload of {name} at {started_at}\n").into_bytes(),
             log_file: None,
+            gtid: None,
             labels: Vec::new(),
             method: "exec".into(),
             consolidated_from: Vec::new(),
@@ -96,7 +99,7 @@ impl SynthBackup {
             log_position: self.log_file.as_ref().map(|f| LogPosition {
                 file: f.clone(),
                 position: 4,
-                gtid: None,
+                gtid: self.gtid.clone(),
             }),
             server: None,
             immutable_until: None,

@@ -69,6 +69,15 @@ pub(crate) const BINLOG_MAX_LAG_RULE: &str = interval_rule!("24h");
 pub(crate) const BINLOG_MAX_LAG_MESSAGE: &str =
     "expected a duration from 1s to 24h, such as 1m, 5m or 1h";
 
+/// `spec.source.standbyMaxLag` of a BackupPolicy: how far a standby may lag behind its
+/// primary to be backed up; at most a day.
+pub const STANDBY_MAX_LAG: IntervalField = IntervalField {
+    field: "spec.source.standbyMaxLag",
+    default: "5m",
+    max: "24h",
+    max_secs: 24 * 3600,
+};
+
 /// `spec.timeout` of a DeleteHook: at most an hour.
 pub const HOOK_TIMEOUT: IntervalField = IntervalField {
     field: "spec.timeout",

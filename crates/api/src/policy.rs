@@ -409,9 +409,34 @@ pub struct SourceSpec {
     #[x_kube(validation = Rule::new(crate::interval::PRIMARY_READY_FOR_RULE).message(crate::interval::PRIMARY_READY_FOR_MESSAGE))]
     #[schemars(length(max = 24))]
     pub primary_ready_for: Option<String>,
+    /// With target `prefer-standby`: the most a standby may lag behind its primary to be
+    /// backed up (`<n>s|<n>m|<n>h`, 1s to 24h). Each Ready standby is asked (`mariadb` in
+    /// its database container through `pods/exec`, logging in with `credentialsSecret`):
+    /// one that does not replicate (stopped or broken) or lags more is skipped, and when
+    /// none is fit the primary is backed up — the Backup's status says which and why.
+    /// Without it, standbys are chosen by their role label and readiness alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(crate::interval::BINLOG_MAX_LAG_RULE).message(crate::interval::BINLOG_MAX_LAG_MESSAGE))]
+    #[schemars(length(max = 24))]
+    pub standby_max_lag: Option<String>,
 }
 
 impl SourceSpec {
+    /// `standbyMaxLag`, when set.
+    ///
+    /// # Errors
+    /// Not a duration from 1s to 24h.
+    pub fn standby_max_lag(&self) -> Result<Option<jiff::SignedDuration>, PolicyFileError> {
+        self.standby_max_lag
+            .as_deref()
+            .map(|v| {
+                crate::interval::STANDBY_MAX_LAG
+                    .parse(Some(v))
+                    .map_err(PolicyFileError::Interval)
+            })
+            .transpose()
+    }
+
     /// How long the primary must have been Ready before retention deletes.
     ///
     /// # Errors
@@ -998,6 +1023,7 @@ impl BackupPolicySpec {
         if let Some(source) = &self.source {
             source.validate()?;
             source.primary_ready_for()?;
+            source.standby_max_lag()?;
         }
         if let Some(r) = &self.resources {
             r.validate()?;

@@ -1709,3 +1709,140 @@ async fn a_scheduled_full_is_locked_until_its_chain_ends() {
     assert_eq!(mode, ["governance"]);
     op.stop().await;
 }
+
+/// Issue 27 §6: with `spec.source.standbyMaxLag`, `prefer-standby` asks each Ready standby
+/// about its replication (`mariadb` in its container through `pods/exec`, the login on its
+/// stdin) and backs it up only while it replicates within the bound; a standby whose
+/// replication is stopped is never picked — the primary is, and the Backup says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefer_standby_picks_a_standby_only_while_it_replicates() {
+    const LOGIN_PASSWORD: &str = "standby-probe-pw-7d2e";
+    let s3 = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let primary = tokio::task::spawn_blocking(|| MariaDb::start_replicating(1))
+        .await
+        .unwrap();
+    let replica = tokio::task::spawn_blocking(|| MariaDb::start_replicating(2))
+        .await
+        .unwrap();
+    replica.replicate_from(&primary);
+    primary.sql(&format!(
+        "CREATE USER 'probe'@'localhost' IDENTIFIED BY '{LOGIN_PASSWORD}'; \
+         GRANT BINLOG MONITOR, SLAVE MONITOR ON *.* TO 'probe'@'localhost'"
+    ));
+    replica.wait_caught_up(&primary);
+
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    // The node: each pod's container reaches its own server (its default socket, here by
+    // the option file in the container's home).
+    let homes: Vec<tempfile::TempDir> = [&primary, &replica]
+        .iter()
+        .map(|db| {
+            let home = tempfile::tempdir().unwrap();
+            std::fs::write(
+                home.path().join(".my.cnf"),
+                format!("[client]\nsocket={}\n", db.socket.display()),
+            )
+            .unwrap();
+            home
+        })
+        .collect();
+    let dirs: Vec<std::path::PathBuf> = homes.iter().map(|h| h.path().to_path_buf()).collect();
+    let kubelet = Kubelet::start(Arc::new(move |r: &ExecRequest| {
+        let home = match (r.pod.as_str(), r.container.as_str()) {
+            ("db-0", "mariadb") => &dirs[0],
+            ("db-1", "mariadb") => &dirs[1],
+            _ => return None,
+        };
+        let mut cmd = tokio::process::Command::new(&r.command[0]);
+        cmd.args(&r.command[1..]).env("HOME", home);
+        Some(cmd)
+    }))
+    .await;
+    kubelet.register(&admin, "node-1").await;
+    let ns = "standby";
+    cluster.namespace(ns).await;
+    secret(
+        &admin,
+        ns,
+        "s3",
+        &[("accessKeyId", ACCESS_KEY), ("secretAccessKey", SECRET_KEY)],
+    )
+    .await;
+    secret(
+        &admin,
+        ns,
+        "db",
+        &[("username", "probe"), ("password", LOGIN_PASSWORD)],
+    )
+    .await;
+    let policy: BackupPolicy = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy",
+        "metadata": {"name": "shop", "namespace": ns},
+        "spec": {
+            "objectStore": {"bucket": BUCKET, "endpoint": s3.endpoint, "credentialsSecret": "s3"},
+            "source": {"selector": {"matchLabels": {"app": "db"}}, "container": "mariadb",
+                       "credentialsSecret": "db", "standbyMaxLag": "1m"},
+        },
+    }))
+    .unwrap();
+    Api::<BackupPolicy>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    for (name, role) in [("db-0", "primary"), ("db-1", "standby")] {
+        tidemark_operator::testkit::running_pod(&admin, ns, json!({
+            "metadata": {"name": name, "namespace": ns, "labels": {"app": "db", "tidemark.io/role": role}},
+            "spec": {
+                "nodeName": "node-1",
+                "containers": [{"name": "mariadb", "image": "mariadb:11.4",
+                    "volumeMounts": [{"name": "data", "mountPath": "/var/lib/mysql"}]}],
+                "volumes": [{"name": "data", "emptyDir": {}}],
+            },
+        })).await;
+    }
+    let _op = Operator::start(&cluster, "operator-standby");
+    let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
+    let started = |name: &'static str| {
+        let backups = backups.clone();
+        async move {
+            let b: Backup = serde_json::from_value(json!({
+                "apiVersion": "tidemark.io/v1alpha1", "kind": "Backup",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {"policy": {"name": "shop"}, "method": "mariabackup", "target": "prefer-standby"},
+            }))
+            .unwrap();
+            backups.create(&PostParams::default(), &b).await.unwrap();
+            eventually(&format!("{name}'s Job"), || async {
+                let s = serde_json::to_value(backups.get(name).await.unwrap().status).unwrap();
+                s["jobName"].is_string().then(|| {
+                    s["conditions"][0]["message"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned()
+                })
+            })
+            .await
+        }
+    };
+    // Replicating, and within the bound: the standby.
+    let message = started("while-replicating").await;
+    assert!(message.contains("backs up pod db-1"), "{message}");
+    // Its replication stopped: never the standby; the primary, saying why.
+    replica.sql("STOP SLAVE");
+    let message = started("replication-stopped").await;
+    assert!(message.contains("backs up pod db-0"), "{message}");
+    assert!(
+        message.contains("standby db-1 skipped: its replication is stopped or broken"),
+        "{message}"
+    );
+    // The login went on stdin: no request carried it.
+    let served = kubelet.requests.lock().unwrap().clone();
+    assert!(served.len() >= 2, "{served:?}");
+    assert!(
+        served
+            .iter()
+            .all(|r| r.command[0] == "sh" && !r.command.concat().contains(LOGIN_PASSWORD)),
+        "{served:?}"
+    );
+}

@@ -219,6 +219,9 @@ pub async fn archive_pass(
         ..Default::default()
     };
     if files.is_empty() {
+        // Nothing closed to ship (a spool keeps only the file being written): the server
+        // still writes, so what the last pass recorded is brought up to date.
+        refresh_status(store, open.as_ref(), &mut report).await;
         return Ok(report);
     }
     let mut loaded = SegmentIndex::load(store).await?;
@@ -357,6 +360,25 @@ pub async fn archive_pass(
             Ok(report)
         }
     }
+}
+
+/// A pass with nothing closed: the last recorded status, when it is of the server writing
+/// `open`, with this pass's time and the server's newest event.
+async fn refresh_status(store: &ClusterStore, open: Option<&Local>, report: &mut ArchiveReport) {
+    let Some(open) = open else { return };
+    let Ok(Some(last)) = tidemark_store::state::load_archiver_status(store).await else {
+        return;
+    };
+    let Ok(head) = read_local(&open.path, &open.name, false).await else {
+        return;
+    };
+    if head.server_id.is_none() || head.server_id != last.server_id {
+        return;
+    }
+    report.server_id = last.server_id;
+    report.timeline = last.timeline;
+    report.archived_last_event_at = last.archived_last_event_at;
+    record_status(store, report).await;
 }
 
 /// Writes what the pass saw (`_state/archiver.json`) for whoever watches the archive's

@@ -277,7 +277,7 @@ pub async fn probe_server(
 
 /// Parses the batch output of the probe: `server_id` and its value, then (on a replica)
 /// `SHOW ALL SLAVES STATUS`'s header line and one line per connection.
-fn parse_probe(text: &str) -> ServerProbe {
+pub fn parse_probe(text: &str) -> ServerProbe {
     let mut lines = text.lines();
     let mut probe = ServerProbe::default();
     if lines.next().is_some_and(|h| h.trim() == "server_id") {

@@ -1192,13 +1192,22 @@ where
         let _ = ws.close(None).await;
         return Ok(());
     };
+    let wants_stdin = uri.contains("stdin=true") || uri.contains("input=1");
     let mut child = cmd
-        .stdin(Stdio::null())
+        .stdin(if wants_stdin {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| format!("running {:?}: {e}", request.command))?;
+    // Stdin: the client's frames on channel 0, passed to the process as they come (v4 has
+    // no end-of-input signal: the process reads what it needs).
+    let (mut ws, mut incoming) = futures::StreamExt::split(ws);
+    let mut stdin = child.stdin.take();
     let mut out = child.stdout.take().expect("stdout");
     let mut err = child.stderr.take().expect("stderr");
     let (mut out_open, mut err_open) = (true, true);
@@ -1207,6 +1216,19 @@ where
         let (channel, n) = tokio::select! {
             r = out.read(&mut out_buf[..]), if out_open => (1u8, r.map_err(|e| e.to_string())?),
             r = err.read(&mut err_buf[..]), if err_open => (2u8, r.map_err(|e| e.to_string())?),
+            m = futures::StreamExt::next(&mut incoming), if stdin.is_some() => {
+                use tokio::io::AsyncWriteExt;
+                match (m, stdin.as_mut()) {
+                    (Some(Ok(m)), Some(pipe)) => {
+                        let data = m.into_data();
+                        if data.first() == Some(&0) && pipe.write_all(&data[1..]).await.is_err() {
+                            stdin = None;
+                        }
+                    }
+                    _ => stdin = None,
+                }
+                continue;
+            }
         };
         if n == 0 {
             if channel == 1 {
@@ -1230,10 +1252,11 @@ where
             return Ok(());
         }
     }
+    drop(stdin);
     let exit = child.wait().await.map_err(|e| e.to_string())?;
     let code = exit.code().unwrap_or(-1);
     let _ = ws.send(status(Some(code), &format!("exit {code}"))).await;
-    let _ = ws.close(None).await;
+    let _ = ws.close().await;
     Ok(())
 }
 

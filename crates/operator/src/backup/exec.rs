@@ -340,7 +340,7 @@ pub async fn advance(
         fail(&ctx.recorder, api, &backup, status, message).await?;
         return Ok(Action::await_change());
     }
-    let (pod, source) = match target_pod(ctx, api, &backup, policy).await? {
+    let (pod, source, note) = match target_pod(ctx, api, &backup, policy).await? {
         Ok(found) => found,
         Err(action) => return Ok(action),
     };
@@ -404,7 +404,11 @@ pub async fn advance(
         backup_name,
         backup_id,
         started,
-        &format!("streams {}", plan.describe()),
+        &format!(
+            "streams {}{}",
+            plan.describe(),
+            note.map_or_else(String::new, |n| format!(" ({n})"))
+        ),
     );
     // Running first: a crash after it is fenced by the next reconcile (no stream of ours),
     // never a second attempt under the same backup-id.

@@ -25,6 +25,7 @@ pub mod exec;
 pub mod job;
 pub mod lock;
 pub mod source;
+pub mod standby;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -479,7 +480,7 @@ impl Step {
     ) -> Result<Action, Error> {
         let (ctx, api, backup) = (&self.ctx, &self.api, &self.backup);
         let store_secret = crate::stores::policy_secret_keys(&ctx.client, policy).await?;
-        let (pod, source) = match source::target_pod(ctx, api, backup, policy).await? {
+        let (pod, source, note) = match source::target_pod(ctx, api, backup, policy).await? {
             Ok(found) => found,
             Err(action) => return Ok(action),
         };
@@ -548,9 +549,10 @@ impl Step {
         };
         let job = plan.job().map_err(Error::Invalid)?;
         let what = format!(
-            "pod {} on node {}",
+            "pod {} on node {}{}",
             pod.name_any(),
-            source::node_of(&pod).unwrap_or_default()
+            source::node_of(&pod).unwrap_or_default(),
+            note.map_or_else(String::new, |n| format!(" ({n})"))
         );
         attempt::start(
             ctx,
@@ -609,7 +611,8 @@ mod tests {
                 "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": format!("data-{name}")}}],
                 "tolerations": [{"key": "db", "operator": "Exists"}],
             },
-            "status": {"phase": if running { "Running" } else { "Pending" }, "podIP": "10.0.0.7"},
+            "status": {"phase": if running { "Running" } else { "Pending" }, "podIP": "10.0.0.7",
+                "conditions": [{"type": "Ready", "status": if running { "True" } else { "False" }}]},
         }))
         .unwrap()
     }
@@ -639,6 +642,23 @@ mod tests {
         let only_primary = vec![pods[0].clone(), pods[2].clone()];
         assert_eq!(
             choose_pod(&only_primary, &s, "prefer-standby")
+                .unwrap()
+                .name_any(),
+            "db-0"
+        );
+        // A standby that runs but is not Ready (its probes say replication is broken) is
+        // never picked.
+        let mut unready = pods[1].clone();
+        unready
+            .status
+            .as_mut()
+            .unwrap()
+            .conditions
+            .as_mut()
+            .unwrap()[0]
+            .status = "False".into();
+        assert_eq!(
+            choose_pod(&[pods[0].clone(), unready], &s, "prefer-standby")
                 .unwrap()
                 .name_any(),
             "db-0"

@@ -20,14 +20,15 @@ use crate::names::{DATA_VOLUME_LABEL, DEFAULT_ROLE_LABEL, selector};
 /// Where a MariaDB container keeps its data when `source.dataVolume` is not given.
 const DEFAULT_DATA_PATH: &str = "/var/lib/mysql";
 
-/// Chooses the database pod for `backup`; `Err(action)` when none can be used yet (the
+/// Chooses the database pod for `backup`, with a note on the choice when a standby was
+/// passed over (`spec.source.standbyMaxLag`); `Err(action)` when none can be used yet (the
 /// Backup is blocked, and says why).
 pub(crate) async fn target_pod<'p>(
     ctx: &Context,
     api: &Api<Backup>,
     backup: &Backup,
     policy: &'p BackupPolicy,
-) -> Result<Result<(Pod, &'p SourceSpec), Action>, Error> {
+) -> Result<Result<(Pod, &'p SourceSpec, Option<String>), Action>, Error> {
     let Some(source) = policy.spec.source.as_ref() else {
         let message = "the BackupPolicy has no spec.source (which pods hold the database)";
         return Ok(Err(blocked(ctx, api, backup, "NoSource", message).await?));
@@ -44,7 +45,32 @@ pub(crate) async fn target_pod<'p>(
         .target
         .as_deref()
         .unwrap_or("prefer-standby");
-    let Some(pod) = choose_pod(&candidates, source, target) else {
+    let max_lag = source
+        .standby_max_lag()
+        .map_err(|e| Error::Invalid(e.to_string()))?;
+    let mut note = None;
+    let chosen = match max_lag.filter(|_| target != "primary") {
+        None => choose_pod(&candidates, source, target),
+        Some(max) => {
+            let standbys = ready_standbys(&candidates, source);
+            match super::standby::first_fit(ctx, source, &standbys, max).await {
+                Ok((pod, skipped)) => {
+                    if !skipped.is_empty() {
+                        note = Some(skipped.join("; "));
+                    }
+                    Some(pod.clone())
+                }
+                Err(why) => {
+                    let primary = choose_pod(&candidates, source, "primary");
+                    if primary.is_some() {
+                        note = Some(format!("{}: the primary is backed up", why.join("; ")));
+                    }
+                    primary
+                }
+            }
+        }
+    };
+    let Some(pod) = chosen else {
         let message = format!(
             "no running database pod for target {target} among {} pod(s) matching spec.source.selector",
             candidates.len()
@@ -57,7 +83,7 @@ pub(crate) async fn target_pod<'p>(
             Action::requeue(Duration::from_secs(10))
         }));
     };
-    Ok(Ok((pod, source)))
+    Ok(Ok((pod, source, note)))
 }
 
 fn running(p: &Pod) -> bool {
@@ -70,8 +96,32 @@ pub(crate) fn node_of(p: &Pod) -> Option<String> {
     p.spec.as_ref().and_then(|s| s.node_name.clone())
 }
 
+fn ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The standbys that may be backed up, by name: running and Ready (readiness is how a
+/// database's probes say its replication works), labelled with a role other than primary.
+fn ready_standbys<'p>(pods: &'p [Pod], source: &SourceSpec) -> Vec<&'p Pod> {
+    let label = source.role_label.as_deref().unwrap_or(DEFAULT_ROLE_LABEL);
+    let mut out: Vec<&Pod> = pods
+        .iter()
+        .filter(|p| running(p) && ready(p))
+        .filter(|p| {
+            p.labels()
+                .get(label)
+                .is_some_and(|r| r.as_str() != "primary")
+        })
+        .collect();
+    out.sort_by_key(|p| p.name_any());
+    out
+}
+
 /// The pod to back up: for `primary`, the running pod labelled primary; for
-/// `prefer-standby`, a running standby (the first by name), else the primary.
+/// `prefer-standby`, a running, Ready standby (the first by name), else the primary.
 pub fn choose_pod(pods: &[Pod], source: &SourceSpec, target: &str) -> Option<Pod> {
     let label = source.role_label.as_deref().unwrap_or(DEFAULT_ROLE_LABEL);
     let mut live: Vec<&Pod> = pods.iter().filter(|p| running(p)).collect();
@@ -80,9 +130,8 @@ pub fn choose_pod(pods: &[Pod], source: &SourceSpec, target: &str) -> Option<Pod
     let primary = live.iter().find(|p| is_primary(p)).copied();
     let chosen = match target {
         "primary" => primary,
-        _ => live
-            .iter()
-            .find(|p| !is_primary(p) && p.labels().contains_key(label))
+        _ => ready_standbys(pods, source)
+            .first()
             .copied()
             .or(primary)
             .or_else(|| live.first().copied()),

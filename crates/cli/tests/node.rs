@@ -65,6 +65,9 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("faults_operator_database_and_store", |w| {
         Box::pin(faults_operator_database_and_store(w))
     }),
+    ("replication_and_failover", |w| {
+        Box::pin(replication_and_failover(w))
+    }),
 ];
 
 fn main() -> ExitCode {
@@ -378,7 +381,7 @@ async fn database(w: &World, ns: &str, name: &str, replicas: usize) -> String {
         if [ ! -d /var/lib/mysql/mysql ]; then\n\
           mariadb-install-db --datadir=/var/lib/mysql --skip-test-db --auth-root-authentication-method=normal >/tmp/install.log 2>&1 || { cat /tmp/install.log; exit 1; }\n\
         fi\n\
-        exec mariadbd --datadir=/var/lib/mysql --bind-address=0.0.0.0 --port=3306 --skip-name-resolve --log-bin=mysql-bin --server-id=$((${HOSTNAME##*-} + 1)) --binlog-format=ROW";
+        exec mariadbd --datadir=/var/lib/mysql --bind-address=0.0.0.0 --port=3306 --skip-name-resolve --log-bin=mysql-bin --server-id=$((${HOSTNAME##*-} + 1)) --binlog-format=ROW --log-slave-updates --gtid-strict-mode=1";
     w.apply(
         ns,
         &[
@@ -426,7 +429,8 @@ async fn database(w: &World, ns: &str, name: &str, replicas: usize) -> String {
         &first,
         &format!(
             "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT); \
-             CREATE USER 'backup'@'%' IDENTIFIED BY '{sql_password}'; GRANT ALL ON *.* TO 'backup'@'%';"
+             CREATE USER 'backup'@'%' IDENTIFIED BY '{sql_password}'; GRANT ALL ON *.* TO 'backup'@'%'; \
+             CREATE USER 'backup'@'localhost' IDENTIFIED BY '{sql_password}'; GRANT ALL ON *.* TO 'backup'@'localhost';"
         ),
     );
     let services: Api<Service> = Api::namespaced(w.client(), ns);
@@ -1243,6 +1247,306 @@ async fn https_store_with_a_private_ca(w: Arc<World>) {
         "the TLS failure is named: {message}"
     );
     assert!(st.0.get("jobName").is_none(), "no Job: {}", st.0);
+}
+
+/// Issue 27 on a real node: a two-pod MariaDB StatefulSet, `db-1` a GTID replica of
+/// `db-0`, role labels saying which is which and a Service that follows the primary's.
+/// Scheduled backups with `prefer-standby` (and `standbyMaxLag`) run on the replica; the
+/// archiver reads the primary through the Service. Then the replica stops receiving, the
+/// primary commits rows only it will have, and dies; the replica is promoted and the labels
+/// move, as a failover manager does; `db-0` comes back as a standby that replicates from
+/// nobody and is never picked. The archiver follows the new primary onto a new timeline, a
+/// point-in-time restore after the failover gives the exact count (without the lost rows),
+/// and the archive's lag metric rises while the new primary's binlog is not closed, then
+/// falls.
+async fn replication_and_failover(w: Arc<World>) {
+    let ns = "replicated";
+    w.tenant(ns).await;
+    database(&w, ns, "db", 2).await;
+    let pods: Api<Pod> = Api::namespaced(w.client(), ns);
+    eventually_within("db-1 ready", LONG, || async {
+        ready(&pods.get_opt("db-1").await.ok()??).then_some(())
+    })
+    .await;
+    let ip = |name: &'static str| {
+        let pods = pods.clone();
+        async move {
+            pods.get(name)
+                .await
+                .unwrap()
+                .status
+                .unwrap()
+                .pod_ip
+                .unwrap()
+        }
+    };
+    let sql_password = DB_PASSWORD.replace('\\', "\\\\");
+    w.sql(
+        ns,
+        "db-1",
+        &format!(
+            "SET GLOBAL gtid_slave_pos = ''; CHANGE MASTER TO master_host = '{}', master_port = 3306, \
+             master_user = 'backup', master_password = '{sql_password}', master_use_gtid = slave_pos; START SLAVE",
+            ip("db-0").await
+        ),
+    );
+    w.kubectl(&[
+        "label",
+        "-n",
+        ns,
+        "pod",
+        "db-1",
+        "tidemark.io/role=standby",
+        "--overwrite",
+    ]);
+    let caught_up = || async {
+        let want = w.sql(ns, "db-0", "SELECT @@gtid_binlog_pos");
+        eventually_within("db-1 caught up", LONG, || async {
+            (w.sql(ns, "db-1", "SELECT @@gtid_slave_pos") == want).then_some(())
+        })
+        .await;
+    };
+    caught_up().await;
+    w.apply(
+        ns,
+        &[
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "db-primary"},
+                   "spec": {"selector": {"app": "db", "tidemark.io/role": "primary"},
+                            "ports": [{"port": 3306, "targetPort": 3306}]}}),
+        ],
+    );
+    let services: Api<Service> = Api::namespaced(w.client(), ns);
+    let primary_service = services
+        .get("db-primary")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .cluster_ip
+        .unwrap();
+    insert(&w, ns, "db-0", 10);
+    w.apply(
+        ns,
+        &[
+            json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy", "metadata": {"name": "shop"},
+                "spec": {
+                    "objectStore": {"bucket": tidemark_store::testkit::BUCKET, "endpoint": w.s3.endpoint, "credentialsSecret": "s3"},
+                    "source": {"selector": {"matchLabels": {"app": "db"}}, "container": "mariadb",
+                               "credentialsSecret": "db", "standbyMaxLag": "5m", "primaryReadyFor": "1s"},
+                    "binlogArchive": {"server": {"host": primary_service, "port": 3306}, "interval": "1s",
+                                      "maxLag": "3s"},
+                }}),
+            json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "ScheduledBackup", "metadata": {"name": "nightly"},
+                "spec": {"schedule": "0 0 2 * * *", "immediate": true, "backupOwnerReference": "self",
+                         "policy": {"name": "shop"}, "method": "mariabackup", "target": "prefer-standby"}}),
+        ],
+    );
+    let backups: Api<Backup> = Api::namespaced(w.client(), ns);
+    let full = eventually_within("the immediate Backup", LONG, || async {
+        backups
+            .list(&ListParams::default().labels("tidemark.io/immediate-backup=true"))
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .next()
+            .and_then(|b| b.metadata.name)
+    })
+    .await;
+    let st = completed(&w, ns, &full).await;
+    // It ran on the replica, which recorded the position it had applied.
+    let ls = common::json(&w.tidemark("replicated", &["ls", "--output", "json"]));
+    let taken = ls["backups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["backupId"] == st["backupId"])
+        .cloned()
+        .unwrap();
+    assert_eq!(taken["server"]["serverId"], 2, "{taken:#}");
+    assert_eq!(taken["server"]["role"], "replica", "{taken:#}");
+
+    // Rows after it reach the archive from the primary.
+    insert(&w, ns, "db-0", 5); // 15
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let before_failover = jiff::Timestamp::now();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    caught_up().await;
+    // The replica stops receiving; the primary commits 7 rows only it will have.
+    w.sql(ns, "db-1", "STOP SLAVE IO_THREAD");
+    insert(&w, ns, "db-0", 7);
+    w.sql(ns, "db-0", "FLUSH BINARY LOGS");
+    eventually_within("the primary's binlogs archived", LONG, || async {
+        let ls = common::json(&w.tidemark("replicated", &["ls", "--output", "json"]));
+        let end: jiff::Timestamp = ls["recoveryWindow"]["to"].as_str()?.parse().ok()?;
+        (end > before_failover).then_some(())
+    })
+    .await;
+
+    // The failover: db-0 will come back as a standby (the template's label; pods change
+    // only when deleted), and goes; db-1 is promoted and labelled primary.
+    let statefulsets: Api<StatefulSet> = Api::namespaced(w.client(), ns);
+    statefulsets
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"updateStrategy": {"type": "OnDelete", "rollingUpdate": null}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    statefulsets
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"template": {"metadata": {"labels": {"tidemark.io/role": "standby"}}}}})),
+        )
+        .await
+        .unwrap();
+    w.kubectl(&[
+        "delete",
+        "pod",
+        "-n",
+        ns,
+        "db-0",
+        "--grace-period=0",
+        "--force",
+    ]);
+    w.sql(ns, "db-1", "STOP SLAVE; RESET SLAVE ALL");
+    w.kubectl(&[
+        "label",
+        "-n",
+        ns,
+        "pod",
+        "db-1",
+        "tidemark.io/role=primary",
+        "--overwrite",
+    ]);
+    let failed_over = std::time::Instant::now();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let after_switch = jiff::Timestamp::now();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    insert(&w, ns, "db-1", 4); // 19 on the new primary (15 + 4: not the 7 lost)
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let after_failover = jiff::Timestamp::now();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    w.sql(ns, "db-1", "FLUSH BINARY LOGS");
+    let ls = eventually_within(
+        "the new primary's binlog archived, on a new timeline",
+        LONG,
+        || async {
+            let ls = common::json(&w.tidemark("replicated", &["ls", "--output", "json"]));
+            let end: jiff::Timestamp = ls["recoveryWindow"]["to"].as_str()?.parse().ok()?;
+            let t = ls["archive"]["timelines"].as_array()?.get(1)?.clone();
+            (t["serverId"] == 2 && end > after_failover).then_some(ls)
+        },
+    )
+    .await;
+    eprintln!(
+        "replication_and_failover: the new primary's first binlog archived {:.1?} after the failover",
+        failed_over.elapsed()
+    );
+    let t1 = &ls["archive"]["timelines"][1];
+    assert_eq!(t1["branch"].as_array().map(Vec::len), Some(1), "{ls:#}");
+    assert_eq!(
+        w.restored_count("replicated", &before_failover.to_string()),
+        "15"
+    );
+    assert_eq!(
+        w.restored_count("replicated", &after_switch.to_string()),
+        "15"
+    );
+    assert_eq!(
+        w.restored_count("replicated", &after_failover.to_string()),
+        "19"
+    );
+    // The policy's status names the switch.
+    let policies: Api<BackupPolicy> = Api::namespaced(w.client(), ns);
+    policies
+        .patch(
+            "shop",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"retention": {"keepLast": 10}, "retentionInterval": "5s"}}),
+            ),
+        )
+        .await
+        .unwrap();
+    eventually_within("the timelines in the policy's status", LONG, || async {
+        let p = policies.get("shop").await.ok()?;
+        let t = p.status?.timelines;
+        (t.len() == 2 && t[1].server_id == Some(2)).then_some(())
+    })
+    .await;
+
+    // db-0 is back, Ready, labelled standby — and replicates from nobody: never picked.
+    eventually_within("db-0 back", LONG, || async {
+        ready(&pods.get_opt("db-0").await.ok()??).then_some(())
+    })
+    .await;
+    w.apply(
+        ns,
+        &[json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "Backup", "metadata": {"name": "after-failover"},
+            "spec": {"policy": {"name": "shop"}, "method": "mariabackup", "target": "prefer-standby"}})],
+    );
+    let st = completed(&w, ns, "after-failover").await;
+    let ls = common::json(&w.tidemark("replicated", &["ls", "--output", "json"]));
+    let taken = ls["backups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["backupId"] == st["backupId"])
+        .cloned()
+        .unwrap();
+    assert_eq!(taken["server"]["serverId"], 2, "the new primary: {taken:#}");
+    assert_eq!(taken["server"]["role"], "primary", "{taken:#}");
+
+    // The lag metric: it rises while the new primary's binlog holds unarchived rows for
+    // longer than maxLag, and falls once it is closed and archived.
+    let holder = leader(&w).await;
+    let lag = || {
+        let metrics = w.kubectl(&[
+            "get",
+            "--raw",
+            &format!("/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods/{holder}:8080/proxy/metrics"),
+        ]);
+        metrics
+            .lines()
+            .find(|l| {
+                l.starts_with("tidemark_binlog_archive_lag_seconds{")
+                    && l.contains("namespace=\"replicated\"")
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    for i in 0..8 {
+        w.sql(
+            ns,
+            "db-1",
+            &format!("INSERT INTO shop.orders (v) VALUES ({i})"),
+        );
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+    }
+    let high = eventually_within("the lag over maxLag", LONG, || async {
+        lag().filter(|l| *l > 3.0)
+    })
+    .await;
+    eventually_within("BinlogArchiveCurrent=False", LONG, || async {
+        let p = policies.get("shop").await.ok()?;
+        p.status?
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "BinlogArchiveCurrent" && c.status == "False")
+            .then_some(())
+    })
+    .await;
+    w.sql(ns, "db-1", "FLUSH BINARY LOGS");
+    let low = eventually_within("the lag back under maxLag", LONG, || async {
+        lag().filter(|l| *l <= 3.0)
+    })
+    .await;
+    assert!(low < high, "lag {high} then {low}");
 }
 
 /// Whether `p`'s Ready condition is true.

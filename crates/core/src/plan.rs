@@ -223,7 +223,9 @@ pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
         .collect();
     pinned_sequences.sort_unstable();
     pinned_sequences.dedup();
+    // (A backup with a GTID position replays by it, not from its file.)
     let pinned_files: HashSet<&str> = retained
+        .filter(|n| n.backup.gtid.is_none())
         .filter_map(|n| n.backup.log_file.as_deref())
         .collect();
     let segments = plan_segments(&inventory.segments, horizon, |s| {

@@ -188,10 +188,12 @@ pub fn choose_restore(
     }
     // Inside the window, some restorable backup reaches the target; take the newest.
     let chosen = (0..backups.len())
-        .filter(|&i| ok[i] && !replay.on_branch(backups[i]))
+        .filter(|&i| ok[i])
         .filter(|&i| {
-            let rp = backups[i].restore_point();
-            rp <= target && replay.replay_end(rp) >= target
+            // The window's own rule (a backup on a branch has none).
+            replay
+                .interval_of(backups[i])
+                .is_some_and(|iv| iv.from <= target && target <= iv.to)
         })
         .max_by(|&a, &b| {
             (backups[a].restore_point(), &backups[a].id)
@@ -261,6 +263,7 @@ pub fn choose_restore_to(
 /// The backup's position is not in the archive and the target lies after its completion.
 fn replay_start(
     main: &[MainSegment<'_>],
+    first_writer: Option<u32>,
     backup: &Backup,
     replay: &Replay,
     target: Timestamp,
@@ -269,8 +272,16 @@ fn replay_start(
     let at = |seq: u64| main.iter().position(|m| m.segment.sequence == seq);
     let Some(g) = &backup.gtid else {
         // Only a file and offset: on the timeline it names (the archive's first, whose
-        // objects carry the servers' own file names), else by time.
-        let position_file = backup.log_file.as_deref();
+        // objects carry the servers' own file names) — and only when that timeline is the
+        // server's it was taken on, as far as either records — else by time.
+        let position_file =
+            backup
+                .log_file
+                .as_deref()
+                .filter(|_| match (backup.server_id, first_writer) {
+                    (Some(taken_on), Some(wrote)) => taken_on == wrote,
+                    _ => true,
+                });
         return match position_file.and_then(segment_sequence) {
             Some(seq) => {
                 let holding = main.iter().position(|m| {
@@ -346,7 +357,14 @@ fn replay_segments(
 ) -> Result<(Vec<Segment>, bool, Vec<ReplayRun>), RestoreRefusal> {
     let main = &history.main;
     let completed = backup.restore_point();
-    let Some((start, from_log_position)) = replay_start(main, backup, replay, target)? else {
+    let first_writer = history
+        .timelines
+        .iter()
+        .find(|t| t.id == 0)
+        .and_then(|t| t.server_id);
+    let Some((start, from_log_position)) =
+        replay_start(main, first_writer, backup, replay, target)?
+    else {
         return Ok((Vec::new(), false, Vec::new()));
     };
     let by_gtid = backup.gtid.is_some();
@@ -690,10 +708,24 @@ mod tests {
         // Between the switch and the old primary's last (branch) event: the new timeline.
         let c = choose_restore(&inv, ts("01T02:40")).unwrap();
         assert_eq!(c.runs.len(), 2);
-        // A backup with only a file offset cannot cross the switch.
+        // A backup with only a file offset, taken on a replica: its offset means nothing in
+        // the primary's file of that name, which is not read at it.
         let mut offset = full.clone();
         offset.gtid = None;
         offset.log_file = Some("mysql-bin.000004".into());
+        let on_replica = Inventory {
+            backups: vec![offset.clone()],
+            segments: segments.clone(),
+            timelines: timelines.clone(),
+            ..Default::default()
+        };
+        assert!(
+            !choose_restore(&on_replica, ts("01T01:30"))
+                .unwrap()
+                .from_log_position
+        );
+        // Taken on the primary: from its offset, and it cannot cross the switch.
+        offset.server_id = Some(1);
         let inv = Inventory {
             backups: vec![offset],
             segments,

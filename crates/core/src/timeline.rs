@@ -28,6 +28,8 @@ use crate::inventory::Segment;
 
 /// Archive sequences per timeline: file numbers stay below it.
 pub const TIMELINE_STRIDE: u64 = 1_000_000_000_000;
+/// The highest timeline id an archive may record (every id's sequences fit in a u64).
+pub const MAX_TIMELINE: u32 = 1_000_000;
 
 /// The timeline of an archive sequence.
 pub fn timeline_of(sequence: u64) -> u32 {
@@ -98,6 +100,11 @@ pub struct Switch {
     /// a gap in the recovery window at the switch. Empty: the histories join.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing: Vec<GtidRun>,
+    /// The new server's history shares no proven transaction with the parent's (a binlog
+    /// that started over, or a server that parted before its first archived file): the
+    /// timelines do not join, a gap in the recovery window at the switch.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unrelated: bool,
 }
 
 /// One timeline, as the archive records it (`_index.json`'s `timelines`).
@@ -231,8 +238,12 @@ impl<'a> History<'a> {
         let mut segs: Vec<&Segment> = segments.into_iter().filter(|s| s.present).collect();
         segs.sort_by(|a, b| (a.sequence, &a.name).cmp(&(b.sequence, &b.name)));
         segs.dedup_by_key(|s| s.sequence);
-        let mut table: BTreeMap<u32, Timeline> =
-            timelines.iter().map(|t| (t.id, t.clone())).collect();
+        // Ids beyond the sequence space, and parents that are not older, are not believed.
+        let mut table: BTreeMap<u32, Timeline> = timelines
+            .iter()
+            .filter(|t| t.id <= MAX_TIMELINE && t.parent.is_none_or(|p| p < t.id))
+            .map(|t| (t.id, t.clone()))
+            .collect();
         table.entry(0).or_insert_with(Timeline::legacy);
         // The main line ends at the newest timeline and follows parents back. A parent must
         // be older (a lower id), so a corrupt table cannot loop.
@@ -287,6 +298,7 @@ impl<'a> History<'a> {
                             && timeline_of(prev.segment.sequence) == path[k - 1]
                             && switch_in.is_some_and(|sw| {
                                 sw.missing.is_empty()
+                                    && !sw.unrelated
                                     && sw.parent_sequence.is_none_or(|p| {
                                         prev.segment.sequence <= p
                                             && p <= prev.segment.last_sequence()
@@ -526,6 +538,7 @@ pub(crate) mod fixtures {
                     at: Some(ts("01T02:00")),
                     parent_sequence: Some(5),
                     missing: Vec::new(),
+                    unrelated: false,
                 }),
                 created_at: None,
             },

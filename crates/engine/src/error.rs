@@ -185,7 +185,9 @@ impl EngineError {
                 | ArchiveError::NotBinlogName { .. }
                 | ArchiveError::DuplicateSequence { .. }
                 | ArchiveError::SequenceTaken { .. }
-                | ArchiveError::NumberTooLarge { .. } => Class::Input,
+                | ArchiveError::NumberTooLarge { .. }
+                | ArchiveError::StaleBranch { .. } => Class::Input,
+                ArchiveError::TooManyTimelines { .. } => Class::Data,
                 ArchiveError::Binlog { .. } | ArchiveError::Vanished(_) => Class::Source,
             },
             EngineError::Restore(e) => match e.as_ref() {

@@ -28,7 +28,7 @@ use tokio::io::AsyncReadExt;
 
 use crate::binlog;
 use jiff::Timestamp;
-use tidemark_core::gtid::{GtidPos, GtidRun, history_holds, missing_between, writer_of};
+use tidemark_core::gtid::{GtidPos, GtidRun, history_holds, missing_between};
 use tidemark_core::timeline::{
     Switch, Timeline, archive_name, archive_sequence, file_number, timeline_of,
 };
@@ -95,6 +95,17 @@ pub enum ArchiveError {
         tidemark_core::timeline::TIMELINE_STRIDE
     )]
     NumberTooLarge { name: String, number: u64 },
+    #[error(
+        "server {server}'s binlog holds nothing of timeline {timeline}, which server {tip_server} wrote as primary (the archive is at {at}): an old primary still writing the branch the cluster left? Not archived; point the archiver at the current primary"
+    )]
+    StaleBranch {
+        server: String,
+        at: String,
+        timeline: u32,
+        tip_server: String,
+    },
+    #[error("the archive already records {max} timelines: no more can be started")]
+    TooManyTimelines { max: u32 },
     #[error(transparent)]
     Store(#[from] StoreError),
     /// Internal: the file vanished before it was read (reported, not an error).
@@ -528,32 +539,40 @@ async fn choose_timeline(
             from_number: 0,
         });
     };
-    let mut table: Vec<Timeline> = index.head.timelines.clone();
-    if !table.iter().any(|t| t.id == 0) {
-        table.push(Timeline::legacy());
-    }
-    table.sort_by_key(|t| std::cmp::Reverse(t.id));
-    let current = table.first().map_or(0, |t| t.id);
-    for t in &table {
-        let legacy = t.id == 0 && t.server_id.is_none();
-        if !(legacy || (origin.is_some() && t.server_id == origin)) {
-            continue;
-        }
-        let last = last_entry(store, index, t.id).await?;
-        if continues(last.as_ref(), files).await? {
+    // Only the newest timeline (the tip) is continued: a server that wrote an older one
+    // and is primary again (a failback, once rebuilt as a replica of the new primary)
+    // starts a new timeline from the tip's history.
+    let tip = index
+        .head
+        .timelines
+        .iter()
+        .max_by_key(|t| t.id)
+        .cloned()
+        .unwrap_or_else(Timeline::legacy);
+    let legacy = tip.id == 0 && tip.server_id.is_none();
+    if legacy || (origin.is_some() && tip.server_id == origin) {
+        let last = last_entry(store, index, tip.id).await?;
+        if continues(store, last.as_ref(), files, legacy).await? {
             return Ok(TimelineChoice {
-                id: t.id,
+                id: tip.id,
                 server_id: origin,
                 claim: (legacy && origin.is_some()).then(|| first(origin)),
-                from_number: t.first_sequence.map_or(0, file_number),
+                from_number: tip.first_sequence.map_or(0, file_number),
             });
         }
     }
-    new_timeline(store, index, current, files, origin).await
+    new_timeline(store, index, &tip, files, origin).await
 }
 
 /// Whether the server's files continue the timeline whose last indexed entry is `last`.
-async fn continues(last: Option<&IndexEntry>, files: &[Local]) -> Result<bool, ArchiveError> {
+/// A timeline archived before writers were recorded (`legacy`) is continued only on proof:
+/// the server still has the file it ends with, byte for byte.
+async fn continues(
+    store: &ClusterStore,
+    last: Option<&IndexEntry>,
+    files: &[Local],
+    legacy: bool,
+) -> Result<bool, ArchiveError> {
     // A timeline recorded before any file reached it: whoever recorded it continues it.
     let Some(last) = last else { return Ok(true) };
     let number = file_number(last.sequence);
@@ -568,29 +587,29 @@ async fn continues(last: Option<&IndexEntry>, files: &[Local]) -> Result<bool, A
             let local = read_local(&same.path, &same.name, false).await?;
             return Ok(local.gtid_list.as_ref() == Some(list));
         }
-        if !last.is_coded()
-            && let Some(sha) = &last.sha256
-            && let Some(local) = local_sha256(&same.path).await
-        {
-            return Ok(local == *sha);
-        }
-        return Ok(true);
+        // The stored object as it came (decoded when compressed or encrypted, with the
+        // store's identities) against the server's file.
+        let Some(local) = local_sha256(&same.path).await else {
+            return Ok(!legacy);
+        };
+        return Ok(match decoded_sha256(store, last).await {
+            Some(stored) => stored == local,
+            None => !legacy,
+        });
     }
     let Some(after) = files.iter().find(|f| f.sequence > number) else {
         // The server's numbering is behind the timeline's: another binlog.
         return Ok(false);
     };
     // Its next file continues the timeline's last position (files purged in between leave
-    // a gap, not another history).
-    match (
-        last.segment_gtids(),
-        files.first().is_some_and(|f| f.sequence <= number),
-    ) {
-        (Some(g), _) => {
+    // a gap, not another history). Without GTIDs to compare, only a timeline whose writer
+    // is recorded (this server) is taken as continued.
+    match last.segment_gtids() {
+        Some(g) => {
             let local = read_local(&after.path, &after.name, false).await?;
             Ok(local.gtid_list.is_none_or(|l| l.covers(&g.end())))
         }
-        (None, _) => Ok(true),
+        None => Ok(!legacy),
     }
 }
 
@@ -599,10 +618,11 @@ async fn continues(last: Option<&IndexEntry>, files: &[Local]) -> Result<bool, A
 async fn new_timeline(
     store: &ClusterStore,
     index: &mut SegmentIndex,
-    current: u32,
+    tip: &Timeline,
     files: &[Local],
     origin: Option<u32>,
 ) -> Result<TimelineChoice, ArchiveError> {
+    let current = tip.id;
     let plast = last_entry(store, index, current).await?;
     let parent_end = plast.as_ref().and_then(|e| Some(e.segment_gtids()?.end()));
     // The parent's transactions, as its indexed entries say.
@@ -643,10 +663,42 @@ async fn new_timeline(
     let summary = read_local(&f.path, &f.name, true).await?;
     let child_start = summary.gtid_list.clone().unwrap_or_default();
     let child_runs = summary.runs.clone().unwrap_or_default();
-    let (gtid, missing) = match &parent_end {
-        Some(end) => switch_point(&parent_runs, end, &child_start, &child_runs),
-        None => (child_start.clone(), Vec::new()),
+    // The same server with a binlog that started over reuses numbers: its transactions
+    // cannot be told from the archived ones by GTID, so the timelines never join.
+    let restarted = origin.is_some() && tip.server_id == origin;
+    let joined = match &parent_end {
+        Some(end) if !restarted => {
+            switch_point(&parent_runs, &parent_base, end, &child_start, &child_runs)
+        }
+        _ => None,
     };
+    let (gtid, missing, unrelated) = match joined {
+        Some((gtid, missing)) => (gtid, missing, false),
+        None => (parent_end.clone().unwrap_or_default(), Vec::new(), true),
+    };
+    // After a failover, the tip's primary wrote transactions of its own; a successor holds
+    // them (replicated, before it was promoted). A server whose files hold none of them —
+    // an old primary still writing the branch the cluster left — is refused: archived, its
+    // history would become the newest. (The tip's own server whose binlog started over is
+    // a successor of itself.)
+    let tip_wrote = parent_runs.iter().any(|r| Some(r.server) == tip.server_id);
+    let holds_tip = child_start
+        .gtids()
+        .chain(child_runs.iter().map(|r| r.last_gtid()))
+        .any(|g| Some(g.server) == tip.server_id);
+    if tip.parent.is_some() && tip_wrote && !restarted && !holds_tip {
+        return Err(ArchiveError::StaleBranch {
+            server: origin.map_or_else(|| "unknown".to_owned(), |s| s.to_string()),
+            at: parent_end
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default(),
+            timeline: tip.id,
+            tip_server: tip
+                .server_id
+                .map_or_else(|| "unknown".to_owned(), |s| s.to_string()),
+        });
+    }
     let parent_sequence = parent_entries
         .iter()
         .find(|e| e.segment_gtids().is_some_and(|g| g.end().covers(&gtid)))
@@ -683,7 +735,11 @@ async fn new_timeline(
         .max()
         .unwrap_or(0)
         .max(current)
-        + 1;
+        .checked_add(1)
+        .filter(|id| *id <= tidemark_core::timeline::MAX_TIMELINE)
+        .ok_or(ArchiveError::TooManyTimelines {
+            max: tidemark_core::timeline::MAX_TIMELINE,
+        })?;
     let claim = Timeline {
         id,
         server_id: origin,
@@ -694,6 +750,7 @@ async fn new_timeline(
             at,
             parent_sequence,
             missing,
+            unrelated,
         }),
         created_at: Some(Timestamp::now()),
     };
@@ -706,15 +763,19 @@ async fn new_timeline(
 }
 
 /// Where a new timeline leaves its parent: per domain, the last transaction the parent's
-/// archived history (`parent_runs`, up to `parent_end`) and the new server's (its file from
-/// `child_start`, then `child_runs`) share; and the transactions neither holds between the
-/// parent's archive end and the new file's start.
+/// archived history (`parent_runs` from `parent_base`, up to `parent_end`) and the new
+/// server's (its file from `child_start`, then `child_runs`) provably share; and the
+/// transactions neither holds between the parent's archive end and the new file's start.
+/// `None` when they share no proven transaction in a domain the parent has (the file
+/// starts at a number the parent wrote with another server, or at nothing the parent
+/// wrote): the timelines do not join.
 fn switch_point(
     parent_runs: &[GtidRun],
+    parent_base: &GtidPos,
     parent_end: &GtidPos,
     child_start: &GtidPos,
     child_runs: &[GtidRun],
-) -> (GtidPos, Vec<GtidRun>) {
+) -> Option<(GtidPos, Vec<GtidRun>)> {
     let mut domains: Vec<u32> = parent_end
         .gtids()
         .chain(child_start.gtids())
@@ -728,50 +789,70 @@ fn switch_point(
     for d in domains {
         let pe = parent_end.seq(d);
         let cs = child_start.seq(d);
+        if pe == 0 {
+            continue; // the parent holds nothing of this domain: nothing to join
+        }
         if cs > pe {
-            // The new file starts after the parent's archive ends: a gap, the switch at the
-            // parent's end.
-            if let Some(g) = parent_end.get(d) {
-                switch.advance(g);
-            }
-            if let Some(g) = child_start.get(d) {
-                missing_to.advance(g);
-            }
+            // The new file starts after the parent's archive ends: a gap, the switch at
+            // the parent's end — provided the new start is the parent's history's sequel
+            // (the parent's writer of its last number wrote on, as far as anyone knows).
+            switch.advance(parent_end.get(d)?);
+            missing_to.advance(child_start.get(d)?);
             continue;
         }
-        // Shared up to the file's start; then while the parent wrote the same numbers with
-        // the same servers.
+        // The file's start must be a transaction the parent wrote, by the same server.
+        if cs > 0 {
+            let start = child_start.get(d)?;
+            let held = tidemark_core::gtid::history_holds(
+                parent_base,
+                parent_runs,
+                &GtidPos::from_state([start]),
+            );
+            if !held {
+                return None;
+            }
+        }
+        // Then while the parent wrote the same numbers with the same servers, run by run.
         let mut common = cs;
         let mut writer = child_start.get(d).map(|g| g.server);
-        for r in child_runs.iter().filter(|r| r.domain == d) {
+        'runs: for r in child_runs.iter().filter(|r| r.domain == d) {
             if r.last <= common {
                 continue;
             }
-            let mut q = r.first.max(common + 1);
-            if q != common + 1 {
-                break;
+            let mut q = common.checked_add(1)?;
+            if r.first > q {
+                break; // the child skips numbers: what follows is not provably shared
             }
-            while q <= r.last && q <= pe && writer_of(parent_runs, d, q) == Some(r.server) {
-                q += 1;
-            }
-            if q > r.first.max(common + 1) {
-                common = q - 1;
+            while q <= r.last && q <= pe {
+                let Some(p) = parent_run_at(parent_runs, d, q) else {
+                    break 'runs;
+                };
+                if p.server != r.server {
+                    break 'runs;
+                }
+                let to = p.last.min(r.last).min(pe);
+                common = to;
                 writer = Some(r.server);
+                q = match to.checked_add(1) {
+                    Some(n) => n,
+                    None => break 'runs,
+                };
             }
             if q <= r.last {
                 break;
             }
         }
-        if common == cs && cs < pe {
-            // Nothing of the file's own matched: it parted at its start.
-            writer = child_start.get(d).map(|g| g.server);
-        }
-        if let Some(server) = writer.filter(|_| common > 0) {
-            switch.advance(tidemark_core::Gtid::new(d, server, common));
-        }
+        let server = writer.filter(|_| common > 0)?;
+        switch.advance(tidemark_core::Gtid::new(d, server, common));
     }
     let missing = missing_between(parent_end, &missing_to);
-    (switch, missing)
+    Some((switch, missing))
+}
+
+/// The parent's run that holds `seq` of `domain`.
+fn parent_run_at(runs: &[GtidRun], domain: u32, seq: u64) -> Option<&GtidRun> {
+    runs.iter()
+        .find(|r| r.domain == domain && r.first <= seq && seq <= r.last)
 }
 
 /// Uploads one closed file (or adopts its object), returning its index entry and whether
@@ -850,6 +931,30 @@ async fn ship(
             source: Box::new(source),
         })?;
     Ok((entry(sent), false))
+}
+
+/// The sha256 of a segment's content as the server wrote it: its object, decoded when it is
+/// stored compressed or encrypted. `None` when it cannot be read.
+async fn decoded_sha256(store: &ClusterStore, e: &IndexEntry) -> Option<String> {
+    if !e.is_coded() {
+        return e.sha256.clone(); // stored as it came: the index has its sha256
+    }
+    let key = layout::segment_key(&e.name);
+    let scratch = tempfile::NamedTempFile::new().ok()?;
+    let mut sink = tokio::fs::File::create(scratch.path()).await.ok()?;
+    transfer::copy_verified(
+        store,
+        &key,
+        e.size,
+        e.sha256.as_deref(),
+        e.form(),
+        &mut sink,
+        &tidemark_store::NoProgress,
+    )
+    .await
+    .ok()?;
+    drop(sink);
+    local_sha256(scratch.path()).await
 }
 
 async fn local_sha256(path: &FsPath) -> Option<String> {

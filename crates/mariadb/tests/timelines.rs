@@ -362,3 +362,158 @@ fn an_archive_from_before_timelines_is_continued_only_by_its_own_server() {
             .all(|n| n.starts_with("mysql-bin.1000000000"))
     );
 }
+
+/// Server 1 (timeline 0) fails over to server 2 (timeline 1) after 0-1-35.
+fn failed_over(
+    rt: &tokio::runtime::Runtime,
+    store: &ClusterStore,
+) -> Vec<(tempfile::TempDir, std::path::PathBuf)> {
+    let s1_txns: Vec<Vec<(u32, u64)>> = (0..4).map(|k| run(k * 10 + 1, k * 10 + 10, 1)).collect();
+    let s1_starts: Vec<Vec<(u32, u64)>> = (0..4)
+        .map(|k| if k == 0 { vec![] } else { vec![(1, k * 10)] })
+        .collect();
+    let s1_files: Vec<File> = (0..4)
+        .map(|k| File {
+            number: k as u64 + 1,
+            start: &s1_starts[k],
+            txns: &s1_txns[k],
+            at: T0 + 100 * k as i64,
+        })
+        .collect();
+    let s1 = server(1, &s1_files);
+    rt.block_on(archive_pass(store, &s1.1, &NoProgress))
+        .unwrap();
+    let mut second = run(21, 35, 1);
+    second.extend(run(36, 50, 2));
+    let s2 = server(
+        2,
+        &[File {
+            number: 2,
+            start: &[(1, 20)],
+            txns: &second,
+            at: T0 + 200,
+        }],
+    );
+    let r = rt
+        .block_on(archive_pass(store, &s2.1, &NoProgress))
+        .unwrap();
+    assert_eq!(
+        r.new_timeline.unwrap().switch.unwrap().gtid.to_string(),
+        "0-1-35"
+    );
+    vec![s1, s2]
+}
+
+#[test]
+fn a_failback_starts_a_timeline_from_the_newest() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (_d, store) = local_store("db");
+    let _servers = failed_over(&rt, &store);
+    // Server 1 is rebuilt as a replica of server 2 and promoted again: its binlog goes on
+    // from file 5 (numbering kept), holds what it replicated, then its own writes. Its
+    // files would "continue" timeline 0 by number; they belong after timeline 1.
+    let mut txns = run(51, 55, 2);
+    txns.extend(run(56, 60, 1));
+    let (_back, s1_again) = server(
+        1,
+        &[File {
+            number: 5,
+            start: &[(2, 50)],
+            txns: &txns,
+            at: T0 + 600,
+        }],
+    );
+    let r = rt
+        .block_on(archive_pass(&store, &s1_again, &NoProgress))
+        .unwrap();
+    let t2 = r
+        .new_timeline
+        .clone()
+        .expect("a new timeline, not timeline 0 again");
+    assert_eq!((t2.id, t2.server_id, t2.parent), (2, Some(1), Some(1)));
+    let sw = t2.switch.unwrap();
+    assert_eq!(sw.gtid.to_string(), "0-2-50");
+    assert!(!sw.unrelated && sw.missing.is_empty());
+    let inv = rt.block_on(inventory(&store));
+    let h = History::new(&inv.segments, &inv.timelines);
+    assert_eq!(h.path, [0, 1, 2]);
+    assert!(
+        h.main.iter().skip(1).all(|m| m.linked),
+        "one linked main line"
+    );
+    assert!(h.on_main_line(&GtidPos::parse("0-1-58").unwrap()));
+}
+
+#[test]
+fn a_binlog_that_started_over_never_joins_by_reused_numbers() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (_d, store) = local_store("db");
+    let starts: Vec<Vec<(u32, u64)>> = (0..4)
+        .map(|k| if k == 0 { vec![] } else { vec![(1, k * 10)] })
+        .collect();
+    let txns: Vec<Vec<(u32, u64)>> = (0..4).map(|k| run(k * 10 + 1, k * 10 + 10, 1)).collect();
+    let files: Vec<File> = (0..4)
+        .map(|k| File {
+            number: k as u64 + 1,
+            start: &starts[k],
+            txns: &txns[k],
+            at: T0 + 100 * k as i64,
+        })
+        .collect();
+    let (_a, s1) = server(1, &files);
+    rt.block_on(archive_pass(&store, &s1, &NoProgress)).unwrap();
+    // RESET MASTER: file 1 again, numbers from 1 again — the same GTIDs as archived ones.
+    let (_b, reset) = server(
+        1,
+        &[File {
+            number: 1,
+            start: &[],
+            txns: &run(1, 10, 1),
+            at: T0 + 900,
+        }],
+    );
+    let r = rt
+        .block_on(archive_pass(&store, &reset, &NoProgress))
+        .unwrap();
+    let t1 = r.new_timeline.clone().expect("a new timeline");
+    assert_eq!((t1.id, t1.server_id), (1, Some(1)));
+    assert!(t1.switch.as_ref().unwrap().unrelated, "{t1:?}");
+    let inv = rt.block_on(inventory(&store));
+    let h = History::new(&inv.segments, &inv.timelines);
+    let first_of_t1 = h
+        .main
+        .iter()
+        .find(|m| m.segment.sequence > 1_000_000_000_000)
+        .unwrap();
+    assert!(!first_of_t1.linked, "a gap, not a join by reused numbers");
+}
+
+#[test]
+fn an_old_primary_still_writing_is_refused() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (_d, store) = local_store("db");
+    let _servers = failed_over(&rt, &store);
+    // Server 1 never learned of the failover and keeps writing its branch.
+    let (_c, stale) = server(
+        1,
+        &[File {
+            number: 5,
+            start: &[(1, 40)],
+            txns: &run(41, 45, 1),
+            at: T0 + 700,
+        }],
+    );
+    let e = rt
+        .block_on(archive_pass(&store, &stale, &NoProgress))
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            tidemark_mariadb::archive::ArchiveError::StaleBranch { .. }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("old primary"), "{e}");
+    let inv = rt.block_on(inventory(&store));
+    assert_eq!(inv.timelines.len(), 2, "nothing recorded");
+}

@@ -849,6 +849,7 @@ mod tests {
                     at: Some("2026-11-27T09:59:00Z".parse().unwrap()),
                     parent_sequence: Some(1),
                     missing: Vec::new(),
+                    unrelated: false,
                 }),
                 created_at: None,
             },

@@ -142,7 +142,7 @@ impl Replay {
     /// Builds the replay index over the main line of `segments` under `timelines`.
     pub fn with_timelines<'a>(
         segments: impl IntoIterator<Item = &'a Segment>,
-        timelines: &[Timeline],
+        timelines: &'a [Timeline],
     ) -> Self {
         Self::of(&History::new(segments, timelines))
     }
@@ -165,21 +165,30 @@ impl Replay {
             acc = acc.max(main[i].last_event_at);
             run_end_from[i] = acc;
         }
+        // GTID positions only when some segment records them (an archive of one server
+        // written before GTIDs were recorded keeps its memory and time).
+        let with_gtids = main.iter().any(|m| m.gtids().is_some());
         Replay {
-            starts: main
-                .iter()
-                .map(|m| {
-                    let g = m.gtids()?;
-                    Some(match &m.switch_in {
-                        Some(sw) if sw.gtid.covers(&g.start) => sw.gtid.clone(),
-                        _ => g.start.clone(),
+            starts: if with_gtids {
+                main.iter()
+                    .map(|m| {
+                        let g = m.gtids()?;
+                        Some(match m.switch_in {
+                            Some(sw) if sw.gtid.covers(&g.start) => sw.gtid.clone(),
+                            _ => g.start.clone(),
+                        })
                     })
-                })
-                .collect(),
-            ends: main
-                .iter()
-                .map(|m| m.stop_at.clone().or_else(|| Some(m.gtids()?.end())))
-                .collect(),
+                    .collect()
+            } else {
+                Vec::new()
+            },
+            ends: if with_gtids {
+                main.iter()
+                    .map(|m| m.stop_at.cloned().or_else(|| Some(m.gtids()?.end())))
+                    .collect()
+            } else {
+                Vec::new()
+            },
             sequences: main.iter().map(|m| m.segment.sequence).collect(),
             linked: main.iter().map(|m| m.linked).collect(),
             first_event: main.iter().map(|m| m.segment.first_event_at).collect(),
@@ -300,7 +309,7 @@ impl Replay {
         let mut i = self
             .start(backup.started_at.min(completed))
             .or_else(|| self.start(completed))?;
-        self.starts[i].as_ref()?;
+        self.starts.get(i)?.as_ref()?;
         // Back while the segment starts after the position.
         while i > 0
             && self.linked[i]

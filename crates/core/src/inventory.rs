@@ -198,8 +198,9 @@ pub struct Segment {
     pub summary: bool,
     /// Who wrote it and which transactions it holds, when the index records it (segments
     /// archived before GTIDs were recorded, and summaries, say nothing).
+    /// (Boxed: most archives hold segments by the million, and older ones record none.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gtids: Option<SegmentGtids>,
+    pub gtids: Option<Box<SegmentGtids>>,
 }
 
 fn one() -> u64 {

@@ -428,7 +428,7 @@ fn replay_segments(
         let timeline = timeline_of(m.segment.sequence);
         let same = runs.last().is_some_and(|r| r.timeline == timeline);
         if !same {
-            let start_after = match (&backup.gtid, &m.switch_in) {
+            let start_after = match (&backup.gtid, m.switch_in) {
                 (Some(g), Some(sw)) if i > 0 => Some(g.merged(&sw.gtid)),
                 (Some(g), _) => Some(g.clone()),
                 (None, Some(sw)) if i > 0 => Some(sw.gtid.clone()),
@@ -451,8 +451,8 @@ fn replay_segments(
         }
         if let Some(r) = runs.last_mut() {
             r.count += 1;
-            if m.stop_at.is_some() {
-                r.stop_at = m.stop_at.clone();
+            if let Some(stop) = m.stop_at {
+                r.stop_at = Some(stop.clone());
             }
         }
     }

@@ -128,17 +128,20 @@ pub struct Timeline {
     pub created_at: Option<Timestamp>,
 }
 
+/// The first timeline of an archive that records none.
+pub const LEGACY: Timeline = Timeline {
+    id: 0,
+    server_id: None,
+    parent: None,
+    first_sequence: None,
+    switch: None,
+    created_at: None,
+};
+
 impl Timeline {
     /// The first timeline of an archive written before timelines were recorded.
     pub fn legacy() -> Self {
-        Timeline {
-            id: 0,
-            server_id: None,
-            parent: None,
-            first_sequence: None,
-            switch: None,
-            created_at: None,
-        }
+        LEGACY
     }
 }
 
@@ -153,10 +156,10 @@ pub struct MainSegment<'a> {
     pub linked: bool,
     /// The main line's switch into its timeline, on the first segment of a timeline after
     /// the first.
-    pub switch_in: Option<Switch>,
+    pub switch_in: Option<&'a Switch>,
     /// For the parent segment holding a switch: the switch's position, where replay of
     /// this timeline stops.
-    pub stop_at: Option<GtidPos>,
+    pub stop_at: Option<&'a GtidPos>,
 }
 
 impl MainSegment<'_> {
@@ -164,7 +167,7 @@ impl MainSegment<'_> {
     pub fn gtids(&self) -> Option<&SegmentGtids> {
         self.segment
             .gtids
-            .as_ref()
+            .as_deref()
             .filter(|_| !self.segment.summary)
     }
 }
@@ -234,17 +237,17 @@ fn runs_after(runs: &[GtidRun], stop: &GtidPos) -> impl Iterator<Item = GtidRun>
 impl<'a> History<'a> {
     /// Builds the history of the present segments (the first of two with one sequence
     /// counts) under the recorded `timelines`.
-    pub fn new(segments: impl IntoIterator<Item = &'a Segment>, timelines: &[Timeline]) -> Self {
+    pub fn new(segments: impl IntoIterator<Item = &'a Segment>, timelines: &'a [Timeline]) -> Self {
         let mut segs: Vec<&Segment> = segments.into_iter().filter(|s| s.present).collect();
         segs.sort_by(|a, b| (a.sequence, &a.name).cmp(&(b.sequence, &b.name)));
         segs.dedup_by_key(|s| s.sequence);
         // Ids beyond the sequence space, and parents that are not older, are not believed.
-        let mut table: BTreeMap<u32, Timeline> = timelines
+        let mut table: BTreeMap<u32, &'a Timeline> = timelines
             .iter()
             .filter(|t| t.id <= MAX_TIMELINE && t.parent.is_none_or(|p| p < t.id))
-            .map(|t| (t.id, t.clone()))
+            .map(|t| (t.id, t))
             .collect();
-        table.entry(0).or_insert_with(Timeline::legacy);
+        table.entry(0).or_insert(&LEGACY);
         // The main line ends at the newest timeline and follows parents back. A parent must
         // be older (a lower id), so a corrupt table cannot loop.
         let mut path = Vec::new();
@@ -257,17 +260,16 @@ impl<'a> History<'a> {
                 .filter(|p| *p < id && table.contains_key(p));
         }
         path.reverse();
-        let mut by_timeline: BTreeMap<u32, Vec<&Segment>> = BTreeMap::new();
-        for s in &segs {
-            by_timeline
-                .entry(timeline_of(s.sequence))
-                .or_default()
-                .push(s);
-        }
-        let mut main: Vec<MainSegment<'a>> = Vec::new();
+        // A timeline's segments are one slice of the sorted segments (its sequences).
+        let slice = |id: u32| {
+            let lo = u64::from(id).saturating_mul(TIMELINE_STRIDE);
+            let hi = lo.saturating_add(TIMELINE_STRIDE);
+            segs.partition_point(|s| s.sequence < lo)..segs.partition_point(|s| s.sequence < hi)
+        };
+        let mut on_main = vec![false; segs.len()];
+        let mut main: Vec<MainSegment<'a>> = Vec::with_capacity(segs.len());
         for (k, &id) in path.iter().enumerate() {
-            let own = by_timeline.get(&id).map(Vec::as_slice).unwrap_or(&[]);
-            let t = &table[&id];
+            let t = table[&id];
             let first = if k == 0 { None } else { t.first_sequence };
             let switch_in = if k == 0 { None } else { t.switch.as_ref() };
             let cut = path.get(k + 1).and_then(|c| table[c].switch.as_ref());
@@ -288,7 +290,11 @@ impl<'a> History<'a> {
                 }
             };
             let mut entered = false;
-            for s in own.iter().copied().filter(|s| within(s)) {
+            for i in slice(id) {
+                let s = segs[i];
+                if !within(s) {
+                    continue;
+                }
                 let linked = match main.last() {
                     Some(prev) if entered => s.sequence == prev.segment.last_sequence() + 1,
                     // Into a timeline: its first recorded segment, from a parent segment
@@ -320,25 +326,25 @@ impl<'a> History<'a> {
                     segment: s,
                     last_event_at,
                     linked,
-                    switch_in: if entered { None } else { switch_in.cloned() },
-                    stop_at: stop_here.map(|sw| sw.gtid.clone()),
+                    switch_in: if entered { None } else { switch_in },
+                    stop_at: stop_here.map(|sw| &sw.gtid),
                 });
+                on_main[i] = true;
                 entered = true;
             }
         }
-        let on_main: std::collections::HashSet<u64> =
-            main.iter().map(|m| m.segment.sequence).collect();
         let branch: Vec<&Segment> = segs
             .iter()
-            .filter(|s| !on_main.contains(&s.sequence))
-            .copied()
+            .zip(&on_main)
+            .filter(|(_, on)| !**on)
+            .map(|(s, _)| *s)
             .collect();
         let mut lineage = Lineage::default();
         for m in &main {
             let Some(g) = &m.segment.gtids else { continue };
             for r in &g.runs {
                 let mut r = *r;
-                if let Some(stop) = &m.stop_at
+                if let Some(stop) = m.stop_at
                     && stop.get(r.domain).is_some()
                 {
                     let limit = stop.seq(r.domain);
@@ -349,7 +355,7 @@ impl<'a> History<'a> {
                 }
                 lineage.writers.entry(r.domain).or_default().push(r);
             }
-            if let Some(stop) = &m.stop_at {
+            if let Some(stop) = m.stop_at {
                 lineage.branch.extend(runs_after(&g.runs, stop));
             }
         }
@@ -364,7 +370,7 @@ impl<'a> History<'a> {
         History {
             main,
             branch,
-            timelines: table.into_values().collect(),
+            timelines: table.into_values().cloned().collect(),
             path,
             lineage,
         }
@@ -381,7 +387,7 @@ impl<'a> History<'a> {
         let holding = self
             .main
             .iter()
-            .filter(|m| m.stop_at.as_ref() == Some(switch))
+            .filter(|m| m.stop_at == Some(switch))
             .map(|m| m.segment);
         let mut out: Vec<GtidRun> = self
             .branch
@@ -491,11 +497,11 @@ pub(crate) mod fixtures {
             Some(ts(last)),
             1,
         );
-        s.gtids = Some(SegmentGtids {
+        s.gtids = Some(Box::new(SegmentGtids {
             server_id: server,
             start: GtidPos::parse(start).unwrap(),
             runs: runs.iter().map(|r| GtidRun::parse(r).unwrap()).collect(),
-        });
+        }));
         s
     }
 
@@ -581,7 +587,7 @@ mod tests {
         assert_eq!(linked, [false, true, true, true]);
         // Segment 5's events after the switch are a branch: on the main line it ends there.
         assert_eq!(h.main[1].last_event_at, Some(ts("01T02:00")));
-        assert_eq!(h.main[1].stop_at.as_ref().unwrap().to_string(), "0-1-10");
+        assert_eq!(h.main[1].stop_at.unwrap().to_string(), "0-1-10");
         assert!(h.main[2].switch_in.is_some());
         let branch = h.branch_runs(0, &GtidPos::parse("0-1-10").unwrap());
         assert_eq!(crate::gtid::runs_text(&branch), "0-1-11..12");

@@ -798,14 +798,14 @@ mod tests {
     fn seg(seq: u64, name: &str, server: u32, start: &str, runs: &str, last: &str) -> Segment {
         let t: Timestamp = last.parse().unwrap();
         let mut s = Segment::new(name, seq, Some(t), Some(t), 1);
-        s.gtids = Some(SegmentGtids {
+        s.gtids = Some(Box::new(SegmentGtids {
             server_id: server,
             start: GtidPos::parse(start).unwrap(),
             runs: runs
                 .split(", ")
                 .map(|r| GtidRun::parse(r).unwrap())
                 .collect(),
-        });
+        }));
         s
     }
 

@@ -501,7 +501,7 @@ impl Catalog {
                 indexed.insert(e.name.as_str());
                 segments.push(Segment {
                     present: e.sequence >= below || listed.contains_key(e.name.as_str()),
-                    gtids: e.segment_gtids(),
+                    gtids: e.segment_gtids().map(Box::new),
                     ..Segment::new(
                         e.name.clone(),
                         e.sequence,

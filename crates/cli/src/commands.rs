@@ -969,7 +969,7 @@ fn ls_table(out: &LsOut) -> String {
         .collect();
     if !branch.is_empty() {
         s.push_str(&format!(
-            "On a branch (restore to their own point only): {}\n",
+            "On a branch (transactions a failover lost; never restored onto the main line): {}\n",
             branch.join(", ")
         ));
     }

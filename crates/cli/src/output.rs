@@ -580,6 +580,7 @@ pub struct ArchivePassOut {
 
 impl From<tidemark_mariadb::archive::ArchiveReport> for ArchivePassOut {
     fn from(r: tidemark_mariadb::archive::ArchiveReport) -> Self {
+        let lag = r.lag().as_secs();
         let tidemark_mariadb::archive::ArchiveReport {
             uploaded,
             adopted,
@@ -593,8 +594,7 @@ impl From<tidemark_mariadb::archive::ArchiveReport> for ArchivePassOut {
             primary_last_event_at,
             archived_last_event_at,
         } = r;
-        let lag_seconds = primary_last_event_at
-            .map(|p| archived_last_event_at.map_or(0, |a| p.duration_since(a).as_secs().max(0)));
+        let lag_seconds = primary_last_event_at.map(|_| lag);
         ArchivePassOut {
             uploaded,
             adopted,

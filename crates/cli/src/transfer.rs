@@ -383,7 +383,7 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
                 args.max_lag
             ))
         })?;
-    let mut behind = false;
+    let mut alarm = tidemark_mariadb::archive::LagAlarm::default();
     let target = resolve::store_target(&args.store, args.policy.as_deref())?;
     let store = &args.compress.apply(&target.store);
     let json = args.output == OutputFormat::Json;
@@ -425,25 +425,10 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
         };
         if let Ok(r) = &report
             && !args.once
+            && let Some((behind, message)) = alarm.observe(r, max_lag)
         {
-            let lag = match (r.primary_last_event_at, r.archived_last_event_at) {
-                (Some(p), Some(a)) => p.duration_since(a),
-                _ => jiff::SignedDuration::ZERO,
-            };
-            if lag > max_lag && !behind {
-                eprintln!(
-                    "{} warning: the archive is {}s behind the server, more than --max-lag {max_lag:#} (a file is archived once the server closes it)",
-                    jiff::Timestamp::now(),
-                    lag.as_secs()
-                );
-            } else if lag <= max_lag && behind {
-                eprintln!(
-                    "{} the archive caught up ({}s behind the server)",
-                    jiff::Timestamp::now(),
-                    lag.as_secs()
-                );
-            }
-            behind = lag > max_lag;
+            let level = if behind { "warning: " } else { "" };
+            eprintln!("{} {level}{message} (--max-lag)", jiff::Timestamp::now());
         }
         match report {
             Ok(r) if json => crate::commands::emit_json(&ArchivePassOut::from(r))?,

@@ -461,6 +461,7 @@ impl MariabackupRun {
             role: Some(if replica { "replica" } else { "primary" }.to_owned()),
             lag_seconds: self.probe.as_ref().and_then(|p| p.lag_seconds),
             gtid_slave_pos: slave,
+            galera: self.probe.as_ref().is_some_and(|p| p.galera),
             extra: serde_json::Map::new(),
         })
     }

@@ -191,7 +191,9 @@ impl EngineError {
                 ArchiveError::Binlog { .. } | ArchiveError::Vanished(_) => Class::Source,
             },
             EngineError::Restore(e) => match e.as_ref() {
-                RestoreError::Refused(_) | RestoreError::NoPosition { .. } => Class::NotRestorable,
+                RestoreError::Refused(_)
+                | RestoreError::NoPosition { .. }
+                | RestoreError::Galera { .. } => Class::NotRestorable,
                 RestoreError::Method { .. } | RestoreError::DatadirNotEmpty(_) => Class::Input,
                 RestoreError::NoMetadata { .. } => Class::Data,
                 RestoreError::Transfer(t) => match transfer_class(t) {

@@ -814,59 +814,47 @@ async fn restore_test_task(ctx: Arc<Ctx>, t: RestoreTestRun, mut stop: watch::Re
 async fn archive_task(ctx: Arc<Ctx>, a: ArchiveRun, mut stop: watch::Receiver<bool>) {
     let every = Duration::try_from(a.interval).unwrap_or(Duration::from_secs(10));
     let mut failures = 0u32;
-    let mut behind = false;
+    let mut alarm = tidemark_mariadb::archive::LagAlarm::default();
     loop {
-        let wait = match tidemark_mariadb::archive::archive_pass(
-            &ctx.store,
-            &a.binlog_index,
-            &NoProgress,
-        )
-        .await
-        {
-            Ok(r) => {
-                failures = 0;
-                // Loud when the archive falls behind the server, and when it is back.
-                let lag = match (r.primary_last_event_at, r.archived_last_event_at) {
-                    (Some(p), Some(done)) => p.duration_since(done),
-                    _ => SignedDuration::ZERO,
-                };
-                if lag > a.max_lag && !behind {
+        let wait =
+            match tidemark_mariadb::archive::archive_pass(&ctx.store, &a.binlog_index, &NoProgress)
+                .await
+            {
+                Ok(r) => {
+                    failures = 0;
+                    // Loud when the archive falls behind the server, and when it is back.
+                    match alarm.observe(&r, a.max_lag) {
+                        Some((true, m)) => {
+                            tracing::warn!(
+                                "binlogs ({}): {m} (spec.binlogArchive.maxLag)",
+                                ctx.name
+                            )
+                        }
+                        Some((false, m)) => tracing::info!("binlogs ({}): {m}", ctx.name),
+                        None => {}
+                    }
+                    if !r.uploaded.is_empty() || !r.adopted.is_empty() {
+                        tracing::info!(
+                            "binlogs: archived {} ({} bytes)",
+                            r.uploaded.len() + r.adopted.len(),
+                            r.bytes
+                        );
+                    }
+                    every
+                }
+                Err(e) => {
+                    failures += 1;
+                    let e = EngineError::from(e);
+                    let pause = e.class().backoff(failures).max(every);
                     tracing::warn!(
-                        "binlogs ({}): the archive is {}s behind the server, more than spec.binlogArchive.maxLag {:#} (a file is archived once the server closes it)",
+                        "binlogs ({}): {}; retrying in {}s",
                         ctx.name,
-                        lag.as_secs(),
-                        a.max_lag
+                        chain(&e),
+                        pause.as_secs()
                     );
-                } else if lag <= a.max_lag && behind {
-                    tracing::info!(
-                        "binlogs ({}): the archive caught up ({}s behind)",
-                        ctx.name,
-                        lag.as_secs()
-                    );
+                    pause
                 }
-                behind = lag > a.max_lag;
-                if !r.uploaded.is_empty() || !r.adopted.is_empty() {
-                    tracing::info!(
-                        "binlogs: archived {} ({} bytes)",
-                        r.uploaded.len() + r.adopted.len(),
-                        r.bytes
-                    );
-                }
-                every
-            }
-            Err(e) => {
-                failures += 1;
-                let e = EngineError::from(e);
-                let pause = e.class().backoff(failures).max(every);
-                tracing::warn!(
-                    "binlogs ({}): {}; retrying in {}s",
-                    ctx.name,
-                    chain(&e),
-                    pause.as_secs()
-                );
-                pause
-            }
-        };
+            };
         if !nap(wait, &mut stop).await {
             return;
         }

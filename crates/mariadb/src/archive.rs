@@ -140,6 +140,49 @@ pub struct ArchiveReport {
     pub archived_last_event_at: Option<Timestamp>,
 }
 
+impl ArchiveReport {
+    /// How far the archive is behind the server after the pass: the server's newest event
+    /// against the newest archived (zero when either is unknown).
+    pub fn lag(&self) -> jiff::SignedDuration {
+        match (self.primary_last_event_at, self.archived_last_event_at) {
+            (Some(p), Some(a)) if p > a => p.duration_since(a),
+            _ => jiff::SignedDuration::ZERO,
+        }
+    }
+}
+
+/// Says when the archive falls further behind the server than a bound, and when it is back:
+/// one message per change, for a watching archiver's log.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LagAlarm {
+    behind: bool,
+}
+
+impl LagAlarm {
+    /// The message for this pass, when the archive crossed `max_lag` (`true`: now behind).
+    pub fn observe(
+        &mut self,
+        report: &ArchiveReport,
+        max_lag: jiff::SignedDuration,
+    ) -> Option<(bool, String)> {
+        let lag = report.lag();
+        let behind = lag > max_lag;
+        let changed = behind != self.behind;
+        self.behind = behind;
+        changed.then(|| {
+            let text = if behind {
+                format!(
+                    "the archive is {}s behind the server, more than {max_lag:#} (a file is archived once the server closes it)",
+                    lag.as_secs()
+                )
+            } else {
+                format!("the archive caught up ({}s behind the server)", lag.as_secs())
+            };
+            (behind, text)
+        })
+    }
+}
+
 /// One file the binlog index names.
 #[derive(Debug, Clone)]
 struct Local {
@@ -720,12 +763,17 @@ async fn new_timeline(
         at = at.max(t);
     }
     if at.is_none() {
-        at = parent_entries
+        // Not in the file (it starts at the switch): no later than the parent segment's
+        // last event, nor than the file's first (opened at or after the switch).
+        let parent_last = parent_entries
             .iter()
             .chain(plast.iter())
             .find(|e| Some(e.sequence) == parent_sequence)
-            .and_then(|e| e.last_event_at)
-            .or(summary.first);
+            .and_then(|e| e.last_event_at);
+        at = match (parent_last, summary.first) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
     }
     let id = index
         .head

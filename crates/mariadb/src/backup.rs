@@ -201,7 +201,16 @@ pub struct ServerProbe {
     pub lag_seconds: Option<u64>,
     /// Both replication threads run.
     pub replicating: bool,
+    /// A Galera node (`wsrep_on` is `ON`).
+    pub galera: bool,
 }
+
+/// What the probe asks: who the server is, whether it is a Galera node (`NULL` on a server
+/// built without it), and its replication connections. The operator's standby check asks
+/// the same.
+pub const PROBE_SQL: &str = "SELECT @@server_id AS server_id, (SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_VARIABLES WHERE VARIABLE_NAME = 'WSREP_ON') AS wsrep_on; SHOW ALL SLAVES STATUS";
+/// How long the probe may take.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// The options of a `mariabackup` command line that say how to reach the server (the same
 /// for the `mariadb` client): host, port, socket, user, password, option files. An option
@@ -255,18 +264,16 @@ pub async fn probe_server(
     mariadb: &std::ffi::OsStr,
     client: &[String],
 ) -> Result<ServerProbe, String> {
-    let out = tokio::process::Command::new(mariadb)
+    let asked = tokio::process::Command::new(mariadb)
         .args(client)
-        .args([
-            "-B",
-            "-e",
-            "SELECT @@server_id AS server_id; SHOW ALL SLAVES STATUS",
-        ])
+        .args(["-B", "-e", PROBE_SQL])
         .stdin(std::process::Stdio::null())
         .env_remove(tidemark_store::crypt::IDENTITY_ENV)
         .kill_on_drop(true)
-        .output()
+        .output();
+    let out = tokio::time::timeout(PROBE_TIMEOUT, asked)
         .await
+        .map_err(|_| format!("no answer within {} s", PROBE_TIMEOUT.as_secs()))?
         .map_err(|e| format!("cannot run {}: {e}", mariadb.to_string_lossy()))?;
     if !out.status.success() {
         let text = String::from_utf8_lossy(&out.stderr);
@@ -275,13 +282,28 @@ pub async fn probe_server(
     Ok(parse_probe(&String::from_utf8_lossy(&out.stdout)))
 }
 
-/// Parses the batch output of the probe: `server_id` and its value, then (on a replica)
-/// `SHOW ALL SLAVES STATUS`'s header line and one line per connection.
+/// Parses the batch output of [`PROBE_SQL`]: a header (`server_id`, `wsrep_on`) and its
+/// values, then (on a replica) `SHOW ALL SLAVES STATUS`'s header line and one line per
+/// connection.
 pub fn parse_probe(text: &str) -> ServerProbe {
     let mut lines = text.lines();
     let mut probe = ServerProbe::default();
-    if lines.next().is_some_and(|h| h.trim() == "server_id") {
-        probe.server_id = lines.next().and_then(|v| v.trim().parse().ok());
+    if let Some(head) = lines.next().filter(|h| h.starts_with("server_id")) {
+        let names: Vec<&str> = head.split('\t').map(str::trim).collect();
+        let values: Vec<String> = lines
+            .next()
+            .unwrap_or_default()
+            .split('\t')
+            .map(|v| v.trim().to_owned())
+            .collect();
+        let value = |n: &str| {
+            names
+                .iter()
+                .position(|x| *x == n)
+                .and_then(|i| values.get(i))
+        };
+        probe.server_id = value("server_id").and_then(|v| v.parse().ok());
+        probe.galera = value("wsrep_on").is_some_and(|v| v.eq_ignore_ascii_case("ON"));
     }
     let Some(header) = lines.next() else {
         return probe;
@@ -387,7 +409,7 @@ mod tests {
         );
         assert_eq!(slave_position_line("[00] Streaming ./ibdata1"), None);
         let probe = parse_probe(
-            "server_id\n2\nConnection_name\tSlave_IO_Running\tSlave_SQL_Running\tSeconds_Behind_Master\n\tYes\tYes\t3\n",
+            "server_id\twsrep_on\n2\tOFF\nConnection_name\tSlave_IO_Running\tSlave_SQL_Running\tSeconds_Behind_Master\n\tYes\tYes\t3\n",
         );
         assert_eq!(
             probe,
@@ -395,9 +417,12 @@ mod tests {
                 server_id: Some(2),
                 replica: true,
                 lag_seconds: Some(3),
-                replicating: true
+                replicating: true,
+                galera: false,
             }
         );
+        assert!(parse_probe("server_id\twsrep_on\n5\tON\n").galera);
+        assert!(!parse_probe("server_id\twsrep_on\n5\tNULL\n").galera);
         let primary = parse_probe("server_id\n1\n");
         assert_eq!((primary.server_id, primary.replica), (Some(1), false));
         let stopped = parse_probe(

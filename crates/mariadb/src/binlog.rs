@@ -92,82 +92,124 @@ pub fn head(f: &mut (impl Read + Seek)) -> Result<Summary, BinlogError> {
 /// Events [`head`] reads at most before giving up on finding a `Gtid_list`.
 const HEAD_EVENTS: u64 = 16;
 
-fn read(f: &mut (impl Read + Seek), head_only: bool) -> Result<Summary, BinlogError> {
+/// One event's header: the file is positioned at its body when a visitor sees it.
+struct Header {
+    ts: u32,
+    kind: u8,
+    server: u32,
+    /// Bytes of body after the header.
+    body: u64,
+}
+
+/// What a visitor wants next.
+enum Walk {
+    Next,
+    Stop,
+}
+
+/// Walks a binlog's events from the start, handing each header to `visit` (which may read
+/// the body). Returns whether the file ends inside an event.
+///
+/// # Errors
+/// Not a binlog; a corrupt event header; an I/O error; what `visit` returns.
+fn walk<F: Read + Seek>(
+    f: &mut F,
+    mut visit: impl FnMut(&Header, &mut F) -> Result<Walk, BinlogError>,
+) -> Result<bool, BinlogError> {
     let len = f.seek(SeekFrom::End(0))?;
     f.seek(SeekFrom::Start(0))?;
     let mut magic = [0u8; 4];
     if read_full(f, &mut magic)? < 4 || magic != MAGIC {
         return Err(BinlogError::NotBinlog);
     }
-    let mut out = Summary::default();
     let mut position: u64 = 4;
     let mut header = [0u8; HEADER];
-    let mut encrypted = false;
-    let mut runs = Some(RunBuilder::default());
     loop {
         let got = read_full(f, &mut header)?;
         if got == 0 {
-            break;
+            return Ok(false);
         }
         if got < HEADER {
-            out.truncated = true;
-            break;
+            return Ok(true);
         }
-        let ts = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
-        let kind = header[4];
         let size = u32::from_le_bytes([header[9], header[10], header[11], header[12]]);
         if (size as usize) < HEADER {
             return Err(BinlogError::BadEvent { position, size });
         }
+        let h = Header {
+            ts: u32::from_le_bytes([header[0], header[1], header[2], header[3]]),
+            kind: header[4],
+            server: u32::from_le_bytes([header[5], header[6], header[7], header[8]]),
+            body: u64::from(size) - HEADER as u64,
+        };
+        if let Walk::Stop = visit(&h, f)? {
+            return Ok(false);
+        }
+        position += u64::from(size);
+        if position > len {
+            return Ok(true);
+        }
+        f.seek(SeekFrom::Start(position))?;
+    }
+}
+
+/// A GTID event's body: its GTID (the server is the header's).
+fn read_gtid(f: &mut impl Read, h: &Header) -> Result<Option<Gtid>, BinlogError> {
+    let mut b = [0u8; 12];
+    if h.body < 12 || read_full(f, &mut b)? < 12 {
+        return Ok(None);
+    }
+    let seq = u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+    let domain = u32::from_le_bytes([b[8], b[9], b[10], b[11]]);
+    Ok(Some(Gtid::new(domain, h.server, seq)))
+}
+
+fn read(f: &mut (impl Read + Seek), head_only: bool) -> Result<Summary, BinlogError> {
+    let mut out = Summary::default();
+    let mut encrypted = false;
+    let mut runs = Some(RunBuilder::default());
+    out.truncated = walk(f, |h, f| {
         out.events += 1;
         // Some generated events (e.g. a fake rotate) carry a zero timestamp.
-        if ts != 0 {
-            let t = Timestamp::from_second(i64::from(ts)).ok();
+        if h.ts != 0 {
+            let t = Timestamp::from_second(i64::from(h.ts)).ok();
             out.first = out.first.or(t);
             out.last = out.last.max(t);
         }
-        let server = u32::from_le_bytes([header[5], header[6], header[7], header[8]]);
-        let body = u64::from(size) - HEADER as u64;
-        match kind {
+        match h.kind {
             FORMAT_DESCRIPTION_EVENT => {
-                out.server_id.get_or_insert(server);
+                out.server_id.get_or_insert(h.server);
             }
             GTID_LIST_EVENT if out.gtid_list.is_none() => {
-                out.gtid_list = read_gtid_list(f, body)?;
+                out.gtid_list = read_gtid_list(f, h.body)?;
                 if out.gtid_list.is_none() {
                     runs = None;
                 }
             }
-            GTID_EVENT => {
-                let mut b = [0u8; 12];
-                if body < 12 || read_full(f, &mut b)? < 12 {
-                    runs = None;
-                } else if let Some(r) = runs.as_mut() {
-                    let seq = u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
-                    let domain = u32::from_le_bytes([b[8], b[9], b[10], b[11]]);
-                    r.push(Gtid::new(domain, server, seq));
-                    if r.len() > MAX_RUNS {
-                        runs = None;
+            GTID_EVENT => match read_gtid(f, h)? {
+                None => runs = None,
+                Some(g) => {
+                    if let Some(r) = runs.as_mut() {
+                        r.push(g);
+                        if r.len() > MAX_RUNS {
+                            runs = None;
+                        }
                     }
                 }
-            }
+            },
             START_ENCRYPTION_EVENT => {
                 encrypted = true;
-                break;
+                return Ok(Walk::Stop);
             }
             _ => {}
         }
-        if head_only && (out.gtid_list.is_some() || kind == GTID_EVENT || out.events >= HEAD_EVENTS)
-        {
-            break;
-        }
-        position += u64::from(size);
-        if position > len {
-            out.truncated = true;
-            break;
-        }
-        f.seek(SeekFrom::Start(position))?;
-    }
+        let enough = out.gtid_list.is_some() || h.kind == GTID_EVENT || out.events >= HEAD_EVENTS;
+        Ok(if head_only && enough {
+            Walk::Stop
+        } else {
+            Walk::Next
+        })
+    })?;
     if encrypted {
         out.last = None;
         runs = None;
@@ -181,44 +223,18 @@ fn read(f: &mut (impl Read + Seek), head_only: bool) -> Result<Summary, BinlogEr
 /// # Errors
 /// As [`summary`].
 pub fn gtid_time(f: &mut (impl Read + Seek), gtid: Gtid) -> Result<Option<Timestamp>, BinlogError> {
-    let len = f.seek(SeekFrom::End(0))?;
-    f.seek(SeekFrom::Start(0))?;
-    let mut magic = [0u8; 4];
-    if read_full(f, &mut magic)? < 4 || magic != MAGIC {
-        return Err(BinlogError::NotBinlog);
-    }
-    let mut position: u64 = 4;
-    let mut header = [0u8; HEADER];
-    loop {
-        if read_full(f, &mut header)? < HEADER {
-            return Ok(None);
+    let mut found = None;
+    walk(f, |h, f| {
+        if h.kind == START_ENCRYPTION_EVENT {
+            return Ok(Walk::Stop);
         }
-        let ts = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
-        let kind = header[4];
-        let server = u32::from_le_bytes([header[5], header[6], header[7], header[8]]);
-        let size = u32::from_le_bytes([header[9], header[10], header[11], header[12]]);
-        if (size as usize) < HEADER {
-            return Err(BinlogError::BadEvent { position, size });
+        if h.kind == GTID_EVENT && h.server == gtid.server && read_gtid(f, h)? == Some(gtid) {
+            found = Timestamp::from_second(i64::from(h.ts)).ok();
+            return Ok(Walk::Stop);
         }
-        if kind == START_ENCRYPTION_EVENT {
-            return Ok(None);
-        }
-        if kind == GTID_EVENT && server == gtid.server {
-            let mut b = [0u8; 12];
-            if read_full(f, &mut b)? == 12 {
-                let seq = u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
-                let domain = u32::from_le_bytes([b[8], b[9], b[10], b[11]]);
-                if (domain, seq) == (gtid.domain, gtid.seq) {
-                    return Ok(Timestamp::from_second(i64::from(ts)).ok());
-                }
-            }
-        }
-        position += u64::from(size);
-        if position > len {
-            return Ok(None);
-        }
-        f.seek(SeekFrom::Start(position))?;
-    }
+        Ok(Walk::Next)
+    })?;
+    Ok(found)
 }
 
 /// Reads a `Gtid_list` event's body (a count, then domain, server and sequence per entry)
@@ -371,7 +387,7 @@ mod tests {
             ],
             40,
         );
-        let t = summary(&mut Cursor::new(b)).unwrap();
+        let t = summary(&mut Cursor::new(b.clone())).unwrap();
         assert_eq!(t.server_id, Some(2));
         assert_eq!(t.gtid_list.as_ref().unwrap().to_string(), "0-1-9");
         let g = t.gtids().unwrap();
@@ -380,6 +396,16 @@ mod tests {
             "0-1-10, 0-2-11..12"
         );
         assert_eq!(g.end().to_string(), "0-2-12");
+        assert_eq!(
+            gtid_time(&mut Cursor::new(b.clone()), Gtid::new(0, 2, 11))
+                .unwrap()
+                .map(|t| t.as_second()),
+            Some(1_763_600_010)
+        );
+        assert_eq!(
+            gtid_time(&mut Cursor::new(b.clone()), Gtid::new(0, 1, 11)).unwrap(),
+            None
+        );
         // A Gtid_list that claims more entries than its event holds is not believed.
         let mut bad = synthetic_gtid(3, Some(&[Gtid::new(0, 1, 9)]), &[], 8);
         let at = 4 + HEADER + 100 + HEADER; // the Gtid_list's body

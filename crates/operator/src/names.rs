@@ -113,3 +113,6 @@ pub const BACKUP_LABEL: &str = "tidemark.io/backup";
 
 /// The label recording which data directory a physical backup was taken from.
 pub const DATA_VOLUME_LABEL: &str = "tidemark.io/data-volume";
+/// On a backup Job: which pod it backs up and why that one (a standby passed over), so the
+/// Backup's status says it even when the Job is found by a later reconcile.
+pub const BACKS_UP_ANNOTATION: &str = "tidemark.io/backs-up";

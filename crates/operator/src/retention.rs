@@ -465,11 +465,15 @@ async fn pass(
 
 /// The archive's timelines for the policy's status; none while it has one.
 pub(crate) fn timeline_status(inventory: &tidemark_core::Inventory) -> Vec<TimelineStatus> {
+    /// Timelines a status shows at most: the newest (the object's size is bounded).
+    const SHOWN: usize = 16;
     let all = tidemark_core::timeline::summaries(inventory);
     if all.len() < 2 {
         return Vec::new();
     }
+    let skip = all.len().saturating_sub(SHOWN);
     all.into_iter()
+        .skip(skip)
         .map(|t| TimelineStatus {
             id: t.id,
             server_id: t.server_id,

@@ -125,6 +125,10 @@ pub struct SourceServer {
     /// A replica's applied position (`gtid_slave_pos`) at the backup's consistent point.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gtid_slave_pos: Option<String>,
+    /// A Galera node (`wsrep_on`): its backup restores, but not with binlog replay past it
+    /// (not supported yet).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub galera: bool,
     #[serde(flatten)]
     pub extra: serde_json::Map<String, serde_json::Value>,
 }

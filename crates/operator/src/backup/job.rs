@@ -67,6 +67,8 @@ pub struct JobPlan<'a> {
     /// The lock date the backup asks for (object lock; its mode is in the store's
     /// environment).
     pub lock_until: Option<jiff::Timestamp>,
+    /// What it backs up, for people (the pod, and why that one).
+    pub backs_up: String,
 }
 
 impl JobPlan<'_> {
@@ -182,6 +184,10 @@ impl JobPlan<'_> {
                 name: Some(self.job_name.clone()),
                 namespace: self.backup.namespace(),
                 labels: Some(labels.clone()),
+                annotations: Some(std::collections::BTreeMap::from([(
+                    crate::names::BACKS_UP_ANNOTATION.to_owned(),
+                    self.backs_up.chars().take(1024).collect(),
+                )])),
                 owner_references: Some(vec![owner]),
                 ..Default::default()
             },

@@ -413,7 +413,9 @@ impl Step {
                 store,
                 &name,
                 &id,
-                "its Job",
+                job.annotations()
+                    .get(crate::names::BACKS_UP_ANNOTATION)
+                    .map_or("its Job", String::as_str),
             )
             .await?;
             return Ok(Action::requeue(Duration::from_secs(1)));
@@ -532,6 +534,12 @@ impl Step {
             self.ctx.clock.now(),
         )
         .await?;
+        let what = format!(
+            "pod {} on node {}{}",
+            pod.name_any(),
+            source::node_of(&pod).unwrap_or_default(),
+            note.map_or_else(String::new, |n| format!(" ({n})"))
+        );
         let plan = job::JobPlan {
             job_name: job_name.to_owned(),
             backup,
@@ -546,14 +554,10 @@ impl Step {
             volume_id,
             store_secret,
             lock_until,
+            backs_up: what.clone(),
         };
         let job = plan.job().map_err(Error::Invalid)?;
-        let what = format!(
-            "pod {} on node {}{}",
-            pod.name_any(),
-            source::node_of(&pod).unwrap_or_default(),
-            note.map_or_else(String::new, |n| format!(" ({n})"))
-        );
+
         attempt::start(
             ctx,
             api,
@@ -761,6 +765,7 @@ mod tests {
                 ],
             }),
             lock_until: lock.map(|(_, t)| t),
+            backs_up: "pod db-0 on node n".into(),
         };
         plan.job().unwrap()
     }

@@ -130,11 +130,17 @@ pub fn choose_pod(pods: &[Pod], source: &SourceSpec, target: &str) -> Option<Pod
     let primary = live.iter().find(|p| is_primary(p)).copied();
     let chosen = match target {
         "primary" => primary,
+        // Without a primary: a pod without a role (a single server), never a standby
+        // that is not Ready.
         _ => ready_standbys(pods, source)
             .first()
             .copied()
             .or(primary)
-            .or_else(|| live.first().copied()),
+            .or_else(|| {
+                live.iter()
+                    .find(|p| !p.labels().contains_key(label))
+                    .copied()
+            }),
     };
     chosen.cloned()
 }

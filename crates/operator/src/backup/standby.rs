@@ -16,17 +16,18 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, AttachParams};
-use tidemark_mariadb::backup::{ServerProbe, parse_probe};
+use tidemark_mariadb::backup::{PROBE_SQL, ServerProbe, parse_probe};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::context::Context;
 
-/// What the probe asks.
-const PROBE_SQL: &str = "SELECT @@server_id AS server_id; SHOW ALL SLAVES STATUS";
 /// The option file's size on the wire.
 pub const LOGIN_BYTES: usize = 4096;
 /// How long one standby may take to answer.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(15);
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Standbys asked for one Backup at most (the first by name): a tenant's many Ready pods
+/// that hang cannot hold a reconcile for long.
+const MAX_PROBED: usize = 3;
 /// The most of its answer that is read.
 const ANSWER_BYTES: u64 = 64 * 1024;
 
@@ -60,8 +61,10 @@ pub fn probe_command() -> Vec<String> {
         "sh".into(),
         "-c".into(),
         format!(
-            "head -c {LOGIN_BYTES} | exec mariadb --defaults-extra-file=/dev/stdin -B -e '{PROBE_SQL}'"
+            "head -c {LOGIN_BYTES} | exec mariadb --defaults-extra-file=/dev/stdin -B -e \"$1\""
         ),
+        "sh".into(),
+        PROBE_SQL.into(),
     ]
 }
 
@@ -206,7 +209,7 @@ pub(crate) async fn first_fit<'a>(
         Err(e) => return Err(vec![format!("the standbys could not be asked: {e}")]),
     };
     let mut skipped = Vec::new();
-    for pod in standbys {
+    for pod in standbys.iter().take(MAX_PROBED) {
         let container = match &source.container {
             Some(c) => c.clone(),
             None => pod
@@ -229,6 +232,12 @@ pub(crate) async fn first_fit<'a>(
             )),
         }
     }
+    if standbys.len() > MAX_PROBED {
+        skipped.push(format!(
+            "{} more standby(s) not asked (at most {MAX_PROBED} are)",
+            standbys.len() - MAX_PROBED
+        ));
+    }
     Err(skipped)
 }
 
@@ -244,6 +253,7 @@ mod tests {
             replica,
             lag_seconds: lag,
             replicating,
+            galera: false,
         };
         assert_eq!(
             verdict(&p(true, true, Some(3)), 300),

@@ -61,6 +61,23 @@ fn server(id: u32, files: &[File<'_>]) -> (tempfile::TempDir, PathBuf) {
     (dir, path)
 }
 
+/// Server 1, the first primary: 0-1-1..40 in four files (then an open one).
+fn server_one() -> (tempfile::TempDir, PathBuf) {
+    let txns: Vec<Vec<(u32, u64)>> = (0..4).map(|k| run(k * 10 + 1, k * 10 + 10, 1)).collect();
+    let starts: Vec<Vec<(u32, u64)>> = (0..4)
+        .map(|k| if k == 0 { vec![] } else { vec![(1, k * 10)] })
+        .collect();
+    let files: Vec<File> = (0..4)
+        .map(|k| File {
+            number: k as u64 + 1,
+            start: &starts[k],
+            txns: &txns[k],
+            at: T0 + 100 * k as i64,
+        })
+        .collect();
+    server(1, &files)
+}
+
 fn run(a: u64, b: u64, server: u32) -> Vec<(u32, u64)> {
     (a..=b).map(|q| (server, q)).collect()
 }
@@ -83,19 +100,7 @@ fn three_servers_with_the_same_file_names() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (_d, store) = local_store("db");
     // Server 1, the first primary: 0-1-1..40 in four files.
-    let s1_txns: Vec<Vec<(u32, u64)>> = (0..4).map(|k| run(k * 10 + 1, k * 10 + 10, 1)).collect();
-    let s1_starts: Vec<Vec<(u32, u64)>> = (0..4)
-        .map(|k| if k == 0 { vec![] } else { vec![(1, k * 10)] })
-        .collect();
-    let s1_files: Vec<File> = (0..4)
-        .map(|k| File {
-            number: k as u64 + 1,
-            start: &s1_starts[k],
-            txns: &s1_txns[k],
-            at: T0 + 100 * k as i64,
-        })
-        .collect();
-    let (s1_dir, s1) = server(1, &s1_files);
+    let (s1_dir, s1) = server_one();
     let r = rt.block_on(archive_pass(&store, &s1, &NoProgress)).unwrap();
     assert_eq!((r.uploaded.len(), r.timeline), (4, 0), "{r:?}");
 
@@ -274,19 +279,7 @@ fn three_servers_with_the_same_file_names() {
 fn an_archive_from_before_timelines_is_continued_only_by_its_own_server() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (_d, store) = local_store("db");
-    let starts: Vec<Vec<(u32, u64)>> = (0..4)
-        .map(|k| if k == 0 { vec![] } else { vec![(1, k * 10)] })
-        .collect();
-    let txns: Vec<Vec<(u32, u64)>> = (0..4).map(|k| run(k * 10 + 1, k * 10 + 10, 1)).collect();
-    let files: Vec<File> = (0..4)
-        .map(|k| File {
-            number: k as u64 + 1,
-            start: &starts[k],
-            txns: &txns[k],
-            at: T0 + 100 * k as i64,
-        })
-        .collect();
-    let (dir, s1) = server(1, &files);
+    let (dir, s1) = server_one();
     // What an archiver before timelines left: files 1 and 2, indexed by name and times.
     rt.block_on(async {
         let mut entries = Vec::new();
@@ -368,19 +361,7 @@ fn failed_over(
     rt: &tokio::runtime::Runtime,
     store: &ClusterStore,
 ) -> Vec<(tempfile::TempDir, std::path::PathBuf)> {
-    let s1_txns: Vec<Vec<(u32, u64)>> = (0..4).map(|k| run(k * 10 + 1, k * 10 + 10, 1)).collect();
-    let s1_starts: Vec<Vec<(u32, u64)>> = (0..4)
-        .map(|k| if k == 0 { vec![] } else { vec![(1, k * 10)] })
-        .collect();
-    let s1_files: Vec<File> = (0..4)
-        .map(|k| File {
-            number: k as u64 + 1,
-            start: &s1_starts[k],
-            txns: &s1_txns[k],
-            at: T0 + 100 * k as i64,
-        })
-        .collect();
-    let s1 = server(1, &s1_files);
+    let s1 = server_one();
     rt.block_on(archive_pass(store, &s1.1, &NoProgress))
         .unwrap();
     let mut second = run(21, 35, 1);
@@ -448,19 +429,7 @@ fn a_failback_starts_a_timeline_from_the_newest() {
 fn a_binlog_that_started_over_never_joins_by_reused_numbers() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (_d, store) = local_store("db");
-    let starts: Vec<Vec<(u32, u64)>> = (0..4)
-        .map(|k| if k == 0 { vec![] } else { vec![(1, k * 10)] })
-        .collect();
-    let txns: Vec<Vec<(u32, u64)>> = (0..4).map(|k| run(k * 10 + 1, k * 10 + 10, 1)).collect();
-    let files: Vec<File> = (0..4)
-        .map(|k| File {
-            number: k as u64 + 1,
-            start: &starts[k],
-            txns: &txns[k],
-            at: T0 + 100 * k as i64,
-        })
-        .collect();
-    let (_a, s1) = server(1, &files);
+    let (_a, s1) = server_one();
     rt.block_on(archive_pass(&store, &s1, &NoProgress)).unwrap();
     // RESET MASTER: file 1 again, numbers from 1 again — the same GTIDs as archived ones.
     let (_b, reset) = server(

@@ -1330,6 +1330,7 @@ async fn replication_and_failover(w: Arc<World>) {
         &[
             json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy", "metadata": {"name": "shop"},
                 "spec": {
+                    "cluster": "replicated",
                     "objectStore": {"bucket": tidemark_store::testkit::BUCKET, "endpoint": w.s3.endpoint, "credentialsSecret": "s3"},
                     "source": {"selector": {"matchLabels": {"app": "db"}}, "container": "mariadb",
                                "credentialsSecret": "db", "standbyMaxLag": "5m", "primaryReadyFor": "1s"},

@@ -486,3 +486,54 @@ fn an_old_primary_still_writing_is_refused() {
     let inv = rt.block_on(inventory(&store));
     assert_eq!(inv.timelines.len(), 2, "nothing recorded");
 }
+
+#[test]
+fn an_archiver_stopped_in_the_switch_converges() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (_d, store) = local_store("db");
+    let (_one, s1) = server_one();
+    rt.block_on(archive_pass(&store, &s1, &NoProgress)).unwrap();
+    let mut second = run(21, 35, 1);
+    second.extend(run(36, 45, 2));
+    let (s2_dir, s2) = server(
+        2,
+        &[
+            File {
+                number: 2,
+                start: &[(1, 20)],
+                txns: &second,
+                at: T0 + 200,
+            },
+            File {
+                number: 3,
+                start: &[(2, 45)],
+                txns: &run(46, 50, 2),
+                at: T0 + 400,
+            },
+        ],
+    );
+    // The pass dies after recording the timeline: its second file's start reads well,
+    // its end does not (an event header that declares no size).
+    let good = std::fs::read(s2_dir.path().join("mysql-bin.000003")).unwrap();
+    let mut torn = good.clone();
+    torn.extend_from_slice(&[0u8; 19]);
+    std::fs::write(s2_dir.path().join("mysql-bin.000003"), torn).unwrap();
+    let e = rt.block_on(archive_pass(&store, &s2, &NoProgress)).unwrap_err();
+    assert!(e.to_string().contains("declares a size of 0 bytes"), "{e}");
+    let inv = rt.block_on(inventory(&store));
+    assert_eq!(inv.timelines.len(), 2, "the timeline was recorded first");
+    // Run again: the same timeline (recorded once), every file on it.
+    std::fs::write(s2_dir.path().join("mysql-bin.000003"), good).unwrap();
+    let r = rt.block_on(archive_pass(&store, &s2, &NoProgress)).unwrap();
+    assert!(r.new_timeline.is_none(), "{r:?}");
+    assert_eq!(r.timeline, 1);
+    let inv = rt.block_on(inventory(&store));
+    assert_eq!(inv.timelines.len(), 2);
+    let on_one: Vec<u64> = inv
+        .segments
+        .iter()
+        .filter(|s| s.sequence > 1_000_000_000_000)
+        .map(|s| s.sequence)
+        .collect();
+    assert_eq!(on_one.len(), 2, "{on_one:?}");
+}

@@ -125,8 +125,10 @@ pub struct Replay {
 pub(crate) enum Begin {
     /// At this main-line position.
     At(usize),
-    /// Nothing archived after the backup's position.
-    Nothing,
+    /// Nothing archived after the backup's position: it holds every transaction of the
+    /// linked segments through this main-line position (so no transaction happened up to
+    /// their last event either).
+    Through(usize),
     /// The archive starts after the backup's position (GTIDs missing in between): from
     /// this main-line position's start.
     After(usize),
@@ -293,7 +295,11 @@ impl Replay {
                 from: completed,
                 to: self.run_end_from[b].map_or(completed, |e| e.max(completed)),
             }),
-            Some(Begin::Nothing | Begin::After(_)) => Some(Interval {
+            Some(Begin::Through(i)) => Some(Interval {
+                from: completed,
+                to: self.run_end_from[i].map_or(completed, |e| e.max(completed)),
+            }),
+            Some(Begin::After(_)) => Some(Interval {
                 from: completed,
                 to: completed,
             }),
@@ -325,7 +331,7 @@ impl Replay {
                 break;
             }
             if i + 1 >= self.sequences.len() || !self.linked[i + 1] {
-                return Some(Begin::Nothing);
+                return Some(Begin::Through(i));
             }
             i += 1;
         }

@@ -312,7 +312,7 @@ fn replay_start(
     // By GTID, where the segments record theirs.
     match replay.begin_for(backup) {
         Some(Begin::At(i)) => return Ok(Some((i, false))),
-        Some(Begin::Nothing) => return Ok(None),
+        Some(Begin::Through(_)) => return Ok(None),
         Some(Begin::After(i)) if target > completed => {
             let from = main[i]
                 .switch_in
@@ -768,5 +768,34 @@ mod tests {
                 .segments
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn a_backup_holding_the_whole_archive_restores_up_to_its_last_event() {
+        use crate::timeline::fixtures::failover;
+        let (segments, timelines) = failover();
+        // Taken at 04:30 holding 0-2-20: the archive's every transaction; its last segment
+        // ends at 05:00 with nothing after 0-2-20, so every instant up to 05:00 is it.
+        let mut b = backup(
+            FULL,
+            BackupKind::Full,
+            "01T04:20",
+            "01T04:30",
+            "mysql-bin.000003",
+        );
+        b.gtid = Some(GtidPos::parse("0-2-20").unwrap());
+        let inv = Inventory {
+            backups: vec![b],
+            segments,
+            timelines,
+            ..Default::default()
+        };
+        let c = choose_restore(&inv, ts("01T04:50")).unwrap();
+        assert_eq!(
+            (c.window.from, c.window.to),
+            (ts("01T04:30"), ts("01T05:00"))
+        );
+        assert!(c.segments.is_empty(), "nothing to replay");
+        assert!(choose_restore(&inv, ts("01T05:10")).is_err());
     }
 }

@@ -518,7 +518,9 @@ fn an_archiver_stopped_in_the_switch_converges() {
     let mut torn = good.clone();
     torn.extend_from_slice(&[0u8; 19]);
     std::fs::write(s2_dir.path().join("mysql-bin.000003"), torn).unwrap();
-    let e = rt.block_on(archive_pass(&store, &s2, &NoProgress)).unwrap_err();
+    let e = rt
+        .block_on(archive_pass(&store, &s2, &NoProgress))
+        .unwrap_err();
     assert!(e.to_string().contains("declares a size of 0 bytes"), "{e}");
     let inv = rt.block_on(inventory(&store));
     assert_eq!(inv.timelines.len(), 2, "the timeline was recorded first");

@@ -137,16 +137,18 @@ fn replayed(
     got
 }
 
-fn history() -> impl Strategy<
-    Value = (
-        Vec<u64>,
-        Vec<usize>,
-        Vec<usize>,
-        Vec<usize>,
-        Option<(usize, usize)>,
-        Vec<(usize, i64)>,
-    ),
-> {
+/// Gaps between transactions; segment cuts of the old and the new timeline; missing old
+/// segments; a failover (after how many, how many lost); backups (at which, how late).
+type History = (
+    Vec<u64>,
+    Vec<usize>,
+    Vec<usize>,
+    Vec<usize>,
+    Option<(usize, usize)>,
+    Vec<(usize, i64)>,
+);
+
+fn history() -> impl Strategy<Value = History> {
     (
         // Gaps between transactions, seconds.
         prop::collection::vec(1u64..40, 8..40),

@@ -22,10 +22,7 @@ use tidemark_store::state::ArchiverStatus;
 use crate::context::Context;
 use crate::status::condition;
 
-/// The condition's type.
-pub const CONDITION: &str = "BinlogArchiveCurrent";
-/// The field manager of `status.binlogArchive` and the condition.
-pub const MANAGER: &str = "tidemark-operator-binlog-archive";
+pub use crate::status::{BINLOG_ARCHIVE_CONDITION as CONDITION, BINLOG_ARCHIVE_MANAGER as MANAGER};
 /// How often the archive is looked at, at most: every archiver interval, between
 /// [`SOONEST`] and this.
 pub const EVERY: Duration = Duration::from_secs(30);

@@ -28,6 +28,11 @@ pub const HOOKS_MANAGER: &str = "tidemark-operator-hooks";
 
 /// The field manager of `status.restoreTest` (a BackupPolicy's and a Backup's).
 pub const RESTORE_TEST_MANAGER: &str = "tidemark-operator-restore-test";
+/// The field manager of a BackupPolicy's `status.binlogArchive` and its
+/// [`BINLOG_ARCHIVE_CONDITION`] (the archive's watch, `crate::archivewatch`).
+pub const BINLOG_ARCHIVE_MANAGER: &str = "tidemark-operator-binlog-archive";
+/// The condition the archive's watch writes.
+pub const BINLOG_ARCHIVE_CONDITION: &str = "BinlogArchiveCurrent";
 
 /// Writes a BackupPolicy's retention fields (everything but `restoreTest`, which the
 /// restore tests write under [`RESTORE_TEST_MANAGER`]).
@@ -44,7 +49,7 @@ pub async fn policy(
     // The archive's watch writes these under its own manager.
     own.binlog_archive = None;
     own.conditions
-        .retain(|c| c.type_ != crate::archivewatch::CONDITION);
+        .retain(|c| c.type_ != BINLOG_ARCHIVE_CONDITION);
     self::own(api, name, &own).await
 }
 

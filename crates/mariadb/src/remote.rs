@@ -170,6 +170,9 @@ impl RemoteServer {
 
     /// Makes the spool `server_id`'s: files another server wrote are removed (they carry
     /// the same names as its own, and are archived already or part of another timeline).
+    /// A closed file of the old server not shipped yet goes with them: what it holds the
+    /// new primary replicated (its timeline starts at its own newest file the archive
+    /// holds the start of), or is a branch the failover lost.
     fn claim_spool(&self, server_id: u32) -> Result<(), RemoteError> {
         self.prepare_spool()?;
         if self.spool_server() == Some(server_id) {

@@ -27,6 +27,12 @@ impl fmt::Debug for Decompressor {
     }
 }
 
+/// The largest window (as a power of two) a zstd frame may ask a reader for: what
+/// Tidemark's encoder writes at [`MAX_LEVEL`] (zstd's level 19 uses 2^23 = 8 MiB; lower
+/// levels less). zstd's own default is 2^27, and a few hundred stored bytes may declare it:
+/// every frame asking for more is refused before its window is allocated (issue 28).
+pub const MAX_WINDOW_LOG: u32 = 23;
+
 /// Output buffer per call into zstd.
 pub const OUT_CHUNK: usize = 256 << 10;
 
@@ -44,7 +50,10 @@ impl Decompressor {
         match compression {
             None => Ok(None),
             Some(ZSTD) => zstd::stream::raw::Decoder::new()
-                .map(|raw| Some(Decompressor { raw, hint: 0 }))
+                .and_then(|mut raw| {
+                    raw.set_parameter(zstd::stream::raw::DParameter::WindowLogMax(MAX_WINDOW_LOG))?;
+                    Ok(Some(Decompressor { raw, hint: 0 }))
+                })
                 .map_err(|e| UnknownCompression(format!("zstd ({e})"))),
             Some(other) => Err(UnknownCompression(other.chars().take(64).collect())),
         }
@@ -61,7 +70,21 @@ impl Decompressor {
         use zstd::stream::raw::{InBuffer, Operation, OutBuffer};
         let mut inb = InBuffer::around(input);
         let mut outb = OutBuffer::around(out);
-        let hint = self.raw.run(&mut inb, &mut outb)?;
+        let hint = self.raw.run(&mut inb, &mut outb).map_err(|e| {
+            // zstd's words for a frame over `WindowLogMax`; say what it means here.
+            if e.to_string().contains("too much memory") {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!(
+                        "the zstd frame asks for a window over {} MiB, more than tidemark \
+                         ever writes (an object tidemark did not compress?): refused unread",
+                        (1u32 << MAX_WINDOW_LOG) >> 20
+                    ),
+                )
+            } else {
+                e
+            }
+        })?;
         let (used, written) = (inb.pos(), outb.pos());
         // A call that moved nothing (more output wanted after a frame ended) says nothing
         // new about where the stream stands.
@@ -192,6 +215,58 @@ mod tests {
         d.check_end().unwrap();
         assert_eq!(total, 256 << 20);
         assert!(calls >= (256 << 20) / OUT_CHUNK, "{calls}");
+    }
+
+    /// zstd input as another encoder writes it: `window_log` set explicitly, the content
+    /// size left out of the frame header (as a stream's is).
+    fn foreign_frame(level: i32, window_log: u32, content: &[u8]) -> Vec<u8> {
+        let mut e = zstd::stream::write::Encoder::new(Vec::new(), level).unwrap();
+        e.window_log(window_log).unwrap();
+        e.include_checksum(true).unwrap();
+        std::io::Write::write_all(&mut e, content).unwrap();
+        e.finish().unwrap()
+    }
+
+    /// Finding 4 of issue 28: a frame may declare any window up to zstd's own limit (128
+    /// MiB by default, 2 GiB when asked), and the decoder allocates it whole before the first
+    /// byte of content. A bucket writer's small object must not cost more to check than
+    /// Tidemark's own encoder ever asks for.
+    #[test]
+    fn a_window_larger_than_tidemark_writes_is_refused() {
+        // Tidemark's own encoder, at its largest level, with workers and a large input:
+        // within the bound.
+        let data: Vec<u8> = (0..24_000_000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        for c in [
+            Compression::zstd(MAX_LEVEL),
+            Compression::Zstd {
+                level: MAX_LEVEL,
+                workers: 2,
+            },
+        ] {
+            let mut comp = compressor(c);
+            let mut stored = Vec::new();
+            for chunk in data.chunks(1 << 20) {
+                stored.extend(comp.push(chunk).unwrap());
+            }
+            stored.extend(comp.finish().unwrap());
+            let mut d = Decompressor::for_recorded(Some(ZSTD)).unwrap().unwrap();
+            let back = decompress(&mut d, &stored).unwrap();
+            d.check_end().unwrap();
+            assert!(back == data, "{c}: the content differs");
+        }
+        // The same bound, reached by hand, is still read.
+        let zeros = vec![0u8; 4 << 20];
+        let at_bound = foreign_frame(1, MAX_WINDOW_LOG, &zeros);
+        let mut d = Decompressor::for_recorded(Some(ZSTD)).unwrap().unwrap();
+        assert_eq!(decompress(&mut d, &at_bound).unwrap().len(), zeros.len());
+        // One past it, a few hundred bytes long: refused before the window is allocated.
+        let bomb = foreign_frame(1, MAX_WINDOW_LOG + 1, &zeros);
+        assert!(bomb.len() < 4096, "{}", bomb.len());
+        let mut d = Decompressor::for_recorded(Some(ZSTD)).unwrap().unwrap();
+        let e = decompress(&mut d, &bomb).unwrap_err();
+        assert!(e.to_string().contains("window"), "{e}");
     }
 
     #[test]

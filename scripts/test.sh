@@ -48,11 +48,12 @@ if [ ! -x "$azurite_dir/node_modules/.bin/azurite-blob" ] \
 fi
 export TIDEMARK_AZURITE="$azurite_dir/node_modules/.bin/azurite-blob"
 
-# openssl: the tests make their own keys and certificates (TLS, the GCS key).
-MARIADB_PACKAGES="mariadb-server mariadb-backup mariadb-client openssl"
+# openssl: the tests make their own keys and certificates (TLS, the GCS key); gcc: the
+# bucket-writer test builds the library a planted backup carries.
+MARIADB_PACKAGES="mariadb-server mariadb-backup mariadb-client openssl gcc libc6-dev"
 if ! command -v mariadbd >/dev/null || ! command -v mariabackup >/dev/null \
   || ! command -v mbstream >/dev/null || ! command -v mariadb-binlog >/dev/null \
-  || ! command -v openssl >/dev/null; then
+  || ! command -v openssl >/dev/null || ! command -v gcc >/dev/null; then
   log "installing ${MARIADB_PACKAGES} with apt-get"
   sudo_if_needed() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
   sudo_if_needed apt-get update -qq

@@ -1461,3 +1461,338 @@ spec:
         assert_eq!(held.until, until, "{key}");
     }
 }
+
+/// A shared library that, loaded anywhere, appends to `marker` who loaded it and what it
+/// could read of its parent's environment (`TIDEMARK_IDENTITY`, the store's keys).
+fn marker_library(dir: &Path, marker: &Path) -> std::path::PathBuf {
+    let src = dir.join("evil.c");
+    std::fs::write(
+        &src,
+        format!(
+            r#"#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+__attribute__((constructor)) static void planted(void) {{
+  FILE *m = fopen("{}", "a");
+  if (!m) return;
+  fprintf(m, "ran in pid %d; own identity=%s\n", getpid(), getenv("TIDEMARK_IDENTITY") ? "yes" : "no");
+  char path[64]; snprintf(path, sizeof path, "/proc/%d/environ", getppid());
+  FILE *p = fopen(path, "r");
+  if (p) {{ char buf[4096]; size_t n = fread(buf, 1, sizeof buf, p); fprintf(m, "read %zu bytes of the parent's environment\n", n); fclose(p); }}
+  fclose(m);
+}}
+"#,
+            marker.display()
+        ),
+    )
+    .unwrap();
+    let lib = dir.join("evil.so");
+    let out = std::process::Command::new("gcc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run gcc ({e}): scripts/test.sh installs it"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    lib
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Runtime::new().unwrap().block_on(f)
+}
+
+fn get_object(store: &tidemark_store::ClusterStore, key: &str) -> Vec<u8> {
+    use object_store::ObjectStoreExt as _;
+    block_on(async {
+        store
+            .object_store()
+            .get(&object_store::path::Path::from(key))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap()
+            .to_vec()
+    })
+}
+
+fn put_object(store: &tidemark_store::ClusterStore, key: &str, body: Vec<u8>) {
+    use object_store::ObjectStoreExt as _;
+    block_on(
+        store
+            .object_store()
+            .put(&object_store::path::Path::from(key), body.into()),
+    )
+    .unwrap();
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+/// As someone who can write the bucket and nothing else: the payload of backup `id` gets
+/// `lib` and the plugin trick in its `backup-my.cnf`, and its `metadata.json` the new size
+/// and checksum.
+fn plant_backup(env: &Env, id: &str, lib: &Path, work: &Path) {
+    let store = env.s3.cluster_store("e2e");
+    let meta_key = format!("nightly/{id}/metadata.json");
+    let mut meta: Value = serde_json::from_slice(&get_object(&store, &meta_key)).unwrap();
+    let object = meta["payload"][0]["name"].as_str().unwrap().to_owned();
+    let payload_key = format!("nightly/{id}/{object}");
+    let tree = work.join(format!("planted-{id}"));
+    std::fs::create_dir_all(&tree).unwrap();
+    let mut x = std::process::Command::new("mbstream")
+        .args(["-x", "-C"])
+        .arg(&tree)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(x.stdin.as_mut().unwrap(), &get_object(&store, &payload_key))
+        .unwrap();
+    drop(x.stdin.take());
+    assert!(x.wait().unwrap().success());
+    std::fs::copy(lib, tree.join("evil.so")).unwrap();
+    let cnf = tree.join("backup-my.cnf");
+    let mut text = std::fs::read_to_string(&cnf).unwrap();
+    text.push_str(
+        "[mysqld]\nplugin_dir=/proc/self/cwd\nplugin_load=evil.so\nplugin-load-add=evil.so\n",
+    );
+    std::fs::write(&cnf, text).unwrap();
+    let files: Vec<String> = walk(&tree)
+        .iter()
+        .map(|p| p.strip_prefix(&tree).unwrap().to_str().unwrap().to_owned())
+        .collect();
+    let out = std::process::Command::new("mbstream")
+        .arg("-c")
+        .args(&files)
+        .current_dir(&tree)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    meta["payload"][0]["size"] = out.stdout.len().into();
+    meta["payload"][0]["sha256"] = sha256_hex(&out.stdout).into();
+    put_object(&store, &payload_key, out.stdout);
+    put_object(&store, &meta_key, serde_json::to_vec(&meta).unwrap());
+}
+
+/// CRC-32 (IEEE), as a binlog event's checksum.
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in bytes {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = (crc >> 1) ^ (0xEDB8_8320 & (crc & 1).wrapping_neg());
+        }
+    }
+    !crc
+}
+
+/// As a bucket writer: the archived segment holding `needle` (a whole statement) gets
+/// `statement` (padded to the same length) in its place, the event's checksum recomputed
+/// and the index entry's sha256 rewritten. Returns what to write back to undo it.
+fn forge_segment(env: &Env, needle: &str, statement: &str) -> Vec<(String, Vec<u8>)> {
+    let store = env.s3.cluster_store("e2e");
+    let index_key = "binlogs/_index.json";
+    let original_index = get_object(&store, index_key);
+    let mut index: Value = serde_json::from_slice(&original_index).unwrap();
+    let names: Vec<String> = index["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap().to_owned())
+        .collect();
+    for name in names {
+        let key = format!("binlogs/{name}");
+        let original = get_object(&store, &key);
+        let mut bytes = original.clone();
+        let Some(at) = bytes
+            .windows(needle.len())
+            .position(|w| w == needle.as_bytes())
+        else {
+            continue;
+        };
+        let mut forged = format!("{statement} /*");
+        assert!(forged.len() + 2 <= needle.len());
+        forged.push_str(&" ".repeat(needle.len() - forged.len() - 2));
+        forged.push_str("*/");
+        bytes[at..at + needle.len()].copy_from_slice(forged.as_bytes());
+        // The event around it: walk from the magic number.
+        let mut start = 4usize;
+        loop {
+            let size =
+                u32::from_le_bytes(bytes[start + 9..start + 13].try_into().unwrap()) as usize;
+            if at < start + size {
+                let crc = crc32(&bytes[start..start + size - 4]);
+                bytes[start + size - 4..start + size].copy_from_slice(&crc.to_le_bytes());
+                break;
+            }
+            start += size;
+        }
+        for e in index["segments"].as_array_mut().unwrap() {
+            if e["name"] == name.as_str() {
+                e["sha256"] = sha256_hex(&bytes).into();
+            }
+        }
+        put_object(&store, &key, bytes);
+        put_object(&store, index_key, serde_json::to_vec(&index).unwrap());
+        return vec![(key, original), (index_key.to_owned(), original_index)];
+    }
+    panic!("no archived segment holds {needle:?}");
+}
+
+/// Issue 28 finding 1: someone who can write the bucket (a leaked key) plants a backup and
+/// a binlog segment. Nothing they carry runs — no library from the backup in `mariabackup`
+/// or `mariadbd`, no file written or read by a replayed statement — in `restore`,
+/// `restore-test` or a consolidation, and each command reports what it refused.
+#[test]
+fn a_bucket_writer_runs_no_code_where_backups_are_restored() {
+    let env = Env {
+        s3: SeaweedFs::start(),
+        db: MariaDb::start(),
+        compression: "none",
+        bucket: None,
+    };
+    let db = &env.db;
+    let work = db.scratch().join("attacker");
+    std::fs::create_dir(&work).unwrap();
+    let marker = work.join("MARKER");
+    let lib = marker_library(&work, &marker);
+    db.sql(
+        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT); \
+         CREATE TABLE shop.notes (note TEXT)",
+    );
+    env.insert(5);
+    db.sql("FLUSH BINARY LOGS");
+    let full = env.backup(None);
+    env.insert(3);
+    let incremental = env.backup(Some(&full));
+    // Statements a forger rewrites: long enough to hold what they put there.
+    let needle = |i: usize| {
+        format!(
+            "INSERT INTO shop.notes VALUES ('note {i} {}')",
+            "x".repeat(160)
+        )
+    };
+    for i in 0..3 {
+        db.sql(&needle(i));
+    }
+    let after = pause_and_mark();
+    env.archive();
+    let store = env.s3.cluster_store("e2e");
+    let restore_to = |name: &str| {
+        let dir = db.scratch().join(name);
+        let out = env.tidemark(&[
+            "restore",
+            "--to",
+            &after.to_string(),
+            "--datadir",
+            dir.to_str().unwrap(),
+        ]);
+        (out, dir)
+    };
+    let no_marker = |when: &str| {
+        assert!(
+            !marker.exists(),
+            "{when}: planted code ran:\n{}",
+            std::fs::read_to_string(&marker).unwrap_or_default()
+        );
+    };
+    // Intact, the restore holds every note.
+    let (out, dir) = restore_to("intact");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(query_restored(&dir, "SELECT COUNT(*) FROM shop.notes"), "3");
+
+    // Forged segments: each statement is refused by the locked-down replay, the restore
+    // fails naming it, and nothing is left.
+    let outfile = work.join("written-by-replay");
+    for (i, statement, refused) in [
+        (
+            0,
+            format!("SELECT 'pwned' INTO OUTFILE '{}'", outfile.display()),
+            "secure-file-priv",
+        ),
+        (
+            1,
+            "INSTALL SONAME 'ha_federatedx'".to_owned(),
+            "ha_federatedx",
+        ),
+        (
+            2,
+            "LOAD DATA LOCAL INFILE '/proc/self/environ' INTO TABLE shop.notes".to_owned(),
+            "local infile",
+        ),
+    ] {
+        let undo = forge_segment(&env, &needle(i), &statement);
+        let (out, dir) = restore_to(&format!("forged-{i}"));
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{statement}: the restore succeeded");
+        assert!(said.contains(refused), "{statement}: {said}");
+        assert!(
+            !dir.exists(),
+            "{statement}: a half-restored directory is left"
+        );
+        assert!(
+            !outfile.exists(),
+            "{statement}: the replay wrote {}",
+            outfile.display()
+        );
+        no_marker(&statement);
+        for (key, body) in undo {
+            put_object(&store, &key, body);
+        }
+    }
+
+    // A planted full: its library never loads, in a restore, a restore test or a
+    // consolidation, and each says why it refused the backup.
+    plant_backup(&env, &full, &lib, &work);
+    let (out, dir) = restore_to("planted");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the planted backup was restored");
+    assert!(
+        said.contains("backup-my.cnf") && said.contains("plugin_dir"),
+        "{said}"
+    );
+    assert!(said.contains(&full), "{said}");
+    assert!(!dir.exists());
+    no_marker("restore");
+    let scratch = db.scratch().join("restore-tests");
+    std::fs::create_dir(&scratch).unwrap();
+    let out = env.tidemark(&["restore-test", "--scratch", scratch.to_str().unwrap()]);
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "the restore test passed: {said}");
+    assert!(said.contains("backup-my.cnf"), "{said}");
+    no_marker("restore-test");
+    let out = env.tidemark(&[
+        "gc",
+        "--keep-last",
+        "1",
+        "--consolidate",
+        "--output",
+        "json",
+    ]);
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains("backup-my.cnf"), "{said}");
+    no_marker("gc --consolidate");
+    assert_eq!(
+        backup_ids(&env.json(&["ls"])),
+        vec![full.clone(), incremental.clone()],
+        "the chain is kept: {said}"
+    );
+}

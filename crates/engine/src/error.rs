@@ -195,7 +195,9 @@ impl EngineError {
                 | RestoreError::NoPosition { .. }
                 | RestoreError::Galera { .. } => Class::NotRestorable,
                 RestoreError::Method { .. } | RestoreError::DatadirNotEmpty(_) => Class::Input,
-                RestoreError::NoMetadata { .. } => Class::Data,
+                // A backup whose files say what no tool is handed: the data is not what
+                // Tidemark wrote (or not a backup it can restore).
+                RestoreError::NoMetadata { .. } | RestoreError::Options(_) => Class::Data,
                 RestoreError::Transfer(t) => match transfer_class(t) {
                     // A download that fails its checksum is data; a sink that fails is the
                     // restore's own failure.

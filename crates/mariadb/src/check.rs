@@ -90,7 +90,7 @@ pub async fn restore_and_check(
     })?;
     let report = restore::restore(store, plan, &datadir, tools, progress).await?;
     progress.step("starting MariaDB on the restored data", 0);
-    let server = PrivateServer::start(&datadir, &server_dir, tools, true).await?;
+    let server = PrivateServer::start(&datadir, &server_dir, tools).await?;
     progress.step("checking every table", 0);
     let mut outcome = check(&server.socket, tools, spec).await;
     if let Err(e) = server.stop("mariadbd shutdown after the checks").await {
@@ -466,13 +466,7 @@ async fn sql_within(
         return Err(SqlError::OutOfTime(CHECK_TIMEOUT));
     }
     use tokio::io::AsyncReadExt as _;
-    let mut child = Command::new(&tools.mariadb)
-        .env_clear()
-        .envs(
-            restore::KEPT_ENV
-                .iter()
-                .filter_map(|k| Some((*k, std::env::var_os(k)?))),
-        )
+    let mut child = restore::hermetic(&mut Command::new(&tools.mariadb))
         .arg("--no-defaults")
         .arg("--default-character-set=utf8mb4")
         .arg(format!("--socket={}", socket.display()))

@@ -171,6 +171,8 @@ pub enum RestoreError {
         tail: String,
     },
     #[error(transparent)]
+    Options(#[from] crate::cnf::Refused),
+    #[error(transparent)]
     Transfer(#[from] TransferError),
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -478,13 +480,16 @@ pub(crate) async fn build_prepared(
     let mut bytes = extract(store, base, datadir, tools, progress).await?;
     let log = work.join("tools.log");
     let datadir_arg = format!("--target-dir={}", datadir.display());
+    // No library is ever loaded from a backup (its backup-my.cnf is rewritten as it is
+    // extracted; this pins the directory a setting could name besides).
+    let no_plugins = format!("--plugin-dir={}", no_plugin_dir(work)?.display());
     // The base is prepared while the increments download (prepare as early as possible):
     // its redo log applies to its own files only.
     let prepare_base = async {
         progress.step("preparing the base backup", 0);
         run_logged(
             &tools.mariabackup,
-            &["--prepare".into(), datadir_arg.clone()],
+            &["--prepare".into(), datadir_arg.clone(), no_plugins.clone()],
             &log,
             "mariabackup --prepare",
         )
@@ -513,6 +518,7 @@ pub(crate) async fn build_prepared(
                 "--prepare".into(),
                 datadir_arg.clone(),
                 format!("--incremental-dir={}", inc.display()),
+                no_plugins.clone(),
             ],
             &log,
             &format!(
@@ -563,6 +569,16 @@ async fn extract(
         &format!("mbstream -x of backup {}", m.backup_id),
     )
     .await?;
+    // Before any tool reads the directory: its options file keeps the geometry only.
+    crate::cnf::Geometry::sanitize(dir, &m.backup_id).map_err(|source| RestoreError::Io {
+        action: format!(
+            "rewriting the {} of backup {}",
+            crate::cnf::FILE,
+            m.backup_id
+        ),
+        dir: dir.to_path_buf(),
+        source,
+    })??;
     Ok(payload.size)
 }
 
@@ -614,7 +630,7 @@ async fn replay(
     plan: &RestorePlan,
     stop: Timestamp,
 ) -> Result<(), RestoreError> {
-    let server = PrivateServer::start(datadir, work, tools, false).await?;
+    let server = PrivateServer::start(datadir, work, tools).await?;
     let replayed = replay_into(&server.socket, tools, files, plan, stop, work).await;
     let stopped = server.stop("mariadbd shutdown after replay").await;
     replayed?;
@@ -633,64 +649,57 @@ pub(crate) struct PrivateServer {
 impl PrivateServer {
     /// Starts the server on `datadir` and waits until it accepts connections. It sees
     /// none of this process's environment (store credentials, identities) but
-    /// [`KEPT_ENV`]. `locked_down` (for checks running a user's query): no file can be read
-    /// or written through SQL (`LOAD_FILE`, `SELECT … INTO OUTFILE`, `LOAD DATA`), so a
-    /// query cannot read the pod's secrets from `/proc`; a binlog replay leaves them on
-    /// (its events may load data).
+    /// [`KEPT_ENV`], reads no options file (the geometry of the data directory's
+    /// `backup-my.cnf`, checked again, is passed as options), loads no library (an empty
+    /// plugin directory, no grant tables so no `mysql.plugin`), and no file can be read or
+    /// written through SQL (`LOAD_FILE`, `SELECT … INTO OUTFILE`, `LOAD DATA [LOCAL]`):
+    /// neither a user's check query nor a replayed event can read the pod's secrets from
+    /// `/proc` or write outside the data directory.
     ///
     /// # Errors
-    /// It cannot be started, or does not come up (with the end of its log).
+    /// Its options are refused; it cannot be started, or does not come up (with the end of
+    /// its log).
     pub(crate) async fn start(
         datadir: &Path,
         work: &Path,
         tools: &Tools,
-        locked_down: bool,
     ) -> Result<Self, RestoreError> {
         let socket = work.join("mysqld.sock");
         let log = work.join("mysqld.log");
+        let io = |action: &str, dir: &Path| {
+            let (action, dir) = (action.to_owned(), dir.to_path_buf());
+            move |source| RestoreError::Io {
+                action,
+                dir,
+                source,
+            }
+        };
         // A server deletes every `#sql*` file in its tmpdir when it starts: with the default
         // (/tmp) it would remove the temporary tables of a live server on the same host.
         let tmpdir = work.join("tmp");
-        std::fs::create_dir_all(&tmpdir).map_err(|source| RestoreError::Io {
-            action: "creating the private server's tmpdir".into(),
-            dir: tmpdir.clone(),
-            source,
-        })?;
+        std::fs::create_dir_all(&tmpdir)
+            .map_err(io("creating the private server's tmpdir", &tmpdir))?;
+        let none = work.join("no-files");
+        std::fs::create_dir_all(&none)
+            .map_err(io("creating the private server's file directory", &none))?;
+        let geometry = crate::cnf::Geometry::read(datadir, &datadir.display().to_string())
+            .map_err(io("reading the restored options file", datadir))??;
         let mut server = Command::new(&tools.mariadbd);
-        // backup-my.cnf holds the InnoDB geometry the files were written with.
-        let cnf = datadir.join("backup-my.cnf");
-        if cnf.exists() {
-            server.arg(format!("--defaults-file={}", cnf.display()));
-        } else {
-            server.arg("--no-defaults");
-        }
         server
+            .arg("--no-defaults")
+            .args(geometry.args())
+            .arg(format!("--plugin-dir={}", no_plugin_dir(work)?.display()))
             .arg(format!("--datadir={}", datadir.display()))
             .arg(format!("--socket={}", socket.display()))
             .arg(format!("--pid-file={}", work.join("mysqld.pid").display()))
             .arg(format!("--tmpdir={}", tmpdir.display()))
             .arg(format!("--log-error={}", log.display()))
             .args(["--skip-networking", "--skip-grant-tables", "--skip-log-bin"])
-            .env_clear()
-            .envs(
-                KEPT_ENV
-                    .iter()
-                    .filter_map(|k| Some((*k, std::env::var_os(k)?))),
-            )
+            .arg(format!("--secure-file-priv={}", none.display()))
+            .arg("--local-infile=0")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        if locked_down {
-            let none = work.join("no-files");
-            std::fs::create_dir_all(&none).map_err(|source| RestoreError::Io {
-                action: "creating the private server's file directory".into(),
-                dir: none.clone(),
-                source,
-            })?;
-            server
-                .arg(format!("--secure-file-priv={}", none.display()))
-                .arg("--local-infile=0");
-        }
         if running_as_root() {
             // mariadbd refuses to run as root unless told to.
             server.arg("--user=root");
@@ -819,6 +828,7 @@ async fn replay_run(
         .strftime("%Y-%m-%d %H:%M:%S")
         .to_string();
     let mut binlog = Command::new(&tools.mariadb_binlog);
+    binlog.arg("--no-defaults");
     // --stop-datetime is read in the client's local time zone.
     binlog.env("TZ", "UTC");
     match (&run.start_after, offset) {
@@ -857,8 +867,12 @@ async fn replay_run(
     })?;
     let client = spawn(
         Command::new(&tools.mariadb)
+            .arg("--no-defaults")
             .arg(format!("--socket={}", socket.display()))
+            // No client command (`\!`, `source`, …) runs from the event text, and the client
+            // sends no file of its own (`LOAD DATA LOCAL`, refused by the server as well).
             .arg("--binary-mode")
+            .arg("--local-infile=0")
             // Account statements in the binlog need the grant tables loaded; this session
             // keeps the full rights it connected with.
             .arg("--init-command=FLUSH PRIVILEGES")
@@ -899,18 +913,48 @@ fn running_as_root() -> bool {
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }
 
-/// The environment a private server and the check client keep: what finds programs and
-/// reads text, nothing that holds a credential.
+/// The environment every tool a restore, a check or a consolidation runs keeps (besides
+/// what the caller sets for it): what finds programs and reads text, nothing that holds a
+/// credential. The tools read files from the bucket; none of them is handed the store's
+/// keys or an identity, whatever it is made to run.
 pub(crate) const KEPT_ENV: [&str; 4] = ["PATH", "LANG", "LC_ALL", "TZ"];
 
+/// Gives `cmd` this process's [`KEPT_ENV`] and what was set on it explicitly, nothing else.
+pub(crate) fn hermetic(cmd: &mut Command) -> &mut Command {
+    let explicit: Vec<(OsString, OsString)> = cmd
+        .as_std()
+        .get_envs()
+        .filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned())))
+        .collect();
+    cmd.env_clear()
+        .envs(
+            KEPT_ENV
+                .iter()
+                .filter_map(|k| Some((*k, std::env::var_os(k)?))),
+        )
+        .envs(explicit)
+}
+
+/// Starts a tool with [`hermetic`] environment, killed if dropped.
 pub(crate) fn spawn(cmd: &mut Command, program: &OsString) -> Result<Child, RestoreError> {
-    cmd.env_remove(tidemark_store::crypt::IDENTITY_ENV)
+    hermetic(cmd)
         .kill_on_drop(true)
         .spawn()
         .map_err(|source| RestoreError::Spawn {
             program: program.to_string_lossy().into_owned(),
             source,
         })
+}
+
+/// An empty directory under `work` for `--plugin-dir`: no library is found there.
+pub(crate) fn no_plugin_dir(work: &Path) -> Result<PathBuf, RestoreError> {
+    let dir = work.join("no-plugins");
+    std::fs::create_dir_all(&dir).map_err(|source| RestoreError::Io {
+        action: "creating an empty plugin directory".into(),
+        dir: dir.clone(),
+        source,
+    })?;
+    Ok(dir)
 }
 
 /// Runs a tool with its output appended to `log`; on failure the error carries the end of

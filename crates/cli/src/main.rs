@@ -18,6 +18,16 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // Nothing this process starts (a backup command, mariabackup on a backup from the
+    // bucket, a hook) may read its environment or memory back through /proc — the store's
+    // keys and the age identity are there. Not dumpable: only a process with
+    // CAP_SYS_PTRACE, CAP_SYS_ADMIN or CAP_PERFMON can, none of which a container runtime
+    // gives by default, and Tidemark's own pods drop every capability (issue 28).
+    if let Err(e) =
+        rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+    {
+        eprintln!("warning: cannot make the process non-dumpable: {e}");
+    }
     let cli = args::Cli::parse();
     init_logging(&cli.command);
     match commands::run(cli) {

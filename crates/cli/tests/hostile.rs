@@ -1083,7 +1083,55 @@ fn oversized_metadata_is_refused_unread(t: &Target) {
     );
 }
 
+/// Issue 28: what `tidemark` starts — a backup command here, `mariabackup` on a backup from
+/// the bucket in a restore — cannot read its environment (the store's keys, the age
+/// identity) back through `/proc`, with the capabilities a container runtime gives root by
+/// default (without `CAP_SYS_PTRACE`, `CAP_SYS_ADMIN` or `CAP_PERFMON`, any of which reads
+/// any process's memory).
+fn children_cannot_read_the_environment_back(t: &Target) {
+    let dir = tempfile::tempdir().unwrap();
+    let leak = dir.path().join("leak");
+    let keygen = bin().arg("keygen").output().unwrap();
+    assert!(keygen.status.success(), "{}", stderr(&keygen));
+    let identity = String::from_utf8(keygen.stdout).unwrap();
+    let identity = identity
+        .lines()
+        .find(|l| l.starts_with("AGE-SECRET-KEY-"))
+        .unwrap_or_else(|| panic!("keygen printed no identity: {identity}"));
+    let script = format!(
+        "cat /proc/$PPID/environ > {} 2>&1; od -c /proc/$PPID/mem 2>&1 | head -c 100 >> {0}; echo data",
+        leak.display()
+    );
+    let program = bin().get_program().to_owned();
+    let o = std::process::Command::new("setpriv")
+        .arg("--inh-caps=-all")
+        .arg(
+            "--bounding-set=-all,+chown,+dac_override,+fowner,+fsetid,+kill,+setgid,+setuid,\
+             +setpcap,+net_bind_service,+net_raw,+sys_chroot,+mknod,+audit_write,+setfcap",
+        )
+        .arg(&program)
+        .envs(t.env.iter().map(|(k, v)| (*k, v.as_str())))
+        .env("TIDEMARK_IDENTITY", identity)
+        .env("TIDEMARK_CANARY", "canary-3f9a")
+        .args(["push", "--store", &t.url, "--cluster", "environ"])
+        .args(["--backup-name", "n", "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run setpriv (util-linux): {e}"));
+    assert!(o.status.success(), "[{}] push: {}", t.name, stderr(&o));
+    let read = std::fs::read_to_string(&leak).unwrap();
+    assert!(read.contains("Permission denied"), "[{}] {read}", t.name);
+    for secret in ["canary-3f9a", "AGE-SECRET-KEY", "AWS_SECRET"] {
+        assert!(
+            !read.contains(secret),
+            "[{}] a child read {secret}: {read}",
+            t.name
+        );
+    }
+}
+
 fn both(t: &Target) {
+    children_cannot_read_the_environment_back(t);
     oversized_metadata_is_refused_unread(t);
     broken_payload_counts_for_nothing(t);
     push_in_flight_is_never_collected(t);

@@ -605,6 +605,8 @@ async fn the_binlog_archiver_deployment_reads_the_server_over_the_network() {
     assert_eq!(spec.strategy.unwrap().type_.as_deref(), Some("Recreate"));
     let pod = spec.template.spec.unwrap();
     assert_eq!(pod.containers[0].image.as_deref(), Some("mariadb:11.4"));
+    // No API token for tools that read the bucket (issue 28).
+    assert_eq!(pod.automount_service_account_token, Some(false));
     assert_eq!(
         serde_json::to_value(pod.containers[0].resources.as_ref().unwrap()).unwrap(),
         json!({"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}})

@@ -908,9 +908,10 @@ async fn replay_run(
     Ok(())
 }
 
+/// Whether this process runs as root (its effective uid: `/proc/self` belongs to root in a
+/// process made non-dumpable, whoever runs it).
 fn running_as_root() -> bool {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+    rustix::process::geteuid().is_root()
 }
 
 /// The environment every tool a restore, a check or a consolidation runs keeps (besides

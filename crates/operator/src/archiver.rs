@@ -268,6 +268,8 @@ pub fn archiver(
                     ..Default::default()
                 }),
                 spec: Some(PodSpec {
+                    // Nothing in it talks to the API: no token for a planted tool to read.
+                    automount_service_account_token: pod::NO_TOKEN,
                     security_context: db.pod_security.clone(),
                     init_containers: Some(vec![pod::install_container(
                         operator_image,

@@ -302,6 +302,8 @@ impl ToolJob<'_> {
                         ..Default::default()
                     }),
                     spec: Some(PodSpec {
+                        // Nothing in it talks to the API: no token for a planted tool to read.
+                        automount_service_account_token: pod::NO_TOKEN,
                         restart_policy: Some("Never".into()),
                         security_context: self.database.pod_security.clone(),
                         init_containers: Some(vec![pod::install_container(

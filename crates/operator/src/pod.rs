@@ -101,6 +101,12 @@ pub fn tidemark_script() -> String {
     format!("exec {TOOLS_DIR}/tidemark \"$@\"")
 }
 
+/// `automountServiceAccountToken` of every pod Tidemark builds (backup, consolidation,
+/// restore test, archiver): none talks to the API, and each runs tools on files from the
+/// bucket — a token there would be the operator's reach handed to whoever can write it
+/// (issue 28).
+pub const NO_TOKEN: Option<bool> = Some(false);
+
 /// The init container that copies `tidemark` from the operator's `image` into
 /// [`TOOLS_DIR`] (`tidemark install`: the target image may have no `cp`), in a pod whose
 /// pod-level security settings are `pod_security`.

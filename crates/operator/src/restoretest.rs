@@ -405,7 +405,10 @@ mod tests {
         let name = job_name("shop", "01230000", "2026-11-25T04:00:00Z".parse().unwrap());
         assert_eq!(name, "shop-01230000-restore-test-20261125040000");
         let job = job_of(&policy, &name, true, &spec, &db, "tidemark:test", None).unwrap();
-        let c = &job.spec.unwrap().template.spec.unwrap().containers[0];
+        let pod = job.spec.unwrap().template.spec.unwrap();
+        // It holds the identity and reads the bucket: no API token beside (issue 28).
+        assert_eq!(pod.automount_service_account_token, Some(false));
+        let c = &pod.containers[0];
         assert_eq!(c.image.as_deref(), Some("mariadb:11.4"));
         let args = c.args.clone().unwrap();
         let joined = args.join(" ");

@@ -203,6 +203,8 @@ impl JobPlan<'_> {
                         ..Default::default()
                     }),
                     spec: Some(PodSpec {
+                        // Nothing in it talks to the API: no token for a planted tool to read.
+                        automount_service_account_token: pod::NO_TOKEN,
                         restart_policy: Some("Never".into()),
                         affinity: Some(Affinity {
                             node_affinity: Some(NodeAffinity {

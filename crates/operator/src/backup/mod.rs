@@ -851,6 +851,8 @@ mod tests {
             Some(FINISHED_JOB_TTL_SECONDS)
         );
         let spec = job.spec.unwrap().template.spec.unwrap();
+        // Nothing in it talks to the API: no token (issue 28).
+        assert_eq!(spec.automount_service_account_token, Some(false));
         let c = &spec.containers[0];
         let args = c.args.clone().unwrap();
         // Pinned, tolerated, in the database image, the claim mounted with its subPath.

@@ -740,9 +740,37 @@ pub struct EncryptionSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(crate::names::SUBDOMAIN_PATTERN), length(max = 253))]
     pub identity_secret: Option<String>,
+    /// The instant encryption was turned on (RFC 3339, e.g. `2026-11-01T00:00:00Z`):
+    /// backups completed and binlogs ending before it may be unencrypted. Under a policy with
+    /// recipients every other unencrypted payload or segment is refused by restores,
+    /// restore tests and consolidation — someone who can write the bucket but holds no key
+    /// could have planted it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub plaintext_before: Option<String>,
 }
 
 impl EncryptionSpec {
+    /// [`EncryptionSpec::plaintext_before`], parsed.
+    ///
+    /// # Errors
+    /// Not an RFC 3339 instant (with the accepted form).
+    pub fn plaintext_before(&self) -> Result<Option<jiff::Timestamp>, PolicyFileError> {
+        self.plaintext_before
+            .as_deref()
+            .map(|t| {
+                t.parse::<jiff::Timestamp>()
+                    .map_err(|_| PolicyFileError::Invalid {
+                        field: "spec.objectStore.encryption.plaintextBefore",
+                        problem: format!(
+                            "{:?} is not an instant: give RFC 3339, e.g. 2026-11-01T00:00:00Z",
+                            t.chars().take(64).collect::<String>()
+                        ),
+                    })
+            })
+            .transpose()
+    }
+
     /// Checks the recipients' form and count, and the Secret's name.
     ///
     /// # Errors
@@ -779,6 +807,7 @@ impl EncryptionSpec {
         if let Some(secret) = &self.identity_secret {
             crate::names::dns_subdomain("spec.objectStore.encryption.identitySecret", secret)?;
         }
+        self.plaintext_before()?;
         Ok(())
     }
 }

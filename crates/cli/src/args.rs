@@ -596,6 +596,17 @@ pub struct StoreArgs {
     /// identities themselves (as a Secret mounted as a variable does).
     #[arg(long = "identity", value_name = "FILE", env = "TIDEMARK_IDENTITY_FILE")]
     pub identities: Vec<PathBuf>,
+    /// Under encryption (recipients given), payloads and segments that are not encrypted
+    /// are refused by restore, restore-test and consolidation — a bucket writer holding no
+    /// key could have planted them — except those written before this instant (RFC 3339):
+    /// the history from before encryption was turned on. Default: the policy file's
+    /// objectStore.encryption.plaintextBefore.
+    #[arg(
+        long = "allow-plaintext-before",
+        value_name = "INSTANT",
+        env = "TIDEMARK_ALLOW_PLAINTEXT_BEFORE"
+    )]
+    pub allow_plaintext_before: Option<String>,
     /// S3 Object Lock (the bucket must have it enabled): backups this command commits are
     /// locked in this mode, governance or compliance, and what it deletes goes with all its
     /// versions. Default: the policy file's objectStore.objectLock.mode.

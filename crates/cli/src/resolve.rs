@@ -133,6 +133,20 @@ pub fn target(
         .map(|d| cwd.join(d))
         .unwrap_or_else(|| cwd.clone());
     let (recipients, identities) = keys(args, os.and_then(|o| o.encryption.as_ref()), &policy_dir)?;
+    let plaintext_before = match args.allow_plaintext_before.as_deref().filter(|t| !t.is_empty()) {
+        Some(t) => Some(t.parse::<jiff::Timestamp>().map_err(|_| {
+            CliError::input(format!(
+                "--allow-plaintext-before {:?}: not an instant; give RFC 3339, e.g. 2026-11-01T00:00:00Z",
+                t.chars().take(64).collect::<String>()
+            ))
+        })?),
+        None => os
+            .and_then(|o| o.encryption.as_ref())
+            .map(tidemark_api::policy::EncryptionSpec::plaintext_before)
+            .transpose()
+            .map_err(|e| CliError::input(e.to_string()))?
+            .flatten(),
+    };
     let policy_lock = file
         .map(|p| p.spec.object_lock())
         .transpose()
@@ -161,6 +175,7 @@ pub fn target(
         store: ClusterStore::open(&url, &cluster, &options)?
             .with_compression(compression)
             .with_recipients(recipients)
+            .with_plaintext_before(plaintext_before)
             .with_identities(identities)
             .with_object_lock(object_lock.map(|l| l.mode))?
             .with_lock_period(object_lock.and_then(|l| l.period)),

@@ -327,6 +327,7 @@ fn open_store(
                 ca_bundle: None,
                 recipients: Vec::new(),
                 identities: Vec::new(),
+                allow_plaintext_before: None,
                 lock_mode: None,
                 lock_period: None,
             },

@@ -1671,6 +1671,7 @@ fn a_bucket_writer_runs_no_code_where_backups_are_restored() {
     let full = env.backup(None);
     env.insert(3);
     let incremental = env.backup(Some(&full));
+    let encrypted_from = pause_and_mark();
     // Statements a forger rewrites: long enough to hold what they put there.
     let needle = |i: usize| {
         format!(
@@ -1750,6 +1751,47 @@ fn a_bucket_writer_runs_no_code_where_backups_are_restored() {
             put_object(&store, &key, body);
         }
     }
+
+    // Under encryption every plaintext object could be the bucket writer's: refused unless
+    // named as history from before encryption, and a segment written after the instant
+    // named is refused by name.
+    let keygen = common::bin().arg("keygen").output().unwrap();
+    let public = String::from_utf8_lossy(&keygen.stderr)
+        .trim()
+        .strip_prefix("Public key: ")
+        .unwrap()
+        .to_owned();
+    let encrypting = |extra: &[&str]| {
+        let dir = db.scratch().join("encrypting");
+        let to = after.to_string();
+        let args = [
+            &[
+                "restore",
+                "--to",
+                &to,
+                "--datadir",
+                dir.to_str().unwrap(),
+                "--recipient",
+                &public,
+            ][..],
+            extra,
+        ]
+        .concat();
+        let out = env.tidemark(&args);
+        assert_eq!(out.status.code(), Some(4), "{out:?}");
+        assert!(!dir.exists());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let said = encrypting(&[]);
+    assert!(
+        said.contains("is not encrypted") && said.contains(&full),
+        "{said}"
+    );
+    let said = encrypting(&["--allow-plaintext-before", &encrypted_from.to_string()]);
+    assert!(
+        said.contains("is not encrypted") && said.contains("binlogs/"),
+        "{said}"
+    );
 
     // A planted full: its library never loads, in a restore, a restore test or a
     // consolidation, and each says why it refused the backup.

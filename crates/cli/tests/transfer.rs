@@ -1750,3 +1750,109 @@ fn locked_backups_outlast_early_deletes_and_go_when_their_lock_ends() {
         .collect();
     assert_eq!(ids, [new_id.as_str()], "{ls}");
 }
+
+/// Issue 28: under encryption (a recipient given), a payload that is not encrypted is not
+/// read — someone who can write the bucket but holds no key could have planted it — unless
+/// it was written before the instant the user names as the start of encryption
+/// (`--allow-plaintext-before`); one written after that instant is refused, named with
+/// both instants.
+#[test]
+fn plaintext_under_encryption_needs_its_history_named() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("store")).unwrap();
+    let url = format!("file://{}", dir.path().join("store").display());
+    let key = dir.path().join("key.txt");
+    let out = run(&["keygen", "--output", key.to_str().unwrap()], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let public = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let data = bytes(1 << 20, 28);
+    let push = |args: &[&str]| {
+        let mut all = vec![
+            "push",
+            "--store",
+            &url,
+            "--cluster",
+            "db1",
+            "--backup-name",
+            "nightly",
+            "--output",
+            "json",
+        ];
+        all.extend_from_slice(args);
+        let out = run_with_input(&all, &[], &data);
+        assert!(out.status.success(), "{}", stderr(&out));
+        json(&out)["backupId"].as_str().unwrap().to_owned()
+    };
+    let fetch = |id: &str, args: &[&str]| {
+        let target = dir.path().join(format!("{id}.bin"));
+        let _ = std::fs::remove_file(&target);
+        let mut all = vec![
+            "fetch",
+            "--store",
+            &url,
+            "--cluster",
+            "db1",
+            "--backup-id",
+            id,
+            "--out",
+            target.to_str().unwrap(),
+            "--recipient",
+            &public,
+            "--identity",
+            key.to_str().unwrap(),
+        ];
+        all.extend_from_slice(args);
+        (run(&all, &[]), target)
+    };
+    // Before encryption: plaintext.
+    let history = push(&[]);
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let turned_on = jiff::Timestamp::now().to_string();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let encrypted = push(&["--recipient", &public]);
+    // Planted later by someone without the key: plaintext again.
+    let planted = push(&[]);
+
+    let (out, target) = fetch(&history, &[]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("is not encrypted") && err.contains("--allow-plaintext-before"),
+        "{err}"
+    );
+    assert!(err.contains(&history), "{err}");
+    assert!(!target.exists(), "written before it was refused");
+    let (out, target) = fetch(&history, &["--allow-plaintext-before", &turned_on]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(std::fs::read(&target).unwrap() == data);
+    let (out, _) = fetch(&encrypted, &["--allow-plaintext-before", &turned_on]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (out, target) = fetch(&planted, &["--allow-plaintext-before", &turned_on]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&planted) && err.contains(&format!("not before {turned_on}")),
+        "{err}"
+    );
+    assert!(!target.exists());
+    // The instant is checked.
+    let (out, _) = fetch(&history, &["--allow-plaintext-before", "last week"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("RFC 3339"), "{}", stderr(&out));
+    // A store that does not encrypt reads what it holds.
+    let plain = run(
+        &[
+            "fetch",
+            "--store",
+            &url,
+            "--cluster",
+            "db1",
+            "--backup-id",
+            &planted,
+            "--out",
+            dir.path().join("plain.bin").to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(plain.status.success(), "{}", stderr(&plain));
+}

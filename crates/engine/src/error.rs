@@ -248,6 +248,8 @@ fn transfer_class(e: &TransferError) -> Class {
         | TransferError::Content { .. }
         | TransferError::Metadata { .. } => Class::Data,
         TransferError::NoIdentity { .. } => Class::Key,
+        // An object this store would never have written: data, as a checksum mismatch is.
+        TransferError::Plaintext { .. } => Class::Data,
         TransferError::Sink(_) => Class::Internal,
         TransferError::Store(s) => s.category().into(),
     }

@@ -340,7 +340,7 @@ pub fn readable(store: &ClusterStore, plan: &RestorePlan) -> Result<(), RestoreE
         transfer::backup_readable(store, m)?;
     }
     for s in &plan.segments {
-        transfer::readable(store, &layout::segment_key(&s.name), s.form())?;
+        transfer::segment_readable(store, &s.name, s.form(), s.last_event_at)?;
     }
     Ok(())
 }

@@ -50,6 +50,9 @@ pub fn store_env(os: &ObjectStoreSpec, keys: Option<&SecretKeys>) -> Vec<EnvVar>
     // the pods that read payloads ([`identity_env`]).
     if let Some(e) = os.encryption.as_ref().filter(|e| !e.recipients.is_empty()) {
         env.push(plain("TIDEMARK_RECIPIENTS", &e.recipients.join(",")));
+        if let Some(t) = e.plaintext_before.as_deref() {
+            env.push(plain("TIDEMARK_ALLOW_PLAINTEXT_BEFORE", t));
+        }
     }
     // Object lock: what a pod commits is locked in this mode (its date is an argument),
     // and what it deletes goes with every version.

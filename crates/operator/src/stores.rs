@@ -272,10 +272,18 @@ pub async fn open_store(
         .spec
         .object_lock()
         .map_err(|e| Error::Invalid(e.to_string()))?;
+    let plaintext_before = os
+        .encryption
+        .as_ref()
+        .map(tidemark_api::policy::EncryptionSpec::plaintext_before)
+        .transpose()
+        .map_err(|e| Error::Invalid(e.to_string()))?
+        .flatten();
     ClusterStore::open(&url, policy.spec.cluster_or(&policy.name_any()), &options)
         .and_then(|s| {
             s.with_compression(compression)
                 .with_recipients(recipients.map(std::sync::Arc::new))
+                .with_plaintext_before(plaintext_before)
                 .with_object_lock(lock.map(|l| l.mode))
                 .map(|s| s.with_lock_period(lock.map(|l| l.period)))
         })

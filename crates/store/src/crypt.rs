@@ -95,6 +95,18 @@ impl fmt::Debug for Recipients {
 }
 
 impl Recipients {
+    /// How many recipients.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Never: a set is made of at least one recipient.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
     /// Parses `values` (each `age1…`; a value may hold several, split by commas or white
     /// space, as an environment variable does). `None` for no recipient at all.
     ///

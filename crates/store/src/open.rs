@@ -158,6 +158,10 @@ pub struct ClusterStore {
     pub(crate) recipients: Option<Arc<crate::crypt::Recipients>>,
     /// What encrypted objects read from this store are decrypted with.
     pub(crate) identities: Option<Arc<crate::crypt::Identities>>,
+    /// With `recipients`: objects written before this instant may be plaintext (the
+    /// history from before encryption was turned on, named by the user); later ones, and
+    /// all of them without it, are refused unencrypted.
+    pub(crate) plaintext_before: Option<jiff::Timestamp>,
     /// S3 Object Lock: committed backups are locked in this mode (until their
     /// `immutableUntil`), and deletions remove every version of a key.
     pub(crate) object_lock: Option<crate::objectlock::LockMode>,
@@ -188,6 +192,14 @@ impl ClusterStore {
     #[must_use]
     pub fn with_recipients(mut self, recipients: Option<Arc<crate::crypt::Recipients>>) -> Self {
         self.recipients = recipients;
+        self
+    }
+
+    /// The same store accepting plaintext payloads and segments written before `instant`
+    /// although it encrypts (see [`crate::transfer::plaintext_allowed`]).
+    #[must_use]
+    pub fn with_plaintext_before(mut self, instant: Option<jiff::Timestamp>) -> Self {
+        self.plaintext_before = instant;
         self
     }
 
@@ -261,6 +273,7 @@ impl ClusterStore {
             upload_buffer: (crate::transfer::PART_SIZE, crate::transfer::PARTS_IN_FLIGHT),
             compression: crate::compress::Compression::None,
             recipients: None,
+            plaintext_before: None,
             identities: None,
             object_lock: None,
             lock_period: None,
@@ -286,6 +299,7 @@ impl ClusterStore {
             upload_buffer: (crate::transfer::PART_SIZE, crate::transfer::PARTS_IN_FLIGHT),
             compression: crate::compress::Compression::None,
             recipients: None,
+            plaintext_before: None,
             identities: None,
             object_lock: None,
             lock_period: None,

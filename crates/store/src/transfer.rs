@@ -121,6 +121,23 @@ pub enum TransferError {
         recipients: Vec<String>,
         have: Vec<String>,
     },
+    #[error(
+        "{key} is not encrypted, but this store encrypts (to {recipients} recipient(s)){}: it is \
+         not read, since whoever can write the bucket could have planted it. If it is from \
+         before encryption was turned on, name that instant: --allow-plaintext-before \
+         (TIDEMARK_ALLOW_PLAINTEXT_BEFORE, objectStore.encryption.plaintextBefore)",
+        match (.written, .before) {
+            (Some(w), Some(b)) => format!("; it was written at {w}, not before {b}"),
+            (None, Some(b)) => format!("; it records no time to compare with {b}"),
+            _ => String::new(),
+        }
+    )]
+    Plaintext {
+        key: String,
+        recipients: usize,
+        written: Option<jiff::Timestamp>,
+        before: Option<jiff::Timestamp>,
+    },
     #[error("writing the fetched bytes failed")]
     Sink(#[source] std::io::Error),
     #[error("{key} is not valid metadata: {problem}")]
@@ -1141,13 +1158,58 @@ pub fn backup_readable(store: &ClusterStore, m: &Metadata) -> Result<(), Transfe
         });
     }
     for p in &m.payload {
-        readable(
-            store,
-            &layout::payload_key(&m.backup_name, &m.backup_id, &p.name),
-            p.form(),
-        )?;
+        let key = layout::payload_key(&m.backup_name, &m.backup_id, &p.name);
+        plaintext_allowed(store, &key, p.encryption.is_some(), m.completed_at)?;
+        readable(store, &key, p.form())?;
     }
     Ok(())
+}
+
+/// Whether the archived segment `name`, recorded as `form` with its last event at
+/// `last_event_at`, can be read here ([`readable`], [`plaintext_allowed`]).
+///
+/// # Errors
+/// As those.
+pub fn segment_readable(
+    store: &ClusterStore,
+    name: &str,
+    form: crate::codec::Form<'_>,
+    last_event_at: Option<jiff::Timestamp>,
+) -> Result<(), TransferError> {
+    let key = layout::segment_key(name);
+    plaintext_allowed(store, &key, form.encryption.is_some(), last_event_at)?;
+    readable(store, &key, form)
+}
+
+/// Under a store that encrypts (recipients given), an unencrypted object is refused unless
+/// it was `written` before the instant the user named (`--allow-plaintext-before`): a
+/// bucket writer without the key can plant plaintext backups and segments, and a restore
+/// would prepare and replay them. Objects of a store that does not encrypt are read as
+/// they are.
+///
+/// # Errors
+/// [`TransferError::Plaintext`], naming the object and the instants compared.
+pub fn plaintext_allowed(
+    store: &ClusterStore,
+    key: &Path,
+    encrypted: bool,
+    written: Option<jiff::Timestamp>,
+) -> Result<(), TransferError> {
+    let Some(recipients) = store.recipients.as_deref() else {
+        return Ok(());
+    };
+    if encrypted {
+        return Ok(());
+    }
+    match (written, store.plaintext_before) {
+        (Some(w), Some(b)) if w < b => Ok(()),
+        (written, before) => Err(TransferError::Plaintext {
+            key: store.display_key(key),
+            recipients: recipients.len(),
+            written,
+            before,
+        }),
+    }
 }
 
 /// What a verification record names of a backup: each of its payloads as

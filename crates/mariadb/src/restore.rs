@@ -644,6 +644,50 @@ pub(crate) struct PrivateServer {
     child: Child,
     pub(crate) socket: PathBuf,
     log: PathBuf,
+    /// The short directory holding the socket when `work` is too deep for one.
+    _socket_dir: Option<tempfile::TempDir>,
+}
+
+/// Longest socket path used: `sun_path` holds 108 bytes with its NUL, and `mariadbd`
+/// refuses a little less.
+const SOCKET_PATH_MAX: usize = 100;
+
+/// Where the private server's socket goes: in `work` when its path is short enough, else in
+/// a new private directory (mode 0700) under `TMPDIR` or `/tmp` — so a deep scratch or data
+/// directory never stops a restore.
+fn socket_place(work: &Path) -> Result<(PathBuf, Option<tempfile::TempDir>), RestoreError> {
+    const NAME: &str = "mysqld.sock";
+    let inside = work.join(NAME);
+    if inside.as_os_str().len() <= SOCKET_PATH_MAX {
+        return Ok((inside, None));
+    }
+    let mut tried = Vec::new();
+    for base in [std::env::temp_dir(), PathBuf::from("/tmp")] {
+        // `<base>/tidemark-XXXXXX/mysqld.sock`
+        if base.as_os_str().len() + 1 + 15 + 1 + NAME.len() > SOCKET_PATH_MAX {
+            tried.push(format!("{} (too deep)", base.display()));
+            continue;
+        }
+        match tempfile::Builder::new()
+            .prefix("tidemark-")
+            .tempdir_in(&base)
+        {
+            Ok(dir) => {
+                let socket = dir.path().join(NAME);
+                return Ok((socket, Some(dir)));
+            }
+            Err(e) => tried.push(format!("{}: {e}", base.display())),
+        }
+    }
+    Err(RestoreError::Io {
+        action: format!(
+            "finding a directory for the private server's socket (a path of at most \
+             {SOCKET_PATH_MAX} bytes; tried {})",
+            tried.join(", ")
+        ),
+        dir: work.to_path_buf(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "path too long"),
+    })
 }
 
 impl PrivateServer {
@@ -664,7 +708,7 @@ impl PrivateServer {
         work: &Path,
         tools: &Tools,
     ) -> Result<Self, RestoreError> {
-        let socket = work.join("mysqld.sock");
+        let (socket, socket_dir) = socket_place(work)?;
         let log = work.join("mysqld.log");
         let io = |action: &str, dir: &Path| {
             let (action, dir) = (action.to_owned(), dir.to_path_buf());
@@ -705,7 +749,12 @@ impl PrivateServer {
             server.arg("--user=root");
         }
         let child = spawn(&mut server, &tools.mariadbd)?;
-        let mut server = PrivateServer { child, socket, log };
+        let mut server = PrivateServer {
+            child,
+            socket,
+            log,
+            _socket_dir: socket_dir,
+        };
         if let Err(e) = wait_for_socket(&mut server.child, &server.socket, &server.log).await {
             let _ = server.child.start_kill();
             let _ = server.child.wait().await;

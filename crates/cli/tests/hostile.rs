@@ -871,6 +871,42 @@ fn urls_and_endpoints_are_checked() {
     let url = format!("file://{}/my%20store", dir.path().display());
     let o = tm(&["ls", "--store", &url, "--cluster", "c"]);
     assert!(o.status.success(), "{}", stderr(&o));
+    // An endpoint that is some internal service (issue 28): its answer is not echoed, its
+    // status and S3 error code are.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            use std::io::{Read, Write};
+            let mut conn = conn;
+            let mut head = [0u8; 4096];
+            let _ = conn.read(&mut head);
+            let body = "INTERNAL-ONLY password=hunter2 <Error><Code>AccessDenied</Code></Error>";
+            let _ = write!(
+                conn,
+                "HTTP/1.1 403 Forbidden\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    let o = bin()
+        .args(["ls", "--store", "s3://b", "--cluster", "c"])
+        .arg("--endpoint")
+        .arg(format!("http://{addr}"))
+        .env("AWS_ACCESS_KEY_ID", "a")
+        .env("AWS_SECRET_ACCESS_KEY", "b")
+        .output()
+        .unwrap();
+    let said = stderr(&o);
+    assert!(!o.status.success(), "{said}");
+    assert!(
+        said.contains("403 Forbidden (S3 error code AccessDenied)"),
+        "{said}"
+    );
+    assert!(
+        !said.contains("hunter2") && !said.contains("INTERNAL-ONLY"),
+        "{said}"
+    );
 }
 
 /// The CPU time (user + system, in clock ticks) the process `pid` has used.

@@ -412,7 +412,7 @@ impl Catalog {
                     changed = true;
                 }
                 Ok(_) => {}
-                Err(StoreError::Request { source, .. }) if is_not_found(&source) => {}
+                Err(StoreError::Request { answer, .. }) if is_not_found(&answer) => {}
                 Err(e) => {
                     if warned.insert(i) {
                         let b = &self.backups[i].backup;
@@ -750,7 +750,7 @@ async fn walk_local(
     let err = |source: Box<dyn std::error::Error + Send + Sync>| StoreError::Request {
         url: store.url.clone(),
         action: format!("listing {}/{prefix}", store.cluster),
-        source: object_store::Error::Generic {
+        answer: object_store::Error::Generic {
             store: "LocalFileSystem",
             source,
         },
@@ -798,7 +798,7 @@ async fn list_outside_binlogs(
     let err = |source| StoreError::Request {
         url: store.url.clone(),
         action: format!("listing {}/", store.cluster),
-        source,
+        answer: source,
     };
     let mut out = Listed::default();
     if let Some(dir) = store.local_dir() {
@@ -867,7 +867,7 @@ async fn list_uploads(store: &ClusterStore) -> Result<Vec<Leftover>, StoreError>
         .map_err(|source| StoreError::Request {
             url: store.url.clone(),
             action: format!("listing incomplete uploads under {}/", store.cluster),
-            source,
+            answer: source,
         })?;
     Ok(uploads
         .into_iter()
@@ -986,7 +986,7 @@ async fn list_segment_range(
                 return Err(StoreError::Request {
                     url: store.url.clone(),
                     action: format!("listing {}/{}/", store.cluster, layout::BINLOGS),
-                    source,
+                    answer: source,
                 });
             }
         };
@@ -1031,7 +1031,7 @@ async fn list_shard_objects(store: &ClusterStore) -> Result<Vec<ObjectMeta>, Sto
         Err(source) => Err(StoreError::Request {
             url: store.url.clone(),
             action: format!("listing {}/{}/", store.cluster, prefix),
-            source,
+            answer: source,
         }),
     }
 }

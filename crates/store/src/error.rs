@@ -27,18 +27,18 @@ pub enum StoreError {
         "store {url}: object lock needs an s3:// store whose bucket has S3 Object Lock enabled; this store cannot hold locks"
     )]
     ObjectLockUnsupported { url: String },
-    #[error("cannot open store {url}")]
+    /// The store's answer is shown as [`shown`] gives it, not as a source: an endpoint is
+    /// input (a tenant's), and what its server says must not reach a status.
+    #[error("cannot open store {url}: {}", shown(answer))]
     Open {
         url: String,
-        #[source]
-        source: object_store::Error,
+        answer: object_store::Error,
     },
-    #[error("store {url}: {action} failed")]
+    #[error("store {url}: {action} failed: {}", shown(answer))]
     Request {
         url: String,
         action: String,
-        #[source]
-        source: object_store::Error,
+        answer: object_store::Error,
     },
     #[error("store {url}: {key} is malformed")]
     MalformedIndex {
@@ -122,6 +122,14 @@ pub enum ErrorCategory {
 }
 
 impl StoreError {
+    /// The store's own answer, for a failed request or open.
+    pub fn answer(&self) -> Option<&object_store::Error> {
+        match self {
+            StoreError::Open { answer, .. } | StoreError::Request { answer, .. } => Some(answer),
+            _ => None,
+        }
+    }
+
     pub fn category(&self) -> ErrorCategory {
         match self {
             StoreError::InvalidUrl { .. }
@@ -153,10 +161,11 @@ pub(crate) fn request(
     key: &object_store::path::Path,
     source: object_store::Error,
 ) -> StoreError {
+    tracing::debug!(url = %store.url, key = %key, "the store answered: {source}");
     StoreError::Request {
         url: store.url.clone(),
         action: format!("{verb} {}", store.display_key(key)),
-        source,
+        answer: source,
     }
 }
 
@@ -167,6 +176,79 @@ pub(crate) fn write_err(
     source: object_store::Error,
 ) -> StoreError {
     request(store, "writing", key, source)
+}
+
+/// An object_store error as Tidemark shows it (issue 28): a server's own words — the body of
+/// an error answer, text quoted from an answer it could not parse — are left out, so an
+/// endpoint pointed at an internal service cannot make Tidemark echo what that service
+/// says into a status or a log a tenant reads. The HTTP status stays, with the S3 error
+/// code (`<Code>AccessDenied</Code>`) when the answer had one. `TIDEMARK_LOG=debug` logs
+/// the whole text where the error is made.
+pub fn shown(e: &object_store::Error) -> String {
+    const STATUS: &str = "status code: ";
+    const LIMIT: usize = 600;
+    let text = e.to_string();
+    let mut out = match text.find(STATUS) {
+        Some(i) => {
+            let rest = &text[i + STATUS.len()..];
+            // `403 Forbidden: <the body>`: the status and its reason, then the body.
+            let end = rest.find(": ").unwrap_or(rest.len());
+            let mut s = text[..i + STATUS.len() + end].to_owned();
+            if let Some(code) = s3_code(&rest[end..]) {
+                s.push_str(&format!(" (S3 error code {code})"));
+            }
+            s
+        }
+        None => text,
+    };
+    out = without_quoted(&out);
+    if out.len() > LIMIT {
+        let mut cut = LIMIT;
+        while !out.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.truncate(cut);
+        out.push('…');
+    }
+    out
+}
+
+/// The `<Code>` of an S3 error document in `body`, when it has the form of one.
+fn s3_code(body: &str) -> Option<&str> {
+    let start = body.find("<Code>")? + "<Code>".len();
+    let len = body[start..].find("</Code>")?;
+    let code = &body[start..start + len];
+    (!code.is_empty()
+        && code.len() <= 64
+        && code.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.'))
+    .then_some(code)
+}
+
+/// `text` with every span quoted in `"` or `` ` `` (how serde quotes what it could not
+/// parse) replaced by `…`.
+fn without_quoted(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut open: Option<char> = None;
+    for c in text.chars() {
+        match open {
+            None => {
+                out.push(c);
+                if c == '"' || c == '`' {
+                    open = Some(c);
+                }
+            }
+            Some(q) if c == q => {
+                out.push('…');
+                out.push(c);
+                open = None;
+            }
+            Some(_) => {}
+        }
+    }
+    if open.is_some() {
+        out.push('…');
+    }
+    out
 }
 
 /// Whether an object_store error means "it is not there" (success for a delete).
@@ -183,6 +265,12 @@ pub fn is_not_found(e: &object_store::Error) -> bool {
 pub fn access_denied(e: &(dyn std::error::Error + 'static)) -> bool {
     let mut next = Some(e);
     while let Some(e) = next {
+        // The store's answer is not a source of a StoreError (it is shown cut): look in it.
+        if let Some(answer) = e.downcast_ref::<StoreError>().and_then(StoreError::answer)
+            && access_denied(answer)
+        {
+            return true;
+        }
         if let Some(
             object_store::Error::PermissionDenied { .. }
             | object_store::Error::Unauthenticated { .. },
@@ -200,4 +288,59 @@ pub fn access_denied(e: &(dyn std::error::Error + 'static)) -> bool {
         next = e.source();
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn generic(text: &str) -> object_store::Error {
+        object_store::Error::Generic {
+            store: "S3",
+            source: text.to_owned().into(),
+        }
+    }
+
+    /// Issue 28 finding 10: what an endpoint's server says is not echoed; its status and
+    /// S3 error code are.
+    #[test]
+    fn a_servers_words_are_not_shown() {
+        let said = shown(&generic(
+            "Error performing GET http://10.0.0.5/b?list-type=2 in 3ms - Server returned \
+             non-2xx status code: 403 Forbidden: INTERNAL token=hunter2 \
+             <Error><Code>AccessDenied</Code><Message>detail</Message></Error>",
+        ));
+        assert!(
+            said.contains("403 Forbidden (S3 error code AccessDenied)"),
+            "{said}"
+        );
+        assert!(
+            !said.contains("hunter2") && !said.contains("detail"),
+            "{said}"
+        );
+        let said = shown(&generic(
+            "Server returned non-2xx status code: 500 Internal Server Error: <html>secret</html>",
+        ));
+        assert!(said.ends_with("500 Internal Server Error"), "{said}");
+        // A code that is not one is not shown either.
+        let said = shown(&generic(
+            "status code: 404 Not Found: <Code>a secret with spaces</Code>",
+        ));
+        assert!(!said.contains("secret"), "{said}");
+        let said = shown(&generic(
+            "Got invalid list response: invalid type: string \"root:x:0:0\", expected struct; unknown field `leak`",
+        ));
+        assert!(!said.contains("root:x") && !said.contains("leak"), "{said}");
+        assert!(said.contains("invalid list response"), "{said}");
+        let said = shown(&generic(&format!("unterminated \"{}", "x".repeat(2000))));
+        assert!(!said.contains('x'), "{said}");
+        assert!(shown(&generic(&"y".repeat(5000))).chars().count() <= 601);
+        // Denied is still recognised through the error.
+        let e = StoreError::Request {
+            url: "s3://b".into(),
+            action: "listing".into(),
+            answer: generic("Server returned non-2xx status code: 403 Forbidden: x"),
+        };
+        assert!(access_denied(&e));
+    }
 }

@@ -256,7 +256,7 @@ impl ClusterStore {
                 Err(source) => {
                     return Err(StoreError::Open {
                         url: url.to_owned(),
-                        source,
+                        answer: source,
                     });
                 }
             },
@@ -529,7 +529,7 @@ fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
     };
     let open_err = |source| StoreError::Open {
         url: url.to_owned(),
-        source,
+        answer: source,
     };
     if parsed.query().is_some() || parsed.fragment().is_some() {
         return Err(invalid(url, "a store URL has no query or fragment"));

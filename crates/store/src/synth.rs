@@ -127,7 +127,7 @@ fn put_err(store: &ClusterStore, key: &Path, source: object_store::Error) -> Sto
     StoreError::Request {
         url: store.url.clone(),
         action: format!("writing {}", store.display_key(key)),
-        source,
+        answer: source,
     }
 }
 
@@ -275,7 +275,7 @@ pub async fn all_keys(store: &ClusterStore) -> Result<Vec<String>, StoreError> {
         .map_err(|source| StoreError::Request {
             url: store.url.clone(),
             action: "listing".into(),
-            source,
+            answer: source,
         })?;
     keys.sort();
     Ok(keys)

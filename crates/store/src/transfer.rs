@@ -695,7 +695,7 @@ impl Attempt {
                 .map_err(|source| StoreError::Request {
                     url: store.url.clone(),
                     action: "reading the bucket's object lock configuration".into(),
-                    source,
+                    answer: source,
                 })?;
             if !enabled {
                 return Err(StoreError::ObjectLockUnsupported {
@@ -893,7 +893,7 @@ pub async fn find_backup(
                 .map_err(|source| StoreError::Request {
                     url: store.url.clone(),
                     action: format!("listing {}/", store.cluster),
-                    source,
+                    answer: source,
                 })?;
             let mut found = None;
             for dir in listed.common_prefixes {

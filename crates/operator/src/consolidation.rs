@@ -11,6 +11,7 @@
 use async_trait::async_trait;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -104,7 +105,12 @@ impl Consolidator for JobConsolidator {
         match self.jobs.get_opt(&name).await.map_err(edge)? {
             None => {
                 let job = self
-                    .job(store, &name, &target.id)
+                    .job(
+                        store,
+                        &name,
+                        &target.id,
+                        survey.catalog.restore_scratch_bytes(),
+                    )
                     .map_err(EngineError::Input)?;
                 match self.jobs.create(&PostParams::default(), &job).await {
                     Ok(_) => {}
@@ -201,7 +207,13 @@ impl JobConsolidator {
         }
     }
 
-    fn job(&self, store: &ClusterStore, name: &str, target: &str) -> Result<Job, String> {
+    fn job(
+        &self,
+        store: &ClusterStore,
+        name: &str,
+        target: &str,
+        scratch_bytes: Option<u64>,
+    ) -> Result<Job, String> {
         let os = self
             .policy
             .spec
@@ -231,9 +243,36 @@ impl JobConsolidator {
             operator_image: &self.operator_image,
             store_secret: self.store_secret.as_ref(),
             work: ("work", WORK),
+            scratch_bytes,
         }
         .job()
     }
+}
+
+/// The scratch volume: an emptyDir of at most `bytes` when known.
+fn scratch_volume(name: &str, bytes: Option<u64>) -> k8s_openapi::api::core::v1::Volume {
+    let mut v = pod::empty_volume(name);
+    if let (Some(b), Some(e)) = (bytes, v.empty_dir.as_mut()) {
+        e.size_limit = Some(Quantity(b.to_string()));
+    }
+    v
+}
+
+/// `resources` with an `ephemeral-storage` request of `bytes` (when known and not set by
+/// the policy).
+fn scratch_request(
+    resources: Option<k8s_openapi::api::core::v1::ResourceRequirements>,
+    bytes: Option<u64>,
+) -> Option<k8s_openapi::api::core::v1::ResourceRequirements> {
+    let Some(b) = bytes else {
+        return resources;
+    };
+    let mut r = resources.unwrap_or_default();
+    r.requests
+        .get_or_insert_with(Default::default)
+        .entry("ephemeral-storage".into())
+        .or_insert_with(|| Quantity(b.to_string()));
+    Some(r)
 }
 
 /// A Job that runs `tidemark` in the database image (whose `mariabackup`, `mbstream` and
@@ -256,6 +295,11 @@ pub struct ToolJob<'a> {
     pub store_secret: Option<&'a SecretKeys>,
     /// The scratch volume's name and mount path.
     pub work: (&'a str, &'a str),
+    /// The scratch space the work takes, estimated from the store's recorded sizes
+    /// ([`tidemark_store::Catalog::restore_scratch_bytes`]): the volume's `sizeLimit` and the
+    /// container's `ephemeral-storage` request, so a large restore is placed where it fits
+    /// and is evicted rather than filling a shared node's disk (issue 28). `None`: unbounded.
+    pub scratch_bytes: Option<u64>,
 }
 
 impl ToolJob<'_> {
@@ -314,7 +358,10 @@ impl ToolJob<'_> {
                         containers: vec![Container {
                             name: self.container.into(),
                             // One database's worth of scratch space and tools.
-                            resources: pod::resources(policy, |r| r.consolidation.as_ref()),
+                            resources: scratch_request(
+                                pod::resources(policy, |r| r.consolidation.as_ref()),
+                                self.scratch_bytes,
+                            ),
                             image: Some(self.database.image.clone()),
                             security_context: self.database.container_security.clone(),
                             command: Some(vec!["sh".into(), "-c".into()]),
@@ -332,7 +379,7 @@ impl ToolJob<'_> {
                         }],
                         volumes: Some(vec![
                             pod::tools_volume(),
-                            pod::empty_volume(volume),
+                            scratch_volume(volume, self.scratch_bytes),
                             pod::tmp_volume(),
                         ]),
                         ..Default::default()

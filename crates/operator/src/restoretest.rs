@@ -309,6 +309,13 @@ async fn job(
 ) -> Result<Job, Error> {
     let database = crate::archiver::database_runtime(ctx, policy).await?;
     let store_secret = crate::stores::policy_secret_keys(&ctx.client, policy).await?;
+    // The scratch volume is sized by what the store records (a random target may be
+    // anywhere in the window: the largest restore).
+    let store = crate::stores::open(ctx, policy).await?;
+    let scratch = tidemark_store::Catalog::load(&store, &tidemark_store::NoProgress)
+        .await
+        .map_err(|e| Error::Engine(e.into()))?
+        .restore_scratch_bytes();
     job_of(
         policy,
         name,
@@ -317,6 +324,7 @@ async fn job(
         &database,
         &ctx.image,
         store_secret.as_ref(),
+        scratch,
     )
     .map_err(Error::Invalid)
 }
@@ -330,6 +338,7 @@ pub fn job_of(
     database: &crate::archiver::DatabaseRuntime,
     operator_image: &str,
     store_secret: Option<&crate::stores::SecretKeys>,
+    scratch_bytes: Option<u64>,
 ) -> Result<Job, String> {
     let os = policy
         .spec
@@ -370,6 +379,7 @@ pub fn job_of(
         operator_image,
         store_secret,
         work: ("scratch", SCRATCH),
+        scratch_bytes,
     }
     .job()
 }
@@ -378,6 +388,7 @@ pub fn job_of(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use serde_json::json;
 
     /// The Job runs `tidemark restore-test` in the database image with the store's
@@ -404,11 +415,36 @@ mod tests {
         };
         let name = job_name("shop", "01230000", "2026-11-25T04:00:00Z".parse().unwrap());
         assert_eq!(name, "shop-01230000-restore-test-20261125040000");
-        let job = job_of(&policy, &name, true, &spec, &db, "tidemark:test", None).unwrap();
+        let job = job_of(
+            &policy,
+            &name,
+            true,
+            &spec,
+            &db,
+            "tidemark:test",
+            None,
+            Some(3 << 30),
+        )
+        .unwrap();
         let pod = job.spec.unwrap().template.spec.unwrap();
         // It holds the identity and reads the bucket: no API token beside (issue 28).
         assert_eq!(pod.automount_service_account_token, Some(false));
+        // Its scratch is bounded by the store's largest restore, and requested (issue 28).
+        let scratch = pod
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == "scratch")
+            .unwrap();
+        assert_eq!(
+            scratch.empty_dir.as_ref().unwrap().size_limit,
+            Some(Quantity((3u64 << 30).to_string()))
+        );
         let c = &pod.containers[0];
+        assert_eq!(
+            c.resources.as_ref().unwrap().requests.as_ref().unwrap()["ephemeral-storage"],
+            Quantity((3u64 << 30).to_string())
+        );
         assert_eq!(c.image.as_deref(), Some("mariadb:11.4"));
         let args = c.args.clone().unwrap();
         let joined = args.join(" ");
@@ -460,6 +496,7 @@ mod tests {
                 operator_image: "tidemark:test",
                 store_secret: None,
                 work: ("work", "/work"),
+                scratch_bytes: None,
             }
             .job()
             .unwrap();

@@ -83,6 +83,15 @@ enum Scope {
     Backups,
 }
 
+/// How much larger than its stored bytes a compressed segment is taken to be (binlogs
+/// compress about 3 to 5 times), and a segment in an unread shard (its form is unknown
+/// without reading the shard).
+pub const COMPRESSED_SEGMENT_FACTOR: u64 = 5;
+
+/// Room beyond the estimate of [`Catalog::restore_scratch_bytes`]: the private server's
+/// own files, temporary tables, logs.
+pub const SCRATCH_MARGIN: u64 = 512 << 20;
+
 /// Everything the store says about one cluster.
 #[derive(Debug)]
 pub struct Catalog {
@@ -111,6 +120,62 @@ pub struct Catalog {
 }
 
 impl Catalog {
+    /// The scratch space the largest restore from this store takes, estimated from what is
+    /// recorded (issue 28: a restore test's scratch volume is sized by it): the largest
+    /// chain's content — a committed backup with its ancestors, each payload's
+    /// `originalSize` (else its size) — twice over (the extracted files, then what preparing
+    /// them adds), plus every indexed binlog segment (a restore to the window's end replays
+    /// from the oldest kept backup), a compressed one counted [`COMPRESSED_SEGMENT_FACTOR`]
+    /// times its stored size, plus [`SCRATCH_MARGIN`]. `None` when nothing is committed.
+    pub fn restore_scratch_bytes(&self) -> Option<u64> {
+        use std::collections::HashMap;
+        let content: HashMap<&str, (u64, Option<&str>)> = self
+            .backups
+            .iter()
+            .filter_map(|b| b.metadata.as_ref())
+            .map(|m| {
+                let bytes = m
+                    .payload
+                    .iter()
+                    .map(|p| p.original_size.unwrap_or(p.size))
+                    .fold(0u64, u64::saturating_add);
+                (m.backup_id.as_str(), (bytes, m.parent_id.as_deref()))
+            })
+            .collect();
+        let chain = |id: &str| {
+            let (mut total, mut next) = (0u64, Some(id));
+            // A chain is short; a cycle in forged metadata ends here.
+            for _ in 0..=content.len() {
+                let Some((bytes, parent)) = next.and_then(|i| content.get(i)) else {
+                    break;
+                };
+                total = total.saturating_add(*bytes);
+                next = *parent;
+            }
+            total
+        };
+        let largest = content.keys().map(|id| chain(id)).max()?;
+        let segments = self.index.as_ref().map_or(0u64, |index| {
+            let entries = index.entries().map(|e| {
+                if e.compression.is_some() {
+                    e.size.saturating_mul(COMPRESSED_SEGMENT_FACTOR)
+                } else {
+                    e.size
+                }
+            });
+            let shards = index
+                .unread()
+                .map(|s| s.size.saturating_mul(COMPRESSED_SEGMENT_FACTOR));
+            entries.chain(shards).fold(0u64, u64::saturating_add)
+        });
+        Some(
+            largest
+                .saturating_mul(2)
+                .saturating_add(segments)
+                .saturating_add(SCRATCH_MARGIN),
+        )
+    }
+
     /// Lists every backup directory, fetches each `metadata.json`, reads `_index.json` and
     /// the latest audit record. Segment objects are listed separately
     /// ([`list_segments`]), only as far as a pass needs.
@@ -1085,6 +1150,44 @@ mod tests {
         assert_eq!(
             id_time("20261120T020000Z-3f2a9c1d").unwrap().to_string(),
             "2026-11-20T02:00:00Z"
+        );
+    }
+
+    /// The largest chain (with its ancestors), twice, plus the indexed segments (compressed
+    /// ones counted [`COMPRESSED_SEGMENT_FACTOR`] times), plus the margin.
+    #[tokio::test]
+    async fn the_largest_restore_is_estimated_from_recorded_sizes() {
+        use crate::synth::{SynthBackup, segments, write_backups, write_index, write_segments};
+        let dir = tempfile::tempdir().unwrap();
+        let store = ClusterStore::open(
+            &format!("file://{}", dir.path().display()),
+            "c",
+            &Default::default(),
+        )
+        .unwrap();
+        let t0: Timestamp = "2026-11-01T00:00:00Z".parse().unwrap();
+        let day = jiff::SignedDuration::from_hours(24);
+        let mut full = SynthBackup::full("n", t0, 1);
+        full.payload = vec![0; 1000];
+        let mut inc = SynthBackup::incremental("n", &full.id, t0 + day, 2);
+        inc.payload = vec![0; 300];
+        let mut other = SynthBackup::full("n", t0 + day * 2, 3);
+        other.payload = vec![0; 1200];
+        write_backups(&store, &[full, inc, other]).await.unwrap();
+        let empty = Catalog::load(&store, &crate::NoProgress).await.unwrap();
+        // full + inc = 1300 > 1200.
+        assert_eq!(
+            empty.restore_scratch_bytes(),
+            Some(2 * 1300 + SCRATCH_MARGIN)
+        );
+        let mut segs = segments("mysql-bin", 1, 3, t0, day);
+        segs[2].compression = Some("zstd".into());
+        write_segments(&store, &segs).await.unwrap();
+        write_index(&store, &segs).await.unwrap();
+        let c = Catalog::load(&store, &crate::NoProgress).await.unwrap();
+        assert_eq!(
+            c.restore_scratch_bytes(),
+            Some(2 * 1300 + 16 + 16 + 16 * COMPRESSED_SEGMENT_FACTOR + SCRATCH_MARGIN)
         );
     }
 

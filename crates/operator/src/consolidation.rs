@@ -303,6 +303,13 @@ pub struct ToolJob<'a> {
 }
 
 impl ToolJob<'_> {
+    /// The same Job with its scratch bounded by `bytes` ([`ToolJob::scratch_bytes`]).
+    #[must_use]
+    pub fn with_scratch(mut self, bytes: Option<u64>) -> Self {
+        self.scratch_bytes = bytes;
+        self
+    }
+
     /// The Job.
     ///
     /// # Errors

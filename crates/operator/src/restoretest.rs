@@ -316,30 +316,51 @@ async fn job(
         .await
         .map_err(|e| Error::Engine(e.into()))?
         .restore_scratch_bytes();
-    job_of(
+    let args = args_of(policy, name, random, spec).map_err(Error::Invalid)?;
+    tool_job(
         policy,
         name,
-        random,
-        spec,
+        args,
         &database,
         &ctx.image,
         store_secret.as_ref(),
-        scratch,
     )
+    .with_scratch(scratch)
+    .job()
     .map_err(Error::Invalid)
 }
 
-/// [`job`] from what it needs (no API calls).
-pub fn job_of(
+/// The Job's [`crate::consolidation::ToolJob`] running `args` (no scratch bound yet).
+pub fn tool_job<'a>(
+    policy: &'a BackupPolicy,
+    name: &'a str,
+    args: Vec<String>,
+    database: &'a crate::archiver::DatabaseRuntime,
+    operator_image: &'a str,
+    store_secret: Option<&'a crate::stores::SecretKeys>,
+) -> crate::consolidation::ToolJob<'a> {
+    crate::consolidation::ToolJob {
+        policy,
+        name,
+        label: "tidemark.io/restore-test",
+        container: "restore-test",
+        args,
+        database,
+        operator_image,
+        store_secret,
+        work: ("scratch", SCRATCH),
+        scratch_bytes: None,
+    }
+}
+
+/// The container's arguments: `tidemark restore-test` with the store's settings, the
+/// query and its expected result.
+pub fn args_of(
     policy: &BackupPolicy,
     name: &str,
     random: bool,
     spec: &tidemark_api::policy::RestoreTestSpec,
-    database: &crate::archiver::DatabaseRuntime,
-    operator_image: &str,
-    store_secret: Option<&crate::stores::SecretKeys>,
-    scratch_bytes: Option<u64>,
-) -> Result<Job, String> {
+) -> Result<Vec<String>, String> {
     let os = policy
         .spec
         .object_store
@@ -369,19 +390,7 @@ pub fn job_of(
             args.push(format!("--expect={e}"));
         }
     }
-    crate::consolidation::ToolJob {
-        policy,
-        name,
-        label: "tidemark.io/restore-test",
-        container: "restore-test",
-        args,
-        database,
-        operator_image,
-        store_secret,
-        work: ("scratch", SCRATCH),
-        scratch_bytes,
-    }
-    .job()
+    Ok(args)
 }
 
 #[cfg(test)]
@@ -415,17 +424,11 @@ mod tests {
         };
         let name = job_name("shop", "01230000", "2026-11-25T04:00:00Z".parse().unwrap());
         assert_eq!(name, "shop-01230000-restore-test-20261125040000");
-        let job = job_of(
-            &policy,
-            &name,
-            true,
-            &spec,
-            &db,
-            "tidemark:test",
-            None,
-            Some(3 << 30),
-        )
-        .unwrap();
+        let args = args_of(&policy, &name, true, &spec).unwrap();
+        let job = tool_job(&policy, &name, args, &db, "tidemark:test", None)
+            .with_scratch(Some(3 << 30))
+            .job()
+            .unwrap();
         let pod = job.spec.unwrap().template.spec.unwrap();
         // It holds the identity and reads the bucket: no API token beside (issue 28).
         assert_eq!(pod.automount_service_account_token, Some(false));

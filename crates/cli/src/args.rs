@@ -223,6 +223,23 @@ pub struct OperatorArgs {
     /// team's bucket.
     #[arg(long, env = "TIDEMARK_ALLOW_AMBIENT_CREDENTIALS")]
     pub allow_ambient_credentials: bool,
+    /// Let policies lock backups in compliance mode, which nobody — not the bucket's
+    /// owner — can lift before the date. Off: a policy asking for it is refused
+    /// (InvalidSpec); governance locks are always allowed.
+    #[arg(long, env = "TIDEMARK_ALLOW_COMPLIANCE_LOCKS")]
+    pub allow_compliance_locks: bool,
+    /// Let `method: job` templates and DeleteHook Jobs ask for privileged or
+    /// capability-adding containers, host paths, host namespaces or ports, or a service
+    /// account other than the namespace's default. Off: such a template is refused — the
+    /// operator creates those pods with its own rights, so whoever may create a Backup
+    /// would otherwise get pods their own RBAC refuses them.
+    #[arg(long, env = "TIDEMARK_ALLOW_PRIVILEGED_TEMPLATES")]
+    pub allow_privileged_templates: bool,
+    /// The longest lock the operator sets, from when it sets it, e.g. 365d: a policy with
+    /// a longer objectLock.period is refused, and a chain's date (a full locked until its
+    /// last increment's slot plus the period) is cut to it. Default: no bound.
+    #[arg(long, value_name = "DURATION", env = "TIDEMARK_MAX_LOCK_PERIOD")]
+    pub max_lock_period: Option<String>,
     /// Exec backups streamed at once (1 to 64); more wait their turn (`Queued`). Each
     /// holds up to 24 MiB of its payload: the operator needs about 60 MiB plus 24 MiB per
     /// stream.

@@ -74,6 +74,15 @@ async fn operator(args: &crate::args::OperatorArgs) -> Result<Exit, CliError> {
         options.image.clone_from(image);
     }
     options.allow_ambient_credentials = args.allow_ambient_credentials;
+    options.tenancy.allow_compliance = args.allow_compliance_locks;
+    options.tenancy.allow_privileged_templates = args.allow_privileged_templates;
+    options.tenancy.max_lock_period = args
+        .max_lock_period
+        .as_deref()
+        .filter(|p| !p.is_empty())
+        .map(str::parse::<tidemark_core::RetentionDuration>)
+        .transpose()
+        .map_err(|e| CliError::input(format!("--max-lock-period: {e}")))?;
     let max = tidemark_api::interval::IntervalField::exec_max_duration()
         .parse(Some(&args.exec_max_duration))
         .map_err(|e| CliError::input(e.to_string()))?;

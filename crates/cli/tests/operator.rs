@@ -862,6 +862,66 @@ async fn method_job_runs_the_users_pod_template() {
         .output()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&fetched.stdout), "hello-from-job\n");
+    // A template asking for more than its author may have (issue 28): the operator would
+    // create it with its own rights, so it is refused, named, and no Job is made.
+    for (name, extra, named) in [
+        ("root-1", json!({"hostPID": true}), "hostPID"),
+        (
+            "root-2",
+            json!({"serviceAccountName": "tidemark-operator"}),
+            "tidemark-operator",
+        ),
+        (
+            "root-3",
+            json!({"volumes": [{"name": "host", "hostPath": {"path": "/"}}]}),
+            "hostPath",
+        ),
+    ] {
+        let mut spec = json!({"containers": [{"name": "export", "image": "busybox:1.36",
+            "securityContext": {"privileged": name == "root-1"}}]});
+        for (k, v) in extra.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        let b: Backup = serde_json::from_value(json!({
+            "apiVersion": "tidemark.io/v1alpha1", "kind": "Backup",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"policy": {"name": "app"}, "method": "job", "jobTemplate": {"spec": spec}},
+        }))
+        .unwrap();
+        backups.create(&PostParams::default(), &b).await.unwrap();
+        let st = eventually("the template refused", || async {
+            let s = serde_json::to_value(backups.get(name).await.unwrap().status).unwrap();
+            (s["phase"] == "failed").then_some(s)
+        })
+        .await;
+        let said = st.to_string();
+        assert!(
+            said.contains(named) && said.contains("--allow-privileged-templates"),
+            "{said}"
+        );
+        assert!(st["jobName"].is_null(), "{st}");
+    }
+    // The operator's own namespace is not served by a cluster-wide install: its service
+    // account reads every Secret there.
+    let own = tidemark_operator::testkit::OPERATOR_NAMESPACE;
+    let mut there = policy.clone();
+    there.metadata.namespace = Some(own.into());
+    there.metadata.resource_version = None;
+    there.metadata.uid = None;
+    Api::<BackupPolicy>::namespaced(admin.clone(), own)
+        .create(&PostParams::default(), &there)
+        .await
+        .unwrap();
+    eventually("NotServed", || async {
+        let e = events(&admin, own, "NotServed").await;
+        (!e.is_empty()).then_some(())
+    })
+    .await;
+    let p = Api::<BackupPolicy>::namespaced(admin.clone(), own)
+        .get("app")
+        .await
+        .unwrap();
+    assert!(p.status.is_none(), "{:?}", p.status);
     op.stop().await;
 }
 

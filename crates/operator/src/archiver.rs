@@ -86,6 +86,8 @@ pub async fn reconcile(ctx: &Context, policy: &BackupPolicy) -> Result<(), Error
         .spec
         .binlog_interval()
         .map_err(|e| Error::Invalid(e.to_string()))?;
+    // The archiver locks what it uploads as the policy says: only as this operator allows.
+    ctx.tenancy.object_lock(policy)?;
     if let Some(r) = &policy.spec.resources {
         r.validate().map_err(|e| Error::Invalid(e.to_string()))?;
     }

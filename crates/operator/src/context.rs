@@ -42,6 +42,8 @@ pub struct Context {
     pub owned: Mutex<std::collections::HashSet<String>>,
     /// [`crate::Options::capabilities`].
     pub capabilities: rbac::Capabilities,
+    /// [`crate::Options::tenancy`].
+    pub tenancy: crate::tenancy::Tenancy,
     /// Whose turn it is to run a Backup's DeleteHooks (by the Backup's uid).
     pub(crate) hook_turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Consecutive failures per object, for exponential backoff.

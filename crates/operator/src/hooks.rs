@@ -574,6 +574,14 @@ async fn job(
         },
     }))
     .map_err(|e| Error::Invalid(format!("DeleteHook {} spec.job: {e}", hook.name_any())))?;
+    // Created with the operator's rights: no more than the hook's author may ask for.
+    if let Some(spec) = job.spec.as_ref().and_then(|j| j.template.spec.as_ref())
+        && let Err(message) = ctx
+            .tenancy
+            .check_pod(spec, &format!("DeleteHook {} spec.job", hook.name_any()))
+    {
+        return Ok(Some(Outcome::Failed(message)));
+    }
     match jobs.create(&PostParams::default(), &job).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {}

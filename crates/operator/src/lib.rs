@@ -46,6 +46,7 @@ pub mod scheduled;
 pub mod status;
 pub mod stores;
 pub mod streams;
+pub mod tenancy;
 #[cfg(feature = "test-support")]
 pub mod testkit;
 pub mod volumes;
@@ -97,6 +98,8 @@ pub struct Options {
     /// What the install lets the operator start; a Backup, policy or hook that needs a
     /// capability turned off is refused with the reason.
     pub capabilities: rbac::Capabilities,
+    /// What the administrator lets a tenant's objects ask for (locks, templates).
+    pub tenancy: tenancy::Tenancy,
 }
 
 /// The image a backup Job's init container takes `tidemark` from, unless told otherwise.
@@ -114,6 +117,7 @@ impl Options {
             exec_limits: streams::Limits::default(),
             namespaces: Vec::new(),
             capabilities: rbac::Capabilities::default(),
+            tenancy: tenancy::Tenancy::default(),
         }
     }
 }
@@ -327,6 +331,11 @@ where
             move |obj, ctx| async move {
                 let k = key(obj.as_ref());
                 let reference = obj.object_ref(&());
+                if !ctx.tenancy.serves(obj.namespace().as_deref()) {
+                    let note = "the operator's own namespace is not served (its service account reads every Secret there): create Tidemark objects in the namespaces of the databases";
+                    ctx.warn(&reference, "NotServed", note).await;
+                    return Ok(Action::await_change());
+                }
                 let r = match caught(reconcile(obj, ctx.clone())).await {
                     Ok(r) => r,
                     Err(panic) => {
@@ -476,6 +485,14 @@ async fn scope(
         background: background::Background::default(),
         owned: Mutex::default(),
         capabilities: options.capabilities,
+        tenancy: {
+            // A cluster-wide install never serves its own namespace (issue 28).
+            let mut t = options.tenancy.clone();
+            if options.namespaces.is_empty() {
+                t.own_namespace = Some(options.election.namespace.clone());
+            }
+            t
+        },
         hook_turns: Mutex::default(),
         failures: Mutex::new(HashMap::new()),
     });

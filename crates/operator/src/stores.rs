@@ -170,6 +170,8 @@ pub async fn policy_secret_keys(
 /// # Errors
 /// The Secret is missing or lacks the keys; the URL is invalid.
 pub async fn open(ctx: &Context, policy: &BackupPolicy) -> Result<ClusterStore, Error> {
+    // A lock this operator does not allow stops every use of the store (passes, Jobs).
+    ctx.tenancy.object_lock(policy)?;
     let store = open_store(
         &ctx.client,
         policy,

@@ -24,11 +24,7 @@ pub(crate) async fn lock_until(
     full: bool,
     started: jiff::Timestamp,
 ) -> Result<Option<jiff::Timestamp>, Error> {
-    let Some(lock) = policy
-        .spec
-        .object_lock()
-        .map_err(|e| Error::Invalid(e.to_string()))?
-    else {
+    let Some(lock) = ctx.tenancy.object_lock(policy)? else {
         return Ok(None);
     };
     let max = backup
@@ -69,5 +65,9 @@ pub(crate) async fn lock_until(
             .as_ref()
             .map_or(started, |t| t.0)
     };
-    Ok(Some(lock.until(from, chain_end)))
+    // However long the chain, no later than the administrator allows from now.
+    Ok(Some(ctx.tenancy.bound_lock_date(
+        lock.until(from, chain_end),
+        ctx.clock.now(),
+    )))
 }

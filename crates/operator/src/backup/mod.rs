@@ -456,6 +456,13 @@ impl Step {
             Ok(j) => j,
             Err(message) => return self.fail(&message).await,
         };
+        // The operator creates the Job with its own rights: the template gets no more than
+        // its author could have asked for (issue 28).
+        if let Some(spec) = job.spec.as_ref().and_then(|j| j.template.spec.as_ref())
+            && let Err(message) = self.ctx.tenancy.check_pod(spec, "spec.jobTemplate.spec")
+        {
+            return self.fail(&message).await;
+        }
         attempt::start(
             &self.ctx,
             &self.api,

@@ -1,0 +1,291 @@
+//! What the cluster's administrator lets a tenant's objects ask of the shared operator
+//! (issue 28): a tenant may create BackupPolicies and Backups, not decide how long a
+//! bucket's objects cannot be deleted by anyone, nor run pods with more than they may.
+
+use k8s_openapi::api::core::v1::PodSpec;
+use tidemark_api::crd::BackupPolicy;
+use tidemark_core::RetentionDuration;
+use tidemark_core::lock::{LockMode, ObjectLock};
+
+use crate::error::Error;
+
+/// The administrator's bounds (`tidemark operator` flags).
+#[derive(Debug, Clone, Default)]
+pub struct Tenancy {
+    /// The longest lock the operator sets, from the moment it sets it
+    /// (`--max-lock-period`); `None`: no bound. A policy whose period is longer is refused,
+    /// and a chain's date (a full locked until its last increment's slot plus the period)
+    /// is cut to it.
+    pub max_lock_period: Option<RetentionDuration>,
+    /// Whether policies may lock in compliance mode, which nobody — not the bucket's
+    /// owner — can lift before the date (`--allow-compliance-locks`). Off: governance only.
+    pub allow_compliance: bool,
+    /// Whether `method: job` templates and DeleteHook Jobs may ask for privileged
+    /// containers, host paths, host namespaces or another service account
+    /// (`--allow-privileged-templates`). Off: such a template is refused.
+    pub allow_privileged_templates: bool,
+    /// The operator's own namespace when it serves every namespace: never served (its
+    /// service account reads every Secret there, and its own objects live there).
+    pub own_namespace: Option<String>,
+}
+
+impl Tenancy {
+    /// `policy`'s object lock, if this operator allows it.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`]: the lock is malformed, in compliance mode without
+    /// `--allow-compliance-locks`, or longer than `--max-lock-period` — each named.
+    pub fn object_lock(&self, policy: &BackupPolicy) -> Result<Option<ObjectLock>, Error> {
+        let Some(lock) = policy
+            .spec
+            .object_lock()
+            .map_err(|e| Error::Invalid(e.to_string()))?
+        else {
+            return Ok(None);
+        };
+        if lock.mode == LockMode::Compliance && !self.allow_compliance {
+            return Err(Error::Invalid(
+                "spec.objectStore.objectLock.mode: compliance locks cannot be lifted by anyone \
+                 before their date, and this operator's administrator has not allowed them \
+                 (tidemark operator --allow-compliance-locks); use governance"
+                    .into(),
+            ));
+        }
+        if let Some(max) = self.max_lock_period
+            && lock.period.as_signed_duration() > max.as_signed_duration()
+        {
+            return Err(Error::Invalid(format!(
+                "object lock period {}: longer than this operator allows ({max}, its \
+                 administrator's --max-lock-period); give spec.objectStore.objectLock.period \
+                 of at most {max}",
+                lock.period
+            )));
+        }
+        Ok(Some(lock))
+    }
+
+    /// Whether a tenant's pod template (`field`, for the message) asks for more than the
+    /// tenant may be given through the operator: a privileged container, added
+    /// capabilities, a host path, a host namespace or port, or a service account other
+    /// than the namespace's default. The operator creates the Job with its own rights, so
+    /// a user allowed only to create Backups would otherwise get pods their own RBAC and
+    /// the namespace's admission refuse them.
+    ///
+    /// # Errors
+    /// The first such request, named with its path, and the flag that allows it.
+    pub fn check_pod(&self, spec: &PodSpec, field: &str) -> Result<(), String> {
+        if self.allow_privileged_templates {
+            return Ok(());
+        }
+        let refused = |what: String| {
+            Err(format!(
+                "{field}: {what}; pods from a tenant's template get no more than the \
+                 namespace's default (the cluster's administrator may allow it: tidemark \
+                 operator --allow-privileged-templates)"
+            ))
+        };
+        for (name, set) in [
+            ("hostNetwork", spec.host_network),
+            ("hostPID", spec.host_pid),
+            ("hostIPC", spec.host_ipc),
+        ] {
+            if set == Some(true) {
+                return refused(format!("spec.{name} is set"));
+            }
+        }
+        for account in [&spec.service_account_name, &spec.service_account]
+            .into_iter()
+            .flatten()
+        {
+            if account != "default" {
+                return refused(format!("spec.serviceAccountName is {account:?}"));
+            }
+        }
+        for v in spec.volumes.iter().flatten() {
+            if v.host_path.is_some() {
+                return refused(format!("volume {:?} is a hostPath", v.name));
+            }
+        }
+        let containers = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(spec.containers.iter())
+            .map(|c| {
+                (
+                    c.name.as_str(),
+                    c.security_context.as_ref(),
+                    c.ports.as_ref(),
+                )
+            });
+        let ephemeral = spec.ephemeral_containers.iter().flatten().map(|c| {
+            (
+                c.name.as_str(),
+                c.security_context.as_ref(),
+                c.ports.as_ref(),
+            )
+        });
+        for (name, security, ports) in containers.chain(ephemeral) {
+            if let Some(sc) = security {
+                if sc.privileged == Some(true) {
+                    return refused(format!("container {name:?} is privileged"));
+                }
+                if sc
+                    .capabilities
+                    .as_ref()
+                    .and_then(|c| c.add.as_ref())
+                    .is_some_and(|a| !a.is_empty())
+                {
+                    return refused(format!("container {name:?} adds capabilities"));
+                }
+            }
+            if ports
+                .iter()
+                .flat_map(|p| p.iter())
+                .any(|p| p.host_port.is_some())
+            {
+                return refused(format!("container {name:?} takes a hostPort"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether objects of `namespace` are served.
+    pub fn serves(&self, namespace: Option<&str>) -> bool {
+        self.own_namespace.is_none() || self.own_namespace.as_deref() != namespace
+    }
+
+    /// `until` cut to `--max-lock-period` from `now`.
+    #[must_use]
+    pub fn bound_lock_date(&self, until: jiff::Timestamp, now: jiff::Timestamp) -> jiff::Timestamp {
+        match self.max_lock_period {
+            Some(max) => until.min(max.after(now)),
+            None => until,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    fn policy(mode: &str, period: &str) -> BackupPolicy {
+        serde_json::from_value(json!({
+            "apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy",
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"objectStore": {"bucket": "b",
+                "objectLock": {"mode": mode, "period": period}}},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_administrator_bounds_locks() {
+        let open = Tenancy::default();
+        // Governance, any period, without a bound.
+        assert!(
+            open.object_lock(&policy("governance", "3650d"))
+                .unwrap()
+                .is_some()
+        );
+        // Compliance only when allowed.
+        let e = open.object_lock(&policy("compliance", "7d")).unwrap_err();
+        assert!(e.to_string().contains("--allow-compliance-locks"), "{e}");
+        let admin = Tenancy {
+            max_lock_period: Some("90d".parse().unwrap()),
+            allow_compliance: true,
+            ..Tenancy::default()
+        };
+        assert!(
+            admin
+                .object_lock(&policy("compliance", "7d"))
+                .unwrap()
+                .is_some()
+        );
+        let e = admin.object_lock(&policy("governance", "91d")).unwrap_err();
+        assert!(e.to_string().contains("90d"), "{e}");
+        // A chain's date is cut to the bound.
+        let now: jiff::Timestamp = "2026-11-27T00:00:00Z".parse().unwrap();
+        let far: jiff::Timestamp = "2226-01-01T00:00:00Z".parse().unwrap();
+        assert_eq!(
+            admin.bound_lock_date(far, now),
+            "2027-02-25T00:00:00Z".parse::<jiff::Timestamp>().unwrap()
+        );
+        assert_eq!(open.bound_lock_date(far, now), far);
+    }
+
+    #[test]
+    fn a_template_gets_no_more_than_the_namespace_default() {
+        let strict = Tenancy::default();
+        let pod = |v: serde_json::Value| -> PodSpec { serde_json::from_value(v).unwrap() };
+        let plain = pod(json!({"containers": [{"name": "b", "image": "x",
+            "securityContext": {"runAsUser": 1000, "capabilities": {"drop": ["ALL"]}}}],
+            "serviceAccountName": "default",
+            "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}));
+        assert_eq!(strict.check_pod(&plain, "spec.jobTemplate.spec"), Ok(()));
+        for (bad, named) in [
+            (
+                json!({"containers": [{"name": "b", "securityContext": {"privileged": true}}]}),
+                "privileged",
+            ),
+            (
+                json!({"containers": [{"name": "b"}], "initContainers": [{"name": "i",
+                "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}]}),
+                "adds capabilities",
+            ),
+            (
+                json!({"containers": [{"name": "b"}], "hostPID": true}),
+                "hostPID",
+            ),
+            (
+                json!({"containers": [{"name": "b"}], "hostNetwork": true}),
+                "hostNetwork",
+            ),
+            (
+                json!({"containers": [{"name": "b"}], "hostIPC": true}),
+                "hostIPC",
+            ),
+            (
+                json!({"containers": [{"name": "b"}], "serviceAccountName": "tidemark-operator"}),
+                "tidemark-operator",
+            ),
+            (
+                json!({"containers": [{"name": "b"}], "serviceAccount": "admin"}),
+                "admin",
+            ),
+            (
+                json!({"containers": [{"name": "b"}], "volumes": [{"name": "root", "hostPath": {"path": "/"}}]}),
+                "hostPath",
+            ),
+            (
+                json!({"containers": [{"name": "b", "ports": [{"containerPort": 80, "hostPort": 80}]}]}),
+                "hostPort",
+            ),
+        ] {
+            let e = strict
+                .check_pod(&pod(bad), "spec.jobTemplate.spec")
+                .unwrap_err();
+            assert!(
+                e.contains(named) && e.contains("--allow-privileged-templates"),
+                "{e}"
+            );
+        }
+        let allowed = Tenancy {
+            allow_privileged_templates: true,
+            ..Tenancy::default()
+        };
+        let privileged =
+            pod(json!({"containers": [{"name": "b", "securityContext": {"privileged": true}}]}));
+        assert_eq!(allowed.check_pod(&privileged, "f"), Ok(()));
+        // The operator's own namespace is never served in a cluster-wide install.
+        let wide = Tenancy {
+            own_namespace: Some("tidemark-system".into()),
+            ..Tenancy::default()
+        };
+        assert!(!wide.serves(Some("tidemark-system")));
+        assert!(wide.serves(Some("team-a")));
+        assert!(Tenancy::default().serves(Some("tidemark-system")));
+    }
+}

@@ -187,7 +187,18 @@ pub(crate) fn write_err(
 pub fn shown(e: &object_store::Error) -> String {
     const STATUS: &str = "status code: ";
     const LIMIT: usize = 600;
-    let text = e.to_string();
+    // The causes too: a transport failure's reason ("Connection refused") is in them, and
+    // it is the machine's own words, not a server's. A server's answer ends at its status.
+    let mut text = e.to_string();
+    let mut next = std::error::Error::source(e);
+    while let Some(cause) = next {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        next = cause.source();
+    }
     let mut out = match text.find(STATUS) {
         Some(i) => {
             let rest = &text[i + STATUS.len()..];
@@ -342,5 +353,32 @@ mod tests {
             answer: generic("Server returned non-2xx status code: 403 Forbidden: x"),
         };
         assert!(access_denied(&e));
+    }
+
+    /// A transport failure is shown with its cause: the reason is the machine's, and the
+    /// only thing that tells a refused connection from a name that does not resolve.
+    #[test]
+    fn a_transport_failure_shows_its_cause() {
+        #[derive(Debug)]
+        struct Sending(std::io::Error);
+        impl std::fmt::Display for Sending {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("HTTP error: error sending request")
+            }
+        }
+        impl std::error::Error for Sending {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let e = object_store::Error::Generic {
+            store: "S3",
+            source: Box::new(Sending(std::io::Error::from(
+                std::io::ErrorKind::ConnectionRefused,
+            ))),
+        };
+        let said = shown(&e);
+        assert!(said.contains("error sending request"), "{said}");
+        assert!(said.to_lowercase().contains("connection refused"), "{said}");
     }
 }

@@ -91,6 +91,7 @@ rm -f "$kube_log" "$kube_out"
 log "cargo test"
 results="$(mktemp)"
 trap 'rm -f "$results"' EXIT
-cargo test --workspace --locked 2>&1 | tee "$results"
+# Every test binary runs even when one fails: a CI log names every failure at once.
+cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$results"
 # Cargo ends with doc-test runs of zero tests; close with the sum of every run instead.
 awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' "$results"

@@ -37,7 +37,7 @@ pub struct DeleteHookSpec {
     /// The Backups this hook applies to ("applies to"); empty selects every Backup.
     #[serde(default)]
     pub selector: LabelSelector,
-    /// Run a Job from this pod template (operator).
+    /// Run a Job from this pod template (operator); at most 64 KiB as JSON.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "opaque_object")]
     pub job: Option<serde_json::Value>,

@@ -79,12 +79,14 @@ pub struct BackupTemplate {
     /// in standalone mode, run locally. Standalone `mariabackup`: the program and its
     /// connection options.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256), inner(length(max = 4096)))]
     pub command: Vec<String>,
     /// For method `job`: the pod template of the Job that makes the backup. Every
     /// container gets the destination in its environment (`TIDEMARK_STORE`,
     /// `TIDEMARK_CLUSTER`, `TIDEMARK_BACKUP_NAME`, `TIDEMARK_BACKUP_ID`, the store's
     /// credentials) and `tidemark` at `/tidemark-bin/tidemark`; it is expected to run
     /// `tidemark push --backup-name "$TIDEMARK_BACKUP_NAME" --backup-id "$TIDEMARK_BACKUP_ID" -- …`.
+    /// At most 64 KiB as JSON: a larger one fails the Backup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::lifecycle::opaque_object")]
     pub job_template: Option<serde_json::Value>,
@@ -333,6 +335,12 @@ pub struct BackupSpec {
     #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
     pub ttl: Option<String>,
 }
+
+/// The largest `jobTemplate` (as JSON) a Backup may give: a pod template that runs `tidemark
+/// push` is a few KiB. The schema cannot bound an object it keeps whole (a free-form pod
+/// template), so the operator refuses a larger one when the Backup starts, and its caches
+/// never hold the field (issue 28).
+pub const MAX_JOB_TEMPLATE_BYTES: usize = 64 << 10;
 
 /// CEL for six-field cron: six blank-separated fields.
 const CRON_RULE: &str = "self.matches('^ *[^ ]+( +[^ ]+){5} *$')";

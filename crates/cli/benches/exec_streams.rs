@@ -6,6 +6,10 @@
 //! It prints, per N (`TIDEMARK_BENCH_EXEC_N`, default `1,4,16`), the operator's peak
 //! resident memory (VmHWM), the wall time and the aggregate throughput; and, as the peer
 //! in the same run, `tidemark push` of the same bytes with the CLI's default buffering.
+//! `TIDEMARK_BENCH_EXEC_COMPRESSION` (default `none`; e.g. `none,zstd:3,zstd:19`) gives
+//! the Backups' `compression`, one run per setting: the operator compresses exec streams
+//! itself, at most at `zstd:6` in the stream's thread (issue 28), so its peak stays within
+//! idle + 34 MiB a stream whatever level is asked.
 //! Run: `cargo bench -p tidemark --bench exec_streams` (after `scripts/kube-apiserver.sh`;
 //! SeaweedFS as for the tests: `TIDEMARK_WEED`). No timed assertions.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -45,14 +49,22 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    let compressions: Vec<String> = std::env::var("TIDEMARK_BENCH_EXEC_COMPRESSION")
+        .unwrap_or_else(|_| "none".into())
+        .split(',')
+        .map(|c| c.trim().to_owned())
+        .filter(|c| !c.is_empty())
+        .collect();
     println!("exec streams of {} MiB each", bytes >> 20);
-    for n in counts {
-        rt.block_on(streams(n, bytes));
+    for compression in &compressions {
+        for &n in &counts {
+            rt.block_on(streams(n, bytes, compression));
+        }
     }
     push_peer(bytes);
 }
 
-async fn streams(n: usize, bytes: u64) {
+async fn streams(n: usize, bytes: u64, compression: &str) {
     let s3 = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
     let cluster = KubeCluster::start(false).await;
     let admin = cluster.admin_client();
@@ -107,7 +119,7 @@ async fn streams(n: usize, bytes: u64) {
         let b: Backup = serde_json::from_value(json!({
             "apiVersion": "tidemark.io/v1alpha1", "kind": "Backup",
             "metadata": {"name": format!("dump-{i:02}"), "namespace": ns},
-            "spec": {"policy": {"name": "db"}, "method": "exec", "target": "primary", "command": ["stream"]},
+            "spec": {"policy": {"name": "db"}, "method": "exec", "target": "primary", "command": ["stream"], "compression": compression},
         }))
         .unwrap();
         backups.create(&PostParams::default(), &b).await.unwrap();
@@ -139,7 +151,7 @@ async fn streams(n: usize, bytes: u64) {
     let peak = peak_kib(child.id()).unwrap_or(0);
     let total = bytes * n as u64;
     println!(
-        "N = {n:>2}: operator VmHWM {:>4} MiB (idle {} MiB, {:.1} MiB a stream above idle); {} MiB in {:.1} s, {:.0} MiB/s",
+        "{compression:>7}, N = {n:>2}: operator VmHWM {:>4} MiB (idle {} MiB, {:.1} MiB a stream above idle); {} MiB in {:.1} s, {:.0} MiB/s",
         peak / 1024,
         idle / 1024,
         (peak.saturating_sub(idle)) as f64 / 1024.0 / n as f64,

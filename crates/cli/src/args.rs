@@ -241,10 +241,15 @@ pub struct OperatorArgs {
     #[arg(long, value_name = "DURATION", env = "TIDEMARK_MAX_LOCK_PERIOD")]
     pub max_lock_period: Option<String>,
     /// Exec backups streamed at once (1 to 64); more wait their turn (`Queued`). Each
-    /// holds up to 24 MiB of its payload: the operator needs about 60 MiB plus 24 MiB per
-    /// stream.
+    /// holds up to 24 MiB of its payload, and a compressed one (zstd at most level 6
+    /// here) under 10 MiB more: the operator needs about 60 MiB plus 34 MiB per stream.
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub exec_streams: u16,
+    /// Retention passes and Backup deletions run at once (1 to 64); more wait their turn
+    /// (the policy's condition `Queued`). A pass holds its store's catalog in memory, so
+    /// this bounds the operator's memory when every policy is due at once (at start).
+    #[arg(long, value_name = "N", default_value_t = 2, env = "TIDEMARK_BACKGROUND_PASSES", value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub background_passes: u16,
     /// The longest one exec backup may stream, e.g. 24h (at most 168h); it is then stopped
     /// and recorded as failed.
     #[arg(long, value_name = "DURATION", default_value = "24h")]

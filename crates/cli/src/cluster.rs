@@ -70,7 +70,8 @@ pub async fn policy(args: &KubeArgs, name: &str) -> Result<ClusterPolicy, CliErr
         .map_err(|e| match e.class() {
             tidemark_engine::Class::Store => CliError::new(Exit::Store, e),
             _ => CliError::input(format!("BackupPolicy {ns}/{name}: {e}")),
-        })?;
+        })?
+        .with_budget(crate::resolve::budget()?);
     let backups: Api<Backup> = Api::namespaced(client.clone(), &ns);
     let listed = backups
         .list(&ListParams::default())

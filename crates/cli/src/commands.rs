@@ -90,6 +90,10 @@ async fn operator(args: &crate::args::OperatorArgs) -> Result<Exit, CliError> {
         streams: usize::from(args.exec_streams),
         max_duration: max.unsigned_abs(),
     };
+    options.background_passes = usize::from(args.background_passes);
+    options.pass_budget =
+        tidemark_store::budget::Budget::from_env(tidemark_store::budget::Budget::SHARED)
+            .map_err(CliError::input)?;
     options.namespaces = namespaces(&args.namespaces)?;
     options.capabilities = tidemark_operator::rbac::Capabilities::without(&args.disable)
         .map_err(|e| CliError::input(format!("--disable: {e}")))?;

@@ -173,6 +173,7 @@ pub fn target(
     };
     Ok(Target {
         store: ClusterStore::open(&url, &cluster, &options)?
+            .with_budget(budget()?)
             .with_compression(compression)
             .with_recipients(recipients)
             .with_plaintext_before(plaintext_before)
@@ -181,6 +182,16 @@ pub fn target(
             .with_lock_period(object_lock.and_then(|l| l.period)),
         object_lock,
     })
+}
+
+/// What one command may read from a store ([`tidemark_store::budget`]): the local
+/// defaults, or the environment's.
+///
+/// # Errors
+/// A `TIDEMARK_MAX_*` variable that is not a positive whole number.
+pub fn budget() -> Result<tidemark_store::budget::Budget, CliError> {
+    tidemark_store::budget::Budget::from_env(tidemark_store::budget::Budget::LOCAL)
+        .map_err(CliError::input)
 }
 
 /// Who uploads are encrypted to, and what reads decrypt with.

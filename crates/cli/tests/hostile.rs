@@ -909,6 +909,75 @@ fn urls_and_endpoints_are_checked() {
     );
 }
 
+/// Issue 28 finding 2: a store server that lists keys without end, pages without end, or
+/// serves large `metadata.json` files is stopped by the pass's budget: the command fails
+/// as bad data (exit 4) naming the limit and the setting that raises it, in bounded time
+/// and memory. (Before the budget the first two never ended, holding every key listed.)
+fn a_pass_reads_no_more_than_its_budget() {
+    use tidemark_store::testkit::{HostileS3, Hostility};
+    for (hostility, env, value, said) in [
+        (
+            Hostility::EndlessKeys { per_page: 1000 },
+            "TIDEMARK_MAX_LISTED_KEYS",
+            "20000",
+            "over 20000 listed keys",
+        ),
+        (
+            Hostility::EndlessPages,
+            "TIDEMARK_MAX_LIST_PAGES",
+            "300",
+            "over 300 listing pages",
+        ),
+        (
+            Hostility::LargeMetadata {
+                count: 12,
+                size: 1 << 20,
+            },
+            "TIDEMARK_MAX_METADATA_BYTES",
+            "4000000",
+            "over 4000000 bytes of metadata.json",
+        ),
+    ] {
+        let server = HostileS3::start(hostility);
+        let mut child = bin()
+            .args([
+                "plan",
+                "--keep-last",
+                "1",
+                "--store",
+                "s3://b",
+                "--cluster",
+                "c",
+            ])
+            .args(["--endpoint", &server.endpoint])
+            .env("AWS_ACCESS_KEY_ID", "a")
+            .env("AWS_SECRET_ACCESS_KEY", "b")
+            .env(env, value)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t0 = Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if t0.elapsed() > Duration::from_secs(120) {
+                let _ = child.kill();
+                panic!(
+                    "{hostility:?}: still running after 120 s ({} requests answered)",
+                    server.requests.load(std::sync::atomic::Ordering::Relaxed)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let o = child.wait_with_output().unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(4), "{hostility:?}: {err}");
+        assert!(
+            err.contains(said) && err.contains(env),
+            "{hostility:?}: {err}"
+        );
+    }
+}
+
 /// The CPU time (user + system, in clock ticks) the process `pid` has used.
 fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
@@ -1189,6 +1258,7 @@ fn hostile_input_on_a_local_directory() {
     fetch_out_respects_what_is_there(&t);
     a_second_runner_is_refused(&t);
     urls_and_endpoints_are_checked();
+    a_pass_reads_no_more_than_its_budget();
     configuration_input_is_bounded_and_named();
     the_metrics_endpoint_survives_a_connection_flood();
 }

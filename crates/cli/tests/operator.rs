@@ -901,6 +901,59 @@ async fn method_job_runs_the_users_pod_template() {
         );
         assert!(st["jobName"].is_null(), "{st}");
     }
+    // A template past its bound fails the Backup (issue 28: the operator's caches hold
+    // none, and a larger one is refused when read), naming its size and the bound.
+    let big: Backup = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "Backup",
+        "metadata": {"name": "big-1", "namespace": ns},
+        "spec": {"policy": {"name": "app"}, "method": "job", "jobTemplate": {"spec": {"containers": [{
+            "name": "export", "image": "busybox:1.36",
+            "env": [{"name": "PADDING", "value": "x".repeat(70_000)}]}]}}},
+    }))
+    .unwrap();
+    backups.create(&PostParams::default(), &big).await.unwrap();
+    let st = eventually("the large template refused", || async {
+        let s = serde_json::to_value(backups.get("big-1").await.unwrap().status).unwrap();
+        (s["phase"] == "failed").then_some(s)
+    })
+    .await;
+    assert!(st.to_string().contains("at most 65536"), "{st}");
+    assert!(st["jobName"].is_null(), "{st}");
+    // A schedule's Backups get its template, though the operator's cache of schedules
+    // holds none.
+    let schedule: tidemark_api::crd::ScheduledBackup = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "ScheduledBackup",
+        "metadata": {"name": "exports", "namespace": ns},
+        "spec": {"schedule": "0 0 3 * * *", "immediate": true, "policy": {"name": "app"},
+            "method": "job", "jobTemplate": {"spec": {"containers": [{
+                "name": "export", "image": "busybox:1.36", "command": ["false"]}]}}},
+    }))
+    .unwrap();
+    Api::<tidemark_api::crd::ScheduledBackup>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &schedule)
+        .await
+        .unwrap();
+    let child = eventually("the schedule's Backup", || async {
+        backups
+            .list(&kube::api::ListParams::default().labels("tidemark.io/scheduled-backup=exports"))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .next()
+    })
+    .await;
+    assert_eq!(
+        child
+            .spec
+            .template
+            .job_template
+            .as_ref()
+            .map(|t| t["spec"]["containers"][0]["command"][0].clone()),
+        Some(json!("false")),
+        "{:?}",
+        child.spec
+    );
     // The operator's own namespace is not served by a cluster-wide install: its service
     // account reads every Secret there.
     let own = tidemark_operator::testkit::OPERATOR_NAMESPACE;

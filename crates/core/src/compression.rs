@@ -13,6 +13,13 @@ pub const DEFAULT_LEVEL: i32 = 3;
 /// The highest level accepted (zstd's "ultra" levels above it need large windows to
 /// decompress, which a restore must not depend on).
 pub const MAX_LEVEL: i32 = 19;
+/// The highest level of a stream compressed inside the shared operator (method `exec`),
+/// which compresses in the stream's own thread (no zstd workers): an encoder at level 6
+/// holds under 10 MiB (its tables and a 2 MiB window; `tidemark_store::compress` tests
+/// it), so a compressed exec stream costs about 24 + 10 MiB. Level 19 with 4 workers took
+/// 693 MB for one stream (issue 28). A higher level asked for is lowered, and the
+/// Backup's status says so; `tidemark push` and backup Jobs compress at the level asked.
+pub const EXEC_MAX_LEVEL: i32 = 6;
 /// The suffix a compressed payload's object name gets (`backup.xbstream.zst`), so that one
 /// reading the bucket with other tools sees what it holds. Segment names keep their
 /// grammar (`mysql-bin.000042`); their index entry says it.
@@ -95,11 +102,65 @@ impl Compression {
         Compression::Zstd { level, workers }
     }
 
+    /// The same setting within `max_level`, compressed in the calling thread (no workers):
+    /// what a stream the operator compresses in its own process may cost (issue 28: one
+    /// `zstd:19` stream with 4 workers took 693 MB). `None` when nothing changed.
+    pub fn bounded(self, max_level: i32) -> Option<Self> {
+        match self {
+            Compression::None => None,
+            Compression::Zstd { level, workers } => {
+                let within = Compression::Zstd {
+                    level: level.min(max_level),
+                    workers: 0,
+                };
+                (level > max_level || workers > 0).then_some(within)
+            }
+        }
+    }
+
     /// The name recorded for objects written so (`None`: as they come).
     pub fn recorded(self) -> Option<&'static str> {
         match self {
             Compression::None => None,
             Compression::Zstd { .. } => Some(ZSTD),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_lowers_the_level_and_drops_workers() {
+        let asked = Compression::Zstd {
+            level: 19,
+            workers: 4,
+        };
+        assert_eq!(
+            asked.bounded(6),
+            Some(Compression::Zstd {
+                level: 6,
+                workers: 0
+            })
+        );
+        // Within the level, threads still go.
+        let asked = Compression::Zstd {
+            level: 3,
+            workers: 1,
+        };
+        assert_eq!(
+            asked.bounded(6),
+            Some(Compression::Zstd {
+                level: 3,
+                workers: 0
+            })
+        );
+        let within = Compression::Zstd {
+            level: 6,
+            workers: 0,
+        };
+        assert_eq!(within.bounded(6), None);
+        assert_eq!(Compression::None.bounded(6), None);
     }
 }

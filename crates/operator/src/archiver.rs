@@ -142,15 +142,17 @@ pub(crate) async fn database_runtime(
     })?;
     let pods: Api<Pod> =
         Api::namespaced(ctx.client.clone(), &policy.namespace().unwrap_or_default());
-    let listed = pods
-        .list(&ListParams::default().labels(&crate::names::selector(&source.selector)?))
-        .await?;
+    let listed = crate::lean::list(
+        &pods,
+        &ListParams::default().labels(&crate::names::selector(&source.selector)?),
+        crate::lean::meta_of,
+    )
+    .await?;
     let role_label = source
         .role_label
         .as_deref()
         .unwrap_or(crate::names::DEFAULT_ROLE_LABEL);
     let mut candidates: Vec<(bool, String, DatabaseRuntime)> = listed
-        .items
         .iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .filter_map(|p| {

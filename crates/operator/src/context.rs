@@ -37,6 +37,8 @@ pub struct Context {
     pub exec_slots: Arc<tokio::sync::Semaphore>,
     /// Retention passes running outside the reconcile slots.
     pub background: background::Background,
+    /// What one pass may read from a store.
+    pub pass_budget: tidemark_store::budget::Budget,
     /// The store directories this process has claimed for a policy (`<store> <uid>`): the
     /// owner record is read once, not on every reconcile that opens the store.
     pub owned: Mutex<std::collections::HashSet<String>>,

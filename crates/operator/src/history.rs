@@ -86,9 +86,14 @@ pub(crate) async fn prune(
     }
     // The schedules with a history of their own (one list, only when there is work).
     let schedules: Api<ScheduledBackup> = Api::namespaced(ctx.client.clone(), &ns);
-    let own: BTreeMap<String, BackupHistory> = match schedules.list(&ListParams::default()).await {
+    let own: BTreeMap<String, BackupHistory> = match crate::lean::list(
+        &schedules,
+        &ListParams::default(),
+        crate::lean::schedule,
+    )
+    .await
+    {
         Ok(list) => list
-            .items
             .into_iter()
             .filter(|s| s.spec.template.policy.name == name)
             .filter_map(|s| Some((s.name_any(), s.spec.backup_history?)))

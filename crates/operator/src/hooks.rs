@@ -37,13 +37,12 @@ pub use tidemark_api::lifecycle::selects;
 pub async fn matching(ctx: &Context, backup: &Backup) -> Result<Vec<DeleteHook>, Error> {
     let api: Api<DeleteHook> =
         Api::namespaced(ctx.client.clone(), &backup.namespace().unwrap_or_default());
-    let mut hooks: Vec<DeleteHook> = api
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|h| selects(&h.spec.selector, backup.labels()))
-        .collect();
+    let mut hooks: Vec<DeleteHook> =
+        crate::lean::list(&api, &ListParams::default(), crate::lean::meta_of)
+            .await?
+            .into_iter()
+            .filter(|h| selects(&h.spec.selector, backup.labels()))
+            .collect();
     hooks.sort_by_key(ResourceExt::name_any);
     Ok(hooks)
 }
@@ -259,17 +258,19 @@ impl tidemark_engine::DeleteHooks for PassHooks {
     /// while the hooks ran); the cache's when the API does not answer.
     async fn holds(&self) -> Option<std::collections::HashSet<String>> {
         let api: Api<Backup> = Api::namespaced(self.ctx.client.clone(), &self.namespace);
-        Some(match api.list(&ListParams::default()).await {
-            Ok(list) => crate::holds::held_ids(list.items.iter(), &self.namespace, &self.policy),
-            Err(e) => {
-                tracing::warn!(policy = %self.policy, "reading holds after the hooks: {e}; using the cache");
-                crate::holds::held_ids(
-                    self.ctx.backups.state().iter().map(AsRef::as_ref),
-                    &self.namespace,
-                    &self.policy,
-                )
-            }
-        })
+        Some(
+            match crate::lean::list(&api, &ListParams::default(), crate::lean::backup).await {
+                Ok(list) => crate::holds::held_ids(list.iter(), &self.namespace, &self.policy),
+                Err(e) => {
+                    tracing::warn!(policy = %self.policy, "reading holds after the hooks: {e}; using the cache");
+                    crate::holds::held_ids(
+                        self.ctx.backups.state().iter().map(AsRef::as_ref),
+                        &self.namespace,
+                        &self.policy,
+                    )
+                }
+            },
+        )
     }
 }
 
@@ -302,15 +303,16 @@ impl PassHooks {
         let meta = meta?;
         let object_name = meta.labels.get(crate::names::BACKUP_LABEL)?;
         let api: Api<DeleteHook> = Api::namespaced(self.ctx.client.clone(), &self.namespace);
-        let mut hooks: Vec<DeleteHook> = match api.list(&ListParams::default()).await {
-            Ok(l) => l.items,
-            Err(e) => {
-                return Some(json!({
-                    "backupId": b.id, "backupName": b.name,
-                    "error": format!("listing DeleteHooks: {e}"),
-                }));
-            }
-        };
+        let mut hooks: Vec<DeleteHook> =
+            match crate::lean::list(&api, &ListParams::default(), crate::lean::meta_of).await {
+                Ok(l) => l,
+                Err(e) => {
+                    return Some(json!({
+                        "backupId": b.id, "backupName": b.name,
+                        "error": format!("listing DeleteHooks: {e}"),
+                    }));
+                }
+            };
         hooks.retain(|h| selects(&h.spec.selector, &meta.labels));
         if hooks.is_empty() {
             return None;
@@ -526,6 +528,13 @@ async fn job(
             return Ok(Some(Outcome::TimedOut));
         }
         return Ok(None);
+    }
+    let size = serde_json::to_vec(template).map_or(usize::MAX, |b| b.len());
+    if size > tidemark_api::schedule::MAX_JOB_TEMPLATE_BYTES {
+        return Ok(Some(Outcome::Failed(format!(
+            "spec.job is {size} bytes; at most {} are accepted",
+            tidemark_api::schedule::MAX_JOB_TEMPLATE_BYTES
+        ))));
     }
     let mut spec = template
         .get("spec")

@@ -36,6 +36,7 @@ pub mod history;
 pub mod holds;
 pub mod hooks;
 pub mod leader;
+pub mod lean;
 pub mod metrics;
 pub mod names;
 pub mod pod;
@@ -90,8 +91,14 @@ pub struct Options {
     /// needs credentials from a Secret of the policy's namespace.
     pub allow_ambient_credentials: bool,
     /// Exec streams at once and the longest one may run: the operator's memory is about
-    /// 60 MiB plus 24 MiB per stream (`streams::EXEC_PART_SIZE`, `streams::EXEC_PARTS_IN_FLIGHT`).
+    /// 60 MiB plus 24 MiB per stream (`streams::EXEC_PART_SIZE`, `streams::EXEC_PARTS_IN_FLIGHT`),
+    /// and under 10 MiB more for a compressed one (`streams::EXEC_MAX_ZSTD_LEVEL`).
     pub exec_limits: streams::Limits,
+    /// What one pass may read from a store ([`tidemark_store::budget`]).
+    pub pass_budget: tidemark_store::budget::Budget,
+    /// Retention passes and deletions run in the background at once; more wait their
+    /// turn ([`background::Background`]).
+    pub background_passes: usize,
     /// The namespaces whose objects the operator serves: empty for every namespace (the
     /// cluster-wide RBAC), else only these (the namespaced RBAC, [`rbac::Install`]).
     pub namespaces: Vec<String>,
@@ -115,6 +122,8 @@ impl Options {
             metrics: Arc::default(),
             allow_ambient_credentials: false,
             exec_limits: streams::Limits::default(),
+            background_passes: background::DEFAULT_LIMIT,
+            pass_budget: tidemark_store::budget::Budget::SHARED,
             namespaces: Vec::new(),
             capabilities: rbac::Capabilities::default(),
             tenancy: tenancy::Tenancy::default(),
@@ -284,11 +293,21 @@ fn controller_config() -> kube::runtime::controller::Config {
 
 /// A controller over `api` with the shared settings: bounded concurrency, and a graceful
 /// stop when `stopping` turns true.
-fn watched<K>(api: Api<K>, stopping: &tokio::sync::watch::Receiver<bool>) -> Controller<K>
+fn watched<K>(
+    api: Api<K>,
+    stopping: &tokio::sync::watch::Receiver<bool>,
+    lean: fn(&mut K),
+) -> Controller<K>
 where
     K: Watched,
 {
-    Controller::new(api, watcher::Config::default())
+    let (reader, writer) = reflector::store();
+    let trigger = watcher(api, lean::listed())
+        .default_backoff()
+        .modify(lean)
+        .reflect(writer)
+        .applied_objects();
+    Controller::for_stream(trigger, reader)
         .with_config(controller_config())
         .graceful_shutdown_on(stopped(stopping.clone()))
 }
@@ -303,8 +322,9 @@ where
 {
     use kube::runtime::utils::{Predicate, predicates};
     let (reader, writer) = reflector::store();
-    let trigger = watcher(api, watcher::Config::default())
+    let trigger = watcher(api, lean::listed())
         .default_backoff()
+        .modify(lean::meta_of::<K>)
         .reflect(writer)
         .applied_objects()
         .predicate_filter(
@@ -450,8 +470,9 @@ async fn scope(
     };
     let (backups, writer) = reflector::store();
     let backup_api: Api<Backup> = api(&client, namespace);
-    let backup_cache = watcher(backup_api.clone(), watcher::Config::default())
+    let backup_cache = watcher(backup_api.clone(), lean::listed())
         .default_backoff()
+        .modify(lean::backup)
         .reflect(writer)
         .for_each(|_| async {});
     // The policy cache is filled by the same stream that re-reads a policy's Backups on a
@@ -459,14 +480,12 @@ async fn scope(
     let (policy_store, policy_writer) = reflector::store();
     let policy_specs = {
         use kube::runtime::utils::predicates;
-        watcher(
-            api::<BackupPolicy>(&client, namespace),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .reflect(policy_writer)
-        .touched_objects()
-        .predicate_filter(predicates::generation, Default::default())
+        watcher(api::<BackupPolicy>(&client, namespace), lean::listed())
+            .default_backoff()
+            .modify(lean::meta_of::<BackupPolicy>)
+            .reflect(policy_writer)
+            .touched_objects()
+            .predicate_filter(predicates::generation, Default::default())
     };
     let ctx = Arc::new(Context {
         client: client.clone(),
@@ -482,7 +501,8 @@ async fn scope(
         identity: options.election.identity.clone(),
         exec_limits: options.exec_limits.clone(),
         exec_slots,
-        background: background::Background::default(),
+        background: background::Background::new(options.background_passes),
+        pass_budget: options.pass_budget,
         owned: Mutex::default(),
         capabilities: options.capabilities,
         tenancy: {
@@ -504,9 +524,9 @@ async fn scope(
     };
     let schedules: Api<ScheduledBackup> = api(&client, namespace);
     let scheduled = drive(
-        watched(schedules, &stopping).watches(
+        watched(schedules, &stopping, lean::schedule).watches(
             backup_api,
-            watcher::Config::default(),
+            lean::listed(),
             |b: Backup| {
                 scheduled::schedule_of(b)
                     .into_iter()
@@ -516,13 +536,8 @@ async fn scope(
         scheduled::reconcile,
         ctx.clone(),
     );
-    let ours = || {
-        watcher::Config::default().labels(&format!(
-            "{}={}",
-            names::MANAGED_BY.0,
-            names::MANAGED_BY.1
-        ))
-    };
+    let ours =
+        || lean::listed().labels(&format!("{}={}", names::MANAGED_BY.0, names::MANAGED_BY.1));
     let policies: Api<BackupPolicy> = api(&client, namespace);
     let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = api(&client, namespace);
     // The archiver runs in the database's image: a rollout of a selected pod's image
@@ -531,7 +546,7 @@ async fn scope(
         use kube::runtime::WatchStreamExt;
         watcher(
             api::<k8s_openapi::api::core::v1::Pod>(&client, namespace),
-            watcher::Config::default(),
+            lean::listed(),
         )
         .default_backoff()
         .applied_objects()
@@ -554,7 +569,7 @@ async fn scope(
     // them (status changes do not).
     let of_policy = ctx.backups.clone();
     let runner = drive(
-        watched(backups_api, &stopping)
+        watched(backups_api, &stopping, lean::backup)
             .watches(jobs, ours(), |j| {
                 backup::job::backup_of(&j).into_iter().collect::<Vec<_>>()
             })
@@ -581,12 +596,12 @@ async fn scope(
         let (by_pod, by_claim) = (c.store(), c.store());
         c.watches(
             api::<k8s_openapi::api::core::v1::Pod>(&client, namespace),
-            watcher::Config::default(),
+            lean::listed(),
             move |p| volumes::in_namespace(&by_pod, p.namespace()),
         )
         .watches(
             api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>(&client, namespace),
-            watcher::Config::default(),
+            lean::listed(),
             move |c| volumes::in_namespace(&by_claim, c.namespace()),
         )
     };
@@ -606,7 +621,9 @@ async fn scope(
         () = backup_cache => {}
     }
     // Work in the background (passes, deletions waiting on hooks) is work in flight too:
-    // the caller bounds the wait, and keeps the lease meanwhile.
+    // the caller bounds the wait, and keeps the lease meanwhile. What waits for its turn
+    // does not start now; the next leader runs it.
+    ctx.background.close_queue();
     while !ctx.background.is_empty() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

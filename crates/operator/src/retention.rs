@@ -51,7 +51,7 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
     // backoff, and after a success the policy is looked at afresh (its status now holds
     // the pass; the spec may have changed meanwhile and be due at once).
     let policy = match ctx.background.poll(&crate::context::key(policy.as_ref())) {
-        crate::background::Polled::Running => {
+        crate::background::Polled::Running | crate::background::Polled::Queued => {
             return Ok(sooner(crate::background::POLL, wake));
         }
         crate::background::Polled::Done(Err(e)) => {
@@ -133,10 +133,13 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
     // The pass runs in the background (its hooks and consolidations can take long), never
     // holding one of the controller's reconcile slots; the reconcile after it collects the
     // outcome.
-    ctx.background.start(
+    let begun = ctx.background.start(
         crate::context::key(policy.as_ref()),
         pass(ctx.clone(), policy.clone(), rules, interval, now),
     );
+    if !begun {
+        set_queued(&ctx, &api, &policy).await?;
+    }
     Ok(Requeue::requeue(crate::background::POLL))
 }
 
@@ -168,10 +171,12 @@ async fn no_established_primary(
     use k8s_openapi::api::core::v1::Pod;
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     let selector = crate::names::selector(&source.selector)?;
-    let listed = pods
-        .list(&kube::api::ListParams::default().labels(&selector))
-        .await?
-        .items;
+    let listed = crate::lean::list(
+        &pods,
+        &kube::api::ListParams::default().labels(&selector),
+        crate::lean::meta_of,
+    )
+    .await?;
     let live: Vec<&Pod> = listed
         .iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
@@ -778,6 +783,35 @@ async fn set_failed(
     // observedGeneration moves only with a pass that succeeded: after a spec change, a
     // failed pass is retried (by backoff), not held back by retentionInterval.
     let _ = attempted;
+    crate::status::policy(api, &policy.name_any(), &status).await
+}
+
+/// The condition of a policy whose pass waits for its turn.
+pub const QUEUED_CONDITION: &str = "Queued";
+
+/// Says in status that `policy`'s pass waits for its turn (condition [`QUEUED_CONDITION`];
+/// the pass's own status, when it ends, no longer carries it).
+async fn set_queued(
+    ctx: &Context,
+    api: &Api<BackupPolicy>,
+    policy: &BackupPolicy,
+) -> Result<(), Error> {
+    let mut status = policy.status.clone().unwrap_or_default();
+    let message = format!(
+        "the retention pass is due and waits for its turn: at most {} passes and deletions run at once (tidemark operator --background-passes); {} wait",
+        ctx.background.limit(),
+        ctx.background.queued()
+    );
+    let queued = condition(
+        &status.conditions,
+        QUEUED_CONDITION,
+        true,
+        "WaitingForTurn",
+        &message,
+        policy.meta().generation,
+    );
+    status.conditions.retain(|c| c.type_ != QUEUED_CONDITION);
+    status.conditions.push(queued);
     crate::status::policy(api, &policy.name_any(), &status).await
 }
 

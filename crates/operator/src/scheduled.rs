@@ -170,10 +170,9 @@ async fn children(
         .map(|b| (b.name_any(), child(b, name)))
         .collect();
     if immediate_owed {
-        let ours = backups
-            .list(&ListParams::default().labels(&format!("{SCHEDULED_BACKUP_LABEL}={name}")))
-            .await?;
-        for b in &ours.items {
+        let params = ListParams::default().labels(&format!("{SCHEDULED_BACKUP_LABEL}={name}"));
+        let ours = crate::lean::list(backups, &params, crate::lean::backup).await?;
+        for b in &ours {
             out.insert(b.name_any(), child(b, name));
         }
     }
@@ -277,6 +276,12 @@ impl StatusInResource {
     /// Creates the slot's Backup. Already there and ours: that is the same attempt (a
     /// retry), fine. Already there and not ours: a collision the next evaluation skips.
     async fn create_child(&self, schedule: &str, attempt: &Started) -> Result<(), Error> {
+        let mut spec = self.schedule.spec.child_spec();
+        // The cache keeps no pod template (`crate::lean::schedule`): the object has it.
+        if spec.template.method.as_deref() == Some("job") {
+            let read = self.schedules.get(&self.schedule.name_any()).await?;
+            spec.template.job_template = read.spec.template.job_template;
+        }
         let backup = Backup {
             metadata: ObjectMeta {
                 name: Some(attempt.backup_name.clone()),
@@ -289,7 +294,7 @@ impl StatusInResource {
                 owner_references: self.owner.clone().map(|o| vec![o]),
                 ..Default::default()
             },
-            spec: self.schedule.spec.child_spec(),
+            spec,
             status: None,
         };
         match self.backups.create(&PostParams::default(), &backup).await {

@@ -178,7 +178,9 @@ pub async fn open(ctx: &Context, policy: &BackupPolicy) -> Result<ClusterStore, 
         ctx.store_retry_timeout,
         ctx.allow_ambient_credentials,
     )
-    .await?;
+    .await?
+    // Opened for one pass or one Job's check: what it may read (issue 28).
+    .with_budget(ctx.pass_budget);
     // The directory is this policy's alone (the first to claim it), never a second
     // team's with the same policy name in a shared bucket. Claimed once per process.
     let claim = format!("{} {}", store.identity(), policy.uid().unwrap_or_default());

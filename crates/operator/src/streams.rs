@@ -11,6 +11,10 @@ pub const EXEC_PART_SIZE: usize = 8 << 20;
 
 pub const EXEC_PARTS_IN_FLIGHT: usize = 2;
 
+/// The highest zstd level of a stream compressed inside the operator (see
+/// [`tidemark_core::compression::EXEC_MAX_LEVEL`]).
+pub const EXEC_MAX_ZSTD_LEVEL: i32 = tidemark_core::compression::EXEC_MAX_LEVEL;
+
 /// Exec streams at once by default (more wait, `Queued`).
 pub const DEFAULT_STREAMS: usize = 4;
 

@@ -150,11 +150,13 @@ pub async fn reconcile(vcr: Arc<VolumeClaimRetention>, ctx: Arc<Context>) -> Res
     let claims_api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let volumes_api: Api<PersistentVolume> = Api::all(ctx.client.clone());
-    let claims = claims_api
-        .list(&ListParams::default().labels(&selector))
-        .await?
-        .items;
-    let pods = pods_api.list(&ListParams::default()).await?.items;
+    let claims = crate::lean::list(
+        &claims_api,
+        &ListParams::default().labels(&selector),
+        crate::lean::meta_of,
+    )
+    .await?;
+    let pods = crate::lean::list(&pods_api, &ListParams::default(), crate::lean::meta_of).await?;
     let Mounts {
         running,
         live,
@@ -279,7 +281,9 @@ pub async fn reconcile(vcr: Arc<VolumeClaimRetention>, ctx: Arc<Context>) -> Res
                 }
                 // A fresh look right before the delete: never a claim a pod now uses or
                 // is about to.
-                let fresh = pods_api.list(&ListParams::default()).await?.items;
+                let fresh =
+                    crate::lean::list(&pods_api, &ListParams::default(), crate::lean::meta_of)
+                        .await?;
                 if mounts(&fresh).live.contains_key(&name) {
                     continue;
                 }
@@ -509,7 +513,7 @@ async fn replace(
     let ns = vcr.namespace().unwrap_or_default();
     let (name, pod_name) = (claim.name_any(), pod.name_any());
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let fresh = pods_api.list(&ListParams::default()).await?.items;
+    let fresh = crate::lean::list(&pods_api, &ListParams::default(), crate::lean::meta_of).await?;
     let still_pending = fresh.iter().any(|p| p.uid() == pod.uid() && pending(p));
     if mounts(&fresh).running.contains_key(&name) || !still_pending {
         return Ok(None);

@@ -29,19 +29,22 @@ pub const MAX_ERROR_BODY: u64 = 64 * 1024;
 /// well under 1 MiB).
 pub const MAX_LISTING_BODY: u64 = crate::open::MAX_CONTROL_OBJECT;
 
-/// object_store's own HTTP client, with every answer bounded.
+/// object_store's own HTTP client, with every answer bounded, and listing pages counted
+/// against the pass's budget (`crate::budget`).
 #[derive(Debug, Default)]
-pub(crate) struct BoundedConnector;
+pub(crate) struct BoundedConnector {
+    pub(crate) spent: std::sync::Arc<crate::budget::Spent>,
+}
 
 impl HttpConnector for BoundedConnector {
     fn connect(&self, options: &ClientOptions) -> object_store::Result<HttpClient> {
         let inner = ReqwestConnector::default().connect(options)?;
-        Ok(HttpClient::new(Bounded(inner)))
+        Ok(HttpClient::new(Bounded(inner, self.spent.clone())))
     }
 }
 
 #[derive(Debug)]
-struct Bounded(HttpClient);
+struct Bounded(HttpClient, std::sync::Arc<crate::budget::Spent>);
 
 /// A listing request of S3 or GCS (`list-type=2`), Azure (`comp=list`) or S3's uploads.
 fn is_listing(uri: &http::Uri) -> bool {
@@ -55,7 +58,12 @@ fn is_listing(uri: &http::Uri) -> bool {
 #[async_trait::async_trait]
 impl HttpService for Bounded {
     async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
-        let object_read = req.method() == http::Method::GET && !is_listing(req.uri());
+        let listing = is_listing(req.uri());
+        let object_read = req.method() == http::Method::GET && !listing;
+        if listing && let Err(e) = self.1.page() {
+            // Not retried (a server that pages without end does not stop).
+            return Err(HttpError::new(HttpErrorKind::Unknown, e));
+        }
         let response = self.0.execute(req).await?;
         let limit = if !response.status().is_success() {
             Some(Limit::Cut(MAX_ERROR_BODY))

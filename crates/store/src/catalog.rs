@@ -22,6 +22,20 @@ use crate::progress::Progress;
 /// Metadata documents fetched at once (the store-wide limit still applies).
 const METADATA_FETCH_CONCURRENCY: usize = 64;
 
+/// Bytes of `metadata.json` bodies being read at once (each is parsed as it arrives); a
+/// larger one (up to [`crate::open::MAX_CONTROL_OBJECT`]) is read alone.
+const METADATA_BYTES_IN_FLIGHT: u64 = 8 << 20;
+
+/// How much of a `metadata.json` listed at `listed` bytes is read: twice that (it may be
+/// rewritten between the listing and the read), at least 64 KiB, at most
+/// [`crate::open::MAX_CONTROL_OBJECT`]. A server answering with more than it listed is cut
+/// there (that backup is malformed for the pass), so the bytes in flight stay bounded.
+fn metadata_read_limit(listed: u64) -> u64 {
+    listed
+        .saturating_mul(2)
+        .clamp(64 << 10, crate::open::MAX_CONTROL_OBJECT)
+}
+
 /// Object locks read at once before a pass deletes ([`Catalog::read_server_locks`]).
 const LOCK_READ_CONCURRENCY: usize = 16;
 
@@ -209,26 +223,62 @@ impl Catalog {
         let observed_at = Timestamp::now();
         // Listing, metadata reads and the index read overlap: each metadata.json is fetched
         // as soon as the listing yields it.
-        let (tx, rx) = futures::channel::mpsc::unbounded::<Path>();
+        let (tx, rx) = futures::channel::mpsc::unbounded::<(Path, u64)>();
         let listing = async move {
             let r = list_outside_binlogs(store, progress, &tx).await;
             drop(tx);
             r
         };
+        // Each body is parsed as it arrives and only the parsed metadata is kept (issue 28):
+        // the bytes being read are bounded by `METADATA_BYTES_IN_FLIGHT`, those kept by the
+        // pass's budget (`crate::budget`).
+        let in_flight = std::sync::Arc::new(tokio::sync::Semaphore::new(
+            (METADATA_BYTES_IN_FLIGHT >> 10) as usize,
+        ));
         let fetching = rx
-            .map(|key| async move {
-                // One deleted since it was listed (another pass got there first) is `None`;
-                // one too large to read is malformed, not a failed listing.
-                let fetched = match store.read(&key).await {
-                    Ok(f) => Ok(f),
-                    Err(e @ StoreError::TooLarge { .. }) => Err(e.to_string()),
-                    Err(e) => return Err(e),
-                };
-                progress.metadata_read(1);
-                Ok::<_, StoreError>((key, fetched))
+            .map(|(key, listed)| {
+                let in_flight = in_flight.clone();
+                async move {
+                    let limit = metadata_read_limit(listed);
+                    // A read larger than the whole allowance takes all of it (reads alone).
+                    let share = limit.min(METADATA_BYTES_IN_FLIGHT) >> 10;
+                    let _turn = in_flight
+                        .acquire_many_owned(u32::try_from(share).unwrap_or(u32::MAX))
+                        .await
+                        .map_err(|e| StoreError::Internal {
+                            url: store.url.clone(),
+                            problem: format!("metadata reads: {e}"),
+                        })?;
+                    // One deleted since it was listed (another pass got there first) is
+                    // `None`; one too large to read is malformed, not a failed listing.
+                    let fetched = match store.read_limited(&key, limit).await {
+                        Ok(f) => f,
+                        Err(e @ StoreError::TooLarge { .. }) => {
+                            return Ok((key, Err(e.to_string())));
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    progress.metadata_read(1);
+                    let Some(bytes) = fetched else {
+                        return Ok((key, Ok(None)));
+                    };
+                    store
+                        .spent
+                        .metadata(bytes.len() as u64)
+                        .map_err(|e| StoreError::Request {
+                            url: store.url.clone(),
+                            action: format!("reading {}", store.display_key(&key)),
+                            answer: crate::budget::as_store_error(e),
+                        })?;
+                    let parsed = match layout::classify(key.as_ref()) {
+                        KeyKind::Metadata { name, id } => parse_metadata(&bytes, name, id),
+                        _ => Err("not a metadata key".to_owned()),
+                    };
+                    Ok::<_, StoreError>((key, parsed.map(Some)))
+                }
             })
             .buffer_unordered(METADATA_FETCH_CONCURRENCY)
-            .try_collect::<HashMap<Path, Result<Option<bytes::Bytes>, String>>>();
+            .try_collect::<HashMap<Path, Result<Option<Metadata>, String>>>();
         let (listed, bodies, index, shard_objects, uploads) = futures::join!(
             listing,
             fetching,
@@ -331,9 +381,7 @@ impl Catalog {
                 .as_ref()
                 .and_then(|m| bodies.remove(&m.location));
             let parsed = match (&dir.metadata, body) {
-                (Some(meta), Some(Ok(Some(bytes)))) => {
-                    Some((meta.location.clone(), parse_metadata(&bytes, &name, &id)))
-                }
+                (Some(meta), Some(Ok(Some(m)))) => Some((meta.location.clone(), Ok(m))),
                 (Some(meta), Some(Err(problem))) => Some((meta.location.clone(), Err(problem))),
                 _ => None,
             };
@@ -849,7 +897,7 @@ fn list_after(
 async fn list_outside_binlogs(
     store: &ClusterStore,
     progress: &dyn Progress,
-    metadata_keys: &futures::channel::mpsc::UnboundedSender<Path>,
+    metadata_keys: &futures::channel::mpsc::UnboundedSender<(Path, u64)>,
 ) -> Result<Listed, StoreError> {
     let announce = |meta: &ObjectMeta| {
         if matches!(
@@ -857,7 +905,7 @@ async fn list_outside_binlogs(
             KeyKind::Metadata { .. }
         ) {
             // The receiver lives as long as the load; a send can only fail after it ended.
-            let _ = metadata_keys.unbounded_send(meta.location.clone());
+            let _ = metadata_keys.unbounded_send((meta.location.clone(), meta.size));
         }
     };
     let err = |source| StoreError::Request {

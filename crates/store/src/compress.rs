@@ -135,6 +135,42 @@ mod tests {
         }
     }
 
+    /// What one stream encoder holds once it has seen a few MiB, at `level`, single-threaded.
+    fn encoder_bytes(level: i32) -> usize {
+        use zstd::zstd_safe::{CCtx, CParameter, InBuffer, OutBuffer, zstd_sys};
+        let mut c = CCtx::create();
+        c.set_parameter(CParameter::CompressionLevel(level))
+            .unwrap();
+        c.set_parameter(CParameter::ChecksumFlag(true)).unwrap();
+        let data: Vec<u8> = (0..8u32 << 20).map(|i| (i % 251) as u8).collect();
+        let mut out = vec![0u8; 1 << 20];
+        let mut input = InBuffer::around(&data);
+        while input.pos < data.len() {
+            let mut o = OutBuffer::around(&mut out[..]);
+            c.compress_stream2(
+                &mut o,
+                &mut input,
+                zstd_sys::ZSTD_EndDirective::ZSTD_e_continue,
+            )
+            .unwrap();
+        }
+        c.sizeof()
+    }
+
+    /// Issue 28 finding 3: a stream compressed inside the operator, at the highest level it
+    /// allows, adds under 10 MiB to the stream's 24 MiB; the levels it lowers would not.
+    #[test]
+    fn an_encoder_at_the_operators_level_fits_its_budget() {
+        let at_exec = encoder_bytes(tidemark_core::compression::EXEC_MAX_LEVEL);
+        assert!(
+            at_exec < 10 << 20,
+            "level {}: {at_exec} bytes",
+            tidemark_core::compression::EXEC_MAX_LEVEL
+        );
+        let at_max = encoder_bytes(MAX_LEVEL);
+        assert!(at_max > 32 << 20, "level {MAX_LEVEL}: {at_max} bytes");
+    }
+
     #[test]
     fn settings_parse_and_print() {
         assert_eq!("none".parse::<Compression>().unwrap(), Compression::None);

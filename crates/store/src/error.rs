@@ -90,7 +90,7 @@ pub enum StoreError {
     #[error("store {url}: internal error: {problem}")]
     Internal { url: String, problem: String },
     #[error(
-        "store {url}: {key} is larger than {limit} bytes, the most Tidemark reads of a metadata, index or state object; refused unread"
+        "store {url}: {key} is larger than {limit} bytes, the most Tidemark reads of it (a metadata, index or state object; a metadata.json up to twice the size it was listed at); refused unread"
     )]
     TooLarge {
         url: String,
@@ -138,6 +138,12 @@ impl StoreError {
             | StoreError::MissingDirectory { .. }
             | StoreError::NoCredentials { .. }
             | StoreError::ObjectLockUnsupported { .. } => ErrorCategory::Input,
+            // A pass's budget spent: what the store holds, not an outage (issue 28).
+            StoreError::Open { answer, .. } | StoreError::Request { answer, .. }
+                if crate::budget::exceeded(answer).is_some() =>
+            {
+                ErrorCategory::Data
+            }
             StoreError::Open { .. } | StoreError::Request { .. } | StoreError::Encode { .. } => {
                 ErrorCategory::Store
             }

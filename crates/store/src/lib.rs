@@ -4,6 +4,7 @@
 //! and not use cases (`tidemark-engine`).
 
 pub mod bounded;
+pub mod budget;
 pub mod catalog;
 pub mod codec;
 pub mod compress;

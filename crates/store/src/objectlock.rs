@@ -214,6 +214,7 @@ impl S3Native {
         let mut out = Vec::new();
         let mut markers: Option<(String, String)> = None;
         for _ in 0..MAX_VERSION_PAGES {
+            self.spent.page().map_err(crate::budget::as_store_error)?;
             let mut query = vec![("versions", ""), ("prefix", full.as_str())];
             if let Some((k, v)) = &markers {
                 query.push(("key-marker", k));
@@ -233,6 +234,7 @@ impl S3Native {
             let mut past = false;
             for v in page.versions.into_iter().chain(page.delete_markers) {
                 if v.key == full {
+                    self.spent.key().map_err(crate::budget::as_store_error)?;
                     out.push(v.version_id);
                 } else {
                     past = true;

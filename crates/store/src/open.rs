@@ -168,9 +168,24 @@ pub struct ClusterStore {
     /// How long a backup this store commits is locked, when known (what a synthetic full
     /// is locked for).
     pub(crate) lock_period: Option<tidemark_core::RetentionDuration>,
+    /// What a pass has read of its budget (keys, pages, metadata bytes), shared by clones.
+    pub(crate) spent: Arc<crate::budget::Spent>,
 }
 
 impl ClusterStore {
+    /// The same store counting what it reads afresh against `budget` (see
+    /// [`crate::budget`]): open a store per pass, or call this at a pass's start.
+    #[must_use]
+    pub fn with_budget(self, budget: crate::budget::Budget) -> Self {
+        self.spent.set(budget);
+        self
+    }
+
+    /// What this store may still read, and has.
+    pub fn budget(&self) -> &crate::budget::Spent {
+        &self.spent
+    }
+
     /// The same store with uploads buffered as `part_size` bytes per part (at least the
     /// 5 MiB S3 needs) and `parts_in_flight` parts sent at once (at least 1): what bounds
     /// one upload's memory, e.g. for the operator's exec streams.
@@ -234,7 +249,8 @@ impl ClusterStore {
     /// Reachability is found out by the first request.
     pub fn open(url: &str, cluster: &str, options: &StoreOptions) -> Result<Self, StoreError> {
         check_cluster(cluster)?;
-        let base = open_base(url, options)?;
+        let spent = Arc::new(crate::budget::Spent::default());
+        let base = open_base(url, options, &spent)?;
         let root = if base.prefix.as_ref().is_empty() {
             Path::from(cluster)
         } else {
@@ -250,8 +266,14 @@ impl ClusterStore {
                 bucket_url,
                 region,
                 client,
-            } => match crate::uploads::S3Native::new(s3, bucket_url, region, root.clone(), &client)
-            {
+            } => match crate::uploads::S3Native::new(
+                s3,
+                bucket_url,
+                region,
+                root.clone(),
+                &client,
+                spent.clone(),
+            ) {
                 Ok(n) => Native::S3(Arc::new(n)),
                 Err(source) => {
                     return Err(StoreError::Open {
@@ -263,8 +285,13 @@ impl ClusterStore {
         };
         let identity = format!("{} {root}", base.place);
         let limited = LimitStore::new(base.store, MAX_CONCURRENT_REQUESTS);
+        let counted = crate::budget::Counted {
+            inner: Arc::new(limited),
+            spent: spent.clone(),
+        };
         Ok(ClusterStore {
-            inner: Arc::new(PrefixStore::new(limited, root)),
+            spent,
+            inner: Arc::new(PrefixStore::new(counted, root)),
             url: url.to_owned(),
             cluster: cluster.to_owned(),
             backend: base.backend,
@@ -289,8 +316,14 @@ impl ClusterStore {
         check_cluster(cluster)?;
         // A wrapped store is its own place.
         let identity = format!("{:p} {cluster}", Arc::as_ptr(&store));
+        let spent = Arc::new(crate::budget::Spent::default());
+        let counted = crate::budget::Counted {
+            inner: store,
+            spent: spent.clone(),
+        };
         Ok(ClusterStore {
-            inner: Arc::new(PrefixStore::new(store, Path::from(cluster))),
+            spent,
+            inner: Arc::new(PrefixStore::new(counted, Path::from(cluster))),
             url: format!("{backend:?}://"),
             cluster: cluster.to_owned(),
             backend,
@@ -440,13 +473,24 @@ impl ClusterStore {
         key: &Path,
         got: object_store::GetResult,
     ) -> Result<Option<bytes::Bytes>, StoreError> {
+        self.collect_limited(key, got, MAX_CONTROL_OBJECT).await
+    }
+
+    /// [`Self::collect`] with a smaller `limit`.
+    async fn collect_limited(
+        &self,
+        key: &Path,
+        got: object_store::GetResult,
+        limit: u64,
+    ) -> Result<Option<bytes::Bytes>, StoreError> {
         use futures::StreamExt;
+        let limit = limit.min(MAX_CONTROL_OBJECT);
         let too_large = || StoreError::TooLarge {
             url: self.url.clone(),
             key: key.to_string(),
-            limit: MAX_CONTROL_OBJECT,
+            limit,
         };
-        if got.meta.size > MAX_CONTROL_OBJECT {
+        if got.meta.size > limit {
             return Err(too_large());
         }
         let mut body = bytes::BytesMut::new();
@@ -457,7 +501,7 @@ impl ClusterStore {
                 Err(e) if crate::error::is_not_found(&e) => return Ok(None),
                 Err(source) => return Err(crate::error::request(self, "reading", key, source)),
             };
-            if (body.len() + chunk.len()) as u64 > MAX_CONTROL_OBJECT {
+            if (body.len() + chunk.len()) as u64 > limit {
                 return Err(too_large());
             }
             body.extend_from_slice(&chunk);
@@ -470,9 +514,22 @@ impl ClusterStore {
     /// # Errors
     /// The request failed after retries.
     pub async fn read(&self, key: &Path) -> Result<Option<bytes::Bytes>, StoreError> {
+        self.read_limited(key, MAX_CONTROL_OBJECT).await
+    }
+
+    /// [`Self::read`], refusing an object over `limit` bytes (at most
+    /// [`MAX_CONTROL_OBJECT`]) with [`StoreError::TooLarge`].
+    ///
+    /// # Errors
+    /// The request failed after retries, or the object is larger.
+    pub async fn read_limited(
+        &self,
+        key: &Path,
+        limit: u64,
+    ) -> Result<Option<bytes::Bytes>, StoreError> {
         use object_store::ObjectStoreExt;
         match self.inner.get(key).await {
-            Ok(got) => self.collect(key, got).await,
+            Ok(got) => self.collect_limited(key, got, limit).await,
             Err(e) if crate::error::is_not_found(&e) => Ok(None),
             Err(source) => Err(crate::error::request(self, "reading", key, source)),
         }
@@ -520,7 +577,11 @@ enum BaseNative {
     },
 }
 
-fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
+fn open_base(
+    url: &str,
+    options: &StoreOptions,
+    spent: &Arc<crate::budget::Spent>,
+) -> Result<Base, StoreError> {
     let parsed = Url::parse(url).map_err(|e| invalid(url, e.to_string()))?;
     let retry = RetryConfig {
         max_retries: 6,
@@ -608,7 +669,9 @@ fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
             let mut b = builder
                 .with_bucket_name(&bucket)
                 .with_retry(retry)
-                .with_http_connector(crate::bounded::BoundedConnector)
+                .with_http_connector(crate::bounded::BoundedConnector {
+                    spent: spent.clone(),
+                })
                 .with_client_options(client.clone());
             let endpoint = options
                 .endpoint
@@ -707,7 +770,9 @@ fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
                 .and_then(|k| k["gcs_base_url"].as_str().map(str::to_owned))
                 .is_some_and(|u| u.starts_with("http://"));
             let gcs = builder
-                .with_http_connector(crate::bounded::BoundedConnector)
+                .with_http_connector(crate::bounded::BoundedConnector {
+                    spent: spent.clone(),
+                })
                 .with_client_options(client.with_allow_http(http))
                 .with_bucket_name(&bucket)
                 .with_retry(retry)
@@ -764,7 +829,9 @@ fn open_base(url: &str, options: &StoreOptions) -> Result<Base, StoreError> {
                     .with_endpoint(ep);
             }
             let az = b
-                .with_http_connector(crate::bounded::BoundedConnector)
+                .with_http_connector(crate::bounded::BoundedConnector {
+                    spent: spent.clone(),
+                })
                 .with_container_name(&container)
                 .with_retry(retry)
                 .build()

@@ -1171,3 +1171,160 @@ fn running_as_root() -> bool {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }
+
+/// What a [`HostileS3`] answers (issue 28 finding 2): a store server a tenant names, built
+/// to exhaust the memory of whoever lists it.
+#[derive(Debug, Clone, Copy)]
+pub enum Hostility {
+    /// Listing pages of `per_page` keys, each saying there is more, without end.
+    EndlessKeys { per_page: usize },
+    /// Empty listing pages, each saying there is more, without end.
+    EndlessPages,
+    /// One page of `count` backups' `metadata.json`, each listed and served at `size`
+    /// bytes (valid JSON, not metadata).
+    LargeMetadata { count: usize, size: usize },
+}
+
+/// A fake S3 endpoint on 127.0.0.1 that answers as its [`Hostility`] says: ListObjectsV2
+/// (path style), an empty ListMultipartUploads, object reads (a `metadata.json` when
+/// [`Hostility::LargeMetadata`], else `NoSuchKey`). Stops with the process.
+#[derive(Debug)]
+pub struct HostileS3 {
+    pub endpoint: String,
+    /// Requests answered so far.
+    pub requests: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl HostileS3 {
+    pub fn start(hostility: Hostility) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
+        let endpoint = format!("http://{}", listener.local_addr().expect("local address"));
+        let requests = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counted = requests.clone();
+        let keys = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                let (counted, keys) = (counted.clone(), keys.clone());
+                std::thread::spawn(move || {
+                    serve_hostile(conn, hostility, &counted, &keys);
+                });
+            }
+        });
+        HostileS3 { endpoint, requests }
+    }
+}
+
+fn serve_hostile(
+    mut conn: std::net::TcpStream,
+    hostility: Hostility,
+    requests: &std::sync::atomic::AtomicU64,
+    keys: &std::sync::atomic::AtomicU64,
+) {
+    use std::io::{Read, Write};
+    use std::sync::atomic::Ordering;
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(30)));
+    loop {
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            match conn.read(&mut byte) {
+                Ok(1) if head.len() < 64 << 10 => head.push(byte[0]),
+                _ => return,
+            }
+        }
+        requests.fetch_add(1, Ordering::Relaxed);
+        let head = String::from_utf8_lossy(&head).into_owned();
+        let mut line = head.lines().next().unwrap_or("").split(' ');
+        let (method, target) = (line.next().unwrap_or(""), line.next().unwrap_or("/"));
+        let (path, query) = target.split_once('?').unwrap_or((target, ""));
+        let param = |name: &str| {
+            query.split('&').find_map(|p| {
+                let (k, v) = p.split_once('=').unwrap_or((p, ""));
+                (k == name).then(|| v.replace("%2F", "/").replace("%2f", "/"))
+            })
+        };
+        let (status, body): (&str, Vec<u8>) = if query.contains("list-type=2") {
+            let prefix = param("prefix").unwrap_or_default();
+            let item = |key: &str, size: usize| {
+                format!(
+                    "<Contents><Key>{key}</Key><LastModified>2026-11-01T00:00:00.000Z</LastModified><ETag>&quot;e&quot;</ETag><Size>{size}</Size><StorageClass>STANDARD</StorageClass></Contents>"
+                )
+            };
+            let (contents, more) = match hostility {
+                Hostility::EndlessKeys { per_page } => {
+                    let first = keys.fetch_add(per_page as u64, Ordering::Relaxed);
+                    let page: String = (first..first + per_page as u64)
+                        .map(|n| {
+                            item(
+                                &format!("{prefix}nightly/20261101T000000Z-{n:08}/payload"),
+                                10,
+                            )
+                        })
+                        .collect();
+                    (page, true)
+                }
+                Hostility::EndlessPages => (String::new(), true),
+                Hostility::LargeMetadata { count, size } => {
+                    if param("continuation-token").is_some() {
+                        (String::new(), false)
+                    } else {
+                        let after = param("start-after").unwrap_or_default();
+                        let page: String = (0..count)
+                            .map(|n| {
+                                format!("{prefix}nightly/20261101T000000Z-{n:08}/metadata.json")
+                            })
+                            .filter(|k| *k > after)
+                            .map(|k| item(&k, size))
+                            .collect();
+                        (page, false)
+                    }
+                }
+            };
+            let next = if more {
+                format!(
+                    "<NextContinuationToken>t{}</NextContinuationToken>",
+                    requests.load(Ordering::Relaxed)
+                )
+            } else {
+                String::new()
+            };
+            let xml = format!(
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListBucketResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Name>b</Name><Prefix>{prefix}</Prefix><MaxKeys>1000</MaxKeys><IsTruncated>{more}</IsTruncated>{contents}{next}</ListBucketResult>"
+            );
+            ("200 OK", xml.into_bytes())
+        } else if query.split('&').any(|p| p == "uploads" || p == "uploads=") {
+            (
+                "200 OK",
+                b"<?xml version=\"1.0\" encoding=\"UTF-8\"?><ListMultipartUploadsResult><Bucket>b</Bucket><IsTruncated>false</IsTruncated></ListMultipartUploadsResult>".to_vec(),
+            )
+        } else if let (Hostility::LargeMetadata { size, .. }, true) = (
+            hostility,
+            path.ends_with("/metadata.json") && method == "GET",
+        ) {
+            let mut body = b"{\"pad\": \"".to_vec();
+            body.resize(size.saturating_sub(2).max(body.len()), b'x');
+            body.extend_from_slice(b"\"}");
+            ("200 OK", body)
+        } else {
+            (
+                "404 Not Found",
+                b"<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>NoSuchKey</Code><Message>no</Message></Error>".to_vec(),
+            )
+        };
+        let sent = write!(
+            conn,
+            "HTTP/1.1 {status}\r\nContent-Type: application/xml\r\nContent-Length: {}\r\n\r\n",
+            if method == "HEAD" { 0 } else { body.len() }
+        )
+        .and_then(|()| {
+            if method == "HEAD" {
+                Ok(())
+            } else {
+                conn.write_all(&body)
+            }
+        });
+        if sent.is_err() {
+            return;
+        }
+    }
+}

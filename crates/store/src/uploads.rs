@@ -35,6 +35,8 @@ pub struct S3Native {
     /// The cluster's prefix inside the bucket, `<path>/<cluster>`.
     pub(crate) root: Path,
     pub(crate) http: HttpClient,
+    /// The pass's budget: the pages and keys of these listings count too.
+    pub(crate) spent: Arc<crate::budget::Spent>,
 }
 
 impl S3Native {
@@ -44,6 +46,7 @@ impl S3Native {
         region: String,
         root: Path,
         client: &ClientOptions,
+        spent: Arc<crate::budget::Spent>,
     ) -> object_store::Result<Self> {
         let http = ReqwestConnector::default().connect(client)?;
         Ok(S3Native {
@@ -52,6 +55,7 @@ impl S3Native {
             region,
             root,
             http,
+            spent,
         })
     }
 
@@ -64,6 +68,7 @@ impl S3Native {
         let mut out = Vec::new();
         let mut markers: Option<(String, String)> = None;
         loop {
+            self.spent.page().map_err(crate::budget::as_store_error)?;
             let mut url = url::Url::parse(&self.bucket_url).map_err(generic)?;
             {
                 let mut q = url.query_pairs_mut();
@@ -87,6 +92,7 @@ impl S3Native {
             }
             let page: ListResult = quick_xml::de::from_reader(body.as_ref()).map_err(generic)?;
             for u in page.uploads {
+                self.spent.key().map_err(crate::budget::as_store_error)?;
                 let Some(key) = u.key.strip_prefix(&prefix) else {
                     continue;
                 };

@@ -393,6 +393,24 @@ pub async fn advance(
         }
         return Ok(Action::requeue(Duration::from_secs(5)));
     };
+    // The Backup's own compression overrides the policy's (refused above when invalid),
+    // within what a stream compressed in this process may cost.
+    let asked = match backup.spec.template.compression() {
+        Ok(Some(c)) => c,
+        _ => store.compression(),
+    };
+    let (store, lowered) = match asked.bounded(crate::streams::EXEC_MAX_ZSTD_LEVEL) {
+        Some(within) => (
+            store.with_compression(within),
+            // Said when the level changed (the threads are not the user's to see).
+            (within.to_string() != asked.to_string()).then(|| {
+                format!(
+                    "compression {asked} lowered to {within}: streams the operator compresses are bounded",
+                )
+            }),
+        ),
+        None => (store.with_compression(asked), None),
+    };
     let started = ctx.clock.now();
     let mut spec = attempt_spec(&backup, backup_name, backup_id, started);
     spec.lock_until = super::lock::lock_until(ctx, &backup, policy, true, started).await?;
@@ -407,18 +425,16 @@ pub async fn advance(
         &format!(
             "streams {}{}",
             plan.describe(),
-            note.map_or_else(String::new, |n| format!(" ({n})"))
+            match [note, lowered].into_iter().flatten().collect::<Vec<_>>() {
+                notes if notes.is_empty() => String::new(),
+                notes => format!(" ({})", notes.join("; ")),
+            }
         ),
     );
     // Running first: a crash after it is fenced by the next reconcile (no stream of ours),
     // never a second attempt under the same backup-id.
     crate::status::backup(api, &backup.name_any(), &running).await?;
     tracing::info!(backup = %backup.name_any(), "exec backup started: {}", plan.describe());
-    // The Backup's own compression overrides the policy's (refused above when invalid).
-    let store = match backup.spec.template.compression() {
-        Ok(Some(c)) => store.with_compression(c),
-        _ => store,
-    };
     spawn(ctx, backup, store, spec, plan, slot);
     Ok(Action::requeue(Duration::from_secs(30)))
 }

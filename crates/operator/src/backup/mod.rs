@@ -161,7 +161,7 @@ impl Step {
     async fn deleting(&self) -> Result<Action, Error> {
         let key = crate::context::key(self.backup.as_ref());
         match self.ctx.background.poll(&key) {
-            crate::background::Polled::Running => {
+            crate::background::Polled::Running | crate::background::Polled::Queued => {
                 return Ok(Action::requeue(crate::background::POLL));
             }
             crate::background::Polled::Done(outcome) => return outcome,
@@ -169,6 +169,7 @@ impl Step {
         }
         let policy = self.policy().await?;
         let (c, a, b) = (self.ctx.clone(), self.api.clone(), self.backup.clone());
+        // Queued when its turn has not come: the Backup stays Deleting meanwhile.
         self.ctx.background.start(key, async move {
             crate::cleanup::on_delete(&c, &a, &b, policy.as_ref()).await
         });
@@ -444,8 +445,18 @@ impl Step {
     ) -> Result<Action, Error> {
         let store_secret = crate::stores::policy_secret_keys(&self.ctx.client, policy).await?;
         let (name, id) = (store_name(&self.backup), backup_id(&self.backup));
+        // The caches keep no pod template (`crate::lean::backup`): read it from the object,
+        // within its bound.
+        let mut backup = (*self.backup).clone();
+        backup.spec.template.job_template = self
+            .api
+            .get(&self.backup.name_any())
+            .await?
+            .spec
+            .template
+            .job_template;
         let job = match job::user_job(
-            &self.backup,
+            &backup,
             policy,
             job_name,
             &self.ctx.image,

@@ -35,10 +35,12 @@ pub(crate) async fn target_pod<'p>(
     };
     let pods: Api<Pod> =
         Api::namespaced(ctx.client.clone(), &backup.namespace().unwrap_or_default());
-    let candidates = pods
-        .list(&ListParams::default().labels(&selector(&source.selector)?))
-        .await?
-        .items;
+    let candidates = crate::lean::list(
+        &pods,
+        &ListParams::default().labels(&selector(&source.selector)?),
+        crate::lean::meta_of,
+    )
+    .await?;
     let target = backup
         .spec
         .template

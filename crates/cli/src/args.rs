@@ -235,6 +235,11 @@ pub struct OperatorArgs {
     /// would otherwise get pods their own RBAC refuses them.
     #[arg(long, env = "TIDEMARK_ALLOW_PRIVILEGED_TEMPLATES")]
     pub allow_privileged_templates: bool,
+    /// Address ranges a policy's store endpoint may not resolve to, comma-separated (e.g.
+    /// 169.254.0.0/16,10.0.0.0/8; "" for none): the operator refuses to send requests
+    /// there for a tenant. Default: the link-local ranges (cloud instance metadata).
+    #[arg(long, value_name = "CIDR,...", env = "TIDEMARK_DENY_ENDPOINTS", default_value = tidemark_operator::tenancy::DEFAULT_DENIED_ENDPOINTS)]
+    pub deny_endpoints: String,
     /// The longest lock the operator sets, from when it sets it, e.g. 365d: a policy with
     /// a longer objectLock.period is refused, and a chain's date (a full locked until its
     /// last increment's slot plus the period) is cut to it. Default: no bound.

@@ -1168,7 +1168,7 @@ fn path_style_is_used(t: &Target) {
     assert!(!found, "pathStyle: false made no difference");
 }
 
-/// (Issue 17) A `metadata.json` larger than the 16 MiB Tidemark reads of a control object is
+/// (Issues 17, 28) A `metadata.json` larger than the 1 MiB Tidemark reads of one is
 /// refused unread: that backup is malformed (kept, named), the listing goes on.
 fn oversized_metadata_is_refused_unread(t: &Target) {
     let c = "oversized";
@@ -1182,7 +1182,7 @@ fn oversized_metadata_is_refused_unread(t: &Target) {
     let text = String::from_utf8_lossy(&ls.stdout).into_owned();
     assert!(text.contains(&good), "[{}] {text}", t.name);
     assert!(
-        text.contains("larger than 16777216 bytes") && text.contains(&huge),
+        text.contains("larger than 1048576 bytes") && text.contains(&huge),
         "[{}] {text}",
         t.name
     );

@@ -202,7 +202,10 @@ pub async fn retention_pass(
         let mut ran_all = Vec::new();
         let mut protect = request.protect.clone();
         for round in 0..HOOK_ROUNDS {
-            let deleting: Vec<_> = seen
+            // What the hooks need of the backups, owned: the survey is dropped while they
+            // run (they may take hours; a shared operator bounds how many catalogs are in
+            // memory, and gives a pass's turn to another while its hooks run).
+            let deleting: Vec<(Backup, Option<tidemark_store::format::Metadata>)> = seen
                 .plan
                 .deletions()
                 .filter(|d| !hooked.contains(&d.backup.id))
@@ -210,8 +213,8 @@ pub async fn retention_pass(
                     let meta = seen
                         .catalog
                         .backup(&d.backup.name, &d.backup.id)
-                        .and_then(|b| b.metadata.as_ref());
-                    (&d.backup, meta)
+                        .and_then(|b| b.metadata.clone());
+                    (d.backup.clone(), meta)
                 })
                 .collect();
             if deleting.is_empty() {
@@ -227,14 +230,13 @@ pub async fn retention_pass(
                 break;
             }
             hooked.extend(deleting.iter().map(|(b, _)| b.id.clone()));
-            ran_all.extend(hooks.before_delete(store, &deleting).await);
-            let Some(now_held) = hooks.holds().await else {
-                break;
-            };
-            if now_held.is_subset(&protect) {
-                break;
-            }
-            protect.extend(now_held);
+            drop(seen);
+            let borrowed: Vec<_> = deleting.iter().map(|(b, m)| (b, m.as_ref())).collect();
+            ran_all.extend(hooks.before_delete(store, &borrowed).await);
+            drop(borrowed);
+            // The plan is made again after the hooks, with the holds in force then; what
+            // it deletes that no hook ran for yet gets its hooks in the next round.
+            protect.extend(hooks.holds().await.into_iter().flatten());
             let options = SurveyOptions {
                 protect: protect.clone(),
             };

@@ -261,6 +261,8 @@ pub async fn archive_pass(
     binlog_index: &FsPath,
     progress: &dyn Progress,
 ) -> Result<ArchiveReport, ArchiveError> {
+    // Each pass reads within its own budget (a watch or an archiver runs for months).
+    store.begin_pass();
     let mut files = read_binlog_index(binlog_index)?;
     let open = files.pop();
     let mut report = ArchiveReport {

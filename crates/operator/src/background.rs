@@ -7,7 +7,10 @@
 //! At most [`Background::limit`] run at once (`--background-passes`): a pass holds a
 //! store's catalog in memory, so at operator start, when every policy is due, memory is
 //! that many passes, not the sum over every store (issue 28). The others wait in order
-//! of arrival (tokio's semaphore is fair), queued, never failed for waiting.
+//! of arrival (tokio's semaphore is fair), queued, never failed for waiting. Work that
+//! waits on something slow and holds no catalog — a pass following its DeleteHooks —
+//! gives its turn back meanwhile ([`without_turn`]), so one tenant's slow hooks never keep
+//! another's pass waiting.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,6 +32,35 @@ pub const POLL: std::time::Duration = std::time::Duration::from_millis(500);
 /// (`tidemark_store::budget::Budget::SHARED`) fit the Deployment's memory limit beside the
 /// exec streams.
 pub const DEFAULT_LIMIT: usize = 2;
+
+/// The turn the current background task holds (see [`without_turn`]).
+#[derive(Debug)]
+struct Turn {
+    turns: Arc<tokio::sync::Semaphore>,
+    held: Mutex<Option<tokio::sync::OwnedSemaphorePermit>>,
+}
+
+tokio::task_local! {
+    static TURN: Arc<Turn>;
+}
+
+/// Runs `f` without the current background task's turn (others take it meanwhile), and
+/// waits for a turn again after. For waits that hold no catalog: the memory the turns
+/// bound must be released before (a pass drops its survey while its hooks run). Outside
+/// background work it is `f`.
+pub async fn without_turn<F: std::future::Future>(f: F) -> F::Output {
+    let turn = TURN.try_with(Arc::clone).ok();
+    if let Some(t) = &turn {
+        drop(t.held.lock().unwrap_or_else(PoisonError::into_inner).take());
+    }
+    let out = f.await;
+    if let Some(t) = &turn
+        && let Ok(permit) = t.turns.clone().acquire_owned().await
+    {
+        *t.held.lock().unwrap_or_else(PoisonError::into_inner) = Some(permit);
+    }
+    out
+}
 
 /// One key's work: its task, and whether it got its turn.
 #[derive(Debug)]
@@ -120,9 +152,9 @@ impl Background {
         started.store(begun, Ordering::Release);
         let (turns, flag) = (self.turns.clone(), started.clone());
         let task = tokio::spawn(async move {
-            let _turn = match now {
+            let permit = match now {
                 Some(t) => t,
-                None => match turns.acquire_owned().await {
+                None => match turns.clone().acquire_owned().await {
                     Ok(t) => t,
                     Err(_) => {
                         return Err(Error::Internal("the background queue is closed".into()));
@@ -130,7 +162,11 @@ impl Background {
                 },
             };
             flag.store(true, Ordering::Release);
-            work.await
+            let turn = Arc::new(Turn {
+                turns,
+                held: Mutex::new(Some(permit)),
+            });
+            TURN.scope(turn, work).await
         });
         running.insert(key, Work { task, started });
         begun
@@ -224,5 +260,33 @@ mod tests {
             ran_rx.await.is_err(),
             "queued work ran after the queue closed"
         );
+    }
+
+    /// Work waiting without its turn (a pass following slow hooks) lets the next one run.
+    #[tokio::test]
+    async fn a_wait_without_the_turn_lets_others_run() {
+        let bg = Background::new(1);
+        let (release, held) = tokio::sync::oneshot::channel::<()>();
+        bg.start("slow".into(), async move {
+            without_turn(async move {
+                let _ = held.await;
+            })
+            .await;
+            Ok(Action::await_change())
+        });
+        bg.start("next".into(), async { Ok(Action::await_change()) });
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !matches!(bg.poll("next"), Polled::Done(Ok(_))) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the next work waited for the slow one's hooks"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        release.send(()).unwrap();
+        while !matches!(bg.poll("slow"), Polled::Done(Ok(_))) {
+            assert!(tokio::time::Instant::now() < deadline, "slow never ended");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 }

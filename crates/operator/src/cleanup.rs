@@ -174,7 +174,10 @@ pub async fn on_delete(
     let hooks = if replaced.is_some() {
         Vec::new()
     } else {
-        match crate::hooks::run(ctx, api, backup, word).await? {
+        // A webhook may take up to its timeout: the background turn is given back
+        // meanwhile (nothing of the store is held yet), so slow hooks of one tenant never
+        // keep another's deletion or pass waiting.
+        match crate::background::without_turn(crate::hooks::run(ctx, api, backup, word)).await? {
             Some(hooks) => hooks,
             None => return Ok(Action::requeue(Duration::from_secs(5))),
         }

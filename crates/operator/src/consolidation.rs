@@ -259,20 +259,68 @@ fn scratch_volume(name: &str, bytes: Option<u64>) -> k8s_openapi::api::core::v1:
 }
 
 /// `resources` with an `ephemeral-storage` request of `bytes` (when known and not set by
-/// the policy).
+/// the policy), never above the policy's own `ephemeral-storage` limit (a request over
+/// the limit makes the API refuse the Job, every time).
 fn scratch_request(
     resources: Option<k8s_openapi::api::core::v1::ResourceRequirements>,
     bytes: Option<u64>,
 ) -> Option<k8s_openapi::api::core::v1::ResourceRequirements> {
-    let Some(b) = bytes else {
+    let Some(mut b) = bytes else {
         return resources;
     };
+    let limit = resources
+        .as_ref()
+        .and_then(|r| r.limits.as_ref())
+        .and_then(|l| l.get("ephemeral-storage"));
+    if let Some(limit) = limit {
+        match quantity_bytes(&limit.0) {
+            Some(l) => b = b.min(l),
+            // A limit in a form not read here: no request beside it.
+            None => return resources,
+        }
+    }
     let mut r = resources.unwrap_or_default();
     r.requests
         .get_or_insert_with(Default::default)
         .entry("ephemeral-storage".into())
         .or_insert_with(|| Quantity(b.to_string()));
     Some(r)
+}
+
+/// A Kubernetes quantity (`10Gi`, `500M`, `1073741824`) in bytes; `None` for a form not
+/// read here (exponents, fractions of a byte).
+fn quantity_bytes(q: &str) -> Option<u64> {
+    let q = q.trim();
+    let split = q
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(q.len());
+    if split == 0 {
+        return None;
+    }
+    let (number, suffix) = q.split_at(split);
+    let factor: u64 = match suffix {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "Ti" => 1 << 40,
+        "Pi" => 1 << 50,
+        "k" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        "T" => 1_000_000_000_000,
+        "P" => 1_000_000_000_000_000,
+        _ => return None,
+    };
+    let value: f64 = number.parse().ok()?;
+    // Whole bytes: a limit rounds down.
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let bytes = (value * factor as f64) as u64;
+    Some(bytes)
 }
 
 /// A Job that runs `tidemark` in the database image (whose `mariabackup`, `mbstream` and
@@ -396,5 +444,55 @@ impl ToolJob<'_> {
             }),
             status: None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ResourceRequirements;
+
+    #[test]
+    fn quantities_are_read() {
+        assert_eq!(quantity_bytes("1073741824"), Some(1 << 30));
+        assert_eq!(quantity_bytes("10Gi"), Some(10 << 30));
+        assert_eq!(quantity_bytes("1.5Gi"), Some(3 << 29));
+        assert_eq!(quantity_bytes("500M"), Some(500_000_000));
+        for odd in ["", "Gi", "1e9", "12Qi"] {
+            assert_eq!(quantity_bytes(odd), None, "{odd}");
+        }
+    }
+
+    /// Issue 28 review: a request above the policy's own limit would make the API refuse
+    /// the Job every time; it is cut to the limit, and a limit not read adds none.
+    #[test]
+    fn the_scratch_request_stays_within_the_policys_limit() {
+        let with_limit = |l: &str| {
+            Some(ResourceRequirements {
+                limits: Some([("ephemeral-storage".to_owned(), Quantity(l.to_owned()))].into()),
+                ..Default::default()
+            })
+        };
+        let request = |r: Option<ResourceRequirements>| {
+            r.and_then(|r| r.requests)
+                .and_then(|r| r.get("ephemeral-storage").cloned())
+                .map(|q| q.0)
+        };
+        assert_eq!(
+            request(scratch_request(with_limit("1Gi"), Some(5 << 30))),
+            Some((1u64 << 30).to_string())
+        );
+        assert_eq!(
+            request(scratch_request(with_limit("10Gi"), Some(5 << 30))),
+            Some((5u64 << 30).to_string())
+        );
+        assert_eq!(
+            request(scratch_request(with_limit("1e9"), Some(5 << 30))),
+            None
+        );
+        assert_eq!(
+            request(scratch_request(None, Some(7))),
+            Some("7".to_owned())
+        );
     }
 }

@@ -39,6 +39,10 @@ pub struct Context {
     pub background: background::Background,
     /// What one pass may read from a store.
     pub pass_budget: tidemark_store::budget::Budget,
+    /// A catalog loaded outside the background passes (a restore test's scratch size, an
+    /// incremental's parent) takes this turn, one at a time: the operator's memory holds
+    /// at most `--background-passes` + 1 catalogs (issue 28).
+    pub catalog_turn: tokio::sync::Semaphore,
     /// The store directories this process has claimed for a policy (`<store> <uid>`): the
     /// owner record is read once, not on every reconcile that opens the store.
     pub owned: Mutex<std::collections::HashSet<String>>,

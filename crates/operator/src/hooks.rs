@@ -201,6 +201,40 @@ impl tidemark_engine::DeleteHooks for PassHooks {
             Option<&tidemark_store::format::Metadata>,
         )],
     ) -> Vec<serde_json::Value> {
+        // Hooks may take up to their timeouts: the pass gives its background turn back
+        // meanwhile (the engine holds no survey while hooks run), so one tenant's slow
+        // hooks never keep another's pass waiting.
+        crate::background::without_turn(self.run_before_delete(deleting)).await
+    }
+
+    /// The holds in force now, from the API (the watch cache may lag behind a hold placed
+    /// while the hooks ran); the cache's when the API does not answer.
+    async fn holds(&self) -> Option<std::collections::HashSet<String>> {
+        let api: Api<Backup> = Api::namespaced(self.ctx.client.clone(), &self.namespace);
+        Some(
+            match crate::lean::list(&api, &ListParams::default(), crate::lean::backup).await {
+                Ok(list) => crate::holds::held_ids(list.iter(), &self.namespace, &self.policy),
+                Err(e) => {
+                    tracing::warn!(policy = %self.policy, "reading holds after the hooks: {e}; using the cache");
+                    crate::holds::held_ids(
+                        self.ctx.backups.state().iter().map(AsRef::as_ref),
+                        &self.namespace,
+                        &self.policy,
+                    )
+                }
+            },
+        )
+    }
+}
+
+impl PassHooks {
+    async fn run_before_delete(
+        &self,
+        deleting: &[(
+            &tidemark_core::Backup,
+            Option<&tidemark_store::format::Metadata>,
+        )],
+    ) -> Vec<serde_json::Value> {
         let ctx = self.ctx.as_ref();
         let api: Api<Backup> = Api::namespaced(ctx.client.clone(), &self.namespace);
         let objects = ctx.backups.state();
@@ -252,25 +286,6 @@ impl tidemark_engine::DeleteHooks for PassHooks {
             }
         }
         report
-    }
-
-    /// The holds in force now, from the API (the watch cache may lag behind a hold placed
-    /// while the hooks ran); the cache's when the API does not answer.
-    async fn holds(&self) -> Option<std::collections::HashSet<String>> {
-        let api: Api<Backup> = Api::namespaced(self.ctx.client.clone(), &self.namespace);
-        Some(
-            match crate::lean::list(&api, &ListParams::default(), crate::lean::backup).await {
-                Ok(list) => crate::holds::held_ids(list.iter(), &self.namespace, &self.policy),
-                Err(e) => {
-                    tracing::warn!(policy = %self.policy, "reading holds after the hooks: {e}; using the cache");
-                    crate::holds::held_ids(
-                        self.ctx.backups.state().iter().map(AsRef::as_ref),
-                        &self.namespace,
-                        &self.policy,
-                    )
-                }
-            },
-        )
     }
 }
 

@@ -503,6 +503,7 @@ async fn scope(
         exec_slots,
         background: background::Background::new(options.background_passes),
         pass_budget: options.pass_budget,
+        catalog_turn: tokio::sync::Semaphore::new(1),
         owned: Mutex::default(),
         capabilities: options.capabilities,
         tenancy: {

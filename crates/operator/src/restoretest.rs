@@ -312,6 +312,11 @@ async fn job(
     // The scratch volume is sized by what the store records (a random target may be
     // anywhere in the window: the largest restore).
     let store = crate::stores::open(ctx, policy).await?;
+    let _turn = ctx
+        .catalog_turn
+        .acquire()
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))?;
     let scratch = tidemark_store::Catalog::load(&store, &tidemark_store::NoProgress)
         .await
         .map_err(|e| Error::Engine(e.into()))?

@@ -133,12 +133,23 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
     // The pass runs in the background (its hooks and consolidations can take long), never
     // holding one of the controller's reconcile slots; the reconcile after it collects the
     // outcome.
-    let begun = ctx.background.start(
-        crate::context::key(policy.as_ref()),
-        pass(ctx.clone(), policy.clone(), rules, interval, now),
-    );
-    if !begun {
-        set_queued(&ctx, &api, &policy).await?;
+    let queue = Arc::new(std::sync::atomic::AtomicU8::new(PENDING));
+    let work = {
+        let (queue, api, name) = (queue.clone(), api.clone(), name.clone());
+        let work = pass(ctx.clone(), policy.clone(), rules, interval, now);
+        async move {
+            // Its turn came: a `Queued` condition written meanwhile goes.
+            if queue.swap(STARTED, std::sync::atomic::Ordering::AcqRel) == QUEUED {
+                unqueue(&api, &name).await;
+            }
+            work.await
+        }
+    };
+    if !ctx
+        .background
+        .start(crate::context::key(policy.as_ref()), work)
+    {
+        set_queued(&ctx, &api, &policy, &queue).await;
     }
     Ok(Requeue::requeue(crate::background::POLL))
 }
@@ -786,33 +797,75 @@ async fn set_failed(
     crate::status::policy(api, &policy.name_any(), &status).await
 }
 
-/// The condition of a policy whose pass waits for its turn.
-pub const QUEUED_CONDITION: &str = "Queued";
+/// Where a queued pass stands, between [`set_queued`] and the pass's start.
+const PENDING: u8 = 0;
+const QUEUED: u8 = 1;
+const STARTED: u8 = 2;
 
-/// Says in status that `policy`'s pass waits for its turn (condition [`QUEUED_CONDITION`];
-/// the pass's own status, when it ends, no longer carries it).
+/// Says in status that `policy`'s pass waits for its turn: the condition
+/// [`crate::status::QUEUED_CONDITION`], under its own field manager (so no other status
+/// write of the operator, from whatever it read, drops it or brings it back), removed when
+/// the turn comes. A failure to say so is logged: the pass is queued either way.
 async fn set_queued(
     ctx: &Context,
     api: &Api<BackupPolicy>,
     policy: &BackupPolicy,
-) -> Result<(), Error> {
-    let mut status = policy.status.clone().unwrap_or_default();
+    queue: &std::sync::atomic::AtomicU8,
+) {
+    use std::sync::atomic::Ordering;
+    if queue.load(Ordering::Acquire) != PENDING {
+        return;
+    }
+    let previous = policy
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
     let message = format!(
-        "the retention pass is due and waits for its turn: at most {} passes and deletions run at once (tidemark operator --background-passes); {} wait",
+        "the retention pass is due and waits for its turn: at most {} passes run at once (tidemark operator --background-passes); {} wait",
         ctx.background.limit(),
         ctx.background.queued()
     );
     let queued = condition(
-        &status.conditions,
-        QUEUED_CONDITION,
+        &previous,
+        crate::status::QUEUED_CONDITION,
         true,
         "WaitingForTurn",
         &message,
         policy.meta().generation,
     );
-    status.conditions.retain(|c| c.type_ != QUEUED_CONDITION);
-    status.conditions.push(queued);
-    crate::status::policy(api, &policy.name_any(), &status).await
+    let name = policy.name_any();
+    let written = crate::status::apply(
+        api,
+        &name,
+        crate::status::QUEUE_MANAGER,
+        serde_json::json!({ "conditions": [queued] }),
+    )
+    .await;
+    if let Err(e) = &written {
+        tracing::warn!(policy = %name, error = %e, "could not say the pass is queued");
+    }
+    // The turn came while this was written: take it back.
+    if queue
+        .compare_exchange(PENDING, QUEUED, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        unqueue(api, &name).await;
+    }
+}
+
+/// Removes the `Queued` condition (an empty apply of its manager).
+async fn unqueue(api: &Api<BackupPolicy>, name: &str) {
+    if let Err(e) = crate::status::apply(
+        api,
+        name,
+        crate::status::QUEUE_MANAGER,
+        serde_json::json!({}),
+    )
+    .await
+    {
+        tracing::warn!(policy = %name, error = %e, "could not clear the Queued condition");
+    }
 }
 
 /// Requeue after `d`, or sooner when the restore tests want to be looked at (`wake`).

@@ -33,6 +33,12 @@ pub const RESTORE_TEST_MANAGER: &str = "tidemark-operator-restore-test";
 pub const BINLOG_ARCHIVE_MANAGER: &str = "tidemark-operator-binlog-archive";
 /// The condition the archive's watch writes.
 pub const BINLOG_ARCHIVE_CONDITION: &str = "BinlogArchiveCurrent";
+/// The field manager of a BackupPolicy's [`QUEUED_CONDITION`]: the queue of background
+/// work (`crate::retention`) adds it when a pass waits for its turn, and removes it (an
+/// empty apply) when the turn comes; the pass's own status never touches it.
+pub const QUEUE_MANAGER: &str = "tidemark-operator-queue";
+/// The condition of a policy whose pass waits for its turn.
+pub const QUEUED_CONDITION: &str = "Queued";
 
 /// Writes a BackupPolicy's retention fields (everything but `restoreTest`, which the
 /// restore tests write under [`RESTORE_TEST_MANAGER`]).
@@ -49,7 +55,7 @@ pub async fn policy(
     // The archive's watch writes these under its own manager.
     own.binlog_archive = None;
     own.conditions
-        .retain(|c| c.type_ != BINLOG_ARCHIVE_CONDITION);
+        .retain(|c| c.type_ != BINLOG_ARCHIVE_CONDITION && c.type_ != QUEUED_CONDITION);
     self::own(api, name, &own).await
 }
 

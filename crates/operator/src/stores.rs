@@ -172,6 +172,14 @@ pub async fn policy_secret_keys(
 pub async fn open(ctx: &Context, policy: &BackupPolicy) -> Result<ClusterStore, Error> {
     // A lock this operator does not allow stops every use of the store (passes, Jobs).
     ctx.tenancy.object_lock(policy)?;
+    if let Some(endpoint) = policy
+        .spec
+        .object_store
+        .as_ref()
+        .and_then(|os| os.endpoint.as_deref())
+    {
+        ctx.tenancy.check_endpoint(endpoint).await?;
+    }
     let store = open_store(
         &ctx.client,
         policy,

@@ -1395,3 +1395,92 @@ async fn gcs_and_azure_credentials_come_from_the_tenants_secret() {
     );
     op.stop().await;
 }
+
+/// Issue 28 findings 2 and 5: past `--background-passes`, a due pass waits its turn and its
+/// policy says so (`Queued`, removed when the turn comes); a store that lists keys without
+/// end fails its own policy's pass on the budget, naming it, and the operator goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passes_past_the_limit_wait_and_hostile_stores_fail_on_their_budget() {
+    use tidemark_store::testkit::{HostileS3, Hostility};
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let stalled = HostileS3::start(Hostility::Stalled);
+    let endless = HostileS3::start(Hostility::EndlessKeys { per_page: 1000 });
+    for ns in ["stalled", "endless"] {
+        cluster.namespace(ns).await;
+        s3_secret(&admin, ns, "s3").await;
+    }
+    let retention = json!({"retention": {"keepLast": 1}});
+    create_policy(
+        &admin,
+        &policy("stalled", "db", &stalled.endpoint, retention.clone()),
+    )
+    .await;
+    let op = Operator::start_with(
+        &cluster,
+        "operator-queue",
+        std::sync::Arc::new(tidemark_engine::SystemClock),
+        |o| {
+            o.background_passes = 1;
+            // A stalled request ends at its 30 s timeout, and is not tried again.
+            o.store_retry_timeout = std::time::Duration::from_secs(5);
+        },
+    );
+    let condition = |ns: &'static str, type_: &'static str| {
+        let api: Api<BackupPolicy> = Api::namespaced(admin.clone(), ns);
+        async move {
+            api.get("db")
+                .await
+                .unwrap()
+                .status
+                .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == type_))
+        }
+    };
+    // The stalled store's pass holds the one turn (its requests wait for an answer)…
+    eventually("the stalled store asked", || async {
+        (stalled.requests.load(std::sync::atomic::Ordering::Relaxed) > 0).then_some(())
+    })
+    .await;
+    // …so the other tenant's due pass waits, and says so.
+    create_policy(
+        &admin,
+        &policy("endless", "db", &endless.endpoint, retention),
+    )
+    .await;
+    let queued = eventually("the second pass queued", || async {
+        condition("endless", "Queued").await
+    })
+    .await;
+    assert_eq!(queued.status, "True", "{queued:?}");
+    assert_eq!(queued.reason, "WaitingForTurn", "{queued:?}");
+    assert!(queued.message.contains("--background-passes"), "{queued:?}");
+    // The endless store's pass fails on its budget, and its Queued condition is gone.
+    let t0 = std::time::Instant::now();
+    let failed = loop {
+        if let Some(c) = condition("endless", "Ready")
+            .await
+            .filter(|c| c.status == "False" && c.message.contains("listed keys"))
+        {
+            break c;
+        }
+        if t0.elapsed() > std::time::Duration::from_secs(300) {
+            let statuses = [
+                condition("stalled", "Ready").await,
+                condition("endless", "Ready").await,
+                condition("endless", "Queued").await,
+            ];
+            panic!(
+                "the endless store's pass did not fail on its budget: {statuses:?}; {} requests to the endless store",
+                endless.requests.load(std::sync::atomic::Ordering::Relaxed)
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    };
+    assert!(
+        failed.message.contains("over 100000 listed keys")
+            && failed.message.contains("TIDEMARK_MAX_LISTED_KEYS"),
+        "{failed:?}"
+    );
+    assert!(condition("endless", "Queued").await.is_none());
+    op.stop().await;
+}

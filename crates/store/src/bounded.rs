@@ -58,8 +58,10 @@ fn is_listing(uri: &http::Uri) -> bool {
 #[async_trait::async_trait]
 impl HttpService for Bounded {
     async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
-        let listing = is_listing(req.uri());
-        let object_read = req.method() == http::Method::GET && !listing;
+        let get = req.method() == http::Method::GET;
+        // A page of a listing (GET; a POST `?uploads` starts an upload).
+        let listing = get && is_listing(req.uri());
+        let object_read = get && !is_listing(req.uri());
         if listing && let Err(e) = self.1.page() {
             // Not retried (a server that pages without end does not stop).
             return Err(HttpError::new(HttpErrorKind::Unknown, e));

@@ -8,6 +8,10 @@
 //! - the listing pages it asks for (a server may answer empty pages that never end);
 //! - the bytes of `metadata.json` bodies it keeps (each parsed and kept for the pass).
 //!
+//! The count starts afresh with each catalog load (a pass's survey; a retention pass
+//! may make a few), and goes on through what the pass lists after it (binlog segments,
+//! versions of what it deletes).
+//!
 //! Past a limit the request fails with [`Exceeded`], which names the limit, what was
 //! spent and the setting that raises it; the pass fails with that reason (a data error:
 //! exit 4, the operator's longer backoff), and nothing is deleted. The limits come from
@@ -143,6 +147,13 @@ impl Spent {
             .limits
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = limits;
+        self.reset();
+    }
+
+    /// Counted afresh: a catalog load begins (what an earlier one held is gone, or goes
+    /// when it is replaced), so a long-running `tidemark run` or watch is not stopped by
+    /// what its earlier passes read.
+    pub(crate) fn reset(&self) {
         for c in [&self.keys, &self.pages, &self.metadata] {
             c.store(0, Ordering::Relaxed);
         }

@@ -22,18 +22,22 @@ use crate::progress::Progress;
 /// Metadata documents fetched at once (the store-wide limit still applies).
 const METADATA_FETCH_CONCURRENCY: usize = 64;
 
-/// Bytes of `metadata.json` bodies being read at once (each is parsed as it arrives); a
-/// larger one (up to [`crate::open::MAX_CONTROL_OBJECT`]) is read alone.
-const METADATA_BYTES_IN_FLIGHT: u64 = 8 << 20;
+/// Bytes of `metadata.json` bodies being read and parsed at once (parsing one can hold
+/// up to about 16 times its text for a moment); a larger one is read alone.
+const METADATA_BYTES_IN_FLIGHT: u64 = 2 << 20;
+
+/// The largest `metadata.json` read: Tidemark writes a few KiB (its labels are
+/// Kubernetes labels); a larger one is malformed, kept and named.
+pub const MAX_METADATA_OBJECT: u64 = 1 << 20;
 
 /// How much of a `metadata.json` listed at `listed` bytes is read: twice that (it may be
 /// rewritten between the listing and the read), at least 64 KiB, at most
-/// [`crate::open::MAX_CONTROL_OBJECT`]. A server answering with more than it listed is cut
-/// there (that backup is malformed for the pass), so the bytes in flight stay bounded.
+/// [`MAX_METADATA_OBJECT`]. A server answering with more than it listed is cut there
+/// (that backup is malformed for the pass), so the bytes in flight stay bounded.
 fn metadata_read_limit(listed: u64) -> u64 {
     listed
         .saturating_mul(2)
-        .clamp(64 << 10, crate::open::MAX_CONTROL_OBJECT)
+        .clamp(64 << 10, MAX_METADATA_OBJECT)
 }
 
 /// Object locks read at once before a pass deletes ([`Catalog::read_server_locks`]).
@@ -221,6 +225,7 @@ impl Catalog {
     ) -> Result<Self, StoreError> {
         let everything = scope == Scope::Everything;
         let observed_at = Timestamp::now();
+        store.spent.reset();
         // Listing, metadata reads and the index read overlap: each metadata.json is fetched
         // as soon as the listing yields it.
         let (tx, rx) = futures::channel::mpsc::unbounded::<(Path, u64)>();
@@ -262,18 +267,24 @@ impl Catalog {
                     let Some(bytes) = fetched else {
                         return Ok((key, Ok(None)));
                     };
+                    let parsed = match layout::classify(key.as_ref()) {
+                        KeyKind::Metadata { name, id } => parse_metadata(&bytes, name, id),
+                        _ => Err("not a metadata key".to_owned()),
+                    };
+                    // What it holds parsed (or, malformed, its text for the problem).
+                    let held = parsed
+                        .as_ref()
+                        .map_or(0, Metadata::footprint)
+                        .max(bytes.len() as u64);
+                    drop(bytes);
                     store
                         .spent
-                        .metadata(bytes.len() as u64)
+                        .metadata(held)
                         .map_err(|e| StoreError::Request {
                             url: store.url.clone(),
                             action: format!("reading {}", store.display_key(&key)),
                             answer: crate::budget::as_store_error(e),
                         })?;
-                    let parsed = match layout::classify(key.as_ref()) {
-                        KeyKind::Metadata { name, id } => parse_metadata(&bytes, name, id),
-                        _ => Err("not a metadata key".to_owned()),
-                    };
                     Ok::<_, StoreError>((key, parsed.map(Some)))
                 }
             })

@@ -199,7 +199,50 @@ pub enum MetadataProblem {
     BadConsolidatedFrom(String),
 }
 
+/// About the memory a JSON value holds once parsed (its node, its text, its entries).
+fn value_footprint(v: &serde_json::Value) -> u64 {
+    use serde_json::Value;
+    32 + match v {
+        Value::String(s) => s.len() as u64,
+        Value::Array(a) => a.iter().map(value_footprint).sum(),
+        Value::Object(m) => m
+            .iter()
+            .map(|(k, v)| k.len() as u64 + 48 + value_footprint(v))
+            .sum(),
+        Value::Null | Value::Bool(_) | Value::Number(_) => 0,
+    }
+}
+
 impl Metadata {
+    /// About how much memory this record holds parsed: its strings, its entries, its
+    /// unknown fields — what a pass's budget charges for it (issue 28: `[0,0,…]` among
+    /// unknown fields holds 16 times its text, a label `"a":"b"` about 12 times).
+    pub fn footprint(&self) -> u64 {
+        let strings = [
+            &self.backup_id,
+            &self.backup_name,
+            &self.cluster,
+            &self.method,
+        ]
+        .iter()
+        .map(|s| s.len() as u64)
+        .sum::<u64>();
+        let payload: u64 = self.payload.iter().map(|p| 256 + p.name.len() as u64).sum();
+        let labels: u64 = self
+            .labels
+            .iter()
+            .map(|(k, v)| 96 + (k.len() + v.len()) as u64)
+            .sum();
+        let extra: u64 = self
+            .extra
+            .iter()
+            .map(|(k, v)| k.len() as u64 + 48 + value_footprint(v))
+            .sum();
+        let rest = self.error.as_ref().map_or(0, |e| e.len() as u64)
+            + serde_json::to_string(&self.server).map_or(0, |s| 2 * s.len() as u64)
+            + serde_json::to_string(&self.log_position).map_or(0, |s| 2 * s.len() as u64);
+        1024 + strings + payload + labels + extra + rest
+    }
     /// The GTID position its data holds, when recorded and well-formed (`logPosition.gtid`:
     /// on a replica, the position it had applied).
     /// A replica's applied position (`server.gtidSlavePos`) counts too: with
@@ -719,6 +762,33 @@ mod tests {
         assert_eq!(out["futureField"]["x"], 1);
         assert_eq!(out["immutableUntil"], serde_json::Value::Null);
         assert_eq!(out["type"], "incremental");
+    }
+
+    /// Issue 28 review: a pass charges a record by what it holds parsed, not by its text —
+    /// unknown fields of `[0,0,…]` and many small labels hold many times their text.
+    #[test]
+    fn a_records_footprint_counts_what_it_holds_parsed() {
+        let plain: Metadata = serde_json::from_str(DESIGN_METADATA).unwrap();
+        assert!(plain.footprint() < 4096, "{}", plain.footprint());
+        let zeros = vec!["0"; 50_000].join(",");
+        let labels: Vec<String> = (0..10_000).map(|i| format!("\"{i}\":\"\"")).collect();
+        let text = DESIGN_METADATA
+            .replace(
+                r#""futureField": {"x": 1}"#,
+                &format!(r#""futureField": [{zeros}]"#),
+            )
+            .replace(
+                r#""labels": {"tidemark.io/scheduled-backup": "cluster-sample-daily"}"#,
+                &format!(r#""labels": {{{}}}"#, labels.join(",")),
+            );
+        let m: Metadata = serde_json::from_str(&text).unwrap();
+        assert_eq!(m.labels.len(), 10_000);
+        assert!(
+            m.footprint() > 8 * text.len() as u64,
+            "{} bytes of text, footprint {}",
+            text.len(),
+            m.footprint()
+        );
     }
 
     #[test]

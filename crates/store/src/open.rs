@@ -186,6 +186,13 @@ impl ClusterStore {
         &self.spent
     }
 
+    /// Counts what this store reads afresh: a unit of work begins (each catalog load does
+    /// this itself; a loop that only lists, such as the binlog archive's watch, calls it
+    /// per round).
+    pub fn begin_pass(&self) {
+        self.spent.reset();
+    }
+
     /// The same store with uploads buffered as `part_size` bytes per part (at least the
     /// 5 MiB S3 needs) and `parts_in_flight` parts sent at once (at least 1): what bounds
     /// one upload's memory, e.g. for the operator's exec streams.

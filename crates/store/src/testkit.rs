@@ -1183,6 +1183,8 @@ pub enum Hostility {
     /// One page of `count` backups' `metadata.json`, each listed and served at `size`
     /// bytes (valid JSON, not metadata).
     LargeMetadata { count: usize, size: usize },
+    /// Reads each request and never answers (the connection stays open for 10 minutes).
+    Stalled,
 }
 
 /// A fake S3 endpoint on 127.0.0.1 that answers as its [`Hostility`] says: ListObjectsV2
@@ -1233,9 +1235,37 @@ fn serve_hostile(
             }
         }
         requests.fetch_add(1, Ordering::Relaxed);
+        if matches!(hostility, Hostility::Stalled) {
+            std::thread::sleep(Duration::from_secs(600));
+            return;
+        }
         let head = String::from_utf8_lossy(&head).into_owned();
         let mut line = head.lines().next().unwrap_or("").split(' ');
         let (method, target) = (line.next().unwrap_or(""), line.next().unwrap_or("/"));
+        // A request's body is read and dropped: writes (the owner record) succeed.
+        let length: u64 = head
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case("content-length")
+                    .then(|| v.trim().parse().ok())?
+            })
+            .unwrap_or(0);
+        if std::io::copy(&mut (&mut conn).take(length), &mut std::io::sink()).is_err() {
+            return;
+        }
+        if method == "PUT" || method == "DELETE" || method == "POST" {
+            let _ = write!(
+                conn,
+                "HTTP/1.1 {}\r\nETag: \"e\"\r\nContent-Length: 0\r\n\r\n",
+                if method == "DELETE" {
+                    "204 No Content"
+                } else {
+                    "200 OK"
+                }
+            );
+            continue;
+        }
         let (path, query) = target.split_once('?').unwrap_or((target, ""));
         let param = |name: &str| {
             query.split('&').find_map(|p| {
@@ -1263,7 +1293,7 @@ fn serve_hostile(
                         .collect();
                     (page, true)
                 }
-                Hostility::EndlessPages => (String::new(), true),
+                Hostility::EndlessPages | Hostility::Stalled => (String::new(), true),
                 Hostility::LargeMetadata { count, size } => {
                     if param("continuation-token").is_some() {
                         (String::new(), false)

@@ -536,7 +536,14 @@ impl Step {
                 volume_id = format!("pvc:{}", pvc.meta().uid.as_deref().unwrap_or_default());
             }
         }
-        let parent = match source::parent_of(store, backup, &volume_id).await? {
+        let turn = ctx
+            .catalog_turn
+            .acquire()
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))?;
+        let parent = source::parent_of(store, backup, &volume_id).await;
+        drop(turn);
+        let parent = match parent? {
             Ok(parent) => parent,
             Err(why) => {
                 let message = no_parent(&why, &pod.name_any());

@@ -7,7 +7,8 @@
 //!    once it has listed them, at start;
 //! 2. then `TIDEMARK_BENCH_HOSTILE_POLICIES` (default 6) BackupPolicies, in turn pointing
 //!    at a fake S3 endpoint that lists keys without end, one that pages without end, and
-//!    one that serves 100 `metadata.json` of 15 MiB each: the operator's peak once every
+//!    one that serves 100 `metadata.json` of 1000 KiB each (just under the 1 MiB a record
+//!    may have; 100 MB in all, against a pass's 16 MiB): the operator's peak once every
 //!    policy's pass has failed on its budget (at most `--background-passes` at once; the
 //!    others queued).
 //!
@@ -109,7 +110,7 @@ async fn run(backups: usize, template: usize, policies: usize) {
         HostileS3::start(Hostility::EndlessPages),
         HostileS3::start(Hostility::LargeMetadata {
             count: 100,
-            size: 15 << 20,
+            size: 1000 << 10,
         }),
     ];
     let papi: Api<BackupPolicy> = Api::namespaced(admin.clone(), ns);

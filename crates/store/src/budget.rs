@@ -57,8 +57,9 @@ impl Budget {
     };
 
     /// A pass of the shared operator (`--background-passes` passes at once): about 25 MB
-    /// of keys (some 30,000 backups) and 16 MiB of metadata (some 5,000 backups'); with
-    /// what is being read, a pass holds at most about 60 MiB (docs/benchmarks.md).
+    /// of keys (some 30,000 backups) and 16 MiB of parsed metadata (some 5,000 backups');
+    /// passes failing on it left the operator's peak where it was (docs/benchmarks.md,
+    /// "Hostile tenants").
     pub const SHARED: Budget = Budget {
         keys: 100_000,
         pages: 5_000,

@@ -114,6 +114,20 @@ pub fn parse_cidrs(list: &str) -> Result<Vec<Cidr>, String> {
         .collect()
 }
 
+/// The sysctls Pod Security's "baseline" allows (namespaced to the pod).
+const SAFE_SYSCTLS: &[&str] = &[
+    "kernel.shm_rmid_forced",
+    "net.ipv4.ip_local_port_range",
+    "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.tcp_syncookies",
+    "net.ipv4.ping_group_range",
+    "net.ipv4.tcp_keepalive_time",
+    "net.ipv4.tcp_fin_timeout",
+    "net.ipv4.tcp_keepalive_intvl",
+    "net.ipv4.tcp_keepalive_probes",
+];
+
 impl Tenancy {
     /// Whether a policy's store `endpoint` may be reached: none of the addresses its host
     /// resolves to is in [`Tenancy::denied_endpoints`]. A tenant's endpoint is otherwise
@@ -235,6 +249,35 @@ impl Tenancy {
                 return refused(format!("volume {:?} is a hostPath", v.name));
             }
         }
+        // The rest of Pod Security's "baseline": no unconfined profiles, no sysctls
+        // beyond the namespaced safe set, no Windows host process.
+        if let Some(psc) = &spec.security_context {
+            if psc
+                .seccomp_profile
+                .as_ref()
+                .is_some_and(|p| p.type_ == "Unconfined")
+            {
+                return refused("spec.securityContext.seccompProfile is Unconfined".into());
+            }
+            if psc
+                .app_armor_profile
+                .as_ref()
+                .is_some_and(|p| p.type_ == "Unconfined")
+            {
+                return refused("spec.securityContext.appArmorProfile is Unconfined".into());
+            }
+            if let Some(s) = psc
+                .sysctls
+                .iter()
+                .flatten()
+                .find(|s| !SAFE_SYSCTLS.contains(&s.name.as_str()))
+            {
+                return refused(format!("spec.securityContext.sysctls sets {:?}", s.name));
+            }
+            if psc.windows_options.as_ref().and_then(|w| w.host_process) == Some(true) {
+                return refused("spec.securityContext.windowsOptions.hostProcess is set".into());
+            }
+        }
         let containers = spec
             .init_containers
             .iter()
@@ -266,6 +309,23 @@ impl Tenancy {
                     .is_some_and(|a| !a.is_empty())
                 {
                     return refused(format!("container {name:?} adds capabilities"));
+                }
+                if sc
+                    .seccomp_profile
+                    .as_ref()
+                    .is_some_and(|p| p.type_ == "Unconfined")
+                    || sc
+                        .app_armor_profile
+                        .as_ref()
+                        .is_some_and(|p| p.type_ == "Unconfined")
+                {
+                    return refused(format!("container {name:?} runs unconfined"));
+                }
+                if sc.proc_mount.as_deref().is_some_and(|m| m != "Default") {
+                    return refused(format!("container {name:?} unmasks /proc"));
+                }
+                if sc.windows_options.as_ref().and_then(|w| w.host_process) == Some(true) {
+                    return refused(format!("container {name:?} is a Windows host process"));
                 }
             }
             if ports
@@ -354,6 +414,10 @@ mod tests {
             "serviceAccountName": "default",
             "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}));
         assert_eq!(strict.check_pod(&plain, "spec.jobTemplate.spec"), Ok(()));
+        let safe = pod(json!({"containers": [{"name": "b",
+            "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}, "procMount": "Default"}}],
+            "securityContext": {"sysctls": [{"name": "net.ipv4.tcp_keepalive_time", "value": "60"}]}}));
+        assert_eq!(strict.check_pod(&safe, "f"), Ok(()));
         for (bad, named) in [
             (
                 json!({"containers": [{"name": "b", "securityContext": {"privileged": true}}]}),
@@ -391,6 +455,26 @@ mod tests {
             (
                 json!({"containers": [{"name": "b", "ports": [{"containerPort": 80, "hostPort": 80}]}]}),
                 "hostPort",
+            ),
+            (
+                json!({"containers": [{"name": "b"}], "securityContext": {"seccompProfile": {"type": "Unconfined"}}}),
+                "seccompProfile",
+            ),
+            (
+                json!({"containers": [{"name": "b", "securityContext": {"appArmorProfile": {"type": "Unconfined"}}}]}),
+                "unconfined",
+            ),
+            (
+                json!({"containers": [{"name": "b", "securityContext": {"procMount": "Unmasked"}}]}),
+                "/proc",
+            ),
+            (
+                json!({"containers": [{"name": "b"}], "securityContext": {"sysctls": [{"name": "kernel.msgmax", "value": "1"}]}}),
+                "kernel.msgmax",
+            ),
+            (
+                json!({"containers": [{"name": "b", "securityContext": {"windowsOptions": {"hostProcess": true}}}]}),
+                "host process",
             ),
         ] {
             let e = strict

@@ -245,8 +245,10 @@ pub struct ScheduledBackupSpec {
     #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
     pub ttl: Option<String>,
     /// Labels every Backup it creates carries, besides Tidemark's own (seed 003:
-    /// DeleteHooks select Backups by label). Keys under `tidemark.io/` are Tidemark's.
+    /// DeleteHooks select Backups by label). Keys under `tidemark.io/` are Tidemark's. At
+    /// most 64.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = MAX_BACKUP_LABELS))]
     pub backup_labels: BTreeMap<String, String>,
     /// Scheduled incrementals (seed 002; methods mariabackup and xtrabackup): each Backup
     /// it creates is an incremental on the newest restorable backup of the chosen pod's
@@ -335,6 +337,10 @@ pub struct BackupSpec {
     #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
     pub ttl: Option<String>,
 }
+
+/// The most `backupLabels` a ScheduledBackup may give (issue 28: each Backup it makes
+/// carries them, in the operator's caches).
+pub const MAX_BACKUP_LABELS: usize = 64;
 
 /// The largest `jobTemplate` (as JSON) a Backup may give: a pod template that runs `tidemark
 /// push` is a few KiB. The schema cannot bound an object it keeps whole (a free-form pod
@@ -635,6 +641,15 @@ impl ScheduledBackupSpec {
                     problem: e.to_string(),
                 })?;
         }
+        if self.backup_labels.len() > MAX_BACKUP_LABELS {
+            return Err(ScheduleFileError::Invalid {
+                field: "spec.backupLabels",
+                problem: format!(
+                    "{} labels; at most {MAX_BACKUP_LABELS} (every Backup made carries them, and the operator keeps them in memory)",
+                    self.backup_labels.len()
+                ),
+            });
+        }
         for (k, v) in &self.backup_labels {
             let invalid = |problem: String| ScheduleFileError::Invalid {
                 field: "spec.backupLabels",
@@ -858,10 +873,18 @@ spec: {schedule: "0 0 2 * * *", policy: {name: db}}
                 .map(String::as_str),
             Some("cluster-sample-daily")
         );
+        let many = format!(
+            "{{{}}}",
+            (0..65)
+                .map(|i| format!("l{i}: x"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         for (bad, says) in [
             ("{\"tidemark.io/scheduled-backup\": x}", "Tidemark's own"),
             ("{team: \"a b\"}", "not a label value"),
             ("{\"bad key!\": x}", "spec.backupLabels"),
+            (many.as_str(), "65 labels; at most 64"),
         ] {
             let e = with(bad).unwrap_err().to_string();
             assert!(e.contains(says), "{bad}: {e}");

@@ -919,6 +919,29 @@ async fn method_job_runs_the_users_pod_template() {
     .await;
     assert!(st.to_string().contains("at most 65536"), "{st}");
     assert!(st["jobName"].is_null(), "{st}");
+    // Labels past what the caches keep: the Backup is not started (its labels would go
+    // into the store cut), and says why.
+    let labels: serde_json::Map<String, serde_json::Value> = (0..300)
+        .map(|i| (format!("k{i}"), json!("v".repeat(60))))
+        .collect();
+    let labelled: Backup = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "Backup",
+        "metadata": {"name": "labelled-1", "namespace": ns, "labels": labels},
+        "spec": {"policy": {"name": "app"}, "method": "job", "jobTemplate": {"spec": {"containers": [{
+            "name": "export", "image": "busybox:1.36"}]}}},
+    }))
+    .unwrap();
+    backups
+        .create(&PostParams::default(), &labelled)
+        .await
+        .unwrap();
+    let st = eventually("the over-labelled Backup refused", || async {
+        let s = serde_json::to_value(backups.get("labelled-1").await.unwrap().status).unwrap();
+        (s["phase"] == "failed").then_some(s)
+    })
+    .await;
+    assert!(st.to_string().contains("keeps at most 16384"), "{st}");
+    assert!(st["jobName"].is_null(), "{st}");
     // A schedule's Backups get its template, though the operator's cache of schedules
     // holds none.
     let schedule: tidemark_api::crd::ScheduledBackup = serde_json::from_value(json!({

@@ -94,6 +94,14 @@ pub async fn run(
     backup: &Backup,
     reason: &str,
 ) -> Result<Option<Vec<HookResult>>, Error> {
+    // Its labels select the hooks: a cached object whose labels were cut is read whole.
+    let read;
+    let backup = if crate::lean::trimmed(backup).is_some() {
+        read = api.get(&backup.name_any()).await?;
+        &read
+    } else {
+        backup
+    };
     let hooks = matching(ctx, backup).await?;
     // One runner at a time per Backup: a retention pass and the finalizer can both get to
     // its hooks at once, and each would see no outcome yet and call every hook. The second

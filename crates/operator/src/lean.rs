@@ -45,16 +45,64 @@ pub fn meta_of<K: Resource>(k: &mut K) {
     meta(k.meta_mut());
 }
 
-/// What is kept of a Backup: [`meta`], and no `jobTemplate`.
+/// The most bytes of a Tidemark object's labels and annotations (keys and values) kept.
+pub const MAX_KEPT_LABELS: usize = 16 << 10;
+
+/// The annotation a kept object gets when its labels and annotations were cut to
+/// Tidemark's own (`tidemark.io/…`): their size in bytes. A Backup so marked is not
+/// started (its labels go into the store, where DeleteHooks select by them); hooks of
+/// one already made read the object itself.
+pub const TRIMMED: &str = "tidemark.io/trimmed-labels";
+
+/// [`meta`], and labels and annotations past [`MAX_KEPT_LABELS`] cut to Tidemark's own
+/// with [`TRIMMED`] (a tenant's object may carry 1.4 MiB of them, in every cache).
+pub fn tidemark_meta(m: &mut ObjectMeta) {
+    meta(m);
+    let size: usize = m
+        .labels
+        .iter()
+        .chain(m.annotations.iter())
+        .flatten()
+        .map(|(k, v)| k.len() + v.len())
+        .sum();
+    if size <= MAX_KEPT_LABELS {
+        return;
+    }
+    for map in [m.labels.as_mut(), m.annotations.as_mut()]
+        .into_iter()
+        .flatten()
+    {
+        map.retain(|k, _| k.starts_with("tidemark.io/"));
+    }
+    m.annotations
+        .get_or_insert_with(Default::default)
+        .insert(TRIMMED.to_owned(), size.to_string());
+}
+
+/// [`tidemark_meta`] of a Tidemark kind.
+pub fn tidemark_meta_of<K: Resource>(k: &mut K) {
+    tidemark_meta(k.meta_mut());
+}
+
+/// What is kept of a Backup: [`tidemark_meta`], and no `jobTemplate`.
 pub fn backup(b: &mut Backup) {
-    meta(&mut b.metadata);
+    tidemark_meta(&mut b.metadata);
     b.spec.template.job_template = None;
 }
 
-/// What is kept of a ScheduledBackup: [`meta`], and no `jobTemplate`.
+/// What is kept of a ScheduledBackup: [`tidemark_meta`], and no `jobTemplate`.
 pub fn schedule(s: &mut ScheduledBackup) {
-    meta(&mut s.metadata);
+    tidemark_meta(&mut s.metadata);
     s.spec.template.job_template = None;
+}
+
+/// Whether `b`'s labels were cut in the cache ([`TRIMMED`]), and their size.
+pub fn trimmed(b: &Backup) -> Option<&str> {
+    b.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(TRIMMED))
+        .map(String::as_str)
 }
 
 /// Every object `params` selects, read [`LIST_PAGE`] at a time, each made lean (`lean`)
@@ -115,5 +163,17 @@ mod tests {
             Some("true")
         );
         assert_eq!(b.spec.template.method.as_deref(), Some("job"));
+        assert!(trimmed(&b).is_none());
+        // Labels past the bound: Tidemark's own kept, the object marked.
+        let mut b: Backup = serde_json::from_value(serde_json::json!({
+            "apiVersion": "tidemark.io/v1alpha1", "kind": "Backup",
+            "metadata": {"name": "b", "namespace": "t",
+                "labels": (0..2000).map(|i| (format!("k{i}"), "v".repeat(60))).chain([("tidemark.io/scheduled-backup".to_owned(), "s".to_owned())]).collect::<std::collections::BTreeMap<_, _>>()},
+            "spec": {"policy": {"name": "p"}},
+        }))
+        .unwrap();
+        backup(&mut b);
+        assert_eq!(b.labels().len(), 1, "{:?}", b.labels());
+        assert!(trimmed(&b).is_some_and(|s| s.parse::<usize>().unwrap() > MAX_KEPT_LABELS));
     }
 }

@@ -324,7 +324,7 @@ where
     let (reader, writer) = reflector::store();
     let trigger = watcher(api, lean::listed())
         .default_backoff()
-        .modify(lean::meta_of::<K>)
+        .modify(lean::tidemark_meta_of::<K>)
         .reflect(writer)
         .applied_objects()
         .predicate_filter(
@@ -482,7 +482,7 @@ async fn scope(
         use kube::runtime::utils::predicates;
         watcher(api::<BackupPolicy>(&client, namespace), lean::listed())
             .default_backoff()
-            .modify(lean::meta_of::<BackupPolicy>)
+            .modify(lean::tidemark_meta_of::<BackupPolicy>)
             .reflect(policy_writer)
             .touched_objects()
             .predicate_filter(predicates::generation, Default::default())

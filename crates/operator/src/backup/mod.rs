@@ -232,6 +232,17 @@ impl Step {
 
     /// [`Phase::Active`]: admitted, its store opened, then followed (running) or started.
     async fn active(&self) -> Result<Action, Error> {
+        // Labels go into the store with the backup (DeleteHooks select by them once the
+        // object is gone): one whose labels the operator does not keep is not started.
+        if let Some(size) = crate::lean::trimmed(&self.backup)
+            && matches!(self.status.phase, None | Some(BackupPhase::Pending))
+        {
+            let message = format!(
+                "metadata.labels and annotations take {size} bytes; the operator keeps at most {} of them per object (DeleteHooks select Backups by label): remove some",
+                crate::lean::MAX_KEPT_LABELS
+            );
+            return self.fail(&message).await;
+        }
         let Admitted { policy, method } = match self.admit().await? {
             Ok(a) => a,
             Err(next) => return Ok(next),

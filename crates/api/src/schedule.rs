@@ -348,6 +348,15 @@ pub const MAX_BACKUP_LABELS: usize = 64;
 /// never hold the field (issue 28).
 pub const MAX_JOB_TEMPLATE_BYTES: usize = 64 << 10;
 
+/// Why a pod template (`field`, as JSON) is refused for its size: more than
+/// [`MAX_JOB_TEMPLATE_BYTES`], named with `hint` after the bound; `None` when it is within.
+pub fn template_too_large(template: &serde_json::Value, field: &str, hint: &str) -> Option<String> {
+    let size = serde_json::to_vec(template).map_or(usize::MAX, |b| b.len());
+    (size > MAX_JOB_TEMPLATE_BYTES).then(|| {
+        format!("{field} is {size} bytes; at most {MAX_JOB_TEMPLATE_BYTES} are accepted{hint}")
+    })
+}
+
 /// CEL for six-field cron: six blank-separated fields.
 const CRON_RULE: &str = "self.matches('^ *[^ ]+( +[^ ]+){5} *$')";
 

@@ -14,6 +14,10 @@
 //! SeaweedFS as for the tests: `TIDEMARK_WEED`). No timed assertions.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
+use common::peak_kib;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,18 +26,6 @@ use serde_json::json;
 use tidemark_api::crd::{Backup, BackupPolicy};
 use tidemark_operator::testkit::{ExecRequest, KubeCluster, Kubelet, s3_secret};
 use tidemark_store::testkit::{BUCKET, SeaweedFs};
-
-/// Peak resident memory (VmHWM) of `pid`, in KiB.
-fn peak_kib(pid: u32) -> Option<u64> {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()?
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
 
 fn main() {
     let bytes: u64 = std::env::var("TIDEMARK_BENCH_EXEC_BYTES")

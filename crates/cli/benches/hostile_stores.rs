@@ -18,6 +18,10 @@
 //! `scripts/kube-apiserver.sh`). No timed assertions.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
+use common::peak_kib;
+
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, PostParams};
@@ -25,18 +29,6 @@ use serde_json::json;
 use tidemark_api::crd::{Backup, BackupPolicy};
 use tidemark_operator::testkit::{KubeCluster, s3_secret};
 use tidemark_store::testkit::{HostileS3, Hostility};
-
-/// Peak resident memory (VmHWM) of `pid`, in KiB.
-fn peak_kib(pid: u32) -> Option<u64> {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()?
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)

@@ -552,12 +552,8 @@ async fn job(
         }
         return Ok(None);
     }
-    let size = serde_json::to_vec(template).map_or(usize::MAX, |b| b.len());
-    if size > tidemark_api::schedule::MAX_JOB_TEMPLATE_BYTES {
-        return Ok(Some(Outcome::Failed(format!(
-            "spec.job is {size} bytes; at most {} are accepted",
-            tidemark_api::schedule::MAX_JOB_TEMPLATE_BYTES
-        ))));
+    if let Some(why) = tidemark_api::schedule::template_too_large(template, "spec.job", "") {
+        return Ok(Some(Outcome::Failed(why)));
     }
     let mut spec = template
         .get("spec")

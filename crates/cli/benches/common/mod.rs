@@ -89,3 +89,15 @@ pub fn fill(db: &tidemark_store::testkit::MariaDb, mib: usize) {
         );
     }
 }
+
+/// Peak resident memory (VmHWM) of `pid`, in KiB.
+pub fn peak_kib(pid: u32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}

@@ -289,12 +289,12 @@ pub fn user_job(
         .job_template
         .clone()
         .ok_or("method job needs spec.jobTemplate (the pod template that makes the backup)")?;
-    let size = serde_json::to_vec(&template).map_or(usize::MAX, |b| b.len());
-    if size > tidemark_api::schedule::MAX_JOB_TEMPLATE_BYTES {
-        return Err(format!(
-            "spec.jobTemplate is {size} bytes; at most {} are accepted (a pod template that runs `tidemark push`; put large content in a ConfigMap or the image)",
-            tidemark_api::schedule::MAX_JOB_TEMPLATE_BYTES
-        ));
+    if let Some(why) = tidemark_api::schedule::template_too_large(
+        &template,
+        "spec.jobTemplate",
+        " (a pod template that runs `tidemark push`; put large content in a ConfigMap or the image)",
+    ) {
+        return Err(why);
     }
     let mut template: PodTemplateSpec = serde_json::from_value(template)
         .map_err(|e| format!("spec.jobTemplate is not a pod template: {e}"))?;

@@ -101,7 +101,29 @@ pub(crate) const PRIMARY_READY_FOR_RULE: &str = interval_rule!("24h");
 pub(crate) const PRIMARY_READY_FOR_MESSAGE: &str =
     "expected a duration from 1s to 24h, such as 30s, 5m or 1h";
 
+/// `TIDEMARK_LEASE_TTL`: how long a store lease (`_state/lease.json`) lasts without
+/// renewal; at most an hour (a crashed holder keeps deleters out that long), and the
+/// engine refuses less than 3 s (renewals every second would be most of a slow store's
+/// traffic).
+pub const LEASE_TTL: IntervalField = IntervalField {
+    field: "TIDEMARK_LEASE_TTL",
+    default: "60s",
+    max: "1h",
+    max_secs: 3600,
+};
+
 impl IntervalField {
+    /// A command-line value named `field`, from 1 s to `max` (`max_secs` seconds); absent,
+    /// it is `max`.
+    pub const fn named(field: &'static str, max: &'static str, max_secs: i64) -> Self {
+        IntervalField {
+            field,
+            default: max,
+            max,
+            max_secs,
+        }
+    }
+
     /// `tidemark operator --exec-max-duration`: at most a week.
     pub fn exec_max_duration() -> Self {
         IntervalField {

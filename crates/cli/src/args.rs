@@ -156,6 +156,8 @@ pub struct DeleteArgs {
     pub backup_name: Option<String>,
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
+    #[command(flatten)]
+    pub fence: FenceArgs,
 }
 
 /// A BackupPolicy in the Kubernetes cluster, instead of --store/--cluster/--policy.
@@ -765,6 +767,19 @@ pub struct GcArgs {
     /// flag gc refuses such a --now (plan does not need it).
     #[arg(long)]
     pub allow_future_now: bool,
+    #[command(flatten)]
+    pub fence: FenceArgs,
+}
+
+/// The store's lease, which every deleter holds (`tidemark run`, the operator's passes
+/// and finalizers, `gc`, `delete`).
+#[derive(Debug, Args, Default)]
+pub struct FenceArgs {
+    /// When another deleter holds the store's lease (`tidemark run`, the operator's pass,
+    /// another gc or delete), wait until it is released or expires — without limit, or up
+    /// to DURATION (e.g. 10m) — instead of stopping at once with exit 9.
+    #[arg(long, value_name = "DURATION", num_args = 0..=1, default_missing_value = "")]
+    pub wait: Option<String>,
 }
 
 #[derive(Debug, Args)]

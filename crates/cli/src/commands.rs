@@ -32,6 +32,7 @@ pub fn run(cli: Cli) -> Result<Exit, CliError> {
                 ignore_malformed: a.ignore_malformed,
                 work_dir: a.work_dir.as_deref(),
                 allow_future_now: a.allow_future_now,
+                fence: &a.fence,
             }),
         )),
         Command::Ls(a) => rt.block_on(ls(&a)),
@@ -97,6 +98,7 @@ async fn operator(args: &crate::args::OperatorArgs) -> Result<Exit, CliError> {
     options.pass_budget =
         tidemark_store::budget::Budget::from_env(tidemark_store::budget::Budget::SHARED)
             .map_err(CliError::input)?;
+    options.store_lease = tidemark_engine::FenceOptions::from_env()?;
     options.namespaces = namespaces(&args.namespaces)?;
     options.capabilities = tidemark_operator::rbac::Capabilities::without(&args.disable)
         .map_err(|e| CliError::input(format!("--disable: {e}")))?;
@@ -176,7 +178,10 @@ async fn delete(args: &crate::args::DeleteArgs) -> Result<Exit, CliError> {
         audit_extra: serde_json::Map::new(),
         now: Timestamp::now(),
     };
-    let outcome = delete_requested(store, &request).await?;
+    let fence = resolve::fence(store, "tidemark delete", &args.fence).await?;
+    let outcome = delete_requested(&fence, &request).await;
+    fence.release().await;
+    let outcome = outcome?;
     let (word, objects, audit, kept): (&str, usize, Option<String>, Vec<String>) = match &outcome {
         Requested::Absent => ("absent", 0, None, Vec::new()),
         Requested::Marked(keep) => (
@@ -385,6 +390,7 @@ struct GcOptions<'a> {
     ignore_malformed: bool,
     work_dir: Option<&'a std::path::Path>,
     allow_future_now: bool,
+    fence: &'a crate::args::FenceArgs,
 }
 
 /// `plan` (gc = None) and `gc`: one retention pass through the engine, the same one
@@ -462,7 +468,22 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
             .and_then(|g| g.work_dir)
             .map_or_else(std::env::temp_dir, std::path::Path::to_path_buf),
     };
-    let outcome = retention_pass(&target.store, &request, Some(&consolidator), progress).await;
+    // gc deletes only under the store's lease, which it holds until its pass ends.
+    let fence = match &gc {
+        Some(g) => Some(resolve::fence(&target.store, "tidemark gc", g.fence).await?),
+        None => None,
+    };
+    let outcome = retention_pass(
+        &target.store,
+        &request,
+        fence.as_ref(),
+        Some(&consolidator),
+        progress,
+    )
+    .await;
+    if let Some(f) = fence {
+        f.release().await;
+    }
     if let Some(b) = &bar {
         b.finish();
     }

@@ -387,3 +387,63 @@ pub fn check_future_now(now: Timestamp, allowed: bool) -> Result<(), CliError> {
     }
     Ok(())
 }
+
+/// Takes the store's lease for `what` (`tidemark gc`, `tidemark delete`): at once, or
+/// waiting as `--wait` says (telling stderr who holds it).
+///
+/// # Errors
+/// `--wait` is not a duration; `TIDEMARK_LEASE_TTL` is not one from 3s to 1h; another
+/// deleter holds the lease (exit 9, with how to wait for it); the store failed.
+pub async fn fence(
+    store: &tidemark_store::ClusterStore,
+    what: &str,
+    args: &crate::args::FenceArgs,
+) -> Result<tidemark_engine::Fence, CliError> {
+    use tidemark_engine::fence::{Fence, FenceOptions, Wait};
+    let wait = match args.wait.as_deref() {
+        None => Wait::No,
+        Some("") => Wait::Forever,
+        Some(text) => {
+            let d = WAIT_FIELD.parse(Some(text)).map_err(CliError::input)?;
+            Wait::For(std::time::Duration::try_from(d).unwrap_or(std::time::Duration::MAX))
+        }
+    };
+    let options = FenceOptions::from_env()?;
+    let mut told = String::new();
+    let taken = Fence::acquire(
+        store,
+        &tidemark_engine::fence::holder(what),
+        std::sync::Arc::new(tidemark_engine::SystemClock),
+        options,
+        wait,
+        |l| {
+            if l.holder != told {
+                eprintln!(
+                    "waiting for the store's lease, held by {} (renewed {}, expires {})",
+                    l.describe(),
+                    l.renewed_at,
+                    l.expires_at
+                );
+                told.clone_from(&l.holder);
+            }
+        },
+    )
+    .await;
+    match taken {
+        Ok(f) => Ok(f),
+        Err(e @ tidemark_engine::EngineError::LeaseHeld { .. }) if wait == Wait::No => {
+            let exit = e.class().into();
+            Err(CliError::new(
+                exit,
+                anyhow::Error::new(e).context(format!(
+                    "{what} deletes only under the store's lease; --wait waits for it"
+                )),
+            ))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `--wait DURATION` of `gc` and `delete`: at most a week.
+const WAIT_FIELD: tidemark_api::interval::IntervalField =
+    tidemark_api::interval::IntervalField::named("--wait", "168h", 168 * 3600);

@@ -305,7 +305,10 @@ pub async fn run(args: &RunArgs) -> Result<Exit, CliError> {
         Arc::new(LocalProcess),
         Arc::new(consolidator),
         Arc::new(SystemClock),
-        RunOptions { grace },
+        RunOptions {
+            grace,
+            fence: tidemark_engine::FenceOptions::from_env()?,
+        },
         crate::transfer::shutdown_signal(),
     )
     .await?;

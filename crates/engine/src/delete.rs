@@ -10,6 +10,7 @@ use tidemark_store::executor::{ExecOptions, ExecutionReport, mark_for_deletion};
 use tidemark_store::{Catalog, ClusterStore, NoProgress, Survey};
 
 use crate::error::{Class, EngineError};
+use crate::fence::Fence;
 
 /// What to delete, and who asks.
 #[derive(Debug, Clone)]
@@ -37,13 +38,24 @@ pub enum Requested {
     Deleted(ExecutionReport),
 }
 
-/// Deletes the backup `request` names, or marks it when a recovery depends on it. The
-/// caller holds what keeps other writers out (the operator: the store's lease).
+/// Deletes the backup `request` names from the fence's store, or marks it when a recovery
+/// depends on it.
+///
+/// # Guarantees
+/// Only under `fence` (the store's lease): nothing is marked or deleted once it is lost.
+/// Those of [`tidemark_store::execute`]: the audit record first, metadata before payload.
 ///
 /// # Errors
 /// The store failed; objects that could not be deleted after retries (class Store, the
-/// first named): run it again to finish.
+/// first named): run it again to finish; the fence was lost.
 pub async fn delete_requested(
+    fence: &Fence,
+    request: &DeleteRequest,
+) -> Result<Requested, EngineError> {
+    fence.guard(delete_under(fence.store(), request)).await
+}
+
+async fn delete_under(
     store: &ClusterStore,
     request: &DeleteRequest,
 ) -> Result<Requested, EngineError> {

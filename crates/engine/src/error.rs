@@ -111,7 +111,7 @@ pub enum EngineError {
     #[error("{0}")]
     Input(String),
     #[error(
-        "{cluster}: another `tidemark run` holds this cluster ({holder}, last renewed {renewed}); it stops when that one stops, or when its lease expires at {expires}"
+        "{cluster}: another deleter holds this cluster's lease ({holder}, last renewed {renewed}); it is free when that one stops, or when the lease expires at {expires}"
     )]
     LeaseHeld {
         cluster: String,
@@ -119,10 +119,12 @@ pub enum EngineError {
         renewed: String,
         expires: String,
     },
-    #[error("{cluster}: the lease on this cluster was taken by {holder}; stopping")]
+    #[error(
+        "{cluster}: the lease on this cluster was taken by {holder}; stopping before anything more is deleted"
+    )]
     LeaseLost { cluster: String, holder: String },
     #[error(
-        "{cluster}: the lease on this cluster could not be renewed in time (it expires at {expired}: {cause}); stopping, since another runner may take it then"
+        "{cluster}: the lease on this cluster could not be renewed in time (it expires at {expired}: {cause}); stopping before anything more is deleted, since another may take it then"
     )]
     LeaseExpired {
         cluster: String,

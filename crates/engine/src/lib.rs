@@ -7,6 +7,7 @@
 //! - [`schedule`]: the schedule tick, and where a schedule's status lives
 //!   ([`schedule::ScheduleState`]: `_state/` in the store now, the resource's status next);
 //! - [`clock`]: where `now` comes from;
+//! - [`fence`]: the store's lease, held by every deleter and stopping its work when lost;
 //! - [`standalone`]: `tidemark run`, the schedules, binlog archiving and retention of a
 //!   configuration as independent tasks, with their state in the store;
 //! - [`error`]: one error type, whose [`error::Class`] the CLI maps to exit codes and the
@@ -16,6 +17,7 @@ pub mod attempt;
 pub mod clock;
 pub mod delete;
 pub mod error;
+pub mod fence;
 pub mod hooks;
 pub mod pass;
 pub mod redact;
@@ -27,6 +29,7 @@ pub use attempt::{
 };
 pub use clock::{Clock, SystemClock};
 pub use error::{Class, EngineError};
+pub use fence::{Fence, FenceOptions, Wait};
 pub use pass::{
     Consolidator, DeleteHooks, LocalConsolidator, PassOutcome, PassRequest, retention_pass,
     unattended_pass,
@@ -50,7 +53,7 @@ mod send_check {
     ) {
         let s = store.clone();
         task(async move {
-            crate::retention_pass(&s, &request, None, &NoProgress)
+            crate::retention_pass(&s, &request, None, None, &NoProgress)
                 .await
                 .is_ok()
         });

@@ -18,6 +18,7 @@ use tidemark_store::{
 use tidemark_store::transfer::{self, TransferError};
 
 use crate::error::{EngineError, chain};
+use crate::fence::Fence;
 
 /// Builds the synthetic full a plan's `consolidate` actions ask for (seed 002).
 #[async_trait]
@@ -121,34 +122,59 @@ pub struct PassOutcome {
     pub blocked_by_malformed: bool,
 }
 
-/// Makes one retention pass over `store`.
+/// Makes one retention pass over `store`: a plan, and when `request.execute`, the work it
+/// asks for and its deletions, all under `fence` (the store's lease, which an executing
+/// pass must be given).
 ///
 /// # Guarantees
-/// Those of [`tidemark_store::execute`]: the audit record before any deletion, metadata
+/// Nothing is consolidated or deleted once `fence` is lost ([`Fence::guard`]). Those of
+/// [`tidemark_store::execute`]: the audit record before any deletion, metadata
 /// before payload, segments before the index. A synthetic full is committed before the
 /// plan that deletes what it replaces is made (from a fresh listing), so a consolidation
 /// that fails deletes nothing of its chain.
 ///
 /// # Errors
-/// The store failed or holds data that blocks the pass (a malformed or newer index).
+/// The store failed or holds data that blocks the pass (a malformed or newer index); the
+/// fence was lost, or an executing pass was given none or another store's.
 #[tracing::instrument(skip_all, fields(cluster = %store.cluster, now = %request.now, execute = request.execute))]
 pub async fn retention_pass(
     store: &ClusterStore,
     request: &PassRequest,
+    fence: Option<&Fence>,
     consolidator: Option<&dyn Consolidator>,
     progress: &dyn Progress,
 ) -> Result<PassOutcome, EngineError> {
     let options = SurveyOptions {
         protect: request.protect.clone(),
     };
-    let mut seen = survey(store, &request.policy, request.now, &options, progress).await?;
-    if !request.execute {
+    let fence = match (request.execute, fence) {
+        (false, _) => None,
+        (true, Some(f)) if f.store().url == store.url && f.store().cluster == store.cluster => {
+            Some(f)
+        }
+        (true, _) => {
+            return Err(EngineError::Internal(format!(
+                "a retention pass deletes from {}/{} only under that store's lease",
+                store.url, store.cluster
+            )));
+        }
+    };
+    let looked = async {
+        survey(store, &request.policy, request.now, &options, progress)
+            .await
+            .map_err(EngineError::from)
+    };
+    let seen = match fence {
+        Some(f) => f.guard(looked).await?,
+        None => looked.await?,
+    };
+    let Some(fence) = fence else {
         return Ok(PassOutcome {
             survey: seen,
             executed: None,
             blocked_by_malformed: false,
         });
-    }
+    };
     if !seen.catalog.malformed.is_empty() && !request.ignore_malformed {
         return Ok(PassOutcome {
             survey: seen,
@@ -156,6 +182,22 @@ pub async fn retention_pass(
             blocked_by_malformed: true,
         });
     }
+    fence
+        .guard(carry_out(store, request, consolidator, progress, seen))
+        .await
+}
+
+/// The executing half of [`retention_pass`], under its fence.
+async fn carry_out(
+    store: &ClusterStore,
+    request: &PassRequest,
+    consolidator: Option<&dyn Consolidator>,
+    progress: &dyn Progress,
+    mut seen: Survey,
+) -> Result<PassOutcome, EngineError> {
+    let options = SurveyOptions {
+        protect: request.protect.clone(),
+    };
 
     // The work the plan asks for first: each synthetic full is committed before anything
     // of its chain goes, then the store is read again, and the full stands in.
@@ -395,9 +437,17 @@ fn consolidation_targets(survey: &Survey) -> Vec<Backup> {
 pub async fn unattended_pass(
     store: &ClusterStore,
     request: &PassRequest,
+    fence: Option<&Fence>,
     consolidator: Option<&dyn Consolidator>,
 ) -> Result<PassOutcome, EngineError> {
-    let outcome = retention_pass(store, request, consolidator, &tidemark_store::NoProgress).await?;
+    let outcome = retention_pass(
+        store,
+        request,
+        fence,
+        consolidator,
+        &tidemark_store::NoProgress,
+    )
+    .await?;
     if outcome.blocked_by_malformed {
         let list: Vec<String> = outcome
             .survey

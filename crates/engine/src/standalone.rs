@@ -22,9 +22,7 @@ use tidemark_core::Policy;
 use tidemark_core::schedule::{Child, ScheduleSpec, ScheduleStatus};
 use tidemark_store::catalog::Catalog;
 use tidemark_store::format::{BackupType, Metadata, MetadataPhase};
-use tidemark_store::state::{
-    self, Attempt as Journaled, HeldLease, LeaseError, RunState, StoredState,
-};
+use tidemark_store::state::{self, Attempt as Journaled, RunState, StoredState};
 use tidemark_store::transfer::{BackupSpec, new_backup_id};
 use tidemark_store::{ClusterStore, NoProgress, StoreError};
 use tokio::sync::{Mutex, watch};
@@ -33,17 +31,13 @@ use tracing::Instrument;
 use crate::attempt::{BackupRequest, BackupRunner, record_failed};
 use crate::clock::Clock;
 use crate::error::{EngineError, chain};
+use crate::fence::{Fence, FenceOptions, Wait};
 use crate::pass::{Consolidator, PassRequest, unattended_pass};
 use crate::schedule::{self, ScheduleState, Started, Tick};
 
 /// The error recorded for an attempt a previous run died during.
 const INTERRUPTED: &str =
     "interrupted: tidemark run stopped during this backup (found in its journal at start-up)";
-/// How long a runner's lease lasts without renewal; it is renewed every third of it.
-pub const LEASE_TTL: SignedDuration = SignedDuration::from_secs(60);
-/// How long before its expiry a runner that could not renew its lease stops: the margin
-/// for the clocks of two machines and the last requests in flight.
-pub const LEASE_MARGIN: Duration = Duration::from_secs(5);
 /// Longest sleep between looks at a schedule: a clock that jumps is noticed within it.
 const MAX_NAP: Duration = Duration::from_secs(60);
 
@@ -118,6 +112,8 @@ pub struct ScheduleRun {
 pub struct RunOptions {
     /// On shutdown, how long a running backup may take to finish.
     pub grace: Duration,
+    /// The TTL of the store leases the runner holds.
+    pub fence: FenceOptions,
 }
 
 /// One policy's shared pieces.
@@ -129,6 +125,8 @@ struct Ctx {
     consolidator: Arc<dyn Consolidator>,
     clock: Arc<dyn Clock>,
     object_lock: Option<tidemark_core::lock::ObjectLock>,
+    /// The store's lease, held for the whole run; retention deletes only under it.
+    fence: Arc<Fence>,
 }
 
 impl Ctx {
@@ -155,8 +153,17 @@ pub async fn run(
     options: RunOptions,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), EngineError> {
-    let holder = format!("{:016x}", rand::random::<u64>());
-    let mut leases: Vec<(ClusterStore, HeldLease)> = Vec::new();
+    let holder = crate::fence::holder("tidemark run");
+    let mut fences: Vec<Arc<Fence>> = Vec::new();
+    async fn release_all(fences: Vec<Arc<Fence>>) {
+        for f in fences {
+            // Every task that shared it has ended; a fence still shared is dropped (and
+            // released in the background).
+            if let Ok(f) = Arc::try_unwrap(f) {
+                f.release().await;
+            }
+        }
+    }
     for p in &policies {
         // The directory is this configuration's alone: never an operator policy's or
         // another machine's `tidemark run`.
@@ -174,36 +181,33 @@ pub async fn run(
                 .collect(),
         };
         if let Err(e) = state::claim_owner(&p.store, &me).await {
-            for (s, l) in &leases {
-                state::release_lease(s, l).await;
-            }
+            release_all(fences).await;
             return Err(match e {
                 state::OwnerError::Taken { .. } => EngineError::Input(e.to_string()),
                 state::OwnerError::Store(s) => s.into(),
             });
         }
-        match state::acquire_lease(&p.store, &holder, clock.now(), LEASE_TTL).await {
-            Ok(l) => leases.push((p.store.clone(), l)),
+        let taken = Fence::acquire(
+            &p.store,
+            &holder,
+            Arc::clone(&clock),
+            options.fence,
+            Wait::No,
+            |_| {},
+        )
+        .await;
+        match taken {
+            Ok(f) => fences.push(Arc::new(f)),
             Err(e) => {
-                for (s, l) in &leases {
-                    state::release_lease(s, l).await;
-                }
-                return Err(match e {
-                    LeaseError::Held(l) => EngineError::LeaseHeld {
-                        cluster: format!("{}/{}", p.store.url, p.store.cluster),
-                        holder: l.describe(),
-                        renewed: l.renewed_at.to_string(),
-                        expires: l.expires_at.to_string(),
-                    },
-                    LeaseError::Store(s) => s.into(),
-                });
+                release_all(fences).await;
+                return Err(e);
             }
         }
     }
     let (stop_tx, stop_rx) = watch::channel(false);
     let (fatal_tx, mut fatal_rx) = tokio::sync::mpsc::unbounded_channel::<EngineError>();
     let mut tasks = tokio::task::JoinSet::new();
-    for (p, (store, lease)) in policies.into_iter().zip(leases) {
+    for (p, fence) in policies.into_iter().zip(fences.iter().cloned()) {
         let loaded = StoredState::load(&p.store).await?;
         let ctx = Arc::new(Ctx {
             name: p.name.clone(),
@@ -213,6 +217,7 @@ pub async fn run(
             consolidator: Arc::clone(&consolidator),
             clock: Arc::clone(&clock),
             object_lock: p.object_lock,
+            fence: Arc::clone(&fence),
         });
         tracing::info!(
             "policy {}: store {} cluster {}; {} schedule(s){}{}",
@@ -252,13 +257,7 @@ pub async fn run(
             let span = tracing::info_span!("binlogs", policy = %p.name);
             tasks.spawn(archive_task(Arc::clone(&ctx), a, stop_rx.clone()).instrument(span));
         }
-        tasks.spawn(lease_task(
-            store,
-            lease,
-            Arc::clone(&clock),
-            stop_rx.clone(),
-            fatal_tx.clone(),
-        ));
+        tasks.spawn(watch_fence(fence, stop_rx.clone(), fatal_tx.clone()));
     }
     drop(fatal_tx);
     let fatal = tokio::select! {
@@ -268,6 +267,7 @@ pub async fn run(
     tracing::info!("stopping: no new backups");
     let _ = stop_tx.send(true);
     while tasks.join_next().await.is_some() {}
+    release_all(fences).await;
     match fatal {
         Some(e) => Err(e),
         None => Ok(()),
@@ -738,7 +738,13 @@ async fn retention(ctx: &Ctx, r: &RetentionRun, now: Timestamp) -> Result<(), En
         execute: true,
         ignore_malformed: false,
     };
-    unattended_pass(&ctx.store, &request, Some(ctx.consolidator.as_ref())).await?;
+    unattended_pass(
+        &ctx.store,
+        &request,
+        Some(&ctx.fence),
+        Some(ctx.consolidator.as_ref()),
+    )
+    .await?;
     ctx.update(|s| s.last_retention_run_time = Some(now))
         .await?;
     Ok(())
@@ -861,71 +867,17 @@ async fn archive_task(ctx: Arc<Ctx>, a: ArchiveRun, mut stop: watch::Receiver<bo
     }
 }
 
-async fn lease_task(
-    store: ClusterStore,
-    mut lease: HeldLease,
-    clock: Arc<dyn Clock>,
+/// Stops the runner when `fence` is lost (its retention pass is stopped by the fence
+/// itself).
+async fn watch_fence(
+    fence: Arc<Fence>,
     mut stop: watch::Receiver<bool>,
     fatal: tokio::sync::mpsc::UnboundedSender<EngineError>,
 ) {
-    let every = Duration::try_from(LEASE_TTL / 3).unwrap_or(Duration::from_secs(20));
-    let mut wait = every;
-    let expired = |lease: &HeldLease, cause: String| EngineError::LeaseExpired {
-        cluster: format!("{}/{}", store.url, store.cluster),
-        expired: lease.lease.expires_at.to_string(),
-        cause,
-    };
-    loop {
-        if !nap(wait, &mut stop).await {
-            state::release_lease(&store, &lease).await;
-            return;
+    tokio::select! {
+        e = fence.lost() => {
+            let _ = fatal.send(e);
         }
-        // A renewal must be answered before the lease runs out (less a margin): a request
-        // retrying past it would let this runner work on after another took the cluster.
-        let left = |lease: &HeldLease| {
-            Duration::try_from(lease.lease.expires_at.duration_since(clock.now()))
-                .unwrap_or(Duration::ZERO)
-                .saturating_sub(LEASE_MARGIN)
-        };
-        let budget = left(&lease);
-        let renewed = tokio::time::timeout(
-            budget,
-            state::renew_lease(&store, &mut lease, clock.now(), LEASE_TTL),
-        )
-        .await;
-        let Ok(renewed) = renewed else {
-            let _ = fatal.send(expired(
-                &lease,
-                format!("the store did not answer within {budget:?}"),
-            ));
-            return;
-        };
-        match renewed {
-            Ok(()) => wait = every,
-            Err(LeaseError::Held(l)) => {
-                let _ = fatal.send(EngineError::LeaseLost {
-                    cluster: format!("{}/{}", store.url, store.cluster),
-                    holder: l.describe(),
-                });
-                return;
-            }
-            // Not renewed in time, it may be another runner's soon: stop rather than work
-            // on a cluster this runner may no longer hold.
-            Err(LeaseError::Store(e)) if left(&lease).is_zero() => {
-                let _ = fatal.send(expired(&lease, chain(&e)));
-                return;
-            }
-            Err(LeaseError::Store(e)) => {
-                tracing::warn!(
-                    "could not renew the lease on {}/{} (it is held until {}): {}",
-                    store.url,
-                    store.cluster,
-                    lease.lease.expires_at,
-                    chain(&e)
-                );
-                // Try again sooner, while time is left.
-                wait = every.min(left(&lease) / 2);
-            }
-        }
+        _ = stop.wait_for(|s| *s) => {}
     }
 }

@@ -194,8 +194,9 @@ pub async fn on_delete(
             )));
         };
         let store = crate::stores::open(ctx, policy).await?;
-        // Under the store's lease until the deletion is done (the guard's drop).
-        let lease = crate::fence::acquire(ctx, &store).await?;
+        // Under the store's lease until the deletion is done; the deletion stops if it is
+        // lost.
+        let fence = crate::fence::acquire(ctx, &store).await?;
         // The store it was written to, as recorded: a policy pointed elsewhere since
         // must not make its data look gone.
         if let Some(recorded) = status.bucket.as_deref()
@@ -207,10 +208,10 @@ pub async fn on_delete(
                 store.url
             )));
         }
-        Ok((store, lease))
+        Ok(fence)
     }
     .await;
-    let (store, _lease) = match result {
+    let fence = match result {
         Ok(r) => r,
         Err(e) => return failed(ctx, api, backup, e).await,
     };
@@ -241,7 +242,9 @@ pub async fn on_delete(
         audit_extra,
         now: ctx.clock.now(),
     };
-    let report = match delete_requested(&store, &request).await {
+    let deleted = delete_requested(&fence, &request).await;
+    fence.release().await;
+    let report = match deleted {
         Err(e) => return failed(ctx, api, backup, Error::Engine(e)).await,
         Ok(Requested::Absent) => {
             // Already gone (a retention pass took it, or a previous attempt finished).

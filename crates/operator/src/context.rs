@@ -39,6 +39,8 @@ pub struct Context {
     pub background: background::Background,
     /// What one pass may read from a store.
     pub pass_budget: tidemark_store::budget::Budget,
+    /// [`crate::Options::store_lease`].
+    pub store_lease: tidemark_engine::FenceOptions,
     /// A catalog loaded outside the background passes (a restore test's scratch size, an
     /// incremental's parent) takes this turn, one at a time: the operator's memory holds
     /// at most `--background-passes` + 1 catalogs (issue 28).

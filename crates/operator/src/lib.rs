@@ -96,6 +96,8 @@ pub struct Options {
     pub exec_limits: streams::Limits,
     /// What one pass may read from a store ([`tidemark_store::budget`]).
     pub pass_budget: tidemark_store::budget::Budget,
+    /// The TTL of the store leases the operator's deletions hold (`TIDEMARK_LEASE_TTL`).
+    pub store_lease: tidemark_engine::FenceOptions,
     /// Retention passes and deletions run in the background at once; more wait their
     /// turn ([`background::Background`]).
     pub background_passes: usize,
@@ -124,6 +126,7 @@ impl Options {
             exec_limits: streams::Limits::default(),
             background_passes: background::DEFAULT_LIMIT,
             pass_budget: tidemark_store::budget::Budget::SHARED,
+            store_lease: tidemark_engine::FenceOptions::default(),
             namespaces: Vec::new(),
             capabilities: rbac::Capabilities::default(),
             tenancy: tenancy::Tenancy::default(),
@@ -503,6 +506,7 @@ async fn scope(
         exec_slots,
         background: background::Background::new(options.background_passes),
         pass_budget: options.pass_budget,
+        store_lease: options.store_lease,
         catalog_turn: tokio::sync::Semaphore::new(1),
         owned: Mutex::default(),
         capabilities: options.capabilities,

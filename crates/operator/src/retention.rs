@@ -321,15 +321,11 @@ async fn pass(
     // Under the store's lease: no other leader, policy or `tidemark run` deletes from this
     // store meanwhile.
     let fenced = match crate::fence::acquire(&ctx, &store).await {
-        Ok(mut lease) => {
-            let r = lease
-                .guard(async {
-                    unattended_pass(&store, &request, driver)
-                        .await
-                        .map_err(Error::from)
-                })
-                .await;
-            lease.release().await;
+        Ok(fence) => {
+            let r = unattended_pass(&store, &request, Some(&fence), driver)
+                .await
+                .map_err(Error::from);
+            fence.release().await;
             r
         }
         Err(e) => Err(e),

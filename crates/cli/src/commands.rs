@@ -128,7 +128,7 @@ async fn operator(args: &crate::args::OperatorArgs) -> Result<Exit, CliError> {
 /// `tidemark delete --backup-id ID`: a requested deletion (the engine's, as the
 /// operator's finalizer makes it): deleted, or marked while a recovery depends on it.
 async fn delete(args: &crate::args::DeleteArgs) -> Result<Exit, CliError> {
-    use tidemark_engine::delete::{DeleteRequest, Requested, delete_requested};
+    use tidemark_engine::delete::Requested;
     if !tidemark_core::inventory::is_backup_id(&args.backup_id) {
         return Err(CliError::input(format!(
             "--backup-id {:?}: not a backup-id (e.g. 20261120T020000Z-3f2a9c1d)",
@@ -138,50 +138,11 @@ async fn delete(args: &crate::args::DeleteArgs) -> Result<Exit, CliError> {
     let target = resolve::store_target(&args.store, args.policy.as_deref())?;
     let store = &target.store;
     let id = &args.backup_id;
-    // Which directory: the one name holding the id (or the one named).
-    let catalog = Catalog::load_backups(store, &NoProgress).await?;
-    let mut names: Vec<&str> = catalog
-        .backups
-        .iter()
-        .filter(|b| &b.backup.id == id)
-        .map(|b| b.backup.name.as_str())
-        .filter(|n| args.backup_name.as_deref().is_none_or(|want| want == *n))
-        .collect();
-    names.sort_unstable();
-    names.dedup();
-    let name = match names.as_slice() {
-        [one] => (*one).to_owned(),
-        [] => {
-            return Err(CliError::input(format!(
-                "no backup {id}{} in {} (cluster {}): nothing to delete (`tidemark ls` lists them)",
-                args.backup_name
-                    .as_deref()
-                    .map(|n| format!(" named {n}"))
-                    .unwrap_or_default(),
-                store.url,
-                store.cluster
-            )));
-        }
-        many => {
-            return Err(CliError::input(format!(
-                "backup-id {id} is in {} directories ({}): say which with --backup-name",
-                many.len(),
-                many.join(", ")
-            )));
-        }
-    };
-    let request = DeleteRequest {
-        name: name.clone(),
-        id: id.clone(),
-        reason: tidemark_core::Reason::DeletionRequested,
-        requested_by: "tidemark delete".to_owned(),
-        audit_extra: serde_json::Map::new(),
-        now: Timestamp::now(),
-    };
+    // The lease first: what is read to find the backup is what is deleted.
     let fence = resolve::fence(store, "tidemark delete", &args.fence).await?;
-    let outcome = delete_requested(&fence, &request).await;
+    let found = fence.guard(find_and_delete(store, args, &fence)).await;
     fence.release().await;
-    let outcome = outcome?;
+    let (name, outcome) = found?;
     let (word, objects, audit, kept): (&str, usize, Option<String>, Vec<String>) = match &outcome {
         Requested::Absent => ("absent", 0, None, Vec::new()),
         Requested::Marked(keep) => (
@@ -365,6 +326,58 @@ fn keygen(args: &crate::args::KeygenArgs) -> Result<Exit, CliError> {
         }
     }
     Ok(Exit::Success)
+}
+
+/// `delete`'s work under the store's lease: which directory holds the id, then the
+/// deletion.
+async fn find_and_delete(
+    store: &tidemark_store::ClusterStore,
+    args: &crate::args::DeleteArgs,
+    fence: &tidemark_engine::Fence,
+) -> Result<(String, tidemark_engine::delete::Requested), CliError> {
+    use tidemark_engine::delete::{DeleteRequest, delete_requested};
+    let id = &args.backup_id;
+    // Which directory: the one name holding the id (or the one named).
+    let catalog = Catalog::load_backups(store, &NoProgress).await?;
+    let mut names: Vec<&str> = catalog
+        .backups
+        .iter()
+        .filter(|b| &b.backup.id == id)
+        .map(|b| b.backup.name.as_str())
+        .filter(|n| args.backup_name.as_deref().is_none_or(|want| want == *n))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    let name = match names.as_slice() {
+        [one] => (*one).to_owned(),
+        [] => {
+            return Err(CliError::input(format!(
+                "no backup {id}{} in {} (cluster {}): nothing to delete (`tidemark ls` lists them)",
+                args.backup_name
+                    .as_deref()
+                    .map(|n| format!(" named {n}"))
+                    .unwrap_or_default(),
+                store.url,
+                store.cluster
+            )));
+        }
+        many => {
+            return Err(CliError::input(format!(
+                "backup-id {id} is in {} directories ({}): say which with --backup-name",
+                many.len(),
+                many.join(", ")
+            )));
+        }
+    };
+    let request = DeleteRequest {
+        name: name.clone(),
+        id: id.clone(),
+        reason: tidemark_core::Reason::DeletionRequested,
+        requested_by: "tidemark delete".to_owned(),
+        audit_extra: serde_json::Map::new(),
+        now: Timestamp::now(),
+    };
+    Ok((name, delete_requested(fence, &request).await?))
 }
 
 /// Writes to stdout; a closed pipe (`| head`) ends quietly with success.

@@ -758,7 +758,10 @@ fn fetch_out_respects_what_is_there(t: &Target) {
 }
 
 /// (Defect 7) Two `tidemark run` on one cluster: the second refuses, naming the first.
-fn a_second_runner_is_refused(t: &Target) {
+/// (Issue 29) Every deleter holds the same lease: `gc` and `delete` beside the run are
+/// refused (exit 9, naming it and `--wait`) and delete nothing; `gc --wait` waits for the
+/// run to stop, then makes its pass.
+fn deleters_share_one_fence(t: &Target) {
     let dir = t.dir.as_ref().unwrap();
     let cfg = dir.join("runcfg");
     std::fs::create_dir_all(&cfg).unwrap();
@@ -770,9 +773,12 @@ fn a_second_runner_is_refused(t: &Target) {
         ),
     )
     .unwrap();
+    let old = t.push("leased", "old", "echo old");
+    let new = t.push("leased", "new", "echo new");
     let log = dir.join("run1.log");
     let mut first = bin()
         .args(["run", "--config", cfg.to_str().unwrap()])
+        .env("TIDEMARK_LEASE_TTL", "3s")
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
@@ -788,18 +794,103 @@ fn a_second_runner_is_refused(t: &Target) {
         .args(["run", "--config", cfg.to_str().unwrap()])
         .output()
         .unwrap();
-    let _ = first.kill();
-    let _ = first.wait();
     assert_eq!(second.status.code(), Some(9), "{}", stderr(&second));
     let e = stderr(&second);
-    assert!(
-        e.contains("another `tidemark run` holds this cluster"),
-        "{e}"
-    );
+    assert!(e.contains("holds this cluster's lease"), "{e}");
+    assert!(e.contains("tidemark run/"), "{e}");
     assert!(
         e.contains(&format!(":{} (", first.id())),
         "names the holder: {e}"
     );
+    // A person's gc and delete beside the run.
+    let gc = t.run("gc", "leased", &["--keep-last", "1"]);
+    let e = stderr(&gc);
+    assert_eq!(gc.status.code(), Some(9), "{e}");
+    assert!(
+        e.contains("tidemark gc deletes only under the store's lease; --wait waits for it")
+            && e.contains("tidemark run/"),
+        "{e}"
+    );
+    let del = t.run("delete", "leased", &["--backup-id", &old]);
+    let e = stderr(&del);
+    assert_eq!(del.status.code(), Some(9), "{e}");
+    assert!(e.contains("tidemark delete deletes only under"), "{e}");
+    let waited = t.run("gc", "leased", &["--keep-last", "1", "--wait", "2s"]);
+    assert_eq!(waited.status.code(), Some(9), "{}", stderr(&waited));
+    assert!(
+        stderr(&waited).contains("waiting for the store's lease, held by"),
+        "{}",
+        stderr(&waited)
+    );
+    let ids = |t: &Target| -> Vec<String> {
+        rt().block_on(tidemark_store::synth::metadata_ids(&t.store("leased")))
+            .unwrap()
+    };
+    assert_eq!(ids(t).len(), 2, "deleted beside the run");
+    // gc --wait: once the run is gone (killed: its lease is taken over as soon as its
+    // process is gone), the pass runs.
+    let waiting = t.spawn("gc", "leased", &["--keep-last", "1", "--wait"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = first.kill();
+    let _ = first.wait();
+    let o = waiting.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(ids(t), vec![new]);
+    assert!(
+        !dir.join("leased/_state/lease.json").exists(),
+        "gc gives the lease up when it ends"
+    );
+}
+
+/// (Issue 29) A lease lost while `gc` or `delete` works (another holder took it: this
+/// process stalled past its expiry) stops the work before it deletes anything — here the
+/// store's listing never ends and the lease is another's at its first renewal.
+fn a_lost_lease_stops_gc_and_delete() {
+    use tidemark_store::testkit::{HostileS3, Hostility};
+    for args in [
+        &["gc", "--keep-last", "1"][..],
+        &["delete", "--backup-id", "20261101T000000Z-00000001"][..],
+    ] {
+        let server = HostileS3::start(Hostility::LeaseTaken);
+        let mut child = bin()
+            .args(args)
+            .args(["--store", "s3://b", "--cluster", "c"])
+            .args(["--endpoint", &server.endpoint])
+            .env("AWS_ACCESS_KEY_ID", "a")
+            .env("AWS_SECRET_ACCESS_KEY", "b")
+            .env("TIDEMARK_LEASE_TTL", "3s")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t0 = Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if t0.elapsed() > Duration::from_secs(60) {
+                let _ = child.kill();
+                panic!(
+                    "{}: still working 60 s after its lease was taken ({} requests)",
+                    args[0],
+                    server.requests.load(std::sync::atomic::Ordering::Relaxed)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let o = child.wait_with_output().unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(9), "{}: {err}", args[0]);
+        assert!(
+            err.contains("was taken by elsewhere:1 (thief)")
+                && err.contains("stopping before anything more is deleted"),
+            "{}: {err}",
+            args[0]
+        );
+        assert_eq!(
+            server.deletes.load(std::sync::atomic::Ordering::Relaxed),
+            0,
+            "{}: deleted after the lease was lost",
+            args[0]
+        );
+    }
 }
 
 // ------------------------------------------------------------------ input
@@ -1256,7 +1347,8 @@ fn hostile_input_on_a_local_directory() {
     symlinks_are_never_followed(&t);
     odd_file_names_do_not_stop_a_pass(&t);
     fetch_out_respects_what_is_there(&t);
-    a_second_runner_is_refused(&t);
+    deleters_share_one_fence(&t);
+    a_lost_lease_stops_gc_and_delete();
     urls_and_endpoints_are_checked();
     a_pass_reads_no_more_than_its_budget();
     configuration_input_is_bounded_and_named();

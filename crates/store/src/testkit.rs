@@ -1185,6 +1185,10 @@ pub enum Hostility {
     LargeMetadata { count: usize, size: usize },
     /// Reads each request and never answers (the connection stays open for 10 minutes).
     Stalled,
+    /// Empty listing pages without end, as [`Hostility::EndlessPages`], and the store's
+    /// lease (`_state/lease.json`) is another holder's (`thief`, for a day) as soon as it
+    /// was first written: whoever took it finds it taken at its first renewal.
+    LeaseTaken,
 }
 
 /// A fake S3 endpoint on 127.0.0.1 that answers as its [`Hostility`] says: ListObjectsV2
@@ -1195,6 +1199,8 @@ pub struct HostileS3 {
     pub endpoint: String,
     /// Requests answered so far.
     pub requests: Arc<std::sync::atomic::AtomicU64>,
+    /// Deletions asked for so far (DELETE, or a POST of a batch delete).
+    pub deletes: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl HostileS3 {
@@ -1204,15 +1210,27 @@ impl HostileS3 {
         let requests = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let counted = requests.clone();
         let keys = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let leased = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let deletes = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let deleted = deletes.clone();
         std::thread::spawn(move || {
             for conn in listener.incoming().flatten() {
-                let (counted, keys) = (counted.clone(), keys.clone());
+                let (counted, keys, leased, deleted) = (
+                    counted.clone(),
+                    keys.clone(),
+                    leased.clone(),
+                    deleted.clone(),
+                );
                 std::thread::spawn(move || {
-                    serve_hostile(conn, hostility, &counted, &keys);
+                    serve_hostile(conn, hostility, &counted, &keys, &leased, &deleted);
                 });
             }
         });
-        HostileS3 { endpoint, requests }
+        HostileS3 {
+            endpoint,
+            requests,
+            deletes,
+        }
     }
 }
 
@@ -1221,6 +1239,8 @@ fn serve_hostile(
     hostility: Hostility,
     requests: &std::sync::atomic::AtomicU64,
     keys: &std::sync::atomic::AtomicU64,
+    leased: &std::sync::atomic::AtomicBool,
+    deletes: &std::sync::atomic::AtomicU64,
 ) {
     use std::io::{Read, Write};
     use std::sync::atomic::Ordering;
@@ -1235,6 +1255,15 @@ fn serve_hostile(
             }
         }
         requests.fetch_add(1, Ordering::Relaxed);
+        {
+            let first = head.split(|b| *b == b'\r').next().unwrap_or_default();
+            let first = String::from_utf8_lossy(first);
+            if first.starts_with("DELETE ")
+                || (first.starts_with("POST ") && first.contains("?delete"))
+            {
+                deletes.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         if matches!(hostility, Hostility::Stalled) {
             std::thread::sleep(Duration::from_secs(600));
             return;
@@ -1253,6 +1282,44 @@ fn serve_hostile(
             .unwrap_or(0);
         if std::io::copy(&mut (&mut conn).take(length), &mut std::io::sink()).is_err() {
             return;
+        }
+        let lease = target
+            .split('?')
+            .next()
+            .unwrap_or("")
+            .ends_with("/_state/lease.json");
+        if matches!(hostility, Hostility::LeaseTaken) && lease {
+            if method == "PUT" && !leased.swap(true, Ordering::SeqCst) {
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 200 OK\r\nETag: \"e\"\r\nContent-Length: 0\r\n\r\n"
+                );
+                continue;
+            }
+            let (status, body) = if method == "GET" && leased.load(Ordering::SeqCst) {
+                let now = jiff::Timestamp::now();
+                let until = now + jiff::SignedDuration::from_hours(24);
+                let body = format!(
+                    "{{\"formatVersion\":1,\"holder\":\"thief\",\"host\":\"elsewhere\",\"pid\":1,\"acquiredAt\":\"{now}\",\"renewedAt\":\"{now}\",\"expiresAt\":\"{until}\"}}"
+                );
+                ("200 OK", body)
+            } else if method == "GET" {
+                (
+                    "404 Not Found",
+                    "<Error><Code>NoSuchKey</Code></Error>".to_owned(),
+                )
+            } else {
+                (
+                    "412 Precondition Failed",
+                    "<Error><Code>PreconditionFailed</Code></Error>".to_owned(),
+                )
+            };
+            let _ = write!(
+                conn,
+                "HTTP/1.1 {status}\r\nETag: \"t\"\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            continue;
         }
         if method == "PUT" || method == "DELETE" || method == "POST" {
             let _ = write!(
@@ -1293,7 +1360,9 @@ fn serve_hostile(
                         .collect();
                     (page, true)
                 }
-                Hostility::EndlessPages | Hostility::Stalled => (String::new(), true),
+                Hostility::EndlessPages | Hostility::Stalled | Hostility::LeaseTaken => {
+                    (String::new(), true)
+                }
                 Hostility::LargeMetadata { count, size } => {
                     if param("continuation-token").is_some() {
                         (String::new(), false)

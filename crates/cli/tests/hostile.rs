@@ -842,54 +842,59 @@ fn deleters_share_one_fence(t: &Target) {
     );
 }
 
-/// (Issue 29) A lease lost while `gc` or `delete` works (another holder took it: this
-/// process stalled past its expiry) stops the work before it deletes anything — here the
-/// store's listing never ends and the lease is another's at its first renewal.
+/// (Issue 29) A lease lost while `gc` or `delete` works stops the work before it deletes
+/// anything: another holder took it (this process stalled past its expiry), or the store
+/// stopped answering its renewals (stopped before it expires and another may take it).
+/// Here the store's listing never ends, so only the fence can stop the work.
 fn a_lost_lease_stops_gc_and_delete() {
     use tidemark_store::testkit::{HostileS3, Hostility};
-    for args in [
-        &["gc", "--keep-last", "1"][..],
-        &["delete", "--backup-id", "20261101T000000Z-00000001"][..],
+    for (taken, said) in [
+        (true, "was taken by elsewhere:1 (thief)"),
+        (false, "could not be renewed in time"),
     ] {
-        let server = HostileS3::start(Hostility::LeaseTaken);
-        let mut child = bin()
-            .args(args)
-            .args(["--store", "s3://b", "--cluster", "c"])
-            .args(["--endpoint", &server.endpoint])
-            .env("AWS_ACCESS_KEY_ID", "a")
-            .env("AWS_SECRET_ACCESS_KEY", "b")
-            .env("TIDEMARK_LEASE_TTL", "3s")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let t0 = Instant::now();
-        while child.try_wait().unwrap().is_none() {
-            if t0.elapsed() > Duration::from_secs(60) {
-                let _ = child.kill();
-                panic!(
-                    "{}: still working 60 s after its lease was taken ({} requests)",
-                    args[0],
-                    server.requests.load(std::sync::atomic::Ordering::Relaxed)
-                );
+        for args in [
+            &["gc", "--keep-last", "1"][..],
+            &["delete", "--backup-id", "20261101T000000Z-00000001"][..],
+        ] {
+            let server = HostileS3::start(Hostility::LeaseLost { taken });
+            let mut child = bin()
+                .args(args)
+                .args(["--store", "s3://b", "--cluster", "c"])
+                .args(["--endpoint", &server.endpoint])
+                .env("AWS_ACCESS_KEY_ID", "a")
+                .env("AWS_SECRET_ACCESS_KEY", "b")
+                .env("TIDEMARK_LEASE_TTL", "3s")
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let t0 = Instant::now();
+            while child.try_wait().unwrap().is_none() {
+                if t0.elapsed() > Duration::from_secs(60) {
+                    let _ = child.kill();
+                    panic!(
+                        "{} (taken: {taken}): still working 60 s after its lease was lost ({} requests)",
+                        args[0],
+                        server.requests.load(std::sync::atomic::Ordering::Relaxed)
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(50));
             }
-            std::thread::sleep(Duration::from_millis(50));
+            let o = child.wait_with_output().unwrap();
+            let err = stderr(&o);
+            assert_eq!(o.status.code(), Some(9), "{}: {err}", args[0]);
+            assert!(
+                err.contains(said) && err.contains("stopping before anything more is deleted"),
+                "{}: {err}",
+                args[0]
+            );
+            assert_eq!(
+                server.deletes.load(std::sync::atomic::Ordering::Relaxed),
+                0,
+                "{}: deleted after the lease was lost",
+                args[0]
+            );
         }
-        let o = child.wait_with_output().unwrap();
-        let err = stderr(&o);
-        assert_eq!(o.status.code(), Some(9), "{}: {err}", args[0]);
-        assert!(
-            err.contains("was taken by elsewhere:1 (thief)")
-                && err.contains("stopping before anything more is deleted"),
-            "{}: {err}",
-            args[0]
-        );
-        assert_eq!(
-            server.deletes.load(std::sync::atomic::Ordering::Relaxed),
-            0,
-            "{}: deleted after the lease was lost",
-            args[0]
-        );
     }
 }
 

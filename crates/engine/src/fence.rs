@@ -112,6 +112,9 @@ pub struct Fence {
     released: bool,
 }
 
+/// How long giving a lease up may take: a store that does not answer leaves it to expire.
+const RELEASE_WITHIN: Duration = Duration::from_secs(5);
+
 fn cluster_of(store: &ClusterStore) -> String {
     format!("{}/{}", store.url, store.cluster)
 }
@@ -247,26 +250,32 @@ impl Fence {
         }
     }
 
-    /// Gives the lease up.
+    /// Gives the lease up: best effort (unreleased, it expires after its TTL), within
+    /// [`RELEASE_WITHIN`], and not at all once lost (it is not this process's any more).
     pub async fn release(mut self) {
         self.renewer.abort();
         self.released = true;
+        if self.lost.borrow().is_some() {
+            return;
+        }
         let held = self.held.lock().await.clone();
-        state::release_lease(&self.store, &held).await;
+        let _ =
+            tokio::time::timeout(RELEASE_WITHIN, state::release_lease(&self.store, &held)).await;
     }
 }
 
 impl Drop for Fence {
     fn drop(&mut self) {
         self.renewer.abort();
-        if !self.released {
-            // Best effort; unreleased, it expires after its TTL.
+        if !self.released && self.lost.borrow().is_none() {
             let store = self.store.clone();
             let held = self.held.clone();
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
                 rt.spawn(async move {
                     let held = held.lock().await.clone();
-                    state::release_lease(&store, &held).await;
+                    let _ =
+                        tokio::time::timeout(RELEASE_WITHIN, state::release_lease(&store, &held))
+                            .await;
                 });
             }
         }

@@ -1484,3 +1484,102 @@ async fn passes_past_the_limit_wait_and_hostile_stores_fail_on_their_budget() {
     assert!(condition("endless", "Queued").await.is_none());
     op.stop().await;
 }
+
+/// (Issue 29) A store lease lost while the operator deletes stops the deletion: a
+/// retention pass whose renewals go unanswered stops before its lease expires (and another
+/// may take the store), and a finalizer whose lease another holder took stops before it
+/// deletes. The stores' listings never end, so only the fence can stop them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_store_lease_stops_the_operators_deletions() {
+    use tidemark_store::testkit::{HostileS3, Hostility};
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let unanswered = HostileS3::start(Hostility::LeaseLost { taken: false });
+    let taken = HostileS3::start(Hostility::LeaseLost { taken: true });
+    for ns in ["lease-unanswered", "lease-taken"] {
+        cluster.namespace(ns).await;
+        s3_secret(&admin, ns, "s3").await;
+    }
+    create_policy(
+        &admin,
+        &policy(
+            "lease-unanswered",
+            "db",
+            &unanswered.endpoint,
+            json!({"retention": {"keepLast": 1}}),
+        ),
+    )
+    .await;
+    // No retention: the finalizer is the only deleter of this store.
+    create_policy(
+        &admin,
+        &policy(
+            "lease-taken",
+            "db",
+            &taken.endpoint,
+            json!({"deletionPolicy": "Delete"}),
+        ),
+    )
+    .await;
+    let op = Operator::start_with(
+        &cluster,
+        "operator-fence",
+        std::sync::Arc::new(tidemark_engine::SystemClock),
+        |o| {
+            o.store_lease = tidemark_engine::FenceOptions::parse(Some("3s")).unwrap();
+            // Only the fence may stop these listings (the budget would, much later).
+            o.pass_budget.pages = 10_000_000;
+        },
+    );
+    let backups: Api<Backup> = Api::namespaced(admin.clone(), "lease-taken");
+    let gone = SynthBackup::full("gone", Timestamp::now() - SignedDuration::from_hours(1), 3);
+    completed_backup(&backups, &gone, json!({})).await;
+    cleanup_finalizer(&backups, "gone").await;
+    backups
+        .delete("gone", &DeleteParams::default())
+        .await
+        .unwrap();
+    let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), "lease-unanswered");
+    let stopped = eventually("the pass stopped by its unrenewed lease", || async {
+        let p = policies.get("db").await.ok()?;
+        let c = p
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Ready")?;
+        c.message
+            .contains("could not be renewed in time")
+            .then_some(c)
+    })
+    .await;
+    assert_eq!(stopped.status, "False", "{stopped:?}");
+    assert!(
+        stopped
+            .message
+            .contains("stopping before anything more is deleted"),
+        "{stopped:?}"
+    );
+    let note = eventually("the finalizer stopped by the lease taken", || async {
+        events(&admin, "lease-taken", "RemoteCleanupFailed")
+            .await
+            .into_iter()
+            .filter_map(|e| e.note)
+            .find(|n| n.contains("taken by elsewhere:1 (thief)"))
+    })
+    .await;
+    assert!(
+        note.contains("stopping before anything more is deleted"),
+        "{note}"
+    );
+    // The object waits with its finalizer; nothing was deleted from either store.
+    let b = backups.get("gone").await.unwrap();
+    assert!(b.metadata.deletion_timestamp.is_some());
+    for server in [&unanswered, &taken] {
+        assert_eq!(
+            server.deletes.load(std::sync::atomic::Ordering::Relaxed),
+            0,
+            "deleted after the lease was lost"
+        );
+    }
+    op.stop().await;
+}

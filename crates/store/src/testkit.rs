@@ -1186,9 +1186,10 @@ pub enum Hostility {
     /// Reads each request and never answers (the connection stays open for 10 minutes).
     Stalled,
     /// Empty listing pages without end, as [`Hostility::EndlessPages`], and the store's
-    /// lease (`_state/lease.json`) is another holder's (`thief`, for a day) as soon as it
-    /// was first written: whoever took it finds it taken at its first renewal.
-    LeaseTaken,
+    /// lease (`_state/lease.json`) is lost as soon as it was first written: `taken`, it is
+    /// another holder's (`thief`, for a day), found at the first renewal; else requests
+    /// for it are never answered, so no renewal succeeds.
+    LeaseLost { taken: bool },
 }
 
 /// A fake S3 endpoint on 127.0.0.1 that answers as its [`Hostility`] says: ListObjectsV2
@@ -1288,13 +1289,17 @@ fn serve_hostile(
             .next()
             .unwrap_or("")
             .ends_with("/_state/lease.json");
-        if matches!(hostility, Hostility::LeaseTaken) && lease {
+        if let (Hostility::LeaseLost { taken }, true) = (hostility, lease) {
             if method == "PUT" && !leased.swap(true, Ordering::SeqCst) {
                 let _ = write!(
                     conn,
                     "HTTP/1.1 200 OK\r\nETag: \"e\"\r\nContent-Length: 0\r\n\r\n"
                 );
                 continue;
+            }
+            if !taken && leased.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_secs(600));
+                return;
             }
             let (status, body) = if method == "GET" && leased.load(Ordering::SeqCst) {
                 let now = jiff::Timestamp::now();
@@ -1360,7 +1365,7 @@ fn serve_hostile(
                         .collect();
                     (page, true)
                 }
-                Hostility::EndlessPages | Hostility::Stalled | Hostility::LeaseTaken => {
+                Hostility::EndlessPages | Hostility::Stalled | Hostility::LeaseLost { .. } => {
                     (String::new(), true)
                 }
                 Hostility::LargeMetadata { count, size } => {

@@ -132,24 +132,22 @@ pub async fn push(args: &PushArgs) -> Result<Exit, CliError> {
         (None, None) => None,
     };
     let store = &args.compress.apply(&target.store);
-    let mut parent = None;
-    if let Some(id) = &spec.parent_id {
-        let p = transfer::find_backup(store, None, id)
-            .await
-            .map_err(|e| match e {
-                TransferError::NotFound { .. } => CliError::input(format!(
-                    "--parent {id}: no committed backup with this id in {} (cluster {})",
-                    store.url, store.cluster
-                )),
-                other => transfer_error(other),
-            })?;
-        if p.phase != MetadataPhase::Completed {
-            return Err(CliError::input(format!(
-                "--parent {id} is a failed backup; an incremental needs a completed parent"
-            )));
-        }
-        parent = Some(p);
-    }
+    let parent = match &spec.parent_id {
+        None => None,
+        Some(id) => Some(
+            tidemark_engine::parent::named_parent(store, id)
+                .await
+                .map_err(|e| {
+                    use tidemark_engine::parent::NamedParentError as E;
+                    match e {
+                        E::NotFound { .. } | E::NotCompleted { .. } => {
+                            CliError::input(format!("--parent {e}"))
+                        }
+                        E::Transfer(t) => transfer_error(t),
+                    }
+                })?,
+        ),
+    };
     let json = args.output == OutputFormat::Json;
     let bar = TerminalProgress::for_bytes(json, "uploading");
     let progress: &dyn Progress = match &bar {

@@ -2,6 +2,7 @@
 //!
 //! - [`pass`]: the retention pass — observe, plan, the work the plan asks for, execute,
 //!   report — one path for `tidemark gc`, `tidemark run` and the operator;
+//! - [`parent`]: what the next backup builds on, for every edge;
 //! - [`attempt`]: the backup attempt — marker, upload, commit, or a failed record — and
 //!   where it runs ([`attempt::BackupRunner`]: a local process now, a Job in the operator);
 //! - [`schedule`]: the schedule tick, and where a schedule's status lives
@@ -19,6 +20,7 @@ pub mod delete;
 pub mod error;
 pub mod fence;
 pub mod hooks;
+pub mod parent;
 pub mod pass;
 pub mod redact;
 pub mod schedule;

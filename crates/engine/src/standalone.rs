@@ -544,37 +544,12 @@ fn parent_of<'a>(
     let Some(max) = sched.incremental else {
         return Err(None);
     };
-    let ours: std::collections::HashMap<&str, &Metadata> = catalog
-        .backups
-        .iter()
-        .filter_map(|c| {
-            let m = c.metadata.as_ref()?;
-            let ours = m.method == tidemark_mariadb::METHOD
-                && m.labels.get(SCHEDULED_BACKUP_LABEL) == Some(&sched.spec.name);
-            ours.then_some((c.backup.id.as_str(), m))
-        })
-        .collect();
-    let next = tidemark_core::next_backup(
-        &catalog.inventory(&Default::default()),
-        |b| match ours.get(b.id.as_str()) {
-            Some(m)
-                if m.error
-                    .as_deref()
-                    .is_some_and(tidemark_mariadb::is_lsn_behind) =>
-            {
-                tidemark_core::Candidate::Diverged
-            }
-            Some(_) => tidemark_core::Candidate::Yes,
-            None => tidemark_core::Candidate::No,
-        },
-        max,
-    );
-    match next {
-        tidemark_core::NextBackup::Incremental { parent, .. } => {
-            ours.get(parent.as_str()).copied().ok_or(None)
-        }
-        tidemark_core::NextBackup::Full(why) => Err(Some(why)),
-    }
+    let lineage = crate::parent::Lineage {
+        label: SCHEDULED_BACKUP_LABEL,
+        value: &sched.spec.name,
+        others_are_other_sources: false,
+    };
+    crate::parent::next_parent(catalog, &lineage, max).map_err(Some)
 }
 
 /// Takes one backup, letting it finish within `grace` when told to stop.

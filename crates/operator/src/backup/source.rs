@@ -9,8 +9,8 @@ use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use tidemark_api::crd::{Backup, BackupPolicy, SourceSpec};
 use tidemark_api::schedule::BackupType;
-use tidemark_core::{Candidate, FullBecause, NextBackup};
-use tidemark_store::{Catalog, ClusterStore, NoProgress};
+use tidemark_core::FullBecause;
+use tidemark_store::ClusterStore;
 
 use super::attempt::{backup_failed, blocked};
 use crate::context::Context;
@@ -224,44 +224,21 @@ pub(crate) async fn parent_of(
         // Unknown types are refused above.
         (None, BackupType::Full | BackupType::Unknown(_)) => return Ok(Ok(None)),
     };
-    let catalog = Catalog::load_backups(store, &NoProgress)
+    // Made by mariabackup from this data directory, or from another.
+    let lineage = tidemark_engine::parent::Lineage {
+        label: DATA_VOLUME_LABEL,
+        value: volume_id,
+        others_are_other_sources: true,
+    };
+    let next = tidemark_engine::parent::load_next_parent(store, &lineage, max)
         .await
         .map_err(|e| Error::Engine(e.into()))?;
-    // Made by mariabackup from this data directory, or from another.
-    let candidates: std::collections::HashMap<&str, Candidate> = catalog
-        .backups
-        .iter()
-        .filter_map(|c| {
-            let m = c.metadata.as_ref().filter(|m| m.method == "mariabackup")?;
-            let same = m.labels.get(DATA_VOLUME_LABEL).map(String::as_str) == Some(volume_id);
-            let diverged = m
-                .error
-                .as_deref()
-                .is_some_and(tidemark_mariadb::is_lsn_behind);
-            let candidate = match (same, diverged) {
-                (true, true) => Candidate::Diverged,
-                (true, false) => Candidate::Yes,
-                (false, _) => Candidate::OtherSource,
-            };
-            Some((c.backup.id.as_str(), candidate))
-        })
-        .collect();
-    let next = tidemark_core::next_backup(
-        &catalog.inventory(&Default::default()),
-        |b| {
-            candidates
-                .get(b.id.as_str())
-                .copied()
-                .unwrap_or(Candidate::No)
-        },
-        max,
-    );
     Ok(match next {
-        NextBackup::Incremental { parent, .. } => Ok(Some(parent)),
-        NextBackup::Full(why) if backup.spec.incremental.is_some() => {
+        Ok(parent) => Ok(Some(parent.backup_id)),
+        Err(why) if backup.spec.incremental.is_some() => {
             tracing::info!(backup = %backup.name_any(), "a full backup: {why}");
             Ok(None)
         }
-        NextBackup::Full(why) => Err(why),
+        Err(why) => Err(why),
     })
 }

@@ -15,7 +15,7 @@ use tidemark_store::{
     ClusterStore, DeleteFailure, ExecutionReport, Progress, Survey, SurveyOptions, execute, survey,
 };
 
-use tidemark_store::transfer::{self, TransferError};
+use tidemark_store::transfer;
 
 use crate::error::{EngineError, chain};
 use crate::fence::Fence;
@@ -390,15 +390,21 @@ async fn newest_reads_back(
             announced = true;
         }
         let mut depth = transfer::Checked::Content;
-        for p in &m.payload {
-            let key = tidemark_store::layout::payload_key(&m.backup_name, &m.backup_id, &p.name);
-            match transfer::verify_object(store, &key, p.size, Some(&p.sha256), p.form(), progress)
-                .await
-            {
-                Ok(transfer::Checked::Stored) => depth = transfer::Checked::Stored,
-                Ok(transfer::Checked::Content) => {}
-                Err(TransferError::Store(e)) => return Err(EngineError::Store(Box::new(e))),
-                Err(e) => return Err(refuse(chain(&e))),
+        for o in crate::verify::check_payloads(store, m, progress).await {
+            let problem = || o.problem.clone().unwrap_or_else(|| o.status.to_owned());
+            match o.status {
+                "ok" if o.checked == Some(transfer::Checked::Stored) => {
+                    depth = transfer::Checked::Stored;
+                }
+                "ok" => {}
+                // The store failing is not the data failing: retried as the store's.
+                "unreachable" => {
+                    return Err(EngineError::Edge {
+                        class: crate::Class::Store,
+                        message: format!("reading back {}: {}", o.key, problem()),
+                    });
+                }
+                _ => return Err(refuse(problem())),
             }
         }
         // Never into a directory this pass deletes: the record would outlive the backup.

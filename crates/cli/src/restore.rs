@@ -2,8 +2,9 @@
 
 use std::path::PathBuf;
 
+use tidemark_engine::restore::{MariaDb, RestoreRequest, RestoreTestRequest};
 use tidemark_mariadb::check::{self, CheckSpec};
-use tidemark_mariadb::restore::{self, RestorePlan};
+use tidemark_mariadb::restore::RestorePlan;
 use tidemark_store::format::BackupType;
 use tidemark_store::{NoProgress, Progress};
 
@@ -25,10 +26,6 @@ impl Progress for Steps {
     }
 }
 
-fn restore_error(e: tidemark_mariadb::restore::RestoreError) -> CliError {
-    tidemark_engine::EngineError::from(e).into()
-}
-
 pub async fn restore(args: &RestoreArgs) -> Result<Exit, CliError> {
     let target: jiff::Timestamp = args.to.parse().map_err(|_| {
         CliError::input(format!(
@@ -39,22 +36,28 @@ pub async fn restore(args: &RestoreArgs) -> Result<Exit, CliError> {
     let store_target = resolve::store_target(&args.store, args.policy.as_deref())?;
     let store = &store_target.store;
     let json = args.output == OutputFormat::Json;
-    let plan = restore::resolve(store, target, &NoProgress)
-        .await
-        .map_err(restore_error)?;
-    if args.dry_run {
-        report(&plan, None, json)?;
-        return Ok(Exit::Success);
-    }
-    let Some(datadir) = &args.datadir else {
-        return Err(CliError::input("--datadir DIR is needed unless --dry-run"));
+    let request = RestoreRequest {
+        target,
+        datadir: if args.dry_run {
+            None
+        } else {
+            args.datadir.clone()
+        },
     };
-    let tools = args.tools.tools();
+    let db = MariaDb {
+        tools: args.tools.tools(),
+    };
     let progress: &dyn Progress = if json { &NoProgress } else { &Steps };
-    let done = restore::restore(store, &plan, datadir, &tools, progress)
-        .await
-        .map_err(restore_error)?;
-    report(&plan, Some((datadir.clone(), done.bytes_downloaded)), json)?;
+    let restored = tidemark_engine::restore::restore(&db, store, &request, progress).await?;
+    if !args.dry_run && request.datadir.is_none() {
+        // (After the plan: a target that cannot be restored is said first.)
+        return Err(CliError::input("--datadir DIR is needed unless --dry-run"));
+    }
+    let done = match (&request.datadir, &restored.report) {
+        (Some(dir), Some(r)) => Some((dir.clone(), r.bytes_downloaded)),
+        _ => None,
+    };
+    report(&restored.plan, done, json)?;
     Ok(Exit::Success)
 }
 
@@ -241,18 +244,17 @@ pub async fn restore_test(args: &RestoreTestArgs) -> Result<Exit, CliError> {
     let scratch = args.scratch.clone().unwrap_or_else(std::env::temp_dir);
     let json = args.output == OutputFormat::Json;
     let progress: &dyn Progress = if json { &NoProgress } else { &Steps };
-    let record = check::restore_test(
-        store,
+    let request = RestoreTestRequest {
         point,
-        &scratch,
-        &args.tools.tools(),
-        &spec,
-        "tidemark restore-test",
-        args.run_id.as_deref(),
-        progress,
-    )
-    .await
-    .map_err(restore_error)?;
+        scratch,
+        check: spec,
+        by: "tidemark restore-test".into(),
+        run_id: args.run_id.clone(),
+    };
+    let db = MariaDb {
+        tools: args.tools.tools(),
+    };
+    let record = tidemark_engine::restore::restore_test(&db, store, &request, progress).await?;
     let outcome = &record.outcome;
     if json {
         crate::commands::emit_json(&record)?;

@@ -11,6 +11,8 @@
 //! - [`fence`]: the store's lease, held by every deleter and stopping its work when lost;
 //! - [`standalone`]: `tidemark run`, the schedules, binlog archiving and retention of a
 //!   configuration as independent tasks, with their state in the store;
+//! - [`restore`]: a restore and a restore test, with the database as a port
+//!   ([`restore::Database`]);
 //! - [`verify`]: every backup and segment read back and checked, and the window that
 //!   follows (`tidemark verify`, a pass's `requireVerified`);
 //! - [`error`]: one error type, whose [`error::Class`] the CLI maps to exit codes and the
@@ -25,6 +27,7 @@ pub mod hooks;
 pub mod parent;
 pub mod pass;
 pub mod redact;
+pub mod restore;
 pub mod schedule;
 pub mod standalone;
 pub mod verify;

@@ -745,16 +745,17 @@ async fn restore_test_task(ctx: Arc<Ctx>, t: RestoreTestRun, mut stop: watch::Re
             }
         }
         tracing::info!("restore test of the {:?} point started", t.point);
-        let test = tidemark_mariadb::check::restore_test(
-            &ctx.store,
-            t.point,
-            &t.scratch,
-            &t.tools,
-            &t.check,
-            "tidemark run",
-            None,
-            &NoProgress,
-        );
+        let db = crate::restore::MariaDb {
+            tools: t.tools.clone(),
+        };
+        let request = crate::restore::RestoreTestRequest {
+            point: t.point,
+            scratch: t.scratch.clone(),
+            check: t.check.clone(),
+            by: "tidemark run".into(),
+            run_id: None,
+        };
+        let test = crate::restore::restore_test(&db, &ctx.store, &request, &NoProgress);
         // Told to stop: the test goes (its server and tools are killed, its scratch
         // directory removed), it does not hold the shutdown.
         let stopped = async {

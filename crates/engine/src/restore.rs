@@ -1,0 +1,260 @@
+//! Restore and restore test: one use case for every edge — `tidemark restore` and
+//! `restore-test`, `tidemark run`'s scheduled tests, and the operator's restore-test Jobs
+//! (which run `tidemark restore-test`). The database is a port ([`Database`]): what
+//! prepares backups into a data directory, replays binlogs and checks the result.
+//! MariaDB's tools ([`MariaDb`]) are the one implementation today.
+
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use jiff::Timestamp;
+use tidemark_mariadb::check::{CheckSpec, Point, RestoreTestRecord};
+use tidemark_mariadb::restore::{RestorePlan, RestoreReport, Tools};
+use tidemark_store::{ClusterStore, Progress};
+
+use crate::error::EngineError;
+
+/// The database a restore brings back.
+#[async_trait]
+pub trait Database: Send + Sync + std::fmt::Debug {
+    /// What a restore to `target` uses: backups, segments and where the replay starts.
+    async fn plan(
+        &self,
+        store: &ClusterStore,
+        target: Timestamp,
+        progress: &dyn Progress,
+    ) -> Result<RestorePlan, EngineError>;
+
+    /// Carries `plan` out into the empty (or absent) `datadir`.
+    async fn restore(
+        &self,
+        store: &ClusterStore,
+        plan: &RestorePlan,
+        datadir: &Path,
+        progress: &dyn Progress,
+    ) -> Result<RestoreReport, EngineError>;
+
+    /// Restores `request.point` into scratch space, checks it and records the outcome
+    /// beside the backup restored.
+    async fn restore_test(
+        &self,
+        store: &ClusterStore,
+        request: &RestoreTestRequest,
+        progress: &dyn Progress,
+    ) -> Result<RestoreTestRecord, EngineError>;
+}
+
+/// MariaDB's tools (`mariabackup`, `mbstream`, `mariadbd`, `mariadb-binlog`, `mariadb`).
+#[derive(Debug, Clone, Default)]
+pub struct MariaDb {
+    pub tools: Tools,
+}
+
+#[async_trait]
+impl Database for MariaDb {
+    async fn plan(
+        &self,
+        store: &ClusterStore,
+        target: Timestamp,
+        progress: &dyn Progress,
+    ) -> Result<RestorePlan, EngineError> {
+        Ok(tidemark_mariadb::restore::resolve(store, target, progress).await?)
+    }
+
+    async fn restore(
+        &self,
+        store: &ClusterStore,
+        plan: &RestorePlan,
+        datadir: &Path,
+        progress: &dyn Progress,
+    ) -> Result<RestoreReport, EngineError> {
+        Ok(tidemark_mariadb::restore::restore(store, plan, datadir, &self.tools, progress).await?)
+    }
+
+    async fn restore_test(
+        &self,
+        store: &ClusterStore,
+        request: &RestoreTestRequest,
+        progress: &dyn Progress,
+    ) -> Result<RestoreTestRecord, EngineError> {
+        Ok(tidemark_mariadb::check::restore_test(
+            store,
+            request.point,
+            &request.scratch,
+            &self.tools,
+            &request.check,
+            &request.by,
+            request.run_id.as_deref(),
+            progress,
+        )
+        .await?)
+    }
+}
+
+/// A restore to ask for.
+#[derive(Debug, Clone)]
+pub struct RestoreRequest {
+    /// The instant to restore (`--to`).
+    pub target: Timestamp,
+    /// Where the data directory goes; `None`: only the plan (a dry run).
+    pub datadir: Option<PathBuf>,
+}
+
+/// What a restore chose, and did.
+#[derive(Debug)]
+pub struct Restored {
+    pub plan: RestorePlan,
+    /// `None` for a dry run.
+    pub report: Option<RestoreReport>,
+}
+
+/// Restores `store` to `request.target` into `request.datadir` (or only plans it).
+///
+/// # Guarantees
+/// Reads the store only. A restore that fails leaves no half-restored data directory
+/// (the database's [`Database::restore`] removes what it wrote).
+///
+/// # Errors
+/// The target cannot be restored (outside the window, in a gap, on a branch), a
+/// download or a database tool failed.
+pub async fn restore(
+    db: &dyn Database,
+    store: &ClusterStore,
+    request: &RestoreRequest,
+    progress: &dyn Progress,
+) -> Result<Restored, EngineError> {
+    // A restore's steps are few and long, each shown; the listing behind the plan is not.
+    let plan = db
+        .plan(store, request.target, &tidemark_store::NoProgress)
+        .await?;
+    let report = match &request.datadir {
+        None => None,
+        Some(dir) => Some(db.restore(store, &plan, dir, progress).await?),
+    };
+    Ok(Restored { plan, report })
+}
+
+/// A restore test to make.
+#[derive(Debug, Clone)]
+pub struct RestoreTestRequest {
+    pub point: Point,
+    /// Where the scratch data directory goes (removed afterwards).
+    pub scratch: PathBuf,
+    pub check: CheckSpec,
+    /// What runs it (`tidemark restore-test`, `tidemark run`), in the record.
+    pub by: String,
+    /// The caller's name for this run (the operator's Job), in the record.
+    pub run_id: Option<String>,
+}
+
+/// Makes one restore test.
+///
+/// # Errors
+/// Nothing to restore, or the restore failed; the record could not be written. A check
+/// that fails is an outcome (`record.outcome.passed`), not an error.
+pub async fn restore_test(
+    db: &dyn Database,
+    store: &ClusterStore,
+    request: &RestoreTestRequest,
+    progress: &dyn Progress,
+) -> Result<RestoreTestRecord, EngineError> {
+    db.restore_test(store, request, progress).await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// A database that records what it was asked.
+    #[derive(Debug, Default)]
+    struct Recording(Mutex<Vec<String>>);
+
+    fn plan(target: Timestamp) -> RestorePlan {
+        RestorePlan {
+            target,
+            backups: Vec::new(),
+            segments: Vec::new(),
+            start_position: None,
+            runs: Vec::new(),
+            stop_datetime: None,
+            recovery_window: tidemark_core::RecoveryWindow {
+                from: target,
+                to: target,
+                gaps: Vec::new(),
+            },
+        }
+    }
+
+    #[async_trait]
+    impl Database for Recording {
+        async fn plan(
+            &self,
+            _: &ClusterStore,
+            target: Timestamp,
+            _: &dyn Progress,
+        ) -> Result<RestorePlan, EngineError> {
+            self.0.lock().unwrap().push(format!("plan {target}"));
+            Ok(plan(target))
+        }
+        async fn restore(
+            &self,
+            _: &ClusterStore,
+            _: &RestorePlan,
+            datadir: &Path,
+            _: &dyn Progress,
+        ) -> Result<RestoreReport, EngineError> {
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("restore into {}", datadir.display()));
+            Ok(RestoreReport {
+                datadir: datadir.to_owned(),
+                bytes_downloaded: 7,
+                backups_applied: 1,
+                segments_replayed: 0,
+            })
+        }
+        async fn restore_test(
+            &self,
+            _: &ClusterStore,
+            _: &RestoreTestRequest,
+            _: &dyn Progress,
+        ) -> Result<RestoreTestRecord, EngineError> {
+            Err(EngineError::Internal("not asked here".into()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_dry_run_plans_and_writes_nothing_a_restore_carries_the_plan_out() {
+        let (_dir, store) = tidemark_store::testkit::local_store("c");
+        let target: Timestamp = "2026-11-20T14:05:00Z".parse().unwrap();
+        let db = Recording::default();
+        let dry = RestoreRequest {
+            target,
+            datadir: None,
+        };
+        let r = restore(&db, &store, &dry, &tidemark_store::NoProgress)
+            .await
+            .unwrap();
+        assert!(r.report.is_none());
+        assert_eq!(r.plan.target, target);
+        let wet = RestoreRequest {
+            target,
+            datadir: Some("/restore/here".into()),
+        };
+        let r = restore(&db, &store, &wet, &tidemark_store::NoProgress)
+            .await
+            .unwrap();
+        assert_eq!(r.report.unwrap().bytes_downloaded, 7);
+        assert_eq!(
+            *db.0.lock().unwrap(),
+            [
+                format!("plan {target}"),
+                format!("plan {target}"),
+                "restore into /restore/here".to_owned()
+            ]
+        );
+    }
+}

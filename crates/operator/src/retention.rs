@@ -26,7 +26,7 @@ use tidemark_engine::{PassOutcome, PassRequest, unattended_pass};
 
 use crate::context::Context;
 use crate::error::Error;
-use crate::status::condition;
+use crate::status::{condition, condition_at};
 
 /// Runs the policy's retention pass when it is due.
 ///
@@ -389,6 +389,49 @@ async fn pass(
         )
         .await;
     }
+    let PassStatus {
+        status: new,
+        partly_failed,
+    } = policy_status(&outcome, &status, generation, interval, now);
+    if let Some(message) = &partly_failed {
+        m.retention_failures
+            .get_or_create(&labels)
+            .inc_by(failures.len() as u64);
+        ctx.warn(&policy.object_ref(&()), "RetentionPartlyFailed", message)
+            .await;
+    }
+    crate::status::policy(&api, &name, &new).await?;
+    if let Some(message) = partly_failed {
+        return Err(Error::PartlyFailed(message));
+    }
+    Ok(Requeue::requeue(until(
+        now,
+        tidemark_core::saturating_add(now, interval),
+    )))
+}
+
+/// What a pass leaves in its policy's status, and the message of what it could not do.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PassStatus {
+    pub status: BackupPolicyStatus,
+    /// Some deletions or consolidations failed: the pass counts as not run.
+    pub partly_failed: Option<String>,
+}
+
+/// The status a pass leaves: a pure function of its outcome, the status before it (of the
+/// policy at `generation`) and `now`.
+pub(crate) fn policy_status(
+    outcome: &PassOutcome,
+    status: &BackupPolicyStatus,
+    generation: Option<i64>,
+    interval: jiff::SignedDuration,
+    now: Timestamp,
+) -> PassStatus {
+    let summary = Summary::of(outcome);
+    let failures = outcome
+        .executed
+        .as_ref()
+        .map_or(&[][..], |r| r.failures.as_slice());
     let next = tidemark_core::saturating_add(now, interval);
     // What it could not do fails the pass: reported, and retried with backoff — so the
     // pass is not recorded as run (observedGeneration and lastRetentionRunTime stay those
@@ -404,13 +447,6 @@ async fn pass(
             summary.note()
         )
     });
-    if let Some(message) = &partly_failed {
-        m.retention_failures
-            .get_or_create(&labels)
-            .inc_by(failures.len() as u64);
-        ctx.warn(&policy.object_ref(&()), "RetentionPartlyFailed", message)
-            .await;
-    }
     let (observed_generation, last, next) = if partly_failed.is_some() {
         (
             status.observed_generation,
@@ -444,35 +480,33 @@ async fn pass(
         bytes_freed: Some(summary.bytes_freed),
         failures: Some(failures.len() as u64),
         conditions: vec![match &partly_failed {
-            Some(message) => condition(
+            Some(message) => condition_at(
                 &status.conditions,
                 "Ready",
                 false,
                 "PassPartlyFailed",
                 message,
                 generation,
+                now,
             ),
-            None => condition(
+            None => condition_at(
                 &status.conditions,
                 "Ready",
                 true,
                 "PassSucceeded",
                 &summary.note(),
                 generation,
+                now,
             ),
         }],
         restore_test: None,
         timelines: timeline_status(&outcome.survey.inventory),
         binlog_archive: None,
     };
-    crate::status::policy(&api, &name, &new).await?;
-    if let Some(message) = partly_failed {
-        return Err(Error::PartlyFailed(message));
+    PassStatus {
+        status: new,
+        partly_failed,
     }
-    Ok(Requeue::requeue(until(
-        now,
-        tidemark_core::saturating_add(now, interval),
-    )))
 }
 
 /// The archive's timelines for the policy's status; none while it has one.
@@ -777,20 +811,40 @@ async fn set_failed(
     message: &str,
     attempted: Option<Timestamp>,
 ) -> Result<(), Error> {
-    let mut status = policy.status.clone().unwrap_or_default();
-    let generation = policy.meta().generation;
-    status.conditions = vec![condition(
-        &status.conditions,
+    let previous = policy.status.clone().unwrap_or_default();
+    let status = failed_status(
+        &previous,
+        policy.meta().generation,
+        reason,
+        message,
+        Timestamp::now(),
+    );
+    let _ = attempted;
+    crate::status::policy(api, &policy.name_any(), &status).await
+}
+
+/// The status a failed pass leaves: what the last good pass found, and `Ready=False` with
+/// `reason` and `message` (pure). observedGeneration moves only with a pass that
+/// succeeded: after a spec change, a failed pass is retried (by backoff), not held back by
+/// retentionInterval.
+pub(crate) fn failed_status(
+    previous: &BackupPolicyStatus,
+    generation: Option<i64>,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) -> BackupPolicyStatus {
+    let mut status = previous.clone();
+    status.conditions = vec![condition_at(
+        &previous.conditions,
         "Ready",
         false,
         reason,
         message,
         generation,
+        now,
     )];
-    // observedGeneration moves only with a pass that succeeded: after a spec change, a
-    // failed pass is retried (by backoff), not held back by retentionInterval.
-    let _ = attempted;
-    crate::status::policy(api, &policy.name_any(), &status).await
+    status
 }
 
 /// Where a queued pass stands, between [`set_queued`] and the pass's start.
@@ -950,5 +1004,204 @@ mod tests {
         );
         assert_eq!(t1.branch, ["0-1-11..12"]);
         assert!(t1.main_line && status[0].main_line);
+    }
+}
+
+#[cfg(test)]
+mod status_tests {
+    #![allow(clippy::unwrap_used)]
+    use jiff::{SignedDuration, Timestamp};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use tidemark_api::crd::BackupPolicyStatus;
+    use tidemark_engine::{PassOutcome, PassRequest};
+    use tidemark_store::executor::{DeleteFailure, ExecutionReport};
+    use tidemark_store::synth;
+
+    use super::{PassStatus, failed_status, policy_status};
+
+    fn at(hours: i64) -> Timestamp {
+        Timestamp::from_second(1_795_000_000).unwrap() + SignedDuration::from_hours(hours)
+    }
+
+    /// A real pass's plan over two backups, keep one; `executed` as each case says.
+    async fn outcome(executed: Option<ExecutionReport>) -> (PassOutcome, String, String) {
+        let (_dir, store) = tidemark_store::testkit::local_store("c");
+        let (old, new) = synth::older_and_newer(&store, "old", "new", at(10))
+            .await
+            .unwrap();
+        let policy = tidemark_core::PolicyInput {
+            keep_last: Some(1),
+            ..Default::default()
+        }
+        .validate()
+        .unwrap();
+        let request = PassRequest {
+            policy,
+            policy_as_given: serde_json::json!({"keepLast": 1}),
+            now: at(10),
+            started_at: at(10),
+            protect: Default::default(),
+            execute: false,
+            ignore_malformed: false,
+            hooks: None,
+        };
+        let mut o = tidemark_engine::retention_pass(
+            &store,
+            &request,
+            None,
+            None,
+            &tidemark_store::NoProgress,
+        )
+        .await
+        .unwrap();
+        o.executed = executed;
+        (o, old.id, new.id)
+    }
+
+    fn previous() -> BackupPolicyStatus {
+        let mut p = BackupPolicyStatus {
+            observed_generation: Some(3),
+            last_retention_run_time: Some(Time(at(9))),
+            next_retention_run_time: Some(Time(at(10))),
+            ..Default::default()
+        };
+        p.conditions = vec![crate::status::condition_at(
+            &[],
+            "Ready",
+            true,
+            "PassSucceeded",
+            "earlier",
+            Some(3),
+            at(1),
+        )];
+        p
+    }
+
+    /// The status of a pass, as a table: what moves and what stays, by outcome.
+    #[tokio::test]
+    async fn a_pass_status_is_a_function_of_its_outcome_the_previous_status_and_now() {
+        let interval = SignedDuration::from_hours(1);
+        let now = at(10);
+        let (whole, old, _) = outcome(None).await;
+        let deleted = ExecutionReport {
+            audit_key: Some("c/_audit/a.json".into()),
+            backups_deleted: vec![old.clone()],
+            objects_deleted: 2,
+            ..Default::default()
+        };
+        let (done, _, _) = outcome(Some(deleted.clone())).await;
+        let partly = ExecutionReport {
+            failures: vec![DeleteFailure {
+                key: "c/old/x".into(),
+                error: "503".into(),
+            }],
+            ..deleted
+        };
+        let (failed, _, _) = outcome(Some(partly)).await;
+        struct Case<'a> {
+            name: &'a str,
+            outcome: &'a PassOutcome,
+            ready: (&'a str, &'a str),
+            observed: Option<i64>,
+            last: Option<Timestamp>,
+            next: Option<Timestamp>,
+            since: Timestamp,
+            deleted: u64,
+            partly: bool,
+        }
+        let cases = [
+            Case {
+                name: "a plan that deleted nothing",
+                outcome: &whole,
+                ready: ("True", "PassSucceeded"),
+                observed: Some(4),
+                last: Some(now),
+                next: Some(at(11)),
+                since: at(1),
+                deleted: 0,
+                partly: false,
+            },
+            Case {
+                name: "a pass that deleted",
+                outcome: &done,
+                ready: ("True", "PassSucceeded"),
+                observed: Some(4),
+                last: Some(now),
+                next: Some(at(11)),
+                since: at(1),
+                deleted: 1,
+                partly: false,
+            },
+            Case {
+                name: "a pass that partly failed counts as not run",
+                outcome: &failed,
+                ready: ("False", "PassPartlyFailed"),
+                observed: Some(3),
+                last: Some(at(9)),
+                next: None,
+                since: now,
+                deleted: 1,
+                partly: true,
+            },
+        ];
+        for c in cases {
+            let PassStatus {
+                status,
+                partly_failed,
+            } = policy_status(c.outcome, &previous(), Some(4), interval, now);
+            let ready = &status.conditions[0];
+            assert_eq!(
+                (ready.status.as_str(), ready.reason.as_str()),
+                c.ready,
+                "{}",
+                c.name
+            );
+            assert_eq!(ready.last_transition_time.0, c.since, "{}", c.name);
+            assert_eq!(status.observed_generation, c.observed, "{}", c.name);
+            assert_eq!(
+                status.last_retention_run_time.as_ref().map(|t| t.0),
+                c.last,
+                "{}",
+                c.name
+            );
+            assert_eq!(
+                status.next_retention_run_time.as_ref().map(|t| t.0),
+                c.next,
+                "{}",
+                c.name
+            );
+            assert_eq!(status.backups_deleted, Some(c.deleted), "{}", c.name);
+            assert_eq!(status.backups_kept, Some(1), "{}", c.name);
+            assert_eq!(partly_failed.is_some(), c.partly, "{}", c.name);
+            if let Some(m) = &partly_failed {
+                assert!(m.contains("c/old/x: 503"), "{m}");
+                assert_eq!(&ready.message, m);
+            }
+            // Deterministic: the same inputs give the same patch.
+            assert_eq!(
+                policy_status(c.outcome, &previous(), Some(4), interval, now).status,
+                status
+            );
+        }
+        let _ = old;
+    }
+
+    #[test]
+    fn a_failed_pass_keeps_what_the_last_good_one_found() {
+        let before = previous();
+        let after = failed_status(&before, Some(4), "Waiting", "held by x", at(10));
+        assert_eq!(after.observed_generation, Some(3));
+        assert_eq!(
+            after.last_retention_run_time,
+            before.last_retention_run_time
+        );
+        let c = &after.conditions[0];
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "Waiting"));
+        assert_eq!(c.observed_generation, Some(4));
+        assert_eq!(c.last_transition_time.0, at(10));
+        // Still failing later: the transition stays where it was.
+        let again = failed_status(&after, Some(4), "Waiting", "held by y", at(11));
+        assert_eq!(again.conditions[0].last_transition_time.0, at(10));
+        assert_eq!(again.conditions[0].message, "held by y");
     }
 }

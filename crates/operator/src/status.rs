@@ -180,14 +180,32 @@ pub fn condition(
     message: &str,
     generation: Option<i64>,
 ) -> Condition {
+    condition_at(
+        previous,
+        type_,
+        ok,
+        reason,
+        message,
+        generation,
+        Timestamp::now(),
+    )
+}
+
+/// [`condition`] with the transition at `now` (pure).
+pub fn condition_at(
+    previous: &[Condition],
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Condition {
     let status = if ok { "True" } else { "False" };
     let since = previous
         .iter()
         .find(|c| c.type_ == type_ && c.status == status)
-        .map_or_else(
-            || Time(Timestamp::now()),
-            |c| c.last_transition_time.clone(),
-        );
+        .map_or_else(|| Time(now), |c| c.last_transition_time.clone());
     Condition {
         type_: type_.to_owned(),
         status: status.to_owned(),

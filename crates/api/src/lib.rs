@@ -13,7 +13,9 @@ pub use policy::{
     BackupPolicy, BackupPolicySpec, DeletionPolicy, ObjectStoreSpec, PodResources, Resources,
     RetentionSpec,
 };
-pub use schedule::{Backup, BackupSpec, OwnerReferenceMode, ScheduledBackup, ScheduledBackupSpec};
+pub use schedule::{
+    BackupDocument, BackupSpec, OwnerReferenceMode, ScheduledBackup, ScheduledBackupSpec,
+};
 
 /// API group and version of every Tidemark kind.
 pub const API_VERSION: &str = "tidemark.io/v1alpha1";

@@ -267,7 +267,7 @@ pub struct ScheduledBackupSpec {
 /// A `Backup` document: one backup attempt.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Backup {
+pub struct BackupDocument {
     pub api_version: String,
     pub kind: String,
     pub metadata: ObjectMeta,
@@ -611,8 +611,8 @@ impl ScheduledBackup {
 
     /// The Backup this schedule creates under `name`: it inherits the policy, method,
     /// target, online setting and command, and carries the ownership labels.
-    pub fn child(&self, name: &str, immediate: bool) -> Backup {
-        Backup {
+    pub fn child(&self, name: &str, immediate: bool) -> BackupDocument {
+        BackupDocument {
             api_version: crate::API_VERSION.to_owned(),
             kind: "Backup".to_owned(),
             metadata: ObjectMeta {

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use tidemark_engine::restore::{MariaDb, RestoreRequest, RestoreTestRequest};
+use tidemark_engine::restore::{MariaDbTools, RestoreRequest, RestoreTestRequest};
 use tidemark_mariadb::check::{self, CheckSpec};
 use tidemark_mariadb::restore::RestorePlan;
 use tidemark_store::format::BackupType;
@@ -44,7 +44,7 @@ pub async fn restore(args: &RestoreArgs) -> Result<Exit, CliError> {
             args.datadir.clone()
         },
     };
-    let db = MariaDb {
+    let db = MariaDbTools {
         tools: args.tools.tools(),
     };
     let progress: &dyn Progress = if json { &NoProgress } else { &Steps };
@@ -251,7 +251,7 @@ pub async fn restore_test(args: &RestoreTestArgs) -> Result<Exit, CliError> {
         by: "tidemark restore-test".into(),
         run_id: args.run_id.clone(),
     };
-    let db = MariaDb {
+    let db = MariaDbTools {
         tools: args.tools.tools(),
     };
     let record = tidemark_engine::restore::restore_test(&db, store, &request, progress).await?;

@@ -8,7 +8,9 @@ use tidemark_core::RetentionDuration;
 use tidemark_engine::{BackupRequest, BackupRunner, EngineError, LocalProcess};
 use tidemark_mariadb::backup as mariadb;
 use tidemark_store::format::{BackupType, Metadata, MetadataPhase};
-use tidemark_store::transfer::{self, BackupSpec, TransferError, new_backup_id, valid_backup_name};
+use tidemark_store::transfer::{
+    self, AttemptSpec, TransferError, new_backup_id, valid_backup_name,
+};
 use tidemark_store::{ClusterStore, NoProgress, Progress, layout};
 
 use crate::args::{BackupKindArg, FetchArgs, OutputFormat, PushArgs};
@@ -22,7 +24,7 @@ fn transfer_error(e: TransferError) -> CliError {
 }
 
 /// Parses the push flags into a backup spec.
-fn spec(args: &PushArgs, started_at: Timestamp) -> Result<BackupSpec, CliError> {
+fn spec(args: &PushArgs, started_at: Timestamp) -> Result<AttemptSpec, CliError> {
     if !valid_backup_name(&args.backup_name) {
         return Err(transfer_error(TransferError::InvalidName(
             args.backup_name.clone(),
@@ -93,7 +95,7 @@ fn spec(args: &PushArgs, started_at: Timestamp) -> Result<BackupSpec, CliError> 
             })
         })
         .transpose()?;
-    Ok(BackupSpec {
+    Ok(AttemptSpec {
         backup_name: args.backup_name.clone(),
         backup_id,
         kind,

@@ -9,7 +9,7 @@ use std::process::Stdio;
 use async_trait::async_trait;
 use tidemark_mariadb::backup as mariadb;
 use tidemark_store::format::{LogPosition, Metadata, PayloadObject};
-use tidemark_store::transfer::{self, Attempt, BackupSpec, Outcome, TransferError};
+use tidemark_store::transfer::{self, Attempt, AttemptRecord, AttemptSpec, TransferError};
 use tidemark_store::{ClusterStore, Progress};
 use tokio::io::AsyncRead;
 
@@ -19,7 +19,7 @@ use crate::redact::shell_words;
 /// One backup to take.
 #[derive(Debug, Clone)]
 pub struct BackupRequest {
-    pub spec: BackupSpec,
+    pub spec: AttemptSpec,
     /// The command whose stdout is the backup; with method `mariabackup`, the program and
     /// its connection options (default `mariabackup`). Empty, for another method: stdin.
     pub command: Vec<String>,
@@ -135,7 +135,7 @@ pub async fn take_backup(
 /// failed attempt.
 pub async fn take_backup_from(
     store: &ClusterStore,
-    spec: &BackupSpec,
+    spec: &AttemptSpec,
     source: Box<dyn Source>,
     progress: &dyn Progress,
 ) -> Result<Metadata, AttemptFailure> {
@@ -144,7 +144,7 @@ pub async fn take_backup_from(
 
 async fn run_attempt(
     store: &ClusterStore,
-    spec: &BackupSpec,
+    spec: &AttemptSpec,
     source: Box<dyn Source>,
     mariabackup: Option<&MariabackupRun>,
     parent: Option<&Metadata>,
@@ -178,7 +178,7 @@ async fn run_attempt(
     };
     let (outcome, failure) = match result {
         Ok(((payload, extra, log_position, server), immutable_until)) => (
-            Outcome {
+            AttemptRecord {
                 payload: vec![payload],
                 log_position,
                 server,
@@ -189,7 +189,7 @@ async fn run_attempt(
             None,
         ),
         Err(e) => (
-            Outcome {
+            AttemptRecord {
                 error: Some(chain(&e)),
                 ..Default::default()
             },
@@ -510,13 +510,13 @@ fn describe_exit(status: std::process::ExitStatus) -> String {
 /// The record could not be written.
 pub async fn record_failed(
     store: &ClusterStore,
-    spec: &BackupSpec,
+    spec: &AttemptSpec,
     error: &str,
 ) -> Result<Option<Metadata>, EngineError> {
     let recorded = match transfer::commit(
         store,
         spec,
-        Outcome {
+        AttemptRecord {
             error: Some(error.to_owned()),
             ..Default::default()
         },

@@ -96,7 +96,7 @@ pub enum Wait {
 
 /// Why a fence was lost.
 #[derive(Debug, Clone)]
-enum Lost {
+enum FenceLoss {
     Taken { holder: String },
     Expired { expired: String, cause: String },
 }
@@ -108,7 +108,7 @@ pub struct Fence {
     store: ClusterStore,
     held: Arc<Mutex<HeldLease>>,
     renewer: tokio::task::JoinHandle<()>,
-    lost: watch::Receiver<Option<Lost>>,
+    lost: watch::Receiver<Option<FenceLoss>>,
     released: bool,
 }
 
@@ -198,11 +198,11 @@ impl Fence {
         }
     }
 
-    fn error(&self, lost: Lost) -> EngineError {
+    fn error(&self, lost: FenceLoss) -> EngineError {
         let cluster = cluster_of(&self.store);
         match lost {
-            Lost::Taken { holder } => EngineError::LeaseLost { cluster, holder },
-            Lost::Expired { expired, cause } => EngineError::LeaseExpired {
+            FenceLoss::Taken { holder } => EngineError::LeaseLost { cluster, holder },
+            FenceLoss::Expired { expired, cause } => EngineError::LeaseExpired {
                 cluster,
                 expired,
                 cause,
@@ -220,7 +220,7 @@ impl Fence {
             if lost.changed().await.is_err() {
                 // The renewer ended without a word: it was aborted by release or drop,
                 // after which nothing may run under this fence.
-                return self.error(Lost::Expired {
+                return self.error(FenceLoss::Expired {
                     expired: String::from("now"),
                     cause: "the lease was given up".into(),
                 });
@@ -288,7 +288,7 @@ async fn renew(
     held: Arc<Mutex<HeldLease>>,
     clock: Arc<dyn Clock>,
     options: FenceOptions,
-    tell: watch::Sender<Option<Lost>>,
+    tell: watch::Sender<Option<FenceLoss>>,
 ) {
     let every = options.every();
     let mut wait = every;
@@ -309,7 +309,7 @@ async fn renew(
             state::renew_lease(&store, &mut lease, clock.now(), options.ttl),
         )
         .await;
-        let expired = |lease: &HeldLease, cause: String| Lost::Expired {
+        let expired = |lease: &HeldLease, cause: String| FenceLoss::Expired {
             expired: lease.lease.expires_at.to_string(),
             cause,
         };
@@ -323,7 +323,7 @@ async fn renew(
             }
             Ok(Ok(())) => wait = every,
             Ok(Err(LeaseError::Held(l))) => {
-                let _ = tell.send(Some(Lost::Taken {
+                let _ = tell.send(Some(FenceLoss::Taken {
                     holder: l.describe(),
                 }));
                 return;

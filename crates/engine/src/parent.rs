@@ -11,7 +11,7 @@ use tidemark_store::{ClusterStore, StoreError};
 /// Which earlier backups an incremental may build on: `mariabackup` backups labelled
 /// `label: value` (a schedule, a data volume).
 #[derive(Debug, Clone, Copy)]
-pub struct Lineage<'a> {
+pub struct ParentLineage<'a> {
     pub label: &'a str,
     pub value: &'a str,
     /// What a `mariabackup` backup with another value is: another data directory, whose
@@ -20,7 +20,7 @@ pub struct Lineage<'a> {
     pub others_are_other_sources: bool,
 }
 
-impl Lineage<'_> {
+impl ParentLineage<'_> {
     fn candidate(&self, m: &Metadata) -> Candidate {
         if m.method != tidemark_mariadb::METHOD {
             return Candidate::No;
@@ -44,7 +44,7 @@ impl Lineage<'_> {
 /// why the next one is a full.
 pub fn next_parent<'c>(
     catalog: &'c Catalog,
-    lineage: &Lineage<'_>,
+    lineage: &ParentLineage<'_>,
     max_increments: Option<u32>,
 ) -> Result<&'c Metadata, FullBecause> {
     let metadata: std::collections::HashMap<&str, &Metadata> = catalog
@@ -113,7 +113,7 @@ pub async fn named_parent(store: &ClusterStore, id: &str) -> Result<Metadata, Na
 /// The store failed.
 pub async fn load_next_parent(
     store: &ClusterStore,
-    lineage: &Lineage<'_>,
+    lineage: &ParentLineage<'_>,
     max_increments: Option<u32>,
 ) -> Result<Result<Metadata, FullBecause>, StoreError> {
     let catalog = Catalog::load_backups(store, &tidemark_store::NoProgress).await?;
@@ -149,8 +149,8 @@ mod tests {
         store
     }
 
-    fn lineage(value: &str, others_are_other_sources: bool) -> Lineage<'_> {
-        Lineage {
+    fn lineage(value: &str, others_are_other_sources: bool) -> ParentLineage<'_> {
+        ParentLineage {
             label: "l",
             value,
             others_are_other_sources,
@@ -172,7 +172,7 @@ mod tests {
         let catalog = Catalog::load_backups(&store, &tidemark_store::NoProgress)
             .await
             .unwrap();
-        let cases: [(Lineage<'_>, Option<u32>, Result<&str, FullBecause>); 8] = [
+        let cases: [(ParentLineage<'_>, Option<u32>, Result<&str, FullBecause>); 8] = [
             // Its own newest, whatever the others.
             (lineage("one", false), None, Ok(&a1.id)),
             (lineage("one", true), None, Ok(&a1.id)),

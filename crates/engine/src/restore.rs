@@ -2,7 +2,7 @@
 //! `restore-test`, `tidemark run`'s scheduled tests, and the operator's restore-test Jobs
 //! (which run `tidemark restore-test`). The database is a port ([`Database`]): what
 //! prepares backups into a data directory, replays binlogs and checks the result.
-//! MariaDB's tools ([`MariaDb`]) are the one implementation today.
+//! MariaDB's tools ([`MariaDbTools`]) are the one implementation today.
 
 use std::path::{Path, PathBuf};
 
@@ -46,12 +46,12 @@ pub trait Database: Send + Sync + std::fmt::Debug {
 
 /// MariaDB's tools (`mariabackup`, `mbstream`, `mariadbd`, `mariadb-binlog`, `mariadb`).
 #[derive(Debug, Clone, Default)]
-pub struct MariaDb {
+pub struct MariaDbTools {
     pub tools: Tools,
 }
 
 #[async_trait]
-impl Database for MariaDb {
+impl Database for MariaDbTools {
     async fn plan(
         &self,
         store: &ClusterStore,

@@ -22,8 +22,8 @@ use tidemark_core::Policy;
 use tidemark_core::schedule::{Child, ScheduleSpec, ScheduleStatus};
 use tidemark_store::catalog::Catalog;
 use tidemark_store::format::{BackupType, Metadata, MetadataPhase};
-use tidemark_store::state::{self, Attempt as Journaled, RunState, StoredState};
-use tidemark_store::transfer::{BackupSpec, new_backup_id};
+use tidemark_store::state::{self, RunState, StoredState};
+use tidemark_store::transfer::{AttemptSpec, new_backup_id};
 use tidemark_store::{ClusterStore, NoProgress, StoreError};
 use tokio::sync::{Mutex, watch};
 use tracing::Instrument;
@@ -314,7 +314,7 @@ fn child_spec(
     id: &str,
     started_at: Timestamp,
     immediate: bool,
-) -> BackupSpec {
+) -> AttemptSpec {
     let ext = if sched.method == tidemark_mariadb::METHOD {
         tidemark_mariadb::EXT
     } else {
@@ -325,7 +325,7 @@ fn child_spec(
     if immediate {
         labels.insert(IMMEDIATE_BACKUP_LABEL.to_owned(), "true".to_owned());
     }
-    BackupSpec {
+    AttemptSpec {
         backup_name: name.to_owned(),
         backup_id: id.to_owned(),
         kind: BackupType::Full,
@@ -426,7 +426,7 @@ impl ScheduleState for Ctx {
             if let Some(a) = starting {
                 s.running.insert(
                     schedule.to_owned(),
-                    Journaled {
+                    state::JournaledAttempt {
                         backup_name: a.backup_name.clone(),
                         backup_id: a.backup_id.clone(),
                         started_at: a.started_at,
@@ -544,7 +544,7 @@ fn parent_of<'a>(
     let Some(max) = sched.incremental else {
         return Err(None);
     };
-    let lineage = crate::parent::Lineage {
+    let lineage = crate::parent::ParentLineage {
         label: SCHEDULED_BACKUP_LABEL,
         value: &sched.spec.name,
         others_are_other_sources: false,
@@ -556,7 +556,7 @@ fn parent_of<'a>(
 async fn take(
     ctx: &Ctx,
     sched: &ScheduleRun,
-    spec: BackupSpec,
+    spec: AttemptSpec,
     parent: Option<Metadata>,
     stop: &mut watch::Receiver<bool>,
     grace: Duration,
@@ -745,7 +745,7 @@ async fn restore_test_task(ctx: Arc<Ctx>, t: RestoreTestRun, mut stop: watch::Re
             }
         }
         tracing::info!("restore test of the {:?} point started", t.point);
-        let db = crate::restore::MariaDb {
+        let db = crate::restore::MariaDbTools {
             tools: t.tools.clone(),
         };
         let request = crate::restore::RestoreTestRequest {

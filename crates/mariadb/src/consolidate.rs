@@ -21,7 +21,7 @@ use tidemark_store::Progress;
 use tidemark_store::catalog::Catalog;
 pub use tidemark_store::executor::Consolidation;
 use tidemark_store::format::{BackupType, CONSOLIDATED_FROM, Metadata, PayloadObject};
-use tidemark_store::transfer::{Attempt, BackupSpec, Outcome, TransferError, new_backup_id};
+use tidemark_store::transfer::{Attempt, AttemptRecord, AttemptSpec, TransferError, new_backup_id};
 
 impl From<RestoreError> for ConsolidateError {
     fn from(e: RestoreError) -> Self {
@@ -112,7 +112,7 @@ pub async fn consolidate(
     let datadir = work.path().join("full");
     build_prepared(store, &metas, &datadir, work.path(), tools, progress).await?;
 
-    let spec = BackupSpec {
+    let spec = AttemptSpec {
         backup_name: last.backup_name.clone(),
         backup_id: new_backup_id(last.started_at),
         kind: BackupType::Full,
@@ -154,7 +154,7 @@ pub async fn consolidate(
     );
     let size = payload.size;
     let committed = attempt
-        .finish(Outcome {
+        .finish(AttemptRecord {
             payload: vec![payload],
             log_position: last.log_position.clone(),
             // It holds the data of the backup it stands in for, taken on that server.

@@ -21,7 +21,7 @@ use kube::runtime::controller::Action;
 
 use crate::error::Error;
 
-type Outcome = Result<Action, Error>;
+type ReconcileResult = Result<Action, Error>;
 
 /// How soon a reconcile looks again at work it started or found running: the look is an
 /// in-memory check, and a short one keeps a failure's backoff (1 s, 2 s, 4 s…) what it
@@ -65,7 +65,7 @@ pub async fn without_turn<F: std::future::Future>(f: F) -> F::Output {
 /// One key's work: its task, and whether it got its turn.
 #[derive(Debug)]
 struct Work {
-    task: tokio::task::JoinHandle<Outcome>,
+    task: tokio::task::JoinHandle<ReconcileResult>,
     started: Arc<AtomicBool>,
 }
 
@@ -92,7 +92,7 @@ pub enum Polled {
     Queued,
     Running,
     /// It ended with this outcome (collected now: the next poll says `Idle`).
-    Done(Outcome),
+    Done(ReconcileResult),
 }
 
 impl Background {
@@ -139,7 +139,7 @@ impl Background {
     pub fn start(
         &self,
         key: String,
-        work: impl std::future::Future<Output = Outcome> + Send + 'static,
+        work: impl std::future::Future<Output = ReconcileResult> + Send + 'static,
     ) -> bool {
         let mut running = self.lock();
         if let Some(w) = running.get(&key).filter(|w| !w.task.is_finished()) {

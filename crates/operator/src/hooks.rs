@@ -130,15 +130,15 @@ pub async fn run(
         }
         let timeout = timeout_of(hook);
         let outcome = match (&timeout, &hook.spec.webhook, &hook.spec.job) {
-            (Err(e), _, _) => Some(Outcome::Failed(e.clone())),
+            (Err(e), _, _) => Some(HookOutcome::Failed(e.clone())),
             (Ok(t), Some(webhook), _) => {
                 Some(call(webhook, *t, &description(backup, reason)).await)
             }
             (Ok(_), None, Some(_)) if !ctx.capabilities.jobs => {
-                Some(Outcome::Failed(crate::rbac::refused("a job action", "jobs")))
+                Some(HookOutcome::Failed(crate::rbac::refused("a job action", "jobs")))
             }
             (Ok(t), None, Some(template)) => job(ctx, backup, hook, template, reason, *t).await?,
-            (Ok(_), None, None) => Some(Outcome::Failed(
+            (Ok(_), None, None) => Some(HookOutcome::Failed(
                 "a local command runs only in standalone `tidemark run`; give the hook a job or a webhook".into(),
             )),
         };
@@ -368,9 +368,9 @@ impl PassHooks {
         for hook in &hooks {
             let name = hook.name_any();
             let outcome = match (timeout_of(hook), &hook.spec.webhook) {
-                (Err(e), _) => Outcome::Failed(e),
+                (Err(e), _) => HookOutcome::Failed(e),
                 (Ok(t), Some(webhook)) => call(webhook, t, &body).await,
-                (Ok(_), None) => Outcome::Failed(format!(
+                (Ok(_), None) => HookOutcome::Failed(format!(
                     "not run: the Backup object {object_name} is gone, and a job action is owned by it; use a webhook for backups whose object may be deleted first"
                 )),
             };
@@ -397,13 +397,13 @@ impl PassHooks {
 
 /// How one action ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Outcome {
+enum HookOutcome {
     Succeeded(Option<String>),
     Failed(String),
     TimedOut,
 }
 
-impl Outcome {
+impl HookOutcome {
     /// How it is recorded: its word in `status.hooks`, its message, and its event's type
     /// and reason. `timeout`: the hook's, named when it timed out.
     fn recorded(
@@ -411,19 +411,19 @@ impl Outcome {
         timeout: Option<Duration>,
     ) -> (&'static str, Option<String>, EventType, &'static str) {
         match self {
-            Outcome::Succeeded(m) => (
+            HookOutcome::Succeeded(m) => (
                 "succeeded",
                 m.clone(),
                 EventType::Normal,
                 "DeleteHookSucceeded",
             ),
-            Outcome::Failed(m) => (
+            HookOutcome::Failed(m) => (
                 "failed",
                 Some(m.clone()),
                 EventType::Warning,
                 "DeleteHookFailed",
             ),
-            Outcome::TimedOut => (
+            HookOutcome::TimedOut => (
                 "timedOut",
                 Some(format!(
                     "no answer within {:?}",
@@ -446,9 +446,9 @@ async fn call(
     webhook: &tidemark_api::crd::WebhookAction,
     timeout: Duration,
     body: &serde_json::Value,
-) -> Outcome {
+) -> HookOutcome {
     if !webhook.url.starts_with("https://") {
-        return Outcome::Failed(format!(
+        return HookOutcome::Failed(format!(
             "webhook url {:?} is not https://; refused",
             webhook.url
         ));
@@ -464,12 +464,12 @@ async fn call(
                     builder = builder.add_root_certificate(c);
                 }
             }
-            Err(e) => return Outcome::Failed(format!("caBundle is not PEM: {e}")),
+            Err(e) => return HookOutcome::Failed(format!("caBundle is not PEM: {e}")),
         }
     }
     let client = match builder.build() {
         Ok(c) => c,
-        Err(e) => return Outcome::Failed(format!("webhook client: {e}")),
+        Err(e) => return HookOutcome::Failed(format!("webhook client: {e}")),
     };
     let request = client
         .post(&webhook.url)
@@ -477,7 +477,7 @@ async fn call(
         .body(body.to_string());
     match request.send().await {
         Ok(r) if r.status().is_success() => {
-            Outcome::Succeeded(Some(format!("HTTP {}", r.status())))
+            HookOutcome::Succeeded(Some(format!("HTTP {}", r.status())))
         }
         Ok(mut r) => {
             // At most WEBHOOK_BODY_LIMIT bytes of the answer are read, whatever it sends.
@@ -491,11 +491,11 @@ async fn call(
             }
             body.truncate(WEBHOOK_BODY_LIMIT);
             let text: String = String::from_utf8_lossy(&body).chars().take(300).collect();
-            Outcome::Failed(format!("HTTP {status}: {}", text.trim()))
+            HookOutcome::Failed(format!("HTTP {status}: {}", text.trim()))
         }
-        Err(e) if e.is_timeout() => Outcome::TimedOut,
+        Err(e) if e.is_timeout() => HookOutcome::TimedOut,
         // Without the URL: a token in it must not reach status, events or the store.
-        Err(e) => Outcome::Failed(tidemark_engine::error::chain(&e.without_url())),
+        Err(e) => HookOutcome::Failed(tidemark_engine::error::chain(&e.without_url())),
     }
 }
 
@@ -507,7 +507,7 @@ async fn job(
     template: &serde_json::Value,
     reason: &str,
     timeout: Duration,
-) -> Result<Option<Outcome>, Error> {
+) -> Result<Option<HookOutcome>, Error> {
     let ns = backup.namespace().unwrap_or_default();
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
     let name = format!(
@@ -525,21 +525,21 @@ async fn job(
                 .cloned()
         };
         if cond("Complete").is_some() || st.succeeded.unwrap_or(0) > 0 {
-            return Ok(Some(Outcome::Succeeded(Some(format!(
+            return Ok(Some(HookOutcome::Succeeded(Some(format!(
                 "Job {name} succeeded"
             )))));
         }
         if let Some(c) = cond("Failed") {
             if c.reason.as_deref() == Some("DeadlineExceeded") {
-                return Ok(Some(Outcome::TimedOut));
+                return Ok(Some(HookOutcome::TimedOut));
             }
-            return Ok(Some(Outcome::Failed(format!(
+            return Ok(Some(HookOutcome::Failed(format!(
                 "Job {name} failed: {}",
                 c.message.unwrap_or_default()
             ))));
         }
         if st.failed.unwrap_or(0) > 0 {
-            return Ok(Some(Outcome::Failed(format!("Job {name} failed"))));
+            return Ok(Some(HookOutcome::Failed(format!("Job {name} failed"))));
         }
         // No Job controller or kubelet answered within the timeout (and a margin).
         let created = j.metadata.creation_timestamp.map(|t| t.0);
@@ -548,12 +548,12 @@ async fn job(
                 > c + jiff::SignedDuration::try_from(timeout + Duration::from_secs(30))
                     .unwrap_or_default()
         }) {
-            return Ok(Some(Outcome::TimedOut));
+            return Ok(Some(HookOutcome::TimedOut));
         }
         return Ok(None);
     }
     if let Some(why) = tidemark_api::schedule::template_too_large(template, "spec.job", "") {
-        return Ok(Some(Outcome::Failed(why)));
+        return Ok(Some(HookOutcome::Failed(why)));
     }
     let mut spec = template
         .get("spec")
@@ -608,13 +608,13 @@ async fn job(
             .tenancy
             .check_pod(spec, &format!("DeleteHook {} spec.job", hook.name_any()))
     {
-        return Ok(Some(Outcome::Failed(message)));
+        return Ok(Some(HookOutcome::Failed(message)));
     }
     match jobs.create(&PostParams::default(), &job).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {}
         Err(kube::Error::Api(s)) if s.code == 422 || s.code == 400 => {
-            return Ok(Some(Outcome::Failed(format!(
+            return Ok(Some(HookOutcome::Failed(format!(
                 "its Job was refused: {}",
                 s.message
             ))));

@@ -349,7 +349,7 @@ async fn pass(
     if let Some(c) = &consolidator {
         c.remove_finished().await;
     }
-    let summary = Summary::of(&outcome);
+    let summary = PassSummary::of(&outcome);
     let failures = outcome
         .executed
         .as_ref()
@@ -427,7 +427,7 @@ pub(crate) fn policy_status(
     interval: jiff::SignedDuration,
     now: Timestamp,
 ) -> PassStatus {
-    let summary = Summary::of(outcome);
+    let summary = PassSummary::of(outcome);
     let failures = outcome
         .executed
         .as_ref()
@@ -698,7 +698,7 @@ async fn consolidator(
 }
 
 /// What a pass did, for status and the event.
-struct Summary {
+struct PassSummary {
     kept: u64,
     deleted: u64,
     deleted_ids: Vec<String>,
@@ -707,7 +707,7 @@ struct Summary {
     audit: Option<String>,
 }
 
-impl Summary {
+impl PassSummary {
     fn of(outcome: &PassOutcome) -> Self {
         let plan = &outcome.survey.plan;
         let report = outcome.executed.as_ref();
@@ -738,7 +738,7 @@ impl Summary {
         } else {
             0
         };
-        Summary {
+        PassSummary {
             kept: plan
                 .backups
                 .iter()

@@ -618,7 +618,7 @@ pub async fn mark_for_deletion(
 
 /// What one batch of deletions came to.
 #[derive(Debug, Default)]
-struct Outcome {
+struct BatchTally {
     deleted: usize,
     failed: HashSet<Path>,
     failures: Vec<DeleteFailure>,
@@ -633,8 +633,8 @@ async fn delete_keys(
     versioned: Option<&crate::uploads::S3Native>,
     backoff: Duration,
     progress: &dyn Progress,
-) -> Outcome {
-    let mut outcome = Outcome::default();
+) -> BatchTally {
+    let mut outcome = BatchTally::default();
     if keys.is_empty() {
         return outcome;
     }

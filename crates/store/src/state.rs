@@ -33,7 +33,7 @@ pub struct RunState {
     /// so a run that dies during one leaves a record the next run finds (even when no
     /// byte reached the store) and records the attempt as failed.
     #[serde(default)]
-    pub running: BTreeMap<String, Attempt>,
+    pub running: BTreeMap<String, JournaledAttempt>,
     /// Fields of newer versions, kept on rewrite.
     #[serde(flatten)]
     pub extra: serde_json::Map<String, serde_json::Value>,
@@ -42,7 +42,7 @@ pub struct RunState {
 /// One backup attempt in flight.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Attempt {
+pub struct JournaledAttempt {
     pub backup_name: String,
     pub backup_id: String,
     pub started_at: Timestamp,

@@ -31,7 +31,7 @@ const READ_CHUNK: usize = 1 << 20;
 
 /// What a backup is, besides its bytes.
 #[derive(Debug, Clone)]
-pub struct BackupSpec {
+pub struct AttemptSpec {
     pub backup_name: String,
     pub backup_id: String,
     pub kind: BackupType,
@@ -187,7 +187,7 @@ impl Upload {
     ///
     /// # Errors
     /// An invalid name or id; the encoder could not start.
-    pub fn start(store: &ClusterStore, spec: &BackupSpec) -> Result<Self, TransferError> {
+    pub fn start(store: &ClusterStore, spec: &AttemptSpec) -> Result<Self, TransferError> {
         check_spec(spec)?;
         let name = payload_name(store, spec);
         let key = layout::payload_key(&spec.backup_name, &spec.backup_id, &name);
@@ -311,7 +311,7 @@ impl Upload {
 
 /// The payload object's name for `spec` in `store`: a compressed payload says so in its name
 /// too (`backup.xbstream.zst`).
-pub fn payload_name(store: &ClusterStore, spec: &BackupSpec) -> String {
+pub fn payload_name(store: &ClusterStore, spec: &AttemptSpec) -> String {
     match store.compression.recorded() {
         Some(_) => format!("{}{}", spec.payload_name, crate::compress::ZSTD_SUFFIX),
         None => spec.payload_name.clone(),
@@ -349,7 +349,7 @@ fn compress_err(store: &ClusterStore, key: &Path, e: std::io::Error) -> StoreErr
 /// Reading the source or writing the store failed; the upload was aborted.
 pub async fn upload(
     store: &ClusterStore,
-    spec: &BackupSpec,
+    spec: &AttemptSpec,
     source: &mut (dyn AsyncRead + Unpin + Send),
     progress: &dyn Progress,
 ) -> Result<PayloadObject, TransferError> {
@@ -364,12 +364,12 @@ pub async fn upload(
 
 /// Removes the payload object of a failed attempt now rather than after
 /// `failedBackupsTTL` (best effort: the TTL collects it if this fails).
-pub async fn remove_payload(store: &ClusterStore, spec: &BackupSpec, name: &str) {
+pub async fn remove_payload(store: &ClusterStore, spec: &AttemptSpec, name: &str) {
     let key = layout::payload_key(&spec.backup_name, &spec.backup_id, name);
     let _ = store.inner.delete(&key).await;
 }
 
-fn check_spec(spec: &BackupSpec) -> Result<(), TransferError> {
+fn check_spec(spec: &AttemptSpec) -> Result<(), TransferError> {
     if !valid_backup_name(&spec.backup_name) {
         return Err(TransferError::InvalidName(spec.backup_name.clone()));
     }
@@ -419,7 +419,7 @@ pub async fn send(
 
 /// What a committed (or failed) attempt records besides the spec.
 #[derive(Debug, Clone, Default)]
-pub struct Outcome {
+pub struct AttemptRecord {
     pub payload: Vec<PayloadObject>,
     pub log_position: Option<LogPosition>,
     /// The server the backup was taken on, when known.
@@ -450,8 +450,8 @@ pub struct Outcome {
 /// refused the write.
 pub async fn commit(
     store: &ClusterStore,
-    spec: &BackupSpec,
-    outcome: Outcome,
+    spec: &AttemptSpec,
+    outcome: AttemptRecord,
 ) -> Result<Metadata, TransferError> {
     check_spec(spec)?;
     if outcome.error.is_none() {
@@ -673,7 +673,7 @@ pub struct Unfinished {
 #[derive(Debug)]
 pub struct Attempt {
     store: ClusterStore,
-    spec: BackupSpec,
+    spec: AttemptSpec,
     heartbeat: tokio::task::JoinHandle<()>,
 }
 
@@ -683,7 +683,7 @@ impl Attempt {
     ///
     /// # Errors
     /// An invalid name or id; the id is taken; the store failed.
-    pub async fn begin(store: &ClusterStore, spec: &BackupSpec) -> Result<Self, TransferError> {
+    pub async fn begin(store: &ClusterStore, spec: &AttemptSpec) -> Result<Self, TransferError> {
         check_spec(spec)?;
         // A backup to be locked goes to a bucket that can hold the lock, or nowhere: found
         // out before the first byte, not after the upload.
@@ -766,7 +766,7 @@ impl Attempt {
         })
     }
 
-    pub fn spec(&self) -> &BackupSpec {
+    pub fn spec(&self) -> &AttemptSpec {
         &self.spec
     }
 
@@ -791,13 +791,13 @@ impl Attempt {
     ///
     /// # Errors
     /// As [`commit`]; the marker stays then, and goes stale.
-    pub async fn finish(self, outcome: Outcome) -> Result<Metadata, Unfinished> {
+    pub async fn finish(self, outcome: AttemptRecord) -> Result<Metadata, Unfinished> {
         self.heartbeat.abort();
         let committed = match commit(&self.store, &self.spec, outcome).await {
             // The upload went missing before the commit (another process deleted it): the
             // attempt is recorded as failed, with why, rather than left uncommitted.
             Err(e @ TransferError::PayloadGone { .. }) => {
-                let failed = Outcome {
+                let failed = AttemptRecord {
                     error: Some(e.to_string()),
                     ..Default::default()
                 };
@@ -835,7 +835,7 @@ impl Attempt {
 
 /// Removes an attempt's in-flight marker (best effort: one left behind goes stale and is
 /// collected with the attempt).
-pub async fn release_marker(store: &ClusterStore, spec: &BackupSpec) {
+pub async fn release_marker(store: &ClusterStore, spec: &AttemptSpec) {
     let key = layout::marker_key(&spec.backup_name, &spec.backup_id);
     if let Err(e) = store.inner.delete(&key).await
         && !is_not_found(&e)
@@ -850,7 +850,7 @@ impl Drop for Attempt {
     }
 }
 
-fn marker_body(spec: &BackupSpec) -> Vec<u8> {
+fn marker_body(spec: &AttemptSpec) -> Vec<u8> {
     let writer = format!(
         "{}:{}",
         std::fs::read_to_string("/proc/sys/kernel/hostname")

@@ -10,7 +10,7 @@ use std::time::Duration;
 use object_store::ObjectStore;
 use tidemark_store::fault::{FaultMode, FaultStore};
 use tidemark_store::format::BackupType;
-use tidemark_store::transfer::{Attempt, BackupSpec};
+use tidemark_store::transfer::{Attempt, AttemptSpec};
 use tidemark_store::{Backend, ClusterStore};
 
 #[tokio::test(start_paused = true)]
@@ -18,7 +18,7 @@ async fn an_aborted_attempt_stops_refreshing_its_marker() {
     let memory: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
     let counted = Arc::new(FaultStore::new(memory, FaultMode::Never));
     let store = ClusterStore::from_object_store(counted.clone(), "c", Backend::Memory).unwrap();
-    let spec = BackupSpec {
+    let spec = AttemptSpec {
         backup_name: "dump".into(),
         backup_id: "20261124T224702Z-00000008".into(),
         kind: BackupType::Full,

@@ -13,10 +13,10 @@ use tidemark_store::format::{BackupType, Metadata};
 use tidemark_store::layout;
 use tidemark_store::objectlock::LockMode;
 use tidemark_store::testkit::SeaweedFs;
-use tidemark_store::transfer::{self, Attempt, BackupSpec, Outcome};
+use tidemark_store::transfer::{self, Attempt, AttemptRecord, AttemptSpec};
 
-fn spec(name: &str, kind: BackupType, parent: Option<&str>, started: Timestamp) -> BackupSpec {
-    BackupSpec {
+fn spec(name: &str, kind: BackupType, parent: Option<&str>, started: Timestamp) -> AttemptSpec {
+    AttemptSpec {
         backup_name: name.into(),
         backup_id: transfer::new_backup_id(started),
         kind,
@@ -33,7 +33,7 @@ fn spec(name: &str, kind: BackupType, parent: Option<&str>, started: Timestamp) 
 /// Takes one backup of `bytes`; committed with `lock`, or recorded as failed with `error`.
 async fn take(
     store: &tidemark_store::ClusterStore,
-    spec: &BackupSpec,
+    spec: &AttemptSpec,
     lock: Option<Timestamp>,
     error: Option<&str>,
 ) -> Metadata {
@@ -41,7 +41,7 @@ async fn take(
     let mut bytes: &[u8] = b"a backup's bytes, locked";
     let payload = attempt.upload(&mut bytes, &NoProgress).await.unwrap();
     attempt
-        .finish(Outcome {
+        .finish(AttemptRecord {
             payload: if error.is_some() {
                 Vec::new()
             } else {

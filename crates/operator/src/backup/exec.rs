@@ -24,7 +24,7 @@ use tidemark_api::crd::{Backup, BackupPhase, BackupPolicy, BackupStatus};
 use tidemark_api::schedule::BackupType;
 use tidemark_engine::redact::shell_words;
 use tidemark_engine::{EngineError, Source};
-use tidemark_store::transfer::BackupSpec;
+use tidemark_store::transfer::AttemptSpec;
 use tidemark_store::{ClusterStore, NoProgress};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
@@ -61,8 +61,8 @@ impl ExecPlan {
 }
 
 /// The attempt an exec backup makes in the store.
-pub fn attempt_spec(backup: &Backup, name: &str, id: &str, started_at: Timestamp) -> BackupSpec {
-    BackupSpec {
+pub fn attempt_spec(backup: &Backup, name: &str, id: &str, started_at: Timestamp) -> AttemptSpec {
+    AttemptSpec {
         backup_name: name.to_owned(),
         backup_id: id.to_owned(),
         kind: tidemark_store::format::BackupType::Full,
@@ -82,7 +82,7 @@ pub fn spawn(
     ctx: &Context,
     backup: Arc<Backup>,
     store: ClusterStore,
-    spec: BackupSpec,
+    spec: AttemptSpec,
     plan: ExecPlan,
     slot: tokio::sync::OwnedSemaphorePermit,
 ) {
@@ -179,7 +179,7 @@ pub async fn fence(
     backup: &Backup,
     status: &BackupStatus,
     store: &ClusterStore,
-    spec: &BackupSpec,
+    spec: &AttemptSpec,
 ) -> Result<kube::runtime::controller::Action, Error> {
     let message = "the operator stopped (restart or leadership change) while it streamed this backup through pods/exec; the attempt was abandoned";
     tidemark_engine::attempt::record_failed(store, spec, message).await?;

@@ -225,7 +225,7 @@ pub(crate) async fn parent_of(
         (None, BackupType::Full | BackupType::Unknown(_)) => return Ok(Ok(None)),
     };
     // Made by mariabackup from this data directory, or from another.
-    let lineage = tidemark_engine::parent::Lineage {
+    let lineage = tidemark_engine::parent::ParentLineage {
         label: DATA_VOLUME_LABEL,
         value: volume_id,
         others_are_other_sources: true,

@@ -69,59 +69,9 @@ pub fn without_cel(crd: &CustomResourceDefinition) -> serde_json::Value {
     v
 }
 
-/// The first field of `spec` (a document's, as YAML) that the kind's schema does not know,
-/// as a path such as `spec.retention.keeplast` — what the API server would prune. Files
-/// are held to it (a typo is an error, not a silently ignored setting); the operator's own
-/// types accept fields they do not know, so a newer CRD beside an older operator never
-/// stops a watch.
+/// The first field of `spec` (a document's, as YAML) that the kind's schema does not know
+/// ([`crate::fields::unknown_in`]).
 pub fn unknown_spec_field(kind: &str, spec: &serde_yaml::Value) -> Option<String> {
     let crd = all().into_iter().find(|c| c.spec.names.kind == kind)?;
-    let schema = serde_json::to_value(
-        crd.spec
-            .versions
-            .first()?
-            .schema
-            .as_ref()?
-            .open_api_v3_schema
-            .as_ref()?,
-    )
-    .ok()?;
-    let spec = serde_json::to_value(spec).ok()?;
-    first_unknown(&schema["properties"]["spec"], &spec, "spec")
-}
-
-fn first_unknown(
-    schema: &serde_json::Value,
-    value: &serde_json::Value,
-    at: &str,
-) -> Option<String> {
-    use serde_json::Value;
-    if schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true)) {
-        return None;
-    }
-    match value {
-        Value::Object(map) => {
-            if let Some(extra) = schema.get("additionalProperties").filter(|a| a.is_object()) {
-                return map
-                    .iter()
-                    .find_map(|(k, v)| first_unknown(extra, v, &format!("{at}.{k}")));
-            }
-            let props = schema.get("properties");
-            map.iter().find_map(|(k, v)| {
-                let path = format!("{at}.{k}");
-                match props.and_then(|p| p.get(k)) {
-                    Some(s) => first_unknown(s, v, &path),
-                    None => Some(path),
-                }
-            })
-        }
-        Value::Array(items) => {
-            let s = schema.get("items")?;
-            items
-                .iter()
-                .enumerate()
-                .find_map(|(i, v)| first_unknown(s, v, &format!("{at}[{i}]")))
-        }
-        _ => None,
-    }
+    crate::fields::unknown_in(&crd, spec)
 }

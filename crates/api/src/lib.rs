@@ -3,11 +3,13 @@
 
 pub mod config;
 pub mod crd;
+pub mod fields;
 pub mod interval;
 pub mod lifecycle;
 pub mod names;
 pub mod policy;
 pub mod schedule;
+pub mod version;
 
 pub use policy::{
     BackupPolicy, BackupPolicySpec, DeletionPolicy, ObjectStoreSpec, PodResources, Resources,
@@ -18,7 +20,7 @@ pub use schedule::{
 };
 
 /// API group and version of every Tidemark kind.
-pub const API_VERSION: &str = "tidemark.io/v1alpha1";
+pub use version::API_VERSION;
 
 /// The schema of an enum read leniently (its `Unknown` variant catches what a newer CRD
 /// allows): a string of the known values, as the derived schema was, without `Unknown`.

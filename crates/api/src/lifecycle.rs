@@ -122,17 +122,26 @@ impl DeleteHook {
     /// Another kind or version; not exactly one action, or one that runs only in the
     /// operator (`job`, `webhook`); an empty command; a bad timeout.
     pub fn from_value(value: serde_yaml::Value) -> Result<Self, HookFileError> {
-        crate::config::known_fields("DeleteHook", &value, None).map_err(HookFileError::Syntax)?;
+        crate::fields::known_fields(
+            &<DeleteHookCrd as kube::CustomResourceExt>::crd(),
+            &value,
+            None,
+        )
+        .map_err(HookFileError::Syntax)?;
         let hook = serde_yaml::from_value::<DeleteHook>(value)
             .map_err(|e| HookFileError::Syntax(e.to_string()))?;
         let invalid = |field, problem: String| Err(HookFileError::Invalid { field, problem });
         if hook.kind != "DeleteHook" {
             return invalid("kind", format!("{:?}; expected DeleteHook", hook.kind));
         }
-        if hook.api_version != crate::API_VERSION {
+        if hook.api_version != crate::version::API_VERSION {
             return invalid(
                 "apiVersion",
-                format!("{:?}; expected {}", hook.api_version, crate::API_VERSION),
+                format!(
+                    "{:?}; expected {}",
+                    hook.api_version,
+                    crate::version::API_VERSION
+                ),
             );
         }
         if hook.spec.job.is_some() || hook.spec.webhook.is_some() {

@@ -564,7 +564,7 @@ pub struct RestoreTestStatus {
     pub job: Option<String>,
     /// The last outcome.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last: Option<crate::schedule::RestoreTestResult>,
+    pub last: Option<RestoreTestResult>,
 }
 
 /// A recovery window: restorable from `start` to `end`, except in `gaps`.
@@ -987,7 +987,7 @@ pub enum PolicyFileError {
     Syntax(#[source] serde_yaml::Error),
     #[error("kind is {found:?}; expected BackupPolicy")]
     Kind { found: String },
-    #[error("apiVersion is {found:?}; expected {}", crate::API_VERSION)]
+    #[error("apiVersion is {found:?}; expected {}", crate::version::API_VERSION)]
     ApiVersion { found: String },
     #[error("{field}: {problem}")]
     Invalid {
@@ -1182,7 +1182,7 @@ impl BackupPolicy {
     /// YAML syntax or an unknown field (with line and column), another kind or version, or
     /// a retention policy without an object store.
     pub fn from_yaml(text: &str) -> Result<Self, PolicyFileError> {
-        crate::config::check_bounds(text).map_err(|e| PolicyFileError::Invalid {
+        crate::fields::check_bounds(text).map_err(|e| PolicyFileError::Invalid {
             field: "(file)",
             problem: e.to_string(),
         })?;
@@ -1201,11 +1201,14 @@ impl BackupPolicy {
     }
 
     fn parse(value: serde_yaml::Value, text: Option<&str>) -> Result<Self, PolicyFileError> {
-        crate::config::known_fields("BackupPolicy", &value, text).map_err(|problem| {
-            PolicyFileError::Invalid {
-                field: "spec",
-                problem,
-            }
+        crate::fields::known_fields(
+            &<BackupPolicyCrd as kube::CustomResourceExt>::crd(),
+            &value,
+            text,
+        )
+        .map_err(|problem| PolicyFileError::Invalid {
+            field: "spec",
+            problem,
         })?;
         serde_yaml::from_value::<BackupPolicy>(value)
             .map_err(PolicyFileError::Syntax)?
@@ -1216,7 +1219,7 @@ impl BackupPolicy {
         if self.kind != "BackupPolicy" {
             return Err(PolicyFileError::Kind { found: self.kind });
         }
-        if self.api_version != crate::API_VERSION {
+        if self.api_version != crate::version::API_VERSION {
             return Err(PolicyFileError::ApiVersion {
                 found: self.api_version,
             });
@@ -1240,6 +1243,25 @@ impl BackupPolicy {
             .as_deref()
             .unwrap_or(self.metadata.name.as_str())
     }
+}
+
+/// How a restore test came out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreTestResult {
+    pub tested_at: Time,
+    pub passed: bool,
+    /// The instant restored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<Time>,
+    /// The backup restored (the last of its chain).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tables_checked: Option<u64>,
+    /// What failed (at most 5).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<String>,
 }
 
 #[cfg(test)]

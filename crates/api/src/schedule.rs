@@ -462,24 +462,7 @@ pub struct BackupStatus {
     pub restore_test: Option<RestoreTestResult>,
 }
 
-/// How a restore test came out.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct RestoreTestResult {
-    pub tested_at: Time,
-    pub passed: bool,
-    /// The instant restored.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target: Option<Time>,
-    /// The backup restored (the last of its chain).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backup_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tables_checked: Option<u64>,
-    /// What failed (at most 5).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub problems: Vec<String>,
-}
+pub use crate::policy::RestoreTestResult;
 
 /// When and why retention removed a backup's data.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -533,7 +516,7 @@ pub enum ScheduleFileError {
     Syntax(String),
     #[error("kind is {found:?}; expected ScheduledBackup")]
     Kind { found: String },
-    #[error("apiVersion is {found:?}; expected {}", crate::API_VERSION)]
+    #[error("apiVersion is {found:?}; expected {}", crate::version::API_VERSION)]
     ApiVersion { found: String },
     #[error("{field}: {problem}")]
     Invalid {
@@ -562,11 +545,14 @@ impl ScheduledBackup {
     }
 
     fn parse(value: serde_yaml::Value, text: Option<&str>) -> Result<Self, ScheduleFileError> {
-        crate::config::known_fields("ScheduledBackup", &value, text).map_err(|problem| {
-            ScheduleFileError::Invalid {
-                field: "spec",
-                problem,
-            }
+        crate::fields::known_fields(
+            &<ScheduledBackupCrd as kube::CustomResourceExt>::crd(),
+            &value,
+            text,
+        )
+        .map_err(|problem| ScheduleFileError::Invalid {
+            field: "spec",
+            problem,
         })?;
         serde_yaml::from_value::<ScheduledBackup>(value)
             .map_err(|e| ScheduleFileError::Syntax(e.to_string()))?
@@ -577,7 +563,7 @@ impl ScheduledBackup {
         if self.kind != "ScheduledBackup" {
             return Err(ScheduleFileError::Kind { found: self.kind });
         }
-        if self.api_version != crate::API_VERSION {
+        if self.api_version != crate::version::API_VERSION {
             return Err(ScheduleFileError::ApiVersion {
                 found: self.api_version,
             });
@@ -613,7 +599,7 @@ impl ScheduledBackup {
     /// target, online setting and command, and carries the ownership labels.
     pub fn child(&self, name: &str, immediate: bool) -> BackupDocument {
         BackupDocument {
-            api_version: crate::API_VERSION.to_owned(),
+            api_version: crate::version::API_VERSION.to_owned(),
             kind: "Backup".to_owned(),
             metadata: ObjectMeta {
                 name: name.to_owned(),

@@ -163,7 +163,7 @@ pub async fn backup(args: &BackupArgs) -> Result<Exit, CliError> {
         .map_err(|e| api_error(&format!("creating Backup {ns}/{name}"), e))?;
     eprintln!("created Backup {ns}/{name}");
     if !args.wait {
-        crate::commands::emit(&format!("{name}\n"))?;
+        crate::output::emit(&format!("{name}\n"))?;
         return Ok(Exit::Success);
     }
     let timeout: jiff::SignedDuration = args.timeout.parse().map_err(|_| {
@@ -191,7 +191,7 @@ pub async fn backup(args: &BackupArgs) -> Result<Exit, CliError> {
         }
         match status.phase {
             Some(BackupPhase::Completed) => {
-                crate::commands::emit(&format!(
+                crate::output::emit(&format!(
                     "{name} completed: backup-id {}\n",
                     status.backup_id.unwrap_or_default()
                 ))?;

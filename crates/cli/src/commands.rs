@@ -12,8 +12,8 @@ use tidemark_store::{Catalog, NoProgress, Progress};
 use crate::args::{Cli, Command, LsArgs, OutputFormat, PassArgs};
 use crate::exit::{CliError, Exit};
 use crate::output::{
-    ArchiveOut, BackupOut, JSON_FORMAT_VERSION, LsOut, MissingRange, PlanOut, human_bytes, table,
-    window_line,
+    ArchiveOut, BackupOut, JSON_FORMAT_VERSION, LsOut, MissingRange, PlanOut, emit, emit_json,
+    human_bytes, table, window_line,
 };
 use crate::progress::TerminalProgress;
 use crate::resolve;
@@ -378,23 +378,6 @@ async fn find_and_delete(
         now: Timestamp::now(),
     };
     Ok((name, delete_requested(fence, &request).await?))
-}
-
-/// Writes to stdout; a closed pipe (`| head`) ends quietly with success.
-pub(crate) fn emit(text: &str) -> Result<(), CliError> {
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        Err(e) => Err(CliError::new(Exit::Internal, e)),
-    }
-}
-
-pub(crate) fn emit_json(value: &impl serde::Serialize) -> Result<(), CliError> {
-    let mut text =
-        serde_json::to_string_pretty(value).map_err(|e| CliError::new(Exit::Internal, e))?;
-    text.push('\n');
-    emit(&text)
 }
 
 /// What `gc` adds to a `plan`.

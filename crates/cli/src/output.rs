@@ -3,8 +3,11 @@
 
 use jiff::Timestamp;
 use serde::Serialize;
+use std::io::Write;
 use tidemark_core::{Action, BackupDecision, BackupKind, Phase, Plan, RecoveryWindow};
 use tidemark_store::{ExecutionReport, Malformed, Survey};
+
+use crate::exit::{CliError, Exit};
 
 /// Version of this JSON contract.
 pub const JSON_FORMAT_VERSION: u32 = 1;
@@ -647,4 +650,21 @@ pub struct SimulateOut<'a> {
     pub policy: serde_json::Value,
     pub backup_size: u64,
     pub days: &'a [tidemark_core::simulate::SimDay],
+}
+
+/// Writes to stdout; a closed pipe (`| head`) ends quietly with success.
+pub(crate) fn emit(text: &str) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(CliError::new(Exit::Internal, e)),
+    }
+}
+
+pub(crate) fn emit_json(value: &impl serde::Serialize) -> Result<(), CliError> {
+    let mut text =
+        serde_json::to_string_pretty(value).map_err(|e| CliError::new(Exit::Internal, e))?;
+    text.push('\n');
+    emit(&text)
 }

@@ -79,7 +79,7 @@ fn report(plan: &RestorePlan, done: Option<(PathBuf, u64)>, json: bool) -> Resul
         })
         .collect();
     if json {
-        return crate::commands::emit_json(&RestoreOut {
+        return crate::output::emit_json(&RestoreOut {
             format_version: JSON_FORMAT_VERSION,
             target: plan.target,
             recovery_window: plan.recovery_window.clone(),
@@ -203,7 +203,7 @@ fn report(plan: &RestorePlan, done: Option<(PathBuf, u64)>, json: bool) -> Resul
             dir.display()
         )),
     }
-    crate::commands::emit(&out)
+    crate::output::emit(&out)
 }
 
 /// `tidemark restore-test`: restores a point into scratch space, checks it, records the
@@ -257,7 +257,7 @@ pub async fn restore_test(args: &RestoreTestArgs) -> Result<Exit, CliError> {
     let record = tidemark_engine::restore::restore_test(&db, store, &request, progress).await?;
     let outcome = &record.outcome;
     if json {
-        crate::commands::emit_json(&record)?;
+        crate::output::emit_json(&record)?;
     } else {
         let mut out = format!(
             "restore test of {} ({}/{}, {} backup(s), {} binlog(s)): {}\n{} table(s) checked\n",
@@ -275,7 +275,7 @@ pub async fn restore_test(args: &RestoreTestArgs) -> Result<Exit, CliError> {
         for p in &outcome.problems {
             out.push_str(&format!("problem: {p}\n"));
         }
-        crate::commands::emit(&out)?;
+        crate::output::emit(&out)?;
     }
     Ok(if outcome.passed {
         Exit::Success

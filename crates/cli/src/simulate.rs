@@ -84,7 +84,7 @@ pub fn run(args: &SimulateArgs) -> Result<Exit, CliError> {
         })?;
     }
     if args.output == OutputFormat::Json {
-        crate::commands::emit_json(&SimulateOut {
+        crate::output::emit_json(&SimulateOut {
             format_version: JSON_FORMAT_VERSION,
             schedule: &args.schedule,
             policy: policy.as_given,
@@ -92,7 +92,7 @@ pub fn run(args: &SimulateArgs) -> Result<Exit, CliError> {
             days: &days,
         })?;
     } else {
-        crate::commands::emit(&render(&days))?;
+        crate::output::emit(&render(&days))?;
     }
     Ok(Exit::Success)
 }

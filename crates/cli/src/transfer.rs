@@ -187,7 +187,7 @@ pub async fn push(args: &PushArgs) -> Result<Exit, CliError> {
 
 fn report(store: &ClusterStore, m: &Metadata, json: bool) -> Result<(), CliError> {
     if json {
-        crate::commands::emit_json(&PushOut::from_metadata(store, m))
+        crate::output::emit_json(&PushOut::from_metadata(store, m))
     } else {
         if m.phase == MetadataPhase::Completed {
             let p = m.payload.first();
@@ -200,7 +200,7 @@ fn report(store: &ClusterStore, m: &Metadata, json: bool) -> Result<(), CliError
                 p.map_or("-", |p| p.sha256.as_str())
             );
         }
-        crate::commands::emit(&format!("{}\n", m.backup_id))
+        crate::output::emit(&format!("{}\n", m.backup_id))
     }
 }
 
@@ -431,7 +431,7 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
             eprintln!("{} {level}{message} (--max-lag)", jiff::Timestamp::now());
         }
         match report {
-            Ok(r) if json => crate::commands::emit_json(&ArchivePassOut::from(r))?,
+            Ok(r) if json => crate::output::emit_json(&ArchivePassOut::from(r))?,
             Ok(r) => {
                 let mut line = format!(
                     "archived {} binlog(s) ({} bytes)",
@@ -460,7 +460,7 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
                     line.push_str(&format!("; {open} is still being written"));
                 }
                 if args.once {
-                    crate::commands::emit(&format!("{line}\n"))?;
+                    crate::output::emit(&format!("{line}\n"))?;
                 } else if !r.uploaded.is_empty() || !r.adopted.is_empty() {
                     eprintln!("{} {line}", jiff::Timestamp::now());
                 }

@@ -7,9 +7,9 @@ use tidemark_store::ClusterStore;
 use tidemark_store::transfer::Checked;
 
 use crate::args::{OutputFormat, VerifyArgs};
-use crate::commands::{emit, emit_json};
 use crate::exit::{CliError, Exit};
 use crate::output::JSON_FORMAT_VERSION;
+use crate::output::{emit, emit_json};
 use crate::resolve;
 
 /// What `verify --output json` prints.

@@ -1154,7 +1154,7 @@ async fn consolidation_runs_as_a_job() {
     // A hung consolidation fails by its deadline, as a backup Job does.
     assert_eq!(
         job.spec.as_ref().unwrap().active_deadline_seconds,
-        Some(tidemark_operator::backup::job::JOB_DEADLINE_SECONDS)
+        Some(tidemark_operator::pod::JOB_DEADLINE_SECONDS)
     );
     // Meanwhile the chain is whole.
     let (ids, ls) = listed(&s3);

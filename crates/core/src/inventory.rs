@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::duration::RetentionDuration;
 use crate::gtid::GtidPos;
-use crate::timeline::{SegmentGtids, Timeline};
+use crate::records::{SegmentGtids, Timeline};
 
 /// `<UTC start YYYYMMDDTHHMMSSZ>-<8 lowercase hex or alphanumeric chars>` (DESIGN.md §3).
 pub type BackupId = String;

@@ -11,6 +11,7 @@ pub mod next;
 pub mod plan;
 pub mod policy;
 pub mod reason;
+pub mod records;
 pub mod restore;
 pub mod schedule;
 pub mod simulate;

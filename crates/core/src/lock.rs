@@ -13,7 +13,7 @@ use std::str::FromStr;
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
 
-use crate::RetentionDuration;
+use crate::duration::RetentionDuration;
 use crate::schedule::Cron;
 
 /// The retention mode of S3 Object Lock.

@@ -27,7 +27,7 @@ pub trait Consolidator: Send + Sync {
     ///
     /// # Errors
     /// The chain cannot be merged; nothing of it is deleted then. An error of class
-    /// [`crate::Class::Contention`] says the work is under way elsewhere (a Job that
+    /// [`crate::error::Class::Contention`] says the work is under way elsewhere (a Job that
     /// runs): not a failure of the pass.
     async fn consolidate(
         &self,
@@ -216,7 +216,7 @@ async fn carry_out(
                 }
                 // Under way elsewhere (a Job that runs): not a failure; the chain stays
                 // and a later pass finds the synthetic full.
-                Err(e) if e.class() == crate::Class::Contention => {
+                Err(e) if e.class() == crate::error::Class::Contention => {
                     tracing::info!(target = %target.id, "consolidation under way: {}", chain(&e));
                 }
                 Err(e) => failures.push(DeleteFailure {
@@ -400,7 +400,7 @@ async fn newest_reads_back(
                 // The store failing is not the data failing: retried as the store's.
                 "unreachable" => {
                     return Err(EngineError::Edge {
-                        class: crate::Class::Store,
+                        class: crate::error::Class::Store,
                         message: format!("reading back {}: {}", o.key, problem()),
                     });
                 }

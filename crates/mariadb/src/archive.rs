@@ -548,7 +548,7 @@ async fn last_entry(
     }
     Ok(index
         .entries()
-        .filter(|e| in_timeline(e.sequence) && tidemark_store::layout::is_index_entry(e))
+        .filter(|e| in_timeline(e.sequence) && tidemark_store::format::is_index_entry(e))
         .max_by_key(|e| e.sequence)
         .cloned())
 }

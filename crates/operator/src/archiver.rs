@@ -9,15 +9,14 @@
 //! only as Secret references.
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
-use k8s_openapi::api::core::v1::{
-    Container, Pod, PodSecurityContext, PodSpec, PodTemplateSpec, SecurityContext,
-};
+use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use tidemark_api::crd::BackupPolicy;
 
 use crate::context::Context;
+use crate::database::{DatabaseRuntime, database_runtime};
 use crate::error::Error;
 use crate::pod::{self, TOOLS_DIR};
 use crate::status::FIELD_MANAGER;
@@ -113,73 +112,6 @@ pub async fn reconcile(ctx: &Context, policy: &BackupPolicy) -> Result<(), Error
     )
     .await?;
     Ok(())
-}
-
-/// What a pod that runs the database's own tools (the binlog archiver, consolidation Jobs)
-/// takes from a database pod: the database container's image, and the pod's and that
-/// container's security settings — so a namespace that admits the database (a Pod Security
-/// level, a user id its volumes expect) admits these pods too.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct DatabaseRuntime {
-    pub image: String,
-    pub pod_security: Option<PodSecurityContext>,
-    pub container_security: Option<SecurityContext>,
-}
-
-/// The [`DatabaseRuntime`] of a pod the policy's source selects: the primary's (its role
-/// label says `primary`) when one is running, else the first by name. The archiver reads
-/// the primary, so its `mariadb-binlog` follows the primary's server through an upgrade; a
-/// change of a selected pod's images or security settings looks at the policy again
-/// ([`policies_of_pod`], [`pod_runtime`]).
-pub(crate) async fn database_runtime(
-    ctx: &Context,
-    policy: &BackupPolicy,
-) -> Result<DatabaseRuntime, Error> {
-    let source = policy.spec.source.as_ref().ok_or_else(|| {
-        Error::Invalid(
-            "spec.binlogArchive.server needs spec.binlogArchive.server.image or spec.source (whose database image has mariadb-binlog)".into(),
-        )
-    })?;
-    let pods: Api<Pod> =
-        Api::namespaced(ctx.client.clone(), &policy.namespace().unwrap_or_default());
-    let listed = crate::lean::list(
-        &pods,
-        &ListParams::default().labels(&crate::names::selector(&source.selector)?),
-        crate::lean::meta_of,
-    )
-    .await?;
-    let role_label = source
-        .role_label
-        .as_deref()
-        .unwrap_or(crate::names::DEFAULT_ROLE_LABEL);
-    let mut candidates: Vec<(bool, String, DatabaseRuntime)> = listed
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter_map(|p| {
-            let spec = p.spec.as_ref()?;
-            let c = match &source.container {
-                Some(n) => spec.containers.iter().find(|c| &c.name == n)?,
-                None => spec.containers.first()?,
-            };
-            let primary = p.labels().get(role_label).is_some_and(|r| r == "primary");
-            let runtime = DatabaseRuntime {
-                image: c.image.clone()?,
-                pod_security: spec.security_context.clone(),
-                container_security: c.security_context.clone(),
-            };
-            Some((!primary, p.name_any(), runtime))
-        })
-        .collect();
-    candidates.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-    candidates
-        .into_iter()
-        .map(|(_, _, runtime)| runtime)
-        .next()
-        .ok_or_else(|| {
-            Error::Missing(
-                "no pod matches spec.source.selector yet, so the database image for the binlog archiver is unknown (or set spec.binlogArchive.server.image)".into(),
-            )
-        })
 }
 
 /// The archiver Deployment of `policy`.
@@ -308,64 +240,6 @@ pub fn archiver(
         }),
         status: None,
     })
-}
-
-/// A fingerprint of what the policies selecting a database pod take from it: what pods
-/// made from it copy ([`DatabaseRuntime`]: its containers' images and the security
-/// settings), and whether it is an established primary for retention (its labels, phase
-/// and readiness). A watch of pods passes on only the changes of it (a rollout of the
-/// database image, a failover, a primary becoming Ready), not every status change.
-pub fn pod_runtime(p: &Pod) -> Option<u64> {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    p.metadata.uid.hash(&mut h);
-    p.metadata.labels.hash(&mut h);
-    let status = p.status.as_ref();
-    status.and_then(|s| s.phase.as_ref()).hash(&mut h);
-    status
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
-        .map(|c| &c.status)
-        .hash(&mut h);
-    let spec = p.spec.as_ref()?;
-    serde_json::to_string(&spec.security_context)
-        .unwrap_or_default()
-        .hash(&mut h);
-    for c in &spec.containers {
-        (&c.name, &c.image).hash(&mut h);
-        serde_json::to_string(&c.security_context)
-            .unwrap_or_default()
-            .hash(&mut h);
-    }
-    Some(h.finish())
-}
-
-/// The policies that look at `pod` (a `source` that selects it): for the binlog archiver's
-/// [`DatabaseRuntime`] (`binlogArchive.server`), or for retention's established primary.
-pub fn policies_of_pod(
-    policies: &kube::runtime::reflector::Store<BackupPolicy>,
-    pod: &Pod,
-) -> Vec<kube::runtime::reflector::ObjectRef<BackupPolicy>> {
-    let ns = pod.namespace();
-    policies
-        .state()
-        .iter()
-        .filter(|p| p.namespace() == ns)
-        .filter(|p| {
-            p.spec.retention.is_some()
-                || p.spec
-                    .binlog_archive
-                    .as_ref()
-                    .is_some_and(|a| a.server.is_some())
-        })
-        .filter(|p| {
-            p.spec
-                .source
-                .as_ref()
-                .is_some_and(|s| tidemark_api::lifecycle::selects(&s.selector, pod.labels()))
-        })
-        .map(|p| kube::runtime::reflector::ObjectRef::from_obj(p.as_ref()))
-        .collect()
 }
 
 /// Which BackupPolicy an archiver Deployment belongs to.

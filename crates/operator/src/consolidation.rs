@@ -34,7 +34,7 @@ pub struct JobConsolidator {
     pub jobs: Api<Job>,
     pub policy: BackupPolicy,
     /// The database's image (with `mariabackup` and `mbstream`) and security settings.
-    pub database: crate::archiver::DatabaseRuntime,
+    pub database: crate::database::DatabaseRuntime,
     /// The operator's image (the init container copies `tidemark` from it).
     pub operator_image: String,
     pub store_secret: Option<SecretKeys>,
@@ -337,7 +337,7 @@ pub struct ToolJob<'a> {
     pub container: &'a str,
     /// The container's shell arguments ([`pod::tidemark_script`] first).
     pub args: Vec<String>,
-    pub database: &'a crate::archiver::DatabaseRuntime,
+    pub database: &'a crate::database::DatabaseRuntime,
     /// The operator's image (the init container copies `tidemark` from it).
     pub operator_image: &'a str,
     pub store_secret: Option<&'a SecretKeys>,
@@ -394,7 +394,7 @@ impl ToolJob<'_> {
             spec: Some(JobSpec {
                 backoff_limit: Some(0),
                 // As a backup Job: a hung tool fails, and a later pass or slot tries again.
-                active_deadline_seconds: Some(crate::backup::job::JOB_DEADLINE_SECONDS),
+                active_deadline_seconds: Some(crate::pod::JOB_DEADLINE_SECONDS),
                 template: PodTemplateSpec {
                     metadata: Some(ObjectMeta {
                         labels: Some(labels),

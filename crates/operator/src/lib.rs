@@ -29,6 +29,7 @@ pub mod backup;
 pub mod cleanup;
 pub mod consolidation;
 pub mod context;
+pub mod database;
 pub mod error;
 pub mod events;
 pub mod fence;
@@ -40,9 +41,9 @@ pub mod lean;
 pub mod metrics;
 pub mod names;
 pub mod pod;
+pub mod policy;
 pub mod rbac;
 pub mod restoretest;
-pub mod retention;
 pub mod scheduled;
 pub mod status;
 pub mod stores;
@@ -555,7 +556,7 @@ async fn scope(
         )
         .default_backoff()
         .applied_objects()
-        .predicate_filter(archiver::pod_runtime, Default::default())
+        .predicate_filter(database::pod_runtime, Default::default())
     };
     let retention = {
         let c = watched_changes(policies, &stopping);
@@ -564,10 +565,10 @@ async fn scope(
             archiver::policy_of(&d).into_iter().collect::<Vec<_>>()
         })
         .watches_stream(database_pods, move |p| {
-            archiver::policies_of_pod(&of_pod, &p)
+            database::policies_of_pod(&of_pod, &p)
         })
     };
-    let retention = drive(retention, retention::reconcile, ctx.clone());
+    let retention = drive(retention, policy::reconcile, ctx.clone());
     let backups_api: Api<Backup> = api(&client, namespace);
     let jobs: Api<k8s_openapi::api::batch::v1::Job> = api(&client, namespace);
     // A policy's deletionPolicy decides its Backups' finalizers: a spec change re-reads

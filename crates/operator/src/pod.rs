@@ -18,6 +18,10 @@ use tidemark_api::crd::BackupPolicy;
 use crate::names::MANAGED_BY;
 use crate::stores::SecretKeys;
 
+/// How long a backup Job may run (`activeDeadlineSeconds`) before it is stopped and the
+/// Backup recorded as failed.
+pub const JOB_DEADLINE_SECONDS: i64 = 24 * 3600;
+
 /// Where the init container puts the `tidemark` binary (and the database option file).
 pub const TOOLS_DIR: &str = "/tidemark-bin";
 /// The volume that carries it.

@@ -307,7 +307,7 @@ async fn job(
     random: bool,
     spec: &tidemark_api::policy::RestoreTestSpec,
 ) -> Result<Job, Error> {
-    let database = crate::archiver::database_runtime(ctx, policy).await?;
+    let database = crate::database::database_runtime(ctx, policy).await?;
     let store_secret = crate::stores::policy_secret_keys(&ctx.client, policy).await?;
     // The scratch volume is sized by what the store records (a random target may be
     // anywhere in the window: the largest restore).
@@ -340,7 +340,7 @@ pub fn tool_job<'a>(
     policy: &'a BackupPolicy,
     name: &'a str,
     args: Vec<String>,
-    database: &'a crate::archiver::DatabaseRuntime,
+    database: &'a crate::database::DatabaseRuntime,
     operator_image: &'a str,
     store_secret: Option<&'a crate::stores::SecretKeys>,
 ) -> crate::consolidation::ToolJob<'a> {
@@ -422,7 +422,7 @@ mod tests {
         }))
         .unwrap();
         let spec = policy.spec.restore_test.clone().unwrap();
-        let db = crate::archiver::DatabaseRuntime {
+        let db = crate::database::DatabaseRuntime {
             image: "mariadb:11.4".into(),
             pod_security: None,
             container_security: None,
@@ -479,7 +479,7 @@ mod tests {
     /// is locked at least that long from now).
     #[test]
     fn tool_jobs_get_the_lock_period_the_policy_resolves() {
-        let db = crate::archiver::DatabaseRuntime {
+        let db = crate::database::DatabaseRuntime {
             image: "mariadb:11.4".into(),
             pod_security: None,
             container_security: None,

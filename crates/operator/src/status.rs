@@ -34,7 +34,7 @@ pub const BINLOG_ARCHIVE_MANAGER: &str = "tidemark-operator-binlog-archive";
 /// The condition the archive's watch writes.
 pub const BINLOG_ARCHIVE_CONDITION: &str = "BinlogArchiveCurrent";
 /// The field manager of a BackupPolicy's [`QUEUED_CONDITION`]: the queue of background
-/// work (`crate::retention`) adds it when a pass waits for its turn, and removes it (an
+/// work (`crate::policy`) adds it when a pass waits for its turn, and removes it (an
 /// empty apply) when the turn comes; the pass's own status never touches it.
 pub const QUEUE_MANAGER: &str = "tidemark-operator-queue";
 /// The condition of a policy whose pass waits for its turn.

@@ -23,11 +23,16 @@ use object_store::client::{
     HttpResponseBody, HttpService, ReqwestConnector,
 };
 
+/// The largest metadata, index, lease or state object Tidemark reads whole (16 MiB; a
+/// `metadata.json` is a few KiB, an index shard well under 1 MiB). Larger is an error on
+/// that object, never memory.
+pub const MAX_CONTROL_OBJECT: u64 = 16 * 1024 * 1024;
+
 /// The most of an error answer's body kept (its start names the error).
 pub const MAX_ERROR_BODY: u64 = 64 * 1024;
 /// The largest listing page or other non-object answer read (a page of 1000 keys is
 /// well under 1 MiB).
-pub const MAX_LISTING_BODY: u64 = crate::open::MAX_CONTROL_OBJECT;
+pub const MAX_LISTING_BODY: u64 = MAX_CONTROL_OBJECT;
 
 /// object_store's own HTTP client, with every answer bounded, and listing pages counted
 /// against the pass's budget (`crate::budget`).

@@ -210,25 +210,6 @@ pub(crate) fn as_store_error(e: Exceeded) -> object_store::Error {
     }
 }
 
-/// The [`Exceeded`] inside `e`, when a budget is why it failed.
-pub fn exceeded<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a Exceeded> {
-    let mut next = Some(e);
-    while let Some(e) = next {
-        if let Some(x) = e.downcast_ref::<Exceeded>() {
-            return Some(x);
-        }
-        if let Some(answer) = e
-            .downcast_ref::<crate::StoreError>()
-            .and_then(crate::StoreError::answer)
-            && let Some(x) = exceeded(answer)
-        {
-            return Some(x);
-        }
-        next = e.source();
-    }
-    None
-}
-
 /// An object store whose listings count their keys against a [`Spent`].
 #[derive(Debug)]
 pub(crate) struct Counted {
@@ -350,6 +331,6 @@ mod tests {
             action: "listing".into(),
             answer: as_store_error(e),
         };
-        assert!(exceeded(&wrapped).is_some());
+        assert!(crate::error::exceeded(&wrapped).is_some());
     }
 }

@@ -619,7 +619,8 @@ impl Catalog {
         if let Some(idx) = &self.index {
             for e in idx.entries() {
                 // Outside the grammar (reported in `ignored`): never a segment of ours.
-                if !layout::is_index_entry(e) || !seen.insert((e.sequence, e.name.as_str())) {
+                if !crate::format::is_index_entry(e) || !seen.insert((e.sequence, e.name.as_str()))
+                {
                     continue;
                 }
                 indexed.insert(e.name.as_str());

@@ -16,21 +16,9 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use crate::compress::{Compression, Decompressor, OUT_CHUNK};
-use crate::crypt::{AGE, Encryption, Identities, Recipients};
+use crate::crypt::{AGE, Identities, Recipients};
 
-/// How one stored object was written, from its record.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Form<'a> {
-    pub compression: Option<&'a str>,
-    pub encryption: Option<&'a Encryption>,
-}
-
-impl Form<'_> {
-    /// Stored as it came.
-    pub fn plain(&self) -> bool {
-        self.compression.is_none() && self.encryption.is_none()
-    }
-}
+pub use crate::format::Form;
 
 /// Why an object cannot be decoded here, found before any byte is read.
 #[derive(Debug, Clone, PartialEq, Eq)]

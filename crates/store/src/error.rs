@@ -3,7 +3,8 @@
 
 use std::path::PathBuf;
 
-use crate::open::URL_FORMS;
+/// The accepted store URL forms, quoted in errors.
+pub const URL_FORMS: &str = "file:///absolute/dir, s3://bucket[/prefix], gs://bucket[/prefix], az://container[/prefix] or memory://";
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -140,7 +141,7 @@ impl StoreError {
             | StoreError::ObjectLockUnsupported { .. } => ErrorCategory::Input,
             // A pass's budget spent: what the store holds, not an outage (issue 28).
             StoreError::Open { answer, .. } | StoreError::Request { answer, .. }
-                if crate::budget::exceeded(answer).is_some() =>
+                if exceeded(answer).is_some() =>
             {
                 ErrorCategory::Data
             }
@@ -158,30 +159,6 @@ impl StoreError {
             | StoreError::TooLarge { .. } => ErrorCategory::Data,
         }
     }
-}
-
-/// A failed request on `key`, e.g. `request(store, "reading", key, e)`.
-pub(crate) fn request(
-    store: &crate::open::ClusterStore,
-    verb: &str,
-    key: &object_store::path::Path,
-    source: object_store::Error,
-) -> StoreError {
-    tracing::debug!(url = %store.url, key = %key, "the store answered: {source}");
-    StoreError::Request {
-        url: store.url.clone(),
-        action: format!("{verb} {}", store.display_key(key)),
-        answer: source,
-    }
-}
-
-/// A failed write of `key`.
-pub(crate) fn write_err(
-    store: &crate::open::ClusterStore,
-    key: &object_store::path::Path,
-    source: object_store::Error,
-) -> StoreError {
-    request(store, "writing", key, source)
 }
 
 /// An object_store error as Tidemark shows it (issue 28): a server's own words — the body of
@@ -305,6 +282,25 @@ pub fn access_denied(e: &(dyn std::error::Error + 'static)) -> bool {
         next = e.source();
     }
     false
+}
+
+/// The [`crate::budget::Exceeded`] inside `e`, when a budget is why it failed.
+pub fn exceeded<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a crate::budget::Exceeded> {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if let Some(x) = e.downcast_ref::<crate::budget::Exceeded>() {
+            return Some(x);
+        }
+        if let Some(answer) = e.downcast_ref::<StoreError>().and_then(StoreError::answer)
+            && let Some(x) = exceeded(answer)
+        {
+            return Some(x);
+        }
+        next = e.source();
+    }
+    None
 }
 
 #[cfg(test)]

@@ -25,11 +25,12 @@ use tidemark_core::{
 };
 
 use crate::catalog::Catalog;
-use crate::error::{StoreError, is_not_found, write_err};
+use crate::error::{StoreError, is_not_found};
 use crate::format::{AuditBackup, AuditRecord, FORMAT_VERSION};
 use crate::index::SegmentIndex;
 use crate::layout;
 use crate::open::ClusterStore;
+use crate::open::write_err;
 use crate::progress::Progress;
 use crate::survey::Survey;
 

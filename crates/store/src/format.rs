@@ -84,8 +84,8 @@ impl PayloadObject {
     }
 
     /// How the object was written, for reading it.
-    pub fn form(&self) -> crate::codec::Form<'_> {
-        crate::codec::Form {
+    pub fn form(&self) -> Form<'_> {
+        Form {
             compression: self.compression.as_deref(),
             encryption: self.encryption.as_ref(),
         }
@@ -386,8 +386,8 @@ impl IndexEntry {
     }
 
     /// How the segment object was written, for reading it.
-    pub fn form(&self) -> crate::codec::Form<'_> {
-        crate::codec::Form {
+    pub fn form(&self) -> Form<'_> {
+        Form {
             compression: self.compression.as_deref(),
             encryption: self.encryption.as_ref(),
         }
@@ -720,6 +720,27 @@ pub struct AuditRecord {
     pub leftovers_deleted: Vec<String>,
     #[serde(flatten)]
     pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+/// How one stored object was written, from its record.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Form<'a> {
+    pub compression: Option<&'a str>,
+    pub encryption: Option<&'a Encryption>,
+}
+
+impl Form<'_> {
+    /// Stored as it came.
+    pub fn plain(&self) -> bool {
+        self.compression.is_none() && self.encryption.is_none()
+    }
+}
+
+/// Whether an index entry is in the grammar: a segment name, and the sequence its name
+/// says.
+pub fn is_index_entry(e: &IndexEntry) -> bool {
+    crate::layout::is_segment_name(&e.name)
+        && tidemark_core::inventory::segment_sequence(&e.name) == Some(e.sequence)
 }
 
 #[cfg(test)]

@@ -22,10 +22,11 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
 
-use crate::error::{StoreError, is_not_found, write_err};
+use crate::error::{StoreError, is_not_found};
 use crate::format::{INDEX_FORMAT_VERSION, IndexEntry, IndexFile, ShardSummary};
 use crate::layout;
 use crate::open::ClusterStore;
+use crate::open::write_err;
 use tidemark_core::{EntryRef, Timeline};
 
 /// Entries per shard; the head keeps at most this many before sealing a shard.
@@ -230,7 +231,9 @@ impl SegmentIndex {
         let mut runs: Vec<Run> = self
             .entries()
             // Entries outside the grammar are not segments of ours (the catalog reports them).
-            .filter(|e| layout::is_index_entry(e) && seen.insert((e.sequence, e.name.as_str())))
+            .filter(|e| {
+                crate::format::is_index_entry(e) && seen.insert((e.sequence, e.name.as_str()))
+            })
             .map(|e| Run {
                 first_sequence: e.sequence,
                 last_sequence: e.sequence,

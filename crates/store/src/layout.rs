@@ -72,13 +72,6 @@ pub fn is_segment_name(name: &str) -> bool {
         && tidemark_core::inventory::segment_sequence(name).is_some()
 }
 
-/// Whether an index entry is in the grammar: a segment name, and the sequence its name
-/// says.
-pub fn is_index_entry(e: &crate::format::IndexEntry) -> bool {
-    is_segment_name(&e.name)
-        && tidemark_core::inventory::segment_sequence(&e.name) == Some(e.sequence)
-}
-
 pub fn marker_key(name: &str, id: &str) -> Path {
     Path::from_iter([name, id, MARKER])
 }

@@ -95,7 +95,7 @@ impl S3Native {
         AwsAuthorizer::new(&credential, "s3", &self.region).try_authorize(&mut request, None)?;
         let response = self.http.execute(request).await.map_err(generic)?;
         let status = response.status();
-        let body = capped(response.into_body(), crate::open::MAX_CONTROL_OBJECT).await?;
+        let body = capped(response.into_body(), crate::bounded::MAX_CONTROL_OBJECT).await?;
         Ok((status, body))
     }
 
@@ -356,10 +356,10 @@ impl S3Native {
     }
 }
 
-impl crate::ClusterStore {
-    fn native_or_unsupported(&self) -> Result<&S3Native, crate::StoreError> {
+impl crate::open::ClusterStore {
+    fn native_or_unsupported(&self) -> Result<&S3Native, crate::error::StoreError> {
         self.s3()
-            .ok_or_else(|| crate::StoreError::ObjectLockUnsupported {
+            .ok_or_else(|| crate::error::StoreError::ObjectLockUnsupported {
                 url: self.url.clone(),
             })
     }
@@ -368,11 +368,14 @@ impl crate::ClusterStore {
     ///
     /// # Errors
     /// Not an S3 store; the request failed.
-    pub async fn retention(&self, key: &Path) -> Result<Option<Retention>, crate::StoreError> {
+    pub async fn retention(
+        &self,
+        key: &Path,
+    ) -> Result<Option<Retention>, crate::error::StoreError> {
         self.native_or_unsupported()?
             .retention(key)
             .await
-            .map_err(|source| crate::error::request(self, "reading the lock of", key, source))
+            .map_err(|source| crate::open::request(self, "reading the lock of", key, source))
     }
 
     /// Locks `key` (relative to the cluster) until at least `retention.until`, keeping a
@@ -384,22 +387,22 @@ impl crate::ClusterStore {
         &self,
         key: &Path,
         retention: &Retention,
-    ) -> Result<bool, crate::StoreError> {
+    ) -> Result<bool, crate::error::StoreError> {
         self.native_or_unsupported()?
             .lock_at_least(key, retention)
             .await
-            .map_err(|source| crate::error::request(self, "locking", key, source))
+            .map_err(|source| crate::open::request(self, "locking", key, source))
     }
 
     /// The version ids of `key` (objects and delete markers).
     ///
     /// # Errors
     /// Not an S3 store; the request failed.
-    pub async fn versions(&self, key: &Path) -> Result<Vec<String>, crate::StoreError> {
+    pub async fn versions(&self, key: &Path) -> Result<Vec<String>, crate::error::StoreError> {
         self.native_or_unsupported()?
             .versions(key)
             .await
-            .map_err(|source| crate::error::request(self, "listing the versions of", key, source))
+            .map_err(|source| crate::open::request(self, "listing the versions of", key, source))
     }
 
     /// Deletes one version of `key` (what someone holding the store's credentials could
@@ -407,11 +410,15 @@ impl crate::ClusterStore {
     ///
     /// # Errors
     /// Not an S3 store; the server refused; the request failed.
-    pub async fn delete_version(&self, key: &Path, version: &str) -> Result<(), crate::StoreError> {
+    pub async fn delete_version(
+        &self,
+        key: &Path,
+        version: &str,
+    ) -> Result<(), crate::error::StoreError> {
         self.native_or_unsupported()?
             .delete_version(key, version)
             .await
-            .map_err(|source| crate::error::request(self, "deleting a version of", key, source))
+            .map_err(|source| crate::open::request(self, "deleting a version of", key, source))
     }
 }
 

@@ -11,12 +11,16 @@ use url::Url;
 
 use crate::error::StoreError;
 
-/// The accepted store URL forms, quoted in errors.
-pub const URL_FORMS: &str = "file:///absolute/dir, s3://bucket[/prefix], gs://bucket[/prefix], az://container[/prefix] or memory://";
+pub use crate::error::URL_FORMS;
 
 /// Requests in flight per store: enough to keep S3 busy, few enough not to trip its
 /// request-rate limits (object_store backs off on 503/429 underneath).
 pub const MAX_CONCURRENT_REQUESTS: usize = 64;
+
+/// Bytes per multipart part (S3 needs at least 5 MiB) and parts in flight: a push holds at
+/// most about `PART_SIZE * (PARTS_IN_FLIGHT + 1)` in memory.
+pub const PART_SIZE: usize = 16 << 20;
+pub const PARTS_IN_FLIGHT: usize = 6;
 
 /// How the store is reached, besides the URL.
 #[derive(Debug, Clone, Default)]
@@ -83,10 +87,7 @@ fn sas_pairs(token: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The largest metadata, index, lease or state object Tidemark reads whole (16 MiB; a
-/// `metadata.json` is a few KiB, an index shard well under 1 MiB). Larger is an error on
-/// that object, never memory.
-pub const MAX_CONTROL_OBJECT: u64 = 16 * 1024 * 1024;
+pub use crate::bounded::MAX_CONTROL_OBJECT;
 
 /// Static S3 credentials. `Debug` never shows the secret.
 #[derive(Clone, Default)]
@@ -164,7 +165,7 @@ pub struct ClusterStore {
     pub(crate) plaintext_before: Option<jiff::Timestamp>,
     /// S3 Object Lock: committed backups are locked in this mode (until their
     /// `immutableUntil`), and deletions remove every version of a key.
-    pub(crate) object_lock: Option<crate::objectlock::LockMode>,
+    pub(crate) object_lock: Option<tidemark_core::lock::LockMode>,
     /// How long a backup this store commits is locked, when known (what a synthetic full
     /// is locked for).
     pub(crate) lock_period: Option<tidemark_core::RetentionDuration>,
@@ -304,7 +305,7 @@ impl ClusterStore {
             backend: base.backend,
             native,
             identity,
-            upload_buffer: (crate::transfer::PART_SIZE, crate::transfer::PARTS_IN_FLIGHT),
+            upload_buffer: (PART_SIZE, PARTS_IN_FLIGHT),
             compression: crate::compress::Compression::None,
             recipients: None,
             plaintext_before: None,
@@ -336,7 +337,7 @@ impl ClusterStore {
             backend,
             native: Native::None,
             identity,
-            upload_buffer: (crate::transfer::PART_SIZE, crate::transfer::PARTS_IN_FLIGHT),
+            upload_buffer: (PART_SIZE, PARTS_IN_FLIGHT),
             compression: crate::compress::Compression::None,
             recipients: None,
             plaintext_before: None,
@@ -369,7 +370,7 @@ impl ClusterStore {
     /// feature; a local directory or a wrapped store cannot hold it).
     pub fn with_object_lock(
         mut self,
-        mode: Option<crate::objectlock::LockMode>,
+        mode: Option<tidemark_core::lock::LockMode>,
     ) -> Result<Self, StoreError> {
         if mode.is_some() && self.s3().is_none() {
             return Err(StoreError::ObjectLockUnsupported {
@@ -394,7 +395,7 @@ impl ClusterStore {
     }
 
     /// The object lock mode backups are committed with, if any.
-    pub fn object_lock(&self) -> Option<crate::objectlock::LockMode> {
+    pub fn object_lock(&self) -> Option<tidemark_core::lock::LockMode> {
         self.object_lock
     }
 
@@ -446,7 +447,7 @@ impl ClusterStore {
         match self.inner.head(key).await {
             Ok(m) => Ok(Some(m)),
             Err(e) if crate::error::is_not_found(&e) => Ok(None),
-            Err(source) => Err(crate::error::request(self, "checking", key, source)),
+            Err(source) => Err(request(self, "checking", key, source)),
         }
     }
 
@@ -463,7 +464,7 @@ impl ClusterStore {
         let got = match self.inner.get(key).await {
             Ok(g) => g,
             Err(e) if crate::error::is_not_found(&e) => return Ok(None),
-            Err(source) => return Err(crate::error::request(self, "reading", key, source)),
+            Err(source) => return Err(request(self, "reading", key, source)),
         };
         let version = object_store::UpdateVersion {
             e_tag: got.meta.e_tag.clone(),
@@ -506,7 +507,7 @@ impl ClusterStore {
             let chunk = match chunk {
                 Ok(c) => c,
                 Err(e) if crate::error::is_not_found(&e) => return Ok(None),
-                Err(source) => return Err(crate::error::request(self, "reading", key, source)),
+                Err(source) => return Err(request(self, "reading", key, source)),
             };
             if (body.len() + chunk.len()) as u64 > limit {
                 return Err(too_large());
@@ -538,7 +539,7 @@ impl ClusterStore {
         match self.inner.get(key).await {
             Ok(got) => self.collect_limited(key, got, limit).await,
             Err(e) if crate::error::is_not_found(&e) => Ok(None),
-            Err(source) => Err(crate::error::request(self, "reading", key, source)),
+            Err(source) => Err(request(self, "reading", key, source)),
         }
     }
 }
@@ -962,6 +963,30 @@ fn bucket_url(endpoint: Option<&str>, bucket: &str, region: &str, path_style: bo
         (None, true) => format!("https://s3.{region}.amazonaws.com/{bucket}"),
         (None, false) => format!("https://{bucket}.s3.{region}.amazonaws.com"),
     }
+}
+
+/// A failed request on `key`, e.g. `request(store, "reading", key, e)`.
+pub(crate) fn request(
+    store: &ClusterStore,
+    verb: &str,
+    key: &object_store::path::Path,
+    source: object_store::Error,
+) -> StoreError {
+    tracing::debug!(url = %store.url, key = %key, "the store answered: {source}");
+    StoreError::Request {
+        url: store.url.clone(),
+        action: format!("{verb} {}", store.display_key(key)),
+        answer: source,
+    }
+}
+
+/// A failed write of `key`.
+pub(crate) fn write_err(
+    store: &ClusterStore,
+    key: &object_store::path::Path,
+    source: object_store::Error,
+) -> StoreError {
+    request(store, "writing", key, source)
 }
 
 #[cfg(test)]

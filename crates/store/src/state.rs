@@ -11,9 +11,10 @@ use object_store::{ObjectStoreExt, UpdateVersion};
 use serde::{Deserialize, Serialize};
 use tidemark_core::schedule::ScheduleStatus;
 
-use crate::error::{StoreError, write_err};
+use crate::error::StoreError;
 use crate::layout;
 use crate::open::ClusterStore;
+use crate::open::write_err;
 
 /// Version of `_state/run.json`.
 pub const STATE_FORMAT_VERSION: u32 = 1;

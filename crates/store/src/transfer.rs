@@ -14,18 +14,16 @@ use sha2::{Digest, Sha256};
 use tidemark_core::RetentionDuration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::error::{StoreError, is_not_found, request, write_err};
+use crate::error::{StoreError, is_not_found};
 use crate::format::{
     BackupType, FORMAT_VERSION, LogPosition, Metadata, MetadataPhase, PayloadObject,
 };
 use crate::layout;
 use crate::open::ClusterStore;
+use crate::open::{request, write_err};
 use crate::progress::Progress;
 
-/// Bytes per multipart part (S3 needs at least 5 MiB) and parts in flight: a push holds at
-/// most about `PART_SIZE * (PARTS_IN_FLIGHT + 1)` in memory.
-pub const PART_SIZE: usize = 16 << 20;
-pub const PARTS_IN_FLIGHT: usize = 6;
+pub use crate::open::{PART_SIZE, PARTS_IN_FLIGHT};
 /// Bytes read from the source at a time.
 const READ_CHUNK: usize = 1 << 20;
 
@@ -331,7 +329,7 @@ fn lost_encoder(store: &ClusterStore, key: &Path) -> StoreError {
 
 /// An encoder's failure while writing `key`, as a store error.
 fn compress_err(store: &ClusterStore, key: &Path, e: std::io::Error) -> StoreError {
-    crate::error::request(
+    request(
         store,
         "encoding (compressing or encrypting)",
         key,
@@ -484,7 +482,7 @@ pub async fn commit(
             native
                 .lock_at_least(&key, retention)
                 .await
-                .map_err(|source| crate::error::request(store, "locking", &key, source))?;
+                .map_err(|source| request(store, "locking", &key, source))?;
         }
     }
     let now = Timestamp::now();
@@ -616,7 +614,8 @@ pub async fn chain_lock(
         return Ok((parent_until, 0));
     }
     // Rare (the chain outgrew its date): every backup is read to find the ancestors.
-    let catalog = crate::Catalog::load_backups(store, &crate::NoProgress).await?;
+    let catalog =
+        crate::catalog::Catalog::load_backups(store, &crate::progress::NoProgress).await?;
     let mut extended = 0;
     let mut next = Some(parent.backup_id.clone());
     let mut steps = 0;
@@ -635,7 +634,7 @@ pub async fn chain_lock(
             if native
                 .lock_at_least(key, &retention)
                 .await
-                .map_err(|source| crate::error::request(store, "locking longer", key, source))?
+                .map_err(|source| request(store, "locking longer", key, source))?
             {
                 extended += 1;
             }
@@ -1274,7 +1273,7 @@ pub async fn record_verified(
         )
         .await
         .map(drop)
-        .map_err(|source| crate::error::request(store, "writing", &key, source))
+        .map_err(|source| request(store, "writing", &key, source))
 }
 
 /// [`record_verified`] for a backup that a pass may delete meanwhile (a restore test runs
@@ -1331,7 +1330,7 @@ pub async fn record_restore_test(
             .inner
             .put(&key, object_store::PutPayload::from(body.clone()))
             .await
-            .map_err(|source| crate::error::request(store, "writing", &key, source))?;
+            .map_err(|source| request(store, "writing", &key, source))?;
     }
     Ok(())
 }

@@ -14,12 +14,8 @@ use tidemark_api::crd::{Backup, BackupPolicy, SourceSpec};
 
 use super::source::{DataVolume, node_of};
 use crate::names::{BACKUP_UID_LABEL, DATA_VOLUME_LABEL, short_uid, stored_labels};
-use crate::pod;
+use crate::pod::{self, JOB_DEADLINE_SECONDS};
 use crate::stores::SecretKeys;
-
-/// How long a backup Job may run (`activeDeadlineSeconds`) before it is stopped and the
-/// Backup recorded as failed.
-pub const JOB_DEADLINE_SECONDS: i64 = 24 * 3600;
 
 /// How long a finished backup Job (and its pod) is kept (`ttlSecondsAfterFinished`, where
 /// the cluster's TTL controller runs: Kubernetes 1.21+) — its outcome is in the Backup's

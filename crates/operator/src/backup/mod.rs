@@ -881,7 +881,10 @@ mod tests {
         let job = job_of(&p);
         // Bounded in time, and gone a day after it finished (its outcome is in status).
         let job_spec = job.spec.clone().unwrap();
-        assert_eq!(job_spec.active_deadline_seconds, Some(JOB_DEADLINE_SECONDS));
+        assert_eq!(
+            job_spec.active_deadline_seconds,
+            Some(crate::pod::JOB_DEADLINE_SECONDS)
+        );
         assert_eq!(
             job_spec.ttl_seconds_after_finished,
             Some(FINISHED_JOB_TTL_SECONDS)

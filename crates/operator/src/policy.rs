@@ -677,7 +677,7 @@ async fn consolidator(
             .await;
         return None;
     }
-    let database = match crate::archiver::database_runtime(ctx, policy).await {
+    let database = match crate::database::database_runtime(ctx, policy).await {
         Ok(db) => db,
         Err(e) => {
             tracing::warn!(policy = %policy.name_any(), "consolidation waits: {e}");

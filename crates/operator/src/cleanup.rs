@@ -105,17 +105,25 @@ pub async fn set_finalizer(api: &Api<Backup>, backup: &Backup, want: bool) -> Re
     Ok(())
 }
 
-/// A Backup being deleted that carries the finalizer (and whose attempt is not running).
-///
-/// # Errors
-/// The cleanup failed (recorded on the Backup and as a Warning event first); retried.
-pub async fn on_delete(
-    ctx: &Context,
-    api: &Api<Backup>,
-    backup: &Backup,
-    policy: Option<&BackupPolicy>,
-) -> Result<Action, Error> {
-    let reference = backup.object_ref(&());
+/// What the finalizer of a Backup being deleted does: a pure decision from the object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Cleanup {
+    /// Let the object go, deleting nothing: the skip annotation (`reason`, `note` for the
+    /// event), a backup that never started (no event), or data retention already removed.
+    Release {
+        event: Option<(&'static str, String)>,
+    },
+    /// Delete the backup `id` from the store: its own, or the synthetic full that replaced
+    /// it (`replaced`: its hooks ran when its own data went); `expired`: its TTL ran out.
+    Delete {
+        id: String,
+        replaced: bool,
+        expired: bool,
+    },
+}
+
+/// What the finalizer of `backup` does (see the module's steps).
+pub(crate) fn decide_cleanup(backup: &Backup) -> Cleanup {
     let status = backup.status.clone().unwrap_or_default();
     if backup
         .annotations()
@@ -127,26 +135,28 @@ pub async fn on_delete(
             Some(key) => format!("{SKIP_ANNOTATION}: the remote data stays ({key})"),
             None => format!("{SKIP_ANNOTATION}: nothing remote is deleted"),
         };
-        ctx.event(&reference, EventType::Normal, "RemoteCleanupSkipped", &note)
-            .await;
-        set_finalizer(api, backup, false).await?;
-        return Ok(Action::await_change());
+        return Cleanup::Release {
+            event: Some(("RemoteCleanupSkipped", note)),
+        };
     }
-    let Some(mut id) = status.backup_id.clone().filter(|_| status.phase.is_some()) else {
+    let Some(id) = status.backup_id.clone().filter(|_| status.phase.is_some()) else {
         // Never started: nothing of it is in the store.
-        set_finalizer(api, backup, false).await?;
-        return Ok(Action::await_change());
+        return Cleanup::Release { event: None };
     };
     // Consolidation merged it into a synthetic full that holds its restore point now: the
     // deletion acts on that full (seed 002), under the same rules.
-    let replaced = status
+    if let Some(r) = status
         .data_removed
         .as_ref()
-        .and_then(|r| r.replaced_by.clone());
-    if let Some(r) = &replaced {
-        id = r.backup_id.clone();
+        .and_then(|r| r.replaced_by.as_ref())
+    {
+        return Cleanup::Delete {
+            id: r.backup_id.clone(),
+            replaced: true,
+            expired: backup.annotations().contains_key(EXPIRED_ANNOTATION),
+        };
     }
-    if let Some(removed) = status.data_removed.as_ref().filter(|_| replaced.is_none()) {
+    if let Some(removed) = &status.data_removed {
         // A retention pass deleted its data (and ran the DeleteHooks then): nothing is left
         // to delete, and the hooks must not run twice.
         let note = format!(
@@ -158,20 +168,81 @@ pub async fn on_delete(
                 .map(|a| format!(" (audit record {a})"))
                 .unwrap_or_default()
         );
-        ctx.event(&reference, EventType::Normal, "RemoteDataDeleted", &note)
-            .await;
-        set_finalizer(api, backup, false).await?;
-        return Ok(Action::await_change());
+        return Cleanup::Release {
+            event: Some(("RemoteDataDeleted", note)),
+        };
     }
+    Cleanup::Delete {
+        id,
+        replaced: false,
+        expired: backup.annotations().contains_key(EXPIRED_ANNOTATION),
+    }
+}
+
+/// The condition of a Backup whose data stays, marked, while a recovery depends on it
+/// (`keep`): its reason and message.
+pub(crate) fn marked_condition(id: &str, keep: &[tidemark_core::Reason]) -> (&'static str, String) {
+    let why: Vec<String> = keep.iter().map(ToString::to_string).collect();
+    if keep == [tidemark_core::Reason::Floor] {
+        (
+            "LastRestorableBackup",
+            format!(
+                "backup {id} is the last restorable backup of this store, so its data stays (marked for deletion): a retention pass removes it once another backup is restorable. Annotate {SKIP_ANNOTATION}=\"true\" to let the object go now (the mark stays)"
+            ),
+        )
+    } else {
+        (
+            "WaitingForRetention",
+            format!(
+                "backup {id} is marked for deletion but stays in the store while a recovery depends on it ({}): the last restorable backup is never deleted, nor the base of a committed increment; a retention pass removes it (with consolidate, merges its chain into a synthetic full) once that no longer holds. Annotate {SKIP_ANNOTATION}=\"true\" to let the object go now (the mark stays)",
+                why.join(", ")
+            ),
+        )
+    }
+}
+
+/// A Backup being deleted that carries the finalizer (and whose attempt is not running):
+/// [`decide_cleanup`], then its hooks, then the deletion under the store's fence.
+///
+/// # Guarantees
+/// Remote data is deleted only for a Backup whose effective `deletionPolicy` put the
+/// finalizer on it, only the backup its status recorded (or the synthetic full that
+/// replaced it), only from the store it was recorded in, only under the store's lease
+/// (stopped when the lease is lost), and never while a recovery depends on it (marked
+/// instead). The finalizer goes only once nothing is left to delete.
+///
+/// # Errors
+/// The cleanup failed (recorded on the Backup and as a Warning event first); retried.
+pub async fn on_delete(
+    ctx: &Context,
+    api: &Api<Backup>,
+    backup: &Backup,
+    policy: Option<&BackupPolicy>,
+) -> Result<Action, Error> {
+    let reference = backup.object_ref(&());
+    let (id, replaced, expired) = match decide_cleanup(backup) {
+        Cleanup::Release { event } => {
+            if let Some((reason, note)) = event {
+                ctx.event(&reference, EventType::Normal, reason, &note)
+                    .await;
+            }
+            set_finalizer(api, backup, false).await?;
+            return Ok(Action::await_change());
+        }
+        Cleanup::Delete {
+            id,
+            replaced,
+            expired,
+        } => (id, replaced, expired),
+    };
     // The DeleteHooks first, in name order; a Job hook is followed across reconciles.
-    let expired = backup.annotations().contains_key(EXPIRED_ANNOTATION);
+    // (Not again for a replaced backup: they ran when its own data was removed.)
     let word = if expired {
         "ttlExpired"
     } else {
         "deletionRequested"
     };
-    // (Not again for a replaced backup: they ran when its own data was removed.)
-    let hooks = if replaced.is_some() {
+    let hooks = if replaced {
         Vec::new()
     } else {
         // A webhook may take up to its timeout: the background turn is given back
@@ -185,65 +256,14 @@ pub async fn on_delete(
     // Re-read: the hooks' outcomes are in its status now.
     let fresh = api.get(&backup.name_any()).await?;
     let backup = &fresh;
-    let result = async {
-        let Some(policy) = policy else {
-            return Err(Error::Missing(format!(
-                "BackupPolicy {}/{} (spec.policy.name) does not exist, so the store is unknown; restore it, or annotate the Backup {SKIP_ANNOTATION}=\"true\" to let it go without deleting its data",
-                backup.namespace().unwrap_or_default(),
-                backup.spec.template.policy.name
-            )));
-        };
-        let store = crate::stores::open(ctx, policy).await?;
-        // Under the store's lease until the deletion is done; the deletion stops if it is
-        // lost.
-        let fence = crate::fence::acquire(ctx, &store).await?;
-        // The store it was written to, as recorded: a policy pointed elsewhere since
-        // must not make its data look gone.
-        if let Some(recorded) = status.bucket.as_deref()
-            && recorded != store.url
-        {
-            return Err(Error::Invalid(format!(
-                "the backup was recorded in {recorded}, but BackupPolicy {} now names {}; point it back, or annotate {SKIP_ANNOTATION}=\"true\" to let the object go and keep the data",
-                policy.name_any(),
-                store.url
-            )));
-        }
-        Ok(fence)
-    }
-    .await;
-    let fence = match result {
-        Ok(r) => r,
+    let fence = match fenced_store(ctx, backup, policy).await {
+        Ok(f) => f,
         Err(e) => return failed(ctx, api, backup, e).await,
     };
-    // Only the backup this object made: its id under the name its status recorded.
-    let name = recorded_name(backup);
-    let by = format!(
-        "Backup {}/{}",
-        backup.namespace().unwrap_or_default(),
-        backup.name_any()
-    );
-    let mut audit_extra = serde_json::Map::new();
-    if !hooks.is_empty() {
-        audit_extra.insert(
-            "hooks".into(),
-            json!([{"backupId": id, "backupName": crate::names::store_name(backup), "hooks": hooks}]),
-        );
-    }
-    let request = DeleteRequest {
-        name: name.clone(),
-        id: id.clone(),
-        // An expired TTL says so in the audit record.
-        reason: if expired {
-            tidemark_core::Reason::TtlExpired
-        } else {
-            tidemark_core::Reason::DeletionRequested
-        },
-        requested_by: by,
-        audit_extra,
-        now: ctx.clock.now(),
-    };
+    let request = delete_request(backup, &id, expired, hooks, ctx.clock.now());
     let deleted = delete_requested(&fence, &request).await;
     fence.release().await;
+    let name = &request.name;
     let report = match deleted {
         Err(e) => return failed(ctx, api, backup, Error::Engine(e)).await,
         Ok(Requested::Absent) => {
@@ -262,23 +282,7 @@ pub async fn on_delete(
             // Marked, not deleted (seed 002): from now on no retention rule keeps it, and
             // a pass removes it — or merges its chain into a synthetic full — once that
             // is safe. This object waits for that.
-            let why: Vec<String> = keep.iter().map(ToString::to_string).collect();
-            let (reason, message) = if keep == [tidemark_core::Reason::Floor] {
-                (
-                    "LastRestorableBackup",
-                    format!(
-                        "backup {id} is the last restorable backup of this store, so its data stays (marked for deletion): a retention pass removes it once another backup is restorable. Annotate {SKIP_ANNOTATION}=\"true\" to let the object go now (the mark stays)"
-                    ),
-                )
-            } else {
-                (
-                    "WaitingForRetention",
-                    format!(
-                        "backup {id} is marked for deletion but stays in the store while a recovery depends on it ({}): the last restorable backup is never deleted, nor the base of a committed increment; a retention pass removes it (with consolidate, merges its chain into a synthetic full) once that no longer holds. Annotate {SKIP_ANNOTATION}=\"true\" to let the object go now (the mark stays)",
-                        why.join(", ")
-                    ),
-                )
-            };
+            let (reason, message) = marked_condition(&id, &keep);
             set_condition(api, backup, false, reason, &message).await?;
             return Ok(Action::requeue(WAITING_RECHECK));
         }
@@ -301,6 +305,71 @@ pub async fn on_delete(
         .await;
     set_finalizer(api, backup, false).await?;
     Ok(Action::await_change())
+}
+
+/// The policy's store, under its fence: the one the backup was recorded in.
+async fn fenced_store(
+    ctx: &Context,
+    backup: &Backup,
+    policy: Option<&BackupPolicy>,
+) -> Result<tidemark_engine::Fence, Error> {
+    let Some(policy) = policy else {
+        return Err(Error::Missing(format!(
+            "BackupPolicy {}/{} (spec.policy.name) does not exist, so the store is unknown; restore it, or annotate the Backup {SKIP_ANNOTATION}=\"true\" to let it go without deleting its data",
+            backup.namespace().unwrap_or_default(),
+            backup.spec.template.policy.name
+        )));
+    };
+    let store = crate::stores::open(ctx, policy).await?;
+    // The store it was written to, as recorded: a policy pointed elsewhere since must not
+    // make its data look gone.
+    if let Some(recorded) = backup.status.as_ref().and_then(|s| s.bucket.as_deref())
+        && recorded != store.url
+    {
+        return Err(Error::Invalid(format!(
+            "the backup was recorded in {recorded}, but BackupPolicy {} now names {}; point it back, or annotate {SKIP_ANNOTATION}=\"true\" to let the object go and keep the data",
+            policy.name_any(),
+            store.url
+        )));
+    }
+    // Under the store's lease until the deletion is done; the deletion stops if it is lost.
+    crate::fence::acquire(ctx, &store).await
+}
+
+/// The engine's request to delete `id`, the backup this object made (under the name its
+/// status recorded), with the hooks' outcomes in the audit record.
+fn delete_request(
+    backup: &Backup,
+    id: &str,
+    expired: bool,
+    hooks: Vec<tidemark_api::crd::HookResult>,
+    now: jiff::Timestamp,
+) -> DeleteRequest {
+    let by = format!(
+        "Backup {}/{}",
+        backup.namespace().unwrap_or_default(),
+        backup.name_any()
+    );
+    let mut audit_extra = serde_json::Map::new();
+    if !hooks.is_empty() {
+        audit_extra.insert(
+            "hooks".into(),
+            json!([{"backupId": id, "backupName": crate::names::store_name(backup), "hooks": hooks}]),
+        );
+    }
+    DeleteRequest {
+        name: recorded_name(backup),
+        id: id.to_owned(),
+        // An expired TTL says so in the audit record.
+        reason: if expired {
+            tidemark_core::Reason::TtlExpired
+        } else {
+            tidemark_core::Reason::DeletionRequested
+        },
+        requested_by: by,
+        audit_extra,
+        now,
+    }
 }
 
 /// TTL expiry (seed 004): a finished Backup with `spec.ttl` expires once `ttl` has passed
@@ -552,4 +621,96 @@ pub fn settled(backup: &Backup) -> bool {
         .as_ref()
         .and_then(|s| s.phase)
         .is_none_or(|p| p != BackupPhase::Running)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use serde_json::json;
+    use tidemark_api::crd::Backup;
+    use tidemark_core::Reason;
+
+    use super::{Cleanup, EXPIRED_ANNOTATION, SKIP_ANNOTATION, decide_cleanup, marked_condition};
+
+    const ID: &str = "20261120T020000Z-3f2a9c1d";
+    const FULL: &str = "20261121T020000Z-00000001";
+
+    fn backup(annotations: serde_json::Value, status: serde_json::Value) -> Backup {
+        serde_json::from_value(json!({
+            "apiVersion": "tidemark.io/v1alpha1", "kind": "Backup",
+            "metadata": {"name": "b", "namespace": "ns", "annotations": annotations},
+            "spec": {"policy": {"name": "db"}},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    /// The finalizer's decision, as a table: each kind of Backup and what it does.
+    #[test]
+    fn the_finalizer_decides_from_the_object_alone() {
+        let done =
+            json!({"phase": "completed", "backupId": ID, "key": format!("b/{ID}/metadata.json")});
+        let removed = json!({"phase": "completed", "backupId": ID,
+            "dataRemoved": {"at": "2026-11-22T00:00:00Z", "reasons": ["window"], "auditRecord": "c/_audit/x.json"}});
+        let replaced = json!({"phase": "completed", "backupId": ID,
+            "dataRemoved": {"at": "2026-11-22T00:00:00Z", "reasons": ["consolidated"],
+                "replacedBy": {"backupName": "b", "backupId": FULL}}});
+        let skip = json!({SKIP_ANNOTATION: "true"});
+        let expired = json!({EXPIRED_ANNOTATION: "2026-11-22T00:00:00Z"});
+        let delete = |id: &str, replaced, expired| Cleanup::Delete {
+            id: id.into(),
+            replaced,
+            expired,
+        };
+        let cases = [
+            (
+                "skip",
+                backup(skip.clone(), done.clone()),
+                "RemoteCleanupSkipped",
+            ),
+            ("never started", backup(json!({}), json!({})), "-"),
+            (
+                "removed by retention",
+                backup(json!({}), removed),
+                "RemoteDataDeleted",
+            ),
+        ];
+        for (what, b, reason) in cases {
+            match decide_cleanup(&b) {
+                Cleanup::Release { event } => {
+                    assert_eq!(event.as_ref().map_or("-", |(r, _)| *r), reason, "{what}")
+                }
+                other => panic!("{what}: {other:?}"),
+            }
+        }
+        assert_eq!(
+            decide_cleanup(&backup(json!({}), done.clone())),
+            delete(ID, false, false)
+        );
+        assert_eq!(
+            decide_cleanup(&backup(expired.clone(), done)),
+            delete(ID, false, true)
+        );
+        assert_eq!(
+            decide_cleanup(&backup(expired, replaced.clone())),
+            delete(FULL, true, true)
+        );
+        // The bypass wins over everything, a replacement included.
+        assert!(matches!(
+            decide_cleanup(&backup(skip, replaced)),
+            Cleanup::Release {
+                event: Some(("RemoteCleanupSkipped", _))
+            }
+        ));
+    }
+
+    #[test]
+    fn a_marked_backup_says_why_its_data_stays() {
+        let (reason, message) = marked_condition(ID, &[Reason::Floor]);
+        assert_eq!(reason, "LastRestorableBackup");
+        assert!(message.contains("last restorable backup") && message.contains(SKIP_ANNOTATION));
+        let (reason, message) = marked_condition(ID, &[Reason::Chain(FULL.into())]);
+        assert_eq!(reason, "WaitingForRetention");
+        assert!(message.contains(&format!("chain:{FULL}")), "{message}");
+    }
 }

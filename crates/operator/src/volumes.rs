@@ -39,7 +39,7 @@ use tidemark_api::crd::{ReplacedClaim, VolumeClaimRetention, VolumeClaimRetentio
 
 use crate::context::Context;
 use crate::error::Error;
-use crate::status::condition;
+use crate::status::condition_at;
 
 /// When no running pod was last seen mounting the claim.
 pub const LAST_UNMOUNTED: &str = "tidemark.io/last-unmounted-on";
@@ -50,7 +50,7 @@ const RECHECK: Duration = Duration::from_secs(300);
 
 /// What one claim is, as the reaper judges it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub enum ClaimVerdict {
     /// A running pod mounts it.
     Mounted { pod: String },
     /// Unmounted, its TTL not passed yet (or it has no stamp yet).
@@ -66,13 +66,99 @@ pub fn judge(
     stamp: Option<Timestamp>,
     ttl: tidemark_core::RetentionDuration,
     now: Timestamp,
-) -> Verdict {
+) -> ClaimVerdict {
     match (mounted_by, stamp) {
-        (Some(pod), _) => Verdict::Mounted {
+        (Some(pod), _) => ClaimVerdict::Mounted {
             pod: pod.to_owned(),
         },
-        (None, Some(since)) if now > ttl.after(since) => Verdict::Expired { since },
-        (None, since) => Verdict::Waiting { since },
+        (None, Some(since)) if now > ttl.after(since) => ClaimVerdict::Expired { since },
+        (None, since) => ClaimVerdict::Waiting { since },
+    }
+}
+
+/// The claim annotations a look changes (`null` removes one): the pod it belongs to, and
+/// when it was last seen unmounted (set when first seen so, removed once mounted).
+pub(crate) fn annotation_patch(
+    annotations: &BTreeMap<String, String>,
+    owner: Option<&str>,
+    verdict: &ClaimVerdict,
+    now: Timestamp,
+) -> serde_json::Map<String, serde_json::Value> {
+    let mut patch = serde_json::Map::new();
+    if let Some(pod) = owner
+        && annotations.get(POD_NAME).map(String::as_str) != Some(pod)
+    {
+        patch.insert(POD_NAME.into(), json!(pod));
+    }
+    match verdict {
+        ClaimVerdict::Mounted { .. } if annotations.contains_key(LAST_UNMOUNTED) => {
+            patch.insert(LAST_UNMOUNTED.into(), serde_json::Value::Null);
+        }
+        ClaimVerdict::Waiting { since: None } => {
+            patch.insert(LAST_UNMOUNTED.into(), json!(now.to_string()));
+        }
+        _ => {}
+    }
+    patch
+}
+
+/// What one look found and did.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Look {
+    pub selected: usize,
+    pub unmounted: u64,
+    /// Claims deleted (a dry run: that would be).
+    pub deleted: Vec<String>,
+    pub retained: Vec<String>,
+    pub replaced: Vec<ReplacedClaim>,
+}
+
+/// The status a look leaves: a pure function of what it did, the status before and `now`.
+/// What the last deleting look deleted stays shown (the deletion itself triggers another
+/// look, which deletes nothing).
+pub(crate) fn reaper_status(
+    previous: &VolumeClaimRetentionStatus,
+    look: Look,
+    dry_run: bool,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> VolumeClaimRetentionStatus {
+    let Look {
+        selected,
+        unmounted,
+        mut deleted,
+        retained,
+        replaced,
+    } = look;
+    if !dry_run && deleted.is_empty() {
+        deleted = previous.deleted.clone();
+    }
+    let summary = if dry_run {
+        format!(
+            "{selected} claim(s) selected, {unmounted} unmounted; dry run: {} would be deleted",
+            deleted.len()
+        )
+    } else {
+        format!(
+            "{selected} claim(s) selected, {unmounted} unmounted, {} deleted",
+            deleted.len()
+        )
+    };
+    VolumeClaimRetentionStatus {
+        last_run_time: Some(Time(now)),
+        unmounted: Some(unmounted),
+        deleted,
+        retained_volumes: retained,
+        replaced,
+        conditions: vec![condition_at(
+            &previous.conditions,
+            "Ready",
+            true,
+            "Reaped",
+            &summary,
+            generation,
+            now,
+        )],
     }
 }
 
@@ -189,21 +275,7 @@ pub async fn reconcile(vcr: Arc<VolumeClaimRetention>, ctx: Arc<Context>) -> Res
         let owner = running.get(&name).or_else(|| referenced.get(&name));
         let verdict = judge(running.get(&name).map(String::as_str), stamp, ttl, now);
         // The annotations first: what is known is recorded even if the rest fails.
-        let mut patch = serde_json::Map::new();
-        if let Some(pod) = owner
-            && annotations.get(POD_NAME) != Some(pod)
-        {
-            patch.insert(POD_NAME.into(), json!(pod));
-        }
-        match &verdict {
-            Verdict::Mounted { .. } if annotations.contains_key(LAST_UNMOUNTED) => {
-                patch.insert(LAST_UNMOUNTED.into(), serde_json::Value::Null);
-            }
-            Verdict::Waiting { since: None } => {
-                patch.insert(LAST_UNMOUNTED.into(), json!(now.to_string()));
-            }
-            _ => {}
-        }
+        let patch = annotation_patch(annotations, owner.map(String::as_str), &verdict, now);
         if !patch.is_empty() {
             claims_api
                 .patch(
@@ -214,7 +286,7 @@ pub async fn reconcile(vcr: Arc<VolumeClaimRetention>, ctx: Arc<Context>) -> Res
                 .await?;
         }
         match verdict {
-            Verdict::Mounted { pod } => {
+            ClaimVerdict::Mounted { pod } => {
                 if let Some(since) = stamp.filter(|s| now > ttl.after(*s)) {
                     // Started before the reaper could replace it (a pod that was never
                     // pending long enough to be seen so): said, not hidden.
@@ -229,13 +301,13 @@ pub async fn reconcile(vcr: Arc<VolumeClaimRetention>, ctx: Arc<Context>) -> Res
                     .await;
                 }
             }
-            Verdict::Waiting { since } => {
+            ClaimVerdict::Waiting { since } => {
                 unmounted += 1;
                 let until = ttl.after(since.unwrap_or(now));
                 let wait = now.duration_until(until).unsigned_abs() + Duration::from_secs(1);
                 next = next.min(wait);
             }
-            Verdict::Expired { since } => {
+            ClaimVerdict::Expired { since } => {
                 unmounted += 1;
                 if let Some(pv) = claim.spec.as_ref().and_then(|s| s.volume_name.as_deref())
                     && !vcr.spec.delete_retained_volumes
@@ -304,39 +376,19 @@ pub async fn reconcile(vcr: Arc<VolumeClaimRetention>, ctx: Arc<Context>) -> Res
             }
         }
     }
-    // What the last deleting look deleted stays shown (the deletion itself triggers
-    // another look, which deletes nothing).
-    if !vcr.spec.dry_run && deleted.is_empty() {
-        deleted = previous.deleted.clone();
-    }
-    let summary = if vcr.spec.dry_run {
-        format!(
-            "{} claim(s) selected, {unmounted} unmounted; dry run: {} would be deleted",
-            claims.len(),
-            deleted.len()
-        )
-    } else {
-        format!(
-            "{} claim(s) selected, {unmounted} unmounted, {} deleted",
-            claims.len(),
-            deleted.len()
-        )
-    };
-    let status = VolumeClaimRetentionStatus {
-        last_run_time: Some(Time(now)),
-        unmounted: Some(unmounted),
-        deleted,
-        retained_volumes: retained,
-        replaced,
-        conditions: vec![condition(
-            &previous.conditions,
-            "Ready",
-            true,
-            "Reaped",
-            &summary,
-            vcr.meta().generation,
-        )],
-    };
+    let status = reaper_status(
+        &previous,
+        Look {
+            selected: claims.len(),
+            unmounted,
+            deleted,
+            retained,
+            replaced,
+        },
+        vcr.spec.dry_run,
+        vcr.meta().generation,
+        now,
+    );
     crate::status::own(&api, &vcr.name_any(), &status).await?;
     Ok(Action::requeue(next))
 }
@@ -628,23 +680,125 @@ mod tests {
         // Mounted: whatever the stamp says.
         assert_eq!(
             judge(Some("db-0"), Some(t("2026-11-01T00:00:00Z")), ttl, now),
-            Verdict::Mounted { pod: "db-0".into() }
+            ClaimVerdict::Mounted { pod: "db-0".into() }
         );
         // Never stamped: it is stamped now, not deleted.
         assert_eq!(
             judge(None, None, ttl, now),
-            Verdict::Waiting { since: None }
+            ClaimVerdict::Waiting { since: None }
         );
         // Exactly the TTL ago: not yet (strictly after, as every TTL).
         let edge = t("2026-11-22T12:00:00Z");
         assert_eq!(
             judge(None, Some(edge), ttl, now),
-            Verdict::Waiting { since: Some(edge) }
+            ClaimVerdict::Waiting { since: Some(edge) }
         );
         let old = t("2026-11-22T11:59:59Z");
         assert_eq!(
             judge(None, Some(old), ttl, now),
-            Verdict::Expired { since: old }
+            ClaimVerdict::Expired { since: old }
         );
+    }
+
+    /// The annotations a look writes, as a table: owner and stamp by verdict.
+    #[test]
+    fn a_look_stamps_unmounted_claims_and_clears_mounted_ones() {
+        let now: Timestamp = "2026-11-23T12:00:00Z".parse().unwrap();
+        let since: Timestamp = "2026-11-22T12:00:00Z".parse().unwrap();
+        let stamped: BTreeMap<String, String> = [
+            (LAST_UNMOUNTED.to_owned(), since.to_string()),
+            (POD_NAME.to_owned(), "db-0".to_owned()),
+        ]
+        .into_iter()
+        .collect();
+        let none = BTreeMap::new();
+        let mounted = ClaimVerdict::Mounted { pod: "db-0".into() };
+        let cases: [(
+            &BTreeMap<String, String>,
+            Option<&str>,
+            ClaimVerdict,
+            serde_json::Value,
+        ); 5] = [
+            (
+                &stamped,
+                Some("db-0"),
+                mounted.clone(),
+                json!({LAST_UNMOUNTED: null}),
+            ),
+            (&none, Some("db-1"), mounted, json!({POD_NAME: "db-1"})),
+            (
+                &none,
+                None,
+                ClaimVerdict::Waiting { since: None },
+                json!({LAST_UNMOUNTED: now.to_string()}),
+            ),
+            (
+                &stamped,
+                Some("db-0"),
+                ClaimVerdict::Waiting { since: Some(since) },
+                json!({}),
+            ),
+            (
+                &stamped,
+                Some("db-0"),
+                ClaimVerdict::Expired { since },
+                json!({}),
+            ),
+        ];
+        for (annotations, owner, verdict, want) in cases {
+            let got = annotation_patch(annotations, owner, &verdict, now);
+            assert_eq!(serde_json::Value::Object(got), want, "{verdict:?}");
+        }
+    }
+
+    /// The status a look leaves, as a table.
+    #[test]
+    fn a_look_status_is_a_function_of_what_it_did() {
+        let now: Timestamp = "2026-11-23T12:00:00Z".parse().unwrap();
+        let previous = VolumeClaimRetentionStatus {
+            deleted: vec!["old-claim".into()],
+            ..Default::default()
+        };
+        let look = |deleted: &[&str]| Look {
+            selected: 3,
+            unmounted: 2,
+            deleted: deleted.iter().map(|d| (*d).to_owned()).collect(),
+            ..Default::default()
+        };
+        let cases = [
+            (
+                look(&["c1"]),
+                false,
+                vec!["c1"],
+                "3 claim(s) selected, 2 unmounted, 1 deleted",
+            ),
+            // The look the deletion triggers keeps showing what the last one deleted.
+            (
+                look(&[]),
+                false,
+                vec!["old-claim"],
+                "3 claim(s) selected, 2 unmounted, 1 deleted",
+            ),
+            (
+                look(&[]),
+                true,
+                vec![],
+                "3 claim(s) selected, 2 unmounted; dry run: 0 would be deleted",
+            ),
+            (
+                look(&["c2"]),
+                true,
+                vec!["c2"],
+                "3 claim(s) selected, 2 unmounted; dry run: 1 would be deleted",
+            ),
+        ];
+        for (l, dry_run, deleted, summary) in cases {
+            let st = reaper_status(&previous, l, dry_run, Some(2), now);
+            assert_eq!(st.deleted, deleted, "{summary}");
+            assert_eq!(st.conditions[0].message, summary);
+            assert_eq!(st.conditions[0].last_transition_time.0, now);
+            assert_eq!(st.last_run_time.map(|t| t.0), Some(now));
+            assert_eq!(st.unmounted, Some(2));
+        }
     }
 }

@@ -713,12 +713,13 @@ mod tests {
         .collect();
         let none = BTreeMap::new();
         let mounted = ClaimVerdict::Mounted { pod: "db-0".into() };
-        let cases: [(
-            &BTreeMap<String, String>,
-            Option<&str>,
+        type Case<'a> = (
+            &'a BTreeMap<String, String>,
+            Option<&'a str>,
             ClaimVerdict,
             serde_json::Value,
-        ); 5] = [
+        );
+        let cases: [Case<'_>; 5] = [
             (
                 &stamped,
                 Some("db-0"),

@@ -80,6 +80,9 @@ impl BackupRunner for LocalProcess {
 /// Takes one backup on this machine: the attempt lifecycle around a local command (or
 /// stdin).
 ///
+/// # Guarantees
+/// On failure, deletes only this attempt's own payload and marker, never a committed object.
+///
 /// # Errors
 /// Bad input (a mariabackup parent without LSNs, a taken backup-id) before anything is
 /// recorded; a failed source or upload, recorded as a failed attempt.
@@ -129,6 +132,9 @@ pub async fn take_backup(
 /// Takes one backup from `source` (started once the backup-id is claimed): the attempt
 /// lifecycle without anything method-specific, for a source that runs elsewhere (the
 /// operator's `exec` through `pods/exec`).
+///
+/// # Guarantees
+/// On failure, deletes only this attempt's own payload and marker, never a committed object.
 ///
 /// # Errors
 /// A taken backup-id before anything is recorded; a failed source or upload, recorded as a

@@ -438,6 +438,9 @@ fn consolidation_targets(survey: &Survey) -> Vec<Backup> {
 /// as it stops `gc` without `--ignore-malformed` (an error of class Data), and what it
 /// deleted is logged, each backup with its reasons.
 ///
+/// # Guarantees
+/// Those of [`retention_pass`].
+///
 /// # Errors
 /// As [`retention_pass`], and malformed metadata.
 pub async fn unattended_pass(

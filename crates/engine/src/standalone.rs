@@ -142,6 +142,11 @@ impl Ctx {
 
 /// Runs every policy until `shutdown` resolves (or a lease is lost).
 ///
+/// # Guarantees
+/// Each policy's retention runs only under its store's lease, held for the whole run: a
+/// second runner is refused, and a lease lost stops the run and its pass before anything more
+/// is deleted.
+///
 /// # Errors
 /// A cluster's lease is held by another runner (nothing is started), a lease was lost
 /// while running, or the state could not be read.

@@ -52,8 +52,9 @@ pub enum ConsolidateError {
 /// `consolidate` actions ask for; the deletions that follow are the executor's.
 ///
 /// # Guarantees
-/// Deletes nothing. The new full is committed only when its whole payload is uploaded;
-/// on failure its partial upload is aborted.
+/// Deletes nothing of the chain it merges, nor any committed object. The new full is
+/// committed only when its whole payload is uploaded; on failure its partial upload is
+/// aborted and its own payload removed (a synthetic full never committed).
 ///
 /// # Errors
 /// The chain is incomplete; a download fails its checksum; a MariaDB tool fails; the

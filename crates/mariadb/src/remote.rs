@@ -345,6 +345,9 @@ impl RemoteServer {
     /// Ships the spool's closed files (all but the newest, which the server may still be
     /// writing) with the ordinary archiver, then removes the shipped ones from the spool.
     ///
+    /// # Guarantees
+    /// Deletes a spool file only after the archive holds it (uploaded and indexed).
+    ///
     /// # Errors
     /// The spool cannot be read or written; as [`archive_pass`].
     pub async fn ship(

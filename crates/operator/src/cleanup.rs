@@ -380,6 +380,10 @@ fn delete_request(
 /// policy or its Secret the data cannot be reached: a Warning event and `Expired=False`
 /// say so, the data and the object stay, and it is retried.
 ///
+/// # Guarantees
+/// Deletes only a Backup whose own `ttl` ran out (by the operator's clock); its data goes
+/// with it through the finalizer ([`on_delete`]) with reason `ttlExpired`.
+///
 /// # Errors
 /// The API or the store failed; the policy or its Secret is missing (after the warning).
 pub async fn expire(

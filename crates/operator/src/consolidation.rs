@@ -188,6 +188,9 @@ fn committed(survey: &Survey, target: &Backup) -> Option<Consolidation> {
 impl JobConsolidator {
     /// Removes this policy's consolidation Jobs that succeeded: their synthetic fulls are in
     /// the store, which the pass just read. (A failed one is removed when it is reported.)
+    ///
+    /// # Guarantees
+    /// Deletes only this consolidator's own finished Jobs.
     pub async fn remove_finished(&self) {
         let selector = format!("tidemark.io/consolidation={}", self.policy.name_any());
         let Ok(list) = self

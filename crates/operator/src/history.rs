@@ -56,6 +56,9 @@ pub(crate) fn beyond(
 /// Deletes `policy`'s Backup objects beyond their history (after a retention pass;
 /// `just_recorded` were marked removed at `now` by that pass, which the watch cache may
 /// not show yet). A failure is logged; the next pass tries again.
+///
+/// # Guarantees
+/// Deletes only Backup objects of `policy` whose data is gone, beyond the history it keeps.
 pub(crate) async fn prune(
     ctx: &Context,
     policy: &BackupPolicy,

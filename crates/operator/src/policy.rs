@@ -30,6 +30,10 @@ use crate::status::{condition, condition_at};
 
 /// Runs the policy's retention pass when it is due.
 ///
+/// # Guarantees
+/// Deletes only what the engine's pass plans, under the store's lease ([`unattended_pass`]);
+/// and Backup objects beyond their history (`history::prune`), finished consolidation Jobs.
+///
 /// # Errors
 /// The spec is invalid, its Secret is missing, the store failed or holds data that blocks
 /// the pass; each also lands in status as the `Ready` condition.

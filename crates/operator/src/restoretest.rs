@@ -80,6 +80,10 @@ fn ended(job: &Job) -> Option<bool> {
 
 /// Looks after the restore tests of `policy`; returns when to look again (`None`: the
 /// policy has none). Trouble is reported as an event, never stops retention.
+///
+/// # Guarantees
+/// Deletes only its own finished restore-test Jobs; the store is only read (and the
+/// outcome recorded).
 pub async fn reconcile(ctx: &Context, policy: &BackupPolicy) -> Option<Duration> {
     let spec = policy.spec.restore_test.as_ref()?;
     match step(ctx, policy, spec).await {

@@ -215,6 +215,12 @@ fn mounts(pods: &[Pod]) -> Mounts {
 
 /// One look at a VolumeClaimRetention.
 ///
+/// # Guarantees
+/// Deletes only claims the VolumeClaimRetention selects, unmounted by any running pod for
+/// longer than its `ttl` (at least a day), looked at again right before the delete and
+/// deleted by uid (never a claim recreated under the name); never one whose volume is
+/// `Retain` unless `deleteRetainedVolumes`; nothing under `dryRun`.
+///
 /// # Errors
 /// The API failed; the spec is invalid (waits for a change).
 pub async fn reconcile(vcr: Arc<VolumeClaimRetention>, ctx: Arc<Context>) -> Result<Action, Error> {

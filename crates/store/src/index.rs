@@ -432,6 +432,9 @@ fn parse(store: &ClusterStore, key: &Path, bytes: &[u8]) -> Result<IndexFile, St
 /// Removes the entries in `gone` (segments confirmed deleted) from the index, and
 /// seals head entries beyond `shard_size` into shards. Returns how many were removed.
 ///
+/// # Guarantees
+/// As [`update`]: only the entries in `gone`, and shards only once no head names them.
+///
 /// # Errors
 /// As [`update`].
 pub async fn remove_entries(
@@ -460,6 +463,11 @@ pub struct Change {
 /// conditional write (re-reading and re-applying when another writer — an archiver, a pass
 /// — changed it), then replaced shards are deleted. `loaded` is the index as already read
 /// (`None`: read it here, or create it).
+///
+/// # Guarantees
+/// Every segment entry removed was asked for in `gone`; replaced shards are deleted only after
+/// the head that no longer names them is written (a crash leaves unreferenced shards, which a
+/// later pass deletes); shards of its own that a failed update wrote are removed again.
 ///
 /// # Errors
 /// A failed request, a malformed or newer index, a head that kept changing, or a timeline
@@ -663,6 +671,9 @@ async fn put_one(store: &ClusterStore, key: Path, body: PutPayload) -> Result<()
 
 /// Deletes shard objects, best effort: one left behind is an unreferenced shard, which a
 /// later pass deletes. Returns how many are gone.
+///
+/// # Guarantees
+/// Deletes exactly the keys it is given (shards no head names any more).
 pub(crate) async fn delete_shards<'a>(
     store: &ClusterStore,
     keys: impl Iterator<Item = &'a String>,

@@ -157,6 +157,10 @@ fn chrono_time(meta: &std::fs::Metadata) -> chrono::DateTime<chrono::Utc> {
 /// Removes the staging file `key` (relative to `root`, `#<n>` included) — never through a
 /// symbolic link, and only a regular file with a staging name. One already gone is removed.
 ///
+/// # Guarantees
+/// Only a regular file with a staging name under `root`; never through a symbolic link,
+/// never a directory.
+///
 /// # Errors
 /// The key is not a staging file's, a link is on the way, or removing failed.
 pub fn remove_staging(root: &FsPath, key: &str) -> std::io::Result<()> {

@@ -319,6 +319,9 @@ impl S3Native {
     /// Deletes one version of `key`. A version already gone is success; a locked one is
     /// refused by the server (403), which is what object lock is for.
     ///
+    /// # Guarantees
+    /// One version of `key`, no other; a locked version is refused by the server.
+    ///
     /// # Errors
     /// The server refused (locked) or the request failed.
     pub async fn delete_version(&self, key: &Path, version: &str) -> object_store::Result<()> {
@@ -334,6 +337,9 @@ impl S3Native {
 
     /// Deletes every version of `key` (its data and its delete markers), so nothing of it
     /// stays billed in a versioned bucket. Returns how many versions went.
+    ///
+    /// # Guarantees
+    /// Only the versions and delete markers of `key` itself (its exact key, not a prefix).
     ///
     /// # Errors
     /// A version is still locked (the server refuses), or a request failed; the versions
@@ -407,6 +413,9 @@ impl crate::open::ClusterStore {
 
     /// Deletes one version of `key` (what someone holding the store's credentials could
     /// try; the server refuses a locked version).
+    ///
+    /// # Guarantees
+    /// One version of `key` in this cluster's prefix; the server refuses a locked one.
     ///
     /// # Errors
     /// Not an S3 store; the server refused; the request failed.

@@ -370,6 +370,10 @@ pub async fn renew_lease(
 }
 
 /// Gives the lease up (best effort: unreleased, it expires).
+///
+/// # Guarantees
+/// Deletes `_state/lease.json` only while it still names `held`'s holder: a lease another
+/// holder took meanwhile is never removed.
 pub async fn release_lease(store: &ClusterStore, held: &HeldLease) {
     let key = lease_key();
     if let Ok(Some((l, _))) = read_lease(store).await

@@ -299,6 +299,10 @@ impl Upload {
 
     /// Abandons the upload, removing what was sent (best effort: a leftover is an
     /// uncommitted payload, collected after `failedBackupsTTL`).
+    ///
+    /// # Guarantees
+    /// Only this upload's own payload key (and its unfinished multipart upload); nothing
+    /// committed refers to it yet.
     pub async fn abort(mut self, store: &ClusterStore) {
         if let Err(e) = self.writer.abort().await {
             tracing::warn!(error = %e, key = %store.display_key(&self.key), "could not abort the upload");
@@ -362,6 +366,10 @@ pub async fn upload(
 
 /// Removes the payload object of a failed attempt now rather than after
 /// `failedBackupsTTL` (best effort: the TTL collects it if this fails).
+///
+/// # Guarantees
+/// Only the payload object `name` of `spec`'s own directory (an attempt that failed before it
+/// was committed); never a `metadata.json`, never another backup's object.
 pub async fn remove_payload(store: &ClusterStore, spec: &AttemptSpec, name: &str) {
     let key = layout::payload_key(&spec.backup_name, &spec.backup_id, name);
     let _ = store.inner.delete(&key).await;
@@ -788,6 +796,10 @@ impl Attempt {
     /// Commits (or records as failed, when `outcome.error` is set) and ends the attempt:
     /// the marker goes once `metadata.json` is written. See [`commit`].
     ///
+    /// # Guarantees
+    /// The marker goes only after `metadata.json` is written: a crash between the two leaves a
+    /// committed backup with a stale marker, never a marker-less uncommitted one.
+    ///
     /// # Errors
     /// As [`commit`]; the marker stays then, and goes stale.
     pub async fn finish(self, outcome: AttemptRecord) -> Result<Metadata, Unfinished> {
@@ -822,6 +834,9 @@ impl Attempt {
 
     /// Ends the attempt without a record: the marker goes, and what was uploaded is an
     /// uncommitted attempt that `failedBackupsTTL` collects.
+    ///
+    /// # Guarantees
+    /// Only the attempt's own marker; its payload stays for the TTL to collect.
     pub async fn abandon(self) {
         self.heartbeat.abort();
         self.release().await;
@@ -834,6 +849,9 @@ impl Attempt {
 
 /// Removes an attempt's in-flight marker (best effort: one left behind goes stale and is
 /// collected with the attempt).
+///
+/// # Guarantees
+/// Only `spec`'s own `_inflight.json` marker.
 pub async fn release_marker(store: &ClusterStore, spec: &AttemptSpec) {
     let key = layout::marker_key(&spec.backup_name, &spec.backup_id);
     if let Err(e) = store.inner.delete(&key).await
@@ -1281,6 +1299,10 @@ pub async fn record_verified(
 /// after the backup's `metadata.json` went is taken back. (A deletion between that check
 /// and the end can still leave the record alone in its directory: an uncommitted attempt
 /// to a pass, collected after `failedBackupsTTL`.)
+///
+/// # Guarantees
+/// Deletes only the `_verified.json` this call wrote, and only when the backup's
+/// `metadata.json` is gone.
 ///
 /// # Errors
 /// The store failed.

@@ -118,6 +118,9 @@ impl S3Native {
 
     /// Aborts one upload (its parts are freed). An upload already gone is success.
     ///
+    /// # Guarantees
+    /// Only the upload `upload_id` of `key`: committed objects are never touched.
+    ///
     /// # Errors
     /// The request failed.
     pub async fn abort(&self, key: &str, upload_id: &str) -> object_store::Result<()> {

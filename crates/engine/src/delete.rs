@@ -109,3 +109,101 @@ async fn delete_under(
     }
     Ok(Requested::Deleted(report))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use jiff::{SignedDuration, Timestamp};
+    use tidemark_store::synth;
+
+    use super::*;
+    use crate::fence::{Fence, FenceOptions, Wait};
+
+    async fn fence(store: &ClusterStore) -> Fence {
+        Fence::acquire(
+            store,
+            "test",
+            Arc::new(crate::SystemClock),
+            FenceOptions::default(),
+            Wait::No,
+            |_| {},
+        )
+        .await
+        .unwrap()
+    }
+
+    fn request(name: &str, id: &str, now: Timestamp) -> DeleteRequest {
+        DeleteRequest {
+            name: name.into(),
+            id: id.into(),
+            reason: Reason::DeletionRequested,
+            requested_by: "test".into(),
+            audit_extra: Default::default(),
+            now,
+        }
+    }
+
+    /// A requested deletion, by what the store holds: gone, deleted (audit record first),
+    /// or marked while a recovery depends on it.
+    #[tokio::test]
+    async fn a_requested_deletion_deletes_marks_or_finds_nothing() {
+        let (_dir, store) = tidemark_store::testkit::local_store("c");
+        let now = Timestamp::now();
+        let (old, new) = synth::older_and_newer(&store, "old", "new", now)
+            .await
+            .unwrap();
+        let f = fence(&store).await;
+        let missing = synth::backup_id(now - SignedDuration::from_hours(9), 9);
+        assert!(matches!(
+            delete_requested(&f, &request("old", &missing, now))
+                .await
+                .unwrap(),
+            Requested::Absent
+        ));
+        match delete_requested(&f, &request("old", &old.id, now))
+            .await
+            .unwrap()
+        {
+            Requested::Deleted(r) => {
+                assert_eq!(r.backups_deleted, vec![old.id.clone()]);
+                assert!(r.audit_key.is_some());
+            }
+            other => panic!("{other:?}"),
+        }
+        // The last restorable backup stays, marked.
+        match delete_requested(&f, &request("new", &new.id, now))
+            .await
+            .unwrap()
+        {
+            Requested::Marked(keep) => assert_eq!(keep, vec![Reason::Floor]),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            synth::metadata_ids(&store).await.unwrap(),
+            vec![new.id.clone()]
+        );
+        f.release().await;
+    }
+
+    /// Another's fence on the store: this one cannot be had, and a fence on another store
+    /// deletes nothing here.
+    #[tokio::test]
+    async fn a_deletion_needs_the_stores_own_fence() {
+        let (_dir, store) = tidemark_store::testkit::local_store("c");
+        let now = Timestamp::now();
+        let (old, _) = synth::older_and_newer(&store, "old", "new", now)
+            .await
+            .unwrap();
+        let (_other_dir, other) = tidemark_store::testkit::local_store("c");
+        let elsewhere = fence(&other).await;
+        // The request goes to the fence's store, where the backup is not.
+        assert!(matches!(
+            delete_requested(&elsewhere, &request("old", &old.id, now))
+                .await
+                .unwrap(),
+            Requested::Absent
+        ));
+        assert_eq!(synth::metadata_ids(&store).await.unwrap().len(), 2);
+    }
+}

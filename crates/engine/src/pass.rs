@@ -515,3 +515,83 @@ pub async fn unattended_pass(
     }
     Ok(outcome)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use jiff::Timestamp;
+    use tidemark_store::synth;
+
+    use super::*;
+    use crate::fence::{FenceOptions, Wait};
+    use tidemark_store::NoProgress;
+
+    fn keep_last_one(now: Timestamp, execute: bool) -> PassRequest {
+        PassRequest {
+            policy: tidemark_core::PolicyInput {
+                keep_last: Some(1),
+                ..Default::default()
+            }
+            .validate()
+            .unwrap(),
+            policy_as_given: serde_json::json!({"keepLast": 1}),
+            now,
+            started_at: now,
+            protect: Default::default(),
+            execute,
+            ignore_malformed: false,
+            hooks: None,
+        }
+    }
+
+    /// A pass deletes only under its store's own fence: without one, or with another
+    /// store's, it is refused before it reads anything; with it, it deletes what it plans.
+    #[tokio::test]
+    async fn an_executing_pass_needs_its_stores_fence() {
+        let (_dir, store) = tidemark_store::testkit::local_store("c");
+        let (_other_dir, other) = tidemark_store::testkit::local_store("d");
+        let now = Timestamp::now();
+        let (old, new) = synth::older_and_newer(&store, "old", "new", now)
+            .await
+            .unwrap();
+        let request = keep_last_one(now, true);
+        let take = |s: &ClusterStore| {
+            let s = s.clone();
+            async move {
+                Fence::acquire(
+                    &s,
+                    "test",
+                    Arc::new(crate::SystemClock),
+                    FenceOptions::default(),
+                    Wait::No,
+                    |_| {},
+                )
+                .await
+                .unwrap()
+            }
+        };
+        let elsewhere = take(&other).await;
+        for fence in [None, Some(&elsewhere)] {
+            let e = retention_pass(&store, &request, fence, None, &NoProgress)
+                .await
+                .unwrap_err();
+            assert!(
+                e.to_string().contains("only under that store's lease"),
+                "{e}"
+            );
+        }
+        assert_eq!(synth::metadata_ids(&store).await.unwrap().len(), 2);
+        // A plan needs none.
+        let plan = retention_pass(&store, &keep_last_one(now, false), None, None, &NoProgress)
+            .await
+            .unwrap();
+        assert!(plan.executed.is_none());
+        let fence = take(&store).await;
+        let done = retention_pass(&store, &request, Some(&fence), None, &NoProgress)
+            .await
+            .unwrap();
+        assert_eq!(done.executed.unwrap().backups_deleted, vec![old.id]);
+        assert_eq!(synth::metadata_ids(&store).await.unwrap(), vec![new.id]);
+    }
+}

@@ -434,3 +434,64 @@ async fn index_now(
     index.read_shards(store, keys).await?;
     Ok(Some(index))
 }
+
+#[cfg(test)]
+mod tests {
+    use jiff::{SignedDuration, Timestamp};
+    use object_store::ObjectStoreExt as _;
+    use tidemark_store::synth::{self, SynthBackup};
+
+    use super::*;
+
+    /// Verify reads every backup back: a damaged payload is named, its backup and what
+    /// builds on it are not restorable, and the window shrinks to what is left.
+    #[tokio::test]
+    async fn verify_names_damage_and_the_window_that_follows() {
+        let (_dir, store) = tidemark_store::testkit::local_store("c");
+        assert!(
+            verify(&store, &VerifyRequest { sample: 1.0 })
+                .await
+                .unwrap()
+                .is_none(),
+            "an empty store has nothing to verify"
+        );
+        let now = Timestamp::now();
+        let a = SynthBackup::full("a", now - SignedDuration::from_hours(5), 1);
+        let a1 = SynthBackup::incremental("a1", &a.id, now - SignedDuration::from_hours(4), 2);
+        let b = SynthBackup::full("b", now - SignedDuration::from_hours(3), 3);
+        synth::write_backups(&store, &[a.clone(), a1.clone(), b.clone()])
+            .await
+            .unwrap();
+        let all = verify(&store, &VerifyRequest { sample: 1.0 })
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(all.problems, 0, "{all:?}");
+        assert!(all.backups.iter().all(|b| b.status == "ok" && b.restorable));
+        // The base of the chain is damaged on the way (same size, other bytes).
+        let key =
+            object_store::path::Path::from_iter([a.name.as_str(), a.id.as_str(), "backup.tar"]);
+        let mut bytes = a.payload.clone();
+        bytes[0] ^= 0xff;
+        store.object_store().put(&key, bytes.into()).await.unwrap();
+        let found = verify(&store, &VerifyRequest { sample: 1.0 })
+            .await
+            .unwrap()
+            .unwrap();
+        let status = |id: &str| {
+            found
+                .backups
+                .iter()
+                .find(|v| v.backup_id == id)
+                .map(|v| (v.status, v.restorable))
+                .unwrap()
+        };
+        assert_eq!(status(&a.id), ("damaged", false));
+        assert_eq!(status(&a1.id), ("brokenChain", false));
+        assert_eq!(status(&b.id), ("ok", true));
+        assert_eq!(found.problems, 2);
+        assert!(found.damage);
+        let window = found.recovery_window.unwrap();
+        assert!(window.from >= b.started_at, "{window:?}");
+    }
+}

@@ -842,8 +842,8 @@ fn deleters_share_one_fence(t: &Target) {
     );
 }
 
-/// (Issue 29) A lease lost while `gc` or `delete` works stops the work before it deletes
-/// anything: another holder took it (this process stalled past its expiry), or the store
+/// (Issue 29) A lease lost while `gc`, `delete` or `tidemark run` works stops the work
+/// before it deletes anything: another holder took it (this process stalled past its expiry), or the store
 /// stopped answering its renewals (stopped before it expires and another may take it).
 /// Here the store's listing never ends, so only the fence can stop the work.
 fn a_lost_lease_stops_gc_and_delete() {
@@ -852,15 +852,31 @@ fn a_lost_lease_stops_gc_and_delete() {
         (true, "was taken by elsewhere:1 (thief)"),
         (false, "could not be renewed in time"),
     ] {
+        let cfg = tempfile::tempdir().unwrap();
         for args in [
             &["gc", "--keep-last", "1"][..],
             &["delete", "--backup-id", "20261101T000000Z-00000001"][..],
+            &["run", "--config"][..],
         ] {
             let server = HostileS3::start(Hostility::LeaseLost { taken });
-            let mut child = bin()
-                .args(args)
-                .args(["--store", "s3://b", "--cluster", "c"])
-                .args(["--endpoint", &server.endpoint])
+            let mut cmd = bin();
+            if args[0] == "run" {
+                // `tidemark run`: its first retention pass is due at once.
+                std::fs::write(
+                    cfg.path().join("p.yaml"),
+                    format!(
+                        "apiVersion: tidemark.io/v1alpha1\nkind: BackupPolicy\nmetadata: {{name: c}}\nspec:\n  objectStore: {{bucket: b, endpoint: \"{}\"}}\n  retention: {{keepLast: 1}}\n  retentionInterval: 1h\n",
+                        server.endpoint
+                    ),
+                )
+                .unwrap();
+                cmd.args(args).arg(cfg.path());
+            } else {
+                cmd.args(args)
+                    .args(["--store", "s3://b", "--cluster", "c"])
+                    .args(["--endpoint", &server.endpoint]);
+            }
+            let mut child = cmd
                 .env("AWS_ACCESS_KEY_ID", "a")
                 .env("AWS_SECRET_ACCESS_KEY", "b")
                 .env("TIDEMARK_LEASE_TTL", "3s")

@@ -149,7 +149,11 @@ async fn hostile_values_fail_their_object_not_the_operator() {
     let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), "hostile");
     let cond = eventually("overflow refused", || async {
         let p = policies.get("overflow").await.unwrap();
-        let c = p.status?.conditions.into_iter().next()?;
+        let c = p
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Ready")?;
         (c.reason == "InvalidSpec").then_some(c)
     })
     .await;
@@ -368,7 +372,11 @@ async fn stores_need_the_tenants_own_credentials() {
     for (name, _, expected) in &cases {
         let cond = eventually(&format!("{name} refused"), || async {
             let p = policies.get(name).await.unwrap();
-            let c = p.status?.conditions.into_iter().next()?;
+            let c = p
+                .status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "Ready")?;
             (c.status == "False").then_some(c)
         })
         .await;
@@ -481,7 +489,10 @@ async fn a_newer_crd_does_not_stop_the_watch() {
         let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), ns);
         let cond = eventually(&format!("{ns} reconciled"), || async {
             let p = policies.get("db").await.ok()?;
-            p.status?.conditions.into_iter().next()
+            p.status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "Ready")
         })
         .await;
         assert_eq!(cond.reason, "InvalidSpec", "{ns}: {cond:?}");
@@ -618,7 +629,11 @@ async fn deletions_wait_for_the_store_lease() {
     let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), ns);
     let cond = eventually("the pass waits for the lease", || async {
         let p = policies.get("db").await.unwrap();
-        let c = p.status?.conditions.into_iter().next()?;
+        let c = p
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Ready")?;
         (c.reason == "Waiting").then_some(c)
     })
     .await;
@@ -951,7 +966,11 @@ async fn a_hold_placed_while_hooks_run_is_honoured() {
     let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), ns);
     eventually("the pass ended", || async {
         let p = policies.get("db").await.unwrap();
-        let c = p.status?.conditions.into_iter().next()?;
+        let c = p
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Ready")?;
         (c.reason == "PassSucceeded").then_some(())
     })
     .await;
@@ -1314,7 +1333,11 @@ async fn gcs_and_azure_credentials_come_from_the_tenants_secret() {
         async move {
             eventually(&format!("{name} looked at"), || async {
                 let p = policies.get(name).await.ok()?;
-                let c = p.status?.conditions.into_iter().next()?;
+                let c = p
+                    .status?
+                    .conditions
+                    .into_iter()
+                    .find(|c| c.type_ == "Ready")?;
                 (c.status == "False").then_some(c)
             })
             .await
@@ -1325,6 +1348,7 @@ async fn gcs_and_azure_credentials_come_from_the_tenants_secret() {
         ("gcs-real", gcs.url(), gcs.options()),
         ("azure-real", azurite.url(), azurite.options()),
     ] {
+        // (Its pass may wait for a turn first: `Queued` comes and goes beside `Ready`.)
         let ready = eventually(&format!("{name} ready"), || async {
             let c = policies
                 .get(name)
@@ -1333,7 +1357,7 @@ async fn gcs_and_azure_credentials_come_from_the_tenants_secret() {
                 .status?
                 .conditions
                 .into_iter()
-                .next()?;
+                .find(|c| c.type_ == "Ready")?;
             (c.status == "True").then_some(c)
         })
         .await;

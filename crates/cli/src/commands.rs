@@ -196,20 +196,13 @@ async fn consolidate(args: &crate::args::ConsolidateArgs) -> Result<Exit, CliErr
     }
     let target = resolve::store_target(&args.store, args.policy.as_deref())?;
     let store = &args.compress.apply(&target.store);
-    let catalog = Catalog::load(store, &NoProgress).await?;
-    let inventory = catalog.inventory(&SegmentListing::default());
-    let work = args.work_dir.clone().unwrap_or_else(std::env::temp_dir);
-    let c = tidemark_mariadb::consolidate::consolidate(
-        store,
-        &catalog,
-        &inventory,
-        &args.backup_id,
-        &Default::default(),
-        &work,
-        &NoProgress,
-    )
-    .await
-    .map_err(|e| CliError::from(tidemark_engine::EngineError::from(e)))?;
+    let consolidator = tidemark_engine::LocalConsolidator {
+        tools: Default::default(),
+        work_dir: args.work_dir.clone().unwrap_or_else(std::env::temp_dir),
+    };
+    let c =
+        tidemark_engine::pass::consolidate_now(store, &args.backup_id, &consolidator, &NoProgress)
+            .await?;
     if args.output == OutputFormat::Json {
         emit_json(&serde_json::json!({
             "target": c.target,

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use jiff::Timestamp;
 use tidemark_core::RetentionDuration;
+use tidemark_engine::archive::BinlogSource;
 use tidemark_engine::{BackupRequest, BackupRunner, EngineError, LocalProcess};
 use tidemark_mariadb::backup as mariadb;
 use tidemark_store::format::{BackupType, Metadata, MetadataPhase};
@@ -383,7 +384,7 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
                 args.max_lag
             ))
         })?;
-    let mut alarm = tidemark_mariadb::archive::LagAlarm::default();
+    let mut archiver = tidemark_engine::archive::Archiver::new(max_lag);
     let target = resolve::store_target(&args.store, args.policy.as_deref())?;
     let store = &args.compress.apply(&target.store);
     let json = args.output == OutputFormat::Json;
@@ -409,27 +410,26 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
         {
             follow(r, store, &mut follower).await;
         }
-        let report = match (&remote, &args.binlog_index) {
-            (Some(r), _) => r
-                .ship(store, &NoProgress)
-                .await
-                .map_err(|e| CliError::from(EngineError::from(e))),
-            (None, Some(index)) => {
-                tidemark_mariadb::archive::archive_pass(store, index, &NoProgress)
-                    .await
-                    .map_err(|e| CliError::from(EngineError::from(e)))
-            }
+        let source = match (&remote, &args.binlog_index) {
+            (Some(r), _) => Ok(BinlogSource::Remote(r)),
+            (None, Some(index)) => Ok(BinlogSource::Index(index)),
             (None, None) => Err(CliError::input(
                 "give --binlog-index FILE, or --from-server with the connection options after --",
             )),
         };
-        if let Ok(r) = &report
-            && !args.once
-            && let Some((behind, message)) = alarm.observe(r, max_lag)
-        {
-            let level = if behind { "warning: " } else { "" };
-            eprintln!("{} {level}{message} (--max-lag)", jiff::Timestamp::now());
-        }
+        let report = match source {
+            Ok(source) => archiver.pass(store, source).await.map_err(CliError::from),
+            Err(e) => Err(e),
+        };
+        let report = report.map(|a| {
+            if !args.once
+                && let Some((behind, message)) = &a.lag
+            {
+                let level = if *behind { "warning: " } else { "" };
+                eprintln!("{} {level}{message} (--max-lag)", jiff::Timestamp::now());
+            }
+            a.report
+        });
         match report {
             Ok(r) if json => crate::output::emit_json(&ArchivePassOut::from(r))?,
             Ok(r) => {

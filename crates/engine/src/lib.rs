@@ -3,6 +3,7 @@
 //! - [`pass`]: the retention pass — observe, plan, the work the plan asks for, execute,
 //!   report — one path for `tidemark gc`, `tidemark run` and the operator;
 //! - [`parent`]: what the next backup builds on, for every edge;
+//! - [`archive`]: a binlog archive pass and the archive's lag;
 //! - [`attempt`]: the backup attempt — marker, upload, commit, or a failed record — and
 //!   where it runs ([`attempt::BackupRunner`]: a local process now, a Job in the operator);
 //! - [`schedule`]: the schedule tick, and where a schedule's status lives
@@ -18,6 +19,7 @@
 //! - [`error`]: one error type, whose [`error::Class`] the CLI maps to exit codes and the
 //!   operator to requeue policies.
 
+pub mod archive;
 pub mod attempt;
 pub mod clock;
 pub mod delete;

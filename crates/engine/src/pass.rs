@@ -69,6 +69,35 @@ impl Consolidator for LocalConsolidator {
     }
 }
 
+/// `tidemark consolidate`: the synthetic full of the chain that ends at `backup_id`, made
+/// now on this machine (a pass makes the same when its plan asks, through its
+/// [`Consolidator`]).
+///
+/// # Guarantees
+/// Deletes nothing of the chain (a pass deletes what the full replaces, later).
+///
+/// # Errors
+/// No such backup or chain, a tool failed, the store failed.
+pub async fn consolidate_now(
+    store: &ClusterStore,
+    backup_id: &str,
+    consolidator: &LocalConsolidator,
+    progress: &dyn Progress,
+) -> Result<Consolidation, EngineError> {
+    let catalog = tidemark_store::Catalog::load(store, progress).await?;
+    let inventory = catalog.inventory(&tidemark_store::SegmentListing::default());
+    Ok(tidemark_mariadb::consolidate::consolidate(
+        store,
+        &catalog,
+        &inventory,
+        backup_id,
+        &consolidator.tools,
+        &consolidator.work_dir,
+        progress,
+    )
+    .await?)
+}
+
 /// What runs before a pass deletes backups (DeleteHooks, seed 003): it cannot stop the
 /// deletion; what it reports goes into the audit record as `hooks`.
 #[async_trait]

@@ -801,47 +801,41 @@ async fn restore_test_task(ctx: Arc<Ctx>, t: RestoreTestRun, mut stop: watch::Re
 async fn archive_task(ctx: Arc<Ctx>, a: ArchiveRun, mut stop: watch::Receiver<bool>) {
     let every = Duration::try_from(a.interval).unwrap_or(Duration::from_secs(10));
     let mut failures = 0u32;
-    let mut alarm = tidemark_mariadb::archive::LagAlarm::default();
+    let mut archiver = crate::archive::Archiver::new(a.max_lag);
     loop {
-        let wait =
-            match tidemark_mariadb::archive::archive_pass(&ctx.store, &a.binlog_index, &NoProgress)
-                .await
-            {
-                Ok(r) => {
-                    failures = 0;
-                    // Loud when the archive falls behind the server, and when it is back.
-                    match alarm.observe(&r, a.max_lag) {
-                        Some((true, m)) => {
-                            tracing::warn!(
-                                "binlogs ({}): {m} (spec.binlogArchive.maxLag)",
-                                ctx.name
-                            )
-                        }
-                        Some((false, m)) => tracing::info!("binlogs ({}): {m}", ctx.name),
-                        None => {}
+        let source = crate::archive::BinlogSource::Index(&a.binlog_index);
+        let wait = match archiver.pass(&ctx.store, source).await {
+            Ok(crate::archive::Archived { report: r, lag }) => {
+                failures = 0;
+                // Loud when the archive falls behind the server, and when it is back.
+                match lag {
+                    Some((true, m)) => {
+                        tracing::warn!("binlogs ({}): {m} (spec.binlogArchive.maxLag)", ctx.name)
                     }
-                    if !r.uploaded.is_empty() || !r.adopted.is_empty() {
-                        tracing::info!(
-                            "binlogs: archived {} ({} bytes)",
-                            r.uploaded.len() + r.adopted.len(),
-                            r.bytes
-                        );
-                    }
-                    every
+                    Some((false, m)) => tracing::info!("binlogs ({}): {m}", ctx.name),
+                    None => {}
                 }
-                Err(e) => {
-                    failures += 1;
-                    let e = EngineError::from(e);
-                    let pause = e.class().backoff(failures).max(every);
-                    tracing::warn!(
-                        "binlogs ({}): {}; retrying in {}s",
-                        ctx.name,
-                        chain(&e),
-                        pause.as_secs()
+                if !r.uploaded.is_empty() || !r.adopted.is_empty() {
+                    tracing::info!(
+                        "binlogs: archived {} ({} bytes)",
+                        r.uploaded.len() + r.adopted.len(),
+                        r.bytes
                     );
-                    pause
                 }
-            };
+                every
+            }
+            Err(e) => {
+                failures += 1;
+                let pause = e.class().backoff(failures).max(every);
+                tracing::warn!(
+                    "binlogs ({}): {}; retrying in {}s",
+                    ctx.name,
+                    chain(&e),
+                    pause.as_secs()
+                );
+                pause
+            }
+        };
         if !nap(wait, &mut stop).await {
             return;
         }

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::SignedDuration;
-use tidemark_store::ClusterStore;
 use tidemark_store::state::{self, HeldLease, Lease, LeaseError};
+use tidemark_store::{ClusterStore, StoreError};
 use tokio::sync::{Mutex, watch};
 
 use crate::clock::Clock;
@@ -27,7 +27,7 @@ pub const LEASE_TTL_ENV: &str = "TIDEMARK_LEASE_TTL";
 /// How long a lease lasts without renewal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FenceOptions {
-    pub ttl: SignedDuration,
+    ttl: SignedDuration,
 }
 
 impl Default for FenceOptions {
@@ -72,6 +72,11 @@ impl FenceOptions {
         Ok(FenceOptions { ttl })
     }
 
+    /// The TTL.
+    pub fn ttl(self) -> SignedDuration {
+        self.ttl
+    }
+
     /// How often the lease is renewed.
     fn every(self) -> Duration {
         Duration::try_from(self.ttl / 3).unwrap_or(Duration::from_secs(20))
@@ -80,6 +85,12 @@ impl FenceOptions {
     /// How long before its expiry a lease that could not be renewed counts as lost.
     fn margin(self) -> Duration {
         Duration::try_from(self.ttl / 12).unwrap_or(Duration::from_secs(5))
+    }
+
+    /// Until when a lease written by a request started at `asked` is surely held.
+    fn valid_until(self, asked: tokio::time::Instant) -> tokio::time::Instant {
+        let ttl = Duration::try_from(self.ttl).unwrap_or(Duration::ZERO);
+        asked + ttl.saturating_sub(self.margin())
     }
 }
 
@@ -109,6 +120,10 @@ pub struct Fence {
     held: Arc<Mutex<HeldLease>>,
     renewer: tokio::task::JoinHandle<()>,
     lost: watch::Receiver<Option<FenceLoss>>,
+    /// Until when (by this process's monotonic clock) the lease is surely this process's:
+    /// the start of the request that last wrote it, plus its TTL, less the margin. Work
+    /// under [`Fence::guard`] stops there unless a renewal moved it.
+    until: watch::Receiver<tokio::time::Instant>,
     released: bool,
 }
 
@@ -145,9 +160,10 @@ impl Fence {
         mut waiting: impl FnMut(&Lease) + Send,
     ) -> Result<Fence, EngineError> {
         let started = tokio::time::Instant::now();
-        let held = loop {
+        let (held, asked) = loop {
+            let asked = tokio::time::Instant::now();
             match state::acquire_lease(store, holder, clock.now(), options.ttl).await {
-                Ok(held) => break held,
+                Ok(held) => break (held, asked),
                 Err(LeaseError::Store(e)) => return Err(e.into()),
                 Err(LeaseError::Held(l)) => {
                     let left = match wait {
@@ -163,7 +179,8 @@ impl Fence {
                     let expiry = Duration::try_from(l.expires_at.duration_since(clock.now()))
                         .unwrap_or(Duration::ZERO);
                     let poll = expiry
-                        .clamp(Duration::from_millis(500), options.every())
+                        .min(options.every())
+                        .max(Duration::from_millis(500))
                         .min(left);
                     tokio::time::sleep(poll).await;
                 }
@@ -171,12 +188,21 @@ impl Fence {
         };
         let held = Arc::new(Mutex::new(held));
         let (tell, lost) = watch::channel(None);
-        let renewer = tokio::spawn(renew(store.clone(), held.clone(), clock, options, tell));
+        let (extend, until) = watch::channel(options.valid_until(asked));
+        let renewer = tokio::spawn(renew(
+            store.clone(),
+            held.clone(),
+            clock,
+            options,
+            tell,
+            extend,
+        ));
         Ok(Fence {
             store: store.clone(),
             held,
             renewer,
             lost,
+            until,
             released: false,
         })
     }
@@ -192,10 +218,16 @@ impl Fence {
     /// # Errors
     /// The fence was lost.
     pub fn check(&self) -> Result<(), EngineError> {
-        match self.lost.borrow().clone() {
-            None => Ok(()),
-            Some(l) => Err(self.error(l)),
+        if let Some(l) = self.lost.borrow().clone() {
+            return Err(self.error(l));
         }
+        if tokio::time::Instant::now() >= *self.until.borrow() {
+            return Err(self.error(FenceLoss::Expired {
+                expired: "now".into(),
+                cause: "no renewal was answered before the lease's end (less its margin)".into(),
+            }));
+        }
+        Ok(())
     }
 
     fn error(&self, lost: FenceLoss) -> EngineError {
@@ -232,8 +264,10 @@ impl Fence {
     /// where it stands and this fails with why.
     ///
     /// # Guarantees
-    /// Nothing `work` does happens after the fence was known lost: `work` is polled only
-    /// while the fence holds, and the check comes first at every poll.
+    /// `work` is polled only while the fence holds: not once it is known lost (taken by
+    /// another, or a renewal not answered in time), and not past the end of the lease as
+    /// last written less its margin (by this process's monotonic clock) — whatever the
+    /// renewer found, a stall included. Those checks come first at every poll.
     ///
     /// # Errors
     /// `work`'s error, or the fence lost ([`EngineError::LeaseLost`],
@@ -242,11 +276,20 @@ impl Fence {
         &self,
         work: impl std::future::Future<Output = Result<T, E>>,
     ) -> Result<T, E> {
-        self.check()?;
-        tokio::select! {
-            biased;
-            e = self.lost() => Err(e.into()),
-            r = work => r,
+        tokio::pin!(work);
+        let mut until = self.until.clone();
+        loop {
+            // First at every turn: lost, or past the end of the lease as last written (a
+            // process that stalled past it finds out here before its work goes on).
+            self.check()?;
+            let deadline = *until.borrow_and_update();
+            tokio::select! {
+                biased;
+                e = self.lost() => return Err(e.into()),
+                _ = tokio::time::sleep_until(deadline) => {}
+                _ = until.changed() => {}
+                r = &mut work => return r,
+            }
         }
     }
 
@@ -255,7 +298,7 @@ impl Fence {
     pub async fn release(mut self) {
         self.renewer.abort();
         self.released = true;
-        if self.lost.borrow().is_some() {
+        if self.check().is_err() {
             return;
         }
         let held = self.held.lock().await.clone();
@@ -267,7 +310,7 @@ impl Fence {
 impl Drop for Fence {
     fn drop(&mut self) {
         self.renewer.abort();
-        if !self.released && self.lost.borrow().is_none() {
+        if !self.released && self.check().is_ok() {
             let store = self.store.clone();
             let held = self.held.clone();
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
@@ -282,28 +325,32 @@ impl Drop for Fence {
     }
 }
 
-/// Renews the lease every third of its TTL until it is lost (then says why on `tell`).
+/// Renews the lease every third of its TTL until it is lost (then says why on `tell`);
+/// each renewal moves `extend` (until when the lease is surely held).
 async fn renew(
     store: ClusterStore,
     held: Arc<Mutex<HeldLease>>,
     clock: Arc<dyn Clock>,
     options: FenceOptions,
     tell: watch::Sender<Option<FenceLoss>>,
+    extend: watch::Sender<tokio::time::Instant>,
 ) {
     let every = options.every();
-    let mut wait = every;
     // What is left of the lease, less the margin in which it could be taken.
     let left = |lease: &HeldLease| {
         Duration::try_from(lease.lease.expires_at.duration_since(clock.now()))
             .unwrap_or(Duration::ZERO)
             .saturating_sub(options.margin())
     };
+    // A slow acquisition may have left less than a renewal period.
+    let mut wait = every.min(left(&*held.lock().await) / 2);
     loop {
         tokio::time::sleep(wait).await;
         let mut lease = held.lock().await;
         // A renewal must be answered before the lease runs out (less the margin): a
         // request retrying past it would let this holder work on after another took it.
         let budget = left(&lease);
+        let asked = tokio::time::Instant::now();
         let renewed = tokio::time::timeout(
             budget,
             state::renew_lease(&store, &mut lease, clock.now(), options.ttl),
@@ -321,10 +368,20 @@ async fn renew(
                 )));
                 return;
             }
-            Ok(Ok(())) => wait = every,
+            Ok(Ok(())) => {
+                let _ = extend.send(options.valid_until(asked));
+                wait = every;
+            }
             Ok(Err(LeaseError::Held(l))) => {
                 let _ = tell.send(Some(FenceLoss::Taken {
                     holder: l.describe(),
+                }));
+                return;
+            }
+            // Gone from the store: anyone may create it now.
+            Ok(Err(LeaseError::Store(StoreError::StateContention { .. }))) => {
+                let _ = tell.send(Some(FenceLoss::Taken {
+                    holder: "nobody: the lease was removed from the store".into(),
                 }));
                 return;
             }
@@ -520,16 +577,24 @@ mod tests {
         assert!(!deleted.load(Ordering::SeqCst));
     }
 
-    /// Renewed on time, the fence holds past its TTL, and the work finishes.
+    /// Renewed on time, the fence holds past its TTL (another is still refused then), and
+    /// the work finishes.
     #[tokio::test]
     async fn a_renewed_fence_outlives_its_ttl() {
         let store = memory();
         let fence = take(&store, "mine", Wait::No).await.unwrap();
         let deleted = Arc::new(AtomicBool::new(false));
-        fence
-            .guard(work(Duration::from_secs(5), &deleted))
-            .await
-            .unwrap();
+        let other = async {
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            take(&store, "other", Wait::No).await.map(|_| ())
+        };
+        let (done, other) =
+            tokio::join!(fence.guard(work(Duration::from_secs(5), &deleted)), other);
+        done.unwrap();
+        assert!(
+            matches!(other, Err(EngineError::LeaseHeld { .. })),
+            "past its first TTL the lease was not renewed: {other:?}"
+        );
         assert!(deleted.load(Ordering::SeqCst));
         fence.release().await;
         take(&store, "next", Wait::No)
@@ -537,5 +602,48 @@ mod tests {
             .unwrap()
             .release()
             .await;
+    }
+
+    /// Whatever the renewer says (here: nothing, as if it stalled with the process), work
+    /// under the fence stops when the lease as last written ends, less its margin.
+    #[tokio::test]
+    async fn work_stops_at_the_end_of_the_lease_even_unreported() {
+        let store = memory();
+        let started = tokio::time::Instant::now();
+        let fence = take(&store, "mine", Wait::No).await.unwrap();
+        // The renewer waits for the lease it renews, held here: it neither renews nor says
+        // anything (a stalled renewer).
+        let _stalled = fence.held.lock().await;
+        let deleted = Arc::new(AtomicBool::new(false));
+        match fence.guard(work(Duration::from_secs(10), &deleted)).await {
+            Err(EngineError::LeaseExpired { .. }) => {}
+            other => panic!("{other:?}"),
+        }
+        // 3 s less its twelfth: stopped before the lease ends, not before it must.
+        let at = started.elapsed();
+        assert!(
+            at >= Duration::from_millis(2500) && at < Duration::from_secs(3),
+            "{at:?}"
+        );
+        assert!(!deleted.load(Ordering::SeqCst));
+    }
+
+    /// The lease removed from the store (by a stale holder's release, by hand): anyone may
+    /// create it, so the fence is lost at the next renewal.
+    #[tokio::test]
+    async fn a_removed_lease_is_lost() {
+        let store = memory();
+        let fence = take(&store, "mine", Wait::No).await.unwrap();
+        store
+            .object_store()
+            .delete(&object_store::path::Path::from("_state/lease.json"))
+            .await
+            .unwrap();
+        let deleted = Arc::new(AtomicBool::new(false));
+        match fence.guard(work(Duration::from_secs(10), &deleted)).await {
+            Err(EngineError::LeaseLost { holder, .. }) => assert!(holder.contains("removed")),
+            other => panic!("{other:?}"),
+        }
+        assert!(!deleted.load(Ordering::SeqCst));
     }
 }

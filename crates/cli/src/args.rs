@@ -777,8 +777,14 @@ pub struct GcArgs {
 pub struct FenceArgs {
     /// When another deleter holds the store's lease (`tidemark run`, the operator's pass,
     /// another gc or delete), wait until it is released or expires — without limit, or up
-    /// to DURATION (e.g. 10m) — instead of stopping at once with exit 9.
-    #[arg(long, value_name = "DURATION", num_args = 0..=1, default_missing_value = "")]
+    /// to DURATION (`--wait=10m`) — instead of stopping at once with exit 9.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        num_args = 0..=1,
+        default_missing_value = "",
+        require_equals = true
+    )]
     pub wait: Option<String>,
 }
 

@@ -815,7 +815,7 @@ fn deleters_share_one_fence(t: &Target) {
     let e = stderr(&del);
     assert_eq!(del.status.code(), Some(9), "{e}");
     assert!(e.contains("tidemark delete deletes only under"), "{e}");
-    let waited = t.run("gc", "leased", &["--keep-last", "1", "--wait", "2s"]);
+    let waited = t.run("gc", "leased", &["--keep-last", "1", "--wait=2s"]);
     assert_eq!(waited.status.code(), Some(9), "{}", stderr(&waited));
     assert!(
         stderr(&waited).contains("waiting for the store's lease, held by"),

@@ -419,21 +419,14 @@ async fn newest_reads_back(
             announced = true;
         }
         let mut depth = transfer::Checked::Content;
-        for o in crate::verify::check_payloads(store, m, progress).await {
-            let problem = || o.problem.clone().unwrap_or_else(|| o.status.to_owned());
-            match o.status {
-                "ok" if o.checked == Some(transfer::Checked::Stored) => {
-                    depth = transfer::Checked::Stored;
+        for p in &m.payload {
+            match crate::verify::check_payload(store, m, p, progress).await {
+                Ok(transfer::Checked::Stored) => depth = transfer::Checked::Stored,
+                Ok(transfer::Checked::Content) => {}
+                Err(transfer::TransferError::Store(e)) => {
+                    return Err(EngineError::Store(Box::new(e)));
                 }
-                "ok" => {}
-                // The store failing is not the data failing: retried as the store's.
-                "unreachable" => {
-                    return Err(EngineError::Edge {
-                        class: crate::error::Class::Store,
-                        message: format!("reading back {}: {}", o.key, problem()),
-                    });
-                }
-                _ => return Err(refuse(problem())),
+                Err(e) => return Err(refuse(chain(&e))),
             }
         }
         // Never into a directory this pass deletes: the record would outlive the backup.

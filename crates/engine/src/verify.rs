@@ -3,8 +3,8 @@
 //! content where this machine can decode it (zstd's checksums; age's authentication, with
 //! an identity) — then the chains and the recovery window. A damaged, cut or missing object
 //! is named; nothing is written anywhere. `tidemark verify` is this use case; a retention
-//! pass with `requireVerified` reads the newest backup's chain ([`newest_chain`]) with the
-//! same checks ([`check_payloads`]).
+//! pass with `requireVerified` reads the newest backup's chain with the same check
+//! ([`check_payload`]).
 
 use std::collections::HashSet;
 
@@ -159,7 +159,22 @@ pub fn newest_chain(inventory: &Inventory, newest: &tidemark_core::Backup) -> Ha
     always
 }
 
-/// Reads back every payload `m` records (size, sha256, content where it can be decoded).
+/// Reads back one payload `m` records (size, sha256, content where it can be decoded):
+/// the check of `verify` and of a pass's `requireVerified`.
+///
+/// # Errors
+/// The payload is missing, cut or damaged, cannot be decoded here, or the store failed.
+pub async fn check_payload(
+    store: &ClusterStore,
+    m: &Metadata,
+    p: &tidemark_store::format::PayloadObject,
+    progress: &dyn Progress,
+) -> Result<Checked, TransferError> {
+    let key = layout::payload_key(&m.backup_name, &m.backup_id, &p.name);
+    verify_object(store, &key, p.size, Some(&p.sha256), p.form(), progress).await
+}
+
+/// [`check_payload`] for every payload `m` records, as verify reports them.
 pub async fn check_payloads(
     store: &ClusterStore,
     m: &Metadata,
@@ -168,7 +183,7 @@ pub async fn check_payloads(
     let mut out = Vec::new();
     for p in &m.payload {
         let key = layout::payload_key(&m.backup_name, &m.backup_id, &p.name);
-        let r = verify_object(store, &key, p.size, Some(&p.sha256), p.form(), progress).await;
+        let r = check_payload(store, m, p, progress).await;
         out.push(outcome(store.display_key(&key), r));
     }
     out

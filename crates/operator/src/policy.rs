@@ -396,7 +396,14 @@ async fn pass(
     let PassStatus {
         status: new,
         partly_failed,
-    } = policy_status(&outcome, &status, generation, interval, now);
+    } = policy_status(
+        &outcome,
+        &status,
+        generation,
+        interval,
+        now,
+        Timestamp::now(),
+    );
     if let Some(message) = &partly_failed {
         m.retention_failures
             .get_or_create(&labels)
@@ -423,13 +430,15 @@ pub(crate) struct PassStatus {
 }
 
 /// The status a pass leaves: a pure function of its outcome, the status before it (of the
-/// policy at `generation`) and `now`.
+/// policy at `generation`), the pass's `now` and when the status is written (`written`,
+/// the time of a condition that changes).
 pub(crate) fn policy_status(
     outcome: &PassOutcome,
     status: &BackupPolicyStatus,
     generation: Option<i64>,
     interval: jiff::SignedDuration,
     now: Timestamp,
+    written: Timestamp,
 ) -> PassStatus {
     let summary = PassSummary::of(outcome);
     let failures = outcome
@@ -491,7 +500,7 @@ pub(crate) fn policy_status(
                 "PassPartlyFailed",
                 message,
                 generation,
-                now,
+                written,
             ),
             None => condition_at(
                 &status.conditions,
@@ -500,7 +509,7 @@ pub(crate) fn policy_status(
                 "PassSucceeded",
                 &summary.note(),
                 generation,
-                now,
+                written,
             ),
         }],
         restore_test: None,
@@ -1152,7 +1161,7 @@ mod status_tests {
             let PassStatus {
                 status,
                 partly_failed,
-            } = policy_status(c.outcome, &previous(), Some(4), interval, now);
+            } = policy_status(c.outcome, &previous(), Some(4), interval, now, now);
             let ready = &status.conditions[0];
             assert_eq!(
                 (ready.status.as_str(), ready.reason.as_str()),
@@ -1183,7 +1192,7 @@ mod status_tests {
             }
             // Deterministic: the same inputs give the same patch.
             assert_eq!(
-                policy_status(c.outcome, &previous(), Some(4), interval, now).status,
+                policy_status(c.outcome, &previous(), Some(4), interval, now, now).status,
                 status
             );
         }

@@ -113,7 +113,8 @@ pub(crate) struct Look {
     pub replaced: Vec<ReplacedClaim>,
 }
 
-/// The status a look leaves: a pure function of what it did, the status before and `now`.
+/// The status a look leaves: a pure function of what it did, the status before, `now`
+/// and when it is written (`written`, the time of a condition that changes).
 /// What the last deleting look deleted stays shown (the deletion itself triggers another
 /// look, which deletes nothing).
 pub(crate) fn reaper_status(
@@ -122,6 +123,7 @@ pub(crate) fn reaper_status(
     dry_run: bool,
     generation: Option<i64>,
     now: Timestamp,
+    written: Timestamp,
 ) -> VolumeClaimRetentionStatus {
     let Look {
         selected,
@@ -157,7 +159,7 @@ pub(crate) fn reaper_status(
             "Reaped",
             &summary,
             generation,
-            now,
+            written,
         )],
     }
 }
@@ -394,6 +396,7 @@ pub async fn reconcile(vcr: Arc<VolumeClaimRetention>, ctx: Arc<Context>) -> Res
         vcr.spec.dry_run,
         vcr.meta().generation,
         now,
+        Timestamp::now(),
     );
     crate::status::own(&api, &vcr.name_any(), &status).await?;
     Ok(Action::requeue(next))
@@ -800,7 +803,7 @@ mod tests {
             ),
         ];
         for (l, dry_run, deleted, summary) in cases {
-            let st = reaper_status(&previous, l, dry_run, Some(2), now);
+            let st = reaper_status(&previous, l, dry_run, Some(2), now, now);
             assert_eq!(st.deleted, deleted, "{summary}");
             assert_eq!(st.conditions[0].message, summary);
             assert_eq!(st.conditions[0].last_transition_time.0, now);

@@ -580,6 +580,10 @@ pub(crate) async fn put_new(
 /// on, and a retention pass removes it — or consolidates its chain — once that is safe.
 /// Deletes nothing; written once (a second request leaves the first mark).
 ///
+/// # Guarantees
+/// Deletes nothing itself. The mark only lifts the rules that keep the backup: a later
+/// pass still never deletes it while the floor, a chain or a hold depends on it.
+///
 /// # Errors
 /// The mark could not be written.
 pub async fn mark_for_deletion(

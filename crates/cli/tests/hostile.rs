@@ -842,6 +842,59 @@ fn deleters_share_one_fence(t: &Target) {
     );
 }
 
+/// (Issue 29) A lease lost in the middle of a pass — here while its DeleteHook runs, which
+/// hands the store's lease to another holder, as a runner stalled past its expiry would
+/// find it — stops the pass before it deletes: both backups stay and no audit record is
+/// written.
+fn a_lease_lost_while_hooks_run_stops_the_deletion(t: &Target) {
+    let dir = t.dir.as_ref().unwrap();
+    let cfg = dir.join("hookcfg");
+    std::fs::create_dir_all(&cfg).unwrap();
+    let lease = dir.join("hooked/_state/lease.json");
+    let thief = r#"{"formatVersion":1,"holder":"thief","host":"elsewhere","pid":1,"acquiredAt":"2026-01-01T00:00:00Z","renewedAt":"2026-01-01T00:00:00Z","expiresAt":"2099-01-01T00:00:00Z"}"#;
+    let script = dir.join("steal.sh");
+    std::fs::write(
+        &script,
+        format!("printf '%s' '{thief}' > {}\nsleep 5\n", lease.display()),
+    )
+    .unwrap();
+    std::fs::write(
+        cfg.join("p.yaml"),
+        format!(
+            "apiVersion: tidemark.io/v1alpha1\nkind: BackupPolicy\nmetadata: {{name: hooked}}\nspec:\n  objectStore: {{url: \"{}\"}}\n  retention: {{keepLast: 1}}\n  retentionInterval: 1h\n---\napiVersion: tidemark.io/v1alpha1\nkind: DeleteHook\nmetadata: {{name: steal}}\nspec:\n  command: [sh, \"{}\"]\n  timeout: 30s\n",
+            t.url,
+            script.display()
+        ),
+    )
+    .unwrap();
+    let old = t.push("hooked", "old", "echo old");
+    let new = t.push("hooked", "new", "echo new");
+    let run = bin()
+        .args(["run", "--config", cfg.to_str().unwrap()])
+        .env("TIDEMARK_LEASE_TTL", "3s")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let o = run.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(9), "{err}");
+    assert!(
+        err.contains("was taken by elsewhere:1 (thief)")
+            && err.contains("stopping before anything more is deleted"),
+        "{err}"
+    );
+    let mut ids = rt()
+        .block_on(tidemark_store::synth::metadata_ids(&t.store("hooked")))
+        .unwrap();
+    ids.sort();
+    let mut want = vec![old, new];
+    want.sort();
+    assert_eq!(ids, want, "deleted after the lease was lost: {err}");
+    let audits = std::fs::read_dir(dir.join("hooked/_audit")).map_or(0, |d| d.count());
+    assert_eq!(audits, 0, "an audit record after the lease was lost");
+}
+
 /// (Issue 29) A lease lost while `gc`, `delete` or `tidemark run` works stops the work
 /// before it deletes anything: another holder took it (this process stalled past its expiry), or the store
 /// stopped answering its renewals (stopped before it expires and another may take it).
@@ -1369,6 +1422,7 @@ fn hostile_input_on_a_local_directory() {
     odd_file_names_do_not_stop_a_pass(&t);
     fetch_out_respects_what_is_there(&t);
     deleters_share_one_fence(&t);
+    a_lease_lost_while_hooks_run_stops_the_deletion(&t);
     a_lost_lease_stops_gc_and_delete();
     urls_and_endpoints_are_checked();
     a_pass_reads_no_more_than_its_budget();

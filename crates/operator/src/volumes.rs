@@ -164,6 +164,29 @@ pub(crate) fn reaper_status(
     }
 }
 
+/// What becomes of a claim unmounted past its TTL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Expired {
+    /// Its volume is `Retain` (and `deleteRetainedVolumes` is off): kept, and said.
+    Retained,
+    /// A pod that will mount it exists: the claim goes only with that pod (replaced).
+    ReplaceWithItsPod,
+    /// `dryRun`: reported as what would be deleted.
+    WouldDelete,
+    /// Deleted (after a fresh look at the pods).
+    Delete,
+}
+
+/// The pure decision for an expired claim, from the facts read for it.
+pub(crate) fn decide_expired(volume_retained: bool, live_pod: bool, dry_run: bool) -> Expired {
+    match (volume_retained, live_pod, dry_run) {
+        (true, _, _) => Expired::Retained,
+        (false, true, _) => Expired::ReplaceWithItsPod,
+        (false, false, true) => Expired::WouldDelete,
+        (false, false, false) => Expired::Delete,
+    }
+}
+
 /// Who uses which claim.
 #[derive(Debug, Default)]
 struct Mounts {
@@ -317,47 +340,60 @@ pub async fn reconcile(vcr: Arc<VolumeClaimRetention>, ctx: Arc<Context>) -> Res
             }
             ClaimVerdict::Expired { since } => {
                 unmounted += 1;
-                if let Some(pv) = claim.spec.as_ref().and_then(|s| s.volume_name.as_deref())
-                    && !vcr.spec.delete_retained_volumes
-                    && volumes_api
-                        .get_opt(pv)
-                        .await?
-                        .and_then(|v| v.spec)
-                        .and_then(|s| s.persistent_volume_reclaim_policy)
-                        .as_deref()
-                        == Some("Retain")
-                {
-                    retained.push(name.clone());
-                    continue;
-                }
-                if let Some(pod_name) = live.get(&name) {
-                    // A pod that will mount it exists (pending, say). Seed 004: an expired
-                    // claim is never mounted again — a StatefulSet's pod and claim are
-                    // replaced, so that the pod comes up on a fresh claim.
-                    let Some(pod) = pods.iter().find(|p| &p.name_any() == pod_name) else {
-                        continue;
-                    };
-                    match eligibility(&ctx, &vcr, claim, pod, since).await? {
-                        Eligible::Later => {}
-                        Eligible::Keep(why) if !vcr.spec.dry_run => {
-                            ctx.warn(&reference, "ExpiredClaimPending", &why).await;
+                // The facts the decision needs, read first (the volume only when it matters).
+                let volume_retained =
+                    match claim.spec.as_ref().and_then(|s| s.volume_name.as_deref()) {
+                        Some(pv) if !vcr.spec.delete_retained_volumes => {
+                            volumes_api
+                                .get_opt(pv)
+                                .await?
+                                .and_then(|v| v.spec)
+                                .and_then(|s| s.persistent_volume_reclaim_policy)
+                                .as_deref()
+                                == Some("Retain")
                         }
-                        Eligible::Keep(_) => {}
-                        Eligible::Replace { .. } if vcr.spec.dry_run => deleted.push(name.clone()),
-                        Eligible::Replace { set } => {
-                            if let Some(r) =
-                                replace(&ctx, &vcr, claim, pod, since, set, now).await?
-                            {
+                        _ => false,
+                    };
+                let live_pod = live
+                    .get(&name)
+                    .map(|n| pods.iter().find(|p| &p.name_any() == n));
+                match decide_expired(volume_retained, live_pod.is_some(), vcr.spec.dry_run) {
+                    Expired::Retained => {
+                        retained.push(name.clone());
+                        continue;
+                    }
+                    Expired::WouldDelete => {
+                        deleted.push(name.clone());
+                        continue;
+                    }
+                    Expired::Delete => {}
+                    Expired::ReplaceWithItsPod => {
+                        // A pod that will mount it exists (pending, say). Seed 004: an
+                        // expired claim is never mounted again — a StatefulSet's pod and
+                        // claim are replaced, so that the pod comes up on a fresh claim.
+                        let Some(Some(pod)) = live_pod else {
+                            continue;
+                        };
+                        match eligibility(&ctx, &vcr, claim, pod, since).await? {
+                            Eligible::Later => {}
+                            Eligible::Keep(why) if !vcr.spec.dry_run => {
+                                ctx.warn(&reference, "ExpiredClaimPending", &why).await;
+                            }
+                            Eligible::Keep(_) => {}
+                            Eligible::Replace { .. } if vcr.spec.dry_run => {
                                 deleted.push(name.clone());
-                                replaced.push(r);
+                            }
+                            Eligible::Replace { set } => {
+                                if let Some(r) =
+                                    replace(&ctx, &vcr, claim, pod, since, set, now).await?
+                                {
+                                    deleted.push(name.clone());
+                                    replaced.push(r);
+                                }
                             }
                         }
+                        continue;
                     }
-                    continue;
-                }
-                if vcr.spec.dry_run {
-                    deleted.push(name.clone());
-                    continue;
                 }
                 // A fresh look right before the delete: never a claim a pod now uses or
                 // is about to.
@@ -809,6 +845,25 @@ mod tests {
             assert_eq!(st.conditions[0].last_transition_time.0, now);
             assert_eq!(st.last_run_time.map(|t| t.0), Some(now));
             assert_eq!(st.unmounted, Some(2));
+        }
+    }
+
+    /// An expired claim's fate, as a table.
+    #[test]
+    fn an_expired_claim_is_kept_replaced_reported_or_deleted() {
+        for (retained, live, dry, want) in [
+            (true, true, false, Expired::Retained),
+            (true, false, true, Expired::Retained),
+            (false, true, false, Expired::ReplaceWithItsPod),
+            (false, true, true, Expired::ReplaceWithItsPod),
+            (false, false, true, Expired::WouldDelete),
+            (false, false, false, Expired::Delete),
+        ] {
+            assert_eq!(
+                decide_expired(retained, live, dry),
+                want,
+                "{retained} {live} {dry}"
+            );
         }
     }
 }

@@ -103,6 +103,20 @@ impl Target {
     }
 }
 
+/// `child`'s output once it ends; killed, and the test failed with `why`, if it runs past
+/// `limit`.
+fn finish_within(mut child: Child, limit: Duration, why: impl Fn() -> String) -> Output {
+    let t0 = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            panic!("{}", why());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -929,7 +943,7 @@ fn a_lost_lease_stops_gc_and_delete() {
                     .args(["--store", "s3://b", "--cluster", "c"])
                     .args(["--endpoint", &server.endpoint]);
             }
-            let mut child = cmd
+            let child = cmd
                 .env("AWS_ACCESS_KEY_ID", "a")
                 .env("AWS_SECRET_ACCESS_KEY", "b")
                 .env("TIDEMARK_LEASE_TTL", "3s")
@@ -937,19 +951,13 @@ fn a_lost_lease_stops_gc_and_delete() {
                 .stderr(Stdio::piped())
                 .spawn()
                 .unwrap();
-            let t0 = Instant::now();
-            while child.try_wait().unwrap().is_none() {
-                if t0.elapsed() > Duration::from_secs(60) {
-                    let _ = child.kill();
-                    panic!(
-                        "{} (taken: {taken}): still working 60 s after its lease was lost ({} requests)",
-                        args[0],
-                        server.requests.load(std::sync::atomic::Ordering::Relaxed)
-                    );
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let o = child.wait_with_output().unwrap();
+            let o = finish_within(child, Duration::from_secs(60), || {
+                format!(
+                    "{} (taken: {taken}): still working 60 s after its lease was lost ({} requests)",
+                    args[0],
+                    server.requests.load(std::sync::atomic::Ordering::Relaxed)
+                )
+            });
             let err = stderr(&o);
             assert_eq!(o.status.code(), Some(9), "{}: {err}", args[0]);
             assert!(
@@ -1104,7 +1112,7 @@ fn a_pass_reads_no_more_than_its_budget() {
         ),
     ] {
         let server = HostileS3::start(hostility);
-        let mut child = bin()
+        let child = bin()
             .args([
                 "plan",
                 "--keep-last",
@@ -1122,18 +1130,12 @@ fn a_pass_reads_no_more_than_its_budget() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let t0 = Instant::now();
-        while child.try_wait().unwrap().is_none() {
-            if t0.elapsed() > Duration::from_secs(120) {
-                let _ = child.kill();
-                panic!(
-                    "{hostility:?}: still running after 120 s ({} requests answered)",
-                    server.requests.load(std::sync::atomic::Ordering::Relaxed)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let o = child.wait_with_output().unwrap();
+        let o = finish_within(child, Duration::from_secs(120), || {
+            format!(
+                "{hostility:?}: still running after 120 s ({} requests answered)",
+                server.requests.load(std::sync::atomic::Ordering::Relaxed)
+            )
+        });
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(4), "{hostility:?}: {err}");
         assert!(

@@ -112,26 +112,11 @@ async fn delete_under(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use jiff::{SignedDuration, Timestamp};
     use tidemark_store::synth;
 
     use super::*;
-    use crate::fence::{Fence, FenceOptions, Wait};
-
-    async fn fence(store: &ClusterStore) -> Fence {
-        Fence::acquire(
-            store,
-            "test",
-            Arc::new(crate::SystemClock),
-            FenceOptions::default(),
-            Wait::No,
-            |_| {},
-        )
-        .await
-        .unwrap()
-    }
+    use crate::fence::test_fence as fence;
 
     fn request(name: &str, id: &str, now: Timestamp) -> DeleteRequest {
         DeleteRequest {

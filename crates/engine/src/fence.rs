@@ -405,6 +405,21 @@ async fn renew(
     }
 }
 
+/// A fence on `store` with the default TTL, for tests.
+#[cfg(test)]
+pub(crate) async fn test_fence(store: &ClusterStore) -> Fence {
+    Fence::acquire(
+        store,
+        "test",
+        Arc::new(crate::clock::SystemClock),
+        FenceOptions::default(),
+        Wait::No,
+        |_| {},
+    )
+    .await
+    .expect("a fence on a store nobody holds")
+}
+
 /// A holder name: `what` and a random part.
 pub fn holder(what: &str) -> String {
     format!("{what}/{:08x}", rand::random::<u32>())

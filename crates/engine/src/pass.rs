@@ -540,13 +540,12 @@ pub async fn unattended_pass(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
 
     use jiff::Timestamp;
     use tidemark_store::synth;
 
     use super::*;
-    use crate::fence::{FenceOptions, Wait};
+    use crate::fence::test_fence;
     use tidemark_store::NoProgress;
 
     fn keep_last_one(now: Timestamp, execute: bool) -> PassRequest {
@@ -578,22 +577,7 @@ mod tests {
             .await
             .unwrap();
         let request = keep_last_one(now, true);
-        let take = |s: &ClusterStore| {
-            let s = s.clone();
-            async move {
-                Fence::acquire(
-                    &s,
-                    "test",
-                    Arc::new(crate::SystemClock),
-                    FenceOptions::default(),
-                    Wait::No,
-                    |_| {},
-                )
-                .await
-                .unwrap()
-            }
-        };
-        let elsewhere = take(&other).await;
+        let elsewhere = test_fence(&other).await;
         for fence in [None, Some(&elsewhere)] {
             let e = retention_pass(&store, &request, fence, None, &NoProgress)
                 .await
@@ -609,7 +593,7 @@ mod tests {
             .await
             .unwrap();
         assert!(plan.executed.is_none());
-        let fence = take(&store).await;
+        let fence = test_fence(&store).await;
         let done = retention_pass(&store, &request, Some(&fence), None, &NoProgress)
             .await
             .unwrap();

@@ -58,26 +58,28 @@ fn code(text: &str) -> String {
             text.replace_range(at..at + "#[cfg(test)]".len(), "");
             continue;
         };
-        let body = &after[open..];
-        let mut depth = 0usize;
-        let end = body
-            .char_indices()
-            .find(|&(_, c)| {
-                match c {
-                    '{' => depth += 1,
-                    '}' => depth -= 1,
-                    _ => {}
-                }
-                depth == 0
-            })
-            .map_or(body.len(), |(i, _)| i + 1);
-        let stop = at + "#[cfg(test)]".len() + open + end;
+        let body = &after[open + 1..];
+        let end = closing_brace(body).map_or(body.len(), |i| i + 1);
+        let stop = at + "#[cfg(test)]".len() + open + 1 + end;
         text.replace_range(at..stop, "");
     }
     text.lines()
         .filter(|l| !l.trim_start().starts_with("//"))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// Where the `}` closing a brace opened just before `text` is (its byte offset).
+fn closing_brace(text: &str) -> Option<usize> {
+    let mut depth = 1usize;
+    text.char_indices().find_map(|(i, c)| {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            _ => {}
+        }
+        (depth == 0).then_some(i)
+    })
 }
 
 fn ident_char(c: char) -> bool {
@@ -93,18 +95,7 @@ fn crate_paths(code: &str) -> Vec<String> {
         }
         let rest = &code[at + "crate::".len()..];
         if let Some(group) = rest.strip_prefix('{') {
-            let mut depth = 1;
-            let end = group
-                .char_indices()
-                .find(|&(_, c)| {
-                    match c {
-                        '{' => depth += 1,
-                        '}' => depth -= 1,
-                        _ => {}
-                    }
-                    depth == 0
-                })
-                .map_or(group.len(), |(i, _)| i);
+            let end = closing_brace(group).unwrap_or(group.len());
             let mut d = 0;
             let mut item = String::new();
             for c in group[..end].chars() {

@@ -1,0 +1,1021 @@
+//! The BackupPolicy controller: the engine's retention pass — the one `tidemark gc` and
+//! `tidemark run` make — throttled to `spec.retentionInterval`, with its outcome in the
+//! policy's status and a `BackupRetention` event when it deleted something.
+//!
+//! The store is the source of truth (DESIGN.md §1): the pass reads `metadata.json` and
+//! `_index.json`, never the Backup objects, except for holds — a Backup annotated
+//! `tidemark.io/protect: "true"` keeps its backup-id whatever the rules say.
+//!
+//! A reconcile is a pipeline of steps (after Stackable's operators). Each step that can
+//! fail has its own [`StepError`] variant, and so its own `Ready` reason; the pure ones are
+//! tested with tables:
+//!
+//! 1. **validate** ([`validate`], pure): the spec into the planner's rules and intervals;
+//! 2. **due** ([`not_due_until`], pure): a whole pass of this generation ran less than
+//!    `retentionInterval` ago;
+//! 3. **gate** ([`primary_verdict`], pure over the listed pods): seed 000's established
+//!    primary — while there is none, nothing may expire;
+//! 4. **dereference** ([`dereference`]): what the policy names — its store (through its
+//!    Secret), the holds, the consolidation Job runner;
+//! 5. **build** ([`build`], pure): the engine's [`PassRequest`];
+//! 6. **apply** ([`apply`]): the engine's pass under the store's lease;
+//! 7. **status** ([`status::policy_status`], pure) and its report: metrics, the event, the
+//!    Backup objects whose data went.
+//!
+//! Steps 4–7 run in the background (`crate::background`), never holding a reconcile slot;
+//! the reconcile after them collects the outcome. Every failure is reported in one place,
+//! [`fail`].
+
+mod removed;
+mod status;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::Api;
+use kube::runtime::controller::Action as Requeue;
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
+use tidemark_api::crd::{BackupPolicy, BackupPolicyStatus};
+use tidemark_api::policy::RetentionSpec;
+use tidemark_engine::{DeleteHooks, PassOutcome, PassRequest, unattended_pass};
+use tidemark_store::ClusterStore;
+
+use crate::context::Context;
+use crate::error::Error;
+use crate::status::condition;
+
+use status::{PassStatus, PassSummary, failed_status, policy_status};
+
+/// Why a step of a policy's reconcile failed: one variant per step.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StepError {
+    /// validate: the spec (or the policy's name) is invalid; nothing happens until it
+    /// changes.
+    #[error("{0}")]
+    Validate(String),
+    /// dereference: what the policy names could not be read (its store's Secret, the
+    /// store).
+    #[error(transparent)]
+    Dereference(Error),
+    /// apply: the pass failed (the store, its data, its lease, `requireVerified`).
+    #[error(transparent)]
+    Apply(Error),
+    /// status: the pass ran, but some of its deletions or consolidations failed; it counts
+    /// as not run.
+    #[error("{0}")]
+    PartlyFailed(String),
+    /// status: the pass's status could not be written.
+    #[error(transparent)]
+    Status(Error),
+}
+
+impl StepError {
+    /// The bounded `Ready=False` reason of this failure: the step's, or for an error of the
+    /// store or the engine, its class.
+    pub(crate) fn reason(&self) -> &'static str {
+        match self {
+            StepError::Validate(_) => "InvalidSpec",
+            StepError::PartlyFailed(_) => "PassPartlyFailed",
+            StepError::Dereference(e) | StepError::Apply(e) | StepError::Status(e) => {
+                error_reason(e)
+            }
+        }
+    }
+}
+
+impl From<StepError> for Error {
+    fn from(e: StepError) -> Self {
+        match e {
+            StepError::Validate(m) => Error::Invalid(m),
+            StepError::PartlyFailed(m) => Error::PartlyFailed(m),
+            StepError::Dereference(e) | StepError::Apply(e) | StepError::Status(e) => e,
+        }
+    }
+}
+
+/// A store's or the engine's error as a bounded reason: its class.
+fn error_reason(e: &Error) -> &'static str {
+    if matches!(
+        e,
+        Error::Engine(tidemark_engine::EngineError::Unverified { .. })
+    ) {
+        return "NewestBackupUnverified";
+    }
+    if tidemark_store::error::access_denied(e) {
+        // Not an outage: the credentials (or the bucket's policy) need a person.
+        return "StoreAccessDenied";
+    }
+    match e.class() {
+        tidemark_engine::Class::Input => "InvalidSpec",
+        tidemark_engine::Class::Store => "StoreUnavailable",
+        tidemark_engine::Class::Data => "StoreDataBlocksPass",
+        tidemark_engine::Class::Contention => "Waiting",
+        _ => "PassFailed",
+    }
+}
+
+/// Runs the policy's retention pass when it is due.
+///
+/// # Guarantees
+/// Deletes only what the engine's pass plans, under the store's lease ([`unattended_pass`]);
+/// and Backup objects beyond their history (`history::prune`), finished consolidation Jobs.
+///
+/// # Errors
+/// The spec is invalid, its Secret is missing, the store failed or holds data that blocks
+/// the pass; each also lands in status as the `Ready` condition.
+pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    let ns = policy.namespace().unwrap_or_default();
+    let name = policy.name_any();
+    let api: Api<BackupPolicy> = Api::namespaced(ctx.client.clone(), &ns);
+    if policy.meta().deletion_timestamp.is_some() {
+        return Ok(Requeue::await_change());
+    }
+    // Restore tests (their own Jobs and status) and the binlog archive's lag: looked after
+    // whatever the retention pass is doing, and never in its way.
+    let wake = crate::restoretest::reconcile(&ctx, &policy).await;
+    let wake = match (wake, crate::archivewatch::check(&ctx, &policy).await) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    // A pass in the background: wait for it; once it ended, its failure goes to the
+    // backoff, and after a success the policy is looked at afresh (its status now holds
+    // the pass; the spec may have changed meanwhile and be due at once).
+    let policy = match ctx.background.poll(&crate::context::key(policy.as_ref())) {
+        crate::background::Polled::Running | crate::background::Polled::Queued => {
+            return Ok(sooner(crate::background::POLL, wake));
+        }
+        crate::background::Polled::Done(Err(e)) => {
+            // A spec change that arrived while the failed pass ended was consumed by this
+            // reconcile: the failure would otherwise hold the changed policy back for the
+            // whole backoff (10 minutes for data and input errors). Changed since the
+            // pass: evaluated afresh now.
+            match api.get_opt(&name).await? {
+                Some(p) if changed_since_failure(&p) => Arc::new(p),
+                _ => return Err(e),
+            }
+        }
+        crate::background::Polled::Done(Ok(_)) => match api.get_opt(&name).await? {
+            Some(p) => Arc::new(p),
+            None => return Ok(Requeue::await_change()),
+        },
+        crate::background::Polled::Idle => policy,
+    };
+    // The binlog archiver (a Deployment) first: it does not wait for the retention pass.
+    if let Err(e) = crate::archiver::reconcile(&ctx, &policy).await {
+        // The archiver's trouble is its own: retention goes on.
+        let message = format!("binlog archiver: {e}");
+        tracing::warn!(policy = %name, "{message}");
+        ctx.warn(&policy.object_ref(&()), "BinlogArchiverFailed", &message)
+            .await;
+    }
+    let Some(retention) = policy.spec.retention.as_ref() else {
+        return Ok(wake.map_or_else(Requeue::await_change, Requeue::requeue));
+    };
+    let now = ctx.clock.now();
+    // 1. validate
+    let valid = match validate(&policy, retention) {
+        Ok(v) => v,
+        Err(e) => return Err(fail(&ctx, &api, &policy, e).await),
+    };
+    // 2. due
+    let status = policy.status.clone().unwrap_or_default();
+    if let Some(due) = not_due_until(&status, policy.meta().generation, valid.interval, now) {
+        return Ok(sooner(until(now, due), wake));
+    }
+    // 3. gate. A store-only policy (no source) has no pods to look at.
+    if let (Some(source), Some(ready_for)) = (&policy.spec.source, valid.primary_ready_for) {
+        let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+        let selector = crate::names::selector(&source.selector)?;
+        let listed = crate::lean::list(
+            &pods,
+            &kube::api::ListParams::default().labels(&selector),
+            crate::lean::meta_of,
+        )
+        .await?;
+        let label = source
+            .role_label
+            .as_deref()
+            .unwrap_or(crate::names::DEFAULT_ROLE_LABEL);
+        if let Some(waiting) = primary_verdict(&listed, label, &selector, ready_for, now) {
+            ctx.warn(
+                &policy.object_ref(&()),
+                "NoEstablishedPrimary",
+                &waiting.message,
+            )
+            .await;
+            set_failed(&api, &policy, "NoEstablishedPrimary", &waiting.message).await?;
+            return Ok(sooner(waiting.recheck, wake));
+        }
+    }
+    // 4–7 in the background: its hooks and consolidations can take long.
+    let queue = Arc::new(std::sync::atomic::AtomicU8::new(PENDING));
+    let work = {
+        let (queue, api, name) = (queue.clone(), api.clone(), name.clone());
+        let work = pass(ctx.clone(), policy.clone(), valid, now);
+        async move {
+            // Its turn came: a `Queued` condition written meanwhile goes.
+            if queue.swap(STARTED, std::sync::atomic::Ordering::AcqRel) == QUEUED {
+                unqueue(&api, &name).await;
+            }
+            work.await
+        }
+    };
+    if !ctx
+        .background
+        .start(crate::context::key(policy.as_ref()), work)
+    {
+        set_queued(&ctx, &api, &policy, &queue).await;
+    }
+    Ok(Requeue::requeue(crate::background::POLL))
+}
+
+/// Whether `policy`'s spec changed after its last failed pass (its generation is newer than
+/// the one the `Ready=False` condition was written for).
+fn changed_since_failure(policy: &BackupPolicy) -> bool {
+    let failed_for = policy
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+        .filter(|c| c.status == "False")
+        .and_then(|c| c.observed_generation);
+    matches!((policy.meta().generation, failed_for), (Some(now), Some(then)) if now > then)
+}
+
+/// A policy's spec, validated: what its passes are built from.
+#[derive(Debug, Clone)]
+pub(crate) struct Validated {
+    /// The planner's rules.
+    pub rules: tidemark_core::Policy,
+    /// `spec.retention` as the user wrote it, for the audit record.
+    pub as_given: serde_json::Value,
+    /// `spec.retentionInterval`.
+    pub interval: SignedDuration,
+    /// `spec.source.primaryReadyFor`, when the policy has a source.
+    pub primary_ready_for: Option<SignedDuration>,
+}
+
+/// Step 1 (pure): `policy`'s name and spec, with its `retention`, into the rules and
+/// intervals of its passes.
+///
+/// # Errors
+/// [`StepError::Validate`], naming the field and the accepted form.
+pub(crate) fn validate(
+    policy: &BackupPolicy,
+    retention: &RetentionSpec,
+) -> Result<Validated, StepError> {
+    let spec = &policy.spec;
+    let invalid = |e: tidemark_api::policy::PolicyFileError| StepError::Validate(e.to_string());
+    tidemark_api::names::label_value_name("metadata.name", &policy.name_any())
+        .map_err(tidemark_api::policy::PolicyFileError::from)
+        .map_err(invalid)?;
+    spec.validate().map_err(invalid)?;
+    let interval = spec.retention_interval().map_err(invalid)?;
+    let primary_ready_for = spec
+        .source
+        .as_ref()
+        .map(tidemark_api::policy::SourceSpec::primary_ready_for)
+        .transpose()
+        .map_err(invalid)?;
+    let rules = retention
+        .to_input(spec.time_zone.as_deref())
+        .validate()
+        .map_err(|e| StepError::Validate(format!("spec.retention: {e}")))?;
+    Ok(Validated {
+        rules,
+        as_given: serde_json::to_value(retention).unwrap_or_default(),
+        interval,
+        primary_ready_for,
+    })
+}
+
+/// Step 2 (pure): when the next pass is due, while it is not yet — `interval` after the
+/// last whole pass, if that pass was of the spec's current `generation` (a changed spec is
+/// due at once).
+pub(crate) fn not_due_until(
+    status: &BackupPolicyStatus,
+    generation: Option<i64>,
+    interval: SignedDuration,
+    now: Timestamp,
+) -> Option<Timestamp> {
+    let last = status.last_retention_run_time.as_ref()?.0;
+    if status.observed_generation != generation {
+        return None;
+    }
+    let due = tidemark_core::saturating_add(last, interval);
+    (due > now).then_some(due)
+}
+
+/// Why a pass waits for the cluster, and when to look again.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Waiting {
+    pub message: String,
+    pub recheck: Duration,
+}
+
+/// Step 3 (pure): why the cluster has no established primary (and when to look again), or
+/// `None` when it has one: exactly one of the selected `pods` labelled `label=primary` —
+/// or, when no selected pod carries the label, the only selected pod — Running and Ready
+/// for at least `ready_for`. Pods being deleted do not count. `selector` is for the
+/// message.
+pub(crate) fn primary_verdict(
+    pods: &[Pod],
+    label: &str,
+    selector: &str,
+    ready_for: SignedDuration,
+    now: Timestamp,
+) -> Option<Waiting> {
+    let again = Duration::from_secs(30);
+    let waiting = |message: String| {
+        Some(Waiting {
+            message,
+            recheck: again,
+        })
+    };
+    let live: Vec<&Pod> = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .collect();
+    let labelled: Vec<&Pod> = live
+        .iter()
+        .copied()
+        .filter(|p| p.labels().get(label).is_some_and(|r| r == "primary"))
+        .collect();
+    let unlabelled = live.iter().all(|p| !p.labels().contains_key(label));
+    let primary = match (labelled.as_slice(), unlabelled, live.as_slice()) {
+        ([one], _, _) => *one,
+        ([], true, [only]) => *only,
+        ([], _, []) => {
+            return waiting(format!(
+                "no established primary: no pod matches spec.source.selector ({selector}); retention deletes nothing until one has been Running and Ready for {ready_for:#}"
+            ));
+        }
+        ([], _, _) => {
+            return waiting(format!(
+                "no established primary: no pod matching spec.source.selector is labelled {label}=primary; retention deletes nothing until one has been Running and Ready for {ready_for:#}"
+            ));
+        }
+        (many, _, _) => {
+            let mut names: Vec<String> = many.iter().map(|p| p.name_any()).collect();
+            names.sort();
+            return waiting(format!(
+                "no established primary: {} pods are labelled {label}=primary ({}); retention deletes nothing until there is one",
+                names.len(),
+                names.join(", ")
+            ));
+        }
+    };
+    let status = primary.status.as_ref();
+    let running = status.and_then(|s| s.phase.as_deref()) == Some("Running");
+    let ready_since = status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready" && c.status == "True"))
+        .map(|c| c.last_transition_time.as_ref().map_or(now, |t| t.0));
+    let name = primary.name_any();
+    match ready_since {
+        Some(since) if running => {
+            let established = tidemark_core::saturating_add(since, ready_for);
+            (established > now).then(|| Waiting {
+                message: format!(
+                    "no established primary yet: pod {name} has been Ready since {since}; retention deletes once it has been for {ready_for:#} (spec.source.primaryReadyFor), at {established}"
+                ),
+                recheck: until(now, established).max(Duration::from_secs(1)),
+            })
+        }
+        _ => waiting(format!(
+            "no established primary: pod {name} is not Running and Ready; retention deletes nothing until it has been for {ready_for:#}"
+        )),
+    }
+}
+
+/// What a policy names, read.
+struct Dereferenced {
+    store: ClusterStore,
+    /// Backup ids held by protected Backup objects.
+    protect: HashSet<String>,
+    /// The Job runner of its consolidations, when it consolidates and can.
+    consolidator: Option<crate::consolidation::JobConsolidator>,
+}
+
+/// Step 4: opens `policy`'s store (through its Secret), reads its holds and, when it
+/// consolidates, its consolidation Job runner.
+///
+/// # Errors
+/// [`StepError::Dereference`]: the Secret is missing or the store cannot be opened.
+async fn dereference(
+    ctx: &Context,
+    policy: &BackupPolicy,
+    consolidate: bool,
+) -> Result<Dereferenced, StepError> {
+    let store = crate::stores::open(ctx, policy)
+        .await
+        .map_err(StepError::Dereference)?;
+    let protect = crate::holds::holds(
+        ctx,
+        &policy.namespace().unwrap_or_default(),
+        &policy.name_any(),
+    );
+    // Consolidations run as Jobs in the database image (seed 002).
+    let consolidator = if consolidate {
+        consolidator(ctx, policy).await
+    } else {
+        None
+    };
+    Ok(Dereferenced {
+        store,
+        protect,
+        consolidator,
+    })
+}
+
+/// Step 5 (pure): the engine's request for a pass at `now` that executes its plan.
+pub(crate) fn build(
+    valid: &Validated,
+    protect: HashSet<String>,
+    hooks: Option<Arc<dyn DeleteHooks>>,
+    now: Timestamp,
+) -> PassRequest {
+    PassRequest {
+        policy: valid.rules.clone(),
+        policy_as_given: valid.as_given.clone(),
+        now,
+        started_at: now,
+        protect,
+        execute: true,
+        ignore_malformed: false,
+        hooks,
+    }
+}
+
+/// Step 6: the engine's pass over `store`, under the store's lease — no other leader,
+/// policy or `tidemark run` deletes from the store meanwhile, and a lost lease stops it.
+///
+/// # Errors
+/// [`StepError::Apply`]: the lease is held or lost, the store failed, its data blocks the
+/// pass, or `requireVerified` refused.
+async fn apply(
+    ctx: &Context,
+    store: &ClusterStore,
+    request: &PassRequest,
+    consolidator: Option<&crate::consolidation::JobConsolidator>,
+) -> Result<PassOutcome, StepError> {
+    let fence = crate::fence::acquire(ctx, store)
+        .await
+        .map_err(StepError::Apply)?;
+    let driver = consolidator.map(|c| c as &dyn tidemark_engine::Consolidator);
+    let outcome = unattended_pass(store, request, Some(&fence), driver)
+        .await
+        .map_err(|e| StepError::Apply(e.into()));
+    fence.release().await;
+    outcome
+}
+
+/// Steps 4–7 of `policy`: one retention pass under the store's lease, its outcome in
+/// status, metrics and events.
+///
+/// # Errors
+/// Its Secret is missing, the store failed or holds data that blocks the pass (each also
+/// in status as the `Ready` condition).
+async fn pass(
+    ctx: Arc<Context>,
+    policy: Arc<BackupPolicy>,
+    valid: Validated,
+    now: Timestamp,
+) -> Result<Requeue, Error> {
+    let api: Api<BackupPolicy> =
+        Api::namespaced(ctx.client.clone(), &policy.namespace().unwrap_or_default());
+    match run_steps(&ctx, &api, &policy, &valid, now).await {
+        Ok(()) => Ok(Requeue::requeue(until(
+            now,
+            tidemark_core::saturating_add(now, valid.interval),
+        ))),
+        Err(e) => Err(fail(&ctx, &api, &policy, e).await),
+    }
+}
+
+/// Steps 4–7, each failure its step's.
+async fn run_steps(
+    ctx: &Arc<Context>,
+    api: &Api<BackupPolicy>,
+    policy: &BackupPolicy,
+    valid: &Validated,
+    now: Timestamp,
+) -> Result<(), StepError> {
+    let ns = policy.namespace().unwrap_or_default();
+    let name = policy.name_any();
+    let found = dereference(ctx, policy, valid.rules.consolidate).await?;
+    let hooks: Arc<dyn DeleteHooks> = Arc::new(crate::hooks::PassHooks {
+        ctx: ctx.clone(),
+        namespace: ns.clone(),
+        policy: name.clone(),
+    });
+    let request = build(valid, found.protect, Some(hooks), now);
+    let outcome = apply(ctx, &found.store, &request, found.consolidator.as_ref()).await?;
+    if let Some(c) = &found.consolidator {
+        c.remove_finished().await;
+    }
+    // 7. status, and its report.
+    let summary = PassSummary::of(&outcome);
+    let labels = crate::metrics::Metrics::policy(&ns, &name);
+    let m = &ctx.metrics;
+    let failures = outcome
+        .executed
+        .as_ref()
+        .map_or(0, |r| r.failures.len() as u64);
+    m.retention_passes
+        .get_or_create(&crate::metrics::PassLabels {
+            namespace: ns.clone(),
+            policy: name.clone(),
+            result: if failures == 0 { "ok" } else { "partial" }.into(),
+        })
+        .inc();
+    if let Some(r) = &outcome.executed {
+        m.objects_deleted
+            .get_or_create(&labels)
+            .inc_by(r.objects_deleted as u64);
+    }
+    m.bytes_freed
+        .get_or_create(&labels)
+        .inc_by(summary.bytes_freed);
+    m.recovery_window_seconds.get_or_create(&labels).set(
+        outcome
+            .survey
+            .plan
+            .recovery_window
+            .as_ref()
+            .map_or(0, |w| w.to.duration_since(w.from).as_secs()),
+    );
+    let recorded =
+        removed::record_removed(ctx, &ns, &name, &outcome, summary.audit.as_deref(), now).await;
+    crate::history::prune(ctx, policy, &recorded, now).await;
+    if summary.deleted > 0 || summary.segments_deleted > 0 {
+        ctx.event(
+            &policy.object_ref(&()),
+            EventType::Normal,
+            "BackupRetention",
+            &summary.note(),
+        )
+        .await;
+    }
+    let PassStatus {
+        status: new,
+        partly_failed,
+    } = policy_status(
+        &outcome,
+        &policy.status.clone().unwrap_or_default(),
+        policy.meta().generation,
+        valid.interval,
+        now,
+        Timestamp::now(),
+    );
+    if partly_failed.is_some() {
+        m.retention_failures.get_or_create(&labels).inc_by(failures);
+    }
+    crate::status::policy(api, &name, &new)
+        .await
+        .map_err(StepError::Status)?;
+    match partly_failed {
+        Some(message) => Err(StepError::PartlyFailed(message)),
+        None => Ok(()),
+    }
+}
+
+/// Reports a step's failure — the one place a failed reconcile of a policy is reported —
+/// and returns it as the reconcile's error (its class chooses the backoff):
+///
+/// - validate: a `InvalidSpec` warning, and `Ready=False`;
+/// - dereference: `Ready=False` with the error's reason;
+/// - apply: the failed pass counted in `tidemark_retention_passes_total` by class, and
+///   `Ready=False`;
+/// - partly failed: a `RetentionPartlyFailed` warning (status already says so);
+/// - status: logged only (the status cannot be written).
+///
+/// A failure to write `Ready=False` is returned in its place.
+async fn fail(
+    ctx: &Context,
+    api: &Api<BackupPolicy>,
+    policy: &BackupPolicy,
+    e: StepError,
+) -> Error {
+    let reason = e.reason();
+    let object = policy.object_ref(&());
+    match &e {
+        StepError::Validate(message) => {
+            ctx.warn(&object, reason, message).await;
+        }
+        StepError::Apply(inner) => {
+            ctx.metrics
+                .retention_passes
+                .get_or_create(&crate::metrics::PassLabels {
+                    namespace: policy.namespace().unwrap_or_default(),
+                    policy: policy.name_any(),
+                    result: inner.class().as_str().to_owned(),
+                })
+                .inc();
+        }
+        StepError::PartlyFailed(message) => {
+            ctx.warn(&object, "RetentionPartlyFailed", message).await;
+            return e.into();
+        }
+        StepError::Status(inner) => {
+            tracing::warn!(policy = %policy.name_any(), "could not write the pass's status: {inner}");
+            return e.into();
+        }
+        StepError::Dereference(_) => {}
+    }
+    let error = Error::from(e);
+    let failures = ctx.failures_of(&crate::context::key(policy)) + 1;
+    let message = error.with_retry_note(&tidemark_engine::error::chain(&error), failures);
+    match set_failed(api, policy, reason, &message).await {
+        Ok(()) => error,
+        Err(written) => written,
+    }
+}
+
+/// The Job runner of `policy`'s consolidations, when its database image is known.
+async fn consolidator(
+    ctx: &Context,
+    policy: &BackupPolicy,
+) -> Option<crate::consolidation::JobConsolidator> {
+    let ns = policy.namespace().unwrap_or_default();
+    if !ctx.capabilities.jobs {
+        // The chains stay as they are (the pass keeps what they need).
+        let note = crate::rbac::refused("retention.consolidate", "jobs");
+        ctx.warn(&policy.object_ref(&()), "ConsolidationRefused", &note)
+            .await;
+        return None;
+    }
+    let database = match crate::database::database_runtime(ctx, policy).await {
+        Ok(db) => db,
+        Err(e) => {
+            tracing::warn!(policy = %policy.name_any(), "consolidation waits: {e}");
+            return None;
+        }
+    };
+    let store_secret = crate::stores::policy_secret_keys(&ctx.client, policy)
+        .await
+        .ok()
+        .flatten();
+    Some(crate::consolidation::JobConsolidator {
+        jobs: Api::namespaced(ctx.client.clone(), &ns),
+        policy: policy.clone(),
+        database,
+        operator_image: ctx.image.clone(),
+        store_secret,
+    })
+}
+
+/// Records a failed pass in status (`Ready=False` with `reason` and `message`), keeping
+/// what the last good pass found.
+async fn set_failed(
+    api: &Api<BackupPolicy>,
+    policy: &BackupPolicy,
+    reason: &str,
+    message: &str,
+) -> Result<(), Error> {
+    let previous = policy.status.clone().unwrap_or_default();
+    let status = failed_status(
+        &previous,
+        policy.meta().generation,
+        reason,
+        message,
+        Timestamp::now(),
+    );
+    crate::status::policy(api, &policy.name_any(), &status).await
+}
+
+/// Where a queued pass stands, between [`set_queued`] and the pass's start.
+const PENDING: u8 = 0;
+const QUEUED: u8 = 1;
+const STARTED: u8 = 2;
+
+/// Says in status that `policy`'s pass waits for its turn: the condition
+/// [`crate::status::QUEUED_CONDITION`], under its own field manager (so no other status
+/// write of the operator, from whatever it read, drops it or brings it back), removed when
+/// the turn comes. A failure to say so is logged: the pass is queued either way.
+async fn set_queued(
+    ctx: &Context,
+    api: &Api<BackupPolicy>,
+    policy: &BackupPolicy,
+    queue: &std::sync::atomic::AtomicU8,
+) {
+    use std::sync::atomic::Ordering;
+    if queue.load(Ordering::Acquire) != PENDING {
+        return;
+    }
+    let previous = policy
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let message = format!(
+        "the retention pass is due and waits for its turn: at most {} passes run at once (tidemark operator --background-passes); {} wait",
+        ctx.background.limit(),
+        ctx.background.queued()
+    );
+    let queued = condition(
+        &previous,
+        crate::status::QUEUED_CONDITION,
+        true,
+        "WaitingForTurn",
+        &message,
+        policy.meta().generation,
+    );
+    let name = policy.name_any();
+    let written = crate::status::apply(
+        api,
+        &name,
+        crate::status::QUEUE_MANAGER,
+        serde_json::json!({ "conditions": [queued] }),
+    )
+    .await;
+    if let Err(e) = &written {
+        tracing::warn!(policy = %name, error = %e, "could not say the pass is queued");
+    }
+    // The turn came while this was written: take it back.
+    if queue
+        .compare_exchange(PENDING, QUEUED, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        unqueue(api, &name).await;
+    }
+}
+
+/// Removes the `Queued` condition (an empty apply of its manager).
+async fn unqueue(api: &Api<BackupPolicy>, name: &str) {
+    if let Err(e) = crate::status::apply(
+        api,
+        name,
+        crate::status::QUEUE_MANAGER,
+        serde_json::json!({}),
+    )
+    .await
+    {
+        tracing::warn!(policy = %name, error = %e, "could not clear the Queued condition");
+    }
+}
+
+/// Requeue after `d`, or sooner when the restore tests want to be looked at (`wake`).
+fn sooner(d: Duration, wake: Option<Duration>) -> Requeue {
+    Requeue::requeue(wake.map_or(d, |w| w.min(d)))
+}
+
+fn until(now: Timestamp, at: Timestamp) -> Duration {
+    Duration::try_from(at.duration_since(now))
+        .unwrap_or(Duration::ZERO)
+        .clamp(Duration::from_secs(1), Duration::from_secs(24 * 3600))
+}
+
+#[cfg(test)]
+mod step_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use serde_json::json;
+
+    fn at(minutes: i64) -> Timestamp {
+        Timestamp::from_second(1_795_000_000).unwrap() + SignedDuration::from_mins(minutes)
+    }
+
+    fn policy(name: &str, spec: serde_json::Value) -> BackupPolicy {
+        serde_json::from_value(json!({
+            "apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy",
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    /// validate: each field's refusal names it; a valid spec gives its rules and intervals.
+    #[test]
+    fn validate_names_the_field_it_refuses() {
+        let store = json!({"bucket": "b"});
+        let cases = [
+            (
+                "a-very-long-name-of-more-than-sixty-three-characters-is-no-label-value",
+                json!({"objectStore": store, "retention": {"keepLast": 2}}),
+                Some("metadata.name"),
+            ),
+            (
+                "p",
+                json!({"objectStore": store, "retention": {"keepLast": 2},
+                       "retentionInterval": "soon"}),
+                Some("retentionInterval"),
+            ),
+            (
+                "p",
+                json!({"objectStore": store, "retention": {"keepLast": 2},
+                       "source": {"selector": {}, "primaryReadyFor": "2d"}}),
+                Some("primaryReadyFor"),
+            ),
+            (
+                "p",
+                json!({"objectStore": store, "retention": {"window": "fortnight"}}),
+                Some("spec.retention"),
+            ),
+            (
+                "p",
+                json!({"objectStore": store, "retention": {"keepLast": 2},
+                       "retentionInterval": "30m",
+                       "source": {"selector": {}, "primaryReadyFor": "90s"}}),
+                None,
+            ),
+        ];
+        for (name, spec, refused) in cases {
+            let p = policy(name, spec);
+            let result = validate(&p, p.spec.retention.as_ref().unwrap());
+            match (result, refused) {
+                (Err(e), Some(field)) => {
+                    assert!(matches!(e, StepError::Validate(_)), "{e:?}");
+                    assert_eq!(e.reason(), "InvalidSpec");
+                    assert!(e.to_string().contains(field), "{field}: {e}");
+                }
+                (Ok(v), None) => {
+                    assert_eq!(v.interval, SignedDuration::from_mins(30));
+                    assert_eq!(v.primary_ready_for, Some(SignedDuration::from_secs(90)));
+                    assert_eq!(v.as_given, json!({"keepLast": 2}));
+                }
+                (r, want) => panic!("{name}: {r:?}, wanted a refusal of {want:?}"),
+            }
+        }
+    }
+
+    /// due: throttled by the last whole pass of the current generation only.
+    #[test]
+    fn a_pass_is_due_after_its_interval_or_a_spec_change() {
+        let hour = SignedDuration::from_hours(1);
+        let ran = |generation: i64| BackupPolicyStatus {
+            observed_generation: Some(generation),
+            last_retention_run_time: Some(Time(at(0))),
+            ..Default::default()
+        };
+        let cases = [
+            ("never ran", BackupPolicyStatus::default(), 3, at(1), None),
+            ("ran a minute ago", ran(3), 3, at(1), Some(at(60))),
+            ("ran an hour ago", ran(3), 3, at(60), None),
+            ("the spec changed since", ran(2), 3, at(1), None),
+        ];
+        for (name, status, generation, now, want) in cases {
+            assert_eq!(
+                not_due_until(&status, Some(generation), hour, now),
+                want,
+                "{name}"
+            );
+        }
+    }
+
+    fn pod(name: &str, role: Option<&str>, ready_since: Option<Timestamp>, deleting: bool) -> Pod {
+        let mut p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {}},
+            "status": {"phase": if ready_since.is_some() { "Running" } else { "Pending" }},
+        }))
+        .unwrap();
+        if let Some(r) = role {
+            p.metadata
+                .labels
+                .get_or_insert_with(Default::default)
+                .insert("role".into(), r.into());
+        }
+        if let Some(since) = ready_since {
+            p.status.as_mut().unwrap().conditions = Some(vec![
+                serde_json::from_value(json!({
+                    "type": "Ready", "status": "True", "lastTransitionTime": since.to_string(),
+                }))
+                .unwrap(),
+            ]);
+        }
+        if deleting {
+            p.metadata.deletion_timestamp = Some(Time(at(0)));
+        }
+        p
+    }
+
+    /// gate (seed 000): retention waits for exactly one primary, Running and Ready for
+    /// `primaryReadyFor`.
+    #[test]
+    fn retention_waits_for_an_established_primary() {
+        let ready_for = SignedDuration::from_mins(5);
+        let now = at(60);
+        let old = Some(at(0));
+        let recent = Some(at(58));
+        /// A case: its name, the pods, and the message and recheck (seconds) of a wait.
+        type Case<'a> = (&'a str, Vec<Pod>, Option<(&'a str, u64)>);
+        let cases: Vec<Case> = vec![
+            ("no pod", vec![], Some(("no pod matches", 30))),
+            (
+                "one unlabelled pod, ready long enough",
+                vec![pod("a", None, old, false)],
+                None,
+            ),
+            (
+                "two unlabelled pods",
+                vec![pod("a", None, old, false), pod("b", None, old, false)],
+                Some(("is labelled role=primary", 30)),
+            ),
+            (
+                "one primary among replicas",
+                vec![
+                    pod("a", Some("replica"), old, false),
+                    pod("b", Some("primary"), old, false),
+                ],
+                None,
+            ),
+            (
+                "two primaries",
+                vec![
+                    pod("b", Some("primary"), old, false),
+                    pod("a", Some("primary"), old, false),
+                ],
+                Some(("2 pods are labelled role=primary (a, b)", 30)),
+            ),
+            (
+                "a primary being deleted does not count",
+                vec![
+                    pod("a", Some("primary"), old, true),
+                    pod("b", Some("replica"), old, false),
+                ],
+                Some(("no pod matching spec.source.selector is labelled", 30)),
+            ),
+            (
+                "a primary not ready",
+                vec![pod("a", Some("primary"), None, false)],
+                Some(("pod a is not Running and Ready", 30)),
+            ),
+            (
+                "a primary ready two minutes: three to go",
+                vec![pod("a", Some("primary"), recent, false)],
+                Some(("has been Ready since", 180)),
+            ),
+        ];
+        for (name, pods, want) in cases {
+            let got = primary_verdict(&pods, "role", "app=db", ready_for, now);
+            match (got, want) {
+                (None, None) => {}
+                (Some(w), Some((text, recheck))) => {
+                    assert!(w.message.contains(text), "{name}: {}", w.message);
+                    assert_eq!(w.recheck, Duration::from_secs(recheck), "{name}");
+                }
+                (got, want) => panic!("{name}: {got:?}, wanted {want:?}"),
+            }
+        }
+    }
+
+    /// build: an executing pass at `now`, with the holds and the rules as validated.
+    #[test]
+    fn build_gives_the_engine_an_executing_request_with_the_holds() {
+        let p = policy(
+            "p",
+            json!({"objectStore": {"bucket": "b"}, "retention": {"keepLast": 3}}),
+        );
+        let valid = validate(&p, p.spec.retention.as_ref().unwrap()).unwrap();
+        let holds: HashSet<String> = ["20261127T000000Z".to_owned()].into();
+        let r = build(&valid, holds.clone(), None, at(5));
+        assert!(r.execute && !r.ignore_malformed);
+        assert_eq!((r.now, r.started_at), (at(5), at(5)));
+        assert_eq!(r.protect, holds);
+        assert_eq!(r.policy, valid.rules);
+        assert_eq!(r.policy_as_given, json!({"keepLast": 3}));
+    }
+
+    /// Each step's failure has its own reason; the store's and the engine's by class.
+    #[test]
+    fn each_step_fails_with_its_own_reason() {
+        let cases = [
+            (StepError::Validate("x".into()), "InvalidSpec"),
+            (StepError::PartlyFailed("x".into()), "PassPartlyFailed"),
+            (
+                StepError::Dereference(Error::Missing("secret s".into())),
+                "Waiting",
+            ),
+            (
+                StepError::Apply(Error::Engine(tidemark_engine::EngineError::Unverified {
+                    backup: "b".into(),
+                    problem: "p".into(),
+                })),
+                "NewestBackupUnverified",
+            ),
+            (StepError::Status(Error::Invalid("x".into())), "InvalidSpec"),
+            (
+                StepError::Apply(Error::PartlyFailed("x".into())),
+                "StoreUnavailable",
+            ),
+        ];
+        for (e, reason) in cases {
+            assert_eq!(e.reason(), reason, "{e:?}");
+        }
+        // Validate fails for good; the others are retried.
+        assert!(
+            Error::from(StepError::Validate("x".into()))
+                .retry_base(1)
+                .is_none()
+        );
+        assert!(
+            Error::from(StepError::PartlyFailed("x".into()))
+                .retry_base(1)
+                .is_some()
+        );
+    }
+}

@@ -121,6 +121,60 @@ pub struct BackupPolicySpec {
     /// `status.restoreTest`, the Backup's status, an event and a metric.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore_test: Option<RestoreTestSpec>,
+    /// Verification (operator): on `schedule`, and whenever the annotation
+    /// `tidemark.io/verify` takes a value not yet acted on, the newest backup, its chain and
+    /// the binlogs a restore from it replays are read back whole and checked against their
+    /// recorded sizes and checksums (what `tidemark verify` does), reported in
+    /// `status.verification`, an event and a metric. The annotation works without this
+    /// field too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<VerifySpec>,
+}
+
+/// When a policy's store is read back and how much of it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifySpec {
+    /// Six-field cron with seconds, in the policy's `timeZone`, e.g. `0 30 3 * * *`.
+    /// Without it, verification runs on demand only (the `tidemark.io/verify` annotation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub schedule: Option<String>,
+    /// The percentage of the other backups and binlog segments also read each time, drawn
+    /// anew each time (`tidemark verify --sample`): 0 (the default) to 100.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 100))]
+    pub sample_percent: Option<u8>,
+}
+
+impl VerifySpec {
+    /// The schedule (if any) and the fraction sampled.
+    ///
+    /// # Errors
+    /// A schedule that is not six-field cron, or a percentage over 100.
+    pub fn settings(
+        &self,
+    ) -> Result<(Option<tidemark_core::schedule::Cron>, f64), PolicyFileError> {
+        let cron = self
+            .schedule
+            .as_deref()
+            .map(|s| {
+                s.parse::<tidemark_core::schedule::Cron>()
+                    .map_err(|e| PolicyFileError::Invalid {
+                        field: "spec.verify.schedule",
+                        problem: e.to_string(),
+                    })
+            })
+            .transpose()?;
+        let percent = self.sample_percent.unwrap_or(0);
+        if percent > 100 {
+            return Err(PolicyFileError::Invalid {
+                field: "spec.verify.samplePercent",
+                problem: format!("{percent} is out of range; expected 0 to 100"),
+            });
+        }
+        Ok((cron, f64::from(percent) / 100.0))
+    }
 }
 
 /// The most bytes of a restore test's query or expected result.
@@ -489,6 +543,10 @@ pub struct BackupPolicyStatus {
     /// Restore tests (`spec.restoreTest`), written by their own controller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore_test: Option<RestoreTestStatus>,
+    /// Verification (`spec.verify`, the `tidemark.io/verify` annotation), written by its
+    /// own writer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verification: Option<VerificationStatus>,
     /// The log archive's timelines as of the last pass: one per primary, each switch
     /// (when, from which server to which), what a failover lost (a branch) and any GTIDs
     /// missing at a switch. Absent while the archive has one timeline.
@@ -565,6 +623,45 @@ pub struct RestoreTestStatus {
     /// The last outcome.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last: Option<RestoreTestResult>,
+}
+
+/// Where a policy's verification is.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VerificationStatus {
+    /// The slot of the last scheduled verification started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_schedule_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_schedule_time: Option<Time>,
+    /// The last value of the `tidemark.io/verify` annotation acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
+    /// The last outcome.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last: Option<VerificationResult>,
+}
+
+/// What one verification found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VerificationResult {
+    /// When it finished.
+    pub verified_at: Time,
+    /// Everything read back whole, and the store answered.
+    pub passed: bool,
+    /// The newest completed backup, read with its chain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_id: Option<String>,
+    /// Backups read back.
+    pub backups_checked: u64,
+    /// Binlog segments read back.
+    pub segments_checked: u64,
+    /// Objects not read back whole (missing, damaged, unreadable, unreachable).
+    pub problem_count: u64,
+    /// The first problems, each naming its object.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<String>,
 }
 
 /// A recovery window: restorable from `start` to `end`, except in `gaps`.
@@ -1059,6 +1156,9 @@ impl BackupPolicySpec {
         }
         if let Some(t) = &self.restore_test {
             t.settings()?;
+        }
+        if let Some(v) = &self.verify {
+            v.settings()?;
         }
         if let Some(Err((field, problem))) = self.backup_history.as_ref().map(|h| h.settings()) {
             return Err(PolicyFileError::Invalid { field, problem });

@@ -236,6 +236,7 @@ fn load(dir: &Path) -> Result<Vec<PolicyRun>, CliError> {
                 .object_lock()
                 .map_err(|e| CliError::input(format!("{}: {e}", file.display())))?,
             restore_test: restore_test_run(policy, file)?,
+            verify: verify_run(policy, file)?,
         });
     }
     for (file, s) in &schedules {
@@ -270,11 +271,7 @@ fn restore_test_run(
     };
     let bad = |e: String| CliError::input(format!("{}: {e}", file.display()));
     let (cron, random) = t.settings().map_err(|e| bad(e.to_string()))?;
-    let time_zone = match policy.spec.time_zone.as_deref() {
-        Some(z) => jiff::tz::TimeZone::get(z)
-            .map_err(|_| bad(format!("spec.timeZone: unknown time zone {z:?}")))?,
-        None => jiff::tz::TimeZone::UTC,
-    };
+    let time_zone = time_zone(policy, file)?;
     Ok(Some(tidemark_engine::standalone::RestoreTestRun {
         cron,
         time_zone,
@@ -290,6 +287,40 @@ fn restore_test_run(
         tools: Default::default(),
         scratch: std::env::temp_dir(),
     }))
+}
+
+/// The policy's scheduled verification (`spec.verify.schedule`); without a schedule,
+/// verification is `tidemark verify`'s, on demand.
+fn verify_run(
+    policy: &BackupPolicy,
+    file: &Path,
+) -> Result<Option<tidemark_engine::standalone::VerifyRun>, CliError> {
+    let Some(v) = &policy.spec.verify else {
+        return Ok(None);
+    };
+    let bad = |e: String| CliError::input(format!("{}: {e}", file.display()));
+    let (cron, sample) = v.settings().map_err(|e| bad(e.to_string()))?;
+    let Some(cron) = cron else {
+        return Ok(None);
+    };
+    Ok(Some(tidemark_engine::standalone::VerifyRun {
+        cron,
+        time_zone: time_zone(policy, file)?,
+        sample,
+    }))
+}
+
+/// The policy's `timeZone` (UTC by default).
+fn time_zone(policy: &BackupPolicy, file: &Path) -> Result<jiff::tz::TimeZone, CliError> {
+    match policy.spec.time_zone.as_deref() {
+        Some(z) => jiff::tz::TimeZone::get(z).map_err(|_| {
+            CliError::input(format!(
+                "{}: spec.timeZone: unknown time zone {z:?}",
+                file.display()
+            ))
+        }),
+        None => Ok(jiff::tz::TimeZone::UTC),
+    }
 }
 
 pub async fn run(args: &RunArgs) -> Result<Exit, CliError> {

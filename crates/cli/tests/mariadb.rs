@@ -671,6 +671,7 @@ spec:
     schedule: "*/20 * * * * *"
     query: "SELECT COUNT(*) > 0 FROM shop.orders"
     expect: "1"
+  verify: {{schedule: "*/15 * * * * *"}}
 ---
 apiVersion: tidemark.io/v1alpha1
 kind: ScheduledBackup
@@ -728,6 +729,12 @@ spec:
         "{text}"
     );
     assert!(!text.contains("FAILED"), "{text}");
+    // Verification on the policy's schedule: the newest chain read back whole.
+    assert!(
+        text.lines()
+            .any(|l| l.contains("verification: ") && l.contains("read back whole (the newest")),
+        "{text}"
+    );
 
     let store = format!("file://{}", dir.path().join("store").display());
     let identity = cfg.join("key.txt");

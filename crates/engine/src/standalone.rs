@@ -54,6 +54,17 @@ pub struct PolicyRun {
     pub object_lock: Option<tidemark_core::lock::ObjectLock>,
     /// Restore tests on a schedule (`spec.restoreTest`).
     pub restore_test: Option<RestoreTestRun>,
+    /// Verification on a schedule (`spec.verify.schedule`).
+    pub verify: Option<VerifyRun>,
+}
+
+/// A policy's scheduled verification: when, and how much besides the newest chain.
+#[derive(Debug, Clone)]
+pub struct VerifyRun {
+    pub cron: tidemark_core::schedule::Cron,
+    pub time_zone: jiff::tz::TimeZone,
+    /// The fraction of the other backups and segments read (0 to 1).
+    pub sample: f64,
 }
 
 /// A policy's restore tests: when, which point, what to check, and with what.
@@ -257,6 +268,10 @@ pub async fn run(
         if let Some(t) = p.restore_test {
             let span = tracing::info_span!("restore-test", policy = %p.name);
             tasks.spawn(restore_test_task(Arc::clone(&ctx), t, stop_rx.clone()).instrument(span));
+        }
+        if let Some(v) = p.verify {
+            let span = tracing::info_span!("verify", policy = %p.name);
+            tasks.spawn(verify_task(Arc::clone(&ctx), v, stop_rx.clone()).instrument(span));
         }
         if let Some(a) = p.archive {
             let span = tracing::info_span!("binlogs", policy = %p.name);
@@ -730,25 +745,84 @@ async fn retention(ctx: &Ctx, r: &RetentionRun, now: Timestamp) -> Result<(), En
     Ok(())
 }
 
+/// Waits for the next slot of `cron` after now; `false` when told to stop or the schedule
+/// has no more slots (`what` names the work in the log).
+async fn next_slot(
+    ctx: &Ctx,
+    cron: &tidemark_core::schedule::Cron,
+    tz: &jiff::tz::TimeZone,
+    what: &str,
+    stop: &mut watch::Receiver<bool>,
+) -> bool {
+    let Some(slot) = cron.next_after(ctx.clock.now(), tz) else {
+        tracing::info!("{what}: the schedule has no more slots");
+        return false;
+    };
+    while ctx.clock.now() < slot {
+        if !nap(
+            until(ctx.clock.as_ref(), Some(slot)).max(Duration::from_millis(100)),
+            stop,
+        )
+        .await
+        {
+            return false;
+        }
+    }
+    true
+}
+
+/// Ends when the runner is told to stop.
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    while !*stop.borrow() {
+        if stop.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Verifies the policy's store at each slot of its schedule while the runner runs (a slot
+/// missed while it was stopped is not made up): the newest backup, its chain and the
+/// binlogs a restore from it replays, and the sample of the rest. Each outcome is logged;
+/// a problem is a warning, never a stop.
+async fn verify_task(ctx: Arc<Ctx>, v: VerifyRun, mut stop: watch::Receiver<bool>) {
+    while next_slot(&ctx, &v.cron, &v.time_zone, "verification", &mut stop).await {
+        tracing::info!("verification started");
+        let request = crate::verify::VerifyRequest { sample: v.sample };
+        let verified = tokio::select! {
+            r = crate::verify::verify(&ctx.store, &request) => r,
+            () = stopped(&mut stop) => {
+                tracing::info!("verification stopped: shutting down");
+                return;
+            }
+        };
+        match verified {
+            Ok(Some(found)) if found.problems == 0 => tracing::info!(
+                "verification: {} backup(s) and {} binlog segment(s) read back whole{}",
+                found.backups.len(),
+                found.segments.checked,
+                found
+                    .newest
+                    .as_deref()
+                    .map(|id| format!(" (the newest, {id}, with its chain)"))
+                    .unwrap_or_default()
+            ),
+            Ok(Some(found)) => tracing::warn!(
+                "verification FAILED: {} problem(s) among {} backup(s) and {} binlog segment(s); `tidemark verify` names them",
+                found.problems,
+                found.backups.len(),
+                found.segments.checked
+            ),
+            Ok(None) => tracing::warn!("verification: no committed backup in the store"),
+            Err(e) => tracing::warn!("verification could not read the store: {}", chain(&e)),
+        }
+    }
+}
+
 /// Runs the policy's restore test at each slot of its schedule while the runner runs (a
 /// slot missed while it was stopped is not made up). Each outcome is logged and recorded
 /// beside the backup restored; a failed check is a warning, never a stop.
 async fn restore_test_task(ctx: Arc<Ctx>, t: RestoreTestRun, mut stop: watch::Receiver<bool>) {
-    loop {
-        let Some(slot) = t.cron.next_after(ctx.clock.now(), &t.time_zone) else {
-            tracing::info!("restore tests: the schedule has no more slots");
-            return;
-        };
-        while ctx.clock.now() < slot {
-            if !nap(
-                until(ctx.clock.as_ref(), Some(slot)).max(Duration::from_millis(100)),
-                &mut stop,
-            )
-            .await
-            {
-                return;
-            }
-        }
+    while next_slot(&ctx, &t.cron, &t.time_zone, "restore tests", &mut stop).await {
         tracing::info!("restore test of the {:?} point started", t.point);
         let db = crate::restore::MariaDbTools {
             tools: t.tools.clone(),
@@ -763,16 +837,9 @@ async fn restore_test_task(ctx: Arc<Ctx>, t: RestoreTestRun, mut stop: watch::Re
         let test = crate::restore::restore_test(&db, &ctx.store, &request, &NoProgress);
         // Told to stop: the test goes (its server and tools are killed, its scratch
         // directory removed), it does not hold the shutdown.
-        let stopped = async {
-            while !*stop.borrow() {
-                if stop.changed().await.is_err() {
-                    std::future::pending::<()>().await;
-                }
-            }
-        };
         let tested = tokio::select! {
             r = test => r,
-            () = stopped => {
+            () = stopped(&mut stop) => {
                 tracing::info!("restore test stopped: shutting down");
                 return;
             }

@@ -13,7 +13,8 @@ use serde::Serialize;
 use tidemark_core::plan::standing;
 use tidemark_core::{Inventory, Phase, RecoveryWindow};
 use tidemark_store::catalog::Catalog;
-use tidemark_store::format::Metadata;
+use tidemark_store::format::{IndexEntry, Metadata};
+use tidemark_store::index::SegmentIndex;
 use tidemark_store::transfer::{Checked, TransferError, verify_object};
 use tidemark_store::{ClusterStore, NoProgress, Progress, SegmentListing, StoredBackup, layout};
 
@@ -96,6 +97,9 @@ pub struct Verification {
     /// Some problem is damage to the data (not only a store that failed to answer).
     #[serde(skip)]
     pub damage: bool,
+    /// The newest completed backup (read with its chain whatever the sample).
+    #[serde(skip)]
+    pub newest: Option<String>,
 }
 
 fn outcome(key: String, r: Result<Checked, TransferError>) -> ObjectOut {
@@ -221,6 +225,7 @@ pub async fn verify(
     }
     let mut always: HashSet<String> = HashSet::new();
     let mut newest_start = None;
+    let newest_id = completed.last().map(|b| b.backup.id.clone());
     if let Some(newest) = completed.last() {
         newest_start = Some(newest.backup.started_at);
         always = newest_chain(&inventory, &newest.backup);
@@ -231,13 +236,9 @@ pub async fn verify(
         .filter(|b| always.contains(&b.backup.id) || draw())
         .collect();
 
-    let checks = chosen.iter().map(|b| async move {
-        let mut out = Vec::new();
-        for m in b.metadata.iter() {
-            out.extend(check_payloads(store, m, &NoProgress).await);
-        }
-        (*b, out)
-    });
+    // Futures of named functions over collected references, no closures held across an
+    // await: the use case's future is `Send` (the operator runs it as background work).
+    let checks: Vec<_> = chosen.into_iter().map(|b| check_backup(store, b)).collect();
     let checked: Vec<_> = futures::stream::iter(checks)
         .buffer_unordered(CONCURRENCY)
         .collect()
@@ -261,43 +262,27 @@ pub async fn verify(
     // drawn. Only problems are kept (an archive may hold millions of segments).
     let mut draw = drawn(fraction);
     let mut seen: HashSet<(u64, &str)> = HashSet::new();
-    let chosen_segments = catalog
-        .index
-        .iter()
-        .flat_map(|i| i.entries())
-        .filter(|e| seen.insert((e.sequence, e.name.as_str())))
-        .filter(|e| {
-            let needed = newest_start.is_some_and(|t| e.last_event_at.is_none_or(|last| last >= t));
-            needed || draw()
-        });
-    let segment_checks = chosen_segments.map(|e| async move {
-        let shown = format!("{}/{}/{}", store.cluster, layout::BINLOGS, e.name);
-        if !layout::is_segment_name(&e.name) {
-            return ObjectOut {
-                key: shown,
-                status: "unreadable",
-                checked: None,
-                problem: Some(format!("{:?} is not a binlog segment name", e.name)),
-            };
+    let mut chosen_segments: Vec<&IndexEntry> = Vec::new();
+    for e in catalog.index.iter().flat_map(SegmentIndex::entries) {
+        if !seen.insert((e.sequence, e.name.as_str())) {
+            continue;
         }
-        let key = layout::segment_key(&e.name);
-        let r = verify_object(
-            store,
-            &key,
-            e.size,
-            e.sha256.as_deref(),
-            e.form(),
-            &NoProgress,
-        )
-        .await;
-        outcome(store.display_key(&key), r)
-    });
+        let needed = newest_start.is_some_and(|t| e.last_event_at.is_none_or(|last| last >= t));
+        if needed || draw() {
+            chosen_segments.push(e);
+        }
+    }
     let mut segments_checked = 0usize;
     let mut segments_ok = 0usize;
     let mut segment_problems: Vec<ObjectOut> = Vec::new();
-    let mut results =
-        Box::pin(futures::stream::iter(segment_checks).buffer_unordered(CONCURRENCY * 2));
-    while let Some(o) = results.next().await {
+    let mut pending = chosen_segments.into_iter();
+    let mut running = futures::stream::FuturesUnordered::new();
+    loop {
+        while running.len() < CONCURRENCY * 2 {
+            let Some(e) = pending.next() else { break };
+            running.push(check_segment(store, e));
+        }
+        let Some(o) = running.next().await else { break };
         segments_checked += 1;
         if o.status == "ok" {
             segments_ok += 1;
@@ -305,7 +290,6 @@ pub async fn verify(
             segment_problems.push(o);
         }
     }
-    drop(results);
     let indexed = seen.len();
     // Segments stored but not indexed: listed whole (cheap beside reading the archive), and
     // those the index names by now (archived while this ran) left out. A listing that
@@ -434,8 +418,45 @@ pub async fn verify(
         recovery_window: standing.window.clone(),
         malformed: catalog.malformed.clone(),
         problems,
+        newest: newest_id,
         damage,
     }))
+}
+
+/// Reads back every payload `b` records.
+async fn check_backup<'a>(
+    store: &'a ClusterStore,
+    b: &'a StoredBackup,
+) -> (&'a StoredBackup, Vec<ObjectOut>) {
+    let mut out = Vec::new();
+    if let Some(m) = &b.metadata {
+        out.extend(check_payloads(store, m, &NoProgress).await);
+    }
+    (b, out)
+}
+
+/// Reads back the segment `e` names.
+async fn check_segment(store: &ClusterStore, e: &IndexEntry) -> ObjectOut {
+    let shown = format!("{}/{}/{}", store.cluster, layout::BINLOGS, e.name);
+    if !layout::is_segment_name(&e.name) {
+        return ObjectOut {
+            key: shown,
+            status: "unreadable",
+            checked: None,
+            problem: Some(format!("{:?} is not a binlog segment name", e.name)),
+        };
+    }
+    let key = layout::segment_key(&e.name);
+    let r = verify_object(
+        store,
+        &key,
+        e.size,
+        e.sha256.as_deref(),
+        e.form(),
+        &NoProgress,
+    )
+    .await;
+    outcome(store.display_key(&key), r)
 }
 
 /// The segment index as it is now, every shard read.

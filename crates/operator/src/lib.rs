@@ -51,6 +51,7 @@ pub mod streams;
 pub mod tenancy;
 #[cfg(feature = "test-support")]
 pub mod testkit;
+pub mod verification;
 pub mod volumes;
 
 use std::collections::HashMap;

@@ -57,6 +57,10 @@ pub struct Metrics {
     pub restore_test_passed: Family<PolicyLabels, Gauge>,
     /// When the policy's last restore test ended.
     pub restore_test_last_run: Family<PolicyLabels, Gauge>,
+    /// 1 when the policy's last verification read everything back whole, 0 when not.
+    pub verification_passed: Family<PolicyLabels, Gauge>,
+    /// When the policy's last verification ended.
+    pub verification_last_run: Family<PolicyLabels, Gauge>,
     /// How far the policy's binlog archive is behind the server it reads, in seconds.
     pub binlog_archive_lag: Family<PolicyLabels, Gauge>,
     /// Set once this replica has talked to the API server (readiness).
@@ -118,6 +122,16 @@ impl Metrics {
             "restore_test_last_run_timestamp_seconds",
             "When the policy's last restore test ended",
             self.restore_test_last_run.clone(),
+        );
+        r.register(
+            "verification_passed",
+            "1 when the policy's last verification read the newest backup, its chain and their binlogs back whole, 0 when not",
+            self.verification_passed.clone(),
+        );
+        r.register(
+            "verification_last_run_timestamp_seconds",
+            "When the policy's last verification ended",
+            self.verification_last_run.clone(),
         );
         r.register(
             "binlog_archive_lag_seconds",

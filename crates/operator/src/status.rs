@@ -28,6 +28,8 @@ pub const HOOKS_MANAGER: &str = "tidemark-operator-hooks";
 
 /// The field manager of `status.restoreTest` (a BackupPolicy's and a Backup's).
 pub const RESTORE_TEST_MANAGER: &str = "tidemark-operator-restore-test";
+/// The field manager of a BackupPolicy's `status.verification` (`crate::verification`).
+pub const VERIFICATION_MANAGER: &str = "tidemark-operator-verification";
 /// The field manager of a BackupPolicy's `status.binlogArchive` and its
 /// [`BINLOG_ARCHIVE_CONDITION`] (the archive's watch, `crate::archivewatch`).
 pub const BINLOG_ARCHIVE_MANAGER: &str = "tidemark-operator-binlog-archive";
@@ -41,7 +43,8 @@ pub const QUEUE_MANAGER: &str = "tidemark-operator-queue";
 pub const QUEUED_CONDITION: &str = "Queued";
 
 /// Writes a BackupPolicy's retention fields (everything but `restoreTest`, which the
-/// restore tests write under [`RESTORE_TEST_MANAGER`]).
+/// restore tests write under [`RESTORE_TEST_MANAGER`], `verification`, written under
+/// [`VERIFICATION_MANAGER`], and the archive watch's and the queue's).
 ///
 /// # Errors
 /// The API refused the patch.
@@ -52,6 +55,7 @@ pub async fn policy(
 ) -> Result<(), Error> {
     let mut own = status.clone();
     own.restore_test = None;
+    own.verification = None;
     // The archive's watch writes these under its own manager.
     own.binlog_archive = None;
     own.conditions
@@ -76,6 +80,24 @@ where
         name,
         RESTORE_TEST_MANAGER,
         json!({ "restoreTest": value }),
+    )
+    .await
+}
+
+/// Writes a BackupPolicy's `status.verification`, under its own manager.
+///
+/// # Errors
+/// The API refused the patch.
+pub async fn verification(
+    api: &Api<tidemark_api::crd::BackupPolicy>,
+    name: &str,
+    value: &tidemark_api::policy::VerificationStatus,
+) -> Result<(), Error> {
+    apply(
+        api,
+        name,
+        VERIFICATION_MANAGER,
+        json!({ "verification": value }),
     )
     .await
 }

@@ -731,6 +731,8 @@ async fn retention_waits_for_the_newest_backup_to_read_back() {
     let mut p = policy("db", ns, &weed.endpoint, "s3");
     p.spec.retention =
         Some(serde_json::from_value(json!({"keepLast": 1, "requireVerified": true})).unwrap());
+    // Verification on demand: the annotation's value is a request.
+    p.metadata.annotations = Some([("tidemark.io/verify".to_owned(), "1".to_owned())].into());
     let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), ns);
     policies.create(&PostParams::default(), &p).await.unwrap();
     let op = Operator::start(&cluster, "operator-verified");
@@ -750,7 +752,36 @@ async fn retention_waits_for_the_newest_backup_to_read_back() {
     both.sort();
     assert_eq!(ids, both, "nothing may go while the newest is damaged");
 
-    // Repaired; a spec change makes the next pass due at once.
+    // The operator's verification (`tidemark verify`'s use case) finds the same damage,
+    // naming the object, in status, an event and a metric.
+    let v = eventually("the verification asked for", || async {
+        let s = status(&policies, "db").await;
+        (s["verification"]["request"] == "1").then_some(s)
+    })
+    .await;
+    let last = &v["verification"]["last"];
+    assert_eq!(last["passed"], false, "{v}");
+    assert_eq!(last["backupId"], newest.id.as_str(), "{v}");
+    let first = last["problems"][0].as_str().unwrap();
+    assert!(
+        first.contains(&payload_key) && first.contains("damaged"),
+        "{first}"
+    );
+    let failed = tidemark_operator::testkit::events(&admin, ns, "VerificationFailed").await;
+    assert!(
+        failed
+            .iter()
+            .any(|e| e.note.as_deref().unwrap_or("").contains(&payload_key)),
+        "{failed:?}"
+    );
+    let (_, metrics) = op.get("/metrics").await;
+    assert!(
+        metrics.contains(r#"tidemark_verification_passed{namespace="verified",policy="db"} 0"#),
+        "{metrics}"
+    );
+
+    // Repaired; a spec change makes the next pass due at once, and puts verification on a
+    // schedule, which now finds the chain whole.
     synth::write_raw(&store, &payload_key, &newest.payload)
         .await
         .unwrap();
@@ -758,10 +789,18 @@ async fn retention_waits_for_the_newest_backup_to_read_back() {
         .patch(
             "db",
             &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"retentionInterval": "59m"}})),
+            &Patch::Merge(json!({"spec": {"retentionInterval": "59m",
+                "verify": {"schedule": "*/2 * * * * *"}}})),
         )
         .await
         .unwrap();
+    let v = eventually("a scheduled verification that passes", || async {
+        let s = status(&policies, "db").await;
+        (s["verification"]["last"]["passed"] == true).then_some(s)
+    })
+    .await;
+    assert!(v["verification"]["lastScheduleTime"].is_string(), "{v}");
+    assert_eq!(v["verification"]["request"], "1", "{v}");
     let deleted = tokio::time::timeout(Duration::from_secs(60), async {
         loop {
             if metadata_ids(&store).await == vec![newest.id.clone()] {

@@ -134,13 +134,19 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
     if policy.meta().deletion_timestamp.is_some() {
         return Ok(Requeue::await_change());
     }
-    // Restore tests (their own Jobs and status) and the binlog archive's lag: looked after
+    // Restore tests (their own Jobs and status), the binlog archive's lag and verification:
+    // looked after
     // whatever the retention pass is doing, and never in its way.
     let wake = crate::restoretest::reconcile(&ctx, &policy).await;
-    let wake = match (wake, crate::archivewatch::check(&ctx, &policy).await) {
+    let wake = [
+        crate::archivewatch::check(&ctx, &policy).await,
+        crate::verification::reconcile(&ctx, &policy).await,
+    ]
+    .into_iter()
+    .fold(wake, |a, b| match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
-    };
+    });
     // A pass in the background: wait for it; once it ended, its failure goes to the
     // backoff, and after a success the policy is looked at afresh (its status now holds
     // the pass; the spec may have changed meanwhile and be due at once).

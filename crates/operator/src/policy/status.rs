@@ -103,6 +103,7 @@ pub(crate) fn policy_status(
             ),
         }],
         restore_test: None,
+        verification: None,
         timelines: timeline_status(&outcome.survey.inventory),
         binlog_archive: None,
     };

@@ -14,6 +14,7 @@ pub use crate::policy::{
     BackupPolicyCrd as BackupPolicy, BackupPolicyStatus, BinlogArchiveStatus, GapStatus,
     RecoveryWindowStatus, SourceSpec, TimelineStatus,
 };
+pub use crate::restore::{RestoreCrd as Restore, RestoreSpec, RestoreStatus};
 pub use crate::schedule::{
     BackupCrd as Backup, BackupPhase, BackupStatus, DataRemoved, HookResult,
     ScheduledBackupCrd as ScheduledBackup, ScheduledBackupStatus, StoredBackup,
@@ -27,6 +28,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         ScheduledBackup::crd(),
         DeleteHook::crd(),
         VolumeClaimRetention::crd(),
+        Restore::crd(),
     ]
 }
 

@@ -8,6 +8,8 @@ pub mod interval;
 pub mod lifecycle;
 pub mod names;
 pub mod policy;
+pub mod quantity;
+pub mod restore;
 pub mod schedule;
 pub mod version;
 

@@ -346,18 +346,56 @@ pub struct SimulateArgs {
 
 #[derive(Debug, Args)]
 pub struct RestoreArgs {
+    /// A BackupPolicy in the cluster (kubectl plugin): create a Restore of it (with --into
+    /// or --new-claim), or with --dry-run print what a restore would use, read from its
+    /// store. Without it, the store is --store's.
+    #[arg(value_name = "POLICY", conflicts_with_all = ["store", "cluster", "policy", "datadir"])]
+    pub policy_name: Option<String>,
+    #[command(flatten)]
+    pub kube: KubeArgs,
     #[command(flatten)]
     pub store: StoreArgs,
     /// A BackupPolicy file to take --store and --cluster from.
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
     /// The instant to restore to, RFC 3339 (e.g. 2026-11-20T14:05:00Z); binlog events are
-    /// replayed through that second.
-    #[arg(long, value_name = "TIME")]
-    pub to: String,
+    /// replayed through that second. With POLICY, optional: the newest restorable instant.
+    #[arg(long, value_name = "TIME", required_unless_present = "policy_name")]
+    pub to: Option<String>,
     /// The data directory to create (it must not exist or be empty).
-    #[arg(long, value_name = "DIR", required_unless_present = "dry_run")]
+    #[arg(long, value_name = "DIR", required_unless_present_any = ["dry_run", "policy_name"])]
     pub datadir: Option<PathBuf>,
+    /// With POLICY: restore into this existing claim (no pod may use it).
+    #[arg(
+        long,
+        value_name = "CLAIM",
+        requires = "policy_name",
+        conflicts_with = "new_claim"
+    )]
+    pub into: Option<String>,
+    /// With POLICY: replace the data the claim of --into holds.
+    #[arg(long, requires = "into")]
+    pub replace_data: bool,
+    /// With POLICY: create this claim and restore into it (e.g. data-db2-0 for pod 0 of
+    /// StatefulSet db2 with the claim template data).
+    #[arg(long, value_name = "CLAIM", requires = "policy_name")]
+    pub new_claim: Option<String>,
+    /// The storage class of --new-claim (default: the cluster's default).
+    #[arg(long, value_name = "CLASS", requires = "new_claim")]
+    pub storage_class: Option<String>,
+    /// The size of --new-claim (a quantity such as 20Gi; default: from the chain).
+    #[arg(long, value_name = "SIZE", requires = "new_claim")]
+    pub size: Option<String>,
+    /// With POLICY: the Restore's name (default: `<policy>-restore-<now>`).
+    #[arg(long, value_name = "NAME", requires = "policy_name")]
+    pub name: Option<String>,
+    /// With POLICY: wait until the Restore has ended; exit 0 when it succeeded, 7 when its
+    /// target cannot be restored, 8 when it failed otherwise.
+    #[arg(long, requires = "policy_name")]
+    pub wait: bool,
+    /// How long --wait waits.
+    #[arg(long, value_name = "DURATION", default_value = "1h", requires = "wait")]
+    pub timeout: String,
     /// List the backups and binlogs the restore would use, and stop.
     #[arg(long)]
     pub dry_run: bool,

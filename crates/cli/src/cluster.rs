@@ -22,6 +22,8 @@ pub struct ClusterPolicy {
     pub document: tidemark_api::BackupPolicy,
     pub store: ClusterStore,
     pub holds: HashSet<String>,
+    /// What the namespace's Restores of this policy use (reason `restore:<name>`).
+    pub restore_holds: Vec<tidemark_core::RestoreHold>,
     /// The DeleteHooks of the namespace that select a Backup of this policy: they run
     /// only in the operator, so `gc` refuses while there are any.
     pub hooks: Vec<String>,
@@ -78,6 +80,18 @@ pub async fn policy(args: &KubeArgs, name: &str) -> Result<ClusterPolicy, CliErr
         .await
         .map_err(|e| api_error(&format!("Backups in {ns}"), e))?;
     let holds = tidemark_operator::holds::held_ids(listed.items.iter(), &ns, name);
+    let restores: Api<tidemark_api::crd::Restore> = Api::namespaced(client.clone(), &ns);
+    let restore_holds = tidemark_operator::holds::restore_holds(
+        restores
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| api_error(&format!("Restores in {ns}"), e))?
+            .items
+            .iter(),
+        &listed.items.iter().collect::<Vec<_>>(),
+        &ns,
+        name,
+    );
     let delete_hooks: Api<tidemark_api::crd::DeleteHook> = Api::namespaced(client.clone(), &ns);
     let mut hooks: Vec<String> = delete_hooks
         .list(&ListParams::default())
@@ -109,6 +123,7 @@ pub async fn policy(args: &KubeArgs, name: &str) -> Result<ClusterPolicy, CliErr
         document,
         store,
         holds,
+        restore_holds,
         hooks,
     })
 }
@@ -213,6 +228,146 @@ pub async fn backup(args: &BackupArgs) -> Result<Exit, CliError> {
                 Exit::Internal,
                 anyhow::anyhow!(
                     "Backup {ns}/{name} did not finish within --timeout {}; it goes on (kubectl get backup {name} -n {ns})",
+                    args.timeout
+                ),
+            ));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// `tidemark restore POLICY --into CLAIM | --new-claim CLAIM [--to TIME] [--wait]`: creates
+/// a Restore of the policy (the operator does the work), and with `--wait` follows it to its
+/// end.
+///
+/// # Errors
+/// No such policy; the Restore could not be created; with `--wait`, its target cannot be
+/// restored (exit 7), it failed (exit 8) or it did not end in time.
+pub async fn restore(
+    args: &crate::args::RestoreArgs,
+    policy: &str,
+    to: Option<Timestamp>,
+) -> Result<Exit, CliError> {
+    let client = client().await?;
+    let ns = args
+        .kube
+        .namespace
+        .clone()
+        .unwrap_or_else(|| client.default_namespace().to_owned());
+    let into = match (&args.into, &args.new_claim) {
+        (Some(claim), None) => json!({"claim": claim, "replaceData": args.replace_data}),
+        (None, Some(claim)) => {
+            let mut n = json!({"name": claim});
+            if let Some(c) = &args.storage_class {
+                n["storageClassName"] = json!(c);
+            }
+            if let Some(size) = &args.size {
+                n["size"] = json!(size);
+            }
+            json!({"newClaim": n})
+        }
+        _ => {
+            return Err(CliError::input(
+                "restore POLICY: name the claim to restore into with --into CLAIM (an existing one no pod uses) or --new-claim CLAIM (or print the plan with --dry-run)",
+            ));
+        }
+    };
+    let name = args.name.clone().unwrap_or_else(|| {
+        let mut base: String = policy.chars().take(40).collect();
+        while base.ends_with(['-', '.']) {
+            base.pop();
+        }
+        format!(
+            "{base}-restore-{}",
+            Timestamp::now().strftime("%Y%m%d%H%M%S")
+        )
+    });
+    let target = match to {
+        Some(t) => json!({"to": t.to_string()}),
+        None => json!({}),
+    };
+    let restore: tidemark_api::crd::Restore = serde_json::from_value(json!({
+        "apiVersion": tidemark_api::API_VERSION,
+        "kind": "Restore",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"policy": {"name": policy}, "target": target, "into": into},
+    }))
+    .map_err(|e| CliError::new(Exit::Internal, e))?;
+    // The same checks as the operator's, before anything is created.
+    restore
+        .spec
+        .checked()
+        .map_err(|e| CliError::input(format!("restore {policy}: {e}")))?;
+    let policies: Api<BackupPolicy> = Api::namespaced(client.clone(), &ns);
+    if policies
+        .get_opt(policy)
+        .await
+        .map_err(|e| api_error(&format!("BackupPolicy {ns}/{policy}"), e))?
+        .is_none()
+    {
+        return Err(CliError::input(format!(
+            "BackupPolicy {ns}/{policy} does not exist (kubectl get backuppolicies -n {ns})"
+        )));
+    }
+    let restores: Api<tidemark_api::crd::Restore> = Api::namespaced(client.clone(), &ns);
+    restores
+        .create(&PostParams::default(), &restore)
+        .await
+        .map_err(|e| api_error(&format!("creating Restore {ns}/{name}"), e))?;
+    eprintln!("created Restore {ns}/{name}");
+    if !args.wait {
+        crate::output::emit(&format!("{name}\n"))?;
+        return Ok(Exit::Success);
+    }
+    let timeout: jiff::SignedDuration = args.timeout.parse().map_err(|_| {
+        CliError::input(format!(
+            "--timeout: invalid duration {:?}; expected e.g. 30m or 2h",
+            args.timeout
+        ))
+    })?;
+    let deadline = Timestamp::now() + timeout;
+    let mut last_reported = String::new();
+    loop {
+        let r = restores
+            .get(&name)
+            .await
+            .map_err(|e| api_error(&format!("Restore {ns}/{name}"), e))?;
+        let status = r.status.unwrap_or_default();
+        let ready = status.conditions.iter().find(|c| c.type_ == "Ready");
+        let condition = ready
+            .map(|c| format!("{}: {}", c.reason, c.message))
+            .unwrap_or_default();
+        if !condition.is_empty() && condition != last_reported {
+            eprintln!("{name}: {condition}");
+            last_reported.clone_from(&condition);
+        }
+        match status.phase.as_deref() {
+            Some("Succeeded") => {
+                crate::output::emit(&format!(
+                    "{name} succeeded: {} restored into claim {}\n",
+                    status.target.map(|t| t.0.to_string()).unwrap_or_default(),
+                    status.claim.unwrap_or_default()
+                ))?;
+                return Ok(Exit::Success);
+            }
+            Some("Failed") => {
+                let exit = if ready.is_some_and(|c| c.reason == "NotRestorable") {
+                    Exit::NotRestorable
+                } else {
+                    Exit::RestoreFailed
+                };
+                return Err(CliError::new(
+                    exit,
+                    anyhow::anyhow!("Restore {ns}/{name} failed: {condition}"),
+                ));
+            }
+            _ => {}
+        }
+        if Timestamp::now() > deadline {
+            return Err(CliError::new(
+                Exit::Internal,
+                anyhow::anyhow!(
+                    "Restore {ns}/{name} did not finish within --timeout {}; it goes on (kubectl get restore {name} -n {ns})",
                     args.timeout
                 ),
             ));

@@ -412,17 +412,19 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
             .transpose()?,
     };
     let policy = resolve::policy(&args.policy, file.as_ref())?;
-    let (mut target, cluster_holds) = match in_cluster {
+    let (mut target, cluster_holds, cluster_restores) = match in_cluster {
         Some(c) => (
             resolve::Target {
                 store: c.store,
                 object_lock: None,
             },
             c.holds,
+            c.restore_holds,
         ),
         None => (
             resolve::target(&args.store, file.as_ref(), args.policy.policy.as_deref())?,
             HashSet::new(),
+            Vec::new(),
         ),
     };
     if let Some(g) = &gc {
@@ -447,6 +449,7 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
         now,
         started_at,
         protect: args.protect.iter().cloned().chain(cluster_holds).collect(),
+        restores: cluster_restores,
         execute: gc.is_some(),
         ignore_malformed: gc.as_ref().is_some_and(|g| g.ignore_malformed),
     };

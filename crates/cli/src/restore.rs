@@ -2,7 +2,9 @@
 
 use std::path::PathBuf;
 
-use tidemark_engine::restore::{MariaDbTools, RestoreRequest, RestoreTestRequest};
+use tidemark_engine::restore::{
+    MariaDbTools, RestorePoint, RestoreRequest, RestoreTestRequest, restore_instant,
+};
 use tidemark_mariadb::check::{self, CheckSpec};
 use tidemark_mariadb::restore::RestorePlan;
 use tidemark_store::format::BackupType;
@@ -26,15 +28,38 @@ impl Progress for Steps {
     }
 }
 
+/// `--to`, read.
+fn to_of(args: &RestoreArgs) -> Result<Option<jiff::Timestamp>, CliError> {
+    args.to
+        .as_deref()
+        .map(|to| {
+            to.parse().map_err(|_| {
+                CliError::input(format!(
+                    "invalid --to {to:?}: expected an RFC 3339 time such as 2026-11-20T14:05:00Z"
+                ))
+            })
+        })
+        .transpose()
+}
+
 pub async fn restore(args: &RestoreArgs) -> Result<Exit, CliError> {
-    let target: jiff::Timestamp = args.to.parse().map_err(|_| {
-        CliError::input(format!(
-            "invalid --to {:?}: expected an RFC 3339 time such as 2026-11-20T14:05:00Z",
-            args.to
-        ))
-    })?;
-    let store_target = resolve::store_target(&args.store, args.policy.as_deref())?;
-    let store = &store_target.store;
+    let to = to_of(args)?;
+    let (store, target) = match &args.policy_name {
+        Some(policy) if !args.dry_run => return crate::cluster::restore(args, policy, to).await,
+        // The plan of a Restore, from the policy's store as the operator reads it.
+        Some(policy) => {
+            let store = crate::cluster::policy(&args.kube, policy).await?.store;
+            let point = to.map_or(RestorePoint::Newest, RestorePoint::At);
+            let target = restore_instant(&store, &point).await?;
+            (store, target)
+        }
+        None => {
+            let store = resolve::store_target(&args.store, args.policy.as_deref())?.store;
+            let target = to.ok_or_else(|| CliError::input("--to TIME is needed"))?;
+            (store, target)
+        }
+    };
+    let store = &store;
     let json = args.output == OutputFormat::Json;
     let request = RestoreRequest {
         target,

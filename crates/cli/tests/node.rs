@@ -50,6 +50,9 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("scheduled_full_incremental_and_point_in_time", |w| {
         Box::pin(scheduled_full_incremental_and_point_in_time(w))
     }),
+    ("restores_into_new_and_existing_claims", |w| {
+        Box::pin(restores_into_new_and_existing_claims(w))
+    }),
     ("exec_and_job_methods", |w| {
         Box::pin(exec_and_job_methods(w))
     }),
@@ -376,6 +379,32 @@ impl World {
 /// Service `<name>` to its first pod; the `shop.orders` table and the `backup` login
 /// (every host, [`DB_PASSWORD`]) once the first pod is ready. Returns the Service's IP.
 async fn database(w: &World, ns: &str, name: &str, replicas: usize) -> String {
+    statefulset(w, ns, name, replicas).await;
+    let first = format!("{name}-0");
+    let sql_password = DB_PASSWORD.replace('\\', "\\\\");
+    w.sql(
+        ns,
+        &first,
+        &format!(
+            "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT); \
+             CREATE USER 'backup'@'%' IDENTIFIED BY '{sql_password}'; GRANT ALL ON *.* TO 'backup'@'%'; \
+             CREATE USER 'backup'@'localhost' IDENTIFIED BY '{sql_password}'; GRANT ALL ON *.* TO 'backup'@'localhost';"
+        ),
+    );
+    let services: Api<Service> = Api::namespaced(w.client(), ns);
+    services
+        .get(name)
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .cluster_ip
+        .unwrap()
+}
+
+/// The StatefulSet and Service of [`database`], once its first pod is ready (on a data
+/// directory its claim holds already, or a new one).
+async fn statefulset(w: &World, ns: &str, name: &str, replicas: usize) {
     w.node.local_volumes(replicas).await;
     let script = "set -e\n\
         if [ ! -d /var/lib/mysql/mysql ]; then\n\
@@ -423,25 +452,6 @@ async fn database(w: &World, ns: &str, name: &str, replicas: usize) -> String {
         ready(&pods.get_opt(&first).await.ok()??).then_some(())
     })
     .await;
-    let sql_password = DB_PASSWORD.replace('\\', "\\\\");
-    w.sql(
-        ns,
-        &first,
-        &format!(
-            "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT); \
-             CREATE USER 'backup'@'%' IDENTIFIED BY '{sql_password}'; GRANT ALL ON *.* TO 'backup'@'%'; \
-             CREATE USER 'backup'@'localhost' IDENTIFIED BY '{sql_password}'; GRANT ALL ON *.* TO 'backup'@'localhost';"
-        ),
-    );
-    let services: Api<Service> = Api::namespaced(w.client(), ns);
-    services
-        .get(name)
-        .await
-        .unwrap()
-        .spec
-        .unwrap()
-        .cluster_ip
-        .unwrap()
 }
 
 fn insert(w: &World, ns: &str, pod: &str, n: usize) {
@@ -451,6 +461,177 @@ fn insert(w: &World, ns: &str, pod: &str, n: usize) {
         pod,
         &format!("INSERT INTO shop.orders (v) VALUES {}", values.join(",")),
     );
+}
+
+/// A Restore's status once it has ended (`Succeeded` or `Failed`).
+async fn restore_ended(w: &World, ns: &str, name: &str) -> serde_json::Value {
+    let restores: Api<tidemark_api::crd::Restore> = Api::namespaced(w.client(), ns);
+    eventually_within(&format!("Restore {name} ended"), LONG, || async {
+        let s = serde_json::to_value(restores.get_opt(name).await.ok()??.status).unwrap();
+        matches!(s["phase"].as_str(), Some("Succeeded" | "Failed")).then_some(s)
+    })
+    .await
+}
+
+/// Restores in Kubernetes (issue 30), on the node: a Restore into a claim a running pod
+/// uses is refused naming the pod; a Restore to an instant between a full and an
+/// incremental into a new claim, on which a second StatefulSet starts with the exact rows
+/// of that instant; and a restore in place — scaled down, restored into its own claim,
+/// scaled up — with the rows of the instant restored.
+async fn restores_into_new_and_existing_claims(w: Arc<World>) {
+    let ns = "restores";
+    w.tenant(ns).await;
+    let service = database(&w, ns, "db", 1).await;
+    insert(&w, ns, "db-0", 10);
+    w.apply(
+        ns,
+        &[
+            json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy", "metadata": {"name": "shop"},
+                "spec": {
+                    "objectStore": {"bucket": tidemark_store::testkit::BUCKET, "endpoint": w.s3.endpoint, "credentialsSecret": "s3"},
+                    "cluster": "restores",
+                    "source": {"selector": {"matchLabels": {"app": "db"}}, "container": "mariadb", "credentialsSecret": "db"},
+                    "binlogArchive": {"server": {"host": service, "port": 3306}, "interval": "2s"},
+                }}),
+            json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "Backup", "metadata": {"name": "full-1"},
+                "spec": {"policy": {"name": "shop"}, "method": "mariabackup", "target": "primary"}}),
+        ],
+    );
+    completed(&w, ns, "full-1").await;
+    insert(&w, ns, "db-0", 2);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let between = jiff::Timestamp::now();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    insert(&w, ns, "db-0", 3);
+    w.apply(
+        ns,
+        &[json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "Backup", "metadata": {"name": "incr-1"},
+            "spec": {"policy": {"name": "shop"}, "method": "mariabackup", "target": "primary",
+                     "incremental": {"maxIncrementsPerFull": 2}}})],
+    );
+    let incr = completed(&w, ns, "incr-1").await;
+    assert_eq!(incr["type"], "incremental", "{incr}");
+    insert(&w, ns, "db-0", 4);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let after = jiff::Timestamp::now();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    insert(&w, ns, "db-0", 5);
+    w.sql(ns, "db-0", "FLUSH BINARY LOGS");
+    eventually_within("binlogs past the last instant archived", LONG, || async {
+        let ls = common::json(&w.tidemark("restores", &["ls", "--output", "json"]));
+        let end: jiff::Timestamp = ls["recoveryWindow"]["to"].as_str()?.parse().ok()?;
+        (end > after).then_some(())
+    })
+    .await;
+
+    // The running database's claim: refused, naming the pod.
+    let restore = |name: &str, to: jiff::Timestamp, into: serde_json::Value| {
+        json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "Restore", "metadata": {"name": name},
+               "spec": {"policy": {"name": "shop"}, "target": {"to": to.to_string()}, "into": into}})
+    };
+    w.apply(
+        ns,
+        &[restore(
+            "in-use",
+            after,
+            json!({"claim": "data-db-0", "replaceData": true}),
+        )],
+    );
+    let refused = restore_ended(&w, ns, "in-use").await;
+    assert_eq!(refused["phase"], "Failed", "{refused}");
+    let condition = &refused["conditions"][0];
+    assert_eq!(condition["reason"], "ClaimInUse", "{refused}");
+    assert!(
+        condition["message"].as_str().unwrap().contains("pod db-0"),
+        "{refused}"
+    );
+    // The data is untouched: the database still has every row.
+    assert_eq!(w.sql(ns, "db-0", "SELECT COUNT(*) FROM shop.orders"), "24");
+
+    // A new claim, at the instant between the full and the incremental; a second
+    // StatefulSet starts on it.
+    w.node.local_volumes(1).await;
+    let started = Instant::now();
+    w.apply(
+        ns,
+        &[restore(
+            "db2-between",
+            between,
+            json!({"newClaim": {"name": "data-db2-0", "storageClassName": LOCAL_STORAGE_CLASS}}),
+        )],
+    );
+    let done = restore_ended(&w, ns, "db2-between").await;
+    eprintln!("restore: into a new claim in {:.1?}", started.elapsed());
+    assert_eq!(done["phase"], "Succeeded", "{done}");
+    assert_eq!(done["conditions"][0]["reason"], "Restored", "{done}");
+    assert_eq!(done["claim"], "data-db2-0", "{done}");
+    assert_eq!(
+        done["backups"].as_array().unwrap().len(),
+        1,
+        "the full only: {done}"
+    );
+    assert!(done["segments"].as_u64().unwrap() >= 1, "{done}");
+    let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(w.client(), ns);
+    let made = claims.get("data-db2-0").await.unwrap();
+    assert_eq!(
+        made.labels().get("tidemark.io/restore").map(String::as_str),
+        Some("db2-between")
+    );
+    statefulset(&w, ns, "db2", 1).await;
+    assert_eq!(
+        w.sql(ns, "db2-0", "SELECT COUNT(*) FROM shop.orders"),
+        "12",
+        "the rows at {between}"
+    );
+
+    // In place: scaled down, restored into its own claim, scaled up.
+    let sets: Api<StatefulSet> = Api::namespaced(w.client(), ns);
+    sets.patch(
+        "db",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 0}})),
+    )
+    .await
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(w.client(), ns);
+    eventually_within("db-0 gone", LONG, || async {
+        pods.get_opt("db-0").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    w.apply(
+        ns,
+        &[restore(
+            "db-in-place",
+            after,
+            json!({"claim": "data-db-0", "replaceData": true}),
+        )],
+    );
+    let done = restore_ended(&w, ns, "db-in-place").await;
+    assert_eq!(done["phase"], "Succeeded", "{done}");
+    assert_eq!(
+        done["backups"].as_array().unwrap().len(),
+        2,
+        "full and incremental: {done}"
+    );
+    sets.patch(
+        "db",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 1}})),
+    )
+    .await
+    .unwrap();
+    eventually_within("db-0 ready again", LONG, || async {
+        ready(&pods.get_opt("db-0").await.ok()??).then_some(())
+    })
+    .await;
+    assert_eq!(
+        w.sql(ns, "db-0", "SELECT COUNT(*) FROM shop.orders"),
+        "19",
+        "the rows at {after}"
+    );
+    // The Jobs ran in the database image, as its user, under the restricted level.
+    all_pods_restricted(&w, ns, &["db-0", "db2-0", "-restore"]).await;
 }
 
 /// The Backup's status once its phase is `completed` (a failure fails the test with it).

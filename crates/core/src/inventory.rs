@@ -123,6 +123,19 @@ pub struct Backup {
     /// The server it was taken on, when recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_id: Option<u32>,
+    /// The restores that need it (the operator's Restore objects, by name): kept, with its
+    /// chain and the binlogs after it, while they do.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held_for: Vec<String>,
+}
+
+/// A hold a restore places on a backup it needs: the backup is kept (reason
+/// `restore:<by>`) with its chain and the binlogs after it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RestoreHold {
+    pub backup_id: BackupId,
+    /// The restore's name.
+    pub by: String,
 }
 
 impl Backup {
@@ -157,6 +170,7 @@ impl Backup {
             deletion_requested: false,
             gtid: None,
             server_id: None,
+            held_for: Vec::new(),
         }
     }
 

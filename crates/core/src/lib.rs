@@ -21,7 +21,7 @@ pub use coverage::{Coverage, Interval, Replay};
 pub use duration::{DURATION_FORM, DurationError, RetentionDuration, saturating_add};
 pub use gtid::{Gtid, GtidPos, GtidRun};
 pub use inventory::{
-    Backup, BackupId, BackupKind, Inventory, Leftover, LeftoverKind, Phase, Segment,
+    Backup, BackupId, BackupKind, Inventory, Leftover, LeftoverKind, Phase, RestoreHold, Segment,
 };
 pub use next::{Candidate, FullBecause, NextBackup, next_backup};
 pub use plan::{

@@ -659,6 +659,9 @@ fn apply_rules(policy: &Policy, nodes: &mut [Node], now: Timestamp) {
         if b.protected {
             node.reasons.push(Reason::Protected);
         }
+        for by in &b.held_for {
+            node.reasons.push(Reason::Restore(by.clone()));
+        }
         if b.newer_format {
             node.reasons.push(Reason::NewerFormat);
         }
@@ -926,7 +929,11 @@ fn consolidations(nodes: &[Node]) -> Vec<(usize, Vec<usize>)> {
         nodes[i].reasons.iter().any(|r| {
             matches!(
                 r,
-                Reason::Locked(_) | Reason::Protected | Reason::NewerFormat | Reason::InProgress
+                Reason::Locked(_)
+                    | Reason::Protected
+                    | Reason::Restore(_)
+                    | Reason::NewerFormat
+                    | Reason::InProgress
             )
         })
     };

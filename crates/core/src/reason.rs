@@ -33,8 +33,10 @@ pub enum Reason {
     Chain(BackupId),
     /// Object-locked until then (a chain's lock is that of its last increment).
     Locked(Timestamp),
-    /// A hold: `tidemark.io/protect`, a restore, or `--protect`.
+    /// A hold: `tidemark.io/protect`, or `--protect`.
     Protected,
+    /// A restore (named: the operator's Restore object) needs it, e.g. `restore:nightly-fix`.
+    Restore(String),
     /// Its own `ttl` has not expired.
     Ttl,
     /// Still running.
@@ -135,6 +137,7 @@ impl fmt::Display for Reason {
             Reason::Chain(id) => write!(f, "chain:{id}"),
             Reason::Locked(t) => write!(f, "locked:{t}"),
             Reason::Protected => f.write_str("protected"),
+            Reason::Restore(by) => write!(f, "restore:{by}"),
             Reason::Ttl => f.write_str("ttl"),
             Reason::InProgress => f.write_str("inProgress"),
             Reason::FailedBackupsTtl => f.write_str("failedBackupsTTL"),

@@ -492,6 +492,7 @@ mod tests {
             deletion_requested: false,
             gtid: None,
             server_id: None,
+            held_for: Vec::new(),
         }
     }
 

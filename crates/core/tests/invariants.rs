@@ -173,6 +173,7 @@ fn build_backups(specs: &[Spec], now: Timestamp) -> Vec<Backup> {
             deletion_requested: s.deletion_requested,
             gtid: None,
             server_id: None,
+            held_for: Vec::new(),
         });
     }
     // Committed synthetic fulls standing in for some completed increments (seed 002).
@@ -995,6 +996,7 @@ fn check_liveness(m: &Model, p: &Plan) -> Result<(), TestCaseError> {
                     }
                 }
                 Reason::Protected => b.protected,
+                Reason::Restore(by) => b.held_for.contains(by),
                 Reason::NewerFormat => b.newer_format,
                 Reason::InProgress => m.in_progress(b),
                 Reason::Malformed => b.phase == Phase::Malformed,

@@ -327,6 +327,25 @@ fn seed002_consolidate_merges_the_chain_only_ancestors_into_a_synthetic_full() {
             row("day2", Keep, &["keepLast", "chain:day3"]),
         ]
     );
+    // A restore's hold does the same, under the restore's name.
+    let mut held = days.clone();
+    held[0].held_for = vec!["db2-from-1003".into()];
+    let p = plan(
+        &policy,
+        &Inventory {
+            backups: held,
+            segments: vec![],
+            ..Default::default()
+        },
+        now,
+    );
+    assert_eq!(
+        decisions(&p)[..2],
+        [
+            row("day1", Keep, &["chain:day2", "restore:db2-from-1003"]),
+            row("day2", Keep, &["keepLast", "chain:day3"]),
+        ]
+    );
     // Backups of a method that cannot merge are never consolidated.
     let tar: Vec<Backup> = days
         .iter()

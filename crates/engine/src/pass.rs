@@ -116,6 +116,11 @@ pub trait DeleteHooks: Send + Sync + std::fmt::Debug {
     async fn holds(&self) -> Option<HashSet<String>> {
         None
     }
+
+    /// The restores' holds in force now, read again after the hooks ran, as [`Self::holds`].
+    async fn restore_holds(&self) -> Option<Vec<tidemark_core::RestoreHold>> {
+        None
+    }
 }
 
 /// One retention pass to make.
@@ -130,6 +135,9 @@ pub struct PassRequest {
     pub started_at: Timestamp,
     /// Backup-ids on hold for this pass.
     pub protect: HashSet<String>,
+    /// Backups restores need (kept, reason `restore:<name>`, with their chains and the
+    /// binlogs after them).
+    pub restores: Vec<tidemark_core::RestoreHold>,
     /// Carry the plan out (`gc`), or only make it (`plan`).
     pub execute: bool,
     /// Go ahead although some `metadata.json` files are malformed (those backups are kept
@@ -175,6 +183,7 @@ pub async fn retention_pass(
 ) -> Result<PassOutcome, EngineError> {
     let options = SurveyOptions {
         protect: request.protect.clone(),
+        restores: request.restores.clone(),
     };
     let fence = match (request.execute, fence) {
         (false, _) => None,
@@ -226,6 +235,7 @@ async fn carry_out(
 ) -> Result<PassOutcome, EngineError> {
     let options = SurveyOptions {
         protect: request.protect.clone(),
+        restores: request.restores.clone(),
     };
 
     // The work the plan asks for first: each synthetic full is committed before anything
@@ -272,6 +282,7 @@ async fn carry_out(
         let mut hooked: HashSet<String> = HashSet::new();
         let mut ran_all = Vec::new();
         let mut protect = request.protect.clone();
+        let mut restores = request.restores.clone();
         for round in 0..HOOK_ROUNDS {
             // What the hooks need of the backups, owned: the survey is dropped while they
             // run (they may take hours; a shared operator bounds how many catalogs are in
@@ -296,6 +307,7 @@ async fn carry_out(
                 protect.extend(deleting.iter().map(|(b, _)| b.id.clone()));
                 let options = SurveyOptions {
                     protect: protect.clone(),
+                    restores: restores.clone(),
                 };
                 seen = survey(store, &request.policy, request.now, &options, progress).await?;
                 break;
@@ -308,8 +320,10 @@ async fn carry_out(
             // The plan is made again after the hooks, with the holds in force then; what
             // it deletes that no hook ran for yet gets its hooks in the next round.
             protect.extend(hooks.holds().await.into_iter().flatten());
+            restores.extend(hooks.restore_holds().await.into_iter().flatten());
             let options = SurveyOptions {
                 protect: protect.clone(),
+                restores: restores.clone(),
             };
             seen = survey(store, &request.policy, request.now, &options, progress).await?;
         }
@@ -560,6 +574,7 @@ mod tests {
             now,
             started_at: now,
             protect: Default::default(),
+            restores: Vec::new(),
             execute,
             ignore_malformed: false,
             hooks: None,

@@ -134,6 +134,52 @@ pub async fn restore(
     Ok(Restored { plan, report })
 }
 
+/// What a restore is asked to bring back, before it is an instant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RestorePoint {
+    /// The newest restorable instant (the end of the recovery window).
+    Newest,
+    /// A backup's restore point, by id.
+    Backup(String),
+    /// An instant (`--to`).
+    At(Timestamp),
+}
+
+/// The instant `point` names in `store` now: the end of the recovery window, a backup's
+/// restore point, or the instant given.
+///
+/// # Errors
+/// The store holds no restorable point, or no committed backup of that id; the store
+/// failed.
+pub async fn restore_instant(
+    store: &ClusterStore,
+    point: &RestorePoint,
+) -> Result<Timestamp, EngineError> {
+    let name = |what: &str| format!("{what} in {}/{}", store.url, store.cluster);
+    let at = match point {
+        RestorePoint::At(t) => return Ok(*t),
+        RestorePoint::Newest | RestorePoint::Backup(_) => {
+            let catalog = tidemark_store::Catalog::load(store, &tidemark_store::NoProgress).await?;
+            let inventory = catalog.inventory(&tidemark_store::SegmentListing::default());
+            match point {
+                RestorePoint::Backup(id) => inventory
+                    .backups
+                    .iter()
+                    .find(|b| &b.id == id && b.phase == tidemark_core::Phase::Completed)
+                    .map(tidemark_core::Backup::restore_point)
+                    .ok_or_else(|| {
+                        EngineError::Input(name(&format!("no committed backup {id:?}")))
+                    })?,
+                _ => tidemark_core::plan::standing(&inventory)
+                    .window
+                    .map(|w| w.to)
+                    .ok_or_else(|| EngineError::Input(name("no restorable point")))?,
+            }
+        }
+    };
+    Ok(at)
+}
+
 /// A restore test to make.
 #[derive(Debug, Clone)]
 pub struct RestoreTestRequest {

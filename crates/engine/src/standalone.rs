@@ -730,6 +730,7 @@ async fn retention(ctx: &Ctx, r: &RetentionRun, now: Timestamp) -> Result<(), En
         now,
         started_at: now,
         protect: Default::default(),
+        restores: Vec::new(),
         execute: true,
         ignore_malformed: false,
     };

@@ -247,6 +247,8 @@ impl JobConsolidator {
             store_secret: self.store_secret.as_ref(),
             work: ("work", WORK),
             scratch_bytes,
+            claim: None,
+            owner: None,
         }
         .job()
     }
@@ -276,7 +278,7 @@ fn scratch_request(
         .and_then(|r| r.limits.as_ref())
         .and_then(|l| l.get("ephemeral-storage"));
     if let Some(limit) = limit {
-        match quantity_bytes(&limit.0) {
+        match tidemark_api::quantity::bytes(&limit.0) {
             Some(l) => b = b.min(l),
             // A limit in a form not read here: no request beside it.
             None => return resources,
@@ -288,42 +290,6 @@ fn scratch_request(
         .entry("ephemeral-storage".into())
         .or_insert_with(|| Quantity(b.to_string()));
     Some(r)
-}
-
-/// A Kubernetes quantity (`10Gi`, `500M`, `1073741824`) in bytes; `None` for a form not
-/// read here (exponents, fractions of a byte).
-fn quantity_bytes(q: &str) -> Option<u64> {
-    let q = q.trim();
-    let split = q
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(q.len());
-    if split == 0 {
-        return None;
-    }
-    let (number, suffix) = q.split_at(split);
-    let factor: u64 = match suffix {
-        "" => 1,
-        "Ki" => 1 << 10,
-        "Mi" => 1 << 20,
-        "Gi" => 1 << 30,
-        "Ti" => 1 << 40,
-        "Pi" => 1 << 50,
-        "k" => 1_000,
-        "M" => 1_000_000,
-        "G" => 1_000_000_000,
-        "T" => 1_000_000_000_000,
-        "P" => 1_000_000_000_000_000,
-        _ => return None,
-    };
-    let value: f64 = number.parse().ok()?;
-    // Whole bytes: a limit rounds down.
-    #[allow(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        clippy::cast_precision_loss
-    )]
-    let bytes = (value * factor as f64) as u64;
-    Some(bytes)
 }
 
 /// A Job that runs `tidemark` in the database image (whose `mariabackup`, `mbstream` and
@@ -351,6 +317,10 @@ pub struct ToolJob<'a> {
     /// container's `ephemeral-storage` request, so a large restore is placed where it fits
     /// and is evicted rather than filling a shared node's disk (issue 28). `None`: unbounded.
     pub scratch_bytes: Option<u64>,
+    /// The claim mounted as the work volume, in place of scratch space (a restore's).
+    pub claim: Option<&'a str>,
+    /// The Job's owner, when not the policy (a Restore).
+    pub owner: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
 }
 
 impl ToolJob<'_> {
@@ -384,7 +354,17 @@ impl ToolJob<'_> {
         // An encrypted chain is read with the policy's identities (by Secret reference).
         env.extend(pod::identity_env(os));
         let labels = pod::labels(self.label, &policy.name_any());
-        let owner = crate::context::owner_ref(policy).ok_or("the BackupPolicy has no uid yet")?;
+        let owner = match self.owner {
+            Some(o) => o,
+            None => crate::context::owner_ref(policy).ok_or("the BackupPolicy has no uid yet")?,
+        };
+        let (work_volume, scratch) = match self.claim {
+            Some(claim) => (pod::claim_volume(self.work.0, claim), None),
+            None => (
+                scratch_volume(self.work.0, self.scratch_bytes),
+                self.scratch_bytes,
+            ),
+        };
         let (volume, path) = self.work;
         Ok(Job {
             metadata: ObjectMeta {
@@ -418,7 +398,7 @@ impl ToolJob<'_> {
                             // One database's worth of scratch space and tools.
                             resources: scratch_request(
                                 pod::resources(policy, |r| r.consolidation.as_ref()),
-                                self.scratch_bytes,
+                                scratch,
                             ),
                             image: Some(self.database.image.clone()),
                             security_context: self.database.container_security.clone(),
@@ -435,11 +415,7 @@ impl ToolJob<'_> {
                             ),
                             ..Default::default()
                         }],
-                        volumes: Some(vec![
-                            pod::tools_volume(),
-                            scratch_volume(volume, self.scratch_bytes),
-                            pod::tmp_volume(),
-                        ]),
+                        volumes: Some(vec![pod::tools_volume(), work_volume, pod::tmp_volume()]),
                         ..Default::default()
                     }),
                 },
@@ -454,17 +430,6 @@ impl ToolJob<'_> {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ResourceRequirements;
-
-    #[test]
-    fn quantities_are_read() {
-        assert_eq!(quantity_bytes("1073741824"), Some(1 << 30));
-        assert_eq!(quantity_bytes("10Gi"), Some(10 << 30));
-        assert_eq!(quantity_bytes("1.5Gi"), Some(3 << 29));
-        assert_eq!(quantity_bytes("500M"), Some(500_000_000));
-        for odd in ["", "Gi", "1e9", "12Qi"] {
-            assert_eq!(quantity_bytes(odd), None, "{odd}");
-        }
-    }
 
     /// Issue 28 review: a request above the policy's own limit would make the API refuse
     /// the Job every time; it is cut to the limit, and a limit not read adds none.

@@ -67,13 +67,51 @@ pub(crate) async fn database_runtime(
         })
         .collect();
     candidates.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-    candidates
+    if let Some((_, _, runtime)) = candidates.into_iter().next() {
+        return Ok(runtime);
+    }
+    // No pod (a StatefulSet scaled to 0 for a restore in place): its pod template says the
+    // same.
+    let sets: Api<k8s_openapi::api::apps::v1::StatefulSet> =
+        Api::namespaced(ctx.client.clone(), &policy.namespace().unwrap_or_default());
+    // Not allowed to list them (an install from before this rule): as if there were none.
+    let listed_sets = crate::lean::list(&sets, &ListParams::default(), crate::lean::meta_of)
+        .await
+        .unwrap_or_else(|e| {
+            tracing::debug!("StatefulSets not listed: {e}");
+            Vec::new()
+        });
+    let mut templates: Vec<(String, DatabaseRuntime)> = listed_sets
+        .iter()
+        .filter_map(|set| {
+            let template = &set.spec.as_ref()?.template;
+            let labels = template.metadata.as_ref()?.labels.as_ref()?;
+            if !tidemark_api::lifecycle::selects(&source.selector, labels) {
+                return None;
+            }
+            let spec = template.spec.as_ref()?;
+            let c = match &source.container {
+                Some(n) => spec.containers.iter().find(|c| &c.name == n)?,
+                None => spec.containers.first()?,
+            };
+            Some((
+                set.name_any(),
+                DatabaseRuntime {
+                    image: c.image.clone()?,
+                    pod_security: spec.security_context.clone(),
+                    container_security: c.security_context.clone(),
+                },
+            ))
+        })
+        .collect();
+    templates.sort_by(|a, b| a.0.cmp(&b.0));
+    templates
         .into_iter()
-        .map(|(_, _, runtime)| runtime)
+        .map(|(_, runtime)| runtime)
         .next()
         .ok_or_else(|| {
             Error::Missing(
-                "no pod matches spec.source.selector yet, so the database image for the binlog archiver is unknown (or set spec.binlogArchive.server.image)".into(),
+                "no pod (nor StatefulSet's pod template) matches spec.source.selector yet, so the database image is unknown (for the binlog archiver, or set spec.binlogArchive.server.image)".into(),
             )
         })
 }

@@ -37,3 +37,163 @@ pub fn held_ids<'a>(
         })
         .collect()
 }
+
+/// The holds of restores (pure): each Restore of `policy` in `ns` that has not finished
+/// (`Succeeded` or `Failed`) holds every backup its plan uses and the backup it names
+/// (`spec.target.backupId`, or `backup` resolved through `backups` before its plan is
+/// made), by its name (reason `restore:<name>`). Deleting the Restore, or its end,
+/// releases them.
+pub fn restore_holds<'a>(
+    restores: impl Iterator<Item = &'a tidemark_api::crd::Restore>,
+    backups: &[&tidemark_api::crd::Backup],
+    ns: &str,
+    policy: &str,
+) -> Vec<tidemark_core::RestoreHold> {
+    let mut holds = Vec::new();
+    for r in
+        restores.filter(|r| r.namespace().as_deref() == Some(ns) && r.spec.policy.name == policy)
+    {
+        let status = r.status.clone().unwrap_or_default();
+        if status.finished() {
+            continue;
+        }
+        let mut ids: Vec<String> = status.backups.clone();
+        let target = &r.spec.target;
+        ids.extend(target.backup_id.iter().cloned());
+        if let Some(name) = &target.backup {
+            ids.extend(backup_id_of_name(backups, ns, policy, name));
+        }
+        ids.sort();
+        ids.dedup();
+        let by = r.name_any();
+        holds.extend(ids.into_iter().map(|backup_id| tidemark_core::RestoreHold {
+            backup_id,
+            by: by.clone(),
+        }));
+    }
+    holds
+}
+
+/// The backup-id of the Backup object `name` of `policy` (or of the synthetic full that
+/// holds its restore point now).
+fn backup_id_of_name(
+    backups: &[&tidemark_api::crd::Backup],
+    ns: &str,
+    policy: &str,
+    name: &str,
+) -> Option<String> {
+    let b = backups.iter().find(|b| {
+        b.namespace().as_deref() == Some(ns)
+            && b.name_any() == name
+            && b.spec.template.policy.name == policy
+    })?;
+    let s = b.status.as_ref()?;
+    s.data_removed
+        .as_ref()
+        .and_then(|r| r.replaced_by.as_ref())
+        .map(|r| r.backup_id.clone())
+        .or_else(|| s.backup_id.clone())
+}
+
+/// The holds of `policy`'s restores now, from the API (a Restore made a moment ago
+/// counts).
+///
+/// # Errors
+/// The Restores could not be listed: a pass that cannot know what restores need deletes
+/// nothing.
+pub async fn read_restore_holds(
+    ctx: &Context,
+    ns: &str,
+    policy: &str,
+) -> Result<Vec<tidemark_core::RestoreHold>, crate::error::Error> {
+    let api: kube::Api<tidemark_api::crd::Restore> = kube::Api::namespaced(ctx.client.clone(), ns);
+    let restores = crate::lean::list(
+        &api,
+        &kube::api::ListParams::default(),
+        crate::lean::meta_of,
+    )
+    .await?;
+    let cached = ctx.backups.state();
+    let backups: Vec<&tidemark_api::crd::Backup> = cached.iter().map(AsRef::as_ref).collect();
+    Ok(restore_holds(restores.iter(), &backups, ns, policy))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    fn restore(
+        name: &str,
+        policy: &str,
+        target: serde_json::Value,
+        status: serde_json::Value,
+    ) -> tidemark_api::crd::Restore {
+        serde_json::from_value(json!({
+            "apiVersion": "tidemark.io/v1alpha1", "kind": "Restore",
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"policy": {"name": policy}, "target": target, "into": {"claim": "c"}},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    /// What each Restore holds, by its state: its plan and the backup it names until it
+    /// has finished; nothing of another policy.
+    #[test]
+    fn restores_hold_what_they_need_while_they_need_it() {
+        let backup: tidemark_api::crd::Backup = serde_json::from_value(json!({
+            "apiVersion": "tidemark.io/v1alpha1", "kind": "Backup",
+            "metadata": {"name": "nightly-1", "namespace": "ns"},
+            "spec": {"policy": {"name": "db"}},
+            "status": {"phase": "completed", "backupId": "B1"},
+        }))
+        .unwrap();
+        let restores = [
+            restore(
+                "running",
+                "db",
+                json!({}),
+                json!({"phase": "Running", "backups": ["F", "I1"]}),
+            ),
+            restore(
+                "done",
+                "db",
+                json!({"to": "2026-11-27T00:00:00Z"}),
+                json!({"phase": "Succeeded", "backups": ["F"]}),
+            ),
+            restore(
+                "named-failed",
+                "db",
+                json!({"backupId": "B9"}),
+                json!({"phase": "Failed", "backups": ["B9"]}),
+            ),
+            restore("named-new", "db", json!({"backup": "nightly-1"}), json!({})),
+            restore(
+                "by-id-pending",
+                "db",
+                json!({"backupId": "B2"}),
+                json!({"phase": "Pending"}),
+            ),
+            restore(
+                "other",
+                "other-db",
+                json!({}),
+                json!({"phase": "Running", "backups": ["X"]}),
+            ),
+        ];
+        let holds = restore_holds(restores.iter(), &[&backup], "ns", "db");
+        let got: Vec<(String, String)> = holds.into_iter().map(|h| (h.by, h.backup_id)).collect();
+        let want: Vec<(String, String)> = [
+            ("running", "F"),
+            ("running", "I1"),
+            ("named-new", "B1"),
+            ("by-id-pending", "B2"),
+        ]
+        .iter()
+        .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+        .collect();
+        assert_eq!(got, want);
+    }
+}

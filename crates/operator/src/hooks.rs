@@ -217,6 +217,16 @@ impl tidemark_engine::DeleteHooks for PassHooks {
 
     /// The holds in force now, from the API (the watch cache may lag behind a hold placed
     /// while the hooks ran); the cache's when the API does not answer.
+    async fn restore_holds(&self) -> Option<Vec<tidemark_core::RestoreHold>> {
+        match crate::holds::read_restore_holds(&self.ctx, &self.namespace, &self.policy).await {
+            Ok(h) => Some(h),
+            Err(e) => {
+                tracing::warn!(policy = %self.policy, "reading restores' holds after the hooks: {e}; using those read before");
+                None
+            }
+        }
+    }
+
     async fn holds(&self) -> Option<std::collections::HashSet<String>> {
         let api: Api<Backup> = Api::namespaced(self.ctx.client.clone(), &self.namespace);
         Some(

@@ -43,6 +43,7 @@ pub mod names;
 pub mod pod;
 pub mod policy;
 pub mod rbac;
+pub mod restore;
 pub mod restoretest;
 pub mod scheduled;
 pub mod status;
@@ -613,6 +614,20 @@ async fn scope(
         )
     };
     let reaper = drive(reaper, volumes::reconcile, ctx.clone());
+    // Restores: each looked at again when its Job changes (and polled while it runs).
+    let restores = drive(
+        watched_changes(
+            api::<tidemark_api::crd::Restore>(&client, namespace),
+            &stopping,
+        )
+        .watches(
+            api::<k8s_openapi::api::batch::v1::Job>(&client, namespace),
+            ours(),
+            |j| restore::restore_of(&j).into_iter().collect::<Vec<_>>(),
+        ),
+        restore::reconcile,
+        ctx.clone(),
+    );
     let scheduled = async move {
         scheduled_ready.await;
         scheduled.await;
@@ -624,7 +639,7 @@ async fn scope(
         retention.await;
     };
     tokio::select! {
-        _ = async { tokio::join!(scheduled, retention, runner, reaper) } => {}
+        _ = async { tokio::join!(scheduled, retention, runner, reaper, restores) } => {}
         () = backup_cache => {}
     }
     // Work in the background (passes, deletions waiting on hooks) is work in flight too:

@@ -270,6 +270,20 @@ pub fn mount(name: &str, path: &str) -> VolumeMount {
     }
 }
 
+/// A volume `name` of the claim `claim`.
+pub fn claim_volume(name: &str, claim: &str) -> Volume {
+    Volume {
+        name: name.into(),
+        persistent_volume_claim: Some(
+            k8s_openapi::api::core::v1::PersistentVolumeClaimVolumeSource {
+                claim_name: claim.into(),
+                read_only: None,
+            },
+        ),
+        ..Default::default()
+    }
+}
+
 pub fn empty_volume(name: &str) -> Volume {
     Volume {
         name: name.into(),

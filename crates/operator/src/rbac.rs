@@ -136,6 +136,7 @@ pub fn rules(c: Capabilities) -> Vec<Value> {
                 "scheduledbackups",
                 "backups",
                 "volumeclaimretentions",
+                "restores",
             ],
             &read,
         ),
@@ -147,6 +148,7 @@ pub fn rules(c: Capabilities) -> Vec<Value> {
                 "scheduledbackups/status",
                 "backups/status",
                 "volumeclaimretentions/status",
+                "restores/status",
             ],
             &["patch"],
         ),
@@ -175,16 +177,19 @@ pub fn rules(c: Capabilities) -> Vec<Value> {
     } else {
         rule("", &["pods"], &["list", "watch"])
     });
-    if c.recreate {
-        rules.push(rule("apps", &["statefulsets"], &["get"]));
-    }
+    // A database's pod template, while it has no pod (scaled to 0 for a restore in place).
+    rules.push(if c.recreate {
+        rule("apps", &["statefulsets"], &["get", "list"])
+    } else {
+        rule("apps", &["statefulsets"], &["list"])
+    });
     if c.exec {
         rules.push(rule("", &["pods/exec"], &["get", "create"]));
     }
     rules.push(rule(
         "",
         &["persistentvolumeclaims"],
-        &["get", "list", "watch", "patch", "delete"],
+        &["get", "list", "watch", "create", "patch", "delete"],
     ));
     rules.push(rule("", &["secrets"], &["get"]));
     rules.push(rule("events.k8s.io", &["events"], &["create", "patch"]));

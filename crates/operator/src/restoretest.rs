@@ -61,7 +61,7 @@ fn owned_by(job: &Job, policy: &BackupPolicy) -> bool {
 /// Whether a Job has ended, and whether it failed: its `Complete`/`Failed` condition (a
 /// Job past its deadline without ever running a pod fails with no failed pod), or its pod
 /// counts.
-fn ended(job: &Job) -> Option<bool> {
+pub(crate) fn ended(job: &Job) -> Option<bool> {
     let st = job.status.as_ref()?;
     let condition = |t: &str| {
         st.conditions
@@ -359,6 +359,8 @@ pub fn tool_job<'a>(
         store_secret,
         work: ("scratch", SCRATCH),
         scratch_bytes: None,
+        claim: None,
+        owner: None,
     }
 }
 
@@ -509,6 +511,8 @@ mod tests {
                 store_secret: None,
                 work: ("work", "/work"),
                 scratch_bytes: None,
+                claim: None,
+                owner: None,
             }
             .job()
             .unwrap();

@@ -200,6 +200,12 @@ struct Mounts {
     referenced: BTreeMap<String, String>,
 }
 
+/// The pod that uses `claim` (one not finished references it: running, or about to),
+/// if any: a restore writes only a claim no pod uses.
+pub(crate) fn live_user(pods: &[Pod], claim: &str) -> Option<String> {
+    mounts(pods).live.get(claim).cloned()
+}
+
 /// The claims `pods` reference: by `persistentVolumeClaim`, and the claim of a generic
 /// ephemeral volume (`<pod>-<volume>`).
 fn mounts(pods: &[Pod]) -> Mounts {

@@ -1480,3 +1480,111 @@ async fn restore_tests_run_as_jobs_and_report_their_outcome() {
     assert!(st["conditions"][0]["reason"] == "PassSucceeded", "{st}");
     op.stop().await;
 }
+
+/// A Restore holds what it needs (issue 30 §4): while it waits (here, for its claim), the
+/// backup it names stays whatever the rules say, and so does a Backup's data deleted with
+/// `deletionPolicy: Delete`; once the Restore is deleted, the next pass takes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_holds_what_it_needs_from_retention() {
+    let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let ns = "restore-holds";
+    cluster.namespace(ns).await;
+    secret(&admin, ns, "s3").await;
+    let store = weed.cluster_store("db");
+    let now = Timestamp::now();
+    let backups: Vec<SynthBackup> = (0..3)
+        .map(|i| {
+            let mut b =
+                SynthBackup::full("nightly", now - SignedDuration::from_hours(3 - i), i as u32);
+            b.method = "mariabackup".into();
+            b
+        })
+        .collect();
+    synth::write_backups(&store, &backups).await.unwrap();
+    let ids: Vec<String> = backups.iter().map(|b| b.id.clone()).collect();
+    // An established primary: retention may run.
+    tidemark_operator::testkit::running_pod(
+        &admin,
+        ns,
+        json!({"metadata": {"name": "db-0", "labels": {"app": "db", "tidemark.io/role": "primary"}},
+               "spec": {"containers": [{"name": "mariadb", "image": "mariadb:10.11"}]}}),
+    )
+    .await;
+    let restores: Api<tidemark_api::crd::Restore> = Api::namespaced(admin.clone(), ns);
+    restores
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "tidemark.io/v1alpha1", "kind": "Restore",
+                "metadata": {"name": "from-the-oldest"},
+                "spec": {"policy": {"name": "db"}, "target": {"backupId": ids[0]},
+                         "into": {"claim": "not-there-yet"}},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut p = policy("db", ns, &weed.endpoint, "s3");
+    p.spec.source = Some(
+        serde_json::from_value(json!({"selector": {"matchLabels": {"app": "db"}},
+                                      "primaryReadyFor": "1s"}))
+        .unwrap(),
+    );
+    let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), ns);
+    policies.create(&PostParams::default(), &p).await.unwrap();
+    let op = Operator::start(&cluster, "operator-restore-holds");
+    // The Restore planned and waits for its claim; the plan names the backup.
+    let st = eventually("the Restore waiting for its claim", || async {
+        let s = serde_json::to_value(restores.get("from-the-oldest").await.ok()?.status).ok()?;
+        (s["conditions"][0]["reason"] == "ClaimMissing").then_some(s)
+    })
+    .await;
+    assert_eq!(st["phase"], "Pending", "{st}");
+    assert_eq!(st["backups"], json!([ids[0]]), "{st}");
+    // The pass keeps the newest (keepLast 1) and the held one; the middle goes.
+    eventually("the pass", || async {
+        let s = status(&policies, "db").await;
+        s["conditions"]
+            .as_array()?
+            .iter()
+            .any(|c| c["type"] == "Ready" && c["reason"] == "PassSucceeded")
+            .then_some(())
+    })
+    .await;
+    let mut left = metadata_ids(&store).await;
+    left.sort();
+    assert_eq!(
+        left,
+        vec![ids[0].clone(), ids[2].clone()],
+        "the held backup must stay"
+    );
+
+    // Deleted, the Restore holds nothing: the next pass (due at once after a spec change)
+    // deletes the backup it held.
+    restores
+        .delete("from-the-oldest", &Default::default())
+        .await
+        .unwrap();
+    policies
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"retentionInterval": "59m"}})),
+        )
+        .await
+        .unwrap();
+    let gone = tokio::time::timeout(Duration::from_secs(60), async {
+        while metadata_ids(&store).await != vec![ids[2].clone()] {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    })
+    .await;
+    assert!(
+        gone.is_ok(),
+        "not released: {}",
+        status(&policies, "db").await
+    );
+    op.stop().await;
+}

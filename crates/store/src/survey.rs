@@ -15,6 +15,8 @@ use crate::progress::Progress;
 pub struct SurveyOptions {
     /// Backup-ids placed on hold for this pass (`--protect`).
     pub protect: HashSet<String>,
+    /// Backups restores need (the operator's Restore objects).
+    pub restores: Vec<tidemark_core::RestoreHold>,
 }
 
 /// What a pass saw and what it plans.
@@ -54,6 +56,14 @@ pub async fn survey(
         if options.protect.contains(&b.backup.id) {
             b.backup.protected = true;
         }
+        b.backup.held_for = options
+            .restores
+            .iter()
+            .filter(|h| h.backup_id == b.backup.id)
+            .map(|h| h.by.clone())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
     }
     // Plan from the index, summaries standing for unread shards; read the shards the plan
     // reaches (its horizon, or the listing it needs) and plan again, until none is left.

@@ -16,7 +16,8 @@
 //! 3. **gate** ([`primary_verdict`], pure over the listed pods): seed 000's established
 //!    primary — while there is none, nothing may expire;
 //! 4. **dereference** ([`dereference`]): what the policy names — its store (through its
-//!    Secret), the holds, the consolidation Job runner;
+//!    Secret), the holds (protected Backups, and what Restores use), the consolidation Job
+//!    runner;
 //! 5. **build** ([`build`], pure): the engine's [`PassRequest`];
 //! 6. **apply** ([`apply`]): the engine's pass under the store's lease;
 //! 7. **status** ([`status::policy_status`], pure) and its report: metrics, the event, the
@@ -402,6 +403,8 @@ struct Dereferenced {
     store: ClusterStore,
     /// Backup ids held by protected Backup objects.
     protect: HashSet<String>,
+    /// Backups restores need.
+    restores: Vec<tidemark_core::RestoreHold>,
     /// The Job runner of its consolidations, when it consolidates and can.
     consolidator: Option<crate::consolidation::JobConsolidator>,
 }
@@ -419,11 +422,11 @@ async fn dereference(
     let store = crate::stores::open(ctx, policy)
         .await
         .map_err(StepError::Dereference)?;
-    let protect = crate::holds::holds(
-        ctx,
-        &policy.namespace().unwrap_or_default(),
-        &policy.name_any(),
-    );
+    let (ns, name) = (policy.namespace().unwrap_or_default(), policy.name_any());
+    let protect = crate::holds::holds(ctx, &ns, &name);
+    let restores = crate::holds::read_restore_holds(ctx, &ns, &name)
+        .await
+        .map_err(StepError::Dereference)?;
     // Consolidations run as Jobs in the database image (seed 002).
     let consolidator = if consolidate {
         consolidator(ctx, policy).await
@@ -433,6 +436,7 @@ async fn dereference(
     Ok(Dereferenced {
         store,
         protect,
+        restores,
         consolidator,
     })
 }
@@ -441,6 +445,7 @@ async fn dereference(
 pub(crate) fn build(
     valid: &Validated,
     protect: HashSet<String>,
+    restores: Vec<tidemark_core::RestoreHold>,
     hooks: Option<Arc<dyn DeleteHooks>>,
     now: Timestamp,
 ) -> PassRequest {
@@ -450,6 +455,7 @@ pub(crate) fn build(
         now,
         started_at: now,
         protect,
+        restores,
         execute: true,
         ignore_malformed: false,
         hooks,
@@ -518,7 +524,7 @@ async fn run_steps(
         namespace: ns.clone(),
         policy: name.clone(),
     });
-    let request = build(valid, found.protect, Some(hooks), now);
+    let request = build(valid, found.protect, found.restores, Some(hooks), now);
     let outcome = apply(ctx, &found.store, &request, found.consolidator.as_ref()).await?;
     if let Some(c) = &found.consolidator {
         c.remove_finished().await;
@@ -978,10 +984,15 @@ mod step_tests {
         );
         let valid = validate(&p, p.spec.retention.as_ref().unwrap()).unwrap();
         let holds: HashSet<String> = ["20261127T000000Z".to_owned()].into();
-        let r = build(&valid, holds.clone(), None, at(5));
+        let restore = tidemark_core::RestoreHold {
+            backup_id: "20261126T000000Z".into(),
+            by: "r1".into(),
+        };
+        let r = build(&valid, holds.clone(), vec![restore.clone()], None, at(5));
         assert!(r.execute && !r.ignore_malformed);
         assert_eq!((r.now, r.started_at), (at(5), at(5)));
         assert_eq!(r.protect, holds);
+        assert_eq!(r.restores, [restore]);
         assert_eq!(r.policy, valid.rules);
         assert_eq!(r.policy_as_given, json!({"keepLast": 3}));
     }

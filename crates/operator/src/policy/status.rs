@@ -356,6 +356,7 @@ mod status_tests {
             now: at(10),
             started_at: at(10),
             protect: Default::default(),
+            restores: Vec::new(),
             execute: false,
             ignore_malformed: false,
             hooks: None,

@@ -3,7 +3,7 @@
 {{- define "tidemark.rules" }}
   # Watch the policies, schedules, backups and claim retentions; write only their status.
   - apiGroups: ["tidemark.io"]
-    resources: ["backuppolicies", "scheduledbackups", "backups", "volumeclaimretentions"]
+    resources: ["backuppolicies", "scheduledbackups", "backups", "volumeclaimretentions", "restores"]
     verbs: ["get", "list", "watch"]
   # The DeleteHooks that apply to a Backup being deleted.
   - apiGroups: ["tidemark.io"]
@@ -15,6 +15,7 @@
       - "scheduledbackups/status"
       - "backups/status"
       - "volumeclaimretentions/status"
+      - "restores/status"
     verbs: ["patch"]
   # ScheduledBackups create Backups; the remote-cleanup finalizer is added and removed
   # by patch; a Backup whose ttl ran out is deleted.
@@ -52,16 +53,20 @@
     resources: ["pods"]
     verbs: ["list", "watch", "delete"]
   # Whether such a claim is one of the StatefulSet's volumeClaimTemplates (only those are
-  # created anew).
+  # created anew); a database's pod template while it has no pod (a Restore in place).
   - apiGroups: ["apps"]
     resources: ["statefulsets"]
-    verbs: ["get"]
+    verbs: ["get", "list"]
   {{- else }}
   # Choosing the database pod; which claims running pods mount (watched, for the PVC
   # reaper). capabilities.recreate off: never deleted.
   - apiGroups: [""]
     resources: ["pods"]
     verbs: ["list", "watch"]
+  # A database's pod template while it has no pod (a Restore in place).
+  - apiGroups: ["apps"]
+    resources: ["statefulsets"]
+    verbs: ["list"]
   {{- end }}
   {{- if .Values.capabilities.exec }}
   # Method exec: the backup command runs in the database container (a websocket exec is
@@ -71,10 +76,11 @@
     verbs: ["get", "create"]
   {{- end }}
   # Refusing a ReadWriteOncePod data volume; the PVC reaper (VolumeClaimRetention) stamps
-  # claims by patch and deletes those unmounted past their TTL.
+  # claims by patch and deletes those unmounted past their TTL; a Restore creates the
+  # claim it restores into (newClaim).
   - apiGroups: [""]
     resources: ["persistentvolumeclaims"]
-    verbs: ["get", "list", "watch", "patch", "delete"]
+    verbs: ["get", "list", "watch", "create", "patch", "delete"]
   {{- if not .Values.watchNamespaces }}
   # The reclaim policy of the volume a claim is bound to (Retain: reported, not deleted).
   - apiGroups: [""]

@@ -1,0 +1,791 @@
+//! The Restore controller (issue 30): a declarative restore of a BackupPolicy's backups into
+//! a PersistentVolumeClaim, through the engine's one restore use case.
+//!
+//! A Restore is planned in the operator, with the engine (`restore_instant`, then the
+//! database port's plan: the same refusals as `tidemark restore --to`), and the plan goes
+//! to its status at once: from then on the backups it names are held from retention
+//! (`restore:<name>`, see `crate::holds`), and the binlogs after them with them. Then the
+//! claim is checked (an existing one no pod uses) or created, and a Job in the database
+//! image runs `tidemark restore` into it: the data directory is made aside
+//! (`.tidemark-restore/` on the claim), and only once it is complete does the claim's old
+//! data go and the new move into place. The Job's outcome is the Restore's: `Succeeded`,
+//! or `Failed` with the reason, a created claim then annotated as holding no usable data.
+//!
+//! Steps, each with its own `Ready` reason while it waits or fails: validate
+//! (`InvalidSpec`), dereference (`PolicyMissing`, `BackupMissing`, `DatabaseImageUnknown`,
+//! `StoreUnavailable`), plan (`NotRestorable`), claim (`ClaimMissing`, `ClaimInUse`,
+//! `ClaimExists`), run (`Restoring`, `RestoreFailed`), done (`Restored`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action as Requeue;
+use kube::runtime::events::EventType;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use tidemark_api::crd::{Backup, BackupPolicy, Restore, RestoreStatus};
+use tidemark_api::restore::{
+    Into as Destination, NewClaim, RESTORE_LABEL, Target, UNUSABLE_ANNOTATION,
+};
+use tidemark_engine::restore::{Database, MariaDbTools, RestorePoint, restore_instant};
+use tidemark_mariadb::restore::RestorePlan;
+
+use crate::context::Context;
+use crate::error::Error;
+use crate::pod;
+
+/// Where the claim is mounted in the Job's pod.
+const MOUNT: &str = "/restore";
+/// How often a pending or running restore is looked at.
+const POLL: Duration = Duration::from_secs(10);
+/// The smallest claim a Restore creates.
+const MIN_CLAIM: u64 = 1 << 30;
+
+/// The Job that restores `restore` (its uid's first 8 characters keep two Restores of one
+/// name, one deleted and made again, apart).
+pub fn job_name(restore: &str, uid8: &str) -> String {
+    let mut base: String = restore.chars().take(40).collect();
+    while base.ends_with('-') || base.ends_with('.') {
+        base.pop();
+    }
+    format!("{base}-{uid8}-restore")
+}
+
+/// The Restore a Job restores for (its owner).
+pub fn restore_of(job: &Job) -> Option<kube::runtime::reflector::ObjectRef<Restore>> {
+    let owner = job
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.kind == "Restore" && o.api_version == tidemark_api::API_VERSION)?;
+    Some(kube::runtime::reflector::ObjectRef::new(&owner.name).within(&job.namespace()?))
+}
+
+/// Looks after one Restore.
+///
+/// # Guarantees
+/// Deletes nothing: the store is only read, and the claim's old data is replaced only
+/// with `spec.into.replaceData`, by the Job, once the new data directory is complete.
+///
+/// # Errors
+/// The store or the API failed; retried with backoff (the status says where it waits).
+pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    let ns = restore.namespace().unwrap_or_default();
+    let api: Api<Restore> = Api::namespaced(ctx.client.clone(), &ns);
+    if restore.meta().deletion_timestamp.is_some() {
+        return Ok(Requeue::await_change());
+    }
+    let status = restore.status.clone().unwrap_or_default();
+    if status.finished() {
+        return Ok(Requeue::await_change());
+    }
+    let (target, into) = match restore.spec.checked() {
+        Ok(v) => v,
+        Err(e) => {
+            return refuse(&ctx, &api, &restore, status, "InvalidSpec", &e.to_string()).await;
+        }
+    };
+    match status.job.clone() {
+        None => start(&ctx, &api, &restore, status, &target, &into).await,
+        Some(job) => follow(&ctx, &api, &restore, status, &job).await,
+    }
+}
+
+/// What a step that cannot go on says: wait (`Pending`, looked at again) or refuse
+/// (`Failed`, for good).
+enum Stop {
+    Wait(&'static str, String),
+    Refuse(&'static str, String),
+    Err(Error),
+}
+
+impl From<Error> for Stop {
+    fn from(e: Error) -> Self {
+        Stop::Err(e)
+    }
+}
+
+/// Plans `restore`, makes sure of its claim and starts its Job.
+async fn start(
+    ctx: &Context,
+    api: &Api<Restore>,
+    restore: &Restore,
+    mut status: RestoreStatus,
+    target: &Target,
+    into: &Destination,
+) -> Result<Requeue, Error> {
+    match prepare(ctx, api, restore, &mut status, target, into).await {
+        Ok(()) => Ok(Requeue::requeue(POLL)),
+        Err(Stop::Refuse(reason, message)) => {
+            refuse(ctx, api, restore, status, reason, &message).await
+        }
+        Err(Stop::Wait(reason, message)) => {
+            status.phase = Some("Pending".into());
+            set_ready(&mut status, restore, false, reason, &message);
+            write(api, restore, &status).await?;
+            Ok(Requeue::requeue(POLL))
+        }
+        Err(Stop::Err(e)) => {
+            status.phase = Some("Pending".into());
+            let message = tidemark_engine::error::chain(&e);
+            set_ready(&mut status, restore, false, reason_of(&e), &message);
+            write(api, restore, &status).await?;
+            Err(e)
+        }
+    }
+}
+
+/// The steps before the Job: dereference, plan (written to status: the holds), claim, Job.
+async fn prepare(
+    ctx: &Context,
+    api: &Api<Restore>,
+    restore: &Restore,
+    status: &mut RestoreStatus,
+    target: &Target,
+    into: &Destination,
+) -> Result<(), Stop> {
+    let ns = restore.namespace().unwrap_or_default();
+    let name = restore.name_any();
+    // Dereference: the policy, the Backup named, the database image, the store.
+    let policies: Api<BackupPolicy> = Api::namespaced(ctx.client.clone(), &ns);
+    let policy_name = &restore.spec.policy.name;
+    let Some(policy) = policies.get_opt(policy_name).await.map_err(Error::from)? else {
+        return Err(Stop::Wait(
+            "PolicyMissing",
+            format!("BackupPolicy {ns}/{policy_name} does not exist (yet)"),
+        ));
+    };
+    if !ctx.capabilities.jobs {
+        return Err(Stop::Refuse(
+            "JobsRefused",
+            crate::rbac::refused("a Restore", "jobs"),
+        ));
+    }
+    let point = match target {
+        Target::Newest => RestorePoint::Newest,
+        Target::At(t) => RestorePoint::At(*t),
+        Target::BackupId(id) => RestorePoint::Backup(id.clone()),
+        Target::Backup(b) => RestorePoint::Backup(backup_id_of(ctx, &ns, policy_name, b).await?),
+    };
+    let database = match crate::database::database_runtime(ctx, &policy).await {
+        Ok(d) => d,
+        Err(Error::Invalid(m)) => return Err(Stop::Refuse("DatabaseImageUnknown", m)),
+        Err(Error::Missing(m)) => return Err(Stop::Wait("DatabaseImageUnknown", m)),
+        Err(e) => return Err(e.into()),
+    };
+    let store = crate::stores::open(ctx, &policy).await?;
+    // Plan: one catalog in memory at a time beside the passes'.
+    let plan = {
+        let _turn = ctx
+            .catalog_turn
+            .acquire()
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))?;
+        let planned = async {
+            let at = restore_instant(&store, &point).await?;
+            MariaDbTools::default()
+                .plan(&store, at, &tidemark_store::NoProgress)
+                .await
+        };
+        match planned.await {
+            Ok(p) => p,
+            Err(e)
+                if matches!(
+                    e.class(),
+                    tidemark_engine::Class::NotRestorable | tidemark_engine::Class::Input
+                ) =>
+            {
+                return Err(Stop::Refuse(
+                    "NotRestorable",
+                    tidemark_engine::error::chain(&e),
+                ));
+            }
+            Err(e) => return Err(Stop::Err(e.into())),
+        }
+    };
+    let claim = match into {
+        Destination::Existing { claim, .. } => claim.clone(),
+        Destination::New(n) => n.name.clone(),
+    };
+    planned(status, &plan, &claim);
+    status.phase = Some("Pending".into());
+    set_ready(
+        status,
+        restore,
+        false,
+        "Planned",
+        &format!(
+            "restoring to {}; the backups it needs are held",
+            plan.target
+        ),
+    );
+    // From here on the backups are held (`restore:<name>`).
+    write(api, restore, status).await?;
+
+    // The claim: one no pod uses, existing or made now.
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let existing = claims.get_opt(&claim).await.map_err(Error::from)?;
+    match (into, existing) {
+        (Destination::Existing { .. }, None) => {
+            return Err(Stop::Wait(
+                "ClaimMissing",
+                format!(
+                    "PersistentVolumeClaim {ns}/{claim} does not exist (yet); the restore waits for it (or use spec.into.newClaim)"
+                ),
+            ));
+        }
+        (Destination::New(_), Some(c)) if c.labels().get(RESTORE_LABEL) != Some(&name) => {
+            return Err(Stop::Refuse(
+                "ClaimExists",
+                format!(
+                    "PersistentVolumeClaim {ns}/{claim} exists already; restore into it with spec.into.claim (and replaceData), or name a new one"
+                ),
+            ));
+        }
+        (Destination::New(n), None) => {
+            claims
+                .create(&PostParams::default(), &new_claim(restore, n, &plan)?)
+                .await
+                .map_err(Error::from)?;
+            tracing::info!(restore = %name, claim = %claim, "claim created");
+        }
+        _ => {}
+    }
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let listed = crate::lean::list(&pods, &ListParams::default(), crate::lean::meta_of)
+        .await
+        .map_err(Error::from)?;
+    if let Some(pod) = crate::volumes::live_user(&listed, &claim) {
+        return Err(Stop::Refuse(
+            "ClaimInUse",
+            format!(
+                "PersistentVolumeClaim {ns}/{claim} is used by pod {pod}; a restore writes only a claim no pod uses (scale the database down first)"
+            ),
+        ));
+    }
+
+    // Run: the Job in the database image.
+    let store_secret = crate::stores::policy_secret_keys(&ctx.client, &policy).await?;
+    let uid8 = crate::names::short_uid(restore);
+    let job_name = job_name(&name, &uid8);
+    let replace = matches!(
+        into,
+        Destination::Existing {
+            replace_data: true,
+            ..
+        }
+    );
+    let args = args_of(&policy, &plan, replace).map_err(|m| Stop::Refuse("InvalidSpec", m))?;
+    let job = crate::consolidation::ToolJob {
+        policy: &policy,
+        name: &job_name,
+        label: RESTORE_LABEL,
+        container: "restore",
+        args,
+        database: &database,
+        operator_image: &ctx.image,
+        store_secret: store_secret.as_ref(),
+        work: ("data", MOUNT),
+        scratch_bytes: None,
+        claim: Some(&claim),
+        owner: crate::context::owner_ref(restore),
+    }
+    .job()
+    .map_err(|m| Stop::Refuse("InvalidSpec", m))?;
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
+    match jobs.create(&PostParams::default(), &job).await {
+        Ok(_) => {}
+        // Ours from before a restart.
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => return Err(Error::from(e).into()),
+    }
+    status.job = Some(job_name.clone());
+    status.phase = Some("Running".into());
+    status.started_at = Some(Time(ctx.clock.now()));
+    let message = format!(
+        "Job {job_name} restores {} into claim {claim}: {} backup(s), {} binlog segment(s)",
+        plan.target,
+        plan.backups.len(),
+        plan.segments.len()
+    );
+    set_ready(status, restore, false, "Restoring", &message);
+    write(api, restore, status).await?;
+    ctx.event(
+        &restore.object_ref(&()),
+        EventType::Normal,
+        "RestoreStarted",
+        &message,
+    )
+    .await;
+    Ok(())
+}
+
+/// The backup-id of the Backup object `name` of `policy`, once it has completed.
+async fn backup_id_of(ctx: &Context, ns: &str, policy: &str, name: &str) -> Result<String, Stop> {
+    let backups: Api<Backup> = Api::namespaced(ctx.client.clone(), ns);
+    let Some(b) = backups.get_opt(name).await.map_err(Error::from)? else {
+        return Err(Stop::Refuse(
+            "BackupMissing",
+            format!("Backup {ns}/{name} does not exist"),
+        ));
+    };
+    if b.spec.template.policy.name != policy {
+        return Err(Stop::Refuse(
+            "BackupMissing",
+            format!(
+                "Backup {ns}/{name} belongs to BackupPolicy {}, not {policy}",
+                b.spec.template.policy.name
+            ),
+        ));
+    }
+    let s = b.status.as_ref();
+    // A backup whose data a synthetic full holds now restores from that full.
+    let replaced = s
+        .and_then(|s| s.data_removed.as_ref())
+        .and_then(|r| r.replaced_by.as_ref())
+        .map(|r| r.backup_id.clone());
+    if s.and_then(|s| s.data_removed.as_ref()).is_some() && replaced.is_none() {
+        return Err(Stop::Refuse(
+            "BackupMissing",
+            format!("the data of Backup {ns}/{name} was removed by retention"),
+        ));
+    }
+    match (
+        replaced,
+        s.and_then(|s| s.backup_id.clone()),
+        s.and_then(|s| s.phase.as_ref()),
+    ) {
+        (Some(id), _, _) => Ok(id),
+        (None, Some(id), Some(tidemark_api::crd::BackupPhase::Completed)) => Ok(id),
+        (None, _, Some(tidemark_api::crd::BackupPhase::Failed)) => Err(Stop::Refuse(
+            "BackupMissing",
+            format!("Backup {ns}/{name} failed: there is nothing to restore"),
+        )),
+        _ => Err(Stop::Wait(
+            "BackupNotReady",
+            format!("Backup {ns}/{name} has not completed yet"),
+        )),
+    }
+}
+
+/// The plan in status (pure): the instant, the backups, the segments and their timelines,
+/// the bytes to download, the claim.
+pub(crate) fn planned(status: &mut RestoreStatus, plan: &RestorePlan, claim: &str) {
+    status.target = Some(Time(plan.target));
+    status.backups = plan.backups.iter().map(|m| m.backup_id.clone()).collect();
+    status.segments = Some(plan.segments.len() as u64);
+    let mut timelines: Vec<u32> = plan.segments.iter().map(|s| s.timeline).collect();
+    timelines.sort_unstable();
+    timelines.dedup();
+    status.timelines = timelines;
+    let backup_bytes = plan
+        .backups
+        .iter()
+        .flat_map(|m| m.payload.iter())
+        .map(|p| p.size)
+        .fold(0u64, u64::saturating_add);
+    let segment_bytes = plan
+        .segments
+        .iter()
+        .map(|s| s.size)
+        .fold(0u64, u64::saturating_add);
+    status.bytes = Some(backup_bytes.saturating_add(segment_bytes));
+    status.claim = Some(claim.to_owned());
+}
+
+/// The size of a claim for `plan` (pure): the chain's content (each payload's original
+/// size), the binlogs replayed into it (five times their stored size, as compressed ones
+/// grow), a quarter more for the server's own files, at least 1 GiB, in whole GiB.
+pub(crate) fn claim_bytes(plan: &RestorePlan) -> u64 {
+    let content = plan
+        .backups
+        .iter()
+        .flat_map(|m| m.payload.iter())
+        .map(|p| p.original_size.unwrap_or(p.size))
+        .fold(0u64, u64::saturating_add);
+    let binlogs = plan
+        .segments
+        .iter()
+        .map(|s| s.size.saturating_mul(5))
+        .fold(0u64, u64::saturating_add);
+    let need = content.saturating_add(binlogs);
+    let padded = need.saturating_add(need / 4).max(MIN_CLAIM);
+    padded.div_ceil(1 << 30).saturating_mul(1 << 30)
+}
+
+/// The claim a Restore creates: labelled with it, not owned by it (the data outlives the
+/// Restore), sized as asked or by [`claim_bytes`].
+fn new_claim(
+    restore: &Restore,
+    n: &NewClaim,
+    plan: &RestorePlan,
+) -> Result<PersistentVolumeClaim, Stop> {
+    let size = n
+        .size
+        .clone()
+        .unwrap_or_else(|| claim_bytes(plan).to_string());
+    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {
+            "name": n.name,
+            "namespace": restore.namespace(),
+            "labels": pod::labels(RESTORE_LABEL, &restore.name_any()),
+        },
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": n.storage_class_name,
+            "resources": {"requests": {"storage": Quantity(size)}},
+        },
+    }))
+    .map_err(|e| Stop::Err(Error::Internal(e.to_string())))?;
+    Ok(claim)
+}
+
+/// The Job's shell: checks that the claim holds no data unless it is to be replaced,
+/// restores into `.tidemark-restore/data` on it, and only then removes the old data and
+/// moves the new into place. A restore that fails leaves the claim's data as it was (the
+/// aside directory is removed by the next attempt).
+pub const SCRIPT: &str = r#"set -eu
+root=/restore
+aside="$root/.tidemark-restore"
+replace="$1"
+shift
+held=""
+for f in "$root"/* "$root"/.[!.]* "$root"/..?*; do
+  [ -e "$f" ] || continue
+  case "${f##*/}" in .tidemark-restore|lost+found) ;; *) held="$held ${f##*/}" ;; esac
+done
+if [ -n "$held" ] && [ "$replace" != true ]; then
+  echo "the claim holds data ($held ); set spec.into.replaceData: true to replace it" | tee /dev/termination-log >&2
+  exit 3
+fi
+rm -rf "$aside"
+mkdir -p "$aside"
+/tidemark-bin/tidemark restore "$@" --datadir "$aside/data"
+if [ "$(id -u)" = 0 ] && id mysql >/dev/null 2>&1; then
+  chown -R mysql:mysql "$aside/data"
+fi
+for f in "$root"/* "$root"/.[!.]* "$root"/..?*; do
+  [ -e "$f" ] || continue
+  case "${f##*/}" in .tidemark-restore|lost+found) ;; *) rm -rf "$f" ;; esac
+done
+for f in "$aside/data"/* "$aside/data"/.[!.]* "$aside/data"/..?*; do
+  [ -e "$f" ] || continue
+  mv "$f" "$root/"
+done
+rm -rf "$aside"
+echo "restored into the claim"
+"#;
+
+/// The Job's arguments: [`SCRIPT`], then `tidemark restore`'s for the planned instant.
+///
+/// # Errors
+/// The policy has no object store.
+pub fn args_of(
+    policy: &BackupPolicy,
+    plan: &RestorePlan,
+    replace: bool,
+) -> Result<Vec<String>, String> {
+    let os = policy
+        .spec
+        .object_store
+        .as_ref()
+        .ok_or("the BackupPolicy has no spec.objectStore")?;
+    Ok(vec![
+        SCRIPT.to_owned(),
+        "restore".to_owned(),
+        replace.to_string(),
+        "--store".into(),
+        os.store_url().map_err(|e| e.to_string())?,
+        "--cluster".into(),
+        policy.spec.cluster_or(&policy.name_any()).to_owned(),
+        // The instant exactly as planned (with its fraction): the same backups.
+        format!("--to={}", plan.target),
+    ])
+}
+
+/// Follows the Job of a running restore to its end.
+async fn follow(
+    ctx: &Context,
+    api: &Api<Restore>,
+    restore: &Restore,
+    mut status: RestoreStatus,
+    job_name: &str,
+) -> Result<Requeue, Error> {
+    let ns = restore.namespace().unwrap_or_default();
+    let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
+    let Some(job) = jobs.get_opt(job_name).await? else {
+        return refuse(
+            ctx,
+            api,
+            restore,
+            status,
+            "RestoreFailed",
+            &format!("Job {job_name} was deleted before it ended"),
+        )
+        .await;
+    };
+    match crate::restoretest::ended(&job) {
+        None => Ok(Requeue::requeue(POLL)),
+        Some(true) => {
+            let why = pod::job_failure(&ctx.client, &job)
+                .await
+                .unwrap_or_else(|| "its pod's log says why".into());
+            refuse(
+                ctx,
+                api,
+                restore,
+                status,
+                "RestoreFailed",
+                &format!("Job {job_name} failed: {why}"),
+            )
+            .await
+        }
+        Some(false) => {
+            let now = ctx.clock.now();
+            status.phase = Some("Succeeded".into());
+            status.completed_at = Some(Time(now));
+            let message = format!(
+                "restored {} into claim {}: backups {}, {} binlog segment(s){}",
+                status
+                    .target
+                    .as_ref()
+                    .map(|t| t.0.to_string())
+                    .unwrap_or_default(),
+                status.claim.as_deref().unwrap_or_default(),
+                status.backups.join(", "),
+                status.segments.unwrap_or(0),
+                status
+                    .started_at
+                    .as_ref()
+                    .map(|s| format!(", in {}s", now.duration_since(s.0).as_secs()))
+                    .unwrap_or_default()
+            );
+            set_ready(&mut status, restore, true, "Restored", &message);
+            write(api, restore, &status).await?;
+            ctx.event(
+                &restore.object_ref(&()),
+                EventType::Normal,
+                "RestoreSucceeded",
+                &message,
+            )
+            .await;
+            Ok(Requeue::await_change())
+        }
+    }
+}
+
+/// Ends `restore` as `Failed` with `reason` and `message` (status, a Warning event); a
+/// claim it created is annotated as holding no usable data.
+async fn refuse(
+    ctx: &Context,
+    api: &Api<Restore>,
+    restore: &Restore,
+    mut status: RestoreStatus,
+    reason: &'static str,
+    message: &str,
+) -> Result<Requeue, Error> {
+    status.phase = Some("Failed".into());
+    status.completed_at = Some(Time(ctx.clock.now()));
+    set_ready(&mut status, restore, false, reason, message);
+    write(api, restore, &status).await?;
+    ctx.warn(&restore.object_ref(&()), reason, message).await;
+    if let Some(claim) = &status.claim {
+        mark_unusable(ctx, restore, claim, reason, message).await;
+    }
+    Ok(Requeue::await_change())
+}
+
+/// Annotates `claim`, if this Restore created it, with why it holds no usable data.
+async fn mark_unusable(ctx: &Context, restore: &Restore, claim: &str, reason: &str, message: &str) {
+    let ns = restore.namespace().unwrap_or_default();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let Ok(Some(c)) = claims.get_opt(claim).await else {
+        return;
+    };
+    if c.labels().get(RESTORE_LABEL) != Some(&restore.name_any()) {
+        return;
+    }
+    let note: String = format!("{reason}: {message}").chars().take(512).collect();
+    let patch = json!({"metadata": {"annotations": {UNUSABLE_ANNOTATION: note}}});
+    if let Err(e) = claims
+        .patch(claim, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        tracing::warn!(claim = %claim, "could not mark the claim unusable: {e}");
+    }
+}
+
+fn set_ready(
+    status: &mut RestoreStatus,
+    restore: &Restore,
+    ready: bool,
+    reason: &str,
+    message: &str,
+) {
+    status.conditions = vec![crate::status::condition(
+        &status.conditions,
+        "Ready",
+        ready,
+        reason,
+        message,
+        restore.meta().generation,
+    )];
+}
+
+/// A bounded reason for an error that stops a restore for now.
+fn reason_of(e: &Error) -> &'static str {
+    if tidemark_store::error::access_denied(e) {
+        return "StoreAccessDenied";
+    }
+    match e {
+        Error::Missing(_) => "Waiting",
+        Error::Kube(_) => "KubernetesUnavailable",
+        _ => "StoreUnavailable",
+    }
+}
+
+async fn write(api: &Api<Restore>, restore: &Restore, status: &RestoreStatus) -> Result<(), Error> {
+    crate::status::apply(
+        api,
+        &restore.name_any(),
+        crate::status::FIELD_MANAGER,
+        serde_json::to_value(status).unwrap_or_default(),
+    )
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use tidemark_store::format::{Metadata, PayloadObject};
+
+    fn plan(payload: &[(u64, Option<u64>)], segments: &[(u64, u32)]) -> RestorePlan {
+        let mut m: Metadata = serde_json::from_value(json!({
+            "formatVersion": 1, "backupId": "20261127T000000Z", "backupName": "nightly",
+            "cluster": "c", "method": "mariabackup", "type": "full", "phase": "completed",
+            "startedAt": "2026-11-27T00:00:00Z", "completedAt": "2026-11-27T00:10:00Z",
+            "payload": [],
+        }))
+        .unwrap();
+        m.payload = payload
+            .iter()
+            .enumerate()
+            .map(|(i, (size, original))| PayloadObject {
+                name: format!("p{i}"),
+                size: *size,
+                sha256: String::new(),
+                compression: None,
+                original_size: *original,
+                encryption: None,
+            })
+            .collect();
+        RestorePlan {
+            target: "2026-11-27T01:00:00Z".parse().unwrap(),
+            backups: vec![m],
+            segments: segments
+                .iter()
+                .map(
+                    |(size, timeline)| tidemark_mariadb::restore::ReplaySegment {
+                        name: "mysql-bin.000001".into(),
+                        size: *size,
+                        sha256: None,
+                        compression: None,
+                        encryption: None,
+                        first_event_at: None,
+                        last_event_at: None,
+                        timeline: *timeline,
+                        server_id: None,
+                        file: None,
+                    },
+                )
+                .collect(),
+            start_position: None,
+            runs: Vec::new(),
+            stop_datetime: None,
+            recovery_window: tidemark_core::RecoveryWindow {
+                from: "2026-11-27T00:10:00Z".parse().unwrap(),
+                to: "2026-11-27T02:00:00Z".parse().unwrap(),
+                gaps: Vec::new(),
+            },
+        }
+    }
+
+    /// A created claim holds the chain's content, its binlogs grown, and room to spare.
+    #[test]
+    fn a_new_claim_is_sized_from_the_chain() {
+        let gib = 1u64 << 30;
+        let cases = [
+            ("tiny", plan(&[(1000, None)], &[]), gib),
+            (
+                "content, not the compressed size",
+                plan(&[(gib, Some(4 * gib))], &[]),
+                5 * gib,
+            ),
+            (
+                "binlogs five times",
+                plan(&[(gib, None)], &[(gib, 0)]),
+                8 * gib,
+            ),
+        ];
+        for (name, p, want) in cases {
+            assert_eq!(claim_bytes(&p), want, "{name}");
+        }
+    }
+
+    /// The status names what the restore uses: the backups (its holds), the segments, the
+    /// timelines they are on, the bytes to download.
+    #[test]
+    fn the_plan_goes_to_status() {
+        let p = plan(
+            &[(100, Some(400)), (50, None)],
+            &[(10, 0), (20, 1), (30, 1)],
+        );
+        let mut s = RestoreStatus::default();
+        planned(&mut s, &p, "data-db-0");
+        assert_eq!(s.backups, ["20261127T000000Z"]);
+        assert_eq!(s.segments, Some(3));
+        assert_eq!(s.timelines, [0, 1]);
+        assert_eq!(s.bytes, Some(210));
+        assert_eq!(s.claim.as_deref(), Some("data-db-0"));
+        assert_eq!(s.target.unwrap().0.to_string(), "2026-11-27T01:00:00Z");
+    }
+
+    /// The Job restores the planned instant exactly, with the store's settings, into the
+    /// claim through the script that moves the data into place last.
+    #[test]
+    fn the_job_restores_the_planned_instant() {
+        let policy: BackupPolicy = serde_json::from_value(json!({
+            "apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy",
+            "metadata": {"name": "shop", "namespace": "ns", "uid": "0123"},
+            "spec": {"objectStore": {"bucket": "b", "endpoint": "http://s3:8333"}},
+        }))
+        .unwrap();
+        let mut p = plan(&[(1, None)], &[]);
+        p.target = "2026-11-27T01:00:00.123456789Z".parse().unwrap();
+        let args = args_of(&policy, &p, true).unwrap();
+        assert_eq!(args[0], SCRIPT);
+        assert_eq!(args[1..3], ["restore", "true"]);
+        assert!(
+            args.contains(&"--to=2026-11-27T01:00:00.123456789Z".to_owned()),
+            "{args:?}"
+        );
+        assert!(
+            args.windows(2).any(|w| w == ["--cluster", "shop"]),
+            "{args:?}"
+        );
+        assert_eq!(
+            job_name(
+                "a-very-long-restore-name-that-goes-on-and-on-and-on",
+                "0123abcd"
+            ),
+            "a-very-long-restore-name-that-goes-on-an-0123abcd-restore"
+        );
+    }
+}

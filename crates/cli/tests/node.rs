@@ -550,18 +550,72 @@ async fn restores_into_new_and_existing_claims(w: Arc<World>) {
 
     // A new claim, at the instant between the full and the incremental; a second
     // StatefulSet starts on it.
+    // Through the plugin: first what it would use, then the Restore, followed to its end.
     w.node.local_volumes(1).await;
+    let plugin = |args: Vec<String>| {
+        let kubeconfig = w.node.cluster().kubeconfig();
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"))
+                .args(&args)
+                .env("KUBECONFIG", kubeconfig)
+                .env_remove("AWS_ACCESS_KEY_ID")
+                .env_remove("AWS_SECRET_ACCESS_KEY")
+                .output()
+                .unwrap()
+        })
+    };
+    let to = between.to_string();
+    let dry = plugin(
+        [
+            "restore",
+            "shop",
+            "-n",
+            ns,
+            "--to",
+            &to,
+            "--dry-run",
+            "--output",
+            "json",
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+    )
+    .await
+    .unwrap();
+    assert!(dry.status.success(), "{}", common::stderr(&dry));
+    let dry = common::json(&dry);
+    assert_eq!(dry["backups"].as_array().unwrap().len(), 1, "{dry}");
+    assert!(!dry["segments"].as_array().unwrap().is_empty(), "{dry}");
     let started = Instant::now();
-    w.apply(
-        ns,
-        &[restore(
+    let out = plugin(
+        [
+            "restore",
+            "shop",
+            "-n",
+            ns,
+            "--to",
+            &to,
+            "--new-claim",
+            "data-db2-0",
+            "--storage-class",
+            LOCAL_STORAGE_CLASS,
+            "--name",
             "db2-between",
-            between,
-            json!({"newClaim": {"name": "data-db2-0", "storageClassName": LOCAL_STORAGE_CLASS}}),
-        )],
+            "--wait",
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+    )
+    .await
+    .unwrap();
+    eprintln!("restore: into a new claim in {:.1?}", started.elapsed());
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("db2-between succeeded"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
     );
     let done = restore_ended(&w, ns, "db2-between").await;
-    eprintln!("restore: into a new claim in {:.1?}", started.elapsed());
     assert_eq!(done["phase"], "Succeeded", "{done}");
     assert_eq!(done["conditions"][0]["reason"], "Restored", "{done}");
     assert_eq!(done["claim"], "data-db2-0", "{done}");

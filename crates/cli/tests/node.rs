@@ -653,6 +653,7 @@ async fn restores_into_new_and_existing_claims(w: Arc<World>) {
         pods.get_opt("db-0").await.ok()?.is_none().then_some(())
     })
     .await;
+    let started = Instant::now();
     w.apply(
         ns,
         &[restore(
@@ -661,7 +662,30 @@ async fn restores_into_new_and_existing_claims(w: Arc<World>) {
             json!({"claim": "data-db-0", "replaceData": true}),
         )],
     );
+    // The leader goes while the Job runs: the new one follows it to its end.
+    let restores: Api<tidemark_api::crd::Restore> = Api::namespaced(w.client(), ns);
+    let job = eventually_within("the in-place Restore's Job", LONG, || async {
+        restores.get("db-in-place").await.ok()?.status?.job
+    })
+    .await;
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(w.client(), ns);
+    let before = jobs.get(&job).await.unwrap().status.unwrap_or_default();
+    let old = leader(&w).await;
+    w.kubectl(&[
+        "delete",
+        "pod",
+        "-n",
+        OPERATOR_NAMESPACE,
+        &old,
+        "--wait=false",
+    ]);
+    assert!(
+        before.succeeded.is_none() && before.failed.is_none(),
+        "the Job had ended before the leader went: no fault was tested"
+    );
     let done = restore_ended(&w, ns, "db-in-place").await;
+    let through_operator = started.elapsed();
+    assert_ne!(leader(&w).await, old, "another operator leads");
     assert_eq!(done["phase"], "Succeeded", "{done}");
     assert_eq!(
         done["backups"].as_array().unwrap().len(),
@@ -684,6 +708,37 @@ async fn restores_into_new_and_existing_claims(w: Arc<World>) {
         "19",
         "the rows at {after}"
     );
+    // The same restore on the machine, for the record (one run; the operator's includes
+    // a leader change and the Job's pod start).
+    let started = Instant::now();
+    assert_eq!(w.restored_count("restores", &after.to_string()), "19");
+    eprintln!(
+        "restore: in place through the operator in {through_operator:.1?}; tidemark restore on the machine in {:.1?}",
+        started.elapsed()
+    );
+
+    // Outside the recovery window: refused when planned, with the reason and an event,
+    // and no claim made.
+    w.apply(
+        ns,
+        &[restore(
+            "too-early",
+            "2000-01-01T00:00:00Z".parse().unwrap(),
+            json!({"newClaim": {"name": "data-never", "storageClassName": LOCAL_STORAGE_CLASS}}),
+        )],
+    );
+    let refused = restore_ended(&w, ns, "too-early").await;
+    assert_eq!(refused["phase"], "Failed", "{refused}");
+    assert_eq!(
+        refused["conditions"][0]["reason"], "NotRestorable",
+        "{refused}"
+    );
+    assert!(
+        claims.get_opt("data-never").await.unwrap().is_none(),
+        "a refused restore makes no claim"
+    );
+    let events = tidemark_operator::testkit::events(&w.client(), ns, "NotRestorable").await;
+    assert!(!events.is_empty(), "a NotRestorable event");
     // The Jobs ran in the database image, as its user, under the restricted level.
     all_pods_restricted(&w, ns, &["db-0", "db2-0", "-restore"]).await;
 }

@@ -239,6 +239,13 @@ pub struct RestoreStatus {
     /// Bytes the Job downloads (stored sizes of the backups and segments).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes: Option<u64>,
+    /// Bytes the Job downloaded, as it reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_downloaded: Option<u64>,
+    /// The Job's steps (download, prepare, apply each increment, replay) and how long each
+    /// took, as it reported.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<RestoreStep>,
     /// The claim written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claim: Option<String>,
@@ -255,6 +262,14 @@ pub struct RestoreStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+}
+
+/// One step of a restore's Job.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreStep {
+    pub name: String,
+    pub milliseconds: u64,
 }
 
 impl RestoreStatus {

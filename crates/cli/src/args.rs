@@ -401,6 +401,11 @@ pub struct RestoreArgs {
     pub dry_run: bool,
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
+    /// After a restore, write what it did in brief to FILE as JSON (`bytesDownloaded`,
+    /// `backupsApplied`, `segmentsReplayed`, `milliseconds`, `steps`): the operator's
+    /// Restore Job reports through its termination message this way.
+    #[arg(long, value_name = "FILE", conflicts_with = "dry_run")]
+    pub report_file: Option<PathBuf>,
     #[command(flatten)]
     pub tools: MariaDbTools,
 }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use tidemark_engine::restore::{
-    MariaDbTools, RestorePoint, RestoreRequest, RestoreTestRequest, restore_instant,
+    MariaDbTools, RestorePoint, RestoreRequest, RestoreTestRequest, TimedSteps, restore_instant,
 };
 use tidemark_mariadb::check::{self, CheckSpec};
 use tidemark_mariadb::restore::RestorePlan;
@@ -72,11 +72,18 @@ pub async fn restore(args: &RestoreArgs) -> Result<Exit, CliError> {
     let db = MariaDbTools {
         tools: args.tools.tools(),
     };
-    let progress: &dyn Progress = if json { &NoProgress } else { &Steps };
-    let restored = tidemark_engine::restore::restore(&db, store, &request, progress).await?;
+    let shown: &dyn Progress = if json { &NoProgress } else { &Steps };
+    let timed = TimedSteps::new(shown);
+    let restored = tidemark_engine::restore::restore(&db, store, &request, &timed).await?;
     if !args.dry_run && request.datadir.is_none() {
         // (After the plan: a target that cannot be restored is said first.)
         return Err(CliError::input("--datadir DIR is needed unless --dry-run"));
+    }
+    if let (Some(path), Some(r)) = (&args.report_file, &restored.report) {
+        let summary =
+            serde_json::to_vec(&timed.summary(r)).map_err(|e| CliError::new(Exit::Internal, e))?;
+        std::fs::write(path, summary)
+            .map_err(|e| CliError::input(format!("--report-file {}: {e}", path.display())))?;
     }
     let done = match (&request.datadir, &restored.report) {
         (Some(dir), Some(r)) => Some((dir.clone(), r.bytes_downloaded)),

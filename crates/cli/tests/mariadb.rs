@@ -140,13 +140,44 @@ impl Env {
         let live = host_tmp.join("#sql-temptable-1-2-3.MAI");
         std::fs::write(&live, b"a live server's temporary table").unwrap();
         let to = to.to_string();
-        let args = ["restore", "--to", &to, "--datadir", dir.to_str().unwrap()];
+        let report = self.db.scratch().join(format!("{name}-report.json"));
+        let args = [
+            "restore",
+            "--to",
+            &to,
+            "--datadir",
+            dir.to_str().unwrap(),
+            "--report-file",
+            report.to_str().unwrap(),
+        ];
         let out = self.tidemark_in(&args, &host_tmp);
         assert!(
             out.status.success(),
             "tidemark {args:?} failed ({}):\n{}",
             out.status,
             String::from_utf8_lossy(&out.stderr)
+        );
+        // What it did in brief (what the operator's Restore Job reports back).
+        let summary: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+        assert!(
+            summary["bytesDownloaded"].as_u64().unwrap() > 0,
+            "{summary}"
+        );
+        assert!(
+            summary["backupsApplied"].as_u64().unwrap() >= 1,
+            "{summary}"
+        );
+        let steps = summary["steps"].as_array().unwrap();
+        assert!(
+            steps
+                .iter()
+                .any(|s| s["name"] == "preparing the base backup"),
+            "{summary}"
+        );
+        assert!(
+            summary.to_string().len() < 4096,
+            "fits a termination message"
         );
         assert!(
             live.exists(),

@@ -692,6 +692,15 @@ async fn restores_into_new_and_existing_claims(w: Arc<World>) {
         2,
         "full and incremental: {done}"
     );
+    // The Job's own report: what it downloaded and each step.
+    assert!(done["bytesDownloaded"].as_u64().unwrap() > 0, "{done}");
+    assert!(
+        done["steps"].as_array().unwrap().iter().any(|s| s["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("applying increment")),
+        "{done}"
+    );
     sets.patch(
         "db",
         &PatchParams::default(),
@@ -970,6 +979,45 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
         "12",
         "restore to {between}, between the full and the incremental"
     );
+    // A Restore of the encrypted chain while the policy names no identity: its Job fails
+    // (the reason in status and an event), and the claim it made is marked unusable.
+    w.node.local_volumes(1).await;
+    w.apply(
+        ns,
+        &[json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "Restore", "metadata": {"name": "no-identity"},
+            "spec": {"policy": {"name": "shop"}, "target": {"to": target.to_string()},
+                     "into": {"newClaim": {"name": "data-no-identity", "storageClassName": LOCAL_STORAGE_CLASS}}}})],
+    );
+    let failed = restore_ended(&w, ns, "no-identity").await;
+    assert_eq!(failed["phase"], "Failed", "{failed}");
+    assert_eq!(
+        failed["conditions"][0]["reason"], "RestoreFailed",
+        "{failed}"
+    );
+    assert!(
+        failed["conditions"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("identit"),
+        "{failed}"
+    );
+    let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(w.client(), ns);
+    let marked = claims.get("data-no-identity").await.unwrap();
+    assert!(
+        marked
+            .annotations()
+            .get("tidemark.io/restore-failed")
+            .is_some_and(|a| a.starts_with("RestoreFailed")),
+        "{:?}",
+        marked.metadata.annotations
+    );
+    assert!(
+        !tidemark_operator::testkit::events(&w.client(), ns, "RestoreFailed")
+            .await
+            .is_empty()
+    );
+
     // A restore test on the node (issue 19 §4): the operator's Job, in the database image,
     // restores the newest point (the encrypted chain and binlogs, with the identity from
     // its Secret), starts MariaDB on it, checks every table and the query.

@@ -134,6 +134,106 @@ pub async fn restore(
     Ok(Restored { plan, report })
 }
 
+/// The most steps a [`RestoreSummary`] carries (a chain's steps are few; the summary must
+/// fit a pod's termination message, 4 KiB).
+pub const MAX_SUMMARY_STEPS: usize = 24;
+/// The longest step name a [`RestoreSummary`] carries.
+pub const MAX_STEP_NAME: usize = 96;
+
+/// What a restore did, in brief: what the operator's Restore Job reports back (its
+/// termination message, `tidemark restore --report-file`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoreSummary {
+    pub bytes_downloaded: u64,
+    pub backups_applied: u64,
+    pub segments_replayed: u64,
+    /// The whole restore.
+    pub milliseconds: u64,
+    /// Each step, from its start to the next one's (the binlogs download while the
+    /// backups are prepared: that step overlaps the next).
+    pub steps: Vec<StepTime>,
+}
+
+/// One step of a restore and how long it took.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepTime {
+    pub name: String,
+    pub milliseconds: u64,
+}
+
+/// A [`Progress`] that passes everything on to `inner` and times each step.
+#[derive(Debug)]
+pub struct TimedSteps<P> {
+    pub inner: P,
+    started: std::time::Instant,
+    steps: std::sync::Mutex<Vec<(String, std::time::Instant)>>,
+}
+
+impl<P> TimedSteps<P> {
+    pub fn new(inner: P) -> Self {
+        TimedSteps {
+            inner,
+            started: std::time::Instant::now(),
+            steps: std::sync::Mutex::default(),
+        }
+    }
+
+    /// The summary of `report`, with the steps timed until now (bounded: the first
+    /// [`MAX_SUMMARY_STEPS`] steps, names cut to [`MAX_STEP_NAME`] characters).
+    pub fn summary(&self, report: &RestoreReport) -> RestoreSummary {
+        let now = std::time::Instant::now();
+        let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let steps = self
+            .steps
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let timed = steps
+            .iter()
+            .enumerate()
+            .take(MAX_SUMMARY_STEPS)
+            .map(|(i, (name, at))| {
+                let end = steps.get(i + 1).map_or(now, |(_, next)| *next);
+                StepTime {
+                    name: name.chars().take(MAX_STEP_NAME).collect(),
+                    milliseconds: ms(end.duration_since(*at)),
+                }
+            })
+            .collect();
+        RestoreSummary {
+            bytes_downloaded: report.bytes_downloaded,
+            backups_applied: report.backups_applied as u64,
+            segments_replayed: report.segments_replayed as u64,
+            milliseconds: ms(now.duration_since(self.started)),
+            steps: timed,
+        }
+    }
+}
+
+impl<P: Progress + ?Sized> Progress for TimedSteps<&P> {
+    fn listed(&self, n: usize) {
+        self.inner.listed(n);
+    }
+    fn metadata_read(&self, n: usize) {
+        self.inner.metadata_read(n);
+    }
+    fn deleted(&self, n: usize) {
+        self.inner.deleted(n);
+    }
+    fn step(&self, name: &str, total: usize) {
+        self.steps
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push((name.to_owned(), std::time::Instant::now()));
+        self.inner.step(name, total);
+    }
+    fn bytes(&self, n: u64) {
+        self.inner.bytes(n);
+    }
+}
+
 /// What a restore is asked to bring back, before it is an instant.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RestorePoint {

@@ -187,13 +187,52 @@ pub const FAILURE_LIMIT: usize = 1024;
 /// `container backup exited 1: error: cannot open store …`. `None` when no pod is left or
 /// none says anything.
 pub async fn job_failure(client: &Client, job: &Job) -> Option<String> {
-    let ns = job.metadata.namespace.as_deref()?;
-    let uid = job.metadata.uid.as_deref()?;
+    terminations(client, job)
+        .await
+        .into_iter()
+        .find_map(|(name, code, said)| {
+            if code == 0 {
+                return None;
+            }
+            // Hidden before it is cut: a cut through `--password=…` would no longer look
+            // like a secret.
+            let said = tidemark_engine::redact::redact(&[said.trim().to_owned()]).remove(0);
+            let said = tail(&said, FAILURE_LIMIT).to_owned();
+            Some(if said.is_empty() {
+                format!("container {name} exited {code}")
+            } else {
+                format!("container {name} exited {code}: {said}")
+            })
+        })
+}
+
+/// What the container `container` of a finished Job's pod said when it exited 0: its
+/// termination message (at most 4 KiB, the kubelet's bound). `None` when no pod is left,
+/// or it did not succeed.
+pub async fn job_report(client: &Client, job: &Job, container: &str) -> Option<String> {
+    terminations(client, job)
+        .await
+        .into_iter()
+        .find(|(name, code, _)| name == container && *code == 0)
+        .map(|(_, _, said)| said)
+}
+
+/// The containers of the newest pod of `job` that have terminated (init containers first):
+/// name, exit code, termination message.
+async fn terminations(client: &Client, job: &Job) -> Vec<(String, i32, String)> {
+    let (Some(ns), Some(uid)) = (
+        job.metadata.namespace.as_deref(),
+        job.metadata.uid.as_deref(),
+    ) else {
+        return Vec::new();
+    };
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let list = pods
+    let Ok(list) = pods
         .list(&ListParams::default().labels(&format!("controller-uid={uid}")))
         .await
-        .ok()?;
+    else {
+        return Vec::new();
+    };
     let mut pods = list.items;
     // The newest pod's word first.
     pods.sort_by(|a, b| {
@@ -201,30 +240,20 @@ pub async fn job_failure(client: &Client, job: &Job) -> Option<String> {
             .creation_timestamp
             .cmp(&a.metadata.creation_timestamp)
     });
-    pods.iter().find_map(|p| {
-        let st = p.status.as_ref()?;
-        let all = st
-            .init_container_statuses
-            .iter()
-            .chain(st.container_statuses.iter())
-            .flatten();
-        all.into_iter().find_map(|c| {
-            let t = c.state.as_ref()?.terminated.as_ref()?;
-            if t.exit_code == 0 {
-                return None;
-            }
-            // Hidden before it is cut: a cut through `--password=…` would no longer look
-            // like a secret.
-            let said = t.message.as_deref().unwrap_or_default().trim();
-            let said = tidemark_engine::redact::redact(&[said.to_owned()]).remove(0);
-            let said = tail(&said, FAILURE_LIMIT).to_owned();
-            Some(if said.is_empty() {
-                format!("container {} exited {}", c.name, t.exit_code)
-            } else {
-                format!("container {} exited {}: {said}", c.name, t.exit_code)
-            })
+    pods.iter()
+        .flat_map(|p| {
+            let st = p.status.clone().unwrap_or_default();
+            st.init_container_statuses
+                .into_iter()
+                .chain(st.container_statuses)
+                .flatten()
+                .filter_map(|c| {
+                    let t = c.state?.terminated?;
+                    Some((c.name, t.exit_code, t.message.unwrap_or_default()))
+                })
+                .collect::<Vec<_>>()
         })
-    })
+        .collect()
 }
 
 /// The last `limit` bytes of `s`, cut at a character boundary.

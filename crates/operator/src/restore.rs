@@ -32,7 +32,9 @@ use tidemark_api::crd::{Backup, BackupPolicy, Restore, RestoreStatus};
 use tidemark_api::restore::{
     Into as Destination, NewClaim, RESTORE_LABEL, Target, UNUSABLE_ANNOTATION,
 };
-use tidemark_engine::restore::{Database, MariaDbTools, RestorePoint, restore_instant};
+use tidemark_engine::restore::{
+    Database, MariaDbTools, RestorePoint, RestoreSummary, restore_instant,
+};
 use tidemark_mariadb::restore::RestorePlan;
 
 use crate::context::Context;
@@ -399,6 +401,24 @@ pub(crate) fn planned(status: &mut RestoreStatus, plan: &RestorePlan, claim: &st
     status.claim = Some(claim.to_owned());
 }
 
+/// What the Job reported in status (pure; bounded as the summary is).
+pub(crate) fn reported(status: &mut RestoreStatus, summary: &RestoreSummary) {
+    status.bytes_downloaded = Some(summary.bytes_downloaded);
+    status.steps = summary
+        .steps
+        .iter()
+        .take(tidemark_engine::restore::MAX_SUMMARY_STEPS)
+        .map(|s| tidemark_api::restore::RestoreStep {
+            name: s
+                .name
+                .chars()
+                .take(tidemark_engine::restore::MAX_STEP_NAME)
+                .collect(),
+            milliseconds: s.milliseconds,
+        })
+        .collect();
+}
+
 /// The size of a claim for `plan` (pure): the chain's content (each payload's original
 /// size), the binlogs replayed into it (five times their stored size, as compressed ones
 /// grow), a quarter more for the server's own files, at least 1 GiB, in whole GiB.
@@ -466,7 +486,7 @@ if [ -n "$held" ] && [ "$replace" != true ]; then
 fi
 rm -rf "$aside"
 mkdir -p "$aside"
-/tidemark-bin/tidemark restore "$@" --datadir "$aside/data"
+/tidemark-bin/tidemark restore "$@" --datadir "$aside/data" --report-file /dev/termination-log
 if [ "$(id -u)" = 0 ] && id mysql >/dev/null 2>&1; then
   chown -R mysql:mysql "$aside/data"
 fi
@@ -550,6 +570,13 @@ async fn follow(
             let now = ctx.clock.now();
             status.phase = Some("Succeeded".into());
             status.completed_at = Some(Time(now));
+            // What the Job reported of its steps (its termination message).
+            if let Some(summary) = pod::job_report(&ctx.client, &job, "restore")
+                .await
+                .and_then(|m| serde_json::from_str::<RestoreSummary>(&m).ok())
+            {
+                reported(&mut status, &summary);
+            }
             let message = format!(
                 "restored {} into claim {}: backups {}, {} binlog segment(s){}",
                 status

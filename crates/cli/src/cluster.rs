@@ -140,18 +140,7 @@ pub async fn backup(args: &BackupArgs) -> Result<Exit, CliError> {
         .namespace
         .clone()
         .unwrap_or_else(|| client.default_namespace().to_owned());
-    let policies: Api<BackupPolicy> = Api::namespaced(client.clone(), &ns);
-    if policies
-        .get_opt(&args.policy)
-        .await
-        .map_err(|e| api_error(&format!("BackupPolicy {ns}/{}", args.policy), e))?
-        .is_none()
-    {
-        return Err(CliError::input(format!(
-            "BackupPolicy {ns}/{} does not exist (kubectl get backuppolicies -n {ns})",
-            args.policy
-        )));
-    }
+    ensure_policy(&client, &ns, &args.policy).await?;
     let name = format!(
         "{}-manual-{}",
         args.policy,
@@ -181,54 +170,95 @@ pub async fn backup(args: &BackupArgs) -> Result<Exit, CliError> {
         crate::output::emit(&format!("{name}\n"))?;
         return Ok(Exit::Success);
     }
-    let timeout: jiff::SignedDuration = args.timeout.parse().map_err(|_| {
-        CliError::input(format!(
-            "--timeout: invalid duration {:?}; expected e.g. 30m or 2h",
-            args.timeout
-        ))
-    })?;
-    let deadline = Timestamp::now() + timeout;
-    let mut last_reported = String::new();
-    loop {
-        let b = backups
-            .get(&name)
-            .await
-            .map_err(|e| api_error(&format!("Backup {ns}/{name}"), e))?;
+    follow(&backups, &ns, &name, &args.timeout, |b: Backup| {
         let status = b.status.unwrap_or_default();
         let condition = status
             .conditions
             .first()
             .map(|c| format!("{}: {}", c.reason, c.message))
             .unwrap_or_default();
+        let ended = match status.phase {
+            Some(BackupPhase::Completed) => Some(Ok(format!(
+                "{name} completed: backup-id {}\n",
+                status.backup_id.unwrap_or_default()
+            ))),
+            Some(BackupPhase::Failed) => Some(Err(CliError::new(
+                Exit::SourceFailed,
+                anyhow::anyhow!(
+                    "Backup {ns}/{name} failed: {}",
+                    status.error.unwrap_or_default()
+                ),
+            ))),
+            _ => None,
+        };
+        (condition, ended)
+    })
+    .await
+}
+
+/// Fails unless BackupPolicy `ns/policy` exists.
+async fn ensure_policy(client: &Client, ns: &str, policy: &str) -> Result<(), CliError> {
+    let policies: Api<BackupPolicy> = Api::namespaced(client.clone(), ns);
+    if policies
+        .get_opt(policy)
+        .await
+        .map_err(|e| api_error(&format!("BackupPolicy {ns}/{policy}"), e))?
+        .is_none()
+    {
+        return Err(CliError::input(format!(
+            "BackupPolicy {ns}/{policy} does not exist (kubectl get backuppolicies -n {ns})"
+        )));
+    }
+    Ok(())
+}
+
+/// Follows the object `ns/name` until `look` says it ended (`Ok`: what to print, exit 0;
+/// `Err`: its failure), printing each change of what `look` says of it on stderr; after
+/// `timeout` (a duration such as `1h`) it fails with exit 1, the object going on.
+async fn follow<K>(
+    api: &Api<K>,
+    ns: &str,
+    name: &str,
+    timeout: &str,
+    look: impl Fn(K) -> (String, Option<Result<String, CliError>>),
+) -> Result<Exit, CliError>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let kind = K::kind(&());
+    let timeout_for = |t: &str| -> Result<jiff::SignedDuration, CliError> {
+        t.parse().map_err(|_| {
+            CliError::input(format!(
+                "--timeout: invalid duration {t:?}; expected e.g. 30m or 2h"
+            ))
+        })
+    };
+    let deadline = Timestamp::now() + timeout_for(timeout)?;
+    let mut last_reported = String::new();
+    loop {
+        let object = api
+            .get(name)
+            .await
+            .map_err(|e| api_error(&format!("{kind} {ns}/{name}"), e))?;
+        let (condition, ended) = look(object);
         if !condition.is_empty() && condition != last_reported {
             eprintln!("{name}: {condition}");
             last_reported = condition;
         }
-        match status.phase {
-            Some(BackupPhase::Completed) => {
-                crate::output::emit(&format!(
-                    "{name} completed: backup-id {}\n",
-                    status.backup_id.unwrap_or_default()
-                ))?;
+        match ended {
+            Some(Ok(done)) => {
+                crate::output::emit(&done)?;
                 return Ok(Exit::Success);
             }
-            Some(BackupPhase::Failed) => {
-                return Err(CliError::new(
-                    Exit::SourceFailed,
-                    anyhow::anyhow!(
-                        "Backup {ns}/{name} failed: {}",
-                        status.error.unwrap_or_default()
-                    ),
-                ));
-            }
-            _ => {}
+            Some(Err(e)) => return Err(e),
+            None => {}
         }
         if Timestamp::now() > deadline {
             return Err(CliError::new(
                 Exit::Internal,
                 anyhow::anyhow!(
-                    "Backup {ns}/{name} did not finish within --timeout {}; it goes on (kubectl get backup {name} -n {ns})",
-                    args.timeout
+                    "{kind} {ns}/{name} did not finish within --timeout {timeout}; it goes on (kubectl get {} {name} -n {ns})",
+                    kind.to_lowercase()
                 ),
             ));
         }
@@ -298,17 +328,7 @@ pub async fn restore(
         .spec
         .checked()
         .map_err(|e| CliError::input(format!("restore {policy}: {e}")))?;
-    let policies: Api<BackupPolicy> = Api::namespaced(client.clone(), &ns);
-    if policies
-        .get_opt(policy)
-        .await
-        .map_err(|e| api_error(&format!("BackupPolicy {ns}/{policy}"), e))?
-        .is_none()
-    {
-        return Err(CliError::input(format!(
-            "BackupPolicy {ns}/{policy} does not exist (kubectl get backuppolicies -n {ns})"
-        )));
-    }
+    ensure_policy(&client, &ns, policy).await?;
     let restores: Api<tidemark_api::crd::Restore> = Api::namespaced(client.clone(), &ns);
     restores
         .create(&PostParams::default(), &restore)
@@ -319,59 +339,36 @@ pub async fn restore(
         crate::output::emit(&format!("{name}\n"))?;
         return Ok(Exit::Success);
     }
-    let timeout: jiff::SignedDuration = args.timeout.parse().map_err(|_| {
-        CliError::input(format!(
-            "--timeout: invalid duration {:?}; expected e.g. 30m or 2h",
-            args.timeout
-        ))
-    })?;
-    let deadline = Timestamp::now() + timeout;
-    let mut last_reported = String::new();
-    loop {
-        let r = restores
-            .get(&name)
-            .await
-            .map_err(|e| api_error(&format!("Restore {ns}/{name}"), e))?;
-        let status = r.status.unwrap_or_default();
-        let ready = status.conditions.iter().find(|c| c.type_ == "Ready");
-        let condition = ready
-            .map(|c| format!("{}: {}", c.reason, c.message))
-            .unwrap_or_default();
-        if !condition.is_empty() && condition != last_reported {
-            eprintln!("{name}: {condition}");
-            last_reported.clone_from(&condition);
-        }
-        match status.phase.as_deref() {
-            Some("Succeeded") => {
-                crate::output::emit(&format!(
+    follow(
+        &restores,
+        &ns,
+        &name,
+        &args.timeout,
+        |r: tidemark_api::crd::Restore| {
+            let status = r.status.unwrap_or_default();
+            let ready = status.conditions.iter().find(|c| c.type_ == "Ready");
+            let condition = ready
+                .map(|c| format!("{}: {}", c.reason, c.message))
+                .unwrap_or_default();
+            let not_restorable = ready.is_some_and(|c| c.reason == "NotRestorable");
+            let ended = match status.phase.as_deref() {
+                Some("Succeeded") => Some(Ok(format!(
                     "{name} succeeded: {} restored into claim {}\n",
                     status.target.map(|t| t.0.to_string()).unwrap_or_default(),
                     status.claim.unwrap_or_default()
-                ))?;
-                return Ok(Exit::Success);
-            }
-            Some("Failed") => {
-                let exit = if ready.is_some_and(|c| c.reason == "NotRestorable") {
-                    Exit::NotRestorable
-                } else {
-                    Exit::RestoreFailed
-                };
-                return Err(CliError::new(
-                    exit,
+                ))),
+                Some("Failed") => Some(Err(CliError::new(
+                    if not_restorable {
+                        Exit::NotRestorable
+                    } else {
+                        Exit::RestoreFailed
+                    },
                     anyhow::anyhow!("Restore {ns}/{name} failed: {condition}"),
-                ));
-            }
-            _ => {}
-        }
-        if Timestamp::now() > deadline {
-            return Err(CliError::new(
-                Exit::Internal,
-                anyhow::anyhow!(
-                    "Restore {ns}/{name} did not finish within --timeout {}; it goes on (kubectl get restore {name} -n {ns})",
-                    args.timeout
-                ),
-            ));
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+                ))),
+                _ => None,
+            };
+            (condition, ended)
+        },
+    )
+    .await
 }

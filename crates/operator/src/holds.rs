@@ -26,16 +26,19 @@ pub fn held_ids<'a>(
                 .map(String::as_str)
                 == Some("true")
         })
-        // An object whose restore point a synthetic full holds now holds that full.
-        .filter_map(|b| {
-            let s = b.status.as_ref()?;
-            s.data_removed
-                .as_ref()
-                .and_then(|r| r.replaced_by.as_ref())
-                .map(|r| r.backup_id.clone())
-                .or_else(|| s.backup_id.clone())
-        })
+        .filter_map(restore_point_id)
         .collect()
+}
+
+/// The backup-id that holds `b`'s restore point: its own, or, once consolidation merged it,
+/// the synthetic full's that stands in for it.
+pub fn restore_point_id(b: &tidemark_api::crd::Backup) -> Option<String> {
+    let s = b.status.as_ref()?;
+    s.data_removed
+        .as_ref()
+        .and_then(|r| r.replaced_by.as_ref())
+        .map(|r| r.backup_id.clone())
+        .or_else(|| s.backup_id.clone())
 }
 
 /// The holds of restores (pure): each Restore of `policy` in `ns` that has not finished
@@ -87,12 +90,7 @@ fn backup_id_of_name(
             && b.name_any() == name
             && b.spec.template.policy.name == policy
     })?;
-    let s = b.status.as_ref()?;
-    s.data_removed
-        .as_ref()
-        .and_then(|r| r.replaced_by.as_ref())
-        .map(|r| r.backup_id.clone())
-        .or_else(|| s.backup_id.clone())
+    restore_point_id(b)
 }
 
 /// The holds of `policy`'s restores now, from the API (a Restore made a moment ago

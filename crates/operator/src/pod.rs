@@ -10,8 +10,8 @@ use k8s_openapi::api::core::v1::{
     Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, Pod, PodSecurityContext,
     SeccompProfile, SecretKeySelector, SecurityContext, Volume, VolumeMount,
 };
-use kube::Client;
 use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
 use tidemark_api::ObjectStoreSpec;
 use tidemark_api::crd::BackupPolicy;
 
@@ -319,6 +319,24 @@ pub fn empty_volume(name: &str) -> Volume {
         empty_dir: Some(EmptyDirVolumeSource::default()),
         ..Default::default()
     }
+}
+
+/// `--store URL --cluster NAME` of `policy`, for a `tidemark` command a Job runs.
+///
+/// # Errors
+/// The policy has no object store, or its URL cannot be formed.
+pub fn store_args(policy: &BackupPolicy) -> Result<Vec<String>, String> {
+    let os = policy
+        .spec
+        .object_store
+        .as_ref()
+        .ok_or("the BackupPolicy has no spec.objectStore")?;
+    Ok(vec![
+        "--store".into(),
+        os.store_url().map_err(|e| e.to_string())?,
+        "--cluster".into(),
+        policy.spec.cluster_or(&policy.name_any()).to_owned(),
+    ])
 }
 
 /// [`MANAGED_BY`] and `key=value`.

@@ -511,22 +511,11 @@ pub fn args_of(
     plan: &RestorePlan,
     replace: bool,
 ) -> Result<Vec<String>, String> {
-    let os = policy
-        .spec
-        .object_store
-        .as_ref()
-        .ok_or("the BackupPolicy has no spec.objectStore")?;
-    Ok(vec![
-        SCRIPT.to_owned(),
-        "restore".to_owned(),
-        replace.to_string(),
-        "--store".into(),
-        os.store_url().map_err(|e| e.to_string())?,
-        "--cluster".into(),
-        policy.spec.cluster_or(&policy.name_any()).to_owned(),
-        // The instant exactly as planned (with its fraction): the same backups.
-        format!("--to={}", plan.target),
-    ])
+    let mut args = vec![SCRIPT.to_owned(), "restore".to_owned(), replace.to_string()];
+    args.extend(pod::store_args(policy)?);
+    // The instant exactly as planned (with its fraction): the same backups.
+    args.push(format!("--to={}", plan.target));
+    Ok(args)
 }
 
 /// Follows the Job of a running restore to its end.

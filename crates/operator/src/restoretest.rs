@@ -372,24 +372,13 @@ pub fn args_of(
     random: bool,
     spec: &tidemark_api::policy::RestoreTestSpec,
 ) -> Result<Vec<String>, String> {
-    let os = policy
-        .spec
-        .object_store
-        .as_ref()
-        .ok_or("the BackupPolicy has no spec.objectStore")?;
     let mut args = vec![
         pod::tidemark_script(),
         "tidemark".to_owned(),
         "restore-test".to_owned(),
-        "--store".into(),
-        os.store_url().map_err(|e| e.to_string())?,
-        "--cluster".into(),
-        policy.spec.cluster_or(&policy.name_any()).to_owned(),
-        "--scratch".into(),
-        SCRATCH.into(),
-        "--output".into(),
-        "json".into(),
     ];
+    args.extend(pod::store_args(policy)?);
+    args.extend(["--scratch", SCRATCH, "--output", "json"].map(str::to_owned));
     if random {
         args.push("--random".into());
     }

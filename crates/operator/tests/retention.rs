@@ -27,6 +27,35 @@ async fn metadata_ids(store: &tidemark_store::ClusterStore) -> Vec<String> {
     synth::metadata_ids(store).await.unwrap()
 }
 
+/// Changes `name`'s spec (its retentionInterval, to 59m): the next pass is due at once.
+async fn pass_now(policies: &Api<BackupPolicy>, name: &str) {
+    policies
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"retentionInterval": "59m"}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// Waits up to a minute for the store to hold exactly the backups `ids`; fails saying
+/// `what`, with the policy's status.
+async fn until_ids(
+    store: &tidemark_store::ClusterStore,
+    ids: &[String],
+    policies: &Api<BackupPolicy>,
+    what: &str,
+) {
+    let reached = tokio::time::timeout(Duration::from_secs(60), async {
+        while metadata_ids(store).await != ids {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    })
+    .await;
+    assert!(reached.is_ok(), "{what}: {}", status(policies, "db").await);
+}
+
 fn policy(name: &str, ns: &str, endpoint: &str, secret: &str) -> BackupPolicy {
     serde_json::from_value(json!({
         "apiVersion": "tidemark.io/v1alpha1",
@@ -530,14 +559,7 @@ async fn a_pass_that_partly_failed_is_not_a_success() {
     )
     .await
     .unwrap();
-    policies
-        .patch(
-            "db",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"retentionInterval": "59m"}})),
-        )
-        .await
-        .unwrap();
+    pass_now(&policies, "db").await;
     let st = eventually("the partial failure", || async {
         let s = status(&policies, "db").await;
         (s["conditions"][0]["reason"] == "PassPartlyFailed").then_some(s)
@@ -801,20 +823,13 @@ async fn retention_waits_for_the_newest_backup_to_read_back() {
     .await;
     assert!(v["verification"]["lastScheduleTime"].is_string(), "{v}");
     assert_eq!(v["verification"]["request"], "1", "{v}");
-    let deleted = tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            if metadata_ids(&store).await == vec![newest.id.clone()] {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-    })
+    until_ids(
+        &store,
+        std::slice::from_ref(&newest.id),
+        &policies,
+        "the old backup was not deleted",
+    )
     .await;
-    assert!(
-        deleted.is_ok(),
-        "the old backup was not deleted: {}",
-        status(&policies, "db").await
-    );
     op.stop().await;
 }
 
@@ -1567,24 +1582,7 @@ async fn a_restore_holds_what_it_needs_from_retention() {
         .delete("from-the-oldest", &Default::default())
         .await
         .unwrap();
-    policies
-        .patch(
-            "db",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"retentionInterval": "59m"}})),
-        )
-        .await
-        .unwrap();
-    let gone = tokio::time::timeout(Duration::from_secs(60), async {
-        while metadata_ids(&store).await != vec![ids[2].clone()] {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-    })
-    .await;
-    assert!(
-        gone.is_ok(),
-        "not released: {}",
-        status(&policies, "db").await
-    );
+    pass_now(&policies, "db").await;
+    until_ids(&store, &[ids[2].clone()], &policies, "not released").await;
     op.stop().await;
 }

@@ -161,11 +161,7 @@ pub async fn backup(args: &BackupArgs) -> Result<Exit, CliError> {
     }))
     .map_err(|e| CliError::new(Exit::Internal, e))?;
     let backups: Api<Backup> = Api::namespaced(client.clone(), &ns);
-    backups
-        .create(&PostParams::default(), &b)
-        .await
-        .map_err(|e| api_error(&format!("creating Backup {ns}/{name}"), e))?;
-    eprintln!("created Backup {ns}/{name}");
+    create(&backups, &ns, &name, &b).await?;
     if !args.wait {
         crate::output::emit(&format!("{name}\n"))?;
         return Ok(Exit::Success);
@@ -194,6 +190,23 @@ pub async fn backup(args: &BackupArgs) -> Result<Exit, CliError> {
         (condition, ended)
     })
     .await
+}
+
+/// Creates `object` (`ns/name`) and says so on stderr.
+async fn create<K>(api: &Api<K>, ns: &str, name: &str, object: &K) -> Result<(), CliError>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let kind = K::kind(&());
+    api.create(&PostParams::default(), object)
+        .await
+        .map_err(|e| api_error(&format!("creating {kind} {ns}/{name}"), e))?;
+    eprintln!("created {kind} {ns}/{name}");
+    Ok(())
 }
 
 /// Fails unless BackupPolicy `ns/policy` exists.
@@ -330,11 +343,7 @@ pub async fn restore(
         .map_err(|e| CliError::input(format!("restore {policy}: {e}")))?;
     ensure_policy(&client, &ns, policy).await?;
     let restores: Api<tidemark_api::crd::Restore> = Api::namespaced(client.clone(), &ns);
-    restores
-        .create(&PostParams::default(), &restore)
-        .await
-        .map_err(|e| api_error(&format!("creating Restore {ns}/{name}"), e))?;
-    eprintln!("created Restore {ns}/{name}");
+    create(&restores, &ns, &name, &restore).await?;
     if !args.wait {
         crate::output::emit(&format!("{name}\n"))?;
         return Ok(Exit::Success);

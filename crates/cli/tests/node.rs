@@ -454,6 +454,34 @@ async fn statefulset(w: &World, ns: &str, name: &str, replicas: usize) {
     .await;
 }
 
+/// An instant strictly between `before` rows inserted and `after` rows inserted in `pod`
+/// (binlog events carry whole seconds: each write is a second and more away from it).
+async fn instant_between(
+    w: &World,
+    ns: &str,
+    pod: &str,
+    before: usize,
+    after: usize,
+) -> jiff::Timestamp {
+    insert(w, ns, pod, before);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let at = jiff::Timestamp::now();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    insert(w, ns, pod, after);
+    at
+}
+
+/// Flushes `pod`'s binary log and waits until the archive of `cluster` reaches past `at`.
+async fn archived_past(w: &World, ns: &str, pod: &str, cluster: &str, at: jiff::Timestamp) {
+    w.sql(ns, pod, "FLUSH BINARY LOGS");
+    eventually_within("binlogs past the instant archived", LONG, || async {
+        let ls = common::json(&w.tidemark(cluster, &["ls", "--output", "json"]));
+        let end: jiff::Timestamp = ls["recoveryWindow"]["to"].as_str()?.parse().ok()?;
+        (end > at).then_some(())
+    })
+    .await;
+}
+
 fn insert(w: &World, ns: &str, pod: &str, n: usize) {
     let values: Vec<String> = (0..n).map(|i| format!("({i})")).collect();
     w.sql(
@@ -498,11 +526,7 @@ async fn restores_into_new_and_existing_claims(w: Arc<World>) {
         ],
     );
     completed(&w, ns, "full-1").await;
-    insert(&w, ns, "db-0", 2);
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    let between = jiff::Timestamp::now();
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    insert(&w, ns, "db-0", 3);
+    let between = instant_between(&w, ns, "db-0", 2, 3).await;
     w.apply(
         ns,
         &[json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "Backup", "metadata": {"name": "incr-1"},
@@ -511,18 +535,8 @@ async fn restores_into_new_and_existing_claims(w: Arc<World>) {
     );
     let incr = completed(&w, ns, "incr-1").await;
     assert_eq!(incr["type"], "incremental", "{incr}");
-    insert(&w, ns, "db-0", 4);
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    let after = jiff::Timestamp::now();
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    insert(&w, ns, "db-0", 5);
-    w.sql(ns, "db-0", "FLUSH BINARY LOGS");
-    eventually_within("binlogs past the last instant archived", LONG, || async {
-        let ls = common::json(&w.tidemark("restores", &["ls", "--output", "json"]));
-        let end: jiff::Timestamp = ls["recoveryWindow"]["to"].as_str()?.parse().ok()?;
-        (end > after).then_some(())
-    })
-    .await;
+    let after = instant_between(&w, ns, "db-0", 4, 5).await;
+    archived_past(&w, ns, "db-0", "restores", after).await;
 
     // The running database's claim: refused, naming the pod.
     let restore = |name: &str, to: jiff::Timestamp, into: serde_json::Value| {
@@ -904,11 +918,7 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
 
     // A point in time between the full and the incremental (restored once the archiver
     // has shipped its binlogs, below), then the incremental on top of the full.
-    insert(&w, ns, "db-0", 2);
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    let between = jiff::Timestamp::now();
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    insert(&w, ns, "db-0", 3);
+    let between = instant_between(&w, ns, "db-0", 2, 3).await;
     w.apply(
         ns,
         &[json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "Backup", "metadata": {"name": "incr-1"},
@@ -940,18 +950,8 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
         (d.status?.ready_replicas? == 1).then_some(())
     })
     .await;
-    insert(&w, ns, "db-0", 4);
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    let target = jiff::Timestamp::now();
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    insert(&w, ns, "db-0", 3);
-    w.sql(ns, "db-0", "FLUSH BINARY LOGS");
-    eventually_within("binlogs past the target archived", LONG, || async {
-        let ls = common::json(&w.tidemark("shop", &["ls", "--output", "json"]));
-        let end: jiff::Timestamp = ls["recoveryWindow"]["to"].as_str()?.parse().ok()?;
-        (end > target).then_some(())
-    })
-    .await;
+    let target = instant_between(&w, ns, "db-0", 4, 3).await;
+    archived_past(&w, ns, "db-0", "shop", target).await;
     // The archiver encrypted the segments too (their index entries say so).
     let plan = common::json(&w.tidemark(
         "shop",

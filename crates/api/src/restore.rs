@@ -65,12 +65,13 @@ pub struct RestoreTarget {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64))]
     pub to: Option<String>,
-    /// A Backup object (same namespace) by name: its restore point. Held while this Restore
-    /// exists.
+    /// A Backup object (same namespace) by name: its restore point. Held from the start,
+    /// until the Restore has ended or is deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(crate::names::SUBDOMAIN_PATTERN), length(max = 253))]
     pub backup: Option<String>,
-    /// A backup by its id in the store: its restore point. Held while this Restore exists.
+    /// A backup by its id in the store: its restore point. Held from the start, until the
+    /// Restore has ended or is deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 128))]
     pub backup_id: Option<String>,

@@ -370,7 +370,7 @@ pub struct RestoreArgs {
         long,
         value_name = "CLAIM",
         requires = "policy_name",
-        conflicts_with = "new_claim"
+        conflicts_with_all = ["new_claim", "dry_run"]
     )]
     pub into: Option<String>,
     /// With POLICY: replace the data the claim of --into holds.
@@ -378,7 +378,12 @@ pub struct RestoreArgs {
     pub replace_data: bool,
     /// With POLICY: create this claim and restore into it (e.g. data-db2-0 for pod 0 of
     /// StatefulSet db2 with the claim template data).
-    #[arg(long, value_name = "CLAIM", requires = "policy_name")]
+    #[arg(
+        long,
+        value_name = "CLAIM",
+        requires = "policy_name",
+        conflicts_with = "dry_run"
+    )]
     pub new_claim: Option<String>,
     /// The storage class of --new-claim (default: the cluster's default).
     #[arg(long, value_name = "CLASS", requires = "new_claim")]
@@ -387,11 +392,16 @@ pub struct RestoreArgs {
     #[arg(long, value_name = "SIZE", requires = "new_claim")]
     pub size: Option<String>,
     /// With POLICY: the Restore's name (default: `<policy>-restore-<now>`).
-    #[arg(long, value_name = "NAME", requires = "policy_name")]
+    #[arg(
+        long,
+        value_name = "NAME",
+        requires = "policy_name",
+        conflicts_with = "dry_run"
+    )]
     pub name: Option<String>,
     /// With POLICY: wait until the Restore has ended; exit 0 when it succeeded, 7 when its
     /// target cannot be restored, 8 when it failed otherwise.
-    #[arg(long, requires = "policy_name")]
+    #[arg(long, requires = "policy_name", conflicts_with = "dry_run")]
     pub wait: bool,
     /// How long --wait waits.
     #[arg(long, value_name = "DURATION", default_value = "1h", requires = "wait")]

@@ -141,6 +141,7 @@ pub async fn backup(args: &BackupArgs) -> Result<Exit, CliError> {
         .clone()
         .unwrap_or_else(|| client.default_namespace().to_owned());
     ensure_policy(&client, &ns, &args.policy).await?;
+    timeout_of(&args.timeout)?;
     let name = format!(
         "{}-manual-{}",
         args.policy,
@@ -209,6 +210,15 @@ where
     Ok(())
 }
 
+/// `--timeout`, read (before anything is created: a bad value leaves nothing behind).
+fn timeout_of(t: &str) -> Result<jiff::SignedDuration, CliError> {
+    t.parse().map_err(|_| {
+        CliError::input(format!(
+            "--timeout: invalid duration {t:?}; expected e.g. 30m or 2h"
+        ))
+    })
+}
+
 /// Fails unless BackupPolicy `ns/policy` exists.
 async fn ensure_policy(client: &Client, ns: &str, policy: &str) -> Result<(), CliError> {
     let policies: Api<BackupPolicy> = Api::namespaced(client.clone(), ns);
@@ -239,20 +249,19 @@ where
     K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     let kind = K::kind(&());
-    let timeout_for = |t: &str| -> Result<jiff::SignedDuration, CliError> {
-        t.parse().map_err(|_| {
-            CliError::input(format!(
-                "--timeout: invalid duration {t:?}; expected e.g. 30m or 2h"
-            ))
-        })
-    };
-    let deadline = Timestamp::now() + timeout_for(timeout)?;
+    let deadline = Timestamp::now() + timeout_of(timeout)?;
     let mut last_reported = String::new();
     loop {
-        let object = api
-            .get(name)
+        let Some(object) = api
+            .get_opt(name)
             .await
-            .map_err(|e| api_error(&format!("{kind} {ns}/{name}"), e))?;
+            .map_err(|e| api_error(&format!("{kind} {ns}/{name}"), e))?
+        else {
+            return Err(CliError::new(
+                Exit::Internal,
+                anyhow::anyhow!("{kind} {ns}/{name} was deleted before it ended"),
+            ));
+        };
         let (condition, ended) = look(object);
         if !condition.is_empty() && condition != last_reported {
             eprintln!("{name}: {condition}");
@@ -342,6 +351,7 @@ pub async fn restore(
         .checked()
         .map_err(|e| CliError::input(format!("restore {policy}: {e}")))?;
     ensure_policy(&client, &ns, policy).await?;
+    timeout_of(&args.timeout)?;
     let restores: Api<tidemark_api::crd::Restore> = Api::namespaced(client.clone(), &ns);
     create(&restores, &ns, &name, &restore).await?;
     if !args.wait {

@@ -235,24 +235,6 @@ pub async fn on_delete(
             expired,
         } => (id, replaced, expired),
     };
-    // Seed 000: no deletion of data a restore uses (a Restore that names this backup, or
-    // one running whose plan holds it): the object waits until the Restore is gone.
-    let ns = backup.namespace().unwrap_or_default();
-    let restores =
-        crate::holds::read_restore_holds(ctx, &ns, &backup.spec.template.policy.name).await?;
-    let by: Vec<&str> = restores
-        .iter()
-        .filter(|h| h.backup_id == id)
-        .map(|h| h.by.as_str())
-        .collect();
-    if !by.is_empty() {
-        let message = format!(
-            "backup {id} stays in the store while Restore(s) {} use it; its data is deleted once they are deleted (or have finished, for one that does not name it)",
-            by.join(", ")
-        );
-        set_condition(api, backup, false, "HeldByRestore", &message).await?;
-        return Ok(Action::requeue(WAITING_RECHECK));
-    }
     // The DeleteHooks first, in name order; a Job hook is followed across reconciles.
     // (Not again for a replaced backup: they ran when its own data was removed.)
     let word = if expired {
@@ -278,6 +260,31 @@ pub async fn on_delete(
         Ok(f) => f,
         Err(e) => return failed(ctx, api, backup, e).await,
     };
+    // Seed 000: no deletion of data a restore uses (a Restore that names this backup, or
+    // whose plan holds it, until it has ended): the object waits. Read under the lease,
+    // which a Restore plans under.
+    let ns = backup.namespace().unwrap_or_default();
+    let by: Vec<String> =
+        match crate::holds::read_restore_holds(ctx, &ns, &backup.spec.template.policy.name).await {
+            Ok(holds) => holds
+                .into_iter()
+                .filter(|h| h.backup_id == id)
+                .map(|h| h.by)
+                .collect(),
+            Err(e) => {
+                fence.release().await;
+                return failed(ctx, api, backup, e).await;
+            }
+        };
+    if !by.is_empty() {
+        fence.release().await;
+        let message = format!(
+            "backup {id} stays in the store while Restore(s) {} use it; its data is deleted once they have ended or are deleted",
+            by.join(", ")
+        );
+        set_condition(api, backup, false, "HeldByRestore", &message).await?;
+        return Ok(Action::requeue(WAITING_RECHECK));
+    }
     let request = delete_request(backup, &id, expired, hooks, ctx.clock.now());
     let deleted = delete_requested(&fence, &request).await;
     fence.release().await;

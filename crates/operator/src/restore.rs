@@ -41,10 +41,15 @@ use crate::context::Context;
 use crate::error::Error;
 use crate::pod;
 
+/// The label on a restore's Job and its pod: the policy restored.
+const JOB_POLICY_LABEL: &str = "tidemark.io/restore-policy";
 /// Where the claim is mounted in the Job's pod.
 const MOUNT: &str = "/restore";
 /// How often a pending or running restore is looked at.
 const POLL: Duration = Duration::from_secs(10);
+/// The longest a Restore waits before its Job starts (for its policy, its claim, the
+/// Backup it names, the store's lease…): then it fails, saying for what.
+const MAX_PENDING: Duration = Duration::from_secs(3600);
 /// The smallest claim a Restore creates.
 const MIN_CLAIM: u64 = 1 << 30;
 
@@ -80,6 +85,11 @@ pub fn restore_of(job: &Job) -> Option<kube::runtime::reflector::ObjectRef<Resto
 pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     let ns = restore.namespace().unwrap_or_default();
     let api: Api<Restore> = Api::namespaced(ctx.client.clone(), &ns);
+    // Read afresh: the cache may not show the status this controller wrote a moment ago
+    // (the Job it started), and acting on an older one would plan and start again.
+    let Some(restore) = api.get_opt(&restore.name_any()).await? else {
+        return Ok(Requeue::await_change());
+    };
     if restore.meta().deletion_timestamp.is_some() {
         return Ok(Requeue::await_change());
     }
@@ -87,16 +97,24 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<Context>) -> Result<Reque
     if status.finished() {
         return Ok(Requeue::await_change());
     }
-    let (target, into) = match restore.spec.checked() {
+    let (target, into) = match checked(&restore) {
         Ok(v) => v,
-        Err(e) => {
-            return refuse(&ctx, &api, &restore, status, "InvalidSpec", &e.to_string()).await;
+        Err(message) => {
+            return refuse(&ctx, &api, &restore, status, "InvalidSpec", &message).await;
         }
     };
     match status.job.clone() {
         None => start(&ctx, &api, &restore, status, &target, &into).await,
-        Some(job) => follow(&ctx, &api, &restore, status, &job).await,
+        Some(job) => follow(&ctx, &api, &restore, status, &job, &target, &into).await,
     }
+}
+
+/// The spec and the name, checked: the name labels the claim it creates, so it must be a
+/// label value.
+fn checked(restore: &Restore) -> Result<(Target, Destination), String> {
+    tidemark_api::names::label_value_name("metadata.name", &restore.name_any())
+        .map_err(|e| e.to_string())?;
+    restore.spec.checked().map_err(|e| e.to_string())
 }
 
 /// What a step that cannot go on says: wait (`Pending`, looked at again) or refuse
@@ -128,6 +146,18 @@ async fn start(
             refuse(ctx, api, restore, status, reason, &message).await
         }
         Err(Stop::Wait(reason, message)) => {
+            // Waiting is bounded: after MAX_PENDING it fails, saying for what.
+            let created = restore.meta().creation_timestamp.as_ref().map(|t| t.0);
+            if created.is_some_and(|c| {
+                ctx.clock.now().duration_since(c)
+                    > jiff::SignedDuration::try_from(MAX_PENDING).unwrap_or_default()
+            }) {
+                let message = format!(
+                    "{message}; gave up after waiting {}s (create the Restore again once that is resolved)",
+                    MAX_PENDING.as_secs()
+                );
+                return refuse(ctx, api, restore, status, reason, &message).await;
+            }
             status.phase = Some("Pending".into());
             set_ready(&mut status, restore, false, reason, &message);
             write(api, restore, &status).await?;
@@ -143,7 +173,11 @@ async fn start(
     }
 }
 
-/// The steps before the Job: dereference, plan (written to status: the holds), claim, Job.
+/// The steps before the Job: dereference (the policy, the Backup named, the database
+/// image, the claim and whether a pod uses it — the cheap checks first, so a Restore that
+/// waits costs no catalog), plan under the store's lease (so no pass deletes what it
+/// chooses before the plan, and with it the holds, is in status), the claim made, the
+/// Job's name in status, the Job.
 async fn prepare(
     ctx: &Context,
     api: &Api<Restore>,
@@ -154,7 +188,6 @@ async fn prepare(
 ) -> Result<(), Stop> {
     let ns = restore.namespace().unwrap_or_default();
     let name = restore.name_any();
-    // Dereference: the policy, the Backup named, the database image, the store.
     let policies: Api<BackupPolicy> = Api::namespaced(ctx.client.clone(), &ns);
     let policy_name = &restore.spec.policy.name;
     let Some(policy) = policies.get_opt(policy_name).await.map_err(Error::from)? else {
@@ -181,59 +214,15 @@ async fn prepare(
         Err(Error::Missing(m)) => return Err(Stop::Wait("DatabaseImageUnknown", m)),
         Err(e) => return Err(e.into()),
     };
-    let store = crate::stores::open(ctx, &policy).await?;
-    // Plan: one catalog in memory at a time beside the passes'.
-    let plan = {
-        let _turn = ctx
-            .catalog_turn
-            .acquire()
-            .await
-            .map_err(|e| Error::Internal(e.to_string()))?;
-        let planned = async {
-            let at = restore_instant(&store, &point).await?;
-            MariaDbTools::default()
-                .plan(&store, at, &tidemark_store::NoProgress)
-                .await
-        };
-        match planned.await {
-            Ok(p) => p,
-            Err(e)
-                if matches!(
-                    e.class(),
-                    tidemark_engine::Class::NotRestorable | tidemark_engine::Class::Input
-                ) =>
-            {
-                return Err(Stop::Refuse(
-                    "NotRestorable",
-                    tidemark_engine::error::chain(&e),
-                ));
-            }
-            Err(e) => return Err(Stop::Err(e.into())),
-        }
-    };
+    let uid8 = crate::names::short_uid(restore);
+    let job_name = job_name(&name, &uid8);
     let claim = match into {
         Destination::Existing { claim, .. } => claim.clone(),
         Destination::New(n) => n.name.clone(),
     };
-    planned(status, &plan, &claim);
-    status.phase = Some("Pending".into());
-    set_ready(
-        status,
-        restore,
-        false,
-        "Planned",
-        &format!(
-            "restoring to {}; the backups it needs are held",
-            plan.target
-        ),
-    );
-    // From here on the backups are held (`restore:<name>`).
-    write(api, restore, status).await?;
-
-    // The claim: one no pod uses, existing or made now.
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
     let existing = claims.get_opt(&claim).await.map_err(Error::from)?;
-    match (into, existing) {
+    match (into, &existing) {
         (Destination::Existing { .. }, None) => {
             return Err(Stop::Wait(
                 "ClaimMissing",
@@ -250,32 +239,54 @@ async fn prepare(
                 ),
             ));
         }
-        (Destination::New(n), None) => {
-            claims
-                .create(&PostParams::default(), &new_claim(restore, n, &plan)?)
-                .await
-                .map_err(Error::from)?;
-            tracing::info!(restore = %name, claim = %claim, "claim created");
-        }
         _ => {}
     }
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let listed = crate::lean::list(&pods, &ListParams::default(), crate::lean::meta_of)
-        .await
-        .map_err(Error::from)?;
-    if let Some(pod) = crate::volumes::live_user(&listed, &claim) {
-        return Err(Stop::Refuse(
-            "ClaimInUse",
-            format!(
-                "PersistentVolumeClaim {ns}/{claim} is used by pod {pod}; a restore writes only a claim no pod uses (scale the database down first)"
+    claim_unused(ctx, &ns, &claim, &job_name).await?;
+
+    // Plan, under the store's lease: a pass holds it while it deletes, and reads the holds
+    // once it has it — so what this plan chooses is held before any pass can delete it.
+    let store = crate::stores::open(ctx, &policy).await?;
+    let fence = match crate::fence::acquire(ctx, &store).await {
+        Ok(f) => f,
+        Err(e) if e.class() == tidemark_engine::Class::Contention => {
+            return Err(Stop::Wait("Waiting", tidemark_engine::error::chain(&e)));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let plan = async {
+        let plan = plan_of(ctx, &store, &point).await?;
+        planned(status, &plan, &claim);
+        status.phase = Some("Pending".into());
+        set_ready(
+            status,
+            restore,
+            false,
+            "Planned",
+            &format!(
+                "restoring to {}; the backups it needs are held",
+                plan.target
             ),
-        ));
+        );
+        // From here on the backups are held (`restore:<name>`).
+        write(api, restore, status).await?;
+        Ok::<_, Stop>(plan)
+    }
+    .await;
+    fence.release().await;
+    let plan = plan?;
+
+    if let (Destination::New(n), None) = (into, &existing) {
+        claims
+            .create(&PostParams::default(), &new_claim(restore, n, &plan)?)
+            .await
+            .map_err(Error::from)?;
+        tracing::info!(restore = %name, claim = %claim, "claim created");
+        // A pod that was waiting for a claim of this name: not ours to write.
+        claim_unused(ctx, &ns, &claim, &job_name).await?;
     }
 
-    // Run: the Job in the database image.
+    // Run: the Job's name first (a restart finds and follows it), then the Job.
     let store_secret = crate::stores::policy_secret_keys(&ctx.client, &policy).await?;
-    let uid8 = crate::names::short_uid(restore);
-    let job_name = job_name(&name, &uid8);
     let replace = matches!(
         into,
         Destination::Existing {
@@ -287,7 +298,7 @@ async fn prepare(
     let job = crate::consolidation::ToolJob {
         policy: &policy,
         name: &job_name,
-        label: RESTORE_LABEL,
+        label: JOB_POLICY_LABEL,
         container: "restore",
         args,
         database: &database,
@@ -300,14 +311,23 @@ async fn prepare(
     }
     .job()
     .map_err(|m| Stop::Refuse("InvalidSpec", m))?;
+    status.job = Some(job_name.clone());
+    write(api, restore, status).await?;
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
     match jobs.create(&PostParams::default(), &job).await {
         Ok(_) => {}
-        // Ours from before a restart.
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        // Ours from before a restart: followed. Another's of that name: refused.
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            let found = jobs.get(&job_name).await.map_err(Error::from)?;
+            if !owned_by(&found, restore) {
+                return Err(Stop::Refuse(
+                    "JobExists",
+                    format!("Job {ns}/{job_name} exists and is not this Restore's"),
+                ));
+            }
+        }
         Err(e) => return Err(Error::from(e).into()),
     }
-    status.job = Some(job_name.clone());
     status.phase = Some("Running".into());
     status.started_at = Some(Time(ctx.clock.now()));
     let message = format!(
@@ -326,6 +346,72 @@ async fn prepare(
     )
     .await;
     Ok(())
+}
+
+/// The plan of a restore to `point` (one catalog in memory at a time beside the
+/// passes'); what cannot be restored refused for good.
+async fn plan_of(
+    ctx: &Context,
+    store: &tidemark_store::ClusterStore,
+    point: &RestorePoint,
+) -> Result<RestorePlan, Stop> {
+    let _turn = ctx
+        .catalog_turn
+        .acquire()
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))?;
+    let planned = async {
+        let at = restore_instant(store, point).await?;
+        MariaDbTools::default()
+            .plan(store, at, &tidemark_store::NoProgress)
+            .await
+    };
+    match planned.await {
+        Ok(p) => Ok(p),
+        Err(e)
+            if matches!(
+                e.class(),
+                tidemark_engine::Class::NotRestorable | tidemark_engine::Class::Input
+            ) =>
+        {
+            Err(Stop::Refuse(
+                "NotRestorable",
+                tidemark_engine::error::chain(&e),
+            ))
+        }
+        Err(e) => Err(Stop::Err(e.into())),
+    }
+}
+
+/// Refuses (`ClaimInUse`, naming the pod) when a pod other than those of the Job
+/// `job_name` uses `claim`.
+async fn claim_unused(ctx: &Context, ns: &str, claim: &str, job_name: &str) -> Result<(), Stop> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let listed: Vec<Pod> = crate::lean::list(&pods, &ListParams::default(), crate::lean::meta_of)
+        .await
+        .map_err(Error::from)?
+        .into_iter()
+        .filter(|p| p.labels().get("job-name").map(String::as_str) != Some(job_name))
+        .collect();
+    match crate::volumes::live_user(&listed, claim) {
+        Some(pod) => Err(Stop::Refuse(
+            "ClaimInUse",
+            format!(
+                "PersistentVolumeClaim {ns}/{claim} is used by pod {pod}; a restore writes only a claim no pod uses (scale the database down first)"
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Whether `job` is `restore`'s (its owner reference names the Restore's uid).
+fn owned_by(job: &Job, restore: &Restore) -> bool {
+    let uid = restore.meta().uid.as_deref();
+    job.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| Some(o.uid.as_str()) == uid)
 }
 
 /// The backup-id of the Backup object `name` of `policy`, once it has completed.
@@ -466,10 +552,13 @@ fn new_claim(
     Ok(claim)
 }
 
-/// The Job's shell: checks that the claim holds no data unless it is to be replaced,
-/// restores into `.tidemark-restore/data` on it, and only then removes the old data and
-/// moves the new into place. A restore that fails leaves the claim's data as it was (the
-/// aside directory is removed by the next attempt).
+/// The Job's shell. It refuses a claim that holds data unless it is to be replaced,
+/// restores into `.tidemark-restore/data` on the claim (removed if the restore fails),
+/// and only then swaps: the old entries are renamed aside (one filesystem), the new ones
+/// renamed into place, and a rename that fails puts the old data back. Entries are found
+/// whatever their names (hidden ones, dangling links); `lost+found` stays. The summary of
+/// `tidemark restore --report-file` becomes the termination message only at the end, so a
+/// failure says its own words.
 pub const SCRIPT: &str = r#"set -eu
 root=/restore
 aside="$root/.tidemark-restore"
@@ -477,7 +566,7 @@ replace="$1"
 shift
 held=""
 for f in "$root"/* "$root"/.[!.]* "$root"/..?*; do
-  [ -e "$f" ] || continue
+  { [ -e "$f" ] || [ -L "$f" ]; } || continue
   case "${f##*/}" in .tidemark-restore|lost+found) ;; *) held="$held ${f##*/}" ;; esac
 done
 if [ -n "$held" ] && [ "$replace" != true ]; then
@@ -486,19 +575,36 @@ if [ -n "$held" ] && [ "$replace" != true ]; then
 fi
 rm -rf "$aside"
 mkdir -p "$aside"
-/tidemark-bin/tidemark restore "$@" --datadir "$aside/data" --report-file /dev/termination-log
+trap 'rm -rf "$aside"' EXIT
+/tidemark-bin/tidemark restore "$@" --datadir "$aside/data" --report-file /tmp/restore-report.json
 if [ "$(id -u)" = 0 ] && id mysql >/dev/null 2>&1; then
   chown -R mysql:mysql "$aside/data"
 fi
+trap - EXIT
+mkdir "$aside/old"
+rollback() {
+  for f in "$root"/* "$root"/.[!.]* "$root"/..?*; do
+    { [ -e "$f" ] || [ -L "$f" ]; } || continue
+    case "${f##*/}" in .tidemark-restore|lost+found) ;; *) rm -rf "$f" ;; esac
+  done
+  for f in "$aside/old"/* "$aside/old"/.[!.]* "$aside/old"/..?*; do
+    { [ -e "$f" ] || [ -L "$f" ]; } || continue
+    mv "$f" "$root/"
+  done
+  rm -rf "$aside"
+  echo "could not move the restored data into place; the claim's data was put back" | tee /dev/termination-log >&2
+  exit 1
+}
 for f in "$root"/* "$root"/.[!.]* "$root"/..?*; do
-  [ -e "$f" ] || continue
-  case "${f##*/}" in .tidemark-restore|lost+found) ;; *) rm -rf "$f" ;; esac
+  { [ -e "$f" ] || [ -L "$f" ]; } || continue
+  case "${f##*/}" in .tidemark-restore|lost+found) ;; *) mv "$f" "$aside/old/" || rollback ;; esac
 done
 for f in "$aside/data"/* "$aside/data"/.[!.]* "$aside/data"/..?*; do
-  [ -e "$f" ] || continue
-  mv "$f" "$root/"
+  { [ -e "$f" ] || [ -L "$f" ]; } || continue
+  mv "$f" "$root/" || rollback
 done
 rm -rf "$aside"
+cat /tmp/restore-report.json > /dev/termination-log
 echo "restored into the claim"
 "#;
 
@@ -525,22 +631,45 @@ async fn follow(
     restore: &Restore,
     mut status: RestoreStatus,
     job_name: &str,
+    target: &Target,
+    into: &Destination,
 ) -> Result<Requeue, Error> {
     let ns = restore.namespace().unwrap_or_default();
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
-    let Some(job) = jobs.get_opt(job_name).await? else {
-        return refuse(
-            ctx,
-            api,
-            restore,
-            status,
-            "RestoreFailed",
-            &format!("Job {job_name} was deleted before it ended"),
-        )
-        .await;
+    let job = match jobs.get_opt(job_name).await? {
+        Some(j) if owned_by(&j, restore) => j,
+        // Named, never made (the operator stopped in between): started now.
+        None if status.phase.as_deref() != Some("Running") => {
+            status.job = None;
+            return start(ctx, api, restore, status, target, into).await;
+        }
+        _ => {
+            return refuse(
+                ctx,
+                api,
+                restore,
+                status,
+                "RestoreFailed",
+                &format!("Job {job_name} was deleted before it ended"),
+            )
+            .await;
+        }
     };
     match crate::restoretest::ended(&job) {
-        None => Ok(Requeue::requeue(POLL)),
+        None => {
+            // A pod that started on the claim meanwhile: the Job stops before it swaps
+            // the data directory under that pod.
+            let claim = status.claim.clone().unwrap_or_default();
+            if let Err(Stop::Refuse(reason, message)) =
+                claim_unused(ctx, &ns, &claim, job_name).await
+            {
+                let _ = jobs
+                    .delete(job_name, &kube::api::DeleteParams::foreground())
+                    .await;
+                return refuse(ctx, api, restore, status, reason, &message).await;
+            }
+            Ok(Requeue::requeue(POLL))
+        }
         Some(true) => {
             let why = pod::job_failure(&ctx.client, &job)
                 .await

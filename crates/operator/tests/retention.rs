@@ -1496,9 +1496,9 @@ async fn restore_tests_run_as_jobs_and_report_their_outcome() {
     op.stop().await;
 }
 
-/// A Restore holds what it needs (issue 30 §4): while it waits (here, for its claim), the
-/// backup it names stays whatever the rules say, and so does a Backup's data deleted with
-/// `deletionPolicy: Delete`; once the Restore is deleted, the next pass takes it.
+/// A Restore holds what it needs (issue 30 §4): while it runs (here its Job never ends: the
+/// API server has no node), the backups of its plan stay whatever the rules say; once the
+/// Restore is deleted, the next pass takes them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restore_holds_what_it_needs_from_retention() {
     let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
@@ -1527,6 +1527,21 @@ async fn a_restore_holds_what_it_needs_from_retention() {
                "spec": {"containers": [{"name": "mariadb", "image": "mariadb:10.11"}]}}),
     )
     .await;
+    // The claim it restores into (no pod uses it).
+    let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(admin.clone(), ns);
+    claims
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "data-db2-0"},
+                "spec": {"accessModes": ["ReadWriteOnce"],
+                         "resources": {"requests": {"storage": "1Gi"}}}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    // To the oldest backup's completion: its restore point.
+    let oldest_done = backups[0].started_at + backups[0].duration;
     let restores: Api<tidemark_api::crd::Restore> = Api::namespaced(admin.clone(), ns);
     restores
         .create(
@@ -1534,8 +1549,8 @@ async fn a_restore_holds_what_it_needs_from_retention() {
             &serde_json::from_value(json!({
                 "apiVersion": "tidemark.io/v1alpha1", "kind": "Restore",
                 "metadata": {"name": "from-the-oldest"},
-                "spec": {"policy": {"name": "db"}, "target": {"backupId": ids[0]},
-                         "into": {"claim": "not-there-yet"}},
+                "spec": {"policy": {"name": "db"}, "target": {"to": oldest_done.to_string()},
+                         "into": {"claim": "data-db2-0"}},
             }))
             .unwrap(),
         )
@@ -1547,17 +1562,29 @@ async fn a_restore_holds_what_it_needs_from_retention() {
                                       "primaryReadyFor": "1s"}))
         .unwrap(),
     );
+    // No retention yet: a restore to an instant is held once planned, and a pass that
+    // came first could take its backup (it would then be refused as not restorable).
+    p.spec.retention = None;
     let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), ns);
     policies.create(&PostParams::default(), &p).await.unwrap();
     let op = Operator::start(&cluster, "operator-restore-holds");
-    // The Restore planned and waits for its claim; the plan names the backup.
-    let st = eventually("the Restore waiting for its claim", || async {
+    // The Restore planned and runs; its plan names the oldest backup.
+    let st = eventually("the Restore running", || async {
         let s = serde_json::to_value(restores.get("from-the-oldest").await.ok()?.status).ok()?;
-        (s["conditions"][0]["reason"] == "ClaimMissing").then_some(s)
+        (s["phase"] == "Running").then_some(s)
     })
     .await;
-    assert_eq!(st["phase"], "Pending", "{st}");
     assert_eq!(st["backups"], json!([ids[0]]), "{st}");
+    assert_eq!(st["conditions"][0]["reason"], "Restoring", "{st}");
+    // Now keep only the newest.
+    policies
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"retention": {"keepLast": 1}}})),
+        )
+        .await
+        .unwrap();
     // The pass keeps the newest (keepLast 1) and the held one; the middle goes.
     eventually("the pass", || async {
         let s = status(&policies, "db").await;

@@ -16,10 +16,10 @@
 //! 3. **gate** ([`primary_verdict`], pure over the listed pods): seed 000's established
 //!    primary — while there is none, nothing may expire;
 //! 4. **dereference** ([`dereference`]): what the policy names — its store (through its
-//!    Secret), the holds (protected Backups, and what Restores use), the consolidation Job
-//!    runner;
+//!    Secret), the protected Backups, the consolidation Job runner;
 //! 5. **build** ([`build`], pure): the engine's [`PassRequest`];
-//! 6. **apply** ([`apply`]): the engine's pass under the store's lease;
+//! 6. **apply** ([`apply`]): the engine's pass under the store's lease, with what the
+//!    Restores use read once the lease is held;
 //! 7. **status** ([`status::policy_status`], pure) and its report: metrics, the event, the
 //!    Backup objects whose data went.
 //!
@@ -403,8 +403,6 @@ struct Dereferenced {
     store: ClusterStore,
     /// Backup ids held by protected Backup objects.
     protect: HashSet<String>,
-    /// Backups restores need.
-    restores: Vec<tidemark_core::RestoreHold>,
     /// The Job runner of its consolidations, when it consolidates and can.
     consolidator: Option<crate::consolidation::JobConsolidator>,
 }
@@ -424,9 +422,6 @@ async fn dereference(
         .map_err(StepError::Dereference)?;
     let (ns, name) = (policy.namespace().unwrap_or_default(), policy.name_any());
     let protect = crate::holds::holds(ctx, &ns, &name);
-    let restores = crate::holds::read_restore_holds(ctx, &ns, &name)
-        .await
-        .map_err(StepError::Dereference)?;
     // Consolidations run as Jobs in the database image (seed 002).
     let consolidator = if consolidate {
         consolidator(ctx, policy).await
@@ -436,7 +431,6 @@ async fn dereference(
     Ok(Dereferenced {
         store,
         protect,
-        restores,
         consolidator,
     })
 }
@@ -445,7 +439,6 @@ async fn dereference(
 pub(crate) fn build(
     valid: &Validated,
     protect: HashSet<String>,
-    restores: Vec<tidemark_core::RestoreHold>,
     hooks: Option<Arc<dyn DeleteHooks>>,
     now: Timestamp,
 ) -> PassRequest {
@@ -455,7 +448,8 @@ pub(crate) fn build(
         now,
         started_at: now,
         protect,
-        restores,
+        // Read under the store's lease (step 6).
+        restores: Vec::new(),
         execute: true,
         ignore_malformed: false,
         hooks,
@@ -464,23 +458,32 @@ pub(crate) fn build(
 
 /// Step 6: the engine's pass over `store`, under the store's lease — no other leader,
 /// policy or `tidemark run` deletes from the store meanwhile, and a lost lease stops it.
+/// The restores' holds are read once the lease is held: a Restore plans under the same
+/// lease, so what it chose is in its status by then.
 ///
 /// # Errors
-/// [`StepError::Apply`]: the lease is held or lost, the store failed, its data blocks the
-/// pass, or `requireVerified` refused.
+/// [`StepError::Apply`]: the lease is held or lost, the Restores cannot be read, the store
+/// failed, its data blocks the pass, or `requireVerified` refused.
 async fn apply(
     ctx: &Context,
     store: &ClusterStore,
-    request: &PassRequest,
+    request: &mut PassRequest,
+    (ns, policy): (&str, &str),
     consolidator: Option<&crate::consolidation::JobConsolidator>,
 ) -> Result<PassOutcome, StepError> {
     let fence = crate::fence::acquire(ctx, store)
         .await
         .map_err(StepError::Apply)?;
-    let driver = consolidator.map(|c| c as &dyn tidemark_engine::Consolidator);
-    let outcome = unattended_pass(store, request, Some(&fence), driver)
-        .await
-        .map_err(|e| StepError::Apply(e.into()));
+    let outcome = async {
+        request.restores = crate::holds::read_restore_holds(ctx, ns, policy)
+            .await
+            .map_err(StepError::Apply)?;
+        let driver = consolidator.map(|c| c as &dyn tidemark_engine::Consolidator);
+        unattended_pass(store, request, Some(&fence), driver)
+            .await
+            .map_err(|e| StepError::Apply(e.into()))
+    }
+    .await;
     fence.release().await;
     outcome
 }
@@ -524,8 +527,15 @@ async fn run_steps(
         namespace: ns.clone(),
         policy: name.clone(),
     });
-    let request = build(valid, found.protect, found.restores, Some(hooks), now);
-    let outcome = apply(ctx, &found.store, &request, found.consolidator.as_ref()).await?;
+    let mut request = build(valid, found.protect, Some(hooks), now);
+    let outcome = apply(
+        ctx,
+        &found.store,
+        &mut request,
+        (&ns, &name),
+        found.consolidator.as_ref(),
+    )
+    .await?;
     if let Some(c) = &found.consolidator {
         c.remove_finished().await;
     }
@@ -984,15 +994,11 @@ mod step_tests {
         );
         let valid = validate(&p, p.spec.retention.as_ref().unwrap()).unwrap();
         let holds: HashSet<String> = ["20261127T000000Z".to_owned()].into();
-        let restore = tidemark_core::RestoreHold {
-            backup_id: "20261126T000000Z".into(),
-            by: "r1".into(),
-        };
-        let r = build(&valid, holds.clone(), vec![restore.clone()], None, at(5));
+        let r = build(&valid, holds.clone(), None, at(5));
         assert!(r.execute && !r.ignore_malformed);
         assert_eq!((r.now, r.started_at), (at(5), at(5)));
         assert_eq!(r.protect, holds);
-        assert_eq!(r.restores, [restore]);
+        assert!(r.restores.is_empty(), "read under the lease, not here");
         assert_eq!(r.policy, valid.rules);
         assert_eq!(r.policy_as_given, json!({"keepLast": 3}));
     }

@@ -126,6 +126,17 @@ pub fn owner_ref<K: Resource<DynamicType = ()>>(
     })
 }
 
+/// Whether `owner` is among the owners of the object `meta` describes (by uid).
+pub fn owns<K: Resource>(owner: &K, meta: &kube::api::ObjectMeta) -> bool {
+    let uid = owner.meta().uid.as_deref();
+    uid.is_some()
+        && meta
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| Some(o.uid.as_str()) == uid)
+}
+
 /// The per-object key of the backoff table.
 pub fn key<K: Resource>(o: &K) -> String
 where

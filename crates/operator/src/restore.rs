@@ -319,7 +319,7 @@ async fn prepare(
         // Ours from before a restart: followed. Another's of that name: refused.
         Err(kube::Error::Api(s)) if s.code == 409 => {
             let found = jobs.get(&job_name).await.map_err(Error::from)?;
-            if !owned_by(&found, restore) {
+            if !crate::context::owns(restore, &found.metadata) {
                 return Err(Stop::Refuse(
                     "JobExists",
                     format!("Job {ns}/{job_name} exists and is not this Restore's"),
@@ -402,16 +402,6 @@ async fn claim_unused(ctx: &Context, ns: &str, claim: &str, job_name: &str) -> R
         )),
         None => Ok(()),
     }
-}
-
-/// Whether `job` is `restore`'s (its owner reference names the Restore's uid).
-fn owned_by(job: &Job, restore: &Restore) -> bool {
-    let uid = restore.meta().uid.as_deref();
-    job.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| Some(o.uid.as_str()) == uid)
 }
 
 /// The backup-id of the Backup object `name` of `policy`, once it has completed.
@@ -637,7 +627,7 @@ async fn follow(
     let ns = restore.namespace().unwrap_or_default();
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
     let job = match jobs.get_opt(job_name).await? {
-        Some(j) if owned_by(&j, restore) => j,
+        Some(j) if crate::context::owns(restore, &j.metadata) => j,
         // Named, never made (the operator stopped in between): started now.
         None if status.phase.as_deref() != Some("Running") => {
             status.job = None;

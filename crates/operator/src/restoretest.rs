@@ -48,16 +48,6 @@ pub fn job_name(policy: &str, uid8: &str, slot: Timestamp) -> String {
     )
 }
 
-/// Whether `job` is this policy's (its owner reference names the policy's uid).
-fn owned_by(job: &Job, policy: &BackupPolicy) -> bool {
-    let uid = policy.meta().uid.as_deref();
-    job.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| Some(o.uid.as_str()) == uid)
-}
-
 /// Whether a Job has ended, and whether it failed: its `Complete`/`Failed` condition (a
 /// Job past its deadline without ever running a pod fails with no failed pod), or its pod
 /// counts.
@@ -124,7 +114,7 @@ async fn step(
     let mut finished = None;
     if let Some(job_name) = status.job.clone() {
         match jobs.get_opt(&job_name).await? {
-            Some(job) if owned_by(&job, policy) => {
+            Some(job) if crate::context::owns(policy, &job.metadata) => {
                 let Some(failed) = ended(&job) else {
                     return Ok(POLL);
                 };

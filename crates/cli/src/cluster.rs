@@ -46,16 +46,22 @@ fn api_error(what: &str, e: kube::Error) -> CliError {
     }
 }
 
-/// Reads BackupPolicy `name` (in `--namespace`, else the kubeconfig's namespace).
-///
-/// # Errors
-/// No cluster configuration, no such policy, or its Secret / store cannot be used.
-pub async fn policy(args: &KubeArgs, name: &str) -> Result<ClusterPolicy, CliError> {
+/// The cluster's client, and the namespace `-n` names (else the kubeconfig's).
+async fn client_in(args: &KubeArgs) -> Result<(Client, String), CliError> {
     let client = client().await?;
     let ns = args
         .namespace
         .clone()
         .unwrap_or_else(|| client.default_namespace().to_owned());
+    Ok((client, ns))
+}
+
+/// Reads BackupPolicy `name` (in `--namespace`, else the kubeconfig's namespace).
+///
+/// # Errors
+/// No cluster configuration, no such policy, or its Secret / store cannot be used.
+pub async fn policy(args: &KubeArgs, name: &str) -> Result<ClusterPolicy, CliError> {
+    let (client, ns) = client_in(args).await?;
     let policies: Api<BackupPolicy> = Api::namespaced(client.clone(), &ns);
     let Some(p) = policies
         .get_opt(name)
@@ -134,12 +140,7 @@ pub async fn policy(args: &KubeArgs, name: &str) -> Result<ClusterPolicy, CliErr
 /// No such policy; the Backup could not be created; with `--wait`, it failed (exit 6) or
 /// did not end in time.
 pub async fn backup(args: &BackupArgs) -> Result<Exit, CliError> {
-    let client = client().await?;
-    let ns = args
-        .kube
-        .namespace
-        .clone()
-        .unwrap_or_else(|| client.default_namespace().to_owned());
+    let (client, ns) = client_in(&args.kube).await?;
     ensure_policy(&client, &ns, &args.policy).await?;
     timeout_of(&args.timeout)?;
     let name = format!(
@@ -300,12 +301,7 @@ pub async fn restore(
     policy: &str,
     to: Option<Timestamp>,
 ) -> Result<Exit, CliError> {
-    let client = client().await?;
-    let ns = args
-        .kube
-        .namespace
-        .clone()
-        .unwrap_or_else(|| client.default_namespace().to_owned());
+    let (client, ns) = client_in(&args.kube).await?;
     let into = match (&args.into, &args.new_claim) {
         (Some(claim), None) => json!({"claim": claim, "replaceData": args.replace_data}),
         (None, Some(claim)) => {

@@ -468,7 +468,9 @@ pub struct SourceSpec {
     /// its database container through `pods/exec`, logging in with `credentialsSecret`):
     /// one that does not replicate (stopped or broken) or lags more is skipped, and when
     /// none is fit the primary is backed up — the Backup's status says which and why.
-    /// Without it, standbys are chosen by their role label and readiness alone.
+    /// Without it, standbys are still asked when they can be (`credentialsSecret` set, exec
+    /// allowed) and one that does not replicate is skipped, whatever its lag; without
+    /// `credentialsSecret`, standbys are chosen by their role label and readiness alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(crate::interval::BINLOG_MAX_LAG_RULE).message(crate::interval::BINLOG_MAX_LAG_MESSAGE))]
     #[schemars(length(max = 24))]

@@ -31,7 +31,8 @@ pub const UNUSABLE_ANNOTATION: &str = "tidemark.io/restore-failed";
     doc = "A restore of a BackupPolicy's backups (the newest point, a Backup, or an instant) into a PersistentVolumeClaim, done by a Job in the database image.",
     printcolumn(name = "Policy", type_ = "string", json_path = ".spec.policy.name"),
     printcolumn(name = "Claim", type_ = "string", json_path = ".status.claim"),
-    printcolumn(name = "Restored to", type_ = "string", json_path = ".status.target"),
+    printcolumn(name = "Target", type_ = "string", json_path = ".status.target"),
+    printcolumn(name = "Reached", type_ = "string", json_path = ".status.reached"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(
         name = "Backups",
@@ -237,6 +238,11 @@ pub struct RestoreStatus {
     /// The timelines those segments are on (after a failover, more than one).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub timelines: Vec<u32>,
+    /// The instant the restore reached, as the Job reported: the time of the last
+    /// transaction replayed (at or before `target`; binlog times are whole seconds), or the
+    /// restored backup's own point when nothing was replayed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reached: Option<Time>,
     /// Bytes the Job downloads (stored sizes of the backups and segments).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes: Option<u64>,
@@ -271,6 +277,9 @@ pub struct RestoreStatus {
 pub struct RestoreStep {
     pub name: String,
     pub milliseconds: u64,
+    /// The bytes the step moved (downloaded and extracted), when it moves any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
 }
 
 impl RestoreStatus {

@@ -477,6 +477,10 @@ pub struct RestoreOut {
     /// The data directory written (absent with --dry-run).
     pub datadir: Option<std::path::PathBuf>,
     pub bytes_downloaded: Option<u64>,
+    /// The instant the restore reached: the last transaction replayed, or the restored
+    /// backup's point (absent with --dry-run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reached: Option<Timestamp>,
 }
 
 #[derive(Debug, Serialize)]

@@ -86,14 +86,25 @@ pub async fn restore(args: &RestoreArgs) -> Result<Exit, CliError> {
             .map_err(|e| CliError::input(format!("--report-file {}: {e}", path.display())))?;
     }
     let done = match (&request.datadir, &restored.report) {
-        (Some(dir), Some(r)) => Some((dir.clone(), r.bytes_downloaded)),
+        (Some(dir), Some(r)) => Some(Done {
+            datadir: dir.clone(),
+            bytes: r.bytes_downloaded,
+            reached: r.reached,
+        }),
         _ => None,
     };
     report(&restored.plan, done, json)?;
     Ok(Exit::Success)
 }
 
-fn report(plan: &RestorePlan, done: Option<(PathBuf, u64)>, json: bool) -> Result<(), CliError> {
+/// What a restore that ran wrote.
+struct Done {
+    datadir: PathBuf,
+    bytes: u64,
+    reached: Option<jiff::Timestamp>,
+}
+
+fn report(plan: &RestorePlan, done: Option<Done>, json: bool) -> Result<(), CliError> {
     let backups: Vec<RestoreBackupOut> = plan
         .backups
         .iter()
@@ -121,8 +132,9 @@ fn report(plan: &RestorePlan, done: Option<(PathBuf, u64)>, json: bool) -> Resul
             runs: plan.runs.clone(),
             stop_datetime: plan.stop_datetime,
             dry_run: done.is_none(),
-            bytes_downloaded: done.as_ref().map(|d| d.1),
-            datadir: done.map(|d| d.0),
+            bytes_downloaded: done.as_ref().map(|d| d.bytes),
+            reached: done.as_ref().and_then(|d| d.reached),
+            datadir: done.map(|d| d.datadir),
         });
     }
     let mut out = String::new();
@@ -228,11 +240,13 @@ fn report(plan: &RestorePlan, done: Option<(PathBuf, u64)>, json: bool) -> Resul
     }
     match done {
         None => out.push_str("\ndry run: nothing was written\n"),
-        Some((dir, bytes)) => out.push_str(&format!(
-            "\nrestored into {} ({} downloaded); start mariadbd with --datadir={}\n",
-            dir.display(),
-            human_bytes(bytes),
-            dir.display()
+        Some(d) => out.push_str(&format!(
+            "\nrestored into {} ({} downloaded){}; start mariadbd with --datadir={}\n",
+            d.datadir.display(),
+            human_bytes(d.bytes),
+            d.reached
+                .map_or_else(String::new, |t| format!(", up to the transaction of {t}")),
+            d.datadir.display()
         )),
     }
     crate::output::emit(&out)

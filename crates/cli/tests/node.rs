@@ -706,8 +706,22 @@ async fn restores_into_new_and_existing_claims(w: Arc<World>) {
         2,
         "full and incremental: {done}"
     );
-    // The Job's own report: what it downloaded and each step.
+    // The Job's own report: what it downloaded, each step and its bytes, and the instant
+    // reached — the last transaction replayed, at or before the target.
     assert!(done["bytesDownloaded"].as_u64().unwrap() > 0, "{done}");
+    let reached: jiff::Timestamp = done["reached"].as_str().unwrap().parse().unwrap();
+    assert!(
+        reached <= after && after.duration_since(reached) < jiff::SignedDuration::from_secs(60),
+        "reached {reached}, asked {after}: {done}"
+    );
+    assert!(
+        done["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["bytes"].as_u64().is_some_and(|b| b > 0)),
+        "{done}"
+    );
     assert!(
         done["steps"].as_array().unwrap().iter().any(|s| s["name"]
             .as_str()
@@ -740,6 +754,69 @@ async fn restores_into_new_and_existing_claims(w: Arc<World>) {
         started.elapsed()
     );
 
+    // Deleted while it runs: its Job is stopped first (the finalizer), the claim it made
+    // is marked unusable and holds no data directory, and the Restore then goes.
+    w.node.local_volumes(1).await;
+    w.apply(
+        ns,
+        &[restore(
+            "cancelled",
+            after,
+            json!({"newClaim": {"name": "data-cancelled", "storageClassName": LOCAL_STORAGE_CLASS}}),
+        )],
+    );
+    let job = eventually_within("the cancelled Restore's Job", LONG, || async {
+        restores.get("cancelled").await.ok()?.status?.job
+    })
+    .await;
+    let r = restores.get("cancelled").await.unwrap();
+    assert!(
+        r.metadata
+            .finalizers
+            .unwrap_or_default()
+            .contains(&"tidemark.io/restore".to_owned()),
+        "an unfinished Restore has its finalizer"
+    );
+    restores
+        .delete("cancelled", &Default::default())
+        .await
+        .unwrap();
+    eventually_within("the cancelled Restore gone", LONG, || async {
+        restores
+            .get_opt("cancelled")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(
+        jobs.get_opt(&job)
+            .await
+            .unwrap()
+            .is_none_or(|j| j.metadata.deletion_timestamp.is_some()),
+        "its Job was stopped"
+    );
+    let marked = claims.get("data-cancelled").await.unwrap();
+    assert!(
+        marked
+            .annotations()
+            .get("tidemark.io/restore-failed")
+            .is_some_and(|a| a.starts_with("RestoreCancelled")),
+        "{:?}",
+        marked.metadata.annotations
+    );
+    assert!(
+        !tidemark_operator::testkit::events(&w.client(), ns, "RestoreCancelled")
+            .await
+            .is_empty()
+    );
+    assert_eq!(
+        claim_entries(&w, ns, "data-cancelled").await,
+        Vec::<String>::new(),
+        "a stopped restore leaves no data directory"
+    );
+
     // Outside the recovery window: refused when planned, with the reason and an event,
     // and no claim made.
     w.apply(
@@ -764,6 +841,52 @@ async fn restores_into_new_and_existing_claims(w: Arc<World>) {
     assert!(!events.is_empty(), "a NotRestorable event");
     // The Jobs ran in the database image, as its user, under the restricted level.
     all_pods_restricted(&w, ns, &["db-0", "db2-0", "-restore"]).await;
+}
+
+/// What `claim` holds at its root (`ls -A`), read by a pod of the database image that
+/// mounts it (its termination message), then removed.
+async fn claim_entries(w: &World, ns: &str, claim: &str) -> Vec<String> {
+    let name = format!("look-{claim}");
+    w.apply(
+        ns,
+        &[json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {
+                "restartPolicy": "Never",
+                "securityContext": {"runAsUser": 999, "runAsGroup": 999, "fsGroup": 999,
+                                    "runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+                "containers": [{
+                    "name": "look", "image": MARIADB_IMAGE, "imagePullPolicy": "Never",
+                    "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]},
+                                        "readOnlyRootFilesystem": true},
+                    "command": ["sh", "-c", "ls -A /m | tr '\\n' ' ' > /dev/termination-log"],
+                    "volumeMounts": [{"name": "m", "mountPath": "/m"}],
+                }],
+                "volumes": [{"name": "m", "persistentVolumeClaim": {"claimName": claim}}],
+            }})],
+    );
+    let pods: Api<Pod> = Api::namespaced(w.client(), ns);
+    let said = eventually_within(&format!("{name} ended"), LONG, || async {
+        let p = pods.get_opt(&name).await.ok()??;
+        let t = p
+            .status?
+            .container_statuses?
+            .first()?
+            .state
+            .clone()?
+            .terminated?;
+        assert_eq!(t.exit_code, 0, "{name}: {t:?}");
+        Some(t.message.unwrap_or_default())
+    })
+    .await;
+    pods.delete(&name, &Default::default()).await.unwrap();
+    eventually_within(&format!("{name} gone"), LONG, || async {
+        pods.get_opt(&name).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    said.split_whitespace()
+        .filter(|e| *e != "lost+found")
+        .map(str::to_owned)
+        .collect()
 }
 
 /// The Backup's status once its phase is `completed` (a failure fails the test with it).
@@ -1016,6 +1139,11 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
         !tidemark_operator::testkit::events(&w.client(), ns, "RestoreFailed")
             .await
             .is_empty()
+    );
+    assert_eq!(
+        claim_entries(&w, ns, "data-no-identity").await,
+        Vec::<String>::new(),
+        "a failed restore leaves no partial data directory"
     );
 
     // A restore test on the node (issue 19 §4): the operator's Job, in the database image,

@@ -1974,6 +1974,21 @@ async fn prefer_standby_picks_a_standby_only_while_it_replicates() {
         message.contains("standby db-1 skipped: its replication is stopped or broken"),
         "{message}"
     );
+    // Without standbyMaxLag, a standby that can be asked still is: stopped, never picked.
+    Api::<BackupPolicy>::namespaced(admin.clone(), ns)
+        .patch(
+            "shop",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"source": {"standbyMaxLag": null}}})),
+        )
+        .await
+        .unwrap();
+    let message = started("stopped-no-bound").await;
+    assert!(message.contains("backs up pod db-0"), "{message}");
+    assert!(
+        message.contains("standby db-1 skipped: its replication is stopped or broken"),
+        "{message}"
+    );
     // The login went on stdin: no request carried it.
     let served = kubelet.requests.lock().unwrap().clone();
     assert!(served.len() >= 2, "{served:?}");

@@ -188,7 +188,8 @@ impl EngineError {
                 | ArchiveError::DuplicateSequence { .. }
                 | ArchiveError::SequenceTaken { .. }
                 | ArchiveError::NumberTooLarge { .. }
-                | ArchiveError::StaleBranch { .. } => Class::Input,
+                | ArchiveError::StaleBranch { .. }
+                | ArchiveError::NotPrimary { .. } => Class::Input,
                 ArchiveError::TooManyTimelines { .. } => Class::Data,
                 ArchiveError::Binlog { .. } | ArchiveError::Vanished(_) => Class::Source,
             },

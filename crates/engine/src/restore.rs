@@ -148,6 +148,9 @@ pub struct RestoreSummary {
     pub bytes_downloaded: u64,
     pub backups_applied: u64,
     pub segments_replayed: u64,
+    /// The instant reached: the last transaction replayed, or the restored backup's point.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reached: Option<Timestamp>,
     /// The whole restore.
     pub milliseconds: u64,
     /// Each step, from its start to the next one's (the binlogs download while the
@@ -161,6 +164,13 @@ pub struct RestoreSummary {
 pub struct StepTime {
     pub name: String,
     pub milliseconds: u64,
+    /// The bytes it moved (downloaded, or extracted), when it moves any.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub bytes: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// A [`Progress`] that passes everything on to `inner` and times each step.
@@ -168,7 +178,8 @@ pub struct StepTime {
 pub struct TimedSteps<P> {
     pub inner: P,
     started: std::time::Instant,
-    steps: std::sync::Mutex<Vec<(String, std::time::Instant)>>,
+    /// Each step: its name, its start, the bytes reported while it was the latest.
+    steps: std::sync::Mutex<Vec<(String, std::time::Instant, u64)>>,
 }
 
 impl<P> TimedSteps<P> {
@@ -194,11 +205,18 @@ impl<P> TimedSteps<P> {
             .iter()
             .enumerate()
             .take(MAX_SUMMARY_STEPS)
-            .map(|(i, (name, at))| {
-                let end = steps.get(i + 1).map_or(now, |(_, next)| *next);
+            .map(|(i, (name, at, bytes))| {
+                let end = steps.get(i + 1).map_or(now, |(_, next, _)| *next);
+                // The binlogs download beside the backups' steps, reported at the end.
+                let beside = if name.ends_with(tidemark_mariadb::restore::BINLOG_STEP) {
+                    report.binlog_bytes
+                } else {
+                    0
+                };
                 StepTime {
                     name: name.chars().take(MAX_STEP_NAME).collect(),
                     milliseconds: ms(end.duration_since(*at)),
+                    bytes: bytes.saturating_add(beside),
                 }
             })
             .collect();
@@ -206,6 +224,7 @@ impl<P> TimedSteps<P> {
             bytes_downloaded: report.bytes_downloaded,
             backups_applied: report.backups_applied as u64,
             segments_replayed: report.segments_replayed as u64,
+            reached: report.reached,
             milliseconds: ms(now.duration_since(self.started)),
             steps: timed,
         }
@@ -226,10 +245,18 @@ impl<P: Progress + ?Sized> Progress for TimedSteps<&P> {
         self.steps
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push((name.to_owned(), std::time::Instant::now()));
+            .push((name.to_owned(), std::time::Instant::now(), 0));
         self.inner.step(name, total);
     }
     fn bytes(&self, n: u64) {
+        if let Some(last) = self
+            .steps
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .last_mut()
+        {
+            last.2 = last.2.saturating_add(n);
+        }
         self.inner.bytes(n);
     }
 }
@@ -358,8 +385,10 @@ mod tests {
             Ok(RestoreReport {
                 datadir: datadir.to_owned(),
                 bytes_downloaded: 7,
+                binlog_bytes: 0,
                 backups_applied: 1,
                 segments_replayed: 0,
+                reached: None,
             })
         }
         async fn restore_test(

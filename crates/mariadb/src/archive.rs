@@ -104,6 +104,14 @@ pub enum ArchiveError {
         timeline: u32,
         tip_server: String,
     },
+    #[error(
+        "server {server}'s binlog holds no transaction of its own since the archive's timeline {timeline} (server {tip_server}): a replica, or a new primary that has not written yet. Not archived, so replicas never start timelines; point the archiver at the primary (a new primary's files are archived once it writes)"
+    )]
+    NotPrimary {
+        server: u32,
+        timeline: u32,
+        tip_server: String,
+    },
     #[error("the archive already records {max} timelines: no more can be started")]
     TooManyTimelines { max: u32 },
     #[error(transparent)]
@@ -702,6 +710,33 @@ async fn new_timeline(
         if holds {
             start = i;
             break;
+        }
+    }
+    // Only a primary starts a timeline: its files from there on hold a transaction of its
+    // own. A replica's hold only its primary's (archived, by mistake, it would start a
+    // timeline, and its primary the next, turn about). Files whose transactions cannot all
+    // be read are given the benefit of the doubt.
+    if let Some(me) = origin {
+        let mut own = false;
+        let mut unknown = false;
+        for f in &files[start..] {
+            let s = read_local(&f.path, &f.name, true).await?;
+            match &s.runs {
+                Some(runs) => own |= runs.iter().any(|r| r.server == me),
+                None => unknown = true,
+            }
+            if own {
+                break;
+            }
+        }
+        if !own && !unknown {
+            return Err(ArchiveError::NotPrimary {
+                server: me,
+                timeline: tip.id,
+                tip_server: tip
+                    .server_id
+                    .map_or_else(|| "unknown".to_owned(), |s| s.to_string()),
+            });
         }
     }
     let f = &files[start];

@@ -237,6 +237,44 @@ pub fn gtid_time(f: &mut (impl Read + Seek), gtid: Gtid) -> Result<Option<Timest
     Ok(found)
 }
 
+/// The time of the last transaction a replay of this file applies: the newest GTID event
+/// stamped before `stop` (`mariadb-binlog --stop-datetime`, which ends at the first event
+/// at or after it) and, with `until` (`--stop-position`, a switch), within it in its
+/// domain. `None` when the file holds none (or its events are encrypted).
+///
+/// # Errors
+/// As [`summary`].
+pub fn last_applied(
+    f: &mut (impl Read + Seek),
+    stop: Timestamp,
+    until: Option<&GtidPos>,
+) -> Result<Option<Timestamp>, BinlogError> {
+    let mut found = None;
+    walk(f, |h, f| {
+        if h.kind == START_ENCRYPTION_EVENT {
+            return Ok(Walk::Stop);
+        }
+        if h.kind != GTID_EVENT || h.ts == 0 {
+            return Ok(Walk::Next);
+        }
+        let Ok(t) = Timestamp::from_second(i64::from(h.ts)) else {
+            return Ok(Walk::Next);
+        };
+        if t >= stop {
+            return Ok(Walk::Stop);
+        }
+        let Some(g) = read_gtid(f, h)? else {
+            return Ok(Walk::Next);
+        };
+        if until.is_some_and(|u| u.get(g.domain).is_none_or(|last| g.seq > last.seq)) {
+            return Ok(Walk::Next);
+        }
+        found = found.max(Some(t));
+        Ok(Walk::Next)
+    })?;
+    Ok(found)
+}
+
 /// Reads a `Gtid_list` event's body (a count, then domain, server and sequence per entry)
 /// as a position; `None` when it is malformed or too long to be real.
 fn read_gtid_list(f: &mut impl Read, body: u64) -> Result<Option<GtidPos>, BinlogError> {
@@ -415,5 +453,33 @@ mod tests {
             (t.server_id, t.gtid_list.clone(), t.gtids()),
             (Some(3), None, None)
         );
+    }
+
+    #[test]
+    fn the_last_transaction_a_replay_applies() {
+        let at = |t: i64| Timestamp::from_second(t).unwrap();
+        let b = synthetic_gtid(
+            1,
+            Some(&[Gtid::new(0, 1, 9)]),
+            &[
+                (1_763_600_000, Some(Gtid::new(0, 1, 10))),
+                (1_763_600_010, Some(Gtid::new(0, 1, 11))),
+                (1_763_600_020, Some(Gtid::new(0, 1, 12))),
+            ],
+            40,
+        );
+        let last = |stop: i64, until: Option<&str>| {
+            let until = until.map(|u| GtidPos::parse(u).unwrap());
+            last_applied(&mut Cursor::new(b.clone()), at(stop), until.as_ref())
+                .unwrap()
+                .map(|t| t.as_second())
+        };
+        // --stop-datetime ends at the first event at or after it.
+        assert_eq!(last(1_763_600_021, None), Some(1_763_600_020));
+        assert_eq!(last(1_763_600_020, None), Some(1_763_600_010));
+        assert_eq!(last(1_763_600_000, None), None);
+        // --stop-position at a switch: what follows it in its domain is not applied.
+        assert_eq!(last(1_763_600_021, Some("0-1-11")), Some(1_763_600_010));
+        assert_eq!(last(1_763_600_021, Some("1-1-50")), None);
     }
 }

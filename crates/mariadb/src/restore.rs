@@ -19,6 +19,7 @@ use tidemark_core::{RestoreChoice, RestoreRefusal, choose_restore_to};
 use tokio::process::{Child, Command};
 
 use crate::backup as mariadb;
+use crate::binlog;
 use tidemark_store::ClusterStore;
 use tidemark_store::Progress;
 use tidemark_store::StoreError;
@@ -105,14 +106,23 @@ pub struct RestorePlan {
     pub recovery_window: tidemark_core::RecoveryWindow,
 }
 
+/// How the step that downloads a restore's binlogs (beside the backups' steps) ends: its
+/// bytes are [`RestoreReport::binlog_bytes`].
+pub const BINLOG_STEP: &str = "binlog(s) meanwhile";
+
 /// What a restore did.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RestoreReport {
     pub datadir: PathBuf,
     pub bytes_downloaded: u64,
+    /// Of which binlog segments (downloaded while the backups are prepared).
+    pub binlog_bytes: u64,
     pub backups_applied: usize,
     pub segments_replayed: usize,
+    /// The instant reached: the last transaction replayed, or the restored backup's point.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reached: Option<Timestamp>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -431,16 +441,16 @@ async fn restore_into(
     };
     if !plan.segments.is_empty() {
         progress.step(
-            &format!("downloading {} binlog(s) meanwhile", plan.segments.len()),
+            &format!("downloading {} {BINLOG_STEP}", plan.segments.len()),
             0,
         );
     }
     // The first failure stops the other.
-    let (mut bytes, (files, binlog_bytes, stop)) = tokio::try_join!(
+    let (chain_bytes, (files, binlog_bytes, stop)) = tokio::try_join!(
         build_prepared(store, &plan.backups, datadir, work, tools, progress),
         binlogs
     )?;
-    bytes += binlog_bytes;
+    let bytes = chain_bytes + binlog_bytes;
     if let Some(stop) = stop {
         progress.step(
             &format!("replaying {} binlog(s) up to {stop}", files.len()),
@@ -451,9 +461,49 @@ async fn restore_into(
     Ok(RestoreReport {
         datadir: datadir.to_path_buf(),
         bytes_downloaded: bytes,
+        binlog_bytes,
         backups_applied: plan.backups.len(),
         segments_replayed: plan.segments.len(),
+        reached: reached(plan, &files, stop),
     })
+}
+
+/// The instant a restore reached: the last transaction its replay applied (each run's
+/// files up to its switch, before `stop`), or, without one, the restored backup's own
+/// point.
+fn reached(plan: &RestorePlan, files: &[PathBuf], stop: Option<Timestamp>) -> Option<Timestamp> {
+    let backup = plan.backups.last().and_then(|m| m.completed_at);
+    let Some(stop) = stop else {
+        return backup;
+    };
+    let whole = [tidemark_core::restore::ReplayRun {
+        timeline: 0,
+        server_id: None,
+        first: 0,
+        count: files.len(),
+        start_after: None,
+        stop_at: None,
+    }];
+    let runs = if plan.runs.is_empty() {
+        &whole[..]
+    } else {
+        &plan.runs[..]
+    };
+    let replayed = runs
+        .iter()
+        .flat_map(|run| {
+            files
+                .iter()
+                .skip(run.first)
+                .take(run.count)
+                .map(move |f| (f, run.stop_at.as_ref()))
+        })
+        .filter_map(|(f, until)| {
+            let mut file = std::fs::File::open(f).ok()?;
+            binlog::last_applied(&mut file, stop, until).ok().flatten()
+        })
+        .max();
+    replayed.max(backup)
 }
 
 /// Downloads a mariabackup chain (base full first), extracts the base into `datadir` and

@@ -539,3 +539,59 @@ fn an_archiver_stopped_in_the_switch_converges() {
         .collect();
     assert_eq!(on_one.len(), 2, "{on_one:?}");
 }
+
+#[test]
+fn a_replica_never_starts_a_timeline() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (_d, store) = local_store("db");
+    let (_one, s1) = server_one();
+    rt.block_on(archive_pass(&store, &s1, &NoProgress)).unwrap();
+    // Server 2 replicates server 1 (its own numbering, only server 1's transactions), and
+    // an archiver is pointed at it by mistake while server 1 is the primary.
+    let (_two, replica) = server(
+        2,
+        &[File {
+            number: 7,
+            start: &[(1, 20)],
+            txns: &run(21, 40, 1),
+            at: T0 + 200,
+        }],
+    );
+    let e = rt
+        .block_on(archive_pass(&store, &replica, &NoProgress))
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            tidemark_mariadb::archive::ArchiveError::NotPrimary { server: 2, .. }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("a replica"), "{e}");
+    let inv = rt.block_on(inventory(&store));
+    assert_eq!(
+        inv.timelines.len(),
+        1,
+        "no timeline started: {:?}",
+        inv.timelines
+    );
+    // The primary's next pass continues its own timeline (no failback, no new timeline).
+    let r = rt.block_on(archive_pass(&store, &s1, &NoProgress)).unwrap();
+    assert!(r.new_timeline.is_none(), "{r:?}");
+    // Once it writes as primary (a failover), the same server starts its timeline.
+    let mut promoted = run(21, 40, 1);
+    promoted.extend(run(41, 42, 2));
+    let (_three, failed_over) = server(
+        2,
+        &[File {
+            number: 7,
+            start: &[(1, 20)],
+            txns: &promoted,
+            at: T0 + 200,
+        }],
+    );
+    let r = rt
+        .block_on(archive_pass(&store, &failed_over, &NoProgress))
+        .unwrap();
+    assert_eq!(r.new_timeline.map(|t| t.server_id), Some(Some(2)));
+}

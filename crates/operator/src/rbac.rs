@@ -153,6 +153,7 @@ pub fn rules(c: Capabilities) -> Vec<Value> {
             &["patch"],
         ),
         rule("tidemark.io", &["backups"], &["create", "patch", "delete"]),
+        rule("tidemark.io", &["restores"], &["patch"]),
     ];
     rules.push(if c.jobs {
         rule(

@@ -50,6 +50,10 @@ const POLL: Duration = Duration::from_secs(10);
 /// The longest a Restore waits before its Job starts (for its policy, its claim, the
 /// Backup it names, the store's lease…): then it fails, saying for what.
 const MAX_PENDING: Duration = Duration::from_secs(3600);
+/// The finalizer of an unfinished Restore: deleting it stops its Job first.
+pub const FINALIZER: &str = "tidemark.io/restore";
+/// The longest a deleted Restore waits for its Job's pod to stop.
+const STOP_WAIT: Duration = Duration::from_secs(600);
 /// The smallest claim a Restore creates.
 const MIN_CLAIM: u64 = 1 << 30;
 
@@ -90,13 +94,16 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<Context>) -> Result<Reque
     let Some(restore) = api.get_opt(&restore.name_any()).await? else {
         return Ok(Requeue::await_change());
     };
-    if restore.meta().deletion_timestamp.is_some() {
-        return Ok(Requeue::await_change());
-    }
     let status = restore.status.clone().unwrap_or_default();
+    if restore.meta().deletion_timestamp.is_some() {
+        return finalize(&ctx, &api, &restore, &status).await;
+    }
     if status.finished() {
+        set_finalizer(&api, &restore, false).await?;
         return Ok(Requeue::await_change());
     }
+    // While it is unfinished, deleting it stops its Job first (see `finalize`).
+    set_finalizer(&api, &restore, true).await?;
     let (target, into) = match checked(&restore) {
         Ok(v) => v,
         Err(message) => {
@@ -107,6 +114,89 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<Context>) -> Result<Reque
         None => start(&ctx, &api, &restore, status, &target, &into).await,
         Some(job) => follow(&ctx, &api, &restore, status, &job, &target, &into).await,
     }
+}
+
+/// Adds or removes [`FINALIZER`] so that it matches `want`, naming the resourceVersion
+/// read (a concurrent change is not lost: 409, retried).
+async fn set_finalizer(api: &Api<Restore>, restore: &Restore, want: bool) -> Result<(), Error> {
+    let has = restore.finalizers().iter().any(|f| f == FINALIZER);
+    if has == want {
+        return Ok(());
+    }
+    let mut finalizers: Vec<String> = restore
+        .finalizers()
+        .iter()
+        .filter(|f| *f != FINALIZER)
+        .cloned()
+        .collect();
+    if want {
+        finalizers.push(FINALIZER.to_owned());
+    }
+    api.patch(
+        &restore.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {
+            "finalizers": finalizers,
+            "resourceVersion": restore.resource_version(),
+        }})),
+    )
+    .await?;
+    Ok(())
+}
+
+/// A Restore deleted before it ended: its Job is deleted and waited for (its pod either
+/// stops before the swap, leaving the claim's data as it was, or finishes the swap, which
+/// ignores SIGTERM), at most [`STOP_WAIT`]; a claim it created is then marked unusable.
+/// Until then the backups it needs stay held.
+async fn finalize(
+    ctx: &Context,
+    api: &Api<Restore>,
+    restore: &Restore,
+    status: &RestoreStatus,
+) -> Result<Requeue, Error> {
+    if !restore.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(Requeue::await_change());
+    }
+    if !status.finished() {
+        let ns = restore.namespace().unwrap_or_default();
+        let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
+        let job = match &status.job {
+            Some(name) => jobs
+                .get_opt(name)
+                .await?
+                .filter(|j| crate::context::owns(restore, &j.metadata)),
+            None => None,
+        };
+        let ended = job.as_ref().and_then(crate::restoretest::ended);
+        let waited = restore
+            .meta()
+            .deletion_timestamp
+            .as_ref()
+            .map(|t| ctx.clock.now().duration_since(t.0))
+            .is_some_and(|d| d > jiff::SignedDuration::try_from(STOP_WAIT).unwrap_or_default());
+        if let (Some(j), None, false) = (&job, ended, waited) {
+            if j.metadata.deletion_timestamp.is_none() {
+                jobs.delete(&j.name_any(), &kube::api::DeleteParams::foreground())
+                    .await?;
+            }
+            return Ok(Requeue::requeue(Duration::from_secs(5)));
+        }
+        if ended != Some(false) {
+            let message = match &status.job {
+                Some(job) => format!(
+                    "the Restore was deleted before its Job {job} ended, and the Job was stopped: the claim holds its data as it was, or all of the restored data if the Job was already moving it in, never a mix"
+                ),
+                None => "the Restore was deleted before its Job started".to_owned(),
+            };
+            ctx.warn(&restore.object_ref(&()), "RestoreCancelled", &message)
+                .await;
+            if let Some(claim) = &status.claim {
+                mark_unusable(ctx, restore, claim, "RestoreCancelled", &message).await;
+            }
+        }
+    }
+    set_finalizer(api, restore, false).await?;
+    Ok(Requeue::await_change())
 }
 
 /// The spec and the name, checked: the name labels the claim it creates, so it must be a
@@ -480,6 +570,7 @@ pub(crate) fn planned(status: &mut RestoreStatus, plan: &RestorePlan, claim: &st
 /// What the Job reported in status (pure; bounded as the summary is).
 pub(crate) fn reported(status: &mut RestoreStatus, summary: &RestoreSummary) {
     status.bytes_downloaded = Some(summary.bytes_downloaded);
+    status.reached = summary.reached.map(Time);
     status.steps = summary
         .steps
         .iter()
@@ -491,6 +582,7 @@ pub(crate) fn reported(status: &mut RestoreStatus, summary: &RestoreSummary) {
                 .take(tidemark_engine::restore::MAX_STEP_NAME)
                 .collect(),
             milliseconds: s.milliseconds,
+            bytes: (s.bytes > 0).then_some(s.bytes),
         })
         .collect();
 }
@@ -543,58 +635,93 @@ fn new_claim(
 }
 
 /// The Job's shell. It refuses a claim that holds data unless it is to be replaced,
-/// restores into `.tidemark-restore/data` on the claim (removed if the restore fails),
-/// and only then swaps: the old entries are renamed aside (one filesystem), the new ones
-/// renamed into place, and a rename that fails puts the old data back. Entries are found
-/// whatever their names (hidden ones, dangling links); `lost+found` stays. The summary of
+/// restores into `.tidemark-restore/data` on the claim (removed if the restore fails or
+/// the pod is stopped), and only then swaps: the old entries are renamed aside (one
+/// filesystem), the new ones renamed into place, and a rename that fails puts the old data
+/// back. The swap ignores SIGTERM (a deleted Job's pod finishes it: renames take
+/// milliseconds), and records its phase on the claim: a swap cut short by a lost node is
+/// rolled back (old entries still being moved aside) or finished (new ones being moved in)
+/// by the next restore into the claim, before anything else. Entries are found whatever
+/// their names (hidden ones, dangling links); `lost+found` stays. The summary of
 /// `tidemark restore --report-file` becomes the termination message only at the end, so a
 /// failure says its own words.
 pub const SCRIPT: &str = r#"set -eu
-root=/restore
+root="${TIDEMARK_RESTORE_ROOT:-/restore}"
+bin="${TIDEMARK_RESTORE_BIN:-/tidemark-bin/tidemark}"
+log="${TIDEMARK_TERMINATION_LOG:-/dev/termination-log}"
 aside="$root/.tidemark-restore"
 replace="$1"
 shift
+# move_all FROM TO: every entry of FROM but ours and lost+found, whatever its name.
+move_all() {
+  for f in "$1"/* "$1"/.[!.]* "$1"/..?*; do
+    { [ -e "$f" ] || [ -L "$f" ]; } || continue
+    case "${f##*/}" in .tidemark-restore|lost+found) ;; *) mv "$f" "$2/" || return 1 ;; esac
+  done
+}
+case "$(cat "$aside/phase" 2>/dev/null || true)" in
+  aside)
+    echo "an earlier swap was cut short while moving the old data aside: putting it back" >&2
+    move_all "$aside/old" "$root"
+    rm -rf "$aside" ;;
+  into)
+    echo "an earlier swap was cut short while moving the restored data in: finishing it" >&2
+    move_all "$aside/data" "$root"
+    rm -rf "$aside" ;;
+esac
 held=""
 for f in "$root"/* "$root"/.[!.]* "$root"/..?*; do
   { [ -e "$f" ] || [ -L "$f" ]; } || continue
   case "${f##*/}" in .tidemark-restore|lost+found) ;; *) held="$held ${f##*/}" ;; esac
 done
 if [ -n "$held" ] && [ "$replace" != true ]; then
-  echo "the claim holds data ($held ); set spec.into.replaceData: true to replace it" | tee /dev/termination-log >&2
+  echo "the claim holds data ($held ); set spec.into.replaceData: true to replace it" | tee "$log" >&2
   exit 3
 fi
 rm -rf "$aside"
 mkdir -p "$aside"
+child=""
+stopped() {
+  trap - EXIT
+  if [ "$$" = 1 ]; then kill -TERM -1 2>/dev/null || true; elif [ -n "$child" ]; then kill -TERM "$child" 2>/dev/null || true; fi
+  wait 2>/dev/null || true
+  sleep 1
+  rm -rf "$aside" 2>/dev/null || { sleep 3; rm -rf "$aside" || true; }
+  echo "stopped before the restored data was moved into place; the claim's data is as it was" | tee "$log" >&2
+  exit 143
+}
 trap 'rm -rf "$aside"' EXIT
-/tidemark-bin/tidemark restore "$@" --datadir "$aside/data" --report-file /tmp/restore-report.json
+trap stopped TERM INT
+"$bin" restore "$@" --datadir "$aside/data" --report-file /tmp/restore-report.json &
+child=$!
+wait "$child"
 if [ "$(id -u)" = 0 ] && id mysql >/dev/null 2>&1; then
   chown -R mysql:mysql "$aside/data"
 fi
+# The swap: not stopped by SIGTERM, its phase on the claim for the next restore to mend.
+trap '' TERM INT
 trap - EXIT
 mkdir "$aside/old"
-rollback() {
-  for f in "$root"/* "$root"/.[!.]* "$root"/..?*; do
-    { [ -e "$f" ] || [ -L "$f" ]; } || continue
-    case "${f##*/}" in .tidemark-restore|lost+found) ;; *) rm -rf "$f" ;; esac
-  done
-  for f in "$aside/old"/* "$aside/old"/.[!.]* "$aside/old"/..?*; do
-    { [ -e "$f" ] || [ -L "$f" ]; } || continue
-    mv "$f" "$root/"
-  done
+back() {
+  move_all "$root" "$aside/data" || true
+  move_all "$aside/old" "$root" || true
   rm -rf "$aside"
-  echo "could not move the restored data into place; the claim's data was put back" | tee /dev/termination-log >&2
+  echo "could not move the restored data into place; the claim's data was put back" | tee "$log" >&2
   exit 1
 }
-for f in "$root"/* "$root"/.[!.]* "$root"/..?*; do
-  { [ -e "$f" ] || [ -L "$f" ]; } || continue
-  case "${f##*/}" in .tidemark-restore|lost+found) ;; *) mv "$f" "$aside/old/" || rollback ;; esac
-done
-for f in "$aside/data"/* "$aside/data"/.[!.]* "$aside/data"/..?*; do
-  { [ -e "$f" ] || [ -L "$f" ]; } || continue
-  mv "$f" "$root/" || rollback
-done
+echo aside > "$aside/phase"
+sync
+if ! move_all "$root" "$aside/old"; then
+  move_all "$aside/old" "$root" || true
+  rm -rf "$aside"
+  echo "could not move the claim's data aside; it was put back" | tee "$log" >&2
+  exit 1
+fi
+echo into > "$aside/phase"
+sync
+move_all "$aside/data" "$root" || back
 rm -rf "$aside"
-cat /tmp/restore-report.json > /dev/termination-log
+cat /tmp/restore-report.json > "$log" || true
 echo "restored into the claim"
 "#;
 
@@ -686,11 +813,16 @@ async fn follow(
                 reported(&mut status, &summary);
             }
             let message = format!(
-                "restored {} into claim {}: backups {}, {} binlog segment(s){}",
+                "restored {}{} into claim {}: backups {}, {} binlog segment(s){}",
                 status
                     .target
                     .as_ref()
                     .map(|t| t.0.to_string())
+                    .unwrap_or_default(),
+                status
+                    .reached
+                    .as_ref()
+                    .map(|t| format!(" (the last transaction applied: {})", t.0))
                     .unwrap_or_default(),
                 status.claim.as_deref().unwrap_or_default(),
                 status.backups.join(", "),
@@ -922,5 +1054,189 @@ mod tests {
             ),
             "a-very-long-restore-name-that-goes-on-an-0123abcd-restore"
         );
+    }
+}
+
+/// The Job's shell run here with `sh`, a stand-in for `tidemark restore`, on a directory
+/// playing the claim.
+#[cfg(test)]
+mod script_tests {
+    #![allow(clippy::unwrap_used)]
+    use std::path::{Path, PathBuf};
+    use std::process::{Command, Stdio};
+
+    struct Claim {
+        dir: PathBuf,
+    }
+
+    impl Claim {
+        fn new(name: &str) -> Claim {
+            let dir = std::env::temp_dir().join(format!(
+                "tidemark-restore-script-{name}-{}",
+                std::process::id()
+            ));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(dir.join("root/lost+found")).unwrap();
+            // The stand-in: writes a data directory, or fails, or hangs, as told.
+            std::fs::write(
+                dir.join("tidemark"),
+                "#!/bin/sh\nfor a; do case \"$a\" in --datadir|--report-file) next=$a ;; *) case \"${next:-}\" in --datadir) d=\"$a\" ;; --report-file) r=\"$a\" ;; esac; next= ;; esac; done\n\
+                 mkdir -p \"$d\" && echo new > \"$d/ibdata1\" && mkdir \"$d/mysql\" && echo x > \"$d/.hidden\"\n\
+                 case \"$MODE\" in fail) echo boom >&2; exit 8 ;; hang) sleep 30 ;; esac\n\
+                 echo '{\"bytesDownloaded\":1}' > \"$r\"; exit 0\n",
+            )
+            .unwrap();
+            Command::new("chmod")
+                .arg("+x")
+                .arg(dir.join("tidemark"))
+                .status()
+                .unwrap();
+            Claim { dir }
+        }
+        fn root(&self) -> PathBuf {
+            self.dir.join("root")
+        }
+        fn run(&self, replace: bool, mode: &str) -> std::process::Child {
+            Command::new("sh")
+                .arg("-c")
+                .arg(super::SCRIPT)
+                .arg("restore")
+                .arg(replace.to_string())
+                .arg("--to=2026-11-27T00:00:00Z")
+                .env("TIDEMARK_RESTORE_ROOT", self.root())
+                .env("TIDEMARK_RESTORE_BIN", self.dir.join("tidemark"))
+                .env("TIDEMARK_TERMINATION_LOG", self.dir.join("termination-log"))
+                .env("MODE", mode)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        }
+        fn exit(&self, replace: bool, mode: &str) -> i32 {
+            self.run(replace, mode).wait().unwrap().code().unwrap_or(-1)
+        }
+        fn entries(&self) -> Vec<String> {
+            entries(&self.root())
+        }
+        fn said(&self) -> String {
+            std::fs::read_to_string(self.dir.join("termination-log")).unwrap_or_default()
+        }
+    }
+
+    impl Drop for Claim {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn old_data(root: &Path) {
+        std::fs::write(root.join("ibdata1"), "old").unwrap();
+        std::fs::write(root.join(".old-hidden"), "old").unwrap();
+        std::fs::write(root.join("name\nwith newline"), "old").unwrap();
+        std::os::unix::fs::symlink("/nonexistent", root.join("dangling")).unwrap();
+    }
+
+    const OLD: [&str; 5] = [
+        ".old-hidden",
+        "dangling",
+        "ibdata1",
+        "lost+found",
+        "name\nwith newline",
+    ];
+    const NEW: [&str; 4] = [".hidden", "ibdata1", "lost+found", "mysql"];
+
+    #[test]
+    fn the_claims_data_is_replaced_only_whole() {
+        // Replaced: only the new entries are left (lost+found stays), nothing aside.
+        let c = Claim::new("replace");
+        old_data(&c.root());
+        assert_eq!(c.exit(true, "ok"), 0, "{}", c.said());
+        assert_eq!(c.entries(), NEW);
+        assert_eq!(
+            std::fs::read_to_string(c.root().join("ibdata1")).unwrap(),
+            "new\n"
+        );
+
+        // Data there and not to be replaced: refused, untouched.
+        let c = Claim::new("refuse");
+        old_data(&c.root());
+        assert_eq!(c.exit(false, "ok"), 3);
+        assert!(c.said().contains("replaceData"), "{}", c.said());
+        assert_eq!(c.entries(), OLD);
+
+        // The restore fails: the old data as it was, nothing aside.
+        let c = Claim::new("fail");
+        old_data(&c.root());
+        assert_eq!(c.exit(true, "fail"), 8);
+        assert_eq!(c.entries(), OLD);
+        assert_eq!(
+            std::fs::read_to_string(c.root().join("ibdata1")).unwrap(),
+            "old"
+        );
+    }
+
+    #[test]
+    fn a_stopped_job_leaves_the_claim_as_it_was() {
+        let c = Claim::new("stopped");
+        old_data(&c.root());
+        let mut child = c.run(true, "hang");
+        // Until the stand-in has written its data directory aside.
+        let aside = c.root().join(".tidemark-restore/data/ibdata1");
+        for _ in 0..100 {
+            if aside.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert!(aside.exists(), "the restore never started");
+        Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status()
+            .unwrap();
+        assert_eq!(child.wait().unwrap().code(), Some(143));
+        assert!(c.said().contains("as it was"), "{}", c.said());
+        assert_eq!(c.entries(), OLD);
+    }
+
+    #[test]
+    fn a_swap_cut_short_is_mended_by_the_next_restore() {
+        // Cut while moving the old data aside: the next run puts it back first (and,
+        // not replacing, refuses with the old data whole).
+        let c = Claim::new("cut-aside");
+        old_data(&c.root());
+        let aside = c.root().join(".tidemark-restore");
+        std::fs::create_dir_all(aside.join("old")).unwrap();
+        std::fs::create_dir_all(aside.join("data")).unwrap();
+        std::fs::write(aside.join("data/ibdata1"), "new").unwrap();
+        std::fs::rename(c.root().join("ibdata1"), aside.join("old/ibdata1")).unwrap();
+        std::fs::rename(c.root().join("dangling"), aside.join("old/dangling")).unwrap();
+        std::fs::write(aside.join("phase"), "aside\n").unwrap();
+        assert_eq!(c.exit(false, "ok"), 3);
+        assert_eq!(c.entries(), OLD);
+        assert_eq!(
+            std::fs::read_to_string(c.root().join("ibdata1")).unwrap(),
+            "old"
+        );
+
+        // Cut while moving the new data in: the next run finishes that move first.
+        let c = Claim::new("cut-into");
+        let aside = c.root().join(".tidemark-restore");
+        std::fs::create_dir_all(aside.join("old")).unwrap();
+        std::fs::create_dir_all(aside.join("data/mysql")).unwrap();
+        std::fs::write(aside.join("data/.hidden"), "x").unwrap();
+        std::fs::write(c.root().join("ibdata1"), "new").unwrap();
+        std::fs::write(aside.join("phase"), "into\n").unwrap();
+        assert_eq!(c.exit(false, "ok"), 3);
+        assert_eq!(c.entries(), NEW);
     }
 }

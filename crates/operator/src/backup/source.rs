@@ -17,6 +17,10 @@ use crate::context::Context;
 use crate::error::Error;
 use crate::names::{DATA_VOLUME_LABEL, DEFAULT_ROLE_LABEL, selector};
 
+/// How far a standby may lag when `source.standbyMaxLag` is not set but the standbys can
+/// be asked (`credentialsSecret`, exec allowed): any lag, only replication must run.
+const DEFAULT_STANDBY_MAX_LAG: jiff::SignedDuration = jiff::SignedDuration::from_hours(24);
+
 /// Where a MariaDB container keeps its data when `source.dataVolume` is not given.
 const DEFAULT_DATA_PATH: &str = "/var/lib/mysql";
 
@@ -50,27 +54,30 @@ pub(crate) async fn target_pod<'p>(
     let max_lag = source
         .standby_max_lag()
         .map_err(|e| Error::Invalid(e.to_string()))?;
+    // Without standbyMaxLag, a standby that can be asked still is: one whose replication
+    // is stopped or broken is never backed up, whatever its readiness says.
+    let standbys = ready_standbys(&candidates, source);
+    let askable =
+        source.credentials_secret.is_some() && ctx.capabilities.exec && !standbys.is_empty();
+    let max_lag = max_lag.or(askable.then_some(DEFAULT_STANDBY_MAX_LAG));
     let mut note = None;
     let chosen = match max_lag.filter(|_| target != "primary") {
         None => choose_pod(&candidates, source, target),
-        Some(max) => {
-            let standbys = ready_standbys(&candidates, source);
-            match super::standby::first_fit(ctx, source, &standbys, max).await {
-                Ok((pod, skipped)) => {
-                    if !skipped.is_empty() {
-                        note = Some(skipped.join("; "));
-                    }
-                    Some(pod.clone())
+        Some(max) => match super::standby::first_fit(ctx, source, &standbys, max).await {
+            Ok((pod, skipped)) => {
+                if !skipped.is_empty() {
+                    note = Some(skipped.join("; "));
                 }
-                Err(why) => {
-                    let primary = choose_pod(&candidates, source, "primary");
-                    if primary.is_some() {
-                        note = Some(format!("{}: the primary is backed up", why.join("; ")));
-                    }
-                    primary
-                }
+                Some(pod.clone())
             }
-        }
+            Err(why) => {
+                let primary = choose_pod(&candidates, source, "primary");
+                if primary.is_some() {
+                    note = Some(format!("{}: the primary is backed up", why.join("; ")));
+                }
+                primary
+            }
+        },
     };
     let Some(pod) = chosen else {
         let message = format!(

@@ -22,6 +22,10 @@
   - apiGroups: ["tidemark.io"]
     resources: ["backups"]
     verbs: ["create", "patch", "delete"]
+  # An unfinished Restore's finalizer (deleting it stops its Job first), by patch.
+  - apiGroups: ["tidemark.io"]
+    resources: ["restores"]
+    verbs: ["patch"]
   {{- if .Values.capabilities.jobs }}
   # Backups run as Jobs pinned to the database pod's node; consolidations as Jobs, removed
   # once their outcome is read; DeleteHooks with a job action.

@@ -179,7 +179,25 @@ async fn finalize(
                 jobs.delete(&j.name_any(), &kube::api::DeleteParams::foreground())
                     .await?;
             }
-            return Ok(Requeue::requeue(Duration::from_secs(5)));
+            // Until no pod of it runs (the Job object itself may linger until the
+            // garbage collector has removed its pods).
+            let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+            let running = crate::lean::list(
+                &pods,
+                &ListParams::default().labels(&format!("job-name={}", j.name_any())),
+                crate::lean::meta_of,
+            )
+            .await?
+            .iter()
+            .any(|p| {
+                matches!(
+                    p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                    Some("Pending" | "Running") | None
+                )
+            });
+            if running {
+                return Ok(Requeue::requeue(Duration::from_secs(5)));
+            }
         }
         if ended != Some(false) {
             let message = match &status.job {

@@ -1611,5 +1611,85 @@ async fn a_restore_holds_what_it_needs_from_retention() {
         .unwrap();
     pass_now(&policies, "db").await;
     until_ids(&store, &[ids[2].clone()], &policies, "not released").await;
+
+    // A target in a gap of the window (the example store without segment 100): refused
+    // when planned, naming the gap, with an event, and no claim made.
+    let demo = weed.cluster_store("gapdemo");
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/store/demo");
+    let mut gap = None;
+    let mut files = vec![src.clone()];
+    while let Some(dir) = files.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let path = e.unwrap().path();
+            if path.is_dir() {
+                files.push(path);
+                continue;
+            }
+            let key = path
+                .strip_prefix(&src)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let mut body = std::fs::read(&path).unwrap();
+            if key == "binlogs/mysql-bin.000100" || key == "NOTES.txt" {
+                continue;
+            }
+            if key == "binlogs/_index.json" {
+                let mut index: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                let segments = index["segments"].as_array_mut().unwrap();
+                let missing = segments.iter().find(|e| e["sequence"] == 100).unwrap();
+                let (a, b): (Timestamp, Timestamp) = (
+                    missing["firstEventAt"].as_str().unwrap().parse().unwrap(),
+                    missing["lastEventAt"].as_str().unwrap().parse().unwrap(),
+                );
+                gap = Some(a + a.duration_until(b) / 2);
+                segments.retain(|e| e["sequence"] != 100);
+                body = serde_json::to_vec(&index).unwrap();
+            }
+            synth::write_raw(&demo, &key, &body).await.unwrap();
+        }
+    }
+    let gap = gap.expect("segment 100 in the example's index");
+    let mut p = policy("gapdemo", ns, &weed.endpoint, "s3");
+    p.spec.retention = None;
+    p.spec.cluster = Some("gapdemo".into());
+    p.spec.source =
+        Some(serde_json::from_value(json!({"selector": {"matchLabels": {"app": "db"}}})).unwrap());
+    policies.create(&PostParams::default(), &p).await.unwrap();
+    restores
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "tidemark.io/v1alpha1", "kind": "Restore",
+                "metadata": {"name": "in-the-gap"},
+                "spec": {"policy": {"name": "gapdemo"}, "target": {"to": gap.to_string()},
+                         "into": {"newClaim": {"name": "data-gap"}}},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let st = eventually("the Restore in the gap refused", || async {
+        let s = serde_json::to_value(restores.get("in-the-gap").await.ok()?.status).ok()?;
+        (s["phase"] == "Failed").then_some(s)
+    })
+    .await;
+    assert_eq!(st["conditions"][0]["reason"], "NotRestorable", "{st}");
+    assert!(
+        st["conditions"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("gap"),
+        "{st}"
+    );
+    assert!(
+        claims.get_opt("data-gap").await.unwrap().is_none(),
+        "no claim made"
+    );
+    assert!(
+        !tidemark_operator::testkit::events(&admin, ns, "NotRestorable")
+            .await
+            .is_empty()
+    );
     op.stop().await;
 }

@@ -599,6 +599,10 @@ pub struct TimelineStatus {
     /// GTIDs missing from the archive at the switch (a gap in the recovery window).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing: Vec<String>,
+    /// The switch joins nothing: the histories share no transaction (a binlog that
+    /// started over), so the recovery window has a gap there until the next backup.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unrelated: bool,
     /// The parent's transactions after the switch, lost in the failover and never
     /// replayed on this timeline.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

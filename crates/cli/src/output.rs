@@ -356,6 +356,11 @@ pub fn timeline_lines(timelines: &[TimelineOut]) -> String {
                 server(t.server_id),
                 sw.gtid
             ));
+            if sw.unrelated {
+                s.push_str(
+                    "    unrelated: the histories share no transaction (a binlog that started over), so replay does not join them: a gap until the next backup\n",
+                );
+            }
             if !sw.missing.is_empty() {
                 s.push_str(&format!(
                     "    MISSING at the switch (a gap): {}\n",

@@ -118,6 +118,9 @@ pub struct Replay {
     /// Who wrote what: a backup whose position lies on a branch restores to its own point
     /// only, never with the main line's events.
     lineage: Lineage,
+    /// The server that wrote the archive's first timeline, when recorded: a backup that
+    /// records only a file offset, taken on another server, cannot be placed in it.
+    first_writer: Option<u32>,
 }
 
 /// Where replay begins for a backup.
@@ -198,6 +201,7 @@ impl Replay {
             prefix_max_last,
             run_end_from,
             lineage: history.lineage.clone(),
+            first_writer: crate::restore::first_writer(history),
         }
     }
 
@@ -289,6 +293,12 @@ impl Replay {
             return None;
         }
         let completed = backup.restore_point();
+        if self.offset_elsewhere(backup) {
+            return Some(Interval {
+                from: completed,
+                to: completed,
+            });
+        }
         match self.begin_for(backup) {
             None => Some(self.interval(completed)),
             Some(Begin::At(b)) => Some(Interval {
@@ -352,6 +362,15 @@ impl Replay {
             (Some(Begin::At(_)), _) => Vec::new(),
             _ => self.predecessors_needed(completed),
         }
+    }
+
+    /// Whether a backup records only a file offset, taken on a server other than the one
+    /// that wrote the archive's first timeline (as far as both are recorded): replay cannot
+    /// be placed after it, so it restores to its own point only.
+    pub fn offset_elsewhere(&self, backup: &Backup) -> bool {
+        backup.gtid.is_none()
+            && backup.log_file.is_some()
+            && matches!((backup.server_id, self.first_writer), (Some(a), Some(b)) if a != b)
     }
 
     /// Whether a backup's recorded position lies on a branch.

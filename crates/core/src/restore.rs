@@ -94,6 +94,17 @@ pub enum RestoreRefusal {
         completed: Timestamp,
     },
     #[error(
+        "backup {backup} records only an offset in {file} of server {taken_on}'s binlog (no GTID), and the archive holds server {wrote}'s: replay from it cannot be placed, so {target} cannot be reached; choose its completion {completed}, or take backups with GTIDs"
+    )]
+    OffsetOnAnotherServer {
+        target: Timestamp,
+        backup: BackupId,
+        file: String,
+        taken_on: u32,
+        wrote: u32,
+        completed: Timestamp,
+    },
+    #[error(
         "binlog segment {missing} is missing from the archive: replay from backup {backup} stops after {after} and cannot reach {target}"
     )]
     MissingSegment {
@@ -160,8 +171,26 @@ pub fn choose_restore(
     let history = History::new(&inventory.segments, &inventory.timelines);
     let replay = Replay::of(&history);
     let window = window_of(&backups, &replay, |i| ok[i]).ok_or(RestoreRefusal::NoRecoveryPoint)?;
+    // Past the newest backup before it, which records only an offset in another server's
+    // binlog: said as such (the window ends there for it).
+    let offset_elsewhere = || {
+        let i = (0..backups.len())
+            .filter(|&i| ok[i] && backups[i].restore_point() <= target)
+            .max_by_key(|&i| (backups[i].restore_point(), &backups[i].id))?;
+        let b = backups[i];
+        (replay.offset_elsewhere(b) && target > b.restore_point()).then(|| {
+            RestoreRefusal::OffsetOnAnotherServer {
+                target,
+                backup: b.id.clone(),
+                file: b.log_file.clone().unwrap_or_default(),
+                taken_on: b.server_id.unwrap_or_default(),
+                wrote: first_writer(&history).unwrap_or_default(),
+                completed: b.restore_point(),
+            }
+        })
+    };
     if target < window.from || target > window.to {
-        return Err(RestoreRefusal::OutsideWindow { target, window });
+        return Err(offset_elsewhere().unwrap_or(RestoreRefusal::OutsideWindow { target, window }));
     }
     if let Some(gap) = window
         .gaps
@@ -179,12 +208,12 @@ pub fn choose_restore(
             .flat_map(|sw| sw.missing.iter().copied())
             .collect::<Vec<_>>()
             .into_boxed_slice();
-        return Err(RestoreRefusal::InGap {
+        return Err(offset_elsewhere().unwrap_or(RestoreRefusal::InGap {
             target,
             gap,
             window,
             missing,
-        });
+        }));
     }
     // Inside the window, some restorable backup reaches the target; take the newest.
     let chosen = (0..backups.len())
@@ -256,6 +285,15 @@ pub fn choose_restore_to(
     choose_restore(inventory, begins).map_err(|_| refused)
 }
 
+/// The server that wrote the archive's first timeline, when recorded.
+pub(crate) fn first_writer(history: &History<'_>) -> Option<u32> {
+    history
+        .timelines
+        .iter()
+        .find(|t| t.id == 0)
+        .and_then(|t| t.server_id)
+}
+
 /// Where replay starts on the main line for `backup`: the position of the first segment,
 /// and whether it starts at the backup's file offset there.
 ///
@@ -263,7 +301,6 @@ pub fn choose_restore_to(
 /// The backup's position is not in the archive and the target lies after its completion.
 fn replay_start(
     main: &[MainSegment<'_>],
-    first_writer: Option<u32>,
     backup: &Backup,
     replay: &Replay,
     target: Timestamp,
@@ -274,14 +311,13 @@ fn replay_start(
         // Only a file and offset: on the timeline it names (the archive's first, whose
         // objects carry the servers' own file names) — and only when that timeline is the
         // server's it was taken on, as far as either records — else by time.
-        let position_file =
-            backup
-                .log_file
-                .as_deref()
-                .filter(|_| match (backup.server_id, first_writer) {
-                    (Some(taken_on), Some(wrote)) => taken_on == wrote,
-                    _ => true,
-                });
+        if replay.offset_elsewhere(backup) {
+            // An offset in another server's binlog: replay from a segment's start would
+            // apply transactions the backup holds; it restores to its completion only (its
+            // interval in the window is that instant).
+            return Ok(None);
+        }
+        let position_file = backup.log_file.as_deref();
         return match position_file.and_then(segment_sequence) {
             Some(seq) => {
                 let holding = main.iter().position(|m| {
@@ -357,14 +393,7 @@ fn replay_segments(
 ) -> Result<(Vec<Segment>, bool, Vec<ReplayRun>), RestoreRefusal> {
     let main = &history.main;
     let completed = backup.restore_point();
-    let first_writer = history
-        .timelines
-        .iter()
-        .find(|t| t.id == 0)
-        .and_then(|t| t.server_id);
-    let Some((start, from_log_position)) =
-        replay_start(main, first_writer, backup, replay, target)?
-    else {
+    let Some((start, from_log_position)) = replay_start(main, backup, replay, target)? else {
         return Ok((Vec::new(), false, Vec::new()));
     };
     let by_gtid = backup.gtid.is_some();
@@ -710,7 +739,8 @@ mod tests {
         let c = choose_restore(&inv, ts("01T02:40")).unwrap();
         assert_eq!(c.runs.len(), 2);
         // A backup with only a file offset, taken on a replica: its offset means nothing in
-        // the primary's file of that name, which is not read at it.
+        // the primary's file of that name, and replay from a segment's start would apply
+        // what it holds: past its completion, refused naming both servers; at it, no replay.
         let mut offset = full.clone();
         offset.gtid = None;
         offset.log_file = Some("mysql-bin.000004".into());
@@ -720,11 +750,20 @@ mod tests {
             timelines: timelines.clone(),
             ..Default::default()
         };
+        let e = choose_restore(&on_replica, ts("01T01:30")).unwrap_err();
         assert!(
-            !choose_restore(&on_replica, ts("01T01:30"))
-                .unwrap()
-                .from_log_position
+            matches!(
+                e,
+                RestoreRefusal::OffsetOnAnotherServer {
+                    taken_on: 2,
+                    wrote: 1,
+                    ..
+                }
+            ),
+            "{e}"
         );
+        let c = choose_restore(&on_replica, offset.restore_point()).unwrap();
+        assert!(!c.from_log_position && c.segments.is_empty(), "{c:?}");
         // Taken on the primary: from its offset, and it cannot cross the switch.
         offset.server_id = Some(1);
         let inv = Inventory {

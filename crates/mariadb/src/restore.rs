@@ -934,7 +934,11 @@ async fn replay_run(
         // By GTID: what the backup (or the parent timeline) holds is skipped, whatever the
         // file it is in; mariadb-binlog checks that the files hold every transaction after.
         (Some(g), _) => {
-            binlog.arg(format!("--start-position={g}"));
+            // Strict (the default since 10.8, said so it stays): sequence numbers must
+            // grow in each domain, and the start must come before the stop.
+            binlog
+                .arg("--gtid-strict-mode")
+                .arg(format!("--start-position={g}"));
         }
         (None, Some(p)) => {
             binlog.arg(format!("--start-position={}", p.position));

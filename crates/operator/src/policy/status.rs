@@ -135,6 +135,7 @@ pub(crate) fn timeline_status(inventory: &tidemark_core::Inventory) -> Vec<Timel
                 .as_ref()
                 .map(|s| s.missing.iter().map(ToString::to_string).collect())
                 .unwrap_or_default(),
+            unrelated: t.switch.as_ref().is_some_and(|s| s.unrelated),
             branch: t.branch,
             main_line: t.main_line,
             segments: t.segments as u64,
@@ -319,6 +320,12 @@ mod tests {
         );
         assert_eq!(t1.branch, ["0-1-11..12"]);
         assert!(t1.main_line && status[0].main_line);
+        assert!(!t1.unrelated);
+        // A switch that joins nothing (a binlog that started over) says so.
+        if let Some(sw) = inv.timelines[1].switch.as_mut() {
+            sw.unrelated = true;
+        }
+        assert!(timeline_status(&inv)[1].unrelated);
     }
 }
 

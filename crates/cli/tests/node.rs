@@ -511,6 +511,28 @@ async fn restores_into_new_and_existing_claims(w: Arc<World>) {
     w.tenant(ns).await;
     let service = database(&w, ns, "db", 1).await;
     insert(&w, ns, "db-0", 10);
+    // For the record (docs/benchmarks.md), not for CI: TIDEMARK_BENCH_RESTORE_MIB adds that
+    // much data (outside the binlog) before the backups, so the restores timed below —
+    // through the operator, and `tidemark restore` on the machine — move a chain that size.
+    if let Some(mib) = std::env::var("TIDEMARK_BENCH_RESTORE_MIB")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        let started = Instant::now();
+        w.sql(
+            ns,
+            "db-0",
+            "CREATE TABLE shop.pad (id INT AUTO_INCREMENT PRIMARY KEY, b MEDIUMBLOB)",
+        );
+        for _ in 0..mib.div_ceil(64) {
+            w.sql(
+                ns,
+                "db-0",
+                "SET SESSION sql_log_bin=0; INSERT INTO shop.pad (b) SELECT REPEAT(MD5(RAND()), 2048) FROM seq_1_to_1024",
+            );
+        }
+        eprintln!("bench: {mib} MiB of rows in {:.1?}", started.elapsed());
+    }
     w.apply(
         ns,
         &[

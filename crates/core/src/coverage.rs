@@ -201,7 +201,7 @@ impl Replay {
             prefix_max_last,
             run_end_from,
             lineage: history.lineage.clone(),
-            first_writer: crate::restore::first_writer(history),
+            first_writer: history.first_writer(),
         }
     }
 

@@ -1530,6 +1530,78 @@ mod tests {
     /// synthetic fulls that merged one chain (a consolidation repeated) name the same one
     /// whatever the inventory's order; the one standing in for a backup wins over an
     /// earlier one that only merged it.
+    /// Retention across a failover: each kept backup's needs follow the stitched history.
+    /// A replica's backup that lags (its GTID position older than its start time says)
+    /// keeps the file holding what it still needs; the old primary's files, branch and all,
+    /// go once nothing kept replays them.
+    #[test]
+    fn retention_follows_the_stitched_history() {
+        use crate::gtid::GtidPos;
+        use crate::timeline::fixtures::{failover, seg, ts};
+        let (mut segments, timelines) = failover();
+        // A file of the old primary after the switch: only its branch.
+        segments.insert(
+            2,
+            seg(6, "01T03:00", "01T03:30", 1, "0-1-12", &["0-1-13..14"]),
+        );
+        let backup = |id: &str, started: &str, completed: &str, gtid: &str| Backup {
+            gtid: Some(GtidPos::parse(gtid).unwrap()),
+            server_id: Some(2),
+            ..Backup::completed_full(id.to_owned(), "nightly", ts(started), ts(completed), 10)
+        };
+        // Taken on the replica at 01:30, an hour behind: it holds 0-1-1..5 only.
+        let lagging = backup("lagging", "01T01:30", "01T01:35", "0-1-5");
+        // On the new primary, after the switch.
+        let after = backup("after", "01T04:30", "01T04:35", "0-2-15");
+        let inv = Inventory {
+            backups: vec![lagging, after],
+            segments,
+            timelines,
+            ..Default::default()
+        };
+        let keep = |n| {
+            crate::policy::PolicyInput {
+                keep_last: Some(n),
+                ..Default::default()
+            }
+            .validate()
+            .unwrap()
+        };
+        let deleted = |p: &Plan| -> Vec<String> {
+            p.segments.delete.iter().map(|d| d.name.clone()).collect()
+        };
+        // Both kept: the lagging backup replays from 0-1-6, in file 4 (whose last event,
+        // 01:00, is before its start), across the switch into timeline 1: nothing goes but
+        // the branch-only file, which no kept backup replays.
+        let p = plan(&keep(2), &inv, ts("01T06:00"));
+        let kept: Vec<&str> = p
+            .backups
+            .iter()
+            .filter(|b| b.action == Action::Keep)
+            .map(|b| b.backup.id.as_str())
+            .collect();
+        assert_eq!(kept, ["lagging", "after"]);
+        assert!(
+            !deleted(&p).iter().any(|n| n == "mysql-bin.000004"
+                || n == "mysql-bin.000005"
+                || n.starts_with("mysql-bin.1")),
+            "{:?}",
+            p.segments.delete
+        );
+        // Only the newest kept: what lies before it on the main line goes, with the old
+        // primary's branch; timeline 1's file holding 0-2-13..20 stays.
+        let p = plan(&keep(1), &inv, ts("01T06:00"));
+        assert_eq!(
+            deleted(&p),
+            [
+                "mysql-bin.000004",
+                "mysql-bin.000005",
+                "mysql-bin.000006",
+                "mysql-bin.1000000000002"
+            ]
+        );
+    }
+
     #[test]
     fn merged_into_follows_the_planners_stand_in() {
         let backups = vec![

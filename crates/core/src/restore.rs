@@ -184,7 +184,7 @@ pub fn choose_restore(
                 backup: b.id.clone(),
                 file: b.log_file.clone().unwrap_or_default(),
                 taken_on: b.server_id.unwrap_or_default(),
-                wrote: first_writer(&history).unwrap_or_default(),
+                wrote: history.first_writer().unwrap_or_default(),
                 completed: b.restore_point(),
             }
         })
@@ -283,15 +283,6 @@ pub fn choose_restore_to(
         return Err(refused);
     }
     choose_restore(inventory, begins).map_err(|_| refused)
-}
-
-/// The server that wrote the archive's first timeline, when recorded.
-pub(crate) fn first_writer(history: &History<'_>) -> Option<u32> {
-    history
-        .timelines
-        .iter()
-        .find(|t| t.id == 0)
-        .and_then(|t| t.server_id)
 }
 
 /// Where replay starts on the main line for `backup`: the position of the first segment,

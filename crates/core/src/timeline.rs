@@ -154,6 +154,14 @@ fn runs_after(runs: &[GtidRun], stop: &GtidPos) -> impl Iterator<Item = GtidRun>
 }
 
 impl<'a> History<'a> {
+    /// The server that wrote the archive's first timeline, when recorded.
+    pub fn first_writer(&self) -> Option<u32> {
+        self.timelines
+            .iter()
+            .find(|t| t.id == 0)
+            .and_then(|t| t.server_id)
+    }
+
     /// Builds the history of the present segments (the first of two with one sequence
     /// counts) under the recorded `timelines`.
     pub fn new(segments: impl IntoIterator<Item = &'a Segment>, timelines: &'a [Timeline]) -> Self {

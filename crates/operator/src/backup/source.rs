@@ -59,11 +59,15 @@ pub(crate) async fn target_pod<'p>(
     let standbys = ready_standbys(&candidates, source);
     let askable =
         source.credentials_secret.is_some() && ctx.capabilities.exec && !standbys.is_empty();
+    // Asked without a bound of the policy's: a standby that cannot be asked is trusted on
+    // its readiness, as without asking.
+    let unasked_ok = max_lag.is_none();
     let max_lag = max_lag.or(askable.then_some(DEFAULT_STANDBY_MAX_LAG));
     let mut note = None;
     let chosen = match max_lag.filter(|_| target != "primary") {
         None => choose_pod(&candidates, source, target),
-        Some(max) => match super::standby::first_fit(ctx, source, &standbys, max).await {
+        Some(max) => match super::standby::first_fit(ctx, source, &standbys, max, unasked_ok).await
+        {
             Ok((pod, skipped)) => {
                 if !skipped.is_empty() {
                     note = Some(skipped.join("; "));

@@ -1,6 +1,7 @@
 //! `prefer-standby` with `spec.source.standbyMaxLag`: a standby is backed up only when it
 //! replicates and lags its primary by at most that much; a replica whose replication is
-//! stopped or broken is never picked. Each Ready standby is asked in its database container
+//! stopped or broken is never picked. Without it, standbys that can be asked still are
+//! (any lag), and one that cannot be asked is chosen on its readiness, as without probing. Each Ready standby is asked in its database container
 //! through `pods/exec` (`mariadb`, `SHOW ALL SLAVES STATUS`), logging in with the policy's
 //! `source.credentialsSecret`; when none is fit, the primary is backed up, and the Backup's
 //! status says which standbys were skipped and why.
@@ -188,6 +189,7 @@ pub(crate) async fn first_fit<'a>(
     source: &tidemark_api::crd::SourceSpec,
     standbys: &[&'a Pod],
     max_lag: jiff::SignedDuration,
+    unasked_ok: bool,
 ) -> Result<(&'a Pod, Vec<String>), Vec<String>> {
     let max = u64::try_from(max_lag.as_secs()).unwrap_or(0);
     if !ctx.capabilities.exec {
@@ -206,6 +208,15 @@ pub(crate) async fn first_fit<'a>(
     };
     let login = match login(ctx, &first.namespace().unwrap_or_default(), secret).await {
         Ok(l) => l,
+        Err(e) if unasked_ok => {
+            return Ok((
+                first,
+                vec![format!(
+                    "the standbys could not be asked ({e}): standby {} chosen on its readiness",
+                    first.name_any()
+                )],
+            ));
+        }
         Err(e) => return Err(vec![format!("the standbys could not be asked: {e}")]),
     };
     let mut skipped = Vec::new();
@@ -226,6 +237,13 @@ pub(crate) async fn first_fit<'a>(
                     skipped.push(format!("standby {} skipped: {why}", pod.name_any()));
                 }
             },
+            Err(e) if unasked_ok => {
+                skipped.push(format!(
+                    "standby {} could not be asked ({e}): chosen on its readiness",
+                    pod.name_any()
+                ));
+                return Ok((pod, skipped));
+            }
             Err(e) => skipped.push(format!(
                 "standby {} skipped: it could not be asked ({e})",
                 pod.name_any()

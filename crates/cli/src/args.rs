@@ -348,8 +348,9 @@ pub struct SimulateArgs {
 pub struct RestoreArgs {
     /// A BackupPolicy in the cluster (kubectl plugin): create a Restore of it (with --into
     /// or --new-claim), or with --dry-run print what a restore would use, read from its
-    /// store. Without it, the store is --store's.
-    #[arg(value_name = "POLICY", conflicts_with_all = ["store", "cluster", "policy", "datadir"])]
+    /// store. Without it, the store is --store's. (TIDEMARK_STORE and TIDEMARK_CLUSTER in
+    /// the environment are then not used; --store and --cluster are refused with it.)
+    #[arg(value_name = "POLICY", conflicts_with_all = ["policy", "datadir"])]
     pub policy_name: Option<String>,
     #[command(flatten)]
     pub kube: KubeArgs,

@@ -42,7 +42,28 @@ fn to_of(args: &RestoreArgs) -> Result<Option<jiff::Timestamp>, CliError> {
         .transpose()
 }
 
+/// Whether `flag` (`--store`) was given on the command line, not through the environment.
+fn on_command_line(flag: &str) -> bool {
+    std::env::args_os().skip(1).any(|a| {
+        let a = a.to_string_lossy();
+        a == flag
+            || a.strip_prefix(flag)
+                .is_some_and(|rest| rest.starts_with('='))
+    })
+}
+
 pub async fn restore(args: &RestoreArgs) -> Result<Exit, CliError> {
+    if let Some(policy) = &args.policy_name {
+        // The policy names its store; the environment's TIDEMARK_STORE does not conflict.
+        if let Some(flag) = ["--store", "--cluster"]
+            .into_iter()
+            .find(|f| on_command_line(f))
+        {
+            return Err(CliError::input(format!(
+                "POLICY ({policy}) names its store: {flag} cannot be used with it"
+            )));
+        }
+    }
     let to = to_of(args)?;
     let (store, target) = match &args.policy_name {
         Some(policy) if !args.dry_run => return crate::cluster::restore(args, policy, to).await,

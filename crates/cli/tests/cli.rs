@@ -640,3 +640,40 @@ fn delete_removes_a_backup_or_marks_one_a_recovery_needs() {
     }
     assert_eq!(ls()["backups"].as_array().unwrap().len(), backups.len() - 1);
 }
+
+/// `restore POLICY` takes the store from the policy: TIDEMARK_STORE and TIDEMARK_CLUSTER
+/// in the environment (set for standalone use) do not stop it, while `--store` or
+/// `--cluster` given with it are refused, naming the flag.
+#[test]
+fn restore_of_a_policy_ignores_the_environments_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = bin()
+        .args(["restore", "shop", "-n", "shop", "--dry-run"])
+        .env("TIDEMARK_STORE", "file:///nowhere")
+        .env("TIDEMARK_CLUSTER", "demo")
+        .env("KUBECONFIG", dir.path().join("none"))
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert!(!err.contains("cannot be used with"), "{err}");
+    // Past its arguments: it went for the cluster (there is none here).
+    assert!(err.contains("no Kubernetes configuration"), "{err}");
+    for flag in ["--store=file:///x", "--cluster"] {
+        let mut args = vec!["restore", "shop", "-n", "shop", "--dry-run", flag];
+        if flag == "--cluster" {
+            args.push("demo");
+        }
+        let out = bin()
+            .args(&args)
+            .env("KUBECONFIG", dir.path().join("none"))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        let flag = flag.split('=').next().unwrap();
+        assert!(
+            stderr(&out).contains(&format!("{flag} cannot be used with it")),
+            "{}",
+            stderr(&out)
+        );
+    }
+}

@@ -528,7 +528,7 @@ async fn restores_into_new_and_existing_claims(w: Arc<World>) {
             w.sql(
                 ns,
                 "db-0",
-                "SET SESSION sql_log_bin=0; INSERT INTO shop.pad (b) SELECT REPEAT(MD5(RAND()), 2048) FROM seq_1_to_1024",
+                "SET SESSION sql_log_bin=0; INSERT INTO shop.pad (b) SELECT REPEAT(MD5(RAND()), 2048) FROM shop.seq_1_to_1024",
             );
         }
         eprintln!("bench: {mib} MiB of rows in {:.1?}", started.elapsed());
@@ -772,7 +772,9 @@ async fn restores_into_new_and_existing_claims(w: Arc<World>) {
     let started = Instant::now();
     assert_eq!(w.restored_count("restores", &after.to_string()), "19");
     eprintln!(
-        "restore: in place through the operator in {through_operator:.1?}; tidemark restore on the machine in {:.1?}",
+        "restore: in place through the operator in {through_operator:.1?} ({} bytes downloaded, steps {}); tidemark restore on the machine in {:.1?}",
+        done["bytesDownloaded"],
+        done["steps"],
         started.elapsed()
     );
 

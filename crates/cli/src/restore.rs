@@ -224,6 +224,10 @@ fn report(plan: &RestorePlan, done: Option<Done>, json: bool) -> Result<(), CliE
                     .start_after
                     .as_ref()
                     .map_or_else(String::new, |g| format!(" after {g}"));
+                let start = match r.switched_at {
+                    Some(at) => format!("{start} (the switch at {at})"),
+                    None => start,
+                };
                 out.push_str(&format!(
                     "  timeline {} ({server}): {} segment(s){start}{stop}\n",
                     r.timeline, r.count

@@ -58,6 +58,25 @@ pub struct ReplayRun {
     pub start_after: Option<GtidPos>,
     /// Replay stops after this position: the switch to the next timeline.
     pub stop_at: Option<GtidPos>,
+    /// When this timeline took over from the run before (the switch's time), when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub switched_at: Option<Timestamp>,
+}
+
+impl ReplayRun {
+    /// One run of `count` segments without GTID positions (an archive of one timeline that
+    /// records none).
+    pub fn whole(count: usize) -> Self {
+        ReplayRun {
+            timeline: 0,
+            server_id: None,
+            first: 0,
+            count,
+            start_after: None,
+            stop_at: None,
+            switched_at: None,
+        }
+    }
 }
 
 /// Why a target cannot be restored.
@@ -467,6 +486,7 @@ fn replay_segments(
                 count: 0,
                 start_after,
                 stop_at: None,
+                switched_at: m.switch_in.filter(|_| i > 0).and_then(|sw| sw.at),
             });
         }
         if let Some(r) = runs.last_mut() {
@@ -725,6 +745,11 @@ mod tests {
             ]
         );
         assert!(!c.from_log_position);
+        // The run after the switch says when it took over.
+        assert_eq!(
+            c.runs.iter().map(|r| r.switched_at).collect::<Vec<_>>(),
+            [None, Some(ts("01T02:00"))]
+        );
         assert!(c.window.gaps.is_empty(), "{:?}", c.window);
         // Between the switch and the old primary's last (branch) event: the new timeline.
         let c = choose_restore(&inv, ts("01T02:40")).unwrap();

@@ -476,14 +476,7 @@ fn reached(plan: &RestorePlan, files: &[PathBuf], stop: Option<Timestamp>) -> Op
     let Some(stop) = stop else {
         return backup;
     };
-    let whole = [tidemark_core::restore::ReplayRun {
-        timeline: 0,
-        server_id: None,
-        first: 0,
-        count: files.len(),
-        start_after: None,
-        stop_at: None,
-    }];
+    let whole = [tidemark_core::restore::ReplayRun::whole(files.len())];
     let runs = if plan.runs.is_empty() {
         &whole[..]
     } else {
@@ -877,14 +870,7 @@ async fn replay_into(
     // One pass per timeline, in order: the parent's events up to the switch, then the next
     // timeline's after it (mariadb-binlog refuses, rightly, one stream of two servers'
     // files whose numbers go back).
-    let whole = [tidemark_core::restore::ReplayRun {
-        timeline: 0,
-        server_id: None,
-        first: 0,
-        count: files.len(),
-        start_after: None,
-        stop_at: None,
-    }];
+    let whole = [tidemark_core::restore::ReplayRun::whole(files.len())];
     let runs = if plan.runs.is_empty() {
         &whole[..]
     } else {

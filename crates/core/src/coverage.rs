@@ -293,7 +293,7 @@ impl Replay {
             return None;
         }
         let completed = backup.restore_point();
-        if self.offset_elsewhere(backup) {
+        if backup.galera || self.offset_elsewhere(backup) {
             return Some(Interval {
                 from: completed,
                 to: completed,

@@ -123,6 +123,10 @@ pub struct Backup {
     /// The server it was taken on, when recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_id: Option<u32>,
+    /// Taken on a Galera node: it restores to its own point only (binlog replay past it
+    /// is not supported yet).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub galera: bool,
     /// The restores that need it (the operator's Restore objects, by name): kept, with its
     /// chain and the binlogs after it, while they do.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -170,6 +174,7 @@ impl Backup {
             deletion_requested: false,
             gtid: None,
             server_id: None,
+            galera: false,
             held_for: Vec::new(),
         }
     }

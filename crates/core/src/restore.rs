@@ -113,6 +113,14 @@ pub enum RestoreRefusal {
         completed: Timestamp,
     },
     #[error(
+        "backup {backup} was taken on a Galera node: point-in-time replay past it is not supported yet, so {target} cannot be reached from it; restore to its completion {completed}"
+    )]
+    GaleraReplay {
+        target: Timestamp,
+        backup: BackupId,
+        completed: Timestamp,
+    },
+    #[error(
         "backup {backup} records only an offset in {file} of server {taken_on}'s binlog (no GTID), and the archive holds server {wrote}'s: replay from it cannot be placed, so {target} cannot be reached; choose its completion {completed}, or take backups with GTIDs"
     )]
     OffsetOnAnotherServer {
@@ -190,23 +198,33 @@ pub fn choose_restore(
     let history = History::new(&inventory.segments, &inventory.timelines);
     let replay = Replay::of(&history);
     let window = window_of(&backups, &replay, |i| ok[i]).ok_or(RestoreRefusal::NoRecoveryPoint)?;
-    // Past the newest backup before it, which records only an offset in another server's
-    // binlog: said as such (the window ends there for it).
+    // Past the newest backup before it, which restores to its own point only (taken on a
+    // Galera node, or recording only an offset in another server's binlog): said as such.
     let offset_elsewhere = || {
         let i = (0..backups.len())
             .filter(|&i| ok[i] && backups[i].restore_point() <= target)
             .max_by_key(|&i| (backups[i].restore_point(), &backups[i].id))?;
         let b = backups[i];
-        (replay.offset_elsewhere(b) && target > b.restore_point()).then(|| {
-            RestoreRefusal::OffsetOnAnotherServer {
+        if target <= b.restore_point() {
+            return None;
+        }
+        if b.galera {
+            return Some(RestoreRefusal::GaleraReplay {
+                target,
+                backup: b.id.clone(),
+                completed: b.restore_point(),
+            });
+        }
+        replay
+            .offset_elsewhere(b)
+            .then(|| RestoreRefusal::OffsetOnAnotherServer {
                 target,
                 backup: b.id.clone(),
                 file: b.log_file.clone().unwrap_or_default(),
                 taken_on: b.server_id.unwrap_or_default(),
                 wrote: history.first_writer().unwrap_or_default(),
                 completed: b.restore_point(),
-            }
-        })
+            })
     };
     if target < window.from || target > window.to {
         return Err(offset_elsewhere().unwrap_or(RestoreRefusal::OutsideWindow { target, window }));
@@ -315,6 +333,10 @@ fn replay_start(
     replay: &Replay,
     target: Timestamp,
 ) -> Result<Option<(usize, bool)>, RestoreRefusal> {
+    // Taken on a Galera node: its own point only (its window is that instant).
+    if backup.galera {
+        return Ok(None);
+    }
     let completed = backup.restore_point();
     let at = |seq: u64| main.iter().position(|m| m.segment.sequence == seq);
     let Some(g) = &backup.gtid else {
@@ -532,6 +554,7 @@ mod tests {
             deletion_requested: false,
             gtid: None,
             server_id: None,
+            galera: false,
             held_for: Vec::new(),
         }
     }
@@ -681,6 +704,54 @@ mod tests {
         let c = choose_restore(&inv, ts("01T07:00")).unwrap();
         assert_eq!(c.unread.len(), 1);
         assert!(!c.from_log_position);
+    }
+
+    /// A backup taken on a Galera node restores to its own point only: the window is that
+    /// instant, a target after it is refused saying why, and at it nothing is replayed.
+    #[test]
+    fn a_galera_backup_restores_to_its_own_point_only() {
+        use crate::timeline::fixtures::failover;
+        let (segments, timelines) = failover();
+        let mut full = backup(
+            FULL,
+            BackupKind::Full,
+            "01T00:20",
+            "01T00:30",
+            "mysql-bin.000004",
+        );
+        full.gtid = Some(GtidPos::parse("0-1-5").unwrap());
+        full.server_id = Some(1);
+        full.galera = true;
+        let inv = Inventory {
+            backups: vec![full.clone()],
+            segments,
+            timelines,
+            ..Default::default()
+        };
+        let e = choose_restore(&inv, ts("01T01:30")).unwrap_err();
+        assert!(
+            matches!(&e, RestoreRefusal::GaleraReplay { backup, .. } if backup == FULL),
+            "{e}"
+        );
+        assert!(e.to_string().contains("Galera"), "{e}");
+        let c = choose_restore(&inv, full.restore_point()).unwrap();
+        assert!(c.segments.is_empty() && c.runs.is_empty(), "{c:?}");
+        assert_eq!(
+            (c.window.from, c.window.to),
+            (full.restore_point(), full.restore_point())
+        );
+        // Not on a Galera node, the same backup replays on.
+        full.galera = false;
+        let inv = Inventory {
+            backups: vec![full],
+            ..inv
+        };
+        assert!(
+            !choose_restore(&inv, ts("01T01:30"))
+                .unwrap()
+                .segments
+                .is_empty()
+        );
     }
 
     #[test]

@@ -173,6 +173,7 @@ fn build_backups(specs: &[Spec], now: Timestamp) -> Vec<Backup> {
             deletion_requested: s.deletion_requested,
             gtid: None,
             server_id: None,
+            galera: false,
             held_for: Vec::new(),
         });
     }

@@ -194,9 +194,7 @@ impl EngineError {
                 ArchiveError::Binlog { .. } | ArchiveError::Vanished(_) => Class::Source,
             },
             EngineError::Restore(e) => match e.as_ref() {
-                RestoreError::Refused(_)
-                | RestoreError::NoPosition { .. }
-                | RestoreError::Galera { .. } => Class::NotRestorable,
+                RestoreError::Refused(_) | RestoreError::NoPosition { .. } => Class::NotRestorable,
                 RestoreError::Method { .. } | RestoreError::DatadirNotEmpty(_) => Class::Input,
                 // A backup whose files say what no tool is handed: the data is not what
                 // Tidemark wrote (or not a backup it can restore).

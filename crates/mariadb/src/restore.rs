@@ -144,14 +144,6 @@ pub enum RestoreError {
     #[error("backup {id} is in the plan but its metadata.json could not be read")]
     NoMetadata { id: String },
     #[error(
-        "backup {id} was taken on a Galera node: point-in-time replay past it is not supported yet; restore to its completion{}",
-        completed.map(|c| format!(" ({c})")).unwrap_or_default()
-    )]
-    Galera {
-        id: String,
-        completed: Option<Timestamp>,
-    },
-    #[error(
         "data directory {} is not empty; restore into a new or empty directory", .0.display()
     )]
     DatadirNotEmpty(PathBuf),
@@ -262,14 +254,6 @@ fn plan_of(catalog: &Catalog, choice: RestoreChoice) -> Result<RestorePlan, Rest
         })
         .collect();
     let restored = backups.last();
-    if let Some(m) =
-        restored.filter(|m| !segments.is_empty() && m.server.as_ref().is_some_and(|s| s.galera))
-    {
-        return Err(RestoreError::Galera {
-            id: m.backup_id.clone(),
-            completed: m.completed_at,
-        });
-    }
     let start_position = if choice.from_log_position {
         restored.and_then(|m| m.log_position.clone())
     } else {

@@ -1609,6 +1609,16 @@ async fn a_restore_holds_what_it_needs_from_retention() {
         .delete("from-the-oldest", &Default::default())
         .await
         .unwrap();
+    // Its finalizer stops its Job first; it holds until it is gone.
+    eventually("the Restore gone", || async {
+        restores
+            .get_opt("from-the-oldest")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
     pass_now(&policies, "db").await;
     until_ids(&store, &[ids[2].clone()], &policies, "not released").await;
 

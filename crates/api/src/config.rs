@@ -234,7 +234,7 @@ spec:
             e,
             "document 2: unknown kind \"Schedule\"; expected one of BackupPolicy, ScheduledBackup, DeleteHook"
         );
-        let e = parse_documents(&FILE.replace("*/10 * * * * *", "*/10 * * * *"))
+        let e = parse_documents(&FILE.replace("*/10 * * * * *", "*/10 * * *"))
             .unwrap_err()
             .to_string();
         assert!(

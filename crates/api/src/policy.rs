@@ -151,7 +151,7 @@ impl VerifySpec {
     /// The schedule (if any) and the fraction sampled.
     ///
     /// # Errors
-    /// A schedule that is not six-field cron, or a percentage over 100.
+    /// A schedule that is not cron (five or six fields, or a macro), or a percentage over 100.
     pub fn settings(
         &self,
     ) -> Result<(Option<tidemark_core::schedule::Cron>, f64), PolicyFileError> {
@@ -207,7 +207,7 @@ impl RestoreTestSpec {
     /// The schedule, and whether the point is chosen at random.
     ///
     /// # Errors
-    /// A schedule that is not six-field cron, an unknown target, a text too long, or
+    /// A schedule that is not cron (five or six fields, or a macro), an unknown target, a text too long, or
     /// `expect` without `query`.
     pub fn settings(&self) -> Result<(tidemark_core::schedule::Cron, bool), PolicyFileError> {
         let cron = self

@@ -190,7 +190,7 @@ pub struct ScheduledBackup {
     pub status: Option<serde_json::Value>,
 }
 
-/// Creates Backups on a six-field cron cadence (seed 001).
+/// Creates Backups on a cron cadence (seed 001): five or six fields, or a macro.
 #[derive(CustomResource, KubeSchema, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[kube(
     group = "tidemark.io",
@@ -202,7 +202,7 @@ pub struct ScheduledBackup {
     shortname = "tsb",
     category = "tidemark",
     validation = Rule::new("self.metadata.name.size() <= 63").message("metadata.name: at most 63 characters (it labels the Backups the schedule creates)"),
-    doc = "Creates ordinary Backups on a six-field cron cadence: deterministic names, an optional immediate first backup, never two running at once.",
+    doc = "Creates ordinary Backups on a cron cadence (five fields, six with seconds first, or a macro such as @daily): deterministic names, an optional immediate first backup, never two running at once.",
     printcolumn(name = "Schedule", type_ = "string", json_path = ".spec.schedule"),
     printcolumn(name = "Suspend", type_ = "boolean", json_path = ".spec.suspend"),
     printcolumn(name = "Last", type_ = "date", json_path = ".status.lastScheduleTime"),
@@ -219,10 +219,12 @@ pub struct ScheduledBackup {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ScheduledBackupSpec {
-    /// Six-field cron, seconds first: `second minute hour day-of-month month day-of-week`,
-    /// e.g. `0 0 2 * * *` (every day at 02:00:00). Day-of-week 0–7 (Sunday is 0 or 7) or
+    /// Cron, the field count deciding: five fields as CronJob reads them, `minute hour
+    /// day-of-month month day-of-week` (e.g. `0 2 * * *`); six with seconds first (e.g.
+    /// `0 0 2 * * *`, every day at 02:00:00); or a macro (`@hourly`, `@daily`/`@midnight`,
+    /// `@weekly`, `@monthly`, `@yearly`/`@annually`). Day-of-week 0–7 (Sunday is 0 or 7) or
     /// MON–SUN; when both day fields are restricted, a day matching either fires.
-    #[x_kube(validation = Rule::new(CRON_RULE).message("expected six fields, seconds first: second minute hour day-of-month month day-of-week, e.g. \"0 0 2 * * *\""))]
+    #[x_kube(validation = Rule::new(CRON_RULE).message("expected five fields (minute hour day-of-month month day-of-week, e.g. \"0 2 * * *\"), six with seconds first (e.g. \"0 0 2 * * *\"), or a macro (@hourly, @daily, @weekly, @monthly, @yearly)"))]
     pub schedule: String,
     /// One backup at the first evaluation, besides the cadence.
     #[serde(default)]
@@ -357,8 +359,8 @@ pub fn template_too_large(template: &serde_json::Value, field: &str, hint: &str)
     })
 }
 
-/// CEL for six-field cron: six blank-separated fields.
-const CRON_RULE: &str = "self.matches('^ *[^ ]+( +[^ ]+){5} *$')";
+/// CEL for cron: five or six blank-separated fields, or a macro.
+const CRON_RULE: &str = "self.matches('^ *([^ @][^ ]*( +[^ ]+){4,5}|(?i:@(hourly|daily|midnight|weekly|monthly|yearly|annually))) *$')";
 
 /// Scheduler progress (seed 001).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -575,7 +577,7 @@ impl ScheduledBackup {
     /// Single-object validation.
     ///
     /// # Errors
-    /// The schedule is not six-field cron; the time zone is unknown; the method is not
+    /// The schedule is not cron (five or six fields, or a macro); the time zone is unknown; the method is not
     /// one Tidemark knows; the policy reference is empty.
     pub fn validate(&self) -> Result<(), ScheduleFileError> {
         self.spec.validate()
@@ -617,7 +619,7 @@ impl ScheduledBackupSpec {
     /// Single-object validation (the CRD's rules, and what a schema cannot say).
     ///
     /// # Errors
-    /// The schedule is not six-field cron; the time zone is unknown; the method is not
+    /// The schedule is not cron (five or six fields, or a macro); the time zone is unknown; the method is not
     /// one Tidemark knows; the policy reference is empty.
     pub fn validate(&self) -> Result<(), ScheduleFileError> {
         self.schedule
@@ -1006,7 +1008,7 @@ spec: {schedule: "0 0 2 * * *", policy: {name: db}}
 
     #[test]
     fn bad_fields_are_named_with_the_accepted_form() {
-        let e = ScheduledBackup::from_yaml(&EXAMPLE.replace("\"0 0 2 * * *\"", "\"0 2 * * *\""))
+        let e = ScheduledBackup::from_yaml(&EXAMPLE.replace("\"0 0 2 * * *\"", "\"0 2 * *\""))
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("spec.schedule: "), "{e}");

@@ -267,18 +267,33 @@ fn compression_settings_cel_agrees_with_the_code() {
 }
 
 #[test]
-fn a_schedule_has_six_fields() {
-    for good in ["0 0 2 * * *", "*/30 * * * * MON-FRI", " 0 0 2 * * 0 "] {
+fn a_schedule_has_five_or_six_fields_or_is_a_macro() {
+    for good in [
+        "0 0 2 * * *",
+        "*/30 * * * * MON-FRI",
+        " 0 0 2 * * 0 ",
+        "0 2 * * *",
+        "@daily",
+        "@Weekly",
+        " @hourly ",
+    ] {
         assert_accepted(
             "ScheduledBackup",
             json!({"schedule": good, "policy": {"name": "p"}}),
         );
     }
-    for bad in ["0 2 * * *", "0 0 2 * * * 2030", "", "@daily"] {
+    for bad in [
+        "2 * * *",
+        "0 0 2 * * * 2030",
+        "",
+        "@reboot",
+        "@every 5m",
+        "@daily 0",
+    ] {
         assert_refused(
             "ScheduledBackup",
             json!({"schedule": bad, "policy": {"name": "p"}}),
-            "expected six fields",
+            "expected five fields",
         );
     }
     assert_refused(

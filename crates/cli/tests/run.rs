@@ -274,7 +274,10 @@ spec:
 fn bad_configuration_stops_at_start_up_naming_file_field_and_form() {
     let e = refused(&[
         ("p.yaml", POLICY),
-        ("s.yaml", &SCHEDULE.replace("0 */5 * * * *", "*/5 * * * *")),
+        (
+            "s.yaml",
+            &SCHEDULE.replace("0 */5 * * * *", "0 */5 * * * * 2030"),
+        ),
     ]);
     assert!(e.contains("s.yaml") && e.contains("spec.schedule"), "{e}");
     assert!(e.contains("\"0 */5 * * * *\""), "{e}");

@@ -1,8 +1,10 @@
 //! Scheduling decisions (seed 001, DESIGN.md §4): pure functions of the schedule, its
 //! existing children and `now`. The operator and `tidemark run` carry them out.
 //!
-//! - Six-field cron, seconds first; five- and seven-field expressions are refused with the
-//!   six-field form in the message.
+//! - Cron as users know it from CronJob, Velero and K8up: five fields (minute first), six
+//!   (seconds first), or a macro (`@hourly`, `@daily`/`@midnight`, `@weekly`, `@monthly`,
+//!   `@yearly`/`@annually`); the field count decides. Seven fields (a year) are refused
+//!   with the accepted forms in the message.
 //! - Child names are `<schedule>-<YYYYMMDDHHMMSS>` of the UTC slot, so a retry finds (and
 //!   adopts) the child an earlier attempt created.
 //! - `immediate`: one child at the first evaluation, found again by its label if the
@@ -19,13 +21,25 @@ use jiff::Timestamp;
 use jiff::tz::TimeZone;
 use serde::{Deserialize, Serialize};
 
-/// The accepted form, shown in errors.
-pub const CRON_FORM: &str = "six fields, seconds first: second minute hour day-of-month month day-of-week, e.g. \"0 0 2 * * *\"";
+/// The accepted forms, shown in errors.
+pub const CRON_FORM: &str = "five fields (minute hour day-of-month month day-of-week, e.g. \"0 2 * * *\"), six with seconds first (second minute hour day-of-month month day-of-week, e.g. \"0 0 2 * * *\"), or a macro (@hourly, @daily, @midnight, @weekly, @monthly, @yearly, @annually)";
+
+/// The macros, as six fields: at the start of the hour, day (midnight), week (Sunday),
+/// month (the 1st), year (January 1st).
+const MACROS: [(&str, &str); 7] = [
+    ("@hourly", "0 0 * * * *"),
+    ("@daily", "0 0 0 * * *"),
+    ("@midnight", "0 0 0 * * *"),
+    ("@weekly", "0 0 0 * * 0"),
+    ("@monthly", "0 0 0 1 * *"),
+    ("@yearly", "0 0 0 1 1 *"),
+    ("@annually", "0 0 0 1 1 *"),
+];
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ScheduleError {
     #[error(
-        "schedule {expr:?} has {found} fields; Tidemark needs {CRON_FORM}{}",
+        "schedule {expr:?} has {found} fields; Tidemark takes {CRON_FORM}{}",
         suggestion(expr, *found)
     )]
     FieldCount { expr: String, found: usize },
@@ -36,13 +50,12 @@ pub enum ScheduleError {
 fn suggestion(expr: &str, found: usize) -> String {
     let fields: Vec<&str> = expr.split_whitespace().collect();
     match found {
-        5 => format!(" — for this one, \"0 {}\"", fields.join(" ")),
         7 => format!(" — without the year field, \"{}\"", fields[..6].join(" ")),
         _ => String::new(),
     }
 }
 
-/// A parsed six-field cron expression, with standard semantics (as robfig/cron, which
+/// A parsed cron expression (five or six fields, or a macro), with standard semantics (as robfig/cron, which
 /// CloudNativePG uses): day-of-week 0–7 with Sunday as 0 or 7, names `MON`–`SUN` and
 /// `JAN`–`DEC`, and when both day-of-month and day-of-week are restricted, a day matching
 /// either fires. Evaluated by `croner` on the wall clock of a time zone.
@@ -62,18 +75,33 @@ impl FromStr for Cron {
     type Err = ScheduleError;
 
     fn from_str(expr: &str) -> Result<Self, Self::Err> {
-        let found = expr.split_whitespace().count();
-        if found != 6 {
-            return Err(ScheduleError::FieldCount {
-                expr: expr.to_owned(),
-                found,
-            });
-        }
+        let trimmed = expr.trim();
+        let six = if trimmed.starts_with('@') {
+            MACROS
+                .iter()
+                .find(|(m, _)| m.eq_ignore_ascii_case(trimmed))
+                .map(|(_, six)| (*six).to_owned())
+                .ok_or_else(|| ScheduleError::Invalid {
+                    expr: expr.to_owned(),
+                    problem: "an unknown macro".into(),
+                })?
+        } else {
+            match expr.split_whitespace().count() {
+                5 => format!("0 {trimmed}"),
+                6 => trimmed.to_owned(),
+                found => {
+                    return Err(ScheduleError::FieldCount {
+                        expr: expr.to_owned(),
+                        found,
+                    });
+                }
+            }
+        };
         let parser = croner::parser::CronParser::builder()
             .seconds(croner::parser::Seconds::Required)
             .year(croner::parser::Year::Disallowed)
             .build();
-        let inner = parser.parse(expr).map_err(|e| ScheduleError::Invalid {
+        let inner = parser.parse(&six).map_err(|e| ScheduleError::Invalid {
             expr: expr.to_owned(),
             problem: e.to_string(),
         })?;
@@ -325,21 +353,51 @@ mod tests {
     }
 
     #[test]
-    fn six_fields_parse_and_others_are_refused_with_the_form() {
+    fn five_six_fields_and_macros_parse_and_others_are_refused_with_the_forms() {
         for ok in ["0 0 2 * * *", "0 */15 * * * *", "30 0 */6 * * *"] {
             assert!(ok.parse::<Cron>().is_ok(), "{ok}");
         }
-        let e = "*/5 * * * *".parse::<Cron>().unwrap_err();
-        let msg = e.to_string();
-        assert!(msg.contains("has 5 fields"), "{msg}");
-        assert!(msg.contains("seconds first"), "{msg}");
-        assert!(msg.contains("\"0 */5 * * * *\""), "{msg}");
+        // The field count decides: five fields are minute first, as CronJob reads them;
+        // a macro is its six-field meaning. The user's spelling is kept.
+        let tz = TimeZone::UTC;
+        let at = ts("2026-11-20T01:07:00Z");
+        for (five_or_macro, six) in [
+            ("*/5 * * * *", "0 */5 * * * *"),
+            ("0 2 * * MON-FRI", "0 0 2 * * MON-FRI"),
+            ("@hourly", "0 0 * * * *"),
+            ("@daily", "0 0 0 * * *"),
+            ("@MIDNIGHT", "0 0 0 * * *"),
+            ("@weekly", "0 0 0 * * 0"),
+            ("@monthly", "0 0 0 1 * *"),
+            ("@yearly", "0 0 0 1 1 *"),
+            (" @annually ", "0 0 0 1 1 *"),
+        ] {
+            let c = cron(five_or_macro);
+            assert_eq!(c.as_str(), five_or_macro);
+            let mut t = at;
+            for _ in 0..3 {
+                let next = c.next_after(t, &tz);
+                assert_eq!(
+                    next,
+                    cron(six).next_after(t, &tz),
+                    "{five_or_macro} after {t}"
+                );
+                t = next.unwrap();
+            }
+        }
         let e = "0 0 2 * * * 2027".parse::<Cron>().unwrap_err().to_string();
         assert!(
             e.contains("has 7 fields") && e.contains("\"0 0 2 * * *\""),
             "{e}"
         );
+        assert!(e.contains("five fields") && e.contains("@daily"), "{e}");
+        for bad in ["* * * *", "@reboot", "@every 5m", ""] {
+            let e = bad.parse::<Cron>().unwrap_err().to_string();
+            assert!(e.contains("seconds first"), "{bad}: {e}");
+        }
         let e = "0 0 25 * * *".parse::<Cron>().unwrap_err();
+        assert!(matches!(e, ScheduleError::Invalid { .. }), "{e}");
+        let e = "0 25 * * *".parse::<Cron>().unwrap_err();
         assert!(matches!(e, ScheduleError::Invalid { .. }), "{e}");
     }
 

@@ -63,7 +63,7 @@ fn keep_last_over_ten_days_as_json_table_and_svg() {
 
 #[test]
 fn bad_input_names_the_flag_and_the_form() {
-    let out = run(&["--schedule", "0 2 * * *", "--keep-last", "3"]);
+    let out = run(&["--schedule", "0 0 2 * * * 2030", "--keep-last", "3"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -354,6 +354,14 @@ async fn prepare(
     // Plan, under the store's lease: a pass holds it while it deletes, and reads the holds
     // once it has it — so what this plan chooses is held before any pass can delete it.
     let store = crate::stores::open(ctx, &policy).await?;
+    // One catalog in memory at a time beside the passes': a turn taken before the lease,
+    // never waited for in a reconcile slot.
+    let Ok(_turn) = ctx.catalog_turn.try_acquire() else {
+        return Err(Stop::Wait(
+            "Waiting",
+            "another catalog is being read; the plan waits for its turn".into(),
+        ));
+    };
     let fence = match crate::fence::acquire(ctx, &store).await {
         Ok(f) => f,
         Err(e) if e.class() == tidemark_engine::Class::Contention => {
@@ -362,7 +370,7 @@ async fn prepare(
         Err(e) => return Err(e.into()),
     };
     let plan = async {
-        let plan = plan_of(ctx, &store, &point).await?;
+        let plan = plan_of(&store, &point).await?;
         planned(status, &plan, &claim);
         status.phase = Some("Pending".into());
         set_ready(
@@ -456,18 +464,12 @@ async fn prepare(
     Ok(())
 }
 
-/// The plan of a restore to `point` (one catalog in memory at a time beside the
-/// passes'); what cannot be restored refused for good.
+/// The plan of a restore to `point` (the caller holds the catalog turn); what cannot be
+/// restored refused for good.
 async fn plan_of(
-    ctx: &Context,
     store: &tidemark_store::ClusterStore,
     point: &RestorePoint,
 ) -> Result<RestorePlan, Stop> {
-    let _turn = ctx
-        .catalog_turn
-        .acquire()
-        .await
-        .map_err(|e| Error::Internal(e.to_string()))?;
     let planned = async {
         let at = restore_instant(store, point).await?;
         MariaDbTools::default()
@@ -678,13 +680,16 @@ move_all() {
   done
 }
 case "$(cat "$aside/phase" 2>/dev/null || true)" in
-  aside)
-    echo "an earlier swap was cut short while moving the old data aside: putting it back" >&2
-    move_all "$aside/old" "$root"
-    rm -rf "$aside" ;;
   into)
     echo "an earlier swap was cut short while moving the restored data in: finishing it" >&2
     move_all "$aside/data" "$root"
+    rm -rf "$aside" ;;
+  *)
+    # Cut while moving the old data aside (or the phase never written): put it back.
+    if [ -d "$aside/old" ]; then
+      echo "an earlier swap was cut short while moving the old data aside: putting it back" >&2
+      move_all "$aside/old" "$root"
+    fi
     rm -rf "$aside" ;;
 esac
 held=""
@@ -701,7 +706,7 @@ mkdir -p "$aside"
 child=""
 stopped() {
   trap - EXIT
-  if [ "$$" = 1 ]; then kill -TERM -1 2>/dev/null || true; elif [ -n "$child" ]; then kill -TERM "$child" 2>/dev/null || true; fi
+  if [ "$$" = 1 ]; then kill -KILL -1 2>/dev/null || true; elif [ -n "$child" ]; then kill -TERM "$child" 2>/dev/null || true; fi
   wait 2>/dev/null || true
   sleep 1
   rm -rf "$aside" 2>/dev/null || { sleep 3; rm -rf "$aside" || true; }
@@ -716,29 +721,36 @@ wait "$child"
 if [ "$(id -u)" = 0 ] && id mysql >/dev/null 2>&1; then
   chown -R mysql:mysql "$aside/data"
 fi
+# On disk before the swap, so that what follows takes milliseconds.
+sync
 # The swap: not stopped by SIGTERM, its phase on the claim for the next restore to mend.
 trap '' TERM INT
 trap - EXIT
 mkdir "$aside/old"
 back() {
-  move_all "$root" "$aside/data" || true
-  move_all "$aside/old" "$root" || true
-  rm -rf "$aside"
-  echo "could not move the restored data into place; the claim's data was put back" | tee "$log" >&2
+  if move_all "$root" "$aside/data" && move_all "$aside/old" "$root"; then
+    rm -rf "$aside"
+    echo "could not move the restored data into place; the claim's data was put back" | tee "$log" >&2
+  else
+    phase aside
+    echo "could not move the restored data into place, nor all of the old data back: the rest is in .tidemark-restore/old, which the next restore into this claim puts back first" | tee "$log" >&2
+  fi
   exit 1
 }
-echo aside > "$aside/phase"
-sync
+phase() { echo "$1" > "$aside/phase.new" && mv "$aside/phase.new" "$aside/phase" && sync; }
+phase aside
 if ! move_all "$root" "$aside/old"; then
-  move_all "$aside/old" "$root" || true
-  rm -rf "$aside"
-  echo "could not move the claim's data aside; it was put back" | tee "$log" >&2
+  if move_all "$aside/old" "$root"; then
+    rm -rf "$aside"
+    echo "could not move the claim's data aside; it was put back" | tee "$log" >&2
+  else
+    echo "could not move the claim's data aside, nor all of it back: the rest is in .tidemark-restore/old, which the next restore into this claim puts back first" | tee "$log" >&2
+  fi
   exit 1
 fi
-echo into > "$aside/phase"
-sync
+phase into
 move_all "$aside/data" "$root" || back
-rm -rf "$aside"
+rm -rf "$aside" || echo "warning: the old data could not all be removed from .tidemark-restore/old" >&2
 cat /tmp/restore-report.json > "$log" || true
 echo "restored into the claim"
 "#;
@@ -853,6 +865,10 @@ async fn follow(
             );
             set_ready(&mut status, restore, true, "Restored", &message);
             write(api, restore, &status).await?;
+            // A mark an earlier attempt of the same name left no longer holds.
+            if let Some(claim) = &status.claim {
+                annotate(ctx, restore, claim, None).await;
+            }
             ctx.event(
                 &restore.object_ref(&()),
                 EventType::Normal,
@@ -880,7 +896,8 @@ async fn refuse(
     set_ready(&mut status, restore, false, reason, message);
     write(api, restore, &status).await?;
     ctx.warn(&restore.object_ref(&()), reason, message).await;
-    if let Some(claim) = &status.claim {
+    // Only a claim its Job may have written (a refusal before the Job touched nothing).
+    if let (Some(claim), Some(_)) = (&status.claim, &status.job) {
         mark_unusable(ctx, restore, claim, reason, message).await;
     }
     Ok(Requeue::await_change())
@@ -888,6 +905,13 @@ async fn refuse(
 
 /// Annotates `claim`, if this Restore created it, with why it holds no usable data.
 async fn mark_unusable(ctx: &Context, restore: &Restore, claim: &str, reason: &str, message: &str) {
+    let note: String = format!("{reason}: {message}").chars().take(512).collect();
+    annotate(ctx, restore, claim, Some(note)).await;
+}
+
+/// Sets (or, with `None`, removes) [`UNUSABLE_ANNOTATION`] on `claim`, if this Restore
+/// created it.
+async fn annotate(ctx: &Context, restore: &Restore, claim: &str, note: Option<String>) {
     let ns = restore.namespace().unwrap_or_default();
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
     let Ok(Some(c)) = claims.get_opt(claim).await else {
@@ -896,7 +920,9 @@ async fn mark_unusable(ctx: &Context, restore: &Restore, claim: &str, reason: &s
     if c.labels().get(RESTORE_LABEL) != Some(&restore.name_any()) {
         return;
     }
-    let note: String = format!("{reason}: {message}").chars().take(512).collect();
+    if note.is_none() && !c.annotations().contains_key(UNUSABLE_ANNOTATION) {
+        return;
+    }
     let patch = json!({"metadata": {"annotations": {UNUSABLE_ANNOTATION: note}}});
     if let Err(e) = claims
         .patch(claim, &PatchParams::default(), &Patch::Merge(&patch))
@@ -1245,6 +1271,16 @@ mod script_tests {
             std::fs::read_to_string(c.root().join("ibdata1")).unwrap(),
             "old"
         );
+
+        // Cut before its phase was written (or by an older Job that wrote none): what is
+        // aside is put back all the same.
+        let c = Claim::new("cut-no-phase");
+        old_data(&c.root());
+        let aside = c.root().join(".tidemark-restore");
+        std::fs::create_dir_all(aside.join("old")).unwrap();
+        std::fs::rename(c.root().join("ibdata1"), aside.join("old/ibdata1")).unwrap();
+        assert_eq!(c.exit(false, "ok"), 3);
+        assert_eq!(c.entries(), OLD);
 
         // Cut while moving the new data in: the next run finishes that move first.
         let c = Claim::new("cut-into");

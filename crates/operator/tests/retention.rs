@@ -1602,6 +1602,32 @@ async fn a_restore_holds_what_it_needs_from_retention() {
         vec![ids[0].clone(), ids[2].clone()],
         "the held backup must stay"
     );
+    // The pass's audit record gives the reason: the Restore's hold.
+    let mut reasons = Vec::new();
+    for key in synth::all_keys(&store).await.unwrap() {
+        if !key.starts_with("_audit/") {
+            continue;
+        }
+        let body = store
+            .read(&object_store::path::Path::from(key.as_str()))
+            .await
+            .unwrap()
+            .unwrap();
+        let audit: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        for b in audit["backups"].as_array().unwrap() {
+            if b["backupId"] == ids[0].as_str() {
+                reasons.push(b["reasons"].clone());
+            }
+        }
+    }
+    assert!(
+        reasons.iter().any(|r| r
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x == "restore:from-the-oldest")),
+        "{reasons:?}"
+    );
 
     // Deleted, the Restore holds nothing: the next pass (due at once after a spec change)
     // deletes the backup it held.

@@ -381,8 +381,8 @@ async fn invalid_spec_is_reported(admin: &Client) {
     schedule(
         admin,
         ns,
-        "five-fields",
-        json!({"schedule": "0 2 * * *", "policy": {"name": "db"}}),
+        "seven-fields",
+        json!({"schedule": "0 0 2 * * * 2030", "policy": {"name": "db"}}),
     )
     .await;
     let events: Api<K8sEvent> = Api::namespaced(admin.clone(), ns);
@@ -398,7 +398,7 @@ async fn invalid_spec_is_reported(admin: &Client) {
     .await;
     let note = ev.note.unwrap_or_default();
     assert!(note.contains("spec.schedule"), "{note}");
-    assert!(children(admin, ns, "five-fields").await.is_empty());
+    assert!(children(admin, ns, "seven-fields").await.is_empty());
 }
 
 /// `self`: owned by the schedule, collected with it; `cluster`: owned by the BackupPolicy,

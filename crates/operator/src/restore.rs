@@ -14,7 +14,7 @@
 //! Steps, each with its own `Ready` reason while it waits or fails: validate
 //! (`InvalidSpec`), dereference (`PolicyMissing`, `BackupMissing`, `DatabaseImageUnknown`,
 //! `StoreUnavailable`), plan (`NotRestorable`), claim (`ClaimMissing`, `ClaimInUse`,
-//! `ClaimExists`), run (`Restoring`, `RestoreFailed`), done (`Restored`).
+//! `ClaimExists`, `ClaimBusy`), run (`Restoring`, `RestoreFailed`), done (`Restored`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -390,6 +390,9 @@ async fn prepare(
     .await;
     fence.release().await;
     let plan = plan?;
+    // Another unfinished Restore planned into the same claim: the older goes first (both
+    // plans are in status now, so two planned at once see each other).
+    claim_not_restored_by_another(ctx, &ns, &claim, restore).await?;
 
     if let (Destination::New(n), None) = (into, &existing) {
         claims
@@ -508,6 +511,43 @@ async fn claim_unused(ctx: &Context, ns: &str, claim: &str, job_name: &str) -> R
             "ClaimInUse",
             format!(
                 "PersistentVolumeClaim {ns}/{claim} is used by pod {pod}; a restore writes only a claim no pod uses (scale the database down first)"
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Waits (`ClaimBusy`) while an older unfinished Restore of the namespace has planned
+/// into `claim`: two Jobs never write one claim at once.
+async fn claim_not_restored_by_another(
+    ctx: &Context,
+    ns: &str,
+    claim: &str,
+    restore: &Restore,
+) -> Result<(), Stop> {
+    let api: Api<Restore> = Api::namespaced(ctx.client.clone(), ns);
+    let all = crate::lean::list(&api, &ListParams::default(), crate::lean::meta_of)
+        .await
+        .map_err(Error::from)?;
+    let order = |r: &Restore| {
+        (
+            r.meta().creation_timestamp.clone().map(|t| t.0),
+            r.name_any(),
+        )
+    };
+    let older = all.iter().find(|o| {
+        o.meta().uid != restore.meta().uid
+            && o.status
+                .as_ref()
+                .is_some_and(|s| !s.finished() && s.claim.as_deref() == Some(claim))
+            && order(o) < order(restore)
+    });
+    match older {
+        Some(o) => Err(Stop::Wait(
+            "ClaimBusy",
+            format!(
+                "Restore {} restores into PersistentVolumeClaim {ns}/{claim}; this one waits until it ends",
+                o.name_any()
             ),
         )),
         None => Ok(()),

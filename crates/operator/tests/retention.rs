@@ -1576,6 +1576,48 @@ async fn a_restore_holds_what_it_needs_from_retention() {
     .await;
     assert_eq!(st["backups"], json!([ids[0]]), "{st}");
     assert_eq!(st["conditions"][0]["reason"], "Restoring", "{st}");
+    // A second Restore into the same claim waits for the first (two Jobs never write one
+    // claim at once); deleted, it goes at once (its Job never started).
+    restores
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "tidemark.io/v1alpha1", "kind": "Restore",
+                "metadata": {"name": "second"},
+                "spec": {"policy": {"name": "db"}, "target": {"to": oldest_done.to_string()},
+                         "into": {"claim": "data-db2-0", "replaceData": true}},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let second = eventually("the second Restore waiting", || async {
+        let s = serde_json::to_value(restores.get("second").await.ok()?.status).ok()?;
+        (s["conditions"][0]["reason"] == "ClaimBusy").then_some(s)
+    })
+    .await;
+    assert_eq!(second["phase"], "Pending", "{second}");
+    assert!(second["job"].is_null(), "{second}");
+    assert!(
+        second["conditions"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("from-the-oldest"),
+        "{second}"
+    );
+    restores
+        .delete("second", &Default::default())
+        .await
+        .unwrap();
+    eventually("the second Restore gone", || async {
+        restores
+            .get_opt("second")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
     // Now keep only the newest.
     policies
         .patch(

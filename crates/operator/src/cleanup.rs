@@ -81,28 +81,7 @@ pub fn has_finalizer(backup: &Backup) -> bool {
 /// # Errors
 /// The API refused.
 pub async fn set_finalizer(api: &Api<Backup>, backup: &Backup, want: bool) -> Result<(), Error> {
-    if has_finalizer(backup) == want {
-        return Ok(());
-    }
-    let mut finalizers: Vec<String> = backup
-        .finalizers()
-        .iter()
-        .filter(|f| *f != FINALIZER)
-        .cloned()
-        .collect();
-    if want {
-        finalizers.push(FINALIZER.to_owned());
-    }
-    api.patch(
-        &backup.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {
-            "finalizers": finalizers,
-            "resourceVersion": backup.resource_version(),
-        }})),
-    )
-    .await?;
-    Ok(())
+    crate::context::set_finalizer(api, backup, FINALIZER, want).await
 }
 
 /// What the finalizer of a Backup being deleted does: a pure decision from the object.

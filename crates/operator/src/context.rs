@@ -126,6 +126,44 @@ pub fn owner_ref<K: Resource<DynamicType = ()>>(
     })
 }
 
+/// Adds or removes `finalizer` on `object` so that it matches `want`: a patch that names
+/// the resourceVersion it read, so a concurrent change is not lost (409: retried).
+///
+/// # Errors
+/// The API refused.
+pub async fn set_finalizer<K>(
+    api: &kube::Api<K>,
+    object: &K,
+    finalizer: &str,
+    want: bool,
+) -> Result<(), crate::error::Error>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    if object.finalizers().iter().any(|f| f == finalizer) == want {
+        return Ok(());
+    }
+    let mut finalizers: Vec<String> = object
+        .finalizers()
+        .iter()
+        .filter(|f| *f != finalizer)
+        .cloned()
+        .collect();
+    if want {
+        finalizers.push(finalizer.to_owned());
+    }
+    api.patch(
+        &object.name_any(),
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(serde_json::json!({"metadata": {
+            "finalizers": finalizers,
+            "resourceVersion": object.resource_version(),
+        }})),
+    )
+    .await?;
+    Ok(())
+}
+
 /// Whether `owner` is among the owners of the object `meta` describes (by uid).
 pub fn owns<K: Resource>(owner: &K, meta: &kube::api::ObjectMeta) -> bool {
     let uid = owner.meta().uid.as_deref();

@@ -99,11 +99,11 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<Context>) -> Result<Reque
         return finalize(&ctx, &api, &restore, &status).await;
     }
     if status.finished() {
-        set_finalizer(&api, &restore, false).await?;
+        crate::context::set_finalizer(&api, &restore, FINALIZER, false).await?;
         return Ok(Requeue::await_change());
     }
     // While it is unfinished, deleting it stops its Job first (see `finalize`).
-    set_finalizer(&api, &restore, true).await?;
+    crate::context::set_finalizer(&api, &restore, FINALIZER, true).await?;
     let (target, into) = match checked(&restore) {
         Ok(v) => v,
         Err(message) => {
@@ -114,34 +114,6 @@ pub async fn reconcile(restore: Arc<Restore>, ctx: Arc<Context>) -> Result<Reque
         None => start(&ctx, &api, &restore, status, &target, &into).await,
         Some(job) => follow(&ctx, &api, &restore, status, &job, &target, &into).await,
     }
-}
-
-/// Adds or removes [`FINALIZER`] so that it matches `want`, naming the resourceVersion
-/// read (a concurrent change is not lost: 409, retried).
-async fn set_finalizer(api: &Api<Restore>, restore: &Restore, want: bool) -> Result<(), Error> {
-    let has = restore.finalizers().iter().any(|f| f == FINALIZER);
-    if has == want {
-        return Ok(());
-    }
-    let mut finalizers: Vec<String> = restore
-        .finalizers()
-        .iter()
-        .filter(|f| *f != FINALIZER)
-        .cloned()
-        .collect();
-    if want {
-        finalizers.push(FINALIZER.to_owned());
-    }
-    api.patch(
-        &restore.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {
-            "finalizers": finalizers,
-            "resourceVersion": restore.resource_version(),
-        }})),
-    )
-    .await?;
-    Ok(())
 }
 
 /// A Restore deleted before it ended: its Job is deleted and waited for (its pod either
@@ -213,7 +185,7 @@ async fn finalize(
             }
         }
     }
-    set_finalizer(api, restore, false).await?;
+    crate::context::set_finalizer(api, restore, FINALIZER, false).await?;
     Ok(Requeue::await_change())
 }
 

@@ -10,8 +10,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// A claim TTL: a duration of at least one day.
-const VCR_TTL_RULE: &str = "self.matches('^[0-9]*[1-9][0-9]*[dwm]$')";
-const VCR_TTL_MESSAGE: &str = "expected <n>d, <n>w or <n>m with n at least 1 (e.g. 30d)";
+const VCR_TTL_RULE: &str = "self.matches('^[0-9]*[1-9][0-9]*(d|w|mo?)$')";
+const VCR_TTL_MESSAGE: &str = "expected <n>d, <n>w or <n>mo with n at least 1 (e.g. 30d)";
 
 /// Runs an action whenever Tidemark deletes a Backup it selects (seed 003). Hooks run in
 /// alphanumerical order of name before the remote data goes, and cannot veto the deletion.
@@ -212,7 +212,7 @@ impl DeleteHookSpec {
 pub struct VolumeClaimRetentionSpec {
     /// The claims this applies to (same namespace).
     pub selector: LabelSelector,
-    /// How long a claim must stay unmounted before it is deleted: `<n>d`, `<n>w`, `<n>m`,
+    /// How long a claim must stay unmounted before it is deleted: `<n>d`, `<n>w`, `<n>mo`,
     /// at least `1d` (a claim is unmounted between a pod's restart and its successor's
     /// start).
     #[x_kube(validation = Rule::new(VCR_TTL_RULE).message(VCR_TTL_MESSAGE))]
@@ -224,6 +224,16 @@ pub struct VolumeClaimRetentionSpec {
     /// (by default these are reported, not deleted).
     #[serde(default)]
     pub delete_retained_volumes: bool,
+}
+
+impl VolumeClaimRetentionSpec {
+    /// Its `ttl` when written with the deprecated `<n>m` (months, where intervals read
+    /// minutes: `ttl: 90m` is 2,700 days).
+    pub fn ambiguous_durations(&self) -> Vec<tidemark_core::AmbiguousDuration> {
+        tidemark_core::AmbiguousDuration::check("spec.ttl", Some(&self.ttl))
+            .into_iter()
+            .collect()
+    }
 }
 
 /// What the reaper saw and did.

@@ -9,10 +9,11 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tidemark_core::PolicyInput;
 
-/// CEL for a retention duration (`<n>d|<n>w|<n>m`, tidemark_core's `RetentionDuration`).
-pub(crate) const DURATION_RULE: &str = "self.matches('^[0-9]+[dwm]$')";
+/// CEL for a retention duration (`<n>d|<n>w|<n>mo`, tidemark_core's `RetentionDuration`;
+/// the deprecated `<n>m` is still accepted, and warned about by the operator).
+pub(crate) const DURATION_RULE: &str = "self.matches('^[0-9]+(d|w|mo?)$')";
 pub(crate) const DURATION_MESSAGE: &str =
-    "expected <n>d, <n>w or <n>m (days, weeks, or months of 30 days), e.g. 30d, 4w, 12m";
+    "expected <n>d, <n>w or <n>mo (days, weeks, or months of 30 days), e.g. 30d, 4w, 12mo";
 
 /// Name and labels, as in any Kubernetes object.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -265,7 +266,7 @@ pub struct BackupHistory {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(max = 10000))]
     pub limit: Option<u32>,
-    /// None whose data was removed longer ago than this (`<n>d|<n>w|<n>m`).
+    /// None whose data was removed longer ago than this (`<n>d|<n>w|<n>mo`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
     pub max_age: Option<String>,
@@ -805,7 +806,7 @@ pub struct ObjectLockSpec {
     /// backup) or `compliance` (nobody can, before the date).
     #[schemars(regex(pattern = r"^(governance|compliance)$"))]
     pub mode: String,
-    /// How long a chain's last backup stays locked (`<n>d`, `<n>w` or `<n>m`; default:
+    /// How long a chain's last backup stays locked (`<n>d`, `<n>w` or `<n>mo`; default:
     /// `spec.retention.window`). A full is locked until its chain's last increment's slot
     /// (from its schedule and `maxIncrementsPerFull`) plus this, a backup without a chain
     /// until its start plus this; every increment takes its chain's date.
@@ -1011,14 +1012,14 @@ impl ObjectStoreSpec {
 }
 
 /// Retention rules (DESIGN.md §5.1). Counts are whole numbers; durations are
-/// `<n>d`, `<n>w` or `<n>m` (a month is 30 days).
+/// `<n>d`, `<n>w` or `<n>mo` (a month is 30 days; `<n>m` is deprecated).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RetentionSpec {
     /// Keep every backup completed within this span of now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
-    #[x_kube(validation = Rule::new("!self.matches('^0+[dwm]$')").message("a window of 0 keeps only the newest backup; remove window or give a positive span"))]
+    #[x_kube(validation = Rule::new("!self.matches('^0+(d|w|mo?)$')").message("a window of 0 keeps only the newest backup; remove window or give a positive span"))]
     pub window: Option<String>,
     /// Keep the newest N successful backups (failed ones never count).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1127,6 +1128,40 @@ impl SourceSpec {
 }
 
 impl BackupPolicySpec {
+    /// Its retention durations written with the deprecated `<n>m` (months, where intervals
+    /// read minutes), each with its field: the warnings of `tidemark` and the operator.
+    pub fn ambiguous_durations(&self) -> Vec<tidemark_core::AmbiguousDuration> {
+        use tidemark_core::AmbiguousDuration as A;
+        let retention = self.retention.as_ref();
+        let lock = self
+            .object_store
+            .as_ref()
+            .and_then(|s| s.object_lock.as_ref());
+        [
+            A::check(
+                "spec.retention.window",
+                retention.and_then(|r| r.window.as_deref()),
+            ),
+            A::check(
+                "spec.retention.failedBackupsTTL",
+                retention.and_then(|r| r.failed_backups_ttl.as_deref()),
+            ),
+            A::check(
+                "spec.backupHistory.maxAge",
+                self.backup_history
+                    .as_ref()
+                    .and_then(|h| h.max_age.as_deref()),
+            ),
+            A::check(
+                "spec.objectStore.objectLock.period",
+                lock.and_then(|l| l.period.as_deref()),
+            ),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+
     /// Single-object validation (the CRD carries the same rules as CEL; the operator checks
     /// them again, since API servers before 1.25 do not).
     ///
@@ -1373,6 +1408,30 @@ pub struct RestoreTestResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every retention duration of a policy written `<n>m` is named, with its field; `mo`,
+    /// `d`, `w` and intervals' minutes are not.
+    #[test]
+    fn months_written_m_are_named_field_by_field() {
+        let p = BackupPolicy::from_yaml(
+            "apiVersion: tidemark.io/v1alpha1\nkind: BackupPolicy\nmetadata: {name: p}\nspec:\n  retentionInterval: 90m\n  objectStore: {url: 'file:///b', objectLock: {mode: governance, period: 2m}}\n  retention: {window: 90m, failedBackupsTTL: 3mo}\n  backupHistory: {maxAge: 1m}\n",
+        )
+        .unwrap();
+        let found: Vec<String> = p
+            .spec
+            .ambiguous_durations()
+            .iter()
+            .map(|a| format!("{} {}", a.field, a.value))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                "spec.retention.window 90m",
+                "spec.backupHistory.maxAge 1m",
+                "spec.objectStore.objectLock.period 2m"
+            ]
+        );
+    }
 
     /// The schema's recipient pattern (what every API server enforces) and the code's check
     /// agree.

@@ -239,7 +239,7 @@ pub struct ScheduledBackupSpec {
     /// IANA zone the cron is read in (default: the policy's `timeZone`, else UTC).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_zone: Option<String>,
-    /// The `ttl` of every Backup it creates (`<n>d|<n>w|<n>m`; seed 004): in the operator
+    /// The `ttl` of every Backup it creates (`<n>d|<n>w|<n>mo`; seed 004): in the operator
     /// such a Backup expires that long after its creation and is deleted with its data
     /// (never the newest restorable backup); on one machine its `metadata.json` records it
     /// and retention passes delete the backup once it is that old.
@@ -330,7 +330,7 @@ pub struct BackupSpec {
     /// taken. `type` is then ignored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub incremental: Option<IncrementalSpec>,
-    /// Delete this backup once this old (`<n>d|<n>w|<n>m`), whatever the policy says. In
+    /// Delete this backup once this old (`<n>d|<n>w|<n>mo`), whatever the policy says. In
     /// the operator the Backup expires that long after its creation and is deleted with its
     /// data, whatever `deletionPolicy` says (never the newest restorable backup; a chain's
     /// base is marked and goes when safe); the store also records it, so retention passes
@@ -338,6 +338,15 @@ pub struct BackupSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
     pub ttl: Option<String>,
+}
+
+impl BackupSpec {
+    /// Its `ttl` when written with the deprecated `<n>m`.
+    pub fn ambiguous_durations(&self) -> Vec<tidemark_core::AmbiguousDuration> {
+        tidemark_core::AmbiguousDuration::check("spec.ttl", self.ttl.as_deref())
+            .into_iter()
+            .collect()
+    }
 }
 
 /// The most `backupLabels` a ScheduledBackup may give (issue 28: each Backup it makes
@@ -616,6 +625,24 @@ impl ScheduledBackup {
 }
 
 impl ScheduledBackupSpec {
+    /// Its durations written with the deprecated `<n>m` (see
+    /// [`BackupPolicySpec::ambiguous_durations`](crate::policy::BackupPolicySpec::ambiguous_durations)).
+    pub fn ambiguous_durations(&self) -> Vec<tidemark_core::AmbiguousDuration> {
+        use tidemark_core::AmbiguousDuration as A;
+        [
+            A::check("spec.ttl", self.ttl.as_deref()),
+            A::check(
+                "spec.backupHistory.maxAge",
+                self.backup_history
+                    .as_ref()
+                    .and_then(|h| h.max_age.as_deref()),
+            ),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+
     /// Single-object validation (the CRD's rules, and what a schema cannot say).
     ///
     /// # Errors

@@ -103,29 +103,31 @@ fn an_object_store_names_exactly_one_of_url_and_bucket() {
 
 #[test]
 fn retention_durations_follow_the_grammar() {
-    for good in ["30d", "4w", "12m"] {
+    for good in ["30d", "4w", "12mo", "12m"] {
         assert_accepted(
             "BackupPolicy",
             json!({"objectStore": {"bucket": "b"}, "retention": {"window": good, "failedBackupsTTL": good}}),
         );
     }
-    for bad in ["30", "30x", "d", "-1d", "1.5d", "30 d"] {
+    for bad in ["30", "30x", "d", "-1d", "1.5d", "30 d", "3mm", "3om", "mo"] {
         assert_refused(
             "BackupPolicy",
             json!({"objectStore": {"bucket": "b"}, "retention": {"window": bad}}),
-            "expected <n>d, <n>w or <n>m",
+            "expected <n>d, <n>w or <n>mo",
         );
         assert_refused(
             "Backup",
             json!({"policy": {"name": "p"}, "ttl": bad}),
-            "expected <n>d, <n>w or <n>m",
+            "expected <n>d, <n>w or <n>mo",
         );
     }
-    assert_refused(
-        "BackupPolicy",
-        json!({"objectStore": {"bucket": "b"}, "retention": {"window": "0d"}}),
-        "a window of 0 keeps only the newest backup",
-    );
+    for zero in ["0d", "0mo", "0m"] {
+        assert_refused(
+            "BackupPolicy",
+            json!({"objectStore": {"bucket": "b"}, "retention": {"window": zero}}),
+            "a window of 0 keeps only the newest backup",
+        );
+    }
     assert_refused(
         "BackupPolicy",
         json!({"objectStore": {"bucket": "b"}, "retention": {"keepLast": 0}}),

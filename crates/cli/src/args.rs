@@ -609,7 +609,7 @@ pub struct PushArgs {
     /// A label for metadata.json, KEY=VALUE (repeatable).
     #[arg(long, value_name = "KEY=VALUE")]
     pub label: Vec<String>,
-    /// Delete this backup once it is this old, whatever the policy (<n>d|<n>w|<n>m), except
+    /// Delete this backup once it is this old, whatever the policy (<n>d|<n>w|<n>mo), except
     /// when it is the newest or a kept backup depends on it.
     #[arg(long, value_name = "DURATION")]
     pub ttl: Option<String>,
@@ -695,7 +695,7 @@ pub struct StoreArgs {
     /// versions. Default: the policy file's objectStore.objectLock.mode.
     #[arg(long, value_name = "MODE", env = "TIDEMARK_LOCK_MODE")]
     pub lock_mode: Option<String>,
-    /// With a lock mode: how long what this command commits is locked (<n>d|<n>w|<n>m) when
+    /// With a lock mode: how long what this command commits is locked (<n>d|<n>w|<n>mo) when
     /// no date is given. Default: the policy file's objectStore.objectLock.period (else its
     /// retention.window).
     #[arg(long, value_name = "DURATION", env = "TIDEMARK_LOCK_PERIOD")]
@@ -709,7 +709,7 @@ pub struct PolicyArgs {
     /// those are not set). Not combinable with the policy flags below.
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
-    /// Keep backups completed within this span: <n>d, <n>w or <n>m (month = 30 days).
+    /// Keep backups completed within this span: <n>d, <n>w or <n>mo (month = 30 days).
     #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
     pub window: Option<String>,
     /// Keep the newest N successful backups (failed ones never count).
@@ -727,7 +727,7 @@ pub struct PolicyArgs {
     /// Keep the newest backup of each of the last N years that have one.
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub keep_yearly: Option<i64>,
-    /// Delete failed and never-committed attempts older than this (<n>d|<n>w|<n>m).
+    /// Delete failed and never-committed attempts older than this (<n>d|<n>w|<n>mo).
     #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
     pub failed_ttl: Option<String>,
     /// Also keep the newest backup completed before the window, so the whole window

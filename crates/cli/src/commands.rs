@@ -80,6 +80,7 @@ async fn operator(args: &crate::args::OperatorArgs) -> Result<Exit, CliError> {
     options.tenancy.denied_endpoints =
         tidemark_operator::tenancy::parse_cidrs(&args.deny_endpoints)
             .map_err(|e| CliError::input(format!("--deny-endpoints {e}")))?;
+    resolve::warn_ambiguous_flag("--max-lock-period", args.max_lock_period.as_deref());
     options.tenancy.max_lock_period = args
         .max_lock_period
         .as_deref()

@@ -34,10 +34,37 @@ pub struct ResolvedPolicy {
     pub as_given: serde_json::Value,
 }
 
-/// Reads and checks a BackupPolicy file.
+/// Reads and checks a BackupPolicy file; warns about months written `<n>m`.
 pub fn read_policy_file(path: &Path) -> Result<BackupPolicy, CliError> {
     let text = read_config_file(path)?;
-    BackupPolicy::from_yaml(&text).map_err(|e| CliError::input(format!("{}: {e}", path.display())))
+    let policy = BackupPolicy::from_yaml(&text)
+        .map_err(|e| CliError::input(format!("{}: {e}", path.display())))?;
+    warn_ambiguous(
+        &path.display().to_string(),
+        policy.spec.ambiguous_durations(),
+    );
+    Ok(policy)
+}
+
+/// Prints `warning: …` on stderr for each retention duration written with the deprecated
+/// `<n>m` (months here, minutes in intervals), after `prefix` (where it was read) when
+/// there is one.
+pub fn warn_ambiguous(
+    prefix: &str,
+    found: impl IntoIterator<Item = tidemark_core::AmbiguousDuration>,
+) {
+    for a in found {
+        if prefix.is_empty() {
+            eprintln!("warning: {a}");
+        } else {
+            eprintln!("warning: {prefix}: {a}");
+        }
+    }
+}
+
+/// [`warn_ambiguous`] for a flag's value.
+pub fn warn_ambiguous_flag(flag: &str, value: Option<&str>) {
+    warn_ambiguous("", tidemark_core::AmbiguousDuration::check(flag, value));
 }
 
 /// Reads a configuration file, refusing one too large or too deeply nested to be a
@@ -153,10 +180,11 @@ pub fn target(
         .map_err(|e| CliError::input(e.to_string()))?
         .flatten();
     let period = match args.lock_period.as_deref().filter(|p| !p.is_empty()) {
-        Some(p) => Some(
+        Some(p) => Some({
+            warn_ambiguous_flag("--lock-period", Some(p));
             p.parse::<tidemark_core::RetentionDuration>()
-                .map_err(|e| CliError::input(format!("--lock-period: {e}")))?,
-        ),
+                .map_err(|e| CliError::input(format!("--lock-period: {e}")))?
+        }),
         None => policy_lock.map(|l| l.period),
     };
     let object_lock = match args.lock_mode.as_deref().filter(|m| !m.is_empty()) {
@@ -290,7 +318,11 @@ pub fn policy(args: &PolicyArgs, file: Option<&BackupPolicy>) -> Result<Resolved
             r.to_input(p.spec.time_zone.as_deref())
         }
         None => PolicyInput {
-            window: args.window.clone(),
+            window: {
+                warn_ambiguous_flag("--window", args.window.as_deref());
+                warn_ambiguous_flag("--failed-ttl", args.failed_ttl.as_deref());
+                args.window.clone()
+            },
             keep_last: args.keep_last,
             keep_daily: args.keep_daily,
             keep_weekly: args.keep_weekly,

@@ -49,8 +49,20 @@ fn load(dir: &Path) -> Result<Vec<PolicyRun>, CliError> {
             parse_documents(&text).map_err(|e| CliError::input(format!("{}: {e}", f.display())))?
         {
             match doc {
-                Document::Policy(p) => policies.push((f.clone(), *p)),
-                Document::Schedule(s) => schedules.push((f.clone(), *s)),
+                Document::Policy(p) => {
+                    resolve::warn_ambiguous(
+                        &format!("{}: BackupPolicy {}", f.display(), p.metadata.name),
+                        p.spec.ambiguous_durations(),
+                    );
+                    policies.push((f.clone(), *p));
+                }
+                Document::Schedule(s) => {
+                    resolve::warn_ambiguous(
+                        &format!("{}: ScheduledBackup {}", f.display(), s.metadata.name),
+                        s.spec.ambiguous_durations(),
+                    );
+                    schedules.push((f.clone(), *s));
+                }
                 Document::Hook(h) => {
                     if hooks.iter().any(|x| x.name == h.metadata.name) {
                         return Err(CliError::input(format!(

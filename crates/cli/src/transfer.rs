@@ -70,6 +70,7 @@ fn spec(args: &PushArgs, started_at: Timestamp) -> Result<AttemptSpec, CliError>
         };
         labels.insert(k.to_owned(), v.to_owned());
     }
+    crate::resolve::warn_ambiguous_flag("--ttl", args.ttl.as_deref());
     let ttl = args
         .ttl
         .as_deref()

@@ -185,12 +185,12 @@ fn bad_input_is_refused_with_value_form_and_exit_code_and_nothing_is_deleted() {
         (
             base(&["--window", "30"]),
             2,
-            vec!["\"30\"", "it has no unit", "<n>d, <n>w or <n>m"],
+            vec!["\"30\"", "it has no unit", "<n>d, <n>w or <n>mo"],
         ),
         (
             base(&["--window", "30h"]),
             2,
-            vec!["\"30h\"", "unit is not d, w or m"],
+            vec!["\"30h\"", "unit is not d, w or mo"],
         ),
         (
             base(&["--keep-last", "-1"]),
@@ -322,6 +322,60 @@ fn malformed_index_exits_4_and_deletes_nothing() {
         "{err}"
     );
     assert_eq!(files(dir.path()), before);
+}
+
+/// `m` in a retention duration is a 30-day month (as before) and warns, naming both readings
+/// and the unambiguous spellings, from a flag and from a policy file; `mo` plans the same and
+/// is quiet.
+#[test]
+fn months_written_m_plan_as_before_and_warn() {
+    let (_dir, url) = example_store();
+    let plan = |window: &str| {
+        run(&[
+            "plan",
+            "--store",
+            &url,
+            "--cluster",
+            "demo",
+            "--now",
+            NOW,
+            "--window",
+            window,
+            "--output",
+            "json",
+        ])
+    };
+    let (m, mo, days) = (plan("1m"), plan("1mo"), plan("30d"));
+    for o in [&m, &mo, &days] {
+        assert!(o.status.success(), "{}", stderr(o));
+    }
+    assert_eq!(json(&m)["backups"], json(&days)["backups"]);
+    assert_eq!(json(&mo)["backups"], json(&days)["backups"]);
+    let warned = stderr(&m);
+    assert!(
+        warned.contains(
+            "warning: --window \"1m\" is read as 1 month of 30 days (30 days), not 1 minute"
+        ) && warned.contains("write \"1mo\" (or \"30d\")"),
+        "{warned}"
+    );
+    assert!(!stderr(&mo).contains("warning"), "{}", stderr(&mo));
+
+    let (dir, _url) = example_store();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: tidemark.io/v1alpha1\nkind: BackupPolicy\nmetadata: {name: demo}\nspec:\n  objectStore: {url: file://.}\n  retention: {window: 90m}\n",
+    )
+    .unwrap();
+    let o = run(&["plan", "--policy", policy.to_str().unwrap(), "--now", NOW]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(
+            "policy.yaml: spec.retention.window \"90m\" is read as 90 months of 30 days (2700 days)"
+        ),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

@@ -1,6 +1,12 @@
-//! The retention duration grammar of seed 000: `<n>d`, `<n>w` or `<n>m`, where a month is
+//! The retention duration grammar of seed 000: `<n>d`, `<n>w` or `<n>mo`, where a month is
 //! exactly 30 days. Calendar-free on purpose: "30d" must mean the same span in every time
 //! zone and across daylight-saving changes, so a retention window never silently shrinks.
+//!
+//! Seed 000 spelled months `<n>m`, and intervals (`retentionInterval`, hook timeouts,
+//! `--grace`) read `m` as minutes: `ttl: 90m` meant for ninety minutes is 2,700 days here.
+//! `<n>m` keeps its meaning (stored policies and `metadata.json` files are read as before)
+//! but is deprecated: [`RetentionDuration::is_ambiguous`] tells, and every reader of user
+//! input warns with [`Ambiguous`], naming both readings and the unambiguous spellings.
 
 use std::fmt;
 use std::str::FromStr;
@@ -13,7 +19,7 @@ const SECONDS_PER_DAY: i64 = 86_400;
 
 /// The accepted form, quoted in every parse error so the user can fix the value at once.
 pub const DURATION_FORM: &str =
-    "<n>d, <n>w or <n>m (days, weeks, or months of 30 days), e.g. 30d, 4w, 12m";
+    "<n>d, <n>w or <n>mo (days, weeks, or months of 30 days), e.g. 30d, 4w, 12mo";
 
 /// Largest accepted count: 100 years of days keeps all arithmetic far from overflow.
 const MAX_DAYS: i64 = 36_500;
@@ -23,8 +29,11 @@ const MAX_DAYS: i64 = 36_500;
 pub enum DurationUnit {
     Days,
     Weeks,
-    /// A month is 30 days (seed 000).
+    /// A month is 30 days (seed 000), written `mo`.
     Months,
+    /// A month written `m`, as seed 000 did: the same 30 days, but `m` is a minute in
+    /// intervals, so reading it warns (deprecated; see the module docs).
+    AmbiguousMonths,
 }
 
 impl DurationUnit {
@@ -32,20 +41,22 @@ impl DurationUnit {
         match self {
             DurationUnit::Days => 1,
             DurationUnit::Weeks => 7,
-            DurationUnit::Months => 30,
+            DurationUnit::Months | DurationUnit::AmbiguousMonths => 30,
         }
     }
 
-    fn suffix(self) -> char {
+    fn suffix(self) -> &'static str {
         match self {
-            DurationUnit::Days => 'd',
-            DurationUnit::Weeks => 'w',
-            DurationUnit::Months => 'm',
+            DurationUnit::Days => "d",
+            DurationUnit::Weeks => "w",
+            DurationUnit::Months => "mo",
+            DurationUnit::AmbiguousMonths => "m",
         }
     }
 }
 
-/// A span written as `<n>d`, `<n>w` or `<n>m`. Keeps the user's spelling for display.
+/// A span written as `<n>d`, `<n>w` or `<n>mo` (or the deprecated `<n>m`). Keeps the user's
+/// spelling for display.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RetentionDuration {
     count: u32,
@@ -76,6 +87,11 @@ impl RetentionDuration {
 
     pub fn days(self) -> i64 {
         i64::from(self.count) * self.unit.days()
+    }
+
+    /// Written `<n>m`: months of 30 days here, minutes in an interval (see the module docs).
+    pub fn is_ambiguous(self) -> bool {
+        self.unit == DurationUnit::AmbiguousMonths
     }
 
     pub fn as_signed_duration(self) -> SignedDuration {
@@ -129,13 +145,17 @@ impl FromStr for RetentionDuration {
         if last.is_ascii_digit() {
             return Err(err("it has no unit"));
         }
-        let unit = match last {
-            'd' => DurationUnit::Days,
-            'w' => DurationUnit::Weeks,
-            'm' => DurationUnit::Months,
-            _ => return Err(err("its unit is not d, w or m")),
+        let (unit, digits) = if let Some(digits) = trimmed.strip_suffix("mo") {
+            (DurationUnit::Months, digits)
+        } else {
+            let unit = match last {
+                'd' => DurationUnit::Days,
+                'w' => DurationUnit::Weeks,
+                'm' => DurationUnit::AmbiguousMonths,
+                _ => return Err(err("its unit is not d, w or mo")),
+            };
+            (unit, &trimmed[..trimmed.len() - last.len_utf8()])
         };
-        let digits = &trimmed[..trimmed.len() - last.len_utf8()];
         if digits.starts_with('-') {
             return Err(err("it is negative"));
         }
@@ -144,6 +164,47 @@ impl FromStr for RetentionDuration {
         }
         let count: u32 = digits.parse().map_err(|_| err("the count is too large"))?;
         RetentionDuration::new(count, unit).map_err(|_| err("longer than 36500 days"))
+    }
+}
+
+/// A retention duration the user wrote with the deprecated `m`, and where: the warning the
+/// CLI prints and the operator's `AmbiguousDuration` event carry (its `Display`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ambiguous {
+    /// Where it was written: a field path (`spec.retention.window`) or a flag (`--ttl`).
+    pub field: String,
+    /// The value, verbatim.
+    pub value: RetentionDuration,
+}
+
+impl Ambiguous {
+    /// `value` read from `field` when it is a valid duration written `<n>m`; `None` for
+    /// anything else (an invalid value is the parser's to refuse).
+    pub fn check(field: impl Into<String>, value: Option<&str>) -> Option<Ambiguous> {
+        let value = value?.parse::<RetentionDuration>().ok()?;
+        value.is_ambiguous().then(|| Ambiguous {
+            field: field.into(),
+            value,
+        })
+    }
+}
+
+impl fmt::Display for Ambiguous {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.value.count;
+        let (months, minutes) = if n == 1 {
+            ("month", "minute")
+        } else {
+            ("months", "minutes")
+        };
+        write!(
+            f,
+            "{} {:?} is read as {n} {months} of 30 days ({} days), not {n} {minutes} as \"m\" means in intervals; write \"{n}mo\" (or \"{}d\") for months, or use an interval field for minutes. \"<n>m\" in a retention duration is deprecated and will be refused in a later release (docs/retention.md#durations)",
+            self.field,
+            self.value.to_string(),
+            self.value.days(),
+            self.value.days()
+        )
     }
 }
 
@@ -172,12 +233,43 @@ mod tests {
             ("4w", 28),
             ("1m", 30),
             ("12m", 360),
+            ("1mo", 30),
+            ("12mo", 360),
             ("0d", 0),
         ];
         for (text, days) in cases {
             let d: RetentionDuration = text.parse().unwrap();
             assert_eq!(d.days(), days, "{text}");
             assert_eq!(d.to_string(), text);
+            assert_eq!(
+                d.is_ambiguous(),
+                !text.ends_with("mo") && text.ends_with('m')
+            );
+        }
+    }
+
+    #[test]
+    fn months_written_m_warn_naming_both_readings_and_the_spellings() {
+        let a = Ambiguous::check("spec.ttl", Some("90m")).unwrap();
+        let text = a.to_string();
+        for part in [
+            "spec.ttl \"90m\"",
+            "90 months of 30 days (2700 days)",
+            "not 90 minutes",
+            "\"90mo\"",
+            "\"2700d\"",
+            "deprecated",
+        ] {
+            assert!(text.contains(part), "{part:?} in {text}");
+        }
+        for fine in [
+            Some("90mo"),
+            Some("90d"),
+            Some("4w"),
+            Some("nonsense"),
+            None,
+        ] {
+            assert_eq!(Ambiguous::check("spec.ttl", fine), None, "{fine:?}");
         }
     }
 
@@ -185,8 +277,10 @@ mod tests {
     fn refuses_bad_input_naming_value_and_form() {
         let cases = [
             ("30", "it has no unit"),
-            ("30h", "its unit is not d, w or m"),
-            ("30y", "its unit is not d, w or m"),
+            ("30h", "its unit is not d, w or mo"),
+            ("30y", "its unit is not d, w or mo"),
+            ("mo", "the count before the unit is not a whole number"),
+            ("3 mo", "the count before the unit is not a whole number"),
             ("-3d", "it is negative"),
             ("", "it is empty"),
             ("d", "the count before the unit is not a whole number"),
@@ -199,7 +293,7 @@ mod tests {
             assert_eq!(e.problem, problem, "{text}");
             let msg = e.to_string();
             assert!(msg.contains(&format!("{text:?}")), "{msg}");
-            assert!(msg.contains("<n>d, <n>w or <n>m"), "{msg}");
+            assert!(msg.contains("<n>d, <n>w or <n>mo"), "{msg}");
         }
     }
 

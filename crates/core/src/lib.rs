@@ -18,7 +18,9 @@ pub mod simulate;
 pub mod timeline;
 
 pub use coverage::{Coverage, Interval, Replay};
-pub use duration::{DURATION_FORM, DurationError, RetentionDuration, saturating_add};
+pub use duration::{
+    Ambiguous as AmbiguousDuration, DURATION_FORM, DurationError, RetentionDuration, saturating_add,
+};
 pub use gtid::{Gtid, GtidPos, GtidRun};
 pub use inventory::{
     Backup, BackupId, BackupKind, Inventory, Leftover, LeftoverKind, Phase, RestoreHold, Segment,

@@ -201,6 +201,20 @@ impl Context {
             .await;
     }
 
+    /// Publishes a Warning event `AmbiguousDuration` on `reference` for each duration
+    /// written with the deprecated `<n>m` (months, where intervals read minutes), naming both
+    /// readings and the unambiguous spellings. Repeats fold into one series.
+    pub(crate) async fn warn_ambiguous(
+        &self,
+        reference: &k8s_openapi::api::core::v1::ObjectReference,
+        found: &[tidemark_core::AmbiguousDuration],
+    ) {
+        for a in found {
+            self.warn(reference, "AmbiguousDuration", &a.to_string())
+                .await;
+        }
+    }
+
     pub(crate) async fn event(
         &self,
         reference: &k8s_openapi::api::core::v1::ObjectReference,

@@ -56,6 +56,8 @@ pub async fn reconcile(sb: Arc<ScheduledBackup>, ctx: Arc<Context>) -> Result<Ac
     if let Err(e) = tidemark_api::names::label_value_name("metadata.name", &name) {
         return invalid(e.to_string()).await;
     }
+    ctx.warn_ambiguous(&sb.object_ref(&()), &sb.spec.ambiguous_durations())
+        .await;
     let policies: Api<BackupPolicy> = Api::namespaced(ctx.client.clone(), &ns);
     let policy_name = &sb.spec.template.policy.name;
     let policy = policies.get_opt(policy_name).await?;

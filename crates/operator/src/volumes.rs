@@ -269,6 +269,8 @@ pub async fn reconcile(vcr: Arc<VolumeClaimRetention>, ctx: Arc<Context>) -> Res
             vcr.spec.ttl
         )));
     }
+    ctx.warn_ambiguous(&vcr.object_ref(&()), &vcr.spec.ambiguous_durations())
+        .await;
     let selector = crate::names::selector(&vcr.spec.selector)?;
     let claims_api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);

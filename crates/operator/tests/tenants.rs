@@ -136,7 +136,7 @@ async fn hostile_values_fail_their_object_not_the_operator() {
             "good",
             "db",
             &weed.endpoint,
-            json!({"retention": {"keepLast": 1}}),
+            json!({"retention": {"keepLast": 1}, "backupHistory": {"maxAge": "2m"}}),
         ),
     )
     .await;
@@ -144,6 +144,20 @@ async fn hostile_values_fail_their_object_not_the_operator() {
         (metadata_ids(&good).await == vec![new.id.clone()]).then_some(())
     })
     .await;
+    // A month written `m` keeps its meaning (the pass ran) and is warned about, naming both
+    // readings and the unambiguous spellings.
+    let note = eventually("the AmbiguousDuration event", || async {
+        events(&admin, "good", "AmbiguousDuration")
+            .await
+            .into_iter()
+            .find_map(|e| e.note)
+    })
+    .await;
+    assert!(
+        note.contains("spec.backupHistory.maxAge \"2m\" is read as 2 months of 30 days (60 days), not 2 minutes")
+            && note.contains("\"2mo\""),
+        "{note}"
+    );
 
     // The overflowing interval: refused with the value and the bound.
     let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), "hostile");

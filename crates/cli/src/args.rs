@@ -13,6 +13,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Log lines as `text` (for people) or `json` (one object per line, for log pipelines).
+    #[arg(long, global = true, value_name = "FORMAT", env = "TIDEMARK_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
 }
 
 #[derive(Debug, Subcommand)]
@@ -210,6 +213,15 @@ pub struct OperatorArgs {
         default_value = "tidemark-system"
     )]
     pub lease_namespace: String,
+    /// The leader-election Lease's name: one per install (the chart names it after its
+    /// release, so two releases in one namespace never share it).
+    #[arg(
+        long,
+        value_name = "NAME",
+        env = "TIDEMARK_LEASE_NAME",
+        default_value = "tidemark-operator"
+    )]
+    pub lease_name: String,
     /// This replica's name in the election (default: $POD_NAME, else the host name).
     #[arg(long, value_name = "NAME", env = "POD_NAME")]
     pub identity: Option<String>,

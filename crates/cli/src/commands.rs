@@ -67,10 +67,11 @@ async fn operator(args: &crate::args::OperatorArgs) -> Result<Exit, CliError> {
             .map(|h| h.trim().to_owned())
             .unwrap_or_else(|_| format!("tidemark-{}", std::process::id()))
     });
-    let mut options = tidemark_operator::Options::new(tidemark_operator::leader::Election::new(
-        &args.lease_namespace,
-        &identity,
-    ));
+    let mut election = tidemark_operator::leader::Election::new(&args.lease_namespace, &identity);
+    tidemark_api::names::dns_subdomain("--lease-name", &args.lease_name)
+        .map_err(|e| CliError::input(e.to_string()))?;
+    election.name.clone_from(&args.lease_name);
+    let mut options = tidemark_operator::Options::new(election);
     if let Some(image) = &args.image {
         options.image.clone_from(image);
     }

@@ -29,7 +29,7 @@ fn main() -> ExitCode {
         eprintln!("warning: cannot make the process non-dumpable: {e}");
     }
     let cli = args::Cli::parse();
-    init_logging(&cli.command);
+    init_logging(&cli.command, cli.log_format == "json");
     match commands::run(cli) {
         Ok(code) => code.into(),
         Err(e) => {
@@ -43,7 +43,7 @@ fn main() -> ExitCode {
 /// `tidemark_store=trace`) sets the level. `run` narrates what it does (backups started
 /// and finished, what retention deleted and why) at `info`; the other commands print
 /// their own output and log only warnings.
-fn init_logging(command: &args::Command) {
+fn init_logging(command: &args::Command, json: bool) {
     use std::io::IsTerminal;
     let default = match command {
         args::Command::Run(_) => "warn,tidemark_engine=info",
@@ -52,10 +52,17 @@ fn init_logging(command: &args::Command) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("TIDEMARK_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_target(false)
-        .init();
+        .with_target(false);
+    if json {
+        // One object per line; the spans (a reconcile's object) as fields of each line.
+        logs.json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .init();
+    } else {
+        logs.with_ansi(std::io::stderr().is_terminal()).init();
+    }
 }

@@ -354,33 +354,16 @@ where
 {
     controller
         .run(
-            move |obj, ctx| async move {
-                let k = key(obj.as_ref());
-                let reference = obj.object_ref(&());
-                if !ctx.tenancy.serves(obj.namespace().as_deref()) {
-                    let note = "the operator's own namespace is not served (its service account reads every Secret there): create Tidemark objects in the namespaces of the databases";
-                    ctx.warn(&reference, "NotServed", note).await;
-                    return Ok(Action::await_change());
-                }
-                let r = match caught(reconcile(obj, ctx.clone())).await {
-                    Ok(r) => r,
-                    Err(panic) => {
-                        // A bug must fail its object, never the process: kube-runtime
-                        // would re-raise the panic, and the restarted process would meet
-                        // the same object again.
-                        tracing::error!(object = %k, "reconcile panicked: {panic}");
-                        let note = format!("reconcile panicked (a bug; please report it): {panic}");
-                        ctx.warn(&reference, "ReconcilePanicked", &note).await;
-                        Err(Error::Internal(panic))
-                    }
-                };
-                ctx.reconciled(&k);
-                // Work started or still running in the background has not succeeded yet:
-                // its outcome, collected later, decides (and a failure's backoff grows).
-                if r.is_ok() && !ctx.background.tracks(&k) {
-                    ctx.succeeded(&k);
-                }
-                r
+            move |obj, ctx| {
+                // Every line this reconcile logs names its object (`--log-format json`
+                // makes them fields).
+                let span = tracing::info_span!(
+                    "reconcile",
+                    kind = %K::kind(&()),
+                    namespace = %obj.namespace().unwrap_or_default(),
+                    name = %obj.name_any(),
+                );
+                tracing::Instrument::instrument(reconcile_one(obj, ctx, reconcile), span)
             },
             error_policy,
             ctx,
@@ -391,6 +374,45 @@ where
             }
         })
         .await;
+}
+
+/// One reconcile of `obj` (see [`drive`]).
+async fn reconcile_one<K, F, Fut>(
+    obj: Arc<K>,
+    ctx: Arc<Context>,
+    reconcile: F,
+) -> Result<Action, Error>
+where
+    K: Watched,
+    F: Fn(Arc<K>, Arc<Context>) -> Fut + Send + Sync + Copy + 'static,
+    Fut: std::future::Future<Output = Result<Action, Error>> + Send + 'static,
+{
+    let k = key(obj.as_ref());
+    let reference = obj.object_ref(&());
+    if !ctx.tenancy.serves(obj.namespace().as_deref()) {
+        let note = "the operator's own namespace is not served (its service account reads every Secret there): create Tidemark objects in the namespaces of the databases";
+        ctx.warn(&reference, "NotServed", note).await;
+        return Ok(Action::await_change());
+    }
+    let r = match caught(reconcile(obj, ctx.clone())).await {
+        Ok(r) => r,
+        Err(panic) => {
+            // A bug must fail its object, never the process: kube-runtime
+            // would re-raise the panic, and the restarted process would meet
+            // the same object again.
+            tracing::error!(object = %k, "reconcile panicked: {panic}");
+            let note = format!("reconcile panicked (a bug; please report it): {panic}");
+            ctx.warn(&reference, "ReconcilePanicked", &note).await;
+            Err(Error::Internal(panic))
+        }
+    };
+    ctx.reconciled(&k);
+    // Work started or still running in the background has not succeeded yet:
+    // its outcome, collected later, decides (and a failure's backoff grows).
+    if r.is_ok() && !ctx.background.tracks(&k) {
+        ctx.succeeded(&k);
+    }
+    r
 }
 
 /// Runs `fut`, turning a panic inside it into `Err` with the panic's message.

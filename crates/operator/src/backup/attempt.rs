@@ -226,14 +226,13 @@ pub(crate) async fn settle(
                 backup.meta().generation,
             )];
             crate::status::backup(api, &backup.name_any(), &done).await?;
+            let labels = crate::metrics::Metrics::policy(
+                &backup.namespace().unwrap_or_default(),
+                &backup.spec.template.policy.name,
+            );
+            metrics.backup_ended(&labels, true);
             if let Some(at) = m.completed_at {
-                metrics
-                    .last_successful_backup
-                    .get_or_create(&crate::metrics::Metrics::policy(
-                        &backup.namespace().unwrap_or_default(),
-                        &backup.spec.template.policy.name,
-                    ))
-                    .set(at.as_second());
+                metrics.backup_completed(&labels, Some(m.started_at), at, done.size);
             }
             tracing::info!(backup = %backup.name_any(), id, "backup completed");
         }
@@ -249,13 +248,14 @@ pub(crate) async fn settle(
                     "the backup Job succeeded but no completed metadata.json was committed".into()
                 }
             };
-            fail(recorder, api, backup, status, &message).await?;
+            fail(metrics, recorder, api, backup, status, &message).await?;
         }
     }
     Ok(Action::await_change())
 }
 
 pub(crate) async fn fail(
+    metrics: &crate::metrics::Metrics,
     recorder: &Recorder,
     api: &Api<Backup>,
     backup: &Backup,
@@ -278,6 +278,12 @@ pub(crate) async fn fail(
     )];
     tracing::warn!(backup = %backup.name_any(), "backup failed: {message}");
     crate::status::backup(api, &backup.name_any(), &failed).await?;
+    let labels = crate::metrics::Metrics::policy(
+        &backup.namespace().unwrap_or_default(),
+        &backup.spec.template.policy.name,
+    );
+    metrics.backup_ended(&labels, false);
+    metrics.backup_failed(&labels, Timestamp::now());
     // The same words as an event (the API keeps notes up to 1 KiB): `kubectl describe`
     // and event pipelines see why, not only that.
     let event = Event {
@@ -316,6 +322,7 @@ pub(crate) async fn blocked(
     if created.is_some_and(|c| ctx.clock.now() > tidemark_core::saturating_add(c, PENDING_LIMIT)) {
         let status = backup.status.clone().unwrap_or_default();
         fail(
+            &ctx.metrics,
             &ctx.recorder,
             api,
             backup,

@@ -331,13 +331,13 @@ pub async fn advance(
     let command = backup.spec.template.command.clone();
     if command.is_empty() {
         let message = "method exec needs spec.command: the command whose stdout is the backup, run in the database container (e.g. [mariadb-dump, --all-databases, --single-transaction])";
-        fail(&ctx.recorder, api, &backup, status, message).await?;
+        fail(&ctx.metrics, &ctx.recorder, api, &backup, status, message).await?;
         return Ok(Action::await_change());
     }
     if backup.spec.kind == BackupType::Incremental {
         let message =
             "type incremental needs method mariabackup or xtrabackup; exec takes whole backups";
-        fail(&ctx.recorder, api, &backup, status, message).await?;
+        fail(&ctx.metrics, &ctx.recorder, api, &backup, status, message).await?;
         return Ok(Action::await_change());
     }
     let (pod, source, note) = match target_pod(ctx, api, &backup, policy).await? {

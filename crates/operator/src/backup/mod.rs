@@ -145,6 +145,7 @@ impl Step {
     /// Fails the attempt with `message`; the Backup then waits for a change.
     async fn fail(&self, message: &str) -> Result<Action, Error> {
         fail(
+            &self.ctx.metrics,
             &self.ctx.recorder,
             &self.api,
             &self.backup,
@@ -213,14 +214,18 @@ impl Step {
         }
         // Every Backup is reconciled once at start-up: the gauge of the newest completed
         // backup is right from then on, not only after the next backup.
-        if self.status.phase == Some(BackupPhase::Completed)
-            && let Some(at) = self.status.completed_at.as_ref()
-        {
-            let gauge = self.ctx.metrics.last_successful_backup.get_or_create(
-                &crate::metrics::Metrics::policy(&self.ns, &backup.spec.template.policy.name),
-            );
-            if gauge.get() < at.0.as_second() {
-                gauge.set(at.0.as_second());
+        if let Some(at) = self.status.completed_at.as_ref() {
+            let labels =
+                crate::metrics::Metrics::policy(&self.ns, &backup.spec.template.policy.name);
+            match self.status.phase {
+                Some(BackupPhase::Completed) => self.ctx.metrics.backup_completed(
+                    &labels,
+                    self.status.started_at.as_ref().map(|t| t.0),
+                    at.0,
+                    self.status.size,
+                ),
+                Some(BackupPhase::Failed) => self.ctx.metrics.backup_failed(&labels, at.0),
+                _ => {}
             }
         }
         if let Some(ttl) = backup.spec.ttl.as_deref() {

@@ -564,13 +564,35 @@ async fn run_steps(
     m.bytes_freed
         .get_or_create(&labels)
         .inc_by(summary.bytes_freed);
-    m.recovery_window_seconds.get_or_create(&labels).set(
-        outcome
-            .survey
-            .plan
-            .recovery_window
-            .as_ref()
-            .map_or(0, |w| w.to.duration_since(w.from).as_secs()),
+    let window = outcome.survey.plan.recovery_window.as_ref();
+    m.recovery_window_seconds
+        .get_or_create(&labels)
+        .set(window.map_or(0, |w| w.to.duration_since(w.from).as_secs()));
+    m.recovery_window_start
+        .get_or_create(&labels)
+        .set(window.map_or(0, |w| w.from.as_second()));
+    m.recovery_window_end
+        .get_or_create(&labels)
+        .set(window.map_or(0, |w| w.to.as_second()));
+    m.recovery_window_gaps
+        .get_or_create(&labels)
+        .set(window.map_or(0, |w| i64::try_from(w.gaps.len()).unwrap_or(i64::MAX)));
+    if let Some(created) = policy.meta().creation_timestamp.as_ref() {
+        m.policy_created
+            .get_or_create(&labels)
+            .set(created.0.as_second());
+    }
+    m.store_bytes
+        .get_or_create(&labels)
+        .set(i64::try_from(summary.bytes_stored).unwrap_or(i64::MAX));
+    m.backups_kept
+        .get_or_create(&labels)
+        .set(i64::try_from(summary.kept).unwrap_or(i64::MAX));
+    m.recovery_window_promised.get_or_create(&labels).set(
+        valid
+            .rules
+            .window
+            .map_or(0, |w| w.as_signed_duration().as_secs()),
     );
     let recorded =
         removed::record_removed(ctx, &ns, &name, &outcome, summary.audit.as_deref(), now).await;

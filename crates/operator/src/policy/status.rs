@@ -151,6 +151,8 @@ pub(crate) struct PassSummary {
     pub deleted_ids: Vec<String>,
     pub segments_deleted: u64,
     pub bytes_freed: u64,
+    /// Bytes of the backups and binlog segments left in the store after the pass.
+    pub bytes_stored: u64,
     pub audit: Option<String>,
 }
 
@@ -185,7 +187,16 @@ impl PassSummary {
         } else {
             0
         };
+        let bytes_seen: u64 = plan.backups.iter().map(|d| d.backup.size).sum::<u64>()
+            + outcome
+                .survey
+                .inventory
+                .segments
+                .iter()
+                .map(|s| s.size)
+                .sum::<u64>();
         PassSummary {
+            bytes_stored: bytes_seen.saturating_sub(backup_bytes + segment_bytes),
             kept: plan
                 .backups
                 .iter()

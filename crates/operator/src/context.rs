@@ -210,6 +210,7 @@ impl Context {
         found: &[tidemark_core::AmbiguousDuration],
     ) {
         for a in found {
+            tracing::warn!("{a}");
             self.warn(reference, "AmbiguousDuration", &a.to_string())
                 .await;
         }

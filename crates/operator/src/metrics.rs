@@ -319,6 +319,37 @@ fn newest(gauge: &Gauge, at: jiff::Timestamp) -> bool {
         <= at
 }
 
+/// OpenMetrics text as Prometheus's text format 0.0.4, for clients that do not ask for
+/// OpenMetrics (`curl`, `promtool check metrics`): a counter's `# HELP` and `# TYPE` name
+/// its samples (`x_total`, not `x`), and `# EOF` and `# UNIT` go. Prometheus itself asks for
+/// OpenMetrics and gets it unchanged.
+pub fn text_format(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let renamed = ["# HELP ", "# TYPE "].iter().find_map(|p| {
+            let rest = line.strip_prefix(p)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{p}{name}_total {tail}"))
+        });
+        match renamed {
+            Some(l) => out.push_str(&l),
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
 /// Connections served at once; more wait in the listen queue.
 pub const MAX_CONNECTIONS: usize = 64;
 /// How long a client may take to send its request headers, and how long one connection may
@@ -401,11 +432,21 @@ fn answer(
         ),
         "/metrics" => {
             let mut text = String::new();
+            let openmetrics = req
+                .headers()
+                .get(hyper::header::ACCEPT)
+                .and_then(|a| a.to_str().ok())
+                .is_some_and(|a| a.contains("application/openmetrics-text"));
             match prometheus_client::encoding::text::encode(&mut text, registry) {
-                Ok(()) => reply(
+                Ok(()) if openmetrics => reply(
                     StatusCode::OK,
                     "application/openmetrics-text; version=1.0.0; charset=utf-8",
                     text,
+                ),
+                Ok(()) => reply(
+                    StatusCode::OK,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                    text_format(&text),
                 ),
                 Err(_) => reply(
                     StatusCode::INTERNAL_SERVER_ERROR,

@@ -401,6 +401,49 @@ async fn retention_pass_through_the_operator() {
         "3 backups of 2 objects each: {deleted}"
     );
     assert!(text.contains("tidemark_recovery_window_seconds{"), "{text}");
+    for series in [
+        r#"tidemark_recovery_window_start_timestamp_seconds{namespace="retention",policy="db"}"#,
+        r#"tidemark_recovery_window_end_timestamp_seconds{namespace="retention",policy="db"}"#,
+        r#"tidemark_recovery_window_promised_seconds{namespace="retention",policy="db"} 0"#,
+        r#"tidemark_store_bytes{namespace="retention",policy="db"}"#,
+        r#"tidemark_backups_kept{namespace="retention",policy="db"}"#,
+    ] {
+        assert!(text.contains(series), "{series} not in:\n{text}");
+    }
+    // The gaps are the status's.
+    let gaps = status(&policies, "db").await["recoveryWindow"]["gaps"]
+        .as_array()
+        .map_or(0, Vec::len);
+    let series =
+        format!(r#"tidemark_recovery_window_gaps{{namespace="retention",policy="db"}} {gaps}"#);
+    assert!(text.contains(&series), "{series} not in:\n{text}");
+    // Prometheus's own linter on the real output (text format: no Accept header).
+    {
+        use std::io::Write;
+        let program = std::env::var("TIDEMARK_PROMTOOL").unwrap_or_else(|_| "promtool".into());
+        let mut child = std::process::Command::new(&program)
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("promtool ({program}) is needed: install Debian's prometheus package or set TIDEMARK_PROMTOOL: {e}")
+            });
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "promtool check metrics: {}{}\n{text}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     // Seeded from the completed Backups the operator found at start-up.
     let seeded = format!(
         r#"tidemark_last_successful_backup_timestamp_seconds{{namespace="retention",policy="db"}} {}"#,

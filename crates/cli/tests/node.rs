@@ -47,6 +47,9 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("installed_as_the_docs_say", |w| {
         Box::pin(installed_as_the_docs_say(w))
     }),
+    ("the_chart_installs_and_runs", |w| {
+        Box::pin(the_chart_installs_and_runs(w))
+    }),
     ("scheduled_full_incremental_and_point_in_time", |w| {
         Box::pin(scheduled_full_incremental_and_point_in_time(w))
     }),
@@ -985,6 +988,149 @@ async fn installed_as_the_docs_say(w: Arc<World>) {
         assert!(metrics.contains("tidemark_"), "{name} /metrics: {metrics}");
     }
     all_pods_restricted(&w, OPERATOR_NAMESPACE, &["tidemark-operator"]).await;
+}
+
+/// Issue 31 §2: the chart, rendered by the official Helm binary for Kubernetes 1.20 with
+/// documented values — a second release (`blue`) in its own namespace serving one tenant
+/// namespace, an OpenShift-style random UID, JSON logs, the metrics Service, a
+/// PodDisruptionBudget — and applied to the node's API server: both replicas start and get
+/// ready under that UID, one leads through the release's own Lease (beside the main
+/// install's), the Service has both endpoints, and a tenant's object is reconciled by it:
+/// its `AmbiguousDuration` event, and JSON log lines naming the object.
+async fn the_chart_installs_and_runs(w: Arc<World>) {
+    let (ns, tenant, uid) = ("chart-system", "chart-tenant", 1_000_650_000_i64);
+    let helm = std::env::var("TIDEMARK_HELM").unwrap_or_else(|_| "helm".into());
+    let out = std::process::Command::new(&helm)
+        .args(["template", "blue"])
+        .arg(workspace().join("deploy/helm/tidemark"))
+        .args(["--namespace", ns, "--kube-version", "1.20.2"])
+        .args(["--set-json", &format!(r#"watchNamespaces=["{tenant}"]"#)])
+        .args([
+            "--set",
+            &format!("podSecurityContext.runAsUser={uid},podSecurityContext.runAsGroup=0,logFormat=json,metrics.service.enabled=true"),
+        ])
+        .output()
+        .unwrap_or_else(|e| panic!("Helm ({helm}) renders the chart: set TIDEMARK_HELM (scripts/test.sh installs it): {e}"));
+    assert!(
+        out.status.success(),
+        "helm template: {}",
+        common::stderr(&out)
+    );
+    let manifests = out.stdout;
+    w.kubectl(&["create", "namespace", ns]);
+    w.kubectl(&["create", "namespace", tenant]);
+    w.kubectl_in(&["apply", "-f", "-"], &manifests);
+
+    let deployments: Api<Deployment> = Api::namespaced(w.client(), ns);
+    eventually_within("the chart's two replicas ready", LONG, || async {
+        let d = deployments.get("blue-operator").await.ok()?;
+        (d.status?.ready_replicas? == 2).then_some(())
+    })
+    .await;
+    let pods: Api<Pod> = Api::namespaced(w.client(), ns);
+    let list = pods
+        .list(&ListParams::default().labels("app.kubernetes.io/instance=blue"))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(list.len(), 2);
+    let names: Vec<String> = list
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    for p in &list {
+        let spec = p.spec.as_ref().unwrap();
+        assert_eq!(spec.service_account_name.as_deref(), Some("blue-operator"));
+        let sc = spec.security_context.as_ref().unwrap();
+        assert_eq!((sc.run_as_user, sc.run_as_group), (Some(uid), Some(0)));
+    }
+    // Its own Lease, held by one of its pods; the main install's is untouched.
+    let leases: Api<Lease> = Api::namespaced(w.client(), ns);
+    let holder = eventually("the release's Lease", || async {
+        leases
+            .get("blue-operator")
+            .await
+            .ok()?
+            .spec?
+            .holder_identity
+    })
+    .await;
+    assert!(
+        names.contains(&holder),
+        "{holder} leads, not one of {names:?}"
+    );
+    // The metrics Service reaches both replicas; the PDB is policy/v1beta1 here.
+    let endpoints: Api<k8s_openapi::api::core::v1::Endpoints> = Api::namespaced(w.client(), ns);
+    eventually("both metrics endpoints", || async {
+        let e = endpoints.get("blue-operator-metrics").await.ok()?;
+        let ready: usize = e
+            .subsets?
+            .iter()
+            .map(|s| s.addresses.as_ref().map_or(0, Vec::len))
+            .sum();
+        (ready == 2).then_some(())
+    })
+    .await;
+    let pdb = w.kubectl(&[
+        "get",
+        "poddisruptionbudgets.v1beta1.policy",
+        "-n",
+        ns,
+        "blue-operator",
+        "-o",
+        "json",
+    ]);
+    let pdb: serde_json::Value = serde_json::from_str(&pdb).unwrap();
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1, "{pdb}");
+
+    // A tenant's object, with a month written `m`: this release reconciles it.
+    let retention = json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "VolumeClaimRetention",
+        "metadata": {"name": "nothing", "namespace": tenant},
+        "spec": {"selector": {"matchLabels": {"app": "nothing"}}, "ttl": "2m"}});
+    w.kubectl_in(&["apply", "-f", "-"], retention.to_string().as_bytes());
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(w.client(), tenant);
+    let note = eventually("blue's AmbiguousDuration event", || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| {
+                e.reason.as_deref() == Some("AmbiguousDuration")
+                    && e.reporting_instance
+                        .as_deref()
+                        .is_some_and(|i| names.iter().any(|n| n == i))
+            })?
+            .note
+    })
+    .await;
+    assert!(
+        note.contains("spec.ttl \"2m\" is read as 2 months"),
+        "{note}"
+    );
+    // JSON logs: every line an object; the reconcile's lines name its object.
+    let logs = w.kubectl(&["logs", "-n", ns, &holder]);
+    let lines: Vec<serde_json::Value> = logs
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert!(
+        lines.iter().any(|l| {
+            l["span"]["name"] == "reconcile"
+                && l["span"]["kind"] == "VolumeClaimRetention"
+                && l["span"]["namespace"] == tenant
+                && l["span"]["object"] == "nothing"
+                && l["fields"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("\"2m\""))
+        }),
+        "no reconcile line naming the object in:\n{logs}"
+    );
+
+    w.kubectl_in(&["delete", "-f", "-", "--wait=false"], &manifests);
+    w.kubectl(&["delete", "namespace", ns, tenant, "--wait=false"]);
 }
 
 /// The seeds' main path on a real node: a MariaDB StatefulSet with a claim per pod, a

@@ -361,7 +361,7 @@ where
                     "reconcile",
                     kind = %K::kind(&()),
                     namespace = %obj.namespace().unwrap_or_default(),
-                    name = %obj.name_any(),
+                    object = %obj.name_any(),
                 );
                 tracing::Instrument::instrument(reconcile_one(obj, ctx, reconcile), span)
             },

@@ -55,9 +55,13 @@ pub enum Command {
     /// deploy/rbac.yaml holds), or with --namespace a Role in each listed namespace only;
     /// --disable leaves out the rights of exec, jobs, archiver or recreate.
     Rbac(RbacArgs),
-    /// Run the Kubernetes operator: the ScheduledBackup controller (and the others as they
-    /// land), with leader election. Reads the kubeconfig like kubectl (in a pod: its
-    /// ServiceAccount). SIGTERM or Ctrl-C stops it and releases the leader lease.
+    /// Run the Kubernetes operator: the controllers of BackupPolicy (retention passes, the
+    /// binlog archiver, restore tests, verification), ScheduledBackup, Backup (method Jobs,
+    /// exec streams, deletion with DeleteHooks, TTLs), Restore and VolumeClaimRetention,
+    /// with leader election (one replica acts). Reads the kubeconfig like kubectl (in a pod:
+    /// its ServiceAccount). Serves /metrics, /healthz and /readyz on --listen. SIGTERM or
+    /// Ctrl-C lets reconciles in flight finish, then releases the leader Lease. Installed by
+    /// deploy/ or the Helm chart (docs/operator.md).
     Operator(OperatorArgs),
     /// Copy this binary to PATH (mode 755): how a backup Job's init container puts
     /// `tidemark` into the database image, which may have no `cp`.

@@ -284,3 +284,44 @@ fn every_metric_is_documented() {
         "docs/operator.md's ### Metrics table against the operator's registry"
     );
 }
+
+/// Every event reason the operator's code publishes is named in docs/operator.md. The
+/// reasons are read from the source: the first reason-like literal after each way of
+/// publishing (`.warn(`, `EventType::Normal|Warning,`, `reason: "`, a cleanup's
+/// `event: Some((`).
+#[test]
+fn every_event_reason_is_documented() {
+    let triggers = regex::Regex::new(
+        r#"(?s)(?:\.warn\(|EventType::(?:Normal|Warning),|reason: |event: Some\(\()[^"]{0,160}?"([A-Z][a-z]+(?:[A-Z][a-z]*)+)""#,
+    )
+    .unwrap();
+    let mut reasons = BTreeSet::new();
+    let mut stack = vec![path("crates/operator/src")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let p = entry.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|e| e == "rs")
+                && !p.to_string_lossy().contains("testkit")
+            {
+                let text = std::fs::read_to_string(&p).unwrap();
+                // Tests name reasons of their own; only the code that runs counts.
+                let code = text.split("#[cfg(test)]").next().unwrap_or(&text);
+                for c in triggers.captures_iter(code) {
+                    reasons.insert(c[1].to_owned());
+                }
+            }
+        }
+    }
+    assert!(reasons.len() >= 30, "too few reasons found: {reasons:?}");
+    let docs = read("docs/operator.md");
+    let missing: Vec<_> = reasons
+        .iter()
+        .filter(|r| !docs.contains(&format!("`{r}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "event reasons the operator publishes that docs/operator.md does not name: {missing:?}"
+    );
+}

@@ -107,7 +107,7 @@ pub struct VerifyArgs {
     /// and its chain always), e.g. 0.1 for a nightly spot check.
     #[arg(long, value_name = "F", value_parser = parse_fraction)]
     pub sample: Option<f64>,
-    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
 }
 
@@ -144,7 +144,7 @@ pub struct ConsolidateArgs {
     /// system's temporary directory.
     #[arg(long, value_name = "DIR")]
     pub work_dir: Option<PathBuf>,
-    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
 }
 
@@ -161,7 +161,7 @@ pub struct DeleteArgs {
     /// Its name (the directory above the id); needed only when two backups share the id.
     #[arg(long, value_name = "NAME")]
     pub backup_name: Option<String>,
-    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
     #[command(flatten)]
     pub fence: FenceArgs,
@@ -170,9 +170,22 @@ pub struct DeleteArgs {
 /// A BackupPolicy in the Kubernetes cluster, instead of --store/--cluster/--policy.
 #[derive(Debug, Args, Default)]
 pub struct KubeArgs {
-    /// The namespace of the BackupPolicy (default: the kubeconfig's).
+    /// The namespace of the BackupPolicy (default: the kubeconfig context's).
     #[arg(long, short = 'n', value_name = "NAMESPACE")]
     pub namespace: Option<String>,
+    /// The kubeconfig file, as kubectl's --kubeconfig (default: $KUBECONFIG, else
+    /// ~/.kube/config, else in-cluster).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use, as kubectl's --context.
+    #[arg(long, value_name = "CONTEXT")]
+    pub context: Option<String>,
+    /// Act as this user (impersonation), as kubectl's --as.
+    #[arg(long = "as", value_name = "USER")]
+    pub as_user: Option<String>,
+    /// Act with this group too (repeat it), as kubectl's --as-group; needs --as.
+    #[arg(long = "as-group", value_name = "GROUP", requires = "as_user")]
+    pub as_group: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -356,7 +369,7 @@ pub struct SimulateArgs {
     /// is kept; the stored size below.
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
-    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
 }
 
@@ -426,7 +439,7 @@ pub struct RestoreArgs {
     /// List the backups and binlogs the restore would use, and stop.
     #[arg(long)]
     pub dry_run: bool,
-    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
     /// After a restore, write what it did in brief to FILE as JSON (`bytesDownloaded`,
     /// `backupsApplied`, `segmentsReplayed`, `milliseconds`, `steps`): the operator's
@@ -502,7 +515,7 @@ pub struct RestoreTestArgs {
     /// the system's temporary directory. It is removed afterwards.
     #[arg(long, value_name = "DIR")]
     pub scratch: Option<PathBuf>,
-    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
     #[command(flatten)]
     pub tools: MariaDbTools,
@@ -550,7 +563,7 @@ pub struct ArchiveArgs {
     /// caught up.
     #[arg(long, value_name = "DURATION", default_value = "5m")]
     pub max_lag: String,
-    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
     /// With --from-server: connection options for mariadb and mariadb-binlog, e.g.
     /// --defaults-extra-file=/etc/tidemark/my.cnf --host=db --port=3306 (the password in
@@ -634,7 +647,7 @@ pub struct PushArgs {
     /// later. Default with a lock mode: the policy's objectLock period after the start.
     #[arg(long, value_name = "TIME")]
     pub lock_until: Option<String>,
-    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
     /// The command whose stdout is the backup, e.g. -- tar -C /data -cf - . With
     /// --method mariabackup: the mariabackup program and its connection options, e.g.
@@ -790,6 +803,15 @@ pub enum OutputFormat {
     Table,
     /// The stable contract of docs/cli.md.
     Json,
+    /// The same document as `json`, in YAML.
+    Yaml,
+}
+
+impl OutputFormat {
+    /// A document for programs (`json` or `yaml`), not a table.
+    pub fn structured(self) -> bool {
+        matches!(self, OutputFormat::Json | OutputFormat::Yaml)
+    }
 }
 
 #[derive(Debug, Args)]
@@ -813,7 +835,7 @@ pub struct PassArgs {
     /// restore still needs.
     #[arg(long, value_name = "BACKUP_ID")]
     pub protect: Vec<String>,
-    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
 }
 
@@ -871,7 +893,7 @@ pub struct LsArgs {
     /// A BackupPolicy file to take --store and --cluster from.
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
-    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
 }
 

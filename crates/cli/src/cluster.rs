@@ -29,12 +29,38 @@ pub struct ClusterPolicy {
     pub hooks: Vec<String>,
 }
 
-async fn client() -> Result<Client, CliError> {
-    Client::try_default().await.map_err(|e| {
+/// The cluster's client as kubectl would make it from `--kubeconfig`, `--context`, `--as`
+/// and `--as-group`.
+async fn client(args: &KubeArgs) -> Result<Client, CliError> {
+    let no_config = |e: &dyn std::fmt::Display| {
         CliError::input(format!(
             "no Kubernetes configuration (a kubeconfig as kubectl reads it, or in-cluster): {e}"
         ))
-    })
+    };
+    let options = kube::config::KubeConfigOptions {
+        context: args.context.clone(),
+        ..Default::default()
+    };
+    let mut config = match (&args.kubeconfig, &args.context) {
+        (Some(path), _) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| CliError::input(format!("--kubeconfig {}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(file, &options)
+                .await
+                .map_err(|e| CliError::input(format!("--kubeconfig {}: {e}", path.display())))?
+        }
+        (None, Some(context)) => kube::Config::from_kubeconfig(&options)
+            .await
+            .map_err(|e| CliError::input(format!("--context {context}: {e}")))?,
+        (None, None) => kube::Config::infer().await.map_err(|e| no_config(&e))?,
+    };
+    if let Some(user) = &args.as_user {
+        config.auth_info.impersonate = Some(user.clone());
+        if !args.as_group.is_empty() {
+            config.auth_info.impersonate_groups = Some(args.as_group.clone());
+        }
+    }
+    Client::try_from(config).map_err(|e| no_config(&e))
 }
 
 fn api_error(what: &str, e: kube::Error) -> CliError {
@@ -48,7 +74,7 @@ fn api_error(what: &str, e: kube::Error) -> CliError {
 
 /// The cluster's client, and the namespace `-n` names (else the kubeconfig's).
 async fn client_in(args: &KubeArgs) -> Result<(Client, String), CliError> {
-    let client = client().await?;
+    let client = client(args).await?;
     let ns = args
         .namespace
         .clone()

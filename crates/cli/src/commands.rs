@@ -9,10 +9,10 @@ use tidemark_engine::{LocalConsolidator, PassRequest, retention_pass};
 use tidemark_store::catalog::SegmentListing;
 use tidemark_store::{Catalog, NoProgress, Progress};
 
-use crate::args::{Cli, Command, LsArgs, OutputFormat, PassArgs};
+use crate::args::{Cli, Command, LsArgs, PassArgs};
 use crate::exit::{CliError, Exit};
 use crate::output::{
-    ArchiveOut, BackupOut, JSON_FORMAT_VERSION, LsOut, MissingRange, PlanOut, emit, emit_json,
+    ArchiveOut, BackupOut, JSON_FORMAT_VERSION, LsOut, MissingRange, PlanOut, emit, emit_as,
     human_bytes, table, window_line,
 };
 use crate::progress::TerminalProgress;
@@ -160,16 +160,19 @@ async fn delete(args: &crate::args::DeleteArgs) -> Result<Exit, CliError> {
             Vec::new(),
         ),
     };
-    if args.output == OutputFormat::Json {
-        emit_json(&serde_json::json!({
-            "formatVersion": JSON_FORMAT_VERSION,
-            "outcome": word,
-            "backupName": name,
-            "backupId": id,
-            "objectsDeleted": objects,
-            "auditRecord": audit,
-            "keptBy": kept,
-        }))?;
+    if args.output.structured() {
+        emit_as(
+            args.output,
+            &serde_json::json!({
+                "formatVersion": JSON_FORMAT_VERSION,
+                "outcome": word,
+                "backupName": name,
+                "backupId": id,
+                "objectsDeleted": objects,
+                "auditRecord": audit,
+                "keptBy": kept,
+            }),
+        )?;
     } else {
         emit(&match &outcome {
             Requested::Absent => {
@@ -205,13 +208,16 @@ async fn consolidate(args: &crate::args::ConsolidateArgs) -> Result<Exit, CliErr
     let c =
         tidemark_engine::pass::consolidate_now(store, &args.backup_id, &consolidator, &NoProgress)
             .await?;
-    if args.output == OutputFormat::Json {
-        emit_json(&serde_json::json!({
-            "target": c.target,
-            "synthetic": c.synthetic,
-            "consolidatedFrom": c.consolidated_from,
-            "size": c.size,
-        }))?;
+    if args.output.structured() {
+        emit_as(
+            args.output,
+            &serde_json::json!({
+                "target": c.target,
+                "synthetic": c.synthetic,
+                "consolidatedFrom": c.consolidated_from,
+                "size": c.size,
+            }),
+        )?;
     } else {
         emit(&format!(
             "committed the synthetic full {} (from {})\n",
@@ -437,7 +443,7 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
         resolve::check_future_now(now, g.allow_future_now)?;
     }
     let started_at = Timestamp::now();
-    let json = args.output == OutputFormat::Json;
+    let json = args.output.structured();
 
     let bar = TerminalProgress::for_humans(json);
     let progress: &dyn Progress = match &bar {
@@ -501,7 +507,7 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
         outcome.executed,
     );
     if json {
-        emit_json(&out)?;
+        emit_as(args.output, &out)?;
     } else {
         emit(&plan_table(&out, &policy.policy))?;
     }
@@ -756,7 +762,7 @@ async fn ls(args: &LsArgs) -> Result<Exit, CliError> {
         },
         None => resolve::store_target(&args.store, args.policy.as_deref())?,
     };
-    let json = args.output == OutputFormat::Json;
+    let json = args.output.structured();
     let bar = TerminalProgress::for_humans(json);
     let progress: &dyn Progress = match &bar {
         Some(b) => b,
@@ -862,7 +868,7 @@ async fn ls(args: &LsArgs) -> Result<Exit, CliError> {
         eprintln!("warning: {w}");
     }
     if json {
-        emit_json(&out)?;
+        emit_as(args.output, &out)?;
     } else {
         emit(&ls_table(&out))?;
     }

@@ -671,9 +671,23 @@ pub(crate) fn emit(text: &str) -> Result<(), CliError> {
     }
 }
 
-pub(crate) fn emit_json(value: &impl serde::Serialize) -> Result<(), CliError> {
-    let mut text =
-        serde_json::to_string_pretty(value).map_err(|e| CliError::new(Exit::Internal, e))?;
-    text.push('\n');
+/// `value` as `format` asks: JSON (docs/cli.md's contract) or the same document as YAML.
+pub(crate) fn emit_as(
+    format: crate::args::OutputFormat,
+    value: &impl serde::Serialize,
+) -> Result<(), CliError> {
+    let internal =
+        |e: &dyn std::fmt::Display| CliError::new(Exit::Internal, anyhow::anyhow!("{e}"));
+    let text = match format {
+        crate::args::OutputFormat::Yaml => {
+            let json = serde_json::to_value(value).map_err(|e| internal(&e))?;
+            serde_yaml::to_string(&json).map_err(|e| internal(&e))?
+        }
+        _ => {
+            let mut text = serde_json::to_string_pretty(value).map_err(|e| internal(&e))?;
+            text.push('\n');
+            text
+        }
+    };
     emit(&text)
 }

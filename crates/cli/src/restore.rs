@@ -81,7 +81,7 @@ pub async fn restore(args: &RestoreArgs) -> Result<Exit, CliError> {
         }
     };
     let store = &store;
-    let json = args.output == OutputFormat::Json;
+    let json = args.output.structured();
     let request = RestoreRequest {
         target,
         datadir: if args.dry_run {
@@ -114,7 +114,7 @@ pub async fn restore(args: &RestoreArgs) -> Result<Exit, CliError> {
         }),
         _ => None,
     };
-    report(&restored.plan, done, json)?;
+    report(&restored.plan, done, args.output)?;
     Ok(Exit::Success)
 }
 
@@ -125,7 +125,8 @@ struct Done {
     reached: Option<jiff::Timestamp>,
 }
 
-fn report(plan: &RestorePlan, done: Option<Done>, json: bool) -> Result<(), CliError> {
+fn report(plan: &RestorePlan, done: Option<Done>, output: OutputFormat) -> Result<(), CliError> {
+    let json = output.structured();
     let backups: Vec<RestoreBackupOut> = plan
         .backups
         .iter()
@@ -143,20 +144,23 @@ fn report(plan: &RestorePlan, done: Option<Done>, json: bool) -> Result<(), CliE
         })
         .collect();
     if json {
-        return crate::output::emit_json(&RestoreOut {
-            format_version: JSON_FORMAT_VERSION,
-            target: plan.target,
-            recovery_window: plan.recovery_window.clone(),
-            backups,
-            segments: plan.segments.clone(),
-            start_position: plan.start_position.clone(),
-            runs: plan.runs.clone(),
-            stop_datetime: plan.stop_datetime,
-            dry_run: done.is_none(),
-            bytes_downloaded: done.as_ref().map(|d| d.bytes),
-            reached: done.as_ref().and_then(|d| d.reached),
-            datadir: done.map(|d| d.datadir),
-        });
+        return crate::output::emit_as(
+            output,
+            &RestoreOut {
+                format_version: JSON_FORMAT_VERSION,
+                target: plan.target,
+                recovery_window: plan.recovery_window.clone(),
+                backups,
+                segments: plan.segments.clone(),
+                start_position: plan.start_position.clone(),
+                runs: plan.runs.clone(),
+                stop_datetime: plan.stop_datetime,
+                dry_run: done.is_none(),
+                bytes_downloaded: done.as_ref().map(|d| d.bytes),
+                reached: done.as_ref().and_then(|d| d.reached),
+                datadir: done.map(|d| d.datadir),
+            },
+        );
     }
     let mut out = String::new();
     out.push_str(&format!(
@@ -313,7 +317,7 @@ pub async fn restore_test(args: &RestoreTestArgs) -> Result<Exit, CliError> {
         None => check::Point::Newest,
     };
     let scratch = args.scratch.clone().unwrap_or_else(std::env::temp_dir);
-    let json = args.output == OutputFormat::Json;
+    let json = args.output.structured();
     let progress: &dyn Progress = if json { &NoProgress } else { &Steps };
     let request = RestoreTestRequest {
         point,
@@ -328,7 +332,7 @@ pub async fn restore_test(args: &RestoreTestArgs) -> Result<Exit, CliError> {
     let record = tidemark_engine::restore::restore_test(&db, store, &request, progress).await?;
     let outcome = &record.outcome;
     if json {
-        crate::output::emit_json(&record)?;
+        crate::output::emit_as(args.output, &record)?;
     } else {
         let mut out = format!(
             "restore test of {} ({}/{}, {} backup(s), {} binlog(s)): {}\n{} table(s) checked\n",

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use tidemark_core::schedule::Cron;
 use tidemark_core::simulate::{SimDay, Simulation, simulate};
 
-use crate::args::{OutputFormat, SimulateArgs};
+use crate::args::SimulateArgs;
 use crate::exit::{CliError, Exit};
 use crate::output::{JSON_FORMAT_VERSION, SimulateOut, human_bytes, table};
 use crate::resolve;
@@ -83,14 +83,17 @@ pub fn run(args: &SimulateArgs) -> Result<Exit, CliError> {
             )
         })?;
     }
-    if args.output == OutputFormat::Json {
-        crate::output::emit_json(&SimulateOut {
-            format_version: JSON_FORMAT_VERSION,
-            schedule: &args.schedule,
-            policy: policy.as_given,
-            backup_size,
-            days: &days,
-        })?;
+    if args.output.structured() {
+        crate::output::emit_as(
+            args.output,
+            &SimulateOut {
+                format_version: JSON_FORMAT_VERSION,
+                schedule: &args.schedule,
+                policy: policy.as_given,
+                backup_size,
+                days: &days,
+            },
+        )?;
     } else {
         crate::output::emit(&render(&days))?;
     }

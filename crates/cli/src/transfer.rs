@@ -152,7 +152,7 @@ pub async fn push(args: &PushArgs) -> Result<Exit, CliError> {
                 })?,
         ),
     };
-    let json = args.output == OutputFormat::Json;
+    let json = args.output.structured();
     let bar = TerminalProgress::for_bytes(json, "uploading");
     let progress: &dyn Progress = match &bar {
         Some(b) => b,
@@ -171,12 +171,12 @@ pub async fn push(args: &PushArgs) -> Result<Exit, CliError> {
     }
     match taken {
         Ok(m) => {
-            report(store, &m, json)?;
+            report(store, &m, args.output)?;
             Ok(Exit::Success)
         }
         Err(failure) => {
             if let Some(m) = &failure.recorded {
-                report(store, m, json)?;
+                report(store, m, args.output)?;
                 eprintln!(
                     "recorded {}/{} as failed; failedBackupsTTL collects it",
                     spec.backup_name, spec.backup_id
@@ -187,9 +187,9 @@ pub async fn push(args: &PushArgs) -> Result<Exit, CliError> {
     }
 }
 
-fn report(store: &ClusterStore, m: &Metadata, json: bool) -> Result<(), CliError> {
-    if json {
-        crate::output::emit_json(&PushOut::from_metadata(store, m))
+fn report(store: &ClusterStore, m: &Metadata, output: OutputFormat) -> Result<(), CliError> {
+    if output.structured() {
+        crate::output::emit_as(output, &PushOut::from_metadata(store, m))
     } else {
         if m.phase == MetadataPhase::Completed {
             let p = m.payload.first();
@@ -388,7 +388,7 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
     let mut archiver = tidemark_engine::archive::Archiver::new(max_lag);
     let target = resolve::store_target(&args.store, args.policy.as_deref())?;
     let store = &args.compress.apply(&target.store);
-    let json = args.output == OutputFormat::Json;
+    let json = args.output.structured();
     let remote = remote_server(args)?;
     let mut follower: Option<tokio::process::Child> = None;
     if let Some(r) = &remote
@@ -432,7 +432,7 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
             a.report
         });
         match report {
-            Ok(r) if json => crate::output::emit_json(&ArchivePassOut::from(r))?,
+            Ok(r) if json => crate::output::emit_as(args.output, &ArchivePassOut::from(r))?,
             Ok(r) => {
                 let mut line = format!(
                     "archived {} binlog(s) ({} bytes)",

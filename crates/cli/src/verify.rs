@@ -6,10 +6,10 @@ use tidemark_engine::verify::{Verification, VerifyRequest};
 use tidemark_store::ClusterStore;
 use tidemark_store::transfer::Checked;
 
-use crate::args::{OutputFormat, VerifyArgs};
+use crate::args::VerifyArgs;
 use crate::exit::{CliError, Exit};
 use crate::output::JSON_FORMAT_VERSION;
-use crate::output::{emit, emit_json};
+use crate::output::{emit, emit_as};
 use crate::resolve;
 
 /// What `verify --output json` prints.
@@ -47,8 +47,8 @@ pub async fn verify(args: &VerifyArgs) -> Result<Exit, CliError> {
         sample,
         found,
     };
-    if args.output == OutputFormat::Json {
-        emit_json(&out)?;
+    if args.output.structured() {
+        emit_as(args.output, &out)?;
     } else {
         emit(&table(store, &out))?;
     }

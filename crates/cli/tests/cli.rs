@@ -107,6 +107,11 @@ fn plan_json_follows_the_documented_contract() {
     assert!(v["recoveryWindow"]["from"].is_string());
     assert_eq!(v["foreign"], serde_json::json!(["demo/NOTES.txt"]));
     assert_eq!(v["dryRun"], true);
+    // `-o yaml` (kubectl's habit) is the same document.
+    let yaml = run(&pass_args("plan", &url, &["-o", "yaml"]));
+    assert!(yaml.status.success(), "{}", stderr(&yaml));
+    let as_yaml: Value = serde_yaml::from_slice(&yaml.stdout).unwrap();
+    assert_eq!(as_yaml, v);
     // A dry run deletes nothing.
     assert_eq!(files(dir.path()), before);
 }

@@ -1721,6 +1721,53 @@ async fn kubectl_tidemark_gc_refuses_while_hooks_select_its_backups() {
         2,
         "gc deleted while refusing"
     );
+    // kubectl's global flags: --kubeconfig with --context (whose namespace is used), and
+    // --as (impersonation, refused for a user without rights).
+    let kubeconfig: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(cluster.kubeconfig()).unwrap()).unwrap();
+    let mut kubeconfig = serde_json::to_value(kubeconfig).unwrap();
+    kubeconfig["contexts"] = json!([
+        {"name": "broken", "context": {"cluster": "nowhere", "user": "admin"}},
+        {"name": "shop", "context": {"cluster": "test", "user": "admin", "namespace": ns}},
+    ]);
+    kubeconfig["clusters"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "nowhere", "cluster": {"server": "https://127.0.0.1:1"}}));
+    kubeconfig["current-context"] = json!("broken");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config");
+    std::fs::write(&file, serde_json::to_string(&kubeconfig).unwrap()).unwrap();
+    let ls = |extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"))
+            .args(["ls", "shop", "-o", "json", "--kubeconfig"])
+            .arg(&file)
+            .args(extra)
+            .env("KUBECONFIG", "/nonexistent")
+            .output()
+            .unwrap()
+    };
+    let listed = ls(&["--context", "shop"]);
+    assert!(listed.status.success(), "{}", common::stderr(&listed));
+    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(listed["backups"].as_array().unwrap().len(), 2, "{listed}");
+    let broken = ls(&[]);
+    assert!(
+        !broken.status.success(),
+        "the current context points nowhere"
+    );
+    let nobody = ls(&[
+        "--context",
+        "shop",
+        "--as",
+        "system:serviceaccount:other:nobody",
+    ]);
+    assert_eq!(nobody.status.code(), Some(2), "{}", common::stderr(&nobody));
+    assert!(
+        common::stderr(&nobody).contains("not allowed"),
+        "{}",
+        common::stderr(&nobody)
+    );
     hooks.delete("ticket", &Default::default()).await.unwrap();
     let ran = gc();
     assert!(ran.status.success(), "{}", common::stderr(&ran));

@@ -70,6 +70,10 @@ pub enum Command {
     /// reads it); with --wait, follow it until it completes (exit 0) or fails (exit 6).
     /// Also `kubectl tidemark backup <policy>` when installed as kubectl-tidemark.
     Backup(BackupArgs),
+    /// A BackupPolicy's health in one screen (kubectl plugin: `kubectl tidemark status
+    /// <policy>`): its conditions, recovery window, binlog archive, last retention pass,
+    /// schedules, newest Backups, restore test, verification, Restores and recent warnings.
+    Status(StatusArgs),
     /// Build and commit the synthetic full that replaces a mariabackup increment and its
     /// chain (seed 002), as `gc --consolidate` does for the increments its plan names; the
     /// chain itself is left to the next retention pass. Prints the new full's backup-id.
@@ -186,6 +190,20 @@ pub struct KubeArgs {
     /// Act with this group too (repeat it), as kubectl's --as-group; needs --as.
     #[arg(long = "as-group", value_name = "GROUP", requires = "as_user")]
     pub as_group: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The BackupPolicy.
+    #[arg(value_name = "POLICY")]
+    pub policy: String,
+    #[command(flatten)]
+    pub kube: KubeArgs,
+    /// How many of its newest Backups to show.
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u16).range(0..=500))]
+    pub backups: u16,
+    #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
 }
 
 #[derive(Debug, Args)]

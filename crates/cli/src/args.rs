@@ -66,6 +66,12 @@ pub enum Command {
     /// Copy this binary to PATH (mode 755): how a backup Job's init container puts
     /// `tidemark` into the database image, which may have no `cp`.
     Install(InstallArgs),
+    /// Print the shell completion script for bash, zsh, fish, elvish or powershell, e.g.
+    /// `tidemark completions bash > /etc/bash_completion.d/tidemark`.
+    Completions(CompletionsArgs),
+    /// Write the man pages (tidemark.1 and one per command, tidemark-plan.1, …) into DIR,
+    /// e.g. `tidemark man --dir /usr/local/share/man/man1`; without --dir, print tidemark.1.
+    Man(ManArgs),
     /// Create a Backup of a BackupPolicy in the Kubernetes cluster (kubeconfig as kubectl
     /// reads it); with --wait, follow it until it completes (exit 0) or fails (exit 6).
     /// Also `kubectl tidemark backup <policy>` when installed as kubectl-tidemark.
@@ -190,6 +196,20 @@ pub struct KubeArgs {
     /// Act with this group too (repeat it), as kubectl's --as-group; needs --as.
     #[arg(long = "as-group", value_name = "GROUP", requires = "as_user")]
     pub as_group: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Where to write the pages (it must exist).
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -46,6 +46,8 @@ pub fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Rbac(a) => rbac(&a),
         Command::Operator(a) => rt.block_on(operator(&a)),
         Command::Install(a) => install(&a),
+        Command::Completions(a) => completions(&a),
+        Command::Man(a) => man(&a),
         Command::Backup(a) => rt.block_on(crate::cluster::backup(&a)),
         Command::Status(a) => rt.block_on(crate::cluster::status(&a)),
         Command::Consolidate(a) => rt.block_on(consolidate(&a)),
@@ -1024,4 +1026,45 @@ fn ls_table(out: &LsOut) -> String {
         s.push_str(&format!("Ignored: {}: {}\n", m.key, m.problem));
     }
     s
+}
+
+/// `completions SHELL`: the completion script clap derives from the command definitions.
+fn completions(args: &crate::args::CompletionsArgs) -> Result<Exit, CliError> {
+    use clap::CommandFactory;
+    let mut command = Cli::command();
+    let mut out = Vec::new();
+    clap_complete::generate(args.shell, &mut command, "tidemark", &mut out);
+    emit(&String::from_utf8_lossy(&out))?;
+    Ok(Exit::Success)
+}
+
+/// `man [--dir DIR]`: the man pages clap derives from the command definitions.
+fn man(args: &crate::args::ManArgs) -> Result<Exit, CliError> {
+    use clap::CommandFactory;
+    let command = Cli::command().name("tidemark");
+    match &args.dir {
+        Some(dir) => {
+            if !dir.is_dir() {
+                return Err(CliError::input(format!(
+                    "--dir {}: not a directory; create it first",
+                    dir.display()
+                )));
+            }
+            clap_mangen::generate_to(command, dir).map_err(|e| {
+                CliError::new(
+                    Exit::Internal,
+                    anyhow::anyhow!("--dir {}: {e}", dir.display()),
+                )
+            })?;
+            Ok(Exit::Success)
+        }
+        None => {
+            let mut out = Vec::new();
+            clap_mangen::Man::new(command)
+                .render(&mut out)
+                .map_err(|e| CliError::new(Exit::Internal, e))?;
+            emit(&String::from_utf8_lossy(&out))?;
+            Ok(Exit::Success)
+        }
+    }
 }

@@ -736,3 +736,116 @@ fn restore_of_a_policy_ignores_the_environments_store() {
         );
     }
 }
+
+/// A shell of the machine (scripts/test.sh installs zsh and fish): a missing one fails the
+/// test, naming it.
+fn shell(name: &str) -> std::process::Command {
+    let found = std::process::Command::new(name)
+        .args(["-c", "exit 0"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        found,
+        "{name} is needed to check its completions (apt-get install {name}; scripts/test.sh does)"
+    );
+    std::process::Command::new(name)
+}
+
+/// `tidemark completions bash|zsh|fish` is parsed by each shell, and completes for real:
+/// a command from its prefix, a flag of `plan` from its prefix.
+#[test]
+fn completions_load_and_complete_in_every_shell() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = |sh: &str| {
+        let o = run(&["completions", sh]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let path = dir.path().join(format!("tidemark.{sh}"));
+        std::fs::write(&path, &o.stdout).unwrap();
+        path
+    };
+    let complete = |sh: &str, code: String| {
+        let o = shell(sh).args(["-c", &code]).output().unwrap();
+        assert!(o.status.success(), "{sh}: {}", stderr(&o));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let bash = script("bash");
+    let got = complete(
+        "bash",
+        format!(
+            r#"source {0}; COMP_WORDS=(tidemark sta); COMP_CWORD=1; _tidemark tidemark sta tidemark; echo "${{COMPREPLY[@]}}"; COMP_WORDS=(tidemark plan --lock); COMP_CWORD=2; _tidemark tidemark --lock plan; echo "${{COMPREPLY[@]}}""#,
+            bash.display()
+        ),
+    );
+    let lines: Vec<&str> = got.lines().collect();
+    assert_eq!(lines[0], "status", "bash: {got:?}");
+    assert!(
+        lines[1].split(' ').any(|f| f == "--lock-period"),
+        "bash: {got:?}"
+    );
+    let fish = script("fish");
+    let got = complete(
+        "fish",
+        format!("source {}; complete -C'tidemark sta'", fish.display()),
+    );
+    assert!(got.starts_with("status\t"), "fish: {got:?}");
+    let zsh = script("zsh");
+    let o = shell("zsh").arg("-n").arg(&zsh).output().unwrap();
+    assert!(o.status.success(), "zsh -n: {}", stderr(&o));
+    complete(
+        "zsh",
+        format!(
+            "autoload -U compinit; compinit -u; source {}; whence -w _tidemark",
+            zsh.display()
+        ),
+    );
+}
+
+/// `tidemark man --dir DIR` writes tidemark.1 and a page per command, each of which groff
+/// formats without a warning; without --dir it prints tidemark.1.
+#[test]
+fn man_pages_are_written_and_format_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(&["man", "--dir", dir.path().to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut pages: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    pages.sort();
+    for page in [
+        "tidemark.1",
+        "tidemark-plan.1",
+        "tidemark-status.1",
+        "tidemark-restore.1",
+    ] {
+        assert!(pages.iter().any(|p| p == page), "{page} in {pages:?}");
+    }
+    let help = String::from_utf8(run(&["--help"]).stdout).unwrap();
+    let commands = help
+        .split("Commands:")
+        .nth(1)
+        .unwrap()
+        .split("Options:")
+        .next()
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("  ") && !l.trim_start().starts_with("help"))
+        .filter(|l| l.chars().nth(2).is_some_and(|c| c.is_ascii_lowercase()))
+        .count();
+    assert_eq!(pages.len(), commands + 1, "{pages:?}");
+    for page in &pages {
+        let o = std::process::Command::new("groff")
+            .args(["-k", "-man", "-Tutf8", "-ww", "-z"])
+            .arg(dir.path().join(page))
+            .output()
+            .expect("groff (Debian's groff-base) formats the man pages");
+        assert!(
+            o.status.success() && o.stderr.is_empty(),
+            "{page}: {}",
+            stderr(&o)
+        );
+    }
+    let printed = run(&["man"]);
+    assert!(printed.status.success());
+    assert!(String::from_utf8_lossy(&printed.stdout).starts_with(".ie \\n(.g .ds Aq"));
+}

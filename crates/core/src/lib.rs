@@ -13,6 +13,7 @@ pub mod policy;
 pub mod reason;
 pub mod records;
 pub mod restore;
+pub mod retry;
 pub mod schedule;
 pub mod simulate;
 pub mod timeline;

@@ -64,8 +64,7 @@ impl Class {
         const SLOW: Duration = Duration::from_secs(600);
         match self {
             Class::Store | Class::Contention | Class::Source => {
-                let exp = failures.saturating_sub(1).min(16);
-                FIRST.saturating_mul(1 << exp).min(CAP)
+                tidemark_core::retry::delay(FIRST, CAP, failures)
             }
             Class::Input
             | Class::Data

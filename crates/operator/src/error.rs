@@ -77,6 +77,5 @@ impl Error {
 
 /// `d` ± 10 %.
 pub(crate) fn jitter(d: Duration) -> Duration {
-    let factor = 0.9 + rand::random::<f64>() * 0.2;
-    d.mul_f64(factor)
+    tidemark_core::retry::jitter(d, 0.1, 0.1)
 }

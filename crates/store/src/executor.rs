@@ -673,9 +673,9 @@ async fn delete_keys(
             break;
         }
         if round > 0 {
-            let pause = backoff * (1 << (round - 1));
-            let jitter = pause.mul_f64(rand::random::<f64>() * 0.5);
-            tokio::time::sleep(pause + jitter).await;
+            let cap = backoff.saturating_mul(1 << DELETE_ROUNDS.min(16));
+            let pause = tidemark_core::retry::delay(backoff, cap, round);
+            tokio::time::sleep(tidemark_core::retry::jitter(pause, 0.0, 0.5)).await;
         }
         let round_keys: Vec<Path> = pending
             .iter()

@@ -529,8 +529,11 @@ pub async fn status(args: &crate::args::StatusArgs) -> Result<Exit, CliError> {
         .await
         .map_err(list("Restores"))?
         .items;
+    // Only the Warning events about this policy (the API server filters).
     let events: Vec<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns)
-        .list(&ListParams::default())
+        .list(&ListParams::default().fields(&format!(
+            "regarding.kind=BackupPolicy,regarding.name={name},type=Warning"
+        )))
         .await
         .map_err(list("Events"))?
         .items;
@@ -664,6 +667,14 @@ fn value<T: serde::Serialize>(v: &T) -> Option<serde_json::Value> {
     serde_json::to_value(v).ok()
 }
 
+/// `text` without control characters (an event's note is anyone's text who may create
+/// events there: no escape sequence reaches the terminal).
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
 /// `status`'s screen for people.
 fn status_text(s: &StatusOut) -> String {
     use std::fmt::Write;
@@ -698,7 +709,7 @@ fn status_text(s: &StatusOut) -> String {
                 },
                 c.reason,
                 c.since,
-                c.message
+                printable(&c.message)
             )
         )
     );
@@ -808,7 +819,11 @@ fn status_text(s: &StatusOut) -> String {
         let _ = writeln!(
             o,
             "  {:<22} {:<6} {:<24} {}  {}",
-            c.kind, c.status, c.reason, c.since, c.message
+            c.kind,
+            c.status,
+            c.reason,
+            c.since,
+            printable(&c.message)
         );
     }
     let _ = writeln!(o, "\nSchedules:");
@@ -841,7 +856,7 @@ fn status_text(s: &StatusOut) -> String {
                 time(b.completed_at),
                 b.size
                     .map_or_else(|| "-".to_owned(), crate::output::human_bytes),
-                b.error.clone().unwrap_or_default(),
+                printable(b.error.as_deref().unwrap_or_default()),
             ]
         })
         .collect();
@@ -874,9 +889,9 @@ fn status_text(s: &StatusOut) -> String {
             o,
             "  {} {} (x{}): {}",
             time(w.at),
-            w.reason,
+            printable(&w.reason),
             w.count,
-            w.note
+            printable(&w.note)
         );
     }
     o

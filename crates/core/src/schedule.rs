@@ -17,8 +17,8 @@
 
 use std::str::FromStr;
 
-use jiff::Timestamp;
 use jiff::tz::TimeZone;
+use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 
 /// The accepted forms, shown in errors.
@@ -126,6 +126,30 @@ impl Cron {
             .find_next_occurrence(&start, false)
             .ok()
             .map(|z| z.timestamp())
+    }
+
+    /// The longest time between two consecutive slots after `after`, over the next 35 days
+    /// (at most 2,000 slots), or between the next two slots when fewer fall in that span: a
+    /// weekday schedule's weekend, a monthly one's month. What "a backup is overdue"
+    /// measures against; `None` for a schedule with fewer than two slots left.
+    pub fn longest_gap(&self, after: Timestamp, tz: &TimeZone) -> Option<SignedDuration> {
+        const HORIZON: SignedDuration = SignedDuration::from_hours(35 * 24);
+        const MAX_SLOTS: usize = 2_000;
+        let end = crate::saturating_add(after, HORIZON);
+        let mut previous = self.next_after(after, tz)?;
+        let mut longest: Option<SignedDuration> = None;
+        for _ in 0..MAX_SLOTS {
+            let Some(next) = self.next_after(previous, tz) else {
+                break;
+            };
+            let gap = next.duration_since(previous);
+            longest = Some(longest.map_or(gap, |l| l.max(gap)));
+            if next > end {
+                break;
+            }
+            previous = next;
+        }
+        longest
     }
 
     /// The latest slot in `(after, upto]`, if any: the one catch-up run after downtime.
@@ -322,6 +346,23 @@ fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_longest_gap_covers_weekends_and_months() {
+        let utc = TimeZone::UTC;
+        let friday: Timestamp = "2026-11-27T12:00:00Z".parse().unwrap();
+        let gap = |expr: &str| {
+            expr.parse::<Cron>()
+                .unwrap()
+                .longest_gap(friday, &utc)
+                .map(|d| d.as_hours())
+        };
+        assert_eq!(gap("0 2 * * *"), Some(24));
+        assert_eq!(gap("0 2 * * 1-5"), Some(72), "Friday to Monday");
+        assert_eq!(gap("0 */6 * * *"), Some(6));
+        assert_eq!(gap("0 0 3 1 * *"), Some(31 * 24), "December to January");
+        assert_eq!(gap("@yearly"), Some(365 * 24));
+    }
 
     fn ts(s: &str) -> Timestamp {
         s.parse().unwrap()

@@ -151,7 +151,8 @@ impl Background {
         let begun = now.is_some();
         started.store(begun, Ordering::Release);
         let (turns, flag) = (self.turns.clone(), started.clone());
-        let task = tokio::spawn(async move {
+        // Its lines carry the object of the reconcile that started it.
+        let task = tokio::spawn(tracing::Instrument::in_current_span(async move {
             let permit = match now {
                 Some(t) => t,
                 None => match turns.clone().acquire_owned().await {
@@ -167,7 +168,7 @@ impl Background {
                 held: Mutex::new(Some(permit)),
             });
             TURN.scope(turn, work).await
-        });
+        }));
         running.insert(key, Work { task, started });
         begun
     }

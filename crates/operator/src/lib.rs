@@ -553,16 +553,14 @@ async fn scope(
         let _ = cache_ready.wait_until_ready().await;
     };
     let schedules: Api<ScheduledBackup> = api(&client, namespace);
+    let schedule_controller = watched(schedules, &stopping, lean::schedule);
+    let schedule_store = schedule_controller.store();
     let scheduled = drive(
-        watched(schedules, &stopping, lean::schedule).watches(
-            backup_api,
-            lean::listed(),
-            |b: Backup| {
-                scheduled::schedule_of(b)
-                    .into_iter()
-                    .collect::<Vec<ObjectRef<ScheduledBackup>>>()
-            },
-        ),
+        schedule_controller.watches(backup_api, lean::listed(), |b: Backup| {
+            scheduled::schedule_of(b)
+                .into_iter()
+                .collect::<Vec<ObjectRef<ScheduledBackup>>>()
+        }),
         scheduled::reconcile,
         ctx.clone(),
     );
@@ -660,9 +658,36 @@ async fn scope(
         let _ = retention_ready.wait_until_ready().await;
         retention.await;
     };
+    // Series of what is gone (a deleted policy or schedule, a tenant's name of no policy)
+    // go, so no alert fires on them.
+    let sweep = {
+        let ctx = ctx.clone();
+        // Never ends: the controllers' end ends it.
+        async move {
+            loop {
+                tokio::time::sleep(metrics::SWEEP_EVERY).await;
+                let known = |ns: &str, name: &str| {
+                    ctx.policies
+                        .get(&ObjectRef::<BackupPolicy>::new(name).within(ns))
+                        .map(|p| metrics::Owned {
+                            restore_test: p.spec.restore_test.is_some(),
+                            verification: p.spec.verify.is_some(),
+                            binlog_archive: p.spec.binlog_archive.is_some(),
+                        })
+                };
+                let schedule = |ns: &str, name: &str, policy: &str| {
+                    schedule_store
+                        .get(&ObjectRef::<ScheduledBackup>::new(name).within(ns))
+                        .is_some_and(|s| s.spec.template.policy.name == policy && !s.spec.suspend)
+                };
+                ctx.metrics.sweep(known, schedule);
+            }
+        }
+    };
     tokio::select! {
         _ = async { tokio::join!(scheduled, retention, runner, reaper, restores) } => {}
         () = backup_cache => {}
+        _ = sweep => {}
     }
     // Work in the background (passes, deletions waiting on hooks) is work in flight too:
     // the caller bounds the wait, and keeps the lease meanwhile. What waits for its turn

@@ -77,7 +77,7 @@ pub struct Metrics {
     pub last_backup_size: Family<PolicyLabels, Gauge>,
     /// When the newest failed backup ended.
     pub last_failed_backup: Family<PolicyLabels, Gauge>,
-    /// The time between a schedule's next two slots.
+    /// The longest time between a schedule's slots over the next 35 days.
     pub schedule_interval: Family<ScheduleLabels, Gauge>,
     pub reconcile_errors: Family<ErrorLabels, Counter>,
     pub reconciles: Family<ControllerLabels, Counter>,
@@ -89,7 +89,7 @@ pub struct Metrics {
     pub restore_test_duration: Family<PolicyLabels, Gauge>,
     /// When the policy's next restore test is due.
     pub restore_test_next_run: Family<PolicyLabels, Gauge>,
-    /// The time between the policy's next two restore tests.
+    /// The longest time between the policy's restore tests over the next 35 days.
     pub restore_test_interval: Family<PolicyLabels, Gauge>,
     /// When the policy was created (alerts on a promise wait until the policy is as old).
     pub policy_created: Family<PolicyLabels, Gauge>,
@@ -191,7 +191,7 @@ impl Metrics {
         );
         r.register(
             "schedule_interval_seconds",
-            "Time between a ScheduledBackup's next two slots",
+            "Longest time between a ScheduledBackup's slots over the next 35 days",
             self.schedule_interval.clone(),
         );
         r.register(
@@ -226,7 +226,7 @@ impl Metrics {
         );
         r.register(
             "restore_test_interval_seconds",
-            "Time between the policy's next two restore tests",
+            "Longest time between the policy's restore tests over the next 35 days",
             self.restore_test_interval.clone(),
         );
         r.register(
@@ -301,11 +301,198 @@ impl Metrics {
         }
     }
 
+    /// Removes the series of what is gone, so that no alert fires on a deleted policy or
+    /// schedule, and a name no policy has (a tenant's Backup naming one that does not
+    /// exist) leaves no series behind: every series of a policy `owner` does not know, a
+    /// schedule's interval when `schedule` does not know it (or it moved to another policy
+    /// or was suspended), and a policy's restore-test, verification and binlog-archive
+    /// series when its spec no longer asks for them. Run every [`SWEEP_EVERY`].
+    pub fn sweep(
+        self: &Arc<Self>,
+        owner: impl Fn(&str, &str) -> Option<Owned>,
+        schedule: impl Fn(&str, &str, &str) -> bool,
+    ) {
+        let mut text = String::new();
+        if prometheus_client::encoding::text::encode(&mut text, &self.registry()).is_err() {
+            return;
+        }
+        let mut policies = std::collections::BTreeSet::new();
+        let mut schedules = Vec::new();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let Some((name, rest)) = line.split_once('{') else {
+                continue;
+            };
+            let labels = parse_labels(rest);
+            let get = |k: &str| labels.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+            if let (Some(ns), Some(policy)) = (get("namespace"), get("policy")) {
+                if let (true, Some(s)) = (
+                    name == "tidemark_schedule_interval_seconds",
+                    get("schedule"),
+                ) {
+                    schedules.push(ScheduleLabels {
+                        namespace: ns.clone(),
+                        policy: policy.clone(),
+                        schedule: s,
+                    });
+                }
+                policies.insert((ns, policy));
+            }
+        }
+        for s in schedules {
+            if !schedule(&s.namespace, &s.schedule, &s.policy) {
+                self.schedule_interval.remove(&s);
+            }
+        }
+        for (ns, policy) in policies {
+            let labels = Metrics::policy(&ns, &policy);
+            match owner(&ns, &policy) {
+                None => self.forget(&labels),
+                Some(owned) => {
+                    if !owned.restore_test {
+                        for f in [
+                            &self.restore_test_passed,
+                            &self.restore_test_last_run,
+                            &self.restore_test_duration,
+                            &self.restore_test_next_run,
+                            &self.restore_test_interval,
+                        ] {
+                            f.remove(&labels);
+                        }
+                    }
+                    if !owned.verification {
+                        self.verification_passed.remove(&labels);
+                        self.verification_last_run.remove(&labels);
+                    }
+                    if !owned.binlog_archive {
+                        self.binlog_archive_lag.remove(&labels);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Removes every series of the policy `labels` names.
+    fn forget(&self, labels: &PolicyLabels) {
+        for f in [
+            &self.objects_deleted,
+            &self.bytes_freed,
+            &self.retention_failures,
+        ] {
+            f.remove(labels);
+        }
+        for f in [
+            &self.recovery_window_seconds,
+            &self.recovery_window_start,
+            &self.recovery_window_end,
+            &self.recovery_window_gaps,
+            &self.recovery_window_promised,
+            &self.store_bytes,
+            &self.backups_kept,
+            &self.last_successful_backup,
+            &self.last_backup_duration,
+            &self.last_backup_size,
+            &self.last_failed_backup,
+            &self.restore_test_passed,
+            &self.restore_test_last_run,
+            &self.restore_test_duration,
+            &self.restore_test_next_run,
+            &self.restore_test_interval,
+            &self.policy_created,
+            &self.verification_passed,
+            &self.verification_last_run,
+            &self.binlog_archive_lag,
+        ] {
+            f.remove(labels);
+        }
+        for result in RESULTS
+            .iter()
+            .copied()
+            .chain(CLASSES.iter().map(|c| c.as_str()))
+        {
+            let l = PassLabels {
+                namespace: labels.namespace.clone(),
+                policy: labels.policy.clone(),
+                result: result.to_owned(),
+            };
+            self.retention_passes.remove(&l);
+            self.backups.remove(&l);
+        }
+    }
+
+    /// A policy's outcome counters at 0 (`ok` passes, `succeeded` and `failed` backups), so
+    /// that the first failure is an increase `increase()` sees, not a new series at 1.
+    pub fn policy_seen(&self, labels: &PolicyLabels) {
+        for (family, result) in [
+            (&self.retention_passes, "ok"),
+            (&self.backups, "succeeded"),
+            (&self.backups, "failed"),
+        ] {
+            let _ = family.get_or_create(&PassLabels {
+                namespace: labels.namespace.clone(),
+                policy: labels.policy.clone(),
+                result: result.to_owned(),
+            });
+        }
+    }
+
     pub fn policy(namespace: &str, policy: &str) -> PolicyLabels {
         PolicyLabels {
             namespace: namespace.to_owned(),
             policy: policy.to_owned(),
         }
+    }
+}
+
+/// How often [`Metrics::sweep`] runs.
+pub const SWEEP_EVERY: Duration = Duration::from_secs(60);
+
+/// What a policy that exists asks for, as far as its series go.
+#[derive(Debug, Clone, Copy)]
+pub struct Owned {
+    pub restore_test: bool,
+    pub verification: bool,
+    pub binlog_archive: bool,
+}
+
+/// The results of [`PassLabels`] besides the error classes.
+const RESULTS: [&str; 4] = ["ok", "partial", "succeeded", "failed"];
+
+/// Every error class, a pass's `result` when it failed.
+const CLASSES: [tidemark_engine::Class; 9] = [
+    tidemark_engine::Class::Input,
+    tidemark_engine::Class::Store,
+    tidemark_engine::Class::Data,
+    tidemark_engine::Class::Contention,
+    tidemark_engine::Class::Source,
+    tidemark_engine::Class::NotRestorable,
+    tidemark_engine::Class::RestoreFailed,
+    tidemark_engine::Class::Key,
+    tidemark_engine::Class::Internal,
+];
+
+/// The `name="value"` pairs of a sample's labels (after its `{`), unescaped.
+fn parse_labels(text: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut chars = text.chars().peekable();
+    loop {
+        let name: String = chars.by_ref().take_while(|c| *c != '=').collect();
+        let name = name.trim_start_matches([',', ' ']).to_owned();
+        if name.is_empty() || name.contains('}') || chars.next() != Some('"') {
+            return out;
+        }
+        let mut value = String::new();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => match chars.next() {
+                    Some('n') => value.push('\n'),
+                    Some(other) => value.push(other),
+                    None => return out,
+                },
+                '"' => break,
+                c => value.push(c),
+            }
+        }
+        out.push((name, value));
     }
 }
 
@@ -456,5 +643,68 @@ fn answer(
             }
         }
         _ => reply(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_read_back_unescaped() {
+        assert_eq!(
+            parse_labels(r#"namespace="a",policy="d\"b\\x",result="ok"} 3"#),
+            [
+                ("namespace".to_owned(), "a".to_owned()),
+                ("policy".to_owned(), "d\"b\\x".to_owned()),
+                ("result".to_owned(), "ok".to_owned())
+            ]
+        );
+        assert!(parse_labels("} 1").is_empty());
+    }
+
+    /// A gone policy loses every series; a living one only those its spec no longer asks
+    /// for; a schedule no longer known loses its interval.
+    #[test]
+    fn the_sweep_removes_what_is_gone() {
+        let m = Arc::new(Metrics::default());
+        let (gone, kept) = (Metrics::policy("t", "gone"), Metrics::policy("t", "kept"));
+        for l in [&gone, &kept] {
+            m.policy_seen(l);
+            m.backup_ended(l, false);
+            m.last_successful_backup.get_or_create(l).set(1);
+            m.restore_test_passed.get_or_create(l).set(1);
+            m.binlog_archive_lag.get_or_create(l).set(1);
+            m.schedule_interval
+                .get_or_create(&ScheduleLabels {
+                    namespace: l.namespace.clone(),
+                    policy: l.policy.clone(),
+                    schedule: "s".into(),
+                })
+                .set(60);
+        }
+        m.sweep(
+            |_, p| {
+                (p == "kept").then_some(Owned {
+                    restore_test: false,
+                    verification: false,
+                    binlog_archive: true,
+                })
+            },
+            |_, _, p| p == "kept",
+        );
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &m.registry()).unwrap();
+        assert!(!text.contains(r#"policy="gone""#), "{text}");
+        for kept in [
+            r#"tidemark_backups_total{namespace="t",policy="kept",result="failed"} 1"#,
+            r#"tidemark_backups_total{namespace="t",policy="kept",result="succeeded"} 0"#,
+            r#"tidemark_last_successful_backup_timestamp_seconds{namespace="t",policy="kept"} 1"#,
+            r#"tidemark_binlog_archive_lag_seconds{namespace="t",policy="kept"} 1"#,
+            r#"tidemark_schedule_interval_seconds{namespace="t",policy="kept",schedule="s"} 60"#,
+        ] {
+            assert!(text.contains(kept), "{kept} in {text}");
+        }
+        assert!(!text.contains("tidemark_restore_test_passed{"), "{text}");
     }
 }

@@ -177,10 +177,10 @@ async fn step(
         m.restore_test_next_run
             .get_or_create(&labels)
             .set(next.as_second());
-        if let Some(after) = cron.next_after(next, &tz) {
+        if let Some(gap) = cron.longest_gap(now, &tz) {
             m.restore_test_interval
                 .get_or_create(&labels)
-                .set(after.duration_since(next).as_secs());
+                .set(gap.as_secs());
         }
     }
     crate::status::restore_test(

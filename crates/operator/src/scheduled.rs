@@ -38,19 +38,16 @@ pub async fn reconcile(sb: Arc<ScheduledBackup>, ctx: Arc<Context>) -> Result<Ac
     let schedules: Api<ScheduledBackup> = Api::namespaced(ctx.client.clone(), &ns);
     // The status is the resume cursor: read it fresh, not from the watch cache, so a
     // reconcile never decides on a status older than the last one it wrote.
+    let Some(sb) = schedules.get_opt(&name).await? else {
+        return Ok(Action::await_change());
+    };
+    // Its interval series: the one of its current policy (a series left by a deleted,
+    // suspended or moved schedule goes with the metrics' sweep).
     let labels = crate::metrics::ScheduleLabels {
         namespace: ns.clone(),
         policy: sb.spec.template.policy.name.clone(),
         schedule: name.clone(),
     };
-    let Some(sb) = schedules.get_opt(&name).await? else {
-        ctx.metrics.schedule_interval.remove(&labels);
-        return Ok(Action::await_change());
-    };
-    if sb.meta().deletion_timestamp.is_some() || sb.spec.suspend {
-        // A deleted or suspended schedule promises no backups.
-        ctx.metrics.schedule_interval.remove(&labels);
-    }
     if sb.meta().deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
@@ -84,23 +81,16 @@ pub async fn reconcile(sb: Arc<ScheduledBackup>, ctx: Arc<Context>) -> Result<Ac
         Ok(s) => s,
         Err(e) => return invalid(e.to_string()).await,
     };
-    if !spec.suspend {
-        let now = ctx.clock.now();
-        let first = spec.cron.next_after(now, &spec.time_zone);
-        let second = first.and_then(|t| spec.cron.next_after(t, &spec.time_zone));
-        if let (Some(a), Some(b)) = (first, second) {
-            // The policy named now: a schedule moved to another policy leaves its old series.
-            if labels.policy != sb.spec.template.policy.name {
-                ctx.metrics.schedule_interval.remove(&labels);
-            }
-            ctx.metrics
-                .schedule_interval
-                .get_or_create(&crate::metrics::ScheduleLabels {
-                    policy: sb.spec.template.policy.name.clone(),
-                    ..labels.clone()
-                })
-                .set(b.duration_since(a).as_secs());
-        }
+    // Once the policy is known to exist (a tenant's name of no policy makes no series):
+    // the longest time between its slots, what "a backup is overdue" measures against.
+    if !spec.suspend
+        && policy.is_some()
+        && let Some(gap) = spec.cron.longest_gap(ctx.clock.now(), &spec.time_zone)
+    {
+        ctx.metrics
+            .schedule_interval
+            .get_or_create(&labels)
+            .set(gap.as_secs());
     }
     let Some(policy) = policy else {
         return Err(Error::Missing(format!(

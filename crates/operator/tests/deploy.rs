@@ -274,6 +274,12 @@ fn the_chart_carries_the_monitoring() {
         find(&monitored, "PodMonitor")["spec"]["podMetricsEndpoints"][0]["port"],
         pods["spec"]["containers"][0]["ports"][0]["name"]
     );
+    // The series' namespace label is the policy's, not the operator's.
+    assert_eq!(monitor["spec"]["endpoints"][0]["honorLabels"], true);
+    assert_eq!(
+        find(&monitored, "PodMonitor")["spec"]["podMetricsEndpoints"][0]["honorLabels"],
+        true
+    );
 }
 
 /// A configured pod, as on OpenShift (a random UID: no fixed user or group), with
@@ -392,6 +398,29 @@ fn releases_do_not_collide_and_the_schema_refuses_mistakes() {
         a.iter().all(|(_, n)| n.starts_with("blue-operator")),
         "{a:?}"
     );
+    // A name as long as Kubernetes allows still makes a Service name it accepts; a
+    // podLabels entry cannot take the selector's labels; a parent chart's `global` and a
+    // compound interval are accepted.
+    let long = "a".repeat(53);
+    let rendered = render(
+        &long,
+        "ops",
+        &[
+            "--set",
+            "metrics.service.enabled=true,metrics.serviceMonitor.interval=1m30s",
+            "--set",
+            "podLabels.app\\.kubernetes\\.io/instance=other,podLabels.team=a,global.x=1",
+        ],
+    );
+    for d in &rendered {
+        let name = d["metadata"]["name"].as_str().unwrap();
+        if matches!(d["kind"].as_str(), Some("Service" | "Deployment" | "Lease")) {
+            assert!(name.len() <= 63, "{name}");
+        }
+    }
+    let pod = &find(&rendered, "Deployment")["spec"]["template"]["metadata"]["labels"];
+    assert_eq!(pod["app.kubernetes.io/instance"], long.as_str());
+    assert_eq!(pod["team"], "a");
     for (bad, says) in [
         ("replicaz=3", "replicaz"),
         ("logFormat=xml", "logFormat"),

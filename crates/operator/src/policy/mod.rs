@@ -181,6 +181,16 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
     }
     ctx.warn_ambiguous(&policy.object_ref(&()), &policy.spec.ambiguous_durations())
         .await;
+    // Its series exist from now on: the first failure is an increase, and an alert on a
+    // promise waits until the policy is as old as it.
+    let labels = crate::metrics::Metrics::policy(&ns, &name);
+    ctx.metrics.policy_seen(&labels);
+    if let Some(created) = policy.meta().creation_timestamp.as_ref() {
+        ctx.metrics
+            .policy_created
+            .get_or_create(&labels)
+            .set(created.0.as_second());
+    }
     let Some(retention) = policy.spec.retention.as_ref() else {
         return Ok(wake.map_or_else(Requeue::await_change, Requeue::requeue));
     };
@@ -577,11 +587,6 @@ async fn run_steps(
     m.recovery_window_gaps
         .get_or_create(&labels)
         .set(window.map_or(0, |w| i64::try_from(w.gaps.len()).unwrap_or(i64::MAX)));
-    if let Some(created) = policy.meta().creation_timestamp.as_ref() {
-        m.policy_created
-            .get_or_create(&labels)
-            .set(created.0.as_second());
-    }
     m.store_bytes
         .get_or_create(&labels)
         .set(i64::try_from(summary.bytes_stored).unwrap_or(i64::MAX));
@@ -648,20 +653,22 @@ async fn fail(
 ) -> Error {
     let reason = e.reason();
     let object = policy.object_ref(&());
+    let failed = |class: tidemark_engine::Class| {
+        ctx.metrics
+            .retention_passes
+            .get_or_create(&crate::metrics::PassLabels {
+                namespace: policy.namespace().unwrap_or_default(),
+                policy: policy.name_any(),
+                result: class.as_str().to_owned(),
+            })
+            .inc();
+    };
     match &e {
         StepError::Validate(message) => {
+            failed(tidemark_engine::Class::Input);
             ctx.warn(&object, reason, message).await;
         }
-        StepError::Apply(inner) => {
-            ctx.metrics
-                .retention_passes
-                .get_or_create(&crate::metrics::PassLabels {
-                    namespace: policy.namespace().unwrap_or_default(),
-                    policy: policy.name_any(),
-                    result: inner.class().as_str().to_owned(),
-                })
-                .inc();
-        }
+        StepError::Apply(inner) | StepError::Dereference(inner) => failed(inner.class()),
         StepError::PartlyFailed(message) => {
             ctx.warn(&object, "RetentionPartlyFailed", message).await;
             return e.into();
@@ -670,7 +677,6 @@ async fn fail(
             tracing::warn!(policy = %policy.name_any(), "could not write the pass's status: {inner}");
             return e.into();
         }
-        StepError::Dereference(_) => {}
     }
     let error = Error::from(e);
     let failures = ctx.failures_of(&crate::context::key(policy)) + 1;

@@ -135,7 +135,7 @@ impl Cron {
     pub fn longest_gap(&self, after: Timestamp, tz: &TimeZone) -> Option<SignedDuration> {
         const HORIZON: SignedDuration = SignedDuration::from_hours(35 * 24);
         const MAX_SLOTS: usize = 2_000;
-        let end = crate::saturating_add(after, HORIZON);
+        let end = crate::duration::saturating_add(after, HORIZON);
         let mut previous = self.next_after(after, tz)?;
         let mut longest: Option<SignedDuration> = None;
         for _ in 0..MAX_SLOTS {

@@ -2,6 +2,13 @@
 //! controllers; the others wait. Every write is conditional on the Lease's
 //! `resourceVersion`, so two replicas can never both believe they hold it from writes that
 //! succeeded; a holder that cannot renew before its lease runs out stops by itself.
+//!
+//! Hand-written on purpose: kube-runtime has no leader election, and the crates that add
+//! one take a held Lease by comparing its `renewTime` with the local clock, so a replica
+//! whose clock runs ahead steals a Lease that is still renewed. Here a candidate takes a
+//! held Lease only after seeing its record unchanged for a whole lease duration of its own
+//! clock, and a holder steps down on its own clock too: the machines' clocks need not
+//! agree.
 
 use std::time::Duration;
 

@@ -766,50 +766,41 @@ fn status_text(s: &StatusOut) -> String {
             field(p, "next")
         );
     }
+    // A scheduled check's line: its last outcome (or none yet) and the next.
+    let check =
+        |o: &mut String, title: &str, check: &serde_json::Value, at: &str, details: String| {
+            let last = &check["last"];
+            let outcome = if last.is_null() {
+                "none yet".to_owned()
+            } else {
+                format!(
+                    "{} at {} ({details})",
+                    if last["passed"] == true {
+                        "passed"
+                    } else {
+                        "FAILED"
+                    },
+                    field(last, at)
+                )
+            };
+            let _ = writeln!(
+                o,
+                "{title:<18}{outcome}; next {}",
+                field(check, "nextScheduleTime")
+            );
+        };
     if let Some(t) = &s.restore_test {
         let last = &t["last"];
-        let _ = writeln!(
-            o,
-            "Restore test:     {}; next {}",
-            if last.is_null() {
-                "none yet".to_owned()
-            } else {
-                format!(
-                    "{} at {} (backup {}, {} table(s))",
-                    if last["passed"] == true {
-                        "passed"
-                    } else {
-                        "FAILED"
-                    },
-                    field(last, "testedAt"),
-                    field(last, "backupId"),
-                    field(last, "tablesChecked")
-                )
-            },
-            field(t, "nextScheduleTime")
+        let details = format!(
+            "backup {}, {} table(s)",
+            field(last, "backupId"),
+            field(last, "tablesChecked")
         );
+        check(&mut o, "Restore test:", t, "testedAt", details);
     }
     if let Some(v) = &s.verification {
-        let last = &v["last"];
-        let _ = writeln!(
-            o,
-            "Verification:     {}; next {}",
-            if last.is_null() {
-                "none yet".to_owned()
-            } else {
-                format!(
-                    "{} at {} ({} problem(s))",
-                    if last["passed"] == true {
-                        "passed"
-                    } else {
-                        "FAILED"
-                    },
-                    field(last, "verifiedAt"),
-                    field(last, "problemCount")
-                )
-            },
-            field(v, "nextScheduleTime")
-        );
+        let details = format!("{} problem(s)", field(&v["last"], "problemCount"));
+        check(&mut o, "Verification:", v, "verifiedAt", details);
     }
     let _ = writeln!(o, "\nConditions:");
     if s.conditions.is_empty() {

@@ -654,6 +654,46 @@ pub async fn s3_secret(client: &Client, ns: &str, name: &str) {
         .expect("create the S3 Secret");
 }
 
+/// Prometheus's promtool (`TIDEMARK_PROMTOOL`, else `promtool` on the PATH; Debian's
+/// `prometheus` package, which `scripts/test.sh` installs); a missing one fails, saying so.
+pub fn promtool() -> Command {
+    let program = std::env::var("TIDEMARK_PROMTOOL").unwrap_or_else(|_| "promtool".into());
+    let ok = Command::new(&program)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        ok,
+        "promtool ({program}) is needed: set TIDEMARK_PROMTOOL or install Debian's prometheus package (scripts/test.sh does)"
+    );
+    Command::new(program)
+}
+
+/// `promtool check metrics` on `text` (a `/metrics` answer): panics with its findings.
+pub fn check_metrics(text: &str) {
+    use std::io::Write;
+    let mut child = promtool()
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start promtool");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write to promtool");
+    let out = child.wait_with_output().expect("promtool");
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The events of `ns` with `reason`.
 pub async fn events(
     client: &Client,

@@ -16,20 +16,7 @@ fn read(p: &str) -> String {
     std::fs::read_to_string(path(p)).unwrap_or_else(|e| panic!("{p}: {e}"))
 }
 
-/// Prometheus's promtool (`TIDEMARK_PROMTOOL`, else `promtool` on the PATH; Debian's
-/// `prometheus` package, which `scripts/test.sh` installs).
-fn promtool() -> std::process::Command {
-    let program = std::env::var("TIDEMARK_PROMTOOL").unwrap_or_else(|_| "promtool".into());
-    let ok = std::process::Command::new(&program)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        ok,
-        "promtool is needed to check the alert rules: set TIDEMARK_PROMTOOL or install Debian's prometheus package (scripts/test.sh does)"
-    );
-    std::process::Command::new(program)
-}
+use tidemark_operator::testkit::promtool;
 
 fn yaml(p: &str) -> serde_json::Value {
     serde_yaml::from_str(&read(p)).unwrap()
@@ -240,27 +227,7 @@ fn the_rules_and_the_dashboard_query_only_exported_metrics() {
 
 #[test]
 fn the_exported_metrics_pass_promtool_check_metrics() {
-    use std::io::Write;
-    let mut child = promtool()
-        .args(["check", "metrics"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(exposition(true).as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool check metrics: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    tidemark_operator::testkit::check_metrics(&exposition(true));
 }
 
 /// docs/operator.md's metrics table lists exactly what the operator exports.

@@ -418,41 +418,7 @@ async fn retention_pass_through_the_operator() {
         format!(r#"tidemark_recovery_window_gaps{{namespace="retention",policy="db"}} {gaps}"#);
     assert!(text.contains(&series), "{series} not in:\n{text}");
     // Prometheus's own linter on the real output (text format: no Accept header).
-    {
-        use std::io::Write;
-        let program = std::env::var("TIDEMARK_PROMTOOL").unwrap_or_else(|_| "promtool".into());
-        let mut child = std::process::Command::new(&program)
-            .args(["check", "metrics"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!("promtool ({program}) is needed: install Debian's prometheus package or set TIDEMARK_PROMTOOL: {e}")
-            });
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(text.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "promtool check metrics: {}{}\n{text}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    // Seeded from the completed Backups the operator found at start-up.
-    let seeded = format!(
-        r#"tidemark_last_successful_backup_timestamp_seconds{{namespace="retention",policy="db"}} {}"#,
-        "2026-11-20T02:00:00Z"
-            .parse::<Timestamp>()
-            .unwrap()
-            .as_second()
-    );
-    assert!(text.contains(&seeded), "{seeded} not in:\n{text}");
+    tidemark_operator::testkit::check_metrics(&text);
     op.stop().await;
 }
 

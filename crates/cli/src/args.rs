@@ -843,6 +843,9 @@ pub enum OutputFormat {
     Json,
     /// The same document as `json`, in YAML.
     Yaml,
+    /// The table, with more columns where a command lists backups (`ls`, `plan`): when it
+    /// started, its exact bytes, compression, encryption, lock and log position.
+    Wide,
 }
 
 impl OutputFormat {

@@ -9,7 +9,7 @@ use tidemark_engine::{LocalConsolidator, PassRequest, retention_pass};
 use tidemark_store::catalog::SegmentListing;
 use tidemark_store::{Catalog, NoProgress, Progress};
 
-use crate::args::{Cli, Command, LsArgs, PassArgs};
+use crate::args::{Cli, Command, LsArgs, OutputFormat, PassArgs};
 use crate::exit::{CliError, Exit};
 use crate::output::{
     ArchiveOut, BackupOut, JSON_FORMAT_VERSION, LsOut, MissingRange, PlanOut, emit, emit_as,
@@ -512,7 +512,11 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
     if json {
         emit_as(args.output, &out)?;
     } else {
-        emit(&plan_table(&out, &policy.policy))?;
+        emit(&plan_table(
+            &out,
+            &policy.policy,
+            args.output == OutputFormat::Wide,
+        ))?;
     }
 
     let malformed = survey.catalog.malformed.len();
@@ -586,7 +590,7 @@ fn describe_policy(p: &Policy) -> String {
     parts.join(", ")
 }
 
-fn plan_table(out: &PlanOut, policy: &Policy) -> String {
+fn plan_table(out: &PlanOut, policy: &Policy, wide: bool) -> String {
     let mut s = format!(
         "Retention plan for cluster {:?} in {} at {}{}\nPolicy: {}\n\n",
         out.cluster,
@@ -618,24 +622,25 @@ fn plan_table(out: &PlanOut, policy: &Policy) -> String {
                 human_bytes(b.size),
                 b.reasons.clone().unwrap_or_default().join(", "),
             ]
+            .into_iter()
+            .chain(wide.then(|| wide_columns(b)).into_iter().flatten())
+            .collect()
         })
         .collect();
     if rows.is_empty() {
         s.push_str("No backups in this cluster.\n");
     } else {
-        s.push_str(&table(
-            &[
-                "ACTION",
-                "BACKUP-ID",
-                "NAME",
-                "TYPE",
-                "PHASE",
-                "COMPLETED",
-                "SIZE",
-                "REASONS",
-            ],
-            &rows,
-        ));
+        let header = [
+            "ACTION",
+            "BACKUP-ID",
+            "NAME",
+            "TYPE",
+            "PHASE",
+            "COMPLETED",
+            "SIZE",
+            "REASONS",
+        ];
+        s.push_str(&table(&with_wide(&header, wide), &rows));
     }
     s.push('\n');
     s.push_str(&format!(
@@ -873,7 +878,7 @@ async fn ls(args: &LsArgs) -> Result<Exit, CliError> {
     if json {
         emit_as(args.output, &out)?;
     } else {
-        emit(&ls_table(&out))?;
+        emit(&ls_table(&out, args.output == OutputFormat::Wide))?;
     }
     if let Some(e) = &index_problem {
         eprintln!(
@@ -892,7 +897,45 @@ async fn ls(args: &LsArgs) -> Result<Exit, CliError> {
     Ok(Exit::Success)
 }
 
-fn ls_table(out: &LsOut) -> String {
+/// The columns `-o wide` adds to a backup's row.
+const WIDE_COLUMNS: [&str; 6] = [
+    "STARTED",
+    "BYTES",
+    "COMPRESSION",
+    "ENCRYPTION",
+    "LOCKED-UNTIL",
+    "LOG-POSITION",
+];
+
+fn with_wide<'a>(header: &[&'a str], wide: bool) -> Vec<&'a str> {
+    let mut h = header.to_vec();
+    if wide {
+        h.extend(WIDE_COLUMNS);
+    }
+    h
+}
+
+/// [`WIDE_COLUMNS`] of `b`.
+fn wide_columns(b: &crate::output::BackupOut) -> Vec<String> {
+    let dash = || "-".to_owned();
+    vec![
+        b.started_at.to_string(),
+        b.size.to_string(),
+        b.compression.clone().unwrap_or_else(dash),
+        b.encryption.as_ref().map_or_else(dash, |e| {
+            format!("{} ({} recipient(s))", e.scheme, e.recipients.len())
+        }),
+        b.immutable_until.map_or_else(dash, |t| t.to_string()),
+        b.log_position
+            .as_ref()
+            .map_or_else(dash, |p| match &p.gtid {
+                Some(g) => format!("{}:{} gtid {g}", p.file, p.position),
+                None => format!("{}:{}", p.file, p.position),
+            }),
+    ]
+}
+
+fn ls_table(out: &LsOut, wide: bool) -> String {
     let mut s = format!("Cluster {:?} in {}\n\n", out.cluster, out.store);
     let rows: Vec<Vec<String>> = out
         .backups
@@ -914,24 +957,25 @@ fn ls_table(out: &LsOut) -> String {
                 },
                 b.parent_id.clone().unwrap_or_default(),
             ]
+            .into_iter()
+            .chain(wide.then(|| wide_columns(b)).into_iter().flatten())
+            .collect()
         })
         .collect();
     if rows.is_empty() {
         s.push_str("No backups.\n");
     } else {
-        s.push_str(&table(
-            &[
-                "BACKUP-ID",
-                "NAME",
-                "TYPE",
-                "PHASE",
-                "COMPLETED",
-                "SIZE",
-                "RESTORABLE",
-                "PARENT",
-            ],
-            &rows,
-        ));
+        let header = [
+            "BACKUP-ID",
+            "NAME",
+            "TYPE",
+            "PHASE",
+            "COMPLETED",
+            "SIZE",
+            "RESTORABLE",
+            "PARENT",
+        ];
+        s.push_str(&table(&with_wide(&header, wide), &rows));
     }
     s.push('\n');
     s.push_str(&format!(

@@ -112,6 +112,36 @@ fn plan_json_follows_the_documented_contract() {
     assert!(yaml.status.success(), "{}", stderr(&yaml));
     let as_yaml: Value = serde_yaml::from_slice(&yaml.stdout).unwrap();
     assert_eq!(as_yaml, v);
+    // `-o wide`: the table with the columns it adds, for plan and ls.
+    for cmd in ["plan", "ls"] {
+        let args = if cmd == "plan" {
+            pass_args(cmd, &url, &["-o", "wide"])
+        } else {
+            vec!["ls", "--store", &url, "--cluster", "demo", "-o", "wide"]
+        };
+        let wide = run(&args);
+        assert!(wide.status.success(), "{}", stderr(&wide));
+        let text = String::from_utf8(wide.stdout).unwrap();
+        let header = text.lines().find(|l| l.contains("BACKUP-ID")).unwrap();
+        for column in [
+            "STARTED",
+            "BYTES",
+            "COMPRESSION",
+            "ENCRYPTION",
+            "LOCKED-UNTIL",
+            "LOG-POSITION",
+        ] {
+            assert!(header.contains(column), "{cmd}: {header}");
+        }
+        let row = text
+            .lines()
+            .find(|l| l.contains("20261101T020000Z-00001000"))
+            .unwrap();
+        assert!(
+            row.contains("2026-11-01T02:00:00Z"),
+            "{cmd}: started in {row}"
+        );
+    }
     // A dry run deletes nothing.
     assert_eq!(files(dir.path()), before);
 }

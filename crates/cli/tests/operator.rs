@@ -326,6 +326,18 @@ async fn a_backup_job_on_the_node_then_point_in_time_restore() {
     );
     assert!(st["size"].as_u64().unwrap() > 0, "{st}");
     assert_eq!(st["key"], format!("manual-1/{id}/metadata.json"));
+    // Counted once, with its size and duration as the last backup's.
+    let metrics = op.get("/metrics").await.1;
+    for series in [
+        r#"tidemark_backups_total{namespace="prod",policy="shop",result="succeeded"} 1"#,
+        r#"tidemark_backups_total{namespace="prod",policy="shop",result="failed"} 0"#,
+        &format!(
+            r#"tidemark_last_backup_size_bytes{{namespace="prod",policy="shop"}} {}"#,
+            st["size"]
+        ),
+    ] {
+        assert!(metrics.contains(series), "{series} not in:\n{metrics}");
+    }
     assert!(
         st["startedAt"].is_string() && st["completedAt"].is_string(),
         "{st}"

@@ -185,6 +185,11 @@ pub(crate) async fn settle(
     id: &str,
     failure: Option<String>,
 ) -> Result<Action, Error> {
+    // Decided from the cache, which may not hold the status an earlier settle wrote yet:
+    // an attempt that already ended is neither written nor counted again.
+    if already_ended(api, backup).await? {
+        return Ok(Action::await_change());
+    }
     let key = layout::metadata_key(name, id);
     let mut unreadable = None;
     let meta = match store.read(&key).await {
@@ -262,6 +267,10 @@ pub(crate) async fn fail(
     status: &BackupStatus,
     message: &str,
 ) -> Result<(), Error> {
+    // As in `settle`: an attempt that ended meanwhile keeps its outcome, counted once.
+    if already_ended(api, backup).await? {
+        return Ok(());
+    }
     // `push` records its error already redacted; the Job's own messages carry no secret.
     let message = message.to_owned();
     let mut failed = status.clone();
@@ -297,6 +306,17 @@ pub(crate) async fn fail(
         tracing::warn!(backup = %backup.name_any(), "could not publish event: {e}");
     }
     Ok(())
+}
+
+/// Whether the API server's copy of `backup` (not the cache's) has ended, completed or
+/// failed.
+async fn already_ended(api: &Api<Backup>, backup: &Backup) -> Result<bool, Error> {
+    Ok(api
+        .get_opt(&backup.name_any())
+        .await?
+        .and_then(|b| b.status)
+        .and_then(|s| s.phase)
+        .is_some_and(BackupPhase::is_done))
 }
 
 /// Whether `blocked` gave up (it then waits for a change instead of a minute).

@@ -82,22 +82,26 @@ async fn client_in(args: &KubeArgs) -> Result<(Client, String), CliError> {
     Ok((client, ns))
 }
 
+/// BackupPolicy `ns/name` from the API server; its absence is the user's input error.
+async fn read_policy(client: &Client, ns: &str, name: &str) -> Result<BackupPolicy, CliError> {
+    Api::<BackupPolicy>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .map_err(|e| api_error(&format!("BackupPolicy {ns}/{name}"), e))?
+        .ok_or_else(|| {
+            CliError::input(format!(
+                "BackupPolicy {ns}/{name} does not exist (kubectl get backuppolicies -n {ns})"
+            ))
+        })
+}
+
 /// Reads BackupPolicy `name` (in `--namespace`, else the kubeconfig's namespace).
 ///
 /// # Errors
 /// No cluster configuration, no such policy, or its Secret / store cannot be used.
 pub async fn policy(args: &KubeArgs, name: &str) -> Result<ClusterPolicy, CliError> {
     let (client, ns) = client_in(args).await?;
-    let policies: Api<BackupPolicy> = Api::namespaced(client.clone(), &ns);
-    let Some(p) = policies
-        .get_opt(name)
-        .await
-        .map_err(|e| api_error(&format!("BackupPolicy {ns}/{name}"), e))?
-    else {
-        return Err(CliError::input(format!(
-            "BackupPolicy {ns}/{name} does not exist (kubectl get backuppolicies -n {ns})"
-        )));
-    };
+    let p = read_policy(&client, &ns, name).await?;
     // A person's own identity: ambient credentials are theirs to use.
     let store = tidemark_operator::stores::open_store(&client, &p, Duration::from_secs(60), true)
         .await
@@ -499,16 +503,7 @@ pub async fn status(args: &crate::args::StatusArgs) -> Result<Exit, CliError> {
     use tidemark_api::crd::{Restore, ScheduledBackup};
     let (client, ns) = client_in(&args.kube).await?;
     let name = args.policy.as_str();
-    let policies: Api<BackupPolicy> = Api::namespaced(client.clone(), &ns);
-    let Some(policy) = policies
-        .get_opt(name)
-        .await
-        .map_err(|e| api_error(&format!("BackupPolicy {ns}/{name}"), e))?
-    else {
-        return Err(CliError::input(format!(
-            "BackupPolicy {ns}/{name} does not exist (kubectl get backuppolicies -n {ns})"
-        )));
-    };
+    let policy = read_policy(&client, &ns, name).await?;
     let ns = ns.as_str();
     let list = |what: &'static str| move |e| api_error(&format!("{what} in {ns}"), e);
     let schedules: Vec<ScheduledBackup> = Api::namespaced(client.clone(), ns)

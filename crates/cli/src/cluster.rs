@@ -252,18 +252,7 @@ fn timeout_of(t: &str) -> Result<jiff::SignedDuration, CliError> {
 
 /// Fails unless BackupPolicy `ns/policy` exists.
 async fn ensure_policy(client: &Client, ns: &str, policy: &str) -> Result<(), CliError> {
-    let policies: Api<BackupPolicy> = Api::namespaced(client.clone(), ns);
-    if policies
-        .get_opt(policy)
-        .await
-        .map_err(|e| api_error(&format!("BackupPolicy {ns}/{policy}"), e))?
-        .is_none()
-    {
-        return Err(CliError::input(format!(
-            "BackupPolicy {ns}/{policy} does not exist (kubectl get backuppolicies -n {ns})"
-        )));
-    }
-    Ok(())
+    read_policy(client, ns, policy).await.map(|_| ())
 }
 
 /// Follows the object `ns/name` until `look` says it ended (`Ok`: what to print, exit 0;

@@ -13,6 +13,9 @@ pub const LABEL_MAX: usize = 63;
 /// A label key: an optional DNS subdomain prefix and `/`, then a name of at most 63
 /// characters.
 pub const LABEL_KEY_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$";
+/// A key of a Secret's data (what `secretKeyRef.key` accepts): letters, digits, `-`, `_`
+/// and `.`, at most 253 characters, not `.`, `..` or starting with `..`.
+pub const SECRET_KEY_PATTERN: &str = r"^[-._a-zA-Z0-9]+$";
 /// The longest label value; names that become label values (a ScheduledBackup's, a
 /// BackupPolicy's) are held to it.
 pub const LABEL_VALUE_MAX: usize = 63;
@@ -107,6 +110,28 @@ pub fn label_key(field: &'static str, value: &str) -> Result<(), NameError> {
     }
 }
 
+/// A key of a Secret's data: letters, digits, `-`, `_` and `.`, at most 253 characters,
+/// not `.` or `..` and not starting with `..` (the API server's own rule for keys).
+///
+/// # Errors
+/// Anything else.
+pub fn secret_key(field: &'static str, value: &str) -> Result<(), NameError> {
+    let chars_ok = !value.is_empty()
+        && value.len() <= SUBDOMAIN_MAX
+        && value
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || b"-_.".contains(&c));
+    if chars_ok && value != "." && !value.starts_with("..") {
+        Ok(())
+    } else {
+        Err(refuse(
+            field,
+            value,
+            "a Secret key (letters, digits, '-', '_' and '.', at most 253 characters, not '.' or '..'), e.g. password",
+        ))
+    }
+}
+
 /// A name that becomes a label value on what the operator creates: at most 63 characters.
 ///
 /// # Errors
@@ -152,6 +177,29 @@ mod tests {
                     && e.to_string().contains("Kubernetes object name"),
                 "{e}"
             );
+        }
+        for ok in [
+            "password",
+            "AWS_SECRET_ACCESS_KEY",
+            "root-password",
+            "tls.key",
+            "a..b",
+        ] {
+            assert!(secret_key("k", ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            "../x",
+            "..x",
+            "a/b",
+            "a b",
+            "é",
+            &"k".repeat(254),
+        ] {
+            let e = secret_key("spec.source.passwordFrom.key", bad).unwrap_err();
+            assert!(e.to_string().contains("a Secret key"), "{e}");
         }
         assert!(dns_label("c", "mariadb").is_ok());
         assert!(dns_label("c", "a.b").is_err());

@@ -425,9 +425,57 @@ impl PodResources {
     }
 }
 
+/// A key of a Secret of the object's namespace, as a pod's `secretKeyRef` names one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+pub struct SecretKeyRef {
+    /// The Secret's name.
+    #[schemars(pattern(crate::names::SUBDOMAIN_PATTERN), length(max = 253))]
+    pub name: String,
+    /// The key of its data.
+    #[schemars(pattern(crate::names::SECRET_KEY_PATTERN), length(max = 253))]
+    pub key: String,
+}
+
+impl SecretKeyRef {
+    pub fn new(name: &str, key: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            key: key.to_owned(),
+        }
+    }
+
+    /// Its name and key are a Secret's name and a key (`field` is the reference's path;
+    /// `name_field` and `key_field` its members').
+    ///
+    /// # Errors
+    /// Either is not.
+    pub fn validate(
+        &self,
+        name_field: &'static str,
+        key_field: &'static str,
+    ) -> Result<(), crate::names::NameError> {
+        crate::names::dns_subdomain(name_field, &self.name)?;
+        crate::names::secret_key(key_field, &self.key)
+    }
+}
+
+impl std::fmt::Display for SecretKeyRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "key {:?} of Secret {}", self.key, self.name)
+    }
+}
+
+/// Where the database login is: each of the user and the password by reference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Login {
+    pub user: SecretKeyRef,
+    pub password: SecretKeyRef,
+}
+
 /// The database pods a Backup runs against (operator only).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.credentialsSecret) || has(self.usernameFrom) == has(self.passwordFrom)").message("set passwordFrom with usernameFrom (or credentialsSecret for the other)"))]
 pub struct SourceSpec {
     /// Selects the database pods (same namespace).
     pub selector: LabelSelector,
@@ -455,6 +503,14 @@ pub struct SourceSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(crate::names::SUBDOMAIN_PATTERN), length(max = 253))]
     pub credentials_secret: Option<String>,
+    /// The database user by reference (`{name, key}`), e.g. the Secret another operator
+    /// made: instead of `credentialsSecret`'s key `username`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username_from: Option<SecretKeyRef>,
+    /// The database password by reference (`{name, key}`): instead of
+    /// `credentialsSecret`'s key `password`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_from: Option<SecretKeyRef>,
     /// Retention deletes only while the cluster has an established primary: a selected pod
     /// labelled primary (or the only selected pod, when none carries the role label) that
     /// has been Running and Ready for this long (`<n>s|<n>m|<n>h`, 1s to 24h; default
@@ -466,12 +522,13 @@ pub struct SourceSpec {
     pub primary_ready_for: Option<String>,
     /// With target `prefer-standby`: the most a standby may lag behind its primary to be
     /// backed up (`<n>s|<n>m|<n>h`, 1s to 24h). Each Ready standby is asked (`mariadb` in
-    /// its database container through `pods/exec`, logging in with `credentialsSecret`):
+    /// its database container through `pods/exec`, logging in with the source's login):
     /// one that does not replicate (stopped or broken) or lags more is skipped, and when
     /// none is fit the primary is backed up — the Backup's status says which and why.
-    /// Without it, standbys are still asked when they can be (`credentialsSecret` set, exec
-    /// allowed) and one that does not replicate is skipped, whatever its lag; without
-    /// `credentialsSecret`, standbys are chosen by their role label and readiness alone.
+    /// Without it, standbys are still asked when they can be (a login set, exec allowed)
+    /// and one that does not replicate is skipped, whatever its lag; without a login
+    /// (`credentialsSecret`, or `usernameFrom` and `passwordFrom`), standbys are chosen by
+    /// their role label and readiness alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(crate::interval::BINLOG_MAX_LAG_RULE).message(crate::interval::BINLOG_MAX_LAG_MESSAGE))]
     #[schemars(length(max = 24))]
@@ -748,6 +805,7 @@ pub enum DeletionPolicy {
 /// `file:///var/backups`) or an S3 `bucket` with an optional `path` prefix.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
 #[x_kube(validation = Rule::new("has(self.url) != has(self.bucket)").message("set exactly one of url (e.g. file:///var/backups) and bucket (with an optional path)"))]
+#[x_kube(validation = Rule::new("!has(self.credentialsKeys) || has(self.credentialsSecret)").message("credentialsKeys names keys of credentialsSecret, which is not set"))]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectStoreSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -765,10 +823,16 @@ pub struct ObjectStoreSpec {
     /// Name of the Secret of the policy's namespace holding the store's credentials
     /// (operator only): S3 `accessKeyId` and `secretAccessKey` (optional `sessionToken`);
     /// `gs://` `serviceAccountKey` (the JSON key file); `az://` `accountName` with
-    /// `accountKey` or `sasToken`.
+    /// `accountKey` or `sasToken`. Each may also be under its environment variable's name
+    /// (`AWS_ACCESS_KEY_ID`, …), or under a key `credentialsKeys` names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(crate::names::SUBDOMAIN_PATTERN), length(max = 253))]
     pub credentials_secret: Option<String>,
+    /// Other keys of `credentialsSecret` to read the credentials from, for a Secret made
+    /// for another tool (e.g. `accessKeyId: ACCESS_KEY_ID`). A credential named here is
+    /// read from that key only; the others keep their default keys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_keys: Option<CredentialsKeys>,
     /// Path-style requests (the default whenever an endpoint is given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path_style: Option<bool>,
@@ -798,6 +862,105 @@ pub struct ObjectStoreSpec {
     pub object_lock: Option<ObjectLockSpec>,
 }
 
+/// The keys of a store Secret that hold each credential, where they are not the default.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CredentialsKeys {
+    /// S3: the access key id (default `accessKeyId` or `AWS_ACCESS_KEY_ID`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(crate::names::SECRET_KEY_PATTERN), length(max = 253))]
+    pub access_key_id: Option<String>,
+    /// S3: the secret access key (default `secretAccessKey` or `AWS_SECRET_ACCESS_KEY`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(crate::names::SECRET_KEY_PATTERN), length(max = 253))]
+    pub secret_access_key: Option<String>,
+    /// S3: the session token (default `sessionToken` or `AWS_SESSION_TOKEN`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(crate::names::SECRET_KEY_PATTERN), length(max = 253))]
+    pub session_token: Option<String>,
+    /// GCS: the service-account key file (default `serviceAccountKey` or
+    /// `GOOGLE_SERVICE_ACCOUNT_KEY`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(crate::names::SECRET_KEY_PATTERN), length(max = 253))]
+    pub service_account_key: Option<String>,
+    /// Azure: the account name (default `accountName` or `AZURE_STORAGE_ACCOUNT_NAME`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(crate::names::SECRET_KEY_PATTERN), length(max = 253))]
+    pub account_name: Option<String>,
+    /// Azure: the account key (default `accountKey` or `AZURE_STORAGE_ACCOUNT_KEY`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(crate::names::SECRET_KEY_PATTERN), length(max = 253))]
+    pub account_key: Option<String>,
+    /// Azure: a SAS token (default `sasToken` or `AZURE_STORAGE_SAS_TOKEN`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(crate::names::SECRET_KEY_PATTERN), length(max = 253))]
+    pub sas_token: Option<String>,
+}
+
+impl CredentialsKeys {
+    /// The key named for the credential whose default key is `default` (`accessKeyId`,
+    /// `serviceAccountKey`, …), if one is.
+    pub fn key_for(&self, default: &str) -> Option<&str> {
+        self.fields()
+            .into_iter()
+            .find_map(|(name, _, key)| (name == default).then_some(key).flatten())
+    }
+
+    /// `(default key, field path, named key)` of each credential.
+    fn fields(&self) -> [(&'static str, &'static str, Option<&str>); 7] {
+        [
+            (
+                "accessKeyId",
+                "spec.objectStore.credentialsKeys.accessKeyId",
+                self.access_key_id.as_deref(),
+            ),
+            (
+                "secretAccessKey",
+                "spec.objectStore.credentialsKeys.secretAccessKey",
+                self.secret_access_key.as_deref(),
+            ),
+            (
+                "sessionToken",
+                "spec.objectStore.credentialsKeys.sessionToken",
+                self.session_token.as_deref(),
+            ),
+            (
+                "serviceAccountKey",
+                "spec.objectStore.credentialsKeys.serviceAccountKey",
+                self.service_account_key.as_deref(),
+            ),
+            (
+                "accountName",
+                "spec.objectStore.credentialsKeys.accountName",
+                self.account_name.as_deref(),
+            ),
+            (
+                "accountKey",
+                "spec.objectStore.credentialsKeys.accountKey",
+                self.account_key.as_deref(),
+            ),
+            (
+                "sasToken",
+                "spec.objectStore.credentialsKeys.sasToken",
+                self.sas_token.as_deref(),
+            ),
+        ]
+    }
+
+    /// Each named key is a Secret key.
+    ///
+    /// # Errors
+    /// One is not.
+    pub fn validate(&self) -> Result<(), crate::names::NameError> {
+        for (_, field, key) in self.fields() {
+            if let Some(k) = key {
+                crate::names::secret_key(field, k)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// How committed backups are locked.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
@@ -820,9 +983,13 @@ pub const RECIPIENT_PATTERN: &str = "^age1[02-9ac-hj-np-z]{58}$";
 /// Most recipients one store encrypts to.
 pub const MAX_RECIPIENTS: usize = 16;
 
+/// The key of `identitySecret` that holds the age identities.
+pub const IDENTITY_KEY: &str = "identity";
+
 /// Who new objects are encrypted to, and where the keys to read them are.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!(has(self.identitySecret) && has(self.identityFrom))").message("set one of identitySecret (its key `identity`) and identityFrom ({name, key})"))]
 pub struct EncryptionSpec {
     /// age X25519 public keys (`age1…`, as `age-keygen` or `tidemark keygen` prints them)
     /// new payloads and segments are encrypted to; any one of their identities reads them.
@@ -839,11 +1006,15 @@ pub struct EncryptionSpec {
     #[schemars(length(max = 4096))]
     pub identity_file: Option<String>,
     /// The Secret of the policy's namespace whose key `identity` holds the age identities
-    /// (operator only): consolidation Jobs read encrypted chains with it. Without it,
-    /// encrypted chains are not consolidated (they are kept whole).
+    /// (operator only): consolidation Jobs read encrypted chains with it. Without it (or
+    /// `identityFrom`), encrypted chains are not consolidated (they are kept whole).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(crate::names::SUBDOMAIN_PATTERN), length(max = 253))]
     pub identity_secret: Option<String>,
+    /// The age identities by reference (`{name, key}`), instead of `identitySecret`'s key
+    /// `identity` (operator only; set one of the two).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity_from: Option<SecretKeyRef>,
     /// The instant encryption was turned on (RFC 3339, e.g. `2026-11-01T00:00:00Z`):
     /// backups completed and binlogs ending before it may be unencrypted. Under a policy with
     /// recipients every other unencrypted payload or segment is refused by restores,
@@ -855,6 +1026,15 @@ pub struct EncryptionSpec {
 }
 
 impl EncryptionSpec {
+    /// Where the age identities are: `identityFrom`, or `identitySecret`'s key `identity`.
+    pub fn identity(&self) -> Option<SecretKeyRef> {
+        self.identity_from.clone().or_else(|| {
+            self.identity_secret
+                .as_deref()
+                .map(|s| SecretKeyRef::new(s, IDENTITY_KEY))
+        })
+    }
+
     /// [`EncryptionSpec::plaintext_before`], parsed.
     ///
     /// # Errors
@@ -910,6 +1090,18 @@ impl EncryptionSpec {
         }
         if let Some(secret) = &self.identity_secret {
             crate::names::dns_subdomain("spec.objectStore.encryption.identitySecret", secret)?;
+        }
+        if let Some(r) = &self.identity_from {
+            if self.identity_secret.is_some() {
+                return Err(PolicyFileError::Invalid {
+                    field: "spec.objectStore.encryption.identityFrom",
+                    problem: "set one of identitySecret (its key `identity`) and identityFrom ({name, key})".into(),
+                });
+            }
+            r.validate(
+                "spec.objectStore.encryption.identityFrom.name",
+                "spec.objectStore.encryption.identityFrom.key",
+            )?;
         }
         self.plaintext_before()?;
         Ok(())
@@ -1109,7 +1301,7 @@ impl SourceSpec {
     ///
     /// # Errors
     /// A container, volume, label key or Secret name that is not one.
-    pub fn validate(&self) -> Result<(), crate::names::NameError> {
+    pub fn validate(&self) -> Result<(), PolicyFileError> {
         use crate::names::{dns_label, dns_subdomain, label_key};
         if let Some(c) = &self.container {
             dns_label("spec.source.container", c)?;
@@ -1123,7 +1315,48 @@ impl SourceSpec {
         if let Some(s) = &self.credentials_secret {
             dns_subdomain("spec.source.credentialsSecret", s)?;
         }
+        if let Some(r) = &self.username_from {
+            r.validate(
+                "spec.source.usernameFrom.name",
+                "spec.source.usernameFrom.key",
+            )?;
+        }
+        if let Some(r) = &self.password_from {
+            r.validate(
+                "spec.source.passwordFrom.name",
+                "spec.source.passwordFrom.key",
+            )?;
+        }
+        if self.credentials_secret.is_none()
+            && self.username_from.is_some() != self.password_from.is_some()
+        {
+            let (field, other) = if self.username_from.is_some() {
+                ("spec.source.passwordFrom", "usernameFrom")
+            } else {
+                ("spec.source.usernameFrom", "passwordFrom")
+            };
+            return Err(PolicyFileError::Invalid {
+                field,
+                problem: format!(
+                    "required with {other} (or credentialsSecret, whose key `username`/`password` is the default)"
+                ),
+            });
+        }
         Ok(())
+    }
+
+    /// The database login: `usernameFrom` and `passwordFrom`, each defaulting to
+    /// `credentialsSecret`'s key `username` or `password`; none without either.
+    pub fn login(&self) -> Option<Login> {
+        let default = |key: &str| {
+            self.credentials_secret
+                .as_deref()
+                .map(|s| SecretKeyRef::new(s, key))
+        };
+        Some(Login {
+            user: self.username_from.clone().or_else(|| default("username"))?,
+            password: self.password_from.clone().or_else(|| default("password"))?,
+        })
     }
 }
 
@@ -1185,6 +1418,17 @@ impl BackupPolicySpec {
             self.object_lock()?;
             if let Some(secret) = &os.credentials_secret {
                 crate::names::dns_subdomain("spec.objectStore.credentialsSecret", secret)?;
+            }
+            if let Some(keys) = &os.credentials_keys {
+                if os.credentials_secret.is_none() {
+                    return Err(PolicyFileError::Invalid {
+                        field: "spec.objectStore.credentialsKeys",
+                        problem:
+                            "names keys of spec.objectStore.credentialsSecret, which is not set"
+                                .into(),
+                    });
+                }
+                keys.validate()?;
             }
         }
         if let Some(source) = &self.source {
@@ -1430,6 +1674,95 @@ mod tests {
                 "spec.backupHistory.maxAge 1m",
                 "spec.objectStore.objectLock.period 2m"
             ]
+        );
+    }
+
+    /// The login and the identities by reference: each defaults to the fixed key of its
+    /// Secret, a half login or two identities is refused, and names and keys are checked.
+    #[test]
+    fn secret_keys_by_reference() {
+        let source = |y: &str| -> SourceSpec {
+            serde_json::from_value(serde_json::from_str::<serde_json::Value>(y).unwrap()).unwrap()
+        };
+        let sel = r#""selector": {}"#;
+        let fixed = source(&format!(r#"{{{sel}, "credentialsSecret": "db"}}"#));
+        assert_eq!(
+            fixed.login(),
+            Some(Login {
+                user: SecretKeyRef::new("db", "username"),
+                password: SecretKeyRef::new("db", "password")
+            })
+        );
+        let mixed = source(&format!(
+            r#"{{{sel}, "credentialsSecret": "db", "passwordFrom": {{"name": "root", "key": "root-password"}}}}"#
+        ));
+        assert_eq!(
+            mixed.login().map(|l| (l.user, l.password)),
+            Some((
+                SecretKeyRef::new("db", "username"),
+                SecretKeyRef::new("root", "root-password")
+            ))
+        );
+        assert!(mixed.validate().is_ok());
+        let half = source(&format!(
+            r#"{{{sel}, "usernameFrom": {{"name": "root", "key": "user"}}}}"#
+        ));
+        assert_eq!(half.login(), None);
+        let e = half.validate().unwrap_err().to_string();
+        assert!(
+            e.starts_with("spec.source.passwordFrom: required with usernameFrom"),
+            "{e}"
+        );
+        for (bad, field) in [
+            (
+                r#"{"name": "../team-b/x", "key": "k"}"#,
+                "spec.source.usernameFrom.name",
+            ),
+            (
+                r#"{"name": "root", "key": "../k"}"#,
+                "spec.source.usernameFrom.key",
+            ),
+        ] {
+            let e = source(&format!(
+                r#"{{{sel}, "usernameFrom": {bad}, "passwordFrom": {{"name": "r", "key": "p"}}}}"#
+            ))
+            .validate()
+            .unwrap_err()
+            .to_string();
+            assert!(e.starts_with(field), "{e}");
+        }
+        assert_eq!(source(&format!("{{{sel}}}")).login(), None);
+
+        let enc = |v: serde_json::Value| -> EncryptionSpec { serde_json::from_value(v).unwrap() };
+        let by_secret = enc(serde_json::json!({"identitySecret": "age"}));
+        assert_eq!(
+            by_secret.identity(),
+            Some(SecretKeyRef::new("age", "identity"))
+        );
+        let by_ref = enc(serde_json::json!({"identityFrom": {"name": "age", "key": "key.txt"}}));
+        assert_eq!(by_ref.identity(), Some(SecretKeyRef::new("age", "key.txt")));
+        assert!(by_ref.validate().is_ok());
+        let both = enc(
+            serde_json::json!({"identitySecret": "a", "identityFrom": {"name": "age", "key": "k"}}),
+        );
+        assert!(
+            both.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("set one of")
+        );
+
+        let keys = CredentialsKeys {
+            access_key_id: Some("ACCESS_KEY_ID".into()),
+            sas_token: Some("bad key".into()),
+            ..Default::default()
+        };
+        assert_eq!(keys.key_for("accessKeyId"), Some("ACCESS_KEY_ID"));
+        assert_eq!(keys.key_for("secretAccessKey"), None);
+        let e = keys.validate().unwrap_err().to_string();
+        assert!(
+            e.starts_with("spec.objectStore.credentialsKeys.sasToken"),
+            "{e}"
         );
     }
 

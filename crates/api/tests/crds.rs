@@ -440,3 +440,64 @@ fn find<'a>(v: &'a Value, name: &str) -> &'a Value {
     }
     walk(v, name).unwrap_or_else(|| panic!("no property {name}"))
 }
+
+#[test]
+fn secret_keys_by_reference_come_whole() {
+    let source = |extra: Value| {
+        let mut s = json!({"selector": {"matchLabels": {"app": "db"}}});
+        s.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        json!({"source": s})
+    };
+    let r = |name: &str, key: &str| json!({"name": name, "key": key});
+    // Both by reference, or one beside credentialsSecret (its default key for the other).
+    for ok in [
+        json!({"usernameFrom": r("root", "user"), "passwordFrom": r("root", "root-password")}),
+        json!({"credentialsSecret": "db", "passwordFrom": r("root", "root-password")}),
+        json!({"credentialsSecret": "db", "usernameFrom": r("root", "user")}),
+        json!({"credentialsSecret": "db"}),
+        json!({}),
+    ] {
+        assert_accepted("BackupPolicy", source(ok));
+    }
+    for half in [
+        json!({"usernameFrom": r("root", "user")}),
+        json!({"passwordFrom": r("root", "root-password")}),
+    ] {
+        assert_refused(
+            "BackupPolicy",
+            source(half),
+            "set passwordFrom with usernameFrom",
+        );
+    }
+    let store = |extra: Value| {
+        let mut s = json!({"bucket": "b"});
+        s.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        json!({"objectStore": s})
+    };
+    assert_accepted(
+        "BackupPolicy",
+        store(
+            json!({"credentialsSecret": "s3", "credentialsKeys": {"accessKeyId": "ACCESS_KEY_ID"}}),
+        ),
+    );
+    assert_refused(
+        "BackupPolicy",
+        store(json!({"credentialsKeys": {"accessKeyId": "ACCESS_KEY_ID"}})),
+        "credentialsKeys names keys of credentialsSecret",
+    );
+    assert_accepted(
+        "BackupPolicy",
+        store(json!({"encryption": {"identityFrom": r("age", "key.txt")}})),
+    );
+    assert_refused(
+        "BackupPolicy",
+        store(
+            json!({"encryption": {"identitySecret": "age", "identityFrom": r("age", "key.txt")}}),
+        ),
+        "set one of identitySecret",
+    );
+}

@@ -1964,12 +1964,18 @@ async fn replication_and_failover(w: Arc<World>) {
     w.apply(
         ns,
         &[
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "mariadb-login"},
+                   "stringData": {"user": "backup", "MARIADB_PASSWORD": DB_PASSWORD}}),
             json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy", "metadata": {"name": "shop"},
                 "spec": {
                     "cluster": "replicated",
                     "objectStore": {"bucket": tidemark_store::testkit::BUCKET, "endpoint": w.s3.endpoint, "credentialsSecret": "s3"},
+                    // The login by reference, from a Secret made for another tool: the
+                    // Jobs, the archiver and the standby probe read these keys.
                     "source": {"selector": {"matchLabels": {"app": "db"}}, "container": "mariadb",
-                               "credentialsSecret": "db", "standbyMaxLag": "5m", "primaryReadyFor": "1s"},
+                               "usernameFrom": {"name": "mariadb-login", "key": "user"},
+                               "passwordFrom": {"name": "mariadb-login", "key": "MARIADB_PASSWORD"},
+                               "standbyMaxLag": "5m", "primaryReadyFor": "1s"},
                     "binlogArchive": {"server": {"host": primary_service, "port": 3306}, "interval": "1s",
                                       "maxLag": "3s"},
                 }}),

@@ -144,7 +144,7 @@ pub fn archiver(
         .spec
         .source
         .as_ref()
-        .and_then(|s| s.credentials_secret.clone());
+        .and_then(tidemark_api::policy::SourceSpec::login);
     let mut cmd = vec![
         "archive-binlogs".to_owned(),
         "--store".into(),

@@ -81,13 +81,13 @@ impl Consolidator for JobConsolidator {
             .and_then(|os| os.encryption.as_ref());
         if chain_encrypted(survey, &target.id) {
             if encryption
-                .and_then(|e| e.identity_secret.as_ref())
+                .and_then(tidemark_api::policy::EncryptionSpec::identity)
                 .is_none()
             {
                 return Err(EngineError::Input(format!(
-                    "the chain of {} is encrypted, and consolidating it reads it: set spec.objectStore.encryption.identitySecret (a Secret with key `{}` holding the age identities); the chain is kept whole",
+                    "the chain of {} is encrypted, and consolidating it reads it: set spec.objectStore.encryption.identitySecret (a Secret with key `{}` holding the age identities) or identityFrom ({{name, key}}); the chain is kept whole",
                     target.id,
-                    pod::IDENTITY_KEY
+                    tidemark_api::policy::IDENTITY_KEY
                 )));
             }
             // The synthetic full would hold the chain's content in clear.

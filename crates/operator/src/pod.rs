@@ -14,6 +14,7 @@ use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use tidemark_api::ObjectStoreSpec;
 use tidemark_api::crd::BackupPolicy;
+use tidemark_api::policy::Login;
 
 use crate::names::MANAGED_BY;
 use crate::stores::SecretKeys;
@@ -74,22 +75,20 @@ pub fn store_env(os: &ObjectStoreSpec, keys: Option<&SecretKeys>) -> Vec<EnvVar>
     env
 }
 
-/// The key of an identity Secret that holds the age identities.
-pub const IDENTITY_KEY: &str = "identity";
-
-/// The age identities of `objectStore.encryption.identitySecret`, by reference, as
-/// `TIDEMARK_IDENTITY`: for the pods that read encrypted payloads (consolidation Jobs).
+/// The age identities of `objectStore.encryption` (`identityFrom`, or `identitySecret`'s
+/// key `identity`), by reference, as `TIDEMARK_IDENTITY`: for the pods that read encrypted
+/// payloads (consolidation Jobs).
 pub fn identity_env(os: &ObjectStoreSpec) -> Option<EnvVar> {
-    let secret = os.encryption.as_ref()?.identity_secret.as_deref()?;
-    Some(from_secret("TIDEMARK_IDENTITY", secret, IDENTITY_KEY))
+    let r = os.encryption.as_ref()?.identity()?;
+    Some(from_secret("TIDEMARK_IDENTITY", &r.name, &r.key))
 }
 
-/// The database login of Secret `secret` (`username`, `password`) as `$DB_USER` and
-/// `$DB_PASSWORD`, for [`login_script`].
-pub fn login_env(secret: &str) -> [EnvVar; 2] {
+/// The database login, by reference, as `$DB_USER` and `$DB_PASSWORD`, for
+/// [`login_script`].
+pub fn login_env(login: &Login) -> [EnvVar; 2] {
     [
-        from_secret("DB_USER", secret, "username"),
-        from_secret("DB_PASSWORD", secret, "password"),
+        from_secret("DB_USER", &login.user.name, &login.user.key),
+        from_secret("DB_PASSWORD", &login.password.name, &login.password.key),
     ]
 }
 
@@ -373,6 +372,32 @@ pub fn from_secret(name: &str, secret: &str, key: &str) -> EnvVar {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The identities by reference: `identityFrom`'s Secret and key, or `identitySecret`'s
+    /// key `identity`; never a value.
+    #[test]
+    fn identities_go_by_reference_to_the_key_named() {
+        let r = |os: serde_json::Value| {
+            let os: ObjectStoreSpec = serde_json::from_value(os).unwrap();
+            let e = identity_env(&os)?;
+            assert!(e.value.is_none());
+            let s = e.value_from?.secret_key_ref?;
+            Some((e.name, s.name, s.key))
+        };
+        assert_eq!(
+            r(serde_json::json!({"bucket": "b", "encryption": {"identitySecret": "keys"}})),
+            Some(("TIDEMARK_IDENTITY".into(), "keys".into(), "identity".into()))
+        );
+        assert_eq!(
+            r(serde_json::json!({"bucket": "b",
+                "encryption": {"identityFrom": {"name": "age", "key": "key.txt"}}})),
+            Some(("TIDEMARK_IDENTITY".into(), "age".into(), "key.txt".into()))
+        );
+        assert_eq!(
+            r(serde_json::json!({"bucket": "b", "encryption": {}})),
+            None
+        );
+    }
 
     /// A pod's `tidemark` gets each credential as the environment variable its store
     /// builder reads, by reference to the Secret (never the value), and an Azure

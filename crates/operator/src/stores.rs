@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kube::{Client, ResourceExt};
 use tidemark_api::crd::BackupPolicy;
+use tidemark_api::policy::CredentialsKeys;
 use tidemark_store::{CloudCredentials, ClusterStore, S3Credentials, StoreOptions};
 
 use crate::context::Context;
@@ -50,7 +51,8 @@ const AZURE_KEYS: [(&str, &str); 3] = [
 /// `gs://`: `serviceAccountKey` (the JSON key file); `az://`: `accountName` with
 /// `accountKey` or `sasToken`; each also under its environment variable's name
 /// (`AWS_ACCESS_KEY_ID`, `GOOGLE_SERVICE_ACCOUNT_KEY`, `AZURE_STORAGE_ACCOUNT_KEY`, …).
-/// No value is ever repeated in an error.
+/// A credential `overrides` (`spec.objectStore.credentialsKeys`) names is read from that
+/// key only. No value is ever repeated in an error.
 ///
 /// # Errors
 /// The Secret is missing or lacks the keys.
@@ -59,6 +61,7 @@ pub async fn store_secret(
     ns: &str,
     name: &str,
     url: &str,
+    overrides: Option<&CredentialsKeys>,
 ) -> Result<(SecretKeys, StoreCredentials), Error> {
     // Checked before it reaches a request path (`../../other-team/secrets/…`).
     tidemark_api::names::dns_subdomain("spec.objectStore.credentialsSecret", name)
@@ -73,7 +76,11 @@ pub async fn store_secret(
     let mut env = Vec::new();
     // The value of the first of `keys` present, recorded as environment variable `var`.
     let mut pick = |(ours, var): (&str, &str)| {
-        [ours, var].into_iter().find_map(|k| {
+        let keys = match overrides.and_then(|o| o.key_for(ours)) {
+            Some(named) => vec![named],
+            None => vec![ours, var],
+        };
+        keys.into_iter().find_map(|k| {
             let value = data
                 .get(k)
                 .and_then(|v| String::from_utf8(v.0.clone()).ok())
@@ -84,8 +91,27 @@ pub async fn store_secret(
         })
     };
     let lacks = |what: &str| {
+        let named = overrides.map_or(String::new(), |o| {
+            let mut keys: Vec<String> = [
+                "accessKeyId",
+                "secretAccessKey",
+                "serviceAccountKey",
+                "accountName",
+                "accountKey",
+                "sasToken",
+            ]
+            .into_iter()
+            .filter_map(|d| o.key_for(d).map(|k| format!("{k:?} for {d}")))
+            .collect();
+            keys.dedup();
+            if keys.is_empty() {
+                String::new()
+            } else {
+                format!(" (spec.objectStore.credentialsKeys: {})", keys.join(", "))
+            }
+        });
         Err(Error::Invalid(format!(
-            "Secret {ns}/{name} (spec.objectStore.credentialsSecret) lacks {what}"
+            "Secret {ns}/{name} (spec.objectStore.credentialsSecret) lacks {what}{named}"
         )))
     };
     let scheme = url.split_once("://").map_or("s3", |(s, _)| s);
@@ -159,7 +185,11 @@ pub async fn policy_secret_keys(
     match os.credentials_secret.as_deref() {
         Some(name) => {
             let url = os.store_url().unwrap_or_default();
-            Ok(Some(store_secret(client, &ns, name, &url).await?.0))
+            Ok(Some(
+                store_secret(client, &ns, name, &url, os.credentials_keys.as_ref())
+                    .await?
+                    .0,
+            ))
         }
         None => Ok(None),
     }
@@ -253,9 +283,15 @@ pub async fn open_store(
         .map_err(|e| Error::Invalid(e.to_string()))?;
     let (credentials, cloud_credentials) = match &os.credentials_secret {
         None => (None, None),
-        Some(secret) => match crate::stores::store_secret(client, &ns, secret, &url)
-            .await?
-            .1
+        Some(secret) => match crate::stores::store_secret(
+            client,
+            &ns,
+            secret,
+            &url,
+            os.credentials_keys.as_ref(),
+        )
+        .await?
+        .1
         {
             crate::stores::StoreCredentials::S3(c) => (Some(c), None),
             crate::stores::StoreCredentials::Cloud(c) => (None, Some(c)),

@@ -378,6 +378,49 @@ async fn retention_pass_through_the_operator() {
     })
     .await;
 
+    // A Secret made for another tool (CloudNativePG's key names): refused, naming the keys
+    // looked for; once credentialsKeys names its keys, read from them.
+    Api::<Secret>::namespaced(admin.clone(), ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "s3-other-tool", "namespace": ns},
+                "stringData": {"ACCESS_KEY_ID": ACCESS_KEY, "ACCESS_SECRET_KEY": SECRET_KEY},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut renamed = policy("renamed", ns, &weed.endpoint, "s3-other-tool");
+    renamed.spec.cluster = Some("renamed".into());
+    policies
+        .create(&PostParams::default(), &renamed)
+        .await
+        .unwrap();
+    let st = eventually("Ready=False for the keys not found", || async {
+        let s = status(&policies, "renamed").await;
+        (s["conditions"][0]["status"] == "False").then_some(s)
+    })
+    .await;
+    let message = st["conditions"][0]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("lacks accessKeyId and secretAccessKey"),
+        "{st}"
+    );
+    policies
+        .patch(
+            "renamed",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"objectStore": {"credentialsKeys": {
+                "accessKeyId": "ACCESS_KEY_ID", "secretAccessKey": "ACCESS_SECRET_KEY"}}}})),
+        )
+        .await
+        .unwrap();
+    eventually("the pass with the keys named", || async {
+        (status(&policies, "renamed").await["conditions"][0]["status"] == "True").then_some(())
+    })
+    .await;
+
     // The metrics say the same, with bounded labels.
     assert_eq!(op.get("/healthz").await.0, 200);
     assert_eq!(op.get("/readyz").await.0, 200);

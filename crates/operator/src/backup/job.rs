@@ -134,7 +134,8 @@ impl JobPlan<'_> {
         };
         push.push("--".into());
         push.push(tool.into());
-        let with_login = self.source.credentials_secret.is_some();
+        let login = self.source.login();
+        let with_login = login.is_some();
         if with_login {
             // Must come first; written by the container from its environment.
             push.push(format!("--defaults-extra-file={}/my.cnf", pod::TOOLS_DIR));
@@ -157,7 +158,7 @@ impl JobPlan<'_> {
         let mut env = vec![pod::plain("TIDEMARK_LOG", "info")];
         env.extend(pod::store_env(os, self.store_secret.as_ref()));
         compression_env(&mut env, self.backup);
-        if let Some(db) = &self.source.credentials_secret {
+        if let Some(db) = &login {
             env.extend(pod::login_env(db));
         }
         let mut data_mount = self.data.mount.clone();

@@ -674,6 +674,8 @@ mod tests {
         serde_json::from_value(json!({
             "selector": {"matchLabels": {"app": "db"}},
             "credentialsSecret": "db-login",
+            // The password by reference (another operator's Secret); the user by default.
+            "passwordFrom": {"name": "mariadb-root", "key": "root-password"},
         }))
         .unwrap()
     }
@@ -951,8 +953,12 @@ mod tests {
             Some(("s3".into(), "secretAccessKey".into()))
         );
         assert_eq!(
+            by_ref("DB_USER"),
+            Some(("db-login".into(), "username".into()))
+        );
+        assert_eq!(
             by_ref("DB_PASSWORD"),
-            Some(("db-login".into(), "password".into()))
+            Some(("mariadb-root".into(), "root-password".into()))
         );
         assert!(!joined.contains("--password"), "{joined}");
         // The init container installs tidemark from the operator image.

@@ -57,8 +57,7 @@ pub(crate) async fn target_pod<'p>(
     // Without standbyMaxLag, a standby that can be asked still is: one whose replication
     // is stopped or broken is never backed up, whatever its readiness says.
     let standbys = ready_standbys(&candidates, source);
-    let askable =
-        source.credentials_secret.is_some() && ctx.capabilities.exec && !standbys.is_empty();
+    let askable = source.login().is_some() && ctx.capabilities.exec && !standbys.is_empty();
     // Asked without a bound of the policy's: a standby that cannot be asked is trusted on
     // its readiness, as without asking.
     let unasked_ok = max_lag.is_none();

@@ -17,6 +17,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, AttachParams};
+use tidemark_api::policy::{Login, SecretKeyRef};
 use tidemark_mariadb::backup::{PROBE_SQL, ServerProbe, parse_probe};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -97,30 +98,37 @@ pub fn login_file(user: &str, password: &str) -> Result<Vec<u8>, String> {
     Ok(text.into_bytes())
 }
 
-/// The login of `source.credentialsSecret` (`username`, `password`).
-async fn login(ctx: &Context, ns: &str, secret: &str) -> Result<Vec<u8>, String> {
-    tidemark_api::names::dns_subdomain("spec.source.credentialsSecret", secret)
-        .map_err(|e| e.to_string())?;
+/// The database login of the source (`usernameFrom`/`passwordFrom`, or
+/// `credentialsSecret`'s `username` and `password`), read from the API server.
+async fn login(ctx: &Context, ns: &str, login: &Login) -> Result<Vec<u8>, String> {
+    let user = login_value(ctx, ns, &login.user, "spec.source.usernameFrom").await?;
+    let password = login_value(ctx, ns, &login.password, "spec.source.passwordFrom").await?;
+    login_file(&user, &password)
+}
+
+/// One value of the login (never repeated in a message).
+async fn login_value(
+    ctx: &Context,
+    ns: &str,
+    r: &SecretKeyRef,
+    field: &'static str,
+) -> Result<String, String> {
+    // Checked before the name reaches a request path.
+    r.validate(field, field).map_err(|e| e.to_string())?;
+    let name = &r.name;
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     let found = secrets
-        .get_opt(secret)
+        .get_opt(name)
         .await
-        .map_err(|e| format!("reading Secret {ns}/{secret}: {e}"))?
-        .ok_or_else(|| {
-            format!("Secret {ns}/{secret} (spec.source.credentialsSecret) does not exist")
-        })?;
-    let data = found.data.unwrap_or_default();
-    let value = |k: &str| {
-        data.get(k)
-            .and_then(|v| String::from_utf8(v.0.clone()).ok())
-            .map(|s| s.trim_end_matches(['\n', '\r']).to_owned())
-    };
-    let (Some(user), Some(password)) = (value("username"), value("password")) else {
-        return Err(format!(
-            "Secret {ns}/{secret} (spec.source.credentialsSecret) lacks username or password"
-        ));
-    };
-    login_file(&user, &password)
+        .map_err(|e| format!("reading Secret {ns}/{name}: {e}"))?
+        .ok_or_else(|| format!("Secret {ns}/{name} ({field}) does not exist"))?;
+    found
+        .data
+        .unwrap_or_default()
+        .get(&r.key)
+        .and_then(|v| String::from_utf8(v.0.clone()).ok())
+        .map(|s| s.trim_end_matches(['\n', '\r']).to_owned())
+        .ok_or_else(|| format!("Secret {ns}/{name} ({field}) lacks key {:?}", r.key))
 }
 
 /// Asks one pod's database container about its replication.
@@ -197,16 +205,16 @@ pub(crate) async fn first_fit<'a>(
             "spec.source.standbyMaxLag: the operator may not use pods/exec to ask the standbys (--disable exec)".into(),
         ]);
     }
-    let Some(secret) = &source.credentials_secret else {
+    let Some(secret) = source.login() else {
         return Err(vec![
-            "spec.source.standbyMaxLag needs spec.source.credentialsSecret to ask the standbys"
+            "spec.source.standbyMaxLag needs spec.source.credentialsSecret (or usernameFrom and passwordFrom) to ask the standbys"
                 .into(),
         ]);
     };
     let Some(first) = standbys.first() else {
         return Err(vec!["no Ready standby".into()]);
     };
-    let login = match login(ctx, &first.namespace().unwrap_or_default(), secret).await {
+    let login = match login(ctx, &first.namespace().unwrap_or_default(), &secret).await {
         Ok(l) => l,
         Err(e) if unasked_ok => {
             return Ok((

@@ -1,108 +1,166 @@
-//! Bounds a document's text is held to before it is parsed, and the fields its kind
+//! How a document's text is read (one YAML parser, within bounds), and the fields its kind
 //! knows: what every file kind (BackupPolicy, ScheduledBackup, DeleteHook, a `run`
 //! configuration) checks, below the kinds themselves.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use yaml_rust2::parser::Event;
 
 /// Largest configuration file accepted: far beyond any real set of policies, and a bound
 /// on what the parser is asked to do.
 pub const MAX_CONFIG_BYTES: usize = 1 << 20;
 /// Deepest nesting accepted (mappings and sequences, block or flow): Tidemark's kinds nest
-/// a handful of levels; libyaml (under `serde_yaml`) walking 100,000 flow levels takes
-/// minutes.
+/// a handful of levels.
 pub const MAX_CONFIG_DEPTH: usize = 64;
+/// Most nodes (scalars, mappings, sequences) in one file, and most aliases (`*a`): a real
+/// configuration holds a few hundred nodes and no alias.
+pub const MAX_CONFIG_NODES: usize = 100_000;
+pub const MAX_CONFIG_ALIASES: usize = 1_000;
 
-/// Most work (flow brackets `[`/`{` × bytes) in a text `serde_yaml` is given without a
-/// depth check. libyaml keeps one pending key per open flow collection and looks at every
-/// one of them for each token it reads, so its time is bounded by brackets × tokens, and
-/// tokens by bytes: 2²⁴ such steps take it about 0.1 s (65,536 nested brackets, 2³¹ steps,
-/// took 13 s on these machines).
-pub const MAX_UNCHECKED_WORK: usize = 1 << 24;
-
-/// Why a configuration was refused before parsing.
+/// Why a YAML text was refused: too large, too deep, beyond another budget, or not YAML.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum BoundsError {
+pub enum YamlError {
     #[error("{bytes} bytes is larger than a configuration may be ({MAX_CONFIG_BYTES} bytes)")]
     TooLarge { bytes: usize },
     #[error(
-        "line {line}: nested {depth} levels deep; a configuration may nest at most {MAX_CONFIG_DEPTH}"
+        "line {line}: nested more than {MAX_CONFIG_DEPTH} levels deep; a configuration may nest at most {MAX_CONFIG_DEPTH}"
     )]
-    TooDeep { line: usize, depth: usize },
-    #[error(
-        "line {line} column {column}: {problem}; a configuration this large (flow brackets × bytes above {MAX_UNCHECKED_WORK}) must be YAML 1.2, whose nesting can be checked before parsing (quote such a scalar: '-')"
-    )]
-    Syntax {
-        line: usize,
-        column: usize,
-        problem: String,
-    },
+    TooDeep { line: usize },
+    #[error("line {line}: {problem}")]
+    Budget { line: usize, problem: String },
+    /// The parser's own message, with the line and column.
+    #[error("{0}")]
+    Syntax(String),
 }
 
-/// Checks the size and nesting of a YAML text before it is parsed. The nesting is counted
-/// by a streaming YAML parser (`yaml-rust2`'s events: each mapping or sequence opened is a
-/// level), which stops at the first level too deep, so a hostile file costs microseconds;
-/// counting brackets and indentation by hand is fooled by quotes (`it's [`), comments and
-/// multi-line scalars.
+/// Parses a YAML text of one or more documents (`---`) into values, within bounds: at most
+/// [`MAX_CONFIG_BYTES`], [`MAX_CONFIG_DEPTH`] levels, [`MAX_CONFIG_NODES`] nodes and
+/// [`MAX_CONFIG_ALIASES`] aliases. One parser (serde-saphyr, YAML 1.2) reads the text
+/// once and stops at the first bound broken, so a hostile file costs microseconds; a
+/// duplicate key is an error, and messages carry no part of the text beyond the field
+/// named (no snippet). Empty documents are `null`.
 ///
-/// That parser follows YAML 1.2 more strictly than libyaml (under `serde_yaml`), which
-/// accepts, for one, `[tar, -cf, -]`. Text it cannot read goes on to `serde_yaml` when its
-/// flow brackets times its length stay within [`MAX_UNCHECKED_WORK`] (a bound on libyaml's
-/// time, whatever the nesting), and is refused otherwise.
+/// One thing libyaml (`serde_yaml`, which read these files before) accepted and YAML 1.2
+/// does not is kept: a bare `-` in a flow sequence (`command: [tar, -cf, -]`) is the
+/// string `-`, as it always was — at most [`MAX_BARE_DASHES`] of them, each costing one
+/// more parse of the text.
 ///
 /// # Errors
-/// The text is too large, too deeply nested, or too large to read without a depth check.
-pub fn check_bounds(text: &str) -> Result<(), BoundsError> {
+/// The text breaks a bound or is not YAML.
+pub fn yaml_documents(text: &str) -> Result<Vec<serde_json::Value>, YamlError> {
     if text.len() > MAX_CONFIG_BYTES {
-        return Err(BoundsError::TooLarge { bytes: text.len() });
+        return Err(YamlError::TooLarge { bytes: text.len() });
     }
-    let mut parser = yaml_rust2::parser::Parser::new_from_str(text);
-    let mut depth = 0usize;
-    loop {
-        let next = parser.next_token().map_err(|e| {
-            let line = e.marker().line();
-            if e.info().contains("recursion limit") {
-                BoundsError::TooDeep {
-                    line,
-                    depth: MAX_CONFIG_DEPTH + 1,
-                }
-            } else {
-                BoundsError::Syntax {
-                    line,
-                    column: e.marker().col() + 1,
-                    problem: e.info().to_owned(),
-                }
-            }
-        });
-        let (event, at) = match next {
-            Ok(next) => next,
-            Err(BoundsError::Syntax { .. })
-                if text
-                    .bytes()
-                    .filter(|b| matches!(b, b'[' | b'{'))
-                    .count()
-                    .saturating_mul(text.len())
-                    <= MAX_UNCHECKED_WORK =>
+    let mut text = std::borrow::Cow::Borrowed(text);
+    for _ in 0..MAX_BARE_DASHES {
+        match parse_bounded(&text) {
+            Err((YamlError::Syntax(message), Some(at)))
+                if message.starts_with("plain scalar cannot start with '-'") =>
             {
-                return Ok(());
+                let Some(quoted) = quote_dash(&text, at) else {
+                    return Err(YamlError::Syntax(message));
+                };
+                text = std::borrow::Cow::Owned(quoted);
             }
-            Err(e) => return Err(e),
-        };
-        match event {
-            Event::MappingStart(..) | Event::SequenceStart(..) => {
-                depth += 1;
-                if depth > MAX_CONFIG_DEPTH {
-                    return Err(BoundsError::TooDeep {
-                        line: at.line(),
-                        depth,
-                    });
-                }
-            }
-            Event::MappingEnd | Event::SequenceEnd => depth = depth.saturating_sub(1),
-            Event::StreamEnd => return Ok(()),
-            _ => {}
+            other => return other.map_err(|(e, _)| e),
         }
     }
+    parse_bounded(&text).map_err(|(e, _)| e)
+}
+
+/// Most bare `-` in flow sequences one text may hold ([`yaml_documents`]).
+pub const MAX_BARE_DASHES: usize = 8;
+
+/// `text` with the `-` at 1-based `(line, column)` quoted, when a bare `-` followed by a
+/// flow indicator is there.
+fn quote_dash(text: &str, (line, column): (usize, usize)) -> Option<String> {
+    let start: usize = text
+        .split_inclusive('\n')
+        .take(line.checked_sub(1)?)
+        .map(str::len)
+        .sum();
+    let at = start + text[start..].char_indices().nth(column.checked_sub(1)?)?.0;
+    let rest = &text.as_bytes()[at..];
+    (rest.first() == Some(&b'-') && rest.get(1).is_some_and(|c| b",[]{}".contains(c)))
+        .then(|| format!("{}'-'{}", &text[..at], &text[at + 1..]))
+}
+
+/// One parse of `text` within the budget; on failure, the error and its 1-based line and
+/// column.
+#[allow(clippy::type_complexity)]
+fn parse_bounded(
+    text: &str,
+) -> Result<Vec<serde_json::Value>, (YamlError, Option<(usize, usize)>)> {
+    let options = serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            max_depth: MAX_CONFIG_DEPTH,
+            flow_nesting_limit: MAX_CONFIG_DEPTH,
+            max_nodes: MAX_CONFIG_NODES,
+            max_aliases: MAX_CONFIG_ALIASES,
+            max_anchors: MAX_CONFIG_ALIASES,
+        },
+        with_snippet: false,
+    };
+    serde_saphyr::from_multiple_with_options(text, options).map_err(|e| {
+        let at = e.location().map(|l| {
+            (
+                usize::try_from(l.line()).unwrap_or(0),
+                usize::try_from(l.column()).unwrap_or(0),
+            )
+        });
+        let line = at.map_or(0, |a| a.0);
+        let e = match &e {
+            serde_saphyr::Error::Budget { breach, .. } => {
+                use serde_saphyr::budget::BudgetBreach;
+                let what = match breach {
+                    BudgetBreach::Depth { .. } => return (YamlError::TooDeep { line }, at),
+                    BudgetBreach::Nodes { .. } => format!("more than {MAX_CONFIG_NODES} nodes"),
+                    BudgetBreach::Aliases { .. } => {
+                        format!("more than {MAX_CONFIG_ALIASES} aliases")
+                    }
+                    BudgetBreach::Anchors { .. } => {
+                        format!("more than {MAX_CONFIG_ALIASES} anchors")
+                    }
+                    other => format!("{other:?}"),
+                };
+                YamlError::Budget {
+                    line,
+                    problem: format!("{what}: beyond what a configuration may hold"),
+                }
+            }
+            _ => {
+                let message = e.without_snippet().to_string();
+                if message.contains("recursion limit") || message.contains("nesting limit") {
+                    YamlError::TooDeep { line }
+                } else {
+                    YamlError::Syntax(message)
+                }
+            }
+        };
+        (e, at)
+    })
+}
+
+/// [`yaml_documents`] for a text that holds one document (an empty text is `null`).
+///
+/// # Errors
+/// As [`yaml_documents`], or more than one document.
+pub fn yaml_document(text: &str) -> Result<serde_json::Value, YamlError> {
+    let mut docs = yaml_documents(text)?;
+    match docs.len() {
+        0 => Ok(serde_json::Value::Null),
+        1 => Ok(docs.remove(0)),
+        n => Err(YamlError::Syntax(format!(
+            "{n} documents where one is expected"
+        ))),
+    }
+}
+
+/// Checks a configuration's size and nesting: [`yaml_documents`] without keeping what it
+/// read.
+///
+/// # Errors
+/// As [`yaml_documents`].
+pub fn check_bounds(text: &str) -> Result<(), YamlError> {
+    yaml_documents(text).map(drop)
 }
 
 /// A document's `spec` may hold only fields its kind knows (the CRD's schema): the first
@@ -112,7 +170,7 @@ pub fn check_bounds(text: &str) -> Result<(), BoundsError> {
 /// The unknown field.
 pub(crate) fn known_fields(
     crd: &CustomResourceDefinition,
-    doc: &serde_yaml::Value,
+    doc: &serde_json::Value,
     text: Option<&str>,
 ) -> Result<(), String> {
     let Some(spec) = doc.get("spec") else {
@@ -150,7 +208,7 @@ pub(crate) fn known_fields(
 /// are held to it (a typo is an error, not a silently ignored setting); the operator's own
 /// types accept fields they do not know, so a newer CRD beside an older operator never
 /// stops a watch.
-pub fn unknown_in(crd: &CustomResourceDefinition, spec: &serde_yaml::Value) -> Option<String> {
+pub fn unknown_in(crd: &CustomResourceDefinition, spec: &serde_json::Value) -> Option<String> {
     let schema = serde_json::to_value(
         crd.spec
             .versions
@@ -161,8 +219,7 @@ pub fn unknown_in(crd: &CustomResourceDefinition, spec: &serde_yaml::Value) -> O
             .as_ref()?,
     )
     .ok()?;
-    let spec = serde_json::to_value(spec).ok()?;
-    first_unknown(&schema["properties"]["spec"], &spec, "spec")
+    first_unknown(&schema["properties"]["spec"], spec, "spec")
 }
 
 fn first_unknown(

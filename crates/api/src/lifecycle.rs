@@ -121,14 +121,14 @@ impl DeleteHook {
     /// # Errors
     /// Another kind or version; not exactly one action, or one that runs only in the
     /// operator (`job`, `webhook`); an empty command; a bad timeout.
-    pub fn from_value(value: serde_yaml::Value) -> Result<Self, HookFileError> {
+    pub fn from_value(value: serde_json::Value) -> Result<Self, HookFileError> {
         crate::fields::known_fields(
             &<DeleteHookCrd as kube::CustomResourceExt>::crd(),
             &value,
             None,
         )
         .map_err(HookFileError::Syntax)?;
-        let hook = serde_yaml::from_value::<DeleteHook>(value)
+        let hook = serde_json::from_value::<DeleteHook>(value)
             .map_err(|e| HookFileError::Syntax(e.to_string()))?;
         let invalid = |field, problem: String| Err(HookFileError::Invalid { field, problem });
         if hook.kind != "DeleteHook" {

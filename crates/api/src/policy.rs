@@ -444,8 +444,8 @@ impl SecretKeyRef {
         }
     }
 
-    /// Its name and key are a Secret's name and a key (`field` is the reference's path;
-    /// `name_field` and `key_field` its members').
+    /// Its name and key are a Secret's name and a key (`name_field` and `key_field` name
+    /// them in an error).
     ///
     /// # Errors
     /// Either is not.
@@ -1280,7 +1280,7 @@ impl RetentionSpec {
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyFileError {
     #[error("not a BackupPolicy document: {0}")]
-    Syntax(#[source] serde_yaml::Error),
+    Syntax(String),
     #[error("kind is {found:?}; expected BackupPolicy")]
     Kind { found: String },
     #[error("apiVersion is {found:?}; expected {}", crate::version::API_VERSION)]
@@ -1567,12 +1567,13 @@ impl BackupPolicy {
     /// YAML syntax or an unknown field (with line and column), another kind or version, or
     /// a retention policy without an object store.
     pub fn from_yaml(text: &str) -> Result<Self, PolicyFileError> {
-        crate::fields::check_bounds(text).map_err(|e| PolicyFileError::Invalid {
-            field: "(file)",
-            problem: e.to_string(),
+        let value = crate::fields::yaml_document(text).map_err(|e| match e {
+            crate::fields::YamlError::Syntax(m) => PolicyFileError::Syntax(m),
+            bound => PolicyFileError::Invalid {
+                field: "(file)",
+                problem: bound.to_string(),
+            },
         })?;
-        let value: serde_yaml::Value =
-            serde_yaml::from_str(text).map_err(PolicyFileError::Syntax)?;
         Self::parse(value, Some(text))
     }
 
@@ -1581,11 +1582,11 @@ impl BackupPolicy {
     ///
     /// # Errors
     /// As [`BackupPolicy::from_yaml`].
-    pub fn from_value(value: serde_yaml::Value) -> Result<Self, PolicyFileError> {
+    pub fn from_value(value: serde_json::Value) -> Result<Self, PolicyFileError> {
         Self::parse(value, None)
     }
 
-    fn parse(value: serde_yaml::Value, text: Option<&str>) -> Result<Self, PolicyFileError> {
+    fn parse(value: serde_json::Value, text: Option<&str>) -> Result<Self, PolicyFileError> {
         crate::fields::known_fields(
             &<BackupPolicyCrd as kube::CustomResourceExt>::crd(),
             &value,
@@ -1595,8 +1596,8 @@ impl BackupPolicy {
             field: "spec",
             problem,
         })?;
-        serde_yaml::from_value::<BackupPolicy>(value)
-            .map_err(PolicyFileError::Syntax)?
+        serde_json::from_value::<BackupPolicy>(value)
+            .map_err(|e| PolicyFileError::Syntax(e.to_string()))?
             .checked()
     }
 

@@ -542,8 +542,8 @@ impl ScheduledBackup {
     /// # Errors
     /// YAML syntax or an unknown field, another kind or version, or an invalid field.
     pub fn from_yaml(text: &str) -> Result<Self, ScheduleFileError> {
-        let value: serde_yaml::Value =
-            serde_yaml::from_str(text).map_err(|e| ScheduleFileError::Syntax(e.to_string()))?;
+        let value = crate::fields::yaml_document(text)
+            .map_err(|e| ScheduleFileError::Syntax(e.to_string()))?;
         Self::parse(value, Some(text))
     }
 
@@ -551,11 +551,11 @@ impl ScheduledBackup {
     ///
     /// # Errors
     /// As [`ScheduledBackup::from_yaml`].
-    pub fn from_value(value: serde_yaml::Value) -> Result<Self, ScheduleFileError> {
+    pub fn from_value(value: serde_json::Value) -> Result<Self, ScheduleFileError> {
         Self::parse(value, None)
     }
 
-    fn parse(value: serde_yaml::Value, text: Option<&str>) -> Result<Self, ScheduleFileError> {
+    fn parse(value: serde_json::Value, text: Option<&str>) -> Result<Self, ScheduleFileError> {
         crate::fields::known_fields(
             &<ScheduledBackupCrd as kube::CustomResourceExt>::crd(),
             &value,
@@ -565,7 +565,7 @@ impl ScheduledBackup {
             field: "spec",
             problem,
         })?;
-        serde_yaml::from_value::<ScheduledBackup>(value)
+        serde_json::from_value::<ScheduledBackup>(value)
             .map_err(|e| ScheduleFileError::Syntax(e.to_string()))?
             .checked()
     }

@@ -19,6 +19,22 @@ fn deploy_crds_match_the_types() {
     );
 }
 
+/// What the YAML writer (serde-saphyr: quoting, folded long strings) wrote reads back as
+/// the CRDs themselves, with the same parser the files go through.
+#[test]
+fn deploy_crds_read_back_as_the_types() {
+    let text = crd::yaml().unwrap();
+    let read = tidemark_api::fields::yaml_documents(&text).unwrap();
+    let types: Vec<Value> = crd::all()
+        .iter()
+        .map(|c| serde_json::to_value(c).unwrap())
+        .collect();
+    assert_eq!(read.len(), types.len());
+    for (r, t) in read.iter().zip(&types) {
+        assert!(r == t, "{} does not read back", t["metadata"]["name"]);
+    }
+}
+
 /// The openAPIV3Schema of the CRD for `kind`.
 fn schema(kind: &str) -> Value {
     let crd = crd::all()

@@ -281,7 +281,7 @@ fn rbac(args: &crate::args::RbacArgs) -> Result<Exit, CliError> {
     );
     for doc in tidemark_operator::rbac::manifests(&install) {
         out.push_str("---\n");
-        out.push_str(&serde_yaml::to_string(&doc).map_err(|e| CliError::new(Exit::Internal, e))?);
+        out.push_str(&serde_saphyr::to_string(&doc).map_err(|e| CliError::new(Exit::Internal, e))?);
     }
     emit(&out)?;
     Ok(Exit::Success)
@@ -294,7 +294,7 @@ fn crds(args: &crate::args::CrdsArgs) -> Result<Exit, CliError> {
         for crd in tidemark_api::crd::all() {
             out.push_str("---\n");
             out.push_str(
-                &serde_yaml::to_string(&tidemark_api::crd::without_cel(&crd))
+                &serde_saphyr::to_string(&tidemark_api::crd::without_cel(&crd))
                     .map_err(|e| CliError::new(Exit::Internal, e))?,
             );
         }

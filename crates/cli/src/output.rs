@@ -681,7 +681,7 @@ pub(crate) fn emit_as(
     let text = match format {
         crate::args::OutputFormat::Yaml => {
             let json = serde_json::to_value(value).map_err(|e| internal(&e))?;
-            serde_yaml::to_string(&json).map_err(|e| internal(&e))?
+            serde_saphyr::to_string(&json).map_err(|e| internal(&e))?
         }
         _ => {
             let mut text = serde_json::to_string_pretty(value).map_err(|e| internal(&e))?;

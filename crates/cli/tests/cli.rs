@@ -110,7 +110,7 @@ fn plan_json_follows_the_documented_contract() {
     // `-o yaml` (kubectl's habit) is the same document.
     let yaml = run(&pass_args("plan", &url, &["-o", "yaml"]));
     assert!(yaml.status.success(), "{}", stderr(&yaml));
-    let as_yaml: Value = serde_yaml::from_slice(&yaml.stdout).unwrap();
+    let as_yaml: Value = serde_saphyr::from_slice(&yaml.stdout).unwrap();
     assert_eq!(as_yaml, v);
     // `-o wide`: the table with the columns it adds, for plan and ls.
     for cmd in ["plan", "ls"] {
@@ -569,17 +569,19 @@ fn ls_reports_a_hole_that_recovery_needs() {
 fn rbac_prints_the_install_asked_for() {
     let docs = |o: &Output| -> Vec<Value> {
         assert!(o.status.success(), "{}", stderr(o));
-        serde_yaml::Deserializer::from_slice(&o.stdout)
-            .map(|d| serde::Deserialize::deserialize(d).unwrap())
-            .filter(|v: &Value| !v.is_null())
+        serde_saphyr::from_slice_multiple::<Value>(&o.stdout)
+            .unwrap()
+            .into_iter()
+            .filter(|v| !v.is_null())
             .collect()
     };
     let default = docs(&run(&["rbac"]));
     let deploy = format!("{}/../../deploy/rbac.yaml", env!("CARGO_MANIFEST_DIR"));
     let plain: Vec<Value> =
-        serde_yaml::Deserializer::from_str(&std::fs::read_to_string(deploy).unwrap())
-            .map(|d| serde::Deserialize::deserialize(d).unwrap())
-            .filter(|v: &Value| !v.is_null())
+        serde_saphyr::from_multiple::<Value>(&std::fs::read_to_string(deploy).unwrap())
+            .unwrap()
+            .into_iter()
+            .filter(|v| !v.is_null())
             .collect();
     assert_eq!(default, plain);
 

@@ -1735,9 +1735,8 @@ async fn kubectl_tidemark_gc_refuses_while_hooks_select_its_backups() {
     );
     // kubectl's global flags: --kubeconfig with --context (whose namespace is used), and
     // --as (impersonation, refused for a user without rights).
-    let kubeconfig: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(cluster.kubeconfig()).unwrap()).unwrap();
-    let mut kubeconfig = serde_json::to_value(kubeconfig).unwrap();
+    let mut kubeconfig: serde_json::Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(cluster.kubeconfig()).unwrap()).unwrap();
     kubeconfig["contexts"] = json!([
         {"name": "broken", "context": {"cluster": "nowhere", "user": "admin"}},
         {"name": "shop", "context": {"cluster": "test", "user": "admin", "namespace": ns}},

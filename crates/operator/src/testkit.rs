@@ -388,7 +388,7 @@ impl KubeCluster {
             Err(e) => panic!("creating the operator's ServiceAccount: {e}"),
         }
         for doc in deploy_rbac() {
-            apply_rbac(client, serde_json::to_value(&doc).expect("json")).await;
+            apply_rbac(client, doc).await;
         }
         let deadline = Instant::now() + START_TIMEOUT;
         for crd in tidemark_api::crd::all() {
@@ -819,12 +819,13 @@ where
 }
 
 /// The RBAC documents of `deploy/rbac.yaml`, as the tests install them.
-fn deploy_rbac() -> Vec<serde_yaml::Value> {
+fn deploy_rbac() -> Vec<serde_json::Value> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/rbac.yaml");
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|d| serde::Deserialize::deserialize(d).expect("rbac yaml"))
-        .filter(|v: &serde_yaml::Value| !v.is_null())
+    serde_saphyr::from_multiple::<serde_json::Value>(&text)
+        .expect("rbac yaml")
+        .into_iter()
+        .filter(|v| !v.is_null())
         .collect()
 }
 

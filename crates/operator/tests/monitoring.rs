@@ -19,7 +19,7 @@ fn read(p: &str) -> String {
 use tidemark_operator::testkit::promtool;
 
 fn yaml(p: &str) -> serde_json::Value {
-    serde_yaml::from_str(&read(p)).unwrap()
+    serde_saphyr::from_str(&read(p)).unwrap()
 }
 
 const RULES: &str = "deploy/helm/tidemark/files/alerts.yaml";

@@ -63,11 +63,18 @@ pub fn yaml_documents(text: &str) -> Result<Vec<serde_json::Value>, YamlError> {
             other => return other.map_err(|(e, _)| e),
         }
     }
-    parse_bounded(&text).map_err(|(e, _)| e)
+    parse_bounded(&text).map_err(|(e, _)| match e {
+        YamlError::Syntax(m) if m.starts_with("plain scalar cannot start with '-'") => {
+            YamlError::Syntax(format!(
+                "{m} (more than {MAX_BARE_DASHES} bare '-' in flow sequences, where YAML 1.2 allows none: quote them, '-'; the line and column count the ones before as quoted)"
+            ))
+        }
+        other => other,
+    })
 }
 
 /// Most bare `-` in flow sequences one text may hold ([`yaml_documents`]).
-pub const MAX_BARE_DASHES: usize = 8;
+pub const MAX_BARE_DASHES: usize = 64;
 
 /// `text` with the `-` at 1-based `(line, column)` quoted, when a bare `-` followed by a
 /// flow indicator is there.
@@ -96,6 +103,11 @@ fn parse_bounded(
             max_nodes: MAX_CONFIG_NODES,
             max_aliases: MAX_CONFIG_ALIASES,
             max_anchors: MAX_CONFIG_ALIASES,
+            // Aliases of large anchored scalars do not multiply the text's bytes.
+            max_total_scalar_bytes: 4 * MAX_CONFIG_BYTES,
+        },
+        alias_limits: serde_saphyr::alias_limits! {
+            max_total_replayed_events: MAX_CONFIG_NODES,
         },
         with_snippet: false,
     };

@@ -15,7 +15,7 @@ pub const LABEL_MAX: usize = 63;
 pub const LABEL_KEY_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$";
 /// A key of a Secret's data (what `secretKeyRef.key` accepts): letters, digits, `-`, `_`
 /// and `.`, at most 253 characters, not `.`, `..` or starting with `..`.
-pub const SECRET_KEY_PATTERN: &str = r"^[-._a-zA-Z0-9]+$";
+pub const SECRET_KEY_PATTERN: &str = r"^\.?[-_a-zA-Z0-9][-._a-zA-Z0-9]*$";
 /// The longest label value; names that become label values (a ScheduledBackup's, a
 /// BackupPolicy's) are held to it.
 pub const LABEL_VALUE_MAX: usize = 63;
@@ -187,6 +187,7 @@ mod tests {
         ] {
             assert!(secret_key("k", ok).is_ok(), "{ok}");
         }
+        let pattern = regex::Regex::new(SECRET_KEY_PATTERN).unwrap();
         for bad in [
             "",
             ".",
@@ -200,6 +201,11 @@ mod tests {
         ] {
             let e = secret_key("spec.source.passwordFrom.key", bad).unwrap_err();
             assert!(e.to_string().contains("a Secret key"), "{e}");
+            // The schema's pattern (every API server) refuses the same, length aside.
+            assert!(bad.len() > 253 || !pattern.is_match(bad), "{bad}");
+        }
+        for ok in ["password", ".hidden", "a..b", "tls.key", "_x"] {
+            assert!(secret_key("k", ok).is_ok() && pattern.is_match(ok), "{ok}");
         }
         assert!(dns_label("c", "mariadb").is_ok());
         assert!(dns_label("c", "a.b").is_err());

@@ -470,6 +470,10 @@ impl std::fmt::Display for SecretKeyRef {
 pub struct Login {
     pub user: SecretKeyRef,
     pub password: SecretKeyRef,
+    /// The fields they come from (`spec.source.usernameFrom`, or
+    /// `spec.source.credentialsSecret` for its default key), for messages.
+    pub user_field: &'static str,
+    pub password_field: &'static str,
 }
 
 /// The database pods a Backup runs against (operator only).
@@ -1348,14 +1352,22 @@ impl SourceSpec {
     /// The database login: `usernameFrom` and `passwordFrom`, each defaulting to
     /// `credentialsSecret`'s key `username` or `password`; none without either.
     pub fn login(&self) -> Option<Login> {
-        let default = |key: &str| {
-            self.credentials_secret
+        const SECRET: &str = "spec.source.credentialsSecret";
+        let pick = |from: &Option<SecretKeyRef>, field: &'static str, key: &str| match from {
+            Some(r) => Some((r.clone(), field)),
+            None => self
+                .credentials_secret
                 .as_deref()
-                .map(|s| SecretKeyRef::new(s, key))
+                .map(|s| (SecretKeyRef::new(s, key), SECRET)),
         };
+        let (user, user_field) = pick(&self.username_from, "spec.source.usernameFrom", "username")?;
+        let (password, password_field) =
+            pick(&self.password_from, "spec.source.passwordFrom", "password")?;
         Some(Login {
-            user: self.username_from.clone().or_else(|| default("username"))?,
-            password: self.password_from.clone().or_else(|| default("password"))?,
+            user,
+            password,
+            user_field,
+            password_field,
         })
     }
 }
@@ -1687,21 +1699,26 @@ mod tests {
         };
         let sel = r#""selector": {}"#;
         let fixed = source(&format!(r#"{{{sel}, "credentialsSecret": "db"}}"#));
+        let login = fixed.login().unwrap();
         assert_eq!(
-            fixed.login(),
-            Some(Login {
-                user: SecretKeyRef::new("db", "username"),
-                password: SecretKeyRef::new("db", "password")
-            })
+            (login.user, login.password, login.user_field),
+            (
+                SecretKeyRef::new("db", "username"),
+                SecretKeyRef::new("db", "password"),
+                "spec.source.credentialsSecret"
+            )
         );
         let mixed = source(&format!(
             r#"{{{sel}, "credentialsSecret": "db", "passwordFrom": {{"name": "root", "key": "root-password"}}}}"#
         ));
         assert_eq!(
-            mixed.login().map(|l| (l.user, l.password)),
+            mixed
+                .login()
+                .map(|l| (l.user, l.password, l.password_field)),
             Some((
                 SecretKeyRef::new("db", "username"),
-                SecretKeyRef::new("root", "root-password")
+                SecretKeyRef::new("root", "root-password"),
+                "spec.source.passwordFrom"
             ))
         );
         assert!(mixed.validate().is_ok());

@@ -1965,15 +1965,19 @@ async fn replication_and_failover(w: Arc<World>) {
         ns,
         &[
             json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "mariadb-login"},
-                   "stringData": {"user": "backup", "MARIADB_PASSWORD": DB_PASSWORD}}),
+                   "stringData": {"MARIADB_PASSWORD": DB_PASSWORD}}),
+            // Only the user: the password must come from passwordFrom.
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "login-user"},
+                   "stringData": {"username": "backup"}}),
             json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy", "metadata": {"name": "shop"},
                 "spec": {
                     "cluster": "replicated",
                     "objectStore": {"bucket": tidemark_store::testkit::BUCKET, "endpoint": w.s3.endpoint, "credentialsSecret": "s3"},
-                    // The login by reference, from a Secret made for another tool: the
-                    // Jobs, the archiver and the standby probe read these keys.
+                    // The password by reference, from a Secret made for another tool, the
+                    // user from credentialsSecret's default key: the Jobs, the archiver
+                    // and the standby probe read both.
                     "source": {"selector": {"matchLabels": {"app": "db"}}, "container": "mariadb",
-                               "usernameFrom": {"name": "mariadb-login", "key": "user"},
+                               "credentialsSecret": "login-user",
                                "passwordFrom": {"name": "mariadb-login", "key": "MARIADB_PASSWORD"},
                                "standbyMaxLag": "5m", "primaryReadyFor": "1s"},
                     "binlogArchive": {"server": {"host": primary_service, "port": 3306}, "interval": "1s",

@@ -90,6 +90,11 @@ pub async fn reconcile(ctx: &Context, policy: &BackupPolicy) -> Result<(), Error
     if let Some(r) = &policy.spec.resources {
         r.validate().map_err(|e| Error::Invalid(e.to_string()))?;
     }
+    // Its login (a half `usernameFrom`/`passwordFrom` is refused here too, where no CEL
+    // refused it at admission: never an archiver without the login asked for).
+    if let Some(s) = &policy.spec.source {
+        s.validate().map_err(|e| Error::Invalid(e.to_string()))?;
+    }
     let runtime = match (database_runtime(ctx, policy).await, &server.image) {
         (Ok(db), image) => DatabaseRuntime {
             image: image.clone().unwrap_or(db.image),

@@ -92,7 +92,7 @@ pub async fn store_secret(
     };
     let lacks = |what: &str| {
         let named = overrides.map_or(String::new(), |o| {
-            let mut keys: Vec<String> = [
+            let keys: Vec<String> = [
                 "accessKeyId",
                 "secretAccessKey",
                 "serviceAccountKey",
@@ -103,7 +103,6 @@ pub async fn store_secret(
             .into_iter()
             .filter_map(|d| o.key_for(d).map(|k| format!("{k:?} for {d}")))
             .collect();
-            keys.dedup();
             if keys.is_empty() {
                 String::new()
             } else {
@@ -133,6 +132,18 @@ pub async fn store_secret(
             let account = pick(AZURE_KEYS[0]);
             let access_key = pick(AZURE_KEYS[1]);
             let sas_token = pick(AZURE_KEYS[2]);
+            // The account becomes the request's host (`<account>.blob.core.windows.net`):
+            // anything but Azure's form could steer it elsewhere (`evil.example/x#`).
+            if account.as_deref().is_some_and(|a| {
+                !(3..=24).contains(&a.len())
+                    || !a
+                        .bytes()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+            }) {
+                return Err(Error::Invalid(format!(
+                    "Secret {ns}/{name}: accountName is not an Azure storage account name (3 to 24 lowercase letters and digits; not repeated here)"
+                )));
+            }
             match account {
                 Some(account) if access_key.is_some() || sas_token.is_some() => {
                     StoreCredentials::Cloud(CloudCredentials::Azure {

@@ -461,3 +461,73 @@ fn the_deployment_runs_as_the_bound_service_account() {
             .any(|e| e["name"] == "TIDEMARK_IMAGE" && e["value"].as_str() == Some(image))
     );
 }
+
+/// The committed CRDs, as Go's YAML reads them (Helm's `fromYaml`, the parser kubectl and
+/// Helm apply them with), are the types: what serde-saphyr wrote (quoting, folded long CEL
+/// rules and messages) means the same to the API server's clients.
+#[test]
+fn go_yaml_reads_the_crds_as_the_types() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir(root.join("templates")).unwrap();
+    std::fs::write(
+        root.join("Chart.yaml"),
+        "apiVersion: v2\nname: read-crds\nversion: 0.1.0\n",
+    )
+    .unwrap();
+    std::fs::write(root.join("crds.yaml"), read("deploy/crds/tidemark.io.yaml")).unwrap();
+    std::fs::write(
+        root.join("templates/read.yaml"),
+        "{{- range $doc := regexSplit \"(?m)^---\\\\s*$\" (.Files.Get \"crds.yaml\") -1 }}\n\
+         {{- $v := fromYaml $doc }}\n\
+         {{- if or $v.kind $v.Error }}\n\
+         # {{ $v | toJson }}\n\
+         {{- end }}\n\
+         {{- end }}\n",
+    )
+    .unwrap();
+    let out = helm().args(["template", "r"]).arg(root).output().unwrap();
+    assert!(
+        out.status.success(),
+        "helm template: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Numbers as f64 on both sides (Go reads 10000.0 and prints 10000).
+    fn floats(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Number(n) => {
+                *v = serde_json::json!(n.as_f64().unwrap());
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(floats),
+            serde_json::Value::Object(m) => m.values_mut().for_each(floats),
+            _ => {}
+        }
+    }
+    let read_by_go: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix("# {"))
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(&format!("{{{l}")).unwrap();
+            assert!(v.get("Error").is_none(), "Go's YAML refused a CRD: {v}");
+            floats(&mut v);
+            v
+        })
+        .collect();
+    let types: Vec<serde_json::Value> = tidemark_api::crd::all()
+        .iter()
+        .map(|c| {
+            let mut v = serde_json::to_value(c).unwrap();
+            floats(&mut v);
+            v
+        })
+        .collect();
+    assert_eq!(read_by_go.len(), types.len(), "documents read by Go");
+    for (g, t) in read_by_go.iter().zip(&types) {
+        assert!(
+            g == t,
+            "{} reads differently in Go's YAML",
+            t["metadata"]["name"]
+        );
+    }
+}

@@ -1291,6 +1291,17 @@ async fn gcs_and_azure_credentials_come_from_the_tenants_secret() {
             json!({"accountName": tidemark_store::testkit::AZURITE_ACCOUNT,
                    "accountKey": tidemark_store::testkit::AZURITE_KEY}),
         ),
+        // Made for other tools: read where credentialsKeys says.
+        ("gcs-other", json!({"key.json": key})),
+        (
+            "az-other",
+            json!({"ACCOUNT": "tenantaccount", "TOKEN": "?sv=2024-01-01&sig=renamed-sas"}),
+        ),
+        // An account name that would make another host of the request.
+        (
+            "az-hostile",
+            json!({"accountName": "evil.example/x#", "accountKey": "a2V5"}),
+        ),
     ] {
         let s: Secret = serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": ns}, "stringData": data,
@@ -1325,6 +1336,20 @@ async fn gcs_and_azure_credentials_come_from_the_tenants_secret() {
         (
             "wrong-kind",
             json!({"url": "gs://tenant-bucket/x", "credentialsSecret": "az-key"}),
+        ),
+        (
+            "gcs-renamed",
+            json!({"url": "gs://tenant-bucket/renamed", "credentialsSecret": "gcs-other",
+                   "credentialsKeys": {"serviceAccountKey": "key.json"}}),
+        ),
+        (
+            "sas-renamed",
+            json!({"url": "az://renamed", "endpoint": az_endpoint, "credentialsSecret": "az-other",
+                   "credentialsKeys": {"accountName": "ACCOUNT", "sasToken": "TOKEN"}}),
+        ),
+        (
+            "az-hostile",
+            json!({"url": "az://hostile", "credentialsSecret": "az-hostile"}),
         ),
         ("ambient", json!({"url": "gs://tenant-bucket/y"})),
         (
@@ -1385,7 +1410,7 @@ async fn gcs_and_azure_credentials_come_from_the_tenants_secret() {
         );
     }
     // Reached, with the Secret's credentials, and refused by the server.
-    for name in ["gcs", "azure", "sas"] {
+    for name in ["gcs", "azure", "sas", "gcs-renamed", "sas-renamed"] {
         let c = condition(name).await;
         assert_eq!(c.reason, "StoreAccessDenied", "{name}: {c:?}");
     }
@@ -1405,6 +1430,22 @@ async fn gcs_and_azure_credentials_come_from_the_tenants_secret() {
     assert!(
         any(&|h| h.contains("/tenantaccount/signed") && h.contains("sig=tenant-sas")),
         "no Azure request with the Secret's SAS token: {heads:#?}"
+    );
+    assert!(
+        any(&|h| h.contains("/tenantaccount/renamed") && h.contains("sig=renamed-sas")),
+        "no Azure request with the renamed keys' SAS token: {heads:#?}"
+    );
+    assert!(
+        any(&|h| h.contains("renamed")
+            && (h.contains("/tenant-bucket/") || h.contains("/tenant%2Dbucket/"))),
+        "no GCS request with the renamed key's base URL: {heads:#?}"
+    );
+    let c = condition("az-hostile").await;
+    assert_eq!(c.reason, "InvalidSpec", "{c:?}");
+    assert!(
+        c.message.contains("not an Azure storage account name") && !c.message.contains("evil"),
+        "{}",
+        c.message
     );
     let c = condition("wrong-kind").await;
     assert_eq!(c.reason, "InvalidSpec", "{c:?}");
@@ -1428,7 +1469,9 @@ async fn gcs_and_azure_credentials_come_from_the_tenants_secret() {
     ))
     .unwrap();
     assert!(
-        !everything.contains("a2V5") && !everything.contains("tenant-sas"),
+        !everything.contains("a2V5")
+            && !everything.contains("tenant-sas")
+            && !everything.contains("renamed-sas"),
         "{everything}"
     );
     op.stop().await;

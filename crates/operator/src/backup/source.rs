@@ -18,7 +18,7 @@ use crate::error::Error;
 use crate::names::{DATA_VOLUME_LABEL, DEFAULT_ROLE_LABEL, selector};
 
 /// How far a standby may lag when `source.standbyMaxLag` is not set but the standbys can
-/// be asked (`credentialsSecret`, exec allowed): any lag, only replication must run.
+/// be asked (a login, exec allowed): any lag, only replication must run.
 const DEFAULT_STANDBY_MAX_LAG: jiff::SignedDuration = jiff::SignedDuration::from_hours(24);
 
 /// Where a MariaDB container keeps its data when `source.dataVolume` is not given.
@@ -37,6 +37,11 @@ pub(crate) async fn target_pod<'p>(
         let message = "the BackupPolicy has no spec.source (which pods hold the database)";
         return Ok(Err(blocked(ctx, api, backup, "NoSource", message).await?));
     };
+    // Checked here too (API servers before 1.25 have no CEL): a half login never becomes
+    // a Job without one.
+    source
+        .validate()
+        .map_err(|e| Error::Invalid(e.to_string()))?;
     let pods: Api<Pod> =
         Api::namespaced(ctx.client.clone(), &backup.namespace().unwrap_or_default());
     let candidates = crate::lean::list(

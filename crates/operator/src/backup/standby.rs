@@ -101,8 +101,8 @@ pub fn login_file(user: &str, password: &str) -> Result<Vec<u8>, String> {
 /// The database login of the source (`usernameFrom`/`passwordFrom`, or
 /// `credentialsSecret`'s `username` and `password`), read from the API server.
 async fn login(ctx: &Context, ns: &str, login: &Login) -> Result<Vec<u8>, String> {
-    let user = login_value(ctx, ns, &login.user, "spec.source.usernameFrom").await?;
-    let password = login_value(ctx, ns, &login.password, "spec.source.passwordFrom").await?;
+    let user = login_value(ctx, ns, &login.user, login.user_field).await?;
+    let password = login_value(ctx, ns, &login.password, login.password_field).await?;
     login_file(&user, &password)
 }
 

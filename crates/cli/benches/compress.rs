@@ -10,7 +10,10 @@
 //! `TIDEMARK_BENCH_COMPRESS_MIB` (default 1024) MiB of rows — text that compresses as
 //! real tables do, neither random nor repeated — then `mariabackup --backup
 //! --stream=xbstream` into a file every run reads. `TIDEMARK_BENCH_ROUNDS` sets the runs
-//! (default 3). `cargo bench -p tidemark --bench compress`.
+//! (default 3); `TIDEMARK_BENCH_COMPRESS_ONLY` keeps some of Tidemark's rows (a comma list
+//! of settings, `age+` before one for the encrypted row: `zstd:3,age+zstd:3`; the peers
+//! always run), and `TIDEMARK_BENCH_END_TO_END=0` leaves out the end-to-end table.
+//! `cargo bench -p tidemark --bench compress`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -62,6 +65,7 @@ fn main() {
     println!("| run | MiB/s (content) | ratio | ÷ uncompressed push |");
     println!("|---|---:|---:|---:|");
     let mut baseline = None;
+    let only = std::env::var("TIDEMARK_BENCH_COMPRESS_ONLY").unwrap_or_default();
     for (setting, encrypted) in [
         ("none", false),
         ("zstd:1", false),
@@ -69,7 +73,16 @@ fn main() {
         ("zstd:9", false),
         ("none", true),
         ("zstd:3", true),
-    ] {
+    ]
+    .into_iter()
+    .filter(|(s, e)| {
+        let name = if *e {
+            format!("age+{s}")
+        } else {
+            (*s).to_owned()
+        };
+        only.is_empty() || only.split(',').any(|o| o.trim() == name)
+    }) {
         let runs = (0..rounds)
             .map(|i| {
                 let mut c = Command::new(env!("CARGO_BIN_EXE_tidemark"));
@@ -157,7 +170,9 @@ fn main() {
         "| `zstd -T0 -3 \\| age -r age1… \\| aws s3 cp -` | {encrypted_speed:.1} | {ratio:.2} | {:.2} |",
         encrypted_speed / baseline.unwrap_or(encrypted_speed)
     );
-    end_to_end(&db, &server, content, rounds);
+    if env_usize("TIDEMARK_BENCH_END_TO_END", 1) != 0 {
+        end_to_end(&db, &server, content, rounds);
+    }
 }
 
 /// End to end from the database: `mariabackup --backup --stream=xbstream | tidemark push`

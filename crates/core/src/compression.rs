@@ -94,11 +94,14 @@ impl fmt::Display for Compression {
 }
 
 impl Compression {
-    /// zstd at `level`, with one worker thread per core beyond the first (up to 4): the
-    /// stream's own thread keeps reading and sending meanwhile.
+    /// zstd at `level`, with one worker thread per core (up to 4), as `zstd -T0` runs: the
+    /// stream's own thread mostly waits for them (reading, hashing and sending cost little
+    /// beside compression), so a worker fewer than the cores leaves a core idle — on 2 cores
+    /// that was half the compression speed (issue 32). `available_parallelism` counts the
+    /// cores this process may use (affinity, the cgroup's CPU limit).
     pub fn zstd(level: i32) -> Self {
         let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-        let workers = u32::try_from(cores.saturating_sub(1).min(4)).unwrap_or(0);
+        let workers = u32::try_from(cores.min(4)).unwrap_or(0);
         Compression::Zstd { level, workers }
     }
 
@@ -130,6 +133,20 @@ impl Compression {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One zstd worker per core the process may use, up to 4 (a worker fewer left one of
+    /// two cores idle: issue 32).
+    #[test]
+    fn zstd_gets_a_worker_per_core() {
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        assert_eq!(
+            Compression::zstd(3),
+            Compression::Zstd {
+                level: 3,
+                workers: u32::try_from(cores.min(4)).unwrap()
+            }
+        );
+    }
 
     #[test]
     fn bounded_lowers_the_level_and_drops_workers() {

@@ -398,29 +398,52 @@ pub async fn send(
     source: &mut (dyn AsyncRead + Unpin + Send),
     progress: &dyn Progress,
 ) -> Result<PayloadObject, TransferError> {
-    loop {
-        let mut buf = Vec::with_capacity(READ_CHUNK);
-        let read = (&mut *source)
-            .take(READ_CHUNK as u64)
-            .read_to_end(&mut buf)
-            .await;
-        match read {
-            Ok(0) => break,
-            Ok(n) => {
-                progress.bytes(n as u64);
-                if let Err(e) = up.put(store, Bytes::from(buf)).await {
-                    up.abort(store).await;
-                    return Err(e.into());
-                }
+    // The next chunk is read while the current one is compressed and handed to the
+    // writer (one chunk ahead: READ_CHUNK more memory), so the source never waits for
+    // zstd and zstd never waits for the source. The first failure of either ends both.
+    enum Failed {
+        Store(StoreError),
+        Source(std::io::Error),
+    }
+    let mut next = read_chunk(source).await.map_err(Failed::Source);
+    let failed = loop {
+        match next {
+            Ok(buf) if buf.is_empty() => break None,
+            Ok(buf) => {
+                progress.bytes(buf.len() as u64);
+                let up = &mut up;
+                let source = &mut *source;
+                next = tokio::try_join!(
+                    async { up.put(store, Bytes::from(buf)).await.map_err(Failed::Store) },
+                    async { read_chunk(source).await.map_err(Failed::Source) },
+                )
+                .map(|((), read)| read);
             }
-            Err(source) => {
-                let bytes = up.size();
-                up.abort(store).await;
-                return Err(TransferError::Source { bytes, source });
-            }
+            Err(e) => break Some(e),
+        }
+    };
+    match failed {
+        None => Ok(up.finish(store).await?),
+        Some(Failed::Store(e)) => {
+            up.abort(store).await;
+            Err(e.into())
+        }
+        Some(Failed::Source(source)) => {
+            let bytes = up.size();
+            up.abort(store).await;
+            Err(TransferError::Source { bytes, source })
         }
     }
-    Ok(up.finish(store).await?)
+}
+
+/// Up to [`READ_CHUNK`] bytes of `source` (fewer only at its end; empty: the end).
+async fn read_chunk(source: &mut (dyn AsyncRead + Unpin + Send)) -> std::io::Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(READ_CHUNK);
+    (&mut *source)
+        .take(READ_CHUNK as u64)
+        .read_to_end(&mut buf)
+        .await
+        .map(|_| buf)
 }
 
 /// What a committed (or failed) attempt records besides the spec.
@@ -1405,4 +1428,98 @@ pub fn readable(
             have,
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A source of `len` bytes (a pattern that compresses), failing after `fail_after`
+    /// bytes when asked to.
+    struct Source {
+        left: usize,
+        fail_after: Option<usize>,
+        sent: usize,
+    }
+
+    impl AsyncRead for Source {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            if self.fail_after.is_some_and(|f| self.sent >= f) {
+                return std::task::Poll::Ready(Err(std::io::Error::other("source broke")));
+            }
+            let n = buf.remaining().min(self.left).min(100_000);
+            let start = self.sent;
+            let bytes: Vec<u8> = (start..start + n).map(|i| (i / 7 % 251) as u8).collect();
+            buf.put_slice(&bytes);
+            self.left -= n;
+            self.sent += n;
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    fn store(compression: &str) -> (tempfile::TempDir, ClusterStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ClusterStore::open(
+            &format!("file://{}", dir.path().display()),
+            "c",
+            &Default::default(),
+        )
+        .unwrap()
+        .with_compression(compression.parse().unwrap());
+        (dir, store)
+    }
+
+    /// Reading ahead sends every byte once, in order: the stored object decompresses to
+    /// the source, whose size and the stored object's hash are recorded; a source that
+    /// breaks mid-stream fails the send with what was taken, and leaves no object.
+    #[tokio::test]
+    async fn the_stream_arrives_whole_and_a_broken_source_leaves_nothing() {
+        for compression in ["none", "zstd:3"] {
+            let (_dir, store) = store(compression);
+            let len = 3 * READ_CHUNK + 12_345;
+            let key = Path::from("b/payload");
+            let up = Upload::to_key(&store, key.clone(), "payload").unwrap();
+            let mut source = Source {
+                left: len,
+                fail_after: None,
+                sent: 0,
+            };
+            let object = send(&store, up, &mut source, &crate::NoProgress)
+                .await
+                .unwrap();
+            let stored = store.inner.get(&key).await.unwrap().bytes().await.unwrap();
+            assert_eq!(object.size, stored.len() as u64);
+            assert_eq!(object.sha256, hex::encode(Sha256::digest(&stored)));
+            let content = if compression == "none" {
+                stored.to_vec()
+            } else {
+                assert_eq!(object.original_size, Some(len as u64));
+                zstd::decode_all(&stored[..]).unwrap()
+            };
+            let want: Vec<u8> = (0..len).map(|i| (i / 7 % 251) as u8).collect();
+            assert!(content == want, "{compression}: the content differs");
+
+            let broken_key = Path::from("c/payload");
+            let up = Upload::to_key(&store, broken_key.clone(), "payload").unwrap();
+            let mut broken = Source {
+                left: len,
+                fail_after: Some(2 * READ_CHUNK + 5),
+                sent: 0,
+            };
+            match send(&store, up, &mut broken, &crate::NoProgress).await {
+                Err(TransferError::Source { bytes, .. }) => {
+                    assert!(bytes <= (2 * READ_CHUNK + 5) as u64, "{bytes}");
+                }
+                other => panic!("{compression}: {other:?}"),
+            }
+            assert!(
+                store.inner.head(&broken_key).await.is_err(),
+                "{compression}: a broken stream left its object"
+            );
+        }
+    }
 }

@@ -624,17 +624,18 @@ async fn a_pass_that_partly_failed_is_not_a_success() {
         message.contains("consolidation Job") && message.contains("failed"),
         "{message}"
     );
-    let events: Vec<K8sEvent> = Api::<K8sEvent>::namespaced(admin.clone(), ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items;
-    assert!(
-        events
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("RetentionPartlyFailed")),
-        "{events:?}"
-    );
+    // The event is posted after the status is written (events are folded and sent on
+    // their own): wait for it rather than read once.
+    eventually("the RetentionPartlyFailed event", || async {
+        Api::<K8sEvent>::namespaced(admin.clone(), ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("RetentionPartlyFailed"))
+    })
+    .await;
     let (_, metrics) = op.get("/metrics").await;
     assert!(
         metrics

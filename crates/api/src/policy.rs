@@ -905,9 +905,15 @@ impl CredentialsKeys {
     /// The key named for the credential whose default key is `default` (`accessKeyId`,
     /// `serviceAccountKey`, …), if one is.
     pub fn key_for(&self, default: &str) -> Option<&str> {
+        self.named()
+            .find_map(|(name, key)| (name == default).then_some(key))
+    }
+
+    /// `(default key, named key)` of each credential given another key.
+    pub fn named(&self) -> impl Iterator<Item = (&'static str, &str)> {
         self.fields()
             .into_iter()
-            .find_map(|(name, _, key)| (name == default).then_some(key).flatten())
+            .filter_map(|(name, _, key)| Some((name, key?)))
     }
 
     /// `(default key, field path, named key)` of each credential.

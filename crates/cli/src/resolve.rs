@@ -67,13 +67,15 @@ pub fn warn_ambiguous_flag(flag: &str, value: Option<&str>) {
     warn_ambiguous("", tidemark_core::AmbiguousDuration::check(flag, value));
 }
 
-/// Reads a configuration file, refusing one too large or too deeply nested to be a
-/// configuration before any parser sees it.
+/// Reads a configuration file, refusing one too large to be a configuration; its nesting
+/// and the rest of the YAML budget are held by the one parse that reads it.
 pub fn read_config_file(path: &Path) -> Result<String, CliError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| CliError::input(format!("cannot read {}: {e}", path.display())))?;
-    tidemark_api::config::check_bounds(&text)
-        .map_err(|e| CliError::input(format!("{}: {e}", path.display())))?;
+    if text.len() > tidemark_api::config::MAX_CONFIG_BYTES {
+        let e = tidemark_api::config::YamlError::TooLarge { bytes: text.len() };
+        return Err(CliError::input(format!("{}: {e}", path.display())));
+    }
     Ok(text)
 }
 

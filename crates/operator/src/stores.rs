@@ -92,17 +92,7 @@ pub async fn store_secret(
     };
     let lacks = |what: &str| {
         let named = overrides.map_or(String::new(), |o| {
-            let keys: Vec<String> = [
-                "accessKeyId",
-                "secretAccessKey",
-                "serviceAccountKey",
-                "accountName",
-                "accountKey",
-                "sasToken",
-            ]
-            .into_iter()
-            .filter_map(|d| o.key_for(d).map(|k| format!("{k:?} for {d}")))
-            .collect();
+            let keys: Vec<String> = o.named().map(|(d, k)| format!("{k:?} for {d}")).collect();
             if keys.is_empty() {
                 String::new()
             } else {

@@ -101,19 +101,25 @@ pub fn login_file(user: &str, password: &str) -> Result<Vec<u8>, String> {
 /// The database login of the source (`usernameFrom`/`passwordFrom`, or
 /// `credentialsSecret`'s `username` and `password`), read from the API server.
 async fn login(ctx: &Context, ns: &str, login: &Login) -> Result<Vec<u8>, String> {
-    let user = login_value(ctx, ns, &login.user, login.user_field).await?;
-    let password = login_value(ctx, ns, &login.password, login.password_field).await?;
+    let user_secret = secret_data(ctx, ns, &login.user, login.user_field).await?;
+    // One read when both keys are in one Secret (`credentialsSecret`'s default keys).
+    let password_secret = if login.password.name == login.user.name {
+        user_secret.clone()
+    } else {
+        secret_data(ctx, ns, &login.password, login.password_field).await?
+    };
+    let user = login_value(ns, &user_secret, &login.user, login.user_field)?;
+    let password = login_value(ns, &password_secret, &login.password, login.password_field)?;
     login_file(&user, &password)
 }
 
-/// One value of the login (never repeated in a message).
-async fn login_value(
+/// The data of the Secret `r` names (its name checked before it reaches a request path).
+async fn secret_data(
     ctx: &Context,
     ns: &str,
     r: &SecretKeyRef,
     field: &'static str,
-) -> Result<String, String> {
-    // Checked before the name reaches a request path.
+) -> Result<std::collections::BTreeMap<String, k8s_openapi::ByteString>, String> {
     r.validate(field, field).map_err(|e| e.to_string())?;
     let name = &r.name;
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
@@ -122,13 +128,20 @@ async fn login_value(
         .await
         .map_err(|e| format!("reading Secret {ns}/{name}: {e}"))?
         .ok_or_else(|| format!("Secret {ns}/{name} ({field}) does not exist"))?;
-    found
-        .data
-        .unwrap_or_default()
-        .get(&r.key)
+    Ok(found.data.unwrap_or_default())
+}
+
+/// One value of the login from its Secret's data (never repeated in a message).
+fn login_value(
+    ns: &str,
+    data: &std::collections::BTreeMap<String, k8s_openapi::ByteString>,
+    r: &SecretKeyRef,
+    field: &'static str,
+) -> Result<String, String> {
+    data.get(&r.key)
         .and_then(|v| String::from_utf8(v.0.clone()).ok())
         .map(|s| s.trim_end_matches(['\n', '\r']).to_owned())
-        .ok_or_else(|| format!("Secret {ns}/{name} ({field}) lacks key {:?}", r.key))
+        .ok_or_else(|| format!("Secret {ns}/{} ({field}) lacks key {:?}", r.name, r.key))
 }
 
 /// Asks one pod's database container about its replication.

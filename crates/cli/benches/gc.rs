@@ -407,6 +407,8 @@ fn peers(rt: &tokio::runtime::Runtime, server: &SeaweedFs) {
 fn steady(rt: &tokio::runtime::Runtime, server: &SeaweedFs) {
     let archive = env_usize("TIDEMARK_BENCH_ARCHIVE", 1_000_000);
     let expire = env_usize("TIDEMARK_BENCH_EXPIRE", 3_000);
+    // Backups kept (issue 32 §2: each pass used to read every one's metadata.json).
+    let kept = env_usize("TIDEMARK_BENCH_STEADY_BACKUPS", 10_000).max(1);
     let cluster = "steady";
     let store = server.cluster_store(cluster);
     let raw = server.raw_store();
@@ -414,23 +416,34 @@ fn steady(rt: &tokio::runtime::Runtime, server: &SeaweedFs) {
     let entries = synth::segments("mysql-bin", 1_000_000, archive as u64, start(), every);
     let t = Instant::now();
     rt.block_on(async {
-        let objects = entries
+        let mut objects: Vec<(String, Vec<u8>)> = entries
             .iter()
             .map(|e| (format!("{cluster}/binlogs/{}", e.name), vec![b's'; 16]))
             .collect();
+        // The kept backups, a minute apart from when segment `expire` ends; the oldest of
+        // them is the horizon.
+        let first_kept = start() + every * (expire as i32) + SignedDuration::from_secs(1);
+        for i in 0..kept {
+            let mut b = SynthBackup::full("nightly", first_kept + every * (i as i32), 2 + i as u32);
+            b.payload = vec![b'x'; 64];
+            objects.push((
+                format!("{cluster}/{}/{}/backup.tar", b.name, b.id),
+                b.payload.clone(),
+            ));
+            objects.push((
+                format!("{cluster}/{}/{}/metadata.json", b.name, b.id),
+                serde_json::to_vec_pretty(&b.metadata(cluster)).unwrap(),
+            ));
+        }
         put_all(raw.as_ref(), objects).await;
-        // An old backup that expires, and one started when segment `expire` ends.
+        // An old backup that expires.
         let old = SynthBackup::full("nightly", start() - SignedDuration::from_hours(24), 1);
-        let keep = SynthBackup::full(
-            "nightly",
-            start() + every * (expire as i32) + SignedDuration::from_secs(1),
-            2,
-        );
-        synth::write_backups(&store, &[old, keep]).await.unwrap();
+        synth::write_backups(&store, &[old]).await.unwrap();
         synth::write_index(&store, &entries).await.unwrap();
     });
     eprintln!(
-        "populated {archive} segments in {:.1}s",
+        "populated {archive} segments and {} backups in {:.1}s",
+        kept + 1,
         t.elapsed().as_secs_f64()
     );
 
@@ -438,37 +451,54 @@ fn steady(rt: &tokio::runtime::Runtime, server: &SeaweedFs) {
     let listed = rt.block_on(count(raw.as_ref(), &format!("{cluster}/binlogs")));
     let list_secs = t.elapsed().as_secs_f64();
 
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tidemark"));
-    cmd.args([
-        "gc",
-        "--store",
-        &server.url(),
-        "--cluster",
-        cluster,
-        "--keep-last",
-        "1",
-        "--output",
-        "json",
-    ])
-    .envs(server.env());
-    let t = Instant::now();
-    let out = cmd.output().unwrap();
-    let gc_secs = t.elapsed().as_secs_f64();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    if std::env::var_os("TIDEMARK_LOG").is_some() {
-        eprintln!("{}", String::from_utf8_lossy(&out.stderr));
-    }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let deleted = v["executed"]["segmentsDeleted"].as_u64().unwrap();
-    println!("\nSteady state: {archive} archived segments, {expire} behind the horizon");
-    println!("full listing of binlogs/ ({listed} objects)   {list_secs:>8.2} s");
+    let gc = |keep_last: usize| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tidemark"));
+        cmd.args([
+            "gc",
+            "--store",
+            &server.url(),
+            "--cluster",
+            cluster,
+            "--keep-last",
+            &keep_last.to_string(),
+            "--output",
+            "json",
+        ])
+        .envs(server.env());
+        let t = Instant::now();
+        let out = cmd.output().unwrap();
+        let secs = t.elapsed().as_secs_f64();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if std::env::var_os("TIDEMARK_LOG").is_some() {
+            eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+        }
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let segments = v["executed"]["segmentsDeleted"].as_u64().unwrap_or(0);
+        let backups = v["executed"]["backupsDeleted"]
+            .as_array()
+            .map_or(0, Vec::len);
+        (secs, segments, backups)
+    };
+    // Keeping every backup deletes nothing: the first pass reads every metadata.json and
+    // writes the metadata cache, the second reads none of them.
+    let (cold, ..) = gc(kept + 1);
+    let (warm, ..) = gc(kept + 1);
+    // The steady pass: the old backup and what lies behind the horizon expire.
+    let (steady, segments, backups) = gc(kept);
     println!(
-        "tidemark gc (deletes {deleted} segments + 1 backup) {gc_secs:>8.2} s   ({:.1}× faster than listing alone)",
-        list_secs / gc_secs
+        "\nSteady state: {archive} archived segments, {expire} behind the horizon, {} backups",
+        kept + 1
+    );
+    println!("full listing of binlogs/ ({listed} objects)          {list_secs:>8.2} s");
+    println!("tidemark gc, nothing to delete, no metadata cache     {cold:>8.2} s");
+    println!("tidemark gc, nothing to delete, metadata cache        {warm:>8.2} s");
+    println!(
+        "tidemark gc (deletes {segments} segments + {backups} backup)      {steady:>8.2} s   ({:.1}× faster than listing alone)",
+        list_secs / steady
     );
 }
 

@@ -15,6 +15,7 @@ use tidemark_store::{
     ClusterStore, DeleteFailure, ExecutionReport, Progress, Survey, SurveyOptions, execute, survey,
 };
 
+use tidemark_store::metacache::CacheUse;
 use tidemark_store::transfer;
 
 use crate::error::{EngineError, chain};
@@ -196,6 +197,15 @@ pub async fn retention_pass(
                 store.url, store.cluster
             )));
         }
+    };
+    // A pass that deletes keeps the metadata cache up to date; `plan` only reads it.
+    let writing;
+    let store = match fence {
+        Some(_) if store.metadata_cache() == CacheUse::Read => {
+            writing = store.clone().with_metadata_cache(CacheUse::Write);
+            &writing
+        }
+        _ => store,
     };
     let looked = async {
         survey(store, &request.policy, request.now, &options, progress)

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use futures::{StreamExt, TryStreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use jiff::Timestamp;
 use object_store::ObjectMeta;
 use object_store::path::Path;
@@ -16,6 +16,7 @@ use crate::format::{
 };
 use crate::index::SegmentIndex;
 use crate::layout::{self, KeyKind};
+use crate::metacache::{self, CacheUse};
 use crate::open::ClusterStore;
 use crate::progress::Progress;
 
@@ -135,6 +136,28 @@ pub struct Catalog {
     pub observed_at: Timestamp,
     /// Objects listed (for progress and reports).
     pub objects_listed: usize,
+    /// `metadata.json` bodies taken from the metadata cache rather than read
+    /// ([`crate::metacache`]).
+    pub metadata_from_cache: usize,
+}
+
+/// One `metadata.json` as a load got it.
+struct Fetched {
+    parsed: Result<Option<Metadata>, String>,
+    /// Its cache entry, when the cache is to be written.
+    entry: Option<metacache::Entry>,
+    /// Taken from the cache.
+    cached: bool,
+}
+
+impl Fetched {
+    fn read(parsed: Result<Option<Metadata>, String>, entry: Option<metacache::Entry>) -> Self {
+        Fetched {
+            parsed,
+            entry,
+            cached: false,
+        }
+    }
 }
 
 impl Catalog {
@@ -228,23 +251,70 @@ impl Catalog {
         store.spent.reset();
         // Listing, metadata reads and the index read overlap: each metadata.json is fetched
         // as soon as the listing yields it.
-        let (tx, rx) = futures::channel::mpsc::unbounded::<(Path, u64)>();
+        let (tx, rx) = futures::channel::mpsc::unbounded::<metacache::Listed>();
         let listing = async move {
             let r = list_outside_binlogs(store, progress, &tx).await;
             drop(tx);
             r
         };
+        // The metadata cache, read beside the listing: each body is taken from it when the
+        // listing shows its object unchanged (`crate::metacache`). A local directory's
+        // listing has no entity tags, so it is not read there.
+        let cache_use = store.metadata_cache;
+        let cache = async move {
+            if cache_use == CacheUse::Off || store.local_dir().is_some() {
+                std::sync::Arc::new(metacache::Cached::default())
+            } else {
+                let most = store.spent.limits().metadata_bytes;
+                std::sync::Arc::new(metacache::read(store, most).await)
+            }
+        }
+        .shared();
         // Each body is parsed as it arrives and only the parsed metadata is kept (issue 28):
         // the bytes being read are bounded by `METADATA_BYTES_IN_FLIGHT`, those kept by the
         // pass's budget (`crate::budget`).
         let in_flight = std::sync::Arc::new(tokio::sync::Semaphore::new(
             (METADATA_BYTES_IN_FLIGHT >> 10) as usize,
         ));
+        let keep_entries = cache_use == CacheUse::Write;
+        // What a body parses to, counted against the pass's budget.
+        let digest = |key: &Path, bytes: &[u8]| {
+            let parsed = match layout::classify(key.as_ref()) {
+                KeyKind::Metadata { name, id } => parse_metadata(bytes, name, id),
+                _ => Err("not a metadata key".to_owned()),
+            };
+            // What it holds parsed (or, malformed, its text for the problem).
+            let held = parsed
+                .as_ref()
+                .map_or(0, Metadata::footprint)
+                .max(bytes.len() as u64);
+            store
+                .spent
+                .metadata(held)
+                .map_err(|e| StoreError::Request {
+                    url: store.url.clone(),
+                    action: format!("reading {}", store.display_key(key)),
+                    answer: crate::budget::as_store_error(e),
+                })?;
+            Ok::<_, StoreError>(parsed)
+        };
         let fetching = rx
-            .map(|(key, listed)| {
-                let in_flight = in_flight.clone();
+            .map(|listed| {
+                let (in_flight, cache) = (in_flight.clone(), cache.clone());
                 async move {
-                    let limit = metadata_read_limit(listed);
+                    let key = listed.key.clone();
+                    if let Some(entry) = cache.await.body(&listed) {
+                        progress.metadata_read(1);
+                        let parsed = digest(&key, entry.body.as_bytes())?;
+                        let entry = (keep_entries && parsed.is_ok()).then(|| entry.clone());
+                        let fetched = Fetched {
+                            parsed: parsed.map(Some),
+                            entry,
+                            cached: true,
+                        };
+                        return Ok((key, fetched));
+                    }
+                    let limit = metadata_read_limit(listed.size);
                     // A read larger than the whole allowance takes all of it (reads alone).
                     let share = limit.min(METADATA_BYTES_IN_FLIGHT) >> 10;
                     let _turn = in_flight
@@ -256,40 +326,29 @@ impl Catalog {
                         })?;
                     // One deleted since it was listed (another pass got there first) is
                     // `None`; one too large to read is malformed, not a failed listing.
-                    let fetched = match store.read_limited(&key, limit).await {
+                    let fetched = match store.read_limited_with_meta(&key, limit).await {
                         Ok(f) => f,
                         Err(e @ StoreError::TooLarge { .. }) => {
-                            return Ok((key, Err(e.to_string())));
+                            return Ok((key, Fetched::read(Err(e.to_string()), None)));
                         }
                         Err(e) => return Err(e),
                     };
                     progress.metadata_read(1);
-                    let Some(bytes) = fetched else {
-                        return Ok((key, Ok(None)));
+                    let Some((served, bytes)) = fetched else {
+                        return Ok((key, Fetched::read(Ok(None), None)));
                     };
-                    let parsed = match layout::classify(key.as_ref()) {
-                        KeyKind::Metadata { name, id } => parse_metadata(&bytes, name, id),
-                        _ => Err("not a metadata key".to_owned()),
+                    let parsed = digest(&key, &bytes)?;
+                    let entry = if keep_entries && parsed.is_ok() {
+                        listed.entry(&served, &bytes)
+                    } else {
+                        None
                     };
-                    // What it holds parsed (or, malformed, its text for the problem).
-                    let held = parsed
-                        .as_ref()
-                        .map_or(0, Metadata::footprint)
-                        .max(bytes.len() as u64);
                     drop(bytes);
-                    store
-                        .spent
-                        .metadata(held)
-                        .map_err(|e| StoreError::Request {
-                            url: store.url.clone(),
-                            action: format!("reading {}", store.display_key(&key)),
-                            answer: crate::budget::as_store_error(e),
-                        })?;
-                    Ok::<_, StoreError>((key, parsed.map(Some)))
+                    Ok::<_, StoreError>((key, Fetched::read(parsed.map(Some), entry)))
                 }
             })
             .buffer_unordered(METADATA_FETCH_CONCURRENCY)
-            .try_collect::<HashMap<Path, Result<Option<Metadata>, String>>>();
+            .try_collect::<HashMap<Path, Fetched>>();
         let (listed, bodies, index, shard_objects, uploads) = futures::join!(
             listing,
             fetching,
@@ -315,7 +374,19 @@ impl Catalog {
                 }
             }
         );
-        let (listed, mut bodies, index, shard_objects) = (listed?, bodies?, index?, shard_objects?);
+        let (listed, fetched, index, shard_objects) = (listed?, bodies?, index?, shard_objects?);
+        let metadata_from_cache = fetched.values().filter(|f| f.cached).count();
+        let mut entries = std::collections::BTreeMap::new();
+        let mut bodies = HashMap::with_capacity(fetched.len());
+        for (key, f) in fetched {
+            if let Some(entry) = f.entry {
+                entries.insert(key.as_ref().to_owned(), entry);
+            }
+            bodies.insert(key, f.parsed);
+        }
+        if keep_entries && !cache.await.holds(&entries) {
+            metacache::write(store, entries).await;
+        }
 
         let objects_listed = listed.objects.len();
         let mut foreign = listed.foreign;
@@ -460,6 +531,7 @@ impl Catalog {
             warnings,
             observed_at,
             objects_listed,
+            metadata_from_cache,
         };
         catalog.check_index_entries(store);
         Ok(catalog)
@@ -911,7 +983,7 @@ fn list_after(
 async fn list_outside_binlogs(
     store: &ClusterStore,
     progress: &dyn Progress,
-    metadata_keys: &futures::channel::mpsc::UnboundedSender<(Path, u64)>,
+    metadata_keys: &futures::channel::mpsc::UnboundedSender<metacache::Listed>,
 ) -> Result<Listed, StoreError> {
     let announce = |meta: &ObjectMeta| {
         if matches!(
@@ -919,7 +991,7 @@ async fn list_outside_binlogs(
             KeyKind::Metadata { .. }
         ) {
             // The receiver lives as long as the load; a send can only fail after it ended.
-            let _ = metadata_keys.unbounded_send((meta.location.clone(), meta.size));
+            let _ = metadata_keys.unbounded_send(metacache::Listed::of(meta));
         }
     };
     let err = |source| StoreError::Request {

@@ -16,6 +16,7 @@ pub mod format;
 pub mod index;
 pub mod layout;
 pub mod local;
+pub mod metacache;
 pub mod objectlock;
 pub mod open;
 pub mod progress;

@@ -171,6 +171,8 @@ pub struct ClusterStore {
     pub(crate) lock_period: Option<tidemark_core::RetentionDuration>,
     /// What a pass has read of its budget (keys, pages, metadata bytes), shared by clones.
     pub(crate) spent: Arc<crate::budget::Spent>,
+    /// Whether catalog loads use (and write) the metadata cache ([`crate::metacache`]).
+    pub(crate) metadata_cache: crate::metacache::CacheUse,
 }
 
 impl ClusterStore {
@@ -180,6 +182,19 @@ impl ClusterStore {
     pub fn with_budget(self, budget: crate::budget::Budget) -> Self {
         self.spent.set(budget);
         self
+    }
+
+    /// The same store with catalog loads using the metadata cache as `use_` says
+    /// ([`crate::metacache`]; [`CacheUse::Read`](crate::metacache::CacheUse::Read) by default).
+    #[must_use]
+    pub fn with_metadata_cache(mut self, use_: crate::metacache::CacheUse) -> Self {
+        self.metadata_cache = use_;
+        self
+    }
+
+    /// How catalog loads of this store use the metadata cache.
+    pub fn metadata_cache(&self) -> crate::metacache::CacheUse {
+        self.metadata_cache
     }
 
     /// What this store may still read, and has.
@@ -312,6 +327,7 @@ impl ClusterStore {
             identities: None,
             object_lock: None,
             lock_period: None,
+            metadata_cache: crate::metacache::CacheUse::Read,
         })
     }
 
@@ -344,6 +360,7 @@ impl ClusterStore {
             identities: None,
             object_lock: None,
             lock_period: None,
+            metadata_cache: crate::metacache::CacheUse::Read,
         })
     }
 
@@ -515,6 +532,30 @@ impl ClusterStore {
             body.extend_from_slice(&chunk);
         }
         Ok(Some(body.freeze()))
+    }
+
+    /// [`Self::read_limited`], with the metadata the store served the body with (its entity
+    /// tag and size).
+    ///
+    /// # Errors
+    /// As [`Self::read_limited`].
+    pub(crate) async fn read_limited_with_meta(
+        &self,
+        key: &Path,
+        limit: u64,
+    ) -> Result<Option<(object_store::ObjectMeta, bytes::Bytes)>, StoreError> {
+        use object_store::ObjectStoreExt;
+        match self.inner.get(key).await {
+            Ok(got) => {
+                let meta = got.meta.clone();
+                Ok(self
+                    .collect_limited(key, got, limit)
+                    .await?
+                    .map(|body| (meta, body)))
+            }
+            Err(e) if crate::error::is_not_found(&e) => Ok(None),
+            Err(source) => Err(request(self, "reading", key, source)),
+        }
     }
 
     /// Reads a whole object; `None` when it does not exist (or vanished while being read).

@@ -49,6 +49,7 @@ pub async fn survey(
     tracing::info!(
         backups = catalog.backups.len(),
         objects = catalog.objects_listed,
+        metadata_from_cache = catalog.metadata_from_cache,
         elapsed_ms = t.elapsed().as_millis() as u64,
         "catalog loaded"
     );

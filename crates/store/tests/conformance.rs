@@ -15,6 +15,7 @@ use tidemark_core::{Action, PolicyInput, Reason};
 use tidemark_store::fault::{FaultMode, FaultStore};
 use tidemark_store::format::{AuditRecord, IndexFile};
 use tidemark_store::index::SegmentIndex;
+use tidemark_store::metacache::CacheUse;
 use tidemark_store::synth::{self, SynthBackup};
 use tidemark_store::testkit::{Azurite, GcsEmulator, SeaweedFs, local_store};
 use tidemark_store::{
@@ -208,6 +209,9 @@ fn cases() -> Vec<(&'static str, Case)> {
         }),
         ("sharded-index-is-read-where-the-pass-reaches", |s| {
             Box::pin(sharded_index_is_read_where_the_pass_reaches(s))
+        }),
+        ("a-stale-metadata-cache-never-changes-the-plan", |s| {
+            Box::pin(a_stale_metadata_cache_never_changes_the_plan(s))
         }),
     ]
 }
@@ -578,6 +582,183 @@ async fn newer_format_is_never_deleted(store: &ClusterStore) {
         .unwrap();
     assert_eq!(d.action, Action::Keep);
     assert_eq!(d.reasons, [Reason::NewerFormat]);
+}
+
+/// Issue 32 §2: the metadata cache saves the reads of unchanged `metadata.json` files, and
+/// a stale cache never changes a plan. After each change to the store — an edit of the
+/// same size (an expired backup rewritten in a newer format, which is then kept; a backup
+/// marked failed; an increment given another parent), a deleted
+/// `metadata.json`, a new backup — the plan made with the cache written before it is the
+/// plan made without any cache, and differs from the plan before the change (so a cache
+/// trusted where it should not be would show).
+async fn a_stale_metadata_cache_never_changes_the_plan(store: &ClusterStore) {
+    let history = standard_history(store).await;
+    let writing = store.clone().with_metadata_cache(CacheUse::Write);
+    let uncached = store.clone().with_metadata_cache(CacheUse::Off);
+    let committed = history.iter().filter(|b| !b.uncommitted).count();
+    // A local directory's listing has no entity tags: it reads every metadata.json.
+    let served = if store.backend == tidemark_store::Backend::Local {
+        0
+    } else {
+        committed
+    };
+    let plan = |store: ClusterStore| async move { standard_survey(&store).await.plan };
+
+    let first = plan(writing.clone()).await;
+    let (counted, counting) = faulty(store, FaultMode::Never);
+    let loaded = tidemark_store::Catalog::load(&counting, &NoProgress)
+        .await
+        .unwrap();
+    assert_eq!(loaded.metadata_from_cache, served);
+    let with_cache = counted.requests();
+    let (counted, counting) = faulty(&uncached, FaultMode::Never);
+    let loaded = tidemark_store::Catalog::load(&counting, &NoProgress)
+        .await
+        .unwrap();
+    assert_eq!(loaded.metadata_from_cache, 0);
+    // Without the cache: one GET per metadata.json (the malformed one too); with it, one
+    // GET of the cache and none of the committed ones.
+    if served > 0 {
+        assert_eq!(counted.requests() - with_cache, committed - 1);
+    }
+    assert_eq!(plan(store.clone()).await, first);
+
+    // Each change, with the cache as it was before any of them.
+    let doc = |b: &SynthBackup| format!("{}/{}/metadata.json", b.name, b.id);
+    let read = |key: String| async move {
+        let bytes = store
+            .read(&Path::from(key.as_str()))
+            .await
+            .unwrap()
+            .unwrap();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    };
+    let newest = history.iter().find(|b| b.name == "daily-09").unwrap();
+    let text = read(doc(newest)).await;
+    let failed = text.replacen("\"phase\": \"completed\"", "\"phase\": \"failed\"   ", 1);
+    assert_eq!((failed.len(), failed != text), (text.len(), true));
+    let increment = history
+        .iter()
+        .find(|b| b.name == "chain" && b.parent.is_some() && b.started_at == day(12))
+        .unwrap();
+    let base = history
+        .iter()
+        .find(|b| b.name == "chain" && b.parent.is_none())
+        .unwrap();
+    let text_i2 = read(doc(increment)).await;
+    let reparented = text_i2.replacen(increment.parent.as_deref().unwrap(), &base.id, 1);
+    assert_eq!(reparented.len(), text_i2.len());
+    // An expired backup rewritten by a newer Tidemark, same size: the store no longer
+    // justifies deleting it (a newer format is never deleted), the stale cache would.
+    let expired = history.iter().find(|b| b.name == "daily-05").unwrap();
+    let text_05 = read(doc(expired)).await;
+    let at = text_05.find("\"formatVersion\": ").unwrap() + "\"formatVersion\": ".len();
+    let digits = text_05[at..].find(|c: char| !c.is_ascii_digit()).unwrap();
+    let next = tidemark_store::format::METADATA_FORMAT_VERSION + 1;
+    let newer = format!(
+        "{}{next:0digits$}{}",
+        &text_05[..at],
+        &text_05[at + digits..]
+    );
+    assert_eq!((newer.len(), newer != text_05), (text_05.len(), true));
+    assert_eq!(action_of(&first, &expired.id), Action::Delete);
+    let gone = history.iter().find(|b| b.name == "daily-03").unwrap();
+    let changes = [
+        "an expired backup's metadata.json of a newer format, same size",
+        "a backup marked failed, same size",
+        "an increment given another parent, same size",
+        "a metadata.json deleted",
+        "a backup added",
+    ];
+    let mut before = first;
+    for (step, what) in changes.into_iter().enumerate() {
+        match step {
+            0 => write(store, &doc(expired), newer.as_bytes()).await,
+            1 => write(store, &doc(newest), failed.as_bytes()).await,
+            2 => write(store, &doc(increment), reparented.as_bytes()).await,
+            3 => store
+                .object_store()
+                .delete(&Path::from(doc(gone).as_str()))
+                .await
+                .unwrap(),
+            _ => synth::write_backups(store, &[SynthBackup::full("daily-10", day(13), 10)])
+                .await
+                .unwrap(),
+        }
+        let truth = plan(uncached.clone()).await;
+        assert!(truth != before, "{what}: the change should change the plan");
+        let cached = plan(store.clone()).await;
+        assert!(
+            cached == truth,
+            "{what}: the cache changed the plan:\n{}",
+            plan_differences(&cached, &truth)
+        );
+        if step == 0 {
+            assert_eq!(action_of(&truth, &expired.id), Action::Keep);
+        }
+        before = truth;
+    }
+
+    // A pass that deletes writes the cache again; it then serves every committed backup.
+    let again = plan(writing.clone()).await;
+    assert_eq!(again, before);
+    let loaded = tidemark_store::Catalog::load(store, &NoProgress)
+        .await
+        .unwrap();
+    let committed_now = loaded
+        .backups
+        .iter()
+        .filter(|b| b.metadata.is_some())
+        .count();
+    assert_eq!(
+        loaded.metadata_from_cache,
+        if served > 0 { committed_now } else { 0 }
+    );
+    assert_eq!(plan(store.clone()).await, before);
+}
+
+fn action_of(plan: &tidemark_core::Plan, id: &str) -> Action {
+    plan.backups
+        .iter()
+        .find(|d| d.backup.id == id)
+        .map(|d| d.action)
+        .unwrap()
+}
+
+/// What differs between two plans, as people read it (a whole plan is long).
+fn plan_differences(a: &tidemark_core::Plan, b: &tidemark_core::Plan) -> String {
+    let line = |d: &tidemark_core::BackupDecision| {
+        format!(
+            "{}/{} {:?} {:?} {:?}",
+            d.backup.name, d.backup.id, d.backup.phase, d.action, d.reasons
+        )
+    };
+    let (left, right): (BTreeSet<String>, BTreeSet<String>) = (
+        a.backups.iter().map(line).collect(),
+        b.backups.iter().map(line).collect(),
+    );
+    let mut out: Vec<String> = left
+        .difference(&right)
+        .map(|l| format!("- {l}"))
+        .chain(right.difference(&left).map(|l| format!("+ {l}")))
+        .collect();
+    if a.horizon != b.horizon || a.segments.delete.len() != b.segments.delete.len() {
+        out.push(format!(
+            "horizon {:?} vs {:?}, segments deleted {} vs {}",
+            a.horizon,
+            b.horizon,
+            a.segments.delete.len(),
+            b.segments.delete.len()
+        ));
+    }
+    if out.is_empty() {
+        out.push("(the decisions are the same; other fields differ)".to_owned());
+    }
+    out.join("\n")
+}
+
+async fn write(store: &ClusterStore, key: &str, body: &[u8]) {
+    synth::write_raw(store, key, body).await.unwrap();
 }
 
 /// Crash (every request from the k-th fails) or a single transient failure at the k-th

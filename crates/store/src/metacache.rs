@@ -1,0 +1,362 @@
+//! The metadata cache (issue 32 §2): `<cluster>/_state/metadata-cache.json.zst` holds the
+//! bodies of committed `metadata.json` files, each with the entity tag and size the store
+//! gave it, so that a steady pass reads only the metadata of new or changed backups.
+//!
+//! The cache is a hint, never a source of truth:
+//!
+//! - A body is taken from it only for a key the listing of this very load yields, with the
+//!   same entity tag and size as the listing gives, and of exactly that many bytes. An
+//!   edited `metadata.json` has another entity tag (S3's is the content's MD5; GCS and
+//!   Azure change theirs on every write), a deleted one is not listed, a new one is not in
+//!   the cache: each is read from the store, as without a cache.
+//! - A body taken from it goes through the same parse and checks as one read from the
+//!   store, so the pass sees what a read of the listed object would have returned.
+//! - A body read from the store enters the cache only when the read's entity tag is the
+//!   listing's (an object rewritten between the listing and the read is not cached under
+//!   the older tag).
+//! - Stores whose listings carry no entity tag (a local directory) never use it: their
+//!   reads are what a cache would save, and size and time alone would not tell a
+//!   same-size edit.
+//!
+//! So whoever writes the cache — even a runner that lost the lease, or a forged file —
+//! cannot make a pass see anything but the listed objects' contents. A file that cannot
+//! be read (malformed, of a newer format, over its bounds) is ignored. It is written only by
+//! a pass that deletes ([`CacheUse::Write`]), never by `plan`, `ls` or a restore, and only
+//! when it changed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+
+use object_store::path::Path;
+use object_store::{ObjectMeta, ObjectStoreExt, PutPayload};
+use serde::{Deserialize, Serialize};
+
+use crate::layout;
+use crate::open::ClusterStore;
+
+/// Version of `_state/metadata-cache.json.zst`.
+pub const CACHE_FORMAT_VERSION: u32 = 1;
+
+/// The file's name under `_state/`.
+pub const CACHE_FILE: &str = "metadata-cache.json.zst";
+
+/// The largest compressed cache read or written (a store's control objects are bounded
+/// so; about 100,000 backups' metadata compress below it).
+const MAX_CACHE_OBJECT: u64 = crate::bounded::MAX_CONTROL_OBJECT;
+
+/// The zstd level the cache is written with.
+const CACHE_LEVEL: i32 = 3;
+
+/// Whether a catalog load uses the metadata cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CacheUse {
+    /// Every `metadata.json` is read from the store.
+    Off,
+    /// Bodies are taken from the cache where the listing shows them unchanged; the cache
+    /// is not written (`plan`, `ls`, restores, read-only credentials).
+    #[default]
+    Read,
+    /// As [`CacheUse::Read`], and the cache is rewritten when what was read differs from it
+    /// (a pass that deletes, under the store's lease).
+    Write,
+}
+
+/// One cached `metadata.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Entry {
+    /// The entity tag the store listed and served the body with.
+    pub e_tag: String,
+    pub size: u64,
+    /// The object's bytes, as read (UTF-8: JSON).
+    pub body: String,
+}
+
+/// The file's form.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CacheFile {
+    format_version: u32,
+    /// By key relative to the cluster (`<name>/<id>/metadata.json`).
+    entries: BTreeMap<String, Entry>,
+}
+
+/// The cache as read at the start of a load.
+#[derive(Debug, Default)]
+pub(crate) struct Cached {
+    entries: HashMap<String, Entry>,
+}
+
+impl Cached {
+    /// The cached body of `listed`, when it is the listed object: same key, entity tag and
+    /// size, and that many bytes.
+    pub(crate) fn body(&self, listed: &Listed) -> Option<&Entry> {
+        let e_tag = opaque(listed.e_tag.as_deref()?);
+        let entry = self.entries.get(listed.key.as_ref())?;
+        (entry.e_tag == e_tag
+            && entry.size == listed.size
+            && entry.body.len() as u64 == listed.size)
+            .then_some(entry)
+    }
+
+    /// Whether `entries` is what this cache already holds.
+    pub(crate) fn holds(&self, entries: &BTreeMap<String, Entry>) -> bool {
+        self.entries.len() == entries.len()
+            && entries.iter().all(|(k, e)| {
+                self.entries
+                    .get(k)
+                    .is_some_and(|c| c.e_tag == e.e_tag && c.size == e.size)
+            })
+    }
+}
+
+/// A `metadata.json` as the listing gave it.
+#[derive(Debug, Clone)]
+pub(crate) struct Listed {
+    pub key: Path,
+    pub size: u64,
+    pub e_tag: Option<String>,
+}
+
+impl Listed {
+    pub(crate) fn of(meta: &ObjectMeta) -> Self {
+        Listed {
+            key: meta.location.clone(),
+            size: meta.size,
+            e_tag: meta.e_tag.clone(),
+        }
+    }
+
+    /// The cache entry for `body`, read with `read` (the answer's own metadata): only when
+    /// the read served the listed object (same entity tag and size).
+    pub(crate) fn entry(&self, read: &ObjectMeta, body: &[u8]) -> Option<Entry> {
+        let e_tag = opaque(self.e_tag.as_deref()?);
+        if read.e_tag.as_deref().map(opaque) != Some(e_tag) || read.size != self.size {
+            return None;
+        }
+        if body.len() as u64 != self.size {
+            return None;
+        }
+        let body = std::str::from_utf8(body).ok()?.to_owned();
+        Some(Entry {
+            e_tag: e_tag.to_owned(),
+            size: self.size,
+            body,
+        })
+    }
+}
+
+/// An entity tag's opaque value: the quotes (and a weak tag's `W/`) as the store gives them
+/// differ between listings and reads (Azure lists `0x8D…` and serves `"0x8D…"`).
+fn opaque(e_tag: &str) -> &str {
+    let e_tag = e_tag.strip_prefix("W/").unwrap_or(e_tag);
+    e_tag
+        .strip_prefix('"')
+        .and_then(|t| t.strip_suffix('"'))
+        .unwrap_or(e_tag)
+}
+
+pub(crate) fn key() -> Path {
+    Path::from_iter([layout::STATE, CACHE_FILE])
+}
+
+/// Reads the cache; an absent, unreadable or oversized one is empty (reported at debug
+/// level: the load then reads every `metadata.json`, as without one). `max_bytes` bounds
+/// the decompressed file (the metadata a pass may hold).
+pub(crate) async fn read(store: &ClusterStore, max_bytes: u64) -> Cached {
+    let key = key();
+    let bytes = match store.read_limited(&key, MAX_CACHE_OBJECT).await {
+        Ok(Some(b)) => b,
+        Ok(None) => return Cached::default(),
+        Err(e) => {
+            tracing::debug!(error = %e, "the metadata cache could not be read; reading every metadata.json");
+            return Cached::default();
+        }
+    };
+    let decoded = tokio::task::spawn_blocking(move || decode(&bytes, max_bytes)).await;
+    match decoded {
+        Ok(Ok(entries)) => Cached { entries },
+        Ok(Err(problem)) => {
+            tracing::debug!(%problem, "the metadata cache is not used; reading every metadata.json");
+            Cached::default()
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "the metadata cache is not used");
+            Cached::default()
+        }
+    }
+}
+
+fn decode(bytes: &[u8], max_bytes: u64) -> Result<HashMap<String, Entry>, String> {
+    let decoder = zstd::stream::read::Decoder::new(bytes).map_err(|e| e.to_string())?;
+    let mut text = Vec::new();
+    decoder
+        .take(max_bytes.saturating_add(1))
+        .read_to_end(&mut text)
+        .map_err(|e| format!("not zstd: {e}"))?;
+    if text.len() as u64 > max_bytes {
+        return Err(format!("larger than {max_bytes} bytes once decompressed"));
+    }
+    let file: CacheFile = serde_json::from_slice(&text).map_err(|e| e.to_string())?;
+    if file.format_version != CACHE_FORMAT_VERSION {
+        return Err(format!(
+            "format version {} (this build reads {CACHE_FORMAT_VERSION})",
+            file.format_version
+        ));
+    }
+    Ok(file.entries.into_iter().collect())
+}
+
+fn encode(entries: BTreeMap<String, Entry>) -> Result<Vec<u8>, String> {
+    let file = CacheFile {
+        format_version: CACHE_FORMAT_VERSION,
+        entries,
+    };
+    let text = serde_json::to_vec(&file).map_err(|e| e.to_string())?;
+    zstd::bulk::compress(&text, CACHE_LEVEL).map_err(|e| e.to_string())
+}
+
+/// Writes `entries` as the cache, best effort: a failure is a warning (the next pass reads
+/// the metadata again, and tries again). Returns whether it was written.
+///
+/// A plain put, not a conditional one: every entry is checked against the listing before
+/// it is used, so a cache written by a runner that lost the lease, or an older one written
+/// over a newer, costs reads, never a wrong view.
+pub(crate) async fn write(store: &ClusterStore, entries: BTreeMap<String, Entry>) -> bool {
+    let count = entries.len();
+    let encoded = match tokio::task::spawn_blocking(move || encode(entries)).await {
+        Ok(Ok(b)) => b,
+        Ok(Err(problem)) => {
+            tracing::warn!(%problem, "the metadata cache could not be encoded");
+            return false;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "the metadata cache could not be encoded");
+            return false;
+        }
+    };
+    if encoded.len() as u64 > MAX_CACHE_OBJECT {
+        tracing::info!(
+            bytes = encoded.len(),
+            "the metadata cache would be larger than {MAX_CACHE_OBJECT} bytes; not written"
+        );
+        return false;
+    }
+    let key = key();
+    match store.inner.put(&key, PutPayload::from(encoded)).await {
+        Ok(_) => {
+            tracing::debug!(entries = count, "metadata cache written");
+            true
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "the metadata cache could not be written; the next pass reads every metadata.json");
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(e_tag: &str, body: &str) -> Entry {
+        Entry {
+            e_tag: e_tag.to_owned(),
+            size: body.len() as u64,
+            body: body.to_owned(),
+        }
+    }
+
+    fn listed(key: &str, size: u64, e_tag: Option<&str>) -> Listed {
+        Listed {
+            key: Path::from(key),
+            size,
+            e_tag: e_tag.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn a_body_is_taken_only_for_the_listed_object() {
+        let cached = Cached {
+            entries: [("a/1/metadata.json".to_owned(), entry("x", "{\"a\":1}"))]
+                .into_iter()
+                .collect(),
+        };
+        assert!(
+            cached
+                .body(&listed("a/1/metadata.json", 7, Some("\"x\"")))
+                .is_some()
+        );
+        // Quoted or not (Azure lists tags bare and serves them quoted).
+        assert!(
+            cached
+                .body(&listed("a/1/metadata.json", 7, Some("x")))
+                .is_some()
+        );
+        // Another tag (an edit of the same size), another size, no tag, another key.
+        assert!(
+            cached
+                .body(&listed("a/1/metadata.json", 7, Some("\"y\"")))
+                .is_none()
+        );
+        assert!(
+            cached
+                .body(&listed("a/1/metadata.json", 8, Some("\"x\"")))
+                .is_none()
+        );
+        assert!(cached.body(&listed("a/1/metadata.json", 7, None)).is_none());
+        assert!(
+            cached
+                .body(&listed("a/2/metadata.json", 7, Some("\"x\"")))
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_read_enters_the_cache_only_as_the_listed_object() {
+        let l = listed("a/1/metadata.json", 7, Some("\"x\""));
+        let served = |e_tag: Option<&str>, size: u64| ObjectMeta {
+            location: Path::from("a/1/metadata.json"),
+            last_modified: chrono::DateTime::default(),
+            size,
+            e_tag: e_tag.map(str::to_owned),
+            version: None,
+        };
+        assert!(l.entry(&served(Some("\"x\""), 7), b"{\"a\":1}").is_some());
+        assert!(l.entry(&served(Some("x"), 7), b"{\"a\":1}").is_some());
+        // Rewritten between the listing and the read.
+        assert!(l.entry(&served(Some("\"y\""), 7), b"{\"a\":2}").is_none());
+        assert!(l.entry(&served(Some("\"x\""), 8), b"{\"a\":1} ").is_none());
+        // A body cut short.
+        assert!(l.entry(&served(Some("\"x\""), 7), b"{\"a\"").is_none());
+        assert!(
+            listed("k", 7, None)
+                .entry(&served(None, 7), b"{\"a\":1}")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn the_file_round_trips_and_bounds_hold() {
+        let entries: BTreeMap<String, Entry> = (0..100)
+            .map(|i| {
+                (
+                    format!("n/{i}/metadata.json"),
+                    entry("\"t\"", "{\"x\":\"ééé\"}"),
+                )
+            })
+            .collect();
+        let bytes = encode(entries.clone()).unwrap();
+        let back = decode(&bytes, 1 << 20).unwrap();
+        assert_eq!(back.len(), 100);
+        assert_eq!(back["n/7/metadata.json"], entries["n/7/metadata.json"]);
+        assert!(decode(&bytes, 100).unwrap_err().contains("larger than 100"));
+        assert!(decode(b"not zstd at all", 1 << 20).is_err());
+        let newer = zstd::bulk::compress(br#"{"formatVersion":2,"entries":{}}"#, 3).unwrap();
+        assert!(
+            decode(&newer, 1 << 20)
+                .unwrap_err()
+                .contains("format version 2")
+        );
+    }
+}

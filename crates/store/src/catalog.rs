@@ -20,6 +20,10 @@ use crate::metacache::{self, CacheUse};
 use crate::open::ClusterStore;
 use crate::progress::Progress;
 
+/// Ranges the listing outside `binlogs/` is split into when the metadata cache tells
+/// where its keys lie (an ordered backend).
+const OUTSIDE_LIST_RANGES: usize = 8;
+
 /// Metadata documents fetched at once (the store-wide limit still applies).
 const METADATA_FETCH_CONCURRENCY: usize = 64;
 
@@ -251,12 +255,6 @@ impl Catalog {
         store.spent.reset();
         // Listing, metadata reads and the index read overlap: each metadata.json is fetched
         // as soon as the listing yields it.
-        let (tx, rx) = futures::channel::mpsc::unbounded::<metacache::Listed>();
-        let listing = async move {
-            let r = list_outside_binlogs(store, progress, &tx).await;
-            drop(tx);
-            r
-        };
         // The metadata cache, read beside the listing: each body is taken from it when the
         // listing shows its object unchanged (`crate::metacache`). A local directory's
         // listing has no entity tags, so it is not read there.
@@ -270,6 +268,22 @@ impl Catalog {
             }
         }
         .shared();
+        // The cache's keys also split the listing into ranges listed at once (a store that
+        // lists in order); without a cache it is one listing.
+        let (tx, rx) = futures::channel::mpsc::unbounded::<metacache::Listed>();
+        let listing = {
+            let cache = cache.clone();
+            async move {
+                let cuts = if store.backend.lists_in_order() && store.local_dir().is_none() {
+                    cache.await.cuts(OUTSIDE_LIST_RANGES)
+                } else {
+                    Vec::new()
+                };
+                let r = list_outside_binlogs(store, progress, &tx, &cuts).await;
+                drop(tx);
+                r
+            }
+        };
         // Each body is parsed as it arrives and only the parsed metadata is kept (issue 28):
         // the bytes being read are bounded by `METADATA_BYTES_IN_FLIGHT`, those kept by the
         // pass's budget (`crate::budget`).
@@ -978,12 +992,14 @@ fn list_after(
 }
 
 /// Lists every object of the cluster except `binlogs/`, which can hold millions of
-/// segments. Ordered backends skip it with a start-after listing; a local directory is
-/// walked, skipping it, without following links.
+/// segments. Ordered backends skip it with a start-after listing, in ranges split at `cuts`
+/// listed at once (any keys in increasing order: the ranges cover every key once whatever
+/// they are); a local directory is walked, skipping it, without following links.
 async fn list_outside_binlogs(
     store: &ClusterStore,
     progress: &dyn Progress,
     metadata_keys: &futures::channel::mpsc::UnboundedSender<metacache::Listed>,
+    cuts: &[Path],
 ) -> Result<Listed, StoreError> {
     let announce = |meta: &ObjectMeta| {
         if matches!(
@@ -1014,23 +1030,21 @@ async fn list_outside_binlogs(
             .collect();
         out.leftovers = staged(walked.staging);
     } else if store.backend.lists_in_order() {
-        let binlogs_start = format!("{}/", layout::BINLOGS);
-        let mut before = store.inner.list(None);
-        while let Some(meta) = before.try_next().await.map_err(err)? {
-            if meta.location.as_ref() >= binlogs_start.as_str() {
-                break;
-            }
+        let starts = std::iter::once(None).chain(cuts.iter().map(Some));
+        let ends = cuts.iter().map(Some).chain(std::iter::once(None));
+        let seen = |meta: &ObjectMeta| {
             progress.listed(1);
-            announce(&meta);
-            out.objects.push(meta);
-        }
-        // '0' is the byte after '/', so this resumes right after every `binlogs/` key.
-        let after = Path::from(format!("{}0", layout::BINLOGS));
-        let mut rest = list_after(store, None, &after);
-        while let Some(meta) = rest.try_next().await.map_err(err)? {
-            progress.listed(1);
-            announce(&meta);
-            out.objects.push(meta);
+            announce(meta);
+        };
+        let parts = futures::future::try_join_all(
+            starts
+                .zip(ends)
+                .map(|(after, through)| list_outside_range(store, after, through, &seen)),
+        )
+        .await
+        .map_err(err)?;
+        for mut part in parts {
+            out.objects.append(&mut part);
         }
     } else {
         let top = store.inner.list_with_delimiter(None).await;
@@ -1051,6 +1065,40 @@ async fn list_outside_binlogs(
                 out.objects.push(meta);
             }
         }
+    }
+    Ok(out)
+}
+
+/// One range of [`list_outside_binlogs`] on an ordered backend: the keys after `after`
+/// (exclusive) up to `through` (inclusive), skipping `binlogs/`.
+async fn list_outside_range(
+    store: &ClusterStore,
+    after: Option<&Path>,
+    through: Option<&Path>,
+    seen: &(dyn Fn(&ObjectMeta) + Sync),
+) -> object_store::Result<Vec<ObjectMeta>> {
+    let binlogs_start = format!("{}/", layout::BINLOGS);
+    // '0' is the byte after '/', so this resumes right after every `binlogs/` key.
+    let binlogs_end = Path::from(format!("{}0", layout::BINLOGS));
+    let mut out = Vec::new();
+    let mut s = match after {
+        None => store.inner.list(None),
+        Some(a) => list_after(store, None, a),
+    };
+    while let Some(meta) = s.try_next().await? {
+        if through.is_some_and(|t| meta.location > *t) {
+            break;
+        }
+        let key = meta.location.as_ref();
+        if key >= binlogs_start.as_str() && key < binlogs_end.as_ref() {
+            if through.is_some_and(|t| *t < binlogs_end) {
+                break;
+            }
+            s = list_after(store, None, &binlogs_end);
+            continue;
+        }
+        seen(&meta);
+        out.push(meta);
     }
     Ok(out)
 }
@@ -1278,6 +1326,86 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::open::Backend;
+
+    /// Issue 32 §2: the listing outside `binlogs/` split at any increasing keys — the
+    /// cache's, or a forged cache's (inside `binlogs/`, before or after every key) — lists
+    /// exactly what one listing does, in the same order, and never a segment.
+    #[tokio::test]
+    async fn a_split_listing_lists_every_key_once() {
+        let inner: std::sync::Arc<dyn object_store::ObjectStore> =
+            std::sync::Arc::new(object_store::memory::InMemory::new());
+        let store = ClusterStore::from_object_store(inner, "c", Backend::Memory).unwrap();
+        let mut keys: Vec<String> = (0..40)
+            .flat_map(|i| {
+                let dir = format!("nightly/20261120T0200{i:02}Z-00000000");
+                [format!("{dir}/metadata.json"), format!("{dir}/backup.tar")]
+            })
+            .collect();
+        keys.extend(
+            [
+                "README",
+                "_audit/x.json",
+                "_state/metadata-cache.json.zst",
+                "binlogs",
+                // (An object named exactly `binlogs0` is not listed: the listing resumes
+                // after that key. It would be foreign, and is never deleted.)
+                "binlogs00",
+                "binlogsz/x",
+                "zzz",
+            ]
+            .map(str::to_owned),
+        );
+        for k in &keys {
+            crate::synth::write_raw(&store, k, b"x").await.unwrap();
+        }
+        for n in 0..30 {
+            let name = format!("binlogs/mysql-bin.{n:06}");
+            crate::synth::write_raw(&store, &name, b"s").await.unwrap();
+        }
+        let list = |cuts: Vec<&'static str>| {
+            let store = store.clone();
+            async move {
+                let cuts: Vec<Path> = cuts.into_iter().map(Path::from).collect();
+                let (tx, rx) = futures::channel::mpsc::unbounded();
+                let listed = list_outside_binlogs(&store, &crate::NoProgress, &tx, &cuts)
+                    .await
+                    .unwrap();
+                drop(tx);
+                let announced: Vec<metacache::Listed> = rx.collect().await;
+                let got: Vec<String> = listed
+                    .objects
+                    .iter()
+                    .map(|m| m.location.as_ref().to_owned())
+                    .collect();
+                (got, announced.len())
+            }
+        };
+        let (whole, announced) = list(vec![]).await;
+        keys.sort();
+        assert_eq!(whole, keys);
+        assert_eq!(announced, 40);
+        for cuts in [
+            vec!["nightly/20261120T020010Z-00000000/metadata.json"],
+            vec![
+                "README",
+                "nightly/20261120T020005Z-00000000/backup.tar",
+                "nightly/20261120T020031Z-00000000/metadata.json",
+                "zzz",
+            ],
+            vec!["binlogs/mysql-bin.000010"],
+            vec![
+                "a",
+                "binlogs/mysql-bin.000003",
+                "binlogs/mysql-bin.000020",
+                "binlogs0",
+            ],
+            vec!["0", "binlogs", "binlogs/", "binlogsz", "zzzz"],
+        ] {
+            let (split, announced) = list(cuts.clone()).await;
+            assert_eq!(split, whole, "split at {cuts:?}");
+            assert_eq!(announced, 40, "split at {cuts:?}");
+        }
+    }
 
     #[test]
     fn id_times_parse() {

@@ -629,8 +629,17 @@ struct BatchTally {
     failures: Vec<DeleteFailure>,
 }
 
-/// Deletes `keys` in batches (S3 DeleteObjects, 1,000 keys a request, several requests in
-/// flight), then retries what is left one key at a time with backoff. Missing objects are
+/// Keys per bulk delete request. S3's DeleteObjects takes 1,000, but a server works
+/// through one request's keys in turn: 3,000 keys went in 0.30–0.42 s as 100- to 250-key
+/// requests, 32 at once, and in 0.60–0.74 s as 1,000-key ones (SeaweedFS, issue 32 §2).
+/// Azure's batches take 256 at most.
+const DELETE_BATCH: usize = 250;
+
+/// Bulk delete requests in flight at once (within the store's request limit).
+const DELETE_BATCHES_IN_FLIGHT: usize = 16;
+
+/// Deletes `keys` in batches (S3 DeleteObjects, [`DELETE_BATCH`] keys a request,
+/// [`DELETE_BATCHES_IN_FLIGHT`] requests in flight), then retries what is left one key at a time with backoff. Missing objects are
 /// success.
 async fn delete_keys(
     store: &ClusterStore,
@@ -651,9 +660,16 @@ async fn delete_keys(
     let results: Vec<_> = if versioned.is_some() {
         Vec::new()
     } else {
-        store
-            .inner
-            .delete_stream(stream::iter(keys.into_iter().map(Ok)).boxed())
+        let batches: Vec<Vec<Path>> = keys.chunks(DELETE_BATCH).map(<[Path]>::to_vec).collect();
+        stream::iter(batches)
+            .map(|batch| {
+                store
+                    .inner
+                    .delete_stream(stream::iter(batch.into_iter().map(Ok)).boxed())
+                    .collect::<Vec<_>>()
+            })
+            .buffer_unordered(DELETE_BATCHES_IN_FLIGHT)
+            .flat_map(stream::iter)
             .collect()
             .await
     };

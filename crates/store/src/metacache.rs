@@ -44,6 +44,10 @@ pub const CACHE_FILE: &str = "metadata-cache.json.zst";
 /// so; about 100,000 backups' metadata compress below it).
 const MAX_CACHE_OBJECT: u64 = crate::bounded::MAX_CONTROL_OBJECT;
 
+/// The fewest cached keys per range of a split listing (each backup has a few objects
+/// beside its `metadata.json`: a range is then a few listing pages).
+const KEYS_PER_RANGE: usize = 500;
+
 /// The zstd level the cache is written with.
 const CACHE_LEVEL: i32 = 3;
 
@@ -97,6 +101,25 @@ impl Cached {
             && entry.size == listed.size
             && entry.body.len() as u64 == listed.size)
             .then_some(entry)
+    }
+
+    /// Up to `ranges - 1` keys that split the cached keys into about equal parts, in
+    /// increasing order, each part of at least [`KEYS_PER_RANGE`] keys (none when the
+    /// cache is smaller): where to split a listing of the cluster. Any keys would list
+    /// every object once; these make the ranges about equal.
+    pub(crate) fn cuts(&self, ranges: usize) -> Vec<Path> {
+        let parts = (self.entries.len() / KEYS_PER_RANGE).clamp(1, ranges.max(1));
+        if parts < 2 {
+            return Vec::new();
+        }
+        let mut keys: Vec<&String> = self.entries.keys().collect();
+        keys.sort_unstable();
+        let step = keys.len().div_ceil(parts);
+        keys.into_iter()
+            .step_by(step)
+            .skip(1)
+            .filter_map(|k| Path::parse(k).ok())
+            .collect()
     }
 
     /// Whether `entries` is what this cache already holds.
@@ -334,6 +357,22 @@ mod tests {
                 .entry(&served(None, 7), b"{\"a\":1}")
                 .is_none()
         );
+    }
+
+    #[test]
+    fn cuts_split_the_keys_into_equal_ranges() {
+        let cached = |n: usize| Cached {
+            entries: (0..n)
+                .map(|i| (format!("n/{i:05}/metadata.json"), entry("t", "{}")))
+                .collect(),
+        };
+        assert!(cached(999).cuts(8).is_empty());
+        let cuts = cached(4_000).cuts(8);
+        assert_eq!(cuts.len(), 7);
+        assert_eq!(cuts[0].as_ref(), "n/00500/metadata.json");
+        assert!(cuts.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(cached(100_000).cuts(8).len(), 7);
+        assert_eq!(cached(1_000).cuts(8).len(), 1);
     }
 
     #[test]

@@ -65,7 +65,7 @@ fn median(mut d: Vec<Duration>) -> Duration {
 
 /// Starts a private server on `datadir` (as a restore does), pipes `mariadb-binlog` of
 /// `files` from `position` up to `stop` into it, and shuts it down.
-fn replay(datadir: &Path, work: &Path, files: &[std::path::PathBuf], position: u64, stop: &str) {
+fn replay(datadir: &Path, work: &Path, files: &[std::path::PathBuf], position: &str, stop: &str) {
     let socket = work.join("r.sock");
     let cnf = datadir.join("backup-my.cnf");
     let mut server = Command::new("mariadbd");
@@ -166,7 +166,12 @@ fn main() {
         .iter()
         .map(|s| s["name"].as_str().unwrap().to_owned())
         .collect();
-    let position = plan["startPosition"]["position"].as_u64().unwrap();
+    // Where replay starts: the backup's GTID position (a file offset for a backup that
+    // records none), as the restore's own plan says.
+    let position = match plan["startPosition"]["position"].as_u64() {
+        Some(offset) => offset.to_string(),
+        None => format!("'{}'", plan["runs"][0]["startAfter"].as_str().unwrap()),
+    };
     let stop = plan["stopDatetime"]
         .as_str()
         .unwrap()
@@ -265,7 +270,7 @@ fn main() {
             .iter()
             .map(|s| files.join("binlogs").join(s))
             .collect();
-        replayed.push(timed(|| replay(&base, &work, &binlogs, position, &stop)));
+        replayed.push(timed(|| replay(&base, &work, &binlogs, &position, &stop)));
         std::fs::remove_dir_all(&base).unwrap();
         std::fs::remove_dir_all(&files).unwrap();
         if round % 2 == 1 {

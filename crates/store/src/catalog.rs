@@ -255,19 +255,24 @@ impl Catalog {
         store.spent.reset();
         // Listing, metadata reads and the index read overlap: each metadata.json is fetched
         // as soon as the listing yields it.
-        // The metadata cache, read beside the listing: each body is taken from it when the
+        // The metadata cache, read before the listing: each body is taken from it when the
         // listing shows its object unchanged (`crate::metacache`). A local directory's
-        // listing has no entity tags, so it is not read there.
+        // listing has no entity tags, so it is not read there. The cache read and the one
+        // to write each hold at most a quarter of the pass's metadata budget, beside it.
         let cache_use = store.metadata_cache;
+        let cache_bytes = metacache::bound(store.spent.limits().metadata_bytes);
         let cache = async move {
             if cache_use == CacheUse::Off || store.local_dir().is_some() {
                 std::sync::Arc::new(metacache::Cached::default())
             } else {
-                let most = store.spent.limits().metadata_bytes;
-                std::sync::Arc::new(metacache::read(store, most).await)
+                // Its JSON (escaped bodies, keys and tags) is at most about twice the bodies.
+                let text = cache_bytes.saturating_mul(2);
+                std::sync::Arc::new(metacache::read(store, text).await)
             }
         }
         .shared();
+        let kept = metacache::Keeper::new(cache_bytes);
+        let keep = |entry| kept.keep(entry);
         // The cache's keys also split the listing into ranges listed at once (a store that
         // lists in order); without a cache it is one listing.
         let (tx, rx) = futures::channel::mpsc::unbounded::<metacache::Listed>();
@@ -320,7 +325,7 @@ impl Catalog {
                     if let Some(entry) = cache.await.body(&listed) {
                         progress.metadata_read(1);
                         let parsed = digest(&key, entry.body.as_bytes())?;
-                        let entry = (keep_entries && parsed.is_ok()).then(|| entry.clone());
+                        let entry = keep((keep_entries && parsed.is_ok()).then(|| entry.clone()));
                         let fetched = Fetched {
                             parsed: parsed.map(Some),
                             entry,
@@ -353,7 +358,7 @@ impl Catalog {
                     };
                     let parsed = digest(&key, &bytes)?;
                     let entry = if keep_entries && parsed.is_ok() {
-                        listed.entry(&served, &bytes)
+                        keep(listed.entry(&served, &bytes))
                     } else {
                         None
                     };
@@ -398,8 +403,15 @@ impl Catalog {
             }
             bodies.insert(key, f.parsed);
         }
-        if keep_entries && !cache.await.holds(&entries) {
+        // A cache larger than its bound is not written (the store is read as without one).
+        let fits = kept.fits();
+        if keep_entries && fits && !cache.await.holds(&entries) {
             metacache::write(store, entries).await;
+        } else if keep_entries && !fits {
+            tracing::info!(
+                bound = cache_bytes,
+                "the metadata.json bodies are more than the metadata cache holds; it is not written"
+            );
         }
 
         let objects_listed = listed.objects.len();

@@ -51,6 +51,14 @@ const KEYS_PER_RANGE: usize = 500;
 /// The zstd level the cache is written with.
 const CACHE_LEVEL: i32 = 3;
 
+/// The most bytes of `metadata.json` bodies the cache holds, given a pass's metadata budget
+/// ([`crate::budget::Budget::metadata_bytes`]): a quarter of it, so the cache read and the
+/// one to write stay a fraction of what the pass may hold (the operator's 16 MiB budget
+/// caches 4 MiB of bodies, some 4,000 backups; `tidemark` commands' 1 GiB, 256 MiB).
+pub(crate) fn bound(metadata_budget: u64) -> u64 {
+    metadata_budget / 4
+}
+
 /// Whether a catalog load uses the metadata cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CacheUse {
@@ -74,6 +82,38 @@ pub(crate) struct Entry {
     pub size: u64,
     /// The object's bytes, as read (UTF-8: JSON).
     pub body: String,
+}
+
+/// Collects the entries of the cache to write, up to its bound in bodies.
+#[derive(Debug)]
+pub(crate) struct Keeper {
+    kept: std::sync::atomic::AtomicU64,
+    bound: u64,
+}
+
+impl Keeper {
+    pub(crate) fn new(bound: u64) -> Self {
+        Keeper {
+            kept: std::sync::atomic::AtomicU64::new(0),
+            bound,
+        }
+    }
+
+    /// `entry`, while the bodies kept fit the bound; `None` after.
+    pub(crate) fn keep(&self, entry: Option<Entry>) -> Option<Entry> {
+        let entry = entry?;
+        let size = entry.body.len() as u64;
+        let total = self
+            .kept
+            .fetch_add(size, std::sync::atomic::Ordering::Relaxed)
+            .saturating_add(size);
+        (total <= self.bound).then_some(entry)
+    }
+
+    /// Whether every body offered fit (else the cache is not written: it would lack some).
+    pub(crate) fn fits(&self) -> bool {
+        self.kept.load(std::sync::atomic::Ordering::Relaxed) <= self.bound
+    }
 }
 
 /// The file's form.
@@ -357,6 +397,17 @@ mod tests {
                 .entry(&served(None, 7), b"{\"a\":1}")
                 .is_none()
         );
+    }
+
+    #[test]
+    fn a_cache_over_its_bound_is_not_kept() {
+        let keeper = Keeper::new(10);
+        assert!(keeper.keep(Some(entry("t", "{\"a\":1}"))).is_some());
+        assert!(keeper.keep(None).is_none());
+        assert!(keeper.fits());
+        assert!(keeper.keep(Some(entry("t", "{\"b\":1}"))).is_none());
+        assert!(!keeper.fits());
+        assert_eq!(bound(16 << 20), 4 << 20);
     }
 
     #[test]

@@ -65,6 +65,13 @@ fn median(mut d: Vec<Duration>) -> Duration {
 
 /// Starts a private server on `datadir` (as a restore does), pipes `mariadb-binlog` of
 /// `files` from `position` up to `stop` into it, and shuts it down.
+/// The settings the replay alone runs with: none (as a user would script it), or, with
+/// `TIDEMARK_BENCH_RTO_TUNED=1`, the restore's own replay server's, to compare overlap
+/// alone.
+fn tuned() -> bool {
+    std::env::var("TIDEMARK_BENCH_RTO_TUNED").is_ok_and(|v| v == "1")
+}
+
 fn replay(datadir: &Path, work: &Path, files: &[std::path::PathBuf], position: &str, stop: &str) {
     let socket = work.join("r.sock");
     let cnf = datadir.join("backup-my.cnf");
@@ -84,6 +91,9 @@ fn replay(datadir: &Path, work: &Path, files: &[std::path::PathBuf], position: &
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::null());
+    if tuned() {
+        server.args(tidemark_mariadb::restore::REPLAY_SETTINGS);
+    }
     let mut child = server.spawn().unwrap();
     while std::os::unix::net::UnixStream::connect(&socket).is_err() {
         assert!(child.try_wait().unwrap().is_none(), "mariadbd exited");
@@ -204,15 +214,33 @@ fn main() {
         // The restore as it runs (first on even rounds, last on odd: neither always gets
         // the warmer page cache).
         let restored = dir.join("restored");
+        let report = dir.join("report.json");
         let restore = || {
             let t = timed(|| {
                 let to = target.to_string();
                 run(
                     &server,
                     "restore",
-                    &["--to", &to, "--datadir", restored.to_str().unwrap()],
+                    &[
+                        "--to",
+                        &to,
+                        "--datadir",
+                        restored.to_str().unwrap(),
+                        "--report-file",
+                        report.to_str().unwrap(),
+                    ],
                 );
             });
+            // Where the restore's time went, step by step (its own report).
+            let steps: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+            for step in steps["steps"].as_array().into_iter().flatten() {
+                eprintln!(
+                    "round {round} restore step {:>8} ms  {}",
+                    step["milliseconds"],
+                    step["name"].as_str().unwrap_or("")
+                );
+            }
             std::fs::remove_dir_all(&restored).unwrap();
             t
         };
@@ -286,6 +314,11 @@ fn main() {
         median(replayed),
     );
     let sum = d + e + r + y;
+    if tuned() {
+        println!(
+            "(the replay alone with the restore's server settings: TIDEMARK_BENCH_RTO_TUNED=1)"
+        );
+    }
     println!("| step | seconds |");
     println!("|---|---:|");
     println!(

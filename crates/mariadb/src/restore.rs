@@ -360,46 +360,13 @@ fn prepare_datadir(datadir: &Path) -> Result<(), RestoreError> {
     }
 }
 
-/// Memory a restore's tools may use for pages: a quarter of what this process can still
-/// take — its cgroup's limit less its use, or the machine's `MemAvailable` — between 128
-/// MiB (the servers' defaults) and 4 GiB (issue 32 §3). The private server's buffer pool
-/// and `mariabackup --prepare --use-memory` get it: with the default 128 MiB pool a replay
-/// reads and writes back most pages of a large table again and again.
-pub(crate) fn working_memory() -> u64 {
-    share_of(
-        [cgroup_headroom(), mem_available()]
-            .into_iter()
-            .flatten()
-            .min(),
-    )
-}
-
-/// A quarter of `available`, between 128 MiB and 4 GiB (128 MiB when unknown).
-fn share_of(available: Option<u64>) -> u64 {
-    const FLOOR: u64 = 128 << 20;
-    const CEILING: u64 = 4 << 30;
-    available.map_or(FLOOR, |a| (a / 4).clamp(FLOOR, CEILING))
-}
-
-/// `MemAvailable` of `/proc/meminfo`, in bytes.
-fn mem_available() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
-}
-
-/// What this process's cgroup (v2) may still take: `memory.max` less `memory.current`;
-/// `None` without a limit.
-fn cgroup_headroom() -> Option<u64> {
-    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let rel = own.lines().find_map(|l| l.strip_prefix("0::"))?.trim();
-    let dir = std::path::Path::new("/sys/fs/cgroup").join(rel.trim_start_matches('/'));
-    let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
-    let max: u64 = read("memory.max")?.trim().parse().ok()?; // "max": no limit
-    let current: u64 = read("memory.current")?.trim().parse().ok()?;
-    Some(max.saturating_sub(current))
-}
+/// What the private server that replays runs with: nothing is
+/// flushed per transaction and pages are written once (issue 32 §3), since the data
+/// directory counts only after a clean shutdown, which writes everything.
+pub const REPLAY_SETTINGS: [&str; 2] = [
+    "--innodb-flush-log-at-trx-commit=2",
+    "--innodb-doublewrite=0",
+];
 
 /// Binlog segments downloaded at once by a restore.
 const SEGMENT_DOWNLOADS: usize = 4;
@@ -575,19 +542,13 @@ pub(crate) async fn build_prepared(
     // No library is ever loaded from a backup (its backup-my.cnf is rewritten as it is
     // extracted; this pins the directory a setting could name besides).
     let no_plugins = format!("--plugin-dir={}", no_plugin_dir(work)?.display());
-    let memory = format!("--use-memory={}", working_memory());
     // The base is prepared while the increments download (prepare as early as possible):
     // its redo log applies to its own files only.
     let prepare_base = async {
         progress.step("preparing the base backup", 0);
         run_logged(
             &tools.mariabackup,
-            &[
-                "--prepare".into(),
-                datadir_arg.clone(),
-                no_plugins.clone(),
-                memory.clone(),
-            ],
+            &["--prepare".into(), datadir_arg.clone(), no_plugins.clone()],
             &log,
             "mariabackup --prepare",
         )
@@ -624,7 +585,6 @@ pub(crate) async fn build_prepared(
                     datadir_arg.clone(),
                     format!("--incremental-dir={}", inc.display()),
                     no_plugins.clone(),
-                    memory.clone(),
                 ],
                 &log,
                 &format!(
@@ -853,11 +813,7 @@ impl PrivateServer {
             // Nothing is flushed to disk per transaction and pages are written once (issue
             // 32 §3): the data directory counts only after `stop` shut the server down
             // cleanly, which writes everything; a crash before that fails the restore.
-            .args([
-                "--innodb-flush-log-at-trx-commit=2",
-                "--innodb-doublewrite=0",
-            ])
-            .arg(format!("--innodb-buffer-pool-size={}", working_memory()))
+            .args(REPLAY_SETTINGS)
             .arg(format!("--secure-file-priv={}", none.display()))
             .arg("--local-infile=0")
             .stdin(Stdio::null())
@@ -1173,20 +1129,4 @@ pub(crate) fn tail(text: &str) -> String {
     const LINES: usize = 15;
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(LINES)..].join("\n")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn working_memory_is_a_bounded_share_of_what_is_available() {
-        assert_eq!(share_of(None), 128 << 20);
-        assert_eq!(share_of(Some(100 << 20)), 128 << 20);
-        assert_eq!(share_of(Some(8 << 30)), 2 << 30);
-        assert_eq!(share_of(Some(64 << 30)), 4 << 30);
-        // This machine's /proc/meminfo is read.
-        assert!(mem_available().is_some_and(|a| a > 0));
-        assert!((128 << 20..=4 << 30).contains(&working_memory()));
-    }
 }

@@ -295,7 +295,9 @@ impl Catalog {
         let in_flight = std::sync::Arc::new(tokio::sync::Semaphore::new(
             (METADATA_BYTES_IN_FLIGHT >> 10) as usize,
         ));
-        let keep_entries = cache_use == CacheUse::Write;
+        // Not in a store with object lock: its bucket is versioned, and each rewrite would
+        // keep the older cache as a version.
+        let keep_entries = cache_use == CacheUse::Write && store.object_lock.is_none();
         // What a body parses to, counted against the pass's budget.
         let digest = |key: &Path, bytes: &[u8]| {
             let parsed = match layout::classify(key.as_ref()) {

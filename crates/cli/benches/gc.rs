@@ -64,6 +64,21 @@ async fn count(store: &dyn ObjectStore, prefix: &str) -> usize {
         .unwrap()
 }
 
+/// A synthetic backup's two objects (its payload and `metadata.json`), keys and bodies,
+/// to write in bulk.
+fn backup_objects(cluster: &str, b: &SynthBackup) -> [(String, Vec<u8>); 2] {
+    [
+        (
+            format!("{cluster}/{}/{}/backup.tar", b.name, b.id),
+            b.payload.clone(),
+        ),
+        (
+            format!("{cluster}/{}/{}/metadata.json", b.name, b.id),
+            serde_json::to_vec_pretty(&b.metadata(cluster)).unwrap(),
+        ),
+    ]
+}
+
 /// The Tidemark-layout dataset: `backups` hourly fulls and `segments` segments, the last
 /// backup after every segment, so keepLast 1 deletes all other backups and every segment.
 async fn tidemark_dataset(
@@ -88,14 +103,7 @@ async fn tidemark_dataset(
     let raw = server.raw_store();
     let mut objects: Vec<(String, Vec<u8>)> = Vec::with_capacity(backups * 2 + segments);
     for b in &list {
-        objects.push((
-            format!("{cluster}/{}/{}/backup.tar", b.name, b.id),
-            b.payload.clone(),
-        ));
-        objects.push((
-            format!("{cluster}/{}/{}/metadata.json", b.name, b.id),
-            serde_json::to_vec(&b.metadata(cluster)).unwrap(),
-        ));
+        objects.extend(backup_objects(cluster, b));
     }
     for e in &entries {
         objects.push((format!("{cluster}/binlogs/{}", e.name), vec![b's'; 16]));
@@ -426,14 +434,7 @@ fn steady(rt: &tokio::runtime::Runtime, server: &SeaweedFs) {
         for i in 0..kept {
             let mut b = SynthBackup::full("nightly", first_kept + every * (i as i32), 2 + i as u32);
             b.payload = vec![b'x'; 64];
-            objects.push((
-                format!("{cluster}/{}/{}/backup.tar", b.name, b.id),
-                b.payload.clone(),
-            ));
-            objects.push((
-                format!("{cluster}/{}/{}/metadata.json", b.name, b.id),
-                serde_json::to_vec_pretty(&b.metadata(cluster)).unwrap(),
-            ));
+            objects.extend(backup_objects(cluster, &b));
         }
         put_all(raw.as_ref(), objects).await;
         // An old backup that expires.

@@ -59,19 +59,7 @@ pub(crate) fn bound(metadata_budget: u64) -> u64 {
     metadata_budget / 4
 }
 
-/// Whether a catalog load uses the metadata cache.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum CacheUse {
-    /// Every `metadata.json` is read from the store.
-    Off,
-    /// Bodies are taken from the cache where the listing shows them unchanged; the cache
-    /// is not written (`plan`, `ls`, restores, read-only credentials).
-    #[default]
-    Read,
-    /// As [`CacheUse::Read`], and the cache is rewritten when what was read differs from it
-    /// (a pass that deletes, under the store's lease).
-    Write,
-}
+pub use crate::open::CacheUse;
 
 /// One cached `metadata.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

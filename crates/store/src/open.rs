@@ -140,6 +140,20 @@ pub(crate) enum Native {
     S3(Arc<crate::uploads::S3Native>),
 }
 
+/// Whether a catalog load uses the metadata cache (`_state/metadata-cache.json.zst`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CacheUse {
+    /// Every `metadata.json` is read from the store.
+    Off,
+    /// Bodies are taken from the cache where the listing shows them unchanged; the cache
+    /// is not written (`plan`, `ls`, restores, read-only credentials).
+    #[default]
+    Read,
+    /// As [`CacheUse::Read`], and the cache is rewritten when what was read differs from it
+    /// (a pass that deletes, under the store's lease).
+    Write,
+}
+
 /// A store rooted at `<path>/<cluster>/`.
 #[derive(Debug, Clone)]
 pub struct ClusterStore {
@@ -171,8 +185,8 @@ pub struct ClusterStore {
     pub(crate) lock_period: Option<tidemark_core::RetentionDuration>,
     /// What a pass has read of its budget (keys, pages, metadata bytes), shared by clones.
     pub(crate) spent: Arc<crate::budget::Spent>,
-    /// Whether catalog loads use (and write) the metadata cache ([`crate::metacache`]).
-    pub(crate) metadata_cache: crate::metacache::CacheUse,
+    /// Whether catalog loads use (and write) the metadata cache.
+    pub(crate) metadata_cache: CacheUse,
 }
 
 impl ClusterStore {
@@ -185,15 +199,15 @@ impl ClusterStore {
     }
 
     /// The same store with catalog loads using the metadata cache as `use_` says
-    /// ([`crate::metacache`]; [`CacheUse::Read`](crate::metacache::CacheUse::Read) by default).
+    /// ([`CacheUse::Read`] by default).
     #[must_use]
-    pub fn with_metadata_cache(mut self, use_: crate::metacache::CacheUse) -> Self {
+    pub fn with_metadata_cache(mut self, use_: CacheUse) -> Self {
         self.metadata_cache = use_;
         self
     }
 
     /// How catalog loads of this store use the metadata cache.
-    pub fn metadata_cache(&self) -> crate::metacache::CacheUse {
+    pub fn metadata_cache(&self) -> CacheUse {
         self.metadata_cache
     }
 
@@ -327,7 +341,7 @@ impl ClusterStore {
             identities: None,
             object_lock: None,
             lock_period: None,
-            metadata_cache: crate::metacache::CacheUse::Read,
+            metadata_cache: CacheUse::Read,
         })
     }
 
@@ -360,7 +374,7 @@ impl ClusterStore {
             identities: None,
             object_lock: None,
             lock_period: None,
-            metadata_cache: crate::metacache::CacheUse::Read,
+            metadata_cache: CacheUse::Read,
         })
     }
 

@@ -279,11 +279,8 @@ impl Catalog {
         let listing = {
             let cache = cache.clone();
             async move {
-                let cuts = if store.backend.lists_in_order() && store.local_dir().is_none() {
-                    cache.await.cuts(OUTSIDE_LIST_RANGES)
-                } else {
-                    Vec::new()
-                };
+                // (Only an ordered listing uses them; a local store's cache is empty.)
+                let cuts = cache.await.cuts(OUTSIDE_LIST_RANGES);
                 let r = list_outside_binlogs(store, progress, &tx, &cuts).await;
                 drop(tx);
                 r
@@ -1044,15 +1041,14 @@ async fn list_outside_binlogs(
             .collect();
         out.leftovers = staged(walked.staging);
     } else if store.backend.lists_in_order() {
-        let starts = std::iter::once(None).chain(cuts.iter().map(Some));
-        let ends = cuts.iter().map(Some).chain(std::iter::once(None));
         let seen = |meta: &ObjectMeta| {
             progress.listed(1);
             announce(meta);
         };
+        let cuts: Vec<&Path> = cuts.iter().collect();
         let parts = futures::future::try_join_all(
-            starts
-                .zip(ends)
+            ranges(&cuts)
+                .into_iter()
                 .map(|(after, through)| list_outside_range(store, after, through, &seen)),
         )
         .await
@@ -1081,6 +1077,14 @@ async fn list_outside_binlogs(
         }
     }
     Ok(out)
+}
+
+/// The ranges increasing `cuts` split a listing into: (after, through] pairs, the first
+/// from the start, the last to the end (one whole range without cuts).
+fn ranges<T: Copy>(cuts: &[T]) -> Vec<(Option<T>, Option<T>)> {
+    let starts = std::iter::once(None).chain(cuts.iter().copied().map(Some));
+    let ends = cuts.iter().copied().map(Some).chain(std::iter::once(None));
+    starts.zip(ends).collect()
 }
 
 /// One range of [`list_outside_binlogs`] on an ordered backend: the keys after `after`
@@ -1193,18 +1197,13 @@ pub async fn list_segments(
         return Ok(listing);
     }
     let can_stop = store.backend.lists_in_order() && same_width_names;
-    let ranges: Vec<(Option<&str>, Option<&str>)> = if can_stop && split_names.len() > 1 {
+    let cuts: Vec<&str> = if can_stop && split_names.len() > 1 {
         let step = split_names.len().div_ceil(SEGMENT_LIST_RANGES);
-        let cuts: Vec<&str> = split_names.iter().step_by(step).skip(1).copied().collect();
-        let mut starts: Vec<Option<&str>> = vec![None];
-        starts.extend(cuts.iter().map(|c| Some(*c)));
-        let mut ends: Vec<Option<&str>> = cuts.iter().map(|c| Some(*c)).collect();
-        ends.push(None);
-        starts.into_iter().zip(ends).collect()
+        split_names.iter().step_by(step).skip(1).copied().collect()
     } else {
-        vec![(None, None)]
+        Vec::new()
     };
-    let parts = futures::future::try_join_all(ranges.into_iter().map(|(after, through)| {
+    let parts = futures::future::try_join_all(ranges(&cuts).into_iter().map(|(after, through)| {
         list_segment_range(store, after, through, below, can_stop, progress)
     }))
     .await?;

@@ -395,8 +395,33 @@ fn backups_binlogs_retention_and_point_in_time_restores() {
     let latest = pause_and_mark();
     env.archive();
     let plan = env.json(&["restore", "--to", &latest.to_string(), "--dry-run"]);
-    assert_eq!(backup_ids(&plan), vec![synthetic, on_top]);
+    assert_eq!(backup_ids(&plan), vec![synthetic.clone(), on_top.clone()]);
     assert_eq!(env.restored_rows(latest, "on-top"), "24");
+
+    // A chain longer than the increments a restore downloads ahead (issue 32 §3: they
+    // download beside the base and wait for their turn): every one applied, in order.
+    env.insert(3); // 27
+    let second = env.backup(Some(&on_top));
+    env.insert(2); // 29
+    let third = env.backup(Some(&second));
+    let latest = pause_and_mark();
+    env.archive();
+    let chain = vec![synthetic, on_top, second, third];
+    let plan = env.json(&["restore", "--to", &latest.to_string(), "--dry-run"]);
+    assert_eq!(backup_ids(&plan), chain);
+    assert_eq!(env.restored_rows(latest, "long-chain"), "29");
+    let summary: Value = serde_json::from_slice(
+        &std::fs::read(env.db.scratch().join("long-chain-report.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(summary["backupsApplied"], 4, "{summary}");
+    let applied: Vec<&str> = summary["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["name"].as_str()?.strip_prefix("applying increment "))
+        .collect();
+    assert_eq!(applied, chain[1..], "{summary}");
 }
 
 /// Issue 27: a primary (server 1) and its GTID replica (server 2), the primary's binlog

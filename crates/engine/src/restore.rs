@@ -154,7 +154,8 @@ pub struct RestoreSummary {
     /// The whole restore.
     pub milliseconds: u64,
     /// Each step, from its start to the next one's (the binlogs download while the
-    /// backups are prepared: that step overlaps the next).
+    /// backups are prepared, and the increments beside the base: those steps overlap the
+    /// next).
     pub steps: Vec<StepTime>,
 }
 

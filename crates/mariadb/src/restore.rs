@@ -515,9 +515,18 @@ fn reached(plan: &RestorePlan, files: &[PathBuf], stop: Option<Timestamp>) -> Op
     replayed.max(backup)
 }
 
+/// Increments of a chain downloaded and extracted at once, beside the base (issue 32 §3).
+/// Each holds its scratch directory until it is applied, so the scratch space holds at most
+/// this many increments.
+const INCREMENTS_AHEAD: usize = 2;
+
 /// Downloads a mariabackup chain (base full first), extracts the base into `datadir` and
 /// the increments under `work`, and prepares them into one consistent data directory.
 /// Returns the bytes downloaded.
+///
+/// The base and the first increments download at once (at most [`INCREMENTS_AHEAD`]
+/// increments wait in scratch space); the base is prepared as soon as it is extracted, and
+/// each increment is applied, in order, as soon as the one before it was.
 ///
 /// # Errors
 /// A download fails its checksum, or a tool fails (with the end of its output).
@@ -532,19 +541,19 @@ pub(crate) async fn build_prepared(
     let Some((base, increments)) = chain.split_first() else {
         return Ok(0);
     };
-    progress.step(
-        &format!("downloading {} into {}", base.backup_id, datadir.display()),
-        0,
-    );
-    let mut bytes = extract(store, base, datadir, tools, progress).await?;
     let log = work.join("tools.log");
     let datadir_arg = format!("--target-dir={}", datadir.display());
     // No library is ever loaded from a backup (its backup-my.cnf is rewritten as it is
     // extracted; this pins the directory a setting could name besides).
     let no_plugins = format!("--plugin-dir={}", no_plugin_dir(work)?.display());
-    // The base is prepared while the increments download (prepare as early as possible):
-    // its redo log applies to its own files only.
-    let prepare_base = async {
+    // The base is prepared as soon as it is extracted: its redo log applies to its own
+    // files only.
+    let base_ready = async {
+        progress.step(
+            &format!("downloading {} into {}", base.backup_id, datadir.display()),
+            0,
+        );
+        let bytes = extract(store, base, datadir, tools, progress).await?;
         progress.step("preparing the base backup", 0);
         run_logged(
             &tools.mariabackup,
@@ -552,30 +561,41 @@ pub(crate) async fn build_prepared(
             &log,
             "mariabackup --prepare",
         )
-        .await
+        .await?;
+        Ok::<_, RestoreError>(bytes)
     };
-    let (extracted, mut ready) = tokio::sync::mpsc::channel::<(&Metadata, PathBuf)>(1);
+    // Room in scratch space: increment `i` (from 0) starts to download once fewer than
+    // `INCREMENTS_AHEAD` increments before it wait to be applied (`applied` counts those
+    // applied and removed), so the scratch space never holds more, and the next one the
+    // applier needs has always started. The downloads are made first and then run (a
+    // stream of closures over borrowed backups would not be `Send` for every lifetime).
+    let (applied, room) = tokio::sync::watch::channel(0usize);
+    let (extracted, mut ready) = tokio::sync::mpsc::unbounded_channel();
+    let downloads: Vec<_> = increments
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let dir = work.join(format!("increment-{}", i + 1));
+            download_increment(store, m, dir, tools, progress, room.clone(), i)
+        })
+        .collect();
+    drop(room);
+    // Moves the sender in: the applier's loop ends when this ends.
     let download_increments = async move {
         let mut bytes = 0u64;
-        for (i, m) in increments.iter().enumerate() {
-            let dir = work.join(format!("increment-{}", i + 1));
-            progress.step(
-                &format!("downloading {} into {}", m.backup_id, dir.display()),
-                0,
-            );
-            bytes += extract(store, m, &dir, tools, progress).await?;
+        let mut downloads = futures::stream::iter(downloads).buffered(INCREMENTS_AHEAD);
+        while let Some(done) = downloads.next().await {
+            let (m, dir, n) = done?;
+            bytes += n;
             // The applier ended (it failed, and `try_join` ends this too).
-            if extracted.send((m, dir)).await.is_err() {
+            if extracted.send((m, dir)).is_err() {
                 break;
             }
         }
         Ok::<_, RestoreError>(bytes)
     };
-    // Each increment is applied as soon as the base is prepared and it is extracted, while
-    // the next one downloads (issue 32 §3): at most one extracted increment waits, so the
-    // scratch space holds about two increments, not the whole chain.
     let apply_increments = async {
-        prepare_base.await?;
+        let bytes = base_ready.await?;
         while let Some((m, inc)) = ready.recv().await {
             progress.step(&format!("applying increment {}", m.backup_id), 0);
             run_logged(
@@ -594,13 +614,44 @@ pub(crate) async fn build_prepared(
             )
             .await?;
             let _ = tokio::fs::remove_dir_all(&inc).await;
+            applied.send_modify(|n| *n += 1);
         }
-        Ok::<_, RestoreError>(())
+        Ok::<_, RestoreError>(bytes)
     };
     // The first failure stops the other.
-    let (downloaded, ()) = tokio::try_join!(download_increments, apply_increments)?;
-    bytes += downloaded;
-    Ok(bytes)
+    let (increment_bytes, base_bytes) = tokio::try_join!(download_increments, apply_increments)?;
+    Ok(base_bytes + increment_bytes)
+}
+
+/// Downloads and extracts the chain's increment `i` (from 0) into `dir` once `applied`
+/// leaves room for it (see [`build_prepared`]); returns it, its directory and its bytes.
+async fn download_increment<'a>(
+    store: &ClusterStore,
+    m: &'a Metadata,
+    dir: PathBuf,
+    tools: &Tools,
+    progress: &dyn Progress,
+    mut applied: tokio::sync::watch::Receiver<usize>,
+    i: usize,
+) -> Result<(&'a Metadata, PathBuf, u64), RestoreError> {
+    if applied
+        .wait_for(|n| i < n + INCREMENTS_AHEAD)
+        .await
+        .is_err()
+    {
+        // The applier ended before (it failed): nothing more is needed.
+        return Err(RestoreError::Tool {
+            step: format!("downloading increment {}", m.backup_id),
+            status: "not started: the chain's preparation stopped".into(),
+            tail: String::new(),
+        });
+    }
+    progress.step(
+        &format!("downloading {} into {}", m.backup_id, dir.display()),
+        0,
+    );
+    let n = extract(store, m, &dir, tools, progress).await?;
+    Ok((m, dir, n))
 }
 
 /// Streams a backup's payload through `mbstream -x` into `dir`; returns the bytes read.

@@ -519,6 +519,8 @@ fn reached(plan: &RestorePlan, files: &[PathBuf], stop: Option<Timestamp>) -> Op
 /// Each holds its scratch directory until it is applied, so the scratch space holds at most
 /// this many increments.
 const INCREMENTS_AHEAD: usize = 2;
+// `buffered(0)` would never start one.
+const _: () = assert!(INCREMENTS_AHEAD > 0);
 
 /// Downloads a mariabackup chain (base full first), extracts the base into `datadir` and
 /// the increments under `work`, and prepares them into one consistent data directory.
@@ -546,13 +548,15 @@ pub(crate) async fn build_prepared(
     // No library is ever loaded from a backup (its backup-my.cnf is rewritten as it is
     // extracted; this pins the directory a setting could name besides).
     let no_plugins = format!("--plugin-dir={}", no_plugin_dir(work)?.display());
+    // The base's step is reported first: the increments' steps follow it as they start
+    // (a step's bytes are those reported while it is the latest one).
+    progress.step(
+        &format!("downloading {} into {}", base.backup_id, datadir.display()),
+        0,
+    );
     // The base is prepared as soon as it is extracted: its redo log applies to its own
     // files only.
     let base_ready = async {
-        progress.step(
-            &format!("downloading {} into {}", base.backup_id, datadir.display()),
-            0,
-        );
         let bytes = extract(store, base, datadir, tools, progress).await?;
         progress.step("preparing the base backup", 0);
         run_logged(
@@ -613,7 +617,9 @@ pub(crate) async fn build_prepared(
                 ),
             )
             .await?;
-            let _ = tokio::fs::remove_dir_all(&inc).await;
+            if let Err(e) = tokio::fs::remove_dir_all(&inc).await {
+                tracing::warn!(dir = %inc.display(), error = %e, "could not remove an applied increment");
+            }
             applied.send_modify(|n| *n += 1);
         }
         Ok::<_, RestoreError>(bytes)
@@ -634,18 +640,9 @@ async fn download_increment<'a>(
     mut applied: tokio::sync::watch::Receiver<usize>,
     i: usize,
 ) -> Result<(&'a Metadata, PathBuf, u64), RestoreError> {
-    if applied
-        .wait_for(|n| i < n + INCREMENTS_AHEAD)
-        .await
-        .is_err()
-    {
-        // The applier ended before (it failed): nothing more is needed.
-        return Err(RestoreError::Tool {
-            step: format!("downloading increment {}", m.backup_id),
-            status: "not started: the chain's preparation stopped".into(),
-            tail: String::new(),
-        });
-    }
+    // An error means the sender is gone, which outlives every download (it lives in
+    // `build_prepared`'s frame): it cannot happen while this future runs.
+    let _ = applied.wait_for(|n| i < n + INCREMENTS_AHEAD).await;
     progress.step(
         &format!("downloading {} into {}", m.backup_id, dir.display()),
         0,

@@ -591,7 +591,8 @@ pub(crate) async fn build_prepared(
         while let Some(done) = downloads.next().await {
             let (m, dir, n) = done?;
             bytes += n;
-            // The applier ended (it failed, and `try_join` ends this too).
+            // The receiver lives in `build_prepared`'s frame, so this holds while the
+            // applier runs; if it ever ended first, nothing more would be needed.
             if extracted.send((m, dir)).is_err() {
                 break;
             }

@@ -52,6 +52,14 @@ pub fn yaml() -> Result<String, serde_saphyr::SerializeError> {
 /// the `enum` of an optional field, which v1.20 rejects ("per-version schemas may not all
 /// be set to identical values": its deep comparison of a schema with itself fails on a
 /// null). Tidemark checks every single-object rule itself as well.
+///
+/// And with every `x-kubernetes-int-or-string` value (the quantities of
+/// `spec.resources`) as any value (`x-kubernetes-preserve-unknown-fields`): v1.20's
+/// server-side apply cannot build its model of a kind with one in a map (Kubernetes issue
+/// 90902, fixed in 1.21) and then treats every list of the kind as one field — two
+/// writers of a BackupPolicy's `status.conditions` (the pass's `Ready`, the queue's
+/// `Queued`, the archive watch's) would each remove the others'. The operator reads any
+/// value there and refuses what is not a quantity, naming the field.
 pub fn without_cel(crd: &CustomResourceDefinition) -> serde_json::Value {
     fn strip(v: &mut serde_json::Value) {
         match v {
@@ -59,6 +67,12 @@ pub fn without_cel(crd: &CustomResourceDefinition) -> serde_json::Value {
                 m.remove("x-kubernetes-validations");
                 if let Some(serde_json::Value::Array(values)) = m.get_mut("enum") {
                     values.retain(|x| !x.is_null());
+                }
+                if m.remove("x-kubernetes-int-or-string").is_some() {
+                    m.insert(
+                        "x-kubernetes-preserve-unknown-fields".into(),
+                        serde_json::Value::Bool(true),
+                    );
                 }
                 m.values_mut().for_each(strip);
             }

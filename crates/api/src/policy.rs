@@ -329,14 +329,67 @@ pub struct PodResources {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Resources {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "any_quantities"
+    )]
     pub requests: Option<
         std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
     >,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "any_quantities"
+    )]
     pub limits: Option<
         std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
     >,
+}
+
+/// A map of quantities, read from any JSON values: a number or a string is the quantity
+/// it spells, anything else (an object, a list, `true`, `null`) its JSON text, cut to 65
+/// bytes — never a quantity, so that `validate` refuses it with its field. The CRDs for
+/// API servers before 1.25 ([`crate::crd::without_cel`]) let any value through (v1.20's
+/// server-side apply cannot read an int-or-string map); one tenant's such value must fail
+/// its own object, not the watch of every object of the kind.
+fn any_quantities<'de, D>(
+    deserializer: D,
+) -> Result<
+    Option<
+        std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    >,
+    D::Error,
+>
+where
+    D: serde::Deserializer<'de>,
+{
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let values =
+        Option::<std::collections::BTreeMap<String, serde_json::Value>>::deserialize(deserializer)?;
+    Ok(values.map(|values| {
+        values
+            .into_iter()
+            .map(|(name, value)| {
+                let text = match value {
+                    serde_json::Value::String(s) => s,
+                    serde_json::Value::Number(n) => n.to_string(),
+                    other => {
+                        let mut text = other.to_string();
+                        if text.len() > 65 {
+                            let mut end = 65;
+                            while !text.is_char_boundary(end) {
+                                end -= 1;
+                            }
+                            text.truncate(end);
+                        }
+                        text
+                    }
+                };
+                (name, Quantity(text))
+            })
+            .collect()
+    }))
 }
 
 /// The resource names a container may ask for.
@@ -601,8 +654,12 @@ pub struct BackupPolicyStatus {
     /// `Ready` (the last retention pass succeeded); `BinlogArchiveCurrent` (the binlog
     /// archive is within `spec.binlogArchive.maxLag` of the server). A map by `type`: each
     /// writer owns its own (server-side apply).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "crate::map_list"
+    )]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"], "nullable" = true))]
     pub conditions: Vec<Condition>,
     /// Restore tests (`spec.restoreTest`), written by their own controller.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1868,6 +1925,27 @@ mod tests {
             e.contains("spec.resources.archiver") && e.contains("\"1 GB\"") && e.contains("512Mi"),
             "{e}"
         );
+        // Values the schema of old API servers lets through: refused with the field, never
+        // a failure to read the object.
+        for (value, shown) in [
+            (serde_json::json!({"a": 1}), r#""{\"a\":1}""#),
+            (serde_json::json!([1]), r#""[1]""#),
+            (serde_json::json!(true), r#""true""#),
+            (serde_json::json!(null), r#""null""#),
+            (
+                serde_json::json!({"k": "x".repeat(100_000)}),
+                r#""{\"k\":\"xxx"#,
+            ),
+        ] {
+            let e = spec(serde_json::json!({"backup": {"limits": {"cpu": value}}}))
+                .validate()
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("spec.resources.backup") && e.contains(shown) && e.len() < 300,
+                "{e}"
+            );
+        }
         let e = spec(serde_json::json!({"install": {"requests": {"gpu": "1"}}}))
             .validate()
             .unwrap_err()

@@ -266,8 +266,12 @@ pub struct RestoreStatus {
     /// `Ready`: `True` once the claim holds the restored data directory; `False` with the
     /// reason while it does not (`Planning`, `ClaimInUse`, `Restoring`, `NotRestorable`,
     /// `InvalidSpec`, `RestoreFailed`, …).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "crate::map_list"
+    )]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"], "nullable" = true))]
     pub conditions: Vec<Condition>,
 }
 

@@ -457,12 +457,20 @@ pub struct BackupStatus {
     /// `Ready`, and while the attempt cannot start, `Blocked` with the reason (a volume that
     /// cannot be shared, a database pod that is not running); `RemoteCleanup` and `Expired`
     /// from the deletion. A map by `type`: each writer owns its own (server-side apply).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "crate::map_list"
+    )]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"], "nullable" = true))]
     pub conditions: Vec<Condition>,
     /// The DeleteHooks that ran when the backup was deleted, in the order they ran.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "crate::map_list"
+    )]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"], "nullable" = true))]
     pub hooks: Vec<HookResult>,
     /// Set when a retention pass deleted the backup's data while this object stays (the
     /// object stays until the backup history limit or age lets it go).

@@ -239,6 +239,11 @@ impl KubeCluster {
         self.children.push((name, child));
     }
 
+    /// A component's whole log (`kube-apiserver`, `etcd`, `kube-controller-manager`).
+    pub fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("{name}.log"))).unwrap_or_default()
+    }
+
     /// The tail of a component's log, for failure messages.
     pub fn log_tail(&self, name: &str) -> String {
         let text = std::fs::read_to_string(self.dir.path().join(format!("{name}.log")))
@@ -509,6 +514,21 @@ impl tidemark_engine::Clock for ShiftedClock {
     }
 }
 
+/// Sends the operator's log lines to the test's captured output (shown when the test
+/// fails): `RUST_LOG` when set, else Tidemark's lines from `info` and others' warnings.
+/// Once per process; the threads of a test's runtime write into that test's output.
+pub fn log_to_test_output() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(
+            "warn,tidemark_operator=info,tidemark_engine=info,tidemark_store=info,tidemark_mariadb=info",
+        )
+    });
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
+}
+
 /// A running operator; `stop` shuts it down gracefully (its lease released).
 #[derive(Debug)]
 pub struct Operator {
@@ -554,6 +574,7 @@ impl Operator {
         clock: Arc<dyn tidemark_engine::Clock>,
         adjust: impl FnOnce(&mut crate::Options),
     ) -> Self {
+        log_to_test_output();
         let (tx, rx) = oneshot::channel::<()>();
         let mut election = crate::leader::Election::new(OPERATOR_NAMESPACE, identity);
         election.lease_duration = Duration::from_secs(6);

@@ -55,11 +55,12 @@ pub fn yaml() -> Result<String, serde_saphyr::SerializeError> {
 ///
 /// And with every `x-kubernetes-int-or-string` value (the quantities of
 /// `spec.resources`) as any value (`x-kubernetes-preserve-unknown-fields`): v1.20's
-/// server-side apply cannot build its model of a kind with one in a map (Kubernetes issue
-/// 90902, fixed in 1.21) and then treats every list of the kind as one field — two
+/// server-side apply cannot build its model of a kind with one (Kubernetes issue 90902,
+/// fixed in 1.21) and then treats every list of the kind as one field — two
 /// writers of a BackupPolicy's `status.conditions` (the pass's `Ready`, the queue's
 /// `Queued`, the archive watch's) would each remove the others'. The operator reads any
-/// value there and refuses what is not a quantity, naming the field.
+/// value there and refuses what is not a quantity, naming the field. (The status lists
+/// that are maps are `nullable` in every CRD, for v1.20 too: see `crate::maplist`.)
 pub fn without_cel(crd: &CustomResourceDefinition) -> serde_json::Value {
     fn strip(v: &mut serde_json::Value) {
         match v {

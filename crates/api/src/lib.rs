@@ -6,6 +6,7 @@ pub mod crd;
 pub mod fields;
 pub mod interval;
 pub mod lifecycle;
+pub(crate) mod maplist;
 pub mod names;
 pub mod policy;
 pub mod quantity;
@@ -23,19 +24,6 @@ pub use schedule::{
 
 /// API group and version of every Tidemark kind.
 pub use version::API_VERSION;
-
-/// A status list that is a map (`x-kubernetes-list-type: map`: each writer owns its
-/// entries), read with `null` as empty. Its schema says `nullable`: when a writer's apply
-/// removes the last entry, Kubernetes 1.20's server-side apply leaves `null` there, and a
-/// schema without `nullable` refuses that write — the queue could not clear its `Queued`.
-pub(crate) fn map_list<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: serde::Deserialize<'de>,
-{
-    use serde::Deserialize;
-    Ok(Option::<Vec<T>>::deserialize(d)?.unwrap_or_default())
-}
 
 /// The schema of an enum read leniently (its `Unknown` variant catches what a newer CRD
 /// allows): a string of the known values, as the derived schema was, without `Unknown`.

@@ -374,22 +374,22 @@ where
                 let text = match value {
                     serde_json::Value::String(s) => s,
                     serde_json::Value::Number(n) => n.to_string(),
-                    other => {
-                        let mut text = other.to_string();
-                        if text.len() > 65 {
-                            let mut end = 65;
-                            while !text.is_char_boundary(end) {
-                                end -= 1;
-                            }
-                            text.truncate(end);
-                        }
-                        text
-                    }
+                    other => cut(&other.to_string(), 65).to_owned(),
                 };
                 (name, Quantity(text))
             })
             .collect()
     }))
+}
+
+/// `s` cut to at most `max` bytes (at a character's boundary): longer than any quantity or
+/// resource name, so what is shown of a value is still refused, and bounded.
+fn cut(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
 }
 
 /// The resource names a container may ask for.
@@ -438,7 +438,8 @@ impl Resources {
                     return Err(PolicyFileError::Invalid {
                         field,
                         problem: format!(
-                            "unknown resource {name:?}; expected {}",
+                            "unknown resource {:?}; expected {}",
+                            cut(name, 65),
                             RESOURCE_NAMES.join(", ")
                         ),
                     });
@@ -448,7 +449,7 @@ impl Resources {
                         field,
                         problem: format!(
                             "{name}: {:?} is not a quantity; expected e.g. 100m, 0.5, 512Mi, 2Gi",
-                            q.0
+                            cut(&q.0, 65)
                         ),
                     });
                 }
@@ -657,7 +658,7 @@ pub struct BackupPolicyStatus {
     #[serde(
         default,
         skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "crate::map_list"
+        deserialize_with = "crate::maplist::nullable"
     )]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"], "nullable" = true))]
     pub conditions: Vec<Condition>,
@@ -1936,6 +1937,8 @@ mod tests {
                 serde_json::json!({"k": "x".repeat(100_000)}),
                 r#""{\"k\":\"xxx"#,
             ),
+            // A string too long to be a quantity is shown cut.
+            (serde_json::json!("9".repeat(100_000)), "\"999"),
         ] {
             let e = spec(serde_json::json!({"backup": {"limits": {"cpu": value}}}))
                 .validate()
@@ -1946,6 +1949,11 @@ mod tests {
                 "{e}"
             );
         }
+        let e = spec(serde_json::json!({"install": {"requests": {"g".repeat(100_000): "1"}}}))
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("\"ggg") && e.len() < 300, "{e}");
         let e = spec(serde_json::json!({"install": {"requests": {"gpu": "1"}}}))
             .validate()
             .unwrap_err()

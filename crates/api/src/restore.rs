@@ -269,7 +269,7 @@ pub struct RestoreStatus {
     #[serde(
         default,
         skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "crate::map_list"
+        deserialize_with = "crate::maplist::nullable"
     )]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"], "nullable" = true))]
     pub conditions: Vec<Condition>,

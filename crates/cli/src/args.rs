@@ -368,7 +368,9 @@ pub struct RbacArgs {
 #[derive(Debug, Args)]
 pub struct CrdsArgs {
     /// For API servers older than Kubernetes 1.25: leave out the CEL rules
-    /// (`x-kubernetes-validations`), which they refuse, and the `null` of optional enums.
+    /// (`x-kubernetes-validations`), which they refuse, and the `null` of optional enums,
+    /// and take `spec.resources` quantities as any value (the operator checks them; v1.20's
+    /// server-side apply cannot model an int-or-string field).
     #[arg(long)]
     pub without_cel: bool,
 }

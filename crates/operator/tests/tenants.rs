@@ -455,7 +455,7 @@ async fn stores_need_the_tenants_own_credentials() {
 /// Each writer of a status list that is a map (conditions by `type`, a Backup's hooks by
 /// `name`) owns its own entries on the API server the tests run (v1.20): one field
 /// manager's apply never removes another's entry. v1.20 treats every list of a kind as one
-/// field when it cannot build the kind's model (an int-or-string in a map, Kubernetes issue
+/// field when it cannot build the kind's model (an int-or-string field, Kubernetes issue
 /// 90902) — then the queue's `Queued` took the pass's `Ready` with it and a refused policy
 /// never said why. So the server must model every kind, and the entries must stay apart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -35,6 +35,25 @@ async fn create_policy(client: &Client, p: &BackupPolicy) {
         .unwrap();
 }
 
+/// Creates the object `value` of kind `K` in `ns` as JSON, unread by `K`'s type: what a
+/// newer CRD, or the looser schema of an old API server, lets a tenant write.
+async fn create_raw<K>(client: &Client, ns: &str, value: serde_json::Value)
+where
+    K: kube::Resource<DynamicType = ()>,
+{
+    Api::<kube::api::DynamicObject>::namespaced_with(
+        client.clone(),
+        ns,
+        &kube::discovery::ApiResource::erase::<K>(&()),
+    )
+    .create(
+        &PostParams::default(),
+        &serde_json::from_value(value).unwrap(),
+    )
+    .await
+    .unwrap();
+}
+
 /// Creates the DeleteHook `name` in `ns` with `spec`.
 async fn create_hook(client: &Client, ns: &str, name: &str, spec: serde_json::Value) {
     let hook: DeleteHook = serde_json::from_value(json!({
@@ -137,17 +156,7 @@ async fn hostile_values_fail_their_object_not_the_operator() {
     completed_backup(&hook_backups, &gone, json!({})).await;
     create_policy(&admin, &overflow).await;
     create_policy(&admin, &long_zone).await;
-    Api::<kube::api::DynamicObject>::namespaced_with(
-        admin.clone(),
-        "hostile",
-        &kube::discovery::ApiResource::erase::<BackupPolicy>(&()),
-    )
-    .create(
-        &PostParams::default(),
-        &serde_json::from_value(not_a_quantity).unwrap(),
-    )
-    .await
-    .unwrap();
+    create_raw::<BackupPolicy>(&admin, "hostile", not_a_quantity).await;
 
     let op = Operator::start(&cluster, "operator-tenants");
     // The good tenant is served: its pass deletes the older backup.
@@ -641,18 +650,7 @@ async fn a_newer_crd_does_not_stop_the_watch() {
     let mut value = serde_json::to_value(&newer).unwrap();
     value["spec"]["futureField"] = json!("from a newer Tidemark");
     value["spec"]["deletionPolicy"] = json!("Archive");
-    let dynamic: Api<kube::api::DynamicObject> = Api::namespaced_with(
-        admin.clone(),
-        "newer",
-        &kube::discovery::ApiResource::erase::<BackupPolicy>(&()),
-    );
-    dynamic
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(value).unwrap(),
-        )
-        .await
-        .unwrap();
+    create_raw::<BackupPolicy>(&admin, "newer", value).await;
     create_policy(&admin, &older).await;
     // Backups of each namespace; the newer one of a type this operator does not know.
     for (ns, kind) in [("newer", "differential"), ("older", "full")] {
@@ -661,17 +659,7 @@ async fn a_newer_crd_does_not_stop_the_watch() {
             "metadata": {"name": "b", "namespace": ns},
             "spec": {"policy": {"name": "db"}, "type": kind},
         });
-        Api::<kube::api::DynamicObject>::namespaced_with(
-            admin.clone(),
-            ns,
-            &kube::discovery::ApiResource::erase::<Backup>(&()),
-        )
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(backup).unwrap(),
-        )
-        .await
-        .unwrap();
+        create_raw::<Backup>(&admin, ns, backup).await;
     }
     let op = Operator::start(&cluster, "operator-newer");
     for ns in ["older", "newer"] {
@@ -715,7 +703,14 @@ async fn a_newer_crd_does_not_stop_the_watch() {
             );
         }
     }
-    let stored = dynamic.get("db").await.unwrap();
+    let stored = Api::<kube::api::DynamicObject>::namespaced_with(
+        admin.clone(),
+        "newer",
+        &kube::discovery::ApiResource::erase::<BackupPolicy>(&()),
+    )
+    .get("db")
+    .await
+    .unwrap();
     assert_eq!(stored.data["spec"]["futureField"], "from a newer Tidemark");
     assert_eq!(stored.data["spec"]["deletionPolicy"], "Archive");
     op.stop().await;

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -33,6 +34,28 @@ async fn create_policy(client: &Client, p: &BackupPolicy) {
         .create(&PostParams::default(), p)
         .await
         .unwrap();
+}
+
+/// Waits until the BackupPolicy `name`'s `Ready` condition is one `ok` accepts, and gives
+/// it; fails saying `what` was awaited.
+async fn ready_condition(
+    policies: &Api<BackupPolicy>,
+    name: &str,
+    what: &str,
+    ok: impl Fn(&Condition) -> bool,
+) -> Condition {
+    eventually(what, || async {
+        let c = policies
+            .get(name)
+            .await
+            .ok()?
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Ready")?;
+        ok(&c).then_some(c)
+    })
+    .await
 }
 
 /// Creates the object `value` of kind `K` in `ns` as JSON, unread by `K`'s type: what a
@@ -191,14 +214,8 @@ async fn hostile_values_fail_their_object_not_the_operator() {
 
     // The overflowing interval: refused with the value and the bound.
     let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), "hostile");
-    let cond = eventually("overflow refused", || async {
-        let p = policies.get("overflow").await.unwrap();
-        let c = p
-            .status?
-            .conditions
-            .into_iter()
-            .find(|c| c.type_ == "Ready")?;
-        (c.reason == "InvalidSpec").then_some(c)
+    let cond = ready_condition(&policies, "overflow", "overflow refused", |c| {
+        c.reason == "InvalidSpec"
     })
     .await;
     assert_eq!(cond.status, "False");
@@ -209,14 +226,8 @@ async fn hostile_values_fail_their_object_not_the_operator() {
         "{}",
         cond.message
     );
-    let cond = eventually("not-a-quantity refused", || async {
-        let p = policies.get("not-a-quantity").await.unwrap();
-        let c = p
-            .status?
-            .conditions
-            .into_iter()
-            .find(|c| c.type_ == "Ready")?;
-        (c.reason == "InvalidSpec").then_some(c)
+    let cond = ready_condition(&policies, "not-a-quantity", "not-a-quantity refused", |c| {
+        c.reason == "InvalidSpec"
     })
     .await;
     assert!(
@@ -432,14 +443,8 @@ async fn stores_need_the_tenants_own_credentials() {
     let op = Operator::start(&cluster, "operator-stores");
     let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), ns);
     for (name, _, expected) in &cases {
-        let cond = eventually(&format!("{name} refused"), || async {
-            let p = policies.get(name).await.unwrap();
-            let c = p
-                .status?
-                .conditions
-                .into_iter()
-                .find(|c| c.type_ == "Ready")?;
-            (c.status == "False").then_some(c)
+        let cond = ready_condition(&policies, name, &format!("{name} refused"), |c| {
+            c.status == "False"
         })
         .await;
         assert_eq!(cond.reason, "InvalidSpec", "{name}: {cond:?}");
@@ -811,14 +816,8 @@ async fn deletions_wait_for_the_store_lease() {
     .await;
     let op = Operator::start(&cluster, "operator-fenced");
     let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), ns);
-    let cond = eventually("the pass waits for the lease", || async {
-        let p = policies.get("db").await.unwrap();
-        let c = p
-            .status?
-            .conditions
-            .into_iter()
-            .find(|c| c.type_ == "Ready")?;
-        (c.reason == "Waiting").then_some(c)
+    let cond = ready_condition(&policies, "db", "the pass waits for the lease", |c| {
+        c.reason == "Waiting"
     })
     .await;
     assert!(cond.message.contains("standalone-run"), "{}", cond.message);
@@ -1148,14 +1147,8 @@ async fn a_hold_placed_while_hooks_run_is_honoured() {
         .await
         .unwrap();
     let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), ns);
-    eventually("the pass ended", || async {
-        let p = policies.get("db").await.unwrap();
-        let c = p
-            .status?
-            .conditions
-            .into_iter()
-            .find(|c| c.type_ == "Ready")?;
-        (c.reason == "PassSucceeded").then_some(())
+    ready_condition(&policies, "db", "the pass ended", |c| {
+        c.reason == "PassSucceeded"
     })
     .await;
     assert_eq!(
@@ -1540,14 +1533,8 @@ async fn gcs_and_azure_credentials_come_from_the_tenants_secret() {
     let condition = |name: &'static str| {
         let policies = policies.clone();
         async move {
-            eventually(&format!("{name} looked at"), || async {
-                let p = policies.get(name).await.ok()?;
-                let c = p
-                    .status?
-                    .conditions
-                    .into_iter()
-                    .find(|c| c.type_ == "Ready")?;
-                (c.status == "False").then_some(c)
+            ready_condition(&policies, name, &format!("{name} looked at"), |c| {
+                c.status == "False"
             })
             .await
         }
@@ -1558,16 +1545,8 @@ async fn gcs_and_azure_credentials_come_from_the_tenants_secret() {
         ("azure-real", azurite.url(), azurite.options()),
     ] {
         // (Its pass may wait for a turn first: `Queued` comes and goes beside `Ready`.)
-        let ready = eventually(&format!("{name} ready"), || async {
-            let c = policies
-                .get(name)
-                .await
-                .ok()?
-                .status?
-                .conditions
-                .into_iter()
-                .find(|c| c.type_ == "Ready")?;
-            (c.status == "True").then_some(c)
+        let ready = ready_condition(&policies, name, &format!("{name} ready"), |c| {
+            c.status == "True"
         })
         .await;
         assert_eq!(ready.type_, "Ready", "{name}: {ready:?}");
@@ -1791,17 +1770,12 @@ async fn a_lost_store_lease_stops_the_operators_deletions() {
         .await
         .unwrap();
     let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), "lease-unanswered");
-    let stopped = eventually("the pass stopped by its unrenewed lease", || async {
-        let p = policies.get("db").await.ok()?;
-        let c = p
-            .status?
-            .conditions
-            .into_iter()
-            .find(|c| c.type_ == "Ready")?;
-        c.message
-            .contains("could not be renewed in time")
-            .then_some(c)
-    })
+    let stopped = ready_condition(
+        &policies,
+        "db",
+        "the pass stopped by its unrenewed lease",
+        |c| c.message.contains("could not be renewed in time"),
+    )
     .await;
     assert_eq!(stopped.status, "False", "{stopped:?}");
     assert!(

@@ -351,7 +351,7 @@ pub struct Resources {
 /// it spells, anything else (an object, a list, `true`, `null`) its JSON text, cut to 65
 /// bytes — never a quantity, so that `validate` refuses it with its field. The CRDs for
 /// API servers before 1.25 ([`crate::crd::without_cel`]) let any value through (v1.20's
-/// server-side apply cannot read an int-or-string map); one tenant's such value must fail
+/// server-side apply cannot model an int-or-string field); one tenant's such value must fail
 /// its own object, not the watch of every object of the kind.
 fn any_quantities<'de, D>(
     deserializer: D,
@@ -385,11 +385,7 @@ where
 /// `s` cut to at most `max` bytes (at a character's boundary): longer than any quantity or
 /// resource name, so what is shown of a value is still refused, and bounded.
 fn cut(s: &str, max: usize) -> &str {
-    let mut end = s.len().min(max);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
+    &s[..s.floor_char_boundary(max)]
 }
 
 /// The resource names a container may ask for.

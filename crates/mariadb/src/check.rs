@@ -427,11 +427,7 @@ fn cut(s: &str) -> String {
     if s.len() <= MAX_RESULT {
         return s.to_owned();
     }
-    let mut end = MAX_RESULT;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &s[..end])
+    format!("{}…", &s[..s.floor_char_boundary(MAX_RESULT)])
 }
 
 /// Why a statement gave no answer.

@@ -198,10 +198,7 @@ pub fn fit(text: &str, limit: usize) -> String {
     if text.len() <= limit {
         return text.to_owned();
     }
-    let mut end = limit.saturating_sub('…'.len_utf8());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = text.floor_char_boundary(limit.saturating_sub('…'.len_utf8()));
     format!("{}…", &text[..end])
 }
 

@@ -257,11 +257,7 @@ async fn terminations(client: &Client, job: &Job) -> Vec<(String, i32, String)> 
 
 /// The last `limit` bytes of `s`, cut at a character boundary.
 pub fn tail(s: &str, limit: usize) -> &str {
-    let mut from = s.len().saturating_sub(limit);
-    while !s.is_char_boundary(from) {
-        from += 1;
-    }
-    &s[from..]
+    &s[s.ceil_char_boundary(s.len().saturating_sub(limit))..]
 }
 
 /// [`TOOLS_DIR`], mounted.

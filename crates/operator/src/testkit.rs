@@ -246,8 +246,7 @@ impl KubeCluster {
 
     /// The tail of a component's log, for failure messages.
     pub fn log_tail(&self, name: &str) -> String {
-        let text = std::fs::read_to_string(self.dir.path().join(format!("{name}.log")))
-            .unwrap_or_default();
+        let text = self.log(name);
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(30)..].join("\n")
     }

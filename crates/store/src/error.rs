@@ -197,11 +197,7 @@ pub fn shown(e: &object_store::Error) -> String {
     };
     out = without_quoted(&out);
     if out.len() > LIMIT {
-        let mut cut = LIMIT;
-        while !out.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        out.truncate(cut);
+        out.truncate(out.floor_char_boundary(LIMIT));
         out.push('…');
     }
     out

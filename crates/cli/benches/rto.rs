@@ -25,6 +25,7 @@ use tidemark_store::testkit::{ACCESS_KEY, BUCKET, MariaDb, SECRET_KEY, SeaweedFs
 fn run(server: &SeaweedFs, sub: &str, args: &[&str]) -> Vec<u8> {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tidemark"));
     c.env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+        .env("TIDEMARK_SERVER_USER", tidemark_store::testkit::SERVER_USER)
         .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
         .env("AWS_REGION", "us-east-1")
         .env_remove("TIDEMARK_COMPRESSION")

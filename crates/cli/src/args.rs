@@ -508,6 +508,12 @@ pub struct MariaDbTools {
     /// The client that applies the decoded events and runs the checks.
     #[arg(long, value_name = "PATH", default_value = "mariadb")]
     pub mariadb: PathBuf,
+    /// The user the private MariaDB server (binlog replay, a restore test's checks) runs as
+    /// when tidemark runs as root, e.g. mysql: that server never runs as root, and is
+    /// handed the restored data directory. Needed as root; ignored otherwise (the server
+    /// runs as you).
+    #[arg(long, value_name = "USER", env = "TIDEMARK_SERVER_USER")]
+    pub server_user: Option<String>,
 }
 
 impl MariaDbTools {
@@ -518,6 +524,7 @@ impl MariaDbTools {
             mariadbd: self.mariadbd.clone().into(),
             mariadb_binlog: self.mariadb_binlog.clone().into(),
             mariadb: self.mariadb.clone().into(),
+            server_user: self.server_user.clone().map(Into::into),
         }
     }
 }

@@ -14,7 +14,10 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use serde_json::Value;
-use tidemark_store::testkit::{MariaDb, SeaweedFs, query_restored};
+use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+use tidemark_store::testkit::{
+    MariaDb, SERVER_USER, SeaweedFs, query_restored, running_as_root, uid_of,
+};
 
 struct Env {
     s3: SeaweedFs,
@@ -1793,14 +1796,48 @@ fn a_bucket_writer_runs_no_code_where_backups_are_restored() {
     );
     assert_eq!(query_restored(&dir, "SELECT COUNT(*) FROM shop.notes"), "3");
 
+    // The restored data directory is the server user's (the replay ran as it, never as
+    // root), and the accounts the replay made are gone from it.
+    if running_as_root() {
+        let owner = std::fs::metadata(dir.join("shop")).unwrap().uid();
+        assert_eq!(owner, uid_of(SERVER_USER), "the restored data is root's");
+    }
+    assert_eq!(
+        query_restored(
+            &dir,
+            "SELECT COUNT(*) FROM mysql.global_priv WHERE User LIKE 'tidemark%'"
+        ),
+        "0"
+    );
+    // As root, no replay without a user to run the server as: refused before a download.
+    if running_as_root() {
+        let dir = db.scratch().join("as-root");
+        let mut c = bin();
+        c.env_remove("TIDEMARK_SERVER_USER")
+            .envs(env.s3.env())
+            .args(["restore", "--store", &env.s3.url(), "--cluster", "e2e"])
+            .args(["--endpoint", &env.s3.endpoint, "--to", &after.to_string()])
+            .args(["--datadir", dir.to_str().unwrap()]);
+        let out = c.output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{said}");
+        assert!(said.contains("--server-user"), "{said}");
+        assert!(!dir.exists(), "{said}");
+    }
+
     // Forged segments: each statement is refused by the locked-down replay, the restore
-    // fails naming it, and nothing is left.
+    // fails naming it, and nothing is left. The files they name are where the server's
+    // user could write them: only the replay's rights and options stop them.
     let outfile = work.join("written-by-replay");
+    let writable = work.join("writable");
+    std::fs::create_dir(&writable).unwrap();
+    std::fs::set_permissions(&writable, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let w = writable.display();
     for (i, statement, refused) in [
         (
             0,
             format!("SELECT 'pwned' INTO OUTFILE '{}'", outfile.display()),
-            "secure-file-priv",
+            "FILE privilege",
         ),
         (
             1,
@@ -1811,6 +1848,26 @@ fn a_bucket_writer_runs_no_code_where_backups_are_restored() {
             2,
             "LOAD DATA LOCAL INFILE '/proc/self/environ' INTO TABLE shop.notes".to_owned(),
             "local infile",
+        ),
+        (
+            0,
+            format!("SET GLOBAL general_log_file='{w}/general.log'; SET GLOBAL general_log=ON"),
+            "SUPER",
+        ),
+        (
+            1,
+            format!("SET GLOBAL slow_query_log_file='{w}/slow.log'"),
+            "SUPER",
+        ),
+        (
+            2,
+            "CREATE DEFINER=root@localhost PROCEDURE shop.p() SET GLOBAL general_log=ON".to_owned(),
+            "SET USER",
+        ),
+        (
+            0,
+            "INSERT INTO mysql.global_priv VALUES ('localhost', 'evil', '{}')".to_owned(),
+            "INSERT command denied",
         ),
     ] {
         let undo = forge_segment(&env, &needle(i), &statement);
@@ -1827,7 +1884,43 @@ fn a_bucket_writer_runs_no_code_where_backups_are_restored() {
             "{statement}: the replay wrote {}",
             outfile.display()
         );
+        assert_eq!(
+            std::fs::read_dir(&writable).unwrap().count(),
+            0,
+            "{statement}: the replay wrote in {w}"
+        );
         no_marker(&statement);
+        for (key, body) in undo {
+            put_object(&store, &key, body);
+        }
+    }
+    // A table's files named outside the data directory are made inside it (symbolic links
+    // are off): the restore holds the table, and nothing is written where it said.
+    for (i, statement, table) in [
+        (
+            0,
+            format!("CREATE TABLE shop.placed (i INT) DATA DIRECTORY='{w}'"),
+            "placed.ibd",
+        ),
+        (
+            1,
+            format!(
+                "CREATE TABLE shop.mine (i INT) ENGINE=MyISAM DATA DIRECTORY='{w}' \
+                 INDEX DIRECTORY='{w}'"
+            ),
+            "mine.MYD",
+        ),
+    ] {
+        let undo = forge_segment(&env, &needle(i), &statement);
+        let (out, dir) = restore_to(&format!("placed-{i}"));
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{statement}: {said}");
+        assert!(dir.join("shop").join(table).is_file(), "{statement}");
+        assert_eq!(
+            std::fs::read_dir(&writable).unwrap().count(),
+            0,
+            "{statement}: the replay wrote in {w}"
+        );
         for (key, body) in undo {
             put_object(&store, &key, body);
         }

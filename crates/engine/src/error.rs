@@ -194,7 +194,10 @@ impl EngineError {
             },
             EngineError::Restore(e) => match e.as_ref() {
                 RestoreError::Refused(_) | RestoreError::NoPosition { .. } => Class::NotRestorable,
-                RestoreError::Method { .. } | RestoreError::DatadirNotEmpty(_) => Class::Input,
+                RestoreError::Method { .. }
+                | RestoreError::DatadirNotEmpty(_)
+                | RestoreError::ServerAsRoot { .. }
+                | RestoreError::ServerUser { .. } => Class::Input,
                 // A backup whose files say what no tool is handed: the data is not what
                 // Tidemark wrote (or not a backup it can restore).
                 RestoreError::NoMetadata { .. } | RestoreError::Options(_) => Class::Data,

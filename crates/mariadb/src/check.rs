@@ -12,6 +12,7 @@ use tidemark_store::{ClusterStore, Progress};
 use tokio::process::Command;
 
 use crate::restore::{self, PrivateServer, RestoreError, RestorePlan, RestoreReport, Tools};
+use crate::server::{self, Account, Login};
 
 /// What a restore test checks besides `CHECK TABLE` on every table.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -81,19 +82,25 @@ pub async fn restore_and_check(
             dir: scratch.to_path_buf(),
             source,
         })?;
+    // The data directory is in it: the server's user goes through.
+    server::open_to_server(tools, work.path()).await?;
     let datadir = work.path().join("data");
-    let server_dir = work.path().join("server");
-    std::fs::create_dir(&server_dir).map_err(|source| RestoreError::Io {
-        action: "creating the scratch directory".into(),
-        dir: server_dir.clone(),
-        source,
-    })?;
     let report = restore::restore(store, plan, &datadir, tools, progress).await?;
     progress.step("starting MariaDB on the restored data", 0);
-    let server = PrivateServer::start(&datadir, &server_dir, tools).await?;
+    let mut server = PrivateServer::start(&datadir, work.path(), tools).await?;
     progress.step("checking every table", 0);
-    let mut outcome = check(&server.socket, tools, spec).await;
-    if let Err(e) = server.stop("mariadbd shutdown after the checks").await {
+    let mut outcome = match server.account(tools, Account::Check).await {
+        Ok(login) => check(&server.socket, &login, tools, spec).await,
+        Err(e) => {
+            let mut outcome = CheckOutcome::default();
+            outcome.problem(e.to_string());
+            outcome
+        }
+    };
+    if let Err(e) = server
+        .stop(tools, "mariadbd shutdown after the checks")
+        .await
+    {
         outcome.problem(e.to_string());
     }
     outcome.passed = outcome.problems.is_empty();
@@ -288,8 +295,8 @@ fn random_instant_with(window: &tidemark_core::plan::RecoveryWindow, r: u64) -> 
     window.to
 }
 
-/// Runs the checks on the server at `socket`.
-async fn check(socket: &Path, tools: &Tools, spec: &CheckSpec) -> CheckOutcome {
+/// Runs the checks on the server at `socket`, as `login` (reads only).
+async fn check(socket: &Path, login: &Login, tools: &Tools, spec: &CheckSpec) -> CheckOutcome {
     let mut outcome = CheckOutcome {
         query: spec.query.clone(),
         ..Default::default()
@@ -297,7 +304,7 @@ async fn check(socket: &Path, tools: &Tools, spec: &CheckSpec) -> CheckOutcome {
     let deadline = tokio::time::Instant::now() + CHECK_TIMEOUT;
     let sql = |statement: String| async move {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        sql_within(socket, tools, &statement, left).await
+        sql_within(socket, login, tools, &statement, left).await
     };
     // Names in hex: the client's batch output escapes tabs, newlines and backslashes, and
     // a name must come back to CHECK TABLE exactly as it is.
@@ -454,6 +461,7 @@ impl std::fmt::Display for SqlError {
 /// killed — a test never waits without end nor fills memory.
 async fn sql_within(
     socket: &Path,
+    login: &Login,
     tools: &Tools,
     statement: &str,
     timeout: Duration,
@@ -463,9 +471,8 @@ async fn sql_within(
     }
     use tokio::io::AsyncReadExt as _;
     let mut child = restore::hermetic(&mut Command::new(&tools.mariadb))
-        .arg("--no-defaults")
+        .args(login.args(socket))
         .arg("--default-character-set=utf8mb4")
-        .arg(format!("--socket={}", socket.display()))
         .args(["-N", "-B", "-e", statement])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -562,10 +569,11 @@ mod tests {
             }
         };
         let sock = dir.path().join("sock");
+        let login = Login::new(dir.path().join("login.cnf"), "check");
         let sql = |tools: Tools, statement: &'static str| {
-            let sock = sock.clone();
+            let (sock, login) = (sock.clone(), login.clone());
             async move {
-                sql_within(&sock, &tools, statement, CHECK_TIMEOUT)
+                sql_within(&sock, &login, &tools, statement, CHECK_TIMEOUT)
                     .await
                     .map_err(|e| e.to_string())
             }
@@ -580,9 +588,15 @@ mod tests {
         assert!(e.contains("error output passed 16 MiB"), "{e}");
         let hang = client("hang", "exec sleep 30");
         let started = std::time::Instant::now();
-        let e = sql_within(&sock, &hang, "SELECT SLEEP(30)", Duration::from_millis(300))
-            .await
-            .unwrap_err();
+        let e = sql_within(
+            &sock,
+            &login,
+            &hang,
+            "SELECT SLEEP(30)",
+            Duration::from_millis(300),
+        )
+        .await
+        .unwrap_err();
         assert!(matches!(e, SqlError::OutOfTime(_)), "{e}");
         assert!(e.to_string().contains("no answer within 6h"), "{e}");
         assert!(started.elapsed() < Duration::from_secs(10));

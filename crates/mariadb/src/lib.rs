@@ -11,6 +11,7 @@ pub mod cnf;
 pub mod consolidate;
 pub mod remote;
 pub mod restore;
+pub mod server;
 
 pub use backup::{EXT, Lsns, METHOD, MariaDbError, is_lsn_behind};
 pub use restore::Tools;

@@ -21,6 +21,8 @@ use tokio::process::{Child, Command};
 
 use crate::backup as mariadb;
 use crate::binlog;
+pub(crate) use crate::server::PrivateServer;
+use crate::server::{Account, Login};
 use tidemark_store::ClusterStore;
 use tidemark_store::Progress;
 use tidemark_store::StoreError;
@@ -37,9 +39,13 @@ pub struct Tools {
     pub mariadbd: OsString,
     pub mariadb_binlog: OsString,
     pub mariadb: OsString,
+    /// The user the private server runs as when Tidemark runs as root (`--server-user`;
+    /// refused without one then): see [`crate::server`].
+    pub server_user: Option<OsString>,
 }
 
 impl Default for Tools {
+    /// The programs by name, and the server user of [`crate::server::SERVER_USER_ENV`].
     fn default() -> Self {
         Tools {
             mariabackup: "mariabackup".into(),
@@ -47,6 +53,7 @@ impl Default for Tools {
             mariadbd: "mariadbd".into(),
             mariadb_binlog: "mariadb-binlog".into(),
             mariadb: "mariadb".into(),
+            server_user: crate::server::server_user_from_env(),
         }
     }
 }
@@ -167,12 +174,25 @@ pub enum RestoreError {
         status: String,
         tail: String,
     },
-    #[error("mariadbd did not accept connections on {} within {secs} s; last lines of its log:\n{tail}", socket.display())]
+    #[error(
+        "mariadbd did not accept connections on {} within {secs} s{}; last lines of its log:\n{tail}",
+        socket.display(),
+        user.as_ref().map(|u| format!(" (it runs as {u}, who must be able to reach the data directory and the scratch directory beside it)")).unwrap_or_default()
+    )]
     ServerStart {
         socket: PathBuf,
         secs: u64,
+        user: Option<String>,
         tail: String,
     },
+    #[error(
+        "tidemark runs as root, and the private MariaDB server that replays binlogs and runs restore tests never does: name the user it runs as with --server-user USER (or {}=USER), e.g. mysql; that user is handed the restored data directory ({}) and must be able to reach it",
+        crate::server::SERVER_USER_ENV,
+        dir.display()
+    )]
+    ServerAsRoot { dir: PathBuf },
+    #[error("server user {user:?}: {problem}")]
+    ServerUser { user: String, problem: String },
     #[error(transparent)]
     Options(#[from] crate::cnf::Refused),
     #[error(transparent)]
@@ -303,6 +323,11 @@ pub async fn restore(
     progress: &dyn Progress,
 ) -> Result<RestoreReport, RestoreError> {
     readable(store, plan)?;
+    if plan.stop_datetime.is_some() {
+        // Refused before anything is downloaded: binlogs are replayed on a server that
+        // never runs as root.
+        crate::server::check_server_user(tools, datadir).await?;
+    }
     prepare_datadir(datadir)?;
     let result = restore_into(store, plan, datadir, tools, progress).await;
     if result.is_err() {
@@ -392,6 +417,9 @@ async fn restore_into(
             source,
         })?;
     let work = work.path();
+    if plan.stop_datetime.is_some() {
+        crate::server::open_to_server(tools, work).await?;
+    }
     // The chain is downloaded, extracted and prepared while the binlogs download: the two
     // share nothing until the replay.
     let binlogs = async {
@@ -740,8 +768,8 @@ pub(crate) async fn finish_piped<T>(
     Ok(value)
 }
 
-/// Starts a private server on the prepared directory (no network, no binlog, no grant
-/// checks until the replay session flushes privileges), replays, and shuts it down.
+/// Starts a private server on the prepared directory ([`PrivateServer`]: no network, no
+/// binlog, never root), replays as an account without global rights, and shuts it down.
 async fn replay(
     datadir: &Path,
     work: &Path,
@@ -750,198 +778,15 @@ async fn replay(
     plan: &RestorePlan,
     stop: Timestamp,
 ) -> Result<(), RestoreError> {
-    let server = PrivateServer::start(datadir, work, tools).await?;
-    let replayed = replay_into(&server.socket, tools, files, plan, stop, work).await;
-    let stopped = server.stop("mariadbd shutdown after replay").await;
+    let mut server = PrivateServer::start(datadir, work, tools).await?;
+    let replayed = replay_into(&mut server, tools, files, plan, stop, work).await;
+    let stopped = server.stop(tools, "mariadbd shutdown after replay").await;
     replayed?;
     stopped
 }
 
-/// A `mariadbd` of Tidemark's own on a restored data directory: no network, no binary
-/// log, no grant checks, its socket, pid file, tmpdir and log under a scratch directory.
-#[derive(Debug)]
-pub(crate) struct PrivateServer {
-    child: Child,
-    pub(crate) socket: PathBuf,
-    log: PathBuf,
-    /// The short directory holding the socket when `work` is too deep for one.
-    _socket_dir: Option<tempfile::TempDir>,
-}
-
-/// Longest socket path used: `sun_path` holds 108 bytes with its NUL, and `mariadbd`
-/// refuses a little less.
-const SOCKET_PATH_MAX: usize = 100;
-
-/// Where the private server's socket goes: in `work` when its path is short enough, else in
-/// a new private directory (mode 0700) under `TMPDIR` or `/tmp` — so a deep scratch or data
-/// directory never stops a restore.
-fn socket_place(work: &Path) -> Result<(PathBuf, Option<tempfile::TempDir>), RestoreError> {
-    const NAME: &str = "mysqld.sock";
-    let inside = work.join(NAME);
-    if inside.as_os_str().len() <= SOCKET_PATH_MAX {
-        return Ok((inside, None));
-    }
-    let mut tried = Vec::new();
-    for base in [std::env::temp_dir(), PathBuf::from("/tmp")] {
-        // `<base>/tidemark-XXXXXX/mysqld.sock`
-        if base.as_os_str().len() + 1 + 15 + 1 + NAME.len() > SOCKET_PATH_MAX {
-            tried.push(format!("{} (too deep)", base.display()));
-            continue;
-        }
-        match tempfile::Builder::new()
-            .prefix("tidemark-")
-            .tempdir_in(&base)
-        {
-            Ok(dir) => {
-                let socket = dir.path().join(NAME);
-                return Ok((socket, Some(dir)));
-            }
-            Err(e) => tried.push(format!("{}: {e}", base.display())),
-        }
-    }
-    Err(RestoreError::Io {
-        action: format!(
-            "finding a directory for the private server's socket (a path of at most \
-             {SOCKET_PATH_MAX} bytes; tried {})",
-            tried.join(", ")
-        ),
-        dir: work.to_path_buf(),
-        source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "path too long"),
-    })
-}
-
-impl PrivateServer {
-    /// Starts the server on `datadir` and waits until it accepts connections. It sees
-    /// none of this process's environment (store credentials, identities) but
-    /// [`KEPT_ENV`], reads no options file (the geometry of the data directory's
-    /// `backup-my.cnf`, checked again, is passed as options), loads no library (an empty
-    /// plugin directory, no grant tables so no `mysql.plugin`), and no file can be read or
-    /// written through SQL (`LOAD_FILE`, `SELECT … INTO OUTFILE`, `LOAD DATA [LOCAL]`):
-    /// neither a user's check query nor a replayed event can read the pod's secrets from
-    /// `/proc` or write outside the data directory.
-    ///
-    /// # Errors
-    /// Its options are refused; it cannot be started, or does not come up (with the end of
-    /// its log).
-    pub(crate) async fn start(
-        datadir: &Path,
-        work: &Path,
-        tools: &Tools,
-    ) -> Result<Self, RestoreError> {
-        let (socket, socket_dir) = socket_place(work)?;
-        let log = work.join("mysqld.log");
-        let io = |action: &str, dir: &Path| {
-            let (action, dir) = (action.to_owned(), dir.to_path_buf());
-            move |source| RestoreError::Io {
-                action,
-                dir,
-                source,
-            }
-        };
-        // A server deletes every `#sql*` file in its tmpdir when it starts: with the default
-        // (/tmp) it would remove the temporary tables of a live server on the same host.
-        let tmpdir = work.join("tmp");
-        std::fs::create_dir_all(&tmpdir)
-            .map_err(io("creating the private server's tmpdir", &tmpdir))?;
-        let none = work.join("no-files");
-        std::fs::create_dir_all(&none)
-            .map_err(io("creating the private server's file directory", &none))?;
-        let geometry = crate::cnf::Geometry::read(datadir, &datadir.display().to_string())
-            .map_err(io("reading the restored options file", datadir))??;
-        let mut server = Command::new(&tools.mariadbd);
-        server
-            .arg("--no-defaults")
-            .args(geometry.args())
-            .arg(format!("--plugin-dir={}", no_plugin_dir(work)?.display()))
-            .arg(format!("--datadir={}", datadir.display()))
-            .arg(format!("--socket={}", socket.display()))
-            .arg(format!("--pid-file={}", work.join("mysqld.pid").display()))
-            .arg(format!("--tmpdir={}", tmpdir.display()))
-            .arg(format!("--log-error={}", log.display()))
-            .args(["--skip-networking", "--skip-grant-tables", "--skip-log-bin"])
-            // Nothing is flushed to disk per transaction and pages are written once (issue
-            // 32 §3): the data directory counts only after `stop` shut the server down
-            // cleanly, which writes everything; a crash before that fails the restore.
-            .args(REPLAY_SETTINGS)
-            .arg(format!("--secure-file-priv={}", none.display()))
-            .arg("--local-infile=0")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        if running_as_root() {
-            // mariadbd refuses to run as root unless told to.
-            server.arg("--user=root");
-        }
-        let child = spawn(&mut server, &tools.mariadbd)?;
-        let mut server = PrivateServer {
-            child,
-            socket,
-            log,
-            _socket_dir: socket_dir,
-        };
-        if let Err(e) = wait_for_socket(&mut server.child, &server.socket, &server.log).await {
-            let _ = server.child.start_kill();
-            let _ = server.child.wait().await;
-            return Err(e);
-        }
-        Ok(server)
-    }
-
-    /// Shuts the server down cleanly (SIGTERM); one that does not stop is killed.
-    ///
-    /// # Errors
-    /// It did not stop cleanly (`step` names the moment, with the end of its log).
-    pub(crate) async fn stop(mut self, step: &str) -> Result<(), RestoreError> {
-        if let Some(pid) = self.child.id() {
-            let _ = Command::new("kill")
-                .arg("-TERM")
-                .arg(pid.to_string())
-                .status()
-                .await;
-        }
-        let stopped = tokio::time::timeout(Duration::from_secs(300), self.child.wait()).await;
-        let clean = matches!(&stopped, Ok(Ok(s)) if s.success());
-        if !clean {
-            let _ = self.child.start_kill();
-            let _ = self.child.wait().await;
-            return Err(RestoreError::Tool {
-                step: step.into(),
-                status: format!("{stopped:?}"),
-                tail: tail(&std::fs::read_to_string(&self.log).unwrap_or_default()),
-            });
-        }
-        Ok(())
-    }
-}
-
-async fn wait_for_socket(
-    server: &mut Child,
-    socket: &Path,
-    log: &Path,
-) -> Result<(), RestoreError> {
-    const START_SECS: u64 = 120;
-    let deadline = std::time::Instant::now() + Duration::from_secs(START_SECS);
-    let failed = |secs| RestoreError::ServerStart {
-        socket: socket.to_path_buf(),
-        secs,
-        tail: tail(&std::fs::read_to_string(log).unwrap_or_default()),
-    };
-    loop {
-        if std::os::unix::net::UnixStream::connect(socket).is_ok() {
-            return Ok(());
-        }
-        if let Ok(Some(_)) = server.try_wait() {
-            return Err(failed(0));
-        }
-        if std::time::Instant::now() > deadline {
-            return Err(failed(START_SECS));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 async fn replay_into(
-    socket: &Path,
+    server: &mut PrivateServer,
     tools: &Tools,
     files: &[PathBuf],
     plan: &RestorePlan,
@@ -974,14 +819,28 @@ async fn replay_into(
         } else {
             None
         };
-        replay_run(socket, tools, files, run, offset, stop, work).await?;
+        // Made anew for each run: whatever the run before did to its account is undone.
+        let login = server.account(tools, Account::Replay).await?;
+        replay_run(
+            &server.socket,
+            &login,
+            tools,
+            files,
+            run,
+            offset,
+            stop,
+            work,
+        )
+        .await?;
     }
     Ok(())
 }
 
-/// Replays one run of segments (`mariadb-binlog … | mariadb`).
+/// Replays one run of segments (`mariadb-binlog … | mariadb`) as `login`.
+#[allow(clippy::too_many_arguments)]
 async fn replay_run(
     socket: &Path,
+    login: &Login,
     tools: &Tools,
     files: &[PathBuf],
     run: &tidemark_core::restore::ReplayRun,
@@ -1037,15 +896,11 @@ async fn replay_run(
     })?;
     let client = spawn(
         Command::new(&tools.mariadb)
-            .arg("--no-defaults")
-            .arg(format!("--socket={}", socket.display()))
+            .args(login.args(socket))
             // No client command (`\!`, `source`, …) runs from the event text, and the client
             // sends no file of its own (`LOAD DATA LOCAL`, refused by the server as well).
             .arg("--binary-mode")
             .arg("--local-infile=0")
-            // Account statements in the binlog need the grant tables loaded; this session
-            // keeps the full rights it connected with.
-            .arg("--init-command=FLUSH PRIVILEGES")
             .stdin(events)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped()),
@@ -1076,12 +931,6 @@ async fn replay_run(
         });
     }
     Ok(())
-}
-
-/// Whether this process runs as root (its effective uid: `/proc/self` belongs to root in a
-/// process made non-dumpable, whoever runs it).
-fn running_as_root() -> bool {
-    rustix::process::geteuid().is_root()
 }
 
 /// The environment every tool a restore, a check or a consolidation runs keeps (besides

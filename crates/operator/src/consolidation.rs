@@ -292,6 +292,10 @@ fn scratch_request(
     Some(r)
 }
 
+/// The user a tool Job's private server runs as when the pod runs as root: the one the
+/// MariaDB images run their server as.
+pub const SERVER_USER_AS_ROOT: &str = "mysql";
+
 /// A Job that runs `tidemark` in the database image (whose `mariabackup`, `mbstream` and
 /// `mariadbd` it uses): consolidations and restore tests. It runs once (a failure is
 /// reported and tried again later), within the backup Jobs' deadline, with the policy's
@@ -342,7 +346,15 @@ impl ToolJob<'_> {
             .object_store
             .as_ref()
             .ok_or("the BackupPolicy has no spec.objectStore")?;
-        let mut env = vec![pod::plain("TIDEMARK_LOG", "info")];
+        let mut env = vec![
+            pod::plain("TIDEMARK_LOG", "info"),
+            // The private server a restore replays binlogs on never runs as root: in a pod
+            // that runs as root, it runs as the database image's own user.
+            pod::plain(
+                tidemark_mariadb::server::SERVER_USER_ENV,
+                SERVER_USER_AS_ROOT,
+            ),
+        ];
         env.extend(pod::store_env(os, self.store_secret));
         // What such a Job commits (a synthetic full) is locked at least the policy's lock
         // period from now: the period as the policy resolves it (`objectLock.period`, else

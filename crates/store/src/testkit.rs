@@ -913,6 +913,23 @@ pub struct MariaDb {
     pub port: u16,
 }
 
+/// The user a restore's private server runs as when the tests run as root
+/// (`TIDEMARK_SERVER_USER`): the one Debian's `mariadb-server` makes.
+pub const SERVER_USER: &str = "mysql";
+
+/// `user`'s uid (`id -u`).
+///
+/// # Panics
+/// There is no such user.
+pub fn uid_of(user: &str) -> u32 {
+    let out = Command::new("id").args(["-u", user]).output().expect("id");
+    assert!(out.status.success(), "no user {user}");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("a uid")
+}
+
 /// The packages that provide the MariaDB programs the tests run.
 pub const MARIADB_PACKAGES: &str = "mariadb-server mariadb-backup mariadb-client";
 
@@ -937,6 +954,13 @@ impl MariaDb {
 
     fn start_with(server_id: u32, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("temporary directory");
+        // Restores go into its scratch directory, and their private server runs as
+        // [`SERVER_USER`] when the tests run as root: it must get through.
+        if running_as_root() {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))
+                .expect("scratch directory's mode");
+        }
         let datadir = dir.path().join("data");
         let socket = dir.path().join("mysqld.sock");
         // Its own tmpdir: a server starting deletes every `#sql*` file in its tmpdir, which
@@ -1167,7 +1191,8 @@ pub fn query_restored(datadir: &FsPath, sql: &str) -> String {
     answer
 }
 
-fn running_as_root() -> bool {
+/// Whether the tests run as root.
+pub fn running_as_root() -> bool {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }

@@ -6,10 +6,12 @@ use std::process::{Command, Output};
 use serde_json::Value;
 use tidemark_store::testkit::SeaweedFs;
 
-/// The binary, with no store, cluster or S3 settings leaking in from the environment.
+/// The binary, with no store, cluster or S3 settings leaking in from the environment, and
+/// the user a restore's private server runs as when the tests run as root.
 pub fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tidemark"));
-    c.env_remove("TIDEMARK_STORE")
+    c.env("TIDEMARK_SERVER_USER", tidemark_store::testkit::SERVER_USER)
+        .env_remove("TIDEMARK_STORE")
         .env_remove("TIDEMARK_CLUSTER")
         .env_remove("AWS_ACCESS_KEY_ID")
         .env_remove("AWS_SECRET_ACCESS_KEY")

@@ -63,9 +63,11 @@ export TIDEMARK_AZURITE="$azurite_dir/node_modules/.bin/azurite-blob"
 # openssl: the tests make their own keys and certificates (TLS, the GCS key); gcc: the
 # bucket-writer test builds the library a planted backup carries.
 # prometheus: its promtool checks and tests the alert rules and the operator's /metrics;
-# zsh and fish (bash is there) load the completions, groff formats the man pages.
-MARIADB_PACKAGES="mariadb-server mariadb-backup mariadb-client openssl gcc libc6-dev prometheus zsh fish groff-base"
+# zsh and fish (bash is there) load the completions, groff formats the man pages; GNU time
+# reports a command's peak memory (the hostile-store tests bound it).
+MARIADB_PACKAGES="mariadb-server mariadb-backup mariadb-client openssl gcc libc6-dev prometheus zsh fish groff-base time"
 if ! command -v mariadbd >/dev/null || ! command -v mariabackup >/dev/null \
+  || [ ! -x /usr/bin/time ] \
   || ! command -v mbstream >/dev/null || ! command -v mariadb-binlog >/dev/null \
   || ! command -v openssl >/dev/null || ! command -v gcc >/dev/null \
   || ! command -v promtool >/dev/null || ! command -v zsh >/dev/null \

@@ -205,6 +205,20 @@ spec:
                 .collect::<String>()
         );
         assert!(matches!(check_bounds(&bomb), Err(YamlError::Budget { .. })));
+        // Aliases of one large scalar count every replay: a 1 MiB file does not become
+        // 900 MB (issue 42), and the refusal says what was exceeded.
+        let scalar = format!(
+            "a: &a \"{}\"\n{}",
+            "x".repeat(900 * 1024),
+            (0..999).map(|i| format!("k{i}: *a\n")).collect::<String>()
+        );
+        assert!(scalar.len() <= MAX_CONFIG_BYTES);
+        match check_bounds(&scalar) {
+            Err(YamlError::Budget { problem, .. }) => {
+                assert!(problem.contains("bytes of text"), "{problem}")
+            }
+            other => panic!("{other:?}"),
+        }
         let wide = format!("a: [{}]\n", "1, ".repeat(200_000));
         assert!(matches!(
             check_bounds(&wide),

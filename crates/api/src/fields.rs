@@ -119,7 +119,14 @@ fn parse_bounded(
             )
         });
         let line = at.map_or(0, |a| a.0);
-        let e = match &e {
+        // An error met while replaying an alias comes wrapped with where it was used.
+        let mut inner = &e;
+        while let serde_saphyr::Error::AliasError { error, .. }
+        | serde_saphyr::Error::WithSnippet { error, .. } = inner
+        {
+            inner = error;
+        }
+        let e = match inner {
             serde_saphyr::Error::Budget { breach, .. } => {
                 use serde_saphyr::budget::BudgetBreach;
                 let what = match breach {
@@ -131,6 +138,11 @@ fn parse_bounded(
                     BudgetBreach::Anchors { .. } => {
                         format!("more than {MAX_CONFIG_ALIASES} anchors")
                     }
+                    // Aliases replay their anchor's text: counted each time.
+                    BudgetBreach::ScalarBytes { .. } => format!(
+                        "more than {} bytes of text, aliases' replays included",
+                        4 * MAX_CONFIG_BYTES
+                    ),
                     other => format!("{other:?}"),
                 };
                 YamlError::Budget {

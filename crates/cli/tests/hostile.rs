@@ -1145,6 +1145,115 @@ fn a_pass_reads_no_more_than_its_budget() {
     }
 }
 
+/// The most memory `cmd` held (its peak resident set, KiB, by GNU time), and its output.
+fn peak_memory(cmd: std::process::Command) -> (u64, Output) {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("peak");
+    let program = cmd.get_program().to_owned();
+    let args: Vec<_> = cmd.get_args().map(ToOwned::to_owned).collect();
+    let envs: Vec<_> = cmd
+        .get_envs()
+        .map(|(k, v)| (k.to_owned(), v.map(ToOwned::to_owned)))
+        .collect();
+    let mut timed = std::process::Command::new("/usr/bin/time");
+    timed
+        .args(["-f", "%M", "-o"])
+        .arg(&report)
+        .arg(program)
+        .args(args)
+        .stdin(Stdio::null());
+    for (k, v) in envs {
+        match v {
+            Some(v) => timed.env(k, v),
+            None => timed.env_remove(k),
+        };
+    }
+    let out = timed
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run /usr/bin/time ({e}): install Debian's time"));
+    let text = std::fs::read_to_string(&report).unwrap();
+    let kib = text
+        .lines()
+        .filter_map(|l| l.trim().parse::<u64>().ok())
+        .next_back()
+        .unwrap_or_else(|| panic!("GNU time reported no peak: {text:?}"));
+    (kib, out)
+}
+
+/// Issue 42 §2: one object in a bucket cannot take a reader's memory. A 15 MB lease (a
+/// valid one plus a padding field) or index head (a shard summary with a padding field)
+/// took `tidemark gc` to ~800 MiB; both are refused unread, naming the object and the
+/// limit, and a head naming 20,000 shards marked unordered is refused before any is read
+/// under the operator's shard budget — each within 64 MiB.
+fn fat_control_objects_are_refused_unread() {
+    const PEAK_KIB: u64 = 64 * 1024;
+    let t = Target::local();
+    let c = "fat";
+    t.push(c, "nightly", "echo one");
+    let store = t.store(c);
+    let pad = format!("[{}0]", "0,".repeat(7_500_000));
+    let lease = format!(
+        r#"{{"formatVersion":1,"holder":"x","host":"elsewhere","pid":1,"processScope":"",
+        "acquiredAt":"2000-01-01T00:00:00Z","renewedAt":"2000-01-01T00:00:00Z",
+        "expiresAt":"2000-01-01T00:00:00Z","pad":{pad}}}"#
+    );
+    let summary = |i: u64, ordered: bool, pad: &str| {
+        format!(
+            r#"{{"key":"_index/{i:020}-{i:020}-00000000.json","firstSequence":{i},
+            "lastSequence":{i},"count":1,"firstName":"mysql-bin.{i:06}",
+            "lastName":"mysql-bin.{i:06}","firstEventAt":"2000-01-01T00:00:00Z",
+            "lastEventAt":"2000-01-01T00:00:01Z","size":1,"ordered":{ordered},
+            "unknownLastEvent":0{pad}}}"#
+        )
+    };
+    let fat_head = format!(
+        r#"{{"formatVersion":2,"segments":[],"shards":[{}]}}"#,
+        summary(1, true, &format!(r#","pad":{pad}"#))
+    );
+    let many: Vec<String> = (1..=20_000).map(|i| summary(i, false, "")).collect();
+    let many_head = format!(
+        r#"{{"formatVersion":2,"segments":[],"shards":[{}]}}"#,
+        many.join(",")
+    );
+    let gc = |env: &[(&str, &str)]| {
+        let mut cmd = t.cmd();
+        cmd.args(["gc", "--store", &t.url, "--cluster", c, "--keep-last", "1"])
+            .envs(env.iter().copied());
+        peak_memory(cmd)
+    };
+    for (key, body, env, said) in [
+        (
+            "_state/lease.json",
+            &lease,
+            &[][..],
+            "_state/lease.json is larger than 65536 bytes",
+        ),
+        (
+            "binlogs/_index.json",
+            &fat_head,
+            &[][..],
+            "binlogs/_index.json is larger than 8388608 bytes",
+        ),
+        (
+            "binlogs/_index.json",
+            &many_head,
+            &[("TIDEMARK_MAX_INDEX_SHARDS", "256")][..],
+            "over 256 index shards (set TIDEMARK_MAX_INDEX_SHARDS",
+        ),
+    ] {
+        put(&store, key, body.as_bytes());
+        let (kib, o) = gc(env);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(4), "{key}: {err}");
+        assert!(err.contains(said), "{key}: {err}");
+        assert!(kib < PEAK_KIB, "{key}: tidemark gc peaked at {kib} KiB");
+        delete(&store, key);
+    }
+    // Nothing left in the way: the pass runs.
+    let (_, o) = gc(&[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
 /// The CPU time (user + system, in clock ticks) the process `pid` has used.
 fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
@@ -1428,6 +1537,7 @@ fn hostile_input_on_a_local_directory() {
     a_lost_lease_stops_gc_and_delete();
     urls_and_endpoints_are_checked();
     a_pass_reads_no_more_than_its_budget();
+    fat_control_objects_are_refused_unread();
     configuration_input_is_bounded_and_named();
     the_metrics_endpoint_survives_a_connection_flood();
 }

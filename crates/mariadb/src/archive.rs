@@ -461,7 +461,7 @@ async fn record_status(store: &ClusterStore, report: &ArchiveReport) {
             tidemark_store::state::host_name(),
             std::process::id()
         ),
-        extra: serde_json::Map::new(),
+        extra: Default::default(),
     };
     if let Err(e) = save_archiver_status(store, &status).await {
         tracing::warn!(error = %e, "could not record the archiver's status");

@@ -203,7 +203,7 @@ mod tests {
             primary_last_event_at: Some(at(primary)),
             archived_last_event_at: Some(at(archived)),
             writer: String::new(),
-            extra: serde_json::Map::new(),
+            extra: Default::default(),
         }
     }
 

@@ -28,6 +28,20 @@ use object_store::client::{
 /// that object, never memory.
 pub const MAX_CONTROL_OBJECT: u64 = 16 * 1024 * 1024;
 
+/// The largest lease, owner record or archiver status read (a few hundred bytes each):
+/// read on every fence and every archive watch, a larger one is refused before it is
+/// parsed (issue 42 §2: a 15 MB lease cost the operator ~770 MiB on each fence).
+pub const MAX_STATE_RECORD: u64 = 64 * 1024;
+
+/// The largest `_state/run.json` read: a few KiB for each schedule of a configuration.
+pub const MAX_RUN_STATE: u64 = 1024 * 1024;
+
+/// The largest segment index object read, the head or a shard: each holds at most 4,096
+/// entries of a few hundred bytes (and the head a summary of each shard, some 400 bytes),
+/// about 2 MB. A larger one is refused unread; what they hold parsed is charged to the
+/// pass's budget besides (`crate::budget`).
+pub const MAX_INDEX_OBJECT: u64 = 8 * 1024 * 1024;
+
 /// The most of an error answer's body kept (its start names the error).
 pub const MAX_ERROR_BODY: u64 = 64 * 1024;
 /// The largest listing page or other non-object answer read (a page of 1000 keys is

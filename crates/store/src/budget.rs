@@ -6,7 +6,10 @@
 //!
 //! - the keys its listings yield (each is held until the pass ends);
 //! - the listing pages it asks for (a server may answer empty pages that never end);
-//! - the bytes of `metadata.json` bodies it keeps (each parsed and kept for the pass).
+//! - the bytes of `metadata.json` bodies it keeps (each parsed and kept for the pass);
+//! - the segment index it reads — `_index.json` and each shard, by what they hold parsed —
+//!   and the number of shards (issue 42 §2: a head naming thousands of shards marked
+//!   unordered would have every one read).
 //!
 //! The count starts afresh with each catalog load (a pass's survey; a retention pass
 //! may make a few), and goes on through what the pass lists after it (binlog segments,
@@ -16,8 +19,9 @@
 //! spent and the setting that raises it; the pass fails with that reason (a data error:
 //! exit 4, the operator's longer backoff), and nothing is deleted. The limits come from
 //! [`Budget`]: the CLI's generous ones by default, the operator's fit its memory limit;
-//! `TIDEMARK_MAX_LISTED_KEYS`, `TIDEMARK_MAX_LIST_PAGES` and `TIDEMARK_MAX_METADATA_BYTES`
-//! set them ([`Budget::from_env`]).
+//! `TIDEMARK_MAX_LISTED_KEYS`, `TIDEMARK_MAX_LIST_PAGES`, `TIDEMARK_MAX_METADATA_BYTES`,
+//! `TIDEMARK_MAX_INDEX_BYTES` and `TIDEMARK_MAX_INDEX_SHARDS` set them
+//! ([`Budget::from_env`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,12 +44,18 @@ pub struct Budget {
     pub pages: u64,
     /// Bytes of `metadata.json` kept.
     pub metadata_bytes: u64,
+    /// Bytes of the segment index kept (the head and the shards read, parsed).
+    pub index_bytes: u64,
+    /// Index shards read.
+    pub shards: u64,
 }
 
 /// The environment variables that set a [`Budget`].
 pub const KEYS_ENV: &str = "TIDEMARK_MAX_LISTED_KEYS";
 pub const PAGES_ENV: &str = "TIDEMARK_MAX_LIST_PAGES";
 pub const METADATA_ENV: &str = "TIDEMARK_MAX_METADATA_BYTES";
+pub const INDEX_ENV: &str = "TIDEMARK_MAX_INDEX_BYTES";
+pub const SHARDS_ENV: &str = "TIDEMARK_MAX_INDEX_SHARDS";
 
 impl Budget {
     /// One machine's own run (`tidemark` commands): about 400 MB of keys at most, for
@@ -54,20 +64,25 @@ impl Budget {
         keys: 2_000_000,
         pages: 100_000,
         metadata_bytes: 1 << 30,
+        index_bytes: 1 << 30,
+        shards: 100_000,
     };
 
     /// A pass of the shared operator (`--background-passes` passes at once): about 25 MB
     /// of keys (some 30,000 backups) and 16 MiB of parsed metadata (some 5,000 backups');
     /// passes failing on it left the operator's peak where it was (docs/benchmarks.md,
-    /// "Hostile tenants").
+    /// "Hostile tenants"); 32 MiB of parsed index (a pass deleting from some ten full
+    /// shards at once, 4,096 segments each) and 256 shards.
     pub const SHARED: Budget = Budget {
         keys: 100_000,
         pages: 5_000,
         metadata_bytes: 16 << 20,
+        index_bytes: 32 << 20,
+        shards: 256,
     };
 
     /// `default`, with each limit the environment sets ([`KEYS_ENV`], [`PAGES_ENV`],
-    /// [`METADATA_ENV`]; a positive whole number).
+    /// [`METADATA_ENV`], [`INDEX_ENV`], [`SHARDS_ENV`]; a positive whole number).
     ///
     /// # Errors
     /// A value that is not one, naming the variable, the value and the form.
@@ -88,6 +103,8 @@ impl Budget {
             keys: read(KEYS_ENV, default.keys)?,
             pages: read(PAGES_ENV, default.pages)?,
             metadata_bytes: read(METADATA_ENV, default.metadata_bytes)?,
+            index_bytes: read(INDEX_ENV, default.index_bytes)?,
+            shards: read(SHARDS_ENV, default.shards)?,
         })
     }
 }
@@ -116,6 +133,8 @@ pub struct Spent {
     keys: AtomicU64,
     pages: AtomicU64,
     metadata: AtomicU64,
+    index: AtomicU64,
+    shards: AtomicU64,
 }
 
 impl Default for Spent {
@@ -131,6 +150,8 @@ impl Spent {
             keys: AtomicU64::new(0),
             pages: AtomicU64::new(0),
             metadata: AtomicU64::new(0),
+            index: AtomicU64::new(0),
+            shards: AtomicU64::new(0),
         }
     }
 
@@ -155,7 +176,13 @@ impl Spent {
     /// when it is replaced), so a long-running `tidemark run` or watch is not stopped by
     /// what its earlier passes read.
     pub(crate) fn reset(&self) {
-        for c in [&self.keys, &self.pages, &self.metadata] {
+        for c in [
+            &self.keys,
+            &self.pages,
+            &self.metadata,
+            &self.index,
+            &self.shards,
+        ] {
             c.store(0, Ordering::Relaxed);
         }
     }
@@ -198,6 +225,28 @@ impl Spent {
             self.limits().metadata_bytes,
             "bytes of metadata.json",
             METADATA_ENV,
+        )
+    }
+
+    /// `n` more bytes of the segment index kept.
+    pub fn index(&self, n: u64) -> std::result::Result<(), Exceeded> {
+        Self::take(
+            &self.index,
+            n,
+            self.limits().index_bytes,
+            "bytes of segment index",
+            INDEX_ENV,
+        )
+    }
+
+    /// `n` more index shards to read.
+    pub fn shards(&self, n: u64) -> std::result::Result<(), Exceeded> {
+        Self::take(
+            &self.shards,
+            n,
+            self.limits().shards,
+            "index shards",
+            SHARDS_ENV,
         )
     }
 }
@@ -316,6 +365,8 @@ mod tests {
             keys: 2,
             pages: 1,
             metadata_bytes: 10,
+            index_bytes: 20,
+            shards: 3,
         });
         assert!(spent.key().is_ok() && spent.key().is_ok());
         let e = spent.key().unwrap_err();
@@ -323,6 +374,14 @@ mod tests {
         assert!(e.to_string().contains(KEYS_ENV), "{e}");
         assert!(spent.page().is_ok() && spent.page().is_err());
         assert!(spent.metadata(10).is_ok() && spent.metadata(1).is_err());
+        assert!(spent.index(20).is_ok());
+        let e = spent.index(1).unwrap_err();
+        assert!(e.to_string().contains("segment index"), "{e}");
+        assert!(e.to_string().contains(INDEX_ENV), "{e}");
+        assert!(spent.shards(3).is_ok());
+        let e = spent.shards(1).unwrap_err();
+        assert!(e.to_string().contains("over 3 index shards"), "{e}");
+        assert!(e.to_string().contains(SHARDS_ENV), "{e}");
         // Counted afresh with new limits.
         spent.set(Budget::SHARED);
         assert!(spent.key().is_ok());

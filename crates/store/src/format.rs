@@ -8,6 +8,8 @@ use jiff::Timestamp;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 use tidemark_core::timeline::TIMELINE_STRIDE;
+
+use crate::rawfields::{RawFields, Record};
 use tidemark_core::{GtidPos, GtidRun, RetentionDuration, SegmentGtids, Timeline};
 
 /// The format version this Tidemark writes for everything a version-1 reader reads fully:
@@ -427,6 +429,8 @@ pub struct IndexFile {
     pub shards: Vec<ShardSummary>,
     /// The archive's timelines (`_index.json` only); none recorded: one, timeline 0.
     pub timelines: Vec<Timeline>,
+    /// What it held when parsed ([`IndexFile::footprint`]).
+    footprint: u64,
 }
 
 /// One shard of the segment index, as `_index.json` summarises it: the planner uses the
@@ -454,8 +458,28 @@ pub struct ShardSummary {
     pub ordered: bool,
     /// Entries whose last event time is unknown.
     pub unknown_last_event: u64,
-    #[serde(flatten)]
-    pub extra: serde_json::Map<String, serde_json::Value>,
+    /// Fields of newer versions, kept verbatim.
+    #[serde(flatten, skip_deserializing)]
+    pub extra: RawFields,
+}
+
+impl Record for ShardSummary {
+    const KNOWN: &'static [&'static str] = &[
+        "key",
+        "firstSequence",
+        "lastSequence",
+        "count",
+        "firstName",
+        "lastName",
+        "firstEventAt",
+        "lastEventAt",
+        "size",
+        "ordered",
+        "unknownLastEvent",
+    ];
+    fn extra_mut(&mut self) -> &mut RawFields {
+        &mut self.extra
+    }
 }
 
 impl ShardSummary {
@@ -481,7 +505,7 @@ impl ShardSummary {
             size: entries.iter().map(|e| e.size).sum(),
             ordered,
             unknown_last_event: entries.iter().filter(|e| e.last_event_at.is_none()).count() as u64,
-            extra: serde_json::Map::new(),
+            extra: RawFields::default(),
         })
     }
 }
@@ -511,26 +535,86 @@ pub enum IndexError {
     },
 }
 
+/// The top level of an index file, each field taken from the text once: the lists as
+/// their items' text (a list is never held whole beside its items), newer fields verbatim.
+#[derive(Default)]
+struct TopLevel {
+    format_version: Option<u32>,
+    segments: Option<Vec<Box<RawValue>>>,
+    shards: Option<Vec<Box<RawValue>>>,
+    timelines: Option<Vec<Timeline>>,
+    fields: BTreeMap<String, Box<RawValue>>,
+}
+
+impl TopLevel {
+    /// Reads `bytes`; an error names the field it is in ([`IndexError`]'s variants).
+    fn read(bytes: &[u8]) -> Result<Self, IndexError> {
+        use serde::de::{Error as _, MapAccess, Visitor};
+        struct V<'f>(&'f std::cell::Cell<&'static str>);
+        impl<'de> Visitor<'de> for V<'_> {
+            type Value = TopLevel;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<TopLevel, A::Error> {
+                let mut top = TopLevel::default();
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "formatVersion" => top.format_version = Some(map.next_value()?),
+                        "segments" => top.segments = Some(map.next_value()?),
+                        "shards" => {
+                            self.0.set("shards");
+                            top.shards = Some(map.next_value()?);
+                            self.0.set("");
+                        }
+                        "timelines" => {
+                            self.0.set("timelines");
+                            top.timelines = Some(map.next_value()?);
+                            self.0.set("");
+                        }
+                        _ => {
+                            let v = map.next_value()?;
+                            top.fields.insert(key, v);
+                        }
+                    }
+                }
+                Ok(top)
+            }
+        }
+        let failed = std::cell::Cell::new("");
+        let mut de = serde_json::Deserializer::from_slice(bytes);
+        let read = serde::Deserializer::deserialize_map(&mut de, V(&failed))
+            .and_then(|top| de.end().map(|()| top));
+        let top = read.map_err(|e| match failed.get() {
+            "shards" => IndexError::Shards(e),
+            "timelines" => IndexError::Timelines(e),
+            _ => IndexError::Syntax(e),
+        })?;
+        if top.format_version.is_none() {
+            return Err(IndexError::Syntax(serde_json::Error::missing_field(
+                "formatVersion",
+            )));
+        }
+        if top.segments.is_none() {
+            return Err(IndexError::Syntax(serde_json::Error::missing_field(
+                "segments",
+            )));
+        }
+        Ok(top)
+    }
+}
+
 impl IndexFile {
     pub fn parse(bytes: &[u8]) -> Result<Self, IndexError> {
-        let fields: BTreeMap<String, Box<RawValue>> =
-            serde_json::from_slice(bytes).map_err(IndexError::Syntax)?;
-        let format_version = match fields.get("formatVersion") {
-            Some(v) => serde_json::from_str(v.get()).map_err(IndexError::Syntax)?,
-            None => {
-                return Err(IndexError::Syntax(serde::de::Error::missing_field(
-                    "formatVersion",
-                )));
-            }
-        };
-        let raw_entries: Vec<Box<RawValue>> = match fields.get("segments") {
-            Some(v) => serde_json::from_str(v.get()).map_err(IndexError::Syntax)?,
-            None => {
-                return Err(IndexError::Syntax(serde::de::Error::missing_field(
-                    "segments",
-                )));
-            }
-        };
+        let TopLevel {
+            format_version,
+            segments,
+            shards,
+            timelines,
+            fields,
+        } = TopLevel::read(bytes)?;
+        let format_version = format_version.unwrap_or_default();
+        let raw_entries = segments.unwrap_or_default();
         let entries = raw_entries
             .iter()
             .enumerate()
@@ -539,14 +623,19 @@ impl IndexFile {
                     .map_err(|source| IndexError::Entry { position, source })
             })
             .collect::<Result<Vec<IndexEntry>, _>>()?;
-        let shards = match fields.get("shards") {
-            Some(v) => serde_json::from_str(v.get()).map_err(IndexError::Shards)?,
-            None => Vec::new(),
-        };
-        let timelines = match fields.get("timelines") {
-            Some(v) => serde_json::from_str(v.get()).map_err(IndexError::Timelines)?,
-            None => Vec::new(),
-        };
+        let shards: Vec<ShardSummary> = shards
+            .unwrap_or_default()
+            .iter()
+            .map(|r| crate::rawfields::parse::<ShardSummary>(r.get().as_bytes()))
+            .collect::<Result<_, _>>()
+            .map_err(IndexError::Shards)?;
+        let timelines = timelines.unwrap_or_default();
+        // What it holds parsed: its text once as the entries' and extras' verbatim copies
+        // and once in what was read out of it, and each parsed item.
+        let footprint = 2 * bytes.len() as u64
+            + (entries.len() * std::mem::size_of::<IndexEntry>()) as u64
+            + (shards.len() * std::mem::size_of::<ShardSummary>()) as u64
+            + (timelines.len() * std::mem::size_of::<Timeline>()) as u64;
         Ok(IndexFile {
             fields,
             format_version,
@@ -554,7 +643,14 @@ impl IndexFile {
             entries,
             shards,
             timelines,
+            footprint,
         })
+    }
+
+    /// About how many bytes it holds as parsed (0 for one not read from text): what a
+    /// pass's budget is charged for it.
+    pub fn footprint(&self) -> u64 {
+        self.footprint
     }
 
     /// A new, empty index.
@@ -566,6 +662,7 @@ impl IndexFile {
             entries: Vec::new(),
             shards: Vec::new(),
             timelines: Vec::new(),
+            footprint: 0,
         }
     }
 
@@ -863,6 +960,25 @@ mod tests {
     }
 
     #[test]
+    fn a_shard_summary_knows_its_fields() {
+        let t = "2026-11-20T02:00:00Z".parse().unwrap();
+        crate::rawfields::assert_known(&ShardSummary {
+            key: "_index/x.json".into(),
+            first_sequence: 1,
+            last_sequence: 2,
+            count: 2,
+            first_name: "a".into(),
+            last_name: "b".into(),
+            first_event_at: Some(t),
+            last_event_at: Some(t),
+            size: 1,
+            ordered: true,
+            unknown_last_event: 0,
+            extra: RawFields::default(),
+        });
+    }
+
+    #[test]
     fn shards_make_version_two_and_round_trip() {
         let text = r#"{"formatVersion":1,"segments":[
             {"name":"mysql-bin.000003","sequence":3,"firstEventAt":"2026-11-20T02:00:00Z","lastEventAt":"2026-11-20T03:00:00Z","size":5}
@@ -875,7 +991,7 @@ mod tests {
         assert!(shard.entries.is_empty());
         let mut summary = ShardSummary::of("_index/x.json".into(), &taken.entries).unwrap();
         assert!(summary.ordered);
-        summary.extra.insert("future".into(), 7.into());
+        summary.extra.push("future", "7").unwrap();
         head.shards.push(summary.clone());
         let bytes = head.to_bytes();
         let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();

@@ -22,6 +22,7 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
 
+use crate::bounded::MAX_INDEX_OBJECT;
 use crate::error::{StoreError, is_not_found};
 use crate::format::{INDEX_FORMAT_VERSION, IndexEntry, IndexFile, ShardSummary};
 use crate::layout;
@@ -81,7 +82,10 @@ impl SegmentIndex {
     /// does not exist.
     pub async fn load(store: &ClusterStore) -> Result<Option<Self>, StoreError> {
         let key = layout::index_key();
-        let Some((bytes, version)) = store.read_versioned(&key).await? else {
+        let Some((bytes, version)) = store
+            .read_versioned_charged(&key, MAX_INDEX_OBJECT, |n| store.spent.index(n))
+            .await?
+        else {
             return Ok(None);
         };
         let t = std::time::Instant::now();
@@ -155,6 +159,16 @@ impl SegmentIndex {
         if wanted.is_empty() {
             return Ok(());
         }
+        // Counted before any is read: a head naming thousands of shards marked unordered
+        // costs one refusal, not thousands of reads.
+        store
+            .spent
+            .shards(wanted.len() as u64)
+            .map_err(|e| StoreError::Request {
+                url: store.url.clone(),
+                action: format!("reading {} index shards", wanted.len()),
+                answer: crate::budget::as_store_error(e),
+            })?;
         let t = std::time::Instant::now();
         let got: Vec<(String, IndexFile)> = futures::stream::iter(wanted)
             .map(|rel| async move {
@@ -163,8 +177,8 @@ impl SegmentIndex {
                     key: store.display_key(&layout::index_key()),
                     source: crate::format::IndexError::ShardKey(rel.clone()),
                 })?;
-                let body = store
-                    .read(&key)
+                let (body, _) = store
+                    .read_versioned_charged(&key, MAX_INDEX_OBJECT, |n| store.spent.index(n))
                     .await?
                     .ok_or_else(|| StoreError::MissingShard {
                         url: store.url.clone(),
@@ -412,12 +426,26 @@ struct Edit {
     claimed: usize,
 }
 
+/// Parses a head or a shard read whole, charging the pass's budget for what it holds
+/// parsed beyond its text (the text was charged as it was read): its text once more before
+/// parsing (the items' verbatim copies), so a file the budget cannot hold is refused
+/// unparsed, then each parsed item.
 fn parse(store: &ClusterStore, key: &Path, bytes: &[u8]) -> Result<IndexFile, StoreError> {
+    let charge = |n: u64| {
+        store.spent.index(n).map_err(|e| StoreError::Request {
+            url: store.url.clone(),
+            action: format!("reading {}", store.display_key(key)),
+            answer: crate::budget::as_store_error(e),
+        })
+    };
+    let text = bytes.len() as u64;
+    charge(text)?;
     let file = IndexFile::parse(bytes).map_err(|source| StoreError::MalformedIndex {
         url: store.url.clone(),
         key: store.display_key(key),
         source,
     })?;
+    charge(file.footprint().saturating_sub(2 * text))?;
     if file.format_version > INDEX_FORMAT_VERSION {
         return Err(StoreError::NewerIndex {
             url: store.url.clone(),

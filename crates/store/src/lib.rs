@@ -20,6 +20,7 @@ pub mod metacache;
 pub mod objectlock;
 pub mod open;
 pub mod progress;
+pub mod rawfields;
 pub mod state;
 pub mod survey;
 pub mod synth;

@@ -239,7 +239,12 @@ pub(crate) async fn read(store: &ClusterStore, max_bytes: u64) -> Cached {
 }
 
 fn decode(bytes: &[u8], max_bytes: u64) -> Result<HashMap<String, Entry>, String> {
-    let decoder = zstd::stream::read::Decoder::new(bytes).map_err(|e| e.to_string())?;
+    let mut decoder = zstd::stream::read::Decoder::new(bytes).map_err(|e| e.to_string())?;
+    // As every other decoder: a frame asking for a larger window than Tidemark writes is
+    // refused before the window is allocated (a few stored bytes cannot cost 128 MiB).
+    decoder
+        .window_log_max(crate::compress::MAX_WINDOW_LOG)
+        .map_err(|e| e.to_string())?;
     let mut text = Vec::new();
     decoder
         .take(max_bytes.saturating_add(1))
@@ -436,5 +441,15 @@ mod tests {
                 .unwrap_err()
                 .contains("format version 2")
         );
+        // A frame whose window is over the bound is refused, as by every other decoder.
+        let framed = |window_log| {
+            let mut e = zstd::stream::write::Encoder::new(Vec::new(), 1).unwrap();
+            e.window_log(window_log).unwrap();
+            std::io::Write::write_all(&mut e, br#"{"formatVersion":1,"entries":{}}"#).unwrap();
+            e.finish().unwrap()
+        };
+        assert!(decode(&framed(crate::compress::MAX_WINDOW_LOG), 1 << 20).is_ok());
+        let e = decode(&framed(crate::compress::MAX_WINDOW_LOG + 1), 1 << 20).unwrap_err();
+        assert!(e.contains("not zstd") || e.contains("indow"), "{e}");
     }
 }

@@ -483,13 +483,31 @@ impl ClusterStore {
     }
 
     /// Reads a whole object with the version a conditional rewrite of it needs; `None`
-    /// when it does not exist (or vanished while being read).
+    /// when it does not exist (or vanished while being read). An object over `limit` bytes
+    /// (at most [`MAX_CONTROL_OBJECT`]) is refused with [`StoreError::TooLarge`].
     ///
     /// # Errors
-    /// The request failed after retries.
-    pub(crate) async fn read_versioned(
+    /// The request failed after retries, or the object is larger.
+    pub(crate) async fn read_versioned_limited(
         &self,
         key: &Path,
+        limit: u64,
+    ) -> Result<Option<(bytes::Bytes, object_store::UpdateVersion)>, StoreError> {
+        self.read_versioned_charged(key, limit, |_| Ok(())).await
+    }
+
+    /// [`Self::read_versioned_limited`], with the size the store announces for the body
+    /// charged by `charge` before any of it is read: a pass's budget bounds what its reads
+    /// hold at once, however many run together.
+    ///
+    /// # Errors
+    /// As [`Self::read_versioned_limited`]; the charge refused (the request fails with
+    /// it, as a listing past the budget does).
+    pub(crate) async fn read_versioned_charged(
+        &self,
+        key: &Path,
+        limit: u64,
+        charge: impl Fn(u64) -> Result<(), crate::budget::Exceeded>,
     ) -> Result<Option<(bytes::Bytes, object_store::UpdateVersion)>, StoreError> {
         use object_store::ObjectStoreExt;
         let got = match self.inner.get(key).await {
@@ -497,25 +515,25 @@ impl ClusterStore {
             Err(e) if crate::error::is_not_found(&e) => return Ok(None),
             Err(source) => return Err(request(self, "reading", key, source)),
         };
+        charge(got.meta.size.min(limit)).map_err(|e| StoreError::Request {
+            url: self.url.clone(),
+            action: format!("reading {}", self.display_key(key)),
+            answer: crate::budget::as_store_error(e),
+        })?;
         let version = object_store::UpdateVersion {
             e_tag: got.meta.e_tag.clone(),
             version: got.meta.version.clone(),
         };
-        Ok(self.collect(key, got).await?.map(|b| (b, version)))
+        Ok(self
+            .collect_limited(key, got, limit)
+            .await?
+            .map(|b| (b, version)))
     }
 
-    /// The body of `got`, at most [`MAX_CONTROL_OBJECT`] bytes: a store (or an endpoint a
-    /// policy names) that serves a larger one — by its announced size or by what it
-    /// sends — is refused before it can fill memory.
-    async fn collect(
-        &self,
-        key: &Path,
-        got: object_store::GetResult,
-    ) -> Result<Option<bytes::Bytes>, StoreError> {
-        self.collect_limited(key, got, MAX_CONTROL_OBJECT).await
-    }
-
-    /// [`Self::collect`] with a smaller `limit`.
+    /// The body of `got`, at most `limit` bytes (and never more than
+    /// [`MAX_CONTROL_OBJECT`]): a store (or an endpoint a policy names) that serves a
+    /// larger one — by its announced size or by what it sends — is refused before it can
+    /// fill memory.
     async fn collect_limited(
         &self,
         key: &Path,

@@ -11,10 +11,12 @@ use object_store::{ObjectStoreExt, UpdateVersion};
 use serde::{Deserialize, Serialize};
 use tidemark_core::schedule::ScheduleStatus;
 
+use crate::bounded::{MAX_RUN_STATE, MAX_STATE_RECORD};
 use crate::error::StoreError;
 use crate::layout;
 use crate::open::ClusterStore;
 use crate::open::write_err;
+use crate::rawfields::{self, RawFields, Record};
 
 /// Version of `_state/run.json`.
 pub const STATE_FORMAT_VERSION: u32 = 1;
@@ -36,8 +38,20 @@ pub struct RunState {
     #[serde(default)]
     pub running: BTreeMap<String, JournaledAttempt>,
     /// Fields of newer versions, kept on rewrite.
-    #[serde(flatten)]
-    pub extra: serde_json::Map<String, serde_json::Value>,
+    #[serde(flatten, skip_deserializing)]
+    pub extra: RawFields,
+}
+
+impl Record for RunState {
+    const KNOWN: &'static [&'static str] = &[
+        "formatVersion",
+        "schedules",
+        "lastRetentionRunTime",
+        "running",
+    ];
+    fn extra_mut(&mut self) -> &mut RawFields {
+        &mut self.extra
+    }
 }
 
 /// One backup attempt in flight.
@@ -80,15 +94,15 @@ impl StoredState {
     /// A failed request; a malformed file or one of a newer format.
     pub async fn load(store: &ClusterStore) -> Result<Self, StoreError> {
         let key = key();
-        let Some((bytes, version)) = store.read_versioned(&key).await? else {
+        let Some((bytes, version)) = store.read_versioned_limited(&key, MAX_RUN_STATE).await?
+        else {
             return Ok(Self::empty());
         };
-        let state: RunState =
-            serde_json::from_slice(&bytes).map_err(|e| StoreError::MalformedState {
-                url: store.url.clone(),
-                key: store.display_key(&key),
-                problem: e.to_string(),
-            })?;
+        let state: RunState = rawfields::parse(&bytes).map_err(|e| StoreError::MalformedState {
+            url: store.url.clone(),
+            key: store.display_key(&key),
+            problem: e.to_string(),
+        })?;
         if state.format_version > STATE_FORMAT_VERSION {
             return Err(StoreError::MalformedState {
                 url: store.url.clone(),
@@ -197,8 +211,24 @@ pub struct Lease {
     pub renewed_at: Timestamp,
     /// Until when the holder may be assumed alive without a renewal.
     pub expires_at: Timestamp,
-    #[serde(flatten)]
-    pub extra: serde_json::Map<String, serde_json::Value>,
+    #[serde(flatten, skip_deserializing)]
+    pub extra: RawFields,
+}
+
+impl Record for Lease {
+    const KNOWN: &'static [&'static str] = &[
+        "formatVersion",
+        "holder",
+        "host",
+        "pid",
+        "processScope",
+        "acquiredAt",
+        "renewedAt",
+        "expiresAt",
+    ];
+    fn extra_mut(&mut self) -> &mut RawFields {
+        &mut self.extra
+    }
 }
 
 impl Lease {
@@ -239,10 +269,10 @@ pub fn host_name() -> String {
 
 async fn read_lease(store: &ClusterStore) -> Result<Option<(Lease, UpdateVersion)>, StoreError> {
     let key = lease_key();
-    let Some((bytes, version)) = store.read_versioned(&key).await? else {
+    let Some((bytes, version)) = store.read_versioned_limited(&key, MAX_STATE_RECORD).await? else {
         return Ok(None);
     };
-    let lease = serde_json::from_slice(&bytes).map_err(|e| StoreError::MalformedState {
+    let lease = rawfields::parse(&bytes).map_err(|e| StoreError::MalformedState {
         url: store.url.clone(),
         key: store.display_key(&key),
         problem: e.to_string(),
@@ -274,7 +304,7 @@ pub async fn acquire_lease(
         acquired_at: now,
         renewed_at: now,
         expires_at: now.checked_add(ttl).unwrap_or(Timestamp::MAX),
-        extra: serde_json::Map::new(),
+        extra: RawFields::default(),
     };
     let current = read_lease(store).await?;
     let body = serde_json::to_vec_pretty(&mine).map_err(|source| StoreError::Encode {
@@ -425,8 +455,23 @@ pub struct Owner {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
     pub since: Timestamp,
-    #[serde(flatten)]
-    pub extra: serde_json::Map<String, serde_json::Value>,
+    #[serde(flatten, skip_deserializing)]
+    pub extra: RawFields,
+}
+
+impl Record for Owner {
+    const KNOWN: &'static [&'static str] = &[
+        "formatVersion",
+        "kind",
+        "namespace",
+        "name",
+        "uid",
+        "host",
+        "since",
+    ];
+    fn extra_mut(&mut self) -> &mut RawFields {
+        &mut self.extra
+    }
 }
 
 impl Owner {
@@ -489,11 +534,11 @@ pub async fn claim_owner(store: &ClusterStore, me: &Owner) -> Result<(), OwnerEr
         source,
     })?;
     for _ in 0..3 {
-        let current = match store.read_versioned(&key).await? {
+        let current = match store.read_versioned_limited(&key, MAX_STATE_RECORD).await? {
             None => None,
             Some((bytes, version)) => {
                 let owner: Owner =
-                    serde_json::from_slice(&bytes).map_err(|e| StoreError::MalformedState {
+                    rawfields::parse(&bytes).map_err(|e| StoreError::MalformedState {
                         url: store.url.clone(),
                         key: store.display_key(&key),
                         problem: e.to_string(),
@@ -551,8 +596,23 @@ pub struct ArchiverStatus {
     /// Host and process of the archiver.
     #[serde(default)]
     pub writer: String,
-    #[serde(flatten)]
-    pub extra: serde_json::Map<String, serde_json::Value>,
+    #[serde(flatten, skip_deserializing)]
+    pub extra: RawFields,
+}
+
+impl Record for ArchiverStatus {
+    const KNOWN: &'static [&'static str] = &[
+        "formatVersion",
+        "observedAt",
+        "serverId",
+        "timeline",
+        "primaryLastEventAt",
+        "archivedLastEventAt",
+        "writer",
+    ];
+    fn extra_mut(&mut self) -> &mut RawFields {
+        &mut self.extra
+    }
 }
 
 impl ArchiverStatus {
@@ -614,10 +674,10 @@ pub async fn load_archiver_status(
     store: &ClusterStore,
 ) -> Result<Option<ArchiverStatus>, StoreError> {
     let key = archiver_key();
-    let Some(bytes) = store.read(&key).await? else {
+    let Some(bytes) = store.read_limited(&key, MAX_STATE_RECORD).await? else {
         return Ok(None);
     };
-    serde_json::from_slice(&bytes)
+    rawfields::parse(&bytes)
         .map(Some)
         .map_err(|e| StoreError::MalformedState {
             url: store.url.clone(),
@@ -631,6 +691,49 @@ mod archiver_tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    /// Each record's known fields are the ones it writes, and a newer field survives a
+    /// read and a rewrite verbatim.
+    #[test]
+    fn records_know_their_fields_and_keep_newer_ones() {
+        let t: Timestamp = "2026-11-27T10:00:00Z".parse().unwrap();
+        rawfields::assert_known(&Lease {
+            format_version: 1,
+            holder: "h".into(),
+            host: "x".into(),
+            pid: 1,
+            process_scope: "s".into(),
+            acquired_at: t,
+            renewed_at: t,
+            expires_at: t,
+            extra: RawFields::default(),
+        });
+        rawfields::assert_known(&Owner {
+            format_version: 1,
+            kind: "BackupPolicy".into(),
+            namespace: Some("ns".into()),
+            name: "p".into(),
+            uid: Some("u".into()),
+            host: Some("h".into()),
+            since: t,
+            extra: RawFields::default(),
+        });
+        rawfields::assert_known(&ArchiverStatus {
+            format_version: 1,
+            observed_at: t,
+            server_id: Some(1),
+            timeline: 0,
+            primary_last_event_at: Some(t),
+            archived_last_event_at: Some(t),
+            writer: "w".into(),
+            extra: RawFields::default(),
+        });
+        rawfields::assert_known(&RunState {
+            format_version: 1,
+            last_retention_run_time: Some(t),
+            ..Default::default()
+        });
+    }
+
     #[test]
     fn lag_is_the_unarchived_span_or_the_silence() {
         let t = |s: &str| format!("2026-11-27T10:{s}Z").parse::<Timestamp>().unwrap();
@@ -642,7 +745,7 @@ mod archiver_tests {
             primary_last_event_at: Some(t("00:00")),
             archived_last_event_at: Some(t("00:00") - jiff::SignedDuration::from_secs(120)),
             writer: String::new(),
-            extra: serde_json::Map::new(),
+            extra: RawFields::default(),
         };
         let minute = jiff::SignedDuration::from_secs(60);
         assert_eq!(st.lag(t("00:30"), minute).as_secs(), 120);

@@ -12,9 +12,15 @@
 //!    policy's pass has failed on its budget (at most `--background-passes` at once; the
 //!    others queued).
 //!
-//! It prints the operator's peak resident memory (VmHWM) after each step, and the peer in
+//! 3. then `TIDEMARK_BENCH_FAT_POLICIES` (default 6) BackupPolicies on a real S3 server
+//!    (SeaweedFS), each cluster holding one object planted to take a reader's memory
+//!    (issue 42 §2): a 15 MB lease (valid, plus a padding field), an index head whose shard
+//!    summary carries 15 MB of padding, or a head naming 20,000 shards marked unordered:
+//!    the operator's peak once every policy's pass has failed on it.
+//!
+//! It prints the operator's peak resident memory (VmHWM) after each step, and the peers in
 //! the same run: `tidemark ls` against the keys-without-end endpoint with the operator's
-//! budget. Run: `cargo bench -p tidemark --bench hostile_stores` (after
+//! budget, and `tidemark gc` against each planted object. Run: `cargo bench -p tidemark --bench hostile_stores` (after
 //! `scripts/kube-apiserver.sh`). No timed assertions.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -28,7 +34,7 @@ use kube::api::{Api, PostParams};
 use serde_json::json;
 use tidemark_api::crd::{Backup, BackupPolicy};
 use tidemark_operator::testkit::{KubeCluster, s3_secret};
-use tidemark_store::testkit::{HostileS3, Hostility};
+use tidemark_store::testkit::{BUCKET, HostileS3, Hostility, SeaweedFs, fat};
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -41,12 +47,104 @@ fn main() {
     let backups = env_or("TIDEMARK_BENCH_HOSTILE_BACKUPS", 200usize);
     let template = env_or("TIDEMARK_BENCH_HOSTILE_TEMPLATE", 1_400_000usize);
     let policies = env_or("TIDEMARK_BENCH_HOSTILE_POLICIES", 6usize);
+    let fat = env_or("TIDEMARK_BENCH_FAT_POLICIES", 6usize);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(run(backups, template, policies));
+    let weed = SeaweedFs::start();
+    rt.block_on(run(backups, template, policies, fat, &weed));
     peer();
+    fat_peers(&weed);
+}
+
+/// The objects of step 3, by cluster: `fat-<i>` holds the `i % 3`-th.
+fn fat_object(i: usize) -> (&'static str, (&'static str, String)) {
+    match i % 3 {
+        0 => ("a 15 MB lease", fat::lease(15_000_000)),
+        1 => ("a 15 MB shard summary", fat::shard_summary(15_000_000)),
+        _ => ("20,000 unordered shards", fat::unordered_shards(20_000)),
+    }
+}
+
+async fn plant(weed: &SeaweedFs, cluster: &str, key: &str, body: String) {
+    use object_store::ObjectStoreExt;
+    weed.cluster_store(cluster)
+        .object_store()
+        .put(
+            &object_store::path::Path::from(key),
+            body.into_bytes().into(),
+        )
+        .await
+        .unwrap();
+}
+
+/// The peers: `tidemark gc` on each planted object, with the operator's budget.
+fn fat_peers(weed: &SeaweedFs) {
+    for i in 0..3 {
+        let (what, _) = fat_object(i);
+        let cluster = format!("fat-{i}");
+        let t0 = Instant::now();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"))
+            .args(["gc", "--keep-last", "1", "--store", &weed.url()])
+            .args(["--cluster", &cluster, "--endpoint", &weed.endpoint])
+            .envs(weed.env())
+            .env("TIDEMARK_MAX_INDEX_BYTES", (32u64 << 20).to_string())
+            .env("TIDEMARK_MAX_INDEX_SHARDS", "256")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut peak = 0;
+        while child.try_wait().unwrap().is_none() {
+            peak = peak_kib(child.id()).unwrap_or(peak).max(peak);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        println!(
+            "peer: tidemark gc on {what}, the operator's index budget: VmHWM {} MiB, {:.1} s",
+            peak >> 10,
+            t0.elapsed().as_secs_f64()
+        );
+    }
+}
+
+/// Waits until every policy named `<prefix><i>` (`i < n`) is `Ready=False` with a message
+/// containing one of `said`.
+async fn all_refused(papi: &Api<BackupPolicy>, prefix: &str, n: usize, said: &[&str]) {
+    let t0 = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let list = papi.list(&Default::default()).await.unwrap().items;
+        let mine: Vec<&BackupPolicy> = list
+            .iter()
+            .filter(|p| {
+                p.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|m| m.starts_with(prefix))
+            })
+            .collect();
+        let failed = mine
+            .iter()
+            .filter(|p| {
+                p.status.as_ref().is_some_and(|s| {
+                    s.conditions.iter().any(|c| {
+                        c.type_ == "Ready"
+                            && c.status == "False"
+                            && said.iter().any(|w| c.message.contains(w))
+                    })
+                })
+            })
+            .count();
+        if failed == n {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(900),
+            "{failed} of {n} passes failed as expected: {:?}",
+            mine.iter().map(|p| &p.status).collect::<Vec<_>>()
+        );
+    }
 }
 
 fn operator(cluster: &KubeCluster) -> std::process::Child {
@@ -63,7 +161,7 @@ fn operator(cluster: &KubeCluster) -> std::process::Child {
         .unwrap()
 }
 
-async fn run(backups: usize, template: usize, policies: usize) {
+async fn run(backups: usize, template: usize, policies: usize, fat: usize, weed: &SeaweedFs) {
     let cluster = KubeCluster::start(false).await;
     let admin = cluster.admin_client();
     let ns = "hostile";
@@ -119,33 +217,43 @@ async fn run(backups: usize, template: usize, policies: usize) {
         papi.create(&PostParams::default(), &p).await.unwrap();
     }
     let t0 = Instant::now();
-    loop {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let list = papi.list(&Default::default()).await.unwrap().items;
-        let failed = list
-            .iter()
-            .filter(|p| {
-                p.status.as_ref().is_some_and(|s| {
-                    s.conditions.iter().any(|c| {
-                        c.type_ == "Ready"
-                            && c.status == "False"
-                            && c.message.contains("more than one pass may hold")
-                    })
-                })
-            })
-            .count();
-        if failed == policies {
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(900),
-            "{failed} of {policies} passes failed on their budget: {:?}",
-            list.iter().map(|p| &p.status).collect::<Vec<_>>()
-        );
-    }
+    all_refused(&papi, "p", policies, &["more than one pass may hold"]).await;
     let peak = peak_kib(child.id()).unwrap_or(0);
     println!(
         "operator VmHWM after {policies} passes against hostile stores ({:.1} s): {} MiB",
+        t0.elapsed().as_secs_f64(),
+        peak >> 10
+    );
+
+    // Step 3: one planted object in each tenant's cluster of a real S3 server.
+    for i in 0..fat.max(3) {
+        let (_, (key, body)) = fat_object(i);
+        plant(weed, &format!("fat-{i}"), key, body).await;
+    }
+    for i in 0..fat {
+        let p: BackupPolicy = serde_json::from_value(json!({
+            "apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy",
+            "metadata": {"name": format!("fat-{i}"), "namespace": ns},
+            "spec": {
+                "objectStore": {"bucket": BUCKET, "endpoint": weed.endpoint, "credentialsSecret": "s3"},
+                "retention": {"keepLast": 1},
+            },
+        }))
+        .unwrap();
+        papi.create(&PostParams::default(), &p).await.unwrap();
+    }
+    let t0 = Instant::now();
+    all_refused(
+        &papi,
+        "fat-",
+        fat,
+        &["is larger than", "more than one pass may hold"],
+    )
+    .await;
+    let peak = peak_kib(child.id()).unwrap_or(0);
+    println!(
+        "operator VmHWM after {fat} passes against planted objects (a 15 MB lease, a 15 MB \
+         shard summary, 20,000 unordered shards, in turn; {:.1} s): {} MiB",
         t0.elapsed().as_secs_f64(),
         peak >> 10
     );

@@ -1191,52 +1191,26 @@ fn fat_control_objects_are_refused_unread() {
     let c = "fat";
     t.push(c, "nightly", "echo one");
     let store = t.store(c);
-    let pad = format!("[{}0]", "0,".repeat(7_500_000));
-    let lease = format!(
-        r#"{{"formatVersion":1,"holder":"x","host":"elsewhere","pid":1,"processScope":"",
-        "acquiredAt":"2000-01-01T00:00:00Z","renewedAt":"2000-01-01T00:00:00Z",
-        "expiresAt":"2000-01-01T00:00:00Z","pad":{pad}}}"#
-    );
-    let summary = |i: u64, ordered: bool, pad: &str| {
-        format!(
-            r#"{{"key":"_index/{i:020}-{i:020}-00000000.json","firstSequence":{i},
-            "lastSequence":{i},"count":1,"firstName":"mysql-bin.{i:06}",
-            "lastName":"mysql-bin.{i:06}","firstEventAt":"2000-01-01T00:00:00Z",
-            "lastEventAt":"2000-01-01T00:00:01Z","size":1,"ordered":{ordered},
-            "unknownLastEvent":0{pad}}}"#
-        )
-    };
-    let fat_head = format!(
-        r#"{{"formatVersion":2,"segments":[],"shards":[{}]}}"#,
-        summary(1, true, &format!(r#","pad":{pad}"#))
-    );
-    let many: Vec<String> = (1..=20_000).map(|i| summary(i, false, "")).collect();
-    let many_head = format!(
-        r#"{{"formatVersion":2,"segments":[],"shards":[{}]}}"#,
-        many.join(",")
-    );
+    use tidemark_store::testkit::fat;
     let gc = |env: &[(&str, &str)]| {
         let mut cmd = t.cmd();
         cmd.args(["gc", "--store", &t.url, "--cluster", c, "--keep-last", "1"])
             .envs(env.iter().copied());
         peak_memory(cmd)
     };
-    for (key, body, env, said) in [
+    for ((key, body), env, said) in [
         (
-            "_state/lease.json",
-            &lease,
+            fat::lease(15_000_000),
             &[][..],
             "_state/lease.json is larger than 65536 bytes",
         ),
         (
-            "binlogs/_index.json",
-            &fat_head,
+            fat::shard_summary(15_000_000),
             &[][..],
             "binlogs/_index.json is larger than 8388608 bytes",
         ),
         (
-            "binlogs/_index.json",
-            &many_head,
+            fat::unordered_shards(20_000),
             &[("TIDEMARK_MAX_INDEX_SHARDS", "256")][..],
             "over 256 index shards (set TIDEMARK_MAX_INDEX_SHARDS",
         ),

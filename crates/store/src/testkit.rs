@@ -1197,6 +1197,64 @@ pub fn running_as_root() -> bool {
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }
 
+/// Objects a bucket writer plants to take a reader's memory (issue 42 §2), each with the
+/// key it goes to: a valid lease padded to about `pad` bytes, an index head whose one shard
+/// summary is padded so, and a head naming `shards` shards marked unordered.
+pub mod fat {
+    /// A JSON array of zeros about `bytes` long: it parses to many times its size as a tree.
+    fn padding(bytes: usize) -> String {
+        format!("[{}0]", "0,".repeat(bytes / 2))
+    }
+
+    /// `_state/lease.json`: an expired lease of another host, padded.
+    pub fn lease(pad: usize) -> (&'static str, String) {
+        (
+            "_state/lease.json",
+            format!(
+                r#"{{"formatVersion":1,"holder":"x","host":"elsewhere","pid":1,"processScope":"",
+                "acquiredAt":"2000-01-01T00:00:00Z","renewedAt":"2000-01-01T00:00:00Z",
+                "expiresAt":"2000-01-01T00:00:00Z","pad":{}}}"#,
+                padding(pad)
+            ),
+        )
+    }
+
+    fn summary(i: u64, ordered: bool, extra: &str) -> String {
+        format!(
+            r#"{{"key":"_index/{i:020}-{i:020}-00000000.json","firstSequence":{i},
+            "lastSequence":{i},"count":1,"firstName":"mysql-bin.{i:06}",
+            "lastName":"mysql-bin.{i:06}","firstEventAt":"2000-01-01T00:00:00Z",
+            "lastEventAt":"2000-01-01T00:00:01Z","size":1,"ordered":{ordered},
+            "unknownLastEvent":0{extra}}}"#
+        )
+    }
+
+    fn head(summaries: &[String]) -> (&'static str, String) {
+        (
+            "binlogs/_index.json",
+            format!(
+                r#"{{"formatVersion":2,"segments":[],"shards":[{}]}}"#,
+                summaries.join(",")
+            ),
+        )
+    }
+
+    /// `binlogs/_index.json` with one ordered shard summary, padded.
+    pub fn shard_summary(pad: usize) -> (&'static str, String) {
+        head(&[summary(1, true, &format!(r#","pad":{}"#, padding(pad)))])
+    }
+
+    /// `binlogs/_index.json` naming `shards` shards (none written), each marked unordered,
+    /// so a reader would read every one.
+    pub fn unordered_shards(shards: u64) -> (&'static str, String) {
+        head(
+            &(1..=shards)
+                .map(|i| summary(i, false, ""))
+                .collect::<Vec<_>>(),
+        )
+    }
+}
+
 /// What a [`HostileS3`] answers (issue 28 finding 2): a store server a tenant names, built
 /// to exhaust the memory of whoever lists it.
 #[derive(Debug, Clone, Copy)]

@@ -599,6 +599,13 @@ pub struct ArchiveArgs {
     /// With --from-server: the `mariadb-binlog` program.
     #[arg(long, value_name = "PATH", default_value = "mariadb-binlog")]
     pub mariadb_binlog: PathBuf,
+    /// The `@@server_id` of the server the cluster says is primary: only it starts a new
+    /// timeline (after a failover), so an old primary still writing, or a server whose
+    /// files claim another's transactions, never takes over the archive's main line.
+    /// Without it, the server this archiver reads is taken as primary, and a new timeline
+    /// says so (the operator passes its labelled primary's).
+    #[arg(long, value_name = "ID")]
+    pub primary_server_id: Option<u32>,
     /// One pass, then exit.
     #[arg(long)]
     pub once: bool,
@@ -824,6 +831,12 @@ pub struct PolicyArgs {
     /// the oldest retained increment (mariabackup chains), then delete them.
     #[arg(long)]
     pub consolidate: bool,
+    /// Binlog segments on a branch (off the archive's main line: what a new timeline left
+    /// behind) whose last event is at or before TIME (RFC 3339) were looked at and may go
+    /// by the ordinary rule; later ones are kept for --window, or, without one, until
+    /// acknowledged. Combines with --policy.
+    #[arg(long, value_name = "TIME")]
+    pub acknowledge_branches: Option<String>,
 }
 
 impl PolicyArgs {

@@ -650,7 +650,7 @@ fn plan_table(out: &PlanOut, policy: &Policy, wide: bool) -> String {
         human_bytes(out.summary.delete_bytes)
     ));
     s.push_str(&format!(
-        "Segments: delete {} ({}){}; keep {}{}{}\n",
+        "Segments: delete {} ({}){}; keep {}{}{}{}\n",
         out.segments.delete.len(),
         human_bytes(out.segments.delete_bytes),
         out.horizon
@@ -662,6 +662,15 @@ fn plan_table(out: &PlanOut, policy: &Policy, wide: bool) -> String {
             format!(
                 " ({n} kept because {} last event time is unknown)",
                 if n == 1 { "its" } else { "their" }
+            )
+        } else {
+            String::new()
+        },
+        if out.segments.kept_branch > 0 {
+            format!(
+                " ({} behind the horizon kept on a branch of a switch of primary, until \
+                 acknowledged with --acknowledge-branches or out of the window)",
+                out.segments.kept_branch
             )
         } else {
             String::new()

@@ -120,6 +120,9 @@ pub struct SegmentsOut {
     pub delete_bytes: u64,
     pub keep: usize,
     pub kept_unknown_last_event: usize,
+    /// Segments behind the horizon kept because they are on a branch (off the main line)
+    /// within the window or not acknowledged (`--acknowledge-branches`).
+    pub kept_branch: usize,
 }
 
 #[derive(Debug, Serialize)]
@@ -218,6 +221,7 @@ impl PlanOut {
                 delete_bytes: plan.segments.delete.iter().map(|d| d.size).sum(),
                 keep: plan.segments.keep,
                 kept_unknown_last_event: plan.segments.kept_unknown_last_event,
+                kept_branch: plan.segments.kept_branch,
             },
             horizon: plan.horizon,
             recovery_window: plan.recovery_window.clone(),

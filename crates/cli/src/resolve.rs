@@ -338,7 +338,7 @@ pub fn policy(args: &PolicyArgs, file: Option<&BackupPolicy>) -> Result<Resolved
             time_zone: args.time_zone.clone(),
         },
     };
-    let policy = input.validate().map_err(|e| {
+    let mut policy = input.validate().map_err(|e| {
         let path = args.policy.as_deref().unwrap_or(Path::new("policy"));
         CliError::input(match (file.is_some(), e.field()) {
             (true, Some(f)) => format!(
@@ -355,6 +355,13 @@ pub fn policy(args: &PolicyArgs, file: Option<&BackupPolicy>) -> Result<Resolved
             },
         })
     })?;
+    if let Some(at) = &args.acknowledge_branches {
+        policy.branches_acknowledged = Some(at.parse().map_err(|_| {
+            CliError::input(format!(
+                "invalid --acknowledge-branches {at:?}: expected an RFC 3339 instant, e.g. 2026-11-29T12:00:00Z"
+            ))
+        })?);
+    }
     let as_given = serde_json::to_value(&policy).unwrap_or(serde_json::Value::Null);
     Ok(ResolvedPolicy { policy, as_given })
 }

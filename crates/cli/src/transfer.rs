@@ -413,7 +413,7 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
         }
         let source = match (&remote, &args.binlog_index) {
             (Some(r), _) => Ok(BinlogSource::Remote(r)),
-            (None, Some(index)) => Ok(BinlogSource::Index(index)),
+            (None, Some(index)) => Ok(BinlogSource::Index(index, primary(args))),
             (None, None) => Err(CliError::input(
                 "give --binlog-index FILE, or --from-server with the connection options after --",
             )),
@@ -448,6 +448,12 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
                 line.push_str(&format!("; {} already archived", r.already_indexed));
                 if let Some(t) = &r.new_timeline {
                     line.push_str(&format!("; {}", crate::output::timeline_started(t)));
+                    if args.primary_server_id.is_none() {
+                        line.push_str(
+                            " (taken as primary: the server this archiver reads; no cluster \
+                             confirms it — --primary-server-id does)",
+                        );
+                    }
                 } else if r.timeline > 0 {
                     line.push_str(&format!("; timeline {}", r.timeline));
                 }
@@ -511,7 +517,15 @@ fn remote_server(
         spool,
         mariadb: args.mariadb.clone(),
         mariadb_binlog: args.mariadb_binlog.clone(),
+        primary: primary(args),
     }))
+}
+
+/// Which server may start a timeline: `--primary-server-id`, else the one read.
+fn primary(args: &crate::args::ArchiveArgs) -> tidemark_mariadb::archive::Primary {
+    use tidemark_mariadb::archive::Primary;
+    args.primary_server_id
+        .map_or(Primary::PointedAt, Primary::Confirmed)
 }
 
 /// Keeps `mariadb-binlog --stop-never` running: (re)started from the newest spooled file,

@@ -448,6 +448,96 @@ fn backups_binlogs_retention_and_point_in_time_restores() {
 /// gives the exact row count, the lost transaction is in none after the switch and is shown
 /// as a branch, a killed archiver converges, and retention keeps the window across the
 /// switch.
+/// Issue 42 §3: after a failover, the old primary lives on and lies — one transaction
+/// written under the new primary's server id puts that GTID in its next file's
+/// `Gtid_list`, which passes the "old primary still writing" check (its files claim to
+/// hold the new primary's history). With the cluster's primary confirmed
+/// (`--primary-server-id`, what the operator passes from its labelled pod), its files are
+/// refused, nothing is recorded, and the real primary's archiving goes on; pointed at it
+/// without confirmation, the archiver takes it as primary and says so.
+#[test]
+fn a_lying_old_primary_never_takes_the_main_line() {
+    let env = Env {
+        s3: SeaweedFs::start(),
+        db: MariaDb::start_replicating(1),
+        compression: "none",
+        bucket: None,
+    };
+    let replica = MariaDb::start_replicating(2);
+    replica.replicate_from(&env.db);
+    env.db.sql(
+        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT)",
+    );
+    env.insert(5);
+    replica.wait_caught_up(&env.db);
+    env.archive_from(&env.db);
+    // The failover: the replica is promoted and writes.
+    replica.promote();
+    insert_into(&replica, 5);
+    let archive_as = |db: &MariaDb, confirmed: Option<&str>| {
+        db.sql("FLUSH BINARY LOGS");
+        let index = db.binlog_index();
+        let mut args = vec![
+            "archive-binlogs",
+            "--once",
+            "--binlog-index",
+            index.to_str().unwrap(),
+        ];
+        if let Some(id) = confirmed {
+            args.extend(["--primary-server-id", id]);
+        }
+        env.tidemark(&args)
+    };
+    let out = archive_as(&replica, Some("2"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let timelines = |env: &Env| {
+        env.json(&["ls"])["archive"]["timelines"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    assert_eq!(timelines(&env), 2, "the new primary's timeline");
+    // The old primary lies: a transaction under the new primary's id, then its own.
+    env.db.sql(
+        "SET SESSION server_id = 2; INSERT INTO shop.orders (v) VALUES (-1); \
+         SET SESSION server_id = 1; INSERT INTO shop.orders (v) VALUES (-2)",
+    );
+    let out = archive_as(&env.db, Some("2"));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("server 1 would start a new timeline, but 2 is the primary"),
+        "{said}"
+    );
+    assert_eq!(timelines(&env), 2, "nothing recorded: {said}");
+    // The real primary goes on, on its timeline.
+    insert_into(&replica, 2);
+    let out = archive_as(&replica, Some("2"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(timelines(&env), 2);
+    // Pointed at the old primary with nothing to confirm which server is primary, its lie
+    // passes the check on what its files hold: it is taken as primary, and said so.
+    let out = archive_as(&env.db, None);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains("taken as primary: the server this archiver reads"),
+        "{said}"
+    );
+}
+
 #[test]
 fn replica_backups_and_a_failover_restore_to_every_instant() {
     let mut env = Env {

@@ -74,6 +74,9 @@ pub struct SegmentPlan {
     pub keep: usize,
     /// Segments kept only because their last event time is unknown.
     pub kept_unknown_last_event: usize,
+    /// Segments behind the horizon kept only because they are on a branch (off the main
+    /// line) within the window or not yet acknowledged.
+    pub kept_branch: usize,
 }
 
 impl SegmentPlan {
@@ -228,10 +231,33 @@ pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
         .filter(|n| n.backup.gtid.is_none())
         .filter_map(|n| n.backup.log_file.as_deref())
         .collect();
-    let segments = plan_segments(&inventory.segments, horizon, |s| {
-        pinned_sequences.binary_search(&s.sequence).is_ok()
-            || pinned_files.contains(s.name.as_str())
-    });
+    // A new timeline makes the history it leaves a branch; its segments (what the old
+    // primary wrote after the switch, or what the real primary wrote, should a lying server
+    // have taken the main line) are never made deletable by that alone: they stay for the
+    // window, or, without one, until acknowledged (issue 42 §3).
+    let history = crate::timeline::History::new(&inventory.segments, &inventory.timelines);
+    let branch: HashSet<u64> = history.branch.iter().map(|s| s.sequence).collect();
+    let window_start = policy.window.map(|w| w.before(now));
+    let held_branch = |s: &Segment| {
+        if !branch.contains(&s.sequence) {
+            return false;
+        }
+        let Some(last) = s.last_event_at else {
+            return true;
+        };
+        let acknowledged = policy.branches_acknowledged.is_some_and(|a| last <= a);
+        let outside_window = window_start.is_some_and(|w| last < w);
+        !(acknowledged || outside_window)
+    };
+    let segments = plan_segments(
+        &inventory.segments,
+        horizon,
+        |s| {
+            pinned_sequences.binary_search(&s.sequence).is_ok()
+                || pinned_files.contains(s.name.as_str())
+        },
+        held_branch,
+    );
     let leftovers = plan_leftovers(policy, &inventory.leftovers, &nodes, now);
 
     let recovery_window = {
@@ -1214,6 +1240,7 @@ fn plan_segments(
     segments: &[Segment],
     horizon: Option<Timestamp>,
     pinned: impl Fn(&Segment) -> bool,
+    held_branch: impl Fn(&Segment) -> bool,
 ) -> SegmentPlan {
     let mut segs: Vec<&Segment> = segments.iter().collect();
     segs.sort_by(|a, b| (a.sequence, &a.name).cmp(&(b.sequence, &b.name)));
@@ -1225,7 +1252,10 @@ fn plan_segments(
     // Per timeline, the highest sequence provably behind the horizon: unindexed segments
     // of that timeline below it are orphans.
     let mut cut: HashMap<u32, u64> = HashMap::new();
-    for s in segs.iter().filter(|s| s.indexed && behind(s)) {
+    for s in segs
+        .iter()
+        .filter(|s| s.indexed && behind(s) && !held_branch(s))
+    {
         let c = cut.entry(timeline_of(s.sequence)).or_insert(s.sequence);
         *c = (*c).max(s.sequence);
     }
@@ -1238,6 +1268,11 @@ fn plan_segments(
             continue;
         }
         let reason = if s.summary || pinned(s) {
+            None
+        } else if held_branch(s) {
+            if s.indexed && behind(s) {
+                out.kept_branch += 1;
+            }
             None
         } else if s.indexed && behind(s) {
             Some(SegmentReason::BehindHorizon)
@@ -1571,8 +1606,8 @@ mod tests {
             p.segments.delete.iter().map(|d| d.name.clone()).collect()
         };
         // Both kept: the lagging backup replays from 0-1-6, in file 4 (whose last event,
-        // 01:00, is before its start), across the switch into timeline 1: nothing goes but
-        // the branch-only file, which no kept backup replays.
+        // 01:00, is before its start), across the switch into timeline 1: nothing goes (the
+        // branch-only file, which no kept backup replays, is a branch: kept, below).
         let p = plan(&keep(2), &inv, ts("01T06:00"));
         let kept: Vec<&str> = p
             .backups
@@ -1588,9 +1623,25 @@ mod tests {
             "{:?}",
             p.segments.delete
         );
-        // Only the newest kept: what lies before it on the main line goes, with the old
-        // primary's branch; timeline 1's file holding 0-2-13..20 stays.
+        // Only the newest kept: what lies before it on the main line goes; timeline 1's
+        // file holding 0-2-13..20 stays. The old primary's branch is not deleted because a
+        // new timeline appeared (issue 42 §3: had a lying server taken the main line, the
+        // branch would be the real primary's): without a window, it stays until
+        // acknowledged.
         let p = plan(&keep(1), &inv, ts("01T06:00"));
+        assert_eq!(
+            deleted(&p),
+            [
+                "mysql-bin.000004",
+                "mysql-bin.000005",
+                "mysql-bin.1000000000002"
+            ]
+        );
+        assert_eq!(p.segments.kept_branch, 1);
+        // Acknowledged up to its last event, it goes by the ordinary rule.
+        let mut acked = keep(1);
+        acked.branches_acknowledged = Some(ts("01T03:30"));
+        let p = plan(&acked, &inv, ts("01T06:00"));
         assert_eq!(
             deleted(&p),
             [
@@ -1600,6 +1651,23 @@ mod tests {
                 "mysql-bin.1000000000002"
             ]
         );
+        assert_eq!(p.segments.kept_branch, 0);
+        // Acknowledged only up to an earlier instant: still kept.
+        acked.branches_acknowledged = Some(ts("01T03:29"));
+        assert_eq!(plan(&acked, &inv, ts("01T06:00")).segments.kept_branch, 1);
+        // With a window, kept while within it, then gone.
+        let windowed = |now: &str| {
+            let p = crate::policy::PolicyInput {
+                keep_last: Some(1),
+                window: Some("1d".into()),
+                ..Default::default()
+            }
+            .validate()
+            .unwrap();
+            plan(&p, &inv, ts(now))
+        };
+        assert!(!deleted(&windowed("01T06:00")).contains(&"mysql-bin.000006".to_owned()));
+        assert!(deleted(&windowed("03T06:00")).contains(&"mysql-bin.000006".to_owned()));
     }
 
     #[test]

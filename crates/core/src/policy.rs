@@ -33,6 +33,12 @@ pub struct Policy {
     /// GFS buckets are calendar days/weeks/months/years in this zone.
     #[serde(serialize_with = "serialize_tz")]
     pub time_zone: TimeZone,
+    /// Branch segments (off the archive's main line) whose last event is at or before this
+    /// instant were looked at and may go by the ordinary rule (`--acknowledge-branches`,
+    /// the annotation `tidemark.io/acknowledge-branches`); later ones are kept for
+    /// `window`, or, without one, until acknowledged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub branches_acknowledged: Option<jiff::Timestamp>,
 }
 
 fn serialize_tz<S: serde::Serializer>(tz: &TimeZone, s: S) -> Result<S::Ok, S::Error> {
@@ -191,6 +197,7 @@ impl PolicyInput {
                 self.max_deletions_per_pass,
             )?,
             time_zone,
+            branches_acknowledged: None,
         };
         // A zero window keeps only the floor: what a refused `keepLast: 0` would mean.
         if policy.window.is_some_and(|w| w.days() == 0) {

@@ -11,6 +11,11 @@
 //! `Replay::begin_for`, `Begin::At(i + 1)`: transactions missing), ignoring the stop at a
 //! switch (`stop_at` never set: the branch replayed), linking a switch that records
 //! missing GTIDs (the window claims instants whose transactions are gone).
+//!
+//! And a failover never makes the branch it leaves deletable by itself (issue 42 §3): no
+//! segment of the old timeline past the switch is planned for deletion unless
+//! acknowledged. Mutation tried: `held_branch` always false in `plan` (the branch went
+//! with the horizon).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeSet;
@@ -18,8 +23,10 @@ use std::collections::BTreeSet;
 use jiff::{SignedDuration, Timestamp};
 use proptest::prelude::*;
 use tidemark_core::gtid::{Gtid, GtidPos, GtidRun};
+use tidemark_core::policy::PolicyInput;
+use tidemark_core::timeline::timeline_of;
 use tidemark_core::timeline::{SegmentGtids, Switch, Timeline, archive_name, archive_sequence};
-use tidemark_core::{Backup, Inventory, Segment, choose_restore};
+use tidemark_core::{Backup, Inventory, Segment, choose_restore, plan};
 
 const T0: i64 = 1_763_600_000;
 
@@ -203,6 +210,8 @@ proptest! {
         let (mut segments, old_ends) = segments_of(0, 1, &old_archived, GtidPos::default(), &cuts_old, &missing, 1);
         let mut timelines = vec![Timeline { server_id: Some(1), ..Timeline::legacy() }];
         let mut main: Vec<Txn> = old.clone();
+        // Timeline 0's segments after this one are the branch the failover left.
+        let mut branch_after: Option<u64> = None;
         if failover.is_some() && !new.is_empty() {
             // The new primary's binlog: what it replicated from the last segment start the
             // old archive holds at or before the switch, then its own.
@@ -231,6 +240,7 @@ proptest! {
                 ),
                 (None, last) => (last.map(|l| l.0), Vec::new()),
             };
+            branch_after = parent_sequence;
             timelines.push(Timeline {
                 id: 1,
                 server_id: Some(2),
@@ -275,6 +285,22 @@ proptest! {
             timelines,
             ..Default::default()
         };
+        // Issue 42 §3: a new timeline never makes a segment deletable by itself. A year on,
+        // keeping the newest backup only, no branch segment goes unless acknowledged (then
+        // none is held).
+        if let Some(after) = branch_after {
+            let mut policy = PolicyInput { keep_last: Some(1), ..Default::default() }.validate().unwrap();
+            let now = at(t + 365 * 86_400);
+            let p = plan(&policy, &inv, now);
+            for d in &p.segments.delete {
+                prop_assert!(
+                    !(timeline_of(d.sequence) == 0 && d.sequence > after),
+                    "branch segment {} deleted, unacknowledged", d.name
+                );
+            }
+            policy.branches_acknowledged = Some(now);
+            prop_assert_eq!(plan(&policy, &inv, now).segments.kept_branch, 0);
+        }
         // Every instant of the window, to the second (and half past), restores exactly.
         let Ok(c0) = choose_restore(&inv, at(main[0].at)) else {
             // No window may start there; take the window from any choice.

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use tidemark_mariadb::archive::{ArchiveReport, LagAlarm, archive_pass};
+use tidemark_mariadb::archive::{ArchiveReport, LagAlarm, Primary, archive_pass_as};
 use tidemark_mariadb::remote::RemoteServer;
 use tidemark_store::{ClusterStore, NoProgress};
 
@@ -14,8 +14,9 @@ use crate::error::EngineError;
 /// Where the binlog files come from.
 #[derive(Debug, Clone, Copy)]
 pub enum BinlogSource<'a> {
-    /// The server's own binlog index file (the files beside it).
-    Index(&'a Path),
+    /// The server's own binlog index file (the files beside it), and which server may
+    /// start a timeline.
+    Index(&'a Path, Primary),
     /// Files a replica client fetched from a remote server into its spool.
     Remote(&'a RemoteServer),
 }
@@ -60,7 +61,9 @@ impl Archiver {
         source: BinlogSource<'_>,
     ) -> Result<Archived, EngineError> {
         let report = match source {
-            BinlogSource::Index(index) => archive_pass(store, index, &NoProgress).await?,
+            BinlogSource::Index(index, primary) => {
+                archive_pass_as(store, index, primary, &NoProgress).await?
+            }
             BinlogSource::Remote(server) => server.ship(store, &NoProgress).await?,
         };
         let lag = self.alarm.observe(&report, self.max_lag);

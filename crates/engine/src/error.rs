@@ -188,7 +188,9 @@ impl EngineError {
                 | ArchiveError::SequenceTaken { .. }
                 | ArchiveError::NumberTooLarge { .. }
                 | ArchiveError::StaleBranch { .. }
-                | ArchiveError::NotPrimary { .. } => Class::Input,
+                | ArchiveError::NotPrimary { .. }
+                | ArchiveError::NotThePrimary { .. }
+                | ArchiveError::MixedWriters { .. } => Class::Input,
                 ArchiveError::TooManyTimelines { .. } => Class::Data,
                 ArchiveError::Binlog { .. } | ArchiveError::Vanished(_) => Class::Source,
             },

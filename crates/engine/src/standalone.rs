@@ -871,7 +871,10 @@ async fn archive_task(ctx: Arc<Ctx>, a: ArchiveRun, mut stop: watch::Receiver<bo
     let mut failures = 0u32;
     let mut archiver = crate::archive::Archiver::new(a.max_lag);
     loop {
-        let source = crate::archive::BinlogSource::Index(&a.binlog_index);
+        let source = crate::archive::BinlogSource::Index(
+            &a.binlog_index,
+            tidemark_mariadb::archive::Primary::PointedAt,
+        );
         let wait = match archiver.pass(&ctx.store, source).await {
             Ok(crate::archive::Archived { report: r, lag }) => {
                 failures = 0;

@@ -112,6 +112,23 @@ pub enum ArchiveError {
         timeline: u32,
         tip_server: String,
     },
+    #[error(
+        "server {server} would start a new timeline, but {primary} is the primary ({confirmed_by}): a new timeline is only ever started by the primary, so an old primary (or a server claiming another's transactions) never takes over the archive's main line. Not archived; point the archiver at the primary"
+    )]
+    NotThePrimary {
+        server: String,
+        primary: u32,
+        confirmed_by: &'static str,
+    },
+    #[error(
+        "binlog file {file} was written by server {server}, and {newest} (the newest) by server {newest_server}: one archiver run takes one server's files. Not archived; give it that server's files alone"
+    )]
+    MixedWriters {
+        file: String,
+        server: String,
+        newest: String,
+        newest_server: String,
+    },
     #[error("the archive already records {max} timelines: no more can be started")]
     TooManyTimelines { max: u32 },
     #[error(transparent)]
@@ -259,14 +276,57 @@ fn read_binlog_index(path: &FsPath) -> Result<Vec<Local>, ArchiveError> {
     Ok(out)
 }
 
-/// Ships the closed files of `binlog_index` not yet archived, then indexes them.
+/// Which server may start a timeline (issue 42 §3): a new timeline makes the archive's
+/// main line that server's history, and the history it leaves a branch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Primary {
+    /// The server whose files these are, as the archiver was pointed at it: nothing else
+    /// says which server is primary (a report says so).
+    PointedAt,
+    /// The server the cluster says is primary (its `@@server_id`: the operator's labelled
+    /// pod, or `--primary-server-id`): no other starts a timeline.
+    Confirmed(u32),
+}
+
+impl Primary {
+    /// Refuses a new timeline of `server` unless it is the confirmed primary.
+    fn admits(self, server: Option<u32>) -> Result<(), ArchiveError> {
+        match self {
+            Primary::Confirmed(p) if server != Some(p) => Err(ArchiveError::NotThePrimary {
+                server: server.map_or_else(|| "unknown".to_owned(), |s| s.to_string()),
+                primary: p,
+                confirmed_by: "as confirmed to this archiver",
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Ships the closed files of `binlog_index` not yet archived, then indexes them; a new
+/// timeline is taken from the server the archiver was pointed at ([`Primary::PointedAt`]).
 ///
 /// # Errors
-/// The binlog index cannot be read or names a non-binlog; a closed file cannot be read or
-/// parsed; the store fails. Files shipped before an error are indexed by the next run.
+/// As [`archive_pass_as`].
 pub async fn archive_pass(
     store: &ClusterStore,
     binlog_index: &FsPath,
+    progress: &dyn Progress,
+) -> Result<ArchiveReport, ArchiveError> {
+    archive_pass_as(store, binlog_index, Primary::PointedAt, progress).await
+}
+
+/// Ships the closed files of `binlog_index` not yet archived, then indexes them; only
+/// `primary` starts a timeline.
+///
+/// # Errors
+/// The binlog index cannot be read or names a non-binlog; a closed file cannot be read or
+/// parsed, or was written by another server than the newest; a server other than the
+/// confirmed primary would start a timeline; the store fails. Files shipped before an
+/// error are indexed by the next run.
+pub async fn archive_pass_as(
+    store: &ClusterStore,
+    binlog_index: &FsPath,
+    primary: Primary,
     progress: &dyn Progress,
 ) -> Result<ArchiveReport, ArchiveError> {
     // Each pass reads within its own budget (a watch or an archiver runs for months).
@@ -289,7 +349,7 @@ pub async fn archive_pass(
         return Ok(report);
     }
     let mut loaded = SegmentIndex::load(store).await?;
-    let choice = match choose_timeline(store, &mut loaded, &files).await {
+    let choice = match choose_timeline(store, &mut loaded, &files, primary).await {
         Ok(c) => c,
         Err(ArchiveError::Vanished(name)) => {
             report.vanished.push(name);
@@ -566,6 +626,7 @@ async fn choose_timeline(
     store: &ClusterStore,
     loaded: &mut Option<SegmentIndex>,
     files: &[Local],
+    primary: Primary,
 ) -> Result<TimelineChoice, ArchiveError> {
     let Some(newest) = files.last() else {
         return Ok(TimelineChoice {
@@ -578,13 +639,29 @@ async fn choose_timeline(
     let origin = read_local(&newest.path, &newest.name, false)
         .await?
         .server_id;
+    // Every file is the same server's: the timeline is chosen by the newest one's writer,
+    // and a file of another server (a spool that changed servers, a forged file) would go
+    // where that server's history does not.
+    for f in &files[..files.len() - 1] {
+        let writer = read_local(&f.path, &f.name, false).await?.server_id;
+        if writer != origin {
+            let show = |s: Option<u32>| s.map_or_else(|| "unknown".to_owned(), |s| s.to_string());
+            return Err(ArchiveError::MixedWriters {
+                file: f.name.clone(),
+                server: show(writer),
+                newest: newest.name.clone(),
+                newest_server: show(origin),
+            });
+        }
+    }
     let first = |server_id| Timeline {
         server_id,
         created_at: Some(Timestamp::now()),
         ..Timeline::legacy()
     };
     let Some(index) = loaded.as_mut() else {
-        // A new archive: its first timeline is this server's.
+        // A new archive: its first timeline is this server's (the primary's).
+        primary.admits(origin)?;
         return Ok(TimelineChoice {
             id: 0,
             server_id: origin,
@@ -614,6 +691,7 @@ async fn choose_timeline(
             });
         }
     }
+    primary.admits(origin)?;
     new_timeline(store, index, &tip, files, origin).await
 }
 

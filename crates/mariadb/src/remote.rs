@@ -24,7 +24,7 @@ use std::process::Stdio;
 use tidemark_store::index::SegmentIndex;
 use tidemark_store::{ClusterStore, Progress};
 
-use crate::archive::{ArchiveError, ArchiveReport, archive_pass};
+use crate::archive::{ArchiveError, ArchiveReport, Primary, archive_pass_as};
 
 /// Where the spool's own index (the archiver's input) is written.
 pub const SPOOL_INDEX: &str = "tidemark-spool.index";
@@ -40,6 +40,9 @@ pub struct RemoteServer {
     pub spool: PathBuf,
     pub mariadb: PathBuf,
     pub mariadb_binlog: PathBuf,
+    /// Which server may start a timeline: the one this archiver reads, unless the cluster
+    /// confirmed another (`--primary-server-id`).
+    pub primary: Primary,
 }
 
 /// Why reading from the server failed.
@@ -349,13 +352,38 @@ impl RemoteServer {
     /// Deletes a spool file only after the archive holds it (uploaded and indexed).
     ///
     /// # Errors
-    /// The spool cannot be read or written; as [`archive_pass`].
+    /// The spool cannot be read or written; as [`crate::archive::archive_pass_as`].
     pub async fn ship(
         &self,
         store: &ClusterStore,
         progress: &dyn Progress,
     ) -> Result<ArchiveReport, RemoteError> {
-        let files = self.spooled()?;
+        let mut files = self.spooled()?;
+        // A file another server wrote (the address reached another server between the
+        // check and the fetch) is not that server's to ship here: it goes, and is fetched
+        // again from its own server when the archiver reads that one.
+        if let Some(spool_server) = self.spool_server() {
+            let mut kept = Vec::with_capacity(files.len());
+            for f in files {
+                let path = self.spool.join(&f);
+                let writer = std::fs::File::open(&path)
+                    .ok()
+                    .and_then(|mut file| crate::binlog::head(&mut file).ok())
+                    .and_then(|h| h.server_id);
+                if writer.is_some_and(|w| w != spool_server) {
+                    tracing::warn!(
+                        file = f,
+                        server = ?writer,
+                        spool_server,
+                        "a spooled binlog is another server's: dropped, not archived"
+                    );
+                    let _ = std::fs::remove_file(&path);
+                } else {
+                    kept.push(f);
+                }
+            }
+            files = kept;
+        }
         let index = self.spool.join(SPOOL_INDEX);
         let text: String = files.iter().map(|f| format!("{f}\n")).collect();
         std::fs::write(&index, text).map_err(|source| RemoteError::Spool {
@@ -365,7 +393,7 @@ impl RemoteServer {
         if files.is_empty() {
             return Ok(ArchiveReport::default());
         }
-        let report = archive_pass(store, &index, progress).await?;
+        let report = archive_pass_as(store, &index, self.primary, progress).await?;
         // Everything but the newest is in the archive now (shipped now or before).
         for f in &files[..files.len() - 1] {
             let _ = std::fs::remove_file(self.spool.join(f));

@@ -487,6 +487,122 @@ fn an_old_primary_still_writing_is_refused() {
     assert_eq!(inv.timelines.len(), 2, "nothing recorded");
 }
 
+/// Issue 42 §3: one forged `Gtid_list` entry (a GTID of the new primary's, server 2) in an
+/// old primary's file passes the "old primary still writing" refusal, which looks at what
+/// the files claim: pointed at that server, the archive takes its branch as the newest
+/// timeline. Confirmed by the cluster (server 2 is primary), it is refused, nothing is
+/// recorded, and the real primary's next file goes on with its timeline.
+#[test]
+fn only_the_confirmed_primary_starts_a_timeline() {
+    use tidemark_mariadb::archive::{ArchiveError, Primary, archive_pass_as};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let forged = || {
+        server(
+            1,
+            &[File {
+                number: 5,
+                start: &[(1, 40), (2, 50)],
+                txns: &run(51, 55, 1),
+                at: T0 + 700,
+            }],
+        )
+    };
+    // Pointed at it, nothing tells the lie apart: it takes the main line (what the flag
+    // and the operator's confirmation are for).
+    let (_d, store) = local_store("db");
+    let _servers = failed_over(&rt, &store);
+    let (_f, stale) = forged();
+    let r = rt
+        .block_on(archive_pass(&store, &stale, &NoProgress))
+        .unwrap();
+    assert_eq!(r.new_timeline.map(|t| t.server_id), Some(Some(1)));
+
+    let (_d, store) = local_store("db");
+    let servers = failed_over(&rt, &store);
+    let (_f, stale) = forged();
+    let e = rt
+        .block_on(archive_pass_as(
+            &store,
+            &stale,
+            Primary::Confirmed(2),
+            &NoProgress,
+        ))
+        .unwrap_err();
+    assert!(
+        matches!(e, ArchiveError::NotThePrimary { primary: 2, .. }),
+        "{e}"
+    );
+    assert!(
+        e.to_string()
+            .contains("server 1 would start a new timeline"),
+        "{e}"
+    );
+    let inv = rt.block_on(inventory(&store));
+    assert_eq!(inv.timelines.len(), 2, "nothing recorded");
+    // The real primary goes on, on its timeline (1).
+    let (_n, next) = server(
+        2,
+        &[
+            File {
+                number: 2,
+                start: &[(1, 20)],
+                txns: &{
+                    let mut t = run(21, 35, 1);
+                    t.extend(run(36, 50, 2));
+                    t
+                },
+                at: T0 + 200,
+            },
+            File {
+                number: 3,
+                start: &[(2, 50)],
+                txns: &run(51, 60, 2),
+                at: T0 + 800,
+            },
+        ],
+    );
+    let r = rt
+        .block_on(archive_pass_as(
+            &store,
+            &next,
+            Primary::Confirmed(2),
+            &NoProgress,
+        ))
+        .unwrap();
+    assert_eq!((r.timeline, r.new_timeline), (1, None));
+    drop(servers);
+}
+
+/// Issue 42 §3: every closed file is the newest one's writer's; a binlog directory mixing
+/// two servers' files is refused, naming the file and both servers.
+#[test]
+fn files_of_two_servers_are_refused() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (_d, store) = local_store("db");
+    let (dir, path) = server_one();
+    // File 2 replaced by one server 9 wrote.
+    std::fs::write(
+        dir.path().join("mysql-bin.000002"),
+        synthetic_gtid(
+            9,
+            Some(&[Gtid::new(0, 1, 10)]),
+            &[(T0 + 100, Some(Gtid::new(0, 1, 11)))],
+            16,
+        ),
+    )
+    .unwrap();
+    let e = rt
+        .block_on(archive_pass(&store, &path, &NoProgress))
+        .unwrap_err();
+    let said = e.to_string();
+    assert!(
+        said.contains("mysql-bin.000002 was written by server 9") && said.contains("by server 1"),
+        "{said}"
+    );
+    let inv = rt.block_on(inventory(&store));
+    assert!(inv.segments.is_empty(), "nothing archived");
+}
+
 #[test]
 fn an_archiver_stopped_in_the_switch_converges() {
     let rt = tokio::runtime::Runtime::new().unwrap();

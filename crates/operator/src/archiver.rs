@@ -108,8 +108,9 @@ pub async fn reconcile(ctx: &Context, policy: &BackupPolicy) -> Result<(), Error
         (Err(e), _) => return Err(e),
     };
     let store_secret = crate::stores::policy_secret_keys(&ctx.client, policy).await?;
-    let deployment =
-        archiver(policy, &runtime, &ctx.image, store_secret.as_ref()).map_err(Error::Invalid)?;
+    let primary = primary_server_id(ctx, policy).await;
+    let deployment = archiver(policy, &runtime, &ctx.image, store_secret.as_ref(), primary)
+        .map_err(Error::Invalid)?;
     api.patch(
         &name,
         &PatchParams::apply(FIELD_MANAGER).force(),
@@ -119,7 +120,55 @@ pub async fn reconcile(ctx: &Context, policy: &BackupPolicy) -> Result<(), Error
     Ok(())
 }
 
-/// The archiver Deployment of `policy`.
+/// The `@@server_id` of the one pod the policy's source selects and labels primary, asked
+/// through `pods/exec` with the source's login: the archiver then lets only that server
+/// start a timeline (issue 42 §3), so an old primary still writing, or one whose files claim
+/// the new primary's transactions, never takes over the archive's main line. `None` (the
+/// archiver takes the server it reads as primary, and says so) when there is no one such
+/// pod or it cannot be asked; why is logged. A failover moves the label, which looks at the
+/// policy again: the archiver is restarted with the new primary's id.
+async fn primary_server_id(ctx: &Context, policy: &BackupPolicy) -> Option<u32> {
+    let source = policy.spec.source.as_ref()?;
+    let ns = policy.namespace().unwrap_or_default();
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let selector = crate::names::selector(&source.selector).ok()?;
+    let listed = match crate::lean::list(
+        &pods,
+        &kube::api::ListParams::default().labels(&selector),
+        crate::lean::meta_of,
+    )
+    .await
+    {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(policy = %policy.name_any(), error = %e, "the primary's server id: pods not listed");
+            return None;
+        }
+    };
+    let role = source
+        .role_label
+        .as_deref()
+        .unwrap_or(crate::names::DEFAULT_ROLE_LABEL);
+    let labelled: Vec<_> = listed
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| p.labels().get(role).is_some_and(|r| r == "primary"))
+        .collect();
+    let [pod] = labelled.as_slice() else {
+        tracing::info!(policy = %policy.name_any(), labelled = labelled.len(), "no one primary pod: the archiver takes the server it reads as primary");
+        return None;
+    };
+    match crate::backup::standby::server_id_of(ctx, source, pod).await {
+        Ok(id) => Some(id),
+        Err(e) => {
+            tracing::warn!(policy = %policy.name_any(), pod = %pod.name_any(), error = %e, "the primary's server id could not be asked: the archiver takes the server it reads as primary");
+            None
+        }
+    }
+}
+
+/// The archiver Deployment of `policy`; with `primary`, only that server (its
+/// `@@server_id`) starts a timeline (`--primary-server-id`).
 ///
 /// # Errors
 /// The policy lacks an object store or a binlog server.
@@ -128,6 +177,7 @@ pub fn archiver(
     db: &DatabaseRuntime,
     operator_image: &str,
     store_secret: Option<&SecretKeys>,
+    primary: Option<u32>,
 ) -> Result<Deployment, String> {
     let archive = policy
         .spec
@@ -163,8 +213,11 @@ pub fn archiver(
         archive.interval.clone().unwrap_or_else(|| "10s".into()),
         "--max-lag".into(),
         archive.max_lag.clone().unwrap_or_else(|| "5m".into()),
-        "--".into(),
     ];
+    if let Some(id) = primary {
+        cmd.push(format!("--primary-server-id={id}"));
+    }
+    cmd.push("--".into());
     if login.is_some() {
         cmd.push(format!("--defaults-extra-file={TOOLS_DIR}/my.cnf"));
     }

@@ -22,7 +22,9 @@ use tidemark_store::state::ArchiverStatus;
 use crate::context::Context;
 use crate::status::condition;
 
-pub use crate::status::{BINLOG_ARCHIVE_CONDITION as CONDITION, BINLOG_ARCHIVE_MANAGER as MANAGER};
+pub use crate::status::{
+    BINLOG_ARCHIVE_CONDITION as CONDITION, BINLOG_ARCHIVE_MANAGER as MANAGER, MAIN_LINE_CONDITION,
+};
 /// How often the archive is looked at, at most: every archiver interval, between
 /// [`SOONEST`] and this.
 pub const EVERY: Duration = Duration::from_secs(30);
@@ -104,6 +106,85 @@ pub fn assess(
     })
 }
 
+/// A timeline whose switch lies before the end of its parent's archive: the parent's
+/// segments after the switch are a branch (an old primary's last writes, or — should a
+/// server have lied its way to a new timeline — the real primary's), or the switch misses
+/// transactions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EarlySwitch {
+    pub timeline: u32,
+    pub message: String,
+}
+
+/// The timelines of `timelines` whose switch lies before the archive's end, given the last
+/// archived sequence of each timeline, that are not acknowledged (`acknowledged` at or after
+/// the switch).
+pub fn early_switches(
+    timelines: &[tidemark_core::Timeline],
+    last_sequence: &std::collections::HashMap<u32, u64>,
+    acknowledged: Option<Timestamp>,
+) -> Vec<EarlySwitch> {
+    let server = |s: Option<u32>| s.map_or_else(|| "unknown".to_owned(), |s| s.to_string());
+    let mut out = Vec::new();
+    for t in timelines {
+        let (Some(parent), Some(sw)) = (t.parent, &t.switch) else {
+            continue;
+        };
+        let parent_end = last_sequence.get(&parent).copied();
+        let branch = match (sw.parent_sequence, parent_end) {
+            (Some(at), Some(end)) => end > at,
+            (None, Some(_)) => true,
+            _ => false,
+        };
+        if !(branch || !sw.missing.is_empty() || sw.unrelated) {
+            continue;
+        }
+        let when = sw.at.or(t.created_at);
+        if acknowledged.is_some_and(|a| when.is_some_and(|w| w <= a)) {
+            continue;
+        }
+        let parent_server = timelines
+            .iter()
+            .find(|p| p.id == parent)
+            .and_then(|p| p.server_id);
+        out.push(EarlySwitch {
+            timeline: t.id,
+            message: format!(
+                "timeline {} (server {}) left timeline {parent} (server {}) after {}{} before the end of its archive: {}. If server {} is the primary, acknowledge with the annotation tidemark.io/acknowledge-branches (an instant at or after the switch); if it is not, stop what archives it — its history is now the archive's main line",
+                t.id,
+                server(t.server_id),
+                server(parent_server),
+                sw.gtid,
+                when.map(|w| format!(" ({w})")).unwrap_or_default(),
+                if branch {
+                    "what the old timeline holds after the switch is a branch, kept for retention.window (or until acknowledged), never replayed"
+                } else {
+                    "transactions are missing at the switch"
+                },
+                server(t.server_id),
+            ),
+        });
+    }
+    out
+}
+
+/// The last archived sequence of each timeline, from an index head (its entries and its
+/// shard summaries).
+fn last_sequences(head: &tidemark_store::format::IndexFile) -> std::collections::HashMap<u32, u64> {
+    use tidemark_core::timeline::timeline_of;
+    let mut last = std::collections::HashMap::new();
+    let seqs = head
+        .entries
+        .iter()
+        .map(|e| e.sequence)
+        .chain(head.shards.iter().map(|s| s.last_sequence));
+    for q in seqs {
+        let e = last.entry(timeline_of(q)).or_insert(q);
+        *e = (*e).max(q);
+    }
+    last
+}
+
 /// Looks at the archive of `policy` (one with an operator-run archiver): metric, status,
 /// condition and events. Returns when to look again; `None` for a policy without one.
 /// Trouble reading the store is logged: the retention pass reports the store's state.
@@ -153,7 +234,58 @@ pub async fn check(ctx: &Context, policy: &BackupPolicy) -> Option<Duration> {
         c.status == if a.behind { "False" } else { "True" } && c.reason == a.reason
     });
     let same_status = previous.and_then(|s| s.binlog_archive.as_ref()) == Some(&a.status);
-    if !(same_condition && same_status) {
+    // The timelines: read again when the archiver's timeline changed (or never was), else
+    // what the condition says stands (an acknowledgement is read with the next change).
+    let previous_timeline = previous
+        .and_then(|s| s.binlog_archive.as_ref())
+        .and_then(|b| b.timeline);
+    let old_main = old.iter().find(|c| c.type_ == MAIN_LINE_CONDITION);
+    let early = if previous_timeline != a.status.timeline || old_main.is_none() {
+        store.begin_pass();
+        match tidemark_store::index::SegmentIndex::load(&store).await {
+            Ok(Some(index)) => {
+                let acknowledged = policy
+                    .annotations()
+                    .get(crate::names::ACKNOWLEDGE_BRANCHES_ANNOTATION)
+                    .and_then(|a| a.parse().ok());
+                Some(early_switches(
+                    &index.head.timelines,
+                    &last_sequences(&index.head),
+                    acknowledged,
+                ))
+            }
+            Ok(None) => Some(Vec::new()),
+            Err(e) => {
+                tracing::warn!(policy = %name, error = %e, "binlog archive watch: the index");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let main_line = match &early {
+        Some(early) => {
+            let (ok, reason, message) = match early.first() {
+                None => (
+                    true,
+                    "MainLineWhole",
+                    "every switch of primary joins the end of its parent's archive".to_owned(),
+                ),
+                Some(e) => (false, "SwitchBeforeArchiveEnd", e.message.clone()),
+            };
+            Some(condition(
+                old,
+                MAIN_LINE_CONDITION,
+                ok,
+                reason,
+                &message,
+                policy.meta().generation,
+            ))
+        }
+        None => old_main.cloned(),
+    };
+    let same_main = old_main == main_line.as_ref();
+    if !(same_condition && same_status && same_main) {
         let c = condition(
             old,
             CONDITION,
@@ -162,13 +294,21 @@ pub async fn check(ctx: &Context, policy: &BackupPolicy) -> Option<Duration> {
             &a.message,
             policy.meta().generation,
         );
+        let conditions: Vec<_> = std::iter::once(c).chain(main_line.clone()).collect();
         let api: Api<BackupPolicy> = Api::namespaced(ctx.client.clone(), &ns);
-        let value = serde_json::json!({ "binlogArchive": a.status, "conditions": [c] });
+        let value = serde_json::json!({ "binlogArchive": a.status, "conditions": conditions });
         if let Err(e) = crate::status::apply(&api, &name, MANAGER, value).await {
             tracing::warn!(policy = %name, error = %e, "binlog archive watch: status");
         }
     }
     let object = policy.object_ref(&());
+    // A Warning for every new timeline whose switch lies before the archive's end.
+    for e in early.iter().flatten() {
+        if previous_timeline.is_none_or(|p| e.timeline > p) {
+            ctx.warn(&object, "TimelineSwitchBeforeArchiveEnd", &e.message)
+                .await;
+        }
+    }
     match (was_behind, a.behind) {
         (Some(false) | None, true) => ctx.warn(&object, "BinlogArchiveBehind", &a.message).await,
         (Some(true), false) => {
@@ -250,6 +390,57 @@ mod tests {
         assert_eq!(
             (a.behind, a.reason, a.lag.as_secs()),
             (true, "ArchiverSilent", 150)
+        );
+    }
+
+    /// Issue 42 §3: a switch before the end of its parent's archive is named (the parent
+    /// holds segments after it), one at the end is not, and an acknowledgement at or after
+    /// the switch silences it.
+    #[test]
+    fn switches_before_the_archive_end_are_named_until_acknowledged() {
+        use tidemark_core::gtid::GtidPos;
+        use tidemark_core::timeline::{Switch, Timeline, archive_sequence};
+        let switch_at = at("05:00");
+        let t0 = Timeline {
+            server_id: Some(1),
+            ..Timeline::legacy()
+        };
+        let t1 = |parent_sequence: u64| Timeline {
+            id: 1,
+            server_id: Some(2),
+            parent: Some(0),
+            first_sequence: archive_sequence(1, 1),
+            switch: Some(Switch {
+                gtid: GtidPos::parse("0-1-35").unwrap(),
+                at: Some(switch_at),
+                parent_sequence: Some(parent_sequence),
+                missing: Vec::new(),
+                unrelated: false,
+            }),
+            created_at: None,
+        };
+        let last: std::collections::HashMap<u32, u64> =
+            [(0, 4), (1, archive_sequence(1, 2).unwrap())]
+                .into_iter()
+                .collect();
+        // The parent's archive ends with the segment holding the switch: nothing to say.
+        assert!(early_switches(&[t0.clone(), t1(4)], &last, None).is_empty());
+        // The parent holds segments 3 and 4 after a switch in segment 2.
+        let e = early_switches(&[t0.clone(), t1(2)], &last, None);
+        assert_eq!(e.len(), 1);
+        assert_eq!(e[0].timeline, 1);
+        assert!(
+            e[0].message
+                .contains("timeline 1 (server 2) left timeline 0 (server 1) after 0-1-35")
+                && e[0].message.contains("branch"),
+            "{}",
+            e[0].message
+        );
+        // Acknowledged at the switch: silent; before it: still named.
+        assert!(early_switches(&[t0.clone(), t1(2)], &last, Some(switch_at)).is_empty());
+        assert_eq!(
+            early_switches(&[t0, t1(2)], &last, Some(at("04:59"))).len(),
+            1
         );
     }
 }

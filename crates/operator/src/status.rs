@@ -35,6 +35,9 @@ pub const VERIFICATION_MANAGER: &str = "tidemark-operator-verification";
 pub const BINLOG_ARCHIVE_MANAGER: &str = "tidemark-operator-binlog-archive";
 /// The condition the archive's watch writes.
 pub const BINLOG_ARCHIVE_CONDITION: &str = "BinlogArchiveCurrent";
+/// The condition the archive's watch writes about its timelines: `False` while a switch of
+/// primary lies before the end of its parent's archive (a branch) and is not acknowledged.
+pub const MAIN_LINE_CONDITION: &str = "BinlogMainLine";
 /// The field manager of a BackupPolicy's [`QUEUED_CONDITION`]: the queue of background
 /// work (`crate::policy`) adds it when a pass waits for its turn, and removes it (an
 /// empty apply) when the turn comes; the pass's own status never touches it.
@@ -58,8 +61,11 @@ pub async fn policy(
     own.verification = None;
     // The archive's watch writes these under its own manager.
     own.binlog_archive = None;
-    own.conditions
-        .retain(|c| c.type_ != BINLOG_ARCHIVE_CONDITION && c.type_ != QUEUED_CONDITION);
+    own.conditions.retain(|c| {
+        c.type_ != BINLOG_ARCHIVE_CONDITION
+            && c.type_ != MAIN_LINE_CONDITION
+            && c.type_ != QUEUED_CONDITION
+    });
     self::own(api, name, &own).await
 }
 

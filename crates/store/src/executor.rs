@@ -183,6 +183,7 @@ impl Deletions {
             drop_from_index,
             keep: _,
             kept_unknown_last_event: _,
+            kept_branch: _,
         } = segments;
         for s in delete {
             let SegmentDeletion {

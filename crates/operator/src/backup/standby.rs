@@ -203,6 +203,43 @@ async fn probe(
     }
 }
 
+/// The database container of `pod`: the source's `container`, else the first.
+fn container_of(source: &tidemark_api::crd::SourceSpec, pod: &Pod) -> String {
+    match &source.container {
+        Some(c) => c.clone(),
+        None => pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.containers.first())
+            .map(|c| c.name.clone())
+            .unwrap_or_default(),
+    }
+}
+
+/// The `@@server_id` of the database in `pod` (the cluster's labelled primary: only it
+/// starts a timeline of the binlog archive, issue 42 §3), asked as the standbys are.
+///
+/// # Errors
+/// The operator may not use `pods/exec`, the source has no login, or the server did not
+/// answer with one.
+pub(crate) async fn server_id_of(
+    ctx: &Context,
+    source: &tidemark_api::crd::SourceSpec,
+    pod: &Pod,
+) -> Result<u32, String> {
+    if !ctx.capabilities.exec {
+        return Err("the operator may not use pods/exec (--disable exec)".into());
+    }
+    let secret = source
+        .login()
+        .ok_or("spec.source has no login (credentialsSecret, or usernameFrom and passwordFrom)")?;
+    let login = login(ctx, &pod.namespace().unwrap_or_default(), &secret).await?;
+    probe(ctx, pod, &container_of(source, pod), &login)
+        .await?
+        .server_id
+        .ok_or_else(|| "the server answered no server id".to_owned())
+}
+
 /// The first fit standby of `standbys` (in order), with what was said of those skipped;
 /// `Err`: none is fit (or none could be asked), and why.
 pub(crate) async fn first_fit<'a>(
@@ -242,16 +279,7 @@ pub(crate) async fn first_fit<'a>(
     };
     let mut skipped = Vec::new();
     for pod in standbys.iter().take(MAX_PROBED) {
-        let container = match &source.container {
-            Some(c) => c.clone(),
-            None => pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.containers.first())
-                .map(|c| c.name.clone())
-                .unwrap_or_default(),
-        };
-        match probe(ctx, pod, &container, &login).await {
+        match probe(ctx, pod, &container_of(source, pod), &login).await {
             Ok(p) => match verdict(&p, max) {
                 Verdict::Fit { .. } => return Ok((pod, skipped)),
                 Verdict::Unfit(why) => {

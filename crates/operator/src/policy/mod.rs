@@ -299,10 +299,19 @@ pub(crate) fn validate(
         .map(tidemark_api::policy::SourceSpec::primary_ready_for)
         .transpose()
         .map_err(invalid)?;
-    let rules = retention
+    let mut rules = retention
         .to_input(spec.time_zone.as_deref())
         .validate()
         .map_err(|e| StepError::Validate(format!("spec.retention: {e}")))?;
+    let ack = crate::names::ACKNOWLEDGE_BRANCHES_ANNOTATION;
+    if let Some(at) = policy.annotations().get(ack) {
+        rules.branches_acknowledged = Some(at.parse().map_err(|_| {
+            StepError::Validate(format!(
+                "metadata.annotations[{ack:?}]: {:?} is not an instant; expected RFC 3339, e.g. 2026-11-29T12:00:00Z",
+                at.chars().take(64).collect::<String>()
+            ))
+        })?);
+    }
     Ok(Validated {
         rules,
         as_given: serde_json::to_value(retention).unwrap_or_default(),

@@ -14,6 +14,9 @@ use crate::schedule::PolicyRef;
 
 /// The label on a claim a Restore created: the Restore's name.
 pub const RESTORE_LABEL: &str = "tidemark.io/restore";
+/// On a PersistentVolumeClaim, set by whoever owns it: the BackupPolicy whose Restores may
+/// write it (besides the claims of a StatefulSet the policy's source selects).
+pub const RESTORE_INTO_LABEL: &str = "tidemark.io/restore-into";
 /// The annotation on a claim a failed restore left: why it holds no usable data.
 pub const UNUSABLE_ANNOTATION: &str = "tidemark.io/restore-failed";
 
@@ -82,7 +85,10 @@ pub struct RestoreTarget {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RestoreInto {
-    /// An existing claim (same namespace) that no running pod mounts.
+    /// An existing claim (same namespace) that no running pod mounts, and that is one of
+    /// the claims of a StatefulSet the policy's source selects
+    /// (`<template>-<statefulset>-<ordinal>`) or is labelled
+    /// `tidemark.io/restore-into: <policy>` by its owner.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(crate::names::SUBDOMAIN_PATTERN), length(max = 253))]
     pub claim: Option<String>,
@@ -109,7 +115,8 @@ pub struct NewClaim {
     #[schemars(pattern(crate::names::SUBDOMAIN_PATTERN), length(max = 253))]
     pub storage_class_name: Option<String>,
     /// Its size (a quantity, e.g. `20Gi`); default: what the chain's recorded sizes need,
-    /// with room to spare.
+    /// with room to spare — at most 2 TiB (beyond, give a size: the recorded sizes are the
+    /// store's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 64))]
     pub size: Option<String>,

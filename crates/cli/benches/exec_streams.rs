@@ -96,6 +96,8 @@ async fn streams(n: usize, bytes: u64, compression: &str) {
     };
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"))
         .args(["operator", "--identity", "bench", "--listen", &listen])
+        // The stores here listen on loopback, which the operator denies by default.
+        .args(["--deny-endpoints", ""])
         .args(["--exec-streams", &n.to_string()])
         .env("KUBECONFIG", cluster.operator_kubeconfig())
         .env("TIDEMARK_LOG", "error")

@@ -177,6 +177,8 @@ async fn bench() {
     let t0 = Instant::now();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"))
         .args(["operator", "--identity", "bench", "--listen", &listen])
+        // The stores here listen on loopback, which the operator denies by default.
+        .args(["--deny-endpoints", ""])
         .env("KUBECONFIG", cluster.operator_kubeconfig())
         .env("TIDEMARK_LOG", "error")
         .stdout(std::process::Stdio::null())

@@ -304,6 +304,19 @@ pub struct OperatorArgs {
     /// would otherwise get pods their own RBAC refuses them.
     #[arg(long, env = "TIDEMARK_ALLOW_PRIVILEGED_TEMPLATES")]
     pub allow_privileged_templates: bool,
+    /// Let `spec.binlogArchive.server.image` name an image other than the database
+    /// container's. Off: such a policy's archiver is refused (InvalidSpec) — the archiver
+    /// runs with the store's keys and the database login, so whoever may create a
+    /// BackupPolicy would run any image with them.
+    #[arg(long, env = "TIDEMARK_ALLOW_ARCHIVER_IMAGES")]
+    pub allow_archiver_images: bool,
+    /// Let BackupPolicies use Secrets not labelled tidemark.io/policy-secret=true. Off: a
+    /// policy naming one is refused (InvalidSpec) — whoever may create a BackupPolicy would
+    /// otherwise have the operator read any key of any Secret of the namespace (the
+    /// store's keys, the database login, the age identities) and send it to a host the
+    /// policy names. For an upgrade, until the Secrets are labelled.
+    #[arg(long, env = "TIDEMARK_ALLOW_UNLABELLED_SECRETS")]
+    pub allow_unlabelled_secrets: bool,
     /// Address ranges a policy's store endpoint may not resolve to, comma-separated (e.g.
     /// 169.254.0.0/16,10.0.0.0/8; "" for none): the operator refuses to send requests
     /// there for a tenant. Default: the link-local ranges (cloud instance metadata).

@@ -103,13 +103,14 @@ pub async fn policy(args: &KubeArgs, name: &str) -> Result<ClusterPolicy, CliErr
     let (client, ns) = client_in(args).await?;
     let p = read_policy(&client, &ns, name).await?;
     // A person's own identity: ambient credentials are theirs to use.
-    let store = tidemark_operator::stores::open_store(&client, &p, Duration::from_secs(60), true)
-        .await
-        .map_err(|e| match e.class() {
-            tidemark_engine::Class::Store => CliError::new(Exit::Store, e),
-            _ => CliError::input(format!("BackupPolicy {ns}/{name}: {e}")),
-        })?
-        .with_budget(crate::resolve::budget()?);
+    let store =
+        tidemark_operator::stores::open_store(&client, &p, Duration::from_secs(60), true, &[])
+            .await
+            .map_err(|e| match e.class() {
+                tidemark_engine::Class::Store => CliError::new(Exit::Store, e),
+                _ => CliError::input(format!("BackupPolicy {ns}/{name}: {e}")),
+            })?
+            .with_budget(crate::resolve::budget()?);
     let backups: Api<Backup> = Api::namespaced(client.clone(), &ns);
     let listed = backups
         .list(&ListParams::default())

@@ -81,6 +81,8 @@ async fn operator(args: &crate::args::OperatorArgs) -> Result<Exit, CliError> {
     options.allow_ambient_credentials = args.allow_ambient_credentials;
     options.tenancy.allow_compliance = args.allow_compliance_locks;
     options.tenancy.allow_privileged_templates = args.allow_privileged_templates;
+    options.tenancy.allow_archiver_images = args.allow_archiver_images;
+    options.tenancy.allow_unlabelled_secrets = args.allow_unlabelled_secrets;
     options.tenancy.denied_endpoints =
         tidemark_operator::tenancy::parse_cidrs(&args.deny_endpoints)
             .map_err(|e| CliError::input(format!("--deny-endpoints {e}")))?;

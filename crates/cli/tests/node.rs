@@ -320,9 +320,9 @@ impl World {
         self.apply(
             ns,
             &[
-                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3"},
+                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3", "labels": {"tidemark.io/policy-secret": "true"}},
                        "stringData": {"accessKeyId": ACCESS_KEY, "secretAccessKey": SECRET_KEY}}),
-                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db"},
+                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db", "labels": {"tidemark.io/policy-secret": "true"}},
                        "stringData": {"username": "backup", "password": DB_PASSWORD}}),
             ],
         );
@@ -1322,7 +1322,7 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
     w.apply(
         ns,
         &[
-            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "backup-key"},
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "backup-key", "labels": {"tidemark.io/policy-secret": "true"}},
                  "stringData": {"identity": std::fs::read_to_string(&w.identity).unwrap()}}),
         ],
     );
@@ -1964,10 +1964,10 @@ async fn replication_and_failover(w: Arc<World>) {
     w.apply(
         ns,
         &[
-            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "mariadb-login"},
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "mariadb-login", "labels": {"tidemark.io/policy-secret": "true"}},
                    "stringData": {"MARIADB_PASSWORD": DB_PASSWORD}}),
             // Only the user: the password must come from passwordFrom.
-            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "login-user"},
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "login-user", "labels": {"tidemark.io/policy-secret": "true"}},
                    "stringData": {"username": "backup"}}),
             json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy", "metadata": {"name": "shop"},
                 "spec": {
@@ -2096,6 +2096,46 @@ async fn replication_and_failover(w: Arc<World>) {
     );
     let t1 = &ls["archive"]["timelines"][1];
     assert_eq!(t1["branch"].as_array().map(Vec::len), Some(1), "{ls:#}");
+    // Issue 42 §3: the archiver was told the labelled primary's server id (asked through
+    // pods/exec), so only it starts a timeline; and the switch, before the end of the old
+    // primary's archive (its 7 rows are a branch), is named by a condition and a Warning.
+    let deployments: Api<Deployment> = Api::namespaced(w.client(), ns);
+    eventually_within("the archiver told the new primary's id", LONG, || async {
+        let d = deployments.get("shop-binlog-archiver").await.ok()?;
+        let c = d.spec?.template.spec?.containers.into_iter().next()?;
+        c.args?
+            .iter()
+            .any(|a| a.contains("--primary-server-id=2"))
+            .then_some(())
+    })
+    .await;
+    let policies: Api<BackupPolicy> = Api::namespaced(w.client(), ns);
+    let main_line = eventually_within("the BinlogMainLine condition", LONG, || async {
+        let p = policies.get("shop").await.ok()?;
+        p.status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "BinlogMainLine" && c.status == "False")
+    })
+    .await;
+    assert_eq!(main_line.reason, "SwitchBeforeArchiveEnd", "{main_line:?}");
+    assert!(
+        main_line
+            .message
+            .contains("timeline 1 (server 2) left timeline 0 (server 1)"),
+        "{main_line:?}"
+    );
+    let warned = eventually_within("the TimelineSwitchBeforeArchiveEnd event", LONG, || async {
+        let e =
+            tidemark_operator::testkit::events(&w.client(), ns, "TimelineSwitchBeforeArchiveEnd")
+                .await;
+        (!e.is_empty()).then_some(e)
+    })
+    .await;
+    assert!(
+        serde_json::to_string(&warned).unwrap().contains("server 2"),
+        "{warned:?}"
+    );
     assert_eq!(
         w.restored_count("replicated", &before_failover.to_string()),
         "15"

@@ -35,15 +35,12 @@ async fn secret(client: &Client, ns: &str, name: &str, data: &[(&str, &str)]) {
         .iter()
         .map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec())))
         .collect();
-    let s: Secret = serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": ns},
-    }))
-    .unwrap();
     api.create(
         &PostParams::default(),
         &Secret {
             data: Some(data),
-            ..s
+            metadata: tidemark_operator::testkit::policy_secret_meta(name, ns),
+            ..Default::default()
         },
     )
     .await
@@ -600,7 +597,24 @@ async fn the_binlog_archiver_deployment_reads_the_server_over_the_network() {
         .create(&PostParams::default(), &policy)
         .await
         .unwrap();
-    let op = Operator::start(&cluster, "operator-archiver");
+    // Issue 42 §5: an image other than the database container's (here no pod gives one)
+    // would run with the store's keys and the login: refused unless the administrator
+    // allows it.
+    let op = Operator::start(&cluster, "operator-archiver-strict");
+    let refused = eventually("the archiver image refused", || async {
+        let e = events(&admin, ns, "BinlogArchiverFailed").await;
+        let text = serde_json::to_string(&e).unwrap();
+        text.contains("--allow-archiver-images").then_some(text)
+    })
+    .await;
+    assert!(refused.contains("mariadb:11.4"), "{refused}");
+    op.stop().await;
+    let op = Operator::start_with(
+        &cluster,
+        "operator-archiver",
+        std::sync::Arc::new(tidemark_engine::SystemClock),
+        |o| o.tenancy.allow_archiver_images = true,
+    );
     let deployments: Api<Deployment> = Api::namespaced(admin.clone(), ns);
     let d = eventually("the archiver Deployment", || async {
         deployments.get_opt("shop-binlog-archiver").await.unwrap()

@@ -12,6 +12,7 @@ pub mod consolidate;
 pub mod remote;
 pub mod restore;
 pub mod server;
+pub mod tools;
 
 pub use backup::{EXT, Lsns, METHOD, MariaDbError, is_lsn_behind};
 pub use restore::Tools;

@@ -16,47 +16,21 @@ use std::time::Duration;
 use futures::{StreamExt, TryStreamExt};
 use jiff::Timestamp;
 use serde::Serialize;
-use tidemark_core::{RestoreChoice, RestoreRefusal, choose_restore_to};
+use tidemark_core::{RestoreChoice, choose_restore_to};
 use tokio::process::{Child, Command};
 
 use crate::backup as mariadb;
 use crate::binlog;
 pub(crate) use crate::server::PrivateServer;
 use crate::server::{Account, Login};
+pub use crate::tools::{REPLAY_SETTINGS, RestoreError, Tools};
+pub(crate) use crate::tools::{hermetic, no_plugin_dir, spawn, tail};
 use tidemark_store::ClusterStore;
 use tidemark_store::Progress;
-use tidemark_store::StoreError;
 use tidemark_store::catalog::{Catalog, SegmentListing};
 use tidemark_store::format::{LogPosition, Metadata};
 use tidemark_store::layout;
 use tidemark_store::transfer::{self, TransferError};
-
-/// The MariaDB programs a restore runs (names looked up in `PATH`, or paths).
-#[derive(Debug, Clone)]
-pub struct Tools {
-    pub mariabackup: OsString,
-    pub mbstream: OsString,
-    pub mariadbd: OsString,
-    pub mariadb_binlog: OsString,
-    pub mariadb: OsString,
-    /// The user the private server runs as when Tidemark runs as root (`--server-user`;
-    /// refused without one then): see [`crate::server`].
-    pub server_user: Option<OsString>,
-}
-
-impl Default for Tools {
-    /// The programs by name, and the server user of [`crate::server::SERVER_USER_ENV`].
-    fn default() -> Self {
-        Tools {
-            mariabackup: "mariabackup".into(),
-            mbstream: "mbstream".into(),
-            mariadbd: "mariadbd".into(),
-            mariadb_binlog: "mariadb-binlog".into(),
-            mariadb: "mariadb".into(),
-            server_user: crate::server::server_user_from_env(),
-        }
-    }
-}
 
 /// One segment a restore replays.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -131,74 +105,6 @@ pub struct RestoreReport {
     /// The instant reached: the last transaction replayed, or the restored backup's point.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reached: Option<Timestamp>,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum RestoreError {
-    #[error(transparent)]
-    Refused(#[from] RestoreRefusal),
-    #[error(
-        "backup {id} was taken with method {method:?}; restore prepares mariabackup backups only (fetch other payloads with tidemark fetch)"
-    )]
-    Method { id: String, method: String },
-    #[error(
-        "backup {id} records no binlog position (binary logging was off when it was taken), so binlogs cannot be replayed onto it; restore to its completion{}",
-        completed.map(|c| format!(" ({c})")).unwrap_or_default()
-    )]
-    NoPosition {
-        id: String,
-        completed: Option<Timestamp>,
-    },
-    #[error("backup {id} is in the plan but its metadata.json could not be read")]
-    NoMetadata { id: String },
-    #[error(
-        "data directory {} is not empty; restore into a new or empty directory", .0.display()
-    )]
-    DatadirNotEmpty(PathBuf),
-    #[error("{action} in {}", dir.display())]
-    Io {
-        action: String,
-        dir: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("cannot run {program}")]
-    Spawn {
-        program: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{step} failed ({status}); last lines of its output:\n{tail}")]
-    Tool {
-        step: String,
-        status: String,
-        tail: String,
-    },
-    #[error(
-        "mariadbd did not accept connections on {} within {secs} s{}; last lines of its log:\n{tail}",
-        socket.display(),
-        user.as_ref().map(|u| format!(" (it runs as {u}, who must be able to reach the data directory and the scratch directory beside it)")).unwrap_or_default()
-    )]
-    ServerStart {
-        socket: PathBuf,
-        secs: u64,
-        user: Option<String>,
-        tail: String,
-    },
-    #[error(
-        "tidemark runs as root, and the private MariaDB server that replays binlogs and runs restore tests never does: name the user it runs as with --server-user USER (or {}=USER), e.g. mysql; that user is handed the restored data directory ({}) and must be able to reach it",
-        crate::server::SERVER_USER_ENV,
-        dir.display()
-    )]
-    ServerAsRoot { dir: PathBuf },
-    #[error("server user {user:?}: {problem}")]
-    ServerUser { user: String, problem: String },
-    #[error(transparent)]
-    Options(#[from] crate::cnf::Refused),
-    #[error(transparent)]
-    Transfer(#[from] TransferError),
-    #[error(transparent)]
-    Store(#[from] StoreError),
 }
 
 /// Reads the store and decides what a restore to `target` uses.
@@ -384,14 +290,6 @@ fn prepare_datadir(datadir: &Path) -> Result<(), RestoreError> {
         Err(e) => Err(io("reading the data directory", e)),
     }
 }
-
-/// What the private server that replays runs with: nothing is
-/// flushed per transaction and pages are written once (issue 32 §3), since the data
-/// directory counts only after a clean shutdown, which writes everything.
-pub const REPLAY_SETTINGS: [&str; 2] = [
-    "--innodb-flush-log-at-trx-commit=2",
-    "--innodb-doublewrite=0",
-];
 
 /// Binlog segments downloaded at once by a restore.
 const SEGMENT_DOWNLOADS: usize = 4;
@@ -933,50 +831,6 @@ async fn replay_run(
     Ok(())
 }
 
-/// The environment every tool a restore, a check or a consolidation runs keeps (besides
-/// what the caller sets for it): what finds programs and reads text, nothing that holds a
-/// credential. The tools read files from the bucket; none of them is handed the store's
-/// keys or an identity, whatever it is made to run.
-pub(crate) const KEPT_ENV: [&str; 4] = ["PATH", "LANG", "LC_ALL", "TZ"];
-
-/// Gives `cmd` this process's [`KEPT_ENV`] and what was set on it explicitly, nothing else.
-pub(crate) fn hermetic(cmd: &mut Command) -> &mut Command {
-    let explicit: Vec<(OsString, OsString)> = cmd
-        .as_std()
-        .get_envs()
-        .filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned())))
-        .collect();
-    cmd.env_clear()
-        .envs(
-            KEPT_ENV
-                .iter()
-                .filter_map(|k| Some((*k, std::env::var_os(k)?))),
-        )
-        .envs(explicit)
-}
-
-/// Starts a tool with [`hermetic`] environment, killed if dropped.
-pub(crate) fn spawn(cmd: &mut Command, program: &OsString) -> Result<Child, RestoreError> {
-    hermetic(cmd)
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|source| RestoreError::Spawn {
-            program: program.to_string_lossy().into_owned(),
-            source,
-        })
-}
-
-/// An empty directory under `work` for `--plugin-dir`: no library is found there.
-pub(crate) fn no_plugin_dir(work: &Path) -> Result<PathBuf, RestoreError> {
-    let dir = work.join("no-plugins");
-    std::fs::create_dir_all(&dir).map_err(|source| RestoreError::Io {
-        action: "creating an empty plugin directory".into(),
-        dir: dir.clone(),
-        source,
-    })?;
-    Ok(dir)
-}
-
 /// Runs a tool with its output appended to `log`; on failure the error carries the end of
 /// that output.
 async fn run_logged(
@@ -1020,11 +874,4 @@ async fn run_logged(
             tail: tail(&text),
         })
     }
-}
-
-/// The last lines of a tool's output, for an error message.
-pub(crate) fn tail(text: &str) -> String {
-    const LINES: usize = 15;
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(LINES)..].join("\n")
 }

@@ -24,14 +24,14 @@
 //! them; a restore whose accounts cannot be dropped (a replayed statement removed the
 //! administrator's rights) fails.
 
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
 use tokio::process::{Child, Command};
 
-use crate::restore::{REPLAY_SETTINGS, RestoreError, Tools, no_plugin_dir, spawn, tail};
+pub use crate::tools::SERVER_USER_ENV;
+use crate::tools::{REPLAY_SETTINGS, RestoreError, Tools, no_plugin_dir, spawn, tail};
 
 /// A `mariadbd` of Tidemark's own on a restored data directory: no network, no binary
 /// log, its socket, pid file, tmpdir and log in a directory of its own.
@@ -282,7 +282,7 @@ fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
 impl PrivateServer {
     /// Starts the server on `datadir` and waits until it accepts connections, with its
     /// own files in `<work>/server`. It sees none of this process's environment (store
-    /// credentials, identities) but [`crate::restore::KEPT_ENV`], reads no options file (the
+    /// credentials, identities) but [`crate::tools::KEPT_ENV`], reads no options file (the
     /// geometry of the data directory's `backup-my.cnf`, checked again, is passed as
     /// options), loads no library (an empty plugin directory), and no file can be read or
     /// written through SQL (`LOAD_FILE`, `SELECT … INTO OUTFILE`, `LOAD DATA [LOCAL]`,
@@ -572,12 +572,4 @@ async fn wait_for_socket(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// The environment variable that names the server user (`--server-user`).
-pub const SERVER_USER_ENV: &str = "TIDEMARK_SERVER_USER";
-
-/// `OsString` of the server user from the environment, for callers without a flag.
-pub fn server_user_from_env() -> Option<OsString> {
-    std::env::var_os(SERVER_USER_ENV).filter(|v| !v.is_empty())
 }

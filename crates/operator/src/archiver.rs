@@ -95,19 +95,38 @@ pub async fn reconcile(ctx: &Context, policy: &BackupPolicy) -> Result<(), Error
     if let Some(s) = &policy.spec.source {
         s.validate().map_err(|e| Error::Invalid(e.to_string()))?;
     }
+    // An image other than the database container's runs only where the administrator
+    // allows it: the archiver holds the store's keys and the database login.
+    let other_image = |image: &str| {
+        if ctx.tenancy.allow_archiver_images {
+            Ok(())
+        } else {
+            Err(Error::Invalid(format!(
+                "spec.binlogArchive.server.image {:?} is not the database container's image: the archiver runs with the store's keys and the database login, so only the database's own image is used (the cluster's administrator may allow others: tidemark operator --allow-archiver-images); remove it to use the selected pod's",
+                image.chars().take(128).collect::<String>()
+            )))
+        }
+    };
     let runtime = match (database_runtime(ctx, policy).await, &server.image) {
-        (Ok(db), image) => DatabaseRuntime {
-            image: image.clone().unwrap_or(db.image),
-            ..db
-        },
+        (Ok(db), Some(image)) if *image != db.image => {
+            other_image(image)?;
+            DatabaseRuntime {
+                image: image.clone(),
+                ..db
+            }
+        }
+        (Ok(db), _) => db,
         // The image is given and no pod says more: the pod's defaults.
-        (Err(Error::Invalid(_) | Error::Missing(_)), Some(image)) => DatabaseRuntime {
-            image: image.clone(),
-            ..Default::default()
-        },
+        (Err(Error::Invalid(_) | Error::Missing(_)), Some(image)) => {
+            other_image(image)?;
+            DatabaseRuntime {
+                image: image.clone(),
+                ..Default::default()
+            }
+        }
         (Err(e), _) => return Err(e),
     };
-    let store_secret = crate::stores::policy_secret_keys(&ctx.client, policy).await?;
+    let store_secret = crate::stores::policy_secret_keys(ctx, policy).await?;
     let primary = primary_server_id(ctx, policy).await;
     let deployment = archiver(policy, &runtime, &ctx.image, store_secret.as_ref(), primary)
         .map_err(Error::Invalid)?;

@@ -67,8 +67,18 @@ pub(crate) async fn database_runtime(
         })
         .collect();
     candidates.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-    if let Some((_, _, runtime)) = candidates.into_iter().next() {
-        return Ok(runtime);
+    let checked = |name: &str, runtime: DatabaseRuntime| {
+        ctx.tenancy
+            .check_copied(
+                runtime.pod_security.as_ref(),
+                runtime.container_security.as_ref(),
+                &format!("the security settings of {name}, which Tidemark's pods copy"),
+            )
+            .map_err(Error::Invalid)?;
+        Ok(runtime)
+    };
+    if let Some((_, name, runtime)) = candidates.into_iter().next() {
+        return checked(&format!("pod {name}"), runtime);
     }
     // No pod (a StatefulSet scaled to 0 for a restore in place): its pod template says the
     // same.
@@ -105,15 +115,12 @@ pub(crate) async fn database_runtime(
         })
         .collect();
     templates.sort_by(|a, b| a.0.cmp(&b.0));
-    templates
-        .into_iter()
-        .map(|(_, runtime)| runtime)
-        .next()
-        .ok_or_else(|| {
-            Error::Missing(
-                "no pod (nor StatefulSet's pod template) matches spec.source.selector yet, so the database image is unknown (for the binlog archiver, or set spec.binlogArchive.server.image)".into(),
-            )
-        })
+    let (name, runtime) = templates.into_iter().next().ok_or_else(|| {
+        Error::Missing(
+            "no pod (nor StatefulSet's pod template) matches spec.source.selector yet, so the database image is unknown (for the binlog archiver, or set spec.binlogArchive.server.image)".into(),
+        )
+    })?;
+    checked(&format!("StatefulSet {name}'s pod template"), runtime)
 }
 
 /// A fingerprint of what the policies selecting a database pod take from it: what pods
@@ -172,4 +179,38 @@ pub fn policies_of_pod(
         })
         .map(|p| kube::runtime::reflector::ObjectRef::from_obj(p.as_ref()))
         .collect()
+}
+
+/// The StatefulSets whose pod template the policy's source selects, each with the names of
+/// its claim templates: their claims (`<template>-<set>-<ordinal>`) are the database's own.
+///
+/// # Errors
+/// The policy has no source; the API refused the list.
+pub(crate) async fn claim_templates(
+    ctx: &Context,
+    policy: &BackupPolicy,
+) -> Result<Vec<(String, Vec<String>)>, Error> {
+    let Some(source) = policy.spec.source.as_ref() else {
+        return Ok(Vec::new());
+    };
+    let sets: Api<k8s_openapi::api::apps::v1::StatefulSet> =
+        Api::namespaced(ctx.client.clone(), &policy.namespace().unwrap_or_default());
+    let listed = crate::lean::list(&sets, &ListParams::default(), crate::lean::meta_of).await?;
+    Ok(listed
+        .iter()
+        .filter_map(|set| {
+            let spec = set.spec.as_ref()?;
+            let labels = spec.template.metadata.as_ref()?.labels.as_ref()?;
+            if !tidemark_api::lifecycle::selects(&source.selector, labels) {
+                return None;
+            }
+            let templates = spec
+                .volume_claim_templates
+                .iter()
+                .flatten()
+                .filter_map(|t| t.metadata.name.clone())
+                .collect();
+            Some((set.name_any(), templates))
+        })
+        .collect())
 }

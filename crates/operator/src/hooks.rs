@@ -132,7 +132,15 @@ pub async fn run(
         let outcome = match (&timeout, &hook.spec.webhook, &hook.spec.job) {
             (Err(e), _, _) => Some(HookOutcome::Failed(e.clone())),
             (Ok(t), Some(webhook), _) => {
-                Some(call(webhook, *t, &description(backup, reason)).await)
+                Some(
+                    call(
+                        webhook,
+                        *t,
+                        &description(backup, reason),
+                        &ctx.tenancy.denied_endpoints,
+                    )
+                    .await,
+                )
             }
             (Ok(_), None, Some(_)) if !ctx.capabilities.jobs => {
                 Some(HookOutcome::Failed(crate::rbac::refused("a job action", "jobs")))
@@ -379,7 +387,9 @@ impl PassHooks {
             let name = hook.name_any();
             let outcome = match (timeout_of(hook), &hook.spec.webhook) {
                 (Err(e), _) => HookOutcome::Failed(e),
-                (Ok(t), Some(webhook)) => call(webhook, t, &body).await,
+                (Ok(t), Some(webhook)) => {
+                    call(webhook, t, &body, &self.ctx.tenancy.denied_endpoints).await
+                }
                 (Ok(_), None) => HookOutcome::Failed(format!(
                     "not run: the Backup object {object_name} is gone, and a job action is owned by it; use a webhook for backups whose object may be deleted first"
                 )),
@@ -451,11 +461,31 @@ fn suffix(message: Option<&str>) -> String {
     message.map(|m| format!(": {m}")).unwrap_or_default()
 }
 
-/// POSTs the description to the webhook; a 2xx answer is success.
+/// Resolves a webhook's host with the denied ranges left out (`tidemark_store::deny`):
+/// every connection of the webhook client is checked, whatever the name answers then.
+#[derive(Debug)]
+struct DeniedResolver(Vec<crate::tenancy::Cidr>);
+
+impl reqwest::dns::Resolve for DeniedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let (denied, host) = (self.0.clone(), name.as_str().to_owned());
+        Box::pin(async move {
+            let ips = tidemark_store::deny::resolve(&denied, &host).await?;
+            let addrs: reqwest::dns::Addrs =
+                Box::new(ips.into_iter().map(|ip| std::net::SocketAddr::new(ip, 0)));
+            Ok(addrs)
+        })
+    }
+}
+
+/// POSTs the description to the webhook; a 2xx answer is success. No address in `denied`
+/// is connected to (the operator's `--deny-endpoints`): the host's every connection is
+/// resolved without them, and an address written as the host is refused.
 async fn call(
     webhook: &tidemark_api::crd::WebhookAction,
     timeout: Duration,
     body: &serde_json::Value,
+    denied: &[crate::tenancy::Cidr],
 ) -> HookOutcome {
     if !webhook.url.starts_with("https://") {
         return HookOutcome::Failed(format!(
@@ -463,10 +493,20 @@ async fn call(
             webhook.url
         ));
     }
+    if let Some(host) = reqwest::Url::parse(&webhook.url)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_owned))
+        && let Err(e) = tidemark_store::deny::check_literal(denied, &host)
+    {
+        return HookOutcome::Failed(format!("webhook url: {e}"));
+    }
     let mut builder = reqwest::Client::builder()
         .https_only(true)
         .timeout(timeout)
         .redirect(reqwest::redirect::Policy::none());
+    if !denied.is_empty() {
+        builder = builder.dns_resolver(std::sync::Arc::new(DeniedResolver(denied.to_vec())));
+    }
     if let Some(pem) = &webhook.ca_bundle {
         match reqwest::Certificate::from_pem_bundle(pem.as_bytes()) {
             Ok(certs) => {

@@ -30,7 +30,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tidemark_api::crd::{Backup, BackupPolicy, Restore, RestoreStatus};
 use tidemark_api::restore::{
-    Into as Destination, NewClaim, RESTORE_LABEL, Target, UNUSABLE_ANNOTATION,
+    Into as Destination, NewClaim, RESTORE_INTO_LABEL, RESTORE_LABEL, Target, UNUSABLE_ANNOTATION,
 };
 use tidemark_engine::restore::{
     Database, MariaDbTools, RestorePoint, RestoreSummary, restore_instant,
@@ -56,6 +56,10 @@ pub const FINALIZER: &str = "tidemark.io/restore";
 const STOP_WAIT: Duration = Duration::from_secs(600);
 /// The smallest claim a Restore creates.
 const MIN_CLAIM: u64 = 1 << 30;
+/// The largest claim a Restore sizes by itself (2 TiB): the sizes it is computed from are
+/// what the store records, a store writer's numbers; a larger one is refused, asking for
+/// `spec.into.newClaim.size` (issue 42 §6).
+pub const MAX_AUTO_CLAIM: u64 = 2 << 40;
 
 /// The Job that restores `restore` (its uid's first 8 characters keep two Restores of one
 /// name, one deleted and made again, apart).
@@ -319,6 +323,22 @@ async fn prepare(
                 ),
             ));
         }
+        // An existing claim is written (and with replaceData wiped) only when it is the
+        // policy's database's, or its owner said so: the right to create Restores is not
+        // the right to overwrite any unused claim of the namespace.
+        (Destination::Existing { .. }, Some(c)) => {
+            let sets = crate::database::claim_templates(ctx, &policy)
+                .await
+                .map_err(Stop::from)?;
+            if !claim_of_policy(&claim, c.labels(), policy_name, &sets) {
+                return Err(Stop::Refuse(
+                    "ClaimNotThePolicys",
+                    format!(
+                        "PersistentVolumeClaim {ns}/{claim} is not a claim of a StatefulSet spec.source of BackupPolicy {policy_name} selects (<template>-<statefulset>-<ordinal>), nor labelled {RESTORE_INTO_LABEL}={policy_name}: a Restore writes only its policy's database's claims, or one its owner labelled so"
+                    ),
+                ));
+            }
+        }
         _ => {}
     }
     claim_unused(ctx, &ns, &claim, &job_name).await?;
@@ -377,7 +397,7 @@ async fn prepare(
     }
 
     // Run: the Job's name first (a restart finds and follows it), then the Job.
-    let store_secret = crate::stores::policy_secret_keys(&ctx.client, &policy).await?;
+    let store_secret = crate::stores::policy_secret_keys(ctx, &policy).await?;
     let replace = matches!(
         into,
         Destination::Existing {
@@ -639,17 +659,52 @@ pub(crate) fn claim_bytes(plan: &RestorePlan) -> u64 {
     padded.div_ceil(1 << 30).saturating_mul(1 << 30)
 }
 
+/// Whether a Restore of `policy` may write the existing claim `name` (pure): a claim of a
+/// StatefulSet the policy's source selects — `<template>-<set>-<ordinal>`, `sets` giving
+/// each such set's name and its claim templates' names — or one labelled
+/// [`RESTORE_INTO_LABEL`]` = <policy>` by its owner.
+pub(crate) fn claim_of_policy(
+    name: &str,
+    labels: &std::collections::BTreeMap<String, String>,
+    policy: &str,
+    sets: &[(String, Vec<String>)],
+) -> bool {
+    if labels.get(RESTORE_INTO_LABEL).map(String::as_str) == Some(policy) {
+        return true;
+    }
+    sets.iter().any(|(set, templates)| {
+        templates.iter().any(|t| {
+            name.strip_prefix(&format!("{t}-{set}-"))
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        })
+    })
+}
+
 /// The claim a Restore creates: labelled with it, not owned by it (the data outlives the
-/// Restore), sized as asked or by [`claim_bytes`].
+/// Restore), sized as asked or by [`claim_bytes`] — at most [`MAX_AUTO_CLAIM`] (refused
+/// beyond, asking for a size: the store's numbers are not trusted with a volume's cost).
 fn new_claim(
     restore: &Restore,
     n: &NewClaim,
     plan: &RestorePlan,
 ) -> Result<PersistentVolumeClaim, Stop> {
-    let size = n
-        .size
-        .clone()
-        .unwrap_or_else(|| claim_bytes(plan).to_string());
+    let size = match &n.size {
+        Some(s) => s.clone(),
+        None => {
+            let bytes = claim_bytes(plan);
+            if bytes > MAX_AUTO_CLAIM {
+                return Err(Stop::Refuse(
+                    "ClaimTooLarge",
+                    format!(
+                        "the store's recorded sizes ask for a claim of {} GiB, more than the {} GiB a Restore sizes by itself; give spec.into.newClaim.size",
+                        bytes >> 30,
+                        MAX_AUTO_CLAIM >> 30
+                    ),
+                ));
+            }
+            bytes.to_string()
+        }
+    };
     let claim: PersistentVolumeClaim = serde_json::from_value(json!({
         "metadata": {
             "name": n.name,
@@ -1060,6 +1115,61 @@ mod tests {
         for (name, p, want) in cases {
             assert_eq!(claim_bytes(&p), want, "{name}");
         }
+    }
+
+    /// Issue 42 §6: a size computed from the store's numbers is bounded; past the bound
+    /// the Restore asks for a size, and a size given is taken as it is.
+    #[test]
+    fn a_new_claims_automatic_size_is_bounded() {
+        let restore: Restore = serde_json::from_value(json!({
+            "apiVersion": "tidemark.io/v1alpha1", "kind": "Restore",
+            "metadata": {"name": "r", "namespace": "ns"},
+            "spec": {"policy": {"name": "db"}, "into": {"newClaim": {"name": "c"}}},
+        }))
+        .unwrap();
+        let huge = plan(&[(1, Some(u64::MAX / 2))], &[]);
+        let auto = NewClaim {
+            name: "c".into(),
+            size: None,
+            storage_class_name: None,
+        };
+        match new_claim(&restore, &auto, &huge) {
+            Err(Stop::Refuse("ClaimTooLarge", m)) => {
+                assert!(m.contains("spec.into.newClaim.size"), "{m}")
+            }
+            Err(_) => panic!("refused otherwise"),
+            Ok(_) => panic!("a claim sized past the bound"),
+        }
+        let given = NewClaim {
+            size: Some("3Ti".into()),
+            ..auto.clone()
+        };
+        assert!(new_claim(&restore, &given, &huge).is_ok());
+        assert!(new_claim(&restore, &auto, &plan(&[(1000, None)], &[])).is_ok());
+    }
+
+    /// Issue 42 §6: an existing claim is a Restore's to write only when it is one of the
+    /// policy's StatefulSets' claims, or its owner labelled it for the policy.
+    #[test]
+    fn only_the_policys_claims_are_written() {
+        let sets = [("db".to_owned(), vec!["data".to_owned(), "logs".to_owned()])];
+        let none = std::collections::BTreeMap::new();
+        let labelled: std::collections::BTreeMap<String, String> =
+            [(RESTORE_INTO_LABEL.to_owned(), "shop".to_owned())].into();
+        let cases = [
+            ("data-db-0", &none, true),
+            ("logs-db-12", &none, true),
+            ("data-db-", &none, false),
+            ("data-db-0x", &none, false),
+            ("data-db2-0", &none, false),
+            ("other", &none, false),
+            ("other", &labelled, true),
+        ];
+        for (name, labels, want) in cases {
+            assert_eq!(claim_of_policy(name, labels, "shop", &sets), want, "{name}");
+        }
+        // Labelled for another policy: not this one's.
+        assert!(!claim_of_policy("other", &labelled, "db", &sets));
     }
 
     /// The status names what the restore uses: the backups (its holds), the segments, the

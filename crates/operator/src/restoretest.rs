@@ -329,7 +329,7 @@ async fn job(
     spec: &tidemark_api::policy::RestoreTestSpec,
 ) -> Result<Job, Error> {
     let database = crate::database::database_runtime(ctx, policy).await?;
-    let store_secret = crate::stores::policy_secret_keys(&ctx.client, policy).await?;
+    let store_secret = crate::stores::policy_secret_keys(ctx, policy).await?;
     // The scratch volume is sized by what the store records (a random target may be
     // anywhere in the window: the largest restore).
     let store = crate::stores::open(ctx, policy).await?;

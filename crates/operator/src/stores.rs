@@ -40,6 +40,72 @@ const S3_KEYS: [(&str, &str); 3] = [
 
 const GCS_KEY: (&str, &str) = ("serviceAccountKey", "GOOGLE_SERVICE_ACCOUNT_KEY");
 
+/// The label a Secret of the namespace carries, `"true"`, to be used by its BackupPolicies
+/// (issue 42 §5): the store's keys (`credentialsSecret`), the database login
+/// (`usernameFrom`/`passwordFrom`, `source.credentialsSecret`) and the age identities
+/// (`identityFrom`, `identitySecret`). The right to create a BackupPolicy is otherwise the
+/// right to have the operator read any key of any Secret of the namespace and send it to a
+/// host the policy names.
+pub const POLICY_SECRET_LABEL: &str = "tidemark.io/policy-secret";
+
+/// The Secrets `policy` names, each with the field that names it.
+pub fn referenced_secrets(policy: &BackupPolicy) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    if let Some(os) = &policy.spec.object_store {
+        if let Some(s) = &os.credentials_secret {
+            out.push(("spec.objectStore.credentialsSecret", s.clone()));
+        }
+        if let Some(r) = os.encryption.as_ref().and_then(|e| e.identity()) {
+            out.push(("spec.objectStore.encryption.identityFrom", r.name));
+        }
+    }
+    if let Some(login) = policy.spec.source.as_ref().and_then(|s| s.login()) {
+        out.push((login.user_field, login.user.name));
+        out.push((login.password_field, login.password.name));
+    }
+    out.sort_by(|a, b| a.1.cmp(&b.1));
+    out.dedup_by(|a, b| a.1 == b.1);
+    out
+}
+
+/// Refuses (`InvalidSpec`) a policy that names a Secret of its namespace not labelled
+/// [`POLICY_SECRET_LABEL`]` = "true"`, unless the administrator allows any
+/// (`--allow-unlabelled-secrets`). A Secret that does not exist is left to the use that
+/// reads it (it says so).
+///
+/// # Errors
+/// The first such Secret, with its field and the label to add; the API failed.
+pub async fn check_policy_secrets(ctx: &Context, policy: &BackupPolicy) -> Result<(), Error> {
+    if ctx.tenancy.allow_unlabelled_secrets {
+        return Ok(());
+    }
+    let ns = policy.namespace().unwrap_or_default();
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+    for (field, name) in referenced_secrets(policy) {
+        tidemark_api::names::dns_subdomain(field, &name)
+            .map_err(|e| Error::Invalid(e.to_string()))?;
+        let Some(meta) = secrets.get_metadata_opt(&name).await? else {
+            continue;
+        };
+        if !secret_opted_in(meta.labels()) {
+            return Err(Error::Invalid(secret_not_opted_in(&ns, &name, field)));
+        }
+    }
+    Ok(())
+}
+
+/// Whether a Secret's labels say BackupPolicies may use it.
+pub fn secret_opted_in(labels: &std::collections::BTreeMap<String, String>) -> bool {
+    labels.get(POLICY_SECRET_LABEL).map(String::as_str) == Some("true")
+}
+
+/// Why a Secret a policy names is not used.
+pub fn secret_not_opted_in(ns: &str, name: &str, field: &str) -> String {
+    format!(
+        "Secret {ns}/{name} ({field}) is not labelled {POLICY_SECRET_LABEL}=true: a BackupPolicy uses only the Secrets of its namespace that opted in (kubectl label secret {name} {POLICY_SECRET_LABEL}=true; the cluster's administrator may allow any: tidemark operator --allow-unlabelled-secrets)"
+    )
+}
+
 const AZURE_KEYS: [(&str, &str); 3] = [
     ("accountName", "AZURE_STORAGE_ACCOUNT_NAME"),
     ("accountKey", "AZURE_STORAGE_ACCOUNT_KEY"),
@@ -171,14 +237,18 @@ pub async fn store_secret(
     ))
 }
 
-/// The keys of `policy`'s store Secret, when it names one.
+/// The keys of `policy`'s store Secret, when it names one — for a pod that gets them (and
+/// the policy's other Secrets) by reference: every Secret the policy names must have opted
+/// in ([`check_policy_secrets`]).
 ///
 /// # Errors
-/// As [`store_secret`].
+/// As [`store_secret`] and [`check_policy_secrets`].
 pub async fn policy_secret_keys(
-    client: &Client,
+    ctx: &Context,
     policy: &BackupPolicy,
 ) -> Result<Option<SecretKeys>, Error> {
+    check_policy_secrets(ctx, policy).await?;
+    let client = &ctx.client;
     let ns = policy.namespace().unwrap_or_default();
     let Some(os) = policy.spec.object_store.as_ref() else {
         return Ok(None);
@@ -203,6 +273,7 @@ pub async fn policy_secret_keys(
 pub async fn open(ctx: &Context, policy: &BackupPolicy) -> Result<ClusterStore, Error> {
     // A lock this operator does not allow stops every use of the store (passes, Jobs).
     ctx.tenancy.object_lock(policy)?;
+    check_policy_secrets(ctx, policy).await?;
     if let Some(endpoint) = policy
         .spec
         .object_store
@@ -216,6 +287,7 @@ pub async fn open(ctx: &Context, policy: &BackupPolicy) -> Result<ClusterStore, 
         policy,
         ctx.store_retry_timeout,
         ctx.allow_ambient_credentials,
+        &ctx.tenancy.denied_endpoints,
     )
     .await?
     // Opened for one pass or one Job's check: what it may read (issue 28).
@@ -272,6 +344,7 @@ pub async fn open_store(
     policy: &BackupPolicy,
     retry_timeout: Duration,
     ambient: bool,
+    denied: &[crate::tenancy::Cidr],
 ) -> Result<ClusterStore, Error> {
     let ns = policy.namespace().unwrap_or_default();
     let Some(os) = policy.spec.object_store.as_ref() else {
@@ -306,6 +379,7 @@ pub async fn open_store(
         retry_timeout: Some(retry_timeout),
         ca_bundle: os.ca_bundle.clone(),
         cloud_credentials,
+        denied_endpoints: denied.to_vec(),
     };
     let compression = os
         .compression()

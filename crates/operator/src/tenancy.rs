@@ -24,6 +24,15 @@ pub struct Tenancy {
     /// containers, host paths, host namespaces or another service account
     /// (`--allow-privileged-templates`). Off: such a template is refused.
     pub allow_privileged_templates: bool,
+    /// Whether `spec.binlogArchive.server.image` may name an image other than the
+    /// database container's (`--allow-archiver-images`). Off: refused — the archiver holds
+    /// the store's keys and the database login, so the image a tenant names would run with
+    /// them (issue 42 §5).
+    pub allow_archiver_images: bool,
+    /// Whether a BackupPolicy may name Secrets not labelled
+    /// `tidemark.io/policy-secret: "true"` (`--allow-unlabelled-secrets`). Off: refused
+    /// (issue 42 §5).
+    pub allow_unlabelled_secrets: bool,
     /// The operator's own namespace when it serves every namespace: never served (its
     /// service account reads every Secret there, and its own objects live there).
     pub own_namespace: Option<String>,
@@ -33,86 +42,15 @@ pub struct Tenancy {
 }
 
 /// The ranges denied by default: link-local, IPv4 and IPv6 (`169.254.169.254` is the
-/// instance-metadata service of AWS, GCP and Azure).
-pub const DEFAULT_DENIED_ENDPOINTS: &str = "169.254.0.0/16,fe80::/10";
+/// instance-metadata service of AWS, GCP and Azure), AWS's IPv6 metadata address
+/// (`fd00:ec2::254`), and loopback (the operator's own pod: its metrics and health).
+pub const DEFAULT_DENIED_ENDPOINTS: &str =
+    "169.254.0.0/16,fe80::/10,fd00:ec2::254/128,127.0.0.0/8,::1/128";
 
 /// How long resolving a store endpoint's name may take.
 const RESOLVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// An address range, `10.0.0.0/8` or `fd00::/8` (a bare address is the range of one).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cidr {
-    addr: std::net::IpAddr,
-    prefix: u8,
-}
-
-impl std::str::FromStr for Cidr {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = || {
-            format!(
-                "{:?}: expected an address range such as 10.0.0.0/8 or fd00::/8",
-                s.chars().take(64).collect::<String>()
-            )
-        };
-        let (addr, prefix) = s.trim().split_once('/').unwrap_or((s.trim(), ""));
-        let addr: std::net::IpAddr = addr.parse().map_err(|_| bad())?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let prefix = if prefix.is_empty() {
-            max
-        } else {
-            prefix
-                .parse::<u8>()
-                .ok()
-                .filter(|p| *p <= max)
-                .ok_or_else(bad)?
-        };
-        Ok(Cidr { addr, prefix })
-    }
-}
-
-impl std::fmt::Display for Cidr {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.addr, self.prefix)
-    }
-}
-
-impl Cidr {
-    /// Whether `ip` (an IPv4-mapped IPv6 address as its IPv4 one) is in the range.
-    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
-        use std::net::IpAddr;
-        let bits = |a: IpAddr| -> (u128, u8) {
-            match a.to_canonical() {
-                IpAddr::V4(v) => (u128::from(u32::from(v)) << 96, 32),
-                IpAddr::V6(v) => (u128::from(v), 128),
-            }
-        };
-        let ((net, width), (ip, ip_width)) = (bits(self.addr), bits(ip));
-        if width != ip_width {
-            return false;
-        }
-        let prefix = u32::from(self.prefix.min(width));
-        let mask = if prefix == 0 {
-            0
-        } else {
-            u128::MAX << (128 - prefix)
-        };
-        net & mask == ip & mask
-    }
-}
-
-/// `list` (comma-separated ranges; empty: none).
-///
-/// # Errors
-/// A part that is not a range, named with the form.
-pub fn parse_cidrs(list: &str) -> Result<Vec<Cidr>, String> {
-    list.split(',')
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .map(str::parse)
-        .collect()
-}
+pub use tidemark_store::deny::{Cidr, parse_cidrs};
 
 /// The sysctls Pod Security's "baseline" allows (namespaced to the pod).
 const SAFE_SYSCTLS: &[&str] = &[
@@ -132,9 +70,10 @@ impl Tenancy {
     /// Whether a policy's store `endpoint` may be reached: none of the addresses its host
     /// resolves to is in [`Tenancy::denied_endpoints`]. A tenant's endpoint is otherwise
     /// a way to make the operator send signed requests from its own network position, to
-    /// the cloud's metadata service say. (The name is resolved again when connecting; a
-    /// name that changes its answer in between is not caught — deny by network policy
-    /// too where that matters.)
+    /// the cloud's metadata service say. This refuses the policy at once, naming the
+    /// range; every connection of the store's client is checked again
+    /// (`tidemark_store::deny`), so a redirect or a name that changes its answer later
+    /// reaches no denied address either.
     ///
     /// # Errors
     /// [`Error::Invalid`] naming the endpoint, the address and the range.
@@ -149,28 +88,23 @@ impl Tenancy {
         let Some(host) = uri.host() else {
             return Ok(());
         };
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        let port = uri.port_u16().unwrap_or(443);
-        let addrs: Vec<std::net::IpAddr> = match host.parse::<std::net::IpAddr>() {
-            Ok(ip) => vec![ip],
-            Err(_) => {
-                match tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((host, port)))
-                    .await
-                {
-                    Ok(Ok(found)) => found.map(|a| a.ip()).collect(),
-                    // Unresolvable now: the request fails as unreachable, with its reason.
-                    _ => return Ok(()),
-                }
-            }
-        };
-        for ip in addrs {
-            if let Some(range) = self.denied_endpoints.iter().find(|r| r.contains(ip)) {
-                return Err(Error::Invalid(format!(
-                    "spec.objectStore.endpoint {endpoint:?} reaches {ip}, in {range}, which this                      operator does not send requests to (its administrator's --deny-endpoints)"
-                )));
-            }
+        let refused =
+            |e: String| Error::Invalid(format!("spec.objectStore.endpoint {endpoint:?}: {e}"));
+        tidemark_store::deny::check_literal(&self.denied_endpoints, host).map_err(refused)?;
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        if bare.parse::<std::net::IpAddr>().is_ok() {
+            return Ok(());
         }
-        Ok(())
+        match tokio::time::timeout(
+            RESOLVE_TIMEOUT,
+            tidemark_store::deny::resolve(&self.denied_endpoints, bare),
+        )
+        .await
+        {
+            Ok(Err(e)) if e.contains("--deny-endpoints") => Err(refused(e)),
+            // Unresolvable now: the request fails as unreachable, with its reason.
+            _ => Ok(()),
+        }
     }
 
     /// `policy`'s object lock, if this operator allows it.
@@ -337,6 +271,31 @@ impl Tenancy {
             }
         }
         Ok(())
+    }
+
+    /// [`Tenancy::check_pod`] on the security settings a pod of Tidemark's copies from a
+    /// database pod (the archiver, consolidation, restore-test and Restore Jobs run with
+    /// them): what the database pod may have is not what a tenant may have the operator
+    /// give its own pods (issue 42 §5).
+    ///
+    /// # Errors
+    /// As [`Tenancy::check_pod`], naming the database pod's setting.
+    pub fn check_copied(
+        &self,
+        pod: Option<&k8s_openapi::api::core::v1::PodSecurityContext>,
+        container: Option<&k8s_openapi::api::core::v1::SecurityContext>,
+        from: &str,
+    ) -> Result<(), String> {
+        let spec = PodSpec {
+            security_context: pod.cloned(),
+            containers: vec![k8s_openapi::api::core::v1::Container {
+                name: "database".into(),
+                security_context: container.cloned(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        self.check_pod(&spec, from)
     }
 
     /// Whether objects of `namespace` are served.

@@ -664,7 +664,7 @@ pub async fn s3_secret(client: &Client, ns: &str, name: &str) {
             .map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec())))
             .collect();
     let secret = k8s_openapi::api::core::v1::Secret {
-        metadata: meta(name, Some(ns)),
+        metadata: policy_secret_meta(name, ns),
         data: Some(data),
         ..Default::default()
     };
@@ -808,6 +808,24 @@ fn run_ok(cmd: &mut Command) {
         "{cmd:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A Secret's metadata, labelled for BackupPolicies to use
+/// ([`crate::stores::POLICY_SECRET_LABEL`]).
+pub fn policy_secret_meta(
+    name: &str,
+    ns: &str,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        labels: Some(
+            [(
+                crate::stores::POLICY_SECRET_LABEL.to_owned(),
+                "true".to_owned(),
+            )]
+            .into(),
+        ),
+        ..meta(name, Some(ns))
+    }
 }
 
 fn meta(

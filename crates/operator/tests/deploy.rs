@@ -183,6 +183,7 @@ fn the_chart_defaults_are_the_plain_install() {
             "ClusterRole",
             "ClusterRoleBinding",
             "Deployment",
+            "NetworkPolicy",
             "PodDisruptionBudget",
             "Role",
             "RoleBinding",

@@ -88,11 +88,7 @@ async fn secret_with(client: &Client, ns: &str, name: &str, secret_key: &str) {
     api.create(
         &PostParams::default(),
         &Secret {
-            metadata: kube::api::ObjectMeta {
-                name: Some(name.to_owned()),
-                namespace: Some(ns.to_owned()),
-                ..Default::default()
-            },
+            metadata: tidemark_operator::testkit::policy_secret_meta(name, ns),
             data: Some(data),
             ..Default::default()
         },
@@ -378,8 +374,10 @@ async fn retention_pass_through_the_operator() {
     })
     .await;
 
-    // A Secret made for another tool (CloudNativePG's key names): refused, naming the keys
-    // looked for; once credentialsKeys names its keys, read from them.
+    // A Secret made for another tool (CloudNativePG's key names), not labelled for
+    // BackupPolicies: refused, naming the label (issue 42 §5: the right to create a policy
+    // is not the right to read any Secret of the namespace). Once labelled: refused,
+    // naming the keys looked for; once credentialsKeys names its keys, read from them.
     Api::<Secret>::namespaced(admin.clone(), ns)
         .create(
             &PostParams::default(),
@@ -397,9 +395,41 @@ async fn retention_pass_through_the_operator() {
         .create(&PostParams::default(), &renamed)
         .await
         .unwrap();
-    let st = eventually("Ready=False for the keys not found", || async {
+    let st = eventually("Ready=False for the Secret not labelled", || async {
         let s = status(&policies, "renamed").await;
         (s["conditions"][0]["status"] == "False").then_some(s)
+    })
+    .await;
+    let message = st["conditions"][0]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("s3-other-tool") && message.contains("tidemark.io/policy-secret=true"),
+        "{st}"
+    );
+    assert_eq!(st["conditions"][0]["reason"], "InvalidSpec", "{st}");
+    Api::<Secret>::namespaced(admin.clone(), ns)
+        .patch(
+            "s3-other-tool",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"tidemark.io/policy-secret": "true"}}})),
+        )
+        .await
+        .unwrap();
+    // (A label is not a spec change: the policy is looked at again when its own spec is.)
+    policies
+        .patch(
+            "renamed",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"retentionInterval": "59m"}})),
+        )
+        .await
+        .unwrap();
+    let st = eventually("Ready=False for the keys not found", || async {
+        let s = status(&policies, "renamed").await;
+        (s["conditions"][0]["status"] == "False"
+            && s["conditions"][0]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("lacks")))
+        .then_some(s)
     })
     .await;
     let message = st["conditions"][0]["message"].as_str().unwrap_or_default();
@@ -1586,7 +1616,8 @@ async fn a_restore_holds_what_it_needs_from_retention() {
     claims
         .create(
             &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "data-db2-0"},
+            &serde_json::from_value(json!({"metadata": {"name": "data-db2-0",
+                    "labels": {tidemark_api::restore::RESTORE_INTO_LABEL: "db"}},
                 "spec": {"accessModes": ["ReadWriteOnce"],
                          "resources": {"requests": {"storage": "1Gi"}}}}))
             .unwrap(),
@@ -1644,6 +1675,40 @@ async fn a_restore_holds_what_it_needs_from_retention() {
         )
         .await
         .unwrap();
+    // A claim of the namespace that is not the policy's database's (no StatefulSet the
+    // policy selects has it, its owner did not label it): a Restore may not wipe it.
+    claims
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "not-ours"},
+                "spec": {"accessModes": ["ReadWriteOnce"],
+                         "resources": {"requests": {"storage": "1Gi"}}}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    restores
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "tidemark.io/v1alpha1", "kind": "Restore",
+                "metadata": {"name": "wipe"},
+                "spec": {"policy": {"name": "db"}, "into": {"claim": "not-ours", "replaceData": true}},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let wipe = eventually("the Restore into another's claim refused", || async {
+        let s = serde_json::to_value(restores.get("wipe").await.ok()?.status).ok()?;
+        (s["phase"] == "Failed").then_some(s)
+    })
+    .await;
+    assert_eq!(
+        wipe["conditions"][0]["reason"], "ClaimNotThePolicys",
+        "{wipe}"
+    );
+    assert!(wipe["job"].is_null(), "{wipe}");
     let second = eventually("the second Restore waiting", || async {
         let s = serde_json::to_value(restores.get("second").await.ok()?.status).ok()?;
         (s["conditions"][0]["reason"] == "ClaimBusy").then_some(s)

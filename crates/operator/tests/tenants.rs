@@ -1467,7 +1467,9 @@ async fn gcs_and_azure_credentials_come_from_the_tenants_secret() {
         ),
     ] {
         let s: Secret = serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": ns}, "stringData": data,
+            "metadata": {"name": name, "namespace": ns,
+                         "labels": {tidemark_operator::stores::POLICY_SECRET_LABEL: "true"}},
+            "stringData": data,
         }))
         .unwrap();
         secrets.create(&PostParams::default(), &s).await.unwrap();

@@ -257,12 +257,16 @@ impl Catalog {
         // as soon as the listing yields it.
         // The metadata cache, read before the listing: each body is taken from it when the
         // listing shows its object unchanged (`crate::metacache`). A local directory's
-        // listing has no entity tags, so it is not read there. The cache read and the one
-        // to write each hold at most a quarter of the pass's metadata budget, beside it.
+        // listing has no entity tags, so it is not read there; nor in a store with object
+        // lock (no cache is written there, so one found was planted). The cache read and
+        // the one to write each hold at most a quarter of the pass's metadata budget.
         let cache_use = store.metadata_cache;
         let cache_bytes = metacache::bound(store.spent.limits().metadata_bytes);
         let cache = async move {
-            if cache_use == CacheUse::Off || store.local_dir().is_some() {
+            if cache_use == CacheUse::Off
+                || store.local_dir().is_some()
+                || store.object_lock.is_some()
+            {
                 std::sync::Arc::new(metacache::Cached::default())
             } else {
                 // Its JSON (escaped bodies, keys and tags) is at most about twice the bodies.

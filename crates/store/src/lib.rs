@@ -9,6 +9,7 @@ pub mod catalog;
 pub mod codec;
 pub mod compress;
 pub mod crypt;
+pub mod deny;
 pub mod error;
 pub mod executor;
 pub mod fault;

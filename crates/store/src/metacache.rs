@@ -5,10 +5,16 @@
 //! The cache is a hint, never a source of truth:
 //!
 //! - A body is taken from it only for a key the listing of this very load yields, with the
-//!   same entity tag and size as the listing gives, and of exactly that many bytes. An
-//!   edited `metadata.json` has another entity tag (S3's is the content's MD5; GCS and
-//!   Azure change theirs on every write), a deleted one is not listed, a new one is not in
-//!   the cache: each is read from the store, as without a cache.
+//!   same entity tag and size as the listing gives, of exactly that many bytes, and whose
+//!   MD5 *is* that entity tag (issue 42 §4): the tag the store computed from the object it
+//!   holds (S3's for a single-part upload, as Tidemark writes `metadata.json`; GCS's XML
+//!   API gives the same for a simple upload). So a forged cache — the listing's keys, tags
+//!   and sizes with other bodies — cannot stand in for an object: its bodies do not hash to
+//!   the tags. A tag that is not an MD5 (a multipart upload's `…-N`, Azure's `0x8D…`,
+//!   whose listed Content-MD5 object_store does not give) is never matched: that object is
+//!   read, on Azure every one (the cache saves nothing there). An edited `metadata.json`
+//!   has another tag, a deleted one is not listed, a new one is not in the cache: each is
+//!   read from the store, as without a cache.
 //! - A body taken from it goes through the same parse and checks as one read from the
 //!   store, so the pass sees what a read of the listed object would have returned.
 //! - A body read from the store enters the cache only when the read's entity tag is the
@@ -16,13 +22,15 @@
 //!   the older tag).
 //! - Stores whose listings carry no entity tag (a local directory) never use it: their
 //!   reads are what a cache would save, and size and time alone would not tell a
-//!   same-size edit.
+//!   same-size edit. Nor does a store with object lock (its versioned bucket would keep
+//!   every cache written, and a planted one there is no less planted).
 //!
 //! So whoever writes the cache — even a runner that lost the lease, or a forged file —
-//! cannot make a pass see anything but the listed objects' contents. A file that cannot
-//! be read (malformed, of a newer format, over its bounds) is ignored. It is written only by
-//! a pass that deletes ([`CacheUse::Write`]), never by `plan`, `ls` or a restore, and only
-//! when it changed.
+//! cannot make a pass see anything but the listed objects' contents: a forged cache costs
+//! reads, not a different plan. A file that cannot be read (malformed, of a newer format,
+//! over its bounds) is ignored. It is written only by a pass that deletes
+//! ([`CacheUse::Write`]), never by `plan`, `ls` or a restore, and only when it changed —
+//! its bodies too, so a cache with a body the objects do not hold is rewritten.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
@@ -127,8 +135,9 @@ impl Cached {
         let entry = self.entries.get(listed.key.as_ref())?;
         (entry.e_tag == e_tag
             && entry.size == listed.size
-            && entry.body.len() as u64 == listed.size)
-            .then_some(entry)
+            && entry.body.len() as u64 == listed.size
+            && is_md5_of(e_tag, entry.body.as_bytes()))
+        .then_some(entry)
     }
 
     /// Up to `ranges - 1` keys that split the cached keys into about equal parts, in
@@ -150,14 +159,13 @@ impl Cached {
             .collect()
     }
 
-    /// Whether `entries` is what this cache already holds.
+    /// Whether `entries` is what this cache already holds, bodies too (a cache whose body
+    /// differs from the object's, under the same tag and size, is rewritten).
     pub(crate) fn holds(&self, entries: &BTreeMap<String, Entry>) -> bool {
         self.entries.len() == entries.len()
-            && entries.iter().all(|(k, e)| {
-                self.entries
-                    .get(k)
-                    .is_some_and(|c| c.e_tag == e.e_tag && c.size == e.size)
-            })
+            && entries
+                .iter()
+                .all(|(k, e)| self.entries.get(k).is_some_and(|c| c == e))
     }
 }
 
@@ -185,7 +193,8 @@ impl Listed {
         if read.e_tag.as_deref().map(opaque) != Some(e_tag) || read.size != self.size {
             return None;
         }
-        if body.len() as u64 != self.size {
+        // Only what a later load can check: a body whose tag is its MD5.
+        if body.len() as u64 != self.size || !is_md5_of(e_tag, body) {
             return None;
         }
         let body = std::str::from_utf8(body).ok()?.to_owned();
@@ -195,6 +204,13 @@ impl Listed {
             body,
         })
     }
+}
+
+/// Whether `e_tag` (opaque) is the MD5 of `body`, in hex: what S3 and GCS's XML API give a
+/// single-part upload. Any other tag (a multipart upload's, Azure's) is not.
+fn is_md5_of(e_tag: &str, body: &[u8]) -> bool {
+    use md5::Digest as _;
+    e_tag.len() == 32 && e_tag.eq_ignore_ascii_case(&hex::encode(md5::Md5::digest(body)))
 }
 
 /// An entity tag's opaque value: the quotes (and a weak tag's `W/`) as the store gives them
@@ -331,23 +347,38 @@ mod tests {
         }
     }
 
+    /// The MD5 of `body`, in hex: the tag S3 gives a single-part upload of it.
+    fn md5(body: &str) -> String {
+        use md5::Digest as _;
+        hex::encode(md5::Md5::digest(body.as_bytes()))
+    }
+
     #[test]
     fn a_body_is_taken_only_for_the_listed_object() {
+        let body = "{\"a\":1}";
+        let x = md5(body);
+        let quoted = format!("\"{x}\"");
         let cached = Cached {
-            entries: [("a/1/metadata.json".to_owned(), entry("x", "{\"a\":1}"))]
+            entries: [("a/1/metadata.json".to_owned(), entry(&x, body))]
                 .into_iter()
                 .collect(),
         };
         assert!(
             cached
-                .body(&listed("a/1/metadata.json", 7, Some("\"x\"")))
+                .body(&listed("a/1/metadata.json", 7, Some(&quoted)))
                 .is_some()
         );
-        // Quoted or not (Azure lists tags bare and serves them quoted).
+        // Quoted or not (Azure lists tags bare and serves them quoted), any case.
         assert!(
             cached
-                .body(&listed("a/1/metadata.json", 7, Some("x")))
+                .body(&listed("a/1/metadata.json", 7, Some(&x)))
                 .is_some()
+        );
+        assert!(
+            cached
+                .body(&listed("a/1/metadata.json", 7, Some(&x.to_uppercase())))
+                .is_none(),
+            "an entry is taken for its own tag only"
         );
         // Another tag (an edit of the same size), another size, no tag, another key.
         assert!(
@@ -357,20 +388,48 @@ mod tests {
         );
         assert!(
             cached
-                .body(&listed("a/1/metadata.json", 8, Some("\"x\"")))
+                .body(&listed("a/1/metadata.json", 8, Some(&quoted)))
                 .is_none()
         );
         assert!(cached.body(&listed("a/1/metadata.json", 7, None)).is_none());
         assert!(
             cached
-                .body(&listed("a/2/metadata.json", 7, Some("\"x\"")))
+                .body(&listed("a/2/metadata.json", 7, Some(&quoted)))
                 .is_none()
         );
+        // Issue 42 §4: a body that is not what the tag digests — the listing's key, tag
+        // and size, another content of that size (a forged cache) — is never taken; nor a
+        // tag that is no MD5 (a multipart upload's, Azure's), whatever the body.
+        let forged = Cached {
+            entries: [("a/1/metadata.json".to_owned(), entry(&x, "{\"a\":2}"))]
+                .into_iter()
+                .collect(),
+        };
+        assert!(
+            forged
+                .body(&listed("a/1/metadata.json", 7, Some(&quoted)))
+                .is_none()
+        );
+        for tag in ["0x8DCAFE0123456789", "d41d8cd98f00b204e9800998ecf8427e-2"] {
+            let other = Cached {
+                entries: [("a/1/metadata.json".to_owned(), entry(tag, body))]
+                    .into_iter()
+                    .collect(),
+            };
+            assert!(
+                other
+                    .body(&listed("a/1/metadata.json", 7, Some(tag)))
+                    .is_none(),
+                "{tag}"
+            );
+        }
     }
 
     #[test]
     fn a_read_enters_the_cache_only_as_the_listed_object() {
-        let l = listed("a/1/metadata.json", 7, Some("\"x\""));
+        let body = b"{\"a\":1}";
+        let x = format!("\"{}\"", md5("{\"a\":1}"));
+        let l = listed("a/1/metadata.json", 7, Some(&x));
         let served = |e_tag: Option<&str>, size: u64| ObjectMeta {
             location: Path::from("a/1/metadata.json"),
             last_modified: chrono::DateTime::default(),
@@ -378,18 +437,20 @@ mod tests {
             e_tag: e_tag.map(str::to_owned),
             version: None,
         };
-        assert!(l.entry(&served(Some("\"x\""), 7), b"{\"a\":1}").is_some());
-        assert!(l.entry(&served(Some("x"), 7), b"{\"a\":1}").is_some());
+        assert!(l.entry(&served(Some(&x), 7), body).is_some());
+        assert!(
+            l.entry(&served(Some(x.trim_matches('"')), 7), body)
+                .is_some()
+        );
         // Rewritten between the listing and the read.
         assert!(l.entry(&served(Some("\"y\""), 7), b"{\"a\":2}").is_none());
-        assert!(l.entry(&served(Some("\"x\""), 8), b"{\"a\":1} ").is_none());
+        assert!(l.entry(&served(Some(&x), 8), b"{\"a\":1} ").is_none());
         // A body cut short.
-        assert!(l.entry(&served(Some("\"x\""), 7), b"{\"a\"").is_none());
-        assert!(
-            listed("k", 7, None)
-                .entry(&served(None, 7), b"{\"a\":1}")
-                .is_none()
-        );
+        assert!(l.entry(&served(Some(&x), 7), b"{\"a\"").is_none());
+        // A body the tag does not digest (served with the listed tag) is not cached: a
+        // later load could not take it.
+        assert!(l.entry(&served(Some(&x), 7), b"{\"a\":2}").is_none());
+        assert!(listed("k", 7, None).entry(&served(None, 7), body).is_none());
     }
 
     #[test]

@@ -45,6 +45,9 @@ pub struct StoreOptions {
     /// GCS or Azure credentials given explicitly (the operator reads them from the
     /// policy's Secret); else the environment's. Nothing from the environment mixes in.
     pub cloud_credentials: Option<CloudCredentials>,
+    /// Address ranges never connected to (the operator's `--deny-endpoints`): checked on
+    /// every connection (`crate::deny`). Empty: none.
+    pub denied_endpoints: Vec<crate::deny::Cidr>,
 }
 
 /// Credentials of a `gs://` or `az://` store. `Debug` never shows a secret.
@@ -676,6 +679,27 @@ fn open_base(
     if parsed.query().is_some() || parsed.fragment().is_some() {
         return Err(invalid(url, "a store URL has no query or fragment"));
     }
+    // Hosts written as addresses are never resolved: checked here (names are checked by
+    // the resolver on every connection).
+    if !options.denied_endpoints.is_empty() {
+        let gcs_base = match &options.cloud_credentials {
+            Some(CloudCredentials::GcsServiceAccountKey(key)) => {
+                serde_json::from_str::<serde_json::Value>(key)
+                    .ok()
+                    .and_then(|k| k["gcs_base_url"].as_str().map(str::to_owned))
+            }
+            _ => None,
+        };
+        for u in options.endpoint.iter().chain(gcs_base.as_ref()) {
+            if let Some(host) = Url::parse(u)
+                .ok()
+                .and_then(|u| u.host_str().map(str::to_owned))
+            {
+                crate::deny::check_literal(&options.denied_endpoints, &host)
+                    .map_err(|e| invalid(url, e))?;
+            }
+        }
+    }
     // Percent-encoded characters are decoded: `s3://b/my%20dir` is the prefix `my dir`.
     let prefix = || -> Result<Path, StoreError> {
         Path::from_url_path(parsed.path().trim_matches('/'))
@@ -742,10 +766,14 @@ fn open_base(
             } else {
                 AmazonS3Builder::from_env()
             };
-            let client = crate::tls::client_options(options.ca_bundle.as_deref(), |k| match k {
-                object_store::aws::AmazonS3ConfigKey::Client(c) => Some(c),
-                _ => None,
-            })
+            let client = crate::tls::client_options(
+                options.ca_bundle.as_deref(),
+                &options.denied_endpoints,
+                |k| match k {
+                    object_store::aws::AmazonS3ConfigKey::Client(c) => Some(c),
+                    _ => None,
+                },
+            )
             .map_err(|e| invalid(url, e))?;
             let mut b = builder
                 .with_bucket_name(&bucket)
@@ -828,10 +856,14 @@ fn open_base(
         }
         "gs" => {
             let bucket = bucket()?;
-            let client = crate::tls::client_options(options.ca_bundle.as_deref(), |k| match k {
-                object_store::gcp::GoogleConfigKey::Client(c) => Some(c),
-                _ => None,
-            })
+            let client = crate::tls::client_options(
+                options.ca_bundle.as_deref(),
+                &options.denied_endpoints,
+                |k| match k {
+                    object_store::gcp::GoogleConfigKey::Client(c) => Some(c),
+                    _ => None,
+                },
+            )
             .map_err(|e| invalid(url, e))?;
             let (builder, key) = match &options.cloud_credentials {
                 Some(CloudCredentials::GcsServiceAccountKey(key)) => (
@@ -869,10 +901,14 @@ fn open_base(
         }
         "az" | "azure" => {
             let container = bucket()?;
-            let client = crate::tls::client_options(options.ca_bundle.as_deref(), |k| match k {
-                object_store::azure::AzureConfigKey::Client(c) => Some(c),
-                _ => None,
-            })
+            let client = crate::tls::client_options(
+                options.ca_bundle.as_deref(),
+                &options.denied_endpoints,
+                |k| match k {
+                    object_store::azure::AzureConfigKey::Client(c) => Some(c),
+                    _ => None,
+                },
+            )
             .map_err(|e| invalid(url, e))?;
             use object_store::azure::MicrosoftAzureBuilder;
             let mut b = match &options.cloud_credentials {

@@ -55,10 +55,17 @@ pub fn root_source() -> RootSource {
 /// `ca_bundle` holds no PEM certificate: the message says so.
 pub(crate) fn client_options<K: std::str::FromStr>(
     ca_bundle: Option<&str>,
+    denied: &[crate::deny::Cidr],
     client_key: impl Fn(K) -> Option<ClientConfigKey>,
 ) -> Result<ClientOptions, String> {
     let env_key = |name: &str| name.to_ascii_lowercase().parse().ok().and_then(&client_key);
     let mut options = ClientOptions::new().with_no_system_certificates(true);
+    // Every connection's addresses are checked against the denied ranges.
+    if !denied.is_empty() {
+        options = options.with_dns_resolver(std::sync::Arc::new(crate::deny::DeniedResolver::new(
+            denied,
+        )));
+    }
     for c in &roots().1 {
         options = options.with_root_certificate(c.clone());
     }
@@ -90,8 +97,8 @@ mod tests {
     #[test]
     fn a_bundle_without_a_certificate_is_refused() {
         let none = |_: object_store::aws::AmazonS3ConfigKey| None;
-        let e = client_options(Some("not a certificate"), none).unwrap_err();
+        let e = client_options(Some("not a certificate"), &[], none).unwrap_err();
         assert!(e.contains("no certificate"), "{e}");
-        assert!(client_options(None, none).is_ok());
+        assert!(client_options(None, &[], none).is_ok());
     }
 }

@@ -213,6 +213,9 @@ fn cases() -> Vec<(&'static str, Case)> {
         ("a-stale-metadata-cache-never-changes-the-plan", |s| {
             Box::pin(a_stale_metadata_cache_never_changes_the_plan(s))
         }),
+        ("a-forged-metadata-cache-never-changes-the-plan", |s| {
+            Box::pin(a_forged_metadata_cache_never_changes_the_plan(s))
+        }),
     ]
 }
 
@@ -596,12 +599,7 @@ async fn a_stale_metadata_cache_never_changes_the_plan(store: &ClusterStore) {
     let writing = store.clone().with_metadata_cache(CacheUse::Write);
     let uncached = store.clone().with_metadata_cache(CacheUse::Off);
     let committed = history.iter().filter(|b| !b.uncommitted).count();
-    // A local directory's listing has no entity tags: it reads every metadata.json.
-    let served = if store.backend == tidemark_store::Backend::Local {
-        0
-    } else {
-        committed
-    };
+    let served = if cache_serves(store) { committed } else { 0 };
     let plan = |store: ClusterStore| async move { standard_survey(&store).await.plan };
 
     let first = plan(writing.clone()).await;
@@ -715,6 +713,97 @@ async fn a_stale_metadata_cache_never_changes_the_plan(store: &ClusterStore) {
         if served > 0 { committed_now } else { 0 }
     );
     assert_eq!(plan(store.clone()).await, before);
+}
+
+/// Whether a load takes bodies from the metadata cache here: where the store's entity tag
+/// is the content's MD5 (S3, GCS's XML API). A local directory's listing has no tags, and
+/// Azure's are not digests: both read every metadata.json.
+fn cache_serves(store: &ClusterStore) -> bool {
+    matches!(
+        store.backend,
+        tidemark_store::Backend::S3 | tidemark_store::Backend::Gcs
+    )
+}
+
+/// Issue 42 §4: a forged metadata cache — the listing's own keys, entity tags and sizes,
+/// each with another body of the same size (every committed backup marked failed) —
+/// changes no plan: a body is taken from the cache only when its MD5 is the tag the store
+/// computed, so none of the forged ones is. A pass that deletes then rewrites the cache with
+/// the objects' bodies, which a later load takes (where tags are digests).
+async fn a_forged_metadata_cache_never_changes_the_plan(store: &ClusterStore) {
+    use futures::TryStreamExt;
+    let history = standard_history(store).await;
+    let plan = |store: ClusterStore| async move { standard_survey(&store).await.plan };
+    let truth = plan(store.clone().with_metadata_cache(CacheUse::Off)).await;
+    let listed: Vec<object_store::ObjectMeta> = store
+        .object_store()
+        .list(None)
+        .try_collect::<Vec<_>>()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.location.as_ref().ends_with("/metadata.json"))
+        .collect();
+    let mut entries = serde_json::Map::new();
+    let mut forged = 0;
+    for m in &listed {
+        let body = store.read(&m.location).await.unwrap().unwrap();
+        let text = String::from_utf8_lossy(&body).into_owned();
+        let lie = text.replacen("\"phase\": \"completed\"", "\"phase\": \"failed\"   ", 1);
+        assert_eq!(lie.len(), text.len());
+        forged += usize::from(lie != text);
+        let tag = m.e_tag.clone().unwrap_or_default().replace('"', "");
+        entries.insert(
+            m.location.as_ref().to_owned(),
+            serde_json::json!({"eTag": tag, "size": m.size, "body": lie}),
+        );
+    }
+    let committed = history.iter().filter(|b| !b.uncommitted).count();
+    assert!(forged >= committed - 2, "{forged} of {committed} forged");
+    let file = serde_json::json!({"formatVersion": 1, "entries": entries});
+    let cache = zstd::bulk::compress(&serde_json::to_vec(&file).unwrap(), 3).unwrap();
+    write(store, "_state/metadata-cache.json.zst", &cache).await;
+    // Read by a load (`plan`, `ls`, a restore's): the plan made without any cache.
+    let cached = plan(store.clone()).await;
+    assert!(
+        cached == truth,
+        "the forged cache changed the plan:\n{}",
+        plan_differences(&cached, &truth)
+    );
+    let loaded = tidemark_store::Catalog::load(store, &NoProgress)
+        .await
+        .unwrap();
+    assert_eq!(
+        loaded.metadata_from_cache,
+        if cache_serves(store) {
+            listed.len() - forged
+        } else {
+            0
+        },
+        "only the bodies that are the objects' are taken"
+    );
+    // A pass that deletes rewrites it; it then serves every committed backup.
+    let again = plan(store.clone().with_metadata_cache(CacheUse::Write)).await;
+    assert!(again == truth);
+    let rewritten = store
+        .read(&Path::from("_state/metadata-cache.json.zst"))
+        .await
+        .unwrap();
+    if cache_serves(store) {
+        assert!(
+            rewritten.is_some_and(|r| r.as_ref() != cache.as_slice()),
+            "not rewritten"
+        );
+        let loaded = tidemark_store::Catalog::load(store, &NoProgress)
+            .await
+            .unwrap();
+        assert_eq!(
+            loaded.metadata_from_cache,
+            listed.len() - 1,
+            "the malformed one is read"
+        );
+    }
+    assert!(plan(store.clone()).await == truth);
 }
 
 fn action_of(plan: &tidemark_core::Plan, id: &str) -> Action {

@@ -467,7 +467,7 @@ impl Step {
         policy: &BackupPolicy,
         store: &ClusterStore,
     ) -> Result<Action, Error> {
-        let store_secret = crate::stores::policy_secret_keys(&self.ctx.client, policy).await?;
+        let store_secret = crate::stores::policy_secret_keys(&self.ctx, policy).await?;
         let (name, id) = (store_name(&self.backup), backup_id(&self.backup));
         // The caches keep no pod template (`crate::lean::backup`): read it from the object,
         // within its bound.
@@ -523,7 +523,7 @@ impl Step {
         store: &ClusterStore,
     ) -> Result<Action, Error> {
         let (ctx, api, backup) = (&self.ctx, &self.api, &self.backup);
-        let store_secret = crate::stores::policy_secret_keys(&ctx.client, policy).await?;
+        let store_secret = crate::stores::policy_secret_keys(ctx, policy).await?;
         let (pod, source, note) = match source::target_pod(ctx, api, backup, policy).await? {
             Ok(found) => found,
             Err(action) => return Ok(action),

@@ -128,6 +128,9 @@ async fn secret_data(
         .await
         .map_err(|e| format!("reading Secret {ns}/{name}: {e}"))?
         .ok_or_else(|| format!("Secret {ns}/{name} ({field}) does not exist"))?;
+    if !ctx.tenancy.allow_unlabelled_secrets && !crate::stores::secret_opted_in(found.labels()) {
+        return Err(crate::stores::secret_not_opted_in(ns, name, field));
+    }
     Ok(found.data.unwrap_or_default())
 }
 

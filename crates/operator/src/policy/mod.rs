@@ -716,7 +716,7 @@ async fn consolidator(
             return None;
         }
     };
-    let store_secret = crate::stores::policy_secret_keys(&ctx.client, policy)
+    let store_secret = crate::stores::policy_secret_keys(ctx, policy)
         .await
         .ok()
         .flatten();

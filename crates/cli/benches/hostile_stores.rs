@@ -84,28 +84,36 @@ fn fat_peers(weed: &SeaweedFs) {
     for i in 0..3 {
         let (what, _) = fat_object(i);
         let cluster = format!("fat-{i}");
-        let t0 = Instant::now();
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"))
-            .args(["gc", "--keep-last", "1", "--store", &weed.url()])
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"));
+        cmd.args(["gc", "--keep-last", "1", "--store", &weed.url()])
             .args(["--cluster", &cluster, "--endpoint", &weed.endpoint])
             .envs(weed.env())
             .env("TIDEMARK_MAX_INDEX_BYTES", (32u64 << 20).to_string())
-            .env("TIDEMARK_MAX_INDEX_SHARDS", "256")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut peak = 0;
-        while child.try_wait().unwrap().is_none() {
-            peak = peak_kib(child.id()).unwrap_or(peak).max(peak);
-            std::thread::sleep(Duration::from_millis(5));
-        }
+            .env("TIDEMARK_MAX_INDEX_SHARDS", "256");
+        let (peak, took) = sampled_peak(cmd);
         println!(
             "peer: tidemark gc on {what}, the operator's index budget: VmHWM {} MiB, {:.1} s",
             peak >> 10,
-            t0.elapsed().as_secs_f64()
+            took.as_secs_f64()
         );
     }
+}
+
+/// Runs `cmd` (output discarded), sampling its peak resident memory (VmHWM, KiB) until it
+/// ends; with how long it ran.
+fn sampled_peak(mut cmd: std::process::Command) -> (u64, Duration) {
+    let t0 = Instant::now();
+    let mut child = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut peak = 0;
+    while child.try_wait().unwrap().is_none() {
+        peak = peak_kib(child.id()).unwrap_or(peak).max(peak);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    (peak, t0.elapsed())
 }
 
 /// Waits until every policy named `<prefix><i>` (`i < n`) is `Ready=False` with a message
@@ -267,25 +275,16 @@ async fn run(backups: usize, template: usize, policies: usize, fat: usize, weed:
 /// budget (its peak is one pass's).
 fn peer() {
     let server = HostileS3::start(Hostility::EndlessKeys { per_page: 1000 });
-    let t0 = Instant::now();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"))
-        .args(["ls", "--store", "s3://b", "--cluster", "c"])
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"));
+    cmd.args(["ls", "--store", "s3://b", "--cluster", "c"])
         .args(["--endpoint", &server.endpoint])
         .env("AWS_ACCESS_KEY_ID", "a")
         .env("AWS_SECRET_ACCESS_KEY", "b")
-        .env("TIDEMARK_MAX_LISTED_KEYS", "100000")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut peak = 0;
-    while child.try_wait().unwrap().is_none() {
-        peak = peak_kib(child.id()).unwrap_or(peak).max(peak);
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        .env("TIDEMARK_MAX_LISTED_KEYS", "100000");
+    let (peak, took) = sampled_peak(cmd);
     println!(
         "peer: tidemark ls against keys without end, 100000-key budget: VmHWM {} MiB, {:.1} s",
         peak >> 10,
-        t0.elapsed().as_secs_f64()
+        took.as_secs_f64()
     );
 }

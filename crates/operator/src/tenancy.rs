@@ -317,6 +317,39 @@ impl Tenancy {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    /// Issue 42 §5: what Tidemark's pods copy from a database pod passes the template
+    /// check: a privileged or capability-adding database container is refused, naming
+    /// where it comes from, unless the administrator allows it.
+    #[test]
+    fn copied_security_settings_are_checked() {
+        use k8s_openapi::api::core::v1::{Capabilities, SecurityContext};
+        let strict = Tenancy::default();
+        let privileged = SecurityContext {
+            privileged: Some(true),
+            ..Default::default()
+        };
+        let adds = SecurityContext {
+            capabilities: Some(Capabilities {
+                add: Some(vec!["SYS_ADMIN".into()]),
+                drop: None,
+            }),
+            ..Default::default()
+        };
+        for sc in [&privileged, &adds] {
+            let e = strict
+                .check_copied(None, Some(sc), "the security settings of pod db-0")
+                .unwrap_err();
+            assert!(e.starts_with("the security settings of pod db-0"), "{e}");
+            assert!(e.contains("--allow-privileged-templates"), "{e}");
+        }
+        assert!(strict.check_copied(None, None, "x").is_ok());
+        let allowing = Tenancy {
+            allow_privileged_templates: true,
+            ..Default::default()
+        };
+        assert!(allowing.check_copied(None, Some(&privileged), "x").is_ok());
+    }
+
     use serde_json::json;
 
     fn policy(mode: &str, period: &str) -> BackupPolicy {

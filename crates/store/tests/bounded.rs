@@ -150,3 +150,61 @@ async fn a_forged_length_reserves_nothing() {
             .is_err()
     );
 }
+
+/// Issue 42: the operator's denied ranges hold on every connection. A server on loopback,
+/// reached by a name (`localhost`), is never connected to when loopback is denied — the
+/// request fails naming the range — though the same server answers without the ranges;
+/// an endpoint written as a denied address is refused when the store is opened.
+#[tokio::test]
+async fn denied_addresses_are_never_connected_to() {
+    // Every request it is sent is counted: none may arrive while loopback is denied.
+    static SERVED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let url = hostile_server(|_| {
+        SERVED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        (
+            "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".into(),
+            0,
+        )
+    })
+    .await;
+    let port = url.rsplit(':').next().unwrap().to_owned();
+    let served = &SERVED;
+    let denied = tidemark_store::deny::parse_cidrs("127.0.0.0/8,::1").unwrap();
+    let options = |endpoint: String, denied: Vec<tidemark_store::deny::Cidr>| StoreOptions {
+        endpoint: Some(endpoint),
+        credentials: Some(S3Credentials {
+            access_key_id: "k".into(),
+            secret_access_key: "s".into(),
+            session_token: None,
+        }),
+        retry_timeout: Some(std::time::Duration::from_secs(2)),
+        denied_endpoints: denied,
+        ..Default::default()
+    };
+    let by_name = format!("http://localhost:{port}");
+    let store = ClusterStore::open(
+        "s3://bucket",
+        "c",
+        &options(by_name.clone(), denied.clone()),
+    )
+    .unwrap();
+    let e = store
+        .read(&Path::from("x"))
+        .await
+        .expect_err("a denied address was reached");
+    let said = format!("{e:?}");
+    assert!(said.contains("--deny-endpoints"), "{said}");
+    assert_eq!(served.load(std::sync::atomic::Ordering::SeqCst), 0);
+    // The same server, not denied: reached (a 404 is "not there").
+    let store = ClusterStore::open("s3://bucket", "c", &options(by_name, Vec::new())).unwrap();
+    assert!(store.read(&Path::from("x")).await.unwrap().is_none());
+    assert!(served.load(std::sync::atomic::Ordering::SeqCst) > 0);
+    // Written as an address: refused at once.
+    let e = ClusterStore::open(
+        "s3://bucket",
+        "c",
+        &options(format!("http://127.0.0.1:{port}"), denied),
+    )
+    .expect_err("a denied literal was accepted");
+    assert!(e.to_string().contains("127.0.0.1"), "{e}");
+}

@@ -116,12 +116,16 @@ pub struct EarlySwitch {
     pub message: String,
 }
 
-/// The timelines of `timelines` whose switch lies before the archive's end, given the last
-/// archived sequence of each timeline, that are not acknowledged (`acknowledged` at or after
-/// the switch).
+/// Where a timeline's archive ends: its last segment's sequence, and the GTID position after
+/// it when the index says (an entry of the head; a shard's summary does not).
+pub type ArchiveEnd = (u64, Option<tidemark_core::GtidPos>);
+
+/// The timelines of `timelines` whose switch lies before the archive's end — the parent
+/// holds a segment after the one holding the switch, or transactions after the switch in
+/// that very segment — that are not acknowledged (`acknowledged` at or after the switch).
 pub fn early_switches(
     timelines: &[tidemark_core::Timeline],
-    last_sequence: &std::collections::HashMap<u32, u64>,
+    ends: &std::collections::HashMap<u32, ArchiveEnd>,
     acknowledged: Option<Timestamp>,
 ) -> Vec<EarlySwitch> {
     let server = |s: Option<u32>| s.map_or_else(|| "unknown".to_owned(), |s| s.to_string());
@@ -130,12 +134,16 @@ pub fn early_switches(
         let (Some(parent), Some(sw)) = (t.parent, &t.switch) else {
             continue;
         };
-        let parent_end = last_sequence.get(&parent).copied();
-        let branch = match (sw.parent_sequence, parent_end) {
-            (Some(at), Some(end)) => end > at,
-            (None, Some(_)) => true,
-            _ => false,
-        };
+        let parent_end = ends.get(&parent);
+        let after_switch = parent_end
+            .and_then(|(_, gtids)| gtids.as_ref())
+            .is_some_and(|end| !sw.gtid.covers(end));
+        let branch = after_switch
+            || match (sw.parent_sequence, parent_end) {
+                (Some(at), Some((end, _))) => *end > at,
+                (None, Some(_)) => true,
+                _ => false,
+            };
         if !(branch || !sw.missing.is_empty() || sw.unrelated) {
             continue;
         }
@@ -168,21 +176,29 @@ pub fn early_switches(
     out
 }
 
-/// The last archived sequence of each timeline, from an index head (its entries and its
-/// shard summaries).
-fn last_sequences(head: &tidemark_store::format::IndexFile) -> std::collections::HashMap<u32, u64> {
+/// Where each timeline's archive ends, from an index head (its entries and its shard
+/// summaries): the highest sequence, with the GTID position after it when an entry of the
+/// head gives it.
+fn archive_ends(
+    head: &tidemark_store::format::IndexFile,
+) -> std::collections::HashMap<u32, ArchiveEnd> {
     use tidemark_core::timeline::timeline_of;
-    let mut last = std::collections::HashMap::new();
-    let seqs = head
+    let mut ends: std::collections::HashMap<u32, ArchiveEnd> = std::collections::HashMap::new();
+    let seen = head
         .entries
         .iter()
-        .map(|e| e.sequence)
-        .chain(head.shards.iter().map(|s| s.last_sequence));
-    for q in seqs {
-        let e = last.entry(timeline_of(q)).or_insert(q);
-        *e = (*e).max(q);
+        .map(|e| (e.sequence, e.segment_gtids().map(|g| g.end())))
+        .chain(head.shards.iter().map(|s| (s.last_sequence, None)));
+    for (q, gtids) in seen {
+        match ends.get_mut(&timeline_of(q)) {
+            Some(e) if e.0 > q => {}
+            Some(e) if e.0 == q => e.1 = e.1.take().or(gtids),
+            _ => {
+                ends.insert(timeline_of(q), (q, gtids));
+            }
+        }
     }
-    last
+    ends
 }
 
 /// Looks at the archive of `policy` (one with an operator-run archiver): metric, status,
@@ -250,7 +266,7 @@ pub async fn check(ctx: &Context, policy: &BackupPolicy) -> Option<Duration> {
                     .and_then(|a| a.parse().ok());
                 Some(early_switches(
                     &index.head.timelines,
-                    &last_sequences(&index.head),
+                    &archive_ends(&index.head),
                     acknowledged,
                 ))
             }
@@ -419,12 +435,22 @@ mod tests {
             }),
             created_at: None,
         };
-        let last: std::collections::HashMap<u32, u64> =
-            [(0, 4), (1, archive_sequence(1, 2).unwrap())]
+        let at_switch = GtidPos::parse("0-1-35").ok();
+        let last: std::collections::HashMap<u32, ArchiveEnd> = [
+            (0, (4, at_switch.clone())),
+            (1, (archive_sequence(1, 2).unwrap(), None)),
+        ]
+        .into_iter()
+        .collect();
+        // The parent's archive ends with the switch: nothing to say.
+        assert!(early_switches(&[t0.clone(), t1(4)], &last, None).is_empty());
+        // It ends in the segment holding the switch, but after it (the old primary's
+        // last transactions, in that very file): a branch.
+        let beyond: std::collections::HashMap<u32, ArchiveEnd> =
+            [(0, (4, GtidPos::parse("0-1-42").ok()))]
                 .into_iter()
                 .collect();
-        // The parent's archive ends with the segment holding the switch: nothing to say.
-        assert!(early_switches(&[t0.clone(), t1(4)], &last, None).is_empty());
+        assert_eq!(early_switches(&[t0.clone(), t1(4)], &beyond, None).len(), 1);
         // The parent holds segments 3 and 4 after a switch in segment 2.
         let e = early_switches(&[t0.clone(), t1(2)], &last, None);
         assert_eq!(e.len(), 1);

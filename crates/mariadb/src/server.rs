@@ -479,22 +479,28 @@ impl PrivateServer {
     }
 
     /// Runs `sql` as Tidemark's administrator.
+    /// The statements go on the client's standard input, never its command line: they
+    /// carry the accounts' passwords, and a command line is every local user's to read.
     async fn admin_sql(&self, tools: &Tools, sql: &str) -> Result<(), RestoreError> {
-        let out = spawn(
+        use tokio::io::AsyncWriteExt as _;
+        let spawn_err = |source| RestoreError::Spawn {
+            program: tools.mariadb.to_string_lossy().into_owned(),
+            source,
+        };
+        let mut child = spawn(
             Command::new(&tools.mariadb)
                 .args(self.admin.args(&self.socket))
-                .args(["-N", "-B", "-e", sql])
-                .stdin(Stdio::null())
+                .args(["-N", "-B"])
+                .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped()),
             &tools.mariadb,
-        )?
-        .wait_with_output()
-        .await
-        .map_err(|source| RestoreError::Spawn {
-            program: tools.mariadb.to_string_lossy().into_owned(),
-            source,
-        })?;
+        )?;
+        if let Some(mut stdin) = child.stdin.take() {
+            // A client that died early says why on stderr; its exit status tells.
+            let _ = stdin.write_all(sql.as_bytes()).await;
+        }
+        let out = child.wait_with_output().await.map_err(spawn_err)?;
         if out.status.success() {
             return Ok(());
         }

@@ -181,6 +181,34 @@ impl VerifySpec {
 /// The most bytes of a restore test's query or expected result.
 pub const MAX_RESTORE_TEST_TEXT: usize = 65_536;
 
+/// On a BackupPolicy, an RFC 3339 instant: the archive's branch segments (off the main
+/// line, left by a new timeline) whose last event is at or before it were looked at and
+/// may go by the ordinary rule; later ones are kept for `retention.window`, or, without
+/// one, until acknowledged (`tidemark plan|gc --acknowledge-branches`). Read by the
+/// operator, `tidemark run` and `plan|gc --policy`.
+pub const ACKNOWLEDGE_BRANCHES_ANNOTATION: &str = "tidemark.io/acknowledge-branches";
+
+/// The instant [`ACKNOWLEDGE_BRANCHES_ANNOTATION`] gives in `annotations`, if any.
+///
+/// # Errors
+/// Not an RFC 3339 instant (the value cut, the accepted form).
+pub fn branches_acknowledged(
+    annotations: &std::collections::BTreeMap<String, String>,
+) -> Result<Option<jiff::Timestamp>, String> {
+    let key = ACKNOWLEDGE_BRANCHES_ANNOTATION;
+    annotations
+        .get(key)
+        .map(|at| {
+            at.parse().map_err(|_| {
+                format!(
+                    "metadata.annotations[{key:?}]: {:?} is not an instant; expected RFC 3339, e.g. 2026-11-29T12:00:00Z",
+                    at.chars().take(64).collect::<String>()
+                )
+            })
+        })
+        .transpose()
+}
+
 /// When and how a policy's backups are proven restorable.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]

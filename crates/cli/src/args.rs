@@ -317,9 +317,11 @@ pub struct OperatorArgs {
     /// policy names. For an upgrade, until the Secrets are labelled.
     #[arg(long, env = "TIDEMARK_ALLOW_UNLABELLED_SECRETS")]
     pub allow_unlabelled_secrets: bool,
-    /// Address ranges a policy's store endpoint may not resolve to, comma-separated (e.g.
-    /// 169.254.0.0/16,10.0.0.0/8; "" for none): the operator refuses to send requests
-    /// there for a tenant. Default: the link-local ranges (cloud instance metadata).
+    /// Address ranges the operator never connects to for a tenant, comma-separated (e.g.
+    /// 169.254.0.0/16,10.0.0.0/8; "" for none): a store endpoint, its redirects, a GCS
+    /// key's base URL, a DeleteHook's webhook — every connection's addresses are checked.
+    /// Default: the link-local ranges and AWS's fd00:ec2::254 (cloud instance metadata),
+    /// loopback and the unspecified addresses (the operator's own pod).
     #[arg(long, value_name = "CIDR,...", env = "TIDEMARK_DENY_ENDPOINTS", default_value = tidemark_operator::tenancy::DEFAULT_DENIED_ENDPOINTS)]
     pub deny_endpoints: String,
     /// The longest lock the operator sets, from when it sets it, e.g. 365d: a policy with
@@ -522,9 +524,10 @@ pub struct MariaDbTools {
     #[arg(long, value_name = "PATH", default_value = "mariadb")]
     pub mariadb: PathBuf,
     /// The user the private MariaDB server (binlog replay, a restore test's checks) runs as
-    /// when tidemark runs as root, e.g. mysql: that server never runs as root, and is
-    /// handed the restored data directory. Needed as root; ignored otherwise (the server
-    /// runs as you).
+    /// when tidemark runs as root: that server never runs as root, and is handed the
+    /// restored data directory. Best a user of its own that owns nothing else (on a
+    /// database host not mysql, which owns the live server's files). Needed as root;
+    /// ignored otherwise (the server runs as you).
     #[arg(long, value_name = "USER", env = "TIDEMARK_SERVER_USER")]
     pub server_user: Option<String>,
 }

@@ -355,6 +355,12 @@ pub fn policy(args: &PolicyArgs, file: Option<&BackupPolicy>) -> Result<Resolved
             },
         })
     })?;
+    // The file's annotation, unless the flag says otherwise.
+    if let Some(p) = file {
+        policy.branches_acknowledged =
+            tidemark_api::policy::branches_acknowledged(&p.metadata.annotations)
+                .map_err(CliError::input)?;
+    }
     if let Some(at) = &args.acknowledge_branches {
         policy.branches_acknowledged = Some(at.parse().map_err(|_| {
             CliError::input(format!(

@@ -136,7 +136,16 @@ fn load(dir: &Path) -> Result<Vec<PolicyRun>, CliError> {
             .as_ref()
             .map(|r| {
                 let checked = r.to_input(policy.spec.time_zone.as_deref()).validate();
+                let acknowledged =
+                    tidemark_api::policy::branches_acknowledged(&policy.metadata.annotations)
+                        .map_err(|e| {
+                            CliError::input(format!("{}: BackupPolicy {name}: {e}", file.display()))
+                        })?;
                 checked
+                    .map(|mut p| {
+                        p.branches_acknowledged = acknowledged;
+                        p
+                    })
                     .map(|p| RetentionRun {
                         policy: p,
                         as_given: serde_json::to_value(r).unwrap_or_default(),

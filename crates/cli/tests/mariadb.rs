@@ -441,13 +441,6 @@ fn backups_binlogs_retention_and_point_in_time_restores() {
     );
 }
 
-/// Issue 27: a primary (server 1) and its GTID replica (server 2), the primary's binlog
-/// numbering a few files ahead. Backups are taken on the replica, binlogs archived from the
-/// primary; then the primary dies with a transaction the replica never got, the replica is
-/// promoted and takes writes, and the archive follows it onto a new timeline. Every restore
-/// gives the exact row count, the lost transaction is in none after the switch and is shown
-/// as a branch, a killed archiver converges, and retention keeps the window across the
-/// switch.
 /// Issue 42 §3: after a failover, the old primary lives on and lies — one transaction
 /// written under the new primary's server id puts that GTID in its next file's
 /// `Gtid_list`, which passes the "old primary still writing" check (its files claim to
@@ -538,6 +531,13 @@ fn a_lying_old_primary_never_takes_the_main_line() {
     );
 }
 
+/// Issue 27: a primary (server 1) and its GTID replica (server 2), the primary's binlog
+/// numbering a few files ahead. Backups are taken on the replica, binlogs archived from the
+/// primary; then the primary dies with a transaction the replica never got, the replica is
+/// promoted and takes writes, and the archive follows it onto a new timeline. Every restore
+/// gives the exact row count, the lost transaction is in none after the switch and is shown
+/// as a branch, a killed archiver converges, and retention keeps the window across the
+/// switch.
 #[test]
 fn replica_backups_and_a_failover_restore_to_every_instant() {
     let mut env = Env {
@@ -1958,6 +1958,19 @@ fn a_bucket_writer_runs_no_code_where_backups_are_restored() {
             0,
             "INSERT INTO mysql.global_priv VALUES ('localhost', 'evil', '{}')".to_owned(),
             "INSERT command denied",
+        ),
+        // A role of its own with the pattern's rights would reach `mysql` too.
+        (
+            1,
+            "CREATE ROLE r1; GRANT INSERT ON `%`.* TO r1; GRANT r1 TO CURRENT_USER; \
+             SET ROLE r1; INSERT INTO mysql.global_priv VALUES ('localhost', 'evil', '{}')"
+                .to_owned(),
+            "Access denied",
+        ),
+        (
+            2,
+            "GRANT INSERT ON `%`.* TO PUBLIC".to_owned(),
+            "Access denied",
         ),
     ] {
         let undo = forge_segment(&env, &needle(i), &statement);

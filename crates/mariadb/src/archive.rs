@@ -121,7 +121,7 @@ pub enum ArchiveError {
         confirmed_by: &'static str,
     },
     #[error(
-        "binlog file {file} was written by server {server}, and {newest} (the newest) by server {newest_server}: one archiver run takes one server's files. Not archived; give it that server's files alone"
+        "binlog file {file} was written by server {server}, and {newest} (the newest) by server {newest_server}: one archiver run takes one server's files. Not archived; give it that server's files alone (a server whose server_id changed: purge the files from before the change once they are archived, PURGE BINARY LOGS TO '{newest}')"
     )]
     MixedWriters {
         file: String,

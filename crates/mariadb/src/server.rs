@@ -95,18 +95,20 @@ pub(crate) enum Account {
 ///   (`general_log_file`, `slow_query_log_file`) is refused, and so is a routine, view,
 ///   trigger or event with another account as its definer.
 /// - On the databases (a pattern, so databases the binlog creates are covered): every
-///   database right, with `GRANT OPTION` so a replayed grant of them works.
+///   database right — without `GRANT OPTION`: a role of its own (`CREATE ROLE`, `GRANT …
+///   ON \`%\`.* TO` it, `SET ROLE`) or a grant `TO PUBLIC` would add the pattern's rights
+///   on `mysql` too.
 /// - On `mysql`: `SELECT` only. The grant tables can be changed through account
 ///   statements, never written directly: a row forged there and reloaded by `FLUSH
 ///   PRIVILEGES` would give the replay account's own routines any right.
 ///
-/// A binlog that creates an object with another definer, grants a global right or writes
-/// the `mysql` schema fails the replay, naming the right it lacks.
+/// A binlog that creates an object with another definer, grants a right, or writes the
+/// `mysql` schema fails the replay, naming the right it lacks.
 pub const REPLAY_GRANTS: [&str; 3] = [
     "GRANT BINLOG REPLAY, CREATE USER, RELOAD ON *.* TO {account}",
     "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, REFERENCES, INDEX, ALTER, \
      CREATE TEMPORARY TABLES, LOCK TABLES, EXECUTE, CREATE VIEW, SHOW VIEW, CREATE ROUTINE, \
-     ALTER ROUTINE, EVENT, TRIGGER, DELETE HISTORY ON `%`.* TO {account} WITH GRANT OPTION",
+     ALTER ROUTINE, EVENT, TRIGGER, DELETE HISTORY ON `%`.* TO {account}",
     "GRANT SELECT ON `mysql`.* TO {account}",
 ];
 

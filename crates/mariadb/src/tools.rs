@@ -99,7 +99,7 @@ pub enum RestoreError {
         tail: String,
     },
     #[error(
-        "tidemark runs as root, and the private MariaDB server that replays binlogs and runs restore tests never does: name the user it runs as with --server-user USER (or {}=USER), e.g. mysql; that user is handed the restored data directory ({}) and must be able to reach it",
+        "tidemark runs as root, and the private MariaDB server that replays binlogs and runs restore tests never does: name the user it runs as with --server-user USER (or {}=USER), a user of its own that owns nothing else (not mysql on a database host); that user is handed the restored data directory ({}) and must be able to reach it",
         SERVER_USER_ENV,
         dir.display()
     )]

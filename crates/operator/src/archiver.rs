@@ -127,7 +127,13 @@ pub async fn reconcile(ctx: &Context, policy: &BackupPolicy) -> Result<(), Error
         (Err(e), _) => return Err(e),
     };
     let store_secret = crate::stores::policy_secret_keys(ctx, policy).await?;
-    let primary = primary_server_id(ctx, policy).await;
+    // A primary that cannot be asked now (mid-failover, no one labelled pod) keeps the one
+    // last confirmed: the archiver then refuses the new server's timeline until it is
+    // confirmed, rather than take whichever server it reads.
+    let primary = match primary_server_id(ctx, policy).await {
+        Some(id) => Some(id),
+        None => confirmed_before(&api, &name).await,
+    };
     let deployment = archiver(policy, &runtime, &ctx.image, store_secret.as_ref(), primary)
         .map_err(Error::Invalid)?;
     api.patch(
@@ -184,6 +190,20 @@ async fn primary_server_id(ctx: &Context, policy: &BackupPolicy) -> Option<u32> 
             None
         }
     }
+}
+
+/// The primary server id the archiver Deployment `name` was last given, if any.
+async fn confirmed_before(api: &Api<Deployment>, name: &str) -> Option<u32> {
+    let d = api.get_opt(name).await.ok()??;
+    d.spec?
+        .template
+        .spec?
+        .containers
+        .first()?
+        .args
+        .as_ref()?
+        .iter()
+        .find_map(|a| a.strip_prefix("--primary-server-id=")?.parse().ok())
 }
 
 /// The archiver Deployment of `policy`; with `primary`, only that server (its

@@ -256,29 +256,32 @@ pub async fn check(ctx: &Context, policy: &BackupPolicy) -> Option<Duration> {
         .and_then(|s| s.binlog_archive.as_ref())
         .and_then(|b| b.timeline);
     let old_main = old.iter().find(|c| c.type_ == MAIN_LINE_CONDITION);
-    let early = if previous_timeline != a.status.timeline || old_main.is_none() {
-        store.begin_pass();
-        match tidemark_store::index::SegmentIndex::load(&store).await {
-            Ok(Some(index)) => {
-                let acknowledged = policy
-                    .annotations()
-                    .get(crate::names::ACKNOWLEDGE_BRANCHES_ANNOTATION)
-                    .and_then(|a| a.parse().ok());
-                Some(early_switches(
-                    &index.head.timelines,
-                    &archive_ends(&index.head),
-                    acknowledged,
-                ))
+    // While a switch is unacknowledged, read again each time: an acknowledgement (the
+    // annotation) clears it, and the parent's archive may still grow.
+    let early =
+        if previous_timeline != a.status.timeline || old_main.is_none_or(|c| c.status == "False") {
+            store.begin_pass();
+            match tidemark_store::index::SegmentIndex::load(&store).await {
+                Ok(Some(index)) => {
+                    let acknowledged = policy
+                        .annotations()
+                        .get(crate::names::ACKNOWLEDGE_BRANCHES_ANNOTATION)
+                        .and_then(|a| a.parse().ok());
+                    Some(early_switches(
+                        &index.head.timelines,
+                        &archive_ends(&index.head),
+                        acknowledged,
+                    ))
+                }
+                Ok(None) => Some(Vec::new()),
+                Err(e) => {
+                    tracing::warn!(policy = %name, error = %e, "binlog archive watch: the index");
+                    None
+                }
             }
-            Ok(None) => Some(Vec::new()),
-            Err(e) => {
-                tracing::warn!(policy = %name, error = %e, "binlog archive watch: the index");
-                None
-            }
-        }
-    } else {
-        None
-    };
+        } else {
+            None
+        };
     let main_line = match &early {
         Some(early) => {
             let (ok, reason, message) = match early.first() {

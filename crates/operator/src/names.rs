@@ -14,11 +14,7 @@ pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "tidemark"
 
 /// The annotation that puts a Backup on hold.
 pub const PROTECT_ANNOTATION: &str = "tidemark.io/protect";
-/// On a BackupPolicy, an RFC 3339 instant: the archive's branch segments (off the main
-/// line, left by a new timeline) whose last event is at or before it were looked at and
-/// may go by the ordinary rule; later ones are kept for `retention.window`, or, without
-/// one, until acknowledged (`tidemark plan|gc --acknowledge-branches`).
-pub const ACKNOWLEDGE_BRANCHES_ANNOTATION: &str = "tidemark.io/acknowledge-branches";
+pub use tidemark_api::policy::ACKNOWLEDGE_BRANCHES_ANNOTATION;
 
 /// The default role label on database pods: `primary`, or anything else for a standby.
 pub const DEFAULT_ROLE_LABEL: &str = "tidemark.io/role";

@@ -70,22 +70,35 @@ pub fn referenced_secrets(policy: &BackupPolicy) -> Vec<(&'static str, String)> 
 
 /// Refuses (`InvalidSpec`) a policy that names a Secret of its namespace not labelled
 /// [`POLICY_SECRET_LABEL`]` = "true"`, unless the administrator allows any
-/// (`--allow-unlabelled-secrets`). A Secret that does not exist is left to the use that
-/// reads it (it says so).
+/// (`--allow-unlabelled-secrets`). A Secret that does not exist yet is missing
+/// ([`Error::Missing`]: looked at again later): a pod referencing it would get it, labelled
+/// or not, once someone creates it.
 ///
 /// # Errors
-/// The first such Secret, with its field and the label to add; the API failed.
+/// The first such Secret, with its field and the label to add; a missing one; the API
+/// failed.
 pub async fn check_policy_secrets(ctx: &Context, policy: &BackupPolicy) -> Result<(), Error> {
+    check_secrets(ctx, policy, referenced_secrets(policy)).await
+}
+
+/// [`check_policy_secrets`] for the Secrets in `named` (field, name).
+async fn check_secrets(
+    ctx: &Context,
+    policy: &BackupPolicy,
+    named: Vec<(&'static str, String)>,
+) -> Result<(), Error> {
     if ctx.tenancy.allow_unlabelled_secrets {
         return Ok(());
     }
     let ns = policy.namespace().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
-    for (field, name) in referenced_secrets(policy) {
+    for (field, name) in named {
         tidemark_api::names::dns_subdomain(field, &name)
             .map_err(|e| Error::Invalid(e.to_string()))?;
         let Some(meta) = secrets.get_metadata_opt(&name).await? else {
-            continue;
+            return Err(Error::Missing(format!(
+                "Secret {ns}/{name} ({field}) does not exist"
+            )));
         };
         if !secret_opted_in(meta.labels()) {
             return Err(Error::Invalid(secret_not_opted_in(&ns, &name, field)));
@@ -273,7 +286,13 @@ pub async fn policy_secret_keys(
 pub async fn open(ctx: &Context, policy: &BackupPolicy) -> Result<ClusterStore, Error> {
     // A lock this operator does not allow stops every use of the store (passes, Jobs).
     ctx.tenancy.object_lock(policy)?;
-    check_policy_secrets(ctx, policy).await?;
+    // The store's own Secret, which the operator reads here (the others go to pods, and
+    // are checked where pods are built: `policy_secret_keys`).
+    let store_secret = referenced_secrets(policy)
+        .into_iter()
+        .filter(|(field, _)| *field == "spec.objectStore.credentialsSecret")
+        .collect();
+    check_secrets(ctx, policy, store_secret).await?;
     if let Some(endpoint) = policy
         .spec
         .object_store

@@ -43,9 +43,10 @@ pub struct Tenancy {
 
 /// The ranges denied by default: link-local, IPv4 and IPv6 (`169.254.169.254` is the
 /// instance-metadata service of AWS, GCP and Azure), AWS's IPv6 metadata address
-/// (`fd00:ec2::254`), and loopback (the operator's own pod: its metrics and health).
+/// (`fd00:ec2::254`), and loopback (the operator's own pod: its metrics and health) with
+/// the unspecified addresses, which reach it too (`0.0.0.0`, `::`).
 pub const DEFAULT_DENIED_ENDPOINTS: &str =
-    "169.254.0.0/16,fe80::/10,fd00:ec2::254/128,127.0.0.0/8,::1/128";
+    "169.254.0.0/16,fe80::/10,fd00:ec2::254/128,127.0.0.0/8,::1/128,0.0.0.0/8,::/128";
 
 /// How long resolving a store endpoint's name may take.
 const RESOLVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);

@@ -606,6 +606,19 @@ impl Step {
             backs_up: what.clone(),
         };
         let job = plan.job().map_err(Error::Invalid)?;
+        // The security settings it copies from the database pod pass the template check
+        // (issue 42 §5), as the tool Jobs' do.
+        if let Some(spec) = job.spec.as_ref().and_then(|s| s.template.spec.as_ref()) {
+            ctx.tenancy
+                .check_copied(
+                    spec.security_context.as_ref(),
+                    spec.containers
+                        .first()
+                        .and_then(|c| c.security_context.as_ref()),
+                    "the security settings of the database pod, which the backup Job copies",
+                )
+                .map_err(Error::Invalid)?;
+        }
 
         attempt::start(
             ctx,

@@ -303,15 +303,8 @@ pub(crate) fn validate(
         .to_input(spec.time_zone.as_deref())
         .validate()
         .map_err(|e| StepError::Validate(format!("spec.retention: {e}")))?;
-    let ack = crate::names::ACKNOWLEDGE_BRANCHES_ANNOTATION;
-    if let Some(at) = policy.annotations().get(ack) {
-        rules.branches_acknowledged = Some(at.parse().map_err(|_| {
-            StepError::Validate(format!(
-                "metadata.annotations[{ack:?}]: {:?} is not an instant; expected RFC 3339, e.g. 2026-11-29T12:00:00Z",
-                at.chars().take(64).collect::<String>()
-            ))
-        })?);
-    }
+    rules.branches_acknowledged = tidemark_api::policy::branches_acknowledged(policy.annotations())
+        .map_err(StepError::Validate)?;
     Ok(Validated {
         rules,
         as_given: serde_json::to_value(retention).unwrap_or_default(),

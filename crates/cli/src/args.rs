@@ -321,8 +321,9 @@ pub struct OperatorArgs {
     /// 169.254.0.0/16,10.0.0.0/8; "" for none): a store endpoint, its redirects, a GCS
     /// key's base URL, a DeleteHook's webhook — every connection's addresses are checked.
     /// Default: the link-local ranges and AWS's fd00:ec2::254 (cloud instance metadata),
-    /// loopback and the unspecified addresses (the operator's own pod).
-    #[arg(long, value_name = "CIDR,...", env = "TIDEMARK_DENY_ENDPOINTS", default_value = tidemark_operator::tenancy::DEFAULT_DENIED_ENDPOINTS)]
+    /// loopback and the unspecified addresses (the operator's own pod) — 169.254.0.0/16,
+    /// fe80::/10, fd00:ec2::254/128, 127.0.0.0/8, ::1/128, 0.0.0.0/8, ::/128.
+    #[arg(long, value_name = "CIDR,...", env = "TIDEMARK_DENY_ENDPOINTS", default_value = tidemark_operator::tenancy::DEFAULT_DENIED_ENDPOINTS, hide_default_value = true)]
     pub deny_endpoints: String,
     /// The longest lock the operator sets, from when it sets it, e.g. 365d: a policy with
     /// a longer objectLock.period is refused, and a chain's date (a full locked until its
@@ -984,5 +985,23 @@ mod tests {
     fn every_command_line_is_consistent() {
         use clap::CommandFactory;
         super::Cli::command().debug_assert();
+    }
+
+    /// `--deny-endpoints`'s help lists its default (hidden from clap's own rendering, a
+    /// word too long for a man page's line): every range of it.
+    #[test]
+    fn deny_endpoints_help_names_the_default() {
+        use clap::CommandFactory;
+        let mut cli = super::Cli::command();
+        let operator = cli.find_subcommand_mut("operator").expect("operator");
+        let help = operator
+            .get_arguments()
+            .find(|a| a.get_id() == "deny_endpoints")
+            .and_then(|a| a.get_long_help().or(a.get_help()))
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        for range in tidemark_operator::tenancy::DEFAULT_DENIED_ENDPOINTS.split(',') {
+            assert!(help.contains(range), "{range} not in the help: {help}");
+        }
     }
 }

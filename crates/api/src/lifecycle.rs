@@ -227,7 +227,7 @@ pub struct VolumeClaimRetentionSpec {
 }
 
 impl VolumeClaimRetentionSpec {
-    /// Its `ttl` when written with the deprecated `<n>m` (months, where intervals read
+    /// Its `ttl` when written with seed 000's ambiguous `<n>m` (months, where intervals read
     /// minutes: `ttl: 90m` is 2,700 days).
     pub fn ambiguous_durations(&self) -> Vec<tidemark_core::AmbiguousDuration> {
         tidemark_core::AmbiguousDuration::check("spec.ttl", Some(&self.ttl))

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use tidemark_core::PolicyInput;
 
 /// CEL for a retention duration (`<n>d|<n>w|<n>mo`, tidemark_core's `RetentionDuration`;
-/// the deprecated `<n>m` is still accepted, and warned about by the operator).
+/// seed 000's ambiguous `<n>m` is still accepted, and warned about by the operator).
 pub(crate) const DURATION_RULE: &str = "self.matches('^[0-9]+(d|w|mo?)$')";
 pub(crate) const DURATION_MESSAGE: &str =
     "expected <n>d, <n>w or <n>mo (days, weeks, or months of 30 days), e.g. 30d, 4w, 12mo";
@@ -140,6 +140,7 @@ pub struct VerifySpec {
     /// Without it, verification runs on demand only (the `tidemark.io/verify` annotation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 256))]
+    #[x_kube(validation = Rule::new(crate::schedule::CRON_RULE).message(crate::schedule::CRON_MESSAGE))]
     pub schedule: Option<String>,
     /// The percentage of the other backups and binlog segments also read each time, drawn
     /// anew each time (`tidemark verify --sample`): 0 (the default) to 100.
@@ -152,7 +153,7 @@ impl VerifySpec {
     /// The schedule (if any) and the fraction sampled.
     ///
     /// # Errors
-    /// A schedule that is not cron (five or six fields, or a macro), or a percentage over 100.
+    /// A schedule that is not cron (six fields or a macro), or a percentage over 100.
     pub fn settings(
         &self,
     ) -> Result<(Option<tidemark_core::schedule::Cron>, f64), PolicyFileError> {
@@ -215,6 +216,7 @@ pub fn branches_acknowledged(
 pub struct RestoreTestSpec {
     /// Six-field cron with seconds, in the policy's `timeZone`, e.g. `0 0 4 * * SUN`.
     #[schemars(length(max = 256))]
+    #[x_kube(validation = Rule::new(crate::schedule::CRON_RULE).message(crate::schedule::CRON_MESSAGE))]
     pub schedule: String,
     /// `newest` (the default: the latest restorable instant) or `random` (an instant of the
     /// recovery window chosen at random each time).
@@ -236,7 +238,7 @@ impl RestoreTestSpec {
     /// The schedule, and whether the point is chosen at random.
     ///
     /// # Errors
-    /// A schedule that is not cron (five or six fields, or a macro), an unknown target, a text too long, or
+    /// A schedule that is not cron (six fields or a macro), an unknown target, a text too long, or
     /// `expect` without `query`.
     pub fn settings(&self) -> Result<(tidemark_core::schedule::Cron, bool), PolicyFileError> {
         let cron = self
@@ -1296,7 +1298,7 @@ impl ObjectStoreSpec {
 }
 
 /// Retention rules (DESIGN.md §5.1). Counts are whole numbers; durations are
-/// `<n>d`, `<n>w` or `<n>mo` (a month is 30 days; `<n>m` is deprecated).
+/// `<n>d`, `<n>w` or `<n>mo` (a month is 30 days; `<n>m`, seed 000's spelling, is accepted with a warning).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RetentionSpec {
@@ -1461,7 +1463,7 @@ impl SourceSpec {
 }
 
 impl BackupPolicySpec {
-    /// Its retention durations written with the deprecated `<n>m` (months, where intervals
+    /// Its retention durations written with seed 000's ambiguous `<n>m` (months, where intervals
     /// read minutes), each with its field: the warnings of `tidemark` and the operator.
     pub fn ambiguous_durations(&self) -> Vec<tidemark_core::AmbiguousDuration> {
         use tidemark_core::AmbiguousDuration as A;

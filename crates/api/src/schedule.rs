@@ -190,7 +190,7 @@ pub struct ScheduledBackup {
     pub status: Option<serde_json::Value>,
 }
 
-/// Creates Backups on a cron cadence (seed 001): five or six fields, or a macro.
+/// Creates Backups on a cron cadence (seed 001): six fields, seconds first, or a macro.
 #[derive(CustomResource, KubeSchema, Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[kube(
     group = "tidemark.io",
@@ -202,7 +202,7 @@ pub struct ScheduledBackup {
     shortname = "tsb",
     category = "tidemark",
     validation = Rule::new("self.metadata.name.size() <= 63").message("metadata.name: at most 63 characters (it labels the Backups the schedule creates)"),
-    doc = "Creates ordinary Backups on a cron cadence (five fields, six with seconds first, or a macro such as @daily): deterministic names, an optional immediate first backup, never two running at once.",
+    doc = "Creates ordinary Backups on a cron cadence (six fields, seconds first, or a macro such as @daily): deterministic names, an optional immediate first backup, never two running at once.",
     printcolumn(name = "Schedule", type_ = "string", json_path = ".spec.schedule"),
     printcolumn(name = "Suspend", type_ = "boolean", json_path = ".spec.suspend"),
     printcolumn(name = "Last", type_ = "date", json_path = ".status.lastScheduleTime"),
@@ -219,12 +219,13 @@ pub struct ScheduledBackup {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ScheduledBackupSpec {
-    /// Cron, the field count deciding: five fields as CronJob reads them, `minute hour
-    /// day-of-month month day-of-week` (e.g. `0 2 * * *`); six with seconds first (e.g.
-    /// `0 0 2 * * *`, every day at 02:00:00); or a macro (`@hourly`, `@daily`/`@midnight`,
-    /// `@weekly`, `@monthly`, `@yearly`/`@annually`). Day-of-week 0–7 (Sunday is 0 or 7) or
-    /// MON–SUN; when both day fields are restricted, a day matching either fires.
-    #[x_kube(validation = Rule::new(CRON_RULE).message("expected five fields (minute hour day-of-month month day-of-week, e.g. \"0 2 * * *\"), six with seconds first (e.g. \"0 0 2 * * *\"), or a macro (@hourly, @daily, @weekly, @monthly, @yearly)"))]
+    /// Cron with six fields, seconds first: `second minute hour day-of-month month
+    /// day-of-week` (e.g. `0 0 2 * * *`, every day at 02:00:00); or a macro (`@hourly`,
+    /// `@daily`/`@midnight`, `@weekly`, `@monthly`, `@yearly`/`@annually`). Five fields are
+    /// refused (seed 001): `0 2 * * *` is written `0 0 2 * * *`. Day-of-week 0–7 (Sunday
+    /// is 0 or 7) or MON–SUN; when both day fields are restricted, a day matching either
+    /// fires.
+    #[x_kube(validation = Rule::new(CRON_RULE).message(CRON_MESSAGE))]
     pub schedule: String,
     /// One backup at the first evaluation, besides the cadence.
     #[serde(default)]
@@ -341,7 +342,7 @@ pub struct BackupSpec {
 }
 
 impl BackupSpec {
-    /// Its `ttl` when written with the deprecated `<n>m`.
+    /// Its `ttl` when written with seed 000's ambiguous `<n>m`.
     pub fn ambiguous_durations(&self) -> Vec<tidemark_core::AmbiguousDuration> {
         tidemark_core::AmbiguousDuration::check("spec.ttl", self.ttl.as_deref())
             .into_iter()
@@ -368,8 +369,11 @@ pub fn template_too_large(template: &serde_json::Value, field: &str, hint: &str)
     })
 }
 
-/// CEL for cron: five or six blank-separated fields, or a macro.
-const CRON_RULE: &str = "self.matches('^ *([^ @][^ ]*( +[^ ]+){4,5}|(?i:@(hourly|daily|midnight|weekly|monthly|yearly|annually))) *$')";
+/// CEL for cron: six blank-separated fields, or a macro (seed 001 refuses five).
+pub(crate) const CRON_RULE: &str = "self.matches('^ *([^ @][^ ]*( +[^ ]+){5}|(?i:@(hourly|daily|midnight|weekly|monthly|yearly|annually))) *$')";
+
+/// What [`CRON_RULE`] says when it refuses.
+pub(crate) const CRON_MESSAGE: &str = "expected six fields, seconds first (second minute hour day-of-month month day-of-week, e.g. \"0 0 2 * * *\"), or a macro (@hourly, @daily, @weekly, @monthly, @yearly); five fields are refused: \"0 2 * * *\" is written \"0 0 2 * * *\"";
 
 /// Scheduler progress (seed 001).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -594,7 +598,7 @@ impl ScheduledBackup {
     /// Single-object validation.
     ///
     /// # Errors
-    /// The schedule is not cron (five or six fields, or a macro); the time zone is unknown; the method is not
+    /// The schedule is not cron (six fields or a macro); the time zone is unknown; the method is not
     /// one Tidemark knows; the policy reference is empty.
     pub fn validate(&self) -> Result<(), ScheduleFileError> {
         self.spec.validate()
@@ -633,7 +637,7 @@ impl ScheduledBackup {
 }
 
 impl ScheduledBackupSpec {
-    /// Its durations written with the deprecated `<n>m` (see
+    /// Its durations written with seed 000's ambiguous `<n>m` (see
     /// [`BackupPolicySpec::ambiguous_durations`](crate::policy::BackupPolicySpec::ambiguous_durations)).
     pub fn ambiguous_durations(&self) -> Vec<tidemark_core::AmbiguousDuration> {
         use tidemark_core::AmbiguousDuration as A;
@@ -654,7 +658,7 @@ impl ScheduledBackupSpec {
     /// Single-object validation (the CRD's rules, and what a schema cannot say).
     ///
     /// # Errors
-    /// The schedule is not cron (five or six fields, or a macro); the time zone is unknown; the method is not
+    /// The schedule is not cron (six fields or a macro); the time zone is unknown; the method is not
     /// one Tidemark knows; the policy reference is empty.
     pub fn validate(&self) -> Result<(), ScheduleFileError> {
         self.schedule

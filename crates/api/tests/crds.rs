@@ -285,12 +285,11 @@ fn compression_settings_cel_agrees_with_the_code() {
 }
 
 #[test]
-fn a_schedule_has_five_or_six_fields_or_is_a_macro() {
+fn a_schedule_has_six_fields_or_is_a_macro_never_five() {
     for good in [
         "0 0 2 * * *",
         "*/30 * * * * MON-FRI",
         " 0 0 2 * * 0 ",
-        "0 2 * * *",
         "@daily",
         "@Weekly",
         " @hourly ",
@@ -299,8 +298,14 @@ fn a_schedule_has_five_or_six_fields_or_is_a_macro() {
             "ScheduledBackup",
             json!({"schedule": good, "policy": {"name": "p"}}),
         );
+        assert_accepted(
+            "BackupPolicy",
+            json!({"restoreTest": {"schedule": good}, "verify": {"schedule": good}}),
+        );
     }
+    // Seed 001: five fields are refused ("0 2 * * *" would be read shifted).
     for bad in [
+        "0 2 * * *",
         "2 * * *",
         "0 0 2 * * * 2030",
         "",
@@ -311,7 +316,17 @@ fn a_schedule_has_five_or_six_fields_or_is_a_macro() {
         assert_refused(
             "ScheduledBackup",
             json!({"schedule": bad, "policy": {"name": "p"}}),
-            "expected five fields",
+            "expected six fields, seconds first",
+        );
+        assert_refused(
+            "BackupPolicy",
+            json!({"restoreTest": {"schedule": bad}}),
+            "five fields are refused",
+        );
+        assert_refused(
+            "BackupPolicy",
+            json!({"verify": {"schedule": bad}}),
+            "five fields are refused",
         );
     }
     assert_refused(

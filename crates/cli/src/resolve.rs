@@ -46,7 +46,7 @@ pub fn read_policy_file(path: &Path) -> Result<BackupPolicy, CliError> {
     Ok(policy)
 }
 
-/// Prints `warning: …` on stderr for each retention duration written with the deprecated
+/// Prints `warning: …` on stderr for each retention duration written with seed 000's ambiguous
 /// `<n>m` (months here, minutes in intervals), after `prefix` (where it was read) when
 /// there is one.
 pub fn warn_ambiguous(

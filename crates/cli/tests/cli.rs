@@ -393,6 +393,11 @@ fn months_written_m_plan_as_before_and_warn() {
         ) && warned.contains("write \"1mo\" (or \"30d\")"),
         "{warned}"
     );
+    // Seed 000 spells months "<n>m": a warning, never a refusal, nor a promise of one.
+    assert!(
+        !warned.contains("refused") && !warned.contains("deprecated"),
+        "{warned}"
+    );
     assert!(!stderr(&mo).contains("warning"), "{}", stderr(&mo));
 
     let (dir, _url) = example_store();

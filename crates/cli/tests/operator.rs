@@ -1826,7 +1826,7 @@ async fn kubectl_tidemark_gc_refuses_while_hooks_select_its_backups() {
     let schedule: tidemark_api::crd::ScheduledBackup = serde_json::from_value(json!({
         "apiVersion": "tidemark.io/v1alpha1", "kind": "ScheduledBackup",
         "metadata": {"name": "nightly", "namespace": ns},
-        "spec": {"schedule": "0 2 * * *", "policy": {"name": "shop"}},
+        "spec": {"schedule": "0 0 2 * * *", "policy": {"name": "shop"}},
     }))
     .unwrap();
     Api::<tidemark_api::crd::ScheduledBackup>::namespaced(admin.clone(), ns)

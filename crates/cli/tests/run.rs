@@ -282,6 +282,26 @@ fn bad_configuration_stops_at_start_up_naming_file_field_and_form() {
     assert!(e.contains("s.yaml") && e.contains("spec.schedule"), "{e}");
     assert!(e.contains("\"0 */5 * * * *\""), "{e}");
 
+    // Seed 001: five fields are refused, in a schedule and in a restore test's schedule.
+    let e = refused(&[
+        ("p.yaml", POLICY),
+        ("s.yaml", &SCHEDULE.replace("0 */5 * * * *", "0 2 * * *")),
+    ]);
+    assert!(
+        e.contains("s.yaml")
+            && e.contains("spec.schedule")
+            && e.contains("did you mean \"0 0 2 * * *\"?"),
+        "{e}"
+    );
+    let e = refused(&[(
+        "p.yaml",
+        &format!("{POLICY}  restoreTest: {{schedule: \"0 4 * * SUN\"}}\n"),
+    )]);
+    assert!(
+        e.contains("spec.restoreTest.schedule") && e.contains("did you mean \"0 0 4 * * SUN\"?"),
+        "{e}"
+    );
+
     let e = refused(&[(
         "p.yaml",
         &POLICY.replace("kind: BackupPolicy", "kind: BackupPolcy"),

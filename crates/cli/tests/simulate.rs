@@ -70,6 +70,16 @@ fn bad_input_names_the_flag_and_the_form() {
         err.contains("--schedule") && err.contains("\"0 0 2 * * *\""),
         "{err}"
     );
+    // Seed 001: five fields are refused with their six-field form (read as six, "0 2 * * *"
+    // would fire at 00:00 on the 2nd of each month).
+    let out = run(&["--schedule", "0 2 * * *", "--keep-last", "3"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--schedule")
+            && err.contains("\"0 2 * * *\" has five fields; schedules need six, seconds first: did you mean \"0 0 2 * * *\"?"),
+        "{err}"
+    );
     let out = run(&[
         "--schedule",
         "0 0 2 * * *",

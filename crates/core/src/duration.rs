@@ -2,11 +2,13 @@
 //! exactly 30 days. Calendar-free on purpose: "30d" must mean the same span in every time
 //! zone and across daylight-saving changes, so a retention window never silently shrinks.
 //!
-//! Seed 000 spelled months `<n>m`, and intervals (`retentionInterval`, hook timeouts,
-//! `--grace`) read `m` as minutes: `ttl: 90m` meant for ninety minutes is 2,700 days here.
-//! `<n>m` keeps its meaning (stored policies and `metadata.json` files are read as before)
-//! but is deprecated: [`RetentionDuration::is_ambiguous`] tells, and every reader of user
-//! input warns with [`Ambiguous`], naming both readings and the unambiguous spellings.
+//! Seed 000 spells months `<n>m` ("`<n>d`, `<n>w`, or `<n>m` (days, weeks, months, where a
+//! month is 30 days)"), and that spelling is always accepted in a retention duration: it is
+//! the seed's. But intervals (`retentionInterval`, hook timeouts, `--grace`) read `m` as
+//! minutes, so `ttl: 90m` meant for ninety minutes is 2,700 days here:
+//! [`RetentionDuration::is_ambiguous`] tells, and every reader of user input warns with
+//! [`Ambiguous`], naming both readings and the unambiguous spellings. A warning, never a
+//! refusal.
 
 use std::fmt;
 use std::str::FromStr;
@@ -31,8 +33,8 @@ pub enum DurationUnit {
     Weeks,
     /// A month is 30 days (seed 000), written `mo`.
     Months,
-    /// A month written `m`, as seed 000 did: the same 30 days, but `m` is a minute in
-    /// intervals, so reading it warns (deprecated; see the module docs).
+    /// A month written `m`, as seed 000 does: the same 30 days, but `m` is a minute in
+    /// intervals, so reading it warns (never refused; see the module docs).
     AmbiguousMonths,
 }
 
@@ -55,7 +57,7 @@ impl DurationUnit {
     }
 }
 
-/// A span written as `<n>d`, `<n>w` or `<n>mo` (or the deprecated `<n>m`). Keeps the user's
+/// A span written as `<n>d`, `<n>w` or `<n>mo` (or seed 000's ambiguous `<n>m`). Keeps the user's
 /// spelling for display.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RetentionDuration {
@@ -167,7 +169,7 @@ impl FromStr for RetentionDuration {
     }
 }
 
-/// A retention duration the user wrote with the deprecated `m`, and where: the warning the
+/// A retention duration the user wrote with seed 000's ambiguous `m`, and where: the warning the
 /// CLI prints and the operator's `AmbiguousDuration` event carry (its `Display`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ambiguous {
@@ -199,7 +201,7 @@ impl fmt::Display for Ambiguous {
         };
         write!(
             f,
-            "{} {:?} is read as {n} {months} of 30 days ({} days), not {n} {minutes} as \"m\" means in intervals; write \"{n}mo\" (or \"{}d\") for months, or use an interval field for minutes. \"<n>m\" in a retention duration is deprecated and will be refused in a later release (docs/retention.md#durations)",
+            "{} {:?} is read as {n} {months} of 30 days ({} days), not {n} {minutes} as \"m\" means in intervals; write \"{n}mo\" (or \"{}d\") to say months unambiguously, or use an interval field for minutes. \"<n>m\" stays accepted as months of 30 days, as seed 000 spells them (docs/retention.md#durations)",
             self.field,
             self.value.to_string(),
             self.value.days(),
@@ -258,9 +260,12 @@ mod tests {
             "not 90 minutes",
             "\"90mo\"",
             "\"2700d\"",
-            "deprecated",
+            "stays accepted as months of 30 days",
         ] {
             assert!(text.contains(part), "{part:?} in {text}");
+        }
+        for never in ["deprecated", "refused", "later release"] {
+            assert!(!text.contains(never), "{never:?} in {text}");
         }
         for fine in [
             Some("90mo"),

@@ -1,10 +1,13 @@
 //! Scheduling decisions (seed 001, DESIGN.md §4): pure functions of the schedule, its
 //! existing children and `now`. The operator and `tidemark run` carry them out.
 //!
-//! - Cron as users know it from CronJob, Velero and K8up: five fields (minute first), six
-//!   (seconds first), or a macro (`@hourly`, `@daily`/`@midnight`, `@weekly`, `@monthly`,
-//!   `@yearly`/`@annually`); the field count decides. Seven fields (a year) are refused
-//!   with the accepted forms in the message.
+//! - Cron with six fields, seconds first, as seed 001 requires ("five-field Unix cron
+//!   expressions are intentionally rejected because the leading seconds field is
+//!   required"), or a macro (`@hourly`, `@daily`/`@midnight`, `@weekly`, `@monthly`,
+//!   `@yearly`/`@annually`), which is unambiguous. Five fields are refused with the
+//!   six-field form of what was typed (`"0 2 * * *"` → `"0 0 2 * * *"`): read as six they
+//!   would be a different schedule. Seven fields (a year) are refused with the six
+//!   without it.
 //! - Child names are `<schedule>-<YYYYMMDDHHMMSS>` of the UTC slot, so a retry finds (and
 //!   adopts) the child an earlier attempt created.
 //! - `immediate`: one child at the first evaluation, found again by its label if the
@@ -22,7 +25,7 @@ use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 
 /// The accepted forms, shown in errors.
-pub const CRON_FORM: &str = "five fields (minute hour day-of-month month day-of-week, e.g. \"0 2 * * *\"), six with seconds first (second minute hour day-of-month month day-of-week, e.g. \"0 0 2 * * *\"), or a macro (@hourly, @daily, @midnight, @weekly, @monthly, @yearly, @annually)";
+pub const CRON_FORM: &str = "six fields, seconds first (second minute hour day-of-month month day-of-week, e.g. \"0 0 2 * * *\"), or a macro (@hourly, @daily, @midnight, @weekly, @monthly, @yearly, @annually)";
 
 /// The macros, as six fields: at the start of the hour, day (midnight), week (Sunday),
 /// month (the 1st), year (January 1st).
@@ -38,6 +41,11 @@ const MACROS: [(&str, &str); 7] = [
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ScheduleError {
+    #[error(
+        "schedule {expr:?} has five fields; schedules need six, seconds first: did you mean \"0 {}\"? (Tidemark takes {CRON_FORM}; seed 001 refuses five-field cron, whose fields would be read shifted)",
+        expr.split_whitespace().collect::<Vec<_>>().join(" ")
+    )]
+    FiveFields { expr: String },
     #[error(
         "schedule {expr:?} has {found} fields; Tidemark takes {CRON_FORM}{}",
         suggestion(expr, *found)
@@ -55,7 +63,7 @@ fn suggestion(expr: &str, found: usize) -> String {
     }
 }
 
-/// A parsed cron expression (five or six fields, or a macro), with standard semantics (as robfig/cron, which
+/// A parsed cron expression (six fields or a macro), with standard semantics (as robfig/cron, which
 /// CloudNativePG uses): day-of-week 0–7 with Sunday as 0 or 7, names `MON`–`SUN` and
 /// `JAN`–`DEC`, and when both day-of-month and day-of-week are restricted, a day matching
 /// either fires. Evaluated by `croner` on the wall clock of a time zone.
@@ -87,7 +95,11 @@ impl FromStr for Cron {
                 })?
         } else {
             match expr.split_whitespace().count() {
-                5 => format!("0 {trimmed}"),
+                5 => {
+                    return Err(ScheduleError::FiveFields {
+                        expr: expr.to_owned(),
+                    });
+                }
                 6 => trimmed.to_owned(),
                 found => {
                     return Err(ScheduleError::FieldCount {
@@ -357,9 +369,9 @@ mod tests {
                 .longest_gap(friday, &utc)
                 .map(|d| d.as_hours())
         };
-        assert_eq!(gap("0 2 * * *"), Some(24));
-        assert_eq!(gap("0 2 * * 1-5"), Some(72), "Friday to Monday");
-        assert_eq!(gap("0 */6 * * *"), Some(6));
+        assert_eq!(gap("0 0 2 * * *"), Some(24));
+        assert_eq!(gap("0 0 2 * * 1-5"), Some(72), "Friday to Monday");
+        assert_eq!(gap("0 0 */6 * * *"), Some(6));
         assert_eq!(gap("0 0 3 1 * *"), Some(31 * 24), "December to January");
         assert_eq!(gap("@yearly"), Some(365 * 24));
     }
@@ -394,17 +406,14 @@ mod tests {
     }
 
     #[test]
-    fn five_six_fields_and_macros_parse_and_others_are_refused_with_the_forms() {
+    fn six_fields_and_macros_parse_and_five_are_refused_with_their_six_field_form() {
         for ok in ["0 0 2 * * *", "0 */15 * * * *", "30 0 */6 * * *"] {
             assert!(ok.parse::<Cron>().is_ok(), "{ok}");
         }
-        // The field count decides: five fields are minute first, as CronJob reads them;
-        // a macro is its six-field meaning. The user's spelling is kept.
+        // A macro is its six-field meaning. The user's spelling is kept.
         let tz = TimeZone::UTC;
         let at = ts("2026-11-20T01:07:00Z");
-        for (five_or_macro, six) in [
-            ("*/5 * * * *", "0 */5 * * * *"),
-            ("0 2 * * MON-FRI", "0 0 2 * * MON-FRI"),
+        for (mac, six) in [
             ("@hourly", "0 0 * * * *"),
             ("@daily", "0 0 0 * * *"),
             ("@MIDNIGHT", "0 0 0 * * *"),
@@ -413,32 +422,43 @@ mod tests {
             ("@yearly", "0 0 0 1 1 *"),
             (" @annually ", "0 0 0 1 1 *"),
         ] {
-            let c = cron(five_or_macro);
-            assert_eq!(c.as_str(), five_or_macro);
+            let c = cron(mac);
+            assert_eq!(c.as_str(), mac);
             let mut t = at;
             for _ in 0..3 {
                 let next = c.next_after(t, &tz);
-                assert_eq!(
-                    next,
-                    cron(six).next_after(t, &tz),
-                    "{five_or_macro} after {t}"
-                );
+                assert_eq!(next, cron(six).next_after(t, &tz), "{mac} after {t}");
                 t = next.unwrap();
             }
+        }
+        // Seed 001: five fields are refused, never read minute first nor shifted; the
+        // message gives the six-field form of what was typed.
+        for (five, six) in [
+            ("0 2 * * *", "0 0 2 * * *"),
+            ("*/5 * * * *", "0 */5 * * * *"),
+            ("  0   2 * *  MON-FRI ", "0 0 2 * * MON-FRI"),
+        ] {
+            let e = five.parse::<Cron>().unwrap_err();
+            assert!(matches!(e, ScheduleError::FiveFields { .. }), "{e}");
+            let e = e.to_string();
+            assert!(
+                e.contains("has five fields; schedules need six, seconds first")
+                    && e.contains(&format!("did you mean \"{six}\"?")),
+                "{five}: {e}"
+            );
+            assert!(six.parse::<Cron>().is_ok(), "{six}");
         }
         let e = "0 0 2 * * * 2027".parse::<Cron>().unwrap_err().to_string();
         assert!(
             e.contains("has 7 fields") && e.contains("\"0 0 2 * * *\""),
             "{e}"
         );
-        assert!(e.contains("five fields") && e.contains("@daily"), "{e}");
+        assert!(e.contains("six fields") && e.contains("@daily"), "{e}");
         for bad in ["* * * *", "@reboot", "@every 5m", ""] {
             let e = bad.parse::<Cron>().unwrap_err().to_string();
             assert!(e.contains("seconds first"), "{bad}: {e}");
         }
         let e = "0 0 25 * * *".parse::<Cron>().unwrap_err();
-        assert!(matches!(e, ScheduleError::Invalid { .. }), "{e}");
-        let e = "0 25 * * *".parse::<Cron>().unwrap_err();
         assert!(matches!(e, ScheduleError::Invalid { .. }), "{e}");
     }
 

@@ -202,7 +202,7 @@ impl Context {
     }
 
     /// Publishes a Warning event `AmbiguousDuration` on `reference` for each duration
-    /// written with the deprecated `<n>m` (months, where intervals read minutes), naming both
+    /// written with seed 000's ambiguous `<n>m` (months, where intervals read minutes), naming both
     /// readings and the unambiguous spellings. Repeats fold into one series.
     pub(crate) async fn warn_ambiguous(
         &self,

@@ -399,6 +399,34 @@ async fn invalid_spec_is_reported(admin: &Client) {
     let note = ev.note.unwrap_or_default();
     assert!(note.contains("spec.schedule"), "{note}");
     assert!(children(admin, ns, "seven-fields").await.is_empty());
+    // Seed 001: five fields are refused, with the six-field form of what was typed (read
+    // as six, "0 2 * * *" would fire at 00:00 on the 2nd of each month).
+    schedule(
+        admin,
+        ns,
+        "five-fields",
+        json!({"schedule": "0 2 * * *", "policy": {"name": "db"}, "immediate": true}),
+    )
+    .await;
+    let ev = eventually("the five-field InvalidSpec event", || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|e| {
+                e.reason.as_deref() == Some("InvalidSpec")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("five-fields")
+            })
+    })
+    .await;
+    let note = ev.note.unwrap_or_default();
+    assert!(
+        note.contains("spec.schedule") && note.contains("did you mean \"0 0 2 * * *\"?"),
+        "{note}"
+    );
+    assert!(children(admin, ns, "five-fields").await.is_empty());
 }
 
 /// `self`: owned by the schedule, collected with it; `cluster`: owned by the BackupPolicy,

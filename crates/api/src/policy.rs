@@ -109,9 +109,10 @@ pub struct BackupPolicySpec {
     /// is set unless given here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<PodResources>,
-    /// How many Backup objects whose data retention removed stay (operator only): the
-    /// objects of a ScheduledBackup with its own `backupHistory` follow that one, the
-    /// others this. Default: the 10 most recently removed.
+    /// The default `backupHistory` of the ScheduledBackups that name this policy (operator
+    /// only): how many of the Backups a schedule generated stay once retention removed
+    /// their data. A schedule's own `backupHistory` wins. Backups created by hand are
+    /// never deleted by Tidemark (seed 000). Default: 10 successful, 3 failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup_history: Option<BackupHistory>,
     /// Restore tests (issue 19 §4): on this schedule, the newest (or a random) point of the
@@ -285,18 +286,28 @@ impl RestoreTestSpec {
     }
 }
 
-/// Which Backup objects whose data retention removed (`status.dataRemoved`) stay: the
-/// objects would otherwise grow without bound, one a backup (seed 000: retention deletes
-/// data; these objects only say that it did).
+/// Which Backup objects a ScheduledBackup generated stay once they only record the past
+/// (seed 000: "It does not delete Backup Kubernetes objects, only object-store artifacts.
+/// Pruning expired Backup CRs stays the scheduler/owner-ref's job"): the scheduler deletes
+/// its own Backups whose data retention removed (`status.dataRemoved`), and its failed ones
+/// that never stored anything, beyond these limits — successful and failed counted apart,
+/// as a CronJob's `successfulJobsHistoryLimit` and `failedJobsHistoryLimit`. On a
+/// BackupPolicy it is the default of the ScheduledBackups naming it. A Backup created by
+/// hand is never deleted by Tidemark.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BackupHistory {
-    /// At most this many, the most recently removed (0–10000; default 10; 0 deletes each
-    /// once its data is gone).
+    /// At most this many successful ones, the most recently removed (0–10000; default 10;
+    /// 0 deletes each once its data is gone).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(max = 10000))]
     pub limit: Option<u32>,
-    /// None whose data was removed longer ago than this (`<n>d|<n>w|<n>mo`).
+    /// At most this many failed ones, the most recent (0–10000; default 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 10000))]
+    pub failed_limit: Option<u32>,
+    /// None whose data was removed (or, failed, that ended) longer ago than this
+    /// (`<n>d|<n>w|<n>mo`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
     pub max_age: Option<String>,
@@ -304,26 +315,56 @@ pub struct BackupHistory {
 
 /// The default [`BackupHistory::limit`].
 pub const DEFAULT_HISTORY_LIMIT: u32 = 10;
-/// The largest [`BackupHistory::limit`].
+/// The default [`BackupHistory::failed_limit`].
+pub const DEFAULT_FAILED_HISTORY_LIMIT: u32 = 3;
+/// The largest [`BackupHistory::limit`] and [`BackupHistory::failed_limit`].
 pub const MAX_HISTORY_LIMIT: u32 = 10_000;
 
+/// A [`BackupHistory`] read: how many successful and failed objects stay, and for how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HistoryLimits {
+    pub succeeded: u32,
+    pub failed: u32,
+    pub max_age: Option<tidemark_core::RetentionDuration>,
+}
+
+impl HistoryLimits {
+    /// Without a `backupHistory`: 10 successful, 3 failed, no age.
+    pub const DEFAULT: HistoryLimits = HistoryLimits {
+        succeeded: DEFAULT_HISTORY_LIMIT,
+        failed: DEFAULT_FAILED_HISTORY_LIMIT,
+        max_age: None,
+    };
+}
+
 impl BackupHistory {
-    /// The limit, and the age parsed.
+    /// The limits, and the age parsed.
     ///
     /// # Errors
     /// The field (`spec.backupHistory.…`, on a policy and a schedule alike) and what is
     /// wrong with it.
-    pub fn settings(
-        &self,
-    ) -> Result<(u32, Option<tidemark_core::RetentionDuration>), (&'static str, String)> {
-        let limit = self.limit.unwrap_or(DEFAULT_HISTORY_LIMIT);
-        if limit > MAX_HISTORY_LIMIT {
-            return Err((
-                "spec.backupHistory.limit",
-                format!("{limit} is out of range; expected 0 to {MAX_HISTORY_LIMIT}"),
-            ));
-        }
-        let age = self
+    pub fn settings(&self) -> Result<HistoryLimits, (&'static str, String)> {
+        let bounded = |field: &'static str, value: Option<u32>, default: u32| {
+            let n = value.unwrap_or(default);
+            if n > MAX_HISTORY_LIMIT {
+                return Err((
+                    field,
+                    format!("{n} is out of range; expected 0 to {MAX_HISTORY_LIMIT}"),
+                ));
+            }
+            Ok(n)
+        };
+        let succeeded = bounded(
+            "spec.backupHistory.limit",
+            self.limit,
+            DEFAULT_HISTORY_LIMIT,
+        )?;
+        let failed = bounded(
+            "spec.backupHistory.failedLimit",
+            self.failed_limit,
+            DEFAULT_FAILED_HISTORY_LIMIT,
+        )?;
+        let max_age = self
             .max_age
             .as_deref()
             .map(|a| {
@@ -331,7 +372,11 @@ impl BackupHistory {
                     .map_err(|e| ("spec.backupHistory.maxAge", e.to_string()))
             })
             .transpose()?;
-        Ok((limit, age))
+        Ok(HistoryLimits {
+            succeeded,
+            failed,
+            max_age,
+        })
     }
 }
 

@@ -259,8 +259,11 @@ pub struct ScheduledBackupSpec {
     /// Backup is a full.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub incremental: Option<IncrementalSpec>,
-    /// How many of its Backup objects whose data retention removed stay (operator only);
-    /// default: the policy's `backupHistory`.
+    /// How many of the Backups it generated stay once retention removed their data, and
+    /// of its failed ones that stored nothing (operator only): the scheduler deletes the
+    /// others (seed 000: pruning Backup objects is the scheduler's job, never the
+    /// retention pass's). Default: the policy's `backupHistory`, else 10 successful and 3
+    /// failed. Never while `suspend` is true (seed 001).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup_history: Option<crate::policy::BackupHistory>,
     #[serde(flatten)]
@@ -976,11 +979,15 @@ spec: {schedule: "0 0 2 * * *", policy: {name: db}}
                 &format!("online: true\n  backupHistory: {history}"),
             ))
         };
-        assert!(with("{limit: 0, maxAge: 30d}").is_ok());
+        assert!(with("{limit: 0, failedLimit: 0, maxAge: 30d}").is_ok());
         for (history, says) in [
             (
                 "{limit: 10001}",
                 "spec.backupHistory.limit: 10001 is out of range; expected 0 to 10000",
+            ),
+            (
+                "{failedLimit: 10001}",
+                "spec.backupHistory.failedLimit: 10001 is out of range; expected 0 to 10000",
             ),
             ("{maxAge: 3x}", "spec.backupHistory.maxAge"),
         ] {

@@ -142,6 +142,9 @@ pub async fn reconcile(sb: Arc<ScheduledBackup>, ctx: Arc<Context>) -> Result<Ac
         }
         Tick::Nothing => {}
     }
+    // The Backups it generated that only record the past, beyond its history (seed 000:
+    // the scheduler's job, never the retention pass's).
+    crate::history::prune(&ctx, &sb, &policy, now).await;
     // Wake at the next slot; a child finishing wakes us sooner (Backups are watched).
     let next = state
         .recorded
@@ -216,7 +219,7 @@ fn child(b: &Backup, schedule: &str) -> Child {
 }
 
 /// The slot in a deterministic name `<schedule>-<YYYYMMDDHHMMSS>` (UTC).
-fn slot_of(name: &str, schedule: &str) -> Option<Timestamp> {
+pub(crate) fn slot_of(name: &str, schedule: &str) -> Option<Timestamp> {
     let stamp = name.strip_prefix(schedule)?.strip_prefix('-')?;
     if stamp.len() != 14 || !stamp.bytes().all(|b| b.is_ascii_digit()) {
         return None;

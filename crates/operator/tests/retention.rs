@@ -1056,14 +1056,20 @@ async fn a_backup_whose_data_retention_removed_says_so() {
     op.stop().await;
 }
 
-/// Backup objects do not grow without bound (issue 18, seed 000): once retention removed
-/// their data, the objects beyond the history go — per policy (`backupHistory.limit: 1`:
-/// the most recently removed stays) and per ScheduledBackup with its own history (limit 5:
-/// both of its objects stay). An object whose data is in the store is never touched, and
-/// one with `deletionPolicy: Delete` goes without a second deletion (nor its hooks): its
-/// finalizer sees the data was removed by retention.
+/// Backup objects do not grow without bound, and only their scheduler prunes them (seed
+/// 000: "It does not delete Backup Kubernetes objects, only object-store artifacts.
+/// Pruning expired Backup CRs stays the scheduler/owner-ref's job"). The retention pass
+/// removes the data of every backup but the newest and records it (`dataRemoved`); then
+/// the ScheduledBackup "nightly" (`backupHistory: {limit: 1, failedLimit: 0}`) deletes the
+/// Backups it generated beyond its history — successful and failed apart: of its two whose
+/// data is gone the most recent stays, and its failed one that stored nothing goes. Backups
+/// made by hand (even under a policy `backupHistory.limit: 0`, even labelled as the
+/// schedule's without one of its names) are never deleted. The pruned one has
+/// `deletionPolicy: Delete`: it goes without a second deletion (nor its hooks), its
+/// finalizer seeing the data was removed by retention. Mutation tried: the pass pruning
+/// as before (per policy) — the hand-made "a" and "b" go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn backup_objects_beyond_their_history_are_pruned() {
+async fn only_the_scheduler_prunes_the_backups_it_generated() {
     let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
     let cluster = KubeCluster::start(false).await;
     let admin = cluster.admin_client();
@@ -1073,12 +1079,18 @@ async fn backup_objects_beyond_their_history_are_pruned() {
     let store = weed.cluster_store("db");
     let now = Timestamp::now();
     let hours = |h: i64| now - SignedDuration::from_hours(h);
+    let (n1, n2, failed) = (
+        "nightly-20261101020000",
+        "nightly-20261102020000",
+        "nightly-20261103020000",
+    );
     let synthetic = [
         SynthBackup::full("a", hours(5), 1),
         SynthBackup::full("b", hours(5), 2),
-        SynthBackup::full("n1", hours(4), 3),
-        SynthBackup::full("n2", hours(3), 4),
-        SynthBackup::full("new", hours(1), 5),
+        SynthBackup::full("labelled", hours(5), 3),
+        SynthBackup::full(n1, hours(4), 4),
+        SynthBackup::full(n2, hours(3), 5),
+        SynthBackup::full("new", hours(1), 6),
     ];
     synth::write_backups(&store, &synthetic).await.unwrap();
     let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
@@ -1086,15 +1098,42 @@ async fn backup_objects_beyond_their_history_are_pruned() {
     for b in &synthetic {
         let extra = match b.name.as_str() {
             "b" => json!({"spec": {"deletionPolicy": "Delete"}}),
-            "n1" | "n2" => nightly.clone(),
+            "labelled" | "nightly-20261101020000" => nightly.clone(),
+            "nightly-20261102020000" => json!({
+                "metadata": {"labels": {"tidemark.io/scheduled-backup": "nightly"}},
+                "spec": {"deletionPolicy": "Delete"},
+            }),
             _ => json!({}),
         };
         tidemark_operator::testkit::completed_backup(&backups, b, extra).await;
     }
+    // A failed attempt of the schedule that never stored anything.
+    let attempt: Backup = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "Backup",
+        "metadata": {"name": failed, "labels": {"tidemark.io/scheduled-backup": "nightly"}},
+        "spec": {"policy": {"name": "db"}},
+    }))
+    .unwrap();
+    backups
+        .create(&PostParams::default(), &attempt)
+        .await
+        .unwrap();
+    backups
+        .patch_status(
+            failed,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"phase": "failed", "error": "the pod was evicted",
+                "completedAt": hours(2).to_string()}}),
+            ),
+        )
+        .await
+        .unwrap();
     let schedule: tidemark_api::crd::ScheduledBackup = serde_json::from_value(json!({
         "apiVersion": "tidemark.io/v1alpha1", "kind": "ScheduledBackup",
         "metadata": {"name": "nightly", "namespace": ns},
-        "spec": {"schedule": "0 0 2 1 1 *", "policy": {"name": "db"}, "backupHistory": {"limit": 5}},
+        "spec": {"schedule": "0 0 2 1 1 *", "policy": {"name": "db"},
+            "backupHistory": {"limit": 1, "failedLimit": 0}},
     }))
     .unwrap();
     Api::<tidemark_api::crd::ScheduledBackup>::namespaced(admin.clone(), ns)
@@ -1102,38 +1141,72 @@ async fn backup_objects_beyond_their_history_are_pruned() {
         .await
         .unwrap();
     let op = Operator::start(&cluster, "operator-history");
-    // b's finalizer first (its deletionPolicy: Delete), so the prune goes through it.
-    tidemark_operator::testkit::cleanup_finalizer(&backups, "b").await;
+    tidemark_operator::testkit::cleanup_finalizer(&backups, n2).await;
     let mut p = policy("db", ns, &weed.endpoint, "s3");
     p.spec.backup_history = Some(tidemark_api::policy::BackupHistory {
-        limit: Some(1),
+        limit: Some(0),
+        failed_limit: Some(0),
         max_age: None,
     });
     Api::<BackupPolicy>::namespaced(admin.clone(), ns)
         .create(&PostParams::default(), &p)
         .await
         .unwrap();
-    // Of the policy's own two, removed in one pass (same time; by name): "a" stays, "b" goes.
-    eventually("b pruned", || async {
-        backups.get_opt("b").await.ok()?.is_none().then_some(())
+    // Of the schedule's two removed in one pass (same time; by name): n1 stays, n2 goes.
+    eventually("the schedule's history pruned", || async {
+        let n2_gone = backups.get_opt(n2).await.ok()?.is_none();
+        let failed_gone = backups.get_opt(failed).await.ok()?.is_none();
+        (n2_gone && failed_gone).then_some(())
     })
     .await;
-    assert_eq!(metadata_ids(&store).await, vec![synthetic[4].id.clone()]);
+    assert_eq!(metadata_ids(&store).await, vec![synthetic[5].id.clone()]);
     let names = |list: Vec<Backup>| list.iter().map(ResourceExt::name_any).collect::<Vec<_>>();
     // Settled: nothing else goes.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let left = names(backups.list(&ListParams::default()).await.unwrap().items);
-    assert_eq!(left, vec!["a", "n1", "n2", "new"]);
-    for name in ["a", "n1", "n2"] {
+    assert_eq!(left, vec!["a", "b", "labelled", "new", n1]);
+    for name in ["a", "b", "labelled", n1] {
         let st = backups.get(name).await.unwrap().status.unwrap();
         assert!(st.data_removed.is_some(), "{name}: {st:?}");
     }
     let pruned = tidemark_operator::testkit::events(&admin, ns, "BackupHistoryPruned").await;
-    let note = pruned[0].note.clone().unwrap_or_default();
-    assert!(note.contains(": b"), "{note}");
+    assert!(!pruned.is_empty());
+    for event in &pruned {
+        assert_eq!(
+            event.regarding.as_ref().and_then(|r| r.kind.as_deref()),
+            Some("ScheduledBackup"),
+            "{event:?}"
+        );
+    }
+    let notes: String = pruned.iter().filter_map(|e| e.note.clone()).collect();
+    assert!(notes.contains(n2) && notes.contains(failed), "{notes}");
     let finalized = tidemark_operator::testkit::events(&admin, ns, "RemoteDataDeleted").await;
     let note = finalized[0].note.clone().unwrap_or_default();
     assert!(note.contains("removed by retention"), "{note}");
+    // Suspended, the schedule deletes nothing (seed 001): limit 0 now, n1 stays.
+    Api::<tidemark_api::crd::ScheduledBackup>::namespaced(admin.clone(), ns)
+        .patch(
+            "nightly",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"suspend": true, "backupHistory": {"limit": 0}}})),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(backups.get_opt(n1).await.unwrap().is_some());
+    // Resumed, it does.
+    Api::<tidemark_api::crd::ScheduledBackup>::namespaced(admin.clone(), ns)
+        .patch(
+            "nightly",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"suspend": false}})),
+        )
+        .await
+        .unwrap();
+    eventually("n1 pruned once resumed", || async {
+        backups.get_opt(n1).await.ok()?.is_none().then_some(())
+    })
+    .await;
     op.stop().await;
 }
 

@@ -123,7 +123,8 @@ fn error_reason(e: &Error) -> &'static str {
 ///
 /// # Guarantees
 /// Deletes only what the engine's pass plans, under the store's lease ([`unattended_pass`]);
-/// and Backup objects beyond their history (`history::prune`), finished consolidation Jobs.
+/// and finished consolidation Jobs; never a Backup object (seed 000: its ScheduledBackup
+/// prunes those, `history::prune`).
 ///
 /// # Errors
 /// The spec is invalid, its Secret is missing, the store failed or holds data that blocks
@@ -601,9 +602,8 @@ async fn run_steps(
             .window
             .map_or(0, |w| w.as_signed_duration().as_secs()),
     );
-    let recorded =
-        removed::record_removed(ctx, &ns, &name, &outcome, summary.audit.as_deref(), now).await;
-    crate::history::prune(ctx, policy, &recorded, now).await;
+    // Backup objects stay: pruning them is their ScheduledBackup's (seed 000).
+    removed::record_removed(ctx, &ns, &name, &outcome, summary.audit.as_deref(), now).await;
     if summary.deleted > 0 || summary.segments_deleted > 0 {
         ctx.event(
             &policy.object_ref(&()),

@@ -13,13 +13,12 @@ use tidemark_engine::PassOutcome;
 use crate::context::Context;
 
 /// Records on each Backup object of `policy` whose data the pass deleted when, why and
-/// under which audit record (`status.dataRemoved`): the object stays (a pass deletes data;
-/// the object goes only by the history limit, see `history.rs`) and says so. A failure to record is logged; the data
-/// is gone either way, and the next pass does not see it again. A backup that
-/// consolidation merged names the synthetic full (`mergedInto`), and the one whose restore
-/// point that full holds now follows it (`replacedBy`): when the full goes, so does the
-/// replacement. Returns the objects it recorded whose data is gone for good (the watch
-/// cache may not show them yet).
+/// under which audit record (`status.dataRemoved`): the object stays and says so (a pass
+/// deletes data; the object goes only by its ScheduledBackup's history, `history.rs`, and
+/// one made by hand never). A failure to record is logged; the data is gone either way,
+/// and the next pass does not see it again. A backup that consolidation merged names the
+/// synthetic full (`mergedInto`), and the one whose restore point that full holds now
+/// follows it (`replacedBy`): when the full goes, so does the replacement.
 pub(super) async fn record_removed(
     ctx: &Context,
     ns: &str,
@@ -27,14 +26,13 @@ pub(super) async fn record_removed(
     outcome: &PassOutcome,
     audit: Option<&str>,
     now: Timestamp,
-) -> Vec<String> {
-    let mut recorded = Vec::new();
+) {
     let Some(report) = outcome.executed.as_ref() else {
-        return recorded;
+        return;
     };
     let gone: HashSet<&str> = report.backups_deleted.iter().map(String::as_str).collect();
     if gone.is_empty() {
-        return recorded;
+        return;
     }
     let reasons: std::collections::HashMap<&str, Vec<String>> = outcome
         .survey
@@ -127,12 +125,10 @@ pub(super) async fn record_removed(
         )
         .await
         {
-            Ok(_) if replaced_by.is_none() => recorded.push(b.name_any()),
             Ok(_) => {}
             Err(e) => {
                 tracing::warn!(backup = %b.name_any(), "could not record that its data was removed: {e}");
             }
         }
     }
-    recorded
 }

@@ -640,6 +640,48 @@ impl ScheduledBackup {
 }
 
 impl ScheduledBackupSpec {
+    /// Whether the chains of its incrementals end, and what retention can free of them:
+    /// `(ok, reason, message)`; `None` when it takes fulls only. Seed 002's forever
+    /// incremental — no `maxIncrementsPerFull` — without the policy's
+    /// `retention.consolidate` is one chain for ever: retention frees nothing of it, and
+    /// nothing else would say so (the operator's `ChainsEnd` condition, `tidemark run`'s
+    /// warning).
+    pub fn chains_end(
+        &self,
+        policy_name: &str,
+        policy: &crate::policy::BackupPolicySpec,
+    ) -> Option<(bool, &'static str, String)> {
+        let incremental = self.incremental.as_ref()?;
+        let consolidate = policy
+            .retention
+            .as_ref()
+            .and_then(|r| r.consolidate)
+            .unwrap_or(false);
+        Some(match (incremental.max_increments_per_full, consolidate) {
+            (Some(n), _) => (
+                true,
+                "FullEveryN",
+                format!(
+                    "a full after every {n} increment(s): a chain ends, and goes whole once no rule keeps its last backup"
+                ),
+            ),
+            (None, true) => (
+                true,
+                "Consolidated",
+                format!(
+                    "forever incremental; BackupPolicy {policy_name} consolidates: retention merges what no rule keeps into synthetic fulls"
+                ),
+            ),
+            (None, false) => (
+                false,
+                "ForeverIncrementalWithoutConsolidate",
+                format!(
+                    "spec.incremental has no maxIncrementsPerFull and BackupPolicy {policy_name} has no retention.consolidate: this schedule's chain never ends, so retention frees nothing of it and the store grows with every backup (seed 002). Set spec.incremental.maxIncrementsPerFull (a full after every N increments) or the policy's retention.consolidate: true (docs/retention.md#forever-incrementals)"
+                ),
+            ),
+        })
+    }
+
     /// Its durations written with seed 000's ambiguous `<n>m` (see
     /// [`BackupPolicySpec::ambiguous_durations`](crate::policy::BackupPolicySpec::ambiguous_durations)).
     pub fn ambiguous_durations(&self) -> Vec<tidemark_core::AmbiguousDuration> {

@@ -690,6 +690,16 @@ fn plan_table(out: &PlanOut, policy: &Policy, wide: bool) -> String {
         "Recovery window after this pass: {}\n",
         window_line(&out.recovery_window)
     ));
+    if out.summary.kept_only_for_chains > 0 {
+        s.push_str(&format!(
+            "Chains: {} backup(s) ({}) kept only because a retained increment builds on them; \
+             they go with their chain's last increment. A forever-incremental chain (no \
+             maxIncrementsPerFull) without retention.consolidate never ends, so retention \
+             frees nothing of it (docs/retention.md#forever-incrementals)\n",
+            out.summary.kept_only_for_chains,
+            human_bytes(out.summary.kept_only_for_chains_bytes)
+        ));
+    }
     s.push_str(&crate::output::timeline_lines(&out.timelines));
     if !out.foreign.is_empty() {
         s.push_str(&format!(

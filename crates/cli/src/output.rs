@@ -133,6 +133,10 @@ pub struct SummaryOut {
     pub delete: usize,
     pub delete_bytes: u64,
     pub segments_delete: usize,
+    /// Kept only because a retained increment builds on them (reason `chain:<id>` alone):
+    /// a forever-incremental chain without `consolidate` keeps these for ever (seed 002).
+    pub kept_only_for_chains: usize,
+    pub kept_only_for_chains_bytes: u64,
 }
 
 /// The debris of interrupted work a pass collects.
@@ -247,6 +251,11 @@ impl PlanOut {
                 delete: deletions.len(),
                 delete_bytes: deletions.iter().map(|d| d.backup.size).sum(),
                 segments_delete: plan.segments.delete.len(),
+                kept_only_for_chains: plan.kept_only_for_chains().count(),
+                kept_only_for_chains_bytes: plan
+                    .kept_only_for_chains()
+                    .map(|d| d.backup.size)
+                    .sum(),
             },
             timelines: timelines_out(&survey.inventory),
             executed,

@@ -215,6 +215,15 @@ fn load(dir: &Path) -> Result<Vec<PolicyRun>, CliError> {
                     s.metadata.name
                 )));
             }
+            if let Some((false, _, message)) =
+                s.spec.chains_end(&policy.metadata.name, &policy.spec)
+            {
+                eprintln!(
+                    "warning: {}: ScheduledBackup {}: {message}",
+                    sfile.display(),
+                    s.metadata.name
+                );
+            }
             mine.push(ScheduleRun {
                 spec,
                 incremental: s

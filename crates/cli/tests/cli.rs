@@ -886,3 +886,59 @@ fn man_pages_are_written_and_format_cleanly() {
     assert!(printed.status.success());
     assert!(String::from_utf8_lossy(&printed.stdout).starts_with(".ie \\n(.g .ds Aq"));
 }
+
+/// Seed 002's forever incrementals: a chain that never ends keeps every backup of it, and
+/// the plan says so — how many are kept only because a retained increment builds on them,
+/// in the text and in JSON (`summary.keptOnlyForChains`) — and says nothing when rules
+/// keep the whole chain.
+#[test]
+fn plan_says_what_is_kept_only_for_a_chain() {
+    let (_dir, url) = example_store();
+    let plan = |keep_last: &str, output: &str| {
+        run(&[
+            "plan",
+            "--store",
+            &url,
+            "--cluster",
+            "demo",
+            "--now",
+            NOW,
+            "--keep-last",
+            keep_last,
+            "--output",
+            output,
+        ])
+    };
+    let o = plan("1", "json");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o);
+    let chain_only = v["backups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| {
+            b["action"] == "keep"
+                && b["reasons"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|r| r.as_str().unwrap().starts_with("chain:"))
+        })
+        .count();
+    assert!(chain_only > 0, "{v}");
+    assert_eq!(v["summary"]["keptOnlyForChains"], chain_only, "{v}");
+    assert!(v["summary"]["keptOnlyForChainsBytes"].as_u64().unwrap() > 0);
+    let text = String::from_utf8_lossy(&plan("1", "table").stdout).into_owned();
+    assert!(
+        text.contains(&format!(
+            "Chains: {chain_only} backup(s) ({} B) kept only because a retained increment builds on them",
+            v["summary"]["keptOnlyForChainsBytes"]
+        )) && text.contains("docs/retention.md#forever-incrementals"),
+        "{text}"
+    );
+    // The whole chain kept by keepLast: nothing kept only for it, no line.
+    let o = plan("6", "json");
+    assert_eq!(json(&o)["summary"]["keptOnlyForChains"], 0);
+    let text = String::from_utf8_lossy(&plan("6", "table").stdout).into_owned();
+    assert!(!text.contains("Chains:"), "{text}");
+}

@@ -633,3 +633,34 @@ spec:
     assert_eq!(held.mode, tidemark_store::objectlock::LockMode::Governance);
     assert_eq!(held.until, until, "{held:?}");
 }
+
+/// Seed 002's forever incremental without consolidation frees nothing: `tidemark run` says
+/// so at start-up, naming both fields that would end the chain; a schedule with
+/// `maxIncrementsPerFull` gets no warning.
+#[test]
+fn a_forever_incremental_without_consolidation_is_named_at_start_up() {
+    for (incremental, warned) in [("{}", true), ("{maxIncrementsPerFull: 6}", false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("store");
+        std::fs::write(
+            dir.path().join("p.yaml"),
+            POLICY.replace("file:///tmp", &format!("file://{}", store.display())),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("s.yaml"),
+            SCHEDULE.replace(
+                "  command: [\"true\"]\n",
+                &format!("  method: mariabackup\n  incremental: {incremental}\n"),
+            ),
+        )
+        .unwrap();
+        let log = dir.path().join("run.log");
+        let mut run = start(dir.path(), &log);
+        let text = wait_for(&log, "schedule(s), retention every", 30);
+        signal(&run, "-TERM");
+        run.wait().unwrap();
+        let says = "s.yaml: ScheduledBackup data: spec.incremental has no maxIncrementsPerFull and BackupPolicy local has no retention.consolidate: this schedule's chain never ends";
+        assert_eq!(text.contains(says), warned, "{incremental}: {text}");
+    }
+}

@@ -163,6 +163,19 @@ impl Plan {
         self.backups.iter().filter(|d| d.action == Action::Delete)
     }
 
+    /// Backups kept for no reason but that a retained increment builds on them
+    /// (`chain:<id>` only): no rule keeps them, and they go only with their chain's last
+    /// increment. A chain that never ends — forever incremental (no `maxIncrementsPerFull`)
+    /// without `consolidate` (seed 002) — keeps them, and every new increment, forever:
+    /// what `plan` and the operator say.
+    pub fn kept_only_for_chains(&self) -> impl Iterator<Item = &BackupDecision> {
+        self.backups.iter().filter(|d| {
+            d.action == Action::Keep
+                && !d.reasons.is_empty()
+                && d.reasons.iter().all(|r| matches!(r, Reason::Chain(_)))
+        })
+    }
+
     /// Summaries of unread index shards that this plan's horizon reaches: some of their
     /// segments may be behind it. The store reads those shards and plans again; a plan in
     /// which this is empty is the plan of the fully read index (the summaries' runs are

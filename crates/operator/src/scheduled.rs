@@ -97,6 +97,7 @@ pub async fn reconcile(sb: Arc<ScheduledBackup>, ctx: Arc<Context>) -> Result<Ac
             "BackupPolicy {ns}/{policy_name} (spec.policy.name) does not exist"
         )));
     };
+    chains_end(&ctx, &sb, &policy).await;
     let owner = match sb.spec.backup_owner_reference {
         OwnerReferenceMode::SelfOwned => crate::context::owner_ref(&sb),
         OwnerReferenceMode::Cluster => crate::context::owner_ref(&policy),
@@ -156,6 +157,65 @@ pub async fn reconcile(sb: Arc<ScheduledBackup>, ctx: Arc<Context>) -> Result<Ac
         Some(at) => Action::requeue(until(now, at)),
         None => Action::requeue(Duration::from_secs(3600)),
     })
+}
+
+/// The condition a schedule of incrementals carries (seed 002): whether its chains end.
+pub(crate) const CHAINS_END_CONDITION: &str = "ChainsEnd";
+/// Its writer.
+const CHAINS_END_MANAGER: &str = "tidemark-operator-chains";
+
+/// Whether the chains of `sb`'s incrementals end (`tidemark_api`'s
+/// `ScheduledBackupSpec::chains_end`).
+pub(crate) fn chains_end_verdict(
+    sb: &ScheduledBackup,
+    policy: &BackupPolicy,
+) -> Option<(bool, &'static str, String)> {
+    sb.spec.chains_end(&policy.name_any(), &policy.spec)
+}
+
+/// Writes [`CHAINS_END_CONDITION`] when it changed (removes it from a schedule that takes
+/// fulls only), with a `ChainsNeverEnd` Warning when a chain never ends.
+async fn chains_end(ctx: &Context, sb: &ScheduledBackup, policy: &BackupPolicy) {
+    let verdict = chains_end_verdict(sb, policy);
+    let old: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> = sb
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let current = old.iter().find(|c| c.type_ == CHAINS_END_CONDITION);
+    let wanted = verdict.as_ref().map(|(ok, reason, message)| {
+        crate::status::condition(
+            &old,
+            CHAINS_END_CONDITION,
+            *ok,
+            reason,
+            message,
+            sb.meta().generation,
+        )
+    });
+    if let Some((false, _, message)) = &verdict {
+        ctx.warn(&sb.object_ref(&()), "ChainsNeverEnd", message)
+            .await;
+    }
+    let same = match (current, &wanted) {
+        (None, None) => true,
+        (Some(c), Some(w)) => {
+            c.status == w.status
+                && c.reason == w.reason
+                && c.message == w.message
+                && c.observed_generation == w.observed_generation
+        }
+        _ => false,
+    };
+    if same {
+        return;
+    }
+    let api: Api<ScheduledBackup> =
+        Api::namespaced(ctx.client.clone(), &sb.namespace().unwrap_or_default());
+    let value = serde_json::json!({ "conditions": wanted.into_iter().collect::<Vec<_>>() });
+    if let Err(e) = crate::status::apply(&api, &sb.name_any(), CHAINS_END_MANAGER, value).await {
+        tracing::warn!(schedule = %sb.name_any(), error = %e, "ChainsEnd condition");
+    }
 }
 
 /// From `now` to `at`, at least 100 ms and at most an hour (a schedule is re-read hourly
@@ -275,7 +335,8 @@ impl ScheduleState for StatusInResource {
             last_handled_slot: status.last_handled_slot.map(Time),
             immediate_done: previous.immediate_done
                 || (self.schedule.spec.immediate && status.last_schedule_time.is_some()),
-            conditions: previous.conditions,
+            // Conditions have writers of their own (`chains_end`): not this one's.
+            conditions: Vec::new(),
         };
         crate::status::own(&self.schedules, schedule, &new)
             .await
@@ -366,6 +427,40 @@ mod tests {
         assert_eq!(slot_of("nightly-x-20261122020000", "nightly"), None);
         assert_eq!(slot_of("other-20261122020000", "nightly"), None);
         assert_eq!(slot_of("nightly-20261322020000", "nightly"), None);
+    }
+
+    #[test]
+    fn only_a_forever_incremental_without_consolidation_never_ends() {
+        let schedule = |incremental: serde_json::Value| -> ScheduledBackup {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "tidemark.io/v1alpha1", "kind": "ScheduledBackup",
+                "metadata": {"name": "s", "namespace": "n"},
+                "spec": {"schedule": "@daily", "policy": {"name": "p"}, "incremental": incremental},
+            }))
+            .unwrap()
+        };
+        let policy = |retention: serde_json::Value| -> BackupPolicy {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy",
+                "metadata": {"name": "p", "namespace": "n"},
+                "spec": {"objectStore": {"url": "file:///b"}, "retention": retention},
+            }))
+            .unwrap()
+        };
+        let plain = policy(serde_json::json!({"keepLast": 3}));
+        let merging = policy(serde_json::json!({"keepLast": 3, "consolidate": true}));
+        let verdict = |s: &ScheduledBackup, p: &BackupPolicy| {
+            chains_end_verdict(s, p).map(|(ok, reason, _)| (ok, reason))
+        };
+        let forever = schedule(serde_json::json!({}));
+        let every = schedule(serde_json::json!({"maxIncrementsPerFull": 6}));
+        assert_eq!(
+            verdict(&forever, &plain),
+            Some((false, "ForeverIncrementalWithoutConsolidate"))
+        );
+        assert_eq!(verdict(&forever, &merging), Some((true, "Consolidated")));
+        assert_eq!(verdict(&every, &plain), Some((true, "FullEveryN")));
+        assert_eq!(verdict(&schedule(serde_json::Value::Null), &plain), None);
     }
 
     #[test]

@@ -86,6 +86,7 @@ async fn seed_001_scheduled_backups() {
         name_collision_is_refused_with_a_warning(&admin),
         suspend_stops_new_backups_only(&admin),
         invalid_spec_is_reported(&admin),
+        forever_incrementals_are_named(&admin),
     );
     owner_reference_modes(&admin).await;
     rbac_is_what_the_operator_can_do(&admin).await;
@@ -427,6 +428,64 @@ async fn invalid_spec_is_reported(admin: &Client) {
         "{note}"
     );
     assert!(children(admin, ns, "five-fields").await.is_empty());
+}
+
+/// Seed 002's forever incremental without consolidation never frees anything: the schedule
+/// says so where it is accepted — `ChainsEnd=False` (`ForeverIncrementalWithoutConsolidate`)
+/// and a `ChainsNeverEnd` Warning — and `True` (`FullEveryN`) once chains end.
+async fn forever_incrementals_are_named(admin: &Client) {
+    let ns = "forever";
+    create_ns(admin, ns).await;
+    policy(admin, ns, "db").await;
+    schedule(
+        admin,
+        ns,
+        "chain",
+        json!({"schedule": "0 0 2 1 1 *", "policy": {"name": "db"}, "incremental": {}}),
+    )
+    .await;
+    let chains_end = |want: &'static str| async move {
+        eventually("the ChainsEnd condition", || async {
+            let st = status(admin, ns, "chain").await;
+            st["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == "ChainsEnd" && c["status"] == want)
+                .cloned()
+        })
+        .await
+    };
+    let c = chains_end("False").await;
+    assert_eq!(c["reason"], "ForeverIncrementalWithoutConsolidate", "{c}");
+    let message = c["message"].as_str().unwrap();
+    assert!(
+        message.contains("maxIncrementsPerFull") && message.contains("retention.consolidate"),
+        "{message}"
+    );
+    let events: Api<K8sEvent> = Api::namespaced(admin.clone(), ns);
+    eventually("the ChainsNeverEnd event", || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("ChainsNeverEnd"))
+    })
+    .await;
+    Api::<ScheduledBackup>::namespaced(admin.clone(), ns)
+        .patch(
+            "chain",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"incremental": {"maxIncrementsPerFull": 6}}})),
+        )
+        .await
+        .unwrap();
+    let c = chains_end("True").await;
+    assert_eq!(c["reason"], "FullEveryN", "{c}");
+    // The scheduler's own status writes keep the condition.
+    let st = status(admin, ns, "chain").await;
+    assert!(st["lastCheckTime"].is_string(), "{st}");
 }
 
 /// `self`: owned by the schedule, collected with it; `cluster`: owned by the BackupPolicy,

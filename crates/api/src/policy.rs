@@ -1115,6 +1115,15 @@ pub struct ObjectLockSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
     pub period: Option<String>,
+    /// What a retention pass does with a chain whose lock has ended and that no rule keeps
+    /// (seed 002): `lifecycle` (the default) records it as expired in the store — no plan,
+    /// restore or window uses it again, and the operator deletes its Backup objects — and
+    /// leaves its objects to the bucket's lifecycle rule (Tidemark says when the bucket has
+    /// none, or one that would remove what the window needs); `delete` deletes its objects,
+    /// every version, itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(lifecycle|delete)$"))]
+    pub after_expiry: Option<String>,
 }
 
 /// The bech32 form of an age X25519 recipient (`age1` and 58 characters).
@@ -1563,6 +1572,7 @@ impl BackupPolicySpec {
                 e.validate()?;
             }
             self.object_lock()?;
+            self.lock_expiry()?;
             if let Some(secret) = &os.credentials_secret {
                 crate::names::dns_subdomain("spec.objectStore.credentialsSecret", secret)?;
             }
@@ -1660,6 +1670,24 @@ impl BackupPolicySpec {
             });
         }
         Ok(Some(tidemark_core::lock::ObjectLock { mode, period }))
+    }
+
+    /// What a pass does with a locked chain whose lock ended
+    /// (`spec.objectStore.objectLock.afterExpiry`; default `lifecycle`).
+    ///
+    /// # Errors
+    /// A value other than `lifecycle` and `delete`.
+    pub fn lock_expiry(&self) -> Result<tidemark_core::lock::LockExpiry, PolicyFileError> {
+        self.object_store
+            .as_ref()
+            .and_then(|o| o.object_lock.as_ref())
+            .and_then(|l| l.after_expiry.as_deref())
+            .map_or(Ok(tidemark_core::lock::LockExpiry::default()), |v| {
+                v.parse().map_err(|problem| PolicyFileError::Invalid {
+                    field: "spec.objectStore.objectLock.afterExpiry",
+                    problem,
+                })
+            })
     }
 
     /// How often the retention pass runs (`spec.retentionInterval`, default 1 h).

@@ -800,6 +800,13 @@ pub struct StoreArgs {
     /// retention.window).
     #[arg(long, value_name = "DURATION", env = "TIDEMARK_LOCK_PERIOD")]
     pub lock_period: Option<String>,
+    /// What a retention pass does with a locked chain whose lock has ended and that no rule
+    /// keeps (seed 002): `lifecycle` (the default) records it as expired in the store — no
+    /// plan, restore or window uses it again — and leaves its objects to the bucket's
+    /// lifecycle rule; `delete` deletes them, every version. Default: the policy file's
+    /// objectStore.objectLock.afterExpiry.
+    #[arg(long, value_name = "WHAT", env = "TIDEMARK_AFTER_LOCK_EXPIRY")]
+    pub after_lock_expiry: Option<String>,
 }
 
 /// The retention policy: a BackupPolicy file, or flags.

@@ -505,12 +505,22 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
     for w in &survey.catalog.warnings {
         eprintln!("warning: {w}");
     }
-    let out = PlanOut::new(
+    let mut out = PlanOut::new(
         &target.store,
         survey,
         policy.as_given.clone(),
         outcome.executed,
     );
+    out.lifecycle = tidemark_store::lifecycle::check(
+        &target.store,
+        survey,
+        policy.policy.window.map(|w| w.as_signed_duration()),
+    )
+    .await
+    .map(crate::output::LifecycleOut::new);
+    if let Some(problem) = out.lifecycle.as_ref().and_then(|l| l.problem.as_ref()) {
+        eprintln!("warning: {problem}");
+    }
     if json {
         emit_as(args.output, &out)?;
     } else {
@@ -690,6 +700,33 @@ fn plan_table(out: &PlanOut, policy: &Policy, wide: bool) -> String {
         "Recovery window after this pass: {}\n",
         window_line(&out.recovery_window)
     ));
+    if !out.expired.is_empty() {
+        let bytes: u64 = out.expired.iter().map(|e| e.size).sum();
+        s.push_str(&format!(
+            "Expired: {} locked backup(s) ({}) whose lock ended, recorded as expired: in no plan, restore or window; their objects are left to the bucket's lifecycle rule\n",
+            out.expired.len(),
+            human_bytes(bytes)
+        ));
+    }
+    if let Some(l) = &out.lifecycle {
+        let expiring = out
+            .backups
+            .iter()
+            .filter(|b| b.action == Some(Action::Delete) && b.immutable_until.is_some())
+            .count();
+        if expiring > 0 {
+            s.push_str(&format!(
+                "Of the backups this pass deletes, {expiring} were locked: they are recorded as expired and their objects left to the bucket's lifecycle rule (afterExpiry: lifecycle; --after-lock-expiry delete deletes them)\n"
+            ));
+        }
+        s.push_str(&match (&l.problem, &l.verdict) {
+            (Some(p), _) => format!("Lifecycle: {p}\n"),
+            (None, tidemark_store::lifecycle::Verdict::Removes { rule, days }) => format!(
+                "Lifecycle: the bucket's rule {rule:?} removes expired chains {days} days after they were written\n"
+            ),
+            (None, _) => String::new(),
+        });
+    }
     if out.summary.kept_only_for_chains > 0 {
         s.push_str(&format!(
             "Chains: {} backup(s) ({}) kept only because a retained increment builds on them; \

@@ -173,9 +173,44 @@ pub struct PlanOut {
     pub summary: SummaryOut,
     /// The log archive's timelines.
     pub timelines: Vec<TimelineOut>,
+    /// Locked chains recorded as expired, whose objects the bucket's lifecycle rule is to
+    /// remove (seed 002): in no plan, restore or window.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub expired: Vec<tidemark_store::catalog::ExpiredBackup>,
+    /// The bucket's lifecycle rules and what they mean for expired chains, when the store
+    /// leaves them to the bucket (`afterExpiry: lifecycle`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lifecycle: Option<LifecycleOut>,
     /// What gc did (absent for plan).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub executed: Option<ExecutionReport>,
+}
+
+/// The bucket's lifecycle rules as `plan` reports them.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LifecycleOut {
+    pub rules: Vec<tidemark_store::lifecycle::Rule>,
+    #[serde(flatten)]
+    pub verdict: tidemark_store::lifecycle::Verdict,
+    /// What is wrong, for people; absent when a rule removes expired chains in time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+}
+
+impl LifecycleOut {
+    pub fn new(
+        (rules, verdict): (
+            Vec<tidemark_store::lifecycle::Rule>,
+            tidemark_store::lifecycle::Verdict,
+        ),
+    ) -> Self {
+        LifecycleOut {
+            problem: verdict.problem(),
+            rules,
+            verdict,
+        }
+    }
 }
 
 impl PlanOut {
@@ -258,6 +293,8 @@ impl PlanOut {
                     .sum(),
             },
             timelines: timelines_out(&survey.inventory),
+            expired: survey.catalog.expired.clone(),
+            lifecycle: None,
             executed,
         }
     }

@@ -201,8 +201,19 @@ pub fn target(
             period,
         }),
     };
+    let lock_expiry = match args.after_lock_expiry.as_deref().filter(|m| !m.is_empty()) {
+        Some(v) => v
+            .parse()
+            .map_err(|e: String| CliError::input(format!("--after-lock-expiry: {e}")))?,
+        None => file
+            .map(|p| p.spec.lock_expiry())
+            .transpose()
+            .map_err(|e| CliError::input(e.to_string()))?
+            .unwrap_or_default(),
+    };
     Ok(Target {
         store: ClusterStore::open(&url, &cluster, &options)?
+            .with_lock_expiry(lock_expiry)
             .with_budget(budget()?)
             .with_compression(compression)
             .with_recipients(recipients)

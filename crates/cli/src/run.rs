@@ -394,6 +394,7 @@ fn open_store(
                 allow_plaintext_before: None,
                 lock_mode: None,
                 lock_period: None,
+                after_lock_expiry: None,
             },
             Some(policy),
             Some(file),

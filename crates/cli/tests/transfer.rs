@@ -1664,7 +1664,16 @@ fn locked_backups_outlast_early_deletes_and_go_when_their_lock_ends() {
         b"",
     );
     assert!(gc.status.success(), "{}", stderr(&gc));
+    // Seed 002: expired chains are the bucket's to remove, and this bucket has no rule
+    // that would: said on stderr and in JSON.
+    assert!(
+        stderr(&gc)
+            .contains("no enabled lifecycle rule of the bucket expires this cluster's objects"),
+        "{}",
+        stderr(&gc)
+    );
     let gc = json(&gc);
+    assert_eq!(gc["lifecycle"]["verdict"], "noRule", "{gc}");
     let decision = |gc: &Value, id: &str| {
         gc["backups"]
             .as_array()
@@ -1699,6 +1708,22 @@ fn locked_backups_outlast_early_deletes_and_go_when_their_lock_ends() {
         .checked_add(jiff::SignedDuration::from_hours(24))
         .unwrap()
         .to_string();
+    // Left to the bucket (the default), such a pass records nothing before the lock ends
+    // by this machine's clock.
+    let early = on(
+        "gc",
+        &["--keep-last", "1", "--now", &tomorrow, "--allow-future-now"],
+        b"",
+    );
+    assert_eq!(early.status.code(), Some(5), "{}", stderr(&early));
+    assert!(
+        stderr(&early).contains(&format!(
+            "is locked until {until_s}: not expired before its lock ends"
+        )),
+        "{}",
+        stderr(&early)
+    );
+    // Deleting it itself (the opt-in): the server refuses.
     let early = on(
         "gc",
         &[
@@ -1706,6 +1731,8 @@ fn locked_backups_outlast_early_deletes_and_go_when_their_lock_ends() {
             "1",
             "--lock-mode",
             "governance",
+            "--after-lock-expiry",
+            "delete",
             "--now",
             &tomorrow,
             "--allow-future-now",
@@ -1731,16 +1758,29 @@ fn locked_backups_outlast_early_deletes_and_go_when_their_lock_ends() {
         "the locked backup is whole"
     );
 
-    // After the date: deleted, with every version (nothing of it stays billed) — by a gc
+    // After the date (seed 002): the chain is recorded as expired — in no plan, restore
+    // or window again — and its objects are left to the bucket's lifecycle rule; by a gc
     // given no lock mode too: the backup records its lock.
     let wait = until.duration_since(jiff::Timestamp::now()) + jiff::SignedDuration::from_secs(2);
     std::thread::sleep(std::time::Duration::try_from(wait).unwrap_or_default());
     let gc = on("gc", &["--keep-last", "1", "--output", "json"], b"");
     assert!(gc.status.success(), "{}", stderr(&gc));
-    assert_eq!(decision(&json(&gc), &old_id)["action"], "delete");
-    assert!(rt.block_on(store.versions(&payload)).unwrap().is_empty());
+    let gc = json(&gc);
+    assert_eq!(decision(&gc, &old_id)["action"], "delete");
+    assert_eq!(
+        gc["executed"]["backupsExpired"],
+        serde_json::json!([old_id]),
+        "{gc}"
+    );
+    assert!(
+        gc["executed"]["backupsDeleted"]
+            .as_array()
+            .is_none_or(|d| !d.iter().any(|id| id == &old_id)),
+        "{gc}"
+    );
+    assert!(!rt.block_on(store.versions(&payload)).unwrap().is_empty());
     let meta = object_store::path::Path::from(format!("nightly/{old_id}/metadata.json"));
-    assert!(rt.block_on(store.versions(&meta)).unwrap().is_empty());
+    assert!(!rt.block_on(store.versions(&meta)).unwrap().is_empty());
     let ls = json(&on("ls", &["--output", "json"], b""));
     let ids: Vec<&str> = ls["backups"]
         .as_array()
@@ -1749,6 +1789,39 @@ fn locked_backups_outlast_early_deletes_and_go_when_their_lock_ends() {
         .map(|b| b["backupId"].as_str().unwrap())
         .collect();
     assert_eq!(ids, [new_id.as_str()], "{ls}");
+    let plan = on("plan", &["--keep-last", "1", "--output", "json"], b"");
+    let plan = json(&plan);
+    assert_eq!(plan["expired"][0]["backupId"], old_id.as_str(), "{plan}");
+    assert!(decision(&plan, &old_id).is_null(), "{plan}");
+    let text = on("plan", &["--keep-last", "1"], b"");
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains("Expired: 1 locked backup(s)"),
+        "{}",
+        String::from_utf8_lossy(&text.stdout)
+    );
+    // A restore cannot pick it.
+    let fetched = on("fetch", &["--backup-id", &old_id], b"");
+    assert!(!fetched.status.success(), "{}", stderr(&fetched));
+    // A rule that removes the cluster's objects after 30 days: enough for this policy, too
+    // short for a window of 60 days.
+    rt.block_on(store.put_lifecycle(
+        r#"<LifecycleConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Rule><ID>backups</ID><Status>Enabled</Status><Filter><Prefix>shop/</Prefix></Filter><Expiration><Days>30</Days></Expiration></Rule></LifecycleConfiguration>"#,
+    ))
+    .unwrap();
+    let plan = json(&on("plan", &["--keep-last", "1", "--output", "json"], b""));
+    assert_eq!(plan["lifecycle"]["verdict"], "removes", "{plan}");
+    assert_eq!(plan["lifecycle"]["days"], 30, "{plan}");
+    let short = on(
+        "plan",
+        &["--keep-last", "1", "--window", "60d", "--output", "json"],
+        b"",
+    );
+    assert!(
+        stderr(&short).contains("expires objects after 30 days, but backups the recovery window needs are (or will be) 60 days old"),
+        "{}",
+        stderr(&short)
+    );
+    assert_eq!(json(&short)["lifecycle"]["verdict"], "tooShort");
 }
 
 /// Issue 28: under encryption (a recipient given), a payload that is not encrypted is not

@@ -26,6 +26,47 @@ pub enum LockMode {
     Compliance,
 }
 
+/// What happens to a locked chain once its lock has ended and no rule keeps it (seed 002:
+/// "The retention job will not remove backups from the target storage …; it will only
+/// delete the backup CR … Deletion of the actual backups from the target storage will be
+/// managed by the retention period set on the S3 bucket").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LockExpiry {
+    /// The default: the pass records the chain as expired in the store (no plan, restore
+    /// or window uses it again) and leaves its objects to the bucket's lifecycle rule.
+    #[default]
+    Lifecycle,
+    /// Opt-in: the pass deletes its objects, every version, itself.
+    Delete,
+}
+
+/// The accepted spellings of [`LockExpiry`], quoted in errors.
+pub const LOCK_EXPIRIES: &str = "lifecycle (the default: the bucket's lifecycle rule removes an expired chain) or delete (Tidemark deletes it)";
+
+impl fmt::Display for LockExpiry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LockExpiry::Lifecycle => "lifecycle",
+            LockExpiry::Delete => "delete",
+        })
+    }
+}
+
+impl FromStr for LockExpiry {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "lifecycle" => Ok(LockExpiry::Lifecycle),
+            "delete" => Ok(LockExpiry::Delete),
+            _ => Err(format!(
+                "invalid afterExpiry {:?}: expected {LOCK_EXPIRIES}",
+                s.chars().take(80).collect::<String>()
+            )),
+        }
+    }
+}
+
 /// The accepted spellings of a lock mode, quoted in errors.
 pub const LOCK_MODES: &str = "governance or compliance";
 

@@ -242,7 +242,8 @@ fn transfer_class(e: &TransferError) -> Class {
         TransferError::InvalidName(_)
         | TransferError::InvalidId(_)
         | TransferError::AlreadyCommitted { .. }
-        | TransferError::NotFound { .. } => Class::Input,
+        | TransferError::NotFound { .. }
+        | TransferError::Expired { .. } => Class::Input,
         TransferError::AttemptExists { .. } => Class::Contention,
         TransferError::Source { .. } | TransferError::EmptyStream => Class::Source,
         TransferError::PayloadGone { .. }

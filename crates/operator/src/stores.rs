@@ -414,6 +414,10 @@ pub async fn open_store(
         .spec
         .object_lock()
         .map_err(|e| Error::Invalid(e.to_string()))?;
+    let lock_expiry = policy
+        .spec
+        .lock_expiry()
+        .map_err(|e| Error::Invalid(e.to_string()))?;
     let plaintext_before = os
         .encryption
         .as_ref()
@@ -427,7 +431,10 @@ pub async fn open_store(
                 .with_recipients(recipients.map(std::sync::Arc::new))
                 .with_plaintext_before(plaintext_before)
                 .with_object_lock(lock.map(|l| l.mode))
-                .map(|s| s.with_lock_period(lock.map(|l| l.period)))
+                .map(|s| {
+                    s.with_lock_period(lock.map(|l| l.period))
+                        .with_lock_expiry(lock_expiry)
+                })
         })
         .map_err(|e| Error::Engine(e.into()))
 }

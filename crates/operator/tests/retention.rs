@@ -1210,6 +1210,76 @@ async fn only_the_scheduler_prunes_the_backups_it_generated() {
     op.stop().await;
 }
 
+/// Seed 002's immutable chains: "The retention job will not remove backups from the target
+/// storage …; it will only delete the backup CR … once the expiration date is reached.
+/// Deletion of the actual backups … will be managed by the retention period set on the S3
+/// bucket". On a lock-enabled bucket, a chain whose lock has ended and that no rule keeps
+/// is recorded as expired (`_state/expired/…`) — its objects stay for the bucket's rule —
+/// and its Backup object is deleted; the bucket has no lifecycle rule, which a
+/// `BucketLifecycle` Warning says. Mutation tried: the executor deleting as before
+/// (`afterExpiry: delete` by default) — the metadata is gone and no record is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_locked_chain_is_left_to_the_bucket() {
+    let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let ns = "expiry";
+    cluster.namespace(ns).await;
+    secret(&admin, ns, "s3").await;
+    let store = weed.locked_bucket("immutable", "db").await;
+    let now = Timestamp::now();
+    let hours = |h: i64| now - SignedDuration::from_hours(h);
+    let mut old = SynthBackup::full("old", hours(30), 1);
+    old.immutable_until = Some(hours(1));
+    let mut new = SynthBackup::full("new", hours(2), 2);
+    new.immutable_until = Some(now + SignedDuration::from_hours(24));
+    synth::write_backups(&store, &[old.clone(), new.clone()])
+        .await
+        .unwrap();
+    let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
+    for b in [&old, &new] {
+        tidemark_operator::testkit::completed_backup(&backups, b, json!({})).await;
+    }
+    let op = Operator::start(&cluster, "operator-expiry");
+    let p: BackupPolicy = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1",
+        "kind": "BackupPolicy",
+        "metadata": {"name": "db", "namespace": ns},
+        "spec": {
+            "objectStore": {"bucket": "immutable", "endpoint": weed.endpoint, "credentialsSecret": "s3",
+                "objectLock": {"mode": "governance", "period": "1d"}},
+            "retention": {"keepLast": 1},
+            "retentionInterval": "1h",
+        },
+    }))
+    .unwrap();
+    Api::<BackupPolicy>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &p)
+        .await
+        .unwrap();
+    eventually("the expired chain's Backup deleted", || async {
+        backups.get_opt("old").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    assert!(backups.get_opt("new").await.unwrap().is_some());
+    // Its objects stay for the bucket; the record says it expired.
+    let keys = synth::all_keys(&store).await.unwrap();
+    let record = format!("_state/expired/old/{}.json", old.id);
+    assert!(keys.contains(&record), "{keys:?}");
+    assert!(
+        keys.contains(&format!("old/{}/metadata.json", old.id)),
+        "{keys:?}"
+    );
+    let lifecycle = eventually("the BucketLifecycle warning", || async {
+        let e = tidemark_operator::testkit::events(&admin, ns, "BucketLifecycle").await;
+        (!e.is_empty()).then_some(e)
+    })
+    .await;
+    let note = lifecycle[0].note.clone().unwrap_or_default();
+    assert!(note.contains("no enabled lifecycle rule"), "{note}");
+    op.stop().await;
+}
+
 /// Retention only with an established primary (issue 18, seed 000): a policy that selects
 /// database pods deletes nothing while no selected pod is the primary, nor until the
 /// primary has been Running and Ready for `primaryReadyFor` — `Ready=False`

@@ -143,6 +143,41 @@ pub struct Catalog {
     /// `metadata.json` bodies taken from the metadata cache rather than read
     /// ([`crate::metacache`]).
     pub metadata_from_cache: usize,
+    /// Locked backups a pass recorded as expired (`_state/expired/<name>/<id>.json`, seed
+    /// 002): no plan, restore or window uses them again; their objects are the bucket's
+    /// lifecycle rule's to remove. Not in `backups`.
+    pub expired: Vec<ExpiredBackup>,
+}
+
+/// A locked backup recorded as expired, whose objects are still in the store.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExpiredBackup {
+    pub backup_name: String,
+    pub backup_id: String,
+    pub started_at: Option<Timestamp>,
+    /// When its lock ended.
+    pub immutable_until: Timestamp,
+    /// Bytes its objects still hold.
+    pub size: u64,
+}
+
+/// Whether an expiry record for `stored` is honoured at `now`: only for a committed
+/// backup that was locked and whose lock has ended by the wall clock — what `delete` mode
+/// could have deleted. A record for anything else (planted, or written by a pass whose
+/// clock was ahead) is ignored, and said.
+fn expiry_holds(stored: &StoredBackup, now: Timestamp) -> Result<Timestamp, String> {
+    let Some(m) = stored.metadata.as_ref() else {
+        return Err("it is not a committed backup".to_owned());
+    };
+    match m.immutable_until {
+        None => Err(
+            "it was never locked (only a locked chain expires into the bucket's lifecycle)"
+                .to_owned(),
+        ),
+        Some(until) if until > now => Err(format!("its lock lasts until {until}")),
+        Some(until) => Ok(until),
+    }
 }
 
 /// One `metadata.json` as a load got it.
@@ -429,6 +464,7 @@ impl Catalog {
         }
         let mut dirs: BTreeMap<(String, String), Dir> = BTreeMap::new();
         let mut audits = Vec::new();
+        let mut expiry_records: HashSet<(String, String)> = HashSet::new();
         for meta in listed.objects {
             let key = meta.location.as_ref().to_owned();
             match layout::classify(&key) {
@@ -450,7 +486,11 @@ impl Catalog {
                     dir.payload.push(meta);
                 }
                 KeyKind::Audit => audits.push(meta.location),
-                KeyKind::State => {}
+                KeyKind::State => {
+                    if let Some((name, id)) = layout::expiry_of(&key) {
+                        expiry_records.insert((name.to_owned(), id.to_owned()));
+                    }
+                }
                 KeyKind::Segment { .. }
                 | KeyKind::Index
                 | KeyKind::IndexShard
@@ -532,6 +572,36 @@ impl Catalog {
             backups.push(stored);
         }
 
+        // Locked chains a pass recorded as expired leave every plan, restore and window.
+        let mut expired = Vec::new();
+        if !expiry_records.is_empty() {
+            let mut live = Vec::with_capacity(backups.len());
+            for stored in backups {
+                let record = (stored.backup.name.clone(), stored.backup.id.clone());
+                if !expiry_records.remove(&record) {
+                    live.push(stored);
+                    continue;
+                }
+                match expiry_holds(&stored, observed_at) {
+                    Ok(until) => expired.push(ExpiredBackup {
+                        backup_name: record.0,
+                        backup_id: record.1,
+                        started_at: Some(stored.backup.started_at),
+                        immutable_until: until,
+                        size: stored.backup.size,
+                    }),
+                    Err(why) => {
+                        warnings.push(format!(
+                            "the expiry record {} is ignored: {why}",
+                            store.display_key(&layout::expiry_key(&record.0, &record.1))
+                        ));
+                        live.push(stored);
+                    }
+                }
+            }
+            backups = live;
+        }
+
         // Staging files and uploads are ours only where the layout says so (inside a backup
         // directory they belong to that attempt); any other is foreign, and stays.
         let (ours, theirs): (Vec<Leftover>, Vec<Leftover>) = leftovers
@@ -561,6 +631,7 @@ impl Catalog {
             observed_at,
             objects_listed,
             metadata_from_cache,
+            expired,
         };
         catalog.check_index_entries(store);
         Ok(catalog)

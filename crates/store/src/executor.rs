@@ -98,6 +98,11 @@ pub struct ExecutionReport {
     /// Relative to the store URL; `None` when the pass had nothing to delete.
     pub audit_key: Option<String>,
     pub backups_deleted: Vec<String>,
+    /// Locked backups whose lock ended, recorded as expired and left to the bucket's
+    /// lifecycle rule (`afterExpiry: lifecycle`, seed 002): gone for every plan, restore
+    /// and window, their objects still in the store.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backups_expired: Vec<String>,
     pub objects_deleted: usize,
     pub segments_deleted: usize,
     pub index_entries_removed: usize,
@@ -298,6 +303,55 @@ pub async fn execute(
         uploads,
         staging,
     } = deletions;
+    // Seed 002: a locked chain whose lock ended is recorded as expired and left to the
+    // bucket's lifecycle rule, unless the policy opted into deleting it.
+    let (expiring, backups): (Vec<BackupDeletion>, Vec<BackupDeletion>) =
+        backups.into_iter().partition(|b| {
+            store.lock_expiry == tidemark_core::lock::LockExpiry::Lifecycle
+                && locked_until(survey, b).is_some()
+        });
+    for b in &expiring {
+        let until = locked_until(survey, b).unwrap_or(Timestamp::UNIX_EPOCH);
+        let key = layout::expiry_key(&b.name, &b.id);
+        // By this machine's clock, not the pass's `now`: a pass told a later time must
+        // not expire what the server still locks.
+        if until > Timestamp::now() {
+            report.failures.push(DeleteFailure {
+                key: store.display_key(&key),
+                error: format!(
+                    "{}/{} is locked until {until}: not expired before its lock ends",
+                    b.name, b.id
+                ),
+            });
+            continue;
+        }
+        let body = serde_json::to_vec_pretty(&serde_json::json!({
+            "formatVersion": FORMAT_VERSION,
+            "backupName": b.name,
+            "backupId": b.id,
+            "immutableUntil": until,
+            "expiredAt": options.started_at,
+            "passId": report.pass_id,
+            "auditRecord": report.audit_key,
+            "objectsLeftTo": "the bucket's lifecycle rule",
+        }))
+        .unwrap_or_default();
+        // Written once: one left by an earlier pass (ignored then, its lock not over) holds.
+        let written = match store.inner.head(&key).await {
+            Ok(_) => Ok(()),
+            Err(_) => put_new(store, &key, body).await,
+        };
+        match written {
+            Ok(()) => {
+                tracing::info!(backup = %format!("{}/{}", b.name, b.id), "recorded as expired; its objects are left to the bucket's lifecycle rule");
+                report.backups_expired.push(b.id.clone());
+            }
+            Err(e) => report.failures.push(DeleteFailure {
+                key: store.display_key(&key),
+                error: e.to_string(),
+            }),
+        }
+    }
     for b in &backups {
         if let Some(d) = survey.plan.backups.iter().find(|d| d.backup.id == b.id) {
             let reasons: Vec<String> = d.reasons.iter().map(ToString::to_string).collect();
@@ -550,6 +604,15 @@ fn audit_record(
         leftovers_deleted: leftovers,
         extra: options.audit_extra.clone(),
     }
+}
+
+/// When the backup `b` deletes was locked until (its `metadata.json`'s `immutableUntil`).
+fn locked_until(survey: &Survey, b: &BackupDeletion) -> Option<Timestamp> {
+    survey
+        .catalog
+        .backup(&b.name, &b.id)
+        .and_then(|s| s.metadata.as_ref())
+        .and_then(|m| m.immutable_until)
 }
 
 /// Writes an object that must not exist yet; where the backend cannot refuse overwrites,

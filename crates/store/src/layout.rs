@@ -135,6 +135,29 @@ pub fn audit_time(name: &str) -> Option<jiff::Timestamp> {
         .then_some(t)
 }
 
+/// The directory (inside [`STATE`]) of expiry records: a locked chain whose lock ended,
+/// that a pass recorded as expired and left to the bucket's lifecycle rule (seed 002).
+pub const EXPIRED: &str = "expired";
+
+/// `_state/expired/<name>/<id>.json`: the record that the backup `name/id` expired. Its
+/// existence is the record (a load reads no body); the body says when and by which pass,
+/// for people.
+pub fn expiry_key(name: &str, id: &str) -> Path {
+    Path::from_iter([STATE, EXPIRED, name, &format!("{id}.json")])
+}
+
+/// The backup an expiry record names, when `key` is one (names checked as everywhere).
+pub fn expiry_of(key: &str) -> Option<(&str, &str)> {
+    let parts: Vec<&str> = key.split('/').collect();
+    match parts.as_slice() {
+        [STATE, EXPIRED, name, file] => {
+            let id = file.strip_suffix(".json")?;
+            (is_backup_name(name) && is_backup_id(id)).then_some((*name, id))
+        }
+        _ => None,
+    }
+}
+
 pub fn audit_key(at: jiff::Timestamp, pass_id: &str) -> Path {
     // Whole seconds keep keys short and sortable; the pass id makes them unique.
     let stamp = jiff::Timestamp::from_second(at.as_second()).unwrap_or(at);
@@ -190,6 +213,24 @@ pub fn classify(key: &str) -> KeyKind<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn expiry_records_name_one_backup_or_none() {
+        let id = "20261120T020000Z-3f2a9c1d";
+        let key = expiry_key("daily", id);
+        assert_eq!(key.as_ref(), format!("_state/expired/daily/{id}.json"));
+        assert_eq!(classify(key.as_ref()), KeyKind::State);
+        assert_eq!(expiry_of(key.as_ref()), Some(("daily", id)));
+        for not in [
+            format!("_state/expired/daily/{id}"),
+            format!("_state/expired/_audit/{id}.json"),
+            "_state/expired/daily/not-an-id.json".to_owned(),
+            format!("_state/expired/daily/x/{id}.json"),
+            format!("_state/owner/daily/{id}.json"),
+        ] {
+            assert_eq!(expiry_of(&not), None, "{not}");
+        }
+    }
 
     #[test]
     fn keys_are_classified() {

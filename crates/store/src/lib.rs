@@ -16,6 +16,7 @@ pub mod fault;
 pub mod format;
 pub mod index;
 pub mod layout;
+pub mod lifecycle;
 pub mod local;
 pub mod metacache;
 pub mod objectlock;

@@ -400,6 +400,48 @@ impl crate::open::ClusterStore {
             .map_err(|source| crate::open::request(self, "locking", key, source))
     }
 
+    /// The bucket's lifecycle rules (empty: none).
+    ///
+    /// # Errors
+    /// Not an S3 store; the request failed or was refused.
+    pub async fn lifecycle(&self) -> Result<Vec<crate::lifecycle::Rule>, crate::error::StoreError> {
+        self.native_or_unsupported()?
+            .lifecycle()
+            .await
+            .map_err(|source| {
+                crate::open::request(
+                    self,
+                    "reading the lifecycle rules of",
+                    &Path::default(),
+                    source,
+                )
+            })
+    }
+
+    /// Replaces the bucket's lifecycle configuration with `xml`.
+    ///
+    /// # Errors
+    /// Not an S3 store; the server refused.
+    pub async fn put_lifecycle(&self, xml: &str) -> Result<(), crate::error::StoreError> {
+        self.native_or_unsupported()?
+            .put_lifecycle(xml)
+            .await
+            .map_err(|source| {
+                crate::open::request(
+                    self,
+                    "setting the lifecycle rules of",
+                    &Path::default(),
+                    source,
+                )
+            })
+    }
+
+    /// The cluster's prefix in its bucket (what a lifecycle rule's prefix is matched
+    /// against); `None` when the store is not S3.
+    pub fn bucket_prefix(&self) -> Option<String> {
+        self.s3().map(|s| s.root.as_ref().to_owned())
+    }
+
     /// The version ids of `key` (objects and delete markers).
     ///
     /// # Errors

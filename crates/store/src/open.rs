@@ -186,6 +186,10 @@ pub struct ClusterStore {
     /// How long a backup this store commits is locked, when known (what a synthetic full
     /// is locked for).
     pub(crate) lock_period: Option<tidemark_core::RetentionDuration>,
+    /// What a pass does with a locked backup whose lock ended and that no rule keeps
+    /// (seed 002): record it as expired and leave it to the bucket (the default), or
+    /// delete it.
+    pub(crate) lock_expiry: tidemark_core::lock::LockExpiry,
     /// What a pass has read of its budget (keys, pages, metadata bytes), shared by clones.
     pub(crate) spent: Arc<crate::budget::Spent>,
     /// Whether catalog loads use (and write) the metadata cache.
@@ -343,6 +347,7 @@ impl ClusterStore {
             plaintext_before: None,
             identities: None,
             object_lock: None,
+            lock_expiry: tidemark_core::lock::LockExpiry::default(),
             lock_period: None,
             metadata_cache: CacheUse::Read,
         })
@@ -376,6 +381,7 @@ impl ClusterStore {
             plaintext_before: None,
             identities: None,
             object_lock: None,
+            lock_expiry: tidemark_core::lock::LockExpiry::default(),
             lock_period: None,
             metadata_cache: CacheUse::Read,
         })
@@ -421,6 +427,18 @@ impl ClusterStore {
     pub fn with_lock_period(mut self, period: Option<tidemark_core::RetentionDuration>) -> Self {
         self.lock_period = period;
         self
+    }
+
+    /// The same store doing `expiry` with locked backups whose lock ended (seed 002).
+    #[must_use]
+    pub fn with_lock_expiry(mut self, expiry: tidemark_core::lock::LockExpiry) -> Self {
+        self.lock_expiry = expiry;
+        self
+    }
+
+    /// What a pass does with a locked backup whose lock ended.
+    pub fn lock_expiry(&self) -> tidemark_core::lock::LockExpiry {
+        self.lock_expiry
     }
 
     /// The lock period, when known.

@@ -38,6 +38,8 @@ pub struct SynthBackup {
     pub method: String,
     /// For a synthetic full: the chain it merged (`consolidatedFrom`), base first.
     pub consolidated_from: Vec<String>,
+    /// Recorded as locked until then (no lock is set on the server).
+    pub immutable_until: Option<Timestamp>,
 }
 
 impl SynthBackup {
@@ -58,6 +60,7 @@ impl SynthBackup {
             labels: Vec::new(),
             method: "exec".into(),
             consolidated_from: Vec::new(),
+            immutable_until: None,
         }
     }
 
@@ -102,7 +105,7 @@ impl SynthBackup {
                 gtid: self.gtid.clone(),
             }),
             server: None,
-            immutable_until: None,
+            immutable_until: self.immutable_until,
             ttl: None,
             labels: self.labels.iter().cloned().collect(),
             error: self.failed.then(|| "synthetic failure".to_owned()),

@@ -85,6 +85,16 @@ pub enum TransferError {
     },
     #[error("no committed backup {what} in {url}")]
     NotFound { url: String, what: String },
+    #[error(
+        "backup {name}/{id} in {url} expired: its lock ended at {until} and a retention pass recorded it as expired ({record}); its objects are left to the bucket's lifecycle rule and no restore uses it"
+    )]
+    Expired {
+        url: String,
+        name: String,
+        id: String,
+        until: jiff::Timestamp,
+        record: String,
+    },
     #[error("{key} is missing: the backup is committed but its payload is gone")]
     MissingPayload { key: String },
     #[error("{key} is missing: binlogs/_index.json names it but the object is gone")]
@@ -974,6 +984,20 @@ pub async fn find_backup(
             key: store.display_key(&key),
             problem: e.to_string(),
         })?;
+    // A locked chain recorded as expired (seed 002) is gone for every reader, as it is
+    // for the catalog: the same rule (its lock ended by the wall clock).
+    if let Some(until) = m.immutable_until.filter(|u| *u <= jiff::Timestamp::now()) {
+        let record = layout::expiry_key(&dir_name, id);
+        if store.head(&record).await?.is_some() {
+            return Err(TransferError::Expired {
+                url: store.url.clone(),
+                name: dir_name,
+                id: id.to_owned(),
+                until,
+                record: store.display_key(&record),
+            });
+        }
+    }
     Ok(m)
 }
 

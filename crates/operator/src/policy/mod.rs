@@ -604,6 +604,19 @@ async fn run_steps(
     );
     // Backup objects stay: pruning them is their ScheduledBackup's (seed 000).
     removed::record_removed(ctx, &ns, &name, &outcome, summary.audit.as_deref(), now).await;
+    // Expired locked chains (seed 002): their Backup objects go, their data is the bucket's.
+    removed::delete_expired(ctx, &ns, &name, &outcome).await;
+    if let Some((_, verdict)) = tidemark_store::lifecycle::check(
+        &found.store,
+        &outcome.survey,
+        valid.rules.window.map(|w| w.as_signed_duration()),
+    )
+    .await
+        && let Some(problem) = verdict.problem()
+    {
+        ctx.warn(&policy.object_ref(&()), "BucketLifecycle", &problem)
+            .await;
+    }
     if summary.deleted > 0 || summary.segments_deleted > 0 {
         ctx.event(
             &policy.object_ref(&()),

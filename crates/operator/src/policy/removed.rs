@@ -132,3 +132,49 @@ pub(super) async fn record_removed(
         }
     }
 }
+
+/// Seed 002's immutable chains: "it will only delete the backup CR … once the expiration
+/// date is reached". Deletes the Backup objects of `policy` whose backup the pass recorded
+/// as expired (its lock ended; its objects are left to the bucket's lifecycle rule). A
+/// failure is logged; the object says what its backup was, and the next pass does not see
+/// the backup again, so it stays until deleted by hand.
+pub(super) async fn delete_expired(ctx: &Context, ns: &str, policy: &str, outcome: &PassOutcome) {
+    let Some(report) = outcome.executed.as_ref() else {
+        return;
+    };
+    if report.backups_expired.is_empty() {
+        return;
+    }
+    let expired: HashSet<&str> = report.backups_expired.iter().map(String::as_str).collect();
+    let api: Api<tidemark_api::crd::Backup> = Api::namespaced(ctx.client.clone(), ns);
+    let mut deleted = Vec::new();
+    for b in ctx.backups.state() {
+        let ours = b.namespace().as_deref() == Some(ns)
+            && b.spec.template.policy.name == policy
+            && b.meta().deletion_timestamp.is_none()
+            && b.status
+                .as_ref()
+                .and_then(|s| s.backup_id.as_deref())
+                .is_some_and(|id| expired.contains(id));
+        if !ours {
+            continue;
+        }
+        let params = kube::api::DeleteParams {
+            preconditions: Some(kube::api::Preconditions {
+                uid: b.uid(),
+                resource_version: None,
+            }),
+            ..kube::api::DeleteParams::default()
+        };
+        match api.delete(&b.name_any(), &params).await {
+            Ok(_) => deleted.push(b.name_any()),
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) => {
+                tracing::warn!(backup = %b.name_any(), "could not delete the Backup of an expired chain: {e}");
+            }
+        }
+    }
+    if !deleted.is_empty() {
+        tracing::info!(policy, deleted = ?deleted, "deleted the Backup objects of expired locked chains");
+    }
+}

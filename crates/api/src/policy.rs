@@ -93,6 +93,14 @@ pub struct BackupPolicySpec {
     /// What deleting a Backup object does to its remote data. Default `Retain`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletion_policy: Option<DeletionPolicy>,
+    /// The default time to live of the backups this policy takes (seed 004's
+    /// `backupSpec.ttl`): `<n>d`, `<n>w` or `<n>mo`. A ScheduledBackup without its own
+    /// `ttl`, and `kubectl tidemark backup` without `--ttl`, give their Backups this one
+    /// (written into each Backup's `spec.ttl` when it is created); a Backup applied by hand
+    /// takes only its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
+    pub ttl: Option<String>,
     /// IANA time zone for calendar buckets (keepDaily…) and schedules. Default `UTC`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_zone: Option<String>,
@@ -1545,6 +1553,7 @@ impl BackupPolicySpec {
                 "spec.objectStore.objectLock.period",
                 lock.and_then(|l| l.period.as_deref()),
             ),
+            A::check("spec.ttl", self.ttl.as_deref()),
         ]
         .into_iter()
         .flatten()
@@ -1573,6 +1582,15 @@ impl BackupPolicySpec {
             }
             self.object_lock()?;
             self.lock_expiry()?;
+        }
+        if let Some(ttl) = &self.ttl {
+            ttl.parse::<tidemark_core::RetentionDuration>()
+                .map_err(|e| PolicyFileError::Invalid {
+                    field: "spec.ttl",
+                    problem: e.to_string(),
+                })?;
+        }
+        if let Some(os) = &self.object_store {
             if let Some(secret) = &os.credentials_secret {
                 crate::names::dns_subdomain("spec.objectStore.credentialsSecret", secret)?;
             }

@@ -242,6 +242,12 @@ pub struct BackupArgs {
     /// full or incremental.
     #[arg(long = "type", value_name = "TYPE", default_value = "full", value_parser = ["full", "incremental"])]
     pub kind: String,
+    /// The Backup's time to live (seed 004): <n>d, <n>w or <n>mo; once it has passed since
+    /// the Backup's creation, the Backup and its data are deleted (never the newest
+    /// restorable backup, a held one or a chain's base before its chain). Default: the
+    /// policy's ttl, else none.
+    #[arg(long, value_name = "DURATION")]
+    pub ttl: Option<String>,
     /// Wait until the Backup completes or fails.
     #[arg(long)]
     pub wait: bool,

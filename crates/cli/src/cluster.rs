@@ -172,8 +172,13 @@ pub async fn policy(args: &KubeArgs, name: &str) -> Result<ClusterPolicy, CliErr
 /// did not end in time.
 pub async fn backup(args: &BackupArgs) -> Result<Exit, CliError> {
     let (client, ns) = client_in(&args.kube).await?;
-    ensure_policy(&client, &ns, &args.policy).await?;
+    let policy = read_policy(&client, &ns, &args.policy).await?;
     timeout_of(&args.timeout)?;
+    if let Some(ttl) = &args.ttl {
+        crate::resolve::warn_ambiguous_flag("--ttl", Some(ttl));
+        ttl.parse::<tidemark_core::RetentionDuration>()
+            .map_err(|e| CliError::input(format!("--ttl: {e}")))?;
+    }
     let name = format!(
         "{}-manual-{}",
         args.policy,
@@ -185,6 +190,10 @@ pub async fn backup(args: &BackupArgs) -> Result<Exit, CliError> {
     }
     if let Some(t) = &args.target {
         spec["target"] = json!(t);
+    }
+    // Seed 004: the policy's ttl is the default of the backups it takes.
+    if let Some(ttl) = args.ttl.as_ref().or(policy.spec.ttl.as_ref()) {
+        spec["ttl"] = json!(ttl);
     }
     let b: Backup = serde_json::from_value(json!({
         "apiVersion": tidemark_api::API_VERSION,

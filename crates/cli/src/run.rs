@@ -233,10 +233,12 @@ fn load(dir: &Path) -> Result<Vec<PolicyRun>, CliError> {
                     .map(|i| i.max_increments_per_full),
                 method,
                 command: s.spec.template.command.clone(),
+                // Seed 004: the policy's ttl is the default of the backups it takes.
                 ttl: s
                     .spec
                     .ttl
                     .as_deref()
+                    .or(policy.spec.ttl.as_deref())
                     .map(str::parse)
                     .transpose()
                     .map_err(|e| {

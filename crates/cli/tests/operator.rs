@@ -501,6 +501,15 @@ async fn a_backup_job_on_the_node_then_point_in_time_restore() {
     assert_eq!(plan["backups"][0]["backupId"], id.as_str(), "{plan}");
     assert_eq!(plan["backups"][0]["action"], "keep", "{plan}");
 
+    // Seed 004: the policy's ttl is the default of the backups it takes; --ttl wins.
+    Api::<BackupPolicy>::namespaced(admin.clone(), ns)
+        .patch(
+            "shop",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"ttl": "30d"}})),
+        )
+        .await
+        .unwrap();
     let kubeconfig = cluster.kubeconfig();
     let waiting = tokio::task::spawn_blocking(move || {
         std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"))
@@ -511,6 +520,8 @@ async fn a_backup_job_on_the_node_then_point_in_time_restore() {
                 "prod",
                 "--target",
                 "primary",
+                "--ttl",
+                "90d",
                 "--wait",
                 "--timeout",
                 "5m",
@@ -550,6 +561,26 @@ async fn a_backup_job_on_the_node_then_point_in_time_restore() {
     );
     let said = String::from_utf8_lossy(&waited.stdout);
     assert!(said.contains("completed: backup-id 2"), "{said}");
+    let manual = said.split(' ').next().unwrap().to_owned();
+    assert_eq!(
+        backups.get(&manual).await.unwrap().spec.ttl.as_deref(),
+        Some("90d")
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"))
+        .args(["backup", "shop", "-n", "prod"])
+        .env("KUBECONFIG", cluster.kubeconfig())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let defaulted = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert_eq!(
+        backups.get(&defaulted).await.unwrap().spec.ttl.as_deref(),
+        Some("30d")
+    );
+    backups
+        .delete(&defaulted, &Default::default())
+        .await
+        .unwrap();
     op.stop().await;
 }
 

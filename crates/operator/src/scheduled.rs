@@ -119,6 +119,7 @@ pub async fn reconcile(sb: Arc<ScheduledBackup>, ctx: Arc<Context>) -> Result<Ac
         backups: backups.clone(),
         schedule: sb.clone(),
         owner,
+        default_ttl: policy.spec.ttl.clone(),
         recorded: std::sync::Mutex::new(None),
     };
     let outcome = tick(&spec, &children, &state, now, |_| String::new()).await;
@@ -297,6 +298,8 @@ struct StatusInResource {
     backups: Api<Backup>,
     schedule: ScheduledBackup,
     owner: Option<OwnerReference>,
+    /// The policy's `ttl`, for a schedule without its own (seed 004).
+    default_ttl: Option<String>,
     /// The status this reconcile recorded.
     recorded: std::sync::Mutex<Option<ScheduleStatus>>,
 }
@@ -361,6 +364,9 @@ impl StatusInResource {
     /// retry), fine. Already there and not ours: a collision the next evaluation skips.
     async fn create_child(&self, schedule: &str, attempt: &Started) -> Result<(), Error> {
         let mut spec = self.schedule.spec.child_spec();
+        if spec.ttl.is_none() {
+            spec.ttl.clone_from(&self.default_ttl);
+        }
         // The cache keeps no pod template (`crate::lean::schedule`): the object has it.
         if spec.template.method.as_deref() == Some("job") {
             let read = self.schedules.get(&self.schedule.name_any()).await?;

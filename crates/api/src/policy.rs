@@ -297,8 +297,8 @@ impl RestoreTestSpec {
 /// Which Backup objects a ScheduledBackup generated stay once they only record the past
 /// (seed 000: "It does not delete Backup Kubernetes objects, only object-store artifacts.
 /// Pruning expired Backup CRs stays the scheduler/owner-ref's job"): the scheduler deletes
-/// its own Backups whose data retention removed (`status.dataRemoved`), and its failed ones
-/// that never stored anything, beyond these limits — successful and failed counted apart,
+/// its own Backups whose data retention removed (`status.dataRemoved`), and its failed
+/// ones, beyond these limits — successful and failed counted apart,
 /// as a CronJob's `successfulJobsHistoryLimit` and `failedJobsHistoryLimit`. On a
 /// BackupPolicy it is the default of the ScheduledBackups naming it. A Backup created by
 /// hand is never deleted by Tidemark.

@@ -260,7 +260,7 @@ pub struct ScheduledBackupSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub incremental: Option<IncrementalSpec>,
     /// How many of the Backups it generated stay once retention removed their data, and
-    /// of its failed ones that stored nothing (operator only): the scheduler deletes the
+    /// of its failed ones (operator only): the scheduler deletes the
     /// others (seed 000: pruning Backup objects is the scheduler's job, never the
     /// retention pass's). Default: the policy's `backupHistory`, else 10 successful and 3
     /// failed. Never while `suspend` is true (seed 001).

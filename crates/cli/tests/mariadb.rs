@@ -1400,8 +1400,8 @@ fn restore_tests_prove_the_newest_point_and_name_what_fails() {
 /// full and an incremental locked for a few seconds. While locked, a pass with
 /// `--consolidate` keeps both (`locked:`; merging what cannot go gains nothing). Once their
 /// date has passed, the pass under the lock merges them into a synthetic full locked from
-/// birth until now plus the period (1d), and records the chain as expired (seed 002: its
-/// objects are the bucket's lifecycle rule's to remove); the synthetic full alone restores.
+/// birth until now plus the period (1d), and deletes the chain with every version; the
+/// synthetic full alone restores.
 #[test]
 fn a_locked_chain_consolidates_into_a_locked_full() {
     let env = Env {
@@ -1459,7 +1459,7 @@ fn a_locked_chain_consolidates_into_a_locked_full() {
         vec![full.clone(), incremental.clone()]
     );
 
-    // After the chain's date: merged into a locked synthetic full, the chain expired.
+    // After the chain's date: merged into a locked synthetic full, the chain deleted.
     while Timestamp::now() <= until + jiff::SignedDuration::from_secs(1) {
         std::thread::sleep(std::time::Duration::from_millis(250));
     }
@@ -1472,14 +1472,14 @@ fn a_locked_chain_consolidates_into_a_locked_full() {
         "{gc:#}"
     );
     let synthetic = done["synthetic"].as_str().unwrap().to_owned();
-    let mut expired: Vec<String> = gc["executed"]["backupsExpired"]
+    let mut deleted: Vec<String> = gc["executed"]["backupsDeleted"]
         .as_array()
         .unwrap()
         .iter()
         .map(|v| v.as_str().unwrap().to_owned())
         .collect();
-    expired.sort();
-    assert_eq!(expired, vec![full, incremental], "{gc:#}");
+    deleted.sort();
+    assert_eq!(deleted, vec![full, incremental], "{gc:#}");
     let ls = env.json(&["ls"]);
     assert_eq!(backup_ids(&ls), vec![synthetic.clone()], "{ls:#}");
     let synthetic_until: Timestamp = ls["backups"][0]["immutableUntil"]

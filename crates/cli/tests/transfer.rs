@@ -1805,7 +1805,7 @@ fn locked_backups_outlast_early_deletes_and_go_when_their_lock_ends() {
     // A rule that removes the cluster's objects after 30 days: enough for this policy, too
     // short for a window of 60 days.
     rt.block_on(store.put_lifecycle(
-        r#"<LifecycleConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Rule><ID>backups</ID><Status>Enabled</Status><Filter><Prefix>shop/</Prefix></Filter><Expiration><Days>30</Days></Expiration></Rule></LifecycleConfiguration>"#,
+        r#"<LifecycleConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Rule><ID>backups</ID><Status>Enabled</Status><Filter><Prefix>shop/</Prefix></Filter><Expiration><Days>30</Days></Expiration><NoncurrentVersionExpiration><NoncurrentDays>1</NoncurrentDays></NoncurrentVersionExpiration></Rule></LifecycleConfiguration>"#,
     ))
     .unwrap();
     let plan = json(&on("plan", &["--keep-last", "1", "--output", "json"], b""));

@@ -575,6 +575,29 @@ impl Catalog {
         // Locked chains a pass recorded as expired leave every plan, restore and window.
         let mut expired = Vec::new();
         if !expiry_records.is_empty() {
+            // A record counts only with its whole chain above it: a backup some live
+            // backup builds on is locked as long as that one (its lock on the server was
+            // raised with it), whatever its own metadata says.
+            let mut honoured: HashSet<String> = backups
+                .iter()
+                .filter(|b| {
+                    expiry_records.contains(&(b.backup.name.clone(), b.backup.id.clone()))
+                        && expiry_holds(b, observed_at).is_ok()
+                })
+                .map(|b| b.backup.id.clone())
+                .collect();
+            loop {
+                let built_on: HashSet<String> = backups
+                    .iter()
+                    .filter(|b| !honoured.contains(&b.backup.id))
+                    .filter_map(|b| b.backup.kind.parent().cloned())
+                    .collect();
+                let before = honoured.len();
+                honoured.retain(|id| !built_on.contains(id));
+                if honoured.len() == before {
+                    break;
+                }
+            }
             let mut live = Vec::with_capacity(backups.len());
             for stored in backups {
                 let record = (stored.backup.name.clone(), stored.backup.id.clone());
@@ -582,7 +605,14 @@ impl Catalog {
                     live.push(stored);
                     continue;
                 }
-                match expiry_holds(&stored, observed_at) {
+                let holds = if honoured.contains(&stored.backup.id) {
+                    expiry_holds(&stored, observed_at)
+                } else {
+                    expiry_holds(&stored, observed_at).and(Err(
+                        "a backup that is not expired builds on it (its chain is locked as long as that one)".to_owned(),
+                    ))
+                };
+                match holds {
                     Ok(until) => expired.push(ExpiredBackup {
                         backup_name: record.0,
                         backup_id: record.1,
@@ -1418,6 +1448,71 @@ mod tests {
     /// Issue 32 §2: the listing outside `binlogs/` split at any increasing keys — the
     /// cache's, or a forged cache's (inside `binlogs/`, before or after every key) — lists
     /// exactly what one listing does, in the same order, and never a segment.
+    /// Seed 002's expiry records hide a chain only when honest: a record for a backup that
+    /// was never locked, whose lock lasts, or that a live increment builds on is ignored
+    /// and said (what a bucket writer could plant); with its whole chain recorded, the
+    /// chain leaves the catalog. Mutation tried: no chain check — the full left alone.
+    #[tokio::test]
+    async fn expiry_records_hide_only_ended_locked_whole_chains() {
+        use crate::synth::SynthBackup;
+        let inner: std::sync::Arc<dyn object_store::ObjectStore> =
+            std::sync::Arc::new(object_store::memory::InMemory::new());
+        let store = ClusterStore::from_object_store(inner, "c", Backend::Memory).unwrap();
+        let now = Timestamp::now();
+        let ago = |h: i64| now - jiff::SignedDuration::from_hours(h);
+        let mut full = SynthBackup::full("n", ago(50), 1);
+        full.immutable_until = Some(ago(2));
+        let mut inc = SynthBackup::incremental("n", &full.id, ago(40), 2);
+        inc.immutable_until = Some(ago(2));
+        let never = SynthBackup::full("n", ago(30), 3);
+        let mut lasting = SynthBackup::full("n", ago(20), 4);
+        lasting.immutable_until = Some(now + jiff::SignedDuration::from_hours(2));
+        crate::synth::write_backups(
+            &store,
+            &[full.clone(), inc.clone(), never.clone(), lasting.clone()],
+        )
+        .await
+        .unwrap();
+        let record = |b: &SynthBackup| {
+            let key = crate::layout::expiry_key(&b.name, &b.id);
+            let store = store.clone();
+            async move {
+                crate::synth::write_raw(&store, key.as_ref(), b"{}")
+                    .await
+                    .unwrap()
+            }
+        };
+        for b in [&full, &never, &lasting] {
+            record(b).await;
+        }
+        let ids = |c: &Catalog| {
+            c.backups
+                .iter()
+                .map(|b| b.backup.id.clone())
+                .collect::<Vec<_>>()
+        };
+        let c = Catalog::load(&store, &crate::progress::NoProgress)
+            .await
+            .unwrap();
+        assert!(c.expired.is_empty(), "{:?}", c.expired);
+        assert_eq!(ids(&c).len(), 4);
+        let warned = c.warnings.join("\n");
+        for why in ["builds on it", "never locked", "its lock lasts until"] {
+            assert!(warned.contains(why), "{why}: {warned}");
+        }
+        // The increment recorded too: the whole chain leaves.
+        record(&inc).await;
+        let c = Catalog::load(&store, &crate::progress::NoProgress)
+            .await
+            .unwrap();
+        let mut gone: Vec<String> = c.expired.iter().map(|e| e.backup_id.clone()).collect();
+        gone.sort();
+        let mut chain = vec![full.id.clone(), inc.id.clone()];
+        chain.sort();
+        assert_eq!(gone, chain);
+        assert_eq!(ids(&c), vec![never.id.clone(), lasting.id.clone()]);
+    }
+
     #[tokio::test]
     async fn a_split_listing_lists_every_key_once() {
         let inner: std::sync::Arc<dyn object_store::ObjectStore> =

@@ -283,9 +283,25 @@ pub async fn execute(
         return Ok(report);
     }
 
+    // Seed 002: a locked chain whose lock ended and that no rule keeps is recorded as
+    // expired and left to the bucket's lifecycle rule, unless the policy opted into
+    // deleting it. Only for that reason: a deletion asked for (`tidemark delete`, the
+    // finalizer), an expired ttl or a chain merged into a synthetic full deletes.
+    let expiring_ids: HashSet<String> = deletions
+        .backups
+        .iter()
+        .filter(|b| expires_to_the_bucket(store, survey, b))
+        .map(|b| b.id.clone())
+        .collect();
+
     // 1. Audit record first.
     let audit_key = layout::audit_key(options.started_at, &report.pass_id);
-    let record = audit_record(store, &survey.plan, &deletions, options, &report.pass_id);
+    let mut record = audit_record(store, &survey.plan, &deletions, options, &report.pass_id);
+    for b in &mut record.backups {
+        if expiring_ids.contains(&b.backup_id) {
+            "expire".clone_into(&mut b.action);
+        }
+    }
     let body = serde_json::to_vec_pretty(&record).map_err(|source| StoreError::Encode {
         url: store.url.clone(),
         what: "the audit record",
@@ -303,13 +319,9 @@ pub async fn execute(
         uploads,
         staging,
     } = deletions;
-    // Seed 002: a locked chain whose lock ended is recorded as expired and left to the
-    // bucket's lifecycle rule, unless the policy opted into deleting it.
-    let (expiring, backups): (Vec<BackupDeletion>, Vec<BackupDeletion>) =
-        backups.into_iter().partition(|b| {
-            store.lock_expiry == tidemark_core::lock::LockExpiry::Lifecycle
-                && locked_until(survey, b).is_some()
-        });
+    let (expiring, backups): (Vec<BackupDeletion>, Vec<BackupDeletion>) = backups
+        .into_iter()
+        .partition(|b| expiring_ids.contains(&b.id));
     for b in &expiring {
         let until = locked_until(survey, b).unwrap_or(Timestamp::UNIX_EPOCH);
         let key = layout::expiry_key(&b.name, &b.id);
@@ -604,6 +616,34 @@ fn audit_record(
         leftovers_deleted: leftovers,
         extra: options.audit_extra.clone(),
     }
+}
+
+/// Whether the pass leaves `b` to the bucket rather than deleting it: the store does so
+/// with expired locked chains (`afterExpiry: lifecycle`), `b` was locked, no rule keeps it
+/// is its only reason to go (`expired`), and no synthetic full holds what it held (a
+/// chain merged into one is deleted: its content lives on, locked anew).
+fn expires_to_the_bucket(store: &ClusterStore, survey: &Survey, b: &BackupDeletion) -> bool {
+    store.lock_expiry == tidemark_core::lock::LockExpiry::Lifecycle
+        && locked_until(survey, b).is_some()
+        && !survey
+            .plan
+            .backups
+            .iter()
+            .any(|d| d.backup.consolidated_from.contains(&b.id))
+        && survey
+            .plan
+            .backups
+            .iter()
+            .find(|d| d.backup.id == b.id)
+            .is_some_and(|d| {
+                d.reasons.contains(&tidemark_core::Reason::Expired)
+                    && d.reasons.iter().all(|r| {
+                        matches!(
+                            r,
+                            tidemark_core::Reason::Expired | tidemark_core::Reason::Broken
+                        )
+                    })
+            })
 }
 
 /// When the backup `b` deletes was locked until (its `metadata.json`'s `immutableUntil`).

@@ -43,6 +43,10 @@ pub enum Verdict {
     /// No enabled rule expires the cluster's current objects: expired chains stay (and are
     /// billed) for ever.
     NoRule,
+    /// A rule expires current versions, but none removes noncurrent ones: in a versioned
+    /// (lock-enabled) bucket an expiration only adds a delete marker, and the data stays
+    /// (billed) for ever.
+    NoNoncurrent { rule: String, days: u32 },
     /// An enabled rule expires objects after `days`, but a backup the window still needs
     /// is (or will be) older than that: `needed_days`.
     TooShort {
@@ -62,6 +66,9 @@ impl Verdict {
             Verdict::NoRule => Some(
                 "no enabled lifecycle rule of the bucket expires this cluster's objects: expired chains (afterExpiry: lifecycle) will never be removed; add a rule that expires current versions and noncurrent ones (docs/cli.md#immutable-backups), or set afterExpiry: delete".to_owned(),
             ),
+            Verdict::NoNoncurrent { rule, days } => Some(format!(
+                "the bucket's lifecycle rule {rule:?} expires this cluster's objects after {days} days, but no rule removes noncurrent versions (NoncurrentVersionExpiration): in a lock-enabled, hence versioned, bucket the expired chains stay behind delete markers, billed for ever; add NoncurrentDays to the rule"
+            )),
             Verdict::TooShort {
                 rule,
                 days,
@@ -81,11 +88,17 @@ impl Verdict {
 /// whichever is longer).
 pub fn verdict(rules: &[Rule], root: &str, needed_days: u64) -> Verdict {
     let root = format!("{}/", root.trim_end_matches('/'));
+    let overlapping =
+        |r: &&Rule| r.enabled && (root.starts_with(&r.prefix) || r.prefix.starts_with(&root));
     let applying: Vec<&Rule> = rules
         .iter()
-        .filter(|r| r.enabled && r.expiration_days.is_some())
-        .filter(|r| root.starts_with(&r.prefix) || r.prefix.starts_with(&root))
+        .filter(overlapping)
+        .filter(|r| r.expiration_days.is_some())
         .collect();
+    let removes_noncurrent = rules
+        .iter()
+        .filter(overlapping)
+        .any(|r| r.noncurrent_days.is_some());
     // The shortest applying rule is the one that bites first.
     let Some(shortest) = applying
         .iter()
@@ -99,6 +112,12 @@ pub fn verdict(rules: &[Rule], root: &str, needed_days: u64) -> Verdict {
             rule: shortest.id.clone(),
             days,
             needed_days,
+        };
+    }
+    if !removes_noncurrent {
+        return Verdict::NoNoncurrent {
+            rule: shortest.id.clone(),
+            days,
         };
     }
     Verdict::Removes {
@@ -329,6 +348,16 @@ mod tests {
                 .problem()
                 .unwrap()
                 .contains("never be removed")
+        );
+        // Without a noncurrent expiration a versioned bucket keeps the data.
+        let mut current_only = rules[2].clone();
+        current_only.noncurrent_days = None;
+        assert_eq!(
+            verdict(&[current_only], "prod/shop", 30),
+            Verdict::NoNoncurrent {
+                rule: "backups".into(),
+                days: 40
+            }
         );
         // A rule on a narrower prefix inside the cluster still bites.
         let inner = Rule {

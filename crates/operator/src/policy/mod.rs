@@ -605,7 +605,24 @@ async fn run_steps(
     // Backup objects stay: pruning them is their ScheduledBackup's (seed 000).
     removed::record_removed(ctx, &ns, &name, &outcome, summary.audit.as_deref(), now).await;
     // Expired locked chains (seed 002): their Backup objects go, their data is the bucket's.
-    removed::delete_expired(ctx, &ns, &name, &outcome).await;
+    removed::delete_expired(ctx, &ns, &name, &outcome, summary.audit.as_deref(), now).await;
+    if let Some(r) = outcome
+        .executed
+        .as_ref()
+        .filter(|r| !r.backups_expired.is_empty())
+    {
+        ctx.event(
+            &policy.object_ref(&()),
+            EventType::Normal,
+            "ChainsExpired",
+            &format!(
+                "{} locked backup(s) whose lock ended recorded as expired; their objects are left to the bucket's lifecycle rule: {}",
+                r.backups_expired.len(),
+                r.backups_expired.join(", ")
+            ),
+        )
+        .await;
+    }
     if let Some((_, verdict)) = tidemark_store::lifecycle::check(
         &found.store,
         &outcome.survey,

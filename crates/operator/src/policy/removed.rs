@@ -134,30 +134,67 @@ pub(super) async fn record_removed(
 }
 
 /// Seed 002's immutable chains: "it will only delete the backup CR … once the expiration
-/// date is reached". Deletes the Backup objects of `policy` whose backup the pass recorded
-/// as expired (its lock ended; its objects are left to the bucket's lifecycle rule). A
-/// failure is logged; the object says what its backup was, and the next pass does not see
-/// the backup again, so it stays until deleted by hand.
-pub(super) async fn delete_expired(ctx: &Context, ns: &str, policy: &str, outcome: &PassOutcome) {
-    let Some(report) = outcome.executed.as_ref() else {
-        return;
-    };
-    if report.backups_expired.is_empty() {
+/// date is reached". Deletes the Backup objects of `policy` whose backup is recorded as
+/// expired in the store (its lock ended; its objects are left to the bucket's lifecycle
+/// rule) — by this pass or any earlier one, `tidemark gc` included, so one a failed
+/// delete or a restart left behind goes at the next pass. Each first says so in
+/// `status.dataRemoved` (reason `expired`), so a `deletionPolicy: Delete` finalizer lets
+/// it go as one whose data retention removed (no second deletion, no hook again). A
+/// failure is logged and retried at the next pass.
+pub(super) async fn delete_expired(
+    ctx: &Context,
+    ns: &str,
+    policy: &str,
+    outcome: &PassOutcome,
+    audit: Option<&str>,
+    now: Timestamp,
+) {
+    let expired: HashSet<&str> = outcome
+        .survey
+        .catalog
+        .expired
+        .iter()
+        .map(|e| e.backup_id.as_str())
+        .chain(
+            outcome
+                .executed
+                .iter()
+                .flat_map(|r| r.backups_expired.iter().map(String::as_str)),
+        )
+        .collect();
+    if expired.is_empty() {
         return;
     }
-    let expired: HashSet<&str> = report.backups_expired.iter().map(String::as_str).collect();
     let api: Api<tidemark_api::crd::Backup> = Api::namespaced(ctx.client.clone(), ns);
     let mut deleted = Vec::new();
     for b in ctx.backups.state() {
+        let status = b.status.as_ref();
         let ours = b.namespace().as_deref() == Some(ns)
             && b.spec.template.policy.name == policy
             && b.meta().deletion_timestamp.is_none()
-            && b.status
-                .as_ref()
+            && status
                 .and_then(|s| s.backup_id.as_deref())
                 .is_some_and(|id| expired.contains(id));
         if !ours {
             continue;
+        }
+        if status.is_some_and(|s| s.data_removed.is_none()) {
+            let record = json!({ "dataRemoved": {
+                "at": Time(now),
+                "reasons": ["expired", "leftToBucketLifecycle"],
+                "auditRecord": audit,
+            }});
+            if let Err(e) = crate::status::merge(
+                &api,
+                &b.name_any(),
+                crate::status::DATA_REMOVED_MANAGER,
+                record,
+            )
+            .await
+            {
+                tracing::warn!(backup = %b.name_any(), "could not record that its chain expired: {e}");
+                continue;
+            }
         }
         let params = kube::api::DeleteParams {
             preconditions: Some(kube::api::Preconditions {

@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod crd;
+pub(crate) mod cron;
 pub mod fields;
 pub mod interval;
 pub mod lifecycle;

@@ -149,7 +149,7 @@ pub struct VerifySpec {
     /// Without it, verification runs on demand only (the `tidemark.io/verify` annotation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 256))]
-    #[x_kube(validation = Rule::new(crate::schedule::CRON_RULE).message(crate::schedule::CRON_MESSAGE))]
+    #[x_kube(validation = Rule::new(crate::cron::CRON_RULE).message(crate::cron::CRON_MESSAGE))]
     pub schedule: Option<String>,
     /// The percentage of the other backups and binlog segments also read each time, drawn
     /// anew each time (`tidemark verify --sample`): 0 (the default) to 100.
@@ -225,7 +225,7 @@ pub fn branches_acknowledged(
 pub struct RestoreTestSpec {
     /// Six-field cron with seconds, in the policy's `timeZone`, e.g. `0 0 4 * * SUN`.
     #[schemars(length(max = 256))]
-    #[x_kube(validation = Rule::new(crate::schedule::CRON_RULE).message(crate::schedule::CRON_MESSAGE))]
+    #[x_kube(validation = Rule::new(crate::cron::CRON_RULE).message(crate::cron::CRON_MESSAGE))]
     pub schedule: String,
     /// `newest` (the default: the latest restorable instant) or `random` (an instant of the
     /// recovery window chosen at random each time).

@@ -225,7 +225,7 @@ pub struct ScheduledBackupSpec {
     /// refused (seed 001): `0 2 * * *` is written `0 0 2 * * *`. Day-of-week 0–7 (Sunday
     /// is 0 or 7) or MON–SUN; when both day fields are restricted, a day matching either
     /// fires.
-    #[x_kube(validation = Rule::new(CRON_RULE).message(CRON_MESSAGE))]
+    #[x_kube(validation = Rule::new(crate::cron::CRON_RULE).message(crate::cron::CRON_MESSAGE))]
     pub schedule: String,
     /// One backup at the first evaluation, besides the cadence.
     #[serde(default)]
@@ -371,12 +371,6 @@ pub fn template_too_large(template: &serde_json::Value, field: &str, hint: &str)
         format!("{field} is {size} bytes; at most {MAX_JOB_TEMPLATE_BYTES} are accepted{hint}")
     })
 }
-
-/// CEL for cron: six blank-separated fields, or a macro (seed 001 refuses five).
-pub(crate) const CRON_RULE: &str = "self.matches('^ *([^ @][^ ]*( +[^ ]+){5}|(?i:@(hourly|daily|midnight|weekly|monthly|yearly|annually))) *$')";
-
-/// What [`CRON_RULE`] says when it refuses.
-pub(crate) const CRON_MESSAGE: &str = "expected six fields, seconds first (second minute hour day-of-month month day-of-week, e.g. \"0 0 2 * * *\"), or a macro (@hourly, @daily, @weekly, @monthly, @yearly); five fields are refused: \"0 2 * * *\" is written \"0 0 2 * * *\"";
 
 /// Scheduler progress (seed 001).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

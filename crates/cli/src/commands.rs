@@ -511,7 +511,7 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
         policy.as_given.clone(),
         outcome.executed,
     );
-    out.lifecycle = tidemark_store::lifecycle::check(
+    out.lifecycle = tidemark_store::survey::bucket_lifecycle(
         &target.store,
         survey,
         policy.policy.window.map(|w| w.as_signed_duration()),

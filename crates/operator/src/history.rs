@@ -116,7 +116,7 @@ pub(crate) async fn prune(
         .filter(|b| {
             b.namespace().as_deref() == Some(ns.as_str())
                 && b.labels().get(SCHEDULED_BACKUP_LABEL).map(String::as_str) == Some(name.as_str())
-                && crate::scheduled::slot_of(&b.name_any(), &name).is_some()
+                && crate::names::slot_of(&b.name_any(), &name).is_some()
         })
         .collect();
     let removed: Vec<Removed> = objects.iter().filter_map(|b| past(b)).collect();

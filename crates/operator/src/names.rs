@@ -117,3 +117,16 @@ pub const DATA_VOLUME_LABEL: &str = "tidemark.io/data-volume";
 /// On a backup Job: which pod it backs up and why that one (a standby passed over), so the
 /// Backup's status says it even when the Job is found by a later reconcile.
 pub const BACKS_UP_ANNOTATION: &str = "tidemark.io/backs-up";
+
+/// The slot in a deterministic name `<schedule>-<YYYYMMDDHHMMSS>` (UTC).
+pub(crate) fn slot_of(name: &str, schedule: &str) -> Option<Timestamp> {
+    let stamp = name.strip_prefix(schedule)?.strip_prefix('-')?;
+    if stamp.len() != 14 || !stamp.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    jiff::civil::DateTime::strptime("%Y%m%d%H%M%S", stamp)
+        .ok()?
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .ok()
+        .map(|z| z.timestamp())
+}

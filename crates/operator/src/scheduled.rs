@@ -274,22 +274,9 @@ fn child(b: &Backup, schedule: &str) -> Child {
             .as_ref()
             .and_then(|s| s.phase)
             .is_some_and(|p| p.is_done()),
-        slot: slot_of(&name, schedule),
+        slot: crate::names::slot_of(&name, schedule),
         name,
     }
-}
-
-/// The slot in a deterministic name `<schedule>-<YYYYMMDDHHMMSS>` (UTC).
-pub(crate) fn slot_of(name: &str, schedule: &str) -> Option<Timestamp> {
-    let stamp = name.strip_prefix(schedule)?.strip_prefix('-')?;
-    if stamp.len() != 14 || !stamp.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    jiff::civil::DateTime::strptime("%Y%m%d%H%M%S", stamp)
-        .ok()?
-        .to_zoned(jiff::tz::TimeZone::UTC)
-        .ok()
-        .map(|z| z.timestamp())
 }
 
 /// The schedule's status lives in the ScheduledBackup; an attempt is a Backup object.
@@ -422,6 +409,8 @@ pub fn schedule_of(b: Backup) -> Option<ObjectRef<ScheduledBackup>> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    use crate::names::slot_of;
 
     #[test]
     fn slots_come_from_deterministic_names_only() {

@@ -410,16 +410,10 @@ async fn invalid_spec_is_reported(admin: &Client) {
     )
     .await;
     let ev = eventually("the five-field InvalidSpec event", || async {
-        events
-            .list(&ListParams::default())
+        tidemark_operator::testkit::events(admin, ns, "InvalidSpec")
             .await
-            .unwrap()
-            .items
             .into_iter()
-            .find(|e| {
-                e.reason.as_deref() == Some("InvalidSpec")
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("five-fields")
-            })
+            .find(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("five-fields"))
     })
     .await;
     let note = ev.note.unwrap_or_default();
@@ -462,15 +456,9 @@ async fn forever_incrementals_are_named(admin: &Client) {
         message.contains("maxIncrementsPerFull") && message.contains("retention.consolidate"),
         "{message}"
     );
-    let events: Api<K8sEvent> = Api::namespaced(admin.clone(), ns);
     eventually("the ChainsNeverEnd event", || async {
-        events
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .find(|e| e.reason.as_deref() == Some("ChainsNeverEnd"))
+        let found = tidemark_operator::testkit::events(admin, ns, "ChainsNeverEnd").await;
+        (!found.is_empty()).then_some(())
     })
     .await;
     Api::<ScheduledBackup>::namespaced(admin.clone(), ns)

@@ -126,53 +126,6 @@ pub fn verdict(rules: &[Rule], root: &str, needed_days: u64) -> Verdict {
     }
 }
 
-/// What the bucket's rules mean for `store`'s expired chains, when that matters: an S3
-/// store that leaves expired locked chains to the bucket (`afterExpiry: lifecycle`) and
-/// holds, or locks, locked backups. `None` otherwise. The window a kept backup must last:
-/// the oldest kept backup's age by `survey`'s plan, or `window`, whichever is longer.
-pub async fn check(
-    store: &crate::ClusterStore,
-    survey: &crate::survey::Survey,
-    window: Option<jiff::SignedDuration>,
-) -> Option<(Vec<Rule>, Verdict)> {
-    let prefix = store.bucket_prefix()?;
-    let locked = store.object_lock().is_some()
-        || !survey.catalog.expired.is_empty()
-        || survey.catalog.backups.iter().any(|b| {
-            b.metadata
-                .as_ref()
-                .is_some_and(|m| m.immutable_until.is_some())
-        });
-    if !locked || store.lock_expiry() != tidemark_core::lock::LockExpiry::Lifecycle {
-        return None;
-    }
-    let now = survey.plan.now;
-    let oldest = survey
-        .plan
-        .backups
-        .iter()
-        .filter(|d| d.action == tidemark_core::Action::Keep)
-        .map(|d| now.duration_since(d.backup.started_at))
-        .max()
-        .unwrap_or(jiff::SignedDuration::ZERO);
-    let longest = oldest.max(window.unwrap_or(jiff::SignedDuration::ZERO));
-    let needed_days = u64::try_from(longest.as_secs())
-        .unwrap_or(0)
-        .div_ceil(86_400);
-    Some(match store.lifecycle().await {
-        Ok(rules) => {
-            let v = verdict(&rules, &prefix, needed_days);
-            (rules, v)
-        }
-        Err(e) => (
-            Vec::new(),
-            Verdict::Unknown {
-                problem: e.to_string(),
-            },
-        ),
-    })
-}
-
 impl S3Native {
     /// The bucket's lifecycle rules (`GetBucketLifecycleConfiguration`); empty when it has
     /// none.

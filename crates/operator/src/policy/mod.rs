@@ -623,7 +623,7 @@ async fn run_steps(
         )
         .await;
     }
-    if let Some((_, verdict)) = tidemark_store::lifecycle::check(
+    if let Some((_, verdict)) = tidemark_store::survey::bucket_lifecycle(
         &found.store,
         &outcome.survey,
         valid.rules.window.map(|w| w.as_signed_duration()),

@@ -182,6 +182,22 @@ pub async fn retention_pass(
     consolidator: Option<&dyn Consolidator>,
     progress: &dyn Progress,
 ) -> Result<PassOutcome, EngineError> {
+    // The holds recorded in the store (`_state/holds.json`: the operator's protected
+    // Backups and Restores) count for every deleter, the command line's too (seed 000).
+    let with_stored;
+    let request = match tidemark_store::state::load_holds(store).await? {
+        Some(stored) => {
+            let (protect, restores) = stored.into_pass_holds();
+            let mut r = request.clone();
+            r.protect.extend(protect);
+            r.restores.extend(restores);
+            r.restores.sort();
+            r.restores.dedup();
+            with_stored = r;
+            &with_stored
+        }
+        None => request,
+    };
     let options = SurveyOptions {
         protect: request.protect.clone(),
         restores: request.restores.clone(),

@@ -44,15 +44,15 @@ async fn backup_object(api: &Api<Backup>, b: &SynthBackup, extra: serde_json::Va
     completed_backup(api, b, extra).await;
 }
 
-/// Every key in the cluster's prefix, relative to it.
-/// Every key but the directory's owner record (written when the operator first opens the
-/// store for its policy, whenever that is).
+/// Every key in the cluster's prefix, relative to it, but the directory's owner record
+/// (written when the operator first opens the store for its policy, whenever that is) and
+/// the holds it records at its passes.
 async fn keys(store: &tidemark_store::ClusterStore) -> Vec<String> {
     let mut k: Vec<String> = synth::all_keys(store)
         .await
         .unwrap()
         .into_iter()
-        .filter(|k| k != "_state/owner.json")
+        .filter(|k| k != "_state/owner.json" && k != "_state/holds.json")
         .collect();
     k.sort();
     k

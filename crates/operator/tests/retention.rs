@@ -186,6 +186,52 @@ async fn retention_pass_through_the_operator() {
         keys.iter().any(|k| k.starts_with("_audit/")),
         "no audit record: {keys:?}"
     );
+    // Seed 000: the hold is recorded in the store, and a deleter that has only the store
+    // (here the engine's pass as `tidemark gc --store` makes it, given no hold) keeps the
+    // held backup too. Mutation tried: the pass not reading the record — ids[1] planned
+    // for deletion.
+    let recorded = tidemark_store::state::load_holds(&store)
+        .await
+        .unwrap()
+        .expect("_state/holds.json");
+    assert_eq!(recorded.protect, vec![ids[1].clone()], "{recorded:?}");
+    let request = tidemark_engine::PassRequest {
+        policy: tidemark_core::PolicyInput {
+            keep_last: Some(1),
+            ..Default::default()
+        }
+        .validate()
+        .unwrap(),
+        policy_as_given: json!({"keepLast": 1}),
+        now: Timestamp::now(),
+        started_at: Timestamp::now(),
+        protect: Default::default(),
+        restores: Vec::new(),
+        execute: false,
+        ignore_malformed: false,
+        hooks: None,
+    };
+    let outcome = tidemark_engine::retention_pass(
+        &store,
+        &request,
+        None,
+        None,
+        &tidemark_store::progress::NoProgress,
+    )
+    .await
+    .unwrap();
+    let decision = outcome
+        .survey
+        .plan
+        .backups
+        .iter()
+        .find(|d| d.backup.id == ids[1])
+        .unwrap();
+    assert_eq!(decision.action, tidemark_core::Action::Keep, "{decision:?}");
+    assert!(
+        decision.reasons.contains(&tidemark_core::Reason::Protected),
+        "{decision:?}"
+    );
 
     let events: Api<K8sEvent> = Api::namespaced(admin.clone(), ns);
     let ev = eventually("the BackupRetention event", || async {

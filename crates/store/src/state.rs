@@ -686,6 +686,145 @@ pub async fn load_archiver_status(
         })
 }
 
+/// `_state/holds.json`: the holds the operator knows of for this store — Backup objects
+/// annotated `tidemark.io/protect` and the backups Restores need — written under the
+/// store's lease at each of its passes, so that every deleter with only the store
+/// (`tidemark gc --store`, `tidemark run`, another policy) keeps what the cluster holds
+/// (seed 000: "Confirm no Cluster uses … that Backup"). Read by every retention pass; a
+/// planted record can only keep more.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredHolds {
+    pub format_version: u32,
+    pub written_at: Timestamp,
+    /// Who wrote it (the operator's namespace/policy).
+    #[serde(default)]
+    pub writer: String,
+    /// Backup-ids on hold.
+    #[serde(default)]
+    pub protect: Vec<String>,
+    /// What restores need: the backup and the restore's name.
+    #[serde(default)]
+    pub restores: Vec<StoredRestoreHold>,
+    #[serde(flatten, skip_deserializing)]
+    pub extra: RawFields,
+}
+
+/// One restore's hold, as recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredRestoreHold {
+    pub backup_id: String,
+    pub by: String,
+}
+
+impl Record for StoredHolds {
+    const KNOWN: &'static [&'static str] = &[
+        "formatVersion",
+        "writtenAt",
+        "writer",
+        "protect",
+        "restores",
+    ];
+    fn extra_mut(&mut self) -> &mut RawFields {
+        &mut self.extra
+    }
+}
+
+impl StoredHolds {
+    /// The holds as a pass takes them: backup-ids on hold, and the restores' holds.
+    pub fn into_pass_holds(
+        self,
+    ) -> (
+        std::collections::HashSet<String>,
+        Vec<tidemark_core::RestoreHold>,
+    ) {
+        (
+            self.protect.into_iter().collect(),
+            self.restores
+                .into_iter()
+                .map(|r| tidemark_core::RestoreHold {
+                    backup_id: r.backup_id,
+                    by: r.by,
+                })
+                .collect(),
+        )
+    }
+}
+
+fn holds_key() -> Path {
+    Path::from_iter([layout::STATE, "holds.json"])
+}
+
+/// Reads the recorded holds; `None` when nobody recorded any.
+///
+/// # Errors
+/// A failed request; a malformed or too large record (a pass then stops: holds it cannot
+/// read might keep what it would delete).
+pub async fn load_holds(store: &ClusterStore) -> Result<Option<StoredHolds>, StoreError> {
+    let key = holds_key();
+    let Some(bytes) = store.read_limited(&key, MAX_RUN_STATE).await? else {
+        return Ok(None);
+    };
+    rawfields::parse(&bytes)
+        .map(Some)
+        .map_err(|e| StoreError::MalformedState {
+            url: store.url.clone(),
+            key: store.display_key(&key),
+            problem: e.to_string(),
+        })
+}
+
+/// Records `holds` when they differ from what is recorded (sorted, so the same holds are
+/// the same record). Call under the store's lease.
+///
+/// # Errors
+/// A failed request.
+pub async fn save_holds(
+    store: &ClusterStore,
+    writer: &str,
+    protect: &std::collections::HashSet<String>,
+    restores: &[tidemark_core::RestoreHold],
+) -> Result<(), StoreError> {
+    let mut protect: Vec<String> = protect.iter().cloned().collect();
+    protect.sort();
+    let mut restores: Vec<StoredRestoreHold> = restores
+        .iter()
+        .map(|r| StoredRestoreHold {
+            backup_id: r.backup_id.clone(),
+            by: r.by.clone(),
+        })
+        .collect();
+    restores.sort_by(|a, b| (&a.backup_id, &a.by).cmp(&(&b.backup_id, &b.by)));
+    restores.dedup();
+    if let Ok(Some(old)) = load_holds(store).await
+        && old.protect == protect
+        && old.restores == restores
+    {
+        return Ok(());
+    }
+    let record = StoredHolds {
+        format_version: STATE_FORMAT_VERSION,
+        written_at: Timestamp::now(),
+        writer: writer.to_owned(),
+        protect,
+        restores,
+        extra: RawFields::default(),
+    };
+    let key = holds_key();
+    let body = serde_json::to_vec_pretty(&record).map_err(|source| StoreError::Encode {
+        url: store.url.clone(),
+        what: "_state/holds.json",
+        source,
+    })?;
+    store
+        .object_store()
+        .put(&key, body.into())
+        .await
+        .map(|_| ())
+        .map_err(|source| write_err(store, &key, source))
+}
+
 #[cfg(test)]
 mod archiver_tests {
     #![allow(clippy::unwrap_used)]
@@ -725,6 +864,17 @@ mod archiver_tests {
             primary_last_event_at: Some(t),
             archived_last_event_at: Some(t),
             writer: "w".into(),
+            extra: RawFields::default(),
+        });
+        rawfields::assert_known(&StoredHolds {
+            format_version: 1,
+            written_at: t,
+            writer: "w".into(),
+            protect: vec!["20261120T020000Z-00000001".into()],
+            restores: vec![StoredRestoreHold {
+                backup_id: "20261120T020000Z-00000001".into(),
+                by: "r".into(),
+            }],
             extra: RawFields::default(),
         });
         rawfields::assert_known(&RunState {

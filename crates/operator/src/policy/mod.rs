@@ -493,6 +493,16 @@ async fn apply(
         request.restores = crate::holds::read_restore_holds(ctx, ns, policy)
             .await
             .map_err(StepError::Apply)?;
+        // Recorded in the store, under the lease, for every deleter that has only the
+        // store (seed 000): a failure to record fails the pass.
+        tidemark_store::state::save_holds(
+            store,
+            &format!("tidemark-operator {ns}/{policy}"),
+            &request.protect,
+            &request.restores,
+        )
+        .await
+        .map_err(|e| StepError::Apply(Error::Engine(e.into())))?;
         let driver = consolidator.map(|c| c as &dyn tidemark_engine::Consolidator);
         unattended_pass(store, request, Some(&fence), driver)
             .await

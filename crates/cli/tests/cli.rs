@@ -723,6 +723,32 @@ fn delete_removes_a_backup_or_marks_one_a_recovery_needs() {
     );
     assert!(ls().to_string().contains(base));
 
+    // A hold the operator recorded in the store (seed 000: every deleter sees it): marked,
+    // not deleted.
+    let other_leaf = completed
+        .iter()
+        .map(|b| b["backupId"].as_str().unwrap())
+        .find(|id| !parents.contains(id) && *id != newest && *id != leaf)
+        .unwrap();
+    std::fs::create_dir_all(dir.path().join("demo/_state")).unwrap();
+    std::fs::write(
+        dir.path().join("demo/_state/holds.json"),
+        serde_json::json!({"formatVersion": 1, "writtenAt": "2026-11-20T00:00:00Z",
+            "writer": "test", "protect": [], "restores": [{"backupId": other_leaf, "by": "fix-orders"}]})
+        .to_string(),
+    )
+    .unwrap();
+    let out = delete(other_leaf);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(v["outcome"], "marked", "{v}");
+    assert!(
+        v["keptBy"].to_string().contains("restore:fix-orders"),
+        "{v}"
+    );
+    assert!(ls().to_string().contains(other_leaf));
+    std::fs::remove_file(dir.path().join("demo/_state/holds.json")).unwrap();
+
     for (id, says) in [
         ("nope", "not a backup-id"),
         (

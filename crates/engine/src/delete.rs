@@ -68,6 +68,29 @@ async fn delete_under(
         request.reason.clone(),
         request.now,
     );
+    // A hold recorded in the store (the operator's protected Backups and Restores) keeps
+    // the data as a recovery does: marked, deleted by a pass once nothing holds it.
+    let held: Vec<Reason> = match tidemark_store::state::load_holds(store).await? {
+        Some(stored) => {
+            let (protect, restores) = stored.into_pass_holds();
+            protect
+                .contains(&request.id)
+                .then_some(Reason::Protected)
+                .into_iter()
+                .chain(
+                    restores
+                        .into_iter()
+                        .filter(|r| r.backup_id == request.id)
+                        .map(|r| Reason::Restore(r.by)),
+                )
+                .collect()
+        }
+        None => Vec::new(),
+    };
+    let planned = match planned {
+        Some(Ok(_)) if !held.is_empty() => Some(Err(held)),
+        other => other,
+    };
     let plan = match planned {
         None => return Ok(Requested::Absent),
         Some(Err(keep)) => {

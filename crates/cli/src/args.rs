@@ -173,6 +173,11 @@ pub struct DeleteArgs {
     pub backup_name: Option<String>,
     #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
+    /// Delete a backup that DeleteHooks the operator recorded in the store select
+    /// (`_state/hooks.json`) without running them (they run only in the cluster); each is
+    /// named in the audit record. Without it, such a deletion is refused (exit 2).
+    #[arg(long)]
+    pub skip_hooks: bool,
     #[command(flatten)]
     pub fence: FenceArgs,
 }
@@ -952,6 +957,12 @@ pub struct GcArgs {
     /// flag gc refuses such a --now (plan does not need it).
     #[arg(long)]
     pub allow_future_now: bool,
+    /// Delete backups that DeleteHooks the operator recorded in the store select
+    /// (`_state/hooks.json`) without running them: they run only in the cluster. Each
+    /// skipped hook is named in the audit record. Without it, such a pass is refused
+    /// (exit 2) naming the hooks, and nothing is deleted.
+    #[arg(long)]
+    pub skip_hooks: bool,
     #[command(flatten)]
     pub fence: FenceArgs,
 }

@@ -32,6 +32,7 @@ pub fn run(cli: Cli) -> Result<Exit, CliError> {
                 ignore_malformed: a.ignore_malformed,
                 work_dir: a.work_dir.as_deref(),
                 allow_future_now: a.allow_future_now,
+                skip_hooks: a.skip_hooks,
                 fence: &a.fence,
             }),
         )),
@@ -382,6 +383,7 @@ async fn find_and_delete(
         requested_by: "tidemark delete".to_owned(),
         audit_extra: serde_json::Map::new(),
         now: Timestamp::now(),
+        skip_recorded_hooks: args.skip_hooks,
     };
     Ok((name, delete_requested(fence, &request).await?))
 }
@@ -392,6 +394,7 @@ struct GcOptions<'a> {
     ignore_malformed: bool,
     work_dir: Option<&'a std::path::Path>,
     allow_future_now: bool,
+    skip_hooks: bool,
     fence: &'a crate::args::FenceArgs,
 }
 
@@ -465,6 +468,7 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
         restores: cluster_restores,
         execute: gc.is_some(),
         ignore_malformed: gc.as_ref().is_some_and(|g| g.ignore_malformed),
+        skip_recorded_hooks: gc.as_ref().is_some_and(|g| g.skip_hooks),
     };
     let consolidator = LocalConsolidator {
         tools: Default::default(),

@@ -968,3 +968,131 @@ fn plan_says_what_is_kept_only_for_a_chain() {
     let text = String::from_utf8_lossy(&plan("6", "table").stdout).into_owned();
     assert!(!text.contains("Chains:"), "{text}");
 }
+
+/// Seed 003 on the command line: DeleteHooks the operator recorded in the store
+/// (`_state/hooks.json`) run only in the cluster, so `gc` refuses to delete what they
+/// select (exit 2, naming them, nothing deleted), goes ahead with `--skip-hooks` (each
+/// skipped hook in the audit record), and is not stopped by one that selects nothing it
+/// deletes. Mutation tried: the pass not reading the record — the first gc deleted.
+#[test]
+fn gc_refuses_what_recorded_hooks_select_unless_told_to_skip_them() {
+    let (dir, url) = example_store();
+    let record = |selector: serde_json::Value| {
+        std::fs::create_dir_all(dir.path().join("demo/_state")).unwrap();
+        std::fs::write(
+            dir.path().join("demo/_state/hooks.json"),
+            serde_json::json!({"formatVersion": 1, "writtenAt": "2026-11-20T00:00:00Z",
+                "writer": "tidemark-operator shop/db",
+                "hooks": [{"name": "notify-dr", "action": "job", "selector": selector}]})
+            .to_string(),
+        )
+        .unwrap();
+    };
+    let gc = |keep: &str, extra: &[&str]| {
+        let mut args = vec![
+            "gc",
+            "--store",
+            &url,
+            "--cluster",
+            "demo",
+            "--now",
+            NOW,
+            "--keep-last",
+            keep,
+            "--output",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    let metadata_count = || walkdir_count(&dir.path().join("demo"), "metadata.json");
+    // One that selects nothing the pass deletes stops nothing.
+    record(serde_json::json!({"matchLabels": {"team": "nobody"}}));
+    let before = metadata_count();
+    let out = gc("12", &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(metadata_count() < before, "nothing deleted");
+    let before = metadata_count();
+    // Every backup selected: refused, nothing deleted.
+    record(serde_json::json!({}));
+    let out = gc("3", &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("notify-dr (job)")
+            && err.contains("--skip-hooks")
+            && err.contains("Nothing was deleted"),
+        "{err}"
+    );
+    assert_eq!(metadata_count(), before);
+    // Told to skip them: deleted, each skipped hook in the audit record.
+    let out = gc("3", &["--skip-hooks"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v = json(&out);
+    assert!(metadata_count() < before);
+    let audit = v["executed"]["auditKey"].as_str().unwrap();
+    let record: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join(audit)).unwrap()).unwrap();
+    let hooks = record["hooks"].to_string();
+    assert!(
+        hooks.contains("notify-dr") && hooks.contains("skipped"),
+        "{record:#}"
+    );
+    // `delete` the same: refused without --skip-hooks, done with it.
+    let ls = run(&[
+        "ls",
+        "--store",
+        &url,
+        "--cluster",
+        "demo",
+        "--output",
+        "json",
+    ]);
+    let newest = json(&ls)["backups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rfind(|b| b["phase"] == "completed")
+        .unwrap()["backupId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let delete = |extra: &[&str]| {
+        let mut args = vec![
+            "delete",
+            "--store",
+            &url,
+            "--cluster",
+            "demo",
+            "--backup-id",
+            &newest,
+            "--output",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    let out = delete(&[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("notify-dr (job)"), "{}", stderr(&out));
+    let out = delete(&["--skip-hooks"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(json(&out)["outcome"], "deleted", "{}", stderr(&out));
+}
+
+/// How many files named `name` are under `dir`.
+fn walkdir_count(dir: &Path, name: &str) -> usize {
+    let mut n = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            } else if e.file_name() == name {
+                n += 1;
+            }
+        }
+    }
+    n
+}

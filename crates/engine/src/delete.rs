@@ -25,6 +25,10 @@ pub struct DeleteRequest {
     /// More fields of the audit record (e.g. the DeleteHooks' outcomes).
     pub audit_extra: serde_json::Map<String, serde_json::Value>,
     pub now: Timestamp,
+    /// Whether DeleteHooks the store records (`_state/hooks.json`) are the caller's concern:
+    /// the operator runs them itself; the command line deletes what they select only with
+    /// `--skip-hooks` (each named in the audit record), and is refused otherwise.
+    pub skip_recorded_hooks: bool,
 }
 
 /// What a requested deletion did.
@@ -117,6 +121,24 @@ async fn delete_under(
         serde_json::json!({ "deletionRequestedBy": request.requested_by }),
     );
     options.audit_extra.clone_from(&request.audit_extra);
+    let deleting: Vec<(&str, &str)> = survey
+        .plan
+        .deletions()
+        .map(|d| (d.backup.name.as_str(), d.backup.id.as_str()))
+        .collect();
+    if !options.audit_extra.contains_key("hooks")
+        && let Some(skipped) = crate::pass::recorded_hooks(
+            store,
+            &survey.catalog,
+            &deleting,
+            request.skip_recorded_hooks,
+        )
+        .await?
+    {
+        options
+            .audit_extra
+            .insert("hooks".into(), serde_json::Value::Array(skipped));
+    }
     let report = tidemark_store::execute(store, &survey, &options, &NoProgress).await?;
     if let Some(f) = report.failures.first() {
         return Err(EngineError::Edge {
@@ -143,6 +165,7 @@ mod tests {
 
     fn request(name: &str, id: &str, now: Timestamp) -> DeleteRequest {
         DeleteRequest {
+            skip_recorded_hooks: false,
             name: name.into(),
             id: id.into(),
             reason: Reason::DeletionRequested,

@@ -146,6 +146,10 @@ pub struct PassRequest {
     pub ignore_malformed: bool,
     /// Run before the deletions of an executed pass.
     pub hooks: Option<std::sync::Arc<dyn DeleteHooks>>,
+    /// Without `hooks`: delete backups that DeleteHooks recorded in the store
+    /// (`_state/hooks.json`, the operator's) select, without running them (`--skip-hooks`;
+    /// said in the audit record). Otherwise such a pass is refused before it deletes.
+    pub skip_recorded_hooks: bool,
 }
 
 /// What a pass saw, planned and did.
@@ -300,6 +304,18 @@ async fn carry_out(
     }
     let mut exec = ExecOptions::new(request.started_at, request.policy_as_given.clone());
     exec.index_shard_size = tidemark_store::index::SHARD_SIZE;
+    let deleting: Vec<(&str, &str)> = seen
+        .plan
+        .deletions()
+        .map(|d| (d.backup.name.as_str(), d.backup.id.as_str()))
+        .collect();
+    if request.hooks.is_none()
+        && let Some(skipped) =
+            recorded_hooks(store, &seen.catalog, &deleting, request.skip_recorded_hooks).await?
+    {
+        exec.audit_extra
+            .insert("hooks".into(), serde_json::Value::Array(skipped));
+    }
     if let Some(hooks) = &request.hooks {
         // Hooks run before anything of a backup goes; they may take long, so the plan is
         // made again afterwards with the holds in force then, and hooks run for any backup
@@ -381,6 +397,84 @@ async fn carry_out(
         executed: Some(report),
         blocked_by_malformed: false,
     })
+}
+
+/// The DeleteHooks the operator recorded in the store (`_state/hooks.json`) that select
+/// a backup of `deleting` (`(name, id)`, by the labels its `metadata.json` records in
+/// `catalog`), for a deleter that runs no hooks of its own (the command line): refused,
+/// naming them, unless `skip`; skipped, each one said as the audit record's `hooks`
+/// (`None`: none selects anything).
+///
+/// # Errors
+/// Such hooks select a deletion and `skip` is off (class Input); the record cannot be
+/// read.
+pub(crate) async fn recorded_hooks(
+    store: &ClusterStore,
+    catalog: &tidemark_store::catalog::Catalog,
+    deleting: &[(&str, &str)],
+    skip: bool,
+) -> Result<Option<Vec<serde_json::Value>>, EngineError> {
+    let Some(recorded) = tidemark_store::state::load_hooks(store).await? else {
+        return Ok(None);
+    };
+    let selectors: Vec<(
+        &str,
+        &str,
+        Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+    )> = recorded
+        .hooks
+        .iter()
+        .map(|h| {
+            (
+                h.name.as_str(),
+                h.action.as_str(),
+                serde_json::from_value(h.selector.clone()).ok(),
+            )
+        })
+        .collect();
+    let mut report = Vec::new();
+    let mut names = std::collections::BTreeSet::new();
+    for (name, id) in deleting {
+        let labels = catalog
+            .backup(name, id)
+            .and_then(|s| s.metadata.as_ref())
+            .map(|m| m.labels.clone())
+            .unwrap_or_default();
+        // A selector that cannot be read selects everything: refusing is the safe side.
+        let selecting: Vec<&(&str, &str, _)> = selectors
+            .iter()
+            .filter(|(_, _, sel)| {
+                sel.as_ref()
+                    .is_none_or(|s| tidemark_api::lifecycle::selects(s, &labels))
+            })
+            .collect();
+        if selecting.is_empty() {
+            continue;
+        }
+        names.extend(selecting.iter().map(|(n, a, _)| format!("{n} ({a})")));
+        let hooks: Vec<serde_json::Value> = selecting
+            .iter()
+            .map(|(n, _, _)| {
+                serde_json::json!({"name": n, "outcome": "skipped",
+                    "message": "deleted from the command line with --skip-hooks: the hook did not run"})
+            })
+            .collect();
+        report.push(serde_json::json!({"backupId": id, "backupName": name, "hooks": hooks}));
+    }
+    if report.is_empty() {
+        return Ok(None);
+    }
+    if !skip {
+        return Err(EngineError::Edge {
+            class: crate::error::Class::Input,
+            message: format!(
+                "DeleteHooks the operator runs for this store select {} backup(s) this deletion takes: {}; they run only in the cluster (let the operator's pass or `kubectl delete backup` delete them), or give --skip-hooks to delete without them (recorded in the audit record). Nothing was deleted",
+                report.len(),
+                names.into_iter().collect::<Vec<_>>().join(", ")
+            ),
+        });
+    }
+    Ok(Some(report))
 }
 
 /// Rounds of hooks and re-planning a pass makes at most (see [`retention_pass`]).
@@ -604,6 +698,7 @@ mod tests {
             execute,
             ignore_malformed: false,
             hooks: None,
+            skip_recorded_hooks: false,
         }
     }
 

@@ -733,6 +733,7 @@ async fn retention(ctx: &Ctx, r: &RetentionRun, now: Timestamp) -> Result<(), En
         restores: Vec::new(),
         execute: true,
         ignore_malformed: false,
+        skip_recorded_hooks: false,
     };
     unattended_pass(
         &ctx.store,

@@ -362,6 +362,8 @@ fn delete_request(
         );
     }
     DeleteRequest {
+        // The operator runs the hooks itself (before this request).
+        skip_recorded_hooks: true,
         name: recorded_name(backup),
         id: id.to_owned(),
         // An expired TTL says so in the audit record.

@@ -47,6 +47,36 @@ pub async fn matching(ctx: &Context, backup: &Backup) -> Result<Vec<DeleteHook>,
     Ok(hooks)
 }
 
+/// The DeleteHooks of namespace `ns` as the store records them for deleters without the
+/// cluster (`_state/hooks.json`): name, action and selector — never a URL or a command.
+///
+/// # Errors
+/// The API failed.
+pub async fn recorded(
+    ctx: &Context,
+    ns: &str,
+) -> Result<Vec<tidemark_store::state::StoredHook>, Error> {
+    let api: Api<DeleteHook> = Api::namespaced(ctx.client.clone(), ns);
+    Ok(
+        crate::lean::list(&api, &ListParams::default(), crate::lean::meta_of)
+            .await?
+            .into_iter()
+            .map(|h| tidemark_store::state::StoredHook {
+                name: h.name_any(),
+                action: if h.spec.job.is_some() {
+                    "job"
+                } else if h.spec.webhook.is_some() {
+                    "webhook"
+                } else {
+                    "command"
+                }
+                .to_owned(),
+                selector: serde_json::to_value(&h.spec.selector).unwrap_or_default(),
+            })
+            .collect(),
+    )
+}
+
 /// The hook's timeout, bounded (CEL refuses a bad one at admission; API servers without
 /// CEL let it through, and the hook then fails with the reason).
 fn timeout_of(hook: &DeleteHook) -> Result<Duration, String> {

@@ -1064,6 +1064,25 @@ async fn hooks_run_for_backups_whose_object_is_gone() {
     assert_eq!(body["backup"]["labels"]["team"], "pay", "{body}");
     assert!(body["object"].is_null(), "{body}");
     let after = keys(&store).await;
+    // Seed 003 on every path: the hooks are recorded in the store for deleters without
+    // the cluster — names, actions and selectors, never the webhook's URL.
+    let recorded = tidemark_store::state::load_hooks(&store)
+        .await
+        .unwrap()
+        .expect("_state/hooks.json");
+    let names: Vec<(&str, &str)> = recorded
+        .hooks
+        .iter()
+        .map(|h| (h.name.as_str(), h.action.as_str()))
+        .collect();
+    assert_eq!(names, [("a-ticket", "webhook"), ("b-job", "job")]);
+    assert_eq!(recorded.hooks[0].selector["matchLabels"]["team"], "pay");
+    assert!(
+        !serde_json::to_string(&recorded)
+            .unwrap()
+            .contains(&hook_server.url),
+        "{recorded:?}"
+    );
     let audit = audit_records(&store, &after).await;
     let record = audit
         .iter()

@@ -825,6 +825,103 @@ pub async fn save_holds(
         .map_err(|source| write_err(store, &key, source))
 }
 
+/// `_state/hooks.json`: the DeleteHooks the operator runs for this store's backups — name,
+/// action (`job`, `webhook`, `command`) and selector, never a URL or a command — written
+/// under the store's lease at each of its passes. A deleter without the cluster
+/// (`tidemark gc --store`, `tidemark delete`) reads it and refuses to delete a backup a
+/// recorded hook selects unless told to skip them (seed 003: hooks run on every deletion
+/// path). A planted record can only make such a deleter refuse.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredHooks {
+    pub format_version: u32,
+    pub written_at: Timestamp,
+    #[serde(default)]
+    pub writer: String,
+    #[serde(default)]
+    pub hooks: Vec<StoredHook>,
+    #[serde(flatten, skip_deserializing)]
+    pub extra: RawFields,
+}
+
+/// One recorded DeleteHook.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredHook {
+    pub name: String,
+    /// `job`, `webhook` or `command`.
+    pub action: String,
+    /// Its label selector, as the DeleteHook gives it.
+    #[serde(default)]
+    pub selector: serde_json::Value,
+}
+
+impl Record for StoredHooks {
+    const KNOWN: &'static [&'static str] = &["formatVersion", "writtenAt", "writer", "hooks"];
+    fn extra_mut(&mut self) -> &mut RawFields {
+        &mut self.extra
+    }
+}
+
+fn hooks_key() -> Path {
+    Path::from_iter([layout::STATE, "hooks.json"])
+}
+
+/// Reads the recorded DeleteHooks; `None` when nobody recorded any.
+///
+/// # Errors
+/// A failed request; a malformed or too large record.
+pub async fn load_hooks(store: &ClusterStore) -> Result<Option<StoredHooks>, StoreError> {
+    let key = hooks_key();
+    let Some(bytes) = store.read_limited(&key, MAX_RUN_STATE).await? else {
+        return Ok(None);
+    };
+    rawfields::parse(&bytes)
+        .map(Some)
+        .map_err(|e| StoreError::MalformedState {
+            url: store.url.clone(),
+            key: store.display_key(&key),
+            problem: e.to_string(),
+        })
+}
+
+/// Records `hooks` (sorted by name) when they differ from what is recorded. Call under
+/// the store's lease.
+///
+/// # Errors
+/// A failed request.
+pub async fn save_hooks(
+    store: &ClusterStore,
+    writer: &str,
+    mut hooks: Vec<StoredHook>,
+) -> Result<(), StoreError> {
+    hooks.sort_by(|a, b| a.name.cmp(&b.name));
+    match load_hooks(store).await {
+        Ok(Some(old)) if old.hooks == hooks => return Ok(()),
+        Ok(None) if hooks.is_empty() => return Ok(()),
+        _ => {}
+    }
+    let record = StoredHooks {
+        format_version: STATE_FORMAT_VERSION,
+        written_at: Timestamp::now(),
+        writer: writer.to_owned(),
+        hooks,
+        extra: RawFields::default(),
+    };
+    let key = hooks_key();
+    let body = serde_json::to_vec_pretty(&record).map_err(|source| StoreError::Encode {
+        url: store.url.clone(),
+        what: "_state/hooks.json",
+        source,
+    })?;
+    store
+        .object_store()
+        .put(&key, body.into())
+        .await
+        .map(|_| ())
+        .map_err(|source| write_err(store, &key, source))
+}
+
 #[cfg(test)]
 mod archiver_tests {
     #![allow(clippy::unwrap_used)]
@@ -874,6 +971,17 @@ mod archiver_tests {
             restores: vec![StoredRestoreHold {
                 backup_id: "20261120T020000Z-00000001".into(),
                 by: "r".into(),
+            }],
+            extra: RawFields::default(),
+        });
+        rawfields::assert_known(&StoredHooks {
+            format_version: 1,
+            written_at: t,
+            writer: "w".into(),
+            hooks: vec![StoredHook {
+                name: "h".into(),
+                action: "job".into(),
+                selector: serde_json::json!({"matchLabels": {"a": "b"}}),
             }],
             extra: RawFields::default(),
         });

@@ -468,6 +468,7 @@ pub(crate) fn build(
         execute: true,
         ignore_malformed: false,
         hooks,
+        skip_recorded_hooks: false,
     }
 }
 
@@ -500,6 +501,18 @@ async fn apply(
             &format!("tidemark-operator {ns}/{policy}"),
             &request.protect,
             &request.restores,
+        )
+        .await
+        .map_err(|e| StepError::Apply(Error::Engine(e.into())))?;
+        // And the DeleteHooks that select Backups in its namespace (names, actions and
+        // selectors only): a deleter without the cluster refuses what they select.
+        let recorded = crate::hooks::recorded(ctx, ns)
+            .await
+            .map_err(StepError::Apply)?;
+        tidemark_store::state::save_hooks(
+            store,
+            &format!("tidemark-operator {ns}/{policy}"),
+            recorded,
         )
         .await
         .map_err(|e| StepError::Apply(Error::Engine(e.into())))?;

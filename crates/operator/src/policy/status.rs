@@ -378,6 +378,7 @@ mod status_tests {
             execute: false,
             ignore_malformed: false,
             hooks: None,
+            skip_recorded_hooks: false,
         };
         let mut o = tidemark_engine::retention_pass(
             &store,

@@ -383,7 +383,11 @@ async fn find_and_delete(
         requested_by: "tidemark delete".to_owned(),
         audit_extra: serde_json::Map::new(),
         now: Timestamp::now(),
-        skip_recorded_hooks: args.skip_hooks,
+        recorded_hooks: if args.skip_hooks {
+            tidemark_engine::delete::RecordedHooks::Skip
+        } else {
+            tidemark_engine::delete::RecordedHooks::Refuse
+        },
     };
     Ok((name, delete_requested(fence, &request).await?))
 }

@@ -25,10 +25,19 @@ pub struct DeleteRequest {
     /// More fields of the audit record (e.g. the DeleteHooks' outcomes).
     pub audit_extra: serde_json::Map<String, serde_json::Value>,
     pub now: Timestamp,
-    /// Whether DeleteHooks the store records (`_state/hooks.json`) are the caller's concern:
-    /// the operator runs them itself; the command line deletes what they select only with
-    /// `--skip-hooks` (each named in the audit record), and is refused otherwise.
-    pub skip_recorded_hooks: bool,
+    /// What the DeleteHooks the store records (`_state/hooks.json`) mean for this deletion.
+    pub recorded_hooks: RecordedHooks,
+}
+
+/// Who runs the DeleteHooks the store records (`_state/hooks.json`, the operator's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordedHooks {
+    /// The caller runs them itself (the operator): the record is not read.
+    RunByCaller,
+    /// They run only in the cluster: a deletion they select is refused (the command line).
+    Refuse,
+    /// Deleted without them, each named in the audit record (`--skip-hooks`).
+    Skip,
 }
 
 /// What a requested deletion did.
@@ -126,12 +135,12 @@ async fn delete_under(
         .deletions()
         .map(|d| (d.backup.name.as_str(), d.backup.id.as_str()))
         .collect();
-    if !options.audit_extra.contains_key("hooks")
+    if request.recorded_hooks != RecordedHooks::RunByCaller
         && let Some(skipped) = crate::pass::recorded_hooks(
             store,
             &survey.catalog,
             &deleting,
-            request.skip_recorded_hooks,
+            request.recorded_hooks == RecordedHooks::Skip,
         )
         .await?
     {
@@ -165,7 +174,7 @@ mod tests {
 
     fn request(name: &str, id: &str, now: Timestamp) -> DeleteRequest {
         DeleteRequest {
-            skip_recorded_hooks: false,
+            recorded_hooks: RecordedHooks::Refuse,
             name: name.into(),
             id: id.into(),
             reason: Reason::DeletionRequested,

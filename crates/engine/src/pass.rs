@@ -268,6 +268,19 @@ async fn carry_out(
         restores: request.restores.clone(),
     };
 
+    // DeleteHooks the store records, for a deleter that runs none of its own: refused
+    // before any work (consolidation included) on what the plan deletes or merges.
+    if request.hooks.is_none() {
+        let early: Vec<(&str, &str)> = seen
+            .plan
+            .backups
+            .iter()
+            .filter(|d| d.action != Action::Keep)
+            .map(|d| (d.backup.name.as_str(), d.backup.id.as_str()))
+            .collect();
+        recorded_hooks(store, &seen.catalog, &early, request.skip_recorded_hooks).await?;
+    }
+
     // The work the plan asks for first: each synthetic full is committed before anything
     // of its chain goes, then the store is read again, and the full stands in.
     let mut consolidated = Vec::new();
@@ -468,7 +481,7 @@ pub(crate) async fn recorded_hooks(
         return Err(EngineError::Edge {
             class: crate::error::Class::Input,
             message: format!(
-                "DeleteHooks the operator runs for this store select {} backup(s) this deletion takes: {}; they run only in the cluster (let the operator's pass or `kubectl delete backup` delete them), or give --skip-hooks to delete without them (recorded in the audit record). Nothing was deleted",
+                "DeleteHooks the operator runs for this store (_state/hooks.json) select {} backup(s) this deletion takes: {}; they run only in the cluster: let the operator's pass or `kubectl delete backup` delete them, give --skip-hooks to `tidemark gc` or `tidemark delete` to delete without them (recorded in the audit record), or remove _state/hooks.json if no operator owns this store any more. Nothing was deleted",
                 report.len(),
                 names.into_iter().collect::<Vec<_>>().join(", ")
             ),

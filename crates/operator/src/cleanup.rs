@@ -363,7 +363,7 @@ fn delete_request(
     }
     DeleteRequest {
         // The operator runs the hooks itself (before this request).
-        skip_recorded_hooks: true,
+        recorded_hooks: tidemark_engine::delete::RecordedHooks::RunByCaller,
         name: recorded_name(backup),
         id: id.to_owned(),
         // An expired TTL says so in the audit record.

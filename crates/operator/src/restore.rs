@@ -375,8 +375,19 @@ async fn prepare(
                 plan.target
             ),
         );
-        // From here on the backups are held (`restore:<name>`).
+        // From here on the backups are held (`restore:<name>`): in its status, and in the
+        // store's record of holds, for deleters that have only the store (seed 000).
         write(api, restore, status).await?;
+        let restores = crate::holds::read_restore_holds(ctx, &ns, policy_name).await?;
+        let protect = crate::holds::holds(ctx, &ns, policy_name);
+        tidemark_store::state::save_holds(
+            &store,
+            &format!("tidemark-operator {ns}/{policy_name}"),
+            &protect,
+            &restores,
+        )
+        .await
+        .map_err(|e| Stop::from(Error::Engine(e.into())))?;
         Ok::<_, Stop>(plan)
     }
     .await;

@@ -1850,6 +1850,19 @@ async fn a_restore_holds_what_it_needs_from_retention() {
     .await;
     assert_eq!(st["backups"], json!([ids[0]]), "{st}");
     assert_eq!(st["conditions"][0]["reason"], "Restoring", "{st}");
+    // Its hold is in the store's record as it plans (no retention pass has run: the policy
+    // has no rules), for deleters that have only the store (seed 000).
+    let recorded = tidemark_store::state::load_holds(&store)
+        .await
+        .unwrap()
+        .expect("_state/holds.json written by the Restore's plan");
+    assert!(
+        recorded
+            .restores
+            .iter()
+            .any(|r| r.backup_id == ids[0] && r.by.contains("from-the-oldest")),
+        "{recorded:?}"
+    );
     // A second Restore into the same claim waits for the first (two Jobs never write one
     // claim at once); deleted, it goes at once (its Job never started).
     restores

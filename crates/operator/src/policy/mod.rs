@@ -494,28 +494,28 @@ async fn apply(
         request.restores = crate::holds::read_restore_holds(ctx, ns, policy)
             .await
             .map_err(StepError::Apply)?;
-        // Recorded in the store, under the lease, for every deleter that has only the
-        // store (seed 000): a failure to record fails the pass.
-        tidemark_store::state::save_holds(
-            store,
-            &format!("tidemark-operator {ns}/{policy}"),
-            &request.protect,
-            &request.restores,
-        )
-        .await
-        .map_err(|e| StepError::Apply(Error::Engine(e.into())))?;
-        // And the DeleteHooks that select Backups in its namespace (names, actions and
-        // selectors only): a deleter without the cluster refuses what they select.
+        // Recorded in the store, under the lease (a pass that lost it writes nothing), for
+        // every deleter that has only the store (seed 000): its holds, and the DeleteHooks
+        // that select Backups in its namespace (names, actions and selectors only: a
+        // deleter without the cluster refuses what they select). A failure fails the pass.
         let recorded = crate::hooks::recorded(ctx, ns)
             .await
             .map_err(StepError::Apply)?;
-        tidemark_store::state::save_hooks(
-            store,
-            &format!("tidemark-operator {ns}/{policy}"),
-            recorded,
-        )
-        .await
-        .map_err(|e| StepError::Apply(Error::Engine(e.into())))?;
+        let writer = format!("tidemark-operator {ns}/{policy}");
+        fence
+            .guard(async {
+                tidemark_store::state::save_holds(
+                    store,
+                    &writer,
+                    &request.protect,
+                    &request.restores,
+                )
+                .await?;
+                tidemark_store::state::save_hooks(store, &writer, recorded).await?;
+                Ok::<_, tidemark_engine::EngineError>(())
+            })
+            .await
+            .map_err(|e| StepError::Apply(Error::Engine(e)))?;
         let driver = consolidator.map(|c| c as &dyn tidemark_engine::Consolidator);
         unattended_pass(store, request, Some(&fence), driver)
             .await

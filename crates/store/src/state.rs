@@ -640,6 +640,51 @@ impl ArchiverStatus {
     }
 }
 
+/// Reads the record at `key` (at most `limit` bytes: refused unread beyond it); `None`
+/// when nobody wrote one.
+///
+/// # Errors
+/// A failed request; a malformed or too large record.
+async fn load_record<T: Record>(
+    store: &ClusterStore,
+    key: &Path,
+    limit: u64,
+) -> Result<Option<T>, StoreError> {
+    let Some(bytes) = store.read_limited(key, limit).await? else {
+        return Ok(None);
+    };
+    rawfields::parse(&bytes)
+        .map(Some)
+        .map_err(|e| StoreError::MalformedState {
+            url: store.url.clone(),
+            key: store.display_key(key),
+            problem: e.to_string(),
+        })
+}
+
+/// Writes `record` at `key` (`what` names it in errors); last writer wins.
+///
+/// # Errors
+/// A failed request.
+async fn save_record<T: Serialize>(
+    store: &ClusterStore,
+    key: &Path,
+    what: &'static str,
+    record: &T,
+) -> Result<(), StoreError> {
+    let body = serde_json::to_vec_pretty(record).map_err(|source| StoreError::Encode {
+        url: store.url.clone(),
+        what,
+        source,
+    })?;
+    store
+        .object_store()
+        .put(key, body.into())
+        .await
+        .map(|_| ())
+        .map_err(|source| write_err(store, key, source))
+}
+
 fn archiver_key() -> Path {
     Path::from_iter([layout::STATE, "archiver.json"])
 }
@@ -652,18 +697,7 @@ pub async fn save_archiver_status(
     store: &ClusterStore,
     status: &ArchiverStatus,
 ) -> Result<(), StoreError> {
-    let key = archiver_key();
-    let body = serde_json::to_vec_pretty(status).map_err(|source| StoreError::Encode {
-        url: store.url.clone(),
-        what: "_state/archiver.json",
-        source,
-    })?;
-    store
-        .object_store()
-        .put(&key, body.into())
-        .await
-        .map(|_| ())
-        .map_err(|source| write_err(store, &key, source))
+    save_record(store, &archiver_key(), "_state/archiver.json", status).await
 }
 
 /// Reads the archiver's status; `None` when no archiver has written one.
@@ -673,17 +707,7 @@ pub async fn save_archiver_status(
 pub async fn load_archiver_status(
     store: &ClusterStore,
 ) -> Result<Option<ArchiverStatus>, StoreError> {
-    let key = archiver_key();
-    let Some(bytes) = store.read_limited(&key, MAX_STATE_RECORD).await? else {
-        return Ok(None);
-    };
-    rawfields::parse(&bytes)
-        .map(Some)
-        .map_err(|e| StoreError::MalformedState {
-            url: store.url.clone(),
-            key: store.display_key(&key),
-            problem: e.to_string(),
-        })
+    load_record(store, &archiver_key(), MAX_STATE_RECORD).await
 }
 
 /// `_state/holds.json`: the holds the operator knows of for this store — Backup objects
@@ -762,17 +786,7 @@ fn holds_key() -> Path {
 /// A failed request; a malformed or too large record (a pass then stops: holds it cannot
 /// read might keep what it would delete).
 pub async fn load_holds(store: &ClusterStore) -> Result<Option<StoredHolds>, StoreError> {
-    let key = holds_key();
-    let Some(bytes) = store.read_limited(&key, MAX_RUN_STATE).await? else {
-        return Ok(None);
-    };
-    rawfields::parse(&bytes)
-        .map(Some)
-        .map_err(|e| StoreError::MalformedState {
-            url: store.url.clone(),
-            key: store.display_key(&key),
-            problem: e.to_string(),
-        })
+    load_record(store, &holds_key(), MAX_RUN_STATE).await
 }
 
 /// Records `holds` when they differ from what is recorded (sorted, so the same holds are
@@ -811,18 +825,7 @@ pub async fn save_holds(
         restores,
         extra: RawFields::default(),
     };
-    let key = holds_key();
-    let body = serde_json::to_vec_pretty(&record).map_err(|source| StoreError::Encode {
-        url: store.url.clone(),
-        what: "_state/holds.json",
-        source,
-    })?;
-    store
-        .object_store()
-        .put(&key, body.into())
-        .await
-        .map(|_| ())
-        .map_err(|source| write_err(store, &key, source))
+    save_record(store, &holds_key(), "_state/holds.json", &record).await
 }
 
 /// `_state/hooks.json`: the DeleteHooks the operator runs for this store's backups — name,
@@ -872,17 +875,7 @@ fn hooks_key() -> Path {
 /// # Errors
 /// A failed request; a malformed or too large record.
 pub async fn load_hooks(store: &ClusterStore) -> Result<Option<StoredHooks>, StoreError> {
-    let key = hooks_key();
-    let Some(bytes) = store.read_limited(&key, MAX_RUN_STATE).await? else {
-        return Ok(None);
-    };
-    rawfields::parse(&bytes)
-        .map(Some)
-        .map_err(|e| StoreError::MalformedState {
-            url: store.url.clone(),
-            key: store.display_key(&key),
-            problem: e.to_string(),
-        })
+    load_record(store, &hooks_key(), MAX_RUN_STATE).await
 }
 
 /// Records `hooks` (sorted by name) when they differ from what is recorded. Call under
@@ -908,18 +901,7 @@ pub async fn save_hooks(
         hooks,
         extra: RawFields::default(),
     };
-    let key = hooks_key();
-    let body = serde_json::to_vec_pretty(&record).map_err(|source| StoreError::Encode {
-        url: store.url.clone(),
-        what: "_state/hooks.json",
-        source,
-    })?;
-    store
-        .object_store()
-        .put(&key, body.into())
-        .await
-        .map(|_| ())
-        .map_err(|source| write_err(store, &key, source))
+    save_record(store, &hooks_key(), "_state/hooks.json", &record).await
 }
 
 #[cfg(test)]

@@ -1005,7 +1005,7 @@ fn gc_refuses_what_recorded_hooks_select_unless_told_to_skip_them() {
         args.extend_from_slice(extra);
         run(&args)
     };
-    let metadata_count = || walkdir_count(&dir.path().join("demo"), "metadata.json");
+    let metadata_count = || common::find(&dir.path().join("demo"), "metadata.json").len();
     // One that selects nothing the pass deletes stops nothing.
     record(serde_json::json!({"matchLabels": {"team": "nobody"}}));
     let before = metadata_count();
@@ -1078,21 +1078,4 @@ fn gc_refuses_what_recorded_hooks_select_unless_told_to_skip_them() {
     let out = delete(&["--skip-hooks"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(json(&out)["outcome"], "deleted", "{}", stderr(&out));
-}
-
-/// How many files named `name` are under `dir`.
-fn walkdir_count(dir: &Path, name: &str) -> usize {
-    let mut n = 0;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let e = e.unwrap();
-            if e.file_type().unwrap().is_dir() {
-                stack.push(e.path());
-            } else if e.file_name() == name {
-                n += 1;
-            }
-        }
-    }
-    n
 }

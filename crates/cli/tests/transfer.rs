@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{bin, json, stderr};
+use common::{bin, find, json, stderr};
 
 use std::io::Write;
 use std::path::Path;
@@ -272,23 +272,6 @@ fn push_and_fetch_round_trip_on_gcs() {
         err.contains("gs://tidemark") && err.contains("401"),
         "{err}"
     );
-}
-
-fn find(dir: &Path, name: &str) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let e = e.unwrap();
-            if e.file_type().unwrap().is_dir() {
-                stack.push(e.path());
-            } else if e.file_name() == name {
-                out.push(e.path());
-            }
-        }
-    }
-    out.sort();
-    out
 }
 
 #[test]

@@ -75,3 +75,21 @@ pub fn stop_run(run: &mut std::process::Child, log: &std::path::Path) -> String 
     assert!(status.success(), "{status}\n{text}");
     text
 }
+
+/// Every file named `name` under `dir`, sorted.
+pub fn find(dir: &std::path::Path, name: &str) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            } else if e.file_name() == name {
+                out.push(e.path());
+            }
+        }
+    }
+    out.sort();
+    out
+}

@@ -91,9 +91,10 @@ pub fn selects(
     by_label && by_expression
 }
 
-/// A `DeleteHook` document of standalone `tidemark run`'s configuration: its action is a
-/// local `command`, run before a retention pass deletes a backup whose `metadata.json`
-/// labels the selector matches.
+/// A `DeleteHook` document outside the cluster (`tidemark run`'s configuration, the
+/// `--hooks` files of `tidemark gc` and `tidemark delete`): its action — a local `command`,
+/// a `webhook`, or a `job` that runs only in the cluster — applies to a backup whose
+/// `metadata.json` labels the selector matches, right before its data goes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DeleteHook {
@@ -116,11 +117,13 @@ pub enum HookFileError {
 }
 
 impl DeleteHook {
-    /// Parses and checks one document for standalone use.
+    /// Parses and checks one document for use outside the cluster (`tidemark run`'s
+    /// configuration, `--hooks` files). A `job` action is read but runs only in the
+    /// cluster: the caller decides what that means.
     ///
     /// # Errors
-    /// Another kind or version; not exactly one action, or one that runs only in the
-    /// operator (`job`, `webhook`); an empty command; a bad timeout.
+    /// Another kind or version; not exactly one action; an empty command; a webhook that
+    /// is not https://; a bad timeout.
     pub fn from_value(value: serde_json::Value) -> Result<Self, HookFileError> {
         crate::fields::known_fields(
             &<DeleteHookCrd as kube::CustomResourceExt>::crd(),
@@ -144,20 +147,30 @@ impl DeleteHook {
                 ),
             );
         }
-        if hook.spec.job.is_some() || hook.spec.webhook.is_some() {
+        let actions = usize::from(hook.spec.job.is_some())
+            + usize::from(hook.spec.webhook.is_some())
+            + usize::from(hook.spec.command.is_some());
+        if actions != 1 {
             return invalid(
                 "spec",
-                "job and webhook run only in the operator; tidemark run runs a command, e.g. command: [sh, -c, \"notify $TIDEMARK_BACKUP\"]".into(),
+                format!("{actions} actions; set exactly one of command, webhook and job"),
             );
         }
-        match &hook.spec.command {
-            Some(c) if !c.is_empty() && !c[0].is_empty() => {}
-            _ => {
-                return invalid(
-                    "spec.command",
-                    "missing or empty; expected the program and its arguments, e.g. [sh, -c, \"…\"]".into(),
-                );
-            }
+        if let Some(w) = &hook.spec.webhook
+            && !w.url.starts_with("https://")
+        {
+            return invalid(
+                "spec.webhook.url",
+                "not https://; expected an https:// URL".into(),
+            );
+        }
+        if let Some(c) = &hook.spec.command
+            && (c.is_empty() || c[0].is_empty())
+        {
+            return invalid(
+                "spec.command",
+                "empty; expected the program and its arguments, e.g. [sh, -c, \"…\"]".into(),
+            );
         }
         hook.timeout()?;
         Ok(hook)
@@ -290,4 +303,44 @@ pub(crate) fn opaque_object(_: &mut schemars::SchemaGenerator) -> schemars::Sche
         "type": "object",
         "x-kubernetes-preserve-unknown-fields": true,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use serde_json::json;
+
+    use super::*;
+
+    fn hook(spec: serde_json::Value) -> Result<DeleteHook, HookFileError> {
+        DeleteHook::from_value(json!({
+            "apiVersion": crate::version::API_VERSION, "kind": "DeleteHook",
+            "metadata": {"name": "h"}, "spec": spec,
+        }))
+    }
+
+    /// Outside the cluster a hook file holds any one action (a job is read, and the caller
+    /// refuses or skips it); a second action, an http:// webhook and an empty command are
+    /// refused naming the field.
+    #[test]
+    fn hook_files_hold_one_action_each() {
+        assert!(hook(json!({"command": ["true"]})).is_ok());
+        assert!(hook(json!({"webhook": {"url": "https://example.org/h"}})).is_ok());
+        assert!(hook(json!({"job": {"spec": {"containers": []}}})).is_ok());
+        let e = hook(json!({"command": ["true"], "webhook": {"url": "https://e.org"}}))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("exactly one"), "{e}");
+        let e = hook(json!({"webhook": {"url": "http://e.org"}}))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("spec.webhook.url") && e.contains("https://"),
+            "{e}"
+        );
+        let e = hook(json!({"command": []})).unwrap_err().to_string();
+        assert!(e.contains("spec.command"), "{e}");
+        let e = hook(json!({})).unwrap_err().to_string();
+        assert!(e.contains("0 actions"), "{e}");
+    }
 }

@@ -173,9 +173,16 @@ pub struct DeleteArgs {
     pub backup_name: Option<String>,
     #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
-    /// Delete a backup that DeleteHooks the operator recorded in the store select
-    /// (`_state/hooks.json`) without running them (they run only in the cluster); each is
-    /// named in the audit record. Without it, such a deletion is refused (exit 2).
+    /// DeleteHook definitions (YAML, as applied to the cluster or written for `tidemark
+    /// run`; repeatable): the webhooks and commands of those that select the backup run
+    /// right before its data goes — and only then, not when it is only marked. A hook the
+    /// operator recorded in the store (`_state/hooks.json`) runs here from its definition.
+    #[arg(long, value_name = "FILE")]
+    pub hooks: Vec<std::path::PathBuf>,
+    /// Delete a backup that DeleteHooks which cannot run here select — a job (it needs the
+    /// cluster), or one the operator recorded in the store whose definition --hooks does
+    /// not give — without running them; each is named in the audit record. Without it,
+    /// such a deletion is refused (exit 2).
     #[arg(long)]
     pub skip_hooks: bool,
     #[command(flatten)]
@@ -957,10 +964,18 @@ pub struct GcArgs {
     /// flag gc refuses such a --now (plan does not need it).
     #[arg(long)]
     pub allow_future_now: bool,
-    /// Delete backups that DeleteHooks the operator recorded in the store select
-    /// (`_state/hooks.json`) without running them: they run only in the cluster. Each
-    /// skipped hook is named in the audit record. Without it, such a pass is refused
-    /// (exit 2) naming the hooks, and nothing is deleted.
+    /// DeleteHook definitions (YAML, as applied to the cluster or written for `tidemark
+    /// run`; repeatable): the webhooks and commands of those that select a backup run right
+    /// before its data goes. A hook the operator recorded in the store (`_state/hooks.json`)
+    /// runs here from its definition. With `kubectl tidemark gc`, the namespace's
+    /// DeleteHooks are read from the cluster and their webhooks called from here.
+    #[arg(long, value_name = "FILE")]
+    pub hooks: Vec<std::path::PathBuf>,
+    /// Delete backups that DeleteHooks which cannot run here select — a job (it needs the
+    /// cluster), or one the operator recorded in the store whose definition --hooks does
+    /// not give — without running them. Each skipped hook is named in the audit record.
+    /// Without it, such a pass is refused (exit 2) naming the hooks, and nothing is
+    /// deleted.
     #[arg(long)]
     pub skip_hooks: bool,
     #[command(flatten)]

@@ -24,9 +24,10 @@ pub struct ClusterPolicy {
     pub holds: HashSet<String>,
     /// What the namespace's Restores of this policy use (reason `restore:<name>`).
     pub restore_holds: Vec<tidemark_core::RestoreHold>,
-    /// The DeleteHooks of the namespace that select a Backup of this policy: they run
-    /// only in the operator, so `gc` refuses while there are any.
-    pub hooks: Vec<String>,
+    /// The DeleteHooks of the namespace, as `gc` runs them: webhooks are called from here;
+    /// a job needs the cluster's operator (a deletion it selects is refused unless
+    /// `--skip-hooks`). A `command` action runs in no cluster and is left out.
+    pub hooks: Vec<tidemark_engine::hooks::LocalHook>,
 }
 
 /// The cluster's client as kubectl would make it from `--kubeconfig`, `--context`, `--as`
@@ -130,21 +131,31 @@ pub async fn policy(args: &KubeArgs, name: &str) -> Result<ClusterPolicy, CliErr
         name,
     );
     let delete_hooks: Api<tidemark_api::crd::DeleteHook> = Api::namespaced(client.clone(), &ns);
-    let mut hooks: Vec<String> = delete_hooks
+    let hooks: Vec<tidemark_engine::hooks::LocalHook> = delete_hooks
         .list(&ListParams::default())
         .await
         .map_err(|e| api_error(&format!("DeleteHooks in {ns}"), e))?
         .items
         .iter()
-        .filter(|h| {
-            listed.items.iter().any(|b| {
-                b.spec.template.policy.name == name
-                    && tidemark_api::lifecycle::selects(&h.spec.selector, b.labels())
+        .filter_map(|h| {
+            use tidemark_engine::hooks::HookAction;
+            let action = match (&h.spec.webhook, &h.spec.job) {
+                (Some(w), _) => HookAction::Webhook(w.clone()),
+                (None, Some(_)) => HookAction::Job,
+                (None, None) => return None,
+            };
+            Some(tidemark_engine::hooks::LocalHook {
+                name: h.name_any(),
+                selector: h.spec.selector.clone(),
+                action,
+                // A bad timeout: the operator fails such a hook; here it gets the default.
+                timeout: h
+                    .spec
+                    .timeout()
+                    .unwrap_or(std::time::Duration::from_secs(300)),
             })
         })
-        .map(ResourceExt::name_any)
         .collect();
-    hooks.sort();
     let document = tidemark_api::BackupPolicy {
         api_version: tidemark_api::API_VERSION.to_owned(),
         kind: "BackupPolicy".to_owned(),

@@ -33,6 +33,7 @@ pub fn run(cli: Cli) -> Result<Exit, CliError> {
                 work_dir: a.work_dir.as_deref(),
                 allow_future_now: a.allow_future_now,
                 skip_hooks: a.skip_hooks,
+                hook_files: &a.hooks,
                 fence: &a.fence,
             }),
         )),
@@ -388,6 +389,7 @@ async fn find_and_delete(
         } else {
             tidemark_engine::delete::RecordedHooks::Refuse
         },
+        hooks: local_hooks(resolve::hook_files(&args.hooks)?, "deletionRequested"),
     };
     Ok((name, delete_requested(fence, &request).await?))
 }
@@ -399,7 +401,19 @@ struct GcOptions<'a> {
     work_dir: Option<&'a std::path::Path>,
     allow_future_now: bool,
     skip_hooks: bool,
+    hook_files: &'a [std::path::PathBuf],
     fence: &'a crate::args::FenceArgs,
+}
+
+/// The hooks the command line runs (none: `None`).
+fn local_hooks(
+    hooks: Vec<tidemark_engine::hooks::LocalHook>,
+    reason: &'static str,
+) -> Option<std::sync::Arc<dyn tidemark_engine::DeleteHooks>> {
+    (!hooks.is_empty()).then(|| {
+        std::sync::Arc::new(tidemark_engine::hooks::LocalHooks::new(hooks).for_reason(reason))
+            as std::sync::Arc<dyn tidemark_engine::DeleteHooks>
+    })
 }
 
 /// `plan` (gc = None) and `gc`: one retention pass through the engine, the same one
@@ -409,18 +423,24 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
         Some(name) => Some(crate::cluster::policy(&args.kube, name).await?),
         None => None,
     };
-    // Seed 003: every deletion runs the hooks of the Backups it deletes, and only the
-    // operator runs them (Jobs, webhooks, outcomes in status): a pass from here would
-    // delete without them.
-    if let (Some(c), Some(_)) = (&in_cluster, &gc)
-        && !c.hooks.is_empty()
-    {
-        let policy = c.document.metadata.name.clone();
-        let ns = c.document.metadata.namespace.clone().unwrap_or_default();
-        return Err(CliError::input(format!(
-            "gc {policy}: DeleteHook(s) {} of namespace {ns} select Backups of this policy, and hooks run only in the operator; `kubectl tidemark plan {policy} -n {ns}` shows the pass, which the operator makes every retentionInterval (and at once after a change to the policy's spec)",
-            c.hooks.join(", ")
-        )));
+    // Seed 003: every deletion runs the hooks of the backups it deletes, right before their
+    // data goes: those of --hooks files, and with `kubectl tidemark gc` the namespace's
+    // (webhooks called from here; a job needs the operator: refused unless --skip-hooks).
+    let mut hooks = match &gc {
+        Some(g) => resolve::hook_files(g.hook_files)?,
+        None => Vec::new(),
+    };
+    if let (Some(c), Some(_)) = (&in_cluster, &gc) {
+        for h in &c.hooks {
+            if hooks.iter().any(|x| x.name == h.name) {
+                return Err(CliError::input(format!(
+                    "--hooks: DeleteHook {} is also in the cluster's namespace {}; kubectl tidemark gc runs the cluster's: leave it out of --hooks",
+                    h.name,
+                    c.document.metadata.namespace.as_deref().unwrap_or_default()
+                )));
+            }
+        }
+        hooks.extend(c.hooks.iter().cloned());
     }
     let file = match &in_cluster {
         Some(c) => Some(c.document.clone()),
@@ -463,7 +483,7 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
         None => &NoProgress,
     };
     let request = PassRequest {
-        hooks: None,
+        hooks: local_hooks(hooks, "retention"),
         policy: policy.policy.clone(),
         policy_as_given: policy.as_given.clone(),
         now,
@@ -472,7 +492,11 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
         restores: cluster_restores,
         execute: gc.is_some(),
         ignore_malformed: gc.as_ref().is_some_and(|g| g.ignore_malformed),
-        skip_recorded_hooks: gc.as_ref().is_some_and(|g| g.skip_hooks),
+        recorded_hooks: if gc.as_ref().is_some_and(|g| g.skip_hooks) {
+            tidemark_engine::RecordedHooks::Skip
+        } else {
+            tidemark_engine::RecordedHooks::Refuse
+        },
     };
     let consolidator = LocalConsolidator {
         tools: Default::default(),

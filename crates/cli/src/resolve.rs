@@ -79,6 +79,52 @@ pub fn read_config_file(path: &Path) -> Result<String, CliError> {
     Ok(text)
 }
 
+/// The DeleteHooks of `--hooks` files (YAML documents: DeleteHook, as applied to the
+/// cluster or written for `tidemark run`; BackupPolicy and ScheduledBackup documents are
+/// passed over), each refused with its file and field when it is not one that runs.
+///
+/// # Errors
+/// A file cannot be read or parsed; a hook is invalid; two hooks share a name.
+pub fn hook_files(
+    paths: &[std::path::PathBuf],
+) -> Result<Vec<tidemark_engine::hooks::LocalHook>, CliError> {
+    let mut hooks: Vec<tidemark_engine::hooks::LocalHook> = Vec::new();
+    for path in paths {
+        let text = read_config_file(path)?;
+        let docs = tidemark_api::config::parse_documents(&text)
+            .map_err(|e| CliError::input(format!("--hooks {}: {e}", path.display())))?;
+        let before = hooks.len();
+        for doc in docs {
+            let tidemark_api::config::Document::Hook(h) = doc else {
+                continue;
+            };
+            let name = &h.metadata.name;
+            if hooks.iter().any(|x| &x.name == name) {
+                return Err(CliError::input(format!(
+                    "--hooks {}: DeleteHook {name}: metadata.name: already defined; each hook needs its own name",
+                    path.display()
+                )));
+            }
+            hooks.push(
+                tidemark_engine::hooks::LocalHook::from_document(&h).map_err(|e| {
+                    CliError::input(format!(
+                        "--hooks {}: DeleteHook {name}: {e}",
+                        path.display()
+                    ))
+                })?,
+            );
+        }
+        if hooks.len() == before {
+            return Err(CliError::input(format!(
+                "--hooks {}: no DeleteHook document in it; expected YAML documents of kind DeleteHook (apiVersion {})",
+                path.display(),
+                tidemark_api::API_VERSION
+            )));
+        }
+    }
+    Ok(hooks)
+}
+
 /// Opens the store named by flags, or else by the BackupPolicy file at `policy` (for the
 /// commands that take a policy file only for its store and cluster).
 pub fn store_target(args: &StoreArgs, policy: Option<&Path>) -> Result<Target, CliError> {

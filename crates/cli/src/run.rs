@@ -71,19 +71,22 @@ fn load(dir: &Path) -> Result<Vec<PolicyRun>, CliError> {
                             h.metadata.name
                         )));
                     }
-                    // Validated when parsed: a command and a timeout are there.
-                    hooks.push(tidemark_engine::hooks::LocalHook {
-                        name: h.metadata.name.clone(),
-                        timeout: h.timeout().map_err(|e| {
+                    let hook =
+                        tidemark_engine::hooks::LocalHook::from_document(&h).map_err(|e| {
                             CliError::input(format!(
                                 "{}: DeleteHook {}: {e}",
                                 f.display(),
                                 h.metadata.name
                             ))
-                        })?,
-                        command: h.spec.command.clone().unwrap_or_default(),
-                        selector: h.spec.selector.clone(),
-                    });
+                        })?;
+                    if matches!(hook.action, tidemark_engine::hooks::HookAction::Job) {
+                        return Err(CliError::input(format!(
+                            "{}: DeleteHook {}: spec.job: a job runs only in the cluster; tidemark run runs a command or calls a webhook, e.g. command: [sh, -c, \"notify $TIDEMARK_BACKUP\"]",
+                            f.display(),
+                            h.metadata.name
+                        )));
+                    }
+                    hooks.push(hook);
                 }
             }
         }

@@ -1079,3 +1079,197 @@ fn gc_refuses_what_recorded_hooks_select_unless_told_to_skip_them() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(json(&out)["outcome"], "deleted", "{}", stderr(&out));
 }
+
+/// Seed 003 on the command line, one path for every deleter: `gc` and `delete` run the
+/// webhooks and commands of the DeleteHooks they are given (`--hooks`, the definitions
+/// applied to the cluster) right before a backup's data goes — a hook the operator
+/// recorded in the store runs from its definition instead of refusing the pass — and not
+/// when `delete` only marks a backup a recovery needs. A job hook given in the file cannot
+/// run here: refused unless `--skip-hooks`. Mutations tried: hooks run for a deletion that
+/// only marks (the marked deletion called the webhook); `runs` answering false (the
+/// recorded webhook refused the pass).
+#[test]
+fn gc_and_delete_run_the_hooks_they_are_given_right_before_the_data_goes() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = rt.block_on(tidemark_operator::testkit::Webhook::start());
+    let (dir, url) = example_store();
+    std::fs::create_dir_all(dir.path().join("demo/_state")).unwrap();
+    // The operator recorded a webhook for this store: its definition is given below.
+    std::fs::write(
+        dir.path().join("demo/_state/hooks.json"),
+        serde_json::json!({"formatVersion": 1, "writtenAt": "2026-11-20T00:00:00Z",
+            "writer": "tidemark-operator shop/db",
+            "hooks": [{"name": "a-notify", "action": "webhook", "selector": {}}]})
+        .to_string(),
+    )
+    .unwrap();
+    let log = dir.path().join("hook.log");
+    let hooks = dir.path().join("hooks.yaml");
+    std::fs::write(
+        &hooks,
+        format!(
+            "apiVersion: tidemark.io/v1alpha1\nkind: DeleteHook\nmetadata: {{name: a-notify, namespace: shop}}\nspec:\n  webhook:\n    url: {}/ok\n    caBundle: {}\n  timeout: 10s\n---\napiVersion: tidemark.io/v1alpha1\nkind: DeleteHook\nmetadata: {{name: b-log}}\nspec:\n  command: [sh, -c, 'echo \"$TIDEMARK_DELETE_REASON $TIDEMARK_BACKUP\" >> {}']\n",
+            server.url,
+            serde_json::to_string(&server.ca_bundle).unwrap(),
+            log.display()
+        ),
+    )
+    .unwrap();
+    let hooks_arg = hooks.display().to_string();
+    let gc = |keep: &str, extra: &[&str]| {
+        let mut args = vec![
+            "gc",
+            "--store",
+            &url,
+            "--cluster",
+            "demo",
+            "--now",
+            NOW,
+            "--keep-last",
+            keep,
+            "--output",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    let calls = || server.calls.lock().unwrap().clone();
+    let logged = || std::fs::read_to_string(&log).unwrap_or_default();
+    let out = gc("3", &["--hooks", &hooks_arg]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v = json(&out);
+    let deleted: Vec<String> = v["executed"]["backupsDeleted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_str().unwrap().to_owned())
+        .collect();
+    assert!(!deleted.is_empty(), "{v}");
+    let called: Vec<String> = calls()
+        .iter()
+        .map(|(_, body)| {
+            assert_eq!(body["reason"], "retention", "{body}");
+            body["backup"]["backupId"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    let mut sorted = called.clone();
+    sorted.sort();
+    let mut expected = deleted.clone();
+    expected.sort();
+    assert_eq!(sorted, expected, "one call per deleted backup");
+    assert_eq!(logged().lines().count(), deleted.len(), "{}", logged());
+    assert!(logged().lines().all(|l| l.starts_with("retention {")));
+    let audit = v["executed"]["auditKey"].as_str().unwrap();
+    let record: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join(audit)).unwrap()).unwrap();
+    let ran = record["hooks"].to_string();
+    assert!(
+        ran.contains("a-notify") && ran.contains("b-log") && !ran.contains("skipped"),
+        "{record:#}"
+    );
+
+    // `delete` of a backup a recovery needs marks it: no hook runs.
+    let ls = run(&[
+        "ls",
+        "--store",
+        &url,
+        "--cluster",
+        "demo",
+        "--output",
+        "json",
+    ]);
+    let completed: Vec<Value> = json(&ls)["backups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["phase"] == "completed")
+        .cloned()
+        .collect();
+    let parents: Vec<&str> = completed
+        .iter()
+        .filter_map(|b| b["parentId"].as_str())
+        .collect();
+    let ids: Vec<&str> = completed
+        .iter()
+        .map(|b| b["backupId"].as_str().unwrap())
+        .collect();
+    // Held: the newest (deleted without its hold); deleted: a leaf that is not the newest.
+    let held = ids[ids.len() - 1];
+    let free = *ids[..ids.len() - 1]
+        .iter()
+        .find(|id| !parents.contains(id))
+        .unwrap();
+    std::fs::write(
+        dir.path().join("demo/_state/holds.json"),
+        serde_json::json!({"formatVersion": 1, "writtenAt": "2026-11-20T00:00:00Z",
+            "writer": "test", "protect": [held], "restores": []})
+        .to_string(),
+    )
+    .unwrap();
+    let delete = |id: &str, extra: &[&str]| {
+        let mut args = vec![
+            "delete",
+            "--store",
+            &url,
+            "--cluster",
+            "demo",
+            "--backup-id",
+            id,
+            "--output",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    let (calls_before, log_before) = (calls().len(), logged().lines().count());
+    let out = delete(held, &["--hooks", &hooks_arg]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(json(&out)["outcome"], "marked", "{}", stderr(&out));
+    assert_eq!(
+        calls().len(),
+        calls_before,
+        "a hook ran for a marked backup"
+    );
+    assert_eq!(logged().lines().count(), log_before);
+    // One whose data goes: its hooks run first, reason deletionRequested.
+    let out = delete(free, &["--hooks", &hooks_arg]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(json(&out)["outcome"], "deleted", "{}", stderr(&out));
+    let last = calls().last().cloned().unwrap();
+    assert_eq!(calls().len(), calls_before + 1);
+    assert_eq!(last.1["reason"], "deletionRequested");
+    assert_eq!(last.1["backup"]["backupId"], free);
+    assert!(
+        logged()
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with("deletionRequested {"),
+        "{}",
+        logged()
+    );
+
+    // A job hook in the file cannot run here: refused, named, unless --skip-hooks.
+    std::fs::write(
+        &hooks,
+        "apiVersion: tidemark.io/v1alpha1\nkind: DeleteHook\nmetadata: {name: c-job}\nspec:\n  job: {spec: {containers: [{name: c, image: busybox}]}}\n",
+    )
+    .unwrap();
+    std::fs::remove_file(dir.path().join("demo/_state/holds.json")).unwrap();
+    let out = delete(held, &["--hooks", &hooks_arg]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("c-job (job)") && err.contains("a-notify (webhook)"),
+        "{err}"
+    );
+    let out = delete(held, &["--hooks", &hooks_arg, "--skip-hooks"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(json(&out)["outcome"], "deleted", "{}", stderr(&out));
+    assert_eq!(calls().len(), calls_before + 1, "nothing else ran");
+    drop(rt);
+}

@@ -1703,11 +1703,13 @@ async fn deleting_a_chain_base_marks_it_and_a_pass_consolidates() {
     op.stop().await;
 }
 
-/// `kubectl tidemark gc <policy>` and DeleteHooks (issue 18, seed 003): hooks run only in
-/// the operator, so `gc` from the command line refuses while a DeleteHook selects a Backup
-/// of the policy — naming the hook, deleting nothing — and runs once none does.
+/// `kubectl tidemark gc <policy>` and DeleteHooks (issues 18 and 43, seed 003): every
+/// deletion path runs the hooks. The plugin reads the namespace's DeleteHooks: a job hook
+/// needs the operator, so `gc` refuses while one selects a backup it would delete —
+/// naming the hook, deleting nothing; a webhook hook it calls itself, right before the
+/// data goes (reason `retention`), and the deletion goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_tidemark_gc_refuses_while_hooks_select_its_backups() {
+async fn kubectl_tidemark_gc_runs_webhooks_and_refuses_job_hooks() {
     use tidemark_store::synth;
     let s3 = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
     let cluster = KubeCluster::start(false).await;
@@ -1723,9 +1725,13 @@ async fn kubectl_tidemark_gc_refuses_while_hooks_select_its_backups() {
     .await;
     let store = s3.cluster_store("shop");
     let now = Timestamp::now();
-    let (old, new) = synth::older_and_newer(&store, "old", "new", now)
+    let mut old = synth::SynthBackup::full("old", now - jiff::SignedDuration::from_hours(3), 1);
+    old.labels = vec![("team".into(), "pay".into())];
+    let new = synth::SynthBackup::full("new", now - jiff::SignedDuration::from_hours(1), 2);
+    synth::write_backups(&store, &[old.clone(), new.clone()])
         .await
         .unwrap();
+    let hook_server = tidemark_operator::testkit::Webhook::start().await;
     let policy: BackupPolicy = serde_json::from_value(json!({
         "apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy",
         "metadata": {"name": "shop", "namespace": ns},
@@ -1750,7 +1756,7 @@ async fn kubectl_tidemark_gc_refuses_while_hooks_select_its_backups() {
     let hook: tidemark_api::crd::DeleteHook = serde_json::from_value(json!({
         "apiVersion": "tidemark.io/v1alpha1", "kind": "DeleteHook",
         "metadata": {"name": "ticket", "namespace": ns},
-        "spec": {"selector": {"matchLabels": {"team": "pay"}}, "webhook": {"url": "https://127.0.0.1:9/"}},
+        "spec": {"selector": {"matchLabels": {"team": "pay"}}, "job": {"spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}}},
     }))
     .unwrap();
     hooks.create(&PostParams::default(), &hook).await.unwrap();
@@ -1770,7 +1776,7 @@ async fn kubectl_tidemark_gc_refuses_while_hooks_select_its_backups() {
     );
     let said = common::stderr(&refused);
     assert!(
-        said.contains("DeleteHook(s) ticket") && said.contains("only in the operator"),
+        said.contains("ticket (job)") && said.contains("--skip-hooks"),
         "{said}"
     );
     assert_eq!(
@@ -1825,12 +1831,27 @@ async fn kubectl_tidemark_gc_refuses_while_hooks_select_its_backups() {
         common::stderr(&nobody)
     );
     hooks.delete("ticket", &Default::default()).await.unwrap();
+    let webhook: tidemark_api::crd::DeleteHook = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "DeleteHook",
+        "metadata": {"name": "notify", "namespace": ns},
+        "spec": {"selector": {"matchLabels": {"team": "pay"}},
+            "webhook": {"url": format!("{}/ok", hook_server.url), "caBundle": hook_server.ca_bundle}},
+    }))
+    .unwrap();
+    hooks
+        .create(&PostParams::default(), &webhook)
+        .await
+        .unwrap();
     let ran = gc();
     assert!(ran.status.success(), "{}", common::stderr(&ran));
     assert_eq!(
         synth::metadata_ids(&store).await.unwrap(),
         std::slice::from_ref(&new.id)
     );
+    let calls = hook_server.calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 1, "{calls:#?}");
+    assert_eq!(calls[0].1["reason"], "retention");
+    assert_eq!(calls[0].1["backup"]["backupId"], old.id.as_str());
 
     // `status POLICY`: the policy's health, window, pass, schedules, Backups, restore test
     // and warnings in one screen, and as one document.

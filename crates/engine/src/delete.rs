@@ -4,6 +4,8 @@
 //! retention rule keeps it any more, and a pass removes it (or merges its chain into a
 //! synthetic full) once that is safe.
 
+use std::sync::Arc;
+
 use jiff::Timestamp;
 use tidemark_core::Reason;
 use tidemark_store::executor::{ExecOptions, ExecutionReport, mark_for_deletion};
@@ -11,6 +13,7 @@ use tidemark_store::{Catalog, ClusterStore, NoProgress, Survey};
 
 use crate::error::{Class, EngineError};
 use crate::fence::Fence;
+use crate::pass::DeleteHooks;
 
 /// What to delete, and who asks.
 #[derive(Debug, Clone)]
@@ -22,23 +25,17 @@ pub struct DeleteRequest {
     pub reason: Reason,
     /// Who asks (`Backup ns/name`, `tidemark delete`), in the audit record and the mark.
     pub requested_by: String,
-    /// More fields of the audit record (e.g. the DeleteHooks' outcomes).
+    /// More fields of the audit record.
     pub audit_extra: serde_json::Map<String, serde_json::Value>,
     pub now: Timestamp,
-    /// What the DeleteHooks the store records (`_state/hooks.json`) mean for this deletion.
+    /// The DeleteHooks to run right before the data goes (seed 003) — never when the
+    /// backup is only marked: they run when a pass finally deletes it.
+    pub hooks: Option<Arc<dyn DeleteHooks>>,
+    /// What becomes of a deletion that hooks `hooks` cannot run select.
     pub recorded_hooks: RecordedHooks,
 }
 
-/// Who runs the DeleteHooks the store records (`_state/hooks.json`, the operator's).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RecordedHooks {
-    /// The caller runs them itself (the operator): the record is not read.
-    RunByCaller,
-    /// They run only in the cluster: a deletion they select is refused (the command line).
-    Refuse,
-    /// Deleted without them, each named in the audit record (`--skip-hooks`).
-    Skip,
-}
+pub use crate::pass::RecordedHooks;
 
 /// What a requested deletion did.
 #[derive(Debug)]
@@ -52,15 +49,18 @@ pub enum Requested {
 }
 
 /// Deletes the backup `request` names from the fence's store, or marks it when a recovery
-/// depends on it.
+/// depends on it. Its hooks run right before its data goes, and only then.
 ///
 /// # Guarantees
 /// Only under `fence` (the store's lease): nothing is marked or deleted once it is lost.
 /// Those of [`tidemark_store::execute`]: the audit record first, metadata before payload.
+/// Whether it is deleted or marked is decided again after its hooks ran (they may take
+/// long; a hold placed meanwhile is honoured).
 ///
 /// # Errors
 /// The store failed; objects that could not be deleted after retries (class Store, the
-/// first named): run it again to finish; the fence was lost.
+/// first named): run it again to finish; the fence was lost; hooks that cannot run here
+/// select it and the request refuses them (class Input).
 pub async fn delete_requested(
     fence: &Fence,
     request: &DeleteRequest,
@@ -68,10 +68,13 @@ pub async fn delete_requested(
     fence.guard(delete_under(fence.store(), request)).await
 }
 
-async fn delete_under(
+/// The decision on a requested deletion from what the store holds now: the plan that
+/// deletes it, or the reasons it stays.
+async fn decide(
     store: &ClusterStore,
     request: &DeleteRequest,
-) -> Result<Requested, EngineError> {
+    more_holds: &[Reason],
+) -> Result<Option<(Catalog, Result<tidemark_core::Plan, Vec<Reason>>)>, EngineError> {
     let catalog = Catalog::load(store, &NoProgress).await?;
     let inventory = catalog.inventory(&Default::default());
     let planned = tidemark_core::requested_deletion(
@@ -83,7 +86,7 @@ async fn delete_under(
     );
     // A hold recorded in the store (the operator's protected Backups and Restores) keeps
     // the data as a recovery does: marked, deleted by a pass once nothing holds it.
-    let held: Vec<Reason> = match tidemark_store::state::load_holds(store).await? {
+    let mut held: Vec<Reason> = match tidemark_store::state::load_holds(store).await? {
         Some(stored) => {
             let (protect, restores) = stored.into_pass_holds();
             protect
@@ -100,68 +103,118 @@ async fn delete_under(
         }
         None => Vec::new(),
     };
-    let planned = match planned {
-        Some(Ok(_)) if !held.is_empty() => Some(Err(held)),
-        other => other,
-    };
-    let plan = match planned {
-        None => return Ok(Requested::Absent),
-        Some(Err(keep)) => {
-            mark_for_deletion(
+    held.extend(more_holds.iter().cloned());
+    Ok(match planned {
+        None => None,
+        Some(Ok(_)) if !held.is_empty() => Some((catalog, Err(held))),
+        Some(other) => Some((catalog, other)),
+    })
+}
+
+async fn delete_under(
+    store: &ClusterStore,
+    request: &DeleteRequest,
+) -> Result<Requested, EngineError> {
+    let mut audit_hooks: Vec<serde_json::Value> = Vec::new();
+    let mut hooks_ran = false;
+    let mut more_holds: Vec<Reason> = Vec::new();
+    loop {
+        let (catalog, plan) = match decide(store, request, &more_holds).await? {
+            None => return Ok(Requested::Absent),
+            Some((_, Err(keep))) => {
+                mark_for_deletion(
+                    store,
+                    &request.name,
+                    &request.id,
+                    &request.requested_by,
+                    request.now,
+                )
+                .await?;
+                return Ok(Requested::Marked(keep));
+            }
+            Some((catalog, Ok(plan))) => (catalog, plan),
+        };
+        if request.recorded_hooks != RecordedHooks::RunByCaller && !hooks_ran {
+            let deleting: Vec<(&str, &str)> = plan
+                .deletions()
+                .map(|d| (d.backup.name.as_str(), d.backup.id.as_str()))
+                .collect();
+            if let Some(skipped) = crate::pass::recorded_hooks(
                 store,
-                &request.name,
-                &request.id,
-                &request.requested_by,
-                request.now,
+                &catalog,
+                &deleting,
+                request.recorded_hooks,
+                request.hooks.as_deref(),
             )
-            .await?;
-            return Ok(Requested::Marked(keep));
+            .await?
+            {
+                audit_hooks.extend(skipped);
+            }
         }
-        Some(Ok(plan)) => plan,
-    };
-    let survey = Survey {
-        catalog,
-        segments: Default::default(),
-        inventory,
-        plan,
-    };
-    let mut options = ExecOptions::new(
-        request.now,
-        serde_json::json!({ "deletionRequestedBy": request.requested_by }),
-    );
-    options.audit_extra.clone_from(&request.audit_extra);
-    let deleting: Vec<(&str, &str)> = survey
-        .plan
-        .deletions()
-        .map(|d| (d.backup.name.as_str(), d.backup.id.as_str()))
-        .collect();
-    if request.recorded_hooks != RecordedHooks::RunByCaller
-        && let Some(skipped) = crate::pass::recorded_hooks(
-            store,
-            &survey.catalog,
-            &deleting,
-            request.recorded_hooks == RecordedHooks::Skip,
-        )
-        .await?
-    {
-        options
-            .audit_extra
-            .insert("hooks".into(), serde_json::Value::Array(skipped));
+        if let Some(hooks) = request.hooks.as_ref().filter(|_| !hooks_ran) {
+            // Right before the data goes: the hooks of what this deletion takes.
+            let deleting: Vec<(
+                tidemark_core::Backup,
+                Option<tidemark_store::format::Metadata>,
+            )> = plan
+                .deletions()
+                .map(|d| {
+                    let meta = catalog
+                        .backup(&d.backup.name, &d.backup.id)
+                        .and_then(|b| b.metadata.clone());
+                    (d.backup.clone(), meta)
+                })
+                .collect();
+            drop((catalog, plan));
+            let borrowed: Vec<_> = deleting.iter().map(|(b, m)| (b, m.as_ref())).collect();
+            audit_hooks.extend(hooks.before_delete(store, &borrowed).await);
+            hooks_ran = true;
+            // Decided again with the holds in force now (the store's are read again).
+            if hooks.holds().await.is_some_and(|h| h.contains(&request.id)) {
+                more_holds.push(Reason::Protected);
+            }
+            more_holds.extend(
+                hooks
+                    .restore_holds()
+                    .await
+                    .into_iter()
+                    .flatten()
+                    .filter(|r| r.backup_id == request.id)
+                    .map(|r| Reason::Restore(r.by)),
+            );
+            continue;
+        }
+        let survey = Survey {
+            inventory: catalog.inventory(&Default::default()),
+            catalog,
+            segments: Default::default(),
+            plan,
+        };
+        let mut options = ExecOptions::new(
+            request.now,
+            serde_json::json!({ "deletionRequestedBy": request.requested_by }),
+        );
+        options.audit_extra.clone_from(&request.audit_extra);
+        if !audit_hooks.is_empty() {
+            options
+                .audit_extra
+                .insert("hooks".into(), serde_json::Value::Array(audit_hooks));
+        }
+        let report = tidemark_store::execute(store, &survey, &options, &NoProgress).await?;
+        if let Some(f) = report.failures.first() {
+            return Err(EngineError::Edge {
+                class: Class::Store,
+                message: format!(
+                    "{} object(s) of backup {} could not be deleted, e.g. {}: {}",
+                    report.failures.len(),
+                    request.id,
+                    f.key,
+                    f.error
+                ),
+            });
+        }
+        return Ok(Requested::Deleted(report));
     }
-    let report = tidemark_store::execute(store, &survey, &options, &NoProgress).await?;
-    if let Some(f) = report.failures.first() {
-        return Err(EngineError::Edge {
-            class: Class::Store,
-            message: format!(
-                "{} object(s) of backup {} could not be deleted, e.g. {}: {}",
-                report.failures.len(),
-                request.id,
-                f.key,
-                f.error
-            ),
-        });
-    }
-    Ok(Requested::Deleted(report))
 }
 
 #[cfg(test)]
@@ -175,6 +228,7 @@ mod tests {
     fn request(name: &str, id: &str, now: Timestamp) -> DeleteRequest {
         DeleteRequest {
             recorded_hooks: RecordedHooks::Refuse,
+            hooks: None,
             name: name.into(),
             id: id.into(),
             reason: Reason::DeletionRequested,

@@ -41,8 +41,8 @@ pub use clock::{Clock, SystemClock};
 pub use error::{Class, EngineError};
 pub use fence::{Fence, FenceOptions, Wait};
 pub use pass::{
-    Consolidator, DeleteHooks, LocalConsolidator, PassOutcome, PassRequest, retention_pass,
-    unattended_pass,
+    Consolidator, DeleteHooks, LocalConsolidator, PassOutcome, PassRequest, RecordedHooks,
+    retention_pass, unattended_pass,
 };
 
 /// The use cases run as tasks (here and in the operator's controllers), so their futures

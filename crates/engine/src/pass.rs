@@ -122,6 +122,31 @@ pub trait DeleteHooks: Send + Sync + std::fmt::Debug {
     async fn restore_holds(&self) -> Option<Vec<tidemark_core::RestoreHold>> {
         None
     }
+
+    /// Whether these hooks run the hook named `hook` (one the store records, the
+    /// operator's): then its record refuses nothing.
+    fn runs(&self, _hook: &str) -> bool {
+        false
+    }
+
+    /// Hooks of the caller's that cannot run here (a `job` action outside the cluster): a
+    /// deletion they select is refused, as one a recorded hook selects, unless skipped.
+    fn cannot_run(&self) -> Vec<tidemark_store::state::StoredHook> {
+        Vec::new()
+    }
+}
+
+/// Who runs the DeleteHooks that cannot run where the deletion is made: those the store
+/// records (`_state/hooks.json`, the operator's) that the caller's hooks do not run, and
+/// the caller's own that need the cluster ([`DeleteHooks::cannot_run`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordedHooks {
+    /// The caller runs every hook itself (the operator): the record is not read.
+    RunByCaller,
+    /// A deletion such a hook selects is refused, naming it (the command line).
+    Refuse,
+    /// Deleted without them, each named in the audit record (`--skip-hooks`).
+    Skip,
 }
 
 /// One retention pass to make.
@@ -146,10 +171,9 @@ pub struct PassRequest {
     pub ignore_malformed: bool,
     /// Run before the deletions of an executed pass.
     pub hooks: Option<std::sync::Arc<dyn DeleteHooks>>,
-    /// Without `hooks`: delete backups that DeleteHooks recorded in the store
-    /// (`_state/hooks.json`, the operator's) select, without running them (`--skip-hooks`;
-    /// said in the audit record). Otherwise such a pass is refused before it deletes.
-    pub skip_recorded_hooks: bool,
+    /// What becomes of a deletion that hooks select which `hooks` cannot run (recorded in
+    /// the store by the operator, or needing the cluster).
+    pub recorded_hooks: RecordedHooks,
 }
 
 /// What a pass saw, planned and did.
@@ -268,9 +292,9 @@ async fn carry_out(
         restores: request.restores.clone(),
     };
 
-    // DeleteHooks the store records, for a deleter that runs none of its own: refused
-    // before any work (consolidation included) on what the plan deletes or merges.
-    if request.hooks.is_none() {
+    // DeleteHooks this deleter cannot run: refused before any work (consolidation
+    // included) on what the plan deletes or merges.
+    if request.recorded_hooks != RecordedHooks::RunByCaller {
         let early: Vec<(&str, &str)> = seen
             .plan
             .backups
@@ -278,7 +302,14 @@ async fn carry_out(
             .filter(|d| d.action != Action::Keep)
             .map(|d| (d.backup.name.as_str(), d.backup.id.as_str()))
             .collect();
-        recorded_hooks(store, &seen.catalog, &early, request.skip_recorded_hooks).await?;
+        recorded_hooks(
+            store,
+            &seen.catalog,
+            &early,
+            request.recorded_hooks,
+            request.hooks.as_deref(),
+        )
+        .await?;
     }
 
     // The work the plan asks for first: each synthetic full is committed before anything
@@ -322,12 +353,18 @@ async fn carry_out(
         .deletions()
         .map(|d| (d.backup.name.as_str(), d.backup.id.as_str()))
         .collect();
-    if request.hooks.is_none()
-        && let Some(skipped) =
-            recorded_hooks(store, &seen.catalog, &deleting, request.skip_recorded_hooks).await?
+    let mut skipped = Vec::new();
+    if request.recorded_hooks != RecordedHooks::RunByCaller
+        && let Some(s) = recorded_hooks(
+            store,
+            &seen.catalog,
+            &deleting,
+            request.recorded_hooks,
+            request.hooks.as_deref(),
+        )
+        .await?
     {
-        exec.audit_extra
-            .insert("hooks".into(), serde_json::Value::Array(skipped));
+        skipped = s;
     }
     if let Some(hooks) = &request.hooks {
         // Hooks run before anything of a backup goes; they may take long, so the plan is
@@ -382,10 +419,11 @@ async fn carry_out(
             };
             seen = survey(store, &request.policy, request.now, &options, progress).await?;
         }
-        if !ran_all.is_empty() {
-            exec.audit_extra
-                .insert("hooks".into(), serde_json::Value::Array(ran_all));
-        }
+        skipped.extend(ran_all);
+    }
+    if !skipped.is_empty() {
+        exec.audit_extra
+            .insert("hooks".into(), serde_json::Value::Array(skipped));
     }
     // Again on the plan carried out: hooks may have taken long, and a backup committed
     // meanwhile is the newest now (the same newest costs one read of its record).
@@ -412,30 +450,45 @@ async fn carry_out(
     })
 }
 
-/// The DeleteHooks the operator recorded in the store (`_state/hooks.json`) that select
-/// a backup of `deleting` (`(name, id)`, by the labels its `metadata.json` records in
-/// `catalog`), for a deleter that runs no hooks of its own (the command line): refused,
-/// naming them, unless `skip`; skipped, each one said as the audit record's `hooks`
+/// The DeleteHooks that cannot run where this deletion is made and select a backup of
+/// `deleting` (`(name, id)`, by the labels its `metadata.json` records in `catalog`): those
+/// the operator recorded in the store (`_state/hooks.json`) that `hooks` do not run, and
+/// `hooks`' own that need the cluster. Refused, naming them, unless `mode` is
+/// [`RecordedHooks::Skip`]; then skipped, each one said as the audit record's `hooks`
 /// (`None`: none selects anything).
 ///
 /// # Errors
-/// Such hooks select a deletion and `skip` is off (class Input); the record cannot be
+/// Such hooks select a deletion and `mode` refuses (class Input); the record cannot be
 /// read.
 pub(crate) async fn recorded_hooks(
     store: &ClusterStore,
     catalog: &tidemark_store::catalog::Catalog,
     deleting: &[(&str, &str)],
-    skip: bool,
+    mode: RecordedHooks,
+    hooks: Option<&dyn DeleteHooks>,
 ) -> Result<Option<Vec<serde_json::Value>>, EngineError> {
-    let Some(recorded) = tidemark_store::state::load_hooks(store).await? else {
+    let skip = mode == RecordedHooks::Skip;
+    let mut unrun: Vec<tidemark_store::state::StoredHook> =
+        tidemark_store::state::load_hooks(store)
+            .await?
+            .map(|r| r.hooks)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|h| !hooks.is_some_and(|own| own.runs(&h.name)))
+            .collect();
+    for own in hooks.map(|h| h.cannot_run()).unwrap_or_default() {
+        if !unrun.iter().any(|u| u.name == own.name) {
+            unrun.push(own);
+        }
+    }
+    if unrun.is_empty() {
         return Ok(None);
-    };
+    }
     let selectors: Vec<(
         &str,
         &str,
         Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
-    )> = recorded
-        .hooks
+    )> = unrun
         .iter()
         .map(|h| {
             (
@@ -469,7 +522,7 @@ pub(crate) async fn recorded_hooks(
             .iter()
             .map(|(n, _, _)| {
                 serde_json::json!({"name": n, "outcome": "skipped",
-                    "message": "deleted from the command line with --skip-hooks: the hook did not run"})
+                    "message": "deleted with --skip-hooks: the hook cannot run here and did not run"})
             })
             .collect();
         report.push(serde_json::json!({"backupId": id, "backupName": name, "hooks": hooks}));
@@ -481,7 +534,7 @@ pub(crate) async fn recorded_hooks(
         return Err(EngineError::Edge {
             class: crate::error::Class::Input,
             message: format!(
-                "DeleteHooks the operator runs for this store (_state/hooks.json) select {} backup(s) this deletion takes: {}; they run only in the cluster: let the operator's pass or `kubectl delete backup` delete them, give --skip-hooks to `tidemark gc` or `tidemark delete` to delete without them (recorded in the audit record), or remove _state/hooks.json if no operator owns this store any more. Nothing was deleted",
+                "DeleteHooks that cannot run here select {} backup(s) this deletion takes: {}; a job runs only in the cluster, and a hook the operator recorded for this store (_state/hooks.json) runs here only from its definition: give the DeleteHook files with --hooks FILE (webhooks and commands run here), let the operator's pass or `kubectl delete backup` delete them, give --skip-hooks to `tidemark gc` or `tidemark delete` to delete without them (recorded in the audit record), or remove _state/hooks.json if no operator owns this store any more. Nothing was deleted",
                 report.len(),
                 names.into_iter().collect::<Vec<_>>().join(", ")
             ),
@@ -711,7 +764,7 @@ mod tests {
             execute,
             ignore_malformed: false,
             hooks: None,
-            skip_recorded_hooks: false,
+            recorded_hooks: RecordedHooks::RunByCaller,
         }
     }
 

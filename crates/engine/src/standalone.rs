@@ -733,7 +733,7 @@ async fn retention(ctx: &Ctx, r: &RetentionRun, now: Timestamp) -> Result<(), En
         restores: Vec::new(),
         execute: true,
         ignore_malformed: false,
-        skip_recorded_hooks: false,
+        recorded_hooks: crate::pass::RecordedHooks::RunByCaller,
     };
     unattended_pass(
         &ctx.store,

@@ -25,6 +25,7 @@
 //! hand, a namespace deletion, an owner-reference cascade or a GitOps prune — touches the
 //! store.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use kube::api::{Api, Patch, PatchParams};
@@ -193,13 +194,13 @@ pub(crate) fn marked_condition(id: &str, keep: &[tidemark_core::Reason]) -> (&'s
 /// # Errors
 /// The cleanup failed (recorded on the Backup and as a Warning event first); retried.
 pub async fn on_delete(
-    ctx: &Context,
+    ctx: &Arc<Context>,
     api: &Api<Backup>,
     backup: &Backup,
     policy: Option<&BackupPolicy>,
 ) -> Result<Action, Error> {
     let reference = backup.object_ref(&());
-    let (id, replaced, expired) = match decide_cleanup(backup) {
+    let (id, expired) = match decide_cleanup(backup) {
         Cleanup::Release { event } => {
             if let Some((reason, note)) = event {
                 ctx.event(&reference, EventType::Normal, reason, &note)
@@ -208,33 +209,8 @@ pub async fn on_delete(
             set_finalizer(api, backup, false).await?;
             return Ok(Action::await_change());
         }
-        Cleanup::Delete {
-            id,
-            replaced,
-            expired,
-        } => (id, replaced, expired),
+        Cleanup::Delete { id, expired, .. } => (id, expired),
     };
-    // The DeleteHooks first, in name order; a Job hook is followed across reconciles.
-    // (Not again for a replaced backup: they ran when its own data was removed.)
-    let word = if expired {
-        "ttlExpired"
-    } else {
-        "deletionRequested"
-    };
-    let hooks = if replaced {
-        Vec::new()
-    } else {
-        // A webhook may take up to its timeout: the background turn is given back
-        // meanwhile (nothing of the store is held yet), so slow hooks of one tenant never
-        // keep another's deletion or pass waiting.
-        match crate::background::without_turn(crate::hooks::run(ctx, api, backup, word)).await? {
-            Some(hooks) => hooks,
-            None => return Ok(Action::requeue(Duration::from_secs(5))),
-        }
-    };
-    // Re-read: the hooks' outcomes are in its status now.
-    let fresh = api.get(&backup.name_any()).await?;
-    let backup = &fresh;
     let fence = match fenced_store(ctx, backup, policy).await {
         Ok(f) => f,
         Err(e) => return failed(ctx, api, backup, e).await,
@@ -264,6 +240,15 @@ pub async fn on_delete(
         set_condition(api, backup, false, "HeldByRestore", &message).await?;
         return Ok(Action::requeue(WAITING_RECHECK));
     }
+    // The DeleteHooks run inside the deletion, right before the data goes (seed 003), and
+    // only then: a backup marked instead runs them when a pass finally deletes it. (A
+    // replaced backup's ran when its own data was merged: its status has their outcomes,
+    // so none runs twice.)
+    let hooks: Arc<dyn tidemark_engine::DeleteHooks> = Arc::new(crate::hooks::PassHooks {
+        ctx: ctx.clone(),
+        namespace: ns.clone(),
+        policy: backup.spec.template.policy.name.clone(),
+    });
     let request = delete_request(backup, &id, expired, hooks, ctx.clock.now());
     let deleted = delete_requested(&fence, &request).await;
     fence.release().await;
@@ -341,12 +326,12 @@ async fn fenced_store(
 }
 
 /// The engine's request to delete `id`, the backup this object made (under the name its
-/// status recorded), with the hooks' outcomes in the audit record.
+/// status recorded), its hooks run right before its data goes.
 fn delete_request(
     backup: &Backup,
     id: &str,
     expired: bool,
-    hooks: Vec<tidemark_api::crd::HookResult>,
+    hooks: Arc<dyn tidemark_engine::DeleteHooks>,
     now: jiff::Timestamp,
 ) -> DeleteRequest {
     let by = format!(
@@ -354,16 +339,10 @@ fn delete_request(
         backup.namespace().unwrap_or_default(),
         backup.name_any()
     );
-    let mut audit_extra = serde_json::Map::new();
-    if !hooks.is_empty() {
-        audit_extra.insert(
-            "hooks".into(),
-            json!([{"backupId": id, "backupName": crate::names::store_name(backup), "hooks": hooks}]),
-        );
-    }
     DeleteRequest {
-        // The operator runs the hooks itself (before this request).
+        // The operator runs every hook itself.
         recorded_hooks: tidemark_engine::delete::RecordedHooks::RunByCaller,
+        hooks: Some(hooks),
         name: recorded_name(backup),
         id: id.to_owned(),
         // An expired TTL says so in the audit record.
@@ -373,7 +352,7 @@ fn delete_request(
             tidemark_core::Reason::DeletionRequested
         },
         requested_by: by,
-        audit_extra,
+        audit_extra: serde_json::Map::new(),
         now,
     }
 }

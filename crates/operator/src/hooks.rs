@@ -23,8 +23,7 @@ use tidemark_api::crd::{Backup, DeleteHook, HookResult};
 use crate::context::Context;
 use crate::error::Error;
 
-/// The most of a webhook's answer that is read (the first 300 characters are recorded).
-pub const WEBHOOK_BODY_LIMIT: usize = 4096;
+pub use tidemark_engine::hooks::{HookOutcome, WEBHOOK_BODY_LIMIT};
 /// The label on a hook's Job: the Backup it ran for (uid).
 const HOOK_LABEL: &str = "tidemark.io/delete-hook";
 
@@ -175,7 +174,9 @@ pub async fn run(
             (Ok(_), None, Some(_)) if !ctx.capabilities.jobs => {
                 Some(HookOutcome::Failed(crate::rbac::refused("a job action", "jobs")))
             }
-            (Ok(t), None, Some(template)) => job(ctx, backup, hook, template, reason, *t).await?,
+            (Ok(t), None, Some(template)) => {
+                job(ctx, &JobFor::backup(backup, reason), hook, template, reason, *t).await?
+            }
             (Ok(_), None, None) => Some(HookOutcome::Failed(
                 "a local command runs only in standalone `tidemark run`; give the hook a job or a webhook".into(),
             )),
@@ -191,7 +192,7 @@ pub async fn run(
             pending = true;
             break;
         };
-        let (word, message, type_, event) = outcome.recorded(timeout.ok());
+        let (word, message, type_, event) = as_recorded(&outcome, timeout.ok());
         let note = format!("DeleteHook {name} {word}{}", suffix(message.as_deref()));
         ctx.event(&backup.object_ref(&()), type_, event, &note)
             .await;
@@ -320,7 +321,7 @@ impl PassHooks {
             };
             // Job hooks are followed until they end (each bounded by its timeout).
             let results = loop {
-                match run(ctx, &api, object, "retention").await {
+                match run(ctx, &api, object, reason_of(object)).await {
                     Ok(Some(r)) => break Ok(r),
                     Ok(None) => tokio::time::sleep(Duration::from_secs(2)).await,
                     Err(e) => break Err(e),
@@ -345,6 +346,22 @@ impl PassHooks {
     }
 }
 
+/// Why a Backup object's data is deleted, as its hooks are told: `deletionRequested` or
+/// `ttlExpired` for one being deleted (the finalizer's deletion, or a pass removing what
+/// such a deletion marked), `retention` otherwise.
+fn reason_of(object: &Backup) -> &'static str {
+    if object.metadata.deletion_timestamp.is_none() {
+        "retention"
+    } else if object
+        .annotations()
+        .contains_key(crate::cleanup::EXPIRED_ANNOTATION)
+    {
+        "ttlExpired"
+    } else {
+        "deletionRequested"
+    }
+}
+
 /// The stored metadata of `b` among what is being deleted.
 fn metadata<'a>(
     deleting: &[(
@@ -363,9 +380,10 @@ impl PassHooks {
     /// Runs the hooks of a backup whose Backup object is gone, selected by the labels the
     /// object recorded in `metadata.json` (only a backup an object made has them: one
     /// pushed from the command line is selected by none). Webhooks are called with the
-    /// stored description (`object` is null); a job action needs the object it is owned
-    /// by, so it is recorded as not run. The outcomes go to the audit record (there is no
-    /// status to show them) and the policy's events.
+    /// stored description (`object` is null); a job action runs as a Job owned by the
+    /// policy, with that description in `TIDEMARK_BACKUP`, followed until it ends. The
+    /// outcomes go to the audit record (there is no status to show them) and the policy's
+    /// events.
     async fn without_object(
         &self,
         b: &tidemark_core::Backup,
@@ -412,19 +430,55 @@ impl PassHooks {
             name: Some(self.policy.clone()),
             ..Default::default()
         };
+        // A job action is owned by the policy (the Backup it would belong to is gone).
+        let owner = match Api::<tidemark_api::crd::BackupPolicy>::namespaced(
+            self.ctx.client.clone(),
+            &self.namespace,
+        )
+        .get_opt(&self.policy)
+        .await
+        {
+            Ok(p) => p.as_ref().and_then(crate::context::owner_ref),
+            Err(e) => {
+                tracing::warn!(policy = %self.policy, "reading the policy to own a hook's Job: {e}");
+                None
+            }
+        };
+        let who = JobFor {
+            namespace: self.namespace.clone(),
+            key: digest8(&format!("{}/{}", b.name, b.id)),
+            labels: serde_json::Map::new(),
+            owner,
+            description: body.clone(),
+            what: format!(
+                "backup {}/{} (its Backup {object_name} is gone)",
+                b.name, b.id
+            ),
+        };
         let mut results = Vec::new();
         for hook in &hooks {
             let name = hook.name_any();
-            let outcome = match (timeout_of(hook), &hook.spec.webhook) {
-                (Err(e), _) => HookOutcome::Failed(e),
-                (Ok(t), Some(webhook)) => {
+            let outcome = match (timeout_of(hook), &hook.spec.webhook, &hook.spec.job) {
+                (Err(e), _, _) => HookOutcome::Failed(e),
+                (Ok(t), Some(webhook), _) => {
                     call(webhook, t, &body, &self.ctx.tenancy.denied_endpoints).await
                 }
-                (Ok(_), None) => HookOutcome::Failed(format!(
-                    "not run: the Backup object {object_name} is gone, and a job action is owned by it; use a webhook for backups whose object may be deleted first"
-                )),
+                (Ok(_), None, Some(_)) if !self.ctx.capabilities.jobs => {
+                    HookOutcome::Failed(crate::rbac::refused("a job action", "jobs"))
+                }
+                // Followed until it ends (bounded by its timeout).
+                (Ok(t), None, Some(template)) => loop {
+                    match job(&self.ctx, &who, hook, template, "retention", t).await {
+                        Ok(Some(o)) => break o,
+                        Ok(None) => tokio::time::sleep(Duration::from_secs(2)).await,
+                        Err(e) => break HookOutcome::Failed(format!("its Job: {e}")),
+                    }
+                },
+                (Ok(_), None, None) => HookOutcome::Failed(
+                    "a local command runs only outside the cluster; give the hook a job or a webhook".into(),
+                ),
             };
-            let (word, message, type_, reason) = outcome.recorded(timeout_of(hook).ok());
+            let (word, message, type_, reason) = as_recorded(&outcome, timeout_of(hook).ok());
             let note = format!(
                 "DeleteHook {name} {word} for backup {}/{} (its Backup {object_name} is gone){}",
                 b.name,
@@ -445,45 +499,23 @@ impl PassHooks {
     }
 }
 
-/// How one action ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum HookOutcome {
-    Succeeded(Option<String>),
-    Failed(String),
-    TimedOut,
-}
-
-impl HookOutcome {
-    /// How it is recorded: its word in `status.hooks`, its message, and its event's type
-    /// and reason. `timeout`: the hook's, named when it timed out.
-    fn recorded(
-        &self,
-        timeout: Option<Duration>,
-    ) -> (&'static str, Option<String>, EventType, &'static str) {
-        match self {
-            HookOutcome::Succeeded(m) => (
-                "succeeded",
-                m.clone(),
-                EventType::Normal,
-                "DeleteHookSucceeded",
-            ),
-            HookOutcome::Failed(m) => (
-                "failed",
-                Some(m.clone()),
-                EventType::Warning,
-                "DeleteHookFailed",
-            ),
-            HookOutcome::TimedOut => (
-                "timedOut",
-                Some(format!(
-                    "no answer within {:?}",
-                    timeout.unwrap_or_default()
-                )),
-                EventType::Warning,
-                "DeleteHookTimedOut",
-            ),
-        }
-    }
+/// How an outcome is recorded: its word in `status.hooks`, its message, and its event's
+/// type and reason. `timeout`: the hook's, named when it timed out.
+fn as_recorded(
+    outcome: &HookOutcome,
+    timeout: Option<Duration>,
+) -> (&'static str, Option<String>, EventType, &'static str) {
+    let (type_, reason) = match outcome {
+        HookOutcome::Succeeded(_) => (EventType::Normal, "DeleteHookSucceeded"),
+        HookOutcome::Failed(_) => (EventType::Warning, "DeleteHookFailed"),
+        HookOutcome::TimedOut => (EventType::Warning, "DeleteHookTimedOut"),
+    };
+    (
+        outcome.word(),
+        outcome.message(timeout.unwrap_or_default()),
+        type_,
+        reason,
+    )
 }
 
 /// `: message`, or nothing.
@@ -491,108 +523,75 @@ fn suffix(message: Option<&str>) -> String {
     message.map(|m| format!(": {m}")).unwrap_or_default()
 }
 
-/// Resolves a webhook's host with the denied ranges left out (`tidemark_store::deny`):
-/// every connection of the webhook client is checked, whatever the name answers then.
-#[derive(Debug)]
-struct DeniedResolver(Vec<crate::tenancy::Cidr>);
-
-impl reqwest::dns::Resolve for DeniedResolver {
-    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let (denied, host) = (self.0.clone(), name.as_str().to_owned());
-        Box::pin(async move {
-            let ips = tidemark_store::deny::resolve(&denied, &host).await?;
-            let addrs: reqwest::dns::Addrs =
-                Box::new(ips.into_iter().map(|ip| std::net::SocketAddr::new(ip, 0)));
-            Ok(addrs)
-        })
-    }
-}
-
-/// POSTs the description to the webhook; a 2xx answer is success. No address in `denied`
-/// is connected to (the operator's `--deny-endpoints`): the host's every connection is
-/// resolved without them, and an address written as the host is refused.
+/// POSTs the description to the webhook, keeping off the operator's denied addresses.
 async fn call(
     webhook: &tidemark_api::crd::WebhookAction,
     timeout: Duration,
     body: &serde_json::Value,
     denied: &[crate::tenancy::Cidr],
 ) -> HookOutcome {
-    if !webhook.url.starts_with("https://") {
-        return HookOutcome::Failed(format!(
-            "webhook url {:?} is not https://; refused",
-            webhook.url
-        ));
-    }
-    if let Some(host) = reqwest::Url::parse(&webhook.url)
-        .ok()
-        .and_then(|u| u.host_str().map(str::to_owned))
-        && let Err(e) = tidemark_store::deny::check_literal(denied, &host)
-    {
-        return HookOutcome::Failed(format!("webhook url: {e}"));
-    }
-    let mut builder = reqwest::Client::builder()
-        .https_only(true)
-        .timeout(timeout)
-        .redirect(reqwest::redirect::Policy::none());
-    if !denied.is_empty() {
-        builder = builder.dns_resolver(std::sync::Arc::new(DeniedResolver(denied.to_vec())));
-    }
-    if let Some(pem) = &webhook.ca_bundle {
-        match reqwest::Certificate::from_pem_bundle(pem.as_bytes()) {
-            Ok(certs) => {
-                for c in certs {
-                    builder = builder.add_root_certificate(c);
-                }
-            }
-            Err(e) => return HookOutcome::Failed(format!("caBundle is not PEM: {e}")),
+    tidemark_engine::hooks::call_webhook(webhook, timeout, body, denied).await
+}
+
+/// Whom a hook's Job runs for: a Backup object, or — once that object is gone — the
+/// stored backup, owned by its BackupPolicy.
+struct JobFor {
+    namespace: String,
+    /// Names the Job with the hook's uid: the Backup's uid, or a digest of the stored
+    /// backup's directory.
+    key: String,
+    /// More labels (the Backup's uid).
+    labels: serde_json::Map<String, serde_json::Value>,
+    owner: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
+    /// `TIDEMARK_BACKUP`.
+    description: serde_json::Value,
+    /// For the log.
+    what: String,
+}
+
+impl JobFor {
+    fn backup(backup: &Backup, reason: &str) -> Self {
+        JobFor {
+            namespace: backup.namespace().unwrap_or_default(),
+            key: crate::names::short_uid(backup),
+            labels: [(
+                crate::names::BACKUP_UID_LABEL.to_owned(),
+                json!(backup.uid()),
+            )]
+            .into_iter()
+            .collect(),
+            owner: crate::context::owner_ref(backup),
+            description: description(backup, reason),
+            what: format!("Backup {}", backup.name_any()),
         }
     }
-    let client = match builder.build() {
-        Ok(c) => c,
-        Err(e) => return HookOutcome::Failed(format!("webhook client: {e}")),
-    };
-    let request = client
-        .post(&webhook.url)
-        .header(reqwest::header::CONTENT_TYPE, "application/json")
-        .body(body.to_string());
-    match request.send().await {
-        Ok(r) if r.status().is_success() => {
-            HookOutcome::Succeeded(Some(format!("HTTP {}", r.status())))
-        }
-        Ok(mut r) => {
-            // At most WEBHOOK_BODY_LIMIT bytes of the answer are read, whatever it sends.
-            let status = r.status();
-            let mut body = Vec::new();
-            while body.len() < WEBHOOK_BODY_LIMIT {
-                match r.chunk().await {
-                    Ok(Some(c)) => body.extend_from_slice(&c),
-                    _ => break,
-                }
-            }
-            body.truncate(WEBHOOK_BODY_LIMIT);
-            let text: String = String::from_utf8_lossy(&body).chars().take(300).collect();
-            HookOutcome::Failed(format!("HTTP {status}: {}", text.trim()))
-        }
-        Err(e) if e.is_timeout() => HookOutcome::TimedOut,
-        // Without the URL: a token in it must not reach status, events or the store.
-        Err(e) => HookOutcome::Failed(tidemark_engine::error::chain(&e.without_url())),
+}
+
+/// 8 hex digits of a stable digest of `text` (FNV-1a): the same name for the same
+/// stored backup across restarts.
+fn digest8(text: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
     }
+    format!("{:08x}", h & 0xffff_ffff)
 }
 
 /// The hook's Job: created once, then followed. `None` while it runs.
 async fn job(
     ctx: &Context,
-    backup: &Backup,
+    who: &JobFor,
     hook: &DeleteHook,
     template: &serde_json::Value,
     reason: &str,
     timeout: Duration,
 ) -> Result<Option<HookOutcome>, Error> {
-    let ns = backup.namespace().unwrap_or_default();
+    let ns = who.namespace.clone();
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
     let name = format!(
         "tidemark-hook-{}-{}",
-        crate::names::short_uid(backup),
+        who.key,
         crate::names::short_uid(hook)
     );
     if let Some(j) = jobs.get_opt(&name).await? {
@@ -641,7 +640,7 @@ async fn job(
         .unwrap_or_else(|| template.clone());
     let env = json!([
         {"name": "TIDEMARK_DELETE_REASON", "value": reason},
-        {"name": "TIDEMARK_BACKUP", "value": description(backup, reason).to_string()},
+        {"name": "TIDEMARK_BACKUP", "value": who.description.to_string()},
     ]);
     if let Some(containers) = spec.get_mut("containers").and_then(|c| c.as_array_mut()) {
         for c in containers {
@@ -664,16 +663,18 @@ async fn job(
     if spec.get("restartPolicy").is_none() {
         spec["restartPolicy"] = json!("Never");
     }
+    let mut labels = who.labels.clone();
+    labels.insert(HOOK_LABEL.into(), json!(hook.name_any()));
+    labels.insert(
+        crate::names::MANAGED_BY.0.into(),
+        json!(crate::names::MANAGED_BY.1),
+    );
     let job: Job = serde_json::from_value(json!({
         "metadata": {
             "name": name,
             "namespace": ns,
-            "labels": {
-                HOOK_LABEL: hook.name_any(),
-                crate::names::BACKUP_UID_LABEL: backup.uid(),
-                crate::names::MANAGED_BY.0: crate::names::MANAGED_BY.1,
-            },
-            "ownerReferences": crate::context::owner_ref(backup).into_iter().collect::<Vec<_>>(),
+            "labels": labels,
+            "ownerReferences": who.owner.iter().collect::<Vec<_>>(),
         },
         "spec": {
             "backoffLimit": 0,
@@ -701,7 +702,7 @@ async fn job(
         }
         Err(e) => return Err(e.into()),
     }
-    tracing::info!(backup = %backup.name_any(), hook = %hook.name_any(), job = %name, "delete hook Job created");
+    tracing::info!(for_ = %who.what, hook = %hook.name_any(), job = %name, "delete hook Job created");
     Ok(None)
 }
 

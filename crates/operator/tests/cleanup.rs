@@ -849,6 +849,7 @@ async fn deleting_the_newest_backup_is_not_retention() {
     let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
     let cluster = KubeCluster::start(false).await;
     let admin = cluster.admin_client();
+    let hook_server = Webhook::start().await;
     let ns = "newest";
     cluster.namespace(ns).await;
     secret(&admin, ns).await;
@@ -865,6 +866,25 @@ async fn deleting_the_newest_backup_is_not_retention() {
         )
         .await
         .unwrap();
+    let hook: DeleteHook = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "DeleteHook",
+        "metadata": {"name": "notify", "namespace": ns},
+        "spec": {"webhook": {"url": format!("{}/ok", hook_server.url), "caBundle": hook_server.ca_bundle}, "timeout": "10s"},
+    }))
+    .unwrap();
+    Api::<DeleteHook>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &hook)
+        .await
+        .unwrap();
+    let calls = || -> Vec<serde_json::Value> {
+        hook_server
+            .calls
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, b)| b.clone())
+            .collect()
+    };
     let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
     for b in [&older, &newest] {
         backup_object(&backups, b, json!({})).await;
@@ -917,6 +937,38 @@ async fn deleting_the_newest_backup_is_not_retention() {
     for k in of(&before, &older) {
         assert!(now_keys.contains(&k), "{k} gone: {now_keys:?}");
     }
+    // Seed 003: hooks run when the data goes, and only then — once for `newest`, none
+    // for `older`, whose data stays.
+    let seen = calls();
+    assert_eq!(seen.len(), 1, "{seen:#?}");
+    assert_eq!(seen[0]["reason"], "deletionRequested");
+    assert_eq!(seen[0]["backup"]["backupId"], newest.id.as_str());
+    let st = serde_json::to_value(backups.get("older").await.unwrap().status).unwrap();
+    assert!(st["hooks"].as_array().is_none_or(Vec::is_empty), "{st}");
+    // Another backup lands; a pass (at once after the policy's spec changes) deletes the
+    // marked one now that it is not the last restorable: its hooks run then, once, with
+    // the reason its deletion had, and the object goes.
+    let later = SynthBackup::full("later", now - SignedDuration::from_mins(5), 7);
+    synth::write_backups(&store, std::slice::from_ref(&later))
+        .await
+        .unwrap();
+    Api::<BackupPolicy>::namespaced(admin.clone(), ns)
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"retention": {"window": "90d"}}})),
+        )
+        .await
+        .unwrap();
+    eventually("older gone with its data", || async {
+        finalizers(&backups, "older").await.is_none().then_some(())
+    })
+    .await;
+    assert_eq!(of(&keys(&store).await, &older), Vec::<String>::new());
+    let seen = calls();
+    assert_eq!(seen.len(), 2, "{seen:#?}");
+    assert_eq!(seen[1]["reason"], "deletionRequested");
+    assert_eq!(seen[1]["backup"]["backupId"], older.id.as_str());
     op.stop().await;
 }
 
@@ -989,12 +1041,14 @@ async fn a_pass_and_the_finalizer_racing_run_each_hook_once() {
     op.stop().await;
 }
 
-/// Hooks for every deletion (issue 18 §3, seed 003): a backup whose Retain Backup object
-/// was deleted (by hand, by a cascade) and whose data a retention pass then deletes runs
-/// the hooks its recorded labels select — a webhook is called with the stored description
-/// (`object` null); a job action, owned by an object that is gone, is recorded as not run;
-/// the outcomes are in the audit record and the policy's events. A backup no object ever
-/// made (pushed from the command line) is selected by no hook.
+/// Hooks for every deletion (issue 18 §3, issue 43 §2, seed 003): a backup whose Retain
+/// Backup object was deleted (by hand, by a cascade) and whose data a retention pass then
+/// deletes runs the hooks its recorded labels select — a webhook is called with the stored
+/// description (`object` null); a job action runs as a Job owned by the policy, with that
+/// description, and the data waits for it; the outcomes are in the audit record and the
+/// policy's events. A backup no object ever made (pushed from the command line) is
+/// selected by no hook. Mutation tried: the job action recorded as not run (before issue
+/// 43) — no Job appeared.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hooks_run_for_backups_whose_object_is_gone() {
     let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
@@ -1044,6 +1098,38 @@ async fn hooks_run_for_backups_whose_object_is_gone() {
         .await
         .unwrap();
     let op = Operator::start(&cluster, "operator-orphans");
+    // The job action runs without the Backup object: a Job owned by the policy, told
+    // about the stored backup; the data waits for it (the test plays the node).
+    let jobs: Api<Job> = Api::namespaced(admin.clone(), ns);
+    let job = eventually("the hook's Job", || async {
+        jobs.list(&ListParams::default().labels("tidemark.io/delete-hook=b-job"))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .next()
+    })
+    .await;
+    let owners = job.metadata.owner_references.clone().unwrap_or_default();
+    assert_eq!(owners.len(), 1, "{owners:?}");
+    assert_eq!(owners[0].kind, "BackupPolicy");
+    assert_eq!(owners[0].name, "db");
+    let env = serde_json::to_string(&job.spec.as_ref().unwrap().template).unwrap();
+    assert!(
+        env.contains("TIDEMARK_BACKUP") && env.contains(&orphan.id),
+        "{env}"
+    );
+    assert!(
+        !of(&keys(&store).await, &orphan).is_empty(),
+        "data kept while its Job runs"
+    );
+    jobs.patch_status(
+        &job.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}})),
+    )
+    .await
+    .unwrap();
     eventually("both older backups deleted", || async {
         let after = keys(&store).await;
         (of(&after, &orphan).is_empty() && of(&after, &pushed).is_empty()).then_some(())
@@ -1094,14 +1180,7 @@ async fn hooks_run_for_backups_whose_object_is_gone() {
     assert_eq!(ran["hooks"][0]["name"], "a-ticket", "{record}");
     assert_eq!(ran["hooks"][0]["outcome"], "succeeded", "{record}");
     assert_eq!(ran["hooks"][1]["name"], "b-job", "{record}");
-    assert_eq!(ran["hooks"][1]["outcome"], "failed", "{record}");
-    assert!(
-        ran["hooks"][1]["message"]
-            .as_str()
-            .unwrap()
-            .contains("not run"),
-        "{record}"
-    );
+    assert_eq!(ran["hooks"][1]["outcome"], "succeeded", "{record}");
     assert_eq!(record["hooks"].as_array().unwrap().len(), 1, "{record}");
     assert!(!events(&admin, ns, "DeleteHookSucceeded").await.is_empty());
     op.stop().await;

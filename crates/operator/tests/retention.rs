@@ -210,7 +210,7 @@ async fn retention_pass_through_the_operator() {
         execute: false,
         ignore_malformed: false,
         hooks: None,
-        skip_recorded_hooks: false,
+        recorded_hooks: tidemark_engine::RecordedHooks::RunByCaller,
     };
     let outcome = tidemark_engine::retention_pass(
         &store,

@@ -468,7 +468,7 @@ pub(crate) fn build(
         execute: true,
         ignore_malformed: false,
         hooks,
-        skip_recorded_hooks: false,
+        recorded_hooks: tidemark_engine::RecordedHooks::RunByCaller,
     }
 }
 

@@ -378,7 +378,7 @@ mod status_tests {
             execute: false,
             ignore_malformed: false,
             hooks: None,
-            skip_recorded_hooks: false,
+            recorded_hooks: tidemark_engine::RecordedHooks::RunByCaller,
         };
         let mut o = tidemark_engine::retention_pass(
             &store,

@@ -978,6 +978,11 @@ pub struct GcArgs {
     /// deleted.
     #[arg(long)]
     pub skip_hooks: bool,
+    /// Delete although the operator recorded in the store that its cluster has no
+    /// established primary (seed 000: retention deletes nothing until one is; `plan` shows
+    /// the record). For a cluster that is gone for good.
+    #[arg(long)]
+    pub override_primary_gate: bool,
     #[command(flatten)]
     pub fence: FenceArgs,
 }

@@ -34,6 +34,7 @@ pub fn run(cli: Cli) -> Result<Exit, CliError> {
                 allow_future_now: a.allow_future_now,
                 skip_hooks: a.skip_hooks,
                 hook_files: &a.hooks,
+                override_primary_gate: a.override_primary_gate,
                 fence: &a.fence,
             }),
         )),
@@ -402,6 +403,7 @@ struct GcOptions<'a> {
     allow_future_now: bool,
     skip_hooks: bool,
     hook_files: &'a [std::path::PathBuf],
+    override_primary_gate: bool,
     fence: &'a crate::args::FenceArgs,
 }
 
@@ -497,6 +499,7 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
         } else {
             tidemark_engine::RecordedHooks::Refuse
         },
+        override_primary_gate: gc.as_ref().is_some_and(|g| g.override_primary_gate),
     };
     let consolidator = LocalConsolidator {
         tools: Default::default(),
@@ -553,6 +556,18 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
     if let Some(problem) = out.lifecycle.as_ref().and_then(|l| l.problem.as_ref()) {
         eprintln!("warning: {problem}");
     }
+    // Seed 000's gate as the operator recorded it: gc deletes nothing while it is closed.
+    out.no_primary = tidemark_store::state::load_holds(&target.store)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|h| {
+            h.no_primary.map(|g| crate::output::GateOut {
+                writer: h.writer,
+                since: g.since,
+                message: g.message,
+            })
+        });
     if json {
         emit_as(args.output, &out)?;
     } else {
@@ -732,6 +747,12 @@ fn plan_table(out: &PlanOut, policy: &Policy, wide: bool) -> String {
         "Recovery window after this pass: {}\n",
         window_line(&out.recovery_window)
     ));
+    if let Some(g) = &out.no_primary {
+        s.push_str(&format!(
+            "Primary: none established since {} ({}, recorded by {}): gc deletes nothing until one is (--override-primary-gate)\n",
+            g.since, g.message, g.writer
+        ));
+    }
     if !out.expired.is_empty() {
         let bytes: u64 = out.expired.iter().map(|e| e.size).sum();
         s.push_str(&format!(

@@ -181,9 +181,23 @@ pub struct PlanOut {
     /// leaves them to the bucket (`afterExpiry: lifecycle`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lifecycle: Option<LifecycleOut>,
+    /// The operator recorded that its cluster has no established primary (seed 000):
+    /// gc deletes nothing meanwhile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub no_primary: Option<GateOut>,
     /// What gc did (absent for plan).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub executed: Option<ExecutionReport>,
+}
+
+/// Seed 000's gate, closed, as the store records it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GateOut {
+    /// Who recorded it (`tidemark-operator <namespace>/<policy>`).
+    pub writer: String,
+    pub since: jiff::Timestamp,
+    pub message: String,
 }
 
 /// The bucket's lifecycle rules as `plan` reports them.
@@ -295,6 +309,7 @@ impl PlanOut {
             timelines: timelines_out(&survey.inventory),
             expired: survey.catalog.expired.clone(),
             lifecycle: None,
+            no_primary: None,
             executed,
         }
     }

@@ -1273,3 +1273,65 @@ fn gc_and_delete_run_the_hooks_they_are_given_right_before_the_data_goes() {
     assert_eq!(calls().len(), calls_before + 1, "nothing else ran");
     drop(rt);
 }
+
+/// Seed 000's established-primary gate for deleters with only the store (issue 43 §2): the
+/// operator records in `_state/holds.json` that its cluster has no established primary,
+/// and `gc` from the command line then deletes nothing (exit 2, naming the record) — `plan`
+/// shows the record — until the record says otherwise, or `--override-primary-gate`.
+/// Mutation tried: the engine not reading `noPrimary` — the first gc deleted.
+#[test]
+fn gc_deletes_nothing_while_the_store_records_no_established_primary() {
+    let (dir, url) = example_store();
+    std::fs::create_dir_all(dir.path().join("demo/_state")).unwrap();
+    std::fs::write(
+        dir.path().join("demo/_state/holds.json"),
+        serde_json::json!({"formatVersion": 1, "writtenAt": "2026-11-20T00:00:00Z",
+            "writer": "tidemark-operator shop/db", "protect": [], "restores": [],
+            "noPrimary": {"since": "2026-11-20T01:00:00Z",
+                "message": "no established primary: no pod matches spec.source.selector (app=db)"}})
+        .to_string(),
+    )
+    .unwrap();
+    let pass = |cmd: &str, extra: &[&str]| {
+        let mut args = vec![
+            cmd,
+            "--store",
+            &url,
+            "--cluster",
+            "demo",
+            "--now",
+            NOW,
+            "--keep-last",
+            "3",
+        ];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    let metadata_count = || common::find(&dir.path().join("demo"), "metadata.json").len();
+    let before = metadata_count();
+    let out = pass("gc", &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("tidemark-operator shop/db")
+            && err.contains("no pod matches")
+            && err.contains("--override-primary-gate")
+            && err.contains("Nothing was deleted"),
+        "{err}"
+    );
+    assert_eq!(metadata_count(), before);
+    let out = pass("plan", &["--output", "json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(v["noPrimary"]["writer"], "tidemark-operator shop/db", "{v}");
+    assert_eq!(v["noPrimary"]["since"], "2026-11-20T01:00:00Z", "{v}");
+    let out = pass("plan", &[]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        text.contains("Primary: none established since 2026-11-20T01:00:00Z"),
+        "{text}"
+    );
+    let out = pass("gc", &["--override-primary-gate"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(metadata_count() < before);
+}

@@ -174,6 +174,10 @@ pub struct PassRequest {
     /// What becomes of a deletion that hooks select which `hooks` cannot run (recorded in
     /// the store by the operator, or needing the cluster).
     pub recorded_hooks: RecordedHooks,
+    /// Delete although the store records that the cluster has no established primary
+    /// (seed 000's gate, `_state/holds.json`): the operator, which looks at the primary
+    /// itself, and `--override-primary-gate`.
+    pub override_primary_gate: bool,
 }
 
 /// What a pass saw, planned and did.
@@ -215,6 +219,14 @@ pub async fn retention_pass(
     let with_stored;
     let request = match tidemark_store::state::load_holds(store).await? {
         Some(stored) => {
+            if let Some(gate) = stored.no_primary.as_ref().filter(|_| request.execute)
+                && !request.override_primary_gate
+            {
+                return Err(EngineError::Edge {
+                    class: crate::error::Class::Input,
+                    message: no_primary_refusal(&stored.writer, gate),
+                });
+            }
             let (protect, restores) = stored.into_pass_holds();
             let mut r = request.clone();
             r.protect.extend(protect);
@@ -543,6 +555,14 @@ pub(crate) async fn recorded_hooks(
     Ok(Some(report))
 }
 
+/// Why a pass deletes nothing while the store records no established primary.
+pub fn no_primary_refusal(writer: &str, gate: &tidemark_store::state::StoredGate) -> String {
+    format!(
+        "{writer} records that the cluster has had no established primary since {} ({}): retention deletes nothing until one is established (seed 000; _state/holds.json). Nothing was deleted; `plan` shows the pass; give --override-primary-gate to delete anyway (e.g. the cluster is gone for good)",
+        gate.since, gate.message
+    )
+}
+
 /// Rounds of hooks and re-planning a pass makes at most (see [`retention_pass`]).
 const HOOK_ROUNDS: usize = 3;
 
@@ -765,6 +785,7 @@ mod tests {
             ignore_malformed: false,
             hooks: None,
             recorded_hooks: RecordedHooks::RunByCaller,
+            override_primary_gate: false,
         }
     }
 

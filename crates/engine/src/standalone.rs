@@ -734,6 +734,7 @@ async fn retention(ctx: &Ctx, r: &RetentionRun, now: Timestamp) -> Result<(), En
         execute: true,
         ignore_malformed: false,
         recorded_hooks: crate::pass::RecordedHooks::RunByCaller,
+        override_primary_gate: false,
     };
     unattended_pass(
         &ctx.store,

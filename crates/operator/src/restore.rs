@@ -385,6 +385,7 @@ async fn prepare(
             &format!("tidemark-operator {ns}/{policy_name}"),
             &protect,
             &restores,
+            tidemark_store::state::Gate::Keep,
         )
         .await
         .map_err(|e| Stop::from(Error::Engine(e.into())))?;

@@ -211,6 +211,7 @@ async fn retention_pass_through_the_operator() {
         ignore_malformed: false,
         hooks: None,
         recorded_hooks: tidemark_engine::RecordedHooks::RunByCaller,
+        override_primary_gate: false,
     };
     let outcome = tidemark_engine::retention_pass(
         &store,
@@ -1396,6 +1397,22 @@ async fn retention_waits_for_an_established_primary() {
     assert!(message.contains("no pod matches"), "{message}");
     let (db, old, new) = &stores[0];
     assert_eq!(metadata_ids(db).await.len(), 2, "deleted without a primary");
+    // Recorded in the store for every deleter with only the store (seed 000; a
+    // `tidemark gc` then refuses, tested in cli/cli.rs); the store-only policy of another
+    // store records no gate.
+    let gate = tidemark_store::state::load_holds(db)
+        .await
+        .unwrap()
+        .and_then(|h| h.no_primary)
+        .expect("the gate in _state/holds.json");
+    assert!(gate.message.contains("no pod matches"), "{gate:?}");
+    assert!(
+        tidemark_store::state::load_holds(files)
+            .await
+            .unwrap()
+            .and_then(|h| h.no_primary)
+            .is_none()
+    );
     // A primary that has just become Ready: still no pass, until it has been for 8s.
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(admin.clone(), ns);
     pods.create(
@@ -1436,6 +1453,15 @@ async fn retention_waits_for_an_established_primary() {
         "deleted before the primary had been Ready for 8s"
     );
     assert!(!metadata_ids(db).await.contains(&old.id));
+    // The pass recorded the gate open.
+    assert!(
+        tidemark_store::state::load_holds(db)
+            .await
+            .unwrap()
+            .and_then(|h| h.no_primary)
+            .is_none(),
+        "the gate still recorded closed after the pass"
+    );
     let events: Vec<K8sEvent> = Api::<K8sEvent>::namespaced(admin.clone(), ns)
         .list(&ListParams::default())
         .await

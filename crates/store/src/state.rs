@@ -715,7 +715,9 @@ pub async fn load_archiver_status(
 /// store's lease at each of its passes, so that every deleter with only the store
 /// (`tidemark gc --store`, `tidemark run`, another policy) keeps what the cluster holds
 /// (seed 000: "Confirm no Cluster uses … that Backup"). Read by every retention pass; a
-/// planted record can only keep more.
+/// planted record can only keep more. It also carries seed 000's gate: while the operator
+/// finds no established primary (`noPrimary`), no retention pass deletes anything, from
+/// whichever deleter (a planted gate can only stop passes, which a deleter may override).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StoredHolds {
@@ -730,8 +732,30 @@ pub struct StoredHolds {
     /// What restores need: the backup and the restore's name.
     #[serde(default)]
     pub restores: Vec<StoredRestoreHold>,
+    /// The cluster has no established primary (seed 000): retention deletes nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_primary: Option<StoredGate>,
     #[serde(flatten, skip_deserializing)]
     pub extra: RawFields,
+}
+
+/// Seed 000's gate, closed: since when, and why (the operator's message).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredGate {
+    pub since: Timestamp,
+    pub message: String,
+}
+
+/// What a writer of the holds says of seed 000's gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate<'a> {
+    /// An established primary: passes may delete.
+    Open,
+    /// None: passes delete nothing; why.
+    Closed(&'a str),
+    /// As recorded (a writer that does not look at the primary, e.g. a Restore).
+    Keep,
 }
 
 /// One restore's hold, as recorded.
@@ -749,6 +773,7 @@ impl Record for StoredHolds {
         "writer",
         "protect",
         "restores",
+        "noPrimary",
     ];
     fn extra_mut(&mut self) -> &mut RawFields {
         &mut self.extra
@@ -789,8 +814,9 @@ pub async fn load_holds(store: &ClusterStore) -> Result<Option<StoredHolds>, Sto
     load_record(store, &holds_key(), MAX_RUN_STATE).await
 }
 
-/// Records `holds` when they differ from what is recorded (sorted, so the same holds are
-/// the same record). Call under the store's lease.
+/// Records `holds` and the `gate` when they differ from what is recorded (sorted, so the
+/// same holds are the same record; a gate closed still keeps the time it closed). Call
+/// under the store's lease.
 ///
 /// # Errors
 /// A failed request.
@@ -799,6 +825,7 @@ pub async fn save_holds(
     writer: &str,
     protect: &std::collections::HashSet<String>,
     restores: &[tidemark_core::RestoreHold],
+    gate: Gate<'_>,
 ) -> Result<(), StoreError> {
     let mut protect: Vec<String> = protect.iter().cloned().collect();
     protect.sort();
@@ -811,9 +838,20 @@ pub async fn save_holds(
         .collect();
     restores.sort_by(|a, b| (&a.backup_id, &a.by).cmp(&(&b.backup_id, &b.by)));
     restores.dedup();
-    if let Ok(Some(old)) = load_holds(store).await
+    let old = load_holds(store).await.ok().flatten();
+    let recorded_gate = old.as_ref().and_then(|o| o.no_primary.clone());
+    let no_primary = match gate {
+        Gate::Open => None,
+        Gate::Keep => recorded_gate,
+        Gate::Closed(message) => Some(StoredGate {
+            since: recorded_gate.map_or_else(Timestamp::now, |g| g.since),
+            message: message.to_owned(),
+        }),
+    };
+    if let Some(old) = &old
         && old.protect == protect
         && old.restores == restores
+        && old.no_primary == no_primary
     {
         return Ok(());
     }
@@ -823,6 +861,7 @@ pub async fn save_holds(
         writer: writer.to_owned(),
         protect,
         restores,
+        no_primary,
         extra: RawFields::default(),
     };
     save_record(store, &holds_key(), "_state/holds.json", &record).await
@@ -954,6 +993,10 @@ mod archiver_tests {
                 backup_id: "20261120T020000Z-00000001".into(),
                 by: "r".into(),
             }],
+            no_primary: Some(StoredGate {
+                since: t,
+                message: "no pod".into(),
+            }),
             extra: RawFields::default(),
         });
         rawfields::assert_known(&StoredHooks {

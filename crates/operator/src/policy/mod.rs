@@ -221,6 +221,18 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
             .as_deref()
             .unwrap_or(crate::names::DEFAULT_ROLE_LABEL);
         if let Some(waiting) = primary_verdict(&listed, label, &selector, ready_for, now) {
+            // Recorded in the store first (seed 000, for deleters with only the store),
+            // when it is news: a failure is retried before the condition says so.
+            let said = policy
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+                .is_some_and(|c| {
+                    c.reason == "NoEstablishedPrimary" && c.message == waiting.message
+                });
+            if !said {
+                record_gate(&ctx, &policy, &waiting.message).await?;
+            }
             ctx.warn(
                 &policy.object_ref(&()),
                 "NoEstablishedPrimary",
@@ -251,6 +263,40 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
         set_queued(&ctx, &api, &policy, &queue).await;
     }
     Ok(Requeue::requeue(crate::background::POLL))
+}
+
+/// Seed 000's gate closed, recorded in the store under its lease with the holds in force
+/// (`_state/holds.json`): every retention pass, from whichever deleter, deletes nothing
+/// until the operator finds an established primary again (its next pass records that).
+///
+/// # Errors
+/// The store, its lease or the API failed.
+async fn record_gate(ctx: &Context, policy: &BackupPolicy, message: &str) -> Result<(), Error> {
+    let (ns, name) = (policy.namespace().unwrap_or_default(), policy.name_any());
+    let store = crate::stores::open(ctx, policy).await?;
+    let fence = crate::fence::acquire(ctx, &store).await?;
+    let recorded = async {
+        let restores = crate::holds::read_restore_holds(ctx, &ns, &name).await?;
+        let protect = crate::holds::holds(ctx, &ns, &name);
+        let writer = format!("tidemark-operator {ns}/{name}");
+        fence
+            .guard(async {
+                tidemark_store::state::save_holds(
+                    &store,
+                    &writer,
+                    &protect,
+                    &restores,
+                    tidemark_store::state::Gate::Closed(message),
+                )
+                .await?;
+                Ok::<_, tidemark_engine::EngineError>(())
+            })
+            .await
+            .map_err(Error::Engine)
+    }
+    .await;
+    fence.release().await;
+    recorded
 }
 
 /// Whether `policy`'s spec changed after its last failed pass (its generation is newer than
@@ -467,6 +513,9 @@ pub(crate) fn build(
         restores: Vec::new(),
         execute: true,
         ignore_malformed: false,
+        // A policy with a source passed the gate itself (step 3); a store-only one obeys
+        // the gate another policy of the store recorded.
+        override_primary_gate: valid.primary_ready_for.is_some(),
         hooks,
         recorded_hooks: tidemark_engine::RecordedHooks::RunByCaller,
     }
@@ -509,6 +558,13 @@ async fn apply(
                     &writer,
                     &request.protect,
                     &request.restores,
+                    // A policy that looks at its primary found one (the gate is before
+                    // the pass); a store-only policy leaves the gate as recorded.
+                    if request.override_primary_gate {
+                        tidemark_store::state::Gate::Open
+                    } else {
+                        tidemark_store::state::Gate::Keep
+                    },
                 )
                 .await?;
                 tidemark_store::state::save_hooks(store, &writer, recorded).await?;

@@ -379,6 +379,7 @@ mod status_tests {
             ignore_malformed: false,
             hooks: None,
             recorded_hooks: tidemark_engine::RecordedHooks::RunByCaller,
+            override_primary_gate: false,
         };
         let mut o = tidemark_engine::retention_pass(
             &store,

@@ -551,6 +551,11 @@ async fn apply(
             .await
             .map_err(StepError::Apply)?;
         let writer = format!("tidemark-operator {ns}/{policy}");
+        let gate_is_ours = tidemark_store::state::load_holds(store)
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|h| h.writer == writer);
         fence
             .guard(async {
                 tidemark_store::state::save_holds(
@@ -559,8 +564,9 @@ async fn apply(
                     &request.protect,
                     &request.restores,
                     // A policy that looks at its primary found one (the gate is before
-                    // the pass); a store-only policy leaves the gate as recorded.
-                    if request.override_primary_gate {
+                    // the pass); a store-only policy leaves another policy's gate as
+                    // recorded (its own, from when it had a source, goes).
+                    if request.override_primary_gate || gate_is_ours {
                         tidemark_store::state::Gate::Open
                     } else {
                         tidemark_store::state::Gate::Keep

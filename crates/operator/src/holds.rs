@@ -12,6 +12,61 @@ pub fn holds(ctx: &Context, ns: &str, policy: &str) -> HashSet<String> {
     held_ids(ctx.backups.state().iter().map(AsRef::as_ref), ns, policy)
 }
 
+/// A Backup annotated `tidemark.io/protect: "true"` whose hold the store does not record
+/// yet: recorded now (`_state/holds.json`, under the store's lease, the gate as recorded),
+/// so a deleter with only the store keeps it from this moment, not from the policy's next
+/// pass (seed 000).
+///
+/// # Errors
+/// The store, its lease or the API failed (the next pass records it anyway).
+pub async fn record_protected(
+    ctx: &Context,
+    backup: &tidemark_api::crd::Backup,
+    policy: &tidemark_api::crd::BackupPolicy,
+) -> Result<(), crate::error::Error> {
+    let protected = backup
+        .annotations()
+        .get(crate::names::PROTECT_ANNOTATION)
+        .map(String::as_str)
+        == Some("true");
+    let Some(id) = restore_point_id(backup).filter(|_| protected) else {
+        return Ok(());
+    };
+    let store = crate::stores::open(ctx, policy).await?;
+    if tidemark_store::state::load_holds(&store)
+        .await
+        .map_err(|e| crate::error::Error::Engine(e.into()))?
+        .is_some_and(|h| h.protect.contains(&id))
+    {
+        return Ok(());
+    }
+    let (ns, name) = (policy.namespace().unwrap_or_default(), policy.name_any());
+    let fence = crate::fence::acquire(ctx, &store).await?;
+    let recorded = async {
+        let restores = read_restore_holds(ctx, &ns, &name).await?;
+        let mut protect = holds(ctx, &ns, &name);
+        protect.insert(id);
+        let writer = format!("tidemark-operator {ns}/{name}");
+        fence
+            .guard(async {
+                tidemark_store::state::save_holds(
+                    &store,
+                    &writer,
+                    &protect,
+                    &restores,
+                    tidemark_store::state::Gate::Keep,
+                )
+                .await?;
+                Ok::<_, tidemark_engine::EngineError>(())
+            })
+            .await
+            .map_err(crate::error::Error::Engine)
+    }
+    .await;
+    fence.release().await;
+    recorded
+}
+
 /// The backup-ids `backups` hold for `policy` in `ns` (`tidemark.io/protect: "true"`).
 pub fn held_ids<'a>(
     backups: impl Iterator<Item = &'a tidemark_api::crd::Backup>,

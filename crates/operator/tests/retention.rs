@@ -140,6 +140,29 @@ async fn retention_pass_through_the_operator() {
         .await
         .unwrap();
 
+    // The newest has an object too, without a hold (one is placed later).
+    let newest: Backup = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1",
+        "kind": "Backup",
+        "metadata": {"name": "newest", "namespace": ns},
+        "spec": {"policy": {"name": "db"}},
+    }))
+    .unwrap();
+    backup_api
+        .create(&PostParams::default(), &newest)
+        .await
+        .unwrap();
+    backup_api
+        .patch_status(
+            "newest",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"phase": "completed", "backupId": ids[3], "completedAt": "2026-11-20T03:00:00Z"}}),
+            ),
+        )
+        .await
+        .unwrap();
+
     let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), ns);
     // Its Secret does not exist yet: the policy waits (Ready=False), retrying with backoff.
     policies
@@ -281,6 +304,23 @@ async fn retention_pass_through_the_operator() {
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     assert_eq!(status(&policies, "db").await["lastRetentionRunTime"], last);
     assert!(metadata_ids(&store).await.contains(&older.id));
+    // A hold placed between passes is in the store at once (issue 43 §2), not at the
+    // next pass: a deleter with only the store keeps it from now. Mutation tried: the
+    // Backup controller not recording it — the record still named only ids[1].
+    backup_api
+        .patch(
+            "newest",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"tidemark.io/protect": "true"}}})),
+        )
+        .await
+        .unwrap();
+    eventually("the new hold recorded", || async {
+        let h = tidemark_store::state::load_holds(&store).await.ok()??;
+        h.protect.contains(&ids[3]).then_some(())
+    })
+    .await;
+    assert_eq!(status(&policies, "db").await["lastRetentionRunTime"], last);
     // A spec change runs the pass now.
     policies
         .patch(

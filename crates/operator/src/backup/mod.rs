@@ -196,6 +196,7 @@ impl Step {
             &kube::runtime::reflector::ObjectRef::new(&backup.spec.template.policy.name)
                 .within(&self.ns),
         );
+        let cached_policy = cached.clone();
         let policy = match (
             &backup.spec.template.deletion_policy,
             &backup.spec.ttl,
@@ -228,11 +229,19 @@ impl Step {
                 _ => {}
             }
         }
+        // A hold placed now is in the store now, for deleters with only the store.
+        let mut after = Action::await_change();
+        if let Some(p) = policy.as_ref().or(cached_policy.as_deref())
+            && let Err(e) = crate::holds::record_protected(&self.ctx, backup, p).await
+        {
+            tracing::warn!(backup = %crate::context::key(backup.as_ref()), "recording its hold in the store: {e}; trying again in a minute (the policy's next pass records it too)");
+            after = Action::requeue(std::time::Duration::from_secs(60));
+        }
         if let Some(ttl) = backup.spec.ttl.as_deref() {
             return crate::cleanup::expire(&self.ctx, &self.api, backup, policy.as_ref(), ttl)
                 .await;
         }
-        Ok(Action::await_change())
+        Ok(after)
     }
 
     /// [`Phase::Active`]: admitted, its store opened, then followed (running) or started.

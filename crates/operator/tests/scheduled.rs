@@ -87,6 +87,7 @@ async fn seed_001_scheduled_backups() {
         suspend_stops_new_backups_only(&admin),
         invalid_spec_is_reported(&admin),
         forever_incrementals_are_named(&admin),
+        a_policy_ttl_reaches_what_its_schedules_create(&admin),
     );
     owner_reference_modes(&admin).await;
     rbac_is_what_the_operator_can_do(&admin).await;
@@ -185,6 +186,39 @@ async fn immediate_backup_then_adoption_after_restart(
 
 fn names(v: &[Backup]) -> Vec<String> {
     v.iter().map(ResourceExt::name_any).collect()
+}
+
+/// Seed 004's `backupSpec.ttl` (issue 43 §3): a BackupPolicy's `ttl` is written into each
+/// Backup its schedules create when the schedule has none of its own; a schedule's own
+/// wins. Mutation tried: the default not applied — the first child had no ttl.
+async fn a_policy_ttl_reaches_what_its_schedules_create(admin: &Client) {
+    let ns = "ttl-default";
+    create_ns(admin, ns).await;
+    let api: Api<BackupPolicy> = Api::namespaced(admin.clone(), ns);
+    let p: BackupPolicy = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1",
+        "kind": "BackupPolicy",
+        "metadata": {"name": "db", "namespace": ns},
+        "spec": {"objectStore": {"bucket": "unused", "endpoint": "http://127.0.0.1:9", "credentialsSecret": "unused"},
+                 "ttl": "7d"},
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &p).await.unwrap();
+    for (name, own) in [("inherits", None), ("own", Some("2d"))] {
+        let mut spec =
+            json!({"schedule": "0 0 2 * * *", "immediate": true, "policy": {"name": "db"}});
+        if let Some(ttl) = own {
+            spec["ttl"] = json!(ttl);
+        }
+        schedule(admin, ns, name, spec).await;
+    }
+    for (name, want) in [("inherits", "7d"), ("own", "2d")] {
+        let child = eventually("the immediate Backup", || async {
+            children(admin, ns, name).await.into_iter().next()
+        })
+        .await;
+        assert_eq!(child.spec.ttl.as_deref(), Some(want), "{name}");
+    }
 }
 
 /// No new slot while a child is neither completed nor failed; once it completes, the

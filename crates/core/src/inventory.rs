@@ -306,6 +306,42 @@ pub struct Inventory {
     pub timelines: Vec<Timeline>,
 }
 
+/// What keeps a chain's base while committed increments build on it: how many do (all
+/// generations), and when the last of them expires by its ttl — `None` when one of them
+/// has no ttl (then only retention's rules, a deletion or consolidation end the chain).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainWait {
+    pub increments: usize,
+    pub until: Option<Timestamp>,
+}
+
+impl Inventory {
+    /// The committed increments built on `id`, directly or through others, and when the
+    /// last of them expires by its ttl ([`ChainWait`]); `None` when none builds on it.
+    pub fn chain_wait(&self, id: &str) -> Option<ChainWait> {
+        let mut parents: Vec<&str> = vec![id];
+        let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
+        let mut until = Some(Timestamp::MIN);
+        let mut increments = 0;
+        while let Some(parent) = parents.pop() {
+            for b in self.backups.iter().filter(|b| {
+                b.phase == Phase::Completed && b.kind.parent().map(String::as_str) == Some(parent)
+            }) {
+                if !seen.insert(b.id.as_str()) {
+                    continue;
+                }
+                increments += 1;
+                until = match (until, b.ttl) {
+                    (Some(u), Some(ttl)) => Some(u.max(ttl.after(b.started_at))),
+                    _ => None,
+                };
+                parents.push(b.id.as_str());
+            }
+        }
+        (increments > 0).then_some(ChainWait { increments, until })
+    }
+}
+
 /// The sequence number of a binlog file name: the digits after its last dot
 /// (`mysql-bin.000041` → 41).
 pub fn segment_sequence(name: &str) -> Option<u64> {
@@ -319,6 +355,54 @@ pub fn segment_sequence(name: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A chain's base waits for every committed increment built on it, through all
+    /// generations, until the last one's ttl ends; one increment without a ttl leaves no
+    /// date; a failed attempt and another chain count for nothing.
+    #[test]
+    fn a_chain_base_waits_for_its_last_increment() {
+        let at = |d: u32| -> Timestamp { format!("2026-11-{d:02}T02:00:00Z").parse().unwrap() };
+        let ttl: RetentionDuration = "7d".parse().unwrap();
+        let full = |id: &str, d: u32| Backup {
+            ttl: Some(ttl),
+            ..Backup::completed_full(id.to_owned(), "n", at(d), at(d), 1)
+        };
+        let incr = |id: &str, parent: &str, d: u32| Backup {
+            kind: BackupKind::Incremental(parent.to_owned()),
+            ..full(id, d)
+        };
+        let mut failed = incr("f", "c", 9);
+        failed.phase = Phase::Failed;
+        let mut inv = Inventory {
+            backups: vec![
+                full("a", 1),
+                incr("b", "a", 2),
+                incr("c", "b", 3),
+                failed,
+                full("x", 4),
+                incr("y", "x", 5),
+            ],
+            segments: Vec::new(),
+            leftovers: Vec::new(),
+            observed_at: None,
+            timelines: Vec::new(),
+        };
+        assert_eq!(
+            inv.chain_wait("a"),
+            Some(ChainWait {
+                increments: 2,
+                until: Some(ttl.after(at(3)))
+            })
+        );
+        assert_eq!(
+            inv.chain_wait("b").map(|w| w.increments),
+            Some(1),
+            "only what builds on it"
+        );
+        assert_eq!(inv.chain_wait("c"), None, "a leaf, a failed child");
+        inv.backups[2].ttl = None;
+        assert_eq!(inv.chain_wait("a").unwrap().until, None);
+    }
 
     #[test]
     fn backup_id_form() {

@@ -479,6 +479,21 @@ pub async fn expire(
             .await?;
             return Ok(Action::requeue(WAITING_RECHECK));
         }
+        // A chain's base: its data stays, marked, while committed increments build on it
+        // (the object goes now, its deletion waiting as `RemoteCleanup` says): which, and
+        // until when, said here.
+        if let Some(wait) = inventory.chain_wait(id) {
+            let until = wait.until.map_or_else(
+                || "one of them has no ttl, so until retention removes them, they are deleted, or the chain is consolidated".to_owned(),
+                |u| format!("at the latest until {u}, when the last of them expires by its ttl (sooner if the chain is consolidated)"),
+            );
+            let message = format!(
+                "expired by its ttl at {expires}, but it is the base of {} committed increment(s), so its data stays, marked for deletion, {until}",
+                wait.increments
+            );
+            set_status_condition(api, backup, EXPIRY_CONDITION, false, "ChainBase", &message)
+                .await?;
+        }
     }
     // The object goes, and its data with it: the finalizer first, then the deletion.
     let mut finalizers: Vec<String> = backup.finalizers().to_vec();

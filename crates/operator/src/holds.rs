@@ -12,10 +12,11 @@ pub fn holds(ctx: &Context, ns: &str, policy: &str) -> HashSet<String> {
     held_ids(ctx.backups.state().iter().map(AsRef::as_ref), ns, policy)
 }
 
-/// A Backup annotated `tidemark.io/protect: "true"` whose hold the store does not record
-/// yet: recorded now (`_state/holds.json`, under the store's lease, the gate as recorded),
-/// so a deleter with only the store keeps it from this moment, not from the policy's next
-/// pass (seed 000).
+/// A Backup whose `tidemark.io/protect: "true"` the store's record of holds does not
+/// reflect — placed since, or removed since: the record is written now
+/// (`_state/holds.json`, under the store's lease, the gate as recorded), so a deleter with
+/// only the store keeps it from this moment, and lets it go once released, not from the
+/// policy's next pass (seed 000).
 ///
 /// # Errors
 /// The store, its lease or the API failed (the next pass records it anyway).
@@ -29,23 +30,36 @@ pub async fn record_protected(
         .get(crate::names::PROTECT_ANNOTATION)
         .map(String::as_str)
         == Some("true");
-    let Some(id) = restore_point_id(backup).filter(|_| protected) else {
+    let Some(id) = restore_point_id(backup) else {
         return Ok(());
     };
+    let (ns, name) = (policy.namespace().unwrap_or_default(), policy.name_any());
+    // Another Backup of the policy may hold the same backup.
+    let others = held_ids(
+        ctx.backups
+            .state()
+            .iter()
+            .map(AsRef::as_ref)
+            .filter(|b| b.uid() != backup.uid()),
+        &ns,
+        &name,
+    );
+    let want = protected || others.contains(&id);
     let store = crate::stores::open(ctx, policy).await?;
-    if tidemark_store::state::load_holds(&store)
+    let recorded = tidemark_store::state::load_holds(&store)
         .await
-        .map_err(|e| crate::error::Error::Engine(e.into()))?
-        .is_some_and(|h| h.protect.contains(&id))
-    {
+        .map_err(|e| crate::error::Error::Engine(e.into()))?;
+    let has = recorded.as_ref().is_some_and(|h| h.protect.contains(&id));
+    if has == want || (recorded.is_none() && !want) {
         return Ok(());
     }
-    let (ns, name) = (policy.namespace().unwrap_or_default(), policy.name_any());
     let fence = crate::fence::acquire(ctx, &store).await?;
-    let recorded = async {
+    let written = async {
         let restores = read_restore_holds(ctx, &ns, &name).await?;
-        let mut protect = holds(ctx, &ns, &name);
-        protect.insert(id);
+        let mut protect = others;
+        if want {
+            protect.insert(id);
+        }
         let writer = format!("tidemark-operator {ns}/{name}");
         fence
             .guard(async {
@@ -64,7 +78,7 @@ pub async fn record_protected(
     }
     .await;
     fence.release().await;
-    recorded
+    written
 }
 
 /// The backup-ids `backups` hold for `policy` in `ns` (`tidemark.io/protect: "true"`).

@@ -401,9 +401,20 @@ async fn ttl_expiry_deletes_backups_with_their_data_but_never_the_floor() {
     let young = SynthBackup::full("young", ago(200), 2);
     let floor = SynthBackup::full("floor", ago(100), 3);
     let held = SynthBackup::full("held", ago(250), 6);
+    // A chain's base whose ttl ran out while an increment (ttl 30d) builds on it.
+    let base = SynthBackup::full("base", ago(290), 7);
+    let mut child = SynthBackup::incremental("base", &base.id, ago(280), 8);
+    child.ttl = Some("30d".parse().unwrap());
     synth::write_backups(
         &store,
-        &[expired.clone(), young.clone(), floor.clone(), held.clone()],
+        &[
+            expired.clone(),
+            young.clone(),
+            floor.clone(),
+            held.clone(),
+            base.clone(),
+            child.clone(),
+        ],
     )
     .await
     .unwrap();
@@ -416,6 +427,7 @@ async fn ttl_expiry_deletes_backups_with_their_data_but_never_the_floor() {
     backup_object(&backups, &expired, json!({"spec": {"ttl": "1d"}})).await;
     backup_object(&backups, &young, json!({"spec": {"ttl": "30d"}})).await;
     backup_object(&backups, &floor, json!({"spec": {"ttl": "1d"}})).await;
+    backup_object(&backups, &base, json!({"spec": {"ttl": "1d"}})).await;
     // Expired too, but on hold.
     backup_object(
         &backups,
@@ -471,6 +483,28 @@ async fn ttl_expiry_deletes_backups_with_their_data_but_never_the_floor() {
         "{record}"
     );
     assert!(!events(&admin, ns, "BackupExpired").await.is_empty());
+
+    // The chain's base: its status says why its data stays, and until when (issue 43 §3).
+    let st = eventually("the base's reason", || async {
+        let s = serde_json::to_value(backups.get("base").await.ok()?.status).unwrap();
+        s["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "Expired" && c["reason"] == "ChainBase")
+            .cloned()
+    })
+    .await;
+    let until = (child.started_at + SignedDuration::from_hours(30 * 24)).to_string();
+    let message = st["message"].as_str().unwrap();
+    assert!(
+        message.contains("base of 1 committed increment") && message.contains(&until),
+        "{st}"
+    );
+    let now_keys = of(&keys(&store).await, &base);
+    for k in of(&before, &base) {
+        assert!(now_keys.contains(&k), "{k} gone: {now_keys:?}");
+    }
 
     // The floor's TTL ran out too, but it never expires.
     let st = eventually("the floor waits", || async {

@@ -40,6 +40,8 @@ pub struct SynthBackup {
     pub consolidated_from: Vec<String>,
     /// Recorded as locked until then (no lock is set on the server).
     pub immutable_until: Option<Timestamp>,
+    /// Its recorded ttl (seed 004).
+    pub ttl: Option<tidemark_core::RetentionDuration>,
 }
 
 impl SynthBackup {
@@ -61,6 +63,7 @@ impl SynthBackup {
             method: "exec".into(),
             consolidated_from: Vec::new(),
             immutable_until: None,
+            ttl: None,
         }
     }
 
@@ -106,7 +109,7 @@ impl SynthBackup {
             }),
             server: None,
             immutable_until: self.immutable_until,
-            ttl: None,
+            ttl: self.ttl,
             labels: self.labels.iter().cloned().collect(),
             error: self.failed.then(|| "synthetic failure".to_owned()),
             extra: if self.consolidated_from.is_empty() {

@@ -6,7 +6,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 
 pub use crate::lifecycle::{
-    DeleteHookCrd as DeleteHook, DeleteHookSpec, ReplacedClaim,
+    ClaimRenewal, DeleteHookCrd as DeleteHook, DeleteHookSpec, ReplacedClaim,
     VolumeClaimRetentionCrd as VolumeClaimRetention, VolumeClaimRetentionSpec,
     VolumeClaimRetentionStatus, WebhookAction,
 };

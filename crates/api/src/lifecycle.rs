@@ -265,17 +265,18 @@ pub struct VolumeClaimRetentionStatus {
     /// reclaim policy is `Retain`: reported, not deleted (unless `deleteRetainedVolumes`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retained_volumes: Vec<String>,
-    /// Expired claims a pending StatefulSet pod referenced, deleted together with that pod
-    /// so that the StatefulSet recreates both and the pod comes up on a fresh claim (an
-    /// expired claim is never mounted again). Kept for an hour: a pod recreated while its
-    /// old claim was still being deleted is recreated once more.
+    /// Expired claims a pending pod referenced (an expired claim is never mounted again):
+    /// a StatefulSet's template claim deleted together with its pod, so that the
+    /// StatefulSet recreates both on a fresh claim; any other claim renewed (deleted, then
+    /// created anew, empty: `renewal`). Kept for an hour: a pod recreated while its old
+    /// claim was still being deleted is recreated once more.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replaced: Vec<ReplacedClaim>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
 
-/// An expired claim replaced with its pending pod.
+/// An expired claim replaced with its pending pod, or renewed for it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReplacedClaim {
@@ -287,14 +288,37 @@ pub struct ReplacedClaim {
     pub pod: String,
     /// That pod's uid (a pod of the name with another uid is its replacement).
     pub pod_uid: String,
-    /// The StatefulSet that recreates them.
-    pub stateful_set: String,
+    /// The StatefulSet that recreates them; empty for a claim no StatefulSet recreates
+    /// (then `renewal` says what Tidemark creates in its place).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stateful_set: Option<String>,
+    /// A claim no StatefulSet would recreate (a bare pod's, a Deployment's, a claim named
+    /// in a pod template): the fresh, empty claim Tidemark creates under the same name once
+    /// the expired one is gone, for its pending pod to start on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renewal: Option<ClaimRenewal>,
     /// How often a recreated pod was deleted once more (it came back while the old claim
     /// was still being deleted); at most 5.
     #[serde(default)]
     pub recreations: u32,
     /// When both were deleted.
     pub at: Time,
+}
+
+/// The fresh claim made in place of an expired one that nothing else recreates.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimRenewal {
+    /// The expired claim's labels (the reaper's selector keeps selecting it).
+    #[serde(default)]
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// Its spec's access modes, resources, storage class and volume mode (no volume, no
+    /// data source: the fresh claim is provisioned empty).
+    #[schemars(schema_with = "opaque_object")]
+    pub spec: serde_json::Value,
+    /// When the fresh claim was created (absent: the expired one is still going).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created: Option<Time>,
 }
 
 /// A free-form object (a pod template): kept whole by the API server.

@@ -19,9 +19,11 @@
 //!   StatefulSet references one of its template claims that expired, the claim and then
 //!   the pod are deleted, and the StatefulSet recreates both — the pod on a fresh claim
 //!   (`status.replaced`, an `ExpiredClaimReplaced` Warning event). A claim no StatefulSet
-//!   would recreate is kept while a pod will mount it, with an `ExpiredClaimPending`
-//!   Warning event; a pod that mounted an expired claim before it could be collected gets
-//!   an `ExpiredClaimMounted` one.
+//!   would recreate (a bare pod's, a Deployment's, one named in a pod template) is
+//!   **renewed**: deleted, and once it is gone created anew, empty, under the same name
+//!   with its labels and the safe part of its spec (`status.replaced[].renewal`), so the
+//!   pending pod starts on a fresh claim. A pod that mounted an expired claim before it
+//!   could be collected gets an `ExpiredClaimMounted` Warning event.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -30,12 +32,14 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use tidemark_api::crd::{ReplacedClaim, VolumeClaimRetention, VolumeClaimRetentionStatus};
+use tidemark_api::crd::{
+    ClaimRenewal, ReplacedClaim, VolumeClaimRetention, VolumeClaimRetentionStatus,
+};
 
 use crate::context::Context;
 use crate::error::Error;
@@ -388,8 +392,17 @@ pub async fn reconcile(vcr: Arc<VolumeClaimRetention>, ctx: Arc<Context>) -> Res
                                 ctx.warn(&reference, "ExpiredClaimPending", &why).await;
                             }
                             Eligible::Keep(_) => {}
-                            Eligible::Replace { .. } if vcr.spec.dry_run => {
+                            Eligible::Replace { .. } | Eligible::Renew(_) if vcr.spec.dry_run => {
                                 deleted.push(name.clone());
+                            }
+                            Eligible::Renew(why) => {
+                                if let Some(r) = renew(&ctx, claim, pod, &why, now).await? {
+                                    ctx.warn(&reference, "ExpiredClaimReplaced", &format!(
+                                        "{why}: deleted the claim; once it is gone Tidemark creates it anew, empty (same name, labels, size and class), so that the pod starts on a fresh claim; an expired claim is never mounted again (a claim that stays Terminating is held by its pod: delete the pod)"
+                                    )).await;
+                                    deleted.push(name.clone());
+                                    replaced.push(r);
+                                }
                             }
                             Eligible::Replace { set } => {
                                 if let Some(r) =
@@ -487,6 +500,8 @@ fn expired_note(vcr: &VolumeClaimRetention, claim: &str, since: Timestamp) -> St
 enum Eligible {
     /// Replace it with the pod: the StatefulSet `set` creates both anew.
     Replace { set: String },
+    /// Nothing recreates it: delete it and create it anew, empty, for the pod (why).
+    Renew(String),
     /// Keep it, for the reason given (a Warning event).
     Keep(String),
     /// Not now (the pod is going).
@@ -518,9 +533,20 @@ async fn eligibility(
             phase.unwrap_or("unknown")
         )));
     }
+    // A generic ephemeral volume's claim belongs to its pod (created by the pod's own
+    // controller, checked by the kubelet): not one to create anew here.
+    if claim
+        .owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && o.kind == "Pod")
+    {
+        return Ok(Eligible::Keep(format!(
+            "{expired}, and pending pod {pod_name} owns it (a generic ephemeral volume); it is kept — delete the pod to start fresh"
+        )));
+    }
     let nothing_recreates = || {
-        Eligible::Keep(format!(
-            "{expired}, and pending pod {pod_name} references it; no StatefulSet would create the claim anew, so it is kept and mounted again if the pod starts — delete the pod and the claim to start fresh"
+        Eligible::Renew(format!(
+            "{expired}, and pending pod {pod_name} references it; no StatefulSet would create the claim anew"
         ))
     };
     let Some(owner) = pod.owner_references().iter().find(|o| {
@@ -650,10 +676,69 @@ async fn replace(
         claim_uid: claim.uid().unwrap_or_default(),
         pod: pod_name,
         pod_uid: pod.uid().unwrap_or_default(),
-        stateful_set: set,
+        stateful_set: Some(set),
+        renewal: None,
         recreations: 0,
         at: Time(now),
     }))
+}
+
+/// Renews an expired `claim` that nothing would recreate and its pending `pod` references
+/// (see [`eligibility`]): after a fresh listing shows the pod still pending and no running
+/// pod on the claim, the claim is deleted (with its uid) and what its fresh copy is made
+/// of recorded; [`follow_up`] creates that once the old one is gone.
+async fn renew(
+    ctx: &Context,
+    claim: &PersistentVolumeClaim,
+    pod: &Pod,
+    why: &str,
+    now: Timestamp,
+) -> Result<Option<ReplacedClaim>, Error> {
+    let ns = claim.namespace().unwrap_or_default();
+    let (name, pod_name) = (claim.name_any(), pod.name_any());
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let fresh = crate::lean::list(&pods_api, &ListParams::default(), crate::lean::meta_of).await?;
+    let still_pending = fresh.iter().any(|p| p.uid() == pod.uid() && pending(p));
+    if mounts(&fresh).running.contains_key(&name) || !still_pending {
+        return Ok(None);
+    }
+    let renewal = renewal_of(claim);
+    let claims_api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    if !delete_exact(&claims_api, &name, claim.uid()).await? {
+        return Ok(None);
+    }
+    tracing::info!(claim = %format!("{ns}/{name}"), pod = %pod_name, "{why}: renewed");
+    Ok(Some(ReplacedClaim {
+        claim: name,
+        claim_uid: claim.uid().unwrap_or_default(),
+        pod: pod_name,
+        pod_uid: pod.uid().unwrap_or_default(),
+        stateful_set: None,
+        renewal: Some(renewal),
+        recreations: 0,
+        at: Time(now),
+    }))
+}
+
+/// What the fresh copy of `claim` is made of: its labels, and its spec's access modes,
+/// resources, storage class and volume mode — no volume, no data source, no selector.
+fn renewal_of(claim: &PersistentVolumeClaim) -> ClaimRenewal {
+    let spec = claim.spec.clone().unwrap_or_default();
+    let mut fresh = serde_json::Map::new();
+    let mut put = |k: &str, v: serde_json::Value| {
+        if !v.is_null() {
+            fresh.insert(k.to_owned(), v);
+        }
+    };
+    put("accessModes", json!(spec.access_modes));
+    put("resources", json!(spec.resources));
+    put("storageClassName", json!(spec.storage_class_name));
+    put("volumeMode", json!(spec.volume_mode));
+    ClaimRenewal {
+        labels: claim.labels().clone(),
+        spec: serde_json::Value::Object(fresh),
+        created: None,
+    }
 }
 
 /// The replaced claims still followed ([`FOLLOW`]; kept as the record of what was
@@ -684,13 +769,40 @@ async fn follow_up(
                 && c.uid().as_deref() != Some(r.claim_uid.as_str())
         });
         let pod = pods.iter().find(|p| p.name_any() == r.pod && pending(p));
+        if let Some(renewal) = r.renewal.as_mut() {
+            // The old claim gone and nothing under its name: the fresh one, for the pod.
+            if renewal.created.is_none() && claim.is_none() {
+                let fresh: PersistentVolumeClaim = serde_json::from_value(json!({
+                    "metadata": {"name": r.claim, "namespace": ns, "labels": renewal.labels},
+                    "spec": renewal.spec,
+                }))
+                .map_err(|e| Error::Invalid(format!("the fresh claim {}: {e}", r.claim)))?;
+                match claims_api.create(&PostParams::default(), &fresh).await {
+                    Ok(_) => {
+                        renewal.created = Some(Time(now));
+                        tracing::info!(claim = %format!("{ns}/{}", r.claim), "the fresh claim created");
+                    }
+                    Err(kube::Error::Api(s)) if s.code == 409 => {
+                        renewal.created = Some(Time(now));
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            } else if renewal.created.is_none() && fresh {
+                // Created by someone else meanwhile: nothing more to do.
+                renewal.created = Some(Time(now));
+            }
+            kept.push(r);
+            continue;
+        }
         if let Some(p) = pod
             && !fresh
             && ctx.capabilities.recreate
         {
             let original = p.uid().as_deref() == Some(r.pod_uid.as_str());
             let same_set = p.owner_references().iter().any(|o| {
-                o.controller == Some(true) && o.kind == "StatefulSet" && o.name == r.stateful_set
+                o.controller == Some(true)
+                    && o.kind == "StatefulSet"
+                    && Some(&o.name) == r.stateful_set.as_ref()
             });
             if (original || (same_set && r.recreations < MAX_RECREATIONS))
                 && delete_exact(&pods_api, &r.pod, p.uid()).await?

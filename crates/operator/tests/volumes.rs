@@ -117,7 +117,8 @@ async fn the_reaper_stamps_unmounted_claims_and_deletes_them_after_the_ttl() {
     claim(&admin, ns, "data-db-0", "db", None).await;
     claim(&admin, ns, "data-db-1", "db", Some("pv-keep")).await;
     claim(&admin, ns, "data-db-2", "db", None).await;
-    // Its pod is scheduled again but not running yet (Pending): stamped, never deleted.
+    // Its pod is scheduled again but not running yet (Pending): stamped; once expired,
+    // renewed for it (deleted, created anew empty), never mounted again.
     claim(&admin, ns, "data-db-3", "db", None).await;
     pod(&admin, ns, "db-3", "data-db-3").await;
     claim(&admin, ns, "unrelated", "web", None).await;
@@ -229,18 +230,19 @@ async fn the_reaper_stamps_unmounted_claims_and_deletes_them_after_the_ttl() {
         poke(&admin, ns, "db-2", n).await;
         tokio::time::sleep(std::time::Duration::from_millis(700)).await;
     }
+    let reported = json!(["data-db-0", "data-db-3"]);
     eventually("the deletion reported", || async {
-        (status(&admin, ns, "db").await["deleted"] == json!(["data-db-0"])).then_some(())
+        (status(&admin, ns, "db").await["deleted"] == reported).then_some(())
     })
     .await;
     watch.abort();
     let seen = seen.lock().unwrap().clone();
     let first = seen
         .iter()
-        .position(|d| *d == json!(["data-db-0"]))
+        .position(|d| *d == reported)
         .expect("the watch saw the deletion reported");
     assert!(
-        seen[first..].iter().all(|d| *d == json!(["data-db-0"])),
+        seen[first..].iter().all(|d| *d == reported),
         "status.deleted was erased after it was reported: {seen:?}"
     );
     let st = eventually("the Retain claim reported", || async {
@@ -258,11 +260,27 @@ async fn the_reaper_stamps_unmounted_claims_and_deletes_them_after_the_ttl() {
         Ok(None),
         "mounted: never deleted"
     );
-    assert_eq!(
-        stamp(&admin, ns, "data-db-3").await.map(|s| s.is_some()),
-        Ok(true),
-        "a Pending pod's claim is stamped but never deleted"
-    );
+    // The pending pod's expired claim: deleted (Kubernetes' pvc-protection finalizer,
+    // whose controller does not run here, is lifted by the test), then created anew.
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), ns);
+    let old = claims.get("data-db-3").await.unwrap();
+    assert!(old.metadata.deletion_timestamp.is_some(), "{old:?}");
+    claims
+        .patch(
+            "data-db-3",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    eventually("data-db-3 created anew for its pending pod", || async {
+        claims
+            .get_opt("data-db-3")
+            .await
+            .unwrap()
+            .filter(|c| c.uid() != old.uid())
+    })
+    .await;
     let dry = eventually("the dry run's report", || async {
         let s = status(&admin, ns, "cache").await;
         (s["deleted"] == json!(["cache-0"])).then_some(s)
@@ -335,10 +353,13 @@ async fn statefulset_pod(
 /// expired template claim: the claim and the pod are deleted (the StatefulSet recreates
 /// both), `status.replaced` and an `ExpiredClaimReplaced` event say so; a pod recreated
 /// while the old claim is still being deleted is deleted once more. A bare pod's claim,
-/// and a StatefulSet pod's claim that is none of its templates', are kept (nothing would
-/// recreate them) with `ExpiredClaimPending`; a pod that starts on an
-/// expired claim gets `ExpiredClaimMounted`. (The real StatefulSet and kubelet: the node
-/// suite's `an_expired_claim_is_never_mounted_again`.)
+/// and a StatefulSet pod's claim that is none of its templates' — nothing would recreate
+/// them — are renewed (issue 43 §3): deleted, then created anew, empty, under the same
+/// name with their labels and size, so the pending pod starts on a fresh claim. A pod that
+/// starts on an expired claim the reaper keeps (a retained volume) gets
+/// `ExpiredClaimMounted`. (The real StatefulSet and kubelet: the node suite's
+/// `an_expired_claim_is_never_mounted_again`.) Mutation tried: the renewal not followed up
+/// — no fresh claim appeared.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pending_statefulset_pod_never_mounts_an_expired_claim() {
     let cluster = KubeCluster::start(false).await;
@@ -347,6 +368,18 @@ async fn a_pending_statefulset_pod_never_mounts_an_expired_claim() {
     cluster.namespace(ns).await;
     claim(&admin, ns, "data-web-0", "web", None).await;
     claim(&admin, ns, "solo-data", "web", None).await;
+    // A claim on a retained volume: never deleted by the reaper, so a pod may start on it.
+    let pv: PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": "pv-late"},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": "/tmp/pv-late"}},
+    }))
+    .unwrap();
+    Api::<PersistentVolume>::all(admin.clone())
+        .create(&PostParams::default(), &pv)
+        .await
+        .unwrap();
+    claim(&admin, ns, "late-data", "web", Some("pv-late")).await;
     // A StatefulSet's pod on a claim none of its templates makes (named in its pod
     // template, say): the StatefulSet would not create it anew.
     claim(&admin, ns, "shared", "web", None).await;
@@ -355,8 +388,11 @@ async fn a_pending_statefulset_pod_never_mounts_an_expired_claim() {
     let old_pod = statefulset_pod(&admin, ns, "web-0", set, "data-web-0").await;
     statefulset_pod(&admin, ns, "web-1", set, "shared").await;
     pod(&admin, ns, "solo", "solo-data").await;
+    pod(&admin, ns, "late", "late-data").await;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), ns);
     let old_claim = claims.get("data-web-0").await.unwrap().uid().unwrap();
+    let old_solo = claims.get("solo-data").await.unwrap().uid().unwrap();
+    let old_shared = claims.get("shared").await.unwrap().uid().unwrap();
     let v: VolumeClaimRetention = serde_json::from_value(json!({
         "apiVersion": "tidemark.io/v1alpha1", "kind": "VolumeClaimRetention",
         "metadata": {"name": "web", "namespace": ns},
@@ -414,33 +450,70 @@ async fn a_pending_statefulset_pod_never_mounts_an_expired_claim() {
             && replaced_note.contains("never mounted again"),
         "{replaced_note}"
     );
-    // The bare pod's claim stays (nothing would recreate it), and the event says why.
-    assert!(stamp(&admin, ns, "solo-data").await.is_ok());
-    let pending_note = eventually("ExpiredClaimPending", || async {
-        tidemark_operator::testkit::events(&admin, ns, "ExpiredClaimPending")
+    // The bare pod's claim, and the StatefulSet pod's claim no template makes: nothing
+    // would recreate them, so they are renewed. Deleted first (Kubernetes' pvc-protection
+    // finalizer, whose controller does not run here, is what the test lifts)…
+    for name in ["solo-data", "shared"] {
+        eventually("the expired claim deleted", || async {
+            stamp(&admin, ns, name).await.is_err().then_some(())
+        })
+        .await;
+        if claims.get_opt(name).await.unwrap().is_some() {
+            claims
+                .patch(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+                )
+                .await
+                .unwrap();
+        }
+    }
+    // …then created anew, empty, with the same name, labels and size.
+    let fresh = eventually("the fresh solo-data", || async {
+        claims
+            .get_opt("solo-data")
             .await
-            .into_iter()
-            .find_map(|e| e.note.filter(|n| n.contains("solo-data")))
+            .unwrap()
+            .filter(|c| c.uid().as_deref() != Some(old_solo.as_str()))
     })
     .await;
-    assert!(pending_note.contains("pending pod solo"), "{pending_note}");
-    assert!(
-        stamp(&admin, ns, "shared").await.is_ok(),
-        "not a template's claim: kept"
+    assert_eq!(
+        fresh.labels().get("app").map(String::as_str),
+        Some("web"),
+        "{fresh:?}"
     );
-    eventually(
-        "ExpiredClaimPending for the StatefulSet pod's other claim",
-        || async {
-            tidemark_operator::testkit::events(&admin, ns, "ExpiredClaimPending")
-                .await
-                .into_iter()
-                .find_map(|e| {
-                    e.note
-                        .filter(|n| n.contains("PersistentVolumeClaim shared "))
-                })
-        },
-    )
+    let spec = fresh.spec.clone().unwrap();
+    assert!(spec.volume_name.is_none(), "{spec:?}");
+    assert_eq!(
+        serde_json::to_value(&spec.resources).unwrap()["requests"]["storage"],
+        "1Gi"
+    );
+    eventually("the fresh shared", || async {
+        claims
+            .get_opt("shared")
+            .await
+            .unwrap()
+            .filter(|c| c.uid().as_deref() != Some(old_shared.as_str()))
+    })
     .await;
+    let st = status(&admin, ns, "web").await;
+    let renewed: Vec<&serde_json::Value> = st["replaced"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["renewal"].is_object())
+        .collect();
+    assert_eq!(renewed.len(), 2, "{st}");
+    let note = tidemark_operator::testkit::events(&admin, ns, "ExpiredClaimReplaced")
+        .await
+        .into_iter()
+        .find_map(|e| e.note.filter(|n| n.contains("solo-data")))
+        .unwrap();
+    assert!(
+        note.contains("pending pod solo") && note.contains("anew, empty"),
+        "{note}"
+    );
     assert!(
         pods.get_opt("web-1").await.unwrap().is_some(),
         "its pod stays"
@@ -461,8 +534,8 @@ async fn a_pending_statefulset_pod_never_mounts_an_expired_claim() {
     )
     .await;
 
-    // The bare pod starts on its expired claim: said.
-    phase(&admin, ns, "solo", "Running").await;
+    // A pod starts on an expired claim the reaper keeps (its volume is retained): said.
+    phase(&admin, ns, "late", "Running").await;
     let mounted = eventually("ExpiredClaimMounted", || async {
         tidemark_operator::testkit::events(&admin, ns, "ExpiredClaimMounted")
             .await
@@ -471,7 +544,7 @@ async fn a_pending_statefulset_pod_never_mounts_an_expired_claim() {
     })
     .await;
     assert!(
-        mounted.contains("pod solo") && mounted.contains("solo-data"),
+        mounted.contains("pod late") && mounted.contains("late-data"),
         "{mounted}"
     );
     op.stop().await;

@@ -443,6 +443,18 @@ pub struct SimulateArgs {
     /// is kept; the stored size below.
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
+    /// Incremental backups (seed 002): each backup an increment on the one before, the
+    /// first a full; with `--max-increments-per-full`, a full after that many. Without it,
+    /// forever incremental: the table shows what chains keep.
+    #[arg(long)]
+    pub incremental: bool,
+    /// Size of one increment (with --incremental; default: a tenth of --backup-size).
+    #[arg(long, value_name = "SIZE", requires = "incremental")]
+    pub increment_size: Option<String>,
+    /// A full after this many increments (with --incremental; a ScheduledBackup's
+    /// `incremental.maxIncrementsPerFull`).
+    #[arg(long, value_name = "N", requires = "incremental")]
+    pub max_increments_per_full: Option<u32>,
     #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
 }

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use tidemark_core::schedule::Cron;
-use tidemark_core::simulate::{SimDay, Simulation, simulate};
+use tidemark_core::simulate::{Incremental, SimDay, Simulation, simulate};
 
 use crate::args::SimulateArgs;
 use crate::exit::{CliError, Exit};
@@ -66,6 +66,27 @@ pub fn run(args: &SimulateArgs) -> Result<Exit, CliError> {
         )));
     }
     let start = resolve::now(args.now.as_deref())?;
+    let incremental = if args.incremental {
+        let size = match &args.increment_size {
+            Some(text) => parse_size(text).ok_or_else(|| {
+                CliError::input(format!(
+                    "invalid --increment-size {text:?}: expected a number and a unit, e.g. 2GiB, 500MiB or 1.5TB"
+                ))
+            })?,
+            None => backup_size / 10,
+        };
+        if args.max_increments_per_full == Some(0) {
+            return Err(CliError::input(
+                "invalid --max-increments-per-full 0: expected at least 1 (leave it out for forever incremental)",
+            ));
+        }
+        Some(Incremental {
+            size,
+            max_per_full: args.max_increments_per_full,
+        })
+    } else {
+        None
+    };
     let days = simulate(&Simulation {
         cron,
         policy: policy.policy.clone(),
@@ -73,6 +94,7 @@ pub fn run(args: &SimulateArgs) -> Result<Exit, CliError> {
         days: args.days,
         backup_size,
         backup_duration,
+        incremental,
     })
     .map_err(CliError::input)?;
     if let Some(path) = &args.svg {
@@ -95,40 +117,40 @@ pub fn run(args: &SimulateArgs) -> Result<Exit, CliError> {
             },
         )?;
     } else {
-        crate::output::emit(&render(&days))?;
+        crate::output::emit(&render(&days, incremental.is_some()))?;
     }
     Ok(Exit::Success)
 }
 
-fn render(days: &[SimDay]) -> String {
+fn render(days: &[SimDay], incremental: bool) -> String {
     let rows: Vec<Vec<String>> = days
         .iter()
         .map(|d| {
-            vec![
+            let mut row = vec![
                 d.day.to_string(),
                 d.date.to_string(),
                 d.taken.to_string(),
                 d.deleted.to_string(),
                 d.kept.len().to_string(),
+            ];
+            if incremental {
+                row.push(d.kept_only_for_chains.to_string());
+                row.push(d.consolidated.to_string());
+            }
+            row.extend([
                 d.window_from.map_or_else(|| "-".into(), |t| t.to_string()),
                 format!("{:.1}d", d.window_seconds as f64 / 86_400.0),
                 human_bytes(d.stored_bytes),
-            ]
+            ]);
+            row
         })
         .collect();
-    let mut s = table(
-        &[
-            "DAY",
-            "DATE",
-            "TAKEN",
-            "DELETED",
-            "KEPT",
-            "OLDEST RESTORE POINT",
-            "WINDOW",
-            "STORED",
-        ],
-        &rows,
-    );
+    let mut header = vec!["DAY", "DATE", "TAKEN", "DELETED", "KEPT"];
+    if incremental {
+        header.extend(["CHAIN-ONLY", "MERGED"]);
+    }
+    header.extend(["OLDEST RESTORE POINT", "WINDOW", "STORED"]);
+    let mut s = table(&header, &rows);
     if let Some(last) = days.last() {
         let peak = days.iter().map(|d| d.stored_bytes).max().unwrap_or(0);
         let _ = writeln!(
@@ -140,6 +162,13 @@ fn render(days: &[SimDay]) -> String {
             human_bytes(last.stored_bytes),
             human_bytes(peak),
         );
+        if last.kept_only_for_chains > 0 {
+            let _ = writeln!(
+                s,
+                "Chains: {} backup(s) are kept only because an increment builds on them, and their number grows: a forever incremental frees nothing without retention.consolidate or a full every N (--max-increments-per-full); see docs/retention.md#forever-incrementals.",
+                last.kept_only_for_chains
+            );
+        }
     }
     s
 }

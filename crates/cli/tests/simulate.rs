@@ -93,3 +93,61 @@ fn bad_input_names_the_flag_and_the_form() {
     let out = run(&["--schedule", "0 0 2 * * *"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// Seed 002's forever incremental in `simulate` (issue 43 §3): the growth is shown day by
+/// day (`keptOnlyForChains`, a `Chains:` line naming the way out); with `--consolidate`
+/// the chain is merged and the count stays bounded; a full every N frees whole chains.
+/// Mutation tried: consolidations not simulated — the bounded run grew.
+#[test]
+fn forever_incrementals_show_their_growth() {
+    let sim = |extra: &[&str]| {
+        let mut args = vec![
+            "--schedule",
+            "0 0 2 * * *",
+            "--keep-last",
+            "3",
+            "--days",
+            "12",
+            "--now",
+            "2026-11-01T00:00:00Z",
+            "--incremental",
+        ];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    let out = sim(&["-o", "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let chain_only: Vec<u64> = v["days"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["keptOnlyForChains"].as_u64().unwrap_or(0))
+        .collect();
+    assert_eq!(chain_only, vec![0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    let text = String::from_utf8_lossy(&sim(&[]).stdout).into_owned();
+    assert!(
+        text.contains("Chains: 9 backup(s) are kept only because an increment builds on them")
+            && text.contains("forever-incrementals"),
+        "{text}"
+    );
+    let out = sim(&["--consolidate", "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for d in v["days"].as_array().unwrap() {
+        assert!(d["kept"].as_array().unwrap().len() <= 4, "{d}");
+        assert!(d.get("keptOnlyForChains").is_none(), "{d}");
+    }
+    let text = String::from_utf8_lossy(&sim(&["--consolidate"]).stdout).into_owned();
+    assert!(!text.contains("Chains:"), "{text}");
+    let out = sim(&["--max-increments-per-full", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--max-increments-per-full 0"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -25,9 +25,13 @@ pub const MAX_RULES: usize = 1000;
 pub struct Rule {
     pub id: String,
     pub enabled: bool,
-    /// The key prefix it applies to (`""`: the whole bucket). A rule filtered by tags or
-    /// sizes is read as applying to its prefix (conservative for "too short").
+    /// The key prefix it applies to (`""`: the whole bucket).
     pub prefix: String,
+    /// Also filtered by object tags or sizes: it may apply to none of Tidemark's objects
+    /// (which carry no tags), so it counts as one that might remove too early ("too
+    /// short"), never as one that removes expired chains.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub filtered: bool,
     /// Current versions older than this many days expire.
     pub expiration_days: Option<u32>,
     /// Noncurrent versions are removed this many days after they became noncurrent.
@@ -90,15 +94,32 @@ pub fn verdict(rules: &[Rule], root: &str, needed_days: u64) -> Verdict {
     let root = format!("{}/", root.trim_end_matches('/'));
     let overlapping =
         |r: &&Rule| r.enabled && (root.starts_with(&r.prefix) || r.prefix.starts_with(&root));
+    let expiring = |r: &&Rule| r.expiration_days.is_some();
+    // Any rule that may bite counts for "too short", filtered ones too.
+    if let Some(early) = rules
+        .iter()
+        .filter(overlapping)
+        .filter(expiring)
+        .filter(|r| u64::from(r.expiration_days.unwrap_or(u32::MAX)) < needed_days)
+        .min_by_key(|r| r.expiration_days.unwrap_or(u32::MAX))
+    {
+        return Verdict::TooShort {
+            rule: early.id.clone(),
+            days: early.expiration_days.unwrap_or(u32::MAX),
+            needed_days,
+        };
+    }
+    // Only a rule without tag or size filters surely removes expired chains.
     let applying: Vec<&Rule> = rules
         .iter()
         .filter(overlapping)
-        .filter(|r| r.expiration_days.is_some())
+        .filter(expiring)
+        .filter(|r| !r.filtered)
         .collect();
     let removes_noncurrent = rules
         .iter()
         .filter(overlapping)
-        .any(|r| r.noncurrent_days.is_some());
+        .any(|r| r.noncurrent_days.is_some() && !r.filtered);
     // The shortest applying rule is the one that bites first.
     let Some(shortest) = applying
         .iter()
@@ -107,13 +128,6 @@ pub fn verdict(rules: &[Rule], root: &str, needed_days: u64) -> Verdict {
         return Verdict::NoRule;
     };
     let days = shortest.expiration_days.unwrap_or(u32::MAX);
-    if u64::from(days) < needed_days {
-        return Verdict::TooShort {
-            rule: shortest.id.clone(),
-            days,
-            needed_days,
-        };
-    }
     if !removes_noncurrent {
         return Verdict::NoNoncurrent {
             rule: shortest.id.clone(),
@@ -187,6 +201,16 @@ fn parse(body: &[u8]) -> object_store::Result<Vec<Rule>> {
         .into_iter()
         .take(MAX_RULES)
         .map(|r| Rule {
+            filtered: r.filter.as_ref().is_some_and(|f| {
+                f.tag.is_some()
+                    || f.object_size_greater_than.is_some()
+                    || f.object_size_less_than.is_some()
+                    || f.and.as_ref().is_some_and(|a| {
+                        !a.tag.is_empty()
+                            || a.object_size_greater_than.is_some()
+                            || a.object_size_less_than.is_some()
+                    })
+            }),
             id: r.id.unwrap_or_default().chars().take(255).collect(),
             enabled: r.status.as_deref() == Some("Enabled"),
             prefix: r
@@ -233,6 +257,12 @@ struct FilterXml {
     prefix: Option<String>,
     #[serde(default)]
     and: Option<AndXml>,
+    #[serde(default)]
+    tag: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    object_size_greater_than: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    object_size_less_than: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -240,6 +270,12 @@ struct FilterXml {
 struct AndXml {
     #[serde(default)]
     prefix: Option<String>,
+    #[serde(default)]
+    tag: Vec<serde::de::IgnoredAny>,
+    #[serde(default)]
+    object_size_greater_than: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    object_size_less_than: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -319,10 +355,33 @@ mod tests {
             prefix: "prod/shop/nightly/".into(),
             expiration_days: Some(3),
             noncurrent_days: None,
+            filtered: false,
         };
         assert!(matches!(
             verdict(&[inner], "prod/shop", 10),
             Verdict::TooShort { days: 3, .. }
+        ));
+    }
+
+    /// A rule filtered by tags or sizes may apply to none of Tidemark's (untagged)
+    /// objects: it never counts as removing expired chains, but one that could bite too
+    /// early is still said. Before, it was read as its prefix alone: "removes", while the
+    /// chains stayed for ever.
+    #[test]
+    fn tag_and_size_filtered_rules_never_count_as_removing() {
+        let xml = br#"<LifecycleConfiguration>
+  <Rule><ID>tagged</ID><Status>Enabled</Status><Filter><Tag><Key>tier</Key><Value>tmp</Value></Tag></Filter>
+    <Expiration><Days>40</Days></Expiration>
+    <NoncurrentVersionExpiration><NoncurrentDays>1</NoncurrentDays></NoncurrentVersionExpiration></Rule>
+  <Rule><ID>big</ID><Status>Enabled</Status><Filter><And><Prefix>prod/</Prefix><ObjectSizeGreaterThan>1000</ObjectSizeGreaterThan></And></Filter>
+    <Expiration><Days>5</Days></Expiration></Rule>
+</LifecycleConfiguration>"#;
+        let rules = parse(xml).unwrap();
+        assert!(rules.iter().all(|r| r.filtered), "{rules:?}");
+        assert_eq!(verdict(&rules[..1], "prod/shop", 30), Verdict::NoRule);
+        assert!(matches!(
+            verdict(&rules, "prod/shop", 30),
+            Verdict::TooShort { days: 5, .. }
         ));
     }
 }

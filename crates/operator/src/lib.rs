@@ -555,12 +555,34 @@ async fn scope(
     let schedules: Api<ScheduledBackup> = api(&client, namespace);
     let schedule_controller = watched(schedules, &stopping, lean::schedule);
     let schedule_store = schedule_controller.store();
+    // A policy's spec change (its `consolidate`, its `ttl`) is looked at by its schedules
+    // at once: their `ChainsEnd` condition follows it, not the next slot.
+    let schedule_policy_specs = {
+        use kube::runtime::WatchStreamExt;
+        use kube::runtime::utils::predicates;
+        watcher(api::<BackupPolicy>(&client, namespace), lean::listed())
+            .default_backoff()
+            .modify(lean::tidemark_meta_of::<BackupPolicy>)
+            .applied_objects()
+            .predicate_filter(predicates::generation, Default::default())
+    };
+    let of_schedule_policy = schedule_store.clone();
     let scheduled = drive(
-        schedule_controller.watches(backup_api, lean::listed(), |b: Backup| {
-            scheduled::schedule_of(b)
-                .into_iter()
-                .collect::<Vec<ObjectRef<ScheduledBackup>>>()
-        }),
+        schedule_controller
+            .watches(backup_api, lean::listed(), |b: Backup| {
+                scheduled::schedule_of(b)
+                    .into_iter()
+                    .collect::<Vec<ObjectRef<ScheduledBackup>>>()
+            })
+            .watches_stream(schedule_policy_specs, move |p: BackupPolicy| {
+                let (ns, name) = (p.namespace(), p.name_any());
+                of_schedule_policy
+                    .state()
+                    .iter()
+                    .filter(|s| s.namespace() == ns && s.spec.template.policy.name == name)
+                    .map(|s| ObjectRef::from_obj(s.as_ref()))
+                    .collect::<Vec<_>>()
+            }),
         scheduled::reconcile,
         ctx.clone(),
     );

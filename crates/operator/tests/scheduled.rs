@@ -508,6 +508,28 @@ async fn forever_incrementals_are_named(admin: &Client) {
     // The scheduler's own status writes keep the condition.
     let st = status(admin, ns, "chain").await;
     assert!(st["lastCheckTime"].is_string(), "{st}");
+    // Back to forever, then the policy consolidates: the condition follows the policy's
+    // change at once (its next slot is a year away). Mutation tried: the schedule
+    // controller not watching policies — the condition stayed False.
+    Api::<ScheduledBackup>::namespaced(admin.clone(), ns)
+        .patch(
+            "chain",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"incremental": {"maxIncrementsPerFull": null}}})),
+        )
+        .await
+        .unwrap();
+    chains_end("False").await;
+    Api::<BackupPolicy>::namespaced(admin.clone(), ns)
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"retention": {"consolidate": true, "keepLast": 3}}})),
+        )
+        .await
+        .unwrap();
+    let c = chains_end("True").await;
+    assert_eq!(c["reason"], "Consolidated", "{c}");
 }
 
 /// `self`: owned by the schedule, collected with it; `cluster`: owned by the BackupPolicy,

@@ -179,6 +179,11 @@ pub struct DeleteArgs {
     /// operator recorded in the store (`_state/hooks.json`) runs here from its definition.
     #[arg(long, value_name = "FILE")]
     pub hooks: Vec<std::path::PathBuf>,
+    /// Address ranges no webhook gc or delete calls may connect to, comma-separated (""
+    /// for none). Default: the operator's — link-local and cloud metadata, loopback and
+    /// unspecified addresses (see `tidemark operator --help`).
+    #[arg(long, value_name = "CIDR,...", default_value = tidemark_operator::tenancy::DEFAULT_DENIED_ENDPOINTS, hide_default_value = true)]
+    pub deny_endpoints: String,
     /// Delete a backup that DeleteHooks which cannot run here select — a job (it needs the
     /// cluster), or one the operator recorded in the store whose definition --hooks does
     /// not give — without running them; each is named in the audit record. Without it,
@@ -983,6 +988,11 @@ pub struct GcArgs {
     /// DeleteHooks are read from the cluster and their webhooks called from here.
     #[arg(long, value_name = "FILE")]
     pub hooks: Vec<std::path::PathBuf>,
+    /// Address ranges no webhook gc or delete calls may connect to, comma-separated (""
+    /// for none). Default: the operator's — link-local and cloud metadata, loopback and
+    /// unspecified addresses (see `tidemark operator --help`).
+    #[arg(long, value_name = "CIDR,...", default_value = tidemark_operator::tenancy::DEFAULT_DENIED_ENDPOINTS, hide_default_value = true)]
+    pub deny_endpoints: String,
     /// Delete backups that DeleteHooks which cannot run here select — a job (it needs the
     /// cluster), or one the operator recorded in the store whose definition --hooks does
     /// not give — without running them. Each skipped hook is named in the audit record.

@@ -34,6 +34,7 @@ pub fn run(cli: Cli) -> Result<Exit, CliError> {
                 allow_future_now: a.allow_future_now,
                 skip_hooks: a.skip_hooks,
                 hook_files: &a.hooks,
+                deny_endpoints: &a.deny_endpoints,
                 override_primary_gate: a.override_primary_gate,
                 fence: &a.fence,
             }),
@@ -390,7 +391,11 @@ async fn find_and_delete(
         } else {
             tidemark_engine::delete::RecordedHooks::Refuse
         },
-        hooks: local_hooks(resolve::hook_files(&args.hooks)?, "deletionRequested"),
+        hooks: local_hooks(
+            resolve::hook_files(&args.hooks)?,
+            "deletionRequested",
+            &args.deny_endpoints,
+        )?,
     };
     Ok((name, delete_requested(fence, &request).await?))
 }
@@ -403,19 +408,27 @@ struct GcOptions<'a> {
     allow_future_now: bool,
     skip_hooks: bool,
     hook_files: &'a [std::path::PathBuf],
+    deny_endpoints: &'a str,
     override_primary_gate: bool,
     fence: &'a crate::args::FenceArgs,
 }
 
-/// The hooks the command line runs (none: `None`).
+/// The hooks the command line runs (none: `None`), their webhooks kept off `deny`
+/// (`--deny-endpoints`).
 fn local_hooks(
     hooks: Vec<tidemark_engine::hooks::LocalHook>,
     reason: &'static str,
-) -> Option<std::sync::Arc<dyn tidemark_engine::DeleteHooks>> {
-    (!hooks.is_empty()).then(|| {
-        std::sync::Arc::new(tidemark_engine::hooks::LocalHooks::new(hooks).for_reason(reason))
-            as std::sync::Arc<dyn tidemark_engine::DeleteHooks>
-    })
+    deny: &str,
+) -> Result<Option<std::sync::Arc<dyn tidemark_engine::DeleteHooks>>, CliError> {
+    let denied = tidemark_operator::tenancy::parse_cidrs(deny)
+        .map_err(|e| CliError::input(format!("--deny-endpoints {deny:?}: {e}")))?;
+    Ok((!hooks.is_empty()).then(|| {
+        std::sync::Arc::new(
+            tidemark_engine::hooks::LocalHooks::new(hooks)
+                .for_reason(reason)
+                .denying(denied),
+        ) as std::sync::Arc<dyn tidemark_engine::DeleteHooks>
+    }))
 }
 
 /// `plan` (gc = None) and `gc`: one retention pass through the engine, the same one
@@ -485,7 +498,11 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
         None => &NoProgress,
     };
     let request = PassRequest {
-        hooks: local_hooks(hooks, "retention"),
+        hooks: local_hooks(
+            hooks,
+            "retention",
+            gc.as_ref().map_or("", |g| g.deny_endpoints),
+        )?,
         policy: policy.policy.clone(),
         policy_as_given: policy.as_given.clone(),
         now,

@@ -1120,6 +1120,8 @@ fn gc_and_delete_run_the_hooks_they_are_given_right_before_the_data_goes() {
     )
     .unwrap();
     let hooks_arg = hooks.display().to_string();
+    // The test's webhook listens on loopback, which gc and delete deny by default.
+    let allow_loopback = ["--deny-endpoints", ""];
     let gc = |keep: &str, extra: &[&str]| {
         let mut args = vec![
             "gc",
@@ -1135,6 +1137,7 @@ fn gc_and_delete_run_the_hooks_they_are_given_right_before_the_data_goes() {
             "json",
         ];
         args.extend_from_slice(extra);
+        args.extend_from_slice(&allow_loopback);
         run(&args)
     };
     let calls = || server.calls.lock().unwrap().clone();
@@ -1223,6 +1226,7 @@ fn gc_and_delete_run_the_hooks_they_are_given_right_before_the_data_goes() {
             "json",
         ];
         args.extend_from_slice(extra);
+        args.extend_from_slice(&allow_loopback);
         run(&args)
     };
     let (calls_before, log_before) = (calls().len(), logged().lines().count());
@@ -1271,6 +1275,47 @@ fn gc_and_delete_run_the_hooks_they_are_given_right_before_the_data_goes() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(json(&out)["outcome"], "deleted", "{}", stderr(&out));
     assert_eq!(calls().len(), calls_before + 1, "nothing else ran");
+
+    // Without --deny-endpoints "", loopback (like cloud metadata) is never called: the hook
+    // fails, named in the audit record, and cannot stop the deletion.
+    std::fs::write(
+        &hooks,
+        format!(
+            "apiVersion: tidemark.io/v1alpha1\nkind: DeleteHook\nmetadata: {{name: a-notify}}\nspec:\n  webhook: {{url: {}/ok}}\n",
+            server.url
+        ),
+    )
+    .unwrap();
+    let leaf = ids[ids.len() - 2];
+    let out = run(&[
+        "delete",
+        "--store",
+        &url,
+        "--cluster",
+        "demo",
+        "--backup-id",
+        leaf,
+        "--hooks",
+        &hooks_arg,
+        "--output",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(v["outcome"], "deleted", "{v}");
+    assert_eq!(
+        calls().len(),
+        calls_before + 1,
+        "a denied address was called"
+    );
+    let record: Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join(v["auditRecord"].as_str().unwrap())).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        record["hooks"][0]["hooks"][0]["outcome"], "failed",
+        "{record:#}"
+    );
     drop(rt);
 }
 

@@ -1762,7 +1762,7 @@ async fn kubectl_tidemark_gc_runs_webhooks_and_refuses_job_hooks() {
     hooks.create(&PostParams::default(), &hook).await.unwrap();
     let gc = || {
         std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"))
-            .args(["gc", "shop", "-n", ns])
+            .args(["gc", "shop", "-n", ns, "--deny-endpoints", ""])
             .env("KUBECONFIG", cluster.kubeconfig())
             .output()
             .unwrap()

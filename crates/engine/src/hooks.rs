@@ -241,10 +241,12 @@ impl DeleteHooks for LocalHooks {
         report
     }
 
-    fn runs(&self, hook: &str) -> bool {
-        self.hooks
-            .iter()
-            .any(|h| h.name == hook && !matches!(h.action, HookAction::Job))
+    fn runs(&self, hook: &StoredHook) -> bool {
+        self.hooks.iter().any(|h| {
+            h.name == hook.name
+                && h.action.word() == hook.action
+                && !matches!(h.action, HookAction::Job)
+        })
     }
 
     fn cannot_run(&self) -> Vec<StoredHook> {

@@ -123,9 +123,9 @@ pub trait DeleteHooks: Send + Sync + std::fmt::Debug {
         None
     }
 
-    /// Whether these hooks run the hook named `hook` (one the store records, the
-    /// operator's): then its record refuses nothing.
-    fn runs(&self, _hook: &str) -> bool {
+    /// Whether these hooks run `hook` (one the store records, the operator's): one of the
+    /// same name and action. Then its record refuses nothing.
+    fn runs(&self, _hook: &tidemark_store::state::StoredHook) -> bool {
         false
     }
 
@@ -360,24 +360,7 @@ async fn carry_out(
     }
     let mut exec = ExecOptions::new(request.started_at, request.policy_as_given.clone());
     exec.index_shard_size = tidemark_store::index::SHARD_SIZE;
-    let deleting: Vec<(&str, &str)> = seen
-        .plan
-        .deletions()
-        .map(|d| (d.backup.name.as_str(), d.backup.id.as_str()))
-        .collect();
     let mut skipped = Vec::new();
-    if request.recorded_hooks != RecordedHooks::RunByCaller
-        && let Some(s) = recorded_hooks(
-            store,
-            &seen.catalog,
-            &deleting,
-            request.recorded_hooks,
-            request.hooks.as_deref(),
-        )
-        .await?
-    {
-        skipped = s;
-    }
     if let Some(hooks) = &request.hooks {
         // Hooks run before anything of a backup goes; they may take long, so the plan is
         // made again afterwards with the holds in force then, and hooks run for any backup
@@ -433,6 +416,26 @@ async fn carry_out(
         }
         skipped.extend(ran_all);
     }
+    // On the plan carried out (hooks' rounds may have added deletions): hooks that cannot
+    // run here refuse, or are skipped and said.
+    if request.recorded_hooks != RecordedHooks::RunByCaller {
+        let deleting: Vec<(&str, &str)> = seen
+            .plan
+            .deletions()
+            .map(|d| (d.backup.name.as_str(), d.backup.id.as_str()))
+            .collect();
+        if let Some(s) = recorded_hooks(
+            store,
+            &seen.catalog,
+            &deleting,
+            request.recorded_hooks,
+            request.hooks.as_deref(),
+        )
+        .await?
+        {
+            skipped.splice(0..0, s);
+        }
+    }
     if !skipped.is_empty() {
         exec.audit_extra
             .insert("hooks".into(), serde_json::Value::Array(skipped));
@@ -486,7 +489,7 @@ pub(crate) async fn recorded_hooks(
             .map(|r| r.hooks)
             .unwrap_or_default()
             .into_iter()
-            .filter(|h| !hooks.is_some_and(|own| own.runs(&h.name)))
+            .filter(|h| !hooks.is_some_and(|own| own.runs(h)))
             .collect();
     for own in hooks.map(|h| h.cannot_run()).unwrap_or_default() {
         if !unrun.iter().any(|u| u.name == own.name) {

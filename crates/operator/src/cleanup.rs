@@ -211,6 +211,12 @@ pub async fn on_delete(
         }
         Cleanup::Delete { id, expired, .. } => (id, expired),
     };
+    // A hold released since the last pass leaves the store's record first.
+    if let Some(p) = policy
+        && let Err(e) = crate::holds::record_protected(ctx, backup, p).await
+    {
+        return failed(ctx, api, backup, e).await;
+    }
     let fence = match fenced_store(ctx, backup, policy).await {
         Ok(f) => f,
         Err(e) => return failed(ctx, api, backup, e).await,
@@ -446,6 +452,11 @@ pub async fn expire(
         )))
         .await;
     };
+    // A hold released since the last pass leaves the store's record first: else the
+    // deletion below would only mark the data.
+    if let Err(e) = crate::holds::record_protected(ctx, backup, policy).await {
+        return blocked(e).await;
+    }
     let store = match crate::stores::open(ctx, policy).await {
         Ok(s) => s,
         Err(e) => return blocked(e).await,
@@ -480,12 +491,12 @@ pub async fn expire(
             return Ok(Action::requeue(WAITING_RECHECK));
         }
         // A chain's base: its data stays, marked, while committed increments build on it
-        // (the object goes now, its deletion waiting as `RemoteCleanup` says): which, and
-        // until when, said here.
+        // (the object is deleted now and waits, Terminating, as `RemoteCleanup` says):
+        // which, and until when, said here.
         if let Some(wait) = inventory.chain_wait(id) {
             let until = wait.until.map_or_else(
                 || "one of them has no ttl, so until retention removes them, they are deleted, or the chain is consolidated".to_owned(),
-                |u| format!("at the latest until {u}, when the last of them expires by its ttl (sooner if the chain is consolidated)"),
+                |u| format!("until the last of them goes: not before {u}, when its ttl ends (sooner if the chain is consolidated; later while it is the newest restorable backup or held)"),
             );
             let message = format!(
                 "expired by its ttl at {expires}, but it is the base of {} committed increment(s), so its data stays, marked for deletion, {until}",

@@ -446,7 +446,7 @@ impl PassHooks {
         };
         let who = JobFor {
             namespace: self.namespace.clone(),
-            key: digest8(&format!("{}/{}", b.name, b.id)),
+            key: digest16(&format!("{}/{}", b.name, b.id)),
             labels: serde_json::Map::new(),
             owner,
             description: body.clone(),
@@ -454,6 +454,7 @@ impl PassHooks {
                 "backup {}/{} (its Backup {object_name} is gone)",
                 b.name, b.id
             ),
+            ttl_after_finished: Some(3600),
         };
         let mut results = Vec::new();
         for hook in &hooks {
@@ -547,6 +548,9 @@ struct JobFor {
     description: serde_json::Value,
     /// For the log.
     what: String,
+    /// Removed this long after it finished (one no Backup owns would stay for as long as
+    /// its policy).
+    ttl_after_finished: Option<i32>,
 }
 
 impl JobFor {
@@ -563,19 +567,20 @@ impl JobFor {
             owner: crate::context::owner_ref(backup),
             description: description(backup, reason),
             what: format!("Backup {}", backup.name_any()),
+            ttl_after_finished: None,
         }
     }
 }
 
-/// 8 hex digits of a stable digest of `text` (FNV-1a): the same name for the same
-/// stored backup across restarts.
-fn digest8(text: &str) -> String {
+/// 16 hex digits of a stable digest of `text` (FNV-1a, 64 bits): the same name for the
+/// same stored backup across restarts, and no two backups of a store on one name.
+fn digest16(text: &str) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in text.bytes() {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
-    format!("{:08x}", h & 0xffff_ffff)
+    format!("{h:016x}")
 }
 
 /// The hook's Job: created once, then followed. `None` while it runs.
@@ -679,6 +684,7 @@ async fn job(
         "spec": {
             "backoffLimit": 0,
             "activeDeadlineSeconds": timeout.as_secs().max(1),
+            "ttlSecondsAfterFinished": who.ttl_after_finished,
             "template": {"spec": spec},
         },
     }))

@@ -544,7 +544,19 @@ async fn eligibility(
             "{expired}, and pending pod {pod_name} owns it (a generic ephemeral volume); it is kept — delete the pod to start fresh"
         )));
     }
+    // On a node already: the kubelet may have mounted it while the pod waits (an image
+    // pull, say); deleting the claim under it would lose what the pod then writes.
+    let on_node = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .filter(|n| !n.is_empty());
     let nothing_recreates = || {
+        if let Some(node) = &on_node {
+            return Eligible::Keep(format!(
+                "{expired}, and pending pod {pod_name} references it from node {node}, where it may be mounted already; nothing would recreate the pod, so the claim is kept — delete the pod and the claim to start fresh"
+            ));
+        }
         Eligible::Renew(format!(
             "{expired}, and pending pod {pod_name} references it; no StatefulSet would create the claim anew"
         ))
@@ -720,6 +732,9 @@ async fn renew(
     }))
 }
 
+/// The spec fields a renewed claim keeps.
+const RENEWED_FIELDS: [&str; 4] = ["accessModes", "resources", "storageClassName", "volumeMode"];
+
 /// What the fresh copy of `claim` is made of: its labels, and its spec's access modes,
 /// resources, storage class and volume mode — no volume, no data source, no selector.
 fn renewal_of(claim: &PersistentVolumeClaim) -> ClaimRenewal {
@@ -771,10 +786,26 @@ async fn follow_up(
         let pod = pods.iter().find(|p| p.name_any() == r.pod && pending(p));
         if let Some(renewal) = r.renewal.as_mut() {
             // The old claim gone and nothing under its name: the fresh one, for the pod.
-            if renewal.created.is_none() && claim.is_none() {
+            // Only for the pod it was renewed for, still waiting.
+            let waiting = pods.iter().any(|p| {
+                p.name_any() == r.pod
+                    && p.uid().as_deref() == Some(r.pod_uid.as_str())
+                    && pending(p)
+            });
+            if renewal.created.is_none() && claim.is_none() && waiting {
+                // The recorded spec, read again through the fields a fresh claim may have
+                // (status is writable by others: no volume, no data source from it).
+                let spec: serde_json::Map<String, serde_json::Value> = renewal
+                    .spec
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .filter(|(k, _)| RENEWED_FIELDS.contains(&k.as_str()))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
                 let fresh: PersistentVolumeClaim = serde_json::from_value(json!({
                     "metadata": {"name": r.claim, "namespace": ns, "labels": renewal.labels},
-                    "spec": renewal.spec,
+                    "spec": spec,
                 }))
                 .map_err(|e| Error::Invalid(format!("the fresh claim {}: {e}", r.claim)))?;
                 match claims_api.create(&PostParams::default(), &fresh).await {

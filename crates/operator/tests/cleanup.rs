@@ -498,7 +498,8 @@ async fn ttl_expiry_deletes_backups_with_their_data_but_never_the_floor() {
     let until = (child.started_at + SignedDuration::from_hours(30 * 24)).to_string();
     let message = st["message"].as_str().unwrap();
     assert!(
-        message.contains("base of 1 committed increment") && message.contains(&until),
+        message.contains("base of 1 committed increment")
+            && message.contains(&format!("not before {until}")),
         "{st}"
     );
     let now_keys = of(&keys(&store).await, &base);

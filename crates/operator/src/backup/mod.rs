@@ -229,9 +229,15 @@ impl Step {
                 _ => {}
             }
         }
-        // A hold placed now is in the store now, for deleters with only the store.
+        // A hold placed now is in the store now, for deleters with only the store (a
+        // release is recorded where it matters: before an expiry or a deletion).
         let mut after = Action::await_change();
-        if let Some(p) = policy.as_ref().or(cached_policy.as_deref())
+        let protected = backup
+            .annotations()
+            .get(crate::names::PROTECT_ANNOTATION)
+            .is_some_and(|v| v == "true");
+        if protected
+            && let Some(p) = policy.as_ref().or(cached_policy.as_deref())
             && let Err(e) = crate::holds::record_protected(&self.ctx, backup, p).await
         {
             tracing::warn!(backup = %crate::context::key(backup.as_ref()), "recording its hold in the store: {e}; trying again in a minute (the policy's next pass records it too)");

@@ -5,6 +5,8 @@ use std::collections::HashSet;
 
 use kube::ResourceExt;
 
+use tidemark_store::state::Gate;
+
 use crate::context::Context;
 
 /// The backup-ids on hold: Backups of this policy annotated `tidemark.io/protect: "true"`.
@@ -53,24 +55,33 @@ pub async fn record_protected(
     if has == want || (recorded.is_none() && !want) {
         return Ok(());
     }
-    let fence = crate::fence::acquire(ctx, &store).await?;
+    let mut protect = others;
+    if want {
+        protect.insert(id);
+    }
+    save_under_lease(ctx, &store, (&ns, &name), protect, Gate::Keep).await
+}
+
+/// Records the holds of `policy` in `ns` — `protect` and the Restores' read now — and
+/// `gate` in the store (`_state/holds.json`), under its lease, between passes.
+///
+/// # Errors
+/// The store, its lease or the API failed.
+pub async fn save_under_lease(
+    ctx: &Context,
+    store: &tidemark_store::ClusterStore,
+    (ns, policy): (&str, &str),
+    protect: HashSet<String>,
+    gate: Gate<'_>,
+) -> Result<(), crate::error::Error> {
+    let fence = crate::fence::acquire(ctx, store).await?;
     let written = async {
-        let restores = read_restore_holds(ctx, &ns, &name).await?;
-        let mut protect = others;
-        if want {
-            protect.insert(id);
-        }
-        let writer = format!("tidemark-operator {ns}/{name}");
+        let restores = read_restore_holds(ctx, ns, policy).await?;
+        let writer = format!("tidemark-operator {ns}/{policy}");
         fence
             .guard(async {
-                tidemark_store::state::save_holds(
-                    &store,
-                    &writer,
-                    &protect,
-                    &restores,
-                    tidemark_store::state::Gate::Keep,
-                )
-                .await?;
+                tidemark_store::state::save_holds(store, &writer, &protect, &restores, gate)
+                    .await?;
                 Ok::<_, tidemark_engine::EngineError>(())
             })
             .await

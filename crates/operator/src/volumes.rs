@@ -619,6 +619,24 @@ async fn eligibility(
     }
 }
 
+/// On a fresh listing of `ns`'s pods: `pod` is still pending (never started) and no running
+/// pod mounts `claim` — what replacing or renewing an expired claim is checked against
+/// right before the delete.
+///
+/// # Errors
+/// The API failed.
+async fn still_pending_alone(
+    ctx: &Context,
+    ns: &str,
+    claim: &str,
+    pod: &Pod,
+) -> Result<bool, Error> {
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let fresh = crate::lean::list(&pods_api, &ListParams::default(), crate::lean::meta_of).await?;
+    let still_pending = fresh.iter().any(|p| p.uid() == pod.uid() && pending(p));
+    Ok(still_pending && !mounts(&fresh).running.contains_key(claim))
+}
+
 /// Deletes `obj` `name` of `api` if its uid is still `uid`; whether it was deleted (gone or
 /// replaced meanwhile: `false`).
 async fn delete_exact<K>(api: &Api<K>, name: &str, uid: Option<String>) -> Result<bool, Error>
@@ -655,10 +673,7 @@ async fn replace(
 ) -> Result<Option<ReplacedClaim>, Error> {
     let ns = vcr.namespace().unwrap_or_default();
     let (name, pod_name) = (claim.name_any(), pod.name_any());
-    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let fresh = crate::lean::list(&pods_api, &ListParams::default(), crate::lean::meta_of).await?;
-    let still_pending = fresh.iter().any(|p| p.uid() == pod.uid() && pending(p));
-    if mounts(&fresh).running.contains_key(&name) || !still_pending {
+    if !still_pending_alone(ctx, &ns, &name, pod).await? {
         return Ok(None);
     }
     let claims_api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
@@ -667,6 +682,7 @@ async fn replace(
     if !delete_exact(&claims_api, &name, claim.uid()).await? {
         return Ok(None);
     }
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let pod_deleted = delete_exact(&pods_api, &pod_name, pod.uid()).await;
     let pod_note = match &pod_deleted {
         Ok(true) => " and the pod".to_owned(),
@@ -708,10 +724,7 @@ async fn renew(
 ) -> Result<Option<ReplacedClaim>, Error> {
     let ns = claim.namespace().unwrap_or_default();
     let (name, pod_name) = (claim.name_any(), pod.name_any());
-    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let fresh = crate::lean::list(&pods_api, &ListParams::default(), crate::lean::meta_of).await?;
-    let still_pending = fresh.iter().any(|p| p.uid() == pod.uid() && pending(p));
-    if mounts(&fresh).running.contains_key(&name) || !still_pending {
+    if !still_pending_alone(ctx, &ns, &name, pod).await? {
         return Ok(None);
     }
     let renewal = renewal_of(claim);

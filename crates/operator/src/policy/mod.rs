@@ -274,29 +274,15 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
 async fn record_gate(ctx: &Context, policy: &BackupPolicy, message: &str) -> Result<(), Error> {
     let (ns, name) = (policy.namespace().unwrap_or_default(), policy.name_any());
     let store = crate::stores::open(ctx, policy).await?;
-    let fence = crate::fence::acquire(ctx, &store).await?;
-    let recorded = async {
-        let restores = crate::holds::read_restore_holds(ctx, &ns, &name).await?;
-        let protect = crate::holds::holds(ctx, &ns, &name);
-        let writer = format!("tidemark-operator {ns}/{name}");
-        fence
-            .guard(async {
-                tidemark_store::state::save_holds(
-                    &store,
-                    &writer,
-                    &protect,
-                    &restores,
-                    tidemark_store::state::Gate::Closed(message),
-                )
-                .await?;
-                Ok::<_, tidemark_engine::EngineError>(())
-            })
-            .await
-            .map_err(Error::Engine)
-    }
-    .await;
-    fence.release().await;
-    recorded
+    let protect = crate::holds::holds(ctx, &ns, &name);
+    crate::holds::save_under_lease(
+        ctx,
+        &store,
+        (&ns, &name),
+        protect,
+        tidemark_store::state::Gate::Closed(message),
+    )
+    .await
 }
 
 /// Whether `policy`'s spec changed after its last failed pass (its generation is newer than

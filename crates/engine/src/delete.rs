@@ -68,6 +68,38 @@ pub async fn delete_requested(
     fence.guard(delete_under(fence.store(), request)).await
 }
 
+/// What a requested deletion would do now (read only): see [`decide_requested`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// No such backup in the store.
+    Absent,
+    /// A recovery depends on it, or a hold: it would be marked, for these reasons.
+    Keep(Vec<Reason>),
+    /// Its data would go.
+    Delete,
+}
+
+/// What [`delete_requested`] would do with `request` now, changing nothing: a caller that
+/// runs slow hooks itself (the operator's finalizer) runs them only for data that goes,
+/// outside the lease, then asks for the deletion (decided again).
+///
+/// # Errors
+/// The store failed; the fence was lost.
+pub async fn decide_requested(
+    fence: &Fence,
+    request: &DeleteRequest,
+) -> Result<Decision, EngineError> {
+    fence
+        .guard(async {
+            Ok(match decide(fence.store(), request, &[]).await? {
+                None => Decision::Absent,
+                Some((_, Err(keep))) => Decision::Keep(keep),
+                Some((_, Ok(_))) => Decision::Delete,
+            })
+        })
+        .await
+}
+
 /// The decision on a requested deletion from what the store holds now: the plan that
 /// deletes it, or the reasons it stays.
 async fn decide(

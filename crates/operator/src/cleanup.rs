@@ -35,7 +35,9 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tidemark_api::DeletionPolicy;
 use tidemark_api::crd::{Backup, BackupPhase, BackupPolicy};
-use tidemark_engine::delete::{DeleteRequest, Requested, delete_requested};
+use tidemark_engine::delete::{
+    Decision, DeleteRequest, Requested, decide_requested, delete_requested,
+};
 use tidemark_store::{Catalog, NoProgress};
 
 use crate::context::Context;
@@ -50,9 +52,7 @@ pub const SKIP_ANNOTATION: &str = "tidemark.io/skip-remote-cleanup";
 const CONDITION: &str = "RemoteCleanup";
 /// How often a Backup whose data a recovery still depends on is looked at again.
 const WAITING_RECHECK: Duration = Duration::from_secs(600);
-/// Set on a Backup its `ttl` expired (the time it did), just before it is deleted: its
-/// data then goes with reason `ttlExpired`, whatever `deletionPolicy` says.
-pub const EXPIRED_ANNOTATION: &str = "tidemark.io/expired";
+pub use crate::names::EXPIRED_ANNOTATION;
 /// The condition that tells how TTL expiry goes.
 const EXPIRY_CONDITION: &str = "Expired";
 /// Longest wait before an unexpired TTL is looked at again (the clock is read afresh).
@@ -200,7 +200,7 @@ pub async fn on_delete(
     policy: Option<&BackupPolicy>,
 ) -> Result<Action, Error> {
     let reference = backup.object_ref(&());
-    let (id, expired) = match decide_cleanup(backup) {
+    let (id, replaced, expired) = match decide_cleanup(backup) {
         Cleanup::Release { event } => {
             if let Some((reason, note)) = event {
                 ctx.event(&reference, EventType::Normal, reason, &note)
@@ -209,7 +209,11 @@ pub async fn on_delete(
             set_finalizer(api, backup, false).await?;
             return Ok(Action::await_change());
         }
-        Cleanup::Delete { id, expired, .. } => (id, expired),
+        Cleanup::Delete {
+            id,
+            replaced,
+            expired,
+        } => (id, replaced, expired),
     };
     // A hold released since the last pass leaves the store's record first.
     if let Some(p) = policy
@@ -221,41 +225,52 @@ pub async fn on_delete(
         Ok(f) => f,
         Err(e) => return failed(ctx, api, backup, e).await,
     };
-    // Seed 000: no deletion of data a restore uses (a Restore that names this backup, or
-    // whose plan holds it, until it has ended): the object waits. Read under the lease,
-    // which a Restore plans under.
-    let ns = backup.namespace().unwrap_or_default();
-    let by: Vec<String> =
-        match crate::holds::read_restore_holds(ctx, &ns, &backup.spec.template.policy.name).await {
-            Ok(holds) => holds
-                .into_iter()
-                .filter(|h| h.backup_id == id)
-                .map(|h| h.by)
-                .collect(),
-            Err(e) => {
-                fence.release().await;
-                return failed(ctx, api, backup, e).await;
-            }
-        };
-    if !by.is_empty() {
-        fence.release().await;
-        let message = format!(
-            "backup {id} stays in the store while Restore(s) {} use it; its data is deleted once they have ended or are deleted",
-            by.join(", ")
-        );
-        set_condition(api, backup, false, "HeldByRestore", &message).await?;
-        return Ok(Action::requeue(WAITING_RECHECK));
-    }
-    // The DeleteHooks run inside the deletion, right before the data goes (seed 003), and
-    // only then: a backup marked instead runs them when a pass finally deletes it. (A
-    // replaced backup's ran when its own data was merged: its status has their outcomes,
-    // so none runs twice.)
-    let hooks: Arc<dyn tidemark_engine::DeleteHooks> = Arc::new(crate::hooks::PassHooks {
-        ctx: ctx.clone(),
-        namespace: ns.clone(),
-        policy: backup.spec.template.policy.name.clone(),
-    });
-    let request = delete_request(backup, &id, expired, hooks, ctx.clock.now());
+    let fence = match unless_restores_use(ctx, api, backup, &id, fence).await? {
+        Ok(f) => f,
+        Err(wait) => return Ok(wait),
+    };
+    // The DeleteHooks run right before the data goes (seed 003), and only then: a backup
+    // that would only be marked runs none (a pass that finally deletes it runs them). They
+    // may take up to their timeouts, so they run outside the store's lease — slow hooks
+    // never hold another deletion or pass of the store — and a Job hook is followed across
+    // reconciles; the deletion is then decided again under the lease. (A replaced
+    // backup's hooks ran when its own data was merged.)
+    let probe = delete_request(backup, &id, expired, Vec::new(), ctx.clock.now());
+    let (fence, request) = match decide_requested(&fence, &probe).await {
+        Err(e) => {
+            fence.release().await;
+            return failed(ctx, api, backup, Error::Engine(e)).await;
+        }
+        Ok(Decision::Delete) if !replaced => {
+            fence.release().await;
+            let word = if expired {
+                "ttlExpired"
+            } else {
+                "deletionRequested"
+            };
+            // The background turn is given back meanwhile (nothing of the store is held).
+            let hooks =
+                match crate::background::without_turn(crate::hooks::run(ctx, api, backup, word))
+                    .await?
+                {
+                    Some(hooks) => hooks,
+                    None => return Ok(Action::requeue(Duration::from_secs(5))),
+                };
+            // Re-read: the hooks' outcomes are in its status now.
+            let fresh = api.get(&backup.name_any()).await?;
+            let fence = match fenced_store(ctx, &fresh, policy).await {
+                Ok(f) => f,
+                Err(e) => return failed(ctx, api, &fresh, e).await,
+            };
+            let fence = match unless_restores_use(ctx, api, &fresh, &id, fence).await? {
+                Ok(f) => f,
+                Err(wait) => return Ok(wait),
+            };
+            let request = delete_request(&fresh, &id, expired, hooks, ctx.clock.now());
+            (fence, request)
+        }
+        Ok(_) => (fence, probe),
+    };
     let deleted = delete_requested(&fence, &request).await;
     fence.release().await;
     let name = &request.name;
@@ -332,12 +347,12 @@ async fn fenced_store(
 }
 
 /// The engine's request to delete `id`, the backup this object made (under the name its
-/// status recorded), its hooks run right before its data goes.
+/// status recorded), with the hooks' outcomes in the audit record.
 fn delete_request(
     backup: &Backup,
     id: &str,
     expired: bool,
-    hooks: Arc<dyn tidemark_engine::DeleteHooks>,
+    hooks: Vec<tidemark_api::crd::HookResult>,
     now: jiff::Timestamp,
 ) -> DeleteRequest {
     let by = format!(
@@ -345,10 +360,17 @@ fn delete_request(
         backup.namespace().unwrap_or_default(),
         backup.name_any()
     );
+    let mut audit_extra = serde_json::Map::new();
+    if !hooks.is_empty() {
+        audit_extra.insert(
+            "hooks".into(),
+            json!([{"backupId": id, "backupName": crate::names::store_name(backup), "hooks": hooks}]),
+        );
+    }
     DeleteRequest {
-        // The operator runs every hook itself.
+        // The operator runs every hook itself (before this request).
         recorded_hooks: tidemark_engine::delete::RecordedHooks::RunByCaller,
-        hooks: Some(hooks),
+        hooks: None,
         name: recorded_name(backup),
         id: id.to_owned(),
         // An expired TTL says so in the audit record.
@@ -358,9 +380,47 @@ fn delete_request(
             tidemark_core::Reason::DeletionRequested
         },
         requested_by: by,
-        audit_extra: serde_json::Map::new(),
+        audit_extra,
         now,
     }
+}
+
+/// Seed 000: no deletion of data a restore uses (a Restore that names this backup, or
+/// whose plan holds it, until it has ended): the object waits (`Err(action)`, the fence
+/// released); otherwise the fence back. Read under the lease, which a Restore plans under.
+///
+/// # Errors
+/// The API failed (recorded first, the fence released).
+async fn unless_restores_use(
+    ctx: &Context,
+    api: &Api<Backup>,
+    backup: &Backup,
+    id: &str,
+    fence: tidemark_engine::Fence,
+) -> Result<Result<tidemark_engine::Fence, Action>, Error> {
+    let ns = backup.namespace().unwrap_or_default();
+    let by: Vec<String> =
+        match crate::holds::read_restore_holds(ctx, &ns, &backup.spec.template.policy.name).await {
+            Ok(holds) => holds
+                .into_iter()
+                .filter(|h| h.backup_id == id)
+                .map(|h| h.by)
+                .collect(),
+            Err(e) => {
+                fence.release().await;
+                return failed(ctx, api, backup, e).await.map(Err);
+            }
+        };
+    if by.is_empty() {
+        return Ok(Ok(fence));
+    }
+    fence.release().await;
+    let message = format!(
+        "backup {id} stays in the store while Restore(s) {} use it; its data is deleted once they have ended or are deleted",
+        by.join(", ")
+    );
+    set_condition(api, backup, false, "HeldByRestore", &message).await?;
+    Ok(Err(Action::requeue(WAITING_RECHECK)))
 }
 
 /// TTL expiry (seed 004): a finished Backup with `spec.ttl` expires once `ttl` has passed

@@ -354,7 +354,7 @@ fn reason_of(object: &Backup) -> &'static str {
         "retention"
     } else if object
         .annotations()
-        .contains_key(crate::cleanup::EXPIRED_ANNOTATION)
+        .contains_key(crate::names::EXPIRED_ANNOTATION)
     {
         "ttlExpired"
     } else {

@@ -19,6 +19,10 @@ pub use tidemark_api::policy::ACKNOWLEDGE_BRANCHES_ANNOTATION;
 /// The default role label on database pods: `primary`, or anything else for a standby.
 pub const DEFAULT_ROLE_LABEL: &str = "tidemark.io/role";
 
+/// Set on a Backup its `ttl` expired (the time it did), just before it is deleted: its
+/// data then goes with reason `ttlExpired`, whatever `deletionPolicy` says.
+pub const EXPIRED_ANNOTATION: &str = "tidemark.io/expired";
+
 /// The label every Job of a Backup carries: its uid (a name may be longer than a label
 /// value allows).
 pub const BACKUP_UID_LABEL: &str = "tidemark.io/backup-uid";

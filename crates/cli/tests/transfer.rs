@@ -1805,6 +1805,29 @@ fn locked_backups_outlast_early_deletes_and_go_when_their_lock_ends() {
         stderr(&short)
     );
     assert_eq!(json(&short)["lifecycle"]["verdict"], "tooShort");
+    // The policy switched to deleting expired chains itself: the one left to the bucket
+    // is seen again and deleted, every version.
+    let gc = on(
+        "gc",
+        &[
+            "--keep-last",
+            "1",
+            "--after-lock-expiry",
+            "delete",
+            "--output",
+            "json",
+        ],
+        b"",
+    );
+    assert!(gc.status.success(), "{}", stderr(&gc));
+    let gc = json(&gc);
+    assert_eq!(
+        gc["executed"]["backupsDeleted"],
+        serde_json::json!([old_id]),
+        "{gc}"
+    );
+    assert!(rt.block_on(store.versions(&payload)).unwrap().is_empty());
+    assert!(rt.block_on(store.versions(&meta)).unwrap().is_empty());
 }
 
 /// Issue 28: under encryption (a recipient given), a payload that is not encrypted is not

@@ -572,9 +572,14 @@ impl Catalog {
             backups.push(stored);
         }
 
-        // Locked chains a pass recorded as expired leave every plan, restore and window.
+        // Locked chains a pass recorded as expired leave every plan, restore and window —
+        // while the store leaves them to the bucket (`afterExpiry: lifecycle`). A store
+        // opened to delete them itself (`afterExpiry: delete`, a policy switched since)
+        // sees them again, so that its pass deletes what the bucket was left.
         let mut expired = Vec::new();
-        if !expiry_records.is_empty() {
+        if !expiry_records.is_empty()
+            && store.lock_expiry() == tidemark_core::lock::LockExpiry::Lifecycle
+        {
             // A record counts only with its whole chain above it: a backup some live
             // backup builds on is locked as long as that one (its lock on the server was
             // raised with it), whatever its own metadata says.
@@ -1511,6 +1516,17 @@ mod tests {
         chain.sort();
         assert_eq!(gone, chain);
         assert_eq!(ids(&c), vec![never.id.clone(), lasting.id.clone()]);
+        // A store that deletes expired chains itself (a policy switched to `afterExpiry:
+        // delete`) sees them again: its pass deletes what was left to the bucket.
+        // Mutation tried: records honoured in both modes — the chain stayed hidden.
+        let deleting = store
+            .clone()
+            .with_lock_expiry(tidemark_core::lock::LockExpiry::Delete);
+        let c = Catalog::load(&deleting, &crate::progress::NoProgress)
+            .await
+            .unwrap();
+        assert!(c.expired.is_empty(), "{:?}", c.expired);
+        assert_eq!(ids(&c).len(), 4);
     }
 
     #[tokio::test]

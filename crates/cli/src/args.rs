@@ -173,23 +173,8 @@ pub struct DeleteArgs {
     pub backup_name: Option<String>,
     #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
-    /// DeleteHook definitions (YAML, as applied to the cluster or written for `tidemark
-    /// run`; repeatable): the webhooks and commands of those that select the backup run
-    /// right before its data goes — and only then, not when it is only marked. A hook the
-    /// operator recorded in the store (`_state/hooks.json`) runs here from its definition.
-    #[arg(long, value_name = "FILE")]
-    pub hooks: Vec<std::path::PathBuf>,
-    /// Address ranges no webhook gc or delete calls may connect to, comma-separated (""
-    /// for none). Default: the operator's — link-local and cloud metadata, loopback and
-    /// unspecified addresses (see `tidemark operator --help`).
-    #[arg(long, value_name = "CIDR,...", default_value = tidemark_operator::tenancy::DEFAULT_DENIED_ENDPOINTS, hide_default_value = true)]
-    pub deny_endpoints: String,
-    /// Delete a backup that DeleteHooks which cannot run here select — a job (it needs the
-    /// cluster), or one the operator recorded in the store whose definition --hooks does
-    /// not give — without running them; each is named in the audit record. Without it,
-    /// such a deletion is refused (exit 2).
-    #[arg(long)]
-    pub skip_hooks: bool,
+    #[command(flatten)]
+    pub hook: HookArgs,
     #[command(flatten)]
     pub fence: FenceArgs,
 }
@@ -981,11 +966,26 @@ pub struct GcArgs {
     /// flag gc refuses such a --now (plan does not need it).
     #[arg(long)]
     pub allow_future_now: bool,
+    #[command(flatten)]
+    pub hook: HookArgs,
+    /// Delete although the operator recorded in the store that its cluster has no
+    /// established primary (seed 000: retention deletes nothing until one is; `plan` shows
+    /// the record). For a cluster that is gone for good.
+    #[arg(long)]
+    pub override_primary_gate: bool,
+    #[command(flatten)]
+    pub fence: FenceArgs,
+}
+
+/// The DeleteHooks `gc` and `delete` run (seed 003: every deletion path runs them).
+#[derive(Debug, Args)]
+pub struct HookArgs {
     /// DeleteHook definitions (YAML, as applied to the cluster or written for `tidemark
     /// run`; repeatable): the webhooks and commands of those that select a backup run right
-    /// before its data goes. A hook the operator recorded in the store (`_state/hooks.json`)
-    /// runs here from its definition. With `kubectl tidemark gc`, the namespace's
-    /// DeleteHooks are read from the cluster and their webhooks called from here.
+    /// before its data goes — and only then, not when it is only marked. A hook the
+    /// operator recorded in the store (`_state/hooks.json`) runs here from its definition.
+    /// With `kubectl tidemark gc`, the namespace's DeleteHooks are read from the cluster
+    /// and their webhooks called from here.
     #[arg(long, value_name = "FILE")]
     pub hooks: Vec<std::path::PathBuf>,
     /// Address ranges no webhook gc or delete calls may connect to, comma-separated (""
@@ -996,17 +996,10 @@ pub struct GcArgs {
     /// Delete backups that DeleteHooks which cannot run here select — a job (it needs the
     /// cluster), or one the operator recorded in the store whose definition --hooks does
     /// not give — without running them. Each skipped hook is named in the audit record.
-    /// Without it, such a pass is refused (exit 2) naming the hooks, and nothing is
+    /// Without it, such a deletion is refused (exit 2) naming the hooks, and nothing is
     /// deleted.
     #[arg(long)]
     pub skip_hooks: bool,
-    /// Delete although the operator recorded in the store that its cluster has no
-    /// established primary (seed 000: retention deletes nothing until one is; `plan` shows
-    /// the record). For a cluster that is gone for good.
-    #[arg(long)]
-    pub override_primary_gate: bool,
-    #[command(flatten)]
-    pub fence: FenceArgs,
 }
 
 /// The store's lease, which every deleter holds (`tidemark run`, the operator's passes

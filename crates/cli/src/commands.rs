@@ -32,9 +32,7 @@ pub fn run(cli: Cli) -> Result<Exit, CliError> {
                 ignore_malformed: a.ignore_malformed,
                 work_dir: a.work_dir.as_deref(),
                 allow_future_now: a.allow_future_now,
-                skip_hooks: a.skip_hooks,
-                hook_files: &a.hooks,
-                deny_endpoints: &a.deny_endpoints,
+                hook: &a.hook,
                 override_primary_gate: a.override_primary_gate,
                 fence: &a.fence,
             }),
@@ -386,15 +384,11 @@ async fn find_and_delete(
         requested_by: "tidemark delete".to_owned(),
         audit_extra: serde_json::Map::new(),
         now: Timestamp::now(),
-        recorded_hooks: if args.skip_hooks {
-            tidemark_engine::delete::RecordedHooks::Skip
-        } else {
-            tidemark_engine::delete::RecordedHooks::Refuse
-        },
+        recorded_hooks: recorded_hooks(&args.hook),
         hooks: local_hooks(
-            resolve::hook_files(&args.hooks)?,
+            &args.hook,
+            resolve::hook_files(&args.hook.hooks)?,
             "deletionRequested",
-            &args.deny_endpoints,
         )?,
     };
     Ok((name, delete_requested(fence, &request).await?))
@@ -406,20 +400,28 @@ struct GcOptions<'a> {
     ignore_malformed: bool,
     work_dir: Option<&'a std::path::Path>,
     allow_future_now: bool,
-    skip_hooks: bool,
-    hook_files: &'a [std::path::PathBuf],
-    deny_endpoints: &'a str,
+    hook: &'a crate::args::HookArgs,
     override_primary_gate: bool,
     fence: &'a crate::args::FenceArgs,
 }
 
-/// The hooks the command line runs (none: `None`), their webhooks kept off `deny`
-/// (`--deny-endpoints`).
+/// What becomes of hooks that cannot run here: skipped with `--skip-hooks`, else refused.
+fn recorded_hooks(args: &crate::args::HookArgs) -> tidemark_engine::RecordedHooks {
+    if args.skip_hooks {
+        tidemark_engine::RecordedHooks::Skip
+    } else {
+        tidemark_engine::RecordedHooks::Refuse
+    }
+}
+
+/// The hooks the command line runs (none: `None`), their webhooks kept off
+/// `--deny-endpoints`.
 fn local_hooks(
+    args: &crate::args::HookArgs,
     hooks: Vec<tidemark_engine::hooks::LocalHook>,
     reason: &'static str,
-    deny: &str,
 ) -> Result<Option<std::sync::Arc<dyn tidemark_engine::DeleteHooks>>, CliError> {
+    let deny = &args.deny_endpoints;
     let denied = tidemark_operator::tenancy::parse_cidrs(deny)
         .map_err(|e| CliError::input(format!("--deny-endpoints {deny:?}: {e}")))?;
     Ok((!hooks.is_empty()).then(|| {
@@ -442,7 +444,7 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
     // data goes: those of --hooks files, and with `kubectl tidemark gc` the namespace's
     // (webhooks called from here; a job needs the operator: refused unless --skip-hooks).
     let mut hooks = match &gc {
-        Some(g) => resolve::hook_files(g.hook_files)?,
+        Some(g) => resolve::hook_files(&g.hook.hooks)?,
         None => Vec::new(),
     };
     if let (Some(c), Some(_)) = (&in_cluster, &gc) {
@@ -498,11 +500,11 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
         None => &NoProgress,
     };
     let request = PassRequest {
-        hooks: local_hooks(
-            hooks,
-            "retention",
-            gc.as_ref().map_or("", |g| g.deny_endpoints),
-        )?,
+        // Only gc runs hooks (plan deletes nothing): no hooks, no list to read.
+        hooks: match &gc {
+            Some(g) => local_hooks(g.hook, hooks, "retention")?,
+            None => None,
+        },
         policy: policy.policy.clone(),
         policy_as_given: policy.as_given.clone(),
         now,
@@ -511,11 +513,11 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
         restores: cluster_restores,
         execute: gc.is_some(),
         ignore_malformed: gc.as_ref().is_some_and(|g| g.ignore_malformed),
-        recorded_hooks: if gc.as_ref().is_some_and(|g| g.skip_hooks) {
-            tidemark_engine::RecordedHooks::Skip
-        } else {
-            tidemark_engine::RecordedHooks::Refuse
-        },
+        recorded_hooks: gc
+            .as_ref()
+            .map_or(tidemark_engine::RecordedHooks::Refuse, |g| {
+                recorded_hooks(g.hook)
+            }),
         override_primary_gate: gc.as_ref().is_some_and(|g| g.override_primary_gate),
     };
     let consolidator = LocalConsolidator {

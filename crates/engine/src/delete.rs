@@ -171,15 +171,14 @@ async fn delete_under(
                 .deletions()
                 .map(|d| (d.backup.name.as_str(), d.backup.id.as_str()))
                 .collect();
+            let stored = crate::pass::stored_hooks(store, request.recorded_hooks).await?;
             if let Some(skipped) = crate::pass::recorded_hooks(
-                store,
+                &stored,
                 &catalog,
                 &deleting,
                 request.recorded_hooks,
                 request.hooks.as_deref(),
-            )
-            .await?
-            {
+            )? {
                 audit_hooks.extend(skipped);
             }
         }

@@ -118,11 +118,6 @@ impl LocalHooks {
         self.denied = denied;
         self
     }
-
-    /// Their names.
-    pub fn names(&self) -> Vec<&str> {
-        self.hooks.iter().map(|h| h.name.as_str()).collect()
-    }
 }
 
 /// The end of a text (its last `n` characters).

@@ -305,7 +305,9 @@ async fn carry_out(
     };
 
     // DeleteHooks this deleter cannot run: refused before any work (consolidation
-    // included) on what the plan deletes or merges.
+    // included) on what the plan deletes or merges. The store's record of the operator's
+    // hooks is read once for the pass.
+    let stored_hooks = stored_hooks(store, request.recorded_hooks).await?;
     if request.recorded_hooks != RecordedHooks::RunByCaller {
         let early: Vec<(&str, &str)> = seen
             .plan
@@ -315,13 +317,12 @@ async fn carry_out(
             .map(|d| (d.backup.name.as_str(), d.backup.id.as_str()))
             .collect();
         recorded_hooks(
-            store,
+            &stored_hooks,
             &seen.catalog,
             &early,
             request.recorded_hooks,
             request.hooks.as_deref(),
-        )
-        .await?;
+        )?;
     }
 
     // The work the plan asks for first: each synthetic full is committed before anything
@@ -425,14 +426,12 @@ async fn carry_out(
             .map(|d| (d.backup.name.as_str(), d.backup.id.as_str()))
             .collect();
         if let Some(s) = recorded_hooks(
-            store,
+            &stored_hooks,
             &seen.catalog,
             &deleting,
             request.recorded_hooks,
             request.hooks.as_deref(),
-        )
-        .await?
-        {
+        )? {
             skipped.splice(0..0, s);
         }
     }
@@ -465,6 +464,24 @@ async fn carry_out(
     })
 }
 
+/// The operator's DeleteHooks the store records (`_state/hooks.json`), for a deleter that
+/// does not run every hook itself (none read for [`RecordedHooks::RunByCaller`]).
+///
+/// # Errors
+/// The record cannot be read.
+pub(crate) async fn stored_hooks(
+    store: &ClusterStore,
+    mode: RecordedHooks,
+) -> Result<Vec<tidemark_store::state::StoredHook>, EngineError> {
+    if mode == RecordedHooks::RunByCaller {
+        return Ok(Vec::new());
+    }
+    Ok(tidemark_store::state::load_hooks(store)
+        .await?
+        .map(|r| r.hooks)
+        .unwrap_or_default())
+}
+
 /// The DeleteHooks that cannot run where this deletion is made and select a backup of
 /// `deleting` (`(name, id)`, by the labels its `metadata.json` records in `catalog`): those
 /// the operator recorded in the store (`_state/hooks.json`) that `hooks` do not run, and
@@ -473,24 +490,20 @@ async fn carry_out(
 /// (`None`: none selects anything).
 ///
 /// # Errors
-/// Such hooks select a deletion and `mode` refuses (class Input); the record cannot be
-/// read.
-pub(crate) async fn recorded_hooks(
-    store: &ClusterStore,
+/// Such hooks select a deletion and `mode` refuses (class Input).
+pub(crate) fn recorded_hooks(
+    recorded: &[tidemark_store::state::StoredHook],
     catalog: &tidemark_store::catalog::Catalog,
     deleting: &[(&str, &str)],
     mode: RecordedHooks,
     hooks: Option<&dyn DeleteHooks>,
 ) -> Result<Option<Vec<serde_json::Value>>, EngineError> {
     let skip = mode == RecordedHooks::Skip;
-    let mut unrun: Vec<tidemark_store::state::StoredHook> =
-        tidemark_store::state::load_hooks(store)
-            .await?
-            .map(|r| r.hooks)
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|h| !hooks.is_some_and(|own| own.runs(h)))
-            .collect();
+    let mut unrun: Vec<tidemark_store::state::StoredHook> = recorded
+        .iter()
+        .filter(|h| !hooks.is_some_and(|own| own.runs(h)))
+        .cloned()
+        .collect();
     for own in hooks.map(|h| h.cannot_run()).unwrap_or_default() {
         if !unrun.iter().any(|u| u.name == own.name) {
             unrun.push(own);

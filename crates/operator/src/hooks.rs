@@ -23,6 +23,7 @@ use tidemark_api::crd::{Backup, DeleteHook, HookResult};
 use crate::context::Context;
 use crate::error::Error;
 
+use tidemark_engine::hooks::call_webhook as call;
 pub use tidemark_engine::hooks::{HookOutcome, WEBHOOK_BODY_LIMIT};
 /// The label on a hook's Job: the Backup it ran for (uid).
 const HOOK_LABEL: &str = "tidemark.io/delete-hook";
@@ -522,16 +523,6 @@ fn as_recorded(
 /// `: message`, or nothing.
 fn suffix(message: Option<&str>) -> String {
     message.map(|m| format!(": {m}")).unwrap_or_default()
-}
-
-/// POSTs the description to the webhook, keeping off the operator's denied addresses.
-async fn call(
-    webhook: &tidemark_api::crd::WebhookAction,
-    timeout: Duration,
-    body: &serde_json::Value,
-    denied: &[crate::tenancy::Cidr],
-) -> HookOutcome {
-    tidemark_engine::hooks::call_webhook(webhook, timeout, body, denied).await
 }
 
 /// Whom a hook's Job runs for: a Backup object, or — once that object is gone — the

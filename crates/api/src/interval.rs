@@ -69,6 +69,18 @@ pub(crate) const BINLOG_MAX_LAG_RULE: &str = interval_rule!("24h");
 pub(crate) const BINLOG_MAX_LAG_MESSAGE: &str =
     "expected a duration from 1s to 24h, such as 1m, 5m or 1h";
 
+/// `spec.copies[].maxLag` of a BackupPolicy: how far a copy may fall behind its source
+/// before it is loud (condition, event, alert); at most a week.
+pub const COPY_MAX_LAG: IntervalField = IntervalField {
+    field: "spec.copies[].maxLag",
+    default: "1h",
+    max: "168h",
+    max_secs: 168 * 3600,
+};
+pub(crate) const COPY_MAX_LAG_RULE: &str = interval_rule!("168h");
+pub(crate) const COPY_MAX_LAG_MESSAGE: &str =
+    "expected a duration from 1s to 168h, such as 30m, 1h or 24h";
+
 /// `spec.source.standbyMaxLag` of a BackupPolicy: how far a standby may lag behind its
 /// primary to be backed up; at most a day.
 pub const STANDBY_MAX_LAG: IntervalField = IntervalField {

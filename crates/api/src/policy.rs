@@ -139,6 +139,114 @@ pub struct BackupPolicySpec {
     /// field too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify: Option<VerifySpec>,
+    /// Copies of the backups and binlog segments in other stores (another region, provider
+    /// or account), each with its own retention and lock (issue 44): committed objects are
+    /// copied as stored (ciphertext stays ciphertext), whole chains in order, committed
+    /// last; nothing deleted from this store is deleted from a copy because of it, and this
+    /// store's retention keeps what a copy has not received yet.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 4))]
+    pub copies: Vec<CopySpec>,
+    /// Hold this store's transfers (backups pushed, binlogs archived, fetches) to this
+    /// rate, e.g. `50MiB/s` (B, KB, MB, GB, KiB, MiB, GiB per second).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(tidemark_core::rate::RATE_RULE).message(tidemark_core::rate::RATE_FORM))]
+    pub bandwidth: Option<String>,
+}
+
+/// A second store holding a copy of the policy's backups and binlog segments.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CopySpec {
+    /// The copy's name, unique in the policy (`restore --from-copy NAME`, a Restore's
+    /// `from`, metrics): lower-case letters, digits and `-`.
+    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"), length(max = 63))]
+    pub name: String,
+    /// Where the copy is: any backend (`s3`, `gs`, `az`, `file`), with its own
+    /// credentials Secret. The cluster directory is the policy's.
+    pub object_store: ObjectStoreSpec,
+    /// The copy's own retention rules; absent: the policy's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<RetentionSpec>,
+    /// The copy's own object lock (else `objectStore.objectLock`); its period defaults to
+    /// the copy's retention window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_lock: Option<ObjectLockSpec>,
+    /// How far the copy may fall behind the policy's store before it is loud (condition
+    /// `CopyBehind`, an event, the alert `TidemarkCopyBehind`): default `1h`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(crate::interval::COPY_MAX_LAG_RULE).message(crate::interval::COPY_MAX_LAG_MESSAGE))]
+    pub max_lag: Option<String>,
+    /// Hold the copy's transfers to this rate, e.g. `50MiB/s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(tidemark_core::rate::RATE_RULE).message(tidemark_core::rate::RATE_FORM))]
+    pub bandwidth: Option<String>,
+}
+
+/// Most copies one policy names.
+pub const MAX_COPIES: usize = 4;
+
+impl CopySpec {
+    /// The copy's lock (`objectLock`, else `objectStore.objectLock`), its period defaulting
+    /// to the copy's window (else the policy's).
+    ///
+    /// # Errors
+    /// As [`BackupPolicySpec::object_lock`].
+    pub fn object_lock(
+        &self,
+        policy: &BackupPolicySpec,
+    ) -> Result<Option<tidemark_core::lock::ObjectLock>, PolicyFileError> {
+        let lock = self
+            .object_lock
+            .as_ref()
+            .or(self.object_store.object_lock.as_ref());
+        let window = self
+            .retention
+            .as_ref()
+            .or(policy.retention.as_ref())
+            .and_then(|r| r.window.as_ref());
+        lock_of(lock, window, "spec.copies[].objectLock")
+    }
+
+    /// The copy's retention rules: its own, else the policy's.
+    pub fn retention<'a>(&'a self, policy: &'a BackupPolicySpec) -> Option<&'a RetentionSpec> {
+        self.retention.as_ref().or(policy.retention.as_ref())
+    }
+
+    /// `maxLag`, or its default.
+    ///
+    /// # Errors
+    /// A value outside the grammar or the bounds.
+    pub fn max_lag(&self) -> Result<jiff::SignedDuration, PolicyFileError> {
+        crate::interval::COPY_MAX_LAG
+            .parse(self.max_lag.as_deref())
+            .map_err(PolicyFileError::Interval)
+    }
+
+    /// `bandwidth`, when set.
+    ///
+    /// # Errors
+    /// Not a rate.
+    pub fn bandwidth(&self) -> Result<Option<tidemark_core::rate::Rate>, PolicyFileError> {
+        rate("spec.copies[].bandwidth", self.bandwidth.as_deref())
+    }
+}
+
+/// A rate field, when set.
+fn rate(
+    field: &'static str,
+    value: Option<&str>,
+) -> Result<Option<tidemark_core::rate::Rate>, PolicyFileError> {
+    value
+        .map(|v| {
+            v.parse().map_err(
+                |e: tidemark_core::rate::RateError| PolicyFileError::Invalid {
+                    field,
+                    problem: e.to_string(),
+                },
+            )
+        })
+        .transpose()
 }
 
 /// When a policy's store is read back and how much of it.
@@ -1632,6 +1740,77 @@ impl BackupPolicySpec {
         self.retention_interval()?;
         self.binlog_interval()?;
         self.binlog_max_lag()?;
+        self.bandwidth()?;
+        self.validate_copies()?;
+        Ok(())
+    }
+
+    /// Each copy: a unique name, a store of its own, its lock, lag and rate.
+    ///
+    /// # Errors
+    /// More than [`MAX_COPIES`]; a name that is not a DNS label or is taken twice; a copy
+    /// without a store of the policy, or whose store is the policy's own; an invalid store,
+    /// retention, lock, `maxLag` or `bandwidth`.
+    fn validate_copies(&self) -> Result<(), PolicyFileError> {
+        let invalid = |problem: String| PolicyFileError::Invalid {
+            field: "spec.copies",
+            problem,
+        };
+        if self.copies.is_empty() {
+            return Ok(());
+        }
+        if self.copies.len() > MAX_COPIES {
+            return Err(invalid(format!(
+                "{} copies; a policy names at most {MAX_COPIES}",
+                self.copies.len()
+            )));
+        }
+        let Some(own) = &self.object_store else {
+            return Err(invalid(
+                "copies need spec.objectStore (the store they copy from)".into(),
+            ));
+        };
+        let own_url = own.store_url()?;
+        let mut seen = std::collections::HashSet::new();
+        for c in &self.copies {
+            crate::names::dns_label("spec.copies[].name", &c.name)?;
+            if !seen.insert(c.name.as_str()) {
+                return Err(invalid(format!(
+                    "the copy name {:?} is used twice; each copy needs its own",
+                    c.name
+                )));
+            }
+            let url = c.object_store.store_url()?;
+            if url == own_url && c.object_store.endpoint == own.endpoint {
+                return Err(invalid(format!(
+                    "copy {:?}: its objectStore is the policy's own ({url}); a copy goes to another bucket, region or provider",
+                    c.name
+                )));
+            }
+            if let Some(e) = &c.object_store.encryption {
+                e.validate()?;
+            }
+            if let Some(secret) = &c.object_store.credentials_secret {
+                crate::names::dns_subdomain("spec.copies[].objectStore.credentialsSecret", secret)?;
+            }
+            if let Some(keys) = &c.object_store.credentials_keys {
+                keys.validate()?;
+            }
+            if c.object_lock.is_some() && c.object_store.object_lock.is_some() {
+                return Err(invalid(format!(
+                    "copy {:?}: objectLock is set both on the copy and in its objectStore; set one",
+                    c.name
+                )));
+            }
+            if let Some(r) = &c.retention {
+                r.to_input(self.time_zone.as_deref())
+                    .validate()
+                    .map_err(|e| invalid(format!("copy {:?}: retention: {e}", c.name)))?;
+            }
+            c.object_lock(self)?;
+            c.max_lag()?;
+            c.bandwidth()?;
+        }
         Ok(())
     }
 
@@ -1641,53 +1820,26 @@ impl BackupPolicySpec {
     /// # Errors
     /// An unknown mode; a period that is not a duration, or none at all.
     pub fn object_lock(&self) -> Result<Option<tidemark_core::lock::ObjectLock>, PolicyFileError> {
-        let Some(lock) = self
-            .object_store
-            .as_ref()
-            .and_then(|o| o.object_lock.as_ref())
-        else {
-            return Ok(None);
-        };
-        // Lower case, as the CRD's pattern says (the command line accepts any case).
-        let mode = match lock.mode.as_str() {
-            "governance" | "compliance" => lock.mode.parse(),
-            other => other
-                .parse::<tidemark_core::lock::LockMode>()
-                .and(Err(format!(
-                    "invalid object lock mode {other:?}: expected {}",
-                    tidemark_core::lock::LOCK_MODES
-                ))),
-        }
-        .map_err(|problem| PolicyFileError::Invalid {
-            field: "spec.objectStore.objectLock.mode",
-            problem,
-        })?;
-        let (field, text) = match (
-            &lock.period,
+        lock_of(
+            self.object_store
+                .as_ref()
+                .and_then(|o| o.object_lock.as_ref()),
             self.retention.as_ref().and_then(|r| r.window.as_ref()),
-        ) {
-            (Some(p), _) => ("spec.objectStore.objectLock.period", p),
-            (None, Some(w)) => ("spec.retention.window", w),
-            (None, None) => {
-                return Err(PolicyFileError::Invalid {
-                    field: "spec.objectStore.objectLock.period",
-                    problem: "required when spec.retention.window is not set (how long a chain's last backup stays locked, e.g. 30d)".into(),
-                });
-            }
-        };
-        let period: tidemark_core::RetentionDuration =
-            text.parse()
-                .map_err(|e: tidemark_core::DurationError| PolicyFileError::Invalid {
-                    field,
-                    problem: e.to_string(),
-                })?;
-        if period.as_signed_duration().is_zero() {
-            return Err(PolicyFileError::Invalid {
-                field,
-                problem: "a lock of 0 days locks nothing; give a positive span, e.g. 30d".into(),
-            });
-        }
-        Ok(Some(tidemark_core::lock::ObjectLock { mode, period }))
+            "spec.objectStore.objectLock",
+        )
+    }
+
+    /// `spec.bandwidth`, when set.
+    ///
+    /// # Errors
+    /// Not a rate.
+    pub fn bandwidth(&self) -> Result<Option<tidemark_core::rate::Rate>, PolicyFileError> {
+        rate("spec.bandwidth", self.bandwidth.as_deref())
+    }
+
+    /// The copy named `name`.
+    pub fn copy(&self, name: &str) -> Option<&CopySpec> {
+        self.copies.iter().find(|c| c.name == name)
     }
 
     /// What a pass does with a locked chain whose lock ended
@@ -1751,6 +1903,65 @@ impl BackupPolicySpec {
     pub fn cluster_or<'a>(&'a self, name: &'a str) -> &'a str {
         self.cluster.as_deref().unwrap_or(name)
     }
+}
+
+/// A lock setting with its period (`period`, else `window`); `at` names the lock's field
+/// (`spec.objectStore.objectLock` or `spec.copies[].objectLock`).
+fn lock_of(
+    lock: Option<&ObjectLockSpec>,
+    window: Option<&String>,
+    at: &'static str,
+) -> Result<Option<tidemark_core::lock::ObjectLock>, PolicyFileError> {
+    let Some(lock) = lock else {
+        return Ok(None);
+    };
+    let (mode_field, period_field): (&'static str, &'static str) = match at {
+        "spec.copies[].objectLock" => (
+            "spec.copies[].objectLock.mode",
+            "spec.copies[].objectLock.period",
+        ),
+        _ => (
+            "spec.objectStore.objectLock.mode",
+            "spec.objectStore.objectLock.period",
+        ),
+    };
+    // Lower case, as the CRD's pattern says (the command line accepts any case).
+    let mode = match lock.mode.as_str() {
+        "governance" | "compliance" => lock.mode.parse(),
+        other => other
+            .parse::<tidemark_core::lock::LockMode>()
+            .and(Err(format!(
+                "invalid object lock mode {other:?}: expected {}",
+                tidemark_core::lock::LOCK_MODES
+            ))),
+    }
+    .map_err(|problem| PolicyFileError::Invalid {
+        field: mode_field,
+        problem,
+    })?;
+    let (field, text) = match (&lock.period, window) {
+        (Some(p), _) => (period_field, p),
+        (None, Some(w)) => ("spec.retention.window", w),
+        (None, None) => {
+            return Err(PolicyFileError::Invalid {
+                field: period_field,
+                problem: "required when spec.retention.window is not set (how long a chain's last backup stays locked, e.g. 30d)".into(),
+            });
+        }
+    };
+    let period: tidemark_core::RetentionDuration =
+        text.parse()
+            .map_err(|e: tidemark_core::DurationError| PolicyFileError::Invalid {
+                field,
+                problem: e.to_string(),
+            })?;
+    if period.as_signed_duration().is_zero() {
+        return Err(PolicyFileError::Invalid {
+            field,
+            problem: "a lock of 0 days locks nothing; give a positive span, e.g. 30d".into(),
+        });
+    }
+    Ok(Some(tidemark_core::lock::ObjectLock { mode, period }))
 }
 
 impl BackupPolicy {
@@ -1821,6 +2032,35 @@ impl BackupPolicy {
             .cluster
             .as_deref()
             .unwrap_or(self.metadata.name.as_str())
+    }
+
+    /// The policy as its copy `name` sees it: the copy's store (with the copy's lock) in
+    /// place of its own, the copy's retention (else its own) and bandwidth, the same
+    /// cluster directory, no copies of its own. What reads or keeps the copy — its
+    /// retention pass, `restore --from-copy`, `ls`, `verify` — works on this policy as on any.
+    /// `None` when the policy names no such copy.
+    pub fn as_copy(&self, name: &str) -> Option<BackupPolicy> {
+        let c = self.spec.copy(name)?;
+        let mut out = self.clone();
+        let mut store = c.object_store.clone();
+        if c.object_lock.is_some() {
+            store.object_lock.clone_from(&c.object_lock);
+        }
+        // Objects are copied as stored: the copy is read with the source's keys.
+        if store.encryption.is_none() {
+            store.encryption = self
+                .spec
+                .object_store
+                .as_ref()
+                .and_then(|o| o.encryption.clone());
+        }
+        out.spec.cluster = Some(self.cluster().to_owned());
+        out.spec.object_store = Some(store);
+        out.spec.retention = c.retention(&self.spec).cloned();
+        out.spec.bandwidth.clone_from(&c.bandwidth);
+        out.spec.copies = Vec::new();
+        out.spec.binlog_archive = None;
+        Some(out)
     }
 }
 

@@ -95,6 +95,13 @@ pub enum Command {
     /// — the content; check every chain and the recovery window; report each backup.
     /// Exit 0 when everything checks out, 4 when anything is damaged, cut short or missing.
     Verify(VerifyArgs),
+    /// Copy what the source store holds committed — backups as whole chains, binlog
+    /// segments with their timelines — to a second store, as stored (ciphertext stays
+    /// ciphertext), committing last: one pass of what `tidemark run` and the operator do
+    /// for a policy's spec.copies. The copy keeps what its own retention keeps; nothing
+    /// deleted from the source is deleted from it. The source records the copy's progress
+    /// (_state/copies/NAME.json) and its retention keeps what the copy has not received.
+    Copy(CopyArgs),
     /// Prove the newest (or a random, or a given) point restorable: restore it into scratch
     /// space, start MariaDB on it, run CHECK TABLE on every table and an optional query with
     /// its expected result, record the outcome beside the backup (`_restoretest.json`),
@@ -104,6 +111,60 @@ pub enum Command {
     /// file (mode 600, never overwritten) and its public key on stdout; without, the
     /// identity on stdout and the public key on stderr (as age-keygen does).
     Keygen(KeygenArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CopyArgs {
+    /// The source store (`--from` is the same as `--store`).
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// The source store's URL (the same as --store).
+    #[arg(long = "from", value_name = "URL", conflicts_with = "store")]
+    pub from: Option<String>,
+    /// A BackupPolicy file: the source is its store; with --copy NAME the copy is its
+    /// spec.copies entry NAME, with that copy's retention, lock and bandwidth.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// The policy file's copy to copy to (spec.copies[].name).
+    #[arg(
+        long = "copy",
+        value_name = "NAME",
+        requires = "policy",
+        conflicts_with = "to"
+    )]
+    pub copy: Option<String>,
+    /// The copy's store URL, by hand (instead of --policy with --copy); the cluster is the
+    /// source's. It is reached with the usual variables.
+    #[arg(long, value_name = "URL")]
+    pub to: Option<String>,
+    /// The S3-compatible endpoint of --to.
+    #[arg(long, value_name = "URL", requires = "to")]
+    pub to_endpoint: Option<String>,
+    /// The copy's name with --to (its record in the source is _state/copies/NAME.json).
+    #[arg(long, value_name = "NAME", default_value = "copy", requires = "to")]
+    pub name: String,
+    /// With --to: the copy keeps backups completed within this span (<n>d, <n>w, <n>mo)
+    /// and what its newest needs; default: everything the source has.
+    #[arg(long, value_name = "DURATION", requires = "to")]
+    pub window: Option<String>,
+    /// Hold the transfers to this rate, e.g. 50MiB/s (default: the copy's bandwidth).
+    #[arg(long, value_name = "RATE")]
+    pub bandwidth: Option<String>,
+    /// Say what would be sent; send nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// After the copy, run the copy's own retention pass (its plan, its reasons, its
+    /// audit record) under the same lease.
+    #[arg(long, conflicts_with = "dry_run")]
+    pub gc: bool,
+    /// Remove the copy's record from the source (a copy given up): the source's retention
+    /// stops keeping anything for it. Copies nothing.
+    #[arg(long, conflicts_with_all = ["dry_run", "gc"])]
+    pub forget: bool,
+    #[command(flatten)]
+    pub fence: FenceArgs,
+    #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
 }
 
 #[derive(Debug, Args)]
@@ -767,7 +828,7 @@ pub struct FetchArgs {
 }
 
 /// Where the backups are.
-#[derive(Debug, Args)]
+#[derive(Debug, Default, Args)]
 pub struct StoreArgs {
     /// Store URL: file:///dir, s3://bucket[/prefix], gs://bucket[/prefix],
     /// az://container[/prefix] or memory://. S3 reads the usual AWS_* variables.
@@ -827,10 +888,18 @@ pub struct StoreArgs {
     /// objectStore.objectLock.afterExpiry.
     #[arg(long, value_name = "WHAT", env = "TIDEMARK_AFTER_LOCK_EXPIRY")]
     pub after_lock_expiry: Option<String>,
+    /// Use the --policy file's copy NAME (spec.copies[].name) instead of its own store:
+    /// `restore --from-copy dr`, `ls --from-copy dr`, `verify --from-copy dr`, `gc
+    /// --from-copy dr` (the copy's own retention). The copy's S3 credentials may be given
+    /// as TIDEMARK_COPY_<NAME>_AWS_ACCESS_KEY_ID and _AWS_SECRET_ACCESS_KEY (GCS:
+    /// _GOOGLE_SERVICE_ACCOUNT_KEY; Azure: _AZURE_STORAGE_ACCOUNT_NAME with _KEY or
+    /// _SAS_TOKEN); else the usual variables.
+    #[arg(long, value_name = "NAME", env = "TIDEMARK_FROM_COPY")]
+    pub from_copy: Option<String>,
 }
 
 /// The retention policy: a BackupPolicy file, or flags.
-#[derive(Debug, Args)]
+#[derive(Debug, Default, Args)]
 pub struct PolicyArgs {
     /// A BackupPolicy YAML file (its objectStore and name give --store and --cluster when
     /// those are not set). Not combinable with the policy flags below.

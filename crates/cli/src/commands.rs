@@ -56,6 +56,7 @@ pub fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Delete(a) => rt.block_on(delete(&a)),
         Command::Keygen(a) => keygen(&a),
         Command::Verify(a) => rt.block_on(crate::verify::verify(&a)),
+        Command::Copy(a) => rt.block_on(crate::copy::copy(&a)),
         Command::RestoreTest(a) => rt.block_on(crate::restore::restore_test(&a)),
     }
 }

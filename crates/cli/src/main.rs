@@ -3,6 +3,7 @@
 mod args;
 mod cluster;
 mod commands;
+mod copy;
 mod exit;
 mod output;
 mod progress;

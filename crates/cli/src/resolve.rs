@@ -151,6 +151,29 @@ pub fn target(
     file: Option<&BackupPolicy>,
     policy_path: Option<&Path>,
 ) -> Result<Target, CliError> {
+    let copied;
+    let file = match (&args.from_copy, file) {
+        (None, f) => f,
+        (Some(name), Some(p)) => {
+            copied = p.as_copy(name).ok_or_else(|| {
+                let names: Vec<&str> = p.spec.copies.iter().map(|c| c.name.as_str()).collect();
+                CliError::input(format!(
+                    "--from-copy {name}: the policy names no such copy (spec.copies: {})",
+                    if names.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        names.join(", ")
+                    }
+                ))
+            })?;
+            Some(&copied)
+        }
+        (Some(name), None) => {
+            return Err(CliError::input(format!(
+                "--from-copy {name} needs --policy FILE: the BackupPolicy whose spec.copies names the copy"
+            )));
+        }
+    };
     let os = file.and_then(|p| p.spec.object_store.as_ref());
     let cwd = std::env::current_dir().unwrap_or_default();
     let url = match (&args.store, os) {
@@ -192,13 +215,16 @@ pub fn target(
         })?),
         None => os.and_then(|o| o.ca_bundle.clone()),
     };
-    let options = StoreOptions {
+    let mut options = StoreOptions {
         endpoint,
         region: os.and_then(|o| o.region.clone()),
         path_style: os.and_then(|o| o.path_style),
         ca_bundle,
         ..Default::default()
     };
+    if let Some(name) = &args.from_copy {
+        copy_credentials(name, &mut options);
+    }
     let compression = match os.map(ObjectStoreSpec::compression).transpose() {
         Ok(c) => c.unwrap_or_default(),
         Err(e) => return Err(CliError::input(e.to_string())),
@@ -269,6 +295,37 @@ pub fn target(
             .with_lock_period(object_lock.and_then(|l| l.period)),
         object_lock,
     })
+}
+
+/// A copy's own credentials from `TIDEMARK_COPY_<NAME>_…` (the name upper-cased, `-` as
+/// `_`), where given: S3 `AWS_ACCESS_KEY_ID` with `AWS_SECRET_ACCESS_KEY` (and
+/// `AWS_SESSION_TOKEN`), GCS `GOOGLE_SERVICE_ACCOUNT_KEY` (the JSON key), Azure
+/// `AZURE_STORAGE_ACCOUNT_NAME` with `AZURE_STORAGE_ACCOUNT_KEY` or `AZURE_STORAGE_SAS_TOKEN`.
+/// Without them the copy is reached with the usual variables.
+pub fn copy_credentials(name: &str, options: &mut StoreOptions) {
+    let prefix = format!("TIDEMARK_COPY_{}_", name.to_uppercase().replace('-', "_"));
+    let var = |k: &str| {
+        std::env::var(format!("{prefix}{k}"))
+            .ok()
+            .filter(|v| !v.is_empty())
+    };
+    if let (Some(id), Some(secret)) = (var("AWS_ACCESS_KEY_ID"), var("AWS_SECRET_ACCESS_KEY")) {
+        options.credentials = Some(tidemark_store::S3Credentials {
+            access_key_id: id,
+            secret_access_key: secret,
+            session_token: var("AWS_SESSION_TOKEN"),
+        });
+    }
+    if let Some(key) = var("GOOGLE_SERVICE_ACCOUNT_KEY") {
+        options.cloud_credentials =
+            Some(tidemark_store::CloudCredentials::GcsServiceAccountKey(key));
+    } else if let Some(account) = var("AZURE_STORAGE_ACCOUNT_NAME") {
+        options.cloud_credentials = Some(tidemark_store::CloudCredentials::Azure {
+            account,
+            access_key: var("AZURE_STORAGE_ACCOUNT_KEY"),
+            sas_token: var("AZURE_STORAGE_SAS_TOKEN"),
+        });
+    }
 }
 
 /// What one command may read from a store ([`tidemark_store::budget`]): the local

@@ -118,7 +118,7 @@ fn load(dir: &Path) -> Result<Vec<PolicyRun>, CliError> {
                 file.display()
             )));
         }
-        let store = open_store(policy, file)?;
+        let store = open_store(policy, file, None)?;
         let identity = store.identity().to_owned();
         if let Some((other, other_name, _)) = seen.iter().find(|(_, _, i)| *i == identity) {
             // Each policy's lease, schedules and retention assume they alone write there.
@@ -386,20 +386,13 @@ pub async fn run(args: &RunArgs) -> Result<Exit, CliError> {
 fn open_store(
     policy: &BackupPolicy,
     file: &Path,
+    copy: Option<&str>,
 ) -> Result<tidemark_store::ClusterStore, CliError> {
     let open = || {
         resolve::target(
             &StoreArgs {
-                store: None,
-                cluster: None,
-                endpoint: None,
-                ca_bundle: None,
-                recipients: Vec::new(),
-                identities: Vec::new(),
-                allow_plaintext_before: None,
-                lock_mode: None,
-                lock_period: None,
-                after_lock_expiry: None,
+                from_copy: copy.map(str::to_owned),
+                ..StoreArgs::default()
             },
             Some(policy),
             Some(file),

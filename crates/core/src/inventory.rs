@@ -131,6 +131,10 @@ pub struct Backup {
     /// chain and the binlogs after it, while they do.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub held_for: Vec<String>,
+    /// The copies (second stores, by name) that still need it and have not received it:
+    /// kept, with its chain and the binlogs after it, until they have.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub awaiting_copy: Vec<String>,
 }
 
 /// A hold a restore places on a backup it needs: the backup is kept (reason
@@ -176,6 +180,7 @@ impl Backup {
             server_id: None,
             galera: false,
             held_for: Vec::new(),
+            awaiting_copy: Vec::new(),
         }
     }
 

@@ -2,6 +2,7 @@
 //! restore model and the retention planner. No I/O, no clock: `now` is always passed in.
 
 pub mod compression;
+pub mod copies;
 pub mod coverage;
 pub mod duration;
 pub mod gtid;
@@ -10,6 +11,7 @@ pub mod lock;
 pub mod next;
 pub mod plan;
 pub mod policy;
+pub mod rate;
 pub mod reason;
 pub mod records;
 pub mod restore;

@@ -77,6 +77,13 @@ pub struct SegmentPlan {
     /// Segments behind the horizon kept only because they are on a branch (off the main
     /// line) within the window or not yet acknowledged.
     pub kept_branch: usize,
+    /// Segments behind the horizon kept only because a copy has not received them yet.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub kept_for_copies: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl SegmentPlan {
@@ -701,6 +708,12 @@ fn apply_rules(policy: &Policy, nodes: &mut [Node], now: Timestamp) {
         for by in &b.held_for {
             node.reasons.push(Reason::Restore(by.clone()));
         }
+        // (A broken backup cannot be copied: it goes as a broken one does.)
+        if node.phase == Phase::Completed && node.restorable {
+            for name in &b.awaiting_copy {
+                node.reasons.push(Reason::Copy(name.clone()));
+            }
+        }
         if b.newer_format {
             node.reasons.push(Reason::NewerFormat);
         }
@@ -971,6 +984,7 @@ fn consolidations(nodes: &[Node]) -> Vec<(usize, Vec<usize>)> {
                 Reason::Locked(_)
                     | Reason::Protected
                     | Reason::Restore(_)
+                    | Reason::Copy(_)
                     | Reason::NewerFormat
                     | Reason::InProgress
             )

@@ -37,6 +37,9 @@ pub enum Reason {
     Protected,
     /// A restore (named: the operator's Restore object) needs it, e.g. `restore:nightly-fix`.
     Restore(String),
+    /// A copy (named: the policy's `copies[].name`) still needs it and has not received it
+    /// yet, e.g. `copy:dr`.
+    Copy(String),
     /// Its own `ttl` has not expired.
     Ttl,
     /// Still running.
@@ -138,6 +141,7 @@ impl fmt::Display for Reason {
             Reason::Locked(t) => write!(f, "locked:{t}"),
             Reason::Protected => f.write_str("protected"),
             Reason::Restore(by) => write!(f, "restore:{by}"),
+            Reason::Copy(name) => write!(f, "copy:{name}"),
             Reason::Ttl => f.write_str("ttl"),
             Reason::InProgress => f.write_str("inProgress"),
             Reason::FailedBackupsTtl => f.write_str("failedBackupsTTL"),

@@ -556,6 +556,7 @@ mod tests {
             server_id: None,
             galera: false,
             held_for: Vec::new(),
+            awaiting_copy: Vec::new(),
         }
     }
 

@@ -53,6 +53,8 @@ struct Spec {
     consolidated: bool,
     /// Its deletion was requested (`_deletion-requested.json`).
     deletion_requested: bool,
+    /// A copy (a second store) needs it and has not received it yet.
+    awaiting_copy: bool,
 }
 
 fn backup_spec() -> impl Strategy<Value = Spec> {
@@ -74,6 +76,7 @@ fn backup_spec() -> impl Strategy<Value = Spec> {
             prop::option::weighted(0.5, 0i64..20),
             prop::bool::weighted(0.08),
             prop::bool::weighted(0.06),
+            prop::bool::weighted(0.05),
         ),
     )
         .prop_map(
@@ -87,6 +90,7 @@ fn backup_spec() -> impl Strategy<Value = Spec> {
                     heartbeat_min,
                     consolidated,
                     deletion_requested,
+                    awaiting_copy,
                 ),
             )| Spec {
                 start_h,
@@ -103,6 +107,7 @@ fn backup_spec() -> impl Strategy<Value = Spec> {
                 heartbeat_min,
                 consolidated,
                 deletion_requested,
+                awaiting_copy,
             },
         )
 }
@@ -175,6 +180,11 @@ fn build_backups(specs: &[Spec], now: Timestamp) -> Vec<Backup> {
             server_id: None,
             galera: false,
             held_for: Vec::new(),
+            awaiting_copy: if s.awaiting_copy {
+                vec!["dr".to_owned()]
+            } else {
+                Vec::new()
+            },
         });
     }
     // Committed synthetic fulls standing in for some completed increments (seed 002).
@@ -727,6 +737,14 @@ fn check_safety(m: &Model, p: &Plan) -> Result<(), TestCaseError> {
                 b.id,
                 dump(p)
             );
+            // A completed backup a copy has not received yet stays (a broken one cannot
+            // be copied, and goes as a broken one does).
+            prop_assert!(
+                b.awaiting_copy.is_empty() || b.phase != Phase::Completed || !m.restorable(b),
+                "{} deleted before its copy: {:?}",
+                b.id,
+                dump(p)
+            );
         }
         if !m.restorable(b) {
             prop_assert!(
@@ -998,6 +1016,7 @@ fn check_liveness(m: &Model, p: &Plan) -> Result<(), TestCaseError> {
                 }
                 Reason::Protected => b.protected,
                 Reason::Restore(by) => b.held_for.contains(by),
+                Reason::Copy(name) => b.awaiting_copy.contains(name),
                 Reason::NewerFormat => b.newer_format,
                 Reason::InProgress => m.in_progress(b),
                 Reason::Malformed => b.phase == Phase::Malformed,

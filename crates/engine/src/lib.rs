@@ -22,6 +22,7 @@
 pub mod archive;
 pub mod attempt;
 pub mod clock;
+pub mod copy;
 pub mod delete;
 pub mod error;
 pub mod fence;

@@ -238,9 +238,17 @@ pub async fn retention_pass(
         }
         None => request,
     };
+    // What each copy of the store has not received yet is kept (`_state/copies/`), for
+    // every deleter.
+    let copies: Vec<tidemark_core::copies::CopyFloor> = tidemark_store::state::load_copies(store)
+        .await?
+        .iter()
+        .map(tidemark_store::state::CopyRecord::floor)
+        .collect();
     let options = SurveyOptions {
         protect: request.protect.clone(),
         restores: request.restores.clone(),
+        copies: copies.clone(),
     };
     let fence = match (request.execute, fence) {
         (false, _) => None,
@@ -287,7 +295,14 @@ pub async fn retention_pass(
         });
     }
     fence
-        .guard(carry_out(store, request, consolidator, progress, seen))
+        .guard(carry_out(
+            store,
+            request,
+            consolidator,
+            progress,
+            seen,
+            copies,
+        ))
         .await
 }
 
@@ -298,10 +313,12 @@ async fn carry_out(
     consolidator: Option<&dyn Consolidator>,
     progress: &dyn Progress,
     mut seen: Survey,
+    copies: Vec<tidemark_core::copies::CopyFloor>,
 ) -> Result<PassOutcome, EngineError> {
     let options = SurveyOptions {
         protect: request.protect.clone(),
         restores: request.restores.clone(),
+        copies: copies.clone(),
     };
 
     // DeleteHooks this deleter cannot run: refused before any work (consolidation
@@ -396,6 +413,7 @@ async fn carry_out(
                 let options = SurveyOptions {
                     protect: protect.clone(),
                     restores: restores.clone(),
+                    copies: copies.clone(),
                 };
                 seen = survey(store, &request.policy, request.now, &options, progress).await?;
                 break;
@@ -412,6 +430,7 @@ async fn carry_out(
             let options = SurveyOptions {
                 protect: protect.clone(),
                 restores: restores.clone(),
+                copies: copies.clone(),
             };
             seen = survey(store, &request.policy, request.now, &options, progress).await?;
         }

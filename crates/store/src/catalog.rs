@@ -981,7 +981,7 @@ fn missing_payload(m: &Metadata, sizes: &HashMap<&str, u64>) -> Option<String> {
 }
 
 /// object_store reports times as chrono values.
-pub(crate) fn to_ts(t: chrono::DateTime<chrono::Utc>) -> Timestamp {
+pub fn to_ts(t: chrono::DateTime<chrono::Utc>) -> Timestamp {
     Timestamp::new(t.timestamp(), t.timestamp_subsec_nanos() as i32)
         .unwrap_or(Timestamp::UNIX_EPOCH)
 }
@@ -1043,6 +1043,7 @@ fn backup_from_metadata(m: &Metadata, name: &str, last_modified: Timestamp, size
         server_id: m.server.as_ref().and_then(|s| s.server_id),
         galera: m.server.as_ref().is_some_and(|s| s.galera),
         held_for: Vec::new(),
+        awaiting_copy: Vec::new(),
     }
 }
 

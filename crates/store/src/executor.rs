@@ -189,6 +189,7 @@ impl Deletions {
             keep: _,
             kept_unknown_last_event: _,
             kept_branch: _,
+            kept_for_copies: _,
         } = segments;
         for s in delete {
             let SegmentDeletion {

@@ -8,6 +8,7 @@ pub mod budget;
 pub mod catalog;
 pub mod codec;
 pub mod compress;
+pub mod copy;
 pub mod crypt;
 pub mod deny;
 pub mod error;

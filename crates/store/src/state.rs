@@ -1042,3 +1042,213 @@ mod archiver_tests {
         assert_eq!(caught_up.lag(t("00:30"), minute).as_secs(), 0);
     }
 }
+
+/// The directory (inside [`layout::STATE`]) of copy records.
+pub const COPIES: &str = "copies";
+
+/// Most copies a store records: a policy names a handful; more records are planted.
+pub const MAX_COPIES: usize = 16;
+
+/// `_state/copies/<name>.json` in the *source* store: how far the copy `name` has come
+/// (DESIGN.md §7.2). Written by the copier after each pass (last writer wins: one copier per
+/// copy, under the copy's lease). Every retention pass on the source reads it and keeps
+/// what the copy has not dealt with yet (`copy:<name>`). A planted record can only keep
+/// more; a copy removed from the policy has its record removed by the runner.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CopyRecord {
+    pub format_version: u32,
+    /// The copy's name (`copies[].name`).
+    pub name: String,
+    /// Where the copy is (its URL and cluster), for people.
+    #[serde(default)]
+    pub destination: String,
+    /// When the last pass ended, by the copier's clock.
+    pub observed_at: Timestamp,
+    /// Backups of the source the copy received (pruned to those the source still has).
+    #[serde(default)]
+    pub received: std::collections::BTreeSet<String>,
+    /// Backups of the source the copy's plan would not keep: never sent.
+    #[serde(default)]
+    pub declined: std::collections::BTreeSet<String>,
+    /// Per timeline: every indexed segment up to this sequence was received or declined.
+    #[serde(default)]
+    pub segments_through: BTreeMap<u32, u64>,
+    /// The newest restorable instant of the source, and of the copy, at the last pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_newest_at: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy_newest_at: Option<Timestamp>,
+    /// What could not be copied at the last pass (each a key and why), if anything.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<String>,
+    /// Host and process of the copier.
+    #[serde(default)]
+    pub writer: String,
+    #[serde(flatten, skip_deserializing)]
+    pub extra: RawFields,
+}
+
+impl Record for CopyRecord {
+    const KNOWN: &'static [&'static str] = &[
+        "formatVersion",
+        "name",
+        "destination",
+        "observedAt",
+        "received",
+        "declined",
+        "segmentsThrough",
+        "sourceNewestAt",
+        "copyNewestAt",
+        "failures",
+        "writer",
+    ];
+    fn extra_mut(&mut self) -> &mut RawFields {
+        &mut self.extra
+    }
+}
+
+impl CopyRecord {
+    /// A copy that has received nothing yet: everything of the source waits for it.
+    pub fn new(name: &str, destination: &str, now: Timestamp) -> Self {
+        CopyRecord {
+            format_version: STATE_FORMAT_VERSION,
+            name: name.to_owned(),
+            destination: destination.to_owned(),
+            observed_at: now,
+            received: Default::default(),
+            declined: Default::default(),
+            segments_through: BTreeMap::new(),
+            source_newest_at: None,
+            copy_newest_at: None,
+            failures: Vec::new(),
+            writer: host_name(),
+            extra: RawFields::default(),
+        }
+    }
+
+    /// What a retention pass on the source keeps for this copy.
+    pub fn floor(&self) -> tidemark_core::copies::CopyFloor {
+        tidemark_core::copies::CopyFloor {
+            name: self.name.clone(),
+            handled: self.received.union(&self.declined).cloned().collect(),
+            segments_through: self.segments_through.clone(),
+        }
+    }
+
+    /// How far the copy is behind the source at `now`: the source's newest restorable
+    /// instant against the copy's — or, when the last pass is older than `silent_after`,
+    /// against `now` (a copier that stopped falls further behind every second).
+    pub fn lag(&self, now: Timestamp, silent_after: jiff::SignedDuration) -> jiff::SignedDuration {
+        let silent = now.duration_since(self.observed_at) > silent_after;
+        let newest = if silent {
+            Some(now)
+        } else {
+            self.source_newest_at
+        };
+        match (newest, self.copy_newest_at) {
+            (Some(n), Some(c)) if n > c => n.duration_since(c),
+            (Some(n), None) => n.duration_since(self.observed_at.min(n)),
+            _ => jiff::SignedDuration::ZERO,
+        }
+    }
+}
+
+/// `_state/copies/<name>.json`; `None` for a name that is not one safe path segment.
+pub fn copy_key(name: &str) -> Option<Path> {
+    layout::is_backup_name(name)
+        .then(|| Path::from_iter([layout::STATE, COPIES, &format!("{name}.json")]))
+}
+
+/// Reads the record of copy `name`; `None` when none was written.
+///
+/// # Errors
+/// A failed request; a malformed or too large record; a name outside the grammar.
+pub async fn load_copy(store: &ClusterStore, name: &str) -> Result<Option<CopyRecord>, StoreError> {
+    let Some(key) = copy_key(name) else {
+        return Err(StoreError::MalformedState {
+            url: store.url.clone(),
+            key: format!("{}/{COPIES}/{name}.json", layout::STATE),
+            problem: "a copy's name is letters, digits, '-', '_' or '.'".into(),
+        });
+    };
+    load_record(store, &key, MAX_RUN_STATE).await
+}
+
+/// Every copy record of the store (at most [`MAX_COPIES`]; a record whose file name is
+/// not its `name` is refused — it would hold for a copy nobody can find).
+///
+/// # Errors
+/// A failed request; a malformed record (a pass then stops: a copy's needs it cannot read
+/// might be what it would delete); more records than [`MAX_COPIES`].
+pub async fn load_copies(store: &ClusterStore) -> Result<Vec<CopyRecord>, StoreError> {
+    use futures::TryStreamExt;
+    let prefix = Path::from_iter([layout::STATE, COPIES]);
+    let listed: Vec<object_store::ObjectMeta> = store
+        .object_store()
+        .list(Some(&prefix))
+        .try_collect()
+        .await
+        .map_err(|source| crate::open::request(store, "listing", &prefix, source))?;
+    let mut out = Vec::new();
+    for meta in listed {
+        let Some(file) = meta.location.filename() else {
+            continue;
+        };
+        let Some(name) = file.strip_suffix(".json") else {
+            continue;
+        };
+        if out.len() == MAX_COPIES {
+            return Err(StoreError::MalformedState {
+                url: store.url.clone(),
+                key: store.display_key(&prefix),
+                problem: format!("more than {MAX_COPIES} copy records"),
+            });
+        }
+        if let Some(r) = load_copy(store, name).await? {
+            if r.name != name {
+                return Err(StoreError::MalformedState {
+                    url: store.url.clone(),
+                    key: store.display_key(&meta.location),
+                    problem: format!("it names the copy {:?}", r.name),
+                });
+            }
+            out.push(r);
+        }
+    }
+    Ok(out)
+}
+
+/// Writes the record of a copy.
+///
+/// # Errors
+/// A failed request; a name outside the grammar.
+pub async fn save_copy(store: &ClusterStore, record: &CopyRecord) -> Result<(), StoreError> {
+    let Some(key) = copy_key(&record.name) else {
+        return Err(StoreError::MalformedState {
+            url: store.url.clone(),
+            key: format!("{}/{COPIES}/{}.json", layout::STATE, record.name),
+            problem: "a copy's name is letters, digits, '-', '_' or '.'".into(),
+        });
+    };
+    save_record(store, &key, "_state/copies/<name>.json", record).await
+}
+
+/// Removes the record of a copy no longer configured: the source stops keeping anything
+/// for it.
+///
+/// # Guarantees
+/// Only `_state/copies/<name>.json`.
+///
+/// # Errors
+/// A failed request (already gone is success).
+pub async fn forget_copy(store: &ClusterStore, name: &str) -> Result<(), StoreError> {
+    let Some(key) = copy_key(name) else {
+        return Ok(());
+    };
+    match store.object_store().delete(&key).await {
+        Ok(()) => Ok(()),
+        Err(e) if crate::error::is_not_found(&e) => Ok(()),
+        Err(source) => Err(write_err(store, &key, source)),
+    }
+}

@@ -17,6 +17,9 @@ pub struct SurveyOptions {
     pub protect: HashSet<String>,
     /// Backups restores need (the operator's Restore objects).
     pub restores: Vec<tidemark_core::RestoreHold>,
+    /// How far each copy of the store has come (`_state/copies/`): what a copy has not
+    /// dealt with yet is kept (`copy:<name>`).
+    pub copies: Vec<tidemark_core::copies::CopyFloor>,
 }
 
 /// What a pass saw and what it plans.
@@ -26,6 +29,18 @@ pub struct Survey {
     pub segments: SegmentListing,
     pub inventory: Inventory,
     pub plan: Plan,
+}
+
+/// The plan of `policy`, keeping what a copy has not received yet.
+fn plan_for(
+    policy: &Policy,
+    inventory: &Inventory,
+    now: Timestamp,
+    copies: &[tidemark_core::copies::CopyFloor],
+) -> Plan {
+    let mut p = plan(policy, inventory, now);
+    tidemark_core::copies::keep_segments_for_copies(&mut p, copies);
+    p
 }
 
 /// Lists the store and plans a pass.
@@ -66,6 +81,9 @@ pub async fn survey(
             .into_iter()
             .collect();
     }
+    for b in &mut catalog.backups {
+        tidemark_core::copies::mark_awaiting(std::slice::from_mut(&mut b.backup), &options.copies);
+    }
     // Plan from the index, summaries standing for unread shards; read the shards the plan
     // reaches (its horizon, or the listing it needs) and plan again, until none is left.
     // Each round reads at least one shard, so this ends.
@@ -74,7 +92,7 @@ pub async fn survey(
     let mut rounds = 0;
     let below = loop {
         let inventory = catalog.inventory(&unlisted);
-        first = plan(policy, &inventory, now);
+        first = plan_for(policy, &inventory, now, &options.copies);
         let below = first
             .segments
             .delete
@@ -141,12 +159,12 @@ pub async fn survey(
     // Shards read on the way may hold entries outside the grammar: report them too.
     catalog.check_index_entries(store);
     let mut inventory = catalog.inventory(&segments);
-    let mut plan = plan(policy, &inventory, now);
+    let mut plan = plan_for(policy, &inventory, now, &options.copies);
     // What the server holds locked longer than recorded is kept (a crash between the steps
     // of a locked commit); with more kept the horizon can only move earlier.
     if catalog.read_server_locks(store, &plan).await {
         inventory = catalog.inventory(&segments);
-        plan = tidemark_core::plan(policy, &inventory, now);
+        plan = plan_for(policy, &inventory, now, &options.copies);
     }
     // The listing can only move the horizon earlier, so no unread shard is reached now;
     // checked, because a plan over a shard's summary cannot delete its segments.

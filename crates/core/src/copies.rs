@@ -1,0 +1,305 @@
+//! Copies: a second store with its own plan (DESIGN.md §7.2, issue 44). Pure decisions:
+//! what a copy pass sends (what the copy's own plan would keep of the source's history and
+//! does not hold yet), and what a retention pass on the source keeps for a copy that has
+//! not received it yet.
+//!
+//! A copy's plan is made over the union of what it holds and what the source holds, as if
+//! everything were already copied: what that plan keeps and the copy lacks is sent; what it
+//! deletes is declined (never sent — it would be deleted by the copy's next pass). A backup
+//! once received is never sent again, so the copy's own deletions stay deletions.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::inventory::{Backup, BackupKind, Inventory, Phase, Segment};
+use crate::plan::{Action, Plan, SegmentReason};
+use crate::timeline::timeline_of;
+
+/// How far a copy has come, as the source records it (`_state/copies/<name>.json`): the
+/// backups it has dealt with (received, or declined by its plan) and, per timeline, the
+/// segment sequence through which every indexed segment was dealt with.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CopyFloor {
+    /// The copy's name (`copies[].name`).
+    pub name: String,
+    /// Backup-ids the copy received or declined.
+    #[serde(default)]
+    pub handled: BTreeSet<String>,
+    /// Per timeline: every indexed segment up to this sequence was received or declined.
+    #[serde(default)]
+    pub segments_through: BTreeMap<u32, u64>,
+}
+
+impl CopyFloor {
+    /// Whether the copy still needs segment `sequence` (not dealt with yet).
+    pub fn awaits_segment(&self, sequence: u64) -> bool {
+        self.segments_through
+            .get(&timeline_of(sequence))
+            .is_none_or(|&through| sequence > through)
+    }
+}
+
+/// Marks the completed backups each copy has not dealt with yet (they are then kept, with
+/// their chain and the binlogs after them: [`crate::Reason::Copy`]).
+pub fn mark_awaiting(backups: &mut [Backup], floors: &[CopyFloor]) {
+    for b in backups.iter_mut() {
+        b.awaiting_copy = floors
+            .iter()
+            .filter(|f| b.phase == Phase::Completed && !f.handled.contains(&b.id))
+            .map(|f| f.name.clone())
+            .collect();
+    }
+}
+
+/// Keeps the segments a plan would delete that a copy has not dealt with yet. Returns how
+/// many it kept.
+pub fn keep_segments_for_copies(plan: &mut Plan, floors: &[CopyFloor]) -> usize {
+    if floors.is_empty() {
+        return 0;
+    }
+    let before = plan.segments.delete.len();
+    plan.segments.delete.retain(|d| {
+        d.reason != SegmentReason::BehindHorizon
+            || !floors.iter().any(|f| f.awaits_segment(d.sequence))
+    });
+    let kept = before - plan.segments.delete.len();
+    plan.segments.keep += kept;
+    plan.segments.kept_for_copies += kept;
+    kept
+}
+
+/// What one copy pass sends.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CopyChoice {
+    /// Backups to send, parents before their increments.
+    pub backups: Vec<String>,
+    /// Backups the copy's plan would not keep: never sent.
+    pub declined: Vec<String>,
+    /// Segments (by sequence) to send, in sequence order.
+    pub segments: Vec<u64>,
+    /// Segments the copy's plan would not keep: never sent.
+    pub declined_segments: Vec<u64>,
+}
+
+/// Chooses what a copy pass sends: `union` is the copy's inventory with the source's
+/// completed backups and indexed segments it lacks added (as if already copied), `plan`
+/// the copy's plan over it; `in_copy` the backup-ids and segment sequences the copy holds,
+/// `received` the backup-ids it was ever sent (never sent again).
+///
+/// Only completed, restorable backups are sent (a broken one is declined), and an
+/// increment only with its whole chain (its parent sent before it, or in the copy).
+pub fn choose(
+    union: &Inventory,
+    plan: &Plan,
+    in_copy: &HashSet<String>,
+    segments_in_copy: &HashSet<u64>,
+    received: &BTreeSet<String>,
+) -> CopyChoice {
+    let mut out = CopyChoice::default();
+    let mut kept: Vec<&Backup> = Vec::new();
+    for d in &plan.backups {
+        let id = d.backup.id.as_str();
+        if in_copy.contains(id) || d.backup.phase != Phase::Completed {
+            continue;
+        }
+        let wanted = d.action != Action::Delete && !d.backup.payload_missing;
+        if wanted && !received.contains(id) {
+            kept.push(&d.backup);
+        } else {
+            out.declined.push(d.backup.id.clone());
+        }
+    }
+    // Parents first: by start, and an increment after its parent whatever the clocks say.
+    kept.sort_by(|a, b| (a.started_at, &a.id).cmp(&(b.started_at, &b.id)));
+    let sending: HashSet<&str> = kept.iter().map(|b| b.id.as_str()).collect();
+    let mut placed: HashSet<String> = HashSet::new();
+    let mut pending = kept;
+    while !pending.is_empty() {
+        let before = pending.len();
+        pending.retain(|b| {
+            let ready = match &b.kind {
+                BackupKind::Full => true,
+                BackupKind::Incremental(parent) => {
+                    placed.contains(parent)
+                        || (in_copy.contains(parent) && !sending.contains(parent.as_str()))
+                }
+            };
+            if ready {
+                placed.insert(b.id.clone());
+                out.backups.push(b.id.clone());
+            }
+            !ready
+        });
+        if pending.len() == before {
+            // A chain whose parent is neither in the copy nor sent: cannot land whole.
+            out.declined.extend(pending.iter().map(|b| b.id.clone()));
+            break;
+        }
+    }
+    let deleted: HashSet<u64> = plan.segments.delete.iter().map(|d| d.sequence).collect();
+    let mut segs: Vec<&Segment> = union
+        .segments
+        .iter()
+        .filter(|s| s.indexed && s.present && !s.summary && !segments_in_copy.contains(&s.sequence))
+        .collect();
+    segs.sort_by_key(|s| s.sequence);
+    for s in segs {
+        if deleted.contains(&s.sequence) {
+            out.declined_segments.push(s.sequence);
+        } else {
+            out.segments.push(s.sequence);
+        }
+    }
+    out.declined.sort();
+    out.declined.dedup();
+    out
+}
+
+/// The segment floor after a pass: per timeline, the highest sequence through which every
+/// indexed segment of the source was sent (or is in the copy) or declined. `failed` are the
+/// sequences that could not be sent this time; the floor stops below the first of them.
+pub fn segments_through(
+    source_segments: impl IntoIterator<Item = u64>,
+    failed: &HashSet<u64>,
+) -> BTreeMap<u32, u64> {
+    let mut by_timeline: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+    for s in source_segments {
+        by_timeline.entry(timeline_of(s)).or_default().push(s);
+    }
+    let mut out = BTreeMap::new();
+    for (t, mut seqs) in by_timeline {
+        seqs.sort_unstable();
+        let mut through = None;
+        for s in seqs {
+            if failed.contains(&s) {
+                break;
+            }
+            through = Some(s);
+        }
+        if let Some(th) = through {
+            out.insert(t, th);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Policy;
+    use crate::plan::plan;
+    use jiff::{SignedDuration, Timestamp};
+
+    fn t(h: i64) -> Timestamp {
+        "2026-11-01T00:00:00Z".parse::<Timestamp>().unwrap() + SignedDuration::from_hours(h)
+    }
+
+    fn full(id: &str, h: i64) -> Backup {
+        Backup::completed_full(id, "daily", t(h), t(h) + SignedDuration::from_mins(5), 10)
+    }
+
+    fn inc(id: &str, parent: &str, h: i64) -> Backup {
+        Backup {
+            kind: BackupKind::Incremental(parent.to_owned()),
+            ..full(id, h)
+        }
+    }
+
+    fn id(n: u32) -> String {
+        format!("20261101T{n:02}0000Z-0000000{}", n % 10)
+    }
+
+    fn window(days: u32) -> Policy {
+        crate::policy::PolicyInput {
+            window: Some(format!("{days}d")),
+            ..Default::default()
+        }
+        .validate()
+        .unwrap()
+    }
+
+    #[test]
+    fn sends_what_the_copy_keeps_parents_first_and_never_twice() {
+        let (a, b, c, old) = (id(1), id(2), id(3), id(4));
+        let union = Inventory {
+            backups: vec![
+                inc(&c, &b, 30),
+                inc(&b, &a, 20),
+                full(&a, 10),
+                full(&old, -24 * 40),
+            ],
+            ..Inventory::default()
+        };
+        let now = t(40);
+        let p = plan(&window(7), &union, now);
+        let none = HashSet::new();
+        let got = choose(&union, &p, &none, &HashSet::new(), &BTreeSet::new());
+        assert_eq!(got.backups, vec![a.clone(), b.clone(), c.clone()]);
+        assert_eq!(got.declined, vec![old.clone()], "outside the copy's window");
+        // Received once and deleted by the copy since: not sent again.
+        let received: BTreeSet<String> = [a.clone()].into();
+        let in_copy: HashSet<String> = HashSet::new();
+        let got = choose(&union, &p, &in_copy, &HashSet::new(), &received);
+        assert!(got.declined.contains(&a));
+        assert!(
+            !got.backups.contains(&b) && !got.backups.contains(&c),
+            "an increment whose parent is neither in the copy nor sent cannot land whole: {got:?}"
+        );
+        // The parent in the copy: its increments go.
+        let in_copy: HashSet<String> = [a.clone()].into();
+        let got = choose(&union, &p, &in_copy, &HashSet::new(), &received);
+        assert_eq!(got.backups, vec![b, c]);
+    }
+
+    #[test]
+    fn a_copy_that_has_not_received_a_backup_keeps_it_in_the_source() {
+        let (a, b) = (id(1), id(2));
+        let mut backups = vec![full(&a, -24 * 40), full(&b, 0)];
+        let floor = CopyFloor {
+            name: "dr".into(),
+            handled: [b.clone()].into(),
+            segments_through: BTreeMap::new(),
+        };
+        mark_awaiting(&mut backups, std::slice::from_ref(&floor));
+        let inv = Inventory {
+            backups,
+            ..Inventory::default()
+        };
+        let p = plan(&window(7), &inv, t(1));
+        let old = p.backups.iter().find(|d| d.backup.id == a).unwrap();
+        assert_eq!(old.action, Action::Keep);
+        assert_eq!(old.reasons, vec![crate::Reason::Copy("dr".into())]);
+        // Once handled, the source's own rules decide.
+        let mut backups = inv.backups.clone();
+        let floor = CopyFloor {
+            handled: [a.clone(), b].into(),
+            ..floor
+        };
+        mark_awaiting(&mut backups, &[floor]);
+        let p = plan(&window(7), &Inventory { backups, ..inv }, t(1));
+        let old = p.backups.iter().find(|d| d.backup.id == a).unwrap();
+        assert_eq!(old.action, Action::Delete);
+    }
+
+    #[test]
+    fn segments_wait_for_the_copy_and_the_floor_stops_at_a_failure() {
+        let floor = CopyFloor {
+            name: "dr".into(),
+            handled: BTreeSet::new(),
+            segments_through: [(0, 5)].into(),
+        };
+        assert!(!floor.awaits_segment(5));
+        assert!(floor.awaits_segment(6));
+        assert!(floor.awaits_segment(crate::timeline::TIMELINE_STRIDE + 1));
+        let through = segments_through(
+            [1, 2, 3, 4, crate::timeline::TIMELINE_STRIDE + 7],
+            &[3].into(),
+        );
+        assert_eq!(
+            through,
+            [(0, 2), (1, crate::timeline::TIMELINE_STRIDE + 7)].into()
+        );
+    }
+}

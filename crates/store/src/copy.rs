@@ -1,0 +1,220 @@
+//! Copying objects from one store to another as they are stored (issue 44): the bytes are
+//! never decoded — a compressed or encrypted object stays so, and the copy restores with
+//! the same identity — and are checked on the way against what their record says, before
+//! the destination's upload is completed. A transfer can be held to a rate
+//! ([`Bandwidth`]).
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use futures::StreamExt;
+use object_store::ObjectStoreExt;
+use object_store::buffered::BufWriter;
+use object_store::path::Path;
+use sha2::{Digest, Sha256};
+use tokio::io::AsyncWriteExt;
+use tokio::time::Instant;
+
+use crate::error::is_not_found;
+use crate::layout;
+use crate::open::{ClusterStore, request, write_err};
+use crate::progress::Progress;
+use crate::transfer::TransferError;
+
+/// A rate limit shared by every transfer that holds it: each chunk reserves its share of
+/// time on one clock, so parallel transfers together stay within the rate.
+#[derive(Debug)]
+pub struct Bandwidth {
+    bytes_per_second: u64,
+    /// When the bytes reserved so far have been paid for.
+    next: Mutex<Option<Instant>>,
+}
+
+/// How far ahead of the clock a transfer may run (a burst): one second's worth.
+const BURST: Duration = Duration::from_secs(1);
+
+impl Bandwidth {
+    pub fn new(rate: &tidemark_core::rate::Rate) -> Self {
+        Bandwidth {
+            bytes_per_second: rate.bytes_per_second().max(1),
+            next: Mutex::new(None),
+        }
+    }
+
+    pub fn bytes_per_second(&self) -> u64 {
+        self.bytes_per_second
+    }
+
+    /// Waits until `bytes` more may go.
+    pub async fn take(&self, bytes: u64) {
+        #[allow(clippy::cast_precision_loss)]
+        let cost = Duration::from_secs_f64(bytes as f64 / self.bytes_per_second as f64);
+        let wait = {
+            let Ok(mut next) = self.next.lock() else {
+                return;
+            };
+            let now = Instant::now();
+            let floor = now.checked_sub(BURST).unwrap_or(now);
+            let start = next.map_or(now, |n| n.max(floor));
+            let end = start + cost;
+            *next = Some(end);
+            end.saturating_duration_since(now).saturating_sub(BURST)
+        };
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+/// What an object is expected to be, from its record (`metadata.json`, the segment index).
+#[derive(Debug, Clone, Copy)]
+pub struct Expected<'a> {
+    pub size: u64,
+    pub sha256: Option<&'a str>,
+    /// Where the expectation is recorded, for messages.
+    pub recorded_in: &'static str,
+}
+
+/// Copies the object `key` of `from` to the same key of `to`, as stored. The bytes are
+/// hashed on the way; the destination's upload is completed only when their size and
+/// sha256 are those `expected` records, and the completed object is then looked at in
+/// `to` (its size).
+///
+/// # Guarantees
+/// Writes only `key` of `to` (which is rooted at its cluster): an object whose bytes differ
+/// from the record is never completed there (the upload is aborted).
+///
+/// # Errors
+/// The object is missing in `from` ([`TransferError::MissingPayload`] or
+/// [`TransferError::MissingSegment`]); its bytes differ from the record
+/// ([`TransferError::Checksum`]); a request failed.
+pub async fn copy_object(
+    from: &ClusterStore,
+    to: &ClusterStore,
+    key: &Path,
+    expected: Expected<'_>,
+    limit: Option<&Bandwidth>,
+    progress: &dyn Progress,
+) -> Result<(), TransferError> {
+    let is_segment = key.as_ref().starts_with(layout::BINLOGS);
+    let got = match from.inner.get(key).await {
+        Ok(g) => g,
+        Err(e) if is_not_found(&e) => {
+            let key = from.display_key(key);
+            return Err(if is_segment {
+                TransferError::MissingSegment { key }
+            } else {
+                TransferError::MissingPayload { key }
+            });
+        }
+        Err(source) => return Err(request(from, "reading", key, source).into()),
+    };
+    let mut stream = got.into_stream();
+    let (part_size, in_flight) = to.upload_buffer;
+    let mut writer = BufWriter::with_capacity(to.inner.clone(), key.clone(), part_size)
+        .with_max_concurrency(in_flight);
+    let mut hasher = Sha256::new();
+    let mut size = 0u64;
+    let sent = async {
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|source| request(from, "reading", key, source))?;
+            if let Some(l) = limit {
+                l.take(chunk.len() as u64).await;
+            }
+            hasher.update(&chunk);
+            size += chunk.len() as u64;
+            progress.bytes(chunk.len() as u64);
+            writer
+                .put(chunk)
+                .await
+                .map_err(|source| write_err(to, key, source))?;
+        }
+        Ok::<(), TransferError>(())
+    }
+    .await;
+    if let Err(e) = sent {
+        abort(to, key, writer).await;
+        return Err(e);
+    }
+    let sha256 = hex::encode(hasher.finalize());
+    if size != expected.size || expected.sha256.is_some_and(|e| e != sha256) {
+        abort(to, key, writer).await;
+        return Err(TransferError::Checksum {
+            key: from.display_key(key),
+            recorded_in: expected.recorded_in,
+            expected_size: expected.size,
+            expected_sha256: expected.sha256.unwrap_or("(not recorded)").to_owned(),
+            actual_size: size,
+            actual_sha256: sha256,
+        });
+    }
+    writer.shutdown().await.map_err(|e| {
+        write_err(
+            to,
+            key,
+            object_store::Error::Generic {
+                store: "upload",
+                source: Box::new(e),
+            },
+        )
+    })?;
+    match to.head(key).await? {
+        Some(m) if m.size == size => Ok(()),
+        found => Err(TransferError::PayloadGone {
+            key: to.display_key(key),
+            found: found.map_or_else(
+                || "missing after its upload completed".to_owned(),
+                |m| format!("{} bytes instead of {size}", m.size),
+            ),
+        }),
+    }
+}
+
+/// Whether `key` is in `to` with `size` bytes already (a copy cut short after the object
+/// was completed: it was checked on its way in, since an upload is completed only then).
+///
+/// # Errors
+/// A failed request.
+pub async fn already_there(
+    to: &ClusterStore,
+    key: &Path,
+    size: u64,
+) -> Result<bool, crate::StoreError> {
+    Ok(to.head(key).await?.is_some_and(|m| m.size == size))
+}
+
+async fn abort(to: &ClusterStore, key: &Path, mut writer: BufWriter) {
+    if let Err(e) = writer.abort().await {
+        tracing::warn!(error = %e, key = %to.display_key(key), "could not abort the copy's upload");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_limit_holds_parallel_transfers_to_one_rate() {
+        let rate: tidemark_core::rate::Rate = "1MiB/s".parse().unwrap();
+        let limit = std::sync::Arc::new(Bandwidth::new(&rate));
+        let start = Instant::now();
+        let mut tasks = Vec::new();
+        for _ in 0..4 {
+            let l = limit.clone();
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..10 {
+                    l.take(256 << 10).await;
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        // 10 MiB at 1 MiB/s, less the one-second burst.
+        let took = start.elapsed();
+        assert!(
+            took >= Duration::from_secs(8) && took <= Duration::from_secs(10),
+            "{took:?}"
+        );
+    }
+}

@@ -894,7 +894,12 @@ pub struct StoreArgs {
     /// as TIDEMARK_COPY_<NAME>_AWS_ACCESS_KEY_ID and _AWS_SECRET_ACCESS_KEY (GCS:
     /// _GOOGLE_SERVICE_ACCOUNT_KEY; Azure: _AZURE_STORAGE_ACCOUNT_NAME with _KEY or
     /// _SAS_TOKEN); else the usual variables.
-    #[arg(long, value_name = "NAME", env = "TIDEMARK_FROM_COPY")]
+    #[arg(
+        long,
+        value_name = "NAME",
+        env = "TIDEMARK_FROM_COPY",
+        conflicts_with_all = ["store", "endpoint"]
+    )]
     pub from_copy: Option<String>,
 }
 

@@ -194,7 +194,6 @@ pub async fn copy(args: &CopyArgs) -> Result<Exit, CliError> {
     })
 }
 
-
 /// The source's reading flags (keys, CA, endpoint, cluster) given on the command line.
 fn copy_flags(from: &StoreArgs, to: &mut StoreArgs) {
     to.cluster.clone_from(&from.cluster);

@@ -1380,3 +1380,121 @@ fn gc_deletes_nothing_while_the_store_records_no_established_primary() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(metadata_count() < before);
 }
+
+/// Issue 44: the source's retention keeps what a copy has not received yet (reason
+/// `copy:<name>`), and lets it go once the copy has it; the copy keeps what the source
+/// deletes (mutation: the copy records ignored by the pass — the unsent backup is deleted
+/// by `--keep-last 1`).
+#[test]
+fn the_source_keeps_what_a_copy_has_not_received() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let src_url = format!("file://{}", src.path().display());
+    let dst_url = format!("file://{}", dst.path().display());
+    let push = || {
+        let out = bin()
+            .args(["push", "--store", &src_url, "--cluster", "c1"])
+            .args(["--backup-name", "nightly"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                use std::io::Write as _;
+                c.stdin.take().unwrap().write_all(&[5u8; 10_000])?;
+                c.wait_with_output()
+            })
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    let copy = || {
+        let out = bin()
+            .args([
+                "copy",
+                "--from",
+                &src_url,
+                "--cluster",
+                "c1",
+                "--to",
+                &dst_url,
+            ])
+            .args(["--name", "dr", "--output", "json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let ids = |url: &str| -> Vec<String> {
+        let out = bin()
+            .args(["ls", "--store", url, "--cluster", "c1", "--output", "json"])
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["backups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["backupId"].as_str().unwrap().to_owned())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect()
+    };
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v
+    };
+    let (a, b) = (push(), push());
+    assert_eq!(copy()["backupsSent"].as_array().unwrap().len(), 2);
+    let (c, d) = (push(), push());
+    // c and d are not in the copy yet: keepLast 1 keeps d, and c for the copy.
+    let gc = bin()
+        .args([
+            "gc",
+            "--store",
+            &src_url,
+            "--cluster",
+            "c1",
+            "--keep-last",
+            "1",
+        ])
+        .args(["--output", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        gc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&gc.stderr)
+    );
+    let gc: Value = serde_json::from_slice(&gc.stdout).unwrap();
+    let kept_c = gc["backups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["backupId"] == c.as_str())
+        .unwrap();
+    assert_eq!(kept_c["action"], "keep", "{gc:#}");
+    assert_eq!(kept_c["reasons"], serde_json::json!(["copy:dr"]), "{gc:#}");
+    assert_eq!(ids(&src_url), sorted(vec![c.clone(), d.clone()]));
+    // Once the copy has them, the source's rules alone decide; the copy keeps all four.
+    assert_eq!(copy()["backupsSent"].as_array().unwrap().len(), 2);
+    let gc = run(&[
+        "gc",
+        "--store",
+        &src_url,
+        "--cluster",
+        "c1",
+        "--keep-last",
+        "1",
+    ]);
+    assert!(gc.status.success());
+    assert_eq!(ids(&src_url), vec![d.clone()]);
+    assert_eq!(ids(&dst_url), sorted(vec![a, b, c, d]));
+}

@@ -755,6 +755,28 @@ fn replica_backups_and_a_failover_restore_to_every_instant() {
     env.archive_from(&replica);
     assert_eq!(env.restored_rows(after_new_full, "new-primary-full"), "20");
 
+    // Copies (issue 44): the policy's store copied to a local directory, the GCS
+    // emulator and Azurite, as stored; then the source loses everything, by retention and
+    // behind Tidemark's back, and each copy still restores every instant, across the
+    // failover's timelines.
+    let copies = Copies::start(&env);
+    for name in ["local", "gcs", "azure"] {
+        let sent = copies.copy(&env, name);
+        assert_eq!(
+            sent["backupsSent"].as_array().unwrap().len(),
+            3,
+            "{name}: {sent:#}"
+        );
+        assert!(
+            sent["segmentsSent"].as_u64().unwrap() >= 3,
+            "{name}: {sent:#}"
+        );
+        assert!(sent["failures"].as_array().unwrap().is_empty(), "{sent:#}");
+        // Idempotent: a second pass sends nothing.
+        let again = copies.copy(&env, name);
+        assert_eq!(again["bytes"], 0, "{name}: {again:#}");
+    }
+
     // Retention with a one-day window that begins at the switch (evaluated a day after
     // it): with coverWindow the newest backup before the window (the incremental, with its
     // chain) stays, so every instant of the window restores, across the switch; the
@@ -796,6 +818,127 @@ fn replica_backups_and_a_failover_restore_to_every_instant() {
     let gc = env.json(&["gc", "--keep-last", "1"]);
     assert_eq!(backup_ids(&env.json(&["ls"])), vec![new_full], "{gc:#}");
     assert_eq!(env.restored_rows(after_new_full, "after-gc-newest"), "20");
+
+    // The source bucket emptied behind Tidemark's back: a copy pass deletes nothing from
+    // the copies, and each restores the chain the source's retention deleted, before, at
+    // and after the switch.
+    let raw = env.s3.cluster_store("e2e");
+    let keys: Vec<String> = block_on(async {
+        use futures::TryStreamExt;
+        raw.object_store()
+            .list(None)
+            .map_ok(|m| m.location.to_string())
+            .try_collect()
+            .await
+            .unwrap()
+    });
+    for k in &keys {
+        block_on(object_store::ObjectStoreExt::delete(
+            raw.object_store().as_ref(),
+            &k.as_str().into(),
+        ))
+        .unwrap();
+    }
+    for name in ["local", "gcs", "azure"] {
+        let pass = copies.copy(&env, name);
+        assert_eq!(pass["bytes"], 0, "{name}: {pass:#}");
+        for (to, rows) in [
+            (after_incremental, "13"),
+            (after_switch, "14"),
+            (after_failover_writes, "18"),
+        ] {
+            assert_eq!(copies.restored_rows(&env, name, to), rows, "{name} at {to}");
+        }
+    }
+}
+
+/// Three copies of the `e2e` cluster's store — a local directory, the GCS emulator,
+/// Azurite — named in one policy file.
+struct Copies {
+    policy: std::path::PathBuf,
+    _local: tempfile::TempDir,
+    gcs: tidemark_store::testkit::GcsEmulator,
+    azure: tidemark_store::testkit::Azurite,
+}
+
+impl Copies {
+    fn start(env: &Env) -> Self {
+        let local = tempfile::tempdir().unwrap();
+        let gcs = tidemark_store::testkit::GcsEmulator::start();
+        let azure = tidemark_store::testkit::Azurite::start();
+        let policy = env.db.scratch().join("copies.yaml");
+        std::fs::write(
+            &policy,
+            format!(
+                "apiVersion: tidemark.io/v1alpha1\nkind: BackupPolicy\nmetadata: {{name: e2e}}\n\
+                 spec:\n  objectStore: {{url: \"{}\", endpoint: \"{}\"}}\n  copies:\n\
+                 \x20   - name: local\n      objectStore: {{url: \"file://{}\"}}\n\
+                 \x20   - name: gcs\n      objectStore: {{url: \"{}\"}}\n\
+                 \x20   - name: azure\n      objectStore: {{url: \"{}\", endpoint: \"{}\"}}\n",
+                env.s3.url(),
+                env.s3.endpoint,
+                local.path().display(),
+                gcs.url(),
+                azure.url(),
+                azure.endpoint
+            ),
+        )
+        .unwrap();
+        Copies {
+            policy,
+            _local: local,
+            gcs,
+            azure,
+        }
+    }
+
+    /// `tidemark` with the source's and the copies' credentials (the GCS copy's key under
+    /// its own name, as a second account's would be).
+    fn bin(&self, env: &Env) -> std::process::Command {
+        let mut c = bin();
+        c.envs(env.s3.env()).envs(self.azure.env()).env(
+            "TIDEMARK_COPY_GCS_GOOGLE_SERVICE_ACCOUNT_KEY",
+            self.gcs.key(),
+        );
+        c
+    }
+
+    /// One copy pass to `name`; its JSON report.
+    fn copy(&self, env: &Env, name: &str) -> Value {
+        let out = self
+            .bin(env)
+            .args(["copy", "--policy", self.policy.to_str().unwrap()])
+            .args(["--copy", name, "--output", "json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "copy {name}: {}",
+            common::stderr(&out)
+        );
+        common::json(&out)
+    }
+
+    /// Restores from the copy `name` to `to` and counts the rows.
+    fn restored_rows(&self, env: &Env, name: &str, to: Timestamp) -> String {
+        let dir = env
+            .db
+            .scratch()
+            .join(format!("from-{name}-{}", to.as_second()));
+        let out = self
+            .bin(env)
+            .args(["restore", "--policy", self.policy.to_str().unwrap()])
+            .args(["--from-copy", name, "--to", &to.to_string()])
+            .args(["--datadir", dir.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "restore --from-copy {name}: {}",
+            common::stderr(&out)
+        );
+        query_restored(&dir, "SELECT COUNT(*) FROM shop.orders")
+    }
 }
 
 /// `tidemark run` against a real server: a mariabackup schedule every 10 seconds, binlog

@@ -5,8 +5,12 @@
 //!
 //! A copy's plan is made over the union of what it holds and what the source holds, as if
 //! everything were already copied: what that plan keeps and the copy lacks is sent; what it
-//! deletes is declined (never sent — it would be deleted by the copy's next pass). A backup
-//! once received is never sent again, so the copy's own deletions stay deletions.
+//! deletes is declined (never sent — it would be deleted by the copy's next pass). That
+//! plan keeps no more than the copy's own plan does of what the copy holds (the union only
+//! adds backups and segments, which can take a keepLast place or a calendar bucket, never
+//! give one back), so what the copy's retention deleted is not sent again — unless a
+//! backup the copy still lacks builds on it. A copy that lost its data (a bucket emptied)
+//! is sent again what the source still has.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
@@ -85,8 +89,7 @@ pub struct CopyChoice {
 
 /// Chooses what a copy pass sends: `union` is the copy's inventory with the source's
 /// completed backups and indexed segments it lacks added (as if already copied), `plan`
-/// the copy's plan over it; `in_copy` the backup-ids and segment sequences the copy holds,
-/// `received` the backup-ids it was ever sent (never sent again).
+/// the copy's plan over it; `in_copy` the backup-ids and segment sequences the copy holds.
 ///
 /// Only completed, restorable backups are sent (a broken one is declined), and an
 /// increment only with its whole chain (its parent sent before it, or in the copy).
@@ -95,7 +98,6 @@ pub fn choose(
     plan: &Plan,
     in_copy: &HashSet<String>,
     segments_in_copy: &HashSet<u64>,
-    received: &BTreeSet<String>,
 ) -> CopyChoice {
     let mut out = CopyChoice::default();
     let mut kept: Vec<&Backup> = Vec::new();
@@ -104,8 +106,9 @@ pub fn choose(
         if in_copy.contains(id) || d.backup.phase != Phase::Completed {
             continue;
         }
-        let wanted = d.action != Action::Delete && !d.backup.payload_missing;
-        if wanted && !received.contains(id) {
+        let wanted =
+            d.action != Action::Delete && !d.backup.payload_missing && !d.backup.newer_format;
+        if wanted {
             kept.push(&d.backup);
         } else {
             out.declined.push(d.backup.id.clone());
@@ -221,7 +224,7 @@ mod tests {
     }
 
     #[test]
-    fn sends_what_the_copy_keeps_parents_first_and_never_twice() {
+    fn sends_what_the_copy_keeps_parents_first() {
         let (a, b, c, old) = (id(1), id(2), id(3), id(4));
         let union = Inventory {
             backups: vec![
@@ -235,22 +238,51 @@ mod tests {
         let now = t(40);
         let p = plan(&window(7), &union, now);
         let none = HashSet::new();
-        let got = choose(&union, &p, &none, &HashSet::new(), &BTreeSet::new());
+        let got = choose(&union, &p, &none, &HashSet::new());
         assert_eq!(got.backups, vec![a.clone(), b.clone(), c.clone()]);
         assert_eq!(got.declined, vec![old.clone()], "outside the copy's window");
-        // Received once and deleted by the copy since: not sent again.
-        let received: BTreeSet<String> = [a.clone()].into();
-        let in_copy: HashSet<String> = HashSet::new();
-        let got = choose(&union, &p, &in_copy, &HashSet::new(), &received);
-        assert!(got.declined.contains(&a));
-        assert!(
-            !got.backups.contains(&b) && !got.backups.contains(&c),
-            "an increment whose parent is neither in the copy nor sent cannot land whole: {got:?}"
-        );
         // The parent in the copy: its increments go.
         let in_copy: HashSet<String> = [a.clone()].into();
-        let got = choose(&union, &p, &in_copy, &HashSet::new(), &received);
-        assert_eq!(got.backups, vec![b, c]);
+        let got = choose(&union, &p, &in_copy, &HashSet::new());
+        assert_eq!(got.backups, vec![b.clone(), c.clone()]);
+        // An increment whose parent is neither in the copy nor sent cannot land whole.
+        let orphan = Inventory {
+            backups: vec![inc(&c, &b, 30)],
+            ..Inventory::default()
+        };
+        let p = plan(&window(7), &orphan, now);
+        let got = choose(&orphan, &p, &HashSet::new(), &HashSet::new());
+        assert!(got.backups.is_empty(), "{got:?}");
+        assert_eq!(got.declined, vec![c]);
+    }
+
+    /// What the copy's own retention deleted, the copy's plan over the union deletes again:
+    /// it is not sent back (mutation: sending what the copy lacks whatever its plan says —
+    /// the old backup comes back).
+    #[test]
+    fn what_the_copy_deleted_stays_deleted() {
+        let (old, mid, new) = (id(1), id(2), id(3));
+        let keep2 = crate::policy::PolicyInput {
+            keep_last: Some(2),
+            ..Default::default()
+        }
+        .validate()
+        .unwrap();
+        // The copy held old and mid, its retention (keepLast 2) deleted old when new came;
+        // the source still has all three.
+        let copy_now = Inventory {
+            backups: vec![full(&mid, 20), full(&new, 30)],
+            ..Inventory::default()
+        };
+        let union = Inventory {
+            backups: vec![full(&mid, 20), full(&new, 30), full(&old, 10)],
+            ..Inventory::default()
+        };
+        let p = plan(&keep2, &union, t(40));
+        let in_copy: HashSet<String> = copy_now.backups.iter().map(|b| b.id.clone()).collect();
+        let got = choose(&union, &p, &in_copy, &HashSet::new());
+        assert!(got.backups.is_empty(), "{got:?}");
+        assert_eq!(got.declined, vec![old]);
     }
 
     #[test]

@@ -171,7 +171,7 @@ async fn run(
         .collect();
     let union = union(&to.inventory, &from.inventory, &in_copy, &segments_in_copy);
     let plan = tidemark_core::plan(&request.policy, &union, request.now);
-    let choice = copies::choose(&union, &plan, &in_copy, &segments_in_copy, &record.received);
+    let choice = copies::choose(&union, &plan, &in_copy, &segments_in_copy);
     let source_ids: HashSet<&str> = from
         .inventory
         .backups
@@ -408,9 +408,12 @@ async fn send_backup(
         ttl: m.ttl,
         lock_until,
     };
+    // A marker of this backup-id in the copy is a copier's that was cut short: backup-ids
+    // are the source's, only copiers write them into a copy, and the copy's lease lets one
+    // copier run at a time. It is taken over.
     let attempt = match Attempt::begin(copy, &spec).await {
         Ok(a) => a,
-        Err(TransferError::AttemptExists { .. }) if stale_marker(copy, &spec).await? => {
+        Err(TransferError::AttemptExists { .. }) => {
             tidemark_store::transfer::release_marker(copy, &spec).await;
             Attempt::begin(copy, &spec).await?
         }
@@ -468,18 +471,6 @@ async fn send_backup(
         .await
         .map_err(|u| EngineError::from(u.error))?;
     Ok(bytes)
-}
-
-/// Whether the in-flight marker of `spec` in the copy was left by a writer that stopped:
-/// not refreshed for two heartbeats. (Only copiers write backups into a copy, one at a
-/// time under its lease.)
-async fn stale_marker(copy: &ClusterStore, spec: &AttemptSpec) -> Result<bool, EngineError> {
-    let key = layout::marker_key(&spec.backup_name, &spec.backup_id);
-    let Some(meta) = copy.head(&key).await? else {
-        return Ok(true);
-    };
-    let written = tidemark_store::catalog::to_ts(meta.last_modified);
-    Ok(Timestamp::now().duration_since(written) > tidemark_core::plan::HEARTBEAT_INTERVAL * 2)
 }
 
 /// Sends the chosen segments, several at once, and indexes them in the copy in sequence
@@ -577,4 +568,187 @@ async fn send_segments(
         }
     }
     Ok(not_indexed)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use sha2::Digest;
+    use std::collections::BTreeMap;
+    use tidemark_store::NoProgress;
+    use tidemark_store::fault::{FaultMode, FaultStore};
+    use tidemark_store::format::BackupType;
+    use tidemark_store::transfer::new_backup_id;
+
+    async fn push(store: &ClusterStore, id: &str, parent: Option<&str>, body: Vec<u8>) {
+        let spec = AttemptSpec {
+            backup_name: "nightly".into(),
+            backup_id: id.into(),
+            kind: if parent.is_some() {
+                BackupType::Incremental
+            } else {
+                BackupType::Full
+            },
+            parent_id: parent.map(str::to_owned),
+            method: "exec".into(),
+            payload_name: "backup.bin".into(),
+            started_at: Timestamp::now(),
+            labels: BTreeMap::new(),
+            ttl: None,
+            lock_until: None,
+        };
+        let attempt = Attempt::begin(store, &spec).await.unwrap();
+        let payload = attempt
+            .upload(&mut body.as_slice(), &NoProgress)
+            .await
+            .unwrap();
+        attempt
+            .finish(AttemptRecord {
+                payload: vec![payload],
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    }
+
+    async fn segment(store: &ClusterStore, sequence: u64, body: Vec<u8>) {
+        let name = format!("mysql-bin.{sequence:06}");
+        let key = layout::segment_key(&name);
+        let at = Timestamp::now();
+        let entry = IndexEntry {
+            name,
+            sequence,
+            first_event_at: Some(at),
+            last_event_at: Some(at),
+            size: body.len() as u64,
+            sha256: Some(hex::encode(sha2::Sha256::digest(&body))),
+            compression: None,
+            encryption: None,
+            server_id: None,
+            file: None,
+            gtid_list: None,
+            gtids: Vec::new(),
+        };
+        object_store::ObjectStoreExt::put(store.object_store().as_ref(), &key, body.into())
+            .await
+            .unwrap();
+        tidemark_store::index::update(
+            store,
+            None,
+            &HashSet::new(),
+            &[entry],
+            &[],
+            tidemark_store::index::SHARD_SIZE,
+        )
+        .await
+        .unwrap();
+    }
+
+    fn request() -> CopyRequest {
+        CopyRequest {
+            name: "dr".into(),
+            policy: tidemark_core::PolicyInput {
+                window: Some("36500d".into()),
+                ..Default::default()
+            }
+            .validate()
+            .unwrap(),
+            now: Timestamp::now(),
+            bandwidth: None,
+            dry_run: false,
+        }
+    }
+
+    /// The copy as it reads back: each committed backup with its payload checked against
+    /// its record, and each indexed segment checked likewise.
+    async fn read_back(store: &ClusterStore) -> (Vec<(String, Phase)>, Vec<String>) {
+        let whole = read_whole(store, &NoProgress).await.unwrap();
+        let mut backups = Vec::new();
+        for b in &whole.catalog.backups {
+            if let Some(m) = &b.metadata {
+                for p in &m.payload {
+                    let key = layout::payload_key(&m.backup_name, &m.backup_id, &p.name);
+                    tidemark_store::transfer::verify_object(
+                        store,
+                        &key,
+                        p.size,
+                        Some(&p.sha256),
+                        p.form(),
+                        &NoProgress,
+                    )
+                    .await
+                    .unwrap();
+                }
+            }
+            backups.push((b.backup.id.clone(), b.backup.phase));
+        }
+        backups.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut segments = Vec::new();
+        for e in whole.entries.values() {
+            tidemark_store::transfer::verify_object(
+                store,
+                &layout::segment_key(&e.name),
+                e.size,
+                e.sha256.as_deref(),
+                e.form(),
+                &NoProgress,
+            )
+            .await
+            .unwrap();
+            segments.push(e.name.clone());
+        }
+        segments.sort();
+        (backups, segments)
+    }
+
+    /// A copy pass cut at every request it makes to the copy (as a process killed there
+    /// would be), then run again whole, leaves the copy exactly the source: every backup
+    /// committed and reading back as recorded, every segment indexed and reading back,
+    /// nothing half-made (a backup committed before its payload, or a segment indexed
+    /// before its object, would not read back after a cut between the two). The copy is a
+    /// fresh one each time while the source's record says everything was received: a copy
+    /// that lost its data is sent again what the source has.
+    #[tokio::test]
+    async fn a_copy_cut_at_any_request_converges() {
+        let (_s, source) = tidemark_store::testkit::local_store("c1");
+        let full = new_backup_id(Timestamp::now());
+        let inc = new_backup_id(Timestamp::now());
+        push(&source, &full, None, vec![7u8; 300_000]).await;
+        push(&source, &inc, Some(&full), vec![9u8; 100_000]).await;
+        for seq in 1..=4 {
+            segment(&source, seq, vec![seq as u8; 5_000]).await;
+        }
+        let expected = read_back(&source).await;
+        assert_eq!(expected.0.len(), 2);
+        let mut cuts = 0;
+        for k in 0..500 {
+            let (_d, copy) = tidemark_store::testkit::local_store("c1");
+            let faulty = copy.map_inner(|inner| {
+                std::sync::Arc::new(FaultStore::new(inner, FaultMode::From(k)))
+                    as std::sync::Arc<dyn object_store::ObjectStore>
+            });
+            let cut = run(&source, &faulty, &request(), &NoProgress).await;
+            let whole = matches!(&cut, Ok(o) if o.failures.is_empty());
+            let again = run(&source, &copy, &request(), &NoProgress).await.unwrap();
+            assert!(
+                again.failures.is_empty(),
+                "cut at {k}: {:?}",
+                again.failures
+            );
+            assert_eq!(read_back(&copy).await, expected, "cut at {k}");
+            if whole {
+                break;
+            }
+            cuts += 1;
+        }
+        assert!(cuts > 10, "the pass was cut at {cuts} points only");
+        // The source's record names what the copy received.
+        let record = load_copy(&source, "dr").await.unwrap().unwrap();
+        assert_eq!(
+            record.received,
+            [full.clone(), inc.clone()].into_iter().collect()
+        );
+        assert_eq!(record.segments_through, [(0, 4)].into());
+    }
 }

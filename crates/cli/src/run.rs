@@ -272,6 +272,7 @@ fn load(dir: &Path) -> Result<Vec<PolicyRun>, CliError> {
                 .map_err(|e| CliError::input(format!("{}: {e}", file.display())))?,
             restore_test: restore_test_run(policy, file)?,
             verify: verify_run(policy, file)?,
+            copies: copy_runs(policy, file, retention_interval)?,
         });
     }
     for (file, s) in &schedules {
@@ -294,6 +295,73 @@ fn load(dir: &Path) -> Result<Vec<PolicyRun>, CliError> {
         }
     }
     Ok(runs)
+}
+
+/// The policy's copies (`spec.copies`): each copy's store (its credentials from
+/// `TIDEMARK_COPY_<NAME>_…` or the usual variables), what it keeps, how often it is sent
+/// (half its `maxLag`, from 10 s to 10 min) and its rate.
+fn copy_runs(
+    policy: &BackupPolicy,
+    file: &Path,
+    retention_interval: jiff::SignedDuration,
+) -> Result<Vec<tidemark_engine::standalone::CopyRun>, CliError> {
+    let bad = |e: String| {
+        CliError::input(format!(
+            "{}: BackupPolicy {}: {e}",
+            file.display(),
+            policy.metadata.name
+        ))
+    };
+    let mut out = Vec::new();
+    for c in &policy.spec.copies {
+        let store = open_store(policy, file, Some(&c.name))?;
+        let seen = policy
+            .as_copy(&c.name)
+            .ok_or_else(|| bad(format!("no copy {:?}", c.name)))?;
+        let retention = match &seen.spec.retention {
+            Some(r) => {
+                let p = r
+                    .to_input(policy.spec.time_zone.as_deref())
+                    .validate()
+                    .map_err(|e| bad(format!("spec.copies[{}].retention: {e}", c.name)))?;
+                Some(tidemark_engine::standalone::RetentionRun {
+                    policy: p,
+                    as_given: serde_json::to_value(r).unwrap_or_default(),
+                    interval: retention_interval,
+                    hooks: None,
+                })
+            }
+            None => None,
+        };
+        let keep_everything = tidemark_core::PolicyInput {
+            window: Some("36500d".into()),
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| bad(e.to_string()))?;
+        let max_lag = c.max_lag().map_err(|e| bad(e.to_string()))?;
+        let every = std::time::Duration::try_from(max_lag / 2)
+            .unwrap_or(std::time::Duration::from_secs(60))
+            .clamp(
+                std::time::Duration::from_secs(10),
+                std::time::Duration::from_secs(600),
+            );
+        out.push(tidemark_engine::standalone::CopyRun {
+            name: c.name.clone(),
+            store,
+            policy: retention
+                .as_ref()
+                .map_or(keep_everything, |r| r.policy.clone()),
+            retention,
+            max_lag,
+            every,
+            bandwidth: c
+                .bandwidth()
+                .map_err(|e| bad(e.to_string()))?
+                .map(|r| Arc::new(tidemark_store::copy::Bandwidth::new(&r))),
+        });
+    }
+    Ok(out)
 }
 
 /// The policy's restore tests, with the machine's MariaDB tools and temporary directory.

@@ -664,3 +664,56 @@ fn a_forever_incremental_without_consolidation_is_named_at_start_up() {
         assert_eq!(text.contains(says), warned, "{incremental}: {text}");
     }
 }
+
+/// Issue 44: `tidemark run` sends the store to the policy's copy and keeps the copy by
+/// the copy's own retention: the copy keeps more than the source (keepLast 8 against 2),
+/// so backups the source's retention deleted are still in the copy, whole.
+#[test]
+fn the_runner_copies_the_store_and_the_copy_keeps_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "*/2 * * * * *", "date +%s%N", "{keepLast: 2}");
+    let policy = cfg.join("policy.yaml");
+    let mut text = std::fs::read_to_string(&policy).unwrap();
+    text.push_str(
+        "  copies:\n    - name: dr\n      objectStore: {url: \"file://../dr\"}\n      retention: {keepLast: 8}\n      maxLag: 20s\n",
+    );
+    std::fs::write(&policy, text).unwrap();
+    std::fs::create_dir_all(dir.path().join("dr")).unwrap();
+    let log = dir.path().join("run.log");
+    let mut run = start(&cfg, &log);
+    wait_for(&log, "retention: deleted", 30);
+    // A second copy pass (every 10 s) after the source deleted something.
+    let first = wait_for(&log, "copy dr: sent", 30);
+    let sent = first.matches("copy dr: sent").count();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let s = std::fs::read_to_string(&log).unwrap();
+        if s.matches("copy dr: sent").count() > sent + 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "one copy pass only:\n{s}");
+        sleep(Duration::from_millis(200));
+    }
+    signal(&run, "-TERM");
+    let status = run.wait().unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{status}\n{text}");
+    let source = phases(&ls(&dir.path().join("store")));
+    let copy = phases(&ls(&dir.path().join("dr")));
+    assert!(copy.values().all(|p| p == "completed"), "{copy:?}");
+    // The source keeps its 2 and what the copy has not received yet; the copy keeps its
+    // own 8, among them backups the source's retention deleted.
+    assert!(
+        copy.keys().any(|id| !source.contains_key(id)),
+        "nothing in the copy that the source deleted:\n{copy:?}\n{source:?}\n{text}"
+    );
+    assert!(
+        copy.len() <= 9,
+        "the copy's own retention ran: {copy:?}\n{text}"
+    );
+    let record: Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join("store/local/_state/copies/dr.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(record["copyNewestAt"].is_string(), "{record:#}");
+}

@@ -504,26 +504,35 @@ async fn send_segments(
             not_indexed.extend(batch.iter().map(|e| e.sequence));
             continue;
         }
-        let results: Vec<(u64, Result<u64, TransferError>)> =
-            futures::stream::iter(batch.iter().map(|e| async move {
-                let key = layout::segment_key(&e.name);
-                let expected = Expected {
-                    size: e.size,
-                    sha256: e.sha256.as_deref(),
-                    recorded_in: "binlogs/_index.json",
-                };
-                let r = copy_object(
-                    source,
-                    copy,
-                    &key,
-                    expected,
-                    request.bandwidth.as_deref(),
-                    progress,
-                )
-                .await
-                .map(|()| e.size);
-                (e.sequence, r)
-            }))
+        // Owned stores and entries: a stream of futures borrowing them is not `Send` for
+        // every lifetime, which the runner's and the operator's tasks need.
+        let work: Vec<_> = batch
+            .iter()
+            .map(|e| {
+                let (source, copy, entry) = (source.clone(), copy.clone(), (*e).clone());
+                let limit = request.bandwidth.clone();
+                async move {
+                    let key = layout::segment_key(&entry.name);
+                    let expected = Expected {
+                        size: entry.size,
+                        sha256: entry.sha256.as_deref(),
+                        recorded_in: "binlogs/_index.json",
+                    };
+                    let r = copy_object(
+                        &source,
+                        &copy,
+                        &key,
+                        expected,
+                        limit.as_deref(),
+                        &tidemark_store::NoProgress,
+                    )
+                    .await
+                    .map(|()| entry.size);
+                    (entry.sequence, r)
+                }
+            })
+            .collect();
+        let results: Vec<(u64, Result<u64, TransferError>)> = futures::stream::iter(work)
             .buffered(SEGMENT_CONCURRENCY)
             .collect()
             .await;
@@ -532,6 +541,7 @@ async fn send_segments(
             match r {
                 Ok(bytes) if !stopped => {
                     out.bytes += bytes;
+                    progress.bytes(bytes);
                     add.push((*e).clone());
                 }
                 Ok(_) => {

@@ -74,6 +74,21 @@ mod send_check {
                 .await
                 .is_ok()
         });
+        let (s, c) = (store.clone(), store.clone());
+        task(async move {
+            let request = crate::copy::CopyRequest {
+                name: "dr".into(),
+                policy: tidemark_core::PolicyInput::default()
+                    .validate()
+                    .unwrap_or_else(|_| unreachable!()),
+                now: jiff::Timestamp::now(),
+                bandwidth: None,
+                dry_run: true,
+            };
+            crate::copy::copy_pass(&s, &c, &request, None, &NoProgress)
+                .await
+                .is_ok()
+        });
         task(async move {
             crate::attempt::take_backup(&store, &backup, &NoProgress)
                 .await

@@ -56,6 +56,26 @@ pub struct PolicyRun {
     pub restore_test: Option<RestoreTestRun>,
     /// Verification on a schedule (`spec.verify.schedule`).
     pub verify: Option<VerifyRun>,
+    /// Copies of the store (`spec.copies`), sent and kept by the runner.
+    pub copies: Vec<CopyRun>,
+}
+
+/// A copy of the policy's store (`spec.copies[]`): sent every `every`, under the copy's own
+/// lease (held for the whole run), and kept by its own retention.
+#[derive(Debug, Clone)]
+pub struct CopyRun {
+    pub name: String,
+    pub store: ClusterStore,
+    /// What the copy keeps (its own rules, else the policy's, else everything).
+    pub policy: Policy,
+    /// The copy's retention pass, when it has rules (its own or the policy's).
+    pub retention: Option<RetentionRun>,
+    /// How far the copy may fall behind before the run says so (`maxLag`).
+    pub max_lag: SignedDuration,
+    /// How often a copy pass runs.
+    pub every: Duration,
+    /// The copy's transfer rate limit (`bandwidth`).
+    pub bandwidth: Option<Arc<tidemark_store::copy::Bandwidth>>,
 }
 
 /// A policy's scheduled verification: when, and how much besides the newest chain.
@@ -219,11 +239,35 @@ pub async fn run(
                 return Err(e);
             }
         }
+        // Each copy's lease, held for the run too: one copier (and one deleter) there.
+        for c in &p.copies {
+            let taken = Fence::acquire(
+                &c.store,
+                &holder,
+                Arc::clone(&clock),
+                options.fence,
+                Wait::No,
+                |_| {},
+            )
+            .await;
+            match taken {
+                Ok(f) => fences.push(Arc::new(f)),
+                Err(e) => {
+                    release_all(fences).await;
+                    return Err(e);
+                }
+            }
+        }
     }
     let (stop_tx, stop_rx) = watch::channel(false);
     let (fatal_tx, mut fatal_rx) = tokio::sync::mpsc::unbounded_channel::<EngineError>();
     let mut tasks = tokio::task::JoinSet::new();
-    for (p, fence) in policies.into_iter().zip(fences.iter().cloned()) {
+    let mut held = fences.iter().cloned();
+    for p in policies {
+        let Some(fence) = held.next() else {
+            break;
+        };
+        let copy_fences: Vec<Arc<Fence>> = held.by_ref().take(p.copies.len()).collect();
         let loaded = StoredState::load(&p.store).await?;
         let ctx = Arc::new(Ctx {
             name: p.name.clone(),
@@ -276,6 +320,37 @@ pub async fn run(
         if let Some(a) = p.archive {
             let span = tracing::info_span!("binlogs", policy = %p.name);
             tasks.spawn(archive_task(Arc::clone(&ctx), a, stop_rx.clone()).instrument(span));
+        }
+        // Records of copies this configuration does not name keep holding in the source:
+        // said, never removed here (`tidemark copy --forget` gives one up).
+        match state::load_copies(&p.store).await {
+            Ok(records) => {
+                for r in records
+                    .iter()
+                    .filter(|r| !p.copies.iter().any(|c| c.name == r.name))
+                {
+                    tracing::warn!(
+                        "policy {}: the store records a copy {:?} ({}) that this configuration does not name; retention keeps what it has not received until `tidemark copy --forget` gives it up",
+                        p.name,
+                        r.name,
+                        r.destination
+                    );
+                }
+            }
+            Err(e) => tracing::warn!("policy {}: copy records: {}", p.name, chain(&e)),
+        }
+        for (c, copy_fence) in p.copies.into_iter().zip(copy_fences) {
+            let span = tracing::info_span!("copy", policy = %p.name, copy = %c.name);
+            tasks.spawn(
+                copy_task(
+                    Arc::clone(&ctx),
+                    c,
+                    Arc::clone(&copy_fence),
+                    stop_rx.clone(),
+                )
+                .instrument(span),
+            );
+            tasks.spawn(watch_fence(copy_fence, stop_rx.clone(), fatal_tx.clone()));
         }
         tasks.spawn(watch_fence(fence, stop_rx.clone(), fatal_tx.clone()));
     }
@@ -910,6 +985,100 @@ async fn archive_task(ctx: Arc<Ctx>, a: ArchiveRun, mut stop: watch::Receiver<bo
             }
         };
         if !nap(wait, &mut stop).await {
+            return;
+        }
+    }
+}
+
+/// Sends the policy's store to a copy every `every`, then runs the copy's own retention
+/// when it is due; loud (a warning) while the copy is more than `maxLag` behind, and when
+/// it has caught up again. A failure backs off and never stops the runner.
+async fn copy_task(ctx: Arc<Ctx>, c: CopyRun, fence: Arc<Fence>, mut stop: watch::Receiver<bool>) {
+    let mut failures = 0u32;
+    let mut behind = false;
+    let mut last_retention: Option<Timestamp> = None;
+    loop {
+        let request = crate::copy::CopyRequest {
+            name: c.name.clone(),
+            policy: c.policy.clone(),
+            now: ctx.clock.now(),
+            bandwidth: c.bandwidth.clone(),
+            dry_run: false,
+        };
+        let pass =
+            crate::copy::copy_pass(&ctx.store, &c.store, &request, Some(&fence), &NoProgress);
+        let copied = tokio::select! {
+            r = pass => r,
+            () = stopped(&mut stop) => return,
+        };
+        let wait = match copied {
+            Ok(o) => {
+                failures = 0;
+                if !o.backups_sent.is_empty() || o.segments_sent > 0 {
+                    tracing::info!(
+                        "copy {}: sent {} backup(s) and {} segment(s), {} bytes",
+                        c.name,
+                        o.backups_sent.len(),
+                        o.segments_sent,
+                        o.bytes
+                    );
+                }
+                for f in &o.failures {
+                    tracing::warn!("copy {}: {f}", c.name);
+                }
+                let lag = match (o.source_newest_at, o.copy_newest_at) {
+                    (Some(s), Some(d)) if s > d => s.duration_since(d),
+                    (Some(s), None) => ctx.clock.now().duration_since(s).max(SignedDuration::ZERO),
+                    _ => SignedDuration::ZERO,
+                };
+                match (lag > c.max_lag, behind) {
+                    (true, _) => tracing::warn!(
+                        "copy {} is {:#} behind the store (maxLag {:#})",
+                        c.name,
+                        lag.round(jiff::Unit::Second).unwrap_or(lag),
+                        c.max_lag
+                    ),
+                    (false, true) => tracing::info!("copy {} has caught up", c.name),
+                    _ => {}
+                }
+                behind = lag > c.max_lag;
+                c.every
+            }
+            Err(e) => {
+                failures += 1;
+                let pause = e.class().backoff(failures).max(c.every);
+                tracing::warn!(
+                    "copy {}: {}; retrying in {}s",
+                    c.name,
+                    chain(&e),
+                    pause.as_secs()
+                );
+                pause
+            }
+        };
+        if let Some(r) = &c.retention {
+            let now = ctx.clock.now();
+            if last_retention.is_none_or(|t| now >= tidemark_core::saturating_add(t, r.interval)) {
+                let request = PassRequest {
+                    hooks: None,
+                    policy: r.policy.clone(),
+                    policy_as_given: r.as_given.clone(),
+                    now,
+                    started_at: now,
+                    protect: Default::default(),
+                    restores: Vec::new(),
+                    execute: true,
+                    ignore_malformed: false,
+                    recorded_hooks: crate::pass::RecordedHooks::Refuse,
+                    override_primary_gate: false,
+                };
+                match unattended_pass(&c.store, &request, Some(&fence), None).await {
+                    Ok(_) => last_retention = Some(now),
+                    Err(e) => tracing::warn!("copy {}: retention: {}", c.name, chain(&e)),
+                }
+            }
+        }
+        if !nap(wait.max(Duration::from_millis(100)), &mut stop).await {
             return;
         }
     }

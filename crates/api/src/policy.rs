@@ -173,7 +173,8 @@ pub struct CopySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub object_lock: Option<ObjectLockSpec>,
     /// How far the copy may fall behind the policy's store before it is loud (condition
-    /// `CopyBehind`, an event, the alert `TidemarkCopyBehind`): default `1h`.
+    /// `CopiesCurrent=False` with reason `CopyBehind`, a `CopyBehind` event, the alert
+    /// `TidemarkCopyBehind`): default `1h`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(crate::interval::COPY_MAX_LAG_RULE).message(crate::interval::COPY_MAX_LAG_MESSAGE))]
     pub max_lag: Option<String>,
@@ -840,8 +841,9 @@ pub struct BackupPolicyStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes_freed: Option<u64>,
     /// `Ready` (the last retention pass succeeded); `BinlogArchiveCurrent` (the binlog
-    /// archive is within `spec.binlogArchive.maxLag` of the server). A map by `type`: each
-    /// writer owns its own (server-side apply).
+    /// archive is within `spec.binlogArchive.maxLag` of the server); `CopiesCurrent` (every
+    /// copy within its `maxLag`). A map by `type`: each writer owns its own (server-side
+    /// apply).
     #[serde(
         default,
         skip_serializing_if = "Vec::is_empty",
@@ -865,6 +867,46 @@ pub struct BackupPolicyStatus {
     /// (written by its own watch, with the `BinlogArchiveCurrent` condition).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub binlog_archive: Option<BinlogArchiveStatus>,
+    /// Each copy (`spec.copies`): its last pass, its recovery window and how far it is
+    /// behind this store (written by the copies' own writer, with the `CopiesCurrent`
+    /// condition).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub copies: Vec<CopyStatus>,
+}
+
+/// Where one copy stands.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CopyStatus {
+    pub name: String,
+    /// When the last copy pass ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_copy_time: Option<Time>,
+    /// The newest restorable instant in the copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copied_through: Option<Time>,
+    /// How far the copy is behind this store, in seconds (also the
+    /// `tidemark_copy_lag_seconds` metric).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_seconds: Option<i64>,
+    /// Whether the copy is more than `maxLag` behind, or its last pass failed.
+    pub behind: bool,
+    /// The copy's own recovery window, as of its last pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery_window: Option<RecoveryWindowStatus>,
+    /// What the last pass sent.
+    #[serde(default)]
+    pub backups_sent: u64,
+    #[serde(default)]
+    pub segments_sent: u64,
+    #[serde(default)]
+    pub bytes_sent: u64,
+    /// When the copy's own retention pass last ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_retention_run_time: Option<Time>,
+    /// Why the last pass failed, or what it could not send.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// Where the binlog archive stands.
@@ -1842,6 +1884,31 @@ impl BackupPolicySpec {
         self.copies.iter().find(|c| c.name == name)
     }
 
+    /// The spec as its copy `name` sees it (see [`BackupPolicy::as_copy`]); `cluster` is the
+    /// policy's cluster directory, which the copy keeps.
+    pub fn as_copy(&self, name: &str, cluster: &str) -> Option<BackupPolicySpec> {
+        let c = self.copy(name)?;
+        let mut out = self.clone();
+        let mut store = c.object_store.clone();
+        if c.object_lock.is_some() {
+            store.object_lock.clone_from(&c.object_lock);
+        }
+        // Objects are copied as stored: the copy is read with the source's keys.
+        if store.encryption.is_none() {
+            store.encryption = self
+                .object_store
+                .as_ref()
+                .and_then(|o| o.encryption.clone());
+        }
+        out.cluster = Some(cluster.to_owned());
+        out.object_store = Some(store);
+        out.retention = c.retention(self).cloned();
+        out.bandwidth.clone_from(&c.bandwidth);
+        out.copies = Vec::new();
+        out.binlog_archive = None;
+        Some(out)
+    }
+
     /// What a pass does with a locked chain whose lock ended
     /// (`spec.objectStore.objectLock.afterExpiry`; default `lifecycle`).
     ///
@@ -2040,26 +2107,8 @@ impl BackupPolicy {
     /// retention pass, `restore --from-copy`, `ls`, `verify` — works on this policy as on any.
     /// `None` when the policy names no such copy.
     pub fn as_copy(&self, name: &str) -> Option<BackupPolicy> {
-        let c = self.spec.copy(name)?;
         let mut out = self.clone();
-        let mut store = c.object_store.clone();
-        if c.object_lock.is_some() {
-            store.object_lock.clone_from(&c.object_lock);
-        }
-        // Objects are copied as stored: the copy is read with the source's keys.
-        if store.encryption.is_none() {
-            store.encryption = self
-                .spec
-                .object_store
-                .as_ref()
-                .and_then(|o| o.encryption.clone());
-        }
-        out.spec.cluster = Some(self.cluster().to_owned());
-        out.spec.object_store = Some(store);
-        out.spec.retention = c.retention(&self.spec).cloned();
-        out.spec.bandwidth.clone_from(&c.bandwidth);
-        out.spec.copies = Vec::new();
-        out.spec.binlog_archive = None;
+        out.spec = self.spec.as_copy(name, self.cluster())?;
         Some(out)
     }
 }

@@ -806,6 +806,10 @@ pub struct PushArgs {
     /// -- mariabackup --user=root --socket=/run/mysqld/mysqld.sock
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+    /// Hold the transfer to this rate, e.g. 50MiB/s (B, KB, MB, GB, KiB, MiB, GiB per
+    /// second). Default: the --policy file's spec.bandwidth, else no limit.
+    #[arg(long, value_name = "RATE")]
+    pub bandwidth: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -825,6 +829,10 @@ pub struct FetchArgs {
     /// stdout.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
+    /// Hold the transfer to this rate, e.g. 50MiB/s (B, KB, MB, GB, KiB, MiB, GiB per
+    /// second). Default: the --policy file's spec.bandwidth, else no limit.
+    #[arg(long, value_name = "RATE")]
+    pub bandwidth: Option<String>,
 }
 
 /// Where the backups are.

@@ -65,6 +65,9 @@ pub struct CopyOutcome {
     /// The newest restorable instant of the source and of the copy after the pass.
     pub source_newest_at: Option<Timestamp>,
     pub copy_newest_at: Option<Timestamp>,
+    /// The copy's recovery window after the pass, by its own plan.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub copy_window: Option<tidemark_core::RecoveryWindow>,
     /// What a dry run would send.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub would_send: Option<WouldSend>,
@@ -124,6 +127,26 @@ pub async fn copy_pass(
         Some(f) => f.guard(work).await,
         None => work.await,
     }
+}
+
+/// Records in `source` that the copy `name` (at `destination`, for people) exists, if no
+/// record does yet: from then on every retention pass on the source keeps what the copy has
+/// not received. Runners call it when a copy is configured, before the source's first
+/// retention pass; a copy pass does it too. Returns whether a record was written.
+///
+/// # Errors
+/// A failed request; a malformed record.
+pub async fn declare(
+    source: &ClusterStore,
+    name: &str,
+    destination: &str,
+    now: Timestamp,
+) -> Result<bool, EngineError> {
+    if load_copy(source, name).await?.is_some() {
+        return Ok(false);
+    }
+    save_copy(source, &CopyRecord::new(name, destination, now)).await?;
+    Ok(true)
 }
 
 async fn run(
@@ -237,6 +260,8 @@ async fn run(
     record.source_newest_at = out.source_newest_at;
     let after = read_whole(copy, progress).await?;
     out.copy_newest_at = newest(&after.inventory);
+    out.copy_window =
+        tidemark_core::plan(&request.policy, &after.inventory, request.now).recovery_window;
     record.copy_newest_at = out.copy_newest_at;
     record.failures = out.failures.iter().take(32).cloned().collect();
     record.destination = destination;

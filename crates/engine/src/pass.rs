@@ -238,18 +238,6 @@ pub async fn retention_pass(
         }
         None => request,
     };
-    // What each copy of the store has not received yet is kept (`_state/copies/`), for
-    // every deleter.
-    let copies: Vec<tidemark_core::copies::CopyFloor> = tidemark_store::state::load_copies(store)
-        .await?
-        .iter()
-        .map(tidemark_store::state::CopyRecord::floor)
-        .collect();
-    let options = SurveyOptions {
-        protect: request.protect.clone(),
-        restores: request.restores.clone(),
-        copies: copies.clone(),
-    };
     let fence = match (request.execute, fence) {
         (false, _) => None,
         (true, Some(f)) if f.store().url == store.url && f.store().cluster == store.cluster => {
@@ -271,12 +259,25 @@ pub async fn retention_pass(
         }
         _ => store,
     };
+    // What each copy of the store has not received yet is kept (`_state/copies/`), for
+    // every deleter. Read under the fence like the listing: a server that pages without
+    // end is stopped with the lease.
     let looked = async {
-        survey(store, &request.policy, request.now, &options, progress)
-            .await
-            .map_err(EngineError::from)
+        let copies: Vec<tidemark_core::copies::CopyFloor> =
+            tidemark_store::state::load_copies(store)
+                .await?
+                .iter()
+                .map(tidemark_store::state::CopyRecord::floor)
+                .collect();
+        let options = SurveyOptions {
+            protect: request.protect.clone(),
+            restores: request.restores.clone(),
+            copies,
+        };
+        let seen = survey(store, &request.policy, request.now, &options, progress).await?;
+        Ok::<_, EngineError>((options.copies, seen))
     };
-    let seen = match fence {
+    let (copies, seen) = match fence {
         Some(f) => f.guard(looked).await?,
         None => looked.await?,
     };

@@ -58,6 +58,8 @@ pub struct PolicyRun {
     pub verify: Option<VerifyRun>,
     /// Copies of the store (`spec.copies`), sent and kept by the runner.
     pub copies: Vec<CopyRun>,
+    /// The rate backups are sent to the store at (`spec.bandwidth`).
+    pub bandwidth: Option<Arc<tidemark_store::copy::Bandwidth>>,
 }
 
 /// A copy of the policy's store (`spec.copies[]`): sent every `every`, under the copy's own
@@ -158,6 +160,8 @@ struct Ctx {
     object_lock: Option<tidemark_core::lock::ObjectLock>,
     /// The store's lease, held for the whole run; retention deletes only under it.
     fence: Arc<Fence>,
+    /// The rate backups are sent to the store at (`spec.bandwidth`).
+    bandwidth: Option<Arc<tidemark_store::copy::Bandwidth>>,
 }
 
 impl Ctx {
@@ -278,6 +282,7 @@ pub async fn run(
             clock: Arc::clone(&clock),
             object_lock: p.object_lock,
             fence: Arc::clone(&fence),
+            bandwidth: p.bandwidth.clone(),
         });
         tracing::info!(
             "policy {}: store {} cluster {}; {} schedule(s){}{}",
@@ -321,23 +326,40 @@ pub async fn run(
             let span = tracing::info_span!("binlogs", policy = %p.name);
             tasks.spawn(archive_task(Arc::clone(&ctx), a, stop_rx.clone()).instrument(span));
         }
-        // Records of copies this configuration does not name keep holding in the source:
-        // said, never removed here (`tidemark copy --forget` gives one up).
-        match state::load_copies(&p.store).await {
+        // Records of copies this configuration no longer names go: the store keeps
+        // nothing for them any more (the configuration, like a policy's spec, says which
+        // copies there are; a copy's data is never touched by this).
+        // (Under the lease, as every listing: a server that pages without end is stopped
+        // with it.)
+        let recorded = fence
+            .guard(async {
+                state::load_copies(&p.store)
+                    .await
+                    .map_err(EngineError::from)
+            })
+            .await;
+        match recorded {
             Ok(records) => {
                 for r in records
                     .iter()
                     .filter(|r| !p.copies.iter().any(|c| c.name == r.name))
                 {
-                    tracing::warn!(
-                        "policy {}: the store records a copy {:?} ({}) that this configuration does not name; retention keeps what it has not received until `tidemark copy --forget` gives it up",
+                    tracing::info!(
+                        "policy {}: the configuration no longer names the copy {:?} ({}): its record goes",
                         p.name,
                         r.name,
                         r.destination
                     );
+                    state::forget_copy(&p.store, &r.name).await?;
                 }
             }
-            Err(e) => tracing::warn!("policy {}: copy records: {}", p.name, chain(&e)),
+            Err(e) => return Err(e),
+        }
+        for c in &p.copies {
+            // Before the first retention pass: the store keeps what the copy has not
+            // received from now on.
+            let destination = format!("{}/{}", c.store.url, c.store.cluster);
+            crate::copy::declare(&p.store, &c.name, &destination, clock.now()).await?;
         }
         for (c, copy_fence) in p.copies.into_iter().zip(copy_fences) {
             let span = tracing::info_span!("copy", policy = %p.name, copy = %c.name);
@@ -661,6 +683,7 @@ async fn take(
         command: sched.command.clone(),
         parent,
         detach: true,
+        bandwidth: ctx.bandwidth.clone(),
     };
     let name = &sched.spec.name;
     // A boxed future (async_trait): dropping it below stops the attempt for real.

@@ -29,6 +29,7 @@ pub mod backup;
 pub mod cleanup;
 pub mod consolidation;
 pub mod context;
+pub mod copies;
 pub mod database;
 pub mod error;
 pub mod events;
@@ -695,6 +696,7 @@ async fn scope(
                             restore_test: p.spec.restore_test.is_some(),
                             verification: p.spec.verify.is_some(),
                             binlog_archive: p.spec.binlog_archive.is_some(),
+                            copies: p.spec.copies.iter().map(|c| c.name.clone()).collect(),
                         })
                 };
                 let schedule = |ns: &str, name: &str, policy: &str| {

@@ -38,6 +38,14 @@ pub struct ScheduleLabels {
     pub schedule: String,
 }
 
+/// One copy of a policy's store (`spec.copies[]`, at most four a policy).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CopyLabels {
+    pub namespace: String,
+    pub policy: String,
+    pub copy: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ControllerLabels {
     pub controller: String,
@@ -99,6 +107,16 @@ pub struct Metrics {
     pub verification_last_run: Family<PolicyLabels, Gauge>,
     /// How far the policy's binlog archive is behind the server it reads, in seconds.
     pub binlog_archive_lag: Family<PolicyLabels, Gauge>,
+    /// How far a copy is behind the policy's store, in seconds.
+    pub copy_lag: Family<CopyLabels, Gauge>,
+    /// When a copy's last pass ended.
+    pub copy_last_run: Family<CopyLabels, Gauge>,
+    /// Bytes copied to a copy.
+    pub copy_bytes: Family<CopyLabels, Counter>,
+    /// The length of a copy's own recovery window after its last pass.
+    pub copy_window: Family<CopyLabels, Gauge>,
+    /// A copy's `maxLag` (what the `TidemarkCopyBehind` alert compares the lag with).
+    pub copy_max_lag: Family<CopyLabels, Gauge>,
     /// Set once this replica has talked to the API server (readiness).
     pub ready: AtomicBool,
     /// 1 while this replica leads.
@@ -250,6 +268,31 @@ impl Metrics {
             self.binlog_archive_lag.clone(),
         );
         r.register(
+            "copy_lag_seconds",
+            "How far a copy (spec.copies) is behind the policy's store: the store's newest restorable instant against the copy's (or now, when its last pass failed)",
+            self.copy_lag.clone(),
+        );
+        r.register(
+            "copy_last_run_timestamp_seconds",
+            "When the copy's last pass ended",
+            self.copy_last_run.clone(),
+        );
+        r.register(
+            "copy_bytes",
+            "Bytes sent to the copy, as stored",
+            self.copy_bytes.clone(),
+        );
+        r.register(
+            "copy_recovery_window_seconds",
+            "The length of the copy's own recovery window after its last pass",
+            self.copy_window.clone(),
+        );
+        r.register(
+            "copy_max_lag_seconds",
+            "The copy's maxLag: how far it may fall behind the policy's store",
+            self.copy_max_lag.clone(),
+        );
+        r.register(
             "leader",
             "1 while this replica holds the leader lease",
             self.leader.clone(),
@@ -318,6 +361,7 @@ impl Metrics {
         }
         let mut policies = std::collections::BTreeSet::new();
         let mut schedules = Vec::new();
+        let mut copies = std::collections::BTreeSet::new();
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let Some((name, rest)) = line.split_once('{') else {
                 continue;
@@ -335,12 +379,30 @@ impl Metrics {
                         schedule: s,
                     });
                 }
+                if let (true, Some(c)) = (name.starts_with("tidemark_copy_"), get("copy")) {
+                    copies.insert((ns.clone(), policy.clone(), c));
+                }
                 policies.insert((ns, policy));
             }
         }
         for s in schedules {
             if !schedule(&s.namespace, &s.schedule, &s.policy) {
                 self.schedule_interval.remove(&s);
+            }
+        }
+        for (ns, policy, copy) in copies {
+            let named = owner(&ns, &policy).is_some_and(|o| o.copies.contains(&copy));
+            if !named {
+                let l = CopyLabels {
+                    namespace: ns,
+                    policy,
+                    copy,
+                };
+                self.copy_lag.remove(&l);
+                self.copy_last_run.remove(&l);
+                self.copy_bytes.remove(&l);
+                self.copy_window.remove(&l);
+                self.copy_max_lag.remove(&l);
             }
         }
         for (ns, policy) in policies {
@@ -447,11 +509,13 @@ impl Metrics {
 pub const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
 /// What a policy that exists asks for, as far as its series go.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Default)]
 pub struct Owned {
     pub restore_test: bool,
     pub verification: bool,
     pub binlog_archive: bool,
+    /// The copies it names.
+    pub copies: Vec<String>,
 }
 
 /// The results of [`PassLabels`] besides the error classes.
@@ -675,6 +739,15 @@ mod tests {
             m.last_successful_backup.get_or_create(l).set(1);
             m.restore_test_passed.get_or_create(l).set(1);
             m.binlog_archive_lag.get_or_create(l).set(1);
+            for copy in ["dr", "old"] {
+                m.copy_lag
+                    .get_or_create(&CopyLabels {
+                        namespace: l.namespace.clone(),
+                        policy: l.policy.clone(),
+                        copy: copy.into(),
+                    })
+                    .set(5);
+            }
             m.schedule_interval
                 .get_or_create(&ScheduleLabels {
                     namespace: l.namespace.clone(),
@@ -685,10 +758,11 @@ mod tests {
         }
         m.sweep(
             |_, p| {
-                (p == "kept").then_some(Owned {
+                (p == "kept").then(|| Owned {
                     restore_test: false,
                     verification: false,
                     binlog_archive: true,
+                    copies: vec!["dr".into()],
                 })
             },
             |_, _, p| p == "kept",
@@ -702,9 +776,14 @@ mod tests {
             r#"tidemark_last_successful_backup_timestamp_seconds{namespace="t",policy="kept"} 1"#,
             r#"tidemark_binlog_archive_lag_seconds{namespace="t",policy="kept"} 1"#,
             r#"tidemark_schedule_interval_seconds{namespace="t",policy="kept",schedule="s"} 60"#,
+            r#"tidemark_copy_lag_seconds{namespace="t",policy="kept",copy="dr"} 5"#,
         ] {
             assert!(text.contains(kept), "{kept} in {text}");
         }
+        assert!(
+            !text.contains(r#"copy="old""#),
+            "a copy no longer named: {text}"
+        );
         assert!(!text.contains("tidemark_restore_test_passed{"), "{text}");
     }
 }

@@ -38,6 +38,10 @@ pub const BINLOG_ARCHIVE_CONDITION: &str = "BinlogArchiveCurrent";
 /// The condition the archive's watch writes about its timelines: `False` while a switch of
 /// primary lies before the end of its parent's archive (a branch) and is not acknowledged.
 pub const MAIN_LINE_CONDITION: &str = "BinlogMainLine";
+/// The field manager of a BackupPolicy's `status.copies` and [`COPIES_CONDITION`].
+pub const COPIES_MANAGER: &str = "tidemark-operator-copies";
+/// The condition of a policy's copies: every copy within its `maxLag`.
+pub const COPIES_CONDITION: &str = "CopiesCurrent";
 /// The field manager of a BackupPolicy's [`QUEUED_CONDITION`]: the queue of background
 /// work (`crate::policy`) adds it when a pass waits for its turn, and removes it (an
 /// empty apply) when the turn comes; the pass's own status never touches it.
@@ -59,12 +63,14 @@ pub async fn policy(
     let mut own = status.clone();
     own.restore_test = None;
     own.verification = None;
-    // The archive's watch writes these under its own manager.
+    // The archive's watch and the copies write these under their own managers.
     own.binlog_archive = None;
+    own.copies = Vec::new();
     own.conditions.retain(|c| {
         c.type_ != BINLOG_ARCHIVE_CONDITION
             && c.type_ != MAIN_LINE_CONDITION
             && c.type_ != QUEUED_CONDITION
+            && c.type_ != COPIES_CONDITION
     });
     self::own(api, name, &own).await
 }

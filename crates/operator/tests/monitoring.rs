@@ -136,6 +136,20 @@ fn exposition(text: bool) -> String {
             schedule: "nightly".into(),
         })
         .set(86_400);
+    let copy = tidemark_operator::metrics::CopyLabels {
+        namespace: "ns".into(),
+        policy: "db".into(),
+        copy: "dr".into(),
+    };
+    for g in [
+        &m.copy_lag,
+        &m.copy_last_run,
+        &m.copy_window,
+        &m.copy_max_lag,
+    ] {
+        g.get_or_create(&copy).set(1);
+    }
+    m.copy_bytes.get_or_create(&copy).inc();
     m.reconciles
         .get_or_create(&ControllerLabels {
             controller: "Backup".into(),

@@ -2158,3 +2158,115 @@ async fn a_restore_holds_what_it_needs_from_retention() {
     );
     op.stop().await;
 }
+
+/// Issue 44: a policy's copy through the operator, to a second bucket with the copy's own
+/// retention: every backup reaches the copy before the policy's own retention lets it go
+/// (the first pass declares the copy in the store), status, condition and metrics show
+/// the copy's lag and window, and a copy the spec no longer names is forgotten by the next
+/// pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_through_the_operator() {
+    let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let ns = "copies";
+    cluster.namespace(ns).await;
+    secret(&admin, ns, "s3").await;
+    let store = weed.cluster_store("db");
+    let now = Timestamp::now();
+    let backups: Vec<SynthBackup> = (0..3)
+        .map(|i| SynthBackup::full("nightly", now - SignedDuration::from_hours(3 - i), i as u32))
+        .collect();
+    synth::write_backups(&store, &backups).await.unwrap();
+    let mut ids: Vec<String> = backups.iter().map(|b| b.id.clone()).collect();
+    ids.sort();
+    let dr = weed.locked_bucket("dr-backups", "db").await;
+
+    let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), ns);
+    let mut p = policy("db", ns, &weed.endpoint, "s3");
+    p.spec.copies = vec![
+        serde_json::from_value(json!({
+            "name": "dr",
+            "objectStore": {"bucket": "dr-backups", "endpoint": weed.endpoint, "credentialsSecret": "s3"},
+            "retention": {"keepLast": 5},
+            "maxLag": "1h",
+        }))
+        .unwrap(),
+    ];
+    policies.create(&PostParams::default(), &p).await.unwrap();
+    let op = Operator::start(&cluster, "operator-copies");
+
+    // Every backup reaches the copy, whichever of the pass and the copy came first.
+    let reached = tokio::time::timeout(Duration::from_secs(90), async {
+        while metadata_ids(&dr).await != ids {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    })
+    .await;
+    assert!(
+        reached.is_ok(),
+        "the copy: {}",
+        status(&policies, "db").await
+    );
+    let st = eventually("the copy's status", || async {
+        let s = status(&policies, "db").await;
+        (s["copies"][0]["backupsSent"]
+            .as_u64()
+            .is_some_and(|n| n > 0)
+            || s["copies"][0]["lagSeconds"] == 0)
+            .then_some(s)
+    })
+    .await;
+    let copy = &st["copies"][0];
+    assert_eq!(copy["name"], "dr", "{st:#}");
+    assert_eq!(copy["behind"], false, "{st:#}");
+    assert_eq!(copy["lagSeconds"], 0, "{st:#}");
+    assert!(copy["recoveryWindow"]["start"].is_string(), "{st:#}");
+    let current = st["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "CopiesCurrent")
+        .unwrap_or_else(|| panic!("no CopiesCurrent: {st:#}"));
+    assert_eq!(current["status"], "True", "{st:#}");
+    let (_, metrics) = op.get("/metrics").await;
+    assert!(
+        metrics
+            .contains(r#"tidemark_copy_lag_seconds{namespace="copies",policy="db",copy="dr"} 0"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            r#"tidemark_copy_max_lag_seconds{namespace="copies",policy="db",copy="dr"} 3600"#
+        ),
+        "{metrics}"
+    );
+    // The policy's own retention (keepLast 1) now lets the two older go; the copy keeps
+    // them (its keepLast 5).
+    pass_now(&policies, "db").await;
+    until_ids(&store, &ids[2..], &policies, "keepLast 1 after the copy").await;
+    assert_eq!(metadata_ids(&dr).await, ids, "the copy mirrored a deletion");
+    let record = tidemark_store::state::load_copy(&store, "dr")
+        .await
+        .unwrap();
+    assert!(record.is_some(), "no record of the copy in the store");
+
+    // The copy no longer named: the next pass forgets it.
+    policies
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"copies": null, "retentionInterval": "58m"}})),
+        )
+        .await
+        .unwrap();
+    eventually("the copy's record forgotten", || async {
+        tidemark_store::state::load_copy(&store, "dr")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert_eq!(metadata_ids(&dr).await, ids, "forgetting touched the copy");
+}

@@ -4,6 +4,7 @@
 //! the destination's upload is completed. A transfer can be held to a rate
 //! ([`Bandwidth`]).
 
+use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -47,22 +48,115 @@ impl Bandwidth {
 
     /// Waits until `bytes` more may go.
     pub async fn take(&self, bytes: u64) {
-        #[allow(clippy::cast_precision_loss)]
-        let cost = Duration::from_secs_f64(bytes as f64 / self.bytes_per_second as f64);
-        let wait = {
-            let Ok(mut next) = self.next.lock() else {
-                return;
-            };
-            let now = Instant::now();
-            let floor = now.checked_sub(BURST).unwrap_or(now);
-            let start = next.map_or(now, |n| n.max(floor));
-            let end = start + cost;
-            *next = Some(end);
-            end.saturating_duration_since(now).saturating_sub(BURST)
-        };
+        let wait = self.reserve(bytes);
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
         }
+    }
+
+    /// Reserves `bytes` on the clock; returns how long to wait before they go.
+    pub fn reserve(&self, bytes: u64) -> Duration {
+        #[allow(clippy::cast_precision_loss)]
+        let cost = Duration::from_secs_f64(bytes as f64 / self.bytes_per_second as f64);
+        let Ok(mut next) = self.next.lock() else {
+            return Duration::ZERO;
+        };
+        let now = Instant::now();
+        let floor = now.checked_sub(BURST).unwrap_or(now);
+        let start = next.map_or(now, |n| n.max(floor));
+        let end = start + cost;
+        *next = Some(end);
+        end.saturating_duration_since(now).saturating_sub(BURST)
+    }
+}
+
+/// A reader or writer held to a [`Bandwidth`]: each read's bytes (or each write, before it
+/// goes) are paid for on the shared clock. What `push --bandwidth` reads and `fetch
+/// --bandwidth` writes goes through one.
+#[derive(Debug)]
+pub struct Throttled<T> {
+    inner: T,
+    limit: std::sync::Arc<Bandwidth>,
+    pause: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<T> Throttled<T> {
+    pub fn new(inner: T, limit: std::sync::Arc<Bandwidth>) -> Self {
+        Throttled {
+            inner,
+            limit,
+            pause: None,
+        }
+    }
+
+    /// Waits out a pending pause; `Pending` while it lasts.
+    fn paused(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        if let Some(p) = self.pause.as_mut() {
+            if p.as_mut().poll(cx).is_pending() {
+                return std::task::Poll::Pending;
+            }
+            self.pause = None;
+        }
+        std::task::Poll::Ready(())
+    }
+
+    fn pay(&mut self, bytes: usize) {
+        let wait = self.limit.reserve(bytes as u64);
+        if !wait.is_zero() {
+            self.pause = Some(Box::pin(tokio::time::sleep(wait)));
+        }
+    }
+}
+
+impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Throttled<T> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        if this.paused(cx).is_pending() {
+            return std::task::Poll::Pending;
+        }
+        let before = buf.filled().len();
+        let r = std::pin::Pin::new(&mut this.inner).poll_read(cx, buf);
+        if let std::task::Poll::Ready(Ok(())) = &r {
+            let n = buf.filled().len() - before;
+            this.pay(n);
+        }
+        r
+    }
+}
+
+impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Throttled<T> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let this = &mut *self;
+        if this.paused(cx).is_pending() {
+            return std::task::Poll::Pending;
+        }
+        let r = std::pin::Pin::new(&mut this.inner).poll_write(cx, buf);
+        if let std::task::Poll::Ready(Ok(n)) = &r {
+            this.pay(*n);
+        }
+        r
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
@@ -179,7 +273,7 @@ pub async fn already_there(
     to: &ClusterStore,
     key: &Path,
     size: u64,
-) -> Result<bool, crate::StoreError> {
+) -> Result<bool, crate::error::StoreError> {
     Ok(to.head(key).await?.is_some_and(|m| m.size == size))
 }
 

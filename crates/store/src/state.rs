@@ -1192,10 +1192,13 @@ pub async fn load_copies(store: &ClusterStore) -> Result<Vec<CopyRecord>, StoreE
         .map_err(|source| crate::open::request(store, "listing", &prefix, source))?;
     let mut out = Vec::new();
     for meta in listed {
-        let Some(file) = meta.location.filename() else {
+        // Only `_state/copies/<name>.json` itself: a listing that answers with keys of
+        // other places (a hostile or broken server) names no copy.
+        let parts: Vec<&str> = meta.location.as_ref().split('/').collect();
+        let [layout::STATE, COPIES, file] = parts.as_slice() else {
             continue;
         };
-        let Some(name) = file.strip_suffix(".json") else {
+        let Some(name) = file.strip_suffix(".json").filter(|n| layout::is_backup_name(n)) else {
             continue;
         };
         if out.len() == MAX_COPIES {

@@ -143,6 +143,7 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
     let wake = [
         crate::archivewatch::check(&ctx, &policy).await,
         crate::verification::reconcile(&ctx, &policy).await,
+        crate::copies::reconcile(&ctx, &policy).await,
     ]
     .into_iter()
     .fold(wake, |a, b| match (a, b) {
@@ -521,6 +522,7 @@ async fn apply(
     request: &mut PassRequest,
     (ns, policy): (&str, &str),
     consolidator: Option<&crate::consolidation::JobConsolidator>,
+    copies: &[tidemark_api::policy::CopySpec],
 ) -> Result<PassOutcome, StepError> {
     let fence = crate::fence::acquire(ctx, store)
         .await
@@ -542,6 +544,13 @@ async fn apply(
             .ok()
             .flatten()
             .is_some_and(|h| h.writer == writer);
+        // The policy's copies as the store records them, under the lease: a copy named
+        // and never sent to is declared (this pass already keeps what it has not
+        // received), a copy no longer named is forgotten (nothing is kept for it).
+        fence
+            .guard(reconcile_copies(store, copies, ctx.clock.now()))
+            .await
+            .map_err(StepError::Apply)?;
         fence
             .guard(async {
                 tidemark_store::state::save_holds(
@@ -597,6 +606,37 @@ async fn pass(
     }
 }
 
+/// Declares in `store` each of `copies` not recorded yet, and forgets the records of copies
+/// the policy no longer names.
+///
+/// # Guarantees
+/// Removes only `_state/copies/<name>.json` records of copies the spec does not name.
+///
+/// # Errors
+/// The store failed.
+async fn reconcile_copies(
+    store: &ClusterStore,
+    copies: &[tidemark_api::policy::CopySpec],
+    now: Timestamp,
+) -> Result<(), Error> {
+    for c in copies {
+        let destination = c.object_store.store_url().unwrap_or_default();
+        tidemark_engine::copy::declare(store, &c.name, &destination, now).await?;
+    }
+    let recorded = tidemark_store::state::load_copies(store)
+        .await
+        .map_err(tidemark_engine::EngineError::from)?;
+    for r in recorded {
+        if !copies.iter().any(|c| c.name == r.name) {
+            tracing::info!(copy = %r.name, "the policy no longer names this copy: its record goes");
+            tidemark_store::state::forget_copy(store, &r.name)
+                .await
+                .map_err(tidemark_engine::EngineError::from)?;
+        }
+    }
+    Ok(())
+}
+
 /// Steps 4–7, each failure its step's.
 async fn run_steps(
     ctx: &Arc<Context>,
@@ -620,6 +660,7 @@ async fn run_steps(
         &mut request,
         (&ns, &name),
         found.consolidator.as_ref(),
+        &policy.spec.copies,
     )
     .await?;
     if let Some(c) = &found.consolidator {

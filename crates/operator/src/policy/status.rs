@@ -106,6 +106,7 @@ pub(crate) fn policy_status(
         verification: None,
         timelines: timeline_status(&outcome.survey.inventory),
         binlog_archive: None,
+        copies: Vec::new(),
     };
     PassStatus {
         status: new,

@@ -1198,7 +1198,10 @@ pub async fn load_copies(store: &ClusterStore) -> Result<Vec<CopyRecord>, StoreE
         let [layout::STATE, COPIES, file] = parts.as_slice() else {
             continue;
         };
-        let Some(name) = file.strip_suffix(".json").filter(|n| layout::is_backup_name(n)) else {
+        let Some(name) = file
+            .strip_suffix(".json")
+            .filter(|n| layout::is_backup_name(n))
+        else {
             continue;
         };
         if out.len() == MAX_COPIES {

@@ -58,6 +58,12 @@ pub struct RestoreSpec {
     pub target: RestoreTarget,
     /// Where the data directory goes.
     pub into: RestoreInto,
+    /// Restore from the policy's copy of this name (`spec.copies[].name`) instead of its
+    /// own store: the copy's store, Secret and window (`tidemark restore --from-copy`).
+    /// The backups it needs are held in the copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"), length(max = 63))]
+    pub from: Option<String>,
 }
 
 /// What a Restore brings back: at most one of these; none is the newest restorable instant.
@@ -148,6 +154,9 @@ impl RestoreSpec {
         let invalid =
             |field: &'static str, problem: String| PolicyFileError::Invalid { field, problem };
         crate::names::dns_subdomain("spec.policy.name", &self.policy.name)?;
+        if let Some(from) = &self.from {
+            crate::names::dns_label("spec.from", from)?;
+        }
         let t = &self.target;
         let target = match (&t.to, &t.backup, &t.backup_id) {
             (None, None, None) => Target::Newest,

@@ -147,9 +147,6 @@ pub struct CopyArgs {
     /// and what its newest needs; default: everything the source has.
     #[arg(long, value_name = "DURATION", requires = "to")]
     pub window: Option<String>,
-    /// Hold the transfers to this rate, e.g. 50MiB/s (default: the copy's bandwidth).
-    #[arg(long, value_name = "RATE")]
-    pub bandwidth: Option<String>,
     /// Say what would be sent; send nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -806,10 +803,6 @@ pub struct PushArgs {
     /// -- mariabackup --user=root --socket=/run/mysqld/mysqld.sock
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
-    /// Hold the transfer to this rate, e.g. 50MiB/s (B, KB, MB, GB, KiB, MiB, GiB per
-    /// second). Default: the --policy file's spec.bandwidth, else no limit.
-    #[arg(long, value_name = "RATE")]
-    pub bandwidth: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -829,10 +822,6 @@ pub struct FetchArgs {
     /// stdout.
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
-    /// Hold the transfer to this rate, e.g. 50MiB/s (B, KB, MB, GB, KiB, MiB, GiB per
-    /// second). Default: the --policy file's spec.bandwidth, else no limit.
-    #[arg(long, value_name = "RATE")]
-    pub bandwidth: Option<String>,
 }
 
 /// Where the backups are.
@@ -909,6 +898,12 @@ pub struct StoreArgs {
         conflicts_with_all = ["store", "endpoint"]
     )]
     pub from_copy: Option<String>,
+    /// Hold this command's transfers to and from the store (payloads, binlog segments;
+    /// `copy`: what it sends) to this rate, e.g. 50MiB/s (B, KB, MB, GB, KiB, MiB, GiB per
+    /// second, at least 64KiB/s). Default: the --policy file's spec.bandwidth (with
+    /// --from-copy, the copy's bandwidth), else no limit.
+    #[arg(long, value_name = "RATE", env = "TIDEMARK_BANDWIDTH")]
+    pub bandwidth: Option<String>,
 }
 
 /// The retention policy: a BackupPolicy file, or flags.

@@ -98,16 +98,13 @@ pub async fn copy(args: &CopyArgs) -> Result<Exit, CliError> {
         .map_err(|e| CliError::input(format!("--window: {e}")))?,
         (None, None) => keep_everything()?,
     };
-    let bandwidth = match args
-        .bandwidth
-        .clone()
-        .or_else(|| copy_policy.as_ref().and_then(|p| p.spec.bandwidth.clone()))
-    {
+    // `--bandwidth`, else the copy's own: the copy's store carries it.
+    let bandwidth = match args.store.bandwidth.as_deref() {
         Some(b) => Some(Arc::new(tidemark_store::copy::Bandwidth::new(
             &b.parse::<tidemark_core::rate::Rate>()
                 .map_err(|e| CliError::input(format!("--bandwidth: {e}")))?,
         ))),
-        None => None,
+        None => copy.bandwidth().cloned(),
     };
     let json = args.output.structured();
     let bar = TerminalProgress::for_bytes(json, "copying");

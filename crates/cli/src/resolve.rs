@@ -283,8 +283,22 @@ pub fn target(
             .map_err(|e| CliError::input(e.to_string()))?
             .unwrap_or_default(),
     };
+    let rate = match args.bandwidth.as_deref().filter(|b| !b.is_empty()) {
+        Some(b) => Some(
+            b.parse::<tidemark_core::rate::Rate>()
+                .map_err(|e| CliError::input(format!("--bandwidth: {e}")))?,
+        ),
+        None => file
+            .map(|p| p.spec.bandwidth())
+            .transpose()
+            .map_err(|e| CliError::input(e.to_string()))?
+            .flatten(),
+    };
     Ok(Target {
         store: ClusterStore::open(&url, &cluster, &options)?
+            .with_bandwidth(
+                rate.map(|r| std::sync::Arc::new(tidemark_store::copy::Bandwidth::new(&r))),
+            )
             .with_lock_expiry(lock_expiry)
             .with_budget(budget()?)
             .with_compression(compression)

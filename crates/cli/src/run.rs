@@ -273,11 +273,6 @@ fn load(dir: &Path) -> Result<Vec<PolicyRun>, CliError> {
             restore_test: restore_test_run(policy, file)?,
             verify: verify_run(policy, file)?,
             copies: copy_runs(policy, file, retention_interval)?,
-            bandwidth: policy
-                .spec
-                .bandwidth()
-                .map_err(bounded)?
-                .map(|r| Arc::new(tidemark_store::copy::Bandwidth::new(&r))),
         });
     }
     for (file, s) in &schedules {

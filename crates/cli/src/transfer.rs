@@ -164,7 +164,6 @@ pub async fn push(args: &PushArgs) -> Result<Exit, CliError> {
         parent,
         // In the terminal's process group: Ctrl-C stops the command with tidemark.
         detach: false,
-        bandwidth: bandwidth(args.bandwidth.as_deref(), args.policy.as_deref())?,
     };
     let taken = LocalProcess.run(store, &request, progress).await;
     if let Some(b) = &bar {
@@ -207,28 +206,6 @@ fn report(store: &ClusterStore, m: &Metadata, output: OutputFormat) -> Result<()
     }
 }
 
-/// `--bandwidth RATE`, else the policy file's `spec.bandwidth`: the rate a transfer is held
-/// to.
-fn bandwidth(
-    flag: Option<&str>,
-    policy: Option<&std::path::Path>,
-) -> Result<Option<std::sync::Arc<tidemark_store::copy::Bandwidth>>, CliError> {
-    let rate = match flag {
-        Some(f) => Some(
-            f.parse::<tidemark_core::rate::Rate>()
-                .map_err(|e| CliError::input(format!("--bandwidth: {e}")))?,
-        ),
-        None => match policy {
-            Some(p) => resolve::read_policy_file(p)?
-                .spec
-                .bandwidth()
-                .map_err(|e| CliError::input(format!("{}: {e}", p.display())))?,
-            None => None,
-        },
-    };
-    Ok(rate.map(|r| std::sync::Arc::new(tidemark_store::copy::Bandwidth::new(&r))))
-}
-
 pub async fn fetch(args: &FetchArgs) -> Result<Exit, CliError> {
     if !tidemark_core::inventory::is_backup_id(&args.backup_id) {
         return Err(transfer_error(TransferError::InvalidId(
@@ -247,21 +224,14 @@ pub async fn fetch(args: &FetchArgs) -> Result<Exit, CliError> {
         Some(b) => b,
         None => &NoProgress,
     };
-    let limit = bandwidth(args.bandwidth.as_deref(), args.policy.as_deref())?;
-    let result = match (&destination, limit) {
-        (None, None) => {
+    let result = match &destination {
+        None => {
             let mut out = tokio::io::stdout();
             transfer::download(store, &m, &mut out, progress)
                 .await
                 .map(|_| ())
         }
-        (None, Some(limit)) => {
-            let mut out = tidemark_store::copy::Throttled::new(tokio::io::stdout(), limit);
-            transfer::download(store, &m, &mut out, progress)
-                .await
-                .map(|_| ())
-        }
-        (Some(d), limit) => d.write(store, &m, limit, progress).await,
+        Some(d) => d.write(store, &m, progress).await,
     };
     if let Some(b) = &bar {
         b.finish();
@@ -349,7 +319,6 @@ impl Destination {
         &self,
         store: &ClusterStore,
         m: &Metadata,
-        limit: Option<std::sync::Arc<tidemark_store::copy::Bandwidth>>,
         progress: &dyn Progress,
     ) -> Result<(), TransferError> {
         match self {
@@ -357,7 +326,7 @@ impl Destination {
                 let tmp = staging_file(&parent_dir(path)).map_err(TransferError::Sink)?;
                 let std_file = tmp.reopen().map_err(TransferError::Sink)?;
                 let mut file = tokio::fs::File::from_std(std_file);
-                download_limited(store, m, &mut file, limit, progress).await?;
+                transfer::download(store, m, &mut file, progress).await?;
                 file.sync_all().await.map_err(TransferError::Sink)?;
                 // Only a regular file (or nothing) is replaced: look again right before.
                 if std::fs::symlink_metadata(path).is_ok_and(|md| !md.is_file()) {
@@ -381,31 +350,11 @@ impl Destination {
                     .open(path)
                     .await
                     .map_err(TransferError::Sink)?;
-                download_limited(store, m, &mut file, limit, progress).await?;
+                transfer::download(store, m, &mut file, progress).await?;
                 Ok(())
             }
         }
     }
-}
-
-/// [`transfer::download`] into `sink`, held to `limit` when there is one.
-async fn download_limited(
-    store: &ClusterStore,
-    m: &Metadata,
-    sink: &mut (dyn tokio::io::AsyncWrite + Unpin + Send),
-    limit: Option<std::sync::Arc<tidemark_store::copy::Bandwidth>>,
-    progress: &dyn Progress,
-) -> Result<(), TransferError> {
-    match limit {
-        Some(limit) => {
-            let mut held = tidemark_store::copy::Throttled::new(sink, limit);
-            transfer::download(store, m, &mut held, progress).await?;
-        }
-        None => {
-            transfer::download(store, m, sink, progress).await?;
-        }
-    }
-    Ok(())
 }
 
 pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, CliError> {

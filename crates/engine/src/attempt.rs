@@ -28,9 +28,6 @@ pub struct BackupRequest {
     /// Run the command in its own process group, so that a Ctrl-C meant for tidemark does
     /// not kill a backup that is given a grace period.
     pub detach: bool,
-    /// Hold the stream read from the source to this rate (`push --bandwidth`, a policy's
-    /// `spec.bandwidth`).
-    pub bandwidth: Option<std::sync::Arc<tidemark_store::copy::Bandwidth>>,
 }
 
 /// An attempt that did not complete: the error, and the failed record if one was written.
@@ -120,13 +117,6 @@ pub async fn take_backup(
             local.slave_position = Some(run.slave_position.clone());
         }
         Box::new(local)
-    };
-    let source: Box<dyn Source> = match &request.bandwidth {
-        Some(limit) => Box::new(Throttled {
-            inner: source,
-            limit: limit.clone(),
-        }),
-        None => source,
     };
     run_attempt(
         store,
@@ -254,35 +244,6 @@ pub trait Source: Send {
     /// the error.
     fn said(&self) -> Option<String> {
         None
-    }
-}
-
-/// A source whose stream is held to a rate.
-struct Throttled {
-    inner: Box<dyn Source>,
-    limit: std::sync::Arc<tidemark_store::copy::Bandwidth>,
-}
-
-#[async_trait]
-impl Source for Throttled {
-    async fn start(&mut self) -> Result<Box<dyn AsyncRead + Unpin + Send>, EngineError> {
-        let stream = self.inner.start().await?;
-        Ok(Box::new(tidemark_store::copy::Throttled::new(
-            stream,
-            self.limit.clone(),
-        )))
-    }
-
-    async fn finish(&mut self, stop: bool) -> Result<Result<(), String>, EngineError> {
-        self.inner.finish(stop).await
-    }
-
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-
-    fn said(&self) -> Option<String> {
-        self.inner.said()
     }
 }
 

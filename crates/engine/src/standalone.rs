@@ -58,8 +58,6 @@ pub struct PolicyRun {
     pub verify: Option<VerifyRun>,
     /// Copies of the store (`spec.copies`), sent and kept by the runner.
     pub copies: Vec<CopyRun>,
-    /// The rate backups are sent to the store at (`spec.bandwidth`).
-    pub bandwidth: Option<Arc<tidemark_store::copy::Bandwidth>>,
 }
 
 /// A copy of the policy's store (`spec.copies[]`): sent every `every`, under the copy's own
@@ -160,8 +158,6 @@ struct Ctx {
     object_lock: Option<tidemark_core::lock::ObjectLock>,
     /// The store's lease, held for the whole run; retention deletes only under it.
     fence: Arc<Fence>,
-    /// The rate backups are sent to the store at (`spec.bandwidth`).
-    bandwidth: Option<Arc<tidemark_store::copy::Bandwidth>>,
 }
 
 impl Ctx {
@@ -282,7 +278,6 @@ pub async fn run(
             clock: Arc::clone(&clock),
             object_lock: p.object_lock,
             fence: Arc::clone(&fence),
-            bandwidth: p.bandwidth.clone(),
         });
         tracing::info!(
             "policy {}: store {} cluster {}; {} schedule(s){}{}",
@@ -683,7 +678,6 @@ async fn take(
         command: sched.command.clone(),
         parent,
         detach: true,
-        bandwidth: ctx.bandwidth.clone(),
     };
     let name = &sched.spec.name;
     // A boxed future (async_trait): dropping it below stops the attempt for real.

@@ -271,6 +271,7 @@ pub fn archiver(
     args.extend(cmd);
     let mut env = vec![pod::plain("TIDEMARK_LOG", "info")];
     env.extend(pod::store_env(os, store_secret));
+    env.extend(pod::bandwidth_env(&policy.spec));
     if let Some(db) = &login {
         env.extend(pod::login_env(db));
     }

@@ -356,6 +356,7 @@ impl ToolJob<'_> {
             ),
         ];
         env.extend(pod::store_env(os, self.store_secret));
+        env.extend(pod::bandwidth_env(&policy.spec));
         // What such a Job commits (a synthetic full) is locked at least the policy's lock
         // period from now: the period as the policy resolves it (`objectLock.period`, else
         // `retention.window`), which `store_env` passes on only when it is set explicitly.

@@ -292,7 +292,30 @@ async fn one(
     let mut retention_at = before
         .and_then(|b| b.last_retention_run_time.as_ref())
         .map(|t| t.0);
-    if let (Some(rules), true, true) = (rules, due, copied.is_ok()) {
+    // The copy's record of holds, under its lease: the Restores reading from it (ended
+    // ones released) and the Backups on hold, which its own retention and every deleter
+    // with only the copy keep.
+    let ns = policy.namespace().unwrap_or_default();
+    let policy_name = policy.name_any();
+    let holds = async {
+        let restores =
+            crate::holds::read_restore_holds_in(ctx, &ns, &policy_name, Some(name)).await?;
+        let protect = crate::holds::holds(ctx, &ns, &policy_name);
+        tidemark_store::state::save_holds(
+            &copy,
+            &crate::holds::writer(&ns, &policy_name, Some(name)),
+            &protect,
+            &restores,
+            tidemark_store::state::Gate::Keep,
+        )
+        .await
+        .map_err(|e| Error::Engine(e.into()))
+    };
+    let held = fence.guard(holds).await;
+    if let Err(e) = &held {
+        tracing::warn!(copy = %name, "the copy's holds: {e}");
+    }
+    if let (Some(rules), true, true, true) = (rules, due, copied.is_ok(), held.is_ok()) {
         let request = tidemark_engine::PassRequest {
             policy: rules.clone(),
             policy_as_given: serde_json::to_value(&seen.spec.retention).unwrap_or_default(),

@@ -132,10 +132,25 @@ pub fn restore_holds<'a>(
     ns: &str,
     policy: &str,
 ) -> Vec<tidemark_core::RestoreHold> {
+    restore_holds_in(restores, backups, ns, policy, None)
+}
+
+/// [`restore_holds`] of the restores that read the store `from` names: the policy's own
+/// (`None`), or its copy of that name (a Restore's `spec.from`) — each store holds what
+/// the restores from it need.
+pub fn restore_holds_in<'a>(
+    restores: impl Iterator<Item = &'a tidemark_api::crd::Restore>,
+    backups: &[&tidemark_api::crd::Backup],
+    ns: &str,
+    policy: &str,
+    from: Option<&str>,
+) -> Vec<tidemark_core::RestoreHold> {
     let mut holds = Vec::new();
-    for r in
-        restores.filter(|r| r.namespace().as_deref() == Some(ns) && r.spec.policy.name == policy)
-    {
+    for r in restores.filter(|r| {
+        r.namespace().as_deref() == Some(ns)
+            && r.spec.policy.name == policy
+            && r.spec.from.as_deref() == from
+    }) {
         let status = r.status.clone().unwrap_or_default();
         if status.finished() {
             continue;
@@ -173,6 +188,15 @@ fn backup_id_of_name(
     restore_point_id(b)
 }
 
+/// Who writes a store's record of holds: the operator for `policy`, in its own store or
+/// in its copy `from`.
+pub fn writer(ns: &str, policy: &str, from: Option<&str>) -> String {
+    match from {
+        None => format!("tidemark-operator {ns}/{policy}"),
+        Some(c) => format!("tidemark-operator {ns}/{policy} copy {c}"),
+    }
+}
+
 /// The holds of `policy`'s restores now, from the API (a Restore made a moment ago
 /// counts).
 ///
@@ -184,6 +208,20 @@ pub async fn read_restore_holds(
     ns: &str,
     policy: &str,
 ) -> Result<Vec<tidemark_core::RestoreHold>, crate::error::Error> {
+    read_restore_holds_in(ctx, ns, policy, None).await
+}
+
+/// [`read_restore_holds`] of the restores that read the store `from` names (the policy's
+/// own, or a copy's).
+///
+/// # Errors
+/// The Restores could not be listed.
+pub async fn read_restore_holds_in(
+    ctx: &Context,
+    ns: &str,
+    policy: &str,
+    from: Option<&str>,
+) -> Result<Vec<tidemark_core::RestoreHold>, crate::error::Error> {
     let api: kube::Api<tidemark_api::crd::Restore> = kube::Api::namespaced(ctx.client.clone(), ns);
     let restores = crate::lean::list(
         &api,
@@ -193,7 +231,13 @@ pub async fn read_restore_holds(
     .await?;
     let cached = ctx.backups.state();
     let backups: Vec<&tidemark_api::crd::Backup> = cached.iter().map(AsRef::as_ref).collect();
-    Ok(restore_holds(restores.iter(), &backups, ns, policy))
+    Ok(restore_holds_in(
+        restores.iter(),
+        &backups,
+        ns,
+        policy,
+        from,
+    ))
 }
 
 #[cfg(test)]

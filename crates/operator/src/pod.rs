@@ -75,6 +75,15 @@ pub fn store_env(os: &ObjectStoreSpec, keys: Option<&SecretKeys>) -> Vec<EnvVar>
     env
 }
 
+/// `spec.bandwidth` as `TIDEMARK_BANDWIDTH`, for the pods that move the policy's bytes
+/// (backup, restore and consolidation Jobs, the binlog archiver): they hold their
+/// transfers to it.
+pub fn bandwidth_env(spec: &tidemark_api::policy::BackupPolicySpec) -> Option<EnvVar> {
+    spec.bandwidth
+        .as_deref()
+        .map(|b| plain("TIDEMARK_BANDWIDTH", b))
+}
+
 /// The age identities of `objectStore.encryption` (`identityFrom`, or `identitySecret`'s
 /// key `identity`), by reference, as `TIDEMARK_IDENTITY`: for the pods that read encrypted
 /// payloads (consolidation Jobs).

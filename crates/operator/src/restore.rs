@@ -280,6 +280,33 @@ async fn prepare(
             format!("BackupPolicy {ns}/{policy_name} does not exist (yet)"),
         ));
     };
+    // The store read: the policy's own, or its copy `spec.from` (the copy's store, Secret
+    // and holds); the database side (its image, its claims) stays the policy's.
+    let from = restore.spec.from.as_deref();
+    let read_from = match from {
+        None => policy.clone(),
+        Some(c) => {
+            let cluster = policy.spec.cluster_or(&policy.name_any()).to_owned();
+            let Some(spec) = policy.spec.as_copy(c, &cluster) else {
+                let names: Vec<&str> = policy.spec.copies.iter().map(|x| x.name.as_str()).collect();
+                return Err(Stop::Refuse(
+                    "CopyMissing",
+                    format!(
+                        "spec.from: BackupPolicy {ns}/{policy_name} names no copy {c:?} (spec.copies: {})",
+                        if names.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            names.join(", ")
+                        }
+                    ),
+                ));
+            };
+            let mut seen = policy.clone();
+            seen.spec = spec;
+            seen
+        }
+    };
+    let from_copy = from.map(|c| format!(" from copy {c}")).unwrap_or_default();
     if !ctx.capabilities.jobs {
         return Err(Stop::Refuse(
             "JobsRefused",
@@ -290,7 +317,9 @@ async fn prepare(
         Target::Newest => RestorePoint::Newest,
         Target::At(t) => RestorePoint::At(*t),
         Target::BackupId(id) => RestorePoint::Backup(id.clone()),
-        Target::Backup(b) => RestorePoint::Backup(backup_id_of(ctx, &ns, policy_name, b).await?),
+        Target::Backup(b) => {
+            RestorePoint::Backup(backup_id_of(ctx, &ns, policy_name, b, from.is_some()).await?)
+        }
     };
     let database = match crate::database::database_runtime(ctx, &policy).await {
         Ok(d) => d,
@@ -345,7 +374,7 @@ async fn prepare(
 
     // Plan, under the store's lease: a pass holds it while it deletes, and reads the holds
     // once it has it — so what this plan chooses is held before any pass can delete it.
-    let store = crate::stores::open(ctx, &policy).await?;
+    let store = crate::stores::open(ctx, &read_from).await?;
     // One catalog in memory at a time beside the passes': a turn taken before the lease,
     // never waited for in a reconcile slot.
     let Ok(_turn) = ctx.catalog_turn.try_acquire() else {
@@ -371,18 +400,19 @@ async fn prepare(
             false,
             "Planned",
             &format!(
-                "restoring to {}; the backups it needs are held",
+                "restoring to {}{from_copy}; the backups it needs are held",
                 plan.target
             ),
         );
         // From here on the backups are held (`restore:<name>`): in its status, and in the
-        // store's record of holds, for deleters that have only the store (seed 000).
+        // store's record of holds, for deleters that have only the store (seed 000) — the
+        // copy's store for a restore from a copy, whose own retention deletes there.
         write(api, restore, status).await?;
-        let restores = crate::holds::read_restore_holds(ctx, &ns, policy_name).await?;
+        let restores = crate::holds::read_restore_holds_in(ctx, &ns, policy_name, from).await?;
         let protect = crate::holds::holds(ctx, &ns, policy_name);
         tidemark_store::state::save_holds(
             &store,
-            &format!("tidemark-operator {ns}/{policy_name}"),
+            &crate::holds::writer(&ns, policy_name, from),
             &protect,
             &restores,
             tidemark_store::state::Gate::Keep,
@@ -409,7 +439,7 @@ async fn prepare(
     }
 
     // Run: the Job's name first (a restart finds and follows it), then the Job.
-    let store_secret = crate::stores::policy_secret_keys(ctx, &policy).await?;
+    let store_secret = crate::stores::policy_secret_keys(ctx, &read_from).await?;
     let replace = matches!(
         into,
         Destination::Existing {
@@ -417,9 +447,9 @@ async fn prepare(
             ..
         }
     );
-    let args = args_of(&policy, &plan, replace).map_err(|m| Stop::Refuse("InvalidSpec", m))?;
+    let args = args_of(&read_from, &plan, replace).map_err(|m| Stop::Refuse("InvalidSpec", m))?;
     let job = crate::consolidation::ToolJob {
-        policy: &policy,
+        policy: &read_from,
         name: &job_name,
         label: JOB_POLICY_LABEL,
         container: "restore",
@@ -454,7 +484,7 @@ async fn prepare(
     status.phase = Some("Running".into());
     status.started_at = Some(Time(ctx.clock.now()));
     let message = format!(
-        "Job {job_name} restores {} into claim {claim}: {} backup(s), {} binlog segment(s)",
+        "Job {job_name} restores {}{from_copy} into claim {claim}: {} backup(s), {} binlog segment(s)",
         plan.target,
         plan.backups.len(),
         plan.segments.len()
@@ -559,7 +589,17 @@ async fn claim_not_restored_by_another(
 }
 
 /// The backup-id of the Backup object `name` of `policy`, once it has completed.
-async fn backup_id_of(ctx: &Context, ns: &str, policy: &str, name: &str) -> Result<String, Stop> {
+/// The backup-id a Restore naming the Backup object `name` restores: its own, or, when the
+/// policy's retention removed its data, the synthetic full that holds its point now — except
+/// from a copy (`from_copy`), which keeps its own data by its own rules: there the backup's
+/// own id (the copy's plan refuses it if the copy does not hold it).
+async fn backup_id_of(
+    ctx: &Context,
+    ns: &str,
+    policy: &str,
+    name: &str,
+    from_copy: bool,
+) -> Result<String, Stop> {
     let backups: Api<Backup> = Api::namespaced(ctx.client.clone(), ns);
     let Some(b) = backups.get_opt(name).await.map_err(Error::from)? else {
         return Err(Stop::Refuse(
@@ -577,6 +617,22 @@ async fn backup_id_of(ctx: &Context, ns: &str, policy: &str, name: &str) -> Resu
         ));
     }
     let s = b.status.as_ref();
+    if from_copy {
+        return match (
+            s.and_then(|s| s.backup_id.clone()),
+            s.and_then(|s| s.phase.as_ref()),
+        ) {
+            (Some(id), Some(tidemark_api::crd::BackupPhase::Completed)) => Ok(id),
+            (_, Some(tidemark_api::crd::BackupPhase::Failed)) => Err(Stop::Refuse(
+                "BackupMissing",
+                format!("Backup {ns}/{name} failed: there is nothing to restore"),
+            )),
+            _ => Err(Stop::Wait(
+                "BackupNotReady",
+                format!("Backup {ns}/{name} has not completed yet"),
+            )),
+        };
+    }
     // A backup whose data a synthetic full holds now restores from that full.
     let replaced = s
         .and_then(|s| s.data_removed.as_ref())

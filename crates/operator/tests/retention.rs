@@ -2175,15 +2175,33 @@ async fn a_copy_through_the_operator() {
     let store = weed.cluster_store("db");
     let now = Timestamp::now();
     let backups: Vec<SynthBackup> = (0..3)
-        .map(|i| SynthBackup::full("nightly", now - SignedDuration::from_hours(3 - i), i as u32))
+        .map(|i| {
+            let mut b =
+                SynthBackup::full("nightly", now - SignedDuration::from_hours(3 - i), i as u32);
+            b.method = "mariabackup".into();
+            b
+        })
         .collect();
     synth::write_backups(&store, &backups).await.unwrap();
     let mut ids: Vec<String> = backups.iter().map(|b| b.id.clone()).collect();
     ids.sort();
     let dr = weed.locked_bucket("dr-backups", "db").await;
+    // An established primary (retention may run; a Restore knows the database's image).
+    tidemark_operator::testkit::running_pod(
+        &admin,
+        ns,
+        json!({"metadata": {"name": "db-0", "labels": {"app": "db", "tidemark.io/role": "primary"}},
+               "spec": {"containers": [{"name": "mariadb", "image": "mariadb:10.11"}]}}),
+    )
+    .await;
 
     let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), ns);
     let mut p = policy("db", ns, &weed.endpoint, "s3");
+    p.spec.source = Some(
+        serde_json::from_value(json!({"selector": {"matchLabels": {"app": "db"}},
+                                      "primaryReadyFor": "1s"}))
+        .unwrap(),
+    );
     p.spec.copies = vec![
         serde_json::from_value(json!({
             "name": "dr",
@@ -2250,6 +2268,92 @@ async fn a_copy_through_the_operator() {
         .await
         .unwrap();
     assert!(record.is_some(), "no record of the copy in the store");
+
+    // A Restore from the copy (`from: dr`) to a backup only the copy still has: planned
+    // against the copy, its backup held in the copy's record of holds, not the store's.
+    let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(admin.clone(), ns);
+    claims
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "data-db2-0",
+                    "labels": {tidemark_api::restore::RESTORE_INTO_LABEL: "db"}},
+                "spec": {"accessModes": ["ReadWriteOnce"],
+                         "resources": {"requests": {"storage": "1Gi"}}}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let restores: Api<tidemark_api::crd::Restore> = Api::namespaced(admin.clone(), ns);
+    restores
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "tidemark.io/v1alpha1", "kind": "Restore",
+                "metadata": {"name": "from-dr"},
+                "spec": {"policy": {"name": "db"}, "from": "dr",
+                         "target": {"backupId": ids[0]}, "into": {"claim": "data-db2-0"}},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let rs = eventually("the Restore from the copy running", || async {
+        let s = serde_json::to_value(restores.get("from-dr").await.ok()?.status).ok()?;
+        (s["phase"] == "Running").then_some(s)
+    })
+    .await;
+    assert_eq!(rs["backups"], json!([ids[0]]), "{rs}");
+    assert!(
+        rs["conditions"][0]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("from copy dr")),
+        "{rs}"
+    );
+    let in_copy = tidemark_store::state::load_holds(&dr)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        in_copy
+            .restores
+            .iter()
+            .any(|r| r.backup_id == ids[0] && r.by.contains("from-dr")),
+        "{in_copy:?}"
+    );
+    let in_store = tidemark_store::state::load_holds(&store).await.unwrap();
+    assert!(
+        in_store.is_none_or(|h| h.restores.iter().all(|r| !r.by.contains("from-dr"))),
+        "a restore from the copy held in the policy's store"
+    );
+    // A Restore naming a copy the policy does not have is refused, naming the copies.
+    restores
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "tidemark.io/v1alpha1", "kind": "Restore",
+                "metadata": {"name": "from-nowhere"},
+                "spec": {"policy": {"name": "db"}, "from": "elsewhere",
+                         "into": {"claim": "data-db2-0"}},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let refused = eventually("the Restore from no copy refused", || async {
+        let s = serde_json::to_value(restores.get("from-nowhere").await.ok()?.status).ok()?;
+        (s["phase"] == "Failed").then_some(s)
+    })
+    .await;
+    assert!(
+        refused.to_string().contains("CopyMissing")
+            && refused.to_string().contains("spec.copies: dr"),
+        "{refused}"
+    );
+    restores
+        .delete("from-dr", &Default::default())
+        .await
+        .unwrap();
 
     // The copy no longer named: the next pass forgets it.
     policies

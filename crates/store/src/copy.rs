@@ -4,7 +4,6 @@
 //! the destination's upload is completed. A transfer can be held to a rate
 //! ([`Bandwidth`]).
 
-use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -70,96 +69,6 @@ impl Bandwidth {
     }
 }
 
-/// A reader or writer held to a [`Bandwidth`]: each read's bytes (or each write, before it
-/// goes) are paid for on the shared clock. What `push --bandwidth` reads and `fetch
-/// --bandwidth` writes goes through one.
-#[derive(Debug)]
-pub struct Throttled<T> {
-    inner: T,
-    limit: std::sync::Arc<Bandwidth>,
-    pause: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
-}
-
-impl<T> Throttled<T> {
-    pub fn new(inner: T, limit: std::sync::Arc<Bandwidth>) -> Self {
-        Throttled {
-            inner,
-            limit,
-            pause: None,
-        }
-    }
-
-    /// Waits out a pending pause; `Pending` while it lasts.
-    fn paused(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
-        if let Some(p) = self.pause.as_mut() {
-            if p.as_mut().poll(cx).is_pending() {
-                return std::task::Poll::Pending;
-            }
-            self.pause = None;
-        }
-        std::task::Poll::Ready(())
-    }
-
-    fn pay(&mut self, bytes: usize) {
-        let wait = self.limit.reserve(bytes as u64);
-        if !wait.is_zero() {
-            self.pause = Some(Box::pin(tokio::time::sleep(wait)));
-        }
-    }
-}
-
-impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Throttled<T> {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        let this = &mut *self;
-        if this.paused(cx).is_pending() {
-            return std::task::Poll::Pending;
-        }
-        let before = buf.filled().len();
-        let r = std::pin::Pin::new(&mut this.inner).poll_read(cx, buf);
-        if let std::task::Poll::Ready(Ok(())) = &r {
-            let n = buf.filled().len() - before;
-            this.pay(n);
-        }
-        r
-    }
-}
-
-impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Throttled<T> {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        let this = &mut *self;
-        if this.paused(cx).is_pending() {
-            return std::task::Poll::Pending;
-        }
-        let r = std::pin::Pin::new(&mut this.inner).poll_write(cx, buf);
-        if let std::task::Poll::Ready(Ok(n)) = &r {
-            this.pay(*n);
-        }
-        r
-    }
-
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-}
-
 /// What an object is expected to be, from its record (`metadata.json`, the segment index).
 #[derive(Debug, Clone, Copy)]
 pub struct Expected<'a> {
@@ -190,6 +99,7 @@ pub async fn copy_object(
     limit: Option<&Bandwidth>,
     progress: &dyn Progress,
 ) -> Result<(), TransferError> {
+    let limit = limit.or(to.bandwidth.as_deref());
     let is_segment = key.as_ref().starts_with(layout::BINLOGS);
     let got = match from.inner.get(key).await {
         Ok(g) => g,

@@ -194,6 +194,9 @@ pub struct ClusterStore {
     pub(crate) spent: Arc<crate::budget::Spent>,
     /// Whether catalog loads use (and write) the metadata cache.
     pub(crate) metadata_cache: CacheUse,
+    /// The rate payloads and segments move at, to and from this store (`--bandwidth`,
+    /// `spec.bandwidth`): shared by every transfer of the process through it.
+    pub(crate) bandwidth: Option<Arc<crate::copy::Bandwidth>>,
 }
 
 impl ClusterStore {
@@ -203,6 +206,19 @@ impl ClusterStore {
     pub fn with_budget(self, budget: crate::budget::Budget) -> Self {
         self.spent.set(budget);
         self
+    }
+
+    /// The same store with its transfers (uploads through [`crate::transfer::Upload`],
+    /// reads through [`crate::transfer::copy_verified`], copies to it) held to `limit`.
+    #[must_use]
+    pub fn with_bandwidth(mut self, limit: Option<Arc<crate::copy::Bandwidth>>) -> Self {
+        self.bandwidth = limit;
+        self
+    }
+
+    /// The rate this store's transfers are held to, if any.
+    pub fn bandwidth(&self) -> Option<&Arc<crate::copy::Bandwidth>> {
+        self.bandwidth.as_ref()
     }
 
     /// The same store with catalog loads using the metadata cache as `use_` says
@@ -350,6 +366,7 @@ impl ClusterStore {
             lock_expiry: tidemark_core::lock::LockExpiry::default(),
             lock_period: None,
             metadata_cache: CacheUse::Read,
+            bandwidth: None,
         })
     }
 
@@ -384,6 +401,7 @@ impl ClusterStore {
             lock_expiry: tidemark_core::lock::LockExpiry::default(),
             lock_period: None,
             metadata_cache: CacheUse::Read,
+            bandwidth: None,
         })
     }
 

@@ -235,6 +235,9 @@ impl Upload {
         if bytes.is_empty() {
             return Ok(());
         }
+        if let Some(limit) = &store.bandwidth {
+            limit.take(bytes.len() as u64).await;
+        }
         self.hasher.update(&bytes);
         self.stored += bytes.len() as u64;
         self.writer
@@ -1088,6 +1091,9 @@ pub async fn copy_verified(
     if form.plain() {
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|source| request(store, "reading", key, source))?;
+            if let Some(limit) = &store.bandwidth {
+                limit.take(chunk.len() as u64).await;
+            }
             hasher.update(&chunk);
             size += chunk.len() as u64;
             progress.bytes(chunk.len() as u64);
@@ -1103,6 +1109,9 @@ pub async fn copy_verified(
             let mut input = Some(input);
             while let Some(chunk) = stream.next().await {
                 let chunk = chunk.map_err(|source| request(store, "reading", key, source))?;
+                if let Some(limit) = &store.bandwidth {
+                    limit.take(chunk.len() as u64).await;
+                }
                 hasher.update(&chunk);
                 size += chunk.len() as u64;
                 progress.bytes(chunk.len() as u64);

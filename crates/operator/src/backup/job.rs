@@ -157,6 +157,7 @@ impl JobPlan<'_> {
 
         let mut env = vec![pod::plain("TIDEMARK_LOG", "info")];
         env.extend(pod::store_env(os, self.store_secret.as_ref()));
+        env.extend(pod::bandwidth_env(&self.policy.spec));
         compression_env(&mut env, self.backup);
         if let Some(db) = &login {
             env.extend(pod::login_env(db));
@@ -313,6 +314,7 @@ pub fn user_job(
         pod::plain("TIDEMARK_BACKUP_ID", backup_id),
     ];
     env.extend(pod::store_env(os, store_secret));
+    env.extend(pod::bandwidth_env(&policy.spec));
     compression_env(&mut env, backup);
     let spec = template.spec.get_or_insert_with(Default::default);
     if spec.containers.is_empty() {

@@ -1030,6 +1030,23 @@ pub struct RecoveryWindowStatus {
     pub gaps: Vec<GapStatus>,
 }
 
+impl From<&tidemark_core::RecoveryWindow> for RecoveryWindowStatus {
+    fn from(w: &tidemark_core::RecoveryWindow) -> Self {
+        RecoveryWindowStatus {
+            start: Time(w.from),
+            end: Time(w.to),
+            gaps: w
+                .gaps
+                .iter()
+                .map(|g| GapStatus {
+                    start: Time(g.from),
+                    end: Time(g.to),
+                })
+                .collect(),
+        }
+    }
+}
+
 /// One span that cannot be restored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

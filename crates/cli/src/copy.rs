@@ -87,7 +87,7 @@ pub async fn copy(args: &CopyArgs) -> Result<Exit, CliError> {
             let as_args = crate::args::PolicyArgs::default();
             match p.spec.retention.as_ref() {
                 Some(_) => resolve::policy(&as_args, Some(p))?.policy,
-                None => keep_everything()?,
+                None => tidemark_engine::copy::keep_everything(),
             }
         }
         (None, Some(w)) => tidemark_core::PolicyInput {
@@ -96,7 +96,7 @@ pub async fn copy(args: &CopyArgs) -> Result<Exit, CliError> {
         }
         .validate()
         .map_err(|e| CliError::input(format!("--window: {e}")))?,
-        (None, None) => keep_everything()?,
+        (None, None) => tidemark_engine::copy::keep_everything(),
     };
     // `--bandwidth`, else the copy's own: the copy's store carries it.
     let bandwidth = match args.store.bandwidth.as_deref() {
@@ -138,19 +138,11 @@ pub async fn copy(args: &CopyArgs) -> Result<Exit, CliError> {
     let retention = match (&fence, args.gc) {
         (Some(f), true) => {
             let now = jiff::Timestamp::now();
-            let pass = tidemark_engine::PassRequest {
-                policy: policy.clone(),
-                policy_as_given: serde_json::to_value(&policy).unwrap_or_default(),
+            let pass = tidemark_engine::copy::retention_request(
+                &policy,
+                serde_json::to_value(&policy).unwrap_or_default(),
                 now,
-                started_at: now,
-                protect: Default::default(),
-                restores: Vec::new(),
-                execute: true,
-                ignore_malformed: false,
-                hooks: None,
-                recorded_hooks: tidemark_engine::RecordedHooks::Refuse,
-                override_primary_gate: false,
-            };
+            );
             let outcome =
                 tidemark_engine::retention_pass(&copy, &pass, Some(f), None, progress).await;
             match outcome {
@@ -199,16 +191,6 @@ fn copy_flags(from: &StoreArgs, to: &mut StoreArgs) {
     to.identities.clone_from(&from.identities);
     to.allow_plaintext_before
         .clone_from(&from.allow_plaintext_before);
-}
-
-/// A copy without retention rules of its own or its policy's keeps everything it gets.
-fn keep_everything() -> Result<tidemark_core::Policy, CliError> {
-    tidemark_core::PolicyInput {
-        window: Some("36500d".into()),
-        ..Default::default()
-    }
-    .validate()
-    .map_err(|e| CliError::new(Exit::Internal, anyhow::anyhow!("{e}")))
 }
 
 fn table(out: &CopyOut) -> String {

@@ -333,12 +333,6 @@ fn copy_runs(
             }
             None => None,
         };
-        let keep_everything = tidemark_core::PolicyInput {
-            window: Some("36500d".into()),
-            ..Default::default()
-        }
-        .validate()
-        .map_err(|e| bad(e.to_string()))?;
         let max_lag = c.max_lag().map_err(|e| bad(e.to_string()))?;
         let every = std::time::Duration::try_from(max_lag / 2)
             .unwrap_or(std::time::Duration::from_secs(60))
@@ -351,7 +345,7 @@ fn copy_runs(
             store,
             policy: retention
                 .as_ref()
-                .map_or(keep_everything, |r| r.policy.clone()),
+                .map_or_else(tidemark_engine::copy::keep_everything, |r| r.policy.clone()),
             retention,
             max_lag,
             every,

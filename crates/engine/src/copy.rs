@@ -129,6 +129,40 @@ pub async fn copy_pass(
     }
 }
 
+/// What a copy keeps when neither it nor its policy has retention rules: everything it
+/// is sent (the longest window there is).
+pub fn keep_everything() -> Policy {
+    tidemark_core::PolicyInput {
+        window: Some("36500d".into()),
+        ..Default::default()
+    }
+    .validate()
+    .unwrap_or_else(|_| unreachable!("36500d is the longest window, and valid"))
+}
+
+/// The copy's own retention pass over its store (`policy`, as written `as_given`): no
+/// hooks (the backups' data stays in the source; seed 003's hooks run where it goes), no
+/// holds but those the copy's store records.
+pub fn retention_request(
+    policy: &Policy,
+    as_given: serde_json::Value,
+    now: Timestamp,
+) -> crate::PassRequest {
+    crate::PassRequest {
+        policy: policy.clone(),
+        policy_as_given: as_given,
+        now,
+        started_at: now,
+        protect: Default::default(),
+        restores: Vec::new(),
+        execute: true,
+        ignore_malformed: false,
+        hooks: None,
+        recorded_hooks: crate::RecordedHooks::Refuse,
+        override_primary_gate: false,
+    }
+}
+
 /// Records in `source` that the copy `name` (at `destination`, for people) exists, if no
 /// record does yet: from then on every retention pass on the source keeps what the copy has
 /// not received. Runners call it when a copy is configured, before the source's first

@@ -223,26 +223,11 @@ pub async fn run(
                 state::OwnerError::Store(s) => s.into(),
             });
         }
-        let taken = Fence::acquire(
-            &p.store,
-            &holder,
-            Arc::clone(&clock),
-            options.fence,
-            Wait::No,
-            |_| {},
-        )
-        .await;
-        match taken {
-            Ok(f) => fences.push(Arc::new(f)),
-            Err(e) => {
-                release_all(fences).await;
-                return Err(e);
-            }
-        }
-        // Each copy's lease, held for the run too: one copier (and one deleter) there.
-        for c in &p.copies {
+        // The store's lease, and each copy's, held for the run: one runner (and one deleter,
+        // one copier) there.
+        for store in std::iter::once(&p.store).chain(p.copies.iter().map(|c| &c.store)) {
             let taken = Fence::acquire(
-                &c.store,
+                store,
                 &holder,
                 Arc::clone(&clock),
                 options.fence,
@@ -1076,19 +1061,7 @@ async fn copy_task(ctx: Arc<Ctx>, c: CopyRun, fence: Arc<Fence>, mut stop: watch
         if let Some(r) = &c.retention {
             let now = ctx.clock.now();
             if last_retention.is_none_or(|t| now >= tidemark_core::saturating_add(t, r.interval)) {
-                let request = PassRequest {
-                    hooks: None,
-                    policy: r.policy.clone(),
-                    policy_as_given: r.as_given.clone(),
-                    now,
-                    started_at: now,
-                    protect: Default::default(),
-                    restores: Vec::new(),
-                    execute: true,
-                    ignore_malformed: false,
-                    recorded_hooks: crate::pass::RecordedHooks::Refuse,
-                    override_primary_gate: false,
-                };
+                let request = crate::copy::retention_request(&r.policy, r.as_given.clone(), now);
                 match unattended_pass(&c.store, &request, Some(&fence), None).await {
                     Ok(_) => last_retention = Some(now),
                     Err(e) => tracing::warn!("copy {}: retention: {}", c.name, chain(&e)),

@@ -15,7 +15,7 @@ use kube::runtime::controller::Action as Requeue;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use tidemark_api::crd::BackupPolicy;
-use tidemark_api::policy::{CopyStatus, GapStatus, RecoveryWindowStatus};
+use tidemark_api::policy::{CopyStatus, RecoveryWindowStatus};
 use tidemark_engine::copy::{CopyOutcome, CopyRequest};
 
 use crate::context::Context;
@@ -248,14 +248,9 @@ async fn one(
         Ok(r) => r,
         Err(e) => return failed(format!("retention: {e}")),
     };
-    let keep_everything = tidemark_core::PolicyInput {
-        window: Some("36500d".into()),
-        ..Default::default()
-    }
-    .validate();
-    let Some(copy_policy) = rules.clone().or(keep_everything.ok()) else {
-        return failed("no policy to plan the copy with".into());
-    };
+    let copy_policy = rules
+        .clone()
+        .unwrap_or_else(tidemark_engine::copy::keep_everything);
     let bandwidth = match spec.bandwidth() {
         Ok(b) => b.map(|r| Arc::new(tidemark_store::copy::Bandwidth::new(&r))),
         Err(e) => return failed(e.to_string()),
@@ -316,19 +311,11 @@ async fn one(
         tracing::warn!(copy = %name, "the copy's holds: {e}");
     }
     if let (Some(rules), true, true, true) = (rules, due, copied.is_ok(), held.is_ok()) {
-        let request = tidemark_engine::PassRequest {
-            policy: rules.clone(),
-            policy_as_given: serde_json::to_value(&seen.spec.retention).unwrap_or_default(),
+        let request = tidemark_engine::copy::retention_request(
+            &rules,
+            serde_json::to_value(&seen.spec.retention).unwrap_or_default(),
             now,
-            started_at: now,
-            protect: Default::default(),
-            restores: Vec::new(),
-            execute: true,
-            ignore_malformed: false,
-            hooks: None,
-            recorded_hooks: tidemark_engine::RecordedHooks::Refuse,
-            override_primary_gate: false,
-        };
+        );
         match tidemark_engine::unattended_pass(&copy, &request, Some(&fence), None).await {
             Ok(_) => retention_at = Some(now),
             Err(e) => {
@@ -366,18 +353,7 @@ pub fn copy_status(
                 copied_through: o.copy_newest_at.map(Time),
                 lag_seconds: Some(lag.as_secs()),
                 behind: lag > max_lag,
-                recovery_window: o.copy_window.as_ref().map(|w| RecoveryWindowStatus {
-                    start: Time(w.from),
-                    end: Time(w.to),
-                    gaps: w
-                        .gaps
-                        .iter()
-                        .map(|g| GapStatus {
-                            start: Time(g.from),
-                            end: Time(g.to),
-                        })
-                        .collect(),
-                }),
+                recovery_window: o.copy_window.as_ref().map(RecoveryWindowStatus::from),
                 backups_sent: o.backups_sent.len() as u64,
                 segments_sent: o.segments_sent as u64,
                 bytes_sent: o.bytes,

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use tidemark_api::crd::{BackupPolicyStatus, GapStatus, RecoveryWindowStatus, TimelineStatus};
+use tidemark_api::crd::{BackupPolicyStatus, RecoveryWindowStatus, TimelineStatus};
 use tidemark_core::Action;
 use tidemark_engine::PassOutcome;
 
@@ -63,20 +63,12 @@ pub(crate) fn policy_status(
         observed_generation,
         last_retention_run_time: last,
         next_retention_run_time: next,
-        recovery_window: outcome.survey.plan.recovery_window.as_ref().map(|w| {
-            RecoveryWindowStatus {
-                start: Time(w.from),
-                end: Time(w.to),
-                gaps: w
-                    .gaps
-                    .iter()
-                    .map(|g| GapStatus {
-                        start: Time(g.from),
-                        end: Time(g.to),
-                    })
-                    .collect(),
-            }
-        }),
+        recovery_window: outcome
+            .survey
+            .plan
+            .recovery_window
+            .as_ref()
+            .map(RecoveryWindowStatus::from),
         backups_kept: Some(summary.kept),
         backups_deleted: Some(summary.deleted),
         segments_deleted: Some(summary.segments_deleted),

@@ -100,7 +100,7 @@ pub async fn copy(args: &CopyArgs) -> Result<Exit, CliError> {
     };
     // `--bandwidth`, else the copy's own: the copy's store carries it.
     let bandwidth = match args.store.bandwidth.as_deref() {
-        Some(b) => Some(Arc::new(tidemark_store::copy::Bandwidth::new(
+        Some(b) => Some(Arc::new(tidemark_store::bandwidth::Bandwidth::new(
             &b.parse::<tidemark_core::rate::Rate>()
                 .map_err(|e| CliError::input(format!("--bandwidth: {e}")))?,
         ))),

@@ -297,7 +297,7 @@ pub fn target(
     Ok(Target {
         store: ClusterStore::open(&url, &cluster, &options)?
             .with_bandwidth(
-                rate.map(|r| std::sync::Arc::new(tidemark_store::copy::Bandwidth::new(&r))),
+                rate.map(|r| std::sync::Arc::new(tidemark_store::bandwidth::Bandwidth::new(&r))),
             )
             .with_lock_expiry(lock_expiry)
             .with_budget(budget()?)

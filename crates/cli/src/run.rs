@@ -352,7 +352,7 @@ fn copy_runs(
             bandwidth: c
                 .bandwidth()
                 .map_err(|e| bad(e.to_string()))?
-                .map(|r| Arc::new(tidemark_store::copy::Bandwidth::new(&r))),
+                .map(|r| Arc::new(tidemark_store::bandwidth::Bandwidth::new(&r))),
         });
     }
     Ok(out)

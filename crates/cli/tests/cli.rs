@@ -1498,3 +1498,125 @@ fn the_source_keeps_what_a_copy_has_not_received() {
     assert_eq!(ids(&src_url), vec![d.clone()]);
     assert_eq!(ids(&dst_url), sorted(vec![a, b, c, d]));
 }
+
+/// Issue 44: a copy holds the stored bytes — a compressed, encrypted payload is copied as
+/// ciphertext, `metadata.json` unchanged — and reads back with the source's identity; a
+/// backup deleted from the source by hand stays in the copy (no deletion is mirrored).
+#[test]
+fn a_copy_holds_the_stored_bytes_and_outlives_a_deletion_by_hand() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let keys = tempfile::tempdir().unwrap();
+    let (src_url, dst_url) = (
+        format!("file://{}", src.path().display()),
+        format!("file://{}", dst.path().display()),
+    );
+    let identity = keys.path().join("key.txt");
+    let out = run(&["keygen", "--output", identity.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let recipient = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let content: Vec<u8> = (0..200_000u32)
+        .flat_map(|i| (i % 251).to_le_bytes())
+        .collect();
+    let push = || {
+        let mut child = bin()
+            .args(["push", "--store", &src_url, "--cluster", "c1"])
+            .args(["--backup-name", "nightly", "--compression", "zstd"])
+            .args(["--recipient", &recipient])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        {
+            use std::io::Write as _;
+            child.stdin.take().unwrap().write_all(&content).unwrap();
+        }
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    let (older, newer) = (push(), push());
+    let copy = || {
+        let out = run(&[
+            "copy",
+            "--from",
+            &src_url,
+            "--cluster",
+            "c1",
+            "--to",
+            &dst_url,
+            "--name",
+            "dr",
+            "--output",
+            "json",
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        json(&out)
+    };
+    assert_eq!(copy()["backupsSent"].as_array().unwrap().len(), 2);
+    // The same objects, byte for byte: the payload stays compressed and encrypted.
+    for id in [&older, &newer] {
+        let dir = |root: &Path| root.join("c1/nightly").join(id);
+        for file in ["metadata.json", "backup.bin.zst"] {
+            assert_eq!(
+                std::fs::read(dir(src.path()).join(file)).unwrap(),
+                std::fs::read(dir(dst.path()).join(file)).unwrap(),
+                "{id}/{file}"
+            );
+        }
+        let m: Value =
+            serde_json::from_slice(&std::fs::read(dir(dst.path()).join("metadata.json")).unwrap())
+                .unwrap();
+        assert_eq!(m["payload"][0]["compression"], "zstd", "{m:#}");
+        assert!(m["payload"][0]["encryption"].is_object(), "{m:#}");
+    }
+    // The older deleted from the source by hand: the copy keeps it, and a second pass
+    // sends nothing and deletes nothing.
+    let out = run(&[
+        "delete",
+        "--store",
+        &src_url,
+        "--cluster",
+        "c1",
+        "--backup-id",
+        &older,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        !src.path()
+            .join("c1/nightly")
+            .join(&older)
+            .join("metadata.json")
+            .exists()
+    );
+    let again = copy();
+    assert_eq!(again["bytes"], 0, "{again:#}");
+    // It reads back from the copy with the source's identity (and not without it).
+    let fetched = run(&[
+        "fetch",
+        "--store",
+        &dst_url,
+        "--cluster",
+        "c1",
+        "--backup-id",
+        &older,
+        "--identity",
+        identity.to_str().unwrap(),
+    ]);
+    assert!(fetched.status.success(), "{}", stderr(&fetched));
+    assert!(
+        fetched.stdout == content,
+        "the copy's payload reads back as pushed"
+    );
+    let without = run(&[
+        "fetch",
+        "--store",
+        &dst_url,
+        "--cluster",
+        "c1",
+        "--backup-id",
+        &older,
+    ]);
+    assert!(!without.status.success(), "read without the identity");
+}

@@ -17,8 +17,9 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use tidemark_core::copies::{self, CopyChoice};
 use tidemark_core::{Inventory, Phase, Policy};
+use tidemark_store::bandwidth::Bandwidth;
 use tidemark_store::catalog::{Catalog, SegmentListing};
-use tidemark_store::copy::{Bandwidth, Expected, already_there, copy_object};
+use tidemark_store::copy::{Expected, already_there, copy_object};
 use tidemark_store::format::{IndexEntry, Metadata};
 use tidemark_store::state::{CopyRecord, load_copy, save_copy};
 use tidemark_store::transfer::{Attempt, AttemptRecord, AttemptSpec, TransferError};
@@ -147,8 +148,8 @@ pub fn retention_request(
     policy: &Policy,
     as_given: serde_json::Value,
     now: Timestamp,
-) -> crate::PassRequest {
-    crate::PassRequest {
+) -> crate::pass::PassRequest {
+    crate::pass::PassRequest {
         policy: policy.clone(),
         policy_as_given: as_given,
         now,
@@ -158,7 +159,7 @@ pub fn retention_request(
         execute: true,
         ignore_malformed: false,
         hooks: None,
-        recorded_hooks: crate::RecordedHooks::Refuse,
+        recorded_hooks: crate::pass::RecordedHooks::Refuse,
         override_primary_gate: false,
     }
 }

@@ -75,7 +75,7 @@ pub struct CopyRun {
     /// How often a copy pass runs.
     pub every: Duration,
     /// The copy's transfer rate limit (`bandwidth`).
-    pub bandwidth: Option<Arc<tidemark_store::copy::Bandwidth>>,
+    pub bandwidth: Option<Arc<tidemark_store::bandwidth::Bandwidth>>,
 }
 
 /// A policy's scheduled verification: when, and how much besides the newest chain.

@@ -252,7 +252,7 @@ async fn one(
         .clone()
         .unwrap_or_else(tidemark_engine::copy::keep_everything);
     let bandwidth = match spec.bandwidth() {
-        Ok(b) => b.map(|r| Arc::new(tidemark_store::copy::Bandwidth::new(&r))),
+        Ok(b) => b.map(|r| Arc::new(tidemark_store::bandwidth::Bandwidth::new(&r))),
         Err(e) => return failed(e.to_string()),
     };
     let fence = match crate::fence::acquire(ctx, &copy).await {

@@ -2,10 +2,7 @@
 //! never decoded — a compressed or encrypted object stays so, and the copy restores with
 //! the same identity — and are checked on the way against what their record says, before
 //! the destination's upload is completed. A transfer can be held to a rate
-//! ([`Bandwidth`]).
-
-use std::sync::Mutex;
-use std::time::Duration;
+//! ([`crate::bandwidth::Bandwidth`]).
 
 use futures::StreamExt;
 use object_store::ObjectStoreExt;
@@ -13,61 +10,12 @@ use object_store::buffered::BufWriter;
 use object_store::path::Path;
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
-use tokio::time::Instant;
 
 use crate::error::is_not_found;
 use crate::layout;
 use crate::open::{ClusterStore, request, write_err};
 use crate::progress::Progress;
 use crate::transfer::TransferError;
-
-/// A rate limit shared by every transfer that holds it: each chunk reserves its share of
-/// time on one clock, so parallel transfers together stay within the rate.
-#[derive(Debug)]
-pub struct Bandwidth {
-    bytes_per_second: u64,
-    /// When the bytes reserved so far have been paid for.
-    next: Mutex<Option<Instant>>,
-}
-
-/// How far ahead of the clock a transfer may run (a burst): one second's worth.
-const BURST: Duration = Duration::from_secs(1);
-
-impl Bandwidth {
-    pub fn new(rate: &tidemark_core::rate::Rate) -> Self {
-        Bandwidth {
-            bytes_per_second: rate.bytes_per_second().max(1),
-            next: Mutex::new(None),
-        }
-    }
-
-    pub fn bytes_per_second(&self) -> u64 {
-        self.bytes_per_second
-    }
-
-    /// Waits until `bytes` more may go.
-    pub async fn take(&self, bytes: u64) {
-        let wait = self.reserve(bytes);
-        if !wait.is_zero() {
-            tokio::time::sleep(wait).await;
-        }
-    }
-
-    /// Reserves `bytes` on the clock; returns how long to wait before they go.
-    pub fn reserve(&self, bytes: u64) -> Duration {
-        #[allow(clippy::cast_precision_loss)]
-        let cost = Duration::from_secs_f64(bytes as f64 / self.bytes_per_second as f64);
-        let Ok(mut next) = self.next.lock() else {
-            return Duration::ZERO;
-        };
-        let now = Instant::now();
-        let floor = now.checked_sub(BURST).unwrap_or(now);
-        let start = next.map_or(now, |n| n.max(floor));
-        let end = start + cost;
-        *next = Some(end);
-        end.saturating_duration_since(now).saturating_sub(BURST)
-    }
-}
 
 /// What an object is expected to be, from its record (`metadata.json`, the segment index).
 #[derive(Debug, Clone, Copy)]
@@ -96,7 +44,7 @@ pub async fn copy_object(
     to: &ClusterStore,
     key: &Path,
     expected: Expected<'_>,
-    limit: Option<&Bandwidth>,
+    limit: Option<&crate::bandwidth::Bandwidth>,
     progress: &dyn Progress,
 ) -> Result<(), TransferError> {
     let limit = limit.or(to.bandwidth.as_deref());
@@ -190,35 +138,5 @@ pub async fn already_there(
 async fn abort(to: &ClusterStore, key: &Path, mut writer: BufWriter) {
     if let Err(e) = writer.abort().await {
         tracing::warn!(error = %e, key = %to.display_key(key), "could not abort the copy's upload");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn the_limit_holds_parallel_transfers_to_one_rate() {
-        let rate: tidemark_core::rate::Rate = "1MiB/s".parse().unwrap();
-        let limit = std::sync::Arc::new(Bandwidth::new(&rate));
-        let start = Instant::now();
-        let mut tasks = Vec::new();
-        for _ in 0..4 {
-            let l = limit.clone();
-            tasks.push(tokio::spawn(async move {
-                for _ in 0..10 {
-                    l.take(256 << 10).await;
-                }
-            }));
-        }
-        for t in tasks {
-            t.await.unwrap();
-        }
-        // 10 MiB at 1 MiB/s, less the one-second burst.
-        let took = start.elapsed();
-        assert!(
-            took >= Duration::from_secs(8) && took <= Duration::from_secs(10),
-            "{took:?}"
-        );
     }
 }

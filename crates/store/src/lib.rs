@@ -3,6 +3,7 @@
 //! streaming push and fetch. It knows bytes and keys, not databases (`tidemark-mariadb`)
 //! and not use cases (`tidemark-engine`).
 
+pub mod bandwidth;
 pub mod bounded;
 pub mod budget;
 pub mod catalog;

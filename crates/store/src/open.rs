@@ -196,7 +196,7 @@ pub struct ClusterStore {
     pub(crate) metadata_cache: CacheUse,
     /// The rate payloads and segments move at, to and from this store (`--bandwidth`,
     /// `spec.bandwidth`): shared by every transfer of the process through it.
-    pub(crate) bandwidth: Option<Arc<crate::copy::Bandwidth>>,
+    pub(crate) bandwidth: Option<Arc<crate::bandwidth::Bandwidth>>,
 }
 
 impl ClusterStore {
@@ -211,13 +211,13 @@ impl ClusterStore {
     /// The same store with its transfers (uploads through [`crate::transfer::Upload`],
     /// reads through [`crate::transfer::copy_verified`], copies to it) held to `limit`.
     #[must_use]
-    pub fn with_bandwidth(mut self, limit: Option<Arc<crate::copy::Bandwidth>>) -> Self {
+    pub fn with_bandwidth(mut self, limit: Option<Arc<crate::bandwidth::Bandwidth>>) -> Self {
         self.bandwidth = limit;
         self
     }
 
     /// The rate this store's transfers are held to, if any.
-    pub fn bandwidth(&self) -> Option<&Arc<crate::copy::Bandwidth>> {
+    pub fn bandwidth(&self) -> Option<&Arc<crate::bandwidth::Bandwidth>> {
         self.bandwidth.as_ref()
     }
 

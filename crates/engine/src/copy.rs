@@ -74,6 +74,19 @@ pub struct CopyOutcome {
     pub would_send: Option<WouldSend>,
 }
 
+impl CopyOutcome {
+    /// How far the copy is behind the source: the source's newest restorable instant
+    /// against the copy's; a copy that holds nothing yet is behind by the time since the
+    /// source's newest instant.
+    pub fn lag(&self, now: Timestamp) -> jiff::SignedDuration {
+        match (self.source_newest_at, self.copy_newest_at) {
+            (Some(s), Some(c)) if s > c => s.duration_since(c),
+            (Some(s), None) => now.duration_since(s).max(jiff::SignedDuration::ZERO),
+            _ => jiff::SignedDuration::ZERO,
+        }
+    }
+}
+
 /// What a dry run would send.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -167,7 +180,8 @@ pub fn retention_request(
 /// Records in `source` that the copy `name` (at `destination`, for people) exists, if no
 /// record does yet: from then on every retention pass on the source keeps what the copy has
 /// not received. Runners call it when a copy is configured, before the source's first
-/// retention pass; a copy pass does it too. Returns whether a record was written.
+/// retention pass; a copy pass does it too. Returns the record (the one found, or the new
+/// one).
 ///
 /// # Errors
 /// A failed request; a malformed record.
@@ -176,12 +190,13 @@ pub async fn declare(
     name: &str,
     destination: &str,
     now: Timestamp,
-) -> Result<bool, EngineError> {
-    if load_copy(source, name).await?.is_some() {
-        return Ok(false);
+) -> Result<CopyRecord, EngineError> {
+    if let Some(found) = load_copy(source, name).await? {
+        return Ok(found);
     }
-    save_copy(source, &CopyRecord::new(name, destination, now)).await?;
-    Ok(true)
+    let record = CopyRecord::new(name, destination, now);
+    save_copy(source, &record).await?;
+    Ok(record)
 }
 
 async fn run(
@@ -190,19 +205,16 @@ async fn run(
     request: &CopyRequest,
     progress: &dyn Progress,
 ) -> Result<CopyOutcome, EngineError> {
-    let previous = load_copy(source, &request.name).await?;
     let destination = format!("{}/{}", copy.url, copy.cluster);
     // The record exists from the first pass on: the source keeps everything for the copy
     // while it is sent.
-    if previous.is_none() && !request.dry_run {
-        save_copy(
-            source,
-            &CopyRecord::new(&request.name, &destination, request.now),
-        )
-        .await?;
-    }
-    let mut record =
-        previous.unwrap_or_else(|| CopyRecord::new(&request.name, &destination, request.now));
+    let mut record = if request.dry_run {
+        load_copy(source, &request.name)
+            .await?
+            .unwrap_or_else(|| CopyRecord::new(&request.name, &destination, request.now))
+    } else {
+        declare(source, &request.name, &destination, request.now).await?
+    };
 
     progress.step("reading the source", 0);
     let from = read_whole(source, progress).await?;
@@ -217,15 +229,11 @@ async fn run(
         .map(|b| b.id.clone())
         .collect();
     let segments_in_copy: HashSet<u64> = to
-        .entries
-        .keys()
-        .copied()
-        .filter(|s| {
-            to.inventory
-                .segments
-                .iter()
-                .any(|x| x.sequence == *s && x.present)
-        })
+        .inventory
+        .segments
+        .iter()
+        .filter(|s| s.indexed && s.present)
+        .map(|s| s.sequence)
         .collect();
     let union = union(&to.inventory, &from.inventory, &in_copy, &segments_in_copy);
     let plan = tidemark_core::plan(&request.policy, &union, request.now);
@@ -293,10 +301,22 @@ async fn run(
         copies::segments_through(from.entries.keys().copied(), &failed_segments);
     record.observed_at = Timestamp::now();
     record.source_newest_at = out.source_newest_at;
-    let after = read_whole(copy, progress).await?;
-    out.copy_newest_at = newest(&after.inventory);
-    out.copy_window =
-        tidemark_core::plan(&request.policy, &after.inventory, request.now).recovery_window;
+    // The copy after the pass, without reading it again: what it held and what was sent.
+    let sent_segments: HashSet<u64> = choice
+        .segments
+        .iter()
+        .copied()
+        .filter(|s| !failed_segments.contains(s))
+        .collect();
+    let mut after = union;
+    after
+        .backups
+        .retain(|b| in_copy.contains(&b.id) || sent_backups.contains(&b.id));
+    after
+        .segments
+        .retain(|s| segments_in_copy.contains(&s.sequence) || sent_segments.contains(&s.sequence));
+    out.copy_newest_at = newest(&after);
+    out.copy_window = tidemark_core::plan(&request.policy, &after, request.now).recovery_window;
     record.copy_newest_at = out.copy_newest_at;
     record.failures = out.failures.iter().take(32).cloned().collect();
     record.destination = destination;
@@ -402,9 +422,15 @@ async fn send_backups(
 ) -> BTreeSet<String> {
     let mut sent = BTreeSet::new();
     let mut failed: HashSet<String> = HashSet::new();
+    let by_id: HashMap<&str, &tidemark_store::StoredBackup> = from
+        .catalog
+        .backups
+        .iter()
+        .map(|b| (b.backup.id.as_str(), b))
+        .collect();
     progress.step("copying backups", choice.backups.len());
     for id in &choice.backups {
-        let Some(stored) = from.catalog.backups.iter().find(|b| &b.backup.id == id) else {
+        let Some(stored) = by_id.get(id.as_str()) else {
             continue;
         };
         let Some(m) = stored.metadata.as_ref() else {
@@ -450,7 +476,7 @@ async fn send_backup(
     progress: &dyn Progress,
 ) -> Result<u64, EngineError> {
     let lock_until = match (copy.object_lock(), copy.lock_period()) {
-        (Some(_), Some(period)) => Some(m.started_at + period.as_signed_duration()),
+        (Some(_), Some(period)) => Some(period.after(m.started_at)),
         _ => None,
     };
     let spec = AttemptSpec {

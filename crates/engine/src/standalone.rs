@@ -1028,11 +1028,7 @@ async fn copy_task(ctx: Arc<Ctx>, c: CopyRun, fence: Arc<Fence>, mut stop: watch
                 for f in &o.failures {
                     tracing::warn!("copy {}: {f}", c.name);
                 }
-                let lag = match (o.source_newest_at, o.copy_newest_at) {
-                    (Some(s), Some(d)) if s > d => s.duration_since(d),
-                    (Some(s), None) => ctx.clock.now().duration_since(s).max(SignedDuration::ZERO),
-                    _ => SignedDuration::ZERO,
-                };
+                let lag = o.lag(ctx.clock.now());
                 match (lag > c.max_lag, behind) {
                     (true, _) => tracing::warn!(
                         "copy {} is {:#} behind the store (maxLag {:#})",

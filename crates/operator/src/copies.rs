@@ -342,11 +342,7 @@ pub fn copy_status(
     let retention = turn.retention_at.map(Time);
     match &turn.copied {
         Ok(o) => {
-            let lag = match (o.source_newest_at, o.copy_newest_at) {
-                (Some(s), Some(c)) if s > c => s.duration_since(c),
-                (Some(s), None) => now.duration_since(s).max(SignedDuration::ZERO),
-                _ => SignedDuration::ZERO,
-            };
+            let lag = o.lag(now);
             CopyStatus {
                 name: name.to_owned(),
                 last_copy_time: Some(Time(now)),

@@ -1135,23 +1135,6 @@ impl CopyRecord {
             segments_through: self.segments_through.clone(),
         }
     }
-
-    /// How far the copy is behind the source at `now`: the source's newest restorable
-    /// instant against the copy's — or, when the last pass is older than `silent_after`,
-    /// against `now` (a copier that stopped falls further behind every second).
-    pub fn lag(&self, now: Timestamp, silent_after: jiff::SignedDuration) -> jiff::SignedDuration {
-        let silent = now.duration_since(self.observed_at) > silent_after;
-        let newest = if silent {
-            Some(now)
-        } else {
-            self.source_newest_at
-        };
-        match (newest, self.copy_newest_at) {
-            (Some(n), Some(c)) if n > c => n.duration_since(c),
-            (Some(n), None) => n.duration_since(self.observed_at.min(n)),
-            _ => jiff::SignedDuration::ZERO,
-        }
-    }
 }
 
 /// `_state/copies/<name>.json`; `None` for a name that is not one safe path segment.

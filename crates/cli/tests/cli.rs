@@ -1620,3 +1620,191 @@ fn a_copy_holds_the_stored_bytes_and_outlives_a_deletion_by_hand() {
     ]);
     assert!(!without.status.success(), "read without the identity");
 }
+
+/// A real `tidemark copy` killed (SIGKILL) at random points of its pass, over and over,
+/// into a real S3 server: after every cut the copy holds only whole backups (each listed
+/// one reads back against its record, with its chain) and only indexed segments that read
+/// back; the next pass — after the killed copier's lease expired — takes over and the
+/// copy converges to the source, after which a pass sends nothing.
+#[test]
+fn a_copy_killed_at_random_points_converges() {
+    let s3 = SeaweedFs::start();
+    let src = tempfile::tempdir().unwrap();
+    let src_url = format!("file://{}", src.path().display());
+    let source = tidemark_store::ClusterStore::open(&src_url, "c1", &Default::default()).unwrap();
+    let start: jiff::Timestamp = "2026-11-20T00:00:00Z".parse().unwrap();
+    // Two chains (a full and two increments each), 3 MiB apiece, and 40 hourly segments
+    // from the first backup on.
+    let mut backups = Vec::new();
+    for chain in 0..2u32 {
+        let at = |k: u32| start + SignedDuration::from_hours(i64::from(chain * 12 + k));
+        let log = |k: u32| Some(format!("mysql-bin.{:06}", chain * 12 + k + 1));
+        let mut full = SynthBackup::full("nightly", at(0), chain * 10);
+        full.payload = vec![chain as u8; 3 << 20];
+        full.log_file = log(0);
+        let mut parent = full.id.clone();
+        backups.push(full);
+        for k in 1..3 {
+            let mut inc = SynthBackup::incremental("nightly", &parent, at(k), chain * 10 + k);
+            inc.payload = vec![(chain * 10 + k) as u8; 3 << 20];
+            inc.log_file = log(k);
+            parent = inc.id.clone();
+            backups.push(inc);
+        }
+    }
+    let segments = synth::segments("mysql-bin", 1, 40, start, SignedDuration::from_hours(1));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        synth::write_backups(&source, &backups).await.unwrap();
+        synth::write_segments(&source, &segments).await.unwrap();
+        synth::write_index(&source, &segments).await.unwrap();
+    });
+    let dst = s3.url();
+    let tidemark = |args: &[&str]| {
+        let mut c = bin();
+        c.args(args).envs(s3.env()).env("TIDEMARK_LEASE_TTL", "3s");
+        c
+    };
+    let copy_args = [
+        "copy",
+        "--from",
+        &src_url,
+        "--cluster",
+        "c1",
+        "--to",
+        &dst,
+        "--name",
+        "dr",
+        "--bandwidth",
+        "2MiB/s",
+        "--wait=1m",
+        "--output",
+        "json",
+    ];
+    let listed = |url: &str| -> Vec<(String, String, Option<String>)> {
+        let o = tidemark(&["ls", "--store", url, "--cluster", "c1", "-o", "json"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        let mut out: Vec<_> = json(&o)["backups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| {
+                (
+                    b["backupId"].as_str().unwrap().to_owned(),
+                    b["phase"].as_str().unwrap().to_owned(),
+                    b["parentId"].as_str().map(str::to_owned),
+                )
+            })
+            .collect();
+        out.sort();
+        out
+    };
+    // Whatever a cut left: every backup listed is whole, with its chain; every indexed
+    // segment reads back.
+    let whole = |when: &str| {
+        let mut copy = listed(&dst);
+        // A cut attempt is listed for what it is, and a later pass takes it over.
+        copy.retain(|(id, phase, _)| {
+            assert!(
+                ["completed", "uncommitted"].contains(&phase.as_str()),
+                "{when}: {id} listed as {phase}"
+            );
+            phase == "completed"
+        });
+        let ids: Vec<&str> = copy.iter().map(|(id, _, _)| id.as_str()).collect();
+        for (id, _, parent) in &copy {
+            if let Some(p) = parent {
+                assert!(
+                    ids.contains(&p.as_str()),
+                    "{when}: {id} without its parent {p}"
+                );
+            }
+        }
+        if !copy.is_empty() {
+            let o = tidemark(&[
+                "verify",
+                "--store",
+                &dst,
+                "--cluster",
+                "c1",
+                "--sample",
+                "1",
+            ])
+            .output()
+            .unwrap();
+            assert!(o.status.success(), "{when}: {}", stderr(&o));
+        }
+        copy.len()
+    };
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    eprintln!("kill points drawn from seed {seed}");
+    let mut rng = seed | 1;
+    let mut next = || {
+        // xorshift64
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut seen = Vec::new();
+    for round in 0..6 {
+        let mut child = tidemark(&copy_args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // A whole pass takes about 8 s at this rate: each cut leaves it part done.
+        let after = std::time::Duration::from_millis(100 + next() % 2_500);
+        std::thread::sleep(after);
+        let finished = child.try_wait().unwrap().is_some();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let n = whole(&format!("round {round}, cut after {after:?}"));
+        seen.push((after, n, finished));
+        // The killed copier's lease expires: the next one takes over its attempts.
+        std::thread::sleep(std::time::Duration::from_millis(3_200));
+    }
+    eprintln!("cuts (after, backups in the copy, pass had ended): {seen:?}");
+    let o = tidemark(&copy_args).output().unwrap();
+    assert!(
+        o.status.success(),
+        "{:?}: {}{}",
+        o.status,
+        stderr(&o),
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let v = json(&o);
+    assert!(v["failures"].as_array().unwrap().is_empty(), "{v:#}");
+    assert_eq!(whole("after the last pass"), backups.len());
+    assert_eq!(listed(&dst), listed(&src_url));
+    let o = tidemark(&[
+        "verify",
+        "--store",
+        &dst,
+        "--cluster",
+        "c1",
+        "--sample",
+        "1",
+        "-o",
+        "json",
+    ])
+    .output()
+    .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["segments"]["checked"], 40, "{v:#}");
+    // Converged: nothing left to send.
+    let o = tidemark(&copy_args).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o);
+    assert_eq!(v["backupsSent"], serde_json::json!([]), "{v:#}");
+    assert_eq!(v["segmentsSent"], 0, "{v:#}");
+}

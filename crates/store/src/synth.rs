@@ -200,7 +200,8 @@ pub async fn write_backups(
 }
 
 /// `count` contiguous segments from `first_sequence`, each `every` long from `start`,
-/// with tiny bodies. Returns their index entries.
+/// with tiny bodies (recorded with their true size and sha256). Returns their index
+/// entries.
 pub fn segments(
     prefix: &str,
     first_sequence: u64,
@@ -217,7 +218,7 @@ pub fn segments(
                 sequence: seq,
                 first_event_at: Some(first),
                 last_event_at: Some(first + every),
-                size: 16,
+                size: segment_body(seq).len() as u64,
                 sha256: Some(hex::encode(Sha256::digest(segment_body(seq)))),
                 compression: None,
                 encryption: None,

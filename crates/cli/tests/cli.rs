@@ -1496,7 +1496,38 @@ fn the_source_keeps_what_a_copy_has_not_received() {
     ]);
     assert!(gc.status.success());
     assert_eq!(ids(&src_url), vec![d.clone()]);
-    assert_eq!(ids(&dst_url), sorted(vec![a, b, c, d]));
+    assert_eq!(ids(&dst_url), sorted(vec![a, b, c, d.clone()]));
+    // A deletion by hand of a backup the copy has not received only marks it; once the
+    // copy has it, the next pass deletes it (a rule that would keep it notwithstanding).
+    let (e, f) = (push(), push());
+    let out = run(&[
+        "delete",
+        "--store",
+        &src_url,
+        "--cluster",
+        "c1",
+        "--backup-id",
+        &e,
+        "--output",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(v["outcome"], "marked", "{v:#}");
+    assert_eq!(v["keptBy"], serde_json::json!(["copy:dr"]), "{v:#}");
+    assert_eq!(copy()["backupsSent"].as_array().unwrap().len(), 2);
+    let gc = run(&[
+        "gc",
+        "--store",
+        &src_url,
+        "--cluster",
+        "c1",
+        "--keep-last",
+        "3",
+    ]);
+    assert!(gc.status.success(), "{}", stderr(&gc));
+    assert_eq!(ids(&src_url), sorted(vec![d, f]));
+    assert!(ids(&dst_url).contains(&e));
 }
 
 /// Issue 44: a copy holds the stored bytes — a compressed, encrypted payload is copied as

@@ -354,7 +354,8 @@ async fn read_whole(store: &ClusterStore, progress: &dyn Progress) -> Result<Who
 
 /// The copy's inventory with what the source holds and the copy lacks, as if copied: the
 /// copy's plan over it says what the copy wants. (The source's lock dates are the source's:
-/// the copy's own lock is set when a backup lands.)
+/// the copy's own lock is set when a backup lands, and a deletion asked for in the source
+/// is not the copy's.)
 fn union(
     copy: &Inventory,
     source: &Inventory,
@@ -371,6 +372,9 @@ fn union(
             .filter(|b| b.phase == Phase::Completed && !in_copy.contains(&b.id))
             .map(|b| tidemark_core::Backup {
                 immutable_until: None,
+                // A deletion asked for in the source is the source's: the copy's own rules
+                // decide whether it keeps the backup (no deletion is mirrored).
+                deletion_requested: false,
                 ..b.clone()
             }),
     );

@@ -135,6 +135,22 @@ async fn decide(
         }
         None => Vec::new(),
     };
+    // A copy that has not received it yet keeps it, as a retention pass does: a deletion
+    // by hand does not take a recovery point from the copy before it arrived.
+    if let Some(b) = inventory
+        .backups
+        .iter()
+        .find(|b| b.name == request.name && b.id == request.id)
+    {
+        let floors: Vec<_> = tidemark_store::state::load_copies(store)
+            .await?
+            .iter()
+            .map(tidemark_store::state::CopyRecord::floor)
+            .collect();
+        let mut one = [b.clone()];
+        tidemark_core::copies::mark_awaiting(&mut one, &floors);
+        held.extend(one[0].awaiting_copy.iter().cloned().map(Reason::Copy));
+    }
     held.extend(more_holds.iter().cloned());
     Ok(match planned {
         None => None,

@@ -182,6 +182,14 @@ pub struct CopySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(tidemark_core::rate::RATE_RULE).message(tidemark_core::rate::RATE_FORM))]
     pub bandwidth: Option<String>,
+    /// Verification of the copy (operator), as `spec.verify` is of the policy's store: on
+    /// this schedule, and whenever the policy's `tidemark.io/verify` annotation takes a
+    /// new value (which asks every store), the copy's newest backup, its chain and the
+    /// binlogs a restore from it replays are read back from the copy and checked, reported
+    /// in `status.verification.copies`, an event and the metric
+    /// `tidemark_copy_verification_passed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<VerifySpec>,
 }
 
 /// Most copies one policy names.
@@ -995,6 +1003,79 @@ pub struct VerificationStatus {
     /// The last outcome.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last: Option<VerificationResult>,
+    /// Each copy's verification (`spec.copies[].verify`, and the annotation), read from
+    /// the copy's own store.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub copies: Vec<CopyVerificationStatus>,
+}
+
+/// Where one copy's verification is: the fields of [`VerificationStatus`], for the copy.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CopyVerificationStatus {
+    /// The copy (`spec.copies[].name`).
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_schedule_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_schedule_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last: Option<VerificationResult>,
+}
+
+impl VerificationStatus {
+    /// The verification of one store: the policy's own (`None`) or its copy `copy`, as a
+    /// status of its own (no copies).
+    pub fn of(&self, copy: Option<&str>) -> VerificationStatus {
+        match copy {
+            None => VerificationStatus {
+                copies: Vec::new(),
+                ..self.clone()
+            },
+            Some(name) => self
+                .copies
+                .iter()
+                .find(|c| c.name == name)
+                .map(|c| VerificationStatus {
+                    last_schedule_time: c.last_schedule_time.clone(),
+                    next_schedule_time: c.next_schedule_time.clone(),
+                    request: c.request.clone(),
+                    last: c.last.clone(),
+                    copies: Vec::new(),
+                })
+                .unwrap_or_default(),
+        }
+    }
+
+    /// This status with the verification of one store (`copy`: `None` for the policy's
+    /// own) replaced by `one`; copies not in `named` (the policy's copies now) are dropped.
+    pub fn with(&self, copy: Option<&str>, one: VerificationStatus, named: &[&str]) -> Self {
+        let mut out = match copy {
+            None => VerificationStatus {
+                copies: self.copies.clone(),
+                ..one.clone()
+            },
+            Some(_) => self.clone(),
+        };
+        if let Some(name) = copy {
+            let entry = CopyVerificationStatus {
+                name: name.to_owned(),
+                last_schedule_time: one.last_schedule_time,
+                next_schedule_time: one.next_schedule_time,
+                request: one.request,
+                last: one.last,
+            };
+            match out.copies.iter_mut().find(|c| c.name == name) {
+                Some(c) => *c = entry,
+                None => out.copies.push(entry),
+            }
+        }
+        out.copies.retain(|c| named.contains(&c.name.as_str()));
+        out.copies.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
 }
 
 /// What one verification found.
@@ -1869,6 +1950,10 @@ impl BackupPolicySpec {
             c.object_lock(self)?;
             c.max_lag()?;
             c.bandwidth()?;
+            if let Some(v) = &c.verify {
+                v.settings()
+                    .map_err(|e| invalid(format!("copy {:?}: verify: {e}", c.name)))?;
+            }
         }
         Ok(())
     }
@@ -1901,6 +1986,18 @@ impl BackupPolicySpec {
         self.copies.iter().find(|c| c.name == name)
     }
 
+    /// The names of the copies, for a message: `dr, archive`, or `none`.
+    pub fn copy_names(&self) -> String {
+        if self.copies.is_empty() {
+            return "none".to_owned();
+        }
+        self.copies
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// The spec as its copy `name` sees it (see [`BackupPolicy::as_copy`]); `cluster` is the
     /// policy's cluster directory, which the copy keeps.
     pub fn as_copy(&self, name: &str, cluster: &str) -> Option<BackupPolicySpec> {
@@ -1921,6 +2018,7 @@ impl BackupPolicySpec {
         out.object_store = Some(store);
         out.retention = c.retention(self).cloned();
         out.bandwidth.clone_from(&c.bandwidth);
+        out.verify.clone_from(&c.verify);
         out.copies = Vec::new();
         out.binlog_archive = None;
         Some(out)
@@ -2126,6 +2224,20 @@ impl BackupPolicy {
     pub fn as_copy(&self, name: &str) -> Option<BackupPolicy> {
         let mut out = self.clone();
         out.spec = self.spec.as_copy(name, self.cluster())?;
+        Some(out)
+    }
+}
+
+impl BackupPolicyCrd {
+    /// The policy object as its copy `name` sees it ([`BackupPolicySpec::as_copy`], the
+    /// cluster directory its own or its name): what reads or keeps the copy in the cluster
+    /// — the copy's pass and retention, a Restore's `from`, `kubectl tidemark … --from-copy`
+    /// — opens and plans it as any policy. `None` when the policy names no such copy.
+    pub fn as_copy(&self, name: &str) -> Option<BackupPolicyCrd> {
+        let own = self.metadata.name.as_deref().unwrap_or_default();
+        let cluster = self.spec.cluster_or(own).to_owned();
+        let mut out = self.clone();
+        out.spec = self.spec.as_copy(name, &cluster)?;
         Some(out)
     }
 }

@@ -100,10 +100,24 @@ async fn read_policy(client: &Client, ns: &str, name: &str) -> Result<BackupPoli
 ///
 /// # Errors
 /// No cluster configuration, no such policy, or its Secret / store cannot be used.
-pub async fn policy(args: &KubeArgs, name: &str) -> Result<ClusterPolicy, CliError> {
+pub async fn policy(
+    args: &KubeArgs,
+    name: &str,
+    copy: Option<&str>,
+) -> Result<ClusterPolicy, CliError> {
     let (client, ns) = client_in(args).await?;
     let p = read_policy(&client, &ns, name).await?;
-    // A person's own identity: ambient credentials are theirs to use.
+    // `--from-copy NAME`: the policy as its copy sees it (the copy's store, Secret and
+    // retention), and the holds of the Restores that read from it.
+    let p = match copy {
+        None => p,
+        Some(c) => p.as_copy(c).ok_or_else(|| {
+            CliError::input(format!(
+                "--from-copy {c}: BackupPolicy {ns}/{name} names no such copy (spec.copies: {})",
+                p.spec.copy_names()
+            ))
+        })?,
+    };
     let store =
         tidemark_operator::stores::open_store(&client, &p, Duration::from_secs(60), true, &[])
             .await
@@ -119,7 +133,7 @@ pub async fn policy(args: &KubeArgs, name: &str) -> Result<ClusterPolicy, CliErr
         .map_err(|e| api_error(&format!("Backups in {ns}"), e))?;
     let holds = tidemark_operator::holds::held_ids(listed.items.iter(), &ns, name);
     let restores: Api<tidemark_api::crd::Restore> = Api::namespaced(client.clone(), &ns);
-    let restore_holds = tidemark_operator::holds::restore_holds(
+    let restore_holds = tidemark_operator::holds::restore_holds_in(
         restores
             .list(&ListParams::default())
             .await
@@ -129,6 +143,7 @@ pub async fn policy(args: &KubeArgs, name: &str) -> Result<ClusterPolicy, CliErr
         &listed.items.iter().collect::<Vec<_>>(),
         &ns,
         name,
+        copy,
     );
     let delete_hooks: Api<tidemark_api::crd::DeleteHook> = Api::namespaced(client.clone(), &ns);
     let hooks: Vec<tidemark_engine::hooks::LocalHook> = delete_hooks
@@ -137,6 +152,8 @@ pub async fn policy(args: &KubeArgs, name: &str) -> Result<ClusterPolicy, CliErr
         .map_err(|e| api_error(&format!("DeleteHooks in {ns}"), e))?
         .items
         .iter()
+        // A copy's own retention deletes a copy of the data, not the backup: no hooks.
+        .filter(|_| copy.is_none())
         .filter_map(|h| {
             use tidemark_engine::hooks::HookAction;
             let action = match (&h.spec.webhook, &h.spec.job) {
@@ -271,11 +288,6 @@ fn timeout_of(t: &str) -> Result<jiff::SignedDuration, CliError> {
     })
 }
 
-/// Fails unless BackupPolicy `ns/policy` exists.
-async fn ensure_policy(client: &Client, ns: &str, policy: &str) -> Result<(), CliError> {
-    read_policy(client, ns, policy).await.map(|_| ())
-}
-
 /// Follows the object `ns/name` until `look` says it ended (`Ok`: what to print, exit 0;
 /// `Err`: its failure), printing each change of what `look` says of it on stderr; after
 /// `timeout` (a duration such as `1h`) it fails with exit 1, the object going on.
@@ -374,11 +386,16 @@ pub async fn restore(
         Some(t) => json!({"to": t.to_string()}),
         None => json!({}),
     };
+    let mut spec = json!({"policy": {"name": policy}, "target": target, "into": into});
+    // `--from-copy NAME`: the Restore reads the policy's copy of that name.
+    if let Some(copy) = &args.store.from_copy {
+        spec["from"] = json!(copy);
+    }
     let restore: tidemark_api::crd::Restore = serde_json::from_value(json!({
         "apiVersion": tidemark_api::API_VERSION,
         "kind": "Restore",
         "metadata": {"name": name, "namespace": ns},
-        "spec": {"policy": {"name": policy}, "target": target, "into": into},
+        "spec": spec,
     }))
     .map_err(|e| CliError::new(Exit::Internal, e))?;
     // The same checks as the operator's, before anything is created.
@@ -386,7 +403,18 @@ pub async fn restore(
         .spec
         .checked()
         .map_err(|e| CliError::input(format!("restore {policy}: {e}")))?;
-    ensure_policy(&client, &ns, policy).await?;
+    let p = read_policy(&client, &ns, policy).await?;
+    if let Some(copy) = args
+        .store
+        .from_copy
+        .as_deref()
+        .filter(|c| p.spec.copy(c).is_none())
+    {
+        return Err(CliError::input(format!(
+            "--from-copy {copy}: BackupPolicy {ns}/{policy} names no such copy (spec.copies: {})",
+            p.spec.copy_names()
+        )));
+    }
     timeout_of(&args.timeout)?;
     let restores: Api<tidemark_api::crd::Restore> = Api::namespaced(client.clone(), &ns);
     create(&restores, &ns, &name, &restore).await?;

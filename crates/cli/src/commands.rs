@@ -438,7 +438,9 @@ fn local_hooks(
 /// `tidemark run` makes.
 async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliError> {
     let in_cluster = match &args.cluster_policy {
-        Some(name) => Some(crate::cluster::policy(&args.kube, name).await?),
+        Some(name) => {
+            Some(crate::cluster::policy(&args.kube, name, args.store.from_copy.as_deref()).await?)
+        }
         None => None,
     };
     // Seed 003: every deletion runs the hooks of the backups it deletes, right before their
@@ -896,7 +898,9 @@ fn list_some(items: &[String]) -> String {
 async fn ls(args: &LsArgs) -> Result<Exit, CliError> {
     let target = match &args.cluster_policy {
         Some(name) => resolve::Target {
-            store: crate::cluster::policy(&args.kube, name).await?.store,
+            store: crate::cluster::policy(&args.kube, name, args.store.from_copy.as_deref())
+                .await?
+                .store,
             object_lock: None,
         },
         None => resolve::store_target(&args.store, args.policy.as_deref())?,

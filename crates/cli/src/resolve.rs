@@ -156,14 +156,9 @@ pub fn target(
         (None, f) => f,
         (Some(name), Some(p)) => {
             copied = p.as_copy(name).ok_or_else(|| {
-                let names: Vec<&str> = p.spec.copies.iter().map(|c| c.name.as_str()).collect();
                 CliError::input(format!(
                     "--from-copy {name}: the policy names no such copy (spec.copies: {})",
-                    if names.is_empty() {
-                        "none".to_owned()
-                    } else {
-                        names.join(", ")
-                    }
+                    p.spec.copy_names()
                 ))
             })?;
             Some(&copied)

@@ -69,7 +69,9 @@ pub async fn restore(args: &RestoreArgs) -> Result<Exit, CliError> {
         Some(policy) if !args.dry_run => return crate::cluster::restore(args, policy, to).await,
         // The plan of a Restore, from the policy's store as the operator reads it.
         Some(policy) => {
-            let store = crate::cluster::policy(&args.kube, policy).await?.store;
+            let store = crate::cluster::policy(&args.kube, policy, args.store.from_copy.as_deref())
+                .await?
+                .store;
             let point = to.map_or(RestorePoint::Newest, RestorePoint::At);
             let target = restore_instant(&store, &point).await?;
             (store, target)

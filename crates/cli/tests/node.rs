@@ -1355,6 +1355,98 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
         .await
         .unwrap();
 
+    // A copy in a second bucket (issue 44): the operator's pod copies the encrypted chain
+    // and the segments as stored; the copy's window and lag show in status and metrics;
+    // the plugin reads the copy; and the copy restores the same instant exactly.
+    w.s3.locked_bucket("shop-dr", "shop").await;
+    policies
+        .patch(
+            "shop",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"copies": [{"name": "dr", "maxLag": "1h",
+                "objectStore": {"bucket": "shop-dr", "endpoint": w.s3.endpoint, "credentialsSecret": "s3"}}]}})),
+        )
+        .await
+        .unwrap();
+    let copied = eventually_within("the copy's status", LONG, || async {
+        let p = policies.get("shop").await.ok()?;
+        let c = serde_json::to_value(p.status?.copies.first()?).ok()?;
+        (c["backupsSent"].as_u64().is_some_and(|n| n >= 2) && c["lagSeconds"].is_i64()).then_some(c)
+    })
+    .await;
+    assert_eq!(copied["name"], "dr", "{copied:#}");
+    assert_eq!(copied["behind"], false, "{copied:#}");
+    assert!(copied["segmentsSent"].as_u64().unwrap() > 0, "{copied:#}");
+    assert!(copied["recoveryWindow"]["start"].is_string(), "{copied:#}");
+    let holder = leader(&w).await;
+    let metrics = w.kubectl(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods/{holder}:8080/proxy/metrics"),
+    ]);
+    for family in [
+        "tidemark_copy_lag_seconds",
+        "tidemark_copy_recovery_window_seconds",
+        "tidemark_copy_bytes_total",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l.starts_with(&format!(
+                r#"{family}{{namespace="shop",policy="shop",copy="dr"}}"#
+            ))),
+            "{family}: {metrics}"
+        );
+    }
+    let plugin = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"))
+            .args(args)
+            .args(["--namespace", ns, "--from-copy", "dr", "--output", "json"])
+            .env("KUBECONFIG", w.node.cluster().kubeconfig())
+            .env_remove("AWS_ACCESS_KEY_ID")
+            .env_remove("AWS_SECRET_ACCESS_KEY")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", common::stderr(&out));
+        common::json(&out)
+    };
+    let in_copy = plugin(&["ls", "shop"]);
+    for id in [full_id.as_str(), incr_id] {
+        assert!(in_copy.to_string().contains(id), "{id}: {in_copy:#}");
+    }
+    let planned = plugin(&["restore", "shop", "--to", &target.to_string(), "--dry-run"]);
+    assert!(
+        !planned["segments"].as_array().unwrap().is_empty(),
+        "{planned:#}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let datadir = dir.path().join("restored");
+    common::on_bucket(
+        &w.s3,
+        "s3://shop-dr",
+        "shop",
+        &[
+            "restore",
+            "--to",
+            &target.to_string(),
+            "--datadir",
+            datadir.to_str().unwrap(),
+            "--identity",
+            w.identity.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        query_restored(&datadir, "SELECT COUNT(*) FROM shop.orders"),
+        "19",
+        "restore from the copy to {target}"
+    );
+    policies
+        .patch(
+            "shop",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"copies": null}})),
+        )
+        .await
+        .unwrap();
+
     // A chain that holds the maximum: the next is a full (seed 002's maximum increments
     // per full), not an incremental and not blocked.
     w.apply(

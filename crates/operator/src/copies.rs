@@ -222,14 +222,9 @@ async fn one(
         copied: Err(e),
         retention_at: None,
     };
-    let cluster = policy.spec.cluster_or(&policy.name_any()).to_owned();
-    let (Some(spec), Some(seen_spec)) =
-        (policy.spec.copy(name), policy.spec.as_copy(name, &cluster))
-    else {
+    let (Some(spec), Some(seen)) = (policy.spec.copy(name), policy.as_copy(name)) else {
         return failed(format!("no copy {name:?}"));
     };
-    let mut seen = policy.clone();
-    seen.spec = seen_spec;
     let source = match crate::stores::open(ctx, policy).await {
         Ok(s) => s,
         Err(e) => return failed(format!("the policy's store: {e}")),

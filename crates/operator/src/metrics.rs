@@ -117,6 +117,10 @@ pub struct Metrics {
     pub copy_window: Family<CopyLabels, Gauge>,
     /// A copy's `maxLag` (what the `TidemarkCopyBehind` alert compares the lag with).
     pub copy_max_lag: Family<CopyLabels, Gauge>,
+    /// 1 when the copy's last verification read everything back whole, 0 when not.
+    pub copy_verification_passed: Family<CopyLabels, Gauge>,
+    /// When the copy's last verification ended.
+    pub copy_verification_last_run: Family<CopyLabels, Gauge>,
     /// Set once this replica has talked to the API server (readiness).
     pub ready: AtomicBool,
     /// 1 while this replica leads.
@@ -293,6 +297,16 @@ impl Metrics {
             self.copy_max_lag.clone(),
         );
         r.register(
+            "copy_verification_passed",
+            "1 when the copy's last verification read its newest backup, its chain and their binlogs back whole from the copy, 0 when not",
+            self.copy_verification_passed.clone(),
+        );
+        r.register(
+            "copy_verification_last_run_timestamp_seconds",
+            "When the copy's last verification ended",
+            self.copy_verification_last_run.clone(),
+        );
+        r.register(
             "leader",
             "1 while this replica holds the leader lease",
             self.leader.clone(),
@@ -403,6 +417,8 @@ impl Metrics {
                 self.copy_bytes.remove(&l);
                 self.copy_window.remove(&l);
                 self.copy_max_lag.remove(&l);
+                self.copy_verification_passed.remove(&l);
+                self.copy_verification_last_run.remove(&l);
             }
         }
         for (ns, policy) in policies {

@@ -285,26 +285,15 @@ async fn prepare(
     let from = restore.spec.from.as_deref();
     let read_from = match from {
         None => policy.clone(),
-        Some(c) => {
-            let cluster = policy.spec.cluster_or(&policy.name_any()).to_owned();
-            let Some(spec) = policy.spec.as_copy(c, &cluster) else {
-                let names: Vec<&str> = policy.spec.copies.iter().map(|x| x.name.as_str()).collect();
-                return Err(Stop::Refuse(
-                    "CopyMissing",
-                    format!(
-                        "spec.from: BackupPolicy {ns}/{policy_name} names no copy {c:?} (spec.copies: {})",
-                        if names.is_empty() {
-                            "none".to_owned()
-                        } else {
-                            names.join(", ")
-                        }
-                    ),
-                ));
-            };
-            let mut seen = policy.clone();
-            seen.spec = spec;
-            seen
-        }
+        Some(c) => policy.as_copy(c).ok_or_else(|| {
+            Stop::Refuse(
+                "CopyMissing",
+                format!(
+                    "spec.from: BackupPolicy {ns}/{policy_name} names no copy {c:?} (spec.copies: {})",
+                    policy.spec.copy_names()
+                ),
+            )
+        })?,
     };
     let from_copy = from.map(|c| format!(" from copy {c}")).unwrap_or_default();
     if !ctx.capabilities.jobs {

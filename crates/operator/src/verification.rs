@@ -13,6 +13,10 @@
 //! `VerificationFailed`) and the metrics `tidemark_verification_passed` and
 //! `tidemark_verification_last_run_timestamp_seconds`.
 //!
+//! Each copy (`spec.copies[].verify`, and the annotation, which asks every store) is
+//! verified the same way from its own store, reported in `status.verification.copies`, the
+//! same events (naming the copy) and `tidemark_copy_verification_passed`.
+//!
 //! One verification at a time per policy; a slot missed while one ran (or the operator was
 //! down) is run once, not replayed in bulk.
 
@@ -26,7 +30,7 @@ use kube::runtime::controller::Action as Requeue;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use tidemark_api::crd::BackupPolicy;
-use tidemark_api::policy::{VerificationResult, VerificationStatus};
+use tidemark_api::policy::{VerificationResult, VerificationStatus, VerifySpec};
 use tidemark_core::schedule::Cron;
 use tidemark_engine::verify::{Verification, VerifyRequest};
 
@@ -143,6 +147,7 @@ pub(crate) fn verification_status(
         next_schedule_time: next.map(Time),
         request: request.or_else(|| previous.request.clone()),
         last: Some(last),
+        copies: Vec::new(),
     }
 }
 
@@ -170,15 +175,29 @@ fn work_key(policy: &BackupPolicy) -> String {
     format!("Verification/{}", crate::context::key(policy))
 }
 
-/// Looks after the verification of `policy`; returns when to look again (`None`: the
-/// policy asks for none). Trouble is reported as an event, never stops retention.
+/// Looks after the verification of `policy`'s store and of each of its copies; returns
+/// when to look again (`None`: the policy asks for none). One verification at a time per
+/// policy: the policy's store first, then its copies in order. Trouble is reported as an
+/// event, never stops retention.
 ///
 /// # Guarantees
-/// Deletes nothing: the store is only read.
+/// Deletes nothing: the stores are only read.
 pub async fn reconcile(ctx: &Arc<Context>, policy: &BackupPolicy) -> Option<Duration> {
-    let spec = policy.spec.verify.as_ref();
     let request = policy.annotations().get(ANNOTATION);
-    if spec.is_none() && request.is_none() {
+    // The stores verified: the policy's own (`None`) and its copies, each with its
+    // schedule; the annotation asks every one.
+    let targets: Vec<(Option<&str>, Option<&VerifySpec>)> =
+        std::iter::once((None, policy.spec.verify.as_ref()))
+            .chain(
+                policy
+                    .spec
+                    .copies
+                    .iter()
+                    .map(|c| (Some(c.name.as_str()), c.verify.as_ref())),
+            )
+            .filter(|(_, spec)| spec.is_some() || request.is_some())
+            .collect();
+    if targets.is_empty() {
         return None;
     }
     let key = work_key(policy);
@@ -195,12 +214,6 @@ pub async fn reconcile(ctx: &Arc<Context>, policy: &BackupPolicy) -> Option<Dura
         }
         crate::background::Polled::Idle => {}
     }
-    let (cron, sample) = match spec.map(tidemark_api::policy::VerifySpec::settings) {
-        Some(Ok((cron, sample))) => (cron, sample),
-        None => (None, 0.0),
-        // The policy's own pass reports an invalid spec.
-        Some(Err(_)) => return None,
-    };
     if let Some(r) = request.filter(|r| r.len() > MAX_REQUEST || r.is_empty()) {
         let message = format!(
             "annotation {ANNOTATION}: a value of {} bytes is not acted on; give 1 to {MAX_REQUEST} bytes, e.g. the date",
@@ -221,46 +234,63 @@ pub async fn reconcile(ctx: &Arc<Context>, policy: &BackupPolicy) -> Option<Dura
     };
     let now = ctx.clock.now();
     let created = policy.meta().creation_timestamp.as_ref().map(|t| t.0);
-    let status = policy
+    let all = policy
         .status
         .as_ref()
         .and_then(|s| s.verification.clone())
         .unwrap_or_default();
-    let decided = due(
-        cron.as_ref(),
-        &tz,
-        request.map(String::as_str),
-        &status,
-        created,
-        now,
-    );
-    let (slot, request) = match decided {
-        Due::Later(next) => {
-            return next.map(|at| {
-                Duration::try_from(at.duration_since(now))
-                    .unwrap_or(Duration::ZERO)
-                    .max(Duration::from_secs(1))
-            });
+    let mut wake: Option<Timestamp> = None;
+    for (copy, spec) in targets {
+        let (cron, sample) = match spec.map(VerifySpec::settings) {
+            Some(Ok((cron, sample))) => (cron, sample),
+            None => (None, 0.0),
+            // The policy's own pass reports an invalid spec.
+            Some(Err(_)) => continue,
+        };
+        let status = all.of(copy);
+        match due(
+            cron.as_ref(),
+            &tz,
+            request.map(String::as_str),
+            &status,
+            created,
+            now,
+        ) {
+            Due::Later(next) => {
+                wake = match (wake, next) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+            }
+            Due::Now { slot, request } => {
+                let work = run(
+                    ctx.clone(),
+                    Arc::new(policy.clone()),
+                    Run {
+                        copy: copy.map(str::to_owned),
+                        cron,
+                        tz,
+                        sample,
+                        slot,
+                        request,
+                    },
+                );
+                ctx.background.start(key, work);
+                return Some(POLL);
+            }
         }
-        Due::Now { slot, request } => (slot, request),
-    };
-    let work = run(
-        ctx.clone(),
-        Arc::new(policy.clone()),
-        Run {
-            cron,
-            tz,
-            sample,
-            slot,
-            request,
-        },
-    );
-    ctx.background.start(key, work);
-    Some(POLL)
+    }
+    wake.map(|at| {
+        Duration::try_from(at.duration_since(now))
+            .unwrap_or(Duration::ZERO)
+            .max(Duration::from_secs(1))
+    })
 }
 
 /// One verification's settings.
 struct Run {
+    /// The copy verified (`None`: the policy's own store).
+    copy: Option<String>,
     cron: Option<Cron>,
     tz: jiff::tz::TimeZone,
     sample: f64,
@@ -268,12 +298,13 @@ struct Run {
     request: Option<String>,
 }
 
-/// Verifies `policy`'s store and reports the outcome.
+/// Verifies `policy`'s store (or its copy `run.copy`) and reports the outcome.
 ///
 /// # Errors
 /// The status could not be written.
 async fn run(ctx: Arc<Context>, policy: Arc<BackupPolicy>, run: Run) -> Result<Requeue, Error> {
     let name = policy.name_any();
+    let copy = run.copy.as_deref();
     let api: Api<BackupPolicy> =
         Api::namespaced(ctx.client.clone(), &policy.namespace().unwrap_or_default());
     // The cached copy may be behind one this verification's predecessor wrote: what was
@@ -281,11 +312,12 @@ async fn run(ctx: Arc<Context>, policy: Arc<BackupPolicy>, run: Run) -> Result<R
     let Some(fresh) = api.get_opt(&name).await? else {
         return Ok(Requeue::await_change());
     };
-    let previous = fresh
+    let all = fresh
         .status
         .as_ref()
         .and_then(|s| s.verification.clone())
         .unwrap_or_default();
+    let previous = all.of(copy);
     let already = run.request.is_some() && run.request == previous.request
         || run.slot.is_some()
             && previous.last_schedule_time.as_ref().map(|t| t.0) >= run.slot
@@ -293,29 +325,40 @@ async fn run(ctx: Arc<Context>, policy: Arc<BackupPolicy>, run: Run) -> Result<R
     if already {
         return Ok(Requeue::await_change());
     }
-    tracing::info!(policy = %name, slot = ?run.slot, request = ?run.request, "verification started");
-    let outcome = match crate::stores::open(&ctx, &policy).await {
-        Ok(store) => {
-            let request = VerifyRequest { sample: run.sample };
-            match tokio::time::timeout(
-                MAX_DURATION,
-                tidemark_engine::verify::verify(&store, &request),
-            )
-            .await
-            {
-                Ok(Ok(v)) => Ok(v),
-                Ok(Err(e)) => Err(tidemark_engine::error::chain(&e)),
-                Err(_) => Err(format!(
-                    "did not finish within {}s; the next slot or request tries again",
-                    MAX_DURATION.as_secs()
-                )),
+    tracing::info!(policy = %name, copy = ?copy, slot = ?run.slot, request = ?run.request, "verification started");
+    // A copy is read as the policy's view of it: the copy's store, Secret and keys.
+    let read = match copy {
+        None => Some(policy.as_ref().clone()),
+        Some(c) => fresh.as_copy(c),
+    };
+    let outcome = match read {
+        None => Err(format!(
+            "the policy names no copy {:?} any more",
+            copy.unwrap_or_default()
+        )),
+        Some(read) => match crate::stores::open(&ctx, &read).await {
+            Ok(store) => {
+                let request = VerifyRequest { sample: run.sample };
+                match tokio::time::timeout(
+                    MAX_DURATION,
+                    tidemark_engine::verify::verify(&store, &request),
+                )
+                .await
+                {
+                    Ok(Ok(v)) => Ok(v),
+                    Ok(Err(e)) => Err(tidemark_engine::error::chain(&e)),
+                    Err(_) => Err(format!(
+                        "did not finish within {}s; the next slot or request tries again",
+                        MAX_DURATION.as_secs()
+                    )),
+                }
             }
-        }
-        Err(e) => Err(tidemark_engine::error::chain(&e)),
+            Err(e) => Err(tidemark_engine::error::chain(&e)),
+        },
     };
     let now = ctx.clock.now();
     let next = run.cron.as_ref().and_then(|c| c.next_after(now, &run.tz));
-    let status = verification_status(
+    let one = verification_status(
         &previous,
         outcome.as_ref().map(Option::as_ref).map_err(Clone::clone),
         run.slot,
@@ -323,27 +366,51 @@ async fn run(ctx: Arc<Context>, policy: Arc<BackupPolicy>, run: Run) -> Result<R
         next,
         now,
     );
+    let named: Vec<&str> = fresh.spec.copies.iter().map(|c| c.name.as_str()).collect();
+    let status = all.with(copy, one.clone(), &named);
     crate::status::verification(&api, &name, &status).await?;
-    report(&ctx, &policy, status.last.as_ref()).await;
+    report(&ctx, &policy, copy, one.last.as_ref()).await;
     Ok(Requeue::await_change())
 }
 
-/// The event and metrics of a verification's `result`.
-async fn report(ctx: &Context, policy: &BackupPolicy, result: Option<&VerificationResult>) {
+/// The event and metrics of a verification's `result`, of the policy's store or of its
+/// copy `copy`.
+async fn report(
+    ctx: &Context,
+    policy: &BackupPolicy,
+    copy: Option<&str>,
+    result: Option<&VerificationResult>,
+) {
     let Some(r) = result else { return };
-    let labels = crate::metrics::Metrics::policy(
-        &policy.namespace().unwrap_or_default(),
-        &policy.name_any(),
-    );
+    let (ns, name) = (policy.namespace().unwrap_or_default(), policy.name_any());
     let m = &ctx.metrics;
-    m.verification_passed
-        .get_or_create(&labels)
-        .set(i64::from(r.passed));
-    m.verification_last_run
-        .get_or_create(&labels)
-        .set(r.verified_at.0.as_second());
+    match copy {
+        None => {
+            let labels = crate::metrics::Metrics::policy(&ns, &name);
+            m.verification_passed
+                .get_or_create(&labels)
+                .set(i64::from(r.passed));
+            m.verification_last_run
+                .get_or_create(&labels)
+                .set(r.verified_at.0.as_second());
+        }
+        Some(c) => {
+            let labels = crate::metrics::CopyLabels {
+                namespace: ns,
+                policy: name,
+                copy: c.to_owned(),
+            };
+            m.copy_verification_passed
+                .get_or_create(&labels)
+                .set(i64::from(r.passed));
+            m.copy_verification_last_run
+                .get_or_create(&labels)
+                .set(r.verified_at.0.as_second());
+        }
+    }
     let what = format!(
-        "read back {} backup(s) and {} binlog segment(s){}",
+        "{}read back {} backup(s) and {} binlog segment(s){}",
+        copy.map(|c| format!("copy {c}: ")).unwrap_or_default(),
         r.backups_checked,
         r.segments_checked,
         r.backup_id

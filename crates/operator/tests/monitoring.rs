@@ -146,6 +146,8 @@ fn exposition(text: bool) -> String {
         &m.copy_last_run,
         &m.copy_window,
         &m.copy_max_lag,
+        &m.copy_verification_passed,
+        &m.copy_verification_last_run,
     ] {
         g.get_or_create(&copy).set(1);
     }

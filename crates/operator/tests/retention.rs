@@ -2259,6 +2259,70 @@ async fn a_copy_through_the_operator() {
         ),
         "{metrics}"
     );
+    // Verification on request reads every store: the policy's and the copy, each
+    // reported on its own (`status.verification` and its `copies`).
+    policies
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"tidemark.io/verify": "first"}}})),
+        )
+        .await
+        .unwrap();
+    let verified = eventually("both stores verified", || async {
+        let s = status(&policies, "db").await;
+        let v = s["verification"].clone();
+        (v["request"] == "first" && v["copies"][0]["request"] == "first").then_some(v)
+    })
+    .await;
+    assert_eq!(verified["last"]["passed"], true, "{verified:#}");
+    let in_copy = &verified["copies"][0];
+    assert_eq!(in_copy["name"], "dr", "{verified:#}");
+    assert_eq!(in_copy["last"]["passed"], true, "{verified:#}");
+    assert_eq!(in_copy["last"]["backupId"], ids[2].as_str(), "{verified:#}");
+    let (_, metrics) = op.get("/metrics").await;
+    assert!(
+        metrics.contains(
+            r#"tidemark_copy_verification_passed{namespace="copies",policy="db",copy="dr"} 1"#
+        ),
+        "{metrics}"
+    );
+    // The copy's newest payload damaged in the copy only: the copy fails, the store passes.
+    synth::write_raw(&dr, &format!("nightly/{}/backup.tar", ids[2]), b"damaged")
+        .await
+        .unwrap();
+    policies
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"tidemark.io/verify": "second"}}})),
+        )
+        .await
+        .unwrap();
+    let verified = eventually("both stores verified again", || async {
+        let s = status(&policies, "db").await;
+        let v = s["verification"].clone();
+        (v["request"] == "second" && v["copies"][0]["request"] == "second").then_some(v)
+    })
+    .await;
+    assert_eq!(verified["last"]["passed"], true, "{verified:#}");
+    assert_eq!(
+        verified["copies"][0]["last"]["passed"], false,
+        "{verified:#}"
+    );
+    assert!(
+        verified["copies"][0]["last"]["problems"]
+            .to_string()
+            .contains(&ids[2]),
+        "{verified:#}"
+    );
+    let (_, metrics) = op.get("/metrics").await;
+    assert!(
+        metrics.contains(
+            r#"tidemark_copy_verification_passed{namespace="copies",policy="db",copy="dr"} 0"#
+        ),
+        "{metrics}"
+    );
     // The policy's own retention (keepLast 1) now lets the two older go; the copy keeps
     // them (its keepLast 5).
     pass_now(&policies, "db").await;

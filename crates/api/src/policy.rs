@@ -190,6 +190,13 @@ pub struct CopySpec {
     /// `tidemark_copy_verification_passed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify: Option<VerifySpec>,
+    /// Restore tests of the copy (operator), as `spec.restoreTest` of the policy's store:
+    /// on this schedule a Job in the database image restores the copy's newest (or a
+    /// random) point from the copy's store, starts MariaDB on it and checks every table
+    /// and the query, reported in `status.restoreTest.copies`, an event and the metric
+    /// `tidemark_copy_restore_test_passed`. One test at a time per policy, whichever store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_test: Option<RestoreTestSpec>,
 }
 
 /// Most copies one policy names.
@@ -986,6 +993,90 @@ pub struct RestoreTestStatus {
     /// The last outcome.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last: Option<RestoreTestResult>,
+    /// Each copy's restore tests (`spec.copies[].restoreTest`), restored from the copy's
+    /// own store.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub copies: Vec<CopyRestoreTestStatus>,
+}
+
+/// Where one copy's restore tests are: the fields of [`RestoreTestStatus`], for the copy.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CopyRestoreTestStatus {
+    /// The copy (`spec.copies[].name`).
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_schedule_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_schedule_time: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last: Option<RestoreTestResult>,
+}
+
+impl RestoreTestStatus {
+    /// The restore tests of one store: the policy's own (`None`) or its copy `copy`, as a
+    /// status of its own (no copies).
+    pub fn of(&self, copy: Option<&str>) -> RestoreTestStatus {
+        match copy {
+            None => RestoreTestStatus {
+                copies: Vec::new(),
+                ..self.clone()
+            },
+            Some(name) => self
+                .copies
+                .iter()
+                .find(|c| c.name == name)
+                .map(|c| RestoreTestStatus {
+                    last_schedule_time: c.last_schedule_time.clone(),
+                    next_schedule_time: c.next_schedule_time.clone(),
+                    job: c.job.clone(),
+                    last: c.last.clone(),
+                    copies: Vec::new(),
+                })
+                .unwrap_or_default(),
+        }
+    }
+
+    /// This status with the restore tests of one store (`copy`: `None` for the policy's
+    /// own) replaced by `one`; copies not in `named` (the policy's copies now) are dropped.
+    pub fn with(&self, copy: Option<&str>, one: RestoreTestStatus, named: &[&str]) -> Self {
+        let (mut out, entry) = match copy {
+            None => (
+                RestoreTestStatus {
+                    copies: self.copies.clone(),
+                    ..one
+                },
+                None,
+            ),
+            Some(name) => (
+                self.clone(),
+                Some(CopyRestoreTestStatus {
+                    name: name.to_owned(),
+                    last_schedule_time: one.last_schedule_time,
+                    next_schedule_time: one.next_schedule_time,
+                    job: one.job,
+                    last: one.last,
+                }),
+            ),
+        };
+        per_copy(&mut out.copies, entry, |c| &c.name, named);
+        out
+    }
+}
+
+/// A per-copy status list with `entry` in place of the one of its name (or added), the
+/// entries of copies not in `named` dropped, in name order.
+fn per_copy<T>(list: &mut Vec<T>, entry: Option<T>, name: fn(&T) -> &String, named: &[&str]) {
+    if let Some(entry) = entry {
+        match list.iter_mut().find(|c| name(c) == name(&entry)) {
+            Some(c) => *c = entry,
+            None => list.push(entry),
+        }
+    }
+    list.retain(|c| named.contains(&name(c).as_str()));
+    list.sort_by(|a, b| name(a).cmp(name(b)));
 }
 
 /// Where a policy's verification is.
@@ -1052,28 +1143,26 @@ impl VerificationStatus {
     /// This status with the verification of one store (`copy`: `None` for the policy's
     /// own) replaced by `one`; copies not in `named` (the policy's copies now) are dropped.
     pub fn with(&self, copy: Option<&str>, one: VerificationStatus, named: &[&str]) -> Self {
-        let mut out = match copy {
-            None => VerificationStatus {
-                copies: self.copies.clone(),
-                ..one.clone()
-            },
-            Some(_) => self.clone(),
+        let (mut out, entry) = match copy {
+            None => (
+                VerificationStatus {
+                    copies: self.copies.clone(),
+                    ..one
+                },
+                None,
+            ),
+            Some(name) => (
+                self.clone(),
+                Some(CopyVerificationStatus {
+                    name: name.to_owned(),
+                    last_schedule_time: one.last_schedule_time,
+                    next_schedule_time: one.next_schedule_time,
+                    request: one.request,
+                    last: one.last,
+                }),
+            ),
         };
-        if let Some(name) = copy {
-            let entry = CopyVerificationStatus {
-                name: name.to_owned(),
-                last_schedule_time: one.last_schedule_time,
-                next_schedule_time: one.next_schedule_time,
-                request: one.request,
-                last: one.last,
-            };
-            match out.copies.iter_mut().find(|c| c.name == name) {
-                Some(c) => *c = entry,
-                None => out.copies.push(entry),
-            }
-        }
-        out.copies.retain(|c| named.contains(&c.name.as_str()));
-        out.copies.sort_by(|a, b| a.name.cmp(&b.name));
+        per_copy(&mut out.copies, entry, |c| &c.name, named);
         out
     }
 }
@@ -1954,6 +2043,10 @@ impl BackupPolicySpec {
                 v.settings()
                     .map_err(|e| invalid(format!("copy {:?}: verify: {e}", c.name)))?;
             }
+            if let Some(t) = &c.restore_test {
+                t.settings()
+                    .map_err(|e| invalid(format!("copy {:?}: restoreTest: {e}", c.name)))?;
+            }
         }
         Ok(())
     }
@@ -2019,6 +2112,7 @@ impl BackupPolicySpec {
         out.retention = c.retention(self).cloned();
         out.bandwidth.clone_from(&c.bandwidth);
         out.verify.clone_from(&c.verify);
+        out.restore_test.clone_from(&c.restore_test);
         out.copies = Vec::new();
         out.binlog_archive = None;
         Some(out)

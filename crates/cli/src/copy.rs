@@ -230,6 +230,9 @@ fn table(out: &CopyOut) -> String {
             c.backups_declined.len(),
             c.segments_declined
         );
+        for d in &c.declined {
+            let _ = writeln!(s, "  backup  {} ({})", d.backup_id, d.reasons.join(", "));
+        }
     }
     let newest = |t: Option<jiff::Timestamp>| t.map_or_else(|| "-".to_owned(), |t| t.to_string());
     let _ = writeln!(

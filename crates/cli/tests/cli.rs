@@ -1838,4 +1838,33 @@ fn a_copy_killed_at_random_points_converges() {
     let v = json(&o);
     assert_eq!(v["backupsSent"], serde_json::json!([]), "{v:#}");
     assert_eq!(v["segmentsSent"], 0, "{v:#}");
+    // A copy whose own window is 3 days declines the older chain, saying why.
+    let other = tempfile::tempdir().unwrap();
+    let other_url = format!("file://{}", other.path().display());
+    let o = tidemark(&[
+        "copy",
+        "--from",
+        &src_url,
+        "--cluster",
+        "c1",
+        "--to",
+        &other_url,
+        "--name",
+        "dr2",
+        "--window",
+        "3d",
+        "--dry-run",
+        "-o",
+        "json",
+    ])
+    .output()
+    .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o);
+    let older: Vec<&str> = backups[..3].iter().map(|b| b.id.as_str()).collect();
+    assert_eq!(v["backupsDeclined"], serde_json::json!(older), "{v:#}");
+    for d in v["declined"].as_array().unwrap() {
+        assert_eq!(d["reasons"], serde_json::json!(["expired"]), "{v:#}");
+    }
+    assert_eq!(v["declined"].as_array().unwrap().len(), 3, "{v:#}");
 }

@@ -1364,7 +1364,9 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
             "shop",
             &PatchParams::default(),
             &Patch::Merge(json!({"spec": {"copies": [{"name": "dr", "maxLag": "1h",
-                "objectStore": {"bucket": "shop-dr", "endpoint": w.s3.endpoint, "credentialsSecret": "s3"}}]}})),
+                "objectStore": {"bucket": "shop-dr", "endpoint": w.s3.endpoint, "credentialsSecret": "s3"},
+                "restoreTest": {"schedule": "*/5 * * * * *",
+                                "query": "SELECT COUNT(*) >= 19 FROM shop.orders", "expect": "1"}}]}})),
         )
         .await
         .unwrap();
@@ -1437,6 +1439,59 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
         query_restored(&datadir, "SELECT COUNT(*) FROM shop.orders"),
         "19",
         "restore from the copy to {target}"
+    );
+    // The copy's own restore test: a Job in the database image restores from the copy.
+    let tested = eventually_within("the copy's restore test", LONG, || async {
+        let p = policies.get("shop").await.ok()?;
+        let c = p.status?.restore_test?.copies.into_iter().next()?;
+        let last = serde_json::to_value(c.last?).ok()?;
+        Some(last)
+    })
+    .await;
+    assert_eq!(tested["passed"], true, "{tested}");
+    assert!(tested["tablesChecked"].as_u64().unwrap() > 1, "{tested}");
+    // A Restore from the copy through the plugin (`from: dr`), into a new claim.
+    w.node.local_volumes(1).await;
+    let kubeconfig = w.node.cluster().kubeconfig();
+    let to = target.to_string();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"))
+            .args([
+                "restore",
+                "shop",
+                "-n",
+                "shop",
+                "--from-copy",
+                "dr",
+                "--to",
+                &to,
+            ])
+            .args([
+                "--new-claim",
+                "data-from-dr",
+                "--storage-class",
+                LOCAL_STORAGE_CLASS,
+            ])
+            .args(["--name", "from-dr", "--wait"])
+            .env("KUBECONFIG", kubeconfig)
+            .env_remove("AWS_ACCESS_KEY_ID")
+            .env_remove("AWS_SECRET_ACCESS_KEY")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let restores: Api<tidemark_api::crd::Restore> = Api::namespaced(w.client(), ns);
+    assert_eq!(
+        restores.get("from-dr").await.unwrap().spec.from.as_deref(),
+        Some("dr")
+    );
+    let done = restore_ended(&w, ns, "from-dr").await;
+    assert_eq!(done["phase"], "Succeeded", "{done}");
+    assert!(
+        !claim_entries(&w, ns, "data-from-dr").await.is_empty(),
+        "the restored claim is empty"
     );
     policies
         .patch(

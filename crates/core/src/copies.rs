@@ -81,6 +81,10 @@ pub struct CopyChoice {
     pub backups: Vec<String>,
     /// Backups the copy's plan would not keep: never sent.
     pub declined: Vec<String>,
+    /// Why each declined backup is not sent: the copy's plan's reasons for deleting it
+    /// (`expired`, …), or `broken` (its payload is missing, or its chain cannot land
+    /// whole), or `newerFormat`.
+    pub declined_why: std::collections::BTreeMap<String, Vec<crate::reason::Reason>>,
     /// Segments (by sequence) to send, in sequence order.
     pub segments: Vec<u64>,
     /// Segments the copy's plan would not keep: never sent.
@@ -111,7 +115,19 @@ pub fn choose(
         if wanted {
             kept.push(&d.backup);
         } else {
+            let why = if d.backup.newer_format {
+                vec![crate::reason::Reason::NewerFormat]
+            } else if d.backup.payload_missing {
+                vec![crate::reason::Reason::Broken]
+            } else {
+                d.reasons
+                    .iter()
+                    .filter(|r| r.kind() == crate::reason::ReasonKind::Delete)
+                    .cloned()
+                    .collect()
+            };
             out.declined.push(d.backup.id.clone());
+            out.declined_why.insert(d.backup.id.clone(), why);
         }
     }
     // Parents first: by start, and an increment after its parent whatever the clocks say.
@@ -137,7 +153,11 @@ pub fn choose(
         });
         if pending.len() == before {
             // A chain whose parent is neither in the copy nor sent: cannot land whole.
-            out.declined.extend(pending.iter().map(|b| b.id.clone()));
+            for b in &pending {
+                out.declined.push(b.id.clone());
+                out.declined_why
+                    .insert(b.id.clone(), vec![crate::reason::Reason::Broken]);
+            }
             break;
         }
     }
@@ -241,6 +261,7 @@ mod tests {
         let got = choose(&union, &p, &none, &HashSet::new());
         assert_eq!(got.backups, vec![a.clone(), b.clone(), c.clone()]);
         assert_eq!(got.declined, vec![old.clone()], "outside the copy's window");
+        assert_eq!(got.declined_why[&old], vec![crate::Reason::Expired]);
         // The parent in the copy: its increments go.
         let in_copy: HashSet<String> = [a.clone()].into();
         let got = choose(&union, &p, &in_copy, &HashSet::new());
@@ -253,7 +274,8 @@ mod tests {
         let p = plan(&window(7), &orphan, now);
         let got = choose(&orphan, &p, &HashSet::new(), &HashSet::new());
         assert!(got.backups.is_empty(), "{got:?}");
-        assert_eq!(got.declined, vec![c]);
+        assert_eq!(got.declined, vec![c.clone()]);
+        assert_eq!(got.declined_why[&c], vec![crate::reason::Reason::Broken]);
     }
 
     /// What the copy's own retention deleted, the copy's plan over the union deletes again:

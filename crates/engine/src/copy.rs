@@ -57,6 +57,10 @@ pub struct CopyOutcome {
     pub backups_sent: Vec<String>,
     /// Backups the copy's own plan would not keep: not sent.
     pub backups_declined: Vec<String>,
+    /// Each of them with why: the copy's plan's reasons for deleting it (`expired`, …),
+    /// or `broken`, or `newerFormat`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub declined: Vec<Declined>,
     pub segments_sent: usize,
     pub segments_declined: usize,
     /// Bytes moved (as stored).
@@ -85,6 +89,14 @@ impl CopyOutcome {
             _ => jiff::SignedDuration::ZERO,
         }
     }
+}
+
+/// A backup a copy pass did not send, and why.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Declined {
+    pub backup_id: String,
+    pub reasons: Vec<String>,
 }
 
 /// What a dry run would send.
@@ -251,6 +263,21 @@ async fn run(
             .iter()
             .filter(|id| source_ids.contains(id.as_str()))
             .cloned()
+            .collect(),
+        declined: choice
+            .declined
+            .iter()
+            .filter(|id| source_ids.contains(id.as_str()))
+            .map(|id| Declined {
+                backup_id: id.clone(),
+                reasons: choice
+                    .declined_why
+                    .get(id)
+                    .into_iter()
+                    .flatten()
+                    .map(ToString::to_string)
+                    .collect(),
+            })
             .collect(),
         segments_declined: choice.declined_segments.len(),
         source_newest_at: newest(&from.inventory),

@@ -447,7 +447,7 @@ impl PassHooks {
         };
         let who = JobFor {
             namespace: self.namespace.clone(),
-            key: digest16(&format!("{}/{}", b.name, b.id)),
+            key: crate::names::digest16(&format!("{}/{}", b.name, b.id)),
             labels: serde_json::Map::new(),
             owner,
             description: body.clone(),
@@ -561,17 +561,6 @@ impl JobFor {
             ttl_after_finished: None,
         }
     }
-}
-
-/// 16 hex digits of a stable digest of `text` (FNV-1a, 64 bits): the same name for the
-/// same stored backup across restarts, and no two backups of a store on one name.
-fn digest16(text: &str) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{h:016x}")
 }
 
 /// The hook's Job: created once, then followed. `None` while it runs.

@@ -121,6 +121,10 @@ pub struct Metrics {
     pub copy_verification_passed: Family<CopyLabels, Gauge>,
     /// When the copy's last verification ended.
     pub copy_verification_last_run: Family<CopyLabels, Gauge>,
+    /// 1 when the copy's last restore test passed, 0 when not.
+    pub copy_restore_test_passed: Family<CopyLabels, Gauge>,
+    /// When the copy's last restore test ended.
+    pub copy_restore_test_last_run: Family<CopyLabels, Gauge>,
     /// Set once this replica has talked to the API server (readiness).
     pub ready: AtomicBool,
     /// 1 while this replica leads.
@@ -307,6 +311,16 @@ impl Metrics {
             self.copy_verification_last_run.clone(),
         );
         r.register(
+            "copy_restore_test_passed",
+            "1 when the copy's last restore test (restored from the copy) passed, 0 when not",
+            self.copy_restore_test_passed.clone(),
+        );
+        r.register(
+            "copy_restore_test_last_run_timestamp_seconds",
+            "When the copy's last restore test ended",
+            self.copy_restore_test_last_run.clone(),
+        );
+        r.register(
             "leader",
             "1 while this replica holds the leader lease",
             self.leader.clone(),
@@ -419,6 +433,8 @@ impl Metrics {
                 self.copy_max_lag.remove(&l);
                 self.copy_verification_passed.remove(&l);
                 self.copy_verification_last_run.remove(&l);
+                self.copy_restore_test_passed.remove(&l);
+                self.copy_restore_test_last_run.remove(&l);
             }
         }
         for (ns, policy) in policies {

@@ -134,3 +134,15 @@ pub(crate) fn slot_of(name: &str, schedule: &str) -> Option<Timestamp> {
         .ok()
         .map(|z| z.timestamp())
 }
+
+/// 16 hex digits of a stable digest of `text` (FNV-1a, 64 bits): the same name for the
+/// same input across restarts (a stored backup's hook Job, a copy's restore-test Job), and
+/// no two inputs of one owner on one name.
+pub(crate) fn digest16(text: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}

@@ -8,8 +8,12 @@
 //! (`RestoreTestPassed` / Warning `RestoreTestFailed`), and the metrics
 //! `tidemark_restore_test_passed` and `tidemark_restore_test_last_run_timestamp_seconds`.
 //!
-//! One test at a time per policy; a slot missed while a test ran (or the operator was
-//! down) is run once, not replayed in bulk.
+//! Each copy's `spec.copies[].restoreTest` runs the same way from the copy's store (its
+//! Secret, the same database image), reported in `status.restoreTest.copies`, events
+//! naming the copy and `tidemark_copy_restore_test_passed`.
+//!
+//! One test at a time per policy, whichever store; a slot missed while a test ran (or the
+//! operator was down) is run once, not replayed in bulk.
 
 use std::time::Duration;
 
@@ -20,7 +24,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use tidemark_api::crd::{Backup, BackupPolicy};
-use tidemark_api::policy::RestoreTestStatus;
+use tidemark_api::policy::{RestoreTestSpec, RestoreTestStatus};
 use tidemark_api::schedule::RestoreTestResult;
 
 use crate::context::Context;
@@ -68,15 +72,29 @@ pub(crate) fn ended(job: &Job) -> Option<bool> {
     }
 }
 
-/// Looks after the restore tests of `policy`; returns when to look again (`None`: the
-/// policy has none). Trouble is reported as an event, never stops retention.
+/// Looks after the restore tests of `policy`'s store and of its copies; returns when to
+/// look again (`None`: the policy has none). Trouble is reported as an event, never stops
+/// retention.
 ///
 /// # Guarantees
-/// Deletes only its own finished restore-test Jobs; the store is only read (and the
+/// Deletes only its own finished restore-test Jobs; the stores are only read (and the
 /// outcome recorded).
 pub async fn reconcile(ctx: &Context, policy: &BackupPolicy) -> Option<Duration> {
-    let spec = policy.spec.restore_test.as_ref()?;
-    match step(ctx, policy, spec).await {
+    let targets: Vec<(Option<&str>, &RestoreTestSpec)> =
+        std::iter::once((None, policy.spec.restore_test.as_ref()))
+            .chain(
+                policy
+                    .spec
+                    .copies
+                    .iter()
+                    .map(|c| (Some(c.name.as_str()), c.restore_test.as_ref())),
+            )
+            .filter_map(|(copy, spec)| Some((copy, spec?)))
+            .collect();
+    if targets.is_empty() {
+        return None;
+    }
+    match step(ctx, policy, &targets).await {
         Ok(wake) => Some(wake),
         Err(e) => {
             let message = format!("restore test: {e}");
@@ -88,12 +106,34 @@ pub async fn reconcile(ctx: &Context, policy: &BackupPolicy) -> Option<Duration>
     }
 }
 
+/// The Job of the test of `slot` of the copy `copy` (`None`: the policy's own store).
+fn job_name_of(policy: &BackupPolicy, copy: Option<&str>, slot: Timestamp) -> String {
+    let uid8 = crate::names::short_uid(policy);
+    match copy {
+        None => job_name(&policy.name_any(), &uid8, slot),
+        Some(c) => copy_job_name(&policy.name_any(), &uid8, c, slot),
+    }
+}
+
+/// The Job of the test of `slot` of the copy `copy`: the copy's name as a digest, so that
+/// two copies tested at the same slot never share a Job and the name stays within 63.
+pub fn copy_job_name(policy: &str, uid8: &str, copy: &str, slot: Timestamp) -> String {
+    let mut base: String = policy.chars().take(20).collect();
+    while base.ends_with('-') || base.ends_with('.') {
+        base.pop();
+    }
+    let digest: String = crate::names::digest16(copy).chars().take(8).collect();
+    format!(
+        "{base}-{uid8}-copy-test-{digest}-{}",
+        slot.strftime("%Y%m%d%H%M%S")
+    )
+}
+
 async fn step(
     ctx: &Context,
     policy: &BackupPolicy,
-    spec: &tidemark_api::policy::RestoreTestSpec,
+    targets: &[(Option<&str>, &RestoreTestSpec)],
 ) -> Result<Duration, Error> {
-    let (cron, random) = spec.settings().map_err(|e| Error::Invalid(e.to_string()))?;
     let tz = match policy.spec.time_zone.as_deref() {
         Some(z) => jiff::tz::TimeZone::get(z)
             .map_err(|_| Error::Invalid(format!("spec.timeZone: unknown time zone {z:?}")))?,
@@ -103,7 +143,8 @@ async fn step(
     let name = policy.name_any();
     let policies: Api<BackupPolicy> = Api::namespaced(ctx.client.clone(), &ns);
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
-    let mut status = policy
+    let named: Vec<&str> = policy.spec.copies.iter().map(|c| c.name.as_str()).collect();
+    let mut all = policy
         .status
         .as_ref()
         .and_then(|s| s.restore_test.clone())
@@ -111,7 +152,7 @@ async fn step(
     let now = ctx.clock.now();
     let labels = crate::metrics::Metrics::policy(&ns, &name);
     // The last outcome, from status: right from start-up, not only after the next test.
-    if let Some(last) = &status.last {
+    if let Some(last) = &all.last {
         let m = &ctx.metrics;
         let run = m.restore_test_last_run.get_or_create(&labels);
         if run.get() < last.tested_at.0.as_second() {
@@ -123,80 +164,100 @@ async fn step(
     }
 
     // A test running: wait for its Job, then report what it recorded.
-    let mut finished = None;
-    if let Some(job_name) = status.job.clone() {
+    let mut finished = Vec::new();
+    let mut running = false;
+    for &(copy, _) in targets {
+        let mut status = all.of(copy);
+        let Some(job_name) = status.job.clone() else {
+            continue;
+        };
         match jobs.get_opt(&job_name).await? {
-            Some(job) if crate::context::owns(policy, &job.metadata) => {
-                let Some(failed) = ended(&job) else {
-                    return Ok(POLL);
-                };
-                let why = if failed {
-                    pod::job_failure(&ctx.client, &job).await
-                } else {
-                    None
-                };
-                report(ctx, policy, &mut status, &job_name, why).await?;
-                finished = Some(job_name);
-            }
+            Some(job) if crate::context::owns(policy, &job.metadata) => match ended(&job) {
+                None => running = true,
+                Some(failed) => {
+                    let why = if failed {
+                        pod::job_failure(&ctx.client, &job).await
+                    } else {
+                        None
+                    };
+                    let read = store_view(policy, copy)?;
+                    report(ctx, policy, &read, copy, &mut status, &job_name, why).await?;
+                    finished.push(job_name);
+                }
+            },
             // Deleted by someone (or not ours): the next slot runs a new one.
             _ => status.job = None,
         }
+        all = all.with(copy, status, &named);
     }
 
-    // The next slot: the first after the last one run (or the policy's creation).
-    let since = status
-        .last_schedule_time
-        .as_ref()
-        .map(|t| t.0)
-        .or_else(|| policy.meta().creation_timestamp.as_ref().map(|t| t.0))
-        .unwrap_or(now);
-    let next = status
-        .job
-        .is_none()
-        .then(|| cron.next_after(since, &tz))
-        .flatten();
-    if let Some(due) = next.filter(|d| *d <= now) {
-        // At most one catch-up run: the latest slot that has come.
-        let slot = cron.latest_in(since, now, &tz).unwrap_or(due);
-        let job_name = job_name(&name, &crate::names::short_uid(policy), slot);
-        let job = job(ctx, policy, &job_name, random, spec).await?;
-        match jobs.create(&PostParams::default(), &job).await {
-            Ok(_) => {}
-            // Ours from before a restart (or, never, another's: then it is not waited for).
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => return Err(e.into()),
+    // The next slot of each store: the first after its last one run (or the policy's
+    // creation). One test at a time per policy, the policy's store first.
+    let mut wake: Option<Timestamp> = None;
+    for &(copy, spec) in targets {
+        let (cron, random) = spec.settings().map_err(|e| Error::Invalid(e.to_string()))?;
+        let mut status = all.of(copy);
+        let since = status
+            .last_schedule_time
+            .as_ref()
+            .map(|t| t.0)
+            .or_else(|| policy.meta().creation_timestamp.as_ref().map(|t| t.0))
+            .unwrap_or(now);
+        let next = status
+            .job
+            .is_none()
+            .then(|| cron.next_after(since, &tz))
+            .flatten();
+        if let Some(due) = next.filter(|d| *d <= now && !running) {
+            // At most one catch-up run: the latest slot that has come.
+            let slot = cron.latest_in(since, now, &tz).unwrap_or(due);
+            let job_name = job_name_of(policy, copy, slot);
+            let read = store_view(policy, copy)?;
+            let job = job(ctx, &read, &job_name, random, spec).await?;
+            match jobs.create(&PostParams::default(), &job).await {
+                Ok(_) => {}
+                // Ours from before a restart (or, never, another's: then it is not waited for).
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+            tracing::info!(policy = %name, copy = ?copy, job = %job_name, "restore test started");
+            status.job = Some(job_name);
+            status.last_schedule_time = Some(Time(slot));
+            running = true;
         }
-        tracing::info!(policy = %name, job = %job_name, "restore test started");
-        status.job = Some(job_name);
-        status.last_schedule_time = Some(Time(slot));
-    }
-    let upcoming = cron.next_after(now, &tz);
-    status.next_schedule_time = upcoming.map(Time);
-    if let Some(next) = upcoming {
-        let m = &ctx.metrics;
-        m.restore_test_next_run
-            .get_or_create(&labels)
-            .set(next.as_second());
-        if let Some(gap) = cron.longest_gap(now, &tz) {
-            m.restore_test_interval
+        let upcoming = cron.next_after(now, &tz);
+        status.next_schedule_time = upcoming.map(Time);
+        if let (None, Some(next)) = (copy, upcoming) {
+            let m = &ctx.metrics;
+            m.restore_test_next_run
                 .get_or_create(&labels)
-                .set(gap.as_secs());
+                .set(next.as_second());
+            if let Some(gap) = cron.longest_gap(now, &tz) {
+                m.restore_test_interval
+                    .get_or_create(&labels)
+                    .set(gap.as_secs());
+            }
         }
+        wake = match (wake, upcoming) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        all = all.with(copy, status, &named);
     }
     crate::status::restore_test(
         &policies,
         &name,
-        serde_json::to_value(&status).unwrap_or_default(),
+        serde_json::to_value(&all).unwrap_or_default(),
     )
     .await?;
-    // Only once its outcome is in status does the finished Job go.
-    if let Some(job_name) = finished {
+    // Only once its outcome is in status does a finished Job go.
+    for job_name in finished {
         let _ = jobs.delete(&job_name, &DeleteParams::background()).await;
     }
-    Ok(if status.job.is_some() {
+    Ok(if running {
         POLL
     } else {
-        upcoming.map_or(Duration::from_secs(3600), |t| {
+        wake.map_or(Duration::from_secs(3600), |t| {
             Duration::try_from(t.duration_since(now))
                 .unwrap_or(Duration::ZERO)
                 .max(Duration::from_secs(1))
@@ -204,35 +265,69 @@ async fn step(
     })
 }
 
+/// The policy as the store `copy` is read: its own (`None`), or its copy's view (the
+/// copy's store, Secret and keys; the same database).
+fn store_view(policy: &BackupPolicy, copy: Option<&str>) -> Result<BackupPolicy, Error> {
+    match copy {
+        None => Ok(policy.clone()),
+        Some(c) => policy
+            .as_copy(c)
+            .ok_or_else(|| Error::Invalid(format!("the policy names no copy {c:?}"))),
+    }
+}
+
 /// Reads what the Job recorded and reports it: status, the Backup restored, an event and
 /// the metrics. A Job that ended without a record (its restore failed) is reported with
 /// `why` (its pod's termination message).
+/// A copy's test (`copy`) is read from the copy's store (`read`, the policy's view of it),
+/// reported under the copy's metrics and events naming it, and not on Backup objects
+/// (theirs are the policy's store's tests).
 async fn report(
     ctx: &Context,
     policy: &BackupPolicy,
+    read: &BackupPolicy,
+    copy: Option<&str>,
     status: &mut RestoreTestStatus,
     job_name: &str,
     why: Option<String>,
 ) -> Result<(), Error> {
     status.job = None;
-    let store = crate::stores::open(ctx, policy).await?;
+    let store = crate::stores::open(ctx, read).await?;
     let record = tidemark_store::transfer::latest_restore_test(&store)
         .await
         .map_err(|e| Error::Engine(e.into()))?
         .and_then(|v| serde_json::from_value::<tidemark_mariadb::check::RestoreTestRecord>(v).ok())
         // Only this Job's record (it ran with `--run-id <its name>`).
         .filter(|r| r.run_id.as_deref() == Some(job_name));
-    let labels = crate::metrics::Metrics::policy(
-        &policy.namespace().unwrap_or_default(),
-        &policy.name_any(),
-    );
-    ctx.metrics
-        .restore_test_last_run
-        .get_or_create(&labels)
-        .set(ctx.clock.now().as_second());
+    let (ns, name) = (policy.namespace().unwrap_or_default(), policy.name_any());
+    let passed = |ok: bool| {
+        let now = ctx.clock.now().as_second();
+        let m = &ctx.metrics;
+        match copy {
+            None => {
+                let labels = crate::metrics::Metrics::policy(&ns, &name);
+                m.restore_test_last_run.get_or_create(&labels).set(now);
+                m.restore_test_passed
+                    .get_or_create(&labels)
+                    .set(i64::from(ok));
+            }
+            Some(c) => {
+                let labels = crate::metrics::CopyLabels {
+                    namespace: ns.clone(),
+                    policy: name.clone(),
+                    copy: c.to_owned(),
+                };
+                m.copy_restore_test_last_run.get_or_create(&labels).set(now);
+                m.copy_restore_test_passed
+                    .get_or_create(&labels)
+                    .set(i64::from(ok));
+            }
+        }
+    };
+    let of_copy = copy.map(|c| format!("copy {c}: ")).unwrap_or_default();
     let Some(record) = record else {
         let message = format!(
-            "restore test Job {job_name} ended without restoring anything ({}); the next slot tries again",
+            "{of_copy}restore test Job {job_name} ended without restoring anything ({}); the next slot tries again",
             why.unwrap_or_else(|| "its pod's log says why".into())
         );
         status.last = Some(RestoreTestResult {
@@ -243,10 +338,7 @@ async fn report(
             tables_checked: None,
             problems: vec![message.clone()],
         });
-        ctx.metrics
-            .restore_test_passed
-            .get_or_create(&labels)
-            .set(0);
+        passed(false);
         ctx.warn(&policy.object_ref(&()), "RestoreTestFailed", &message)
             .await;
         return Ok(());
@@ -266,16 +358,15 @@ async fn report(
             .collect(),
     };
     status.last = Some(result.clone());
-    ctx.metrics
-        .restore_test_duration
-        .get_or_create(&labels)
-        .set(i64::try_from(record.seconds).unwrap_or(i64::MAX));
-    ctx.metrics
-        .restore_test_passed
-        .get_or_create(&labels)
-        .set(i64::from(outcome.passed));
+    passed(outcome.passed);
+    if copy.is_none() {
+        ctx.metrics
+            .restore_test_duration
+            .get_or_create(&crate::metrics::Metrics::policy(&ns, &name))
+            .set(i64::try_from(record.seconds).unwrap_or(i64::MAX));
+    }
     let what = format!(
-        "restore test of {} ({}/{}, {} backup(s), {} binlog(s)): {} table(s) checked",
+        "{of_copy}restore test of {} ({}/{}, {} backup(s), {} binlog(s)): {} table(s) checked",
         record.target,
         record.backup_name,
         record.backup_id,
@@ -299,9 +390,11 @@ async fn report(
         )
         .await;
     }
+    if copy.is_some() {
+        return Ok(());
+    }
     // The Backup object of the backup restored, if it has one: found in the operator's
     // cache of Backups (a namespace may hold thousands; no list request per test).
-    let ns = policy.namespace().unwrap_or_default();
     let backups: Api<Backup> = Api::namespaced(ctx.client.clone(), &ns);
     let restored = ctx.backups.state().into_iter().find(|b| {
         b.namespace().as_deref() == Some(ns.as_str())
@@ -489,6 +582,49 @@ mod tests {
     /// Under object lock a tool Job gets the mode and the period as the policy resolves
     /// it: `objectLock.period`, else `retention.window` (a consolidation's synthetic full
     /// is locked at least that long from now).
+    /// A copy's test: its own Job name (the copy as a digest, within 63 characters, two
+    /// copies at one slot apart), reading the copy's bucket with the policy's identity and
+    /// the copy's own query.
+    #[test]
+    fn a_copys_test_reads_the_copy() {
+        let policy: BackupPolicy = serde_json::from_value(json!({
+            "apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy",
+            "metadata": {"name": "a-policy-with-a-rather-long-name", "namespace": "ns", "uid": "0123"},
+            "spec": {
+                "objectStore": {"bucket": "b", "endpoint": "http://s3:9000",
+                    "encryption": {"recipients": [], "identitySecret": "keys"}},
+                "copies": [{"name": "dr", "objectStore": {"bucket": "dr-b", "endpoint": "http://s3:9000"},
+                            "restoreTest": {"schedule": "0 0 5 * * *", "query": "SELECT 2", "expect": "2"}}],
+            },
+        }))
+        .unwrap();
+        let slot: Timestamp = "2026-11-25T05:00:00Z".parse().unwrap();
+        let name = job_name_of(&policy, Some("dr"), slot);
+        assert!(name.len() <= 63, "{name}");
+        assert!(name.ends_with("-20261125050000"), "{name}");
+        assert_ne!(name, job_name_of(&policy, Some("dr2"), slot));
+        assert_ne!(name, job_name_of(&policy, None, slot));
+        let view = store_view(&policy, Some("dr")).unwrap();
+        let spec = view.spec.restore_test.clone().unwrap();
+        let joined = args_of(&view, &name, false, &spec).unwrap().join(" ");
+        assert!(
+            joined.contains("--store s3://dr-b --cluster a-policy-with-a-rather-long-name"),
+            "{joined}"
+        );
+        assert!(joined.contains("--query=SELECT 2 --expect=2"), "{joined}");
+        assert_eq!(
+            view.spec
+                .object_store
+                .unwrap()
+                .encryption
+                .unwrap()
+                .identity_secret
+                .as_deref(),
+            Some("keys")
+        );
+        assert!(store_view(&policy, Some("elsewhere")).is_err());
+    }
+
     #[test]
     fn tool_jobs_get_the_lock_period_the_policy_resolves() {
         let db = crate::database::DatabaseRuntime {

@@ -148,6 +148,8 @@ fn exposition(text: bool) -> String {
         &m.copy_max_lag,
         &m.copy_verification_passed,
         &m.copy_verification_last_run,
+        &m.copy_restore_test_passed,
+        &m.copy_restore_test_last_run,
     ] {
         g.get_or_create(&copy).set(1);
     }

@@ -1006,6 +1006,20 @@ async fn ls(args: &LsArgs) -> Result<Exit, CliError> {
         foreign: catalog.foreign.clone(),
         malformed: catalog.malformed.clone(),
         ignored: catalog.ignored.clone(),
+        copies: match tidemark_store::state::load_copies(&target.store).await {
+            Ok(records) => {
+                let newest = standing.window.as_ref().map(|w| w.to);
+                let now = jiff::Timestamp::now();
+                records
+                    .iter()
+                    .map(|r| crate::output::CopyOut::of(r, newest, now))
+                    .collect()
+            }
+            Err(e) => {
+                eprintln!("warning: the store's copy records: {e}");
+                Vec::new()
+            }
+        },
     };
     for w in &catalog.warnings {
         eprintln!("warning: {w}");
@@ -1178,6 +1192,20 @@ fn ls_table(out: &LsOut, wide: bool) -> String {
         s.push_str(&format!(
             "Archiver: {server} (timeline {}), {state}\n",
             r.timeline
+        ));
+    }
+    for c in &out.copies {
+        let through = c
+            .copied_through
+            .map_or_else(|| "nothing yet".to_owned(), |t| t.to_string());
+        let failures = if c.failures > 0 {
+            format!(", {} object(s) not sent", c.failures)
+        } else {
+            String::new()
+        };
+        s.push_str(&format!(
+            "Copy {}: {} — last pass {}, restorable through {through}, {} s behind{failures}\n",
+            c.name, c.destination, c.last_pass_at, c.lag_seconds
         ));
     }
     let branch: Vec<&str> = out

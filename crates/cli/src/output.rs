@@ -457,6 +457,51 @@ pub struct LsOut {
     pub malformed: Vec<Malformed>,
     /// Index entries outside the layout's grammar: left alone.
     pub ignored: Vec<Malformed>,
+    /// The copies of this store (issue 44), as their copiers recorded them here.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub copies: Vec<CopyOut>,
+}
+
+/// One copy of the store, from its record in the store (`_state/copies/<name>.json`).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CopyOut {
+    pub name: String,
+    /// Where the copy is, as its copier wrote it.
+    pub destination: String,
+    /// When its last pass ended.
+    pub last_pass_at: jiff::Timestamp,
+    /// The newest restorable instant in the copy at that pass.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub copied_through: Option<jiff::Timestamp>,
+    /// How far the copy is behind this store's newest restorable instant now.
+    pub lag_seconds: i64,
+    /// What its last pass could not send.
+    pub failures: usize,
+}
+
+impl CopyOut {
+    /// The copy `r` against this store's newest restorable instant `newest` (else the one
+    /// the record saw).
+    pub fn of(
+        r: &tidemark_store::state::CopyRecord,
+        newest: Option<jiff::Timestamp>,
+        now: jiff::Timestamp,
+    ) -> CopyOut {
+        let outcome = tidemark_engine::copy::CopyOutcome {
+            source_newest_at: newest.or(r.source_newest_at),
+            copy_newest_at: r.copy_newest_at,
+            ..Default::default()
+        };
+        CopyOut {
+            name: r.name.clone(),
+            destination: r.destination.clone(),
+            last_pass_at: r.observed_at,
+            copied_through: r.copy_newest_at,
+            lag_seconds: outcome.lag(now).as_secs(),
+            failures: r.failures.len(),
+        }
+    }
 }
 
 /// `1.5 GiB`.

@@ -1453,7 +1453,28 @@ fn the_source_keeps_what_a_copy_has_not_received() {
     };
     let (a, b) = (push(), push());
     assert_eq!(copy()["backupsSent"].as_array().unwrap().len(), 2);
+    // The source's `ls` shows the copy, caught up.
+    let out = run(&["ls", "--store", &src_url, "--cluster", "c1", "-o", "json"]);
+    let listed = json(&out);
+    assert_eq!(listed["copies"][0]["name"], "dr", "{listed:#}");
+    assert_eq!(listed["copies"][0]["lagSeconds"], 0, "{listed:#}");
+    assert!(
+        listed["copies"][0]["copiedThrough"].is_string(),
+        "{listed:#}"
+    );
     let (c, d) = (push(), push());
+    let out = run(&["ls", "--store", &src_url, "--cluster", "c1", "-o", "json"]);
+    let listed = json(&out);
+    assert_ne!(
+        listed["copies"][0]["copiedThrough"], listed["recoveryWindow"]["to"],
+        "two newer backups not in the copy yet: {listed:#}"
+    );
+    let out = run(&["ls", "--store", &src_url, "--cluster", "c1"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("Copy dr: "),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     // c and d are not in the copy yet: keepLast 1 keeps d, and c for the copy.
     let gc = bin()
         .args([

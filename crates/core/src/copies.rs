@@ -34,15 +34,37 @@ pub struct CopyFloor {
     /// Per timeline: every indexed segment up to this sequence was received or declined.
     #[serde(default)]
     pub segments_through: BTreeMap<u32, u64>,
+    /// Per timeline: the sequences below `segments_through` the source had not indexed
+    /// when the floor was set (a hole in its index); one indexed later is still awaited.
+    #[serde(default)]
+    pub segments_missing: BTreeMap<u32, Vec<u64>>,
 }
 
 impl CopyFloor {
     /// Whether the copy still needs segment `sequence` (not dealt with yet).
     pub fn awaits_segment(&self, sequence: u64) -> bool {
+        let timeline = timeline_of(sequence);
         self.segments_through
-            .get(&timeline_of(sequence))
+            .get(&timeline)
             .is_none_or(|&through| sequence > through)
+            || self
+                .segments_missing
+                .get(&timeline)
+                .is_some_and(|m| m.binary_search(&sequence).is_ok())
     }
+}
+
+/// Most sequences a floor records missing below its `segments_through` in one timeline;
+/// beyond them the floor stops below the next hole (the source keeps more, never less).
+pub const MAX_MISSING_PER_TIMELINE: usize = 1024;
+
+/// Where a copy's segments stand after a pass ([`segments_through`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SegmentFloor {
+    /// Per timeline: every indexed segment up to this sequence was dealt with.
+    pub through: BTreeMap<u32, u64>,
+    /// Per timeline: the sequences below `through` the source's index did not hold.
+    pub missing: BTreeMap<u32, Vec<u64>>,
 }
 
 /// Marks the completed backups each copy has not dealt with yet (they are then kept, with
@@ -181,28 +203,46 @@ pub fn choose(
 }
 
 /// The segment floor after a pass: per timeline, the highest sequence through which every
-/// indexed segment of the source was sent (or is in the copy) or declined. `failed` are the
-/// sequences that could not be sent this time; the floor stops below the first of them.
+/// indexed segment of the source was sent (or is in the copy) or declined, and the
+/// sequences below it the source's index did not hold (a segment indexed there later —
+/// an archiver that filled a hole — is still awaited). `failed` are the sequences that
+/// could not be sent this time; the floor stops below the first of them.
 pub fn segments_through(
     source_segments: impl IntoIterator<Item = u64>,
     failed: &HashSet<u64>,
-) -> BTreeMap<u32, u64> {
+) -> SegmentFloor {
     let mut by_timeline: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
     for s in source_segments {
         by_timeline.entry(timeline_of(s)).or_default().push(s);
     }
-    let mut out = BTreeMap::new();
+    let mut out = SegmentFloor::default();
     for (t, mut seqs) in by_timeline {
         seqs.sort_unstable();
-        let mut through = None;
-        for s in seqs {
+        seqs.dedup();
+        let mut through: Option<u64> = None;
+        let mut missing: Vec<u64> = Vec::new();
+        'seqs: for s in seqs {
             if failed.contains(&s) {
                 break;
+            }
+            if let Some(prev) = through {
+                for hole in prev + 1..s {
+                    if missing.len() == MAX_MISSING_PER_TIMELINE {
+                        // Too many holes to name: the floor stops below this one.
+                        through = Some(hole - 1);
+                        break 'seqs;
+                    }
+                    missing.push(hole);
+                }
             }
             through = Some(s);
         }
         if let Some(th) = through {
-            out.insert(t, th);
+            out.through.insert(t, th);
+            missing.retain(|&m| m <= th);
+            if !missing.is_empty() {
+                out.missing.insert(t, missing);
+            }
         }
     }
     out
@@ -314,7 +354,7 @@ mod tests {
         let floor = CopyFloor {
             name: "dr".into(),
             handled: [b.clone()].into(),
-            segments_through: BTreeMap::new(),
+            ..CopyFloor::default()
         };
         mark_awaiting(&mut backups, std::slice::from_ref(&floor));
         let inv = Inventory {
@@ -341,19 +381,54 @@ mod tests {
     fn segments_wait_for_the_copy_and_the_floor_stops_at_a_failure() {
         let floor = CopyFloor {
             name: "dr".into(),
-            handled: BTreeSet::new(),
             segments_through: [(0, 5)].into(),
+            ..CopyFloor::default()
         };
         assert!(!floor.awaits_segment(5));
         assert!(floor.awaits_segment(6));
         assert!(floor.awaits_segment(crate::timeline::TIMELINE_STRIDE + 1));
-        let through = segments_through(
+        let got = segments_through(
             [1, 2, 3, 4, crate::timeline::TIMELINE_STRIDE + 7],
             &[3].into(),
         );
         assert_eq!(
-            through,
+            got.through,
             [(0, 2), (1, crate::timeline::TIMELINE_STRIDE + 7)].into()
         );
+        assert!(got.missing.is_empty(), "{got:?}");
+    }
+
+    /// A hole in the source's index below the floor: a segment indexed there later (an
+    /// archiver filling it) is still awaited, so the source keeps it for the copy
+    /// (mutation: `awaits_segment` reading only `segments_through` — 4 not awaited).
+    #[test]
+    fn a_segment_indexed_late_below_the_floor_is_still_awaited() {
+        let got = segments_through([1, 2, 3, 5, 6, 9], &HashSet::new());
+        assert_eq!(got.through, [(0, 9)].into());
+        assert_eq!(got.missing, [(0, vec![4, 7, 8])].into());
+        let floor = CopyFloor {
+            name: "dr".into(),
+            segments_through: got.through,
+            segments_missing: got.missing,
+            ..CopyFloor::default()
+        };
+        assert!(floor.awaits_segment(4) && floor.awaits_segment(8));
+        assert!(!floor.awaits_segment(5) && !floor.awaits_segment(9));
+        // Too many holes to name: the floor stops below the first one it cannot name.
+        let far = MAX_MISSING_PER_TIMELINE as u64 + 10;
+        let got = segments_through([1, far], &HashSet::new());
+        assert_eq!(
+            got.through,
+            [(0, MAX_MISSING_PER_TIMELINE as u64 + 1)].into()
+        );
+        assert_eq!(got.missing[&0].len(), MAX_MISSING_PER_TIMELINE);
+        let floor = CopyFloor {
+            name: "dr".into(),
+            segments_through: got.through,
+            segments_missing: got.missing,
+            ..CopyFloor::default()
+        };
+        assert!((2..far).all(|s| floor.awaits_segment(s)));
+        assert!(floor.awaits_segment(far), "beyond the floor");
     }
 }

@@ -324,8 +324,9 @@ async fn run(
         .filter(|id| source_ids.contains(id.as_str()) && !record.received.contains(*id))
         .cloned()
         .collect();
-    record.segments_through =
-        copies::segments_through(from.entries.keys().copied(), &failed_segments);
+    let floor = copies::segments_through(from.entries.keys().copied(), &failed_segments);
+    record.segments_through = floor.through;
+    record.segments_missing = floor.missing;
     record.observed_at = Timestamp::now();
     record.source_newest_at = out.source_newest_at;
     // The copy after the pass, without reading it again: what it held and what was sent.

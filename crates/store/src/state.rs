@@ -1074,6 +1074,10 @@ pub struct CopyRecord {
     /// Per timeline: every indexed segment up to this sequence was received or declined.
     #[serde(default)]
     pub segments_through: BTreeMap<u32, u64>,
+    /// Per timeline: the sequences below `segmentsThrough` the source had not indexed at
+    /// the last pass; one indexed since is still kept for the copy.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub segments_missing: BTreeMap<u32, Vec<u64>>,
     /// The newest restorable instant of the source, and of the copy, at the last pass.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_newest_at: Option<Timestamp>,
@@ -1098,6 +1102,7 @@ impl Record for CopyRecord {
         "received",
         "declined",
         "segmentsThrough",
+        "segmentsMissing",
         "sourceNewestAt",
         "copyNewestAt",
         "failures",
@@ -1119,6 +1124,7 @@ impl CopyRecord {
             received: Default::default(),
             declined: Default::default(),
             segments_through: BTreeMap::new(),
+            segments_missing: BTreeMap::new(),
             source_newest_at: None,
             copy_newest_at: None,
             failures: Vec::new(),
@@ -1133,6 +1139,7 @@ impl CopyRecord {
             name: self.name.clone(),
             handled: self.received.union(&self.declined).cloned().collect(),
             segments_through: self.segments_through.clone(),
+            segments_missing: self.segments_missing.clone(),
         }
     }
 }

@@ -353,6 +353,9 @@ fn copy_runs(
                 .bandwidth()
                 .map_err(|e| bad(e.to_string()))?
                 .map(|r| Arc::new(tidemark_store::bandwidth::Bandwidth::new(&r))),
+            // The copy's view carries its own `verify` and `restoreTest`.
+            verify: verify_run(&seen, file)?,
+            restore_test: restore_test_run(&seen, file)?,
         });
     }
     Ok(out)

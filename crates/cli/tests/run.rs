@@ -675,7 +675,7 @@ fn the_runner_copies_the_store_and_the_copy_keeps_its_own() {
     let policy = cfg.join("policy.yaml");
     let mut text = std::fs::read_to_string(&policy).unwrap();
     text.push_str(
-        "  copies:\n    - name: dr\n      objectStore: {url: \"file://../dr\"}\n      retention: {keepLast: 8}\n      maxLag: 20s\n",
+        "  copies:\n    - name: dr\n      objectStore: {url: \"file://../dr\"}\n      retention: {keepLast: 8}\n      maxLag: 20s\n      verify: {schedule: \"*/5 * * * * *\", samplePercent: 100}\n",
     );
     std::fs::write(&policy, text).unwrap();
     std::fs::create_dir_all(dir.path().join("dr")).unwrap();
@@ -701,6 +701,26 @@ fn the_runner_copies_the_store_and_the_copy_keeps_its_own() {
     let source = phases(&ls(&dir.path().join("store")));
     let copy = phases(&ls(&dir.path().join("dr")));
     assert!(copy.values().all(|p| p == "completed"), "{copy:?}");
+    // The copy's own verification read the copy (its span names it).
+    // The copy's own verification read the copy, not the source: more backups than the
+    // source keeps.
+    let read: Vec<usize> = text
+        .lines()
+        .filter(|l| l.contains("verify{policy=local copy=dr}: verification:"))
+        .filter_map(|l| {
+            l.split("verification: ")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    assert!(
+        read.iter().max().is_some_and(|&n| n > source.len()),
+        "{read:?} against {} in the source:\n{text}",
+        source.len()
+    );
     // The source keeps its 2 and what the copy has not received yet; the copy keeps its
     // own 8, among them backups the source's retention deleted.
     assert!(

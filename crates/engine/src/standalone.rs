@@ -76,6 +76,10 @@ pub struct CopyRun {
     pub every: Duration,
     /// The copy's transfer rate limit (`bandwidth`).
     pub bandwidth: Option<Arc<tidemark_store::bandwidth::Bandwidth>>,
+    /// The copy's own scheduled verification (`copies[].verify`), read from the copy.
+    pub verify: Option<VerifyRun>,
+    /// The copy's own restore tests (`copies[].restoreTest`), restored from the copy.
+    pub restore_test: Option<RestoreTestRun>,
 }
 
 /// A policy's scheduled verification: when, and how much besides the newest chain.
@@ -296,11 +300,16 @@ pub async fn run(
         }
         if let Some(t) = p.restore_test {
             let span = tracing::info_span!("restore-test", policy = %p.name);
-            tasks.spawn(restore_test_task(Arc::clone(&ctx), t, stop_rx.clone()).instrument(span));
+            tasks.spawn(
+                restore_test_task(Arc::clone(&ctx), p.store.clone(), t, stop_rx.clone())
+                    .instrument(span),
+            );
         }
         if let Some(v) = p.verify {
             let span = tracing::info_span!("verify", policy = %p.name);
-            tasks.spawn(verify_task(Arc::clone(&ctx), v, stop_rx.clone()).instrument(span));
+            tasks.spawn(
+                verify_task(Arc::clone(&ctx), p.store.clone(), v, stop_rx.clone()).instrument(span),
+            );
         }
         if let Some(a) = p.archive {
             let span = tracing::info_span!("binlogs", policy = %p.name);
@@ -341,7 +350,22 @@ pub async fn run(
             let destination = format!("{}/{}", c.store.url, c.store.cluster);
             crate::copy::declare(&p.store, &c.name, &destination, clock.now()).await?;
         }
-        for (c, copy_fence) in p.copies.into_iter().zip(copy_fences) {
+        for (mut c, copy_fence) in p.copies.into_iter().zip(copy_fences) {
+            // The copy's own checks read the copy's store, never the policy's.
+            if let Some(t) = c.restore_test.take() {
+                let span = tracing::info_span!("restore-test", policy = %p.name, copy = %c.name);
+                tasks.spawn(
+                    restore_test_task(Arc::clone(&ctx), c.store.clone(), t, stop_rx.clone())
+                        .instrument(span),
+                );
+            }
+            if let Some(v) = c.verify.take() {
+                let span = tracing::info_span!("verify", policy = %p.name, copy = %c.name);
+                tasks.spawn(
+                    verify_task(Arc::clone(&ctx), c.store.clone(), v, stop_rx.clone())
+                        .instrument(span),
+                );
+            }
             let span = tracing::info_span!("copy", policy = %p.name, copy = %c.name);
             tasks.spawn(
                 copy_task(
@@ -860,16 +884,21 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     }
 }
 
-/// Verifies the policy's store at each slot of its schedule while the runner runs (a slot
-/// missed while it was stopped is not made up): the newest backup, its chain and the
-/// binlogs a restore from it replays, and the sample of the rest. Each outcome is logged;
-/// a problem is a warning, never a stop.
-async fn verify_task(ctx: Arc<Ctx>, v: VerifyRun, mut stop: watch::Receiver<bool>) {
+/// Verifies `store` (the policy's, or a copy's) at each slot of its schedule while the
+/// runner runs (a slot missed while it was stopped is not made up): the newest backup, its
+/// chain and the binlogs a restore from it replays, and the sample of the rest. Each
+/// outcome is logged; a problem is a warning, never a stop.
+async fn verify_task(
+    ctx: Arc<Ctx>,
+    store: ClusterStore,
+    v: VerifyRun,
+    mut stop: watch::Receiver<bool>,
+) {
     while next_slot(&ctx, &v.cron, &v.time_zone, "verification", &mut stop).await {
         tracing::info!("verification started");
         let request = crate::verify::VerifyRequest { sample: v.sample };
         let verified = tokio::select! {
-            r = crate::verify::verify(&ctx.store, &request) => r,
+            r = crate::verify::verify(&store, &request) => r,
             () = stopped(&mut stop) => {
                 tracing::info!("verification stopped: shutting down");
                 return;
@@ -898,10 +927,16 @@ async fn verify_task(ctx: Arc<Ctx>, v: VerifyRun, mut stop: watch::Receiver<bool
     }
 }
 
-/// Runs the policy's restore test at each slot of its schedule while the runner runs (a
-/// slot missed while it was stopped is not made up). Each outcome is logged and recorded
-/// beside the backup restored; a failed check is a warning, never a stop.
-async fn restore_test_task(ctx: Arc<Ctx>, t: RestoreTestRun, mut stop: watch::Receiver<bool>) {
+/// Runs a restore test of `store` (the policy's, or a copy's) at each slot of its schedule
+/// while the runner runs (a slot missed while it was stopped is not made up). Each outcome
+/// is logged and recorded beside the backup restored; a failed check is a warning, never a
+/// stop.
+async fn restore_test_task(
+    ctx: Arc<Ctx>,
+    store: ClusterStore,
+    t: RestoreTestRun,
+    mut stop: watch::Receiver<bool>,
+) {
     while next_slot(&ctx, &t.cron, &t.time_zone, "restore tests", &mut stop).await {
         tracing::info!("restore test of the {:?} point started", t.point);
         let db = crate::restore::MariaDbTools {
@@ -914,7 +949,7 @@ async fn restore_test_task(ctx: Arc<Ctx>, t: RestoreTestRun, mut stop: watch::Re
             by: "tidemark run".into(),
             run_id: None,
         };
-        let test = crate::restore::restore_test(&db, &ctx.store, &request, &NoProgress);
+        let test = crate::restore::restore_test(&db, &store, &request, &NoProgress);
         // Told to stop: the test goes (its server and tools are killed, its scratch
         // directory removed), it does not hold the shutdown.
         let tested = tokio::select! {

@@ -700,14 +700,6 @@ fn value<T: serde::Serialize>(v: &T) -> Option<serde_json::Value> {
     serde_json::to_value(v).ok()
 }
 
-/// `text` without control characters (an event's note is anyone's text who may create
-/// events there: no escape sequence reaches the terminal).
-fn printable(text: &str) -> String {
-    text.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect()
-}
-
 /// `status`'s screen for people.
 fn status_text(s: &StatusOut) -> String {
     use std::fmt::Write;
@@ -742,7 +734,7 @@ fn status_text(s: &StatusOut) -> String {
                 },
                 c.reason,
                 c.since,
-                printable(&c.message)
+                crate::output::printable(&c.message)
             )
         )
     );
@@ -847,7 +839,7 @@ fn status_text(s: &StatusOut) -> String {
             c.status,
             c.reason,
             c.since,
-            printable(&c.message)
+            crate::output::printable(&c.message)
         );
     }
     let _ = writeln!(o, "\nSchedules:");
@@ -880,7 +872,7 @@ fn status_text(s: &StatusOut) -> String {
                 time(b.completed_at),
                 b.size
                     .map_or_else(|| "-".to_owned(), crate::output::human_bytes),
-                printable(b.error.as_deref().unwrap_or_default()),
+                crate::output::printable(b.error.as_deref().unwrap_or_default()),
             ]
         })
         .collect();
@@ -913,9 +905,9 @@ fn status_text(s: &StatusOut) -> String {
             o,
             "  {} {} (x{}): {}",
             time(w.at),
-            printable(&w.reason),
+            crate::output::printable(&w.reason),
             w.count,
-            printable(&w.note)
+            crate::output::printable(&w.note)
         );
     }
     o

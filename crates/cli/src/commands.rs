@@ -1205,7 +1205,10 @@ fn ls_table(out: &LsOut, wide: bool) -> String {
         };
         s.push_str(&format!(
             "Copy {}: {} — last pass {}, restorable through {through}, {} s behind{failures}\n",
-            c.name, c.destination, c.last_pass_at, c.lag_seconds
+            c.name,
+            crate::output::printable(&c.destination),
+            c.last_pass_at,
+            c.lag_seconds
         ));
     }
     let branch: Vec<&str> = out

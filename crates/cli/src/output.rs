@@ -801,3 +801,12 @@ pub(crate) fn emit_as(
     };
     emit(&text)
 }
+
+/// `text` without control characters (an event's note is anyone's text who may create
+/// events there; a record in a store is its writer's: no escape sequence reaches the
+/// terminal).
+pub(crate) fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}

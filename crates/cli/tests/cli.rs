@@ -1465,6 +1465,11 @@ fn the_source_keeps_what_a_copy_has_not_received() {
     let (c, d) = (push(), push());
     let out = run(&["ls", "--store", &src_url, "--cluster", "c1", "-o", "json"]);
     let listed = json(&out);
+    assert!(
+        listed["copies"][0]["copiedThrough"].is_string()
+            && listed["recoveryWindow"]["to"].is_string(),
+        "{listed:#}"
+    );
     assert_ne!(
         listed["copies"][0]["copiedThrough"], listed["recoveryWindow"]["to"],
         "two newer backups not in the copy yet: {listed:#}"
@@ -1793,11 +1798,17 @@ fn a_copy_killed_at_random_points_converges() {
         }
         copy.len()
     };
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64;
-    eprintln!("kill points drawn from seed {seed}");
+    // TIDEMARK_TEST_SEED replays a run's kill points.
+    let seed = std::env::var("TIDEMARK_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("kill points drawn from seed {seed} (TIDEMARK_TEST_SEED)");
     let mut rng = seed | 1;
     let mut next = || {
         // xorshift64
@@ -1825,6 +1836,11 @@ fn a_copy_killed_at_random_points_converges() {
         std::thread::sleep(std::time::Duration::from_millis(3_200));
     }
     eprintln!("cuts (after, backups in the copy, pass had ended): {seen:?}");
+    // The first cut comes at most 2.6 s into a pass of about 8 s: it cuts a pass midway.
+    assert!(
+        seen.iter().any(|(_, _, ended)| !ended),
+        "no pass was cut midway: {seen:?}"
+    );
     let o = tidemark(&copy_args).output().unwrap();
     assert!(
         o.status.success(),

@@ -701,9 +701,8 @@ fn the_runner_copies_the_store_and_the_copy_keeps_its_own() {
     let source = phases(&ls(&dir.path().join("store")));
     let copy = phases(&ls(&dir.path().join("dr")));
     assert!(copy.values().all(|p| p == "completed"), "{copy:?}");
-    // The copy's own verification read the copy (its span names it).
-    // The copy's own verification read the copy, not the source: more backups than the
-    // source keeps.
+    // The copy's own verification read the copy (its span names it), not the source:
+    // more backups than the source keeps.
     let read: Vec<usize> = text
         .lines()
         .filter(|l| l.contains("verify{policy=local copy=dr}: verification:"))

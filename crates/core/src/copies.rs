@@ -34,10 +34,15 @@ pub struct CopyFloor {
     /// Per timeline: every indexed segment up to this sequence was received or declined.
     #[serde(default)]
     pub segments_through: BTreeMap<u32, u64>,
-    /// Per timeline: the sequences below `segments_through` the source had not indexed
-    /// when the floor was set (a hole in its index); one indexed later is still awaited.
+    /// Per timeline: the runs of sequences (first, last) below `segments_through` the
+    /// source had not indexed when the floor was set (a hole in its index); one indexed
+    /// later is still awaited.
     #[serde(default)]
-    pub segments_missing: BTreeMap<u32, Vec<u64>>,
+    pub segments_missing: BTreeMap<u32, Vec<[u64; 2]>>,
+    /// Per timeline: the first sequence the source had indexed when the floor was set;
+    /// one indexed later below it is still awaited.
+    #[serde(default)]
+    pub segments_from: BTreeMap<u32, u64>,
 }
 
 impl CopyFloor {
@@ -48,23 +53,30 @@ impl CopyFloor {
             .get(&timeline)
             .is_none_or(|&through| sequence > through)
             || self
+                .segments_from
+                .get(&timeline)
+                .is_some_and(|&from| sequence < from)
+            || self
                 .segments_missing
                 .get(&timeline)
-                .is_some_and(|m| m.binary_search(&sequence).is_ok())
+                .is_some_and(|runs| runs.iter().any(|[a, b]| (*a..=*b).contains(&sequence)))
     }
 }
 
-/// Most sequences a floor records missing below its `segments_through` in one timeline;
-/// beyond them the floor stops below the next hole (the source keeps more, never less).
-pub const MAX_MISSING_PER_TIMELINE: usize = 1024;
+/// Most runs of missing sequences a floor records, over all timelines: beyond them a
+/// timeline's floor stops below the next hole (the source keeps more, never less), and the
+/// record stays small.
+pub const MAX_MISSING_RUNS: usize = 1024;
 
 /// Where a copy's segments stand after a pass ([`segments_through`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SegmentFloor {
     /// Per timeline: every indexed segment up to this sequence was dealt with.
     pub through: BTreeMap<u32, u64>,
-    /// Per timeline: the sequences below `through` the source's index did not hold.
-    pub missing: BTreeMap<u32, Vec<u64>>,
+    /// Per timeline: the runs (first, last) below `through` the source's index did not hold.
+    pub missing: BTreeMap<u32, Vec<[u64; 2]>>,
+    /// Per timeline: the first sequence the source's index held.
+    pub from: BTreeMap<u32, u64>,
 }
 
 /// Marks the completed backups each copy has not dealt with yet (they are then kept, with
@@ -203,10 +215,11 @@ pub fn choose(
 }
 
 /// The segment floor after a pass: per timeline, the highest sequence through which every
-/// indexed segment of the source was sent (or is in the copy) or declined, and the
-/// sequences below it the source's index did not hold (a segment indexed there later —
-/// an archiver that filled a hole — is still awaited). `failed` are the sequences that
-/// could not be sent this time; the floor stops below the first of them.
+/// indexed segment of the source was sent (or is in the copy) or declined, the first
+/// sequence the source indexed, and the runs of sequences between them the source's index
+/// did not hold (a segment indexed later below the floor — an archiver filling a hole, or
+/// reaching further back — is still awaited). `failed` are the sequences that could not be
+/// sent this time; the floor stops below the first of them.
 pub fn segments_through(
     source_segments: impl IntoIterator<Item = u64>,
     failed: &HashSet<u64>,
@@ -216,30 +229,31 @@ pub fn segments_through(
         by_timeline.entry(timeline_of(s)).or_default().push(s);
     }
     let mut out = SegmentFloor::default();
+    let mut budget = MAX_MISSING_RUNS;
     for (t, mut seqs) in by_timeline {
         seqs.sort_unstable();
         seqs.dedup();
         let mut through: Option<u64> = None;
-        let mut missing: Vec<u64> = Vec::new();
-        'seqs: for s in seqs {
+        let mut missing: Vec<[u64; 2]> = Vec::new();
+        for s in seqs {
             if failed.contains(&s) {
                 break;
             }
-            if let Some(prev) = through {
-                for hole in prev + 1..s {
-                    if missing.len() == MAX_MISSING_PER_TIMELINE {
-                        // Too many holes to name: the floor stops below this one.
-                        through = Some(hole - 1);
-                        break 'seqs;
-                    }
-                    missing.push(hole);
+            if let Some(prev) = through.filter(|&p| s > p + 1) {
+                if budget == 0 {
+                    // Too many holes to name: the floor stops below this one.
+                    break;
                 }
+                budget -= 1;
+                missing.push([prev + 1, s - 1]);
+            }
+            if through.is_none() {
+                out.from.insert(t, s);
             }
             through = Some(s);
         }
         if let Some(th) = through {
             out.through.insert(t, th);
-            missing.retain(|&m| m <= th);
             if !missing.is_empty() {
                 out.missing.insert(t, missing);
             }
@@ -398,37 +412,38 @@ mod tests {
         assert!(got.missing.is_empty(), "{got:?}");
     }
 
-    /// A hole in the source's index below the floor: a segment indexed there later (an
-    /// archiver filling it) is still awaited, so the source keeps it for the copy
-    /// (mutation: `awaits_segment` reading only `segments_through` — 4 not awaited).
+    /// A hole in the source's index below the floor, or a segment below its first: one
+    /// indexed there later (an archiver filling it, or reaching further back) is still
+    /// awaited, so the source keeps it for the copy (mutation: `awaits_segment` reading only
+    /// `segments_through` — 4 not awaited).
     #[test]
     fn a_segment_indexed_late_below_the_floor_is_still_awaited() {
-        let got = segments_through([1, 2, 3, 5, 6, 9], &HashSet::new());
+        let floor_of = |got: SegmentFloor| CopyFloor {
+            name: "dr".into(),
+            segments_through: got.through,
+            segments_missing: got.missing,
+            segments_from: got.from,
+            ..CopyFloor::default()
+        };
+        let got = segments_through([3, 5, 6, 9], &HashSet::new());
         assert_eq!(got.through, [(0, 9)].into());
-        assert_eq!(got.missing, [(0, vec![4, 7, 8])].into());
-        let floor = CopyFloor {
-            name: "dr".into(),
-            segments_through: got.through,
-            segments_missing: got.missing,
-            ..CopyFloor::default()
-        };
-        assert!(floor.awaits_segment(4) && floor.awaits_segment(8));
-        assert!(!floor.awaits_segment(5) && !floor.awaits_segment(9));
+        assert_eq!(got.missing, [(0, vec![[4, 4], [7, 8]])].into());
+        assert_eq!(got.from, [(0, 3)].into());
+        let floor = floor_of(got);
+        assert!(floor.awaits_segment(4) && floor.awaits_segment(8) && floor.awaits_segment(2));
+        assert!(!floor.awaits_segment(3) && !floor.awaits_segment(5) && !floor.awaits_segment(9));
         // Too many holes to name: the floor stops below the first one it cannot name.
-        let far = MAX_MISSING_PER_TIMELINE as u64 + 10;
-        let got = segments_through([1, far], &HashSet::new());
-        assert_eq!(
-            got.through,
-            [(0, MAX_MISSING_PER_TIMELINE as u64 + 1)].into()
+        let odd: Vec<u64> = (0..=MAX_MISSING_RUNS as u64 + 5)
+            .map(|k| 2 * k + 1)
+            .collect();
+        let got = segments_through(odd.iter().copied(), &HashSet::new());
+        let last_named = 2 * MAX_MISSING_RUNS as u64 + 1;
+        assert_eq!(got.through, [(0, last_named)].into());
+        assert_eq!(got.missing[&0].len(), MAX_MISSING_RUNS);
+        let floor = floor_of(got);
+        assert!(
+            (1..=odd[odd.len() - 1])
+                .all(|s| floor.awaits_segment(s) == (s % 2 == 0 || s > last_named))
         );
-        assert_eq!(got.missing[&0].len(), MAX_MISSING_PER_TIMELINE);
-        let floor = CopyFloor {
-            name: "dr".into(),
-            segments_through: got.through,
-            segments_missing: got.missing,
-            ..CopyFloor::default()
-        };
-        assert!((2..far).all(|s| floor.awaits_segment(s)));
-        assert!(floor.awaits_segment(far), "beyond the floor");
     }
 }

@@ -327,6 +327,7 @@ async fn run(
     let floor = copies::segments_through(from.entries.keys().copied(), &failed_segments);
     record.segments_through = floor.through;
     record.segments_missing = floor.missing;
+    record.segments_from = floor.from;
     record.observed_at = Timestamp::now();
     record.source_newest_at = out.source_newest_at;
     // The copy after the pass, without reading it again: what it held and what was sent.

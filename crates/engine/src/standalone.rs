@@ -162,6 +162,9 @@ struct Ctx {
     object_lock: Option<tidemark_core::lock::ObjectLock>,
     /// The store's lease, held for the whole run; retention deletes only under it.
     fence: Arc<Fence>,
+    /// One restore test at a time per policy, whichever store it restores (its own or a
+    /// copy's): each one runs a MariaDB server on a full restore in scratch space.
+    restore_test_turn: tokio::sync::Semaphore,
 }
 
 impl Ctx {
@@ -267,6 +270,7 @@ pub async fn run(
             clock: Arc::clone(&clock),
             object_lock: p.object_lock,
             fence: Arc::clone(&fence),
+            restore_test_turn: tokio::sync::Semaphore::new(1),
         });
         tracing::info!(
             "policy {}: store {} cluster {}; {} schedule(s){}{}",
@@ -949,7 +953,12 @@ async fn restore_test_task(
             by: "tidemark run".into(),
             run_id: None,
         };
-        let test = crate::restore::restore_test(&db, &store, &request, &NoProgress);
+        let test = async {
+            // One at a time per policy: a copy's test waits for the store's, and the other
+            // way round.
+            let _turn = ctx.restore_test_turn.acquire().await;
+            crate::restore::restore_test(&db, &store, &request, &NoProgress).await
+        };
         // Told to stop: the test goes (its server and tools are killed, its scratch
         // directory removed), it does not hold the shutdown.
         let tested = tokio::select! {

@@ -697,6 +697,20 @@ async fn scope(
                             verification: p.spec.verify.is_some(),
                             binlog_archive: p.spec.binlog_archive.is_some(),
                             copies: p.spec.copies.iter().map(|c| c.name.clone()).collect(),
+                            copies_verified: p
+                                .spec
+                                .copies
+                                .iter()
+                                .filter(|c| c.verify.is_some())
+                                .map(|c| c.name.clone())
+                                .collect(),
+                            copies_restore_tested: p
+                                .spec
+                                .copies
+                                .iter()
+                                .filter(|c| c.restore_test.is_some())
+                                .map(|c| c.name.clone())
+                                .collect(),
                         })
                 };
                 let schedule = |ns: &str, name: &str, policy: &str| {

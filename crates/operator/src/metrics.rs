@@ -419,22 +419,34 @@ impl Metrics {
             }
         }
         for (ns, policy, copy) in copies {
-            let named = owner(&ns, &policy).is_some_and(|o| o.copies.contains(&copy));
+            let owned = owner(&ns, &policy);
+            let named = owned.as_ref().is_some_and(|o| o.copies.contains(&copy));
+            let l = CopyLabels {
+                namespace: ns,
+                policy,
+                copy,
+            };
+            // A copy's check no longer asked for: its gauges go (no alert fires on them).
+            if !owned
+                .as_ref()
+                .is_some_and(|o| o.copies_verified.contains(&l.copy))
+            {
+                self.copy_verification_passed.remove(&l);
+                self.copy_verification_last_run.remove(&l);
+            }
+            if !owned
+                .as_ref()
+                .is_some_and(|o| o.copies_restore_tested.contains(&l.copy))
+            {
+                self.copy_restore_test_passed.remove(&l);
+                self.copy_restore_test_last_run.remove(&l);
+            }
             if !named {
-                let l = CopyLabels {
-                    namespace: ns,
-                    policy,
-                    copy,
-                };
                 self.copy_lag.remove(&l);
                 self.copy_last_run.remove(&l);
                 self.copy_bytes.remove(&l);
                 self.copy_window.remove(&l);
                 self.copy_max_lag.remove(&l);
-                self.copy_verification_passed.remove(&l);
-                self.copy_verification_last_run.remove(&l);
-                self.copy_restore_test_passed.remove(&l);
-                self.copy_restore_test_last_run.remove(&l);
             }
         }
         for (ns, policy) in policies {
@@ -548,6 +560,9 @@ pub struct Owned {
     pub binlog_archive: bool,
     /// The copies it names.
     pub copies: Vec<String>,
+    /// Those of its copies with a `verify`, and with a `restoreTest`.
+    pub copies_verified: Vec<String>,
+    pub copies_restore_tested: Vec<String>,
 }
 
 /// The results of [`PassLabels`] besides the error classes.
@@ -772,13 +787,14 @@ mod tests {
             m.restore_test_passed.get_or_create(l).set(1);
             m.binlog_archive_lag.get_or_create(l).set(1);
             for copy in ["dr", "old"] {
-                m.copy_lag
-                    .get_or_create(&CopyLabels {
-                        namespace: l.namespace.clone(),
-                        policy: l.policy.clone(),
-                        copy: copy.into(),
-                    })
-                    .set(5);
+                let c = CopyLabels {
+                    namespace: l.namespace.clone(),
+                    policy: l.policy.clone(),
+                    copy: copy.into(),
+                };
+                m.copy_lag.get_or_create(&c).set(5);
+                m.copy_verification_passed.get_or_create(&c).set(0);
+                m.copy_restore_test_passed.get_or_create(&c).set(0);
             }
             m.schedule_interval
                 .get_or_create(&ScheduleLabels {
@@ -795,6 +811,8 @@ mod tests {
                     verification: false,
                     binlog_archive: true,
                     copies: vec!["dr".into()],
+                    copies_verified: vec!["dr".into()],
+                    copies_restore_tested: Vec::new(),
                 })
             },
             |_, _, p| p == "kept",
@@ -815,6 +833,17 @@ mod tests {
         assert!(
             !text.contains(r#"copy="old""#),
             "a copy no longer named: {text}"
+        );
+        // The copy's verification is still asked for, its restore test no longer.
+        assert!(
+            text.contains(
+                r#"tidemark_copy_verification_passed{namespace="t",policy="kept",copy="dr"} 0"#
+            ),
+            "{text}"
+        );
+        assert!(
+            !text.contains("tidemark_copy_restore_test_passed{"),
+            "{text}"
         );
         assert!(!text.contains("tidemark_restore_test_passed{"), "{text}");
     }

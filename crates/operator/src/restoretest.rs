@@ -91,7 +91,13 @@ pub async fn reconcile(ctx: &Context, policy: &BackupPolicy) -> Option<Duration>
             )
             .filter_map(|(copy, spec)| Some((copy, spec?)))
             .collect();
-    if targets.is_empty() {
+    // None asked for, and no test of one that was left running: nothing to do.
+    let left_running = policy
+        .status
+        .as_ref()
+        .and_then(|s| s.restore_test.as_ref())
+        .is_some_and(|t| t.job.is_some() || t.copies.iter().any(|c| c.job.is_some()));
+    if targets.is_empty() && !left_running {
         return None;
     }
     match step(ctx, policy, &targets).await {
@@ -143,23 +149,37 @@ async fn step(
     let name = policy.name_any();
     let policies: Api<BackupPolicy> = Api::namespaced(ctx.client.clone(), &ns);
     let jobs: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
-    let named: Vec<&str> = policy.spec.copies.iter().map(|c| c.name.as_str()).collect();
-    let mut all = policy
+    // The policy as stored now: a cached copy may not yet show the Job the last step
+    // started, and two tests must never run at once.
+    let Some(fresh) = policies.get_opt(&name).await? else {
+        return Ok(Duration::from_secs(3600));
+    };
+    let named: Vec<&str> = fresh.spec.copies.iter().map(|c| c.name.as_str()).collect();
+    let mut all = fresh
         .status
         .as_ref()
         .and_then(|s| s.restore_test.clone())
         .unwrap_or_default();
     let now = ctx.clock.now();
     let labels = crate::metrics::Metrics::policy(&ns, &name);
-    // The last outcome, from status: right from start-up, not only after the next test.
-    if let Some(last) = &all.last {
-        let m = &ctx.metrics;
-        let run = m.restore_test_last_run.get_or_create(&labels);
-        if run.get() < last.tested_at.0.as_second() {
-            run.set(last.tested_at.0.as_second());
-            m.restore_test_passed
-                .get_or_create(&labels)
-                .set(i64::from(last.passed));
+    seed_metrics(ctx, &ns, &name, &all);
+
+    // The Job of a store no longer tested (a copy removed, or its restoreTest) goes.
+    let tested: Vec<Option<&str>> = targets.iter().map(|t| t.0).collect();
+    let mut orphans: Vec<String> = Vec::new();
+    if !tested.contains(&None) {
+        orphans.extend(all.job.take());
+    }
+    for c in &mut all.copies {
+        if !tested.contains(&Some(c.name.as_str())) {
+            orphans.extend(c.job.take());
+        }
+    }
+    for job_name in &orphans {
+        if let Some(job) = jobs.get_opt(job_name).await?
+            && crate::context::owns(policy, &job.metadata)
+        {
+            let _ = jobs.delete(job_name, &DeleteParams::background()).await;
         }
     }
 
@@ -192,8 +212,10 @@ async fn step(
     }
 
     // The next slot of each store: the first after its last one run (or the policy's
-    // creation). One test at a time per policy, the policy's store first.
+    // creation). One test at a time per policy: of the stores due, the one tested longest
+    // ago goes first, so a store always due never starves the others.
     let mut wake: Option<Timestamp> = None;
+    let mut chosen: Option<Chosen> = None;
     for &(copy, spec) in targets {
         let (cron, random) = spec.settings().map_err(|e| Error::Invalid(e.to_string()))?;
         let mut status = all.of(copy);
@@ -208,24 +230,24 @@ async fn step(
             .is_none()
             .then(|| cron.next_after(since, &tz))
             .flatten();
-        if let Some(due) = next.filter(|d| *d <= now && !running) {
+        // A copy is tested once its first pass has sent something: before that it would
+        // only fail for being empty.
+        let ready = copy.is_none_or(|c| crate::verification::has_data(&fresh, c));
+        if let Some(due) = next.filter(|d| *d <= now && !running && ready) {
             // At most one catch-up run: the latest slot that has come.
             let slot = cron.latest_in(since, now, &tz).unwrap_or(due);
-            let job_name = job_name_of(policy, copy, slot);
-            let read = store_view(policy, copy)?;
-            let job = job(ctx, &read, &job_name, random, spec).await?;
-            match jobs.create(&PostParams::default(), &job).await {
-                Ok(_) => {}
-                // Ours from before a restart (or, never, another's: then it is not waited for).
-                Err(kube::Error::Api(s)) if s.code == 409 => {}
-                Err(e) => return Err(e.into()),
+            let last = status.last.as_ref().map(|l| l.tested_at.0);
+            if chosen.as_ref().is_none_or(|c| last < c.last) {
+                chosen = Some(Chosen {
+                    last,
+                    copy: copy.map(str::to_owned),
+                    spec: spec.clone(),
+                    random,
+                    slot,
+                });
             }
-            tracing::info!(policy = %name, copy = ?copy, job = %job_name, "restore test started");
-            status.job = Some(job_name);
-            status.last_schedule_time = Some(Time(slot));
-            running = true;
         }
-        let upcoming = cron.next_after(now, &tz);
+        let mut upcoming = cron.next_after(now, &tz);
         status.next_schedule_time = upcoming.map(Time);
         if let (None, Some(next)) = (copy, upcoming) {
             let m = &ctx.metrics;
@@ -238,11 +260,33 @@ async fn step(
                     .set(gap.as_secs());
             }
         }
+        if !ready {
+            // Looked at again soon: the copy's first pass may end any time.
+            upcoming = Some(now + jiff::SignedDuration::from_secs(60));
+        }
         wake = match (wake, upcoming) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
         all = all.with(copy, status, &named);
+    }
+    if let Some(c) = chosen {
+        let copy = c.copy.as_deref();
+        let job_name = job_name_of(policy, copy, c.slot);
+        let read = store_view(policy, copy)?;
+        let job = job(ctx, &read, &job_name, c.random, &c.spec).await?;
+        match jobs.create(&PostParams::default(), &job).await {
+            Ok(_) => {}
+            // Ours from before a restart (or, never, another's: then it is not waited for).
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+        tracing::info!(policy = %name, copy = ?copy, job = %job_name, "restore test started");
+        let mut status = all.of(copy);
+        status.job = Some(job_name);
+        status.last_schedule_time = Some(Time(c.slot));
+        all = all.with(copy, status, &named);
+        running = true;
     }
     crate::status::restore_test(
         &policies,
@@ -263,6 +307,50 @@ async fn step(
                 .max(Duration::from_secs(1))
         })
     })
+}
+
+/// The test a step starts: the store (`copy`), its settings and slot, and when that store
+/// was last tested (the longest ago goes first).
+struct Chosen {
+    last: Option<Timestamp>,
+    copy: Option<String>,
+    spec: RestoreTestSpec,
+    random: bool,
+    slot: Timestamp,
+}
+
+/// The gauges of the last outcomes in `status`, the policy's store's and each copy's:
+/// right from start-up, not only after the next test.
+fn seed_metrics(ctx: &Context, ns: &str, name: &str, status: &RestoreTestStatus) {
+    use prometheus_client::metrics::gauge::Gauge;
+    let seed = |run: &Gauge, passed: &Gauge, last: &RestoreTestResult| {
+        if run.get() < last.tested_at.0.as_second() {
+            run.set(last.tested_at.0.as_second());
+            passed.set(i64::from(last.passed));
+        }
+    };
+    let m = &ctx.metrics;
+    if let Some(last) = &status.last {
+        let labels = crate::metrics::Metrics::policy(ns, name);
+        seed(
+            &m.restore_test_last_run.get_or_create(&labels),
+            &m.restore_test_passed.get_or_create(&labels),
+            last,
+        );
+    }
+    for c in &status.copies {
+        let Some(last) = &c.last else { continue };
+        let labels = crate::metrics::CopyLabels {
+            namespace: ns.to_owned(),
+            policy: name.to_owned(),
+            copy: c.name.clone(),
+        };
+        seed(
+            &m.copy_restore_test_last_run.get_or_create(&labels),
+            &m.copy_restore_test_passed.get_or_create(&labels),
+            last,
+        );
+    }
 }
 
 /// The policy as the store `copy` is read: its own (`None`), or its copy's view (the
@@ -579,17 +667,15 @@ mod tests {
         assert!(!env.iter().any(|e| e.name.starts_with("TIDEMARK_LOCK_")));
     }
 
-    /// Under object lock a tool Job gets the mode and the period as the policy resolves
-    /// it: `objectLock.period`, else `retention.window` (a consolidation's synthetic full
-    /// is locked at least that long from now).
-    /// A copy's test: its own Job name (the copy as a digest, within 63 characters, two
-    /// copies at one slot apart), reading the copy's bucket with the policy's identity and
-    /// the copy's own query.
+    /// A copy's test: its own Job name (the copy as a digest, at most 63 characters with
+    /// the longest policy name and a whole uid, two copies at one slot apart), reading the
+    /// copy's bucket with the policy's identity and the copy's own query.
     #[test]
     fn a_copys_test_reads_the_copy() {
         let policy: BackupPolicy = serde_json::from_value(json!({
             "apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy",
-            "metadata": {"name": "a-policy-with-a-rather-long-name", "namespace": "ns", "uid": "0123"},
+            "metadata": {"name": "a-policy-with-a-rather-long-name", "namespace": "ns",
+                         "uid": "01234567-89ab-cdef-0123-456789abcdef"},
             "spec": {
                 "objectStore": {"bucket": "b", "endpoint": "http://s3:9000",
                     "encryption": {"recipients": [], "identitySecret": "keys"}},
@@ -600,7 +686,7 @@ mod tests {
         .unwrap();
         let slot: Timestamp = "2026-11-25T05:00:00Z".parse().unwrap();
         let name = job_name_of(&policy, Some("dr"), slot);
-        assert!(name.len() <= 63, "{name}");
+        assert_eq!(name.len(), 63, "{name}");
         assert!(name.ends_with("-20261125050000"), "{name}");
         assert_ne!(name, job_name_of(&policy, Some("dr2"), slot));
         assert_ne!(name, job_name_of(&policy, None, slot));
@@ -625,6 +711,9 @@ mod tests {
         assert!(store_view(&policy, Some("elsewhere")).is_err());
     }
 
+    /// Under object lock a tool Job gets the mode and the period as the policy resolves
+    /// it: `objectLock.period`, else `retention.window` (a consolidation's synthetic full
+    /// is locked at least that long from now).
     #[test]
     fn tool_jobs_get_the_lock_period_the_policy_resolves() {
         let db = crate::database::DatabaseRuntime {

@@ -240,6 +240,15 @@ pub async fn reconcile(ctx: &Arc<Context>, policy: &BackupPolicy) -> Option<Dura
         .and_then(|s| s.verification.clone())
         .unwrap_or_default();
     let mut wake: Option<Timestamp> = None;
+    let soon = |wake: &mut Option<Timestamp>, at: Option<Timestamp>| {
+        *wake = match (*wake, at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    };
+    // Of the stores due, the one verified longest ago goes first: a store whose schedule
+    // is always due never starves the others.
+    let mut chosen: Option<(Option<Timestamp>, Run)> = None;
     for (copy, spec) in targets {
         let (cron, sample) = match spec.map(VerifySpec::settings) {
             Some(Ok((cron, sample))) => (cron, sample),
@@ -247,6 +256,12 @@ pub async fn reconcile(ctx: &Arc<Context>, policy: &BackupPolicy) -> Option<Dura
             // The policy's own pass reports an invalid spec.
             Some(Err(_)) => continue,
         };
+        // A copy is verified once its first pass has sent something: before that it
+        // would only fail for being empty.
+        if copy.is_some_and(|c| !has_data(policy, c)) {
+            soon(&mut wake, Some(now + jiff::SignedDuration::from_secs(60)));
+            continue;
+        }
         let status = all.of(copy);
         match due(
             cron.as_ref(),
@@ -256,34 +271,44 @@ pub async fn reconcile(ctx: &Arc<Context>, policy: &BackupPolicy) -> Option<Dura
             created,
             now,
         ) {
-            Due::Later(next) => {
-                wake = match (wake, next) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                };
-            }
+            Due::Later(next) => soon(&mut wake, next),
             Due::Now { slot, request } => {
-                let work = run(
-                    ctx.clone(),
-                    Arc::new(policy.clone()),
-                    Run {
-                        copy: copy.map(str::to_owned),
-                        cron,
-                        tz,
-                        sample,
-                        slot,
-                        request,
-                    },
-                );
-                ctx.background.start(key, work);
-                return Some(POLL);
+                let last = status.last.as_ref().map(|l| l.verified_at.0);
+                if chosen.as_ref().is_none_or(|(other, _)| last < *other) {
+                    chosen = Some((
+                        last,
+                        Run {
+                            copy: copy.map(str::to_owned),
+                            cron,
+                            tz: tz.clone(),
+                            sample,
+                            slot,
+                            request,
+                        },
+                    ));
+                }
             }
         }
+    }
+    if let Some((_, run_of)) = chosen {
+        let work = run(ctx.clone(), Arc::new(policy.clone()), run_of);
+        ctx.background.start(key, work);
+        return Some(POLL);
     }
     wake.map(|at| {
         Duration::try_from(at.duration_since(now))
             .unwrap_or(Duration::ZERO)
             .max(Duration::from_secs(1))
+    })
+}
+
+/// Whether the copy `name` of `policy` holds something to check: its status records a
+/// restorable instant (its first pass sent something).
+pub(crate) fn has_data(policy: &BackupPolicy, name: &str) -> bool {
+    policy.status.as_ref().is_some_and(|s| {
+        s.copies
+            .iter()
+            .any(|c| c.name == name && c.copied_through.is_some())
     })
 }
 

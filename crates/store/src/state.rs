@@ -1049,6 +1049,10 @@ pub const COPIES: &str = "copies";
 /// Most copies a store records: a policy names a handful; more records are planted.
 pub const MAX_COPIES: usize = 16;
 
+/// Most objects read from the listing of `_state/copies/` (records and whatever else lies
+/// there) before it is refused.
+const MAX_COPY_LISTING: usize = 4 * MAX_COPIES;
+
 /// `_state/copies/<name>.json` in the *source* store: how far the copy `name` has come
 /// (DESIGN.md §7.2). Written by the copier after each pass (last writer wins: one copier per
 /// copy, under the copy's lease). Every retention pass on the source reads it and keeps
@@ -1074,10 +1078,15 @@ pub struct CopyRecord {
     /// Per timeline: every indexed segment up to this sequence was received or declined.
     #[serde(default)]
     pub segments_through: BTreeMap<u32, u64>,
-    /// Per timeline: the sequences below `segmentsThrough` the source had not indexed at
-    /// the last pass; one indexed since is still kept for the copy.
+    /// Per timeline: the runs of sequences (first, last) below `segmentsThrough` the
+    /// source had not indexed at the last pass; one indexed since is still kept for the
+    /// copy.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub segments_missing: BTreeMap<u32, Vec<u64>>,
+    pub segments_missing: BTreeMap<u32, Vec<[u64; 2]>>,
+    /// Per timeline: the first sequence the source had indexed at the last pass; one
+    /// indexed since below it is still kept for the copy.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub segments_from: BTreeMap<u32, u64>,
     /// The newest restorable instant of the source, and of the copy, at the last pass.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_newest_at: Option<Timestamp>,
@@ -1103,6 +1112,7 @@ impl Record for CopyRecord {
         "declined",
         "segmentsThrough",
         "segmentsMissing",
+        "segmentsFrom",
         "sourceNewestAt",
         "copyNewestAt",
         "failures",
@@ -1125,6 +1135,7 @@ impl CopyRecord {
             declined: Default::default(),
             segments_through: BTreeMap::new(),
             segments_missing: BTreeMap::new(),
+            segments_from: BTreeMap::new(),
             source_newest_at: None,
             copy_newest_at: None,
             failures: Vec::new(),
@@ -1140,6 +1151,7 @@ impl CopyRecord {
             handled: self.received.union(&self.declined).cloned().collect(),
             segments_through: self.segments_through.clone(),
             segments_missing: self.segments_missing.clone(),
+            segments_from: self.segments_from.clone(),
         }
     }
 }
@@ -1174,12 +1186,24 @@ pub async fn load_copy(store: &ClusterStore, name: &str) -> Result<Option<CopyRe
 pub async fn load_copies(store: &ClusterStore) -> Result<Vec<CopyRecord>, StoreError> {
     use futures::TryStreamExt;
     let prefix = Path::from_iter([layout::STATE, COPIES]);
-    let listed: Vec<object_store::ObjectMeta> = store
-        .object_store()
-        .list(Some(&prefix))
-        .try_collect()
+    // Read as it comes and stopped early: a server that answers with more than a store of
+    // copies holds (or pages without end) is refused, not buffered.
+    let mut listing = store.object_store().list(Some(&prefix));
+    let mut listed: Vec<object_store::ObjectMeta> = Vec::new();
+    while let Some(meta) = listing
+        .try_next()
         .await
-        .map_err(|source| crate::open::request(store, "listing", &prefix, source))?;
+        .map_err(|source| crate::open::request(store, "listing", &prefix, source))?
+    {
+        if listed.len() == MAX_COPY_LISTING {
+            return Err(StoreError::MalformedState {
+                url: store.url.clone(),
+                key: store.display_key(&prefix),
+                problem: format!("more than {MAX_COPY_LISTING} objects where copy records are"),
+            });
+        }
+        listed.push(meta);
+    }
     let mut out = Vec::new();
     for meta in listed {
         // Only `_state/copies/<name>.json` itself: a listing that answers with keys of

@@ -468,6 +468,8 @@ struct StatusOut {
     recovery_window: Option<serde_json::Value>,
     promised_window: Option<String>,
     binlog_archive: Option<serde_json::Value>,
+    /// Each copy (`status.copies`): its window, lag and last pass.
+    copies: Vec<serde_json::Value>,
     last_pass: Option<serde_json::Value>,
     schedules: Vec<ScheduleOut>,
     backups: Vec<BackupOut>,
@@ -627,6 +629,7 @@ pub async fn status(args: &crate::args::StatusArgs) -> Result<Exit, CliError> {
             .as_ref()
             .and_then(|r| r.window.clone()),
         binlog_archive: status.binlog_archive.as_ref().and_then(value),
+        copies: status.copies.iter().filter_map(value).collect(),
         last_pass: status.last_retention_run_time.as_ref().map(|at| {
             json!({
                 "at": at.0,
@@ -774,6 +777,28 @@ fn status_text(s: &StatusOut) -> String {
             field(a, "archivedThrough"),
             field(a, "serverId"),
             field(a, "timeline")
+        );
+    }
+    for c in &s.copies {
+        let window = &c["recoveryWindow"];
+        let _ = writeln!(
+            o,
+            "Copy {:<12} {} through {}, {} s behind (window {} → {}); last pass {}{}",
+            field(c, "name"),
+            if c["behind"] == true {
+                "BEHIND"
+            } else {
+                "current"
+            },
+            field(c, "copiedThrough"),
+            field(c, "lagSeconds"),
+            field(window, "start"),
+            field(window, "end"),
+            field(c, "lastCopyTime"),
+            c["error"]
+                .as_str()
+                .map(|e| format!(": {}", crate::output::printable(e)))
+                .unwrap_or_default()
         );
     }
     if let Some(p) = &s.last_pass {

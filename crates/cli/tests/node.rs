@@ -1410,6 +1410,19 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
         assert!(out.status.success(), "{args:?}: {}", common::stderr(&out));
         common::json(&out)
     };
+    // `kubectl tidemark status` shows the copy, its window and lag.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"))
+        .args(["status", "shop", "--namespace", ns, "--output", "json"])
+        .env("KUBECONFIG", w.node.cluster().kubeconfig())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let st = common::json(&out);
+    assert_eq!(st["copies"][0]["name"], "dr", "{st:#}");
+    assert!(
+        st["copies"][0]["recoveryWindow"]["start"].is_string(),
+        "{st:#}"
+    );
     let in_copy = plugin(&["ls", "shop"]);
     for id in [full_id.as_str(), incr_id] {
         assert!(in_copy.to_string().contains(id), "{id}: {in_copy:#}");

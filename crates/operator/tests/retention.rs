@@ -2261,20 +2261,27 @@ async fn a_copy_through_the_operator() {
     );
     // Verification on request reads every store: the policy's and the copy, each
     // reported on its own (`status.verification` and its `copies`).
-    policies
-        .patch(
-            "db",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {"tidemark.io/verify": "first"}}})),
-        )
-        .await
-        .unwrap();
-    let verified = eventually("both stores verified", || async {
-        let s = status(&policies, "db").await;
-        let v = s["verification"].clone();
-        (v["request"] == "first" && v["copies"][0]["request"] == "first").then_some(v)
-    })
-    .await;
+    let verify_both = |request: &'static str| {
+        let policies = policies.clone();
+        async move {
+            policies
+                .patch(
+                    "db",
+                    &PatchParams::default(),
+                    &Patch::Merge(
+                        json!({"metadata": {"annotations": {"tidemark.io/verify": request}}}),
+                    ),
+                )
+                .await
+                .unwrap();
+            eventually("both stores verified", || async {
+                let v = status(&policies, "db").await["verification"].clone();
+                (v["request"] == request && v["copies"][0]["request"] == request).then_some(v)
+            })
+            .await
+        }
+    };
+    let verified = verify_both("first").await;
     assert_eq!(verified["last"]["passed"], true, "{verified:#}");
     let in_copy = &verified["copies"][0];
     assert_eq!(in_copy["name"], "dr", "{verified:#}");
@@ -2291,20 +2298,7 @@ async fn a_copy_through_the_operator() {
     synth::write_raw(&dr, &format!("nightly/{}/backup.tar", ids[2]), b"damaged")
         .await
         .unwrap();
-    policies
-        .patch(
-            "db",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {"tidemark.io/verify": "second"}}})),
-        )
-        .await
-        .unwrap();
-    let verified = eventually("both stores verified again", || async {
-        let s = status(&policies, "db").await;
-        let v = s["verification"].clone();
-        (v["request"] == "second" && v["copies"][0]["request"] == "second").then_some(v)
-    })
-    .await;
+    let verified = verify_both("second").await;
     assert_eq!(verified["last"]["passed"], true, "{verified:#}");
     assert_eq!(
         verified["copies"][0]["last"]["passed"], false,

@@ -1049,10 +1049,6 @@ pub const COPIES: &str = "copies";
 /// Most copies a store records: a policy names a handful; more records are planted.
 pub const MAX_COPIES: usize = 16;
 
-/// Most objects read from the listing of `_state/copies/` (records and whatever else lies
-/// there) before it is refused.
-const MAX_COPY_LISTING: usize = 4 * MAX_COPIES;
-
 /// `_state/copies/<name>.json` in the *source* store: how far the copy `name` has come
 /// (DESIGN.md §7.2). Written by the copier after each pass (last writer wins: one copier per
 /// copy, under the copy's lease). Every retention pass on the source reads it and keeps
@@ -1186,26 +1182,16 @@ pub async fn load_copy(store: &ClusterStore, name: &str) -> Result<Option<CopyRe
 pub async fn load_copies(store: &ClusterStore) -> Result<Vec<CopyRecord>, StoreError> {
     use futures::TryStreamExt;
     let prefix = Path::from_iter([layout::STATE, COPIES]);
-    // Read as it comes and stopped early: a server that answers with more than a store of
-    // copies holds (or pages without end) is refused, not buffered.
+    // Read as it comes, nothing of the listing held: what is not a record is passed over
+    // (the store's listing budget bounds a server that answers without end), and more
+    // records than a store of copies holds are refused.
     let mut listing = store.object_store().list(Some(&prefix));
-    let mut listed: Vec<object_store::ObjectMeta> = Vec::new();
+    let mut out = Vec::new();
     while let Some(meta) = listing
         .try_next()
         .await
         .map_err(|source| crate::open::request(store, "listing", &prefix, source))?
     {
-        if listed.len() == MAX_COPY_LISTING {
-            return Err(StoreError::MalformedState {
-                url: store.url.clone(),
-                key: store.display_key(&prefix),
-                problem: format!("more than {MAX_COPY_LISTING} objects where copy records are"),
-            });
-        }
-        listed.push(meta);
-    }
-    let mut out = Vec::new();
-    for meta in listed {
         // Only `_state/copies/<name>.json` itself: a listing that answers with keys of
         // other places (a hostile or broken server) names no copy.
         let parts: Vec<&str> = meta.location.as_ref().split('/').collect();

@@ -488,17 +488,13 @@ impl CopyOut {
         newest: Option<jiff::Timestamp>,
         now: jiff::Timestamp,
     ) -> CopyOut {
-        let outcome = tidemark_engine::copy::CopyOutcome {
-            source_newest_at: newest.or(r.source_newest_at),
-            copy_newest_at: r.copy_newest_at,
-            ..Default::default()
-        };
+        let lag = tidemark_engine::copy::lag(newest.or(r.source_newest_at), r.copy_newest_at, now);
         CopyOut {
             name: r.name.clone(),
             destination: r.destination.clone(),
             last_pass_at: r.observed_at,
             copied_through: r.copy_newest_at,
-            lag_seconds: outcome.lag(now).as_secs(),
+            lag_seconds: lag.as_secs(),
             failures: r.failures.len(),
         }
     }

@@ -83,11 +83,22 @@ impl CopyOutcome {
     /// against the copy's; a copy that holds nothing yet is behind by the time since the
     /// source's newest instant.
     pub fn lag(&self, now: Timestamp) -> jiff::SignedDuration {
-        match (self.source_newest_at, self.copy_newest_at) {
-            (Some(s), Some(c)) if s > c => s.duration_since(c),
-            (Some(s), None) => now.duration_since(s).max(jiff::SignedDuration::ZERO),
-            _ => jiff::SignedDuration::ZERO,
-        }
+        lag(self.source_newest_at, self.copy_newest_at, now)
+    }
+}
+
+/// How far a copy whose newest restorable instant is `copy_newest` is behind a source
+/// whose newest is `source_newest` (a copy that holds nothing: the time since the
+/// source's newest instant).
+pub fn lag(
+    source_newest: Option<Timestamp>,
+    copy_newest: Option<Timestamp>,
+    now: Timestamp,
+) -> jiff::SignedDuration {
+    match (source_newest, copy_newest) {
+        (Some(s), Some(c)) if s > c => s.duration_since(c),
+        (Some(s), None) => now.duration_since(s).max(jiff::SignedDuration::ZERO),
+        _ => jiff::SignedDuration::ZERO,
     }
 }
 

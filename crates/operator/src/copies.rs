@@ -463,6 +463,16 @@ async fn report(
     }
 }
 
+/// Whether the copy `name` of `policy` holds something to check: its status records a
+/// restorable instant (its first pass sent something).
+pub(crate) fn has_data(policy: &BackupPolicy, name: &str) -> bool {
+    policy.status.as_ref().is_some_and(|s| {
+        s.copies
+            .iter()
+            .any(|c| c.name == name && c.copied_through.is_some())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

@@ -232,7 +232,7 @@ async fn step(
             .flatten();
         // A copy is tested once its first pass has sent something: before that it would
         // only fail for being empty.
-        let ready = copy.is_none_or(|c| crate::verification::has_data(&fresh, c));
+        let ready = copy.is_none_or(|c| crate::copies::has_data(&fresh, c));
         if let Some(due) = next.filter(|d| *d <= now && !running && ready) {
             // At most one catch-up run: the latest slot that has come.
             let slot = cron.latest_in(since, now, &tz).unwrap_or(due);

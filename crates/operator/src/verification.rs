@@ -258,7 +258,7 @@ pub async fn reconcile(ctx: &Arc<Context>, policy: &BackupPolicy) -> Option<Dura
         };
         // A copy is verified once its first pass has sent something: before that it
         // would only fail for being empty.
-        if copy.is_some_and(|c| !has_data(policy, c)) {
+        if copy.is_some_and(|c| !crate::copies::has_data(policy, c)) {
             soon(&mut wake, Some(now + jiff::SignedDuration::from_secs(60)));
             continue;
         }
@@ -299,16 +299,6 @@ pub async fn reconcile(ctx: &Arc<Context>, policy: &BackupPolicy) -> Option<Dura
         Duration::try_from(at.duration_since(now))
             .unwrap_or(Duration::ZERO)
             .max(Duration::from_secs(1))
-    })
-}
-
-/// Whether the copy `name` of `policy` holds something to check: its status records a
-/// restorable instant (its first pass sent something).
-pub(crate) fn has_data(policy: &BackupPolicy, name: &str) -> bool {
-    policy.status.as_ref().is_some_and(|s| {
-        s.copies
-            .iter()
-            .any(|c| c.name == name && c.copied_through.is_some())
     })
 }
 

@@ -177,8 +177,8 @@ fn work_key(policy: &BackupPolicy) -> String {
 
 /// Looks after the verification of `policy`'s store and of each of its copies; returns
 /// when to look again (`None`: the policy asks for none). One verification at a time per
-/// policy: the policy's store first, then its copies in order. Trouble is reported as an
-/// event, never stops retention.
+/// policy: of the stores due, the one verified longest ago first; a copy once its first
+/// pass sent something. Trouble is reported as an event, never stops retention.
 ///
 /// # Guarantees
 /// Deletes nothing: the stores are only read.

@@ -1195,6 +1195,11 @@ pub struct VerificationResult {
 pub struct RecoveryWindowStatus {
     pub start: Time,
     pub end: Time,
+    /// Where the stretch that restores at every instant starts ("point in time from"):
+    /// `start` unless `retention.pointInTime.window` keeps snapshots from before it, which
+    /// restore to their own points only ("snapshots back to" `start`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub point_in_time_start: Option<Time>,
     /// Spans inside the window that cannot be restored (a missing binlog, say).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gaps: Vec<GapStatus>,
@@ -1205,6 +1210,7 @@ impl From<&tidemark_core::RecoveryWindow> for RecoveryWindowStatus {
         RecoveryWindowStatus {
             start: Time(w.from),
             end: Time(w.to),
+            point_in_time_start: Some(Time(w.point_in_time_from)),
             gaps: w
                 .gaps
                 .iter()
@@ -1747,6 +1753,43 @@ pub struct RetentionSpec {
     /// anything is damaged or missing, nothing is deleted and the pass says why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub require_verified: Option<bool>,
+    /// The point-in-time promise, apart from how long snapshots are kept (DESIGN.md §5.5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub point_in_time: Option<PointInTimeSpec>,
+    /// The breaker on mass deletion (DESIGN.md §5.5): on by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_guard: Option<DeletionGuardSpec>,
+}
+
+/// `retention.pointInTime`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PointInTimeSpec {
+    /// Every instant of this span before now restores (binlogs are kept from the start of
+    /// the newest backup completed before it); backups kept longer by other rules restore
+    /// to their own point (`standalone`). Unset: binlogs are kept for every retained
+    /// backup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
+    #[x_kube(validation = Rule::new("!self.matches('^0+(d|w|mo?)$')").message("a point-in-time window of 0 promises nothing; remove pointInTime or give a positive span"))]
+    pub window: Option<String>,
+}
+
+/// `retention.deletionGuard`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeletionGuardSpec {
+    /// A pass deleting more than this many backups, and more than half of the restorable
+    /// ones, is held until acknowledged (`tidemark.io/allow-deletions-before`). Default 10;
+    /// 0: the count never trips the guard.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub threshold: Option<i64>,
+    /// A pass moving the start of the recovery window or of the point-in-time window later
+    /// by more than this is held too. Unset: not checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(DURATION_MESSAGE))]
+    pub window: Option<String>,
 }
 
 impl RetentionSpec {
@@ -1765,6 +1808,9 @@ impl RetentionSpec {
             max_deletions_per_pass: self.max_deletions_per_pass,
             require_verified: self.require_verified,
             time_zone: time_zone.map(str::to_owned),
+            point_in_time_window: self.point_in_time.as_ref().and_then(|p| p.window.clone()),
+            deletion_guard_threshold: self.deletion_guard.as_ref().and_then(|g| g.threshold),
+            deletion_guard_window: self.deletion_guard.as_ref().and_then(|g| g.window.clone()),
         }
     }
 }

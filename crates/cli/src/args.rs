@@ -952,6 +952,21 @@ pub struct PolicyArgs {
     /// the oldest retained increment (mariabackup chains), then delete them.
     #[arg(long)]
     pub consolidate: bool,
+    /// Keep binlogs so that every instant of this span before now restores (<n>d|<n>w|<n>mo):
+    /// from the start of the newest backup completed before it. Backups kept longer by the
+    /// other rules restore to their own point (reason `standalone`). Default: binlogs for
+    /// every retained backup.
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
+    pub pitr_window: Option<String>,
+    /// Hold a pass that would delete more than N backups and more than half of the
+    /// restorable ones until acknowledged (gc --allow-mass-deletion). Default 10; 0: the
+    /// count never holds a pass.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub deletion_guard_threshold: Option<i64>,
+    /// Also hold a pass that would move the start of the recovery window or of the
+    /// point-in-time window later by more than this (<n>d|<n>w|<n>mo).
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
+    pub deletion_guard_window: Option<String>,
     /// Binlog segments on a branch (off the archive's main line: what a new timeline left
     /// behind) whose last event is at or before TIME (RFC 3339) were looked at and may go
     /// by the ordinary rule; later ones are kept for --window, or, without one, until
@@ -975,6 +990,9 @@ impl PolicyArgs {
             || self.max_deletions.is_some()
             || self.consolidate
             || self.require_verified
+            || self.pitr_window.is_some()
+            || self.deletion_guard_threshold.is_some()
+            || self.deletion_guard_window.is_some()
     }
 }
 

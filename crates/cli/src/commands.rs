@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::io::Write;
 
 use jiff::Timestamp;
-use tidemark_core::{Action, Policy, standing};
+use tidemark_core::{Action, Policy};
 use tidemark_engine::{LocalConsolidator, PassRequest, retention_pass};
 use tidemark_store::catalog::SegmentListing;
 use tidemark_store::{Catalog, NoProgress, Progress};
@@ -896,15 +896,33 @@ fn list_some(items: &[String]) -> String {
 }
 
 async fn ls(args: &LsArgs) -> Result<Exit, CliError> {
-    let target = match &args.cluster_policy {
-        Some(name) => resolve::Target {
-            store: crate::cluster::policy(&args.kube, name, args.store.from_copy.as_deref())
-                .await?
-                .store,
-            object_lock: None,
-        },
-        None => resolve::store_target(&args.store, args.policy.as_deref())?,
+    // The policy's point-in-time window, when a policy is named: holes before it are
+    // intended, not gaps.
+    let (target, document) = match &args.cluster_policy {
+        Some(name) => {
+            let p =
+                crate::cluster::policy(&args.kube, name, args.store.from_copy.as_deref()).await?;
+            (
+                resolve::Target {
+                    store: p.store,
+                    object_lock: None,
+                },
+                Some(p.document),
+            )
+        }
+        None => (
+            resolve::store_target(&args.store, args.policy.as_deref())?,
+            args.policy
+                .as_deref()
+                .map(resolve::read_policy_file)
+                .transpose()?,
+        ),
     };
+    let pitr_start = document
+        .as_ref()
+        .and_then(|d| d.spec.retention.as_ref())
+        .and_then(|r| r.to_input(None).validate().ok())
+        .and_then(|p| tidemark_core::point_in_time_start(&p, jiff::Timestamp::now()));
     let json = args.output.structured();
     let bar = TerminalProgress::for_humans(json);
     let progress: &dyn Progress = match &bar {
@@ -931,7 +949,7 @@ async fn ls(args: &LsArgs) -> Result<Exit, CliError> {
         Err(e) => return Err(e.into()),
     };
     let inventory = catalog.inventory(&SegmentListing::default());
-    let standing = standing(&inventory);
+    let standing = tidemark_core::standing_at(&inventory, pitr_start);
     let ok: &HashSet<String> = &standing.restorable;
     let replay = tidemark_core::Replay::with_timelines(&inventory.segments, &inventory.timelines);
     let mut backups: Vec<BackupOut> = catalog

@@ -544,24 +544,33 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// The recovery window in one line: `FROM → TO (no gaps)`, or with its gaps; under a
+/// point-in-time window that starts after the oldest snapshot, `point in time from FROM →
+/// TO …; snapshots back to OLDEST`.
 pub fn window_line(w: &Option<RecoveryWindow>) -> String {
-    match w {
-        None => "no restorable backup".to_owned(),
-        Some(w) if w.gaps.is_empty() => format!("{} → {} (no gaps)", w.from, w.to),
-        Some(w) => {
-            let gaps: Vec<String> = w
-                .gaps
-                .iter()
-                .map(|g| format!("{} → {}", g.from, g.to))
-                .collect();
-            format!(
-                "{} → {} with {} gap(s): {}",
-                w.from,
-                w.to,
-                w.gaps.len(),
-                gaps.join(", ")
-            )
-        }
+    let Some(w) = w else {
+        return "no restorable backup".to_owned();
+    };
+    let span = if w.gaps.is_empty() {
+        format!("{} → {} (no gaps)", w.point_in_time_from, w.to)
+    } else {
+        let gaps: Vec<String> = w
+            .gaps
+            .iter()
+            .map(|g| format!("{} → {}", g.from, g.to))
+            .collect();
+        format!(
+            "{} → {} with {} gap(s): {}",
+            w.point_in_time_from,
+            w.to,
+            w.gaps.len(),
+            gaps.join(", ")
+        )
+    };
+    if w.point_in_time_from > w.from {
+        format!("point in time from {span}; snapshots back to {}", w.from)
+    } else {
+        span
     }
 }
 

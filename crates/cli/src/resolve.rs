@@ -459,6 +459,9 @@ pub fn policy(args: &PolicyArgs, file: Option<&BackupPolicy>) -> Result<Resolved
             max_deletions_per_pass: args.max_deletions,
             require_verified: args.require_verified.then_some(true),
             time_zone: args.time_zone.clone(),
+            point_in_time_window: args.pitr_window.clone(),
+            deletion_guard_threshold: args.deletion_guard_threshold,
+            deletion_guard_window: args.deletion_guard_window.clone(),
         },
     };
     let mut policy = input.validate().map_err(|e| {
@@ -516,6 +519,9 @@ fn flag(f: PolicyField) -> &'static str {
         PolicyField::CoverWindow => "--cover-window",
         PolicyField::Consolidate => "--consolidate",
         PolicyField::MaxDeletionsPerPass => "--max-deletions",
+        PolicyField::PointInTimeWindow => "--pitr-window",
+        PolicyField::DeletionGuardThreshold => "--deletion-guard-threshold",
+        PolicyField::DeletionGuardWindow => "--deletion-guard-window",
         PolicyField::TimeZone => "--time-zone",
     }
 }

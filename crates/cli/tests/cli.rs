@@ -1905,3 +1905,115 @@ fn a_copy_killed_at_random_points_converges() {
     }
     assert_eq!(v["declined"].as_array().unwrap().len(), 3, "{v:#}");
 }
+
+/// `retention.pointInTime.window` (issue 45 §1): binlogs are kept from the start of the
+/// newest backup completed before `now − window`, no further; backups kept longer by other
+/// rules are `standalone` and restore to their own points; the holes between them are
+/// intended, so neither `plan`, `gc` nor `ls --policy` calls them gaps ("point in time from
+/// … snapshots back to …"), while `ls` without the policy still shows them.
+#[test]
+fn a_point_in_time_window_keeps_binlogs_for_its_span_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().display());
+    let store = tidemark_store::ClusterStore::open(&url, "db", &Default::default()).unwrap();
+    // 60 nightly fulls (02:00, five minutes each) up to NOW, and segments every 6 hours over
+    // the whole span.
+    let start: jiff::Timestamp = "2026-09-22T02:00:00Z".parse().unwrap();
+    let backups: Vec<SynthBackup> = (0..60)
+        .map(|d| {
+            SynthBackup::full(
+                "nightly",
+                start + SignedDuration::from_hours(24 * d),
+                d as u32,
+            )
+        })
+        .collect();
+    let segments = synth::segments("mysql-bin", 1, 60 * 4, start, SignedDuration::from_hours(6));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        synth::write_backups(&store, &backups).await.unwrap();
+        synth::write_segments(&store, &segments).await.unwrap();
+        synth::write_index(&store, &segments).await.unwrap();
+    });
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: tidemark.io/v1alpha1\nkind: BackupPolicy\nmetadata: {name: db}\nspec:\n  objectStore: {url: file://.}\n  retention:\n    keepDaily: 7\n    keepMonthly: 3\n    pointInTime: {window: 14d}\n    deletionGuard: {threshold: 0}\n",
+    )
+    .unwrap();
+    let p = policy.to_str().unwrap();
+    let o = run(&["plan", "--policy", p, "--now", NOW, "--output", "json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o);
+    let reasons = |id: &str| -> Vec<String> {
+        v["backups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["backupId"].as_str().unwrap().starts_with(id))
+            .map(|b| {
+                b["reasons"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|r| r.as_str().unwrap().to_owned())
+                    .collect()
+            })
+            .unwrap_or_else(|| panic!("no backup {id}"))
+    };
+    // NOW − 14d = 11-06T12:00: the 11-06 backup is the one the window replays from.
+    assert_eq!(reasons("20261106T020000Z"), ["pointInTime"]);
+    assert_eq!(v["horizon"], "2026-11-06T02:00:00Z");
+    // Monthlies from before restore to their own points only.
+    for monthly in ["20260930T020000Z", "20261031T020000Z"] {
+        let r = reasons(monthly);
+        assert!(r.contains(&"standalone".to_owned()), "{monthly}: {r:?}");
+        assert!(
+            r.iter().any(|r| r.starts_with("monthly:")),
+            "{monthly}: {r:?}"
+        );
+    }
+    assert!(!reasons("20261114T020000Z").contains(&"standalone".to_owned()));
+    // Every segment ending before the horizon goes; none after.
+    let deleted = v["segments"]["delete"].as_array().unwrap().len();
+    let behind = segments
+        .iter()
+        .filter(|s| s.last_event_at.unwrap() < "2026-11-06T02:00:00Z".parse().unwrap())
+        .count();
+    assert_eq!(deleted, behind);
+    let w = &v["recoveryWindow"];
+    assert_eq!(w["from"], "2026-09-30T02:05:00Z", "{w}");
+    assert_eq!(w["pointInTimeFrom"], "2026-11-06T02:05:00Z", "{w}");
+    assert_eq!(w["gaps"], serde_json::json!([]), "{w}");
+    let table = run(&["plan", "--policy", p, "--now", NOW]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        text.contains("point in time from 2026-11-06T02:05:00Z")
+            && text.contains("snapshots back to 2026-09-30T02:05:00Z"),
+        "{text}"
+    );
+
+    let o = run(&["gc", "--policy", p, "--now", NOW, "--output", "json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let keys = rt.block_on(synth::all_keys(&store)).unwrap();
+    let left = keys
+        .iter()
+        .filter(|k| k.starts_with("binlogs/mysql-bin."))
+        .count();
+    assert_eq!(left, segments.len() - behind);
+    // Today (the clock, later than NOW) the window starts after the horizon of that pass:
+    // the holes before it are the snapshots', not gaps — with the policy.
+    let o = run(&["ls", "--policy", p, "--output", "json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let w = json(&o)["recoveryWindow"].clone();
+    assert_eq!(w["gaps"], serde_json::json!([]), "{w}");
+    assert_eq!(w["from"], "2026-09-30T02:05:00Z", "{w}");
+    assert_eq!(w["pointInTimeFrom"], "2026-11-06T02:05:00Z", "{w}");
+    let o = run(&["ls", "--store", &url, "--cluster", "db", "--output", "json"]);
+    let w = json(&o)["recoveryWindow"].clone();
+    assert_eq!(w["gaps"].as_array().unwrap().len(), 2, "{w}");
+    assert_eq!(w["pointInTimeFrom"], w["from"], "{w}");
+}

@@ -76,6 +76,12 @@ impl Coverage {
         idx > 0 && self.intervals[idx - 1].to >= to
     }
 
+    /// Whether the instant `t` is covered.
+    pub fn covers_point(&self, t: Timestamp) -> bool {
+        let idx = self.intervals.partition_point(|x| x.from <= t);
+        idx > 0 && self.intervals[idx - 1].to >= t
+    }
+
     pub fn first(&self) -> Option<Timestamp> {
         self.intervals.first().map(|i| i.from)
     }

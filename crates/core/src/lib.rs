@@ -32,7 +32,7 @@ pub use next::{Candidate, FullBecause, NextBackup, next_backup};
 pub use plan::{
     Action, BackupDecision, EntryRef, LeftoverDeletion, LeftoverPlan, LeftoverReason, MergedInto,
     Plan, RecoveryWindow, SegmentDeletion, SegmentPlan, SegmentReason, Standing, chain_of,
-    merged_into, plan, requested_deletion, standing,
+    merged_into, plan, point_in_time_start, requested_deletion, standing, standing_at,
 };
 pub use policy::{Policy, PolicyError, PolicyField, PolicyInput};
 pub use reason::{Reason, ReasonKind};

@@ -146,8 +146,33 @@ pub struct RecoveryWindow {
     pub from: Timestamp,
     /// Latest restorable instant (a backup's completion or the last replayable event).
     pub to: Timestamp,
-    /// Holes inside `[from, to]`: no backup plus contiguous segments reaches them.
+    /// Holes inside `[point_in_time_from, to]`: no backup plus contiguous segments reaches
+    /// them.
     pub gaps: Vec<Interval>,
+    /// Where the stretch that restores at every instant starts ("point in time from").
+    /// Without `pointInTime.window`, `from`: every hole after it is a gap. With one, the
+    /// end of the last hole that lies wholly before the window's start: before it, backups
+    /// restore to their own points only (`from` is then "snapshots back to"), which is
+    /// intended and not a gap.
+    pub point_in_time_from: Timestamp,
+}
+
+impl RecoveryWindow {
+    /// The window as a point-in-time promise that starts at `start` (`now −
+    /// pointInTime.window`) sees it: holes wholly before `start` are intended, and the
+    /// point-in-time stretch begins after the last of them. `None`: unchanged.
+    pub fn with_point_in_time(mut self, start: Option<Timestamp>) -> Self {
+        let Some(start) = start else { return self };
+        let (before, after): (Vec<Interval>, Vec<Interval>) =
+            self.gaps.into_iter().partition(|g| g.to <= start);
+        self.point_in_time_from = before
+            .iter()
+            .map(|g| g.to)
+            .max()
+            .map_or(self.from, |t| t.max(self.from));
+        self.gaps = after;
+        self
+    }
 }
 
 /// A complete, explained retention plan.
@@ -158,8 +183,9 @@ pub struct Plan {
     /// Every backup, oldest first (by start, then id).
     pub backups: Vec<BackupDecision>,
     pub segments: SegmentPlan,
-    /// Start of the oldest retained successful backup: segments whose last event precedes
-    /// it cannot be replayed onto any retained backup.
+    /// Start of the oldest retained successful backup (with `pointInTime.window`: of the
+    /// oldest one the window replays from): segments whose last event precedes it are not
+    /// replayed onto any retained backup.
     pub horizon: Option<Timestamp>,
     pub recovery_window: Option<RecoveryWindow>,
     pub leftovers: LeftoverPlan,
@@ -224,22 +250,50 @@ pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
     apply_rules(policy, &mut nodes, now);
     close_chains(&mut nodes);
     let replay = Replay::with_timelines(&inventory.segments, &inventory.timelines);
-    bridge_gaps(&mut nodes, &replay);
+    // With `pointInTime.window`, the promise by replay starts there: earlier holes are
+    // intended (backups kept from before restore to their own points).
+    let pitr_start = point_in_time_start(policy, now);
+    bridge_gaps(&mut nodes, &replay, pitr_start);
     decide_deletions(&mut nodes);
     if policy.max_deletions_per_pass > 0 {
-        nodes = within_cap(policy.max_deletions_per_pass as usize, nodes, &replay);
+        nodes = within_cap(
+            policy.max_deletions_per_pass as usize,
+            nodes,
+            &replay,
+            pitr_start,
+        );
     }
 
+    // With `pointInTime.window`, the window replays from the backup it keeps for its start
+    // (`pointInTime`); retained backups before that one restore to their own points, with
+    // no binlogs after them (`standalone`) — unless a restore in progress replays from one.
+    // (That is the newest recovery point at or before its start, which `pointInTime` — or,
+    // when it starts earlier, `coverWindow` — keeps.)
+    let cover_point = pitr_start.and_then(|start| {
+        nodes
+            .iter()
+            .filter(|n| n.counts() && !n.ttl_expired && n.delete.is_none())
+            .map(Node::restore_point)
+            .filter(|&t| t <= start)
+            .max()
+    });
+    let replays_from = |n: &Node| {
+        cover_point.is_none_or(|c| n.restore_point() >= c) || !n.backup.held_for.is_empty()
+    };
     // Binlogs are needed from the start of the oldest retained committed backup (a broken
-    // one may be repaired; a malformed one may be a recovery point once it is readable).
+    // one may be repaired; a malformed one may be a recovery point once it is readable)
+    // that replays.
     let horizon = nodes
         .iter()
         .filter(|n| n.delete.is_none() && (n.completed() || n.phase == Phase::Malformed))
+        .filter(|n| replays_from(n))
         .map(|n| n.backup.started_at)
         .min();
     // Segments a retained backup's replay depends on beyond the time rule: those before its
     // start segment that replay begins in, and the one holding its recorded position.
-    let retained = nodes.iter().filter(|n| n.restorable && n.delete.is_none());
+    let retained = nodes
+        .iter()
+        .filter(|n| n.restorable && n.delete.is_none() && replays_from(n));
     let mut pinned_sequences: Vec<u64> = retained
         .clone()
         .flat_map(|n| replay.needed_before(n.backup))
@@ -254,7 +308,8 @@ pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
     // A new timeline makes the history it leaves a branch; its segments (what the old
     // primary wrote after the switch, or what the real primary wrote, should a lying server
     // have taken the main line) are never made deletable by that alone: they stay for the
-    // window, or, without one, until acknowledged (issue 42 §3).
+    // window, or, without one, until acknowledged (issue 42 §3). Behind the horizon of a
+    // point-in-time window they go like the main line's: no instant promised needs them.
     let history = crate::timeline::History::new(&inventory.segments, &inventory.timelines);
     let branch: HashSet<u64> = history.branch.iter().map(|s| s.sequence).collect();
     let window_start = policy.window.map(|w| w.before(now));
@@ -267,7 +322,8 @@ pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
         };
         let acknowledged = policy.branches_acknowledged.is_some_and(|a| last <= a);
         let outside_window = window_start.is_some_and(|w| last < w);
-        !(acknowledged || outside_window)
+        let behind_pitr = cover_point.is_some() && horizon.is_some_and(|h| last < h);
+        !(acknowledged || outside_window || behind_pitr)
     };
     let segments = plan_segments(
         &inventory.segments,
@@ -287,13 +343,14 @@ pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
         window_of(&backups, &replay, |i| {
             nodes[i].restorable && nodes[i].delete.is_none()
         })
+        .map(|w| w.with_point_in_time(pitr_start))
     };
 
     let mut merged: Vec<Option<usize>> = vec![None; nodes.len()];
     let mut targets = vec![false; nodes.len()];
     if policy.consolidate {
         let groups = consolidations(&nodes);
-        for (target, members) in without_gaps(groups, &nodes, &replay) {
+        for (target, members) in without_gaps(groups, &nodes, &replay, pitr_start) {
             targets[target] = true;
             for m in members {
                 merged[m] = Some(target);
@@ -306,6 +363,7 @@ pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
         .enumerate()
         .map(|(i, n)| {
             let broken = n.broken();
+            let standalone = n.restorable && !replays_from(&n);
             let (action, mut rs) = match (n.delete, merged[i]) {
                 (Some(r), _) => (Action::Delete, vec![r]),
                 (None, Some(target)) => (
@@ -317,6 +375,10 @@ pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
             };
             if broken {
                 rs.push(Reason::Broken);
+            }
+            // (A merged member goes once its full is committed: it is no point of its own.)
+            if action != Action::Delete && merged[i].is_none() && standalone {
+                rs.push(Reason::Standalone);
             }
             rs.sort();
             rs.dedup();
@@ -435,6 +497,17 @@ pub fn requested_deletion(
         recovery_window: after,
         leftovers: LeftoverPlan::default(),
     }))
+}
+
+/// Where a policy's point-in-time window starts at `now` (`None`: it has none, and the
+/// window of the retained backups is the promise). With `coverWindow` too, the earlier of
+/// the two starts: both promises hold.
+pub fn point_in_time_start(policy: &Policy, now: Timestamp) -> Option<Timestamp> {
+    let start = policy.point_in_time_window?.before(now);
+    Some(match policy.window.filter(|_| policy.cover_window) {
+        Some(w) => start.min(w.before(now)),
+        None => start,
+    })
 }
 
 fn standing_window(inventory: &Inventory) -> Option<RecoveryWindow> {
@@ -765,6 +838,13 @@ fn apply_rules(policy: &Policy, nodes: &mut [Node], now: Timestamp) {
             nodes[i].reasons.push(Reason::CoverWindow);
         }
     }
+    // pointInTime.window likewise: every instant of it replays from this backup on.
+    if let Some(window) = policy.point_in_time_window {
+        let start = window.before(now);
+        if let Some(&i) = ranked.iter().find(|&&i| nodes[i].restore_point() <= start) {
+            nodes[i].reasons.push(Reason::PointInTime);
+        }
+    }
 }
 
 /// Keeps every ancestor of a kept backup, naming the kept child in `chain:<id>`. A failed
@@ -836,7 +916,10 @@ fn intervals(nodes: &[Node], replay: &Replay) -> Vec<Option<Interval>> {
 /// Keeps backups whose deletion would open a hole in the point-in-time window: the
 /// instants a deleted backup could restore (by replay) that lie between the oldest retained
 /// restore point and the last restorable instant must stay restorable.
-fn bridge_gaps(nodes: &mut [Node], replay: &Replay) {
+///
+/// With a point-in-time window (`pitr_start`), instants before its start are not the
+/// window's: holes there stay.
+fn bridge_gaps(nodes: &mut [Node], replay: &Replay, pitr_start: Option<Timestamp>) {
     let n = nodes.len();
     let intervals = intervals(nodes, replay);
     let Some(t_end) = intervals.iter().flatten().map(|i| i.to).max() else {
@@ -854,14 +937,15 @@ fn bridge_gaps(nodes: &mut [Node], replay: &Replay) {
         // A replaced backup's synthetic full restores the same instants: it bridges instead.
         let mut candidates: Vec<usize> = (0..n)
             .filter(|&i| nodes[i].superseded.is_none() && !nodes[i].kept())
-            .filter(|&i| intervals[i].is_some_and(|iv| iv.to > iv.from))
+            .filter(|&i| {
+                intervals[i]
+                    .is_some_and(|iv| iv.to > iv.from || pitr_start.is_some_and(|s| iv.from >= s))
+            })
             .collect();
         candidates.sort_by_key(|&i| (nodes[i].restore_point(), &nodes[i].backup.id));
         for i in candidates {
             let Some(iv) = intervals[i] else { continue };
-            let lo = iv.from.max(t0);
-            let hi = iv.to.min(t_end);
-            if !cov.covers_open_closed(lo, hi) {
+            if !still_restored(&cov, iv, t0, t_end, pitr_start) {
                 added.push(i);
                 cov.insert(iv);
                 t0 = t0.min(iv.from);
@@ -898,14 +982,39 @@ fn bridge_gaps(nodes: &mut [Node], replay: &Replay) {
             break;
         }
     }
-    drop_redundant_bridges(nodes, &intervals, t_end);
+    drop_redundant_bridges(nodes, &intervals, t_end, pitr_start);
+}
+
+/// Whether `cov` restores every instant that `iv` restores and the promise covers up to
+/// `t_end`: without a point-in-time window, those after the oldest retained restore point
+/// `t0`; with one (`pitr_start`), those from its start on, a lone restore point included.
+fn still_restored(
+    cov: &Coverage,
+    iv: Interval,
+    t0: Timestamp,
+    t_end: Timestamp,
+    pitr_start: Option<Timestamp>,
+) -> bool {
+    let start = pitr_start.unwrap_or(t0);
+    if iv.to > iv.from && !cov.covers_open_closed(iv.from.max(start), iv.to.min(t_end)) {
+        return false;
+    }
+    match pitr_start {
+        Some(s) if iv.from >= s && iv.from <= t_end => cov.covers_point(iv.from),
+        _ => true,
+    }
 }
 
 /// Bridges are added oldest first, so a later one (or an ancestor its chain pulled in) can
 /// cover what an earlier one was kept for. A backup kept only as a bridge goes again, with
 /// the ancestors kept only for its chain (its removal unit), when the other kept backups
 /// cover every instant the unit restores within the window.
-fn drop_redundant_bridges(nodes: &mut [Node], intervals: &[Option<Interval>], t_end: Timestamp) {
+fn drop_redundant_bridges(
+    nodes: &mut [Node],
+    intervals: &[Option<Interval>],
+    t_end: Timestamp,
+    pitr_start: Option<Timestamp>,
+) {
     let n = nodes.len();
     let mut bridges: Vec<usize> = (0..n)
         .filter(|&i| nodes[i].reasons == [Reason::Gap])
@@ -942,7 +1051,7 @@ fn drop_redundant_bridges(nodes: &mut [Node], intervals: &[Option<Interval>], t_
         let needed = unit
             .iter()
             .filter_map(|&u| intervals[u])
-            .any(|iv| !others.covers_open_closed(iv.from.max(t0), iv.to.min(t_end)));
+            .any(|iv| !still_restored(&others, iv, t0, t_end, pitr_start));
         if needed {
             continue;
         }
@@ -1052,6 +1161,7 @@ fn without_gaps(
     mut groups: Vec<(usize, Vec<usize>)>,
     nodes: &[Node],
     replay: &Replay,
+    pitr_start: Option<Timestamp>,
 ) -> Vec<(usize, Vec<usize>)> {
     let n = nodes.len();
     let intervals = intervals(nodes, replay);
@@ -1073,7 +1183,7 @@ fn without_gaps(
                 let (Some(iv), Some(t0)) = (intervals[i], cov.first()) else {
                     return true;
                 };
-                iv.to <= iv.from || cov.covers_open_closed(iv.from.max(t0), iv.to.min(t_end))
+                still_restored(&cov, iv, t0, t_end, pitr_start)
             });
             if !holds {
                 removed[m] = false;
@@ -1096,7 +1206,12 @@ fn without_gaps(
 /// planned deletion that now lies inside the window and bridges a hole), so a unit is
 /// taken only if, with everything after it deferred, all of it still goes; one that is
 /// pulled back stays for a later pass and the next unit is tried.
-fn within_cap<'a>(cap: usize, nodes: Vec<Node<'a>>, replay: &Replay) -> Vec<Node<'a>> {
+fn within_cap<'a>(
+    cap: usize,
+    nodes: Vec<Node<'a>>,
+    replay: &Replay,
+    pitr_start: Option<Timestamp>,
+) -> Vec<Node<'a>> {
     /// Units tried one by one beyond the first batch: bounds the work of a pass whose
     /// deferrals keep pulling candidates back (each try replans the backups).
     const MAX_TRIES: usize = 64;
@@ -1118,7 +1233,7 @@ fn within_cap<'a>(cap: usize, nodes: Vec<Node<'a>>, replay: &Replay) -> Vec<Node
             ns[i].reasons.push(Reason::Deferred);
         }
         close_chains(&mut ns);
-        bridge_gaps(&mut ns, replay);
+        bridge_gaps(&mut ns, replay, pitr_start);
         decide_deletions(&mut ns);
         // Only what was taken goes: a bridge the deferred backups made redundant stays as
         // it was (it was not counted against the cap).
@@ -1522,10 +1637,12 @@ pub(crate) fn window_of(
             .filter_map(|i| replay.interval_of(backups[i]))
             .collect(),
     );
+    let from = cov.first()?;
     Some(RecoveryWindow {
-        from: cov.first()?,
+        from,
         to: cov.last()?,
         gaps: cov.gaps(),
+        point_in_time_from: from,
     })
 }
 
@@ -1542,6 +1659,13 @@ pub struct Standing {
 
 /// Assesses an inventory as it stands, in one pass over it.
 pub fn standing(inventory: &Inventory) -> Standing {
+    standing_at(inventory, None)
+}
+
+/// [`standing`], for a policy whose point-in-time window starts at `pitr_start` (`now −
+/// pointInTime.window`): holes before it are intended, not gaps
+/// ([`RecoveryWindow::with_point_in_time`]).
+pub fn standing_at(inventory: &Inventory, pitr_start: Option<Timestamp>) -> Standing {
     let backups = sorted(inventory);
     let ok = restorable(&backups, &parents(&backups));
     let replay = Replay::with_timelines(&inventory.segments, &inventory.timelines);
@@ -1551,7 +1675,7 @@ pub fn standing(inventory: &Inventory) -> Standing {
             .clone()
             .map(|i| backups[i].id.clone())
             .collect(),
-        window: window_of(&backups, &replay, |i| ok[i]),
+        window: window_of(&backups, &replay, |i| ok[i]).map(|w| w.with_point_in_time(pitr_start)),
         earliest_replay_start: restorable_idx
             .filter_map(|i| replay.start_sequence(backups[i].restore_point()))
             .min(),

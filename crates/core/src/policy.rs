@@ -39,6 +39,38 @@ pub struct Policy {
     /// `window`, or, without one, until acknowledged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub branches_acknowledged: Option<jiff::Timestamp>,
+    /// `pointInTime.window`: every instant of this span before now restores by replay;
+    /// binlog segments are kept from the start of the newest backup completed at or before
+    /// its start, and backups kept for longer by other rules restore to their own point
+    /// only (`standalone`). `None`: the window of the retained backups (DESIGN.md §5.2).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub point_in_time_window: Option<RetentionDuration>,
+    /// `deletionGuard`: when a pass is held for acknowledgement (DESIGN.md §5.5).
+    pub deletion_guard: DeletionGuard,
+}
+
+/// The breaker on mass deletion: a pass that would delete more than `threshold` recovery
+/// points *and* more than half of those the store holds, or move the start of either
+/// window later by more than `window`, deletes nothing of that wave until acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeletionGuard {
+    /// 0: the count never trips the guard.
+    pub threshold: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<RetentionDuration>,
+}
+
+/// The default `deletionGuard.threshold`.
+pub const DEFAULT_GUARD_THRESHOLD: u32 = 10;
+
+impl Default for DeletionGuard {
+    fn default() -> Self {
+        DeletionGuard {
+            threshold: DEFAULT_GUARD_THRESHOLD,
+            window: None,
+        }
+    }
 }
 
 fn serialize_tz<S: serde::Serializer>(tz: &TimeZone, s: S) -> Result<S::Ok, S::Error> {
@@ -61,6 +93,12 @@ pub struct PolicyInput {
     pub require_verified: Option<bool>,
     pub max_deletions_per_pass: Option<i64>,
     pub time_zone: Option<String>,
+    /// `pointInTime.window`.
+    pub point_in_time_window: Option<String>,
+    /// `deletionGuard.threshold` (default [`DEFAULT_GUARD_THRESHOLD`]).
+    pub deletion_guard_threshold: Option<i64>,
+    /// `deletionGuard.window`.
+    pub deletion_guard_window: Option<String>,
 }
 
 /// A field of the retention policy, as it is named in YAML (`spec.retention.<name>`, or
@@ -78,6 +116,9 @@ pub enum PolicyField {
     CoverWindow,
     Consolidate,
     MaxDeletionsPerPass,
+    PointInTimeWindow,
+    DeletionGuardThreshold,
+    DeletionGuardWindow,
     /// Not in `retention`: the policy's `spec.timeZone`.
     TimeZone,
 }
@@ -96,6 +137,9 @@ impl PolicyField {
             PolicyField::CoverWindow => "coverWindow",
             PolicyField::Consolidate => "consolidate",
             PolicyField::MaxDeletionsPerPass => "maxDeletionsPerPass",
+            PolicyField::PointInTimeWindow => "pointInTime.window",
+            PolicyField::DeletionGuardThreshold => "deletionGuard.threshold",
+            PolicyField::DeletionGuardWindow => "deletionGuard.window",
             PolicyField::TimeZone => "timeZone",
         }
     }
@@ -126,6 +170,10 @@ pub enum PolicyError {
     NoRule,
     #[error("coverWindow: needs a window to cover; set window (e.g. 30d) or remove coverWindow")]
     CoverWithoutWindow,
+    #[error(
+        "pointInTime.window: 0d promises no instant but the newest backup's; expected at least 1d (e.g. 14d), or remove pointInTime to keep binlogs for every retained backup"
+    )]
+    ZeroPointInTime,
 }
 
 impl PolicyError {
@@ -136,6 +184,7 @@ impl PolicyError {
             PolicyError::TimeZone { .. } => Some(PolicyField::TimeZone),
             PolicyError::ZeroWindow => Some(PolicyField::Window),
             PolicyError::CoverWithoutWindow => Some(PolicyField::CoverWindow),
+            PolicyError::ZeroPointInTime => Some(PolicyField::PointInTimeWindow),
             PolicyError::NoRule => None,
         }
     }
@@ -198,7 +247,24 @@ impl PolicyInput {
             )?,
             time_zone,
             branches_acknowledged: None,
+            point_in_time_window: duration(
+                PolicyField::PointInTimeWindow,
+                &self.point_in_time_window,
+            )?,
+            deletion_guard: DeletionGuard {
+                threshold: match self.deletion_guard_threshold {
+                    None => DEFAULT_GUARD_THRESHOLD,
+                    Some(n) => count(PolicyField::DeletionGuardThreshold, Some(n))?,
+                },
+                window: duration(
+                    PolicyField::DeletionGuardWindow,
+                    &self.deletion_guard_window,
+                )?,
+            },
         };
+        if policy.point_in_time_window.is_some_and(|w| w.days() == 0) {
+            return Err(PolicyError::ZeroPointInTime);
+        }
         // A zero window keeps only the floor: what a refused `keepLast: 0` would mean.
         if policy.window.is_some_and(|w| w.days() == 0) {
             return Err(PolicyError::ZeroWindow);
@@ -217,6 +283,7 @@ impl Policy {
     /// Whether some rule keeps backups beyond the floor.
     pub fn has_rule(&self) -> bool {
         self.window.is_some()
+            || self.point_in_time_window.is_some()
             || self.keep_last > 0
             || self.keep_daily > 0
             || self.keep_weekly > 0

@@ -17,6 +17,9 @@ pub enum Reason {
     Window,
     /// The newest backup completed before the window, so the whole window restores.
     CoverWindow,
+    /// `pointInTime.window`: the newest backup completed at or before the window's start,
+    /// which every instant of the window replays from.
+    PointInTime,
     /// Among the newest `keepLast` successful backups.
     KeepLast,
     /// Newest backup of its calendar day (in the policy's zone), e.g. `daily:2026-11-20`.
@@ -58,7 +61,14 @@ pub enum Reason {
     ConsolidateInto(BackupId),
     /// Its `metadata.json` cannot be read: never deleted, never counted.
     Malformed,
+    /// The deletion guard holds it: this pass would delete more than
+    /// `deletionGuard.threshold` recovery points, or shrink a window by more than
+    /// `deletionGuard.window`, and no acknowledgement covers it yet.
+    DeletionGuard,
     // --- status ---
+    /// Kept outside the point-in-time window (`pointInTime.window`): it restores to its
+    /// own point, with no binlogs after it.
+    Standalone,
     /// Committed but not restorable: a payload object it records is missing or has another
     /// size, or its chain is incomplete. It counts for no rule and is kept or collected like
     /// a failed attempt; shown beside the reasons for what happens to it.
@@ -86,7 +96,8 @@ pub enum Reason {
 pub enum ReasonKind {
     Keep,
     Delete,
-    /// Says what the backup is, whatever happens to it ([`Reason::Broken`]).
+    /// Says what the backup is, whatever happens to it ([`Reason::Broken`],
+    /// [`Reason::Standalone`]).
     Status,
 }
 
@@ -100,7 +111,7 @@ impl Reason {
             | Reason::InterruptedDelete
             | Reason::Consolidated(_)
             | Reason::DeletionRequested => ReasonKind::Delete,
-            Reason::Broken => ReasonKind::Status,
+            Reason::Broken | Reason::Standalone => ReasonKind::Status,
             _ => ReasonKind::Keep,
         }
     }
@@ -115,6 +126,7 @@ impl Reason {
             self,
             Reason::Window
                 | Reason::CoverWindow
+                | Reason::PointInTime
                 | Reason::KeepLast
                 | Reason::Daily(_)
                 | Reason::Weekly(_)
@@ -131,6 +143,7 @@ impl fmt::Display for Reason {
         match self {
             Reason::Window => f.write_str("window"),
             Reason::CoverWindow => f.write_str("coverWindow"),
+            Reason::PointInTime => f.write_str("pointInTime"),
             Reason::KeepLast => f.write_str("keepLast"),
             Reason::Daily(k) => write!(f, "daily:{k}"),
             Reason::Weekly(k) => write!(f, "weekly:{k}"),
@@ -158,6 +171,8 @@ impl fmt::Display for Reason {
             Reason::DeletionRequested => f.write_str("deletionRequested"),
             Reason::Malformed => f.write_str("malformed"),
             Reason::Broken => f.write_str("broken"),
+            Reason::Standalone => f.write_str("standalone"),
+            Reason::DeletionGuard => f.write_str("deletionGuard"),
         }
     }
 }

@@ -90,7 +90,7 @@ pub enum RestoreRefusal {
     )]
     OutsideWindow {
         target: Timestamp,
-        window: RecoveryWindow,
+        window: Box<RecoveryWindow>,
     },
     #[error(
         "{target} falls in a gap of the recovery window: nothing restores between {} and {} (window {} … {}){}",
@@ -99,7 +99,7 @@ pub enum RestoreRefusal {
     InGap {
         target: Timestamp,
         gap: Interval,
-        window: RecoveryWindow,
+        window: Box<RecoveryWindow>,
         /// Transactions missing from the archive at a switch of timelines in the gap.
         missing: Box<[GtidRun]>,
     },
@@ -227,7 +227,10 @@ pub fn choose_restore(
             })
     };
     if target < window.from || target > window.to {
-        return Err(offset_elsewhere().unwrap_or(RestoreRefusal::OutsideWindow { target, window }));
+        return Err(offset_elsewhere().unwrap_or(RestoreRefusal::OutsideWindow {
+            target,
+            window: Box::new(window),
+        }));
     }
     if let Some(gap) = window
         .gaps
@@ -248,7 +251,7 @@ pub fn choose_restore(
         return Err(offset_elsewhere().unwrap_or(RestoreRefusal::InGap {
             target,
             gap,
-            window,
+            window: Box::new(window),
             missing,
         }));
     }
@@ -267,7 +270,7 @@ pub fn choose_restore(
         })
         .ok_or_else(|| RestoreRefusal::OutsideWindow {
             target,
-            window: window.clone(),
+            window: Box::new(window.clone()),
         })?;
     let mut chain = Vec::new();
     let mut cur = Some(chosen);

@@ -248,6 +248,7 @@ fn policy() -> impl Strategy<Value = PolicyInput> {
         prop::option::of(0u32..30),
         (any::<bool>(), any::<bool>()),
         prop::option::weighted(0.3, 0i64..8),
+        prop::option::weighted(0.35, 1u32..60),
         prop::sample::select(vec![
             "UTC",
             "Europe/Paris",
@@ -256,7 +257,7 @@ fn policy() -> impl Strategy<Value = PolicyInput> {
         ]),
     )
         .prop_map(
-            |(w, last, d, wk, m, y, ft, (cover, consolidate), cap, tz)| PolicyInput {
+            |(w, last, d, wk, m, y, ft, (cover, consolidate), cap, pitr, tz)| PolicyInput {
                 window: w.map(|n| format!("{n}d")),
                 keep_last: last,
                 keep_daily: d,
@@ -270,6 +271,10 @@ fn policy() -> impl Strategy<Value = PolicyInput> {
                 // Not the planner's: the engine checks the newest backup before executing.
                 require_verified: None,
                 time_zone: Some(tz.to_owned()),
+                point_in_time_window: pitr.map(|n| format!("{n}d")),
+                // Not the planner's: the engine holds a tripped pass.
+                deletion_guard_threshold: None,
+                deletion_guard_window: None,
             },
         )
 }
@@ -426,13 +431,43 @@ impl<'a> Model<'a> {
         false
     }
 
-    /// Start of the oldest retained committed backup (restorable or not) or malformed one.
+    /// `now − pointInTime.window`.
+    /// (With coverWindow too, the earlier of the two starts.)
+    fn pitr_start(&self) -> Option<Timestamp> {
+        let start = self.policy.point_in_time_window?.before(self.now);
+        Some(
+            match self.policy.window.filter(|_| self.policy.cover_window) {
+                Some(w) => start.min(w.before(self.now)),
+                None => start,
+            },
+        )
+    }
+
+    /// The backup the point-in-time window replays from: the newest ranked one restoring
+    /// at or before its start.
+    fn pitr_cover(&self) -> Option<&'a Backup> {
+        let start = self.pitr_start()?;
+        self.ranked()
+            .into_iter()
+            .find(|b| b.restore_point() <= start)
+    }
+
+    /// Whether binlogs after `b` are kept for it: without a point-in-time window, every
+    /// backup; with one, those from its cover on, and any a restore replays from.
+    fn replays(&self, b: &Backup) -> bool {
+        self.pitr_cover()
+            .is_none_or(|c| b.restore_point() >= c.restore_point() || !b.held_for.is_empty())
+    }
+
+    /// Start of the oldest retained committed backup (restorable or not) or malformed one
+    /// that replays.
     fn horizon(&self, deleted: &HashSet<&str>) -> Option<Timestamp> {
         self.inv
             .backups
             .iter()
             .filter(|b| !deleted.contains(b.id.as_str()))
             .filter(|b| b.phase == Phase::Completed || b.phase == Phase::Malformed)
+            .filter(|b| self.replays(b))
             .map(|b| b.started_at)
             .min()
     }
@@ -447,7 +482,7 @@ impl<'a> Model<'a> {
         let mut files = HashSet::new();
         let mut sequences = HashSet::new();
         for b in &self.inv.backups {
-            if deleted.contains(b.id.as_str()) || !self.restorable(b) {
+            if deleted.contains(b.id.as_str()) || !self.restorable(b) || !self.replays(b) {
                 continue;
             }
             files.extend(b.log_file.clone());
@@ -570,12 +605,14 @@ fn probes(inv: &Inventory, intervals: &[(Timestamp, Timestamp)]) -> Vec<Timestam
 }
 
 /// Safety 3: an instant that was restorable by replay before the pass, after the oldest
-/// retained restore point and up to the last restorable instant, is restorable after it.
-/// Returns the first instant lost.
+/// retained restore point (after `floor` instead, the start of a point-in-time window) and
+/// up to the last restorable instant, is restorable after it. Returns the first instant
+/// lost.
 fn lost_instant(
     before: &[(Timestamp, Timestamp)],
     after: &[(Timestamp, Timestamp)],
     probes: &[Timestamp],
+    floor: Option<Timestamp>,
 ) -> Option<Timestamp> {
     let t_end = before
         .iter()
@@ -583,6 +620,8 @@ fn lost_instant(
         .map(|(_, b)| *b)
         .max()?;
     let t0 = after.iter().map(|(a, _)| *a).min()?;
+    // (A point-in-time window promises its instants even before the oldest retained point.)
+    let t0 = floor.unwrap_or(t0);
     probes.iter().copied().find(|&t| {
         t > t0
             && t <= t_end
@@ -819,7 +858,7 @@ fn check_safety(m: &Model, p: &Plan) -> Result<(), TestCaseError> {
     let before = m.intervals(&all, &all_segments);
     let after = m.intervals(&after_backups, &after_segments);
     let probes = probes(inv, &before);
-    if let Some(t) = lost_instant(&before, &after, &probes) {
+    if let Some(t) = lost_instant(&before, &after, &probes, m.pitr_start()) {
         prop_assert!(
             false,
             "instant {t} lost; after {:?}; decisions {:?}",
@@ -827,12 +866,23 @@ fn check_safety(m: &Model, p: &Plan) -> Result<(), TestCaseError> {
             dump(p)
         );
     }
+    // Every kept backup restores to its own point, binlogs or not.
+    for b in after_backups.iter().filter(|b| m.restorable(b)) {
+        prop_assert!(
+            covered(&after, b.restore_point()),
+            "{} kept but its own point is lost; {:?}",
+            b.id,
+            dump(p)
+        );
+    }
     // With coverWindow, every restorable instant of [now - window, now] stays restorable
     // (but a backup deleted by its own expired `ttl`, or marked for deletion, takes its
-    // restore point with it).
-    if m.policy.cover_window
-        && let Some(w) = m.policy.window
-    {
+    // restore point with it); with pointInTime.window, every one of [now - it, now].
+    let promised = [
+        m.policy.window.filter(|_| m.policy.cover_window),
+        m.policy.point_in_time_window,
+    ];
+    for w in promised.into_iter().flatten() {
         // (A replaced backup shares its synthetic full's TTL: its own counts here.)
         let others: Vec<&Backup> = all
             .iter()
@@ -974,6 +1024,24 @@ fn check_liveness(m: &Model, p: &Plan) -> Result<(), TestCaseError> {
                 }
                 Reason::Floor => floor.is_some_and(|f| f.id == b.id),
                 Reason::CoverWindow => cover.is_some_and(|c| c.id == b.id),
+                Reason::PointInTime => policy.point_in_time_window.is_some_and(|w| {
+                    ranked
+                        .iter()
+                        .find(|x| x.restore_point() <= w.before(now))
+                        .is_some_and(|c| c.id == b.id)
+                }),
+                // Kept before the backup the point-in-time window replays from, with no
+                // restore replaying from it.
+                Reason::Standalone => {
+                    m.restorable(b)
+                        && d.action != Action::Delete
+                        && !d
+                            .reasons
+                            .iter()
+                            .any(|r| matches!(r, Reason::ConsolidateInto(_)))
+                        && !m.replays(b)
+                }
+                Reason::DeletionGuard => false,
                 // A kept child pins its ancestors, unless it is a failed attempt or kept
                 // only as one — and then still when a descendant needs it.
                 Reason::Chain(child) => children.get(b.id.as_str()).is_some_and(|cs| {
@@ -1057,7 +1125,11 @@ fn check_liveness(m: &Model, p: &Plan) -> Result<(), TestCaseError> {
                         .filter(|s| !gone.contains(&(s.sequence, s.name.as_str())))
                         .collect();
                     let after = m.intervals(&without, &segs);
-                    lost_instant(&before, &after, &probes).is_some()
+                    lost_instant(&before, &after, &probes, m.pitr_start()).is_some()
+                        // Under a point-in-time window, its own point inside it.
+                        || m.pitr_start().is_some_and(|s| {
+                            b.restore_point() >= s && !covered(&after, b.restore_point())
+                        })
                 }
                 Reason::Broken => b.phase == Phase::Completed && !m.restorable(b),
                 // Delete reasons are checked by the action above.
@@ -1187,7 +1259,7 @@ fn check_consolidation(m: &Model, p: &Plan) -> Result<(), TestCaseError> {
     let after = m.intervals(&after_backups, &segs);
     let next_refs: Vec<&Backup> = next.backups.iter().collect();
     let consolidated = next_model.intervals(&next_refs, &segs);
-    if let Some(t) = lost_instant(&after, &consolidated, &probes(inv, &after)) {
+    if let Some(t) = lost_instant(&after, &consolidated, &probes(inv, &after), m.pitr_start()) {
         prop_assert!(false, "consolidation loses {t}: {:?}", dump(p));
     }
     // The pass after a crash between the commits and the deletions: the replaced targets

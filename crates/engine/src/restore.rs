@@ -357,6 +357,7 @@ mod tests {
                 from: target,
                 to: target,
                 gaps: Vec::new(),
+                point_in_time_from: target,
             },
         }
     }

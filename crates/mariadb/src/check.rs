@@ -237,7 +237,7 @@ async fn recovery_window(
     {
         Err(RestoreError::Refused(tidemark_core::RestoreRefusal::OutsideWindow {
             window, ..
-        })) => Ok(window),
+        })) => Ok(*window),
         Err(e) => Err(e),
         Ok(plan) => Ok(plan.recovery_window),
     }
@@ -610,6 +610,7 @@ mod tests {
         let t = |s: &str| s.parse::<jiff::Timestamp>().unwrap();
         let window = tidemark_core::plan::RecoveryWindow {
             from: t("2026-11-25T10:00:00.5Z"),
+            point_in_time_from: t("2026-11-25T10:00:00.5Z"),
             to: t("2026-11-25T10:00:09Z"),
             gaps: vec![tidemark_core::Interval {
                 from: t("2026-11-25T10:00:03Z"),

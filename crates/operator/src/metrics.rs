@@ -77,6 +77,10 @@ pub struct Metrics {
     pub backups_kept: Family<PolicyLabels, Gauge>,
     /// `spec.retention.window`: how far back the policy promises to restore.
     pub recovery_window_promised: Family<PolicyLabels, Gauge>,
+    /// Where the stretch restorable at every instant starts (with `pointInTime.window`,
+    /// after the snapshots kept longer), and that window's promise.
+    pub point_in_time_start: Family<PolicyLabels, Gauge>,
+    pub point_in_time_promised: Family<PolicyLabels, Gauge>,
     pub last_successful_backup: Family<PolicyLabels, Gauge>,
     /// Backups that ended, by policy and result.
     pub backups: Family<PassLabels, Counter>,
@@ -189,6 +193,16 @@ impl Metrics {
             "recovery_window_promised_seconds",
             "The policy's retention window: how far back it promises to restore",
             self.recovery_window_promised.clone(),
+        );
+        r.register(
+            "point_in_time_window_start_timestamp_seconds",
+            "The first instant from which every instant restores, after the last pass",
+            self.point_in_time_start.clone(),
+        );
+        r.register(
+            "point_in_time_window_promised_seconds",
+            "The policy's retention.pointInTime.window (0 without one)",
+            self.point_in_time_promised.clone(),
         );
         r.register(
             "last_successful_backup_timestamp_seconds",
@@ -492,6 +506,8 @@ impl Metrics {
             &self.recovery_window_end,
             &self.recovery_window_gaps,
             &self.recovery_window_promised,
+            &self.point_in_time_start,
+            &self.point_in_time_promised,
             &self.store_bytes,
             &self.backups_kept,
             &self.last_successful_backup,

@@ -1148,6 +1148,7 @@ mod tests {
                 from: "2026-11-27T00:10:00Z".parse().unwrap(),
                 to: "2026-11-27T02:00:00Z".parse().unwrap(),
                 gaps: Vec::new(),
+                point_in_time_from: "2026-11-27T00:10:00Z".parse().unwrap(),
             },
         }
     }

@@ -111,6 +111,8 @@ fn exposition(text: bool) -> String {
         &m.recovery_window_end,
         &m.recovery_window_gaps,
         &m.recovery_window_promised,
+        &m.point_in_time_start,
+        &m.point_in_time_promised,
         &m.store_bytes,
         &m.backups_kept,
         &m.last_successful_backup,

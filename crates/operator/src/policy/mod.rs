@@ -702,6 +702,15 @@ async fn run_steps(
     m.recovery_window_gaps
         .get_or_create(&labels)
         .set(window.map_or(0, |w| i64::try_from(w.gaps.len()).unwrap_or(i64::MAX)));
+    m.point_in_time_start
+        .get_or_create(&labels)
+        .set(window.map_or(0, |w| w.point_in_time_from.as_second()));
+    m.point_in_time_promised.get_or_create(&labels).set(
+        valid
+            .rules
+            .point_in_time_window
+            .map_or(0, |w| w.as_signed_duration().as_secs()),
+    );
     m.store_bytes
         .get_or_create(&labels)
         .set(i64::try_from(summary.bytes_stored).unwrap_or(i64::MAX));

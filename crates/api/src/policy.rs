@@ -329,7 +329,28 @@ pub const ACKNOWLEDGE_BRANCHES_ANNOTATION: &str = "tidemark.io/acknowledge-branc
 pub fn branches_acknowledged(
     annotations: &std::collections::BTreeMap<String, String>,
 ) -> Result<Option<jiff::Timestamp>, String> {
-    let key = ACKNOWLEDGE_BRANCHES_ANNOTATION;
+    instant_annotation(annotations, ACKNOWLEDGE_BRANCHES_ANNOTATION)
+}
+
+/// The acknowledgement of mass deletions (DESIGN.md §5.5): the deletion guard releases the
+/// deletions it first held at or before this instant, and no later wave. Read by the
+/// operator and `plan|gc --policy` (beside `--allow-mass-deletion`).
+pub const ALLOW_DELETIONS_BEFORE_ANNOTATION: &str = "tidemark.io/allow-deletions-before";
+
+/// The instant [`ALLOW_DELETIONS_BEFORE_ANNOTATION`] gives in `annotations`, if any.
+///
+/// # Errors
+/// Not an RFC 3339 instant (the value cut, the accepted form).
+pub fn deletions_allowed_before(
+    annotations: &std::collections::BTreeMap<String, String>,
+) -> Result<Option<jiff::Timestamp>, String> {
+    instant_annotation(annotations, ALLOW_DELETIONS_BEFORE_ANNOTATION)
+}
+
+fn instant_annotation(
+    annotations: &std::collections::BTreeMap<String, String>,
+    key: &str,
+) -> Result<Option<jiff::Timestamp>, String> {
     annotations
         .get(key)
         .map(|at| {

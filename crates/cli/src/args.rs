@@ -1023,6 +1023,11 @@ pub struct PassArgs {
     /// of --store/--cluster/--policy and the policy flags.
     #[arg(value_name = "POLICY", conflicts_with_all = ["store", "cluster", "policy"])]
     pub cluster_policy: Option<String>,
+    /// Acknowledge mass deletions: the deletion guard releases the deletions it first held
+    /// at or before TIME (RFC 3339; the held pass prints it), and holds any later wave.
+    /// Default: the policy's tidemark.io/allow-deletions-before annotation.
+    #[arg(long, value_name = "TIME")]
+    pub allow_mass_deletion: Option<String>,
     #[command(flatten)]
     pub kube: KubeArgs,
     #[command(flatten)]

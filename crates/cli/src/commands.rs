@@ -395,6 +395,39 @@ async fn find_and_delete(
     Ok((name, delete_requested(fence, &request).await?))
 }
 
+/// The deletion guard's hold in one line, with the acknowledgement that releases it
+/// (`None`: nothing held).
+fn guard_line(
+    v: &tidemark_core::guard::Verdict,
+    gc: bool,
+    started_at: Timestamp,
+) -> Option<String> {
+    if !v.holds() {
+        return None;
+    }
+    let why: Vec<String> = v.trips.iter().map(ToString::to_string).collect();
+    let mut s = format!(
+        "the deletion guard {} {} backup deletion(s){}: {}.",
+        if gc { "held" } else { "would hold" },
+        v.held.len(),
+        if v.hold_segments {
+            " and every binlog segment deletion"
+        } else {
+            ""
+        },
+        why.join("; ")
+    );
+    // A plan records nothing: only an instant a gc recorded releases anything.
+    if let Some(at) = v.release_with.filter(|&at| gc || at < started_at) {
+        s.push_str(&format!(
+            " If that is what you want, acknowledge with `tidemark gc --allow-mass-deletion {at}` (or the policy's annotation tidemark.io/allow-deletions-before: \"{at}\"): it releases these deletions only, not a later wave"
+        ));
+    } else {
+        s.push_str(" `tidemark gc` holds them and records since when, and prints the acknowledgement that releases them");
+    }
+    Some(s)
+}
+
 /// What `gc` adds to a `plan`.
 struct GcOptions<'a> {
     compress: &'a crate::args::CompressArgs,
@@ -472,6 +505,18 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
             .transpose()?,
     };
     let policy = resolve::policy(&args.policy, file.as_ref())?;
+    let allow_deletions_before = match &args.allow_mass_deletion {
+        Some(at) => Some(at.parse::<Timestamp>().map_err(|_| {
+            CliError::input(format!(
+                "invalid --allow-mass-deletion {at:?}: expected an RFC 3339 instant, e.g. 2026-11-29T12:00:00Z (the held pass prints the one to give)"
+            ))
+        })?),
+        None => match &file {
+            Some(f) => tidemark_api::policy::deletions_allowed_before(&f.metadata.annotations)
+                .map_err(CliError::input)?,
+            None => None,
+        },
+    };
     let (mut target, cluster_holds, cluster_restores) = match in_cluster {
         Some(c) => (
             resolve::Target {
@@ -522,6 +567,7 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
                 recorded_hooks(g.hook)
             }),
         override_primary_gate: gc.as_ref().is_some_and(|g| g.override_primary_gate),
+        allow_deletions_before,
     };
     let consolidator = LocalConsolidator {
         tools: Default::default(),
@@ -590,6 +636,7 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
                 message: g.message,
             })
         });
+    out.deletion_guard = outcome.guard.clone();
     if json {
         emit_as(args.output, &out)?;
     } else {
@@ -598,6 +645,9 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
             &policy.policy,
             args.output == OutputFormat::Wide,
         ))?;
+    }
+    if let Some(line) = guard_line(&outcome.guard, gc.is_some(), started_at) {
+        eprintln!("warning: {line}");
     }
 
     let malformed = survey.catalog.malformed.len();

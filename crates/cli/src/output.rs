@@ -188,6 +188,8 @@ pub struct PlanOut {
     /// What gc did (absent for plan).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub executed: Option<ExecutionReport>,
+    /// The deletion guard's judgement (DESIGN.md §5.5): what it holds and why.
+    pub deletion_guard: tidemark_core::guard::Verdict,
 }
 
 /// Seed 000's gate, closed, as the store records it.
@@ -310,6 +312,7 @@ impl PlanOut {
             expired: survey.catalog.expired.clone(),
             lifecycle: None,
             no_primary: None,
+            deletion_guard: Default::default(),
             executed,
         }
     }

@@ -1135,6 +1135,9 @@ fn gc_and_delete_run_the_hooks_they_are_given_right_before_the_data_goes() {
             keep,
             "--output",
             "json",
+            // Most of the example store goes: not what this test is about.
+            "--deletion-guard-threshold",
+            "0",
         ];
         args.extend_from_slice(extra);
         args.extend_from_slice(&allow_loopback);
@@ -1348,6 +1351,9 @@ fn gc_deletes_nothing_while_the_store_records_no_established_primary() {
             NOW,
             "--keep-last",
             "3",
+            // Most of the example store goes: not what this test is about.
+            "--deletion-guard-threshold",
+            "0",
         ];
         args.extend_from_slice(extra);
         run(&args)
@@ -2016,4 +2022,141 @@ fn a_point_in_time_window_keeps_binlogs_for_its_span_only() {
     let w = json(&o)["recoveryWindow"].clone();
     assert_eq!(w["gaps"].as_array().unwrap().len(), 2, "{w}");
     assert_eq!(w["pointInTimeFrom"], w["from"], "{w}");
+}
+
+/// The deletion guard (issue 45 §3) through the real binary: a policy edit that would
+/// delete most of the history is held — nothing deleted, not even binlogs — until
+/// acknowledged with an instant at or after the hold; that acknowledgement does not release
+/// the next wave. A listing that suddenly shows most backups gone deletes nothing either.
+#[test]
+fn a_mass_deletion_is_held_until_acknowledged_and_the_next_wave_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().display());
+    let store = tidemark_store::ClusterStore::open(&url, "db", &Default::default()).unwrap();
+    let start: jiff::Timestamp = "2026-09-25T02:00:00Z".parse().unwrap();
+    let nightly = |from: i64, n: i64| -> Vec<SynthBackup> {
+        (from..from + n)
+            .map(|d| {
+                SynthBackup::full(
+                    "nightly",
+                    start + SignedDuration::from_hours(24 * d),
+                    d as u32,
+                )
+            })
+            .collect()
+    };
+    let segments = synth::segments("mysql-bin", 1, 30 * 4, start, SignedDuration::from_hours(6));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        synth::write_backups(&store, &nightly(0, 30)).await.unwrap();
+        synth::write_segments(&store, &segments).await.unwrap();
+        synth::write_index(&store, &segments).await.unwrap();
+    });
+    let count = |prefix: &str| {
+        rt.block_on(synth::all_keys(&store))
+            .unwrap()
+            .iter()
+            .filter(|k| k.starts_with(prefix) || k.ends_with(prefix))
+            .count()
+    };
+    let gc = |keep: &str, now: &str, ack: Option<&str>| {
+        let mut args = vec![
+            "gc",
+            "--store",
+            &url,
+            "--cluster",
+            "db",
+            "--keep-last",
+            keep,
+            "--now",
+            now,
+            "-o",
+            "json",
+        ];
+        if let Some(a) = ack {
+            args.extend(["--allow-mass-deletion", a]);
+        }
+        let o = run(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        (json(&o), stderr(&o))
+    };
+    let now = "2026-10-25T12:00:00Z";
+    // The policy as it was: nothing to delete.
+    let (v, _) = gc("30", now, None);
+    assert_eq!(v["deletionGuard"]["held"], serde_json::json!({}));
+    // The edit: 27 of 30 would go. Held, binlogs too.
+    let (v, err) = gc("3", now, None);
+    let g = &v["deletionGuard"];
+    assert_eq!(g["held"].as_object().unwrap().len(), 27, "{g}");
+    assert_eq!(g["trips"][0]["kind"], "count", "{g}");
+    assert_eq!(g["holdSegments"], true);
+    assert_eq!(count("metadata.json"), 30);
+    assert_eq!(count("binlogs/mysql-bin."), segments.len());
+    let held = v["backups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["reasons"] == serde_json::json!(["deletionGuard"]))
+        .count();
+    assert_eq!(held, 27);
+    let since = g["releaseWith"].as_str().unwrap().to_owned();
+    assert!(
+        err.contains(&format!("--allow-mass-deletion {since}")),
+        "{err}"
+    );
+    // An acknowledgement from before the hold releases nothing …
+    let before: jiff::Timestamp = since.parse().unwrap();
+    let early = (before - SignedDuration::from_secs(1)).to_string();
+    let (v, _) = gc("3", now, Some(&early));
+    assert_eq!(v["deletionGuard"]["held"].as_object().unwrap().len(), 27);
+    assert_eq!(count("metadata.json"), 30);
+    // … the instant it printed releases the wave.
+    let (v, _) = gc("3", now, Some(&since));
+    assert_eq!(v["deletionGuard"]["released"].as_array().unwrap().len(), 27);
+    assert_eq!(count("metadata.json"), 3);
+    assert!(count("binlogs/mysql-bin.") < segments.len());
+    // A new wave after it: 30 more nights, then keepLast 3 again with the old
+    // acknowledgement still given — held.
+    rt.block_on(synth::write_backups(&store, &nightly(30, 30)))
+        .unwrap();
+    let later = "2026-11-24T12:00:00Z";
+    let (v, _) = gc("33", later, Some(&since));
+    assert_eq!(v["deletionGuard"]["held"], serde_json::json!({}));
+    let (v, _) = gc("3", later, Some(&since));
+    assert_eq!(
+        v["deletionGuard"]["held"].as_object().unwrap().len(),
+        30,
+        "{}",
+        v["deletionGuard"]
+    );
+    assert_eq!(count("metadata.json"), 33);
+
+    // A listing that suddenly lacks most backups (here: 30 metadata.json gone by hand)
+    // deletes nothing, not a segment, not an index entry.
+    let segs_before = count("binlogs/mysql-bin.");
+    for b in nightly(30, 30) {
+        std::fs::remove_file(
+            dir.path()
+                .join("db")
+                .join(&b.name)
+                .join(&b.id)
+                .join("metadata.json"),
+        )
+        .unwrap();
+    }
+    let (v, _) = gc("33", later, None);
+    let g = &v["deletionGuard"];
+    assert!(
+        g["trips"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["kind"] == "listing"),
+        "{g}"
+    );
+    assert_eq!(g["holdSegments"], true);
+    assert_eq!(count("binlogs/mysql-bin."), segs_before);
 }

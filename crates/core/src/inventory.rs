@@ -135,6 +135,10 @@ pub struct Backup {
     /// kept, with its chain and the binlogs after it, until they have.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub awaiting_copy: Vec<String>,
+    /// The deletion guard holds it (reason `deletionGuard`): a pass planned to delete it in
+    /// a wave no acknowledgement covers yet ([`crate::guard`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub guarded: bool,
 }
 
 /// A hold a restore places on a backup it needs: the backup is kept (reason
@@ -181,6 +185,7 @@ impl Backup {
             galera: false,
             held_for: Vec::new(),
             awaiting_copy: Vec::new(),
+            guarded: false,
         }
     }
 

@@ -778,6 +778,9 @@ fn apply_rules(policy: &Policy, nodes: &mut [Node], now: Timestamp) {
         if b.protected {
             node.reasons.push(Reason::Protected);
         }
+        if b.guarded {
+            node.reasons.push(Reason::DeletionGuard);
+        }
         for by in &b.held_for {
             node.reasons.push(Reason::Restore(by.clone()));
         }
@@ -1092,6 +1095,7 @@ fn consolidations(nodes: &[Node]) -> Vec<(usize, Vec<usize>)> {
                 r,
                 Reason::Locked(_)
                     | Reason::Protected
+                    | Reason::DeletionGuard
                     | Reason::Restore(_)
                     | Reason::Copy(_)
                     | Reason::NewerFormat

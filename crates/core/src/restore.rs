@@ -560,6 +560,7 @@ mod tests {
             galera: false,
             held_for: Vec::new(),
             awaiting_copy: Vec::new(),
+            guarded: false,
         }
     }
 

@@ -185,6 +185,7 @@ fn build_backups(specs: &[Spec], now: Timestamp) -> Vec<Backup> {
             } else {
                 Vec::new()
             },
+            guarded: false,
         });
     }
     // Committed synthetic fulls standing in for some completed increments (seed 002).

@@ -197,6 +197,7 @@ pub fn retention_request(
         hooks: None,
         recorded_hooks: crate::pass::RecordedHooks::Refuse,
         override_primary_gate: false,
+        allow_deletions_before: None,
     }
 }
 

@@ -178,6 +178,10 @@ pub struct PassRequest {
     /// (seed 000's gate, `_state/holds.json`): the operator, which looks at the primary
     /// itself, and `--override-primary-gate`.
     pub override_primary_gate: bool,
+    /// The acknowledgement of mass deletions (`tidemark.io/allow-deletions-before`,
+    /// `gc --allow-mass-deletion`): the deletion guard releases the deletions it first held
+    /// at or before this instant, and no later wave.
+    pub allow_deletions_before: Option<Timestamp>,
 }
 
 /// What a pass saw, planned and did.
@@ -190,6 +194,8 @@ pub struct PassOutcome {
     pub executed: Option<ExecutionReport>,
     /// Malformed `metadata.json` stopped the pass before it deleted anything.
     pub blocked_by_malformed: bool,
+    /// The deletion guard's judgement of the plan (DESIGN.md §5.5): what it holds, and why.
+    pub guard: tidemark_core::guard::Verdict,
 }
 
 /// Makes one retention pass over `store`: a plan, and when `request.execute`, the work it
@@ -269,15 +275,44 @@ pub async fn retention_pass(
                 .iter()
                 .map(tidemark_store::state::CopyRecord::floor)
                 .collect();
-        let options = SurveyOptions {
+        let mut options = SurveyOptions {
             protect: request.protect.clone(),
             restores: request.restores.clone(),
             copies,
+            guarded: HashSet::new(),
         };
-        let seen = survey(store, &request.policy, request.now, &options, progress).await?;
-        Ok::<_, EngineError>((options.copies, seen))
+        let mut seen = survey(store, &request.policy, request.now, &options, progress).await?;
+        // The deletion guard judges the plan; what it holds is planned again as kept
+        // (`deletionGuard`), so the horizon keeps the binlogs they need.
+        let record = tidemark_store::state::load_guard(store).await?;
+        let before = tidemark_core::standing_at(
+            &seen.inventory,
+            tidemark_core::point_in_time_start(&request.policy, request.now),
+        );
+        let verdict = tidemark_core::guard::assess(
+            &request.policy.deletion_guard,
+            &seen.plan,
+            &before.restorable,
+            before.window.as_ref(),
+            &record,
+            request.allow_deletions_before,
+            request.started_at,
+        );
+        if !verdict.held.is_empty() {
+            options.guarded = verdict.held.keys().cloned().collect();
+            seen = survey(store, &request.policy, request.now, &options, progress).await?;
+        }
+        if verdict.hold_segments {
+            hold_segments(&mut seen.plan);
+        }
+        let guard = Guard {
+            verdict,
+            record,
+            restorable_before: before.restorable.len(),
+        };
+        Ok::<_, EngineError>((options, seen, guard))
     };
-    let (copies, seen) = match fence {
+    let (options, seen, guard) = match fence {
         Some(f) => f.guard(looked).await?,
         None => looked.await?,
     };
@@ -286,6 +321,7 @@ pub async fn retention_pass(
             survey: seen,
             executed: None,
             blocked_by_malformed: false,
+            guard: guard.verdict,
         });
     };
     if !seen.catalog.malformed.is_empty() && !request.ignore_malformed {
@@ -293,6 +329,7 @@ pub async fn retention_pass(
             survey: seen,
             executed: None,
             blocked_by_malformed: true,
+            guard: guard.verdict,
         });
     }
     fence
@@ -302,9 +339,23 @@ pub async fn retention_pass(
             consolidator,
             progress,
             seen,
-            copies,
+            options,
+            guard,
         ))
         .await
+}
+
+/// The deletion guard's judgement of a pass, and what it is judged against.
+struct Guard {
+    verdict: tidemark_core::guard::Verdict,
+    record: tidemark_core::guard::GuardRecord,
+    restorable_before: usize,
+}
+
+/// Holds every segment deletion and index change of `plan` (the deletion guard).
+fn hold_segments(plan: &mut tidemark_core::Plan) {
+    plan.segments.delete.clear();
+    plan.segments.drop_from_index.clear();
 }
 
 /// The executing half of [`retention_pass`], under its fence.
@@ -314,13 +365,10 @@ async fn carry_out(
     consolidator: Option<&dyn Consolidator>,
     progress: &dyn Progress,
     mut seen: Survey,
-    copies: Vec<tidemark_core::copies::CopyFloor>,
+    options: SurveyOptions,
+    guard: Guard,
 ) -> Result<PassOutcome, EngineError> {
-    let options = SurveyOptions {
-        protect: request.protect.clone(),
-        restores: request.restores.clone(),
-        copies: copies.clone(),
-    };
+    let copies = options.copies.clone();
 
     // DeleteHooks this deleter cannot run: refused before any work (consolidation
     // included) on what the plan deletes or merges. The store's record of the operator's
@@ -415,6 +463,7 @@ async fn carry_out(
                     protect: protect.clone(),
                     restores: restores.clone(),
                     copies: copies.clone(),
+                    guarded: options.guarded.clone(),
                 };
                 seen = survey(store, &request.policy, request.now, &options, progress).await?;
                 break;
@@ -432,6 +481,7 @@ async fn carry_out(
                 protect: protect.clone(),
                 restores: restores.clone(),
                 copies: copies.clone(),
+                guarded: options.guarded.clone(),
             };
             seen = survey(store, &request.policy, request.now, &options, progress).await?;
         }
@@ -464,6 +514,27 @@ async fn carry_out(
     if request.policy.require_verified {
         newest_reads_back(store, &seen, request.started_at, progress).await?;
     }
+    // The guard's record, before anything goes: what it holds and since when, and what
+    // this pass leaves (a pass cut short leaves more, which the next one does not mind).
+    if guard.verdict.hold_segments {
+        hold_segments(&mut seen.plan);
+    }
+    let restorable_deleted = seen
+        .plan
+        .deletions()
+        .filter(|d| {
+            d.backup.phase == tidemark_core::Phase::Completed
+                && !d.reasons.contains(&tidemark_core::Reason::Broken)
+        })
+        .count();
+    let record = guard.verdict.record(
+        request.started_at,
+        guard.restorable_before.saturating_sub(restorable_deleted),
+        &guard.record,
+    );
+    if record != guard.record {
+        tidemark_store::state::save_guard(store, &record).await?;
+    }
     let mut report = execute(store, &seen, &exec, progress).await?;
     for d in seen.plan.deletions() {
         if report.backups_deleted.contains(&d.backup.id) {
@@ -481,6 +552,7 @@ async fn carry_out(
         survey: seen,
         executed: Some(report),
         blocked_by_malformed: false,
+        guard: guard.verdict,
     })
 }
 
@@ -822,6 +894,7 @@ mod tests {
             hooks: None,
             recorded_hooks: RecordedHooks::RunByCaller,
             override_primary_gate: false,
+            allow_deletions_before: None,
         }
     }
 

@@ -840,6 +840,7 @@ async fn retention(ctx: &Ctx, r: &RetentionRun, now: Timestamp) -> Result<(), En
         ignore_malformed: false,
         recorded_hooks: crate::pass::RecordedHooks::RunByCaller,
         override_primary_gate: false,
+        allow_deletions_before: None,
     };
     unattended_pass(
         &ctx.store,

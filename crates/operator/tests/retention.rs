@@ -235,6 +235,7 @@ async fn retention_pass_through_the_operator() {
         hooks: None,
         recorded_hooks: tidemark_engine::RecordedHooks::RunByCaller,
         override_primary_gate: false,
+        allow_deletions_before: None,
     };
     let outcome = tidemark_engine::retention_pass(
         &store,

@@ -1044,6 +1044,7 @@ fn backup_from_metadata(m: &Metadata, name: &str, last_modified: Timestamp, size
         galera: m.server.as_ref().is_some_and(|s| s.galera),
         held_for: Vec::new(),
         awaiting_copy: Vec::new(),
+        guarded: false,
     }
 }
 

@@ -801,6 +801,70 @@ impl StoredHolds {
     }
 }
 
+fn guard_key() -> Path {
+    Path::from_iter([layout::STATE, "guard.json"])
+}
+
+/// The deletion guard's memory between passes (`_state/guard.json`, issue 45 §3): which
+/// deletions it holds and since when, and what the last pass left.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredGuard {
+    pub format_version: u32,
+    pub written_at: Timestamp,
+    #[serde(flatten)]
+    pub record: tidemark_core::guard::GuardRecord,
+    #[serde(flatten, skip_deserializing)]
+    pub extra: RawFields,
+}
+
+impl Record for StoredGuard {
+    const KNOWN: &'static [&'static str] = &[
+        "formatVersion",
+        "writtenAt",
+        "held",
+        "segmentsHeldSince",
+        "listingShortSince",
+        "last",
+    ];
+    fn extra_mut(&mut self) -> &mut RawFields {
+        &mut self.extra
+    }
+}
+
+/// Reads the deletion guard's record (empty when none was written).
+///
+/// # Errors
+/// A failed request; a malformed or too large record (a pass then stops: it cannot tell
+/// what the guard holds).
+pub async fn load_guard(
+    store: &ClusterStore,
+) -> Result<tidemark_core::guard::GuardRecord, StoreError> {
+    Ok(
+        load_record::<StoredGuard>(store, &guard_key(), MAX_RUN_STATE)
+            .await?
+            .map(|s| s.record)
+            .unwrap_or_default(),
+    )
+}
+
+/// Records the deletion guard's `record`. Call under the store's lease.
+///
+/// # Errors
+/// A failed request.
+pub async fn save_guard(
+    store: &ClusterStore,
+    record: &tidemark_core::guard::GuardRecord,
+) -> Result<(), StoreError> {
+    let stored = StoredGuard {
+        format_version: STATE_FORMAT_VERSION,
+        written_at: Timestamp::now(),
+        record: record.clone(),
+        extra: RawFields::default(),
+    };
+    save_record(store, &guard_key(), "_state/guard.json", &stored).await
+}
+
 fn holds_key() -> Path {
     Path::from_iter([layout::STATE, "holds.json"])
 }
@@ -997,6 +1061,20 @@ mod archiver_tests {
                 since: t,
                 message: "no pod".into(),
             }),
+            extra: RawFields::default(),
+        });
+        rawfields::assert_known(&StoredGuard {
+            format_version: 1,
+            written_at: t,
+            record: tidemark_core::guard::GuardRecord {
+                held: [("20261120T020000Z-00000001".to_owned(), t)].into(),
+                segments_held_since: Some(t),
+                listing_short_since: Some(t),
+                last: Some(tidemark_core::guard::LastPass {
+                    at: t,
+                    restorable: 3,
+                }),
+            },
             extra: RawFields::default(),
         });
         rawfields::assert_known(&StoredHooks {

@@ -20,6 +20,8 @@ pub struct SurveyOptions {
     /// How far each copy of the store has come (`_state/copies/`): what a copy has not
     /// dealt with yet is kept (`copy:<name>`).
     pub copies: Vec<tidemark_core::copies::CopyFloor>,
+    /// Backup-ids the deletion guard holds (`deletionGuard`).
+    pub guarded: HashSet<String>,
 }
 
 /// What a pass saw and what it plans.
@@ -71,6 +73,9 @@ pub async fn survey(
     for b in &mut catalog.backups {
         if options.protect.contains(&b.backup.id) {
             b.backup.protected = true;
+        }
+        if options.guarded.contains(&b.backup.id) {
+            b.backup.guarded = true;
         }
         b.backup.held_for = options
             .restores

@@ -309,6 +309,8 @@ pub(crate) struct Validated {
     pub interval: SignedDuration,
     /// `spec.source.primaryReadyFor`, when the policy has a source.
     pub primary_ready_for: Option<SignedDuration>,
+    /// `tidemark.io/allow-deletions-before`: the deletion guard's acknowledgement.
+    pub deletions_allowed_before: Option<Timestamp>,
 }
 
 /// Step 1 (pure): `policy`'s name and spec, with its `retention`, into the rules and
@@ -339,11 +341,15 @@ pub(crate) fn validate(
         .map_err(|e| StepError::Validate(format!("spec.retention: {e}")))?;
     rules.branches_acknowledged = tidemark_api::policy::branches_acknowledged(policy.annotations())
         .map_err(StepError::Validate)?;
+    let deletions_allowed_before =
+        tidemark_api::policy::deletions_allowed_before(policy.annotations())
+            .map_err(StepError::Validate)?;
     Ok(Validated {
         rules,
         as_given: serde_json::to_value(retention).unwrap_or_default(),
         interval,
         primary_ready_for,
+        deletions_allowed_before,
     })
 }
 
@@ -505,6 +511,7 @@ pub(crate) fn build(
         override_primary_gate: valid.primary_ready_for.is_some(),
         hooks,
         recorded_hooks: tidemark_engine::RecordedHooks::RunByCaller,
+        allow_deletions_before: valid.deletions_allowed_before,
     }
 }
 

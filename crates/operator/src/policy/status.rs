@@ -373,6 +373,7 @@ mod status_tests {
             hooks: None,
             recorded_hooks: tidemark_engine::RecordedHooks::RunByCaller,
             override_primary_gate: false,
+            allow_deletions_before: None,
         };
         let mut o = tidemark_engine::retention_pass(
             &store,

@@ -1,0 +1,428 @@
+//! The breaker on mass deletion (DESIGN.md §5.5, issue 45 §3): a pure judgement of one
+//! plan against what the store held before it and what the last pass left, with the
+//! acknowledgements given. The caller keeps [`GuardRecord`] between passes (the store's
+//! `_state/guard.json`), plans again with the held backups marked `guarded`, and holds the
+//! segment deletions when [`Verdict::hold_segments`] says so.
+
+use std::collections::{BTreeMap, HashSet};
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use crate::inventory::BackupId;
+use crate::plan::{Action, Plan, RecoveryWindow};
+use crate::policy::DeletionGuard;
+
+/// What the guard remembers between passes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GuardRecord {
+    /// Each held backup, with when a pass first held it: an acknowledgement at or after
+    /// that instant releases it.
+    #[serde(default)]
+    pub held: BTreeMap<BackupId, Timestamp>,
+    /// Since when segment deletions have been held.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segments_held_since: Option<Timestamp>,
+    /// Since when the listing has shown far fewer recovery points than the last pass left.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listing_short_since: Option<Timestamp>,
+    /// What the last executed pass left.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last: Option<LastPass>,
+}
+
+/// What a pass left in the store, as the next pass compares it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LastPass {
+    pub at: Timestamp,
+    /// Restorable backups after it.
+    pub restorable: usize,
+}
+
+/// Why a pass is held.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum Trip {
+    /// It would delete `deleting` recovery points of `restorable`: more than the threshold
+    /// and more than half.
+    Count {
+        deleting: usize,
+        restorable: usize,
+        threshold: u32,
+    },
+    /// It would move the start of a window (`recovery` or `pointInTime`) later by more
+    /// than `deletionGuard.window`.
+    Window {
+        which: &'static str,
+        before: Timestamp,
+        after: Timestamp,
+        bound: String,
+    },
+    /// The store lists `listed` recovery points where the last pass left `left`: an
+    /// emptied bucket, a wrong prefix or a lagging listing — nothing is deleted on its word.
+    Listing { listed: usize, left: usize },
+}
+
+impl std::fmt::Display for Trip {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Trip::Count {
+                deleting,
+                restorable,
+                threshold,
+            } => write!(
+                f,
+                "it would delete {deleting} of {restorable} restorable backups (more than deletionGuard.threshold {threshold}, and more than half)"
+            ),
+            Trip::Window {
+                which,
+                before,
+                after,
+                bound,
+            } => write!(
+                f,
+                "it would move the start of the {} window from {before} to {after} (more than deletionGuard.window {bound})",
+                if *which == "recovery" {
+                    "recovery"
+                } else {
+                    "point-in-time"
+                }
+            ),
+            Trip::Listing { listed, left } => write!(
+                f,
+                "the store lists {listed} restorable backups where the last pass left {left} (an emptied bucket, a wrong prefix or a lagging listing?)"
+            ),
+        }
+    }
+}
+
+/// The guard's judgement of one plan.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Verdict {
+    /// Why the pass is held (empty: it is not).
+    pub trips: Vec<Trip>,
+    /// Backups held, with when they were first held.
+    pub held: BTreeMap<BackupId, Timestamp>,
+    /// Backups an acknowledgement released.
+    pub released: Vec<BackupId>,
+    /// Hold every segment deletion and index change of the pass.
+    pub hold_segments: bool,
+    /// The acknowledgement given (`tidemark.io/allow-deletions-before`,
+    /// `--allow-mass-deletion`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acknowledged: Option<Timestamp>,
+    /// The instant that releases all of it: the latest `since` held.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub release_with: Option<Timestamp>,
+}
+
+impl Verdict {
+    pub fn holds(&self) -> bool {
+        !self.held.is_empty() || self.hold_segments
+    }
+
+    /// The record to keep after this pass, which leaves `restorable_after` recovery points.
+    pub fn record(
+        &self,
+        now: Timestamp,
+        restorable_after: usize,
+        before: &GuardRecord,
+    ) -> GuardRecord {
+        let listing_short = self.trips.iter().any(|t| matches!(t, Trip::Listing { .. }));
+        GuardRecord {
+            held: self.held.clone(),
+            segments_held_since: self
+                .hold_segments
+                .then(|| before.segments_held_since.unwrap_or(now)),
+            listing_short_since: (listing_short && self.holds())
+                .then(|| before.listing_short_since.unwrap_or(now)),
+            // While the listing is held as short, the last good count stands.
+            last: if listing_short && self.holds() {
+                before.last.clone()
+            } else {
+                Some(LastPass {
+                    at: now,
+                    restorable: restorable_after,
+                })
+            },
+        }
+    }
+}
+
+/// Judges `plan`, made over a store in which `restorable_before` backups were restorable
+/// and whose recovery window was `window_before`, against the guard's `record` and the
+/// acknowledgement `ack` (deletions first held at or before it go ahead).
+pub fn assess(
+    guard: &DeletionGuard,
+    plan: &Plan,
+    restorable_before: &HashSet<BackupId>,
+    window_before: Option<&RecoveryWindow>,
+    record: &GuardRecord,
+    ack: Option<Timestamp>,
+    now: Timestamp,
+) -> Verdict {
+    let deleting: Vec<&BackupId> = plan
+        .backups
+        .iter()
+        .filter(|d| d.action == Action::Delete && restorable_before.contains(&d.backup.id))
+        .map(|d| &d.backup.id)
+        .collect();
+    let mut trips = Vec::new();
+    let threshold = guard.threshold as usize;
+    let more_than_half = |n: usize, of: usize| n * 2 > of;
+    if threshold > 0
+        && deleting.len() > threshold
+        && more_than_half(deleting.len(), restorable_before.len())
+    {
+        trips.push(Trip::Count {
+            deleting: deleting.len(),
+            restorable: restorable_before.len(),
+            threshold: guard.threshold,
+        });
+    }
+    if let (Some(bound), Some(before), Some(after)) =
+        (guard.window, window_before, plan.recovery_window.as_ref())
+    {
+        for (which, b, a) in [
+            ("recovery", before.from, after.from),
+            (
+                "pointInTime",
+                before.point_in_time_from,
+                after.point_in_time_from,
+            ),
+        ] {
+            if bound.after(b) < a {
+                trips.push(Trip::Window {
+                    which,
+                    before: b,
+                    after: a,
+                    bound: bound.to_string(),
+                });
+            }
+        }
+    }
+    if let Some(last) = &record.last {
+        let listed = restorable_before.len();
+        let gone = last.restorable.saturating_sub(listed);
+        if threshold > 0 && gone > threshold && more_than_half(gone, last.restorable) {
+            trips.push(Trip::Listing {
+                listed,
+                left: last.restorable,
+            });
+        }
+    }
+    let mut verdict = Verdict {
+        acknowledged: ack,
+        ..Verdict::default()
+    };
+    if trips.is_empty() {
+        return verdict;
+    }
+    let released = |since: Timestamp| ack.is_some_and(|a| since <= a);
+    // A short listing holds the whole pass until acknowledged: nothing it lacks may be
+    // taken for gone.
+    let listing_since = record.listing_short_since.unwrap_or(now);
+    let listing_held =
+        trips.iter().any(|t| matches!(t, Trip::Listing { .. })) && !released(listing_since);
+    for id in deleting {
+        let since = record.held.get(id).copied().unwrap_or(now);
+        if released(since) && !listing_held {
+            verdict.released.push(id.clone());
+        } else {
+            verdict.held.insert(id.clone(), since);
+        }
+    }
+    let segments_since = record.segments_held_since.unwrap_or(now);
+    verdict.hold_segments = listing_held || !released(segments_since);
+    let mut sinces: Vec<Timestamp> = verdict.held.values().copied().collect();
+    if verdict.hold_segments {
+        sinces.push(segments_since);
+    }
+    if listing_held {
+        sinces.push(listing_since);
+    }
+    verdict.release_with = sinces.into_iter().max();
+    verdict.trips = trips;
+    verdict
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inventory::{Backup, Inventory};
+    use crate::policy::PolicyInput;
+
+    fn at(h: i64) -> Timestamp {
+        Timestamp::from_second(1_790_000_000 + h * 3600).unwrap()
+    }
+
+    fn daily(n: i64) -> Inventory {
+        Inventory {
+            backups: (0..n)
+                .map(|d| {
+                    Backup::completed_full(
+                        format!("b{d:03}"),
+                        "nightly",
+                        at(24 * d),
+                        at(24 * d + 1),
+                        10,
+                    )
+                })
+                .collect(),
+            ..Inventory::default()
+        }
+    }
+
+    fn plan_of(keep_last: i64, inv: &Inventory, now: Timestamp) -> (Plan, HashSet<BackupId>) {
+        let policy = PolicyInput {
+            keep_last: Some(keep_last),
+            ..Default::default()
+        }
+        .validate()
+        .unwrap();
+        let p = crate::plan::plan(&policy, inv, now);
+        (p, crate::plan::standing(inv).restorable)
+    }
+
+    #[test]
+    fn a_wave_is_held_until_acknowledged_and_the_next_wave_again() {
+        let guard = DeletionGuard::default();
+        let inv = daily(30);
+        let now = at(24 * 30);
+        let (p, before) = plan_of(3, &inv, now);
+        let v = assess(
+            &guard,
+            &p,
+            &before,
+            None,
+            &GuardRecord::default(),
+            None,
+            now,
+        );
+        assert_eq!(v.held.len(), 27, "{v:?}");
+        assert!(matches!(
+            v.trips[0],
+            Trip::Count {
+                deleting: 27,
+                restorable: 30,
+                ..
+            }
+        ));
+        assert_eq!(v.release_with, Some(now));
+        let record = v.record(now, 30, &GuardRecord::default());
+        // An acknowledgement from before the wave was held releases nothing.
+        let later = now + jiff::SignedDuration::from_hours(1);
+        let early = assess(
+            &guard,
+            &p,
+            &before,
+            None,
+            &record,
+            Some(now - jiff::SignedDuration::from_secs(1)),
+            later,
+        );
+        assert_eq!(early.held.len(), 27);
+        // One at or after it releases that wave.
+        let ok = assess(&guard, &p, &before, None, &record, Some(now), later);
+        assert!(!ok.holds(), "{ok:?}");
+        assert_eq!(ok.released.len(), 27);
+        // A new wave planned after the acknowledgement is held again.
+        let inv2 = daily(60);
+        let (p2, before2) = plan_of(3, &inv2, at(24 * 60));
+        let record2 = ok.record(later, 3, &record);
+        let again = assess(
+            &guard,
+            &p2,
+            &before2,
+            None,
+            &record2,
+            Some(now),
+            at(24 * 60),
+        );
+        assert!(again.holds());
+        assert!(again.released.is_empty(), "{again:?}");
+    }
+
+    #[test]
+    fn small_passes_and_a_zero_threshold_are_not_held() {
+        let inv = daily(12);
+        let now = at(24 * 12);
+        let (p, before) = plan_of(10, &inv, now);
+        let v = assess(
+            &DeletionGuard::default(),
+            &p,
+            &before,
+            None,
+            &GuardRecord::default(),
+            None,
+            now,
+        );
+        assert!(!v.holds());
+        let (p, before) = plan_of(1, &inv, now);
+        let off = DeletionGuard {
+            threshold: 0,
+            window: None,
+        };
+        assert!(!assess(&off, &p, &before, None, &GuardRecord::default(), None, now).holds());
+        // Eleven of twelve: more than ten and more than half.
+        assert!(
+            assess(
+                &DeletionGuard::default(),
+                &p,
+                &before,
+                None,
+                &GuardRecord::default(),
+                None,
+                now
+            )
+            .holds()
+        );
+    }
+
+    #[test]
+    fn a_listing_far_shorter_than_the_last_pass_left_holds_everything() {
+        let inv = daily(3);
+        let now = at(24 * 40);
+        let (p, before) = plan_of(1, &inv, now);
+        let record = GuardRecord {
+            last: Some(LastPass {
+                at: now,
+                restorable: 40,
+            }),
+            ..GuardRecord::default()
+        };
+        let v = assess(
+            &DeletionGuard::default(),
+            &p,
+            &before,
+            None,
+            &record,
+            None,
+            now,
+        );
+        assert!(v.hold_segments && v.held.len() == 2, "{v:?}");
+        assert!(matches!(
+            v.trips[0],
+            Trip::Listing {
+                listed: 3,
+                left: 40
+            }
+        ));
+        // The last good count stands while held; an acknowledgement accepts the listing.
+        let kept = v.record(now, 1, &record);
+        assert_eq!(kept.last, record.last);
+        let ok = assess(
+            &DeletionGuard::default(),
+            &p,
+            &before,
+            None,
+            &kept,
+            Some(now),
+            now,
+        );
+        assert!(!ok.holds(), "{ok:?}");
+    }
+}

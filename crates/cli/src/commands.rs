@@ -405,17 +405,10 @@ fn guard_line(
     if !v.holds() {
         return None;
     }
-    let why: Vec<String> = v.trips.iter().map(ToString::to_string).collect();
     let mut s = format!(
-        "the deletion guard {} {} backup deletion(s){}: {}.",
-        if gc { "held" } else { "would hold" },
-        v.held.len(),
-        if v.hold_segments {
-            " and every binlog segment deletion"
-        } else {
-            ""
-        },
-        why.join("; ")
+        "deletion guard{}: {}.",
+        if gc { "" } else { " (plan: what gc would do)" },
+        v.summary()
     );
     // A plan records nothing: only an instant a gc recorded releases anything.
     if let Some(at) = v.release_with.filter(|&at| gc || at < started_at) {

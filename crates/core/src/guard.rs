@@ -124,6 +124,21 @@ impl Verdict {
         !self.held.is_empty() || self.hold_segments
     }
 
+    /// What is held and why, in one sentence (without how to release it).
+    pub fn summary(&self) -> String {
+        let why: Vec<String> = self.trips.iter().map(ToString::to_string).collect();
+        format!(
+            "{} backup deletion(s){} held: {}",
+            self.held.len(),
+            if self.hold_segments {
+                " and every binlog segment deletion"
+            } else {
+                ""
+            },
+            why.join("; ")
+        )
+    }
+
     /// The record to keep after this pass, which leaves `restorable_after` recovery points.
     pub fn record(
         &self,

@@ -81,6 +81,8 @@ pub struct Metrics {
     /// after the snapshots kept longer), and that window's promise.
     pub point_in_time_start: Family<PolicyLabels, Gauge>,
     pub point_in_time_promised: Family<PolicyLabels, Gauge>,
+    /// Backup deletions the deletion guard holds (1 when it holds only segments).
+    pub deletions_held: Family<PolicyLabels, Gauge>,
     pub last_successful_backup: Family<PolicyLabels, Gauge>,
     /// Backups that ended, by policy and result.
     pub backups: Family<PassLabels, Counter>,
@@ -203,6 +205,11 @@ impl Metrics {
             "point_in_time_window_promised_seconds",
             "The policy's retention.pointInTime.window (0 without one)",
             self.point_in_time_promised.clone(),
+        );
+        r.register(
+            "deletions_held",
+            "Deletions the deletion guard holds until acknowledged (tidemark.io/allow-deletions-before)",
+            self.deletions_held.clone(),
         );
         r.register(
             "last_successful_backup_timestamp_seconds",
@@ -508,6 +515,7 @@ impl Metrics {
             &self.recovery_window_promised,
             &self.point_in_time_start,
             &self.point_in_time_promised,
+            &self.deletions_held,
             &self.store_bytes,
             &self.backups_kept,
             &self.last_successful_backup,

@@ -113,6 +113,7 @@ fn exposition(text: bool) -> String {
         &m.recovery_window_promised,
         &m.point_in_time_start,
         &m.point_in_time_promised,
+        &m.deletions_held,
         &m.store_bytes,
         &m.backups_kept,
         &m.last_successful_backup,

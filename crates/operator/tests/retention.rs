@@ -613,13 +613,12 @@ async fn a_leader_change_in_the_middle_of_a_pass() {
 
     let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), ns);
     let first = Operator::start(&cluster, "replica-a");
-    policies
-        .create(
-            &PostParams::default(),
-            &policy("db", ns, &weed.endpoint, "s3"),
-        )
-        .await
-        .unwrap();
+    // All but one of 1,500 go at once: the deletion guard would hold that (its own test).
+    let mut p = policy("db", ns, &weed.endpoint, "s3");
+    p.spec.retention = Some(
+        serde_json::from_value(json!({"keepLast": 1, "deletionGuard": {"threshold": 0}})).unwrap(),
+    );
+    policies.create(&PostParams::default(), &p).await.unwrap();
     let raw = weed.raw_store();
     let audit_prefix = object_store::path::Path::from("db/_audit");
     eventually(
@@ -2432,4 +2431,152 @@ async fn a_copy_through_the_operator() {
     })
     .await;
     assert_eq!(metadata_ids(&dr).await, ids, "forgetting touched the copy");
+}
+
+/// The deletion guard through the operator (issue 45 §3): a policy edit that would delete
+/// most of the history deletes nothing — the condition `DeletionGuard` says how many and
+/// why and names the annotation that releases them, with a `DeletionsHeld` event — until
+/// the policy is annotated `tidemark.io/allow-deletions-before` with that instant; the
+/// annotation left in place does not release the next wave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_edit_that_would_delete_most_backups_is_held() {
+    let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let ns = "guard";
+    cluster.namespace(ns).await;
+    secret(&admin, ns, "s3").await;
+    let store = weed.cluster_store("db");
+    let now = Timestamp::now();
+    let hourly = |from: i64, n: i64| -> Vec<SynthBackup> {
+        (from..from + n)
+            .map(|h| {
+                SynthBackup::full("hourly", now - SignedDuration::from_hours(60 - h), h as u32)
+            })
+            .collect()
+    };
+    let first = hourly(0, 20);
+    synth::write_backups(&store, &first).await.unwrap();
+    let mut p = policy("db", ns, &weed.endpoint, "s3");
+    p.spec.retention = Some(serde_json::from_value(json!({"keepLast": 20})).unwrap());
+    p.spec.retention_interval = Some("1s".into());
+    let policies = Api::<BackupPolicy>::namespaced(admin.clone(), ns);
+    policies.create(&PostParams::default(), &p).await.unwrap();
+    let op = Operator::start(&cluster, "operator-guard");
+    let guard_condition = || async {
+        let s = status(&policies, "db").await;
+        s["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "DeletionGuard")
+            .cloned()
+    };
+    eventually("a first pass with nothing held", || async {
+        guard_condition()
+            .await
+            .filter(|c| c["reason"] == "NothingHeld")
+            .map(|_| ())
+    })
+    .await;
+    // The edit: keep one of twenty.
+    policies
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"retention": {"keepLast": 1}}})),
+        )
+        .await
+        .unwrap();
+    let held = eventually("the edit held", || async {
+        guard_condition()
+            .await
+            .filter(|c| c["reason"] == "MassDeletionHeld" && c["status"] == "True")
+    })
+    .await;
+    let message = held["message"].as_str().unwrap().to_owned();
+    assert!(
+        message.starts_with(
+            "19 backup deletion(s) and every binlog segment deletion held: it would delete 19 of 20"
+        ),
+        "{message}"
+    );
+    let at = message
+        .split("tidemark.io/allow-deletions-before: \"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("no instant in {message}"))
+        .to_owned();
+    // Passes go on every second: none deletes anything.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(metadata_ids(&store).await.len(), 20);
+    eventually("a DeletionsHeld event", || async {
+        Api::<K8sEvent>::namespaced(admin.clone(), ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("DeletionsHeld"))
+            .map(|_| ())
+    })
+    .await;
+    // The acknowledgement releases that wave.
+    policies
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"tidemark.io/allow-deletions-before": at}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    until_ids(
+        &store,
+        &[first.last().unwrap().id.clone()],
+        &policies,
+        "the acknowledged wave deleted",
+    )
+    .await;
+    eventually("nothing held after it", || async {
+        guard_condition()
+            .await
+            .filter(|c| c["reason"] == "NothingHeld")
+            .map(|_| ())
+    })
+    .await;
+    // The next wave — fifteen newer backups kept by keepLast 20, then keepLast 1 again —
+    // is held although the annotation is still there.
+    let keep_last = |n: i64| {
+        let policies = policies.clone();
+        async move {
+            policies
+                .patch(
+                    "db",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"retention": {"keepLast": n}}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    keep_last(20).await;
+    let second = hourly(20, 15);
+    synth::write_backups(&store, &second).await.unwrap();
+    eventually("a pass that sees them", || async {
+        let s = status(&policies, "db").await;
+        (s["backupsKept"] == 16).then_some(())
+    })
+    .await;
+    keep_last(1).await;
+    eventually("the next wave held", || async {
+        guard_condition()
+            .await
+            .filter(|c| c["reason"] == "MassDeletionHeld")
+            .map(|_| ())
+    })
+    .await;
+    assert_eq!(metadata_ids(&store).await.len(), 16);
+    op.stop().await;
 }

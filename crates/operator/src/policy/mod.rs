@@ -771,6 +771,19 @@ async fn run_steps(
         )
         .await;
     }
+    m.deletions_held.get_or_create(&labels).set(
+        i64::try_from(outcome.guard.held.len()).unwrap_or(i64::MAX)
+            + i64::from(outcome.guard.hold_segments && outcome.guard.held.is_empty()),
+    );
+    if outcome.guard.holds() {
+        let condition = status::guard_condition(&outcome.guard, &[], None, now);
+        ctx.warn(
+            &policy.object_ref(&()),
+            "DeletionsHeld",
+            condition.message.as_str(),
+        )
+        .await;
+    }
     let PassStatus {
         status: new,
         partly_failed,

@@ -74,26 +74,29 @@ pub(crate) fn policy_status(
         segments_deleted: Some(summary.segments_deleted),
         bytes_freed: Some(summary.bytes_freed),
         failures: Some(failures.len() as u64),
-        conditions: vec![match &partly_failed {
-            Some(message) => condition_at(
-                &status.conditions,
-                "Ready",
-                false,
-                "PassPartlyFailed",
-                message,
-                generation,
-                written,
-            ),
-            None => condition_at(
-                &status.conditions,
-                "Ready",
-                true,
-                "PassSucceeded",
-                &summary.note(),
-                generation,
-                written,
-            ),
-        }],
+        conditions: vec![
+            match &partly_failed {
+                Some(message) => condition_at(
+                    &status.conditions,
+                    "Ready",
+                    false,
+                    "PassPartlyFailed",
+                    message,
+                    generation,
+                    written,
+                ),
+                None => condition_at(
+                    &status.conditions,
+                    "Ready",
+                    true,
+                    "PassSucceeded",
+                    &summary.note(),
+                    generation,
+                    written,
+                ),
+            },
+            guard_condition(&outcome.guard, &status.conditions, generation, written),
+        ],
         restore_test: None,
         verification: None,
         timelines: timeline_status(&outcome.survey.inventory),
@@ -104,6 +107,43 @@ pub(crate) fn policy_status(
         status: new,
         partly_failed,
     }
+}
+
+/// The condition `DeletionGuard`: `True` while the deletion guard holds deletions of this
+/// policy's store (DESIGN.md §5.5), with the count, why, and the annotation that releases
+/// them.
+pub(crate) fn guard_condition(
+    verdict: &tidemark_core::guard::Verdict,
+    conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    generation: Option<i64>,
+    written: Timestamp,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+    if !verdict.holds() {
+        return condition_at(
+            conditions,
+            "DeletionGuard",
+            false,
+            "NothingHeld",
+            "no deletion is held",
+            generation,
+            written,
+        );
+    }
+    let release = verdict.release_with.map_or(String::new(), |at| {
+        format!(
+            "; if that is what you want, annotate the policy {}: \"{at}\" (it releases these deletions only, not a later wave)",
+            tidemark_api::policy::ALLOW_DELETIONS_BEFORE_ANNOTATION
+        )
+    });
+    condition_at(
+        conditions,
+        "DeletionGuard",
+        true,
+        "MassDeletionHeld",
+        &format!("{}{release}", verdict.summary()),
+        generation,
+        written,
+    )
 }
 
 /// The archive's timelines for the policy's status; none while it has one.

@@ -1028,6 +1028,15 @@ pub struct PassArgs {
     /// Default: the policy's tidemark.io/allow-deletions-before annotation.
     #[arg(long, value_name = "TIME")]
     pub allow_mass_deletion: Option<String>,
+    /// plan: preview a policy change — the policy given (--policy NEW.yaml or flags) against
+    /// this BackupPolicy file's: what it deletes that this one keeps, both windows before
+    /// and after, and the instants that stop being restorable.
+    #[arg(long, value_name = "CURRENT.yaml", conflicts_with = "cluster_policy")]
+    pub against: Option<PathBuf>,
+    /// plan POLICY: preview the cluster policy's change to this BackupPolicy file's
+    /// retention (`kubectl tidemark plan db --with new.yaml`), as --against.
+    #[arg(long, value_name = "NEW.yaml", requires = "cluster_policy")]
+    pub with: Option<PathBuf>,
     #[command(flatten)]
     pub kube: KubeArgs,
     #[command(flatten)]

@@ -497,7 +497,37 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
             .map(resolve::read_policy_file)
             .transpose()?,
     };
-    let policy = resolve::policy(&args.policy, file.as_ref())?;
+    if gc.is_some() && (args.against.is_some() || args.with.is_some()) {
+        return Err(CliError::input(
+            "--against and --with preview a policy change: give them to plan, which deletes nothing",
+        ));
+    }
+    // A change previewed: the new policy is planned, the current one compared with it.
+    let (policy, compare_with) = match (&args.with, &args.against) {
+        (Some(new), _) => {
+            let new_file = resolve::read_policy_file(new)?;
+            let new_args = crate::args::PolicyArgs {
+                policy: Some(new.clone()),
+                ..Default::default()
+            };
+            (
+                resolve::policy(&new_args, Some(&new_file))?,
+                Some(resolve::policy(&args.policy, file.as_ref())?.policy),
+            )
+        }
+        (None, Some(current)) => {
+            let current_file = resolve::read_policy_file(current)?;
+            let current_args = crate::args::PolicyArgs {
+                policy: Some(current.clone()),
+                ..Default::default()
+            };
+            (
+                resolve::policy(&args.policy, file.as_ref())?,
+                Some(resolve::policy(&current_args, Some(&current_file))?.policy),
+            )
+        }
+        (None, None) => (resolve::policy(&args.policy, file.as_ref())?, None),
+    };
     let allow_deletions_before = match &args.allow_mass_deletion {
         Some(at) => Some(at.parse::<Timestamp>().map_err(|_| {
             CliError::input(format!(
@@ -561,6 +591,7 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
             }),
         override_primary_gate: gc.as_ref().is_some_and(|g| g.override_primary_gate),
         allow_deletions_before,
+        compare_with,
     };
     let consolidator = LocalConsolidator {
         tools: Default::default(),
@@ -630,6 +661,7 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
             })
         });
     out.deletion_guard = outcome.guard.clone();
+    out.change = outcome.change.clone();
     if json {
         emit_as(args.output, &out)?;
     } else {
@@ -919,6 +951,70 @@ fn plan_table(out: &PlanOut, policy: &Policy, wide: bool) -> String {
                 s.push_str(&format!("Could not delete {}: {}\n", f.key, f.error));
             }
         }
+    }
+    if let Some(c) = &out.change {
+        s.push_str(&change_table(c));
+    }
+    s
+}
+
+/// `plan --against` / `--with`: the policy change, for people.
+fn change_table(c: &tidemark_core::preview::PolicyChange) -> String {
+    let mut s = String::from("\nPolicy change (the plan above is the new policy's):\n");
+    let reasons = |r: &[tidemark_core::Reason]| {
+        r.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if c.newly_deleted.is_empty() {
+        s.push_str("  deletes nothing the current policy keeps\n");
+    } else {
+        s.push_str(&format!(
+            "  deletes {} backup(s) the current policy keeps:\n",
+            c.newly_deleted.len()
+        ));
+        for b in &c.newly_deleted {
+            s.push_str(&format!(
+                "    {}/{}  kept now for: {}\n",
+                b.backup_name,
+                b.backup_id,
+                reasons(&b.current)
+            ));
+        }
+    }
+    if !c.newly_kept.is_empty() {
+        s.push_str(&format!(
+            "  keeps {} backup(s) the current policy deletes: {}\n",
+            c.newly_kept.len(),
+            c.newly_kept
+                .iter()
+                .map(|b| b.backup_id.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    s.push_str(&format!(
+        "  recovery window now:   {}\n  recovery window after: {}\n",
+        window_line(&c.recovery_window.before),
+        window_line(&c.recovery_window.after)
+    ));
+    s.push_str(&format!(
+        "  binlog segments deleted: {} now, {} after\n",
+        c.segments_deleted.before, c.segments_deleted.after
+    ));
+    if c.lost.is_empty() {
+        s.push_str("  no instant restorable now stops being restorable\n");
+    } else {
+        let spans: Vec<String> = c
+            .lost
+            .iter()
+            .map(|i| format!("{} → {}", i.from, i.to))
+            .collect();
+        s.push_str(&format!(
+            "  instants that stop being restorable to the point: {}\n",
+            spans.join(", ")
+        ));
     }
     s
 }

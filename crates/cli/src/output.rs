@@ -190,6 +190,10 @@ pub struct PlanOut {
     pub executed: Option<ExecutionReport>,
     /// The deletion guard's judgement (DESIGN.md §5.5): what it holds and why.
     pub deletion_guard: tidemark_core::guard::Verdict,
+    /// `plan --against` / `--with`: the policy change previewed (the plan above is the new
+    /// policy's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub change: Option<tidemark_core::preview::PolicyChange>,
 }
 
 /// Seed 000's gate, closed, as the store records it.
@@ -313,6 +317,7 @@ impl PlanOut {
             lifecycle: None,
             no_primary: None,
             deletion_guard: Default::default(),
+            change: None,
             executed,
         }
     }

@@ -2002,6 +2002,41 @@ fn a_point_in_time_window_keeps_binlogs_for_its_span_only() {
         "{text}"
     );
 
+    // The change previewed against the same rules without the window (issue 45 §2): the
+    // instants before its start stop being restorable, and no backup is deleted for it.
+    let before = dir.path().join("before.yaml");
+    std::fs::write(
+        &before,
+        "apiVersion: tidemark.io/v1alpha1\nkind: BackupPolicy\nmetadata: {name: db}\nspec:\n  objectStore: {url: file://.}\n  retention:\n    keepDaily: 7\n    keepMonthly: 3\n    deletionGuard: {threshold: 0}\n",
+    )
+    .unwrap();
+    let o = run(&[
+        "plan",
+        "--policy",
+        p,
+        "--against",
+        before.to_str().unwrap(),
+        "--now",
+        NOW,
+        "-o",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let c = json(&o)["change"].clone();
+    assert_eq!(
+        c["lost"],
+        serde_json::json!([{"from": "2026-09-30T02:05:00Z", "to": "2026-11-06T02:05:00Z"}]),
+        "{c}"
+    );
+    assert_eq!(
+        c["recoveryWindow"]["after"]["pointInTimeFrom"], "2026-11-06T02:05:00Z",
+        "{c}"
+    );
+    assert_eq!(
+        c["recoveryWindow"]["before"]["pointInTimeFrom"], "2026-09-30T02:05:00Z",
+        "{c}"
+    );
+
     let o = run(&["gc", "--policy", p, "--now", NOW, "--output", "json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let keys = rt.block_on(synth::all_keys(&store)).unwrap();
@@ -2159,4 +2194,100 @@ fn a_mass_deletion_is_held_until_acknowledged_and_the_next_wave_again() {
     );
     assert_eq!(g["holdSegments"], true);
     assert_eq!(count("binlogs/mysql-bin."), segs_before);
+}
+
+/// `plan --policy NEW --against CURRENT` (issue 45 §2): the preview's deletions are what
+/// the new policy's plan deletes and the current one's keeps, with both windows and the
+/// instants lost; as JSON and as a table. `gc` refuses the flag.
+#[test]
+fn plan_against_previews_a_policy_change() {
+    let (dir, _url) = example_store();
+    let file = |name: &str, retention: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(
+            &path,
+            format!("apiVersion: tidemark.io/v1alpha1\nkind: BackupPolicy\nmetadata: {{name: demo}}\nspec:\n  objectStore: {{url: file://.}}\n  retention: {retention}\n"),
+        )
+        .unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let current = file(
+        "current.yaml",
+        "{window: 7d, keepWeekly: 2, failedBackupsTTL: 3d, coverWindow: true}",
+    );
+    // (The guard off, so that each plan alone shows its deletions, not the guard's holds.)
+    let new = file(
+        "new.yaml",
+        "{keepLast: 2, failedBackupsTTL: 3d, deletionGuard: {threshold: 0}}",
+    );
+    let deleted = |policy: &str| -> std::collections::BTreeSet<String> {
+        let o = run(&["plan", "--policy", policy, "--now", NOW, "-o", "json"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        json(&o)["backups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|b| b["action"] == "delete")
+            .map(|b| b["backupId"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let (now_deleted, new_deleted) = (deleted(&current), deleted(&new));
+    let o = run(&[
+        "plan",
+        "--policy",
+        &new,
+        "--against",
+        &current,
+        "--now",
+        NOW,
+        "-o",
+        "json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o);
+    let c = &v["change"];
+    let ids = |key: &str| -> std::collections::BTreeSet<String> {
+        c[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["backupId"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let expected: std::collections::BTreeSet<String> =
+        new_deleted.difference(&now_deleted).cloned().collect();
+    assert!(!expected.is_empty());
+    assert_eq!(ids("newlyDeleted"), expected, "{c}");
+    assert_eq!(
+        ids("newlyKept"),
+        now_deleted.difference(&new_deleted).cloned().collect(),
+        "{c}"
+    );
+    // The protected backup from before keeps the window's start: nothing is lost.
+    assert_eq!(
+        c["recoveryWindow"]["before"], c["recoveryWindow"]["after"],
+        "{c}"
+    );
+    assert_eq!(c["lost"], serde_json::json!([]), "{c}");
+    let table = run(&[
+        "plan",
+        "--policy",
+        &new,
+        "--against",
+        &current,
+        "--now",
+        NOW,
+    ]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        text.contains("Policy change")
+            && text.contains(&format!(
+                "deletes {} backup(s) the current policy keeps",
+                expected.len()
+            ))
+            && text.contains("no instant restorable now stops being restorable"),
+        "{text}"
+    );
+    let gc = run(&["gc", "--policy", &new, "--against", &current, "--now", NOW]);
+    assert_eq!(gc.status.code(), Some(2), "{}", stderr(&gc));
 }

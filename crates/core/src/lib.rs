@@ -12,6 +12,7 @@ pub mod lock;
 pub mod next;
 pub mod plan;
 pub mod policy;
+pub mod preview;
 pub mod rate;
 pub mod reason;
 pub mod records;

@@ -1420,3 +1420,80 @@ proptest! {
         check_invariants(&inv, &policy, now, shard_size, &shuffle)?;
     }
 }
+
+/// Issue 45 §2: a policy change's preview is the difference of the two plans — what the new
+/// one deletes and the current one keeps, and back — and its lost instants are exactly the
+/// point-in-time instants the current plan's window restores and the new one's does not.
+fn check_preview(
+    inv: &Inventory,
+    current: &PolicyInput,
+    new: &PolicyInput,
+    now: Timestamp,
+) -> Result<(), TestCaseError> {
+    let (Ok(a), Ok(b)) = (current.validate(), new.validate()) else {
+        return Ok(());
+    };
+    let (pa, pb) = (plan(&a, inv, now), plan(&b, inv, now));
+    let change = tidemark_core::preview::compare(&pa, &pb);
+    let deleted =
+        |p: &Plan| -> HashSet<String> { p.deletions().map(|d| d.backup.id.clone()).collect() };
+    let (da, db) = (deleted(&pa), deleted(&pb));
+    let ids = |v: &[tidemark_core::preview::ChangedBackup]| -> HashSet<String> {
+        v.iter().map(|c| c.backup_id.clone()).collect()
+    };
+    prop_assert_eq!(ids(&change.newly_deleted), &db - &da);
+    prop_assert_eq!(ids(&change.newly_kept), &da - &db);
+    let pieces_a = tidemark_core::preview::pieces(pa.recovery_window.as_ref());
+    let pieces_b = tidemark_core::preview::pieces(pb.recovery_window.as_ref());
+    let inside =
+        |v: &[tidemark_core::Interval], t: Timestamp| v.iter().any(|i| i.from <= t && t <= i.to);
+    let mut probes: Vec<Timestamp> = Vec::new();
+    for i in pieces_a.iter().chain(&pieces_b).chain(&change.lost) {
+        for t in [i.from, i.to] {
+            probes.extend([
+                t,
+                t - SignedDuration::from_secs(1),
+                t + SignedDuration::from_secs(1),
+            ]);
+        }
+    }
+    for t in probes {
+        let lost_here = change.lost.iter().any(|l| l.from < t && t < l.to);
+        if inside(&pieces_a, t) && !inside(&pieces_b, t) {
+            prop_assert!(
+                inside(&change.lost, t),
+                "{t} lost but not reported: {:?}",
+                change.lost
+            );
+        }
+        if lost_here {
+            prop_assert!(
+                inside(&pieces_a, t) && !inside(&pieces_b, t),
+                "{t} reported lost: {:?}",
+                change.lost
+            );
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases() / 2))]
+
+    #[test]
+    fn a_preview_is_the_difference_of_the_two_plans(
+        specs in prop::collection::vec(backup_spec(), 0..48),
+        segs in segments(),
+        current in policy(),
+        new in policy(),
+        now_h in 2400i64..3200,
+    ) {
+        let now = at(now_h);
+        let inv = Inventory {
+            backups: build_backups(&specs, now),
+            segments: segs,
+            ..Default::default()
+        };
+        check_preview(&inv, &current, &new, now)?;
+    }
+}

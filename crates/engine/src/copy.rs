@@ -198,6 +198,7 @@ pub fn retention_request(
         recorded_hooks: crate::pass::RecordedHooks::Refuse,
         override_primary_gate: false,
         allow_deletions_before: None,
+        compare_with: None,
     }
 }
 

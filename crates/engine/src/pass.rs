@@ -182,6 +182,9 @@ pub struct PassRequest {
     /// `gc --allow-mass-deletion`): the deletion guard releases the deletions it first held
     /// at or before this instant, and no later wave.
     pub allow_deletions_before: Option<Timestamp>,
+    /// The policy in force before this one (a change being previewed, or the operator's
+    /// last applied): the pass compares its plan with this one's ([`PassOutcome::change`]).
+    pub compare_with: Option<Policy>,
 }
 
 /// What a pass saw, planned and did.
@@ -196,6 +199,8 @@ pub struct PassOutcome {
     pub blocked_by_malformed: bool,
     /// The deletion guard's judgement of the plan (DESIGN.md §5.5): what it holds, and why.
     pub guard: tidemark_core::guard::Verdict,
+    /// With [`PassRequest::compare_with`]: what this policy does that that one does not.
+    pub change: Option<tidemark_core::preview::PolicyChange>,
 }
 
 /// Makes one retention pass over `store`: a plan, and when `request.execute`, the work it
@@ -282,6 +287,15 @@ pub async fn retention_pass(
             guarded: HashSet::new(),
         };
         let mut seen = survey(store, &request.policy, request.now, &options, progress).await?;
+        let change = request.compare_with.as_ref().map(|current| {
+            let before = tidemark_store::survey::plan_for(
+                current,
+                &seen.inventory,
+                request.now,
+                &options.copies,
+            );
+            tidemark_core::preview::compare(&before, &seen.plan)
+        });
         // The deletion guard judges the plan; what it holds is planned again as kept
         // (`deletionGuard`), so the horizon keeps the binlogs they need.
         let record = tidemark_store::state::load_guard(store).await?;
@@ -309,6 +323,7 @@ pub async fn retention_pass(
             verdict,
             record,
             restorable_before: before.restorable.len(),
+            change,
         };
         Ok::<_, EngineError>((options, seen, guard))
     };
@@ -322,6 +337,7 @@ pub async fn retention_pass(
             executed: None,
             blocked_by_malformed: false,
             guard: guard.verdict,
+            change: guard.change,
         });
     };
     if !seen.catalog.malformed.is_empty() && !request.ignore_malformed {
@@ -330,6 +346,7 @@ pub async fn retention_pass(
             executed: None,
             blocked_by_malformed: true,
             guard: guard.verdict,
+            change: guard.change,
         });
     }
     fence
@@ -350,6 +367,7 @@ struct Guard {
     verdict: tidemark_core::guard::Verdict,
     record: tidemark_core::guard::GuardRecord,
     restorable_before: usize,
+    change: Option<tidemark_core::preview::PolicyChange>,
 }
 
 /// Holds every segment deletion and index change of `plan` (the deletion guard).
@@ -553,6 +571,7 @@ async fn carry_out(
         executed: Some(report),
         blocked_by_malformed: false,
         guard: guard.verdict,
+        change: guard.change,
     })
 }
 
@@ -895,6 +914,7 @@ mod tests {
             recorded_hooks: RecordedHooks::RunByCaller,
             override_primary_gate: false,
             allow_deletions_before: None,
+            compare_with: None,
         }
     }
 

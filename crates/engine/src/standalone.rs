@@ -841,6 +841,7 @@ async fn retention(ctx: &Ctx, r: &RetentionRun, now: Timestamp) -> Result<(), En
         recorded_hooks: crate::pass::RecordedHooks::RunByCaller,
         override_primary_gate: false,
         allow_deletions_before: None,
+        compare_with: None,
     };
     unattended_pass(
         &ctx.store,

@@ -236,6 +236,7 @@ async fn retention_pass_through_the_operator() {
         recorded_hooks: tidemark_engine::RecordedHooks::RunByCaller,
         override_primary_gate: false,
         allow_deletions_before: None,
+        compare_with: None,
     };
     let outcome = tidemark_engine::retention_pass(
         &store,

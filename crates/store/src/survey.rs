@@ -34,7 +34,7 @@ pub struct Survey {
 }
 
 /// The plan of `policy`, keeping what a copy has not received yet.
-fn plan_for(
+pub fn plan_for(
     policy: &Policy,
     inventory: &Inventory,
     now: Timestamp,

@@ -512,6 +512,7 @@ pub(crate) fn build(
         hooks,
         recorded_hooks: tidemark_engine::RecordedHooks::RunByCaller,
         allow_deletions_before: valid.deletions_allowed_before,
+        compare_with: None,
     }
 }
 

@@ -414,6 +414,7 @@ mod status_tests {
             recorded_hooks: tidemark_engine::RecordedHooks::RunByCaller,
             override_primary_gate: false,
             allow_deletions_before: None,
+            compare_with: None,
         };
         let mut o = tidemark_engine::retention_pass(
             &store,

@@ -908,6 +908,40 @@ pub struct BackupPolicyStatus {
     /// condition).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub copies: Vec<CopyStatus>,
+    /// `spec.retention` as the last whole pass applied it: a spec that differs from it is
+    /// a change, previewed (`policyChange`) before the next pass acts on it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_retention: Option<RetentionSpec>,
+    /// The last change of `spec.retention`, previewed before a pass acted on it (issue 45
+    /// §2; its own field manager `tidemark-operator-policy-change`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_change: Option<PolicyChangeStatus>,
+}
+
+/// A change of `spec.retention`, as previewed against the retention the last pass applied.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyChangeStatus {
+    /// The spec's generation previewed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    pub previewed_at: Time,
+    /// Backups the new retention deletes that the applied one keeps, and the first of them
+    /// (`<backup-name>/<backup-id>`).
+    pub newly_deleted: u64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backups: Vec<String>,
+    /// Backups the new retention keeps that the applied one deletes.
+    pub newly_kept: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery_window_before: Option<RecoveryWindowStatus>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery_window_after: Option<RecoveryWindowStatus>,
+    /// Spans that restore at every instant now and will not (the first few).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lost: Vec<GapStatus>,
+    /// The same, for people (also the `PolicyChangePreview` event's note).
+    pub message: String,
 }
 
 /// Where one copy stands.

@@ -503,6 +503,10 @@ pub struct SimulateArgs {
     /// `incremental.maxIncrementsPerFull`).
     #[arg(long, value_name = "N", requires = "incremental")]
     pub max_increments_per_full: Option<u32>,
+    /// Compare with this BackupPolicy file's retention, day by day (a policy change
+    /// previewed over time): recovery points kept, window and bytes stored under each.
+    #[arg(long, value_name = "CURRENT.yaml")]
+    pub against: Option<PathBuf>,
     #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
 }

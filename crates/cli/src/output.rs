@@ -782,6 +782,55 @@ pub struct SimulateOut<'a> {
     pub policy: serde_json::Value,
     pub backup_size: u64,
     pub days: &'a [tidemark_core::simulate::SimDay],
+    /// `--against CURRENT.yaml`: the same simulation under that policy, and the two side
+    /// by side per day.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub against: Option<SimulateAgainst<'a>>,
+}
+
+/// `simulate --against`: the current policy's simulation and the comparison.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SimulateAgainst<'a> {
+    pub policy: serde_json::Value,
+    pub days: &'a [tidemark_core::simulate::SimDay],
+    pub comparison: Vec<SimCompared>,
+}
+
+/// One day under the current policy (`now`) and the new one (`new`).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SimCompared {
+    pub day: u32,
+    pub date: jiff::civil::Date,
+    pub kept_now: usize,
+    pub kept_new: usize,
+    pub window_seconds_now: i64,
+    pub window_seconds_new: i64,
+    pub stored_bytes_now: u64,
+    pub stored_bytes_new: u64,
+}
+
+impl SimCompared {
+    /// Day by day, `now` beside `new` (the same schedule and days).
+    pub fn of(
+        now: &[tidemark_core::simulate::SimDay],
+        new: &[tidemark_core::simulate::SimDay],
+    ) -> Vec<Self> {
+        now.iter()
+            .zip(new)
+            .map(|(a, b)| SimCompared {
+                day: b.day,
+                date: b.date,
+                kept_now: a.kept.len(),
+                kept_new: b.kept.len(),
+                window_seconds_now: a.window_seconds,
+                window_seconds_new: b.window_seconds,
+                stored_bytes_now: a.stored_bytes,
+                stored_bytes_new: b.stored_bytes,
+            })
+            .collect()
+    }
 }
 
 /// Writes to stdout; a closed pipe (`| head`) ends quietly with success.

@@ -87,7 +87,7 @@ pub fn run(args: &SimulateArgs) -> Result<Exit, CliError> {
     } else {
         None
     };
-    let days = simulate(&Simulation {
+    let sim = Simulation {
         cron,
         policy: policy.policy.clone(),
         start,
@@ -95,8 +95,29 @@ pub fn run(args: &SimulateArgs) -> Result<Exit, CliError> {
         backup_size,
         backup_duration,
         incremental,
-    })
-    .map_err(CliError::input)?;
+    };
+    let days = simulate(&sim).map_err(CliError::input)?;
+    // --against: the current policy's simulation, beside.
+    let against = match &args.against {
+        Some(path) => {
+            let file = resolve::read_policy_file(path)?;
+            let current_args = crate::args::PolicyArgs {
+                policy: Some(path.clone()),
+                ..Default::default()
+            };
+            let current = resolve::policy(&current_args, Some(&file))?;
+            let days = simulate(&Simulation {
+                policy: current.policy.clone(),
+                ..sim.clone()
+            })
+            .map_err(CliError::input)?;
+            Some((current.as_given, days))
+        }
+        None => None,
+    };
+    let compared = against
+        .as_ref()
+        .map(|(_, now)| crate::output::SimCompared::of(now, &days));
     if let Some(path) = &args.svg {
         std::fs::write(path, svg(&days, &args.schedule, backup_size)).map_err(|e| {
             CliError::new(
@@ -114,12 +135,65 @@ pub fn run(args: &SimulateArgs) -> Result<Exit, CliError> {
                 policy: policy.as_given,
                 backup_size,
                 days: &days,
+                against: against.as_ref().zip(compared).map(|((p, d), comparison)| {
+                    crate::output::SimulateAgainst {
+                        policy: p.clone(),
+                        days: d,
+                        comparison,
+                    }
+                }),
             },
         )?;
     } else {
-        crate::output::emit(&render(&days, incremental.is_some()))?;
+        match &compared {
+            Some(c) => crate::output::emit(&render_compared(c))?,
+            None => crate::output::emit(&render(&days, incremental.is_some()))?,
+        }
     }
     Ok(Exit::Success)
+}
+
+/// `simulate --against`: each day under the current policy and the new one.
+fn render_compared(days: &[crate::output::SimCompared]) -> String {
+    let days_of = |s: i64| format!("{:.1}d", s as f64 / 86_400.0);
+    let rows: Vec<Vec<String>> = days
+        .iter()
+        .map(|d| {
+            vec![
+                d.day.to_string(),
+                d.date.to_string(),
+                format!("{} → {}", d.kept_now, d.kept_new),
+                format!(
+                    "{} → {}",
+                    days_of(d.window_seconds_now),
+                    days_of(d.window_seconds_new)
+                ),
+                format!(
+                    "{} → {}",
+                    human_bytes(d.stored_bytes_now),
+                    human_bytes(d.stored_bytes_new)
+                ),
+            ]
+        })
+        .collect();
+    let mut s = table(
+        &["DAY", "DATE", "KEPT (now → new)", "WINDOW", "STORED"],
+        &rows,
+    );
+    if let Some(last) = days.last() {
+        let _ = writeln!(
+            s,
+            "\nAfter {} days: {} → {} recovery points, window {} → {}, {} → {} stored.",
+            last.day,
+            last.kept_now,
+            last.kept_new,
+            days_of(last.window_seconds_now),
+            days_of(last.window_seconds_new),
+            human_bytes(last.stored_bytes_now),
+            human_bytes(last.stored_bytes_new)
+        );
+    }
+    s
 }
 
 fn render(days: &[SimDay], incremental: bool) -> String {

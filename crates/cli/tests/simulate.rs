@@ -151,3 +151,69 @@ fn forever_incrementals_show_their_growth() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `simulate --against CURRENT.yaml` (issue 45 §2): the same days under the current and the
+/// new policy, side by side — the comparison is each simulation's own figures.
+#[test]
+fn against_compares_two_policies_day_by_day() {
+    let dir = tempfile::tempdir().unwrap();
+    let current = dir.path().join("current.yaml");
+    std::fs::write(
+        &current,
+        "apiVersion: tidemark.io/v1alpha1\nkind: BackupPolicy\nmetadata: {name: db}\nspec:\n  objectStore: {url: file://.}\n  retention: {keepLast: 10}\n",
+    )
+    .unwrap();
+    let common = [
+        "--schedule",
+        "0 0 2 * * *",
+        "--days",
+        "14",
+        "--now",
+        "2026-11-01T00:00:00Z",
+    ];
+    let out = run(&[
+        &common[..],
+        &[
+            "--keep-last",
+            "3",
+            "--against",
+            current.to_str().unwrap(),
+            "-o",
+            "json",
+        ],
+    ]
+    .concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let c = v["against"]["comparison"].as_array().unwrap();
+    assert_eq!(c.len(), 14);
+    let last = &c[13];
+    assert_eq!(
+        (last["keptNow"].as_u64(), last["keptNew"].as_u64()),
+        (Some(10), Some(3)),
+        "{last}"
+    );
+    assert_eq!(
+        last["keptNew"],
+        v["days"][13]["kept"].as_array().unwrap().len()
+    );
+    assert_eq!(
+        last["keptNow"],
+        v["against"]["days"][13]["kept"].as_array().unwrap().len()
+    );
+    assert!(last["windowSecondsNow"].as_i64() > last["windowSecondsNew"].as_i64());
+    let table = run(&[
+        &common[..],
+        &["--keep-last", "3", "--against", current.to_str().unwrap()],
+    ]
+    .concat());
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        text.contains("KEPT (now → new)") && text.contains("10 → 3 recovery points"),
+        "{text}"
+    );
+}

@@ -48,6 +48,27 @@ pub const COPIES_CONDITION: &str = "CopiesCurrent";
 pub const QUEUE_MANAGER: &str = "tidemark-operator-queue";
 /// The condition of a policy whose pass waits for its turn.
 pub const QUEUED_CONDITION: &str = "Queued";
+/// The field manager of a BackupPolicy's `status.policyChange` (a change of its retention,
+/// previewed before a pass acts on it).
+pub const POLICY_CHANGE_MANAGER: &str = "tidemark-operator-policy-change";
+
+/// Writes a BackupPolicy's `status.policyChange`, under its own manager.
+///
+/// # Errors
+/// The API refused the patch.
+pub async fn policy_change(
+    api: &Api<tidemark_api::crd::BackupPolicy>,
+    name: &str,
+    value: &tidemark_api::policy::PolicyChangeStatus,
+) -> Result<(), Error> {
+    apply(
+        api,
+        name,
+        POLICY_CHANGE_MANAGER,
+        json!({ "policyChange": value }),
+    )
+    .await
+}
 
 /// Writes a BackupPolicy's retention fields (everything but `restoreTest`, which the
 /// restore tests write under [`RESTORE_TEST_MANAGER`], `verification`, written under
@@ -66,6 +87,7 @@ pub async fn policy(
     // The archive's watch and the copies write these under their own managers.
     own.binlog_archive = None;
     own.copies = Vec::new();
+    own.policy_change = None;
     own.conditions.retain(|c| {
         c.type_ != BINLOG_ARCHIVE_CONDITION
             && c.type_ != MAIN_LINE_CONDITION

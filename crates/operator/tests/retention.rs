@@ -2434,7 +2434,8 @@ async fn a_copy_through_the_operator() {
     assert_eq!(metadata_ids(&dr).await, ids, "forgetting touched the copy");
 }
 
-/// The deletion guard through the operator (issue 45 §3): a policy edit that would delete
+/// The deletion guard through the operator (issue 45 §3): a policy edit — previewed first
+/// in `status.policyChange` and a `PolicyChangePreview` event (§2) — that would delete
 /// most of the history deletes nothing — the condition `DeletionGuard` says how many and
 /// why and names the annotation that releases them, with a `DeletionsHeld` event — until
 /// the policy is annotated `tidemark.io/allow-deletions-before` with that instant; the
@@ -2508,6 +2509,29 @@ async fn a_policy_edit_that_would_delete_most_backups_is_held() {
         .and_then(|rest| rest.split('"').next())
         .unwrap_or_else(|| panic!("no instant in {message}"))
         .to_owned();
+    // The change was previewed before a pass acted on it (issue 45 §2).
+    let change = status(&policies, "db").await["policyChange"].clone();
+    assert_eq!(change["newlyDeleted"], 19, "{change}");
+    assert_eq!(change["backups"].as_array().unwrap().len(), 19, "{change}");
+    assert!(
+        change["message"]
+            .as_str()
+            .unwrap()
+            .contains("deletes 19 backup(s) the applied retention keeps"),
+        "{change}"
+    );
+    eventually("a PolicyChangePreview event", || async {
+        Api::<K8sEvent>::namespaced(admin.clone(), ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("PolicyChangePreview"))
+            .filter(|e| e.type_.as_deref() == Some("Warning"))
+            .map(|_| ())
+    })
+    .await;
     // Passes go on every second: none deletes anything.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(metadata_ids(&store).await.len(), 20);

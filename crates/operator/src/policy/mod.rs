@@ -614,6 +614,160 @@ async fn pass(
     }
 }
 
+/// When `spec.retention` differs from what the last whole pass applied: plans both over
+/// the store (a dry run, no lease needed) and records the difference — `status.policyChange`
+/// and a `PolicyChangePreview` event, a Warning when the change deletes what the applied
+/// retention keeps or loses instants. A preview that cannot be made is logged; the pass
+/// goes on (its deletion guard still holds a mass deletion).
+async fn preview_change(
+    ctx: &Context,
+    api: &Api<BackupPolicy>,
+    policy: &BackupPolicy,
+    store: &ClusterStore,
+    request: &PassRequest,
+) {
+    let Some(applied) = policy
+        .status
+        .as_ref()
+        .and_then(|s| s.applied_retention.as_ref())
+        .filter(|a| Some(*a) != policy.spec.retention.as_ref())
+    else {
+        return;
+    };
+    let generation = policy.meta().generation;
+    if policy
+        .status
+        .as_ref()
+        .and_then(|s| s.policy_change.as_ref())
+        .is_some_and(|c| c.generation == generation)
+    {
+        return; // this generation is previewed already (a pass that failed is retried)
+    }
+    let Ok(before) = applied
+        .to_input(policy.spec.time_zone.as_deref())
+        .validate()
+    else {
+        return;
+    };
+    let mut dry = request.clone();
+    dry.execute = false;
+    dry.hooks = None;
+    dry.compare_with = Some(before);
+    let change = match tidemark_engine::retention_pass(
+        store,
+        &dry,
+        None,
+        None,
+        &tidemark_store::progress::NoProgress,
+    )
+    .await
+    {
+        Ok(o) => o.change,
+        Err(e) => {
+            tracing::warn!(error = %e, "the policy change could not be previewed");
+            None
+        }
+    };
+    let Some(change) = change else { return };
+    let status = change_status(&change, generation, ctx.clock.now());
+    if let Err(e) = crate::status::policy_change(api, &policy.name_any(), &status).await {
+        tracing::warn!(error = %e, "the policy change preview could not be recorded");
+    }
+    let kind = if change.loses() {
+        EventType::Warning
+    } else {
+        EventType::Normal
+    };
+    ctx.event(
+        &policy.object_ref(&()),
+        kind,
+        "PolicyChangePreview",
+        &status.message,
+    )
+    .await;
+}
+
+/// `status.policyChange` of a previewed change (lists bounded: the object's size is).
+fn change_status(
+    change: &tidemark_core::preview::PolicyChange,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> tidemark_api::policy::PolicyChangeStatus {
+    const SHOWN: usize = 20;
+    let window = |w: &Option<tidemark_core::RecoveryWindow>| {
+        w.as_ref()
+            .map(tidemark_api::policy::RecoveryWindowStatus::from)
+    };
+    let span = |w: &Option<tidemark_core::RecoveryWindow>| {
+        w.as_ref().map_or("nothing".to_owned(), |w| {
+            format!(
+                "point in time from {} (snapshots back to {})",
+                w.point_in_time_from, w.from
+            )
+        })
+    };
+    let backups: Vec<String> = change
+        .newly_deleted
+        .iter()
+        .take(SHOWN)
+        .map(|b| format!("{}/{}", b.backup_name, b.backup_id))
+        .collect();
+    let lost: Vec<String> = change
+        .lost
+        .iter()
+        .take(SHOWN)
+        .map(|i| format!("{} → {}", i.from, i.to))
+        .collect();
+    let message = format!(
+        "the retention change (generation {}) deletes {} backup(s) the applied retention keeps{}; keeps {} it deletes; recovery window now {}, after {}; {}",
+        generation.map_or("?".to_owned(), |g| g.to_string()),
+        change.newly_deleted.len(),
+        if backups.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " ({}{})",
+                backups.join(", "),
+                if change.newly_deleted.len() > SHOWN {
+                    ", …"
+                } else {
+                    ""
+                }
+            )
+        },
+        change.newly_kept.len(),
+        span(&change.recovery_window.before),
+        span(&change.recovery_window.after),
+        if lost.is_empty() {
+            "no instant restorable now stops being restorable".to_owned()
+        } else {
+            format!(
+                "instants no longer restorable to the point: {}",
+                lost.join(", ")
+            )
+        }
+    );
+    tidemark_api::policy::PolicyChangeStatus {
+        generation,
+        previewed_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
+        newly_deleted: change.newly_deleted.len() as u64,
+        backups,
+        newly_kept: change.newly_kept.len() as u64,
+        recovery_window_before: window(&change.recovery_window.before),
+        recovery_window_after: window(&change.recovery_window.after),
+        lost: change
+            .lost
+            .iter()
+            .take(SHOWN)
+            .map(|i| tidemark_api::policy::GapStatus {
+                start: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(i.from),
+                end: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(i.to),
+            })
+            .collect(),
+        message: crate::events::fit(&message, 1000),
+    }
+}
+
 /// Declares in `store` each of `copies` not recorded yet, and forgets the records of copies
 /// the policy no longer names.
 ///
@@ -662,6 +816,9 @@ async fn run_steps(
         policy: name.clone(),
     });
     let mut request = build(valid, found.protect, Some(hooks), now);
+    // A change of spec.retention since the last whole pass: the difference it makes is
+    // recorded (status and event) before this pass acts on it.
+    preview_change(ctx, api, policy, &found.store, &request).await;
     let outcome = apply(
         ctx,
         &found.store,
@@ -786,7 +943,7 @@ async fn run_steps(
         .await;
     }
     let PassStatus {
-        status: new,
+        status: mut new,
         partly_failed,
     } = policy_status(
         &outcome,
@@ -796,6 +953,9 @@ async fn run_steps(
         now,
         Timestamp::now(),
     );
+    if partly_failed.is_none() {
+        new.applied_retention = policy.spec.retention.clone();
+    }
     if partly_failed.is_some() {
         m.retention_failures.get_or_create(&labels).inc_by(failures);
     }

@@ -102,6 +102,9 @@ pub(crate) fn policy_status(
         timelines: timeline_status(&outcome.survey.inventory),
         binlog_archive: None,
         copies: Vec::new(),
+        // The caller records the retention a whole pass applied; the preview its own.
+        applied_retention: status.applied_retention.clone(),
+        policy_change: None,
     };
     PassStatus {
         status: new,

@@ -529,11 +529,20 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
         (None, None) => (resolve::policy(&args.policy, file.as_ref())?, None),
     };
     let allow_deletions_before = match &args.allow_mass_deletion {
-        Some(at) => Some(at.parse::<Timestamp>().map_err(|_| {
-            CliError::input(format!(
-                "invalid --allow-mass-deletion {at:?}: expected an RFC 3339 instant, e.g. 2026-11-29T12:00:00Z (the held pass prints the one to give)"
-            ))
-        })?),
+        Some(at) => {
+            let t = at.parse::<Timestamp>().map_err(|_| {
+                CliError::input(format!(
+                    "invalid --allow-mass-deletion {at:?}: expected an RFC 3339 instant, e.g. 2026-11-29T12:00:00Z (the held pass prints the one to give)"
+                ))
+            })?;
+            // A future instant would release every wave to come.
+            if t > Timestamp::now() {
+                return Err(CliError::input(format!(
+                    "--allow-mass-deletion {at}: later than now; give the instant the held pass printed (it releases the deletions held at or before it, not those to come)"
+                )));
+            }
+            Some(t)
+        }
         None => match &file {
             Some(f) => tidemark_api::policy::deletions_allowed_before(&f.metadata.annotations)
                 .map_err(CliError::input)?,
@@ -710,6 +719,9 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
             report.failures[0].error
         );
         return Ok(Exit::Partial);
+    }
+    if gc.is_some() && outcome.guard.holds() {
+        return Ok(Exit::Held);
     }
     Ok(Exit::Success)
 }

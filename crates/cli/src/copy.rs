@@ -142,6 +142,14 @@ pub async fn copy(args: &CopyArgs) -> Result<Exit, CliError> {
                 &policy,
                 serde_json::to_value(&policy).unwrap_or_default(),
                 now,
+                // The policy file's acknowledgement, for the copy's deletion guard.
+                file.as_ref()
+                    .map(|f| {
+                        tidemark_api::policy::deletions_allowed_before(&f.metadata.annotations)
+                    })
+                    .transpose()
+                    .map_err(CliError::input)?
+                    .flatten(),
             );
             let outcome =
                 tidemark_engine::retention_pass(&copy, &pass, Some(f), None, progress).await;

@@ -36,11 +36,14 @@ pub enum Exit {
     /// An encrypted payload or segment needs an identity that was not given, or none
     /// given is one of its recipients (the error names them); nothing was written.
     Key = 10,
+    /// gc: the deletion guard held deletions (none of them made); acknowledge with
+    /// `--allow-mass-deletion TIME` if that is what you want.
+    Held = 11,
 }
 
 impl Exit {
     /// Every code, for `--help`.
-    pub const ALL: [Exit; 11] = [
+    pub const ALL: [Exit; 12] = [
         Exit::Success,
         Exit::Internal,
         Exit::Input,
@@ -52,6 +55,7 @@ impl Exit {
         Exit::RestoreFailed,
         Exit::Contention,
         Exit::Key,
+        Exit::Held,
     ];
 
     /// One line for `--help`.
@@ -75,6 +79,9 @@ impl Exit {
             }
             Exit::Key => {
                 "an encrypted backup or binlog needs an identity that was not given (--identity); nothing was written"
+            }
+            Exit::Held => {
+                "gc: the deletion guard held deletions (stderr says why and how to acknowledge them)"
             }
         }
     }

@@ -144,6 +144,11 @@ fn load(dir: &Path) -> Result<Vec<PolicyRun>, CliError> {
                         .map_err(|e| {
                             CliError::input(format!("{}: BackupPolicy {name}: {e}", file.display()))
                         })?;
+                let allow_deletions_before =
+                    tidemark_api::policy::deletions_allowed_before(&policy.metadata.annotations)
+                        .map_err(|e| {
+                            CliError::input(format!("{}: BackupPolicy {name}: {e}", file.display()))
+                        })?;
                 checked
                     .map(|mut p| {
                         p.branches_acknowledged = acknowledged;
@@ -154,6 +159,7 @@ fn load(dir: &Path) -> Result<Vec<PolicyRun>, CliError> {
                         as_given: serde_json::to_value(r).unwrap_or_default(),
                         interval: retention_interval,
                         hooks: hooks.clone(),
+                        allow_deletions_before,
                     })
                     .map_err(|e| {
                         let at = match e.field() {
@@ -329,6 +335,11 @@ fn copy_runs(
                     as_given: serde_json::to_value(r).unwrap_or_default(),
                     interval: retention_interval,
                     hooks: None,
+                    // The copy's deletion guard takes the policy's acknowledgement.
+                    allow_deletions_before: tidemark_api::policy::deletions_allowed_before(
+                        &policy.metadata.annotations,
+                    )
+                    .map_err(bad)?,
                 })
             }
             None => None,

@@ -2115,8 +2115,19 @@ fn a_mass_deletion_is_held_until_acknowledged_and_the_next_wave_again() {
             args.extend(["--allow-mass-deletion", a]);
         }
         let o = run(&args);
-        assert!(o.status.success(), "{}", stderr(&o));
-        (json(&o), stderr(&o))
+        let v = json(&o);
+        // 11 when the guard held something, else success.
+        let held = v["deletionGuard"]["held"]
+            .as_object()
+            .is_some_and(|h| !h.is_empty())
+            || v["deletionGuard"]["holdSegments"] == true;
+        assert_eq!(
+            o.status.code(),
+            Some(if held { 11 } else { 0 }),
+            "{}",
+            stderr(&o)
+        );
+        (v, stderr(&o))
     };
     let now = "2026-10-25T12:00:00Z";
     // The policy as it was: nothing to delete.
@@ -2142,6 +2153,22 @@ fn a_mass_deletion_is_held_until_acknowledged_and_the_next_wave_again() {
         err.contains(&format!("--allow-mass-deletion {since}")),
         "{err}"
     );
+    // An acknowledgement in the future is refused: it would release every wave to come.
+    let o = run(&[
+        "gc",
+        "--store",
+        &url,
+        "--cluster",
+        "db",
+        "--keep-last",
+        "3",
+        "--now",
+        now,
+        "--allow-mass-deletion",
+        "2099-01-01T00:00:00Z",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(count("metadata.json"), 30);
     // An acknowledgement from before the hold releases nothing …
     let before: jiff::Timestamp = since.parse().unwrap();
     let early = (before - SignedDuration::from_secs(1)).to_string();

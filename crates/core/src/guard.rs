@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::inventory::BackupId;
 use crate::plan::{Action, Plan, RecoveryWindow};
 use crate::policy::DeletionGuard;
+use crate::reason::Reason;
 
 /// What the guard remembers between passes.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -110,6 +111,13 @@ pub struct Verdict {
     pub released: Vec<BackupId>,
     /// Hold every segment deletion and index change of the pass.
     pub hold_segments: bool,
+    /// Hold every deletion of the pass (a listing far shorter than the last pass left):
+    /// failed and uncommitted attempts and leftovers too — nothing on its word.
+    pub hold_all: bool,
+    /// An acknowledgement later than now was given: it is ignored (it would release every
+    /// wave to come).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub acknowledgement_in_future: bool,
     /// The acknowledgement given (`tidemark.io/allow-deletions-before`,
     /// `--allow-mass-deletion`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -121,7 +129,7 @@ pub struct Verdict {
 
 impl Verdict {
     pub fn holds(&self) -> bool {
-        !self.held.is_empty() || self.hold_segments
+        !self.held.is_empty() || self.hold_segments || self.hold_all
     }
 
     /// What is held and why, in one sentence (without how to release it).
@@ -136,7 +144,11 @@ impl Verdict {
                 ""
             },
             why.join("; ")
-        )
+        ) + if self.acknowledgement_in_future {
+            "; the acknowledgement given is later than now and is ignored (it would release every wave to come)"
+        } else {
+            ""
+        }
     }
 
     /// The record to keep after this pass, which leaves `restorable_after` recovery points.
@@ -167,9 +179,14 @@ impl Verdict {
     }
 }
 
+/// The fewest restorable backups a last pass must have left for a listing that lacks most
+/// of them to hold a pass.
+pub const LISTING_FLOOR: usize = 3;
+
 /// Judges `plan`, made over a store in which `restorable_before` backups were restorable
 /// and whose recovery window was `window_before`, against the guard's `record` and the
-/// acknowledgement `ack` (deletions first held at or before it go ahead).
+/// acknowledgement `ack` (deletions first held at or before it go ahead; an `ack` later
+/// than `now` is ignored).
 pub fn assess(
     guard: &DeletionGuard,
     plan: &Plan,
@@ -179,10 +196,18 @@ pub fn assess(
     ack: Option<Timestamp>,
     now: Timestamp,
 ) -> Verdict {
+    let acknowledgement_in_future = ack.is_some_and(|a| a > now);
+    let ack = ack.filter(|a| *a <= now);
+    // Recovery points deleted; a chain merged into a synthetic full loses none.
     let deleting: Vec<&BackupId> = plan
         .backups
         .iter()
         .filter(|d| d.action == Action::Delete && restorable_before.contains(&d.backup.id))
+        .filter(|d| {
+            !d.reasons
+                .iter()
+                .any(|r| matches!(r, Reason::Consolidated(_)))
+        })
         .map(|d| &d.backup.id)
         .collect();
     let mut trips = Vec::new();
@@ -219,10 +244,12 @@ pub fn assess(
             }
         }
     }
+    // Whatever the threshold: a store that lists most of what the last pass left is not
+    // believed.
     if let Some(last) = &record.last {
         let listed = restorable_before.len();
         let gone = last.restorable.saturating_sub(listed);
-        if threshold > 0 && gone > threshold && more_than_half(gone, last.restorable) {
+        if last.restorable >= LISTING_FLOOR && more_than_half(gone, last.restorable) {
             trips.push(Trip::Listing {
                 listed,
                 left: last.restorable,
@@ -231,6 +258,7 @@ pub fn assess(
     }
     let mut verdict = Verdict {
         acknowledged: ack,
+        acknowledgement_in_future,
         ..Verdict::default()
     };
     if trips.is_empty() {
@@ -252,6 +280,16 @@ pub fn assess(
     }
     let segments_since = record.segments_held_since.unwrap_or(now);
     verdict.hold_segments = listing_held || !released(segments_since);
+    verdict.hold_all = listing_held;
+    if listing_held {
+        // Every deletion, of any phase.
+        for d in plan.backups.iter().filter(|d| d.action == Action::Delete) {
+            verdict
+                .held
+                .entry(d.backup.id.clone())
+                .or_insert_with(|| record.held.get(&d.backup.id).copied().unwrap_or(now));
+        }
+    }
     let mut sinces: Vec<Timestamp> = verdict.held.values().copied().collect();
     if verdict.hold_segments {
         sinces.push(segments_since);
@@ -340,6 +378,18 @@ mod tests {
             later,
         );
         assert_eq!(early.held.len(), 27);
+        // One in the future releases nothing (it would release every wave to come).
+        let future = assess(
+            &guard,
+            &p,
+            &before,
+            None,
+            &record,
+            Some(later + jiff::SignedDuration::from_hours(24)),
+            later,
+        );
+        assert_eq!(future.held.len(), 27);
+        assert!(future.acknowledgement_in_future && future.summary().contains("ignored"));
         // One at or after it releases that wave.
         let ok = assess(&guard, &p, &before, None, &record, Some(now), later);
         assert!(!ok.holds(), "{ok:?}");

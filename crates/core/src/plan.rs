@@ -277,8 +277,12 @@ pub fn plan(policy: &Policy, inventory: &Inventory, now: Timestamp) -> Plan {
             .filter(|&t| t <= start)
             .max()
     });
+    // (A backup the deletion guard holds keeps its binlogs too: released or reverted, it
+    // is what it was.)
     let replays_from = |n: &Node| {
-        cover_point.is_none_or(|c| n.restore_point() >= c) || !n.backup.held_for.is_empty()
+        cover_point.is_none_or(|c| n.restore_point() >= c)
+            || !n.backup.held_for.is_empty()
+            || n.backup.guarded
     };
     // Binlogs are needed from the start of the oldest retained committed backup (a broken
     // one may be repaired; a malformed one may be a recovery point once it is readable)

@@ -456,8 +456,9 @@ impl<'a> Model<'a> {
     /// Whether binlogs after `b` are kept for it: without a point-in-time window, every
     /// backup; with one, those from its cover on, and any a restore replays from.
     fn replays(&self, b: &Backup) -> bool {
-        self.pitr_cover()
-            .is_none_or(|c| b.restore_point() >= c.restore_point() || !b.held_for.is_empty())
+        self.pitr_cover().is_none_or(|c| {
+            b.restore_point() >= c.restore_point() || !b.held_for.is_empty() || b.guarded
+        })
     }
 
     /// Start of the oldest retained committed backup (restorable or not) or malformed one

@@ -180,10 +180,14 @@ pub fn keep_everything() -> Policy {
 /// The copy's own retention pass over its store (`policy`, as written `as_given`): no
 /// hooks (the backups' data stays in the source; seed 003's hooks run where it goes), no
 /// holds but those the copy's store records.
+///
+/// `allow_deletions_before`: the deletion guard's acknowledgement (the policy's
+/// `tidemark.io/allow-deletions-before`).
 pub fn retention_request(
     policy: &Policy,
     as_given: serde_json::Value,
     now: Timestamp,
+    allow_deletions_before: Option<Timestamp>,
 ) -> crate::pass::PassRequest {
     crate::pass::PassRequest {
         policy: policy.clone(),
@@ -197,7 +201,7 @@ pub fn retention_request(
         hooks: None,
         recorded_hooks: crate::pass::RecordedHooks::Refuse,
         override_primary_gate: false,
-        allow_deletions_before: None,
+        allow_deletions_before,
         compare_with: None,
     }
 }

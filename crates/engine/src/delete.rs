@@ -247,6 +247,13 @@ async fn delete_under(
                 .audit_extra
                 .insert("hooks".into(), serde_json::Value::Array(audit_hooks));
         }
+        // The deletion guard's count of what the last pass left goes down with it first:
+        // a deletion by hand is no listing that lost backups.
+        let mut guard = tidemark_store::state::load_guard(store).await?;
+        if let Some(last) = guard.last.as_mut().filter(|l| l.restorable > 0) {
+            last.restorable -= 1;
+            tidemark_store::state::save_guard(store, &guard).await?;
+        }
         let report = tidemark_store::execute(store, &survey, &options, &NoProgress).await?;
         if let Some(f) = report.failures.first() {
             return Err(EngineError::Edge {

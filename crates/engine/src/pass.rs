@@ -312,13 +312,43 @@ pub async fn retention_pass(
             request.allow_deletions_before,
             request.started_at,
         );
+        let mut verdict = verdict;
         if !verdict.held.is_empty() {
-            options.guarded = verdict.held.keys().cloned().collect();
-            seen = survey(store, &request.policy, request.now, &options, progress).await?;
+            // Planned again with what is held kept. That plan may delete what the judged
+            // one kept (a bridge the held backups made redundant): held as well, so that
+            // nothing goes that was not judged and released.
+            let judged: HashSet<String> =
+                seen.plan.deletions().map(|d| d.backup.id.clone()).collect();
+            for round in 0..=GUARD_ROUNDS {
+                options.guarded = verdict.held.keys().cloned().collect();
+                seen = survey(store, &request.policy, request.now, &options, progress).await?;
+                let unjudged: Vec<String> = seen
+                    .plan
+                    .deletions()
+                    .filter(|d| !judged.contains(&d.backup.id))
+                    .map(|d| d.backup.id.clone())
+                    .collect();
+                if unjudged.is_empty() {
+                    break;
+                }
+                for id in unjudged {
+                    let since = record.held.get(&id).copied().unwrap_or(request.started_at);
+                    verdict.held.insert(id, since);
+                }
+                if round == GUARD_ROUNDS {
+                    // Still moving: this pass deletes no backup at all.
+                    let all: Vec<String> =
+                        seen.plan.deletions().map(|d| d.backup.id.clone()).collect();
+                    for id in all {
+                        let since = record.held.get(&id).copied().unwrap_or(request.started_at);
+                        verdict.held.insert(id, since);
+                    }
+                    options.guarded = verdict.held.keys().cloned().collect();
+                    seen = survey(store, &request.policy, request.now, &options, progress).await?;
+                }
+            }
         }
-        if verdict.hold_segments {
-            hold_segments(&mut seen.plan);
-        }
+        apply_holds(&mut seen.plan, &verdict);
         let guard = Guard {
             verdict,
             record,
@@ -370,10 +400,19 @@ struct Guard {
     change: Option<tidemark_core::preview::PolicyChange>,
 }
 
-/// Holds every segment deletion and index change of `plan` (the deletion guard).
-fn hold_segments(plan: &mut tidemark_core::Plan) {
-    plan.segments.delete.clear();
-    plan.segments.drop_from_index.clear();
+/// Rounds of planning again while the deletion guard's holds change what a plan deletes.
+const GUARD_ROUNDS: usize = 3;
+
+/// Holds what the deletion guard's `verdict` holds beyond the backups planned as kept:
+/// every segment deletion and index change, and with a short listing every leftover too.
+fn apply_holds(plan: &mut tidemark_core::Plan, verdict: &tidemark_core::guard::Verdict) {
+    if verdict.hold_segments {
+        plan.segments.delete.clear();
+        plan.segments.drop_from_index.clear();
+    }
+    if verdict.hold_all {
+        plan.leftovers.delete.clear();
+    }
 }
 
 /// The executing half of [`retention_pass`], under its fence.
@@ -534,9 +573,7 @@ async fn carry_out(
     }
     // The guard's record, before anything goes: what it holds and since when, and what
     // this pass leaves (a pass cut short leaves more, which the next one does not mind).
-    if guard.verdict.hold_segments {
-        hold_segments(&mut seen.plan);
-    }
+    apply_holds(&mut seen.plan, &guard.verdict);
     let restorable_deleted = seen
         .plan
         .deletions()
@@ -844,6 +881,15 @@ pub async fn unattended_pass(
                 ),
             },
         ));
+    }
+    if outcome.guard.holds() {
+        tracing::warn!(
+            "retention: deletion guard: {}{}",
+            outcome.guard.summary(),
+            outcome.guard.release_with.map_or(String::new(), |at| format!(
+                "; if that is what you want, acknowledge with tidemark.io/allow-deletions-before: \"{at}\" on the policy (tidemark run reads it from its policy file), or `tidemark gc --allow-mass-deletion {at}` while nothing else holds the store's lease"
+            ))
+        );
     }
     if let Some(report) = &outcome.executed {
         for d in outcome.survey.plan.deletions() {

@@ -112,6 +112,9 @@ pub struct RetentionRun {
     pub interval: SignedDuration,
     /// The DeleteHooks run before the pass deletes backups.
     pub hooks: Option<Arc<dyn crate::pass::DeleteHooks>>,
+    /// The policy file's `tidemark.io/allow-deletions-before`: the deletion guard's
+    /// acknowledgement.
+    pub allow_deletions_before: Option<Timestamp>,
 }
 
 #[derive(Debug, Clone)]
@@ -840,7 +843,7 @@ async fn retention(ctx: &Ctx, r: &RetentionRun, now: Timestamp) -> Result<(), En
         ignore_malformed: false,
         recorded_hooks: crate::pass::RecordedHooks::RunByCaller,
         override_primary_gate: false,
-        allow_deletions_before: None,
+        allow_deletions_before: r.allow_deletions_before,
         compare_with: None,
     };
     unattended_pass(
@@ -1103,7 +1106,12 @@ async fn copy_task(ctx: Arc<Ctx>, c: CopyRun, fence: Arc<Fence>, mut stop: watch
         if let Some(r) = &c.retention {
             let now = ctx.clock.now();
             if last_retention.is_none_or(|t| now >= tidemark_core::saturating_add(t, r.interval)) {
-                let request = crate::copy::retention_request(&r.policy, r.as_given.clone(), now);
+                let request = crate::copy::retention_request(
+                    &r.policy,
+                    r.as_given.clone(),
+                    now,
+                    r.allow_deletions_before,
+                );
                 match unattended_pass(&c.store, &request, Some(&fence), None).await {
                     Ok(_) => last_retention = Some(now),
                     Err(e) => tracing::warn!("copy {}: retention: {}", c.name, chain(&e)),

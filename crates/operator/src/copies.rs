@@ -310,6 +310,10 @@ async fn one(
             &rules,
             serde_json::to_value(&seen.spec.retention).unwrap_or_default(),
             now,
+            // The copy's deletion guard takes the policy's acknowledgement.
+            tidemark_api::policy::deletions_allowed_before(policy.annotations())
+                .ok()
+                .flatten(),
         );
         match tidemark_engine::unattended_pass(&copy, &request, Some(&fence), None).await {
             Ok(_) => retention_at = Some(now),

@@ -716,6 +716,17 @@ pub struct ArchiveArgs {
     /// caught up.
     #[arg(long, value_name = "DURATION", default_value = "5m")]
     pub max_lag: String,
+    /// With --from-server: after each pass, PURGE BINARY LOGS on the server up to the
+    /// newest file the store holds verified (indexed with its checksum, present with its
+    /// size), never further, keeping the files whose transactions are younger than this
+    /// (e.g. 2h). The account needs BINLOG ADMIN.
+    #[arg(long, value_name = "DURATION", requires = "from_server")]
+    pub purge_keep: Option<String>,
+    /// With --purge-keep: past this many bytes of binlogs on the server, --purge-keep
+    /// yields (the archive never does); from 80 % of it with files not archived, the point
+    /// in time is at risk and every pass says so (e.g. 50GiB).
+    #[arg(long, value_name = "SIZE", requires = "purge_keep")]
+    pub purge_max_disk: Option<String>,
     #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
     /// With --from-server: connection options for mariadb and mariadb-binlog, e.g.

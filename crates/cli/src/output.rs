@@ -711,6 +711,9 @@ pub struct ArchivePassOut {
     pub archived_last_event_at: Option<Timestamp>,
     /// How far the archive is behind the server: the two above apart (0: caught up).
     pub lag_seconds: Option<i64>,
+    /// `--purge-keep`: the server's binlogs purged after the pass (issue 45 §4).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub purge: Option<tidemark_mariadb::purge::PurgeReport>,
 }
 
 impl From<tidemark_mariadb::archive::ArchiveReport> for ArchivePassOut {
@@ -743,6 +746,7 @@ impl From<tidemark_mariadb::archive::ArchiveReport> for ArchivePassOut {
             primary_last_event_at,
             archived_last_event_at,
             lag_seconds,
+            purge: None,
         }
     }
 }

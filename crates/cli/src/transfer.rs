@@ -385,6 +385,31 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
                 args.max_lag
             ))
         })?;
+    let purge = match &args.purge_keep {
+        None => None,
+        Some(text) => Some(tidemark_mariadb::purge::PurgePolicy {
+            keep: text
+                .parse::<jiff::SignedDuration>()
+                .ok()
+                .filter(|d| !d.is_negative())
+                .ok_or_else(|| {
+                    CliError::input(format!(
+                        "invalid --purge-keep {text:?}: expected a duration such as 2h, 30m or 0s"
+                    ))
+                })?,
+            max_disk: args
+                .purge_max_disk
+                .as_deref()
+                .map(|m| {
+                    crate::simulate::parse_size(m).filter(|n| *n > 0).ok_or_else(|| {
+                        CliError::input(format!(
+                            "invalid --purge-max-disk {m:?}: expected a number and a unit, e.g. 50GiB or 500MiB"
+                        ))
+                    })
+                })
+                .transpose()?,
+        }),
+    };
     let mut archiver = tidemark_engine::archive::Archiver::new(max_lag);
     let target = resolve::store_target(&args.store, args.policy.as_deref())?;
     let store = &args.compress.apply(&target.store);
@@ -431,8 +456,39 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
             }
             a.report
         });
+        // The server's binlogs purged as far as the archive holds them verified, pass or
+        // no pass (a store that cannot be read holds nothing verified: nothing goes).
+        let purged = match (&remote, purge) {
+            (Some(r), Some(p)) => match r.purge(store, p, jiff::Timestamp::now()).await {
+                Ok(report) => {
+                    if report.point_in_time_at_risk {
+                        eprintln!(
+                            "{} warning: point in time at risk: the server holds {} bytes of binlogs (limit {}) and the archive lacks some of them ({}); none of those is purged, and the disk may fill",
+                            jiff::Timestamp::now(),
+                            report.disk_bytes,
+                            report.max_disk.unwrap_or_default(),
+                            report.kept_because.as_deref().unwrap_or("not archived yet")
+                        );
+                    }
+                    Some(report)
+                }
+                Err(e) => {
+                    eprintln!(
+                        "{} warning: the server's binlogs were not purged: {}",
+                        jiff::Timestamp::now(),
+                        tidemark_engine::error::chain(&EngineError::from(e))
+                    );
+                    None
+                }
+            },
+            _ => None,
+        };
         match report {
-            Ok(r) if json => crate::output::emit_as(args.output, &ArchivePassOut::from(r))?,
+            Ok(r) if json => {
+                let mut out = ArchivePassOut::from(r);
+                out.purge = purged;
+                crate::output::emit_as(args.output, &out)?;
+            }
             Ok(r) => {
                 let mut line = format!(
                     "archived {} binlog(s) ({} bytes)",
@@ -465,6 +521,18 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
                 }
                 if let Some(open) = &r.open {
                     line.push_str(&format!("; {open} is still being written"));
+                }
+                if let Some(p) = &purged {
+                    match &p.purged_to {
+                        Some(to) => line.push_str(&format!(
+                            "; purged {} binlog(s) on the server, up to {to}",
+                            p.purged.len()
+                        )),
+                        None => line.push_str("; purged nothing on the server"),
+                    }
+                    if let Some(why) = &p.kept_because {
+                        line.push_str(&format!(" ({why})"));
+                    }
                 }
                 if args.once {
                     crate::output::emit(&format!("{line}\n"))?;

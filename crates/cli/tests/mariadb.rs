@@ -2258,3 +2258,121 @@ fn a_bucket_writer_runs_no_code_where_backups_are_restored() {
         "the chain is kept: {said}"
     );
 }
+
+/// Issue 45 §4: `archive-binlogs --from-server --purge-keep` purges the server's binlogs only
+/// once the store holds them verified. A store that cannot be reached (an outage) purges
+/// nothing — every file stays on the server; once it is back, one pass archives them and
+/// purges up to the file being written, and a restore to an instant inside the outage is
+/// exact: no binlog was lost. Files younger than `keep` stay.
+#[test]
+fn the_servers_binlogs_are_purged_only_once_archived() {
+    const PASSWORD: &str = "purge-pw-4e1d";
+    let env = Env {
+        s3: SeaweedFs::start(),
+        db: MariaDb::start(),
+        compression: "none",
+        bucket: None,
+    };
+    let db = &env.db;
+    db.sql(&format!(
+        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT); \
+         CREATE USER 'arch'@'%' IDENTIFIED BY '{PASSWORD}'; GRANT ALL ON *.* TO 'arch'@'%'; \
+         CREATE USER 'arch'@'localhost' IDENTIFIED BY '{PASSWORD}'; GRANT ALL ON *.* TO 'arch'@'localhost';"
+    ));
+    let options = db.scratch().join("arch.cnf");
+    std::fs::write(
+        &options,
+        format!("[client]\nuser=arch\npassword={PASSWORD}\n"),
+    )
+    .unwrap();
+    let spool = db.scratch().join("spool");
+    let connection = [
+        format!("--defaults-extra-file={}", options.display()),
+        "--host=127.0.0.1".to_owned(),
+        format!("--port={}", db.port),
+    ];
+    let args_with = |extra: &[&str]| -> Vec<String> {
+        let mut args: Vec<String> = ["archive-binlogs", "--from-server", "--spool"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        args.push(spool.to_str().unwrap().to_owned());
+        args.push("--once".into());
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        args.push("--".into());
+        args.extend(connection.iter().cloned());
+        args
+    };
+    let server_files = || -> Vec<String> {
+        db.sql("SHOW BINARY LOGS")
+            .lines()
+            .filter_map(|l| l.split('\t').next())
+            .map(str::to_owned)
+            .filter(|n| n.starts_with("mysql-bin."))
+            .collect()
+    };
+
+    env.insert(5);
+    env.backup(None);
+    env.insert(10); // 15
+    db.sql("FLUSH BINARY LOGS");
+    env.insert(3); // 18
+    let target = pause_and_mark();
+    env.insert(4); // 22
+    db.sql("FLUSH BINARY LOGS");
+    env.insert(2); // 24
+    db.sql("FLUSH BINARY LOGS");
+    let before = server_files();
+    assert!(before.len() >= 4, "{before:?}");
+
+    // The store is down (nothing listens at its endpoint): the pass fails, nothing is purged.
+    let args = args_with(&["--purge-keep", "0s", "--output", "json"]);
+    let mut down = bin();
+    down.envs(env.s3.env())
+        .arg(&args[0])
+        .args(["--store", &env.s3.url(), "--cluster", "e2e"])
+        .args(["--endpoint", "http://127.0.0.1:9"])
+        .args(&args[1..]);
+    let out = down.output().unwrap();
+    assert!(
+        !out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(server_files(), before, "an outage purged binlogs");
+
+    // Back: one pass archives them and purges what it holds verified, up to the open file.
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let v: Value = serde_json::from_slice(&env.ok(&refs).stdout).unwrap();
+    let purge = &v["purge"];
+    let after = server_files();
+    assert_eq!(after.len(), 1, "{purge} {after:?}");
+    assert_eq!(purge["purgedTo"], after[0].as_str(), "{purge}");
+    assert_eq!(
+        purge["purged"].as_array().unwrap().len(),
+        before.len() - 1,
+        "{purge}"
+    );
+    assert!(
+        purge["diskBytesAfter"].as_u64() < purge["diskBytes"].as_u64(),
+        "{purge}"
+    );
+    // Nothing of the outage was lost: an instant inside it restores exactly.
+    assert_eq!(env.restored_rows(target, "after-outage"), "18");
+
+    // Files younger than keep stay on the server, archived or not.
+    env.insert(1);
+    db.sql("FLUSH BINARY LOGS");
+    let keep = args_with(&["--purge-keep", "1h", "--output", "json"]);
+    let refs: Vec<&str> = keep.iter().map(String::as_str).collect();
+    let v: Value = serde_json::from_slice(&env.ok(&refs).stdout).unwrap();
+    assert_eq!(server_files().len(), 2, "{}", v["purge"]);
+    assert!(
+        v["purge"]["keptBecause"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("younger than keep"),
+        "{}",
+        v["purge"]
+    );
+}

@@ -9,6 +9,7 @@ pub mod binlog;
 pub mod check;
 pub mod cnf;
 pub mod consolidate;
+pub mod purge;
 pub mod remote;
 pub mod restore;
 pub mod server;

@@ -115,29 +115,16 @@ impl RemoteServer {
     /// # Errors
     /// `mariadb` cannot run or fails; the server has no binlogs.
     pub async fn server_files(&self) -> Result<Vec<String>, RemoteError> {
-        let out = succeeded(
-            Self::program(&self.mariadb),
-            tokio::process::Command::new(&self.mariadb)
-                .args(&self.client_args)
-                .args(["-N", "-B", "-e", "SHOW BINARY LOGS"])
-                .stdin(Stdio::null()),
-        )
-        .await?;
-        let files: Vec<String> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| l.split('\t').next())
-            .map(str::trim)
-            .filter(|n| tidemark_store::layout::is_segment_name(n))
-            .map(str::to_owned)
-            .collect();
-        if files.is_empty() {
-            return Err(RemoteError::NoBinlogs);
-        }
-        Ok(files)
+        Ok(self
+            .binary_logs()
+            .await?
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect())
     }
 
     /// Runs one query and returns its answer (batch, no column names).
-    async fn query(&self, sql: &str) -> Result<String, RemoteError> {
+    pub(crate) async fn query(&self, sql: &str) -> Result<String, RemoteError> {
         let out = succeeded(
             Self::program(&self.mariadb),
             tokio::process::Command::new(&self.mariadb)

@@ -1,0 +1,224 @@
+//! The server's binlogs purged only once archived (issue 45 §4): `PURGE BINARY LOGS TO` the
+//! newest file whose every transaction the store holds, indexed with its checksum and
+//! present with its recorded size — never further, whatever the disk says — and no file
+//! whose transactions are younger than `keep` (unless the disk limit is passed). A primary
+//! and a replica follow the same rule: a file's transactions are found by GTID, not by name.
+
+use jiff::{SignedDuration, Timestamp};
+use serde::Serialize;
+use tidemark_core::gtid::{GtidPos, GtidRun, history_holds};
+use tidemark_core::timeline::timeline_of;
+use tidemark_store::ClusterStore;
+use tidemark_store::format::IndexEntry;
+use tidemark_store::index::SegmentIndex;
+
+use crate::remote::{RemoteError, RemoteServer};
+
+/// How the server's binlogs are purged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PurgePolicy {
+    /// Files whose transactions are younger than this stay on the server, archived or not.
+    pub keep: SignedDuration,
+    /// Past this many bytes of binlogs, `keep` yields (the archive never does); from 80 %
+    /// of it with files not archived, the point in time is at risk.
+    pub max_disk: Option<u64>,
+}
+
+/// Index entries whose object is checked (a HEAD each) in one purge at most: a purge
+/// goes no further than what it checked, and the next one continues.
+pub const MAX_CHECKS: usize = 1000;
+
+/// What one purge found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PurgeReport {
+    /// `PURGE BINARY LOGS TO` this file (it stays; those before it went).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub purged_to: Option<String>,
+    /// The files removed.
+    pub purged: Vec<String>,
+    /// Bytes of binlogs on the server before and after.
+    pub disk_bytes: u64,
+    pub disk_bytes_after: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_disk: Option<u64>,
+    /// Why no further file was purged (the first closed file kept).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept_because: Option<String>,
+    /// The disk limit nears (80 %) and closed files are not archived: the database's disk
+    /// may fill, and nothing of them may be purged.
+    pub point_in_time_at_risk: bool,
+}
+
+impl RemoteServer {
+    /// The server's binlog files and their sizes, oldest first.
+    ///
+    /// # Errors
+    /// `mariadb` cannot run or fails; the server has no binlogs.
+    pub async fn binary_logs(&self) -> Result<Vec<(String, u64)>, RemoteError> {
+        let answer = self.query("SHOW BINARY LOGS").await?;
+        let files: Vec<(String, u64)> = answer
+            .lines()
+            .filter_map(|l| {
+                let mut cols = l.split('\t');
+                let name = cols.next()?.trim();
+                let size = cols.next()?.trim().parse().ok()?;
+                tidemark_store::layout::is_segment_name(name).then(|| (name.to_owned(), size))
+            })
+            .collect();
+        if files.is_empty() {
+            return Err(RemoteError::NoBinlogs);
+        }
+        Ok(files)
+    }
+
+    /// Purges the server's binlogs the archive holds, as `policy` allows.
+    ///
+    /// # Guarantees
+    /// Never purges a file with a transaction the archive's newest timeline does not hold
+    /// in entries that have a checksum and whose objects are present with their size;
+    /// never the file being written; never past a file whose start position cannot be
+    /// read.
+    ///
+    /// # Errors
+    /// The server or the store cannot be read, or the purge is refused (the account needs
+    /// `BINLOG ADMIN`).
+    pub async fn purge(
+        &self,
+        store: &ClusterStore,
+        policy: PurgePolicy,
+        now: Timestamp,
+    ) -> Result<PurgeReport, RemoteError> {
+        let files = self.binary_logs().await?;
+        let disk: u64 = files.iter().map(|(_, s)| s).sum();
+        let mut report = PurgeReport {
+            disk_bytes: disk,
+            disk_bytes_after: disk,
+            max_disk: policy.max_disk,
+            ..PurgeReport::default()
+        };
+        let over = policy.max_disk.is_some_and(|m| disk > m);
+        let near = policy
+            .max_disk
+            .is_some_and(|m| disk.saturating_mul(5) >= m.saturating_mul(4));
+        // A store that cannot be read holds nothing verified: nothing is purged, and the
+        // disk is watched all the same.
+        let index = match SegmentIndex::load(store).await {
+            Ok(i) => i,
+            Err(e) => {
+                report.point_in_time_at_risk = near && files.len() > 1;
+                report.kept_because = Some(format!("the store cannot be read: {e}"));
+                return Ok(report);
+            }
+        };
+        let entries: Vec<IndexEntry> = match &index {
+            Some(i) => {
+                let newest = i.head.timelines.iter().map(|t| t.id).max().unwrap_or(0);
+                let mut v: Vec<IndexEntry> = i
+                    .entries()
+                    .filter(|e| timeline_of(e.sequence) == newest)
+                    .cloned()
+                    .collect();
+                v.sort_by_key(|e| e.sequence);
+                v
+            }
+            None => Vec::new(),
+        };
+        // The verified history: the newest timeline's entries from its first, each with a
+        // checksum and (for those the server's files still hold) present with its size.
+        let base = entries
+            .first()
+            .and_then(|e| e.gtid_list.clone())
+            .unwrap_or_default();
+        let oldest_start = self.start_of(&files[0].0).await?;
+        let mut verified: Vec<&IndexEntry> = Vec::new();
+        let mut checks = 0;
+        for e in &entries {
+            if e.sha256.is_none() {
+                break;
+            }
+            let still_on_server = e.gtids.iter().any(|r| r.last > oldest_start.seq(r.domain));
+            if still_on_server {
+                if checks == MAX_CHECKS {
+                    break;
+                }
+                checks += 1;
+                let present = store
+                    .head(&tidemark_store::layout::segment_key(&e.name))
+                    .await
+                    .map_err(|e| RemoteError::Archive(e.into()))?;
+                if present.is_none_or(|m| m.size != e.size) {
+                    break;
+                }
+            }
+            verified.push(e);
+        }
+        let runs: Vec<GtidRun> = verified
+            .iter()
+            .flat_map(|e| e.gtids.iter().copied())
+            .collect();
+        // The newest k (never the last, being written) whose start the verified history
+        // holds: every transaction before it is archived.
+        let mut target: Option<usize> = None;
+        let mut why: Option<String> = None;
+        for k in 1..files.len() {
+            let name = &files[k].0;
+            let start = self.start_of(name).await?;
+            if entries.is_empty() || !history_holds(&base, &runs, &start) {
+                why = Some(format!(
+                    "{} holds transactions the archive has not verified yet",
+                    files[k - 1].0
+                ));
+                break;
+            }
+            // When the last transaction before it was written, at the latest: the newest
+            // event of the verified entries holding any transaction before it.
+            let last_before = verified
+                .iter()
+                .filter(|e| e.gtids.iter().any(|r| r.first <= start.seq(r.domain)))
+                .filter_map(|e| e.last_event_at)
+                .max();
+            let young = last_before.is_none_or(|t| t > now - policy.keep);
+            if young && !over {
+                why = Some(format!(
+                    "{} is younger than keep ({})",
+                    files[k - 1].0,
+                    jiff::Span::try_from(policy.keep)
+                        .map_or_else(|_| policy.keep.to_string(), |s| format!("{s:#}"))
+                ));
+                break;
+            }
+            target = Some(k);
+        }
+        report.point_in_time_at_risk = near && target.map_or(1, |k| k + 1) < files.len();
+        report.kept_because = why;
+        let Some(k) = target else {
+            return Ok(report);
+        };
+        let to = files[k].0.clone();
+        self.query(&format!("PURGE BINARY LOGS TO '{to}'")).await?;
+        let after = self.binary_logs().await?;
+        report.disk_bytes_after = after.iter().map(|(_, s)| s).sum();
+        report.purged = files
+            .iter()
+            .map(|(n, _)| n)
+            .filter(|n| !after.iter().any(|(a, _)| a == *n))
+            .cloned()
+            .collect();
+        report.purged_to = Some(to);
+        Ok(report)
+    }
+
+    /// The GTID position at the start of the server's file `name`.
+    async fn start_of(&self, name: &str) -> Result<GtidPos, RemoteError> {
+        if !tidemark_store::layout::is_segment_name(name) {
+            return Err(RemoteError::Answer {
+                query: "SHOW BINARY LOGS".into(),
+                answer: name.chars().take(64).collect(),
+            });
+        }
+        let query = format!("SELECT BINLOG_GTID_POS('{name}', 4)");
+        let answer = self.query(&query).await?;
+        GtidPos::parse(&answer).map_err(|_| RemoteError::Answer { query, answer })
+    }
+}

@@ -1313,6 +1313,29 @@ pub struct BinlogArchiveSpec {
     #[x_kube(validation = Rule::new(crate::interval::BINLOG_MAX_LAG_RULE).message(crate::interval::BINLOG_MAX_LAG_MESSAGE))]
     #[schemars(length(max = 24))]
     pub max_lag: Option<String>,
+    /// Purge the server's binlogs once archived (issue 45 §4; `server` only): `PURGE BINARY
+    /// LOGS TO` the newest file the store holds verified, never further. The login needs
+    /// `BINLOG ADMIN`. Absent: Tidemark purges nothing (the server's own expiry decides).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purge: Option<BinlogPurgeSpec>,
+}
+
+/// `binlogArchive.purge`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BinlogPurgeSpec {
+    /// Files whose transactions are younger than this stay on the server, archived or not,
+    /// e.g. `2h` (default `1h`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 24))]
+    pub keep: Option<String>,
+    /// Past this much binlog on the server (a quantity, e.g. `50Gi`), `keep` yields — the
+    /// archive never does; from 80 % of it with files not archived, the point in time is at
+    /// risk (the archiver's log, `tidemark_point_in_time_at_risk`, the alert
+    /// `TidemarkPointInTimeAtRisk`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 24))]
+    pub max_disk_usage: Option<String>,
 }
 
 /// The server the archiver reads from.
@@ -2028,6 +2051,42 @@ impl BackupPolicySpec {
                     problem: e.to_string(),
                 })?;
         }
+        if let Some(p) = self.binlog_archive.as_ref().and_then(|a| a.purge.as_ref()) {
+            if let Some(k) = &p.keep
+                && !k
+                    .parse::<jiff::SignedDuration>()
+                    .is_ok_and(|d| !d.is_negative())
+            {
+                return Err(PolicyFileError::Invalid {
+                    field: "spec.binlogArchive.purge.keep",
+                    problem: format!(
+                        "{:?} is not a duration: expected e.g. 2h, 30m or 0s",
+                        k.chars().take(24).collect::<String>()
+                    ),
+                });
+            }
+            if let Some(m) = &p.max_disk_usage
+                && crate::quantity::bytes(m).is_none_or(|b| b == 0)
+            {
+                return Err(PolicyFileError::Invalid {
+                    field: "spec.binlogArchive.purge.maxDiskUsage",
+                    problem: format!(
+                        "{:?} is not a size: expected a quantity such as 50Gi or 500M",
+                        m.chars().take(24).collect::<String>()
+                    ),
+                });
+            }
+            if self
+                .binlog_archive
+                .as_ref()
+                .is_some_and(|a| a.server.is_none())
+            {
+                return Err(PolicyFileError::Invalid {
+                    field: "spec.binlogArchive.purge",
+                    problem: "needs binlogArchive.server (the archiver that logs in to the server); with binlogIndex, set the server's own expiry".into(),
+                });
+            }
+        }
         if let Some(os) = &self.object_store {
             if let Some(secret) = &os.credentials_secret {
                 crate::names::dns_subdomain("spec.objectStore.credentialsSecret", secret)?;
@@ -2459,6 +2518,30 @@ pub struct RestoreTestResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `binlogArchive.purge` (issue 45 §4): a duration and a quantity, with a server to log
+    /// in to; each refusal names its field.
+    #[test]
+    fn a_binlog_purge_is_checked_field_by_field() {
+        let doc = |purge: &str, source: &str| {
+            BackupPolicy::from_yaml(&format!(
+                "apiVersion: tidemark.io/v1alpha1\nkind: BackupPolicy\nmetadata: {{name: p}}\nspec:\n  objectStore: {{url: 'file:///b'}}\n  binlogArchive: {{{source}, purge: {purge}}}\n"
+            ))
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+        };
+        let server = "server: {host: db}";
+        assert_eq!(doc("{keep: 2h, maxDiskUsage: 50Gi}", server), Ok(()));
+        let e = doc("{keep: soon}", server).unwrap_err();
+        assert!(
+            e.contains("spec.binlogArchive.purge.keep") && e.contains("\"soon\""),
+            "{e}"
+        );
+        let e = doc("{maxDiskUsage: lots}", server).unwrap_err();
+        assert!(e.contains("spec.binlogArchive.purge.maxDiskUsage"), "{e}");
+        let e = doc("{keep: 2h}", "binlogIndex: /var/lib/mysql/mysql-bin.index").unwrap_err();
+        assert!(e.contains("needs binlogArchive.server"), "{e}");
+    }
 
     /// Every retention duration of a policy written `<n>m` is named, with its field; `mo`,
     /// `d`, `w` and intervals' minutes are not.

@@ -470,6 +470,24 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
                             report.kept_because.as_deref().unwrap_or("not archived yet")
                         );
                     }
+                    // Beside the pass's record, for the operator's watch and `ls`.
+                    if let Ok(Some(mut status)) =
+                        tidemark_store::state::load_archiver_status(store).await
+                    {
+                        status.purge = Some(tidemark_store::state::BinlogPurgeStatus {
+                            at: jiff::Timestamp::now(),
+                            disk_bytes: report.disk_bytes_after,
+                            max_disk: report.max_disk,
+                            point_in_time_at_risk: report.point_in_time_at_risk,
+                            kept_because: report.kept_because.clone(),
+                            purged_to: report.purged_to.clone(),
+                        });
+                        if let Err(e) =
+                            tidemark_store::state::save_archiver_status(store, &status).await
+                        {
+                            tracing::warn!("the purge could not be recorded: {e}");
+                        }
+                    }
                     Some(report)
                 }
                 Err(e) => {

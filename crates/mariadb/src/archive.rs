@@ -521,6 +521,7 @@ async fn record_status(store: &ClusterStore, report: &ArchiveReport) {
             tidemark_store::state::host_name(),
             std::process::id()
         ),
+        purge: None,
         extra: Default::default(),
     };
     if let Err(e) = save_archiver_status(store, &status).await {

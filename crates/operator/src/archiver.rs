@@ -256,6 +256,20 @@ pub fn archiver(
     if let Some(id) = primary {
         cmd.push(format!("--primary-server-id={id}"));
     }
+    if let Some(p) = &archive.purge {
+        cmd.push(format!(
+            "--purge-keep={}",
+            p.keep.as_deref().unwrap_or("1h")
+        ));
+        // A quantity the CLI reads as bytes.
+        if let Some(b) = p
+            .max_disk_usage
+            .as_deref()
+            .and_then(tidemark_api::quantity::bytes)
+        {
+            cmd.push(format!("--purge-max-disk={b}"));
+        }
+    }
     cmd.push("--".into());
     if login.is_some() {
         cmd.push(format!("--defaults-extra-file={TOOLS_DIR}/my.cnf"));

@@ -241,6 +241,21 @@ pub async fn check(ctx: &Context, policy: &BackupPolicy) -> Option<Duration> {
         .binlog_archive_lag
         .get_or_create(&crate::metrics::Metrics::policy(&ns, &name))
         .set(a.lag.as_secs().max(0));
+    // binlogArchive.purge: the server's disk as the archiver's last purge found it.
+    if let Some(p) = report.as_ref().and_then(|r| r.purge.as_ref()) {
+        let labels = crate::metrics::Metrics::policy(&ns, &name);
+        ctx.metrics
+            .binlog_disk_bytes
+            .get_or_create(&labels)
+            .set(i64::try_from(p.disk_bytes).unwrap_or(i64::MAX));
+        ctx.metrics
+            .point_in_time_at_risk
+            .get_or_create(&labels)
+            .set(i64::from(p.point_in_time_at_risk));
+        if p.point_in_time_at_risk {
+            tracing::warn!(policy = %name, disk = p.disk_bytes, limit = ?p.max_disk, "point in time at risk: {}", p.kept_because.as_deref().unwrap_or("binlogs not archived"));
+        }
+    }
     let previous = policy.status.as_ref();
     let was_behind = previous
         .and_then(|s| s.binlog_archive.as_ref())
@@ -362,6 +377,7 @@ mod tests {
             primary_last_event_at: Some(at(primary)),
             archived_last_event_at: Some(at(archived)),
             writer: String::new(),
+            purge: None,
             extra: Default::default(),
         }
     }

@@ -113,6 +113,10 @@ pub struct Metrics {
     pub verification_last_run: Family<PolicyLabels, Gauge>,
     /// How far the policy's binlog archive is behind the server it reads, in seconds.
     pub binlog_archive_lag: Family<PolicyLabels, Gauge>,
+    /// `binlogArchive.purge`: bytes of binlogs on the server after the archiver's last
+    /// purge, and 1 while the point in time is at risk (the limit nears, files unarchived).
+    pub binlog_disk_bytes: Family<PolicyLabels, Gauge>,
+    pub point_in_time_at_risk: Family<PolicyLabels, Gauge>,
     /// How far a copy is behind the policy's store, in seconds.
     pub copy_lag: Family<CopyLabels, Gauge>,
     /// When a copy's last pass ended.
@@ -290,6 +294,16 @@ impl Metrics {
             "verification_last_run_timestamp_seconds",
             "When the policy's last verification ended",
             self.verification_last_run.clone(),
+        );
+        r.register(
+            "binlog_disk_bytes",
+            "Bytes of binlogs on the database server after the archiver's last purge (binlogArchive.purge)",
+            self.binlog_disk_bytes.clone(),
+        );
+        r.register(
+            "point_in_time_at_risk",
+            "1 while the server's binlogs near binlogArchive.purge.maxDiskUsage with files the archive lacks",
+            self.point_in_time_at_risk.clone(),
         );
         r.register(
             "binlog_archive_lag_seconds",
@@ -492,6 +506,8 @@ impl Metrics {
                     }
                     if !owned.binlog_archive {
                         self.binlog_archive_lag.remove(&labels);
+                        self.binlog_disk_bytes.remove(&labels);
+                        self.point_in_time_at_risk.remove(&labels);
                     }
                 }
             }
@@ -531,6 +547,8 @@ impl Metrics {
             &self.verification_passed,
             &self.verification_last_run,
             &self.binlog_archive_lag,
+            &self.binlog_disk_bytes,
+            &self.point_in_time_at_risk,
         ] {
             f.remove(labels);
         }

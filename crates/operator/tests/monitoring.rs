@@ -129,6 +129,8 @@ fn exposition(text: bool) -> String {
         &m.verification_passed,
         &m.verification_last_run,
         &m.binlog_archive_lag,
+        &m.binlog_disk_bytes,
+        &m.point_in_time_at_risk,
     ] {
         g.get_or_create(&p).set(1);
     }

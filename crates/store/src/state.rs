@@ -596,8 +596,29 @@ pub struct ArchiverStatus {
     /// Host and process of the archiver.
     #[serde(default)]
     pub writer: String,
+    /// `--purge-keep`: the server's binlogs as the last purge found them (issue 45 §4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purge: Option<BinlogPurgeStatus>,
     #[serde(flatten, skip_deserializing)]
     pub extra: RawFields,
+}
+
+/// The server's binlogs as the archiver's last purge found them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BinlogPurgeStatus {
+    pub at: Timestamp,
+    /// Bytes of binlogs on the server after the purge, and the limit.
+    pub disk_bytes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_disk: Option<u64>,
+    /// The limit nears and files are not archived: the disk may fill.
+    #[serde(default)]
+    pub point_in_time_at_risk: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_because: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purged_to: Option<String>,
 }
 
 impl Record for ArchiverStatus {
@@ -609,6 +630,7 @@ impl Record for ArchiverStatus {
         "primaryLastEventAt",
         "archivedLastEventAt",
         "writer",
+        "purge",
     ];
     fn extra_mut(&mut self) -> &mut RawFields {
         &mut self.extra
@@ -1046,6 +1068,14 @@ mod archiver_tests {
             primary_last_event_at: Some(t),
             archived_last_event_at: Some(t),
             writer: "w".into(),
+            purge: Some(BinlogPurgeStatus {
+                disk_bytes: 10,
+                max_disk: Some(20),
+                point_in_time_at_risk: true,
+                kept_because: Some("x".into()),
+                purged_to: Some("mysql-bin.000002".into()),
+                at: t,
+            }),
             extra: RawFields::default(),
         });
         rawfields::assert_known(&StoredHolds {
@@ -1106,6 +1136,7 @@ mod archiver_tests {
             primary_last_event_at: Some(t("00:00")),
             archived_last_event_at: Some(t("00:00") - jiff::SignedDuration::from_secs(120)),
             writer: String::new(),
+            purge: None,
             extra: RawFields::default(),
         };
         let minute = jiff::SignedDuration::from_secs(60);

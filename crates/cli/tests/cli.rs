@@ -59,6 +59,40 @@ fn example_store() -> (tempfile::TempDir, String) {
     (dir, url)
 }
 
+/// `n` nightly fulls (02:00) from `start`, the first with salt `from`.
+fn nightly(start: jiff::Timestamp, from: i64, n: i64) -> Vec<SynthBackup> {
+    (from..from + n)
+        .map(|d| {
+            SynthBackup::full(
+                "nightly",
+                start + SignedDuration::from_hours(24 * d),
+                d as u32,
+            )
+        })
+        .collect()
+}
+
+/// Writes `backups`, `segments` and their index into `store`.
+fn write_history(
+    rt: &tokio::runtime::Runtime,
+    store: &tidemark_store::ClusterStore,
+    backups: &[SynthBackup],
+    segments: &[tidemark_store::format::IndexEntry],
+) {
+    rt.block_on(async {
+        synth::write_backups(store, backups).await.unwrap();
+        synth::write_segments(store, segments).await.unwrap();
+        synth::write_index(store, segments).await.unwrap();
+    });
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 const POLICY: [&str; 7] = [
     "--window",
     "7d",
@@ -467,26 +501,11 @@ fn closed_pipe_exits_quietly() {
 fn plan_and_gc_against_a_real_s3_server() {
     let server = SeaweedFs::start();
     let store = server.cluster_store("prod");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     let start: jiff::Timestamp = "2026-11-01T02:00:00Z".parse().unwrap();
-    let backups: Vec<SynthBackup> = (0..10)
-        .map(|d| {
-            SynthBackup::full(
-                "nightly",
-                start + SignedDuration::from_hours(24 * d),
-                d as u32,
-            )
-        })
-        .collect();
+    let backups = nightly(start, 0, 10);
     let segments = synth::segments("mysql-bin", 1, 40, start, SignedDuration::from_hours(6));
-    rt.block_on(async {
-        synth::write_backups(&store, &backups).await.unwrap();
-        synth::write_segments(&store, &segments).await.unwrap();
-        synth::write_index(&store, &segments).await.unwrap();
-    });
+    write_history(&rt, &store, &backups, &segments);
     let url = server.url();
     let args = [
         "--store",
@@ -1925,25 +1944,10 @@ fn a_point_in_time_window_keeps_binlogs_for_its_span_only() {
     // 60 nightly fulls (02:00, five minutes each) up to NOW, and segments every 6 hours over
     // the whole span.
     let start: jiff::Timestamp = "2026-09-22T02:00:00Z".parse().unwrap();
-    let backups: Vec<SynthBackup> = (0..60)
-        .map(|d| {
-            SynthBackup::full(
-                "nightly",
-                start + SignedDuration::from_hours(24 * d),
-                d as u32,
-            )
-        })
-        .collect();
+    let backups = nightly(start, 0, 60);
     let segments = synth::segments("mysql-bin", 1, 60 * 4, start, SignedDuration::from_hours(6));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        synth::write_backups(&store, &backups).await.unwrap();
-        synth::write_segments(&store, &segments).await.unwrap();
-        synth::write_index(&store, &segments).await.unwrap();
-    });
+    let rt = runtime();
+    write_history(&rt, &store, &backups, &segments);
     let policy = dir.path().join("policy.yaml");
     std::fs::write(
         &policy,
@@ -2069,27 +2073,10 @@ fn a_mass_deletion_is_held_until_acknowledged_and_the_next_wave_again() {
     let url = format!("file://{}", dir.path().display());
     let store = tidemark_store::ClusterStore::open(&url, "db", &Default::default()).unwrap();
     let start: jiff::Timestamp = "2026-09-25T02:00:00Z".parse().unwrap();
-    let nightly = |from: i64, n: i64| -> Vec<SynthBackup> {
-        (from..from + n)
-            .map(|d| {
-                SynthBackup::full(
-                    "nightly",
-                    start + SignedDuration::from_hours(24 * d),
-                    d as u32,
-                )
-            })
-            .collect()
-    };
+    let nightly = |from: i64, n: i64| nightly(start, from, n);
     let segments = synth::segments("mysql-bin", 1, 30 * 4, start, SignedDuration::from_hours(6));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        synth::write_backups(&store, &nightly(0, 30)).await.unwrap();
-        synth::write_segments(&store, &segments).await.unwrap();
-        synth::write_index(&store, &segments).await.unwrap();
-    });
+    let rt = runtime();
+    write_history(&rt, &store, &nightly(0, 30), &segments);
     let count = |prefix: &str| {
         rt.block_on(synth::all_keys(&store))
             .unwrap()

@@ -1272,23 +1272,11 @@ fn binlogs_read_from_the_server_over_the_network() {
         bucket: None,
     };
     let db = &env.db;
-    db.sql(&format!(
-        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT); \
-         CREATE USER 'repl'@'%' IDENTIFIED BY '{PASSWORD}'; GRANT ALL ON *.* TO 'repl'@'%'; \
-         CREATE USER 'repl'@'localhost' IDENTIFIED BY '{PASSWORD}'; GRANT ALL ON *.* TO 'repl'@'localhost';"
-    ));
-    let options = db.scratch().join("repl.cnf");
-    std::fs::write(
-        &options,
-        format!("[client]\nuser=repl\npassword={PASSWORD}\n"),
-    )
-    .unwrap();
+    db.sql(
+        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT);",
+    );
+    let connection = network_login(db, "repl", PASSWORD);
     let spool = db.scratch().join("spool");
-    let connection = [
-        format!("--defaults-extra-file={}", options.display()),
-        "--host=127.0.0.1".to_owned(),
-        format!("--port={}", db.port),
-    ];
     let from_server = |extra: &[&str]| {
         let mut args = vec![
             "archive-binlogs",
@@ -1351,6 +1339,26 @@ fn binlogs_read_from_the_server_over_the_network() {
         e.contains("--defaults-extra-file") && !e.contains("hunter2"),
         "{e}"
     );
+}
+
+/// An account `user` on `db` with every privilege, and the connection options that log
+/// in as it over the network: its password in an option file, never on a command line.
+fn network_login(db: &MariaDb, user: &str, password: &str) -> Vec<String> {
+    db.sql(&format!(
+        "CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'; GRANT ALL ON *.* TO '{user}'@'%'; \
+         CREATE USER '{user}'@'localhost' IDENTIFIED BY '{password}'; GRANT ALL ON *.* TO '{user}'@'localhost';"
+    ));
+    let options = db.scratch().join(format!("{user}.cnf"));
+    std::fs::write(
+        &options,
+        format!("[client]\nuser={user}\npassword={password}\n"),
+    )
+    .unwrap();
+    vec![
+        format!("--defaults-extra-file={}", options.display()),
+        "--host=127.0.0.1".to_owned(),
+        format!("--port={}", db.port),
+    ]
 }
 
 /// Every file under `dir`.
@@ -2274,23 +2282,11 @@ fn the_servers_binlogs_are_purged_only_once_archived() {
         bucket: None,
     };
     let db = &env.db;
-    db.sql(&format!(
-        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT); \
-         CREATE USER 'arch'@'%' IDENTIFIED BY '{PASSWORD}'; GRANT ALL ON *.* TO 'arch'@'%'; \
-         CREATE USER 'arch'@'localhost' IDENTIFIED BY '{PASSWORD}'; GRANT ALL ON *.* TO 'arch'@'localhost';"
-    ));
-    let options = db.scratch().join("arch.cnf");
-    std::fs::write(
-        &options,
-        format!("[client]\nuser=arch\npassword={PASSWORD}\n"),
-    )
-    .unwrap();
+    db.sql(
+        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT);",
+    );
+    let connection = network_login(db, "arch", PASSWORD);
     let spool = db.scratch().join("spool");
-    let connection = [
-        format!("--defaults-extra-file={}", options.display()),
-        "--host=127.0.0.1".to_owned(),
-        format!("--port={}", db.port),
-    ];
     let args_with = |extra: &[&str]| -> Vec<String> {
         let mut args: Vec<String> = ["archive-binlogs", "--from-server", "--spool"]
             .iter()

@@ -504,28 +504,14 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
     }
     // A change previewed: the new policy is planned, the current one compared with it.
     let (policy, compare_with) = match (&args.with, &args.against) {
-        (Some(new), _) => {
-            let new_file = resolve::read_policy_file(new)?;
-            let new_args = crate::args::PolicyArgs {
-                policy: Some(new.clone()),
-                ..Default::default()
-            };
-            (
-                resolve::policy(&new_args, Some(&new_file))?,
-                Some(resolve::policy(&args.policy, file.as_ref())?.policy),
-            )
-        }
-        (None, Some(current)) => {
-            let current_file = resolve::read_policy_file(current)?;
-            let current_args = crate::args::PolicyArgs {
-                policy: Some(current.clone()),
-                ..Default::default()
-            };
-            (
-                resolve::policy(&args.policy, file.as_ref())?,
-                Some(resolve::policy(&current_args, Some(&current_file))?.policy),
-            )
-        }
+        (Some(new), _) => (
+            resolve::policy_file(new)?,
+            Some(resolve::policy(&args.policy, file.as_ref())?.policy),
+        ),
+        (None, Some(current)) => (
+            resolve::policy(&args.policy, file.as_ref())?,
+            Some(resolve::policy_file(current)?.policy),
+        ),
         (None, None) => (resolve::policy(&args.policy, file.as_ref())?, None),
     };
     let allow_deletions_before = match &args.allow_mass_deletion {

@@ -422,6 +422,17 @@ pub fn keys(
     ))
 }
 
+/// The retention policy of the BackupPolicy file at `path` alone (no flags): the other side
+/// of a change previewed (`plan --against`/`--with`, `simulate --against`).
+pub fn policy_file(path: &Path) -> Result<ResolvedPolicy, CliError> {
+    let file = read_policy_file(path)?;
+    let args = crate::args::PolicyArgs {
+        policy: Some(path.to_path_buf()),
+        ..Default::default()
+    };
+    policy(&args, Some(&file))
+}
+
 /// The retention policy from the file or the flags (not both).
 pub fn policy(args: &PolicyArgs, file: Option<&BackupPolicy>) -> Result<ResolvedPolicy, CliError> {
     let input = match file {

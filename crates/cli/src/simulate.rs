@@ -100,12 +100,7 @@ pub fn run(args: &SimulateArgs) -> Result<Exit, CliError> {
     // --against: the current policy's simulation, beside.
     let against = match &args.against {
         Some(path) => {
-            let file = resolve::read_policy_file(path)?;
-            let current_args = crate::args::PolicyArgs {
-                policy: Some(path.clone()),
-                ..Default::default()
-            };
-            let current = resolve::policy(&current_args, Some(&file))?;
+            let current = resolve::policy_file(path)?;
             let days = simulate(&Simulation {
                 policy: current.policy.clone(),
                 ..sim.clone()

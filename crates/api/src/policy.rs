@@ -1336,6 +1336,36 @@ pub struct BinlogPurgeSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 24))]
     pub max_disk_usage: Option<String>,
+    /// Replicas whose binlogs are purged by the same rule (their files matched to the
+    /// archive by GTID), with the same login: each a host reaching one pod, e.g. a
+    /// StatefulSet pod's name under its headless Service (`shop-db-1.shop-db`). At most 16.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub replicas: Vec<BinlogPurgeReplica>,
+}
+
+/// One replica of `binlogArchive.purge.replicas`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BinlogPurgeReplica {
+    /// A DNS name or an IP address.
+    #[schemars(length(min = 1, max = 253))]
+    pub host: String,
+    /// Default 3306.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+}
+
+impl BinlogPurgeReplica {
+    /// `HOST:PORT` as `archive-binlogs --purge-replica` reads it (`[IPv6]:PORT`).
+    pub fn address(&self) -> String {
+        let port = self.port.unwrap_or(3306);
+        if self.host.contains(':') {
+            format!("[{}]:{port}", self.host)
+        } else {
+            format!("{}:{port}", self.host)
+        }
+    }
 }
 
 /// The server the archiver reads from.
@@ -2076,6 +2106,31 @@ impl BackupPolicySpec {
                     ),
                 });
             }
+            if p.replicas.len() > 16 {
+                return Err(PolicyFileError::Invalid {
+                    field: "spec.binlogArchive.purge.replicas",
+                    problem: format!("{} replicas: at most 16", p.replicas.len()),
+                });
+            }
+            if let Some(r) = p.replicas.iter().find(|r| {
+                r.host.is_empty()
+                    || r.host.len() > 253
+                    || r.host.starts_with('-')
+                    || !r
+                        .host
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':'))
+                    || r.port == Some(0)
+            }) {
+                return Err(PolicyFileError::Invalid {
+                    field: "spec.binlogArchive.purge.replicas",
+                    problem: format!(
+                        "{:?} (port {:?}) is not a host: expected a DNS name or an IP address, e.g. shop-db-1.shop-db, and a port from 1",
+                        r.host.chars().take(64).collect::<String>(),
+                        r.port
+                    ),
+                });
+            }
             if self
                 .binlog_archive
                 .as_ref()
@@ -2539,6 +2594,20 @@ mod tests {
         );
         let e = doc("{maxDiskUsage: lots}", server).unwrap_err();
         assert!(e.contains("spec.binlogArchive.purge.maxDiskUsage"), "{e}");
+        assert_eq!(
+            doc(
+                "{keep: 2h, replicas: [{host: shop-db-1.shop-db}, {host: 'fd00::5', port: 3307}]}",
+                server
+            ),
+            Ok(())
+        );
+        let e = doc("{replicas: [{host: 'db; rm -rf /'}]}", server).unwrap_err();
+        assert!(
+            e.contains("spec.binlogArchive.purge.replicas") && e.contains("rm -rf"),
+            "{e}"
+        );
+        let e = doc("{replicas: [{host: '--help'}]}", server).unwrap_err();
+        assert!(e.contains("spec.binlogArchive.purge.replicas"), "{e}");
         let e = doc("{keep: 2h}", "binlogIndex: /var/lib/mysql/mysql-bin.index").unwrap_err();
         assert!(e.contains("needs binlogArchive.server"), "{e}");
     }

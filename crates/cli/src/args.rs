@@ -727,6 +727,11 @@ pub struct ArchiveArgs {
     /// in time is at risk and every pass says so (e.g. 50GiB).
     #[arg(long, value_name = "SIZE", requires = "purge_keep")]
     pub purge_max_disk: Option<String>,
+    /// With --purge-keep: a replica whose binlogs are purged by the same rule, logging in
+    /// with the same options (its files are matched to the archive by GTID, not by name),
+    /// e.g. db-1.db:3306. Repeat for each replica, at most 16.
+    #[arg(long, value_name = "HOST[:PORT]", requires = "purge_keep")]
+    pub purge_replica: Vec<String>,
     #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
     /// With --from-server: connection options for mariadb and mariadb-binlog, e.g.

@@ -714,6 +714,21 @@ pub struct ArchivePassOut {
     /// `--purge-keep`: the server's binlogs purged after the pass (issue 45 §4).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub purge: Option<tidemark_mariadb::purge::PurgeReport>,
+    /// `--purge-replica`: each replica's purge, by the same rule.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub purge_replicas: Vec<ReplicaPurgeOut>,
+}
+
+/// One replica's purge (`--purge-replica`): its report, or why it could not purge.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaPurgeOut {
+    /// As given to `--purge-replica`.
+    pub server: String,
+    #[serde(flatten)]
+    pub report: Option<tidemark_mariadb::purge::PurgeReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 impl From<tidemark_mariadb::archive::ArchiveReport> for ArchivePassOut {
@@ -747,6 +762,7 @@ impl From<tidemark_mariadb::archive::ArchiveReport> for ArchivePassOut {
             archived_last_event_at,
             lag_seconds,
             purge: None,
+            purge_replicas: Vec::new(),
         }
     }
 }

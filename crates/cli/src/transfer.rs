@@ -415,6 +415,7 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
     let store = &args.compress.apply(&target.store);
     let json = args.output.structured();
     let remote = remote_server(args)?;
+    let replicas = purge_replicas(&args.purge_replica)?;
     let mut follower: Option<tokio::process::Child> = None;
     if let Some(r) = &remote
         && args.once
@@ -457,54 +458,17 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
             a.report
         });
         // The server's binlogs purged as far as the archive holds them verified, pass or
-        // no pass (a store that cannot be read holds nothing verified: nothing goes).
-        let purged = match (&remote, purge) {
-            (Some(r), Some(p)) => match r.purge(store, p, jiff::Timestamp::now()).await {
-                Ok(report) => {
-                    if report.point_in_time_at_risk {
-                        eprintln!(
-                            "{} warning: point in time at risk: the server holds {} bytes of binlogs (limit {}) and the archive lacks some of them ({}); none of those is purged, and the disk may fill",
-                            jiff::Timestamp::now(),
-                            report.disk_bytes,
-                            report.max_disk.unwrap_or_default(),
-                            report.kept_because.as_deref().unwrap_or("not archived yet")
-                        );
-                    }
-                    // Beside the pass's record, for the operator's watch and `ls`.
-                    if let Ok(Some(mut status)) =
-                        tidemark_store::state::load_archiver_status(store).await
-                    {
-                        status.purge = Some(tidemark_store::state::BinlogPurgeStatus {
-                            at: jiff::Timestamp::now(),
-                            disk_bytes: report.disk_bytes_after,
-                            max_disk: report.max_disk,
-                            point_in_time_at_risk: report.point_in_time_at_risk,
-                            kept_because: report.kept_because.clone(),
-                            purged_to: report.purged_to.clone(),
-                        });
-                        if let Err(e) =
-                            tidemark_store::state::save_archiver_status(store, &status).await
-                        {
-                            tracing::warn!("the purge could not be recorded: {e}");
-                        }
-                    }
-                    Some(report)
-                }
-                Err(e) => {
-                    eprintln!(
-                        "{} warning: the server's binlogs were not purged: {}",
-                        jiff::Timestamp::now(),
-                        tidemark_engine::error::chain(&EngineError::from(e))
-                    );
-                    None
-                }
-            },
-            _ => None,
+        // no pass (a store that cannot be read holds nothing verified: nothing goes); then
+        // each replica's by the same rule.
+        let (purged, purged_replicas) = match (&remote, purge) {
+            (Some(r), Some(p)) => purge_servers(r, &replicas, store, p).await,
+            _ => (None, Vec::new()),
         };
         match report {
             Ok(r) if json => {
                 let mut out = ArchivePassOut::from(r);
                 out.purge = purged;
+                out.purge_replicas = purged_replicas;
                 crate::output::emit_as(args.output, &out)?;
             }
             Ok(r) => {
@@ -550,6 +514,23 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
                     }
                     if let Some(why) = &p.kept_because {
                         line.push_str(&format!(" ({why})"));
+                    }
+                }
+                for r in &purged_replicas {
+                    match (&r.report, &r.error) {
+                        (Some(p), _) => line.push_str(&format!(
+                            "; replica {}: purged {} binlog(s){}",
+                            r.server,
+                            p.purged.len(),
+                            p.purged_to
+                                .as_deref()
+                                .map(|to| format!(", up to {to}"))
+                                .unwrap_or_default()
+                        )),
+                        (None, Some(e)) => {
+                            line.push_str(&format!("; replica {}: not purged ({e})", r.server));
+                        }
+                        (None, None) => {}
                     }
                 }
                 if args.once {
@@ -605,6 +586,163 @@ fn remote_server(
         mariadb_binlog: args.mariadb_binlog.clone(),
         primary: primary(args),
     }))
+}
+
+/// At most this many `--purge-replica`.
+const MAX_PURGE_REPLICAS: usize = 16;
+
+/// `--purge-replica HOST[:PORT]` (`[IPv6]:PORT` too), checked: each becomes `--host=HOST
+/// --port=PORT` after the connection options, which the client takes over theirs.
+fn purge_replicas(given: &[String]) -> Result<Vec<(String, String, u16)>, CliError> {
+    if given.len() > MAX_PURGE_REPLICAS {
+        return Err(CliError::input(format!(
+            "{} --purge-replica given: at most {MAX_PURGE_REPLICAS}",
+            given.len()
+        )));
+    }
+    given
+        .iter()
+        .map(|text| {
+            let bad = || {
+                CliError::input(format!(
+                    "invalid --purge-replica {:?}: expected HOST or HOST:PORT, e.g. db-1.db:3306 or [fd00::5]:3306",
+                    text.chars().take(80).collect::<String>()
+                ))
+            };
+            let (host, port) = if let Some(rest) = text.strip_prefix('[') {
+                let (host, after) = rest.split_once(']').ok_or_else(bad)?;
+                match after.strip_prefix(':') {
+                    Some(p) => (host, Some(p)),
+                    None if after.is_empty() => (host, None),
+                    None => return Err(bad()),
+                }
+            } else {
+                match text.split_once(':') {
+                    Some((h, p)) if !p.contains(':') => (h, Some(p)),
+                    _ => (text.as_str(), None),
+                }
+            };
+            let port = match port {
+                None => 3306,
+                Some(p) => p.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(bad)?,
+            };
+            let fine = !host.is_empty()
+                && host.len() <= 253
+                && !host.starts_with('-')
+                && host
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':'));
+            if !fine {
+                return Err(bad());
+            }
+            Ok((text.clone(), host.to_owned(), port))
+        })
+        .collect()
+}
+
+/// Purges one server's binlogs (`name`: the replica as given); warns when its point in
+/// time is at risk, or why it could not purge.
+async fn purge_one(
+    r: &tidemark_mariadb::remote::RemoteServer,
+    name: Option<&str>,
+    store: &tidemark_store::ClusterStore,
+    policy: tidemark_mariadb::purge::PurgePolicy,
+) -> Result<tidemark_mariadb::purge::PurgeReport, String> {
+    let name = name.map_or_else(|| "the server".to_owned(), |n| format!("replica {n}"));
+    match r.purge(store, policy, jiff::Timestamp::now()).await {
+        Ok(report) => {
+            if report.point_in_time_at_risk {
+                eprintln!(
+                    "{} warning: point in time at risk: {name} holds {} bytes of binlogs (limit {}) and the archive lacks some of them ({}); none of those is purged, and the disk may fill",
+                    jiff::Timestamp::now(),
+                    report.disk_bytes,
+                    report.max_disk.unwrap_or_default(),
+                    report.kept_because.as_deref().unwrap_or("not archived yet")
+                );
+            }
+            Ok(report)
+        }
+        Err(e) => {
+            let e = tidemark_engine::error::chain(&EngineError::from(e));
+            eprintln!(
+                "{} warning: {name}'s binlogs were not purged: {e}",
+                jiff::Timestamp::now(),
+            );
+            Err(e)
+        }
+    }
+}
+
+/// Purges `remote`'s binlogs, then each replica's, as `policy` allows; says so when a
+/// point in time is at risk or a purge failed, and records it all beside the archiver's
+/// status (for the operator's watch).
+async fn purge_servers(
+    remote: &tidemark_mariadb::remote::RemoteServer,
+    replicas: &[(String, String, u16)],
+    store: &tidemark_store::ClusterStore,
+    policy: tidemark_mariadb::purge::PurgePolicy,
+) -> (
+    Option<tidemark_mariadb::purge::PurgeReport>,
+    Vec<crate::output::ReplicaPurgeOut>,
+) {
+    let primary = purge_one(remote, None, store, policy).await.ok();
+    let mut out = Vec::new();
+    for (given, host, port) in replicas {
+        let mut replica = remote.clone();
+        replica.client_args.push(format!("--host={host}"));
+        replica.client_args.push(format!("--port={port}"));
+        let result = purge_one(&replica, Some(given), store, policy).await;
+        out.push(crate::output::ReplicaPurgeOut {
+            server: given.clone(),
+            error: result.as_ref().err().cloned(),
+            report: result.ok(),
+        });
+    }
+    let now = jiff::Timestamp::now();
+    let status =
+        |r: &tidemark_mariadb::purge::PurgeReport| tidemark_store::state::BinlogPurgeStatus {
+            at: now,
+            disk_bytes: r.disk_bytes_after,
+            max_disk: r.max_disk,
+            point_in_time_at_risk: r.point_in_time_at_risk,
+            kept_because: r.kept_because.clone(),
+            purged_to: r.purged_to.clone(),
+            replicas: Vec::new(),
+            server: None,
+            error: None,
+        };
+    // Beside the pass's record, for the operator's watch and `ls`.
+    if let Some(p) = &primary
+        && let Ok(Some(mut record)) = tidemark_store::state::load_archiver_status(store).await
+    {
+        let mut st = status(p);
+        st.replicas = out
+            .iter()
+            .map(|r| {
+                let mut s = r.report.as_ref().map_or_else(
+                    || tidemark_store::state::BinlogPurgeStatus {
+                        at: now,
+                        disk_bytes: 0,
+                        max_disk: policy.max_disk,
+                        point_in_time_at_risk: false,
+                        kept_because: None,
+                        purged_to: None,
+                        replicas: Vec::new(),
+                        server: None,
+                        error: r.error.clone(),
+                    },
+                    status,
+                );
+                s.server = Some(r.server.clone());
+                s
+            })
+            .collect();
+        record.purge = Some(st);
+        if let Err(e) = tidemark_store::state::save_archiver_status(store, &record).await {
+            tracing::warn!("the purge could not be recorded: {e}");
+        }
+    }
+    (primary, out)
 }
 
 /// Which server may start a timeline: `--primary-server-id`, else the one read.
@@ -691,5 +829,42 @@ async fn received(signal: Option<&mut tokio::signal::unix::Signal>) {
             s.recv().await;
         }
         None => std::future::pending::<()>().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// `--purge-replica`: host and port, IPv6 in brackets, the default port; anything that
+    /// could be read as an option, or is not a host, is refused with the value.
+    #[test]
+    fn purge_replicas_are_hosts_and_ports() {
+        let given = |v: &[&str]| {
+            purge_replicas(&v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())
+                .map(|r| {
+                    r.into_iter()
+                        .map(|(_, h, p)| format!("{h} {p}"))
+                        .collect::<Vec<_>>()
+                })
+                .map_err(|e| format!("{e:?}"))
+        };
+        assert_eq!(
+            given(&["db-1.db:3307", "10.0.0.5", "[fd00::5]:3308", "fd00::6"]).unwrap(),
+            [
+                "db-1.db 3307",
+                "10.0.0.5 3306",
+                "fd00::5 3308",
+                "fd00::6 3306"
+            ]
+        );
+        for bad in ["--host=evil", "db:0", "db:x", "db 1", "", "[fd00::5", "a;b"] {
+            let e = given(&[bad]).unwrap_err();
+            assert!(e.contains("invalid --purge-replica"), "{bad}: {e}");
+        }
+        let many: Vec<String> = (0..17).map(|i| format!("db-{i}")).collect();
+        let refs: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert!(given(&refs).unwrap_err().contains("at most 16"));
     }
 }

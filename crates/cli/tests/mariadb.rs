@@ -2271,21 +2271,34 @@ fn a_bucket_writer_runs_no_code_where_backups_are_restored() {
 /// once the store holds them verified. A store that cannot be reached (an outage) purges
 /// nothing — every file stays on the server; once it is back, one pass archives them and
 /// purges up to the file being written, and a restore to an instant inside the outage is
-/// exact: no binlog was lost. Files younger than `keep` stay.
+/// exact: no binlog was lost. Files younger than `keep` stay. A replica (`--purge-replica`),
+/// its files numbered apart from the primary's, is purged by the same rule, found by GTID.
 #[test]
 fn the_servers_binlogs_are_purged_only_once_archived() {
     const PASSWORD: &str = "purge-pw-4e1d";
     let env = Env {
         s3: SeaweedFs::start(),
-        db: MariaDb::start(),
+        db: MariaDb::start_replicating(1),
         compression: "none",
         bucket: None,
     };
     let db = &env.db;
+    // A replica whose files are numbered apart from the primary's: its purge follows the
+    // archive by GTID, not by name.
+    let replica = MariaDb::start_replicating(2);
+    replica.sql("FLUSH BINARY LOGS; FLUSH BINARY LOGS");
+    replica.replicate_from(db);
     db.sql(
         "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT);",
     );
     let connection = network_login(db, "arch", PASSWORD);
+    let replica_at = format!("127.0.0.1:{}", replica.port);
+    // Both servers close a file at the same transaction.
+    let flush = || {
+        replica.wait_caught_up(db);
+        db.sql("FLUSH BINARY LOGS");
+        replica.sql("FLUSH BINARY LOGS");
+    };
     let spool = db.scratch().join("spool");
     let args_with = |extra: &[&str]| -> Vec<String> {
         let mut args: Vec<String> = ["archive-binlogs", "--from-server", "--spool"]
@@ -2299,7 +2312,7 @@ fn the_servers_binlogs_are_purged_only_once_archived() {
         args.extend(connection.iter().cloned());
         args
     };
-    let server_files = || -> Vec<String> {
+    let files_of = |db: &MariaDb| -> Vec<String> {
         db.sql("SHOW BINARY LOGS")
             .lines()
             .filter_map(|l| l.split('\t').next())
@@ -2307,22 +2320,36 @@ fn the_servers_binlogs_are_purged_only_once_archived() {
             .filter(|n| n.starts_with("mysql-bin."))
             .collect()
     };
+    let server_files = || files_of(db);
+    let replica_files = || files_of(&replica);
+    // Where a file starts in the history: the same on both servers for files cut at the
+    // same transaction.
+    let start_of =
+        |db: &MariaDb, file: &str| db.sql(&format!("SELECT BINLOG_GTID_POS('{file}', 4)"));
 
     env.insert(5);
     env.backup(None);
     env.insert(10); // 15
-    db.sql("FLUSH BINARY LOGS");
+    flush();
     env.insert(3); // 18
     let target = pause_and_mark();
     env.insert(4); // 22
-    db.sql("FLUSH BINARY LOGS");
+    flush();
     env.insert(2); // 24
-    db.sql("FLUSH BINARY LOGS");
+    flush();
     let before = server_files();
     assert!(before.len() >= 4, "{before:?}");
+    let replica_before = replica_files();
 
     // The store is down (nothing listens at its endpoint): the pass fails, nothing is purged.
-    let args = args_with(&["--purge-keep", "0s", "--output", "json"]);
+    let args = args_with(&[
+        "--purge-keep",
+        "0s",
+        "--purge-replica",
+        &replica_at,
+        "--output",
+        "json",
+    ]);
     let mut down = bin();
     down.envs(env.s3.env())
         .arg(&args[0])
@@ -2336,6 +2363,11 @@ fn the_servers_binlogs_are_purged_only_once_archived() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(server_files(), before, "an outage purged binlogs");
+    assert_eq!(
+        replica_files(),
+        replica_before,
+        "an outage purged a replica's binlogs"
+    );
 
     // Back: one pass archives them and purges what it holds verified, up to the open file.
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -2353,16 +2385,35 @@ fn the_servers_binlogs_are_purged_only_once_archived() {
         purge["diskBytesAfter"].as_u64() < purge["diskBytes"].as_u64(),
         "{purge}"
     );
+    // The replica's too, up to its own open file, by the same rule.
+    let on_replica = &v["purgeReplicas"][0];
+    assert_eq!(on_replica["server"], replica_at.as_str(), "{v}");
+    let replica_after = replica_files();
+    assert_eq!(replica_after.len(), 1, "{on_replica} {replica_after:?}");
+    assert_eq!(
+        on_replica["purgedTo"],
+        replica_after[0].as_str(),
+        "{on_replica}"
+    );
+    assert_ne!(replica_after, after, "the replica's files are named apart");
     // Nothing of the outage was lost: an instant inside it restores exactly.
     assert_eq!(env.restored_rows(target, "after-outage"), "18");
 
     // Files younger than keep stay on the server, archived or not.
     env.insert(1);
-    db.sql("FLUSH BINARY LOGS");
-    let keep = args_with(&["--purge-keep", "1h", "--output", "json"]);
+    flush();
+    let keep = args_with(&[
+        "--purge-keep",
+        "1h",
+        "--purge-replica",
+        &replica_at,
+        "--output",
+        "json",
+    ]);
     let refs: Vec<&str> = keep.iter().map(String::as_str).collect();
     let v: Value = serde_json::from_slice(&env.ok(&refs).stdout).unwrap();
     assert_eq!(server_files().len(), 2, "{}", v["purge"]);
+    assert_eq!(replica_files().len(), 2, "{}", v["purgeReplicas"]);
     assert!(
         v["purge"]["keptBecause"]
             .as_str()
@@ -2375,9 +2426,9 @@ fn the_servers_binlogs_are_purged_only_once_archived() {
     // With the store readable, a file whose segment is not there (deleted by hand) is not
     // verified: the purge stops before it, whatever `keep` allows.
     env.insert(1);
-    db.sql("FLUSH BINARY LOGS");
+    flush();
     env.insert(1);
-    db.sql("FLUSH BINARY LOGS");
+    flush();
     let plain = args_with(&[]);
     env.ok(&plain.iter().map(String::as_str).collect::<Vec<_>>());
     let files = server_files();
@@ -2394,7 +2445,21 @@ fn the_servers_binlogs_are_purged_only_once_archived() {
                 ))),
         )
         .unwrap();
-    let now = args_with(&["--purge-keep", "0s", "--output", "json"]);
+    let replica_held = replica_files();
+    assert_eq!(replica_held.len(), 4, "{replica_held:?}");
+    assert_eq!(
+        start_of(&replica, &replica_held[1]),
+        start_of(db, &missing),
+        "the replica's second file starts where the primary's does"
+    );
+    let now = args_with(&[
+        "--purge-keep",
+        "0s",
+        "--purge-replica",
+        &replica_at,
+        "--output",
+        "json",
+    ]);
     let v: Value = serde_json::from_slice(
         &env.ok(&now.iter().map(String::as_str).collect::<Vec<_>>())
             .stdout,
@@ -2403,6 +2468,13 @@ fn the_servers_binlogs_are_purged_only_once_archived() {
     let left = server_files();
     assert_eq!(left, files[1..].to_vec(), "{}", v["purge"]);
     assert_eq!(v["purge"]["purgedTo"], missing.as_str(), "{}", v["purge"]);
+    // The replica's file holding those transactions stays as well.
+    assert_eq!(
+        replica_files(),
+        replica_held[1..].to_vec(),
+        "{}",
+        v["purgeReplicas"]
+    );
     assert!(
         v["purge"]["keptBecause"]
             .as_str()

@@ -695,18 +695,20 @@ async fn the_binlog_archiver_deployment_reads_the_server_over_the_network() {
         .status()
         .unwrap();
     assert!(st.success());
-    let main = &pod.containers[0];
-    let argv = command(main);
-    let mut cmd = std::process::Command::new(&argv[0]);
-    cmd.args(&argv[1..])
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped());
-    for e in main.env.clone().unwrap_or_default() {
-        cmd.env(&e.name, env_value(&admin, ns, &e).await);
-    }
-    let mut archiver = cmd.spawn().unwrap();
+    let spawn = async |main: &k8s_openapi::api::core::v1::Container| {
+        let argv = command(main);
+        let mut cmd = std::process::Command::new(&argv[0]);
+        cmd.args(&argv[1..])
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        for e in main.env.clone().unwrap_or_default() {
+            cmd.env(&e.name, env_value(&admin, ns, &e).await);
+        }
+        cmd.spawn().unwrap()
+    };
+    let mut archiver = spawn(&pod.containers[0]).await;
 
     let values: Vec<String> = (0..20).map(|i| format!("({i})")).collect();
     db.sql(&format!(
@@ -801,6 +803,90 @@ async fn the_binlog_archiver_deployment_reads_the_server_over_the_network() {
     let _ = archiver.kill();
     let out = archiver.wait_with_output().unwrap();
     assert!(!String::from_utf8_lossy(&out.stderr).contains(DB_PASSWORD));
+
+    // Issue 45 §4: binlogArchive.purge. The archiver's flags follow the spec; a segment the
+    // store lacks (deleted by hand) stops the purge before its file, and with the server's
+    // binlogs past 80 % of maxDiskUsage the point in time is at risk: condition, Warning,
+    // metric. The segment back, the purge goes on and the condition clears.
+    policies
+        .patch(
+            "shop",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"binlogArchive": {"purge": {"keep": "1h", "maxDiskUsage": "1Ki"}}}})),
+        )
+        .await
+        .unwrap();
+    let main = eventually("the archiver's purge flags", || async {
+        let d = deployments.get("shop-binlog-archiver").await.ok()?;
+        let c = d.spec?.template.spec?.containers.into_iter().next()?;
+        let args = c.args.clone().unwrap_or_default().join(" ");
+        (args.contains("--purge-keep=1h") && args.contains("--purge-max-disk=1024")).then_some(c)
+    })
+    .await;
+    let files = db.sql("SHOW BINARY LOGS");
+    let second = files
+        .lines()
+        .nth(1)
+        .and_then(|l| l.split('\t').next())
+        .unwrap()
+        .to_owned();
+    let raw = s3.raw_store();
+    let key = object_store::path::Path::from(format!("shop/binlogs/{second}"));
+    use object_store::ObjectStoreExt as _;
+    let kept = raw.get(&key).await.unwrap().bytes().await.unwrap();
+    raw.delete(&key).await.unwrap();
+    let mut archiver = spawn(&main).await;
+    let risk = |p: &BackupPolicy| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == "PointInTimeAtRisk"))
+            .cloned()
+    };
+    let at_risk = eventually("PointInTimeAtRisk=True", || async {
+        risk(&policies.get("shop").await.unwrap()).filter(|c| c.status == "True")
+    })
+    .await;
+    assert!(
+        at_risk.message.contains(&format!(
+            "{second} holds transactions the archive has not verified yet"
+        )),
+        "{at_risk:?}"
+    );
+    let warned = eventually("a PointInTimeAtRisk event", || async {
+        let e = events(&admin, ns, "PointInTimeAtRisk").await;
+        (!e.is_empty()).then_some(e)
+    })
+    .await;
+    assert_eq!(warned[0].type_.as_deref(), Some("Warning"), "{warned:?}");
+    let metrics = op.get("/metrics").await.1;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("tidemark_point_in_time_at_risk{")
+                && l.contains("policy=\"shop\"")
+                && l.ends_with(" 1")),
+        "{metrics}"
+    );
+    // Only the file before the missing segment's went.
+    let left: Vec<String> = db
+        .sql("SHOW BINARY LOGS")
+        .lines()
+        .filter_map(|l| l.split('\t').next().map(str::to_owned))
+        .collect();
+    assert_eq!(left.first(), Some(&second), "{left:?}");
+    raw.put(&key, kept.into()).await.unwrap();
+    eventually("PointInTimeAtRisk=False", || async {
+        risk(&policies.get("shop").await.unwrap()).filter(|c| c.status == "False")
+    })
+    .await;
+    assert_eq!(events(&admin, ns, "PointInTimeSafe").await.len(), 1);
+    assert_eq!(
+        db.sql("SHOW BINARY LOGS").lines().count(),
+        1,
+        "everything archived is purged past the limit"
+    );
+    let _ = archiver.kill();
+    let _ = archiver.wait();
 
     // No more binlogArchive: the Deployment goes.
     policies

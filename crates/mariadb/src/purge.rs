@@ -178,7 +178,10 @@ impl RemoteServer {
                 .filter(|e| e.gtids.iter().any(|r| r.first <= start.seq(r.domain)))
                 .filter_map(|e| e.last_event_at)
                 .max();
-            let young = last_before.is_none_or(|t| t > now - policy.keep);
+            // Files before it holding no transaction at all (a server's first rotations)
+            // keep nothing worth keeping.
+            let empty_before = start == oldest_start;
+            let young = !empty_before && last_before.is_none_or(|t| t > now - policy.keep);
             if young && !over {
                 why = Some(format!(
                     "{} is younger than keep ({})",

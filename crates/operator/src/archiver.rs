@@ -269,6 +269,9 @@ pub fn archiver(
         {
             cmd.push(format!("--purge-max-disk={b}"));
         }
+        for r in &p.replicas {
+            cmd.push(format!("--purge-replica={}", r.address()));
+        }
     }
     cmd.push("--".into());
     if login.is_some() {

@@ -24,6 +24,7 @@ use crate::status::condition;
 
 pub use crate::status::{
     BINLOG_ARCHIVE_CONDITION as CONDITION, BINLOG_ARCHIVE_MANAGER as MANAGER, MAIN_LINE_CONDITION,
+    POINT_IN_TIME_RISK_CONDITION as RISK_CONDITION,
 };
 /// How often the archive is looked at, at most: every archiver interval, between
 /// [`SOONEST`] and this.
@@ -104,6 +105,70 @@ pub fn assess(
             behind,
         },
     })
+}
+
+/// What the archiver's last purge says of the point in time (issue 45 §4): `(at risk,
+/// reason, message)` for the `PointInTimeAtRisk` condition — at risk while a server's
+/// binlogs near `maxDiskUsage` and some are not archived, so none of those is purged and
+/// its disk may fill.
+pub fn purge_risk(p: &tidemark_store::state::BinlogPurgeStatus) -> (bool, &'static str, String) {
+    let one = |s: &tidemark_store::state::BinlogPurgeStatus| {
+        let who = s
+            .server
+            .as_deref()
+            .map_or_else(|| "the server".to_owned(), |r| format!("replica {r}"));
+        let limit = s
+            .max_disk
+            .map_or_else(|| "none".to_owned(), |m| format!("{m} bytes"));
+        format!(
+            "{who} holds {} bytes of binlogs (maxDiskUsage {limit}){}",
+            s.disk_bytes,
+            s.kept_because
+                .as_deref()
+                .map(|w| format!(": {w}"))
+                .unwrap_or_default()
+        )
+    };
+    let at_risk: Vec<String> = std::iter::once(p)
+        .chain(&p.replicas)
+        .filter(|s| s.point_in_time_at_risk)
+        .map(one)
+        .collect();
+    if at_risk.is_empty() {
+        let failed: Vec<String> = p
+            .replicas
+            .iter()
+            .filter_map(|r| {
+                r.error.as_ref().map(|e| {
+                    format!(
+                        "replica {} not purged: {e}",
+                        r.server.as_deref().unwrap_or("?")
+                    )
+                })
+            })
+            .collect();
+        let mut message = format!(
+            "binlogs are purged only once archived; {}",
+            std::iter::once(p)
+                .chain(&p.replicas)
+                .filter(|s| s.error.is_none())
+                .map(one)
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+        if !failed.is_empty() {
+            message.push_str(&format!(" ({})", failed.join("; ")));
+        }
+        return (false, "BinlogsArchived", message);
+    }
+    (
+        true,
+        "DiskNearsLimitUnarchived",
+        format!(
+            "point in time at risk: {}. None of what the archive lacks is purged, and the database's disk may fill: bring the archive back (BinlogArchiveCurrent), or give the server room",
+            at_risk.join("; ")
+        ),
+    )
 }
 
 /// A timeline whose switch lies before the end of its parent's archive: the parent's
@@ -251,11 +316,15 @@ pub async fn check(ctx: &Context, policy: &BackupPolicy) -> Option<Duration> {
         ctx.metrics
             .point_in_time_at_risk
             .get_or_create(&labels)
-            .set(i64::from(p.point_in_time_at_risk));
-        if p.point_in_time_at_risk {
+            .set(i64::from(p.any_at_risk()));
+        if p.any_at_risk() {
             tracing::warn!(policy = %name, disk = p.disk_bytes, limit = ?p.max_disk, "point in time at risk: {}", p.kept_because.as_deref().unwrap_or("binlogs not archived"));
         }
     }
+    let risk = report
+        .as_ref()
+        .and_then(|r| r.purge.as_ref())
+        .map(purge_risk);
     let previous = policy.status.as_ref();
     let was_behind = previous
         .and_then(|s| s.binlog_archive.as_ref())
@@ -319,7 +388,25 @@ pub async fn check(ctx: &Context, policy: &BackupPolicy) -> Option<Duration> {
         None => old_main.cloned(),
     };
     let same_main = old_main == main_line.as_ref();
-    if !(same_condition && same_status && same_main) {
+    let old_risk = old.iter().find(|c| c.type_ == RISK_CONDITION);
+    let risk_condition = risk.as_ref().map(|(at_risk, reason, message)| {
+        // Negative polarity, as Kubernetes' own DiskPressure: True is the trouble.
+        let mut c = condition(
+            old,
+            RISK_CONDITION,
+            *at_risk,
+            reason,
+            message,
+            policy.meta().generation,
+        );
+        // The disk's bytes change every pass: rewritten only when the verdict does.
+        if let Some(o) = old_risk.filter(|o| o.status == c.status && o.reason == c.reason) {
+            c = o.clone();
+        }
+        c
+    });
+    let same_risk = old_risk == risk_condition.as_ref();
+    if !(same_condition && same_status && same_main && same_risk) {
         let c = condition(
             old,
             CONDITION,
@@ -328,7 +415,10 @@ pub async fn check(ctx: &Context, policy: &BackupPolicy) -> Option<Duration> {
             &a.message,
             policy.meta().generation,
         );
-        let conditions: Vec<_> = std::iter::once(c).chain(main_line.clone()).collect();
+        let conditions: Vec<_> = std::iter::once(c)
+            .chain(main_line.clone())
+            .chain(risk_condition.clone())
+            .collect();
         let api: Api<BackupPolicy> = Api::namespaced(ctx.client.clone(), &ns);
         let value = serde_json::json!({ "binlogArchive": a.status, "conditions": conditions });
         if let Err(e) = crate::status::apply(&api, &name, MANAGER, value).await {
@@ -342,6 +432,16 @@ pub async fn check(ctx: &Context, policy: &BackupPolicy) -> Option<Duration> {
             ctx.warn(&object, "TimelineSwitchBeforeArchiveEnd", &e.message)
                 .await;
         }
+    }
+    match (old_risk.map(|c| c.status == "True"), &risk) {
+        (Some(false) | None, Some((true, _, message))) => {
+            ctx.warn(&object, "PointInTimeAtRisk", message).await;
+        }
+        (Some(true), Some((false, _, message))) => {
+            ctx.event(&object, EventType::Normal, "PointInTimeSafe", message)
+                .await;
+        }
+        _ => {}
     }
     match (was_behind, a.behind) {
         (Some(false) | None, true) => ctx.warn(&object, "BinlogArchiveBehind", &a.message).await,
@@ -425,6 +525,52 @@ mod tests {
         assert_eq!(
             (a.behind, a.reason, a.lag.as_secs()),
             (true, "ArchiverSilent", 150)
+        );
+    }
+
+    /// Issue 45 §4: the condition is True while any server (the one archived from or a
+    /// replica) is at risk, and names it; else False, naming a replica that failed.
+    #[test]
+    fn the_point_in_time_is_at_risk_while_any_server_is() {
+        use tidemark_store::state::BinlogPurgeStatus;
+        let server = |at_risk: bool, name: Option<&str>| BinlogPurgeStatus {
+            at: at("00:00"),
+            disk_bytes: 900,
+            max_disk: Some(1000),
+            point_in_time_at_risk: at_risk,
+            kept_because: at_risk.then(|| {
+                "mysql-bin.000002 holds transactions the archive has not verified yet".into()
+            }),
+            purged_to: None,
+            replicas: Vec::new(),
+            server: name.map(str::to_owned),
+            error: None,
+        };
+        let mut p = server(false, None);
+        p.replicas = vec![server(false, Some("db-1:3306"))];
+        let (risk, reason, message) = purge_risk(&p);
+        assert_eq!((risk, reason), (false, "BinlogsArchived"), "{message}");
+        p.replicas[0].point_in_time_at_risk = true;
+        let (risk, reason, message) = purge_risk(&p);
+        assert_eq!((risk, reason), (true, "DiskNearsLimitUnarchived"));
+        assert!(
+            message.contains("replica db-1:3306 holds 900 bytes")
+                && !message.contains("the server holds"),
+            "{message}"
+        );
+        p.replicas[0] = server(false, Some("db-1:3306"));
+        p.replicas[0].error = Some("cannot connect".into());
+        p.point_in_time_at_risk = true;
+        let (risk, _, message) = purge_risk(&p);
+        assert!(
+            risk && message.contains("the server holds 900 bytes"),
+            "{message}"
+        );
+        p.point_in_time_at_risk = false;
+        let (risk, _, message) = purge_risk(&p);
+        assert!(
+            !risk && message.contains("replica db-1:3306 not purged: cannot connect"),
+            "{message}"
         );
     }
 

@@ -38,6 +38,9 @@ pub const BINLOG_ARCHIVE_CONDITION: &str = "BinlogArchiveCurrent";
 /// The condition the archive's watch writes about its timelines: `False` while a switch of
 /// primary lies before the end of its parent's archive (a branch) and is not acknowledged.
 pub const MAIN_LINE_CONDITION: &str = "BinlogMainLine";
+/// `binlogArchive.purge`: True while a server's binlogs near `maxDiskUsage` and some are
+/// not archived (written by the binlog archive's manager).
+pub const POINT_IN_TIME_RISK_CONDITION: &str = "PointInTimeAtRisk";
 /// The field manager of a BackupPolicy's `status.copies` and [`COPIES_CONDITION`].
 pub const COPIES_MANAGER: &str = "tidemark-operator-copies";
 /// The condition of a policy's copies: every copy within its `maxLag`.

@@ -619,6 +619,22 @@ pub struct BinlogPurgeStatus {
     pub kept_because: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub purged_to: Option<String>,
+    /// `--purge-replica`: the same for each replica purged by the same rule (each with its
+    /// `server`, and the `error` that stopped its purge, if one did).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replicas: Vec<BinlogPurgeStatus>,
+    /// The server as given to `--purge-replica` (absent for the server archived from).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl BinlogPurgeStatus {
+    /// Whether this server's, or a replica's, point in time is at risk.
+    pub fn any_at_risk(&self) -> bool {
+        self.point_in_time_at_risk || self.replicas.iter().any(|r| r.point_in_time_at_risk)
+    }
 }
 
 impl Record for ArchiverStatus {
@@ -1075,6 +1091,9 @@ mod archiver_tests {
                 kept_because: Some("x".into()),
                 purged_to: Some("mysql-bin.000002".into()),
                 at: t,
+                replicas: Vec::new(),
+                server: None,
+                error: None,
             }),
             extra: RawFields::default(),
         });

@@ -50,6 +50,9 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("the_chart_installs_and_runs", |w| {
         Box::pin(the_chart_installs_and_runs(w))
     }),
+    ("a_mass_deletion_is_held_on_the_node", |w| {
+        Box::pin(a_mass_deletion_is_held_on_the_node(w))
+    }),
     ("scheduled_full_incremental_and_point_in_time", |w| {
         Box::pin(scheduled_full_incremental_and_point_in_time(w))
     }),
@@ -2394,6 +2397,180 @@ async fn replication_and_failover(w: Arc<World>) {
     })
     .await;
     assert!(low < high, "lag {high} then {low}");
+
+    // Issue 45 §4 on the node: the archiver Deployment purges the new primary's binlogs
+    // once archived — its files from before the failover matched to the old primary's
+    // archive up to the switch — and db-0's by the same rule: db-0's file holding the 7
+    // rows only it wrote (a branch, not the new primary's history) stays.
+    let db0 = ip("db-0").await;
+    let files = |pod: &str| {
+        w.sql(ns, pod, "SHOW BINARY LOGS")
+            .lines()
+            .filter_map(|l| l.split('\t').next().map(str::to_owned))
+            .collect::<Vec<_>>()
+    };
+    let primary_before = files("db-1");
+    assert!(primary_before.len() > 2, "{primary_before:?}");
+    policies
+        .patch(
+            "shop",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"binlogArchive": {"purge": {"keep": "0s", "replicas": [{"host": db0}]}}}})),
+        )
+        .await
+        .unwrap();
+    eventually_within("the archiver's purge flags", LONG, || async {
+        let d = deployments.get("shop-binlog-archiver").await.ok()?;
+        let c = d.spec?.template.spec?.containers.into_iter().next()?;
+        let args = c.args?.join(" ");
+        (args.contains("--purge-keep=0s") && args.contains(&format!("--purge-replica={db0}:3306")))
+            .then_some(())
+    })
+    .await;
+    w.sql(ns, "db-1", "FLUSH BINARY LOGS");
+    eventually_within(
+        "the new primary's binlogs purged once archived",
+        LONG,
+        || async { (files("db-1").len() == 1).then_some(()) },
+    )
+    .await;
+    let risk = eventually_within("PointInTimeAtRisk=False", LONG, || async {
+        let p = policies.get("shop").await.ok()?;
+        p.status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "PointInTimeAtRisk" && c.status == "False")
+            .filter(|c| c.message.contains(&format!("replica {db0}:3306 holds")))
+    })
+    .await;
+    assert_eq!(risk.reason, "BinlogsArchived", "{risk:?}");
+    assert!(
+        risk.message
+            .contains("holds transactions the archive has not verified yet"),
+        "db-0's branch: {risk:?}"
+    );
+    assert!(files("db-0").len() >= 2, "{:?}", files("db-0"));
+    // Nothing the window promises was lost.
+    assert_eq!(
+        w.restored_count("replicated", &after_failover.to_string()),
+        "19"
+    );
+}
+
+/// Issue 45 §3 on the node: the operator in its pods, a policy edit that would delete 19 of
+/// 20 backups is held — condition with the count and the acknowledgement, a Warning event,
+/// `tidemark_deletions_held` on the leader's metrics, nothing deleted over several passes —
+/// until the annotation that the condition names releases exactly that wave.
+async fn a_mass_deletion_is_held_on_the_node(w: Arc<World>) {
+    let ns = "guarded";
+    w.tenant(ns).await;
+    let store = w.s3.cluster_store("guarded");
+    let now = jiff::Timestamp::now();
+    let backups: Vec<tidemark_store::synth::SynthBackup> = (0..20)
+        .map(|h| {
+            tidemark_store::synth::SynthBackup::full(
+                "hourly",
+                now - jiff::SignedDuration::from_hours(40 - h),
+                h as u32,
+            )
+        })
+        .collect();
+    tidemark_store::synth::write_backups(&store, &backups)
+        .await
+        .unwrap();
+    let ids = || async {
+        let ls = common::json(&w.tidemark("guarded", &["ls", "--output", "json"]));
+        ls["backups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["backupId"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(ids().await.len(), 20);
+    w.apply(
+        ns,
+        &[json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy", "metadata": {"name": "guarded"},
+            "spec": {"cluster": "guarded",
+                     "objectStore": {"bucket": tidemark_store::testkit::BUCKET, "endpoint": w.s3.endpoint, "credentialsSecret": "s3"},
+                     "retention": {"keepLast": 20}, "retentionInterval": "2s"}})],
+    );
+    let policies: Api<BackupPolicy> = Api::namespaced(w.client(), ns);
+    let guard = |reason: &'static str| {
+        let policies = policies.clone();
+        async move {
+            let p = policies.get("guarded").await.ok()?;
+            p.status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "DeletionGuard" && c.reason == reason)
+        }
+    };
+    eventually_within("a first pass, nothing held", LONG, || guard("NothingHeld")).await;
+    policies
+        .patch(
+            "guarded",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"retention": {"keepLast": 1}}})),
+        )
+        .await
+        .unwrap();
+    let held = eventually_within("the edit held", LONG, || guard("MassDeletionHeld")).await;
+    assert_eq!(held.status, "True", "{held:?}");
+    assert!(
+        held.message.starts_with("19 backup deletion(s)"),
+        "{}",
+        held.message
+    );
+    let at = held
+        .message
+        .split("tidemark.io/allow-deletions-before: \"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("no instant in {}", held.message))
+        .to_owned();
+    let warned = eventually_within("a DeletionsHeld event", LONG, || async {
+        let e = tidemark_operator::testkit::events(&w.client(), ns, "DeletionsHeld").await;
+        (!e.is_empty()).then_some(e)
+    })
+    .await;
+    assert_eq!(warned[0].type_.as_deref(), Some("Warning"), "{warned:?}");
+    let holder = leader(&w).await;
+    let held_metric = eventually_within("tidemark_deletions_held on the leader", LONG, || async {
+        let metrics = w.kubectl(&[
+            "get",
+            "--raw",
+            &format!("/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods/{holder}:8080/proxy/metrics"),
+        ]);
+        metrics
+            .lines()
+            .find(|l| {
+                l.starts_with("tidemark_deletions_held{") && l.contains("namespace=\"guarded\"")
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .filter(|v| *v > 0.0)
+    })
+    .await;
+    assert_eq!(held_metric, 19.0);
+    // Passes every two seconds: none deletes anything.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(ids().await.len(), 20, "a held wave deleted backups");
+    // The acknowledgement the condition names releases the wave.
+    w.kubectl(&[
+        "annotate",
+        "-n",
+        ns,
+        "backuppolicy.tidemark.io",
+        "guarded",
+        &format!("tidemark.io/allow-deletions-before={at}"),
+    ]);
+    let newest = backups.last().unwrap().id.clone();
+    eventually_within("the acknowledged wave deleted", LONG, || async {
+        (ids().await == [newest.clone()]).then_some(())
+    })
+    .await;
+    eventually_within("nothing held after it", LONG, || guard("NothingHeld")).await;
 }
 
 /// Whether `p`'s Ready condition is true.

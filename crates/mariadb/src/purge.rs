@@ -50,6 +50,101 @@ pub struct PurgeReport {
     pub point_in_time_at_risk: bool,
 }
 
+/// The history the archive holds for its newest timeline, oldest first: each ancestor's
+/// entries up to where its child left it (runs clipped at the switch: what the parent wrote
+/// after it is a branch, not this history), then the newest timeline's own; and the
+/// position before the first of them that is taken as held — the earliest entry's
+/// `Gtid_list` (what preceded the archive, or entries the index keeps in shards not read).
+/// A switch that misses transactions ends the lineage there, and the domains it misses
+/// are not taken as held before it; one that joins nothing (`unrelated`) takes nothing as
+/// held before the timeline's first entry. A server's file is purged only once its
+/// transactions are in this history, so after a failover the new primary's older files
+/// are matched to the old primary's archive.
+pub fn lineage(
+    timelines: &[tidemark_core::Timeline],
+    entries: &[IndexEntry],
+) -> (GtidPos, Vec<IndexEntry>) {
+    let newest = timelines.iter().map(|t| t.id).max().unwrap_or_else(|| {
+        entries
+            .iter()
+            .map(|e| timeline_of(e.sequence))
+            .max()
+            .unwrap_or(0)
+    });
+    // (timeline, the switch its child left it at), newest first.
+    let mut chain: Vec<(u32, Option<&tidemark_core::timeline::Switch>)> = vec![(newest, None)];
+    let mut untrusted: Option<Option<Vec<u32>>> = None; // Some(None): every domain
+    let mut at = newest;
+    while chain.len() <= timelines.len() {
+        let Some(t) = timelines.iter().find(|t| t.id == at) else {
+            break;
+        };
+        let (Some(parent), Some(sw)) = (t.parent, &t.switch) else {
+            break;
+        };
+        if sw.unrelated {
+            untrusted = Some(None);
+            break;
+        }
+        if !sw.missing.is_empty() {
+            untrusted = Some(Some(sw.missing.iter().map(|r| r.domain).collect()));
+            break;
+        }
+        chain.push((parent, Some(sw)));
+        at = parent;
+    }
+    let mut out: Vec<IndexEntry> = Vec::new();
+    for (id, switch) in chain.into_iter().rev() {
+        let mut mine: Vec<IndexEntry> = entries
+            .iter()
+            .filter(|e| timeline_of(e.sequence) == id)
+            .cloned()
+            .collect();
+        mine.sort_by_key(|e| e.sequence);
+        let Some(sw) = switch else {
+            out.extend(mine);
+            continue;
+        };
+        for mut e in mine {
+            if sw.parent_sequence.is_some_and(|s| e.sequence > s) {
+                break;
+            }
+            let clipped: Vec<GtidRun> = e
+                .gtids
+                .iter()
+                .filter_map(|r| {
+                    let end = sw.gtid.seq(r.domain);
+                    (r.first <= end).then_some(GtidRun {
+                        last: r.last.min(end),
+                        ..*r
+                    })
+                })
+                .collect();
+            if !e.gtids.is_empty() && clipped.is_empty() {
+                break;
+            }
+            let cut = clipped != e.gtids;
+            e.gtids = clipped;
+            out.push(e);
+            if cut {
+                break;
+            }
+        }
+    }
+    let base = out
+        .first()
+        .and_then(|e| e.gtid_list.clone())
+        .unwrap_or_default();
+    let base = match untrusted {
+        None => base,
+        Some(None) => GtidPos::default(),
+        Some(Some(domains)) => {
+            GtidPos::from_state(base.gtids().filter(|g| !domains.contains(&g.domain)))
+        }
+    };
+    (base, out)
+}
+
 impl RemoteServer {
     /// The server's binlog files and their sizes, oldest first.
     ///
@@ -111,25 +206,15 @@ impl RemoteServer {
                 return Ok(report);
             }
         };
-        let entries: Vec<IndexEntry> = match &index {
+        // The verified history: the newest timeline's lineage, each entry with a checksum
+        // and (for those the server's files still hold) present with its size.
+        let (base, entries) = match &index {
             Some(i) => {
-                let newest = i.head.timelines.iter().map(|t| t.id).max().unwrap_or(0);
-                let mut v: Vec<IndexEntry> = i
-                    .entries()
-                    .filter(|e| timeline_of(e.sequence) == newest)
-                    .cloned()
-                    .collect();
-                v.sort_by_key(|e| e.sequence);
-                v
+                let all: Vec<IndexEntry> = i.entries().cloned().collect();
+                lineage(&i.head.timelines, &all)
             }
-            None => Vec::new(),
+            None => (GtidPos::default(), Vec::new()),
         };
-        // The verified history: the newest timeline's entries from its first, each with a
-        // checksum and (for those the server's files still hold) present with its size.
-        let base = entries
-            .first()
-            .and_then(|e| e.gtid_list.clone())
-            .unwrap_or_default();
         let oldest_start = self.start_of(&files[0].0).await?;
         let mut verified: Vec<&IndexEntry> = Vec::new();
         let mut checks = 0;
@@ -164,7 +249,10 @@ impl RemoteServer {
         for k in 1..files.len() {
             let name = &files[k].0;
             let start = self.start_of(name).await?;
-            if entries.is_empty() || !history_holds(&base, &runs, &start) {
+            // Files before it holding no transaction at all (a server's first rotations)
+            // keep nothing worth keeping.
+            let empty_before = start == oldest_start;
+            if !empty_before && (entries.is_empty() || !history_holds(&base, &runs, &start)) {
                 why = Some(format!(
                     "{} holds transactions the archive has not verified yet",
                     files[k - 1].0
@@ -178,9 +266,6 @@ impl RemoteServer {
                 .filter(|e| e.gtids.iter().any(|r| r.first <= start.seq(r.domain)))
                 .filter_map(|e| e.last_event_at)
                 .max();
-            // Files before it holding no transaction at all (a server's first rotations)
-            // keep nothing worth keeping.
-            let empty_before = start == oldest_start;
             let young = !empty_before && last_before.is_none_or(|t| t > now - policy.keep);
             if young && !over {
                 why = Some(format!(
@@ -223,5 +308,91 @@ impl RemoteServer {
         let query = format!("SELECT BINLOG_GTID_POS('{name}', 4)");
         let answer = self.query(&query).await?;
         GtidPos::parse(&answer).map_err(|_| RemoteError::Answer { query, answer })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use tidemark_core::timeline::{Switch, Timeline, archive_sequence};
+
+    fn entry(timeline: u32, file: u64, server: u32, first: u64, last: u64) -> IndexEntry {
+        IndexEntry {
+            name: format!("mysql-bin.{file:06}"),
+            sequence: archive_sequence(timeline, file).unwrap(),
+            first_event_at: None,
+            last_event_at: None,
+            size: 1,
+            sha256: Some("00".into()),
+            compression: None,
+            encryption: None,
+            server_id: Some(server),
+            file: None,
+            gtid_list: GtidPos::parse(&format!("0-{server}-{}", first - 1)).ok(),
+            gtids: vec![GtidRun {
+                domain: 0,
+                server,
+                first,
+                last,
+            }],
+        }
+    }
+
+    /// After a failover the new primary's history is the old primary's archive up to the
+    /// switch, then its own: what the old primary wrote after the switch (a branch) is not
+    /// in it, and a switch that misses transactions takes nothing before it as held.
+    #[test]
+    fn the_lineage_follows_the_switch() {
+        let pos = |s: &str| GtidPos::parse(s).unwrap();
+        let t0 = Timeline {
+            server_id: Some(1),
+            ..Timeline::legacy()
+        };
+        let t1 = |missing: Vec<GtidRun>| Timeline {
+            id: 1,
+            server_id: Some(2),
+            parent: Some(0),
+            first_sequence: archive_sequence(1, 7),
+            switch: Some(Switch {
+                gtid: pos("0-1-10"),
+                at: None,
+                parent_sequence: archive_sequence(0, 2),
+                missing,
+                unrelated: false,
+            }),
+            created_at: None,
+        };
+        let mut first = entry(0, 1, 1, 1, 5);
+        first.gtid_list = Some(pos("0-1-0"));
+        let entries = vec![
+            first,
+            entry(0, 2, 1, 6, 12), // 11 and 12: the old primary's branch
+            entry(0, 3, 1, 13, 15),
+            entry(1, 7, 2, 11, 20),
+        ];
+        let (base, history) = lineage(&[t0.clone(), t1(Vec::new())], &entries);
+        let names: Vec<(u64, u64)> = history
+            .iter()
+            .map(|e| (e.gtids[0].first, e.gtids[0].last))
+            .collect();
+        assert_eq!(names, [(1, 5), (6, 10), (11, 20)]);
+        let runs: Vec<GtidRun> = history.iter().flat_map(|e| e.gtids.clone()).collect();
+        assert!(history_holds(&base, &runs, &pos("0-1-8")));
+        assert!(history_holds(&base, &runs, &pos("0-2-15")));
+        assert!(!history_holds(&base, &runs, &pos("0-1-12")), "the branch");
+        assert!(!history_holds(&base, &runs, &pos("0-2-21")));
+        // A switch missing transaction 0-1-11: the new timeline alone, nothing before it.
+        let missing = GtidRun {
+            domain: 0,
+            server: 1,
+            first: 11,
+            last: 11,
+        };
+        let (base, history) = lineage(&[t0, t1(vec![missing])], &entries);
+        assert_eq!(history.len(), 1);
+        let runs: Vec<GtidRun> = history.iter().flat_map(|e| e.gtids.clone()).collect();
+        assert!(!history_holds(&base, &runs, &pos("0-1-8")));
+        assert!(history_holds(&base, &runs, &pos("0-2-15")));
     }
 }

@@ -22,15 +22,45 @@ pub struct GuardRecord {
     /// that instant releases it.
     #[serde(default)]
     pub held: BTreeMap<BackupId, Timestamp>,
-    /// Since when segment deletions have been held.
+    /// Since when segment deletions have been held: the earliest wave's (what a record
+    /// without `segmentWaves` says, for every segment).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub segments_held_since: Option<Timestamp>,
+    /// Each wave of held segment deletions: per timeline, when a pass first held them and
+    /// the newest sequence held then. An acknowledgement at or after `since` releases the
+    /// segments up to `throughSequence`; a later wave (newer segments) is held anew.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub segment_waves: Vec<SegmentWave>,
     /// Since when the listing has shown far fewer recovery points than the last pass left.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub listing_short_since: Option<Timestamp>,
     /// What the last executed pass left.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last: Option<LastPass>,
+}
+
+/// One wave of held segment deletions on one timeline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SegmentWave {
+    pub timeline: u32,
+    pub since: Timestamp,
+    pub through_sequence: u64,
+}
+
+impl GuardRecord {
+    /// When the deletion of segment `sequence` was first held, if it was.
+    fn segment_held_since(&self, sequence: u64) -> Option<Timestamp> {
+        if self.segment_waves.is_empty() {
+            return self.segments_held_since;
+        }
+        let timeline = crate::timeline::timeline_of(sequence);
+        self.segment_waves
+            .iter()
+            .filter(|w| w.timeline == timeline && sequence <= w.through_sequence)
+            .map(|w| w.since)
+            .min()
+    }
 }
 
 /// What a pass left in the store, as the next pass compares it.
@@ -109,8 +139,12 @@ pub struct Verdict {
     pub held: BTreeMap<BackupId, Timestamp>,
     /// Backups an acknowledgement released.
     pub released: Vec<BackupId>,
-    /// Hold every segment deletion and index change of the pass.
+    /// Some segment deletion or index change of the pass is held.
     pub hold_segments: bool,
+    /// The segment deletions (and index entries to drop) held, by sequence, with when
+    /// each was first held.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub held_segments: BTreeMap<u64, Timestamp>,
     /// Hold every deletion of the pass (a listing far shorter than the last pass left):
     /// failed and uncommitted attempts and leftovers too — nothing on its word.
     pub hold_all: bool,
@@ -138,10 +172,15 @@ impl Verdict {
         format!(
             "{} backup deletion(s){} held: {}",
             self.held.len(),
-            if self.hold_segments {
-                " and every binlog segment deletion"
+            if self.hold_all {
+                " and every binlog segment deletion".to_owned()
+            } else if self.held_segments.is_empty() {
+                String::new()
             } else {
-                ""
+                format!(
+                    " and {} binlog segment deletion(s)",
+                    self.held_segments.len()
+                )
             },
             why.join("; ")
         ) + if self.acknowledgement_in_future {
@@ -159,11 +198,25 @@ impl Verdict {
         before: &GuardRecord,
     ) -> GuardRecord {
         let listing_short = self.trips.iter().any(|t| matches!(t, Trip::Listing { .. }));
+        // Each wave: per timeline and first-held instant, the newest sequence held.
+        let mut waves: BTreeMap<(u32, Timestamp), u64> = BTreeMap::new();
+        for (q, since) in &self.held_segments {
+            let top = waves
+                .entry((crate::timeline::timeline_of(*q), *since))
+                .or_insert(*q);
+            *top = (*top).max(*q);
+        }
         GuardRecord {
             held: self.held.clone(),
-            segments_held_since: self
-                .hold_segments
-                .then(|| before.segments_held_since.unwrap_or(now)),
+            segments_held_since: self.held_segments.values().min().copied(),
+            segment_waves: waves
+                .into_iter()
+                .map(|((timeline, since), through_sequence)| SegmentWave {
+                    timeline,
+                    since,
+                    through_sequence,
+                })
+                .collect(),
             listing_short_since: (listing_short && self.holds())
                 .then(|| before.listing_short_since.unwrap_or(now)),
             // While the listing is held as short, the last good count stands.
@@ -278,8 +331,21 @@ pub fn assess(
             verdict.held.insert(id.clone(), since);
         }
     }
-    let segments_since = record.segments_held_since.unwrap_or(now);
-    verdict.hold_segments = listing_held || !released(segments_since);
+    // Segment deletions, each with the wave that first held it: an acknowledgement
+    // releases the waves it covers, never a newer one.
+    let segments = plan
+        .segments
+        .delete
+        .iter()
+        .map(|d| d.sequence)
+        .chain(plan.segments.drop_from_index.iter().map(|e| e.sequence));
+    for q in segments {
+        let since = record.segment_held_since(q).unwrap_or(now);
+        if listing_held || !released(since) {
+            verdict.held_segments.insert(q, since);
+        }
+    }
+    verdict.hold_segments = listing_held || !verdict.held_segments.is_empty();
     verdict.hold_all = listing_held;
     if listing_held {
         // Every deletion, of any phase.
@@ -291,9 +357,7 @@ pub fn assess(
         }
     }
     let mut sinces: Vec<Timestamp> = verdict.held.values().copied().collect();
-    if verdict.hold_segments {
-        sinces.push(segments_since);
-    }
+    sinces.extend(verdict.held_segments.values().copied());
     if listing_held {
         sinces.push(listing_since);
     }
@@ -409,6 +473,82 @@ mod tests {
         );
         assert!(again.holds());
         assert!(again.released.is_empty(), "{again:?}");
+    }
+
+    /// The review's finding: one instant covered every wave of segment deletions while
+    /// any hold went on. Each segment now keeps the wave that first held it: the
+    /// acknowledgement of the first wave releases its segments only, and the segments a
+    /// later pass would delete past them are held anew.
+    #[test]
+    fn an_acknowledgement_releases_its_wave_of_segments_only() {
+        use crate::plan::{SegmentDeletion, SegmentReason};
+        let guard = DeletionGuard::default();
+        let inv = daily(30);
+        let now = at(24 * 30);
+        let segments = |n: u64| -> Vec<SegmentDeletion> {
+            (1..=n)
+                .map(|q| SegmentDeletion {
+                    name: format!("mysql-bin.{q:06}"),
+                    sequence: q,
+                    size: 1,
+                    reason: SegmentReason::BehindHorizon,
+                })
+                .collect()
+        };
+        let (mut p, before) = plan_of(3, &inv, now);
+        p.segments.delete = segments(5);
+        let first = assess(
+            &guard,
+            &p,
+            &before,
+            None,
+            &GuardRecord::default(),
+            None,
+            now,
+        );
+        assert_eq!(first.held_segments.len(), 5);
+        assert!(
+            first.summary().contains("and 5 binlog segment deletion(s)"),
+            "{}",
+            first.summary()
+        );
+        let record = first.record(now, 30, &GuardRecord::default());
+        assert_eq!(
+            record.segment_waves,
+            [SegmentWave {
+                timeline: 0,
+                since: now,
+                through_sequence: 5
+            }]
+        );
+        // Still held an hour later, the pass would delete three segments more.
+        let later = now + jiff::SignedDuration::from_hours(1);
+        p.segments.delete = segments(8);
+        let second = assess(&guard, &p, &before, None, &record, None, later);
+        assert_eq!(second.held_segments[&5], now);
+        assert_eq!(second.held_segments[&6], later);
+        assert_eq!(second.release_with, Some(later));
+        let record = second.record(later, 30, &record);
+        // The first wave's acknowledgement releases segments 1–5, not 6–8.
+        let acked = assess(&guard, &p, &before, None, &record, Some(now), later);
+        assert_eq!(
+            acked.held_segments.keys().copied().collect::<Vec<_>>(),
+            [6, 7, 8],
+            "{acked:?}"
+        );
+        let mut applied = p.clone();
+        applied
+            .segments
+            .delete
+            .retain(|d| !acked.held_segments.contains_key(&d.sequence));
+        assert_eq!(applied.segments.delete.len(), 5);
+        // A record written before the waves (one instant for every segment) still reads.
+        let legacy = GuardRecord {
+            segments_held_since: Some(now),
+            ..GuardRecord::default()
+        };
+        let old = assess(&guard, &p, &before, None, &legacy, Some(now), later);
+        assert!(old.held_segments.is_empty(), "{old:?}");
     }
 
     #[test]

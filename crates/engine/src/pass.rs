@@ -406,10 +406,17 @@ const GUARD_ROUNDS: usize = 3;
 /// Holds what the deletion guard's `verdict` holds beyond the backups planned as kept:
 /// every segment deletion and index change, and with a short listing every leftover too.
 fn apply_holds(plan: &mut tidemark_core::Plan, verdict: &tidemark_core::guard::Verdict) {
-    if verdict.hold_segments {
+    if verdict.hold_all {
         plan.segments.delete.clear();
         plan.segments.drop_from_index.clear();
     }
+    let held = &verdict.held_segments;
+    plan.segments
+        .delete
+        .retain(|d| !held.contains_key(&d.sequence));
+    plan.segments
+        .drop_from_index
+        .retain(|e| !held.contains_key(&e.sequence));
     if verdict.hold_all {
         plan.leftovers.delete.clear();
     }

@@ -2499,7 +2499,7 @@ async fn a_policy_edit_that_would_delete_most_backups_is_held() {
     let message = held["message"].as_str().unwrap().to_owned();
     assert!(
         message.starts_with(
-            "19 backup deletion(s) and every binlog segment deletion held: it would delete 19 of 20"
+            "19 backup deletion(s) held: it would delete 19 of 20"
         ),
         "{message}"
     );

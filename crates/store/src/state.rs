@@ -862,6 +862,7 @@ impl Record for StoredGuard {
         "writtenAt",
         "held",
         "segmentsHeldSince",
+        "segmentWaves",
         "listingShortSince",
         "last",
     ];
@@ -1118,6 +1119,11 @@ mod archiver_tests {
             record: tidemark_core::guard::GuardRecord {
                 held: [("20261120T020000Z-00000001".to_owned(), t)].into(),
                 segments_held_since: Some(t),
+                segment_waves: vec![tidemark_core::guard::SegmentWave {
+                    timeline: 0,
+                    since: t,
+                    through_sequence: 7,
+                }],
                 listing_short_since: Some(t),
                 last: Some(tidemark_core::guard::LastPass {
                     at: t,

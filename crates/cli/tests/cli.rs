@@ -2210,6 +2210,63 @@ fn a_mass_deletion_is_held_until_acknowledged_and_the_next_wave_again() {
     assert_eq!(count("binlogs/mysql-bin."), segs_before);
 }
 
+/// The review's finding: a pass whose guard holds only segment deletions (a point-in-time
+/// window shortened from the whole history to two days, past `deletionGuard.window`)
+/// reports the recovery window that stands — every instant still replays — not the one of
+/// deletions that are not happening.
+#[test]
+fn a_held_pass_reports_the_window_that_stands() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().display());
+    let store = tidemark_store::ClusterStore::open(&url, "db", &Default::default()).unwrap();
+    let start: jiff::Timestamp = "2026-09-25T02:00:00Z".parse().unwrap();
+    let segments = synth::segments("mysql-bin", 1, 30 * 4, start, SignedDuration::from_hours(6));
+    let rt = runtime();
+    write_history(&rt, &store, &nightly(start, 0, 30), &segments);
+    let now = "2026-10-25T03:00:00Z";
+    let gc = |extra: &[&str]| {
+        let mut args = vec![
+            "gc",
+            "--store",
+            &url,
+            "--cluster",
+            "db",
+            "--keep-last",
+            "30",
+            "--now",
+            now,
+            "-o",
+            "json",
+        ];
+        args.extend(extra);
+        run(&args)
+    };
+    let o = gc(&[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let whole = json(&o)["recoveryWindow"].clone();
+    let o = gc(&["--pitr-window", "2d", "--deletion-guard-window", "1d"]);
+    assert_eq!(o.status.code(), Some(11), "{}", stderr(&o));
+    let v = json(&o);
+    let g = &v["deletionGuard"];
+    assert_eq!(g["trips"][0]["kind"], "window", "{g}");
+    assert!(g["held"].as_object().unwrap().is_empty(), "{g}");
+    assert!(!g["heldSegments"].as_object().unwrap().is_empty(), "{g}");
+    let w = &v["recoveryWindow"];
+    assert_eq!(w["from"], whole["from"], "{w}");
+    assert_eq!(
+        w["pointInTimeFrom"], whole["from"],
+        "every instant still replays: {w}"
+    );
+    assert_eq!(w["gaps"], serde_json::json!([]), "{w}");
+    let left = rt
+        .block_on(synth::all_keys(&store))
+        .unwrap()
+        .iter()
+        .filter(|k| k.starts_with("binlogs/mysql-bin."))
+        .count();
+    assert_eq!(left, segments.len());
+}
+
 /// `plan --policy NEW --against CURRENT` (issue 45 §2): the preview's deletions are what
 /// the new policy's plan deletes and the current one's keeps, with both windows and the
 /// instants lost; as JSON and as a table. `gc` refuses the flag.

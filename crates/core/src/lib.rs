@@ -35,6 +35,7 @@ pub use plan::{
     Action, BackupDecision, EntryRef, LeftoverDeletion, LeftoverPlan, LeftoverReason, MergedInto,
     Plan, RecoveryWindow, SegmentDeletion, SegmentPlan, SegmentReason, Standing, chain_of,
     merged_into, plan, point_in_time_start, requested_deletion, standing, standing_at,
+    window_after,
 };
 pub use policy::{Policy, PolicyError, PolicyField, PolicyInput};
 pub use reason::{Reason, ReasonKind};

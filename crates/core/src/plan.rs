@@ -1670,6 +1670,41 @@ pub fn standing(inventory: &Inventory) -> Standing {
     standing_at(inventory, None)
 }
 
+/// The recovery window once `plan` is carried out as it stands: the backups it deletes and
+/// the segments it deletes (or drops from the index) gone. Equal to the plan's own window
+/// (a property test says so); a pass whose guard dropped some of its segment deletions
+/// reports this, not the window of deletions that are not happening.
+pub fn window_after(
+    inventory: &Inventory,
+    plan: &Plan,
+    pitr_start: Option<Timestamp>,
+) -> Option<RecoveryWindow> {
+    let deleted: HashSet<&str> = plan.deletions().map(|d| d.backup.id.as_str()).collect();
+    let gone: HashSet<u64> = plan
+        .segments
+        .delete
+        .iter()
+        .map(|d| d.sequence)
+        .chain(plan.segments.drop_from_index.iter().map(|e| e.sequence))
+        .collect();
+    let after = Inventory {
+        backups: inventory
+            .backups
+            .iter()
+            .filter(|b| !deleted.contains(b.id.as_str()))
+            .cloned()
+            .collect(),
+        segments: inventory
+            .segments
+            .iter()
+            .filter(|s| !gone.contains(&s.sequence))
+            .cloned()
+            .collect(),
+        ..inventory.clone()
+    };
+    standing_at(&after, pitr_start).window
+}
+
 /// [`standing`], for a policy whose point-in-time window starts at `pitr_start` (`now −
 /// pointInTime.window`): holes before it are intended, not gaps
 /// ([`RecoveryWindow::with_point_in_time`]).

@@ -1498,3 +1498,34 @@ proptest! {
         check_preview(&inv, &current, &new, now)?;
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases() / 2))]
+
+    /// `window_after` (what a pass whose guard held segment deletions reports) is the
+    /// plan's own window when nothing is held: the same rules, computed from what stays.
+    #[test]
+    fn the_window_after_a_plan_is_the_plans_own(
+        specs in prop::collection::vec(backup_spec(), 0..48),
+        segs in segments(),
+        policy in policy(),
+        now_h in 2400i64..3200,
+    ) {
+        let now = at(now_h);
+        let inv = Inventory {
+            backups: build_backups(&specs, now),
+            segments: segs,
+            ..Default::default()
+        };
+        let Ok(policy) = policy.validate() else {
+            return Ok(());
+        };
+        let p = tidemark_core::plan(&policy, &inv, now);
+        let after = tidemark_core::window_after(
+            &inv,
+            &p,
+            tidemark_core::point_in_time_start(&policy, now),
+        );
+        prop_assert_eq!(after, p.recovery_window);
+    }
+}

@@ -348,7 +348,11 @@ pub async fn retention_pass(
                 }
             }
         }
-        apply_holds(&mut seen.plan, &verdict);
+        apply_holds(
+            &mut seen,
+            &verdict,
+            tidemark_core::point_in_time_start(&request.policy, request.now),
+        );
         let guard = Guard {
             verdict,
             record,
@@ -405,7 +409,13 @@ const GUARD_ROUNDS: usize = 3;
 
 /// Holds what the deletion guard's `verdict` holds beyond the backups planned as kept:
 /// every segment deletion and index change, and with a short listing every leftover too.
-fn apply_holds(plan: &mut tidemark_core::Plan, verdict: &tidemark_core::guard::Verdict) {
+fn apply_holds(
+    seen: &mut Survey,
+    verdict: &tidemark_core::guard::Verdict,
+    pitr_start: Option<jiff::Timestamp>,
+) {
+    let plan = &mut seen.plan;
+    let deleting = plan.segments.delete.len() + plan.segments.drop_from_index.len();
     if verdict.hold_all {
         plan.segments.delete.clear();
         plan.segments.drop_from_index.clear();
@@ -417,6 +427,11 @@ fn apply_holds(plan: &mut tidemark_core::Plan, verdict: &tidemark_core::guard::V
     plan.segments
         .drop_from_index
         .retain(|e| !held.contains_key(&e.sequence));
+    // The window the pass leaves is the one of what it still deletes (the plan's assumed
+    // every segment deletion carried out).
+    if plan.segments.delete.len() + plan.segments.drop_from_index.len() != deleting {
+        plan.recovery_window = tidemark_core::window_after(&seen.inventory, plan, pitr_start);
+    }
     if verdict.hold_all {
         plan.leftovers.delete.clear();
     }
@@ -580,7 +595,11 @@ async fn carry_out(
     }
     // The guard's record, before anything goes: what it holds and since when, and what
     // this pass leaves (a pass cut short leaves more, which the next one does not mind).
-    apply_holds(&mut seen.plan, &guard.verdict);
+    apply_holds(
+        &mut seen,
+        &guard.verdict,
+        tidemark_core::point_in_time_start(&request.policy, request.now),
+    );
     let restorable_deleted = seen
         .plan
         .deletions()

@@ -2498,9 +2498,7 @@ async fn a_policy_edit_that_would_delete_most_backups_is_held() {
     .await;
     let message = held["message"].as_str().unwrap().to_owned();
     assert!(
-        message.starts_with(
-            "19 backup deletion(s) held: it would delete 19 of 20"
-        ),
+        message.starts_with("19 backup deletion(s) held: it would delete 19 of 20"),
         "{message}"
     );
     let at = message

@@ -2603,3 +2603,73 @@ async fn a_policy_edit_that_would_delete_most_backups_is_held() {
     assert_eq!(metadata_ids(&store).await.len(), 16);
     op.stop().await;
 }
+
+/// The review's finding: right after an upgrade the status has no `appliedRetention`, and
+/// the first edit was not previewed. The operator records it as soon as it sees that the
+/// last whole pass was of the spec's generation (not an interval later), so the first
+/// edit is previewed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_edit_after_an_upgrade_is_previewed() {
+    let weed = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let ns = "upgraded";
+    cluster.namespace(ns).await;
+    secret(&admin, ns, "s3").await;
+    let store = weed.cluster_store("db");
+    let now = Timestamp::now();
+    let backups: Vec<SynthBackup> = (0..3)
+        .map(|h| SynthBackup::full("hourly", now - SignedDuration::from_hours(10 - h), h as u32))
+        .collect();
+    synth::write_backups(&store, &backups).await.unwrap();
+    let mut p = policy("db", ns, &weed.endpoint, "s3");
+    p.spec.retention = Some(serde_json::from_value(json!({"keepLast": 3})).unwrap());
+    p.spec.retention_interval = Some("1h".into());
+    let policies = Api::<BackupPolicy>::namespaced(admin.clone(), ns);
+    policies.create(&PostParams::default(), &p).await.unwrap();
+    let op = Operator::start(&cluster, "operator-upgraded");
+    let first = eventually("a first pass", || async {
+        let s = status(&policies, "db").await;
+        (s["appliedRetention"] == json!({"keepLast": 3})).then_some(s)
+    })
+    .await;
+    op.stop().await;
+    // The status an older operator left: no appliedRetention.
+    policies
+        .patch_status(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"appliedRetention": null}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        status(&policies, "db").await["appliedRetention"],
+        json!(null)
+    );
+    let op = Operator::start(&cluster, "operator-upgraded-2");
+    let recorded = eventually("appliedRetention recorded without a pass", || async {
+        let s = status(&policies, "db").await;
+        (s["appliedRetention"] == json!({"keepLast": 3})).then_some(s)
+    })
+    .await;
+    assert_eq!(
+        recorded["lastRetentionRunTime"], first["lastRetentionRunTime"],
+        "no pass ran: the interval is an hour"
+    );
+    policies
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"retention": {"keepLast": 1}}})),
+        )
+        .await
+        .unwrap();
+    let change = eventually("the edit previewed", || async {
+        let s = status(&policies, "db").await;
+        Some(s["policyChange"].clone()).filter(|c| !c.is_null())
+    })
+    .await;
+    assert_eq!(change["newlyDeleted"], 2, "{change}");
+    op.stop().await;
+}

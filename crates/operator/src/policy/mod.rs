@@ -204,6 +204,20 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
     };
     // 2. due
     let status = policy.status.clone().unwrap_or_default();
+    // A status written before `appliedRetention` existed (an upgrade): the last whole pass
+    // was of this very generation, so it applied the spec's retention — recorded now, not
+    // at the next pass an interval away, so that the first edit is previewed too.
+    if status.applied_retention.is_none()
+        && status.last_retention_run_time.is_some()
+        && status.observed_generation.is_some()
+        && status.observed_generation == policy.meta().generation
+    {
+        let mut recorded = status.clone();
+        recorded.applied_retention = policy.spec.retention.clone();
+        if let Err(e) = crate::status::policy(&api, &name, &recorded).await {
+            tracing::warn!(policy = %name, error = %e, "the applied retention could not be recorded");
+        }
+    }
     if let Some(due) = not_due_until(&status, policy.meta().generation, valid.interval, now) {
         return Ok(sooner(until(now, due), wake));
     }

@@ -829,6 +829,14 @@ pub struct SimCompared {
     pub window_seconds_new: i64,
     pub stored_bytes_now: u64,
     pub stored_bytes_new: u64,
+    /// Restore points the current policy keeps that day and the new one does not.
+    pub newly_deleted: usize,
+    /// Restore points the new policy keeps and the current one does not.
+    pub newly_kept: usize,
+    /// The instants the current policy's window restores that day and the new one's does
+    /// not (it starts later), as `plan --against` says `lost`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lost: Vec<tidemark_core::Interval>,
 }
 
 impl SimCompared {
@@ -840,6 +848,20 @@ impl SimCompared {
         now.iter()
             .zip(new)
             .map(|(a, b)| SimCompared {
+                newly_deleted: a.kept.iter().filter(|t| !b.kept.contains(t)).count(),
+                newly_kept: b.kept.iter().filter(|t| !a.kept.contains(t)).count(),
+                lost: match (a.window_from, b.window_from) {
+                    (Some(from), to) if a.window_seconds > 0 => {
+                        let end = from + jiff::SignedDuration::from_secs(a.window_seconds);
+                        let to = to.map_or(end, |t| t.min(end));
+                        if to > from {
+                            vec![tidemark_core::Interval { from, to }]
+                        } else {
+                            Vec::new()
+                        }
+                    }
+                    _ => Vec::new(),
+                },
                 day: b.day,
                 date: b.date,
                 kept_now: a.kept.len(),

@@ -168,11 +168,25 @@ fn render_compared(days: &[crate::output::SimCompared]) -> String {
                     human_bytes(d.stored_bytes_now),
                     human_bytes(d.stored_bytes_new)
                 ),
+                d.newly_deleted.to_string(),
+                d.lost
+                    .iter()
+                    .map(|i| format!("{} → {}", i.from, i.to))
+                    .collect::<Vec<_>>()
+                    .join(", "),
             ]
         })
         .collect();
     let mut s = table(
-        &["DAY", "DATE", "KEPT (now → new)", "WINDOW", "STORED"],
+        &[
+            "DAY",
+            "DATE",
+            "KEPT (now → new)",
+            "WINDOW",
+            "STORED",
+            "NEWLY DELETED",
+            "LOST",
+        ],
         &rows,
     );
     if let Some(last) = days.last() {
@@ -186,6 +200,21 @@ fn render_compared(days: &[crate::output::SimCompared]) -> String {
             days_of(last.window_seconds_new),
             human_bytes(last.stored_bytes_now),
             human_bytes(last.stored_bytes_new)
+        );
+        let lost: Vec<String> = last
+            .lost
+            .iter()
+            .map(|i| format!("{} → {}", i.from, i.to))
+            .collect();
+        let _ = writeln!(
+            s,
+            "The new policy deletes {} restore point(s) the current one keeps{}.",
+            last.newly_deleted,
+            if lost.is_empty() {
+                ", and no instant stops restoring".to_owned()
+            } else {
+                format!("; these instants stop restoring: {}", lost.join(", "))
+            }
         );
     }
     s

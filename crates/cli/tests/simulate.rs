@@ -206,6 +206,16 @@ fn against_compares_two_policies_day_by_day() {
         v["against"]["days"][13]["kept"].as_array().unwrap().len()
     );
     assert!(last["windowSecondsNow"].as_i64() > last["windowSecondsNew"].as_i64());
+    // What the new policy deletes that the current one keeps, and the instants lost.
+    assert_eq!(last["newlyDeleted"], 7, "{last}");
+    assert_eq!(last["newlyKept"], 0, "{last}");
+    assert_eq!(
+        last["lost"],
+        serde_json::json!([{"from": v["against"]["days"][13]["windowFrom"], "to": v["days"][13]["windowFrom"]}]),
+        "{last}"
+    );
+    assert_eq!(c[0]["newlyDeleted"], 0, "{}", c[0]);
+    assert!(c[0].get("lost").is_none(), "{}", c[0]);
     let table = run(&[
         &common[..],
         &["--keep-last", "3", "--against", current.to_str().unwrap()],
@@ -213,7 +223,11 @@ fn against_compares_two_policies_day_by_day() {
     .concat());
     let text = String::from_utf8_lossy(&table.stdout);
     assert!(
-        text.contains("KEPT (now → new)") && text.contains("10 → 3 recovery points"),
+        text.contains("KEPT (now → new)")
+            && text.contains("10 → 3 recovery points")
+            && text.contains(
+                "deletes 7 restore point(s) the current one keeps; these instants stop restoring"
+            ),
         "{text}"
     );
 }

@@ -2293,11 +2293,37 @@ fn the_servers_binlogs_are_purged_only_once_archived() {
     );
     let connection = network_login(db, "arch", PASSWORD);
     let replica_at = format!("127.0.0.1:{}", replica.port);
-    // Both servers close a file at the same transaction.
+    // Both servers close a file at the same transaction, and each has written its binlog
+    // checkpoint past the closed files (until then the server keeps a file for crash
+    // recovery whatever PURGE says).
+    let checkpointed = |db: &MariaDb| {
+        let newest = db.sql("SHOW MASTER STATUS");
+        let newest = newest.split('\t').next().unwrap_or_default().to_owned();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let events = db.sql(&format!("SHOW BINLOG EVENTS IN '{newest}'"));
+            let last = events
+                .lines()
+                .filter(|l| l.contains("Binlog_checkpoint"))
+                .last()
+                .unwrap_or_default()
+                .to_owned();
+            if last.contains(&newest) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no checkpoint in {newest}: {events}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
     let flush = || {
         replica.wait_caught_up(db);
         db.sql("FLUSH BINARY LOGS");
         replica.sql("FLUSH BINARY LOGS");
+        checkpointed(db);
+        checkpointed(&replica);
     };
     let spool = db.scratch().join("spool");
     let args_with = |extra: &[&str]| -> Vec<String> {
@@ -2435,16 +2461,13 @@ fn the_servers_binlogs_are_purged_only_once_archived() {
     assert_eq!(files.len(), 4, "{files:?}");
     let missing = files[1].clone();
     use object_store::ObjectStoreExt as _;
-    tokio::runtime::Runtime::new()
-        .unwrap()
-        .block_on(
-            env.s3
-                .raw_store()
-                .delete(&object_store::path::Path::from(format!(
-                    "e2e/binlogs/{missing}"
-                ))),
-        )
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let raw = env.s3.raw_store();
+    let key = object_store::path::Path::from(format!("e2e/binlogs/{missing}"));
+    let body = rt
+        .block_on(async { raw.get(&key).await?.bytes().await })
         .unwrap();
+    rt.block_on(raw.delete(&key)).unwrap();
     let replica_held = replica_files();
     assert_eq!(replica_held.len(), 4, "{replica_held:?}");
     assert_eq!(
@@ -2482,5 +2505,49 @@ fn the_servers_binlogs_are_purged_only_once_archived() {
             .contains(missing.as_str()),
         "{}",
         v["purge"]
+    );
+    // The segment back: both servers purge up to their open file.
+    rt.block_on(raw.put(&key, body.into())).unwrap();
+    let v: Value = serde_json::from_slice(
+        &env.ok(&now.iter().map(String::as_str).collect::<Vec<_>>())
+            .stdout,
+    )
+    .unwrap();
+    assert_eq!(server_files().len(), 1, "{}", v["purge"]);
+    assert_eq!(replica_files().len(), 1, "{}", v["purgeReplicas"]);
+
+    // A hole: the primary's own expiry purges two files the archive never got (the
+    // archiver was not running), while the replica holds their transactions inside one
+    // file that also holds what comes before and after them. The primary purges as before
+    // — its files begin after the hole — and the replica keeps that file: the archive
+    // holds what precedes and follows it, not all of it (mutation: the chain not checked
+    // for holes — the replica's file goes).
+    env.insert(1);
+    db.sql("FLUSH BINARY LOGS");
+    // That one archived; the next two not.
+    env.ok(&plain.iter().map(String::as_str).collect::<Vec<_>>());
+    env.insert(2);
+    db.sql("FLUSH BINARY LOGS");
+    env.insert(2);
+    db.sql("FLUSH BINARY LOGS");
+    checkpointed(db);
+    let lost_on_primary = server_files();
+    assert_eq!(lost_on_primary.len(), 4, "{lost_on_primary:?}");
+    db.sql(&format!("PURGE BINARY LOGS TO '{}'", lost_on_primary[3]));
+    env.insert(1);
+    flush();
+    let replica_with_hole = replica_files();
+    assert_eq!(replica_with_hole.len(), 2, "{replica_with_hole:?}");
+    let v: Value = serde_json::from_slice(
+        &env.ok(&now.iter().map(String::as_str).collect::<Vec<_>>())
+            .stdout,
+    )
+    .unwrap();
+    assert_eq!(server_files().len(), 1, "{}", v["purge"]);
+    assert_eq!(
+        replica_files(),
+        replica_with_hole,
+        "the replica's only copy of the hole: {}",
+        v["purgeReplicas"]
     );
 }

@@ -28,6 +28,9 @@ pub struct PurgePolicy {
 /// goes no further than what it checked, and the next one continues.
 pub const MAX_CHECKS: usize = 1000;
 
+/// `PURGE BINARY LOGS TO` tries in one purge while a reader holds a file before the target.
+const PURGE_ATTEMPTS: usize = 4;
+
 /// What one purge found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -75,7 +78,8 @@ pub fn lineage(
     let mut chain: Vec<(u32, Option<&tidemark_core::timeline::Switch>)> = vec![(newest, None)];
     let mut untrusted: Option<Option<Vec<u32>>> = None; // Some(None): every domain
     let mut at = newest;
-    while chain.len() <= timelines.len() {
+    let mut visited = std::collections::HashSet::from([newest]);
+    loop {
         let Some(t) = timelines.iter().find(|t| t.id == at) else {
             break;
         };
@@ -89,6 +93,9 @@ pub fn lineage(
         if !sw.missing.is_empty() {
             untrusted = Some(Some(sw.missing.iter().map(|r| r.domain).collect()));
             break;
+        }
+        if !visited.insert(parent) {
+            break; // a loop of parents (a forged index): the lineage ends here
         }
         chain.push((parent, Some(sw)));
         at = parent;
@@ -131,6 +138,13 @@ pub fn lineage(
             }
         }
     }
+    // Entries from before the index recorded positions cannot be chained: the history
+    // begins at the first that says where it starts.
+    let first = out
+        .iter()
+        .position(|e| e.gtid_list.is_some())
+        .unwrap_or(out.len());
+    out.drain(..first);
     let base = out
         .first()
         .and_then(|e| e.gtid_list.clone())
@@ -143,6 +157,28 @@ pub fn lineage(
         }
     };
     (base, out)
+}
+
+/// How many of `entries` (a lineage, oldest first, from `base`) a server whose oldest file
+/// starts at `oldest` may rely on: every entry holding a transaction the server still has
+/// must start where the history before it holds, or where the server's files begin. A
+/// hole — files purged before they were archived — ends it for a server that still holds
+/// what is missing (a replica), and not for one whose files begin after it.
+pub fn chained(base: &GtidPos, entries: &[IndexEntry], oldest: &GtidPos) -> usize {
+    let mut runs: Vec<GtidRun> = Vec::new();
+    for (i, e) in entries.iter().enumerate() {
+        let on_server = e.gtids.iter().any(|r| r.last > oldest.seq(r.domain));
+        if i > 0
+            && on_server
+            && !e.gtid_list.as_ref().is_some_and(|start| {
+                history_holds(base, &runs, start) || history_holds(oldest, &[], start)
+            })
+        {
+            return i;
+        }
+        runs.extend(e.gtids.iter().copied());
+    }
+    entries.len()
 }
 
 impl RemoteServer {
@@ -218,7 +254,7 @@ impl RemoteServer {
         let oldest_start = self.start_of(&files[0].0).await?;
         let mut verified: Vec<&IndexEntry> = Vec::new();
         let mut checks = 0;
-        for e in &entries {
+        for e in &entries[..chained(&base, &entries, &oldest_start)] {
             if e.sha256.is_none() {
                 break;
             }
@@ -284,8 +320,31 @@ impl RemoteServer {
             return Ok(report);
         };
         let to = files[k].0.clone();
-        self.query(&format!("PURGE BINARY LOGS TO '{to}'")).await?;
-        let after = self.binary_logs().await?;
+        // A file a reader still holds (a replica's dump thread, this archiver's own reader
+        // whose connection is closing) is skipped by the server without an error: tried
+        // again a moment later, then left to the next pass.
+        let mut after = Vec::new();
+        for attempt in 0..PURGE_ATTEMPTS {
+            if attempt > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            }
+            self.query(&format!("PURGE BINARY LOGS TO '{to}'")).await?;
+            after = self.binary_logs().await?;
+            if !after
+                .iter()
+                .any(|(n, _)| files[..k].iter().any(|(f, _)| f == n))
+            {
+                break;
+            }
+        }
+        if let Some((held, _)) = after
+            .iter()
+            .find(|(n, _)| files[..k].iter().any(|(f, _)| f == n))
+        {
+            report.kept_because = Some(format!(
+                "{held} is in use by a reader (a replica, or a binlog reader closing): the next pass purges it"
+            ));
+        }
         report.disk_bytes_after = after.iter().map(|(_, s)| s).sum();
         report.purged = files
             .iter()
@@ -337,6 +396,28 @@ mod tests {
                 last,
             }],
         }
+    }
+
+    /// A hole in the archive (files purged before they were archived) ends the verified
+    /// history: what comes after it is not taken to hold what the hole lacks.
+    #[test]
+    fn a_hole_ends_the_chain() {
+        let mut first = entry(0, 1, 1, 1, 5);
+        first.gtid_list = Some(GtidPos::parse("0-1-0").unwrap());
+        let whole = vec![first.clone(), entry(0, 2, 1, 6, 10), entry(0, 3, 1, 11, 15)];
+        let base = first.gtid_list.clone().unwrap();
+        let pos = |s: &str| GtidPos::parse(s).unwrap();
+        assert_eq!(chained(&base, &whole, &pos("0-1-0")), 3);
+        // 0-1-11..15 purged by the server before it was archived: 16..20 follows a hole.
+        let holed = vec![first.clone(), entry(0, 2, 1, 6, 10), entry(0, 4, 1, 16, 20)];
+        // A replica still holding 11..15 (its files begin at 0-1-10): not past the hole.
+        assert_eq!(chained(&base, &holed, &pos("0-1-10")), 2);
+        // The server whose files begin after the hole: the hole is none of its business.
+        assert_eq!(chained(&base, &holed, &pos("0-1-15")), 3);
+        // An entry that does not say where it starts cannot be chained.
+        let mut unknown = entry(0, 2, 1, 6, 10);
+        unknown.gtid_list = None;
+        assert_eq!(chained(&base, &[first, unknown], &pos("0-1-0")), 1);
     }
 
     /// After a failover the new primary's history is the old primary's archive up to the

@@ -79,10 +79,7 @@ pub fn lineage(
     let mut untrusted: Option<Option<Vec<u32>>> = None; // Some(None): every domain
     let mut at = newest;
     let mut visited = std::collections::HashSet::from([newest]);
-    loop {
-        let Some(t) = timelines.iter().find(|t| t.id == at) else {
-            break;
-        };
+    while let Some(t) = timelines.iter().find(|t| t.id == at) {
         let (Some(parent), Some(sw)) = (t.parent, &t.switch) else {
             break;
         };

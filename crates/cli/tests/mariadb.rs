@@ -2304,8 +2304,7 @@ fn the_servers_binlogs_are_purged_only_once_archived() {
             let events = db.sql(&format!("SHOW BINLOG EVENTS IN '{newest}'"));
             let last = events
                 .lines()
-                .filter(|l| l.contains("Binlog_checkpoint"))
-                .last()
+                .rfind(|l| l.contains("Binlog_checkpoint"))
                 .unwrap_or_default()
                 .to_owned();
             if last.contains(&newest) {

@@ -4,7 +4,7 @@
 //! `_state/guard.json`), plans again with the held backups marked `guarded`, and holds the
 //! segment deletions when [`Verdict::hold_segments`] says so.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -39,12 +39,17 @@ pub struct GuardRecord {
     pub last: Option<LastPass>,
 }
 
-/// One wave of held segment deletions on one timeline.
+/// One wave of held segment deletions on one timeline: a run of consecutive sequences
+/// first held at `since`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SegmentWave {
     pub timeline: u32,
     pub since: Timestamp,
+    /// The run's first sequence (absent in a record of the first version: from the
+    /// timeline's first).
+    #[serde(default)]
+    pub first_sequence: u64,
     pub through_sequence: u64,
 }
 
@@ -57,7 +62,11 @@ impl GuardRecord {
         let timeline = crate::timeline::timeline_of(sequence);
         self.segment_waves
             .iter()
-            .filter(|w| w.timeline == timeline && sequence <= w.through_sequence)
+            .filter(|w| {
+                w.timeline == timeline
+                    && w.first_sequence <= sequence
+                    && sequence <= w.through_sequence
+            })
             .map(|w| w.since)
             .min()
     }
@@ -145,6 +154,11 @@ pub struct Verdict {
     /// each was first held.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub held_segments: BTreeMap<u64, Timestamp>,
+    /// The segment deletions (by sequence) an acknowledgement released: while the pass is
+    /// held, only these go — a segment the judged plan did not show (a listing that
+    /// changed since) is not deleted on its word.
+    #[serde(skip)]
+    pub released_segments: BTreeSet<u64>,
     /// Hold every deletion of the pass (a listing far shorter than the last pass left):
     /// failed and uncommitted attempts and leftovers too — nothing on its word.
     pub hold_all: bool,
@@ -198,25 +212,27 @@ impl Verdict {
         before: &GuardRecord,
     ) -> GuardRecord {
         let listing_short = self.trips.iter().any(|t| matches!(t, Trip::Listing { .. }));
-        // Each wave: per timeline and first-held instant, the newest sequence held.
-        let mut waves: BTreeMap<(u32, Timestamp), u64> = BTreeMap::new();
+        // Each wave: per timeline and first-held instant, runs of consecutive sequences
+        // (held_segments is ordered by sequence).
+        let mut waves: Vec<SegmentWave> = Vec::new();
         for (q, since) in &self.held_segments {
-            let top = waves
-                .entry((crate::timeline::timeline_of(*q), *since))
-                .or_insert(*q);
-            *top = (*top).max(*q);
+            let timeline = crate::timeline::timeline_of(*q);
+            match waves.iter_mut().find(|w| {
+                w.timeline == timeline && w.since == *since && w.through_sequence + 1 == *q
+            }) {
+                Some(w) => w.through_sequence = *q,
+                None => waves.push(SegmentWave {
+                    timeline,
+                    since: *since,
+                    first_sequence: *q,
+                    through_sequence: *q,
+                }),
+            }
         }
         GuardRecord {
             held: self.held.clone(),
             segments_held_since: self.held_segments.values().min().copied(),
-            segment_waves: waves
-                .into_iter()
-                .map(|((timeline, since), through_sequence)| SegmentWave {
-                    timeline,
-                    since,
-                    through_sequence,
-                })
-                .collect(),
+            segment_waves: waves,
             listing_short_since: (listing_short && self.holds())
                 .then(|| before.listing_short_since.unwrap_or(now)),
             // While the listing is held as short, the last good count stands.
@@ -343,6 +359,8 @@ pub fn assess(
         let since = record.segment_held_since(q).unwrap_or(now);
         if listing_held || !released(since) {
             verdict.held_segments.insert(q, since);
+        } else {
+            verdict.released_segments.insert(q);
         }
     }
     verdict.hold_segments = listing_held || !verdict.held_segments.is_empty();
@@ -518,6 +536,7 @@ mod tests {
             [SegmentWave {
                 timeline: 0,
                 since: now,
+                first_sequence: 1,
                 through_sequence: 5
             }]
         );
@@ -542,6 +561,26 @@ mod tests {
             .delete
             .retain(|d| !acked.held_segments.contains_key(&d.sequence));
         assert_eq!(applied.segments.delete.len(), 5);
+        // A wave covers the segments it held, not older ones that became deletable later
+        // (a copy caught up, a branch acknowledged): those are held anew.
+        let mut p3 = p.clone();
+        p3.segments.delete = segments(5);
+        let narrow = GuardRecord {
+            held: record.held.clone(),
+            segment_waves: vec![SegmentWave {
+                timeline: 0,
+                since: now,
+                first_sequence: 3,
+                through_sequence: 5,
+            }],
+            ..GuardRecord::default()
+        };
+        let v = assess(&guard, &p3, &before, None, &narrow, Some(now), later);
+        assert_eq!(v.held_segments.keys().copied().collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(
+            v.released_segments.iter().copied().collect::<Vec<_>>(),
+            [3, 4, 5]
+        );
         // A record written before the waves (one instant for every segment) still reads.
         let legacy = GuardRecord {
             segments_held_since: Some(now),

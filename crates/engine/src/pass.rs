@@ -420,13 +420,18 @@ fn apply_holds(
         plan.segments.delete.clear();
         plan.segments.drop_from_index.clear();
     }
-    let held = &verdict.held_segments;
-    plan.segments
-        .delete
-        .retain(|d| !held.contains_key(&d.sequence));
-    plan.segments
-        .drop_from_index
-        .retain(|e| !held.contains_key(&e.sequence));
+    // A held pass deletes only the segments the guard judged and an acknowledgement
+    // released: one the judged plan did not show (the store listed again after
+    // consolidation or hooks) is not deleted on the word of that listing.
+    if !verdict.trips.is_empty() {
+        let released = &verdict.released_segments;
+        plan.segments
+            .delete
+            .retain(|d| released.contains(&d.sequence));
+        plan.segments
+            .drop_from_index
+            .retain(|e| released.contains(&e.sequence));
+    }
     // The window the pass leaves is the one of what it still deletes (the plan's assumed
     // every segment deletion carried out).
     if plan.segments.delete.len() + plan.segments.drop_from_index.len() != deleting {

@@ -94,6 +94,7 @@ pub async fn policy(
     own.conditions.retain(|c| {
         c.type_ != BINLOG_ARCHIVE_CONDITION
             && c.type_ != MAIN_LINE_CONDITION
+            && c.type_ != POINT_IN_TIME_RISK_CONDITION
             && c.type_ != QUEUED_CONDITION
             && c.type_ != COPIES_CONDITION
     });

@@ -1122,6 +1122,7 @@ mod archiver_tests {
                 segment_waves: vec![tidemark_core::guard::SegmentWave {
                     timeline: 0,
                     since: t,
+                    first_sequence: 3,
                     through_sequence: 7,
                 }],
                 listing_short_since: Some(t),

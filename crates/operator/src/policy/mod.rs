@@ -212,9 +212,10 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
         && status.observed_generation.is_some()
         && status.observed_generation == policy.meta().generation
     {
-        let mut recorded = status.clone();
-        recorded.applied_retention = policy.spec.retention.clone();
-        if let Err(e) = crate::status::policy(&api, &name, &recorded).await {
+        // That one field (merged): the status as this reconcile read it may be stale.
+        let value = serde_json::json!({ "appliedRetention": policy.spec.retention });
+        if let Err(e) = crate::status::merge(&api, &name, crate::status::FIELD_MANAGER, value).await
+        {
             tracing::warn!(policy = %name, error = %e, "the applied retention could not be recorded");
         }
     }

@@ -2113,14 +2113,17 @@ impl BackupPolicySpec {
                 });
             }
             if let Some(r) = p.replicas.iter().find(|r| {
-                r.host.is_empty()
-                    || r.host.len() > 253
-                    || r.host.starts_with('-')
-                    || !r
-                        .host
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':'))
-                    || r.port == Some(0)
+                let host_ok = if r.host.contains(':') {
+                    r.host.parse::<std::net::Ipv6Addr>().is_ok()
+                } else {
+                    !r.host.is_empty()
+                        && r.host.len() <= 253
+                        && !r.host.starts_with('-')
+                        && r.host
+                            .chars()
+                            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+                };
+                !host_ok || r.port == Some(0)
             }) {
                 return Err(PolicyFileError::Invalid {
                     field: "spec.binlogArchive.purge.replicas",
@@ -2606,6 +2609,8 @@ mod tests {
             e.contains("spec.binlogArchive.purge.replicas") && e.contains("rm -rf"),
             "{e}"
         );
+        let e = doc("{replicas: [{host: 'db:3306'}]}", server).unwrap_err();
+        assert!(e.contains("spec.binlogArchive.purge.replicas"), "{e}");
         let e = doc("{replicas: [{host: '--help'}]}", server).unwrap_err();
         assert!(e.contains("spec.binlogArchive.purge.replicas"), "{e}");
         let e = doc("{keep: 2h}", "binlogIndex: /var/lib/mysql/mysql-bin.index").unwrap_err();

@@ -626,12 +626,16 @@ fn purge_replicas(given: &[String]) -> Result<Vec<(String, String, u16)>, CliErr
                 None => 3306,
                 Some(p) => p.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(bad)?,
             };
-            let fine = !host.is_empty()
-                && host.len() <= 253
-                && !host.starts_with('-')
-                && host
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':'));
+            let fine = if host.contains(':') || text.starts_with('[') {
+                host.parse::<std::net::Ipv6Addr>().is_ok()
+            } else {
+                !host.is_empty()
+                    && host.len() <= 253
+                    && !host.starts_with('-')
+                    && host
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+            };
             if !fine {
                 return Err(bad());
             }
@@ -685,12 +689,15 @@ async fn purge_servers(
     Option<tidemark_mariadb::purge::PurgeReport>,
     Vec<crate::output::ReplicaPurgeOut>,
 ) {
-    let primary = purge_one(remote, None, store, policy).await.ok();
+    let primary = purge_one(remote, None, store, policy).await;
     let mut out = Vec::new();
     for (given, host, port) in replicas {
         let mut replica = remote.clone();
         replica.client_args.push(format!("--host={host}"));
         replica.client_args.push(format!("--port={port}"));
+        // Over the network whatever the options say (`localhost` or --protocol=socket
+        // would reach the local server instead).
+        replica.client_args.push("--protocol=TCP".into());
         let result = purge_one(&replica, Some(given), store, policy).await;
         out.push(crate::output::ReplicaPurgeOut {
             server: given.clone(),
@@ -711,11 +718,23 @@ async fn purge_servers(
             server: None,
             error: None,
         };
-    // Beside the pass's record, for the operator's watch and `ls`.
-    if let Some(p) = &primary
-        && let Ok(Some(mut record)) = tidemark_store::state::load_archiver_status(store).await
-    {
-        let mut st = status(p);
+    // Beside the pass's record, for the operator's watch and `ls`; a purge that failed
+    // too (with the disk as last seen), so that it is not taken for one that went well.
+    if let Ok(Some(mut record)) = tidemark_store::state::load_archiver_status(store).await {
+        let mut st = match &primary {
+            Ok(p) => status(p),
+            Err(e) => tidemark_store::state::BinlogPurgeStatus {
+                at: now,
+                disk_bytes: record.purge.as_ref().map_or(0, |p| p.disk_bytes),
+                max_disk: policy.max_disk,
+                point_in_time_at_risk: false,
+                kept_because: None,
+                purged_to: None,
+                replicas: Vec::new(),
+                server: None,
+                error: Some(e.clone()),
+            },
+        };
         st.replicas = out
             .iter()
             .map(|r| {
@@ -742,7 +761,7 @@ async fn purge_servers(
             tracing::warn!("the purge could not be recorded: {e}");
         }
     }
-    (primary, out)
+    (primary.ok(), out)
 }
 
 /// Which server may start a timeline: `--primary-server-id`, else the one read.
@@ -859,7 +878,17 @@ mod tests {
                 "fd00::6 3306"
             ]
         );
-        for bad in ["--host=evil", "db:0", "db:x", "db 1", "", "[fd00::5", "a;b"] {
+        for bad in [
+            "--host=evil",
+            "db:0",
+            "db:x",
+            "db 1",
+            "",
+            "[fd00::5",
+            "a;b",
+            "db:3306:",
+            "[db]:3306",
+        ] {
             let e = given(&[bad]).unwrap_err();
             assert!(e.contains("invalid --purge-replica"), "{bad}: {e}");
         }

@@ -885,6 +885,19 @@ async fn the_binlog_archiver_deployment_reads_the_server_over_the_network() {
         1,
         "everything archived is purged past the limit"
     );
+    // A login that may not purge: the condition says it is unknown, and why — not that
+    // all is well.
+    db.sql(
+        "REVOKE BINLOG ADMIN, SUPER ON *.* FROM 'repl'@'%'; REVOKE BINLOG ADMIN, SUPER ON *.* FROM 'repl'@'localhost'",
+    );
+    db.sql("INSERT INTO shop.orders (v) VALUES (7)");
+    db.sql("FLUSH BINARY LOGS");
+    let unknown = eventually("PointInTimeAtRisk=Unknown", || async {
+        risk(&policies.get("shop").await.unwrap()).filter(|c| c.status == "Unknown")
+    })
+    .await;
+    assert_eq!(unknown.reason, "PurgeFailed", "{unknown:?}");
+    assert!(unknown.message.contains("BINLOG ADMIN"), "{unknown:?}");
     let _ = archiver.kill();
     let _ = archiver.wait();
 

@@ -508,7 +508,14 @@ async fn refresh_status(store: &ClusterStore, open: Option<&Local>, report: &mut
 /// Writes what the pass saw (`_state/archiver.json`) for whoever watches the archive's
 /// lag; a failure to write it is logged, never the pass's.
 async fn record_status(store: &ClusterStore, report: &ArchiveReport) {
-    use tidemark_store::state::{ArchiverStatus, save_archiver_status};
+    use tidemark_store::state::{ArchiverStatus, load_archiver_status, save_archiver_status};
+    // The last purge's record stands until the purge after this pass replaces it: a
+    // watcher reading in between sees it, not nothing.
+    let purge = load_archiver_status(store)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|s| s.purge);
     let status = ArchiverStatus {
         format_version: 1,
         observed_at: Timestamp::now(),
@@ -521,7 +528,7 @@ async fn record_status(store: &ClusterStore, report: &ArchiveReport) {
             tidemark_store::state::host_name(),
             std::process::id()
         ),
-        purge: None,
+        purge,
         extra: Default::default(),
     };
     if let Err(e) = save_archiver_status(store, &status).await {

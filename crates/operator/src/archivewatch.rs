@@ -110,8 +110,19 @@ pub fn assess(
 /// What the archiver's last purge says of the point in time (issue 45 §4): `(at risk,
 /// reason, message)` for the `PointInTimeAtRisk` condition — at risk while a server's
 /// binlogs near `maxDiskUsage` and some are not archived, so none of those is purged and
-/// its disk may fill.
-pub fn purge_risk(p: &tidemark_store::state::BinlogPurgeStatus) -> (bool, &'static str, String) {
+/// its disk may fill; unknown (`None`) while the purge of the server archived from fails.
+pub fn purge_risk(
+    p: &tidemark_store::state::BinlogPurgeStatus,
+) -> (Option<bool>, &'static str, String) {
+    if let Some(e) = &p.error {
+        return (
+            None,
+            "PurgeFailed",
+            format!(
+                "the server's binlogs could not be purged ({e}): nothing is purged until it can be, and its disk may fill — the login needs BINLOG ADMIN"
+            ),
+        );
+    }
     let one = |s: &tidemark_store::state::BinlogPurgeStatus| {
         let who = s
             .server
@@ -159,10 +170,10 @@ pub fn purge_risk(p: &tidemark_store::state::BinlogPurgeStatus) -> (bool, &'stat
         if !failed.is_empty() {
             message.push_str(&format!(" ({})", failed.join("; ")));
         }
-        return (false, "BinlogsArchived", message);
+        return (Some(false), "BinlogsArchived", message);
     }
     (
-        true,
+        Some(true),
         "DiskNearsLimitUnarchived",
         format!(
             "point in time at risk: {}. None of what the archive lacks is purged, and the database's disk may fill: bring the archive back (BinlogArchiveCurrent), or give the server room",
@@ -307,7 +318,11 @@ pub async fn check(ctx: &Context, policy: &BackupPolicy) -> Option<Duration> {
         .get_or_create(&crate::metrics::Metrics::policy(&ns, &name))
         .set(a.lag.as_secs().max(0));
     // binlogArchive.purge: the server's disk as the archiver's last purge found it.
-    if let Some(p) = report.as_ref().and_then(|r| r.purge.as_ref()) {
+    if let Some(p) = report
+        .as_ref()
+        .and_then(|r| r.purge.as_ref())
+        .filter(|p| p.error.is_none())
+    {
         let labels = crate::metrics::Metrics::policy(&ns, &name);
         ctx.metrics
             .binlog_disk_bytes
@@ -389,22 +404,39 @@ pub async fn check(ctx: &Context, policy: &BackupPolicy) -> Option<Duration> {
     };
     let same_main = old_main == main_line.as_ref();
     let old_risk = old.iter().find(|c| c.type_ == RISK_CONDITION);
+    let purging = policy
+        .spec
+        .binlog_archive
+        .as_ref()
+        .is_some_and(|a| a.purge.is_some());
     let risk_condition = risk.as_ref().map(|(at_risk, reason, message)| {
         // Negative polarity, as Kubernetes' own DiskPressure: True is the trouble.
         let mut c = condition(
             old,
             RISK_CONDITION,
-            *at_risk,
+            at_risk.unwrap_or(false),
             reason,
             message,
             policy.meta().generation,
         );
+        if at_risk.is_none() {
+            c.status = "Unknown".into();
+            c.last_transition_time = old_risk
+                .filter(|o| o.status == "Unknown")
+                .map_or_else(|| Time(ctx.clock.now()), |o| o.last_transition_time.clone());
+        }
         // The disk's bytes change every pass: rewritten only when the verdict does.
         if let Some(o) = old_risk.filter(|o| o.status == c.status && o.reason == c.reason) {
             c = o.clone();
         }
         c
     });
+    // No purge recorded yet by this archiver (a pass under way, or an older archiver):
+    // the condition stands; without binlogArchive.purge it goes.
+    let risk_condition = match risk_condition {
+        None if purging => old_risk.cloned(),
+        c => c,
+    };
     let same_risk = old_risk == risk_condition.as_ref();
     if !(same_condition && same_status && same_main && same_risk) {
         let c = condition(
@@ -434,10 +466,10 @@ pub async fn check(ctx: &Context, policy: &BackupPolicy) -> Option<Duration> {
         }
     }
     match (old_risk.map(|c| c.status == "True"), &risk) {
-        (Some(false) | None, Some((true, _, message))) => {
+        (Some(false) | None, Some((Some(true), _, message))) => {
             ctx.warn(&object, "PointInTimeAtRisk", message).await;
         }
-        (Some(true), Some((false, _, message))) => {
+        (Some(true), Some((Some(false), _, message))) => {
             ctx.event(&object, EventType::Normal, "PointInTimeSafe", message)
                 .await;
         }
@@ -549,10 +581,14 @@ mod tests {
         let mut p = server(false, None);
         p.replicas = vec![server(false, Some("db-1:3306"))];
         let (risk, reason, message) = purge_risk(&p);
-        assert_eq!((risk, reason), (false, "BinlogsArchived"), "{message}");
+        assert_eq!(
+            (risk, reason),
+            (Some(false), "BinlogsArchived"),
+            "{message}"
+        );
         p.replicas[0].point_in_time_at_risk = true;
         let (risk, reason, message) = purge_risk(&p);
-        assert_eq!((risk, reason), (true, "DiskNearsLimitUnarchived"));
+        assert_eq!((risk, reason), (Some(true), "DiskNearsLimitUnarchived"));
         assert!(
             message.contains("replica db-1:3306 holds 900 bytes")
                 && !message.contains("the server holds"),
@@ -563,15 +599,20 @@ mod tests {
         p.point_in_time_at_risk = true;
         let (risk, _, message) = purge_risk(&p);
         assert!(
-            risk && message.contains("the server holds 900 bytes"),
+            risk == Some(true) && message.contains("the server holds 900 bytes"),
             "{message}"
         );
         p.point_in_time_at_risk = false;
         let (risk, _, message) = purge_risk(&p);
         assert!(
-            !risk && message.contains("replica db-1:3306 not purged: cannot connect"),
+            risk == Some(false) && message.contains("replica db-1:3306 not purged: cannot connect"),
             "{message}"
         );
+        // The purge of the server archived from fails: unknown, and why.
+        p.error = Some("Access denied; you need the BINLOG ADMIN privilege".into());
+        let (risk, reason, message) = purge_risk(&p);
+        assert_eq!((risk, reason), (None, "PurgeFailed"));
+        assert!(message.contains("BINLOG ADMIN"), "{message}");
     }
 
     /// Issue 42 §3: a switch before the end of its parent's archive is named (the parent

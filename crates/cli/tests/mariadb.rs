@@ -2474,14 +2474,7 @@ fn the_servers_binlogs_are_purged_only_once_archived() {
         start_of(db, &missing),
         "the replica's second file starts where the primary's does"
     );
-    let now = args_with(&[
-        "--purge-keep",
-        "0s",
-        "--purge-replica",
-        &replica_at,
-        "--output",
-        "json",
-    ]);
+    let now = args.clone();
     let v: Value = serde_json::from_slice(
         &env.ok(&now.iter().map(String::as_str).collect::<Vec<_>>())
             .stdout,

@@ -1383,12 +1383,7 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
     assert_eq!(copied["behind"], false, "{copied:#}");
     assert!(copied["segmentsSent"].as_u64().unwrap() > 0, "{copied:#}");
     assert!(copied["recoveryWindow"]["start"].is_string(), "{copied:#}");
-    let holder = leader(&w).await;
-    let metrics = w.kubectl(&[
-        "get",
-        "--raw",
-        &format!("/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods/{holder}:8080/proxy/metrics"),
-    ]);
+    let metrics = leader_metrics(&w, &leader(&w).await);
     for family in [
         "tidemark_copy_lag_seconds",
         "tidemark_copy_recovery_window_seconds",
@@ -2356,19 +2351,12 @@ async fn replication_and_failover(w: Arc<World>) {
     // longer than maxLag, and falls once it is closed and archived.
     let holder = leader(&w).await;
     let lag = || {
-        let metrics = w.kubectl(&[
-            "get",
-            "--raw",
-            &format!("/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods/{holder}:8080/proxy/metrics"),
-        ]);
-        metrics
-            .lines()
-            .find(|l| {
-                l.starts_with("tidemark_binlog_archive_lag_seconds{")
-                    && l.contains("namespace=\"replicated\"")
-            })
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse::<f64>().ok())
+        gauge(
+            &w,
+            &holder,
+            "tidemark_binlog_archive_lag_seconds",
+            "replicated",
+        )
     };
     for i in 0..8 {
         w.sql(
@@ -2537,19 +2525,7 @@ async fn a_mass_deletion_is_held_on_the_node(w: Arc<World>) {
     assert_eq!(warned[0].type_.as_deref(), Some("Warning"), "{warned:?}");
     let holder = leader(&w).await;
     let held_metric = eventually_within("tidemark_deletions_held on the leader", LONG, || async {
-        let metrics = w.kubectl(&[
-            "get",
-            "--raw",
-            &format!("/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods/{holder}:8080/proxy/metrics"),
-        ]);
-        metrics
-            .lines()
-            .find(|l| {
-                l.starts_with("tidemark_deletions_held{") && l.contains("namespace=\"guarded\"")
-            })
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse::<f64>().ok())
-            .filter(|v| *v > 0.0)
+        gauge(&w, &holder, "tidemark_deletions_held", "guarded").filter(|v| *v > 0.0)
     })
     .await;
     assert_eq!(held_metric, 19.0);
@@ -2579,6 +2555,26 @@ fn ready(p: &Pod) -> bool {
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The metrics page of operator pod `holder`, through the API server's proxy.
+fn leader_metrics(w: &World, holder: &str) -> String {
+    w.kubectl(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods/{holder}:8080/proxy/metrics"),
+    ])
+}
+
+/// The value of gauge `family` for namespace `ns` on operator pod `holder`'s metrics.
+fn gauge(w: &World, holder: &str, family: &str, ns: &str) -> Option<f64> {
+    leader_metrics(w, holder)
+        .lines()
+        .find(|l| {
+            l.starts_with(&format!("{family}{{")) && l.contains(&format!("namespace=\"{ns}\""))
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
 }
 
 /// The leading operator pod (the Lease's holder).

@@ -216,6 +216,16 @@ impl DeleteHookSpec {
     printcolumn(name = "TTL", type_ = "string", json_path = ".spec.ttl"),
     printcolumn(name = "Dry run", type_ = "boolean", json_path = ".spec.dryRun"),
     printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"

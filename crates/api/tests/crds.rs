@@ -35,6 +35,33 @@ fn deploy_crds_read_back_as_the_types() {
     }
 }
 
+/// Issue 46 §4: `kubectl get` shows health — Ready and Reason columns, from the Ready
+/// condition, on every kind whose status carries one (a DeleteHook has no status; a
+/// ScheduledBackup no Ready condition yet).
+#[test]
+fn kinds_with_a_ready_condition_show_it() {
+    for kind in ["BackupPolicy", "Backup", "Restore", "VolumeClaimRetention"] {
+        let crd = crd::all()
+            .into_iter()
+            .find(|c| c.spec.names.kind == kind)
+            .unwrap();
+        let columns: Vec<(String, String)> = crd.spec.versions[0]
+            .additional_printer_columns
+            .iter()
+            .flatten()
+            .map(|c| (c.name.clone(), c.json_path.clone()))
+            .collect();
+        for (name, field) in [("Ready", "status"), ("Reason", "reason")] {
+            let want = (
+                name.to_owned(),
+                format!(".status.conditions[?(@.type==\"Ready\")].{field}"),
+            );
+            assert!(columns.contains(&want), "{kind}: {columns:?}");
+        }
+        assert_eq!(columns.last().map(|c| c.0.as_str()), Some("Age"), "{kind}");
+    }
+}
+
 /// The openAPIV3Schema of the CRD for `kind`.
 fn schema(kind: &str) -> Value {
     let crd = crd::all()

@@ -313,6 +313,18 @@ fn crds(args: &crate::args::CrdsArgs) -> Result<Exit, CliError> {
 
 fn keygen(args: &crate::args::KeygenArgs) -> Result<Exit, CliError> {
     let (identity, public) = tidemark_store::crypt::generate();
+    // Every other command's -o is a format: `keygen -o json` would write the secret key
+    // to a file named json, where a user expected it on the screen.
+    if let Some(name) = args
+        .output
+        .as_ref()
+        .and_then(|p| p.to_str())
+        .filter(|p| ["json", "yaml", "table", "wide"].contains(p))
+    {
+        return Err(CliError::input(format!(
+            "--output {name}: keygen's -o names the identity file, not a format (it prints the public key, or the identity without -o); to write a file of that name, give ./{name}"
+        )));
+    }
     match &args.output {
         Some(path) => {
             use std::os::unix::fs::OpenOptionsExt;

@@ -1581,6 +1581,31 @@ fn the_source_keeps_what_a_copy_has_not_received() {
     assert!(ids(&dst_url).contains(&e));
 }
 
+/// Issue 46 §4: `keygen -o json` (every other command's -o is a format) is refused and
+/// writes no file named json; `./json` is a file name.
+#[test]
+fn keygen_never_takes_a_format_name_for_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    for format in ["json", "yaml", "table", "wide"] {
+        let out = bin()
+            .current_dir(dir.path())
+            .args(["keygen", "-o", format])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert!(stderr(&out).contains("not a format"), "{}", stderr(&out));
+        assert!(!dir.path().join(format).exists());
+    }
+    let out = bin()
+        .current_dir(dir.path())
+        .args(["keygen", "-o", "./json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("age1"));
+    assert!(dir.path().join("json").exists());
+}
+
 /// Issue 44: a copy holds the stored bytes — a compressed, encrypted payload is copied as
 /// ciphertext, `metadata.json` unchanged — and reads back with the source's identity; a
 /// backup deleted from the source by hand stays in the copy (no deletion is mirrored).

@@ -2547,6 +2547,19 @@ async fn a_mass_deletion_is_held_on_the_node(w: Arc<World>) {
     })
     .await;
     eventually_within("nothing held after it", LONG, || guard("NothingHeld")).await;
+    // Issue 46 §4: `kubectl get` by the short name shows the policy's health.
+    let listed = w.kubectl(&["get", "tbp", "-n", ns]);
+    let header = listed.lines().next().unwrap_or_default();
+    assert!(
+        header.contains("READY") && header.contains("REASON"),
+        "{listed}"
+    );
+    assert!(
+        listed.lines().any(|l| l.starts_with("guarded ")
+            && l.contains(" True ")
+            && l.contains("PassSucceeded")),
+        "{listed}"
+    );
 }
 
 /// Whether `p`'s Ready condition is true.

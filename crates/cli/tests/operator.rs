@@ -1003,6 +1003,21 @@ async fn method_job_runs_the_users_pod_template() {
     })
     .await;
     let id = st["backupId"].as_str().unwrap().to_owned();
+    // Issue 46 §4: a Normal event says it ended well, naming what was committed.
+    let completed = eventually("a BackupCompleted event", || async {
+        let e = events(&admin, ns, "BackupCompleted").await;
+        (!e.is_empty()).then_some(e)
+    })
+    .await;
+    assert_eq!(completed.len(), 1, "{completed:?}");
+    assert_eq!(completed[0].type_.as_deref(), Some("Normal"));
+    assert!(
+        completed[0]
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains(&format!("full backup {id} committed"))),
+        "{completed:?}"
+    );
     let fetched = common::bin()
         .envs(s3.env())
         .args([

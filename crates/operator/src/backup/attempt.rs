@@ -240,6 +240,26 @@ pub(crate) async fn settle(
                 metrics.backup_completed(&labels, Some(m.started_at), at, done.size);
             }
             tracing::info!(backup = %backup.name_any(), id, "backup completed");
+            // A Normal event, as `kubectl describe` and event pipelines expect of an end.
+            let note = format!(
+                "{} backup {id} committed in the store ({} bytes){}",
+                done.kind.as_deref().unwrap_or("a"),
+                done.size.unwrap_or_default(),
+                done.parent_id
+                    .as_deref()
+                    .map(|p| format!(", on {p}"))
+                    .unwrap_or_default()
+            );
+            let event = Event {
+                type_: EventType::Normal,
+                reason: "BackupCompleted".into(),
+                note: Some(note),
+                action: "Backup".into(),
+                secondary: None,
+            };
+            if let Err(e) = recorder.publish(&event, &backup.object_ref(&())).await {
+                tracing::warn!(backup = %backup.name_any(), "could not publish event: {e}");
+            }
         }
         other => {
             let recorded = other.and_then(|m| m.error);

@@ -263,6 +263,10 @@ impl VolumeClaimRetentionSpec {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VolumeClaimRetentionStatus {
+    /// The `metadata.generation` this status was written for (kstatus, Argo and Flux
+    /// health checks compare the two).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_run_time: Option<Time>,
     /// Claims unmounted now, with when they were last seen mounted.

@@ -247,6 +247,10 @@ impl RestoreSpec {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RestoreStatus {
+    /// The `metadata.generation` this status was written for (kstatus, Argo and Flux
+    /// health checks compare the two).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
     /// `Pending` (planning, or waiting for its claim), `Running` (its Job runs),
     /// `Succeeded`, `Failed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -386,6 +386,10 @@ pub fn template_too_large(template: &serde_json::Value, field: &str, hint: &str)
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ScheduledBackupStatus {
+    /// The `metadata.generation` this status was written for (kstatus, Argo and Flux
+    /// health checks compare the two).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
     /// The last time the schedule was evaluated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_check_time: Option<Time>,
@@ -430,6 +434,10 @@ impl BackupPhase {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BackupStatus {
+    /// The `metadata.generation` this status was written for (kstatus, Argo and Flux
+    /// health checks compare the two).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
     /// `pending`, `running`, `completed` or `failed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<BackupPhase>,

@@ -1003,7 +1003,9 @@ async fn method_job_runs_the_users_pod_template() {
     })
     .await;
     let id = st["backupId"].as_str().unwrap().to_owned();
-    // Issue 46 §4: a Normal event says it ended well, naming what was committed.
+    // Issue 46 §4: the status says which generation it was written for (kstatus).
+    assert_eq!(st["observedGeneration"], 1, "{st}");
+    // A Normal event says it ended well, naming what was committed.
     let completed = eventually("a BackupCompleted event", || async {
         let e = events(&admin, ns, "BackupCompleted").await;
         (!e.is_empty()).then_some(e)

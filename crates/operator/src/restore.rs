@@ -1086,11 +1086,13 @@ fn reason_of(e: &Error) -> &'static str {
 }
 
 async fn write(api: &Api<Restore>, restore: &Restore, status: &RestoreStatus) -> Result<(), Error> {
+    let mut status = status.clone();
+    status.observed_generation = restore.meta().generation;
     crate::status::apply(
         api,
         &restore.name_any(),
         crate::status::FIELD_MANAGER,
-        serde_json::to_value(status).unwrap_or_default(),
+        serde_json::to_value(&status).unwrap_or_default(),
     )
     .await
 }

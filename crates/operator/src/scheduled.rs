@@ -327,6 +327,7 @@ impl ScheduleState for StatusInResource {
                 || (self.schedule.spec.immediate && status.last_schedule_time.is_some()),
             // Conditions have writers of their own (`chains_end`): not this one's.
             conditions: Vec::new(),
+            observed_generation: self.schedule.meta().generation,
         };
         crate::status::own(&self.schedules, schedule, &new)
             .await

@@ -6,8 +6,8 @@
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tidemark_api::crd::{Backup, BackupStatus};
 
@@ -144,8 +144,14 @@ pub async fn verification(
 /// `Ready` and `Blocked` conditions) under the operator's field manager. Each other writer
 /// has its own fields and manager ([`apply`]), so a copy of the status that is
 /// behind never drops what another wrote (issue 18 §5).
-pub async fn backup(api: &Api<Backup>, name: &str, status: &BackupStatus) -> Result<(), Error> {
+pub async fn backup(
+    api: &Api<Backup>,
+    backup: &Backup,
+    status: &BackupStatus,
+) -> Result<(), Error> {
+    let name = &backup.name_any();
     let mut own = status.clone();
+    own.observed_generation = backup.meta().generation;
     own.hooks.clear();
     own.data_removed = None;
     own.restore_test = None;

@@ -165,6 +165,7 @@ pub(crate) fn reaper_status(
             generation,
             written,
         )],
+        observed_generation: generation,
     }
 }
 

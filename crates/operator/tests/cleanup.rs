@@ -1239,7 +1239,7 @@ async fn each_status_writer_keeps_its_own_fields() {
         "metadata": {"name": "b"}, "spec": {"policy": {"name": "db"}},
     }))
     .unwrap();
-    backups.create(&PostParams::default(), &b).await.unwrap();
+    let b = backups.create(&PostParams::default(), &b).await.unwrap();
     let condition = |type_: &str, reason: &str| {
         json!({"type": type_, "status": "False", "reason": reason, "message": reason,
                "lastTransitionTime": "2026-11-25T00:00:00Z"})
@@ -1250,7 +1250,7 @@ async fn each_status_writer_keeps_its_own_fields() {
         "conditions": [condition("Ready", "Completed")],
     }))
     .unwrap();
-    apply_status(&backups, "b", &stale).await.unwrap();
+    apply_status(&backups, &b, &stale).await.unwrap();
     // Then the deletion's writers: a hook's outcome and the cleanup's condition.
     apply_fields(
         &backups,
@@ -1272,8 +1272,10 @@ async fn each_status_writer_keeps_its_own_fields() {
     let mut again = stale.clone();
     again.error = None;
     again.size = Some(42);
-    apply_status(&backups, "b", &again).await.unwrap();
+    apply_status(&backups, &b, &again).await.unwrap();
     let st = backups.get("b").await.unwrap().status.unwrap();
+    // Issue 46 §4: the status says which generation it was written for.
+    assert_eq!(st.observed_generation, b.metadata.generation);
     assert_eq!(st.size, Some(42));
     assert_eq!(st.hooks.len(), 1, "{st:?}");
     assert_eq!(st.hooks[0].name, "h1");

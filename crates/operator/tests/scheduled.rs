@@ -175,6 +175,8 @@ async fn immediate_backup_then_adoption_after_restart(
     // The adopted slot is the one in the Backup's name.
     let stamp = first.name_any().trim_start_matches("nightly-").to_owned();
     let last = st["lastScheduleTime"].as_str().unwrap().to_owned();
+    // Issue 46 §4: the generation the status was written for (kstatus).
+    assert_eq!(st["observedGeneration"], 1, "{st}");
     assert_eq!(
         last.replace(['-', ':', 'T', 'Z'], ""),
         stamp,

@@ -82,7 +82,7 @@ pub(crate) async fn mark_running(
         ctx.clock.now(),
         &format!("Job {job_name} backs up {what}"),
     );
-    crate::status::backup(api, &backup.name_any(), &running).await
+    crate::status::backup(api, backup, &running).await
 }
 
 /// The status of an attempt that started at `started_at`.
@@ -230,7 +230,7 @@ pub(crate) async fn settle(
                 "the backup is committed in the store",
                 backup.meta().generation,
             )];
-            crate::status::backup(api, &backup.name_any(), &done).await?;
+            crate::status::backup(api, backup, &done).await?;
             let labels = crate::metrics::Metrics::policy(
                 &backup.namespace().unwrap_or_default(),
                 &backup.spec.template.policy.name,
@@ -306,7 +306,7 @@ pub(crate) async fn fail(
         backup.meta().generation,
     )];
     tracing::warn!(backup = %backup.name_any(), "backup failed: {message}");
-    crate::status::backup(api, &backup.name_any(), &failed).await?;
+    crate::status::backup(api, backup, &failed).await?;
     let labels = crate::metrics::Metrics::policy(
         &backup.namespace().unwrap_or_default(),
         &backup.spec.template.policy.name,
@@ -383,6 +383,6 @@ pub(crate) async fn blocked(
         message,
         backup.meta().generation,
     )];
-    crate::status::backup(api, &backup.name_any(), &status).await?;
+    crate::status::backup(api, backup, &status).await?;
     Ok(Action::requeue(Duration::from_secs(60)))
 }

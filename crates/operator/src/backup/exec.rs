@@ -389,7 +389,7 @@ pub async fn advance(
             backup.meta().generation,
         )];
         if queued != *status {
-            crate::status::backup(api, &backup.name_any(), &queued).await?;
+            crate::status::backup(api, &backup, &queued).await?;
         }
         return Ok(Action::requeue(Duration::from_secs(5)));
     };
@@ -433,7 +433,7 @@ pub async fn advance(
     );
     // Running first: a crash after it is fenced by the next reconcile (no stream of ours),
     // never a second attempt under the same backup-id.
-    crate::status::backup(api, &backup.name_any(), &running).await?;
+    crate::status::backup(api, &backup, &running).await?;
     tracing::info!(backup = %backup.name_any(), "exec backup started: {}", plan.describe());
     spawn(ctx, backup, store, spec, plan, slot);
     Ok(Action::requeue(Duration::from_secs(30)))

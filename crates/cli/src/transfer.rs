@@ -718,40 +718,36 @@ async fn purge_servers(
             server: None,
             error: None,
         };
+    // A purge that did not run: the disk as last seen, and why.
+    let failed =
+        |disk_bytes: u64, error: Option<String>| tidemark_store::state::BinlogPurgeStatus {
+            at: now,
+            disk_bytes,
+            max_disk: policy.max_disk,
+            point_in_time_at_risk: false,
+            kept_because: None,
+            purged_to: None,
+            replicas: Vec::new(),
+            server: None,
+            error,
+        };
     // Beside the pass's record, for the operator's watch and `ls`; a purge that failed
     // too (with the disk as last seen), so that it is not taken for one that went well.
     if let Ok(Some(mut record)) = tidemark_store::state::load_archiver_status(store).await {
         let mut st = match &primary {
             Ok(p) => status(p),
-            Err(e) => tidemark_store::state::BinlogPurgeStatus {
-                at: now,
-                disk_bytes: record.purge.as_ref().map_or(0, |p| p.disk_bytes),
-                max_disk: policy.max_disk,
-                point_in_time_at_risk: false,
-                kept_because: None,
-                purged_to: None,
-                replicas: Vec::new(),
-                server: None,
-                error: Some(e.clone()),
-            },
+            Err(e) => failed(
+                record.purge.as_ref().map_or(0, |p| p.disk_bytes),
+                Some(e.clone()),
+            ),
         };
         st.replicas = out
             .iter()
             .map(|r| {
-                let mut s = r.report.as_ref().map_or_else(
-                    || tidemark_store::state::BinlogPurgeStatus {
-                        at: now,
-                        disk_bytes: 0,
-                        max_disk: policy.max_disk,
-                        point_in_time_at_risk: false,
-                        kept_because: None,
-                        purged_to: None,
-                        replicas: Vec::new(),
-                        server: None,
-                        error: r.error.clone(),
-                    },
-                    status,
-                );
+                let mut s = r
+                    .report
+                    .as_ref()
+                    .map_or_else(|| failed(0, r.error.clone()), status);
                 s.server = Some(r.server.clone());
                 s
             })

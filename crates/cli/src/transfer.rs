@@ -779,7 +779,7 @@ async fn follow(
             // Still reading: from the server the connection options reach now? After a
             // failover they reach the new primary while this connection may still read the
             // old one.
-            Ok(None) => match r.server_id().await {
+            Ok(None) => match r.check(false).await {
                 Ok(now) if Some(now) != r.spool_server() => {
                     eprintln!(
                         "{} the connection options now reach server {now} (the spool holds server {}'s files): following it",
@@ -789,6 +789,12 @@ async fn follow(
                     );
                     let _ = c.start_kill();
                     let _ = c.wait().await;
+                }
+                // A grant revoked or binary logging turned off while reading: said every
+                // pass until it is fixed (the reader stops on its own when it is cut off).
+                Err(e @ tidemark_mariadb::remote::RemoteError::Unfit(_)) => {
+                    eprintln!("{}", crate::exit::render(&EngineError::from(e).into()));
+                    return;
                 }
                 _ => return,
             },

@@ -2543,3 +2543,211 @@ fn the_servers_binlogs_are_purged_only_once_archived() {
         v["purgeReplicas"]
     );
 }
+
+/// The SQL block of docs/database.md that opens with `-- tidemark: {marker}`, as written.
+fn documented_sql(marker: &str) -> String {
+    let page = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/database.md"),
+    )
+    .unwrap();
+    let opening = format!("```sql\n-- tidemark: {marker}\n");
+    let at = page
+        .find(&opening)
+        .unwrap_or_else(|| panic!("docs/database.md has no block {opening:?}"));
+    let rest = &page[at + opening.len()..];
+    rest[..rest.find("```").unwrap()].to_owned()
+}
+
+/// An option file logging in as `user` with `password`; the connection options with it.
+fn login_file(db: &MariaDb, user: &str, password: &str, rest: &[String]) -> Vec<String> {
+    let options = db.scratch().join(format!("{user}.cnf"));
+    std::fs::write(
+        &options,
+        format!("[client]\nuser={user}\npassword={password}\n"),
+    )
+    .unwrap();
+    let mut args = vec![format!("--defaults-extra-file={}", options.display())];
+    args.extend_from_slice(rest);
+    args
+}
+
+/// Issue 46 §1: the accounts docs/database.md gives, created with its statements as written,
+/// back up, archive and purge; the server is asked what each task needs before it runs, and
+/// a missing grant or setting is named with the statement that fixes it — a backup refused
+/// before mariabackup runs (recorded as failed), an archive pass refused, a purge refused
+/// while archiving goes on. Without binary logging a backup is taken and warned of, and an
+/// archive pass refused.
+#[test]
+fn each_task_asks_the_server_for_what_it_needs_first() {
+    let env = Env {
+        s3: SeaweedFs::start(),
+        db: MariaDb::start(),
+        compression: "none",
+        bucket: None,
+    };
+    let db = &env.db;
+    // The test server's install made the anonymous accounts the page says to drop.
+    db.sql("DROP USER ''@'localhost'");
+    db.sql(&documented_sql("command-line accounts"));
+    db.sql(
+        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT);",
+    );
+    env.insert(3);
+    let socket = vec![format!("--socket={}", db.socket.display())];
+    let backup_login = login_file(db, "tidemark_backup", "change-me-backup", &socket);
+    let network = vec!["--host=127.0.0.1".to_owned(), format!("--port={}", db.port)];
+    let archive_login = login_file(db, "tidemark_archive", "change-me-archive", &network);
+    let spool = db.scratch().join("spool");
+    let push = |login: &[String]| {
+        let mut args = vec![
+            "push",
+            "--backup-name",
+            "nightly",
+            "--method",
+            "mariabackup",
+            "--output",
+            "json",
+            "--",
+            "mariabackup",
+        ];
+        args.extend(login.iter().map(String::as_str));
+        env.tidemark(&args)
+    };
+    let archive = |login: &[String]| {
+        db.sql("FLUSH BINARY LOGS");
+        let mut args = vec![
+            "archive-binlogs",
+            "--from-server",
+            "--spool",
+            spool.to_str().unwrap(),
+            "--once",
+            "--purge-keep",
+            "0s",
+            "--output",
+            "json",
+            "--",
+        ];
+        args.extend(login.iter().map(String::as_str));
+        env.tidemark(&args)
+    };
+    let said = |o: &Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+
+    // The documented grants are enough for every task.
+    let ok = push(&backup_login);
+    assert!(ok.status.success(), "{}", said(&ok));
+    env.insert(2); // 5
+    let target = pause_and_mark();
+    env.insert(1); // 6
+    let ok = archive(&archive_login);
+    assert!(ok.status.success(), "{}", said(&ok));
+    let v: Value = serde_json::from_slice(&ok.stdout).unwrap();
+    assert!(v["purge"]["purgedTo"].is_string(), "{v}");
+    assert_eq!(env.restored_rows(target, "documented"), "5");
+
+    // One grant fewer: the backup is refused before mariabackup streams a byte, named with
+    // the statement that fixes it, and recorded as a failed attempt.
+    db.sql("REVOKE SLAVE MONITOR ON *.* FROM 'tidemark_backup'@'localhost'");
+    let refused = push(&backup_login);
+    assert_eq!(refused.status.code(), Some(6), "{}", said(&refused));
+    let fix = "lacks SLAVE MONITOR (GRANT SLAVE MONITOR ON *.* TO 'tidemark_backup'@'localhost')";
+    assert!(said(&refused).contains(fix), "{}", said(&refused));
+    assert!(
+        said(&refused).contains("docs/database.md"),
+        "{}",
+        said(&refused)
+    );
+    let ls = env.json(&["ls"]);
+    let failed: Vec<&Value> = ls["backups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["phase"] == "failed")
+        .collect();
+    assert_eq!(failed.len(), 1, "{ls}");
+    assert_eq!(failed[0]["size"].as_u64().unwrap_or(0), 0, "{ls}");
+    let key =
+        tidemark_store::layout::metadata_key("nightly", failed[0]["backupId"].as_str().unwrap());
+    let recorded: Value =
+        serde_json::from_slice(&get_object(&env.s3.cluster_store("e2e"), key.as_ref())).unwrap();
+    assert!(
+        recorded["error"].as_str().unwrap().contains(fix),
+        "{recorded}"
+    );
+
+    // No BINLOG ADMIN: the pass archives, the purge is refused by name.
+    env.insert(2);
+    db.sql("REVOKE BINLOG ADMIN ON *.* FROM 'tidemark_archive'@'%'");
+    let first_file = |db: &MariaDb| {
+        let files = db.sql("SHOW BINARY LOGS");
+        files.split('\t').next().unwrap().to_owned()
+    };
+    let before = first_file(db);
+    let out = archive(&archive_login);
+    assert!(out.status.success(), "{}", said(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(!v["uploaded"].as_array().unwrap().is_empty(), "{v}");
+    assert!(
+        said(&out)
+            .contains("lacks BINLOG ADMIN (GRANT BINLOG ADMIN ON *.* TO 'tidemark_archive'@'%')"),
+        "{}",
+        said(&out)
+    );
+    assert_eq!(
+        first_file(db),
+        before,
+        "a purge without BINLOG ADMIN purged"
+    );
+
+    // No REPLICATION SLAVE: the archive pass is refused before it reads anything.
+    db.sql("REVOKE REPLICATION SLAVE ON *.* FROM 'tidemark_archive'@'%'");
+    let refused = archive(&archive_login);
+    assert_eq!(refused.status.code(), Some(6), "{}", said(&refused));
+    assert!(
+        said(&refused).contains("the server cannot serve a binlog archive pass: the account 'tidemark_archive'@'%' lacks REPLICATION SLAVE"),
+        "{}",
+        said(&refused)
+    );
+
+    // Binary logging off: a backup is whole and warned of; an archive pass is refused.
+    let plain = MariaDb::start_with_options(&["--skip-log-bin"]);
+    let root = plain.client_args();
+    let mut args = vec![
+        "push",
+        "--backup-name",
+        "plain",
+        "--method",
+        "mariabackup",
+        "--",
+        "mariabackup",
+    ];
+    args.extend(root.iter().map(String::as_str));
+    let warned = env.tidemark(&args);
+    assert!(warned.status.success(), "{}", said(&warned));
+    assert!(
+        said(&warned).contains("log_bin is OFF"),
+        "{}",
+        said(&warned)
+    );
+    let mut args = vec![
+        "archive-binlogs",
+        "--from-server",
+        "--spool",
+        spool.to_str().unwrap(),
+        "--once",
+        "--",
+    ];
+    args.extend(root.iter().map(String::as_str));
+    let refused = env.tidemark(&args);
+    assert!(!refused.status.success(), "{}", said(&refused));
+    assert!(
+        said(&refused).contains("log_bin is OFF, so there are no binlogs to archive"),
+        "{}",
+        said(&refused)
+    );
+}

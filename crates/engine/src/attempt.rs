@@ -109,7 +109,10 @@ pub async fn take_backup(
         Some(run) => run.command.clone(),
         None => request.command.clone(),
     };
-    let source: Box<dyn Source> = if command.is_empty() {
+    let refused = mariabackup.as_ref().and_then(|r| r.refused.clone());
+    let source: Box<dyn Source> = if let Some(why) = refused {
+        Box::new(Refused(why))
+    } else if command.is_empty() {
         Box::new(Stdin)
     } else {
         let mut local = LocalCommand::new(command, request.detach);
@@ -404,6 +407,25 @@ async fn stream_source(
     }
 }
 
+/// A source refused before it ran (the server lacks what it needs): the attempt is
+/// recorded as failed with the reason, and nothing is started.
+struct Refused(String);
+
+#[async_trait]
+impl Source for Refused {
+    async fn start(&mut self) -> Result<Box<dyn AsyncRead + Unpin + Send>, EngineError> {
+        Err(EngineError::Source(self.0.clone()))
+    }
+
+    async fn finish(&mut self, _stop: bool) -> Result<Result<(), String>, EngineError> {
+        Ok(Err("was refused before it ran".into()))
+    }
+
+    fn describe(&self) -> String {
+        "mariabackup (not started)".into()
+    }
+}
+
 /// A `mariabackup` attempt: the command line Tidemark completes, and the directory where
 /// mariabackup leaves its LSNs and binlog position.
 struct MariabackupRun {
@@ -413,6 +435,8 @@ struct MariabackupRun {
     incremental_lsn: Option<u64>,
     /// What the server said of itself before the backup.
     probe: Option<mariadb::ServerProbe>,
+    /// Why the server cannot serve the backup (a grant missing), asked before it starts.
+    refused: Option<String>,
     /// The replica position mariabackup logged at the consistent point.
     slave_position: SharedLine,
 }
@@ -437,15 +461,31 @@ impl MariabackupRun {
             lsndir,
             incremental_lsn,
             probe: None,
+            refused: None,
             slave_position: SharedLine::default(),
         })
     }
 
     /// Asks the server who it is and how far behind it replicates, with the connection
     /// options of the mariabackup command line; a server that cannot be asked is recorded
-    /// without it (warned).
+    /// without it (warned). First, what the backup needs of it (issue 46 §1): a grant
+    /// missing refuses the backup before mariabackup streams anything, `log_bin` off is
+    /// warned of. A server that cannot be asked is left to mariabackup, which says why.
     async fn probe(&mut self) {
         let client = mariadb::client_options(&self.command[1..]);
+        match tidemark_mariadb::requirements::ask(std::ffi::OsStr::new("mariadb"), &client).await {
+            Ok(server) => {
+                let findings = server.for_backup();
+                for w in &findings.warnings {
+                    tracing::warn!("{w}");
+                }
+                self.refused = findings.refusal("a mariabackup backup");
+            }
+            Err(e) => tracing::warn!(
+                error = %e,
+                "could not ask the server its settings and the account's grants; mariabackup will say what is missing"
+            ),
+        }
         match mariadb::probe_server(std::ffi::OsStr::new("mariadb"), &client).await {
             Ok(p) => self.probe = Some(p),
             Err(e) => tracing::warn!(

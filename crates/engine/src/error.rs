@@ -160,6 +160,8 @@ impl From<tidemark_mariadb::remote::RemoteError> for EngineError {
         match e {
             RemoteError::Archive(a) => a.into(),
             RemoteError::Spool { .. } => EngineError::Input(e.to_string()),
+            // Already says which server task it refuses, and why.
+            RemoteError::Unfit(why) => EngineError::Source(why),
             other => EngineError::Source(format!("reading binlogs from the server: {other}")),
         }
     }

@@ -264,9 +264,26 @@ pub async fn probe_server(
     mariadb: &std::ffi::OsStr,
     client: &[String],
 ) -> Result<ServerProbe, String> {
+    Ok(parse_probe(
+        &ask(mariadb, client, &["-B"], PROBE_SQL).await?,
+    ))
+}
+
+/// Runs `sql` with the `mariadb` client, the connection options `client` and `flags`, within
+/// [`PROBE_TIMEOUT`]; its output.
+///
+/// # Errors
+/// The client cannot run, cannot connect, or fails (its last line of stderr).
+pub(crate) async fn ask(
+    mariadb: &std::ffi::OsStr,
+    client: &[String],
+    flags: &[&str],
+    sql: &str,
+) -> Result<String, String> {
     let asked = tokio::process::Command::new(mariadb)
         .args(client)
-        .args(["-B", "-e", PROBE_SQL])
+        .args(flags)
+        .args(["-e", sql])
         .stdin(std::process::Stdio::null())
         .env_remove(tidemark_store::crypt::IDENTITY_ENV)
         .kill_on_drop(true)
@@ -279,7 +296,7 @@ pub async fn probe_server(
         let text = String::from_utf8_lossy(&out.stderr);
         return Err(text.lines().last().unwrap_or("failed").to_owned());
     }
-    Ok(parse_probe(&String::from_utf8_lossy(&out.stdout)))
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// Parses the batch output of [`PROBE_SQL`]: a header (`server_id`, `wsrep_on`) and its

@@ -11,6 +11,7 @@ pub mod cnf;
 pub mod consolidate;
 pub mod purge;
 pub mod remote;
+pub mod requirements;
 pub mod restore;
 pub mod server;
 pub mod tools;

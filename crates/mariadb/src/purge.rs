@@ -209,14 +209,15 @@ impl RemoteServer {
     /// read.
     ///
     /// # Errors
-    /// The server or the store cannot be read, or the purge is refused (the account needs
-    /// `BINLOG ADMIN`).
+    /// The server or the store cannot be read; [`RemoteError::Unfit`] when the account lacks
+    /// `BINLOG ADMIN` (or the server a setting archiving needs).
     pub async fn purge(
         &self,
         store: &ClusterStore,
         policy: PurgePolicy,
         now: Timestamp,
     ) -> Result<PurgeReport, RemoteError> {
+        self.check(true).await?;
         let files = self.binary_logs().await?;
         let disk: u64 = files.iter().map(|(_, s)| s).sum();
         let mut report = PurgeReport {

@@ -62,6 +62,10 @@ pub enum RemoteError {
     },
     #[error("the server lists no binary logs (SHOW BINARY LOGS is empty): is log_bin on?")]
     NoBinlogs,
+    /// The server lacks a setting or the account a grant (issue 46 §1): each named, with
+    /// the statement that fixes it.
+    #[error("{0}")]
+    Unfit(String),
     #[error("the server's answer to {query} is not what was asked for: {answer:?}")]
     Answer { query: String, answer: String },
     #[error("spool directory {}: {source}", path.display())]
@@ -136,16 +140,38 @@ impl RemoteServer {
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
     }
 
-    /// The id of the server the connection options reach now.
+    /// What the server says of its settings and of the account's grants.
     ///
     /// # Errors
-    /// `mariadb` cannot run or fails; the answer is not a number.
-    pub async fn server_id(&self) -> Result<u32, RemoteError> {
-        let query = "SELECT @@server_id";
+    /// `mariadb` cannot run or fails; the answer is not the settings asked for.
+    pub async fn settings(&self) -> Result<crate::requirements::Server, RemoteError> {
+        let query = crate::requirements::SETTINGS_SQL;
         let answer = self.query(query).await?;
-        answer.parse().map_err(|_| RemoteError::Answer {
+        crate::requirements::parse(&answer).map_err(|_| RemoteError::Answer {
             query: query.into(),
             answer,
+        })
+    }
+
+    /// Checks what an archive pass needs of the server (and, with `purge`, what purging its
+    /// binlogs needs); the server's id.
+    ///
+    /// # Errors
+    /// As [`RemoteServer::settings`]; [`RemoteError::Unfit`] naming every setting and grant
+    /// missing.
+    pub async fn check(&self, purge: bool) -> Result<u32, RemoteError> {
+        let server = self.settings().await?;
+        let task = if purge {
+            "a purge of binlogs"
+        } else {
+            "a binlog archive pass"
+        };
+        if let Some(why) = server.for_archive(purge).refusal(task) {
+            return Err(RemoteError::Unfit(why));
+        }
+        u32::try_from(server.server_id).map_err(|_| RemoteError::Answer {
+            query: "SELECT @@server_id".into(),
+            answer: server.server_id.to_string(),
         })
     }
 
@@ -190,8 +216,9 @@ impl RemoteServer {
     /// As [`RemoteServer::server_files`]; the store's index cannot be read.
     pub async fn first_to_fetch(&self, store: &ClusterStore) -> Result<String, RemoteError> {
         use tidemark_core::timeline::{file_number, timeline_of};
+        // What the pass needs of the server, before anything is read from it.
+        let server_id = self.check(false).await?;
         let files = self.server_files().await?;
-        let server_id = self.server_id().await?;
         self.claim_spool(server_id)?;
         let index = SegmentIndex::load(store)
             .await

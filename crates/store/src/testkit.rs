@@ -952,6 +952,15 @@ impl MariaDb {
         Self::start_with(server_id, &["--log-slave-updates", "--gtid-strict-mode=1"])
     }
 
+    /// A server (id 1) started with more `mariadbd` options after the usual ones, which
+    /// they override (`--skip-log-bin`).
+    ///
+    /// # Panics
+    /// As [`MariaDb::start`].
+    pub fn start_with_options(extra: &[&str]) -> Self {
+        Self::start_with(1, extra)
+    }
+
     fn start_with(server_id: u32, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("temporary directory");
         // Restores go into its scratch directory, and their private server runs as

@@ -273,6 +273,11 @@ pub struct RestoreStatus {
     /// restored backup's own point when nothing was replayed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reached: Option<Time>,
+    /// The GTID position the restored data holds, as the Job reported: the restored
+    /// server's binlog continues from it (its `<basename>.state`) and its
+    /// `gtid_slave_pos` is it, so new writes continue the history (docs/operator.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gtid_position: Option<String>,
     /// Bytes the Job downloads (stored sizes of the backups and segments).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes: Option<u64>,

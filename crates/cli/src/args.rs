@@ -530,6 +530,11 @@ pub struct RestoreArgs {
     /// replayed through that second. With POLICY, optional: the newest restorable instant.
     #[arg(long, value_name = "TIME", required_unless_present = "policy_name")]
     pub to: Option<String>,
+    /// Restore along this timeline of the archive (`ls` lists them) instead of the main
+    /// line: an instant of a history that a restore or a failover abandoned, kept as a
+    /// branch.
+    #[arg(long, value_name = "N", conflicts_with = "policy_name")]
+    pub timeline: Option<u32>,
     /// The data directory to create (it must not exist or be empty).
     #[arg(long, value_name = "DIR", required_unless_present_any = ["dry_run", "policy_name"])]
     pub datadir: Option<PathBuf>,

@@ -609,6 +609,13 @@ pub struct RestoreOut {
     /// backup's point (absent with --dry-run).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reached: Option<Timestamp>,
+    /// The GTID position the restored data holds; its binlog and `gtid_slave_pos`
+    /// continue from it (absent with --dry-run, or when the backup records none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gtid_position: Option<String>,
+    /// `<datadir>/<basename>.state`: the binlog state the restored server starts from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub binlog_state_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Serialize)]

@@ -91,6 +91,7 @@ pub async fn restore(args: &RestoreArgs) -> Result<Exit, CliError> {
         } else {
             args.datadir.clone()
         },
+        timeline: args.timeline,
     };
     let db = MariaDbTools {
         tools: args.tools.tools(),
@@ -113,6 +114,8 @@ pub async fn restore(args: &RestoreArgs) -> Result<Exit, CliError> {
             datadir: dir.clone(),
             bytes: r.bytes_downloaded,
             reached: r.reached,
+            gtid_position: r.gtid_position.clone(),
+            state_file: r.binlog_state_file.clone(),
         }),
         _ => None,
     };
@@ -125,6 +128,8 @@ struct Done {
     datadir: PathBuf,
     bytes: u64,
     reached: Option<jiff::Timestamp>,
+    gtid_position: Option<String>,
+    state_file: Option<PathBuf>,
 }
 
 fn report(plan: &RestorePlan, done: Option<Done>, output: OutputFormat) -> Result<(), CliError> {
@@ -160,6 +165,8 @@ fn report(plan: &RestorePlan, done: Option<Done>, output: OutputFormat) -> Resul
                 dry_run: done.is_none(),
                 bytes_downloaded: done.as_ref().map(|d| d.bytes),
                 reached: done.as_ref().and_then(|d| d.reached),
+                gtid_position: done.as_ref().and_then(|d| d.gtid_position.clone()),
+                binlog_state_file: done.as_ref().and_then(|d| d.state_file.clone()),
                 datadir: done.map(|d| d.datadir),
             },
         );
@@ -269,6 +276,20 @@ fn report(plan: &RestorePlan, done: Option<Done>, output: OutputFormat) -> Resul
             &rows,
         ));
     }
+    // Where the restored server's binlog continues from (issue 46 §3).
+    let done_gtid = done.as_ref().and_then(|d| {
+        let p = d.gtid_position.as_ref()?;
+        Some(match &d.state_file {
+            Some(f) => format!(
+                "its GTID position is {p}: with log_bin = {}, its binlog continues from it ({} is read at its first start), so new writes continue the history\n",
+                f.file_stem().map_or_else(String::new, |s| s.to_string_lossy().into_owned()),
+                f.display()
+            ),
+            None => format!(
+                "its GTID position is {p}; the backup records no binlog name, so set it before writing: RESET MASTER; SET GLOBAL gtid_binlog_state = '{p}'\n"
+            ),
+        })
+    });
     match done {
         None => out.push_str("\ndry run: nothing was written\n"),
         Some(d) => out.push_str(&format!(
@@ -279,6 +300,9 @@ fn report(plan: &RestorePlan, done: Option<Done>, output: OutputFormat) -> Resul
                 .map_or_else(String::new, |t| format!(", up to the transaction of {t}")),
             d.datadir.display()
         )),
+    }
+    if let Some(d) = &done_gtid {
+        out.push_str(d);
     }
     crate::output::emit(&out)
 }

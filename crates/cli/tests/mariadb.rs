@@ -137,6 +137,11 @@ impl Env {
     /// holds a live server's temporary table, which the restore's private server must not
     /// touch (a starting server deletes every `#sql*` file in its tmpdir).
     fn restored_rows(&self, to: Timestamp, name: &str) -> String {
+        self.restored_rows_with(to, name, &[])
+    }
+
+    /// [`Env::restored_rows`] with more `restore` flags.
+    fn restored_rows_with(&self, to: Timestamp, name: &str, extra: &[&str]) -> String {
         let dir = self.db.scratch().join(name);
         let host_tmp = self.db.scratch().join(format!("{name}-host-tmp"));
         std::fs::create_dir(&host_tmp).unwrap();
@@ -144,7 +149,7 @@ impl Env {
         std::fs::write(&live, b"a live server's temporary table").unwrap();
         let to = to.to_string();
         let report = self.db.scratch().join(format!("{name}-report.json"));
-        let args = [
+        let mut args = vec![
             "restore",
             "--to",
             &to,
@@ -153,6 +158,7 @@ impl Env {
             "--report-file",
             report.to_str().unwrap(),
         ];
+        args.extend_from_slice(extra);
         let out = self.tidemark_in(&args, &host_tmp);
         assert!(
             out.status.success(),
@@ -2750,4 +2756,86 @@ fn each_task_asks_the_server_for_what_it_needs_first() {
         "{}",
         said(&refused)
     );
+}
+
+/// Issue 46 §3: a point-in-time restore leaves the server where the history continues. The
+/// restore reports the GTID position reached — the primary's own position at that instant —
+/// and leaves it as the server's binlog state (`mysql-bin.state`) and `gtid_slave_pos`; the
+/// server started on the restored data in place of the old one writes on from there, and
+/// the archive records it as a new timeline whose switch is that position. Then both
+/// histories restore exactly: an instant after the restore (the new timeline), an instant of
+/// the abandoned future along its own timeline (`--timeline 0`), and the same instant on
+/// the main line, which holds nothing of that future.
+#[test]
+fn a_restored_server_continues_the_history_on_a_new_timeline() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let place = tempfile::tempdir().unwrap();
+    // The restore's private server runs as another user when the tests run as root.
+    std::fs::set_permissions(place.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    let mut env = Env {
+        s3: SeaweedFs::start(),
+        db: MariaDb::start_replicating(1),
+        compression: "none",
+        bucket: None,
+    };
+    env.db.sql(
+        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT);",
+    );
+    env.insert(5);
+    env.backup(None);
+    env.insert(10); // 15
+    let position_then = env.db.sql("SELECT @@gtid_binlog_pos");
+    let to = pause_and_mark();
+    env.insert(4); // 19: the future the restore abandons
+    let in_future = pause_and_mark();
+    env.insert(1); // 20
+    env.archive();
+
+    // In place: the data replaced by the restore's, the server started on it.
+    let dir = place.path().join("data");
+    let done = env.json(&[
+        "restore",
+        "--to",
+        &to.to_string(),
+        "--datadir",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(done["gtidPosition"], position_then.as_str(), "{done}");
+    let state = dir.join("mysql-bin.state");
+    assert_eq!(done["binlogStateFile"], state.to_str().unwrap(), "{done}");
+    env.db.kill();
+    env.db = MariaDb::start_on(&dir, 1);
+    assert_eq!(
+        env.db.sql("SELECT @@gtid_binlog_pos, @@gtid_slave_pos"),
+        format!("{position_then}\t{position_then}"),
+        "the restored server does not stand where the history was restored to"
+    );
+    assert_eq!(env.db.sql("SELECT COUNT(*) FROM shop.orders"), "15");
+    env.insert(7); // 22
+    let after = pause_and_mark();
+    env.insert(2); // 24
+    let pass = env.archive_from(&env.db);
+    let timeline = &pass["newTimeline"];
+    assert_eq!(timeline["parent"], 0, "{pass}");
+    assert_eq!(timeline["switch"]["gtid"], position_then.as_str(), "{pass}");
+    assert!(timeline["switch"].get("unrelated").is_none(), "{pass}");
+    assert!(timeline["switch"].get("missing").is_none(), "{pass}");
+
+    assert_eq!(env.restored_rows(after, "after-the-restore"), "22");
+    assert_eq!(
+        env.restored_rows_with(in_future, "abandoned-future", &["--timeline", "0"]),
+        "19"
+    );
+    assert_eq!(env.restored_rows(in_future, "main-line-then"), "15");
+    let unknown = env.tidemark(&[
+        "restore",
+        "--to",
+        &after.to_string(),
+        "--timeline",
+        "7",
+        "--dry-run",
+    ]);
+    assert_eq!(unknown.status.code(), Some(2), "{unknown:?}");
+    let said = String::from_utf8_lossy(&unknown.stderr);
+    assert!(said.contains("no timeline 7; it has 0, 1"), "{said}");
 }

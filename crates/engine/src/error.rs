@@ -199,6 +199,7 @@ impl EngineError {
             EngineError::Restore(e) => match e.as_ref() {
                 RestoreError::Refused(_) | RestoreError::NoPosition { .. } => Class::NotRestorable,
                 RestoreError::Method { .. }
+                | RestoreError::NoTimeline { .. }
                 | RestoreError::DatadirNotEmpty(_)
                 | RestoreError::ServerAsRoot { .. }
                 | RestoreError::ServerUser { .. } => Class::Input,

@@ -17,11 +17,13 @@ use crate::error::EngineError;
 /// The database a restore brings back.
 #[async_trait]
 pub trait Database: Send + Sync + std::fmt::Debug {
-    /// What a restore to `target` uses: backups, segments and where the replay starts.
+    /// What a restore to `target` uses (along `timeline`, or the main line): backups,
+    /// segments and where the replay starts.
     async fn plan(
         &self,
         store: &ClusterStore,
         target: Timestamp,
+        timeline: Option<u32>,
         progress: &dyn Progress,
     ) -> Result<RestorePlan, EngineError>;
 
@@ -56,9 +58,10 @@ impl Database for MariaDbTools {
         &self,
         store: &ClusterStore,
         target: Timestamp,
+        timeline: Option<u32>,
         progress: &dyn Progress,
     ) -> Result<RestorePlan, EngineError> {
-        Ok(tidemark_mariadb::restore::resolve(store, target, progress).await?)
+        Ok(tidemark_mariadb::restore::resolve(store, target, timeline, progress).await?)
     }
 
     async fn restore(
@@ -98,6 +101,9 @@ pub struct RestoreRequest {
     pub target: Timestamp,
     /// Where the data directory goes; `None`: only the plan (a dry run).
     pub datadir: Option<PathBuf>,
+    /// Restore along this timeline (`--timeline`): an instant of a history a restore or a
+    /// failover abandoned. `None`: the main line.
+    pub timeline: Option<u32>,
 }
 
 /// What a restore chose, and did.
@@ -125,7 +131,12 @@ pub async fn restore(
 ) -> Result<Restored, EngineError> {
     // A restore's steps are few and long, each shown; the listing behind the plan is not.
     let plan = db
-        .plan(store, request.target, &tidemark_store::NoProgress)
+        .plan(
+            store,
+            request.target,
+            request.timeline,
+            &tidemark_store::NoProgress,
+        )
         .await?;
     let report = match &request.datadir {
         None => None,
@@ -151,12 +162,29 @@ pub struct RestoreSummary {
     /// The instant reached: the last transaction replayed, or the restored backup's point.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reached: Option<Timestamp>,
+    /// The GTID position the restored data holds, which its binlog continues from (at most
+    /// [`MAX_GTID_POSITION`] characters; absent when longer or unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gtid_position: Option<String>,
     /// The whole restore.
     pub milliseconds: u64,
     /// Each step, from its start to the next one's (the binlogs download while the
     /// backups are prepared, and the increments beside the base: those steps overlap the
     /// next).
     pub steps: Vec<StepTime>,
+}
+
+/// The longest GTID position a restore's summary carries (a termination message is 4 KiB).
+pub const MAX_GTID_POSITION: usize = 512;
+
+/// Whether `text` is a GTID position short enough for a summary: `D-S-N` entries, comma
+/// separated, digits only.
+pub fn is_gtid_position(text: &str) -> bool {
+    text.len() <= MAX_GTID_POSITION
+        && !text.is_empty()
+        && text
+            .split(',')
+            .all(|g| tidemark_core::Gtid::parse(g.trim()).is_ok())
 }
 
 /// One step of a restore and how long it took.
@@ -226,6 +254,7 @@ impl<P> TimedSteps<P> {
             backups_applied: report.backups_applied as u64,
             segments_replayed: report.segments_replayed as u64,
             reached: report.reached,
+            gtid_position: report.gtid_position.clone().filter(|p| is_gtid_position(p)),
             milliseconds: ms(now.duration_since(self.started)),
             steps: timed,
         }
@@ -368,6 +397,7 @@ mod tests {
             &self,
             _: &ClusterStore,
             target: Timestamp,
+            _: Option<u32>,
             _: &dyn Progress,
         ) -> Result<RestorePlan, EngineError> {
             self.0.lock().unwrap().push(format!("plan {target}"));
@@ -391,6 +421,8 @@ mod tests {
                 backups_applied: 1,
                 segments_replayed: 0,
                 reached: None,
+                gtid_position: None,
+                binlog_state_file: None,
             })
         }
         async fn restore_test(
@@ -403,6 +435,17 @@ mod tests {
         }
     }
 
+    /// What a Job reports as the restored position reaches the Restore's status only as a
+    /// short list of GTIDs.
+    #[test]
+    fn a_reported_gtid_position_is_gtids_and_short() {
+        assert!(is_gtid_position("0-1-4"));
+        assert!(is_gtid_position("0-1-4,1-2-9"));
+        assert!(!is_gtid_position(""));
+        assert!(!is_gtid_position("0-1-4; DROP TABLE x"));
+        assert!(!is_gtid_position(&vec!["0-1-4"; 200].join(",")));
+    }
+
     #[tokio::test]
     async fn a_dry_run_plans_and_writes_nothing_a_restore_carries_the_plan_out() {
         let (_dir, store) = tidemark_store::testkit::local_store("c");
@@ -411,6 +454,7 @@ mod tests {
         let dry = RestoreRequest {
             target,
             datadir: None,
+            timeline: None,
         };
         let r = restore(&db, &store, &dry, &tidemark_store::NoProgress)
             .await
@@ -420,6 +464,7 @@ mod tests {
         let wet = RestoreRequest {
             target,
             datadir: Some("/restore/here".into()),
+            timeline: None,
         };
         let r = restore(&db, &store, &wet, &tidemark_store::NoProgress)
             .await

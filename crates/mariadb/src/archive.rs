@@ -830,13 +830,19 @@ async fn new_timeline(
     let child_start = summary.gtid_list.clone().unwrap_or_default();
     let child_runs = summary.runs.clone().unwrap_or_default();
     // The same server with a binlog that started over reuses numbers: its transactions
-    // cannot be told from the archived ones by GTID, so the timelines never join.
+    // cannot be told from the archived ones by GTID, so they never join by numbers. They
+    // join only where its binlog says it starts — a server restored to an instant starts
+    // its binlog at the position restored (`<basename>.state`, issue 46 §3) — when the
+    // parent's history holds that position: everything the parent has after it is the
+    // future the restore abandoned, a branch. A binlog that started from nothing (`RESET
+    // MASTER`) starts at no position: unrelated, a gap.
     let restarted = origin.is_some() && tip.server_id == origin;
     let joined = match &parent_end {
-        Some(end) if !restarted => {
-            switch_point(&parent_runs, &parent_base, end, &child_start, &child_runs)
-        }
-        _ => None,
+        Some(_) if restarted => (!child_start.is_empty()
+            && history_holds(&parent_base, &parent_runs, &child_start))
+        .then(|| (child_start.clone(), Vec::new())),
+        Some(end) => switch_point(&parent_runs, &parent_base, end, &child_start, &child_runs),
+        None => None,
     };
     let (gtid, missing, unrelated) = match joined {
         Some((gtid, missing)) => (gtid, missing, false),

@@ -249,18 +249,42 @@ pub fn last_applied(
     stop: Timestamp,
     until: Option<&GtidPos>,
 ) -> Result<Option<Timestamp>, BinlogError> {
-    let mut found = None;
+    Ok(applied(f, stop, until)?.last_at)
+}
+
+/// What a replay of one file applies (as [`last_applied`] reads it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// The time of its last transaction applied.
+    pub last_at: Option<Timestamp>,
+    /// Every transaction applied, as a position: per domain, the furthest.
+    pub position: GtidPos,
+    /// It met an event at or after `stop`: the replay ends there, later files included.
+    pub stopped: bool,
+}
+
+/// What a replay of this file applies: the transactions before `stop` and within `until`.
+///
+/// # Errors
+/// As [`summary`].
+pub fn applied(
+    f: &mut (impl Read + Seek),
+    stop: Timestamp,
+    until: Option<&GtidPos>,
+) -> Result<Applied, BinlogError> {
+    let mut out = Applied::default();
     walk(f, |h, f| {
         if h.kind == START_ENCRYPTION_EVENT {
             return Ok(Walk::Stop);
         }
-        if h.kind != GTID_EVENT || h.ts == 0 {
+        if h.kind != GTID_EVENT {
             return Ok(Walk::Next);
         }
-        let Ok(t) = Timestamp::from_second(i64::from(h.ts)) else {
-            return Ok(Walk::Next);
-        };
-        if t >= stop {
+        let at = (h.ts != 0)
+            .then(|| Timestamp::from_second(i64::from(h.ts)).ok())
+            .flatten();
+        if at.is_some_and(|t| t >= stop) {
+            out.stopped = true;
             return Ok(Walk::Stop);
         }
         let Some(g) = read_gtid(f, h)? else {
@@ -269,10 +293,11 @@ pub fn last_applied(
         if until.is_some_and(|u| u.get(g.domain).is_none_or(|last| g.seq > last.seq)) {
             return Ok(Walk::Next);
         }
-        found = found.max(Some(t));
+        out.position.advance(g);
+        out.last_at = out.last_at.max(at);
         Ok(Walk::Next)
     })?;
-    Ok(found)
+    Ok(out)
 }
 
 /// Reads a `Gtid_list` event's body (a count, then domain, server and sequence per entry)

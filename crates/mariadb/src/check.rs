@@ -168,7 +168,7 @@ pub async fn restore_test(
         Point::Newest => recovery_window(store).await?.to,
         Point::Random => random_instant(&recovery_window(store).await?),
     };
-    let plan = restore::resolve(store, target, progress).await?;
+    let plan = restore::resolve(store, target, None, progress).await?;
     let Some(restored) = plan.backups.last() else {
         return Err(RestoreError::Refused(
             tidemark_core::RestoreRefusal::NoRecoveryPoint,
@@ -231,6 +231,7 @@ async fn recovery_window(
     match restore::resolve(
         store,
         jiff::Timestamp::UNIX_EPOCH,
+        None,
         &tidemark_store::NoProgress,
     )
     .await

@@ -105,6 +105,15 @@ pub struct RestoreReport {
     /// The instant reached: the last transaction replayed, or the restored backup's point.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reached: Option<Timestamp>,
+    /// The GTID position the restored data holds (issue 46 §3): what the server's binlog
+    /// starts from and `gtid_slave_pos` says, so new writes continue the history.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gtid_position: Option<String>,
+    /// The binlog state file written beside the data (`<basename>.state`), from which a
+    /// server whose `log_bin` has that base name starts its binlog at
+    /// [`RestoreReport::gtid_position`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub binlog_state_file: Option<PathBuf>,
 }
 
 /// Reads the store and decides what a restore to `target` uses.
@@ -115,12 +124,14 @@ pub struct RestoreReport {
 pub async fn resolve(
     store: &ClusterStore,
     target: Timestamp,
+    timeline: Option<u32>,
     progress: &dyn Progress,
 ) -> Result<RestorePlan, RestoreError> {
     let mut catalog = Catalog::load(store, progress).await?;
     let unlisted = SegmentListing::default();
     let choice = loop {
-        let choice = choose_restore_to(&catalog.inventory(&unlisted), target)?;
+        let inventory = along(catalog.inventory(&unlisted), timeline)?;
+        let choice = choose_restore_to(&inventory, target)?;
         match &mut catalog.index {
             Some(index) if !choice.unread.is_empty() => {
                 let keys: Vec<String> = choice.unread.iter().map(|s| s.name.clone()).collect();
@@ -130,6 +141,30 @@ pub async fn resolve(
         }
     };
     plan_of(&catalog, choice)
+}
+
+/// The inventory as a restore along `timeline` sees it: that timeline is the newest, so
+/// its lineage is the main line and every later timeline a branch — how an instant of a
+/// history abandoned by a restore (or a failover) is restored (issue 46 §3).
+///
+/// # Errors
+/// The archive records no such timeline.
+fn along(
+    mut inventory: tidemark_core::Inventory,
+    timeline: Option<u32>,
+) -> Result<tidemark_core::Inventory, RestoreError> {
+    let Some(n) = timeline else {
+        return Ok(inventory);
+    };
+    let known: Vec<u32> = inventory.timelines.iter().map(|t| t.id).collect();
+    if n != 0 && !known.contains(&n) {
+        return Err(RestoreError::NoTimeline {
+            timeline: n,
+            known: if known.is_empty() { vec![0] } else { known },
+        });
+    }
+    inventory.timelines.retain(|t| t.id <= n);
+    Ok(inventory)
 }
 
 fn plan_of(catalog: &Catalog, choice: RestoreChoice) -> Result<RestorePlan, RestoreError> {
@@ -370,21 +405,75 @@ async fn restore_into(
         binlogs
     )?;
     let bytes = chain_bytes + binlog_bytes;
+    let (reached_at, position) = reached(plan, &files, stop);
     if let Some(stop) = stop {
         progress.step(
             &format!("replaying {} binlog(s) up to {stop}", files.len()),
             0,
         );
-        replay(datadir, work, tools, &files, plan, stop).await?;
+        replay(datadir, work, tools, &files, plan, stop, position.as_ref()).await?;
     }
+    let binlog_state_file = match &position {
+        Some(p) => write_binlog_state(datadir, plan, p)?,
+        None => None,
+    };
     Ok(RestoreReport {
         datadir: datadir.to_path_buf(),
         bytes_downloaded: bytes,
         binlog_bytes,
         backups_applied: plan.backups.len(),
         segments_replayed: plan.segments.len(),
-        reached: reached(plan, &files, stop),
+        reached: reached_at,
+        gtid_position: position.map(|p| p.to_string()),
+        binlog_state_file,
     })
+}
+
+/// The base name of the binlog of the server the restored backup was taken on
+/// (`mysql-bin` of `mysql-bin.000012`), when recorded and plain.
+fn binlog_basename(plan: &RestorePlan) -> Option<String> {
+    let file = plan.backups.last()?.log_position.as_ref()?.file.clone();
+    let (base, number) = file.rsplit_once('.')?;
+    let plain = !base.is_empty()
+        && base.len() <= 64
+        && base
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        && !number.is_empty()
+        && number.bytes().all(|b| b.is_ascii_digit());
+    plain.then(|| base.to_owned())
+}
+
+/// Writes `<datadir>/<basename>.state`: the binlog state a server reads when its binlog
+/// holds no file yet (a restored data directory never does), so its first binlog starts
+/// at `position` (its `Gtid_list`) and its next transaction continues the history. The
+/// archive then records the restored server as a new timeline whose switch is that
+/// position, and what the old history holds after it as a branch. Without a recorded base
+/// name nothing is written (the report says so by its absence).
+///
+/// # Errors
+/// The file cannot be written.
+fn write_binlog_state(
+    datadir: &Path,
+    plan: &RestorePlan,
+    position: &tidemark_core::GtidPos,
+) -> Result<Option<PathBuf>, RestoreError> {
+    use std::os::unix::fs::MetadataExt as _;
+    let Some(base) = binlog_basename(plan) else {
+        return Ok(None);
+    };
+    let path = datadir.join(format!("{base}.state"));
+    let text: String = position.gtids().map(|g| format!("{g}\n")).collect();
+    std::fs::write(&path, text).map_err(|source| RestoreError::Io {
+        action: format!("writing the binlog state {}", path.display()),
+        dir: datadir.to_path_buf(),
+        source,
+    })?;
+    // The server that reads it owns the data directory.
+    if let Ok(meta) = std::fs::metadata(datadir) {
+        let _ = std::os::unix::fs::lchown(&path, Some(meta.uid()), Some(meta.gid()));
+    }
+    Ok(Some(path))
 }
 
 /// Downloads one binlog segment into `path` (created), checked against its recorded size
@@ -410,13 +499,24 @@ async fn download_segment(
     Ok(path)
 }
 
-/// The instant a restore reached: the last transaction its replay applied (each run's
+/// The instant a restore reached — the last transaction its replay applied (each run's
 /// files up to its switch, before `stop`), or, without one, the restored backup's own
-/// point.
-fn reached(plan: &RestorePlan, files: &[PathBuf], stop: Option<Timestamp>) -> Option<Timestamp> {
-    let backup = plan.backups.last().and_then(|m| m.completed_at);
+/// point — and the GTID position its data then holds: the backup's (where the first run
+/// starts), advanced by every transaction replayed.
+fn reached(
+    plan: &RestorePlan,
+    files: &[PathBuf],
+    stop: Option<Timestamp>,
+) -> (Option<Timestamp>, Option<tidemark_core::GtidPos>) {
+    let backup = plan.backups.last();
+    let backup_at = backup.and_then(|m| m.completed_at);
+    let mut position = plan
+        .runs
+        .first()
+        .and_then(|r| r.start_after.clone())
+        .or_else(|| backup.and_then(Metadata::gtid_position));
     let Some(stop) = stop else {
-        return backup;
+        return (backup_at, position);
     };
     let whole = [tidemark_core::restore::ReplayRun::whole(files.len())];
     let runs = if plan.runs.is_empty() {
@@ -424,21 +524,26 @@ fn reached(plan: &RestorePlan, files: &[PathBuf], stop: Option<Timestamp>) -> Op
     } else {
         &plan.runs[..]
     };
-    let replayed = runs
-        .iter()
-        .flat_map(|run| {
-            files
-                .iter()
-                .skip(run.first)
-                .take(run.count)
-                .map(move |f| (f, run.stop_at.as_ref()))
-        })
-        .filter_map(|(f, until)| {
-            let mut file = std::fs::File::open(f).ok()?;
-            binlog::last_applied(&mut file, stop, until).ok().flatten()
-        })
-        .max();
-    replayed.max(backup)
+    let mut last = None;
+    for run in runs {
+        for f in files.iter().skip(run.first).take(run.count) {
+            let Ok(applied) = std::fs::File::open(f)
+                .map_err(binlog::BinlogError::from)
+                .and_then(|mut file| binlog::applied(&mut file, stop, run.stop_at.as_ref()))
+            else {
+                continue;
+            };
+            last = last.max(applied.last_at);
+            if !applied.position.is_empty() {
+                position = Some(position.unwrap_or_default().merged(&applied.position));
+            }
+            // mariadb-binlog ends the run at the first event at or after the stop.
+            if applied.stopped {
+                break;
+            }
+        }
+    }
+    (last.max(backup_at), position.filter(|p| !p.is_empty()))
 }
 
 /// Increments of a chain downloaded and extracted at once, beside the base (issue 32 §3).
@@ -675,9 +780,18 @@ async fn replay(
     files: &[PathBuf],
     plan: &RestorePlan,
     stop: Timestamp,
+    position: Option<&tidemark_core::GtidPos>,
 ) -> Result<(), RestoreError> {
     let mut server = PrivateServer::start(datadir, work, tools).await?;
-    let replayed = replay_into(&mut server, tools, files, plan, stop, work).await;
+    let mut replayed = replay_into(&mut server, tools, files, plan, stop, work).await;
+    // What the data now holds is what the server says it applied (`gtid_slave_pos`, in
+    // `mysql.gtid_slave_pos`): a replica made of it, or the server made a replica, starts
+    // there.
+    if let (Ok(()), Some(p)) = (&replayed, position) {
+        replayed = server
+            .admin_sql(tools, &format!("SET GLOBAL gtid_slave_pos = '{p}'"))
+            .await;
+    }
     let stopped = server.stop(tools, "mariadbd shutdown after replay").await;
     replayed?;
     stopped

@@ -483,7 +483,7 @@ impl PrivateServer {
     /// Runs `sql` as Tidemark's administrator.
     /// The statements go on the client's standard input, never its command line: they
     /// carry the accounts' passwords, and a command line is every local user's to read.
-    async fn admin_sql(&self, tools: &Tools, sql: &str) -> Result<(), RestoreError> {
+    pub(crate) async fn admin_sql(&self, tools: &Tools, sql: &str) -> Result<(), RestoreError> {
         use tokio::io::AsyncWriteExt as _;
         let spawn_err = |source| RestoreError::Spawn {
             program: tools.mariadb.to_string_lossy().into_owned(),

@@ -62,6 +62,11 @@ pub enum RestoreError {
         id: String,
         completed: Option<Timestamp>,
     },
+    #[error(
+        "the archive has no timeline {timeline}; it has {}: `tidemark ls` lists them",
+        known.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+    )]
+    NoTimeline { timeline: u32, known: Vec<u32> },
     #[error("backup {id} is in the plan but its metadata.json could not be read")]
     NoMetadata { id: String },
     #[error(

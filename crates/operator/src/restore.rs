@@ -499,7 +499,7 @@ async fn plan_of(
     let planned = async {
         let at = restore_instant(store, point).await?;
         MariaDbTools::default()
-            .plan(store, at, &tidemark_store::NoProgress)
+            .plan(store, at, None, &tidemark_store::NoProgress)
             .await
     };
     match planned.await {
@@ -680,6 +680,10 @@ pub(crate) fn planned(status: &mut RestoreStatus, plan: &RestorePlan, claim: &st
 pub(crate) fn reported(status: &mut RestoreStatus, summary: &RestoreSummary) {
     status.bytes_downloaded = Some(summary.bytes_downloaded);
     status.reached = summary.reached.map(Time);
+    status.gtid_position = summary
+        .gtid_position
+        .clone()
+        .filter(|p| tidemark_engine::restore::is_gtid_position(p));
     status.steps = summary
         .steps
         .iter()

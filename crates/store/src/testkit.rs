@@ -961,21 +961,22 @@ impl MariaDb {
         Self::start_with(1, extra)
     }
 
-    fn start_with(server_id: u32, extra: &[&str]) -> Self {
-        let dir = tempfile::tempdir().expect("temporary directory");
-        // Restores go into its scratch directory, and their private server runs as
-        // [`SERVER_USER`] when the tests run as root: it must get through.
-        if running_as_root() {
-            use std::os::unix::fs::PermissionsExt as _;
-            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))
-                .expect("scratch directory's mode");
-        }
-        let datadir = dir.path().join("data");
-        let socket = dir.path().join("mysqld.sock");
-        // Its own tmpdir: a server starting deletes every `#sql*` file in its tmpdir, which
-        // with a shared /tmp removed another test's bootstrap tables mid-install.
-        let tmpdir = dir.path().join("tmp");
-        std::fs::create_dir(&tmpdir).expect("tmpdir");
+    /// A server on an existing data directory (a restored one), with GTID replication's
+    /// settings and its binlog in that directory (base name `mysql-bin`, as every server
+    /// here has).
+    ///
+    /// # Panics
+    /// As [`MariaDb::start`].
+    pub fn start_on(datadir: &FsPath, server_id: u32) -> Self {
+        Self::start_in(
+            server_id,
+            &["--log-slave-updates", "--gtid-strict-mode=1"],
+            Some(datadir),
+        )
+    }
+
+    /// Initialises a data directory (`mariadb-install-db`).
+    fn install(datadir: &FsPath, tmpdir: &FsPath) {
         let mut install = Command::new("mariadb-install-db");
         install
             .args(["--no-defaults", "--auth-root-authentication-method=normal"])
@@ -993,6 +994,30 @@ impl MariaDb {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
+    }
+
+    fn start_with(server_id: u32, extra: &[&str]) -> Self {
+        Self::start_in(server_id, extra, None)
+    }
+
+    fn start_in(server_id: u32, extra: &[&str], existing: Option<&FsPath>) -> Self {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        // Restores go into its scratch directory, and their private server runs as
+        // [`SERVER_USER`] when the tests run as root: it must get through.
+        if running_as_root() {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))
+                .expect("scratch directory's mode");
+        }
+        let datadir = existing.map_or_else(|| dir.path().join("data"), FsPath::to_path_buf);
+        let socket = dir.path().join("mysqld.sock");
+        // Its own tmpdir: a server starting deletes every `#sql*` file in its tmpdir, which
+        // with a shared /tmp removed another test's bootstrap tables mid-install.
+        let tmpdir = dir.path().join("tmp");
+        std::fs::create_dir(&tmpdir).expect("tmpdir");
+        if existing.is_none() {
+            Self::install(&datadir, &tmpdir);
+        }
         let port = free_port();
         let log = dir.path().join("mysqld.log");
         let mut cmd = Command::new("mariadbd");

@@ -2814,6 +2814,23 @@ fn a_restored_server_continues_the_history_on_a_new_timeline() {
     env.insert(7); // 22
     let after = pause_and_mark();
     env.insert(2); // 24
+
+    // A replica re-seeded from the same restore (docs/operator.md's runbook): it stands at
+    // the position restored, and replication from the restored primary resumes by GTID
+    // from there, taking what the primary wrote since.
+    let replica_dir = place.path().join("replica");
+    let again = env.json(&[
+        "restore",
+        "--to",
+        &to.to_string(),
+        "--datadir",
+        replica_dir.to_str().unwrap(),
+    ]);
+    assert_eq!(again["gtidPosition"], position_then.as_str(), "{again}");
+    let replica = MariaDb::start_on(&replica_dir, 2);
+    assert_eq!(replica.sql("SELECT @@gtid_slave_pos"), position_then);
+    replica.resume_replication_from(&env.db);
+    assert_eq!(replica.sql("SELECT COUNT(*) FROM shop.orders"), "24");
     let pass = env.archive_from(&env.db);
     let timeline = &pass["newTimeline"];
     assert_eq!(timeline["parent"], 0, "{pass}");

@@ -190,6 +190,43 @@ pub(crate) async fn claim_templates(
     ctx: &Context,
     policy: &BackupPolicy,
 ) -> Result<Vec<(String, Vec<String>)>, Error> {
+    Ok(policy_sets(ctx, policy)
+        .await?
+        .into_iter()
+        .map(|s| (s.name, s.templates))
+        .collect())
+}
+
+/// A StatefulSet the policy's source selects: its name, its claim templates' names and
+/// how many replicas it asks for.
+pub(crate) struct PolicySet {
+    pub name: String,
+    pub templates: Vec<String>,
+    pub replicas: i32,
+}
+
+impl PolicySet {
+    /// The ordinal of the pod that mounts `claim` (`<template>-<set>-<ordinal>`), when it
+    /// is one of this set's claims.
+    pub fn ordinal_of(&self, claim: &str) -> Option<i32> {
+        self.templates.iter().find_map(|t| {
+            let n = claim.strip_prefix(&format!("{t}-{}-", self.name))?;
+            if n.is_empty() || n.len() > 9 || !n.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            n.parse().ok()
+        })
+    }
+}
+
+/// The StatefulSets the policy's source selects (see [`claim_templates`]).
+///
+/// # Errors
+/// As [`claim_templates`].
+pub(crate) async fn policy_sets(
+    ctx: &Context,
+    policy: &BackupPolicy,
+) -> Result<Vec<PolicySet>, Error> {
     let Some(source) = policy.spec.source.as_ref() else {
         return Ok(Vec::new());
     };
@@ -210,7 +247,12 @@ pub(crate) async fn claim_templates(
                 .flatten()
                 .filter_map(|t| t.metadata.name.clone())
                 .collect();
-            Some((set.name_any(), templates))
+            Some(PolicySet {
+                name: set.name_any(),
+                templates,
+                // Unset: the API's default, one.
+                replicas: spec.replicas.unwrap_or(1),
+            })
         })
         .collect())
 }

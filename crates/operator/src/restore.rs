@@ -14,6 +14,7 @@
 //! Steps, each with its own `Ready` reason while it waits or fails: validate
 //! (`InvalidSpec`), dereference (`PolicyMissing`, `BackupMissing`, `DatabaseImageUnknown`,
 //! `StoreUnavailable`), plan (`NotRestorable`), claim (`ClaimMissing`, `ClaimInUse`,
+//! `StatefulSetScaledUp`,
 //! `ClaimExists`, `ClaimBusy`), run (`Restoring`, `RestoreFailed`), done (`Restored`).
 
 use std::sync::Arc;
@@ -360,6 +361,7 @@ async fn prepare(
         _ => {}
     }
     claim_unused(ctx, &ns, &claim, &job_name).await?;
+    set_scaled_down(ctx, &policy, &claim).await?;
 
     // Plan, under the store's lease: a pass holds it while it deletes, and reads the holds
     // once it has it — so what this plan chooses is held before any pass can delete it.
@@ -538,6 +540,45 @@ async fn claim_unused(ctx: &Context, ns: &str, claim: &str, job_name: &str) -> R
         )),
         None => Ok(()),
     }
+}
+
+/// The Restore's BackupPolicy, when it can be read.
+async fn policy_of(ctx: &Context, restore: &Restore) -> Option<BackupPolicy> {
+    let ns = restore.namespace().unwrap_or_default();
+    let policies: Api<BackupPolicy> = Api::namespaced(ctx.client.clone(), &ns);
+    policies
+        .get_opt(&restore.spec.policy.name)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// Refuses (`StatefulSetScaledUp`) while a StatefulSet of the policy's source asks for the
+/// pod that mounts `claim` (its replicas reach that pod's ordinal): before the restore, and
+/// while its Job runs — something (a GitOps sync, an autoscaler, a person) scaled the
+/// database back up, and its pod would start on a claim whose data is being replaced.
+async fn set_scaled_down(ctx: &Context, policy: &BackupPolicy, claim: &str) -> Result<(), Stop> {
+    let sets = crate::database::policy_sets(ctx, policy)
+        .await
+        .map_err(Stop::from)?;
+    for set in &sets {
+        let Some(ordinal) = set.ordinal_of(claim) else {
+            continue;
+        };
+        if set.replicas > ordinal {
+            return Err(Stop::Refuse(
+                "StatefulSetScaledUp",
+                format!(
+                    "StatefulSet {}/{} asks for {} replica(s), so its pod {}-{ordinal} would mount {claim} while it is restored: scale it to {ordinal} or fewer for the whole restore, and pause whatever scales it back (Argo CD auto-sync, Flux, an autoscaler: docs/operator.md, \"Restoring in place\")",
+                    policy.namespace().unwrap_or_default(),
+                    set.name,
+                    set.replicas,
+                    set.name
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Waits (`ClaimBusy`) while an older unfinished Restore of the namespace has planned
@@ -935,9 +976,14 @@ async fn follow(
             // A pod that started on the claim meanwhile: the Job stops before it swaps
             // the data directory under that pod.
             let claim = status.claim.clone().unwrap_or_default();
-            if let Err(Stop::Refuse(reason, message)) =
-                claim_unused(ctx, &ns, &claim, job_name).await
-            {
+            let checked = match claim_unused(ctx, &ns, &claim, job_name).await {
+                Ok(()) => match policy_of(ctx, restore).await {
+                    Some(p) => set_scaled_down(ctx, &p, &claim).await,
+                    None => Ok(()),
+                },
+                e => e,
+            };
+            if let Err(Stop::Refuse(reason, message)) = checked {
                 let _ = jobs
                     .delete(job_name, &kube::api::DeleteParams::foreground())
                     .await;

@@ -1979,6 +1979,65 @@ async fn a_restore_holds_what_it_needs_from_retention() {
         "{wipe}"
     );
     assert!(wipe["job"].is_null(), "{wipe}");
+    // The policy's database, scaled so its pod 1 mounts the claim (a GitOps sync scaled
+    // it back up, say): a Restore in place is refused, naming the set and what to pause.
+    let sets: Api<k8s_openapi::api::apps::v1::StatefulSet> = Api::namespaced(admin.clone(), ns);
+    sets.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "live"},
+            "spec": {"replicas": 2, "serviceName": "live",
+                     "selector": {"matchLabels": {"app": "db"}},
+                     "template": {"metadata": {"labels": {"app": "db"}},
+                                  "spec": {"containers": [{"name": "mariadb", "image": "mariadb:10.11"}]}},
+                     "volumeClaimTemplates": [{"metadata": {"name": "data"},
+                         "spec": {"accessModes": ["ReadWriteOnce"],
+                                  "resources": {"requests": {"storage": "1Gi"}}}}]}}))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    claims
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "data-live-1"},
+                "spec": {"accessModes": ["ReadWriteOnce"],
+                         "resources": {"requests": {"storage": "1Gi"}}}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    restores
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "tidemark.io/v1alpha1", "kind": "Restore",
+                "metadata": {"name": "scaled-up"},
+                "spec": {"policy": {"name": "db"}, "into": {"claim": "data-live-1", "replaceData": true}},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let scaled = eventually(
+        "the Restore into a scaled-up set's claim refused",
+        || async {
+            let s = serde_json::to_value(restores.get("scaled-up").await.ok()?.status).ok()?;
+            (s["phase"] == "Failed").then_some(s)
+        },
+    )
+    .await;
+    assert_eq!(
+        scaled["conditions"][0]["reason"], "StatefulSetScaledUp",
+        "{scaled}"
+    );
+    let said = scaled["conditions"][0]["message"].as_str().unwrap();
+    assert!(
+        said.contains("StatefulSet restore-holds/live asks for 2 replica(s)")
+            && said.contains("scale it to 1 or fewer")
+            && said.contains("Argo CD"),
+        "{said}"
+    );
+    assert!(scaled["job"].is_null(), "{scaled}");
     let second = eventually("the second Restore waiting", || async {
         let s = serde_json::to_value(restores.get("second").await.ok()?.status).ok()?;
         (s["conditions"][0]["reason"] == "ClaimBusy").then_some(s)

@@ -1107,6 +1107,27 @@ impl MariaDb {
         self.wait_caught_up(primary);
     }
 
+    /// Makes this server a GTID replica of `primary` from the position it already holds
+    /// (`gtid_slave_pos`, as a restore leaves it), and waits until it replicates.
+    ///
+    /// # Panics
+    /// As [`MariaDb::replicate_from`].
+    pub fn resume_replication_from(&self, primary: &MariaDb) {
+        primary.sql(
+            "CREATE USER IF NOT EXISTS 'repl'@'localhost' IDENTIFIED BY 'repl'; \
+             CREATE USER IF NOT EXISTS 'repl'@'%' IDENTIFIED BY 'repl'; \
+             GRANT REPLICATION SLAVE ON *.* TO 'repl'@'localhost'; \
+             GRANT REPLICATION SLAVE ON *.* TO 'repl'@'%'",
+        );
+        self.sql(&format!(
+            "CHANGE MASTER TO master_host = '127.0.0.1', master_port = {}, \
+             master_user = 'repl', master_password = 'repl', master_use_gtid = slave_pos; \
+             START SLAVE",
+            primary.port
+        ));
+        self.wait_caught_up(primary);
+    }
+
     /// Waits until this replica has applied everything `primary` wrote.
     ///
     /// # Panics

@@ -1058,6 +1058,10 @@ pub struct RestoreTestStatus {
     /// The last outcome.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last: Option<RestoreTestResult>,
+    /// The last value of the `tidemark.io/restore-test` annotation acted on: a new value
+    /// runs one test of the policy's own store now, with or without `spec.restoreTest`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
     /// Each copy's restore tests (`spec.copies[].restoreTest`), restored from the copy's
     /// own store.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -1098,6 +1102,7 @@ impl RestoreTestStatus {
                     next_schedule_time: c.next_schedule_time.clone(),
                     job: c.job.clone(),
                     last: c.last.clone(),
+                    request: None,
                     copies: Vec::new(),
                 })
                 .unwrap_or_default(),

@@ -635,6 +635,24 @@ impl MariaDbTools {
 
 #[derive(Debug, Args)]
 pub struct RestoreTestArgs {
+    /// A BackupPolicy in the cluster (kubectl plugin): ask the operator for a restore test
+    /// of the policy's store now (the annotation tidemark.io/restore-test, with the
+    /// policy's spec.restoreTest settings or the newest instant), and with --wait follow it
+    /// to its outcome. Without it, the test runs here, on --store's store.
+    #[arg(
+        value_name = "POLICY",
+        conflicts_with_all = ["policy", "to", "random", "query", "expect", "run_id", "scratch"]
+    )]
+    pub policy_name: Option<String>,
+    #[command(flatten)]
+    pub kube: KubeArgs,
+    /// With POLICY: wait for the test's outcome; exit 0 when it passed, 4 when it failed
+    /// (as without POLICY).
+    #[arg(long, requires = "policy_name")]
+    pub wait: bool,
+    /// How long --wait waits.
+    #[arg(long, value_name = "DURATION", default_value = "1h", requires = "wait")]
+    pub timeout: String,
     #[command(flatten)]
     pub store: StoreArgs,
     /// A BackupPolicy file to take --store and --cluster (and its restoreTest's query)

@@ -456,6 +456,92 @@ pub async fn restore(
     .await
 }
 
+/// The annotation that asks the operator for a restore test now (the operator's
+/// `restoretest::ANNOTATION`).
+const RESTORE_TEST_ANNOTATION: &str = "tidemark.io/restore-test";
+
+/// `tidemark restore-test POLICY [--wait]`: asks the operator for a restore test of the
+/// policy's store now — the annotation [`RESTORE_TEST_ANNOTATION`] set to this instant —
+/// and with `--wait` follows the policy's `status.restoreTest` until the operator has acted
+/// on this request and recorded its outcome.
+///
+/// # Errors
+/// No such policy, or the annotation could not be set; with `--wait`, the test failed
+/// (exit 4, as a local `restore-test`) or did not end in time.
+pub async fn restore_test(
+    args: &crate::args::RestoreTestArgs,
+    name: &str,
+) -> Result<Exit, CliError> {
+    let (client, ns) = client_in(&args.kube).await?;
+    read_policy(&client, &ns, name).await?;
+    let api: Api<BackupPolicy> = Api::namespaced(client, &ns);
+    let asked = Timestamp::now();
+    let value = asked.to_string();
+    api.patch(
+        name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(serde_json::json!({
+            "metadata": {"annotations": {RESTORE_TEST_ANNOTATION: value}}
+        })),
+    )
+    .await
+    .map_err(|e| api_error(&format!("BackupPolicy {ns}/{name}"), e))?;
+    eprintln!("{name}: asked for a restore test ({RESTORE_TEST_ANNOTATION}={value})");
+    if !args.wait {
+        crate::output::emit(&format!(
+            "restore test asked for; its outcome: kubectl get backuppolicies.tidemark.io {name} -n {ns} -o jsonpath='{{.status.restoreTest.last}}'\n"
+        ))?;
+        return Ok(Exit::Success);
+    }
+    let structured = args.output.structured();
+    follow(&api, &ns, name, &args.timeout, |policy: BackupPolicy| {
+        let test = policy
+            .status
+            .and_then(|s| s.restore_test)
+            .unwrap_or_default();
+        let acted = test.request.as_deref() == Some(value.as_str());
+        let condition = match (&test.job, acted) {
+            (_, false) => "waiting for the operator".to_owned(),
+            (Some(job), true) => format!("running (Job {job})"),
+            (None, true) => String::new(),
+        };
+        // The request is recorded with its Job, which goes only once the outcome is in
+        // `last`: acted on and no Job is this test's outcome (no clock compared).
+        let ended = test.last.filter(|_| acted && test.job.is_none()).map(|l| {
+            let json = serde_json::to_string(&l).unwrap_or_default();
+            let what = format!(
+                "restore test of {}{}: {} ({} table(s) checked{})\n",
+                l.backup_id.as_deref().unwrap_or("the newest backup"),
+                l.target
+                    .as_ref()
+                    .map(|t| format!(" at {}", t.0))
+                    .unwrap_or_default(),
+                if l.passed { "passed" } else { "FAILED" },
+                l.tables_checked.unwrap_or(0),
+                if l.problems.is_empty() {
+                    String::new()
+                } else {
+                    format!("; {}", l.problems.join("; "))
+                }
+            );
+            if l.passed {
+                Ok(if structured {
+                    format!("{json}\n")
+                } else {
+                    what
+                })
+            } else {
+                Err(CliError::new(
+                    Exit::Data,
+                    anyhow::anyhow!("{}", what.trim_end()),
+                ))
+            }
+        });
+        (condition, ended)
+    })
+    .await
+}
+
 /// `tidemark status POLICY`: everything about a policy's health in one document.
 #[derive(Debug, serde::Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -310,6 +310,17 @@ fn report(plan: &RestorePlan, done: Option<Done>, output: OutputFormat) -> Resul
 /// `tidemark restore-test`: restores a point into scratch space, checks it, records the
 /// outcome beside the backup restored, and removes the scratch data.
 pub async fn restore_test(args: &RestoreTestArgs) -> Result<Exit, CliError> {
+    if let Some(policy) = &args.policy_name {
+        if let Some(flag) = ["--store", "--cluster"]
+            .into_iter()
+            .find(|f| on_command_line(f))
+        {
+            return Err(CliError::input(format!(
+                "POLICY ({policy}) names its store: {flag} cannot be used with it"
+            )));
+        }
+        return crate::cluster::restore_test(args, policy).await;
+    }
     let file = args
         .policy
         .as_deref()

@@ -1357,6 +1357,36 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
         )
         .await
         .unwrap();
+    // On demand, without a schedule (issue 46 §3): the plugin sets the annotation, the
+    // operator runs one test Job, and the plugin follows it to its outcome.
+    let asked = {
+        let kubeconfig = w.node.cluster().kubeconfig();
+        let ns = ns.to_owned();
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"))
+                .args(["restore-test", "shop", "--namespace", &ns, "--wait"])
+                .args(["--timeout", "10m", "--output", "json"])
+                .env("KUBECONFIG", kubeconfig)
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap()
+    };
+    assert!(asked.status.success(), "{}", common::stderr(&asked));
+    let outcome = common::json(&asked);
+    assert_eq!(outcome["passed"], true, "{outcome}");
+    assert!(outcome["tablesChecked"].as_u64().unwrap() > 1, "{outcome}");
+    let p = policies.get("shop").await.unwrap();
+    let request = p.status.unwrap().restore_test.unwrap().request;
+    assert_eq!(
+        request.as_deref(),
+        p.metadata
+            .annotations
+            .unwrap()
+            .get("tidemark.io/restore-test")
+            .map(String::as_str)
+    );
 
     // A copy in a second bucket (issue 44): the operator's pod copies the encrypted chain
     // and the segments as stored; the copy's window and lag show in status and metrics;

@@ -14,6 +14,12 @@
 //!
 //! One test at a time per policy, whichever store; a slot missed while a test ran (or the
 //! operator was down) is run once, not replayed in bulk.
+//!
+//! On demand (issue 46 §3): a new value of the policy's annotation [`ANNOTATION`] runs one
+//! test of the policy's own store as soon as none runs — with `spec.restoreTest`'s target
+//! and query, or without one the newest instant and `CHECK TABLE` alone — recorded as
+//! `status.restoreTest.request`; the schedule is not moved. `kubectl tidemark restore-test
+//! POLICY` sets it and follows the test.
 
 use std::time::Duration;
 
@@ -30,6 +36,46 @@ use tidemark_api::schedule::RestoreTestResult;
 use crate::context::Context;
 use crate::error::Error;
 use crate::pod;
+
+/// The annotation that asks for a restore test now: any new value (a date, a counter)
+/// runs one; the value acted on last is `status.restoreTest.request`.
+pub const ANNOTATION: &str = "tidemark.io/restore-test";
+/// The longest annotation value acted on (longer: refused with an event).
+pub const MAX_REQUEST: usize = 63;
+
+/// The annotation's value when it asks for a test not run yet (pure): set, new, and 1 to
+/// [`MAX_REQUEST`] bytes; `Err` with why a value is not acted on.
+pub(crate) fn pending_request(policy: &BackupPolicy) -> Result<Option<String>, String> {
+    let Some(value) = policy.annotations().get(ANNOTATION) else {
+        return Ok(None);
+    };
+    let acted = policy
+        .status
+        .as_ref()
+        .and_then(|s| s.restore_test.as_ref())
+        .and_then(|t| t.request.as_deref());
+    if acted == Some(value.as_str()) {
+        return Ok(None);
+    }
+    if value.is_empty() || value.len() > MAX_REQUEST {
+        return Err(format!(
+            "annotation {ANNOTATION}: a value of {} bytes is not acted on; give 1 to {MAX_REQUEST} bytes, e.g. the date",
+            value.len()
+        ));
+    }
+    Ok(Some(value.clone()))
+}
+
+/// The Job of the test a request asks for: named by the request (a digest), so a restarted
+/// operator finds the one it started rather than start another.
+pub fn request_job_name(policy: &str, uid8: &str, request: &str) -> String {
+    let mut base: String = policy.chars().take(24).collect();
+    while base.ends_with('-') || base.ends_with('.') {
+        base.pop();
+    }
+    let digest: String = crate::names::digest16(request).chars().take(10).collect();
+    format!("{base}-{uid8}-restore-test-r{digest}")
+}
 
 /// Where the restored data directory goes in the Job's pod.
 const SCRATCH: &str = "/scratch";
@@ -80,7 +126,7 @@ pub(crate) fn ended(job: &Job) -> Option<bool> {
 /// Deletes only its own finished restore-test Jobs; the stores are only read (and the
 /// outcome recorded).
 pub async fn reconcile(ctx: &Context, policy: &BackupPolicy) -> Option<Duration> {
-    let targets: Vec<(Option<&str>, &RestoreTestSpec)> =
+    let mut targets: Vec<(Option<&str>, &RestoreTestSpec)> =
         std::iter::once((None, policy.spec.restore_test.as_ref()))
             .chain(
                 policy
@@ -91,16 +137,28 @@ pub async fn reconcile(ctx: &Context, policy: &BackupPolicy) -> Option<Duration>
             )
             .filter_map(|(copy, spec)| Some((copy, spec?)))
             .collect();
+    let request = match pending_request(policy) {
+        Ok(r) => r,
+        Err(why) => {
+            ctx.warn(&policy.object_ref(&()), "RestoreTestError", &why)
+                .await;
+            None
+        }
+    };
+    // The policy's own store is looked after for a request, or a requested test still
+    // running, without a schedule of its own.
+    let own = policy.status.as_ref().and_then(|s| s.restore_test.as_ref());
+    let requested_running = own.is_some_and(|t| t.job.is_some() && t.request.is_some());
+    if policy.spec.restore_test.is_none() && (request.is_some() || requested_running) {
+        targets.insert(0, (None, &ON_DEMAND));
+    }
     // None asked for, and no test of one that was left running: nothing to do.
-    let left_running = policy
-        .status
-        .as_ref()
-        .and_then(|s| s.restore_test.as_ref())
-        .is_some_and(|t| t.job.is_some() || t.copies.iter().any(|c| c.job.is_some()));
+    let left_running =
+        own.is_some_and(|t| t.job.is_some() || t.copies.iter().any(|c| c.job.is_some()));
     if targets.is_empty() && !left_running {
         return None;
     }
-    match step(ctx, policy, &targets).await {
+    match step(ctx, policy, &targets, request).await {
         Ok(wake) => Some(wake),
         Err(e) => {
             let message = format!("restore test: {e}");
@@ -135,10 +193,20 @@ pub fn copy_job_name(policy: &str, uid8: &str, copy: &str, slot: Timestamp) -> S
     )
 }
 
+/// A requested test of a policy without `spec.restoreTest`: the newest instant, no query
+/// (its schedule, empty, is never read: it is no schedule).
+static ON_DEMAND: RestoreTestSpec = RestoreTestSpec {
+    schedule: String::new(),
+    target: None,
+    query: None,
+    expect: None,
+};
+
 async fn step(
     ctx: &Context,
     policy: &BackupPolicy,
     targets: &[(Option<&str>, &RestoreTestSpec)],
+    request: Option<String>,
 ) -> Result<Duration, Error> {
     let tz = match policy.spec.time_zone.as_deref() {
         Some(z) => jiff::tz::TimeZone::get(z)
@@ -217,7 +285,15 @@ async fn step(
     let mut wake: Option<Timestamp> = None;
     let mut chosen: Option<Chosen> = None;
     for &(copy, spec) in targets {
-        let (cron, random) = spec.settings().map_err(|e| Error::Invalid(e.to_string()))?;
+        if std::ptr::eq(spec, &ON_DEMAND) {
+            continue;
+        }
+        let (cron, random) = match spec.settings() {
+            Ok(s) => s,
+            // A request still runs (with the spec's query); the schedule waits for a fix.
+            Err(_) if request.is_some() => continue,
+            Err(e) => return Err(Error::Invalid(e.to_string())),
+        };
         let mut status = all.of(copy);
         let since = status
             .last_schedule_time
@@ -270,9 +346,29 @@ async fn step(
         };
         all = all.with(copy, status, &named);
     }
+    // A request goes before the schedule, once nothing runs: the policy's own store, its
+    // settings (or the newest instant and no query).
+    let request = request.filter(|_| !running);
+    if let Some(r) = &request {
+        let spec = targets
+            .iter()
+            .find(|t| t.0.is_none())
+            .map_or(&ON_DEMAND, |t| t.1);
+        chosen = Some(Chosen {
+            last: None,
+            copy: None,
+            spec: spec.clone(),
+            random: spec.target.as_deref() == Some("random"),
+            slot: now,
+        });
+        tracing::info!(policy = %name, request = %r, "restore test asked for");
+    }
     if let Some(c) = chosen {
         let copy = c.copy.as_deref();
-        let job_name = job_name_of(policy, copy, c.slot);
+        let job_name = match &request {
+            Some(r) => request_job_name(&name, &crate::names::short_uid(policy), r),
+            None => job_name_of(policy, copy, c.slot),
+        };
         let read = store_view(policy, copy)?;
         let job = job(ctx, &read, &job_name, c.random, &c.spec).await?;
         match jobs.create(&PostParams::default(), &job).await {
@@ -284,7 +380,11 @@ async fn step(
         tracing::info!(policy = %name, copy = ?copy, job = %job_name, "restore test started");
         let mut status = all.of(copy);
         status.job = Some(job_name);
-        status.last_schedule_time = Some(Time(c.slot));
+        match request {
+            // Acted on: the schedule's own slots stay as they were.
+            Some(r) => status.request = Some(r),
+            None => status.last_schedule_time = Some(Time(c.slot)),
+        }
         all = all.with(copy, status, &named);
         running = true;
     }
@@ -597,6 +697,50 @@ mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use serde_json::json;
+
+    /// The annotation asks once per value: a value acted on (in status) asks nothing, an
+    /// empty or too long one is refused with why; the Job a request starts is named by the
+    /// request, within 63 characters.
+    #[test]
+    fn a_request_is_a_new_annotation_value() {
+        let policy = |annotation: Option<&str>, acted: Option<&str>| -> BackupPolicy {
+            serde_json::from_value(json!({
+                "apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy",
+                "metadata": {"name": "shop", "namespace": "ns",
+                             "annotations": annotation.map(|a| json!({ANNOTATION: a})).unwrap_or(json!({}))},
+                "spec": {"objectStore": {"bucket": "b"}},
+                "status": {"restoreTest": {"request": acted}},
+            }))
+            .unwrap()
+        };
+        assert_eq!(pending_request(&policy(None, None)), Ok(None));
+        assert_eq!(
+            pending_request(&policy(Some("2026-11-30"), None)),
+            Ok(Some("2026-11-30".into()))
+        );
+        assert_eq!(
+            pending_request(&policy(Some("2026-11-30"), Some("2026-11-29"))),
+            Ok(Some("2026-11-30".into()))
+        );
+        assert_eq!(
+            pending_request(&policy(Some("2026-11-30"), Some("2026-11-30"))),
+            Ok(None)
+        );
+        assert!(pending_request(&policy(Some(""), None)).is_err());
+        let long = "x".repeat(MAX_REQUEST + 1);
+        assert!(
+            pending_request(&policy(Some(&long), None))
+                .unwrap_err()
+                .contains("64 bytes")
+        );
+        let a = request_job_name(&"p".repeat(60), "0123abcd", "2026-11-30T05:00:00Z");
+        let b = request_job_name(&"p".repeat(60), "0123abcd", "2026-11-30T05:00:01Z");
+        assert!(a.len() <= 63 && a != b, "{a} {b}");
+        assert_eq!(
+            a,
+            request_job_name(&"p".repeat(60), "0123abcd", "2026-11-30T05:00:00Z")
+        );
+    }
 
     /// The Job runs `tidemark restore-test` in the database image with the store's
     /// settings, the query and its expected result, the identities by Secret reference,

@@ -2762,10 +2762,13 @@ fn each_task_asks_the_server_for_what_it_needs_first() {
 /// restore reports the GTID position reached — the primary's own position at that instant —
 /// and leaves it as the server's binlog state (`mysql-bin.state`) and `gtid_slave_pos`; the
 /// server started on the restored data in place of the old one writes on from there, and
-/// the archive records it as a new timeline whose switch is that position. Then both
-/// histories restore exactly: an instant after the restore (the new timeline), an instant of
-/// the abandoned future along its own timeline (`--timeline 0`), and the same instant on
-/// the main line, which holds nothing of that future.
+/// the archive records it as a new timeline whose switch is that position — its oldest
+/// file's start, although a later file (it rotated) starts at a number the abandoned
+/// future also has. Then both histories restore exactly: an instant after the restore (the
+/// new timeline), an instant of the abandoned future along its own timeline (`--timeline
+/// 0`), and the same instant on the main line, which holds nothing of that future. Restored
+/// once more into that future, the server's numbers stand on two histories: the archive
+/// joins it nowhere (unrelated, a gap) rather than guess.
 #[test]
 fn a_restored_server_continues_the_history_on_a_new_timeline() {
     use std::os::unix::fs::PermissionsExt as _;
@@ -2788,7 +2791,9 @@ fn a_restored_server_continues_the_history_on_a_new_timeline() {
     let to = pause_and_mark();
     env.insert(4); // 19: the future the restore abandons
     let in_future = pause_and_mark();
-    env.insert(1); // 20
+    for _ in 0..3 {
+        env.insert(1); // 20, 21, 22
+    }
     env.archive();
 
     // In place: the data replaced by the restore's, the server started on it.
@@ -2812,6 +2817,8 @@ fn a_restored_server_continues_the_history_on_a_new_timeline() {
     );
     assert_eq!(env.db.sql("SELECT COUNT(*) FROM shop.orders"), "15");
     env.insert(7); // 22
+    // Its second file starts at a number (0-1-5) the abandoned future holds too.
+    env.db.sql("FLUSH BINARY LOGS");
     let after = pause_and_mark();
     env.insert(2); // 24
 
@@ -2855,4 +2862,28 @@ fn a_restored_server_continues_the_history_on_a_new_timeline() {
     assert_eq!(unknown.status.code(), Some(2), "{unknown:?}");
     let said = String::from_utf8_lossy(&unknown.stderr);
     assert!(said.contains("no timeline 7; it has 0, 1"), "{said}");
+
+    // Into the abandoned future, in place once more, and written on.
+    drop(replica);
+    let future_dir = place.path().join("future");
+    let done = env.json(&[
+        "restore",
+        "--to",
+        &in_future.to_string(),
+        "--timeline",
+        "0",
+        "--datadir",
+        future_dir.to_str().unwrap(),
+    ]);
+    let future_position = done["gtidPosition"].as_str().unwrap().to_owned();
+    assert_ne!(future_position, position_then, "{done}");
+    env.db.kill();
+    env.db = MariaDb::start_on(&future_dir, 1);
+    assert_eq!(env.db.sql("SELECT COUNT(*) FROM shop.orders"), "19");
+    assert_eq!(env.db.sql("SELECT @@gtid_binlog_pos"), future_position);
+    env.insert(1);
+    let pass = env.archive_from(&env.db);
+    let timeline = &pass["newTimeline"];
+    assert_eq!(timeline["parent"], 1, "{pass}");
+    assert_eq!(timeline["switch"]["unrelated"], true, "{pass}");
 }

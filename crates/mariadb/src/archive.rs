@@ -798,6 +798,43 @@ async fn new_timeline(
             break;
         }
     }
+    // The same server with a binlog that started over reuses numbers: its transactions
+    // cannot be told from the archived ones by GTID, so they never join by numbers. It
+    // joins only where its binlog says it starts — a server restored to an instant starts
+    // its binlog at the position restored (`<basename>.state`, issue 46 §3) — and only
+    // where that says one thing: its oldest file's start, within the tip's own history
+    // (not before the tip's first file), held there, and held by no other timeline (a
+    // number of the same server on two histories — the tip and a future a restore
+    // abandoned — names neither). Everything the tip has after it is then a branch. A
+    // binlog that started from nothing (`RESET MASTER`), or one whose oldest file is gone,
+    // stays unrelated: a gap, never a guess.
+    let restarted = origin.is_some() && tip.server_id == origin;
+    let rejoin = if restarted && parent_end.is_some() {
+        let oldest = read_local(&files[0].path, &files[0].name, false).await?;
+        oldest.gtid_list.filter(|at| {
+            let elsewhere = index.entries().any(|e| {
+                timeline_of(e.sequence) != current
+                    && at.gtids().any(|g| {
+                        g.seq > parent_base.seq(g.domain)
+                            && e.gtids.iter().any(|r| {
+                                r.domain == g.domain
+                                    && r.server == g.server
+                                    && r.first <= g.seq
+                                    && g.seq <= r.last
+                            })
+                    })
+            });
+            !at.is_empty()
+                && at.covers(&parent_base)
+                && history_holds(&parent_base, &parent_runs, at)
+                && !elsewhere
+        })
+    } else {
+        None
+    };
+    if rejoin.is_some() {
+        start = 0;
+    }
     // Only a primary starts a timeline: its files from there on hold a transaction of its
     // own. A replica's hold only its primary's (archived, by mistake, it would start a
     // timeline, and its primary the next, turn about). Files whose transactions cannot all
@@ -829,18 +866,8 @@ async fn new_timeline(
     let summary = read_local(&f.path, &f.name, true).await?;
     let child_start = summary.gtid_list.clone().unwrap_or_default();
     let child_runs = summary.runs.clone().unwrap_or_default();
-    // The same server with a binlog that started over reuses numbers: its transactions
-    // cannot be told from the archived ones by GTID, so they never join by numbers. They
-    // join only where its binlog says it starts — a server restored to an instant starts
-    // its binlog at the position restored (`<basename>.state`, issue 46 §3) — when the
-    // parent's history holds that position: everything the parent has after it is the
-    // future the restore abandoned, a branch. A binlog that started from nothing (`RESET
-    // MASTER`) starts at no position: unrelated, a gap.
-    let restarted = origin.is_some() && tip.server_id == origin;
     let joined = match &parent_end {
-        Some(_) if restarted => (!child_start.is_empty()
-            && history_holds(&parent_base, &parent_runs, &child_start))
-        .then(|| (child_start.clone(), Vec::new())),
+        Some(_) if restarted => rejoin.map(|at| (at, Vec::new())),
         Some(end) => switch_point(&parent_runs, &parent_base, end, &child_start, &child_runs),
         None => None,
     };

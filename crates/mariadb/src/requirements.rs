@@ -13,7 +13,7 @@
 use std::collections::BTreeSet;
 
 /// What is asked: the settings, the account (`user@host`), then its grants, a line each.
-pub const SETTINGS_SQL: &str = "SELECT @@server_id, @@log_bin, @@log_slave_updates, @@gtid_strict_mode, CURRENT_USER(); SHOW GRANTS";
+pub const SETTINGS_SQL: &str = "SELECT @@server_id, @@log_bin, @@log_slave_updates, @@gtid_strict_mode, CURRENT_USER(), @@version; SHOW GRANTS";
 
 /// The global privileges a `mariabackup --backup --slave-info` run needs (10.11: `BACKUP
 /// STAGE` wants `RELOAD`, the redo log `PROCESS`, `SHOW MASTER STATUS` `BINLOG MONITOR`,
@@ -36,6 +36,8 @@ pub struct Server {
     pub account: String,
     /// Every global privilege in force (`ALL PRIVILEGES` as itself).
     pub privileges: BTreeSet<String>,
+    /// The server's major and minor version (`10.11` of `10.11.19-MariaDB-log`), when read.
+    pub version: Option<(u32, u32)>,
 }
 
 /// What a task is refused for, and what it is only warned of.
@@ -83,9 +85,16 @@ pub fn parse(answer: &str) -> Result<Server, String> {
         log_slave_updates,
         gtid_strict_mode,
         user,
+        version,
     ] = values[..]
     else {
         return Err(format!("not the settings asked for: {first:?}"));
+    };
+    let version = {
+        let mut parts = version.split(['.', '-']);
+        let major = parts.next().and_then(|p| p.parse().ok());
+        let minor = parts.next().and_then(|p| p.parse().ok());
+        major.zip(minor)
     };
     let flag = |v: &str| v == "1" || v.eq_ignore_ascii_case("ON");
     let server_id = server_id
@@ -117,16 +126,23 @@ pub fn parse(answer: &str) -> Result<Server, String> {
         gtid_strict_mode: flag(gtid_strict_mode),
         account,
         privileges,
+        version,
     })
 }
 
 impl Server {
     /// Whether `privilege` (a name of [`BACKUP_GRANTS`] and the others) is in force.
+    /// `SUPER` carries the binlog and replica monitors and `BINLOG ADMIN` before MariaDB
+    /// 11.0 only (MDEV-29668 took them from it); a server whose version is unknown is
+    /// taken as 11 (the stricter reading).
     pub fn has(&self, privilege: &str) -> bool {
         const CARRIED_BY_SUPER: [&str; 3] = ["BINLOG MONITOR", "SLAVE MONITOR", "BINLOG ADMIN"];
+        let super_carries = self.version.is_some_and(|v| v < (11, 0));
         self.privileges.contains("ALL PRIVILEGES")
             || self.privileges.contains(privilege)
-            || (CARRIED_BY_SUPER.contains(&privilege) && self.privileges.contains("SUPER"))
+            || (super_carries
+                && CARRIED_BY_SUPER.contains(&privilege)
+                && self.privileges.contains("SUPER"))
     }
 
     /// The missing ones of `wanted`, as the statement that grants them.
@@ -199,7 +215,10 @@ mod tests {
     use super::*;
 
     fn server(grants: &str) -> Server {
-        parse(&format!("7\t1\t0\t0\tbackup@%\n{grants}")).unwrap()
+        parse(&format!(
+            "7\t1\t0\t0\tbackup@%\t10.11.19-MariaDB-log\n{grants}"
+        ))
+        .unwrap()
     }
 
     /// Grants of the account, its role and PUBLIC count; database-level ones and role
@@ -232,6 +251,12 @@ mod tests {
             ]
         );
         assert!(sup.has("BINLOG ADMIN") && !sup.has("REPLICATION SLAVE"));
+        assert_eq!(sup.version, Some((10, 11)));
+        // From 11.0, SUPER carries none of them.
+        let eleven =
+            parse("7\t1\t0\t0\ts@localhost\t11.4.2-MariaDB\nGRANT SUPER ON *.* TO `s`@`localhost`")
+                .unwrap();
+        assert!(!eleven.has("BINLOG ADMIN") && !eleven.has("SLAVE MONITOR"));
         let all = server("GRANT ALL PRIVILEGES ON *.* TO `root`@`localhost` WITH GRANT OPTION\n");
         assert_eq!(all.for_archive(true), Findings::default());
     }
@@ -239,7 +264,7 @@ mod tests {
     #[test]
     fn settings_that_stop_a_task_are_named() {
         let off =
-            parse("0\t0\t0\t0\tarch@127.0.0.1\nGRANT ALL PRIVILEGES ON *.* TO `arch`@`127.0.0.1`")
+            parse("0\t0\t0\t0\tarch@127.0.0.1\t10.11.19-MariaDB\nGRANT ALL PRIVILEGES ON *.* TO `arch`@`127.0.0.1`")
                 .unwrap();
         let f = off.for_archive(false);
         assert_eq!(f.missing.len(), 2, "{f:?}");

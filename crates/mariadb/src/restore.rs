@@ -525,12 +525,16 @@ fn reached(
         &plan.runs[..]
     };
     let mut last = None;
+    // A file that cannot be read leaves the position unknown: no state is written rather
+    // than one short of what was replayed (the server would reuse numbers).
+    let mut known = true;
     for run in runs {
         for f in files.iter().skip(run.first).take(run.count) {
             let Ok(applied) = std::fs::File::open(f)
                 .map_err(binlog::BinlogError::from)
                 .and_then(|mut file| binlog::applied(&mut file, stop, run.stop_at.as_ref()))
             else {
+                known = false;
                 continue;
             };
             last = last.max(applied.last_at);
@@ -543,7 +547,10 @@ fn reached(
             }
         }
     }
-    (last.max(backup_at), position.filter(|p| !p.is_empty()))
+    (
+        last.max(backup_at),
+        position.filter(|p| known && !p.is_empty()),
+    )
 }
 
 /// Increments of a chain downloaded and extracted at once, beside the base (issue 32 §3).

@@ -203,9 +203,16 @@ pub(crate) struct PolicySet {
     pub name: String,
     pub templates: Vec<String>,
     pub replicas: i32,
+    /// Its first ordinal (`spec.ordinals.start`, 0 unless set).
+    pub start: i32,
 }
 
 impl PolicySet {
+    /// Whether the set asks for the pod of `ordinal` (`start <= ordinal < start + replicas`).
+    pub fn asks_for(&self, ordinal: i32) -> bool {
+        self.start <= ordinal && ordinal < self.start.saturating_add(self.replicas)
+    }
+
     /// The ordinal of the pod that mounts `claim` (`<template>-<set>-<ordinal>`), when it
     /// is one of this set's claims.
     pub fn ordinal_of(&self, claim: &str) -> Option<i32> {
@@ -252,6 +259,7 @@ pub(crate) async fn policy_sets(
                 templates,
                 // Unset: the API's default, one.
                 replicas: spec.replicas.unwrap_or(1),
+                start: spec.ordinals.as_ref().and_then(|o| o.start).unwrap_or(0),
             })
         })
         .collect())

@@ -542,6 +542,22 @@ async fn claim_unused(ctx: &Context, ns: &str, claim: &str, job_name: &str) -> R
     }
 }
 
+/// Refuses while a pod other than the Job's uses `claim` (`ClaimInUse`) or a StatefulSet
+/// of the Restore's policy asks for the pod that mounts it (`StatefulSetScaledUp`).
+async fn still_alone(
+    ctx: &Context,
+    restore: &Restore,
+    claim: &str,
+    job_name: &str,
+) -> Result<(), Stop> {
+    let ns = restore.namespace().unwrap_or_default();
+    claim_unused(ctx, &ns, claim, job_name).await?;
+    match policy_of(ctx, restore).await {
+        Some(p) => set_scaled_down(ctx, &p, claim).await,
+        None => Ok(()),
+    }
+}
+
 /// The Restore's BackupPolicy, when it can be read.
 async fn policy_of(ctx: &Context, restore: &Restore) -> Option<BackupPolicy> {
     let ns = restore.namespace().unwrap_or_default();
@@ -565,15 +581,16 @@ async fn set_scaled_down(ctx: &Context, policy: &BackupPolicy, claim: &str) -> R
         let Some(ordinal) = set.ordinal_of(claim) else {
             continue;
         };
-        if set.replicas > ordinal {
+        if set.asks_for(ordinal) {
             return Err(Stop::Refuse(
                 "StatefulSetScaledUp",
                 format!(
-                    "StatefulSet {}/{} asks for {} replica(s), so its pod {}-{ordinal} would mount {claim} while it is restored: scale it to {ordinal} or fewer for the whole restore, and pause whatever scales it back (Argo CD auto-sync, Flux, an autoscaler: docs/operator.md, \"Restoring in place\")",
+                    "StatefulSet {}/{} asks for {} replica(s), so its pod {}-{ordinal} would mount {claim} while it is restored: scale it to {} or fewer for the whole restore, and pause whatever scales it back (Argo CD auto-sync, Flux, an autoscaler: docs/operator.md, \"Restoring in place\")",
                     policy.namespace().unwrap_or_default(),
                     set.name,
                     set.replicas,
-                    set.name
+                    set.name,
+                    (ordinal - set.start).max(0)
                 ),
             ));
         }
@@ -976,14 +993,9 @@ async fn follow(
             // A pod that started on the claim meanwhile: the Job stops before it swaps
             // the data directory under that pod.
             let claim = status.claim.clone().unwrap_or_default();
-            let checked = match claim_unused(ctx, &ns, &claim, job_name).await {
-                Ok(()) => match policy_of(ctx, restore).await {
-                    Some(p) => set_scaled_down(ctx, &p, &claim).await,
-                    None => Ok(()),
-                },
-                e => e,
-            };
-            if let Err(Stop::Refuse(reason, message)) = checked {
+            if let Err(Stop::Refuse(reason, message)) =
+                still_alone(ctx, restore, &claim, job_name).await
+            {
                 let _ = jobs
                     .delete(job_name, &kube::api::DeleteParams::foreground())
                     .await;
@@ -1006,6 +1018,18 @@ async fn follow(
             .await
         }
         Some(false) => {
+            // Scaled up (or a pod started) between the last look and the Job's end: the
+            // data is the restored one, but a pod may have started on the claim while it
+            // was replaced. Said, not called a success.
+            let claim = status.claim.clone().unwrap_or_default();
+            if let Err(Stop::Refuse(reason, message)) =
+                still_alone(ctx, restore, &claim, job_name).await
+            {
+                let message = format!(
+                    "{message}; the Job had finished: the claim holds the restored data, but a pod may have started on it while it was replaced — restart that pod before trusting it"
+                );
+                return refuse(ctx, api, restore, status, reason, &message).await;
+            }
             let now = ctx.clock.now();
             status.phase = Some("Succeeded".into());
             status.completed_at = Some(Time(now));

@@ -279,7 +279,8 @@ fn rate(
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VerifySpec {
-    /// Six-field cron with seconds, in the policy's `timeZone`, e.g. `0 30 3 * * *`.
+    /// Six-field cron, seconds first, in the policy's `timeZone`, e.g. `0 30 3 * * *`, or
+    /// a macro (`@daily`, …); five fields are refused.
     /// Without it, verification runs on demand only (the `tidemark.io/verify` annotation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 256))]
@@ -378,7 +379,8 @@ fn instant_annotation(
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RestoreTestSpec {
-    /// Six-field cron with seconds, in the policy's `timeZone`, e.g. `0 0 4 * * SUN`.
+    /// Six-field cron, seconds first, in the policy's `timeZone`, e.g. `0 0 4 * * SUN`, or
+    /// a macro (`@weekly`, …); five fields are refused.
     #[schemars(length(max = 256))]
     #[x_kube(validation = Rule::new(crate::cron::CRON_RULE).message(crate::cron::CRON_MESSAGE))]
     pub schedule: String,

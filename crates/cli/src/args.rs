@@ -49,7 +49,8 @@ pub enum Command {
     /// stops it (a running backup gets --grace to finish).
     Run(RunArgs),
     /// Print Tidemark's CustomResourceDefinitions (BackupPolicy, Backup, ScheduledBackup,
-    /// DeleteHook, VolumeClaimRetention) as YAML, for `kubectl apply -f -`.
+    /// DeleteHook, VolumeClaimRetention, Restore) as YAML, for `kubectl apply
+    /// --server-side -f -` (too large for a client-side apply's annotation).
     Crds(CrdsArgs),
     /// Print the operator's RBAC as YAML, for `kubectl apply -f -`: cluster-wide (what
     /// deploy/rbac.yaml holds), or with --namespace a Role in each listed namespace only;
@@ -470,7 +471,8 @@ pub struct RunArgs {
 
 #[derive(Debug, Args)]
 pub struct SimulateArgs {
-    /// Six-field cron, seconds first, e.g. "0 0 2 * * *" (every day at 02:00:00).
+    /// Six-field cron, seconds first, e.g. "0 0 2 * * *" (every day at 02:00:00), or a
+    /// macro (@hourly, @daily, @weekly, @monthly, @yearly); five fields are refused.
     #[arg(long, value_name = "CRON")]
     pub schedule: String,
     #[command(flatten)]

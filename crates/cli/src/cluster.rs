@@ -508,7 +508,7 @@ pub async fn restore_test(
         // The request is recorded with its Job, which goes only once the outcome is in
         // `last`: acted on and no Job is this test's outcome (no clock compared).
         let ended = test.last.filter(|_| acted && test.job.is_none()).map(|l| {
-            let json = serde_json::to_string(&l).unwrap_or_default();
+            let document = crate::output::rendered_as(args.output, &l);
             let what = format!(
                 "restore test of {}{}: {} ({} table(s) checked{})\n",
                 l.backup_id.as_deref().unwrap_or("the newest backup"),
@@ -525,11 +525,7 @@ pub async fn restore_test(
                 }
             );
             if l.passed {
-                Ok(if structured {
-                    format!("{json}\n")
-                } else {
-                    what
-                })
+                if structured { document } else { Ok(what) }
             } else {
                 Err(CliError::new(
                     Exit::Data,

@@ -897,9 +897,17 @@ pub(crate) fn emit_as(
     format: crate::args::OutputFormat,
     value: &impl serde::Serialize,
 ) -> Result<(), CliError> {
+    emit(&rendered_as(format, value)?)
+}
+
+/// The text [`emit_as`] prints.
+pub(crate) fn rendered_as(
+    format: crate::args::OutputFormat,
+    value: &impl serde::Serialize,
+) -> Result<String, CliError> {
     let internal =
         |e: &dyn std::fmt::Display| CliError::new(Exit::Internal, anyhow::anyhow!("{e}"));
-    let text = match format {
+    Ok(match format {
         crate::args::OutputFormat::Yaml => {
             let json = serde_json::to_value(value).map_err(|e| internal(&e))?;
             serde_saphyr::to_string(&json).map_err(|e| internal(&e))?
@@ -909,8 +917,7 @@ pub(crate) fn emit_as(
             text.push('\n');
             text
         }
-    };
-    emit(&text)
+    })
 }
 
 /// `text` without control characters (an event's note is anyone's text who may create

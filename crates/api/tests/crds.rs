@@ -40,7 +40,13 @@ fn deploy_crds_read_back_as_the_types() {
 /// ScheduledBackup no Ready condition yet).
 #[test]
 fn kinds_with_a_ready_condition_show_it() {
-    for kind in ["BackupPolicy", "Backup", "Restore", "VolumeClaimRetention"] {
+    for kind in [
+        "BackupPolicy",
+        "Backup",
+        "Restore",
+        "VolumeClaimRetention",
+        "ScheduledBackup",
+    ] {
         let crd = crd::all()
             .into_iter()
             .find(|c| c.spec.names.kind == kind)

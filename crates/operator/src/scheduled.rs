@@ -20,7 +20,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use tidemark_api::OwnerReferenceMode;
 use tidemark_api::crd::{Backup, BackupPolicy, ScheduledBackup, ScheduledBackupStatus};
-use tidemark_api::schedule::{IMMEDIATE_BACKUP_LABEL, SCHEDULED_BACKUP_LABEL};
+use tidemark_api::schedule::{BackupPhase, IMMEDIATE_BACKUP_LABEL, SCHEDULED_BACKUP_LABEL};
 use tidemark_core::schedule::{Child, ScheduleStatus};
 use tidemark_engine::EngineError;
 use tidemark_engine::schedule::{ScheduleState, Started, Tick, tick};
@@ -53,6 +53,7 @@ pub async fn reconcile(sb: Arc<ScheduledBackup>, ctx: Arc<Context>) -> Result<Ac
     }
     let invalid = |message: String| async {
         ctx.warn(&sb.object_ref(&()), "InvalidSpec", &message).await;
+        ready(&ctx, &sb, false, "InvalidSpec", &message).await;
         Err(Error::Invalid(message))
     };
     // Before any request is built from the spec (the policy's name goes into a path), and
@@ -93,9 +94,9 @@ pub async fn reconcile(sb: Arc<ScheduledBackup>, ctx: Arc<Context>) -> Result<Ac
             .set(gap.as_secs());
     }
     let Some(policy) = policy else {
-        return Err(Error::Missing(format!(
-            "BackupPolicy {ns}/{policy_name} (spec.policy.name) does not exist"
-        )));
+        let message = format!("BackupPolicy {ns}/{policy_name} (spec.policy.name) does not exist");
+        ready(&ctx, &sb, false, "PolicyMissing", &message).await;
+        return Err(Error::Missing(message));
     };
     chains_end(&ctx, &sb, &policy).await;
     let owner = match sb.spec.backup_owner_reference {
@@ -154,10 +155,126 @@ pub async fn reconcile(sb: Arc<ScheduledBackup>, ctx: Arc<Context>) -> Result<Ac
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .as_ref()
         .and_then(|s| s.next_schedule_time);
+    let newest = newest_child(&ctx, &ns, &name);
+    let (ok, reason, message) = health(spec.suspend, newest.as_ref());
+    ready(&ctx, &sb, ok, reason, &message).await;
     Ok(match next {
         Some(at) => Action::requeue(until(now, at)),
         None => Action::requeue(Duration::from_secs(3600)),
     })
+}
+
+/// The `Ready` condition's writer (its own field manager, beside `ChainsEnd`'s).
+const READY_MANAGER: &str = "tidemark-operator-ready";
+
+/// The newest Backup the schedule made (by its slot), with its phase and its `Ready`
+/// message, from the cache.
+fn newest_child(
+    ctx: &Context,
+    ns: &str,
+    schedule: &str,
+) -> Option<(String, Option<BackupPhase>, String)> {
+    ctx.backups
+        .state()
+        .iter()
+        .filter(|b| b.namespace().as_deref() == Some(ns))
+        .filter(|b| b.labels().get(SCHEDULED_BACKUP_LABEL).map(String::as_str) == Some(schedule))
+        .filter_map(|b| Some((crate::names::slot_of(&b.name_any(), schedule)?, b)))
+        .max_by_key(|(slot, _)| *slot)
+        .map(|(_, b)| {
+            let status = b.status.as_ref();
+            let said = status
+                .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+                .map(|c| c.message.clone())
+                .unwrap_or_default();
+            (b.name_any(), status.and_then(|s| s.phase), said)
+        })
+}
+
+/// A schedule's health (pure), for its `Ready` condition: `False` while its newest Backup
+/// failed (`LastBackupFailed`, naming it and why), else `True` — `Suspended`, or
+/// `Scheduled` (the next slot is `status.nextScheduleTime`: not in the message, which
+/// would change at every slot). A spec Tidemark refuses is `InvalidSpec`, a policy that
+/// does not exist `PolicyMissing`, both `False`, written where they are found.
+pub(crate) fn health(
+    suspend: bool,
+    newest: Option<&(String, Option<BackupPhase>, String)>,
+) -> (bool, &'static str, String) {
+    if let Some((name, Some(BackupPhase::Failed), why)) = newest {
+        let why: String = why.chars().take(512).collect();
+        return (
+            false,
+            "LastBackupFailed",
+            format!("its newest Backup {name} failed: {why}"),
+        );
+    }
+    if suspend {
+        return (
+            true,
+            "Suspended",
+            "suspended: no new Backups until spec.suspend is false".into(),
+        );
+    }
+    (
+        true,
+        "Scheduled",
+        "creating Backups at the schedule's slots (the next: status.nextScheduleTime)".into(),
+    )
+}
+
+/// Writes the `Ready` condition when it changed.
+async fn ready(ctx: &Context, sb: &ScheduledBackup, ok: bool, reason: &str, message: &str) {
+    let wanted = crate::status::condition(
+        &conditions_of(sb),
+        "Ready",
+        ok,
+        reason,
+        message,
+        sb.meta().generation,
+    );
+    write_condition(ctx, sb, "Ready", READY_MANAGER, Some(wanted)).await;
+}
+
+/// The schedule's conditions as last read.
+fn conditions_of(
+    sb: &ScheduledBackup,
+) -> Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    sb.status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default()
+}
+
+/// Applies the condition `kind` as `manager` (none: removes it) when it differs from the
+/// one the schedule carries.
+async fn write_condition(
+    ctx: &Context,
+    sb: &ScheduledBackup,
+    kind: &str,
+    manager: &str,
+    wanted: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+) {
+    let old = conditions_of(sb);
+    let current = old.iter().find(|c| c.type_ == kind);
+    let same = match (current, &wanted) {
+        (None, None) => true,
+        (Some(c), Some(w)) => {
+            c.status == w.status
+                && c.reason == w.reason
+                && c.message == w.message
+                && c.observed_generation == w.observed_generation
+        }
+        _ => false,
+    };
+    if same {
+        return;
+    }
+    let api: Api<ScheduledBackup> =
+        Api::namespaced(ctx.client.clone(), &sb.namespace().unwrap_or_default());
+    let value = serde_json::json!({ "conditions": wanted.into_iter().collect::<Vec<_>>() });
+    if let Err(e) = crate::status::apply(&api, &sb.name_any(), manager, value).await {
+        tracing::warn!(schedule = %sb.name_any(), error = %e, "{kind} condition");
+    }
 }
 
 /// The condition a schedule of incrementals carries (seed 002): whether its chains end.
@@ -178,12 +295,7 @@ pub(crate) fn chains_end_verdict(
 /// fulls only), with a `ChainsNeverEnd` Warning when a chain never ends.
 async fn chains_end(ctx: &Context, sb: &ScheduledBackup, policy: &BackupPolicy) {
     let verdict = chains_end_verdict(sb, policy);
-    let old: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> = sb
-        .status
-        .as_ref()
-        .map(|s| s.conditions.clone())
-        .unwrap_or_default();
-    let current = old.iter().find(|c| c.type_ == CHAINS_END_CONDITION);
+    let old = conditions_of(sb);
     let wanted = verdict.as_ref().map(|(ok, reason, message)| {
         crate::status::condition(
             &old,
@@ -198,25 +310,7 @@ async fn chains_end(ctx: &Context, sb: &ScheduledBackup, policy: &BackupPolicy) 
         ctx.warn(&sb.object_ref(&()), "ChainsNeverEnd", message)
             .await;
     }
-    let same = match (current, &wanted) {
-        (None, None) => true,
-        (Some(c), Some(w)) => {
-            c.status == w.status
-                && c.reason == w.reason
-                && c.message == w.message
-                && c.observed_generation == w.observed_generation
-        }
-        _ => false,
-    };
-    if same {
-        return;
-    }
-    let api: Api<ScheduledBackup> =
-        Api::namespaced(ctx.client.clone(), &sb.namespace().unwrap_or_default());
-    let value = serde_json::json!({ "conditions": wanted.into_iter().collect::<Vec<_>>() });
-    if let Err(e) = crate::status::apply(&api, &sb.name_any(), CHAINS_END_MANAGER, value).await {
-        tracing::warn!(schedule = %sb.name_any(), error = %e, "ChainsEnd condition");
-    }
+    write_condition(ctx, sb, CHAINS_END_CONDITION, CHAINS_END_MANAGER, wanted).await;
 }
 
 /// From `now` to `at`, at least 100 ms and at most an hour (a schedule is re-read hourly
@@ -457,6 +551,43 @@ mod tests {
         assert_eq!(verdict(&forever, &merging), Some((true, "Consolidated")));
         assert_eq!(verdict(&every, &plain), Some((true, "FullEveryN")));
         assert_eq!(verdict(&schedule(serde_json::Value::Null), &plain), None);
+    }
+
+    /// Ready follows the newest Backup: a failed one makes the schedule not Ready, naming
+    /// it; a later one that did not fail makes it Ready again; suspended is Ready.
+    #[test]
+    fn a_schedule_is_ready_unless_its_newest_backup_failed() {
+        let failed = (
+            "nightly-20261130020000".to_owned(),
+            Some(BackupPhase::Failed),
+            "mariabackup exited with status 1".to_owned(),
+        );
+        let (ok, reason, message) = health(false, Some(&failed));
+        assert!(!ok);
+        assert_eq!(reason, "LastBackupFailed");
+        assert!(
+            message.contains("nightly-20261130020000") && message.contains("status 1"),
+            "{message}"
+        );
+        assert!(
+            !health(true, Some(&failed)).0,
+            "suspended does not hide a failure"
+        );
+        let running = (
+            "nightly-20261201020000".to_owned(),
+            Some(BackupPhase::Running),
+            String::new(),
+        );
+        assert_eq!(health(false, Some(&running)).1, "Scheduled");
+        assert_eq!(
+            health(true, None),
+            (
+                true,
+                "Suspended",
+                "suspended: no new Backups until spec.suspend is false".to_owned()
+            )
+        );
+        assert!(health(false, None).0);
     }
 
     #[test]

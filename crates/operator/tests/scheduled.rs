@@ -68,6 +68,26 @@ async fn complete(client: &Client, ns: &str, name: &str) {
     .unwrap();
 }
 
+/// The schedule's `Ready` condition, once it has one.
+async fn ready(client: &Client, ns: &str, name: &str) -> Option<serde_json::Value> {
+    let s = status(client, ns, name).await;
+    s["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .cloned()
+}
+
+/// Waits until the schedule's `Ready` condition has `reason`; returns it.
+async fn ready_with(client: &Client, ns: &str, name: &str, reason: &str) -> serde_json::Value {
+    eventually(&format!("{name} Ready with reason {reason}"), || async {
+        ready(client, ns, name)
+            .await
+            .filter(|c| c["reason"] == reason)
+    })
+    .await
+}
+
 async fn status(client: &Client, ns: &str, name: &str) -> serde_json::Value {
     let api: Api<ScheduledBackup> = Api::namespaced(client.clone(), ns);
     serde_json::to_value(api.get(name).await.unwrap().status).unwrap()
@@ -151,6 +171,9 @@ async fn immediate_backup_then_adoption_after_restart(
     .await;
     assert!(st.get("lastCheckTime").is_some(), "{st}");
     assert!(st.get("nextScheduleTime").is_some(), "{st}");
+    // Issue 46 §4: kubectl, Argo and Flux read its health from Ready.
+    let r = ready_with(admin, ns, "nightly", "Scheduled").await;
+    assert_eq!(r["status"], "True", "{r}");
 
     // The operator stops; the status patch is "lost"; a new operator starts.
     op.stop().await;
@@ -396,6 +419,8 @@ async fn suspend_stops_new_backups_only(admin: &Client) {
         vec![first.name_any()],
         "a suspended schedule created a Backup"
     );
+    let r = ready_with(admin, ns, "paused", "Suspended").await;
+    assert_eq!(r["status"], "True", "{r}");
     api.patch(
         "paused",
         &PatchParams::default(),
@@ -403,10 +428,39 @@ async fn suspend_stops_new_backups_only(admin: &Client) {
     )
     .await
     .unwrap();
-    eventually("a Backup after resuming", || async {
-        (children(admin, ns, "paused").await.len() == 2).then_some(())
+    let second = eventually("a Backup after resuming", || async {
+        let c = children(admin, ns, "paused").await;
+        (c.len() == 2).then(|| c[1].clone())
     })
     .await;
+    // Its newest Backup failed (suspended first, so no newer one follows it): not Ready,
+    // naming it and why — suspended or not.
+    api.patch(
+        "paused",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"suspend": true}})),
+    )
+    .await
+    .unwrap();
+    let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
+    backups
+        .patch_status(
+            &second.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "failed", "conditions": [{
+                "type": "Ready", "status": "False", "reason": "BackupFailed",
+                "message": "mariabackup exited with status 1",
+                "lastTransitionTime": "2026-11-30T00:00:00Z"}]}})),
+        )
+        .await
+        .unwrap();
+    let r = ready_with(admin, ns, "paused", "LastBackupFailed").await;
+    assert_eq!(r["status"], "False", "{r}");
+    let said = r["message"].as_str().unwrap();
+    assert!(
+        said.contains(&second.name_any()) && said.contains("status 1"),
+        "{said}"
+    );
 }
 
 /// A spec the API server accepts (v1.20 has no CEL) but Tidemark refuses: a Warning event
@@ -436,6 +490,12 @@ async fn invalid_spec_is_reported(admin: &Client) {
     let note = ev.note.unwrap_or_default();
     assert!(note.contains("spec.schedule"), "{note}");
     assert!(children(admin, ns, "seven-fields").await.is_empty());
+    let r = ready_with(admin, ns, "seven-fields", "InvalidSpec").await;
+    assert_eq!(r["status"], "False", "{r}");
+    assert!(
+        r["message"].as_str().unwrap().contains("spec.schedule"),
+        "{r}"
+    );
     // Seed 001: five fields are refused, with the six-field form of what was typed (read
     // as six, "0 2 * * *" would fire at 00:00 on the 2nd of each month).
     schedule(

@@ -248,6 +248,28 @@ fn the_chart_carries_the_monitoring() {
         rule["spec"]["groups"], file["groups"],
         "the rules are the file's"
     );
+    // Runbooks where the docs are served.
+    let elsewhere = render(
+        "tidemark",
+        "tidemark-system",
+        &[
+            "--set",
+            "prometheusRule.enabled=true,prometheusRule.runbookBaseUrl=https://git.example.com/ops/runbooks.md",
+        ],
+    );
+    let urls: Vec<String> = find(&elsewhere, "PrometheusRule")["spec"]["groups"][0]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["annotations"]["runbook_url"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(!urls.is_empty());
+    for url in &urls {
+        assert!(
+            url.starts_with("https://git.example.com/ops/runbooks.md#tidemark"),
+            "{url}"
+        );
+    }
     let dashboard = find(&monitored, "ConfigMap");
     assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1");
     assert_eq!(

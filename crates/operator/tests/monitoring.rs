@@ -47,6 +47,46 @@ fn the_rules_pass_promtool_check_and_their_unit_tests() {
     }
 }
 
+/// Issue 46 §4: every alert links its runbook — its own section of docs/runbooks.md, which
+/// says what it means, what to check and what to do — and the page has no section for an
+/// alert that does not exist.
+#[test]
+fn every_alert_has_a_runbook() {
+    const BASE: &str = "https://example.invalid/tidemark/blob/main/docs/runbooks.md";
+    let rules = yaml(RULES);
+    let page = read("docs/runbooks.md");
+    let sections: Vec<&str> = page.split("\n## ").skip(1).collect();
+    let mut alerts = BTreeSet::new();
+    for rule in rules["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_array().unwrap())
+    {
+        let Some(alert) = rule["alert"].as_str() else {
+            continue;
+        };
+        alerts.insert(alert.to_owned());
+        assert_eq!(
+            rule["annotations"]["runbook_url"],
+            format!("{BASE}#{}", alert.to_lowercase()),
+            "{alert}"
+        );
+        let section = sections
+            .iter()
+            .find(|s| s.lines().next() == Some(alert))
+            .unwrap_or_else(|| panic!("docs/runbooks.md has no section {alert}"));
+        for part in ["**Means.**", "**Check.**", "**Do.**"] {
+            assert!(section.contains(part), "{alert}: no {part}");
+        }
+    }
+    let documented: BTreeSet<String> = sections
+        .iter()
+        .filter_map(|s| s.lines().next().map(str::to_owned))
+        .collect();
+    assert_eq!(documented, alerts, "runbooks of alerts that do not exist");
+}
+
 /// Every alert has a unit test in which it fires and one in which it does not.
 #[test]
 fn every_alert_is_tested_firing_and_quiet() {

@@ -10,6 +10,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::time::Duration;
 
@@ -44,6 +45,30 @@ pub struct CopyLabels {
     pub namespace: String,
     pub policy: String,
     pub copy: String,
+}
+
+/// The running build (`tidemark_build_info`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    pub version: String,
+}
+
+/// The buckets of backup durations, in seconds: 30 s to 12 h.
+pub const BACKUP_DURATION_BUCKETS: [f64; 12] = [
+    30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 43200.0,
+];
+
+/// Completed backups' durations, by policy: a histogram family (its constructor is the
+/// buckets, so it cannot be `Default` by derivation).
+#[derive(Debug, Clone)]
+pub struct BackupDurations(pub Family<PolicyLabels, Histogram, fn() -> Histogram>);
+
+impl Default for BackupDurations {
+    fn default() -> Self {
+        BackupDurations(Family::new_with_constructor(|| {
+            Histogram::new(BACKUP_DURATION_BUCKETS)
+        }))
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -139,6 +164,10 @@ pub struct Metrics {
     pub ready: AtomicBool,
     /// 1 while this replica leads.
     pub leader: Gauge,
+    /// Each completed backup's duration, observed once when it completes.
+    pub backup_duration: BackupDurations,
+    /// 1, labelled with the version running.
+    pub build_info: Family<BuildLabels, Gauge>,
 }
 
 impl Metrics {
@@ -360,7 +389,31 @@ impl Metrics {
             "1 while this replica holds the leader lease",
             self.leader.clone(),
         );
+        r.register(
+            "backup_duration_seconds",
+            "Durations of completed Backups, from start to commit, by policy",
+            self.backup_duration.0.clone(),
+        );
+        self.build_info
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+            })
+            .set(1);
+        r.register(
+            "build_info",
+            "1, labelled with the operator's version",
+            self.build_info.clone(),
+        );
         r
+    }
+
+    /// A Backup of `labels`' policy completed now, after `seconds` (observed once, at its
+    /// end: not again when the Backup is seen at start-up).
+    pub fn backup_took(&self, labels: &PolicyLabels, seconds: f64) {
+        self.backup_duration
+            .0
+            .get_or_create(labels)
+            .observe(seconds.max(0.0));
     }
 
     /// A Backup of `labels`' policy ended now (counted once, when its status says so).
@@ -565,6 +618,7 @@ impl Metrics {
             self.retention_passes.remove(&l);
             self.backups.remove(&l);
         }
+        self.backup_duration.0.remove(labels);
     }
 
     /// A policy's outcome counters at 0 (`ok` passes, `succeeded` and `failed` backups), so
@@ -825,6 +879,7 @@ mod tests {
         for l in [&gone, &kept] {
             m.policy_seen(l);
             m.backup_ended(l, false);
+            m.backup_took(l, 90.0);
             m.last_successful_backup.get_or_create(l).set(1);
             m.restore_test_passed.get_or_create(l).set(1);
             m.binlog_archive_lag.get_or_create(l).set(1);
@@ -869,6 +924,11 @@ mod tests {
             r#"tidemark_binlog_archive_lag_seconds{namespace="t",policy="kept"} 1"#,
             r#"tidemark_schedule_interval_seconds{namespace="t",policy="kept",schedule="s"} 60"#,
             r#"tidemark_copy_lag_seconds{namespace="t",policy="kept",copy="dr"} 5"#,
+            // 90 s: in the 120 s bucket, not the 60 s one.
+            r#"tidemark_backup_duration_seconds_bucket{le="60.0",namespace="t",policy="kept"} 0"#,
+            r#"tidemark_backup_duration_seconds_bucket{le="120.0",namespace="t",policy="kept"} 1"#,
+            r#"tidemark_backup_duration_seconds_count{namespace="t",policy="kept"} 1"#,
+            r#"tidemark_build_info{version=""#,
         ] {
             assert!(text.contains(kept), "{kept} in {text}");
         }

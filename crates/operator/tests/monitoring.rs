@@ -174,6 +174,7 @@ fn exposition(text: bool) -> String {
     ] {
         g.get_or_create(&p).set(1);
     }
+    m.backup_took(&p, 90.0);
     m.schedule_interval
         .get_or_create(&ScheduleLabels {
             namespace: "ns".into(),

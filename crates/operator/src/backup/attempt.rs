@@ -238,6 +238,7 @@ pub(crate) async fn settle(
             metrics.backup_ended(&labels, true);
             if let Some(at) = m.completed_at {
                 metrics.backup_completed(&labels, Some(m.started_at), at, done.size);
+                metrics.backup_took(&labels, at.duration_since(m.started_at).as_secs_f64());
             }
             tracing::info!(backup = %backup.name_any(), id, "backup completed");
             // A Normal event, as `kubectl describe` and event pipelines expect of an end.

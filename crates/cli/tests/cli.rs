@@ -2387,3 +2387,37 @@ fn plan_against_previews_a_policy_change() {
     let gc = run(&["gc", "--policy", &new, "--against", &current, "--now", NOW]);
     assert_eq!(gc.status.code(), Some(2), "{}", stderr(&gc));
 }
+
+/// Issue 46 §5: the README's sample `plan` output is the real command's, as the README says
+/// to run it: each of its lines is a line of the output, in order (`…` stands for lines
+/// left out).
+#[test]
+fn the_readme_sample_plan_is_the_real_output() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let command =
+        "cargo run -p tidemark -- plan --policy examples/policy.yaml --now 2026-11-20T12:00:00Z";
+    assert!(
+        readme.contains(command),
+        "the README no longer says {command}"
+    );
+    let at = readme
+        .find("```\nACTION  BACKUP-ID")
+        .expect("the README's sample plan");
+    let sample = &readme[at + 4..];
+    let sample = &sample[..sample.find("```").unwrap()];
+    let out = bin()
+        .current_dir(&root)
+        .args(["plan", "--policy", "examples/policy.yaml", "--now", NOW])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let real = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut lines = real.lines().map(str::trim_end);
+    for want in sample.lines().map(str::trim_end).filter(|l| *l != "…") {
+        assert!(
+            lines.any(|l| l == want),
+            "README line {want:?} is not (in order) in the output:\n{real}"
+        );
+    }
+}

@@ -458,6 +458,57 @@ fn releases_do_not_collide_and_the_schema_refuses_mistakes() {
     }
 }
 
+/// Issue 46 §4: the chart passes `helm lint --strict` (with its defaults and with
+/// monitoring on), states the Kubernetes it needs, and takes the values charts are expected
+/// to have: `nameOverride` and `image.digest`.
+#[test]
+fn the_chart_lints_strictly_and_takes_the_usual_values() {
+    for args in [
+        vec![],
+        vec![
+            "--set",
+            "prometheusRule.enabled=true,metrics.serviceMonitor.enabled=true,grafanaDashboard.enabled=true",
+        ],
+    ] {
+        let out = helm()
+            .args(["lint", "--strict", &chart()])
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "helm lint --strict {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let meta = docs(&read("deploy/helm/tidemark/Chart.yaml")).remove(0);
+    assert_eq!(meta["kubeVersion"], ">= 1.20.0-0");
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let rendered = render(
+        "rel",
+        "ops",
+        &[
+            "--set",
+            &format!("nameOverride=backups,image.digest={digest}"),
+        ],
+    );
+    let deployment = find(&rendered, "Deployment");
+    assert_eq!(deployment["metadata"]["name"], "rel-backups");
+    assert_eq!(
+        deployment["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"],
+        "tidemark-backups"
+    );
+    let c = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["image"], format!("ghcr.io/tidemark/tidemark@{digest}"));
+    let out = helm()
+        .args(["template", "t", &chart(), "--set", "image.digest=latest"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("digest"), "{err}");
+}
+
 #[test]
 fn the_deployment_runs_as_the_bound_service_account() {
     let deployment = &docs(&read("deploy/operator.yaml"))[0];

@@ -248,6 +248,60 @@ fn the_chart_carries_the_monitoring() {
         rule["spec"]["groups"], file["groups"],
         "the rules are the file's"
     );
+    // Relabelings on both monitors; an alert left out; rules of one's own beside them.
+    let values = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        values.path(),
+        r#"
+metrics:
+  serviceMonitor: {enabled: true, relabelings: [{targetLabel: cluster, replacement: prod-eu}], metricRelabelings: [{action: drop, sourceLabels: [__name__], regex: tidemark_reconciles_total}]}
+  podMonitor: {enabled: true, relabelings: [{targetLabel: cluster, replacement: prod-eu}]}
+prometheusRule:
+  enabled: true
+  disabledAlerts: [TidemarkCopyBehind]
+  additionalRules: [{alert: TeamBackupsSlow, expr: "tidemark_last_backup_duration_seconds > 7200", for: 1h}]
+"#,
+    )
+    .unwrap();
+    let tuned = render(
+        "tidemark",
+        "tidemark-system",
+        &["-f", values.path().to_str().unwrap()],
+    );
+    let endpoint = &find(&tuned, "ServiceMonitor")["spec"]["endpoints"][0];
+    assert_eq!(endpoint["relabelings"][0]["replacement"], "prod-eu");
+    assert_eq!(endpoint["metricRelabelings"][0]["action"], "drop");
+    assert_eq!(
+        find(&tuned, "PodMonitor")["spec"]["podMetricsEndpoints"][0]["relabelings"][0]["targetLabel"],
+        "cluster"
+    );
+    let groups = &find(&tuned, "PrometheusRule")["spec"]["groups"];
+    let alerts: Vec<&str> = groups[0]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["alert"].as_str().unwrap())
+        .collect();
+    assert!(
+        !alerts.contains(&"TidemarkCopyBehind") && alerts.contains(&"TidemarkBackupMissing"),
+        "{alerts:?}"
+    );
+    assert_eq!(groups[1]["rules"][0]["alert"], "TeamBackupsSlow");
+    // autodetect: a monitor only where the cluster serves the Prometheus operator's API.
+    let auto = [
+        "--set",
+        "metrics.serviceMonitor.enabled=true,metrics.serviceMonitor.autodetect=true",
+    ];
+    assert!(
+        !render("tidemark", "tidemark-system", &auto)
+            .iter()
+            .any(|d| d["kind"] == "ServiceMonitor")
+    );
+    let with_api = [&auto[..], &["--api-versions", "monitoring.coreos.com/v1"]].concat();
+    find(
+        &render("tidemark", "tidemark-system", &with_api),
+        "ServiceMonitor",
+    );
     // Runbooks where the docs are served.
     let elsewhere = render(
         "tidemark",

@@ -563,6 +563,65 @@ fn the_chart_lints_strictly_and_takes_the_usual_values() {
     assert!(!out.status.success() && err.contains("digest"), "{err}");
 }
 
+/// Numbers as f64 (Go reads 10000.0 and prints 10000): documents Go wrote compare with
+/// ours.
+fn floats(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Number(n) => {
+            *v = serde_json::json!(n.as_f64().unwrap());
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(floats),
+        serde_json::Value::Object(m) => m.values_mut().for_each(floats),
+        _ => {}
+    }
+}
+
+/// Issue 46 §4: `crds.managed` renders the CRDs as templates — the committed ones, as Go
+/// reads them, only labelled and kept on uninstall — so `helm upgrade` upgrades them.
+#[test]
+fn managed_crds_are_the_committed_ones_upgraded_by_helm() {
+    let rendered = render(
+        "tidemark",
+        "tidemark-system",
+        &["--set", "crds.managed=true"],
+    );
+    let mut templated: Vec<serde_json::Value> = rendered
+        .into_iter()
+        .filter(|d| d["kind"] == "CustomResourceDefinition")
+        .collect();
+    let committed = json(docs(&read("deploy/helm/tidemark/crds/tidemark.io.yaml")));
+    assert_eq!(templated.len(), committed.len());
+    for t in &mut templated {
+        let meta = t["metadata"].as_object_mut().unwrap();
+        assert_eq!(
+            meta["annotations"]["helm.sh/resource-policy"], "keep",
+            "{meta:?}"
+        );
+        assert_eq!(meta["labels"]["app.kubernetes.io/managed-by"], "Helm");
+        meta.remove("annotations");
+        meta.remove("labels");
+    }
+    let name = |d: &serde_json::Value| d["metadata"]["name"].as_str().unwrap().to_owned();
+    for c in &committed {
+        let t = templated.iter().find(|t| name(t) == name(c)).unwrap();
+        let (mut t, mut c) = (t.clone(), c.clone());
+        floats(&mut t);
+        floats(&mut c);
+        assert!(t == c, "{} differs as Helm renders it", name(&c));
+    }
+    let off = render("tidemark", "tidemark-system", &[]);
+    assert!(!off.iter().any(|d| d["kind"] == "CustomResourceDefinition"));
+    let out = helm()
+        .args(["lint", "--strict", &chart(), "--set", "crds.managed=true"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
 #[test]
 fn the_deployment_runs_as_the_bound_service_account() {
     let deployment = &docs(&read("deploy/operator.yaml"))[0];
@@ -620,17 +679,6 @@ fn go_yaml_reads_the_crds_as_the_types() {
         "helm template: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // Numbers as f64 on both sides (Go reads 10000.0 and prints 10000).
-    fn floats(v: &mut serde_json::Value) {
-        match v {
-            serde_json::Value::Number(n) => {
-                *v = serde_json::json!(n.as_f64().unwrap());
-            }
-            serde_json::Value::Array(a) => a.iter_mut().for_each(floats),
-            serde_json::Value::Object(m) => m.values_mut().for_each(floats),
-            _ => {}
-        }
-    }
     let read_by_go: Vec<serde_json::Value> = String::from_utf8(out.stdout)
         .unwrap()
         .lines()

@@ -563,6 +563,37 @@ fn the_chart_lints_strictly_and_takes_the_usual_values() {
     assert!(!out.status.success() && err.contains("digest"), "{err}");
 }
 
+/// Issue 46 §4: the chart's README is generated from its values.yaml (every value, its
+/// default and its comments): the committed one is what the generator prints now, and it
+/// names every value.
+#[test]
+fn the_chart_readme_is_generated_from_the_values() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = std::process::Command::new("python3")
+        .arg(root.join("scripts/chart-readme.py"))
+        .output()
+        .expect("python3 (scripts/test.sh installs it) runs scripts/chart-readme.py");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let generated = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        read("deploy/helm/tidemark/README.md"),
+        generated,
+        "deploy/helm/tidemark/README.md is stale: run scripts/gen-deploy.sh"
+    );
+    for key in [
+        "`crds.managed`",
+        "`image.digest`",
+        "`prometheusRule.runbookBaseUrl`",
+        "`metrics.serviceMonitor.relabelings`",
+    ] {
+        assert!(generated.contains(key), "{key}");
+    }
+}
+
 /// Numbers as f64 (Go reads 10000.0 and prints 10000): documents Go wrote compare with
 /// ours.
 fn floats(v: &mut serde_json::Value) {

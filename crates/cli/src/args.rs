@@ -313,7 +313,7 @@ pub struct BackupArgs {
     #[arg(long)]
     pub wait: bool,
     /// With --wait: give up waiting after this long (the backup goes on), e.g. 30m.
-    #[arg(long, value_name = "DURATION", default_value = "1h")]
+    #[arg(long, value_name = "DURATION", default_value = "1h", requires = "wait")]
     pub timeout: String,
 }
 
@@ -718,10 +718,20 @@ pub struct ArchiveArgs {
     #[arg(long, value_name = "DIR")]
     pub spool: Option<PathBuf>,
     /// With --from-server: the `mariadb` client (asks SHOW BINARY LOGS).
-    #[arg(long, value_name = "PATH", default_value = "mariadb")]
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "mariadb",
+        requires = "from_server"
+    )]
     pub mariadb: PathBuf,
     /// With --from-server: the `mariadb-binlog` program.
-    #[arg(long, value_name = "PATH", default_value = "mariadb-binlog")]
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "mariadb-binlog",
+        requires = "from_server"
+    )]
     pub mariadb_binlog: PathBuf,
     /// The `@@server_id` of the server the cluster says is primary: only it starts a new
     /// timeline (after a failover), so an old primary still writing, or a server whose
@@ -1049,8 +1059,9 @@ pub enum OutputFormat {
     Json,
     /// The same document as `json`, in YAML.
     Yaml,
-    /// The table, with more columns where a command lists backups (`ls`, `plan`): when it
-    /// started, its exact bytes, compression, encryption, lock and log position.
+    /// The table, with more columns where a command lists backups (`ls`, `plan`, `gc`):
+    /// when it started, its exact bytes, compression, encryption, lock and log position.
+    /// Other commands print their table.
     Wide,
 }
 

@@ -469,6 +469,10 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
                 let mut out = ArchivePassOut::from(r);
                 out.purge = purged;
                 out.purge_replicas = purged_replicas;
+                // Watching, one YAML document per pass: a stream, each opened by `---`.
+                if !args.once && args.output == crate::args::OutputFormat::Yaml {
+                    crate::output::emit("---\n")?;
+                }
                 crate::output::emit_as(args.output, &out)?;
             }
             Ok(r) => {

@@ -2421,3 +2421,27 @@ fn the_readme_sample_plan_is_the_real_output() {
         );
     }
 }
+
+/// Issue 46 §4: a flag that only means something with another is refused without it (exit
+/// 2, naming the one missing) rather than ignored.
+#[test]
+fn a_flag_of_another_mode_is_refused_not_ignored() {
+    for (args, needs) in [
+        (vec!["backup", "shop", "--timeout", "5m"], "--wait"),
+        (
+            vec![
+                "archive-binlogs",
+                "--binlog-index",
+                "/nonexistent/i",
+                "--once",
+                "--mariadb-binlog",
+                "/usr/bin/mariadb-binlog",
+            ],
+            "--from-server",
+        ),
+    ] {
+        let out = run(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(needs), "{args:?}: {}", stderr(&out));
+    }
+}

@@ -118,6 +118,14 @@ pub async fn policy(
             ))
         })?,
     };
+    let endpoint = p
+        .spec
+        .object_store
+        .as_ref()
+        .and_then(|o| o.endpoint.as_deref());
+    if let Some(why) = reachable_only_inside(endpoint, &ns, name).await {
+        return Err(CliError::new(Exit::Store, anyhow::anyhow!(why)));
+    }
     let store =
         tidemark_operator::stores::open_store(&client, &p, Duration::from_secs(60), true, &[])
             .await
@@ -191,6 +199,67 @@ pub async fn policy(
         restore_holds,
         hooks,
     })
+}
+
+/// The host of an endpoint URL (`http://minio.minio.svc:9000` → `minio.minio.svc`).
+fn endpoint_host(endpoint: &str) -> Option<(String, u16)> {
+    let rest = endpoint.split_once("://").map_or(endpoint, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => {
+            let (h, after) = v6.split_once(']')?;
+            (
+                h.to_owned(),
+                after.strip_prefix(':').and_then(|p| p.parse().ok()),
+            )
+        }
+        None => match authority.rsplit_once(':') {
+            Some((h, p)) => (h.to_owned(), p.parse().ok()),
+            None => (authority.to_owned(), None),
+        },
+    };
+    let port = port.unwrap_or(if endpoint.starts_with("http://") {
+        80
+    } else {
+        443
+    });
+    (!host.is_empty()).then_some((host, port))
+}
+
+/// Whether a name is one only a cluster's DNS answers: a Service's (`minio.minio.svc`,
+/// `….svc.cluster.local`). Other names are looked up.
+fn cluster_internal_name(host: &str) -> bool {
+    let host = host.trim_end_matches('.');
+    host.ends_with(".svc") || host.ends_with(".cluster.local")
+}
+
+/// Why a policy's store cannot be reached from here, when its endpoint is a name only the
+/// cluster's DNS answers (or one that does not resolve here) and this is not a pod: said at
+/// once, with how to run the command inside the cluster (issue 46 §4), rather than after
+/// the store's retries.
+async fn reachable_only_inside(endpoint: Option<&str>, ns: &str, name: &str) -> Option<String> {
+    if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
+        return None;
+    }
+    let endpoint = endpoint?;
+    let (host, port) = endpoint_host(endpoint)?;
+    let why = if cluster_internal_name(&host) {
+        "a name only the cluster's DNS answers"
+    } else {
+        let lookup = tokio::net::lookup_host((host.as_str(), port));
+        let resolved = match tokio::time::timeout(Duration::from_secs(5), lookup).await {
+            Ok(Ok(addrs)) => addrs.count() > 0,
+            _ => false,
+        };
+        if resolved {
+            return None;
+        }
+        "a name that does not resolve here"
+    };
+    Some(format!(
+        "BackupPolicy {ns}/{name}'s store endpoint {endpoint} is {why}: the store is reachable only from inside the cluster. Run the same command there, e.g. in the operator's pod, which has the binary and the rights: kubectl exec -n tidemark-system deploy/tidemark-operator -- /tidemark <command> {name} -n {ns}"
+    ))
 }
 
 /// `tidemark backup <policy> [--wait]`.
@@ -1029,4 +1098,41 @@ fn indent(rows: &[Vec<String>], header: &[&str]) -> String {
         .lines()
         .map(|l| format!("  {l}\n"))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The host and port of an endpoint, whatever its form; a Service's name is told from
+    /// a name the machine may resolve.
+    #[test]
+    fn an_endpoint_names_its_host() {
+        let cases = [
+            (
+                "http://minio.minio.svc:9000",
+                Some(("minio.minio.svc", 9000)),
+            ),
+            ("https://s3.example.com", Some(("s3.example.com", 443))),
+            ("http://10.0.0.5", Some(("10.0.0.5", 80))),
+            ("https://[fd00::1]:8443/path?x#y", Some(("fd00::1", 8443))),
+            (
+                "https://user@minio.ns.svc.cluster.local/",
+                Some(("minio.ns.svc.cluster.local", 443)),
+            ),
+            ("https://", None),
+        ];
+        for (endpoint, want) in cases {
+            let got = endpoint_host(endpoint);
+            assert_eq!(
+                got.as_ref().map(|(h, p)| (h.as_str(), *p)),
+                want,
+                "{endpoint}"
+            );
+        }
+        assert!(cluster_internal_name("minio.minio.svc"));
+        assert!(cluster_internal_name("minio.minio.svc.cluster.local."));
+        assert!(!cluster_internal_name("s3.example.com"));
+        assert!(!cluster_internal_name("minio"));
+    }
 }

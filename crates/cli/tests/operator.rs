@@ -497,6 +497,38 @@ async fn a_backup_job_on_the_node_then_point_in_time_restore() {
     };
     let ls = kubectl_tidemark(&["ls", "shop", "-n", ns, "--output", "json"]);
     assert!(ls.to_string().contains(&id), "{ls}");
+    // A store reachable only inside the cluster (a Service name): said at once, with how
+    // to run the command there (issue 46 §4).
+    let policies: Api<tidemark_api::crd::BackupPolicy> = Api::namespaced(admin.clone(), ns);
+    let mut inside = policies.get("shop").await.unwrap();
+    inside.metadata = kube::api::ObjectMeta {
+        name: Some("inside".into()),
+        ..Default::default()
+    };
+    inside.status = None;
+    inside.spec.object_store.as_mut().unwrap().endpoint =
+        Some("http://minio.minio.svc:9000".into());
+    policies
+        .create(&PostParams::default(), &inside)
+        .await
+        .unwrap();
+    let out = std::process::Command::new(&plugin)
+        .args(["ls", "inside", "-n", ns])
+        .env("KUBECONFIG", cluster.kubeconfig())
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", common::stderr(&out));
+    let said = common::stderr(&out);
+    assert!(
+        said.contains("reachable only from inside the cluster")
+            && said.contains("kubectl exec -n tidemark-system deploy/tidemark-operator -- /tidemark <command> inside"),
+        "{said}"
+    );
+    policies
+        .delete("inside", &Default::default())
+        .await
+        .unwrap();
     let plan = kubectl_tidemark(&["plan", "shop", "-n", ns, "--output", "json"]);
     assert_eq!(plan["backups"][0]["backupId"], id.as_str(), "{plan}");
     assert_eq!(plan["backups"][0]["action"], "keep", "{plan}");

@@ -1354,17 +1354,12 @@ fn network_login(db: &MariaDb, user: &str, password: &str) -> Vec<String> {
         "CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'; GRANT ALL ON *.* TO '{user}'@'%'; \
          CREATE USER '{user}'@'localhost' IDENTIFIED BY '{password}'; GRANT ALL ON *.* TO '{user}'@'localhost';"
     ));
-    let options = db.scratch().join(format!("{user}.cnf"));
-    std::fs::write(
-        &options,
-        format!("[client]\nuser={user}\npassword={password}\n"),
+    login_file(
+        db,
+        user,
+        password,
+        &["--host=127.0.0.1".to_owned(), format!("--port={}", db.port)],
     )
-    .unwrap();
-    vec![
-        format!("--defaults-extra-file={}", options.display()),
-        "--host=127.0.0.1".to_owned(),
-        format!("--port={}", db.port),
-    ]
 }
 
 /// Every file under `dir`.
@@ -2796,15 +2791,16 @@ fn a_restored_server_continues_the_history_on_a_new_timeline() {
     }
     env.archive();
 
+    // A restore into `dir` (along `extra`'s timeline), as JSON.
+    let restore_into = |env: &Env, at: Timestamp, dir: &Path, extra: &[&str]| {
+        let at = at.to_string();
+        let mut args = vec!["restore", "--to", &at, "--datadir", dir.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        env.json(&args)
+    };
     // In place: the data replaced by the restore's, the server started on it.
     let dir = place.path().join("data");
-    let done = env.json(&[
-        "restore",
-        "--to",
-        &to.to_string(),
-        "--datadir",
-        dir.to_str().unwrap(),
-    ]);
+    let done = restore_into(&env, to, &dir, &[]);
     assert_eq!(done["gtidPosition"], position_then.as_str(), "{done}");
     let state = dir.join("mysql-bin.state");
     assert_eq!(done["binlogStateFile"], state.to_str().unwrap(), "{done}");
@@ -2826,13 +2822,7 @@ fn a_restored_server_continues_the_history_on_a_new_timeline() {
     // the position restored, and replication from the restored primary resumes by GTID
     // from there, taking what the primary wrote since.
     let replica_dir = place.path().join("replica");
-    let again = env.json(&[
-        "restore",
-        "--to",
-        &to.to_string(),
-        "--datadir",
-        replica_dir.to_str().unwrap(),
-    ]);
+    let again = restore_into(&env, to, &replica_dir, &[]);
     assert_eq!(again["gtidPosition"], position_then.as_str(), "{again}");
     let replica = MariaDb::start_on(&replica_dir, 2);
     assert_eq!(replica.sql("SELECT @@gtid_slave_pos"), position_then);
@@ -2866,15 +2856,7 @@ fn a_restored_server_continues_the_history_on_a_new_timeline() {
     // Into the abandoned future, in place once more, and written on.
     drop(replica);
     let future_dir = place.path().join("future");
-    let done = env.json(&[
-        "restore",
-        "--to",
-        &in_future.to_string(),
-        "--timeline",
-        "0",
-        "--datadir",
-        future_dir.to_str().unwrap(),
-    ]);
+    let done = restore_into(&env, in_future, &future_dir, &["--timeline", "0"]);
     let future_position = done["gtidPosition"].as_str().unwrap().to_owned();
     assert_ne!(future_position, position_then, "{done}");
     env.db.kill();

@@ -378,6 +378,17 @@ async fn name_collision_is_refused_with_a_warning(admin: &Client) {
 }
 
 /// `suspend: true` creates nothing new and leaves existing Backups alone.
+/// Sets the schedule `paused`'s `spec.suspend`.
+async fn suspend(api: &Api<ScheduledBackup>, on: bool) {
+    api.patch(
+        "paused",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"suspend": on}})),
+    )
+    .await
+    .unwrap();
+}
+
 async fn suspend_stops_new_backups_only(admin: &Client) {
     let ns = "suspend";
     create_ns(admin, ns).await;
@@ -395,13 +406,7 @@ async fn suspend_stops_new_backups_only(admin: &Client) {
     })
     .await;
     let api: Api<ScheduledBackup> = Api::namespaced(admin.clone(), ns);
-    api.patch(
-        "paused",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"suspend": true}})),
-    )
-    .await
-    .unwrap();
+    suspend(&api, true).await;
     // Wait until the operator has evaluated the suspended schedule, then complete the
     // running one.
     let patched = jiff::Timestamp::now();
@@ -421,13 +426,7 @@ async fn suspend_stops_new_backups_only(admin: &Client) {
     );
     let r = ready_with(admin, ns, "paused", "Suspended").await;
     assert_eq!(r["status"], "True", "{r}");
-    api.patch(
-        "paused",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"suspend": false}})),
-    )
-    .await
-    .unwrap();
+    suspend(&api, false).await;
     let second = eventually("a Backup after resuming", || async {
         let c = children(admin, ns, "paused").await;
         (c.len() == 2).then(|| c[1].clone())
@@ -435,13 +434,7 @@ async fn suspend_stops_new_backups_only(admin: &Client) {
     .await;
     // Its newest Backup failed (suspended first, so no newer one follows it): not Ready,
     // naming it and why — suspended or not.
-    api.patch(
-        "paused",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"suspend": true}})),
-    )
-    .await
-    .unwrap();
+    suspend(&api, true).await;
     let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
     backups
         .patch_status(

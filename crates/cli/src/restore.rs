@@ -52,17 +52,23 @@ fn on_command_line(flag: &str) -> bool {
     })
 }
 
+/// With a cluster POLICY: the policy names its store, so `--store` and `--cluster` on the
+/// command line are refused (the environment's TIDEMARK_STORE does not conflict).
+fn refuse_store_flags(policy: &str) -> Result<(), CliError> {
+    match ["--store", "--cluster"]
+        .into_iter()
+        .find(|f| on_command_line(f))
+    {
+        Some(flag) => Err(CliError::input(format!(
+            "POLICY ({policy}) names its store: {flag} cannot be used with it"
+        ))),
+        None => Ok(()),
+    }
+}
+
 pub async fn restore(args: &RestoreArgs) -> Result<Exit, CliError> {
     if let Some(policy) = &args.policy_name {
-        // The policy names its store; the environment's TIDEMARK_STORE does not conflict.
-        if let Some(flag) = ["--store", "--cluster"]
-            .into_iter()
-            .find(|f| on_command_line(f))
-        {
-            return Err(CliError::input(format!(
-                "POLICY ({policy}) names its store: {flag} cannot be used with it"
-            )));
-        }
+        refuse_store_flags(policy)?;
     }
     let to = to_of(args)?;
     let (store, target) = match &args.policy_name {
@@ -311,14 +317,7 @@ fn report(plan: &RestorePlan, done: Option<Done>, output: OutputFormat) -> Resul
 /// outcome beside the backup restored, and removes the scratch data.
 pub async fn restore_test(args: &RestoreTestArgs) -> Result<Exit, CliError> {
     if let Some(policy) = &args.policy_name {
-        if let Some(flag) = ["--store", "--cluster"]
-            .into_iter()
-            .find(|f| on_command_line(f))
-        {
-            return Err(CliError::input(format!(
-                "POLICY ({policy}) names its store: {flag} cannot be used with it"
-            )));
-        }
+        refuse_store_flags(policy)?;
         return crate::cluster::restore_test(args, policy).await;
     }
     let file = args

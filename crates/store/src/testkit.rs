@@ -1091,20 +1091,8 @@ impl MariaDb {
     /// # Panics
     /// A statement fails, or replication does not start within a minute.
     pub fn replicate_from(&self, primary: &MariaDb) {
-        primary.sql(
-            "CREATE USER IF NOT EXISTS 'repl'@'localhost' IDENTIFIED BY 'repl'; \
-             CREATE USER IF NOT EXISTS 'repl'@'%' IDENTIFIED BY 'repl'; \
-             GRANT REPLICATION SLAVE ON *.* TO 'repl'@'localhost'; \
-             GRANT REPLICATION SLAVE ON *.* TO 'repl'@'%'",
-        );
-        self.sql(&format!(
-            "SET GLOBAL gtid_slave_pos = ''; \
-             CHANGE MASTER TO master_host = '127.0.0.1', master_port = {}, \
-             master_user = 'repl', master_password = 'repl', master_use_gtid = slave_pos; \
-             START SLAVE",
-            primary.port
-        ));
-        self.wait_caught_up(primary);
+        self.sql("SET GLOBAL gtid_slave_pos = ''");
+        self.resume_replication_from(primary);
     }
 
     /// Makes this server a GTID replica of `primary` from the position it already holds

@@ -568,6 +568,14 @@ fn remote_server(
                 "connection options after -- are for --from-server; with --binlog-index give none",
             ));
         }
+        // Refused, not ignored (clap's `requires` cannot say it: --from-server requires
+        // --spool already).
+        if let Some(spool) = &args.spool {
+            return Err(CliError::input(format!(
+                "--spool {} is for --from-server (where fetched files wait); with --binlog-index give none",
+                spool.display()
+            )));
+        }
         return Ok(None);
     }
     if let Some(bad) = args

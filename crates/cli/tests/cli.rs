@@ -2444,4 +2444,26 @@ fn a_flag_of_another_mode_is_refused_not_ignored() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
         assert!(stderr(&out).contains(needs), "{args:?}: {}", stderr(&out));
     }
+    let store = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", store.path().display());
+    let index = store.path().join("mysql-bin.index");
+    std::fs::write(&index, "").unwrap();
+    let out = run(&[
+        "archive-binlogs",
+        "--store",
+        &url,
+        "--cluster",
+        "c",
+        "--binlog-index",
+        index.to_str().unwrap(),
+        "--once",
+        "--spool",
+        "/tmp/spool",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--spool /tmp/spool is for --from-server"),
+        "{}",
+        stderr(&out)
+    );
 }

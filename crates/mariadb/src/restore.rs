@@ -88,6 +88,21 @@ pub struct RestorePlan {
     pub recovery_window: tidemark_core::RecoveryWindow,
 }
 
+impl RestorePlan {
+    /// The replay's passes over `files` downloaded segments: the plan's runs, or one run
+    /// of them all for an archive that records no GTID positions.
+    fn replay_runs(
+        &self,
+        files: usize,
+    ) -> std::borrow::Cow<'_, [tidemark_core::restore::ReplayRun]> {
+        if self.runs.is_empty() {
+            std::borrow::Cow::Owned(vec![tidemark_core::restore::ReplayRun::whole(files)])
+        } else {
+            std::borrow::Cow::Borrowed(&self.runs[..])
+        }
+    }
+}
+
 /// How the step that downloads a restore's binlogs (beside the backups' steps) ends: its
 /// bytes are [`RestoreReport::binlog_bytes`].
 pub const BINLOG_STEP: &str = "binlog(s) meanwhile";
@@ -518,17 +533,12 @@ fn reached(
     let Some(stop) = stop else {
         return (backup_at, position);
     };
-    let whole = [tidemark_core::restore::ReplayRun::whole(files.len())];
-    let runs = if plan.runs.is_empty() {
-        &whole[..]
-    } else {
-        &plan.runs[..]
-    };
+    let runs = plan.replay_runs(files.len());
     let mut last = None;
     // A file that cannot be read leaves the position unknown: no state is written rather
     // than one short of what was replayed (the server would reuse numbers).
     let mut known = true;
-    for run in runs {
+    for run in runs.iter() {
         for f in files.iter().skip(run.first).take(run.count) {
             let Ok(applied) = std::fs::File::open(f)
                 .map_err(binlog::BinlogError::from)
@@ -815,12 +825,7 @@ async fn replay_into(
     // One pass per timeline, in order: the parent's events up to the switch, then the next
     // timeline's after it (mariadb-binlog refuses, rightly, one stream of two servers'
     // files whose numbers go back).
-    let whole = [tidemark_core::restore::ReplayRun::whole(files.len())];
-    let runs = if plan.runs.is_empty() {
-        &whole[..]
-    } else {
-        &plan.runs[..]
-    };
+    let runs = plan.replay_runs(files.len());
     for (i, run) in runs.iter().enumerate() {
         let Some(files) = files.get(run.first..run.first + run.count) else {
             return Err(RestoreError::Tool {

@@ -27,10 +27,7 @@ const SPOOL: &str = "/spool";
 
 /// The Deployment's name.
 pub fn deployment_name(policy: &str) -> String {
-    let mut base: String = policy.chars().take(45).collect();
-    while base.ends_with('-') || base.ends_with('.') {
-        base.pop();
-    }
+    let base = crate::names::prefix(policy, 45);
     format!("{base}-binlog-archiver")
 }
 

@@ -50,10 +50,7 @@ fn pending(message: String) -> EngineError {
 /// The Job's name for merging the chain of `target` (a backup-id): deterministic, so every
 /// pass finds the same Job.
 pub fn job_name(policy: &str, target: &str) -> String {
-    let mut base: String = policy.chars().take(24).collect();
-    while base.ends_with('-') || base.ends_with('.') {
-        base.pop();
-    }
+    let base = crate::names::prefix(policy, 24);
     format!("{base}-consolidate-{}", target.to_ascii_lowercase())
 }
 

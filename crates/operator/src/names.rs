@@ -135,6 +135,17 @@ pub(crate) fn slot_of(name: &str, schedule: &str) -> Option<Timestamp> {
         .map(|z| z.timestamp())
 }
 
+/// The first `max` characters of `name`, without a trailing `-` or `.`: the start of an
+/// object name made from it (a Job's, a Deployment's), so what follows always joins on a
+/// valid character.
+pub(crate) fn prefix(name: &str, max: usize) -> String {
+    let mut base: String = name.chars().take(max).collect();
+    while base.ends_with('-') || base.ends_with('.') {
+        base.pop();
+    }
+    base
+}
+
 /// 16 hex digits of a stable digest of `text` (FNV-1a, 64 bits): the same name for the
 /// same input across restarts (a stored backup's hook Job, a copy's restore-test Job), and
 /// no two inputs of one owner on one name.

@@ -65,10 +65,7 @@ pub const MAX_AUTO_CLAIM: u64 = 2 << 40;
 /// The Job that restores `restore` (its uid's first 8 characters keep two Restores of one
 /// name, one deleted and made again, apart).
 pub fn job_name(restore: &str, uid8: &str) -> String {
-    let mut base: String = restore.chars().take(40).collect();
-    while base.ends_with('-') || base.ends_with('.') {
-        base.pop();
-    }
+    let base = crate::names::prefix(restore, 40);
     format!("{base}-{uid8}-restore")
 }
 

@@ -69,10 +69,7 @@ pub(crate) fn pending_request(policy: &BackupPolicy) -> Result<Option<String>, S
 /// The Job of the test a request asks for: named by the request (a digest), so a restarted
 /// operator finds the one it started rather than start another.
 pub fn request_job_name(policy: &str, uid8: &str, request: &str) -> String {
-    let mut base: String = policy.chars().take(24).collect();
-    while base.ends_with('-') || base.ends_with('.') {
-        base.pop();
-    }
+    let base = crate::names::prefix(policy, 24);
     let digest: String = crate::names::digest16(request).chars().take(10).collect();
     format!("{base}-{uid8}-restore-test-r{digest}")
 }
@@ -88,10 +85,7 @@ const STATUS_PROBLEMS: usize = 5;
 /// so a restarted operator finds it, and two policies never share one (long names are cut,
 /// the uid is not).
 pub fn job_name(policy: &str, uid8: &str, slot: Timestamp) -> String {
-    let mut base: String = policy.chars().take(24).collect();
-    while base.ends_with('-') || base.ends_with('.') {
-        base.pop();
-    }
+    let base = crate::names::prefix(policy, 24);
     format!(
         "{base}-{uid8}-restore-test-{}",
         slot.strftime("%Y%m%d%H%M%S")
@@ -182,10 +176,7 @@ fn job_name_of(policy: &BackupPolicy, copy: Option<&str>, slot: Timestamp) -> St
 /// The Job of the test of `slot` of the copy `copy`: the copy's name as a digest, so that
 /// two copies tested at the same slot never share a Job and the name stays within 63.
 pub fn copy_job_name(policy: &str, uid8: &str, copy: &str, slot: Timestamp) -> String {
-    let mut base: String = policy.chars().take(20).collect();
-    while base.ends_with('-') || base.ends_with('.') {
-        base.pop();
-    }
+    let base = crate::names::prefix(policy, 20);
     let digest: String = crate::names::digest16(copy).chars().take(8).collect();
     format!(
         "{base}-{uid8}-copy-test-{digest}-{}",

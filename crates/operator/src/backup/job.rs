@@ -35,10 +35,7 @@ fn compression_env(env: &mut Vec<k8s_openapi::api::core::v1::EnvVar>, backup: &B
 /// and the first 8 hex digits of its uid), so two Backups — two slots of a long-named
 /// schedule, or a Backup deleted and created again under its name — never share a Job.
 pub fn job_name(backup: &Backup) -> String {
-    let mut base: String = backup.name_any().chars().take(46).collect();
-    while base.ends_with('-') || base.ends_with('.') {
-        base.pop();
-    }
+    let base = crate::names::prefix(&backup.name_any(), 46);
     format!("{base}-{}-backup", short_uid(backup))
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What the operator's real-node tests need beside the control plane, once per machine:
 #   - Debian packages: containerd (1.6, CRI v1alpha2 as kubelet 1.20 speaks), runc, the CNI
-#     plugins, iptables, conntrack, mmdebstrap and umoci (images without a registry), gcc;
+#     plugins, iptables, conntrack, dnsmasq-base (the node's cluster DNS), mmdebstrap and
+#     umoci (images without a registry), gcc;
 #   - the Kubernetes binaries (kube-apiserver, kube-controller-manager, kube-scheduler,
 #     kubelet, kube-proxy, etcd, kubectl) through scripts/kube-apiserver.sh;
 #   - two images as archives `ctr images import` loads: a pause image (a tiny static
@@ -28,7 +29,7 @@ MARIADB_IMAGE="tidemark.test/mariadb:10.11"
 log() { printf '==> %s\n' "$*" >&2; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
-PACKAGES="containerd runc containernetworking-plugins iptables conntrack kmod mmdebstrap umoci gcc libc6-dev binutils ca-certificates openssl util-linux iproute2 python3"
+PACKAGES="containerd runc containernetworking-plugins iptables conntrack kmod dnsmasq-base mmdebstrap umoci gcc libc6-dev binutils ca-certificates openssl util-linux iproute2 python3"
 missing=""
 for p in $PACKAGES; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -11,7 +11,7 @@
 #   - a real Kubernetes v1.20.2 (kube-apiserver, kube-controller-manager, etcd, and for the
 #     real-node tests kubelet, kube-scheduler, kube-proxy, built once per machine from
 #     Debian's source package by scripts/kube-apiserver.sh) and the node's packages
-#     (containerd, runc, CNI plugins, mmdebstrap, umoci) and images (pause, MariaDB), by
+#     (containerd, runc, CNI plugins, dnsmasq, mmdebstrap, umoci) and images (pause, MariaDB), by
 #     scripts/kube-node.sh; all cached in ~/.cache/tidemark/.
 # Usage: scripts/test.sh            (format check, clippy, every test)
 set -euo pipefail

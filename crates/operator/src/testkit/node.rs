@@ -17,7 +17,11 @@
 //! - `/run` (tmpfs), `/var/lib` and `/var/log` are private to the node, and so are the
 //!   kernel tunables a kubelet rewrites;
 //! - images come from archives (no registry): the pause and MariaDB images that
-//!   `scripts/kube-node.sh` caches, and any the test adds (the operator image).
+//!   `scripts/kube-node.sh` caches, and any the test adds (the operator image);
+//! - cluster DNS: dnsmasq on `node_ip` (the kubelet's `clusterDNS`) answers
+//!   `cluster.local` from a hosts file that a task of the test rewrites from the
+//!   Services and Endpoints every second — Service names, headless Services and
+//!   StatefulSet pods (`<pod>.<service>.<ns>.svc.cluster.local`), as CoreDNS would.
 //!
 //! Dropping a [`Node`] kills everything in its cgroup, removes the cgroups, the veth pair
 //! (with the namespaces, their bridges and iptables rules) and the state directory; a node
@@ -28,7 +32,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node as K8sNode, PersistentVolume, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    Endpoints, Node as K8sNode, PersistentVolume, Service, ServiceAccount,
+};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, PostParams};
 use tidemark_store::testkit::TestCa;
@@ -94,6 +100,7 @@ const TOOLS: &[(&str, &str)] = &[
     ("/usr/bin/unshare", "util-linux"),
     ("/usr/sbin/ip", "iproute2"),
     ("/usr/bin/openssl", "openssl"),
+    ("/usr/sbin/dnsmasq", "dnsmasq-base"),
 ];
 
 /// The machine's side of a node: the namespaces' holder, the cgroup, the veth pair, the
@@ -280,10 +287,15 @@ pub struct Node {
     state: tempfile::TempDir,
     bin: PathBuf,
     volumes: std::sync::atomic::AtomicUsize,
+    /// The task that keeps the DNS hosts file in step with the Services.
+    dns_records: Option<tokio::task::AbortHandle>,
 }
 
 impl Drop for Node {
     fn drop(&mut self) {
+        if let Some(task) = &self.dns_records {
+            task.abort();
+        }
         // The daemons' children (shims, containers) and the control plane go with the
         // host's cgroup, when the fields drop after this.
         for (_, child) in self.daemons.iter_mut().rev() {
@@ -336,7 +348,9 @@ impl Node {
             state,
             bin,
             volumes: Default::default(),
+            dns_records: None,
         };
+        node.start_dns();
         node.start_containerd();
         step("containerd ready");
         let mut all: Vec<PathBuf> = vec![cached.join("pause.tar"), cached.join("mariadb.tar")];
@@ -417,6 +431,68 @@ impl Node {
     /// The node's state directory (volumes, logs, the daemons' files).
     pub fn state(&self) -> &Path {
         self.state.path()
+    }
+
+    /// dnsmasq on the node's address, authoritative for `cluster.local` (an unknown name
+    /// is NXDOMAIN at once, nothing is forwarded: the node has no way out), answering from
+    /// the hosts file [`dns_records`] writes; a task rewrites it every second from the
+    /// Services and Endpoints and tells dnsmasq to read it again (SIGHUP).
+    fn start_dns(&mut self) {
+        let dir = self.state.path().join("dns");
+        std::fs::create_dir_all(&dir).expect("dns directory");
+        let hosts = dir.join("hosts");
+        std::fs::write(&hosts, "").expect("dns hosts file");
+        let child = self
+            .host
+            .command(Path::new("/usr/sbin/dnsmasq"))
+            .args([
+                "--keep-in-foreground",
+                "--log-facility=-",
+                "--conf-file=/dev/null",
+                "--no-resolv",
+                "--no-hosts",
+                "--no-negcache",
+                "--bind-interfaces",
+                "--user=root",
+                "--pid-file=",
+                "--local=/cluster.local/",
+            ])
+            .arg(format!("--listen-address={}", self.host.node_ip))
+            .arg(format!("--addn-hosts={}", hosts.display()))
+            .spawn_logged(&self.state.path().join("logs"), "dnsmasq");
+        let pid = child.id();
+        self.daemons.push(("dnsmasq", child));
+        // Signalled only once it handles signals (it says `started` after setting them up):
+        // an early SIGHUP would end it.
+        let deadline = Instant::now() + READY_TIMEOUT;
+        while !std::fs::read_to_string(self.state.path().join("logs/dnsmasq.log"))
+            .is_ok_and(|log| log.contains("started"))
+        {
+            self.assert_running(deadline, "dnsmasq");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let client = self.cluster.admin_client();
+        let task = tokio::spawn(async move {
+            let mut written = String::new();
+            loop {
+                if let Ok(text) = dns_records(&client).await
+                    && text != written
+                {
+                    let next = hosts.with_extension("next");
+                    let ok = std::fs::write(&next, &text).is_ok()
+                        && std::fs::rename(&next, &hosts).is_ok()
+                        && Command::new("kill")
+                            .args(["-HUP", &pid.to_string()])
+                            .status()
+                            .is_ok_and(|s| s.success());
+                    if ok {
+                        written = text;
+                    }
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        });
+        self.dns_records = Some(task.abort_handle());
     }
 
     fn containerd_socket(&self) -> PathBuf {
@@ -567,7 +643,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                 },
                 "authorization": {"mode": "Webhook"},
                 "clusterDomain": "cluster.local",
-                // No DNS server runs: lookups fail at once (Services are reached by IP).
+                // dnsmasq on the node's address ([`Node::start_dns`]).
                 "clusterDNS": [self.host.node_ip.to_string()],
                 "resolvConf": s.join("resolv.conf").display().to_string(),
                 "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%",
@@ -630,7 +706,13 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             if ready {
                 return;
             }
-            for name in ["kubelet", "containerd", "kube-scheduler", "kube-proxy"] {
+            for name in [
+                "kubelet",
+                "containerd",
+                "kube-scheduler",
+                "kube-proxy",
+                "dnsmasq",
+            ] {
                 self.assert_running(deadline, name);
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
@@ -757,6 +839,64 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             .env("KUBECONFIG", self.cluster.kubeconfig());
         cmd
     }
+}
+
+/// The node's DNS records as a hosts file, as CoreDNS's `kubernetes` plugin answers: a
+/// Service's ClusterIP under `<service>.<ns>.svc.cluster.local`; for a headless Service,
+/// each ready endpoint (and the not-ready ones when it publishes them) under that name,
+/// and under `<hostname>.<service>.<ns>.svc.cluster.local` when the endpoint has a
+/// hostname (a StatefulSet's pods, whose `subdomain` is the Service).
+async fn dns_records(client: &kube::Client) -> Result<String, kube::Error> {
+    let services = Api::<Service>::all(client.clone())
+        .list(&Default::default())
+        .await?;
+    let endpoints = Api::<Endpoints>::all(client.clone())
+        .list(&Default::default())
+        .await?;
+    let mut lines = Vec::new();
+    let mut headless = std::collections::BTreeMap::new();
+    for s in &services.items {
+        let (Some(ns), Some(name)) = (&s.metadata.namespace, &s.metadata.name) else {
+            continue;
+        };
+        let spec = s.spec.clone().unwrap_or_default();
+        match spec.cluster_ip.as_deref() {
+            Some("None") => {
+                headless.insert(
+                    (ns.clone(), name.clone()),
+                    spec.publish_not_ready_addresses.unwrap_or(false),
+                );
+            }
+            Some(ip) if !ip.is_empty() => {
+                lines.push(format!("{ip} {name}.{ns}.svc.cluster.local"));
+            }
+            _ => {}
+        }
+    }
+    for e in &endpoints.items {
+        let (Some(ns), Some(name)) = (&e.metadata.namespace, &e.metadata.name) else {
+            continue;
+        };
+        let Some(&not_ready) = headless.get(&(ns.clone(), name.clone())) else {
+            continue;
+        };
+        for subset in e.subsets.iter().flatten() {
+            let unready = subset.not_ready_addresses.iter().flatten();
+            let addresses = subset
+                .addresses
+                .iter()
+                .flatten()
+                .chain(unready.filter(|_| not_ready));
+            for a in addresses {
+                lines.push(format!("{} {name}.{ns}.svc.cluster.local", a.ip));
+                if let Some(host) = &a.hostname {
+                    lines.push(format!("{} {host}.{name}.{ns}.svc.cluster.local", a.ip));
+                }
+            }
+        }
+    }
+    lines.sort();
+    Ok(lines.join("\n") + "\n")
 }
 
 trait SpawnLogged {

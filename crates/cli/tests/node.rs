@@ -1641,7 +1641,7 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
     ] {
         assert!(
             metrics.lines().any(|l| l.starts_with(&format!(
-                r#"{family}{{namespace="shop",policy="shop",copy="dr"}}"#
+                r#"{family}{{namespace="{ns}",policy="shop",copy="dr"}}"#
             ))),
             "{family}: {metrics}"
         );

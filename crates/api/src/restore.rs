@@ -294,6 +294,12 @@ pub struct RestoreStatus {
     /// The Job doing the work.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<String>,
+    /// The end of the restore Job's log (its last lines, at most 4 KiB, secrets redacted),
+    /// kept when the Job ends: `kubectl tidemark logs restore NAME` shows it once the Job
+    /// is gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
+    pub log_tail: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

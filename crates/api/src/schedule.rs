@@ -483,6 +483,12 @@ pub struct BackupStatus {
     /// Why the attempt failed (secrets redacted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The end of the backup Job's log (its last lines, at most 4 KiB, secrets redacted),
+    /// kept when the Job ends: `kubectl tidemark logs backup NAME` shows it once the Job is
+    /// gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
+    pub log_tail: Option<String>,
     /// `Ready`, and while the attempt cannot start, `Blocked` with the reason (a volume that
     /// cannot be shared, a database pod that is not running); `RemoteCleanup` and `Expired`
     /// from the deletion. A map by `type`: each writer owns its own (server-side apply).

@@ -81,6 +81,13 @@ pub enum Command {
     /// <policy>`): its conditions, recovery window, binlog archive, last retention pass,
     /// schedules, newest Backups, restore test, verification, Restores and recent warnings.
     Status(StatusArgs),
+    /// A Backup's or Restore's spec, status, conditions and events in one screen (kubectl
+    /// plugin: `kubectl tidemark describe backup NAME`), or as one document with -o.
+    Describe(DescribeArgs),
+    /// A Backup's or Restore's Job log (kubectl plugin: `kubectl tidemark logs restore
+    /// NAME`): its pod's while the Job is there, else the end of it that the operator kept
+    /// in the object's status when the Job ended.
+    Logs(LogsArgs),
     /// Build and commit the synthetic full that replaces a mariabackup increment and its
     /// chain (seed 002), as `gc --consolidate` does for the increments its plan names; the
     /// chain itself is left to the next retention pass. Prints the new full's backup-id.
@@ -285,6 +292,45 @@ pub struct StatusArgs {
     pub backups: u16,
     #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
+}
+
+/// The kinds `describe` and `logs` show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ObjectKind {
+    /// A Backup (backups.tidemark.io).
+    Backup,
+    /// A Restore (restores.tidemark.io).
+    Restore,
+}
+
+#[derive(Debug, Args)]
+pub struct DescribeArgs {
+    /// What to describe.
+    #[arg(value_enum, value_name = "KIND")]
+    pub kind: ObjectKind,
+    /// Its name.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    #[command(flatten)]
+    pub kube: KubeArgs,
+    #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table)]
+    pub output: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// Whose Job's log.
+    #[arg(value_enum, value_name = "KIND")]
+    pub kind: ObjectKind,
+    /// Its name.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    #[command(flatten)]
+    pub kube: KubeArgs,
+    /// At most this many of the log's last lines from a running Job's pod (the kept end
+    /// is at most 60 lines).
+    #[arg(long, value_name = "N", default_value_t = 200, value_parser = clap::value_parser!(i64).range(1..=100_000))]
+    pub tail: i64,
 }
 
 #[derive(Debug, Args)]

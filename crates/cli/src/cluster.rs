@@ -64,7 +64,7 @@ async fn client(args: &KubeArgs) -> Result<Client, CliError> {
     Client::try_from(config).map_err(|e| no_config(&e))
 }
 
-fn api_error(what: &str, e: kube::Error) -> CliError {
+pub(crate) fn api_error(what: &str, e: kube::Error) -> CliError {
     match &e {
         kube::Error::Api(s) if s.code == 403 || s.code == 401 => {
             CliError::input(format!("{what}: not allowed: {}", s.message))
@@ -74,7 +74,7 @@ fn api_error(what: &str, e: kube::Error) -> CliError {
 }
 
 /// The cluster's client, and the namespace `-n` names (else the kubeconfig's).
-async fn client_in(args: &KubeArgs) -> Result<(Client, String), CliError> {
+pub(crate) async fn client_in(args: &KubeArgs) -> Result<(Client, String), CliError> {
     let client = client(args).await?;
     let ns = args
         .namespace

@@ -52,6 +52,8 @@ pub fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Man(a) => man(&a),
         Command::Backup(a) => rt.block_on(crate::cluster::backup(&a)),
         Command::Status(a) => rt.block_on(crate::cluster::status(&a)),
+        Command::Describe(a) => rt.block_on(crate::inspect::describe(&a)),
+        Command::Logs(a) => rt.block_on(crate::inspect::logs(&a)),
         Command::Consolidate(a) => rt.block_on(consolidate(&a)),
         Command::Delete(a) => rt.block_on(delete(&a)),
         Command::Keygen(a) => keygen(&a),

@@ -1,10 +1,13 @@
-//! The `tidemark` command (also installed as `kubectl-tidemark`).
+//! The `tidemark` command (also installed as `kubectl-tidemark`, and as
+//! `kubectl_complete-tidemark` for kubectl's completion of the plugin).
 
 mod args;
 mod cluster;
 mod commands;
+mod complete;
 mod copy;
 mod exit;
+mod inspect;
 mod output;
 mod progress;
 mod resolve;
@@ -28,6 +31,12 @@ fn main() -> ExitCode {
         rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
     {
         eprintln!("warning: cannot make the process non-dumpable: {e}");
+    }
+    // As `kubectl_complete-tidemark`: kubectl asks for the completions of its plugin.
+    if complete::invoked() {
+        let words: Vec<String> = std::env::args().skip(1).collect();
+        complete::run(&words);
+        return ExitCode::SUCCESS;
     }
     let cli = args::Cli::parse();
     init_logging(&cli.command, cli.log_format == "json");

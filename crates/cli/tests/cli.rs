@@ -2467,3 +2467,69 @@ fn a_flag_of_another_mode_is_refused_not_ignored() {
         stderr(&out)
     );
 }
+
+/// The krew manifest (issue 46 §4): `scripts/krew-manifest.sh` packs this binary and names
+/// the archive's sha256; the archive holds the binary, runnable, and the licence; the same
+/// binary packs to the same bytes; a version not in krew's form is refused.
+#[test]
+fn the_krew_manifest_names_the_archive_it_packs() {
+    use sha2::Digest;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = tempfile::tempdir().unwrap();
+    let pack = |dir: &Path, version: &str| {
+        std::process::Command::new(root.join("scripts/krew-manifest.sh"))
+            .arg(env!("CARGO_BIN_EXE_tidemark"))
+            .args([version, "https://example.invalid/releases/v0.1.0/"])
+            .arg(dir)
+            .output()
+            .unwrap()
+    };
+    let made = pack(out.path(), "v0.1.0");
+    assert!(made.status.success(), "{}", common::stderr(&made));
+    let manifest: serde_json::Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(out.path().join("tidemark.yaml")).unwrap())
+            .unwrap();
+    assert_eq!(manifest["kind"], "Plugin");
+    assert_eq!(manifest["metadata"]["name"], "tidemark");
+    assert_eq!(manifest["spec"]["version"], "v0.1.0");
+    let platform = &manifest["spec"]["platforms"][0];
+    assert_eq!(platform["selector"]["matchLabels"]["os"], "linux");
+    assert_eq!(platform["bin"], "tidemark");
+    let archive = out.path().join("tidemark-v0.1.0-linux-amd64.tar.gz");
+    assert_eq!(
+        platform["uri"],
+        "https://example.invalid/releases/v0.1.0/tidemark-v0.1.0-linux-amd64.tar.gz"
+    );
+    let bytes = std::fs::read(&archive).unwrap();
+    assert_eq!(
+        platform["sha256"],
+        hex::encode(sha2::Sha256::digest(&bytes))
+    );
+    // What krew unpacks: the binary (mode 755, it runs) and the licence.
+    let unpacked = tempfile::tempdir().unwrap();
+    let tar = std::process::Command::new("tar")
+        .arg("-xzf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(unpacked.path())
+        .output()
+        .unwrap();
+    assert!(tar.status.success(), "{}", common::stderr(&tar));
+    assert!(unpacked.path().join("LICENSE").is_file());
+    let version = std::process::Command::new(unpacked.path().join("tidemark"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(version.status.success());
+    assert!(String::from_utf8_lossy(&version.stdout).starts_with("tidemark "));
+    // Reproducible.
+    let again = tempfile::tempdir().unwrap();
+    assert!(pack(again.path(), "v0.1.0").status.success());
+    assert_eq!(
+        std::fs::read(again.path().join("tidemark-v0.1.0-linux-amd64.tar.gz")).unwrap(),
+        bytes
+    );
+    let refused = pack(again.path(), "0.1");
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(common::stderr(&refused).contains("VERSION must be vMAJOR.MINOR.PATCH"));
+}

@@ -1167,6 +1167,40 @@ async fn the_kubernetes_examples_apply_as_written(w: Arc<World>) {
         "{phases:?}"
     );
     all_pods_restricted(&w, ns, &["db-0", "s3-", "shop-binlog-archiver"]).await;
+    // What `describe` showed, and the Jobs' logs kept in the status: once a Job is gone,
+    // `logs` prints that end of it (issue 46 §4).
+    assert!(said.contains("Name:       before-the-change"), "{said}");
+    assert!(said.contains("BackupCompleted"), "{said}");
+    let backup = backups.get("before-the-change").await.unwrap();
+    let kept = backup.status.unwrap().log_tail.unwrap_or_default();
+    assert!(!kept.is_empty() && kept.len() <= 4096, "{kept}");
+    let restore = restores.get("db-0-before-the-change").await.unwrap();
+    let st = restore.status.unwrap();
+    let kept = st.log_tail.unwrap_or_default();
+    assert!(!kept.is_empty(), "the restore Job's log end");
+    w.kubectl(&[
+        "delete",
+        "job",
+        "-n",
+        ns,
+        &st.job.unwrap(),
+        "--cascade=foreground",
+        "--wait",
+    ]);
+    let logs = std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"))
+        .args(["logs", "restore", "db-0-before-the-change", "-n", ns])
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .unwrap();
+    assert!(logs.status.success(), "{}", common::stderr(&logs));
+    assert!(
+        common::stderr(&logs).contains("is gone; the end of its log, kept in the status"),
+        "{}",
+        common::stderr(&logs)
+    );
+    let shown = String::from_utf8_lossy(&logs.stdout);
+    let last = kept.lines().last().unwrap();
+    assert!(shown.contains(last.trim()), "{shown}\n---\n{kept}");
 
     sh(&cleanup[0].0, &cleanup[0].1);
     default_class(false);

@@ -2085,6 +2085,100 @@ async fn kubectl_tidemark_gc_runs_webhooks_and_refuses_job_hooks() {
         .unwrap();
     assert_eq!(missing.status.code(), Some(2));
     assert!(common::stderr(&missing).contains("BackupPolicy gc/nothing does not exist"));
+
+    // `describe` and `logs` of a Backup (issue 46 §4): this one has no Job.
+    let plugin = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"))
+            .args(args)
+            .env("KUBECONFIG", cluster.kubeconfig())
+            .output()
+            .unwrap()
+    };
+    let described = plugin(&["describe", "backup", &old.name, "-n", ns]);
+    assert!(described.status.success(), "{}", common::stderr(&described));
+    let screen = String::from_utf8(described.stdout).unwrap();
+    for line in [
+        format!("Name:       {}", old.name),
+        format!("Namespace:  {ns}"),
+        "Kind:       Backup (tidemark.io/v1alpha1)".to_owned(),
+        "Spec:".to_owned(),
+        "  policy:".to_owned(),
+        "Log:        no Job (yet)".to_owned(),
+    ] {
+        assert!(screen.contains(&line), "{line:?} not in:\n{screen}");
+    }
+    let doc = plugin(&["describe", "backup", &old.name, "-n", ns, "-o", "json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&doc.stdout).unwrap();
+    assert_eq!(doc["object"]["metadata"]["name"], old.name.as_str());
+    assert!(doc["events"].is_array());
+    let none = plugin(&["logs", "backup", &old.name, "-n", ns]);
+    assert_eq!(none.status.code(), Some(2));
+    assert!(
+        common::stderr(&none).contains("has no Job (yet)"),
+        "{}",
+        common::stderr(&none)
+    );
+    let missing = plugin(&["describe", "restore", "nothing", "-n", ns]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(common::stderr(&missing).contains("Restore gc/nothing does not exist"));
+
+    // kubectl's completion of the plugin: the binary as kubectl_complete-tidemark, asked
+    // with the words after `kubectl tidemark`, answers Cobra's way.
+    let dir = tempfile::tempdir().unwrap();
+    let completer = dir.path().join("kubectl_complete-tidemark");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_tidemark"), &completer).unwrap();
+    let complete = |words: &[&str]| -> Vec<String> {
+        let out = std::process::Command::new(&completer)
+            .args(words)
+            .env("KUBECONFIG", cluster.kubeconfig())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", common::stderr(&out));
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(complete(&["st"]), ["status", ":4"]);
+    let commands = complete(&[""]);
+    for c in [
+        "backup",
+        "describe",
+        "logs",
+        "restore",
+        "restore-test",
+        "status",
+        ":4",
+    ] {
+        assert!(commands.contains(&c.to_owned()), "{c} not in {commands:?}");
+    }
+    assert_eq!(complete(&["status", "-n", ns, ""]), ["shop", ":4"]);
+    assert_eq!(
+        complete(&["ls", &format!("--namespace={ns}"), "s"]),
+        ["shop", ":4"]
+    );
+    assert_eq!(complete(&["describe", ""]), ["backup", "restore", ":4"]);
+    let backups = complete(&["logs", "backup", "-n", ns, ""]);
+    assert!(
+        backups.contains(&old.name) && backups.last().unwrap() == ":4",
+        "{backups:?}"
+    );
+    assert_eq!(
+        complete(&["status", "shop", "--output", "j"]),
+        ["json", ":4"]
+    );
+    assert!(complete(&["status", "-n", ""]).contains(&ns.to_owned()));
+    assert!(complete(&["describe", "backup", "x", "--n"]).contains(&"--namespace".to_owned()));
+    // A value the shell completes itself (a file name, an instant): nothing, directive 0.
+    assert_eq!(complete(&["restore", "shop", "--datadir", ""]), [":0"]);
+    // No cluster to ask: no names, still an answer.
+    let out = std::process::Command::new(&completer)
+        .args(["status", ""])
+        .env("KUBECONFIG", dir.path().join("none"))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), ":4\n");
 }
 
 /// Object lock through the operator (issue 19 §3, seed 002): the first Backup of a

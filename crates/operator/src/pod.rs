@@ -214,6 +214,72 @@ pub async fn job_failure(client: &Client, job: &Job) -> Option<String> {
         })
 }
 
+/// At most this much of a Job's log is kept in its object's status (`logTail`).
+pub const LOG_TAIL_LIMIT: usize = 4096;
+/// The lines of a Job's log read for [`job_log_tail`].
+const LOG_TAIL_LINES: i64 = 60;
+
+/// The end of the log of the main container of `job`'s newest pod — its last
+/// [`LOG_TAIL_LINES`] lines, at most [`LOG_TAIL_LIMIT`] bytes, secret-looking words hidden
+/// and control characters dropped — kept in the Backup's or Restore's status when the Job
+/// ends, so `kubectl tidemark logs` shows it once the Job and its pod are gone. `None` when
+/// no pod is left or its log cannot be read.
+pub async fn job_log_tail(client: &Client, job: &Job) -> Option<String> {
+    let ns = job.metadata.namespace.as_deref()?;
+    let uid = job.metadata.uid.as_deref()?;
+    let container = job
+        .spec
+        .as_ref()?
+        .template
+        .spec
+        .as_ref()?
+        .containers
+        .first()?
+        .name
+        .clone();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let list = pods
+        .list(&ListParams::default().labels(&format!("controller-uid={uid}")))
+        .await
+        .ok()?;
+    let newest = list
+        .items
+        .iter()
+        .max_by(|a, b| {
+            a.metadata
+                .creation_timestamp
+                .cmp(&b.metadata.creation_timestamp)
+        })?
+        .metadata
+        .name
+        .clone()?;
+    let params = kube::api::LogParams {
+        container: Some(container),
+        tail_lines: Some(LOG_TAIL_LINES),
+        // Bounded on the server's side too: a line may be long.
+        limit_bytes: Some(4 * LOG_TAIL_LIMIT as i64),
+        ..Default::default()
+    };
+    let log = pods.logs(&newest, &params).await.ok()?;
+    let lines: Vec<String> = log
+        .lines()
+        .map(|l| {
+            l.chars()
+                .filter(|c| !c.is_control() || *c == '\t')
+                .collect()
+        })
+        .collect();
+    let whole = tidemark_engine::redact::redact(&lines).join("\n");
+    let whole = whole.trim();
+    let text = tail(whole, LOG_TAIL_LIMIT);
+    // Cut: from the first whole line.
+    let text = match text.split_once('\n') {
+        Some((_, rest)) if text.len() < whole.len() => rest,
+        _ => text,
+    };
+    (!text.is_empty()).then(|| text.to_owned())
+}
+
 /// What the container `container` of a finished Job's pod said when it exited 0: its
 /// termination message (at most 4 KiB, the kubelet's bound). `None` when no pod is left,
 /// or it did not succeed.

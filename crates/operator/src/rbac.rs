@@ -178,6 +178,8 @@ pub fn rules(c: Capabilities) -> Vec<Value> {
     } else {
         rule("", &["pods"], &["list", "watch"])
     });
+    // The end of a backup or restore Job's log, kept in its object's status (`logTail`).
+    rules.push(rule("", &["pods/log"], &["get"]));
     // A database's pod template, while it has no pod (scaled to 0 for a restore in place).
     rules.push(if c.recreate {
         rule("apps", &["statefulsets"], &["get", "list"])

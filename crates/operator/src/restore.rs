@@ -985,7 +985,12 @@ async fn follow(
             .await;
         }
     };
-    match crate::restoretest::ended(&job) {
+    let ended = crate::restoretest::ended(&job);
+    if ended.is_some() {
+        // Kept, for when the Job is gone (`kubectl tidemark logs restore NAME`).
+        status.log_tail = pod::job_log_tail(&ctx.client, &job).await;
+    }
+    match ended {
         None => {
             // A pod that started on the claim meanwhile: the Job stops before it swaps
             // the data directory under that pod.

@@ -135,13 +135,21 @@ pub(crate) async fn follow(
             .as_ref()
             .is_some_and(|cs| cs.iter().any(|c| c.type_ == t && c.status == "True"))
     };
-    if finished("Complete") || js.succeeded.unwrap_or(0) > 0 {
+    let succeeded = finished("Complete") || js.succeeded.unwrap_or(0) > 0;
+    let failed = finished("Failed") || js.failed.unwrap_or(0) > 0;
+    // Kept, for when the Job is gone (`kubectl tidemark logs backup NAME`).
+    let mut status = status.clone();
+    if succeeded || failed {
+        status.log_tail = pod::job_log_tail(&api.clone().into_client(), job).await;
+    }
+    let status = &status;
+    if succeeded {
         return settle(
             metrics, recorder, api, backup, status, store, name, id, None,
         )
         .await;
     }
-    if finished("Failed") || js.failed.unwrap_or(0) > 0 {
+    if failed {
         let job_says = js
             .conditions
             .as_ref()

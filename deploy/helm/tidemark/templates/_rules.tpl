@@ -72,6 +72,10 @@
     resources: ["statefulsets"]
     verbs: ["list"]
   {{- end }}
+  # The end of a backup or restore Job's log, kept in its object's status (logTail).
+  - apiGroups: [""]
+    resources: ["pods/log"]
+    verbs: ["get"]
   {{- if .Values.capabilities.exec }}
   # Method exec: the backup command runs in the database container (a websocket exec is
   # a GET up to Kubernetes 1.29, authorized as create from 1.30).

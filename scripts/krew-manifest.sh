@@ -28,7 +28,7 @@ cp "$root/LICENSE" "$work/LICENSE"
 archive="tidemark-${version}-linux-amd64.tar.gz"
 # Reproducible: fixed owner, order and times, so the same binary gives the same sha256.
 tar -C "$work" --owner=0 --group=0 --numeric-owner --sort=name --mtime=@0 -cf - tidemark LICENSE \
-  | gzip -n -9 > "$out/$archive"
+  | gzip -n > "$out/$archive"
 sha="$(sha256sum "$out/$archive" | cut -d' ' -f1)"
 cat > "$out/tidemark.yaml" <<YAML
 apiVersion: krew.googlecontainertools.github.com/v1alpha2

@@ -166,6 +166,105 @@ async fn create_primary_pod(client: &Client, ns: &str) -> Pod {
     pod
 }
 
+/// Issue 46 §4: a backup whose database pod runs on a node of another architecture than
+/// the operator's binary (which its Job would copy into the database image) fails at once,
+/// naming the node, its architecture and the one the image is built for — no Job, no
+/// `exec format error` later. The same pod on a node of the operator's own architecture
+/// gets its Job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_on_a_node_of_another_architecture_fails_at_once() {
+    use k8s_openapi::api::core::v1::Node;
+    let s3 = tokio::task::spawn_blocking(SeaweedFs::start).await.unwrap();
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let ns = "arch";
+    cluster.namespace(ns).await;
+    secret(
+        &admin,
+        ns,
+        "s3",
+        &[("accessKeyId", ACCESS_KEY), ("secretAccessKey", SECRET_KEY)],
+    )
+    .await;
+    let policy: BackupPolicy = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy",
+        "metadata": {"name": "shop", "namespace": ns},
+        "spec": {
+            "objectStore": {"bucket": BUCKET, "endpoint": s3.endpoint, "credentialsSecret": "s3"},
+            "source": {"selector": {"matchLabels": {"app": "db"}}, "container": "mariadb"},
+        },
+    }))
+    .unwrap();
+    Api::<BackupPolicy>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    let other = if std::env::consts::ARCH == "aarch64" {
+        "amd64"
+    } else {
+        "arm64"
+    };
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": "node-1", "labels": {"kubernetes.io/arch": other}},
+    }))
+    .unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    create_primary_pod(&admin, ns).await;
+    tidemark_operator::testkit::mark_running(&admin, ns, "db-0").await;
+    let op = Operator::start(&cluster, "operator-arch");
+    let backups: Api<Backup> = Api::namespaced(admin.clone(), ns);
+    let backup = |name: &str| -> Backup {
+        serde_json::from_value(json!({
+            "apiVersion": "tidemark.io/v1alpha1", "kind": "Backup",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"policy": {"name": "shop"}, "method": "mariabackup", "target": "primary"},
+        }))
+        .unwrap()
+    };
+    backups
+        .create(&PostParams::default(), &backup("on-another-node"))
+        .await
+        .unwrap();
+    let st = eventually("the Backup failed", || async {
+        let s = serde_json::to_value(backups.get("on-another-node").await.unwrap().status).unwrap();
+        (s["phase"] == "failed").then_some(s)
+    })
+    .await;
+    let ours = if other == "arm64" { "amd64" } else { "arm64" };
+    let error = st["error"].as_str().unwrap();
+    for part in [
+        "the database pod db-0 runs on node node-1",
+        &format!("whose architecture is {other}"),
+        &format!("built for {ours} only"),
+    ] {
+        assert!(error.contains(part), "{part:?} not in {error}");
+    }
+    let jobs: Api<Job> = Api::namespaced(admin.clone(), ns);
+    assert!(
+        jobs.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    // The node of the operator's own architecture: the Job is made.
+    let patch = json!({"metadata": {"labels": {"kubernetes.io/arch": ours}}});
+    nodes
+        .patch("node-1", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    backups
+        .create(&PostParams::default(), &backup("on-its-node"))
+        .await
+        .unwrap();
+    eventually("the backup Job", || async {
+        backups.get("on-its-node").await.unwrap().status?.job_name
+    })
+    .await;
+    op.stop().await;
+}
+
 fn tidemark(s3: &SeaweedFs, args: &[&str]) -> std::process::Output {
     common::on_store(s3, "shop", args)
 }

@@ -214,6 +214,35 @@ pub async fn job_failure(client: &Client, job: &Job) -> Option<String> {
         })
 }
 
+/// The architecture this operator's binary — and so its image, and the copy its Jobs put
+/// into the database image — is built for, as Kubernetes names it (`kubernetes.io/arch`).
+pub fn built_for() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
+/// Why a Job on `pod`'s node cannot run this operator's binary: the node's
+/// `kubernetes.io/arch` is not [`built_for`]. `None` when it can, or when the node cannot
+/// be read (no right to Nodes: the Job then fails with the runtime's `exec format error`).
+pub async fn foreign_architecture(client: &Client, pod: &Pod) -> Option<String> {
+    let node = pod.spec.as_ref()?.node_name.as_deref()?;
+    let found = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .get_opt(node)
+        .await
+        .ok()??;
+    let arch = found.metadata.labels.as_ref()?.get("kubernetes.io/arch")?;
+    let ours = built_for();
+    (arch != ours).then(|| {
+        format!(
+            "the database pod {} runs on node {node}, whose architecture is {arch}: this operator's image, and the binary its backup Jobs copy into the database image, are built for {ours} only (docs/operator.md, \"Architectures\"); run the database on {ours} nodes, or the operator built for {arch}",
+            pod.name_any()
+        )
+    })
+}
+
 /// At most this much of a Job's log is kept in its object's status (`logTail`).
 pub const LOG_TAIL_LIMIT: usize = 4096;
 /// The lines of a Job's log read for [`job_log_tail`].

@@ -178,14 +178,14 @@ pub fn rules(c: Capabilities) -> Vec<Value> {
     } else {
         rule("", &["pods"], &["list", "watch"])
     });
-    // The end of a backup or restore Job's log, kept in its object's status (`logTail`).
-    rules.push(rule("", &["pods/log"], &["get"]));
     // A database's pod template, while it has no pod (scaled to 0 for a restore in place).
     rules.push(if c.recreate {
         rule("apps", &["statefulsets"], &["get", "list"])
     } else {
         rule("apps", &["statefulsets"], &["list"])
     });
+    // The end of a backup or restore Job's log, kept in its object's status (`logTail`).
+    rules.push(rule("", &["pods/log"], &["get"]));
     if c.exec {
         rules.push(rule("", &["pods/exec"], &["get", "create"]));
     }
@@ -199,10 +199,14 @@ pub fn rules(c: Capabilities) -> Vec<Value> {
     rules
 }
 
-/// The reclaim policy of the volume a claim is bound to: PersistentVolumes are
-/// cluster-scoped, so even a namespaced install reads them through a ClusterRole.
-fn volumes_rule() -> Value {
-    rule("", &["persistentvolumes"], &["get"])
+/// What is cluster-scoped, so even a namespaced install reads it through a ClusterRole:
+/// the reclaim policy of the volume a claim is bound to (PersistentVolumes), and the
+/// architecture of the node a backup Job would run on (Nodes).
+fn cluster_scoped_rules() -> [Value; 2] {
+    [
+        rule("", &["persistentvolumes"], &["get"]),
+        rule("", &["nodes"], &["get"]),
+    ]
 }
 
 fn subjects(i: &Install) -> Value {
@@ -243,10 +247,10 @@ pub fn manifests(i: &Install) -> Vec<Value> {
             .iter()
             .position(|r| r["resources"][0] == "persistentvolumeclaims")
             .map_or(r.len(), |p| p + 1);
-        r.insert(at, volumes_rule());
+        r.splice(at..at, cluster_scoped_rules());
         r
     } else {
-        vec![volumes_rule()]
+        cluster_scoped_rules().to_vec()
     };
     out.push(json!({
         "apiVersion": RBAC,
@@ -338,7 +342,7 @@ mod tests {
         let m = manifests(&i);
         let cluster: Vec<_> = m.iter().filter(|d| d["kind"] == "ClusterRole").collect();
         assert_eq!(cluster.len(), 1);
-        assert_eq!(cluster[0]["rules"], json!([volumes_rule()]));
+        assert_eq!(cluster[0]["rules"], json!(cluster_scoped_rules()));
         let roles: Vec<_> = m
             .iter()
             .filter(|d| d["kind"] == "Role" && d["metadata"]["name"] == NAME)

@@ -543,6 +543,11 @@ impl Step {
             Ok(found) => found,
             Err(action) => return Ok(action),
         };
+        // The Job runs this operator's binary on the pod's node: a node of another
+        // architecture could only fail it later, with `exec format error`.
+        if let Some(message) = crate::pod::foreign_architecture(&ctx.client, &pod).await {
+            return self.fail(&message).await;
+        }
         let data = match source::data_volume(&pod, source) {
             Ok(d) => d,
             Err(message) => {

@@ -94,6 +94,10 @@
   - apiGroups: [""]
     resources: ["persistentvolumes"]
     verbs: ["get"]
+  # The architecture of the node a backup Job would run on (kubernetes.io/arch).
+  - apiGroups: [""]
+    resources: ["nodes"]
+    verbs: ["get"]
   {{- end }}
   # A policy's store credentials (spec.objectStore.credentialsSecret): read, never listed.
   - apiGroups: [""]

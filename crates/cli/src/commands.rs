@@ -479,6 +479,10 @@ fn local_hooks(
 async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliError> {
     let in_cluster = match &args.cluster_policy {
         Some(name) => {
+            crate::restore::refuse_beside_policy(
+                name,
+                &crate::restore::store_flags_beside_policy(),
+            )?;
             Some(crate::cluster::policy(&args.kube, name, args.store.from_copy.as_deref()).await?)
         }
         None => None,
@@ -1051,6 +1055,10 @@ async fn ls(args: &LsArgs) -> Result<Exit, CliError> {
     // intended, not gaps.
     let (target, document) = match &args.cluster_policy {
         Some(name) => {
+            crate::restore::refuse_beside_policy(
+                name,
+                &crate::restore::store_flags_beside_policy(),
+            )?;
             let p =
                 crate::cluster::policy(&args.kube, name, args.store.from_copy.as_deref()).await?;
             (

@@ -52,23 +52,56 @@ fn on_command_line(flag: &str) -> bool {
     })
 }
 
-/// With a cluster POLICY: the policy names its store, so `--store` and `--cluster` on the
-/// command line are refused (the environment's TIDEMARK_STORE does not conflict).
-fn refuse_store_flags(policy: &str) -> Result<(), CliError> {
-    match ["--store", "--cluster"]
+/// The long flags of an argument group (`--endpoint`, `--identity`, …).
+pub(crate) fn flags_of<A: clap::Args>() -> Vec<String> {
+    A::augment_args(clap::Command::new("flags"))
+        .get_arguments()
+        .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+        .collect()
+}
+
+/// The store's flags a cluster POLICY does not use: its BackupPolicy names the store and
+/// how to reach it (all but `--from-copy`, which picks one of its copies).
+pub(crate) fn store_flags_beside_policy() -> Vec<String> {
+    flags_of::<crate::args::StoreArgs>()
         .into_iter()
-        .find(|f| on_command_line(f))
-    {
+        .filter(|f| f != "--from-copy")
+        .collect()
+}
+
+/// With a cluster POLICY, the flags of `unused` would be ignored (the policy names its
+/// store, the operator's Job runs the tools): one given on the command line is refused,
+/// named — the environment's TIDEMARK_STORE and the like do not conflict.
+pub(crate) fn refuse_beside_policy(policy: &str, unused: &[String]) -> Result<(), CliError> {
+    match unused.iter().find(|f| on_command_line(f)) {
         Some(flag) => Err(CliError::input(format!(
-            "POLICY ({policy}) names its store: {flag} cannot be used with it"
+            "POLICY ({policy}) names its store and the operator does the work: {flag} is not used with it (remove it)"
         ))),
         None => Ok(()),
     }
 }
 
+/// What `restore POLICY` does not use: the store's flags, the local tools, and the report
+/// file of a local restore (the Restore's status holds its report).
+fn unused_by_restore_of_policy() -> Vec<String> {
+    let mut unused = store_flags_beside_policy();
+    unused.extend(flags_of::<crate::args::MariaDbTools>());
+    unused.push("--report-file".into());
+    unused
+}
+
+/// What `restore-test POLICY` does not use: it asks the operator for its policy's own
+/// restore test, so the store's flags and the tools (the local test's settings conflict
+/// with POLICY in the parser already).
+fn unused_by_restore_test_of_policy() -> Vec<String> {
+    let mut unused = flags_of::<crate::args::StoreArgs>();
+    unused.extend(flags_of::<crate::args::MariaDbTools>());
+    unused
+}
+
 pub async fn restore(args: &RestoreArgs) -> Result<Exit, CliError> {
     if let Some(policy) = &args.policy_name {
-        refuse_store_flags(policy)?;
+        refuse_beside_policy(policy, &unused_by_restore_of_policy())?;
     }
     let to = to_of(args)?;
     let (store, target) = match &args.policy_name {
@@ -317,7 +350,7 @@ fn report(plan: &RestorePlan, done: Option<Done>, output: OutputFormat) -> Resul
 /// outcome beside the backup restored, and removes the scratch data.
 pub async fn restore_test(args: &RestoreTestArgs) -> Result<Exit, CliError> {
     if let Some(policy) = &args.policy_name {
-        refuse_store_flags(policy)?;
+        refuse_beside_policy(policy, &unused_by_restore_test_of_policy())?;
         return crate::cluster::restore_test(args, policy).await;
     }
     let file = args

@@ -796,27 +796,93 @@ fn restore_of_a_policy_ignores_the_environments_store() {
         .output()
         .unwrap();
     let err = stderr(&out);
-    assert!(!err.contains("cannot be used with"), "{err}");
+    assert!(!err.contains("is not used with it"), "{err}");
     // Past its arguments: it went for the cluster (there is none here).
     assert!(err.contains("no Kubernetes configuration"), "{err}");
-    for flag in ["--store=file:///x", "--cluster"] {
-        let mut args = vec!["restore", "shop", "-n", "shop", "--dry-run", flag];
-        if flag == "--cluster" {
-            args.push("demo");
-        }
+    // Every flag a POLICY would ignore (issue 46 §4) is refused, named, before anything.
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["restore", "shop", "--dry-run", "--store=file:///x"],
+            "--store",
+        ),
+        (
+            &["restore", "shop", "--dry-run", "--cluster", "demo"],
+            "--cluster",
+        ),
+        (
+            &["restore", "shop", "--dry-run", "--endpoint", "http://x"],
+            "--endpoint",
+        ),
+        (
+            &[
+                "restore",
+                "shop",
+                "--to",
+                "2026-11-20T10:00:00Z",
+                "--identity",
+                "k.txt",
+            ],
+            "--identity",
+        ),
+        (
+            &[
+                "restore",
+                "shop",
+                "--to",
+                "2026-11-20T10:00:00Z",
+                "--report-file",
+                "r.json",
+            ],
+            "--report-file",
+        ),
+        (
+            &[
+                "restore",
+                "shop",
+                "--to",
+                "2026-11-20T10:00:00Z",
+                "--mariabackup",
+                "/bin/mb",
+            ],
+            "--mariabackup",
+        ),
+        (
+            &["restore-test", "shop", "--mariadbd", "/bin/x"],
+            "--mariadbd",
+        ),
+        (
+            &["restore-test", "shop", "--bandwidth", "10MiB"],
+            "--bandwidth",
+        ),
+        (&["ls", "shop", "--ca-bundle", "ca.pem"], "--ca-bundle"),
+        (&["plan", "shop", "--identity=k.txt"], "--identity"),
+        (&["gc", "shop", "--lock-period", "7d"], "--lock-period"),
+    ];
+    for (args, flag) in cases {
         let out = bin()
-            .args(&args)
+            .args(*args)
+            .args(["-n", "shop"])
             .env("KUBECONFIG", dir.path().join("none"))
             .output()
             .unwrap();
-        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-        let flag = flag.split('=').next().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
         assert!(
-            stderr(&out).contains(&format!("{flag} cannot be used with it")),
-            "{}",
+            stderr(&out).contains(&format!("POLICY (shop) names its store and the operator does the work: {flag} is not used with it")),
+            "{args:?}: {}",
             stderr(&out)
         );
     }
+    // --from-copy is a POLICY's own: past the arguments, to the cluster.
+    let out = bin()
+        .args(["ls", "shop", "-n", "shop", "--from-copy", "dr"])
+        .env("KUBECONFIG", dir.path().join("none"))
+        .output()
+        .unwrap();
+    assert!(
+        stderr(&out).contains("no Kubernetes configuration"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// A shell of the machine (scripts/test.sh installs zsh and fish): a missing one fails the

@@ -287,6 +287,108 @@ prometheusRule:
         "{alerts:?}"
     );
     assert_eq!(groups[1]["rules"][0]["alert"], "TeamBackupsSlow");
+    // Thresholds, durations and severities as values (issue 46 §4); the others as the file.
+    let overrides = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        overrides.path(),
+        r#"
+prometheusRule:
+  enabled: true
+  alertOverrides:
+    TidemarkBinlogArchiveLagging: {threshold: 300, for: 2m, severity: critical}
+    TidemarkBackupsFailing: {threshold: 12h}
+    TidemarkRecoveryWindowGap: {severity: critical}
+"#,
+    )
+    .unwrap();
+    let tuned = render(
+        "tidemark",
+        "tidemark-system",
+        &["-f", overrides.path().to_str().unwrap()],
+    );
+    let rules = find(&tuned, "PrometheusRule")["spec"]["groups"][0]["rules"].clone();
+    let rule = |name: &str| {
+        rules
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["alert"] == name)
+            .cloned()
+            .unwrap()
+    };
+    let file_rule = |name: &str| {
+        file["groups"][0]["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["alert"] == name)
+            .cloned()
+            .unwrap()
+    };
+    let lagging = rule("TidemarkBinlogArchiveLagging");
+    assert!(
+        lagging["expr"]
+            .as_str()
+            .unwrap()
+            .contains("(tidemark_binlog_archive_lag_seconds) > 300"),
+        "{lagging}"
+    );
+    assert_eq!(lagging["for"], "2m");
+    assert_eq!(lagging["labels"]["severity"], "critical");
+    assert!(
+        lagging["annotations"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("Threshold here: 300")
+    );
+    let failing = rule("TidemarkBackupsFailing")["expr"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(failing.matches("[12h]").count(), 2, "{failing}");
+    assert!(!failing.contains("[6h]"), "{failing}");
+    assert_eq!(
+        rule("TidemarkRecoveryWindowGap")["labels"]["severity"],
+        "critical"
+    );
+    assert_eq!(
+        rule("TidemarkRecoveryWindowGap")["expr"],
+        file_rule("TidemarkRecoveryWindowGap")["expr"]
+    );
+    assert_eq!(
+        rule("TidemarkBackupMissing"),
+        file_rule("TidemarkBackupMissing")
+    );
+    // An alert that does not exist, or a threshold an alert does not have, fails the render.
+    for (set, says) in [
+        (
+            "prometheusRule.alertOverrides.TidemarkNoSuchAlert.for=5m",
+            "no alert TidemarkNoSuchAlert",
+        ),
+        (
+            "prometheusRule.alertOverrides.TidemarkRecoveryWindowGap.threshold=2",
+            "this alert has no threshold to set",
+        ),
+    ] {
+        let out = helm()
+            .args([
+                "template",
+                "t",
+                &chart(),
+                "--set",
+                "prometheusRule.enabled=true",
+                "--set",
+                set,
+            ])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(says),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     // autodetect: a monitor only where the cluster serves the Prometheus operator's API.
     let auto = [
         "--set",

@@ -640,6 +640,57 @@ fn the_chart_lints_strictly_and_takes_the_usual_values() {
     }
     let meta = docs(&read("deploy/helm/tidemark/Chart.yaml")).remove(0);
     assert_eq!(meta["kubeVersion"], ">= 1.20.0-0");
+    // Packaged (`helm package`, what a chart repository or OCI registry serves): it lints,
+    // and renders exactly what the directory renders.
+    let dist = tempfile::tempdir().unwrap();
+    let out = helm()
+        .args(["package", &chart(), "--destination"])
+        .arg(dist.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "helm package: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let package = dist.path().join(format!(
+        "tidemark-{}.tgz",
+        meta["version"].as_str().unwrap()
+    ));
+    let package = package.to_str().unwrap();
+    let out = helm().args(["lint", "--strict", package]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "helm lint --strict {package}: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let from_package = helm()
+        .args([
+            "template",
+            "tidemark",
+            package,
+            "--namespace",
+            "tidemark-system",
+        ])
+        .args([
+            "--set",
+            "prometheusRule.enabled=true,grafanaDashboard.enabled=true",
+        ])
+        .output()
+        .unwrap();
+    assert!(from_package.status.success());
+    assert_eq!(
+        json(docs(&String::from_utf8(from_package.stdout).unwrap())),
+        render(
+            "tidemark",
+            "tidemark-system",
+            &[
+                "--set",
+                "prometheusRule.enabled=true,grafanaDashboard.enabled=true"
+            ]
+        ),
+        "the packaged chart renders as the directory"
+    );
     let digest = format!("sha256:{}", "ab".repeat(32));
     let rendered = render(
         "rel",

@@ -303,9 +303,10 @@ pub enum ObjectKind {
     Restore,
 }
 
+/// A Backup or Restore of the cluster, for `describe` and `logs`.
 #[derive(Debug, Args)]
-pub struct DescribeArgs {
-    /// What to describe.
+pub struct ObjectArgs {
+    /// Its kind.
     #[arg(value_enum, value_name = "KIND")]
     pub kind: ObjectKind,
     /// Its name.
@@ -313,20 +314,20 @@ pub struct DescribeArgs {
     pub name: String,
     #[command(flatten)]
     pub kube: KubeArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct DescribeArgs {
+    #[command(flatten)]
+    pub object: ObjectArgs,
     #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
 }
 
 #[derive(Debug, Args)]
 pub struct LogsArgs {
-    /// Whose Job's log.
-    #[arg(value_enum, value_name = "KIND")]
-    pub kind: ObjectKind,
-    /// Its name.
-    #[arg(value_name = "NAME")]
-    pub name: String,
     #[command(flatten)]
-    pub kube: KubeArgs,
+    pub object: ObjectArgs,
     /// At most this many of the log's last lines from a running Job's pod (the kept end
     /// is at most 60 lines).
     #[arg(long, value_name = "N", default_value_t = 200, value_parser = clap::value_parser!(i64).range(1..=100_000))]

@@ -738,13 +738,8 @@ pub async fn status(args: &crate::args::StatusArgs) -> Result<Exit, CliError> {
         .map(|e| WarningOut {
             reason: e.reason.clone().unwrap_or_default(),
             note: e.note.clone().unwrap_or_default(),
-            at: e
-                .series
-                .as_ref()
-                .map(|s| s.last_observed_time.0)
-                .or(e.event_time.as_ref().map(|t| t.0))
-                .or(e.deprecated_last_timestamp.as_ref().map(|t| t.0)),
-            count: e.series.as_ref().map_or(1, |s| s.count),
+            at: crate::inspect::last_seen(e),
+            count: crate::inspect::times_seen(e),
         })
         .collect();
     warnings.sort_by_key(|w| std::cmp::Reverse(w.at));

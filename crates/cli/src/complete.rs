@@ -118,12 +118,7 @@ async fn complete(words: &[String]) -> (Vec<String>, u32) {
         i += 1;
     }
     if let Some(a) = value_of {
-        let values: Vec<String> = a
-            .get_possible_values()
-            .iter()
-            .filter(|v| !v.is_hide_set())
-            .map(|v| v.get_name().to_owned())
-            .collect();
+        let values = choices(a);
         if !values.is_empty() {
             return (prefixed(values), NO_FILES);
         }
@@ -136,12 +131,7 @@ async fn complete(words: &[String]) -> (Vec<String>, u32) {
     let Some(arg) = command.get_positionals().nth(positionals.len()) else {
         return (Vec::new(), NO_FILES);
     };
-    let values: Vec<String> = arg
-        .get_possible_values()
-        .iter()
-        .filter(|v| !v.is_hide_set())
-        .map(|v| v.get_name().to_owned())
-        .collect();
+    let values = choices(arg);
     if !values.is_empty() {
         return (prefixed(values), NO_FILES);
     }
@@ -157,6 +147,15 @@ async fn complete(words: &[String]) -> (Vec<String>, u32) {
         _ => return (Vec::new(), FILES),
     };
     (prefixed(objects(&kube_args(typed), names).await), NO_FILES)
+}
+
+/// The values an argument takes, when it has a fixed set (`backup`, `restore`; `json`, …).
+fn choices(arg: &clap::Arg) -> Vec<String> {
+    arg.get_possible_values()
+        .iter()
+        .filter(|v| !v.is_hide_set())
+        .map(|v| v.get_name().to_owned())
+        .collect()
 }
 
 /// The cluster flags among the words typed (`-n`, `--namespace`, `--context`,

@@ -83,6 +83,20 @@ struct EventOut {
     count: i32,
 }
 
+/// When an event was last seen: its series' last observation, else its own time.
+pub(crate) fn last_seen(e: &k8s_openapi::api::events::v1::Event) -> Option<Timestamp> {
+    e.series
+        .as_ref()
+        .map(|s| s.last_observed_time.0)
+        .or(e.event_time.as_ref().map(|t| t.0))
+        .or(e.deprecated_last_timestamp.as_ref().map(|t| t.0))
+}
+
+/// How many times an event was seen (its series' count, else once).
+pub(crate) fn times_seen(e: &k8s_openapi::api::events::v1::Event) -> i32 {
+    e.series.as_ref().map_or(1, |s| s.count)
+}
+
 /// The events about the object, oldest first (the API server filters by kind and name).
 async fn events(
     client: &Client,
@@ -105,16 +119,11 @@ async fn events(
                 .is_some_and(|r| r.kind.as_deref() == Some(kind) && r.name.as_deref() == Some(name))
         })
         .map(|e| EventOut {
+            at: last_seen(&e),
+            count: times_seen(&e),
             kind: e.type_.unwrap_or_default(),
             reason: e.reason.unwrap_or_default(),
             note: e.note.unwrap_or_default(),
-            at: e
-                .series
-                .as_ref()
-                .map(|s| s.last_observed_time.0)
-                .or(e.event_time.as_ref().map(|t| t.0))
-                .or(e.deprecated_last_timestamp.as_ref().map(|t| t.0)),
-            count: e.series.as_ref().map_or(1, |s| s.count),
         })
         .collect();
     out.sort_by_key(|e| e.at);
@@ -126,16 +135,16 @@ async fn events(
 /// # Errors
 /// No cluster configuration, no such object, or the API refused a read.
 pub async fn describe(args: &DescribeArgs) -> Result<Exit, CliError> {
-    let (client, ns) = client_in(&args.kube).await?;
-    let object = read(&client, &ns, args.kind, &args.name).await?;
-    let events = events(&client, &ns, object.kind, &args.name).await?;
+    let (client, ns) = client_in(&args.object.kube).await?;
+    let object = read(&client, &ns, args.object.kind, &args.object.name).await?;
+    let events = events(&client, &ns, object.kind, &args.object.name).await?;
     if args.output.structured() {
         emit_as(
             args.output,
             &json!({"object": object.value, "events": events}),
         )?;
     } else {
-        emit(&describe_text(args.kind, &ns, &object, &events)?)?;
+        emit(&describe_text(args.object.kind, &ns, &object, &events)?)?;
     }
     Ok(Exit::Success)
 }
@@ -255,9 +264,9 @@ fn describe_text(
 /// No cluster configuration, no such object, or no log at all (no Job yet, or a method
 /// without one and nothing kept).
 pub async fn logs(args: &LogsArgs) -> Result<Exit, CliError> {
-    let (client, ns) = client_in(&args.kube).await?;
-    let object = read(&client, &ns, args.kind, &args.name).await?;
-    let what = format!("{} {ns}/{}", object.kind, args.name);
+    let (client, ns) = client_in(&args.object.kube).await?;
+    let object = read(&client, &ns, args.object.kind, &args.object.name).await?;
+    let what = format!("{} {ns}/{}", object.kind, args.object.name);
     if let Some(job) = &object.job
         && let Some(text) = job_log(&client, &ns, job, args.tail).await?
     {
@@ -286,8 +295,8 @@ pub async fn logs(args: &LogsArgs) -> Result<Exit, CliError> {
         ))),
         (None, None) => Err(CliError::input(format!(
             "{what} has no Job (yet): kubectl tidemark describe {} {} -n {ns} says why",
-            args.kind.name(),
-            args.name
+            args.object.kind.name(),
+            args.object.name
         ))),
     }
 }

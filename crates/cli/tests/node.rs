@@ -1167,6 +1167,26 @@ async fn the_kubernetes_examples_apply_as_written(w: Arc<World>) {
         "{phases:?}"
     );
     all_pods_restricted(&w, ns, &["db-0", "s3-", "shop-binlog-archiver"]).await;
+    // The three Restores counted, over the operator's replicas (the leader counts what it
+    // ended), with the last one's duration.
+    let operators: Api<Pod> = Api::namespaced(w.client(), OPERATOR_NAMESPACE);
+    let mut restored = 0.0;
+    let mut timed = false;
+    for pod in operators.list(&ListParams::default()).await.unwrap().items {
+        let metrics = leader_metrics(&w, &pod.name_any());
+        for line in metrics.lines() {
+            if let Some(n) = line.strip_prefix(
+                r#"tidemark_restores_total{namespace="shop",policy="shop",result="succeeded"} "#,
+            ) {
+                restored += n.parse::<f64>().unwrap();
+            }
+            timed |= line.starts_with(
+                r#"tidemark_last_restore_duration_seconds{namespace="shop",policy="shop"} "#,
+            );
+        }
+    }
+    assert_eq!(restored, 3.0, "tidemark_restores_total");
+    assert!(timed, "tidemark_last_restore_duration_seconds");
     // What `describe` showed, and the Jobs' logs kept in the status: once a Job is gone,
     // `logs` prints that end of it (issue 46 §4).
     assert!(said.contains("Name:       before-the-change"), "{said}");
@@ -1755,7 +1775,7 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
                 "restore",
                 "shop",
                 "-n",
-                "shop",
+                ns,
                 "--from-copy",
                 "dr",
                 "--to",

@@ -111,6 +111,10 @@ pub struct Metrics {
     pub last_successful_backup: Family<PolicyLabels, Gauge>,
     /// Backups that ended, by policy and result.
     pub backups: Family<PassLabels, Counter>,
+    /// Restores that ended, by policy and result, and how long the newest successful one
+    /// took.
+    pub restores: Family<PassLabels, Counter>,
+    pub last_restore_duration: Family<PolicyLabels, Gauge>,
     /// The newest completed backup's duration and payload size.
     pub last_backup_duration: Family<PolicyLabels, Gauge>,
     pub last_backup_size: Family<PolicyLabels, Gauge>,
@@ -253,6 +257,16 @@ impl Metrics {
             "backups",
             "Backups that ended, by policy and result (succeeded, failed)",
             self.backups.clone(),
+        );
+        r.register(
+            "restores",
+            "Restores that ended, by policy and result (succeeded, failed)",
+            self.restores.clone(),
+        );
+        r.register(
+            "last_restore_duration_seconds",
+            "Duration of the newest successful Restore, from its start to the claim restored",
+            self.last_restore_duration.clone(),
         );
         r.register(
             "last_backup_duration_seconds",
@@ -427,6 +441,27 @@ impl Metrics {
             .inc();
     }
 
+    /// A Restore of `labels`' policy ended; `took`, when it succeeded, its duration.
+    pub fn restore_ended(&self, labels: &PolicyLabels, took: Option<i64>) {
+        self.restores
+            .get_or_create(&PassLabels {
+                namespace: labels.namespace.clone(),
+                policy: labels.policy.clone(),
+                result: if took.is_some() {
+                    "succeeded"
+                } else {
+                    "failed"
+                }
+                .into(),
+            })
+            .inc();
+        if let Some(secs) = took {
+            self.last_restore_duration
+                .get_or_create(labels)
+                .set(secs.max(0));
+        }
+    }
+
     /// A failed Backup of `labels`' policy, seen at its end or at start-up: the newest
     /// failure's time.
     pub fn backup_failed(&self, labels: &PolicyLabels, at: jiff::Timestamp) {
@@ -591,6 +626,7 @@ impl Metrics {
             &self.last_backup_duration,
             &self.last_backup_size,
             &self.last_failed_backup,
+            &self.last_restore_duration,
             &self.restore_test_passed,
             &self.restore_test_last_run,
             &self.restore_test_duration,
@@ -617,6 +653,7 @@ impl Metrics {
             };
             self.retention_passes.remove(&l);
             self.backups.remove(&l);
+            self.restores.remove(&l);
         }
         self.backup_duration.0.remove(labels);
     }

@@ -1065,6 +1065,12 @@ async fn follow(
             );
             set_ready(&mut status, restore, true, "Restored", &message);
             write(api, restore, &status).await?;
+            let took = status
+                .started_at
+                .as_ref()
+                .map_or(0, |s| now.duration_since(s.0).as_secs());
+            ctx.metrics
+                .restore_ended(&policy_labels(restore), Some(took));
             // A mark an earlier attempt of the same name left no longer holds.
             if let Some(claim) = &status.claim {
                 annotate(ctx, restore, claim, None).await;
@@ -1095,12 +1101,21 @@ async fn refuse(
     status.completed_at = Some(Time(ctx.clock.now()));
     set_ready(&mut status, restore, false, reason, message);
     write(api, restore, &status).await?;
+    ctx.metrics.restore_ended(&policy_labels(restore), None);
     ctx.warn(&restore.object_ref(&()), reason, message).await;
     // Only a claim its Job may have written (a refusal before the Job touched nothing).
     if let (Some(claim), Some(_)) = (&status.claim, &status.job) {
         mark_unusable(ctx, restore, claim, reason, message).await;
     }
     Ok(Requeue::await_change())
+}
+
+/// The metrics' labels of the Restore's policy.
+fn policy_labels(restore: &Restore) -> crate::metrics::PolicyLabels {
+    crate::metrics::Metrics::policy(
+        &restore.namespace().unwrap_or_default(),
+        &restore.spec.policy.name,
+    )
 }
 
 /// Annotates `claim`, if this Restore created it, with why it holds no usable data.

@@ -142,6 +142,7 @@ fn exposition(text: bool) -> String {
     };
     m.retention_passes.get_or_create(&result).inc();
     m.backups.get_or_create(&result).inc();
+    m.restores.get_or_create(&result).inc();
     for c in [&m.objects_deleted, &m.bytes_freed, &m.retention_failures] {
         c.get_or_create(&p).inc();
     }
@@ -158,6 +159,7 @@ fn exposition(text: bool) -> String {
         &m.backups_kept,
         &m.last_successful_backup,
         &m.last_backup_duration,
+        &m.last_restore_duration,
         &m.last_backup_size,
         &m.last_failed_backup,
         &m.restore_test_passed,

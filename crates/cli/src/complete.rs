@@ -34,15 +34,26 @@ pub fn invoked() -> bool {
         .unwrap_or(false)
 }
 
-/// Prints the completions of `words` (the arguments after `tidemark`), Cobra's way.
-pub fn run(words: &[String]) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build();
-    let (candidates, directive) = match rt {
-        Ok(rt) => rt.block_on(complete(words)),
-        Err(_) => (Vec::new(), NO_FILES),
-    };
+/// Prints the completions of `words` (the arguments after `tidemark`), Cobra's way, and
+/// ends the process: the answer is worked out on a thread of its own and given up on after
+/// [`CLUSTER_WAIT`] and a second — a kubeconfig's credential plugin or a slow resolver,
+/// which no timer inside can interrupt, never holds a shell's TAB.
+pub fn run(words: &[String]) -> ! {
+    let words = words.to_vec();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build();
+        let answer = match rt {
+            Ok(rt) => rt.block_on(complete(&words)),
+            Err(_) => (Vec::new(), NO_FILES),
+        };
+        let _ = tx.send(answer);
+    });
+    let (candidates, directive) = rx
+        .recv_timeout(CLUSTER_WAIT + Duration::from_secs(1))
+        .unwrap_or((Vec::new(), NO_FILES));
     let mut out = String::new();
     for c in candidates {
         out.push_str(&c);
@@ -50,6 +61,7 @@ pub fn run(words: &[String]) {
     }
     out.push_str(&format!(":{directive}\n"));
     let _ = crate::output::emit(&out);
+    std::process::exit(0)
 }
 
 /// What a cluster list names: BackupPolicies, Backups or Restores.

@@ -98,11 +98,14 @@ pub(crate) fn times_seen(e: &k8s_openapi::api::events::v1::Event) -> i32 {
 }
 
 /// The events about the object, oldest first (the API server filters by kind and name).
+/// Only this object's, by its uid: another operator's kind of the same name (a `Backup`
+/// of CloudNativePG's, say) has events of its own.
 async fn events(
     client: &Client,
     ns: &str,
     kind: &str,
     name: &str,
+    uid: &str,
 ) -> Result<Vec<EventOut>, CliError> {
     let list: Vec<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns)
         .list(
@@ -116,7 +119,7 @@ async fn events(
         .filter(|e| {
             e.regarding
                 .as_ref()
-                .is_some_and(|r| r.kind.as_deref() == Some(kind) && r.name.as_deref() == Some(name))
+                .is_some_and(|r| r.uid.as_deref() == Some(uid) && r.name.as_deref() == Some(name))
         })
         .map(|e| EventOut {
             at: last_seen(&e),
@@ -137,7 +140,8 @@ async fn events(
 pub async fn describe(args: &DescribeArgs) -> Result<Exit, CliError> {
     let (client, ns) = client_in(&args.object.kube).await?;
     let object = read(&client, &ns, args.object.kind, &args.object.name).await?;
-    let events = events(&client, &ns, object.kind, &args.object.name).await?;
+    let uid = object.value["metadata"]["uid"].as_str().unwrap_or_default();
+    let events = events(&client, &ns, object.kind, &args.object.name, uid).await?;
     if args.output.structured() {
         emit_as(
             args.output,
@@ -267,11 +271,23 @@ pub async fn logs(args: &LogsArgs) -> Result<Exit, CliError> {
     let (client, ns) = client_in(&args.object.kube).await?;
     let object = read(&client, &ns, args.object.kind, &args.object.name).await?;
     let what = format!("{} {ns}/{}", object.kind, args.object.name);
-    if let Some(job) = &object.job
-        && let Some(text) = job_log(&client, &ns, job, args.tail).await?
-    {
-        emit(&text)?;
-        return Ok(Exit::Success);
+    let mut unread = None;
+    if let Some(job) = &object.job {
+        match job_log(&client, &ns, job, args.tail).await? {
+            PodLog::Text(text) => {
+                emit(&text)?;
+                return Ok(Exit::Success);
+            }
+            PodLog::Unread(why) => unread = Some(why),
+            PodLog::NoPod => {}
+        }
+    }
+    if let (Some(why), None) = (&unread, &object.log_tail) {
+        return Err(CliError::input(format!(
+            "{what}: {why}: try again in a moment, or kubectl tidemark describe {} {} -n {ns}",
+            args.object.kind.name(),
+            args.object.name
+        )));
     }
     match (&object.log_tail, &object.job) {
         (Some(kept), job) => {
@@ -301,14 +317,18 @@ pub async fn logs(args: &LogsArgs) -> Result<Exit, CliError> {
     }
 }
 
+/// What a Job's newest pod says.
+enum PodLog {
+    Text(String),
+    /// No pod left.
+    NoPod,
+    /// A pod whose log cannot be read (yet): why.
+    Unread(String),
+}
+
 /// The log of the newest pod of Job `job` (its first container: the backup's or restore's
-/// own, after the init container that installs the binary), `None` when no pod is left.
-async fn job_log(
-    client: &Client,
-    ns: &str,
-    job: &str,
-    tail: i64,
-) -> Result<Option<String>, CliError> {
+/// own, after the init container that installs the binary).
+async fn job_log(client: &Client, ns: &str, job: &str, tail: i64) -> Result<PodLog, CliError> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let list = pods
         .list(&ListParams::default().labels(&format!("job-name={job}")))
@@ -319,7 +339,7 @@ async fn job_log(
         .into_iter()
         .max_by_key(|p| p.metadata.creation_timestamp.clone().map(|t| t.0))
     else {
-        return Ok(None);
+        return Ok(PodLog::NoPod);
     };
     let container = pod
         .spec
@@ -332,13 +352,24 @@ async fn job_log(
         ..Default::default()
     };
     match pods.logs(&pod.name_any(), &params).await {
-        Ok(text) => Ok(Some(
+        Ok(text) => Ok(PodLog::Text(
             text.lines()
                 .map(|l| format!("{}\n", printable(l)))
                 .collect(),
         )),
-        // Not started yet, or its log already gone with the node: the kept end, if any.
-        Err(kube::Error::Api(s)) if s.code == 400 || s.code == 404 => Ok(None),
+        // Not started yet (pending, its image being pulled), or its log gone with the node.
+        Err(kube::Error::Api(s)) if s.code == 400 || s.code == 404 => {
+            let phase = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.clone())
+                .unwrap_or_else(|| "Unknown".into());
+            Ok(PodLog::Unread(format!(
+                "Job {job}'s pod {} has no log to show (phase {phase}): {}",
+                pod.name_any(),
+                printable(&s.message)
+            )))
+        }
         Err(e) => Err(api_error(
             &format!("the log of pod {ns}/{}", pod.name_any()),
             e,

@@ -36,7 +36,6 @@ fn main() -> ExitCode {
     if complete::invoked() {
         let words: Vec<String> = std::env::args().skip(1).collect();
         complete::run(&words);
-        return ExitCode::SUCCESS;
     }
     let cli = args::Cli::parse();
     init_logging(&cli.command, cli.log_format == "json");

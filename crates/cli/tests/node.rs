@@ -1104,6 +1104,7 @@ async fn the_kubernetes_examples_apply_as_written(w: Arc<World>) {
     // What the page says it shows: the store's listing, 40 rows after the change and the
     // replicas' threads running by GTID.
     assert!(said.contains("before-the-change"), "{said}");
+    assert!(said.contains("\n40\n"), "the change replicated: {said}");
     assert!(said.contains("Slave_SQL_Running: Yes"), "{said}");
     assert!(said.contains("Using_Gtid: Current_Pos"), "{said}");
 

@@ -2271,6 +2271,29 @@ async fn kubectl_tidemark_gc_runs_webhooks_and_refuses_job_hooks() {
     assert!(complete(&["describe", "backup", "x", "--n"]).contains(&"--namespace".to_owned()));
     // A value the shell completes itself (a file name, an instant): nothing, directive 0.
     assert_eq!(complete(&["restore", "shop", "--datadir", ""]), [":0"]);
+    // A kubeconfig whose credential plugin never answers (an SSO prompt, say): the
+    // answer comes without names after the completion's own deadline, not never.
+    let hanging = dir.path().join("hanging-kubeconfig");
+    std::fs::write(
+        &hanging,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'https://127.0.0.1:9', insecure-skip-tls-verify: true}\nusers:\n- name: u\n  user:\n    exec: {apiVersion: client.authentication.k8s.io/v1beta1, command: sleep, args: ['40']}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n",
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let out = std::process::Command::new(&completer)
+        .args(["status", ""])
+        .env("KUBECONFIG", &hanging)
+        .stdin(std::process::Stdio::null())
+        // The plugin, left running, keeps the stderr it inherited (kubectl reads stdout).
+        .stderr(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), ":4\n");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "the completion waited {:?}",
+        started.elapsed()
+    );
     // No cluster to ask: no names, still an answer.
     let out = std::process::Command::new(&completer)
         .args(["status", ""])

@@ -224,9 +224,27 @@ pub fn built_for() -> &'static str {
     }
 }
 
+/// The architectures the operator's image is built for: `TIDEMARK_IMAGE_ARCHITECTURES`
+/// (comma-separated, e.g. `amd64,arm64` for a multi-platform image, whose every node pulls
+/// its own), else this binary's own ([`built_for`]).
+fn image_architectures() -> Vec<String> {
+    std::env::var("TIDEMARK_IMAGE_ARCHITECTURES")
+        .ok()
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|a| !a.is_empty())
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .filter(|a| !a.is_empty())
+        .unwrap_or_else(|| vec![built_for().to_owned()])
+}
+
 /// Why a Job on `pod`'s node cannot run this operator's binary: the node's
-/// `kubernetes.io/arch` is not [`built_for`]. `None` when it can, or when the node cannot
-/// be read (no right to Nodes: the Job then fails with the runtime's `exec format error`).
+/// `kubernetes.io/arch` is not one of [`image_architectures`]. `None` when it can, or when
+/// the node cannot be read (no right to Nodes: the Job then fails with the runtime's `exec
+/// format error`).
 pub async fn foreign_architecture(client: &Client, pod: &Pod) -> Option<String> {
     let node = pod.spec.as_ref()?.node_name.as_deref()?;
     let found = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
@@ -234,10 +252,11 @@ pub async fn foreign_architecture(client: &Client, pod: &Pod) -> Option<String> 
         .await
         .ok()??;
     let arch = found.metadata.labels.as_ref()?.get("kubernetes.io/arch")?;
-    let ours = built_for();
-    (arch != ours).then(|| {
+    let ours = image_architectures();
+    (!ours.iter().any(|a| a == arch)).then(|| {
+        let ours = ours.join(", ");
         format!(
-            "the database pod {} runs on node {node}, whose architecture is {arch}: this operator's image, and the binary its backup Jobs copy into the database image, are built for {ours} only (docs/operator.md, \"Architectures\"); run the database on {ours} nodes, or the operator built for {arch}",
+            "the database pod {} runs on node {node}, whose architecture is {arch}: this operator's image, and the binary its backup Jobs copy into the database image, are built for {ours} only (docs/operator.md, \"Architectures\"); run the database on {ours} nodes, or an image built for {arch} too (then set TIDEMARK_IMAGE_ARCHITECTURES on the operator)",
             pod.name_any()
         )
     })
@@ -245,6 +264,34 @@ pub async fn foreign_architecture(client: &Client, pod: &Pod) -> Option<String> 
 
 /// At most this much of a Job's log is kept in its object's status (`logTail`).
 pub const LOG_TAIL_LIMIT: usize = 4096;
+/// At most this much of a Job's log is read for it, and for at most this long.
+const LOG_READ_LIMIT: i64 = 64 * 1024;
+const LOG_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Words that mark a line of a log as naming a secret (any case): the line is hidden
+/// whole, whatever its form (`password: x`, `"token":"x"`, `IDENTIFIED BY 'x'`).
+const SECRET_WORDS: &[&str] = &[
+    "password",
+    "passwd",
+    "secret",
+    "token",
+    "identified by",
+    "credential",
+    "private key",
+    "age-secret-key",
+    "authorization",
+];
+
+/// A log line as kept: without control characters, and hidden whole when it names a
+/// secret (see [`SECRET_WORDS`]).
+fn shown_line(line: &str) -> String {
+    let lower = line.to_lowercase();
+    if SECRET_WORDS.iter().any(|w| lower.contains(w)) {
+        return "[a line naming a secret, hidden]".to_owned();
+    }
+    line.chars()
+        .filter(|c| !c.is_control() || *c == '\t')
+        .collect()
+}
 /// The lines of a Job's log read for [`job_log_tail`].
 const LOG_TAIL_LINES: i64 = 60;
 
@@ -282,22 +329,28 @@ pub async fn job_log_tail(client: &Client, job: &Job) -> Option<String> {
         .metadata
         .name
         .clone()?;
-    let params = kube::api::LogParams {
-        container: Some(container),
-        tail_lines: Some(LOG_TAIL_LINES),
-        // Bounded on the server's side too: a line may be long.
-        limit_bytes: Some(4 * LOG_TAIL_LIMIT as i64),
-        ..Default::default()
-    };
-    let log = pods.logs(&newest, &params).await.ok()?;
-    let lines: Vec<String> = log
-        .lines()
-        .map(|l| {
-            l.chars()
-                .filter(|c| !c.is_control() || *c == '\t')
-                .collect()
-        })
-        .collect();
+    // Bounded on the server's side too (a line may be long): the kubelet reads from the
+    // first of the last lines and stops at the byte limit, so a cut read would miss the
+    // end — the lines that say why; then the last few lines alone.
+    let mut log = String::new();
+    for lines in [LOG_TAIL_LINES, 3] {
+        let params = kube::api::LogParams {
+            container: Some(container.clone()),
+            tail_lines: Some(lines),
+            limit_bytes: Some(LOG_READ_LIMIT),
+            ..Default::default()
+        };
+        let read = tokio::time::timeout(LOG_READ_TIMEOUT, pods.logs(&newest, &params))
+            .await
+            .ok()?
+            .ok()?;
+        let cut = read.len() >= usize::try_from(LOG_READ_LIMIT).unwrap_or(usize::MAX);
+        log = read;
+        if !cut {
+            break;
+        }
+    }
+    let lines: Vec<String> = log.lines().map(shown_line).collect();
     let whole = tidemark_engine::redact::redact(&lines).join("\n");
     let whole = whole.trim();
     let text = tail(whole, LOG_TAIL_LIMIT);
@@ -472,6 +525,29 @@ pub fn from_secret(name: &str, secret: &str, key: &str) -> EnvVar {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A kept log line naming a secret is hidden whole, whatever its form; the others
+    /// stay, without control characters.
+    #[test]
+    fn a_log_line_naming_a_secret_is_hidden() {
+        for line in [
+            "password: hunter2",
+            r#"{"level":"info","Token":"abc"}"#,
+            "CREATE USER 'x'@'%' IDENTIFIED BY 'pw'",
+            "AGE-SECRET-KEY-1QQQ",
+            "Authorization: Bearer x",
+        ] {
+            assert_eq!(
+                shown_line(line),
+                "[a line naming a secret, hidden]",
+                "{line}"
+            );
+        }
+        assert_eq!(
+            shown_line("[00] 2026-11-30 copying ./ibdata1\u{1b}[31m"),
+            "[00] 2026-11-30 copying ./ibdata1[31m"
+        );
+    }
 
     /// The identities by reference: `identityFrom`'s Secret and key, or `identitySecret`'s
     /// key `identity`; never a value.

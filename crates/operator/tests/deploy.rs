@@ -369,6 +369,15 @@ prometheusRule:
             "prometheusRule.alertOverrides.TidemarkRecoveryWindowGap.threshold=2",
             "this alert has no threshold to set",
         ),
+        // A threshold of the wrong form would render PromQL that Prometheus refuses.
+        (
+            "prometheusRule.alertOverrides.TidemarkBinlogArchiveLagging.threshold=5m",
+            "5m is not seconds",
+        ),
+        (
+            "prometheusRule.alertOverrides.TidemarkBackupsFailing.threshold=3600",
+            "3600 is not a duration",
+        ),
     ] {
         let out = helm()
             .args([

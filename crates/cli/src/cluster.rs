@@ -738,8 +738,8 @@ pub async fn status(args: &crate::args::StatusArgs) -> Result<Exit, CliError> {
         .map(|e| WarningOut {
             reason: e.reason.clone().unwrap_or_default(),
             note: e.note.clone().unwrap_or_default(),
-            at: crate::inspect::last_seen(e),
-            count: crate::inspect::times_seen(e),
+            at: last_seen(e),
+            count: times_seen(e),
         })
         .collect();
     warnings.sort_by_key(|w| std::cmp::Reverse(w.at));
@@ -845,6 +845,21 @@ pub async fn status(args: &crate::args::StatusArgs) -> Result<Exit, CliError> {
     Ok(Exit::Success)
 }
 
+/// When an event was last seen: its series' last observation, else its own time.
+pub(crate) fn last_seen(e: &k8s_openapi::api::events::v1::Event) -> Option<Timestamp> {
+    e.series
+        .as_ref()
+        .map(|s| s.last_observed_time.0)
+        .or(e.event_time.as_ref().map(|t| t.0))
+        .or(e.deprecated_last_timestamp.as_ref().map(|t| t.0))
+}
+
+/// How many times an event was seen (its series' count, else once).
+pub(crate) fn times_seen(e: &k8s_openapi::api::events::v1::Event) -> i32 {
+    e.series.as_ref().map_or(1, |s| s.count)
+}
+
+/// The events about the object, oldest first (the API server filters by kind and name).
 fn value<T: serde::Serialize>(v: &T) -> Option<serde_json::Value> {
     serde_json::to_value(v).ok()
 }

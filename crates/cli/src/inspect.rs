@@ -83,21 +83,6 @@ struct EventOut {
     count: i32,
 }
 
-/// When an event was last seen: its series' last observation, else its own time.
-pub(crate) fn last_seen(e: &k8s_openapi::api::events::v1::Event) -> Option<Timestamp> {
-    e.series
-        .as_ref()
-        .map(|s| s.last_observed_time.0)
-        .or(e.event_time.as_ref().map(|t| t.0))
-        .or(e.deprecated_last_timestamp.as_ref().map(|t| t.0))
-}
-
-/// How many times an event was seen (its series' count, else once).
-pub(crate) fn times_seen(e: &k8s_openapi::api::events::v1::Event) -> i32 {
-    e.series.as_ref().map_or(1, |s| s.count)
-}
-
-/// The events about the object, oldest first (the API server filters by kind and name).
 /// Only this object's, by its uid: another operator's kind of the same name (a `Backup`
 /// of CloudNativePG's, say) has events of its own.
 async fn events(
@@ -122,8 +107,8 @@ async fn events(
                 .is_some_and(|r| r.uid.as_deref() == Some(uid) && r.name.as_deref() == Some(name))
         })
         .map(|e| EventOut {
-            at: last_seen(&e),
-            count: times_seen(&e),
+            at: crate::cluster::last_seen(&e),
+            count: crate::cluster::times_seen(&e),
             kind: e.type_.unwrap_or_default(),
             reason: e.reason.unwrap_or_default(),
             note: e.note.unwrap_or_default(),

@@ -637,7 +637,10 @@ fn rbac_prints_the_install_asked_for() {
     let cluster = scoped.iter().find(|d| d["kind"] == "ClusterRole").unwrap();
     assert_eq!(
         cluster["rules"],
-        serde_json::json!([{"apiGroups": [""], "resources": ["persistentvolumes"], "verbs": ["get"]}])
+        serde_json::json!([
+            {"apiGroups": [""], "resources": ["persistentvolumes"], "verbs": ["get"]},
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+        ])
     );
     let role = scoped.iter().find(|d| d["kind"] == "Role").unwrap();
     let rules = role["rules"].as_array().unwrap();

@@ -302,7 +302,6 @@ const LOG_TAIL_LINES: i64 = 60;
 /// no pod is left or its log cannot be read.
 pub async fn job_log_tail(client: &Client, job: &Job) -> Option<String> {
     let ns = job.metadata.namespace.as_deref()?;
-    let uid = job.metadata.uid.as_deref()?;
     let container = job
         .spec
         .as_ref()?
@@ -314,21 +313,7 @@ pub async fn job_log_tail(client: &Client, job: &Job) -> Option<String> {
         .name
         .clone();
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let list = pods
-        .list(&ListParams::default().labels(&format!("controller-uid={uid}")))
-        .await
-        .ok()?;
-    let newest = list
-        .items
-        .iter()
-        .max_by(|a, b| {
-            a.metadata
-                .creation_timestamp
-                .cmp(&b.metadata.creation_timestamp)
-        })?
-        .metadata
-        .name
-        .clone()?;
+    let newest = job_pods(client, job).await.first()?.metadata.name.clone()?;
     // Bounded on the server's side too (a line may be long): the kubelet reads from the
     // first of the last lines and stops at the byte limit, so a cut read would miss the
     // end — the lines that say why; then the last few lines alone.
@@ -362,20 +347,8 @@ pub async fn job_log_tail(client: &Client, job: &Job) -> Option<String> {
     (!text.is_empty()).then(|| text.to_owned())
 }
 
-/// What the container `container` of a finished Job's pod said when it exited 0: its
-/// termination message (at most 4 KiB, the kubelet's bound). `None` when no pod is left,
-/// or it did not succeed.
-pub async fn job_report(client: &Client, job: &Job, container: &str) -> Option<String> {
-    terminations(client, job)
-        .await
-        .into_iter()
-        .find(|(name, code, _)| name == container && *code == 0)
-        .map(|(_, _, said)| said)
-}
-
-/// The containers of the newest pod of `job` that have terminated (init containers first):
-/// name, exit code, termination message.
-async fn terminations(client: &Client, job: &Job) -> Vec<(String, i32, String)> {
+/// The pods of `job`, newest first (none when they cannot be listed).
+async fn job_pods(client: &Client, job: &Job) -> Vec<Pod> {
     let (Some(ns), Some(uid)) = (
         job.metadata.namespace.as_deref(),
         job.metadata.uid.as_deref(),
@@ -390,13 +363,32 @@ async fn terminations(client: &Client, job: &Job) -> Vec<(String, i32, String)> 
         return Vec::new();
     };
     let mut pods = list.items;
-    // The newest pod's word first.
     pods.sort_by(|a, b| {
         b.metadata
             .creation_timestamp
             .cmp(&a.metadata.creation_timestamp)
     });
-    pods.iter()
+    pods
+}
+
+/// What the container `container` of a finished Job's pod said when it exited 0: its
+/// termination message (at most 4 KiB, the kubelet's bound). `None` when no pod is left,
+/// or it did not succeed.
+pub async fn job_report(client: &Client, job: &Job, container: &str) -> Option<String> {
+    terminations(client, job)
+        .await
+        .into_iter()
+        .find(|(name, code, _)| name == container && *code == 0)
+        .map(|(_, _, said)| said)
+}
+
+/// The containers of the newest pod of `job` that have terminated (init containers first):
+/// name, exit code, termination message.
+async fn terminations(client: &Client, job: &Job) -> Vec<(String, i32, String)> {
+    // The newest pod's word first.
+    job_pods(client, job)
+        .await
+        .iter()
         .flat_map(|p| {
             let st = p.status.clone().unwrap_or_default();
             st.init_container_statuses

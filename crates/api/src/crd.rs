@@ -6,8 +6,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 
 pub use crate::lifecycle::{
-    ClaimRenewal, DeleteHookCrd as DeleteHook, DeleteHookSpec, ReplacedClaim,
-    VolumeClaimRetentionCrd as VolumeClaimRetention, VolumeClaimRetentionSpec,
+    ClaimRenewal, DeleteHookCrd as DeleteHook, DeleteHookSpec, DeleteHookStatus, HookRun,
+    ReplacedClaim, VolumeClaimRetentionCrd as VolumeClaimRetention, VolumeClaimRetentionSpec,
     VolumeClaimRetentionStatus, WebhookAction,
 };
 pub use crate::policy::{

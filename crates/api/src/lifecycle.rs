@@ -24,7 +24,19 @@ const VCR_TTL_MESSAGE: &str = "expected <n>d, <n>w or <n>mo with n at least 1 (e
     namespaced,
     shortname = "tdh",
     category = "tidemark",
+    status = "DeleteHookStatus",
     doc = "An action run whenever Tidemark deletes a Backup that the selector matches; it runs before the remote data goes and cannot veto the deletion.",
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason"
+    ),
+    printcolumn(name = "Last run", type_ = "date", json_path = ".status.lastRun.time"),
     printcolumn(
         name = "Age",
         type_ = "date",
@@ -52,6 +64,45 @@ pub struct DeleteHookSpec {
     #[x_kube(validation = Rule::new(crate::interval::HOOK_TIMEOUT_RULE).message(crate::interval::HOOK_TIMEOUT_MESSAGE))]
     #[schemars(length(max = 24))]
     pub timeout: Option<String>,
+}
+
+/// What the operator made of a DeleteHook: whether it can run here (`Ready`), and its last
+/// run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeleteHookStatus {
+    /// The `metadata.generation` this status was written for (kstatus, Argo and Flux
+    /// health checks compare the two).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The hook's last run: for which backup, and how it ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_run: Option<HookRun>,
+    /// `Ready`: `True` (`Valid`, or `LastRunSucceeded`) when the operator can run the
+    /// action; `False` with `InvalidSpec`, `StandaloneOnly` (a `command`, which only
+    /// `tidemark run` runs), `JobsDisabled` (the install has no Job rights) or
+    /// `LastRunFailed` (until a run succeeds or the spec changes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// One run of a DeleteHook.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HookRun {
+    /// The backup it ran for: its Backup object's name, or `<name>/<backup id>` in the
+    /// store once the object is gone.
+    pub backup: String,
+    /// `succeeded`, `failed` or `timedOut`.
+    pub outcome: String,
+    /// Why it failed (or what answered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The `metadata.generation` of the hook that ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    /// When it ended.
+    pub time: Time,
 }
 
 /// An HTTPS endpoint that receives a POST with the deleted backup's description.

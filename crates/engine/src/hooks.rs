@@ -302,6 +302,31 @@ impl reqwest::dns::Resolve for DeniedResolver {
     }
 }
 
+/// Why `webhook` would be refused before any connection (not https://, an address of
+/// `denied` written as the host, a `caBundle` that is not PEM), without the URL.
+pub fn webhook_problem(webhook: &WebhookAction, denied: &[Cidr]) -> Option<String> {
+    if !webhook.url.starts_with("https://") {
+        return Some("webhook url is not https://; refused".into());
+    }
+    if let Some(host) = reqwest::Url::parse(&webhook.url)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_owned))
+        && let Err(e) = tidemark_store::deny::check_literal(denied, &host)
+    {
+        return Some(format!("webhook url: {e}"));
+    }
+    if let Some(pem) = &webhook.ca_bundle {
+        match reqwest::Certificate::from_pem_bundle(pem.as_bytes()) {
+            Err(e) => return Some(format!("caBundle is not PEM: {e}")),
+            Ok(certs) if certs.is_empty() => {
+                return Some("caBundle holds no PEM certificate".into());
+            }
+            Ok(_) => {}
+        }
+    }
+    None
+}
+
 /// POSTs the description to the webhook; a 2xx answer is success. No address in `denied`
 /// is connected to (the operator's `--deny-endpoints`): the host's every connection is
 /// resolved without them, and an address written as the host is refused. Nothing of the
@@ -312,15 +337,8 @@ pub async fn call_webhook(
     body: &serde_json::Value,
     denied: &[Cidr],
 ) -> HookOutcome {
-    if !webhook.url.starts_with("https://") {
-        return HookOutcome::Failed("webhook url is not https://; refused".into());
-    }
-    if let Some(host) = reqwest::Url::parse(&webhook.url)
-        .ok()
-        .and_then(|u| u.host_str().map(str::to_owned))
-        && let Err(e) = tidemark_store::deny::check_literal(denied, &host)
-    {
-        return HookOutcome::Failed(format!("webhook url: {e}"));
+    if let Some(problem) = webhook_problem(webhook, denied) {
+        return HookOutcome::Failed(problem);
     }
     let mut builder = reqwest::Client::builder()
         .https_only(true)

@@ -18,7 +18,7 @@ use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use tidemark_api::crd::{Backup, DeleteHook, HookResult};
+use tidemark_api::crd::{Backup, DeleteHook, HookResult, HookRun};
 
 use crate::context::Context;
 use crate::error::Error;
@@ -81,6 +81,20 @@ pub async fn recorded(
 /// CEL let it through, and the hook then fails with the reason).
 fn timeout_of(hook: &DeleteHook) -> Result<Duration, String> {
     hook.spec.timeout().map_err(|e| e.to_string())
+}
+
+/// The hook's timeout, once its spec is whole: exactly one action (CEL refuses another
+/// count at admission; without CEL the hook fails with the reason, never runs one of two).
+fn runnable(hook: &DeleteHook) -> Result<Duration, String> {
+    let actions = usize::from(hook.spec.job.is_some())
+        + usize::from(hook.spec.webhook.is_some())
+        + usize::from(hook.spec.command.is_some());
+    if actions != 1 {
+        return Err(format!(
+            "spec: {actions} actions; set exactly one of job, webhook and command"
+        ));
+    }
+    timeout_of(hook)
 }
 
 /// What a hook is told about the backup being deleted.
@@ -158,7 +172,7 @@ pub async fn run(
         {
             continue;
         }
-        let timeout = timeout_of(hook);
+        let timeout = runnable(hook);
         let outcome = match (&timeout, &hook.spec.webhook, &hook.spec.job) {
             (Err(e), _, _) => Some(HookOutcome::Failed(e.clone())),
             (Ok(t), Some(webhook), _) => {
@@ -197,6 +211,7 @@ pub async fn run(
         let note = format!("DeleteHook {name} {word}{}", suffix(message.as_deref()));
         ctx.event(&backup.object_ref(&()), type_, event, &note)
             .await;
+        record_run(ctx, hook, backup.name_any(), word, message.as_deref()).await;
         status.hooks.push(HookResult {
             name,
             outcome: word.into(),
@@ -460,7 +475,7 @@ impl PassHooks {
         let mut results = Vec::new();
         for hook in &hooks {
             let name = hook.name_any();
-            let outcome = match (timeout_of(hook), &hook.spec.webhook, &hook.spec.job) {
+            let outcome = match (runnable(hook), &hook.spec.webhook, &hook.spec.job) {
                 (Err(e), _, _) => HookOutcome::Failed(e),
                 (Ok(t), Some(webhook), _) => {
                     call(webhook, t, &body, &self.ctx.tenancy.denied_endpoints).await
@@ -488,6 +503,14 @@ impl PassHooks {
                 suffix(message.as_deref())
             );
             self.ctx.event(&reference, type_, reason, &note).await;
+            record_run(
+                &self.ctx,
+                hook,
+                format!("{}/{}", b.name, b.id),
+                word,
+                message.as_deref(),
+            )
+            .await;
             results.push(HookResult {
                 name,
                 outcome: word.into(),
@@ -499,6 +522,160 @@ impl PassHooks {
             "backupId": b.id, "backupName": b.name, "objectGone": object_name, "hooks": results,
         }))
     }
+}
+
+/// Writes the hook's `status.lastRun` (under its own field manager, beside the Ready
+/// condition its controller writes). A refusal is logged: the deletion goes on.
+async fn record_run(
+    ctx: &Context,
+    hook: &DeleteHook,
+    backup: String,
+    word: &str,
+    message: Option<&str>,
+) {
+    let api: Api<DeleteHook> =
+        Api::namespaced(ctx.client.clone(), &hook.namespace().unwrap_or_default());
+    let run = HookRun {
+        backup,
+        outcome: word.to_owned(),
+        message: message.map(|m| m.chars().take(1024).collect()),
+        generation: hook.metadata.generation,
+        time: Time(ctx.clock.now()),
+    };
+    if let Err(e) = crate::status::apply(
+        &api,
+        &hook.name_any(),
+        crate::status::HOOK_RUNS_MANAGER,
+        json!({ "lastRun": run }),
+    )
+    .await
+    {
+        tracing::warn!(hook = %hook.name_any(), "recording the hook's last run: {e}");
+    }
+}
+
+/// One look at a DeleteHook: whether this operator can run it (`Ready`, with the reason
+/// it cannot), from its spec and its last run. Runs nothing.
+///
+/// # Errors
+/// The API failed.
+pub async fn reconcile(
+    hook: std::sync::Arc<DeleteHook>,
+    ctx: std::sync::Arc<Context>,
+) -> Result<kube::runtime::controller::Action, Error> {
+    use kube::runtime::controller::Action;
+    let api: Api<DeleteHook> =
+        Api::namespaced(ctx.client.clone(), &hook.namespace().unwrap_or_default());
+    // Whole and fresh: the cache keeps no job template, and a run's status may be newer.
+    let Some(hook) = api.get_opt(&hook.name_any()).await? else {
+        return Ok(Action::await_change());
+    };
+    let generation = hook.metadata.generation;
+    let previous = hook.status.clone().unwrap_or_default();
+    let (ok, reason, message) = readiness(&ctx, &hook, previous.last_run.as_ref());
+    let ready = crate::status::condition_at(
+        &previous.conditions,
+        "Ready",
+        ok,
+        reason,
+        &message,
+        generation,
+        ctx.clock.now(),
+    );
+    let unchanged = previous.observed_generation == generation
+        && previous.conditions.iter().any(|c| {
+            c.type_ == ready.type_
+                && c.status == ready.status
+                && c.reason == ready.reason
+                && c.message == ready.message
+                && c.observed_generation == generation
+        });
+    if !unchanged {
+        crate::status::apply(
+            &api,
+            &hook.name_any(),
+            crate::status::FIELD_MANAGER,
+            json!({ "observedGeneration": generation, "conditions": [ready] }),
+        )
+        .await?;
+    }
+    Ok(Action::await_change())
+}
+
+/// Whether the operator can run `hook`: `(ready, reason, message)`.
+fn readiness(
+    ctx: &Context,
+    hook: &DeleteHook,
+    last: Option<&HookRun>,
+) -> (bool, &'static str, String) {
+    if let Err(e) = runnable(hook) {
+        return (false, "InvalidSpec", e);
+    }
+    let problem = match (&hook.spec.webhook, &hook.spec.job) {
+        (Some(webhook), _) => {
+            tidemark_engine::hooks::webhook_problem(webhook, &ctx.tenancy.denied_endpoints)
+                .map(|p| ("InvalidSpec", p))
+        }
+        (None, Some(_)) if !ctx.capabilities.jobs => Some((
+            "JobsDisabled",
+            crate::rbac::refused("a job action", "jobs"),
+        )),
+        (None, Some(template)) => pod_spec_of(ctx, hook, template)
+            .err()
+            .map(|p| ("InvalidSpec", p)),
+        (None, None) => Some((
+            "StandaloneOnly",
+            "a local command runs only in standalone `tidemark run`; give the hook a job or a webhook"
+                .to_owned(),
+        )),
+    };
+    if let Some((reason, message)) = problem {
+        return (false, reason, message);
+    }
+    match last {
+        Some(r) if r.outcome == "succeeded" => (
+            true,
+            "LastRunSucceeded",
+            format!("its last run, for {}, succeeded", r.backup),
+        ),
+        // A failure of this spec: one of an earlier spec says nothing of this one.
+        Some(r) if r.generation == hook.metadata.generation => (
+            false,
+            "LastRunFailed",
+            format!(
+                "its last run, for {}, {}{}",
+                r.backup,
+                r.outcome,
+                suffix(r.message.as_deref())
+            ),
+        ),
+        _ => (
+            true,
+            "Valid",
+            "runs before the data of a Backup it selects is deleted".to_owned(),
+        ),
+    }
+}
+
+/// The pod spec of a job action, checked: within the size bound, a pod spec, and no more
+/// than the hook's author may ask for (the Job is created with the operator's rights).
+fn pod_spec_of(
+    ctx: &Context,
+    hook: &DeleteHook,
+    template: &serde_json::Value,
+) -> Result<serde_json::Value, String> {
+    if let Some(why) = tidemark_api::schedule::template_too_large(template, "spec.job", "") {
+        return Err(why);
+    }
+    let spec = template
+        .get("spec")
+        .cloned()
+        .unwrap_or_else(|| template.clone());
+    let field = format!("DeleteHook {} spec.job", hook.name_any());
+    let parsed: k8s_openapi::api::core::v1::PodSpec =
+        serde_json::from_value(spec.clone()).map_err(|e| format!("{field}: {e}"))?;
+    ctx.tenancy.check_pod(&parsed, &field)?;
+    Ok(spec)
 }
 
 /// How an outcome is recorded: its word in `status.hooks`, its message, and its event's
@@ -616,13 +793,10 @@ async fn job(
         }
         return Ok(None);
     }
-    if let Some(why) = tidemark_api::schedule::template_too_large(template, "spec.job", "") {
-        return Ok(Some(HookOutcome::Failed(why)));
-    }
-    let mut spec = template
-        .get("spec")
-        .cloned()
-        .unwrap_or_else(|| template.clone());
+    let mut spec = match pod_spec_of(ctx, hook, template) {
+        Ok(spec) => spec,
+        Err(message) => return Ok(Some(HookOutcome::Failed(message))),
+    };
     let env = json!([
         {"name": "TIDEMARK_DELETE_REASON", "value": reason},
         {"name": "TIDEMARK_BACKUP", "value": who.description.to_string()},
@@ -669,14 +843,6 @@ async fn job(
         },
     }))
     .map_err(|e| Error::Invalid(format!("DeleteHook {} spec.job: {e}", hook.name_any())))?;
-    // Created with the operator's rights: no more than the hook's author may ask for.
-    if let Some(spec) = job.spec.as_ref().and_then(|j| j.template.spec.as_ref())
-        && let Err(message) = ctx
-            .tenancy
-            .check_pod(spec, &format!("DeleteHook {} spec.job", hook.name_any()))
-    {
-        return Ok(Some(HookOutcome::Failed(message)));
-    }
     match jobs.create(&PostParams::default(), &job).await {
         Ok(_) => {}
         Err(kube::Error::Api(s)) if s.code == 409 => {}

@@ -96,6 +96,15 @@ pub fn schedule(s: &mut ScheduledBackup) {
     s.spec.template.job_template = None;
 }
 
+/// What is kept of a DeleteHook: [`tidemark_meta`], and its job template as an empty
+/// object (its controller reads the hook whole).
+pub fn delete_hook(h: &mut tidemark_api::crd::DeleteHook) {
+    tidemark_meta(&mut h.metadata);
+    if h.spec.job.is_some() {
+        h.spec.job = Some(serde_json::Value::Object(serde_json::Map::new()));
+    }
+}
+
 /// Whether `b`'s labels were cut in the cache ([`TRIMMED`]), and their size.
 pub fn trimmed(b: &Backup) -> Option<&str> {
     b.metadata

@@ -657,6 +657,16 @@ async fn scope(
         )
     };
     let reaper = drive(reaper, volumes::reconcile, ctx.clone());
+    // DeleteHooks: Ready from the spec and the last run (a run's status write looks again).
+    let delete_hooks = drive(
+        watched(
+            api::<tidemark_api::crd::DeleteHook>(&client, namespace),
+            &stopping,
+            lean::delete_hook,
+        ),
+        hooks::reconcile,
+        ctx.clone(),
+    );
     // Restores: each looked at again when its Job changes (and polled while it runs).
     let restores = drive(
         watched_changes(
@@ -723,7 +733,7 @@ async fn scope(
         }
     };
     tokio::select! {
-        _ = async { tokio::join!(scheduled, retention, runner, reaper, restores) } => {}
+        _ = async { tokio::join!(scheduled, retention, runner, reaper, restores, delete_hooks) } => {}
         () = backup_cache => {}
         _ = sweep => {}
     }

@@ -137,10 +137,10 @@ pub fn rules(c: Capabilities) -> Vec<Value> {
                 "backups",
                 "volumeclaimretentions",
                 "restores",
+                "deletehooks",
             ],
             &read,
         ),
-        rule("tidemark.io", &["deletehooks"], &["list"]),
         rule(
             "tidemark.io",
             &[
@@ -149,6 +149,7 @@ pub fn rules(c: Capabilities) -> Vec<Value> {
                 "backups/status",
                 "volumeclaimretentions/status",
                 "restores/status",
+                "deletehooks/status",
             ],
             &["patch"],
         ),

@@ -26,6 +26,10 @@ pub const DELETION_CONDITIONS: [&str; 2] = ["RemoteCleanup", "Expired"];
 /// The field manager of `status.hooks`.
 pub const HOOKS_MANAGER: &str = "tidemark-operator-hooks";
 
+/// The field manager of a DeleteHook's `status.lastRun` (its runs; the hook's controller
+/// writes `Ready` under [`FIELD_MANAGER`]).
+pub const HOOK_RUNS_MANAGER: &str = "tidemark-operator-hook-runs";
+
 /// The field manager of `status.restoreTest` (a BackupPolicy's and a Backup's).
 pub const RESTORE_TEST_MANAGER: &str = "tidemark-operator-restore-test";
 /// The field manager of a BackupPolicy's `status.verification` (`crate::verification`).

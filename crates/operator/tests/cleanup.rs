@@ -660,6 +660,18 @@ async fn delete_hooks_run_in_name_order_and_never_veto() {
             json!({"job": {"spec": {"containers": [{"name": "cleanup", "image": "busybox:1.36", "command": ["sh", "-c", "echo \"$TIDEMARK_BACKUP\""]}]}}, "timeout": "5m"}),
         ),
         ("b-ticket", "pay", webhook("/fail", "10s")),
+        // Never run (they select nothing): their Ready says why they could not.
+        ("f-local", "nobody", json!({"command": ["true"]})),
+        (
+            "g-bad-ca",
+            "nobody",
+            json!({"webhook": {"url": "https://hooks.example/x", "caBundle": "not a certificate"}}),
+        ),
+        (
+            "h-privileged",
+            "nobody",
+            json!({"job": {"spec": {"containers": [{"name": "x", "image": "busybox:1.36", "securityContext": {"privileged": true}}]}}}),
+        ),
     ] {
         let mut spec = action;
         spec["selector"] = json!({"matchLabels": {"team": team}});
@@ -835,6 +847,61 @@ async fn delete_hooks_run_in_name_order_and_never_veto() {
             "no event for {hook}: {succeeded:?}"
         );
     }
+
+    // Each hook's Ready says whether the operator can run it, and how its last run ended.
+    let ready = |name: &'static str| {
+        let hooks = hooks.clone();
+        async move {
+            let h = hooks.get(name).await.unwrap();
+            let st = serde_json::to_value(h.status).unwrap();
+            let c = st["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == "Ready")?
+                .clone();
+            (st["observedGeneration"] == json!(h.metadata.generation)).then_some((
+                c["status"].as_str()?.to_owned(),
+                c["reason"].as_str()?.to_owned(),
+                c["message"].as_str()?.to_owned(),
+                st["lastRun"].clone(),
+            ))
+        }
+    };
+    for (name, status, reason, says) in [
+        ("a-notify", "True", "LastRunSucceeded", "for gone"),
+        ("b-ticket", "False", "LastRunFailed", "500"),
+        ("c-slow", "False", "LastRunFailed", "timedOut"),
+        ("d-job", "True", "LastRunSucceeded", "for gone"),
+        ("e-other-team", "True", "Valid", "runs before"),
+        ("f-local", "False", "StandaloneOnly", "tidemark run"),
+        ("g-bad-ca", "False", "InvalidSpec", "caBundle"),
+        ("h-privileged", "False", "InvalidSpec", "privileged"),
+    ] {
+        let (s, r, m, last) = eventually(&format!("{name} {reason}"), || async {
+            ready(name).await.filter(|(_, r, _, _)| r == reason)
+        })
+        .await;
+        assert_eq!((s.as_str(), r.as_str()), (status, reason), "{name}: {m}");
+        assert!(m.contains(says), "{name}: {m}");
+        if reason.starts_with("LastRun") {
+            assert_eq!(last["backup"], "gone", "{name}: {last}");
+        }
+    }
+    // A new spec is judged afresh: the failure of the old one says nothing of it.
+    hooks
+        .patch(
+            "b-ticket",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"timeout": "11s"}})),
+        )
+        .await
+        .unwrap();
+    eventually("b-ticket Valid after its change", || async {
+        ready("b-ticket")
+            .await
+            .filter(|(s, r, _, _)| s == "True" && r == "Valid")
+    })
+    .await;
 
     // A retention pass that deletes a backup by its rules runs the hooks of its Backup
     // object first too (reason "retention"); the object stays and shows the outcome.
@@ -1218,6 +1285,16 @@ async fn hooks_run_for_backups_whose_object_is_gone() {
     assert_eq!(ran["hooks"][1]["outcome"], "succeeded", "{record}");
     assert_eq!(record["hooks"].as_array().unwrap().len(), 1, "{record}");
     assert!(!events(&admin, ns, "DeleteHookSucceeded").await.is_empty());
+    // The hook's own status names the stored backup it ran for.
+    let expected = format!("{}/{}", orphan.name, orphan.id);
+    for name in ["a-ticket", "b-job"] {
+        let last = eventually(&format!("{name}'s lastRun"), || async {
+            let st = serde_json::to_value(hooks.get(name).await.unwrap().status).unwrap();
+            (st["lastRun"]["backup"] == expected.as_str()).then_some(st)
+        })
+        .await;
+        assert_eq!(last["lastRun"]["outcome"], "succeeded", "{last}");
+    }
     op.stop().await;
 }
 

@@ -1,14 +1,11 @@
 {{- /* The operator's rights where it serves objects: the ClusterRole (every namespace) or
        the Role of each of watchNamespaces. Mirrors tidemark_operator::rbac::rules. */ -}}
 {{- define "tidemark.rules" }}
-  # Watch the policies, schedules, backups and claim retentions; write only their status.
+  # Watch the policies, schedules, backups, claim retentions, restores and DeleteHooks (those
+  # that apply to a Backup being deleted); write only their status.
   - apiGroups: ["tidemark.io"]
-    resources: ["backuppolicies", "scheduledbackups", "backups", "volumeclaimretentions", "restores"]
+    resources: ["backuppolicies", "scheduledbackups", "backups", "volumeclaimretentions", "restores", "deletehooks"]
     verbs: ["get", "list", "watch"]
-  # The DeleteHooks that apply to a Backup being deleted.
-  - apiGroups: ["tidemark.io"]
-    resources: ["deletehooks"]
-    verbs: ["list"]
   - apiGroups: ["tidemark.io"]
     resources:
       - "backuppolicies/status"
@@ -16,6 +13,7 @@
       - "backups/status"
       - "volumeclaimretentions/status"
       - "restores/status"
+      - "deletehooks/status"
     verbs: ["patch"]
   # ScheduledBackups create Backups; the remote-cleanup finalizer is added and removed
   # by patch; a Backup whose ttl ran out is deleted.

@@ -18,6 +18,93 @@ pub struct Cli {
     pub log_format: String,
 }
 
+/// What the store's flags bring that only a command writing to the store uses: encryption
+/// of uploads, the plaintext allowance of reads that decrypt, the transfer rate, the lock
+/// period of commits.
+const WRITE_FLAGS: &[&str] = &[
+    "recipients",
+    "allow_plaintext_before",
+    "bandwidth",
+    "lock_period",
+];
+
+/// Flags a command's shared groups bring that the command does not use (issue 46 §4:
+/// commands list only the flags they use), by argument id: hidden from its help, man page
+/// and completions, and refused on its command line (set in the environment, they are let
+/// be: one environment serves every command).
+pub const UNUSED: &[(&str, &[&str], &str)] = &[
+    ("ls", WRITE_FLAGS, "it neither writes nor decrypts"),
+    ("plan", WRITE_FLAGS, "it neither writes nor decrypts"),
+    (
+        "delete",
+        WRITE_FLAGS,
+        "it writes nothing but its audit record",
+    ),
+    (
+        "gc",
+        &["against", "with"],
+        "they preview a policy change: give them to plan, which deletes nothing",
+    ),
+    // A simulation has no failed backups, no store to guard, nothing verified and no
+    // branches of history.
+    (
+        "simulate",
+        &[
+            "failed_ttl",
+            "require_verified",
+            "deletion_guard_threshold",
+            "deletion_guard_window",
+            "acknowledge_branches",
+        ],
+        "a simulation has no failed backups, no store to guard, nothing verified and no branches",
+    ),
+];
+
+/// The command line's definition, without the [`UNUSED`] flags in any help.
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    let mut command = Cli::command();
+    for (name, ids, _) in UNUSED {
+        command = command.mut_subcommand(name, |mut sub| {
+            for id in *ids {
+                sub = sub.mut_arg(id, |a| a.hide(true));
+            }
+            sub
+        });
+    }
+    command
+}
+
+/// Parses the process's arguments: clap's own errors, and an [`UNUSED`] flag given on the
+/// command line, exit 2 with the usage.
+pub fn parse() -> Cli {
+    use clap::FromArgMatches;
+    let mut command = command();
+    let matches = command.get_matches_mut();
+    if let Some((name, given)) = matches.subcommand() {
+        for (_, ids, why) in UNUSED.iter().filter(|(n, _, _)| *n == name) {
+            for id in *ids {
+                if given.value_source(id) == Some(clap::parser::ValueSource::CommandLine) {
+                    let mut sub = command.find_subcommand(name).cloned().unwrap_or_default();
+                    let flag = sub
+                        .get_arguments()
+                        .find(|a| a.get_id() == *id)
+                        .and_then(clap::Arg::get_long)
+                        .unwrap_or(id)
+                        .to_owned();
+                    sub = sub.bin_name(format!("tidemark {name}"));
+                    sub.error(
+                        clap::error::ErrorKind::ArgumentConflict,
+                        format!("--{flag} is not used by `tidemark {name}` ({why}); remove it"),
+                    )
+                    .exit();
+                }
+            }
+        }
+    }
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Show what a retention pass would keep and delete, with every reason. Deletes nothing.
@@ -1254,8 +1341,8 @@ mod tests {
     /// flags are flattened into many commands), defaults and conflicts that exist.
     #[test]
     fn every_command_line_is_consistent() {
-        use clap::CommandFactory;
-        super::Cli::command().debug_assert();
+        // Also: every flag of UNUSED exists (mut_arg panics on an unknown id).
+        super::command().debug_assert();
     }
 
     /// `--deny-endpoints`'s help lists its default (hidden from clap's own rendering, a

@@ -515,11 +515,7 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
             .map(resolve::read_policy_file)
             .transpose()?,
     };
-    if gc.is_some() && (args.against.is_some() || args.with.is_some()) {
-        return Err(CliError::input(
-            "--against and --with preview a policy change: give them to plan, which deletes nothing",
-        ));
-    }
+    // `gc --against/--with` are refused by the parser (args::UNUSED).
     // A change previewed: the new policy is planned, the current one compared with it.
     let (policy, compare_with) = match (&args.with, &args.against) {
         (Some(new), _) => (
@@ -1417,8 +1413,7 @@ fn ls_table(out: &LsOut, wide: bool) -> String {
 
 /// `completions SHELL`: the completion script clap derives from the command definitions.
 fn completions(args: &crate::args::CompletionsArgs) -> Result<Exit, CliError> {
-    use clap::CommandFactory;
-    let mut command = Cli::command();
+    let mut command = crate::args::command();
     let mut out = Vec::new();
     clap_complete::generate(args.shell, &mut command, "tidemark", &mut out);
     emit(&String::from_utf8_lossy(&out))?;
@@ -1427,8 +1422,7 @@ fn completions(args: &crate::args::CompletionsArgs) -> Result<Exit, CliError> {
 
 /// `man [--dir DIR]`: the man pages clap derives from the command definitions.
 fn man(args: &crate::args::ManArgs) -> Result<Exit, CliError> {
-    use clap::CommandFactory;
-    let command = Cli::command().name("tidemark");
+    let command = crate::args::command().name("tidemark");
     match &args.dir {
         Some(dir) => {
             if !dir.is_dir() {

@@ -10,11 +10,10 @@
 
 use std::time::Duration;
 
-use clap::CommandFactory;
 use kube::api::{Api, ListParams};
 use tidemark_api::crd::{Backup, BackupPolicy, Restore};
 
-use crate::args::{Cli, KubeArgs};
+use crate::args::KubeArgs;
 
 /// The name kubectl looks for beside `kubectl-tidemark`.
 pub const COMPLETER: &str = "kubectl_complete-tidemark";
@@ -76,7 +75,7 @@ enum Names {
 async fn complete(words: &[String]) -> (Vec<String>, u32) {
     let current = words.last().map(String::as_str).unwrap_or_default();
     let typed = &words[..words.len().saturating_sub(1)];
-    let root = Cli::command();
+    let root = crate::args::command();
     let prefixed = |all: Vec<String>| -> Vec<String> {
         all.into_iter().filter(|c| c.starts_with(current)).collect()
     };

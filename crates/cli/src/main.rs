@@ -19,8 +19,6 @@ mod verify;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
     // Nothing this process starts (a backup command, mariabackup on a backup from the
     // bucket, a hook) may read its environment or memory back through /proc — the store's
@@ -37,7 +35,7 @@ fn main() -> ExitCode {
         let words: Vec<String> = std::env::args().skip(1).collect();
         complete::run(&words);
     }
-    let cli = args::Cli::parse();
+    let cli = args::parse();
     init_logging(&cli.command, cli.log_format == "json");
     match commands::run(cli) {
         Ok(code) => code.into(),

@@ -1675,6 +1675,107 @@ fn keygen_never_takes_a_format_name_for_a_file() {
     assert!(dir.path().join("json").exists());
 }
 
+/// Issue 46 §4: commands list only the flags they use. A flag a shared group brings to a
+/// command that ignores it is not in its help, and given on the command line it is
+/// refused (exit 2, named); set in the environment it is let be. The commands that use
+/// it still list and take it.
+#[test]
+fn commands_list_only_the_flags_they_use() {
+    let store = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", store.path().display());
+    let help = |command: &str| {
+        let out = run(&[command, "--help"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let unused: [(&str, &[&str]); 5] = [
+        (
+            "ls",
+            &[
+                "--recipient",
+                "--bandwidth",
+                "--lock-period",
+                "--allow-plaintext-before",
+            ],
+        ),
+        (
+            "plan",
+            &[
+                "--recipient",
+                "--bandwidth",
+                "--lock-period",
+                "--allow-plaintext-before",
+            ],
+        ),
+        (
+            "delete",
+            &[
+                "--recipient",
+                "--bandwidth",
+                "--lock-period",
+                "--allow-plaintext-before",
+            ],
+        ),
+        ("gc", &["--against", "--with"]),
+        (
+            "simulate",
+            &[
+                "--failed-ttl",
+                "--require-verified",
+                "--acknowledge-branches",
+                "--deletion-guard-threshold",
+            ],
+        ),
+    ];
+    for (command, flags) in unused {
+        let text = help(command);
+        for flag in flags {
+            assert!(
+                !text.contains(&format!("{flag} ")),
+                "{command} lists {flag}:\n{text}"
+            );
+        }
+    }
+    assert!(help("push").contains("--recipient"));
+    assert!(help("restore").contains("--allow-plaintext-before"));
+    assert!(help("plan").contains("--against"));
+    assert!(help("gc").contains("--failed-ttl"));
+    // Its passes stop at the cap as real ones do.
+    assert!(help("simulate").contains("--max-deletions"));
+
+    let ls = ["ls", "--store", &url, "--cluster", "c1"];
+    let out = run(&[&ls[..], &["--bandwidth", "1MiB/s"]].concat());
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--bandwidth is not used by `tidemark ls`"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run(&[&ls[..], &["--bandwidth=1MiB/s"]].concat());
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let out = bin()
+        .args(ls)
+        .env("TIDEMARK_BANDWIDTH", "1MiB/s")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = run(&[
+        "simulate",
+        "--schedule",
+        "0 0 2 * * *",
+        "--keep-last",
+        "3",
+        "--failed-ttl",
+        "3d",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--failed-ttl is not used by `tidemark simulate`"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 /// Issue 44: a copy holds the stored bytes — a compressed, encrypted payload is copied as
 /// ciphertext, `metadata.json` unchanged — and reads back with the source's identity; a
 /// backup deleted from the source by hand stays in the copy (no deletion is mirrored).

@@ -682,9 +682,25 @@ pub struct RestoreArgs {
         conflicts_with_all = ["new_claim", "dry_run"]
     )]
     pub into: Option<String>,
-    /// With POLICY: replace the data the claim of --into holds.
-    #[arg(long, requires = "into")]
+    /// With POLICY: replace the data the claim of --into (or the claims of --statefulset)
+    /// holds.
+    #[arg(long)]
     pub replace_data: bool,
+    /// With POLICY: restore every claim of this StatefulSet, scaled to 0, to the same point
+    /// in place — one Restore per claim (`<claim template>-<statefulset>-<ordinal>`), the
+    /// replicas' with the primary's, so they resume replication from it by GTID. Needs
+    /// --replace-data; with --wait, checks that every claim reached one position.
+    #[arg(
+        long,
+        value_name = "NAME",
+        requires = "policy_name",
+        conflicts_with_all = ["into", "new_claim", "dry_run"]
+    )]
+    pub statefulset: Option<String>,
+    /// With --statefulset: the claim template that holds the data, when the StatefulSet has
+    /// several.
+    #[arg(long, value_name = "TEMPLATE", requires = "statefulset")]
+    pub claim_template: Option<String>,
     /// With POLICY: create this claim and restore into it (e.g. data-db2-0 for pod 0 of
     /// StatefulSet db2 with the claim template data).
     #[arg(
@@ -700,7 +716,9 @@ pub struct RestoreArgs {
     /// The size of --new-claim (a quantity such as 20Gi; default: from the chain).
     #[arg(long, value_name = "SIZE", requires = "new_claim")]
     pub size: Option<String>,
-    /// With POLICY: the Restore's name (default: `<policy>-restore-<now>`).
+    /// With POLICY: the Restore's name (default: `<policy>-restore-<now>`); with
+    /// --statefulset, the first part of each one's (`<name>-<ordinal>`, default
+    /// `<statefulset>-restore-<now>`).
     #[arg(
         long,
         value_name = "NAME",

@@ -423,6 +423,14 @@ pub async fn restore(
     to: Option<Timestamp>,
 ) -> Result<Exit, CliError> {
     let (client, ns) = client_in(&args.kube).await?;
+    if let Some(set) = &args.statefulset {
+        return restore_statefulset(args, policy, to, &client, &ns, set).await;
+    }
+    if args.replace_data && args.into.is_none() {
+        return Err(CliError::input(
+            "--replace-data replaces the data of --into CLAIM or of --statefulset NAME's claims: give one",
+        ));
+    }
     let into = match (&args.into, &args.new_claim) {
         (Some(claim), None) => json!({"claim": claim, "replaceData": args.replace_data}),
         (None, Some(claim)) => {
@@ -451,6 +459,27 @@ pub async fn restore(
             Timestamp::now().strftime("%Y%m%d%H%M%S")
         )
     });
+    let restore = restore_object(args, policy, to, &ns, &name, into)?;
+    check_restore_policy(args, &client, &ns, policy).await?;
+    timeout_of(&args.timeout)?;
+    let restores: Api<tidemark_api::crd::Restore> = Api::namespaced(client.clone(), &ns);
+    create(&restores, &ns, &name, &restore).await?;
+    if !args.wait {
+        crate::output::emit(&format!("{name}\n"))?;
+        return Ok(Exit::Success);
+    }
+    follow_restore(&restores, &ns, &name, &args.timeout).await
+}
+
+/// The Restore `name` of `policy` into `into`, checked as the operator checks it.
+fn restore_object(
+    args: &crate::args::RestoreArgs,
+    policy: &str,
+    to: Option<Timestamp>,
+    ns: &str,
+    name: &str,
+    into: serde_json::Value,
+) -> Result<tidemark_api::crd::Restore, CliError> {
     let target = match to {
         Some(t) => json!({"to": t.to_string()}),
         None => json!({}),
@@ -472,7 +501,17 @@ pub async fn restore(
         .spec
         .checked()
         .map_err(|e| CliError::input(format!("restore {policy}: {e}")))?;
-    let p = read_policy(&client, &ns, policy).await?;
+    Ok(restore)
+}
+
+/// The policy exists, and has the copy `--from-copy` names.
+async fn check_restore_policy(
+    args: &crate::args::RestoreArgs,
+    client: &Client,
+    ns: &str,
+    policy: &str,
+) -> Result<(), CliError> {
+    let p = read_policy(client, ns, policy).await?;
     if let Some(copy) = args
         .store
         .from_copy
@@ -484,18 +523,186 @@ pub async fn restore(
             p.spec.copy_names()
         )));
     }
+    Ok(())
+}
+
+/// At most this many claims are restored by one `--statefulset`.
+const MAX_STATEFULSET_CLAIMS: usize = 64;
+
+/// `restore POLICY --statefulset NAME --replace-data`: one Restore per claim of the
+/// StatefulSet (scaled to 0), all to the same point; with `--wait`, followed one after the
+/// other (the operator runs them at once), then their positions compared.
+async fn restore_statefulset(
+    args: &crate::args::RestoreArgs,
+    policy: &str,
+    to: Option<Timestamp>,
+    client: &Client,
+    ns: &str,
+    set: &str,
+) -> Result<Exit, CliError> {
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    let sts = sets
+        .get_opt(set)
+        .await
+        .map_err(|e| api_error(&format!("StatefulSet {ns}/{set}"), e))?
+        .ok_or_else(|| {
+            CliError::input(format!("--statefulset {set}: no StatefulSet {ns}/{set}"))
+        })?;
+    let spec = sts.spec.clone().unwrap_or_default();
+    let running = sts.status.as_ref().map_or(0, |s| s.replicas);
+    let scale = format!("kubectl -n {ns} scale statefulset {set} --replicas=0");
+    if spec.replicas.unwrap_or(1) > 0 || running > 0 {
+        return Err(CliError::input(format!(
+            "--statefulset {set}: it has {} replica(s) ({running} running); scale it to 0 first ({scale}, and pause what scales it back: docs/operator.md), as each Restore refuses a claim a pod may use",
+            spec.replicas.unwrap_or(1)
+        )));
+    }
+    let templates: Vec<String> = spec
+        .volume_claim_templates
+        .iter()
+        .flatten()
+        .filter_map(|t| t.metadata.name.clone())
+        .collect();
+    let template = match (&args.claim_template, templates.as_slice()) {
+        (Some(t), all) if all.contains(t) => t.clone(),
+        (Some(t), all) => {
+            return Err(CliError::input(format!(
+                "--claim-template {t}: StatefulSet {ns}/{set} has no such claim template (it has: {})",
+                list_or_none(all)
+            )));
+        }
+        (None, [one]) => one.clone(),
+        (None, all) => {
+            return Err(CliError::input(format!(
+                "--statefulset {set}: give --claim-template, the one that holds the data (it has: {})",
+                list_or_none(all)
+            )));
+        }
+    };
+    let prefix = format!("{template}-{set}-");
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let mut ordinals: Vec<(u32, String)> = claims
+        .list_metadata(&kube::api::ListParams::default())
+        .await
+        .map_err(|e| api_error(&format!("the claims of {ns}"), e))?
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .filter_map(|n| {
+            let ordinal = n.strip_prefix(&prefix)?.parse::<u32>().ok()?;
+            Some((ordinal, n))
+        })
+        .collect();
+    ordinals.sort();
+    if ordinals.is_empty() {
+        return Err(CliError::input(format!(
+            "--statefulset {set}: no claim {prefix}<ordinal> in {ns}; nothing to restore in place (a new database: --new-claim)"
+        )));
+    }
+    if ordinals.len() > MAX_STATEFULSET_CLAIMS {
+        return Err(CliError::input(format!(
+            "--statefulset {set}: {} claims; at most {MAX_STATEFULSET_CLAIMS} are restored at once",
+            ordinals.len()
+        )));
+    }
+    if !args.replace_data {
+        return Err(CliError::input(format!(
+            "--statefulset {set}: its claims {} hold data; give --replace-data to replace it",
+            ordinals
+                .iter()
+                .map(|(_, c)| c.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    let base = args.name.clone().unwrap_or_else(|| {
+        format!(
+            "{set}-restore-{}",
+            Timestamp::now().strftime("%Y%m%d%H%M%S")
+        )
+    });
+    let mut planned = Vec::new();
+    for (ordinal, claim) in &ordinals {
+        let name = format!("{base}-{ordinal}");
+        let into = json!({"claim": claim, "replaceData": true});
+        planned.push((
+            name.clone(),
+            restore_object(args, policy, to, ns, &name, into)?,
+        ));
+    }
+    check_restore_policy(args, client, ns, policy).await?;
     timeout_of(&args.timeout)?;
-    let restores: Api<tidemark_api::crd::Restore> = Api::namespaced(client.clone(), &ns);
-    create(&restores, &ns, &name, &restore).await?;
+    let restores: Api<tidemark_api::crd::Restore> = Api::namespaced(client.clone(), ns);
+    for (name, restore) in &planned {
+        create(&restores, ns, name, restore).await?;
+        eprintln!(
+            "{name}: restores claim {}",
+            restore.spec.into.claim.as_deref().unwrap_or_default()
+        );
+    }
+    let names: Vec<&str> = planned.iter().map(|(n, _)| n.as_str()).collect();
     if !args.wait {
-        crate::output::emit(&format!("{name}\n"))?;
+        crate::output::emit(&format!("{}\n", names.join("\n")))?;
         return Ok(Exit::Success);
     }
+    for name in &names {
+        follow_restore(&restores, ns, name, &args.timeout).await?;
+    }
+    // One point for all: the replicas resume from the primary's position.
+    let mut positions = Vec::new();
+    for name in &names {
+        let r = restores
+            .get(name)
+            .await
+            .map_err(|e| api_error(&format!("Restore {ns}/{name}"), e))?;
+        let position = r.status.and_then(|s| s.gtid_position).unwrap_or_default();
+        positions.push(((*name).to_owned(), position));
+    }
+    if positions.iter().any(|(_, p)| *p != positions[0].1) {
+        return Err(CliError::new(
+            Exit::RestoreFailed,
+            anyhow::anyhow!(
+                "the claims of StatefulSet {ns}/{set} reached different GTID positions ({}); restore them again to one --to instant",
+                positions
+                    .iter()
+                    .map(|(n, p)| format!("{n}: {p}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
+    crate::output::emit(&format!(
+        "StatefulSet {ns}/{set}: {} claim(s) restored to GTID position {}; scale it back: kubectl -n {ns} scale statefulset {set} --replicas={}\n",
+        positions.len(),
+        positions[0].1,
+        positions.len()
+    ))?;
+    Ok(Exit::Success)
+}
+
+/// `a, b, c`, or `none`.
+fn list_or_none(all: &[String]) -> String {
+    if all.is_empty() {
+        "none".to_owned()
+    } else {
+        all.join(", ")
+    }
+}
+
+/// Follows Restore `name` until it ends: exit 0 succeeded, 7 not restorable, 8 failed.
+async fn follow_restore(
+    restores: &Api<tidemark_api::crd::Restore>,
+    ns: &str,
+    name: &str,
+    timeout: &str,
+) -> Result<Exit, CliError> {
     follow(
-        &restores,
-        &ns,
-        &name,
-        &args.timeout,
+        restores,
+        ns,
+        name,
+        timeout,
         |r: tidemark_api::crd::Restore| {
             let status = r.status.unwrap_or_default();
             let ready = status.conditions.iter().find(|c| c.type_ == "Ready");

@@ -1061,32 +1061,10 @@ async fn the_kubernetes_examples_apply_as_written(w: Arc<World>) {
     let kubeconfig = w.node.cluster().kubeconfig();
     let sh = |heading: &str, block: &str| {
         let t = Instant::now();
-        let out = std::process::Command::new("timeout")
-            .args([
-                "--kill-after=10",
-                "2400",
-                "bash",
-                "-euo",
-                "pipefail",
-                "-c",
-                block,
-            ])
-            .current_dir(&root)
-            .env("PATH", &search)
-            .env("KUBECONFIG", &kubeconfig)
-            .env_remove("AWS_ACCESS_KEY_ID")
-            .env_remove("AWS_SECRET_ACCESS_KEY")
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            common::stderr(&out)
-        );
+        let (ok, text) = as_a_user(&root, &search, &kubeconfig, block, 2400);
         assert!(
-            out.status.success(),
-            "the README's block under \"{heading}\" failed ({}):\n{block}\n{text}",
-            out.status
+            ok,
+            "the README's block under \"{heading}\" failed:\n{block}\n{text}"
         );
         eprintln!("README \"{heading}\" ran in {:.1?}:\n{text}", t.elapsed());
         text
@@ -1105,6 +1083,23 @@ async fn the_kubernetes_examples_apply_as_written(w: Arc<World>) {
     assert!(said.contains("\n40\n"), "the change replicated: {said}");
     assert!(said.contains("Slave_SQL_Running: Yes"), "{said}");
     assert!(said.contains("Using_Gtid: Current_Pos"), "{said}");
+    // The same in one command (issue 46 §3), to the newest instant: one Restore per claim,
+    // followed, one position checked.
+    let one = sh(
+        "restore POLICY --statefulset",
+        "kubectl -n shop scale statefulset db --replicas=0
+kubectl -n shop wait pod/db-0 pod/db-1 pod/db-2 --for=delete --timeout=5m
+kubectl tidemark restore shop -n shop --statefulset db --replace-data --name db-newest --wait
+kubectl -n shop scale statefulset db --replicas=3
+kubectl -n shop rollout status statefulset/db --timeout=10m
+kubectl -n shop label pod db-0 tidemark.io/role=primary --overwrite
+kubectl -n shop label pod db-1 db-2 tidemark.io/role=replica --overwrite
+",
+    );
+    assert!(
+        one.contains("StatefulSet shop/db: 3 claim(s) restored to GTID position"),
+        "{one}"
+    );
 
     // Every pod holds the backup's rows, the deleted ones included.
     let rows = "SELECT COUNT(*), MIN(id) FROM shop.orders";
@@ -1126,6 +1121,7 @@ async fn the_kubernetes_examples_apply_as_written(w: Arc<World>) {
         .unwrap()
         .items
         .into_iter()
+        .filter(|r| r.name_any().ends_with("-before-the-change"))
         .map(|r| r.status.unwrap().gtid_position.unwrap_or_default())
         .collect();
     assert_eq!(positions.len(), 3);
@@ -1184,7 +1180,7 @@ async fn the_kubernetes_examples_apply_as_written(w: Arc<World>) {
             );
         }
     }
-    assert_eq!(restored, 3.0, "tidemark_restores_total");
+    assert_eq!(restored, 6.0, "tidemark_restores_total");
     assert!(timed, "tidemark_last_restore_duration_seconds");
     // What `describe` showed, and the Jobs' logs kept in the status: once a Job is gone,
     // `logs` prints that end of it (issue 46 §4).
@@ -1227,6 +1223,42 @@ async fn the_kubernetes_examples_apply_as_written(w: Arc<World>) {
     default_class(false);
 }
 
+/// Runs `script` as a user would type it: bash with `set -euo pipefail`, from the
+/// repository's root, with `search` as PATH (the cluster's kubectl, the binary as
+/// `kubectl-tidemark` and `tidemark`) and the cluster's kubeconfig, no store keys, killed
+/// after `seconds`. Whether it succeeded, and what it printed (stdout, then stderr).
+fn as_a_user(
+    root: &std::path::Path,
+    search: &str,
+    kubeconfig: &std::path::Path,
+    script: &str,
+    seconds: u32,
+) -> (bool, String) {
+    let out = std::process::Command::new("timeout")
+        .args([
+            "--kill-after=10",
+            &seconds.to_string(),
+            "bash",
+            "-euo",
+            "pipefail",
+            "-c",
+            script,
+        ])
+        .current_dir(root)
+        .env("PATH", search)
+        .env("KUBECONFIG", kubeconfig)
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        common::stderr(&out)
+    );
+    (out.status.success(), text)
+}
+
 /// The commands of a Markdown page: its inline code spans that start with `kubectl ` or
 /// `tidemark ` (a span may wrap across lines), once each, in order.
 fn inline_commands(page: &str) -> Vec<String> {
@@ -1259,31 +1291,7 @@ fn runbook_commands_run_as_written(
     let page = std::fs::read_to_string(root.join("docs/runbooks.md")).unwrap();
     let commands = inline_commands(&page);
     assert!(commands.len() >= 25, "{commands:#?}");
-    let run = |command: &str| {
-        let out = std::process::Command::new("timeout")
-            .args([
-                "--kill-after=10",
-                "1200",
-                "bash",
-                "-euo",
-                "pipefail",
-                "-c",
-                command,
-            ])
-            .current_dir(root)
-            .env("PATH", search)
-            .env("KUBECONFIG", kubeconfig)
-            .env_remove("AWS_ACCESS_KEY_ID")
-            .env_remove("AWS_SECRET_ACCESS_KEY")
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            common::stderr(&out)
-        );
-        (out.status.success(), text)
-    };
+    let run = |command: &str| as_a_user(root, search, kubeconfig, command, 1200);
     let now = jiff::Timestamp::now().to_string();
     let mut inside = 0;
     for written in &commands {

@@ -2221,6 +2221,123 @@ async fn kubectl_tidemark_gc_runs_webhooks_and_refuses_job_hooks() {
     assert_eq!(missing.status.code(), Some(2));
     assert!(common::stderr(&missing).contains("Restore gc/nothing does not exist"));
 
+    // `restore POLICY --statefulset` (issue 46 §3): one Restore per claim of the
+    // StatefulSet's template, all to one point, only once it is scaled to 0 and with
+    // --replace-data.
+    let sts: serde_json::Value = json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "db", "namespace": ns},
+        "spec": {"replicas": 1, "serviceName": "db",
+                 "selector": {"matchLabels": {"app": "db"}},
+                 "template": {"metadata": {"labels": {"app": "db"}},
+                              "spec": {"containers": [{"name": "mariadb", "image": "mariadb:10.11"}]}},
+                 "volumeClaimTemplates": [{"metadata": {"name": "data"},
+                     "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]},
+    });
+    let sets: Api<k8s_openapi::api::apps::v1::StatefulSet> = Api::namespaced(admin.clone(), ns);
+    sets.create(
+        &PostParams::default(),
+        &serde_json::from_value(sts).unwrap(),
+    )
+    .await
+    .unwrap();
+    let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(admin.clone(), ns);
+    for claim in [
+        "data-db-0",
+        "data-db-1",
+        "data-db-10",
+        "data-dbx-0",
+        "logs-db-0",
+    ] {
+        claims
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "metadata": {"name": claim},
+                    "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+                }))
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    let to = "2026-11-30T10:03:00Z";
+    let in_place = |extra: &[&str]| {
+        let mut args = vec![
+            "restore",
+            "shop",
+            "-n",
+            ns,
+            "--statefulset",
+            "db",
+            "--to",
+            to,
+        ];
+        args.extend_from_slice(extra);
+        plugin(&args)
+    };
+    let up = in_place(&["--replace-data"]);
+    assert_eq!(up.status.code(), Some(2), "{}", common::stderr(&up));
+    assert!(
+        common::stderr(&up)
+            .contains("scale it to 0 first (kubectl -n gc scale statefulset db --replicas=0"),
+        "{}",
+        common::stderr(&up)
+    );
+    sets.patch(
+        "db",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 0}})),
+    )
+    .await
+    .unwrap();
+    eventually("the StatefulSet at 0", || async {
+        let s = sets.get("db").await.unwrap();
+        (s.status.map_or(0, |s| s.replicas) == 0).then_some(())
+    })
+    .await;
+    let consent = in_place(&[]);
+    assert_eq!(
+        consent.status.code(),
+        Some(2),
+        "{}",
+        common::stderr(&consent)
+    );
+    assert!(
+        common::stderr(&consent)
+            .contains("its claims data-db-0, data-db-1, data-db-10 hold data; give --replace-data"),
+        "{}",
+        common::stderr(&consent)
+    );
+    let made = in_place(&["--replace-data", "--name", "back-to-1003"]);
+    assert!(made.status.success(), "{}", common::stderr(&made));
+    assert_eq!(
+        String::from_utf8_lossy(&made.stdout),
+        "back-to-1003-0\nback-to-1003-1\nback-to-1003-10\n"
+    );
+    let restores: Api<tidemark_api::crd::Restore> = Api::namespaced(admin.clone(), ns);
+    for (name, claim) in [
+        ("back-to-1003-0", "data-db-0"),
+        ("back-to-1003-1", "data-db-1"),
+        ("back-to-1003-10", "data-db-10"),
+    ] {
+        let r = restores.get(name).await.unwrap();
+        assert_eq!(r.spec.into.claim.as_deref(), Some(claim), "{name}");
+        assert!(r.spec.into.replace_data, "{name}");
+        assert_eq!(r.spec.target.to.as_deref(), Some(to), "{name}");
+        assert_eq!(r.spec.policy.name, "shop", "{name}");
+    }
+    assert_eq!(
+        restores
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        3
+    );
+
     // kubectl's completion of the plugin: the binary as kubectl_complete-tidemark, asked
     // with the words after `kubectl tidemark`, answers Cobra's way.
     let dir = tempfile::tempdir().unwrap();

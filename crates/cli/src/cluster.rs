@@ -104,6 +104,7 @@ pub async fn policy(
     args: &KubeArgs,
     name: &str,
     copy: Option<&str>,
+    endpoint: Option<&str>,
 ) -> Result<ClusterPolicy, CliError> {
     let (client, ns) = client_in(args).await?;
     let p = read_policy(&client, &ns, name).await?;
@@ -118,6 +119,25 @@ pub async fn policy(
             ))
         })?,
     };
+    // `--endpoint URL`: the same store reached another way from here (a port-forward).
+    let mut p = p;
+    if let Some(url) = endpoint {
+        let usable = (url.starts_with("http://") || url.starts_with("https://"))
+            && endpoint_host(url).is_some_and(|(h, _)| !h.is_empty());
+        if !usable {
+            return Err(CliError::input(format!(
+                "--endpoint {url}: expected http(s)://host:port, e.g. http://127.0.0.1:8333 (a port-forward of the store's Service)"
+            )));
+        }
+        match p.spec.object_store.as_mut() {
+            Some(o) => o.endpoint = Some(url.to_owned()),
+            None => {
+                return Err(CliError::input(format!(
+                    "--endpoint: BackupPolicy {ns}/{name} has no spec.objectStore"
+                )));
+            }
+        }
+    }
     let endpoint = p
         .spec
         .object_store
@@ -257,8 +277,17 @@ async fn reachable_only_inside(endpoint: Option<&str>, ns: &str, name: &str) -> 
         }
         "a name that does not resolve here"
     };
+    // A Service's name (`<service>.<namespace>.svc…`): reachable from here through a
+    // port-forward, with the rights of the namespace alone.
+    let labels: Vec<&str> = host.trim_end_matches('.').split('.').collect();
+    let forward = match labels.as_slice() {
+        [service, namespace, "svc", ..] => format!(
+            "; or reach it from here through a port-forward (`pods/portforward` in {namespace}): kubectl -n {namespace} port-forward svc/{service} {port} & then kubectl tidemark <command> {name} -n {ns} --endpoint http://127.0.0.1:{port}"
+        ),
+        _ => String::new(),
+    };
     Some(format!(
-        "BackupPolicy {ns}/{name}'s store endpoint {endpoint} is {why}: the store is reachable only from inside the cluster. Run the same command there, e.g. in the operator's pod, which has the binary and the rights: kubectl exec -n tidemark-system deploy/tidemark-operator -- /tidemark <command> {name} -n {ns}"
+        "BackupPolicy {ns}/{name}'s store endpoint {endpoint} is {why}: the store is reachable only from inside the cluster. Run the same command there, e.g. in the operator's pod, which has the binary and the rights: kubectl exec -n tidemark-system deploy/tidemark-operator -- /tidemark <command> {name} -n {ns}{forward}"
     ))
 }
 

@@ -483,7 +483,15 @@ async fn pass(args: &PassArgs, gc: Option<GcOptions<'_>>) -> Result<Exit, CliErr
                 name,
                 &crate::restore::store_flags_beside_policy(),
             )?;
-            Some(crate::cluster::policy(&args.kube, name, args.store.from_copy.as_deref()).await?)
+            Some(
+                crate::cluster::policy(
+                    &args.kube,
+                    name,
+                    args.store.from_copy.as_deref(),
+                    args.store.endpoint.as_deref(),
+                )
+                .await?,
+            )
         }
         None => None,
     };
@@ -1055,8 +1063,13 @@ async fn ls(args: &LsArgs) -> Result<Exit, CliError> {
                 name,
                 &crate::restore::store_flags_beside_policy(),
             )?;
-            let p =
-                crate::cluster::policy(&args.kube, name, args.store.from_copy.as_deref()).await?;
+            let p = crate::cluster::policy(
+                &args.kube,
+                name,
+                args.store.from_copy.as_deref(),
+                args.store.endpoint.as_deref(),
+            )
+            .await?;
             (
                 resolve::Target {
                     store: p.store,

@@ -60,12 +60,13 @@ pub(crate) fn flags_of<A: clap::Args>() -> Vec<String> {
         .collect()
 }
 
-/// The store's flags a cluster POLICY does not use: its BackupPolicy names the store and
-/// how to reach it (all but `--from-copy`, which picks one of its copies).
+/// The store's flags a cluster POLICY does not use when its store is read from here: its
+/// BackupPolicy names the store (all but `--from-copy`, which picks one of its copies, and
+/// `--endpoint`, another way to reach the same store, e.g. a port-forward).
 pub(crate) fn store_flags_beside_policy() -> Vec<String> {
     flags_of::<crate::args::StoreArgs>()
         .into_iter()
-        .filter(|f| f != "--from-copy")
+        .filter(|f| f != "--from-copy" && f != "--endpoint")
         .collect()
 }
 
@@ -83,8 +84,12 @@ pub(crate) fn refuse_beside_policy(policy: &str, unused: &[String]) -> Result<()
 
 /// What `restore POLICY` does not use: the store's flags, the local tools, and the report
 /// file of a local restore (the Restore's status holds its report).
-fn unused_by_restore_of_policy() -> Vec<String> {
+fn unused_by_restore_of_policy(dry_run: bool) -> Vec<String> {
     let mut unused = store_flags_beside_policy();
+    // The Restore's Job reaches the store the policy's way; only a plan is read from here.
+    if !dry_run {
+        unused.push("--endpoint".into());
+    }
     unused.extend(flags_of::<crate::args::MariaDbTools>());
     unused.push("--report-file".into());
     unused
@@ -101,16 +106,21 @@ fn unused_by_restore_test_of_policy() -> Vec<String> {
 
 pub async fn restore(args: &RestoreArgs) -> Result<Exit, CliError> {
     if let Some(policy) = &args.policy_name {
-        refuse_beside_policy(policy, &unused_by_restore_of_policy())?;
+        refuse_beside_policy(policy, &unused_by_restore_of_policy(args.dry_run))?;
     }
     let to = to_of(args)?;
     let (store, target) = match &args.policy_name {
         Some(policy) if !args.dry_run => return crate::cluster::restore(args, policy, to).await,
         // The plan of a Restore, from the policy's store as the operator reads it.
         Some(policy) => {
-            let store = crate::cluster::policy(&args.kube, policy, args.store.from_copy.as_deref())
-                .await?
-                .store;
+            let store = crate::cluster::policy(
+                &args.kube,
+                policy,
+                args.store.from_copy.as_deref(),
+                args.store.endpoint.as_deref(),
+            )
+            .await?
+            .store;
             let point = to.map_or(RestorePoint::Newest, RestorePoint::At);
             let target = restore_instant(&store, &point).await?;
             (store, target)

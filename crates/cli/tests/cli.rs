@@ -813,7 +813,16 @@ fn restore_of_a_policy_ignores_the_environments_store() {
             "--cluster",
         ),
         (
-            &["restore", "shop", "--dry-run", "--endpoint", "http://x"],
+            // A Restore's Job reaches the store the policy's way (a dry run reads it
+            // from here, and may name another way there: --endpoint).
+            &[
+                "restore",
+                "shop",
+                "--into",
+                "data-db-0",
+                "--endpoint",
+                "http://x",
+            ],
             "--endpoint",
         ),
         (
@@ -2556,6 +2565,111 @@ fn plan_against_previews_a_policy_change() {
     );
     let gc = run(&["gc", "--policy", &new, "--against", &current, "--now", NOW]);
     assert_eq!(gc.status.code(), Some(2), "{}", stderr(&gc));
+}
+
+/// Issue 46 §5: the README's first command — Tidemark's main job on the bundled example —
+/// as written (`cargo run -p tidemark --` is this binary), from a copy of the
+/// repository's examples/local: the immediate backup and one every 10 s of
+/// examples/local/data into examples/local/backups/, the newest 3 kept by the retention
+/// passes; SIGTERM stops it (exit 0); the newest backup holds the data directory.
+#[test]
+fn the_readmes_run_command_works_as_written() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let command = "cargo run -p tidemark -- run --config examples/local";
+    assert!(
+        readme.contains(command),
+        "the README no longer says {command}"
+    );
+    let repo = tempfile::tempdir().unwrap();
+    let local = repo.path().join("examples/local");
+    copy_dir(&root.join("examples/local/data"), &local.join("data"));
+    for file in ["policy.yaml", "schedule.yaml"] {
+        std::fs::copy(root.join("examples/local").join(file), local.join(file)).unwrap();
+    }
+    let log = repo.path().join("run.log");
+    let mut child = bin()
+        .current_dir(repo.path())
+        .args(command.split(' ').skip(5).collect::<Vec<_>>())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let backups = local.join("backups");
+    let url = format!("file://{}", backups.display());
+    let listed = |cluster: &str| -> Vec<String> {
+        let out = run(&["ls", "--store", &url, "--cluster", cluster, "-o", "json"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        json(&out)["backups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|b| b["phase"] == "completed")
+            .map(|b| b["backupId"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    // Every backup made, and the retention pass seen keeping the newest 3 of more.
+    let mut seen = std::collections::BTreeSet::new();
+    let mut pruned = false;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let mut cluster = String::new();
+    while !pruned {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no retention pass within 120 s; backups seen: {seen:?}\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        if cluster.is_empty() {
+            cluster = std::fs::read_dir(&backups)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .find(|n| !n.starts_with('.') && !n.starts_with('_'))
+                .unwrap_or_default();
+            continue;
+        }
+        let now = listed(&cluster);
+        seen.extend(now.iter().cloned());
+        pruned = seen.len() > 3 && now.len() == 3;
+        assert!(now.len() <= 4, "more than one past keepLast 3: {now:?}");
+    }
+    rustix::process::kill_process(
+        rustix::process::Pid::from_child(&child),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert!(
+        status.success(),
+        "{status}\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    // The newest backup is the data directory, as tar made it.
+    let newest = listed(&cluster).into_iter().max().unwrap();
+    let out = local.join("newest.tar");
+    let fetched = run(&[
+        "fetch",
+        "--store",
+        &url,
+        "--cluster",
+        &cluster,
+        "--backup-id",
+        &newest,
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(fetched.status.success(), "{}", stderr(&fetched));
+    let listing = std::process::Command::new("tar")
+        .arg("-tf")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let names = String::from_utf8_lossy(&listing.stdout);
+    for file in ["./README.txt", "./created-at.txt"] {
+        assert!(names.lines().any(|l| l == file), "{file} not in:\n{names}");
+    }
 }
 
 /// Issue 46 §5: the README's sample `plan` output is the real command's, as the README says

@@ -2221,6 +2221,65 @@ async fn kubectl_tidemark_gc_runs_webhooks_and_refuses_job_hooks() {
     assert_eq!(missing.status.code(), Some(2));
     assert!(common::stderr(&missing).contains("Restore gc/nothing does not exist"));
 
+    // A store only the cluster's DNS names (issue 46 §4): said at once, with the
+    // port-forward that reaches it from here; `--endpoint` then reads the same store.
+    let inside: BackupPolicy = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy",
+        "metadata": {"name": "inside", "namespace": ns},
+        "spec": {
+            "objectStore": {"bucket": BUCKET, "endpoint": "http://s3.gc.svc:8333", "credentialsSecret": "s3"},
+            "cluster": "shop",
+            "retention": {"keepLast": 5},
+        },
+    }))
+    .unwrap();
+    Api::<BackupPolicy>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &inside)
+        .await
+        .unwrap();
+    let far = plugin(&["ls", "inside", "-n", ns]);
+    assert_ne!(far.status.code(), Some(0), "{}", common::stderr(&far));
+    assert!(
+        common::stderr(&far).contains(
+            "kubectl -n gc port-forward svc/s3 8333 & then kubectl tidemark <command> inside -n gc --endpoint http://127.0.0.1:8333"
+        ),
+        "{}",
+        common::stderr(&far)
+    );
+    let near = plugin(&[
+        "ls",
+        "inside",
+        "-n",
+        ns,
+        "--endpoint",
+        &s3.endpoint,
+        "-o",
+        "json",
+    ]);
+    assert!(near.status.success(), "{}", common::stderr(&near));
+    let listed = common::json(&near);
+    assert!(
+        listed["backups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b["backupId"] == new.id.as_str()),
+        "{listed}"
+    );
+    let planned = plugin(&["plan", "inside", "-n", ns, "--endpoint", &s3.endpoint]);
+    assert!(planned.status.success(), "{}", common::stderr(&planned));
+    let bad = plugin(&["ls", "inside", "-n", ns, "--endpoint", "s3.gc.svc:8333"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", common::stderr(&bad));
+    assert!(
+        common::stderr(&bad).contains("expected http(s)://host:port"),
+        "{}",
+        common::stderr(&bad)
+    );
+    Api::<BackupPolicy>::namespaced(admin.clone(), ns)
+        .delete("inside", &Default::default())
+        .await
+        .unwrap();
+
     // `restore POLICY --statefulset` (issue 46 §3): one Restore per claim of the
     // StatefulSet's template, all to one point, only once it is scaled to 0 and with
     // --replace-data.

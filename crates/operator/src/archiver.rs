@@ -318,6 +318,7 @@ pub fn archiver(
                 spec: Some(PodSpec {
                     // Nothing in it talks to the API: no token for a planted tool to read.
                     automount_service_account_token: pod::NO_TOKEN,
+                    affinity: pod::architecture_affinity(),
                     security_context: db.pod_security.clone(),
                     init_containers: Some(vec![pod::install_container(
                         operator_image,

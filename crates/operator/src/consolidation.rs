@@ -397,6 +397,7 @@ impl ToolJob<'_> {
                         // Nothing in it talks to the API: no token for a planted tool to read.
                         automount_service_account_token: pod::NO_TOKEN,
                         restart_policy: Some("Never".into()),
+                        affinity: pod::architecture_affinity(),
                         security_context: self.database.pod_security.clone(),
                         init_containers: Some(vec![pod::install_container(
                             self.operator_image,

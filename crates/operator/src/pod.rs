@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, Pod, PodSecurityContext,
-    SeccompProfile, SecretKeySelector, SecurityContext, Volume, VolumeMount,
+    Affinity, Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+    NodeSelectorRequirement, NodeSelectorTerm, Pod, PodSecurityContext, PodSpec, SeccompProfile,
+    SecretKeySelector, SecurityContext, Volume, VolumeMount,
 };
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
@@ -239,6 +240,50 @@ fn image_architectures() -> Vec<String> {
         })
         .filter(|a| !a.is_empty())
         .unwrap_or_else(|| vec![built_for().to_owned()])
+}
+
+/// The label of a node's architecture (the kubelet sets it).
+const ARCH_LABEL: &str = "kubernetes.io/arch";
+
+/// What every pod that runs this operator's binary (copied into the database image) asks
+/// of its node: one of [`image_architectures`]. A Job or the archiver never lands where the
+/// binary cannot start (`exec format error`); with no such node it stays Pending, its
+/// events saying which requirement no node meets.
+pub fn architecture_requirement() -> NodeSelectorRequirement {
+    NodeSelectorRequirement {
+        key: ARCH_LABEL.into(),
+        operator: "In".into(),
+        values: Some(image_architectures()),
+    }
+}
+
+/// An affinity of [`architecture_requirement`] alone.
+pub fn architecture_affinity() -> Option<Affinity> {
+    let mut spec = PodSpec::default();
+    pin_architecture(&mut spec);
+    spec.affinity
+}
+
+/// Adds [`architecture_requirement`] to `spec`'s required node affinity: to each of its
+/// terms (a node must meet one of them), or as its only term.
+pub fn pin_architecture(spec: &mut PodSpec) {
+    let required = spec
+        .affinity
+        .get_or_insert_with(Default::default)
+        .node_affinity
+        .get_or_insert_with(Default::default)
+        .required_during_scheduling_ignored_during_execution
+        .get_or_insert_with(Default::default);
+    if required.node_selector_terms.is_empty() {
+        required
+            .node_selector_terms
+            .push(NodeSelectorTerm::default());
+    }
+    for term in &mut required.node_selector_terms {
+        term.match_expressions
+            .get_or_insert_with(Vec::new)
+            .push(architecture_requirement());
+    }
 }
 
 /// Why a Job on `pod`'s node cannot run this operator's binary: the node's
@@ -517,6 +562,60 @@ pub fn from_secret(name: &str, secret: &str, key: &str) -> EnvVar {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every term of a pod's required node affinity gets the architecture's requirement
+    /// (terms are OR-ed: one without it would let the pod onto any node); a pod without
+    /// one gets it as its only term; what the terms asked stays.
+    #[test]
+    fn the_architecture_is_required_in_every_term() {
+        let arch = |spec: &PodSpec| -> Vec<Vec<String>> {
+            spec.affinity
+                .as_ref()
+                .and_then(|a| a.node_affinity.as_ref())
+                .and_then(|n| {
+                    n.required_during_scheduling_ignored_during_execution
+                        .as_ref()
+                })
+                .map(|r| {
+                    r.node_selector_terms
+                        .iter()
+                        .map(|t| {
+                            t.match_expressions
+                                .iter()
+                                .flatten()
+                                .map(|e| format!("{} {} {:?}", e.key, e.operator, e.values))
+                                .collect()
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let ours = format!(
+            "kubernetes.io/arch In {:?}",
+            Some(vec![built_for().to_owned()])
+        );
+        let mut bare = PodSpec::default();
+        pin_architecture(&mut bare);
+        assert_eq!(arch(&bare), vec![vec![ours.clone()]]);
+        assert_eq!(architecture_affinity(), bare.affinity);
+        let mut two: PodSpec = serde_json::from_value(serde_json::json!({
+            "containers": [],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]},
+                ]}}},
+        }))
+        .unwrap();
+        pin_architecture(&mut two);
+        assert_eq!(
+            arch(&two),
+            vec![
+                vec![r#"zone In Some(["a"])"#.to_owned(), ours.clone()],
+                vec![ours]
+            ]
+        );
+    }
 
     /// A kept log line naming a secret is hidden whole, whatever its form; the others
     /// stay, without control characters.

@@ -212,6 +212,7 @@ impl JobPlan<'_> {
                                                     operator: "In".into(),
                                                     values: Some(vec![node]),
                                                 },
+                                                pod::architecture_requirement(),
                                             ]),
                                             ..Default::default()
                                         }],
@@ -331,6 +332,8 @@ pub fn user_job(
             .get_or_insert_with(|| pod::TERMINATION_MESSAGE_POLICY.into());
     }
     let install = pod::install_container(image, spec.security_context.as_ref(), policy);
+    // The user's pod runs our binary too (the install container's copy).
+    pod::pin_architecture(spec);
     spec.init_containers
         .get_or_insert_with(Vec::new)
         .insert(0, install);

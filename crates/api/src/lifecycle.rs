@@ -78,10 +78,10 @@ pub struct DeleteHookStatus {
     /// The hook's last run: for which backup, and how it ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_run: Option<HookRun>,
-    /// `Ready`: `True` (`Valid`, or `LastRunSucceeded`) when the operator can run the
-    /// action; `False` with `InvalidSpec`, `StandaloneOnly` (a `command`, which only
-    /// `tidemark run` runs), `JobsDisabled` (the install has no Job rights) or
-    /// `LastRunFailed` (until a run succeeds or the spec changes).
+    /// `Ready`: `True` (`Valid`, or `LastRunSucceeded` for a run of this spec) when the
+    /// operator can run the action; `False` with `InvalidSpec`, `StandaloneOnly` (a
+    /// `command`, which only `tidemark run` runs), `JobsDisabled` (the install has no Job
+    /// rights) or `LastRunFailed` (until a run succeeds or the spec changes).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
@@ -111,9 +111,12 @@ pub struct HookRun {
 pub struct WebhookAction {
     /// `https://…`
     #[x_kube(validation = Rule::new("self.startsWith('https://')").message("expected an https:// URL"))]
+    #[schemars(length(max = 2048))]
     pub url: String,
-    /// PEM bundle of the CA that signs the endpoint's certificate (default: system roots).
+    /// PEM bundle of the CA that signs the endpoint's certificate (default: system roots);
+    /// at most 64 KiB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 65536))]
     pub ca_bundle: Option<String>,
 }
 

@@ -684,7 +684,7 @@ pub struct RestoreArgs {
     pub into: Option<String>,
     /// With POLICY: replace the data the claim of --into (or the claims of --statefulset)
     /// holds.
-    #[arg(long)]
+    #[arg(long, requires = "policy_name", conflicts_with_all = ["dry_run", "new_claim"])]
     pub replace_data: bool,
     /// With POLICY: restore every claim of this StatefulSet, scaled to 0, to the same point
     /// in place — one Restore per claim (`<claim template>-<statefulset>-<ordinal>`), the

@@ -280,9 +280,20 @@ async fn reachable_only_inside(endpoint: Option<&str>, ns: &str, name: &str) -> 
     // A Service's name (`<service>.<namespace>.svc…`): reachable from here through a
     // port-forward, with the rights of the namespace alone.
     let labels: Vec<&str> = host.trim_end_matches('.').split('.').collect();
+    let scheme = if endpoint.starts_with("https://") {
+        "https"
+    } else {
+        "http"
+    };
+    // A port below 1024 would need root here: forwarded from 8333.
+    let (local, ports) = if port < 1024 {
+        (8333, format!("8333:{port}"))
+    } else {
+        (port, port.to_string())
+    };
     let forward = match labels.as_slice() {
         [service, namespace, "svc", ..] => format!(
-            "; or reach it from here through a port-forward (`pods/portforward` in {namespace}): kubectl -n {namespace} port-forward svc/{service} {port} & then kubectl tidemark <command> {name} -n {ns} --endpoint http://127.0.0.1:{port}"
+            "; or reach it from here through a port-forward (`pods/portforward` in {namespace}): kubectl -n {namespace} port-forward svc/{service} {ports} & then kubectl tidemark <command> {name} -n {ns} --endpoint {scheme}://127.0.0.1:{local}"
         ),
         _ => String::new(),
     };
@@ -525,7 +536,11 @@ fn restore_object(
         "spec": spec,
     }))
     .map_err(|e| CliError::new(Exit::Internal, e))?;
-    // The same checks as the operator's, before anything is created.
+    // The same checks as the operator's, before anything is created: the name labels the
+    // claim it makes, so it is a label value too.
+    tidemark_api::names::dns_subdomain("--name", name)
+        .and_then(|()| tidemark_api::names::label_value_name("--name", name))
+        .map_err(|e| CliError::input(format!("restore {policy}: {e}")))?;
     restore
         .spec
         .checked()
@@ -620,8 +635,10 @@ async fn restore_statefulset(
         .into_iter()
         .filter_map(|c| c.metadata.name)
         .filter_map(|n| {
-            let ordinal = n.strip_prefix(&prefix)?.parse::<u32>().ok()?;
-            Some((ordinal, n))
+            let suffix = n.strip_prefix(&prefix)?;
+            // `01` is no pod's ordinal: only the StatefulSet's own spelling.
+            let ordinal = suffix.parse::<u32>().ok()?;
+            (ordinal.to_string() == suffix).then_some((ordinal, n))
         })
         .collect();
     ordinals.sort();
@@ -646,12 +663,19 @@ async fn restore_statefulset(
                 .join(", ")
         )));
     }
+    // `<base>-<ordinal>` stays a label value (63): the default base gives the
+    // StatefulSet's name what room is left.
     let base = args.name.clone().unwrap_or_else(|| {
-        format!(
-            "{set}-restore-{}",
-            Timestamp::now().strftime("%Y%m%d%H%M%S")
-        )
+        let stamp = Timestamp::now().strftime("%Y%m%d%H%M%S").to_string();
+        let widest = ordinals.last().map_or(1, |(o, _)| o.to_string().len());
+        let room = 63 - "-restore-".len() - stamp.len() - 1 - widest;
+        let mut set: String = set.chars().take(room).collect();
+        while set.ends_with(['-', '.']) {
+            set.pop();
+        }
+        format!("{set}-restore-{stamp}")
     });
+    let deadline = Timestamp::now() + timeout_of(&args.timeout)?;
     let mut planned = Vec::new();
     for (ordinal, claim) in &ordinals {
         let name = format!("{base}-{ordinal}");
@@ -662,22 +686,47 @@ async fn restore_statefulset(
         ));
     }
     check_restore_policy(args, client, ns, policy).await?;
-    timeout_of(&args.timeout)?;
     let restores: Api<tidemark_api::crd::Restore> = Api::namespaced(client.clone(), ns);
-    for (name, restore) in &planned {
+    // All or none: a name taken refuses before any claim is touched.
+    for (name, _) in &planned {
+        if restores
+            .get_opt(name)
+            .await
+            .map_err(|e| api_error(&format!("Restore {ns}/{name}"), e))?
+            .is_some()
+        {
+            return Err(CliError::input(format!(
+                "Restore {ns}/{name} exists already: none was made; give another --name (or delete the Restores of an earlier run)"
+            )));
+        }
+    }
+    // One point for every claim: without --to, the first Restore's plan names it, and the
+    // others restore to that instant (the newest could move between their plans).
+    let mut to = to;
+    for (i, (name, restore)) in planned.iter_mut().enumerate() {
+        if i > 0
+            && let Some(t) = to
+        {
+            restore.spec.target.to = Some(t.to_string());
+        }
         create(&restores, ns, name, restore).await?;
         eprintln!(
             "{name}: restores claim {}",
             restore.spec.into.claim.as_deref().unwrap_or_default()
         );
+        if to.is_none() {
+            to = Some(planned_instant(&restores, ns, name, deadline).await?);
+        }
     }
     let names: Vec<&str> = planned.iter().map(|(n, _)| n.as_str()).collect();
     if !args.wait {
         crate::output::emit(&format!("{}\n", names.join("\n")))?;
         return Ok(Exit::Success);
     }
+    // One deadline for them all: they run at once.
     for name in &names {
-        follow_restore(&restores, ns, name, &args.timeout).await?;
+        let left = deadline.duration_since(Timestamp::now()).as_secs().max(1);
+        follow_restore(&restores, ns, name, &format!("{left}s")).await?;
     }
     // One point for all: the replicas resume from the primary's position.
     let mut positions = Vec::new();
@@ -689,11 +738,14 @@ async fn restore_statefulset(
         let position = r.status.and_then(|s| s.gtid_position).unwrap_or_default();
         positions.push(((*name).to_owned(), position));
     }
-    if positions.iter().any(|(_, p)| *p != positions[0].1) {
+    if positions
+        .iter()
+        .any(|(_, p)| p.is_empty() || *p != positions[0].1)
+    {
         return Err(CliError::new(
             Exit::RestoreFailed,
             anyhow::anyhow!(
-                "the claims of StatefulSet {ns}/{set} reached different GTID positions ({}); restore them again to one --to instant",
+                "the claims of StatefulSet {ns}/{set} did not report one GTID position ({}); restore them again to one --to instant",
                 positions
                     .iter()
                     .map(|(n, p)| format!("{n}: {p}"))
@@ -702,13 +754,61 @@ async fn restore_statefulset(
             ),
         ));
     }
+    let restored: Vec<String> = ordinals.iter().map(|(o, _)| o.to_string()).collect();
     crate::output::emit(&format!(
-        "StatefulSet {ns}/{set}: {} claim(s) restored to GTID position {}; scale it back: kubectl -n {ns} scale statefulset {set} --replicas={}\n",
+        "StatefulSet {ns}/{set}: {} claim(s) restored to GTID position {} (ordinals {}); scale it back to its count: kubectl -n {ns} scale statefulset {set} --replicas=N\n",
         positions.len(),
         positions[0].1,
-        positions.len()
+        restored.join(", ")
     ))?;
     Ok(Exit::Success)
+}
+
+/// The instant Restore `name`'s plan resolved (`status.target`), waited for until
+/// `deadline`.
+async fn planned_instant(
+    restores: &Api<tidemark_api::crd::Restore>,
+    ns: &str,
+    name: &str,
+    deadline: Timestamp,
+) -> Result<Timestamp, CliError> {
+    loop {
+        let r = restores
+            .get(name)
+            .await
+            .map_err(|e| api_error(&format!("Restore {ns}/{name}"), e))?;
+        let status = r.status.unwrap_or_default();
+        if let Some(t) = status.target {
+            eprintln!(
+                "{name}: restores {}; the other claims restore to it too",
+                t.0
+            );
+            return Ok(t.0);
+        }
+        if status.phase.as_deref() == Some("Failed") {
+            let why = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Ready")
+                .map(|c| format!("{}: {}", c.reason, c.message))
+                .unwrap_or_default();
+            return Err(CliError::new(
+                Exit::RestoreFailed,
+                anyhow::anyhow!(
+                    "Restore {ns}/{name} failed before it planned ({why}); no other claim was touched"
+                ),
+            ));
+        }
+        if Timestamp::now() > deadline {
+            return Err(CliError::new(
+                Exit::Internal,
+                anyhow::anyhow!(
+                    "Restore {ns}/{name} had no plan within --timeout; no other claim was touched"
+                ),
+            ));
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
 }
 
 /// `a, b, c`, or `none`.

@@ -1733,6 +1733,7 @@ fn commands_list_only_the_flags_they_use() {
                 "--require-verified",
                 "--acknowledge-branches",
                 "--deletion-guard-threshold",
+                "--deletion-guard-window",
             ],
         ),
     ];

@@ -2387,15 +2387,38 @@ async fn kubectl_tidemark_gc_runs_webhooks_and_refuses_job_hooks() {
         assert_eq!(r.spec.target.to.as_deref(), Some(to), "{name}");
         assert_eq!(r.spec.policy.name, "shop", "{name}");
     }
-    assert_eq!(
+    let count = || async {
         restores
             .list(&ListParams::default())
             .await
             .unwrap()
             .items
-            .len(),
-        3
+            .len()
+    };
+    assert_eq!(count().await, 3);
+    // All or none: names taken, or one past 63 characters (it labels the claim), refuse
+    // before any Restore is made.
+    let again = in_place(&["--replace-data", "--name", "back-to-1003"]);
+    assert_eq!(again.status.code(), Some(2), "{}", common::stderr(&again));
+    assert!(
+        common::stderr(&again).contains("Restore gc/back-to-1003-0 exists already: none was made"),
+        "{}",
+        common::stderr(&again)
     );
+    let long = "n".repeat(61);
+    let too_long = in_place(&["--replace-data", "--name", &long]);
+    assert_eq!(
+        too_long.status.code(),
+        Some(2),
+        "{}",
+        common::stderr(&too_long)
+    );
+    assert!(
+        common::stderr(&too_long).contains("at most 63 characters"),
+        "{}",
+        common::stderr(&too_long)
+    );
+    assert_eq!(count().await, 3);
 
     // kubectl's completion of the plugin: the binary as kubectl_complete-tidemark, asked
     // with the words after `kubectl tidemark`, answers Cobra's way.

@@ -632,14 +632,14 @@ fn readiness(
     if let Some((reason, message)) = problem {
         return (false, reason, message);
     }
-    match last {
+    // A run of this spec: one of an earlier spec says nothing of this one.
+    match last.filter(|r| r.generation == hook.metadata.generation) {
         Some(r) if r.outcome == "succeeded" => (
             true,
             "LastRunSucceeded",
             format!("its last run, for {}, succeeded", r.backup),
         ),
-        // A failure of this spec: one of an earlier spec says nothing of this one.
-        Some(r) if r.generation == hook.metadata.generation => (
+        Some(r) => (
             false,
             "LastRunFailed",
             format!(

@@ -96,13 +96,19 @@ pub fn schedule(s: &mut ScheduledBackup) {
     s.spec.template.job_template = None;
 }
 
-/// What is kept of a DeleteHook: [`tidemark_meta`], and its job template as an empty
-/// object (its controller reads the hook whole).
+/// What is kept of a DeleteHook: [`tidemark_meta`] and no spec (its controller reads the
+/// hook whole, one at a time; a tenant's hooks hold up to a job template, a CA bundle and
+/// a command each).
 pub fn delete_hook(h: &mut tidemark_api::crd::DeleteHook) {
     tidemark_meta(&mut h.metadata);
-    if h.spec.job.is_some() {
-        h.spec.job = Some(serde_json::Value::Object(serde_json::Map::new()));
-    }
+    h.spec = tidemark_api::crd::DeleteHookSpec {
+        selector: Default::default(),
+        job: None,
+        webhook: None,
+        command: None,
+        timeout: None,
+    };
+    h.status = None;
 }
 
 /// Whether `b`'s labels were cut in the cache ([`TRIMMED`]), and their size.

@@ -12,7 +12,9 @@
 #     real-node tests kubelet, kube-scheduler, kube-proxy, built once per machine from
 #     Debian's source package by scripts/kube-apiserver.sh) and the node's packages
 #     (containerd, runc, CNI plugins, dnsmasq, mmdebstrap, umoci) and images (pause, MariaDB), by
-#     scripts/kube-node.sh; all cached in ~/.cache/tidemark/.
+#     scripts/kube-node.sh; all cached in ~/.cache/tidemark/;
+#   - MySQL 9.7 (Debian unstable's mysql-server-core and mysql-client-core) as a root file
+#     system, by scripts/mysql-root.sh, cached in ~/.cache/tidemark/mysql-9.7/.
 # Usage: scripts/test.sh            (format check, clippy, every test)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -89,6 +91,11 @@ kube_out="$(mktemp)"
 log "Kubernetes and the node's images: building in the background if not cached (log: $kube_log)"
 scripts/kube-node.sh >"$kube_out" 2>"$kube_log" &
 kube_pid=$!
+# MySQL's root file system (about 30 s cold), at the same time.
+mysql_log="$(mktemp)"
+mysql_out="$(mktemp)"
+scripts/mysql-root.sh >"$mysql_out" 2>"$mysql_log" &
+mysql_pid=$!
 "$TIDEMARK_WEED" version | head -n 1
 
 log "cargo fmt --check"
@@ -102,6 +109,15 @@ if ! wait "$kube_pid"; then
   tail -n 40 "$kube_log" >&2
   exit 1
 fi
+if ! wait "$mysql_pid"; then
+  echo "scripts/mysql-root.sh failed; the end of its log:" >&2
+  tail -n 40 "$mysql_log" >&2
+  exit 1
+fi
+TIDEMARK_MYSQL_ROOT="$(tail -n 1 "$mysql_out")"
+export TIDEMARK_MYSQL_ROOT
+chroot "$TIDEMARK_MYSQL_ROOT" /usr/sbin/mysqld --version
+rm -f "$mysql_log" "$mysql_out"
 TIDEMARK_NODE_DIR="$(tail -n 1 "$kube_out")"
 TIDEMARK_KUBE_BIN="${TIDEMARK_KUBE_BIN:-$(scripts/kube-apiserver.sh)}"
 export TIDEMARK_NODE_DIR TIDEMARK_KUBE_BIN

@@ -1234,6 +1234,8 @@ pub fn query_restored(datadir: &FsPath, sql: &str) -> String {
     answer
 }
 
+pub mod mysql;
+
 /// Whether the tests run as root.
 pub fn running_as_root() -> bool {
     use std::os::unix::fs::MetadataExt;

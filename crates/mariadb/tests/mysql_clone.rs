@@ -38,7 +38,7 @@ fn a_local_clone_carries_its_consistent_point() {
                 writeln!(stdin, "INSERT INTO shop.orders VALUES ({id});").unwrap();
                 stdin.flush().unwrap();
                 written.store(id, Ordering::Relaxed);
-                if id % 50 == 0 {
+                if id.is_multiple_of(50) {
                     std::thread::sleep(Duration::from_millis(5));
                 }
             }

@@ -93,16 +93,16 @@ pub fn head(f: &mut (impl Read + Seek)) -> Result<Summary, BinlogError> {
 const HEAD_EVENTS: u64 = 16;
 
 /// One event's header: the file is positioned at its body when a visitor sees it.
-struct Header {
-    ts: u32,
-    kind: u8,
-    server: u32,
+pub(crate) struct Header {
+    pub(crate) ts: u32,
+    pub(crate) kind: u8,
+    pub(crate) server: u32,
     /// Bytes of body after the header.
-    body: u64,
+    pub(crate) body: u64,
 }
 
 /// What a visitor wants next.
-enum Walk {
+pub(crate) enum Walk {
     Next,
     Stop,
 }
@@ -112,7 +112,7 @@ enum Walk {
 ///
 /// # Errors
 /// Not a binlog; a corrupt event header; an I/O error; what `visit` returns.
-fn walk<F: Read + Seek>(
+pub(crate) fn walk<F: Read + Seek>(
     f: &mut F,
     mut visit: impl FnMut(&Header, &mut F) -> Result<Walk, BinlogError>,
 ) -> Result<bool, BinlogError> {
@@ -326,7 +326,7 @@ fn read_gtid_list(f: &mut impl Read, body: u64) -> Result<Option<GtidPos>, Binlo
     Ok(Some(GtidPos::from_state(state)))
 }
 
-fn read_full(f: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+pub(crate) fn read_full(f: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut n = 0;
     while n < buf.len() {
         match f.read(&mut buf[n..]) {

@@ -9,6 +9,7 @@ pub mod binlog;
 pub mod check;
 pub mod cnf;
 pub mod consolidate;
+pub mod mysql;
 pub mod purge;
 pub mod remote;
 pub mod requirements;

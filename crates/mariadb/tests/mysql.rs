@@ -1,6 +1,9 @@
-//! Issue 47's first fact, on the real MySQL 9.7 (Debian unstable's, from the root file
-//! system scripts/mysql-root.sh builds): a `mysql-clone` backup can take its consistent
-//! point from the clone itself. `CLONE LOCAL DATA DIRECTORY` leaves
+//! Issue 47's first facts, on the real MySQL 9.7 (Debian unstable's, from the root file
+//! system scripts/mysql-root.sh builds). The binlog files name their GTIDs as
+//! `tidemark_mariadb::mysql` reads them: each file's `Previous_gtids` is the server's
+//! `gtid_executed` when the file was opened, and its transactions are the runs it holds; a
+//! tagged GTID makes them unknown, never empty. And a `mysql-clone` backup can take its
+//! consistent point from the clone itself. `CLONE LOCAL DATA DIRECTORY` leaves
 //! `performance_schema.clone_status`'s binlog file, position and GTID set empty, and
 //! `performance_schema.log_status` read after it is later than the copy; but the cloned
 //! data directory persists the donor's `gtid_executed` at the clone's consistent point, so
@@ -13,7 +16,76 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use tidemark_mariadb::mysql::{MySqlGtids, Run, gtids};
 use tidemark_store::testkit::mysql::{MySql, gtid_count};
+
+/// `uuid:1-3,uuid2:5`, each uuid's part in order, as MySQL prints `gtid_executed` (without
+/// its line breaks).
+fn normal(set: &str) -> Vec<String> {
+    let mut parts: Vec<String> = set
+        .split(',')
+        .map(|p| p.trim().to_owned())
+        .filter(|p| !p.is_empty())
+        .collect();
+    parts.sort();
+    parts
+}
+
+#[test]
+fn binlog_files_name_their_gtids() {
+    let server = MySql::start();
+    let uuid = server.sql("SELECT @@server_uuid");
+    let other = "bbbbbbbb-bbbb-bbbb-bbbb-bbbbbbbbbbbb";
+    let executed = || server.sql("SELECT @@gtid_executed").replace("\\n", "");
+    let mut at_open = vec![executed()];
+    // Each step's statements, then a new file.
+    let steps = [
+        "CREATE DATABASE shop; CREATE TABLE shop.t (id INT PRIMARY KEY); INSERT INTO shop.t VALUES (1)".to_owned(),
+        "INSERT INTO shop.t VALUES (2); INSERT INTO shop.t VALUES (3); INSERT INTO shop.t VALUES (4)".to_owned(),
+        format!(
+            "SET gtid_next = '{other}:10'; INSERT INTO shop.t VALUES (5); SET gtid_next = AUTOMATIC; INSERT INTO shop.t VALUES (6); INSERT INTO shop.t VALUES (7)"
+        ),
+        "SET gtid_next = 'aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa:tag1:7'; INSERT INTO shop.t VALUES (8); SET gtid_next = AUTOMATIC".to_owned(),
+    ];
+    for step in &steps {
+        server.sql(&format!("{step}; FLUSH BINARY LOGS"));
+        at_open.push(executed());
+    }
+    let file = |n: usize| -> MySqlGtids {
+        let path = server.path(&format!("{}/binlog.{n:06}", server.datadir));
+        gtids(&mut std::fs::File::open(&path).unwrap()).unwrap()
+    };
+    let run = |u: &str, first: u64, last: u64| Run {
+        uuid: tidemark_mariadb::mysql::Uuid(
+            hex::decode(u.replace('-', "")).unwrap().try_into().unwrap(),
+        ),
+        first,
+        last,
+    };
+    let expected_runs = [
+        vec![run(&uuid, 1, 3)],
+        vec![run(&uuid, 4, 6)],
+        vec![run(other, 10, 10), run(&uuid, 7, 8)],
+    ];
+    for (i, runs) in expected_runs.iter().enumerate() {
+        let read = file(i + 1);
+        assert_eq!(read.server_id, Some(1));
+        assert_eq!(read.runs.as_ref(), Some(runs), "binlog.{:06}", i + 1);
+        let previous = read.previous.expect("an untagged Previous_gtids");
+        assert_eq!(
+            normal(&MySqlGtids::set_text(&previous)),
+            normal(&at_open[i]),
+            "binlog.{:06}'s Previous_gtids is gtid_executed when it was opened",
+            i + 1
+        );
+    }
+    // A tagged GTID: its file's transactions, and the next file's Previous_gtids, are
+    // unknown — never read as none.
+    assert_eq!(file(4).runs, None);
+    assert!(file(4).previous.is_some());
+    assert_eq!(file(5).previous, None);
+    assert_eq!(file(5).runs, Some(vec![]));
+}
 
 #[test]
 fn a_local_clone_carries_its_consistent_point() {

@@ -311,7 +311,7 @@ mod tests {
             (PREVIOUS_GTIDS_LOG_EVENT, vec![1, 1, 0, 0, 0, 0, 0, 1]),
         ];
         for event in unknown_previous {
-            let read = gtids(&mut file(&[event.clone()])).unwrap();
+            let read = gtids(&mut file(std::slice::from_ref(&event))).unwrap();
             assert_eq!(read.previous, None, "{event:?}");
         }
         let cut = (GTID_LOG_EVENT, vec![0u8; 20]);

@@ -3,7 +3,7 @@
 //! `tidemark_mariadb::mysql` reads them: each file's `Previous_gtids` is the server's
 //! `gtid_executed` when the file was opened, and its transactions are the runs it holds; a
 //! tagged GTID makes them unknown, never empty. And a `mysql-clone` backup can take its
-//! consistent point from the clone itself. `CLONE LOCAL DATA DIRECTORY` leaves
+//! consistent point only from the clone itself. `CLONE LOCAL DATA DIRECTORY` leaves
 //! `performance_schema.clone_status`'s binlog file, position and GTID set empty, and
 //! `performance_schema.log_status` read after it is later than the copy; but the cloned
 //! data directory persists the donor's `gtid_executed` at the clone's consistent point, so
@@ -87,8 +87,16 @@ fn binlog_files_name_their_gtids() {
     assert_eq!(file(5).runs, Some(vec![]));
 }
 
-#[test]
-fn a_local_clone_carries_its_consistent_point() {
+fn rows(server: &MySql) -> u64 {
+    server
+        .sql("SELECT COUNT(*) FROM shop.orders")
+        .parse()
+        .unwrap()
+}
+
+/// A donor with the clone plugin and `shop.orders`, its uuid and its GTID count before any
+/// load.
+fn donor() -> (MySql, String, u64) {
     let donor = MySql::start();
     let version = donor.sql("SELECT @@version");
     assert!(version.starts_with("9."), "{version}");
@@ -96,8 +104,13 @@ fn a_local_clone_carries_its_consistent_point() {
     donor.sql("CREATE DATABASE shop; CREATE TABLE shop.orders (id BIGINT PRIMARY KEY)");
     let uuid = donor.sql("SELECT @@server_uuid");
     let before = gtid_count(&donor.sql("SELECT @@gtid_executed"), &uuid);
+    (donor, uuid, before)
+}
 
-    // One transaction per row, ids 1, 2, 3… in order, until told to stop.
+/// Runs `during` while `donor` takes one transaction per row (ids 1, 2, 3… in order), with
+/// at least 500 rows written before it and 500 after; returns what it returned and the
+/// rows written in all.
+fn under_load<T>(donor: &MySql, during: impl FnOnce() -> T) -> (T, u64) {
     let (mut session, mut stdin) = donor.session();
     let stop = Arc::new(AtomicBool::new(false));
     let written = Arc::new(AtomicU64::new(0));
@@ -117,38 +130,27 @@ fn a_local_clone_carries_its_consistent_point() {
             drop(stdin);
         })
     };
-    let rows = |server: &MySql| -> u64 {
-        server
-            .sql("SELECT COUNT(*) FROM shop.orders")
-            .parse()
-            .unwrap()
-    };
-    while rows(&donor) < 500 {
+    while rows(donor) < 500 {
         std::thread::sleep(Duration::from_millis(50));
     }
-    let clone = format!("{}/clone", donor.dir);
-    donor.sql(&format!("CLONE LOCAL DATA DIRECTORY = '{clone}'"));
-    // The status of a local clone has no point to give.
-    let status = donor.sql(
-        "SELECT STATE, BINLOG_FILE, BINLOG_POSITION, GTID_EXECUTED FROM performance_schema.clone_status",
-    );
-    let fields: Vec<&str> = status.split('\t').collect();
-    assert_eq!(fields[..3], ["Completed", "", "0"], "{status}");
-    assert_eq!(fields.get(3).copied().unwrap_or(""), "", "{status}");
-    // Writes went on after the clone.
-    let at_clone = rows(&donor);
-    while rows(&donor) < at_clone + 500 {
+    let out = during();
+    let after = rows(donor);
+    while rows(donor) < after + 500 {
         std::thread::sleep(Duration::from_millis(50));
     }
     stop.store(true, Ordering::Relaxed);
     writer.join().unwrap();
     let ended = session.wait().unwrap();
     assert!(ended.success(), "the write session failed");
-    let total = rows(&donor);
+    let total = rows(donor);
     assert_eq!(total, written.load(Ordering::Relaxed));
+    (out, total)
+}
 
-    // A server on the clone: its data and its GTID set are the same point, mid-stream.
-    let restored = MySql::start_on(&clone, 2);
+/// A server on the cloned data directory `clone` holds rows 1..=n of the load, mid-stream,
+/// and exactly the donor's GTIDs of them: its GTID set is its data's. Returns n.
+fn clone_holds_its_point(clone: &str, uuid: &str, before: u64, total: u64) -> u64 {
+    let restored = MySql::start_on(clone, 2);
     let held = rows(&restored);
     let max: u64 = restored
         .sql("SELECT COALESCE(MAX(id), 0) FROM shop.orders")
@@ -160,13 +162,65 @@ fn a_local_clone_carries_its_consistent_point() {
         "the clone was taken mid-stream: {held} of {total} rows"
     );
     assert_eq!(max, held, "rows 1..={held}, in order");
+    // The donor's own GTIDs, one interval: its data's, nothing of another server.
     assert_eq!(
-        gtid_count(&gtids, &uuid),
-        before + held,
-        "the clone's GTID set ({gtids}) is its data's: {before} before the load and {held} rows"
+        gtids,
+        format!("{uuid}:1-{}", before + held),
+        "the clone's GTID set is its data's: {before} before the load and {held} rows"
     );
-    // Its GTIDs are the donor's own, one interval: nothing of another server.
-    assert_eq!(gtids, format!("{uuid}:1-{}", before + held), "{gtids}");
+    held
+}
+
+#[test]
+fn a_local_clone_carries_its_consistent_point() {
+    let (donor, uuid, before) = donor();
+    let clone = format!("{}/clone", donor.dir);
+    let (status, total) = under_load(&donor, || {
+        donor.sql(&format!("CLONE LOCAL DATA DIRECTORY = '{clone}'"));
+        donor.sql(
+            "SELECT STATE, BINLOG_FILE, BINLOG_POSITION, GTID_EXECUTED FROM performance_schema.clone_status",
+        )
+    });
+    // The status of a local clone has no point to give.
+    let fields: Vec<&str> = status.split('\t').collect();
+    assert_eq!(fields[..3], ["Completed", "", "0"], "{status}");
+    assert_eq!(fields.get(3).copied().unwrap_or(""), "", "{status}");
+    clone_holds_its_point(&clone, &uuid, before, total);
+}
+
+/// `CLONE INSTANCE FROM` the donor into a directory of a private recipient server — the
+/// way a backup Job can clone without room on the database's own volume. Here too the
+/// recipient's `clone_status` names no point (MySQL 9.7 fills it only for a clone that
+/// replaces the recipient's own data, after its restart), and the cloned data directory
+/// carries the donor's GTID set at the clone's point: the backup's point is read from the
+/// clone itself, whichever way it is made.
+#[test]
+fn a_remote_clone_carries_its_consistent_point_too() {
+    let (donor, uuid, _) = donor();
+    donor.sql(
+        "CREATE USER 'tidemark'@'127.0.0.1' IDENTIFIED BY 'clone-secret'; GRANT BACKUP_ADMIN ON *.* TO 'tidemark'@'127.0.0.1'",
+    );
+    // The account's two transactions are before the load too.
+    let before = gtid_count(&donor.sql("SELECT @@gtid_executed"), &uuid);
+    let recipient = MySql::start();
+    recipient.sql("INSTALL PLUGIN clone SONAME 'mysql_clone.so'");
+    recipient.sql(&format!(
+        "SET GLOBAL clone_valid_donor_list = '127.0.0.1:{}'",
+        donor.port
+    ));
+    let clone = format!("{}/clone", recipient.dir);
+    let (status, total) = under_load(&donor, || {
+        recipient.sql(&format!(
+            "CLONE INSTANCE FROM 'tidemark'@'127.0.0.1':{} IDENTIFIED BY 'clone-secret' DATA DIRECTORY = '{clone}'",
+            donor.port
+        ));
+        recipient.sql(
+            "SELECT STATE, BINLOG_FILE, BINLOG_POSITION, GTID_EXECUTED FROM performance_schema.clone_status",
+        )
+    });
+    let fields: Vec<&str> = status.split('\t').collect();
+    assert_eq!(fields[..3], ["Completed", "", "0"], "{status}");
+    clone_holds_its_point(&clone, &uuid, before, total);
 }
 
 #[test]

@@ -6,6 +6,7 @@ pub mod copies;
 pub mod coverage;
 pub mod duration;
 pub mod gtid;
+pub mod gtidset;
 pub mod guard;
 pub mod inventory;
 pub mod lock;

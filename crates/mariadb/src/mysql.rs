@@ -33,24 +33,7 @@ const MAX_INTERVALS: u64 = 65_536;
 /// Most runs recorded for one file (as [`crate::binlog::MAX_RUNS`]).
 const MAX_RUNS: usize = crate::binlog::MAX_RUNS;
 
-/// A server's uuid, as MySQL names it in GTIDs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Uuid(pub [u8; 16]);
-
-impl std::fmt::Display for Uuid {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let h = hex::encode(self.0);
-        write!(
-            f,
-            "{}-{}-{}-{}-{}",
-            &h[..8],
-            &h[8..12],
-            &h[12..16],
-            &h[16..20],
-            &h[20..]
-        )
-    }
-}
+pub use tidemark_core::gtidset::{GtidSet, Uuid};
 
 /// One uuid's transactions `first..=last`, in the order the file holds them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,9 +42,6 @@ pub struct Run {
     pub first: u64,
     pub last: u64,
 }
-
-/// A GTID set: each uuid's intervals `first..=last`, as the file writes them.
-pub type GtidSet = Vec<(Uuid, Vec<(u64, u64)>)>;
 
 /// What a MySQL binlog file says of its GTIDs.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -73,28 +53,6 @@ pub struct MySqlGtids {
     /// Its transactions, in order; `None` when they cannot all be read (a tagged GTID, an
     /// anonymous transaction, a malformed event, more than [`MAX_RUNS`] runs).
     pub runs: Option<Vec<Run>>,
-}
-
-impl MySqlGtids {
-    /// `uuid:1-5:7,uuid2:1-3`, as MySQL writes `gtid_executed`.
-    pub fn set_text(set: &GtidSet) -> String {
-        set.iter()
-            .map(|(uuid, intervals)| {
-                let parts: Vec<String> = intervals
-                    .iter()
-                    .map(|(a, b)| {
-                        if a == b {
-                            a.to_string()
-                        } else {
-                            format!("{a}-{b}")
-                        }
-                    })
-                    .collect();
-                format!("{uuid}:{}", parts.join(":"))
-            })
-            .collect::<Vec<_>>()
-            .join(",")
-    }
 }
 
 /// Reads the GTIDs of a MySQL binlog file.
@@ -175,7 +133,7 @@ fn read_previous(f: &mut impl Read, body: u64) -> Result<Option<GtidSet>, Binlog
     if uuids > MAX_UUIDS {
         return Ok(None);
     }
-    let mut set = GtidSet::new();
+    let mut set = GtidSet::default();
     for _ in 0..uuids {
         let mut sid = [0u8; 24];
         if left < 24 || read_full(f, &mut sid)? < 24 {
@@ -189,7 +147,6 @@ fn read_previous(f: &mut impl Read, body: u64) -> Result<Option<GtidSet>, Binlog
             return Ok(None);
         }
         left -= 16 * n;
-        let mut intervals = Vec::new();
         for _ in 0..n {
             let mut iv = [0u8; 16];
             if read_full(f, &mut iv)? < 16 {
@@ -199,9 +156,8 @@ fn read_previous(f: &mut impl Read, body: u64) -> Result<Option<GtidSet>, Binlog
             if start == 0 || end <= start {
                 return Ok(None);
             }
-            intervals.push((start, end - 1));
+            set.insert(Uuid(uuid), start, end - 1);
         }
-        set.push((Uuid(uuid), intervals));
     }
     Ok(Some(set))
 }
@@ -265,7 +221,10 @@ mod tests {
         assert_eq!(read.server_id, Some(7));
         let a = Uuid([0xaa; 16]);
         let b = Uuid([0xbb; 16]);
-        assert_eq!(read.previous, Some(vec![(a, vec![(1, 3), (6, 7)])]));
+        let mut expected = GtidSet::default();
+        expected.insert(a, 1, 3);
+        expected.insert(a, 6, 7);
+        assert_eq!(read.previous, Some(expected));
         assert_eq!(
             read.runs,
             Some(vec![
@@ -287,7 +246,7 @@ mod tests {
             ])
         );
         assert_eq!(
-            MySqlGtids::set_text(read.previous.as_ref().unwrap()),
+            read.previous.unwrap().to_string(),
             "aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa:1-3:6-7"
         );
     }

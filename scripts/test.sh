@@ -67,8 +67,11 @@ export TIDEMARK_AZURITE="$azurite_dir/node_modules/.bin/azurite-blob"
 # prometheus: its promtool checks and tests the alert rules and the operator's /metrics;
 # zsh and fish (bash is there) load the completions, groff formats the man pages; GNU time
 # reports a command's peak memory (the hostile-store tests bound it).
-MARIADB_PACKAGES="mariadb-server mariadb-backup mariadb-client openssl gcc libc6-dev prometheus zsh fish groff-base time"
+# mmdebstrap builds MySQL's root below (and the node's images): installed here, before
+# those two run at once, so that neither runs apt-get beside the other.
+MARIADB_PACKAGES="mariadb-server mariadb-backup mariadb-client openssl gcc libc6-dev prometheus zsh fish groff-base time mmdebstrap"
 if ! command -v mariadbd >/dev/null || ! command -v mariabackup >/dev/null \
+  || ! command -v mmdebstrap >/dev/null \
   || [ ! -x /usr/bin/time ] \
   || ! command -v mbstream >/dev/null || ! command -v mariadb-binlog >/dev/null \
   || ! command -v openssl >/dev/null || ! command -v gcc >/dev/null \

@@ -26,10 +26,10 @@ const GTID_LOG_EVENT: u8 = 33;
 const ANONYMOUS_GTID_LOG_EVENT: u8 = 34;
 const PREVIOUS_GTIDS_LOG_EVENT: u8 = 35;
 const GTID_TAGGED_LOG_EVENT: u8 = 42;
-/// Most uuids a `Previous_gtids` may name before the file is taken as unreadable by GTID.
-const MAX_UUIDS: u64 = 4096;
-/// Most intervals of one uuid.
-const MAX_INTERVALS: u64 = 65_536;
+/// Most uuids and intervals a `Previous_gtids` may hold before the file is taken as
+/// unreadable by GTID: the bounds of a parsed set.
+const MAX_UUIDS: u64 = tidemark_core::gtidset::MAX_UUIDS as u64;
+const MAX_INTERVALS: u64 = tidemark_core::gtidset::MAX_INTERVALS as u64;
 /// Most runs recorded for one file (as [`crate::binlog::MAX_RUNS`]).
 const MAX_RUNS: usize = crate::binlog::MAX_RUNS;
 

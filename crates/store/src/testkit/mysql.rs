@@ -222,14 +222,17 @@ impl Drop for MySql {
 
 /// The number of transactions of `uuid` in a GTID set written as MySQL writes it
 /// (`uuid:1-5:7,uuid2:1-3`).
+///
+/// # Panics
+/// Not a GTID set, or `uuid` not a uuid.
 pub fn gtid_count(set: &str, uuid: &str) -> u64 {
-    set.split(',')
-        .map(str::trim)
-        .filter_map(|part| part.strip_prefix(uuid)?.strip_prefix(':'))
-        .flat_map(|intervals| intervals.split(':'))
-        .map(|interval| match interval.split_once('-') {
-            Some((a, b)) => b.parse::<u64>().unwrap_or(0) + 1 - a.parse::<u64>().unwrap_or(1),
-            None => u64::from(interval.parse::<u64>().is_ok()),
-        })
+    use tidemark_core::gtidset::{GtidSet, Uuid};
+    let uuid = Uuid::parse(uuid).expect("a server uuid");
+    GtidSet::parse(&set.replace("\\n", ""))
+        .expect("a GTID set")
+        .iter()
+        .filter(|(u, _)| **u == uuid)
+        .flat_map(|(_, intervals)| intervals)
+        .map(|&(a, b)| b - a + 1)
         .sum()
 }

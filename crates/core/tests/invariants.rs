@@ -584,7 +584,7 @@ fn covered(intervals: &[(Timestamp, Timestamp)], t: Timestamp) -> bool {
 }
 
 /// The instants worth probing: every interval's ends and their neighbours, every segment
-/// boundary.
+/// boundary. (`lost_instant` adds the instant just after its floor.)
 fn probes(inv: &Inventory, intervals: &[(Timestamp, Timestamp)]) -> Vec<Timestamp> {
     let mut probes: Vec<Timestamp> = intervals
         .iter()
@@ -592,6 +592,7 @@ fn probes(inv: &Inventory, intervals: &[(Timestamp, Timestamp)]) -> Vec<Timestam
             [
                 *a,
                 *b,
+                *a - SignedDuration::from_secs(1),
                 *a + SignedDuration::from_secs(1),
                 *b - SignedDuration::from_secs(1),
             ]
@@ -624,7 +625,10 @@ fn lost_instant(
     let t0 = after.iter().map(|(a, _)| *a).min()?;
     // (A point-in-time window promises its instants even before the oldest retained point.)
     let t0 = floor.unwrap_or(t0);
-    probes.iter().copied().find(|&t| {
+    // The instants just after a point-in-time window's start may be covered by no interval
+    // end: the window may start between two backups.
+    let after_floor = floor.map(|f| f + SignedDuration::from_secs(1));
+    probes.iter().copied().chain(after_floor).find(|&t| {
         t > t0
             && t <= t_end
             && before.iter().any(|(a, b)| b > a && *a < t && t <= *b)

@@ -14,7 +14,7 @@
 #     (containerd, runc, CNI plugins, dnsmasq, mmdebstrap, umoci) and images (pause, MariaDB), by
 #     scripts/kube-node.sh; all cached in ~/.cache/tidemark/;
 #   - MySQL 9.7 (Debian unstable's mysql-server-core and mysql-client-core) as a root file
-#     system, by scripts/mysql-root.sh, cached in ~/.cache/tidemark/mysql-9.7/.
+#     system, by scripts/mysql-root.sh, cached in /var/cache/tidemark/mysql-9.7/.
 # Usage: scripts/test.sh            (format check, clippy, every test)
 set -euo pipefail
 cd "$(dirname "$0")/.."

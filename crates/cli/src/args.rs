@@ -765,6 +765,12 @@ pub struct MariaDbTools {
     /// The client that applies the decoded events and runs the checks.
     #[arg(long, value_name = "PATH", default_value = "mariadb")]
     pub mariadb: PathBuf,
+    /// MySQL's server, started on a restored MySQL data directory.
+    #[arg(long, value_name = "PATH", default_value = "mysqld")]
+    pub mysqld: PathBuf,
+    /// MySQL's client.
+    #[arg(long, value_name = "PATH", default_value = "mysql")]
+    pub mysql: PathBuf,
     /// The user the private MariaDB server (binlog replay, a restore test's checks) runs as
     /// when tidemark runs as root: that server never runs as root, and is handed the
     /// restored data directory. Best a user of its own that owns nothing else (on a
@@ -782,6 +788,8 @@ impl MariaDbTools {
             mariadbd: self.mariadbd.clone().into(),
             mariadb_binlog: self.mariadb_binlog.clone().into(),
             mariadb: self.mariadb.clone().into(),
+            mysqld: self.mysqld.clone().into(),
+            mysql: self.mysql.clone().into(),
             server_user: self.server_user.clone().map(Into::into),
         }
     }

@@ -7,6 +7,7 @@ pub mod archive;
 pub mod backup;
 pub mod binlog;
 pub mod check;
+pub mod clone;
 pub mod cnf;
 pub mod consolidate;
 pub mod mysql;

@@ -31,7 +31,7 @@ use std::time::Duration;
 use tokio::process::{Child, Command};
 
 pub use crate::tools::SERVER_USER_ENV;
-use crate::tools::{REPLAY_SETTINGS, RestoreError, Tools, no_plugin_dir, spawn, tail};
+use crate::tools::{Flavor, REPLAY_SETTINGS, RestoreError, Tools, no_plugin_dir, spawn, tail};
 
 /// A `mariadbd` of Tidemark's own on a restored data directory: no network, no binary
 /// log, its socket, pid file, tmpdir and log in a directory of its own.
@@ -48,6 +48,8 @@ pub(crate) struct PrivateServer {
     made: Vec<String>,
     /// The short directory holding the socket when `work` is too deep for one.
     _socket_dir: Option<tempfile::TempDir>,
+    /// The client that logs in (MariaDB's or MySQL's).
+    client: std::ffi::OsString,
 }
 
 /// What a client logs in with: a client options file (mode 0600) naming the account and
@@ -117,10 +119,16 @@ const CHECK_GRANTS: [&str; 1] = ["GRANT SELECT, SHOW VIEW, EXECUTE ON *.* TO {ac
 
 /// The user the server runs as, when Tidemark runs as root.
 #[derive(Debug, Clone)]
-struct ServerUser {
+pub(crate) struct ServerUser {
     name: String,
     uid: u32,
     gid: u32,
+}
+
+impl ServerUser {
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
 }
 
 /// Who the private server would run as: `None` when Tidemark does not run as root (the
@@ -129,7 +137,10 @@ struct ServerUser {
 /// # Errors
 /// Root without a server user ([`RestoreError::ServerAsRoot`]); a user that does not exist
 /// or is root itself.
-async fn server_user(tools: &Tools, datadir: &Path) -> Result<Option<ServerUser>, RestoreError> {
+pub(crate) async fn server_user(
+    tools: &Tools,
+    datadir: &Path,
+) -> Result<Option<ServerUser>, RestoreError> {
     if !rustix::process::geteuid().is_root() {
         return Ok(None);
     }
@@ -206,7 +217,7 @@ pub(crate) async fn open_to_server(tools: &Tools, dir: &Path) -> Result<(), Rest
 }
 
 /// Hands `path` and everything under it to `user`, following no symbolic link.
-fn hand_over(path: &Path, user: &ServerUser) -> Result<(), RestoreError> {
+pub(crate) fn hand_over(path: &Path, user: &ServerUser) -> Result<(), RestoreError> {
     let io = |source| RestoreError::Io {
         action: format!("handing the file over to {}", user.name),
         dir: path.to_path_buf(),
@@ -264,12 +275,12 @@ fn socket_place(dir: &Path) -> Result<(PathBuf, Option<tempfile::TempDir>), Rest
 }
 
 /// A new account name or password: 16 random bytes in hex.
-fn random_word() -> String {
+pub(crate) fn random_word() -> String {
     hex::encode(rand::random::<[u8; 16]>())
 }
 
 /// Writes a file only its owner reads (mode 0600), new.
-fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+pub(crate) fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let mut f = std::fs::OpenOptions::new()
@@ -296,6 +307,20 @@ impl PrivateServer {
     /// Its options are refused; root without a server user; it cannot be started, or does
     /// not come up (with the end of its log).
     pub(crate) async fn start(
+        datadir: &Path,
+        work: &Path,
+        tools: &Tools,
+    ) -> Result<Self, RestoreError> {
+        Self::start_flavor(&Flavor::MariaDb, datadir, work, tools).await
+    }
+
+    /// [`PrivateServer::start`] for a server of `flavor`. MySQL's reads no options file
+    /// from the data directory (a clone carries none): its page size is given.
+    ///
+    /// # Errors
+    /// As [`PrivateServer::start`].
+    pub(crate) async fn start_flavor(
+        flavor: &Flavor,
         datadir: &Path,
         work: &Path,
         tools: &Tools,
@@ -341,7 +366,8 @@ impl PrivateServer {
         write_private(
             &init,
             &format!(
-                "CREATE OR REPLACE USER '{u}'@'localhost' IDENTIFIED BY '{password}';\n\
+                "DROP USER IF EXISTS '{u}'@'localhost';\n\
+                 CREATE USER '{u}'@'localhost' IDENTIFIED BY '{password}';\n\
                  GRANT ALL PRIVILEGES ON *.* TO '{u}'@'localhost' WITH GRANT OPTION;\n",
                 u = admin.user
             ),
@@ -359,13 +385,33 @@ impl PrivateServer {
             }
             hand_over(datadir, user)?;
         }
-        let geometry = crate::cnf::Geometry::read(datadir, &datadir.display().to_string())
-            .map_err(io("reading the restored options file", datadir))??;
-        let mut server = Command::new(&tools.mariadbd);
+        let program = flavor.server(tools);
+        let mut server = Command::new(program);
+        server.arg("--no-defaults");
+        match flavor {
+            Flavor::MariaDb => {
+                let geometry = crate::cnf::Geometry::read(datadir, &datadir.display().to_string())
+                    .map_err(io("reading the restored options file", datadir))??;
+                server
+                    .args(geometry.args())
+                    .arg(format!("--plugin-dir={}", plugins.display()))
+                    .args(["--skip-symbolic-links", "--skip-slave-start"]);
+            }
+            // (MySQL has symbolic links off by default, and no X protocol here.)
+            Flavor::MySql { page_size } => {
+                server
+                    .arg(format!("--innodb-page-size={page_size}"))
+                    .arg(format!("--plugin-dir={}", plugins.display()))
+                    .args(["--skip-replica-start", "--mysqlx=OFF"]);
+            }
+            Flavor::CloneRecipient { donor } => {
+                server
+                    .arg("--plugin-load-add=mysql_clone.so")
+                    .arg(format!("--clone-valid-donor-list={donor}"))
+                    .args(["--skip-replica-start", "--mysqlx=OFF"]);
+            }
+        }
         server
-            .arg("--no-defaults")
-            .args(geometry.args())
-            .arg(format!("--plugin-dir={}", plugins.display()))
             .arg(format!("--datadir={}", datadir.display()))
             .arg(format!("--socket={}", socket.display()))
             .arg(format!("--pid-file={}", dir.join("mysqld.pid").display()))
@@ -375,8 +421,6 @@ impl PrivateServer {
             .args([
                 "--skip-networking",
                 "--skip-log-bin",
-                "--skip-symbolic-links",
-                "--skip-slave-start",
                 "--event-scheduler=DISABLED",
             ])
             // Nothing is flushed to disk per transaction and pages are written once (issue
@@ -391,7 +435,7 @@ impl PrivateServer {
         if let Some(user) = &user {
             server.arg(format!("--user={}", user.name));
         }
-        let child = spawn(&mut server, &tools.mariadbd)?;
+        let child = spawn(&mut server, program)?;
         let mut server = PrivateServer {
             child,
             socket,
@@ -400,6 +444,7 @@ impl PrivateServer {
             admin,
             made: Vec::new(),
             _socket_dir: socket_dir,
+            client: flavor.client(tools).clone(),
         };
         let up = async {
             wait_for_socket(
@@ -484,19 +529,29 @@ impl PrivateServer {
     /// The statements go on the client's standard input, never its command line: they
     /// carry the accounts' passwords, and a command line is every local user's to read.
     pub(crate) async fn admin_sql(&self, tools: &Tools, sql: &str) -> Result<(), RestoreError> {
+        self.admin_query(tools, sql).await.map(|_| ())
+    }
+
+    /// Runs `sql` as Tidemark's administrator and returns what it printed (`-N -B`: no
+    /// column names, tab-separated).
+    pub(crate) async fn admin_query(
+        &self,
+        _tools: &Tools,
+        sql: &str,
+    ) -> Result<String, RestoreError> {
         use tokio::io::AsyncWriteExt as _;
         let spawn_err = |source| RestoreError::Spawn {
-            program: tools.mariadb.to_string_lossy().into_owned(),
+            program: self.client.to_string_lossy().into_owned(),
             source,
         };
         let mut child = spawn(
-            Command::new(&tools.mariadb)
+            Command::new(&self.client)
                 .args(self.admin.args(&self.socket))
                 .args(["-N", "-B"])
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped()),
-            &tools.mariadb,
+            &self.client,
         )?;
         if let Some(mut stdin) = child.stdin.take() {
             // A client that died early says why on stderr; its exit status tells.
@@ -504,7 +559,7 @@ impl PrivateServer {
         }
         let out = child.wait_with_output().await.map_err(spawn_err)?;
         if out.status.success() {
-            return Ok(());
+            return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
         }
         Err(RestoreError::Tool {
             step: format!(

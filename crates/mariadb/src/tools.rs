@@ -27,6 +27,11 @@ pub struct Tools {
     pub mariadbd: OsString,
     pub mariadb_binlog: OsString,
     pub mariadb: OsString,
+    /// MySQL's server (`method: mysql-clone`: the clone's recipient, and the server that
+    /// reads a clone's point).
+    pub mysqld: OsString,
+    /// MySQL's client.
+    pub mysql: OsString,
     /// The user the private server runs as when Tidemark runs as root (`--server-user`;
     /// refused without one then): see [`crate::server`].
     pub server_user: Option<OsString>,
@@ -41,7 +46,41 @@ impl Default for Tools {
             mariadbd: "mariadbd".into(),
             mariadb_binlog: "mariadb-binlog".into(),
             mariadb: "mariadb".into(),
+            mysqld: "mysqld".into(),
+            mysql: "mysql".into(),
             server_user: server_user_from_env(),
+        }
+    }
+}
+
+/// Which server a private server is, and on what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Flavor {
+    /// MariaDB's server on a mariabackup data directory (its geometry from
+    /// `backup-my.cnf`).
+    MariaDb,
+    /// MySQL's server on a clone's data directory, with the InnoDB page size of the server
+    /// it was cloned from.
+    MySql { page_size: u32 },
+    /// MySQL's server receiving a clone from `donor` (`host:port`), the clone plugin loaded
+    /// from the server's own plugin directory (its data directory is a new, empty one).
+    CloneRecipient { donor: String },
+}
+
+impl Flavor {
+    /// The server program.
+    pub fn server<'t>(&self, tools: &'t Tools) -> &'t OsString {
+        match self {
+            Flavor::MariaDb => &tools.mariadbd,
+            _ => &tools.mysqld,
+        }
+    }
+
+    /// The client program.
+    pub fn client<'t>(&self, tools: &'t Tools) -> &'t OsString {
+        match self {
+            Flavor::MariaDb => &tools.mariadb,
+            _ => &tools.mysql,
         }
     }
 }
@@ -109,6 +148,11 @@ pub enum RestoreError {
         dir.display()
     )]
     ServerAsRoot { dir: PathBuf },
+    #[error("the MySQL source {source_server}: {problem}")]
+    Source {
+        source_server: String,
+        problem: String,
+    },
     #[error("server user {user:?}: {problem}")]
     ServerUser { user: String, problem: String },
     #[error(transparent)]

@@ -219,3 +219,85 @@ fn gtid_sets_are_counted_per_server() {
     assert_eq!(gtid_count(&format!("{a}:1-5:7:9-10,\n{b}:1-3"), b), 3);
     assert_eq!(gtid_count("", a), 0);
 }
+
+/// `method: mysql-clone`'s clone (issue 47): taken under load through Tidemark's own
+/// recipient (MySQL's programs from the host, as the server user), its point read from the
+/// clone, streamed as a tar and unpacked again: a server on the result holds exactly the
+/// rows the point names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clone_through_a_private_recipient_holds_its_point() {
+    use tidemark_mariadb::clone::{Donor, stream, take, unpack};
+    let (donor, uuid, _) = donor();
+    donor.sql(
+        "CREATE USER 'tidemark'@'127.0.0.1' IDENTIFIED BY 'cl\\'one\"secret'; GRANT BACKUP_ADMIN ON *.* TO 'tidemark'@'127.0.0.1'",
+    );
+    let before = gtid_count(&donor.sql("SELECT @@gtid_executed"), &uuid);
+    let bin = tidemark_store::testkit::mysql::bin();
+    let tools = tidemark_mariadb::restore::Tools {
+        mysqld: bin.join("mysqld").into(),
+        mysql: bin.join("mysql").into(),
+        server_user: tidemark_store::testkit::running_as_root()
+            .then(|| tidemark_store::testkit::SERVER_USER.into()),
+        ..Default::default()
+    };
+    let command: Vec<String> = [
+        bin.join("mysql").to_string_lossy().into_owned(),
+        "--host=127.0.0.1".into(),
+        format!("--port={}", donor.port),
+        "--user=tidemark".into(),
+        "--password=cl'one\"secret".into(),
+    ]
+    .into();
+    let source = Donor::from_command(&command).unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let handle = tokio::runtime::Handle::current();
+    let (cloned, total) = tokio::task::block_in_place(|| {
+        under_load(&donor, || {
+            handle
+                .block_on(take(
+                    &source,
+                    &tools,
+                    work.path(),
+                    &tidemark_store::NoProgress,
+                ))
+                .map_err(|e| e.to_string())
+        })
+    });
+    let cloned = cloned.unwrap();
+    assert_eq!(cloned.source.server_uuid, uuid);
+    assert_eq!(cloned.source.replica, None, "the clone account may not ask");
+    assert_eq!(cloned.source.page_size, 16384);
+    let held = cloned.gtid_executed.count() - before;
+    assert!(held > 0 && held < total, "mid-stream: {held} of {total}");
+    assert!(
+        !cloned.datadir.join("auto.cnf").exists(),
+        "the recipient's uuid is not kept"
+    );
+
+    let (mut tar, task) = stream(cloned.datadir.clone());
+    let mut bytes = Vec::new();
+    tokio::io::AsyncReadExt::read_to_end(&mut tar, &mut bytes)
+        .await
+        .unwrap();
+    task.await.unwrap().unwrap();
+    let root = tidemark_store::testkit::mysql::root();
+    let place = tempfile::Builder::new()
+        .prefix("restored-")
+        .tempdir_in(root.join("srv"))
+        .unwrap();
+    let datadir = place.path().join("data");
+    std::fs::create_dir(&datadir).unwrap();
+    unpack(&bytes[..], &datadir).unwrap();
+    let status = std::process::Command::new("chown")
+        .args(["-R", "999:999"])
+        .arg(place.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let inside = format!(
+        "/srv/{}/data",
+        place.path().file_name().unwrap().to_string_lossy()
+    );
+    let restored = clone_holds_its_point(&inside, &uuid, before, total);
+    assert_eq!(restored, held, "the recorded point is the data's");
+}

@@ -22,10 +22,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(120);
 /// It is not there (with how to build it).
 pub fn root() -> PathBuf {
     let root = std::env::var_os("TIDEMARK_MYSQL_ROOT").map_or_else(
-        || {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                .join(".cache/tidemark/mysql-9.7/rootfs")
-        },
+        || PathBuf::from("/var/cache/tidemark/mysql-9.7/rootfs"),
         PathBuf::from,
     );
     assert!(
@@ -34,6 +31,23 @@ pub fn root() -> PathBuf {
         root.display()
     );
     root
+}
+
+/// The directory of the root's programs as the host runs them (`mysqld`, `mysql`,
+/// `mysqlbinlog`, `mysqldump`, `mysqladmin`: scripts/mysql-root.sh's wrappers, beside the
+/// root), for Tidemark's own use of MySQL's tools.
+///
+/// # Panics
+/// As [`root`], or the wrappers are missing.
+pub fn bin() -> PathBuf {
+    let root = root();
+    let bin = root.parent().unwrap_or(&root).join("bin");
+    assert!(
+        bin.join("mysqld").exists(),
+        "no MySQL wrappers in {}: run scripts/mysql-root.sh (scripts/test.sh does)",
+        bin.display()
+    );
+    bin
 }
 
 /// A running `mysqld` (stopped when dropped).

@@ -1,0 +1,848 @@
+//! MySQL's physical backups without XtraBackup (issue 47, `method: mysql-clone`): MySQL's
+//! own CLONE plugin copies the source server's data into a private recipient server that
+//! Tidemark runs, so the source's own volume needs no room for the copy. The clone is a
+//! data directory; its consistent point is read from the clone itself (MySQL 9.7 records
+//! no binlog file or GTID set in `performance_schema.clone_status` for a clone into a
+//! directory: the clone's own `gtid_executed` is exact). It is streamed into the store as
+//! one tar payload, and a restore extracts it back into a data directory.
+//!
+//! # What it costs the source
+//! A full read of its InnoDB data (the clone plugin's page and redo copy), sent over one
+//! connection; no lock that stops writes: DDL waits for the clone (a backup lock), DML
+//! does not. The scratch space is the recipient's: the size of the data, beside Tidemark.
+//!
+//! # Hostile input
+//! The source's data is the user's, but a server can lie, and a payload in the bucket may
+//! be a bucket writer's. Neither runs code or writes a file outside Tidemark's directories:
+//! the servers Tidemark starts on a clone run as the server user, with no network, no
+//! plugin and no file access through SQL ([`crate::server`]); a payload's entries are
+//! plain files and directories under the data directory only ([`extract`]).
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::path::{Component, Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tidemark_core::gtidset::GtidSet;
+use tidemark_store::format::Metadata;
+use tidemark_store::transfer;
+use tidemark_store::{ClusterStore, Progress};
+use tokio::io::AsyncRead;
+use tokio::process::Command;
+
+use crate::server::{PrivateServer, hand_over, server_user, write_private};
+use crate::tools::{Flavor, RestoreError, Tools, spawn, tail};
+
+/// The method's name, in `metadata.json` and in a schedule's `method`.
+pub const METHOD: &str = "mysql-clone";
+/// The payload's extension: a tar of the clone's data directory.
+pub const EXT: &str = "tar";
+
+/// The oldest MySQL whose clone plugin clones into a directory (`CLONE INSTANCE FROM …
+/// DATA DIRECTORY`): 8.0.17.
+pub const OLDEST: (u32, u32, u32) = (8, 0, 17);
+
+/// How long the source may take to answer a question (not the clone itself).
+const ASK_TIMEOUT: Duration = Duration::from_secs(60);
+/// The most a question's answer may hold.
+const ANSWER_MAX: usize = 64 * 1024;
+/// The most entries a payload may hold (a data directory of a million tables has
+/// about that many files).
+const MAX_ENTRIES: u64 = 4_000_000;
+/// The deepest path a payload may hold.
+const MAX_DEPTH: usize = 16;
+
+/// The source server: where it listens and the account that clones from it (with
+/// `BACKUP_ADMIN`).
+#[derive(Clone)]
+pub struct Donor {
+    /// The client that asks the source its version and state.
+    pub client: OsString,
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for Donor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} --host={} --port={} --user={}",
+            self.client.to_string_lossy(),
+            self.host,
+            self.port,
+            self.user
+        )
+    }
+}
+
+impl Donor {
+    /// The source from a method's command: the client and its connection options, e.g.
+    /// `[mysql, --host=db, --port=3306, --user=tidemark, --password=…]` (`-h`, `-P`, `-u`,
+    /// `-p` too, a value attached or, but for `-p`, as the next word). The clone goes over
+    /// TCP, so a socket is refused; so is any other option.
+    ///
+    /// # Errors
+    /// No client, no user, an option not understood or a port that is not one.
+    pub fn from_command(command: &[String]) -> Result<Donor, String> {
+        const FORM: &str = "expected the client and its connection options, e.g. [mysql, --host=db.example, --port=3306, --user=tidemark, --password=…]";
+        let Some((client, options)) = command.split_first() else {
+            return Err(format!("method {METHOD} needs a command: {FORM}"));
+        };
+        let (mut host, mut port, mut user, mut password) =
+            ("127.0.0.1".to_owned(), 3306u16, None, String::new());
+        let mut words = options.iter();
+        while let Some(word) = words.next() {
+            let (name, attached) = match word.split_once('=') {
+                Some((n, v)) if n.starts_with("--") => (n.to_owned(), Some(v.to_owned())),
+                _ if word.starts_with("--") => (word.clone(), None),
+                _ if word.starts_with('-') && word.len() > 2 => {
+                    (word[..2].to_owned(), Some(word[2..].to_owned()))
+                }
+                _ => (word.clone(), None),
+            };
+            let mut value = |what: &str| -> Result<String, String> {
+                match &attached {
+                    Some(v) => Ok(v.clone()),
+                    None => words
+                        .next()
+                        .cloned()
+                        .ok_or_else(|| format!("{name} needs {what}: {FORM}")),
+                }
+            };
+            match name.as_str() {
+                "--host" | "-h" => host = value("a host")?,
+                "--port" | "-P" => {
+                    let v = value("a port")?;
+                    port = v
+                        .parse()
+                        .ok()
+                        .filter(|p| *p > 0)
+                        .ok_or_else(|| format!("{name} {v:?} is not a port (1 to 65535)"))?;
+                }
+                "--user" | "-u" => user = Some(value("a user")?),
+                "--password" | "-p" => {
+                    password = attached.clone().ok_or_else(|| {
+                        format!("{name} needs its value attached ({name}=…): {FORM}")
+                    })?;
+                }
+                "--socket" | "-S" => {
+                    return Err(format!(
+                        "{name}: a clone reaches its source over TCP; give --host and --port instead"
+                    ));
+                }
+                _ => return Err(format!("{word:?} is not understood here: {FORM}")),
+            }
+        }
+        let user = user.ok_or_else(|| format!("no --user: {FORM}"))?;
+        let printable =
+            |v: &str| !v.is_empty() && v.len() <= 255 && v.chars().all(|c| !c.is_control());
+        if !printable(&host) || !printable(&user) || password.chars().any(char::is_control) {
+            return Err(format!(
+                "a host or user that is empty, longer than 255 bytes or holds a control character: {FORM}"
+            ));
+        }
+        Ok(Donor {
+            client: client.into(),
+            host,
+            port,
+            user,
+            password,
+        })
+    }
+
+    /// `host:port`, as `clone_valid_donor_list` wants it.
+    pub fn address(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
+    /// Asks the source `sql` (one row, tab-separated), through a client options file
+    /// (mode 0600) in `work`: the password is on no command line.
+    async fn ask(&self, work: &Path, sql: &str) -> Result<Vec<String>, RestoreError> {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let file = work.join("source.cnf");
+        if !file.exists() {
+            write_private(
+                &file,
+                &format!(
+                    "[client]\nhost={}\nport={}\nuser={}\npassword={}\nprotocol=TCP\n",
+                    option_value(&self.host),
+                    self.port,
+                    option_value(&self.user),
+                    option_value(&self.password)
+                ),
+            )
+            .map_err(|source| RestoreError::Io {
+                action: "writing the source's login".into(),
+                dir: file.clone(),
+                source,
+            })?;
+        }
+        let mut child = spawn(
+            Command::new(&self.client)
+                .arg(format!("--defaults-file={}", file.display()))
+                .args(["-N", "-B"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped()),
+            &self.client,
+        )?;
+        if let Some(mut stdin) = child.stdin.take() {
+            let _ = stdin.write_all(sql.as_bytes()).await;
+        }
+        let (Some(stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take()) else {
+            return Err(crate::restore::no_pipe("the source's client"));
+        };
+        let step = format!("asking the source ({self:?})");
+        let answered = tokio::time::timeout(ASK_TIMEOUT, async {
+            let mut out = Vec::new();
+            let mut err = Vec::new();
+            let mut limited = stdout.take(ANSWER_MAX as u64 + 1);
+            let (a, b) = tokio::join!(limited.read_to_end(&mut out), async {
+                let mut e = (&mut stderr).take(ANSWER_MAX as u64);
+                e.read_to_end(&mut err).await
+            });
+            a.and(b).map(|_| (out, err))
+        })
+        .await;
+        let (out, err) = match answered {
+            Ok(Ok(v)) => v,
+            Ok(Err(source)) => {
+                return Err(RestoreError::Spawn {
+                    program: self.client.to_string_lossy().into_owned(),
+                    source,
+                });
+            }
+            Err(_) => {
+                let _ = child.start_kill();
+                return Err(RestoreError::Tool {
+                    step,
+                    status: format!("no answer within {} s", ASK_TIMEOUT.as_secs()),
+                    tail: String::new(),
+                });
+            }
+        };
+        let status = child.wait().await.map_err(|source| RestoreError::Spawn {
+            program: self.client.to_string_lossy().into_owned(),
+            source,
+        })?;
+        if !status.success() {
+            return Err(RestoreError::Tool {
+                step,
+                status: status.to_string(),
+                tail: tail(&String::from_utf8_lossy(&err)),
+            });
+        }
+        if out.len() > ANSWER_MAX {
+            return Err(RestoreError::Tool {
+                step,
+                status: format!("an answer longer than {ANSWER_MAX} bytes"),
+                tail: String::new(),
+            });
+        }
+        let text = String::from_utf8_lossy(&out);
+        Ok(text
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .split('\t')
+            .map(str::to_owned)
+            .collect())
+    }
+}
+
+/// A value of a client options file, quoted: `"…"` with `\` and `"` escaped.
+fn option_value(v: &str) -> String {
+    format!("\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// A string literal of SQL: `'…'` with `\` and `'` escaped.
+fn sql_literal(v: &str) -> String {
+    format!("'{}'", v.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+/// What the source said about itself before the clone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceFacts {
+    pub version: String,
+    pub server_uuid: String,
+    pub server_id: u32,
+    pub page_size: u32,
+    /// It replicated from another server (a replica's clone); `None` when the account
+    /// may not ask.
+    pub replica: Option<bool>,
+}
+
+/// A clone taken: its data directory (in `work`, removed with it) and its point.
+#[derive(Debug)]
+pub struct Cloned {
+    pub datadir: PathBuf,
+    /// The transactions the clone holds: its own `gtid_executed`.
+    pub gtid_executed: GtidSet,
+    pub source: SourceFacts,
+}
+
+/// Parses `8.0.17`, `9.7.4-2` into numbers.
+fn version_of(text: &str) -> Option<(u32, u32, u32)> {
+    let mut parts = text.split(|c: char| !c.is_ascii_digit());
+    let mut next = || parts.next()?.parse().ok();
+    Some((next()?, next()?, next()?))
+}
+
+/// Asks the source what it is, and refuses one that cannot be cloned from.
+///
+/// # Errors
+/// The source does not answer, is older than 8.0.17, or has no active clone plugin.
+pub async fn facts(donor: &Donor, work: &Path) -> Result<SourceFacts, RestoreError> {
+    let row = donor
+        .ask(
+            work,
+            "SELECT @@version, @@server_uuid, @@server_id, @@innodb_page_size, \
+             (SELECT COALESCE(MAX(PLUGIN_STATUS), 'NONE') FROM information_schema.PLUGINS \
+              WHERE PLUGIN_NAME = 'clone')",
+        )
+        .await?;
+    let refused = |problem: String| RestoreError::Source {
+        source_server: format!("{donor:?}"),
+        problem,
+    };
+    let [version, uuid, id, page, plugin] = &row[..] else {
+        return Err(refused(format!(
+            "answered {} fields where 5 were asked for: {row:?}",
+            row.len()
+        )));
+    };
+    match version_of(version) {
+        Some(v) if v >= OLDEST => {}
+        _ => {
+            return Err(refused(format!(
+                "version {version:?}: cloning into a directory needs MySQL {}.{}.{} or newer",
+                OLDEST.0, OLDEST.1, OLDEST.2
+            )));
+        }
+    }
+    if plugin != "ACTIVE" {
+        return Err(refused(format!(
+            "its clone plugin is {plugin}: install it on the source (INSTALL PLUGIN clone SONAME 'mysql_clone.so'), and grant the account BACKUP_ADMIN"
+        )));
+    }
+    let number = |what: &str, v: &str| {
+        v.parse::<u32>()
+            .map_err(|_| refused(format!("{what} {v:?} is not a number")))
+    };
+    let page_size = number("innodb_page_size", page)?;
+    if !matches!(page_size, 4096 | 8192 | 16384 | 32768 | 65536) {
+        return Err(refused(format!(
+            "innodb_page_size {page_size} is not one of 4096, 8192, 16384, 32768, 65536"
+        )));
+    }
+    if uuid.len() != 36 || !uuid.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+        return Err(refused(format!("server_uuid {uuid:?} is not a uuid")));
+    }
+    // Whether it replicates needs a right a clone does not (SELECT on
+    // performance_schema, or REPLICATION CLIENT): without it the role is unknown.
+    let replica = donor
+        .ask(
+            work,
+            "SELECT COUNT(*) FROM performance_schema.replication_connection_status \
+             WHERE SERVICE_STATE = 'ON'",
+        )
+        .await
+        .ok()
+        .and_then(|row| row.first()?.parse::<u64>().ok())
+        .map(|n| n > 0);
+    Ok(SourceFacts {
+        version: version.clone(),
+        server_uuid: uuid.clone(),
+        server_id: number("server_id", id)?,
+        page_size,
+        replica,
+    })
+}
+
+/// Clones the source into `<work>/out/clone` through a private recipient server, then
+/// reads the clone's point on a private server of its own (which also leaves the clone
+/// cleanly shut down, so a restore starts at once).
+///
+/// # Errors
+/// The source refuses ([`facts`]), a server does not start, the clone fails (with the
+/// end of the recipient's answer), or the clone's `gtid_executed` does not parse.
+pub async fn take(
+    donor: &Donor,
+    tools: &Tools,
+    work: &Path,
+    progress: &dyn Progress,
+) -> Result<Cloned, RestoreError> {
+    let io = |action: &str, dir: &Path| {
+        let (action, dir) = (action.to_owned(), dir.to_path_buf());
+        move |source| RestoreError::Io {
+            action,
+            dir,
+            source,
+        }
+    };
+    let source = facts(donor, work).await?;
+    progress.step(
+        &format!(
+            "cloning MySQL {} ({}, {})",
+            source.version,
+            donor.address(),
+            match source.replica {
+                Some(true) => "a replica",
+                Some(false) => "a primary",
+                None => "role unknown",
+            }
+        ),
+        0,
+    );
+    // The servers' own directory: theirs to write (the recipient creates the clone's
+    // directory in it).
+    let out = work.join("out");
+    std::fs::create_dir_all(&out).map_err(io("creating the clone's directory", &out))?;
+    let user = server_user(tools, &out).await?;
+    if let Some(user) = &user {
+        crate::server::open_to_server(tools, work).await?;
+        hand_over(&out, user)?;
+    }
+    let recipient = out.join("recipient");
+    initialize(tools, &recipient, &out, user.as_ref().map(|u| u.name())).await?;
+    let clone = out.join("clone");
+    {
+        let flavor = Flavor::CloneRecipient {
+            donor: donor.address(),
+        };
+        let server =
+            PrivateServer::start_flavor(&flavor, &recipient, &work.join("recipient"), tools)
+                .await?;
+        let statement = format!(
+            "CLONE INSTANCE FROM {}@{}:{} IDENTIFIED BY {} DATA DIRECTORY = {}",
+            sql_literal(&donor.user),
+            sql_literal(&donor.host),
+            donor.port,
+            sql_literal(&donor.password),
+            sql_literal(&clone.to_string_lossy()),
+        );
+        let cloned = server.admin_sql(tools, &statement).await;
+        let stopped = server.stop(tools, "stopping the clone's recipient").await;
+        cloned.map_err(|e| RestoreError::Source {
+            source_server: format!("{donor:?}"),
+            problem: format!("the clone failed: {e}"),
+        })?;
+        stopped?;
+    }
+    let _ = std::fs::remove_dir_all(&recipient);
+    progress.step("reading the clone's point", 0);
+    let before: std::collections::HashSet<OsString> = std::fs::read_dir(&clone)
+        .map_err(io("reading the clone", &clone))?
+        .filter_map(|e| Some(e.ok()?.file_name()))
+        .collect();
+    let server = PrivateServer::start_flavor(
+        &Flavor::MySql {
+            page_size: source.page_size,
+        },
+        &clone,
+        &work.join("point"),
+        tools,
+    )
+    .await?;
+    let answer = server
+        .admin_query(tools, "SELECT @@GLOBAL.gtid_executed")
+        .await;
+    server
+        .stop(tools, "stopping the server on the clone")
+        .await?;
+    // What that server made at the top of the directory (its uuid, certificates) is not
+    // the source's data: a restored server makes its own.
+    for entry in std::fs::read_dir(&clone).map_err(io("reading the clone", &clone))? {
+        let entry = entry.map_err(io("reading the clone", &clone))?;
+        let made = !before.contains(&entry.file_name());
+        if made && entry.file_type().is_ok_and(|t| t.is_file()) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+    let text = answer?.replace("\\n", "");
+    let gtid_executed = GtidSet::parse(text.trim()).map_err(|e| RestoreError::Source {
+        source_server: format!("{donor:?}"),
+        problem: format!("the clone's gtid_executed does not parse: {e}"),
+    })?;
+    Ok(Cloned {
+        datadir: clone,
+        gtid_executed,
+        source,
+    })
+}
+
+/// `mysqld --initialize-insecure` into `datadir` (the recipient's own, empty data: its
+/// root has no password and logs in only through the socket, which is Tidemark's).
+async fn initialize(
+    tools: &Tools,
+    datadir: &Path,
+    out: &Path,
+    user: Option<&str>,
+) -> Result<(), RestoreError> {
+    let log = out.join("initialize.log");
+    let mut cmd = Command::new(&tools.mysqld);
+    cmd.arg("--no-defaults")
+        .arg("--initialize-insecure")
+        .arg(format!("--datadir={}", datadir.display()))
+        .arg(format!("--log-error={}", log.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    if let Some(user) = user {
+        cmd.arg(format!("--user={user}"));
+    }
+    let child = spawn(&mut cmd, &tools.mysqld)?;
+    let done = child
+        .wait_with_output()
+        .await
+        .map_err(|source| RestoreError::Spawn {
+            program: tools.mysqld.to_string_lossy().into_owned(),
+            source,
+        })?;
+    if !done.status.success() {
+        return Err(RestoreError::Tool {
+            step: "mysqld --initialize-insecure (the clone's recipient)".into(),
+            status: done.status.to_string(),
+            tail: tail(&std::fs::read_to_string(&log).unwrap_or_default()),
+        });
+    }
+    Ok(())
+}
+
+/// A tar of `dir`'s contents (directories and plain files, names relative to `dir`),
+/// written on a thread of its own; the handle tells how it ended. Anything else in the
+/// directory (a link, a socket) fails the stream.
+pub fn stream(
+    dir: PathBuf,
+) -> (
+    impl AsyncRead + Send + Unpin + 'static,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
+    let (read, write) = tokio::io::duplex(1 << 20);
+    let task = tokio::task::spawn_blocking(move || {
+        let sink = tokio_util::io::SyncIoBridge::new(write);
+        let mut tar = tar::Builder::new(sink);
+        tar.mode(tar::HeaderMode::Deterministic);
+        tar.follow_symlinks(false);
+        // Holes are written out (zeros compress to nothing): a plain tar, read by any tar.
+        tar.sparse(false);
+        append_dir(&mut tar, &dir, Path::new(""))?;
+        let mut sink = tar.into_inner()?;
+        sink.flush()?;
+        sink.shutdown()
+    });
+    (read, task)
+}
+
+fn append_dir<W: Write>(tar: &mut tar::Builder<W>, dir: &Path, rel: &Path) -> std::io::Result<()> {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
+    entries.sort_by_key(std::fs::DirEntry::file_name);
+    for entry in entries {
+        let name = rel.join(entry.file_name());
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            tar.append_dir(&name, entry.path())?;
+            append_dir(tar, &entry.path(), &name)?;
+        } else if kind.is_file() {
+            tar.append_path_with_name(entry.path(), &name)?;
+        } else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "{} is neither a directory nor a plain file: a clone holds only those",
+                    entry.path().display()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Why a payload's entry is refused.
+fn bad_entry(problem: String) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, problem)
+}
+
+/// The entries of a tar read from `from` into `datadir` (which exists, empty): plain files
+/// and directories only, at relative paths of plain names — no link of either kind, no
+/// device, no `..`, no absolute path, at most [`MAX_DEPTH`] deep and [`MAX_ENTRIES`] in
+/// all. Files are made new (never through an existing one), mode 0640, directories 0750;
+/// no owner, mode or time of the payload's is applied. Returns the entries written.
+///
+/// # Errors
+/// The first entry refused (named), or a read or write failed. What was written stays:
+/// the caller removes the directory.
+pub fn unpack(from: impl Read, datadir: &Path) -> std::io::Result<u64> {
+    use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+    let mut archive = tar::Archive::new(from);
+    let mut count = 0u64;
+    for entry in archive.entries()? {
+        let mut entry = entry?;
+        count += 1;
+        if count > MAX_ENTRIES {
+            return Err(bad_entry(format!(
+                "more than {MAX_ENTRIES} entries: not a clone"
+            )));
+        }
+        let path = entry.path()?.into_owned();
+        let shown = path.display().to_string();
+        let mut depth = 0;
+        for c in path.components() {
+            match c {
+                Component::Normal(_) => depth += 1,
+                Component::CurDir => {}
+                _ => {
+                    return Err(bad_entry(format!(
+                        "entry {shown:?} leaves the data directory: only relative paths of plain names"
+                    )));
+                }
+            }
+        }
+        if depth == 0 || depth > MAX_DEPTH {
+            return Err(bad_entry(format!(
+                "entry {shown:?}: a path of 1 to {MAX_DEPTH} names"
+            )));
+        }
+        let target = datadir.join(&path);
+        match entry.header().entry_type() {
+            tar::EntryType::Directory => {
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o750)
+                    .create(&target)?;
+            }
+            tar::EntryType::Regular | tar::EntryType::Continuous => {
+                if let Some(parent) = target.parent() {
+                    std::fs::DirBuilder::new()
+                        .recursive(true)
+                        .mode(0o750)
+                        .create(parent)?;
+                }
+                let mut file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o640)
+                    .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+                    .open(&target)
+                    .map_err(|e| bad_entry(format!("entry {shown:?}: {e}")))?;
+                std::io::copy(&mut entry, &mut file)?;
+            }
+            other => {
+                return Err(bad_entry(format!(
+                    "entry {shown:?} is a {other:?}: a clone holds only directories and plain files"
+                )));
+            }
+        }
+    }
+    Ok(count)
+}
+
+/// Downloads backup `m`'s payload (checked against its checksum as it streams) and
+/// unpacks it into `datadir` ([`unpack`]). Returns the payload's bytes.
+///
+/// # Errors
+/// The download or its checksum failed, or an entry was refused.
+pub async fn extract(
+    store: &ClusterStore,
+    m: &Metadata,
+    datadir: &Path,
+    progress: &dyn Progress,
+) -> Result<u64, RestoreError> {
+    let (read, mut write) = tokio::io::duplex(1 << 20);
+    let dir = datadir.to_path_buf();
+    let unpacking = tokio::task::spawn_blocking(move || {
+        let source = tokio_util::io::SyncIoBridge::new(read);
+        unpack(source, &dir)
+    });
+    let copied = transfer::download(store, m, &mut write, progress).await;
+    drop(write);
+    let unpacked = unpacking.await.map_err(|e| RestoreError::Io {
+        action: "unpacking the clone".into(),
+        dir: datadir.to_path_buf(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    let payload = copied?;
+    unpacked.map_err(|source| RestoreError::Io {
+        action: format!("unpacking backup {}", m.backup_id),
+        dir: datadir.to_path_buf(),
+        source,
+    })?;
+    Ok(payload.size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cmd(words: &[&str]) -> Vec<String> {
+        words.iter().map(|w| (*w).to_owned()).collect()
+    }
+
+    #[test]
+    fn the_source_comes_from_the_clients_options() {
+        let d = Donor::from_command(&cmd(&[
+            "mysql",
+            "--host=db",
+            "-P",
+            "3307",
+            "-utm",
+            "--password=p'\"w",
+        ]))
+        .unwrap();
+        assert_eq!(
+            (
+                d.host.as_str(),
+                d.port,
+                d.user.as_str(),
+                d.password.as_str()
+            ),
+            ("db", 3307, "tm", "p'\"w")
+        );
+        assert_eq!(d.address(), "db:3307");
+        assert!(
+            !format!("{d:?}").contains("p'"),
+            "the password is never shown"
+        );
+        for (words, says) in [
+            (&["mysql"][..], "no --user"),
+            (&["mysql", "-u", "x", "--socket=/s"], "over TCP"),
+            (&["mysql", "-u", "x", "--port=0"], "not a port"),
+            (&["mysql", "-u", "x", "-p"], "attached"),
+            (&["mysql", "-u", "x", "--init-command=x"], "not understood"),
+            (&["mysql", "-u", "x\n"], "control character"),
+            (&[][..], "needs a command"),
+        ] {
+            let e = Donor::from_command(&cmd(words)).unwrap_err();
+            assert!(e.contains(says), "{words:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn literals_are_quoted() {
+        assert_eq!(sql_literal(r"a'b\c"), r"'a\'b\\c'");
+        assert_eq!(option_value(r#"a"b\c"#), r#""a\"b\\c""#);
+        assert_eq!(version_of("9.7.4-2"), Some((9, 7, 4)));
+        assert_eq!(version_of("8.0.17"), Some((8, 0, 17)));
+        assert!(version_of("8.0.16").unwrap() < OLDEST);
+        assert_eq!(version_of("x"), None);
+    }
+
+    /// A payload whose entries leave the directory, link, or are devices writes nothing
+    /// outside it and is refused, naming the entry; a clean one unpacks.
+    #[test]
+    fn a_forged_payload_writes_nothing_outside_the_data_directory() {
+        let outside = tempfile::tempdir().unwrap();
+        let victim = outside.path().join("victim");
+        std::fs::write(&victim, "kept").unwrap();
+        let raw = |name: &str, kind: tar::EntryType, link: Option<&Path>| {
+            let mut b = tar::Builder::new(Vec::new());
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(kind);
+            h.set_size(if kind == tar::EntryType::Regular {
+                4
+            } else {
+                0
+            });
+            h.set_mode(0o4755);
+            if let Some(l) = link {
+                h.set_link_name(l).unwrap();
+            }
+            // Written raw: the builder's own checks would refuse some of these names.
+            let bytes = name.as_bytes();
+            h.as_old_mut().name[..bytes.len()].copy_from_slice(bytes);
+            h.set_cksum();
+            let data: &[u8] = if kind == tar::EntryType::Regular {
+                b"evil"
+            } else {
+                b""
+            };
+            b.append(&h, data).unwrap();
+            b.into_inner().unwrap()
+        };
+        let up = format!(
+            "../{}/victim",
+            outside.path().file_name().unwrap().to_string_lossy()
+        );
+        let cases = [
+            (
+                raw(&up, tar::EntryType::Regular, None),
+                "leaves the data directory",
+            ),
+            (
+                raw(&victim.to_string_lossy(), tar::EntryType::Regular, None),
+                "leaves",
+            ),
+            (
+                raw("link", tar::EntryType::Symlink, Some(&victim)),
+                "Symlink",
+            ),
+            (raw("hard", tar::EntryType::Link, Some(&victim)), "Link"),
+            (raw("dev", tar::EntryType::Char, None), "Char"),
+            (raw("fifo", tar::EntryType::Fifo, None), "Fifo"),
+        ];
+        for (payload, says) in cases {
+            let data = tempfile::tempdir().unwrap();
+            let datadir = data.path().join("d");
+            std::fs::create_dir(&datadir).unwrap();
+            let e = unpack(&payload[..], &datadir).unwrap_err().to_string();
+            assert!(e.contains(says), "{says}: {e}");
+            assert_eq!(std::fs::read_to_string(&victim).unwrap(), "kept");
+            assert_eq!(std::fs::read_dir(&datadir).unwrap().count(), 0, "{says}");
+            assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 1);
+        }
+        // A symbolic link already in the way is not followed either.
+        let data = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(&victim, data.path().join("f")).unwrap();
+        let e = unpack(&raw("f", tar::EntryType::Regular, None)[..], data.path()).unwrap_err();
+        assert!(e.to_string().contains("\"f\""), "{e}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "kept");
+
+        // A clean payload, streamed from a directory, unpacks to the same files.
+        let src = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(src.path().join("shop")).unwrap();
+        std::fs::write(src.path().join("shop/t.ibd"), b"pages").unwrap();
+        std::fs::write(src.path().join("ibdata1"), b"system").unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let bytes = rt.block_on(async {
+            use tokio::io::AsyncReadExt as _;
+            let (mut r, task) = stream(src.path().to_path_buf());
+            let mut v = Vec::new();
+            r.read_to_end(&mut v).await.unwrap();
+            task.await.unwrap().unwrap();
+            v
+        });
+        let data = tempfile::tempdir().unwrap();
+        assert_eq!(unpack(&bytes[..], data.path()).unwrap(), 3);
+        assert_eq!(
+            std::fs::read(data.path().join("shop/t.ibd")).unwrap(),
+            b"pages"
+        );
+        assert_eq!(
+            std::fs::read(data.path().join("ibdata1")).unwrap(),
+            b"system"
+        );
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(data.path().join("ibdata1"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o7777, 0o640);
+        // A link in the directory fails the stream.
+        std::os::unix::fs::symlink("/etc/passwd", src.path().join("shop/l")).unwrap();
+        let failed = rt.block_on(async {
+            use tokio::io::AsyncReadExt as _;
+            let (mut r, task) = stream(src.path().to_path_buf());
+            let mut v = Vec::new();
+            let _ = r.read_to_end(&mut v).await;
+            task.await.unwrap()
+        });
+        assert!(failed.unwrap_err().to_string().contains("neither"));
+    }
+}

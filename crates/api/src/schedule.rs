@@ -62,7 +62,8 @@ pub enum BackupType {
 pub struct BackupTemplate {
     /// The BackupPolicy that says where backups go and how long they are kept.
     pub policy: PolicyRef,
-    /// `mariabackup`, `xtrabackup`, `exec` or `job` (default `mariabackup`).
+    /// `mariabackup`, `xtrabackup`, `exec`, `job` (default `mariabackup`), or
+    /// `mysql-clone` (MySQL's clone plugin; standalone mode only so far).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("enum" = METHODS))]
     pub method: Option<String>,
@@ -174,7 +175,7 @@ impl IncrementalSpec {
 pub const INCREMENTAL_METHODS: [&str; 2] = ["mariabackup", "xtrabackup"];
 
 /// The methods a Backup may name.
-pub const METHODS: [&str; 4] = ["mariabackup", "xtrabackup", "exec", "job"];
+pub const METHODS: [&str; 5] = ["mariabackup", "xtrabackup", "exec", "job", "mysql-clone"];
 /// The targets a Backup may name.
 pub const TARGETS: [&str; 2] = ["primary", "prefer-standby"];
 

@@ -393,7 +393,7 @@ fn enums_are_in_the_schema() {
     let spec = &s["properties"]["spec"]["properties"];
     assert_eq!(
         spec["method"]["enum"],
-        json!(["mariabackup", "xtrabackup", "exec", "job"])
+        json!(["mariabackup", "xtrabackup", "exec", "job", "mysql-clone"])
     );
     assert_eq!(spec["target"]["enum"], json!(["primary", "prefer-standby"]));
     assert_eq!(spec["type"]["enum"], json!(["full", "incremental"]));

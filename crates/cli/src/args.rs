@@ -992,11 +992,16 @@ pub struct PushArgs {
     /// Recorded as `method` in metadata.json (default: exec with a command, stdin without).
     /// `mariabackup` runs the command (default `mariabackup`) with `--backup
     /// --stream=xbstream` appended, incremental from the parent's LSN, and records the LSNs
-    /// and binlog position.
+    /// and binlog position. `mysql-clone` clones a MySQL server (8.0.17 or newer, clone
+    /// plugin active, the account granted BACKUP_ADMIN) into a private recipient server
+    /// run here (--mysqld), reads the clone's GTID set, and streams its data directory as a
+    /// tar: the command is the client and the source's connection options.
     #[arg(long, value_name = "NAME")]
     pub method: Option<String>,
+    #[command(flatten)]
+    pub mysql: MySqlTools,
     /// Payload file extension: the object is backup.<EXT> (default: xbstream for
-    /// --method mariabackup, bin otherwise).
+    /// --method mariabackup, tar for mysql-clone, bin otherwise).
     #[arg(long, value_name = "EXT")]
     pub ext: Option<String>,
     /// A label for metadata.json, KEY=VALUE (repeatable).
@@ -1015,9 +1020,38 @@ pub struct PushArgs {
     pub output: OutputFormat,
     /// The command whose stdout is the backup, e.g. -- tar -C /data -cf - . With
     /// --method mariabackup: the mariabackup program and its connection options, e.g.
-    /// -- mariabackup --user=root --socket=/run/mysqld/mysqld.sock
+    /// -- mariabackup --user=root --socket=/run/mysqld/mysqld.sock. With --method
+    /// mysql-clone: the client and the source's TCP connection options, e.g. -- mysql
+    /// --host=db --port=3306 --user=tidemark --password=…
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+}
+
+/// The MySQL programs a `mysql-clone` backup runs here.
+#[derive(Debug, Args)]
+pub struct MySqlTools {
+    /// MySQL's server: the clone's private recipient, and the server that reads the
+    /// clone's point.
+    #[arg(long, value_name = "PATH", default_value = "mysqld")]
+    pub mysqld: PathBuf,
+    /// MySQL's client, for the private servers.
+    #[arg(long, value_name = "PATH", default_value = "mysql")]
+    pub mysql: PathBuf,
+    /// The user the private servers run as when tidemark runs as root (they never run as
+    /// root); ignored otherwise.
+    #[arg(long, value_name = "USER", env = "TIDEMARK_SERVER_USER")]
+    pub server_user: Option<String>,
+}
+
+impl MySqlTools {
+    pub fn tools(&self) -> tidemark_mariadb::restore::Tools {
+        tidemark_mariadb::restore::Tools {
+            mysqld: self.mysqld.clone().into(),
+            mysql: self.mysql.clone().into(),
+            server_user: self.server_user.clone().map(Into::into),
+            ..Default::default()
+        }
+    }
 }
 
 #[derive(Debug, Args)]

@@ -50,11 +50,11 @@ fn spec(args: &PushArgs, started_at: Timestamp) -> Result<AttemptSpec, CliError>
             ));
         }
     };
-    let mariabackup = args.method.as_deref() == Some(mariadb::METHOD);
-    let ext = args
-        .ext
-        .as_deref()
-        .unwrap_or(if mariabackup { mariadb::EXT } else { "bin" });
+    let ext = args.ext.as_deref().unwrap_or(match args.method.as_deref() {
+        Some(mariadb::METHOD) => mariadb::EXT,
+        Some(tidemark_mariadb::clone::METHOD) => tidemark_mariadb::clone::EXT,
+        _ => "bin",
+    });
     let payload_name = format!("backup.{ext}");
     if ext.is_empty() || ext.starts_with('.') || !layout::is_payload_name(&payload_name) {
         return Err(CliError::input(format!(
@@ -164,6 +164,7 @@ pub async fn push(args: &PushArgs) -> Result<Exit, CliError> {
         parent,
         // In the terminal's process group: Ctrl-C stops the command with tidemark.
         detach: false,
+        tools: args.mysql.tools(),
     };
     let taken = LocalProcess.run(store, &request, progress).await;
     if let Some(b) = &bar {

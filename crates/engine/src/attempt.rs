@@ -28,6 +28,9 @@ pub struct BackupRequest {
     /// Run the command in its own process group, so that a Ctrl-C meant for tidemark does
     /// not kill a backup that is given a grace period.
     pub detach: bool,
+    /// The programs a `mysql-clone` backup runs (its recipient server, its client) and the
+    /// user its servers run as.
+    pub tools: tidemark_mariadb::restore::Tools,
 }
 
 /// An attempt that did not complete: the error, and the failed record if one was written.
@@ -109,6 +112,29 @@ pub async fn take_backup(
         Some(run) => run.command.clone(),
         None => request.command.clone(),
     };
+    if spec.method == tidemark_mariadb::clone::METHOD {
+        // A command that names no source is bad input: refused before anything is recorded.
+        let donor = tidemark_mariadb::clone::Donor::from_command(&request.command)
+            .map_err(EngineError::Input)?;
+        let record = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let source = CloneSource {
+            donor,
+            tools: request.tools.clone(),
+            work: None,
+            record: record.clone(),
+            task: None,
+        };
+        let recorder = CloneRecord(record);
+        return run_attempt(
+            store,
+            spec,
+            Box::new(source),
+            Some(&recorder),
+            request.parent.as_ref(),
+            progress,
+        )
+        .await;
+    }
     let refused = mariabackup.as_ref().and_then(|r| r.refused.clone());
     let source: Box<dyn Source> = if let Some(why) = refused {
         Box::new(Refused(why))
@@ -125,7 +151,7 @@ pub async fn take_backup(
         store,
         spec,
         source,
-        mariabackup.as_ref(),
+        mariabackup.as_ref().map(|r| r as &dyn Recorder),
         request.parent.as_ref(),
         progress,
     )
@@ -155,7 +181,7 @@ async fn run_attempt(
     store: &ClusterStore,
     spec: &AttemptSpec,
     source: Box<dyn Source>,
-    mariabackup: Option<&MariabackupRun>,
+    recorder: Option<&dyn Recorder>,
     parent: Option<&Metadata>,
     progress: &dyn Progress,
 ) -> Result<Metadata, AttemptFailure> {
@@ -163,14 +189,14 @@ async fn run_attempt(
         .await
         .map_err(EngineError::from)?;
     let streamed = stream_source(&attempt, source, progress).await;
-    // What mariabackup recorded beside the stream; without it the backup is unusable as a
-    // parent, so its absence fails the attempt.
-    let result = match (streamed, mariabackup) {
+    // What the method recorded beside the stream (mariabackup's LSNs, a clone's point);
+    // without it the backup is unusable, so its absence fails the attempt.
+    let result = match (streamed, recorder) {
         (Ok(payload), Some(run)) => match run.recorded() {
             Ok((extra, position)) => Ok((payload, extra, position, run.server())),
             Err(e) => {
                 transfer::remove_payload(store, spec, &payload.name).await;
-                Err(EngineError::Source(chain(&e)))
+                Err(EngineError::Source(e))
             }
         },
         (Ok(payload), None) => Ok((payload, serde_json::Map::new(), None, None)),
@@ -423,6 +449,149 @@ impl Source for Refused {
 
     fn describe(&self) -> String {
         "mariabackup (not started)".into()
+    }
+}
+
+/// What a method records beside its stream: `metadata.json`'s fields of a finished run.
+trait Recorder: Sync {
+    /// `extra` fields and the binlog position.
+    fn recorded(
+        &self,
+    ) -> Result<
+        (
+            serde_json::Map<String, serde_json::Value>,
+            Option<LogPosition>,
+        ),
+        String,
+    >;
+
+    /// The server the backup was taken on, as far as known.
+    fn server(&self) -> Option<tidemark_store::format::SourceServer>;
+}
+
+impl Recorder for MariabackupRun {
+    fn recorded(
+        &self,
+    ) -> Result<
+        (
+            serde_json::Map<String, serde_json::Value>,
+            Option<LogPosition>,
+        ),
+        String,
+    > {
+        MariabackupRun::recorded(self).map_err(|e| chain(&e))
+    }
+
+    fn server(&self) -> Option<tidemark_store::format::SourceServer> {
+        MariabackupRun::server(self)
+    }
+}
+
+/// A `mysql-clone` attempt (issue 47): the clone is taken when the stream starts, into a
+/// scratch directory removed when the attempt ends, and streamed as a tar.
+struct CloneSource {
+    donor: tidemark_mariadb::clone::Donor,
+    tools: tidemark_mariadb::restore::Tools,
+    work: Option<tempfile::TempDir>,
+    record: CloneSlot,
+    task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+/// What the clone found, once taken.
+type CloneSlot = std::sync::Arc<
+    std::sync::Mutex<
+        Option<(
+            tidemark_core::gtidset::GtidSet,
+            tidemark_mariadb::clone::SourceFacts,
+        )>,
+    >,
+>;
+
+#[async_trait]
+impl Source for CloneSource {
+    async fn start(&mut self) -> Result<Box<dyn AsyncRead + Unpin + Send>, EngineError> {
+        let work = tempfile::Builder::new()
+            .prefix("tidemark-clone-")
+            .tempdir()
+            .map_err(|e| {
+                EngineError::Source(format!("creating the clone's scratch directory: {e}"))
+            })?;
+        let cloned = tidemark_mariadb::clone::take(
+            &self.donor,
+            &self.tools,
+            work.path(),
+            &tidemark_store::NoProgress,
+        )
+        .await
+        .map_err(|e| EngineError::Source(chain(&e)))?;
+        if let Ok(mut slot) = self.record.lock() {
+            *slot = Some((cloned.gtid_executed.clone(), cloned.source.clone()));
+        }
+        let (stream, task) = tidemark_mariadb::clone::stream(cloned.datadir.clone());
+        self.task = Some(task);
+        self.work = Some(work);
+        Ok(Box::new(stream))
+    }
+
+    async fn finish(&mut self, _stop: bool) -> Result<Result<(), String>, EngineError> {
+        // A failed upload drops the stream: the writer then fails on its own.
+        let ended = match self.task.take() {
+            None => Ok(()),
+            Some(task) => match task.await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(format!("failed: {e}")),
+                Err(e) => Err(format!("failed: {e}")),
+            },
+        };
+        self.work = None;
+        Ok(ended)
+    }
+
+    fn describe(&self) -> String {
+        format!("the clone of MySQL ({:?})", self.donor)
+    }
+}
+
+/// A clone's point, as `metadata.json` records it.
+struct CloneRecord(CloneSlot);
+
+impl Recorder for CloneRecord {
+    fn recorded(
+        &self,
+    ) -> Result<
+        (
+            serde_json::Map<String, serde_json::Value>,
+            Option<LogPosition>,
+        ),
+        String,
+    > {
+        let slot = self.0.lock().map_err(|e| e.to_string())?;
+        let Some((gtids, _)) = slot.as_ref() else {
+            return Err("the clone recorded no point".into());
+        };
+        let mut extra = serde_json::Map::new();
+        extra.insert(
+            tidemark_mariadb::clone::GTID_EXECUTED_FIELD.into(),
+            gtids.to_string().into(),
+        );
+        Ok((extra, None))
+    }
+
+    fn server(&self) -> Option<tidemark_store::format::SourceServer> {
+        let slot = self.0.lock().ok()?;
+        let (_, facts) = slot.as_ref()?;
+        let mut extra = serde_json::Map::new();
+        extra.insert("serverUuid".into(), facts.server_uuid.clone().into());
+        extra.insert("version".into(), facts.version.clone().into());
+        extra.insert("innodbPageSize".into(), facts.page_size.into());
+        Some(tidemark_store::format::SourceServer {
+            server_id: Some(facts.server_id),
+            role: facts
+                .replica
+                .map(|r| if r { "replica" } else { "primary" }.to_owned()),
+            extra,
+            ..Default::default()
+        })
     }
 }
 

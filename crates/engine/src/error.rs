@@ -197,7 +197,9 @@ impl EngineError {
                 ArchiveError::Binlog { .. } | ArchiveError::Vanished(_) => Class::Source,
             },
             EngineError::Restore(e) => match e.as_ref() {
-                RestoreError::Refused(_) | RestoreError::NoPosition { .. } => Class::NotRestorable,
+                RestoreError::Refused(_)
+                | RestoreError::NoPosition { .. }
+                | RestoreError::NoMySqlReplay { .. } => Class::NotRestorable,
                 RestoreError::Method { .. }
                 | RestoreError::NoTimeline { .. }
                 | RestoreError::DatadirNotEmpty(_)
@@ -217,6 +219,7 @@ impl EngineError {
                 | RestoreError::Tool { .. }
                 | RestoreError::ServerStart { .. } => Class::RestoreFailed,
                 RestoreError::Store(s) => s.category().into(),
+                RestoreError::Source { .. } => Class::Source,
             },
             EngineError::Consolidate(e) => match e.as_ref() {
                 ConsolidateError::Transfer(t) => transfer_class(t),

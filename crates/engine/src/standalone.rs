@@ -443,10 +443,10 @@ fn child_spec(
     started_at: Timestamp,
     immediate: bool,
 ) -> AttemptSpec {
-    let ext = if sched.method == tidemark_mariadb::METHOD {
-        tidemark_mariadb::EXT
-    } else {
-        "bin"
+    let ext = match sched.method.as_str() {
+        tidemark_mariadb::METHOD => tidemark_mariadb::EXT,
+        tidemark_mariadb::clone::METHOD => tidemark_mariadb::clone::EXT,
+        _ => "bin",
     };
     let mut labels = BTreeMap::new();
     labels.insert(SCHEDULED_BACKUP_LABEL.to_owned(), sched.spec.name.clone());
@@ -694,6 +694,7 @@ async fn take(
         command: sched.command.clone(),
         parent,
         detach: true,
+        tools: tidemark_mariadb::restore::Tools::default(),
     };
     let name = &sched.spec.name;
     // A boxed future (async_trait): dropping it below stops the attempt for real.

@@ -677,6 +677,57 @@ pub async fn extract(
     Ok(payload.size)
 }
 
+/// `metadata.json`'s field holding a MySQL backup's GTID set (the `gtid_executed` of its
+/// data): a clone has no binlog file or position at its point.
+pub const GTID_EXECUTED_FIELD: &str = "gtidExecuted";
+
+/// Restores a clone backup (`plan` holds one, and no binlog) into `datadir`, which exists
+/// and is empty: its payload unpacked ([`extract`]). The clone was shut down cleanly when
+/// its point was read, so the directory is ready for `mysqld`.
+///
+/// # Errors
+/// The plan needs binlog replay (not built for MySQL yet), or the download or unpacking
+/// failed.
+pub async fn restore_into(
+    store: &ClusterStore,
+    plan: &crate::restore::RestorePlan,
+    datadir: &Path,
+    progress: &dyn Progress,
+) -> Result<crate::restore::RestoreReport, RestoreError> {
+    let Some(m) = plan.backups.last() else {
+        return Err(RestoreError::NoMetadata {
+            id: "(none)".into(),
+        });
+    };
+    if plan.backups.len() != 1 || !plan.segments.is_empty() {
+        return Err(RestoreError::NoMySqlReplay {
+            id: m.backup_id.clone(),
+            target: plan.target,
+            completed: m.completed_at,
+        });
+    }
+    progress.step(
+        &format!("downloading {} into {}", m.backup_id, datadir.display()),
+        0,
+    );
+    let bytes = extract(store, m, datadir, progress).await?;
+    Ok(crate::restore::RestoreReport {
+        datadir: datadir.to_path_buf(),
+        bytes_downloaded: bytes,
+        binlog_bytes: 0,
+        backups_applied: 1,
+        segments_replayed: 0,
+        reached: m.completed_at,
+        gtid_position: m
+            .extra
+            .get(GTID_EXECUTED_FIELD)
+            .and_then(|v| v.as_str())
+            .and_then(|t| GtidSet::parse(t).ok())
+            .map(|g| g.to_string()),
+        binlog_state_file: None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

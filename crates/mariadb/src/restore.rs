@@ -191,7 +191,7 @@ fn plan_of(catalog: &Catalog, choice: RestoreChoice) -> Result<RestorePlan, Rest
                 .backup(&b.name, &b.id)
                 .and_then(|s| s.metadata.clone())
                 .ok_or_else(|| RestoreError::NoMetadata { id: b.id.clone() })?;
-            if m.method != mariadb::METHOD {
+            if m.method != mariadb::METHOD && m.method != crate::clone::METHOD {
                 return Err(RestoreError::Method {
                     id: m.backup_id,
                     method: m.method,
@@ -285,7 +285,15 @@ pub async fn restore(
         crate::server::check_server_user(tools, datadir).await?;
     }
     prepare_datadir(datadir)?;
-    let result = restore_into(store, plan, datadir, tools, progress).await;
+    let result = if plan
+        .backups
+        .iter()
+        .any(|m| m.method == crate::clone::METHOD)
+    {
+        crate::clone::restore_into(store, plan, datadir, progress).await
+    } else {
+        restore_into(store, plan, datadir, tools, progress).await
+    };
     if result.is_err() {
         remove_half_restored(datadir).await;
     }

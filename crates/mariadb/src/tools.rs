@@ -90,7 +90,7 @@ pub enum RestoreError {
     #[error(transparent)]
     Refused(#[from] RestoreRefusal),
     #[error(
-        "backup {id} was taken with method {method:?}; restore prepares mariabackup backups only (fetch other payloads with tidemark fetch)"
+        "backup {id} was taken with method {method:?}; restore prepares mariabackup and mysql-clone backups only (fetch other payloads with tidemark fetch)"
     )]
     Method { id: String, method: String },
     #[error(
@@ -148,6 +148,15 @@ pub enum RestoreError {
         dir.display()
     )]
     ServerAsRoot { dir: PathBuf },
+    #[error(
+        "restoring to {target} needs binlog replay past MySQL backup {id}, which is not built yet: restore to the backup's own point{}",
+        completed.map(|c| format!(" ({c})")).unwrap_or_default()
+    )]
+    NoMySqlReplay {
+        id: String,
+        target: Timestamp,
+        completed: Option<Timestamp>,
+    },
     #[error("the MySQL source {source_server}: {problem}")]
     Source {
         source_server: String,

@@ -391,6 +391,11 @@ impl Step {
     /// Backup fixes it), or `None`.
     fn refusal(&self, method: &str) -> Option<String> {
         let backup = &self.backup;
+        if method == "mysql-clone" {
+            return Some(
+                "method mysql-clone runs in standalone mode only so far (tidemark push, tidemark run): the operator's backup Jobs do not run MySQL's clone yet".into(),
+            );
+        }
         if !matches!(method, "mariabackup" | "xtrabackup" | "exec" | "job") {
             return Some(format!(
                 "unknown method {method:?}; expected mariabackup, xtrabackup, exec or job"

@@ -765,12 +765,15 @@ pub struct MariaDbTools {
     /// The client that applies the decoded events and runs the checks.
     #[arg(long, value_name = "PATH", default_value = "mariadb")]
     pub mariadb: PathBuf,
-    /// MySQL's server, started on a restored MySQL data directory.
+    /// MySQL's server, started on a restored MySQL data directory (binlog replay).
     #[arg(long, value_name = "PATH", default_value = "mysqld")]
     pub mysqld: PathBuf,
-    /// MySQL's client.
+    /// MySQL's client, which applies the decoded events.
     #[arg(long, value_name = "PATH", default_value = "mysql")]
     pub mysql: PathBuf,
+    /// MySQL's binlog decoder.
+    #[arg(long, value_name = "PATH", default_value = "mysqlbinlog")]
+    pub mysqlbinlog: PathBuf,
     /// The user the private MariaDB server (binlog replay, a restore test's checks) runs as
     /// when tidemark runs as root: that server never runs as root, and is handed the
     /// restored data directory. Best a user of its own that owns nothing else (on a
@@ -790,6 +793,7 @@ impl MariaDbTools {
             mariadb: self.mariadb.clone().into(),
             mysqld: self.mysqld.clone().into(),
             mysql: self.mysql.clone().into(),
+            mysqlbinlog: self.mysqlbinlog.clone().into(),
             server_user: self.server_user.clone().map(Into::into),
         }
     }

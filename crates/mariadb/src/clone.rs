@@ -681,51 +681,186 @@ pub async fn extract(
 /// data): a clone has no binlog file or position at its point.
 pub const GTID_EXECUTED_FIELD: &str = "gtidExecuted";
 
-/// Restores a clone backup (`plan` holds one, and no binlog) into `datadir`, which exists
-/// and is empty: its payload unpacked ([`extract`]). The clone was shut down cleanly when
-/// its point was read, so the directory is ready for `mysqld`.
+/// The clone a restore plan restores, when it is one: `None` for mariabackup chains.
 ///
 /// # Errors
-/// The plan needs binlog replay (not built for MySQL yet), or the download or unpacking
-/// failed.
-pub async fn restore_into(
-    store: &ClusterStore,
-    plan: &crate::restore::RestorePlan,
+/// A chain that mixes a clone with other backups (a clone is always a full), or a replay
+/// across timelines (not built for MySQL yet).
+pub fn of_plan(plan: &crate::restore::RestorePlan) -> Result<Option<&Metadata>, RestoreError> {
+    let clones = plan.backups.iter().filter(|m| m.method == METHOD).count();
+    match (clones, &plan.backups[..]) {
+        (0, _) => Ok(None),
+        (1, [m]) => {
+            if plan.runs.len() > 1 {
+                return Err(RestoreError::NoMySqlReplay {
+                    id: m.backup_id.clone(),
+                    target: plan.target,
+                    completed: m.completed_at,
+                });
+            }
+            Ok(Some(m))
+        }
+        _ => Err(RestoreError::Method {
+            id: plan.backups[0].backup_id.clone(),
+            method: format!("{METHOD} in a chain of {}", plan.backups.len()),
+        }),
+    }
+}
+
+/// The GTID set a clone backup's data holds (its `gtidExecuted`), when recorded and
+/// well-formed.
+pub fn gtid_executed(m: &Metadata) -> Option<GtidSet> {
+    m.extra
+        .get(GTID_EXECUTED_FIELD)?
+        .as_str()
+        .and_then(|t| GtidSet::parse(t).ok())
+}
+
+/// What the replay account may do on MySQL: what `mysqlbinlog`'s output of a binlog needs,
+/// on every database but `mysql`, which it may read only (an exact database grant outranks
+/// the pattern). `REPLICATION_APPLIER` runs the `BINLOG` statements of row events — each
+/// event still checked against the account's table rights, so a row forged into
+/// `mysql.user` is refused — and `SESSION_VARIABLES_ADMIN` the session settings and
+/// `gtid_next` it sets. Not `SUPER`, `SYSTEM_VARIABLES_ADMIN` (no global setting), `FILE`,
+/// `SET_ANY_DEFINER` (no object with another definer) or `GRANT OPTION`.
+pub const REPLAY_GRANTS: [&str; 3] = [
+    "GRANT REPLICATION_APPLIER, SESSION_VARIABLES_ADMIN, CREATE USER, RELOAD ON *.* TO {account}",
+    "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, REFERENCES, INDEX, ALTER, \
+     CREATE TEMPORARY TABLES, LOCK TABLES, EXECUTE, CREATE VIEW, SHOW VIEW, CREATE ROUTINE, \
+     ALTER ROUTINE, EVENT, TRIGGER ON `%`.* TO {account}",
+    "GRANT SELECT ON `mysql`.* TO {account}",
+];
+
+/// The InnoDB page size a clone backup records (16 KiB, MySQL's default, when it does not).
+fn page_size(m: &Metadata) -> u32 {
+    m.server
+        .as_ref()
+        .and_then(|s| s.extra.get("innodbPageSize"))
+        .and_then(serde_json::Value::as_u64)
+        .and_then(|n| u32::try_from(n).ok())
+        .filter(|n| matches!(n, 4096 | 8192 | 16384 | 32768 | 65536))
+        .unwrap_or(16384)
+}
+
+/// Replays `files` onto the unpacked clone `m` in `datadir` up to `stop` (exclusive:
+/// events stamped at or after it are not applied), on a private server ([`PrivateServer`],
+/// MySQL's: no network, no binlog, never root), as an account with [`REPLAY_GRANTS`]:
+/// `mysqlbinlog --exclude-gtids=<what the clone holds> --stop-datetime … | mysql`. Returns
+/// the GTID set the data then holds.
+///
+/// # Errors
+/// The clone records no GTID set (nothing tells which events it holds), a tool failed, or
+/// the server did not start or stop cleanly.
+pub async fn replay(
+    m: &Metadata,
     datadir: &Path,
-    progress: &dyn Progress,
-) -> Result<crate::restore::RestoreReport, RestoreError> {
-    let Some(m) = plan.backups.last() else {
-        return Err(RestoreError::NoMetadata {
-            id: "(none)".into(),
-        });
-    };
-    if plan.backups.len() != 1 || !plan.segments.is_empty() {
-        return Err(RestoreError::NoMySqlReplay {
+    work: &Path,
+    tools: &Tools,
+    files: &[PathBuf],
+    stop: jiff::Timestamp,
+) -> Result<GtidSet, RestoreError> {
+    let Some(holds) = gtid_executed(m) else {
+        return Err(RestoreError::NoPosition {
             id: m.backup_id.clone(),
-            target: plan.target,
             completed: m.completed_at,
         });
+    };
+    let mut server = PrivateServer::start_flavor(
+        &Flavor::MySql {
+            page_size: page_size(m),
+        },
+        datadir,
+        work,
+        tools,
+    )
+    .await?;
+    let replayed = async {
+        let login = server
+            .account(tools, crate::server::Account::Replay)
+            .await?;
+        replay_run(&server, &login, tools, files, &holds, stop, work).await?;
+        let text = server
+            .admin_query(tools, "SELECT @@GLOBAL.gtid_executed")
+            .await?;
+        GtidSet::parse(text.replace("\\n", "").trim()).map_err(|e| RestoreError::Tool {
+            step: "reading the restored GTID set".into(),
+            status: e.to_string(),
+            tail: String::new(),
+        })
     }
-    progress.step(
-        &format!("downloading {} into {}", m.backup_id, datadir.display()),
-        0,
-    );
-    let bytes = extract(store, m, datadir, progress).await?;
-    Ok(crate::restore::RestoreReport {
-        datadir: datadir.to_path_buf(),
-        bytes_downloaded: bytes,
-        binlog_bytes: 0,
-        backups_applied: 1,
-        segments_replayed: 0,
-        reached: m.completed_at,
-        gtid_position: m
-            .extra
-            .get(GTID_EXECUTED_FIELD)
-            .and_then(|v| v.as_str())
-            .and_then(|t| GtidSet::parse(t).ok())
-            .map(|g| g.to_string()),
-        binlog_state_file: None,
-    })
+    .await;
+    let stopped = server.stop(tools, "mysqld shutdown after replay").await;
+    let holds = replayed?;
+    stopped?;
+    Ok(holds)
+}
+
+async fn replay_run(
+    server: &PrivateServer,
+    login: &crate::server::Login,
+    tools: &Tools,
+    files: &[PathBuf],
+    holds: &GtidSet,
+    stop: jiff::Timestamp,
+    work: &Path,
+) -> Result<(), RestoreError> {
+    let stop_text = stop
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .strftime("%Y-%m-%d %H:%M:%S")
+        .to_string();
+    let mut binlog = Command::new(&tools.mysqlbinlog);
+    binlog
+        .arg("--no-defaults")
+        // --stop-datetime is read in the client's local time zone.
+        .env("TZ", "UTC")
+        .arg(format!("--exclude-gtids={holds}"))
+        .arg(format!("--stop-datetime={stop_text}"))
+        .args(files)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut binlog = spawn(&mut binlog, &tools.mysqlbinlog)?;
+    let Some(events) = binlog.stdout.take() else {
+        return Err(crate::restore::no_pipe("mysqlbinlog"));
+    };
+    let events: Stdio = events.try_into().map_err(|source| RestoreError::Io {
+        action: "connecting mysqlbinlog to mysql".into(),
+        dir: work.to_path_buf(),
+        source,
+    })?;
+    let client = spawn(
+        Command::new(&tools.mysql)
+            .args(login.args(&server.socket))
+            // No client command runs from the event text, and the client sends no file.
+            .arg("--binary-mode")
+            .arg("--local-infile=0")
+            .stdin(events)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+        &tools.mysql,
+    )?;
+    let (b, c) = tokio::join!(binlog.wait_with_output(), client.wait_with_output());
+    let failed = |program: &OsString| {
+        let program = program.to_string_lossy().into_owned();
+        move |source| RestoreError::Spawn { program, source }
+    };
+    let b = b.map_err(failed(&tools.mysqlbinlog))?;
+    let c = c.map_err(failed(&tools.mysql))?;
+    if !b.status.success() {
+        return Err(RestoreError::Tool {
+            step: "mysqlbinlog".into(),
+            status: b.status.to_string(),
+            tail: tail(&String::from_utf8_lossy(&b.stderr)),
+        });
+    }
+    if !c.status.success() {
+        return Err(RestoreError::Tool {
+            step: "mysql (applying the binlog events)".into(),
+            status: c.status.to_string(),
+            tail: tail(&String::from_utf8_lossy(&c.stderr)),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

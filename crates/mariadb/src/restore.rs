@@ -238,9 +238,12 @@ fn plan_of(catalog: &Catalog, choice: RestoreChoice) -> Result<RestorePlan, Rest
     };
     // Without a recorded position, where the backup's own events end in the binlog is
     // unknown: replaying from a segment's start could apply some of them twice.
-    if let Some(m) = restored
-        .filter(|m| m.log_position.is_none() && m.gtid_position().is_none() && !segments.is_empty())
-    {
+    if let Some(m) = restored.filter(|m| {
+        m.log_position.is_none()
+            && m.gtid_position().is_none()
+            && crate::clone::gtid_executed(m).is_none()
+            && !segments.is_empty()
+    }) {
         return Err(RestoreError::NoPosition {
             id: m.backup_id.clone(),
             completed: choice.chain.last().map(|b| b.restore_point()),
@@ -285,15 +288,7 @@ pub async fn restore(
         crate::server::check_server_user(tools, datadir).await?;
     }
     prepare_datadir(datadir)?;
-    let result = if plan
-        .backups
-        .iter()
-        .any(|m| m.method == crate::clone::METHOD)
-    {
-        crate::clone::restore_into(store, plan, datadir, progress).await
-    } else {
-        restore_into(store, plan, datadir, tools, progress).await
-    };
+    let result = restore_into(store, plan, datadir, tools, progress).await;
     if result.is_err() {
         remove_half_restored(datadir).await;
     }
@@ -422,13 +417,40 @@ async fn restore_into(
             0,
         );
     }
+    // A MySQL clone (issue 47): unpacked, replayed with MySQL's tools.
+    let mysql = crate::clone::of_plan(plan)?;
+    let backups = async {
+        match mysql {
+            Some(clone) => crate::clone::extract(store, clone, datadir, progress).await,
+            None => build_prepared(store, &plan.backups, datadir, work, tools, progress).await,
+        }
+    };
     // The first failure stops the other.
-    let (chain_bytes, (files, binlog_bytes, stop)) = tokio::try_join!(
-        build_prepared(store, &plan.backups, datadir, work, tools, progress),
-        binlogs
-    )?;
+    let (chain_bytes, (files, binlog_bytes, stop)) = tokio::try_join!(backups, binlogs)?;
     let bytes = chain_bytes + binlog_bytes;
     let (reached_at, position) = reached(plan, &files, stop);
+    if let Some(clone) = mysql {
+        let holds = match stop {
+            Some(stop) => {
+                progress.step(
+                    &format!("replaying {} binlog(s) up to {stop}", files.len()),
+                    0,
+                );
+                Some(crate::clone::replay(clone, datadir, work, tools, &files, stop).await?)
+            }
+            None => crate::clone::gtid_executed(clone),
+        };
+        return Ok(RestoreReport {
+            datadir: datadir.to_path_buf(),
+            bytes_downloaded: bytes,
+            binlog_bytes,
+            backups_applied: plan.backups.len(),
+            segments_replayed: plan.segments.len(),
+            reached: reached_at,
+            gtid_position: holds.map(|g| g.to_string()),
+            binlog_state_file: None,
+        });
+    }
     if let Some(stop) = stop {
         progress.step(
             &format!("replaying {} binlog(s) up to {stop}", files.len()),

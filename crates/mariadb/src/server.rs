@@ -50,6 +50,8 @@ pub(crate) struct PrivateServer {
     _socket_dir: Option<tempfile::TempDir>,
     /// The client that logs in (MariaDB's or MySQL's).
     client: std::ffi::OsString,
+    /// MySQL's (whose accounts and grants differ), or MariaDB's.
+    mysql: bool,
 }
 
 /// What a client logs in with: a client options file (mode 0600) naming the account and
@@ -397,12 +399,18 @@ impl PrivateServer {
                     .arg(format!("--plugin-dir={}", plugins.display()))
                     .args(["--skip-symbolic-links", "--skip-slave-start"]);
             }
-            // (MySQL has symbolic links off by default, and no X protocol here.)
+            // (MySQL has symbolic links off by default, and no X protocol here.) GTIDs on,
+            // so a replay keeps each transaction's own (`gtid_next`).
             Flavor::MySql { page_size } => {
                 server
                     .arg(format!("--innodb-page-size={page_size}"))
                     .arg(format!("--plugin-dir={}", plugins.display()))
-                    .args(["--skip-replica-start", "--mysqlx=OFF"]);
+                    .args([
+                        "--skip-replica-start",
+                        "--mysqlx=OFF",
+                        "--gtid-mode=ON",
+                        "--enforce-gtid-consistency=ON",
+                    ]);
             }
             Flavor::CloneRecipient { donor } => {
                 server
@@ -445,6 +453,7 @@ impl PrivateServer {
             made: Vec::new(),
             _socket_dir: socket_dir,
             client: flavor.client(tools).clone(),
+            mysql: *flavor != Flavor::MariaDb,
         };
         let up = async {
             wait_for_socket(
@@ -492,13 +501,15 @@ impl PrivateServer {
         account: Account,
     ) -> Result<Login, RestoreError> {
         let (kind, grants) = match account {
+            Account::Replay if self.mysql => ("replay", &crate::clone::REPLAY_GRANTS[..]),
             Account::Replay => ("replay", &REPLAY_GRANTS[..]),
             Account::Check => ("check", &CHECK_GRANTS[..]),
         };
         let user = format!("tidemark_{kind}_{}", &random_word()[..16]);
         let password = random_word();
         let name = format!("'{user}'@'localhost'");
-        let mut sql = format!("CREATE OR REPLACE USER {name} IDENTIFIED BY '{password}';");
+        let mut sql =
+            format!("DROP USER IF EXISTS {name}; CREATE USER {name} IDENTIFIED BY '{password}';");
         for g in grants {
             sql.push_str(&g.replace("{account}", &name));
             sql.push(';');

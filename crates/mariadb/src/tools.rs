@@ -32,6 +32,8 @@ pub struct Tools {
     pub mysqld: OsString,
     /// MySQL's client.
     pub mysql: OsString,
+    /// MySQL's binlog decoder (a MySQL restore's replay).
+    pub mysqlbinlog: OsString,
     /// The user the private server runs as when Tidemark runs as root (`--server-user`;
     /// refused without one then): see [`crate::server`].
     pub server_user: Option<OsString>,
@@ -48,6 +50,7 @@ impl Default for Tools {
             mariadb: "mariadb".into(),
             mysqld: "mysqld".into(),
             mysql: "mysql".into(),
+            mysqlbinlog: "mysqlbinlog".into(),
             server_user: server_user_from_env(),
         }
     }

@@ -132,7 +132,8 @@ impl MySql {
             .arg(format!("--port={port}"))
             .arg("--bind-address=127.0.0.1")
             .arg("--mysqlx=OFF")
-            .arg(format!("--log-bin={datadir}/binlog"))
+            // Relative: the index names `./binlog.000001`, which the host reads too.
+            .arg("--log-bin=binlog")
             .arg(format!("--server-id={server_id}"))
             .args(["--gtid-mode=ON", "--enforce-gtid-consistency=ON"])
             .arg(format!("--log-error={inside}/mysqld.log"))

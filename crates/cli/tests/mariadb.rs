@@ -2869,3 +2869,58 @@ fn a_restored_server_continues_the_history_on_a_new_timeline() {
     assert_eq!(timeline["parent"], 1, "{pass}");
     assert_eq!(timeline["switch"]["unrelated"], true, "{pass}");
 }
+
+/// A `LOAD DATA` logged as a statement: `mariadb-binlog` writes its data into the restore's
+/// own scratch directory (`--local-load`), never into the system's temporary directory —
+/// as root, at a name the binlog sets (`SQL_LOAD_MB-…`), through any link a local user left
+/// there — and the client refuses to send it: the restore fails, naming the refusal.
+#[test]
+fn a_load_data_event_writes_nothing_outside_the_restores_scratch() {
+    let env = Env {
+        s3: SeaweedFs::start(),
+        db: MariaDb::start(),
+        compression: "none",
+        bucket: None,
+    };
+    let db = &env.db;
+    db.sql(
+        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT)",
+    );
+    env.insert(2);
+    db.sql("FLUSH BINARY LOGS");
+    env.backup(None);
+    let rows = db.scratch().join("rows.csv");
+    std::fs::write(&rows, "100,1\n101,2\n").unwrap();
+    std::fs::set_permissions(&rows, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let loads = || -> Vec<String> {
+        std::fs::read_dir("/tmp")
+            .unwrap()
+            .filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
+            .filter(|n| n.starts_with("SQL_LOAD"))
+            .collect()
+    };
+    let before = loads();
+    db.sql(&format!(
+        "SET SESSION binlog_format = STATEMENT; LOAD DATA INFILE '{}' INTO TABLE shop.orders FIELDS TERMINATED BY ','",
+        rows.display()
+    ));
+    let after = pause_and_mark();
+    env.insert(1);
+    env.archive();
+    let dir = db.scratch().join("restored");
+    let out = env.tidemark(&[
+        "restore",
+        "--to",
+        &after.to_string(),
+        "--datadir",
+        dir.to_str().unwrap(),
+    ]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "restored: {said}");
+    assert!(
+        said.contains("LOAD DATA") || said.contains("local"),
+        "{said}"
+    );
+    assert_eq!(loads(), before, "the decoder wrote into /tmp");
+    assert!(!dir.exists(), "no half-restored directory");
+}

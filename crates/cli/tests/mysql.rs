@@ -362,4 +362,144 @@ fn binlogs_replay_a_clone_to_any_instant() {
         // Five transactions of setup, then two per batch.
         assert_eq!(executed, format!("{uuid}:1-{}", 5 + 2 * (i + 1)), "at {at}");
     }
+    // A restore test of the middle instant: restored, every table checked, the query
+    // answering what was committed by then; recorded beside the clone.
+    let (at, rows) = instants[1];
+    let scratch = tempfile::tempdir_in(mysql::root().join("srv")).unwrap();
+    let at = at.to_string();
+    let tested = json(&tidemark(&[
+        "restore-test",
+        "--to",
+        &at,
+        "--query",
+        "SELECT COUNT(*) FROM shop.orders",
+        "--expect",
+        &rows.to_string(),
+        "--scratch",
+        scratch.path().to_str().unwrap(),
+        "--mysqld",
+        &tool("mysqld"),
+        "--mysql",
+        &tool("mysql"),
+        "--mysqlbinlog",
+        &tool("mysqlbinlog"),
+        "-o",
+        "json",
+    ]));
+    assert_eq!(tested["outcome"]["passed"], true, "{tested}");
+    assert!(tested["segmentsReplayed"].as_u64().unwrap() > 0, "{tested}");
+    let wrong = bin()
+        .args(["restore-test", "--store", &url, "--cluster", "my"])
+        .args(["--to", &at, "--query", "SELECT COUNT(*) FROM shop.orders"])
+        .args([
+            "--expect",
+            "1",
+            "--scratch",
+            scratch.path().to_str().unwrap(),
+        ])
+        .args(["--mysqld", &tool("mysqld"), "--mysql", &tool("mysql")])
+        .args(["--mysqlbinlog", &tool("mysqlbinlog")])
+        .output()
+        .unwrap();
+    assert!(!wrong.status.success(), "a wrong answer fails the test");
+    assert!(
+        String::from_utf8_lossy(&wrong.stdout).contains(&rows.to_string())
+            || stderr(&wrong).contains(&rows.to_string()),
+        "the answer is named: {}{}",
+        String::from_utf8_lossy(&wrong.stdout),
+        stderr(&wrong)
+    );
+}
+
+/// Issue 47: binlogs that would reach past the replay's rights — a `LOAD DATA` logged as a
+/// statement (its data written by the decoder), a grant of every right — fail the restore
+/// naming what was refused, and write nothing outside its scratch directory (no
+/// `SQL_LOAD_MB-*` in the temporary directory).
+#[test]
+fn a_hostile_binlog_runs_nothing_and_writes_nothing_outside() {
+    let bin_dir = mysql::bin();
+    let tool = |p: &str| bin_dir.join(p).to_string_lossy().into_owned();
+    let tmp = tempfile::tempdir().unwrap();
+    let hostile = [
+        (
+            "SET SESSION binlog_format = STATEMENT; LOAD DATA INFILE '{files}/rows.csv' INTO TABLE shop.orders FIELDS TERMINATED BY ','",
+            "Loading local data is disabled",
+        ),
+        (
+            "CREATE USER 'evil'@'%' IDENTIFIED BY 'x'; GRANT ALL ON *.* TO 'evil'@'%'",
+            "denied",
+        ),
+    ];
+    for (statement, says) in hostile {
+        let db = source(10);
+        std::fs::write(
+            db.path(&format!("{}/files/rows.csv", db.dir)),
+            "5001,loaded\n5002,loaded\n",
+        )
+        .unwrap();
+        let store = tempfile::tempdir().unwrap();
+        let url = format!("file://{}", store.path().display());
+        let run = |args: &[&str]| {
+            bin()
+                .env("TMPDIR", tmp.path())
+                .arg(args[0])
+                .args(["--store", &url, "--cluster", "my"])
+                .args(&args[1..])
+                .output()
+                .unwrap()
+        };
+        let mut push = vec![
+            "push",
+            "--backup-name",
+            "nightly",
+            "--method",
+            "mysql-clone",
+        ];
+        let args = clone_args(&db);
+        push.extend(args.iter().map(String::as_str));
+        let out = run(&push);
+        assert!(out.status.success(), "{}", stderr(&out));
+        next_second();
+        db.sql(&statement.replace("{files}", &format!("{}/files", db.dir)));
+        next_second();
+        let at = jiff::Timestamp::now().to_string();
+        next_second();
+        db.sql("INSERT INTO shop.orders VALUES (9999, 'after'); FLUSH BINARY LOGS");
+        let index = db.path(&format!("{}/binlog.index", db.datadir));
+        let out = run(&[
+            "archive-binlogs",
+            "--binlog-index",
+            index.to_str().unwrap(),
+            "--once",
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let (_dir, datadir, _) = place();
+        let out = run(&[
+            "restore",
+            "--to",
+            &at,
+            "--datadir",
+            datadir.to_str().unwrap(),
+            "--mysqld",
+            &tool("mysqld"),
+            "--mysql",
+            &tool("mysql"),
+            "--mysqlbinlog",
+            &tool("mysqlbinlog"),
+        ]);
+        let said = stderr(&out);
+        assert!(!out.status.success(), "{statement}: restored");
+        assert!(said.contains(says), "{statement}: {said}");
+        assert!(!datadir.exists(), "no half-restored directory");
+        let left: Vec<_> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|n| n.to_string_lossy().contains("SQL_LOAD"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+        assert!(
+            !Path::new("/tmp/SQL_LOAD_MB-1-0").exists(),
+            "the decoder wrote into /tmp"
+        );
+    }
 }

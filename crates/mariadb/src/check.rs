@@ -86,11 +86,29 @@ pub async fn restore_and_check(
     server::open_to_server(tools, work.path()).await?;
     let datadir = work.path().join("data");
     let report = restore::restore(store, plan, &datadir, tools, progress).await?;
-    progress.step("starting MariaDB on the restored data", 0);
-    let mut server = PrivateServer::start(&datadir, work.path(), tools).await?;
+    // A MySQL clone (issue 47) is checked on MySQL's server, through MySQL's client.
+    let (flavor, checks) = match crate::clone::of_plan(plan)? {
+        Some(m) => (
+            crate::tools::Flavor::MySql {
+                page_size: crate::clone::page_size(m),
+            },
+            Tools {
+                mariadb: tools.mysql.clone(),
+                ..tools.clone()
+            },
+        ),
+        None => (crate::tools::Flavor::MariaDb, tools.clone()),
+    };
+    let name = if flavor == crate::tools::Flavor::MariaDb {
+        "MariaDB"
+    } else {
+        "MySQL"
+    };
+    progress.step(&format!("starting {name} on the restored data"), 0);
+    let mut server = PrivateServer::start_flavor(&flavor, &datadir, work.path(), tools).await?;
     progress.step("checking every table", 0);
     let mut outcome = match server.account(tools, Account::Check).await {
-        Ok(login) => check(&server.socket, &login, tools, spec).await,
+        Ok(login) => check(&server.socket, &login, &checks, spec).await,
         Err(e) => {
             let mut outcome = CheckOutcome::default();
             outcome.problem(e.to_string());
@@ -98,7 +116,7 @@ pub async fn restore_and_check(
         }
     };
     if let Err(e) = server
-        .stop(tools, "mariadbd shutdown after the checks")
+        .stop(tools, &format!("{name} shutdown after the checks"))
         .await
     {
         outcome.problem(e.to_string());

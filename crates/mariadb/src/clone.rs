@@ -732,7 +732,7 @@ pub const REPLAY_GRANTS: [&str; 3] = [
 ];
 
 /// The InnoDB page size a clone backup records (16 KiB, MySQL's default, when it does not).
-fn page_size(m: &Metadata) -> u32 {
+pub(crate) fn page_size(m: &Metadata) -> u32 {
     m.server
         .as_ref()
         .and_then(|s| s.extra.get("innodbPageSize"))
@@ -811,6 +811,7 @@ async fn replay_run(
     let mut binlog = Command::new(&tools.mysqlbinlog);
     binlog
         .arg("--no-defaults")
+        .arg(crate::tools::local_load(work)?)
         // --stop-datetime is read in the client's local time zone.
         .env("TZ", "UTC")
         .arg(format!("--exclude-gtids={holds}"))

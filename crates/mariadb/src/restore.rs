@@ -907,7 +907,9 @@ async fn replay_run(
         .strftime("%Y-%m-%d %H:%M:%S")
         .to_string();
     let mut binlog = Command::new(&tools.mariadb_binlog);
-    binlog.arg("--no-defaults");
+    binlog
+        .arg("--no-defaults")
+        .arg(crate::tools::local_load(work)?);
     // --stop-datetime is read in the client's local time zone.
     binlog.env("TZ", "UTC");
     match (&run.start_after, offset) {

@@ -227,6 +227,35 @@ pub(crate) fn no_plugin_dir(work: &Path) -> Result<PathBuf, RestoreError> {
     Ok(dir)
 }
 
+/// `--local-load=<work>/load` for a binlog decoder, the directory made (mode 0700): where
+/// `mariadb-binlog` and `mysqlbinlog` write the data of a `LOAD DATA` event they decode.
+/// Their default is the system's temporary directory, under a name the binlog sets
+/// (`SQL_LOAD_MB-1-0`): a forged segment would write a file there, as root, through any
+/// link a local user left at that name. (The client then refuses the `LOAD DATA LOCAL`.)
+///
+/// # Errors
+/// The directory cannot be made.
+pub(crate) fn local_load(work: &Path) -> Result<String, RestoreError> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    let dir = work.join("load");
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .or_else(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() {
+                Ok(())
+            } else {
+                Err(e)
+            }
+        })
+        .map_err(|source| RestoreError::Io {
+            action: "creating the decoder's LOAD DATA directory".into(),
+            dir: dir.clone(),
+            source,
+        })?;
+    Ok(format!("--local-load={}", dir.display()))
+}
+
 /// The last lines of a tool's output, for an error message.
 pub(crate) fn tail(text: &str) -> String {
     const LINES: usize = 15;

@@ -97,6 +97,8 @@ async fn fill(store: &ClusterStore, mib: usize) -> u64 {
             server_id: None,
             file: None,
             gtid_list: None,
+            previous_gtids: None,
+            gtid_set: None,
             gtids: Vec::new(),
         });
         object_store::ObjectStoreExt::put(

@@ -351,6 +351,13 @@ fn binlogs_replay_a_clone_to_any_instant() {
             "{report}"
         );
         let holds = report["gtidPosition"].as_str().unwrap().to_owned();
+        // The last transaction replayed: its batch's, a second or two before the instant.
+        let reached: jiff::Timestamp = report["reached"].as_str().unwrap().parse().unwrap();
+        let target: jiff::Timestamp = at.parse().unwrap();
+        assert!(
+            reached <= target && target.duration_since(reached).as_secs() <= 3,
+            "{report}"
+        );
         let server = start_restored(dir.path(), &inside);
         assert_eq!(
             server.sql("SELECT COUNT(*), MAX(id), (SELECT note FROM shop.orders WHERE id = 1) FROM shop.orders"),
@@ -501,5 +508,160 @@ fn a_hostile_binlog_runs_nothing_and_writes_nothing_outside() {
             !Path::new("/tmp/SQL_LOAD_MB-1-0").exists(),
             "the decoder wrote into /tmp"
         );
+    }
+}
+
+/// Waits until `replica` has applied everything `primary` has.
+fn caught_up(primary: &MySql, replica: &MySql) {
+    let want = primary.sql("SELECT @@gtid_executed").replace("\\n", "");
+    for _ in 0..600 {
+        let have = replica.sql("SELECT @@gtid_executed").replace("\\n", "");
+        if have == want {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!(
+        "the replica did not catch up with {want}: {}",
+        replica.sql("SHOW REPLICA STATUS\\G")
+    );
+}
+
+/// Issue 47: a clone of the primary, GTID replication to a replica, and a failover — the
+/// old primary wrote a transaction the replica never got, then the replica was promoted
+/// and wrote on. The archive follows the new primary onto a new timeline (MySQL's GTID sets
+/// compared: its binlog's start is held, and what it shares with the old history is the
+/// switch); restores before and after the failover hold exactly the rows committed on the
+/// main line by then, never the old primary's lost transaction.
+#[test]
+fn a_failover_between_mysql_servers_keeps_the_window_whole() {
+    let a = source(100);
+    let b = MySql::start_with_id(2);
+    a.sql("CREATE USER 'repl'@'127.0.0.1' IDENTIFIED BY 'repl-secret'; GRANT REPLICATION SLAVE ON *.* TO 'repl'@'127.0.0.1'");
+    b.sql(&format!(
+        "CHANGE REPLICATION SOURCE TO SOURCE_HOST = '127.0.0.1', SOURCE_PORT = {}, SOURCE_USER = 'repl', SOURCE_PASSWORD = 'repl-secret', SOURCE_AUTO_POSITION = 1, GET_SOURCE_PUBLIC_KEY = 1; START REPLICA",
+        a.port
+    ));
+    caught_up(&a, &b);
+    let (uuid_a, uuid_b) = (a.sql("SELECT @@server_uuid"), b.sql("SELECT @@server_uuid"));
+    let store = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", store.path().display());
+    let tidemark = |args: &[&str]| {
+        bin()
+            .arg(args[0])
+            .args(["--store", &url, "--cluster", "my"])
+            .args(&args[1..])
+            .output()
+            .unwrap()
+    };
+    let ok = |args: &[&str]| {
+        let out = tidemark(args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        out
+    };
+    let mut push = vec![
+        "push",
+        "--backup-name",
+        "nightly",
+        "--method",
+        "mysql-clone",
+    ];
+    let args = clone_args(&a);
+    push.extend(args.iter().map(String::as_str));
+    ok(&push);
+    let batch = |db: &MySql, n: u64| {
+        let first = 100 * n + 1;
+        db.sql(&format!(
+            "INSERT INTO shop.orders WITH RECURSIVE n(i) AS (SELECT {first} UNION ALL SELECT i + 1 FROM n WHERE i < {}) SELECT i, 'batch {n}' FROM n",
+            first + 99
+        ));
+    };
+    let mut instants = Vec::new();
+    for n in 1..=2 {
+        next_second();
+        batch(&a, n);
+        next_second();
+        instants.push((jiff::Timestamp::now().to_string(), 100 * (n + 1)));
+        if n == 1 {
+            // The replica's binlog rotates after the backup: the new timeline starts at
+            // its newer file, and a replay from the backup takes the old primary's file
+            // (with the transaction the replica never got) up to the switch.
+            caught_up(&a, &b);
+            b.sql("FLUSH BINARY LOGS");
+        }
+    }
+    caught_up(&a, &b);
+    // The old primary's last transaction, which the replica never receives.
+    b.sql("STOP REPLICA");
+    next_second();
+    a.sql("INSERT INTO shop.orders VALUES (999, 'lost with the old primary'); FLUSH BINARY LOGS");
+    let index = |db: &MySql| {
+        db.path(&format!("{}/binlog.index", db.datadir))
+            .to_string_lossy()
+            .into_owned()
+    };
+    ok(&["archive-binlogs", "--binlog-index", &index(&a), "--once"]);
+    // The failover: the replica is promoted and writes on.
+    b.sql("RESET REPLICA ALL");
+    next_second();
+    batch(&b, 3);
+    next_second();
+    instants.push((jiff::Timestamp::now().to_string(), 400));
+    next_second();
+    b.sql("INSERT INTO shop.orders VALUES (9999, 'after the last instant'); FLUSH BINARY LOGS");
+    ok(&["archive-binlogs", "--binlog-index", &index(&b), "--once"]);
+
+    let ls = json(&ok(&["ls", "-o", "json"]));
+    let timelines = ls["archive"]["timelines"].as_array().unwrap();
+    assert_eq!(timelines.len(), 2, "{ls}");
+    assert_eq!(timelines[1]["serverId"], 2, "{ls}");
+    assert_eq!(timelines[1]["parent"], 0, "{ls}");
+    assert_ne!(
+        timelines[1]["switch"]["unrelated"], true,
+        "the histories join: {ls}"
+    );
+    assert_eq!(ls["recoveryWindow"]["gaps"], serde_json::json!([]), "{ls}");
+
+    let bin_dir = mysql::bin();
+    let tool = |p: &str| bin_dir.join(p).to_string_lossy().into_owned();
+    for (i, (at, rows)) in instants.iter().enumerate() {
+        let (dir, datadir, inside) = place();
+        let report = json(&ok(&[
+            "restore",
+            "--to",
+            at,
+            "--datadir",
+            datadir.to_str().unwrap(),
+            "--mysqld",
+            &tool("mysqld"),
+            "--mysql",
+            &tool("mysql"),
+            "--mysqlbinlog",
+            &tool("mysqlbinlog"),
+            "-o",
+            "json",
+        ]));
+        if i == 2 {
+            let runs = report["runs"].as_array().unwrap();
+            assert_eq!(runs.len(), 2, "across the switch: {report}");
+        }
+        let server = start_restored(dir.path(), &inside);
+        assert_eq!(
+            server.sql("SELECT COUNT(*), MAX(id), SUM(id = 999) FROM shop.orders"),
+            format!("{rows}\t{rows}\t0"),
+            "at {at} (instant {i}): {report}"
+        );
+        let executed = server.sql("SELECT @@gtid_executed").replace("\\n", "");
+        assert_eq!(
+            executed,
+            report["gtidPosition"].as_str().unwrap(),
+            "{report}"
+        );
+        assert_eq!(
+            executed.contains(&uuid_b),
+            i == 2,
+            "the new primary's transactions only after the failover: {executed}"
+        );
+        assert!(executed.contains(&uuid_a), "{executed}");
     }
 }

@@ -120,6 +120,10 @@ pub struct Backup {
     /// after it. `None`: not recorded (binary logging off, or an older backup without it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gtid: Option<GtidPos>,
+    /// A MySQL backup's GTID set (the `gtid_executed` of its data, issue 47): replay skips
+    /// what it holds, by GTID, and so crosses a failover.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gtid_set: Option<crate::gtidset::GtidSet>,
     /// The server it was taken on, when recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_id: Option<u32>,
@@ -181,6 +185,7 @@ impl Backup {
             heartbeat_at: None,
             deletion_requested: false,
             gtid: None,
+            gtid_set: None,
             server_id: None,
             galera: false,
             held_for: Vec::new(),

@@ -431,7 +431,7 @@ fn replay_segments(
     let Some((start, from_log_position)) = replay_start(main, backup, replay, target)? else {
         return Ok((Vec::new(), false, Vec::new()));
     };
-    let by_gtid = backup.gtid.is_some();
+    let by_gtid = backup.gtid.is_some() || backup.gtid_set.is_some();
     let mut taken: Vec<&MainSegment<'_>> = Vec::new();
     let mut blocked_switch = None;
     for (k, m) in main[start..].iter().enumerate() {
@@ -556,6 +556,7 @@ mod tests {
             heartbeat_at: None,
             deletion_requested: false,
             gtid: None,
+            gtid_set: None,
             server_id: None,
             galera: false,
             held_for: Vec::new(),

@@ -177,6 +177,7 @@ fn build_backups(specs: &[Spec], now: Timestamp) -> Vec<Backup> {
                 .map(|m| now - SignedDuration::from_mins(m)),
             deletion_requested: s.deletion_requested,
             gtid: None,
+            gtid_set: None,
             server_id: None,
             galera: false,
             held_for: Vec::new(),

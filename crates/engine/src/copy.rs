@@ -774,6 +774,8 @@ mod tests {
             server_id: None,
             file: None,
             gtid_list: None,
+            previous_gtids: None,
+            gtid_set: None,
             gtids: Vec::new(),
         };
         object_store::ObjectStoreExt::put(store.object_store().as_ref(), &key, body.into())

@@ -577,10 +577,21 @@ async fn read_local(
         } else {
             binlog::head(&mut file)
         };
-        got.map_err(|e| match e {
+        let io = |e| match e {
             binlog::BinlogError::Io(io) => io,
             other => std::io::Error::other(other),
-        })
+        };
+        let mut got = got.map_err(io)?;
+        // A MySQL file (issue 47): no MariaDB Gtid_list; its GTIDs are MySQL's.
+        if whole && got.gtid_list.is_none() {
+            use std::io::Seek as _;
+            file.rewind()?;
+            let mysql = crate::mysql::gtids(&mut file).map_err(io)?;
+            if mysql.previous.is_some() {
+                got.mysql = Some(mysql);
+            }
+        }
+        Ok::<_, std::io::Error>(got)
     })
     .await;
     match read {
@@ -763,6 +774,11 @@ async fn new_timeline(
 ) -> Result<TimelineChoice, ArchiveError> {
     let current = tip.id;
     let plast = last_entry(store, index, current).await?;
+    if let Some(newest) = files.last()
+        && mysql_file(&newest.path).await
+    {
+        return mysql_timeline(index, tip, plast.as_ref(), files, origin).await;
+    }
     let parent_end = plast.as_ref().and_then(|e| Some(e.segment_gtids()?.end()));
     // The parent's transactions, as its indexed entries say.
     let parent_entries: Vec<IndexEntry> = {
@@ -931,19 +947,7 @@ async fn new_timeline(
             (a, b) => a.or(b),
         };
     }
-    let id = index
-        .head
-        .timelines
-        .iter()
-        .map(|t| t.id)
-        .max()
-        .unwrap_or(0)
-        .max(current)
-        .checked_add(1)
-        .filter(|id| *id <= tidemark_core::timeline::MAX_TIMELINE)
-        .ok_or(ArchiveError::TooManyTimelines {
-            max: tidemark_core::timeline::MAX_TIMELINE,
-        })?;
+    let id = next_timeline_id(index, current)?;
     let claim = Timeline {
         id,
         server_id: origin,
@@ -964,6 +968,155 @@ async fn new_timeline(
         claim: Some(claim),
         from_number: f.sequence,
     })
+}
+
+/// Whether the server's file is MySQL's (its start only is read); a file that cannot be read
+/// is not.
+async fn mysql_file(path: &FsPath) -> bool {
+    let p = path.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        std::fs::File::open(&p)
+            .ok()
+            .and_then(|mut f| crate::mysql::is_mysql(&mut f).ok())
+    })
+    .await
+    .ok()
+    .flatten()
+    .unwrap_or(false)
+}
+
+/// [`new_timeline`] for a MySQL server (issue 47). MySQL numbers each server's transactions
+/// under its own uuid, and every file opens with the set its server had executed
+/// (`Previous_gtids`), so the histories are compared as sets. With `S` what the parent's
+/// archive holds through its last entry (that entry's previous set and transactions):
+/// the new timeline starts at the server's newest file whose previous set `S` holds; the
+/// switch is what that file's history shares with `S` (replay takes the parent's events
+/// up to the parent's segment holding it, then this server's, skipping by GTID what it
+/// already applied and what the parent wrote that this server never had). No file
+/// whose start the archive holds, or no sets recorded: the timelines do not join (a gap).
+async fn mysql_timeline(
+    index: &SegmentIndex,
+    tip: &Timeline,
+    plast: Option<&IndexEntry>,
+    files: &[Local],
+    origin: Option<u32>,
+) -> Result<TimelineChoice, ArchiveError> {
+    let current = tip.id;
+    let held = plast.and_then(|e| Some(e.previous_gtids.as_ref()?.union(e.gtid_set.as_ref()?)));
+    let mut summaries = Vec::with_capacity(files.len());
+    for f in files {
+        summaries.push(read_local(&f.path, &f.name, true).await?.mysql);
+    }
+    let start = held.as_ref().and_then(|s| {
+        (0..files.len()).rev().find(|&i| {
+            summaries[i]
+                .as_ref()
+                .and_then(|m| m.previous.as_ref())
+                .is_some_and(|p| p.is_subset(s))
+        })
+    });
+    // Only a primary starts a timeline: its files from there on hold a transaction it
+    // wrote (a replica's events keep their writer's server id).
+    if let Some(me) = origin {
+        let from = start.unwrap_or(0);
+        let runs: Vec<Option<&Vec<crate::mysql::Run>>> = summaries[from..]
+            .iter()
+            .map(|m| m.as_ref().and_then(|m| m.runs.as_ref()))
+            .collect();
+        let own = runs
+            .iter()
+            .flatten()
+            .any(|rs| rs.iter().any(|r| r.server == me));
+        let unknown = runs.iter().any(Option::is_none);
+        if !own && !unknown {
+            return Err(ArchiveError::NotPrimary {
+                server: me,
+                timeline: tip.id,
+                tip_server: tip
+                    .server_id
+                    .map_or_else(|| "unknown".to_owned(), |s| s.to_string()),
+            });
+        }
+    }
+    let i = start.unwrap_or(0);
+    let f = &files[i];
+    let joined = match (
+        &held,
+        start,
+        summaries[i].as_ref().and_then(|m| m.through()),
+    ) {
+        (Some(s), Some(_), Some(child)) => Some(child.difference(&child.difference(s))),
+        _ => None,
+    };
+    // The parent's segment holding the switch: the first whose history covers it.
+    let mut parent: Vec<&IndexEntry> = index
+        .entries()
+        .filter(|e| timeline_of(e.sequence) == current)
+        .collect();
+    parent.sort_by_key(|e| e.sequence);
+    let holding = joined.as_ref().and_then(|switch| {
+        parent.iter().copied().find(|e| {
+            e.previous_gtids
+                .as_ref()
+                .zip(e.gtid_set.as_ref())
+                .is_some_and(|(p, g)| switch.is_subset(&p.union(g)))
+        })
+    });
+    let holding = holding.or(plast);
+    // When the histories part: the end of that segment when this server had all of it,
+    // else within it — no later than this file's first event, nor before the segment's
+    // own. (A replay does not depend on it: it skips by GTID.)
+    let whole = match (holding, &joined) {
+        (Some(e), Some(switch)) => e.gtid_set.as_ref().is_some_and(|g| g.is_subset(switch)),
+        _ => false,
+    };
+    let first = read_local(&f.path, &f.name, false).await?.first;
+    let at = match (holding.and_then(|e| e.last_event_at), first) {
+        (Some(a), _) if whole => Some(a),
+        (Some(a), Some(b)) => Some(
+            a.min(b)
+                .max(holding.and_then(|e| e.first_event_at).unwrap_or(b)),
+        ),
+        (a, b) => a.or(b),
+    };
+    let id = next_timeline_id(index, current)?;
+    let claim = Timeline {
+        id,
+        server_id: origin,
+        parent: Some(current),
+        first_sequence: archive_sequence(id, f.sequence),
+        switch: Some(Switch {
+            gtid: GtidPos::default(),
+            at,
+            parent_sequence: holding.map(|e| e.sequence),
+            missing: Vec::new(),
+            unrelated: joined.is_none(),
+        }),
+        created_at: Some(Timestamp::now()),
+    };
+    Ok(TimelineChoice {
+        id,
+        server_id: origin,
+        claim: Some(claim),
+        from_number: f.sequence,
+    })
+}
+
+/// The id of a new timeline after `current`.
+fn next_timeline_id(index: &SegmentIndex, current: u32) -> Result<u32, ArchiveError> {
+    index
+        .head
+        .timelines
+        .iter()
+        .map(|t| t.id)
+        .max()
+        .unwrap_or(0)
+        .max(current)
+        .checked_add(1)
+        .filter(|id| *id <= tidemark_core::timeline::MAX_TIMELINE)
+        .ok_or(ArchiveError::TooManyTimelines {
+            max: tidemark_core::timeline::MAX_TIMELINE,
+        })
 }
 
 /// Where a new timeline leaves its parent: per domain, the last transaction the parent's
@@ -1094,6 +1247,11 @@ async fn ship(
         file: (f.name != f.local.name).then(|| f.local.name.clone()),
         gtid_list: gtids.as_ref().map(|g| g.start.clone()),
         gtids: gtids.as_ref().map(|g| g.runs.clone()).unwrap_or_default(),
+        previous_gtids: summary.mysql.as_ref().and_then(|m| m.previous.clone()),
+        gtid_set: summary
+            .mysql
+            .as_ref()
+            .and_then(crate::mysql::MySqlGtids::held),
     };
     if store.recipients().is_none()
         && existing == Some(local_size)

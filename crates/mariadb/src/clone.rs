@@ -677,29 +677,17 @@ pub async fn extract(
     Ok(payload.size)
 }
 
-/// `metadata.json`'s field holding a MySQL backup's GTID set (the `gtid_executed` of its
-/// data): a clone has no binlog file or position at its point.
-pub const GTID_EXECUTED_FIELD: &str = "gtidExecuted";
+pub use tidemark_store::format::GTID_EXECUTED_FIELD;
 
 /// The clone a restore plan restores, when it is one: `None` for mariabackup chains.
 ///
 /// # Errors
-/// A chain that mixes a clone with other backups (a clone is always a full), or a replay
-/// across timelines (not built for MySQL yet).
+/// A chain that mixes a clone with other backups (a clone is always a full).
 pub fn of_plan(plan: &crate::restore::RestorePlan) -> Result<Option<&Metadata>, RestoreError> {
     let clones = plan.backups.iter().filter(|m| m.method == METHOD).count();
     match (clones, &plan.backups[..]) {
         (0, _) => Ok(None),
-        (1, [m]) => {
-            if plan.runs.len() > 1 {
-                return Err(RestoreError::NoMySqlReplay {
-                    id: m.backup_id.clone(),
-                    target: plan.target,
-                    completed: m.completed_at,
-                });
-            }
-            Ok(Some(m))
-        }
+        (1, [m]) => Ok(Some(m)),
         _ => Err(RestoreError::Method {
             id: plan.backups[0].backup_id.clone(),
             method: format!("{METHOD} in a chain of {}", plan.backups.len()),
@@ -710,10 +698,7 @@ pub fn of_plan(plan: &crate::restore::RestorePlan) -> Result<Option<&Metadata>, 
 /// The GTID set a clone backup's data holds (its `gtidExecuted`), when recorded and
 /// well-formed.
 pub fn gtid_executed(m: &Metadata) -> Option<GtidSet> {
-    m.extra
-        .get(GTID_EXECUTED_FIELD)?
-        .as_str()
-        .and_then(|t| GtidSet::parse(t).ok())
+    m.gtid_set()
 }
 
 /// What the replay account may do on MySQL: what `mysqlbinlog`'s output of a binlog needs,
@@ -742,11 +727,61 @@ pub(crate) fn page_size(m: &Metadata) -> u32 {
         .unwrap_or(16384)
 }
 
+/// What a replay across timelines must not apply: what each earlier timeline's files
+/// hold that the later history does not (the old primary's transactions after the
+/// switch, which the new primary never had). The later history of a timeline is its
+/// first file's `Previous_gtids` and every later file's transactions. A file whose GTIDs
+/// cannot all be read fails the replay: its transactions could not be told apart.
+///
+/// # Errors
+/// A file cannot be read, or holds transactions that cannot be read by GTID.
+fn branches(files: &[PathBuf], runs: &[(usize, usize)]) -> Result<GtidSet, RestoreError> {
+    let read = |path: &PathBuf| -> Result<crate::mysql::MySqlGtids, RestoreError> {
+        let mut f = std::fs::File::open(path).map_err(|source| RestoreError::Io {
+            action: "reading a binlog's GTIDs".into(),
+            dir: path.clone(),
+            source,
+        })?;
+        crate::mysql::gtids(&mut f).map_err(|e| RestoreError::Tool {
+            step: format!("reading the GTIDs of {}", path.display()),
+            status: e.to_string(),
+            tail: String::new(),
+        })
+    };
+    let unreadable = |path: &PathBuf| RestoreError::Tool {
+        step: format!("reading the GTIDs of {}", path.display()),
+        status: "a transaction without a readable GTID (tagged, anonymous or malformed): \
+                 a replay across a failover needs every transaction's"
+            .into(),
+        tail: String::new(),
+    };
+    let mut later = GtidSet::default();
+    let mut out = GtidSet::default();
+    for (k, &(first, count)) in runs.iter().enumerate().rev() {
+        let mut held = GtidSet::default();
+        for path in files.iter().skip(first).take(count) {
+            let g = read(path)?;
+            held = held.union(&g.held().ok_or_else(|| unreadable(path))?);
+            if path == &files[first] {
+                later = later.union(g.previous.as_ref().unwrap_or(&GtidSet::default()));
+            }
+        }
+        if k + 1 < runs.len() {
+            out = out.union(&held.difference(&later));
+        }
+        later = later.union(&held);
+    }
+    Ok(out)
+}
+
 /// Replays `files` onto the unpacked clone `m` in `datadir` up to `stop` (exclusive:
 /// events stamped at or after it are not applied), on a private server ([`PrivateServer`],
 /// MySQL's: no network, no binlog, never root), as an account with [`REPLAY_GRANTS`]:
-/// `mysqlbinlog --exclude-gtids=<what the clone holds> --stop-datetime … | mysql`. Returns
-/// the GTID set the data then holds.
+/// `mysqlbinlog --exclude-gtids=<what the clone holds> --stop-datetime … | mysql`, every
+/// timeline's files in one pass (a transaction the new primary replicated is applied once,
+/// from the old primary's file: the server skips a GTID it holds; what the old primary
+/// wrote after the switch is excluded, [`branches`]). Returns the GTID set the data then
+/// the GTID set the data then holds, and the time of the last transaction applied.
 ///
 /// # Errors
 /// The clone records no GTID set (nothing tells which events it holds), a tool failed, or
@@ -757,13 +792,19 @@ pub async fn replay(
     work: &Path,
     tools: &Tools,
     files: &[PathBuf],
+    runs: &[(usize, usize)],
     stop: jiff::Timestamp,
-) -> Result<GtidSet, RestoreError> {
+) -> Result<(GtidSet, Option<jiff::Timestamp>), RestoreError> {
     let Some(holds) = gtid_executed(m) else {
         return Err(RestoreError::NoPosition {
             id: m.backup_id.clone(),
             completed: m.completed_at,
         });
+    };
+    let holds = if runs.len() > 1 {
+        holds.union(&branches(files, runs)?)
+    } else {
+        holds
     };
     let mut server = PrivateServer::start_flavor(
         &Flavor::MySql {
@@ -790,9 +831,19 @@ pub async fn replay(
     }
     .await;
     let stopped = server.stop(tools, "mysqld shutdown after replay").await;
-    let holds = replayed?;
+    let after = replayed?;
     stopped?;
-    Ok(holds)
+    // The last transaction applied: in the files, before the stop, not skipped (what the
+    // clone held, or excluded), and now held.
+    let mut reached = None;
+    for path in files {
+        let last = std::fs::File::open(path)
+            .ok()
+            .and_then(|mut f| crate::mysql::last_applied(&mut f, stop, &holds).ok())
+            .flatten();
+        reached = reached.max(last);
+    }
+    Ok((after, reached))
 }
 
 async fn replay_run(

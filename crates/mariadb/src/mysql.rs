@@ -35,12 +35,14 @@ const MAX_RUNS: usize = crate::binlog::MAX_RUNS;
 
 pub use tidemark_core::gtidset::{GtidSet, Uuid};
 
-/// One uuid's transactions `first..=last`, in the order the file holds them.
+/// One uuid's transactions `first..=last`, in the order the file holds them, and the
+/// server that wrote them (their events' server id: a replica keeps its primary's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Run {
     pub uuid: Uuid,
     pub first: u64,
     pub last: u64,
+    pub server: u32,
 }
 
 /// What a MySQL binlog file says of its GTIDs.
@@ -53,6 +55,24 @@ pub struct MySqlGtids {
     /// Its transactions, in order; `None` when they cannot all be read (a tagged GTID, an
     /// anonymous transaction, a malformed event, more than [`MAX_RUNS`] runs).
     pub runs: Option<Vec<Run>>,
+}
+
+impl MySqlGtids {
+    /// The transactions the file holds, as a set; `None` when they cannot all be read.
+    pub fn held(&self) -> Option<GtidSet> {
+        let runs = self.runs.as_ref()?;
+        let mut set = GtidSet::default();
+        for r in runs {
+            set.insert(r.uuid, r.first, r.last);
+        }
+        Some(set)
+    }
+
+    /// What the server had executed when the file ended: its previous set and its own
+    /// transactions; `None` when either is unknown.
+    pub fn through(&self) -> Option<GtidSet> {
+        Some(self.previous.as_ref()?.union(&self.held()?))
+    }
 }
 
 /// Reads the GTIDs of a MySQL binlog file.
@@ -77,6 +97,7 @@ pub fn gtids(f: &mut (impl Read + Seek)) -> Result<MySqlGtids, BinlogError> {
                         match r.last_mut() {
                             Some(last)
                                 if last.uuid == uuid
+                                    && last.server == h.server
                                     && last.last.checked_add(1) == Some(number) =>
                             {
                                 last.last = number;
@@ -85,6 +106,7 @@ pub fn gtids(f: &mut (impl Read + Seek)) -> Result<MySqlGtids, BinlogError> {
                                 uuid,
                                 first: number,
                                 last: number,
+                                server: h.server,
                             }),
                         }
                         if r.len() > MAX_RUNS {
@@ -100,6 +122,55 @@ pub fn gtids(f: &mut (impl Read + Seek)) -> Result<MySqlGtids, BinlogError> {
     })?;
     out.runs = runs;
     Ok(out)
+}
+
+/// Whether the file is MySQL's: a `Previous_gtids` event among its first events (read up
+/// to it only, so a file still being written, or torn at its end, answers too).
+///
+/// # Errors
+/// Not a binlog; a corrupt event header before it; an I/O error.
+pub fn is_mysql(f: &mut (impl Read + Seek)) -> Result<bool, BinlogError> {
+    let mut found = false;
+    let mut seen = 0;
+    walk(f, |h: &Header, _| {
+        seen += 1;
+        found = h.kind == PREVIOUS_GTIDS_LOG_EVENT;
+        Ok(if found || seen >= 4 {
+            Walk::Stop
+        } else {
+            Walk::Next
+        })
+    })?;
+    Ok(found)
+}
+
+/// The time of the last transaction a replay of this file applies: stamped before `stop`
+/// and not in `skip` (what the data already holds, or excluded). `None`: none.
+///
+/// # Errors
+/// As [`gtids`].
+pub fn last_applied(
+    f: &mut (impl Read + Seek),
+    stop: jiff::Timestamp,
+    skip: &GtidSet,
+) -> Result<Option<jiff::Timestamp>, BinlogError> {
+    let mut last = None;
+    walk(f, |h: &Header, f| {
+        if h.kind != GTID_LOG_EVENT {
+            return Ok(Walk::Next);
+        }
+        let at = jiff::Timestamp::from_second(i64::from(h.ts)).ok();
+        if at.is_none_or(|t| t >= stop) {
+            return Ok(Walk::Stop);
+        }
+        if let Some((uuid, n)) = read_gtid(f, h.body)?
+            && !skip.contains(&uuid, n)
+        {
+            last = last.max(at);
+        }
+        Ok(Walk::Next)
+    })?;
+    Ok(last)
 }
 
 fn u64_at(b: &[u8], at: usize) -> Option<u64> {
@@ -231,17 +302,20 @@ mod tests {
                 Run {
                     uuid: a,
                     first: 8,
-                    last: 9
+                    last: 9,
+                    server: 7,
                 },
                 Run {
                     uuid: b,
                     first: 1,
-                    last: 1
+                    last: 1,
+                    server: 7,
                 },
                 Run {
                     uuid: a,
                     first: 11,
-                    last: 11
+                    last: 11,
+                    server: 7,
                 },
             ])
         );

@@ -387,6 +387,8 @@ mod tests {
             server_id: Some(server),
             file: None,
             gtid_list: GtidPos::parse(&format!("0-{server}-{}", first - 1)).ok(),
+            previous_gtids: None,
+            gtid_set: None,
             gtids: vec![GtidRun {
                 domain: 0,
                 server,

@@ -430,13 +430,22 @@ async fn restore_into(
     let bytes = chain_bytes + binlog_bytes;
     let (reached_at, position) = reached(plan, &files, stop);
     if let Some(clone) = mysql {
+        let mut reached_at = reached_at;
         let holds = match stop {
             Some(stop) => {
                 progress.step(
                     &format!("replaying {} binlog(s) up to {stop}", files.len()),
                     0,
                 );
-                Some(crate::clone::replay(clone, datadir, work, tools, &files, stop).await?)
+                let runs: Vec<(usize, usize)> = plan
+                    .replay_runs(files.len())
+                    .iter()
+                    .map(|r| (r.first, r.count))
+                    .collect();
+                let (holds, last) =
+                    crate::clone::replay(clone, datadir, work, tools, &files, &runs, stop).await?;
+                reached_at = reached_at.max(last);
+                Some(holds)
             }
             None => crate::clone::gtid_executed(clone),
         };

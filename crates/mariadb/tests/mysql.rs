@@ -49,6 +49,7 @@ fn binlog_files_name_their_gtids() {
         ),
         first,
         last,
+        server: 1,
     };
     let expected_runs = [
         vec![run(&uuid, 1, 3)],

@@ -304,6 +304,8 @@ fn an_archive_from_before_timelines_is_continued_only_by_its_own_server() {
                 server_id: None,
                 file: None,
                 gtid_list: None,
+                previous_gtids: None,
+                gtid_set: None,
                 gtids: Vec::new(),
             });
         }

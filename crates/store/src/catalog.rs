@@ -1040,6 +1040,7 @@ fn backup_from_metadata(m: &Metadata, name: &str, last_modified: Timestamp, size
         heartbeat_at: None,
         deletion_requested: false,
         gtid: m.gtid_position(),
+        gtid_set: m.gtid_set(),
         server_id: m.server.as_ref().and_then(|s| s.server_id),
         galera: m.server.as_ref().is_some_and(|s| s.galera),
         held_for: Vec::new(),

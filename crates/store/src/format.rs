@@ -178,6 +178,10 @@ pub const CONSOLIDATABLE_METHODS: &[&str] = &["mariabackup"];
 /// The `metadata.json` field of a synthetic full: the backup-ids it merged, base first.
 pub const CONSOLIDATED_FROM: &str = "consolidatedFrom";
 
+/// `metadata.json`'s field holding a MySQL backup's GTID set (the `gtid_executed` of its
+/// data, issue 47): a clone has no binlog file or position at its point.
+pub const GTID_EXECUTED_FIELD: &str = "gtidExecuted";
+
 /// What is wrong with a `metadata.json`, beyond JSON syntax.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MetadataProblem {
@@ -264,6 +268,14 @@ impl Metadata {
             (Some(b), Some(a)) => Some(b.merged(&a)),
             (b, a) => b.or(a),
         }
+    }
+
+    /// A MySQL backup's GTID set (`gtidExecuted`, issue 47), when recorded and well-formed.
+    pub fn gtid_set(&self) -> Option<tidemark_core::gtidset::GtidSet> {
+        self.extra
+            .get(GTID_EXECUTED_FIELD)?
+            .as_str()
+            .and_then(|t| tidemark_core::gtidset::GtidSet::parse(t).ok())
     }
 
     /// Checks the rules JSON syntax cannot express, for the directory `<name>/<id>/`:
@@ -375,6 +387,12 @@ pub struct IndexEntry {
     /// The file's transactions as runs (`domain-server-first..last`), in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gtids: Vec<GtidRun>,
+    /// A MySQL segment's `Previous_gtids`: what its server had executed when it opened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_gtids: Option<tidemark_core::gtidset::GtidSet>,
+    /// A MySQL segment's transactions, as a GTID set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gtid_set: Option<tidemark_core::gtidset::GtidSet>,
 }
 
 impl IndexEntry {

@@ -225,6 +225,8 @@ pub fn segments(
                 server_id: None,
                 file: None,
                 gtid_list: None,
+                previous_gtids: None,
+                gtid_set: None,
                 gtids: Vec::new(),
             }
         })

@@ -73,6 +73,14 @@ impl MySql {
         Self::start_in(1, None)
     }
 
+    /// A new server with `server_id` (a replica's, or another primary's).
+    ///
+    /// # Panics
+    /// As [`MySql::start`].
+    pub fn start_with_id(server_id: u32) -> Self {
+        Self::start_in(server_id, None)
+    }
+
     /// A server on an existing data directory of the root (`/srv/…`, e.g. a clone's).
     ///
     /// # Panics

@@ -588,6 +588,19 @@ fn a_failover_between_mysql_servers_keeps_the_window_whole() {
             // (with the transaction the replica never got) up to the switch.
             caught_up(&a, &b);
             b.sql("FLUSH BINARY LOGS");
+            // A clone of the replica: it restores past its completion with the primary's
+            // binlogs, by GTID (its set is the primary's transactions it applied).
+            b.sql("INSTALL PLUGIN clone SONAME 'mysql_clone.so'");
+            let mut push = vec![
+                "push",
+                "--backup-name",
+                "replica",
+                "--method",
+                "mysql-clone",
+            ];
+            let args = clone_args(&b);
+            push.extend(args.iter().map(String::as_str));
+            ok(&push);
         }
     }
     caught_up(&a, &b);
@@ -624,7 +637,7 @@ fn a_failover_between_mysql_servers_keeps_the_window_whole() {
 
     let bin_dir = mysql::bin();
     let tool = |p: &str| bin_dir.join(p).to_string_lossy().into_owned();
-    for (i, (at, rows)) in instants.iter().enumerate() {
+    let check = |i: usize, at: &str, rows: u64| {
         let (dir, datadir, inside) = place();
         let report = json(&ok(&[
             "restore",
@@ -641,10 +654,6 @@ fn a_failover_between_mysql_servers_keeps_the_window_whole() {
             "-o",
             "json",
         ]));
-        if i == 2 {
-            let runs = report["runs"].as_array().unwrap();
-            assert_eq!(runs.len(), 2, "across the switch: {report}");
-        }
         let server = start_restored(dir.path(), &inside);
         assert_eq!(
             server.sql("SELECT COUNT(*), MAX(id), SUM(id = 999) FROM shop.orders"),
@@ -663,5 +672,30 @@ fn a_failover_between_mysql_servers_keeps_the_window_whole() {
             "the new primary's transactions only after the failover: {executed}"
         );
         assert!(executed.contains(&uuid_a), "{executed}");
+        report
+    };
+    for (i, (at, rows)) in instants.iter().enumerate() {
+        let report = check(i, at, *rows);
+        if i > 0 {
+            assert_eq!(
+                report["backups"][0]["backupName"], "replica",
+                "the replica's clone, restored past its completion: {report}"
+            );
+            assert!(
+                report["segments"].as_array().is_some_and(|s| !s.is_empty()),
+                "{report}"
+            );
+        }
     }
+    // Without the replica's clone, the instant after the failover is restored from the
+    // old primary's: its file up to the switch (the lost transaction excluded), then the
+    // new primary's.
+    let replica = store.path().join("my/replica");
+    assert!(replica.is_dir(), "{}", replica.display());
+    std::fs::remove_dir_all(&replica).unwrap();
+    let (at, rows) = &instants[2];
+    let report = check(2, at, *rows);
+    assert_eq!(report["backups"][0]["backupName"], "nightly", "{report}");
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "across the switch: {report}");
 }

@@ -140,6 +140,9 @@ impl MySql {
             .arg(format!("--port={port}"))
             .arg("--bind-address=127.0.0.1")
             .arg("--mysqlx=OFF")
+            // Replication starts only when a test starts it: a restored replica's data
+            // names its old source, and would fetch from it on its own.
+            .arg("--skip-replica-start")
             // Relative: the index names `./binlog.000001`, which the host reads too.
             .arg("--log-bin=binlog")
             .arg(format!("--server-id={server_id}"))

@@ -193,13 +193,15 @@ async fn run_attempt(
     // without it the backup is unusable, so its absence fails the attempt.
     let result = match (streamed, recorder) {
         (Ok(payload), Some(run)) => match run.recorded() {
-            Ok((extra, position)) => Ok((payload, extra, position, run.server())),
+            Ok((extra, position)) => {
+                Ok((payload, extra, position, run.server(), run.completed_at()))
+            }
             Err(e) => {
                 transfer::remove_payload(store, spec, &payload.name).await;
                 Err(EngineError::Source(e))
             }
         },
-        (Ok(payload), None) => Ok((payload, serde_json::Map::new(), None, None)),
+        (Ok(payload), None) => Ok((payload, serde_json::Map::new(), None, None, None)),
         (Err(e), _) => Err(e),
     };
     // Object lock: the chain's date, with older backups of the chain locked longer first
@@ -212,13 +214,14 @@ async fn run_attempt(
         Err(e) => Err(e),
     };
     let (outcome, failure) = match result {
-        Ok(((payload, extra, log_position, server), immutable_until)) => (
+        Ok(((payload, extra, log_position, server, completed_at), immutable_until)) => (
             AttemptRecord {
                 payload: vec![payload],
                 log_position,
                 server,
                 extra,
                 immutable_until,
+                completed_at,
                 ..Default::default()
             },
             None,
@@ -467,6 +470,12 @@ trait Recorder: Sync {
 
     /// The server the backup was taken on, as far as known.
     fn server(&self) -> Option<tidemark_store::format::SourceServer>;
+
+    /// The instant the backup restores to, when it is not the commit's (a clone's data is
+    /// consistent before its upload begins).
+    fn completed_at(&self) -> Option<jiff::Timestamp> {
+        None
+    }
 }
 
 impl Recorder for MariabackupRun {
@@ -503,6 +512,7 @@ type CloneSlot = std::sync::Arc<
         Option<(
             tidemark_core::gtidset::GtidSet,
             tidemark_mariadb::clone::SourceFacts,
+            jiff::Timestamp,
         )>,
     >,
 >;
@@ -525,7 +535,11 @@ impl Source for CloneSource {
         .await
         .map_err(|e| EngineError::Source(chain(&e)))?;
         if let Ok(mut slot) = self.record.lock() {
-            *slot = Some((cloned.gtid_executed.clone(), cloned.source.clone()));
+            *slot = Some((
+                cloned.gtid_executed.clone(),
+                cloned.source.clone(),
+                cloned.consistent_at,
+            ));
         }
         let (stream, task) = tidemark_mariadb::clone::stream(cloned.datadir.clone());
         self.task = Some(task);
@@ -556,6 +570,10 @@ impl Source for CloneSource {
 struct CloneRecord(CloneSlot);
 
 impl Recorder for CloneRecord {
+    fn completed_at(&self) -> Option<jiff::Timestamp> {
+        Some(self.0.lock().ok()?.as_ref()?.2)
+    }
+
     fn recorded(
         &self,
     ) -> Result<
@@ -566,7 +584,7 @@ impl Recorder for CloneRecord {
         String,
     > {
         let slot = self.0.lock().map_err(|e| e.to_string())?;
-        let Some((gtids, _)) = slot.as_ref() else {
+        let Some((gtids, _, _)) = slot.as_ref() else {
             return Err("the clone recorded no point".into());
         };
         let mut extra = serde_json::Map::new();
@@ -579,11 +597,15 @@ impl Recorder for CloneRecord {
 
     fn server(&self) -> Option<tidemark_store::format::SourceServer> {
         let slot = self.0.lock().ok()?;
-        let (_, facts) = slot.as_ref()?;
+        let (_, facts, _) = slot.as_ref()?;
         let mut extra = serde_json::Map::new();
         extra.insert("serverUuid".into(), facts.server_uuid.clone().into());
         extra.insert("version".into(), facts.version.clone().into());
-        extra.insert("innodbPageSize".into(), facts.page_size.into());
+        extra.insert("innodbPageSize".into(), facts.geometry.page_size.into());
+        extra.insert(
+            "lowerCaseTableNames".into(),
+            facts.geometry.lower_case_table_names.into(),
+        );
         Some(tidemark_store::format::SourceServer {
             server_id: Some(facts.server_id),
             role: facts

@@ -199,7 +199,7 @@ impl EngineError {
             EngineError::Restore(e) => match e.as_ref() {
                 RestoreError::Refused(_)
                 | RestoreError::NoPosition { .. }
-                | RestoreError::NoMySqlReplay { .. } => Class::NotRestorable,
+                | RestoreError::MySqlGap { .. } => Class::NotRestorable,
                 RestoreError::Method { .. }
                 | RestoreError::NoTimeline { .. }
                 | RestoreError::DatadirNotEmpty(_)

@@ -89,9 +89,7 @@ pub async fn restore_and_check(
     // A MySQL clone (issue 47) is checked on MySQL's server, through MySQL's client.
     let (flavor, checks) = match crate::clone::of_plan(plan)? {
         Some(m) => (
-            crate::tools::Flavor::MySql {
-                page_size: crate::clone::page_size(m),
-            },
+            crate::tools::Flavor::MySql(crate::clone::geometry(m)),
             Tools {
                 mariadb: tools.mysql.clone(),
                 ..tools.clone()

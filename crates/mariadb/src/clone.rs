@@ -98,7 +98,7 @@ impl Donor {
             let (name, attached) = match word.split_once('=') {
                 Some((n, v)) if n.starts_with("--") => (n.to_owned(), Some(v.to_owned())),
                 _ if word.starts_with("--") => (word.clone(), None),
-                _ if word.starts_with('-') && word.len() > 2 => {
+                _ if word.starts_with('-') && word.len() > 2 && word.is_char_boundary(2) => {
                     (word[..2].to_owned(), Some(word[2..].to_owned()))
                 }
                 _ => (word.clone(), None),
@@ -133,7 +133,12 @@ impl Donor {
                         "{name}: a clone reaches its source over TCP; give --host and --port instead"
                     ));
                 }
-                _ => return Err(format!("{word:?} is not understood here: {FORM}")),
+                // (Only an option's name is shown: its value may be a password.)
+                _ if name.starts_with('-') => {
+                    let shown: String = name.chars().take(40).collect();
+                    return Err(format!("option {shown:?} is not understood here: {FORM}"));
+                }
+                _ => return Err(format!("a word that is not an option: {FORM}")),
             }
         }
         let user = user.ok_or_else(|| format!("no --user: {FORM}"))?;
@@ -171,7 +176,7 @@ impl Donor {
             write_private(
                 &file,
                 &format!(
-                    "[client]\nhost={}\nport={}\nuser={}\npassword={}\nprotocol=TCP\n",
+                    "[client]\nhost={}\nport={}\nuser={}\npassword={}\nprotocol=TCP\nssl-mode=REQUIRED\n",
                     option_value(&self.host),
                     self.port,
                     option_value(&self.user),
@@ -273,7 +278,7 @@ pub struct SourceFacts {
     pub version: String,
     pub server_uuid: String,
     pub server_id: u32,
-    pub page_size: u32,
+    pub geometry: crate::tools::MySqlGeometry,
     /// It replicated from another server (a replica's clone); `None` when the account
     /// may not ask.
     pub replica: Option<bool>,
@@ -286,6 +291,8 @@ pub struct Cloned {
     /// The transactions the clone holds: its own `gtid_executed`.
     pub gtid_executed: GtidSet,
     pub source: SourceFacts,
+    /// When the clone statement returned: its data is consistent at or before then.
+    pub consistent_at: jiff::Timestamp,
 }
 
 /// Parses `8.0.17`, `9.7.4-2` into numbers.
@@ -304,6 +311,7 @@ pub async fn facts(donor: &Donor, work: &Path) -> Result<SourceFacts, RestoreErr
         .ask(
             work,
             "SELECT @@version, @@server_uuid, @@server_id, @@innodb_page_size, \
+             @@lower_case_table_names, \
              (SELECT COALESCE(MAX(PLUGIN_STATUS), 'NONE') FROM information_schema.PLUGINS \
               WHERE PLUGIN_NAME = 'clone')",
         )
@@ -312,9 +320,9 @@ pub async fn facts(donor: &Donor, work: &Path) -> Result<SourceFacts, RestoreErr
         source_server: format!("{donor:?}"),
         problem,
     };
-    let [version, uuid, id, page, plugin] = &row[..] else {
+    let [version, uuid, id, page, lower_case, plugin] = &row[..] else {
         return Err(refused(format!(
-            "answered {} fields where 5 were asked for: {row:?}",
+            "answered {} fields where 6 were asked for: {row:?}",
             row.len()
         )));
     };
@@ -342,6 +350,12 @@ pub async fn facts(donor: &Donor, work: &Path) -> Result<SourceFacts, RestoreErr
             "innodb_page_size {page_size} is not one of 4096, 8192, 16384, 32768, 65536"
         )));
     }
+    let lower_case_table_names = number("lower_case_table_names", lower_case)?;
+    if lower_case_table_names > 2 {
+        return Err(refused(format!(
+            "lower_case_table_names {lower_case_table_names} is not 0, 1 or 2"
+        )));
+    }
     if uuid.len() != 36 || !uuid.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
         return Err(refused(format!("server_uuid {uuid:?} is not a uuid")));
     }
@@ -361,7 +375,10 @@ pub async fn facts(donor: &Donor, work: &Path) -> Result<SourceFacts, RestoreErr
         version: version.clone(),
         server_uuid: uuid.clone(),
         server_id: number("server_id", id)?,
-        page_size,
+        geometry: crate::tools::MySqlGeometry {
+            page_size,
+            lower_case_table_names,
+        },
         replica,
     })
 }
@@ -411,17 +428,26 @@ pub async fn take(
         hand_over(&out, user)?;
     }
     let recipient = out.join("recipient");
-    initialize(tools, &recipient, &out, user.as_ref().map(|u| u.name())).await?;
+    initialize(
+        tools,
+        &recipient,
+        &out,
+        user.as_ref().map(|u| u.name()),
+        source.geometry,
+    )
+    .await?;
     let clone = out.join("clone");
-    {
+    let consistent_at = {
         let flavor = Flavor::CloneRecipient {
             donor: donor.address(),
+            geometry: source.geometry,
         };
         let server =
             PrivateServer::start_flavor(&flavor, &recipient, &work.join("recipient"), tools)
                 .await?;
+        // Over TLS, always: the source's data and the account's password cross the network.
         let statement = format!(
-            "CLONE INSTANCE FROM {}@{}:{} IDENTIFIED BY {} DATA DIRECTORY = {}",
+            "CLONE INSTANCE FROM {}@{}:{} IDENTIFIED BY {} DATA DIRECTORY = {} REQUIRE SSL",
             sql_literal(&donor.user),
             sql_literal(&donor.host),
             donor.port,
@@ -429,13 +455,19 @@ pub async fn take(
             sql_literal(&clone.to_string_lossy()),
         );
         let cloned = server.admin_sql(tools, &statement).await;
+        let at = jiff::Timestamp::now();
         let stopped = server.stop(tools, "stopping the clone's recipient").await;
         cloned.map_err(|e| RestoreError::Source {
             source_server: format!("{donor:?}"),
-            problem: format!("the clone failed: {e}"),
+            // (The statement names the password: the error names the step only.)
+            problem: format!(
+                "the clone failed: {}",
+                e.to_string().replace(&donor.password, "…")
+            ),
         })?;
         stopped?;
-    }
+        at
+    };
     let _ = std::fs::remove_dir_all(&recipient);
     progress.step("reading the clone's point", 0);
     let before: std::collections::HashSet<OsString> = std::fs::read_dir(&clone)
@@ -443,9 +475,7 @@ pub async fn take(
         .filter_map(|e| Some(e.ok()?.file_name()))
         .collect();
     let server = PrivateServer::start_flavor(
-        &Flavor::MySql {
-            page_size: source.page_size,
-        },
+        &Flavor::MySql(source.geometry),
         &clone,
         &work.join("point"),
         tools,
@@ -471,24 +501,51 @@ pub async fn take(
         source_server: format!("{donor:?}"),
         problem: format!("the clone's gtid_executed does not parse: {e}"),
     })?;
+    // Back to this process's user before it is read: nothing the server's user runs can
+    // swap a file for a link while it is streamed.
+    if user.is_some() {
+        take_back(&out)?;
+    }
     Ok(Cloned {
         datadir: clone,
         gtid_executed,
         source,
+        consistent_at,
     })
 }
 
+/// Gives `path` and everything under it back to this process's user (and group), following
+/// no link; only it may then write there (mode bits stay).
+fn take_back(path: &Path) -> Result<(), RestoreError> {
+    let (uid, gid) = (rustix::process::geteuid(), rustix::process::getegid());
+    let io = |source| RestoreError::Io {
+        action: "taking the clone back from the server's user".into(),
+        dir: path.to_path_buf(),
+        source,
+    };
+    std::os::unix::fs::lchown(path, Some(uid.as_raw()), Some(gid.as_raw())).map_err(io)?;
+    if std::fs::symlink_metadata(path).map_err(io)?.is_dir() {
+        for entry in std::fs::read_dir(path).map_err(io)? {
+            take_back(&entry.map_err(io)?.path())?;
+        }
+    }
+    Ok(())
+}
+
 /// `mysqld --initialize-insecure` into `datadir` (the recipient's own, empty data: its
-/// root has no password and logs in only through the socket, which is Tidemark's).
+/// root has no password and logs in only through the socket, which is Tidemark's), with
+/// the source's geometry.
 async fn initialize(
     tools: &Tools,
     datadir: &Path,
     out: &Path,
     user: Option<&str>,
+    geometry: crate::tools::MySqlGeometry,
 ) -> Result<(), RestoreError> {
     let log = out.join("initialize.log");
     let mut cmd = Command::new(&tools.mysqld);
     cmd.arg("--no-defaults")
+        .args(geometry.args())
         .arg("--initialize-insecure")
         .arg(format!("--datadir={}", datadir.display()))
         .arg(format!("--log-error={}", log.display()))
@@ -518,7 +575,8 @@ async fn initialize(
 
 /// A tar of `dir`'s contents (directories and plain files, names relative to `dir`),
 /// written on a thread of its own; the handle tells how it ended. Anything else in the
-/// directory (a link, a socket) fails the stream.
+/// directory (a link, a socket) fails the stream, and each file is opened without
+/// following a link.
 pub fn stream(
     dir: PathBuf,
 ) -> (
@@ -542,6 +600,7 @@ pub fn stream(
 }
 
 fn append_dir<W: Write>(tar: &mut tar::Builder<W>, dir: &Path, rel: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt as _;
     let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
     entries.sort_by_key(std::fs::DirEntry::file_name);
     for entry in entries {
@@ -551,15 +610,26 @@ fn append_dir<W: Write>(tar: &mut tar::Builder<W>, dir: &Path, rel: &Path) -> st
             tar.append_dir(&name, entry.path())?;
             append_dir(tar, &entry.path(), &name)?;
         } else if kind.is_file() {
-            tar.append_path_with_name(entry.path(), &name)?;
-        } else {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!(
-                    "{} is neither a directory nor a plain file: a clone holds only those",
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+                .open(entry.path())?;
+            let meta = file.metadata()?;
+            if !meta.is_file() {
+                return Err(bad_entry(format!(
+                    "{} changed into something else while it was read",
                     entry.path().display()
-                ),
-            ));
+                )));
+            }
+            let mut header = tar::Header::new_gnu();
+            header.set_metadata_in_mode(&meta, tar::HeaderMode::Deterministic);
+            header.set_size(meta.len());
+            tar.append_data(&mut header, &name, file.take(meta.len()))?;
+        } else {
+            return Err(bad_entry(format!(
+                "{} is neither a directory nor a plain file: a clone holds only those",
+                entry.path().display()
+            )));
         }
     }
     Ok(())
@@ -570,20 +640,34 @@ fn bad_entry(problem: String) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, problem)
 }
 
+/// The longest name a payload's entry may have (a GNU long-name entry's body).
+const MAX_NAME: u64 = 4096;
+
+/// Names a payload may not hold at the top of the data directory: files a MySQL server
+/// reads as its own settings (`mysqld-auto.cnf`, whose persisted values outrank options)
+/// or identity (`auto.cnf`), which a clone never carries.
+const REFUSED_NAMES: [&str; 3] = ["mysqld-auto.cnf", "auto.cnf", "mysqld.my"];
+
 /// The entries of a tar read from `from` into `datadir` (which exists, empty): plain files
 /// and directories only, at relative paths of plain names — no link of either kind, no
 /// device, no `..`, no absolute path, at most [`MAX_DEPTH`] deep and [`MAX_ENTRIES`] in
-/// all. Files are made new (never through an existing one), mode 0640, directories 0750;
-/// no owner, mode or time of the payload's is applied. Returns the entries written.
+/// all, no extended header, a long name of at most [`MAX_NAME`] bytes. Every directory on
+/// the way is opened without following a link (each step from the one before), so a link
+/// planted in the data directory leads nowhere; files are made new (never through an
+/// existing one), mode 0640, directories 0750; no owner, mode or time of the payload's is
+/// applied. Returns the entries written.
 ///
 /// # Errors
 /// The first entry refused (named), or a read or write failed. What was written stays:
 /// the caller removes the directory.
 pub fn unpack(from: impl Read, datadir: &Path) -> std::io::Result<u64> {
-    use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+    use rustix::fs::{Mode, OFlags};
+    let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let root = rustix::fs::open(datadir, dir_flags, Mode::empty())?;
     let mut archive = tar::Archive::new(from);
     let mut count = 0u64;
-    for entry in archive.entries()? {
+    let mut long_name: Option<Vec<u8>> = None;
+    for entry in archive.entries()?.raw(true) {
         let mut entry = entry?;
         count += 1;
         if count > MAX_ENTRIES {
@@ -591,12 +675,32 @@ pub fn unpack(from: impl Read, datadir: &Path) -> std::io::Result<u64> {
                 "more than {MAX_ENTRIES} entries: not a clone"
             )));
         }
-        let path = entry.path()?.into_owned();
+        let kind = entry.header().entry_type();
+        if kind == tar::EntryType::GNULongName {
+            let size = entry.size();
+            if size > MAX_NAME {
+                return Err(bad_entry(format!(
+                    "a long name of {size} bytes: at most {MAX_NAME}"
+                )));
+            }
+            let mut name = Vec::new();
+            entry.read_to_end(&mut name)?;
+            while name.last() == Some(&0) {
+                name.pop();
+            }
+            long_name = Some(name);
+            continue;
+        }
+        let bytes = long_name
+            .take()
+            .unwrap_or_else(|| entry.path_bytes().into_owned());
+        let path =
+            PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(bytes));
         let shown = path.display().to_string();
-        let mut depth = 0;
+        let mut names = Vec::new();
         for c in path.components() {
             match c {
-                Component::Normal(_) => depth += 1,
+                Component::Normal(n) => names.push(n.to_owned()),
                 Component::CurDir => {}
                 _ => {
                     return Err(bad_entry(format!(
@@ -605,41 +709,52 @@ pub fn unpack(from: impl Read, datadir: &Path) -> std::io::Result<u64> {
                 }
             }
         }
-        if depth == 0 || depth > MAX_DEPTH {
+        let Some((last, parents)) = names.split_last() else {
+            return Err(bad_entry(format!("entry {shown:?}: an empty path")));
+        };
+        if names.len() > MAX_DEPTH {
             return Err(bad_entry(format!(
                 "entry {shown:?}: a path of 1 to {MAX_DEPTH} names"
             )));
         }
-        let target = datadir.join(&path);
-        match entry.header().entry_type() {
-            tar::EntryType::Directory => {
-                std::fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o750)
-                    .create(&target)?;
-            }
-            tar::EntryType::Regular | tar::EntryType::Continuous => {
-                if let Some(parent) = target.parent() {
-                    std::fs::DirBuilder::new()
-                        .recursive(true)
-                        .mode(0o750)
-                        .create(parent)?;
-                }
-                let mut file = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o640)
-                    .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-                    .open(&target)
-                    .map_err(|e| bad_entry(format!("entry {shown:?}: {e}")))?;
-                std::io::copy(&mut entry, &mut file)?;
-            }
+        if parents.is_empty() && REFUSED_NAMES.iter().any(|r| last == r) {
+            return Err(bad_entry(format!(
+                "entry {shown:?}: a clone carries no such file, and a server would read it as its own"
+            )));
+        }
+        let is_dir = match kind {
+            tar::EntryType::Directory => true,
+            tar::EntryType::Regular | tar::EntryType::Continuous => false,
             other => {
                 return Err(bad_entry(format!(
                     "entry {shown:?} is a {other:?}: a clone holds only directories and plain files"
                 )));
             }
+        };
+        let refused = |e: std::io::Error| bad_entry(format!("entry {shown:?}: {e}"));
+        // Each directory on the way, made when missing and opened without following a link.
+        let mut at = root.try_clone()?;
+        let walk: &[std::ffi::OsString] = if is_dir { &names } else { parents };
+        for name in walk {
+            match rustix::fs::mkdirat(&at, name.as_os_str(), Mode::from_raw_mode(0o750)) {
+                Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                Err(e) => return Err(refused(e.into())),
+            }
+            at = rustix::fs::openat(&at, name.as_os_str(), dir_flags, Mode::empty())
+                .map_err(|e| refused(e.into()))?;
         }
+        if is_dir {
+            continue;
+        }
+        let fd = rustix::fs::openat(
+            &at,
+            last.as_os_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o640),
+        )
+        .map_err(|e| refused(e.into()))?;
+        let mut file = std::fs::File::from(fd);
+        std::io::copy(&mut entry, &mut file)?;
     }
     Ok(count)
 }
@@ -716,15 +831,39 @@ pub const REPLAY_GRANTS: [&str; 3] = [
     "GRANT SELECT ON `mysql`.* TO {account}",
 ];
 
-/// The InnoDB page size a clone backup records (16 KiB, MySQL's default, when it does not).
-pub(crate) fn page_size(m: &Metadata) -> u32 {
-    m.server
-        .as_ref()
-        .and_then(|s| s.extra.get("innodbPageSize"))
-        .and_then(serde_json::Value::as_u64)
-        .and_then(|n| u32::try_from(n).ok())
-        .filter(|n| matches!(n, 4096 | 8192 | 16384 | 32768 | 65536))
-        .unwrap_or(16384)
+/// The geometry a clone backup records (MySQL's defaults where it does not, or records a
+/// value out of range).
+pub(crate) fn geometry(m: &Metadata) -> crate::tools::MySqlGeometry {
+    let field = |name: &str| {
+        m.server
+            .as_ref()
+            .and_then(|s| s.extra.get(name))
+            .and_then(serde_json::Value::as_u64)
+            .and_then(|n| u32::try_from(n).ok())
+    };
+    let default = crate::tools::MySqlGeometry::default();
+    crate::tools::MySqlGeometry {
+        page_size: field("innodbPageSize")
+            .filter(|n| matches!(n, 4096 | 8192 | 16384 | 32768 | 65536))
+            .unwrap_or(default.page_size),
+        lower_case_table_names: field("lowerCaseTableNames")
+            .filter(|n| *n <= 2)
+            .unwrap_or(default.lower_case_table_names),
+    }
+}
+
+/// A downloaded segment's GTIDs.
+fn read_gtids(path: &PathBuf) -> Result<crate::mysql::MySqlGtids, RestoreError> {
+    let mut f = std::fs::File::open(path).map_err(|source| RestoreError::Io {
+        action: "reading a binlog's GTIDs".into(),
+        dir: path.clone(),
+        source,
+    })?;
+    crate::mysql::gtids(&mut f).map_err(|e| RestoreError::Tool {
+        step: format!("reading the GTIDs of {}", path.display()),
+        status: e.to_string(),
+        tail: String::new(),
+    })
 }
 
 /// What a replay across timelines must not apply: what each earlier timeline's files
@@ -736,18 +875,7 @@ pub(crate) fn page_size(m: &Metadata) -> u32 {
 /// # Errors
 /// A file cannot be read, or holds transactions that cannot be read by GTID.
 fn branches(files: &[PathBuf], runs: &[(usize, usize)]) -> Result<GtidSet, RestoreError> {
-    let read = |path: &PathBuf| -> Result<crate::mysql::MySqlGtids, RestoreError> {
-        let mut f = std::fs::File::open(path).map_err(|source| RestoreError::Io {
-            action: "reading a binlog's GTIDs".into(),
-            dir: path.clone(),
-            source,
-        })?;
-        crate::mysql::gtids(&mut f).map_err(|e| RestoreError::Tool {
-            step: format!("reading the GTIDs of {}", path.display()),
-            status: e.to_string(),
-            tail: String::new(),
-        })
-    };
+    let read = read_gtids;
     let unreadable = |path: &PathBuf| RestoreError::Tool {
         step: format!("reading the GTIDs of {}", path.display()),
         status: "a transaction without a readable GTID (tagged, anonymous or malformed): \
@@ -801,25 +929,51 @@ pub async fn replay(
             completed: m.completed_at,
         });
     };
+    // The first file replayed starts after its server's `Previous_gtids`: what the clone
+    // lacks of it is in no file the replay takes.
+    if let Some(first) = files.first() {
+        let g = read_gtids(first)?;
+        if let Some(missing) = g
+            .previous
+            .map(|p| p.difference(&holds))
+            .filter(|m| !m.is_empty())
+        {
+            return Err(RestoreError::MySqlGap {
+                id: m.backup_id.clone(),
+                segment: first
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                missing: missing.to_string(),
+                completed: m.completed_at,
+            });
+        }
+    }
     let holds = if runs.len() > 1 {
         holds.union(&branches(files, runs)?)
     } else {
         holds
     };
-    let mut server = PrivateServer::start_flavor(
-        &Flavor::MySql {
-            page_size: page_size(m),
-        },
-        datadir,
-        work,
-        tools,
-    )
-    .await?;
+    let mut server =
+        PrivateServer::start_flavor(&Flavor::MySql(geometry(m)), datadir, work, tools).await?;
     let replayed = async {
-        let login = server
-            .account(tools, crate::server::Account::Replay)
-            .await?;
-        replay_run(&server, &login, tools, files, &holds, stop, work).await?;
+        // One pass per timeline, in order: mysqlbinlog stops at the first event at or after
+        // the stop and skips every later file, so the old primary's events after it (its
+        // lost transactions, its shutdown) must not end the new primary's.
+        for &(first, count) in runs {
+            let Some(run) = files.get(first..first + count) else {
+                return Err(RestoreError::Tool {
+                    step: "planning the replay".into(),
+                    status: format!("a run names segments {first}..{}", first + count),
+                    tail: String::new(),
+                });
+            };
+            // Made anew for each run: whatever the run before did to its account is undone.
+            let login = server
+                .account(tools, crate::server::Account::Replay)
+                .await?;
+            replay_run(&server, &login, tools, run, &holds, stop, work).await?;
+        }
         let text = server
             .admin_query(tools, "SELECT @@GLOBAL.gtid_executed")
             .await?;
@@ -833,15 +987,22 @@ pub async fn replay(
     let stopped = server.stop(tools, "mysqld shutdown after replay").await;
     let after = replayed?;
     stopped?;
-    // The last transaction applied: in the files, before the stop, not skipped (what the
-    // clone held, or excluded), and now held.
+    // The last transaction applied: in each run's files up to the first event at or after
+    // the stop, not skipped (what the clone held, or excluded).
     let mut reached = None;
-    for path in files {
-        let last = std::fs::File::open(path)
-            .ok()
-            .and_then(|mut f| crate::mysql::last_applied(&mut f, stop, &holds).ok())
-            .flatten();
-        reached = reached.max(last);
+    for &(first, count) in runs {
+        for path in files.iter().skip(first).take(count) {
+            let Some((last, stopped)) = std::fs::File::open(path)
+                .ok()
+                .and_then(|mut f| crate::mysql::last_applied(&mut f, stop, &holds).ok())
+            else {
+                break;
+            };
+            reached = reached.max(last);
+            if stopped {
+                break;
+            }
+        }
     }
     Ok((after, reached))
 }
@@ -1042,10 +1203,47 @@ mod tests {
         assert!(e.to_string().contains("\"f\""), "{e}");
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "kept");
 
+        // Nor one planted as a directory on the way.
+        let data = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), data.path().join("mysql")).unwrap();
+        let e = unpack(
+            &raw("mysql/victim", tar::EntryType::Regular, None)[..],
+            data.path(),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("mysql/victim"), "{e}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "kept");
+        // A server's own settings file, an extended header, a long name too long.
+        for (payload, says) in [
+            (
+                raw("mysqld-auto.cnf", tar::EntryType::Regular, None),
+                "no such file",
+            ),
+            (raw("pax", tar::EntryType::XHeader, None), "XHeader"),
+        ] {
+            let data = tempfile::tempdir().unwrap();
+            let e = unpack(&payload[..], data.path()).unwrap_err().to_string();
+            assert!(e.contains(says), "{says}: {e}");
+        }
+        let mut b = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::GNULongName);
+        h.set_size(MAX_NAME + 1);
+        h.as_old_mut().name[..13].copy_from_slice(b"././@LongLink");
+        h.set_cksum();
+        b.append(&h, &vec![b'a'; usize::try_from(MAX_NAME).unwrap() + 1][..])
+            .unwrap();
+        let data = tempfile::tempdir().unwrap();
+        let e = unpack(&b.into_inner().unwrap()[..], data.path()).unwrap_err();
+        assert!(e.to_string().contains("long name"), "{e}");
+
         // A clean payload, streamed from a directory, unpacks to the same files.
         let src = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(src.path().join("shop")).unwrap();
         std::fs::write(src.path().join("shop/t.ibd"), b"pages").unwrap();
+        // A name longer than a plain tar header holds (a GNU long name).
+        let long = format!("shop/{}.ibd", "t".repeat(150));
+        std::fs::write(src.path().join(&long), b"long").unwrap();
         std::fs::write(src.path().join("ibdata1"), b"system").unwrap();
         let rt = tokio::runtime::Runtime::new().unwrap();
         let bytes = rt.block_on(async {
@@ -1057,7 +1255,12 @@ mod tests {
             v
         });
         let data = tempfile::tempdir().unwrap();
-        assert_eq!(unpack(&bytes[..], data.path()).unwrap(), 3);
+        assert_eq!(
+            unpack(&bytes[..], data.path()).unwrap(),
+            5,
+            "4 entries, 1 long name"
+        );
+        assert_eq!(std::fs::read(data.path().join(&long)).unwrap(), b"long");
         assert_eq!(
             std::fs::read(data.path().join("shop/t.ibd")).unwrap(),
             b"pages"

@@ -144,8 +144,10 @@ pub fn is_mysql(f: &mut (impl Read + Seek)) -> Result<bool, BinlogError> {
     Ok(found)
 }
 
-/// The time of the last transaction a replay of this file applies: stamped before `stop`
-/// and not in `skip` (what the data already holds, or excluded). `None`: none.
+/// The time of the last transaction a replay of this file applies — stamped before `stop`
+/// and not in `skip` (what the data already holds, or excluded) — and whether the file
+/// holds an event at or after `stop` (where `mysqlbinlog --stop-datetime` ends the whole
+/// replay). `None`: none.
 ///
 /// # Errors
 /// As [`gtids`].
@@ -153,15 +155,17 @@ pub fn last_applied(
     f: &mut (impl Read + Seek),
     stop: jiff::Timestamp,
     skip: &GtidSet,
-) -> Result<Option<jiff::Timestamp>, BinlogError> {
+) -> Result<(Option<jiff::Timestamp>, bool), BinlogError> {
     let mut last = None;
+    let mut stopped = false;
     walk(f, |h: &Header, f| {
+        let at = jiff::Timestamp::from_second(i64::from(h.ts)).ok();
+        if h.ts != 0 && at.is_none_or(|t| t >= stop) {
+            stopped = true;
+            return Ok(Walk::Stop);
+        }
         if h.kind != GTID_LOG_EVENT {
             return Ok(Walk::Next);
-        }
-        let at = jiff::Timestamp::from_second(i64::from(h.ts)).ok();
-        if at.is_none_or(|t| t >= stop) {
-            return Ok(Walk::Stop);
         }
         if let Some((uuid, n)) = read_gtid(f, h.body)?
             && !skip.contains(&uuid, n)
@@ -170,7 +174,7 @@ pub fn last_applied(
         }
         Ok(Walk::Next)
     })?;
-    Ok(last)
+    Ok((last, stopped))
 }
 
 fn u64_at(b: &[u8], at: usize) -> Option<u64> {

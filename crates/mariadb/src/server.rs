@@ -401,9 +401,12 @@ impl PrivateServer {
             }
             // (MySQL has symbolic links off by default, and no X protocol here.) GTIDs on,
             // so a replay keeps each transaction's own (`gtid_next`).
-            Flavor::MySql { page_size } => {
+            // Values persisted in the data directory (`mysqld-auto.cnf`) outrank options:
+            // none is read.
+            Flavor::MySql(geometry) => {
                 server
-                    .arg(format!("--innodb-page-size={page_size}"))
+                    .args(geometry.args())
+                    .arg("--persisted-globals-load=OFF")
                     .arg(format!("--plugin-dir={}", plugins.display()))
                     .args([
                         "--skip-replica-start",
@@ -412,8 +415,10 @@ impl PrivateServer {
                         "--enforce-gtid-consistency=ON",
                     ]);
             }
-            Flavor::CloneRecipient { donor } => {
+            Flavor::CloneRecipient { donor, geometry } => {
                 server
+                    .args(geometry.args())
+                    .arg("--persisted-globals-load=OFF")
                     .arg("--plugin-load-add=mysql_clone.so")
                     .arg(format!("--clone-valid-donor-list={donor}"))
                     .args(["--skip-replica-start", "--mysqlx=OFF"]);

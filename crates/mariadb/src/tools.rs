@@ -62,12 +62,44 @@ pub enum Flavor {
     /// MariaDB's server on a mariabackup data directory (its geometry from
     /// `backup-my.cnf`).
     MariaDb,
-    /// MySQL's server on a clone's data directory, with the InnoDB page size of the server
-    /// it was cloned from.
-    MySql { page_size: u32 },
+    /// MySQL's server on a clone's data directory, with the geometry of the server it was
+    /// cloned from.
+    MySql(MySqlGeometry),
     /// MySQL's server receiving a clone from `donor` (`host:port`), the clone plugin loaded
-    /// from the server's own plugin directory (its data directory is a new, empty one).
-    CloneRecipient { donor: String },
+    /// from the server's own plugin directory (its data directory is a new, empty one, made
+    /// with the donor's geometry: a clone needs them equal).
+    CloneRecipient {
+        donor: String,
+        geometry: MySqlGeometry,
+    },
+}
+
+/// What a MySQL data directory must be opened with, as the server it came from had it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MySqlGeometry {
+    /// `innodb_page_size`: 4096 to 65536.
+    pub page_size: u32,
+    /// `lower_case_table_names`: 0, 1 or 2 (set when a data directory is made, and kept).
+    pub lower_case_table_names: u32,
+}
+
+impl Default for MySqlGeometry {
+    fn default() -> Self {
+        MySqlGeometry {
+            page_size: 16384,
+            lower_case_table_names: 0,
+        }
+    }
+}
+
+impl MySqlGeometry {
+    /// The server's options for it.
+    pub fn args(&self) -> [String; 2] {
+        [
+            format!("--innodb-page-size={}", self.page_size),
+            format!("--lower-case-table-names={}", self.lower_case_table_names),
+        ]
+    }
 }
 
 impl Flavor {
@@ -152,12 +184,13 @@ pub enum RestoreError {
     )]
     ServerAsRoot { dir: PathBuf },
     #[error(
-        "restoring to {target} needs binlog replay past MySQL backup {id}, which is not built yet: restore to the backup's own point{}",
+        "MySQL backup {id} does not hold all that binlog segment {segment} starts after: {missing} are in no segment the replay takes (a clone of a replica far behind its primary?), so the restore would miss them; restore to the backup's own point{}, or from another backup",
         completed.map(|c| format!(" ({c})")).unwrap_or_default()
     )]
-    NoMySqlReplay {
+    MySqlGap {
         id: String,
-        target: Timestamp,
+        segment: String,
+        missing: String,
         completed: Option<Timestamp>,
     },
     #[error("the MySQL source {source_server}: {problem}")]

@@ -267,7 +267,7 @@ async fn a_clone_through_a_private_recipient_holds_its_point() {
     let cloned = cloned.unwrap();
     assert_eq!(cloned.source.server_uuid, uuid);
     assert_eq!(cloned.source.replica, None, "the clone account may not ask");
-    assert_eq!(cloned.source.page_size, 16384);
+    assert_eq!(cloned.source.geometry.page_size, 16384);
     let held = cloned.gtid_executed.count() - before;
     assert!(held > 0 && held < total, "mid-stream: {held} of {total}");
     assert!(

@@ -131,6 +131,8 @@ fn a_mysql_clone_backup_restores_exactly() {
     assert_eq!(m["gtidExecuted"], at_backup.as_str(), "{m}");
     assert_eq!(m["server"]["serverUuid"], uuid.as_str(), "{m}");
     assert_eq!(m["server"]["innodbPageSize"], 16384, "{m}");
+    assert_eq!(m["server"]["gtidMode"], "ON", "{m}");
+    assert_eq!(m["server"]["lowerCaseTableNames"], 0, "{m}");
     assert_eq!(m["payload"][0]["name"], "backup.tar.zst", "{m}");
     let completed = m["completedAt"].as_str().unwrap().to_owned();
 

@@ -603,6 +603,10 @@ impl Recorder for CloneRecord {
         extra.insert("version".into(), facts.version.clone().into());
         extra.insert("innodbPageSize".into(), facts.geometry.page_size.into());
         extra.insert(
+            tidemark_mariadb::clone::GTID_MODE_FIELD.into(),
+            if facts.gtids { "ON" } else { "OFF" }.into(),
+        );
+        extra.insert(
             "lowerCaseTableNames".into(),
             facts.geometry.lower_case_table_names.into(),
         );

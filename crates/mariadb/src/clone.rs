@@ -8,8 +8,9 @@
 //!
 //! # What it costs the source
 //! A full read of its InnoDB data (the clone plugin's page and redo copy), sent over one
-//! connection; no lock that stops writes: DDL waits for the clone (a backup lock), DML
-//! does not. The scratch space is the recipient's: the size of the data, beside Tidemark.
+//! connection; no lock that stops writes (DDL is blocked for the copy before MySQL 8.0.27,
+//! and from then on only with `clone_block_ddl=ON`). The scratch space is the
+//! recipient's: the size of the data, beside Tidemark (docs/mysql.md).
 //!
 //! # Hostile input
 //! The source's data is the user's, but a server can lie, and a payload in the bucket may
@@ -278,6 +279,8 @@ pub struct SourceFacts {
     pub version: String,
     pub server_uuid: String,
     pub server_id: u32,
+    /// `gtid_mode` is `ON`: its binlogs can be replayed onto a clone by GTID.
+    pub gtids: bool,
     pub geometry: crate::tools::MySqlGeometry,
     /// It replicated from another server (a replica's clone); `None` when the account
     /// may not ask.
@@ -311,7 +314,7 @@ pub async fn facts(donor: &Donor, work: &Path) -> Result<SourceFacts, RestoreErr
         .ask(
             work,
             "SELECT @@version, @@server_uuid, @@server_id, @@innodb_page_size, \
-             @@lower_case_table_names, \
+             @@lower_case_table_names, @@gtid_mode, \
              (SELECT COALESCE(MAX(PLUGIN_STATUS), 'NONE') FROM information_schema.PLUGINS \
               WHERE PLUGIN_NAME = 'clone')",
         )
@@ -320,9 +323,9 @@ pub async fn facts(donor: &Donor, work: &Path) -> Result<SourceFacts, RestoreErr
         source_server: format!("{donor:?}"),
         problem,
     };
-    let [version, uuid, id, page, lower_case, plugin] = &row[..] else {
+    let [version, uuid, id, page, lower_case, gtid_mode, plugin] = &row[..] else {
         return Err(refused(format!(
-            "answered {} fields where 6 were asked for: {row:?}",
+            "answered {} fields where 7 were asked for: {row:?}",
             row.len()
         )));
     };
@@ -375,6 +378,7 @@ pub async fn facts(donor: &Donor, work: &Path) -> Result<SourceFacts, RestoreErr
         version: version.clone(),
         server_uuid: uuid.clone(),
         server_id: number("server_id", id)?,
+        gtids: gtid_mode == "ON",
         geometry: crate::tools::MySqlGeometry {
             page_size,
             lower_case_table_names,
@@ -794,6 +798,9 @@ pub async fn extract(
 
 pub use tidemark_store::format::GTID_EXECUTED_FIELD;
 
+/// `metadata.json`'s `server` field holding the source's `gtid_mode` when cloned.
+pub const GTID_MODE_FIELD: &str = "gtidMode";
+
 /// The clone a restore plan restores, when it is one: `None` for mariabackup chains.
 ///
 /// # Errors
@@ -923,7 +930,13 @@ pub async fn replay(
     runs: &[(usize, usize)],
     stop: jiff::Timestamp,
 ) -> Result<(GtidSet, Option<jiff::Timestamp>), RestoreError> {
-    let Some(holds) = gtid_executed(m) else {
+    // A source without GTIDs: nothing tells which events the clone holds.
+    let gtids_off = m
+        .server
+        .as_ref()
+        .and_then(|s| s.extra.get(GTID_MODE_FIELD))
+        .is_some_and(|v| v != "ON");
+    let Some(holds) = gtid_executed(m).filter(|_| !gtids_off) else {
         return Err(RestoreError::NoPosition {
             id: m.backup_id.clone(),
             completed: m.completed_at,

@@ -129,7 +129,7 @@ pub enum RestoreError {
     )]
     Method { id: String, method: String },
     #[error(
-        "backup {id} records no binlog position (binary logging was off when it was taken), so binlogs cannot be replayed onto it; restore to its completion{}",
+        "backup {id} records no binlog position (binary logging, or for MySQL gtid_mode, was off when it was taken), so binlogs cannot be replayed onto it; restore to its completion{}",
         completed.map(|c| format!(" ({c})")).unwrap_or_default()
     )]
     NoPosition {

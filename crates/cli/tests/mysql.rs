@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{bin, find, json, on_store, stderr};
+use common::{find, json, on_store, stderr};
 
 use std::path::{Path, PathBuf};
 
@@ -30,22 +30,28 @@ fn source(rows: u64) -> MySql {
     db
 }
 
-/// `--mysqld`, `--mysql`, then `--` and the source's client options.
+/// `--` and the source's client options (MySQL's programs are found in `PATH`:
+/// [`bin`]).
 fn clone_args(db: &MySql) -> Vec<String> {
-    let bin = mysql::bin();
-    let tool = |p: &str| bin.join(p).to_string_lossy().into_owned();
     vec![
-        "--mysqld".into(),
-        tool("mysqld"),
-        "--mysql".into(),
-        tool("mysql"),
         "--".into(),
-        tool("mysql"),
+        "mysql".into(),
         "--host=127.0.0.1".into(),
         format!("--port={}", db.port),
         "--user=tidemark".into(),
         "--password=clone-secret".into(),
     ]
+}
+
+/// The `tidemark` binary with the MySQL root's programs first in `PATH` (so the defaults
+/// of `--mysqld`, `--mysql` and `--mysqlbinlog` are MySQL's, not the host's MariaDB links).
+fn bin() -> std::process::Command {
+    let mut c = common::bin();
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut dirs = vec![mysql::bin()];
+    dirs.extend(std::env::split_paths(&path));
+    c.env("PATH", std::env::join_paths(dirs).unwrap());
+    c
 }
 
 /// A new directory in the MySQL root (`/srv/…`) for a restored data directory: the host
@@ -327,8 +333,6 @@ fn binlogs_replay_a_clone_to_any_instant() {
     let ls = json(&tidemark(&["ls", "-o", "json"]));
     assert_eq!(ls["archive"]["missing"], serde_json::json!([]), "{ls}");
 
-    let bin_dir = mysql::bin();
-    let tool = |p: &str| bin_dir.join(p).to_string_lossy().into_owned();
     for (i, (at, rows)) in instants.iter().enumerate() {
         let (dir, datadir, inside) = place();
         let at = at.to_string();
@@ -338,12 +342,6 @@ fn binlogs_replay_a_clone_to_any_instant() {
             &at,
             "--datadir",
             datadir.to_str().unwrap(),
-            "--mysqld",
-            &tool("mysqld"),
-            "--mysql",
-            &tool("mysql"),
-            "--mysqlbinlog",
-            &tool("mysqlbinlog"),
             "-o",
             "json",
         ]);
@@ -386,12 +384,6 @@ fn binlogs_replay_a_clone_to_any_instant() {
         &rows.to_string(),
         "--scratch",
         scratch.path().to_str().unwrap(),
-        "--mysqld",
-        &tool("mysqld"),
-        "--mysql",
-        &tool("mysql"),
-        "--mysqlbinlog",
-        &tool("mysqlbinlog"),
         "-o",
         "json",
     ]));
@@ -406,8 +398,6 @@ fn binlogs_replay_a_clone_to_any_instant() {
             "--scratch",
             scratch.path().to_str().unwrap(),
         ])
-        .args(["--mysqld", &tool("mysqld"), "--mysql", &tool("mysql")])
-        .args(["--mysqlbinlog", &tool("mysqlbinlog")])
         .output()
         .unwrap();
     assert!(!wrong.status.success(), "a wrong answer fails the test");
@@ -426,8 +416,6 @@ fn binlogs_replay_a_clone_to_any_instant() {
 /// `SQL_LOAD_MB-*` in the temporary directory).
 #[test]
 fn a_hostile_binlog_runs_nothing_and_writes_nothing_outside() {
-    let bin_dir = mysql::bin();
-    let tool = |p: &str| bin_dir.join(p).to_string_lossy().into_owned();
     let tmp = tempfile::tempdir().unwrap();
     let hostile = [
         (
@@ -489,12 +477,6 @@ fn a_hostile_binlog_runs_nothing_and_writes_nothing_outside() {
             &at,
             "--datadir",
             datadir.to_str().unwrap(),
-            "--mysqld",
-            &tool("mysqld"),
-            "--mysql",
-            &tool("mysql"),
-            "--mysqlbinlog",
-            &tool("mysqlbinlog"),
         ]);
         let said = stderr(&out);
         assert!(!out.status.success(), "{statement}: restored");
@@ -630,6 +612,17 @@ fn a_failover_between_mysql_servers_keeps_the_window_whole() {
     b.sql("INSERT INTO shop.orders VALUES (9999, 'after the last instant'); FLUSH BINARY LOGS");
     ok(&["archive-binlogs", "--binlog-index", &index(&b), "--once"]);
 
+    // The old primary, still writing, is not archived: its binlog holds nothing the new
+    // primary wrote, so its history would take the main line from the one the cluster
+    // follows.
+    a.sql("INSERT INTO shop.orders VALUES (997, 'split brain, later'); FLUSH BINARY LOGS");
+    let stale = tidemark(&["archive-binlogs", "--binlog-index", &index(&a), "--once"]);
+    assert!(!stale.status.success(), "the old primary was archived");
+    assert!(
+        stderr(&stale).contains("holds nothing of timeline 1"),
+        "{}",
+        stderr(&stale)
+    );
     let ls = json(&ok(&["ls", "-o", "json"]));
     let timelines = ls["archive"]["timelines"].as_array().unwrap();
     assert_eq!(timelines.len(), 2, "{ls}");
@@ -641,8 +634,6 @@ fn a_failover_between_mysql_servers_keeps_the_window_whole() {
     );
     assert_eq!(ls["recoveryWindow"]["gaps"], serde_json::json!([]), "{ls}");
 
-    let bin_dir = mysql::bin();
-    let tool = |p: &str| bin_dir.join(p).to_string_lossy().into_owned();
     let check = |i: usize, at: &str, rows: u64| {
         let (dir, datadir, inside) = place();
         let report = json(&ok(&[
@@ -651,12 +642,6 @@ fn a_failover_between_mysql_servers_keeps_the_window_whole() {
             at,
             "--datadir",
             datadir.to_str().unwrap(),
-            "--mysqld",
-            &tool("mysqld"),
-            "--mysql",
-            &tool("mysql"),
-            "--mysqlbinlog",
-            &tool("mysqlbinlog"),
             "-o",
             "json",
         ]));

@@ -569,6 +569,17 @@ async fn read_local(
     name: &str,
     whole: bool,
 ) -> Result<binlog::Summary, ArchiveError> {
+    Ok(read_local_gtids(path, name, whole).await?.0)
+}
+
+/// [`read_local`], and with `whole`, a MySQL file's GTIDs (issue 47): its
+/// `Previous_gtids` and transactions, when the file is MySQL's (no MariaDB `Gtid_list`, a
+/// `Previous_gtids` event).
+async fn read_local_gtids(
+    path: &FsPath,
+    name: &str,
+    whole: bool,
+) -> Result<(binlog::Summary, Option<crate::mysql::MySqlGtids>), ArchiveError> {
     let p = path.to_path_buf();
     let read = tokio::task::spawn_blocking(move || {
         let mut file = std::fs::File::open(&p)?;
@@ -581,17 +592,18 @@ async fn read_local(
             binlog::BinlogError::Io(io) => io,
             other => std::io::Error::other(other),
         };
-        let mut got = got.map_err(io)?;
+        let got = got.map_err(io)?;
         // A MySQL file (issue 47): no MariaDB Gtid_list; its GTIDs are MySQL's.
+        let mut mysql = None;
         if whole && got.gtid_list.is_none() {
             use std::io::Seek as _;
             file.rewind()?;
-            let mysql = crate::mysql::gtids(&mut file).map_err(io)?;
-            if mysql.previous.is_some() {
-                got.mysql = Some(mysql);
+            let m = crate::mysql::gtids(&mut file).map_err(io)?;
+            if m.previous.is_some() {
+                mysql = Some(m);
             }
         }
-        Ok::<_, std::io::Error>(got)
+        Ok::<_, std::io::Error>((got, mysql))
     })
     .await;
     match read {
@@ -777,7 +789,20 @@ async fn new_timeline(
     if let Some(newest) = files.last()
         && mysql_file(&newest.path).await
     {
-        return mysql_timeline(index, tip, plast.as_ref(), files, origin).await;
+        // What the tip's parent held: the tip's own transactions are what it added.
+        let before_tip = match tip.parent {
+            Some(p) => last_entry(store, index, p).await?,
+            None => None,
+        };
+        return mysql_timeline(
+            index,
+            tip,
+            plast.as_ref(),
+            before_tip.as_ref(),
+            files,
+            origin,
+        )
+        .await;
     }
     let parent_end = plast.as_ref().and_then(|e| Some(e.segment_gtids()?.end()));
     // The parent's transactions, as its indexed entries say.
@@ -998,6 +1023,7 @@ async fn mysql_timeline(
     index: &SegmentIndex,
     tip: &Timeline,
     plast: Option<&IndexEntry>,
+    before_tip: Option<&IndexEntry>,
     files: &[Local],
     origin: Option<u32>,
 ) -> Result<TimelineChoice, ArchiveError> {
@@ -1005,7 +1031,7 @@ async fn mysql_timeline(
     let held = plast.and_then(|e| Some(e.previous_gtids.as_ref()?.union(e.gtid_set.as_ref()?)));
     let mut summaries = Vec::with_capacity(files.len());
     for f in files {
-        summaries.push(read_local(&f.path, &f.name, true).await?.mysql);
+        summaries.push(read_local_gtids(&f.path, &f.name, true).await?.1);
     }
     let start = held.as_ref().and_then(|s| {
         (0..files.len()).rev().find(|&i| {
@@ -1031,6 +1057,37 @@ async fn mysql_timeline(
         if !own && !unknown {
             return Err(ArchiveError::NotPrimary {
                 server: me,
+                timeline: tip.id,
+                tip_server: tip
+                    .server_id
+                    .map_or_else(|| "unknown".to_owned(), |s| s.to_string()),
+            });
+        }
+    }
+    // After a failover, the tip's primary wrote under a uuid its parent's history never
+    // had; a successor holds some of those transactions (replicated before it was
+    // promoted). A server whose files hold none — an old primary still writing the branch
+    // the cluster left — is refused: archived, its history would become the newest.
+    let through = |e: Option<&IndexEntry>| {
+        e.and_then(|e| Some(e.previous_gtids.as_ref()?.union(e.gtid_set.as_ref()?)))
+    };
+    if let (Some(_), Some(tip_holds)) = (tip.parent, through(plast)) {
+        let before: std::collections::HashSet<_> = through(before_tip)
+            .map(|s| s.iter().map(|(u, _)| *u).collect())
+            .unwrap_or_default();
+        let tip_own: Vec<_> = tip_holds
+            .iter()
+            .map(|(u, _)| *u)
+            .filter(|u| !before.contains(u))
+            .collect();
+        let holds_tip = summaries.iter().flatten().any(|m| {
+            m.through()
+                .is_some_and(|t| t.iter().any(|(u, _)| tip_own.contains(u)))
+        });
+        if !tip_own.is_empty() && !holds_tip {
+            return Err(ArchiveError::StaleBranch {
+                server: origin.map_or_else(|| "unknown".to_owned(), |s| s.to_string()),
+                at: tip_holds.to_string(),
                 timeline: tip.id,
                 tip_server: tip
                     .server_id
@@ -1219,7 +1276,7 @@ async fn ship(
     f: Placed,
     progress: &dyn Progress,
 ) -> Result<(IndexEntry, bool), ArchiveError> {
-    let summary = read_local(&f.local.path, &f.local.name, true).await?;
+    let (summary, mysql) = read_local_gtids(&f.local.path, &f.local.name, true).await?;
     let path = f.local.path.clone();
     let key = layout::segment_key(&f.name);
     let local_size = tokio::fs::metadata(&path)
@@ -1247,11 +1304,8 @@ async fn ship(
         file: (f.name != f.local.name).then(|| f.local.name.clone()),
         gtid_list: gtids.as_ref().map(|g| g.start.clone()),
         gtids: gtids.as_ref().map(|g| g.runs.clone()).unwrap_or_default(),
-        previous_gtids: summary.mysql.as_ref().and_then(|m| m.previous.clone()),
-        gtid_set: summary
-            .mysql
-            .as_ref()
-            .and_then(crate::mysql::MySqlGtids::held),
+        previous_gtids: mysql.as_ref().and_then(|m| m.previous.clone()),
+        gtid_set: mysql.as_ref().and_then(crate::mysql::MySqlGtids::held),
     };
     if store.recipients().is_none()
         && existing == Some(local_size)

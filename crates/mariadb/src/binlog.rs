@@ -49,9 +49,6 @@ pub struct Summary {
     /// Its transactions, in order; `None` when they cannot all be read (encrypted events,
     /// more than [`MAX_RUNS`] runs, a malformed GTID event).
     pub runs: Option<Vec<GtidRun>>,
-    /// A MySQL binlog's GTIDs (issue 47): its `Previous_gtids` and transactions, when the
-    /// file is MySQL's (no MariaDB `Gtid_list`, a `Previous_gtids` event).
-    pub mysql: Option<crate::mysql::MySqlGtids>,
 }
 
 impl Summary {

@@ -87,7 +87,7 @@ pub async fn restore_and_check(
     let datadir = work.path().join("data");
     let report = restore::restore(store, plan, &datadir, tools, progress).await?;
     // A MySQL clone (issue 47) is checked on MySQL's server, through MySQL's client.
-    let (flavor, checks) = match crate::clone::of_plan(plan)? {
+    let (flavor, checks) = match restore::clone_of(plan)? {
         Some(m) => (
             crate::tools::Flavor::MySql(crate::clone::geometry(m)),
             Tools {

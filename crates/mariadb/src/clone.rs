@@ -203,7 +203,7 @@ impl Donor {
             let _ = stdin.write_all(sql.as_bytes()).await;
         }
         let (Some(stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take()) else {
-            return Err(crate::restore::no_pipe("the source's client"));
+            return Err(crate::tools::no_pipe("the source's client"));
         };
         let step = format!("asking the source ({self:?})");
         let answered = tokio::time::timeout(ASK_TIMEOUT, async {
@@ -801,42 +801,11 @@ pub use tidemark_store::format::GTID_EXECUTED_FIELD;
 /// `metadata.json`'s `server` field holding the source's `gtid_mode` when cloned.
 pub const GTID_MODE_FIELD: &str = "gtidMode";
 
-/// The clone a restore plan restores, when it is one: `None` for mariabackup chains.
-///
-/// # Errors
-/// A chain that mixes a clone with other backups (a clone is always a full).
-pub fn of_plan(plan: &crate::restore::RestorePlan) -> Result<Option<&Metadata>, RestoreError> {
-    let clones = plan.backups.iter().filter(|m| m.method == METHOD).count();
-    match (clones, &plan.backups[..]) {
-        (0, _) => Ok(None),
-        (1, [m]) => Ok(Some(m)),
-        _ => Err(RestoreError::Method {
-            id: plan.backups[0].backup_id.clone(),
-            method: format!("{METHOD} in a chain of {}", plan.backups.len()),
-        }),
-    }
-}
-
 /// The GTID set a clone backup's data holds (its `gtidExecuted`), when recorded and
 /// well-formed.
 pub fn gtid_executed(m: &Metadata) -> Option<GtidSet> {
     m.gtid_set()
 }
-
-/// What the replay account may do on MySQL: what `mysqlbinlog`'s output of a binlog needs,
-/// on every database but `mysql`, which it may read only (an exact database grant outranks
-/// the pattern). `REPLICATION_APPLIER` runs the `BINLOG` statements of row events — each
-/// event still checked against the account's table rights, so a row forged into
-/// `mysql.user` is refused — and `SESSION_VARIABLES_ADMIN` the session settings and
-/// `gtid_next` it sets. Not `SUPER`, `SYSTEM_VARIABLES_ADMIN` (no global setting), `FILE`,
-/// `SET_ANY_DEFINER` (no object with another definer) or `GRANT OPTION`.
-pub const REPLAY_GRANTS: [&str; 3] = [
-    "GRANT REPLICATION_APPLIER, SESSION_VARIABLES_ADMIN, CREATE USER, RELOAD ON *.* TO {account}",
-    "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, REFERENCES, INDEX, ALTER, \
-     CREATE TEMPORARY TABLES, LOCK TABLES, EXECUTE, CREATE VIEW, SHOW VIEW, CREATE ROUTINE, \
-     ALTER ROUTINE, EVENT, TRIGGER ON `%`.* TO {account}",
-    "GRANT SELECT ON `mysql`.* TO {account}",
-];
 
 /// The geometry a clone backup records (MySQL's defaults where it does not, or records a
 /// value out of range).
@@ -1041,37 +1010,16 @@ async fn replay_run(
         .env("TZ", "UTC")
         .arg(format!("--exclude-gtids={holds}"))
         .arg(format!("--stop-datetime={stop_text}"))
-        .args(files)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut binlog = spawn(&mut binlog, &tools.mysqlbinlog)?;
-    let Some(events) = binlog.stdout.take() else {
-        return Err(crate::restore::no_pipe("mysqlbinlog"));
-    };
-    let events: Stdio = events.try_into().map_err(|source| RestoreError::Io {
-        action: "connecting mysqlbinlog to mysql".into(),
-        dir: work.to_path_buf(),
-        source,
-    })?;
-    let client = spawn(
-        Command::new(&tools.mysql)
-            .args(login.args(&server.socket))
-            // No client command runs from the event text, and the client sends no file.
-            .arg("--binary-mode")
-            .arg("--local-infile=0")
-            .stdin(events)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped()),
+        .args(files);
+    let (b, c) = crate::server::decode_into(
+        &mut binlog,
+        &tools.mysqlbinlog,
         &tools.mysql,
-    )?;
-    let (b, c) = tokio::join!(binlog.wait_with_output(), client.wait_with_output());
-    let failed = |program: &OsString| {
-        let program = program.to_string_lossy().into_owned();
-        move |source| RestoreError::Spawn { program, source }
-    };
-    let b = b.map_err(failed(&tools.mysqlbinlog))?;
-    let c = c.map_err(failed(&tools.mysql))?;
+        login,
+        &server.socket,
+        work,
+    )
+    .await?;
     if !b.status.success() {
         return Err(RestoreError::Tool {
             step: "mysqlbinlog".into(),

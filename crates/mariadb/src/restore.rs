@@ -418,7 +418,7 @@ async fn restore_into(
         );
     }
     // A MySQL clone (issue 47): unpacked, replayed with MySQL's tools.
-    let mysql = crate::clone::of_plan(plan)?;
+    let mysql = clone_of(plan)?;
     let backups = async {
         match mysql {
             Some(clone) => crate::clone::extract(store, clone, datadir, progress).await,
@@ -789,13 +789,7 @@ async fn extract(
     Ok(payload.size)
 }
 
-pub(crate) fn no_pipe(step: &str) -> RestoreError {
-    RestoreError::Tool {
-        step: step.into(),
-        status: "no pipe to the process".into(),
-        tail: String::new(),
-    }
-}
+pub(crate) use crate::tools::no_pipe;
 
 /// Waits for a tool whose pipe the caller fed or drained, stopping it when the transfer
 /// failed. The transfer's error comes first, then the tool's exit status (with the end of
@@ -941,43 +935,17 @@ async fn replay_run(
     }
     binlog
         .arg(format!("--stop-datetime={stop_text}"))
-        .args(files)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .args(files);
     let step = format!("mariadb-binlog (timeline {})", run.timeline);
-    let mut binlog = spawn(&mut binlog, &tools.mariadb_binlog)?;
-    let Some(events) = binlog.stdout.take() else {
-        return Err(RestoreError::Tool {
-            step,
-            status: "no stdout pipe".into(),
-            tail: String::new(),
-        });
-    };
-    let events: Stdio = events.try_into().map_err(|source| RestoreError::Io {
-        action: "connecting mariadb-binlog to mariadb".into(),
-        dir: work.to_path_buf(),
-        source,
-    })?;
-    let client = spawn(
-        Command::new(&tools.mariadb)
-            .args(login.args(socket))
-            // No client command (`\!`, `source`, …) runs from the event text, and the client
-            // sends no file of its own (`LOAD DATA LOCAL`, refused by the server as well).
-            .arg("--binary-mode")
-            .arg("--local-infile=0")
-            .stdin(events)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped()),
+    let (b, c) = crate::server::decode_into(
+        &mut binlog,
+        &tools.mariadb_binlog,
         &tools.mariadb,
-    )?;
-    let (b, c) = tokio::join!(binlog.wait_with_output(), client.wait_with_output());
-    let spawn_err = |program: &OsString| {
-        let program = program.to_string_lossy().into_owned();
-        move |source| RestoreError::Spawn { program, source }
-    };
-    let b = b.map_err(spawn_err(&tools.mariadb_binlog))?;
-    let c = c.map_err(spawn_err(&tools.mariadb))?;
+        login,
+        socket,
+        work,
+    )
+    .await?;
     // mariadb-binlog reports a GTID gap or a number going back on stderr, and sometimes
     // exits 0 after it: an ERROR line fails the replay as well.
     let said = String::from_utf8_lossy(&b.stderr);
@@ -1040,5 +1008,29 @@ async fn run_logged(
             status: out.status.to_string(),
             tail: tail(&text),
         })
+    }
+}
+
+/// The clone a restore plan restores, when it is one: `None` for mariabackup chains.
+///
+/// # Errors
+/// A chain that mixes a clone with other backups (a clone is always a full).
+pub fn clone_of(plan: &RestorePlan) -> Result<Option<&Metadata>, RestoreError> {
+    let clones = plan
+        .backups
+        .iter()
+        .filter(|m| m.method == crate::clone::METHOD)
+        .count();
+    match (clones, &plan.backups[..]) {
+        (0, _) => Ok(None),
+        (1, [m]) => Ok(Some(m)),
+        _ => Err(RestoreError::Method {
+            id: plan.backups[0].backup_id.clone(),
+            method: format!(
+                "{} in a chain of {}",
+                crate::clone::METHOD,
+                plan.backups.len()
+            ),
+        }),
     }
 }

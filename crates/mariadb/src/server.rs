@@ -24,6 +24,7 @@
 //! them; a restore whose accounts cannot be dropped (a replayed statement removed the
 //! administrator's rights) fails.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -113,6 +114,21 @@ pub const REPLAY_GRANTS: [&str; 3] = [
     "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, REFERENCES, INDEX, ALTER, \
      CREATE TEMPORARY TABLES, LOCK TABLES, EXECUTE, CREATE VIEW, SHOW VIEW, CREATE ROUTINE, \
      ALTER ROUTINE, EVENT, TRIGGER, DELETE HISTORY ON `%`.* TO {account}",
+    "GRANT SELECT ON `mysql`.* TO {account}",
+];
+
+/// What the replay account may do on MySQL: what `mysqlbinlog`'s output of a binlog needs,
+/// on every database but `mysql`, which it may read only (an exact database grant outranks
+/// the pattern). `REPLICATION_APPLIER` runs the `BINLOG` statements of row events — each
+/// event still checked against the account's table rights, so a row forged into
+/// `mysql.user` is refused — and `SESSION_VARIABLES_ADMIN` the session settings and
+/// `gtid_next` it sets. Not `SUPER`, `SYSTEM_VARIABLES_ADMIN` (no global setting), `FILE`,
+/// `SET_ANY_DEFINER` (no object with another definer) or `GRANT OPTION`.
+pub const MYSQL_REPLAY_GRANTS: [&str; 3] = [
+    "GRANT REPLICATION_APPLIER, SESSION_VARIABLES_ADMIN, CREATE USER, RELOAD ON *.* TO {account}",
+    "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, REFERENCES, INDEX, ALTER, \
+     CREATE TEMPORARY TABLES, LOCK TABLES, EXECUTE, CREATE VIEW, SHOW VIEW, CREATE ROUTINE, \
+     ALTER ROUTINE, EVENT, TRIGGER ON `%`.* TO {account}",
     "GRANT SELECT ON `mysql`.* TO {account}",
 ];
 
@@ -506,7 +522,7 @@ impl PrivateServer {
         account: Account,
     ) -> Result<Login, RestoreError> {
         let (kind, grants) = match account {
-            Account::Replay if self.mysql => ("replay", &crate::clone::REPLAY_GRANTS[..]),
+            Account::Replay if self.mysql => ("replay", &MYSQL_REPLAY_GRANTS[..]),
             Account::Replay => ("replay", &REPLAY_GRANTS[..]),
             Account::Check => ("check", &CHECK_GRANTS[..]),
         };
@@ -651,4 +667,56 @@ async fn wait_for_socket(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Runs a binlog decoder (`binlog`, program `decoder`) into a client (`client`, logged in
+/// as `login` on `socket`) and waits for both; their outputs, for the caller to judge.
+/// The client runs no client command from the event text (`--binary-mode`: no `\!`, no
+/// `source`) and sends no file of its own (`--local-infile=0`; the server refuses `LOAD
+/// DATA LOCAL` as well).
+///
+/// # Errors
+/// Either cannot be started or waited for.
+pub(crate) async fn decode_into(
+    binlog: &mut Command,
+    decoder: &OsString,
+    client: &OsString,
+    login: &Login,
+    socket: &Path,
+    work: &Path,
+) -> Result<(std::process::Output, std::process::Output), RestoreError> {
+    let mut binlog = spawn(
+        binlog
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+        decoder,
+    )?;
+    let Some(events) = binlog.stdout.take() else {
+        return Err(crate::tools::no_pipe(&decoder.to_string_lossy()));
+    };
+    let events: Stdio = events.try_into().map_err(|source| RestoreError::Io {
+        action: "connecting the binlog decoder to the client".into(),
+        dir: work.to_path_buf(),
+        source,
+    })?;
+    let applier = spawn(
+        Command::new(client)
+            .args(login.args(socket))
+            .arg("--binary-mode")
+            .arg("--local-infile=0")
+            .stdin(events)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+        client,
+    )?;
+    let (b, c) = tokio::join!(binlog.wait_with_output(), applier.wait_with_output());
+    let spawn_err = |program: &OsString| {
+        let program = program.to_string_lossy().into_owned();
+        move |source| RestoreError::Spawn { program, source }
+    };
+    Ok((
+        b.map_err(spawn_err(decoder))?,
+        c.map_err(spawn_err(client))?,
+    ))
 }

@@ -295,3 +295,12 @@ pub(crate) fn tail(text: &str) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(LINES)..].join("\n")
 }
+
+/// The error of a tool whose pipe could not be had.
+pub(crate) fn no_pipe(step: &str) -> RestoreError {
+    RestoreError::Tool {
+        step: step.into(),
+        status: "no pipe to the process".into(),
+        tail: String::new(),
+    }
+}

@@ -455,18 +455,16 @@ impl Source for Refused {
     }
 }
 
+/// `metadata.json`'s `extra` fields and binlog position of a finished run.
+type Recorded = (
+    serde_json::Map<String, serde_json::Value>,
+    Option<LogPosition>,
+);
+
 /// What a method records beside its stream: `metadata.json`'s fields of a finished run.
 trait Recorder: Sync {
     /// `extra` fields and the binlog position.
-    fn recorded(
-        &self,
-    ) -> Result<
-        (
-            serde_json::Map<String, serde_json::Value>,
-            Option<LogPosition>,
-        ),
-        String,
-    >;
+    fn recorded(&self) -> Result<Recorded, String>;
 
     /// The server the backup was taken on, as far as known.
     fn server(&self) -> Option<tidemark_store::format::SourceServer>;
@@ -479,15 +477,7 @@ trait Recorder: Sync {
 }
 
 impl Recorder for MariabackupRun {
-    fn recorded(
-        &self,
-    ) -> Result<
-        (
-            serde_json::Map<String, serde_json::Value>,
-            Option<LogPosition>,
-        ),
-        String,
-    > {
+    fn recorded(&self) -> Result<Recorded, String> {
         MariabackupRun::recorded(self).map_err(|e| chain(&e))
     }
 
@@ -574,15 +564,7 @@ impl Recorder for CloneRecord {
         Some(self.0.lock().ok()?.as_ref()?.2)
     }
 
-    fn recorded(
-        &self,
-    ) -> Result<
-        (
-            serde_json::Map<String, serde_json::Value>,
-            Option<LogPosition>,
-        ),
-        String,
-    > {
+    fn recorded(&self) -> Result<Recorded, String> {
         let slot = self.0.lock().map_err(|e| e.to_string())?;
         let Some((gtids, _, _)) = slot.as_ref() else {
             return Err("the clone recorded no point".into());

@@ -801,12 +801,6 @@ pub use tidemark_store::format::GTID_EXECUTED_FIELD;
 /// `metadata.json`'s `server` field holding the source's `gtid_mode` when cloned.
 pub const GTID_MODE_FIELD: &str = "gtidMode";
 
-/// The GTID set a clone backup's data holds (its `gtidExecuted`), when recorded and
-/// well-formed.
-pub fn gtid_executed(m: &Metadata) -> Option<GtidSet> {
-    m.gtid_set()
-}
-
 /// The geometry a clone backup records (MySQL's defaults where it does not, or records a
 /// value out of range).
 pub(crate) fn geometry(m: &Metadata) -> crate::tools::MySqlGeometry {
@@ -905,7 +899,7 @@ pub async fn replay(
         .as_ref()
         .and_then(|s| s.extra.get(GTID_MODE_FIELD))
         .is_some_and(|v| v != "ON");
-    let Some(holds) = gtid_executed(m).filter(|_| !gtids_off) else {
+    let Some(holds) = m.gtid_set().filter(|_| !gtids_off) else {
         return Err(RestoreError::NoPosition {
             id: m.backup_id.clone(),
             completed: m.completed_at,
@@ -998,19 +992,8 @@ async fn replay_run(
     stop: jiff::Timestamp,
     work: &Path,
 ) -> Result<(), RestoreError> {
-    let stop_text = stop
-        .to_zoned(jiff::tz::TimeZone::UTC)
-        .strftime("%Y-%m-%d %H:%M:%S")
-        .to_string();
-    let mut binlog = Command::new(&tools.mysqlbinlog);
-    binlog
-        .arg("--no-defaults")
-        .arg(crate::tools::local_load(work)?)
-        // --stop-datetime is read in the client's local time zone.
-        .env("TZ", "UTC")
-        .arg(format!("--exclude-gtids={holds}"))
-        .arg(format!("--stop-datetime={stop_text}"))
-        .args(files);
+    let mut binlog = crate::server::decoder(&tools.mysqlbinlog, work, stop)?;
+    binlog.arg(format!("--exclude-gtids={holds}")).args(files);
     let (b, c) = crate::server::decode_into(
         &mut binlog,
         &tools.mysqlbinlog,

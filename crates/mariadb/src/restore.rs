@@ -241,7 +241,7 @@ fn plan_of(catalog: &Catalog, choice: RestoreChoice) -> Result<RestorePlan, Rest
     if let Some(m) = restored.filter(|m| {
         m.log_position.is_none()
             && m.gtid_position().is_none()
-            && crate::clone::gtid_executed(m).is_none()
+            && m.gtid_set().is_none()
             && !segments.is_empty()
     }) {
         return Err(RestoreError::NoPosition {
@@ -447,7 +447,7 @@ async fn restore_into(
                 reached_at = reached_at.max(last);
                 Some(holds)
             }
-            None => crate::clone::gtid_executed(clone),
+            None => clone.gtid_set(),
         };
         return Ok(RestoreReport {
             datadir: datadir.to_path_buf(),
@@ -905,16 +905,7 @@ async fn replay_run(
     stop: Timestamp,
     work: &Path,
 ) -> Result<(), RestoreError> {
-    let stop_text = stop
-        .to_zoned(jiff::tz::TimeZone::UTC)
-        .strftime("%Y-%m-%d %H:%M:%S")
-        .to_string();
-    let mut binlog = Command::new(&tools.mariadb_binlog);
-    binlog
-        .arg("--no-defaults")
-        .arg(crate::tools::local_load(work)?);
-    // --stop-datetime is read in the client's local time zone.
-    binlog.env("TZ", "UTC");
+    let mut binlog = crate::server::decoder(&tools.mariadb_binlog, work, stop)?;
     match (&run.start_after, offset) {
         // By GTID: what the backup (or the parent timeline) holds is skipped, whatever the
         // file it is in; mariadb-binlog checks that the files hold every transaction after.
@@ -933,9 +924,7 @@ async fn replay_run(
     if let Some(g) = &run.stop_at {
         binlog.arg(format!("--stop-position={g}"));
     }
-    binlog
-        .arg(format!("--stop-datetime={stop_text}"))
-        .args(files);
+    binlog.args(files);
     let step = format!("mariadb-binlog (timeline {})", run.timeline);
     let (b, c) = crate::server::decode_into(
         &mut binlog,

@@ -669,6 +669,31 @@ async fn wait_for_socket(
     }
 }
 
+/// A binlog decoder's command (`mariadb-binlog`, `mysqlbinlog`): no options file, the
+/// data of a `LOAD DATA` event into `<work>/load` only ([`crate::tools::local_load`]),
+/// and no event stamped at or after `stop` (`--stop-datetime`, read in UTC).
+///
+/// # Errors
+/// The `LOAD DATA` directory cannot be made.
+pub(crate) fn decoder(
+    program: &OsString,
+    work: &Path,
+    stop: jiff::Timestamp,
+) -> Result<Command, RestoreError> {
+    let stop_text = stop
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .strftime("%Y-%m-%d %H:%M:%S")
+        .to_string();
+    let mut binlog = Command::new(program);
+    binlog
+        .arg("--no-defaults")
+        .arg(crate::tools::local_load(work)?)
+        // --stop-datetime is read in the client's local time zone.
+        .env("TZ", "UTC")
+        .arg(format!("--stop-datetime={stop_text}"));
+    Ok(binlog)
+}
+
 /// Runs a binlog decoder (`binlog`, program `decoder`) into a client (`client`, logged in
 /// as `login` on `socket`) and waits for both; their outputs, for the caller to judge.
 /// The client runs no client command from the event text (`--binary-mode`: no `\!`, no

@@ -63,7 +63,8 @@ pub struct BackupTemplate {
     /// The BackupPolicy that says where backups go and how long they are kept.
     pub policy: PolicyRef,
     /// `mariabackup`, `xtrabackup`, `exec`, `job` (default `mariabackup`), or
-    /// `mysql-clone` (MySQL's clone plugin; standalone mode only so far).
+    /// `mysql-clone` (MySQL's clone plugin) or `mysqldump` (MySQL's logical dump): those two
+    /// in standalone mode only so far.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("enum" = METHODS))]
     pub method: Option<String>,
@@ -175,7 +176,14 @@ impl IncrementalSpec {
 pub const INCREMENTAL_METHODS: [&str; 2] = ["mariabackup", "xtrabackup"];
 
 /// The methods a Backup may name.
-pub const METHODS: [&str; 5] = ["mariabackup", "xtrabackup", "exec", "job", "mysql-clone"];
+pub const METHODS: [&str; 6] = [
+    "mariabackup",
+    "xtrabackup",
+    "exec",
+    "job",
+    "mysql-clone",
+    "mysqldump",
+];
 /// The targets a Backup may name.
 pub const TARGETS: [&str; 2] = ["primary", "prefer-standby"];
 

@@ -393,7 +393,14 @@ fn enums_are_in_the_schema() {
     let spec = &s["properties"]["spec"]["properties"];
     assert_eq!(
         spec["method"]["enum"],
-        json!(["mariabackup", "xtrabackup", "exec", "job", "mysql-clone"])
+        json!([
+            "mariabackup",
+            "xtrabackup",
+            "exec",
+            "job",
+            "mysql-clone",
+            "mysqldump"
+        ])
     );
     assert_eq!(spec["target"]["enum"], json!(["primary", "prefer-standby"]));
     assert_eq!(spec["type"]["enum"], json!(["full", "incremental"]));

@@ -999,13 +999,17 @@ pub struct PushArgs {
     /// and binlog position. `mysql-clone` clones a MySQL server (8.0.17 or newer, clone
     /// plugin active, the account granted BACKUP_ADMIN) into a private recipient server
     /// run here (--mysqld), reads the clone's GTID set, and streams its data directory as a
-    /// tar: the command is the client and the source's connection options.
+    /// tar: the command is the client and the source's connection options. `mysqldump`
+    /// dumps a MySQL server's own databases in one consistent snapshot (--single-transaction)
+    /// with their routines, events and triggers, and records the snapshot's GTID set and
+    /// binlog position: the command is mysqldump and the source's connection options (the
+    /// source is asked about itself through --mysql).
     #[arg(long, value_name = "NAME")]
     pub method: Option<String>,
     #[command(flatten)]
     pub mysql: MySqlTools,
     /// Payload file extension: the object is backup.<EXT> (default: xbstream for
-    /// --method mariabackup, tar for mysql-clone, bin otherwise).
+    /// --method mariabackup, tar for mysql-clone, sql for mysqldump, bin otherwise).
     #[arg(long, value_name = "EXT")]
     pub ext: Option<String>,
     /// A label for metadata.json, KEY=VALUE (repeatable).
@@ -1026,12 +1030,13 @@ pub struct PushArgs {
     /// --method mariabackup: the mariabackup program and its connection options, e.g.
     /// -- mariabackup --user=root --socket=/run/mysqld/mysqld.sock. With --method
     /// mysql-clone: the client and the source's TCP connection options, e.g. -- mysql
-    /// --host=db --port=3306 --user=tidemark --password=…
+    /// --host=db --port=3306 --user=tidemark --password=… With --method mysqldump: the same
+    /// with mysqldump, e.g. -- mysqldump --host=db --user=tidemark --password=…
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }
 
-/// The MySQL programs a `mysql-clone` backup runs here.
+/// The MySQL programs a `mysql-clone` or `mysqldump` backup runs here.
 #[derive(Debug, Args)]
 pub struct MySqlTools {
     /// MySQL's server: the clone's private recipient, and the server that reads the

@@ -53,6 +53,7 @@ fn spec(args: &PushArgs, started_at: Timestamp) -> Result<AttemptSpec, CliError>
     let ext = args.ext.as_deref().unwrap_or(match args.method.as_deref() {
         Some(mariadb::METHOD) => mariadb::EXT,
         Some(tidemark_mariadb::clone::METHOD) => tidemark_mariadb::clone::EXT,
+        Some(tidemark_mariadb::dump::METHOD) => tidemark_mariadb::dump::EXT,
         _ => "bin",
     });
     let payload_name = format!("backup.{ext}");

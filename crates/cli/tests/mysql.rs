@@ -690,3 +690,338 @@ fn a_failover_between_mysql_servers_keeps_the_window_whole() {
     let runs = report["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 2, "across the switch: {report}");
 }
+
+/// `--` and mysqldump's options for the source, as the account `dumper` (the rights a
+/// consistent dump needs, and no more).
+fn dump_args(db: &MySql) -> Vec<String> {
+    db.sql(
+        "CREATE USER IF NOT EXISTS 'dumper'@'127.0.0.1' IDENTIFIED BY 'dump-secret'; \
+         GRANT SELECT, SHOW VIEW, TRIGGER, EVENT, RELOAD, REPLICATION CLIENT ON *.* TO 'dumper'@'127.0.0.1'",
+    );
+    vec![
+        "--".into(),
+        "mysqldump".into(),
+        "--host=127.0.0.1".into(),
+        format!("--port={}", db.port),
+        "--user=dumper".into(),
+        "--password=dump-secret".into(),
+    ]
+}
+
+/// Issue 47: `push --method mysqldump` under a steady write load records the snapshot's
+/// GTID set (exactly the load's rows it holds) and binlog position;
+/// the dump restores to its own point and, with the binlogs archived after it, to two later
+/// instants, each with exactly the rows committed by then (a blob of every byte, a name
+/// that needs quoting, a second database) and the GTIDs of those transactions; the
+/// restored server's root must set a password first; a restore test passes on it.
+#[test]
+fn a_mysqldump_backup_restores_to_any_instant() {
+    let db = source(100);
+    db.sql(
+        "CREATE DATABASE `crm-eu`; CREATE TABLE `crm-eu`.`odd name` (id INT PRIMARY KEY, b BLOB); \
+         INSERT INTO `crm-eu`.`odd name` VALUES (1, UNHEX(CONCAT('00FF0A0D5C27', REPEAT('41', 3000))))",
+    );
+    let blob = db.sql("SELECT HEX(b) FROM `crm-eu`.`odd name`");
+    let uuid = db.sql("SELECT @@server_uuid");
+    let args = dump_args(&db);
+    // A steady write load through the dump: one transaction per row of shop.load.
+    db.sql("CREATE TABLE shop.load (id BIGINT PRIMARY KEY)");
+    let setup = 13;
+    let (mut session, mut stdin) = db.session();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            use std::io::Write as _;
+            let mut id = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                id += 1;
+                writeln!(stdin, "INSERT INTO shop.load VALUES ({id});").unwrap();
+                stdin.flush().unwrap();
+                if id.is_multiple_of(50) {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+            }
+        })
+    };
+    let load_rows = || -> u64 { db.sql("SELECT COUNT(*) FROM shop.load").parse().unwrap() };
+    while load_rows() < 200 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let store = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", store.path().display());
+    let tidemark = |args: &[&str]| {
+        let out = bin()
+            .env("TIDEMARK_COMPRESSION", "zstd")
+            .arg(args[0])
+            .args(["--store", &url, "--cluster", "my"])
+            .args(&args[1..])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        out
+    };
+    let mut push = vec![
+        "push",
+        "--backup-name",
+        "nightly",
+        "--method",
+        "mysqldump",
+        "-o",
+        "json",
+    ];
+    push.extend(args.iter().map(String::as_str));
+    // A view names its definer: a restore could not load it, so the backup is refused.
+    db.sql("CREATE VIEW shop.v AS SELECT id FROM shop.orders");
+    let refused = bin()
+        .args([push[0], "--store", &url, "--cluster", "my"])
+        .args(&push[1..])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success(), "a source with a view was dumped");
+    assert!(
+        stderr(&refused).contains("1 view(s)"),
+        "{}",
+        stderr(&refused)
+    );
+    db.sql("DROP VIEW shop.v");
+    let pushed = json(&tidemark(&push));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    assert!(
+        session.wait().unwrap().success(),
+        "the write session failed"
+    );
+    let loaded = load_rows();
+    assert_eq!(pushed["phase"], "completed", "{pushed}");
+    let id = pushed["backupId"].as_str().unwrap().to_owned();
+    let m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&find(store.path(), "metadata.json")[0]).unwrap())
+            .unwrap();
+    assert_eq!(m["backupId"], id.as_str(), "{m}");
+    assert_eq!(m["method"], "mysqldump", "{m}");
+    // The dump holds the transactions up to a point mid-load: rows 1..=n of shop.load.
+    let at_backup = m["gtidExecuted"].as_str().unwrap().to_owned();
+    let dumped: u64 = at_backup
+        .strip_prefix(&format!("{uuid}:1-"))
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("{m}"))
+        - setup;
+    assert!(
+        (200..=loaded).contains(&dumped),
+        "{dumped} of {loaded}: {m}"
+    );
+    assert_eq!(m["server"]["serverUuid"], uuid.as_str(), "{m}");
+    assert_eq!(m["payload"][0]["name"], "backup.sql.zst", "{m}");
+    let binlog = db.sql("SHOW BINARY LOG STATUS");
+    assert_eq!(
+        m["logPosition"]["file"],
+        binlog.split('\t').next().unwrap(),
+        "{m}"
+    );
+    assert!(m["logPosition"]["position"].as_u64().unwrap() > 4, "{m}");
+    let completed = m["completedAt"].as_str().unwrap().to_owned();
+
+    // Restores to `at`, and checks the rows of shop.orders and the blob; returns the rows
+    // of the load the data holds, once they are checked against its GTIDs: exactly the
+    // load's first n transactions, for n rows.
+    let restore_to = |at: &str, rows: u64, note: &str| -> u64 {
+        let (dir, datadir, inside) = place();
+        let report = json(&tidemark(&[
+            "restore",
+            "--to",
+            at,
+            "--datadir",
+            datadir.to_str().unwrap(),
+            "-o",
+            "json",
+        ]));
+        let holds = report["gtidPosition"].as_str().unwrap().to_owned();
+        let server = start_restored(dir.path(), &inside);
+        // root's empty password has expired: the first statement sets one.
+        server.sql_expired("ALTER USER 'root'@'localhost' IDENTIFIED BY ''");
+        assert_eq!(
+            server.sql("SELECT COUNT(*), MAX(id), (SELECT note FROM shop.orders WHERE id = 1) FROM shop.orders"),
+            format!("{rows}\t{rows}\t{note}"),
+            "at {at}: {report}"
+        );
+        assert_eq!(
+            server.sql("SELECT HEX(b) FROM `crm-eu`.`odd name`"),
+            blob,
+            "every byte of the blob"
+        );
+        // (Less the restored server's own transaction: the password it was given.)
+        let own = server.sql("SELECT @@server_uuid");
+        let executed = server
+            .sql("SELECT @@gtid_executed")
+            .replace("\\n", "")
+            .split(',')
+            .filter(|g| !g.starts_with(&own))
+            .collect::<Vec<_>>()
+            .join(",");
+        assert_eq!(executed, holds, "the report says what the data holds");
+        let load: u64 = server
+            .sql("SELECT COUNT(*) FROM shop.load")
+            .parse()
+            .unwrap();
+        assert_eq!(
+            server.sql("SELECT COALESCE(MAX(id), 0) FROM shop.load"),
+            load.to_string()
+        );
+        let batches = (rows - 100) / 50;
+        assert_eq!(
+            executed,
+            format!("{uuid}:1-{}", setup + load + batches),
+            "at {at}: the data holds exactly the transactions its GTIDs say"
+        );
+        let accounts = server.sql("SELECT GROUP_CONCAT(user ORDER BY user) FROM mysql.user");
+        assert!(!accounts.contains("tidemark"), "{accounts}");
+        assert!(!accounts.contains("dumper"), "{accounts}");
+        load
+    };
+    // The dump alone: its own point.
+    assert_eq!(restore_to(&completed, 100, "order 1"), dumped);
+
+    let index = db.path(&format!("{}/binlog.index", db.datadir));
+    let index = index.to_str().unwrap();
+    let mut instants = Vec::new();
+    for batch in 1..=2u64 {
+        next_second();
+        let first = 100 * batch + 1;
+        db.sql(&format!(
+            "INSERT INTO shop.orders WITH RECURSIVE n(i) AS (SELECT {first} UNION ALL SELECT i + 1 FROM n WHERE i < {}) SELECT i, 'later' FROM n; UPDATE shop.orders SET note = 'batch {batch}' WHERE id = 1",
+            first + 99
+        ));
+        next_second();
+        instants.push((jiff::Timestamp::now(), 100 * (batch + 1)));
+        next_second();
+    }
+    db.sql("INSERT INTO shop.orders VALUES (9999, 'after the last instant'); FLUSH BINARY LOGS");
+    tidemark(&["archive-binlogs", "--binlog-index", index, "--once"]);
+    // With the binlogs: the same instant holds what was committed by then (the load went
+    // on while the dump's head was written), and every later instant all of the load.
+    let at_completion = restore_to(&completed, 100, "order 1");
+    assert!(
+        (dumped..=loaded).contains(&at_completion),
+        "{at_completion} of {dumped}..={loaded}"
+    );
+    for (i, (at, rows)) in instants.iter().enumerate() {
+        let load = restore_to(&at.to_string(), *rows, &format!("batch {}", i + 1));
+        assert_eq!(load, loaded, "at {at}");
+    }
+    let scratch = tempfile::tempdir_in(mysql::root().join("srv")).unwrap();
+    let (at, rows) = instants[0];
+    let tested = json(&tidemark(&[
+        "restore-test",
+        "--to",
+        &at.to_string(),
+        "--query",
+        "SELECT COUNT(*) FROM shop.orders",
+        "--expect",
+        &rows.to_string(),
+        "--scratch",
+        scratch.path().to_str().unwrap(),
+        "-o",
+        "json",
+    ]));
+    assert_eq!(tested["outcome"]["passed"], true, "{tested}");
+}
+
+/// A dump forged in the store (a bucket writer's, under a metadata.json that names
+/// mysqldump and the forged bytes' checksum) runs no client command and holds no right
+/// beyond the load's: each statement fails the restore naming what was refused, and no
+/// file appears — not in a directory every user may write, where the private server could.
+#[test]
+fn a_forged_dump_runs_nothing_and_writes_nothing_outside() {
+    let store = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", store.path().display());
+    let work = tempfile::tempdir().unwrap();
+    let open = tempfile::tempdir().unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let at = |name: &str| open.path().join(name).display().to_string();
+    let cases = [
+        // Client commands: a shell, a file written, a file read.
+        (format!("\\! touch {}\n", at("shell")), "Unknown command '\\!'"),
+        (
+            format!(
+                "system touch {}\ntee {}\nsource /etc/passwd\nSELECT 1;\n",
+                at("system"),
+                at("tee")
+            ),
+            "ERROR 1064",
+        ),
+        (
+            format!("SELECT 'x' INTO OUTFILE '{}';\n", at("outfile")),
+            "FILE privilege",
+        ),
+        (
+            format!(
+                "SET GLOBAL general_log_file = '{}'; SET GLOBAL general_log = ON;\n",
+                at("general")
+            ),
+            "SYSTEM_VARIABLES_ADMIN",
+        ),
+        (
+            "CREATE DATABASE shop; CREATE DEFINER = 'root'@'localhost' PROCEDURE shop.p() SELECT 1;\n"
+                .to_owned(),
+            "SET_ANY_DEFINER",
+        ),
+        (
+            "CREATE TABLE mysql.forged (id INT);\n".to_owned(),
+            "denied",
+        ),
+        (
+            "CREATE DATABASE shop; CREATE TABLE shop.t (l TEXT); LOAD DATA LOCAL INFILE '/etc/passwd' INTO TABLE shop.t;\n"
+                .to_owned(),
+            "local",
+        ),
+    ];
+    for (i, (sql, says)) in cases.iter().enumerate() {
+        let forged = work.path().join("forged.sql");
+        std::fs::write(&forged, sql).unwrap();
+        let id = format!("20261130T12000{i}Z-0000000{i}");
+        let pushed = bin()
+            .args(["push", "--store", &url, "--cluster", "my"])
+            .args([
+                "--backup-name",
+                "forged",
+                "--backup-id",
+                &id,
+                "--ext",
+                "sql",
+            ])
+            .args(["--output", "json", "--", "cat", forged.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(pushed.status.success(), "{}", stderr(&pushed));
+        let completed = json(&pushed)["completedAt"].as_str().unwrap().to_owned();
+        let meta = find(store.path(), "metadata.json")
+            .into_iter()
+            .find(|p| p.to_string_lossy().contains(&id))
+            .unwrap();
+        let text = std::fs::read_to_string(&meta).unwrap();
+        let rewritten = text.replace("\"method\": \"exec\"", "\"method\": \"mysqldump\"");
+        assert_ne!(text, rewritten, "{text}");
+        std::fs::write(&meta, rewritten).unwrap();
+
+        let (_dir, datadir, _) = place();
+        let out = bin()
+            .args(["restore", "--store", &url, "--cluster", "my"])
+            .args(["--to", &completed, "--datadir", datadir.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let said = stderr(&out);
+        assert!(!out.status.success(), "{sql}: restored");
+        assert!(said.contains(says), "{sql}: {said}");
+        assert!(!datadir.exists(), "the half-restored directory is removed");
+        let left: Vec<_> = std::fs::read_dir(open.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(left.is_empty(), "{sql}: {left:?}");
+        std::fs::remove_file(meta).unwrap();
+    }
+}

@@ -112,23 +112,37 @@ pub async fn take_backup(
         Some(run) => run.command.clone(),
         None => request.command.clone(),
     };
-    if spec.method == tidemark_mariadb::clone::METHOD {
+    if spec.method == tidemark_mariadb::clone::METHOD
+        || spec.method == tidemark_mariadb::dump::METHOD
+    {
         // A command that names no source is bad input: refused before anything is recorded.
-        let donor = tidemark_mariadb::clone::Donor::from_command(&request.command)
+        let mut donor = tidemark_mariadb::clone::Donor::from_command(&request.command)
             .map_err(EngineError::Input)?;
         let record = std::sync::Arc::new(std::sync::Mutex::new(None));
-        let source = CloneSource {
-            donor,
-            tools: request.tools.clone(),
-            work: None,
-            record: record.clone(),
-            task: None,
+        let source: Box<dyn Source> = if spec.method == tidemark_mariadb::dump::METHOD {
+            // The command's program is mysqldump; the source is asked through the client.
+            let program = std::mem::replace(&mut donor.client, request.tools.mysql.clone());
+            Box::new(DumpSource {
+                donor,
+                program,
+                work: None,
+                record: record.clone(),
+                run: None,
+            })
+        } else {
+            Box::new(CloneSource {
+                donor,
+                tools: request.tools.clone(),
+                work: None,
+                record: record.clone(),
+                task: None,
+            })
         };
-        let recorder = CloneRecord(record);
+        let recorder = MySqlRecord(record);
         return run_attempt(
             store,
             spec,
-            Box::new(source),
+            source,
             Some(&recorder),
             request.parent.as_ref(),
             progress,
@@ -492,20 +506,21 @@ struct CloneSource {
     donor: tidemark_mariadb::clone::Donor,
     tools: tidemark_mariadb::restore::Tools,
     work: Option<tempfile::TempDir>,
-    record: CloneSlot,
+    record: MySqlSlot,
     task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
 }
 
-/// What the clone found, once taken.
-type CloneSlot = std::sync::Arc<
-    std::sync::Mutex<
-        Option<(
-            tidemark_core::gtidset::GtidSet,
-            tidemark_mariadb::clone::SourceFacts,
-            jiff::Timestamp,
-        )>,
-    >,
->;
+/// Where a MySQL backup's data is consistent, once taken: its GTID set, the source's
+/// binlog position (a dump's), what the source said of itself, and when.
+struct MySqlPoint {
+    gtids: Option<tidemark_core::gtidset::GtidSet>,
+    position: Option<LogPosition>,
+    source: tidemark_mariadb::clone::SourceFacts,
+    at: jiff::Timestamp,
+}
+
+/// What a MySQL backup found, once taken.
+type MySqlSlot = std::sync::Arc<std::sync::Mutex<Option<MySqlPoint>>>;
 
 #[async_trait]
 impl Source for CloneSource {
@@ -525,11 +540,12 @@ impl Source for CloneSource {
         .await
         .map_err(|e| EngineError::Source(chain(&e)))?;
         if let Ok(mut slot) = self.record.lock() {
-            *slot = Some((
-                cloned.gtid_executed.clone(),
-                cloned.source.clone(),
-                cloned.consistent_at,
-            ));
+            *slot = Some(MySqlPoint {
+                gtids: Some(cloned.gtid_executed.clone()),
+                position: None,
+                source: cloned.source.clone(),
+                at: cloned.consistent_at,
+            });
         }
         let (stream, task) = tidemark_mariadb::clone::stream(cloned.datadir.clone());
         self.task = Some(task);
@@ -556,30 +572,86 @@ impl Source for CloneSource {
     }
 }
 
-/// A clone's point, as `metadata.json` records it.
-struct CloneRecord(CloneSlot);
+/// A `mysqldump` attempt (issue 47): the dump streams as it runs, its point read from
+/// its head on the way.
+struct DumpSource {
+    donor: tidemark_mariadb::clone::Donor,
+    program: std::ffi::OsString,
+    work: Option<tempfile::TempDir>,
+    record: MySqlSlot,
+    run: Option<tidemark_mariadb::dump::Dumping>,
+}
 
-impl Recorder for CloneRecord {
+#[async_trait]
+impl Source for DumpSource {
+    async fn start(&mut self) -> Result<Box<dyn AsyncRead + Unpin + Send>, EngineError> {
+        let work = tempfile::Builder::new()
+            .prefix("tidemark-dump-")
+            .tempdir()
+            .map_err(|e| {
+                EngineError::Source(format!("creating the dump's scratch directory: {e}"))
+            })?;
+        let (stream, run) = tidemark_mariadb::dump::start(&self.donor, &self.program, work.path())
+            .await
+            .map_err(|e| EngineError::Source(chain(&e)))?;
+        self.run = Some(run);
+        self.work = Some(work);
+        Ok(Box::new(stream))
+    }
+
+    async fn finish(&mut self, stop: bool) -> Result<Result<(), String>, EngineError> {
+        let ended = match self.run.take() {
+            None => Ok(()),
+            Some(run) => run.finish(stop).await.map(|dumped| {
+                if let Ok(mut slot) = self.record.lock() {
+                    *slot = Some(MySqlPoint {
+                        gtids: dumped.point.gtid_executed,
+                        position: dumped.point.position,
+                        source: dumped.source,
+                        at: dumped.consistent_at,
+                    });
+                }
+            }),
+        };
+        self.work = None;
+        Ok(ended)
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "the dump of MySQL ({} {:?})",
+            self.program.to_string_lossy(),
+            self.donor
+        )
+    }
+}
+
+/// A MySQL backup's point, as `metadata.json` records it.
+struct MySqlRecord(MySqlSlot);
+
+impl Recorder for MySqlRecord {
     fn completed_at(&self) -> Option<jiff::Timestamp> {
-        Some(self.0.lock().ok()?.as_ref()?.2)
+        Some(self.0.lock().ok()?.as_ref()?.at)
     }
 
     fn recorded(&self) -> Result<Recorded, String> {
         let slot = self.0.lock().map_err(|e| e.to_string())?;
-        let Some((gtids, _, _)) = slot.as_ref() else {
-            return Err("the clone recorded no point".into());
+        let Some(point) = slot.as_ref() else {
+            return Err("the backup recorded no point".into());
         };
         let mut extra = serde_json::Map::new();
-        extra.insert(
-            tidemark_mariadb::clone::GTID_EXECUTED_FIELD.into(),
-            gtids.to_string().into(),
-        );
-        Ok((extra, None))
+        if let Some(gtids) = &point.gtids {
+            extra.insert(
+                tidemark_mariadb::clone::GTID_EXECUTED_FIELD.into(),
+                gtids.to_string().into(),
+            );
+        }
+        Ok((extra, point.position.clone()))
     }
 
     fn server(&self) -> Option<tidemark_store::format::SourceServer> {
         let slot = self.0.lock().ok()?;
-        let (_, facts, _) = slot.as_ref()?;
+        let facts = &slot.as_ref()?.source;
         let mut extra = serde_json::Map::new();
         extra.insert("serverUuid".into(), facts.server_uuid.clone().into());
         extra.insert("version".into(), facts.version.clone().into());

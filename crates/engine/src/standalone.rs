@@ -446,6 +446,7 @@ fn child_spec(
     let ext = match sched.method.as_str() {
         tidemark_mariadb::METHOD => tidemark_mariadb::EXT,
         tidemark_mariadb::clone::METHOD => tidemark_mariadb::clone::EXT,
+        tidemark_mariadb::dump::METHOD => tidemark_mariadb::dump::EXT,
         _ => "bin",
     };
     let mut labels = BTreeMap::new();

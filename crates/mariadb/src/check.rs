@@ -86,8 +86,8 @@ pub async fn restore_and_check(
     server::open_to_server(tools, work.path()).await?;
     let datadir = work.path().join("data");
     let report = restore::restore(store, plan, &datadir, tools, progress).await?;
-    // A MySQL clone (issue 47) is checked on MySQL's server, through MySQL's client.
-    let (flavor, checks) = match restore::clone_of(plan)? {
+    // A MySQL clone or dump (issue 47) is checked on MySQL's server, through MySQL's client.
+    let (flavor, checks) = match restore::mysql_of(plan)? {
         Some(m) => (
             crate::tools::Flavor::MySql(crate::clone::geometry(m)),
             Tools {

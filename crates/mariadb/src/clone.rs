@@ -170,8 +170,13 @@ impl Donor {
 
     /// Asks the source `sql` (one row, tab-separated), through a client options file
     /// (mode 0600) in `work`: the password is on no command line.
-    async fn ask(&self, work: &Path, sql: &str) -> Result<Vec<String>, RestoreError> {
-        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    pub(crate) async fn ask(&self, work: &Path, sql: &str) -> Result<Vec<String>, RestoreError> {
+        self.ask_at_most(work, sql, ANSWER_MAX).await
+    }
+
+    /// The source's client options file in `work` (mode 0600, written once): the
+    /// password is on no command line.
+    pub(crate) fn login(&self, work: &Path) -> Result<PathBuf, RestoreError> {
         let file = work.join("source.cnf");
         if !file.exists() {
             write_private(
@@ -190,6 +195,18 @@ impl Donor {
                 source,
             })?;
         }
+        Ok(file)
+    }
+
+    /// [`Donor::ask`], with an answer of at most `answer_max` bytes.
+    pub(crate) async fn ask_at_most(
+        &self,
+        work: &Path,
+        sql: &str,
+        answer_max: usize,
+    ) -> Result<Vec<String>, RestoreError> {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let file = self.login(work)?;
         let mut child = spawn(
             Command::new(&self.client)
                 .arg(format!("--defaults-file={}", file.display()))
@@ -209,7 +226,7 @@ impl Donor {
         let answered = tokio::time::timeout(ASK_TIMEOUT, async {
             let mut out = Vec::new();
             let mut err = Vec::new();
-            let mut limited = stdout.take(ANSWER_MAX as u64 + 1);
+            let mut limited = stdout.take(answer_max as u64 + 1);
             let (a, b) = tokio::join!(limited.read_to_end(&mut out), async {
                 let mut e = (&mut stderr).take(ANSWER_MAX as u64);
                 e.read_to_end(&mut err).await
@@ -245,10 +262,10 @@ impl Donor {
                 tail: tail(&String::from_utf8_lossy(&err)),
             });
         }
-        if out.len() > ANSWER_MAX {
+        if out.len() > answer_max {
             return Err(RestoreError::Tool {
                 step,
-                status: format!("an answer longer than {ANSWER_MAX} bytes"),
+                status: format!("an answer longer than {answer_max} bytes"),
                 tail: String::new(),
             });
         }
@@ -281,6 +298,10 @@ pub struct SourceFacts {
     pub server_id: u32,
     /// `gtid_mode` is `ON`: its binlogs can be replayed onto a clone by GTID.
     pub gtids: bool,
+    /// It writes a binary log (`log_bin`).
+    pub log_bin: bool,
+    /// Its clone plugin is active.
+    pub clone_plugin: bool,
     pub geometry: crate::tools::MySqlGeometry,
     /// It replicated from another server (a replica's clone); `None` when the account
     /// may not ask.
@@ -305,16 +326,17 @@ fn version_of(text: &str) -> Option<(u32, u32, u32)> {
     Some((next()?, next()?, next()?))
 }
 
-/// Asks the source what it is, and refuses one that cannot be cloned from.
+/// Asks the source what it is, and refuses one older than 8.0.17 or with a geometry out of
+/// range.
 ///
 /// # Errors
-/// The source does not answer, is older than 8.0.17, or has no active clone plugin.
+/// The source does not answer, is older than 8.0.17, or answers values out of range.
 pub async fn facts(donor: &Donor, work: &Path) -> Result<SourceFacts, RestoreError> {
     let row = donor
         .ask(
             work,
             "SELECT @@version, @@server_uuid, @@server_id, @@innodb_page_size, \
-             @@lower_case_table_names, @@gtid_mode, \
+             @@lower_case_table_names, @@gtid_mode, @@log_bin, \
              (SELECT COALESCE(MAX(PLUGIN_STATUS), 'NONE') FROM information_schema.PLUGINS \
               WHERE PLUGIN_NAME = 'clone')",
         )
@@ -323,9 +345,19 @@ pub async fn facts(donor: &Donor, work: &Path) -> Result<SourceFacts, RestoreErr
         source_server: format!("{donor:?}"),
         problem,
     };
-    let [version, uuid, id, page, lower_case, gtid_mode, plugin] = &row[..] else {
+    let [
+        version,
+        uuid,
+        id,
+        page,
+        lower_case,
+        gtid_mode,
+        log_bin,
+        plugin,
+    ] = &row[..]
+    else {
         return Err(refused(format!(
-            "answered {} fields where 7 were asked for: {row:?}",
+            "answered {} fields where 8 were asked for: {row:?}",
             row.len()
         )));
     };
@@ -337,11 +369,6 @@ pub async fn facts(donor: &Donor, work: &Path) -> Result<SourceFacts, RestoreErr
                 OLDEST.0, OLDEST.1, OLDEST.2
             )));
         }
-    }
-    if plugin != "ACTIVE" {
-        return Err(refused(format!(
-            "its clone plugin is {plugin}: install it on the source (INSTALL PLUGIN clone SONAME 'mysql_clone.so'), and grant the account BACKUP_ADMIN"
-        )));
     }
     let number = |what: &str, v: &str| {
         v.parse::<u32>()
@@ -379,6 +406,8 @@ pub async fn facts(donor: &Donor, work: &Path) -> Result<SourceFacts, RestoreErr
         server_uuid: uuid.clone(),
         server_id: number("server_id", id)?,
         gtids: gtid_mode == "ON",
+        log_bin: log_bin == "1",
+        clone_plugin: plugin == "ACTIVE",
         geometry: crate::tools::MySqlGeometry {
             page_size,
             lower_case_table_names,
@@ -409,6 +438,12 @@ pub async fn take(
         }
     };
     let source = facts(donor, work).await?;
+    if !source.clone_plugin {
+        return Err(RestoreError::Source {
+            source_server: format!("{donor:?}"),
+            problem: "its clone plugin is not active: install it on the source (INSTALL PLUGIN clone SONAME 'mysql_clone.so'), and grant the account BACKUP_ADMIN".into(),
+        });
+    }
     progress.step(
         &format!(
             "cloning MySQL {} ({}, {})",
@@ -520,7 +555,7 @@ pub async fn take(
 
 /// Gives `path` and everything under it back to this process's user (and group), following
 /// no link; only it may then write there (mode bits stay).
-fn take_back(path: &Path) -> Result<(), RestoreError> {
+pub(crate) fn take_back(path: &Path) -> Result<(), RestoreError> {
     let (uid, gid) = (rustix::process::geteuid(), rustix::process::getegid());
     let io = |source| RestoreError::Io {
         action: "taking the clone back from the server's user".into(),
@@ -539,7 +574,7 @@ fn take_back(path: &Path) -> Result<(), RestoreError> {
 /// `mysqld --initialize-insecure` into `datadir` (the recipient's own, empty data: its
 /// root has no password and logs in only through the socket, which is Tidemark's), with
 /// the source's geometry.
-async fn initialize(
+pub(crate) async fn initialize(
     tools: &Tools,
     datadir: &Path,
     out: &Path,

@@ -10,6 +10,7 @@ pub mod check;
 pub mod clone;
 pub mod cnf;
 pub mod consolidate;
+pub mod dump;
 pub mod mysql;
 pub mod purge;
 pub mod remote;

@@ -191,7 +191,9 @@ fn plan_of(catalog: &Catalog, choice: RestoreChoice) -> Result<RestorePlan, Rest
                 .backup(&b.name, &b.id)
                 .and_then(|s| s.metadata.clone())
                 .ok_or_else(|| RestoreError::NoMetadata { id: b.id.clone() })?;
-            if m.method != mariadb::METHOD && m.method != crate::clone::METHOD {
+            if ![mariadb::METHOD, crate::clone::METHOD, crate::dump::METHOD]
+                .contains(&m.method.as_str())
+            {
                 return Err(RestoreError::Method {
                     id: m.backup_id,
                     method: m.method,
@@ -417,10 +419,13 @@ async fn restore_into(
             0,
         );
     }
-    // A MySQL clone (issue 47): unpacked, replayed with MySQL's tools.
-    let mysql = clone_of(plan)?;
+    // A MySQL clone or dump (issue 47): unpacked or loaded, replayed with MySQL's tools.
+    let mysql = mysql_of(plan)?;
     let backups = async {
         match mysql {
+            Some(dump) if dump.method == crate::dump::METHOD => {
+                crate::dump::load(store, dump, datadir, work, tools, progress).await
+            }
             Some(clone) => crate::clone::extract(store, clone, datadir, progress).await,
             None => build_prepared(store, &plan.backups, datadir, work, tools, progress).await,
         }
@@ -1000,16 +1005,14 @@ async fn run_logged(
     }
 }
 
-/// The clone a restore plan restores, when it is one: `None` for mariabackup chains.
+/// The MySQL backup (a clone or a dump) a restore plan restores, when it is one: `None`
+/// for mariabackup chains.
 ///
 /// # Errors
-/// A chain that mixes a clone with other backups (a clone is always a full).
-pub fn clone_of(plan: &RestorePlan) -> Result<Option<&Metadata>, RestoreError> {
-    let clones = plan
-        .backups
-        .iter()
-        .filter(|m| m.method == crate::clone::METHOD)
-        .count();
+/// A chain that mixes a MySQL backup with other backups (one is always a full).
+pub fn mysql_of(plan: &RestorePlan) -> Result<Option<&Metadata>, RestoreError> {
+    let mysql = |m: &Metadata| m.method == crate::clone::METHOD || m.method == crate::dump::METHOD;
+    let clones = plan.backups.iter().filter(|m| mysql(m)).count();
     match (clones, &plan.backups[..]) {
         (0, _) => Ok(None),
         (1, [m]) => Ok(Some(m)),
@@ -1017,7 +1020,10 @@ pub fn clone_of(plan: &RestorePlan) -> Result<Option<&Metadata>, RestoreError> {
             id: plan.backups[0].backup_id.clone(),
             method: format!(
                 "{} in a chain of {}",
-                crate::clone::METHOD,
+                plan.backups
+                    .iter()
+                    .find(|m| mysql(m))
+                    .map_or(crate::clone::METHOD, |m| m.method.as_str()),
                 plan.backups.len()
             ),
         }),

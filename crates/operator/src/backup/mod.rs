@@ -391,10 +391,10 @@ impl Step {
     /// Backup fixes it), or `None`.
     fn refusal(&self, method: &str) -> Option<String> {
         let backup = &self.backup;
-        if method == "mysql-clone" {
-            return Some(
-                "method mysql-clone runs in standalone mode only so far (tidemark push, tidemark run): the operator's backup Jobs do not run MySQL's clone yet".into(),
-            );
+        if method == "mysql-clone" || method == "mysqldump" {
+            return Some(format!(
+                "method {method} runs in standalone mode only so far (tidemark push, tidemark run): the operator's backup Jobs do not run MySQL's programs yet"
+            ));
         }
         if !matches!(method, "mariabackup" | "xtrabackup" | "exec" | "job") {
             return Some(format!(

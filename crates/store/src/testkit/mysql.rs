@@ -221,6 +221,24 @@ impl MySql {
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
+    /// Runs SQL as root whose password has expired (a restored dump's: the first statement
+    /// sets one), and returns its output.
+    ///
+    /// # Panics
+    /// The statement fails.
+    pub fn sql_expired(&self, sql: &str) -> String {
+        let out = self
+            .client(&["--connect-expired-password", "-N", "-B", "-e", sql])
+            .output()
+            .expect("chroot mysql");
+        assert!(
+            out.status.success(),
+            "{sql}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
     /// A client session reading statements from the returned stdin (one transaction per
     /// statement in autocommit), for a steady write load.
     ///

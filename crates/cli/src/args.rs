@@ -856,6 +856,13 @@ pub struct RestoreTestArgs {
     pub tools: MariaDbTools,
 }
 
+/// The database server `archive-binlogs --from-server` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Engine {
+    Mariadb,
+    Mysql,
+}
+
 #[derive(Debug, Args)]
 pub struct ArchiveArgs {
     #[command(flatten)]
@@ -897,6 +904,31 @@ pub struct ArchiveArgs {
         requires = "from_server"
     )]
     pub mariadb_binlog: PathBuf,
+    /// With --from-server: which server it is. `mysql` reads a MySQL server with MySQL's
+    /// programs (--mysql, --mysqlbinlog); a server that is not the one named is refused.
+    #[arg(
+        long,
+        value_enum,
+        default_value_t = Engine::Mariadb,
+        requires = "from_server"
+    )]
+    pub engine: Engine,
+    /// With --from-server --engine mysql: MySQL's client (asks SHOW BINARY LOGS).
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "mysql",
+        requires = "from_server"
+    )]
+    pub mysql: PathBuf,
+    /// With --from-server --engine mysql: MySQL's `mysqlbinlog`.
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "mysqlbinlog",
+        requires = "from_server"
+    )]
+    pub mysqlbinlog: PathBuf,
     /// The `@@server_id` of the server the cluster says is primary: only it starts a new
     /// timeline (after a failover), so an old primary still writing, or a server whose
     /// files claim another's transactions, never takes over the archive's main line.

@@ -593,12 +593,24 @@ fn remote_server(
     let Some(spool) = args.spool.clone() else {
         return Err(CliError::input("--from-server needs --spool DIR"));
     };
+    let mysql = args.engine == crate::args::Engine::Mysql;
+    if mysql && args.purge_keep.is_some() {
+        return Err(CliError::input(
+            "--purge-keep with --engine mysql: purging a MySQL server's binlogs is not built yet (its archive is; purge with the server's binlog_expire_logs_seconds)",
+        ));
+    }
+    let (client, decoder) = if mysql {
+        (args.mysql.clone(), args.mysqlbinlog.clone())
+    } else {
+        (args.mariadb.clone(), args.mariadb_binlog.clone())
+    };
     Ok(Some(tidemark_mariadb::remote::RemoteServer {
         client_args: args.client.clone(),
         spool,
-        mariadb: args.mariadb.clone(),
-        mariadb_binlog: args.mariadb_binlog.clone(),
+        mariadb: client,
+        mariadb_binlog: decoder,
         primary: primary(args),
+        mysql,
     }))
 }
 

@@ -522,6 +522,8 @@ fn a_failover_between_mysql_servers_keeps_the_window_whole() {
     let a = source(100);
     let b = MySql::start_with_id(2);
     a.sql("CREATE USER 'repl'@'127.0.0.1' IDENTIFIED BY 'repl-secret'; GRANT REPLICATION SLAVE ON *.* TO 'repl'@'127.0.0.1'");
+    // The account the new primary's binlogs are read with over the network (replicated).
+    a.sql("CREATE USER 'archiver'@'127.0.0.1' IDENTIFIED BY 'archive-secret'; GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'archiver'@'127.0.0.1'");
     b.sql(&format!(
         "CHANGE REPLICATION SOURCE TO SOURCE_HOST = '127.0.0.1', SOURCE_PORT = {}, SOURCE_USER = 'repl', SOURCE_PASSWORD = 'repl-secret', SOURCE_AUTO_POSITION = 1, GET_SOURCE_PUBLIC_KEY = 1; START REPLICA",
         a.port
@@ -610,7 +612,39 @@ fn a_failover_between_mysql_servers_keeps_the_window_whole() {
     };
     ok(&["archive-binlogs", "--binlog-index", &index(&a), "--once"]);
     b.sql("INSERT INTO shop.orders VALUES (9999, 'after the last instant'); FLUSH BINARY LOGS");
-    ok(&["archive-binlogs", "--binlog-index", &index(&b), "--once"]);
+    // The new primary's binlogs are read over the network, as a replica client: its first
+    // file is found by its Previous_gtids, and its timeline starts where the local
+    // archiver's would.
+    let spool = tempfile::tempdir().unwrap();
+    let login = spool.path().join("archiver.cnf");
+    std::fs::write(&login, "[client]\npassword=archive-secret\n").unwrap();
+    let login_arg = format!("--defaults-extra-file={}", login.display());
+    let port = format!("--port={}", b.port);
+    let spooled = spool.path().join("spool");
+    let from_server = [
+        "archive-binlogs",
+        "--from-server",
+        "--engine",
+        "mysql",
+        "--spool",
+        spooled.to_str().unwrap(),
+        "--once",
+        "--",
+        &login_arg,
+        "--host=127.0.0.1",
+        &port,
+        "--user=archiver",
+    ];
+    // Not MariaDB: refused by name without --engine mysql.
+    let wrong: Vec<&str> = from_server
+        .iter()
+        .copied()
+        .filter(|a| *a != "--engine" && *a != "mysql")
+        .collect();
+    let out = tidemark(&wrong);
+    assert!(!out.status.success(), "a MySQL server read as MariaDB");
+    assert!(stderr(&out).contains("--engine mysql"), "{}", stderr(&out));
+    ok(&from_server);
 
     // The old primary, still writing, is not archived: its binlog holds nothing the new
     // primary wrote, so its history would take the main line from the one the cluster

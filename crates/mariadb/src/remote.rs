@@ -43,7 +43,15 @@ pub struct RemoteServer {
     /// Which server may start a timeline: the one this archiver reads, unless the cluster
     /// confirmed another (`--primary-server-id`).
     pub primary: Primary,
+    /// The server is MySQL (`--engine mysql`): `mariadb` and `mariadb_binlog` are then
+    /// MySQL's `mysql` and `mysqlbinlog`, and a new server's first file is found by its
+    /// `Previous_gtids`.
+    pub mysql: bool,
 }
+
+/// The server id `mysqlbinlog --stop-never` connects as (MySQL's default, 1, is often a
+/// real server's; MariaDB's `mariadb-binlog` takes 65535).
+pub const MYSQL_CONNECTION_SERVER_ID: u32 = 65535;
 
 /// Why reading from the server failed.
 #[derive(Debug, thiserror::Error)]
@@ -143,9 +151,26 @@ impl RemoteServer {
     /// What the server says of its settings and of the account's grants.
     ///
     /// # Errors
-    /// `mariadb` cannot run or fails; the answer is not the settings asked for.
+    /// `mariadb` cannot run or fails; the server is not of the engine named
+    /// ([`RemoteError::Unfit`]); the answer is not the settings asked for.
     pub async fn settings(&self) -> Result<crate::requirements::Server, RemoteError> {
-        let query = crate::requirements::SETTINGS_SQL;
+        // Which server it is, first: each has settings the other lacks.
+        let version = self.query("SELECT @@version").await?;
+        let mysql = !version.contains("MariaDB");
+        if mysql != self.mysql {
+            return Err(RemoteError::Unfit(if mysql {
+                format!(
+                    "the server is MySQL {version}: pass --engine mysql (MySQL's mysql and mysqlbinlog read it)"
+                )
+            } else {
+                format!("the server is {version}: leave out --engine mysql")
+            }));
+        }
+        let query = if self.mysql {
+            crate::requirements::MYSQL_SETTINGS_SQL
+        } else {
+            crate::requirements::SETTINGS_SQL
+        };
         let answer = self.query(query).await?;
         crate::requirements::parse(&answer).map_err(|_| RemoteError::Answer {
             query: query.into(),
@@ -260,6 +285,9 @@ impl RemoteServer {
                     .unwrap_or_default());
             }
         }
+        if self.mysql {
+            return self.mysql_first(&index, newest_timeline, &files).await;
+        }
         // Another server: its newest file whose start the archive's newest timeline holds
         // (that server wrote those numbers: after a failover the new primary's own
         // transactions share numbers with the old one's last ones).
@@ -289,6 +317,57 @@ impl RemoteServer {
         Ok(files.first().cloned().unwrap_or_default())
     }
 
+    /// A MySQL server the archive has no timeline of (a new primary): its newest file whose
+    /// `Previous_gtids` (its history when the file was opened, read with `SHOW BINLOG
+    /// EVENTS`) the archive's newest timeline holds — so its first transaction not archived
+    /// is in it or later — else its oldest. The archive pass then starts the timeline
+    /// where the local archiver would.
+    async fn mysql_first(
+        &self,
+        index: &SegmentIndex,
+        newest_timeline: u32,
+        files: &[String],
+    ) -> Result<String, RemoteError> {
+        use tidemark_core::timeline::timeline_of;
+        let held = index
+            .entries()
+            .filter(|e| timeline_of(e.sequence) == newest_timeline)
+            .max_by_key(|e| e.sequence)
+            .and_then(|e| Some(e.previous_gtids.as_ref()?.union(e.gtid_set.as_ref()?)));
+        let oldest = files.first().cloned().unwrap_or_default();
+        let Some(held) = held else {
+            return Ok(oldest);
+        };
+        for f in files.iter().rev() {
+            // A name from the server's answer goes into a statement: only a segment name.
+            if !tidemark_store::layout::is_segment_name(f) {
+                continue;
+            }
+            let answer = self
+                .query(&format!("SHOW BINLOG EVENTS IN '{f}' LIMIT 2"))
+                .await?;
+            let previous = answer.lines().find_map(|line| {
+                let columns: Vec<&str> = line.split('\t').collect();
+                (columns.get(2) == Some(&"Previous_gtids")).then(|| {
+                    columns
+                        .get(5)
+                        .copied()
+                        .unwrap_or_default()
+                        .replace("\\n", "")
+                })
+            });
+            let Some(Ok(previous)) =
+                previous.map(|p| tidemark_core::gtidset::GtidSet::parse(p.trim()))
+            else {
+                continue;
+            };
+            if previous.is_subset(&held) {
+                return Ok(f.clone());
+            }
+        }
+        Ok(oldest)
+    }
+
     /// `mariadb-binlog --read-from-remote-server --raw --to-last-log` from `first` into the
     /// spool; with `follow`, `--stop-never` (it keeps reading as the server writes).
     fn command(&self, first: &str, follow: bool) -> tokio::process::Command {
@@ -298,6 +377,11 @@ impl RemoteServer {
             .arg(format!("--result-file={}/", self.spool.display()));
         if follow {
             c.arg("--stop-never");
+            if self.mysql {
+                c.arg(format!(
+                    "--connection-server-id={MYSQL_CONNECTION_SERVER_ID}"
+                ));
+            }
         }
         c.arg(first).stdin(Stdio::null());
         c

@@ -14,6 +14,9 @@ use std::collections::BTreeSet;
 
 /// What is asked: the settings, the account (`user@host`), then its grants, a line each.
 pub const SETTINGS_SQL: &str = "SELECT @@server_id, @@log_bin, @@log_slave_updates, @@gtid_strict_mode, CURRENT_USER(), @@version; SHOW GRANTS";
+/// [`SETTINGS_SQL`] for MySQL (issue 47), whose GTIDs are on or off rather than strict:
+/// `gtid_mode = ON` stands in the place of `gtid_strict_mode`.
+pub const MYSQL_SETTINGS_SQL: &str = "SELECT @@server_id, @@log_bin, @@log_replica_updates, @@gtid_mode = 'ON', CURRENT_USER(), @@version; SHOW GRANTS";
 
 /// The global privileges a `mariabackup --backup --slave-info` run needs (10.11: `BACKUP
 /// STAGE` wants `RELOAD`, the redo log `PROCESS`, `SHOW MASTER STATUS` `BINLOG MONITOR`,
@@ -38,6 +41,8 @@ pub struct Server {
     pub privileges: BTreeSet<String>,
     /// The server's major and minor version (`10.11` of `10.11.19-MariaDB-log`), when read.
     pub version: Option<(u32, u32)>,
+    /// It is MySQL (its version names no MariaDB): its rights have MySQL's names.
+    pub mysql: bool,
 }
 
 /// What a task is refused for, and what it is only warned of.
@@ -67,6 +72,8 @@ fn canonical(privilege: &str) -> &str {
         "REPLICATION CLIENT" => "BINLOG MONITOR",
         "REPLICA MONITOR" => "SLAVE MONITOR",
         "REPLICATION REPLICA" => "REPLICATION SLAVE",
+        // MySQL's dynamic privilege.
+        "BINLOG_ADMIN" => "BINLOG ADMIN",
         p => p,
     }
 }
@@ -90,6 +97,7 @@ pub fn parse(answer: &str) -> Result<Server, String> {
     else {
         return Err(format!("not the settings asked for: {first:?}"));
     };
+    let mysql = !version.contains("MariaDB");
     let version = {
         let mut parts = version.split(['.', '-']);
         let major = parts.next().and_then(|p| p.parse().ok());
@@ -115,7 +123,8 @@ pub fn parse(answer: &str) -> Result<Server, String> {
         else {
             continue;
         };
-        for p in list.split(", ") {
+        // (MySQL lists its dynamic privileges with no space after the comma.)
+        for p in list.split(',') {
             privileges.insert(canonical(p.trim()).to_owned());
         }
     }
@@ -127,6 +136,7 @@ pub fn parse(answer: &str) -> Result<Server, String> {
         account,
         privileges,
         version,
+        mysql,
     })
 }
 
@@ -137,7 +147,7 @@ impl Server {
     /// taken as 11 (the stricter reading).
     pub fn has(&self, privilege: &str) -> bool {
         const CARRIED_BY_SUPER: [&str; 3] = ["BINLOG MONITOR", "SLAVE MONITOR", "BINLOG ADMIN"];
-        let super_carries = self.version.is_some_and(|v| v < (11, 0));
+        let super_carries = !self.mysql && self.version.is_some_and(|v| v < (11, 0));
         self.privileges.contains("ALL PRIVILEGES")
             || self.privileges.contains(privilege)
             || (super_carries
@@ -147,7 +157,17 @@ impl Server {
 
     /// The missing ones of `wanted`, as the statement that grants them.
     fn grant_missing(&self, wanted: &[&str], findings: &mut Findings) {
-        let missing: Vec<&str> = wanted.iter().copied().filter(|p| !self.has(p)).collect();
+        let missing: Vec<&str> = wanted
+            .iter()
+            .copied()
+            .filter(|p| !self.has(p))
+            // MySQL's names for what MariaDB split out.
+            .map(|p| match p {
+                "BINLOG MONITOR" if self.mysql => "REPLICATION CLIENT",
+                "BINLOG ADMIN" if self.mysql => "BINLOG_ADMIN",
+                p => p,
+            })
+            .collect();
         if !missing.is_empty() {
             findings.missing.push(format!(
                 "the account {} lacks {} (GRANT {} ON *.* TO {})",
@@ -279,5 +299,32 @@ mod tests {
         assert!(b.warnings[0].contains("log_bin is OFF"), "{b:?}");
         assert!(parse("x\t1").is_err());
         assert!(parse("").is_err());
+    }
+
+    #[test]
+    fn a_mysql_servers_rights_are_read_by_mysqls_names() {
+        let s = parse(
+            "2\t1\t1\t1\tarchiver@127.0.0.1\t9.7.4-2\n\
+             GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO `archiver`@`127.0.0.1`\n\
+             GRANT APPLICATION_PASSWORD_ADMIN,BACKUP_ADMIN ON *.* TO `archiver`@`127.0.0.1`",
+        )
+        .unwrap();
+        assert!(s.mysql);
+        assert!(s.has("REPLICATION SLAVE") && s.has("BINLOG MONITOR") && s.has("BACKUP_ADMIN"));
+        assert_eq!(s.for_archive(false), Findings::default());
+        assert_eq!(
+            s.for_archive(true).missing,
+            vec![
+                "the account 'archiver'@'127.0.0.1' lacks BINLOG_ADMIN (GRANT BINLOG_ADMIN ON *.* TO 'archiver'@'127.0.0.1')"
+            ]
+        );
+        let bare = parse("2\t1\t1\t1\ta@%\t8.0.40\nGRANT SUPER ON *.* TO `a`@`%`").unwrap();
+        assert_eq!(
+            bare.for_archive(false).missing,
+            vec![
+                "the account 'a'@'%' lacks REPLICATION SLAVE, REPLICATION CLIENT (GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'a'@'%')"
+            ],
+            "MySQL's SUPER carries neither"
+        );
     }
 }

@@ -827,9 +827,24 @@ pub struct SourceSpec {
     #[x_kube(validation = Rule::new(crate::interval::BINLOG_MAX_LAG_RULE).message(crate::interval::BINLOG_MAX_LAG_MESSAGE))]
     #[schemars(length(max = 24))]
     pub standby_max_lag: Option<String>,
+    /// The database: `mariadb` (default) or `mysql` (MySQL 8.0.17 or newer): a MySQL
+    /// source is backed up with method `mysql-clone` (its default) or `mysqldump`, over TCP
+    /// from the chosen pod, in the database container's image (which must hold MySQL's
+    /// `mysqld` and `mysql`); its binlogs are read with MySQL's programs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ENGINES))]
+    pub engine: Option<String>,
 }
 
+/// The databases a source may be (`source.engine`).
+pub const ENGINES: [&str; 2] = ["mariadb", "mysql"];
+
 impl SourceSpec {
+    /// `engine: mysql`.
+    pub fn is_mysql(&self) -> bool {
+        self.engine.as_deref() == Some("mysql")
+    }
+
     /// `standbyMaxLag`, when set.
     ///
     /// # Errors

@@ -829,9 +829,12 @@ fn a_mysqldump_backup_restores_to_any_instant() {
     let loaded = load_rows();
     assert_eq!(pushed["phase"], "completed", "{pushed}");
     let id = pushed["backupId"].as_str().unwrap().to_owned();
-    let m: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&find(store.path(), "metadata.json")[0]).unwrap())
-            .unwrap();
+    // (The refused attempt left its record too.)
+    let record = find(store.path(), "metadata.json")
+        .into_iter()
+        .find(|p| p.to_string_lossy().contains(&id))
+        .unwrap();
+    let m: serde_json::Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
     assert_eq!(m["backupId"], id.as_str(), "{m}");
     assert_eq!(m["method"], "mysqldump", "{m}");
     // The dump holds the transactions up to a point mid-load: rows 1..=n of shop.load.

@@ -80,6 +80,9 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("replication_and_failover", |w| {
         Box::pin(replication_and_failover(w))
     }),
+    ("a_mysql_statefulset_backed_up_and_restored", |w| {
+        Box::pin(a_mysql_statefulset_backed_up_and_restored(w))
+    }),
 ];
 
 fn main() -> ExitCode {
@@ -461,6 +464,223 @@ async fn statefulset(w: &World, ns: &str, name: &str, replicas: usize) {
         ready(&pods.get_opt(&first).await.ok()??).then_some(())
     })
     .await;
+}
+
+/// The MySQL image (scripts/mysql-image.sh: the MySQL root the other tests run, as an
+/// image), in the node's containerd.
+const MYSQL_IMAGE: &str = "tidemark.test/mysql:9.7";
+
+/// A MySQL 9.7 StatefulSet of one pod labelled `app=<name>` (issue 47), as [`statefulset`]'s
+/// MariaDB one: the node's local storage, the image's mysql user (999), the `restricted`
+/// level and a read-only root, binary logs with GTIDs, the clone plugin; a Service `<name>`
+/// to its pod. Waits for it to be ready (on a data directory its claim holds already, or a
+/// new one).
+async fn mysql_statefulset(w: &World, ns: &str, name: &str) {
+    w.node.local_volumes(1).await;
+    let script = "set -e\n\
+        if [ ! -f /var/lib/mysql/mysql.ibd ]; then\n\
+          mysqld --initialize-insecure --datadir=/var/lib/mysql >/tmp/init.log 2>&1 || { cat /tmp/init.log; exit 1; }\n\
+        fi\n\
+        exec mysqld --datadir=/var/lib/mysql --bind-address=0.0.0.0 --port=3306 --skip-name-resolve --log-bin=mysql-bin --server-id=$((${HOSTNAME##*-} + 1)) --gtid-mode=ON --enforce-gtid-consistency=ON --plugin-load-add=mysql_clone.so --mysqlx=OFF --tmpdir=/tmp --socket=/run/mysqld/mysqld.sock --pid-file=/run/mysqld/mysqld.pid";
+    w.apply(
+        ns,
+        &[
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+                   "spec": {"selector": {"app": name, "statefulset.kubernetes.io/pod-name": format!("{name}-0")},
+                            "ports": [{"port": 3306, "targetPort": 3306}]}}),
+            json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": name},
+                "spec": {
+                    "serviceName": name, "replicas": 1,
+                    "selector": {"matchLabels": {"app": name}},
+                    "template": {
+                        "metadata": {"labels": {"app": name, "tidemark.io/role": "primary"}},
+                        "spec": {
+                            "securityContext": {"runAsUser": 999, "runAsGroup": 999, "fsGroup": 999,
+                                                "runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+                            "containers": [{
+                                "name": "mysql", "image": MYSQL_IMAGE, "imagePullPolicy": "Never",
+                                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]},
+                                                    "readOnlyRootFilesystem": true},
+                                "command": ["sh", "-c", script],
+                                "ports": [{"containerPort": 3306}],
+                                "readinessProbe": {"exec": {"command": ["mysql", "-uroot", "--socket=/run/mysqld/mysqld.sock", "-e", "SELECT 1"]}, "periodSeconds": 1},
+                                "volumeMounts": [{"name": "data", "mountPath": "/var/lib/mysql"},
+                                                 {"name": "tmp", "mountPath": "/tmp"},
+                                                 {"name": "run", "mountPath": "/run/mysqld"}],
+                            }],
+                            "volumes": [{"name": "tmp", "emptyDir": {}}, {"name": "run", "emptyDir": {}}],
+                        },
+                    },
+                    "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {
+                        "accessModes": ["ReadWriteOnce"], "storageClassName": LOCAL_STORAGE_CLASS,
+                        "resources": {"requests": {"storage": "1Gi"}}}}],
+                }}),
+        ],
+    );
+    let pods: Api<Pod> = Api::namespaced(w.client(), ns);
+    let first = format!("{name}-0");
+    eventually_within(&format!("{first} ready"), LONG, || async {
+        ready(&pods.get_opt(&first).await.ok()??).then_some(())
+    })
+    .await;
+}
+
+/// Issue 47 on the node: a MySQL StatefulSet (the MySQL 9.7 image), its policy
+/// `source.engine: mysql`; a Backup by clone (the default method) and one by mysqldump,
+/// each a Job in the database's image reaching the server over TCP; the binlogs read by
+/// the archiver with MySQL's programs; a Restore to an instant after the clone into a new
+/// claim, on which a second StatefulSet starts with exactly the rows and GTIDs of then.
+async fn a_mysql_statefulset_backed_up_and_restored(w: Arc<World>) {
+    let ns = "mysql";
+    w.tenant(ns).await;
+    let t = Instant::now();
+    let out = std::process::Command::new(workspace().join("scripts/mysql-image.sh"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "scripts/mysql-image.sh: {}",
+        common::stderr(&out)
+    );
+    let archive = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    w.node.import(std::path::Path::new(&archive));
+    eprintln!(
+        "MySQL image built (or cached) and imported in {:.1?}",
+        t.elapsed()
+    );
+    mysql_statefulset(&w, ns, "my").await;
+    let sql = |pod: &str, sql: &str| {
+        w.kubectl(&[
+            "exec",
+            "-n",
+            ns,
+            pod,
+            "-c",
+            "mysql",
+            "--",
+            "mysql",
+            "-uroot",
+            "--socket=/run/mysqld/mysqld.sock",
+            "-N",
+            "-B",
+            "-e",
+            sql,
+        ])
+        .trim()
+        .to_owned()
+    };
+    let sql_password = DB_PASSWORD.replace('\\', "\\\\");
+    sql(
+        "my-0",
+        &format!(
+            "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT); \
+             CREATE USER 'backup'@'%' IDENTIFIED BY '{sql_password}'; \
+             GRANT BACKUP_ADMIN, SELECT, SHOW VIEW, TRIGGER, EVENT, RELOAD, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'backup'@'%'"
+        ),
+    );
+    let insert = |n: usize| {
+        let values: Vec<String> = (0..n).map(|i| format!("({i})")).collect();
+        sql(
+            "my-0",
+            &format!("INSERT INTO shop.orders (v) VALUES {}", values.join(",")),
+        );
+    };
+    insert(10);
+    let services: Api<Service> = Api::namespaced(w.client(), ns);
+    let service = services
+        .get("my")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .cluster_ip
+        .unwrap();
+    w.apply(
+        ns,
+        &[
+            json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy", "metadata": {"name": "shop"},
+                "spec": {
+                    "objectStore": {"bucket": tidemark_store::testkit::BUCKET, "endpoint": w.s3.endpoint, "credentialsSecret": "s3"},
+                    "cluster": "mysql",
+                    "source": {"selector": {"matchLabels": {"app": "my"}}, "container": "mysql", "credentialsSecret": "db", "engine": "mysql"},
+                    "binlogArchive": {"server": {"host": service, "port": 3306}, "interval": "2s"},
+                }}),
+            json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "Backup", "metadata": {"name": "clone-1"},
+                "spec": {"policy": {"name": "shop"}, "target": "primary"}}),
+        ],
+    );
+    let clone = completed(&w, ns, "clone-1").await;
+    let id = clone["backupId"].as_str().unwrap().to_owned();
+    let m = stored_metadata(&w.s3, "mysql", "clone-1", &id).await;
+    assert_eq!(m["method"], "mysql-clone", "{m}");
+    // Rows 11, 12 before the instant, 13–15 after it.
+    insert(2);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let at = jiff::Timestamp::now();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    insert(3);
+    let expected_gtids = {
+        // What the primary had executed by then: one run of its own, 1-N.
+        let uuid = sql("my-0", "SELECT @@server_uuid");
+        let executed = sql("my-0", "SELECT @@gtid_executed");
+        let n: u64 = executed
+            .strip_prefix(&format!("{uuid}:1-"))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{executed}"));
+        (uuid, n)
+    };
+    sql("my-0", "FLUSH BINARY LOGS");
+    eventually_within("MySQL binlogs past the instant archived", LONG, || async {
+        let ls = common::json(&w.tidemark("mysql", &["ls", "--output", "json"]));
+        let end: jiff::Timestamp = ls["recoveryWindow"]["to"].as_str()?.parse().ok()?;
+        (end > at).then_some(())
+    })
+    .await;
+    // A logical backup too, through the same Job.
+    w.apply(
+        ns,
+        &[json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "Backup", "metadata": {"name": "dump-1"},
+            "spec": {"policy": {"name": "shop"}, "method": "mysqldump", "target": "primary"}})],
+    );
+    let dump = completed(&w, ns, "dump-1").await;
+    let dump_id = dump["backupId"].as_str().unwrap().to_owned();
+    let m = stored_metadata(&w.s3, "mysql", "dump-1", &dump_id).await;
+    assert_eq!(m["method"], "mysqldump", "{m}");
+    assert!(
+        m["gtidExecuted"]
+            .as_str()
+            .is_some_and(|g| g.contains(&expected_gtids.0)),
+        "{m}"
+    );
+
+    w.node.local_volumes(1).await;
+    w.apply(
+        ns,
+        &[json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "Restore", "metadata": {"name": "my2-between"},
+            "spec": {"policy": {"name": "shop"}, "target": {"to": at.to_string()},
+                     "into": {"newClaim": {"name": "data-my2-0", "storageClassName": LOCAL_STORAGE_CLASS}}}})],
+    );
+    let done = restore_ended(&w, ns, "my2-between").await;
+    assert_eq!(done["phase"], "Succeeded", "{done}");
+    assert!(done["segments"].as_u64().unwrap() >= 1, "{done}");
+    mysql_statefulset(&w, ns, "my2").await;
+    assert_eq!(
+        sql("my2-0", "SELECT COUNT(*) FROM shop.orders"),
+        "12",
+        "the rows at {at}"
+    );
+    let restored = sql("my2-0", "SELECT @@gtid_executed").replace("\\n", "");
+    assert_eq!(
+        done["gtidPosition"].as_str(),
+        Some(restored.as_str()),
+        "the Restore says what the data holds: {done}"
+    );
+    // Everything the primary had then but its last insert.
+    assert_eq!(
+        restored,
+        format!("{}:1-{}", expected_gtids.0, expected_gtids.1 - 1),
+        "{done}"
+    );
 }
 
 /// An instant strictly between `before` rows inserted and `after` rows inserted in `pod`
@@ -3058,14 +3278,18 @@ async fn finished(w: &World, ns: &str, name: &str) -> serde_json::Value {
 /// What the store recorded for an attempt (`metadata.json`'s phase), if anything.
 /// The first payload `metadata.json` of backup `name/id` records.
 async fn stored_payload(s3: &SeaweedFs, cluster: &str, name: &str, id: &str) -> serde_json::Value {
+    stored_metadata(s3, cluster, name, id).await["payload"][0].clone()
+}
+
+/// Backup `name`/`id`'s `metadata.json` in the store.
+async fn stored_metadata(s3: &SeaweedFs, cluster: &str, name: &str, id: &str) -> serde_json::Value {
     let meta = s3
         .cluster_store(cluster)
         .read(&tidemark_store::layout::metadata_key(name, id))
         .await
         .unwrap()
         .expect("metadata.json");
-    let v: serde_json::Value = serde_json::from_slice(&meta).unwrap();
-    v["payload"][0].clone()
+    serde_json::from_slice(&meta).unwrap()
 }
 
 /// Asserts that backup `id`'s payload is recorded compressed (zstd) and encrypted (age) and

@@ -177,14 +177,15 @@ pub struct RestoreSummary {
 /// The longest GTID position a restore's summary carries (a termination message is 4 KiB).
 pub const MAX_GTID_POSITION: usize = 512;
 
-/// Whether `text` is a GTID position short enough for a summary: `D-S-N` entries, comma
-/// separated, digits only.
+/// Whether `text` is a GTID position short enough for a summary: MariaDB's `D-S-N`
+/// entries, comma separated, digits only, or a MySQL GTID set (`uuid:1-5,…`).
 pub fn is_gtid_position(text: &str) -> bool {
     text.len() <= MAX_GTID_POSITION
         && !text.is_empty()
-        && text
+        && (text
             .split(',')
             .all(|g| tidemark_core::Gtid::parse(g.trim()).is_ok())
+            || tidemark_core::gtidset::GtidSet::parse(text).is_ok())
 }
 
 /// One step of a restore and how long it took.
@@ -441,6 +442,10 @@ mod tests {
     fn a_reported_gtid_position_is_gtids_and_short() {
         assert!(is_gtid_position("0-1-4"));
         assert!(is_gtid_position("0-1-4,1-2-9"));
+        assert!(is_gtid_position(
+            "7bdd2010-eceb-11f1-abcd-02fc00000001:1-6,aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa:5"
+        ));
+        assert!(!is_gtid_position("7bdd2010-eceb-11f1:1-6"));
         assert!(!is_gtid_position(""));
         assert!(!is_gtid_position("0-1-4; DROP TABLE x"));
         assert!(!is_gtid_position(&vec!["0-1-4"; 200].join(",")));

@@ -82,18 +82,31 @@ impl std::fmt::Debug for Donor {
 impl Donor {
     /// The source from a method's command: the client and its connection options, e.g.
     /// `[mysql, --host=db, --port=3306, --user=tidemark, --password=…]` (`-h`, `-P`, `-u`,
-    /// `-p` too, a value attached or, but for `-p`, as the next word). The clone goes over
-    /// TCP, so a socket is refused; so is any other option.
+    /// `-p` too, a value attached or, but for `-p`, as the next word). First, an options
+    /// file may give the user and password (`--defaults-extra-file=FILE`, its `[client]`
+    /// `user=` and `password=`; later options win), so no password is on a command line.
+    /// The clone goes over TCP, so a socket is refused; so is any other option.
     ///
     /// # Errors
-    /// No client, no user, an option not understood or a port that is not one.
+    /// No client, no user, an option not understood, a port that is not one, or an
+    /// options file that cannot be read.
     pub fn from_command(command: &[String]) -> Result<Donor, String> {
-        const FORM: &str = "expected the client and its connection options, e.g. [mysql, --host=db.example, --port=3306, --user=tidemark, --password=…]";
+        const FORM: &str = "expected the client and its connection options, e.g. [mysql, --defaults-extra-file=/etc/tidemark/source.cnf, --host=db.example, --port=3306]";
         let Some((client, options)) = command.split_first() else {
             return Err(format!("method {METHOD} needs a command: {FORM}"));
         };
         let (mut host, mut port, mut user, mut password) =
             ("127.0.0.1".to_owned(), 3306u16, None, String::new());
+        let options = match options.split_first() {
+            Some((first, rest)) if first.starts_with("--defaults-extra-file=") => {
+                let file = &first["--defaults-extra-file=".len()..];
+                let login = read_login(Path::new(file))?;
+                user = login.0;
+                password = login.1.unwrap_or_default();
+                rest
+            }
+            _ => options,
+        };
         let mut words = options.iter();
         while let Some(word) = words.next() {
             let (name, attached) = match word.split_once('=') {
@@ -278,6 +291,75 @@ impl Donor {
             .map(str::to_owned)
             .collect())
     }
+}
+
+/// The most an options file may hold.
+const LOGIN_FILE_MAX: u64 = 64 * 1024;
+
+/// The `user` and `password` of an options file's `[client]` group (MySQL's syntax: a
+/// value double-quoted with `\`, `\"`, `\n`, `\t`, `\s` escapes, or bare up to a `#`).
+fn read_login(path: &Path) -> Result<(Option<String>, Option<String>), String> {
+    use std::io::Read as _;
+    let shown = path.display();
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(LOGIN_FILE_MAX + 1).read_to_string(&mut text))
+        .map_err(|e| format!("--defaults-extra-file={shown}: {e}"))?;
+    if text.len() as u64 > LOGIN_FILE_MAX {
+        return Err(format!(
+            "--defaults-extra-file={shown}: longer than {LOGIN_FILE_MAX} bytes"
+        ));
+    }
+    let (mut user, mut password) = (None, None);
+    let mut client = false;
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(group) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            client = group.trim() == "client";
+            continue;
+        }
+        if !client || line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        let Some((name, value)) = line.split_once('=') else {
+            continue;
+        };
+        let value = value.trim();
+        let value = match value.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
+            Some(quoted) => {
+                let mut out = String::new();
+                let mut chars = quoted.chars();
+                while let Some(c) = chars.next() {
+                    if c != '\\' {
+                        out.push(c);
+                        continue;
+                    }
+                    match chars.next() {
+                        Some('n') => out.push('\n'),
+                        Some('t') => out.push('\t'),
+                        Some('r') => out.push('\r'),
+                        Some('b') => out.push('\u{8}'),
+                        Some('s') => out.push(' '),
+                        Some(other) => out.push(other),
+                        None => out.push('\\'),
+                    }
+                }
+                out
+            }
+            None => value
+                .split('#')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_owned(),
+        };
+        match name.trim() {
+            "user" => user = Some(value),
+            "password" => password = Some(value),
+            _ => {}
+        }
+    }
+    Ok((user, password))
 }
 
 /// A value of a client options file, quoted: `"…"` with `\` and `"` escaped.
@@ -1100,6 +1182,43 @@ mod tests {
             let e = Donor::from_command(&cmd(words)).unwrap_err();
             assert!(e.contains(says), "{words:?}: {e}");
         }
+    }
+
+    #[test]
+    fn the_login_may_come_from_an_options_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("my.cnf");
+        std::fs::write(
+            &file,
+            "[mysqld]\nuser=mysql\n[client]\n# the operator's login\nuser=\"backup\"\npassword=\"p#w\\\\x\\\"y\"\n",
+        )
+        .unwrap();
+        let arg = format!("--defaults-extra-file={}", file.display());
+        let d = Donor::from_command(&cmd(&["mysql", &arg, "--host=db", "--port=3307"])).unwrap();
+        assert_eq!(
+            (
+                d.host.as_str(),
+                d.port,
+                d.user.as_str(),
+                d.password.as_str()
+            ),
+            ("db", 3307, "backup", "p#w\\x\"y")
+        );
+        // Later options win.
+        let d = Donor::from_command(&cmd(&["mysql", &arg, "-u", "other"])).unwrap();
+        assert_eq!(
+            (d.user.as_str(), d.password.as_str()),
+            ("other", "p#w\\x\"y")
+        );
+        let missing = format!(
+            "--defaults-extra-file={}",
+            dir.path().join("none").display()
+        );
+        let e = Donor::from_command(&cmd(&["mysql", &missing])).unwrap_err();
+        assert!(e.contains("none"), "{e}");
+        // Only first: elsewhere it is an option like any other, refused.
+        let e = Donor::from_command(&cmd(&["mysql", "-u", "x", &arg])).unwrap_err();
+        assert!(e.contains("not understood"), "{e}");
     }
 
     #[test]

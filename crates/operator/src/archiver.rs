@@ -236,6 +236,14 @@ pub fn archiver(
         .source
         .as_ref()
         .and_then(tidemark_api::policy::SourceSpec::login);
+    let mysql = policy
+        .spec
+        .source
+        .as_ref()
+        .is_some_and(tidemark_api::policy::SourceSpec::is_mysql);
+    if mysql && archive.purge.is_some() {
+        return Err("binlogArchive.purge: purging a MySQL server's binlogs is not built yet (its archive is): remove purge, and let the server expire its binlogs (binlog_expire_logs_seconds)".into());
+    }
     let mut cmd = vec![
         "archive-binlogs".to_owned(),
         "--store".into(),
@@ -250,6 +258,10 @@ pub fn archiver(
         "--max-lag".into(),
         archive.max_lag.clone().unwrap_or_else(|| "5m".into()),
     ];
+    if mysql {
+        // MySQL's own programs, from the database image's PATH.
+        cmd.extend(["--engine".into(), "mysql".into()]);
+    }
     if let Some(id) = primary {
         cmd.push(format!("--primary-server-id={id}"));
     }
@@ -362,4 +374,51 @@ pub fn policy_of(d: &Deployment) -> Option<kube::runtime::reflector::ObjectRef<B
         .iter()
         .find(|o| o.kind == "BackupPolicy" && o.controller == Some(true))
         .map(|o| kube::runtime::reflector::ObjectRef::new(&o.name).within(&ns))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    fn policy(engine: &str, purge: bool) -> BackupPolicy {
+        let mut archive = json!({"server": {"host": "db-primary"}});
+        if purge {
+            archive["purge"] = json!({"keep": "2h"});
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy",
+            "metadata": {"name": "shop", "namespace": "ns", "uid": "0123"},
+            "spec": {
+                "objectStore": {"bucket": "b", "endpoint": "http://s3:9000"},
+                "source": {"selector": {"matchLabels": {"app": "db"}}, "credentialsSecret": "db", "engine": engine},
+                "binlogArchive": archive,
+            },
+        }))
+        .unwrap()
+    }
+
+    /// Issue 47: a MySQL source's archiver reads it with MySQL's programs; purging its
+    /// binlogs is refused by name (not built), not ignored.
+    #[test]
+    fn a_mysql_sources_archiver_names_its_engine() {
+        let db = DatabaseRuntime {
+            image: "mysql:9.7".into(),
+            pod_security: None,
+            container_security: None,
+        };
+        let args = |engine: &str| {
+            let d = archiver(&policy(engine, false), &db, "tidemark:test", None, None).unwrap();
+            let spec = d.spec.unwrap().template.spec.unwrap();
+            spec.containers[0].args.clone().unwrap().join(" ")
+        };
+        let mysql = args("mysql");
+        assert!(mysql.contains("--from-server --spool /spool"), "{mysql}");
+        assert!(mysql.contains(" --engine mysql "), "{mysql}");
+        assert!(mysql.ends_with("--host=db-primary --port=3306"), "{mysql}");
+        assert!(!args("mariadb").contains("--engine"));
+        let e = archiver(&policy("mysql", true), &db, "tidemark:test", None, None).unwrap_err();
+        assert!(e.contains("binlogArchive.purge"), "{e}");
+    }
 }

@@ -48,6 +48,9 @@ pub struct JobPlan<'a> {
     pub source: &'a SourceSpec,
     pub pod: &'a Pod,
     pub data: DataVolume,
+    /// `mariabackup`, `xtrabackup`, or MySQL's `mysql-clone` or `mysqldump` (issue 47: the
+    /// server is reached over TCP, and no volume is mounted).
+    pub method: String,
     /// The operator's image: it holds the static `tidemark` binary at `/tidemark`.
     pub image: String,
     pub backup_name: String,
@@ -90,6 +93,7 @@ impl JobPlan<'_> {
             .cluster_or(&self.policy.name_any())
             .to_owned();
         let data_path = self.data.mount.mount_path.clone();
+        let mysql = matches!(self.method.as_str(), "mysql-clone" | "mysqldump");
 
         // `tidemark push … -- mariabackup …`: push runs the tool and streams its output.
         let mut push = vec![
@@ -103,7 +107,11 @@ impl JobPlan<'_> {
             "--backup-id".into(),
             self.backup_id.clone(),
             "--method".into(),
-            "mariabackup".into(),
+            if mysql {
+                self.method.clone()
+            } else {
+                "mariabackup".into()
+            },
             "--label".into(),
             format!("{DATA_VOLUME_LABEL}={}", self.volume_id),
         ];
@@ -124,10 +132,12 @@ impl JobPlan<'_> {
         if let Some(until) = self.lock_until {
             push.extend(["--lock-until".into(), until.to_string()]);
         }
-        let tool = if self.backup.spec.template.method.as_deref() == Some("xtrabackup") {
-            "xtrabackup"
-        } else {
-            "mariabackup"
+        let tool = match self.method.as_str() {
+            "xtrabackup" => "xtrabackup",
+            // The clone's source is asked through MySQL's client.
+            "mysql-clone" => "mysql",
+            "mysqldump" => "mysqldump",
+            _ => "mariabackup",
         };
         push.push("--".into());
         push.push(tool.into());
@@ -140,8 +150,10 @@ impl JobPlan<'_> {
         push.extend([
             format!("--host={pod_ip}"),
             format!("--port={}", self.source.port.unwrap_or(3306)),
-            format!("--datadir={data_path}"),
         ]);
+        if !mysql {
+            push.push(format!("--datadir={data_path}"));
+        }
         // The option file is written with the shell's printf from the environment, so the
         // password is in no argument of any process.
         let script = if with_login {
@@ -159,9 +171,24 @@ impl JobPlan<'_> {
         if let Some(db) = &login {
             env.extend(pod::login_env(db));
         }
+        if mysql {
+            // The clone's private servers never run as root (ignored when the pod does not).
+            env.push(pod::plain(
+                tidemark_mariadb::server::SERVER_USER_ENV,
+                "mysql",
+            ));
+        }
         let mut data_mount = self.data.mount.clone();
         // mariabackup only reads the data directory.
         data_mount.read_only = None;
+        // A MySQL backup reads over TCP: the data volume is not mounted.
+        let (mut mounts, mut volumes) = (Vec::new(), Vec::new());
+        if !mysql {
+            mounts.push(data_mount);
+            volumes.push(self.data.volume.clone());
+        }
+        mounts.extend([pod::tools_mount(), pod::tmp_mount()]);
+        volumes.extend([pod::tools_volume(), pod::tmp_volume()]);
         let image = self
             .data
             .container
@@ -239,22 +266,14 @@ impl JobPlan<'_> {
                             command: Some(vec!["sh".into(), "-c".into()]),
                             args: Some(args),
                             env: Some(env),
-                            volume_mounts: Some(vec![
-                                data_mount,
-                                pod::tools_mount(),
-                                pod::tmp_mount(),
-                            ]),
+                            volume_mounts: Some(mounts),
                             security_context: self.data.container.security_context.clone(),
                             termination_message_policy: Some(
                                 pod::TERMINATION_MESSAGE_POLICY.into(),
                             ),
                             ..Default::default()
                         }],
-                        volumes: Some(vec![
-                            self.data.volume.clone(),
-                            pod::tools_volume(),
-                            pod::tmp_volume(),
-                        ]),
+                        volumes: Some(volumes),
                         ..Default::default()
                     }),
                 },

@@ -375,12 +375,38 @@ impl Step {
                 == tidemark_api::DeletionPolicy::Delete;
             crate::cleanup::set_finalizer(api, backup, delete).await?;
         }
-        let method = backup
+        let mysql_source = policy
             .spec
-            .template
-            .method
-            .clone()
-            .unwrap_or_else(|| "mariabackup".to_owned());
+            .source
+            .as_ref()
+            .is_some_and(tidemark_api::policy::SourceSpec::is_mysql);
+        let method = backup.spec.template.method.clone().unwrap_or_else(|| {
+            if mysql_source {
+                "mysql-clone"
+            } else {
+                "mariabackup"
+            }
+            .to_owned()
+        });
+        // A method of the other database: it would fail inside the Job, later.
+        let mysql_method = is_mysql_method(&method);
+        if mysql_method != mysql_source
+            && matches!(
+                method.as_str(),
+                "mariabackup" | "xtrabackup" | "mysql-clone" | "mysqldump"
+            )
+        {
+            let message = format!(
+                "method {method} backs up {}, and the policy's source.engine is {}",
+                if mysql_method { "MySQL" } else { "MariaDB" },
+                if mysql_source {
+                    "mysql"
+                } else {
+                    "mariadb (the default; set source.engine: mysql for MySQL)"
+                }
+            );
+            return Ok(Err(self.fail(&message).await?));
+        }
         if let Some(message) = self.refusal(&method) {
             return Ok(Err(self.fail(&message).await?));
         }
@@ -391,18 +417,21 @@ impl Step {
     /// Backup fixes it), or `None`.
     fn refusal(&self, method: &str) -> Option<String> {
         let backup = &self.backup;
-        if method == "mysql-clone" || method == "mysqldump" {
+        if !matches!(
+            method,
+            "mariabackup" | "xtrabackup" | "exec" | "job" | "mysql-clone" | "mysqldump"
+        ) {
             return Some(format!(
-                "method {method} runs in standalone mode only so far (tidemark push, tidemark run): the operator's backup Jobs do not run MySQL's programs yet"
-            ));
-        }
-        if !matches!(method, "mariabackup" | "xtrabackup" | "exec" | "job") {
-            return Some(format!(
-                "unknown method {method:?}; expected mariabackup, xtrabackup, exec or job"
+                "unknown method {method:?}; expected mariabackup, xtrabackup, exec, job, mysql-clone or mysqldump"
             ));
         }
         if let t @ BackupType::Unknown(_) = &backup.spec.kind {
             return Some(format!("spec.type: {}", t.unknown()));
+        }
+        if is_mysql_method(method) && backup.spec.kind == BackupType::Incremental {
+            return Some(format!(
+                "spec.type: incremental: method {method} takes full backups only"
+            ));
         }
         if let Err(e) = backup.spec.template.compression() {
             return Some(e.to_string());
@@ -534,7 +563,8 @@ impl Step {
     }
 
     /// `mariabackup` / `xtrabackup`: choose the pod, check its data volume, find the
-    /// parent of an incremental, and create the Job.
+    /// parent of an incremental, and create the Job. `mysql-clone` / `mysqldump`: choose
+    /// the pod, and create the Job that reaches it over TCP (no data volume, no parent).
     async fn start_job(
         &self,
         jobs: &Api<Job>,
@@ -553,6 +583,15 @@ impl Step {
         if let Some(message) = crate::pod::foreign_architecture(&ctx.client, &pod).await {
             return self.fail(&message).await;
         }
+        let method = backup.spec.template.method.clone().unwrap_or_else(|| {
+            if source.is_mysql() {
+                "mysql-clone"
+            } else {
+                "mariabackup"
+            }
+            .to_owned()
+        });
+        let mysql = is_mysql_method(&method);
         let data = match source::data_volume(&pod, source) {
             Ok(d) => d,
             Err(message) => {
@@ -563,11 +602,14 @@ impl Step {
         // as long as its pod). InnoDB LSNs are a server's own; an incremental builds only
         // on a backup of the same data directory.
         let mut volume_id = format!("pod:{}", pod.meta().uid.as_deref().unwrap_or_default());
+        // (A MySQL backup reaches the server over TCP: it mounts no volume, builds on no
+        // parent.)
         if let Some(claim) = data
             .volume
             .persistent_volume_claim
             .as_ref()
             .map(|c| c.claim_name.clone())
+            .filter(|_| !mysql)
         {
             let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &self.ns);
             if let Some(pvc) = claims.get_opt(&claim).await? {
@@ -590,7 +632,11 @@ impl Step {
             .acquire()
             .await
             .map_err(|e| Error::Internal(e.to_string()))?;
-        let parent = source::parent_of(store, backup, &volume_id).await;
+        let parent = if mysql {
+            Ok(Ok(None))
+        } else {
+            source::parent_of(store, backup, &volume_id).await
+        };
         drop(turn);
         let parent = match parent? {
             Ok(parent) => parent,
@@ -621,6 +667,7 @@ impl Step {
             source,
             pod: &pod,
             data,
+            method,
             image: ctx.image.clone(),
             backup_name: name.clone(),
             backup_id: id.clone(),
@@ -662,6 +709,11 @@ impl Step {
 }
 
 /// Why an incremental of `pod` cannot be taken (its `NoParent` message).
+/// A method that backs up MySQL over TCP (issue 47).
+fn is_mysql_method(method: &str) -> bool {
+    matches!(method, "mysql-clone" | "mysqldump")
+}
+
 fn no_parent(why: &FullBecause, pod: &str) -> String {
     match why {
         FullBecause::OtherSource(id) => format!(
@@ -810,6 +862,18 @@ mod tests {
         backup_says: Option<&str>,
         lock: Option<(&str, jiff::Timestamp)>,
     ) -> Job {
+        job_method(p, policy_says, backup_says, lock, "mariabackup")
+    }
+
+    /// [`job_with`] of a method: a MySQL one's Backup is a full.
+    fn job_method(
+        p: &Pod,
+        policy_says: Option<&str>,
+        backup_says: Option<&str>,
+        lock: Option<(&str, jiff::Timestamp)>,
+        method: &str,
+    ) -> Job {
+        let mysql = is_mysql_method(method);
         let s = source();
         let mut os = json!({"bucket": "b", "path": "prod", "endpoint": "http://s3:9000", "credentialsSecret": "s3"});
         if let Some(c) = policy_says {
@@ -824,7 +888,7 @@ mod tests {
             "spec": {"objectStore": os},
         }))
         .unwrap();
-        let mut spec = json!({"policy": {"name": "shop"}, "type": "incremental", "ttl": "7d"});
+        let mut spec = json!({"policy": {"name": "shop"}, "type": if mysql { "full" } else { "incremental" }, "ttl": "7d", "method": method});
         if let Some(c) = backup_says {
             spec["compression"] = json!(c);
         }
@@ -841,10 +905,11 @@ mod tests {
             source: &s,
             pod: p,
             data: data_volume(p, &s).unwrap(),
+            method: method.into(),
             image: "tidemark:test".into(),
             backup_name: "m".into(),
             backup_id: backup_id(&b),
-            parent: Some("20261121T020001Z-00000001".into()),
+            parent: (!mysql).then(|| "20261121T020001Z-00000001".into()),
             volume_id: "pvc:0123-4567".into(),
             store_secret: Some(SecretKeys {
                 name: "s3".into(),
@@ -926,6 +991,63 @@ mod tests {
             setting(&job_compressed(&p, None, Some("zstd:9"))),
             ["zstd:9"]
         );
+    }
+
+    /// Issue 47: a MySQL backup's Job reaches the chosen pod over TCP with MySQL's program
+    /// and the login's options file, mounts no data volume, and names the server user.
+    #[test]
+    fn a_mysql_backup_job_reaches_the_server_over_tcp() {
+        let p = pod("db-0", Some("primary"), true);
+        for (method, tool) in [("mysql-clone", "mysql"), ("mysqldump", "mysqldump")] {
+            let job = job_method(&p, None, None, None, method);
+            let spec = job.spec.unwrap().template.spec.unwrap();
+            let c = &spec.containers[0];
+            let joined = c.args.clone().unwrap().join(" ");
+            assert!(
+                joined.contains(&format!(
+                    "--method {method} --label tidemark.io/data-volume=pvc:0123-4567"
+                )),
+                "{joined}"
+            );
+            assert!(
+                joined.ends_with(&format!(
+                    "-- {tool} --defaults-extra-file=/tidemark-bin/my.cnf --host=10.0.0.7 --port=3306"
+                )),
+                "{joined}"
+            );
+            assert!(
+                !joined.contains("--parent") && !joined.contains("--datadir"),
+                "{joined}"
+            );
+            assert!(!joined.contains("mariabackup"), "{joined}");
+            let mounts: Vec<&str> = c
+                .volume_mounts
+                .iter()
+                .flatten()
+                .map(|m| m.mount_path.as_str())
+                .collect();
+            assert!(!mounts.contains(&"/var/lib/mysql"), "{mounts:?}");
+            assert!(
+                spec.volumes
+                    .iter()
+                    .flatten()
+                    .all(|v| v.persistent_volume_claim.is_none()),
+                "no claim mounted"
+            );
+            let env = c.env.clone().unwrap();
+            assert!(
+                env.iter().any(
+                    |e| e.name == "TIDEMARK_SERVER_USER" && e.value.as_deref() == Some("mysql")
+                ),
+                "{env:?}"
+            );
+            // The password only by reference.
+            assert!(
+                !serde_json::to_string(&env)
+                    .unwrap()
+                    .contains("\"value\":\"root")
+            );
+        }
     }
 
     #[test]

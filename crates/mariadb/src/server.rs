@@ -617,12 +617,14 @@ impl PrivateServer {
             .collect();
         sql.push_str(&format!("DROP USER '{}'@'localhost';", self.admin.user));
         let dropped = self.admin_sql(tools, &sql).await;
-        if let Some(pid) = self.child.id() {
-            let _ = Command::new("kill")
-                .arg("-TERM")
-                .arg(pid.to_string())
-                .status()
-                .await;
+        // The signal itself, not a `kill` program: an image may have none (MySQL's minimal
+        // one has no procps), and the server would then wait out the timeout.
+        if let Some(pid) = self
+            .child
+            .id()
+            .and_then(|p| rustix::process::Pid::from_raw(i32::try_from(p).ok()?))
+        {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
         }
         let stopped = tokio::time::timeout(Duration::from_secs(300), self.child.wait()).await;
         let clean = matches!(&stopped, Ok(Ok(s)) if s.success());

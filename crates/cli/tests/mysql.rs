@@ -219,38 +219,18 @@ fn a_forged_clone_payload_writes_nothing_outside() {
             b""
         };
         b.append(&h, data).unwrap();
-        let forged = work.path().join("forged.tar");
-        std::fs::write(&forged, b.into_inner().unwrap()).unwrap();
         let id = format!(
             "20261130T12000{}Z-0000000{}",
             kind.as_byte() % 10,
             kind.as_byte() % 10
         );
-        let pushed = bin()
-            .args(["push", "--store", &url, "--cluster", "my"])
-            .args([
-                "--backup-name",
-                "forged",
-                "--backup-id",
-                &id,
-                "--ext",
-                "tar",
-            ])
-            .args(["--output", "json", "--", "cat", forged.to_str().unwrap()])
-            .output()
-            .unwrap();
-        assert!(pushed.status.success(), "{}", stderr(&pushed));
-        let completed = json(&pushed)["completedAt"].as_str().unwrap().to_owned();
-        // The writer rewrites the record: the method is the only change (the checksum is
-        // already the forged bytes').
-        let meta = find(store.path(), "metadata.json")
-            .into_iter()
-            .find(|p| p.to_string_lossy().contains(&id))
-            .unwrap();
-        let text = std::fs::read_to_string(&meta).unwrap();
-        let rewritten = text.replace("\"method\": \"exec\"", "\"method\": \"mysql-clone\"");
-        assert_ne!(text, rewritten, "{text}");
-        std::fs::write(&meta, rewritten).unwrap();
+        let (completed, meta) = forge(
+            store.path(),
+            work.path(),
+            &id,
+            &b.into_inner().unwrap(),
+            "mysql-clone",
+        );
 
         let datadir = work.path().join("restore/data");
         let out = bin()
@@ -270,6 +250,34 @@ fn a_forged_clone_payload_writes_nothing_outside() {
         assert_eq!(left.len(), 3, "nothing new beside the victim: {left:?}");
         std::fs::remove_file(meta).unwrap();
     }
+}
+
+/// A bucket writer's backup `forged`/`id` in the file store at `store`: `bytes` pushed as
+/// they are (from a file in `work`), then its record rewritten to name `method` — the only
+/// change (the checksum is already the forged bytes'). Returns its completion and the
+/// record's path.
+fn forge(store: &Path, work: &Path, id: &str, bytes: &[u8], method: &str) -> (String, PathBuf) {
+    let forged = work.join("forged");
+    std::fs::write(&forged, bytes).unwrap();
+    let ext = if method == "mysqldump" { "sql" } else { "tar" };
+    let url = format!("file://{}", store.display());
+    let pushed = bin()
+        .args(["push", "--store", &url, "--cluster", "my"])
+        .args(["--backup-name", "forged", "--backup-id", id, "--ext", ext])
+        .args(["--output", "json", "--", "cat", forged.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(pushed.status.success(), "{}", stderr(&pushed));
+    let completed = json(&pushed)["completedAt"].as_str().unwrap().to_owned();
+    let meta = find(store, "metadata.json")
+        .into_iter()
+        .find(|p| p.to_string_lossy().contains(id))
+        .unwrap();
+    let text = std::fs::read_to_string(&meta).unwrap();
+    let rewritten = text.replace("\"method\": \"exec\"", &format!("\"method\": \"{method}\""));
+    assert_ne!(text, rewritten, "{text}");
+    std::fs::write(&meta, rewritten).unwrap();
+    (completed, meta)
 }
 
 /// Sleeps into the next second (binlog events are stamped in whole seconds), and a little
@@ -1017,32 +1025,8 @@ fn a_forged_dump_runs_nothing_and_writes_nothing_outside() {
         ),
     ];
     for (i, (sql, says)) in cases.iter().enumerate() {
-        let forged = work.path().join("forged.sql");
-        std::fs::write(&forged, sql).unwrap();
         let id = format!("20261130T12000{i}Z-0000000{i}");
-        let pushed = bin()
-            .args(["push", "--store", &url, "--cluster", "my"])
-            .args([
-                "--backup-name",
-                "forged",
-                "--backup-id",
-                &id,
-                "--ext",
-                "sql",
-            ])
-            .args(["--output", "json", "--", "cat", forged.to_str().unwrap()])
-            .output()
-            .unwrap();
-        assert!(pushed.status.success(), "{}", stderr(&pushed));
-        let completed = json(&pushed)["completedAt"].as_str().unwrap().to_owned();
-        let meta = find(store.path(), "metadata.json")
-            .into_iter()
-            .find(|p| p.to_string_lossy().contains(&id))
-            .unwrap();
-        let text = std::fs::read_to_string(&meta).unwrap();
-        let rewritten = text.replace("\"method\": \"exec\"", "\"method\": \"mysqldump\"");
-        assert_ne!(text, rewritten, "{text}");
-        std::fs::write(&meta, rewritten).unwrap();
+        let (completed, meta) = forge(store.path(), work.path(), &id, sql.as_bytes(), "mysqldump");
 
         let (_dir, datadir, _) = place();
         let out = bin()

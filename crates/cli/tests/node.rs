@@ -423,47 +423,10 @@ async fn statefulset(w: &World, ns: &str, name: &str, replicas: usize) {
           mariadb-install-db --datadir=/var/lib/mysql --skip-test-db --auth-root-authentication-method=normal >/tmp/install.log 2>&1 || { cat /tmp/install.log; exit 1; }\n\
         fi\n\
         exec mariadbd --datadir=/var/lib/mysql --bind-address=0.0.0.0 --port=3306 --skip-name-resolve --log-bin=mysql-bin --server-id=$((${HOSTNAME##*-} + 1)) --binlog-format=ROW --log-slave-updates --gtid-strict-mode=1";
-    w.apply(
-        ns,
-        &[
-            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
-                   "spec": {"selector": {"app": name, "statefulset.kubernetes.io/pod-name": format!("{name}-0")},
-                            "ports": [{"port": 3306, "targetPort": 3306}]}}),
-            json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": name},
-                "spec": {
-                    "serviceName": name, "replicas": replicas,
-                    "selector": {"matchLabels": {"app": name}},
-                    "template": {
-                        "metadata": {"labels": {"app": name, "tidemark.io/role": "primary"}},
-                        "spec": {
-                            "securityContext": {"runAsUser": 999, "runAsGroup": 999, "fsGroup": 999,
-                                                "runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
-                            "containers": [{
-                                "name": "mariadb", "image": MARIADB_IMAGE, "imagePullPolicy": "Never",
-                                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]},
-                                                    "readOnlyRootFilesystem": true},
-                                "command": ["sh", "-c", script],
-                                "ports": [{"containerPort": 3306}],
-                                "readinessProbe": {"tcpSocket": {"port": 3306}, "periodSeconds": 1},
-                                "volumeMounts": [{"name": "data", "mountPath": "/var/lib/mysql"},
-                                                 {"name": "tmp", "mountPath": "/tmp"},
-                                                 {"name": "run", "mountPath": "/run/mysqld"}],
-                            }],
-                            "volumes": [{"name": "tmp", "emptyDir": {}}, {"name": "run", "emptyDir": {}}],
-                        },
-                    },
-                    "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {
-                        "accessModes": ["ReadWriteOnce"], "storageClassName": LOCAL_STORAGE_CLASS,
-                        "resources": {"requests": {"storage": "1Gi"}}}}],
-                }}),
-        ],
-    );
-    let pods: Api<Pod> = Api::namespaced(w.client(), ns);
-    let first = format!("{name}-0");
-    eventually_within(&format!("{first} ready"), LONG, || async {
-        ready(&pods.get_opt(&first).await.ok()??).then_some(())
-    })
-    .await;
+    let readiness = json!({"tcpSocket": {"port": 3306}, "periodSeconds": 1});
+    let docs = server_docs(name, replicas, "mariadb", MARIADB_IMAGE, script, readiness);
+    w.apply(ns, &docs);
+    first_ready(w, ns, name).await;
 }
 
 /// The MySQL image (scripts/mysql-image.sh: the MySQL root the other tests run, as an
@@ -482,41 +445,60 @@ async fn mysql_statefulset(w: &World, ns: &str, name: &str) {
           mysqld --initialize-insecure --datadir=/var/lib/mysql >/tmp/init.log 2>&1 || { cat /tmp/init.log; exit 1; }\n\
         fi\n\
         exec mysqld --datadir=/var/lib/mysql --bind-address=0.0.0.0 --port=3306 --skip-name-resolve --log-bin=mysql-bin --server-id=$((${HOSTNAME##*-} + 1)) --gtid-mode=ON --enforce-gtid-consistency=ON --plugin-load-add=mysql_clone.so --mysqlx=OFF --tmpdir=/tmp --socket=/run/mysqld/mysqld.sock --pid-file=/run/mysqld/mysqld.pid";
-    w.apply(
-        ns,
-        &[
-            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
-                   "spec": {"selector": {"app": name, "statefulset.kubernetes.io/pod-name": format!("{name}-0")},
-                            "ports": [{"port": 3306, "targetPort": 3306}]}}),
-            json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": name},
+    let readiness = json!({"exec": {"command": ["mysql", "-uroot", "--socket=/run/mysqld/mysqld.sock", "-e", "SELECT 1"]}, "periodSeconds": 1});
+    let docs = server_docs(name, 1, "mysql", MYSQL_IMAGE, script, readiness);
+    w.apply(ns, &docs);
+    first_ready(w, ns, name).await;
+}
+
+/// A database StatefulSet's Service (to its first pod) and StatefulSet: `replicas` pods
+/// labelled `app=<name>` and primary, container `container` of `image` running `script`,
+/// as the image's mysql user (999) at the `restricted` level with a read-only root, its
+/// data on a claim of the node's local storage at `/var/lib/mysql`.
+fn server_docs(
+    name: &str,
+    replicas: usize,
+    container: &str,
+    image: &str,
+    script: &str,
+    readiness: serde_json::Value,
+) -> [serde_json::Value; 2] {
+    [
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+               "spec": {"selector": {"app": name, "statefulset.kubernetes.io/pod-name": format!("{name}-0")},
+                        "ports": [{"port": 3306, "targetPort": 3306}]}}),
+        json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": name},
+        "spec": {
+            "serviceName": name, "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name, "tidemark.io/role": "primary"}},
                 "spec": {
-                    "serviceName": name, "replicas": 1,
-                    "selector": {"matchLabels": {"app": name}},
-                    "template": {
-                        "metadata": {"labels": {"app": name, "tidemark.io/role": "primary"}},
-                        "spec": {
-                            "securityContext": {"runAsUser": 999, "runAsGroup": 999, "fsGroup": 999,
-                                                "runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
-                            "containers": [{
-                                "name": "mysql", "image": MYSQL_IMAGE, "imagePullPolicy": "Never",
-                                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]},
-                                                    "readOnlyRootFilesystem": true},
-                                "command": ["sh", "-c", script],
-                                "ports": [{"containerPort": 3306}],
-                                "readinessProbe": {"exec": {"command": ["mysql", "-uroot", "--socket=/run/mysqld/mysqld.sock", "-e", "SELECT 1"]}, "periodSeconds": 1},
-                                "volumeMounts": [{"name": "data", "mountPath": "/var/lib/mysql"},
-                                                 {"name": "tmp", "mountPath": "/tmp"},
-                                                 {"name": "run", "mountPath": "/run/mysqld"}],
-                            }],
-                            "volumes": [{"name": "tmp", "emptyDir": {}}, {"name": "run", "emptyDir": {}}],
-                        },
-                    },
-                    "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {
-                        "accessModes": ["ReadWriteOnce"], "storageClassName": LOCAL_STORAGE_CLASS,
-                        "resources": {"requests": {"storage": "1Gi"}}}}],
-                }}),
-        ],
-    );
+                    "securityContext": {"runAsUser": 999, "runAsGroup": 999, "fsGroup": 999,
+                                        "runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+                    "containers": [{
+                        "name": container, "image": image, "imagePullPolicy": "Never",
+                        "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]},
+                                            "readOnlyRootFilesystem": true},
+                        "command": ["sh", "-c", script],
+                        "ports": [{"containerPort": 3306}],
+                        "readinessProbe": readiness,
+                        "volumeMounts": [{"name": "data", "mountPath": "/var/lib/mysql"},
+                                         {"name": "tmp", "mountPath": "/tmp"},
+                                         {"name": "run", "mountPath": "/run/mysqld"}],
+                    }],
+                    "volumes": [{"name": "tmp", "emptyDir": {}}, {"name": "run", "emptyDir": {}}],
+                },
+            },
+            "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {
+                "accessModes": ["ReadWriteOnce"], "storageClassName": LOCAL_STORAGE_CLASS,
+                "resources": {"requests": {"storage": "1Gi"}}}}],
+        }}),
+    ]
+}
+
+/// Waits until StatefulSet `name`'s first pod is ready.
+async fn first_ready(w: &World, ns: &str, name: &str) {
     let pods: Api<Pod> = Api::namespaced(w.client(), ns);
     let first = format!("{name}-0");
     eventually_within(&format!("{first} ready"), LONG, || async {

@@ -511,14 +511,7 @@ pub async fn take(
     work: &Path,
     progress: &dyn Progress,
 ) -> Result<Cloned, RestoreError> {
-    let io = |action: &str, dir: &Path| {
-        let (action, dir) = (action.to_owned(), dir.to_path_buf());
-        move |source| RestoreError::Io {
-            action,
-            dir,
-            source,
-        }
-    };
+    let io = crate::tools::io_error;
     let source = facts(donor, work).await?;
     if !source.clone_plugin {
         return Err(RestoreError::Source {

@@ -383,14 +383,7 @@ pub async fn load(
     tools: &Tools,
     progress: &dyn Progress,
 ) -> Result<u64, RestoreError> {
-    let io = |action: &str, dir: &Path| {
-        let (action, dir) = (action.to_owned(), dir.to_path_buf());
-        move |source| RestoreError::Io {
-            action,
-            dir,
-            source,
-        }
-    };
+    let io = crate::tools::io_error;
     let geometry = crate::clone::geometry(m);
     let out = work.join("initialize");
     std::fs::create_dir_all(&out).map_err(io("creating the initialize directory", &out))?;

@@ -344,14 +344,7 @@ impl PrivateServer {
         tools: &Tools,
     ) -> Result<Self, RestoreError> {
         let user = server_user(tools, datadir).await?;
-        let io = |action: &str, dir: &Path| {
-            let (action, dir) = (action.to_owned(), dir.to_path_buf());
-            move |source| RestoreError::Io {
-                action,
-                dir,
-                source,
-            }
-        };
+        let io = crate::tools::io_error;
         let dir = work.join("server");
         std::fs::create_dir_all(&dir)
             .map_err(io("creating the private server's directory", &dir))?;

@@ -296,6 +296,16 @@ pub(crate) fn tail(text: &str) -> String {
     lines[lines.len().saturating_sub(LINES)..].join("\n")
 }
 
+/// The error of `action` on `dir`, for `map_err`: `io_error("reading the clone", &dir)`.
+pub(crate) fn io_error(action: &str, dir: &Path) -> impl FnOnce(std::io::Error) -> RestoreError {
+    let (action, dir) = (action.to_owned(), dir.to_path_buf());
+    move |source| RestoreError::Io {
+        action,
+        dir,
+        source,
+    }
+}
+
 /// The error of a tool whose pipe could not be had.
 pub(crate) fn no_pipe(step: &str) -> RestoreError {
     RestoreError::Tool {

@@ -209,8 +209,13 @@ impl MySql {
     /// # Panics
     /// The statement fails.
     pub fn sql(&self, sql: &str) -> String {
+        self.sql_with(&[], sql)
+    }
+
+    /// [`MySql::sql`] with the client's `options` first.
+    fn sql_with(&self, options: &[&str], sql: &str) -> String {
         let out = self
-            .client(&["-N", "-B", "-e", sql])
+            .client(&[options, &["-N", "-B", "-e", sql]].concat())
             .output()
             .expect("chroot mysql");
         assert!(
@@ -227,16 +232,7 @@ impl MySql {
     /// # Panics
     /// The statement fails.
     pub fn sql_expired(&self, sql: &str) -> String {
-        let out = self
-            .client(&["--connect-expired-password", "-N", "-B", "-e", sql])
-            .output()
-            .expect("chroot mysql");
-        assert!(
-            out.status.success(),
-            "{sql}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        self.sql_with(&["--connect-expired-password"], sql)
     }
 
     /// A client session reading statements from the returned stdin (one transaction per

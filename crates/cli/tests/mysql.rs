@@ -416,6 +416,73 @@ fn binlogs_replay_a_clone_to_any_instant() {
         String::from_utf8_lossy(&wrong.stdout),
         stderr(&wrong)
     );
+
+    // Retention and verification on a MySQL store, unchanged in meaning: a newer clone,
+    // then a pass two days on that keeps the newest only deletes the older clone and the
+    // binlogs before the newer one; the store then verifies, and the newer clone restores.
+    let newer = json(&tidemark(
+        &[&push[..5], &["-o", "json"], &push[5..]].concat(),
+    ));
+    let (old_id, new_id) = (
+        ls["backups"][0]["backupId"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        newer["backupId"].as_str().unwrap().to_owned(),
+    );
+    let later = (jiff::Timestamp::now() + jiff::SignedDuration::from_hours(48)).to_string();
+    let pass = |cmd: &str| {
+        let mut args = vec![
+            cmd,
+            "--now",
+            &later,
+            "--window",
+            "1d",
+            "--keep-last",
+            "1",
+            "-o",
+            "json",
+        ];
+        if cmd == "gc" {
+            args.push("--allow-future-now");
+        }
+        json(&tidemark(&args))
+    };
+    let plan = pass("plan");
+    let action = |id: &str| {
+        plan["backups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["backupId"] == id)
+            .map(|b| b["action"].clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(action(&new_id), "keep", "{plan}");
+    assert_eq!(action(&old_id), "delete", "{plan}");
+    assert!(
+        !plan["segments"]["delete"].as_array().unwrap().is_empty(),
+        "the binlogs before the newer clone go: {plan}"
+    );
+    pass("gc");
+    let after = json(&tidemark(&["ls", "-o", "json"]));
+    let ids: Vec<&str> = after["backups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|b| b["backupId"].as_str())
+        .collect();
+    assert_eq!(ids, [new_id.as_str()], "{after}");
+    tidemark(&["verify"]);
+    let (_dir, datadir, _) = place();
+    tidemark(&[
+        "restore",
+        "--to",
+        newer["completedAt"].as_str().unwrap(),
+        "--datadir",
+        datadir.to_str().unwrap(),
+    ]);
+    assert!(datadir.join("mysql.ibd").exists());
 }
 
 /// Issue 47: binlogs that would reach past the replay's rights — a `LOAD DATA` logged as a

@@ -62,9 +62,9 @@ pub enum BackupType {
 pub struct BackupTemplate {
     /// The BackupPolicy that says where backups go and how long they are kept.
     pub policy: PolicyRef,
-    /// `mariabackup`, `xtrabackup`, `exec`, `job` (default `mariabackup`), or
-    /// `mysql-clone` (MySQL's clone plugin) or `mysqldump` (MySQL's logical dump): those two
-    /// in standalone mode only so far.
+    /// `mariabackup`, `xtrabackup`, `exec`, `job` (default `mariabackup`; `mysql-clone` for
+    /// a policy whose `source.engine` is `mysql`), `mysql-clone` (MySQL's clone plugin) or
+    /// `mysqldump` (MySQL's logical dump).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("enum" = METHODS))]
     pub method: Option<String>,

@@ -1032,8 +1032,9 @@ pub struct PushArgs {
     /// plugin active, the account granted BACKUP_ADMIN) into a private recipient server
     /// run here (--mysqld), reads the clone's GTID set, and streams its data directory as a
     /// tar: the command is the client and the source's connection options. `mysqldump`
-    /// dumps a MySQL server's own databases in one consistent snapshot (--single-transaction)
-    /// with their routines, events and triggers, and records the snapshot's GTID set and
+    /// dumps a MySQL server's own databases in one consistent snapshot (--single-transaction;
+    /// a source holding views, triggers, routines or events is refused), and records the
+    /// snapshot's GTID set and
     /// binlog position: the command is mysqldump and the source's connection options (the
     /// source is asked about itself through --mysql).
     #[arg(long, value_name = "NAME")]

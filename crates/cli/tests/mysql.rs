@@ -1085,6 +1085,11 @@ fn a_forged_dump_runs_nothing_and_writes_nothing_outside() {
             "CREATE TABLE mysql.forged (id INT);\n".to_owned(),
             "denied",
         ),
+        // An account that would outlive the load: a dump holds none.
+        (
+            "CREATE USER 'forged'@'%' IDENTIFIED BY 'pw';\n".to_owned(),
+            "CREATE USER",
+        ),
         (
             "CREATE DATABASE shop; CREATE TABLE shop.t (l TEXT); LOAD DATA LOCAL INFILE '/etc/passwd' INTO TABLE shop.t;\n"
                 .to_owned(),

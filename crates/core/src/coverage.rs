@@ -372,9 +372,11 @@ impl Replay {
 
     /// Whether a backup records only a file offset, taken on a server other than the one
     /// that wrote the archive's first timeline (as far as both are recorded): replay cannot
-    /// be placed after it, so it restores to its own point only.
+    /// be placed after it, so it restores to its own point only. A MySQL backup that
+    /// records its GTID set is placed by it, whatever file it names.
     pub fn offset_elsewhere(&self, backup: &Backup) -> bool {
         backup.gtid.is_none()
+            && backup.gtid_set.is_none()
             && backup.log_file.is_some()
             && matches!((backup.server_id, self.first_writer), (Some(a), Some(b)) if a != b)
     }

@@ -343,6 +343,14 @@ fn replay_start(
     let completed = backup.restore_point();
     let at = |seq: u64| main.iter().position(|m| m.segment.sequence == seq);
     let Some(g) = &backup.gtid else {
+        // A MySQL GTID set (a clone's, a dump's): replay starts by time, and skips by GTID
+        // what the backup holds — the file it names (a dump's) is its server's own.
+        if backup.gtid_set.is_some() {
+            return Ok(replay
+                .start_sequence(completed)
+                .and_then(at)
+                .map(|i| (i, false)));
+        }
         // Only a file and offset: on the timeline it names (the archive's first, whose
         // objects carry the servers' own file names) — and only when that timeline is the
         // server's it was taken on, as far as either records — else by time.
@@ -857,6 +865,20 @@ mod tests {
         );
         let c = choose_restore(&on_replica, offset.restore_point()).unwrap();
         assert!(!c.from_log_position && c.segments.is_empty(), "{c:?}");
+        // The same with a MySQL GTID set (a dump of a replica records its file too): placed
+        // by time and skipped by GTID, so it restores past its completion.
+        let mut dump = offset.clone();
+        dump.gtid_set = Some(
+            crate::gtidset::GtidSet::parse("aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa:1-5").unwrap(),
+        );
+        let mysql = Inventory {
+            backups: vec![dump],
+            segments: segments.clone(),
+            timelines: timelines.clone(),
+            ..Default::default()
+        };
+        let c = choose_restore(&mysql, ts("01T01:30")).unwrap();
+        assert!(!c.from_log_position && !c.segments.is_empty(), "{c:?}");
         // Taken on the primary: from its offset, and it cannot cross the switch.
         offset.server_id = Some(1);
         let inv = Inventory {

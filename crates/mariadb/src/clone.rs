@@ -402,7 +402,7 @@ pub struct Cloned {
 }
 
 /// Parses `8.0.17`, `9.7.4-2` into numbers.
-fn version_of(text: &str) -> Option<(u32, u32, u32)> {
+pub(crate) fn version_of(text: &str) -> Option<(u32, u32, u32)> {
     let mut parts = text.split(|c: char| !c.is_ascii_digit());
     let mut next = || parts.next()?.parse().ok();
     Some((next()?, next()?, next()?))

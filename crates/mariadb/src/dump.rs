@@ -87,8 +87,7 @@ pub fn read_head(head: &str) -> Result<DumpPoint, String> {
             .strip_suffix(';')
             .and_then(|n| n.parse::<u64>().ok())
             .ok_or_else(problem)?;
-        let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
-        if file.is_empty() || file.len() > 255 || !file.chars().all(plain) {
+        if !tidemark_store::layout::is_segment_name(file) {
             return Err(problem());
         }
         point.position = Some(LogPosition {
@@ -105,6 +104,10 @@ pub fn read_head(head: &str) -> Result<DumpPoint, String> {
 #[derive(Debug)]
 pub struct Dumping {
     pub source: SourceFacts,
+    /// The source and its databases when the dump started: asked again at its end.
+    donor: Donor,
+    work: std::path::PathBuf,
+    names: Vec<String>,
     child: Child,
     copy: tokio::task::JoinHandle<std::io::Result<(String, jiff::Timestamp)>>,
     stderr: tokio::task::JoinHandle<Vec<u8>>,
@@ -246,7 +249,7 @@ pub async fn start(
             "sys",
         ]);
     } else {
-        cmd.args(["--databases", "--"]).args(&names);
+        cmd.args(["--databases", "--"]).args(names.iter());
     }
     let mut child = spawn(
         cmd.stdin(Stdio::null())
@@ -308,6 +311,9 @@ pub async fn start(
         read,
         Dumping {
             source,
+            donor: donor.clone(),
+            work: work.to_path_buf(),
+            names,
             child,
             copy,
             stderr,
@@ -357,6 +363,23 @@ impl Dumping {
                     .into(),
             );
         }
+        // The databases were listed, and their objects counted, before the snapshot: one
+        // made between the two would be missing from the dump while its creation is in the
+        // dump's GTID set (never replayed), and an object with a definer would make the
+        // dump unloadable. Asked again: any change fails this backup (the next one runs).
+        let now = databases(&self.donor, &self.work)
+            .await
+            .map_err(|e| e.to_string())?;
+        if now != self.names {
+            let made: Vec<&String> = now.iter().filter(|n| !self.names.contains(n)).collect();
+            let gone: Vec<&String> = self.names.iter().filter(|n| !now.contains(n)).collect();
+            return Err(format!(
+                "the source's databases changed while it was dumped (made: {made:?}, dropped: {gone:?}): the dump may lack one its GTID set claims; the next backup takes them as they are"
+            ));
+        }
+        refuse_definers(&self.donor, &self.work)
+            .await
+            .map_err(|e| e.to_string())?;
         Ok(Dumped {
             point,
             source: self.source,
@@ -405,13 +428,14 @@ pub async fn load(
         PrivateServer::start_flavor(&Flavor::MySql(geometry), datadir, &work.join("load"), tools)
             .await?;
     let loaded = async {
-        let login = server.account(tools, Account::Replay).await?;
+        let login = server.account(tools, Account::Load).await?;
         progress.step(&format!("loading the dump of backup {}", m.backup_id), 0);
         let mut client = spawn(
             Command::new(&tools.mysql)
                 .args(login.args(&server.socket))
                 .arg("--binary-mode")
                 .arg("--local-infile=0")
+                .arg("--max-allowed-packet=1G")
                 .stdin(Stdio::piped())
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped()),
@@ -445,8 +469,16 @@ pub async fn load(
             });
         }
         let payload = copied?;
-        // Exactly the dump's transactions (the load's own are not any server's).
-        let mut sql = "RESET BINARY LOGS AND GTIDS;".to_owned();
+        // Exactly the dump's transactions (the load's own are not any server's), in the
+        // words of the private server's version (MySQL 8.2 renamed RESET MASTER).
+        let version = server.admin_query(tools, "SELECT @@version").await?;
+        let renamed = crate::clone::version_of(version.trim()).is_some_and(|v| v >= (8, 2, 0));
+        let mut sql = if renamed {
+            "RESET BINARY LOGS AND GTIDS;"
+        } else {
+            "RESET MASTER;"
+        }
+        .to_owned();
         if let Some(set) = m.gtid_set() {
             sql.push_str(&format!("SET GLOBAL gtid_purged = '{set}';"));
         }

@@ -49,6 +49,10 @@ pub struct RemoteServer {
     pub mysql: bool,
 }
 
+/// How many of a new MySQL server's newest files are asked their `Previous_gtids` (the
+/// oldest listed is fetched from when none of them fits).
+const MYSQL_FILES_ASKED: usize = 64;
+
 /// The server id `mysqlbinlog --stop-never` connects as (MySQL's default, 1, is often a
 /// real server's; MariaDB's `mariadb-binlog` takes 65535).
 pub const MYSQL_CONNECTION_SERVER_ID: u32 = 65535;
@@ -167,7 +171,12 @@ impl RemoteServer {
             }));
         }
         let query = if self.mysql {
-            crate::requirements::MYSQL_SETTINGS_SQL
+            let newer = crate::clone::version_of(version.trim()).is_none_or(|v| v >= (8, 0, 26));
+            if newer {
+                crate::requirements::MYSQL_SETTINGS_SQL
+            } else {
+                crate::requirements::MYSQL_OLD_SETTINGS_SQL
+            }
         } else {
             crate::requirements::SETTINGS_SQL
         };
@@ -338,7 +347,8 @@ impl RemoteServer {
         let Some(held) = held else {
             return Ok(oldest);
         };
-        for f in files.iter().rev() {
+        // The newest files only: each is one question, and a server may list thousands.
+        for f in files.iter().rev().take(MYSQL_FILES_ASKED) {
             // A name from the server's answer goes into a statement: only a segment name.
             if !tidemark_store::layout::is_segment_name(f) {
                 continue;

@@ -14,9 +14,12 @@ use std::collections::BTreeSet;
 
 /// What is asked: the settings, the account (`user@host`), then its grants, a line each.
 pub const SETTINGS_SQL: &str = "SELECT @@server_id, @@log_bin, @@log_slave_updates, @@gtid_strict_mode, CURRENT_USER(), @@version; SHOW GRANTS";
-/// [`SETTINGS_SQL`] for MySQL (issue 47), whose GTIDs are on or off rather than strict:
-/// `gtid_mode = ON` stands in the place of `gtid_strict_mode`.
+/// [`SETTINGS_SQL`] for MySQL 8.0.26 and newer (issue 47), whose GTIDs are on or off
+/// rather than strict: `gtid_mode = ON` stands in the place of `gtid_strict_mode`.
 pub const MYSQL_SETTINGS_SQL: &str = "SELECT @@server_id, @@log_bin, @@log_replica_updates, @@gtid_mode = 'ON', CURRENT_USER(), @@version; SHOW GRANTS";
+/// [`MYSQL_SETTINGS_SQL`] before 8.0.26, which named the setting for replicas' updates
+/// otherwise.
+pub const MYSQL_OLD_SETTINGS_SQL: &str = "SELECT @@server_id, @@log_bin, @@log_slave_updates, @@gtid_mode = 'ON', CURRENT_USER(), @@version; SHOW GRANTS";
 
 /// The global privileges a `mariabackup --backup --slave-info` run needs (10.11: `BACKUP
 /// STAGE` wants `RELOAD`, the redo log `PROCESS`, `SHOW MASTER STATUS` `BINLOG MONITOR`,

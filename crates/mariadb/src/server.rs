@@ -88,6 +88,8 @@ pub(crate) enum Account {
     Replay,
     /// Runs a restore test's checks (`CHECK TABLE`, the user's query): reads only.
     Check,
+    /// Loads a MySQL dump: [`MYSQL_LOAD_GRANTS`].
+    Load,
 }
 
 /// What the replay account is granted: what a replica's applier needs for the statements
@@ -126,6 +128,18 @@ pub const REPLAY_GRANTS: [&str; 3] = [
 /// `SET_ANY_DEFINER` (no object with another definer) or `GRANT OPTION`.
 pub const MYSQL_REPLAY_GRANTS: [&str; 3] = [
     "GRANT REPLICATION_APPLIER, SESSION_VARIABLES_ADMIN, CREATE USER, RELOAD ON *.* TO {account}",
+    "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, REFERENCES, INDEX, ALTER, \
+     CREATE TEMPORARY TABLES, LOCK TABLES, EXECUTE, CREATE VIEW, SHOW VIEW, CREATE ROUTINE, \
+     ALTER ROUTINE, EVENT, TRIGGER ON `%`.* TO {account}",
+    "GRANT SELECT ON `mysql`.* TO {account}",
+];
+
+/// What the account that loads a MySQL dump may do: the data rights of
+/// [`MYSQL_REPLAY_GRANTS`] and the session settings a dump makes (`SQL_LOG_BIN`), and no
+/// more — a dump holds no account statement (a forged `CREATE USER` would outlive the load)
+/// and no `BINLOG` statement.
+pub const MYSQL_LOAD_GRANTS: [&str; 3] = [
+    "GRANT SESSION_VARIABLES_ADMIN ON *.* TO {account}",
     "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, REFERENCES, INDEX, ALTER, \
      CREATE TEMPORARY TABLES, LOCK TABLES, EXECUTE, CREATE VIEW, SHOW VIEW, CREATE ROUTINE, \
      ALTER ROUTINE, EVENT, TRIGGER ON `%`.* TO {account}",
@@ -422,6 +436,8 @@ impl PrivateServer {
                         "--mysqlx=OFF",
                         "--gtid-mode=ON",
                         "--enforce-gtid-consistency=ON",
+                        // A dump's or a binlog's row as large as mysqldump writes.
+                        "--max-allowed-packet=1G",
                     ]);
             }
             Flavor::CloneRecipient { donor, geometry } => {
@@ -518,6 +534,7 @@ impl PrivateServer {
             Account::Replay if self.mysql => ("replay", &MYSQL_REPLAY_GRANTS[..]),
             Account::Replay => ("replay", &REPLAY_GRANTS[..]),
             Account::Check => ("check", &CHECK_GRANTS[..]),
+            Account::Load => ("load", &MYSQL_LOAD_GRANTS[..]),
         };
         let user = format!("tidemark_{kind}_{}", &random_word()[..16]);
         let password = random_word();

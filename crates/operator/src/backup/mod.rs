@@ -327,7 +327,10 @@ impl Step {
                 .await
             }
             None if method == "job" => self.start_user_job(&jobs, &job_name, &policy, &store).await,
-            None => self.start_job(&jobs, &job_name, &policy, &store).await,
+            None => {
+                self.start_job(&jobs, &job_name, &policy, &method, &store)
+                    .await
+            }
         }
     }
 
@@ -570,6 +573,7 @@ impl Step {
         jobs: &Api<Job>,
         job_name: &str,
         policy: &BackupPolicy,
+        method: &str,
         store: &ClusterStore,
     ) -> Result<Action, Error> {
         let (ctx, api, backup) = (&self.ctx, &self.api, &self.backup);
@@ -583,15 +587,7 @@ impl Step {
         if let Some(message) = crate::pod::foreign_architecture(&ctx.client, &pod).await {
             return self.fail(&message).await;
         }
-        let method = backup.spec.template.method.clone().unwrap_or_else(|| {
-            if source.is_mysql() {
-                "mysql-clone"
-            } else {
-                "mariabackup"
-            }
-            .to_owned()
-        });
-        let mysql = is_mysql_method(&method);
+        let mysql = is_mysql_method(method);
         let data = match source::data_volume(&pod, source) {
             Ok(d) => d,
             Err(message) => {
@@ -667,7 +663,7 @@ impl Step {
             source,
             pod: &pod,
             data,
-            method,
+            method: method.to_owned(),
             image: ctx.image.clone(),
             backup_name: name.clone(),
             backup_id: id.clone(),
@@ -714,6 +710,7 @@ fn is_mysql_method(method: &str) -> bool {
     matches!(method, "mysql-clone" | "mysqldump")
 }
 
+/// Why an incremental has no parent here, and what to do.
 fn no_parent(why: &FullBecause, pod: &str) -> String {
     match why {
         FullBecause::OtherSource(id) => format!(

@@ -62,12 +62,22 @@ pub(crate) async fn target_pod<'p>(
     // Without standbyMaxLag, a standby that can be asked still is: one whose replication
     // is stopped or broken is never backed up, whatever its readiness says.
     let standbys = ready_standbys(&candidates, source);
-    let askable = source.login().is_some() && ctx.capabilities.exec && !standbys.is_empty();
+    // A MySQL source's standbys are not asked yet (issue 47): chosen by role label and
+    // readiness, and a bound on their lag is not applied (said in the Backup's status).
+    let mysql = source.is_mysql();
+    let askable =
+        !mysql && source.login().is_some() && ctx.capabilities.exec && !standbys.is_empty();
     // Asked without a bound of the policy's: a standby that cannot be asked is trusted on
     // its readiness, as without asking.
     let unasked_ok = max_lag.is_none();
-    let max_lag = max_lag.or(askable.then_some(DEFAULT_STANDBY_MAX_LAG));
-    let mut note = None;
+    let mut note = (mysql && max_lag.is_some() && target != "primary").then(|| {
+        "spec.source.standbyMaxLag is not applied to a MySQL source yet: its standbys are chosen by role label and readiness".to_owned()
+    });
+    let max_lag = if mysql {
+        None
+    } else {
+        max_lag.or(askable.then_some(DEFAULT_STANDBY_MAX_LAG))
+    };
     let chosen = match max_lag.filter(|_| target != "primary") {
         None => choose_pod(&candidates, source, target),
         Some(max) => match super::standby::first_fit(ctx, source, &standbys, max, unasked_ok).await

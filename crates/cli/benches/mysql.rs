@@ -62,7 +62,10 @@ fn sh(script: &str) {
 fn timed(f: impl FnOnce()) -> Duration {
     let t = Instant::now();
     f();
-    t.elapsed()
+    let took = t.elapsed();
+    // As it goes: a later step's failure keeps the earlier figures.
+    eprintln!("step: {:.1} s", took.as_secs_f64());
+    took
 }
 
 /// Fills `db` with about `mib` MiB of rows (an orders table: words, numbers, dates).

@@ -119,6 +119,16 @@ pub const REPLAY_GRANTS: [&str; 3] = [
     "GRANT SELECT ON `mysql`.* TO {account}",
 ];
 
+/// Every data right on every database (a pattern: those a binlog or a dump creates too),
+/// without `GRANT OPTION`: MySQL's replay and load accounts hold it.
+macro_rules! mysql_data_rights {
+    () => {
+        "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, REFERENCES, INDEX, ALTER, \
+         CREATE TEMPORARY TABLES, LOCK TABLES, EXECUTE, CREATE VIEW, SHOW VIEW, CREATE ROUTINE, \
+         ALTER ROUTINE, EVENT, TRIGGER ON `%`.* TO {account}"
+    };
+}
+
 /// What the replay account may do on MySQL: what `mysqlbinlog`'s output of a binlog needs,
 /// on every database but `mysql`, which it may read only (an exact database grant outranks
 /// the pattern). `REPLICATION_APPLIER` runs the `BINLOG` statements of row events — each
@@ -128,9 +138,7 @@ pub const REPLAY_GRANTS: [&str; 3] = [
 /// `SET_ANY_DEFINER` (no object with another definer) or `GRANT OPTION`.
 pub const MYSQL_REPLAY_GRANTS: [&str; 3] = [
     "GRANT REPLICATION_APPLIER, SESSION_VARIABLES_ADMIN, CREATE USER, RELOAD ON *.* TO {account}",
-    "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, REFERENCES, INDEX, ALTER, \
-     CREATE TEMPORARY TABLES, LOCK TABLES, EXECUTE, CREATE VIEW, SHOW VIEW, CREATE ROUTINE, \
-     ALTER ROUTINE, EVENT, TRIGGER ON `%`.* TO {account}",
+    mysql_data_rights!(),
     "GRANT SELECT ON `mysql`.* TO {account}",
 ];
 
@@ -140,9 +148,7 @@ pub const MYSQL_REPLAY_GRANTS: [&str; 3] = [
 /// and no `BINLOG` statement.
 pub const MYSQL_LOAD_GRANTS: [&str; 3] = [
     "GRANT SESSION_VARIABLES_ADMIN ON *.* TO {account}",
-    "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, DROP, REFERENCES, INDEX, ALTER, \
-     CREATE TEMPORARY TABLES, LOCK TABLES, EXECUTE, CREATE VIEW, SHOW VIEW, CREATE ROUTINE, \
-     ALTER ROUTINE, EVENT, TRIGGER ON `%`.* TO {account}",
+    mysql_data_rights!(),
     "GRANT SELECT ON `mysql`.* TO {account}",
 ];
 

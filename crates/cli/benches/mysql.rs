@@ -165,7 +165,7 @@ fn main() {
     let clone_push = timed(|| out = tidemark(&s3, "push", &push));
     let m: serde_json::Value = serde_json::from_slice(&out).unwrap();
     let clone_at = m["completedAt"].as_str().unwrap().to_owned();
-    let clone_stored = m["payload"][0]["size"].as_u64().unwrap_or(0) as f64 / 1048576.0;
+    let clone_stored = m["size"].as_u64().unwrap_or(0) as f64 / 1048576.0;
     let (dir, datadir) = place();
     let clone_restore = timed(|| {
         tidemark(
@@ -197,7 +197,7 @@ fn main() {
     let dump_push = timed(|| out = tidemark(&s3, "push", &push));
     let m: serde_json::Value = serde_json::from_slice(&out).unwrap();
     let dump_at = m["completedAt"].as_str().unwrap().to_owned();
-    let dump_stored = m["payload"][0]["size"].as_u64().unwrap_or(0) as f64 / 1048576.0;
+    let dump_stored = m["size"].as_u64().unwrap_or(0) as f64 / 1048576.0;
     let (dir, datadir) = place();
     let dump_restore = timed(|| {
         // (The dump is the newest backup at its own instant, and no binlog follows it.)

@@ -165,6 +165,10 @@ pub async fn restore(args: &RestoreArgs) -> Result<Exit, CliError> {
             reached: r.reached,
             gtid_position: r.gtid_position.clone(),
             state_file: r.binlog_state_file.clone(),
+            mysql: matches!(
+                tidemark_mariadb::restore::mysql_of(&restored.plan),
+                Ok(Some(_))
+            ),
         }),
         _ => None,
     };
@@ -179,6 +183,8 @@ struct Done {
     reached: Option<jiff::Timestamp>,
     gtid_position: Option<String>,
     state_file: Option<PathBuf>,
+    /// A MySQL backup's (clone or dump): its server keeps its GTID set in the data.
+    mysql: bool,
 }
 
 fn report(plan: &RestorePlan, done: Option<Done>, output: OutputFormat) -> Result<(), CliError> {
@@ -328,6 +334,11 @@ fn report(plan: &RestorePlan, done: Option<Done>, output: OutputFormat) -> Resul
     // Where the restored server's binlog continues from (issue 46 §3).
     let done_gtid = done.as_ref().and_then(|d| {
         let p = d.gtid_position.as_ref()?;
+        if d.mysql {
+            return Some(format!(
+                "its GTID set is {p}, kept in the data directory (mysql.gtid_executed): the server continues from it\n"
+            ));
+        }
         Some(match &d.state_file {
             Some(f) => format!(
                 "its GTID position is {p}: with log_bin = {}, its binlog continues from it ({} is read at its first start), so new writes continue the history\n",
@@ -342,11 +353,12 @@ fn report(plan: &RestorePlan, done: Option<Done>, output: OutputFormat) -> Resul
     match done {
         None => out.push_str("\ndry run: nothing was written\n"),
         Some(d) => out.push_str(&format!(
-            "\nrestored into {} ({} downloaded){}; start mariadbd with --datadir={}\n",
+            "\nrestored into {} ({} downloaded){}; start {} with --datadir={}\n",
             d.datadir.display(),
             human_bytes(d.bytes),
             d.reached
                 .map_or_else(String::new, |t| format!(", up to the transaction of {t}")),
+            if d.mysql { "mysqld" } else { "mariadbd" },
             d.datadir.display()
         )),
     }

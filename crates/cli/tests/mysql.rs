@@ -475,7 +475,7 @@ fn binlogs_replay_a_clone_to_any_instant() {
     assert_eq!(ids, [new_id.as_str()], "{after}");
     tidemark(&["verify"]);
     let (_dir, datadir, _) = place();
-    tidemark(&[
+    let out = tidemark(&[
         "restore",
         "--to",
         newer["completedAt"].as_str().unwrap(),
@@ -483,6 +483,14 @@ fn binlogs_replay_a_clone_to_any_instant() {
         datadir.to_str().unwrap(),
     ]);
     assert!(datadir.join("mysql.ibd").exists());
+    // What to do next, in MySQL's words (it said mariadbd and MariaDB's gtid_binlog_state).
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("start mysqld with --datadir=")
+            && said.contains("kept in the data directory (mysql.gtid_executed)")
+            && !said.contains("mariadbd"),
+        "{said}"
+    );
 }
 
 /// Issue 47: binlogs that would reach past the replay's rights — a `LOAD DATA` logged as a

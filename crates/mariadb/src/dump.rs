@@ -460,7 +460,13 @@ pub async fn load(
             source,
         })?;
         let said = String::from_utf8_lossy(&said.await.unwrap_or_default()).into_owned();
-        // The client's refusal first: it ends the download with a broken pipe.
+        // A read from the store that failed on its own cut the dump mid-statement: the
+        // client's complaint (a syntax error) is its consequence, so the store's error
+        // comes first. Else the client's refusal: it ends the download with a broken pipe.
+        let copied = match copied {
+            Err(e) if !matches!(e, transfer::TransferError::Sink(_)) => return Err(e.into()),
+            other => other,
+        };
         if !status.success() {
             return Err(RestoreError::Tool {
                 step: format!("loading the dump of backup {}", m.backup_id),

@@ -396,6 +396,9 @@ pub async fn open_store(
         path_style: os.path_style,
         credentials,
         retry_timeout: Some(retry_timeout),
+        // The store's own: an object read's body is bounded by its rate, every other
+        // request by its deadline (`tidemark_store::bounded`).
+        request_timeout: None,
         ca_bundle: os.ca_bundle.clone(),
         cloud_credentials,
         denied_endpoints: denied.to_vec(),

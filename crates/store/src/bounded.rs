@@ -11,9 +11,19 @@
 //!
 //! Object reads (payloads, segments) stream through unchanged: the code reading them
 //! bounds what it keeps (control objects at `MAX_CONTROL_OBJECT`, payloads by streaming).
+//!
+//! Bounds on time: every request but an object read has one deadline for its whole
+//! exchange ([`REQUEST_TIMEOUT`], object_store's). An object read's body may take as long
+//! as its reader takes to use it — a restore streams a payload into a database's load for
+//! hours — so it has none: its server must answer within [`REQUEST_TIMEOUT`], and then
+//! send its body at [`MIN_READ_RATE`] or faster over the time Tidemark waits for it (the
+//! time the reader holds the stream back is not counted). A server that trickles, or
+//! stops, fails the read as a timeout (object_store retries it from where it stopped).
 
+use std::future::Future as _;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
@@ -48,22 +58,51 @@ pub const MAX_ERROR_BODY: u64 = 64 * 1024;
 /// well under 1 MiB).
 pub const MAX_LISTING_BODY: u64 = MAX_CONTROL_OBJECT;
 
+/// The deadline of a request's whole exchange (object_store's default), and of an object
+/// read's answer up to its body.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The slowest an object read's body may arrive while Tidemark waits for it, in bytes per
+/// second (the slowest `--bandwidth` allowed): beside [`REQUEST_TIMEOUT`], a body of N
+/// bytes may keep Tidemark waiting N / 64 KiB seconds.
+pub const MIN_READ_RATE: u64 = 64 * 1024;
+
 /// object_store's own HTTP client, with every answer bounded, and listing pages counted
 /// against the pass's budget (`crate::budget`).
 #[derive(Debug, Default)]
 pub(crate) struct BoundedConnector {
     pub(crate) spent: std::sync::Arc<crate::budget::Spent>,
+    /// [`REQUEST_TIMEOUT`], unless given (tests).
+    pub(crate) request_timeout: Option<Duration>,
 }
 
 impl HttpConnector for BoundedConnector {
     fn connect(&self, options: &ClientOptions) -> object_store::Result<HttpClient> {
-        let inner = ReqwestConnector::default().connect(options)?;
-        Ok(HttpClient::new(Bounded(inner, self.spent.clone())))
+        let timeout = self.request_timeout.unwrap_or(REQUEST_TIMEOUT);
+        let mut options = options.clone();
+        if self.request_timeout.is_some() {
+            options = options.with_timeout(timeout);
+        }
+        let inner = ReqwestConnector::default().connect(&options)?;
+        // Object reads: no deadline for the whole body (see the module's text).
+        let reads = ReqwestConnector::default().connect(&options.with_timeout_disabled())?;
+        Ok(HttpClient::new(Bounded {
+            inner,
+            reads,
+            spent: self.spent.clone(),
+            timeout,
+        }))
     }
 }
 
 #[derive(Debug)]
-struct Bounded(HttpClient, std::sync::Arc<crate::budget::Spent>);
+struct Bounded {
+    inner: HttpClient,
+    /// The client of object reads: no deadline of its own ([`Paced`] bounds them).
+    reads: HttpClient,
+    spent: std::sync::Arc<crate::budget::Spent>,
+    timeout: Duration,
+}
 
 /// A listing request of S3 or GCS (`list-type=2`), Azure (`comp=list`) or S3's uploads.
 fn is_listing(uri: &http::Uri) -> bool {
@@ -81,11 +120,22 @@ impl HttpService for Bounded {
         // A page of a listing (GET; a POST `?uploads` starts an upload).
         let listing = get && is_listing(req.uri());
         let object_read = get && !is_listing(req.uri());
-        if listing && let Err(e) = self.1.page() {
+        if listing && let Err(e) = self.spent.page() {
             // Not retried (a server that pages without end does not stop).
             return Err(HttpError::new(HttpErrorKind::Unknown, e));
         }
-        let response = self.0.execute(req).await?;
+        let response = if object_read {
+            tokio::time::timeout(self.timeout, self.reads.execute(req))
+                .await
+                .map_err(|_| {
+                    HttpError::new(
+                        HttpErrorKind::Timeout,
+                        SlowServer(format!("no answer within {} s", self.timeout.as_secs_f64())),
+                    )
+                })??
+        } else {
+            self.inner.execute(req).await?
+        };
         let limit = if !response.status().is_success() {
             Some(Limit::Cut(MAX_ERROR_BODY))
         } else if !object_read {
@@ -101,7 +151,14 @@ impl HttpService for Bounded {
                 limit,
                 done: false,
             }),
-            None => HttpResponseBody::new(Unhinted(body)),
+            None => HttpResponseBody::new(Paced {
+                inner: body,
+                base: self.timeout,
+                received: 0,
+                waited: Duration::ZERO,
+                since: None,
+                alarm: None,
+            }),
         };
         Ok(HttpResponse::from_parts(parts, body))
     }
@@ -123,10 +180,32 @@ impl Limit {
     }
 }
 
-/// A body without a size hint: nothing preallocates by the server's word.
-struct Unhinted(HttpResponseBody);
+#[derive(Debug, thiserror::Error)]
+#[error("the store's server is too slow: {0}")]
+struct SlowServer(String);
 
-impl Body for Unhinted {
+/// An object read's body, without a size hint (nothing preallocates by the server's word),
+/// that fails once Tidemark has waited on it for longer than `base` and a second for each
+/// [`MIN_READ_RATE`] bytes received. Only the time spent waiting for the server counts:
+/// while the reader holds the stream back (its sink is slow), nothing is asked.
+struct Paced {
+    inner: HttpResponseBody,
+    base: Duration,
+    received: u64,
+    /// The waits that ended (data came).
+    waited: Duration,
+    /// When the current wait began.
+    since: Option<tokio::time::Instant>,
+    alarm: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Paced {
+    fn allowed(&self) -> Duration {
+        self.base + Duration::from_secs_f64(self.received as f64 / MIN_READ_RATE as f64)
+    }
+}
+
+impl Body for Paced {
     type Data = Bytes;
     type Error = HttpError;
 
@@ -134,11 +213,49 @@ impl Body for Unhinted {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, HttpError>>> {
-        Pin::new(&mut self.0).poll_frame(cx)
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(frame) => {
+                if let Some(since) = this.since.take() {
+                    this.waited += since.elapsed();
+                }
+                this.alarm = None;
+                if let Some(Ok(f)) = &frame
+                    && let Some(data) = f.data_ref()
+                {
+                    this.received += data.len() as u64;
+                }
+                Poll::Ready(frame)
+            }
+            Poll::Pending => {
+                let since = *this.since.get_or_insert_with(tokio::time::Instant::now);
+                let deadline = since + this.allowed().saturating_sub(this.waited);
+                let alarm = this
+                    .alarm
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+                if alarm.deadline() != deadline {
+                    alarm.as_mut().reset(deadline);
+                }
+                if alarm.as_mut().poll(cx).is_ready() {
+                    this.alarm = None;
+                    return Poll::Ready(Some(Err(HttpError::new(
+                        HttpErrorKind::Timeout,
+                        SlowServer(format!(
+                            "an object's body came slower than {} KiB/s while Tidemark waited \
+                             for it ({} bytes in {:.0} s of waiting)",
+                            MIN_READ_RATE / 1024,
+                            this.received,
+                            (this.waited + since.elapsed()).as_secs_f64()
+                        )),
+                    ))));
+                }
+                Poll::Pending
+            }
+        }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.0.is_end_stream()
+        self.inner.is_end_stream()
     }
 }
 

@@ -31,6 +31,9 @@ pub struct StoreOptions {
     /// Give up on a request after this long (transient errors are retried with backoff
     /// until then).
     pub retry_timeout: Option<Duration>,
+    /// The deadline of one request (default `bounded::REQUEST_TIMEOUT`); an object read's
+    /// body has none, but a least rate (`bounded::MIN_READ_RATE`).
+    pub request_timeout: Option<Duration>,
     /// S3 region (else `AWS_REGION`, `AWS_DEFAULT_REGION`, or `us-east-1`).
     pub region: Option<String>,
     /// S3 path-style requests (`https://host/bucket/key`); `false` asks for virtual-hosted
@@ -816,6 +819,7 @@ fn open_base(
                 .with_retry(retry)
                 .with_http_connector(crate::bounded::BoundedConnector {
                     spent: spent.clone(),
+                    request_timeout: options.request_timeout,
                 })
                 .with_client_options(client.clone());
             let endpoint = options
@@ -921,6 +925,7 @@ fn open_base(
             let gcs = builder
                 .with_http_connector(crate::bounded::BoundedConnector {
                     spent: spent.clone(),
+                    request_timeout: options.request_timeout,
                 })
                 .with_client_options(client.with_allow_http(http))
                 .with_bucket_name(&bucket)
@@ -984,6 +989,7 @@ fn open_base(
             let az = b
                 .with_http_connector(crate::bounded::BoundedConnector {
                     spent: spent.clone(),
+                    request_timeout: options.request_timeout,
                 })
                 .with_container_name(&container)
                 .with_retry(retry)

@@ -208,3 +208,157 @@ async fn denied_addresses_are_never_connected_to() {
     .expect_err("a denied literal was accepted");
     assert!(e.to_string().contains("127.0.0.1"), "{e}");
 }
+
+/// Serves every object read a body of `len` bytes, `chunk` bytes at a time with `pause`
+/// between them (and `wait` before its head).
+async fn paced_server(
+    len: usize,
+    chunk: usize,
+    pause: std::time::Duration,
+    wait: std::time::Duration,
+) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                tokio::time::sleep(wait).await;
+                // A retry asks for the rest: `Range: bytes=FROM-TO`.
+                let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+                let range = text.lines().find_map(|l| {
+                    let (from, to) = l.strip_prefix("range: bytes=")?.trim().split_once('-')?;
+                    Some((from.parse::<usize>().ok()?, to.parse::<usize>().ok()?))
+                });
+                let common = "ETag: \"e\"\r\nLast-Modified: Mon, 30 Nov 2026 00:00:00 GMT\r\nConnection: close";
+                let (reply, mut left) = match range {
+                    Some((from, to)) => (
+                        format!(
+                            "HTTP/1.1 206 Partial Content\r\nContent-Length: {}\r\nContent-Range: bytes {from}-{to}/{len}\r\n{common}\r\n\r\n",
+                            to + 1 - from
+                        ),
+                        to + 1 - from,
+                    ),
+                    None => (
+                        format!("HTTP/1.1 200 OK\r\nContent-Length: {len}\r\n{common}\r\n\r\n"),
+                        len,
+                    ),
+                };
+                if conn.write_all(reply.as_bytes()).await.is_err() {
+                    return;
+                }
+                while left > 0 {
+                    let n = left.min(chunk);
+                    if conn.write_all(&vec![b'x'; n]).await.is_err() {
+                        return;
+                    }
+                    left -= n;
+                    tokio::time::sleep(pause).await;
+                }
+            });
+        }
+    });
+    url
+}
+
+fn open_timed(endpoint: &str, request: std::time::Duration) -> ClusterStore {
+    let options = StoreOptions {
+        endpoint: Some(endpoint.to_owned()),
+        credentials: Some(S3Credentials {
+            access_key_id: "k".into(),
+            secret_access_key: "s".into(),
+            session_token: None,
+        }),
+        retry_timeout: Some(std::time::Duration::from_secs(2)),
+        request_timeout: Some(request),
+        ..Default::default()
+    };
+    ClusterStore::open("s3://bucket", "c", &options).unwrap()
+}
+
+/// Issue 47's 2 GiB dump: a restore streams a payload into a database's load for as long
+/// as the load takes. A deadline on the whole read (object_store's 30 s, and its retries'
+/// 60 s) cut every payload that takes longer to use, mid-statement. An object read's body
+/// has no deadline: here it arrives over about 4 s while its reader also holds it back
+/// for 3 s, against a request deadline of 1 s and retries for 2 s — and arrives whole.
+#[tokio::test]
+async fn an_object_read_longer_than_any_request_deadline_arrives_whole() {
+    use futures::StreamExt;
+    let len = 1 << 20;
+    let url = paced_server(
+        len,
+        128 << 10,
+        std::time::Duration::from_millis(500),
+        std::time::Duration::ZERO,
+    )
+    .await;
+    let store = open_timed(&url, std::time::Duration::from_secs(1));
+    let started = std::time::Instant::now();
+    let mut body = store
+        .object_store()
+        .get(&Path::from("payload"))
+        .await
+        .unwrap()
+        .into_stream();
+    let mut got = 0;
+    let mut first = true;
+    while let Some(chunk) = body.next().await {
+        got += chunk.unwrap().len();
+        if first {
+            // A slow sink: nothing asked of the server for a while.
+            tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+            first = false;
+        }
+    }
+    assert_eq!(got, len);
+    assert!(started.elapsed() > std::time::Duration::from_secs(3));
+}
+
+/// What the missing deadline may not allow: a server that trickles an object's body (a
+/// byte every 200 ms), or answers no head, fails the read — as a timeout, retried by
+/// object_store — instead of holding it for ever.
+#[tokio::test]
+async fn a_server_that_trickles_or_stalls_fails_the_read() {
+    use futures::StreamExt;
+    let trickle = paced_server(
+        1 << 20,
+        1,
+        std::time::Duration::from_millis(200),
+        std::time::Duration::ZERO,
+    )
+    .await;
+    let stall = paced_server(
+        16,
+        16,
+        std::time::Duration::ZERO,
+        std::time::Duration::from_secs(3600),
+    )
+    .await;
+    for url in [trickle, stall] {
+        let store = open_timed(&url, std::time::Duration::from_secs(1));
+        let read = async {
+            let mut body = store
+                .object_store()
+                .get(&Path::from("payload"))
+                .await?
+                .into_stream();
+            while let Some(chunk) = body.next().await {
+                chunk?;
+            }
+            Ok::<(), object_store::Error>(())
+        };
+        let e = tokio::time::timeout(std::time::Duration::from_secs(60), read)
+            .await
+            .expect("the read was held for a minute")
+            .expect_err("a trickle or a stall was read as an object");
+        let said = e.to_string();
+        assert!(said.contains("the store's server is too slow"), "{said}");
+    }
+}

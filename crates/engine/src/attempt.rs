@@ -591,9 +591,14 @@ impl Source for DumpSource {
             .map_err(|e| {
                 EngineError::Source(format!("creating the dump's scratch directory: {e}"))
             })?;
-        let (stream, run) = tidemark_mariadb::dump::start(&self.donor, &self.program, work.path())
-            .await
-            .map_err(|e| EngineError::Source(chain(&e)))?;
+        let (stream, run) = tidemark_mariadb::dump::start(
+            &self.donor,
+            &self.program,
+            work.path(),
+            tidemark_mariadb::dump::LOCK_WAIT,
+        )
+        .await
+        .map_err(|e| EngineError::Source(chain(&e)))?;
         self.run = Some(run);
         self.work = Some(work);
         Ok(Box::new(stream))

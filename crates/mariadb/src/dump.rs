@@ -8,6 +8,14 @@
 //! A full read of every table through one connection, and a global read lock for the
 //! moment it takes to start the snapshot (`FLUSH TABLES WITH READ LOCK`, which waits for
 //! running statements: a long query on the source holds every write back until it ends).
+//! So the lock is not asked for while a statement has run on the source for
+//! [`LONG_STATEMENT`] or more: the dump waits up to [`LOCK_WAIT`] for such statements to
+//! end, else fails naming one (this needs the `PROCESS` right: without it the account sees
+//! only its own statements). One that starts after that check can still hold the lock's
+//! `FLUSH TABLES` back: when mysqldump is still flushing after [`LOCK_WAIT`], its statement
+//! is killed (`KILL QUERY`, on its own connection: no right needed) and the backup fails,
+//! naming the wait. The source's writes then still wait for the long statement to end:
+//! MySQL keeps the tables it flushed marked until then.
 //! The account needs `SELECT`, `SHOW VIEW`, `TRIGGER`, `EVENT`, `RELOAD` and `REPLICATION
 //! CLIENT`.
 //!
@@ -45,6 +53,13 @@ const HEAD_MAX: usize = 8 << 20;
 const DATABASES_MAX: usize = 16 << 20;
 /// What a restore's error shows of the client's or the dump's complaints.
 const STDERR_MAX: usize = 64 * 1024;
+/// The longest mysqldump may wait to take its global read lock (its `FLUSH TABLES`, behind
+/// a long statement, with every write on the source queued behind it) before the wait is
+/// killed and the backup fails.
+pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+/// A statement that has run this long may run much longer: the dump's global read lock is
+/// not asked for behind it.
+pub const LONG_STATEMENT: std::time::Duration = std::time::Duration::from_secs(10);
 /// The server's own schemas: not dumped (a restore makes its own).
 const SYSTEM_SCHEMAS: [&str; 4] = ["mysql", "sys", "performance_schema", "information_schema"];
 
@@ -111,6 +126,9 @@ pub struct Dumping {
     child: Child,
     copy: tokio::task::JoinHandle<std::io::Result<(String, jiff::Timestamp)>>,
     stderr: tokio::task::JoinHandle<Vec<u8>>,
+    /// [`watch_lock`], and why it stopped the dump, if it did.
+    watchdog: tokio::task::JoinHandle<()>,
+    stalled: std::sync::Arc<std::sync::Mutex<Option<String>>>,
 }
 
 /// What a finished dump recorded.
@@ -200,7 +218,8 @@ async fn refuse_definers(donor: &Donor, work: &Path) -> Result<(), RestoreError>
 
 /// Starts `mysqldump` (`program`) on the source: one consistent snapshot of its own
 /// databases, the GTID set and binlog position commented in its head. Returns the dump's
-/// stream and the run.
+/// stream and the run. Its global read lock may be waited for `lock_wait` ([`LOCK_WAIT`]),
+/// then the wait is killed ([`watch_lock`]).
 ///
 /// # Errors
 /// The source refuses ([`crate::clone::facts`]), its databases cannot be listed or hold
@@ -209,10 +228,15 @@ pub async fn start(
     donor: &Donor,
     program: &std::ffi::OsString,
     work: &Path,
+    lock_wait: std::time::Duration,
 ) -> Result<(impl AsyncRead + Send + Unpin + 'static, Dumping), RestoreError> {
     let source = crate::clone::facts(donor, work).await?;
     let names = databases(donor, work).await?;
     refuse_definers(donor, work).await?;
+    if source.log_bin || source.gtids {
+        // The head's point takes the lock (`--source-data`, `--set-gtid-purged`).
+        no_long_statements(donor, work, lock_wait).await?;
+    }
     let login = donor.login(work)?;
     let mut cmd = Command::new(program);
     cmd.arg(format!("--defaults-file={}", login.display()))
@@ -274,8 +298,19 @@ pub async fn start(
         }
         kept
     });
+    let past_lock = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stalled = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let watchdog = tokio::spawn(watch_lock(
+        donor.clone(),
+        work.to_path_buf(),
+        child.id(),
+        (past_lock.clone(), stalled.clone()),
+        lock_wait,
+    ));
     let (read, mut write) = tokio::io::duplex(1 << 20);
     let copy = tokio::spawn(async move {
+        // The head ends once the snapshot is taken and the lock released.
+        let passed = || past_lock.store(true, std::sync::atomic::Ordering::SeqCst);
         let mut head = Vec::new();
         let mut seen: Option<(String, jiff::Timestamp)> = None;
         let mut buf = vec![0u8; 64 << 10];
@@ -289,6 +324,7 @@ pub async fn start(
                 let end = find(&head, b"\n-- Current Database: ")
                     .or((head.len() >= HEAD_MAX).then_some(HEAD_MAX));
                 if let Some(end) = end {
+                    passed();
                     head.truncate(end);
                     seen = Some((
                         String::from_utf8_lossy(&head).into_owned(),
@@ -299,6 +335,7 @@ pub async fn start(
             }
             write.write_all(&buf[..n]).await?;
         }
+        passed();
         write.shutdown().await?;
         Ok(seen.unwrap_or_else(|| {
             (
@@ -317,8 +354,119 @@ pub async fn start(
             child,
             copy,
             stderr,
+            watchdog,
+            stalled,
         },
     ))
+}
+
+/// Waits up to `wait` while a statement has run on the source for [`LONG_STATEMENT`] (or
+/// `wait`, when shorter) or more — a client's, not a replica's applier or a daemon's —
+/// checking every 2 s.
+///
+/// # Errors
+/// One still runs after `wait` (named, with its connection and start); the source could
+/// not be asked.
+async fn no_long_statements(
+    donor: &Donor,
+    work: &Path,
+    wait: std::time::Duration,
+) -> Result<(), RestoreError> {
+    let long = LONG_STATEMENT.min(wait).as_secs().max(1);
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let row = donor
+            .ask(
+                work,
+                &format!(
+                    "SELECT ID, TIME, HEX(LEFT(INFO, 80)) FROM information_schema.PROCESSLIST \
+                     WHERE COMMAND = 'Query' AND TIME >= {long} AND ID <> CONNECTION_ID() \
+                     AND INFO IS NOT NULL AND USER <> 'system user' ORDER BY TIME DESC LIMIT 1"
+                ),
+            )
+            .await?;
+        let Some(id) = row.first().filter(|i| !i.is_empty()) else {
+            return Ok(());
+        };
+        if tokio::time::Instant::now() >= deadline {
+            let statement = row
+                .get(2)
+                .and_then(|h| hex::decode(h).ok())
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+                .unwrap_or_default();
+            return Err(RestoreError::Source {
+                source_server: format!("{donor:?}"),
+                problem: format!(
+                    "a statement has run for {} s (connection {id}: {statement:?}), and still ran \
+                     after {} s: mysqldump's global read lock (FLUSH TABLES WITH READ LOCK) would \
+                     wait behind it with every write on the source queued behind the lock, so it \
+                     was not asked for; the next backup tries again",
+                    row.get(1).map_or("?", String::as_str),
+                    wait.as_secs()
+                ),
+            });
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    }
+}
+
+/// Bounds mysqldump's wait for its global read lock: after `wait`, while its head has not
+/// come (`past_lock`), asks the source every 2 s for mysqldump's own connection (the
+/// connection attribute `_pid` of process `pid`) running a `FLUSH`, and kills that
+/// statement (or, if the source refuses, mysqldump), saying why in `stalled` first.
+async fn watch_lock(
+    donor: Donor,
+    work: std::path::PathBuf,
+    pid: Option<u32>,
+    (past_lock, stalled): (
+        std::sync::Arc<std::sync::atomic::AtomicBool>,
+        std::sync::Arc<std::sync::Mutex<Option<String>>>,
+    ),
+    wait: std::time::Duration,
+) {
+    let Some(pid) = pid else {
+        return;
+    };
+    tokio::time::sleep(wait).await;
+    while !past_lock.load(std::sync::atomic::Ordering::SeqCst) {
+        let asked = donor
+            .ask(
+                &work,
+                &format!(
+                    "SELECT t.PROCESSLIST_ID, LEFT(t.PROCESSLIST_INFO, 64) \
+                     FROM performance_schema.threads t \
+                     JOIN performance_schema.session_connect_attrs a \
+                     ON a.PROCESSLIST_ID = t.PROCESSLIST_ID AND a.ATTR_NAME = '_pid' AND a.ATTR_VALUE = '{pid}' \
+                     WHERE t.PROCESSLIST_INFO LIKE 'FLUSH %' LIMIT 1"
+                ),
+            )
+            .await;
+        if let Ok(row) = asked
+            && let Some(id) = row.first().and_then(|i| i.parse::<u64>().ok())
+            && !past_lock.load(std::sync::atomic::Ordering::SeqCst)
+        {
+            let statement = row.get(1).cloned().unwrap_or_default();
+            let why = format!(
+                "mysqldump waited more than {} s for its global read lock ({statement:?}, behind \
+                 a long statement on the source, with the source's writes queued behind it): \
+                 stopped; the next backup tries again",
+                wait.as_secs()
+            );
+            if let Ok(mut slot) = stalled.lock() {
+                *slot = Some(why);
+            }
+            if donor.ask(&work, &format!("KILL QUERY {id}")).await.is_err()
+                && let Some(pid) = i32::try_from(pid)
+                    .ok()
+                    .and_then(rustix::process::Pid::from_raw)
+            {
+                // Not reaped yet (the run waits for it): the pid is still mysqldump's.
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    }
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
@@ -340,6 +488,12 @@ impl Dumping {
         let status = self.child.wait().await;
         let said = self.stderr.await.unwrap_or_default();
         let said = tail(&String::from_utf8_lossy(&said));
+        // Its run is over: a watchdog still asking has nothing left to stop.
+        self.watchdog.abort();
+        let stalled = self.stalled.lock().ok().and_then(|mut s| s.take());
+        if let Some(why) = stalled {
+            return Err(format!("{why}. mysqldump said: {said}"));
+        }
         match status {
             Ok(s) if s.success() => {}
             Ok(s) => return Err(format!("mysqldump failed ({s}): {said}")),

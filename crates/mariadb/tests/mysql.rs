@@ -302,3 +302,105 @@ async fn a_clone_through_a_private_recipient_holds_its_point() {
     let restored = clone_holds_its_point(&inside, &uuid, before, total);
     assert_eq!(restored, held, "the recorded point is the data's");
 }
+
+/// Issue 47: mysqldump's global read lock (`FLUSH TABLES WITH READ LOCK`) waits behind a
+/// long statement, and every write on the source queues behind it.
+/// - An account with `PROCESS` sees the long statement first: the dump waits for it (3 s
+///   here, `dump::LOCK_WAIT` in use), then fails without asking for the lock, and the
+///   writes go on while the statement still runs.
+/// - One without it cannot: mysqldump's flush is killed after the wait and the backup
+///   fails naming it (the writes wait for the statement: MySQL keeps the flush pending).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dump_behind_a_long_statement_takes_no_lock_and_waits_bounded() {
+    use tidemark_mariadb::clone::Donor;
+    let (db, _, _) = donor();
+    db.sql(
+        "INSERT INTO shop.orders VALUES (1); \
+         CREATE USER 'dumper'@'127.0.0.1' IDENTIFIED BY 'dump-secret'; \
+         GRANT SELECT, SHOW VIEW, TRIGGER, EVENT, RELOAD, REPLICATION CLIENT ON *.* TO 'dumper'@'127.0.0.1'; \
+         CREATE USER 'watcher'@'127.0.0.1' IDENTIFIED BY 'dump-secret'; \
+         GRANT SELECT, SHOW VIEW, TRIGGER, EVENT, RELOAD, REPLICATION CLIENT, PROCESS ON *.* TO 'watcher'@'127.0.0.1'",
+    );
+    let bin = tidemark_store::testkit::mysql::bin();
+    let source = |user: &str| {
+        let command: Vec<String> = [
+            bin.join("mysql").to_string_lossy().into_owned(),
+            "--host=127.0.0.1".into(),
+            format!("--port={}", db.port),
+            format!("--user={user}"),
+            "--password=dump-secret".into(),
+        ]
+        .into();
+        Donor::from_command(&command).unwrap()
+    };
+    let running =
+        "SELECT ID, TIME FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT SLEEP(600)%'";
+    // A long statement, running for at least `secs`: its connection id.
+    let long = |secs: u64| {
+        let (session, mut stdin) = db.session();
+        writeln!(stdin, "SELECT SLEEP(600) FROM shop.orders;").unwrap();
+        stdin.flush().unwrap();
+        for _ in 0..200 {
+            let row = db.sql(running);
+            if let Some((id, time)) = row.split_once('\t')
+                && time.parse::<u64>().unwrap() >= secs
+            {
+                return (id.to_owned(), session, stdin);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("the long statement never ran");
+    };
+    let mysqldump = bin.join("mysqldump").into_os_string();
+    let dump = |donor: Donor| {
+        let mysqldump = mysqldump.clone();
+        async move {
+            let work = tempfile::tempdir().unwrap();
+            let (mut stream, run) = tidemark_mariadb::dump::start(
+                &donor,
+                &mysqldump,
+                work.path(),
+                Duration::from_secs(3),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+            let mut sink = Vec::new();
+            let _ = tokio::io::AsyncReadExt::read_to_end(&mut stream, &mut sink).await;
+            run.finish(false).await.map(|_| ())
+        }
+    };
+
+    // With PROCESS: no lock asked for, the writes go on.
+    let (sleeper, mut session, _stdin) = long(3);
+    let e = dump(source("watcher"))
+        .await
+        .expect_err("a dump behind a long statement");
+    assert!(
+        e.contains("a statement has run for")
+            && e.contains("SELECT SLEEP(600)")
+            && e.contains("was not asked for"),
+        "{e}"
+    );
+    db.sql("INSERT INTO shop.orders VALUES (2)");
+    assert!(
+        db.sql(running).starts_with(&sleeper),
+        "the long statement ended before the write"
+    );
+    db.sql(&format!("KILL QUERY {sleeper}"));
+    let _ = session.kill();
+    let _ = session.wait();
+
+    // Without: the flush waits, and is killed after the wait.
+    let (sleeper, mut session, _stdin) = long(0);
+    let e = dump(source("dumper"))
+        .await
+        .expect_err("a dump behind the lock");
+    assert!(
+        e.contains("waited more than 3 s for its global read lock"),
+        "{e}"
+    );
+    db.sql(&format!("KILL QUERY {sleeper}"));
+    let _ = session.kill();
+    let _ = session.wait();
+    db.sql("INSERT INTO shop.orders VALUES (3)");
+}

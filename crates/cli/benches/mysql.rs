@@ -234,17 +234,6 @@ fn main() {
             login.path().display()
         ));
     });
-    let target = MySql::start_with_id(9);
-    let socket = target.path(&format!("{}/mysqld.sock", target.dir));
-    let peer_restore = timed(|| {
-        sh(&format!(
-            "{aws} s3 cp {key} - --endpoint-url {endpoint} --only-show-errors | zstd -d -q \
-             | mysql --user=root --socket={}",
-            socket.display()
-        ));
-    });
-    let restored = target.sql("SELECT COUNT(*) FROM shop.orders");
-    assert_eq!(restored, rows, "the peer's restore holds every row");
     let peer_stored = {
         let out = Command::new(&aws)
             .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
@@ -260,9 +249,21 @@ fn main() {
             .unwrap_or(0.0)
             / 1048576.0
     };
-    table.push(("mysqldump | zstd | aws s3 cp -", peer_push, peer_stored));
+    eprintln!("the peer stored {peer_stored:.0} MiB");
+    let target = MySql::start_with_id(9);
+    let socket = target.path(&format!("{}/mysqld.sock", target.dir));
+    let peer_restore = timed(|| {
+        sh(&format!(
+            "{aws} s3 cp {key} - --endpoint-url {endpoint} --only-show-errors | zstd -d -q \
+             | mysql --user=root --socket={}",
+            socket.display()
+        ));
+    });
+    let restored = target.sql("SELECT COUNT(*) FROM shop.orders");
+    assert_eq!(restored, rows, "the peer's restore holds every row");
+    table.push(("mysqldump \\| zstd \\| aws s3 cp -", peer_push, peer_stored));
     table.push((
-        "aws s3 cp - | zstd -d | mysql (into a running new server)",
+        "aws s3 cp - \\| zstd -d \\| mysql (into a running new server)",
         peer_restore,
         0.0,
     ));

@@ -493,6 +493,59 @@ fn binlogs_replay_a_clone_to_any_instant() {
     );
 }
 
+/// Issue 47: with `--ssl-ca`, the source's certificate is verified — by the client that
+/// asks it (`VERIFY_CA`), by a clone's recipient (`clone_ssl_ca`) and by mysqldump. Its own
+/// CA (MySQL's generated `ca.pem`) lets the clone through; another CA is refused before
+/// anything is copied, by a clone and by a dump.
+#[test]
+fn the_sources_certificate_is_verified_against_its_ca() {
+    let db = source(10);
+    db.sql(
+        "CREATE USER 'dumper'@'127.0.0.1' IDENTIFIED BY 'clone-secret'; \
+         GRANT SELECT, SHOW VIEW, TRIGGER, EVENT, RELOAD, REPLICATION CLIENT ON *.* TO 'dumper'@'127.0.0.1'",
+    );
+    let store = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", store.path().display());
+    let own = db.path(&format!("{}/ca.pem", db.datadir));
+    let other = store.path().join("other-ca.pem");
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args(["-subj", "/CN=another CA", "-keyout"])
+        .arg(store.path().join("other-ca.key"))
+        .arg("-out")
+        .arg(&other)
+        .output()
+        .expect("openssl (Debian's openssl)");
+    assert!(made.status.success(), "{}", stderr(&made));
+    let push = |method: &str, ca: &Path| {
+        let (client, user) = match method {
+            "mysqldump" => ("mysqldump", "dumper"),
+            _ => ("mysql", "tidemark"),
+        };
+        bin()
+            .args(["push", "--store", &url, "--cluster", "my"])
+            .args(["--backup-name", method, "--method", method, "--", client])
+            .args(["--host=127.0.0.1", &format!("--port={}", db.port)])
+            .args([&format!("--user={user}"), "--password=clone-secret"])
+            .arg(format!("--ssl-ca={}", ca.display()))
+            .output()
+            .unwrap()
+    };
+    let out = push("mysql-clone", &own);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for method in ["mysql-clone", "mysqldump"] {
+        let out = push(method, &other);
+        let said = stderr(&out);
+        assert!(!out.status.success(), "{method} with another CA: {said}");
+        assert!(
+            said.to_ascii_lowercase().contains("certificate") || said.contains("SSL"),
+            "{method}: {said}"
+        );
+    }
+}
+
 /// Issue 47: binlogs that would reach past the replay's rights — a `LOAD DATA` logged as a
 /// statement (its data written by the decoder), a grant of every right — fail the restore
 /// naming what was refused, and write nothing outside its scratch directory (no

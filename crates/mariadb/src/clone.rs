@@ -64,6 +64,10 @@ pub struct Donor {
     pub port: u16,
     pub user: String,
     pub password: String,
+    /// The CA the source's certificate must be signed by (PEM, from `--ssl-ca`): the
+    /// client verifies it (`VERIFY_CA`), and so does a clone's recipient
+    /// (`clone_ssl_ca`). Without it the connection is encrypted but the source unverified.
+    pub ssl_ca: Option<String>,
 }
 
 impl std::fmt::Debug for Donor {
@@ -85,7 +89,8 @@ impl Donor {
     /// `-p` too, a value attached or, but for `-p`, as the next word). First, an options
     /// file may give the user and password (`--defaults-extra-file=FILE`, its `[client]`
     /// `user=` and `password=`; later options win), so no password is on a command line.
-    /// The clone goes over TCP, so a socket is refused; so is any other option.
+    /// `--ssl-ca=FILE` (PEM) has the source's certificate verified. The clone goes over
+    /// TCP, so a socket is refused; so is any other option.
     ///
     /// # Errors
     /// No client, no user, an option not understood, a port that is not one, or an
@@ -97,6 +102,7 @@ impl Donor {
         };
         let (mut host, mut port, mut user, mut password) =
             ("127.0.0.1".to_owned(), 3306u16, None, String::new());
+        let mut ssl_ca = None;
         let options = match options.split_first() {
             Some((first, rest)) if first.starts_with("--defaults-extra-file=") => {
                 let file = &first["--defaults-extra-file=".len()..];
@@ -142,6 +148,7 @@ impl Donor {
                         format!("{name} needs its value attached ({name}=…): {FORM}")
                     })?;
                 }
+                "--ssl-ca" => ssl_ca = Some(read_ca(Path::new(&value("a CA file")?))?),
                 "--socket" | "-S" => {
                     return Err(format!(
                         "{name}: a clone reaches its source over TCP; give --host and --port instead"
@@ -169,7 +176,26 @@ impl Donor {
             port,
             user,
             password,
+            ssl_ca,
         })
+    }
+
+    /// The connection's TLS options for a client options file: the CA written into `work`
+    /// and `VERIFY_CA` when one was given, else `REQUIRED`.
+    fn tls_options(&self, work: &Path) -> Result<String, RestoreError> {
+        let Some(pem) = &self.ssl_ca else {
+            return Ok("ssl-mode=REQUIRED\n".into());
+        };
+        let file = work.join("source-ca.pem");
+        write_private(&file, pem).map_err(|source| RestoreError::Io {
+            action: "writing the source's CA".into(),
+            dir: file.clone(),
+            source,
+        })?;
+        Ok(format!(
+            "ssl-mode=VERIFY_CA\nssl-ca={}\n",
+            option_value(&file.to_string_lossy())
+        ))
     }
 
     /// `host:port`, as `clone_valid_donor_list` wants it.
@@ -192,10 +218,11 @@ impl Donor {
     pub(crate) fn login(&self, work: &Path) -> Result<PathBuf, RestoreError> {
         let file = work.join("source.cnf");
         if !file.exists() {
+            let tls = self.tls_options(work)?;
             write_private(
                 &file,
                 &format!(
-                    "[client]\nhost={}\nport={}\nuser={}\npassword={}\nprotocol=TCP\nssl-mode=REQUIRED\n",
+                    "[client]\nhost={}\nport={}\nuser={}\npassword={}\nprotocol=TCP\n{tls}",
                     option_value(&self.host),
                     self.port,
                     option_value(&self.user),
@@ -295,6 +322,27 @@ impl Donor {
 
 /// The most an options file may hold.
 const LOGIN_FILE_MAX: u64 = 64 * 1024;
+
+/// A CA file given with `--ssl-ca`: a regular file of at most 64 KiB holding a PEM
+/// certificate.
+fn read_ca(path: &Path) -> Result<String, String> {
+    use std::io::Read as _;
+    let shown = path.display();
+    let meta = std::fs::metadata(path).map_err(|e| format!("--ssl-ca={shown}: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("--ssl-ca={shown}: not a regular file"));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(LOGIN_FILE_MAX + 1).read_to_string(&mut text))
+        .map_err(|e| format!("--ssl-ca={shown}: {e}"))?;
+    if text.len() as u64 > LOGIN_FILE_MAX || !text.contains("-----BEGIN CERTIFICATE-----") {
+        return Err(format!(
+            "--ssl-ca={shown}: expected PEM certificates (-----BEGIN CERTIFICATE-----), at most {LOGIN_FILE_MAX} bytes"
+        ));
+    }
+    Ok(text)
+}
 
 /// The `user` and `password` of an options file's `[client]` group (MySQL's syntax: a
 /// value double-quoted with `\`, `\"`, `\n`, `\t`, `\s` escapes, or bare up to a `#`).
@@ -552,9 +600,19 @@ pub async fn take(
     .await?;
     let clone = out.join("clone");
     let consistent_at = {
+        // The source's CA, where the recipient (the server user) reads it.
+        let ca = match &donor.ssl_ca {
+            Some(pem) => {
+                let file = out.join("donor-ca.pem");
+                std::fs::write(&file, pem).map_err(io("writing the source's CA", &file))?;
+                Some(file)
+            }
+            None => None,
+        };
         let flavor = Flavor::CloneRecipient {
             donor: donor.address(),
             geometry: source.geometry,
+            ca,
         };
         let server =
             PrivateServer::start_flavor(&flavor, &recipient, &work.join("recipient"), tools)
@@ -1212,6 +1270,31 @@ mod tests {
         // Only first: elsewhere it is an option like any other, refused.
         let e = Donor::from_command(&cmd(&["mysql", "-u", "x", &arg])).unwrap_err();
         assert!(e.contains("not understood"), "{e}");
+        // A CA: PEM certificates, read once; anything else is refused by name.
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(
+            &ca,
+            "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let d = Donor::from_command(&cmd(&[
+            "mysql",
+            "-u",
+            "x",
+            "--ssl-ca",
+            ca.to_str().unwrap(),
+        ]))
+        .unwrap();
+        assert!(d.ssl_ca.unwrap().contains("BEGIN CERTIFICATE"));
+        for bad in [
+            file.clone(),
+            dir.path().join("none"),
+            dir.path().to_path_buf(),
+        ] {
+            let arg = format!("--ssl-ca={}", bad.display());
+            let e = Donor::from_command(&cmd(&["mysql", "-u", "x", &arg])).unwrap_err();
+            assert!(e.starts_with("--ssl-ca="), "{e}");
+        }
     }
 
     #[test]

@@ -446,13 +446,20 @@ impl PrivateServer {
                         "--max-allowed-packet=1G",
                     ]);
             }
-            Flavor::CloneRecipient { donor, geometry } => {
+            Flavor::CloneRecipient {
+                donor,
+                geometry,
+                ca,
+            } => {
                 server
                     .args(geometry.args())
                     .arg("--persisted-globals-load=OFF")
                     .arg("--plugin-load-add=mysql_clone.so")
                     .arg(format!("--clone-valid-donor-list={donor}"))
                     .args(["--skip-replica-start", "--mysqlx=OFF"]);
+                if let Some(ca) = ca {
+                    server.arg(format!("--clone-ssl-ca={}", ca.display()));
+                }
             }
         }
         server

@@ -71,6 +71,8 @@ pub enum Flavor {
     CloneRecipient {
         donor: String,
         geometry: MySqlGeometry,
+        /// The CA the donor's certificate must be signed by (`clone_ssl_ca`).
+        ca: Option<std::path::PathBuf>,
     },
 }
 

@@ -61,7 +61,7 @@ pub async fn copy_object(
         }
         Err(source) => return Err(request(from, "reading", key, source).into()),
     };
-    let mut stream = got.into_stream();
+    let mut stream = crate::transfer::resuming(from, key, got);
     let (part_size, in_flight) = to.upload_buffer;
     let mut writer = BufWriter::with_capacity(to.inner.clone(), key.clone(), part_size)
         .with_max_concurrency(in_flight);

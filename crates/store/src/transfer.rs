@@ -1048,6 +1048,88 @@ pub async fn download(
     Ok(expected.clone())
 }
 
+/// How many times in a row a long read is resumed without a byte between ([`resuming`]).
+const RESUMES: u32 = 5;
+
+/// The body of `got` (object `key`), resumed where it broke: object_store retries a read
+/// only within its retry timeout from the first request (60 s), and a payload streamed into
+/// a slow restore for hours would otherwise fail on the first dropped connection after
+/// it. A read that fails is asked again from the byte it reached, of the same object (its
+/// entity tag: a changed object is an error), up to [`RESUMES`] times in a row without
+/// progress, after 1, 2, 4… s.
+pub(crate) fn resuming(
+    store: &ClusterStore,
+    key: &Path,
+    got: object_store::GetResult,
+) -> futures::stream::BoxStream<'static, object_store::Result<Bytes>> {
+    struct Reading {
+        inner: std::sync::Arc<dyn object_store::ObjectStore>,
+        key: Path,
+        etag: Option<String>,
+        end: u64,
+        at: u64,
+        failed: u32,
+        body: futures::stream::BoxStream<'static, object_store::Result<Bytes>>,
+    }
+    let reading = Reading {
+        inner: store.inner.clone(),
+        key: key.clone(),
+        etag: got.meta.e_tag.clone(),
+        end: got.range.end,
+        at: got.range.start,
+        failed: 0,
+        body: got.into_stream(),
+    };
+    futures::stream::unfold(Some(reading), |reading| async move {
+        let mut r = reading?;
+        loop {
+            let mut broke = match r.body.next().await {
+                Some(Ok(chunk)) => {
+                    r.at += chunk.len() as u64;
+                    r.failed = 0;
+                    return Some((Ok(chunk), Some(r)));
+                }
+                None => return None,
+                Some(Err(e)) => e,
+            };
+            // Asked again from where it broke, until it answers or the tries run out.
+            loop {
+                if r.etag.is_none() || r.at >= r.end || r.failed >= RESUMES {
+                    return Some((Err(broke), None));
+                }
+                tracing::info!(key = %r.key, at = r.at, "a read broke ({broke}); resuming it");
+                tokio::time::sleep(std::time::Duration::from_secs(1 << r.failed)).await;
+                r.failed += 1;
+                let options = object_store::GetOptions {
+                    range: Some(object_store::GetRange::Bounded(r.at..r.end)),
+                    if_match: r.etag.clone(),
+                    ..Default::default()
+                };
+                match r.inner.get_opts(&r.key, options).await {
+                    Ok(again) if again.meta.e_tag == r.etag && again.range.start == r.at => {
+                        r.body = again.into_stream();
+                        break;
+                    }
+                    Ok(_) => {
+                        let changed = object_store::Error::Generic {
+                            store: "resume",
+                            source: format!(
+                                "object {} changed while it was read (another entity tag, or \
+                                 another first byte served)",
+                                r.key
+                            )
+                            .into(),
+                        };
+                        return Some((Err(changed), None));
+                    }
+                    Err(e) => broke = e,
+                }
+            }
+        }
+    })
+    .boxed()
+}
+
 /// Streams the object `key` into `sink`, checking its size and (when recorded) sha256 —
 /// of the stored bytes — and decoding what its record says (`form`: zstd checks its
 /// content's own checksum, age authenticates every 64 KiB). Whether the object can be
@@ -1081,7 +1163,7 @@ pub async fn copy_verified(
         }
         Err(source) => return Err(request(store, "reading", key, source).into()),
     };
-    let mut stream = got.into_stream();
+    let mut stream = resuming(store, key, got);
     let mut hasher = Sha256::new();
     let mut size = 0u64;
     // The first content problem; the stored bytes are still read to the end, so that a

@@ -10,6 +10,19 @@ use object_store::path::Path;
 use tidemark_store::{ClusterStore, S3Credentials, StoreOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// A request's head, up to its blank line (`None`: the connection ended first).
+async fn request_head(conn: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match conn.read(&mut buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    Some(head)
+}
+
 /// Serves every connection by `answer(request line)`: the head to send, then how many
 /// filler bytes follow it.
 async fn hostile_server(answer: fn(&str) -> (String, usize)) -> String {
@@ -18,14 +31,9 @@ async fn hostile_server(answer: fn(&str) -> (String, usize)) -> String {
     tokio::spawn(async move {
         while let Ok((mut conn, _)) = listener.accept().await {
             tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut buf = [0u8; 4096];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match conn.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
-                }
+                let Some(head) = request_head(&mut conn).await else {
+                    return;
+                };
                 let text = String::from_utf8_lossy(&head);
                 let (reply, filler) = answer(text.lines().next().unwrap_or_default());
                 if conn.write_all(reply.as_bytes()).await.is_err() {
@@ -224,14 +232,9 @@ async fn paced_server(
     tokio::spawn(async move {
         while let Ok((mut conn, _)) = listener.accept().await {
             tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut buf = [0u8; 4096];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match conn.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
-                }
+                let Some(head) = request_head(&mut conn).await else {
+                    return;
+                };
                 tokio::time::sleep(wait).await;
                 // A retry asks for the rest: `Range: bytes=FROM-TO`.
                 let text = String::from_utf8_lossy(&head).to_ascii_lowercase();

@@ -323,8 +323,9 @@ impl Donor {
 /// The most an options file may hold.
 const LOGIN_FILE_MAX: u64 = 64 * 1024;
 
-/// A CA file given with `--ssl-ca`: a regular file of at most 64 KiB holding a PEM
-/// certificate.
+/// A CA file given with `--ssl-ca`: a regular file of at most 64 KiB holding PEM
+/// certificates. Only the certificates are kept (a private key beside them is not copied
+/// anywhere).
 fn read_ca(path: &Path) -> Result<String, String> {
     use std::io::Read as _;
     let shown = path.display();
@@ -336,12 +337,27 @@ fn read_ca(path: &Path) -> Result<String, String> {
     std::fs::File::open(path)
         .and_then(|f| f.take(LOGIN_FILE_MAX + 1).read_to_string(&mut text))
         .map_err(|e| format!("--ssl-ca={shown}: {e}"))?;
-    if text.len() as u64 > LOGIN_FILE_MAX || !text.contains("-----BEGIN CERTIFICATE-----") {
+    let mut certificates = String::new();
+    let mut inside = false;
+    for line in text.lines() {
+        let line = line.trim_end();
+        if line == "-----BEGIN CERTIFICATE-----" {
+            inside = true;
+        }
+        if inside {
+            certificates.push_str(line);
+            certificates.push('\n');
+        }
+        if line == "-----END CERTIFICATE-----" {
+            inside = false;
+        }
+    }
+    if text.len() as u64 > LOGIN_FILE_MAX || inside || certificates.is_empty() {
         return Err(format!(
-            "--ssl-ca={shown}: expected PEM certificates (-----BEGIN CERTIFICATE-----), at most {LOGIN_FILE_MAX} bytes"
+            "--ssl-ca={shown}: expected PEM certificates (-----BEGIN CERTIFICATE----- … -----END CERTIFICATE-----), at most {LOGIN_FILE_MAX} bytes"
         ));
     }
-    Ok(text)
+    Ok(certificates)
 }
 
 /// The `user` and `password` of an options file's `[client]` group (MySQL's syntax: a
@@ -603,8 +619,17 @@ pub async fn take(
         // The source's CA, where the recipient (the server user) reads it.
         let ca = match &donor.ssl_ca {
             Some(pem) => {
+                use std::io::Write as _;
+                use std::os::unix::fs::OpenOptionsExt as _;
+                // A new file (nothing planted there is followed), readable by the server.
                 let file = out.join("donor-ca.pem");
-                std::fs::write(&file, pem).map_err(io("writing the source's CA", &file))?;
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o644)
+                    .open(&file)
+                    .and_then(|mut f| f.write_all(pem.as_bytes()))
+                    .map_err(io("writing the source's CA", &file))?;
                 Some(file)
             }
             None => None,
@@ -1274,7 +1299,7 @@ mod tests {
         let ca = dir.path().join("ca.pem");
         std::fs::write(
             &ca,
-            "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+            "-----BEGIN PRIVATE KEY-----\nsecret\n-----END PRIVATE KEY-----\n-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
         )
         .unwrap();
         let d = Donor::from_command(&cmd(&[
@@ -1285,7 +1310,11 @@ mod tests {
             ca.to_str().unwrap(),
         ]))
         .unwrap();
-        assert!(d.ssl_ca.unwrap().contains("BEGIN CERTIFICATE"));
+        assert_eq!(
+            d.ssl_ca.unwrap(),
+            "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+            "the certificates only"
+        );
         for bad in [
             file.clone(),
             dir.path().join("none"),

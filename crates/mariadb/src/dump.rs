@@ -8,14 +8,16 @@
 //! A full read of every table through one connection, and a global read lock for the
 //! moment it takes to start the snapshot (`FLUSH TABLES WITH READ LOCK`, which waits for
 //! running statements: a long query on the source holds every write back until it ends).
-//! So the lock is not asked for while a statement has run on the source for
-//! [`LONG_STATEMENT`] or more: the dump waits up to [`LOCK_WAIT`] for such statements to
-//! end, else fails naming one (this needs the `PROCESS` right: without it the account sees
-//! only its own statements). One that starts after that check can still hold the lock's
-//! `FLUSH TABLES` back: when mysqldump is still flushing after [`LOCK_WAIT`], its statement
-//! is killed (`KILL QUERY`, on its own connection: no right needed) and the backup fails,
-//! naming the wait. The source's writes then still wait for the long statement to end:
-//! MySQL keeps the tables it flushed marked until then.
+//! So the lock is not asked for while a statement holding a table (a granted table lock in
+//! `performance_schema.metadata_locks`) has run on the source for [`LONG_STATEMENT`] or
+//! more: the dump waits up to [`LOCK_WAIT`] for such statements to end, else fails naming
+//! one (this needs the `PROCESS` right: without it the account sees only its own
+//! statements). One that starts after that check can still hold the lock's `FLUSH TABLES`
+//! back: when mysqldump is still flushing after [`LOCK_WAIT`], its statement is killed
+//! (`KILL QUERY`, on its own connection — this account's, a mysqldump's, with this
+//! process's pid: no right needed; mysqldump itself when the source cannot be asked) and
+//! the backup fails, naming the wait. The source's writes then still wait for the long
+//! statement to end: MySQL keeps the tables it flushed marked until then.
 //! The account needs `SELECT`, `SHOW VIEW`, `TRIGGER`, `EVENT`, `RELOAD` and `REPLICATION
 //! CLIENT`.
 //!
@@ -127,7 +129,7 @@ pub struct Dumping {
     copy: tokio::task::JoinHandle<std::io::Result<(String, jiff::Timestamp)>>,
     stderr: tokio::task::JoinHandle<Vec<u8>>,
     /// [`watch_lock`], and why it stopped the dump, if it did.
-    watchdog: tokio::task::JoinHandle<()>,
+    watchdog: AbortOnDrop,
     stalled: std::sync::Arc<std::sync::Mutex<Option<String>>>,
 }
 
@@ -300,13 +302,13 @@ pub async fn start(
     });
     let past_lock = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let stalled = std::sync::Arc::new(std::sync::Mutex::new(None));
-    let watchdog = tokio::spawn(watch_lock(
+    let watchdog = AbortOnDrop(tokio::spawn(watch_lock(
         donor.clone(),
         work.to_path_buf(),
         child.id(),
         (past_lock.clone(), stalled.clone()),
         lock_wait,
-    ));
+    )));
     let (read, mut write) = tokio::io::duplex(1 << 20);
     let copy = tokio::spawn(async move {
         // The head ends once the snapshot is taken and the lock released.
@@ -379,9 +381,14 @@ async fn no_long_statements(
             .ask(
                 work,
                 &format!(
-                    "SELECT ID, TIME, HEX(LEFT(INFO, 80)) FROM information_schema.PROCESSLIST \
-                     WHERE COMMAND = 'Query' AND TIME >= {long} AND ID <> CONNECTION_ID() \
-                     AND INFO IS NOT NULL AND USER <> 'system user' ORDER BY TIME DESC LIMIT 1"
+                    "SELECT p.ID, p.TIME, HEX(LEFT(p.INFO, 80)) FROM information_schema.PROCESSLIST p \
+                     WHERE p.COMMAND = 'Query' AND p.TIME >= {long} AND p.ID <> CONNECTION_ID() \
+                     AND p.INFO IS NOT NULL AND p.USER <> 'system user' \
+                     AND EXISTS (SELECT 1 FROM performance_schema.metadata_locks m \
+                       JOIN performance_schema.threads t ON t.THREAD_ID = m.OWNER_THREAD_ID \
+                       WHERE t.PROCESSLIST_ID = p.ID AND m.OBJECT_TYPE = 'TABLE' \
+                       AND m.LOCK_STATUS = 'GRANTED') \
+                     ORDER BY p.TIME DESC LIMIT 1"
                 ),
             )
             .await?;
@@ -428,7 +435,24 @@ async fn watch_lock(
         return;
     };
     tokio::time::sleep(wait).await;
+    let stop = |why: String| {
+        if let Ok(mut slot) = stalled.lock() {
+            *slot = Some(why);
+        }
+    };
+    // mysqldump itself, when its statement cannot be killed (the task is aborted before
+    // the run reaps it: the pid is still mysqldump's).
+    let kill_dump = || {
+        if let Some(pid) = i32::try_from(pid)
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+        {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+    };
+    let mut unanswered = 0;
     while !past_lock.load(std::sync::atomic::Ordering::SeqCst) {
+        // Its connection: this account's, a mysqldump's, of this process.
         let asked = donor
             .ask(
                 &work,
@@ -437,35 +461,57 @@ async fn watch_lock(
                      FROM performance_schema.threads t \
                      JOIN performance_schema.session_connect_attrs a \
                      ON a.PROCESSLIST_ID = t.PROCESSLIST_ID AND a.ATTR_NAME = '_pid' AND a.ATTR_VALUE = '{pid}' \
-                     WHERE t.PROCESSLIST_INFO LIKE 'FLUSH %' LIMIT 1"
+                     JOIN performance_schema.session_connect_attrs p \
+                     ON p.PROCESSLIST_ID = t.PROCESSLIST_ID AND p.ATTR_NAME = 'program_name' AND p.ATTR_VALUE = 'mysqldump' \
+                     WHERE t.PROCESSLIST_INFO LIKE 'FLUSH %' \
+                     AND t.PROCESSLIST_USER = SUBSTRING_INDEX(USER(), '@', 1) LIMIT 1"
                 ),
             )
             .await;
-        if let Ok(row) = asked
-            && let Some(id) = row.first().and_then(|i| i.parse::<u64>().ok())
-            && !past_lock.load(std::sync::atomic::Ordering::SeqCst)
-        {
-            let statement = row.get(1).cloned().unwrap_or_default();
-            let why = format!(
+        let why = |statement: &str| {
+            format!(
                 "mysqldump waited more than {} s for its global read lock ({statement:?}, behind \
                  a long statement on the source, with the source's writes queued behind it): \
                  stopped; the next backup tries again",
                 wait.as_secs()
-            );
-            if let Ok(mut slot) = stalled.lock() {
-                *slot = Some(why);
+            )
+        };
+        match asked {
+            Ok(row) => {
+                unanswered = 0;
+                if let Some(id) = row.first().and_then(|i| i.parse::<u64>().ok())
+                    && !past_lock.load(std::sync::atomic::Ordering::SeqCst)
+                {
+                    stop(why(&row.get(1).cloned().unwrap_or_default()));
+                    if donor.ask(&work, &format!("KILL QUERY {id}")).await.is_err() {
+                        kill_dump();
+                    }
+                    return;
+                }
             }
-            if donor.ask(&work, &format!("KILL QUERY {id}")).await.is_err()
-                && let Some(pid) = i32::try_from(pid)
-                    .ok()
-                    .and_then(rustix::process::Pid::from_raw)
-            {
-                // Not reaped yet (the run waits for it): the pid is still mysqldump's.
-                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            // The source cannot be asked (no performance_schema, no connection left while
+            // writes queue): the wait is ended from here.
+            Err(_) => {
+                unanswered += 1;
+                if unanswered >= 3 {
+                    stop(why("its connection could not be asked about"));
+                    kill_dump();
+                    return;
+                }
             }
-            return;
         }
         tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    }
+}
+
+/// A task stopped when its owner goes (a dump dropped without [`Dumping::finish`] leaves
+/// no watchdog asking the source).
+#[derive(Debug)]
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -485,13 +531,17 @@ impl Dumping {
             let _ = self.child.start_kill();
         }
         let copied = self.copy.await;
+        // Its stream is over: a watchdog still asking has nothing left to stop (and may not
+        // signal the pid once it is reaped).
+        self.watchdog.0.abort();
         let status = self.child.wait().await;
         let said = self.stderr.await.unwrap_or_default();
         let said = tail(&String::from_utf8_lossy(&said));
-        // Its run is over: a watchdog still asking has nothing left to stop.
-        self.watchdog.abort();
         let stalled = self.stalled.lock().ok().and_then(|mut s| s.take());
-        if let Some(why) = stalled {
+        // (A flush that ended just before its kill: the dump went on and succeeded.)
+        if let Some(why) = stalled
+            && !status.as_ref().is_ok_and(std::process::ExitStatus::success)
+        {
             return Err(format!("{why}. mysqldump said: {said}"));
         }
         match status {

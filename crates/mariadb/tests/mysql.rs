@@ -305,6 +305,7 @@ async fn a_clone_through_a_private_recipient_holds_its_point() {
 
 /// Issue 47: mysqldump's global read lock (`FLUSH TABLES WITH READ LOCK`) waits behind a
 /// long statement, and every write on the source queues behind it.
+/// - A long statement that holds no table (a `SLEEP`, a `GET_LOCK` wait) is not waited for.
 /// - An account with `PROCESS` sees the long statement first: the dump waits for it (3 s
 ///   here, `dump::LOCK_WAIT` in use), then fails without asking for the lock, and the
 ///   writes go on while the statement still runs.
@@ -336,9 +337,9 @@ async fn a_dump_behind_a_long_statement_takes_no_lock_and_waits_bounded() {
     let running =
         "SELECT ID, TIME FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT SLEEP(600)%'";
     // A long statement, running for at least `secs`: its connection id.
-    let long = |secs: u64| {
+    let long = |secs: u64, statement: &str| {
         let (session, mut stdin) = db.session();
-        writeln!(stdin, "SELECT SLEEP(600) FROM shop.orders;").unwrap();
+        writeln!(stdin, "{statement};").unwrap();
         stdin.flush().unwrap();
         for _ in 0..200 {
             let row = db.sql(running);
@@ -370,8 +371,17 @@ async fn a_dump_behind_a_long_statement_takes_no_lock_and_waits_bounded() {
         }
     };
 
+    // A statement that holds no table does not hold the lock back: not waited for.
+    let (sleeper, mut session, _stdin) = long(3, "SELECT SLEEP(600)");
+    dump(source("watcher"))
+        .await
+        .expect("a dump beside a statement that holds no table");
+    db.sql(&format!("KILL QUERY {sleeper}"));
+    let _ = session.kill();
+    let _ = session.wait();
+
     // With PROCESS: no lock asked for, the writes go on.
-    let (sleeper, mut session, _stdin) = long(3);
+    let (sleeper, mut session, _stdin) = long(3, "SELECT SLEEP(600) FROM shop.orders");
     let e = dump(source("watcher"))
         .await
         .expect_err("a dump behind a long statement");
@@ -391,7 +401,7 @@ async fn a_dump_behind_a_long_statement_takes_no_lock_and_waits_bounded() {
     let _ = session.wait();
 
     // Without: the flush waits, and is killed after the wait.
-    let (sleeper, mut session, _stdin) = long(0);
+    let (sleeper, mut session, _stdin) = long(0, "SELECT SLEEP(600) FROM shop.orders");
     let e = dump(source("dumper"))
         .await
         .expect_err("a dump behind the lock");

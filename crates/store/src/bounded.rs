@@ -151,14 +151,21 @@ impl HttpService for Bounded {
                 limit,
                 done: false,
             }),
-            None => HttpResponseBody::new(Paced {
+            None => body,
+        };
+        // Every answer of the deadline-free client is paced, its error bodies too (object_store
+        // reads those whole): nothing it sends may hold a read without sending.
+        let body = if object_read {
+            HttpResponseBody::new(Paced {
                 inner: body,
                 base: self.timeout,
                 received: 0,
                 waited: Duration::ZERO,
                 since: None,
                 alarm: None,
-            }),
+            })
+        } else {
+            body
         };
         Ok(HttpResponse::from_parts(parts, body))
     }

@@ -75,6 +75,17 @@ pub async fn copy_object(
             }
             hasher.update(&chunk);
             size += chunk.len() as u64;
+            if size > expected.size {
+                // More than recorded: no more is read or sent (a server may send without end).
+                return Err(TransferError::Checksum {
+                    key: from.display_key(key),
+                    recorded_in: expected.recorded_in,
+                    expected_size: expected.size,
+                    expected_sha256: expected.sha256.unwrap_or("(not recorded)").to_owned(),
+                    actual_size: size,
+                    actual_sha256: "(not read to its end: larger than recorded)".to_owned(),
+                });
+            }
             progress.bytes(chunk.len() as u64);
             writer
                 .put(chunk)

@@ -1048,15 +1048,19 @@ pub async fn download(
     Ok(expected.clone())
 }
 
-/// How many times in a row a long read is resumed without a byte between ([`resuming`]).
+/// How many times in a row a long read is resumed without progress between
+/// ([`resuming`]).
 const RESUMES: u32 = 5;
+/// What a resumed read must bring before it breaks again to count as progress: a server
+/// that sends a byte, stalls and drops, again and again, runs out of tries.
+const RESUME_PROGRESS: u64 = 1 << 20;
 
 /// The body of `got` (object `key`), resumed where it broke: object_store retries a read
 /// only within its retry timeout from the first request (60 s), and a payload streamed into
 /// a slow restore for hours would otherwise fail on the first dropped connection after
 /// it. A read that fails is asked again from the byte it reached, of the same object (its
-/// entity tag: a changed object is an error), up to [`RESUMES`] times in a row without
-/// progress, after 1, 2, 4… s.
+/// entity tag: a changed or deleted object is an error at once), up to [`RESUMES`] times
+/// in a row without progress ([`RESUME_PROGRESS`] bytes), after 1, 2, 4… s.
 pub(crate) fn resuming(
     store: &ClusterStore,
     key: &Path,
@@ -1068,6 +1072,8 @@ pub(crate) fn resuming(
         etag: Option<String>,
         end: u64,
         at: u64,
+        /// Where the last break was.
+        broke_at: u64,
         failed: u32,
         body: futures::stream::BoxStream<'static, object_store::Result<Bytes>>,
     }
@@ -1077,6 +1083,7 @@ pub(crate) fn resuming(
         etag: got.meta.e_tag.clone(),
         end: got.range.end,
         at: got.range.start,
+        broke_at: got.range.start,
         failed: 0,
         body: got.into_stream(),
     };
@@ -1086,15 +1093,22 @@ pub(crate) fn resuming(
             let mut broke = match r.body.next().await {
                 Some(Ok(chunk)) => {
                     r.at += chunk.len() as u64;
-                    r.failed = 0;
                     return Some((Ok(chunk), Some(r)));
                 }
                 None => return None,
                 Some(Err(e)) => e,
             };
+            if r.at - r.broke_at >= RESUME_PROGRESS {
+                r.failed = 0;
+            }
+            r.broke_at = r.at;
             // Asked again from where it broke, until it answers or the tries run out.
             loop {
-                if r.etag.is_none() || r.at >= r.end || r.failed >= RESUMES {
+                let final_error = matches!(
+                    broke,
+                    object_store::Error::NotFound { .. } | object_store::Error::Precondition { .. }
+                );
+                if final_error || r.etag.is_none() || r.at >= r.end || r.failed >= RESUMES {
                     return Some((Err(broke), None));
                 }
                 tracing::info!(key = %r.key, at = r.at, "a read broke ({broke}); resuming it");
@@ -1110,7 +1124,7 @@ pub(crate) fn resuming(
                         r.body = again.into_stream();
                         break;
                     }
-                    Ok(_) => {
+                    Ok(_) | Err(object_store::Error::Precondition { .. }) => {
                         let changed = object_store::Error::Generic {
                             store: "resume",
                             source: format!(
@@ -1166,6 +1180,19 @@ pub async fn copy_verified(
     let mut stream = resuming(store, key, got);
     let mut hasher = Sha256::new();
     let mut size = 0u64;
+    // More than its record says: no more is read (a server may send without end).
+    let larger = |size: u64| TransferError::Checksum {
+        key: store.display_key(key),
+        recorded_in: if is_segment {
+            "binlogs/_index.json"
+        } else {
+            "metadata.json"
+        },
+        expected_size,
+        expected_sha256: expected_sha256.unwrap_or("(not recorded)").to_owned(),
+        actual_size: size,
+        actual_sha256: "(not read to its end: larger than recorded)".to_owned(),
+    };
     // The first content problem; the stored bytes are still read to the end, so that a
     // damaged object is reported by its checksum (it changed in the store) rather than by
     // the decoder (it was written so).
@@ -1178,6 +1205,9 @@ pub async fn copy_verified(
             }
             hasher.update(&chunk);
             size += chunk.len() as u64;
+            if size > expected_size {
+                return Err(larger(size));
+            }
             progress.bytes(chunk.len() as u64);
             sink.write_all(&chunk).await.map_err(TransferError::Sink)?;
         }
@@ -1196,6 +1226,9 @@ pub async fn copy_verified(
                 }
                 hasher.update(&chunk);
                 size += chunk.len() as u64;
+                if size > expected_size {
+                    return Err(larger(size));
+                }
                 progress.bytes(chunk.len() as u64);
                 // A decoder that stopped (it found a problem) takes no more; the rest is
                 // still hashed.

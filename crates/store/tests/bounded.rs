@@ -330,8 +330,8 @@ async fn an_object_read_longer_than_any_request_deadline_arrives_whole() {
 }
 
 /// What the missing deadline may not allow: a server that trickles an object's body (a
-/// byte every 200 ms), or answers no head, fails the read — as a timeout, retried by
-/// object_store — instead of holding it for ever.
+/// byte every 200 ms), answers no head, or stops an error's body after a byte, fails the
+/// read — as a timeout, retried by object_store — instead of holding it for ever.
 #[tokio::test]
 async fn a_server_that_trickles_or_stalls_fails_the_read() {
     use futures::StreamExt;
@@ -351,7 +351,23 @@ async fn a_server_that_trickles_or_stalls_fails_the_read() {
         usize::MAX,
     )
     .await;
-    for url in [trickle, stall] {
+    // An error whose body stops after its first byte (object_store reads an error's body
+    // whole, for its message).
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let stalled_error = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                if request_head(&mut conn).await.is_some() {
+                    let _ = conn
+                        .write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 1000\r\n\r\nx")
+                        .await;
+                    tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+                }
+            });
+        }
+    });
+    for url in [trickle, stall, stalled_error] {
         let store = open_timed(&url, std::time::Duration::from_secs(1));
         let read = async {
             let mut body = store

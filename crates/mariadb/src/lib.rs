@@ -12,6 +12,7 @@ pub mod cnf;
 pub mod consolidate;
 pub mod dump;
 pub mod mysql;
+pub mod oracle;
 pub mod purge;
 pub mod remote;
 pub mod requirements;

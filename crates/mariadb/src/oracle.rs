@@ -1,0 +1,426 @@
+//! The restore oracle (issue 48 §1): chunked table checksums written on the primary, so
+//! that a restored server proves its own data right.
+//!
+//! # How the checksums travel
+//! For each chunk of each table (a range of its integer primary key, [`CHUNK_ROWS`] rows),
+//! one client session on the primary runs, with `binlog_format=STATEMENT`:
+//! 1. `REPLACE INTO tidemark_oracle.chunks … SELECT COUNT(*), <checksum> FROM <table>
+//!    WHERE <range>`: logged as the statement, so whatever applies the binlog — a replica,
+//!    or a restore's replay — computes the chunk's count and checksum again **on its own
+//!    data, at exactly that point of the history** (`this_cnt`, `this_crc`);
+//! 2. `UPDATE tidemark_oracle.chunks SET source_cnt = @cnt, source_crc = @crc …`, the
+//!    primary's own values in user variables: logged with their values, so the replay
+//!    writes the primary's numbers beside its own.
+//!
+//! A restored server then holds, for every chunk written before its target, both: any
+//! chunk where they differ ([`differences`]) names the table and range where the restored
+//! data is not the primary's — a replayed event lost, applied twice or out of order.
+//! (pt-table-checksum's technique, for replicas.) Every instant of the window can be
+//! checked this way, not only the checksums' own.
+//!
+//! # What it costs the primary
+//! Each chunk reads [`CHUNK_ROWS`] rows by its primary key (shared locks on them for the
+//! statement's duration: the checksum is of committed data, in binlog order) and writes
+//! two small transactions. Tables without an integer primary key are checked whole, up to
+//! [`WHOLE_TABLE_ROWS`] rows; larger ones are skipped and said so.
+
+use std::fmt::Write as _;
+
+/// The schema Tidemark owns on the primary.
+pub const SCHEMA: &str = "tidemark_oracle";
+/// Rows per chunk.
+pub const CHUNK_ROWS: u64 = 10_000;
+/// The most rows of a table without an integer primary key checked in one statement.
+pub const WHOLE_TABLE_ROWS: u64 = 100_000;
+/// Schemas never checked: the server's own, and ours.
+const SYSTEM_SCHEMAS: [&str; 5] = [
+    "mysql",
+    "sys",
+    "performance_schema",
+    "information_schema",
+    SCHEMA,
+];
+
+/// The statements that make the oracle's schema (idempotent).
+pub fn schema_sql() -> String {
+    format!(
+        "CREATE DATABASE IF NOT EXISTS `{SCHEMA}`; \
+         CREATE TABLE IF NOT EXISTS `{SCHEMA}`.`chunks` ( \
+           run BIGINT UNSIGNED NOT NULL, \
+           db VARBINARY(256) NOT NULL, \
+           tbl VARBINARY(256) NOT NULL, \
+           chunk INT UNSIGNED NOT NULL, \
+           lower_key BIGINT NULL, \
+           upper_key BIGINT NULL, \
+           this_cnt BIGINT UNSIGNED NOT NULL, \
+           this_crc BIGINT UNSIGNED NOT NULL, \
+           source_cnt BIGINT UNSIGNED NULL, \
+           source_crc BIGINT UNSIGNED NULL, \
+           at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), \
+           PRIMARY KEY (run, db, tbl, chunk) \
+         ) ENGINE=InnoDB"
+    )
+}
+
+/// A table to check: its schema and name, its columns in order, and its primary key when
+/// that is one integer column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Table {
+    pub db: String,
+    pub name: String,
+    pub columns: Vec<String>,
+    pub key: Option<String>,
+}
+
+/// `name` quoted as an identifier.
+pub fn ident(name: &str) -> String {
+    format!("`{}`", name.replace('`', "``"))
+}
+
+/// `text` as a string literal that survives any byte (hex).
+fn literal(text: &str) -> String {
+    if text.is_empty() {
+        "''".into()
+    } else {
+        format!("X'{}'", hex::encode(text.as_bytes()))
+    }
+}
+
+/// The query listing the tables to check, one line each: hex of the schema, of the name,
+/// of the columns (NUL-separated, in order), and of the primary key's column when it is one
+/// integer column (else empty).
+pub fn tables_sql() -> String {
+    let system: Vec<String> = SYSTEM_SCHEMAS.iter().map(|s| format!("'{s}'")).collect();
+    format!(
+        "SET SESSION group_concat_max_len = 1048576; \
+         SELECT HEX(t.TABLE_SCHEMA), HEX(t.TABLE_NAME), \
+           (SELECT HEX(GROUP_CONCAT(c.COLUMN_NAME ORDER BY c.ORDINAL_POSITION SEPARATOR 0x00)) \
+              FROM information_schema.COLUMNS c \
+              WHERE c.TABLE_SCHEMA = t.TABLE_SCHEMA AND c.TABLE_NAME = t.TABLE_NAME), \
+           COALESCE((SELECT HEX(MIN(k.COLUMN_NAME)) FROM information_schema.KEY_COLUMN_USAGE k \
+              JOIN information_schema.COLUMNS c ON c.TABLE_SCHEMA = k.TABLE_SCHEMA \
+                AND c.TABLE_NAME = k.TABLE_NAME AND c.COLUMN_NAME = k.COLUMN_NAME \
+              WHERE k.TABLE_SCHEMA = t.TABLE_SCHEMA AND k.TABLE_NAME = t.TABLE_NAME \
+                AND k.CONSTRAINT_NAME = 'PRIMARY' \
+                AND c.DATA_TYPE IN ('tinyint', 'smallint', 'mediumint', 'int', 'bigint') \
+              HAVING COUNT(*) = 1 AND (SELECT COUNT(*) FROM information_schema.KEY_COLUMN_USAGE k2 \
+                WHERE k2.TABLE_SCHEMA = t.TABLE_SCHEMA AND k2.TABLE_NAME = t.TABLE_NAME \
+                AND k2.CONSTRAINT_NAME = 'PRIMARY') = 1), '') \
+         FROM information_schema.TABLES t \
+         WHERE t.TABLE_TYPE = 'BASE TABLE' AND t.ENGINE = 'InnoDB' \
+           AND t.TABLE_SCHEMA NOT IN ({}) \
+         ORDER BY t.TABLE_SCHEMA, t.TABLE_NAME",
+        system.join(", ")
+    )
+}
+
+/// Parses [`tables_sql`]'s answer.
+///
+/// # Errors
+/// A line that is not four hex fields of UTF-8.
+pub fn parse_tables(answer: &str) -> Result<Vec<Table>, String> {
+    let text = |h: &str| -> Result<String, String> {
+        hex::decode(h)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+            .ok_or_else(|| format!("not hex of UTF-8: {h:?}"))
+    };
+    answer
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|line| {
+            let f: Vec<&str> = line.split('\t').collect();
+            let [db, name, columns, key] = f[..] else {
+                return Err(format!("a table line of {} fields", f.len()));
+            };
+            Ok(Table {
+                db: text(db)?,
+                name: text(name)?,
+                columns: text(columns)?
+                    .split('\0')
+                    .filter(|c| !c.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+                key: Some(text(key)?).filter(|k| !k.is_empty()),
+            })
+        })
+        .collect()
+}
+
+/// A row's 64-bit digest, and the chunk's: the XOR of its rows' (order does not matter).
+/// Each column's value, and whether it is NULL, is in the digest.
+pub fn checksum_expr(columns: &[String]) -> String {
+    let values: Vec<String> = columns.iter().map(|c| ident(c)).collect();
+    let nulls: Vec<String> = columns
+        .iter()
+        .map(|c| format!("ISNULL({})", ident(c)))
+        .collect();
+    format!(
+        "COALESCE(BIT_XOR(CAST(CONV(LEFT(SHA2(CONCAT_WS('#', {}, CONCAT({})), 256), 16), 16, 10) AS UNSIGNED)), 0)",
+        values.join(", "),
+        nulls.join(", ")
+    )
+}
+
+/// A chunk: its number and the key range it covers (`lower < key <= upper`; `None`: open).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chunk {
+    pub number: u32,
+    pub lower: Option<i64>,
+    pub upper: Option<i64>,
+}
+
+/// The statements that check `chunk` of `table` in run `run`, in one session: the
+/// statement the replay recomputes, then the primary's own values.
+pub fn chunk_sql(run: u64, table: &Table, chunk: Chunk) -> String {
+    let from = format!("{}.{}", ident(&table.db), ident(&table.name));
+    let mut range = String::new();
+    if let Some(key) = &table.key {
+        let mut conds = Vec::new();
+        if let Some(l) = chunk.lower {
+            conds.push(format!("{} > {l}", ident(key)));
+        }
+        if let Some(u) = chunk.upper {
+            conds.push(format!("{} <= {u}", ident(key)));
+        }
+        if !conds.is_empty() {
+            let _ = write!(range, " WHERE {}", conds.join(" AND "));
+        }
+    }
+    let opt = |v: Option<i64>| v.map_or_else(|| "NULL".to_owned(), |v| v.to_string());
+    let at = format!(
+        "run = {run} AND db = {} AND tbl = {} AND chunk = {}",
+        literal(&table.db),
+        literal(&table.name),
+        chunk.number
+    );
+    format!(
+        "SET SESSION binlog_format = 'STATEMENT'; \
+         REPLACE INTO `{SCHEMA}`.`chunks` (run, db, tbl, chunk, lower_key, upper_key, this_cnt, this_crc) \
+           SELECT {run}, {}, {}, {}, {}, {}, COUNT(*), {} FROM {from}{range}; \
+         SELECT this_cnt, this_crc INTO @tidemark_cnt, @tidemark_crc FROM `{SCHEMA}`.`chunks` WHERE {at}; \
+         UPDATE `{SCHEMA}`.`chunks` SET source_cnt = @tidemark_cnt, source_crc = @tidemark_crc WHERE {at}",
+        literal(&table.db),
+        literal(&table.name),
+        chunk.number,
+        opt(chunk.lower),
+        opt(chunk.upper),
+        checksum_expr(&table.columns),
+    )
+}
+
+/// The query for the upper key of the chunk after `lower` (the key [`CHUNK_ROWS`] rows on),
+/// or nothing when the rest fits in one chunk.
+pub fn next_upper_sql(table: &Table, key: &str, lower: Option<i64>) -> String {
+    let from = format!("{}.{}", ident(&table.db), ident(&table.name));
+    let k = ident(key);
+    let after = lower.map_or_else(String::new, |l| format!(" WHERE {k} > {l}"));
+    format!(
+        "SELECT {k} FROM {from}{after} ORDER BY {k} LIMIT 1 OFFSET {}",
+        CHUNK_ROWS - 1
+    )
+}
+
+/// The query a restored server answers with every chunk whose recomputed values differ
+/// from the primary's: hex of schema and table, chunk, range, and both counts and digests.
+pub fn differences_sql() -> String {
+    format!(
+        "SELECT HEX(db), HEX(tbl), chunk, COALESCE(lower_key, ''), COALESCE(upper_key, ''), \
+           this_cnt, source_cnt, this_crc, source_crc FROM `{SCHEMA}`.`chunks` \
+         WHERE source_crc IS NOT NULL AND (this_cnt <> source_cnt OR this_crc <> source_crc) \
+         ORDER BY run, db, tbl, chunk LIMIT 50"
+    )
+}
+
+/// The query for how many chunks a restored server can check (both values present).
+pub fn checked_sql() -> String {
+    format!("SELECT COUNT(*) FROM `{SCHEMA}`.`chunks` WHERE source_crc IS NOT NULL")
+}
+
+/// Reads [`differences_sql`]'s answer as one line per chunk, for people:
+/// `shop.orders chunk 3 (keys 20000 < id <= 30000): 10000 rows, the primary had 10001`.
+pub fn describe_differences(answer: &str) -> Vec<String> {
+    let text = |h: &str| {
+        hex::decode(h)
+            .ok()
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_else(|| h.to_owned())
+    };
+    answer
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|line| {
+            let f: Vec<&str> = line.split('\t').collect();
+            let get = |i: usize| f.get(i).copied().unwrap_or_default();
+            let range = match (get(3), get(4)) {
+                ("", "") => "the whole table".to_owned(),
+                (l, "") => format!("keys above {l}"),
+                ("", u) => format!("keys up to {u}"),
+                (l, u) => format!("keys above {l} up to {u}"),
+            };
+            let what = if get(5) == get(6) {
+                format!("{} rows, their content differs", get(5))
+            } else {
+                format!("{} rows, the primary had {}", get(5), get(6))
+            };
+            format!(
+                "{}.{} chunk {} ({range}): {what}",
+                text(get(0)),
+                text(get(1)),
+                get(2)
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn names_are_quoted_and_any_byte_survives() {
+        assert_eq!(ident("a`b"), "`a``b`");
+        assert_eq!(literal("sh'op"), "X'7368276f70'");
+        let t = parse_tables(&format!(
+            "{}\t{}\t{}\t{}\n",
+            hex::encode("sh`op"),
+            hex::encode("o'rders"),
+            hex::encode("id\0note"),
+            hex::encode("id")
+        ))
+        .unwrap();
+        assert_eq!(
+            t,
+            vec![Table {
+                db: "sh`op".into(),
+                name: "o'rders".into(),
+                columns: vec!["id".into(), "note".into()],
+                key: Some("id".into()),
+            }]
+        );
+        assert!(parse_tables("zz\t00\t00\t").is_err());
+        let sql = chunk_sql(
+            7,
+            &t[0],
+            Chunk {
+                number: 2,
+                lower: Some(10),
+                upper: Some(20),
+            },
+        );
+        assert!(
+            sql.contains("FROM `sh``op`.`o'rders` WHERE `id` > 10 AND `id` <= 20"),
+            "{sql}"
+        );
+        assert!(sql.starts_with("SET SESSION binlog_format = 'STATEMENT'"));
+    }
+
+    #[test]
+    fn differences_are_said_by_table_and_range() {
+        let line = format!(
+            "{}\t{}\t3\t20000\t30000\t9999\t10000\t1\t2\n{}\t{}\t0\t\t\t5\t5\t1\t2\n",
+            hex::encode("shop"),
+            hex::encode("orders"),
+            hex::encode("shop"),
+            hex::encode("notes")
+        );
+        assert_eq!(
+            describe_differences(&line),
+            vec![
+                "shop.orders chunk 3 (keys above 20000 up to 30000): 9999 rows, the primary had 10000",
+                "shop.notes chunk 0 (the whole table): 5 rows, their content differs",
+            ]
+        );
+    }
+}
+
+/// What one checksum run wrote.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunReport {
+    pub run: u64,
+    pub tables: usize,
+    pub chunks: usize,
+    /// Tables not checked, and why (no integer primary key and too many rows).
+    pub skipped: Vec<String>,
+}
+
+/// Writes checksum run `run` on the primary reached by `client` (the `mariadb` client's
+/// connection options): the schema if missing, then every chunk of every table, each in
+/// its own two transactions. `pause` is waited between chunks (the rate on the primary).
+///
+/// # Errors
+/// The client fails (its last line): a missing right (`SELECT` on the tables, `CREATE`,
+/// `INSERT`, `UPDATE` and `DELETE` on `tidemark_oracle`, `BINLOG ADMIN` for the session's
+/// `binlog_format`), or an answer that does not parse.
+pub async fn write_run(
+    mariadb: &std::ffi::OsStr,
+    client: &[String],
+    run: u64,
+    pause: std::time::Duration,
+) -> Result<RunReport, String> {
+    let ask =
+        |sql: String| async move { crate::backup::ask(mariadb, client, &["-N", "-B"], &sql).await };
+    ask(schema_sql()).await?;
+    let tables = parse_tables(&ask(tables_sql()).await?)?;
+    let mut report = RunReport {
+        run,
+        ..RunReport::default()
+    };
+    for table in &tables {
+        let Some(key) = &table.key else {
+            let from = format!("{}.{}", ident(&table.db), ident(&table.name));
+            let rows: u64 = ask(format!("SELECT COUNT(*) FROM {from}"))
+                .await?
+                .trim()
+                .parse()
+                .map_err(|e| format!("counting {}.{}: {e}", table.db, table.name))?;
+            if rows > WHOLE_TABLE_ROWS {
+                report.skipped.push(format!(
+                    "{}.{}: no integer primary key, and {rows} rows (more than {WHOLE_TABLE_ROWS} checked whole)",
+                    table.db, table.name
+                ));
+                continue;
+            }
+            let whole = Chunk {
+                number: 0,
+                lower: None,
+                upper: None,
+            };
+            ask(chunk_sql(run, table, whole)).await?;
+            report.tables += 1;
+            report.chunks += 1;
+            tokio::time::sleep(pause).await;
+            continue;
+        };
+        let mut lower = None;
+        for number in 0u32.. {
+            let upper = ask(next_upper_sql(table, key, lower)).await?;
+            let upper =
+                match upper.trim() {
+                    "" => None,
+                    u => Some(u.parse::<i64>().map_err(|e| {
+                        format!("the key of {}.{} ({u:?}): {e}", table.db, table.name)
+                    })?),
+                };
+            ask(chunk_sql(
+                run,
+                table,
+                Chunk {
+                    number,
+                    lower,
+                    upper,
+                },
+            ))
+            .await?;
+            report.chunks += 1;
+            tokio::time::sleep(pause).await;
+            match upper {
+                Some(u) => lower = Some(u),
+                None => break,
+            }
+        }
+        report.tables += 1;
+    }
+    Ok(report)
+}

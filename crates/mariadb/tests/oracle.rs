@@ -1,0 +1,53 @@
+//! Issue 48 §1, the oracle's first proof: checksums written on a real MariaDB primary
+//! travel to a replica as the statements that compute them and the primary's values; a
+//! replica that lost one transaction is named by table and chunk, and the primary, where
+//! both values are its own, by nothing.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use tidemark_mariadb::oracle;
+use tidemark_store::testkit::MariaDb;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_lost_a_transaction_is_named_by_table_and_chunk() {
+    let primary = MariaDb::start_replicating(1);
+    let replica = MariaDb::start_replicating(2);
+    primary.sql(
+        "CREATE DATABASE shop; \
+         CREATE TABLE shop.orders (id INT PRIMARY KEY, note VARCHAR(64), qty INT NULL); \
+         INSERT INTO shop.orders SELECT seq, CONCAT('order ', seq), IF(seq % 7 = 0, NULL, seq % 9) FROM shop.seq_1_to_25000; \
+         CREATE TABLE shop.notes (note VARCHAR(64)); \
+         INSERT INTO shop.notes VALUES ('a'), (NULL), ('b')",
+    );
+    replica.replicate_from(&primary);
+    // The replica loses one transaction, as a replay that dropped an event would.
+    replica.sql("STOP SLAVE");
+    primary.sql("UPDATE shop.orders SET note = 'changed' WHERE id = 12345");
+    let skipped = primary.sql("SELECT @@gtid_binlog_pos");
+    replica.sql(&format!(
+        "SET GLOBAL gtid_slave_pos = '{skipped}'; START SLAVE"
+    ));
+
+    let report = oracle::write_run(
+        std::ffi::OsStr::new("mariadb"),
+        &primary.client_args(),
+        1,
+        Duration::ZERO,
+    )
+    .await
+    .unwrap();
+    assert_eq!((report.tables, report.chunks), (2, 4), "{report:?}");
+    assert!(report.skipped.is_empty(), "{report:?}");
+    replica.wait_caught_up(&primary);
+
+    assert_eq!(primary.sql(&oracle::checked_sql()), "4");
+    assert_eq!(primary.sql(&oracle::differences_sql()), "");
+    assert_eq!(replica.sql(&oracle::checked_sql()), "4");
+    assert_eq!(
+        oracle::describe_differences(&replica.sql(&oracle::differences_sql())),
+        vec![
+            "shop.orders chunk 1 (keys above 10000 up to 20000): 10000 rows, their content differs"
+        ]
+    );
+}

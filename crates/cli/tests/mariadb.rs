@@ -1376,6 +1376,83 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     out
 }
 
+/// Issue 48 §1, the restore oracle through a restore test: checksums written on the
+/// primary (the statement that computes them, and the primary's values) are computed again
+/// by the restore's replay on the restored data, and the test compares every chunk. A write
+/// the binlog never got (made with `sql_log_bin` off: the replay misses it, as it would a
+/// lost event) is named by table and chunk — while `CHECK TABLE` and a row count pass.
+#[test]
+fn the_restore_oracle_names_a_chunk_the_replay_got_wrong() {
+    let env = Env {
+        s3: SeaweedFs::start(),
+        db: MariaDb::start(),
+        compression: "none",
+        bucket: None,
+    };
+    let db = &env.db;
+    db.sql(
+        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT)",
+    );
+    env.insert(5);
+    db.sql("FLUSH BINARY LOGS");
+    env.backup(None);
+    env.insert(3);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let checksums = |run: u64| {
+        rt.block_on(tidemark_mariadb::oracle::write_run(
+            std::ffi::OsStr::new("mariadb"),
+            &db.client_args(),
+            run,
+            Duration::ZERO,
+        ))
+        .unwrap()
+    };
+    assert_eq!(checksums(1).chunks, 1);
+    pause_and_mark();
+    env.archive();
+    let scratch = db.scratch().join("oracle");
+    std::fs::create_dir(&scratch).unwrap();
+    let scratch = scratch.to_str().unwrap();
+    let test = |expect_passed: bool| {
+        let out = env.tidemark(&[
+            "restore-test",
+            "--scratch",
+            scratch,
+            "--query",
+            "SELECT COUNT(*) FROM shop.orders",
+            "--expect",
+            "8",
+            "--output",
+            "json",
+        ]);
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        assert_eq!(
+            out.status.success(),
+            expect_passed,
+            "{v:#} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        v
+    };
+    let passed = test(true);
+    assert_eq!(passed["outcome"]["oracleChunks"], 1, "{passed:#}");
+
+    db.sql("SET SESSION sql_log_bin = 0; UPDATE shop.orders SET v = v + 1 WHERE id = 2");
+    checksums(2);
+    pause_and_mark();
+    env.archive();
+    let failed = test(false);
+    assert_eq!(failed["outcome"]["oracleChunks"], 2, "{failed:#}");
+    assert_eq!(
+        failed["outcome"]["problems"],
+        serde_json::json!([
+            "the restore oracle: shop.orders chunk 0 (the whole table): 8 rows, their content differs (the restored data is not the primary's there)"
+        ]),
+        "{failed:#}"
+    );
+    assert_eq!(failed["outcome"]["queryResult"], "8", "{failed:#}");
+}
+
 /// Restore tests (issue 19 §4): `tidemark restore-test` restores the newest point (a full
 /// plus replayed binlogs) into scratch space, starts MariaDB on it, runs `CHECK TABLE` on
 /// every table and the user's query, records the outcome beside the backup restored, and

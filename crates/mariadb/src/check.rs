@@ -50,6 +50,10 @@ pub struct CheckOutcome {
     pub query: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub query_result: Option<String>,
+    /// Chunks the restore oracle compared (issue 48: the primary's checksums against those
+    /// the replay computed on the restored data); absent when the data holds none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oracle_chunks: Option<u64>,
 }
 
 impl CheckOutcome {
@@ -366,6 +370,33 @@ async fn check(socket: &Path, login: &Login, tools: &Tools, spec: &CheckSpec) ->
             }
         }
         outcome.tables_checked += batch.len();
+    }
+    // The restore oracle, where the data holds its checksums: every chunk the replay
+    // recomputed must be the primary's.
+    match sql(format!(
+        "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = '{}' AND TABLE_NAME = 'chunks'",
+        crate::oracle::SCHEMA
+    ))
+    .await
+    {
+        Ok(n) if n.trim() == "1" => {
+            match sql(crate::oracle::checked_sql()).await {
+                Ok(n) => outcome.oracle_chunks = n.trim().parse().ok(),
+                Err(e) => outcome.problem(format!("the restore oracle: {e}")),
+            }
+            match sql(crate::oracle::differences_sql()).await {
+                Ok(out) => {
+                    for d in crate::oracle::describe_differences(&out) {
+                        outcome.problem(format!(
+                            "the restore oracle: {d} (the restored data is not the primary's there)"
+                        ));
+                    }
+                }
+                Err(e) => outcome.problem(format!("the restore oracle: {e}")),
+            }
+        }
+        Ok(_) => {}
+        Err(e) => outcome.problem(format!("looking for the restore oracle: {e}")),
     }
     if let Some(q) = &spec.query {
         match sql(q.clone()).await {

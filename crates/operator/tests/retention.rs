@@ -1740,6 +1740,7 @@ async fn restore_tests_run_as_jobs_and_report_their_outcome() {
                     },
                     query: Some("SELECT COUNT(*) FROM shop.orders".into()),
                     query_result: Some(if passed { "8" } else { "7" }.into()),
+                    oracle_chunks: None,
                 },
                 by: "tidemark restore-test".into(),
                 run_id: Some(job.name_any()),

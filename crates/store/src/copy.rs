@@ -67,6 +67,15 @@ pub async fn copy_object(
         .with_max_concurrency(in_flight);
     let mut hasher = Sha256::new();
     let mut size = 0u64;
+    // The bytes are not those recorded.
+    let differs = |actual_size: u64, actual_sha256: String| TransferError::Checksum {
+        key: from.display_key(key),
+        recorded_in: expected.recorded_in,
+        expected_size: expected.size,
+        expected_sha256: expected.sha256.unwrap_or("(not recorded)").to_owned(),
+        actual_size,
+        actual_sha256,
+    };
     let sent = async {
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|source| request(from, "reading", key, source))?;
@@ -77,14 +86,10 @@ pub async fn copy_object(
             size += chunk.len() as u64;
             if size > expected.size {
                 // More than recorded: no more is read or sent (a server may send without end).
-                return Err(TransferError::Checksum {
-                    key: from.display_key(key),
-                    recorded_in: expected.recorded_in,
-                    expected_size: expected.size,
-                    expected_sha256: expected.sha256.unwrap_or("(not recorded)").to_owned(),
-                    actual_size: size,
-                    actual_sha256: "(not read to its end: larger than recorded)".to_owned(),
-                });
+                return Err(differs(
+                    size,
+                    "(not read to its end: larger than recorded)".into(),
+                ));
             }
             progress.bytes(chunk.len() as u64);
             writer
@@ -102,14 +107,7 @@ pub async fn copy_object(
     let sha256 = hex::encode(hasher.finalize());
     if size != expected.size || expected.sha256.is_some_and(|e| e != sha256) {
         abort(to, key, writer).await;
-        return Err(TransferError::Checksum {
-            key: from.display_key(key),
-            recorded_in: expected.recorded_in,
-            expected_size: expected.size,
-            expected_sha256: expected.sha256.unwrap_or("(not recorded)").to_owned(),
-            actual_size: size,
-            actual_sha256: sha256,
-        });
+        return Err(differs(size, sha256));
     }
     writer.shutdown().await.map_err(|e| {
         write_err(

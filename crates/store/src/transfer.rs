@@ -1180,8 +1180,8 @@ pub async fn copy_verified(
     let mut stream = resuming(store, key, got);
     let mut hasher = Sha256::new();
     let mut size = 0u64;
-    // More than its record says: no more is read (a server may send without end).
-    let larger = |size: u64| TransferError::Checksum {
+    // The bytes are not those recorded.
+    let differs = |actual_size: u64, actual_sha256: String| TransferError::Checksum {
         key: store.display_key(key),
         recorded_in: if is_segment {
             "binlogs/_index.json"
@@ -1190,9 +1190,11 @@ pub async fn copy_verified(
         },
         expected_size,
         expected_sha256: expected_sha256.unwrap_or("(not recorded)").to_owned(),
-        actual_size: size,
-        actual_sha256: "(not read to its end: larger than recorded)".to_owned(),
+        actual_size,
+        actual_sha256,
     };
+    // More than its record says: no more is read (a server may send without end).
+    let larger = |size: u64| differs(size, "(not read to its end: larger than recorded)".into());
     // The first content problem; the stored bytes are still read to the end, so that a
     // damaged object is reported by its checksum (it changed in the store) rather than by
     // the decoder (it was written so).
@@ -1258,18 +1260,7 @@ pub async fn copy_verified(
     sink.flush().await.map_err(TransferError::Sink)?;
     let sha256 = hex::encode(hasher.finalize());
     if size != expected_size || expected_sha256.is_some_and(|e| e != sha256) {
-        return Err(TransferError::Checksum {
-            key: store.display_key(key),
-            recorded_in: if is_segment {
-                "binlogs/_index.json"
-            } else {
-                "metadata.json"
-            },
-            expected_size,
-            expected_sha256: expected_sha256.unwrap_or("(not recorded)").to_owned(),
-            actual_size: size,
-            actual_sha256: sha256,
-        });
+        return Err(differs(size, sha256));
     }
     match problem {
         Some(problem) => Err(TransferError::Content {

@@ -1376,6 +1376,25 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     out
 }
 
+/// A MariaDB server and store for restore tests: `shop.orders` with 5 rows in a full
+/// backup (returned) and 3 more in the binlogs only.
+fn five_in_a_full_and_three_after() -> (Env, String) {
+    let env = Env {
+        s3: SeaweedFs::start(),
+        db: MariaDb::start(),
+        compression: "none",
+        bucket: None,
+    };
+    env.db.sql(
+        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT)",
+    );
+    env.insert(5);
+    env.db.sql("FLUSH BINARY LOGS");
+    let full = env.backup(None);
+    env.insert(3);
+    (env, full)
+}
+
 /// Issue 48 §1, the restore oracle through a restore test: checksums written on the
 /// primary (the statement that computes them, and the primary's values) are computed again
 /// by the restore's replay on the restored data, and the test compares every chunk. A write
@@ -1383,20 +1402,8 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 /// lost event) is named by table and chunk — while `CHECK TABLE` and a row count pass.
 #[test]
 fn the_restore_oracle_names_a_chunk_the_replay_got_wrong() {
-    let env = Env {
-        s3: SeaweedFs::start(),
-        db: MariaDb::start(),
-        compression: "none",
-        bucket: None,
-    };
+    let (env, _full) = five_in_a_full_and_three_after();
     let db = &env.db;
-    db.sql(
-        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT)",
-    );
-    env.insert(5);
-    db.sql("FLUSH BINARY LOGS");
-    env.backup(None);
-    env.insert(3);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let checksums = |run: u64| {
         rt.block_on(tidemark_mariadb::oracle::write_run(
@@ -1461,20 +1468,8 @@ fn the_restore_oracle_names_a_chunk_the_replay_got_wrong() {
 /// source before the backup copied it): `CHECK TABLE` names it.
 #[test]
 fn restore_tests_prove_the_newest_point_and_name_what_fails() {
-    let env = Env {
-        s3: SeaweedFs::start(),
-        db: MariaDb::start(),
-        compression: "none",
-        bucket: None,
-    };
+    let (env, full) = five_in_a_full_and_three_after();
     let db = &env.db;
-    db.sql(
-        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT)",
-    );
-    env.insert(5);
-    db.sql("FLUSH BINARY LOGS");
-    let full = env.backup(None);
-    env.insert(3); // 8, in the binlogs only
     pause_and_mark();
     env.archive();
     // Longer than a Unix socket's path may be (issue 28): the private server's socket

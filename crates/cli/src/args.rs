@@ -963,6 +963,30 @@ pub struct ArchiveArgs {
     /// e.g. db-1.db:3306. Repeat for each replica, at most 16.
     #[arg(long, value_name = "HOST[:PORT]", requires = "purge_keep")]
     pub purge_replica: Vec<String>,
+    /// With --from-server: write the restore oracle's checksums on the server this often
+    /// (e.g. 1h): each table's chunks counted and digested by the server, logged so that a
+    /// restore's replay computes them again on its own data and `restore-test` compares
+    /// (docs/cli.md). A run never overlaps the previous one; with --once, one run before
+    /// the pass. The account needs BINLOG ADMIN, SELECT on the tables checked, and CREATE,
+    /// INSERT, UPDATE, DELETE on the schema tidemark_oracle.
+    #[arg(long, value_name = "DURATION", requires = "from_server")]
+    pub checksums_every: Option<String>,
+    /// With --checksums-every: check only these tables, as SCHEMA.TABLE where * matches
+    /// any characters (e.g. shop.*); repeat. Default: every table.
+    #[arg(long, value_name = "PATTERN", requires = "checksums_every")]
+    pub checksum_tables: Vec<String>,
+    /// With --checksums-every: never check these tables (same patterns, over
+    /// --checksum-tables), e.g. *.audit_log; repeat.
+    #[arg(long, value_name = "PATTERN", requires = "checksums_every")]
+    pub checksum_skip: Vec<String>,
+    /// With --checksums-every: rows per chunk, each read by one statement (100 to
+    /// 1000000).
+    #[arg(long, value_name = "ROWS", default_value_t = tidemark_mariadb::oracle::CHUNK_ROWS)]
+    pub checksum_chunk_rows: u64,
+    /// With --checksums-every: the pause after each chunk, which bounds the rate of reads
+    /// on the server (e.g. 50ms: at most 20 chunks a second).
+    #[arg(long, value_name = "DURATION", default_value = "50ms")]
+    pub checksum_pause: String,
     #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
     /// With --from-server: connection options for mariadb and mariadb-binlog, e.g.

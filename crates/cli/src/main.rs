@@ -2,6 +2,7 @@
 //! `kubectl_complete-tidemark` for kubectl's completion of the plugin).
 
 mod args;
+mod checksums;
 mod cluster;
 mod commands;
 mod complete;

@@ -724,6 +724,10 @@ pub struct ArchivePassOut {
     /// `--purge-replica`: each replica's purge, by the same rule.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub purge_replicas: Vec<ReplicaPurgeOut>,
+    /// `--checksums-every`: the restore oracle's run that ended since the last pass
+    /// (issue 48 §1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checksums: Option<crate::checksums::ChecksumsOut>,
 }
 
 /// One replica's purge (`--purge-replica`): its report, or why it could not purge.
@@ -769,6 +773,7 @@ impl From<tidemark_mariadb::archive::ArchiveReport> for ArchivePassOut {
             archived_last_event_at,
             lag_seconds,
             purge: None,
+            checksums: None,
             purge_replicas: Vec::new(),
         }
     }

@@ -418,6 +418,7 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
     let json = args.output.structured();
     let remote = remote_server(args)?;
     let replicas = purge_replicas(&args.purge_replica)?;
+    let mut checksums = crate::checksums::Schedule::from_args(args)?;
     let mut follower: Option<tokio::process::Child> = None;
     if let Some(r) = &remote
         && args.once
@@ -439,6 +440,13 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
         {
             follow(r, store, &mut follower).await;
         }
+        // The oracle's checksums: with --once one run, before the pass (its statements
+        // go to the file the server is writing); watching, the run that ended meanwhile.
+        let checksummed = match &mut checksums {
+            Some(c) if args.once => Some(c.run_now().await),
+            Some(c) => c.tick().await,
+            None => None,
+        };
         let source = match (&remote, &args.binlog_index) {
             (Some(r), _) => Ok(BinlogSource::Remote(r)),
             (None, Some(index)) => Ok(BinlogSource::Index(index, primary(args))),
@@ -469,6 +477,7 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
         match report {
             Ok(r) if json => {
                 let mut out = ArchivePassOut::from(r);
+                out.checksums = checksummed;
                 out.purge = purged;
                 out.purge_replicas = purged_replicas;
                 // Watching, one YAML document per pass: a stream, each opened by `---`.
@@ -540,13 +549,26 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
                     }
                 }
                 if args.once {
+                    if let Some(c) = &checksummed {
+                        line.push_str(&format!("; {}", c.line()));
+                    }
                     crate::output::emit(&format!("{line}\n"))?;
-                } else if !r.uploaded.is_empty() || !r.adopted.is_empty() {
-                    eprintln!("{} {line}", jiff::Timestamp::now());
+                } else {
+                    if !r.uploaded.is_empty() || !r.adopted.is_empty() {
+                        eprintln!("{} {line}", jiff::Timestamp::now());
+                    }
+                    if let Some(c) = &checksummed {
+                        eprintln!("{} {}", jiff::Timestamp::now(), c.line());
+                    }
                 }
             }
             // Watching: a failed pass is retried at the next tick.
-            Err(e) if !args.once => eprintln!("{}", crate::exit::render(&e.error)),
+            Err(e) if !args.once => {
+                eprintln!("{}", crate::exit::render(&e.error));
+                if let Some(c) = &checksummed {
+                    eprintln!("{} {}", jiff::Timestamp::now(), c.line());
+                }
+            }
             Err(e) => return Err(e),
         }
         if args.once {

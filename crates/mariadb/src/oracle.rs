@@ -2,7 +2,8 @@
 //! that a restored server proves its own data right.
 //!
 //! # How the checksums travel
-//! For each chunk of each table (a range of its integer primary key, [`CHUNK_ROWS`] rows),
+//! For each chunk of each table (a range of its integer primary key, [`CHUNK_ROWS`] rows
+//! unless [`Settings`] say otherwise),
 //! one client session on the primary runs, with `binlog_format=STATEMENT`:
 //! 1. `REPLACE INTO tidemark_oracle.chunks … SELECT COUNT(*), <checksum> FROM <table>
 //!    WHERE <range>`: logged as the statement, so whatever applies the binlog — a replica,
@@ -28,8 +29,15 @@ use std::fmt::Write as _;
 
 /// The schema Tidemark owns on the primary.
 pub const SCHEMA: &str = "tidemark_oracle";
-/// Rows per chunk.
+/// Rows per chunk, by default.
 pub const CHUNK_ROWS: u64 = 10_000;
+/// The range of rows per chunk a user may set.
+pub const CHUNK_ROWS_RANGE: std::ops::RangeInclusive<u64> = 100..=1_000_000;
+/// Runs kept in the oracle's table on the primary: each new run deletes the older ones
+/// (a restore to an instant holds the runs that were kept then).
+pub const KEEP_RUNS: usize = 3;
+/// At most this many table patterns.
+pub const MAX_PATTERNS: usize = 64;
 /// The most rows of a table without an integer primary key checked in one statement.
 pub const WHOLE_TABLE_ROWS: u64 = 100_000;
 /// Schemas never checked: the server's own, and ours.
@@ -209,15 +217,113 @@ pub fn chunk_sql(run: u64, table: &Table, chunk: Chunk) -> String {
     )
 }
 
-/// The query for the upper key of the chunk after `lower` (the key [`CHUNK_ROWS`] rows on),
-/// or nothing when the rest fits in one chunk.
-pub fn next_upper_sql(table: &Table, key: &str, lower: Option<i64>) -> String {
+/// The query for the upper key of the chunk after `lower` (the key `rows` rows on), or
+/// nothing when the rest fits in one chunk.
+pub fn next_upper_sql(table: &Table, key: &str, lower: Option<i64>, rows: u64) -> String {
     let from = format!("{}.{}", ident(&table.db), ident(&table.name));
     let k = ident(key);
     let after = lower.map_or_else(String::new, |l| format!(" WHERE {k} > {l}"));
     format!(
         "SELECT {k} FROM {from}{after} ORDER BY {k} LIMIT 1 OFFSET {}",
-        CHUNK_ROWS - 1
+        rows.max(1) - 1
+    )
+}
+
+/// Which tables a run checks, and what it may cost the primary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// Rows per chunk (one statement reads them; [`CHUNK_ROWS_RANGE`]).
+    pub chunk_rows: u64,
+    /// Waited after each chunk: the rate on the primary.
+    pub pause: std::time::Duration,
+    /// `schema.table` patterns (`*` matches any characters) of the tables checked; empty:
+    /// every table.
+    pub tables: Vec<String>,
+    /// Patterns of tables never checked, over `tables`.
+    pub skip: Vec<String>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            chunk_rows: CHUNK_ROWS,
+            pause: std::time::Duration::ZERO,
+            tables: Vec::new(),
+            skip: Vec::new(),
+        }
+    }
+}
+
+impl Settings {
+    /// Checks the patterns and the chunk size.
+    ///
+    /// # Errors
+    /// A pattern without `.` between schema and table, too many patterns, or a chunk size
+    /// out of [`CHUNK_ROWS_RANGE`]; the message names the value and the accepted form.
+    pub fn validate(&self) -> Result<(), String> {
+        if !CHUNK_ROWS_RANGE.contains(&self.chunk_rows) {
+            return Err(format!(
+                "a chunk of {} rows: expected {} to {} rows",
+                self.chunk_rows,
+                CHUNK_ROWS_RANGE.start(),
+                CHUNK_ROWS_RANGE.end()
+            ));
+        }
+        if self.tables.len() + self.skip.len() > MAX_PATTERNS {
+            return Err(format!(
+                "{} table patterns: at most {MAX_PATTERNS}",
+                self.tables.len() + self.skip.len()
+            ));
+        }
+        for p in self.tables.iter().chain(&self.skip) {
+            if !p.contains('.') || p.len() > 256 || p.chars().any(char::is_control) {
+                return Err(format!(
+                    "table pattern {p:?}: expected SCHEMA.TABLE, where * matches any characters (e.g. shop.* or *.audit_log)"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `table` is checked.
+    pub fn checks(&self, table: &Table) -> bool {
+        let name = format!("{}.{}", table.db, table.name);
+        (self.tables.is_empty() || self.tables.iter().any(|p| matches(p, &name)))
+            && !self.skip.iter().any(|p| matches(p, &name))
+    }
+}
+
+/// Whether `name` matches `pattern`, where `*` matches any characters (none included).
+fn matches(pattern: &str, name: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let n: Vec<char> = name.chars().collect();
+    // The classic linear matcher: on a mismatch, the last `*` takes one more character.
+    let (mut i, mut j, mut star, mut mark) = (0, 0, None, 0);
+    while j < n.len() {
+        if i < p.len() && p[i] != '*' && p[i] == n[j] {
+            i += 1;
+            j += 1;
+        } else if i < p.len() && p[i] == '*' {
+            star = Some(i);
+            mark = j;
+            i += 1;
+        } else if let Some(s) = star {
+            i = s + 1;
+            mark += 1;
+            j = mark;
+        } else {
+            return false;
+        }
+    }
+    p[i..].iter().all(|c| *c == '*')
+}
+
+/// The query for the runs to delete before a new one: every run but the newest
+/// `KEEP_RUNS - 1` (with the new one, [`KEEP_RUNS`] stay).
+pub fn old_runs_sql() -> String {
+    format!(
+        "SELECT run FROM `{SCHEMA}`.`chunks` GROUP BY run ORDER BY run DESC LIMIT 1000 OFFSET {}",
+        KEEP_RUNS - 1
     )
 }
 
@@ -317,6 +423,49 @@ mod tests {
     }
 
     #[test]
+    fn patterns_choose_the_tables() {
+        let t = |db: &str, name: &str| Table {
+            db: db.into(),
+            name: name.into(),
+            columns: vec![],
+            key: None,
+        };
+        let s = Settings {
+            tables: vec!["shop.*".into(), "*.ledger".into()],
+            skip: vec!["shop.audit*".into()],
+            ..Settings::default()
+        };
+        assert!(s.validate().is_ok());
+        assert!(s.checks(&t("shop", "orders")));
+        assert!(s.checks(&t("bank", "ledger")));
+        assert!(!s.checks(&t("shop", "audit_log")));
+        assert!(!s.checks(&t("bank", "ledgers")));
+        assert!(Settings::default().checks(&t("a", "b")));
+        assert!(matches("a*b*c", "aXbYbZc"));
+        assert!(!matches("a*b*c", "aXbYbZ"));
+        assert!(matches("*", ""));
+        let bad = Settings {
+            skip: vec!["orders".into()],
+            ..Settings::default()
+        };
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .contains("\"orders\": expected SCHEMA.TABLE")
+        );
+        let small = Settings {
+            chunk_rows: 10,
+            ..Settings::default()
+        };
+        assert!(
+            small
+                .validate()
+                .unwrap_err()
+                .contains("expected 100 to 1000000 rows")
+        );
+    }
+
+    #[test]
     fn differences_are_said_by_table_and_range() {
         let line = format!(
             "{}\t{}\t3\t20000\t30000\t9999\t10000\t1\t2\n{}\t{}\t0\t\t\t5\t5\t1\t2\n",
@@ -336,7 +485,8 @@ mod tests {
 }
 
 /// What one checksum run wrote.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct RunReport {
     pub run: u64,
     pub tables: usize,
@@ -346,8 +496,9 @@ pub struct RunReport {
 }
 
 /// Writes checksum run `run` on the primary reached by `client` (the `mariadb` client's
-/// connection options): the schema if missing, then every chunk of every table, each in
-/// its own two transactions. `pause` is waited between chunks (the rate on the primary).
+/// connection options): the schema if missing, the oldest runs deleted (all but the newest
+/// [`KEEP_RUNS`] with this one), then every chunk of every table `settings` checks, each in
+/// its own two transactions, with `settings.pause` after each.
 ///
 /// # Errors
 /// The client fails (its last line): a missing right (`SELECT` on the tables, `CREATE`,
@@ -357,17 +508,30 @@ pub async fn write_run(
     mariadb: &std::ffi::OsStr,
     client: &[String],
     run: u64,
-    pause: std::time::Duration,
+    settings: &Settings,
 ) -> Result<RunReport, String> {
+    settings.validate()?;
+    let pause = settings.pause;
     let ask =
         |sql: String| async move { crate::backup::ask(mariadb, client, &["-N", "-B"], &sql).await };
     ask(schema_sql()).await?;
+    let old: Vec<u64> = ask(old_runs_sql())
+        .await?
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    if let Some(newest_old) = old.iter().max() {
+        ask(format!(
+            "DELETE FROM `{SCHEMA}`.`chunks` WHERE run <= {newest_old}"
+        ))
+        .await?;
+    }
     let tables = parse_tables(&ask(tables_sql()).await?)?;
     let mut report = RunReport {
         run,
         ..RunReport::default()
     };
-    for table in &tables {
+    for table in tables.iter().filter(|t| settings.checks(t)) {
         let Some(key) = &table.key else {
             let from = format!("{}.{}", ident(&table.db), ident(&table.name));
             let rows: u64 = ask(format!("SELECT COUNT(*) FROM {from}"))
@@ -375,9 +539,10 @@ pub async fn write_run(
                 .trim()
                 .parse()
                 .map_err(|e| format!("counting {}.{}: {e}", table.db, table.name))?;
-            if rows > WHOLE_TABLE_ROWS {
+            let whole_max = WHOLE_TABLE_ROWS.max(settings.chunk_rows);
+            if rows > whole_max {
                 report.skipped.push(format!(
-                    "{}.{}: no integer primary key, and {rows} rows (more than {WHOLE_TABLE_ROWS} checked whole)",
+                    "{}.{}: no integer primary key, and {rows} rows (more than {whole_max} checked whole)",
                     table.db, table.name
                 ));
                 continue;
@@ -395,7 +560,7 @@ pub async fn write_run(
         };
         let mut lower = None;
         for number in 0u32.. {
-            let upper = ask(next_upper_sql(table, key, lower)).await?;
+            let upper = ask(next_upper_sql(table, key, lower, settings.chunk_rows)).await?;
             let upper =
                 match upper.trim() {
                     "" => None,

@@ -33,7 +33,7 @@ async fn a_replica_that_lost_a_transaction_is_named_by_table_and_chunk() {
         std::ffi::OsStr::new("mariadb"),
         &primary.client_args(),
         1,
-        Duration::ZERO,
+        &oracle::Settings::default(),
     )
     .await
     .unwrap();
@@ -49,5 +49,40 @@ async fn a_replica_that_lost_a_transaction_is_named_by_table_and_chunk() {
         vec![
             "shop.orders chunk 1 (keys above 10000 up to 20000): 10000 rows, their content differs"
         ]
+    );
+
+    // The cost settings: chunks of 5,000 rows, one table skipped by pattern; each run
+    // deletes all but the newest runs, so the table on the primary stays small.
+    let settings = oracle::Settings {
+        chunk_rows: 5_000,
+        pause: Duration::from_millis(1),
+        tables: vec!["shop.*".into()],
+        skip: vec!["*.notes".into()],
+    };
+    for run in 2..=5 {
+        let report = oracle::write_run(
+            std::ffi::OsStr::new("mariadb"),
+            &primary.client_args(),
+            run,
+            &settings,
+        )
+        .await
+        .unwrap();
+        assert_eq!((report.tables, report.chunks), (1, 6), "{report:?}");
+    }
+    replica.wait_caught_up(&primary);
+    assert_eq!(
+        primary.sql("SELECT GROUP_CONCAT(DISTINCT run ORDER BY run) FROM tidemark_oracle.chunks"),
+        "3,4,5",
+        "the newest {} runs stay",
+        oracle::KEEP_RUNS
+    );
+    // The replica's chunks of runs 3 to 5 name the same lost row, in smaller ranges.
+    let lost = oracle::describe_differences(&replica.sql(&oracle::differences_sql()));
+    assert_eq!(lost.len(), 3, "{lost:?}");
+    assert!(
+        lost.iter()
+            .all(|l| l == "shop.orders chunk 2 (keys above 10000 up to 15000): 5000 rows, their content differs"),
+        "{lost:?}"
     );
 }

@@ -69,6 +69,17 @@ pub(crate) const BINLOG_MAX_LAG_RULE: &str = interval_rule!("24h");
 pub(crate) const BINLOG_MAX_LAG_MESSAGE: &str =
     "expected a duration from 1s to 24h, such as 1m, 5m or 1h";
 
+/// `spec.binlogArchive.checksums.every` of a BackupPolicy (issue 48): at most a week.
+pub const CHECKSUMS_EVERY: IntervalField = IntervalField {
+    field: "spec.binlogArchive.checksums.every",
+    default: "1h",
+    max: "168h",
+    max_secs: 168 * 3600,
+};
+pub(crate) const CHECKSUMS_EVERY_RULE: &str = interval_rule!("168h");
+pub(crate) const CHECKSUMS_EVERY_MESSAGE: &str =
+    "expected an interval from 1s to 168h, such as 30m, 1h or 24h";
+
 /// `spec.copies[].maxLag` of a BackupPolicy: how far a copy may fall behind its source
 /// before it is loud (condition, event, alert); at most a week.
 pub const COPY_MAX_LAG: IntervalField = IntervalField {

@@ -1350,6 +1350,148 @@ pub struct BinlogArchiveSpec {
     /// `BINLOG ADMIN`. Absent: Tidemark purges nothing (the server's own expiry decides).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub purge: Option<BinlogPurgeSpec>,
+    /// The restore oracle (issue 48; `server` only): the archiver writes chunked table
+    /// checksums on the server on a schedule, which a restore's replay computes again on
+    /// its own data, so every restore test compares the restored data with the primary's,
+    /// chunk by chunk. The login needs `BINLOG ADMIN`, `SELECT` on the tables checked, and
+    /// `CREATE, INSERT, UPDATE, DELETE` on `tidemark_oracle` (docs/database.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksums: Option<BinlogChecksumsSpec>,
+}
+
+impl BinlogChecksumsSpec {
+    /// The interval between runs.
+    ///
+    /// # Errors
+    /// `every` out of its grammar or bounds.
+    pub fn every(&self) -> Result<jiff::SignedDuration, PolicyFileError> {
+        crate::interval::CHECKSUMS_EVERY
+            .parse(self.every.as_deref())
+            .map_err(PolicyFileError::Interval)
+    }
+
+    /// Checks every field (API servers before 1.25 have no CEL), naming it.
+    ///
+    /// # Errors
+    /// A field out of bounds, a pattern without `SCHEMA.TABLE`, or no `server`.
+    pub fn validate(&self, server: bool) -> Result<(), PolicyFileError> {
+        let invalid = |field, problem: String| PolicyFileError::Invalid { field, problem };
+        if server && !self.client.is_empty() {
+            return Err(invalid(
+                "spec.binlogArchive.checksums.client",
+                "is for tidemark run (with binlogIndex); with server, the archiver logs in with spec.source".into(),
+            ));
+        }
+        if !server && self.client.is_empty() {
+            return Err(invalid(
+                "spec.binlogArchive.checksums.client",
+                "required with binlogIndex (tidemark run): the mariadb client's connection options, e.g. [--defaults-extra-file=/etc/tidemark/oracle.cnf]".into(),
+            ));
+        }
+        if self.client.len() > 16 {
+            return Err(invalid(
+                "spec.binlogArchive.checksums.client",
+                format!("{} options: at most 16", self.client.len()),
+            ));
+        }
+        if let Some(bad) = self.client.iter().find(|a| {
+            !a.starts_with("--")
+                || a.len() > 512
+                || a.chars().any(char::is_control)
+                || a.starts_with("--password")
+                || a.starts_with("--passwd")
+        }) {
+            let name = bad.split('=').next().unwrap_or(bad);
+            return Err(invalid(
+                "spec.binlogArchive.checksums.client",
+                format!(
+                    "{:?}: expected --option=value connection options, without a password (put it in an option file: --defaults-extra-file=FILE)",
+                    name.chars().take(64).collect::<String>()
+                ),
+            ));
+        }
+        self.every()?;
+        if self.tables.len() + self.skip.len() > 64 {
+            return Err(invalid(
+                "spec.binlogArchive.checksums.tables",
+                format!(
+                    "{} patterns with skip: at most 64",
+                    self.tables.len() + self.skip.len()
+                ),
+            ));
+        }
+        for (field, patterns) in [
+            ("spec.binlogArchive.checksums.tables", &self.tables),
+            ("spec.binlogArchive.checksums.skip", &self.skip),
+        ] {
+            if let Some(p) = patterns
+                .iter()
+                .find(|p| !p.contains('.') || p.len() > 256 || p.chars().any(char::is_control))
+            {
+                return Err(invalid(
+                    field,
+                    format!(
+                        "{:?}: expected SCHEMA.TABLE, where * matches any characters (e.g. shop.* or *.audit_log)",
+                        p.chars().take(64).collect::<String>()
+                    ),
+                ));
+            }
+        }
+        if let Some(n) = self.chunk_rows
+            && !(100..=1_000_000).contains(&n)
+        {
+            return Err(invalid(
+                "spec.binlogArchive.checksums.chunkRows",
+                format!("{n}: expected 100 to 1000000 rows"),
+            ));
+        }
+        if let Some(ms) = self.pause_milliseconds
+            && ms > 60_000
+        {
+            return Err(invalid(
+                "spec.binlogArchive.checksums.pauseMilliseconds",
+                format!("{ms}: expected 0 to 60000"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `binlogArchive.checksums`: how often, which tables, and at what cost on the server.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BinlogChecksumsSpec {
+    /// How often a run starts, e.g. `1h` (default), `30m`; from 1s to 168h. A run never
+    /// overlaps the one before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new(crate::interval::CHECKSUMS_EVERY_RULE).message(crate::interval::CHECKSUMS_EVERY_MESSAGE))]
+    #[schemars(length(max = 24))]
+    pub every: Option<String>,
+    /// The tables checked, as `SCHEMA.TABLE` patterns where `*` matches any characters
+    /// (e.g. `shop.*`); default every table. With `skip`, at most 64.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(min = 3, max = 256)))]
+    pub tables: Vec<String>,
+    /// Tables never checked (the same patterns, over `tables`), e.g. `*.audit_log`: how a
+    /// table is turned off.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(min = 3, max = 256)))]
+    pub skip: Vec<String>,
+    /// Rows per chunk, each read by one statement (100 to 1000000; default 10000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 100, max = 1_000_000))]
+    pub chunk_rows: Option<u64>,
+    /// The pause after each chunk, in milliseconds (0 to 60000; default 50): the rate of
+    /// reads on the server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 60_000))]
+    pub pause_milliseconds: Option<u32>,
+    /// `tidemark run` only (with `binlogIndex`): the `mariadb` client's connection options,
+    /// e.g. `[--defaults-extra-file=/etc/tidemark/oracle.cnf]` (the password in the option
+    /// file, never here). The operator logs in with `spec.source` and refuses this field.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), inner(length(min = 3, max = 512)))]
+    pub client: Vec<String>,
 }
 
 /// `binlogArchive.purge`.
@@ -2177,6 +2319,11 @@ impl BackupPolicySpec {
                 });
             }
         }
+        if let Some(archive) = &self.binlog_archive
+            && let Some(c) = &archive.checksums
+        {
+            c.validate(archive.server.is_some())?;
+        }
         if let Some(os) = &self.object_store {
             if let Some(secret) = &os.credentials_secret {
                 crate::names::dns_subdomain("spec.objectStore.credentialsSecret", secret)?;
@@ -2600,6 +2747,9 @@ pub struct RestoreTestResult {
     pub backup_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tables_checked: Option<u64>,
+    /// Chunks of the restore oracle compared (`binlogArchive.checksums`; issue 48).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oracle_chunks: Option<u64>,
     /// What failed (at most 5).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<String>,
@@ -2608,6 +2758,65 @@ pub struct RestoreTestResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `binlogArchive.checksums` (issue 48): each field bounded, patterns of the form the
+    /// archiver takes, and a server to log in to; each refusal names its field.
+    #[test]
+    fn the_oracles_checksums_are_checked_field_by_field() {
+        let doc = |checksums: &str, source: &str| {
+            BackupPolicy::from_yaml(&format!(
+                "apiVersion: tidemark.io/v1alpha1\nkind: BackupPolicy\nmetadata: {{name: p}}\nspec:\n  objectStore: {{url: 'file:///b'}}\n  binlogArchive: {{{source}, checksums: {checksums}}}\n"
+            ))
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+        };
+        let server = "server: {host: db}";
+        assert_eq!(
+            doc(
+                "{every: 30m, tables: ['shop.*'], skip: ['*.audit_log'], chunkRows: 5000, pauseMilliseconds: 10}",
+                server
+            ),
+            Ok(())
+        );
+        assert_eq!(doc("{}", server), Ok(()));
+        for (bad, field) in [
+            ("{every: soon}", "spec.binlogArchive.checksums.every"),
+            ("{every: 200h}", "spec.binlogArchive.checksums.every"),
+            ("{tables: [orders]}", "spec.binlogArchive.checksums.tables"),
+            (
+                "{skip: ['a.b', audit]}",
+                "spec.binlogArchive.checksums.skip",
+            ),
+            ("{chunkRows: 10}", "spec.binlogArchive.checksums.chunkRows"),
+            (
+                "{pauseMilliseconds: 60001}",
+                "spec.binlogArchive.checksums.pauseMilliseconds",
+            ),
+        ] {
+            let e = doc(bad, server).unwrap_err();
+            assert!(e.contains(field), "{bad}: {e}");
+        }
+        let index = "binlogIndex: /var/lib/mysql/mysql-bin.index";
+        let e = doc("{}", index).unwrap_err();
+        assert!(
+            e.contains("spec.binlogArchive.checksums.client: required"),
+            "{e}"
+        );
+        assert_eq!(
+            doc(
+                "{client: ['--defaults-extra-file=/etc/tidemark/oracle.cnf']}",
+                index
+            ),
+            Ok(())
+        );
+        let e = doc("{client: ['--password=hunter2']}", index).unwrap_err();
+        assert!(
+            e.contains("without a password") && !e.contains("hunter2"),
+            "{e}"
+        );
+        let e = doc("{client: ['--socket=/run/mysqld.sock']}", server).unwrap_err();
+        assert!(e.contains("is for tidemark run"), "{e}");
+    }
 
     /// `binlogArchive.purge` (issue 45 §4): a duration and a quantity, with a server to log
     /// in to; each refusal names its field.

@@ -4,13 +4,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tidemark_mariadb::oracle::{RunReport, Settings};
+use tidemark_mariadb::oracle::{RIGHTS, RunReport, Settings};
 use tokio::task::JoinHandle;
 
 use crate::exit::CliError;
-
-/// The rights a checksum run needs, said with any failure.
-const RIGHTS: &str = "the account needs BINLOG ADMIN, SELECT on the tables checked, and CREATE, INSERT, UPDATE, DELETE on tidemark_oracle";
 
 /// What a finished run printed: its report, or why it failed.
 #[derive(Debug, serde::Serialize)]

@@ -190,10 +190,39 @@ fn load(dir: &Path) -> Result<Vec<PolicyRun>, CliError> {
                     )));
                 };
                 let index = file.parent().unwrap_or(Path::new(".")).join(relative);
+                let checksums = a
+                    .checksums
+                    .as_ref()
+                    .map(|c| {
+                        let every = c.every().map_err(bounded)?;
+                        let settings = tidemark_mariadb::oracle::Settings {
+                            chunk_rows: c
+                                .chunk_rows
+                                .unwrap_or(tidemark_mariadb::oracle::CHUNK_ROWS),
+                            pause: std::time::Duration::from_millis(u64::from(
+                                c.pause_milliseconds.unwrap_or(50),
+                            )),
+                            tables: c.tables.clone(),
+                            skip: c.skip.clone(),
+                        };
+                        let mysql = policy
+                            .spec
+                            .source
+                            .as_ref()
+                            .is_some_and(tidemark_api::policy::SourceSpec::is_mysql);
+                        Ok::<_, CliError>(tidemark_engine::standalone::ChecksumsRun {
+                            every: std::time::Duration::try_from(every).unwrap_or_default(),
+                            settings,
+                            client: if mysql { "mysql" } else { "mariadb" }.into(),
+                            client_args: c.client.clone(),
+                        })
+                    })
+                    .transpose()?;
                 Ok::<_, CliError>(ArchiveRun {
                     binlog_index: index,
                     interval: every,
                     max_lag: policy.spec.binlog_max_lag().map_err(bounded)?,
+                    checksums,
                 })
             })
             .transpose()?;

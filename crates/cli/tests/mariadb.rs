@@ -978,7 +978,10 @@ spec:
     encryption: {{recipients: ["{recipient}"], identityFile: key.txt}}
   retention: {{keepLast: 3}}
   retentionInterval: 5s
-  binlogArchive: {{binlogIndex: "{index}", interval: 2s}}
+  binlogArchive:
+    binlogIndex: "{index}"
+    interval: 2s
+    checksums: {{every: 3s, pauseMilliseconds: 0, client: ["{c0}", "{c1}"]}}
   restoreTest:
     schedule: "*/20 * * * * *"
     query: "SELECT COUNT(*) > 0 FROM shop.orders"
@@ -1034,10 +1037,22 @@ spec:
     assert!(text.contains("retention: deleted"), "{text}");
     assert!(text.contains("binlogs: archived"), "{text}");
     // Restore tests on the policy's schedule (issue 19 §4): the newest point, encrypted
-    // chain and binlogs included, restored, checked and recorded.
+    // chain and binlogs included, restored, checked and recorded — with the restore
+    // oracle's checksums, written every 3 s (issue 48), compared.
     assert!(
         text.lines()
             .any(|l| l.contains("restore test of") && l.contains("): passed")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.contains("checksums (shop): run ") && l.contains("1 table(s), 1 chunk(s)")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.contains("): passed")
+                && l.contains("chunk(s) of the restore oracle compared")),
         "{text}"
     );
     assert!(!text.contains("FAILED"), "{text}");

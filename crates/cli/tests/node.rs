@@ -1770,7 +1770,10 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
                                     "compression": "zstd", "encryption": {"recipients": [w.public_key]}},
                     "source": {"selector": {"matchLabels": {"app": "db"}}, "container": "mariadb", "credentialsSecret": "db"},
                     "retention": {"keepLast": 10},
-                    "binlogArchive": {"server": {"host": service, "port": 3306}, "interval": "2s"},
+                    // The restore oracle (issue 48): checksums every 2 s, compared by the
+                    // restore tests below.
+                    "binlogArchive": {"server": {"host": service, "port": 3306}, "interval": "2s",
+                                      "checksums": {"every": "2s", "pauseMilliseconds": 0}},
                 }}),
             json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "ScheduledBackup", "metadata": {"name": "nightly"},
                 "spec": {"schedule": "0 0 2 * * *", "immediate": true, "backupOwnerReference": "self",
@@ -1961,6 +1964,10 @@ async fn scheduled_full_incremental_and_point_in_time(w: Arc<World>) {
     .await;
     assert_eq!(tested["passed"], true, "{tested}");
     assert!(tested["tablesChecked"].as_u64().unwrap() > 1, "{tested}");
+    assert!(
+        tested["oracleChunks"].as_u64().is_some_and(|n| n >= 1),
+        "the oracle's chunks compared: {tested}"
+    );
     policies
         .patch(
             "shop",
@@ -2781,7 +2788,7 @@ async fn replication_and_failover(w: Arc<World>) {
                                "passwordFrom": {"name": "mariadb-login", "key": "MARIADB_PASSWORD"},
                                "standbyMaxLag": "5m", "primaryReadyFor": "1s"},
                     "binlogArchive": {"server": {"host": primary_service, "port": 3306}, "interval": "1s",
-                                      "maxLag": "3s"},
+                                      "maxLag": "3s", "checksums": {"every": "1s", "pauseMilliseconds": 0}},
                 }}),
             json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "ScheduledBackup", "metadata": {"name": "nightly"},
                 "spec": {"schedule": "0 0 2 * * *", "immediate": true, "backupOwnerReference": "self",
@@ -2948,18 +2955,48 @@ async fn replication_and_failover(w: Arc<World>) {
         w.restored_count("replicated", &after_failover.to_string()),
         "19"
     );
-    // The policy's status names the switch.
+    // The restore oracle across the failover (issue 48): checksums written on db-0, then
+    // on db-1 once promoted, replayed through the switch, compared chunk by chunk.
+    let tested = common::json(&common::on_store(
+        &w.s3,
+        "replicated",
+        &[
+            "restore-test",
+            "--to",
+            &after_failover.to_string(),
+            "--query",
+            "SELECT COUNT(*) FROM shop.orders",
+            "--expect",
+            "19",
+            "--output",
+            "json",
+        ],
+    ));
+    assert_eq!(tested["outcome"]["passed"], true, "{tested:#}");
+    let compared = tested["outcome"]["oracleChunks"]
+        .as_u64()
+        .unwrap_or_default();
+    assert!(compared >= 2, "the oracle's chunks compared: {tested:#}");
+    // The policy's status names the switch. The checksums stop: the lag below is measured
+    // on a binlog only the test writes.
     let policies: Api<BackupPolicy> = Api::namespaced(w.client(), ns);
     policies
         .patch(
             "shop",
             &PatchParams::default(),
             &Patch::Merge(
-                json!({"spec": {"retention": {"keepLast": 10}, "retentionInterval": "5s"}}),
+                json!({"spec": {"retention": {"keepLast": 10}, "retentionInterval": "5s",
+                                "binlogArchive": {"checksums": null}}}),
             ),
         )
         .await
         .unwrap();
+    eventually_within("the archiver without checksums", LONG, || async {
+        let d = deployments.get("shop-binlog-archiver").await.ok()?;
+        let c = d.spec?.template.spec?.containers.into_iter().next()?;
+        (!c.args?.iter().any(|a| a.starts_with("--checksum"))).then_some(())
+    })
+    .await;
     eventually_within("the timelines in the policy's status", LONG, || async {
         let p = policies.get("shop").await.ok()?;
         let t = p.status?.timelines;

@@ -125,6 +125,19 @@ pub struct ArchiveRun {
     /// How far the archive may fall behind the server before the run says so
     /// (`spec.binlogArchive.maxLag`).
     pub max_lag: SignedDuration,
+    /// The restore oracle's checksums (`spec.binlogArchive.checksums`; issue 48).
+    pub checksums: Option<ChecksumsRun>,
+}
+
+/// The restore oracle's checksum runs on the server (`spec.binlogArchive.checksums`).
+#[derive(Debug, Clone)]
+pub struct ChecksumsRun {
+    pub every: Duration,
+    pub settings: tidemark_mariadb::oracle::Settings,
+    /// The client program (`mariadb`, or `mysql` for a MySQL source).
+    pub client: PathBuf,
+    /// Its connection options.
+    pub client_args: Vec<String>,
 }
 
 /// A ScheduledBackup and what its backups run.
@@ -317,6 +330,10 @@ pub async fn run(
             tasks.spawn(
                 verify_task(Arc::clone(&ctx), p.store.clone(), v, stop_rx.clone()).instrument(span),
             );
+        }
+        if let Some(c) = p.archive.as_ref().and_then(|a| a.checksums.clone()) {
+            let span = tracing::info_span!("checksums", policy = %ctx.name);
+            tasks.spawn(checksums_task(Arc::clone(&ctx), c, stop_rx.clone()).instrument(span));
         }
         if let Some(a) = p.archive {
             let span = tracing::info_span!("binlogs", policy = %p.name);
@@ -977,11 +994,15 @@ async fn restore_test_task(
         };
         match tested {
             Ok(r) if r.outcome.passed => tracing::info!(
-                "restore test of {} ({}/{}): passed, {} table(s) checked in {} s",
+                "restore test of {} ({}/{}): passed, {} table(s) checked{} in {} s",
                 r.target,
                 r.backup_name,
                 r.backup_id,
                 r.outcome.tables_checked,
+                r.outcome
+                    .oracle_chunks
+                    .map(|n| format!(", {n} chunk(s) of the restore oracle compared"))
+                    .unwrap_or_default(),
                 r.seconds
             ),
             Ok(r) => tracing::warn!(
@@ -1038,6 +1059,48 @@ async fn archive_task(ctx: Arc<Ctx>, a: ArchiveRun, mut stop: watch::Receiver<bo
             }
         };
         if !nap(wait, &mut stop).await {
+            return;
+        }
+    }
+}
+
+/// Writes the restore oracle's checksums every `c.every` (a run never overlaps the one
+/// before); a run that fails is said, with the rights it needs, and the next is tried on
+/// time. A stop ends a run in progress (its chunks so far stay: each is whole).
+async fn checksums_task(ctx: Arc<Ctx>, c: ChecksumsRun, mut stop: watch::Receiver<bool>) {
+    let mut last = 0u64;
+    loop {
+        let started = tokio::time::Instant::now();
+        let now = u64::try_from(ctx.clock.now().as_second()).unwrap_or_default();
+        last = now.max(last + 1);
+        let run = tidemark_mariadb::oracle::write_run(
+            c.client.as_os_str(),
+            &c.client_args,
+            last,
+            &c.settings,
+        );
+        tokio::select! {
+            r = run => match r {
+                Ok(r) => tracing::info!(
+                    "checksums ({}): run {} written: {} table(s), {} chunk(s){}",
+                    ctx.name,
+                    r.run,
+                    r.tables,
+                    r.chunks,
+                    r.skipped
+                        .iter()
+                        .map(|s| format!("; not checked: {s}"))
+                        .collect::<String>()
+                ),
+                Err(e) => tracing::warn!(
+                    "checksums ({}): {e} ({})",
+                    ctx.name,
+                    tidemark_mariadb::oracle::RIGHTS
+                ),
+            },
+            _ = stop.changed() => return,
+        }
+        if !nap(c.every.saturating_sub(started.elapsed()), &mut stop).await {
             return;
         }
     }

@@ -282,6 +282,24 @@ pub fn archiver(
             cmd.push(format!("--purge-replica={}", r.address()));
         }
     }
+    if let Some(c) = &archive.checksums {
+        c.validate(true)
+            .map_err(|e| format!("binlogArchive.checksums: {e}"))?;
+        cmd.push(format!(
+            "--checksums-every={}",
+            c.every.as_deref().unwrap_or("1h")
+        ));
+        cmd.push(format!(
+            "--checksum-chunk-rows={}",
+            c.chunk_rows.unwrap_or(tidemark_mariadb::oracle::CHUNK_ROWS)
+        ));
+        cmd.push(format!(
+            "--checksum-pause={}ms",
+            c.pause_milliseconds.unwrap_or(50)
+        ));
+        cmd.extend(c.tables.iter().map(|t| format!("--checksum-tables={t}")));
+        cmd.extend(c.skip.iter().map(|t| format!("--checksum-skip={t}")));
+    }
     cmd.push("--".into());
     if login.is_some() {
         cmd.push(format!("--defaults-extra-file={TOOLS_DIR}/my.cnf"));
@@ -420,5 +438,58 @@ mod tests {
         assert!(!args("mariadb").contains("--engine"));
         let e = archiver(&policy("mysql", true), &db, "tidemark:test", None, None).unwrap_err();
         assert!(e.contains("binlogArchive.purge"), "{e}");
+    }
+
+    /// Issue 48: `binlogArchive.checksums` becomes the archiver's `--checksum*` flags, each
+    /// pattern one flag (no shell between: a pattern is one argument whatever it holds).
+    #[test]
+    fn the_oracles_checksums_become_the_archivers_flags() {
+        let db = DatabaseRuntime {
+            image: "mariadb:11.4".into(),
+            pod_security: None,
+            container_security: None,
+        };
+        let mut p = policy("mariadb", false);
+        let args = |p: &BackupPolicy| {
+            let d = archiver(p, &db, "tidemark:test", None, None).unwrap();
+            let spec = d.spec.unwrap().template.spec.unwrap();
+            spec.containers[0].args.clone().unwrap()
+        };
+        assert!(!args(&p).iter().any(|a| a.starts_with("--checksum")));
+        p.spec.binlog_archive.as_mut().unwrap().checksums =
+            Some(tidemark_api::policy::BinlogChecksumsSpec::default());
+        let defaults = args(&p).join(" ");
+        assert!(
+            defaults.contains(
+                "--checksums-every=1h --checksum-chunk-rows=10000 --checksum-pause=50ms --"
+            ),
+            "{defaults}"
+        );
+        p.spec.binlog_archive.as_mut().unwrap().checksums =
+            Some(tidemark_api::policy::BinlogChecksumsSpec {
+                every: Some("30m".into()),
+                tables: vec!["shop.*".into()],
+                skip: vec!["shop.audit log; rm -rf /".into()],
+                chunk_rows: Some(5000),
+                pause_milliseconds: Some(0),
+                client: vec![],
+            });
+        let given = args(&p);
+        for flag in [
+            "--checksums-every=30m",
+            "--checksum-chunk-rows=5000",
+            "--checksum-pause=0ms",
+            "--checksum-tables=shop.*",
+            "--checksum-skip=shop.audit log; rm -rf /",
+        ] {
+            assert!(given.iter().any(|a| a == flag), "{flag}: {given:?}");
+        }
+        p.spec.binlog_archive.as_mut().unwrap().checksums =
+            Some(tidemark_api::policy::BinlogChecksumsSpec {
+                tables: vec!["orders".into()],
+                ..Default::default()
+            });
+        let e = archiver(&p, &db, "tidemark:test", None, None).unwrap_err();
+        assert!(e.contains("spec.binlogArchive.checksums.tables"), "{e}");
     }
 }

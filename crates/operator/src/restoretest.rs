@@ -515,6 +515,7 @@ async fn report(
             target: None,
             backup_id: None,
             tables_checked: None,
+            oracle_chunks: None,
             problems: vec![message.clone()],
         });
         passed(false);
@@ -529,6 +530,7 @@ async fn report(
         target: Some(Time(record.target)),
         backup_id: Some(record.backup_id.clone()),
         tables_checked: Some(outcome.tables_checked as u64),
+        oracle_chunks: outcome.oracle_chunks,
         problems: outcome
             .problems
             .iter()
@@ -544,7 +546,7 @@ async fn report(
             .get_or_create(&crate::metrics::Metrics::policy(&ns, &name))
             .set(i64::try_from(record.seconds).unwrap_or(i64::MAX));
     }
-    let what = format!(
+    let mut what = format!(
         "{of_copy}restore test of {} ({}/{}, {} backup(s), {} binlog(s)): {} table(s) checked",
         record.target,
         record.backup_name,
@@ -553,6 +555,9 @@ async fn report(
         record.segments_replayed,
         outcome.tables_checked
     );
+    if let Some(n) = outcome.oracle_chunks {
+        what.push_str(&format!(", {n} chunk(s) of the restore oracle compared"));
+    }
     if outcome.passed {
         ctx.event(
             &policy.object_ref(&()),

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tidemark_mariadb::oracle::{RIGHTS, RunReport, Settings};
+use tidemark_mariadb::oracle::{RunReport, Settings};
 use tokio::task::JoinHandle;
 
 use crate::exit::CliError;
@@ -45,6 +45,7 @@ pub struct Schedule {
     settings: Settings,
     client: PathBuf,
     client_args: Vec<String>,
+    mysql: bool,
     next: tokio::time::Instant,
     last_run: u64,
     running: Option<JoinHandle<Result<RunReport, String>>>,
@@ -82,7 +83,8 @@ impl Schedule {
         settings
             .validate()
             .map_err(|e| CliError::input(format!("--checksum-*: {e}")))?;
-        let client = if args.engine == crate::args::Engine::Mysql {
+        let mysql = args.engine == crate::args::Engine::Mysql;
+        let client = if mysql {
             args.mysql.clone()
         } else {
             args.mariadb.clone()
@@ -92,6 +94,7 @@ impl Schedule {
             settings,
             client,
             client_args: args.client.clone(),
+            mysql,
             next: tokio::time::Instant::now(),
             last_run: 0,
             running: None,
@@ -117,7 +120,10 @@ impl Schedule {
         })
     }
 
-    fn out(result: Result<Result<RunReport, String>, tokio::task::JoinError>) -> ChecksumsOut {
+    fn out(
+        &self,
+        result: Result<Result<RunReport, String>, tokio::task::JoinError>,
+    ) -> ChecksumsOut {
         match result {
             Ok(Ok(report)) => ChecksumsOut {
                 report: Some(report),
@@ -125,7 +131,10 @@ impl Schedule {
             },
             Ok(Err(e)) => ChecksumsOut {
                 report: None,
-                error: Some(format!("{e} ({RIGHTS})")),
+                error: Some(format!(
+                    "{e} ({})",
+                    tidemark_mariadb::oracle::rights(self.mysql)
+                )),
             },
             Err(e) => ChecksumsOut {
                 report: None,
@@ -137,7 +146,7 @@ impl Schedule {
     /// One run, to its end (--once).
     pub async fn run_now(&mut self) -> ChecksumsOut {
         let task = self.start();
-        Self::out(task.await)
+        self.out(task.await)
     }
 
     /// Watching: the run that finished since the last call, if any; then a new run when
@@ -147,7 +156,7 @@ impl Schedule {
         if self.running.as_ref().is_some_and(JoinHandle::is_finished)
             && let Some(task) = self.running.take()
         {
-            finished = Some(Self::out(task.await));
+            finished = Some(self.out(task.await));
         }
         if self.running.is_none() && tokio::time::Instant::now() >= self.next {
             self.next = tokio::time::Instant::now() + self.every;

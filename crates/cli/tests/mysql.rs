@@ -491,6 +491,72 @@ fn binlogs_replay_a_clone_to_any_instant() {
             && !said.contains("mariadbd"),
         "{said}"
     );
+
+    // The restore oracle on MySQL (issue 48): the archiver writes checksums with MySQL's
+    // client (the session's binlog_format needs SESSION_VARIABLES_ADMIN there) after a
+    // change the binlog never got, and a restore test of the newest instant names its
+    // chunk — the row count and CHECK TABLE pass.
+    db.sql(
+        "SET SESSION sql_log_bin = 0; \
+         GRANT REPLICATION SLAVE, REPLICATION CLIENT, SESSION_VARIABLES_ADMIN, SELECT ON *.* TO 'tidemark'@'127.0.0.1'; \
+         GRANT CREATE, INSERT, UPDATE, DELETE ON tidemark_oracle.* TO 'tidemark'@'127.0.0.1'",
+    );
+    // The change the binlog never got, before the checksums: the primary's values have it.
+    db.sql("SET SESSION sql_log_bin = 0; UPDATE shop.orders SET note = 'lost' WHERE id = 250");
+    let login = store.path().join("oracle.cnf");
+    std::fs::write(&login, "[client]\nuser=tidemark\npassword=clone-secret\n").unwrap();
+    let spool = tempfile::tempdir().unwrap();
+    let oracle = json(&tidemark(&[
+        "archive-binlogs",
+        "--from-server",
+        "--engine",
+        "mysql",
+        "--spool",
+        spool.path().to_str().unwrap(),
+        "--once",
+        "--checksums-every",
+        "1h",
+        "--checksum-pause",
+        "0s",
+        "--checksum-chunk-rows",
+        "150",
+        "--output",
+        "json",
+        "--",
+        &format!("--defaults-extra-file={}", login.display()),
+        "--host=127.0.0.1",
+        &format!("--port={}", db.port),
+    ]))["checksums"]
+        .clone();
+    assert_eq!(oracle["tables"], 1, "{oracle:#}");
+    assert_eq!(
+        oracle["chunks"], 3,
+        "shop.orders' 401 rows by 150: {oracle:#}"
+    );
+    db.sql("INSERT INTO shop.orders VALUES (10000, 'last'); FLUSH BINARY LOGS");
+    tidemark(&["archive-binlogs", "--binlog-index", index, "--once"]);
+    let scratch = tempfile::tempdir_in(mysql::root().join("srv")).unwrap();
+    let failed = bin()
+        .args(["restore-test", "--store", &url, "--cluster", "my"])
+        .args([
+            "--query",
+            "SELECT COUNT(*) FROM shop.orders",
+            "--expect",
+            "402",
+        ])
+        .args(["--scratch", scratch.path().to_str().unwrap(), "-o", "json"])
+        .output()
+        .unwrap();
+    let failed = json(&failed);
+    assert_eq!(failed["outcome"]["passed"], false, "{failed:#}");
+    assert_eq!(failed["outcome"]["oracleChunks"], 3, "{failed:#}");
+    assert_eq!(
+        failed["outcome"]["problems"],
+        serde_json::json!([
+            "the restore oracle: shop.orders chunk 1 (keys above 150 up to 300): 150 rows, their content differs (the restored data is not the primary's there)"
+        ]),
+        "{failed:#}"
+    );
 }
 
 /// Issue 47: with `--ssl-ca`, the source's certificate is verified — by the client that

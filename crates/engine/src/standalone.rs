@@ -1095,7 +1095,7 @@ async fn checksums_task(ctx: Arc<Ctx>, c: ChecksumsRun, mut stop: watch::Receive
                 Err(e) => tracing::warn!(
                     "checksums ({}): {e} ({})",
                     ctx.name,
-                    tidemark_mariadb::oracle::RIGHTS
+                    tidemark_mariadb::oracle::rights(c.client.as_os_str() == "mysql")
                 ),
             },
             _ = stop.changed() => return,

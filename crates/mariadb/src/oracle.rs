@@ -36,8 +36,14 @@ pub const CHUNK_ROWS_RANGE: std::ops::RangeInclusive<u64> = 100..=1_000_000;
 /// Runs kept in the oracle's table on the primary: each new run deletes the older ones
 /// (a restore to an instant holds the runs that were kept then).
 pub const KEEP_RUNS: usize = 3;
-/// The rights a checksum run needs, said with any failure.
-pub const RIGHTS: &str = "the account needs BINLOG ADMIN, SELECT on the tables checked, and CREATE, INSERT, UPDATE, DELETE on tidemark_oracle";
+/// The rights a checksum run needs on MariaDB (`mysql`: on MySQL), said with any failure.
+pub fn rights(mysql: bool) -> &'static str {
+    if mysql {
+        "the account needs SESSION_VARIABLES_ADMIN, SELECT on the tables checked, and CREATE, INSERT, UPDATE, DELETE on tidemark_oracle"
+    } else {
+        "the account needs BINLOG ADMIN, SELECT on the tables checked, and CREATE, INSERT, UPDATE, DELETE on tidemark_oracle"
+    }
+}
 /// At most this many table patterns.
 pub const MAX_PATTERNS: usize = 64;
 /// The most rows of a table without an integer primary key checked in one statement.

@@ -74,6 +74,13 @@ pub struct RestoreSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"), length(max = 63))]
     pub from: Option<String>,
+    /// Keep the restored data only if the restore oracle proves it (issue 48): at least one
+    /// chunk of the checksums `binlogArchive.checksums` writes replayed and compared, none
+    /// differing from the primary's; otherwise the Restore fails and the claim keeps what
+    /// it held (`tidemark restore --require-oracle`). Without it, the chunks compared and
+    /// any difference are reported in status, and the data is kept.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub require_oracle: bool,
 }
 
 /// What a Restore brings back: at most one of these; none is the newest restorable instant.
@@ -288,6 +295,12 @@ pub struct RestoreStatus {
     /// took, as it reported.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<RestoreStep>,
+    /// The restore oracle's chunks replayed and compared (issue 48), as the Job reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oracle_chunks: Option<u64>,
+    /// Those whose data is not the primary's (at most 3), as the Job reported.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub oracle_differences: Vec<String>,
     /// The claim written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claim: Option<String>,

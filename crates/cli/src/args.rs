@@ -743,6 +743,12 @@ pub struct RestoreArgs {
     /// Restore Job reports through its termination message this way.
     #[arg(long, value_name = "FILE", conflicts_with = "dry_run")]
     pub report_file: Option<PathBuf>,
+    /// Keep the restored data only if the restore oracle proves it (issue 48): at least
+    /// one chunk of the primary's checksums replayed and compared, none differing.
+    /// Otherwise the data directory is removed (exit 8). Without it, differences are
+    /// reported and the data kept.
+    #[arg(long, conflicts_with = "dry_run")]
+    pub require_oracle: bool,
     #[command(flatten)]
     pub tools: MariaDbTools,
 }
@@ -888,13 +894,9 @@ pub struct ArchiveArgs {
     /// With --from-server: where fetched files wait until shipped (removed after).
     #[arg(long, value_name = "DIR")]
     pub spool: Option<PathBuf>,
-    /// With --from-server: the `mariadb` client (asks SHOW BINARY LOGS).
-    #[arg(
-        long,
-        value_name = "PATH",
-        default_value = "mariadb",
-        requires = "from_server"
-    )]
+    /// With --from-server: the `mariadb` client (asks SHOW BINARY LOGS; writes the
+    /// checksums of --checksums-every).
+    #[arg(long, value_name = "PATH", default_value = "mariadb")]
     pub mariadb: PathBuf,
     /// With --from-server: the `mariadb-binlog` program.
     #[arg(
@@ -904,22 +906,13 @@ pub struct ArchiveArgs {
         requires = "from_server"
     )]
     pub mariadb_binlog: PathBuf,
-    /// With --from-server: which server it is. `mysql` reads a MySQL server with MySQL's
-    /// programs (--mysql, --mysqlbinlog); a server that is not the one named is refused.
-    #[arg(
-        long,
-        value_enum,
-        default_value_t = Engine::Mariadb,
-        requires = "from_server"
-    )]
+    /// With --from-server (or --checksums-every): which server it is. `mysql` reads a
+    /// MySQL server with MySQL's programs (--mysql, --mysqlbinlog); a server that is not
+    /// the one named is refused.
+    #[arg(long, value_enum, default_value_t = Engine::Mariadb)]
     pub engine: Engine,
-    /// With --from-server --engine mysql: MySQL's client (asks SHOW BINARY LOGS).
-    #[arg(
-        long,
-        value_name = "PATH",
-        default_value = "mysql",
-        requires = "from_server"
-    )]
+    /// With --engine mysql: MySQL's client (asks SHOW BINARY LOGS; writes the checksums).
+    #[arg(long, value_name = "PATH", default_value = "mysql")]
     pub mysql: PathBuf,
     /// With --from-server --engine mysql: MySQL's `mysqlbinlog`.
     #[arg(
@@ -963,13 +956,14 @@ pub struct ArchiveArgs {
     /// e.g. db-1.db:3306. Repeat for each replica, at most 16.
     #[arg(long, value_name = "HOST[:PORT]", requires = "purge_keep")]
     pub purge_replica: Vec<String>,
-    /// With --from-server: write the restore oracle's checksums on the server this often
-    /// (e.g. 1h): each table's chunks counted and digested by the server, logged so that a
-    /// restore's replay computes them again on its own data and `restore-test` compares
-    /// (docs/cli.md). A run never overlaps the previous one; with --once, one run before
-    /// the pass. The account needs BINLOG ADMIN, SELECT on the tables checked, and CREATE,
-    /// INSERT, UPDATE, DELETE on the schema tidemark_oracle.
-    #[arg(long, value_name = "DURATION", requires = "from_server")]
+    /// Write the restore oracle's checksums on the server this often (e.g. 1h), logging in
+    /// with the connection options after `--` (with --binlog-index too): each table's
+    /// chunks counted and digested by the server, logged so that a restore's replay
+    /// computes them again on its own data and `restore-test` compares (docs/cli.md). A
+    /// run never overlaps the previous one; with --once, one run before the pass. The
+    /// account needs BINLOG ADMIN, SELECT on the tables checked, and CREATE, INSERT,
+    /// UPDATE, DELETE on the schema tidemark_oracle.
+    #[arg(long, value_name = "DURATION")]
     pub checksums_every: Option<String>,
     /// With --checksums-every: check only these tables, as SCHEMA.TABLE where * matches
     /// any characters (e.g. shop.*); repeat. Default: every table.
@@ -989,7 +983,8 @@ pub struct ArchiveArgs {
     pub checksum_pause: String,
     #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Table)]
     pub output: OutputFormat,
-    /// With --from-server: connection options for mariadb and mariadb-binlog, e.g.
+    /// With --from-server (or --checksums-every): connection options for mariadb and
+    /// mariadb-binlog, e.g.
     /// --defaults-extra-file=/etc/tidemark/my.cnf --host=db --port=3306 (the password in
     /// the option file, never on the command line).
     #[arg(last = true, value_name = "CLIENT_OPTIONS")]

@@ -616,6 +616,10 @@ pub struct RestoreOut {
     /// `<datadir>/<basename>.state`: the binlog state the restored server starts from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub binlog_state_file: Option<std::path::PathBuf>,
+    /// The restore oracle (issue 48), where the replayed data holds it: `chunks`
+    /// compared and `differences` (each chunk whose data is not the primary's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oracle: Option<tidemark_mariadb::oracle::Comparison>,
 }
 
 #[derive(Debug, Serialize)]

@@ -158,6 +158,39 @@ pub async fn restore(args: &RestoreArgs) -> Result<Exit, CliError> {
         std::fs::write(path, summary)
             .map_err(|e| CliError::input(format!("--report-file {}: {e}", path.display())))?;
     }
+    if let (Some(dir), Some(r)) = (&request.datadir, &restored.report) {
+        if let Some(c) = &r.oracle {
+            for d in &c.differences {
+                eprintln!(
+                    "warning: the restore oracle: {d} (the restored data is not the primary's there)"
+                );
+            }
+        }
+        if args.require_oracle {
+            let refused = match &r.oracle {
+                Some(c) if !c.differences.is_empty() => Some(format!(
+                    "{} of {} chunk(s) of the restore oracle differ from the primary's: {}",
+                    c.differences.len(),
+                    c.chunks,
+                    c.differences.join("; ")
+                )),
+                Some(c) if c.chunks > 0 => None,
+                _ => Some(
+                    "no chunk of the restore oracle was replayed and compared (no checksum run between the backup and the target: binlogArchive.checksums, archive-binlogs --checksums-every)".to_owned(),
+                ),
+            };
+            if let Some(why) = refused {
+                tidemark_mariadb::restore::remove_half_restored(dir).await;
+                return Err(CliError::new(
+                    Exit::RestoreFailed,
+                    anyhow::anyhow!(
+                        "--require-oracle: {why}; the data directory {} was removed",
+                        dir.display()
+                    ),
+                ));
+            }
+        }
+    }
     let done = match (&request.datadir, &restored.report) {
         (Some(dir), Some(r)) => Some(Done {
             datadir: dir.clone(),
@@ -169,6 +202,7 @@ pub async fn restore(args: &RestoreArgs) -> Result<Exit, CliError> {
                 tidemark_mariadb::restore::mysql_of(&restored.plan),
                 Ok(Some(_))
             ),
+            oracle: r.oracle.clone(),
         }),
         _ => None,
     };
@@ -185,6 +219,8 @@ struct Done {
     state_file: Option<PathBuf>,
     /// A MySQL backup's (clone or dump): its server keeps its GTID set in the data.
     mysql: bool,
+    /// The restore oracle's comparison, where the replayed data holds it.
+    oracle: Option<tidemark_mariadb::oracle::Comparison>,
 }
 
 fn report(plan: &RestorePlan, done: Option<Done>, output: OutputFormat) -> Result<(), CliError> {
@@ -222,6 +258,7 @@ fn report(plan: &RestorePlan, done: Option<Done>, output: OutputFormat) -> Resul
                 reached: done.as_ref().and_then(|d| d.reached),
                 gtid_position: done.as_ref().and_then(|d| d.gtid_position.clone()),
                 binlog_state_file: done.as_ref().and_then(|d| d.state_file.clone()),
+                oracle: done.as_ref().and_then(|d| d.oracle.clone()),
                 datadir: done.map(|d| d.datadir),
             },
         );
@@ -350,6 +387,20 @@ fn report(plan: &RestorePlan, done: Option<Done>, output: OutputFormat) -> Resul
             ),
         })
     });
+    if let Some(c) = done.as_ref().and_then(|d| d.oracle.as_ref()) {
+        out.push_str(&if c.differences.is_empty() {
+            format!(
+                "\nthe restore oracle: {} chunk(s) replayed and compared, each the primary's\n",
+                c.chunks
+            )
+        } else {
+            format!(
+                "\nthe restore oracle: {} of {} chunk(s) differ from the primary's (above)\n",
+                c.differences.len(),
+                c.chunks
+            )
+        });
+    }
     match done {
         None => out.push_str("\ndry run: nothing was written\n"),
         Some(d) => out.push_str(&format!(

@@ -586,10 +586,16 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
 fn remote_server(
     args: &crate::args::ArchiveArgs,
 ) -> Result<Option<tidemark_mariadb::remote::RemoteServer>, CliError> {
+    refuse_password_options(&args.client)?;
     if !args.from_server {
-        if !args.client.is_empty() {
+        if !args.client.is_empty() && args.checksums_every.is_none() {
             return Err(CliError::input(
-                "connection options after -- are for --from-server; with --binlog-index give none",
+                "connection options after -- are for --from-server or --checksums-every; with --binlog-index alone give none",
+            ));
+        }
+        if args.client.is_empty() && args.checksums_every.is_some() {
+            return Err(CliError::input(
+                "--checksums-every logs in to the server: give its connection options after --, e.g. -- --defaults-extra-file=/etc/tidemark/oracle.cnf",
             ));
         }
         // Refused, not ignored (clap's `requires` cannot say it: --from-server requires
@@ -601,16 +607,6 @@ fn remote_server(
             )));
         }
         return Ok(None);
-    }
-    if let Some(bad) = args
-        .client
-        .iter()
-        .find(|a| a.starts_with("--password") || a.starts_with("-p") || a.starts_with("--passwd"))
-    {
-        let name = bad.split('=').next().unwrap_or(bad);
-        return Err(CliError::input(format!(
-            "{name}: a password on the command line is visible to every process; put it in an option file ([client] password=…) and pass --defaults-extra-file=FILE first"
-        )));
     }
     let Some(spool) = args.spool.clone() else {
         return Err(CliError::input("--from-server needs --spool DIR"));
@@ -634,6 +630,20 @@ fn remote_server(
         primary: primary(args),
         mysql,
     }))
+}
+
+/// Refuses a password among the connection options (every process can read a command line).
+fn refuse_password_options(client: &[String]) -> Result<(), CliError> {
+    if let Some(bad) = client
+        .iter()
+        .find(|a| a.starts_with("--password") || a.starts_with("-p") || a.starts_with("--passwd"))
+    {
+        let name = bad.split('=').next().unwrap_or(bad);
+        return Err(CliError::input(format!(
+            "{name}: a password on the command line is visible to every process; put it in an option file ([client] password=…) and pass --defaults-extra-file=FILE first"
+        )));
+    }
+    Ok(())
 }
 
 /// At most this many `--purge-replica`.

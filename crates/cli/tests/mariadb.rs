@@ -8,7 +8,7 @@ mod common;
 use common::{bin, on_bucket, stop_run};
 
 use std::path::Path;
-use std::process::Output;
+use std::process::{Command, Output};
 use std::thread::sleep;
 use std::time::Duration;
 
@@ -36,6 +36,11 @@ impl Env {
 
     /// `tidemark` with `TMPDIR` set to `tmp`.
     fn tidemark_in(&self, args: &[&str], tmp: &std::path::Path) -> Output {
+        self.command(args, tmp).output().unwrap()
+    }
+
+    /// The `tidemark` command on this store, with `TMPDIR` set to `tmp`.
+    fn command(&self, args: &[&str], tmp: &std::path::Path) -> Command {
         let mut c = bin();
         c.env("TMPDIR", tmp);
         c.env("TIDEMARK_COMPRESSION", self.compression);
@@ -49,7 +54,7 @@ impl Env {
             .args(["--store", &url, "--cluster", "e2e"])
             .args(["--endpoint", &self.s3.endpoint])
             .args(rest);
-        c.output().unwrap()
+        c
     }
 
     fn ok(&self, args: &[&str]) -> Output {
@@ -1437,13 +1442,12 @@ fn the_restore_oracle_names_a_chunk_the_replay_got_wrong() {
     unlogged(&documented_sql("command-line accounts"));
     let network = vec!["--host=127.0.0.1".to_owned(), format!("--port={}", db.port)];
     let login = login_file(db, "tidemark_archive", "change-me-archive", &network);
-    let spool = db.scratch().join("spool");
+    let index = db.binlog_index();
     let checksums = || {
         let mut args = vec![
             "archive-binlogs",
-            "--from-server",
-            "--spool",
-            spool.to_str().unwrap(),
+            "--binlog-index",
+            index.to_str().unwrap(),
             "--once",
             "--checksums-every",
             "1h",
@@ -1468,7 +1472,11 @@ fn the_restore_oracle_names_a_chunk_the_replay_got_wrong() {
         "{refused:#}"
     );
     unlogged(&documented_sql("restore oracle"));
-    db.sql("CREATE TABLE shop.notes (note TEXT); INSERT INTO shop.notes VALUES ('skipped')");
+    db.sql(
+        "CREATE TABLE shop.notes (note TEXT); INSERT INTO shop.notes VALUES ('skipped'); \
+         ALTER TABLE shop.orders ADD COLUMN at TIMESTAMP(3) NULL; \
+         UPDATE shop.orders SET at = FROM_UNIXTIME(1700000000.125 + id * 86400)",
+    );
     let first = checksums();
     assert_eq!(
         (&first["tables"], &first["chunks"]),
@@ -1480,18 +1488,27 @@ fn the_restore_oracle_names_a_chunk_the_replay_got_wrong() {
     let scratch = db.scratch().join("oracle");
     std::fs::create_dir(&scratch).unwrap();
     let scratch = scratch.to_str().unwrap();
+    // The restore's server runs in another time zone than the primary (UTC): the digest
+    // of a TIMESTAMP (shop.orders' `at`) does not change with it.
     let test = |expect_passed: bool| {
-        let out = env.tidemark(&[
-            "restore-test",
-            "--scratch",
-            scratch,
-            "--query",
-            "SELECT COUNT(*) FROM shop.orders",
-            "--expect",
-            "8",
-            "--output",
-            "json",
-        ]);
+        let out = env
+            .command(
+                &[
+                    "restore-test",
+                    "--scratch",
+                    scratch,
+                    "--query",
+                    "SELECT COUNT(*) FROM shop.orders",
+                    "--expect",
+                    "8",
+                    "--output",
+                    "json",
+                ],
+                &std::env::temp_dir(),
+            )
+            .env("TZ", "Asia/Kolkata")
+            .output()
+            .unwrap();
         let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
         assert_eq!(
             out.status.success(),
@@ -1503,11 +1520,85 @@ fn the_restore_oracle_names_a_chunk_the_replay_got_wrong() {
     };
     let passed = test(true);
     assert_eq!(passed["outcome"]["oracleChunks"], 1, "{passed:#}");
+    // A restore that asks for the oracle's proof (the Restore kind's requireOracle).
+    let restore = |to: Timestamp, require: bool| {
+        let datadir = db
+            .scratch()
+            .join(format!("restored-{require}-{}", to.as_second()));
+        let mut args = vec![
+            "restore".to_owned(),
+            "--to".to_owned(),
+            to.to_string(),
+            "--datadir".to_owned(),
+            datadir.to_str().unwrap().to_owned(),
+            "--output".to_owned(),
+            "json".to_owned(),
+        ];
+        if require {
+            args.push("--require-oracle".into());
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        (env.tidemark(&args), datadir)
+    };
+    // An instant is restorable once a later event is archived: a row of the table the
+    // checksums skip.
+    let mark = || {
+        let at = pause_and_mark();
+        db.sql("INSERT INTO shop.notes VALUES ('after the mark')");
+        env.archive();
+        at
+    };
+    let proven = mark();
+    let (out, datadir) = restore(proven, true);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["oracle"],
+        serde_json::json!({"chunks": 1, "differences": []}),
+        "{v:#}"
+    );
+    assert!(datadir.join("ibdata1").exists());
 
     db.sql("SET SESSION sql_log_bin = 0; UPDATE shop.orders SET v = v + 1 WHERE id = 2");
     assert_eq!(checksums()["chunks"], 1);
-    pause_and_mark();
-    env.archive();
+    let wrong = mark();
+    // Without --require-oracle the data is kept and the difference said; with it, the
+    // data directory goes (exit 8), naming the chunk.
+    let (out, datadir) = restore(wrong, false);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["oracle"]["chunks"], 2, "{v:#}");
+    assert_eq!(
+        v["oracle"]["differences"],
+        serde_json::json!(["shop.orders chunk 0 (the whole table): 8 rows, their content differs"]),
+        "{v:#}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("warning: the restore oracle: shop.orders chunk 0")
+    );
+    assert!(datadir.join("ibdata1").exists());
+    let (out, datadir) = restore(wrong, true);
+    assert_eq!(
+        out.status.code(),
+        Some(8),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("--require-oracle: 1 of 2 chunk(s) of the restore oracle differ from the primary's: shop.orders chunk 0"),
+        "{said}"
+    );
+    assert!(!datadir.exists(), "{said}");
     let failed = test(false);
     assert_eq!(failed["outcome"]["oracleChunks"], 2, "{failed:#}");
     assert_eq!(

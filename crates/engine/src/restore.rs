@@ -166,6 +166,13 @@ pub struct RestoreSummary {
     /// [`MAX_GTID_POSITION`] characters; absent when longer or unknown).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gtid_position: Option<String>,
+    /// The restore oracle's chunks compared (issue 48), where the replayed data holds it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oracle_chunks: Option<u64>,
+    /// Those whose data is not the primary's: the first [`MAX_ORACLE_DIFFERENCES`], each at
+    /// most [`MAX_STEP_NAME`] characters.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub oracle_differences: Vec<String>,
     /// The whole restore.
     pub milliseconds: u64,
     /// Each step, from its start to the next one's (the binlogs download while the
@@ -173,6 +180,9 @@ pub struct RestoreSummary {
     /// next).
     pub steps: Vec<StepTime>,
 }
+
+/// The most oracle differences a restore's summary carries.
+pub const MAX_ORACLE_DIFFERENCES: usize = 3;
 
 /// The longest GTID position a restore's summary carries (a termination message is 4 KiB).
 pub const MAX_GTID_POSITION: usize = 512;
@@ -256,6 +266,14 @@ impl<P> TimedSteps<P> {
             segments_replayed: report.segments_replayed as u64,
             reached: report.reached,
             gtid_position: report.gtid_position.clone().filter(|p| is_gtid_position(p)),
+            oracle_chunks: report.oracle.as_ref().map(|c| c.chunks),
+            oracle_differences: report
+                .oracle
+                .iter()
+                .flat_map(|c| c.differences.iter())
+                .take(MAX_ORACLE_DIFFERENCES)
+                .map(|d| d.chars().take(MAX_STEP_NAME).collect())
+                .collect(),
             milliseconds: ms(now.duration_since(self.started)),
             steps: timed,
         }
@@ -424,6 +442,7 @@ mod tests {
                 reached: None,
                 gtid_position: None,
                 binlog_state_file: None,
+                oracle: None,
             })
         }
         async fn restore_test(

@@ -373,30 +373,17 @@ async fn check(socket: &Path, login: &Login, tools: &Tools, spec: &CheckSpec) ->
     }
     // The restore oracle, where the data holds its checksums: every chunk the replay
     // recomputed must be the primary's.
-    match sql(format!(
-        "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = '{}' AND TABLE_NAME = 'chunks'",
-        crate::oracle::SCHEMA
-    ))
-    .await
-    {
-        Ok(n) if n.trim() == "1" => {
-            match sql(crate::oracle::checked_sql()).await {
-                Ok(n) => outcome.oracle_chunks = n.trim().parse().ok(),
-                Err(e) => outcome.problem(format!("the restore oracle: {e}")),
-            }
-            match sql(crate::oracle::differences_sql()).await {
-                Ok(out) => {
-                    for d in crate::oracle::describe_differences(&out) {
-                        outcome.problem(format!(
-                            "the restore oracle: {d} (the restored data is not the primary's there)"
-                        ));
-                    }
-                }
-                Err(e) => outcome.problem(format!("the restore oracle: {e}")),
+    match crate::oracle::compare(|q| async { sql(q).await.map_err(|e| e.to_string()) }).await {
+        Ok(Some(c)) => {
+            outcome.oracle_chunks = Some(c.chunks);
+            for d in c.differences {
+                outcome.problem(format!(
+                    "the restore oracle: {d} (the restored data is not the primary's there)"
+                ));
             }
         }
-        Ok(_) => {}
-        Err(e) => outcome.problem(format!("looking for the restore oracle: {e}")),
+        Ok(None) => {}
+        Err(e) => outcome.problem(format!("the restore oracle: {e}")),
     }
     if let Some(q) = &spec.query {
         match sql(q.clone()).await {

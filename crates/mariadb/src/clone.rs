@@ -1085,7 +1085,14 @@ pub async fn replay(
     files: &[PathBuf],
     runs: &[(usize, usize)],
     stop: jiff::Timestamp,
-) -> Result<(GtidSet, Option<jiff::Timestamp>), RestoreError> {
+) -> Result<
+    (
+        GtidSet,
+        Option<jiff::Timestamp>,
+        Option<crate::oracle::Comparison>,
+    ),
+    RestoreError,
+> {
     // A source without GTIDs: nothing tells which events the clone holds.
     let gtids_off = m
         .server
@@ -1146,15 +1153,18 @@ pub async fn replay(
         let text = server
             .admin_query(tools, "SELECT @@GLOBAL.gtid_executed")
             .await?;
-        GtidSet::parse(text.replace("\\n", "").trim()).map_err(|e| RestoreError::Tool {
-            step: "reading the restored GTID set".into(),
-            status: e.to_string(),
-            tail: String::new(),
-        })
+        let executed =
+            GtidSet::parse(text.replace("\\n", "").trim()).map_err(|e| RestoreError::Tool {
+                step: "reading the restored GTID set".into(),
+                status: e.to_string(),
+                tail: String::new(),
+            })?;
+        // The restore oracle (issue 48), where the data holds it.
+        Ok((executed, crate::oracle::compare_on(&server, tools).await))
     }
     .await;
     let stopped = server.stop(tools, "mysqld shutdown after replay").await;
-    let after = replayed?;
+    let (after, oracle) = replayed?;
     stopped?;
     // The last transaction applied: in each run's files up to the first event at or after
     // the stop, not skipped (what the clone held, or excluded).
@@ -1173,7 +1183,7 @@ pub async fn replay(
             }
         }
     }
-    Ok((after, reached))
+    Ok((after, reached, oracle))
 }
 
 async fn replay_run(

@@ -44,6 +44,18 @@ pub fn rights(mysql: bool) -> &'static str {
         "the account needs BINLOG ADMIN, SELECT on the tables checked, and CREATE, INSERT, UPDATE, DELETE on tidemark_oracle"
     }
 }
+/// How long a chunk's statements wait for a lock on the primary (a row another
+/// transaction writes, a table an `ALTER` holds) before the table is skipped this run.
+pub const LOCK_WAIT_SECS: u32 = 10;
+/// The longest statement a chunk may be (a very wide table's): longer ones are skipped, as
+/// a command line holds at most 128 KiB in one argument.
+const MAX_CHUNK_SQL: usize = 100 * 1024;
+/// At most this many tables a run checks; the rest are said skipped.
+pub const MAX_TABLES: usize = 10_000;
+/// Tables failing one after the other that end a run (the server stopped answering).
+const FAILURES_IN_A_ROW: usize = 3;
+/// At most this many skipped tables are named in a report.
+const MAX_SKIPPED_NAMED: usize = 50;
 /// At most this many table patterns.
 pub const MAX_PATTERNS: usize = 64;
 /// The most rows of a table without an integer primary key checked in one statement.
@@ -164,9 +176,17 @@ pub fn parse_tables(answer: &str) -> Result<Vec<Table>, String> {
 }
 
 /// A row's 64-bit digest, and the chunk's: the XOR of its rows' (order does not matter).
-/// Each column's value, and whether it is NULL, is in the digest.
+/// Each column's value (its bytes, length first: no separator can be confused with a
+/// value, and no mix of character sets or collations meets in one string), and whether it
+/// is NULL, is in the digest.
 pub fn checksum_expr(columns: &[String]) -> String {
-    let values: Vec<String> = columns.iter().map(|c| ident(c)).collect();
+    let values: Vec<String> = columns
+        .iter()
+        .map(|c| {
+            let b = format!("CAST({} AS BINARY)", ident(c));
+            format!("CONCAT(LENGTH({b}), ':', {b})")
+        })
+        .collect();
     let nulls: Vec<String> = columns
         .iter()
         .map(|c| format!("ISNULL({})", ident(c)))
@@ -210,8 +230,15 @@ pub fn chunk_sql(run: u64, table: &Table, chunk: Chunk) -> String {
         literal(&table.name),
         chunk.number
     );
+    // The session the statement is logged with, and replayed with: statement logging
+    // (which InnoDB refuses below REPEATABLE READ), times in UTC whatever either server's
+    // zone; and bounded waits for locks on the primary.
     format!(
         "SET SESSION binlog_format = 'STATEMENT'; \
+         SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ; \
+         SET SESSION time_zone = '+00:00'; \
+         SET SESSION innodb_lock_wait_timeout = {LOCK_WAIT_SECS}; \
+         SET SESSION lock_wait_timeout = {LOCK_WAIT_SECS}; \
          REPLACE INTO `{SCHEMA}`.`chunks` (run, db, tbl, chunk, lower_key, upper_key, this_cnt, this_crc) \
            SELECT {run}, {}, {}, {}, {}, {}, COUNT(*), {} FROM {from}{range}; \
          SELECT this_cnt, this_crc INTO @tidemark_cnt, @tidemark_crc FROM `{SCHEMA}`.`chunks` WHERE {at}; \
@@ -492,6 +519,141 @@ mod tests {
     }
 }
 
+/// What a server that applied the binlog says of the oracle's chunks.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Comparison {
+    /// Chunks compared (both values present).
+    pub chunks: u64,
+    /// Each chunk whose data is not the primary's ([`describe_differences`]; at most 50).
+    pub differences: Vec<String>,
+}
+
+/// Compares the oracle's chunks on a server through `sql` (a query's `-N -B` output):
+/// `None` where the data holds no oracle.
+///
+/// # Errors
+/// A query failed (its message).
+pub async fn compare<F, Fut>(sql: F) -> Result<Option<Comparison>, String>
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = Result<String, String>>,
+{
+    let present = sql(format!(
+        "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = '{SCHEMA}' AND TABLE_NAME = 'chunks'"
+    ))
+    .await?;
+    if present.trim() != "1" {
+        return Ok(None);
+    }
+    let chunks = sql(checked_sql())
+        .await?
+        .trim()
+        .parse()
+        .map_err(|e| format!("counting its chunks: {e}"))?;
+    let differences = describe_differences(&sql(differences_sql()).await?);
+    Ok(Some(Comparison {
+        chunks,
+        differences,
+    }))
+}
+
+/// [`compare`] on a restore's private server, as its administrator: a failure to read
+/// is a difference of its own (the restore itself stands).
+pub(crate) async fn compare_on(
+    server: &crate::server::PrivateServer,
+    tools: &crate::restore::Tools,
+) -> Option<Comparison> {
+    compare(|q| async move {
+        server
+            .admin_query(tools, &q)
+            .await
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .unwrap_or_else(|e| {
+        Some(Comparison {
+            chunks: 0,
+            differences: vec![format!("its chunks could not be read: {e}")],
+        })
+    })
+}
+
+/// Checks one table in chunks: how many it wrote.
+async fn check_table<F, Fut>(
+    ask: &F,
+    run: u64,
+    table: &Table,
+    settings: &Settings,
+) -> Result<usize, String>
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = Result<String, String>>,
+{
+    let pause = settings.pause;
+    let chunk = |number, lower, upper| {
+        let sql = chunk_sql(
+            run,
+            table,
+            Chunk {
+                number,
+                lower,
+                upper,
+            },
+        );
+        if sql.len() > MAX_CHUNK_SQL {
+            Err(format!(
+                "its checksum statement is {} KiB (more than {} KiB: too many columns)",
+                sql.len() / 1024,
+                MAX_CHUNK_SQL / 1024
+            ))
+        } else {
+            Ok(sql)
+        }
+    };
+    let Some(key) = &table.key else {
+        let from = format!("{}.{}", ident(&table.db), ident(&table.name));
+        let whole_max = WHOLE_TABLE_ROWS.max(settings.chunk_rows);
+        // Counted no further than the limit: a large table is not read whole to say so.
+        let rows: u64 = ask(format!(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM {from} LIMIT {}) AS t",
+            whole_max + 1
+        ))
+        .await?
+        .trim()
+        .parse()
+        .map_err(|e| format!("counting its rows: {e}"))?;
+        if rows > whole_max {
+            return Err(format!(
+                "no integer primary key, and more than {whole_max} rows (checked whole up to that)"
+            ));
+        }
+        ask(chunk(0, None, None)?).await?;
+        tokio::time::sleep(pause).await;
+        return Ok(1);
+    };
+    let mut lower = None;
+    let mut chunks = 0;
+    for number in 0u32.. {
+        let upper = ask(next_upper_sql(table, key, lower, settings.chunk_rows)).await?;
+        let upper = match upper.trim() {
+            "" => None,
+            u => Some(
+                u.parse::<i64>()
+                    .map_err(|e| format!("its key {u:?} is not a 64-bit integer: {e}"))?,
+            ),
+        };
+        ask(chunk(number, lower, upper)?).await?;
+        chunks += 1;
+        tokio::time::sleep(pause).await;
+        match upper {
+            Some(u) => lower = Some(u),
+            None => break,
+        }
+    }
+    Ok(chunks)
+}
+
 /// What one checksum run wrote.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -499,8 +661,17 @@ pub struct RunReport {
     pub run: u64,
     pub tables: usize,
     pub chunks: usize,
-    /// Tables not checked, and why (no integer primary key and too many rows).
+    /// Tables not checked, and why (no integer primary key and too many rows, a lock held
+    /// past the wait, dropped meanwhile); at most 50 named.
     pub skipped: Vec<String>,
+}
+
+impl RunReport {
+    fn skip(&mut self, why: String) {
+        if self.skipped.len() < MAX_SKIPPED_NAMED {
+            self.skipped.push(why);
+        }
+    }
 }
 
 /// Writes checksum run `run` on the primary reached by `client` (the `mariadb` client's
@@ -519,9 +690,21 @@ pub async fn write_run(
     settings: &Settings,
 ) -> Result<RunReport, String> {
     settings.validate()?;
-    let pause = settings.pause;
     let ask =
         |sql: String| async move { crate::backup::ask(mariadb, client, &["-N", "-B"], &sql).await };
+    // Written on the primary only: a replica's (or a demoted primary's) writes would be
+    // transactions of its own, which a failover then carries. Galera refuses statements
+    // logged as such.
+    if ask("SELECT @@read_only".into()).await?.trim() == "1" {
+        return Err("the server is read-only (a replica, or a primary being demoted): the checksums are written on the primary only".into());
+    }
+    if ask("SHOW VARIABLES LIKE 'wsrep_on'".into())
+        .await?
+        .to_ascii_uppercase()
+        .contains("\tON")
+    {
+        return Err("the server is a Galera node (wsrep_on): its replication refuses statements logged as statements, which the restore oracle needs".into());
+    }
     ask(schema_sql()).await?;
     let old: Vec<u64> = ask(old_runs_sql())
         .await?
@@ -539,61 +722,34 @@ pub async fn write_run(
         run,
         ..RunReport::default()
     };
-    for table in tables.iter().filter(|t| settings.checks(t)) {
-        let Some(key) = &table.key else {
-            let from = format!("{}.{}", ident(&table.db), ident(&table.name));
-            let rows: u64 = ask(format!("SELECT COUNT(*) FROM {from}"))
-                .await?
-                .trim()
-                .parse()
-                .map_err(|e| format!("counting {}.{}: {e}", table.db, table.name))?;
-            let whole_max = WHOLE_TABLE_ROWS.max(settings.chunk_rows);
-            if rows > whole_max {
-                report.skipped.push(format!(
-                    "{}.{}: no integer primary key, and {rows} rows (more than {whole_max} checked whole)",
-                    table.db, table.name
-                ));
-                continue;
+    let mut failed_in_a_row = 0usize;
+    let chosen: Vec<&Table> = tables.iter().filter(|t| settings.checks(t)).collect();
+    for (i, table) in chosen.iter().enumerate() {
+        if i >= MAX_TABLES {
+            report.skip(format!(
+                "{} more table(s): at most {MAX_TABLES} are checked in a run",
+                chosen.len() - MAX_TABLES
+            ));
+            break;
+        }
+        // A table that cannot be checked (dropped meanwhile, a lock held past the wait, a
+        // key too large) is skipped and said; the others are checked.
+        match check_table(&ask, run, table, settings).await {
+            Ok(chunks) => {
+                failed_in_a_row = 0;
+                report.tables += 1;
+                report.chunks += chunks;
             }
-            let whole = Chunk {
-                number: 0,
-                lower: None,
-                upper: None,
-            };
-            ask(chunk_sql(run, table, whole)).await?;
-            report.tables += 1;
-            report.chunks += 1;
-            tokio::time::sleep(pause).await;
-            continue;
-        };
-        let mut lower = None;
-        for number in 0u32.. {
-            let upper = ask(next_upper_sql(table, key, lower, settings.chunk_rows)).await?;
-            let upper =
-                match upper.trim() {
-                    "" => None,
-                    u => Some(u.parse::<i64>().map_err(|e| {
-                        format!("the key of {}.{} ({u:?}): {e}", table.db, table.name)
-                    })?),
-                };
-            ask(chunk_sql(
-                run,
-                table,
-                Chunk {
-                    number,
-                    lower,
-                    upper,
-                },
-            ))
-            .await?;
-            report.chunks += 1;
-            tokio::time::sleep(pause).await;
-            match upper {
-                Some(u) => lower = Some(u),
-                None => break,
+            Err(e) => {
+                failed_in_a_row += 1;
+                report.skip(format!("{}.{}: {e}", table.db, table.name));
+                // A right the account lacks, or a server that stopped answering: the run
+                // fails, and says why.
+                if e.contains("denied") || failed_in_a_row >= FAILURES_IN_A_ROW {
+                    return Err(e);
+                }
             }
         }
-        report.tables += 1;
     }
     Ok(report)
 }

@@ -129,6 +129,10 @@ pub struct RestoreReport {
     /// [`RestoreReport::gtid_position`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub binlog_state_file: Option<PathBuf>,
+    /// The restore oracle (issue 48), where the replayed data holds it: the chunks
+    /// compared, and each whose data is not the primary's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oracle: Option<crate::oracle::Comparison>,
 }
 
 /// Reads the store and decides what a restore to `target` uses.
@@ -297,10 +301,10 @@ pub async fn restore(
     result
 }
 
-/// Removes a data directory a failed restore leaves. A tool of a branch the failure
+/// Removes a data directory a failed (or refused) restore leaves. A tool of a branch the failure
 /// cancelled was killed as it was dropped, and may still be writing for a moment: the
 /// removal is tried again until nothing is left (a few times, briefly).
-async fn remove_half_restored(datadir: &Path) {
+pub async fn remove_half_restored(datadir: &Path) {
     for _ in 0..10 {
         let _ = std::fs::remove_dir_all(datadir);
         if !datadir.exists() {
@@ -436,6 +440,7 @@ async fn restore_into(
     let (reached_at, position) = reached(plan, &files, stop);
     if let Some(clone) = mysql {
         let mut reached_at = reached_at;
+        let mut oracle = None;
         let holds = match stop {
             Some(stop) => {
                 progress.step(
@@ -447,9 +452,10 @@ async fn restore_into(
                     .iter()
                     .map(|r| (r.first, r.count))
                     .collect();
-                let (holds, last) =
+                let (holds, last, compared) =
                     crate::clone::replay(clone, datadir, work, tools, &files, &runs, stop).await?;
                 reached_at = reached_at.max(last);
+                oracle = compared;
                 Some(holds)
             }
             None => clone.gtid_set(),
@@ -463,14 +469,16 @@ async fn restore_into(
             reached: reached_at,
             gtid_position: holds.map(|g| g.to_string()),
             binlog_state_file: None,
+            oracle,
         });
     }
+    let mut oracle = None;
     if let Some(stop) = stop {
         progress.step(
             &format!("replaying {} binlog(s) up to {stop}", files.len()),
             0,
         );
-        replay(datadir, work, tools, &files, plan, stop, position.as_ref()).await?;
+        oracle = replay(datadir, work, tools, &files, plan, stop, position.as_ref()).await?;
     }
     let binlog_state_file = match &position {
         Some(p) => write_binlog_state(datadir, plan, p)?,
@@ -485,6 +493,7 @@ async fn restore_into(
         reached: reached_at,
         gtid_position: position.map(|p| p.to_string()),
         binlog_state_file,
+        oracle,
     })
 }
 
@@ -836,9 +845,15 @@ async fn replay(
     plan: &RestorePlan,
     stop: Timestamp,
     position: Option<&tidemark_core::GtidPos>,
-) -> Result<(), RestoreError> {
+) -> Result<Option<crate::oracle::Comparison>, RestoreError> {
     let mut server = PrivateServer::start(datadir, work, tools).await?;
     let mut replayed = replay_into(&mut server, tools, files, plan, stop, work).await;
+    // The restore oracle (issue 48), where the data holds it: what the replay recomputed
+    // against the primary's values.
+    let oracle = match &replayed {
+        Ok(()) => crate::oracle::compare_on(&server, tools).await,
+        Err(_) => None,
+    };
     // What the data now holds is what the server says it applied (`gtid_slave_pos`, in
     // `mysql.gtid_slave_pos`): a replica made of it, or the server made a replica, starts
     // there.
@@ -849,7 +864,8 @@ async fn replay(
     }
     let stopped = server.stop(tools, "mariadbd shutdown after replay").await;
     replayed?;
-    stopped
+    stopped?;
+    Ok(oracle)
 }
 
 async fn replay_into(

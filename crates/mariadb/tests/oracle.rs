@@ -86,3 +86,62 @@ async fn a_replica_that_lost_a_transaction_is_named_by_table_and_chunk() {
         "{lost:?}"
     );
 }
+
+/// What either server's session settings are cannot make a correct copy differ: the
+/// primary runs at READ COMMITTED (statement logging needs REPEATABLE READ, which the
+/// checksum's session sets), the replica in another time zone (TIMESTAMP values are
+/// digested in UTC), a table mixes character sets (each column is digested as its bytes),
+/// and holds fractions and doubles. A table that cannot be checked (a key past a signed
+/// 64-bit integer) is skipped by name, and the others are checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_of_either_server_change_no_checksum() {
+    let primary = MariaDb::start_replicating(1);
+    let replica = MariaDb::start_replicating(2);
+    replica.replicate_from(&primary);
+    replica.sql("STOP SLAVE; SET GLOBAL time_zone = '+05:30'; START SLAVE");
+    primary.sql("SET GLOBAL TRANSACTION ISOLATION LEVEL READ COMMITTED");
+    primary.sql(
+        "CREATE DATABASE shop; \
+         CREATE TABLE shop.events (id INT PRIMARY KEY, at TIMESTAMP(6) NULL, f DOUBLE, \
+           l VARCHAR(32) CHARACTER SET latin1, u VARCHAR(32) CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci); \
+         INSERT INTO shop.events SELECT seq, FROM_UNIXTIME(1700000000 + seq * 3600.25), seq / 7, \
+           CONCAT('l', seq), CONCAT('ü#', seq) FROM shop.seq_1_to_300; \
+         CREATE TABLE shop.huge_keys (id BIGINT UNSIGNED PRIMARY KEY); \
+         INSERT INTO shop.huge_keys SELECT 18446744073709551615 - seq FROM shop.seq_0_to_199",
+    );
+    replica.wait_caught_up(&primary);
+    let settings = oracle::Settings {
+        chunk_rows: 100,
+        ..oracle::Settings::default()
+    };
+    let report = oracle::write_run(
+        std::ffi::OsStr::new("mariadb"),
+        &primary.client_args(),
+        1,
+        &settings,
+    )
+    .await
+    .unwrap();
+    assert_eq!((report.tables, report.chunks), (1, 4), "{report:?}");
+    assert_eq!(report.skipped.len(), 1, "{report:?}");
+    assert!(
+        report.skipped[0].starts_with(
+            "shop.huge_keys: its key \"18446744073709551515\" is not a 64-bit integer"
+        ),
+        "{report:?}"
+    );
+    replica.wait_caught_up(&primary);
+    assert_eq!(replica.sql(&oracle::checked_sql()), "4");
+    assert_eq!(replica.sql(&oracle::differences_sql()), "");
+    // And a replica is not written to: the run refuses a read-only server.
+    replica.sql("SET GLOBAL read_only = 1");
+    let refused = oracle::write_run(
+        std::ffi::OsStr::new("mariadb"),
+        &replica.client_args(),
+        2,
+        &settings,
+    )
+    .await
+    .unwrap_err();
+    assert!(refused.contains("the server is read-only"), "{refused}");
+}

@@ -435,7 +435,8 @@ async fn prepare(
             ..
         }
     );
-    let args = args_of(&read_from, &plan, replace).map_err(|m| Stop::Refuse("InvalidSpec", m))?;
+    let args = args_of(&read_from, &plan, replace, restore.spec.require_oracle)
+        .map_err(|m| Stop::Refuse("InvalidSpec", m))?;
     let job = crate::consolidation::ToolJob {
         policy: &read_from,
         name: &job_name,
@@ -735,6 +736,17 @@ pub(crate) fn planned(status: &mut RestoreStatus, plan: &RestorePlan, claim: &st
 pub(crate) fn reported(status: &mut RestoreStatus, summary: &RestoreSummary) {
     status.bytes_downloaded = Some(summary.bytes_downloaded);
     status.reached = summary.reached.map(Time);
+    status.oracle_chunks = summary.oracle_chunks;
+    status.oracle_differences = summary
+        .oracle_differences
+        .iter()
+        .take(tidemark_engine::restore::MAX_ORACLE_DIFFERENCES)
+        .map(|d| {
+            d.chars()
+                .take(tidemark_engine::restore::MAX_STEP_NAME)
+                .collect()
+        })
+        .collect();
     status.gtid_position = summary
         .gtid_position
         .clone()
@@ -946,11 +958,15 @@ pub fn args_of(
     policy: &BackupPolicy,
     plan: &RestorePlan,
     replace: bool,
+    require_oracle: bool,
 ) -> Result<Vec<String>, String> {
     let mut args = vec![SCRIPT.to_owned(), "restore".to_owned(), replace.to_string()];
     args.extend(pod::store_args(policy)?);
     // The instant exactly as planned (with its fraction): the same backups.
     args.push(format!("--to={}", plan.target));
+    if require_oracle {
+        args.push("--require-oracle".into());
+    }
     Ok(args)
 }
 
@@ -1342,7 +1358,8 @@ mod tests {
     }
 
     /// The Job restores the planned instant exactly, with the store's settings, into the
-    /// claim through the script that moves the data into place last.
+    /// claim through the script that moves the data into place last; `requireOracle` asks
+    /// it to keep only data the restore oracle proves.
     #[test]
     fn the_job_restores_the_planned_instant() {
         let policy: BackupPolicy = serde_json::from_value(json!({
@@ -1353,7 +1370,13 @@ mod tests {
         .unwrap();
         let mut p = plan(&[(1, None)], &[]);
         p.target = "2026-11-27T01:00:00.123456789Z".parse().unwrap();
-        let args = args_of(&policy, &p, true).unwrap();
+        assert!(
+            !args_of(&policy, &p, true, false)
+                .unwrap()
+                .contains(&"--require-oracle".to_owned())
+        );
+        let args = args_of(&policy, &p, true, true).unwrap();
+        assert!(args.contains(&"--require-oracle".to_owned()), "{args:?}");
         assert_eq!(args[0], SCRIPT);
         assert_eq!(args[1..3], ["restore", "true"]);
         assert!(

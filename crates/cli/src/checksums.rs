@@ -47,7 +47,10 @@ pub struct Schedule {
     client_args: Vec<String>,
     mysql: bool,
     next: tokio::time::Instant,
-    last_run: u64,
+    /// The last run's number, shared with the task that writes it.
+    last_run: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Whether the first run waits for its turn after the newest on the server.
+    first: bool,
     running: Option<JoinHandle<Result<RunReport, String>>>,
 }
 
@@ -96,27 +99,33 @@ impl Schedule {
             client_args: args.client.clone(),
             mysql,
             next: tokio::time::Instant::now(),
-            last_run: 0,
+            last_run: std::sync::Arc::default(),
+            first: true,
             running: None,
         }))
     }
 
-    /// A run number after the last one: the time in seconds, so runs sort as written.
-    fn run_number(&mut self) -> u64 {
-        let now = u64::try_from(jiff::Timestamp::now().as_second()).unwrap_or_default();
-        self.last_run = now.max(self.last_run + 1);
-        self.last_run
-    }
-
-    fn start(&mut self) -> JoinHandle<Result<RunReport, String>> {
-        let run = self.run_number();
-        let (client, args, settings) = (
+    /// A run, in a task of its own; `wait_turn`: first waits until `every` after the
+    /// newest run on the server (a restarted archiver does not run early).
+    fn start(&mut self, wait_turn: bool) -> JoinHandle<Result<RunReport, String>> {
+        let (client, args, settings, every, last) = (
             self.client.clone(),
             self.client_args.clone(),
             self.settings.clone(),
+            self.every,
+            std::sync::Arc::clone(&self.last_run),
         );
+        let now = || u64::try_from(jiff::Timestamp::now().as_second()).unwrap_or_default();
         tokio::spawn(async move {
-            tidemark_mariadb::oracle::write_run(client.as_os_str(), &args, run, &settings).await
+            use tidemark_mariadb::oracle;
+            if wait_turn {
+                let newest = oracle::newest_run(client.as_os_str(), &args).await;
+                tokio::time::sleep(oracle::first_wait(newest, now(), every)).await;
+            }
+            // The time in seconds, after the last: runs sort as written.
+            let run = oracle::run_number(now(), last.load(std::sync::atomic::Ordering::Relaxed));
+            last.store(run, std::sync::atomic::Ordering::Relaxed);
+            oracle::write_run(client.as_os_str(), &args, run, &settings).await
         })
     }
 
@@ -143,9 +152,9 @@ impl Schedule {
         }
     }
 
-    /// One run, to its end (--once).
+    /// One run, to its end (--once: now, whatever the newest run).
     pub async fn run_now(&mut self) -> ChecksumsOut {
-        let task = self.start();
+        let task = self.start(false);
         self.out(task.await)
     }
 
@@ -160,7 +169,8 @@ impl Schedule {
         }
         if self.running.is_none() && tokio::time::Instant::now() >= self.next {
             self.next = tokio::time::Instant::now() + self.every;
-            self.running = Some(self.start());
+            let first = std::mem::replace(&mut self.first, false);
+            self.running = Some(self.start(first));
         }
         finished
     }

@@ -752,7 +752,8 @@ async fn restores_into_new_and_existing_claims(w: Arc<World>) {
                     "objectStore": {"bucket": tidemark_store::testkit::BUCKET, "endpoint": w.s3.endpoint, "credentialsSecret": "s3"},
                     "cluster": "restores",
                     "source": {"selector": {"matchLabels": {"app": "db"}}, "container": "mariadb", "credentialsSecret": "db"},
-                    "binlogArchive": {"server": {"host": service, "port": 3306}, "interval": "2s"},
+                    "binlogArchive": {"server": {"host": service, "port": 3306}, "interval": "2s",
+                                      "checksums": {"every": "2s", "pauseMilliseconds": 0}},
                 }}),
             json!({"apiVersion": "tidemark.io/v1alpha1", "kind": "Backup", "metadata": {"name": "full-1"},
                 "spec": {"policy": {"name": "shop"}, "method": "mariabackup", "target": "primary"}}),
@@ -901,14 +902,15 @@ async fn restores_into_new_and_existing_claims(w: Arc<World>) {
     })
     .await;
     let started = Instant::now();
-    w.apply(
-        ns,
-        &[restore(
-            "db-in-place",
-            after,
-            json!({"claim": "data-db-0", "replaceData": true}),
-        )],
+    // Kept only if the restore oracle proves it (issue 48): its checksums, written every
+    // 2 s, replayed and compared.
+    let mut in_place = restore(
+        "db-in-place",
+        after,
+        json!({"claim": "data-db-0", "replaceData": true}),
     );
+    in_place["spec"]["requireOracle"] = json!(true);
+    w.apply(ns, &[in_place]);
     // The leader goes while the Job runs: the new one follows it to its end.
     let restores: Api<tidemark_api::crd::Restore> = Api::namespaced(w.client(), ns);
     let job = eventually_within("the in-place Restore's Job", LONG, || async {
@@ -938,6 +940,11 @@ async fn restores_into_new_and_existing_claims(w: Arc<World>) {
         done["backups"].as_array().unwrap().len(),
         2,
         "full and incremental: {done}"
+    );
+    assert!(
+        done["oracleChunks"].as_u64().is_some_and(|n| n >= 1)
+            && done["oracleDifferences"].is_null(),
+        "the oracle's proof: {done}"
     );
     // The Job's own report: what it downloaded, each step and its bytes, and the instant
     // reached — the last transaction replayed, at or before the target.

@@ -1068,11 +1068,17 @@ async fn archive_task(ctx: Arc<Ctx>, a: ArchiveRun, mut stop: watch::Receiver<bo
 /// before); a run that fails is said, with the rights it needs, and the next is tried on
 /// time. A stop ends a run in progress (its chunks so far stay: each is whole).
 async fn checksums_task(ctx: Arc<Ctx>, c: ChecksumsRun, mut stop: watch::Receiver<bool>) {
+    use tidemark_mariadb::oracle;
+    let now = || u64::try_from(ctx.clock.now().as_second()).unwrap_or_default();
+    // A restarted runner waits for its turn after the newest run on the server.
+    let newest = oracle::newest_run(c.client.as_os_str(), &c.client_args).await;
+    if !nap(oracle::first_wait(newest, now(), c.every), &mut stop).await {
+        return;
+    }
     let mut last = 0u64;
     loop {
         let started = tokio::time::Instant::now();
-        let now = u64::try_from(ctx.clock.now().as_second()).unwrap_or_default();
-        last = now.max(last + 1);
+        last = oracle::run_number(now(), last);
         let run = tidemark_mariadb::oracle::write_run(
             c.client.as_os_str(),
             &c.client_args,

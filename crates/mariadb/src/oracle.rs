@@ -458,6 +458,24 @@ mod tests {
     }
 
     #[test]
+    fn a_restarted_schedule_waits_for_its_turn() {
+        let hour = std::time::Duration::from_secs(3600);
+        assert_eq!(first_wait(None, 10_000, hour), std::time::Duration::ZERO);
+        assert_eq!(
+            first_wait(Some(10_000 - 600), 10_000, hour),
+            std::time::Duration::from_secs(3000)
+        );
+        assert_eq!(first_wait(Some(1), 10_000, hour), std::time::Duration::ZERO);
+        // A run numbered in the future (a clock stepped back) does not hold the schedule.
+        assert_eq!(
+            first_wait(Some(20_000), 10_000, hour),
+            std::time::Duration::ZERO
+        );
+        assert_eq!(run_number(100, 50), 100);
+        assert_eq!(run_number(100, 100), 101);
+    }
+
+    #[test]
     fn patterns_choose_the_tables() {
         let t = |db: &str, name: &str| Table {
             db: db.into(),
@@ -517,6 +535,40 @@ mod tests {
             ]
         );
     }
+}
+
+/// The newest run written on the server (its number: the second it started), if any.
+pub async fn newest_run(mariadb: &std::ffi::OsStr, client: &[String]) -> Option<u64> {
+    crate::backup::ask(
+        mariadb,
+        client,
+        &["-N", "-B"],
+        &format!("SELECT MAX(run) FROM `{SCHEMA}`.`chunks`"),
+    )
+    .await
+    .ok()?
+    .trim()
+    .parse()
+    .ok()
+}
+
+/// How long a schedule of `every` waits before its first run, `now` seconds since the
+/// epoch: until `every` after the newest run written, so that an archiver that restarts
+/// (a rollout, a crash loop) does not run again early.
+pub fn first_wait(
+    newest: Option<u64>,
+    now: u64,
+    every: std::time::Duration,
+) -> std::time::Duration {
+    match newest {
+        Some(n) if n <= now => every.saturating_sub(std::time::Duration::from_secs(now - n)),
+        _ => std::time::Duration::ZERO,
+    }
+}
+
+/// A run's number: the second it starts, after `last`.
+pub fn run_number(now: u64, last: u64) -> u64 {
+    now.max(last + 1)
 }
 
 /// What a server that applied the binlog says of the oracle's chunks.

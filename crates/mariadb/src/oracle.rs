@@ -80,6 +80,8 @@ pub fn schema_sql() -> String {
            chunk INT UNSIGNED NOT NULL, \
            lower_key BIGINT NULL, \
            upper_key BIGINT NULL, \
+           lower_text VARBINARY(1024) NULL, \
+           upper_text VARBINARY(1024) NULL, \
            this_cnt BIGINT UNSIGNED NOT NULL, \
            this_crc BIGINT UNSIGNED NOT NULL, \
            source_cnt BIGINT UNSIGNED NULL, \
@@ -91,13 +93,181 @@ pub fn schema_sql() -> String {
 }
 
 /// A table to check: its schema and name, its columns in order, and its primary key when
-/// that is one integer column.
+/// that is one integer column (`key`), or else its primary key's columns when each can be
+/// written back as a literal (`tuple`: chunks are ranges of the key in its order).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Table {
     pub db: String,
     pub name: String,
     pub columns: Vec<String>,
     pub key: Option<String>,
+    pub tuple: Vec<KeyColumn>,
+}
+
+/// A column of a primary key that is not one integer column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyColumn {
+    pub name: String,
+    pub kind: KeyKind,
+}
+
+/// How a key column's value is read (`token`) and written back as a literal that compares
+/// as the column does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyKind {
+    /// Numbers (`CAST(… AS CHAR)`).
+    Number,
+    /// Binary strings (hex).
+    Bytes,
+    /// Character strings (hex), compared in their character set and collation.
+    Text { charset: String, collation: String },
+    /// Dates and times (hex of their text in UTC), cast back to this type.
+    Temporal(&'static str),
+}
+
+impl KeyKind {
+    /// The kind of a column of `data_type` (information_schema's), or `None` when its values
+    /// cannot be written back faithfully (ENUM and SET order by index, not by text; BIT,
+    /// JSON, spatial, UUID and INET types).
+    fn of(data_type: &str, charset: &str, collation: &str) -> Option<Self> {
+        let plain = |n: &str| {
+            !n.is_empty()
+                && n.len() <= 64
+                && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        };
+        Some(match data_type {
+            "tinyint" | "smallint" | "mediumint" | "int" | "bigint" | "decimal" | "float"
+            | "double" | "year" => Self::Number,
+            "binary" | "varbinary" | "tinyblob" | "blob" | "mediumblob" | "longblob" => Self::Bytes,
+            "char" | "varchar" | "tinytext" | "text" | "mediumtext" | "longtext"
+                if plain(charset) && plain(collation) =>
+            {
+                Self::Text {
+                    charset: charset.to_owned(),
+                    collation: collation.to_owned(),
+                }
+            }
+            "date" => Self::Temporal("DATE"),
+            "datetime" | "timestamp" => Self::Temporal("DATETIME(6)"),
+            "time" => Self::Temporal("TIME(6)"),
+            _ => return None,
+        })
+    }
+
+    /// The expression that reads a value of column `c` as a token.
+    fn token(&self, c: &str) -> String {
+        match self {
+            Self::Number => format!("CAST({c} AS CHAR)"),
+            _ => format!("HEX({c})"),
+        }
+    }
+
+    /// `token` as a literal, and as shown to people.
+    fn literal(&self, token: &str) -> Result<(String, String), String> {
+        let bytes =
+            || hex::decode(token).map_err(|_| format!("a key value {token:?} that is not hex"));
+        let shown = |b: Vec<u8>| {
+            String::from_utf8_lossy(&b)
+                .chars()
+                .take(64)
+                .collect::<String>()
+        };
+        Ok(match self {
+            Self::Number => {
+                if token.is_empty()
+                    || !token
+                        .bytes()
+                        .all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b))
+                {
+                    return Err(format!("a key value {token:?} that is not a number"));
+                }
+                (token.to_owned(), token.to_owned())
+            }
+            Self::Bytes => {
+                bytes()?;
+                (
+                    format!("X'{token}'"),
+                    format!("0x{}", &token[..token.len().min(64)]),
+                )
+            }
+            Self::Text { charset, collation } => {
+                let b = bytes()?;
+                (
+                    format!("_{charset} X'{token}' COLLATE {collation}"),
+                    shown(b),
+                )
+            }
+            Self::Temporal(t) => {
+                let b = bytes()?;
+                (format!("CAST(X'{token}' AS {t})"), shown(b))
+            }
+        })
+    }
+}
+
+/// A bound of a chunk of a [`Table::tuple`] key: its literals, and how it is shown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TupleBound {
+    pub literals: Vec<String>,
+    pub shown: String,
+}
+
+/// Reads [`next_upper_sql`]'s answer for a tuple key: `None` when no row is that far.
+///
+/// # Errors
+/// A value that does not read as its kind.
+pub fn parse_tuple_bound(table: &Table, answer: &str) -> Result<Option<TupleBound>, String> {
+    if answer.is_empty() {
+        return Ok(None);
+    }
+    let line = answer.strip_suffix('\n').unwrap_or(answer);
+    let tokens: Vec<&str> = line.split('\t').collect();
+    if tokens.len() != table.tuple.len() {
+        return Err(format!(
+            "a key of {} values, for {} columns",
+            tokens.len(),
+            table.tuple.len()
+        ));
+    }
+    let mut literals = Vec::new();
+    let mut shown = Vec::new();
+    for (c, t) in table.tuple.iter().zip(tokens) {
+        let (l, s) = c.kind.literal(t)?;
+        literals.push(l);
+        shown.push(s);
+    }
+    let shown = if shown.len() == 1 {
+        shown.remove(0)
+    } else {
+        format!("({})", shown.join(", "))
+    };
+    // Within the column that keeps it (VARBINARY(1024)), whatever the characters.
+    let shown: String = shown.chars().take(200).collect();
+    Ok(Some(TupleBound { literals, shown }))
+}
+
+/// The condition that a [`Table::tuple`] key is after `b` (`after`) or at most `b`, in the
+/// key's order — a range on its first column, which every optimizer uses.
+fn tuple_condition(table: &Table, b: &TupleBound, after: bool) -> String {
+    fn step(cols: &[String], lits: &[String], after: bool) -> String {
+        let (c, l) = (&cols[0], &lits[0]);
+        if cols.len() == 1 {
+            return format!("{c} {} {l}", if after { ">" } else { "<=" });
+        }
+        format!(
+            "({c} {} {l} OR ({c} = {l} AND {}))",
+            if after { ">" } else { "<" },
+            step(&cols[1..], &lits[1..], after)
+        )
+    }
+    let cols: Vec<String> = table.tuple.iter().map(|c| ident(&c.name)).collect();
+    format!(
+        "{} {} {} AND {}",
+        cols[0],
+        if after { ">=" } else { "<=" },
+        b.literals[0],
+        step(&cols, &b.literals, after)
+    )
 }
 
 /// `name` quoted as an identifier.
@@ -133,7 +303,15 @@ pub fn tables_sql() -> String {
                 AND c.DATA_TYPE IN ('tinyint', 'smallint', 'mediumint', 'int', 'bigint') \
               HAVING COUNT(*) = 1 AND (SELECT COUNT(*) FROM information_schema.KEY_COLUMN_USAGE k2 \
                 WHERE k2.TABLE_SCHEMA = t.TABLE_SCHEMA AND k2.TABLE_NAME = t.TABLE_NAME \
-                AND k2.CONSTRAINT_NAME = 'PRIMARY') = 1), '') \
+                AND k2.CONSTRAINT_NAME = 'PRIMARY') = 1), ''), \
+           COALESCE((SELECT HEX(GROUP_CONCAT(CONCAT_WS(0x01, k.COLUMN_NAME, c.DATA_TYPE, \
+                COALESCE(c.CHARACTER_SET_NAME, ''), COALESCE(c.COLLATION_NAME, '')) \
+                ORDER BY k.ORDINAL_POSITION SEPARATOR 0x00)) \
+              FROM information_schema.KEY_COLUMN_USAGE k \
+              JOIN information_schema.COLUMNS c ON c.TABLE_SCHEMA = k.TABLE_SCHEMA \
+                AND c.TABLE_NAME = k.TABLE_NAME AND c.COLUMN_NAME = k.COLUMN_NAME \
+              WHERE k.TABLE_SCHEMA = t.TABLE_SCHEMA AND k.TABLE_NAME = t.TABLE_NAME \
+                AND k.CONSTRAINT_NAME = 'PRIMARY'), '') \
          FROM information_schema.TABLES t \
          WHERE t.TABLE_TYPE = 'BASE TABLE' AND t.ENGINE = 'InnoDB' \
            AND t.TABLE_SCHEMA NOT IN ({}) \
@@ -145,7 +323,7 @@ pub fn tables_sql() -> String {
 /// Parses [`tables_sql`]'s answer.
 ///
 /// # Errors
-/// A line that is not four hex fields of UTF-8.
+/// A line that is not five hex fields of UTF-8.
 pub fn parse_tables(answer: &str) -> Result<Vec<Table>, String> {
     let text = |h: &str| -> Result<String, String> {
         hex::decode(h)
@@ -158,8 +336,27 @@ pub fn parse_tables(answer: &str) -> Result<Vec<Table>, String> {
         .filter(|l| !l.is_empty())
         .map(|line| {
             let f: Vec<&str> = line.split('\t').collect();
-            let [db, name, columns, key] = f[..] else {
+            let [db, name, columns, key, primary] = f[..] else {
                 return Err(format!("a table line of {} fields", f.len()));
+            };
+            let key = Some(text(key)?).filter(|k| !k.is_empty());
+            // Another primary key: its columns, when each can be written back.
+            let parts: Vec<Option<KeyColumn>> = text(primary)?
+                .split('\0')
+                .filter(|p| !p.is_empty())
+                .map(|p| {
+                    let f: Vec<&str> = p.split('\u{1}').collect();
+                    let get = |i: usize| f.get(i).copied().unwrap_or_default();
+                    KeyKind::of(get(1), get(2), get(3)).map(|kind| KeyColumn {
+                        name: get(0).to_owned(),
+                        kind,
+                    })
+                })
+                .collect();
+            let tuple = if key.is_none() && parts.iter().all(Option::is_some) {
+                parts.into_iter().flatten().collect()
+            } else {
+                Vec::new()
             };
             Ok(Table {
                 db: text(db)?,
@@ -169,7 +366,8 @@ pub fn parse_tables(answer: &str) -> Result<Vec<Table>, String> {
                     .filter(|c| !c.is_empty())
                     .map(str::to_owned)
                     .collect(),
-                key: Some(text(key)?).filter(|k| !k.is_empty()),
+                key,
+                tuple,
             })
         })
         .collect()
@@ -198,31 +396,45 @@ pub fn checksum_expr(columns: &[String]) -> String {
     )
 }
 
-/// A chunk: its number and the key range it covers (`lower < key <= upper`; `None`: open).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A chunk: its number and the key range it covers (`lower < key <= upper`; `None`: open),
+/// of an integer key or of a [`Table::tuple`] key.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Chunk {
     pub number: u32,
     pub lower: Option<i64>,
     pub upper: Option<i64>,
+    pub lower_tuple: Option<TupleBound>,
+    pub upper_tuple: Option<TupleBound>,
 }
 
 /// The statements that check `chunk` of `table` in run `run`, in one session: the
 /// statement the replay recomputes, then the primary's own values.
-pub fn chunk_sql(run: u64, table: &Table, chunk: Chunk) -> String {
+pub fn chunk_sql(run: u64, table: &Table, chunk: &Chunk) -> String {
     let from = format!("{}.{}", ident(&table.db), ident(&table.name));
     let mut range = String::new();
+    let mut conds = Vec::new();
     if let Some(key) = &table.key {
-        let mut conds = Vec::new();
         if let Some(l) = chunk.lower {
             conds.push(format!("{} > {l}", ident(key)));
         }
         if let Some(u) = chunk.upper {
             conds.push(format!("{} <= {u}", ident(key)));
         }
-        if !conds.is_empty() {
-            let _ = write!(range, " WHERE {}", conds.join(" AND "));
+    } else if !table.tuple.is_empty() {
+        if let Some(l) = &chunk.lower_tuple {
+            conds.push(tuple_condition(table, l, true));
+        }
+        if let Some(u) = &chunk.upper_tuple {
+            conds.push(tuple_condition(table, u, false));
         }
     }
+    if !conds.is_empty() {
+        let _ = write!(range, " WHERE {}", conds.join(" AND "));
+    }
+    let shown = |b: &Option<TupleBound>| {
+        b.as_ref()
+            .map_or_else(|| "NULL".to_owned(), |b| literal(&b.shown))
+    };
     let opt = |v: Option<i64>| v.map_or_else(|| "NULL".to_owned(), |v| v.to_string());
     let at = format!(
         "run = {run} AND db = {} AND tbl = {} AND chunk = {}",
@@ -239,8 +451,8 @@ pub fn chunk_sql(run: u64, table: &Table, chunk: Chunk) -> String {
          SET SESSION time_zone = '+00:00'; \
          SET SESSION innodb_lock_wait_timeout = {LOCK_WAIT_SECS}; \
          SET SESSION lock_wait_timeout = {LOCK_WAIT_SECS}; \
-         REPLACE INTO `{SCHEMA}`.`chunks` (run, db, tbl, chunk, lower_key, upper_key, this_cnt, this_crc) \
-           SELECT {run}, {}, {}, {}, {}, {}, COUNT(*), {} FROM {from}{range}; \
+         REPLACE INTO `{SCHEMA}`.`chunks` (run, db, tbl, chunk, lower_key, upper_key, lower_text, upper_text, this_cnt, this_crc) \
+           SELECT {run}, {}, {}, {}, {}, {}, {}, {}, COUNT(*), {} FROM {from}{range}; \
          SELECT this_cnt, this_crc INTO @tidemark_cnt, @tidemark_crc FROM `{SCHEMA}`.`chunks` WHERE {at}; \
          UPDATE `{SCHEMA}`.`chunks` SET source_cnt = @tidemark_cnt, source_crc = @tidemark_crc WHERE {at}",
         literal(&table.db),
@@ -248,6 +460,8 @@ pub fn chunk_sql(run: u64, table: &Table, chunk: Chunk) -> String {
         chunk.number,
         opt(chunk.lower),
         opt(chunk.upper),
+        shown(&chunk.lower_tuple),
+        shown(&chunk.upper_tuple),
         checksum_expr(&table.columns),
     )
 }
@@ -260,6 +474,28 @@ pub fn next_upper_sql(table: &Table, key: &str, lower: Option<i64>, rows: u64) -
     let after = lower.map_or_else(String::new, |l| format!(" WHERE {k} > {l}"));
     format!(
         "SELECT {k} FROM {from}{after} ORDER BY {k} LIMIT 1 OFFSET {}",
+        rows.max(1) - 1
+    )
+}
+
+/// The query for the upper bound of the chunk after `lower` of a [`Table::tuple`] key (the
+/// key `rows` rows on, as tokens: [`parse_tuple_bound`]), or nothing when the rest fits in
+/// one chunk. In UTC, as the chunk's statement reads times.
+pub fn next_tuple_upper_sql(table: &Table, lower: Option<&TupleBound>, rows: u64) -> String {
+    let from = format!("{}.{}", ident(&table.db), ident(&table.name));
+    let tokens: Vec<String> = table
+        .tuple
+        .iter()
+        .map(|c| c.kind.token(&ident(&c.name)))
+        .collect();
+    let order: Vec<String> = table.tuple.iter().map(|c| ident(&c.name)).collect();
+    let after = lower.map_or_else(String::new, |l| {
+        format!(" WHERE {}", tuple_condition(table, l, true))
+    });
+    format!(
+        "SET SESSION time_zone = '+00:00'; SELECT {} FROM {from}{after} ORDER BY {} LIMIT 1 OFFSET {}",
+        tokens.join(", "),
+        order.join(", "),
         rows.max(1) - 1
     )
 }
@@ -366,7 +602,7 @@ pub fn old_runs_sql() -> String {
 /// from the primary's: hex of schema and table, chunk, range, and both counts and digests.
 pub fn differences_sql() -> String {
     format!(
-        "SELECT HEX(db), HEX(tbl), chunk, COALESCE(lower_key, ''), COALESCE(upper_key, ''), \
+        "SELECT HEX(db), HEX(tbl), chunk, COALESCE(lower_key, lower_text, ''), COALESCE(upper_key, upper_text, ''), \
            this_cnt, source_cnt, this_crc, source_crc FROM `{SCHEMA}`.`chunks` \
          WHERE source_crc IS NOT NULL AND (this_cnt <> source_cnt OR this_crc <> source_crc) \
          ORDER BY run, db, tbl, chunk LIMIT 50"
@@ -424,11 +660,12 @@ mod tests {
         assert_eq!(ident("a`b"), "`a``b`");
         assert_eq!(literal("sh'op"), "X'7368276f70'");
         let t = parse_tables(&format!(
-            "{}\t{}\t{}\t{}\n",
+            "{}\t{}\t{}\t{}\t{}\n",
             hex::encode("sh`op"),
             hex::encode("o'rders"),
             hex::encode("id\0note"),
-            hex::encode("id")
+            hex::encode("id"),
+            hex::encode("id\u{1}int\u{1}\u{1}")
         ))
         .unwrap();
         assert_eq!(
@@ -438,16 +675,18 @@ mod tests {
                 name: "o'rders".into(),
                 columns: vec!["id".into(), "note".into()],
                 key: Some("id".into()),
+                tuple: vec![],
             }]
         );
-        assert!(parse_tables("zz\t00\t00\t").is_err());
+        assert!(parse_tables("zz\t00\t00\t\t").is_err());
         let sql = chunk_sql(
             7,
             &t[0],
-            Chunk {
+            &Chunk {
                 number: 2,
                 lower: Some(10),
                 upper: Some(20),
+                ..Chunk::default()
             },
         );
         assert!(
@@ -455,6 +694,68 @@ mod tests {
             "{sql}"
         );
         assert!(sql.starts_with("SET SESSION binlog_format = 'STATEMENT'"));
+    }
+
+    /// A primary key of several columns, or of one that is not an integer, chunks by
+    /// ranges in the key's order: each value read as a token and written back as a
+    /// literal of its kind, and the range a condition on the first column first.
+    #[test]
+    fn other_primary_keys_chunk_in_their_order() {
+        let primary = [
+            "order_id\u{1}int\u{1}\u{1}",
+            "sku\u{1}varchar\u{1}utf8mb4\u{1}utf8mb4_unicode_ci",
+            "at\u{1}datetime\u{1}\u{1}",
+        ]
+        .join("\0");
+        let line = [
+            hex::encode("shop"),
+            hex::encode("lines"),
+            hex::encode("order_id\0sku\0at\0qty"),
+            String::new(),
+            hex::encode(&primary),
+        ]
+        .join("\t");
+        let t = parse_tables(&line).unwrap().remove(0);
+        assert_eq!(t.key, None);
+        assert_eq!(t.tuple.len(), 3);
+        let sql = next_tuple_upper_sql(&t, None, 100);
+        assert!(
+            sql.ends_with("SELECT CAST(`order_id` AS CHAR), HEX(`sku`), HEX(`at`) FROM `shop`.`lines` ORDER BY `order_id`, `sku`, `at` LIMIT 1 OFFSET 99"),
+            "{sql}"
+        );
+        let b = parse_tuple_bound(
+            &t,
+            &format!(
+                "42\t{}\t{}\n",
+                hex::encode("ü'1"),
+                hex::encode("2026-11-30 10:00:00.000")
+            ),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(b.shown, "(42, ü'1, 2026-11-30 10:00:00.000)");
+        let c = tuple_condition(&t, &b, true);
+        assert_eq!(
+            c,
+            format!(
+                "`order_id` >= 42 AND (`order_id` > 42 OR (`order_id` = 42 AND (`sku` > _utf8mb4 X'{s}' COLLATE utf8mb4_unicode_ci OR (`sku` = _utf8mb4 X'{s}' COLLATE utf8mb4_unicode_ci AND `at` > CAST(X'{a}' AS DATETIME(6))))))",
+                s = hex::encode("ü'1"),
+                a = hex::encode("2026-11-30 10:00:00.000")
+            )
+        );
+        assert!(
+            tuple_condition(&t, &b, false).starts_with("`order_id` <= 42 AND (`order_id` < 42 OR")
+        );
+        assert_eq!(parse_tuple_bound(&t, "").unwrap(), None);
+        assert!(parse_tuple_bound(&t, "4; DROP TABLE x\t00\t00\n").is_err());
+        assert!(parse_tuple_bound(&t, "4\tzz\t00\n").is_err());
+        // ENUM orders by index, not by its text: such a key is not chunked.
+        let enum_key = line.replace(
+            &hex::encode(&primary),
+            &hex::encode("kind\u{1}enum\u{1}utf8mb4\u{1}utf8mb4_general_ci"),
+        );
+        let t = parse_tables(&enum_key).unwrap().remove(0);
+        assert!(t.key.is_none() && t.tuple.is_empty());
     }
 
     #[test]
@@ -482,6 +783,7 @@ mod tests {
             name: name.into(),
             columns: vec![],
             key: None,
+            tuple: vec![],
         };
         let s = Settings {
             tables: vec!["shop.*".into(), "*.ledger".into()],
@@ -643,16 +945,8 @@ where
     Fut: std::future::Future<Output = Result<String, String>>,
 {
     let pause = settings.pause;
-    let chunk = |number, lower, upper| {
-        let sql = chunk_sql(
-            run,
-            table,
-            Chunk {
-                number,
-                lower,
-                upper,
-            },
-        );
+    let chunk = |c: Chunk| {
+        let sql = chunk_sql(run, table, &c);
         if sql.len() > MAX_CHUNK_SQL {
             Err(format!(
                 "its checksum statement is {} KiB (more than {} KiB: too many columns)",
@@ -663,6 +957,33 @@ where
             Ok(sql)
         }
     };
+    if table.key.is_none() && !table.tuple.is_empty() {
+        let mut lower: Option<TupleBound> = None;
+        let mut chunks = 0;
+        for number in 0u32.. {
+            let answer = ask(next_tuple_upper_sql(
+                table,
+                lower.as_ref(),
+                settings.chunk_rows,
+            ))
+            .await?;
+            let upper = parse_tuple_bound(table, &answer)?;
+            ask(chunk(Chunk {
+                number,
+                lower_tuple: lower.clone(),
+                upper_tuple: upper.clone(),
+                ..Chunk::default()
+            })?)
+            .await?;
+            chunks += 1;
+            tokio::time::sleep(pause).await;
+            match upper {
+                Some(u) => lower = Some(u),
+                None => break,
+            }
+        }
+        return Ok(chunks);
+    }
     let Some(key) = &table.key else {
         let from = format!("{}.{}", ident(&table.db), ident(&table.name));
         let whole_max = WHOLE_TABLE_ROWS.max(settings.chunk_rows);
@@ -677,10 +998,10 @@ where
         .map_err(|e| format!("counting its rows: {e}"))?;
         if rows > whole_max {
             return Err(format!(
-                "no integer primary key, and more than {whole_max} rows (checked whole up to that)"
+                "no primary key to chunk by, and more than {whole_max} rows (checked whole up to that)"
             ));
         }
-        ask(chunk(0, None, None)?).await?;
+        ask(chunk(Chunk::default())?).await?;
         tokio::time::sleep(pause).await;
         return Ok(1);
     };
@@ -695,7 +1016,13 @@ where
                     .map_err(|e| format!("its key {u:?} is not a 64-bit integer: {e}"))?,
             ),
         };
-        ask(chunk(number, lower, upper)?).await?;
+        ask(chunk(Chunk {
+            number,
+            lower,
+            upper,
+            ..Chunk::default()
+        })?)
+        .await?;
         chunks += 1;
         tokio::time::sleep(pause).await;
         match upper {

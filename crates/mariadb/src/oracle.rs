@@ -944,7 +944,6 @@ where
     F: Fn(String) -> Fut,
     Fut: std::future::Future<Output = Result<String, String>>,
 {
-    let pause = settings.pause;
     let chunk = |c: Chunk| {
         let sql = chunk_sql(run, table, &c);
         if sql.len() > MAX_CHUNK_SQL {
@@ -957,74 +956,107 @@ where
             Ok(sql)
         }
     };
-    if table.key.is_none() && !table.tuple.is_empty() {
-        let mut lower: Option<TupleBound> = None;
-        let mut chunks = 0;
-        for number in 0u32.. {
-            let answer = ask(next_tuple_upper_sql(
-                table,
-                lower.as_ref(),
-                settings.chunk_rows,
-            ))
-            .await?;
-            let upper = parse_tuple_bound(table, &answer)?;
-            ask(chunk(Chunk {
-                number,
-                lower_tuple: lower.clone(),
-                upper_tuple: upper.clone(),
-                ..Chunk::default()
-            })?)
-            .await?;
-            chunks += 1;
-            tokio::time::sleep(pause).await;
-            match upper {
-                Some(u) => lower = Some(u),
-                None => break,
-            }
-        }
-        return Ok(chunks);
+    if table.key.is_some() || !table.tuple.is_empty() {
+        return walk(ask, table, settings, &chunk).await;
     }
-    let Some(key) = &table.key else {
-        let from = format!("{}.{}", ident(&table.db), ident(&table.name));
-        let whole_max = WHOLE_TABLE_ROWS.max(settings.chunk_rows);
-        // Counted no further than the limit: a large table is not read whole to say so.
-        let rows: u64 = ask(format!(
-            "SELECT COUNT(*) FROM (SELECT 1 FROM {from} LIMIT {}) AS t",
-            whole_max + 1
-        ))
-        .await?
-        .trim()
-        .parse()
-        .map_err(|e| format!("counting its rows: {e}"))?;
-        if rows > whole_max {
-            return Err(format!(
-                "no primary key to chunk by, and more than {whole_max} rows (checked whole up to that)"
-            ));
-        }
-        ask(chunk(Chunk::default())?).await?;
-        tokio::time::sleep(pause).await;
-        return Ok(1);
+    let from = format!("{}.{}", ident(&table.db), ident(&table.name));
+    let whole_max = WHOLE_TABLE_ROWS.max(settings.chunk_rows);
+    // Counted no further than the limit: a large table is not read whole to say so.
+    let rows: u64 = ask(format!(
+        "SELECT COUNT(*) FROM (SELECT 1 FROM {from} LIMIT {}) AS t",
+        whole_max + 1
+    ))
+    .await?
+    .trim()
+    .parse()
+    .map_err(|e| format!("counting its rows: {e}"))?;
+    if rows > whole_max {
+        return Err(format!(
+            "no primary key to chunk by, and more than {whole_max} rows (checked whole up to that)"
+        ));
+    }
+    ask(chunk(Chunk::default())?).await?;
+    tokio::time::sleep(settings.pause).await;
+    Ok(1)
+}
+
+/// A chunk's bound: an integer key's value, or a tuple key's.
+#[derive(Debug, Clone)]
+enum Bound {
+    Int(i64),
+    Tuple(TupleBound),
+}
+
+/// The bound `rows` rows after `lower` of `table`'s key, or `None` when the rest fits in one
+/// chunk.
+async fn next_bound<F, Fut>(
+    ask: &F,
+    table: &Table,
+    lower: Option<&Bound>,
+    rows: u64,
+) -> Result<Option<Bound>, String>
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = Result<String, String>>,
+{
+    if let Some(key) = &table.key {
+        let lower = match lower {
+            Some(Bound::Int(l)) => Some(*l),
+            _ => None,
+        };
+        let answer = ask(next_upper_sql(table, key, lower, rows)).await?;
+        return match answer.trim() {
+            "" => Ok(None),
+            u => u
+                .parse::<i64>()
+                .map(|u| Some(Bound::Int(u)))
+                .map_err(|e| format!("its key {u:?} is not a 64-bit integer: {e}")),
+        };
+    }
+    let lower = match lower {
+        Some(Bound::Tuple(t)) => Some(t),
+        _ => None,
     };
-    let mut lower = None;
+    let answer = ask(next_tuple_upper_sql(table, lower, rows)).await?;
+    Ok(parse_tuple_bound(table, &answer)?.map(Bound::Tuple))
+}
+
+/// Checks a keyed table chunk by chunk, each bound read from the server, with the pause
+/// after each: how many chunks it wrote.
+async fn walk<F, Fut>(
+    ask: &F,
+    table: &Table,
+    settings: &Settings,
+    chunk: &(dyn Fn(Chunk) -> Result<String, String> + Sync),
+) -> Result<usize, String>
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = Result<String, String>>,
+{
+    let mut lower: Option<Bound> = None;
     let mut chunks = 0;
     for number in 0u32.. {
-        let upper = ask(next_upper_sql(table, key, lower, settings.chunk_rows)).await?;
-        let upper = match upper.trim() {
-            "" => None,
-            u => Some(
-                u.parse::<i64>()
-                    .map_err(|e| format!("its key {u:?} is not a 64-bit integer: {e}"))?,
-            ),
-        };
-        ask(chunk(Chunk {
-            number,
-            lower,
-            upper,
-            ..Chunk::default()
-        })?)
-        .await?;
+        let upper = next_bound(ask, table, lower.as_ref(), settings.chunk_rows).await?;
+        let (mut c, mut i) = (
+            Chunk {
+                number,
+                ..Chunk::default()
+            },
+            0,
+        );
+        for b in [&lower, &upper] {
+            match (b, i) {
+                (Some(Bound::Int(v)), 0) => c.lower = Some(*v),
+                (Some(Bound::Int(v)), _) => c.upper = Some(*v),
+                (Some(Bound::Tuple(t)), 0) => c.lower_tuple = Some(t.clone()),
+                (Some(Bound::Tuple(t)), _) => c.upper_tuple = Some(t.clone()),
+                (None, _) => {}
+            }
+            i += 1;
+        }
+        ask(chunk(c)?).await?;
         chunks += 1;
-        tokio::time::sleep(pause).await;
+        tokio::time::sleep(settings.pause).await;
         match upper {
             Some(u) => lower = Some(u),
             None => break,

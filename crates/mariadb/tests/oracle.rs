@@ -9,6 +9,21 @@ use std::time::Duration;
 use tidemark_mariadb::oracle;
 use tidemark_store::testkit::MariaDb;
 
+/// Checksum run `run` on `server` with `settings`.
+async fn run_on(
+    server: &MariaDb,
+    run: u64,
+    settings: &oracle::Settings,
+) -> Result<oracle::RunReport, String> {
+    oracle::write_run(
+        std::ffi::OsStr::new("mariadb"),
+        &server.client_args(),
+        run,
+        settings,
+    )
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_that_lost_a_transaction_is_named_by_table_and_chunk() {
     let primary = MariaDb::start_replicating(1);
@@ -29,14 +44,9 @@ async fn a_replica_that_lost_a_transaction_is_named_by_table_and_chunk() {
         "SET GLOBAL gtid_slave_pos = '{skipped}'; START SLAVE"
     ));
 
-    let report = oracle::write_run(
-        std::ffi::OsStr::new("mariadb"),
-        &primary.client_args(),
-        1,
-        &oracle::Settings::default(),
-    )
-    .await
-    .unwrap();
+    let report = run_on(&primary, 1, &oracle::Settings::default())
+        .await
+        .unwrap();
     assert_eq!((report.tables, report.chunks), (2, 4), "{report:?}");
     assert!(report.skipped.is_empty(), "{report:?}");
     replica.wait_caught_up(&primary);
@@ -60,14 +70,7 @@ async fn a_replica_that_lost_a_transaction_is_named_by_table_and_chunk() {
         skip: vec!["*.notes".into()],
     };
     for run in 2..=5 {
-        let report = oracle::write_run(
-            std::ffi::OsStr::new("mariadb"),
-            &primary.client_args(),
-            run,
-            &settings,
-        )
-        .await
-        .unwrap();
+        let report = run_on(&primary, run, &settings).await.unwrap();
         assert_eq!((report.tables, report.chunks), (1, 6), "{report:?}");
     }
     replica.wait_caught_up(&primary);
@@ -114,14 +117,7 @@ async fn settings_of_either_server_change_no_checksum() {
         chunk_rows: 100,
         ..oracle::Settings::default()
     };
-    let report = oracle::write_run(
-        std::ffi::OsStr::new("mariadb"),
-        &primary.client_args(),
-        1,
-        &settings,
-    )
-    .await
-    .unwrap();
+    let report = run_on(&primary, 1, &settings).await.unwrap();
     assert_eq!((report.tables, report.chunks), (1, 4), "{report:?}");
     assert_eq!(report.skipped.len(), 1, "{report:?}");
     assert!(
@@ -135,14 +131,7 @@ async fn settings_of_either_server_change_no_checksum() {
     assert_eq!(replica.sql(&oracle::differences_sql()), "");
     // And a replica is not written to: the run refuses a read-only server.
     replica.sql("SET GLOBAL read_only = 1");
-    let refused = oracle::write_run(
-        std::ffi::OsStr::new("mariadb"),
-        &replica.client_args(),
-        2,
-        &settings,
-    )
-    .await
-    .unwrap_err();
+    let refused = run_on(&replica, 2, &settings).await.unwrap_err();
     assert!(refused.contains("the server is read-only"), "{refused}");
 }
 
@@ -173,14 +162,7 @@ async fn other_primary_keys_are_chunked_and_every_row_counted() {
         chunk_rows: 100,
         ..oracle::Settings::default()
     };
-    let report = oracle::write_run(
-        std::ffi::OsStr::new("mariadb"),
-        &primary.client_args(),
-        1,
-        &settings,
-    )
-    .await
-    .unwrap();
+    let report = run_on(&primary, 1, &settings).await.unwrap();
     // 250 rows by 100: 3 chunks; 150 by 100: 2.
     assert_eq!((report.tables, report.chunks), (2, 5), "{report:?}");
     assert!(report.skipped.is_empty(), "{report:?}");

@@ -105,23 +105,17 @@ impl Schedule {
         }))
     }
 
-    /// A run, in a task of its own; `wait_turn`: first waits until `every` after the
-    /// newest run on the server (a restarted archiver does not run early).
-    fn start(&mut self, wait_turn: bool) -> JoinHandle<Result<RunReport, String>> {
-        let (client, args, settings, every, last) = (
+    /// A run, in a task of its own.
+    fn start(&mut self) -> JoinHandle<Result<RunReport, String>> {
+        let (client, args, settings, last) = (
             self.client.clone(),
             self.client_args.clone(),
             self.settings.clone(),
-            self.every,
             std::sync::Arc::clone(&self.last_run),
         );
         let now = || u64::try_from(jiff::Timestamp::now().as_second()).unwrap_or_default();
         tokio::spawn(async move {
             use tidemark_mariadb::oracle;
-            if wait_turn {
-                let newest = oracle::newest_run(client.as_os_str(), &args).await;
-                tokio::time::sleep(oracle::first_wait(newest, now(), every)).await;
-            }
             // The time in seconds, after the last: runs sort as written.
             let run = oracle::run_number(now(), last.load(std::sync::atomic::Ordering::Relaxed));
             last.store(run, std::sync::atomic::Ordering::Relaxed);
@@ -154,7 +148,7 @@ impl Schedule {
 
     /// One run, to its end (--once: now, whatever the newest run).
     pub async fn run_now(&mut self) -> ChecksumsOut {
-        let task = self.start(false);
+        let task = self.start();
         self.out(task.await)
     }
 
@@ -167,10 +161,19 @@ impl Schedule {
         {
             finished = Some(self.out(task.await));
         }
+        // The first run of a restarted archiver waits for its turn after the newest run
+        // on the server.
+        if std::mem::replace(&mut self.first, false) {
+            let newest =
+                tidemark_mariadb::oracle::newest_run(self.client.as_os_str(), &self.client_args)
+                    .await;
+            let now = u64::try_from(jiff::Timestamp::now().as_second()).unwrap_or_default();
+            self.next = tokio::time::Instant::now()
+                + tidemark_mariadb::oracle::first_wait(newest, now, self.every);
+        }
         if self.running.is_none() && tokio::time::Instant::now() >= self.next {
             self.next = tokio::time::Instant::now() + self.every;
-            let first = std::mem::replace(&mut self.first, false);
-            self.running = Some(self.start(first));
+            self.running = Some(self.start());
         }
         finished
     }

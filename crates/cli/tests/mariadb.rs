@@ -1609,6 +1609,24 @@ fn the_restore_oracle_names_a_chunk_the_replay_got_wrong() {
         "{failed:#}"
     );
     assert_eq!(failed["outcome"]["queryResult"], "8", "{failed:#}");
+
+    // A full after the last run: a restore from it replays no chunk (the backup's own were
+    // copied, not computed again), so nothing proves it.
+    env.backup(None);
+    let (out, datadir) = restore(mark(), true);
+    assert_eq!(
+        out.status.code(),
+        Some(8),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("no chunk of the restore oracle was replayed and compared"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!datadir.exists());
 }
 
 /// Restore tests (issue 19 §4): `tidemark restore-test` restores the newest point (a full

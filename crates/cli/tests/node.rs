@@ -769,6 +769,8 @@ async fn restores_into_new_and_existing_claims(w: Arc<World>) {
     );
     let incr = completed(&w, ns, "incr-1").await;
     assert_eq!(incr["type"], "incremental", "{incr}");
+    // A checksum run (every 2 s) after the incremental, for the in-place restore's proof.
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let after = instant_between(&w, ns, "db-0", 4, 5).await;
     archived_past(&w, ns, "db-0", "restores", after).await;
 
@@ -2749,10 +2751,13 @@ async fn replication_and_failover(w: Arc<World>) {
         "tidemark.io/role=standby",
         "--overwrite",
     ]);
+    // Caught up with what db-0 had written when asked (db-0 writes on: the oracle's
+    // checksums every second).
     let caught_up = || async {
         let want = w.sql(ns, "db-0", "SELECT @@gtid_binlog_pos");
         eventually_within("db-1 caught up", LONG, || async {
-            (w.sql(ns, "db-1", "SELECT @@gtid_slave_pos") == want).then_some(())
+            (w.sql(ns, "db-1", &format!("SELECT MASTER_GTID_WAIT('{want}', 5)")) == "0")
+                .then_some(())
         })
         .await;
     };

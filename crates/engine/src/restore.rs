@@ -181,6 +181,19 @@ pub struct RestoreSummary {
     pub steps: Vec<StepTime>,
 }
 
+/// `text` in at most `bytes` bytes (whole characters), control characters dropped: what a
+/// termination message of 4 KiB can carry.
+pub fn bounded_text(text: &str, bytes: usize) -> String {
+    let mut out = String::new();
+    for c in text.chars().filter(|c| !c.is_control()) {
+        if out.len() + c.len_utf8() > bytes {
+            break;
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// The most oracle differences a restore's summary carries.
 pub const MAX_ORACLE_DIFFERENCES: usize = 3;
 
@@ -272,7 +285,7 @@ impl<P> TimedSteps<P> {
                 .iter()
                 .flat_map(|c| c.differences.iter())
                 .take(MAX_ORACLE_DIFFERENCES)
-                .map(|d| d.chars().take(MAX_STEP_NAME).collect())
+                .map(|d| bounded_text(d, MAX_STEP_NAME))
                 .collect(),
             milliseconds: ms(now.duration_since(self.started)),
             steps: timed,

@@ -117,6 +117,16 @@ pub async fn restore_and_check(
             outcome
         }
     };
+    // The restore oracle, as the replay compared it: every chunk it computed again must be
+    // the primary's.
+    if let Some(c) = &report.oracle {
+        outcome.oracle_chunks = Some(c.chunks);
+        for d in &c.differences {
+            outcome.problem(format!(
+                "the restore oracle: {d} (the restored data is not the primary's there)"
+            ));
+        }
+    }
     if let Err(e) = server
         .stop(tools, &format!("{name} shutdown after the checks"))
         .await
@@ -370,20 +380,6 @@ async fn check(socket: &Path, login: &Login, tools: &Tools, spec: &CheckSpec) ->
             }
         }
         outcome.tables_checked += batch.len();
-    }
-    // The restore oracle, where the data holds its checksums: every chunk the replay
-    // recomputed must be the primary's.
-    match crate::oracle::compare(|q| async { sql(q).await.map_err(|e| e.to_string()) }).await {
-        Ok(Some(c)) => {
-            outcome.oracle_chunks = Some(c.chunks);
-            for d in c.differences {
-                outcome.problem(format!(
-                    "the restore oracle: {d} (the restored data is not the primary's there)"
-                ));
-            }
-        }
-        Ok(None) => {}
-        Err(e) => outcome.problem(format!("the restore oracle: {e}")),
     }
     if let Some(q) = &spec.query {
         match sql(q.clone()).await {

@@ -136,17 +136,16 @@ impl KeyKind {
                 && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
         };
         Some(match data_type {
-            "tinyint" | "smallint" | "mediumint" | "int" | "bigint" | "decimal" | "float"
-            | "double" | "year" => Self::Number,
-            "binary" | "varbinary" | "tinyblob" | "blob" | "mediumblob" | "longblob" => Self::Bytes,
-            "char" | "varchar" | "tinytext" | "text" | "mediumtext" | "longtext"
-                if plain(charset) && plain(collation) =>
-            {
-                Self::Text {
-                    charset: charset.to_owned(),
-                    collation: collation.to_owned(),
-                }
+            // Not FLOAT or DOUBLE: their text does not read back as the same value.
+            "tinyint" | "smallint" | "mediumint" | "int" | "bigint" | "decimal" | "year" => {
+                Self::Number
             }
+            // Not BLOB or TEXT: a key holds only their prefix.
+            "binary" | "varbinary" => Self::Bytes,
+            "char" | "varchar" if plain(charset) && plain(collation) => Self::Text {
+                charset: charset.to_owned(),
+                collation: collation.to_owned(),
+            },
             "date" => Self::Temporal("DATE"),
             "datetime" | "timestamp" => Self::Temporal("DATETIME(6)"),
             "time" => Self::Temporal("TIME(6)"),
@@ -174,11 +173,14 @@ impl KeyKind {
         };
         Ok(match self {
             Self::Number => {
-                if token.is_empty()
-                    || !token
-                        .bytes()
-                        .all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b))
-                {
+                // -?digits(.digits)?: an integer, a DECIMAL, a YEAR.
+                let unsigned = token.strip_prefix('-').unwrap_or(token);
+                let (int, frac) = match unsigned.split_once('.') {
+                    Some((i, f)) => (i, Some(f)),
+                    None => (unsigned, None),
+                };
+                let digits = |d: &str| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit());
+                if !digits(int) || frac.is_some_and(|f| !digits(f)) {
                     return Err(format!("a key value {token:?} that is not a number"));
                 }
                 (token.to_owned(), token.to_owned())
@@ -500,6 +502,21 @@ pub fn next_tuple_upper_sql(table: &Table, lower: Option<&TupleBound>, rows: u64
     )
 }
 
+/// The query for how many rows have exactly the key `b` (one, when its literals read back).
+fn round_trip_sql(table: &Table, b: &TupleBound) -> String {
+    let from = format!("{}.{}", ident(&table.db), ident(&table.name));
+    let equal: Vec<String> = table
+        .tuple
+        .iter()
+        .zip(&b.literals)
+        .map(|(c, l)| format!("{} = {l}", ident(&c.name)))
+        .collect();
+    format!(
+        "SET SESSION time_zone = '+00:00'; SELECT COUNT(*) FROM {from} WHERE {}",
+        equal.join(" AND ")
+    )
+}
+
 /// Which tables a run checks, and what it may cost the primary.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
@@ -602,34 +619,56 @@ pub fn old_runs_sql() -> String {
 /// from the primary's: hex of schema and table, chunk, range, and both counts and digests.
 pub fn differences_sql() -> String {
     format!(
-        "SELECT HEX(db), HEX(tbl), chunk, COALESCE(lower_key, lower_text, ''), COALESCE(upper_key, upper_text, ''), \
-           this_cnt, source_cnt, this_crc, source_crc FROM `{SCHEMA}`.`chunks` \
+        "SELECT HEX(LEFT(db, 256)), HEX(LEFT(tbl, 256)), CAST(chunk AS UNSIGNED), \
+           HEX(LEFT(COALESCE(lower_key, lower_text, ''), 256)), HEX(LEFT(COALESCE(upper_key, upper_text, ''), 256)), \
+           CAST(this_cnt AS UNSIGNED), CAST(source_cnt AS UNSIGNED), this_crc, source_crc FROM `{SCHEMA}`.`chunks` \
          WHERE source_crc IS NOT NULL AND (this_cnt <> source_cnt OR this_crc <> source_crc) \
          ORDER BY run, db, tbl, chunk LIMIT 50"
     )
 }
 
-/// The query for how many chunks a restored server can check (both values present).
-pub fn checked_sql() -> String {
-    format!("SELECT COUNT(*) FROM `{SCHEMA}`.`chunks` WHERE source_crc IS NOT NULL")
+/// The query for how many chunks a restored server can check (both values present), of
+/// the runs after `since` (a backup's own chunks were copied, not computed again).
+pub fn checked_sql(since: u64) -> String {
+    format!(
+        "SELECT COUNT(*) FROM `{SCHEMA}`.`chunks` WHERE source_crc IS NOT NULL AND run > {since}"
+    )
+}
+
+/// Text read from a server, for people: control characters (a terminal's escapes) shown
+/// escaped.
+fn printable(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
 }
 
 /// Reads [`differences_sql`]'s answer as one line per chunk, for people:
 /// `shop.orders chunk 3 (keys 20000 < id <= 30000): 10000 rows, the primary had 10001`.
 pub fn describe_differences(answer: &str) -> Vec<String> {
     let text = |h: &str| {
-        hex::decode(h)
-            .ok()
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
-            .unwrap_or_else(|| h.to_owned())
+        printable(
+            &hex::decode(h)
+                .ok()
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+                .unwrap_or_else(|| h.to_owned()),
+        )
     };
     answer
         .lines()
         .filter(|l| !l.is_empty())
+        .take(50)
         .map(|line| {
             let f: Vec<&str> = line.split('\t').collect();
-            let get = |i: usize| f.get(i).copied().unwrap_or_default();
-            let range = match (get(3), get(4)) {
+            let get = |i: usize| printable(f.get(i).copied().unwrap_or_default());
+            let (lower, upper) = (text(&get(3)), text(&get(4)));
+            let range = match (lower.as_str(), upper.as_str()) {
                 ("", "") => "the whole table".to_owned(),
                 (l, "") => format!("keys above {l}"),
                 ("", u) => format!("keys up to {u}"),
@@ -642,8 +681,8 @@ pub fn describe_differences(answer: &str) -> Vec<String> {
             };
             format!(
                 "{}.{} chunk {} ({range}): {what}",
-                text(get(0)),
-                text(get(1)),
+                text(&get(0)),
+                text(&get(1)),
                 get(2)
             )
         })
@@ -888,19 +927,15 @@ pub struct Comparison {
 ///
 /// # Errors
 /// A query failed (its message).
-pub async fn compare<F, Fut>(sql: F) -> Result<Option<Comparison>, String>
+pub async fn compare<F, Fut>(sql: F, since: u64) -> Result<Option<Comparison>, String>
 where
     F: Fn(String) -> Fut,
     Fut: std::future::Future<Output = Result<String, String>>,
 {
-    let present = sql(format!(
-        "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = '{SCHEMA}' AND TABLE_NAME = 'chunks'"
-    ))
-    .await?;
-    if present.trim() != "1" {
+    if !present(&sql).await? {
         return Ok(None);
     }
-    let chunks = sql(checked_sql())
+    let chunks = sql(checked_sql(since))
         .await?
         .trim()
         .parse()
@@ -912,25 +947,80 @@ where
     }))
 }
 
-/// [`compare`] on a restore's private server, as its administrator: a failure to read
-/// is a difference of its own (the restore itself stands).
-pub(crate) async fn compare_on(
+/// Whether the data holds the oracle's table (a table: a view of the same name is not it).
+async fn present<F, Fut>(sql: &F) -> Result<bool, String>
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = Result<String, String>>,
+{
+    Ok(sql(format!(
+        "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = '{SCHEMA}' AND TABLE_NAME = 'chunks' AND TABLE_TYPE = 'BASE TABLE'"
+    ))
+    .await?
+    .trim()
+        == "1")
+}
+
+/// How long a restore's comparison may take (its queries read one small table).
+const COMPARE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// The newest run a restore's data holds before its replay (the backup's own): the chunks
+/// the replay computes again are those of later runs. 0 without the oracle.
+pub(crate) async fn base_run_on(
     server: &crate::server::PrivateServer,
     tools: &crate::restore::Tools,
-) -> Option<Comparison> {
-    compare(|q| async move {
+) -> u64 {
+    let sql = |q: String| async move {
         server
             .admin_query(tools, &q)
             .await
             .map_err(|e| e.to_string())
-    })
-    .await
-    .unwrap_or_else(|e| {
-        Some(Comparison {
-            chunks: 0,
-            differences: vec![format!("its chunks could not be read: {e}")],
+    };
+    let read = async {
+        if !present(&sql).await.ok()? {
+            return None;
+        }
+        sql(format!(
+            "SELECT COALESCE(MAX(run), 0) FROM `{SCHEMA}`.`chunks`"
+        ))
+        .await
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+    };
+    tokio::time::timeout(COMPARE_TIMEOUT, read)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(0)
+}
+
+/// [`compare`] on a restore's private server, as its administrator, of the runs after
+/// `since`: a failure to read is a difference of its own (the restore itself stands).
+pub(crate) async fn compare_on(
+    server: &crate::server::PrivateServer,
+    tools: &crate::restore::Tools,
+    since: u64,
+) -> Option<Comparison> {
+    let compared = compare(
+        |q| async move {
+            server
+                .admin_query(tools, &q)
+                .await
+                .map_err(|e| e.to_string())
+        },
+        since,
+    );
+    tokio::time::timeout(COMPARE_TIMEOUT, compared)
+        .await
+        .unwrap_or_else(|_| Err(format!("no answer within {} s", COMPARE_TIMEOUT.as_secs())))
+        .unwrap_or_else(|e| {
+            Some(Comparison {
+                chunks: 0,
+                differences: vec![format!("its chunks could not be read: {e}")],
+            })
         })
-    })
 }
 
 /// Checks one table in chunks: how many it wrote.
@@ -1037,6 +1127,20 @@ where
     let mut chunks = 0;
     for number in 0u32.. {
         let upper = next_bound(ask, table, lower.as_ref(), settings.chunk_rows).await?;
+        if let Some(Bound::Tuple(u)) = &upper {
+            // The bound must be a row's key, read back exactly, and past the last: else
+            // rows would fall in no chunk (a value whose text is not itself) or the walk
+            // would not advance.
+            let same =
+                |l: &Option<Bound>| matches!(l, Some(Bound::Tuple(l)) if l.literals == u.literals);
+            let found = ask(round_trip_sql(table, u)).await?;
+            if found.trim() != "1" || same(&lower) {
+                return Err(format!(
+                    "its key value {} does not read back as itself",
+                    u.shown
+                ));
+            }
+        }
         let (mut c, mut i) = (
             Chunk {
                 number,

@@ -741,11 +741,7 @@ pub(crate) fn reported(status: &mut RestoreStatus, summary: &RestoreSummary) {
         .oracle_differences
         .iter()
         .take(tidemark_engine::restore::MAX_ORACLE_DIFFERENCES)
-        .map(|d| {
-            d.chars()
-                .take(tidemark_engine::restore::MAX_STEP_NAME)
-                .collect()
-        })
+        .map(|d| tidemark_engine::restore::bounded_text(d, tidemark_engine::restore::MAX_STEP_NAME))
         .collect();
     status.gtid_position = summary
         .gtid_position

@@ -1367,6 +1367,55 @@ fn binlogs_read_from_the_server_over_the_network() {
     );
 }
 
+/// One store archived by both archivers of one server — from the server first (its spool
+/// keeps the file the server was writing, cut short), then from the index file, then from
+/// the server again — keeps one history: the cut copy is dropped, not shipped as a binlog
+/// that started over on a timeline of its own, and every instant restores exactly.
+#[test]
+fn a_spools_cut_copy_never_becomes_a_timeline() {
+    let env = Env {
+        s3: SeaweedFs::start(),
+        db: MariaDb::start(),
+        compression: "none",
+        bucket: None,
+    };
+    let db = &env.db;
+    db.sql(
+        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT);",
+    );
+    let connection = network_login(db, "repl", "spool-pw-7a2b");
+    let spool = db.scratch().join("spool");
+    let from_server = || {
+        let mut args = vec![
+            "archive-binlogs",
+            "--from-server",
+            "--spool",
+            spool.to_str().unwrap(),
+            "--once",
+            "--",
+        ];
+        args.extend(connection.iter().map(String::as_str));
+        env.ok(&args);
+    };
+    env.insert(3);
+    env.backup(None);
+    env.insert(2); // 5, in the file being written
+    from_server();
+    env.insert(4); // 9
+    let target = pause_and_mark();
+    env.archive();
+    env.insert(1); // 10
+    env.archive();
+    from_server();
+    let ls = env.json(&["ls"]);
+    assert_eq!(
+        ls["archive"]["timelines"].as_array().map(Vec::len),
+        Some(1),
+        "one server, one history: {ls:#}"
+    );
+    assert_eq!(env.restored_rows(target, "after-both-archivers"), "9");
+}
+
 /// An account `user` on `db` with every privilege, and the connection options that log
 /// in as it over the network: its password in an option file, never on a command line.
 fn network_login(db: &MariaDb, user: &str, password: &str) -> Vec<String> {

@@ -223,7 +223,17 @@ impl<'a> History<'a> {
                     continue;
                 }
                 let linked = match main.last() {
-                    Some(prev) if entered => s.sequence == prev.segment.last_sequence() + 1,
+                    // The next file of the same binlog: numbered on, and — where both record
+                    // their transactions — starting where the one before ended (a file of
+                    // another binlog that took the number, or one missing between, is a
+                    // gap, not a link).
+                    Some(prev) if entered => {
+                        s.sequence == prev.segment.last_sequence() + 1
+                            && match (prev.gtids(), s.gtids.as_deref().filter(|_| !s.summary)) {
+                                (Some(p), Some(n)) => p.end().covers(&n.start),
+                                _ => true,
+                            }
+                    }
                     // Into a timeline: its first recorded segment, from a parent segment
                     // holding the switch, with nothing missing in between.
                     Some(prev) => {
@@ -521,6 +531,22 @@ mod tests {
         assert!(h.on_main_line(&GtidPos::parse("0-1-10").unwrap()));
         assert!(h.on_main_line(&GtidPos::parse("0-2-15").unwrap()));
         assert!(!h.on_main_line(&GtidPos::parse("0-1-11").unwrap()));
+    }
+
+    /// A file numbered on from the one before, but starting past where it ended (a file of
+    /// another binlog that took the number: a copy cut short, a binlog that started over),
+    /// is not linked: replay would skip what lies between.
+    #[test]
+    fn a_gap_between_files_of_one_timeline_unlinks_them() {
+        let (mut segments, timelines) = failover();
+        segments[1].gtids.as_mut().unwrap().start = GtidPos::parse("0-1-9").unwrap();
+        let h = History::new(&segments, &timelines);
+        let linked: Vec<bool> = h.main.iter().map(|m| m.linked).collect();
+        assert_eq!(linked[..2], [false, false], "{linked:?}");
+        // Without the recorded GTIDs, numbering alone links them (older archives).
+        segments[1].gtids = None;
+        let h = History::new(&segments, &timelines);
+        assert!(h.main[1].linked);
     }
 
     #[test]

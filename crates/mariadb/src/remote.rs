@@ -224,7 +224,7 @@ impl RemoteServer {
     /// new primary replicated (its timeline starts at its own newest file the archive
     /// holds the start of), or is a branch the failover lost.
     fn claim_spool(&self, server_id: u32) -> Result<(), RemoteError> {
-        self.prepare_spool()?;
+        self.make_spool()?;
         if self.spool_server() == Some(server_id) {
             return Ok(());
         }
@@ -397,11 +397,29 @@ impl RemoteServer {
         c
     }
 
-    fn prepare_spool(&self) -> Result<(), RemoteError> {
+    fn make_spool(&self) -> Result<(), RemoteError> {
         std::fs::create_dir_all(&self.spool).map_err(|source| RemoteError::Spool {
             path: self.spool.clone(),
             source,
         })
+    }
+
+    /// Makes the spool, and drops a stale copy before a fetch from `first`: the spool's
+    /// newest file, when numbered before `first`, was the server's open file at the last
+    /// fetch — possibly cut short — and the archive has it whole from elsewhere (`first` goes
+    /// past only what the archive holds). Kept, it would be shipped as a closed file of a
+    /// binlog that seems to start over, on a timeline of its own. Older spool files were
+    /// whole when fetched and stay, for an upload that failed.
+    fn prepare_spool(&self, first: &str) -> Result<(), RemoteError> {
+        self.make_spool()?;
+        let seq = |n: &str| tidemark_core::inventory::segment_sequence(n);
+        if let (Some(newest), Some(first)) = (self.spooled()?.pop(), seq(first))
+            && seq(&newest).is_some_and(|n| n < first)
+        {
+            let path = self.spool.join(&newest);
+            std::fs::remove_file(&path).map_err(|source| RemoteError::Spool { path, source })?;
+        }
+        Ok(())
     }
 
     /// Fetches everything from `first` to the end of the server's newest file, and exits.
@@ -409,7 +427,7 @@ impl RemoteServer {
     /// # Errors
     /// `mariadb-binlog` cannot run or fails.
     pub async fn fetch(&self, first: &str) -> Result<(), RemoteError> {
-        self.prepare_spool()?;
+        self.prepare_spool(first)?;
         succeeded(
             Self::program(&self.mariadb_binlog),
             &mut self.command(first, false),
@@ -423,7 +441,7 @@ impl RemoteServer {
     /// # Errors
     /// `mariadb-binlog` cannot run.
     pub fn follow(&self, first: &str) -> Result<tokio::process::Child, RemoteError> {
-        self.prepare_spool()?;
+        self.prepare_spool(first)?;
         self.command(first, true)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -1133,7 +1133,7 @@ pub async fn replay(
     let mut server =
         PrivateServer::start_flavor(&Flavor::MySql(geometry(m)), datadir, work, tools).await?;
     // The clone's own checksum runs: those the replay computes again come after.
-    let since = crate::oracle::base_run_on(&server, tools).await;
+    let since = server.oracle_base_run(tools).await;
     let replayed = async {
         // One pass per timeline, in order: mysqlbinlog stops at the first event at or after
         // the stop and skips every later file, so the old primary's events after it (its
@@ -1162,10 +1162,7 @@ pub async fn replay(
                 tail: String::new(),
             })?;
         // The restore oracle (issue 48), where the data holds it.
-        Ok((
-            executed,
-            crate::oracle::compare_on(&server, tools, since).await,
-        ))
+        Ok((executed, server.oracle_compare(tools, since).await))
     }
     .await;
     let stopped = server.stop(tools, "mysqld shutdown after replay").await;

@@ -948,7 +948,7 @@ where
 }
 
 /// Whether the data holds the oracle's table (a table: a view of the same name is not it).
-async fn present<F, Fut>(sql: &F) -> Result<bool, String>
+pub(crate) async fn present<F, Fut>(sql: &F) -> Result<bool, String>
 where
     F: Fn(String) -> Fut,
     Fut: std::future::Future<Output = Result<String, String>>,
@@ -962,66 +962,7 @@ where
 }
 
 /// How long a restore's comparison may take (its queries read one small table).
-const COMPARE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
-
-/// The newest run a restore's data holds before its replay (the backup's own): the chunks
-/// the replay computes again are those of later runs. 0 without the oracle.
-pub(crate) async fn base_run_on(
-    server: &crate::server::PrivateServer,
-    tools: &crate::restore::Tools,
-) -> u64 {
-    let sql = |q: String| async move {
-        server
-            .admin_query(tools, &q)
-            .await
-            .map_err(|e| e.to_string())
-    };
-    let read = async {
-        if !present(&sql).await.ok()? {
-            return None;
-        }
-        sql(format!(
-            "SELECT COALESCE(MAX(run), 0) FROM `{SCHEMA}`.`chunks`"
-        ))
-        .await
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
-    };
-    tokio::time::timeout(COMPARE_TIMEOUT, read)
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or(0)
-}
-
-/// [`compare`] on a restore's private server, as its administrator, of the runs after
-/// `since`: a failure to read is a difference of its own (the restore itself stands).
-pub(crate) async fn compare_on(
-    server: &crate::server::PrivateServer,
-    tools: &crate::restore::Tools,
-    since: u64,
-) -> Option<Comparison> {
-    let compared = compare(
-        |q| async move {
-            server
-                .admin_query(tools, &q)
-                .await
-                .map_err(|e| e.to_string())
-        },
-        since,
-    );
-    tokio::time::timeout(COMPARE_TIMEOUT, compared)
-        .await
-        .unwrap_or_else(|_| Err(format!("no answer within {} s", COMPARE_TIMEOUT.as_secs())))
-        .unwrap_or_else(|e| {
-            Some(Comparison {
-                chunks: 0,
-                differences: vec![format!("its chunks could not be read: {e}")],
-            })
-        })
-}
+pub(crate) const COMPARE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// Checks one table in chunks: how many it wrote.
 async fn check_table<F, Fut>(

@@ -848,12 +848,12 @@ async fn replay(
 ) -> Result<Option<crate::oracle::Comparison>, RestoreError> {
     let mut server = PrivateServer::start(datadir, work, tools).await?;
     // The backup's own checksum runs: those the replay computes again come after.
-    let since = crate::oracle::base_run_on(&server, tools).await;
+    let since = server.oracle_base_run(tools).await;
     let mut replayed = replay_into(&mut server, tools, files, plan, stop, work).await;
     // The restore oracle (issue 48), where the data holds it: what the replay recomputed
     // against the primary's values.
     let oracle = match &replayed {
-        Ok(()) => crate::oracle::compare_on(&server, tools, since).await,
+        Ok(()) => server.oracle_compare(tools, since).await,
         Err(_) => None,
     };
     // What the data now holds is what the server says it applied (`gtid_slave_pos`, in

@@ -331,6 +331,70 @@ pub(crate) fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
 }
 
 impl PrivateServer {
+    /// The newest run a restore's data holds before its replay (the backup's own): the chunks
+    /// the replay computes again are those of later runs. 0 without the oracle.
+    pub(crate) async fn oracle_base_run(&self, tools: &Tools) -> u64 {
+        let server = self;
+        let sql = |q: String| async move {
+            server
+                .admin_query(tools, &q)
+                .await
+                .map_err(|e| e.to_string())
+        };
+        let read = async {
+            if !crate::oracle::present(&sql).await.ok()? {
+                return None;
+            }
+            sql(format!(
+                "SELECT COALESCE(MAX(run), 0) FROM `{}`.`chunks`",
+                crate::oracle::SCHEMA
+            ))
+            .await
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+        };
+        tokio::time::timeout(crate::oracle::COMPARE_TIMEOUT, read)
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or(0)
+    }
+
+    /// [`compare`] on a restore's private server, as its administrator, of the runs after
+    /// `since`: a failure to read is a difference of its own (the restore itself stands).
+    pub(crate) async fn oracle_compare(
+        &self,
+        tools: &Tools,
+        since: u64,
+    ) -> Option<crate::oracle::Comparison> {
+        let server = self;
+        let compared = crate::oracle::compare(
+            |q| async move {
+                server
+                    .admin_query(tools, &q)
+                    .await
+                    .map_err(|e| e.to_string())
+            },
+            since,
+        );
+        tokio::time::timeout(crate::oracle::COMPARE_TIMEOUT, compared)
+            .await
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "no answer within {} s",
+                    crate::oracle::COMPARE_TIMEOUT.as_secs()
+                ))
+            })
+            .unwrap_or_else(|e| {
+                Some(crate::oracle::Comparison {
+                    chunks: 0,
+                    differences: vec![format!("its chunks could not be read: {e}")],
+                })
+            })
+    }
+
     /// Starts the server on `datadir` and waits until it accepts connections, with its
     /// own files in `<work>/server`. It sees none of this process's environment (store
     /// credentials, identities) but [`crate::tools::KEPT_ENV`], reads no options file (the

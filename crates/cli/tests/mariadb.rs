@@ -1291,31 +1291,11 @@ spec:
 #[test]
 fn binlogs_read_from_the_server_over_the_network() {
     const PASSWORD: &str = "repl-pw-9c1f-never-printed";
-    let env = Env {
-        s3: SeaweedFs::start(),
-        db: MariaDb::start(),
-        compression: "none",
-        bucket: None,
-    };
+    let env = orders_env();
     let db = &env.db;
-    db.sql(
-        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT);",
-    );
     let connection = network_login(db, "repl", PASSWORD);
     let spool = db.scratch().join("spool");
-    let from_server = |extra: &[&str]| {
-        let mut args = vec![
-            "archive-binlogs",
-            "--from-server",
-            "--spool",
-            spool.to_str().unwrap(),
-            "--once",
-        ];
-        args.extend(extra);
-        args.push("--");
-        args.extend(connection.iter().map(String::as_str));
-        env.ok(&args)
-    };
+    let from_server = |extra: &[&str]| env.archive_over_network(&spool, &connection, extra);
 
     env.insert(5);
     let full = env.backup(None);
@@ -1373,30 +1353,11 @@ fn binlogs_read_from_the_server_over_the_network() {
 /// that started over on a timeline of its own, and every instant restores exactly.
 #[test]
 fn a_spools_cut_copy_never_becomes_a_timeline() {
-    let env = Env {
-        s3: SeaweedFs::start(),
-        db: MariaDb::start(),
-        compression: "none",
-        bucket: None,
-    };
+    let env = orders_env();
     let db = &env.db;
-    db.sql(
-        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT);",
-    );
     let connection = network_login(db, "repl", "spool-pw-7a2b");
     let spool = db.scratch().join("spool");
-    let from_server = || {
-        let mut args = vec![
-            "archive-binlogs",
-            "--from-server",
-            "--spool",
-            spool.to_str().unwrap(),
-            "--once",
-            "--",
-        ];
-        args.extend(connection.iter().map(String::as_str));
-        env.ok(&args);
-    };
+    let from_server = || env.archive_over_network(&spool, &connection, &[]);
     env.insert(3);
     env.backup(None);
     env.insert(2); // 5, in the file being written
@@ -1445,10 +1406,8 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     out
 }
 
-/// A MariaDB server and store for restore tests: `shop.orders` with 5 rows in a full
-/// backup (returned) and 3 more in the binlogs only, after `first_after` (SQL run right
-/// after the backup).
-fn five_in_a_full_and_three_after(first_after: Option<&str>) -> (Env, String) {
+/// A MariaDB server with an empty `shop.orders`, and a store.
+fn orders_env() -> Env {
     let env = Env {
         s3: SeaweedFs::start(),
         db: MariaDb::start(),
@@ -1458,6 +1417,32 @@ fn five_in_a_full_and_three_after(first_after: Option<&str>) -> (Env, String) {
     env.db.sql(
         "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT)",
     );
+    env
+}
+
+impl Env {
+    /// One `archive-binlogs --from-server --once` pass through `spool`, logging in with
+    /// `connection`, with `extra` flags; must succeed.
+    fn archive_over_network(&self, spool: &Path, connection: &[String], extra: &[&str]) -> Output {
+        let mut args = vec![
+            "archive-binlogs",
+            "--from-server",
+            "--spool",
+            spool.to_str().unwrap(),
+            "--once",
+        ];
+        args.extend(extra);
+        args.push("--");
+        args.extend(connection.iter().map(String::as_str));
+        self.ok(&args)
+    }
+}
+
+/// A MariaDB server and store for restore tests: `shop.orders` with 5 rows in a full
+/// backup (returned) and 3 more in the binlogs only, after `first_after` (SQL run right
+/// after the backup).
+fn five_in_a_full_and_three_after(first_after: Option<&str>) -> (Env, String) {
+    let env = orders_env();
     env.insert(5);
     env.db.sql("FLUSH BINARY LOGS");
     let full = env.backup(None);

@@ -23,18 +23,8 @@ impl ChecksumsOut {
     /// The run, for a person.
     pub fn line(&self) -> String {
         match (&self.report, &self.error) {
-            (Some(r), _) => {
-                let mut line = format!(
-                    "checksums run {} written: {} table(s), {} chunk(s)",
-                    r.run, r.tables, r.chunks
-                );
-                for s in &r.skipped {
-                    line.push_str(&format!("; not checked: {s}"));
-                }
-                line
-            }
-            (None, Some(e)) => format!("checksums failed: {e}"),
-            (None, None) => "checksums: nothing".to_owned(),
+            (Some(r), _) => format!("checksums {}", r.line()),
+            (None, e) => format!("checksums failed: {}", e.as_deref().unwrap_or_default()),
         }
     }
 }

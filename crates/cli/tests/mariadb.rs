@@ -1582,33 +1582,31 @@ fn the_restore_oracle_names_a_chunk_the_replay_got_wrong() {
         env.archive();
         at
     };
+    // A restore that kept its data: its JSON, and what it said on stderr.
+    let kept = |(out, datadir): (Output, std::path::PathBuf)| {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(datadir.join("ibdata1").exists());
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        (v, String::from_utf8_lossy(&out.stderr).into_owned())
+    };
     let proven = mark();
-    let (out, datadir) = restore(proven, true);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (v, _) = kept(restore(proven, true));
     assert_eq!(
         v["oracle"],
         serde_json::json!({"chunks": 1, "differences": []}),
         "{v:#}"
     );
-    assert!(datadir.join("ibdata1").exists());
 
     db.sql("SET SESSION sql_log_bin = 0; UPDATE shop.orders SET v = v + 1 WHERE id = 2");
     assert_eq!(checksums()["chunks"], 1);
     let wrong = mark();
     // Without --require-oracle the data is kept and the difference said; with it, the
     // data directory goes (exit 8), naming the chunk.
-    let (out, datadir) = restore(wrong, false);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (v, said) = kept(restore(wrong, false));
     assert_eq!(v["oracle"]["chunks"], 2, "{v:#}");
     assert_eq!(
         v["oracle"]["differences"],
@@ -1616,10 +1614,9 @@ fn the_restore_oracle_names_a_chunk_the_replay_got_wrong() {
         "{v:#}"
     );
     assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains("warning: the restore oracle: shop.orders chunk 0")
+        said.contains("warning: the restore oracle: shop.orders chunk 0"),
+        "{said}"
     );
-    assert!(datadir.join("ibdata1").exists());
     let (out, datadir) = restore(wrong, true);
     assert_eq!(
         out.status.code(),

@@ -1087,17 +1087,7 @@ async fn checksums_task(ctx: Arc<Ctx>, c: ChecksumsRun, mut stop: watch::Receive
         );
         tokio::select! {
             r = run => match r {
-                Ok(r) => tracing::info!(
-                    "checksums ({}): run {} written: {} table(s), {} chunk(s){}",
-                    ctx.name,
-                    r.run,
-                    r.tables,
-                    r.chunks,
-                    r.skipped
-                        .iter()
-                        .map(|s| format!("; not checked: {s}"))
-                        .collect::<String>()
-                ),
+                Ok(r) => tracing::info!("checksums ({}): {}", ctx.name, r.line()),
                 Err(e) => tracing::warn!(
                     "checksums ({}): {e} ({})",
                     ctx.name,

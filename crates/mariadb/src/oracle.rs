@@ -606,11 +606,11 @@ fn matches(pattern: &str, name: &str) -> bool {
     p[i..].iter().all(|c| *c == '*')
 }
 
-/// The query for the runs to delete before a new one: every run but the newest
-/// `KEEP_RUNS - 1` (with the new one, [`KEEP_RUNS`] stay).
+/// The query for the newest run to delete before a new one (it and every older one): all
+/// but the newest `KEEP_RUNS - 1` go (with the new one, [`KEEP_RUNS`] stay).
 pub fn old_runs_sql() -> String {
     format!(
-        "SELECT run FROM `{SCHEMA}`.`chunks` GROUP BY run ORDER BY run DESC LIMIT 1000 OFFSET {}",
+        "SELECT run FROM `{SCHEMA}`.`chunks` GROUP BY run ORDER BY run DESC LIMIT 1 OFFSET {}",
         KEEP_RUNS - 1
     )
 }
@@ -1082,23 +1082,21 @@ where
                 ));
             }
         }
-        let (mut c, mut i) = (
-            Chunk {
-                number,
-                ..Chunk::default()
-            },
-            0,
-        );
-        for b in [&lower, &upper] {
-            match (b, i) {
-                (Some(Bound::Int(v)), 0) => c.lower = Some(*v),
-                (Some(Bound::Int(v)), _) => c.upper = Some(*v),
-                (Some(Bound::Tuple(t)), 0) => c.lower_tuple = Some(t.clone()),
-                (Some(Bound::Tuple(t)), _) => c.upper_tuple = Some(t.clone()),
-                (None, _) => {}
-            }
-            i += 1;
-        }
+        let int = |b: &Option<Bound>| match b {
+            Some(Bound::Int(v)) => Some(*v),
+            _ => None,
+        };
+        let tuple = |b: &Option<Bound>| match b {
+            Some(Bound::Tuple(t)) => Some(t.clone()),
+            _ => None,
+        };
+        let c = Chunk {
+            number,
+            lower: int(&lower),
+            upper: int(&upper),
+            lower_tuple: tuple(&lower),
+            upper_tuple: tuple(&upper),
+        };
         ask(chunk(c)?).await?;
         chunks += 1;
         tokio::time::sleep(settings.pause).await;
@@ -1123,6 +1121,18 @@ pub struct RunReport {
 }
 
 impl RunReport {
+    /// The run, for a person (the archiver's log and output): `run N written: …`.
+    pub fn line(&self) -> String {
+        let mut line = format!(
+            "run {} written: {} table(s), {} chunk(s)",
+            self.run, self.tables, self.chunks
+        );
+        for s in &self.skipped {
+            line.push_str(&format!("; not checked: {s}"));
+        }
+        line
+    }
+
     fn skip(&mut self, why: String) {
         if self.skipped.len() < MAX_SKIPPED_NAMED {
             self.skipped.push(why);
@@ -1162,12 +1172,7 @@ pub async fn write_run(
         return Err("the server is a Galera node (wsrep_on): its replication refuses statements logged as statements, which the restore oracle needs".into());
     }
     ask(schema_sql()).await?;
-    let old: Vec<u64> = ask(old_runs_sql())
-        .await?
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect();
-    if let Some(newest_old) = old.iter().max() {
+    if let Ok(newest_old) = ask(old_runs_sql()).await?.trim().parse::<u64>() {
         ask(format!(
             "DELETE FROM `{SCHEMA}`.`chunks` WHERE run <= {newest_old}"
         ))

@@ -129,8 +129,35 @@ rm -f "$kube_log" "$kube_out"
 
 log "cargo test"
 results="$(mktemp)"
-trap 'rm -f "$results"' EXIT
+node_results="$(mktemp)"
+trap 'rm -f "$results" "$node_results"' EXIT
+cargo test --workspace --locked --no-run
+# The real node's scenarios (crates/cli/tests/node.rs) mostly wait on pods: they run beside
+# the other test binaries, not after them (about 15 minutes less), and their log is
+# printed whole after the others'.
+node_bin="$(cargo test -p tidemark --test node --locked --no-run --message-format=json 2>/dev/null \
+  | python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "node" and m.get("executable"):
+        print(m["executable"])')"
+if [ ! -x "$node_bin" ]; then
+  echo "the node test binary was not found (cargo test -p tidemark --test node --no-run)" >&2
+  exit 1
+fi
+(cd crates/cli && exec "$node_bin") >"$node_results" 2>&1 &
+node_pid=$!
 # Every test binary runs even when one fails: a CI log names every failure at once.
-cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$results"
+set +e
+TIDEMARK_NODE_SCENARIOS=elsewhere cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$results"
+status=${PIPESTATUS[0]}
+wait "$node_pid"
+node_status=$?
+set -e
+log "the real node's scenarios (run beside the tests above)"
+tee -a "$results" <"$node_results"
 # Cargo ends with doc-test runs of zero tests; close with the sum of every run instead.
 awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' "$results"
+if [ "$status" != 0 ] || [ "$node_status" != 0 ]; then
+  exit 1
+fi

@@ -11,6 +11,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
+#[path = "node/soak.rs"]
+mod soak;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -83,6 +85,7 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("a_mysql_statefulset_backed_up_and_restored", |w| {
         Box::pin(a_mysql_statefulset_backed_up_and_restored(w))
     }),
+    ("a_chaos_soak", |w| Box::pin(soak::a_chaos_soak(w))),
 ];
 
 fn main() -> ExitCode {

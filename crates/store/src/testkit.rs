@@ -34,6 +34,8 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug)]
 pub struct SeaweedFs {
     child: Child,
+    /// The program and arguments it was started with, for [`SeaweedFs::restart`].
+    command: (PathBuf, Vec<std::ffi::OsString>),
     dir: tempfile::TempDir,
     pub endpoint: String,
     /// With TLS: the private CA (PEM) its certificate chains to.
@@ -175,8 +177,7 @@ impl SeaweedFs {
                 dir.path().join("server.key").display()
             ));
         }
-        let child = cmd
-            .arg(format!("-dir={}", data.display()))
+        cmd.arg(format!("-dir={}", data.display()))
             .arg(format!("-ip={ip}"))
             .arg(format!("-ip.bind={ip}"))
             .arg(format!("-master.port={}", p[0]))
@@ -195,14 +196,15 @@ impl SeaweedFs {
                 "-s3.autoCreateBucket",
             ])
             .arg(format!("-s3.config={}", config.display()))
-            .args(["-master.volumeSizeLimitMB=64", "-volume.max=0"])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log file"))
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", weed.display()));
+            .args(["-master.volumeSizeLimitMB=64", "-volume.max=0"]);
+        let command = (
+            weed.to_path_buf(),
+            cmd.get_args().map(std::ffi::OsStr::to_owned).collect(),
+        );
+        let child = spawn_logged(&mut cmd, log);
         let mut server = SeaweedFs {
             child,
+            command,
             dir,
             endpoint: format!("{}://{ip}:{s3_port}", if tls { "https" } else { "http" }),
             ca_bundle,
@@ -267,6 +269,36 @@ impl SeaweedFs {
         let text = self.log_text();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+
+    /// Kills the server (SIGKILL, as a crash) and, `down` later, starts it again on the
+    /// same ports and data; waits until it accepts writes.
+    ///
+    /// # Panics
+    /// It does not come back.
+    pub fn restart_after(&mut self, down: Duration) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        std::thread::sleep(down);
+        let log = std::fs::File::create(self.dir.path().join("weed.log")).expect("log file");
+        let mut cmd = Command::new(&self.command.0);
+        cmd.args(&self.command.1);
+        self.child = spawn_logged(&mut cmd, log);
+        let mut last = String::new();
+        // The old process's ports may linger a moment: a few attempts.
+        for _ in 0..START_ATTEMPTS {
+            match self.wait_ready() {
+                Ok(()) => return,
+                Err(Start::PortTaken(log) | Start::Failed(log)) => last = log,
+            }
+            std::thread::sleep(Duration::from_secs(1));
+            if self.child.try_wait().is_ok_and(|s| s.is_some()) {
+                let log =
+                    std::fs::File::create(self.dir.path().join("weed.log")).expect("log file");
+                self.child = spawn_logged(&mut cmd, log);
+            }
+        }
+        panic!("SeaweedFS did not come back after a restart: {last}");
     }
 
     /// Freezes the server (SIGSTOP): requests hang as at a store that stopped answering,
@@ -490,6 +522,15 @@ impl TestCa {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+/// Spawns `cmd` with its output to `log` and no input.
+fn spawn_logged(cmd: &mut Command, log: std::fs::File) -> Child {
+    cmd.stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log file"))
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {:?}: {e}", cmd.get_program()))
 }
 
 impl Drop for SeaweedFs {

@@ -34,19 +34,23 @@ deps_wait
 log "cargo test"
 results="$(mktemp)"
 node_results="$(mktemp)"
-trap 'rm -f "$results" "$node_results"' EXIT
-cargo test --workspace --locked --no-run
+node_pid=""
+# An interrupted run leaves no node scenario running.
+trap 'if [ -n "$node_pid" ]; then kill "$node_pid" 2>/dev/null || true; fi; rm -f "$results" "$node_results"' EXIT
+# One build of every test binary; its JSON names the node scenarios' executable.
+build_json="$(mktemp)"
+cargo test --workspace --locked --no-run --message-format=json-render-diagnostics >"$build_json"
 # The real node's scenarios (crates/cli/tests/node.rs) mostly wait on pods: they run beside
 # the other test binaries, not after them (about 15 minutes less), and their log is
 # printed whole after the others'.
-node_bin="$(cargo test -p tidemark --test node --locked --no-run --message-format=json 2>/dev/null \
-  | python3 -c 'import json, sys
-for line in sys.stdin:
+node_bin="$(python3 -c 'import json, sys
+for line in open(sys.argv[1]):
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "node" and m.get("executable"):
-        print(m["executable"])')"
+        print(m["executable"])' "$build_json")"
+rm -f "$build_json"
 if [ ! -x "$node_bin" ]; then
-  echo "the node test binary was not found (cargo test -p tidemark --test node --no-run)" >&2
+  echo "the node test binary (tests/node.rs) is not among the test binaries cargo built" >&2
   exit 1
 fi
 (cd crates/cli && exec "$node_bin") >"$node_results" 2>&1 &
@@ -57,6 +61,7 @@ TIDEMARK_NODE_SCENARIOS=elsewhere cargo test --workspace --locked --no-fail-fast
 status=${PIPESTATUS[0]}
 wait "$node_pid"
 node_status=$?
+node_pid=""
 set -e
 log "the real node's scenarios (run beside the tests above)"
 tee -a "$results" <"$node_results"

@@ -61,10 +61,21 @@ pub fn kube_bin() -> Result<PathBuf, String> {
     Ok(dir)
 }
 
+/// A component of the control plane: its name, its process, how it was started.
+#[derive(Debug)]
+struct Component {
+    name: &'static str,
+    child: Child,
+    program: std::ffi::OsString,
+    args: Vec<std::ffi::OsString>,
+}
+
 /// A running control plane. Dropping it stops every process.
 #[derive(Debug)]
 pub struct KubeCluster {
-    children: Vec<(&'static str, Child)>,
+    /// Each component's process and the program and arguments it was started with (for
+    /// [`KubeCluster::restart_after`]).
+    children: std::sync::Mutex<Vec<Component>>,
     dir: tempfile::TempDir,
     pub url: String,
 }
@@ -112,7 +123,7 @@ impl KubeCluster {
             }
         };
         let mut cluster = KubeCluster {
-            children: Vec::new(),
+            children: std::sync::Mutex::new(Vec::new()),
             url: format!("https://{address}:{secure}"),
             dir,
         };
@@ -230,13 +241,39 @@ impl KubeCluster {
 
     fn spawn(&mut self, name: &'static str, cmd: &mut Command) {
         let log = std::fs::File::create(self.dir.path().join(format!("{name}.log"))).expect("log");
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {name}: {e}"));
-        self.children.push((name, child));
+        let child = start_logged(name, cmd, log);
+        self.children
+            .get_mut()
+            .expect("components")
+            .push(Component {
+                name,
+                child,
+                program: cmd.get_program().to_owned(),
+                args: cmd.get_args().map(std::ffi::OsStr::to_owned).collect(),
+            });
+    }
+
+    /// Kills a component (SIGKILL, as a crash) and, `down` later, starts it again as it was
+    /// started (its log goes on). The caller waits for it to answer.
+    ///
+    /// # Panics
+    /// No such component, or it cannot be started.
+    pub fn restart_after(&self, component: &str, down: Duration) {
+        let mut children = self.children.lock().expect("components");
+        let c = children
+            .iter_mut()
+            .find(|c| c.name == component)
+            .unwrap_or_else(|| panic!("no component {component}"));
+        let _ = c.child.kill();
+        let _ = c.child.wait();
+        std::thread::sleep(down);
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.dir.path().join(format!("{}.log", c.name)))
+            .expect("log");
+        let mut cmd = Command::new(&c.program);
+        cmd.args(&c.args);
+        c.child = start_logged(c.name, &mut cmd, log);
     }
 
     /// Freezes a component (`kube-apiserver`, `etcd`, …) with SIGSTOP: its clients' requests
@@ -257,15 +294,15 @@ impl KubeCluster {
     }
 
     fn signal(&self, component: &str, sig: &str) {
-        let (_, child) = self
-            .children
+        let children = self.children.lock().expect("components");
+        let c = children
             .iter()
-            .find(|(name, _)| *name == component)
+            .find(|c| c.name == component)
             .unwrap_or_else(|| panic!("no component {component}"));
         // Started through `sh -c 'exec …'` and nsenter, which exec: the child is the server.
         let ok = Command::new("kill")
             .arg(sig)
-            .arg(child.id().to_string())
+            .arg(c.child.id().to_string())
             .status()
             .is_ok_and(|s| s.success());
         assert!(ok, "kill {sig} {component}");
@@ -368,8 +405,10 @@ impl KubeCluster {
             }
             let exited = self
                 .children
+                .lock()
+                .expect("components")
                 .iter_mut()
-                .find_map(|(name, child)| child.try_wait().ok().flatten().map(|s| (*name, s)));
+                .find_map(|c| c.child.try_wait().ok().flatten().map(|s| (c.name, s)));
             if let Some((name, status)) = exited {
                 panic!(
                     "{name} exited ({status}) while starting; log:\n{}",
@@ -467,11 +506,24 @@ impl KubeCluster {
 
 impl Drop for KubeCluster {
     fn drop(&mut self) {
-        for (_, child) in self.children.iter_mut().rev() {
-            let _ = child.kill();
-            let _ = child.wait();
+        let children = self
+            .children
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for c in children.iter_mut().rev() {
+            let _ = c.child.kill();
+            let _ = c.child.wait();
         }
     }
+}
+
+/// Starts `cmd` (component `name`) with its output to `log` and no input.
+fn start_logged(name: &str, cmd: &mut Command, log: std::fs::File) -> Child {
+    cmd.stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {name}: {e}"))
 }
 
 pub const WAIT: Duration = Duration::from_secs(60);

@@ -422,6 +422,12 @@ impl Node {
         self.host.node_ip
     }
 
+    /// `program` in the node's mount and network namespaces (e.g. `iptables`, to cut the
+    /// node's traffic to a server on the machine).
+    pub fn command_in_node(&self, program: &Path) -> Command {
+        self.host.command(program)
+    }
+
     /// The machine's address on the link to the node: servers that pods must reach
     /// listen here.
     pub fn host_ip(&self) -> Ipv4Addr {

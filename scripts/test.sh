@@ -15,6 +15,8 @@
 #     scripts/kube-node.sh; all cached in ~/.cache/tidemark/;
 #   - MySQL 9.7 (Debian unstable's mysql-server-core and mysql-client-core) as a root file
 #     system, by scripts/mysql-root.sh, cached in /var/cache/tidemark/mysql-9.7/.
+# (The installing is scripts/deps.sh, which scripts/soak.sh shares.) The real node's
+# scenarios, the short chaos soak among them, run beside the other test binaries.
 # Usage: scripts/test.sh            (format check, clippy, every test)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -416,7 +416,7 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
     let target = resolve::store_target(&args.store, args.policy.as_deref())?;
     let store = &args.compress.apply(&target.store);
     let json = args.output.structured();
-    let remote = remote_server(args)?;
+    let remote = remote_server(args, store)?;
     let replicas = purge_replicas(&args.purge_replica)?;
     let mut checksums = crate::checksums::Schedule::from_args(args)?;
     let mut follower: Option<tokio::process::Child> = None;
@@ -585,6 +585,7 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
 /// password (it would be visible to every process on the machine, and in error messages).
 fn remote_server(
     args: &crate::args::ArchiveArgs,
+    store: &tidemark_store::ClusterStore,
 ) -> Result<Option<tidemark_mariadb::remote::RemoteServer>, CliError> {
     refuse_password_options(&args.client)?;
     if !args.from_server {
@@ -629,6 +630,10 @@ fn remote_server(
         mariadb_binlog: decoder,
         primary: primary(args),
         mysql,
+        connection_server_id: tidemark_mariadb::remote::connection_server_id(
+            &store.url,
+            &store.cluster,
+        ),
     }))
 }
 

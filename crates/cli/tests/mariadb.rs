@@ -1377,6 +1377,107 @@ fn a_spools_cut_copy_never_becomes_a_timeline() {
     assert_eq!(env.restored_rows(target, "after-both-archivers"), "9");
 }
 
+/// Found by the chaos soak (issue 48 §2): `mariadb-binlog --stop-never` reads as replica
+/// server id 1 unless told otherwise, and a replica whose id is 1 (a StatefulSet's first pod,
+/// as every example numbers them) connected to the same primary made the primary drop one
+/// connection each time the other connected — the archive stood still for minutes after a
+/// failover. The archiver now reads with an id of its own: it and such a replica both follow
+/// the primary, and the archive reaches every instant.
+#[test]
+fn the_archiver_and_a_replica_with_server_id_1_both_follow_the_primary() {
+    let env = Env {
+        s3: SeaweedFs::start(),
+        db: MariaDb::start_replicating(2),
+        compression: "none",
+        bucket: None,
+    };
+    let db = &env.db;
+    let replica = MariaDb::start_replicating(1);
+    replica.replicate_from(db);
+    db.sql(
+        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT);",
+    );
+    // The login before the backup: a restore replays no GRANT (docs/database.md).
+    let connection = network_login(db, "follower", "follow-pw-3c9e");
+    env.insert(3);
+    env.backup(None);
+    let spool = db.scratch().join("spool");
+    let log = db.scratch().join("archiver.log");
+    let mut args = vec![
+        "archive-binlogs",
+        "--from-server",
+        "--spool",
+        spool.to_str().unwrap(),
+        "--interval",
+        "1s",
+        "--",
+    ];
+    args.extend(connection.iter().map(String::as_str));
+    let mut archiver = env
+        .command(&args, db.scratch())
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::fs::File::create(db.scratch().join("archiver.err")).unwrap())
+        .spawn()
+        .unwrap();
+    let dumps = || {
+        db.sql(
+            "SELECT COUNT(*) FROM information_schema.processlist WHERE command LIKE 'Binlog Dump%'",
+        )
+    };
+    let mut rows = 3;
+    for round in 0..3 {
+        env.insert(2);
+        rows += 2;
+        let target = pause_and_mark();
+        env.insert(1);
+        db.sql("FLUSH BINARY LOGS");
+        // The replica keeps up: its connection is never dropped for the archiver's.
+        replica.wait_caught_up(db);
+        // And the archive reaches the instant.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let ls = env.json(&["ls"]);
+            let to = ls["recoveryWindow"]["to"]
+                .as_str()
+                .and_then(|t| t.parse::<Timestamp>().ok());
+            if to.is_some_and(|to| to > target) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "round {round}: the archive did not reach {target} in 60 s: {ls:#}\n{}",
+                std::fs::read_to_string(db.scratch().join("archiver.err")).unwrap_or_default()
+            );
+            sleep(Duration::from_millis(500));
+        }
+        assert_eq!(
+            env.restored_rows(target, &format!("round-{round}")),
+            rows.to_string()
+        );
+        rows += 1;
+        // Both read the binlog at once, under ids of their own.
+        assert_eq!(
+            dumps(),
+            "2",
+            "the replica's and the archiver's dump threads"
+        );
+    }
+    let err = std::fs::read_to_string(db.scratch().join("archiver.err")).unwrap_or_default();
+    assert!(
+        !err.contains("same server_uuid/server_id"),
+        "the archiver's connection was dropped for another's: {err}"
+    );
+    stop_run(&mut archiver, &log);
+    // The id it reads as: derived from the store and the cluster, far from servers' ids.
+    let id = tidemark_mariadb::remote::connection_server_id(&env.s3.url(), "e2e");
+    assert!((0x7000_0000..=0x7FFF_FFFF).contains(&id), "{id}");
+    assert_ne!(
+        id,
+        tidemark_mariadb::remote::connection_server_id(&env.s3.url(), "other"),
+        "another cluster's archiver reads under another id"
+    );
+}
+
 /// An account `user` on `db` with every privilege, and the connection options that log
 /// in as it over the network: its password in an option file, never on a command line.
 fn network_login(db: &MariaDb, user: &str, password: &str) -> Vec<String> {

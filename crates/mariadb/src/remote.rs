@@ -47,15 +47,32 @@ pub struct RemoteServer {
     /// MySQL's `mysql` and `mysqlbinlog`, and a new server's first file is found by its
     /// `Previous_gtids`.
     pub mysql: bool,
+    /// The replication server id it reads the binlog as: [`connection_server_id`].
+    pub connection_server_id: u32,
 }
 
 /// How many of a new MySQL server's newest files are asked their `Previous_gtids` (the
 /// oldest listed is fetched from when none of them fits).
 const MYSQL_FILES_ASKED: usize = 64;
 
-/// The server id `mysqlbinlog --stop-never` connects as (MySQL's default, 1, is often a
-/// real server's; MariaDB's `mariadb-binlog` takes 65535).
-pub const MYSQL_CONNECTION_SERVER_ID: u32 = 65535;
+/// The replication server id an archiver reads a server's binlog as (`mariadb-binlog
+/// --stop-never-slave-server-id`, `mysqlbinlog --connection-server-id`), derived from the
+/// store's URL and the cluster: in 1879048192..=2147483647, far from the small ids servers
+/// are given. Both programs' default is 1, often a replica's own id: the primary then drops
+/// one of the two connections each time the other connects (`A slave with the same
+/// server_uuid/server_id as this slave has connected to the master`), and the archive
+/// stalls while the replica keeps reconnecting (found by the chaos soak: the window's end
+/// stood still for three minutes after a failover). Archivers of one store and cluster
+/// share it (the newest connection wins, as a rollout wants); others do not collide.
+pub fn connection_server_id(store_url: &str, cluster: &str) -> u32 {
+    // FNV-1a: stable across builds and platforms.
+    let mut h: u32 = 0x811c_9dc5;
+    for b in store_url.bytes().chain([b'\n']).chain(cluster.bytes()) {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    0x7000_0000 | (h & 0x0FFF_FFFF)
+}
 
 /// Why reading from the server failed.
 #[derive(Debug, thiserror::Error)]
@@ -387,11 +404,12 @@ impl RemoteServer {
             .arg(format!("--result-file={}/", self.spool.display()));
         if follow {
             c.arg("--stop-never");
-            if self.mysql {
-                c.arg(format!(
-                    "--connection-server-id={MYSQL_CONNECTION_SERVER_ID}"
-                ));
-            }
+            let id = self.connection_server_id;
+            c.arg(if self.mysql {
+                format!("--connection-server-id={id}")
+            } else {
+                format!("--stop-never-slave-server-id={id}")
+            });
         }
         c.arg(first).stdin(Stdio::null());
         c

@@ -811,6 +811,7 @@ pub(crate) async fn a_chaos_soak(w: Arc<World>) {
     let mut roles = ("db-0".to_owned(), "db-1".to_owned()); // (primary, replica)
     let mut rebuilding: Option<String> = None;
     let mut to_check: Vec<Mark> = Vec::new();
+    let mut waiting: Vec<usize> = Vec::new();
     let expected_marks = (settings.seconds / 8).max(1) as usize;
     let every = (expected_marks / settings.samples.max(1)).max(1);
     let mut era = 0usize;
@@ -912,7 +913,17 @@ pub(crate) async fn a_chaos_soak(w: Arc<World>) {
         {
             let m = to_check.remove(i);
             match tokio::task::block_in_place(|| check(&store, &m)) {
-                Checked::NotYet => to_check.push(m),
+                Checked::NotYet => {
+                    // Said once a mark: how long the archive lags shows in the report.
+                    if !waiting.contains(&m.n) {
+                        waiting.push(m.n);
+                        report.say(format!(
+                            "mark {} ({}): the archive has not reached it yet; asked again later",
+                            m.n, m.at
+                        ));
+                    }
+                    to_check.push(m);
+                }
                 outcome => report.checked(&m, outcome),
             }
         }

@@ -812,6 +812,7 @@ pub(crate) async fn a_chaos_soak(w: Arc<World>) {
     let mut rebuilding: Option<String> = None;
     let mut to_check: Vec<Mark> = Vec::new();
     let mut waiting: Vec<usize> = Vec::new();
+    let mut primary_retries = 0u32;
     let expected_marks = (settings.seconds / 8).max(1) as usize;
     let every = (expected_marks / settings.samples.max(1)).max(1);
     let mut era = 0usize;
@@ -857,6 +858,7 @@ pub(crate) async fn a_chaos_soak(w: Arc<World>) {
             )
             .await;
             if fault == Fault::Primary && injected {
+                primary_retries = 0;
                 era += 1;
                 report.failovers.push(jiff::Timestamp::now());
             }
@@ -865,9 +867,17 @@ pub(crate) async fn a_chaos_soak(w: Arc<World>) {
                 report.faults.push((fault, said));
             } else {
                 report.skipped.push((fault, said));
-                // A failover waits for a caught-up replica: it is the next fault again.
+                // A failover waits for a caught-up replica: it is the next fault again,
+                // twice, then goes to the end of the round (a replica that never catches up
+                // stops no other fault).
                 if fault == Fault::Primary {
-                    order.push(fault);
+                    primary_retries += 1;
+                    if primary_retries <= 2 {
+                        order.push(fault);
+                    } else {
+                        primary_retries = 0;
+                        order.insert(0, fault);
+                    }
                 }
             }
             continue;

@@ -57,6 +57,17 @@ impl Env {
         c
     }
 
+    /// A store and a server with GTID replication's settings and id `server_id` (a primary,
+    /// or a replica once told whom to follow), payloads uncompressed.
+    fn replicating(server_id: u32) -> Self {
+        Env {
+            s3: SeaweedFs::start(),
+            db: MariaDb::start_replicating(server_id),
+            compression: "none",
+            bucket: None,
+        }
+    }
+
     fn ok(&self, args: &[&str]) -> Output {
         let out = self.tidemark(args);
         assert!(
@@ -461,12 +472,7 @@ fn backups_binlogs_retention_and_point_in_time_restores() {
 /// without confirmation, the archiver takes it as primary and says so.
 #[test]
 fn a_lying_old_primary_never_takes_the_main_line() {
-    let env = Env {
-        s3: SeaweedFs::start(),
-        db: MariaDb::start_replicating(1),
-        compression: "none",
-        bucket: None,
-    };
+    let env = Env::replicating(1);
     let replica = MariaDb::start_replicating(2);
     replica.replicate_from(&env.db);
     env.db.sql(
@@ -551,12 +557,7 @@ fn a_lying_old_primary_never_takes_the_main_line() {
 /// switch.
 #[test]
 fn replica_backups_and_a_failover_restore_to_every_instant() {
-    let mut env = Env {
-        s3: SeaweedFs::start(),
-        db: MariaDb::start_replicating(1),
-        compression: "none",
-        bucket: None,
-    };
+    let mut env = Env::replicating(1);
     let replica = MariaDb::start_replicating(2);
     // A long-lived primary: its file numbers are ahead of the replica's.
     env.db
@@ -1385,12 +1386,7 @@ fn a_spools_cut_copy_never_becomes_a_timeline() {
 /// the primary, and the archive reaches every instant.
 #[test]
 fn the_archiver_and_a_replica_with_server_id_1_both_follow_the_primary() {
-    let env = Env {
-        s3: SeaweedFs::start(),
-        db: MariaDb::start_replicating(2),
-        compression: "none",
-        bucket: None,
-    };
+    let env = Env::replicating(2);
     let db = &env.db;
     let replica = MariaDb::start_replicating(1);
     replica.replicate_from(db);
@@ -2650,12 +2646,7 @@ fn a_bucket_writer_runs_no_code_where_backups_are_restored() {
 #[test]
 fn the_servers_binlogs_are_purged_only_once_archived() {
     const PASSWORD: &str = "purge-pw-4e1d";
-    let env = Env {
-        s3: SeaweedFs::start(),
-        db: MariaDb::start_replicating(1),
-        compression: "none",
-        bucket: None,
-    };
+    let env = Env::replicating(1);
     let db = &env.db;
     // A replica whose files are numbered apart from the primary's: its purge follows the
     // archive by GTID, not by name.
@@ -3143,12 +3134,7 @@ fn a_restored_server_continues_the_history_on_a_new_timeline() {
     let place = tempfile::tempdir().unwrap();
     // The restore's private server runs as another user when the tests run as root.
     std::fs::set_permissions(place.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
-    let mut env = Env {
-        s3: SeaweedFs::start(),
-        db: MariaDb::start_replicating(1),
-        compression: "none",
-        bucket: None,
-    };
+    let mut env = Env::replicating(1);
     env.db.sql(
         "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT);",
     );

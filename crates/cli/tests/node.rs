@@ -401,17 +401,7 @@ impl World {
 /// (every host, [`DB_PASSWORD`]) once the first pod is ready. Returns the Service's IP.
 async fn database(w: &World, ns: &str, name: &str, replicas: usize) -> String {
     statefulset(w, ns, name, replicas).await;
-    let first = format!("{name}-0");
-    let sql_password = DB_PASSWORD.replace('\\', "\\\\");
-    w.sql(
-        ns,
-        &first,
-        &format!(
-            "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT); \
-             CREATE USER 'backup'@'%' IDENTIFIED BY '{sql_password}'; GRANT ALL ON *.* TO 'backup'@'%'; \
-             CREATE USER 'backup'@'localhost' IDENTIFIED BY '{sql_password}'; GRANT ALL ON *.* TO 'backup'@'localhost';"
-        ),
-    );
+    shop_and_backup_login(w, ns, &format!("{name}-0"));
     let services: Api<Service> = Api::namespaced(w.client(), ns);
     services
         .get(name)
@@ -421,6 +411,21 @@ async fn database(w: &World, ns: &str, name: &str, replicas: usize) -> String {
         .unwrap()
         .cluster_ip
         .unwrap()
+}
+
+/// The `shop.orders` table and the `backup` login (every host, [`DB_PASSWORD`], every
+/// right) on MariaDB pod `pod`.
+fn shop_and_backup_login(w: &World, ns: &str, pod: &str) {
+    let sql_password = DB_PASSWORD.replace('\\', "\\\\");
+    w.sql(
+        ns,
+        pod,
+        &format!(
+            "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT); \
+             CREATE USER 'backup'@'%' IDENTIFIED BY '{sql_password}'; GRANT ALL ON *.* TO 'backup'@'%'; \
+             CREATE USER 'backup'@'localhost' IDENTIFIED BY '{sql_password}'; GRANT ALL ON *.* TO 'backup'@'localhost';"
+        ),
+    );
 }
 
 /// The StatefulSet and Service of [`database`], once its first pod is ready (on a data

@@ -276,38 +276,6 @@ impl KubeCluster {
         c.child = start_logged(c.name, &mut cmd, log);
     }
 
-    /// Freezes a component (`kube-apiserver`, `etcd`, …) with SIGSTOP: its clients' requests
-    /// hang as at a server that stopped answering, until [`KubeCluster::resume`].
-    ///
-    /// # Panics
-    /// No such component, or the signal cannot be sent.
-    pub fn pause(&self, component: &str) {
-        self.signal(component, "-STOP");
-    }
-
-    /// Lets a paused component go on (SIGCONT).
-    ///
-    /// # Panics
-    /// As [`KubeCluster::pause`].
-    pub fn resume(&self, component: &str) {
-        self.signal(component, "-CONT");
-    }
-
-    fn signal(&self, component: &str, sig: &str) {
-        let children = self.children.lock().expect("components");
-        let c = children
-            .iter()
-            .find(|c| c.name == component)
-            .unwrap_or_else(|| panic!("no component {component}"));
-        // Started through `sh -c 'exec …'` and nsenter, which exec: the child is the server.
-        let ok = Command::new("kill")
-            .arg(sig)
-            .arg(c.child.id().to_string())
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(ok, "kill {sig} {component}");
-    }
-
     /// A component's whole log (`kube-apiserver`, `etcd`, `kube-controller-manager`).
     pub fn log(&self, name: &str) -> String {
         std::fs::read_to_string(self.dir.path().join(format!("{name}.log"))).unwrap_or_default()

@@ -680,16 +680,7 @@ async fn soak_database(w: &World) -> String {
         "tidemark.io/role=primary",
         "--overwrite",
     ]);
-    let sql_password = DB_PASSWORD.replace('\\', "\\\\");
-    w.sql(
-        NS,
-        "db-0",
-        &format!(
-            "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT); \
-             CREATE USER 'backup'@'%' IDENTIFIED BY '{sql_password}'; GRANT ALL ON *.* TO 'backup'@'%'; \
-             CREATE USER 'backup'@'localhost' IDENTIFIED BY '{sql_password}'; GRANT ALL ON *.* TO 'backup'@'localhost';"
-        ),
-    );
+    shop_and_backup_login(w, NS, "db-0");
     replicate(w, "db-1", "db-0").await.unwrap();
     let services: Api<Service> = Api::namespaced(w.client(), NS);
     services

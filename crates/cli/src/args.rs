@@ -787,6 +787,23 @@ pub struct MariaDbTools {
     /// ignored otherwise (the server runs as you).
     #[arg(long, value_name = "USER", env = "TIDEMARK_SERVER_USER")]
     pub server_user: Option<String>,
+    /// How binlogs are replayed: `client` sends everything through mariadb-binlog | mariadb;
+    /// `applier` (a preview) gives the row transactions of ROW-format binlogs to the private
+    /// server's replication applier and sends the rest (DDL, statement-logged changes)
+    /// through mariadb-binlog | mariadb. Both apply the same transactions.
+    #[arg(long, value_name = "HOW", value_enum, default_value_t = ReplayHow::Client)]
+    pub replay: ReplayHow,
+    /// With --replay applier: the applier's parallel workers (0: its SQL thread alone, the
+    /// default; more crash MariaDB 10.11's server on these relay logs).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=64))]
+    pub replay_threads: Option<u16>,
+}
+
+/// `--replay`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReplayHow {
+    Applier,
+    Client,
 }
 
 impl MariaDbTools {
@@ -801,6 +818,13 @@ impl MariaDbTools {
             mysql: self.mysql.clone().into(),
             mysqlbinlog: self.mysqlbinlog.clone().into(),
             server_user: self.server_user.clone().map(Into::into),
+            replay: match (self.replay, self.replay_threads) {
+                (ReplayHow::Client, _) => tidemark_mariadb::tools::Replay::Client,
+                (ReplayHow::Applier, Some(threads)) => {
+                    tidemark_mariadb::tools::Replay::Applier { threads }
+                }
+                (ReplayHow::Applier, None) => tidemark_mariadb::tools::Replay::applier(),
+            },
         }
     }
 }

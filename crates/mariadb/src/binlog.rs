@@ -99,6 +99,8 @@ pub(crate) struct Header {
     pub(crate) server: u32,
     /// Bytes of body after the header.
     pub(crate) body: u64,
+    /// Where the event starts in the file.
+    pub(crate) position: u64,
 }
 
 /// What a visitor wants next.
@@ -141,6 +143,7 @@ pub(crate) fn walk<F: Read + Seek>(
             kind: header[4],
             server: u32::from_le_bytes([header[5], header[6], header[7], header[8]]),
             body: u64::from(size) - HEADER as u64,
+            position,
         };
         if let Walk::Stop = visit(&h, f)? {
             return Ok(false);
@@ -302,7 +305,7 @@ pub fn applied(
 
 /// Reads a `Gtid_list` event's body (a count, then domain, server and sequence per entry)
 /// as a position; `None` when it is malformed or too long to be real.
-fn read_gtid_list(f: &mut impl Read, body: u64) -> Result<Option<GtidPos>, BinlogError> {
+pub(crate) fn read_gtid_list(f: &mut impl Read, body: u64) -> Result<Option<GtidPos>, BinlogError> {
     let mut head = [0u8; 4];
     if body < 4 || read_full(f, &mut head)? < 4 {
         return Ok(None);

@@ -3,6 +3,7 @@
 //! processes of a point-in-time restore and of a consolidation (synthetic full).
 //! `tidemark-store` moves the bytes; this crate knows what they are.
 
+pub mod applier;
 pub mod archive;
 pub mod backup;
 pub mod binlog;

@@ -478,7 +478,17 @@ async fn restore_into(
             &format!("replaying {} binlog(s) up to {stop}", files.len()),
             0,
         );
-        oracle = replay(datadir, work, tools, &files, plan, stop, position.as_ref()).await?;
+        oracle = replay(
+            datadir,
+            work,
+            tools,
+            &files,
+            plan,
+            stop,
+            position.as_ref(),
+            progress,
+        )
+        .await?;
     }
     let binlog_state_file = match &position {
         Some(p) => write_binlog_state(datadir, plan, p)?,
@@ -836,7 +846,10 @@ pub(crate) async fn finish_piped<T>(
 }
 
 /// Starts a private server on the prepared directory ([`PrivateServer`]: no network, no
-/// binlog, never root), replays as an account without global rights, and shuts it down.
+/// binlog, never root), replays — row transactions through its replication applier
+/// ([`crate::applier`], unless `--replay client`), the rest as an account without global
+/// rights — and shuts it down.
+#[allow(clippy::too_many_arguments)]
 async fn replay(
     datadir: &Path,
     work: &Path,
@@ -845,11 +858,60 @@ async fn replay(
     plan: &RestorePlan,
     stop: Timestamp,
     position: Option<&tidemark_core::GtidPos>,
+    progress: &dyn Progress,
 ) -> Result<Option<crate::oracle::Comparison>, RestoreError> {
-    let mut server = PrivateServer::start(datadir, work, tools).await?;
+    // Read first: the server is told which server id none of the events carries.
+    let scans = match tools.replay {
+        crate::tools::Replay::Applier { threads } if !files.is_empty() => {
+            Some((scan_runs(files, plan, stop).await?, threads))
+        }
+        _ => None,
+    };
+    let relay = match &scans {
+        Some((scans, threads)) if scans.iter().any(Option::is_some) => {
+            let servers = scans
+                .iter()
+                .flatten()
+                .flat_map(|s| s.servers.iter().copied());
+            Some(
+                crate::applier::Relay::prepare(tools, work, files)
+                    .await?
+                    .server_args(*threads, servers),
+            )
+        }
+        _ => None,
+    };
+    let mut server = PrivateServer::start_with(
+        &crate::tools::Flavor::MariaDb,
+        datadir,
+        work,
+        tools,
+        relay.as_deref().unwrap_or_default(),
+    )
+    .await?;
     // The backup's own checksum runs: those the replay computes again come after.
     let since = server.oracle_base_run(tools).await;
-    let mut replayed = replay_into(&mut server, tools, files, plan, stop, work).await;
+    // What the data said it had replicated: the applier writes its own progress there.
+    let before = match relay {
+        Some(_) => Some(slave_pos(&server, tools).await),
+        None => None,
+    };
+    let mut replayed = replay_into(
+        &mut server,
+        tools,
+        files,
+        plan,
+        stop,
+        work,
+        relay.as_ref().and(scans.as_ref()).map(|(s, _)| &s[..]),
+        progress,
+    )
+    .await;
+    if relay.is_some() {
+        // No replication state of the replay stays in the restored data.
+        let reset = server.admin_sql(tools, "STOP SLAVE; RESET SLAVE ALL").await;
+        replayed = replayed.and(reset);
+    }
     // The restore oracle (issue 48), where the data holds it: what the replay recomputed
     // against the primary's values.
     let oracle = match &replayed {
@@ -859,10 +921,20 @@ async fn replay(
     // What the data now holds is what the server says it applied (`gtid_slave_pos`, in
     // `mysql.gtid_slave_pos`): a replica made of it, or the server made a replica, starts
     // there.
-    if let (Ok(()), Some(p)) = (&replayed, position) {
-        replayed = server
-            .admin_sql(tools, &format!("SET GLOBAL gtid_slave_pos = '{p}'"))
-            .await;
+    let said = match (position, before) {
+        (Some(p), _) => Some(Ok(p.clone())),
+        (None, Some(b)) => Some(b),
+        (None, None) => None,
+    };
+    if let (Ok(()), Some(p)) = (&replayed, said) {
+        replayed = match p {
+            Ok(p) => {
+                server
+                    .admin_sql(tools, &format!("SET GLOBAL gtid_slave_pos = '{p}'"))
+                    .await
+            }
+            Err(e) => Err(e),
+        };
     }
     let stopped = server.stop(tools, "mariadbd shutdown after replay").await;
     replayed?;
@@ -870,6 +942,23 @@ async fn replay(
     Ok(oracle)
 }
 
+/// The server's `gtid_slave_pos`, read as a position (its text is the data's: never put
+/// in a statement as read).
+async fn slave_pos(
+    server: &PrivateServer,
+    tools: &Tools,
+) -> Result<tidemark_core::GtidPos, RestoreError> {
+    let text = server
+        .admin_query(tools, "SELECT @@GLOBAL.gtid_slave_pos")
+        .await?;
+    tidemark_core::GtidPos::parse(text.trim()).map_err(|e| RestoreError::Tool {
+        step: "reading the restored server's gtid_slave_pos".into(),
+        status: e.to_string(),
+        tail: String::new(),
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn replay_into(
     server: &mut PrivateServer,
     tools: &Tools,
@@ -877,30 +966,36 @@ async fn replay_into(
     plan: &RestorePlan,
     stop: Timestamp,
     work: &Path,
+    scans: Option<&[Option<crate::applier::Scan>]>,
+    progress: &dyn Progress,
 ) -> Result<(), RestoreError> {
     // One pass per timeline, in order: the parent's events up to the switch, then the next
     // timeline's after it (mariadb-binlog refuses, rightly, one stream of two servers'
     // files whose numbers go back).
     let runs = plan.replay_runs(files.len());
     for (i, run) in runs.iter().enumerate() {
-        let Some(files) = files.get(run.first..run.first + run.count) else {
-            return Err(RestoreError::Tool {
-                step: "planning the replay".into(),
-                status: format!(
-                    "run {i} names segments {}..{}",
-                    run.first,
-                    run.first + run.count
-                ),
-                tail: String::new(),
-            });
-        };
+        let files = run_files(files, run, i)?;
+        // Made anew for each run: whatever the run before did to its account is undone.
+        let login = server.account(tools, Account::Replay).await?;
+        if let Some(scan) = scans.and_then(|s| s.get(i)).and_then(Option::as_ref) {
+            tracing::info!(
+                timeline = run.timeline,
+                "replaying {} transaction(s), {} through the applier, in {} part(s)",
+                scan.transactions,
+                scan.through_applier(),
+                scan.pieces.len()
+            );
+            crate::applier::apply_run(
+                server, tools, run, files, scan, &login, stop, work, progress,
+            )
+            .await?;
+            continue;
+        }
         let offset = if i == 0 {
             plan.start_position.as_ref()
         } else {
             None
         };
-        // Made anew for each run: whatever the run before did to its account is undone.
-        let login = server.account(tools, Account::Replay).await?;
         replay_run(
             &server.socket,
             &login,
@@ -914,6 +1009,71 @@ async fn replay_into(
         .await?;
     }
     Ok(())
+}
+
+/// The downloaded files of run `i`.
+fn run_files<'a>(
+    files: &'a [PathBuf],
+    run: &tidemark_core::restore::ReplayRun,
+    i: usize,
+) -> Result<&'a [PathBuf], RestoreError> {
+    files
+        .get(run.first..run.first + run.count)
+        .ok_or_else(|| RestoreError::Tool {
+            step: "planning the replay".into(),
+            status: format!(
+                "run {i} names segments {}..{}",
+                run.first,
+                run.first + run.count
+            ),
+            tail: String::new(),
+        })
+}
+
+/// How each run goes through the applier ([`crate::applier::scan`]); `None` for a run the
+/// scan cannot read as `mariadb-binlog` would — it goes through `mariadb-binlog | mariadb`
+/// whole, which judges it as it always did.
+async fn scan_runs(
+    files: &[PathBuf],
+    plan: &RestorePlan,
+    stop: Timestamp,
+) -> Result<Vec<Option<crate::applier::Scan>>, RestoreError> {
+    let runs = plan.replay_runs(files.len()).into_owned();
+    let mut jobs = Vec::new();
+    for (i, run) in runs.iter().enumerate() {
+        let start = match (&run.start_after, plan.start_position.as_ref()) {
+            (Some(g), _) => crate::applier::Start::AfterGtid(g.clone()),
+            (None, Some(p)) if i == 0 => crate::applier::Start::Offset(p.position),
+            (None, _) => crate::applier::Start::Beginning,
+        };
+        jobs.push((
+            run_files(files, run, i)?.to_vec(),
+            start,
+            run.stop_at.clone(),
+            run.timeline,
+        ));
+    }
+    tokio::task::spawn_blocking(move || {
+        jobs.into_iter()
+            .map(|(paths, start, until, timeline)| {
+                crate::applier::scan(&paths, start, until.as_ref(), stop)
+                    .inspect_err(|e| {
+                        tracing::warn!(
+                            timeline,
+                            "the applier path cannot replay this timeline ({e}): through \
+                             mariadb-binlog | mariadb"
+                        );
+                    })
+                    .ok()
+            })
+            .collect()
+    })
+    .await
+    .map_err(|e| RestoreError::Tool {
+        step: "reading the binlogs before the replay".into(),
+        status: e.to_string(),
+        tail: String::new(),
+    })
 }
 
 /// Replays one run of segments (`mariadb-binlog … | mariadb`) as `login`.

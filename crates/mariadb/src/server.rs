@@ -408,24 +408,29 @@ impl PrivateServer {
     /// # Errors
     /// Its options are refused; root without a server user; it cannot be started, or does
     /// not come up (with the end of its log).
-    pub(crate) async fn start(
-        datadir: &Path,
-        work: &Path,
-        tools: &Tools,
-    ) -> Result<Self, RestoreError> {
-        Self::start_flavor(&Flavor::MariaDb, datadir, work, tools).await
-    }
-
-    /// [`PrivateServer::start`] for a server of `flavor`. MySQL's reads no options file
-    /// from the data directory (a clone carries none): its page size is given.
     ///
-    /// # Errors
-    /// As [`PrivateServer::start`].
+    /// MySQL's reads no options file from the data directory (a clone carries none): its
+    /// page size is given.
     pub(crate) async fn start_flavor(
         flavor: &Flavor,
         datadir: &Path,
         work: &Path,
         tools: &Tools,
+    ) -> Result<Self, RestoreError> {
+        Self::start_with(flavor, datadir, work, tools, &[]).await
+    }
+
+    /// [`PrivateServer::start_flavor`] with more options (Tidemark's own: the relay logs
+    /// of a replay through the applier, [`crate::applier`]).
+    ///
+    /// # Errors
+    /// As [`PrivateServer::start_flavor`].
+    pub(crate) async fn start_with(
+        flavor: &Flavor,
+        datadir: &Path,
+        work: &Path,
+        tools: &Tools,
+        extra: &[String],
     ) -> Result<Self, RestoreError> {
         let user = server_user(tools, datadir).await?;
         let io = crate::tools::io_error;
@@ -544,6 +549,7 @@ impl PrivateServer {
             .args(REPLAY_SETTINGS)
             .arg(format!("--secure-file-priv={}", none.display()))
             .arg("--local-infile=0")
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
@@ -644,6 +650,11 @@ impl PrivateServer {
         Ok(Login { file, user })
     }
 
+    /// The end of the server's error log.
+    pub(crate) fn log_tail(&self) -> String {
+        tail(&std::fs::read_to_string(&self.log).unwrap_or_default())
+    }
+
     /// Runs `sql` as Tidemark's administrator.
     /// The statements go on the client's standard input, never its command line: they
     /// carry the accounts' passwords, and a command line is every local user's to read.
@@ -658,6 +669,31 @@ impl PrivateServer {
         _tools: &Tools,
         sql: &str,
     ) -> Result<String, RestoreError> {
+        self.admin_client(sql, true).await
+    }
+
+    /// Runs `sql` (one statement that returns one row, e.g. `SHOW SLAVE STATUS`) as
+    /// Tidemark's administrator: its columns by name, empty when it returned no row.
+    ///
+    /// # Errors
+    /// As [`PrivateServer::admin_query`].
+    pub(crate) async fn admin_row(
+        &self,
+        sql: &str,
+    ) -> Result<std::collections::BTreeMap<String, String>, RestoreError> {
+        let out = self.admin_client(sql, false).await?;
+        let mut lines = out.lines();
+        let (Some(names), Some(values)) = (lines.next(), lines.next()) else {
+            return Ok(std::collections::BTreeMap::new());
+        };
+        Ok(names
+            .split('\t')
+            .map(str::to_owned)
+            .zip(values.split('\t').map(str::to_owned))
+            .collect())
+    }
+
+    async fn admin_client(&self, sql: &str, bare: bool) -> Result<String, RestoreError> {
         use tokio::io::AsyncWriteExt as _;
         let spawn_err = |source| RestoreError::Spawn {
             program: self.client.to_string_lossy().into_owned(),
@@ -666,7 +702,7 @@ impl PrivateServer {
         let mut child = spawn(
             Command::new(&self.client)
                 .args(self.admin.args(&self.socket))
-                .args(["-N", "-B"])
+                .args(if bare { &["-N", "-B"][..] } else { &["-B"][..] })
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped()),

@@ -37,6 +37,33 @@ pub struct Tools {
     /// The user the private server runs as when Tidemark runs as root (`--server-user`;
     /// refused without one then): see [`crate::server`].
     pub server_user: Option<OsString>,
+    /// How a MariaDB restore replays binlogs ([`Replay`]).
+    pub replay: Replay,
+}
+
+/// How a MariaDB restore replays its binlogs (issue 49; `--replay`). `Client` by default:
+/// the applier path is a preview (see docs/cli.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Replay {
+    /// Row transactions through the private server's replication applier with `threads`
+    /// parallel workers (0: its SQL thread alone); statements, and a run the applier path
+    /// cannot read, through `mariadb-binlog | mariadb` ([`crate::applier`]).
+    Applier { threads: u16 },
+    /// Everything through `mariadb-binlog | mariadb`.
+    #[default]
+    Client,
+}
+
+impl Replay {
+    /// The applier's SQL thread alone: MariaDB 10.11's parallel workers crash the server
+    /// (SIGSEGV in `compare_log_name`) on relay logs placed by hand, which name no source
+    /// log file.
+    pub fn applier() -> Self {
+        Replay::Applier { threads: 0 }
+    }
+
+    /// Most parallel workers the applier is given.
+    pub const MAX_THREADS: u16 = 64;
 }
 
 impl Default for Tools {
@@ -52,6 +79,7 @@ impl Default for Tools {
             mysql: "mysql".into(),
             mysqlbinlog: "mysqlbinlog".into(),
             server_user: server_user_from_env(),
+            replay: Replay::default(),
         }
     }
 }

@@ -729,6 +729,35 @@ fn caught_up(w: &World, replica: &str, primary: &str) -> bool {
     .is_ok_and(|r| r == "0")
 }
 
+/// What a replica says of its replication, for the line of a skipped failover (best
+/// effort): whether its threads run, their last errors, how far behind, where it is.
+fn replica_state(w: &World, replica: &str) -> String {
+    const FIELDS: [&str; 6] = [
+        "Slave_IO_Running",
+        "Slave_SQL_Running",
+        "Last_IO_Error",
+        "Last_SQL_Error",
+        "Seconds_Behind_Master",
+        "Gtid_IO_Pos",
+    ];
+    match try_sql(w, replica, "SHOW SLAVE STATUS\\G") {
+        Ok(text) => {
+            let said: Vec<String> = text
+                .lines()
+                .map(str::trim)
+                .filter(|l| FIELDS.iter().any(|f| l.starts_with(&format!("{f}:"))))
+                .map(str::to_owned)
+                .collect();
+            if said.is_empty() {
+                "no replication configured".into()
+            } else {
+                said.join("; ")
+            }
+        }
+        Err(e) => format!("no answer: {}", e.lines().last().unwrap_or_default()),
+    }
+}
+
 /// The soak itself.
 pub(crate) async fn a_chaos_soak(w: Arc<World>) {
     let settings = Settings::from_env();
@@ -1250,9 +1279,13 @@ async fn inject(
             if rebuilding.is_some()
                 || !tokio::task::block_in_place(|| caught_up(w, &replica, &primary))
             {
+                let state = match rebuilding {
+                    Some(pod) => format!("{pod} is still being rebuilt"),
+                    None => tokio::task::block_in_place(|| replica_state(w, &replica)),
+                };
                 return (
                     false,
-                    format!("skipped: {replica} is not a caught-up replica yet"),
+                    format!("skipped: {replica} is not a caught-up replica yet ({state})"),
                 );
             }
             // The old primary restarts on an empty data directory (then replicates the new

@@ -311,9 +311,7 @@ impl Scanner<'_> {
         if !self.wanted_at(here) {
             return Ok(Walk::Next);
         }
-        if self.out.servers.last() != Some(&h.server) {
-            self.out.servers.insert(h.server);
-        }
+        self.out.servers.insert(h.server);
         // --stop-datetime: the first event at or after the stop that mariadb-binlog reads
         // (in a wanted group, or between groups while the last was wanted) ends the replay;
         // a transaction it falls in is not applied.
@@ -1194,16 +1192,7 @@ mod tests {
         let sum = if crc { 4 } else { 0 };
         let mut out = vec![0xfe, b'b', b'i', b'n'];
         let mut event = |ts: i64, kind: u8, server: u32, body: &[u8]| {
-            let size = (19 + body.len() + sum) as u32;
-            let next = out.len() as u32 + size;
-            out.extend_from_slice(&(ts as u32).to_le_bytes());
-            out.push(kind);
-            out.extend_from_slice(&server.to_le_bytes());
-            out.extend_from_slice(&size.to_le_bytes());
-            out.extend_from_slice(&next.to_le_bytes());
-            out.extend_from_slice(&0u16.to_le_bytes());
-            out.extend_from_slice(body);
-            out.extend(std::iter::repeat_n(0u8, sum));
+            crate::binlog::write_event(&mut out, ts, kind, server, body, sum);
         };
         // Format description: version 4, server version, time, header length, 40 post-
         // header lengths, the checksum algorithm (its own checksum follows, as `sum`).

@@ -349,6 +349,28 @@ pub fn synthetic(times: &[i64], body: usize) -> Vec<u8> {
     synthetic_gtid(1, None, &events, body)
 }
 
+/// Appends one event to a binlog being built (tests, benchmarks): the header, `payload`,
+/// then `pad` zero bytes (a body's rest, or a checksum's place).
+pub(crate) fn write_event(
+    out: &mut Vec<u8>,
+    ts: i64,
+    kind: u8,
+    server: u32,
+    payload: &[u8],
+    pad: usize,
+) {
+    let size = (HEADER + payload.len() + pad) as u32;
+    let next = out.len() as u32 + size;
+    out.extend_from_slice(&(ts as u32).to_le_bytes());
+    out.push(kind);
+    out.extend_from_slice(&server.to_le_bytes());
+    out.extend_from_slice(&size.to_le_bytes());
+    out.extend_from_slice(&next.to_le_bytes());
+    out.extend_from_slice(&0u16.to_le_bytes());
+    out.extend_from_slice(payload);
+    out.extend(std::iter::repeat_n(0u8, pad));
+}
+
 /// [`synthetic`] as server `server_id` writes it with GTIDs: a `Gtid_list` of `start`
 /// (when given) after the format description, and before each event with a GTID a GTID
 /// event (its server id the GTID's).
@@ -359,18 +381,7 @@ pub fn synthetic_gtid(
     body: usize,
 ) -> Vec<u8> {
     let mut out = MAGIC.to_vec();
-    let event = |out: &mut Vec<u8>, ts: i64, kind: u8, server: u32, payload: &[u8], pad: usize| {
-        let size = (HEADER + payload.len() + pad) as u32;
-        let next = out.len() as u32 + size;
-        out.extend_from_slice(&(ts as u32).to_le_bytes());
-        out.push(kind);
-        out.extend_from_slice(&server.to_le_bytes());
-        out.extend_from_slice(&size.to_le_bytes());
-        out.extend_from_slice(&next.to_le_bytes());
-        out.extend_from_slice(&0u16.to_le_bytes());
-        out.extend_from_slice(payload);
-        out.extend(std::iter::repeat_n(0u8, pad));
-    };
+    let event = write_event;
     let first = events.first().map_or(0, |e| e.0);
     event(
         &mut out,

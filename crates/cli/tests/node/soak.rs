@@ -36,6 +36,13 @@ const SUMMARY: &str = "SELECT COUNT(*), COALESCE(SUM(v), 0), COALESCE(BIT_XOR(CR
 /// The marker file that makes a database pod start on an empty data directory (the old
 /// primary, rebuilt as a replica of the new one).
 const REBUILD: &str = "/var/lib/mysql/soak-rebuild";
+/// The server id of a soak database pod, chosen when its data directory is made: the pod's
+/// parity, and a new one after each rebuild. A rebuilt server that kept the id it had as
+/// the primary would skip every event of its own id in the new primary's binlog (MariaDB
+/// replicas drop their own server id's events): it missed the `shop` schema, its applier
+/// stopped on the first row event, and every later failover was skipped (the hour at
+/// ab6cded: 10 of 11).
+const SERVER_ID: &str = "/var/lib/mysql/soak-server-id";
 /// The operator's memory and open files may not exceed these at any sample.
 const MAX_RSS_BYTES: u64 = 256 * 1024 * 1024;
 const MAX_OPEN_FILES: usize = 512;
@@ -640,7 +647,7 @@ impl Report {
 
 /// The soak's database: a StatefulSet of two MariaDB pods (the template labels every pod
 /// standby; the test labels the primary), updated only on delete; a pod that finds
-/// [`REBUILD`] starts on an empty data directory.
+/// [`REBUILD`] starts on an empty data directory, under a new server id ([`SERVER_ID`]).
 async fn soak_database(w: &World) -> String {
     w.node.local_volumes(2).await;
     let script = format!(
@@ -648,8 +655,9 @@ async fn soak_database(w: &World) -> String {
         if [ -f {REBUILD} ]; then find /var/lib/mysql -mindepth 1 -delete; fi\n\
         if [ ! -d /var/lib/mysql/mysql ]; then\n\
           mariadb-install-db --datadir=/var/lib/mysql --skip-test-db --auth-root-authentication-method=normal >/tmp/install.log 2>&1 || {{ cat /tmp/install.log; exit 1; }}\n\
+          echo $(( $(date +%s) % 100000000 * 2 + ${{HOSTNAME##*-}} + 1 )) > {SERVER_ID}\n\
         fi\n\
-        exec mariadbd --datadir=/var/lib/mysql --bind-address=0.0.0.0 --port=3306 --skip-name-resolve --log-bin=mysql-bin --server-id=$((${{HOSTNAME##*-}} + 1)) --binlog-format=ROW --log-slave-updates --gtid-strict-mode=1"
+        exec mariadbd --datadir=/var/lib/mysql --bind-address=0.0.0.0 --port=3306 --skip-name-resolve --log-bin=mysql-bin --server-id=$(cat {SERVER_ID}) --binlog-format=ROW --log-slave-updates --gtid-strict-mode=1"
     );
     let readiness = json!({"tcpSocket": {"port": 3306}, "periodSeconds": 1});
     let [_, mut set] = server_docs("db", 2, "mariadb", MARIADB_IMAGE, &script, readiness);
@@ -727,6 +735,32 @@ fn caught_up(w: &World, replica: &str, primary: &str) -> bool {
         &format!("SELECT MASTER_GTID_WAIT('{want}', 10)"),
     )
     .is_ok_and(|r| r == "0")
+}
+
+/// Whether `replica`, once caught up (within 120 s), holds what `primary` holds (the load
+/// stopped): the line for the report, or why not.
+fn replica_matches(w: &World, replica: &str, primary: &str) -> Result<String, String> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !caught_up(w, replica, primary) {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "the replica {replica} did not catch up with the primary {primary} within 120 s ({})",
+                replica_state(w, replica)
+            ));
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let want = try_sql(w, primary, SUMMARY)?;
+    let got = try_sql(w, replica, SUMMARY)?;
+    if got == want {
+        Ok(format!(
+            "the replica {replica} holds what the primary {primary} holds: {got}"
+        ))
+    } else {
+        Err(format!(
+            "the replica {replica} holds {got}, the primary {primary} {want}"
+        ))
+    }
 }
 
 /// What a replica says of its replication, for the line of a skipped failover (best
@@ -1007,6 +1041,12 @@ pub(crate) async fn a_chaos_soak(w: Arc<World>) {
     load.stop.store(true, std::sync::atomic::Ordering::SeqCst);
     drop(mark_tx);
     let _ = (&mut writer.0).await;
+    // The soak's own cluster stayed sound: the replica holds every row the primary holds
+    // (a replica that stopped applying turns every later failover into a skip).
+    let replica = tokio::task::block_in_place(|| replica_matches(&w, &roles.1, &roles.0));
+    report.say(match &replica {
+        Ok(said) | Err(said) => said.clone(),
+    });
     // The archive reaches past the last mark, then the marks still to check, and more
     // until the sample is whole.
     let primary = roles.0.clone();
@@ -1191,6 +1231,9 @@ pub(crate) async fn a_chaos_soak(w: Arc<World>) {
     }
     if let Err(e) = &verified {
         failures.push(format!("tidemark verify: {e}"));
+    }
+    if let Err(e) = replica {
+        failures.push(e);
     }
     failures.extend(objects.into_iter().filter(|l| !l.starts_with("objects:")));
     if tested["passed"] != true {

@@ -1104,18 +1104,22 @@ pub(crate) async fn a_chaos_soak(w: Arc<World>) {
     let mut tries = 0;
     let objects = loop {
         let ls = tidemark_json(&store, &["ls"]).unwrap_or_else(|e| json!({"error": e}));
-        let owners: Vec<String> = backups
+        let owners: Vec<(String, bool)> = backups
             .list(&ListParams::default())
             .await
             .map(|l| l.items)
             .unwrap_or_default()
             .iter()
-            .filter_map(|b| b.status.as_ref()?.backup_id.clone())
+            .filter_map(|b| {
+                let status = b.status.as_ref()?;
+                let failed = status.phase == Some(tidemark_api::schedule::BackupPhase::Failed);
+                Some((status.backup_id.clone()?, failed))
+            })
             .collect();
         let (objects, synthetic) = orphans_and_duplicates(&store, &ls, &owners).await;
         report.synthetic = synthetic;
         tries += 1;
-        if objects.len() == 1 || tries == 20 {
+        if objects.iter().all(|l| !is_finding(l)) || tries == 20 {
             break objects;
         }
         tokio::time::sleep(Duration::from_secs(3)).await;
@@ -1235,7 +1239,7 @@ pub(crate) async fn a_chaos_soak(w: Arc<World>) {
     if let Err(e) = replica {
         failures.push(e);
     }
-    failures.extend(objects.into_iter().filter(|l| !l.starts_with("objects:")));
+    failures.extend(objects.into_iter().filter(|l| is_finding(l)));
     if tested["passed"] != true {
         failures.push(format!(
             "the restore test after the faults failed: {tested}"
@@ -1490,15 +1494,25 @@ fn promote(w: &World, replica: &str, primary: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Objects without metadata (a backup directory holding no `metadata.json` nor a running
-/// attempt's marker) or without an index entry (more segments stored than indexed), and
-/// duplicates: a completed backup (synthetic fulls aside) that is not the `backupId` of
-/// exactly one of the Backups `owners` lists (a Backup committed twice leaves one that none
-/// names). The first line counts what was listed; then the set of synthetic fulls.
+/// Whether a line of [`orphans_and_duplicates`] is a finding (not the count, nor the debris
+/// of a failed Backup that retention collects).
+fn is_finding(line: &str) -> bool {
+    !line.starts_with("objects:") && !line.starts_with("debris:")
+}
+
+/// Objects without metadata (a backup directory holding no `metadata.json`) or without an
+/// index entry (more segments stored than indexed), and duplicates: a completed backup
+/// (synthetic fulls aside) that is not the `backupId` of exactly one of the Backups
+/// `owners` lists (id, whether it failed; a Backup committed twice leaves one that none
+/// names). A directory holding only the marker (and payload) of a failed Backup's attempt
+/// is debris, not a finding: the attempt could not record its failure (the store was
+/// unreachable), and retention deletes it once the marker is stale (10 min) and older than
+/// `failedBackupsTTL`, as the design says. The first line counts what was listed; then the
+/// set of synthetic fulls.
 async fn orphans_and_duplicates(
     store: &SeaweedFs,
     ls: &serde_json::Value,
-    owners: &[String],
+    owners: &[(String, bool)],
 ) -> (Vec<String>, std::collections::BTreeSet<String>) {
     use futures::TryStreamExt;
     use tidemark_store::layout::{KeyKind, classify};
@@ -1536,8 +1550,15 @@ async fn orphans_and_duplicates(
     )];
     let mut synthetic = std::collections::BTreeSet::new();
     for ((name, id), (metadata, marker)) in &dirs {
-        // Every Backup has ended: an attempt's marker without its metadata is debris too.
+        // Every Backup has ended: an attempt's marker without its metadata is debris of a
+        // failed Backup, or an orphan.
         if !metadata {
+            if *marker && owners.iter().any(|(o, failed)| o == id && *failed) {
+                lines.push(format!(
+                    "debris: {name}/{id} holds the marker of a failed Backup's attempt, no metadata.json (retention collects it)"
+                ));
+                continue;
+            }
             let what = if *marker {
                 "an attempt's marker"
             } else {
@@ -1561,7 +1582,7 @@ async fn orphans_and_duplicates(
         if meta["consolidatedFrom"].is_array() {
             synthetic.insert(id.clone());
         } else if meta["phase"] == "completed" {
-            let n = owners.iter().filter(|o| *o == id).count();
+            let n = owners.iter().filter(|(o, _)| o == id).count();
             if n != 1 {
                 lines.push(format!(
                     "duplicate: {name}/{id} is completed, and the backupId of {n} Backups"

@@ -1229,6 +1229,20 @@ fn switch_point(
         // Then while the parent wrote the same numbers with the same servers, run by run.
         let mut common = cs;
         let mut writer = child_start.get(d).map(|g| g.server);
+        // A file that starts before the parent's own first file (a replica rebuilt from
+        // nothing keeps its whole history in one binlog) shares what lies before the
+        // parent's base — its ancestors' history, not known here one by one — when it holds
+        // the base's own transaction (the same server wrote that number), as
+        // `history_holds` takes it. Without this, a second failover to such a replica
+        // joined nothing: a gap until the next backup (found by the chaos soak).
+        if let Some(b) = parent_base.get(d)
+            && b.seq > common
+            && b.seq <= pe
+            && tidemark_core::gtid::writer_of(child_runs, d, b.seq) == Some(b.server)
+        {
+            common = b.seq;
+            writer = Some(b.server);
+        }
         'runs: for r in child_runs.iter().filter(|r| r.domain == d) {
             if r.last <= common {
                 continue;

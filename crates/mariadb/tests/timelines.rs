@@ -78,6 +78,37 @@ fn server_one() -> (tempfile::TempDir, PathBuf) {
     server(1, &files)
 }
 
+/// Server 2, server 1's replica, promoted after 0-1-35 (0-1-36..40 never reached it): the
+/// same file names, its first two holding what it replicated, then its own 0-2-36..50.
+fn server_two() -> (tempfile::TempDir, PathBuf) {
+    let mut s2_second = run(21, 35, 1);
+    s2_second.extend(run(36, 45, 2));
+    let s2_third = run(46, 50, 2);
+    server(
+        2,
+        &[
+            File {
+                number: 1,
+                start: &[],
+                txns: &run(1, 20, 1),
+                at: T0,
+            },
+            File {
+                number: 2,
+                start: &[(1, 20)],
+                txns: &s2_second,
+                at: T0 + 200,
+            },
+            File {
+                number: 3,
+                start: &[(2, 45)],
+                txns: &s2_third,
+                at: T0 + 400,
+            },
+        ],
+    )
+}
+
 fn run(a: u64, b: u64, server: u32) -> Vec<(u32, u64)> {
     (a..=b).map(|q| (server, q)).collect()
 }
@@ -104,34 +135,8 @@ fn three_servers_with_the_same_file_names() {
     let r = rt.block_on(archive_pass(&store, &s1, &NoProgress)).unwrap();
     assert_eq!((r.uploaded.len(), r.timeline), (4, 0), "{r:?}");
 
-    // Server 2, its replica, promoted after 0-1-35 (0-1-36..40 never reached it): the same
-    // file names, its first two holding what it replicated, then its own 0-2-36..50.
-    let mut s2_second = run(21, 35, 1);
-    s2_second.extend(run(36, 45, 2));
-    let s2_third = run(46, 50, 2);
-    let (_s2_dir, s2) = server(
-        2,
-        &[
-            File {
-                number: 1,
-                start: &[],
-                txns: &run(1, 20, 1),
-                at: T0,
-            },
-            File {
-                number: 2,
-                start: &[(1, 20)],
-                txns: &s2_second,
-                at: T0 + 200,
-            },
-            File {
-                number: 3,
-                start: &[(2, 45)],
-                txns: &s2_third,
-                at: T0 + 400,
-            },
-        ],
-    );
+    // Server 2, its replica, promoted after 0-1-35 (0-1-36..40 never reached it).
+    let (_s2_dir, s2) = server_two();
     let r = rt.block_on(archive_pass(&store, &s2, &NoProgress)).unwrap();
     let t1 = r.new_timeline.clone().expect("a new timeline");
     assert_eq!((t1.id, t1.server_id, t1.parent), (1, Some(2), Some(0)));
@@ -273,6 +278,55 @@ fn three_servers_with_the_same_file_names() {
             .all(|m| m.segment.sequence < 5_000_000_000_000)
     );
     assert!(h.branch.iter().any(|s| s.sequence == 5_000_000_000_001));
+}
+
+/// A second failover to a replica rebuilt from nothing (found by the chaos soak): its one
+/// binlog file starts empty and holds the whole history — server 1's, server 2's — then its
+/// own. It joins server 2's timeline where server 2's archive ends, with nothing missing,
+/// though that timeline's first file starts later (0-1-20). It joined nothing before (an
+/// unrelated switch: a gap until the next backup).
+#[test]
+fn a_second_failover_to_a_replica_rebuilt_from_nothing_joins() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (_d, store) = local_store("db");
+    let (_s1_dir, s1) = server_one();
+    rt.block_on(archive_pass(&store, &s1, &NoProgress)).unwrap();
+    let (_s2_dir, s2) = server_two();
+    let r = rt.block_on(archive_pass(&store, &s2, &NoProgress)).unwrap();
+    assert_eq!(r.new_timeline.map(|t| t.id), Some(1));
+    let mut all = run(1, 35, 1);
+    all.extend(run(36, 50, 2));
+    all.extend(run(51, 60, 3));
+    let (_s3_dir, s3) = server(
+        3,
+        &[File {
+            number: 1,
+            start: &[],
+            txns: &all,
+            at: T0 + 600,
+        }],
+    );
+    let r = rt.block_on(archive_pass(&store, &s3, &NoProgress)).unwrap();
+    let t2 = r.new_timeline.clone().expect("a new timeline");
+    assert_eq!((t2.id, t2.server_id, t2.parent), (2, Some(3), Some(1)));
+    let sw = t2.switch.clone().unwrap();
+    assert!(!sw.unrelated && sw.missing.is_empty(), "{sw:?}");
+    assert_eq!(sw.gtid.to_string(), "0-2-50");
+    // The main line runs through all three servers without a gap.
+    let inv = rt.block_on(inventory(&store));
+    let h = History::new(&inv.segments, &inv.timelines);
+    assert!(
+        h.main.iter().skip(1).all(|m| m.linked),
+        "{:?}",
+        h.main
+            .iter()
+            .map(|m| (m.segment.sequence, m.linked))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        h.main.last().map(|m| m.segment.sequence),
+        archive_sequence(2, 1)
+    );
 }
 
 #[test]

@@ -1090,6 +1090,23 @@ pub(crate) async fn a_chaos_soak(w: Arc<World>) {
         let outcome = tokio::task::block_in_place(|| check(&store, &m));
         report.checked(&m, outcome);
     }
+    // A mark the window never covered: the report says why, with the window and the
+    // timelines (a switch that joined nothing, or transactions missing at one).
+    if !report.not_yet.is_empty() {
+        let out = on_soak_store(&store, "ls").output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        for line in text.lines().filter(|l| {
+            let l = l.trim_start();
+            l.starts_with("Point-in-time window")
+                || l.starts_with("timeline ")
+                || l.starts_with("switch ")
+                || l.starts_with("unrelated")
+                || l.starts_with("MISSING")
+                || l.starts_with("branch ")
+        }) {
+            report.say(format!("ls: {}", line.trim()));
+        }
+    }
     // Everything reads back; no object lacks its metadata or index entry; no Backup was
     // committed twice.
     let verified = tokio::task::block_in_place(|| tidemark_json(&store, &["verify"]));

@@ -6,66 +6,27 @@
 //!
 //! The data: a MariaDB server (the Debian packages the tests use) filled with
 //! `TIDEMARK_BENCH_RTO_MIB` (default 2048) MiB of rows, a full backup, a tenth of the rows
-//! changed and an incremental, then as many changes again in the binlogs only. The store is
-//! a local SeaweedFS. `TIDEMARK_BENCH_ROUNDS` sets the runs (default 3; the median is
+//! changed and an incremental, then as many changes again in the binlogs only — or, with
+//! `TIDEMARK_BENCH_RTO_OLTP=N`, N small transactions of the OLTP load of the replay bench
+//! (issue 49) in ROW format instead. `TIDEMARK_BENCH_RTO_REPLAY=applier` restores with
+//! `--replay applier` (`TIDEMARK_BENCH_RTO_REPLAY_THREADS`, default 0). The store is a
+//! local SeaweedFS. `TIDEMARK_BENCH_ROUNDS` sets the runs (default 3; the median is
 //! shown). `cargo bench -p tidemark --bench rto` (after `bench/install-peers.sh`, for
 //! `aws`, which downloads the binlogs alone).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
-use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::env_usize;
-use tidemark_store::testkit::{ACCESS_KEY, BUCKET, MariaDb, SECRET_KEY, SeaweedFs};
+use common::{env_usize, median, replay_alone, sh, timed};
+use tidemark_store::testkit::{BUCKET, MariaDb, SeaweedFs};
 
-/// `tidemark SUB …` (the store flags after the subcommand); must succeed.
+/// `tidemark SUB …` on the bench's cluster; must succeed.
 fn run(server: &SeaweedFs, sub: &str, args: &[&str]) -> Vec<u8> {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_tidemark"));
-    c.env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-        .env("TIDEMARK_SERVER_USER", tidemark_store::testkit::SERVER_USER)
-        .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
-        .env("AWS_REGION", "us-east-1")
-        .env_remove("TIDEMARK_COMPRESSION")
-        .env_remove("TIDEMARK_RECIPIENTS")
-        .arg(sub)
-        .args(["--store", &format!("s3://{BUCKET}"), "--cluster", "rto"])
-        .args(["--endpoint", &server.endpoint])
-        .args(args)
-        .stderr(Stdio::inherit());
-    let out = c.output().unwrap();
-    assert!(out.status.success(), "tidemark {sub} {args:?} failed");
-    out.stdout
+    common::tidemark(server, "rto", sub, args)
 }
 
-fn sh(script: &str) {
-    let ok = Command::new("bash")
-        .args(["-c", &format!("set -euo pipefail; {script}")])
-        .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-        .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_DEFAULT_REGION", "us-east-1")
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "{script}");
-}
-
-fn timed(f: impl FnOnce()) -> Duration {
-    let t = Instant::now();
-    f();
-    t.elapsed()
-}
-
-fn median(mut d: Vec<Duration>) -> Duration {
-    d.sort();
-    d[d.len() / 2]
-}
-
-/// Starts a private server on `datadir` (as a restore does), pipes `mariadb-binlog` of
-/// `files` from `position` up to `stop` into it, and shuts it down.
 /// The settings the replay alone runs with: none (as a user would script it), or, with
 /// `TIDEMARK_BENCH_RTO_TUNED=1`, the restore's own replay server's, to compare overlap
 /// alone.
@@ -73,56 +34,23 @@ fn tuned() -> bool {
     std::env::var("TIDEMARK_BENCH_RTO_TUNED").is_ok_and(|v| v == "1")
 }
 
-fn replay(datadir: &Path, work: &Path, files: &[std::path::PathBuf], position: &str, stop: &str) {
-    let socket = work.join("r.sock");
-    let cnf = datadir.join("backup-my.cnf");
-    let mut server = Command::new("mariadbd");
-    server
-        .arg(format!("--defaults-file={}", cnf.display()))
-        .arg(format!("--datadir={}", datadir.display()))
-        .arg(format!("--socket={}", socket.display()))
-        .arg(format!("--pid-file={}", work.join("r.pid").display()))
-        .arg(format!("--tmpdir={}", work.display()))
-        .arg(format!("--log-error={}", work.join("r.log").display()))
-        .args([
-            "--skip-networking",
-            "--skip-grant-tables",
-            "--skip-log-bin",
-            "--user=root",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    if tuned() {
-        server.args(tidemark_mariadb::restore::REPLAY_SETTINGS);
-    }
-    let mut child = server.spawn().unwrap();
-    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
-        assert!(child.try_wait().unwrap().is_none(), "mariadbd exited");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let list: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
-    sh(&format!(
-        "TZ=UTC mariadb-binlog --start-position={position} --stop-datetime='{stop}' {} | mariadb --socket={} --binary-mode",
-        list.join(" "),
-        socket.display()
-    ));
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(
-        child.wait().unwrap().success(),
-        "mariadbd did not stop cleanly"
-    );
-}
-
 fn main() {
     let mib = env_usize("TIDEMARK_BENCH_RTO_MIB", 2048);
     let rounds = env_usize("TIDEMARK_BENCH_ROUNDS", 3);
     let aws = common::tool("aws").expect("aws is missing: run bench/install-peers.sh first");
-    let db = MariaDb::start();
+    let oltp = env_usize("TIDEMARK_BENCH_RTO_OLTP", 0);
+    let how = std::env::var("TIDEMARK_BENCH_RTO_REPLAY").unwrap_or_else(|_| "client".into());
+    let threads = env_usize("TIDEMARK_BENCH_RTO_REPLAY_THREADS", 0).to_string();
+    let db = if oltp > 0 {
+        MariaDb::start_with_options(&["--binlog-format=ROW"])
+    } else {
+        MariaDb::start()
+    };
     let t = Instant::now();
     common::fill(&db, mib);
+    if oltp > 0 {
+        common::oltp_prepare(&db);
+    }
     eprintln!("filled {mib} MiB in {:.0?}", t.elapsed());
     let server = SeaweedFs::start();
     let push = |parent: Option<&str>| -> serde_json::Value {
@@ -149,7 +77,16 @@ fn main() {
         "UPDATE shop.orders SET qty = qty + 1, note = CONCAT(note, ' x') WHERE id % 10 = 0";
     db.sql(change);
     let inc = push(full["backupId"].as_str());
-    db.sql(change);
+    if oltp > 0 {
+        let t = Instant::now();
+        let written = common::oltp_load(&db, oltp);
+        eprintln!(
+            "the OLTP load: {written} transactions in {:.0?}",
+            t.elapsed()
+        );
+    } else {
+        db.sql(change);
+    }
     // The target: after the changes, before one last write (binlog times are seconds).
     std::thread::sleep(Duration::from_millis(1500));
     let target = jiff::Timestamp::now();
@@ -229,6 +166,10 @@ fn main() {
                         restored.to_str().unwrap(),
                         "--report-file",
                         report.to_str().unwrap(),
+                        "--replay",
+                        &how,
+                        "--replay-threads",
+                        &threads,
                     ],
                 );
             });
@@ -299,7 +240,9 @@ fn main() {
             .iter()
             .map(|s| files.join("binlogs").join(s))
             .collect();
-        replayed.push(timed(|| replay(&base, &work, &binlogs, &position, &stop)));
+        replayed.push(timed(|| {
+            replay_alone(&base, &work, &binlogs, &position, &stop, tuned());
+        }));
         std::fs::remove_dir_all(&base).unwrap();
         std::fs::remove_dir_all(&files).unwrap();
         if round % 2 == 1 {
@@ -320,6 +263,10 @@ fn main() {
             "(the replay alone with the restore's server settings: TIDEMARK_BENCH_RTO_TUNED=1)"
         );
     }
+    if oltp > 0 {
+        println!("(the binlogs: {oltp} transactions of the OLTP load: TIDEMARK_BENCH_RTO_OLTP)");
+    }
+    println!("(the restore: `tidemark restore --replay {how} --replay-threads {threads}`)");
     println!("| step | seconds |");
     println!("|---|---:|");
     println!(

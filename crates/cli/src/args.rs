@@ -793,8 +793,9 @@ pub struct MariaDbTools {
     /// through mariadb-binlog | mariadb. Both apply the same transactions.
     #[arg(long, value_name = "HOW", value_enum, default_value_t = ReplayHow::Client)]
     pub replay: ReplayHow,
-    /// With --replay applier: the applier's parallel workers (0: its SQL thread alone, the
-    /// default; more crash MariaDB 10.11's server on these relay logs).
+    /// With --replay applier: the applier's parallel workers, optimistic (transactions of
+    /// one GTID domain applied side by side, committed in the binlog's order); 0, the
+    /// default: its SQL thread alone.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(0..=64))]
     pub replay_threads: Option<u16>,
 }

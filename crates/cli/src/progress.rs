@@ -86,4 +86,8 @@ impl Progress for TerminalProgress {
         );
         self.bar.set_message(name.to_owned());
     }
+
+    fn status(&self, what: &str) {
+        self.bar.set_message(what.to_owned());
+    }
 }

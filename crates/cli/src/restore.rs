@@ -18,13 +18,36 @@ use crate::output::{
 use crate::resolve;
 
 /// Prints each step of a restore on stderr as a line: a restore takes minutes, and its
-/// steps are few.
-#[derive(Debug)]
-struct Steps;
+/// steps are few. Where a long step stands (a replay's transactions) is printed at most
+/// every [`STATUS_EVERY`].
+#[derive(Debug, Default)]
+struct Steps {
+    /// When a status line was last printed.
+    said: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+/// How often a step's status is printed.
+const STATUS_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Progress for Steps {
     fn step(&self, name: &str, _total: usize) {
         eprintln!("restore: {name}");
+        // A new step's status waits its own interval.
+        *self
+            .said
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(std::time::Instant::now());
+    }
+
+    fn status(&self, what: &str) {
+        let mut said = self
+            .said
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if said.is_none_or(|t| t.elapsed() >= STATUS_EVERY) {
+            eprintln!("restore: {what}");
+            *said = Some(std::time::Instant::now());
+        }
     }
 }
 
@@ -145,7 +168,8 @@ pub async fn restore(args: &RestoreArgs) -> Result<Exit, CliError> {
     let db = MariaDbTools {
         tools: args.tools.tools(),
     };
-    let shown: &dyn Progress = if json { &NoProgress } else { &Steps };
+    let steps = Steps::default();
+    let shown: &dyn Progress = if json { &NoProgress } else { &steps };
     let timed = TimedSteps::new(shown);
     let restored = tidemark_engine::restore::restore(&db, store, &request, &timed).await?;
     if !args.dry_run && request.datadir.is_none() {
@@ -460,7 +484,8 @@ pub async fn restore_test(args: &RestoreTestArgs) -> Result<Exit, CliError> {
     };
     let scratch = args.scratch.clone().unwrap_or_else(std::env::temp_dir);
     let json = args.output.structured();
-    let progress: &dyn Progress = if json { &NoProgress } else { &Steps };
+    let steps = Steps::default();
+    let progress: &dyn Progress = if json { &NoProgress } else { &steps };
     let request = RestoreTestRequest {
         point,
         scratch,

@@ -2380,7 +2380,8 @@ fn a_bucket_writer_runs_no_code_where_backups_are_restored() {
     let after = pause_and_mark();
     env.archive();
     let store = env.s3.cluster_store("e2e");
-    let restore_to = |name: &str| {
+    // `how`: the replay's way (issue 49): the forged segments are tried against both.
+    let restore_with = |name: &str, how: &str| {
         let dir = db.scratch().join(name);
         let out = env.tidemark(&[
             "restore",
@@ -2388,9 +2389,12 @@ fn a_bucket_writer_runs_no_code_where_backups_are_restored() {
             &after.to_string(),
             "--datadir",
             dir.to_str().unwrap(),
+            "--replay",
+            how,
         ]);
         (out, dir)
     };
+    let restore_to = |name: &str| restore_with(name, "client");
     let no_marker = |when: &str| {
         assert!(
             !marker.exists(),
@@ -2444,6 +2448,7 @@ fn a_bucket_writer_runs_no_code_where_backups_are_restored() {
     std::fs::create_dir(&writable).unwrap();
     std::fs::set_permissions(&writable, std::fs::Permissions::from_mode(0o777)).unwrap();
     let w = writable.display();
+    let mut tried = 0;
     for (i, statement, refused) in [
         (
             0,
@@ -2495,10 +2500,19 @@ fn a_bucket_writer_runs_no_code_where_backups_are_restored() {
         ),
     ] {
         let undo = forge_segment(&env, &needle(i), &statement);
-        let (out, dir) = restore_to(&format!("forged-{i}"));
+        // Every other one through the applier path (which gives statements to the client).
+        tried += 1;
+        let how = if tried % 2 == 0 { "applier" } else { "client" };
+        let (out, dir) = restore_with(&format!("forged-{i}"), how);
         let said = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{statement}: the restore succeeded");
-        assert!(said.contains(refused), "{statement}: {said}");
+        assert!(
+            !out.status.success(),
+            "{statement} (--replay {how}): the restore succeeded"
+        );
+        assert!(
+            said.contains(refused),
+            "{statement} (--replay {how}): {said}"
+        );
         assert!(
             !dir.exists(),
             "{statement}: a half-restored directory is left"
@@ -3303,11 +3317,20 @@ fn the_applier_restores_what_the_client_restores() {
     env.insert(5);
     env.db.sql("FLUSH BINARY LOGS");
     env.backup(None);
+    // Stretches of row transactions long enough for the applier (shorter ones go the
+    // client's way: applier::MIN_APPLIER_PIECE), between statements.
+    let stretch = |v: &str| {
+        (0..120)
+            .map(|i| format!("INSERT INTO shop.orders (v) VALUES ({v} + {i});"))
+            .collect::<String>()
+    };
     env.insert(3);
+    env.db.sql(&stretch("1000"));
     env.db.sql("BEGIN; UPDATE shop.orders SET v = v + 10 WHERE id <= 2; DELETE FROM shop.orders WHERE id = 3; COMMIT");
     env.db
         .sql("ALTER TABLE shop.orders ADD COLUMN w INT NOT NULL DEFAULT 7");
     env.insert(2);
+    env.db.sql(&stretch("2000"));
     env.db.sql("SET SESSION binlog_format = STATEMENT; INSERT INTO shop.orders (v, w) VALUES (100, 1), (101, 2)");
     env.db.sql("CREATE TABLE shop.m (a INT PRIMARY KEY, b TEXT) ENGINE=MyISAM; INSERT INTO shop.m VALUES (1, 'one'), (2, 'two')");
     env.db.sql("FLUSH BINARY LOGS");
@@ -3315,6 +3338,7 @@ fn the_applier_restores_what_the_client_restores() {
         "UPDATE shop.m SET b = 'deux' WHERE a = 2; UPDATE shop.orders SET w = w * 3 WHERE id > 4",
     );
     let at = pause_and_mark();
+    let last = env.db.sql("SELECT MAX(id) FROM shop.orders");
     env.insert(4); // after the instant: restored by neither
     let summary = "SELECT (SELECT CONCAT(COUNT(*), ':', SUM(id), ':', SUM(v), ':', SUM(w)) FROM shop.orders), \
                    (SELECT GROUP_CONCAT(a, b ORDER BY a) FROM shop.m)";
@@ -3355,7 +3379,91 @@ fn the_applier_restores_what_the_client_restores() {
     let live = env.db.sql(&format!(
         "SELECT (SELECT CONCAT(COUNT(*), ':', SUM(id), ':', SUM(v), ':', SUM(w)) FROM shop.orders WHERE id <= {}), \
          (SELECT GROUP_CONCAT(a, b ORDER BY a) FROM shop.m)",
-        12
+        last.trim()
     ));
     assert_eq!(restored[1].trim(), live.trim());
+}
+
+/// Issue 49: the replication applier applies rows with every right and checks none. A row
+/// transaction on the server's own tables — an account written straight into
+/// `mysql.global_priv`, as whoever writes the bucket could plant one in a segment (here the
+/// source's root writes it, in ROW format) — never reaches it, and is refused the client's
+/// way too (the replay account may only read `mysql`): with `--replay applier` as with
+/// `--replay client` the restore fails naming what was refused, and leaves no directory,
+/// so no restored server holds the account.
+#[test]
+fn a_forged_row_event_on_the_accounts_never_reaches_the_applier() {
+    let env = Env {
+        s3: SeaweedFs::start(),
+        db: MariaDb::start_with_options(&["--binlog-format=ROW"]),
+        compression: "none",
+        bucket: None,
+    };
+    env.db.sql(
+        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT)",
+    );
+    env.insert(5);
+    env.db.sql("FLUSH BINARY LOGS");
+    env.backup(None);
+    // Row transactions before and after it, enough for the applier.
+    let stretch = |v: &str| {
+        (0..120)
+            .map(|i| format!("INSERT INTO shop.orders (v) VALUES ({v} + {i});"))
+            .collect::<String>()
+    };
+    env.db.sql(&stretch("1000"));
+    env.db.sql(
+        "INSERT INTO mysql.global_priv VALUES ('%', 'planted', \
+         '{\"access\": 1073741823, \"plugin\": \"mysql_native_password\", \
+         \"authentication_string\": \"\"}')",
+    );
+    env.db.sql(&stretch("2000"));
+    let at = pause_and_mark();
+    env.archive();
+    // The segment holds the account's row as row events (not a statement the replay
+    // account's rights would refuse anyway).
+    let binlogs = env.db.sql("SHOW BINARY LOGS");
+    let dir = env.db.binlog_index().parent().unwrap().to_path_buf();
+    let decoded = binlogs
+        .lines()
+        .map(|l| {
+            let out = Command::new("mariadb-binlog")
+                .arg(dir.join(l.split('\t').next().unwrap()))
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        })
+        .collect::<String>();
+    assert!(
+        decoded.contains("Table_map: `mysql`.`global_priv`"),
+        "no row event on mysql.global_priv in the binlogs"
+    );
+    for how in ["applier", "client"] {
+        let restored = env.db.scratch().join(format!("restored-{how}"));
+        let out = env.tidemark(&[
+            "restore",
+            "--to",
+            &at.to_string(),
+            "--datadir",
+            restored.to_str().unwrap(),
+            "--replay",
+            how,
+        ]);
+        let said = String::from_utf8_lossy(&out.stderr);
+        let planted = if restored.exists() {
+            query_restored(
+                &restored,
+                "SELECT COUNT(*) FROM mysql.global_priv WHERE User = 'planted'",
+            )
+        } else {
+            "no directory".into()
+        };
+        assert!(
+            !out.status.success(),
+            "--replay {how}: the restore succeeded (planted accounts: {planted}):\n{said}"
+        );
+        assert_eq!(out.status.code(), Some(7), "--replay {how}: {said}");
+        assert!(said.contains("mysql.global_priv"), "--replay {how}: {said}");
+        assert!(!restored.exists(), "--replay {how}: a directory is left");
+    }
 }

@@ -199,7 +199,8 @@ impl EngineError {
             EngineError::Restore(e) => match e.as_ref() {
                 RestoreError::Refused(_)
                 | RestoreError::NoPosition { .. }
-                | RestoreError::MySqlGap { .. } => Class::NotRestorable,
+                | RestoreError::MySqlGap { .. }
+                | RestoreError::SystemRows { .. } => Class::NotRestorable,
                 RestoreError::Method { .. }
                 | RestoreError::NoTimeline { .. }
                 | RestoreError::DatadirNotEmpty(_)

@@ -321,6 +321,9 @@ impl<P: Progress + ?Sized> Progress for TimedSteps<&P> {
         }
         self.inner.bytes(n);
     }
+    fn status(&self, what: &str) {
+        self.inner.status(what);
+    }
 }
 
 /// What a restore is asked to bring back, before it is an instant.

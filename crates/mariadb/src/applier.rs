@@ -84,7 +84,16 @@ pub struct Piece {
     /// The end of every [`SAMPLE_EVERY`]th transaction, with how many the piece holds up to
     /// it and its time: what progress tells.
     pub samples: Vec<(At, u64, Option<Timestamp>)>,
+    /// It starts where the piece before ends: no transaction the replay skips lies between
+    /// (what may join them into one).
+    pub follows: bool,
 }
+
+/// Fewest transactions a stretch of row transactions needs to go to the applier: each
+/// piece through it costs a `CHANGE MASTER`, a start, a stop and the polls between (a fifth
+/// of a second at least), where the client applies a few transactions in milliseconds.
+/// Shorter stretches go the client's way ([`Scan::settle`]).
+pub const MIN_APPLIER_PIECE: u64 = 100;
 
 /// How often a piece records where it is (transactions).
 pub const SAMPLE_EVERY: u64 = 1000;
@@ -112,9 +121,48 @@ pub struct Scan {
     pub last_at: Option<Timestamp>,
     /// Every server id the events read carry (the replaying server takes another).
     pub servers: std::collections::BTreeSet<u32>,
+    /// The first transaction the replay applies that writes rows of a server's own table
+    /// ([`SYSTEM_SCHEMAS`]): the restore refuses it, whichever way it replays.
+    pub system_rows: Option<SystemRows>,
+}
+
+/// Row events on a table of the server's own schemas, found in the binlogs a replay reads:
+/// neither way of replaying may apply them. The applier checks no right; the client's
+/// `BINLOG` statements need `BINLOG REPLAY` and no right on the tables they write
+/// (MariaDB's `Rows_log_event` checks none), so a row forged into `mysql.global_priv`
+/// would give the restored server an account of the forger's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SystemRows {
+    /// The file (its index in the run) and the table map's byte offset.
+    pub at: At,
+    pub gtid: Option<Gtid>,
+    /// `schema.table`, its characters escaped (read from the binlog).
+    pub table: String,
 }
 
 impl Scan {
+    /// Gives the client every applier piece of fewer than `min` transactions, and joins
+    /// the pieces of one way that follow each other.
+    pub fn settle(&mut self, min: u64) {
+        let mut out: Vec<Piece> = Vec::with_capacity(self.pieces.len());
+        for mut p in std::mem::take(&mut self.pieces) {
+            if p.route == Route::Applier && p.transactions < min {
+                p.route = Route::Client;
+            }
+            match out.last_mut() {
+                Some(last) if p.follows && last.route == p.route => {
+                    let before = last.transactions;
+                    last.samples
+                        .extend(p.samples.into_iter().map(|(at, n, t)| (at, before + n, t)));
+                    last.end = p.end;
+                    last.transactions += p.transactions;
+                }
+                _ => out.push(p),
+            }
+        }
+        self.pieces = out;
+    }
+
     /// Transactions that go through the applier.
     pub fn through_applier(&self) -> u64 {
         self.pieces
@@ -174,6 +222,8 @@ struct Txn {
     /// The replay applies it (the start and switch rules).
     wanted: bool,
     at: Option<Timestamp>,
+    /// Its first row event on a server's own table.
+    system: Option<(At, String)>,
 }
 
 struct Scanner<'a> {
@@ -365,6 +415,7 @@ impl Scanner<'_> {
                     complete: false,
                     wanted,
                     at,
+                    system: None,
                 });
                 return Ok(Walk::Next);
             }
@@ -415,6 +466,7 @@ impl Scanner<'_> {
                 complete: true,
                 wanted: self.active,
                 at,
+                system: None,
             };
             self.finish(t, end);
             return Ok(Walk::Next);
@@ -428,12 +480,9 @@ impl Scanner<'_> {
             ANNOTATE_ROWS_EVENT => {}
             k if ROWS_EVENTS.contains(&k) => {}
             TABLE_MAP_EVENT => {
-                let schema = read_table_map_schema(f, h.body)?;
-                let system = schema
-                    .as_deref()
-                    .is_none_or(|s| SYSTEM_SCHEMAS.iter().any(|sys| s.eq_ignore_ascii_case(sys)));
-                if system {
+                if let Some(table) = system_table(f, h.body)? {
                     t.applier = false;
+                    t.system.get_or_insert((here, table));
                 }
             }
             XID_EVENT | XA_PREPARE_LOG_EVENT => {
@@ -539,12 +588,22 @@ impl Scanner<'_> {
             self.broken = true;
             return;
         }
+        if let Some((at, table)) = t.system
+            && self.out.system_rows.is_none()
+        {
+            self.out.system_rows = Some(SystemRows {
+                at,
+                gtid: t.gtid,
+                table,
+            });
+        }
         let route = if t.applier {
             Route::Applier
         } else {
             Route::Client
         };
-        let extend = !self.broken && self.out.pieces.last().is_some_and(|p| p.route == route);
+        let follows = !self.broken && !self.out.pieces.is_empty();
+        let extend = follows && self.out.pieces.last().is_some_and(|p| p.route == route);
         self.broken = false;
         if !extend {
             self.out.pieces.push(Piece {
@@ -553,6 +612,7 @@ impl Scanner<'_> {
                 end,
                 transactions: 0,
                 samples: Vec::new(),
+                follows,
             });
         }
         let Some(p) = self.out.pieces.last_mut() else {
@@ -662,23 +722,106 @@ fn read_query(f: &mut impl Read, body: u64, checksum: u64) -> Result<Option<Vec<
     Ok(Some(rest[rest.len() - text as usize..].to_vec()))
 }
 
-/// A table map event's schema (body: table id 6, flags 2, schema length 1, the schema, a
-/// NUL, …). `None` when the body does not hold one.
-fn read_table_map_schema(f: &mut impl Read, body: u64) -> Result<Option<String>, BinlogError> {
+/// A schema's and a table's names, as a binlog holds them.
+type TableName = (Vec<u8>, Vec<u8>);
+
+/// A table map event's schema and table (body: table id 6, flags 2, schema length 1, the
+/// schema, a NUL, table length 1, the table, a NUL, …). `None` when the body does not hold
+/// them.
+fn read_table_map_name(f: &mut impl Read, body: u64) -> Result<Option<TableName>, BinlogError> {
     let mut head = [0u8; 9];
     if body < 9 || read_full(f, &mut head)? < 9 {
         return Ok(None);
     }
     let len = usize::from(head[8]);
-    if body < 9 + len as u64 + 1 {
+    // The schema, its NUL and the table's length.
+    let mut schema = vec![0u8; len + 2];
+    if body < 9 + len as u64 + 2 || read_full(f, &mut schema)? < schema.len() || schema[len] != 0 {
         return Ok(None);
     }
-    let mut name = vec![0u8; len + 1];
-    if read_full(f, &mut name)? < name.len() || name[len] != 0 {
+    let table_len = usize::from(schema[len + 1]);
+    schema.truncate(len);
+    let mut table = vec![0u8; table_len + 1];
+    if body < 9 + len as u64 + 2 + table_len as u64 + 1
+        || read_full(f, &mut table)? < table.len()
+        || table[table_len] != 0
+    {
         return Ok(None);
     }
-    name.truncate(len);
-    Ok(String::from_utf8(name).ok())
+    table.truncate(table_len);
+    Ok(Some((schema, table)))
+}
+
+/// The table a table map event names, as `schema.table` (escaped), when it is a table of
+/// the server's own schemas, or one the event does not name readably (such an event never
+/// goes to the applier either).
+fn system_table(f: &mut impl Read, body: u64) -> Result<Option<String>, BinlogError> {
+    let Some((schema, table)) = read_table_map_name(f, body)? else {
+        return Ok(Some("(a table map that does not read)".into()));
+    };
+    let (Ok(schema), Ok(table)) = (String::from_utf8(schema), String::from_utf8(table)) else {
+        return Ok(Some("(a table name that is not UTF-8)".into()));
+    };
+    if !SYSTEM_SCHEMAS
+        .iter()
+        .any(|sys| schema.eq_ignore_ascii_case(sys))
+    {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "{}.{}",
+        schema.escape_debug(),
+        table.escape_debug()
+    )))
+}
+
+/// The first table map event of `files` (from byte `offset` of the first) that names a
+/// table of the server's own schemas, with where it is: what a run the scan cannot follow
+/// is checked by, every event counted (a transaction the replay would skip too).
+///
+/// # Errors
+/// A file cannot be read.
+pub fn find_system_rows(files: &[PathBuf], offset: u64) -> Result<Option<SystemRows>, ScanError> {
+    for (i, path) in files.iter().enumerate() {
+        let name = path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into(),
+        );
+        let mut f = Sequential::open(path).map_err(|e| ScanError::Binlog {
+            file: name.clone(),
+            source: e.into(),
+        })?;
+        let mut found = None;
+        let mut gtid = None;
+        let walked = walk(&mut f, |h, f| {
+            if i == 0 && h.position < offset {
+                return Ok(Walk::Next);
+            }
+            match h.kind {
+                GTID_EVENT => gtid = read_gtid(f, h)?.map(|(g, _)| g),
+                TABLE_MAP_EVENT => {
+                    if let Some(table) = system_table(f, h.body)? {
+                        found = Some(SystemRows {
+                            at: At {
+                                file: i,
+                                offset: h.position,
+                            },
+                            gtid,
+                            table,
+                        });
+                        return Ok(Walk::Stop);
+                    }
+                }
+                _ => {}
+            }
+            Ok(Walk::Next)
+        });
+        if found.is_some() {
+            return Ok(found);
+        }
+        walked.map_err(|source| ScanError::Binlog { file: name, source })?;
+    }
+    Ok(None)
 }
 
 // ---- Driving the private server ------------------------------------------------------
@@ -729,6 +872,15 @@ impl Relay {
     /// The relay log of the restore's `i`th file.
     fn name(i: usize) -> String {
         format!("relay.{:06}", i + 1)
+    }
+
+    /// The source binlog the applier is told it reads from (`MASTER_LOG_FILE`): a name of
+    /// the form `base.number`. Without one the parallel workers compare two empty names
+    /// as binlog names, and MariaDB 10.11 crashes on that (`compare_log_name` reads past
+    /// a name without a dot); the SQL thread alone never compares them. Made here, never
+    /// read from the store: it goes into a statement.
+    fn source_name(i: usize) -> String {
+        format!("replay.{:06}", i + 1)
     }
 
     fn path(&self, i: usize) -> PathBuf {
@@ -826,8 +978,11 @@ pub(crate) async fn apply_piece(
             tools,
             &format!(
                 "CHANGE MASTER TO MASTER_HOST='localhost', MASTER_USE_GTID=no, \
+                 MASTER_LOG_FILE='{}', MASTER_LOG_POS={}, \
                  RELAY_LOG_FILE='{}', RELAY_LOG_POS={}; \
                  START SLAVE SQL_THREAD UNTIL RELAY_LOG_FILE='{}', RELAY_LOG_POS={};",
+                Relay::source_name(from),
+                piece.start.offset,
                 Relay::name(from),
                 piece.start.offset,
                 Relay::name(to),
@@ -855,14 +1010,17 @@ pub(crate) async fn apply_piece(
         };
         let done = piece_progress(piece, first, &s);
         let told = format!(
-            "replaying timeline {timeline} through the applier: {} of {} transactions{}",
+            "timeline {timeline} through the applier: {} of {} transaction(s) applied, at {} \
+             byte {}{}",
             done.0,
             piece.transactions,
+            s.file.map_or_else(|| "?".into(), Relay::name),
+            s.offset,
             done.1
                 .map(|t| format!(", last event {t}"))
                 .unwrap_or_default()
         );
-        progress.step(&told, 0);
+        progress.status(&told);
         if logged.elapsed() >= LOG_EVERY {
             tracing::info!("{told}");
             logged = std::time::Instant::now();
@@ -919,6 +1077,17 @@ pub(crate) async fn apply_run(
     for (i, piece) in scan.pieces.iter().enumerate() {
         match piece.route {
             Route::Applier => {
+                progress.step(
+                    &format!(
+                        "replaying timeline {} through the replication applier: {} \
+                         transaction(s), part {} of {}",
+                        run.timeline,
+                        piece.transactions,
+                        i + 1,
+                        scan.pieces.len()
+                    ),
+                    0,
+                );
                 apply_piece(server, tools, run.first, piece, run.timeline, progress).await?;
             }
             Route::Client => {
@@ -1361,6 +1530,24 @@ mod tests {
             assert_eq!(p.start, s.pieces[0].end);
             assert_eq!(s.pieces[2].start, s.pieces[1].end);
             assert_eq!(s.pieces[3].start, s.pieces[2].end);
+            // Settled: the lone row transaction at the end joins the statements before it;
+            // with a higher floor everything is one client piece, in the same span.
+            let mut settled = s.clone();
+            settled.settle(2);
+            assert_eq!(
+                shape(&settled),
+                [
+                    (Route::Client, 0, 0, 1),
+                    (Route::Applier, 0, 1, 3),
+                    (Route::Client, 1, 1, 3),
+                ]
+            );
+            assert_eq!(settled.pieces[2].end, s.pieces[3].end);
+            let mut settled = s.clone();
+            settled.settle(4);
+            assert_eq!(shape(&settled), [(Route::Client, 0, 1, 7)]);
+            assert_eq!(settled.pieces[0].start, s.pieces[0].start);
+            assert_eq!(settled.transactions, s.transactions);
         }
     }
 
@@ -1388,6 +1575,15 @@ mod tests {
         assert_eq!(
             shape(&s),
             [(Route::Applier, 0, 0, 1), (Route::Applier, 0, 0, 2)]
+        );
+        // A skipped transaction between keeps them apart: joined, it would be applied.
+        let mut settled = s.clone();
+        settled.settle(1);
+        assert_eq!(shape(&settled), shape(&s));
+        settled.settle(3);
+        assert_eq!(
+            shape(&settled),
+            [(Route::Client, 0, 0, 1), (Route::Client, 0, 0, 2)]
         );
         // The switch: domain 0 up to 0-1-3, no other domain.
         let until = GtidPos::parse("0-1-3").unwrap();

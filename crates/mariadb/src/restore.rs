@@ -860,15 +860,16 @@ async fn replay(
     position: Option<&tidemark_core::GtidPos>,
     progress: &dyn Progress,
 ) -> Result<Option<crate::oracle::Comparison>, RestoreError> {
-    // Read first: the server is told which server id none of the events carries.
-    let scans = match tools.replay {
-        crate::tools::Replay::Applier { threads } if !files.is_empty() => {
-            Some((scan_runs(files, plan, stop).await?, threads))
-        }
-        _ => None,
+    // Read first, whichever way the replay goes: rows of the server's own tables are
+    // refused, and the applier's server is told which server id none of the events
+    // carries.
+    let threads = match tools.replay {
+        crate::tools::Replay::Applier { threads } => Some(threads),
+        crate::tools::Replay::Client => None,
     };
-    let relay = match &scans {
-        Some((scans, threads)) if scans.iter().any(Option::is_some) => {
+    let scans = scan_runs(files, plan, stop, threads.is_some()).await?;
+    let relay = match threads {
+        Some(threads) if scans.iter().any(Option::is_some) => {
             let servers = scans
                 .iter()
                 .flatten()
@@ -876,7 +877,7 @@ async fn replay(
             Some(
                 crate::applier::Relay::prepare(tools, work, files)
                     .await?
-                    .server_args(*threads, servers),
+                    .server_args(threads, servers),
             )
         }
         _ => None,
@@ -903,7 +904,7 @@ async fn replay(
         plan,
         stop,
         work,
-        relay.as_ref().and(scans.as_ref()).map(|(s, _)| &s[..]),
+        relay.as_ref().map(|_| &scans[..]),
         progress,
     )
     .await;
@@ -1037,6 +1038,7 @@ async fn scan_runs(
     files: &[PathBuf],
     plan: &RestorePlan,
     stop: Timestamp,
+    applier: bool,
 ) -> Result<Vec<Option<crate::applier::Scan>>, RestoreError> {
     let runs = plan.replay_runs(files.len()).into_owned();
     let mut jobs = Vec::new();
@@ -1046,6 +1048,9 @@ async fn scan_runs(
             (None, Some(p)) if i == 0 => crate::applier::Start::Offset(p.position),
             (None, _) => crate::applier::Start::Beginning,
         };
+        if files.is_empty() {
+            continue;
+        }
         jobs.push((
             run_files(files, run, i)?.to_vec(),
             start,
@@ -1056,24 +1061,59 @@ async fn scan_runs(
     tokio::task::spawn_blocking(move || {
         jobs.into_iter()
             .map(|(paths, start, until, timeline)| {
-                crate::applier::scan(&paths, start, until.as_ref(), stop)
-                    .inspect_err(|e| {
-                        tracing::warn!(
-                            timeline,
-                            "the applier path cannot replay this timeline ({e}): through \
-                             mariadb-binlog | mariadb"
-                        );
-                    })
-                    .ok()
+                let offset = match &start {
+                    crate::applier::Start::Offset(o) => *o,
+                    _ => 0,
+                };
+                let found = match crate::applier::scan(&paths, start, until.as_ref(), stop) {
+                    Ok(mut s) => {
+                        s.settle(crate::applier::MIN_APPLIER_PIECE);
+                        match s.system_rows.take() {
+                            Some(rows) => Err(rows),
+                            None => Ok(Some(s)),
+                        }
+                    }
+                    Err(e) => {
+                        if applier {
+                            tracing::warn!(
+                                timeline,
+                                "the applier path cannot replay this timeline ({e}): \
+                                 through mariadb-binlog | mariadb"
+                            );
+                        }
+                        // What the scan cannot follow is checked whole, every event.
+                        match crate::applier::find_system_rows(&paths, offset) {
+                            Ok(Some(rows)) => Err(rows),
+                            Ok(None) => Ok(None),
+                            Err(e) => {
+                                return Err(RestoreError::Tool {
+                                    step: format!("reading the binlogs of timeline {timeline}"),
+                                    status: e.to_string(),
+                                    tail: String::new(),
+                                });
+                            }
+                        }
+                    }
+                };
+                found.map_err(|rows| RestoreError::SystemRows {
+                    segment: paths
+                        .get(rows.at.file)
+                        .and_then(|p| p.file_name())
+                        .map(|n| n.to_string_lossy().escape_debug().to_string())
+                        .unwrap_or_default(),
+                    offset: rows.at.offset,
+                    gtid: rows.gtid.map(|g| g.to_string()),
+                    table: rows.table,
+                })
             })
-            .collect()
+            .collect::<Result<Vec<_>, _>>()
     })
     .await
     .map_err(|e| RestoreError::Tool {
         step: "reading the binlogs before the replay".into(),
         status: e.to_string(),
         tail: String::new(),
-    })
+    })?
 }
 
 /// Replays one run of segments (`mariadb-binlog … | mariadb`) as `login`.

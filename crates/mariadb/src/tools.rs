@@ -55,9 +55,8 @@ pub enum Replay {
 }
 
 impl Replay {
-    /// The applier's SQL thread alone: MariaDB 10.11's parallel workers crash the server
-    /// (SIGSEGV in `compare_log_name`) on relay logs placed by hand, which name no source
-    /// log file.
+    /// The applier's SQL thread alone (measured faster than parallel workers on two cores:
+    /// docs/benchmarks.md).
     pub fn applier() -> Self {
         Replay::Applier { threads: 0 }
     }
@@ -230,6 +229,16 @@ pub enum RestoreError {
     },
     #[error("server user {user:?}: {problem}")]
     ServerUser { user: String, problem: String },
+    #[error(
+        "binlog segment {segment}, byte {offset}{}: a row event writes {table}, a table of the server's own (accounts, grants, its replication state), which a restore's replay never writes: rows written straight into it, or a segment forged by whoever can write the bucket, would reach the restored server with no right checked. Restore to an instant before it (`tidemark ls` shows the window), or make that change again after the restore",
+        gtid.as_ref().map(|g| format!(" (GTID {g})")).unwrap_or_default()
+    )]
+    SystemRows {
+        segment: String,
+        offset: u64,
+        gtid: Option<String>,
+        table: String,
+    },
     #[error(transparent)]
     Options(#[from] crate::cnf::Refused),
     #[error(transparent)]

@@ -13,6 +13,10 @@ pub trait Progress: Send + Sync {
     fn step(&self, _name: &str, _total: usize) {}
     /// Payload bytes moved (push, fetch).
     fn bytes(&self, _n: u64) {}
+    /// Where the current step stands, said again and again as it moves (a replay's
+    /// transactions applied, its position, the time of its last event): shown while it
+    /// holds, never a step of its own.
+    fn status(&self, _what: &str) {}
 }
 
 /// Reports nothing.

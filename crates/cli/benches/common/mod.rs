@@ -3,6 +3,10 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tidemark_store::testkit::{ACCESS_KEY, BUCKET, SECRET_KEY, SeaweedFs};
 
 /// A size from the environment, or the default.
 pub fn env_usize(name: &str, default: usize) -> usize {
@@ -100,4 +104,190 @@ pub fn peak_kib(pid: u32) -> Option<u64> {
         .nth(1)?
         .parse()
         .ok()
+}
+
+/// `tidemark SUB --store s3://BUCKET --cluster CLUSTER …` against a local SeaweedFS (the
+/// store flags after the subcommand); must succeed. Its stdout.
+pub fn tidemark(server: &SeaweedFs, cluster: &str, sub: &str, args: &[&str]) -> Vec<u8> {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tidemark"));
+    c.env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+        .env("TIDEMARK_SERVER_USER", tidemark_store::testkit::SERVER_USER)
+        .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+        .env("AWS_REGION", "us-east-1")
+        .env_remove("TIDEMARK_COMPRESSION")
+        .env_remove("TIDEMARK_RECIPIENTS")
+        .arg(sub)
+        .args(["--store", &format!("s3://{BUCKET}"), "--cluster", cluster])
+        .args(["--endpoint", &server.endpoint])
+        .args(args)
+        .stderr(Stdio::inherit());
+    let out = c.output().unwrap();
+    assert!(out.status.success(), "tidemark {sub} {args:?} failed");
+    out.stdout
+}
+
+/// Runs a bash script (`set -euo pipefail`) with the local store's keys; must succeed.
+pub fn sh(script: &str) {
+    let ok = Command::new("bash")
+        .args(["-c", &format!("set -euo pipefail; {script}")])
+        .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+        .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "{script}");
+}
+
+pub fn timed(f: impl FnOnce()) -> Duration {
+    let t = Instant::now();
+    f();
+    t.elapsed()
+}
+
+pub fn median(mut d: Vec<Duration>) -> Duration {
+    d.sort();
+    d[d.len() / 2]
+}
+
+/// The peers' replay: starts a server on the prepared `datadir` as a user's script would
+/// (no network, no binlog; with the restore's own replay settings when `tuned`), pipes
+/// `mariadb-binlog` of `files` from `position` (a byte offset or a quoted GTID position)
+/// up to `stop` into `mariadb`, and shuts the server down.
+pub fn replay_alone(
+    datadir: &Path,
+    work: &Path,
+    files: &[PathBuf],
+    position: &str,
+    stop: &str,
+    tuned: bool,
+) {
+    let socket = work.join("r.sock");
+    let cnf = datadir.join("backup-my.cnf");
+    let mut server = Command::new("mariadbd");
+    server
+        .arg(format!("--defaults-file={}", cnf.display()))
+        .arg(format!("--datadir={}", datadir.display()))
+        .arg(format!("--socket={}", socket.display()))
+        .arg(format!("--pid-file={}", work.join("r.pid").display()))
+        .arg(format!("--tmpdir={}", work.display()))
+        .arg(format!("--log-error={}", work.join("r.log").display()))
+        .args([
+            "--skip-networking",
+            "--skip-grant-tables",
+            "--skip-log-bin",
+            "--user=root",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if tuned {
+        server.args(tidemark_mariadb::restore::REPLAY_SETTINGS);
+    }
+    let mut child = server.spawn().unwrap();
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(child.try_wait().unwrap().is_none(), "mariadbd exited");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let list: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    sh(&format!(
+        "TZ=UTC mariadb-binlog --start-position={position} --stop-datetime='{stop}' {} | mariadb --socket={} --binary-mode",
+        list.join(" "),
+        socket.display()
+    ));
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(
+        child.wait().unwrap().success(),
+        "mariadbd did not stop cleanly"
+    );
+}
+
+/// The OLTP load (issue 49): one call writes `n` transactions (each `WHEN` one; the deletes reach rows the
+/// load inserted, so none is empty).
+const PROCEDURE: &str = "CREATE PROCEDURE oltp.oltp(n INT, base INT)
+BEGIN
+  DECLARE i INT DEFAULT 0;
+  DECLARE k INT;
+  DECLARE last_order BIGINT DEFAULT 0;
+  WHILE i < n DO
+    SET k = base + i;
+    CASE k % 10
+      WHEN 0 THEN
+        INSERT INTO oltp.orders (customer, item, qty, price, at)
+          VALUES (k % 10000 + 1, k % 1000 + 1, k % 5 + 1, k % 100 + 0.99, NOW());
+        SET last_order = LAST_INSERT_ID();
+      WHEN 1 THEN UPDATE oltp.stock SET qty = qty - 1 WHERE item = k % 1000 + 1;
+      WHEN 2 THEN INSERT INTO oltp.events (kind, ref, at) VALUES ('view', k, NOW());
+      WHEN 3 THEN
+        START TRANSACTION;
+        INSERT INTO oltp.orders (customer, item, qty, price, at)
+          VALUES (k % 10000 + 1, k % 1000 + 1, 1, 19.99, NOW());
+        SET last_order = LAST_INSERT_ID();
+        UPDATE oltp.stock SET reserved = reserved + 1 WHERE item = k % 1000 + 1;
+        UPDATE oltp.customers SET balance = balance + 19.99, updated = NOW()
+          WHERE id = k % 10000 + 1;
+        COMMIT;
+      WHEN 4 THEN UPDATE oltp.customers SET balance = balance - 1 WHERE id = (k * 7) % 10000 + 1;
+      WHEN 5 THEN DELETE FROM oltp.orders WHERE id = last_order - 1;
+      WHEN 6 THEN
+        INSERT INTO oltp.orders (customer, item, qty, price, at)
+          VALUES (k % 10000 + 1, k % 1000 + 1, 2, 5.49, NOW());
+        SET last_order = LAST_INSERT_ID();
+      WHEN 7 THEN UPDATE oltp.orders SET qty = qty + 1 WHERE id = last_order;
+      WHEN 8 THEN INSERT INTO oltp.events (kind, ref, at) VALUES ('cart', k, NOW());
+      ELSE
+        START TRANSACTION;
+        UPDATE oltp.stock SET qty = qty + 5 WHERE item = (k * 3) % 1000 + 1;
+        INSERT INTO oltp.events (kind, ref, at) VALUES ('restock', k, NOW());
+        COMMIT;
+    END CASE;
+    SET i = i + 1;
+  END WHILE;
+END";
+
+/// Makes the OLTP load's schema `oltp` (customers, stock, orders, events, a few thousand
+/// rows) and its procedure.
+pub fn oltp_prepare(db: &tidemark_store::testkit::MariaDb) {
+    db.sql(
+        "CREATE DATABASE oltp;
+         CREATE TABLE oltp.customers (id INT PRIMARY KEY, name VARCHAR(64),
+           balance DECIMAL(14,2) NOT NULL DEFAULT 0, updated DATETIME);
+         CREATE TABLE oltp.stock (item INT PRIMARY KEY, qty INT NOT NULL, reserved INT NOT NULL);
+         CREATE TABLE oltp.orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, customer INT, item INT,
+           qty INT, price DECIMAL(10,2), at DATETIME, KEY (customer));
+         CREATE TABLE oltp.events (id BIGINT AUTO_INCREMENT PRIMARY KEY, kind VARCHAR(16),
+           ref BIGINT, at DATETIME);
+         INSERT INTO oltp.customers (id, name, updated)
+           WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < 10000)
+           SELECT n, CONCAT('customer-', n), NOW() FROM s;
+         INSERT INTO oltp.stock
+           WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < 1000)
+           SELECT n, 100000, 0 FROM s;",
+    );
+    db.sql(&format!("DELIMITER //\n{PROCEDURE}//\nDELIMITER ;"));
+}
+
+/// Writes `txns` transactions of the OLTP load (one session, autocommit: each its own GTID
+/// in the binlog); how many the binlog got (domain 0's sequence numbers).
+pub fn oltp_load(db: &tidemark_store::testkit::MariaDb, txns: usize) -> u64 {
+    let before = seq(&db.sql("SELECT @@gtid_binlog_pos"));
+    let calls = txns.div_ceil(100_000);
+    for c in 0..calls {
+        let n = (txns - c * 100_000).min(100_000);
+        db.sql(&format!("CALL oltp.oltp({n}, {})", c * 100_000));
+    }
+    seq(&db.sql("SELECT @@gtid_binlog_pos")) - before
+}
+
+/// The domain-0 sequence number of a GTID position (`0-1-N`).
+fn seq(position: &str) -> u64 {
+    position
+        .trim()
+        .rsplit('-')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("not a one-domain GTID position: {position:?}"))
 }

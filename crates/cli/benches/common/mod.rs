@@ -252,7 +252,8 @@ END";
 /// rows) and its procedure.
 pub fn oltp_prepare(db: &tidemark_store::testkit::MariaDb) {
     db.sql(
-        "CREATE DATABASE oltp;
+        "SET SESSION max_recursive_iterations = 100000;
+         CREATE DATABASE oltp;
          CREATE TABLE oltp.customers (id INT PRIMARY KEY, name VARCHAR(64),
            balance DECIMAL(14,2) NOT NULL DEFAULT 0, updated DATETIME);
          CREATE TABLE oltp.stock (item INT PRIMARY KEY, qty INT NOT NULL, reserved INT NOT NULL);

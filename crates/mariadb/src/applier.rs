@@ -247,6 +247,8 @@ struct Scanner<'a> {
     /// GTIDs read).
     reached: BTreeMap<u32, u64>,
     refused: Option<ScanError>,
+    /// An event starts at the byte offset replay starts at ([`Start::Offset`]).
+    at_offset: bool,
     // The file being read.
     file: usize,
     name: String,
@@ -285,6 +287,7 @@ pub fn scan(
         listed: false,
         reached: BTreeMap::new(),
         refused: None,
+        at_offset: false,
         file: 0,
         name: String::new(),
         checksum: 0,
@@ -354,7 +357,34 @@ impl Scanner<'_> {
             offset: h.position + 19 + h.body,
         };
         if h.kind == FORMAT_DESCRIPTION_EVENT {
-            self.checksum = read_checksum_size(f, h.body)?;
+            match read_format(f, h.body)? {
+                Ok(checksum) => self.checksum = checksum,
+                Err(what) => {
+                    self.refused = Some(ScanError::Unreadable {
+                        file: self.name.clone(),
+                        offset: h.position,
+                        what,
+                    });
+                    return Ok(Walk::Stop);
+                }
+            }
+        }
+        // Replay from a byte offset starts at an event: one that straddles it would be
+        // read otherwise by mariadb-binlog, which starts at that byte.
+        if let Start::Offset(o) = self.start
+            && self.file == 0
+            && !self.at_offset
+            && h.position >= o
+        {
+            if h.position != o {
+                self.refused = Some(ScanError::Unreadable {
+                    file: self.name.clone(),
+                    offset: h.position,
+                    what: format!("no event starts at byte {o}, where the replay starts"),
+                });
+                return Ok(Walk::Stop);
+            }
+            self.at_offset = true;
         }
         // Before the byte offset replay starts at, nothing is read (nor compared with the
         // stop).
@@ -457,6 +487,19 @@ impl Scanner<'_> {
             if past(self.active) {
                 self.stopped = true;
                 return Ok(Walk::Stop);
+            }
+            // A table map outside a transaction is judged as in one, wanted or not:
+            // mariadb-binlog prints it, and the rows after it, as it reads them.
+            let system = match h.kind {
+                TABLE_MAP_EVENT => system_table(f, h.body)?,
+                _ => None,
+            };
+            if let Some(table) = system {
+                self.out.system_rows.get_or_insert(SystemRows {
+                    at: here,
+                    gtid: None,
+                    table,
+                });
             }
             let t = Txn {
                 gtid: None,
@@ -683,18 +726,42 @@ fn read_gtid(f: &mut impl Read, h: &Header) -> Result<Option<(Gtid, u8)>, Binlog
 
 /// The checksum bytes at each event's end, from a format description's body: its
 /// algorithm byte comes before its own 4-byte checksum (1: CRC32, 4 bytes; 0: none).
-fn read_checksum_size(f: &mut impl Read, body: u64) -> Result<u64, BinlogError> {
-    if !(57..=4096).contains(&body) {
-        return Ok(0);
+/// `Err` with what is wrong when it describes events laid out otherwise than MariaDB
+/// writes them and this module reads them: the server would read another table name, or
+/// another statement, from the same bytes (a forged format description).
+fn read_format(f: &mut impl Read, body: u64) -> Result<Result<u64, String>, BinlogError> {
+    // binlog version (2), server version (50), creation time (4), header length (1), the
+    // post-header lengths (one per event type, from type 1), then the algorithm and its
+    // checksum.
+    const LENGTHS: usize = 57;
+    let post = |b: &[u8], kind: u8| b.get(LENGTHS + usize::from(kind) - 1).copied();
+    if !(LENGTHS as u64 + u64::from(TABLE_MAP_EVENT) + 5..=4096).contains(&body) {
+        return Ok(Err(format!("a format description of {body} bytes")));
     }
     let mut b = vec![0u8; usize::try_from(body).unwrap_or(0)];
     if read_full(f, &mut b)? < b.len() {
-        return Ok(0);
+        return Ok(Err("a format description cut short".into()));
     }
-    // binlog version (2), server version (50), creation time (4), header length (1), the
-    // post-header lengths, then the algorithm and its checksum.
+    let header = b[LENGTHS - 1];
+    if header != 19 {
+        return Ok(Err(format!(
+            "a format description of {header}-byte event headers (MariaDB's are 19)"
+        )));
+    }
+    for (kind, name, want) in [
+        (QUERY_EVENT, "query", 13),
+        (TABLE_MAP_EVENT, "table map", 8),
+    ] {
+        let got = post(&b, kind);
+        if got != Some(want) {
+            return Ok(Err(format!(
+                "a format description giving {name} events a post-header of {got:?} bytes \
+                 (MariaDB's is {want})"
+            )));
+        }
+    }
     let alg = b[b.len() - 5];
-    Ok(if alg == 1 { 4 } else { 0 })
+    Ok(Ok(if alg == 1 { 4 } else { 0 }))
 }
 
 /// A query event's statement (its body: thread id 4, time 4, schema length 1, error code
@@ -762,9 +829,21 @@ fn system_table(f: &mut impl Read, body: u64) -> Result<Option<String>, BinlogEr
     let (Ok(schema), Ok(table)) = (String::from_utf8(schema), String::from_utf8(table)) else {
         return Ok(Some("(a table name that is not UTF-8)".into()));
     };
+    // The server reads a name up to a NUL, and `#mysql50#name` as the directory `name`.
+    if schema.contains('\0') || table.contains('\0') {
+        return Ok(Some(format!(
+            "{}.{} (a name with a NUL)",
+            schema.escape_debug(),
+            table.escape_debug()
+        )));
+    }
+    let bare = schema
+        .get(..9)
+        .filter(|p| p.eq_ignore_ascii_case("#mysql50#"))
+        .map_or(schema.as_str(), |_| &schema[9..]);
     if !SYSTEM_SCHEMAS
         .iter()
-        .any(|sys| schema.eq_ignore_ascii_case(sys))
+        .any(|sys| bare.eq_ignore_ascii_case(sys))
     {
         return Ok(None);
     }
@@ -792,10 +871,25 @@ pub fn find_system_rows(files: &[PathBuf], offset: u64) -> Result<Option<SystemR
             source: e.into(),
         })?;
         let mut found = None;
+        let mut unreadable = None;
         let mut gtid = None;
+        let mut at_offset = offset == 0;
         let walked = walk(&mut f, |h, f| {
+            if h.kind == FORMAT_DESCRIPTION_EVENT
+                && let Err(what) = read_format(f, h.body)?
+            {
+                unreadable = Some((h.position, what));
+                return Ok(Walk::Stop);
+            }
             if i == 0 && h.position < offset {
                 return Ok(Walk::Next);
+            }
+            if i == 0 && !at_offset {
+                if h.position != offset {
+                    unreadable = Some((h.position, format!("no event starts at byte {offset}")));
+                    return Ok(Walk::Stop);
+                }
+                at_offset = true;
             }
             match h.kind {
                 GTID_EVENT => gtid = read_gtid(f, h)?.map(|(g, _)| g),
@@ -818,6 +912,13 @@ pub fn find_system_rows(files: &[PathBuf], offset: u64) -> Result<Option<SystemR
         });
         if found.is_some() {
             return Ok(found);
+        }
+        if let Some((offset, what)) = unreadable {
+            return Err(ScanError::Unreadable {
+                file: name,
+                offset,
+                what,
+            });
         }
         walked.map_err(|source| ScanError::Binlog { file: name, source })?;
     }
@@ -1352,6 +1453,8 @@ mod tests {
         Statement(Gtid, i64),
         /// A row transaction whose XID never comes (the file ends).
         Open(Gtid, i64),
+        /// A table map on `schema` and a row event, outside any transaction.
+        Loose(&'static str),
         Rotate,
     }
 
@@ -1369,7 +1472,11 @@ mod tests {
         fd.extend_from_slice(&[0u8; 50]);
         fd.extend_from_slice(&0u32.to_le_bytes());
         fd.push(19);
-        fd.extend_from_slice(&[0u8; 40]);
+        // MariaDB's post-header lengths where this module reads them (query, table map).
+        let mut post = [0u8; 40];
+        post[usize::from(QUERY_EVENT) - 1] = 13;
+        post[usize::from(TABLE_MAP_EVENT) - 1] = 8;
+        fd.extend_from_slice(&post);
         fd.push(u8::from(crc));
         if !crc {
             fd.extend_from_slice(&[0u8; 4]);
@@ -1445,6 +1552,10 @@ mod tests {
                     event(t, GTID_EVENT, g.server, &gtid(g, 0));
                     event(t, TABLE_MAP_EVENT, g.server, &table_map("shop"));
                     event(t, 30, g.server, &[7, 0, 0, 0, 0, 0, 1, 0]);
+                }
+                Ev::Loose(schema) => {
+                    event(T0, TABLE_MAP_EVENT, 1, &table_map(schema));
+                    event(T0, 30, 1, &[7, 0, 0, 0, 0, 0, 1, 0]);
                 }
                 Ev::Rotate => event(0, 4, 1, &[4, 0, 0, 0, 0, 0, 0, 0, b'x']),
             }
@@ -1648,5 +1759,77 @@ mod tests {
             scan(&f, Start::Beginning, None, stop),
             Err(ScanError::Unended { .. })
         ));
+    }
+
+    #[test]
+    fn rows_of_the_servers_own_tables_are_found_however_they_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let stop = at(T0 + 100);
+        let found = |events: &[Ev], start: Start| {
+            let f = files(&dir, &[binlog(true, events)]);
+            let scanned = scan(&f, start, None, stop).unwrap().system_rows;
+            let whole = find_system_rows(&f, 0).unwrap();
+            (scanned.map(|r| r.table), whole.map(|r| r.table))
+        };
+        let user = [Ev::Rows(g(1), T0, "shop"), Ev::Rows(g(2), T0, "Shop")];
+        assert_eq!(found(&user, Start::Beginning), (None, None));
+        for (schema, table) in [
+            ("mysql", "mysql.t"),
+            ("MySQL", "MySQL.t"),
+            ("#mysql50#mysql", "#mysql50#mysql.t"),
+            ("mysql\0x", "mysql\\0x.t (a name with a NUL)"),
+            ("performance_schema", "performance_schema.t"),
+        ] {
+            let events = [Ev::Rows(g(1), T0, "shop"), Ev::Rows(g(2), T0, schema)];
+            let (scanned, whole) = found(&events, Start::Beginning);
+            assert_eq!(scanned.as_deref(), Some(table), "{schema:?}");
+            assert_eq!(whole.as_deref(), Some(table), "{schema:?}");
+            // Before the start: not applied, so not the scan's; the whole check counts it.
+            let after = Start::AfterGtid(GtidPos::parse("0-1-2").unwrap());
+            let (scanned, whole) = found(&events, after);
+            assert_eq!(scanned, None, "{schema:?}");
+            assert_eq!(whole.as_deref(), Some(table), "{schema:?}");
+        }
+        // A table map outside any transaction is found too, applied or not.
+        let loose = [Ev::Rows(g(1), T0, "shop"), Ev::Loose("mysql")];
+        assert_eq!(
+            found(&loose, Start::Beginning),
+            (Some("mysql.t".into()), Some("mysql.t".into()))
+        );
+    }
+
+    #[test]
+    fn a_format_description_read_otherwise_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let stop = at(T0 + 100);
+        let good = binlog(true, &[Ev::Rows(g(1), T0, "shop")]);
+        // The format description's body starts at byte 4 + 19: its header length at 56,
+        // its post-header lengths from 57 (type 1 first).
+        let body = 4 + 19;
+        for (at, value, said) in [
+            (body + 56, 23u8, "23-byte event headers"),
+            (
+                body + 57 + usize::from(TABLE_MAP_EVENT) - 1,
+                6,
+                "table map events",
+            ),
+            (body + 57 + usize::from(QUERY_EVENT) - 1, 11, "query events"),
+        ] {
+            let mut forged = good.clone();
+            forged[at] = value;
+            let f = files(&dir, &[forged]);
+            let e = scan(&f, Start::Beginning, None, stop).unwrap_err();
+            assert!(e.to_string().contains(said), "{e}");
+            let e = find_system_rows(&f, 0).unwrap_err();
+            assert!(e.to_string().contains(said), "{e}");
+        }
+        // A byte offset inside an event: refused, not read from the next one.
+        let f = files(&dir, &[good]);
+        let s = scan(&f, Start::Beginning, None, stop).unwrap();
+        let inside = s.pieces[0].start.offset + 3;
+        let e = scan(&f, Start::Offset(inside), None, stop).unwrap_err();
+        assert!(e.to_string().contains("no event starts at byte"), "{e}");
+        assert!(find_system_rows(&f, inside).is_err());
+        assert!(scan(&f, Start::Offset(s.pieces[0].start.offset), None, stop).is_ok());
     }
 }

@@ -105,17 +105,7 @@ fn main() {
         &["--to", &target.to_string(), "--dry-run", "--output", "json"],
     ))
     .unwrap();
-    let position = match plan["startPosition"]["position"].as_u64() {
-        Some(offset) => offset.to_string(),
-        None => format!("'{}'", plan["runs"][0]["startAfter"].as_str().unwrap()),
-    };
-    let stop = plan["stopDatetime"]
-        .as_str()
-        .unwrap()
-        .parse::<jiff::Timestamp>()
-        .unwrap()
-        .strftime("%Y-%m-%d %H:%M:%S")
-        .to_string();
+    let (position, stop) = common::plan_start_stop(&plan);
 
     let scratch = tempfile::tempdir().unwrap();
     // The prepared backup the peers start from, once (a copy for each).

@@ -114,18 +114,7 @@ fn main() {
         .iter()
         .map(|s| s["name"].as_str().unwrap().to_owned())
         .collect();
-    // Where replay starts: the backup's GTID position (a file offset for a backup that
-    // records none), as the restore's own plan says.
-    let position = match plan["startPosition"]["position"].as_u64() {
-        Some(offset) => offset.to_string(),
-        None => format!("'{}'", plan["runs"][0]["startAfter"].as_str().unwrap()),
-    };
-    let stop = plan["stopDatetime"]
-        .as_str()
-        .unwrap()
-        .parse::<jiff::Timestamp>()
-        .unwrap();
-    let stop = stop.strftime("%Y-%m-%d %H:%M:%S").to_string();
+    let (position, stop) = common::plan_start_stop(&plan);
     let sizes: u64 = [&full, &inc]
         .iter()
         .map(|b| b["size"].as_u64().unwrap())

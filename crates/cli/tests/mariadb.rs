@@ -3298,13 +3298,9 @@ fn a_load_data_event_writes_nothing_outside_the_restores_scratch() {
     assert!(!dir.exists(), "no half-restored directory");
 }
 
-/// Issue 49 (preview): `restore --replay applier` gives the row transactions of a ROW-format
-/// binlog to the private server's replication applier and the rest to `mariadb-binlog |
-/// mariadb`, in order — a DDL, a statement-logged change and a MyISAM table between row
-/// transactions — and restores exactly what `--replay client` restores, and what the
-/// server held at the instant.
-#[test]
-fn the_applier_restores_what_the_client_restores() {
+/// The issue 49 tests' start: a server in ROW format with `shop.orders` (5 rows) and a full
+/// backup of it after a binlog rotation.
+fn row_format_env() -> Env {
     let env = Env {
         s3: SeaweedFs::start(),
         db: MariaDb::start_with_options(&["--binlog-format=ROW"]),
@@ -3317,13 +3313,25 @@ fn the_applier_restores_what_the_client_restores() {
     env.insert(5);
     env.db.sql("FLUSH BINARY LOGS");
     env.backup(None);
-    // Stretches of row transactions long enough for the applier (shorter ones go the
-    // client's way: applier::MIN_APPLIER_PIECE), between statements.
-    let stretch = |v: &str| {
-        (0..120)
-            .map(|i| format!("INSERT INTO shop.orders (v) VALUES ({v} + {i});"))
-            .collect::<String>()
-    };
+    env
+}
+
+/// 120 row transactions (one insert each, `v` from `v0`): a stretch long enough for the
+/// applier (shorter ones go the client's way: `applier::MIN_APPLIER_PIECE`).
+fn stretch(v0: &str) -> String {
+    (0..120)
+        .map(|i| format!("INSERT INTO shop.orders (v) VALUES ({v0} + {i});"))
+        .collect()
+}
+
+/// Issue 49 (preview): `restore --replay applier` gives the row transactions of a ROW-format
+/// binlog to the private server's replication applier and the rest to `mariadb-binlog |
+/// mariadb`, in order — a DDL, a statement-logged change and a MyISAM table between row
+/// transactions — and restores exactly what `--replay client` restores, and what the
+/// server held at the instant.
+#[test]
+fn the_applier_restores_what_the_client_restores() {
+    let env = row_format_env();
     env.insert(3);
     env.db.sql(&stretch("1000"));
     env.db.sql("BEGIN; UPDATE shop.orders SET v = v + 10 WHERE id <= 2; DELETE FROM shop.orders WHERE id = 3; COMMIT");
@@ -3393,24 +3401,8 @@ fn the_applier_restores_what_the_client_restores() {
 /// so no restored server holds the account.
 #[test]
 fn a_forged_row_event_on_the_accounts_never_reaches_the_applier() {
-    let env = Env {
-        s3: SeaweedFs::start(),
-        db: MariaDb::start_with_options(&["--binlog-format=ROW"]),
-        compression: "none",
-        bucket: None,
-    };
-    env.db.sql(
-        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT)",
-    );
-    env.insert(5);
-    env.db.sql("FLUSH BINARY LOGS");
-    env.backup(None);
+    let env = row_format_env();
     // Row transactions before and after it, enough for the applier.
-    let stretch = |v: &str| {
-        (0..120)
-            .map(|i| format!("INSERT INTO shop.orders (v) VALUES ({v} + {i});"))
-            .collect::<String>()
-    };
     env.db.sql(&stretch("1000"));
     env.db.sql(
         "INSERT INTO mysql.global_priv VALUES ('%', 'planted', \

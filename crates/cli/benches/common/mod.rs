@@ -292,3 +292,21 @@ fn seq(position: &str) -> u64 {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("not a one-domain GTID position: {position:?}"))
 }
+
+/// Where the peers' replay starts and stops, as the restore's own plan (`restore --dry-run
+/// --output json`) says: the backup's GTID position quoted (a file offset for a backup
+/// that records none), and the stop time as `mariadb-binlog --stop-datetime` reads it.
+pub fn plan_start_stop(plan: &serde_json::Value) -> (String, String) {
+    let position = match plan["startPosition"]["position"].as_u64() {
+        Some(offset) => offset.to_string(),
+        None => format!("'{}'", plan["runs"][0]["startAfter"].as_str().unwrap()),
+    };
+    let stop = plan["stopDatetime"]
+        .as_str()
+        .unwrap()
+        .parse::<jiff::Timestamp>()
+        .unwrap()
+        .strftime("%Y-%m-%d %H:%M:%S")
+        .to_string();
+    (position, stop)
+}

@@ -8,8 +8,9 @@
 //! `TIDEMARK_BENCH_RTO_MIB` (default 2048) MiB of rows, a full backup, a tenth of the rows
 //! changed and an incremental, then as many changes again in the binlogs only — or, with
 //! `TIDEMARK_BENCH_RTO_OLTP=N`, N small transactions of the OLTP load of the replay bench
-//! (issue 49) in ROW format instead. `TIDEMARK_BENCH_RTO_REPLAY=applier` restores with
-//! `--replay applier` (`TIDEMARK_BENCH_RTO_REPLAY_THREADS`, default 0). The store is a
+//! (issue 49) in ROW format instead. The restore replays with `--replay applier`, the
+//! default (`TIDEMARK_BENCH_RTO_REPLAY_THREADS`, default 0), or with
+//! `TIDEMARK_BENCH_RTO_REPLAY=client` through `mariadb-binlog | mariadb`. The store is a
 //! local SeaweedFS. `TIDEMARK_BENCH_ROUNDS` sets the runs (default 3; the median is
 //! shown). `cargo bench -p tidemark --bench rto` (after `bench/install-peers.sh`, for
 //! `aws`, which downloads the binlogs alone).
@@ -39,7 +40,7 @@ fn main() {
     let rounds = env_usize("TIDEMARK_BENCH_ROUNDS", 3);
     let aws = common::tool("aws").expect("aws is missing: run bench/install-peers.sh first");
     let oltp = env_usize("TIDEMARK_BENCH_RTO_OLTP", 0);
-    let how = std::env::var("TIDEMARK_BENCH_RTO_REPLAY").unwrap_or_else(|_| "client".into());
+    let how = std::env::var("TIDEMARK_BENCH_RTO_REPLAY").unwrap_or_else(|_| "applier".into());
     let threads = env_usize("TIDEMARK_BENCH_RTO_REPLAY_THREADS", 0).to_string();
     let db = if oltp > 0 {
         MariaDb::start_with_options(&["--binlog-format=ROW"])

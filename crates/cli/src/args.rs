@@ -787,11 +787,17 @@ pub struct MariaDbTools {
     /// ignored otherwise (the server runs as you).
     #[arg(long, value_name = "USER", env = "TIDEMARK_SERVER_USER")]
     pub server_user: Option<String>,
-    /// How binlogs are replayed: `client` sends everything through mariadb-binlog | mariadb;
-    /// `applier` (a preview) gives the row transactions of ROW-format binlogs to the private
-    /// server's replication applier and sends the rest (DDL, statement-logged changes)
-    /// through mariadb-binlog | mariadb. Both apply the same transactions.
-    #[arg(long, value_name = "HOW", value_enum, default_value_t = ReplayHow::Client)]
+    /// How binlogs are replayed: `applier`, the default, gives the row transactions of
+    /// ROW-format binlogs to the private server's replication applier and sends the rest
+    /// (DDL, statement-logged changes) through mariadb-binlog | mariadb; `client` sends
+    /// everything through mariadb-binlog | mariadb. Both apply the same transactions.
+    #[arg(
+        long,
+        value_name = "HOW",
+        value_enum,
+        default_value_t = ReplayHow::Applier,
+        env = tidemark_mariadb::tools::REPLAY_ENV
+    )]
     pub replay: ReplayHow,
     /// With --replay applier: the applier's parallel workers, optimistic (transactions of
     /// one GTID domain applied side by side, committed in the binlog's order); 0, the

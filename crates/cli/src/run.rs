@@ -424,7 +424,10 @@ fn restore_test_run(
             query: t.query.clone(),
             expect: t.expect.clone(),
         },
-        tools: Default::default(),
+        tools: tidemark_mariadb::restore::Tools {
+            replay: tidemark_mariadb::tools::Replay::from_env().map_err(CliError::input)?,
+            ..Default::default()
+        },
         scratch: std::env::temp_dir(),
     }))
 }

@@ -930,7 +930,7 @@ pub fn find_system_rows(files: &[PathBuf], offset: u64) -> Result<Option<SystemR
 /// The restore's segments as the private server's relay logs: every file hard-linked as
 /// `relay.NNNNNN` (in the restore's order) in a directory of its own, listed in
 /// `relay.index`. The server's user gets the directory and the index (it adds a relay log
-/// of its own), never the files: it reads them, as anyone may.
+/// of its own), never the files: it reads them (mode 0644 whatever the umask was).
 #[derive(Debug)]
 pub(crate) struct Relay {
     dir: PathBuf,
@@ -964,8 +964,14 @@ impl Relay {
             crate::server::hand_over(&relay.dir, &user)?;
         }
         for (i, f) in files.iter().enumerate() {
-            std::fs::hard_link(f, relay.path(i))
+            let link = relay.path(i);
+            std::fs::hard_link(f, &link)
                 .map_err(io("linking a segment as a relay log", &relay.dir))?;
+            // Readable whatever the umask the segment was written under (a unit's
+            // `UMask=0077`): the scratch directory above keeps everyone else out.
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(&link, std::fs::Permissions::from_mode(0o644))
+                .map_err(io("making a relay log readable", &link))?;
         }
         Ok(relay)
     }
@@ -1139,13 +1145,17 @@ pub(crate) async fn apply_piece(
                 // At the end of the last relay log the thread waits for more: done.
                 server.admin_sql(tools, "STOP SLAVE SQL_THREAD").await?;
             }
-            if !reached(&s) {
+            // Stopped, the applier must stand exactly at the piece's end: before it, events
+            // of the window were not applied; past it, events after the stop were.
+            let exact = s.file == Some(to) && s.offset == piece.end.offset;
+            if !exact {
                 return Err(crate::tools::RestoreError::Tool {
                     step: format!("the replication applier (timeline {timeline})"),
                     status: format!(
-                        "stopped at relay log {:?} byte {}, before {} byte {}",
-                        s.file.map(Relay::name),
+                        "stopped at relay log {} byte {}, {} {} byte {}",
+                        s.file.map_or_else(|| "?".into(), Relay::name),
                         s.offset,
+                        if reached(&s) { "past" } else { "before" },
                         Relay::name(to),
                         piece.end.offset
                     ),

@@ -377,11 +377,14 @@ async fn restore_into(
     if plan.stop_datetime.is_some() {
         crate::server::open_to_server(tools, work).await?;
     }
-    // The chain is downloaded, extracted and prepared while the binlogs download: the two
-    // share nothing until the replay.
+    // A MySQL clone or dump (issue 47): unpacked or loaded, replayed with MySQL's tools.
+    let mysql = mysql_of(plan)?;
+    let applier = matches!(tools.replay, crate::tools::Replay::Applier { .. });
+    // The chain is downloaded, extracted and prepared while the binlogs download and are
+    // read: the two share nothing until the replay.
     let binlogs = async {
         let Some(stop) = plan.stop_datetime else {
-            return Ok((Vec::new(), 0u64, None));
+            return Ok((Vec::new(), 0u64, None, Vec::new()));
         };
         let dir = work.join("binlogs");
         tokio::fs::create_dir_all(&dir)
@@ -415,7 +418,15 @@ async fn restore_into(
             .try_collect()
             .await?;
         let bytes = plan.segments.iter().map(|s| s.size).sum();
-        Ok::<_, RestoreError>((files, bytes, Some(stop)))
+        // MariaDB's binlogs are read as soon as they are here, whichever way the replay
+        // goes: rows of the server's own tables are refused before the chain is even
+        // prepared (the first failure stops the other), and the applier's server is told
+        // which server id none of the events carries.
+        let scans = match mysql {
+            Some(_) => Vec::new(),
+            None => scan_runs(&files, plan, stop, applier).await?,
+        };
+        Ok::<_, RestoreError>((files, bytes, Some(stop), scans))
     };
     if !plan.segments.is_empty() {
         progress.step(
@@ -423,8 +434,6 @@ async fn restore_into(
             0,
         );
     }
-    // A MySQL clone or dump (issue 47): unpacked or loaded, replayed with MySQL's tools.
-    let mysql = mysql_of(plan)?;
     let backups = async {
         match mysql {
             Some(dump) if dump.method == crate::dump::METHOD => {
@@ -435,7 +444,7 @@ async fn restore_into(
         }
     };
     // The first failure stops the other.
-    let (chain_bytes, (files, binlog_bytes, stop)) = tokio::try_join!(backups, binlogs)?;
+    let (chain_bytes, (files, binlog_bytes, stop, scans)) = tokio::try_join!(backups, binlogs)?;
     let bytes = chain_bytes + binlog_bytes;
     let (reached_at, position) = reached(plan, &files, stop);
     if let Some(clone) = mysql {
@@ -483,6 +492,7 @@ async fn restore_into(
             work,
             tools,
             &files,
+            &scans,
             plan,
             stop,
             position.as_ref(),
@@ -855,21 +865,40 @@ async fn replay(
     work: &Path,
     tools: &Tools,
     files: &[PathBuf],
+    scans: &[Option<crate::applier::Scan>],
     plan: &RestorePlan,
     stop: Timestamp,
     position: Option<&tidemark_core::GtidPos>,
     progress: &dyn Progress,
 ) -> Result<Option<crate::oracle::Comparison>, RestoreError> {
-    // Read first, whichever way the replay goes: rows of the server's own tables are
-    // refused, and the applier's server is told which server id none of the events
-    // carries.
+    // The runs were read as they were downloaded ([`scan_runs`]).
     let threads = match tools.replay {
         crate::tools::Replay::Applier { threads } => Some(threads),
         crate::tools::Replay::Client => None,
     };
-    let scans = scan_runs(files, plan, stop, threads.is_some()).await?;
+    // Several GTID domains apply side by side with parallel workers, and a stop at a
+    // piece's end (UNTIL, or STOP SLAVE at the last relay log's end) may then leave
+    // transactions of one domain queued and never applied while the position read says
+    // done: the SQL thread alone applies such binlogs, in their order.
+    let threads = threads.map(|t| {
+        let domains = scans
+            .iter()
+            .flatten()
+            .map(|s| s.applied.gtids().count())
+            .max()
+            .unwrap_or(0);
+        if t > 0 && domains > 1 {
+            tracing::warn!(
+                "the binlogs hold {domains} GTID domains: the applier replays them with its \
+                 SQL thread alone, not {t} parallel workers"
+            );
+            0
+        } else {
+            t
+        }
+    });
     let relay = match threads {
-        Some(threads) if scans.iter().any(Option::is_some) => {
+        Some(threads) if scans.iter().flatten().any(|s| s.through_applier() > 0) => {
             let servers = scans
                 .iter()
                 .flatten()
@@ -904,7 +933,7 @@ async fn replay(
         plan,
         stop,
         work,
-        relay.as_ref().map(|_| &scans[..]),
+        relay.as_ref().map(|_| scans),
         progress,
     )
     .await;

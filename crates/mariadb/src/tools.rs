@@ -41,17 +41,45 @@ pub struct Tools {
     pub replay: Replay,
 }
 
-/// How a MariaDB restore replays its binlogs (issue 49; `--replay`). `Client` by default:
-/// the applier path is a preview (see docs/cli.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// How a MariaDB restore replays its binlogs (issue 49; `--replay`). The applier by
+/// default ([`Replay::applier`]); `Client` is the user's fallback (see docs/cli.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Replay {
     /// Row transactions through the private server's replication applier with `threads`
     /// parallel workers (0: its SQL thread alone); statements, and a run the applier path
     /// cannot read, through `mariadb-binlog | mariadb` ([`crate::applier`]).
     Applier { threads: u16 },
     /// Everything through `mariadb-binlog | mariadb`.
-    #[default]
     Client,
+}
+
+impl Default for Replay {
+    fn default() -> Self {
+        Replay::applier()
+    }
+}
+
+/// The environment variable `--replay` reads, and `tidemark run`'s restore tests.
+pub const REPLAY_ENV: &str = "TIDEMARK_REPLAY";
+
+impl Replay {
+    /// [`REPLAY_ENV`]: `applier` (or unset: the default) or `client`.
+    ///
+    /// # Errors
+    /// Any other value, named with the accepted forms.
+    pub fn from_env() -> Result<Self, String> {
+        match std::env::var(REPLAY_ENV) {
+            Err(std::env::VarError::NotPresent) => Ok(Replay::default()),
+            Ok(v) if v == "applier" => Ok(Replay::applier()),
+            Ok(v) if v == "client" => Ok(Replay::Client),
+            Ok(v) => Err(format!(
+                "{REPLAY_ENV}={v:?}: expected `applier` or `client`"
+            )),
+            Err(std::env::VarError::NotUnicode(v)) => Err(format!(
+                "{REPLAY_ENV}={v:?}: expected `applier` or `client`"
+            )),
+        }
+    }
 }
 
 impl Replay {

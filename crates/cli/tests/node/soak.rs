@@ -1107,8 +1107,10 @@ pub(crate) async fn a_chaos_soak(w: Arc<World>) {
         if i >= queued && report.checked_marks() >= settings.samples {
             break;
         }
+        // A queued mark comes round again among the unchecked: checked once.
         if report.exact.contains(&m.n)
             || report.outside.contains(&m.n)
+            || report.not_yet.contains(&m.n)
             || report.wrong.iter().any(|(n, _)| *n == m.n)
         {
             continue;
@@ -1131,6 +1133,19 @@ pub(crate) async fn a_chaos_soak(w: Arc<World>) {
                 || l.starts_with("branch ")
         }) {
             report.say(format!("ls: {}", line.trim()));
+        }
+        // And what the archiver said last: a switch it refused, a server it could not reach.
+        let archiver = format!(
+            "deployment/{}",
+            tidemark_operator::archiver::deployment_name("soak")
+        );
+        match try_kubectl(&w, &["logs", "-n", NS, &archiver, "--tail", "40"]) {
+            Ok(log) => {
+                for line in log.lines() {
+                    report.say(format!("archiver: {line}"));
+                }
+            }
+            Err(e) => report.say(format!("archiver: no log ({e})")),
         }
     }
     // Everything reads back; no object lacks its metadata or index entry; no Backup was

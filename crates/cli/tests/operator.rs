@@ -1053,6 +1053,105 @@ async fn the_binlog_archiver_deployment_reads_the_server_over_the_network() {
     op.stop().await;
 }
 
+/// A store that accepts connections and never answers (a network cut that drops packets):
+/// how many of its connections are open now, a client still waiting on each.
+fn unanswering_store() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::Read as _;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let open = Arc::new(AtomicUsize::new(0));
+    let counted = open.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let open = counted.clone();
+            open.fetch_add(1, Ordering::SeqCst);
+            std::thread::spawn(move || {
+                // Read what the client sends, answer nothing, until it gives up.
+                let mut buf = [0u8; 4096];
+                while matches!(conn.read(&mut buf), Ok(n) if n > 0) {}
+                open.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    });
+    (endpoint, open)
+}
+
+/// The binlog archiver's Deployment is looked after while the policy's store does not
+/// answer (its retention pass and the archive watch waiting on it): a failover then still
+/// reaches the archiver. The soak's CI run at stop 66 lost every instant after a failover
+/// because the archiver kept the old primary's server id while a pass ran. Here the
+/// Deployment is deleted while the store hangs and must come back within 25 s: before, the
+/// reconcile read the store first (the archive watch: a request timeout, 30 s) and skipped
+/// the archiver while the pass ran and when it failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_archiver_is_looked_after_while_the_store_does_not_answer() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use std::sync::atomic::Ordering;
+    let (endpoint, open) = unanswering_store();
+    let cluster = KubeCluster::start(false).await;
+    let admin = cluster.admin_client();
+    let ns = "archiver-cut";
+    cluster.namespace(ns).await;
+    secret(
+        &admin,
+        ns,
+        "s3",
+        &[("accessKeyId", ACCESS_KEY), ("secretAccessKey", SECRET_KEY)],
+    )
+    .await;
+    let policy: BackupPolicy = serde_json::from_value(json!({
+        "apiVersion": "tidemark.io/v1alpha1", "kind": "BackupPolicy",
+        "metadata": {"name": "shop", "namespace": ns},
+        "spec": {
+            "objectStore": {"bucket": BUCKET, "endpoint": endpoint, "credentialsSecret": "s3"},
+            "binlogArchive": {"server": {"host": "127.0.0.1", "port": 3306, "image": "mariadb:11.4"}, "interval": "1s"},
+            "retention": {"keepLast": 1},
+        },
+    }))
+    .unwrap();
+    let policies: Api<BackupPolicy> = Api::namespaced(admin.clone(), ns);
+    policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    let op = Operator::start_with(
+        &cluster,
+        "operator-archiver-cut",
+        std::sync::Arc::new(tidemark_engine::SystemClock),
+        |o| o.tenancy.allow_archiver_images = true,
+    );
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), ns);
+    let first = eventually("the archiver Deployment", || async {
+        deployments.get_opt("shop-binlog-archiver").await.unwrap()
+    })
+    .await;
+    // The operator waits on the store (the pass, the archive watch).
+    eventually("a connection to the store waiting", || async {
+        (open.load(Ordering::SeqCst) > 0).then_some(())
+    })
+    .await;
+    deployments
+        .delete("shop-binlog-archiver", &Default::default())
+        .await
+        .unwrap();
+    let again = tidemark_operator::testkit::eventually_within(
+        "the archiver Deployment made again while the store hangs",
+        Duration::from_secs(25),
+        || async {
+            deployments
+                .get_opt("shop-binlog-archiver")
+                .await
+                .unwrap()
+                .filter(|d| d.uid() != first.uid())
+        },
+    )
+    .await;
+    assert_eq!(again.owner_references()[0].kind, "BackupPolicy");
+    op.stop().await;
+}
+
 /// Method `job`: the user's pod template runs with the destination in its environment and
 /// `tidemark` copied in; its own `tidemark push` makes the backup, which the Backup
 /// reports once committed.

@@ -277,9 +277,13 @@ fn archive_ends(
     ends
 }
 
+/// How long the watch waits for the archiver's report from the store.
+const READ_WITHIN: Duration = Duration::from_secs(5);
+
 /// Looks at the archive of `policy` (one with an operator-run archiver): metric, status,
 /// condition and events. Returns when to look again; `None` for a policy without one.
-/// Trouble reading the store is logged: the retention pass reports the store's state.
+/// Trouble reading the store is logged (a store that does not answer within
+/// [`READ_WITHIN`] too): the retention pass reports the store's state.
 pub async fn check(ctx: &Context, policy: &BackupPolicy) -> Option<Duration> {
     policy
         .spec
@@ -294,17 +298,26 @@ pub async fn check(ctx: &Context, policy: &BackupPolicy) -> Option<Duration> {
         .unwrap_or(EVERY)
         .clamp(SOONEST, EVERY);
     let name = policy.name_any();
-    let store = match crate::stores::open(ctx, policy).await {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::debug!(policy = %name, error = %e, "binlog archive watch: store not open");
+    // Read in the reconcile itself: a store that does not answer (cut off) holds it for
+    // [`READ_WITHIN`] at most, not a request timeout, and the retention pass and the next
+    // reconciles of the policy go on.
+    let read = async {
+        let store = crate::stores::open(ctx, policy)
+            .await
+            .map_err(|e| format!("store not open: {e}"))?;
+        let report = tidemark_store::state::load_archiver_status(&store)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>((store, report))
+    };
+    let (store, report) = match tokio::time::timeout(READ_WITHIN, read).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => {
+            tracing::warn!(policy = %name, error = %e, "binlog archive watch");
             return Some(every);
         }
-    };
-    let report = match tidemark_store::state::load_archiver_status(&store).await {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::warn!(policy = %name, error = %e, "binlog archive watch");
+        Err(_) => {
+            tracing::warn!(policy = %name, "binlog archive watch: the store did not answer within {} s", READ_WITHIN.as_secs());
             return Some(every);
         }
     };
@@ -360,7 +373,16 @@ pub async fn check(ctx: &Context, policy: &BackupPolicy) -> Option<Duration> {
     let early =
         if previous_timeline != a.status.timeline || old_main.is_none_or(|c| c.status == "False") {
             store.begin_pass();
-            match tidemark_store::index::SegmentIndex::load(&store).await {
+            let index = tokio::time::timeout(
+                READ_WITHIN,
+                tidemark_store::index::SegmentIndex::load(&store),
+            )
+            .await
+            .map_or_else(
+                |_| Err(format!("no answer within {} s", READ_WITHIN.as_secs())),
+                |read| read.map_err(|e| e.to_string()),
+            );
+            match index {
                 Ok(Some(index)) => {
                     let acknowledged = policy
                         .annotations()

@@ -56,6 +56,9 @@ pub struct Context {
     pub(crate) hook_turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Consecutive failures per object, for exponential backoff.
     pub(crate) failures: Mutex<HashMap<String, u32>>,
+    /// When each policy's binlog archiver was last looked after while a retention pass ran
+    /// ([`Context::archiver_due`]).
+    pub(crate) archiver_seen: Mutex<HashMap<String, std::time::Instant>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -104,6 +107,26 @@ impl Context {
             .get(key)
             .copied()
             .unwrap_or(0)
+    }
+
+    /// Whether the binlog archiver of policy `key` is to be looked after now, while its
+    /// retention pass runs: at most once every `every` (it asks the primary pod its server
+    /// id). What is older than four times `every` is forgotten: the map holds the policies
+    /// whose pass runs now.
+    pub(crate) fn archiver_due(&self, key: &str, every: Duration) -> bool {
+        let mut seen = self
+            .archiver_seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = std::time::Instant::now();
+        seen.retain(|k, at| now.duration_since(*at) < every * 4 || k == key);
+        match seen.get(key) {
+            Some(at) if now.duration_since(*at) < every => false,
+            _ => {
+                seen.insert(key.to_owned(), now);
+                true
+            }
+        }
     }
 
     pub(crate) fn succeeded(&self, key: &str) {

@@ -546,6 +546,7 @@ async fn scope(
         },
         hook_turns: Mutex::default(),
         failures: Mutex::new(HashMap::new()),
+        archiver_seen: Mutex::new(HashMap::new()),
     });
     let _stop_streams = StopStreams(ctx.clone());
     // The Backup cache must hold everything that exists before a schedule decides on it.

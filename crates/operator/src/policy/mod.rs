@@ -119,6 +119,21 @@ fn error_reason(e: &Error) -> &'static str {
     }
 }
 
+/// How often a policy's binlog archiver is looked after while its retention pass runs
+/// (at every reconcile otherwise).
+const ARCHIVER_WHILE_PASS: Duration = Duration::from_secs(10);
+
+/// The binlog archiver's Deployment ([`crate::archiver::reconcile`]); its trouble is its
+/// own (a warning and an Event): retention goes on.
+async fn archiver(ctx: &Context, policy: &BackupPolicy) {
+    if let Err(e) = crate::archiver::reconcile(ctx, policy).await {
+        let message = format!("binlog archiver: {e}");
+        tracing::warn!(policy = %policy.name_any(), "{message}");
+        ctx.warn(&policy.object_ref(&()), "BinlogArchiverFailed", &message)
+            .await;
+    }
+}
+
 /// Runs the policy's retention pass when it is due.
 ///
 /// # Guarantees
@@ -135,6 +150,16 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
     let api: Api<BackupPolicy> = Api::namespaced(ctx.client.clone(), &ns);
     if policy.meta().deletion_timestamp.is_some() {
         return Ok(Requeue::await_change());
+    }
+    let key = crate::context::key(policy.as_ref());
+    // The binlog archiver (a Deployment) first, before anything that reads the store, and
+    // whatever the retention pass is doing: a failover while a long pass runs, or while
+    // the store is cut off, must reach it, or it refuses the new primary's timeline and
+    // the recovery window stops at the failover (the soak's CI run at stop 66). While a
+    // pass runs, at most every [`ARCHIVER_WHILE_PASS`] (it asks the primary pod its server
+    // id).
+    if !ctx.background.tracks(&key) || ctx.archiver_due(&key, ARCHIVER_WHILE_PASS) {
+        archiver(&ctx, &policy).await;
     }
     // Restore tests (their own Jobs and status), the binlog archive's lag and verification:
     // looked after
@@ -153,7 +178,7 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
     // A pass in the background: wait for it; once it ended, its failure goes to the
     // backoff, and after a success the policy is looked at afresh (its status now holds
     // the pass; the spec may have changed meanwhile and be due at once).
-    let policy = match ctx.background.poll(&crate::context::key(policy.as_ref())) {
+    let policy = match ctx.background.poll(&key) {
         crate::background::Polled::Running | crate::background::Polled::Queued => {
             return Ok(sooner(crate::background::POLL, wake));
         }
@@ -173,14 +198,6 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
         },
         crate::background::Polled::Idle => policy,
     };
-    // The binlog archiver (a Deployment) first: it does not wait for the retention pass.
-    if let Err(e) = crate::archiver::reconcile(&ctx, &policy).await {
-        // The archiver's trouble is its own: retention goes on.
-        let message = format!("binlog archiver: {e}");
-        tracing::warn!(policy = %name, "{message}");
-        ctx.warn(&policy.object_ref(&()), "BinlogArchiverFailed", &message)
-            .await;
-    }
     ctx.warn_ambiguous(&policy.object_ref(&()), &policy.spec.ambiguous_durations())
         .await;
     // Its series exist from now on: the first failure is an increase, and an alert on a

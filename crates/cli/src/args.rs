@@ -814,8 +814,16 @@ pub enum ReplayHow {
 }
 
 impl MariaDbTools {
-    pub fn tools(&self) -> tidemark_mariadb::restore::Tools {
-        tidemark_mariadb::restore::Tools {
+    /// # Errors
+    /// `--replay-threads` with `--replay client` (it has no applier threads to set).
+    pub fn tools(&self) -> Result<tidemark_mariadb::restore::Tools, crate::exit::CliError> {
+        if let (ReplayHow::Client, Some(n)) = (self.replay, self.replay_threads) {
+            return Err(crate::exit::CliError::input(format!(
+                "--replay-threads {n} sets the applier's workers; --replay client (or \
+                 TIDEMARK_REPLAY=client) has none: drop --replay-threads, or use --replay applier"
+            )));
+        }
+        Ok(tidemark_mariadb::restore::Tools {
             mariabackup: self.mariabackup.clone().into(),
             mbstream: self.mbstream.clone().into(),
             mariadbd: self.mariadbd.clone().into(),
@@ -832,7 +840,7 @@ impl MariaDbTools {
                 }
                 (ReplayHow::Applier, None) => tidemark_mariadb::tools::Replay::applier(),
             },
-        }
+        })
     }
 }
 

@@ -132,6 +132,8 @@ pub async fn restore(args: &RestoreArgs) -> Result<Exit, CliError> {
         refuse_beside_policy(policy, &unused_by_restore_of_policy(args.dry_run))?;
     }
     let to = to_of(args)?;
+    // Before the store is read.
+    let tools = args.tools.tools()?;
     let (store, target) = match &args.policy_name {
         Some(policy) if !args.dry_run => return crate::cluster::restore(args, policy, to).await,
         // The plan of a Restore, from the policy's store as the operator reads it.
@@ -165,9 +167,7 @@ pub async fn restore(args: &RestoreArgs) -> Result<Exit, CliError> {
         },
         timeline: args.timeline,
     };
-    let db = MariaDbTools {
-        tools: args.tools.tools(),
-    };
+    let db = MariaDbTools { tools };
     let steps = Steps::default();
     let shown: &dyn Progress = if json { &NoProgress } else { &steps };
     let timed = TimedSteps::new(shown);
@@ -494,7 +494,7 @@ pub async fn restore_test(args: &RestoreTestArgs) -> Result<Exit, CliError> {
         run_id: args.run_id.clone(),
     };
     let db = MariaDbTools {
-        tools: args.tools.tools(),
+        tools: args.tools.tools()?,
     };
     let record = tidemark_engine::restore::restore_test(&db, store, &request, progress).await?;
     let outcome = &record.outcome;

@@ -802,6 +802,49 @@ fn restore_of_a_policy_ignores_the_environments_store() {
     assert!(!err.contains("is not used with it"), "{err}");
     // Past its arguments: it went for the cluster (there is none here).
     assert!(err.contains("no Kubernetes configuration"), "{err}");
+    // --replay-threads with --replay client (which has no applier threads) is refused, as
+    // the environment's TIDEMARK_REPLAY=client too, before the store is read.
+    for (flags, env) in [
+        (&["--replay", "client", "--replay-threads", "2"][..], None),
+        (&["--replay-threads", "2"][..], Some("client")),
+    ] {
+        let mut cmd = bin();
+        cmd.args([
+            "restore",
+            "--store",
+            "file:///nonexistent-store",
+            "--to",
+            "2026-11-20T10:00:00Z",
+            "--datadir",
+        ])
+        .arg(dir.path().join("restored"))
+        .args(flags);
+        if let Some(v) = env {
+            cmd.env("TIDEMARK_REPLAY", v);
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("--replay-threads 2 sets the applier's workers"),
+            "{flags:?}: {}",
+            stderr(&out)
+        );
+    }
+    let bogus = bin()
+        .args([
+            "restore",
+            "--store",
+            "file:///nonexistent-store",
+            "--to",
+            "2026-11-20T10:00:00Z",
+        ])
+        .arg("--datadir")
+        .arg(dir.path().join("restored"))
+        .env("TIDEMARK_REPLAY", "parallel")
+        .output()
+        .unwrap();
+    assert_eq!(bogus.status.code(), Some(2), "{}", stderr(&bogus));
+    assert!(stderr(&bogus).contains("parallel"), "{}", stderr(&bogus));
     // Every flag a POLICY would ignore (issue 46 §4) is refused, named, before anything.
     let cases: &[(&[&str], &str)] = &[
         (

@@ -1080,11 +1080,11 @@ fn unanswering_store() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
 
 /// The binlog archiver's Deployment is looked after while the policy's store does not
 /// answer (its retention pass and the archive watch waiting on it): a failover then still
-/// reaches the archiver. The soak's CI run at stop 66 lost every instant after a failover
-/// because the archiver kept the old primary's server id while a pass ran. Here the
-/// Deployment is deleted while the store hangs and must come back within 25 s: before, the
-/// reconcile read the store first (the archive watch: a request timeout, 30 s) and skipped
-/// the archiver while the pass ran and when it failed.
+/// reaches the archiver. A run of the short chaos soak lost every instant after a failover
+/// (read from the code: the archiver kept the old primary's server id while a pass ran).
+/// Here the Deployment is deleted while the store hangs and must come back within 25 s:
+/// before, the reconcile read the store first (the archive watch: a request timeout, 30 s)
+/// and skipped the archiver while the pass ran and when it failed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_archiver_is_looked_after_while_the_store_does_not_answer() {
     use k8s_openapi::api::apps::v1::Deployment;

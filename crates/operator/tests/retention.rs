@@ -332,11 +332,16 @@ async fn retention_pass_through_the_operator() {
         )
         .await
         .unwrap();
-    eventually("the pass after the spec change", || async {
-        (!metadata_ids(&store).await.contains(&older.id)).then_some(())
+    // The pass deletes, then writes its status: both awaited (the status read between the
+    // two once showed the pass before, 2 deleted).
+    let st = eventually("the pass after the spec change", || async {
+        if metadata_ids(&store).await.contains(&older.id) {
+            return None;
+        }
+        let st = status(&policies, "db").await;
+        (st["lastRetentionRunTime"] != last).then_some(st)
     })
     .await;
-    let st = status(&policies, "db").await;
     assert_eq!(st["backupsDeleted"], 1, "{st}");
     assert_eq!(
         policies

@@ -155,7 +155,7 @@ pub async fn reconcile(policy: Arc<BackupPolicy>, ctx: Arc<Context>) -> Result<R
     // The binlog archiver (a Deployment) first, before anything that reads the store, and
     // whatever the retention pass is doing: a failover while a long pass runs, or while
     // the store is cut off, must reach it, or it refuses the new primary's timeline and
-    // the recovery window stops at the failover (the soak's CI run at stop 66). While a
+    // the recovery window stops at the failover (a run of the short chaos soak). While a
     // pass runs, at most every [`ARCHIVER_WHILE_PASS`] (it asks the primary pod its server
     // id).
     if !ctx.background.tracks(&key) || ctx.archiver_due(&key, ARCHIVER_WHILE_PASS) {

@@ -715,6 +715,26 @@ async fn a_backup_job_on_the_node_then_point_in_time_restore() {
     op.stop().await;
 }
 
+/// An operator allowed to run the archiver in an image of the policy's choosing, and the
+/// archiver Deployment of policy `shop` it makes in `ns`.
+async fn archiver_operator(
+    cluster: &KubeCluster,
+    identity: &str,
+    deployments: &Api<k8s_openapi::api::apps::v1::Deployment>,
+) -> (Operator, k8s_openapi::api::apps::v1::Deployment) {
+    let op = Operator::start_with(
+        cluster,
+        identity,
+        std::sync::Arc::new(tidemark_engine::SystemClock),
+        |o| o.tenancy.allow_archiver_images = true,
+    );
+    let d = eventually("the archiver Deployment", || async {
+        deployments.get_opt("shop-binlog-archiver").await.unwrap()
+    })
+    .await;
+    (op, d)
+}
+
 /// The operator-managed binlog archiver: a BackupPolicy with `binlogArchive.server` gets one
 /// Deployment; the test plays the node for its pod (the init container, then the archiver as
 /// a long-running local process with the pod's environment) against a real MariaDB over
@@ -771,17 +791,8 @@ async fn the_binlog_archiver_deployment_reads_the_server_over_the_network() {
     .await;
     assert!(refused.contains("mariadb:11.4"), "{refused}");
     op.stop().await;
-    let op = Operator::start_with(
-        &cluster,
-        "operator-archiver",
-        std::sync::Arc::new(tidemark_engine::SystemClock),
-        |o| o.tenancy.allow_archiver_images = true,
-    );
     let deployments: Api<Deployment> = Api::namespaced(admin.clone(), ns);
-    let d = eventually("the archiver Deployment", || async {
-        deployments.get_opt("shop-binlog-archiver").await.unwrap()
-    })
-    .await;
+    let (op, d) = archiver_operator(&cluster, "operator-archiver", &deployments).await;
     let text = serde_json::to_string(&d).unwrap();
     assert!(
         !text.contains(DB_PASSWORD) && !text.contains(SECRET_KEY),
@@ -1116,17 +1127,8 @@ async fn the_archiver_is_looked_after_while_the_store_does_not_answer() {
         .create(&PostParams::default(), &policy)
         .await
         .unwrap();
-    let op = Operator::start_with(
-        &cluster,
-        "operator-archiver-cut",
-        std::sync::Arc::new(tidemark_engine::SystemClock),
-        |o| o.tenancy.allow_archiver_images = true,
-    );
     let deployments: Api<Deployment> = Api::namespaced(admin.clone(), ns);
-    let first = eventually("the archiver Deployment", || async {
-        deployments.get_opt("shop-binlog-archiver").await.unwrap()
-    })
-    .await;
+    let (op, first) = archiver_operator(&cluster, "operator-archiver-cut", &deployments).await;
     // The operator waits on the store (the pass, the archive watch).
     eventually("a connection to the store waiting", || async {
         (open.load(Ordering::SeqCst) > 0).then_some(())

@@ -398,6 +398,35 @@ pub struct RestoreTestSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 65536))]
     pub expect: Option<String>,
+    /// How the restore replays binlogs (MariaDB): `applier` (the default: row transactions
+    /// through the private server's replication applier, the rest through `mariadb-binlog
+    /// | mariadb`) or `client` (everything through `mariadb-binlog | mariadb`, the
+    /// fallback): `tidemark restore-test --replay`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(applier|client)$"))]
+    pub replay: Option<String>,
+}
+
+/// `spec.restoreTest.replay` and a Restore's `spec.replay`: `None` (the default, the
+/// applier) or the value checked, for `--replay`.
+///
+/// # Errors
+/// A value other than `applier` or `client`, named with the accepted forms.
+pub fn replay_of<'a>(
+    field: &'static str,
+    value: Option<&'a str>,
+) -> Result<Option<&'a str>, PolicyFileError> {
+    match value {
+        None => Ok(None),
+        Some(v @ ("applier" | "client")) => Ok(Some(v)),
+        Some(other) => Err(PolicyFileError::Invalid {
+            field,
+            problem: format!(
+                "{:?} is not a way to replay; expected applier or client",
+                other.chars().take(40).collect::<String>()
+            ),
+        }),
+    }
 }
 
 impl RestoreTestSpec {
@@ -427,6 +456,7 @@ impl RestoreTestSpec {
                 });
             }
         };
+        replay_of("spec.restoreTest.replay", self.replay.as_deref())?;
         for (field, text) in [
             ("spec.restoreTest.query", &self.query),
             ("spec.restoreTest.expect", &self.expect),
@@ -2758,6 +2788,24 @@ pub struct RestoreTestResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `restoreTest.replay`: applier, client or nothing; anything else is refused, named.
+    #[test]
+    fn a_restore_tests_replay_is_applier_or_client() {
+        let spec = |replay: Option<&str>| RestoreTestSpec {
+            schedule: "0 0 4 * * *".into(),
+            replay: replay.map(str::to_owned),
+            ..Default::default()
+        };
+        for ok in [None, Some("applier"), Some("client")] {
+            assert!(spec(ok).settings().is_ok(), "{ok:?}");
+        }
+        let e = spec(Some("Client")).settings().unwrap_err().to_string();
+        assert!(
+            e.contains("spec.restoreTest.replay") && e.contains("applier or client"),
+            "{e}"
+        );
+    }
 
     /// `binlogArchive.checksums` (issue 48): each field bounded, patterns of the form the
     /// archiver takes, and a server to log in to; each refusal names its field.

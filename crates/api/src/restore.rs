@@ -81,6 +81,12 @@ pub struct RestoreSpec {
     /// any difference are reported in status, and the data is kept.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub require_oracle: bool,
+    /// How the restore replays binlogs (MariaDB): `applier` (the default) or `client`
+    /// (everything through `mariadb-binlog | mariadb`, the fallback): `tidemark restore
+    /// --replay`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(applier|client)$"))]
+    pub replay: Option<String>,
 }
 
 /// What a Restore brings back: at most one of these; none is the newest restorable instant.
@@ -171,6 +177,7 @@ impl RestoreSpec {
         let invalid =
             |field: &'static str, problem: String| PolicyFileError::Invalid { field, problem };
         crate::names::dns_subdomain("spec.policy.name", &self.policy.name)?;
+        crate::policy::replay_of("spec.replay", self.replay.as_deref())?;
         if let Some(from) = &self.from {
             crate::names::dns_label("spec.from", from)?;
         }

@@ -425,7 +425,12 @@ fn restore_test_run(
             expect: t.expect.clone(),
         },
         tools: tidemark_mariadb::restore::Tools {
-            replay: tidemark_mariadb::tools::Replay::from_env().map_err(CliError::input)?,
+            // The policy's `restoreTest.replay` (checked by `settings`), else TIDEMARK_REPLAY.
+            replay: match t.replay.as_deref() {
+                Some("client") => tidemark_mariadb::tools::Replay::Client,
+                Some(_) => tidemark_mariadb::tools::Replay::applier(),
+                None => tidemark_mariadb::tools::Replay::from_env().map_err(CliError::input)?,
+            },
             ..Default::default()
         },
         scratch: std::env::temp_dir(),

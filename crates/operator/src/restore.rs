@@ -435,7 +435,7 @@ async fn prepare(
             ..
         }
     );
-    let args = args_of(&read_from, &plan, replace, restore.spec.require_oracle)
+    let args = args_of(&read_from, &plan, replace, &restore.spec)
         .map_err(|m| Stop::Refuse("InvalidSpec", m))?;
     let job = crate::consolidation::ToolJob {
         policy: &read_from,
@@ -954,14 +954,19 @@ pub fn args_of(
     policy: &BackupPolicy,
     plan: &RestorePlan,
     replace: bool,
-    require_oracle: bool,
+    spec: &tidemark_api::restore::RestoreSpec,
 ) -> Result<Vec<String>, String> {
     let mut args = vec![SCRIPT.to_owned(), "restore".to_owned(), replace.to_string()];
     args.extend(pod::store_args(policy)?);
     // The instant exactly as planned (with its fraction): the same backups.
     args.push(format!("--to={}", plan.target));
-    if require_oracle {
+    if spec.require_oracle {
         args.push("--require-oracle".into());
+    }
+    if let Some(how) = tidemark_api::policy::replay_of("spec.replay", spec.replay.as_deref())
+        .map_err(|e| e.to_string())?
+    {
+        args.push(format!("--replay={how}"));
     }
     Ok(args)
 }
@@ -1355,7 +1360,8 @@ mod tests {
 
     /// The Job restores the planned instant exactly, with the store's settings, into the
     /// claim through the script that moves the data into place last; `requireOracle` asks
-    /// it to keep only data the restore oracle proves.
+    /// it to keep only data the restore oracle proves; `replay` picks how binlogs replay
+    /// (none: the command's default, the applier).
     #[test]
     fn the_job_restores_the_planned_instant() {
         let policy: BackupPolicy = serde_json::from_value(json!({
@@ -1366,13 +1372,28 @@ mod tests {
         .unwrap();
         let mut p = plan(&[(1, None)], &[]);
         p.target = "2026-11-27T01:00:00.123456789Z".parse().unwrap();
-        assert!(
-            !args_of(&policy, &p, true, false)
+        let spec = |v: serde_json::Value| -> tidemark_api::restore::RestoreSpec {
+            let mut s = json!({"policy": {"name": "shop"}, "into": {"claim": "data-db-0"}});
+            s.as_object_mut()
                 .unwrap()
-                .contains(&"--require-oracle".to_owned())
+                .extend(v.as_object().unwrap().clone());
+            serde_json::from_value(s).unwrap()
+        };
+        let plain = args_of(&policy, &p, true, &spec(json!({}))).unwrap();
+        assert!(!plain.contains(&"--require-oracle".to_owned()));
+        assert!(
+            !plain.iter().any(|a| a.starts_with("--replay")),
+            "{plain:?}"
         );
-        let args = args_of(&policy, &p, true, true).unwrap();
+        let args = args_of(&policy, &p, true, &spec(json!({"requireOracle": true}))).unwrap();
         assert!(args.contains(&"--require-oracle".to_owned()), "{args:?}");
+        let client = args_of(&policy, &p, true, &spec(json!({"replay": "client"}))).unwrap();
+        assert!(client.contains(&"--replay=client".to_owned()), "{client:?}");
+        let wrong = args_of(&policy, &p, true, &spec(json!({"replay": "fast"}))).unwrap_err();
+        assert!(
+            wrong.contains("spec.replay") && wrong.contains("applier or client"),
+            "{wrong}"
+        );
         assert_eq!(args[0], SCRIPT);
         assert_eq!(args[1..3], ["restore", "true"]);
         assert!(

@@ -191,6 +191,7 @@ static ON_DEMAND: RestoreTestSpec = RestoreTestSpec {
     target: None,
     query: None,
     expect: None,
+    replay: None,
 };
 
 async fn step(
@@ -677,6 +678,12 @@ pub fn args_of(
         args.push("--random".into());
     }
     args.push(format!("--run-id={name}"));
+    if let Some(how) =
+        tidemark_api::policy::replay_of("spec.restoreTest.replay", spec.replay.as_deref())
+            .map_err(|e| e.to_string())?
+    {
+        args.push(format!("--replay={how}"));
+    }
     // `--flag=value`: a query or result starting with `-` stays a value.
     if let Some(q) = &spec.query {
         args.push(format!("--query={q}"));
@@ -805,6 +812,20 @@ mod tests {
                 .any(|m| m.mount_path == SCRATCH)
         );
         assert!(!env.iter().any(|e| e.name.starts_with("TIDEMARK_LOCK_")));
+        // How binlogs replay: the command's default (the applier) unless the spec says.
+        assert!(!joined.contains("--replay"), "{joined}");
+        let client = RestoreTestSpec {
+            replay: Some("client".into()),
+            ..spec.clone()
+        };
+        let args = args_of(&policy, &name, true, &client).unwrap();
+        assert!(args.contains(&"--replay=client".to_owned()), "{args:?}");
+        let wrong = RestoreTestSpec {
+            replay: Some("fast".into()),
+            ..spec
+        };
+        let e = args_of(&policy, &name, true, &wrong).unwrap_err();
+        assert!(e.contains("spec.restoreTest.replay"), "{e}");
     }
 
     /// A copy's test: its own Job name (the copy as a digest, at most 63 characters with

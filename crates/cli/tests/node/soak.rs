@@ -788,9 +788,71 @@ fn replica_matches(w: &World, replica: &str, primary: &str) -> Result<String, St
         ))
     } else {
         Err(format!(
-            "the replica {replica} holds {got}, the primary {primary} {want}"
+            "the replica {replica} holds {got}, the primary {primary} {want}\n{}",
+            divergence(w, replica, primary)
         ))
     }
+}
+
+/// Where `replica` and `primary` differ, for the report of a replica that holds other rows
+/// (best effort): the rows of one and not the other (20 at most), each server's positions,
+/// the replica's replication, and the restore oracle's chunks whose recomputed checksum
+/// differs from the writer's on each (a chunk's run is the second it started: when the
+/// copies parted).
+fn divergence(w: &World, replica: &str, primary: &str) -> String {
+    let rows = |pod: &str| -> Result<std::collections::BTreeMap<i64, i64>, String> {
+        let text = try_sql(w, pod, "SELECT id, v FROM shop.orders ORDER BY id")?;
+        Ok(text
+            .lines()
+            .filter_map(|l| {
+                let (id, v) = l.split_once('\t')?;
+                Some((id.parse().ok()?, v.parse().ok()?))
+            })
+            .collect())
+    };
+    let mut said = Vec::new();
+    match (rows(replica), rows(primary)) {
+        (Ok(r), Ok(p)) => {
+            let mut differ: Vec<String> = r
+                .iter()
+                .filter(|(id, v)| p.get(id) != Some(v))
+                .map(|(id, v)| format!("{id}: {v} on {replica}, {:?} on {primary}", p.get(id)))
+                .chain(
+                    p.iter()
+                        .filter(|(id, _)| !r.contains_key(id))
+                        .map(|(id, v)| format!("{id}: none on {replica}, {v} on {primary}")),
+                )
+                .collect();
+            differ.sort();
+            let n = differ.len();
+            differ.truncate(20);
+            said.push(format!("{n} row(s) differ: {}", differ.join("; ")));
+        }
+        (r, p) => said.push(format!("rows not read: {:?} {:?}", r.err(), p.err())),
+    }
+    for pod in [primary, replica] {
+        said.push(format!(
+            "{pod}: {}",
+            try_sql(
+                w,
+                pod,
+                "SELECT CONCAT('server_id ', @@server_id, ', binlog ', @@gtid_binlog_pos, ', slave ', @@gtid_slave_pos)"
+            )
+            .unwrap_or_else(|e| e)
+        ));
+        said.push(format!(
+            "{pod}: oracle chunks that differ (run, chunk, this, source): {}",
+            try_sql(
+                w,
+                pod,
+                "SELECT GROUP_CONCAT(CONCAT(run, '/', chunk, ' ', this_cnt, ':', this_crc, ' ', source_cnt, ':', source_crc) SEPARATOR '; ') \
+                 FROM tidemark_oracle.chunks WHERE source_crc IS NOT NULL AND (this_cnt <> source_cnt OR this_crc <> source_crc)"
+            )
+            .unwrap_or_else(|e| e)
+        ));
+    }
+    said.push(format!("{replica}: {}", replica_state(w, replica)));
+    said.join("\n  ")
 }
 
 /// What a replica says of its replication, for the line of a skipped failover (best
@@ -828,7 +890,8 @@ pub(crate) async fn a_chaos_soak(w: Arc<World>) {
     let mut report = Report::default();
     report.started = Some(Instant::now());
     report.say(format!(
-        "seed {} (TIDEMARK_SOAK_SEED replays it), {} s of faults, at least {} restores, schedule {:?}, keepLast {}",
+        "started at {}; seed {} (TIDEMARK_SOAK_SEED replays it), {} s of faults, at least {} restores, schedule {:?}, keepLast {}",
+        jiff::Timestamp::now(),
         settings.seed, settings.seconds, settings.samples, settings.schedule, settings.keep_last
     ));
     let mut rng = Rng::new(settings.seed);

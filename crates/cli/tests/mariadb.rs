@@ -3459,3 +3459,100 @@ fn a_forged_row_event_on_the_accounts_never_reaches_the_applier() {
         assert!(!restored.exists(), "--replay {how}: a directory is left");
     }
 }
+
+/// An incremental of another data directory than its parent's is refused before it runs
+/// (issue 48: the chaos soak's old primary, rebuilt from nothing on its volume, took an
+/// increment of the old one's full that no restore could prepare). Another server whose
+/// LSN is past the parent's passes the LSN check, and is refused by its `ibdata1`; the
+/// attempt is recorded failed, saying why (which the schedule reads as a divergence: its
+/// next backup is a full). Each backup records the data directory it was taken of.
+#[test]
+fn an_incremental_of_another_data_directory_is_refused() {
+    let env = orders_env();
+    insert_into(&env.db, 5);
+    let push = |db: &MariaDb, parent: Option<&str>| -> Output {
+        let datadir = format!("--datadir={}", db.datadir.display());
+        let client = db.client_args();
+        let mut args = vec![
+            "push",
+            "--backup-name",
+            "nightly",
+            "--method",
+            "mariabackup",
+        ];
+        if let Some(p) = parent {
+            args.extend(["--type", "incremental", "--parent", p]);
+        }
+        args.extend(["--output", "json", "--", "mariabackup"]);
+        args.extend(client.iter().map(String::as_str));
+        args.push(&datadir);
+        env.tidemark(&args)
+    };
+    let id_of = |out: &Output| -> String {
+        assert!(
+            out.status.success(),
+            "push failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["backupId"].as_str().unwrap().to_owned()
+    };
+    let store = env.s3.cluster_store("e2e");
+    let metadata = |id: &str| -> Value {
+        serde_json::from_slice(&get_object(&store, &format!("nightly/{id}/metadata.json"))).unwrap()
+    };
+    let full = id_of(&push(&env.db, None));
+    let recorded = metadata(&full)["mariabackup"]["dataDirectory"].clone();
+    assert!(
+        recorded
+            .as_str()
+            .is_some_and(|d| d.starts_with("ibdata1 inode ")),
+        "{}",
+        metadata(&full)
+    );
+    // The same server: its incremental, as ever.
+    insert_into(&env.db, 3);
+    let inc = id_of(&push(&env.db, Some(&full)));
+    assert_eq!(metadata(&inc)["mariabackup"]["dataDirectory"], recorded);
+    // Another data directory, written until its LSN is past the parent's.
+    let parent_lsn = metadata(&inc)["mariabackup"]["toLsn"].as_u64().unwrap();
+    let other = MariaDb::start();
+    other.sql(
+        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT AUTO_INCREMENT PRIMARY KEY, v INT)",
+    );
+    let lsn = || -> u64 {
+        other
+            .sql("SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'INNODB_LSN_CURRENT'")
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    while lsn() <= parent_lsn {
+        insert_into(&other, 200);
+    }
+    let refused = push(&other, Some(&inc));
+    assert!(
+        !refused.status.success(),
+        "an increment of another data directory was taken"
+    );
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("is not the one the parent was taken of")
+            && stderr.contains("take a full backup"),
+        "{stderr}"
+    );
+    let ls = env.json(&["ls"]);
+    let failed: Vec<&Value> = ls["backups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["phase"] == "failed")
+        .collect();
+    assert_eq!(failed.len(), 1, "{ls:#}");
+    let why = metadata(failed[0]["backupId"].as_str().unwrap())["error"].clone();
+    assert!(
+        why.as_str()
+            .is_some_and(|e| e.contains("is not the one the parent was taken of")),
+        "{why}"
+    );
+}

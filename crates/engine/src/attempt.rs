@@ -693,6 +693,9 @@ struct MariabackupRun {
     refused: Option<String>,
     /// The replica position mariabackup logged at the consistent point.
     slave_position: SharedLine,
+    /// The data directory backed up (its `--datadir`), as far as known: recorded, and
+    /// an incremental is refused when its parent recorded another.
+    data_directory: Option<String>,
 }
 
 impl MariabackupRun {
@@ -700,6 +703,26 @@ impl MariabackupRun {
         let incremental_lsn = parent
             .map(|p| mariadb::lsns_of(p).map(|l| l.to_lsn))
             .transpose()?;
+        let data_directory = tidemark_mariadb::backup::datadir_of_command(user_command)
+            .and_then(tidemark_mariadb::backup::data_directory_identity);
+        // An incremental of another data directory than its parent's (a replica rebuilt
+        // from nothing on the same volume, a restore into it) would mix the two's pages:
+        // its LSNs may be ahead of the parent's, so only this tells (the chaos soak: an
+        // increment of the old primary's volume, rebuilt, that no restore could prepare).
+        // Refused before it runs, recorded as failed: the next scheduled backup is a full.
+        let refused = match (
+            parent.and_then(tidemark_mariadb::backup::data_directory_of),
+            &data_directory,
+        ) {
+            (Some(theirs), Some(ours)) if theirs != ours => Some(
+                mariadb::MariaDbError::OtherDataDirectory {
+                    parent: theirs.to_owned(),
+                    ours: ours.clone(),
+                }
+                .to_string(),
+            ),
+            _ => None,
+        };
         let lsndir = tempfile::Builder::new()
             .prefix("tidemark-lsn-")
             .tempdir()
@@ -715,8 +738,9 @@ impl MariabackupRun {
             lsndir,
             incremental_lsn,
             probe: None,
-            refused: None,
+            refused,
             slave_position: SharedLine::default(),
+            data_directory,
         })
     }
 
@@ -733,7 +757,11 @@ impl MariabackupRun {
                 for w in &findings.warnings {
                     tracing::warn!("{w}");
                 }
-                self.refused = findings.refusal("a mariabackup backup");
+                // A refusal made before (another data directory) stands.
+                self.refused = self
+                    .refused
+                    .take()
+                    .or_else(|| findings.refusal("a mariabackup backup"));
             }
             Err(e) => tracing::warn!(
                 error = %e,
@@ -788,7 +816,13 @@ impl MariabackupRun {
             });
         }
         let mut extra = serde_json::Map::new();
-        let (k, v) = mariadb::lsns_field(&lsns);
+        let (k, mut v) = mariadb::lsns_field(&lsns);
+        if let (Some(dir), Some(fields)) = (&self.data_directory, v.as_object_mut()) {
+            fields.insert(
+                tidemark_mariadb::backup::DATA_DIRECTORY_FIELD.to_owned(),
+                dir.clone().into(),
+            );
+        }
         extra.insert(k, v);
         Ok((extra, position))
     }
@@ -859,6 +893,68 @@ mod tests {
         )
         .unwrap();
         run.recorded().map(|_| ())
+    }
+
+    /// An incremental is refused before it runs when its parent recorded another data
+    /// directory (its `ibdata1` made anew: a rebuild, a restore), whatever the LSNs; the
+    /// refusal reads as a divergence (the next scheduled backup is a full); a backup
+    /// records the data directory it was taken of.
+    #[test]
+    fn an_incremental_of_another_data_directory_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ibdata1"), b"system tablespace").unwrap();
+        let ours = tidemark_mariadb::backup::data_directory_identity(dir.path())
+            .expect("ext4, xfs and tmpfs keep birth times");
+        let command = vec![
+            "mariabackup".to_owned(),
+            format!("--datadir={}", dir.path().display()),
+        ];
+        let parent_of = |identity: Option<&str>| -> Metadata {
+            let mut fields = serde_json::json!({"fromLsn": 0, "toLsn": 1000, "lastLsn": 1000});
+            if let Some(i) = identity {
+                fields["dataDirectory"] = i.into();
+            }
+            serde_json::from_value(serde_json::json!({
+                "formatVersion": 1, "backupId": "20261120T020000Z-00000001", "backupName": "nightly",
+                "cluster": "c", "type": "full", "method": "mariabackup", "phase": "completed",
+                "startedAt": "2026-11-20T02:00:00Z", "mariabackup": fields,
+            }))
+            .unwrap()
+        };
+        // The same directory, or a parent that recorded none (taken before): as before.
+        for parent in [parent_of(Some(&ours)), parent_of(None)] {
+            let run = MariabackupRun::new(&command, Some(&parent)).unwrap();
+            assert_eq!(run.refused, None);
+            assert_eq!(run.data_directory.as_deref(), Some(ours.as_str()));
+        }
+        // `ibdata1` made again in the same place (a rebuild): another directory.
+        std::fs::remove_file(dir.path().join("ibdata1")).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(dir.path().join("ibdata1"), b"system tablespace").unwrap();
+        let run = MariabackupRun::new(&command, Some(&parent_of(Some(&ours)))).unwrap();
+        let why = run.refused.clone().expect("refused");
+        assert!(
+            why.contains(&ours) && why.contains("take a full backup"),
+            "{why}"
+        );
+        assert!(tidemark_mariadb::is_lsn_behind(&why), "{why}");
+        // A full records its directory beside its LSNs.
+        std::fs::write(
+            run.lsndir.path().join(mariadb::CHECKPOINTS_FILE),
+            "backup_type = full-backuped\nfrom_lsn = 0\nto_lsn = 2000\nlast_lsn = 2000\n",
+        )
+        .unwrap();
+        std::fs::write(
+            run.lsndir.path().join(mariadb::INFO_FILE),
+            "tool_name = mariabackup\n",
+        )
+        .unwrap();
+        let (extra, _) = run.recorded().unwrap();
+        assert_eq!(
+            extra["mariabackup"]["dataDirectory"].as_str(),
+            run.data_directory.as_deref()
+        );
+        assert_ne!(run.data_directory.as_deref(), Some(ours.as_str()));
     }
 
     #[test]

@@ -49,6 +49,58 @@ pub enum MariaDbError {
         "the server's checkpoint LSN {to_lsn} {LSN_BEHIND} {from_lsn}: it is not the data directory the parent was taken from (a rebuilt or restored server), so this incremental would miss changes; take a full backup"
     )]
     LsnBehind { from_lsn: u64, to_lsn: u64 },
+    #[error(
+        "the data directory ({ours}) {OTHER_DATA_DIRECTORY} ({parent}): a server rebuilt or restored since, whose pages an incremental would mix with the parent's (its LSNs may well be ahead of the parent's), so it is not taken; take a full backup"
+    )]
+    OtherDataDirectory { parent: String, ours: String },
+}
+
+/// The field of the `mariabackup` object of `metadata.json` naming the data directory the
+/// backup was taken of ([`data_directory_identity`]).
+pub const DATA_DIRECTORY_FIELD: &str = "dataDirectory";
+
+/// Which data directory `datadir` is, as the file system tells: its system tablespace
+/// `ibdata1`'s inode number and birth time. InnoDB never makes `ibdata1` again in a data
+/// directory it runs on; a data directory initialised anew (a replica rebuilt from
+/// nothing) or restored (a copy) has another one, whatever its LSNs. `None` when unknown
+/// (no `ibdata1`, or a file system that keeps no birth time).
+pub fn data_directory_identity(datadir: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(datadir.join("ibdata1")).ok()?;
+    let born = m
+        .created()
+        .ok()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?;
+    Some(format!(
+        "ibdata1 inode {} born {}.{:09}",
+        m.ino(),
+        born.as_secs(),
+        born.subsec_nanos()
+    ))
+}
+
+/// The data directory a backup recorded ([`DATA_DIRECTORY_FIELD`]), if it did.
+pub fn data_directory_of(m: &Metadata) -> Option<&str> {
+    m.extra
+        .get(EXTRA_FIELD)?
+        .get(DATA_DIRECTORY_FIELD)?
+        .as_str()
+}
+
+/// The `--datadir` of a `mariabackup` command line (`--datadir=DIR` or `--datadir DIR`;
+/// the last one, which is the one mariabackup takes).
+pub fn datadir_of_command(command: &[String]) -> Option<&Path> {
+    let mut found = None;
+    let mut args = command.iter();
+    while let Some(a) = args.next() {
+        if let Some(dir) = a.strip_prefix("--datadir=") {
+            found = Some(Path::new(dir));
+        } else if a == "--datadir" {
+            found = args.next().map(Path::new);
+        }
+    }
+    found
 }
 
 /// The arguments Tidemark appends to the user's `mariabackup` command line: a streamed
@@ -100,11 +152,14 @@ pub fn lsns_field(lsns: &Lsns) -> (String, serde_json::Value) {
 
 /// The words of a [`MariaDbError::LsnBehind`] that its recorded error keeps.
 const LSN_BEHIND: &str = "is behind the parent's";
+/// The words of a [`MariaDbError::OtherDataDirectory`] that its recorded error keeps.
+const OTHER_DATA_DIRECTORY: &str = "is not the one the parent was taken of";
 
-/// Whether a failed attempt's recorded error says the server was behind its parent: the
-/// next scheduled backup of that data directory starts a new chain with a full.
+/// Whether a failed attempt's recorded error says the server was behind its parent, or is
+/// another data directory than its parent's: the next scheduled backup of that data
+/// directory starts a new chain with a full.
 pub fn is_lsn_behind(error: &str) -> bool {
-    error.contains(LSN_BEHIND)
+    error.contains(LSN_BEHIND) || error.contains(OTHER_DATA_DIRECTORY)
 }
 
 /// Parses `xtrabackup_checkpoints` (`key = value` lines).
@@ -367,6 +422,32 @@ pub fn read_lsndir(dir: &Path) -> Result<(Lsns, Option<LogPosition>), MariaDbErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--datadir` in either form; the last one wins, as mariabackup reads options.
+    #[test]
+    fn the_datadir_is_read_off_the_command_line() {
+        let cmd = |a: &[&str]| a.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert_eq!(
+            datadir_of_command(&cmd(&[
+                "mariabackup",
+                "--host=h",
+                "--datadir=/var/lib/mysql"
+            ])),
+            Some(Path::new("/var/lib/mysql"))
+        );
+        assert_eq!(
+            datadir_of_command(&cmd(&["mariabackup", "--datadir", "/d", "--datadir=/e"])),
+            Some(Path::new("/e"))
+        );
+        assert_eq!(
+            datadir_of_command(&cmd(&["mariabackup", "--datadir"])),
+            None
+        );
+        assert_eq!(
+            datadir_of_command(&cmd(&["mariabackup", "--user=root"])),
+            None
+        );
+    }
 
     #[test]
     fn checkpoints_parse() {

@@ -12,8 +12,9 @@ pub enum Candidate {
     Yes,
     /// Same method, another data directory (InnoDB LSNs are a server's own): it cannot.
     OtherSource,
-    /// A failed attempt of this data directory that found the server behind its parent
-    /// (a rebuilt or restored server): when it is the newest attempt, a new chain starts.
+    /// A failed attempt of this data directory that found the server behind its parent,
+    /// or another data directory than its parent's (a rebuilt or restored server): when it
+    /// is the newest attempt, a new chain starts.
     Diverged,
     /// Another method, or nothing to build on.
     No,
@@ -68,7 +69,7 @@ impl std::fmt::Display for FullBecause {
             ),
             FullBecause::Diverged(id) => write!(
                 f,
-                "the last attempt, {id}, found the server behind its parent (a rebuilt or restored server): a new chain starts"
+                "the last attempt, {id}, found the server behind its parent or another data directory than its parent's (a rebuilt or restored server): a new chain starts"
             ),
         }
     }

@@ -105,7 +105,8 @@ pub async fn take_backup(
     } else {
         None
     };
-    if let Some(run) = mariabackup.as_mut() {
+    // A run refused already (another data directory) asks the server nothing.
+    if let Some(run) = mariabackup.as_mut().filter(|r| r.refused.is_none()) {
         run.probe().await;
     }
     let command = match &mariabackup {
@@ -703,24 +704,39 @@ impl MariabackupRun {
         let incremental_lsn = parent
             .map(|p| mariadb::lsns_of(p).map(|l| l.to_lsn))
             .transpose()?;
-        let data_directory = tidemark_mariadb::backup::datadir_of_command(user_command)
-            .and_then(tidemark_mariadb::backup::data_directory_identity);
+        let datadir = tidemark_mariadb::backup::datadir_of_command(user_command);
+        let data_directory = datadir.and_then(tidemark_mariadb::backup::data_directory_identity);
         // An incremental of another data directory than its parent's (a replica rebuilt
         // from nothing on the same volume, a restore into it) would mix the two's pages:
         // its LSNs may be ahead of the parent's, so only this tells (the chaos soak: an
         // increment of the old primary's volume, rebuilt, that no restore could prepare).
         // Refused before it runs, recorded as failed: the next scheduled backup is a full.
         let refused = match (
+            parent,
             parent.and_then(tidemark_mariadb::backup::data_directory_of),
             &data_directory,
         ) {
-            (Some(theirs), Some(ours)) if theirs != ours => Some(
+            (Some(p), Some(theirs), Some(ours)) if theirs != ours => Some(
                 mariadb::MariaDbError::OtherDataDirectory {
+                    path: datadir.map_or_else(String::new, |d| d.display().to_string()),
+                    id: p.backup_id.clone(),
                     parent: theirs.to_owned(),
                     ours: ours.clone(),
                 }
                 .to_string(),
             ),
+            (Some(p), theirs, ours) if theirs.is_none() || ours.is_none() => {
+                tracing::warn!(
+                    parent = %p.backup_id,
+                    "this incremental cannot be checked to be of its parent's data directory ({}): only the LSNs are; name the data directory with --datadir on the mariabackup command line, on a file system that keeps birth times",
+                    if ours.is_none() {
+                        "this one's is unknown"
+                    } else {
+                        "the parent recorded none"
+                    }
+                );
+                None
+            }
             _ => None,
         };
         let lsndir = tempfile::Builder::new()
@@ -904,7 +920,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("ibdata1"), b"system tablespace").unwrap();
         let ours = tidemark_mariadb::backup::data_directory_identity(dir.path())
-            .expect("ext4, xfs and tmpfs keep birth times");
+            .expect("the temporary directory's file system keeps no birth time (ext4, xfs, btrfs and tmpfs do): run the tests on one that does");
         let command = vec![
             "mariabackup".to_owned(),
             format!("--datadir={}", dir.path().display()),
@@ -934,7 +950,10 @@ mod tests {
         let run = MariabackupRun::new(&command, Some(&parent_of(Some(&ours)))).unwrap();
         let why = run.refused.clone().expect("refused");
         assert!(
-            why.contains(&ours) && why.contains("take a full backup"),
+            why.contains(&ours)
+                && why.contains(&dir.path().display().to_string())
+                && why.contains("20261120T020000Z-00000001")
+                && why.contains("take a full backup"),
             "{why}"
         );
         assert!(tidemark_mariadb::is_lsn_behind(&why), "{why}");

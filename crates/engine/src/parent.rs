@@ -208,6 +208,43 @@ mod tests {
         assert_eq!(loaded.backup_id, b.id);
     }
 
+    /// A failed attempt refused for another data directory than its parent's reads as a
+    /// divergence of its lineage (the next scheduled backup is a full), as one whose
+    /// server was behind its parent does; another failure does not.
+    #[test]
+    fn an_attempt_of_another_data_directory_is_a_divergence() {
+        let refused = tidemark_mariadb::MariaDbError::OtherDataDirectory {
+            path: "/var/lib/mysql".into(),
+            id: "20261120T020000Z-00000001".into(),
+            parent: "ibdata1 made 2026-11-20T01:00:00Z".into(),
+            ours: "ibdata1 made 2026-11-20T03:00:00Z".into(),
+        };
+        let behind = tidemark_mariadb::MariaDbError::LsnBehind {
+            from_lsn: 5000,
+            to_lsn: 1000,
+        };
+        let attempt = |error: &str| -> Metadata {
+            serde_json::from_value(serde_json::json!({
+                "formatVersion": 1, "backupId": "20261120T040000Z-00000002", "backupName": "nightly",
+                "cluster": "c", "type": "incremental", "method": "mariabackup", "phase": "failed",
+                "startedAt": "2026-11-20T04:00:00Z", "labels": {"l": "one"}, "error": error,
+            }))
+            .unwrap()
+        };
+        let l = lineage("one", true);
+        // What the attempt records: the source's error, as `push` writes it.
+        for e in [
+            format!("mariabackup (not started) failed: {refused}"),
+            behind.to_string(),
+        ] {
+            assert_eq!(l.candidate(&attempt(&e)), Candidate::Diverged, "{e}");
+        }
+        assert_eq!(
+            l.candidate(&attempt("mariabackup exited with status 1")),
+            Candidate::Yes
+        );
+    }
+
     #[tokio::test]
     async fn a_named_parent_is_committed_and_completed() {
         let a = SynthBackup::full("a", at(0), 1);

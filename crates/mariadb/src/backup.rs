@@ -50,34 +50,36 @@ pub enum MariaDbError {
     )]
     LsnBehind { from_lsn: u64, to_lsn: u64 },
     #[error(
-        "the data directory ({ours}) {OTHER_DATA_DIRECTORY} ({parent}): a server rebuilt or restored since, whose pages an incremental would mix with the parent's (its LSNs may well be ahead of the parent's), so it is not taken; take a full backup"
+        "the data directory {path} ({ours}) {OTHER_DATA_DIRECTORY} {id} ({parent}): a server rebuilt or restored since, whose pages an incremental would mix with the parent's (its LSNs may well be ahead of the parent's), so it is not taken; take a full backup"
     )]
-    OtherDataDirectory { parent: String, ours: String },
+    OtherDataDirectory {
+        path: String,
+        id: String,
+        parent: String,
+        ours: String,
+    },
 }
 
 /// The field of the `mariabackup` object of `metadata.json` naming the data directory the
 /// backup was taken of ([`data_directory_identity`]).
 pub const DATA_DIRECTORY_FIELD: &str = "dataDirectory";
 
-/// Which data directory `datadir` is, as the file system tells: its system tablespace
-/// `ibdata1`'s inode number and birth time. InnoDB never makes `ibdata1` again in a data
-/// directory it runs on; a data directory initialised anew (a replica rebuilt from
-/// nothing) or restored (a copy) has another one, whatever its LSNs. `None` when unknown
-/// (no `ibdata1`, or a file system that keeps no birth time).
+/// Which data directory `datadir` is, as the file system tells: when its system
+/// tablespace `ibdata1` was made (its birth time, to the nanosecond). InnoDB never makes
+/// `ibdata1` again in a data directory it runs on; a data directory initialised anew (a
+/// replica rebuilt from nothing) or restored file by file (a copy) has another one,
+/// whatever its LSNs. The same directory keeps it wherever it is mounted (the inode
+/// number, which some network file systems do not keep across mounts, is not part of
+/// it). A block-level rollback of the volume (a snapshot reverted in place) keeps it too:
+/// only the LSN check guards that. `None` when unknown (no `ibdata1` there, or a file
+/// system that keeps no birth time).
 pub fn data_directory_identity(datadir: &Path) -> Option<String> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(datadir.join("ibdata1")).ok()?;
-    let born = m
-        .created()
+    let born = std::fs::metadata(datadir.join("ibdata1"))
         .ok()?
-        .duration_since(std::time::UNIX_EPOCH)
+        .created()
         .ok()?;
-    Some(format!(
-        "ibdata1 inode {} born {}.{:09}",
-        m.ino(),
-        born.as_secs(),
-        born.subsec_nanos()
-    ))
+    let born = jiff::Timestamp::try_from(born).ok()?;
+    Some(format!("ibdata1 made {born}"))
 }
 
 /// The data directory a backup recorded ([`DATA_DIRECTORY_FIELD`]), if it did.
@@ -88,16 +90,18 @@ pub fn data_directory_of(m: &Metadata) -> Option<&str> {
         .as_str()
 }
 
-/// The `--datadir` of a `mariabackup` command line (`--datadir=DIR` or `--datadir DIR`;
-/// the last one, which is the one mariabackup takes).
+/// The data directory of a `mariabackup` command line (`--datadir=DIR`, `--datadir DIR`,
+/// or mariabackup's short `-h DIR` / `-hDIR`; the last one, which is the one it takes).
 pub fn datadir_of_command(command: &[String]) -> Option<&Path> {
     let mut found = None;
     let mut args = command.iter();
     while let Some(a) = args.next() {
         if let Some(dir) = a.strip_prefix("--datadir=") {
             found = Some(Path::new(dir));
-        } else if a == "--datadir" {
+        } else if a == "--datadir" || a == "-h" {
             found = args.next().map(Path::new);
+        } else if let Some(dir) = a.strip_prefix("-h").filter(|d| !d.is_empty()) {
+            found = Some(Path::new(dir));
         }
     }
     found
@@ -269,7 +273,8 @@ const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// The options of a `mariabackup` command line that say how to reach the server (the same
 /// for the `mariadb` client): host, port, socket, user, password, option files. An option
-/// file comes first, as the client wants it.
+/// file comes first, as the client wants it. mariabackup's `-H` is the client's `-h`;
+/// its `-h` is the data directory, no connection option.
 pub fn client_options(mariabackup_args: &[String]) -> Vec<String> {
     const WITH_VALUE: [&str; 7] = [
         "--host",
@@ -280,11 +285,28 @@ pub fn client_options(mariabackup_args: &[String]) -> Vec<String> {
         "--defaults-file",
         "--defaults-extra-file",
     ];
-    const SHORT: [&str; 5] = ["-h", "-P", "-S", "-u", "-p"];
+    const SHORT: [&str; 5] = ["-H", "-P", "-S", "-u", "-p"];
     let mut files = Vec::new();
     let mut rest = Vec::new();
     let mut it = mariabackup_args.iter().peekable();
     while let Some(a) = it.next() {
+        // The data directory, with its value when apart.
+        if a == "-h" {
+            it.next();
+            continue;
+        }
+        // The host, as the client spells it.
+        if let Some(host) = a.strip_prefix("-H") {
+            let host = if host.is_empty() {
+                it.next().map(String::as_str)
+            } else {
+                Some(host)
+            };
+            if let Some(h) = host {
+                rest.push(format!("-h{h}"));
+            }
+            continue;
+        }
         let name = a.split_once('=').map_or(a.as_str(), |(n, _)| n);
         let long = WITH_VALUE.contains(&name);
         let target = if name.starts_with("--defaults") {
@@ -423,7 +445,7 @@ pub fn read_lsndir(dir: &Path) -> Result<(Lsns, Option<LogPosition>), MariaDbErr
 mod tests {
     use super::*;
 
-    /// `--datadir` in either form; the last one wins, as mariabackup reads options.
+    /// `--datadir` in any form; the last one wins, as mariabackup reads options.
     #[test]
     fn the_datadir_is_read_off_the_command_line() {
         let cmd = |a: &[&str]| a.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
@@ -553,5 +575,19 @@ mod tests {
                 "-ubackup"
             ]
         );
+        // mariabackup's short options: -H the host, -h the data directory.
+        let short: Vec<String> = [
+            "-H",
+            "db.local",
+            "-h",
+            "/var/lib/mysql",
+            "-P3307",
+            "-Hother",
+            "-h/d",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(client_options(&short), ["-hdb.local", "-P3307", "-hother"]);
     }
 }

@@ -140,10 +140,18 @@ pub async fn consolidate(
     };
     let consolidated_from: Vec<String> = metas.iter().map(|m| m.backup_id.clone()).collect();
     let mut extra = serde_json::Map::new();
-    let (k, v) = mariadb::lsns_field(&Lsns {
+    let (k, mut v) = mariadb::lsns_field(&Lsns {
         from_lsn: 0,
         ..lsns
     });
+    // The data directory the chain was taken of, which the next incremental on this full
+    // must be of too.
+    if let (Some(dir), Some(fields)) = (mariadb::data_directory_of(last), v.as_object_mut()) {
+        fields.insert(
+            mariadb::DATA_DIRECTORY_FIELD.to_owned(),
+            dir.to_owned().into(),
+        );
+    }
     extra.insert(k, v);
     extra.insert(
         CONSOLIDATED_FROM.to_owned(),

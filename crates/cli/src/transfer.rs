@@ -419,7 +419,7 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
     let remote = remote_server(args, store)?;
     let replicas = purge_replicas(&args.purge_replica)?;
     let mut checksums = crate::checksums::Schedule::from_args(args)?;
-    let mut follower: Option<tokio::process::Child> = None;
+    let mut follower: Option<tidemark_mariadb::remote::Follower> = None;
     if let Some(r) = &remote
         && args.once
     {
@@ -831,52 +831,66 @@ fn primary(args: &crate::args::ArchiveArgs) -> tidemark_mariadb::archive::Primar
 }
 
 /// Keeps `mariadb-binlog --stop-never` running: (re)started from the newest spooled file,
-/// or from the first file the archive lacks.
+/// or from the first file the archive lacks; started again when it reads another server
+/// than the connection options reach now, or stands still behind the server.
 async fn follow(
     r: &tidemark_mariadb::remote::RemoteServer,
     store: &tidemark_store::ClusterStore,
-    child: &mut Option<tokio::process::Child>,
+    follower: &mut Option<tidemark_mariadb::remote::Follower>,
 ) {
-    if let Some(c) = child {
-        match c.try_wait() {
+    if let Some(f) = follower {
+        match f.try_wait() {
             // Still reading: from the server the connection options reach now? After a
             // failover they reach the new primary while this connection may still read the
             // old one.
-            Ok(None) => match r.check(false).await {
-                Ok(now) if Some(now) != r.spool_server() => {
-                    eprintln!(
-                        "{} the connection options now reach server {now} (the spool holds server {}'s files): following it",
-                        jiff::Timestamp::now(),
+            Ok(None) => {
+                let again = match r.check(false).await {
+                    Ok(now) if Some(now) != r.spool_server() => format!(
+                        "the connection options now reach server {now} (the spool holds server {}'s files): following it",
                         r.spool_server()
                             .map_or_else(|| "unknown".to_owned(), |s| s.to_string())
-                    );
-                    let _ = c.start_kill();
-                    let _ = c.wait().await;
+                    ),
+                    // A grant revoked or binary logging turned off while reading: said
+                    // every pass until it is fixed (the reader stops on its own when it is
+                    // cut off).
+                    Err(e @ tidemark_mariadb::remote::RemoteError::Unfit(_)) => {
+                        eprintln!("{}", crate::exit::render(&EngineError::from(e).into()));
+                        return;
+                    }
+                    Err(_) => return,
+                    // The same server: is the reader keeping up with it? A connection that
+                    // died without it hearing of it leaves it waiting for good.
+                    Ok(_) => match r.stalled(f).await {
+                        Ok(Some(why)) => format!(
+                            "mariadb-binlog stands still behind the server ({why}): starting it again"
+                        ),
+                        _ => return,
+                    },
+                };
+                eprintln!("{} {again}", jiff::Timestamp::now());
+                if let Some(f) = follower.take() {
+                    let said = f.stop(3).await;
+                    if !said.is_empty() {
+                        eprintln!("{} mariadb-binlog said: {said}", jiff::Timestamp::now());
+                    }
                 }
-                // A grant revoked or binary logging turned off while reading: said every
-                // pass until it is fixed (the reader stops on its own when it is cut off).
-                Err(e @ tidemark_mariadb::remote::RemoteError::Unfit(_)) => {
-                    eprintln!("{}", crate::exit::render(&EngineError::from(e).into()));
-                    return;
-                }
-                _ => return,
-            },
+            }
             Ok(Some(status)) => {
-                let mut err = String::new();
-                if let Some(mut e) = c.stderr.take() {
-                    use tokio::io::AsyncReadExt;
-                    let _ = e.read_to_string(&mut err).await;
-                }
-                let last: Vec<&str> = err.lines().rev().take(3).collect();
+                let said = follower.take().map(|f| f.stop(3));
+                let said = match said {
+                    Some(s) => s.await,
+                    None => String::new(),
+                };
                 eprintln!(
-                    "{} mariadb-binlog stopped ({status}): {}; starting it again",
+                    "{} mariadb-binlog stopped ({status}): {said}; starting it again",
                     jiff::Timestamp::now(),
-                    last.into_iter().rev().collect::<Vec<_>>().join(" | ")
                 );
             }
-            Err(e) => eprintln!("mariadb-binlog: {e}"),
+            Err(e) => {
+                eprintln!("mariadb-binlog: {e}");
+                *follower = None;
+            }
         }
-        *child = None;
     }
     let first = match r.first_to_fetch(store).await {
         Ok(f) => f,
@@ -886,7 +900,7 @@ async fn follow(
         }
     };
     match r.follow(&first) {
-        Ok(c) => *child = Some(c),
+        Ok(f) => *follower = Some(f),
         Err(e) => eprintln!("{}", crate::exit::render(&EngineError::from(e).into())),
     }
 }

@@ -1474,9 +1474,153 @@ fn the_archiver_and_a_replica_with_server_id_1_both_follow_the_primary() {
     );
 }
 
+/// A follower whose connection stops carrying anything without closing — a network path
+/// that died with no FIN or RST reaching it; the node's MySQL scenario once waited 180 s in
+/// CI for an archive that never moved, cause not seen — is started again once it stands
+/// still behind the server (`FOLLOWER_STALL`), and the archive reaches past the instant.
+#[test]
+fn a_follower_on_a_connection_that_died_silently_is_started_again() {
+    let env = orders_env();
+    let db = &env.db;
+    let proxy = SilencingProxy::start(db.port);
+    let connection = network_login_through(db, "stall", "stall-pw-51d0", proxy.port);
+    env.insert(3);
+    env.backup(None);
+    let spool = db.scratch().join("spool");
+    let log = db.scratch().join("archiver.log");
+    let err = db.scratch().join("archiver.err");
+    let mut args = vec![
+        "archive-binlogs",
+        "--from-server",
+        "--spool",
+        spool.to_str().unwrap(),
+        "--interval",
+        "1s",
+        "--",
+    ];
+    args.extend(connection.iter().map(String::as_str));
+    let mut archiver = env
+        .command(&args, db.scratch())
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let reached = |target: Timestamp, within: Duration| {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let ls = env.json(&["ls"]);
+            let to = ls["recoveryWindow"]["to"]
+                .as_str()
+                .and_then(|t| t.parse::<Timestamp>().ok());
+            if to.is_some_and(|to| to > target) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the archive did not reach {target} within {within:?}: {:#}\n{}",
+                ls["archive"],
+                std::fs::read_to_string(&err).unwrap_or_default()
+            );
+            sleep(Duration::from_millis(500));
+        }
+    };
+    // Following, through the proxy.
+    env.insert(2); // 5
+    let first = pause_and_mark();
+    env.insert(1); // 6
+    db.sql("FLUSH BINARY LOGS");
+    reached(first, Duration::from_secs(60));
+    // Every connection open now carries nothing more; new ones do.
+    proxy.silence();
+    env.insert(2); // 8
+    let target = pause_and_mark();
+    env.insert(1); // 9
+    db.sql("FLUSH BINARY LOGS");
+    reached(
+        target,
+        tidemark_mariadb::remote::FOLLOWER_STALL + Duration::from_secs(60),
+    );
+    let said = std::fs::read_to_string(&err).unwrap_or_default();
+    assert!(
+        said.contains("mariadb-binlog stands still behind the server"),
+        "{said}"
+    );
+    stop_run(&mut archiver, &log);
+    assert_eq!(env.restored_rows(target, "after-the-silence"), "8");
+}
+
+/// A TCP proxy to a port of 127.0.0.1 whose connections open so far can be made to carry
+/// nothing more, without closing either side (a network path that died silently).
+struct SilencingProxy {
+    port: u16,
+    accepted: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    silenced_below: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl SilencingProxy {
+    fn start(to: u16) -> Self {
+        use std::io::{Read as _, Write as _};
+        use std::sync::atomic::Ordering::SeqCst;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let silenced_below = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (count, silenced) = (accepted.clone(), silenced_below.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                let n = count.fetch_add(1, SeqCst);
+                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", to)) else {
+                    continue;
+                };
+                let ways = [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ];
+                for (mut from, mut into) in ways {
+                    let silenced = silenced.clone();
+                    std::thread::spawn(move || {
+                        let mut buf = [0u8; 16384];
+                        while let Ok(k) = from.read(&mut buf) {
+                            // Silenced: what comes is never passed on, and nothing closes.
+                            while n < silenced.load(SeqCst) {
+                                sleep(Duration::from_secs(1));
+                            }
+                            if k == 0 {
+                                let _ = into.shutdown(std::net::Shutdown::Write);
+                                break;
+                            }
+                            if into.write_all(&buf[..k]).is_err() {
+                                break;
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        SilencingProxy {
+            port,
+            accepted,
+            silenced_below,
+        }
+    }
+
+    /// Every connection open now carries nothing from here on.
+    fn silence(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.silenced_below
+            .store(self.accepted.load(SeqCst), SeqCst);
+    }
+}
+
 /// An account `user` on `db` with every privilege, and the connection options that log
 /// in as it over the network: its password in an option file, never on a command line.
 fn network_login(db: &MariaDb, user: &str, password: &str) -> Vec<String> {
+    network_login_through(db, user, password, db.port)
+}
+
+/// As [`network_login`], reaching the server at `port` of 127.0.0.1 (a proxy's).
+fn network_login_through(db: &MariaDb, user: &str, password: &str, port: u16) -> Vec<String> {
     db.sql(&format!(
         "CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'; GRANT ALL ON *.* TO '{user}'@'%'; \
          CREATE USER '{user}'@'localhost' IDENTIFIED BY '{password}'; GRANT ALL ON *.* TO '{user}'@'localhost';"
@@ -1485,7 +1629,7 @@ fn network_login(db: &MariaDb, user: &str, password: &str) -> Vec<String> {
         db,
         user,
         password,
-        &["--host=127.0.0.1".to_owned(), format!("--port={}", db.port)],
+        &["--host=127.0.0.1".to_owned(), format!("--port={port}")],
     )
 }
 

@@ -644,9 +644,10 @@ async fn a_mysql_statefulset_backed_up_and_restored(w: Arc<World>) {
         }
         assert!(
             Instant::now() < deadline,
-            "MySQL binlogs past {at} not archived within {LONG:?}: recoveryWindow {}, timelines {}",
+            "MySQL binlogs past {at} not archived within {LONG:?}: recoveryWindow {}, archive {:#}; the server has {}",
             ls["recoveryWindow"],
-            ls["timelines"]
+            ls["archive"],
+            sql("my-0", "SHOW BINARY LOGS").replace('\n', "; ")
         );
         tokio::time::sleep(Duration::from_secs(1)).await;
     }

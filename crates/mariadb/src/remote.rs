@@ -74,6 +74,65 @@ pub fn connection_server_id(store_url: &str, cluster: &str) -> u32 {
     0x7000_0000 | (h & 0x0FFF_FFFF)
 }
 
+/// How long a follower may stand still (its spool's newest file neither grows nor is
+/// followed by another) while the server has more, before it is started again: a
+/// connection that died without the reader hearing of it (no FIN or RST reached it)
+/// otherwise stalls the archive for good, and the lag alarm, which reads the spool, with
+/// it. The readers write each event as it comes (MariaDB's and MySQL's, measured), so a
+/// follower that keeps up never lags for long.
+pub const FOLLOWER_STALL: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The bytes of a follower's standard error kept for its message when it stops.
+const FOLLOWER_STDERR_KEPT: usize = 8192;
+
+/// How long one query to the server may take (the client is killed then): a server or a
+/// network that stopped answering would otherwise hold an archive pass, and every one
+/// after it, for good.
+const QUERY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A running `mariadb-binlog --stop-never` ([`RemoteServer::follow`]).
+#[derive(Debug)]
+pub struct Follower {
+    child: tokio::process::Child,
+    /// The end of its standard error, read as it is written.
+    stderr: Option<tokio::task::JoinHandle<Vec<u8>>>,
+    /// The spool's newest file and its size when last asked, and since when it has been so.
+    seen: Option<(Option<(String, u64)>, std::time::Instant)>,
+}
+
+impl Follower {
+    /// Whether it exited, without waiting.
+    ///
+    /// # Errors
+    /// The process cannot be asked.
+    pub fn try_wait(&mut self) -> std::io::Result<Option<std::process::ExitStatus>> {
+        self.child.try_wait()
+    }
+
+    /// Stops it (when running) and returns the last `lines` lines it wrote to its standard
+    /// error, joined by ` | `.
+    pub async fn stop(mut self, lines: usize) -> String {
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+        let Some(task) = self.stderr.take() else {
+            return String::new();
+        };
+        let kept = tokio::time::timeout(std::time::Duration::from_secs(5), task)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        let text = String::from_utf8_lossy(&kept);
+        let last: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .rev()
+            .take(lines)
+            .collect();
+        last.into_iter().rev().collect::<Vec<_>>().join(" | ")
+    }
+}
+
 /// Why reading from the server failed.
 #[derive(Debug, thiserror::Error)]
 pub enum RemoteError {
@@ -88,6 +147,14 @@ pub enum RemoteError {
         program: String,
         status: String,
         output: String,
+    },
+    #[error(
+        "{program} had no answer to {query} within {secs} s (stopped): is the server hung, or the network to it cut?"
+    )]
+    NoAnswer {
+        program: String,
+        query: String,
+        secs: u64,
     },
     #[error("the server lists no binary logs (SHOW BINARY LOGS is empty): is log_bin on?")]
     NoBinlogs,
@@ -156,16 +223,22 @@ impl RemoteServer {
             .collect())
     }
 
-    /// Runs one query and returns its answer (batch, no column names).
+    /// Runs one query and returns its answer (batch, no column names), within
+    /// [`QUERY_TIMEOUT`].
     pub(crate) async fn query(&self, sql: &str) -> Result<String, RemoteError> {
-        let out = succeeded(
-            Self::program(&self.mariadb),
-            tokio::process::Command::new(&self.mariadb)
-                .args(&self.client_args)
-                .args(["-N", "-B", "-e", sql])
-                .stdin(Stdio::null()),
-        )
-        .await?;
+        let program = Self::program(&self.mariadb);
+        let mut cmd = tokio::process::Command::new(&self.mariadb);
+        cmd.args(&self.client_args)
+            .args(["-N", "-B", "-e", sql])
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        let out = tokio::time::timeout(QUERY_TIMEOUT, succeeded(program.clone(), &mut cmd))
+            .await
+            .map_err(|_| RemoteError::NoAnswer {
+                program,
+                query: sql.chars().take(200).collect(),
+                secs: QUERY_TIMEOUT.as_secs(),
+            })??;
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
     }
 
@@ -458,9 +531,10 @@ impl RemoteServer {
     ///
     /// # Errors
     /// `mariadb-binlog` cannot run.
-    pub fn follow(&self, first: &str) -> Result<tokio::process::Child, RemoteError> {
+    pub fn follow(&self, first: &str) -> Result<Follower, RemoteError> {
         self.prepare_spool(first)?;
-        self.command(first, true)
+        let mut child = self
+            .command(first, true)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .env_remove(tidemark_store::crypt::IDENTITY_ENV)
@@ -469,7 +543,66 @@ impl RemoteServer {
             .map_err(|source| RemoteError::Spawn {
                 program: Self::program(&self.mariadb_binlog),
                 source,
+            })?;
+        // Read as it is written: a pipe nobody reads stops the reader once full.
+        let stderr = child.stderr.take().map(|mut e| {
+            tokio::spawn(async move {
+                use tokio::io::AsyncReadExt;
+                let mut kept = Vec::new();
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = e.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    kept.extend_from_slice(&buf[..n]);
+                    let over = kept.len().saturating_sub(FOLLOWER_STDERR_KEPT);
+                    kept.drain(..over);
+                }
+                kept
             })
+        });
+        Ok(Follower {
+            child,
+            stderr,
+            seen: None,
+        })
+    }
+
+    /// Whether `follower` stands still behind the server (see [`FOLLOWER_STALL`]): what
+    /// the server has and the spool's newest file, when it does.
+    ///
+    /// # Errors
+    /// The server cannot be asked.
+    pub async fn stalled(&self, follower: &mut Follower) -> Result<Option<String>, RemoteError> {
+        let Some((name, size)) = self.binary_logs().await?.pop() else {
+            return Ok(None);
+        };
+        let spooled = self.spooled()?.pop().map(|n| {
+            let len = std::fs::metadata(self.spool.join(&n)).map_or(0, |m| m.len());
+            (n, len)
+        });
+        let now = std::time::Instant::now();
+        match &follower.seen {
+            Some((seen, _)) if *seen == spooled => {}
+            _ => follower.seen = Some((spooled.clone(), now)),
+        }
+        let seq = |n: &str| tidemark_core::inventory::segment_sequence(n).unwrap_or(0);
+        let behind = spooled
+            .as_ref()
+            .is_none_or(|(n, len)| (seq(&name), size) > (seq(n), *len));
+        let since = follower.seen.as_ref().map_or(now, |(_, t)| *t);
+        Ok(
+            (behind && now.duration_since(since) >= FOLLOWER_STALL).then(|| {
+                format!(
+                    "the server has {name} up to byte {size}, the spool {} for {} s",
+                    spooled.map_or_else(
+                        || "nothing".to_owned(),
+                        |(n, len)| format!("{n} up to byte {len}")
+                    ),
+                    now.duration_since(since).as_secs()
+                )
+            }),
+        )
     }
 
     /// The spool's binlog files, by sequence.

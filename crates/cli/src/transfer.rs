@@ -431,155 +431,182 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
             .await
             .map_err(|e| CliError::from(EngineError::from(e)))?;
     }
-    // One listener for the whole watch: a SIGTERM during a pass ends the watch after it.
-    let shutdown = shutdown_signal();
-    tokio::pin!(shutdown);
-    loop {
-        if let Some(r) = &remote
-            && !args.once
-        {
-            follow(r, store, &mut follower).await;
-        }
-        // The oracle's checksums: with --once one run, before the pass (its statements
-        // go to the file the server is writing); watching, the run that ended meanwhile.
-        let checksummed = match &mut checksums {
-            Some(c) if args.once => Some(c.run_now().await),
-            Some(c) => c.tick().await,
-            None => None,
-        };
-        let source = match (&remote, &args.binlog_index) {
-            (Some(r), _) => Ok(BinlogSource::Remote(r)),
-            (None, Some(index)) => Ok(BinlogSource::Index(index, primary(args))),
-            (None, None) => Err(CliError::input(
-                "give --binlog-index FILE, or --from-server with the connection options after --",
-            )),
-        };
-        let report = match source {
-            Ok(source) => archiver.pass(store, source).await.map_err(CliError::from),
-            Err(e) => Err(e),
-        };
-        let report = report.map(|a| {
-            if !args.once
-                && let Some((behind, message)) = &a.lag
+    // A SIGTERM (or Ctrl-C) during a pass ends the watch after it — or STOP_GRACE after
+    // the signal, when the pass does not end (a server or a store that stopped
+    // answering): the watch is then dropped in the middle of it. Nothing a pass left half
+    // done counts (an object is committed last; the reader is killed with the watch), and
+    // the next run fetches and ships it again. A Deployment's rollout (the archiver's,
+    // after a failover) waits no longer than that for the old pod.
+    let cut_short = shutdown_signal();
+    let watch = async {
+        // One listener for the whole watch: a signal during a pass ends it after the pass.
+        let shutdown = shutdown_signal();
+        tokio::pin!(shutdown);
+        loop {
+            if let Some(r) = &remote
+                && !args.once
             {
-                let level = if *behind { "warning: " } else { "" };
-                eprintln!("{} {level}{message} (--max-lag)", jiff::Timestamp::now());
+                follow(r, store, &mut follower).await;
             }
-            a.report
-        });
-        // The server's binlogs purged as far as the archive holds them verified, pass or
-        // no pass (a store that cannot be read holds nothing verified: nothing goes); then
-        // each replica's by the same rule.
-        let (purged, purged_replicas) = match (&remote, purge) {
-            (Some(r), Some(p)) => purge_servers(r, &replicas, store, p).await,
-            _ => (None, Vec::new()),
-        };
-        match report {
-            Ok(r) if json => {
-                let mut out = ArchivePassOut::from(r);
-                out.checksums = checksummed;
-                out.purge = purged;
-                out.purge_replicas = purged_replicas;
-                // Watching, one YAML document per pass: a stream, each opened by `---`.
-                if !args.once && args.output == crate::args::OutputFormat::Yaml {
-                    crate::output::emit("---\n")?;
+            // The oracle's checksums: with --once one run, before the pass (its statements
+            // go to the file the server is writing); watching, the run that ended meanwhile.
+            let checksummed = match &mut checksums {
+                Some(c) if args.once => Some(c.run_now().await),
+                Some(c) => c.tick().await,
+                None => None,
+            };
+            let source = match (&remote, &args.binlog_index) {
+                (Some(r), _) => Ok(BinlogSource::Remote(r)),
+                (None, Some(index)) => Ok(BinlogSource::Index(index, primary(args))),
+                (None, None) => Err(CliError::input(
+                    "give --binlog-index FILE, or --from-server with the connection options after --",
+                )),
+            };
+            let report = match source {
+                Ok(source) => archiver.pass(store, source).await.map_err(CliError::from),
+                Err(e) => Err(e),
+            };
+            let report = report.map(|a| {
+                if !args.once
+                    && let Some((behind, message)) = &a.lag
+                {
+                    let level = if *behind { "warning: " } else { "" };
+                    eprintln!("{} {level}{message} (--max-lag)", jiff::Timestamp::now());
                 }
-                crate::output::emit_as(args.output, &out)?;
-            }
-            Ok(r) => {
-                let mut line = format!(
-                    "archived {} binlog(s) ({} bytes)",
-                    r.uploaded.len() + r.adopted.len(),
-                    r.bytes
-                );
-                if !r.adopted.is_empty() {
-                    line.push_str(&format!(
-                        ", {} of them found already uploaded",
-                        r.adopted.len()
-                    ));
+                a.report
+            });
+            // The server's binlogs purged as far as the archive holds them verified, pass or
+            // no pass (a store that cannot be read holds nothing verified: nothing goes); then
+            // each replica's by the same rule.
+            let (purged, purged_replicas) = match (&remote, purge) {
+                (Some(r), Some(p)) => purge_servers(r, &replicas, store, p).await,
+                _ => (None, Vec::new()),
+            };
+            match report {
+                Ok(r) if json => {
+                    let mut out = ArchivePassOut::from(r);
+                    out.checksums = checksummed;
+                    out.purge = purged;
+                    out.purge_replicas = purged_replicas;
+                    // Watching, one YAML document per pass: a stream, each opened by `---`.
+                    if !args.once && args.output == crate::args::OutputFormat::Yaml {
+                        crate::output::emit("---\n")?;
+                    }
+                    crate::output::emit_as(args.output, &out)?;
                 }
-                line.push_str(&format!("; {} already archived", r.already_indexed));
-                if let Some(t) = &r.new_timeline {
-                    line.push_str(&format!("; {}", crate::output::timeline_started(t)));
-                    if args.primary_server_id.is_none() {
-                        line.push_str(
-                            " (taken as primary: the server this archiver reads; no cluster \
+                Ok(r) => {
+                    let mut line = format!(
+                        "archived {} binlog(s) ({} bytes)",
+                        r.uploaded.len() + r.adopted.len(),
+                        r.bytes
+                    );
+                    if !r.adopted.is_empty() {
+                        line.push_str(&format!(
+                            ", {} of them found already uploaded",
+                            r.adopted.len()
+                        ));
+                    }
+                    line.push_str(&format!("; {} already archived", r.already_indexed));
+                    if let Some(t) = &r.new_timeline {
+                        line.push_str(&format!("; {}", crate::output::timeline_started(t)));
+                        if args.primary_server_id.is_none() {
+                            line.push_str(
+                                " (taken as primary: the server this archiver reads; no cluster \
                              confirms it — --primary-server-id does)",
-                        );
-                    }
-                } else if r.timeline > 0 {
-                    line.push_str(&format!("; timeline {}", r.timeline));
-                }
-                if !r.vanished.is_empty() {
-                    line.push_str(&format!(
-                        "; purged by the server before they could be archived: {}",
-                        r.vanished.join(", ")
-                    ));
-                }
-                if let Some(open) = &r.open {
-                    line.push_str(&format!("; {open} is still being written"));
-                }
-                if let Some(p) = &purged {
-                    match &p.purged_to {
-                        Some(to) => line.push_str(&format!(
-                            "; purged {} binlog(s) on the server, up to {to}",
-                            p.purged.len()
-                        )),
-                        None => line.push_str("; purged nothing on the server"),
-                    }
-                    if let Some(why) = &p.kept_because {
-                        line.push_str(&format!(" ({why})"));
-                    }
-                }
-                for r in &purged_replicas {
-                    match (&r.report, &r.error) {
-                        (Some(p), _) => line.push_str(&format!(
-                            "; replica {}: purged {} binlog(s){}",
-                            r.server,
-                            p.purged.len(),
-                            p.purged_to
-                                .as_deref()
-                                .map(|to| format!(", up to {to}"))
-                                .unwrap_or_default()
-                        )),
-                        (None, Some(e)) => {
-                            line.push_str(&format!("; replica {}: not purged ({e})", r.server));
+                            );
                         }
-                        (None, None) => {}
+                    } else if r.timeline > 0 {
+                        line.push_str(&format!("; timeline {}", r.timeline));
+                    }
+                    if !r.vanished.is_empty() {
+                        line.push_str(&format!(
+                            "; purged by the server before they could be archived: {}",
+                            r.vanished.join(", ")
+                        ));
+                    }
+                    if let Some(open) = &r.open {
+                        line.push_str(&format!("; {open} is still being written"));
+                    }
+                    if let Some(p) = &purged {
+                        match &p.purged_to {
+                            Some(to) => line.push_str(&format!(
+                                "; purged {} binlog(s) on the server, up to {to}",
+                                p.purged.len()
+                            )),
+                            None => line.push_str("; purged nothing on the server"),
+                        }
+                        if let Some(why) = &p.kept_because {
+                            line.push_str(&format!(" ({why})"));
+                        }
+                    }
+                    for r in &purged_replicas {
+                        match (&r.report, &r.error) {
+                            (Some(p), _) => line.push_str(&format!(
+                                "; replica {}: purged {} binlog(s){}",
+                                r.server,
+                                p.purged.len(),
+                                p.purged_to
+                                    .as_deref()
+                                    .map(|to| format!(", up to {to}"))
+                                    .unwrap_or_default()
+                            )),
+                            (None, Some(e)) => {
+                                line.push_str(&format!("; replica {}: not purged ({e})", r.server));
+                            }
+                            (None, None) => {}
+                        }
+                    }
+                    if args.once {
+                        if let Some(c) = &checksummed {
+                            line.push_str(&format!("; {}", c.line()));
+                        }
+                        crate::output::emit(&format!("{line}\n"))?;
+                    } else {
+                        if !r.uploaded.is_empty() || !r.adopted.is_empty() {
+                            eprintln!("{} {line}", jiff::Timestamp::now());
+                        }
+                        if let Some(c) = &checksummed {
+                            eprintln!("{} {}", jiff::Timestamp::now(), c.line());
+                        }
                     }
                 }
-                if args.once {
-                    if let Some(c) = &checksummed {
-                        line.push_str(&format!("; {}", c.line()));
-                    }
-                    crate::output::emit(&format!("{line}\n"))?;
-                } else {
-                    if !r.uploaded.is_empty() || !r.adopted.is_empty() {
-                        eprintln!("{} {line}", jiff::Timestamp::now());
-                    }
+                // Watching: a failed pass is retried at the next tick.
+                Err(e) if !args.once => {
+                    eprintln!("{}", crate::exit::render(&e.error));
                     if let Some(c) = &checksummed {
                         eprintln!("{} {}", jiff::Timestamp::now(), c.line());
                     }
                 }
+                Err(e) => return Err(e),
             }
-            // Watching: a failed pass is retried at the next tick.
-            Err(e) if !args.once => {
-                eprintln!("{}", crate::exit::render(&e.error));
-                if let Some(c) = &checksummed {
-                    eprintln!("{} {}", jiff::Timestamp::now(), c.line());
-                }
+            if args.once {
+                return Ok(Exit::Success);
             }
-            Err(e) => return Err(e),
+            tokio::select! {
+                () = tokio::time::sleep(interval) => {}
+                () = &mut shutdown => return Ok(Exit::Success),
+            }
         }
-        if args.once {
-            return Ok(Exit::Success);
-        }
-        tokio::select! {
-            () = tokio::time::sleep(interval) => {}
-            () = &mut shutdown => return Ok(Exit::Success),
+    };
+    tokio::select! {
+        ended = watch => ended,
+        () = async {
+            cut_short.await;
+            tokio::time::sleep(STOP_GRACE).await;
+        } => {
+            eprintln!(
+                "{} the pass in progress had not ended {} s after the signal: stopped in the middle of it (what it had not committed, the next run ships)",
+                jiff::Timestamp::now(),
+                STOP_GRACE.as_secs()
+            );
+            Ok(Exit::Success)
         }
     }
 }
+
+/// How long a watch's pass may go on after a SIGTERM or Ctrl-C before the watch stops in
+/// the middle of it: well within a pod's default grace period (30 s).
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The server to read from with `--from-server`; its connection options may not carry a
 /// password (it would be visible to every process on the machine, and in error messages).

@@ -577,18 +577,55 @@ fn archive_binlogs_once_ships_closed_files_and_ls_shows_them() {
 #[test]
 fn archive_binlogs_stops_on_a_sigterm_sent_during_a_pass() {
     let s3 = SeaweedFs::start();
+    let (mut child, _server) = watching_archiver(&s3, "sig");
+    // The store stops answering: the next pass (within a second) hangs in it; the signal
+    // comes while it does; then the store answers again and the pass ends.
+    s3.pause();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    terminate(&child);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    s3.resume();
+    let status = ended_within(&mut child, 60);
+    assert!(status.success(), "exit {status:?}");
+}
+
+/// A pass that does not end after a SIGTERM (a store that stays silent; its retries take
+/// minutes) is cut short 10 s after the signal: the watch stops in the middle of it and
+/// says so, so a pod's rollout never waits out its grace period (30 s) for it.
+#[test]
+fn archive_binlogs_cuts_a_hung_pass_short_after_a_sigterm() {
+    let s3 = SeaweedFs::start();
+    let (mut child, _server) = watching_archiver(&s3, "hung");
+    s3.pause();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    terminate(&child);
+    // Well before the store's own retries give up; the store stays silent throughout.
+    let status = ended_within(&mut child, 25);
+    s3.resume();
+    let out = child.wait_with_output().unwrap();
+    assert!(status.success(), "exit {status:?}");
+    assert!(
+        stderr(&out).contains("had not ended 10 s after the signal"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// An `archive-binlogs` watch of a binlog index (every second) on `s3` for `cluster`, once
+/// its first pass has shipped the closed file; the directory of the index with it.
+fn watching_archiver(s3: &SeaweedFs, cluster: &str) -> (std::process::Child, tempfile::TempDir) {
     let server = tempfile::tempdir().unwrap();
     let index_path = binlogs(server.path(), 2);
     let store = [
         "--store",
         &s3.url(),
         "--cluster",
-        "sig",
+        cluster,
         "--endpoint",
         &s3.endpoint,
     ]
     .map(str::to_owned);
-    let mut child = bin()
+    let child = bin()
         .envs(s3.env())
         .arg("archive-binlogs")
         .args(&store)
@@ -598,7 +635,6 @@ fn archive_binlogs_stops_on_a_sigterm_sent_during_a_pass() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // The first pass has shipped the closed file.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
         let ls = json(
@@ -619,10 +655,10 @@ fn archive_binlogs_stops_on_a_sigterm_sent_during_a_pass() {
         );
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-    // The store stops answering: the next pass (within a second) hangs in it; the signal
-    // comes while it does; then the store answers again and the pass ends.
-    s3.pause();
-    std::thread::sleep(std::time::Duration::from_secs(3));
+    (child, server)
+}
+
+fn terminate(child: &std::process::Child) {
     let pid = child.id().to_string();
     assert!(
         std::process::Command::new("kill")
@@ -631,24 +667,27 @@ fn archive_binlogs_stops_on_a_sigterm_sent_during_a_pass() {
             .unwrap()
             .success()
     );
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    s3.resume();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let status = loop {
+}
+
+/// How `child` ended, once it has, within `secs` seconds (else it is killed and the test
+/// fails with its stderr).
+fn ended_within(child: &mut std::process::Child, secs: u64) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
         if let Some(status) = child.try_wait().unwrap() {
-            break status;
+            return status;
         }
         if std::time::Instant::now() > deadline {
             let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "archive-binlogs still running a minute after SIGTERM: {}",
-                stderr(&out)
-            );
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                use std::io::Read as _;
+                let _ = e.read_to_string(&mut err);
+            }
+            panic!("archive-binlogs still running {secs} s after SIGTERM: {err}");
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
-    };
-    assert!(status.success(), "exit {status:?}");
+    }
 }
 
 /// Compression on the stream (issue 19 §1): `push --compression zstd:5` stores

@@ -23,7 +23,7 @@ pub fn run(cli: Cli) -> Result<Exit, CliError> {
         .enable_all()
         .build()
         .map_err(|e| CliError::new(Exit::Internal, e))?;
-    match cli.command {
+    let outcome = match cli.command {
         Command::Plan(a) => rt.block_on(pass(&a, None)),
         Command::Gc(a) => rt.block_on(pass(
             &a.pass,
@@ -60,7 +60,11 @@ pub fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Verify(a) => rt.block_on(crate::verify::verify(&a)),
         Command::Copy(a) => rt.block_on(crate::copy::copy(&a)),
         Command::RestoreTest(a) => rt.block_on(crate::restore::restore_test(&a)),
-    }
+    };
+    // Work still blocked in a thread (a name lookup through a cut network, when a watch was
+    // cut short) holds the exit a second at most.
+    rt.shutdown_timeout(std::time::Duration::from_secs(1));
+    outcome
 }
 
 /// `tidemark operator`: elect, then run the controllers until a signal.

@@ -437,7 +437,8 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
     // done counts (an object is committed last; the reader is killed with the watch), and
     // the next run fetches and ships it again. A Deployment's rollout (the archiver's,
     // after a failover) waits no longer than that for the old pod.
-    let cut_short = shutdown_signal();
+    // (With --once a signal lets the one pass finish, as before: its report is the output.)
+    let cut_short = (!args.once).then(shutdown_signal);
     let watch = async {
         // One listener for the whole watch: a signal during a pass ends it after the pass.
         let shutdown = shutdown_signal();
@@ -591,7 +592,10 @@ pub async fn archive_binlogs(args: &crate::args::ArchiveArgs) -> Result<Exit, Cl
     tokio::select! {
         ended = watch => ended,
         () = async {
-            cut_short.await;
+            match cut_short {
+                Some(signal) => signal.await,
+                None => std::future::pending().await,
+            }
             tokio::time::sleep(STOP_GRACE).await;
         } => {
             eprintln!(

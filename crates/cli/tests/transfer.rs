@@ -586,7 +586,10 @@ fn archive_binlogs_stops_on_a_sigterm_sent_during_a_pass() {
     std::thread::sleep(std::time::Duration::from_millis(500));
     s3.resume();
     let status = ended_within(&mut child, 60);
+    let out = child.wait_with_output().unwrap();
     assert!(status.success(), "exit {status:?}");
+    // The pass finished: it was not cut short.
+    assert!(!stderr(&out).contains("had not ended"), "{}", stderr(&out));
 }
 
 /// A pass that does not end after a SIGTERM (a store that stays silent; its retries take

@@ -74,8 +74,8 @@ pub fn connection_server_id(store_url: &str, cluster: &str) -> u32 {
     0x7000_0000 | (h & 0x0FFF_FFFF)
 }
 
-/// How long a follower may stand still (its spool's newest file neither grows nor is
-/// followed by another) while the server has more, before it is started again: a
+/// How long a follower may stand still (no file of its spool grows, none is added) while
+/// the server has more than its newest file, before it is started again: a
 /// connection that died without the reader hearing of it (no FIN or RST reached it)
 /// otherwise stalls the archive for good, and the lag alarm, which reads the spool, with
 /// it. The readers write each event as it comes (MariaDB's and MySQL's, measured), so a
@@ -96,8 +96,9 @@ pub struct Follower {
     child: tokio::process::Child,
     /// The end of its standard error, read as it is written.
     stderr: Option<tokio::task::JoinHandle<Vec<u8>>>,
-    /// The spool's newest file and its size when last asked, and since when it has been so.
-    seen: Option<(Option<(String, u64)>, std::time::Instant)>,
+    /// The spool's files and their lengths when a check found it behind the server, and
+    /// since when they have been so.
+    seen: Option<(Vec<(String, u64)>, std::time::Instant)>,
 }
 
 impl Follower {
@@ -577,32 +578,41 @@ impl RemoteServer {
         let Some((name, size)) = self.binary_logs().await?.pop() else {
             return Ok(None);
         };
-        let spooled = self.spooled()?.pop().map(|n| {
-            let len = std::fs::metadata(self.spool.join(&n)).map_or(0, |m| m.len());
-            (n, len)
-        });
-        let now = std::time::Instant::now();
-        match &follower.seen {
-            Some((seen, _)) if *seen == spooled => {}
-            _ => follower.seen = Some((spooled.clone(), now)),
-        }
+        // Every spooled file and its length: a follower fetching older files again (after
+        // a restart, with closed files not shipped yet) moves on though the newest stays.
+        let spooled: Vec<(String, u64)> = self
+            .spooled()?
+            .into_iter()
+            .map(|n| {
+                let len = std::fs::metadata(self.spool.join(&n)).map_or(0, |m| m.len());
+                (n, len)
+            })
+            .collect();
         let seq = |n: &str| tidemark_core::inventory::segment_sequence(n).unwrap_or(0);
         let behind = spooled
-            .as_ref()
+            .last()
             .is_none_or(|(n, len)| (seq(&name), size) > (seq(n), *len));
-        let since = follower.seen.as_ref().map_or(now, |(_, t)| *t);
-        Ok(
-            (behind && now.duration_since(since) >= FOLLOWER_STALL).then(|| {
-                format!(
-                    "the server has {name} up to byte {size}, the spool {} for {} s",
-                    spooled.map_or_else(
-                        || "nothing".to_owned(),
-                        |(n, len)| format!("{n} up to byte {len}")
-                    ),
-                    now.duration_since(since).as_secs()
-                )
-            }),
-        )
+        let now = std::time::Instant::now();
+        // Standing still counts from the first check that found it behind with the spool
+        // as it is now: any move of the spool, or a check that found it level, starts over.
+        let since = match &follower.seen {
+            Some((seen, since)) if behind && *seen == spooled => *since,
+            _ => {
+                follower.seen = Some((spooled, now));
+                return Ok(None);
+            }
+        };
+        let stood = now.duration_since(since);
+        Ok((stood >= FOLLOWER_STALL).then(|| {
+            format!(
+                "the server has {name} up to byte {size}, the spool {} for {} s",
+                spooled.last().map_or_else(
+                    || "nothing".to_owned(),
+                    |(n, len)| format!("{n} up to byte {len}")
+                ),
+                stood.as_secs()
+            )
+        }))
     }
 
     /// The spool's binlog files, by sequence.

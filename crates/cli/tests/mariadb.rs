@@ -1397,24 +1397,7 @@ fn the_archiver_and_a_replica_with_server_id_1_both_follow_the_primary() {
     let connection = network_login(db, "follower", "follow-pw-3c9e");
     env.insert(3);
     env.backup(None);
-    let spool = db.scratch().join("spool");
-    let log = db.scratch().join("archiver.log");
-    let mut args = vec![
-        "archive-binlogs",
-        "--from-server",
-        "--spool",
-        spool.to_str().unwrap(),
-        "--interval",
-        "1s",
-        "--",
-    ];
-    args.extend(connection.iter().map(String::as_str));
-    let mut archiver = env
-        .command(&args, db.scratch())
-        .stdout(std::fs::File::create(&log).unwrap())
-        .stderr(std::fs::File::create(db.scratch().join("archiver.err")).unwrap())
-        .spawn()
-        .unwrap();
+    let (mut archiver, log, _) = watch_over_network(&env, &connection);
     let dumps = || {
         db.sql(
             "SELECT COUNT(*) FROM information_schema.processlist WHERE command LIKE 'Binlog Dump%'",
@@ -1430,22 +1413,7 @@ fn the_archiver_and_a_replica_with_server_id_1_both_follow_the_primary() {
         // The replica keeps up: its connection is never dropped for the archiver's.
         replica.wait_caught_up(db);
         // And the archive reaches the instant.
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            let ls = env.json(&["ls"]);
-            let to = ls["recoveryWindow"]["to"]
-                .as_str()
-                .and_then(|t| t.parse::<Timestamp>().ok());
-            if to.is_some_and(|to| to > target) {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "round {round}: the archive did not reach {target} in 60 s: {ls:#}\n{}",
-                std::fs::read_to_string(db.scratch().join("archiver.err")).unwrap_or_default()
-            );
-            sleep(Duration::from_millis(500));
-        }
+        window_reaches(&env, target, Duration::from_secs(60));
         assert_eq!(
             env.restored_rows(target, &format!("round-{round}")),
             rows.to_string()
@@ -1486,44 +1454,8 @@ fn a_follower_on_a_connection_that_died_silently_is_started_again() {
     let connection = network_login_through(db, "stall", "stall-pw-51d0", proxy.port);
     env.insert(3);
     env.backup(None);
-    let spool = db.scratch().join("spool");
-    let log = db.scratch().join("archiver.log");
-    let err = db.scratch().join("archiver.err");
-    let mut args = vec![
-        "archive-binlogs",
-        "--from-server",
-        "--spool",
-        spool.to_str().unwrap(),
-        "--interval",
-        "1s",
-        "--",
-    ];
-    args.extend(connection.iter().map(String::as_str));
-    let mut archiver = env
-        .command(&args, db.scratch())
-        .stdout(std::fs::File::create(&log).unwrap())
-        .stderr(std::fs::File::create(&err).unwrap())
-        .spawn()
-        .unwrap();
-    let reached = |target: Timestamp, within: Duration| {
-        let deadline = std::time::Instant::now() + within;
-        loop {
-            let ls = env.json(&["ls"]);
-            let to = ls["recoveryWindow"]["to"]
-                .as_str()
-                .and_then(|t| t.parse::<Timestamp>().ok());
-            if to.is_some_and(|to| to > target) {
-                return;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the archive did not reach {target} within {within:?}: {:#}\n{}",
-                ls["archive"],
-                std::fs::read_to_string(&err).unwrap_or_default()
-            );
-            sleep(Duration::from_millis(500));
-        }
-    };
+    let (mut archiver, log, err) = watch_over_network(&env, &connection);
+    let reached = |target: Timestamp, within: Duration| window_reaches(&env, target, within);
     // Following, through the proxy.
     env.insert(2); // 5
     let first = pause_and_mark();
@@ -1549,6 +1481,58 @@ fn a_follower_on_a_connection_that_died_silently_is_started_again() {
     );
     stop_run(&mut archiver, &log);
     assert_eq!(env.restored_rows(target, "after-the-silence"), "8");
+}
+
+/// `archive-binlogs --from-server` watching (a pass every second) with `connection`, its
+/// spool, stdout and stderr in the server's scratch directory; the process, and the paths
+/// of its stdout and stderr.
+fn watch_over_network(
+    env: &Env,
+    connection: &[String],
+) -> (std::process::Child, std::path::PathBuf, std::path::PathBuf) {
+    let db = &env.db;
+    let spool = db.scratch().join("spool");
+    let log = db.scratch().join("archiver.log");
+    let err = db.scratch().join("archiver.err");
+    let mut args = vec![
+        "archive-binlogs",
+        "--from-server",
+        "--spool",
+        spool.to_str().unwrap(),
+        "--interval",
+        "1s",
+        "--",
+    ];
+    args.extend(connection.iter().map(String::as_str));
+    let archiver = env
+        .command(&args, db.scratch())
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    (archiver, log, err)
+}
+
+/// Waits until the recovery window reaches past `target`, `within` at most; else fails
+/// with the archive `ls` shows and what the archiver of [`watch_over_network`] said.
+fn window_reaches(env: &Env, target: Timestamp, within: Duration) {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let ls = env.json(&["ls"]);
+        let to = ls["recoveryWindow"]["to"]
+            .as_str()
+            .and_then(|t| t.parse::<Timestamp>().ok());
+        if to.is_some_and(|to| to > target) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the archive did not reach {target} within {within:?}: {:#}\n{}",
+            ls["archive"],
+            std::fs::read_to_string(env.db.scratch().join("archiver.err")).unwrap_or_default()
+        );
+        sleep(Duration::from_millis(500));
+    }
 }
 
 /// A TCP proxy to a port of 127.0.0.1 whose connections open so far can be made to carry
